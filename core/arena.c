@@ -1,0 +1,55 @@
+#include "core/arena_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct gr_arena_chunk {
+  gr_arena_chunk *next;
+  size_t cap;
+  _Alignas(16) char data[];
+};
+
+void gr_arena_init(gr_arena *a) {
+  memset(a, 0, sizeof *a);
+}
+
+void gr_arena_free(gr_arena *a) {
+  gr_arena_chunk *c = a->head;
+  while (c) {
+    gr_arena_chunk *n = c->next;
+    free(c);
+    c = n;
+  }
+  memset(a, 0, sizeof *a);
+}
+
+void *gr_arena_alloc(gr_arena *a, size_t bytes) {
+  bytes = (bytes + 15) & ~(size_t)15;
+  if (!a->head || a->used + bytes > a->cap) {
+    size_t cap = a->cap ? a->cap * 2 : 64 * 1024;
+    if (cap > 16 * 1024 * 1024) cap = 16 * 1024 * 1024;
+    if (cap < bytes) cap = bytes;
+    gr_arena_chunk *c = malloc(sizeof *c + cap);
+    if (!c) return NULL;
+    c->next = a->head;
+    c->cap = cap;
+    a->head = c;
+    a->used = 0;
+    a->cap = cap;
+    a->total += cap;
+  }
+  void *p = a->head->data + a->used;
+  a->used += bytes;
+  memset(p, 0, bytes);
+  return p;
+}
+
+void *gr_arena_memdup(gr_arena *a, const void *p, size_t bytes) {
+  void *q = gr_arena_alloc(a, bytes ? bytes : 1);
+  if (q && bytes) memcpy(q, p, bytes);
+  return q;
+}
+
+char *gr_arena_strdup(gr_arena *a, const char *s) {
+  return s ? gr_arena_memdup(a, s, strlen(s) + 1) : NULL;
+}

@@ -1,0 +1,22 @@
+/* Bump allocator for graph-lifetime data (names, attrs, edge arrays).
+ * Everything allocated from an arena is freed by gr_arena_free in one call. */
+#ifndef GR_ARENA_INTERNAL_H
+#define GR_ARENA_INTERNAL_H
+
+#include <stddef.h>
+
+typedef struct gr_arena_chunk gr_arena_chunk;
+typedef struct gr_arena {
+  gr_arena_chunk *head;
+  size_t used, cap; /* in the head chunk */
+  size_t total;     /* bytes allocated from libc */
+} gr_arena;
+
+void gr_arena_init(gr_arena *a);
+void gr_arena_free(gr_arena *a);
+/* 16-byte aligned, zeroed memory; NULL when out of memory. */
+void *gr_arena_alloc(gr_arena *a, size_t bytes);
+char *gr_arena_strdup(gr_arena *a, const char *s);
+void *gr_arena_memdup(gr_arena *a, const void *p, size_t bytes);
+
+#endif

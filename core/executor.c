@@ -1,0 +1,776 @@
+#include "core/gr_executor.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Nodes whose static cost exceeds this many flops go to the shared queue. */
+#define GR_EXPENSIVE_FLOPS 32768.0
+
+typedef struct exec_edge {
+  int src_output;
+  int dst;      /* exec node index; -1: fetch sink */
+  int dst_slot; /* absolute input slot, or fetch index */
+  int move;     /* last edge of its output: hand the reference over */
+} exec_edge;
+
+typedef struct exec_node {
+  gr_node *node; /* NULL for a feed source */
+  gr_status (*kernel)(gr_kernel_ctx *);
+  int num_inputs, input_base;
+  int num_outputs, output_base;
+  int edge_begin, edge_end; /* data edges */
+  int ctrl_begin, ctrl_end; /* control successors in ctrl_dsts */
+  int initial_pending;
+  int feed_index; /* >= 0 for feed sources */
+  unsigned char expensive, async;
+} exec_node;
+
+typedef struct cancel_entry {
+  void (*fn)(void *);
+  void *arg;
+  int active;
+} cancel_entry;
+
+typedef struct run_state run_state;
+
+typedef struct async_ctx {
+  gr_kernel_ctx ctx;
+  gr_error err;
+  run_state *st;
+  int node;
+  cancel_entry cancel;
+} async_ctx;
+
+struct run_state {
+  gr_executor *e;
+  run_state *next_free;
+  gr_tensor *slots;   /* input slots */
+  gr_tensor *outputs; /* output scratch */
+  int *pending;
+  int *stack; /* the calling thread's ready stack */
+  /* shared queue of ready nodes for the pool and the caller */
+  int *queue;
+  int qhead, qcount, qcap;
+  const gr_tensor *feed_values;
+  gr_tensor *fetch_out;
+  const gr_step_info *step;
+  int remaining; /* nodes not yet finished (atomic) */
+  int tasks;     /* pool tasks that still hold st (under mu) */
+  int cancelled; /* atomic */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  gr_status status;
+  gr_error err;
+  async_ctx **asyncs; /* live async invocations (under mu), for cancellation */
+  int num_asyncs, cap_asyncs;
+};
+
+struct gr_executor {
+  exec_node *nodes;
+  int num_nodes, num_real;
+  exec_edge *edges;
+  int *ctrl_dsts;
+  int num_slots, num_out_slots;
+  const gr_output *feeds_ref;
+  gr_output *feeds, *fetches;
+  int num_feeds, num_fetches;
+  int *roots;
+  int num_roots;
+  void **states;
+  gr_threadpool *pool;
+  int pool_size;
+  pthread_mutex_t mu;
+  run_state *free_states;
+};
+
+/* ---- build --------------------------------------------------------------- */
+
+static double node_flops(const gr_node *n) {
+  if (n->op->cost_fn) {
+    gr_cost c = {0, 0};
+    n->op->cost_fn(n, &c);
+    return c.flops;
+  }
+  double f = 0;
+  for (int i = 0; i < n->num_outputs; i++) {
+    int64_t k = gr_shape_num_elements(&n->out_shapes[i]);
+    if (k > 0) f += (double)k;
+  }
+  return f;
+}
+
+static int endpoint_index(const gr_output *list, int n, gr_output o) {
+  for (int i = 0; i < n; i++)
+    if (list[i].node == o.node && list[i].index == o.index) return i;
+  return -1;
+}
+
+typedef struct raw_edge {
+  int src, src_output, dst, dst_slot;
+} raw_edge;
+
+static int cmp_raw_edge(const void *a, const void *b) {
+  const raw_edge *x = a, *y = b;
+  if (x->src != y->src) return x->src - y->src;
+  if (x->src_output != y->src_output) return x->src_output - y->src_output;
+  if (x->dst != y->dst) return (x->dst < 0 ? 1 << 30 : x->dst) - (y->dst < 0 ? 1 << 30 : y->dst);
+  return x->dst_slot - y->dst_slot;
+}
+
+gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output *feeds,
+                          int num_feeds, const gr_output *fetches, int num_fetches,
+                          gr_threadpool *pool, gr_executor **out, gr_error *err) {
+  *out = NULL;
+  gr_executor *e = calloc(1, sizeof *e);
+  if (!e) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  pthread_mutex_init(&e->mu, NULL);
+  e->pool = pool;
+  e->pool_size = gr_threadpool_size(pool);
+  e->num_real = num_nodes;
+  e->num_nodes = num_nodes + num_feeds;
+  e->num_feeds = num_feeds;
+  e->num_fetches = num_fetches;
+  e->nodes = calloc((size_t)e->num_nodes + 1, sizeof *e->nodes);
+  e->feeds = malloc(sizeof(gr_output) * (size_t)(num_feeds + 1));
+  e->fetches = malloc(sizeof(gr_output) * (size_t)(num_fetches + 1));
+  e->states = calloc((size_t)num_nodes + 1, sizeof(void *));
+  e->roots = malloc(sizeof(int) * ((size_t)e->num_nodes + 1));
+  gr_status s = GR_OK;
+  raw_edge *raw = NULL;
+  int nraw = 0, capraw = 0;
+  int *ctrl_count = NULL;
+  /* graph node id -> exec index */
+  int max_id = 0;
+  for (int i = 0; i < num_nodes; i++)
+    if (nodes[i]->id + 1 > max_id) max_id = nodes[i]->id + 1;
+  int *index_of = malloc(sizeof(int) * ((size_t)max_id + 1));
+  if (!e->nodes || !e->feeds || !e->fetches || !e->states || !e->roots || !index_of) {
+    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  if (num_feeds) memcpy(e->feeds, feeds, sizeof(gr_output) * (size_t)num_feeds);
+  if (num_fetches) memcpy(e->fetches, fetches, sizeof(gr_output) * (size_t)num_fetches);
+  for (int i = 0; i < max_id; i++) index_of[i] = -1;
+  for (int i = 0; i < num_nodes; i++) index_of[nodes[i]->id] = i;
+
+  int slot = 0, oslot = 0;
+  for (int i = 0; i < num_nodes; i++) {
+    exec_node *en = &e->nodes[i];
+    gr_node *n = nodes[i];
+    en->node = n;
+    en->kernel = n->op->kernel;
+    en->feed_index = -1;
+    en->num_inputs = n->num_inputs;
+    en->input_base = slot;
+    en->num_outputs = n->num_outputs;
+    en->output_base = oslot;
+    en->async = (n->op->flags & GR_OP_ASYNC) != 0;
+    en->expensive = (n->op->flags & GR_OP_EXPENSIVE) || node_flops(n) > GR_EXPENSIVE_FLOPS;
+    if (!en->kernel) {
+      s = gr_error_set(err, GR_ERR_UNIMPLEMENTED, "node '%s' (op %s) has no kernel", n->name,
+                       n->op->name);
+      goto fail;
+    }
+    slot += n->num_inputs;
+    oslot += n->num_outputs;
+  }
+  for (int k = 0; k < num_feeds; k++) {
+    exec_node *en = &e->nodes[num_nodes + k];
+    en->feed_index = k;
+    en->num_outputs = 1;
+    en->output_base = oslot++;
+    if (!feeds[k].node || feeds[k].index < 0 || feeds[k].index >= feeds[k].node->num_outputs) {
+      s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed %d is not a valid output", k);
+      goto fail;
+    }
+  }
+  e->num_slots = slot;
+  e->num_out_slots = oslot;
+
+#define ADD_RAW(S, SO, D, DS)                                                                      \
+  do {                                                                                             \
+    if (nraw == capraw) {                                                                          \
+      capraw = capraw ? capraw * 2 : 256;                                                          \
+      raw_edge *r_ = realloc(raw, sizeof *raw * (size_t)capraw);                                   \
+      if (!r_) {                                                                                   \
+        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");                         \
+        goto fail;                                                                                 \
+      }                                                                                            \
+      raw = r_;                                                                                    \
+    }                                                                                              \
+    raw[nraw++] = (raw_edge){S, SO, D, DS};                                                        \
+  } while (0)
+
+  /* data edges */
+  for (int i = 0; i < num_nodes; i++) {
+    gr_node *n = nodes[i];
+    for (int j = 0; j < n->num_inputs; j++) {
+      gr_output src = n->inputs[j];
+      int f = endpoint_index(feeds, num_feeds, src);
+      int si = f >= 0 ? num_nodes + f : (src.node->id < max_id ? index_of[src.node->id] : -1);
+      if (si < 0) {
+        s = gr_error_set(err, GR_ERR_INTERNAL, "node '%s': input '%s' is neither run nor fed",
+                         n->name, src.node->name);
+        goto fail;
+      }
+      ADD_RAW(si, f >= 0 ? 0 : src.index, i, e->nodes[i].input_base + j);
+      e->nodes[i].initial_pending++;
+    }
+  }
+  for (int k = 0; k < num_fetches; k++) {
+    gr_output src = fetches[k];
+    int f = endpoint_index(feeds, num_feeds, src);
+    int si =
+        f >= 0 ? num_nodes + f : (src.node && src.node->id < max_id ? index_of[src.node->id] : -1);
+    if (si < 0 || (f < 0 && (src.index < 0 || src.index >= src.node->num_outputs))) {
+      s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "fetch %d ('%s') is not produced by this step",
+                       k, src.node ? src.node->name : "null");
+      goto fail;
+    }
+    ADD_RAW(si, f >= 0 ? 0 : src.index, -1, k);
+  }
+  qsort(raw, (size_t)nraw, sizeof *raw, cmp_raw_edge);
+  e->edges = malloc(sizeof(exec_edge) * ((size_t)nraw + 1));
+  if (!e->edges) {
+    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < e->num_nodes; i++) e->nodes[i].edge_begin = e->nodes[i].edge_end = 0;
+  for (int k = 0; k < nraw; k++) {
+    exec_edge *ed = &e->edges[k];
+    ed->src_output = raw[k].src_output;
+    ed->dst = raw[k].dst;
+    ed->dst_slot = raw[k].dst_slot;
+    ed->move =
+        k + 1 == nraw || raw[k + 1].src != raw[k].src || raw[k + 1].src_output != raw[k].src_output;
+    exec_node *src = &e->nodes[raw[k].src];
+    if (k == 0 || raw[k - 1].src != raw[k].src) src->edge_begin = k;
+    src->edge_end = k + 1;
+  }
+
+  /* control edges */
+  ctrl_count = calloc((size_t)e->num_nodes + 1, sizeof(int));
+  int nctrl = 0;
+  if (!ctrl_count) {
+    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < num_nodes; i++) {
+    gr_node *n = nodes[i];
+    for (int j = 0; j < n->num_control_inputs; j++) {
+      gr_node *d = n->control_inputs[j];
+      int di = d->id < max_id ? index_of[d->id] : -1;
+      if (di < 0) {
+        s = gr_error_set(err, GR_ERR_INTERNAL, "node '%s': control input '%s' is not run", n->name,
+                         d->name);
+        goto fail;
+      }
+      ctrl_count[di]++;
+      nctrl++;
+      e->nodes[i].initial_pending++;
+    }
+  }
+  e->ctrl_dsts = malloc(sizeof(int) * ((size_t)nctrl + 1));
+  if (!e->ctrl_dsts) {
+    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  int pos = 0;
+  for (int i = 0; i < e->num_nodes; i++) {
+    e->nodes[i].ctrl_begin = e->nodes[i].ctrl_end = pos;
+    pos += ctrl_count[i];
+  }
+  for (int i = 0; i < num_nodes; i++) {
+    gr_node *n = nodes[i];
+    for (int j = 0; j < n->num_control_inputs; j++) {
+      int di = index_of[n->control_inputs[j]->id];
+      e->ctrl_dsts[e->nodes[di].ctrl_end++] = i;
+    }
+  }
+  for (int i = 0; i < e->num_nodes; i++)
+    if (e->nodes[i].initial_pending == 0) e->roots[e->num_roots++] = i;
+
+  free(raw);
+  free(ctrl_count);
+  free(index_of);
+  *out = e;
+  return GR_OK;
+fail:
+  free(raw);
+  free(ctrl_count);
+  free(index_of);
+  gr_executor_free(e);
+  return s;
+}
+
+static void run_state_free(run_state *st) {
+  if (!st) return;
+  pthread_mutex_destroy(&st->mu);
+  pthread_cond_destroy(&st->cv);
+  free(st->slots);
+  free(st->outputs);
+  free(st->pending);
+  free(st->stack);
+  free(st->queue);
+  free(st->asyncs);
+  free(st);
+}
+
+void gr_executor_free(gr_executor *e) {
+  if (!e) return;
+  run_state *st = e->free_states;
+  while (st) {
+    run_state *n = st->next_free;
+    run_state_free(st);
+    st = n;
+  }
+  pthread_mutex_destroy(&e->mu);
+  free(e->nodes);
+  free(e->edges);
+  free(e->ctrl_dsts);
+  free(e->feeds);
+  free(e->fetches);
+  free(e->roots);
+  free(e->states);
+  free(e);
+}
+
+/* ---- run ----------------------------------------------------------------- */
+
+static run_state *acquire_state(gr_executor *e) {
+  pthread_mutex_lock(&e->mu);
+  run_state *st = e->free_states;
+  if (st) e->free_states = st->next_free;
+  pthread_mutex_unlock(&e->mu);
+  if (st) return st;
+  st = calloc(1, sizeof *st);
+  if (!st) return NULL;
+  st->e = e;
+  pthread_mutex_init(&st->mu, NULL);
+  pthread_cond_init(&st->cv, NULL);
+  st->slots = calloc((size_t)e->num_slots + 1, sizeof(gr_tensor));
+  st->outputs = calloc((size_t)e->num_out_slots + 1, sizeof(gr_tensor));
+  st->pending = malloc(sizeof(int) * ((size_t)e->num_nodes + 1));
+  st->stack = malloc(sizeof(int) * ((size_t)e->num_nodes + 1));
+  st->qcap = e->num_nodes + 1;
+  st->queue = malloc(sizeof(int) * (size_t)st->qcap);
+  if (!st->slots || !st->outputs || !st->pending || !st->stack || !st->queue) {
+    run_state_free(st);
+    return NULL;
+  }
+  return st;
+}
+
+static void release_state(gr_executor *e, run_state *st) {
+  pthread_mutex_lock(&e->mu);
+  st->next_free = e->free_states;
+  e->free_states = st;
+  pthread_mutex_unlock(&e->mu);
+}
+
+static void record_error(run_state *st, int i, gr_status code, const gr_error *kerr) {
+  exec_node *en = &st->e->nodes[i];
+  pthread_mutex_lock(&st->mu);
+  if (st->status == GR_OK) {
+    st->status = code;
+    const gr_node *n = en->node;
+    const char *msg = kerr && kerr->msg[0] ? kerr->msg : gr_status_name(code);
+    if (n && n->source_loc)
+      snprintf(st->err.msg, sizeof st->err.msg, "%s: node '%s' (op %s): %s", n->source_loc, n->name,
+               n->op->name, msg);
+    else if (n)
+      snprintf(st->err.msg, sizeof st->err.msg, "node '%s' (op %s): %s", n->name, n->op->name, msg);
+    else
+      snprintf(st->err.msg, sizeof st->err.msg, "%s", msg);
+    st->err.code = code;
+  }
+  __atomic_store_n(&st->cancelled, 1, __ATOMIC_RELEASE);
+  /* cancel pending async kernels (outside the lock: their callbacks may call done) */
+  int n = st->num_asyncs;
+  cancel_entry todo[16];
+  int ntodo = 0;
+  for (int k = 0; k < n && ntodo < 16; k++)
+    if (st->asyncs[k]->cancel.active) {
+      todo[ntodo++] = st->asyncs[k]->cancel;
+      st->asyncs[k]->cancel.active = 0;
+    }
+  pthread_mutex_unlock(&st->mu);
+  for (int k = 0; k < ntodo; k++) todo[k].fn(todo[k].arg);
+}
+
+static void push_shared(run_state *st, int i) {
+  pthread_mutex_lock(&st->mu);
+  if (st->qcount == st->qcap) {
+    int cap = st->qcap * 2;
+    int *q = malloc(sizeof(int) * (size_t)cap);
+    GR_ASSERT(q != NULL);
+    for (int k = 0; k < st->qcount; k++) q[k] = st->queue[(st->qhead + k) % st->qcap];
+    free(st->queue);
+    st->queue = q;
+    st->qcap = cap;
+    st->qhead = 0;
+  }
+  st->queue[(st->qhead + st->qcount) % st->qcap] = i;
+  st->qcount++;
+  bool to_pool = st->e->pool_size > 0;
+  if (to_pool) st->tasks++;
+  pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&st->mu);
+}
+
+static int pop_shared_locked(run_state *st) {
+  if (!st->qcount) return -1;
+  int i = st->queue[st->qhead];
+  st->qhead = (st->qhead + 1) % st->qcap;
+  st->qcount--;
+  return i;
+}
+
+/* A small per-thread ready stack; overflow spills into the shared queue. */
+typedef struct ready_stack {
+  int *v;
+  int n, cap;
+} ready_stack;
+
+static void process(run_state *st, int first, ready_stack *rs);
+static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, ready_stack *rs);
+
+static void drain_task(void *arg) {
+  run_state *st = arg;
+  pthread_mutex_lock(&st->mu);
+  int i = pop_shared_locked(st);
+  pthread_mutex_unlock(&st->mu);
+  if (i >= 0) {
+    int local[256];
+    ready_stack rs = {local, 0, 256};
+    process(st, i, &rs);
+  }
+  pthread_mutex_lock(&st->mu);
+  st->tasks--;
+  pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&st->mu);
+}
+
+static void schedule_shared(run_state *st, int i) {
+  push_shared(st, i);
+  if (st->e->pool_size > 0) gr_threadpool_schedule(st->e->pool, drain_task, st);
+}
+
+static void make_ready(run_state *st, int i, ready_stack *rs, int *inline_expensive) {
+  exec_node *en = &st->e->nodes[i];
+  if (en->expensive && st->e->pool_size > 0) {
+    /* keep one expensive node for this thread, hand the others out */
+    if (*inline_expensive < 0) {
+      *inline_expensive = i;
+      return;
+    }
+    schedule_shared(st, i);
+    return;
+  }
+  if (rs->n < rs->cap)
+    rs->v[rs->n++] = i;
+  else
+    schedule_shared(st, i);
+}
+
+static void start_node(run_state *st, int i, ready_stack *rs) {
+  gr_executor *e = st->e;
+  exec_node *en = &e->nodes[i];
+  gr_tensor *outs = st->outputs + en->output_base;
+  if (en->feed_index >= 0) {
+    gr_tensor_ref(&outs[0], &st->feed_values[en->feed_index]);
+    finish_node(st, i, GR_OK, NULL, rs);
+    return;
+  }
+  if (__atomic_load_n(&st->cancelled, __ATOMIC_ACQUIRE)) {
+    finish_node(st, i, GR_OK, NULL, rs);
+    return;
+  }
+  if (en->async) {
+    async_ctx *ac = calloc(1, sizeof *ac);
+    if (!ac) {
+      gr_error oom;
+      gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      finish_node(st, i, oom.code, &oom, rs);
+      return;
+    }
+    ac->st = st;
+    ac->node = i;
+    ac->ctx = (gr_kernel_ctx){.node = en->node,
+                              .num_inputs = en->num_inputs,
+                              .inputs = st->slots + en->input_base,
+                              .num_outputs = en->num_outputs,
+                              .outputs = outs,
+                              .step = st->step,
+                              .state = &e->states[i],
+                              .err = &ac->err,
+                              .exec_private = ac};
+    pthread_mutex_lock(&st->mu);
+    if (st->num_asyncs == st->cap_asyncs) {
+      int cap = st->cap_asyncs ? st->cap_asyncs * 2 : 16;
+      async_ctx **a = realloc(st->asyncs, sizeof *a * (size_t)cap);
+      GR_ASSERT(a != NULL);
+      st->asyncs = a;
+      st->cap_asyncs = cap;
+    }
+    st->asyncs[st->num_asyncs++] = ac;
+    pthread_mutex_unlock(&st->mu);
+    gr_status s = en->kernel(&ac->ctx);
+    if (s != GR_OK) gr_kernel_done(&ac->ctx, s); /* failed to start: callback not fired */
+    return;
+  }
+  gr_error kerr;
+  kerr.msg[0] = '\0';
+  gr_kernel_ctx ctx = {.node = en->node,
+                       .num_inputs = en->num_inputs,
+                       .inputs = st->slots + en->input_base,
+                       .num_outputs = en->num_outputs,
+                       .outputs = outs,
+                       .step = st->step,
+                       .state = &e->states[i],
+                       .err = &kerr,
+                       .exec_private = NULL};
+  gr_status s = en->kernel(&ctx);
+  finish_node(st, i, s, &kerr, rs);
+}
+
+void gr_kernel_done(gr_kernel_ctx *ctx, gr_status status) {
+  async_ctx *ac = ctx->exec_private;
+  GR_ASSERT(ac != NULL);
+  run_state *st = ac->st;
+  pthread_mutex_lock(&st->mu);
+  for (int k = 0; k < st->num_asyncs; k++)
+    if (st->asyncs[k] == ac) {
+      st->asyncs[k] = st->asyncs[--st->num_asyncs];
+      break;
+    }
+  st->tasks++; /* keeps the run alive until this thread is done with it */
+  pthread_mutex_unlock(&st->mu);
+  int local[256];
+  ready_stack rs = {local, 0, 256};
+  int node = ac->node;
+  gr_error err = ac->err;
+  free(ac);
+  finish_node(st, node, status, &err, &rs);
+  while (rs.n > 0) process(st, rs.v[--rs.n], &rs);
+  pthread_mutex_lock(&st->mu);
+  st->tasks--;
+  pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&st->mu);
+}
+
+void gr_kernel_on_cancel(gr_kernel_ctx *ctx, void (*fn)(void *), void *arg) {
+  async_ctx *ac = ctx->exec_private;
+  GR_ASSERT(ac != NULL);
+  run_state *st = ac->st;
+  bool now = false;
+  pthread_mutex_lock(&st->mu);
+  if (__atomic_load_n(&st->cancelled, __ATOMIC_ACQUIRE))
+    now = true;
+  else
+    ac->cancel = (cancel_entry){fn, arg, 1};
+  pthread_mutex_unlock(&st->mu);
+  if (now) fn(arg);
+}
+
+static void check_outputs(run_state *st, int i, gr_status *status, gr_error *kerr) {
+  exec_node *en = &st->e->nodes[i];
+  gr_tensor *outs = st->outputs + en->output_base;
+  for (int k = 0; k < en->num_outputs; k++) {
+    if (!outs[k].buf) {
+      *status = gr_error_set(kerr, GR_ERR_INTERNAL, "kernel produced no output %d", k);
+      return;
+    }
+    if (outs[k].dtype != en->node->out_dtypes[k]) {
+      *status =
+          gr_error_set(kerr, GR_ERR_INTERNAL, "kernel produced %s for output %d, declared %s",
+                       gr_dtype_name(outs[k].dtype), k, gr_dtype_name(en->node->out_dtypes[k]));
+      return;
+    }
+  }
+}
+
+static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, ready_stack *rs) {
+  gr_executor *e = st->e;
+  exec_node *en = &e->nodes[i];
+  gr_tensor *outs = st->outputs + en->output_base;
+  if (status == GR_OK && en->node && !__atomic_load_n(&st->cancelled, __ATOMIC_ACQUIRE))
+    check_outputs(st, i, &status, kerr);
+  if (status != GR_OK) {
+    record_error(st, i, status, kerr);
+    for (int k = 0; k < en->num_outputs; k++) gr_tensor_release(&outs[k]);
+  }
+  for (int k = en->edge_begin; k < en->edge_end; k++) {
+    const exec_edge *ed = &e->edges[k];
+    gr_tensor *o = &outs[ed->src_output];
+    gr_tensor *dst = ed->dst >= 0 ? &st->slots[ed->dst_slot] : &st->fetch_out[ed->dst_slot];
+    if (ed->move) {
+      *dst = *o;
+      o->buf = NULL;
+    } else {
+      gr_tensor_ref(dst, o);
+    }
+  }
+  for (int k = 0; k < en->num_outputs; k++)
+    if (outs[k].buf) gr_tensor_release(&outs[k]);
+  gr_tensor *ins = st->slots + en->input_base;
+  for (int k = 0; k < en->num_inputs; k++)
+    if (ins[k].buf) gr_tensor_release(&ins[k]);
+
+  int inline_expensive = -1;
+  for (int k = en->edge_begin; k < en->edge_end; k++) {
+    int d = e->edges[k].dst;
+    if (d >= 0 && __atomic_sub_fetch(&st->pending[d], 1, __ATOMIC_ACQ_REL) == 0)
+      make_ready(st, d, rs, &inline_expensive);
+  }
+  for (int k = en->ctrl_begin; k < en->ctrl_end; k++) {
+    int d = e->ctrl_dsts[k];
+    if (__atomic_sub_fetch(&st->pending[d], 1, __ATOMIC_ACQ_REL) == 0)
+      make_ready(st, d, rs, &inline_expensive);
+  }
+  if (inline_expensive >= 0) {
+    if (rs->n < rs->cap)
+      rs->v[rs->n++] = inline_expensive;
+    else
+      schedule_shared(st, inline_expensive);
+  }
+  if (__atomic_sub_fetch(&st->remaining, 1, __ATOMIC_ACQ_REL) == 0) {
+    pthread_mutex_lock(&st->mu);
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+  }
+}
+
+static void process(run_state *st, int first, ready_stack *rs) {
+  start_node(st, first, rs);
+  while (rs->n > 0) start_node(st, rs->v[--rs->n], rs);
+}
+
+gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                          const gr_step_info *step, gr_error *err) {
+  for (int k = 0; k < e->num_fetches; k++) fetch_out[k] = gr_tensor_empty();
+  for (int k = 0; k < e->num_feeds; k++) {
+    const gr_tensor *v = &feed_values[k];
+    gr_output f = e->feeds[k];
+    gr_dtype want = f.node->out_dtypes[f.index];
+    if (!v->buf)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed for '%s' is an empty tensor",
+                          f.node->name);
+    if (v->dtype != want)
+      return gr_error_set(err, GR_ERR_DTYPE, "feed for '%s' has dtype %s, expected %s",
+                          f.node->name, gr_dtype_name(v->dtype), gr_dtype_name(want));
+    if (v->dtype == GR_BOOL) { /* only 0 and 1 are valid bools: anything else is undefined */
+      const unsigned char *b = gr_tensor_data(v);
+      int64_t n = gr_tensor_num_elements(v);
+      for (int64_t i = 0; i < n; i++)
+        if (b[i] > 1)
+          return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                              "feed for '%s': bool element %lld has byte value %u (must be 0 or 1)",
+                              f.node->name, (long long)i, b[i]);
+    }
+    if (!gr_shape_compatible(&v->shape, &f.node->out_shapes[f.index])) {
+      char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+      return gr_error_set(err, GR_ERR_SHAPE, "feed for '%s' has shape %s, expected %s",
+                          f.node->name, gr_shape_str(&v->shape, a),
+                          gr_shape_str(&f.node->out_shapes[f.index], b));
+    }
+  }
+  run_state *st = acquire_state(e);
+  if (!st) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < e->num_nodes; i++) st->pending[i] = e->nodes[i].initial_pending;
+  st->feed_values = feed_values;
+  st->fetch_out = fetch_out;
+  st->step = step;
+  st->remaining = e->num_nodes;
+  st->cancelled = 0;
+  st->status = GR_OK;
+  st->tasks = 0;
+  st->qhead = st->qcount = 0;
+  st->num_asyncs = 0;
+
+  ready_stack rs = {st->stack, 0, e->num_nodes + 1};
+  if (e->num_nodes > 0) {
+    for (int r = e->num_roots - 1; r >= 0; r--) {
+      int i = e->roots[r];
+      if (e->nodes[i].expensive && e->pool_size > 0 && r > 0)
+        schedule_shared(st, i);
+      else
+        rs.v[rs.n++] = i;
+    }
+    while (rs.n > 0) start_node(st, rs.v[--rs.n], &rs);
+    /* help drain the shared queue, then wait for pool tasks and async kernels */
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+      int i = pop_shared_locked(st);
+      if (i >= 0) {
+        pthread_mutex_unlock(&st->mu);
+        process(st, i, &rs);
+        pthread_mutex_lock(&st->mu);
+        continue;
+      }
+      if (__atomic_load_n(&st->remaining, __ATOMIC_ACQUIRE) == 0 && st->tasks == 0) break;
+      pthread_cond_wait(&st->cv, &st->mu);
+    }
+    pthread_mutex_unlock(&st->mu);
+  }
+  gr_status s = st->status;
+  if (s != GR_OK) {
+    if (err) *err = st->err;
+    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&fetch_out[k]);
+  } else {
+    for (int k = 0; k < e->num_fetches; k++)
+      if (!fetch_out[k].buf) {
+        s = gr_error_set(err, GR_ERR_INTERNAL, "fetch %d produced no value", k);
+        break;
+      }
+  }
+  release_state(e, st);
+  return s;
+}
+
+/* ---- kernel context helpers ---------------------------------------------- */
+
+gr_status gr_kernel_alloc_output(gr_kernel_ctx *ctx, int i, gr_dtype dtype, const gr_shape *shape,
+                                 gr_tensor **out) {
+  GR_ASSERT(i >= 0 && i < ctx->num_outputs);
+  gr_tensor *t = &ctx->outputs[i];
+  gr_tensor_release(t);
+  gr_status s = gr_tensor_alloc(t, dtype, shape, ctx->err);
+  *out = t;
+  return s;
+}
+
+gr_status gr_kernel_forward_or_alloc(gr_kernel_ctx *ctx, int in, int i, gr_dtype dtype,
+                                     const gr_shape *shape, gr_tensor **out) {
+  GR_ASSERT(in >= 0 && in < ctx->num_inputs && i >= 0 && i < ctx->num_outputs);
+  gr_tensor *src = &ctx->inputs[in];
+  int64_t n = gr_shape_num_elements(shape);
+  if (gr_tensor_is_unique(src) && n >= 0 &&
+      (size_t)n * gr_dtype_size(dtype) <= src->buf->capacity &&
+      gr_dtype_size(dtype) == gr_dtype_size(src->dtype)) {
+    gr_tensor *t = &ctx->outputs[i];
+    gr_tensor_release(t);
+    gr_tensor_ref(t, src); /* the slot's reference is dropped after the kernel */
+    t->dtype = dtype;
+    t->shape = *shape;
+    *out = t;
+    return GR_OK;
+  }
+  return gr_kernel_alloc_output(ctx, i, dtype, shape, out);
+}
+
+void gr_kernel_set_output(gr_kernel_ctx *ctx, int i, const gr_tensor *t) {
+  GR_ASSERT(i >= 0 && i < ctx->num_outputs);
+  gr_tensor_release(&ctx->outputs[i]);
+  gr_tensor_ref(&ctx->outputs[i], t);
+}
+
+gr_status gr_kernel_error(gr_kernel_ctx *ctx, gr_status code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  gr_error_setv(ctx->err, code, fmt, ap);
+  va_end(ap);
+  return code;
+}

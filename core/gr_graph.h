@@ -1,0 +1,111 @@
+/* Graphs: nodes with unique hierarchical names, data inputs as endpoints
+ * (node, output index), control inputs, typed attrs, a requested device and,
+ * after placement, an assigned device. Shape inference runs as each node is
+ * added, so a shape error is reported at the call (or DSL line) that caused it.
+ *
+ *   gr_graph *g = gr_graph_new();
+ *   gr_graph_push_name_scope(g, "layer1");
+ *   gr_output x = gr_graph_add_node(g, gr_op_registry_find("placeholder"), "x", NULL, 0,
+ *                                   (gr_attr[]){gr_attr_dtype("dtype", GR_F32)}, 1);
+ *   gr_graph_pop_name_scope(g);                 // x is named "layer1/x"
+ *   if (gr_graph_error(g)) puts(gr_graph_error(g)->msg);
+ *   gr_graph_free(g);
+ *
+ * Errors are sticky: a failing add records the first error in the graph and
+ * returns a null output (node == NULL); adds that receive a null input return
+ * a null output without a new error. Check gr_graph_error once after building.
+ * Nodes are never removed or changed once added (renaming aside), so pointers
+ * to them stay valid until gr_graph_free. */
+#ifndef GR_GRAPH_H
+#define GR_GRAPH_H
+
+#include <stdbool.h>
+
+#include "core/gr_attr.h"
+#include "core/gr_device.h"
+#include "core/gr_op.h"
+#include "core/gr_status.h"
+
+typedef struct gr_output {
+  gr_node *node; /* NULL: the null output of a failed build step */
+  int index;
+} gr_output;
+
+/* Read-only for users; the graph owns every pointer inside. */
+struct gr_node {
+  int id; /* index in the graph, in order of addition (a topological order) */
+  const char *name;
+  const gr_op_def *op;
+  int num_inputs;
+  gr_output *inputs;
+  int num_control_inputs;
+  gr_node **control_inputs;
+  int num_outputs;
+  gr_dtype *out_dtypes;
+  gr_shape *out_shapes;
+  int num_attrs;
+  gr_attr *attrs;
+  const char *requested_device; /* "" when none; merged from device scopes */
+  const char *assigned_device;  /* NULL until placed */
+  const char *colocate_with;    /* node name or NULL */
+  const char *source_loc;       /* "file:line:col" when built from DSL, else NULL */
+  gr_graph *graph;
+};
+
+gr_graph *gr_graph_new(void); /* NULL only when out of memory */
+void gr_graph_free(gr_graph *g);
+
+/* The first error of a build step, or NULL. */
+const gr_error *gr_graph_error(const gr_graph *g);
+/* Records err as the graph's error if it has none yet; returns err->code. */
+gr_status gr_graph_set_error(gr_graph *g, const gr_error *err);
+void gr_graph_clear_error(gr_graph *g);
+
+/* Adds a node. name: NULL for the op's name; the current name scope is
+ * prepended and a suffix _1, _2, ... added when the name is taken. Copies
+ * attrs (taking a reference on tensor attrs) and fills defaults. Control
+ * dependencies of the current scope are added. Returns output 0 (or, for an
+ * op without outputs, {node, -1}). */
+gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
+                            const gr_output *inputs, int num_inputs, const gr_attr *attrs,
+                            int num_attrs);
+/* Output i of the node behind o. */
+static inline gr_output gr_output_at(gr_output o, int i) {
+  return (gr_output){o.node, i};
+}
+
+/* Renames a node to scope/name exactly; GR_ERR_ALREADY_EXISTS if taken. Sticky. */
+gr_output gr_graph_rename(gr_graph *g, gr_output o, const char *name);
+/* Adds control inputs to an existing node (before any session uses the graph). */
+gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep);
+/* Sets the colocation constraint of n (the name of another node). */
+gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other);
+/* Source position for nodes added from now on ("file:line:col", NULL to clear).
+ * Shape errors are prefixed with it. */
+void gr_graph_set_source_loc(gr_graph *g, const char *loc);
+
+gr_node *gr_graph_find_node(const gr_graph *g, const char *name);
+int gr_graph_num_nodes(const gr_graph *g);
+gr_node *gr_graph_node(const gr_graph *g, int id);
+
+/* Scopes. Pushes return GR_OK or an error (also recorded in the graph). */
+gr_status gr_graph_push_name_scope(gr_graph *g, const char *scope);
+void gr_graph_pop_name_scope(gr_graph *g);
+/* Device scopes nest: inner fields override outer ones. */
+gr_status gr_graph_push_device_scope(gr_graph *g, const char *spec);
+void gr_graph_pop_device_scope(gr_graph *g);
+/* Every node added inside gets these control inputs. */
+gr_status gr_graph_push_control_deps(gr_graph *g, const gr_output *deps, int n);
+void gr_graph_pop_control_deps(gr_graph *g);
+/* The current name scope ("" at top level). */
+const char *gr_graph_name_scope(const gr_graph *g);
+
+/* Memory for graph-lifetime data (freed by gr_graph_free). */
+void *gr_graph_alloc(gr_graph *g, size_t bytes);
+char *gr_graph_strdup(gr_graph *g, const char *s);
+
+/* Seed for random ops (default 0); the session combines it with node and step. */
+void gr_graph_set_seed(gr_graph *g, uint64_t seed);
+uint64_t gr_graph_seed(const gr_graph *g);
+
+#endif

@@ -1,0 +1,171 @@
+/* Op definitions and the op registry.
+ *
+ * An op is defined in one place (a family file in ops/) as a gr_op_def: its
+ * name, inputs, attr schema with defaults, shape function, cost function, CPU
+ * kernel, gradient function and flags, and listed once in ops/op_list.c.
+ * Nothing else in the engine switches on op names.
+ *
+ *   static gr_status neg_kernel(gr_kernel_ctx *ctx) { ... }
+ *   const gr_op_def gr_op_neg = {
+ *       .name = "neg", .doc = "-x elementwise", .min_inputs = 1, .max_inputs = 1,
+ *       .input_names = (const char *[]){"x"}, .num_outputs = 1,
+ *       .shape_fn = gr_shape_fn_unchanged, .kernel = neg_kernel};
+ *   gr_op_registry_add(&gr_op_neg, &err);
+ */
+#ifndef GR_OP_H
+#define GR_OP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/gr_attr.h"
+#include "core/gr_status.h"
+#include "core/gr_tensor.h"
+
+typedef struct gr_node gr_node;
+typedef struct gr_graph gr_graph;
+typedef struct gr_shape_ctx gr_shape_ctx;
+typedef struct gr_kernel_ctx gr_kernel_ctx;
+struct gr_grad_ctx; /* defined by the autodiff transform in ops/ */
+
+typedef enum gr_op_flags {
+  GR_OP_STATEFUL = 1 << 0,     /* has state or side effects: never pruned by CSE/folding */
+  GR_OP_ASYNC = 1 << 1,        /* completes through gr_kernel_done */
+  GR_OP_CONTROL_FLOW = 1 << 2, /* switch/merge/enter/exit/... */
+  GR_OP_TRANSFER = 1 << 3,     /* send/recv */
+  GR_OP_EXPENSIVE = 1 << 4,    /* run on the thread pool rather than inline */
+  GR_OP_PLACEHOLDER = 1 << 5,  /* must be fed */
+  GR_OP_CONSTANT = 1 << 6,     /* value in tensor attr "value"; seen by shape functions */
+  GR_OP_VARIABLE = 1 << 7,     /* needs the variable named by string attr "var" initialised */
+} gr_op_flags;
+
+typedef struct gr_attr_spec {
+  const char *name;
+  gr_attr_type type;
+  bool required;               /* no default */
+  gr_attr_value default_value; /* used when not required and not given */
+} gr_attr_spec;
+
+/* Cost of one execution, from shapes: for the placer and the executor's
+ * inline-or-pool decision. */
+typedef struct gr_cost {
+  double flops;
+  double bytes; /* bytes read + written */
+} gr_cost;
+
+typedef struct gr_op_def {
+  const char *name;
+  const char *doc;                /* one line, shown by help and error hints */
+  int min_inputs, max_inputs;     /* max_inputs -1: unbounded (variadic) */
+  const char *const *input_names; /* min_inputs names (variadic: one name) */
+  int num_outputs;                /* -1: the shape function decides */
+  const gr_attr_spec *attrs;
+  int num_attrs;
+  /* Sets output dtypes and shapes from inputs and attrs; errors name shapes. */
+  gr_status (*shape_fn)(gr_shape_ctx *ctx);
+  /* Optional; default: one flop per output element, bytes of inputs + outputs. */
+  void (*cost_fn)(const gr_node *node, gr_cost *out);
+  gr_status (*kernel)(gr_kernel_ctx *ctx);
+  /* Optional; filled in by the autodiff issue. */
+  gr_status (*grad_fn)(struct gr_grad_ctx *ctx);
+  unsigned flags;
+} gr_op_def;
+
+/* ---- shape inference ---------------------------------------------------- */
+
+#define GR_MAX_OUTPUTS 1024
+
+struct gr_shape_ctx {
+  const gr_node *node; /* name, op and attrs of the node being added */
+  int num_inputs;
+  const gr_dtype *in_dtypes;
+  const gr_shape *in_shapes;
+  /* Value of input i when its producer is a constant, else NULL. */
+  const gr_tensor *const *in_values;
+  int num_outputs; /* preset to op->num_outputs (or 1); the shape fn may change it */
+  gr_dtype *out_dtypes;
+  gr_shape *out_shapes;
+  gr_error *err;
+};
+
+/* Sets the error with a message prefixed by the node name and op. */
+gr_status gr_shape_error(gr_shape_ctx *ctx, gr_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Common shape functions. */
+gr_status gr_shape_fn_unchanged(gr_shape_ctx *ctx);   /* output 0 = input 0 */
+gr_status gr_shape_fn_scalar_none(gr_shape_ctx *ctx); /* no outputs */
+
+/* ---- attrs of a node (defaults already filled in) ----------------------- */
+
+const gr_attr_value *gr_node_attr(const gr_node *n, const char *name);
+int64_t gr_node_attr_int(const gr_node *n, const char *name, int64_t dflt);
+double gr_node_attr_float(const gr_node *n, const char *name, double dflt);
+bool gr_node_attr_bool(const gr_node *n, const char *name, bool dflt);
+const char *gr_node_attr_string(const gr_node *n, const char *name, const char *dflt);
+gr_dtype gr_node_attr_dtype(const gr_node *n, const char *name, gr_dtype dflt);
+
+/* ---- kernels ------------------------------------------------------------- */
+
+typedef struct gr_var gr_var;
+typedef struct gr_resource_mgr gr_resource_mgr;
+
+/* What a kernel knows about the step it runs in. */
+typedef struct gr_step_info {
+  int64_t step_id; /* the session's run counter */
+  uint64_t seed;   /* the session's random seed */
+  gr_resource_mgr *resources;
+} gr_step_info;
+
+struct gr_kernel_ctx {
+  const gr_node *node;
+  int num_inputs;
+  /* Owned by the executor; a kernel may take one over with
+   * gr_kernel_forward_or_alloc. */
+  gr_tensor *inputs;
+  int num_outputs;
+  gr_tensor *outputs; /* filled by the kernel; each holds one reference */
+  const gr_step_info *step;
+  void **state; /* per-node slot that persists across runs of one executor */
+  gr_error *err;
+  /* executor internals (async completion) */
+  void *exec_private;
+};
+
+/* Allocates output i (uninitialised) and returns it in *out. */
+gr_status gr_kernel_alloc_output(gr_kernel_ctx *ctx, int i, gr_dtype dtype, const gr_shape *shape,
+                                 gr_tensor **out);
+/* Like alloc_output, but reuses input `in`'s buffer when this kernel holds the
+ * only reference and it has the right size: lets a chain of elementwise ops
+ * run in place. */
+gr_status gr_kernel_forward_or_alloc(gr_kernel_ctx *ctx, int in, int i, gr_dtype dtype,
+                                     const gr_shape *shape, gr_tensor **out);
+/* Sets output i to a new reference of t. */
+void gr_kernel_set_output(gr_kernel_ctx *ctx, int i, const gr_tensor *t);
+/* Sets the error (message prefixed with nothing: the executor adds the node). */
+gr_status gr_kernel_error(gr_kernel_ctx *ctx, gr_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Async kernels only: report completion exactly once, from any thread. */
+void gr_kernel_done(gr_kernel_ctx *ctx, gr_status status);
+
+/* ---- variables (resources owned by a session) ---------------------------- */
+
+/* The variable named `name`, created empty on first use. NULL if out of memory. */
+gr_var *gr_resource_mgr_get_var(gr_resource_mgr *mgr, const char *name);
+void gr_var_lock(gr_var *v);
+void gr_var_unlock(gr_var *v);
+/* With the lock held: the value (empty when uninitialised). */
+gr_tensor *gr_var_value(gr_var *v);
+bool gr_var_is_initialized(gr_var *v);
+const char *gr_var_name(const gr_var *v);
+
+/* ---- registry ------------------------------------------------------------ */
+
+/* Registers an op definition (not copied: it must outlive the process's use
+ * of graphs). GR_ERR_ALREADY_EXISTS if the name is taken by another def. */
+gr_status gr_op_registry_add(const gr_op_def *op, gr_error *err);
+/* NULL when unknown. Thread-safe after registration. */
+const gr_op_def *gr_op_registry_find(const char *name);
+int gr_op_registry_count(void);
+const gr_op_def *gr_op_registry_at(int i); /* sorted by name */
+
+#endif

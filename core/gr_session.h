@@ -1,0 +1,71 @@
+/* Sessions: run a graph with feeds, fetches and targets.
+ *
+ *   gr_session *s = gr_session_new(g, NULL, &err);          // default options
+ *   gr_tensor out;
+ *   gr_feed feed = {x, &x_value};
+ *   if (gr_session_run(s, &feed, 1, &y, 1, &out, NULL, 0, &err) == GR_OK) {
+ *     printf("%g\n", gr_tensor_get_f64(&out, 0));
+ *     gr_tensor_release(&out);
+ *   }
+ *   gr_session_free(s);
+ *
+ * A run prunes the graph to what its fetches and targets need (an unfed
+ * placeholder that is not needed is fine; one that is needed is an error
+ * naming it), checks every node's device against the session's devices, and
+ * caches the prepared executor per (feeds, fetches, targets) signature, so a
+ * training loop pays the preparation once. Variables live in the session:
+ * they keep their values across runs and, unless auto-initialisation is off,
+ * uninitialised variables a run needs are initialised before it.
+ *
+ * Ownership: the session borrows the graph, which must outlive it; nodes may
+ * still be added to the graph between runs. Each fetched tensor holds one
+ * reference for the caller (gr_tensor_release). */
+#ifndef GR_SESSION_H
+#define GR_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/gr_graph.h"
+
+typedef struct gr_session gr_session;
+
+typedef struct gr_session_options {
+  int inter_op_threads; /* threads running independent nodes; 0: number of cores */
+  int intra_op_threads; /* threads inside one op (BLAS); 0: 1, so the two never
+                           oversubscribe the cores */
+  int num_devices;      /* CPU devices /job:localhost/replica:0/task:0/device:CPU:K; 0: 1 */
+  bool no_auto_init;    /* true: running with an uninitialised variable is an error */
+} gr_session_options;
+
+typedef struct gr_feed {
+  gr_output output;       /* the endpoint fed (usually a placeholder) */
+  const gr_tensor *value; /* borrowed for the duration of the run */
+} gr_feed;
+
+/* NULL on failure (err set), e.g. if the graph has a recorded build error. */
+gr_session *gr_session_new(gr_graph *g, const gr_session_options *opts, gr_error *err);
+void gr_session_free(gr_session *s);
+
+/* Runs one step. results[i] receives fetches[i]. targets are nodes to run
+ * for their effects (their outputs are not returned; index ignored). */
+gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
+                         const gr_output *fetches, int num_fetches, gr_tensor *results,
+                         const gr_output *targets, int num_targets, gr_error *err);
+
+/* Runs the initialiser of every variable of the graph that has no value yet. */
+gr_status gr_session_init_variables(gr_session *s, gr_error *err);
+
+/* The variables of this session (values, for checkpoints and tests). */
+gr_resource_mgr *gr_session_resources(gr_session *s);
+/* The step counter that random ops key on: incremented by every run. */
+int64_t gr_session_step(const gr_session *s);
+void gr_session_set_step(gr_session *s, int64_t step);
+int gr_session_num_devices(const gr_session *s);
+/* Number of prepared executors in the cache (for tests of the cache). */
+int gr_session_num_cached(const gr_session *s);
+
+/* Set by the ops layer: applies the intra-op thread count (BLAS threads). */
+void gr_session_set_intra_op_hook(void (*fn)(int threads));
+
+#endif

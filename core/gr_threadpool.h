@@ -1,0 +1,22 @@
+/* A fixed-size pool of worker threads running closures in FIFO order.
+ *
+ *   gr_threadpool *p = gr_threadpool_new(2);   // NULL on failure
+ *   gr_threadpool_schedule(p, fn, arg);          // fn(arg) on a worker
+ *   gr_threadpool_free(p);                        // runs what is queued, joins
+ */
+#ifndef GR_THREADPOOL_H
+#define GR_THREADPOOL_H
+
+typedef struct gr_threadpool gr_threadpool;
+
+gr_threadpool *gr_threadpool_new(int num_threads);
+/* Finishes every queued closure, then joins the workers. */
+void gr_threadpool_free(gr_threadpool *p);
+/* Queues fn(arg). With a pool of 0 threads, runs it inline. Never fails
+ * (grows the queue; runs inline if out of memory). */
+void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg);
+int gr_threadpool_size(const gr_threadpool *p);
+/* Number of online CPU cores (at least 1). */
+int gr_num_cores(void);
+
+#endif

@@ -1,0 +1,541 @@
+#include "core/gr_graph.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/arena_internal.h"
+#include "core/strmap_internal.h"
+
+#define GR_SCOPE_MAX 64
+
+typedef struct ctrl_frame {
+  int n;
+  gr_node **deps;
+} ctrl_frame;
+
+struct gr_graph {
+  gr_arena arena;
+  gr_node **nodes;
+  int num_nodes, cap_nodes;
+  gr_strmap by_name;
+  gr_strmap next_suffix; /* base name -> (void*)(intptr_t)next suffix */
+  const char *name_scopes[GR_SCOPE_MAX];
+  int num_name_scopes;
+  gr_device_spec device_scopes[GR_SCOPE_MAX];
+  int num_device_scopes;
+  ctrl_frame ctrl[GR_SCOPE_MAX];
+  int num_ctrl;
+  const char *source_loc;
+  uint64_t seed;
+  bool has_error;
+  gr_error error;
+};
+
+gr_graph *gr_graph_new(void) {
+  gr_graph *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  gr_arena_init(&g->arena);
+  gr_strmap_init(&g->by_name);
+  gr_strmap_init(&g->next_suffix);
+  return g;
+}
+
+void gr_graph_free(gr_graph *g) {
+  if (!g) return;
+  for (int i = 0; i < g->num_nodes; i++) {
+    gr_node *n = g->nodes[i];
+    for (int a = 0; a < n->num_attrs; a++)
+      if (n->attrs[a].value.type == GR_ATTR_TENSOR) gr_tensor_release(&n->attrs[a].value.tensor);
+  }
+  free(g->nodes);
+  gr_strmap_free(&g->by_name);
+  gr_strmap_free(&g->next_suffix);
+  gr_arena_free(&g->arena);
+  free(g);
+}
+
+const gr_error *gr_graph_error(const gr_graph *g) {
+  return g->has_error ? &g->error : NULL;
+}
+
+gr_status gr_graph_set_error(gr_graph *g, const gr_error *err) {
+  if (!g->has_error) {
+    g->has_error = true;
+    g->error = *err;
+  }
+  return err->code;
+}
+
+void gr_graph_clear_error(gr_graph *g) {
+  g->has_error = false;
+  gr_error_clear(&g->error);
+}
+
+void *gr_graph_alloc(gr_graph *g, size_t bytes) {
+  return gr_arena_alloc(&g->arena, bytes);
+}
+char *gr_graph_strdup(gr_graph *g, const char *s) {
+  return gr_arena_strdup(&g->arena, s);
+}
+void gr_graph_set_seed(gr_graph *g, uint64_t seed) {
+  g->seed = seed;
+}
+uint64_t gr_graph_seed(const gr_graph *g) {
+  return g->seed;
+}
+int gr_graph_num_nodes(const gr_graph *g) {
+  return g->num_nodes;
+}
+gr_node *gr_graph_node(const gr_graph *g, int id) {
+  return id >= 0 && id < g->num_nodes ? g->nodes[id] : NULL;
+}
+gr_node *gr_graph_find_node(const gr_graph *g, const char *name) {
+  return name ? gr_strmap_get(&g->by_name, name) : NULL;
+}
+void gr_graph_set_source_loc(gr_graph *g, const char *loc) {
+  g->source_loc = loc ? gr_arena_strdup(&g->arena, loc) : NULL;
+}
+const char *gr_graph_name_scope(const gr_graph *g) {
+  return g->num_name_scopes ? g->name_scopes[g->num_name_scopes - 1] : "";
+}
+
+static gr_output null_output(void) {
+  return (gr_output){NULL, 0};
+}
+
+static gr_status fail(gr_graph *g, gr_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static gr_status fail(gr_graph *g, gr_status code, const char *fmt, ...) {
+  gr_error e;
+  va_list ap;
+  va_start(ap, fmt);
+  gr_error_setv(&e, code, fmt, ap);
+  va_end(ap);
+  if (g->source_loc) gr_error_prefix(&e, "%s", g->source_loc);
+  return gr_graph_set_error(g, &e);
+}
+
+/* Node names: [A-Za-z0-9_.][A-Za-z0-9_.\-]* components joined by '/'. */
+static bool valid_node_name(const char *s) {
+  if (!*s) return false;
+  bool start = true;
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '/') {
+      if (start) return false;
+      start = true;
+      continue;
+    }
+    if (!(isalnum(c) || c == '_' || c == '.' || (c == '-' && !start))) return false;
+    start = false;
+  }
+  return !start;
+}
+
+static char *scoped(gr_graph *g, const char *scope, const char *name) {
+  size_t ls = strlen(scope), ln = strlen(name);
+  char *s = gr_arena_alloc(&g->arena, ls + ln + 2);
+  if (!s) return NULL;
+  if (ls) {
+    memcpy(s, scope, ls);
+    s[ls] = '/';
+    memcpy(s + ls + 1, name, ln + 1);
+  } else {
+    memcpy(s, name, ln + 1);
+  }
+  return s;
+}
+
+/* A fresh name for base: base itself, or base_K for the smallest unused K
+ * tracked per base, so adding n nodes of one op costs O(n). */
+static char *unique_name(gr_graph *g, const char *base) {
+  if (!gr_strmap_get(&g->by_name, base) && !gr_strmap_get(&g->next_suffix, base))
+    return gr_arena_strdup(&g->arena, base);
+  intptr_t k = (intptr_t)gr_strmap_get(&g->next_suffix, base);
+  if (k == 0) k = 1;
+  size_t len = strlen(base) + 24;
+  char *buf = gr_arena_alloc(&g->arena, len);
+  if (!buf) return NULL;
+  for (;; k++) {
+    snprintf(buf, len, "%s_%ld", base, (long)k);
+    if (!gr_strmap_get(&g->by_name, buf)) break;
+  }
+  const char *key = gr_strmap_get(&g->next_suffix, base) ? NULL : gr_arena_strdup(&g->arena, base);
+  if (key)
+    gr_strmap_put(&g->next_suffix, key, (void *)(k + 1));
+  else
+    gr_strmap_put(&g->next_suffix, base, (void *)(k + 1));
+  return buf;
+}
+
+static const gr_attr_spec *find_spec(const gr_op_def *op, const char *name) {
+  for (int i = 0; i < op->num_attrs; i++)
+    if (strcmp(op->attrs[i].name, name) == 0) return &op->attrs[i];
+  return NULL;
+}
+
+static void list_attr_names(const gr_op_def *op, char *buf, size_t cap) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < op->num_attrs && n < cap; i++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", op->attrs[i].name);
+  if (!op->num_attrs) snprintf(buf, cap, "none");
+}
+
+/* Copies v into the arena (strings, lists) or takes a reference (tensor). */
+static bool copy_attr_value(gr_graph *g, gr_attr_value *dst, const gr_attr_value *v) {
+  *dst = *v;
+  switch (v->type) {
+    case GR_ATTR_STRING:
+      dst->s = gr_arena_strdup(&g->arena, v->s ? v->s : "");
+      return dst->s != NULL;
+    case GR_ATTR_INTS:
+      dst->ints.v = gr_arena_memdup(&g->arena, v->ints.v, sizeof(int64_t) * (size_t)v->ints.n);
+      return dst->ints.v != NULL;
+    case GR_ATTR_FLOATS:
+      dst->floats.v = gr_arena_memdup(&g->arena, v->floats.v, sizeof(double) * (size_t)v->floats.n);
+      return dst->floats.v != NULL;
+    case GR_ATTR_TENSOR:
+      gr_tensor_ref(&dst->tensor, &v->tensor);
+      return true;
+    default:
+      return true;
+  }
+}
+
+static gr_status build_attrs(gr_graph *g, gr_node *n, const gr_attr *attrs, int num_attrs) {
+  const gr_op_def *op = n->op;
+  n->attrs = gr_arena_alloc(&g->arena, sizeof(gr_attr) * (size_t)(op->num_attrs + 1));
+  if (!n->attrs) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < num_attrs; i++) {
+    const gr_attr *a = &attrs[i];
+    const gr_attr_spec *spec = a->name ? find_spec(op, a->name) : NULL;
+    if (!spec) {
+      char names[400];
+      list_attr_names(op, names, sizeof names);
+      return fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): unknown attr '%s' (valid: %s)",
+                  n->name, op->name, a->name ? a->name : "(null)", names);
+    }
+    for (int j = 0; j < i; j++)
+      if (strcmp(attrs[j].name, a->name) == 0)
+        return fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): attr '%s' given twice", n->name,
+                    op->name, a->name);
+    gr_attr_value v = a->value;
+    if (v.type == GR_ATTR_INT && spec->type == GR_ATTR_FLOAT) {
+      double f = (double)v.i;
+      v.type = GR_ATTR_FLOAT;
+      v.f = f;
+    }
+    if (v.type != spec->type)
+      return fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): attr '%s' must be %s, got %s",
+                  n->name, op->name, a->name, gr_attr_type_name(spec->type),
+                  gr_attr_type_name(v.type));
+    if (v.type == GR_ATTR_DTYPE && !gr_dtype_is_valid(v.dtype))
+      return fail(g, GR_ERR_DTYPE, "node '%s' (op %s): attr '%s' is not a valid dtype", n->name,
+                  op->name, a->name);
+    if (v.type == GR_ATTR_TENSOR && !v.tensor.buf)
+      return fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): attr '%s' is an empty tensor",
+                  n->name, op->name, a->name);
+    if (v.type == GR_ATTR_SHAPE && (v.shape.rank < -1 || v.shape.rank > GR_MAX_RANK))
+      return fail(g, GR_ERR_SHAPE, "node '%s' (op %s): attr '%s' has rank %d (max %d)", n->name,
+                  op->name, a->name, v.shape.rank, GR_MAX_RANK);
+    gr_attr *dst = &n->attrs[n->num_attrs];
+    dst->name = spec->name;
+    if (!copy_attr_value(g, &dst->value, &v)) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "oom");
+    n->num_attrs++;
+  }
+  for (int s = 0; s < op->num_attrs; s++) {
+    const gr_attr_spec *spec = &op->attrs[s];
+    bool given = false;
+    for (int i = 0; i < n->num_attrs; i++)
+      if (n->attrs[i].name == spec->name) given = true;
+    if (given) continue;
+    if (spec->required)
+      return fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): missing required attr '%s' (%s)",
+                  n->name, op->name, spec->name, gr_attr_type_name(spec->type));
+    gr_attr *dst = &n->attrs[n->num_attrs++];
+    dst->name = spec->name;
+    gr_attr_value dv = spec->default_value;
+    dv.type = spec->type;
+    if (!copy_attr_value(g, &dst->value, &dv)) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "oom");
+  }
+  return GR_OK;
+}
+
+gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
+                            const gr_output *inputs, int num_inputs, const gr_attr *attrs,
+                            int num_attrs) {
+  if (!op) {
+    fail(g, GR_ERR_NOT_FOUND, "unknown op for node '%s'", name ? name : "?");
+    return null_output();
+  }
+  const char *base = name ? name : op->name;
+  for (int i = 0; i < num_inputs; i++)
+    if (!inputs[i].node) {
+      if (!g->has_error)
+        fail(g, GR_ERR_INVALID_ARGUMENT, "input %d of '%s' (op %s) is a null output", i, base,
+             op->name);
+      return null_output();
+    }
+  if (!valid_node_name(base)) {
+    fail(g, GR_ERR_INVALID_ARGUMENT,
+         "invalid node name '%s' (op %s): use letters, digits, '_', '.', '-' and '/'", base,
+         op->name);
+    return null_output();
+  }
+  gr_node *n = gr_arena_alloc(&g->arena, sizeof *n);
+  char *full = n ? scoped(g, gr_graph_name_scope(g), base) : NULL;
+  char *uname = full ? unique_name(g, full) : NULL;
+  if (!uname) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return null_output();
+  }
+  n->name = uname;
+  n->op = op;
+  n->graph = g;
+  n->source_loc = g->source_loc;
+  if (num_inputs < op->min_inputs || (op->max_inputs >= 0 && num_inputs > op->max_inputs)) {
+    if (op->max_inputs == op->min_inputs)
+      fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects %d input%s, got %d", n->name,
+           op->name, op->min_inputs, op->min_inputs == 1 ? "" : "s", num_inputs);
+    else if (op->max_inputs < 0)
+      fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects at least %d inputs, got %d",
+           n->name, op->name, op->min_inputs, num_inputs);
+    else
+      fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects %d to %d inputs, got %d",
+           n->name, op->name, op->min_inputs, op->max_inputs, num_inputs);
+    return null_output();
+  }
+  n->num_inputs = num_inputs;
+  n->inputs = gr_arena_memdup(&g->arena, inputs, sizeof(gr_output) * (size_t)num_inputs);
+  gr_dtype *in_dtypes = gr_arena_alloc(&g->arena, sizeof(gr_dtype) * (size_t)(num_inputs + 1));
+  gr_shape *in_shapes = malloc(sizeof(gr_shape) * (size_t)(num_inputs + 1));
+  const gr_tensor **in_values = malloc(sizeof(gr_tensor *) * (size_t)(num_inputs + 1));
+  gr_dtype *out_dtypes = NULL;
+  gr_shape *out_shapes = NULL;
+  gr_output result = null_output();
+  if (!n->inputs || !in_dtypes || !in_shapes || !in_values) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < num_inputs; i++) {
+    gr_node *src = inputs[i].node;
+    if (src->graph != g) {
+      fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): input %d ('%s') is from another graph",
+           n->name, op->name, i, src->name);
+      goto done;
+    }
+    if (inputs[i].index < 0 || inputs[i].index >= src->num_outputs) {
+      fail(g, GR_ERR_OUT_OF_RANGE,
+           "node '%s' (op %s): input %d refers to output %d of '%s', "
+           "which has %d output%s",
+           n->name, op->name, i, inputs[i].index, src->name, src->num_outputs,
+           src->num_outputs == 1 ? "" : "s");
+      goto done;
+    }
+    in_dtypes[i] = src->out_dtypes[inputs[i].index];
+    in_shapes[i] = src->out_shapes[inputs[i].index];
+    in_values[i] = NULL;
+    if (src->op->flags & GR_OP_CONSTANT) {
+      const gr_attr_value *v = gr_node_attr(src, "value");
+      if (v && v->type == GR_ATTR_TENSOR) in_values[i] = &v->tensor;
+    }
+  }
+  if (build_attrs(g, n, attrs, num_attrs) != GR_OK) goto done;
+
+  /* device from the scope stack */
+  if (g->num_device_scopes) {
+    char buf[GR_DEVICE_NAME_MAX];
+    n->requested_device = gr_arena_strdup(
+        &g->arena, gr_device_spec_str(&g->device_scopes[g->num_device_scopes - 1], buf));
+  } else {
+    n->requested_device = "";
+  }
+  /* control dependencies from the scope stack */
+  int nctrl = 0;
+  for (int f = 0; f < g->num_ctrl; f++) nctrl += g->ctrl[f].n;
+  if (nctrl) {
+    n->control_inputs = gr_arena_alloc(&g->arena, sizeof(gr_node *) * (size_t)nctrl);
+    for (int f = 0; f < g->num_ctrl; f++)
+      for (int j = 0; j < g->ctrl[f].n; j++)
+        n->control_inputs[n->num_control_inputs++] = g->ctrl[f].deps[j];
+  }
+
+  /* shape inference */
+  int max_out = op->num_outputs >= 0 ? op->num_outputs : GR_MAX_OUTPUTS;
+  out_dtypes = calloc((size_t)max_out + 1, sizeof *out_dtypes);
+  out_shapes = calloc((size_t)max_out + 1, sizeof *out_shapes);
+  if (!out_dtypes || !out_shapes) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  gr_error err;
+  gr_error_clear(&err);
+  gr_shape_ctx sc = {.node = n,
+                     .num_inputs = num_inputs,
+                     .in_dtypes = in_dtypes,
+                     .in_shapes = in_shapes,
+                     .in_values = in_values,
+                     .num_outputs = op->num_outputs >= 0 ? op->num_outputs : 1,
+                     .out_dtypes = out_dtypes,
+                     .out_shapes = out_shapes,
+                     .err = &err};
+  if (op->shape_fn && op->shape_fn(&sc) != GR_OK) {
+    if (err.code == GR_OK)
+      gr_error_set(&err, GR_ERR_INTERNAL, "node '%s': shape function failed", n->name);
+    if (g->source_loc) gr_error_prefix(&err, "%s", g->source_loc);
+    gr_graph_set_error(g, &err);
+    goto done;
+  }
+  GR_ASSERT(sc.num_outputs >= 0 && sc.num_outputs <= max_out);
+  n->num_outputs = sc.num_outputs;
+  n->out_dtypes = gr_arena_memdup(&g->arena, out_dtypes, sizeof(gr_dtype) * (size_t)sc.num_outputs);
+  n->out_shapes = gr_arena_memdup(&g->arena, out_shapes, sizeof(gr_shape) * (size_t)sc.num_outputs);
+
+  if (g->num_nodes == g->cap_nodes) {
+    int cap = g->cap_nodes ? g->cap_nodes * 2 : 256;
+    gr_node **nodes = realloc(g->nodes, sizeof(gr_node *) * (size_t)cap);
+    if (!nodes) {
+      fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      goto done;
+    }
+    g->nodes = nodes;
+    g->cap_nodes = cap;
+  }
+  if (!gr_strmap_put(&g->by_name, n->name, n)) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  n->id = g->num_nodes;
+  g->nodes[g->num_nodes++] = n;
+  result = (gr_output){n, n->num_outputs ? 0 : -1};
+done:
+  if (!result.node && n && n->attrs)
+    for (int a = 0; a < n->num_attrs; a++)
+      if (n->attrs[a].value.type == GR_ATTR_TENSOR) gr_tensor_release(&n->attrs[a].value.tensor);
+  free(in_shapes);
+  free(in_values);
+  free(out_dtypes);
+  free(out_shapes);
+  return result;
+}
+
+gr_output gr_graph_rename(gr_graph *g, gr_output o, const char *name) {
+  if (!o.node) return o;
+  gr_node *n = o.node;
+  if (!name || !valid_node_name(name)) {
+    fail(g, GR_ERR_INVALID_ARGUMENT, "invalid node name '%s' for node '%s'", name ? name : "",
+         n->name);
+    return null_output();
+  }
+  const char *slash = strrchr(n->name, '/');
+  char *full;
+  if (slash) {
+    size_t ls = (size_t)(slash - n->name);
+    char *scope = gr_arena_alloc(&g->arena, ls + 1);
+    if (!scope) return null_output();
+    memcpy(scope, n->name, ls);
+    full = scoped(g, scope, name);
+  } else {
+    full = gr_arena_strdup(&g->arena, name);
+  }
+  if (!full) return null_output();
+  if (strcmp(full, n->name) == 0) return o;
+  gr_node *other = gr_strmap_get(&g->by_name, full);
+  if (other) {
+    fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (already used by a %s node)", full,
+         other->op->name);
+    return null_output();
+  }
+  gr_strmap_remove(&g->by_name, n->name);
+  n->name = full;
+  gr_strmap_put(&g->by_name, full, n);
+  return o;
+}
+
+gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep) {
+  if (!n || !dep) return fail(g, GR_ERR_INVALID_ARGUMENT, "null node in control dependency");
+  if (dep->graph != g || n->graph != g)
+    return fail(g, GR_ERR_INVALID_ARGUMENT, "control input '%s' of '%s' is from another graph",
+                dep->name, n->name);
+  if (dep->id >= n->id)
+    return fail(g, GR_ERR_INVALID_ARGUMENT,
+                "control input '%s' of '%s' was added after it (would make a cycle)", dep->name,
+                n->name);
+  gr_node **c = gr_arena_alloc(&g->arena, sizeof(gr_node *) * (size_t)(n->num_control_inputs + 1));
+  if (!c) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (n->num_control_inputs)
+    memcpy(c, n->control_inputs, sizeof(gr_node *) * (size_t)n->num_control_inputs);
+  c[n->num_control_inputs++] = dep;
+  n->control_inputs = c;
+  return GR_OK;
+}
+
+gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other) {
+  if (!gr_graph_find_node(g, other))
+    return fail(g, GR_ERR_NOT_FOUND, "node '%s': colocate_with names unknown node '%s'", n->name,
+                other);
+  n->colocate_with = gr_arena_strdup(&g->arena, other);
+  return GR_OK;
+}
+
+gr_status gr_graph_push_name_scope(gr_graph *g, const char *scope) {
+  if (g->num_name_scopes == GR_SCOPE_MAX)
+    return fail(g, GR_ERR_OUT_OF_RANGE, "name scopes nested deeper than %d", GR_SCOPE_MAX);
+  if (!scope || !valid_node_name(scope))
+    return fail(g, GR_ERR_INVALID_ARGUMENT, "invalid name scope '%s'", scope ? scope : "");
+  const char *s = scoped(g, gr_graph_name_scope(g), scope);
+  if (!s) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  g->name_scopes[g->num_name_scopes++] = s;
+  return GR_OK;
+}
+
+void gr_graph_pop_name_scope(gr_graph *g) {
+  GR_ASSERT(g->num_name_scopes > 0);
+  g->num_name_scopes--;
+}
+
+gr_status gr_graph_push_device_scope(gr_graph *g, const char *spec) {
+  if (g->num_device_scopes == GR_SCOPE_MAX)
+    return fail(g, GR_ERR_OUT_OF_RANGE, "device scopes nested deeper than %d", GR_SCOPE_MAX);
+  gr_device_spec s;
+  gr_error e;
+  if (gr_device_spec_parse(spec, &s, &e) != GR_OK) {
+    if (g->source_loc) gr_error_prefix(&e, "%s", g->source_loc);
+    return gr_graph_set_error(g, &e);
+  }
+  gr_device_spec outer =
+      g->num_device_scopes ? g->device_scopes[g->num_device_scopes - 1] : gr_device_spec_any();
+  g->device_scopes[g->num_device_scopes++] = gr_device_spec_merge(&outer, &s);
+  return GR_OK;
+}
+
+void gr_graph_pop_device_scope(gr_graph *g) {
+  GR_ASSERT(g->num_device_scopes > 0);
+  g->num_device_scopes--;
+}
+
+gr_status gr_graph_push_control_deps(gr_graph *g, const gr_output *deps, int n) {
+  if (g->num_ctrl == GR_SCOPE_MAX)
+    return fail(g, GR_ERR_OUT_OF_RANGE, "control scopes nested deeper than %d", GR_SCOPE_MAX);
+  ctrl_frame *f = &g->ctrl[g->num_ctrl];
+  f->deps = gr_arena_alloc(&g->arena, sizeof(gr_node *) * (size_t)(n + 1));
+  if (!f->deps) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  f->n = 0;
+  for (int i = 0; i < n; i++) {
+    if (!deps[i].node) {
+      if (!g->has_error) fail(g, GR_ERR_INVALID_ARGUMENT, "null output in control dependencies");
+      return GR_ERR_INVALID_ARGUMENT;
+    }
+    f->deps[f->n++] = deps[i].node;
+  }
+  g->num_ctrl++;
+  return GR_OK;
+}
+
+void gr_graph_pop_control_deps(gr_graph *g) {
+  GR_ASSERT(g->num_ctrl > 0);
+  g->num_ctrl--;
+}

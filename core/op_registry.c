@@ -1,0 +1,122 @@
+/* The op registry: name -> definition, plus attr lookup helpers shared by
+ * shape functions and kernels. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gr_graph.h"
+#include "core/gr_op.h"
+#include "core/strmap_internal.h"
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static gr_strmap registry;
+static const gr_op_def **sorted;
+static int num_sorted, cap_sorted;
+
+gr_status gr_op_registry_add(const gr_op_def *op, gr_error *err) {
+  pthread_mutex_lock(&registry_mu);
+  const gr_op_def *old = gr_strmap_get(&registry, op->name);
+  gr_status s = GR_OK;
+  if (old && old != op) {
+    s = gr_error_set(err, GR_ERR_ALREADY_EXISTS, "op '%s' is already registered", op->name);
+  } else if (!old) {
+    if (num_sorted == cap_sorted) {
+      int cap = cap_sorted ? cap_sorted * 2 : 128;
+      const gr_op_def **p = realloc(sorted, sizeof *p * (size_t)cap);
+      if (!p) {
+        pthread_mutex_unlock(&registry_mu);
+        return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      }
+      sorted = p;
+      cap_sorted = cap;
+    }
+    if (!gr_strmap_put(&registry, op->name, (void *)op)) {
+      pthread_mutex_unlock(&registry_mu);
+      return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    int i = num_sorted++;
+    while (i > 0 && strcmp(sorted[i - 1]->name, op->name) > 0) {
+      sorted[i] = sorted[i - 1];
+      i--;
+    }
+    sorted[i] = op;
+  }
+  pthread_mutex_unlock(&registry_mu);
+  return s;
+}
+
+const gr_op_def *gr_op_registry_find(const char *name) {
+  if (!name) return NULL;
+  pthread_mutex_lock(&registry_mu);
+  const gr_op_def *op = gr_strmap_get(&registry, name);
+  pthread_mutex_unlock(&registry_mu);
+  return op;
+}
+
+int gr_op_registry_count(void) {
+  return num_sorted;
+}
+const gr_op_def *gr_op_registry_at(int i) {
+  return i >= 0 && i < num_sorted ? sorted[i] : NULL;
+}
+
+const char *gr_attr_type_name(gr_attr_type t) {
+  static const char *const names[] = {
+#define GR_X_ATN(e, s) s,
+      GR_ATTR_TYPE_LIST(GR_X_ATN)
+#undef GR_X_ATN
+  };
+  return (unsigned)t < GR_ATTR_TYPE_COUNT ? names[t] : "invalid";
+}
+
+const gr_attr_value *gr_node_attr(const gr_node *n, const char *name) {
+  for (int i = 0; i < n->num_attrs; i++)
+    if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i].value;
+  return NULL;
+}
+
+int64_t gr_node_attr_int(const gr_node *n, const char *name, int64_t dflt) {
+  const gr_attr_value *v = gr_node_attr(n, name);
+  return v && v->type == GR_ATTR_INT ? v->i : dflt;
+}
+double gr_node_attr_float(const gr_node *n, const char *name, double dflt) {
+  const gr_attr_value *v = gr_node_attr(n, name);
+  if (v && v->type == GR_ATTR_FLOAT) return v->f;
+  if (v && v->type == GR_ATTR_INT) return (double)v->i;
+  return dflt;
+}
+bool gr_node_attr_bool(const gr_node *n, const char *name, bool dflt) {
+  const gr_attr_value *v = gr_node_attr(n, name);
+  return v && v->type == GR_ATTR_BOOL ? v->b : dflt;
+}
+const char *gr_node_attr_string(const gr_node *n, const char *name, const char *dflt) {
+  const gr_attr_value *v = gr_node_attr(n, name);
+  return v && v->type == GR_ATTR_STRING ? v->s : dflt;
+}
+gr_dtype gr_node_attr_dtype(const gr_node *n, const char *name, gr_dtype dflt) {
+  const gr_attr_value *v = gr_node_attr(n, name);
+  return v && v->type == GR_ATTR_DTYPE ? v->dtype : dflt;
+}
+
+gr_status gr_shape_error(gr_shape_ctx *ctx, gr_status code, const char *fmt, ...) {
+  char msg[GR_ERROR_MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return gr_error_set(ctx->err, code, "node '%s' (op %s): %s", ctx->node->name, ctx->node->op->name,
+                      msg);
+}
+
+gr_status gr_shape_fn_unchanged(gr_shape_ctx *ctx) {
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] = ctx->in_shapes[0];
+  return GR_OK;
+}
+
+gr_status gr_shape_fn_scalar_none(gr_shape_ctx *ctx) {
+  ctx->num_outputs = 0;
+  return GR_OK;
+}

@@ -1,0 +1,87 @@
+/* Variables held by a session: one gr_var per variable name. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gr_op.h"
+#include "core/resource_internal.h"
+#include "core/strmap_internal.h"
+
+struct gr_var {
+  pthread_mutex_t mu;
+  gr_tensor value;
+  char *name;
+};
+
+struct gr_resource_mgr {
+  pthread_mutex_t mu;
+  gr_strmap vars;
+};
+
+gr_resource_mgr *gr_resource_mgr_new(void) {
+  gr_resource_mgr *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  pthread_mutex_init(&m->mu, NULL);
+  gr_strmap_init(&m->vars);
+  return m;
+}
+
+void gr_resource_mgr_free(gr_resource_mgr *m) {
+  if (!m) return;
+  for (size_t i = 0; i < m->vars.cap; i++) {
+    gr_var *v = m->vars.slots[i].key ? m->vars.slots[i].value : NULL;
+    if (!v) continue;
+    gr_tensor_release(&v->value);
+    pthread_mutex_destroy(&v->mu);
+    free(v->name);
+    free(v);
+  }
+  gr_strmap_free(&m->vars);
+  pthread_mutex_destroy(&m->mu);
+  free(m);
+}
+
+gr_var *gr_resource_mgr_get_var(gr_resource_mgr *m, const char *name) {
+  pthread_mutex_lock(&m->mu);
+  gr_var *v = gr_strmap_get(&m->vars, name);
+  if (!v) {
+    v = calloc(1, sizeof *v);
+    if (v) v->name = strdup(name);
+    if (v && v->name && gr_strmap_put(&m->vars, v->name, v)) {
+      pthread_mutex_init(&v->mu, NULL);
+      v->value = gr_tensor_empty();
+    } else {
+      if (v) free(v->name);
+      free(v);
+      v = NULL;
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+  return v;
+}
+
+gr_var *gr_resource_mgr_find_var(gr_resource_mgr *m, const char *name) {
+  pthread_mutex_lock(&m->mu);
+  gr_var *v = gr_strmap_get(&m->vars, name);
+  pthread_mutex_unlock(&m->mu);
+  return v;
+}
+
+void gr_var_lock(gr_var *v) {
+  pthread_mutex_lock(&v->mu);
+}
+void gr_var_unlock(gr_var *v) {
+  pthread_mutex_unlock(&v->mu);
+}
+gr_tensor *gr_var_value(gr_var *v) {
+  return &v->value;
+}
+bool gr_var_is_initialized(gr_var *v) {
+  pthread_mutex_lock(&v->mu);
+  bool init = v->value.buf != NULL;
+  pthread_mutex_unlock(&v->mu);
+  return init;
+}
+const char *gr_var_name(const gr_var *v) {
+  return v->name;
+}

@@ -1,0 +1,404 @@
+#include "core/gr_session.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gr_executor.h"
+#include "core/resource_internal.h"
+#include "core/strmap_internal.h"
+
+#define GR_INIT_DEPTH_MAX 16
+
+typedef struct prepared {
+  gr_executor *exec;
+  int num_vars;
+  gr_node **vars; /* variable nodes this step reads */
+  int vars_ready; /* all of them were initialised once */
+  char *key;
+} prepared;
+
+struct gr_session {
+  gr_graph *graph;
+  gr_session_options opts;
+  gr_threadpool *pool;
+  gr_resource_mgr *resources;
+  gr_device_spec *devices;
+  char **device_names;
+  pthread_mutex_t mu;
+  gr_strmap cache;
+  int num_cached;
+  int64_t step;
+  int init_depth;
+};
+
+static void (*intra_op_hook)(int);
+void gr_session_set_intra_op_hook(void (*fn)(int)) {
+  intra_op_hook = fn;
+}
+
+gr_session *gr_session_new(gr_graph *g, const gr_session_options *opts, gr_error *err) {
+  if (!g) {
+    gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_new: graph is NULL");
+    return NULL;
+  }
+  const gr_error *ge = gr_graph_error(g);
+  if (ge) {
+    gr_error_set(err, ge->code, "the graph has a build error: %s", ge->msg);
+    return NULL;
+  }
+  gr_session_options o = opts ? *opts : (gr_session_options){0};
+  if (o.inter_op_threads < 0 || o.intra_op_threads < 0 || o.num_devices < 0 ||
+      o.inter_op_threads > 1024 || o.intra_op_threads > 1024 || o.num_devices > 1024) {
+    gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                 "session options out of range (threads and devices must be in [0, 1024])");
+    return NULL;
+  }
+  if (!o.inter_op_threads) o.inter_op_threads = gr_num_cores();
+  if (!o.intra_op_threads) o.intra_op_threads = 1;
+  if (!o.num_devices) o.num_devices = 1;
+  gr_session *s = calloc(1, sizeof *s);
+  if (!s) goto oom;
+  s->graph = g;
+  s->opts = o;
+  pthread_mutex_init(&s->mu, NULL);
+  gr_strmap_init(&s->cache);
+  /* the calling thread runs nodes too, so the pool has one thread fewer */
+  s->pool = gr_threadpool_new(o.inter_op_threads - 1);
+  s->resources = gr_resource_mgr_new();
+  s->devices = calloc((size_t)o.num_devices, sizeof *s->devices);
+  s->device_names = calloc((size_t)o.num_devices, sizeof(char *));
+  if (!s->pool || !s->resources || !s->devices || !s->device_names) goto oom;
+  for (int k = 0; k < o.num_devices; k++) {
+    char buf[GR_DEVICE_NAME_MAX];
+    s->devices[k] = gr_device_spec_local_cpu(k);
+    s->device_names[k] = strdup(gr_device_spec_str(&s->devices[k], buf));
+    if (!s->device_names[k]) goto oom;
+  }
+  if (intra_op_hook) intra_op_hook(o.intra_op_threads);
+  return s;
+oom:
+  gr_session_free(s);
+  gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory creating a session");
+  return NULL;
+}
+
+static void prepared_free(prepared *p) {
+  if (!p) return;
+  gr_executor_free(p->exec);
+  free(p->vars);
+  free(p->key);
+  free(p);
+}
+
+void gr_session_free(gr_session *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->cache.cap; i++)
+    if (s->cache.slots[i].key) prepared_free(s->cache.slots[i].value);
+  gr_strmap_free(&s->cache);
+  gr_threadpool_free(s->pool);
+  gr_resource_mgr_free(s->resources);
+  if (s->device_names)
+    for (int k = 0; k < s->opts.num_devices; k++) free(s->device_names[k]);
+  free(s->device_names);
+  free(s->devices);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+gr_resource_mgr *gr_session_resources(gr_session *s) {
+  return s->resources;
+}
+int64_t gr_session_step(const gr_session *s) {
+  return __atomic_load_n(&s->step, __ATOMIC_RELAXED);
+}
+void gr_session_set_step(gr_session *s, int64_t step) {
+  __atomic_store_n(&s->step, step, __ATOMIC_RELAXED);
+}
+int gr_session_num_devices(const gr_session *s) {
+  return s->opts.num_devices;
+}
+int gr_session_num_cached(const gr_session *s) {
+  return s->num_cached;
+}
+
+/* ---- preparation ----------------------------------------------------------- */
+
+static char *signature(const gr_feed *feeds, int nf, const gr_output *fetches, int nx,
+                       const gr_output *targets, int nt) {
+  size_t cap = 32 + 24 * (size_t)(nf + nx + nt);
+  char *k = malloc(cap);
+  if (!k) return NULL;
+  size_t n = 0;
+  for (int i = 0; i < nf; i++)
+    n += (size_t)snprintf(k + n, cap - n, "f%d:%d,",
+                          feeds[i].output.node ? feeds[i].output.node->id : -1,
+                          feeds[i].output.index);
+  for (int i = 0; i < nx; i++)
+    n += (size_t)snprintf(k + n, cap - n, "x%d:%d,", fetches[i].node ? fetches[i].node->id : -1,
+                          fetches[i].index);
+  for (int i = 0; i < nt; i++)
+    n += (size_t)snprintf(k + n, cap - n, "t%d,", targets[i].node ? targets[i].node->id : -1);
+  return k;
+}
+
+static bool is_fed(const gr_feed *feeds, int nf, gr_output o) {
+  for (int i = 0; i < nf; i++)
+    if (feeds[i].output.node == o.node && feeds[i].output.index == o.index) return true;
+  return false;
+}
+
+static gr_status check_endpoint(gr_session *s, gr_output o, const char *what, int i,
+                                gr_error *err) {
+  if (!o.node) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s %d is a null output", what, i);
+  if (o.node->graph != s->graph || gr_graph_node(s->graph, o.node->id) != o.node)
+    return gr_error_set(err, GR_ERR_NOT_FOUND, "%s %d ('%s') is not a node of this session's graph",
+                        what, i, o.node->name);
+  if (strcmp(what, "target") != 0 && (o.index < 0 || o.index >= o.node->num_outputs))
+    return gr_error_set(err, GR_ERR_OUT_OF_RANGE, "%s %d: '%s' has no output %d (it has %d)", what,
+                        i, o.node->name, o.index, o.node->num_outputs);
+  return GR_OK;
+}
+
+/* Resolves each needed node's requested device against the session's devices. */
+static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, gr_error *err) {
+  for (int i = 0; i < n; i++) {
+    gr_node *node = nodes[i];
+    gr_device_spec spec;
+    if (gr_device_spec_parse(node->requested_device, &spec, err) != GR_OK) {
+      gr_error_prefix(err, "node '%s'", node->name);
+      return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+    }
+    int k = 0;
+    while (k < s->opts.num_devices && !gr_device_spec_matches(&spec, &s->devices[k])) k++;
+    if (k == s->opts.num_devices) {
+      char list[512];
+      size_t m = 0;
+      for (int d = 0; d < s->opts.num_devices && m < sizeof list - 1; d++)
+        m += (size_t)snprintf(list + m, sizeof list - m, "%s%s", d ? ", " : "", s->device_names[d]);
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "node '%s': device spec '%s' matches no device of this session "
+                          "(devices: %s)",
+                          node->name, node->requested_device, list);
+    }
+    if (!node->assigned_device || strcmp(node->assigned_device, s->device_names[k]) != 0)
+      node->assigned_device = gr_graph_strdup(s->graph, s->device_names[k]);
+  }
+  return GR_OK;
+}
+
+static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_output *fetches,
+                         int nx, const gr_output *targets, int nt, prepared **out, gr_error *err) {
+  gr_graph *g = s->graph;
+  int total = gr_graph_num_nodes(g);
+  char *needed = calloc((size_t)total + 1, 1);
+  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
+  int *stack = malloc(sizeof(int) * ((size_t)total + 1));
+  gr_node **nodes = malloc(sizeof(gr_node *) * ((size_t)total + 1));
+  gr_output *feed_eps = malloc(sizeof(gr_output) * ((size_t)nf + 1));
+  prepared *p = calloc(1, sizeof *p);
+  gr_status st = GR_OK;
+  if (!needed || !parent || !stack || !nodes || !feed_eps || !p) {
+    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  int sp = 0;
+  for (int i = 0; i < nx; i++)
+    if (!is_fed(feeds, nf, fetches[i]) && !needed[fetches[i].node->id]) {
+      needed[fetches[i].node->id] = 1;
+      parent[fetches[i].node->id] = -1;
+      stack[sp++] = fetches[i].node->id;
+    }
+  for (int i = 0; i < nt; i++)
+    if (!needed[targets[i].node->id]) {
+      needed[targets[i].node->id] = 1;
+      parent[targets[i].node->id] = -1;
+      stack[sp++] = targets[i].node->id;
+    }
+  while (sp > 0) {
+    gr_node *n = gr_graph_node(g, stack[--sp]);
+    for (int j = 0; j < n->num_inputs; j++) {
+      gr_output in = n->inputs[j];
+      if (is_fed(feeds, nf, in) || needed[in.node->id]) continue;
+      needed[in.node->id] = 1;
+      parent[in.node->id] = n->id;
+      stack[sp++] = in.node->id;
+    }
+    for (int j = 0; j < n->num_control_inputs; j++) {
+      gr_node *d = n->control_inputs[j];
+      if (needed[d->id]) continue;
+      needed[d->id] = 1;
+      parent[d->id] = n->id;
+      stack[sp++] = d->id;
+    }
+  }
+  int nn = 0, nvars = 0;
+  for (int id = 0; id < total; id++) {
+    if (!needed[id]) continue;
+    gr_node *n = gr_graph_node(g, id);
+    if (n->op->flags & GR_OP_PLACEHOLDER) {
+      if (parent[id] >= 0)
+        st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "placeholder '%s' must be fed: it is needed by '%s'", n->name,
+                          gr_graph_node(g, parent[id])->name);
+      else
+        st =
+            gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                         "placeholder '%s' must be fed: it is fetched or run as a target", n->name);
+      goto done;
+    }
+    if (n->op->flags & GR_OP_VARIABLE) nvars++;
+    nodes[nn++] = n;
+  }
+  if ((st = assign_devices(s, nodes, nn, err)) != GR_OK) goto done;
+  p->vars = malloc(sizeof(gr_node *) * ((size_t)nvars + 1));
+  if (!p->vars) {
+    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < nn; i++)
+    if (nodes[i]->op->flags & GR_OP_VARIABLE) p->vars[p->num_vars++] = nodes[i];
+  for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
+  st = gr_executor_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, &p->exec, err);
+done:
+  free(needed);
+  free(parent);
+  free(stack);
+  free(nodes);
+  free(feed_eps);
+  if (st != GR_OK) {
+    prepared_free(p);
+    p = NULL;
+  }
+  *out = p;
+  return st;
+}
+
+/* Initialises the variables among vars that have no value yet. */
+static gr_status init_vars(gr_session *s, gr_node **vars, int n, gr_error *err) {
+  gr_output *inits = malloc(sizeof(gr_output) * ((size_t)n + 1));
+  if (!inits) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  int ni = 0;
+  gr_status st = GR_OK;
+  for (int i = 0; i < n; i++) {
+    const char *name = gr_node_attr_string(vars[i], "var", vars[i]->name);
+    gr_var *v = gr_resource_mgr_find_var(s->resources, name);
+    if (v && gr_var_is_initialized(v)) continue;
+    /* the variable node of that name carries the initialiser */
+    gr_node *vnode = gr_graph_find_node(s->graph, name);
+    const char *init = vnode ? gr_node_attr_string(vnode, "initializer", "") : "";
+    gr_node *in = init[0] ? gr_graph_find_node(s->graph, init) : NULL;
+    if (!in || s->opts.no_auto_init) {
+      st = gr_error_set(err, GR_ERR_FAILED_PRECONDITION, "variable '%s' is not initialised%s", name,
+                        in ? " (auto-initialisation is off: run its initialiser first)"
+                           : " and has no initialiser");
+      break;
+    }
+    inits[ni++] = (gr_output){in, 0};
+  }
+  if (st == GR_OK && ni > 0) {
+    if (s->init_depth >= GR_INIT_DEPTH_MAX) {
+      st = gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
+                        "variable initialisers depend on each other more than %d deep",
+                        GR_INIT_DEPTH_MAX);
+    } else {
+      s->init_depth++;
+      st = gr_session_run(s, NULL, 0, NULL, 0, NULL, inits, ni, err);
+      s->init_depth--;
+      if (st != GR_OK) gr_error_prefix(err, "initialising variables");
+    }
+  }
+  free(inits);
+  return st;
+}
+
+gr_status gr_session_init_variables(gr_session *s, gr_error *err) {
+  int total = gr_graph_num_nodes(s->graph);
+  gr_node **vars = malloc(sizeof(gr_node *) * ((size_t)total + 1));
+  if (!vars) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  int n = 0;
+  for (int i = 0; i < total; i++) {
+    gr_node *node = gr_graph_node(s->graph, i);
+    if (node->op->flags & GR_OP_VARIABLE) vars[n++] = node;
+  }
+  bool saved = s->opts.no_auto_init;
+  s->opts.no_auto_init = false;
+  gr_status st = init_vars(s, vars, n, err);
+  s->opts.no_auto_init = saved;
+  free(vars);
+  return st;
+}
+
+gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
+                         const gr_output *fetches, int num_fetches, gr_tensor *results,
+                         const gr_output *targets, int num_targets, gr_error *err) {
+  if (num_feeds < 0 || num_fetches < 0 || num_targets < 0 || (num_feeds && !feeds) ||
+      (num_fetches && (!fetches || !results)) || (num_targets && !targets))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run: bad argument arrays");
+  for (int i = 0; i < num_fetches; i++) results[i] = gr_tensor_empty();
+  for (int i = 0; i < num_feeds; i++) {
+    GR_TRY(check_endpoint(s, feeds[i].output, "feed", i, err));
+    if (!feeds[i].value)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed %d ('%s') has no value", i,
+                          feeds[i].output.node->name);
+    for (int j = 0; j < i; j++)
+      if (feeds[j].output.node == feeds[i].output.node &&
+          feeds[j].output.index == feeds[i].output.index)
+        return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "'%s' is fed twice",
+                            feeds[i].output.node->name);
+  }
+  for (int i = 0; i < num_fetches; i++) GR_TRY(check_endpoint(s, fetches[i], "fetch", i, err));
+  for (int i = 0; i < num_targets; i++) GR_TRY(check_endpoint(s, targets[i], "target", i, err));
+  const gr_error *ge = gr_graph_error(s->graph);
+  if (ge) return gr_error_set(err, ge->code, "the graph has a build error: %s", ge->msg);
+
+  char *key = signature(feeds, num_feeds, fetches, num_fetches, targets, num_targets);
+  if (!key) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  pthread_mutex_lock(&s->mu);
+  prepared *p = gr_strmap_get(&s->cache, key);
+  pthread_mutex_unlock(&s->mu);
+  if (!p) {
+    prepared *np;
+    gr_status st =
+        prepare(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets, &np, err);
+    if (st != GR_OK) {
+      free(key);
+      return st;
+    }
+    pthread_mutex_lock(&s->mu);
+    p = gr_strmap_get(&s->cache, key);
+    if (!p) {
+      np->key = key;
+      key = NULL;
+      if (gr_strmap_put(&s->cache, np->key, np)) {
+        p = np;
+        s->num_cached++;
+      } else {
+        key = np->key;
+        np->key = NULL;
+      }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (p != np) prepared_free(np);
+    if (!p) {
+      free(key);
+      return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  free(key);
+  if (!__atomic_load_n(&p->vars_ready, __ATOMIC_ACQUIRE) && p->num_vars) {
+    GR_TRY(init_vars(s, p->vars, p->num_vars, err));
+    __atomic_store_n(&p->vars_ready, 1, __ATOMIC_RELEASE);
+  }
+  gr_tensor fv_small[8];
+  gr_tensor *fv = num_feeds <= 8 ? fv_small : malloc(sizeof(gr_tensor) * (size_t)num_feeds);
+  if (!fv) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < num_feeds; i++) fv[i] = *feeds[i].value;
+  gr_step_info step = {.step_id = __atomic_fetch_add(&s->step, 1, __ATOMIC_RELAXED),
+                       .seed = gr_graph_seed(s->graph),
+                       .resources = s->resources};
+  gr_status st = gr_executor_run(p->exec, fv, results, &step, err);
+  if (fv != fv_small) free(fv);
+  return st;
+}

@@ -1,0 +1,115 @@
+#include "core/gr_threadpool.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+typedef struct task {
+  void (*fn)(void *);
+  void *arg;
+} task;
+
+struct gr_threadpool {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  task *q;
+  size_t cap, head, count;
+  bool stop;
+  int n;
+  pthread_t *threads;
+};
+
+int gr_num_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+static void *worker(void *arg) {
+  gr_threadpool *p = arg;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->count && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+    if (!p->count && p->stop) break;
+    task t = p->q[p->head];
+    p->head = (p->head + 1) % p->cap;
+    p->count--;
+    pthread_mutex_unlock(&p->mu);
+    t.fn(t.arg);
+    pthread_mutex_lock(&p->mu);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+gr_threadpool *gr_threadpool_new(int num_threads) {
+  gr_threadpool *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  p->cap = 256;
+  p->q = malloc(sizeof(task) * p->cap);
+  p->threads = calloc((size_t)(num_threads > 0 ? num_threads : 1), sizeof(pthread_t));
+  if (!p->q || !p->threads) {
+    free(p->q);
+    free(p->threads);
+    free(p);
+    return NULL;
+  }
+  for (int i = 0; i < num_threads; i++) {
+    if (pthread_create(&p->threads[i], NULL, worker, p) != 0) break;
+    p->n++;
+  }
+  return p;
+}
+
+void gr_threadpool_free(gr_threadpool *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = true;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
+  /* a pool without workers may still hold closures: run them */
+  while (p->count) {
+    task t = p->q[p->head];
+    p->head = (p->head + 1) % p->cap;
+    p->count--;
+    t.fn(t.arg);
+  }
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  free(p->q);
+  free(p->threads);
+  free(p);
+}
+
+int gr_threadpool_size(const gr_threadpool *p) {
+  return p ? p->n : 0;
+}
+
+void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg) {
+  if (!p || p->n == 0) {
+    fn(arg);
+    return;
+  }
+  pthread_mutex_lock(&p->mu);
+  if (p->count == p->cap) {
+    size_t cap = p->cap * 2;
+    task *q = malloc(sizeof(task) * cap);
+    if (!q) {
+      pthread_mutex_unlock(&p->mu);
+      fn(arg);
+      return;
+    }
+    for (size_t i = 0; i < p->count; i++) q[i] = p->q[(p->head + i) % p->cap];
+    free(p->q);
+    p->q = q;
+    p->cap = cap;
+    p->head = 0;
+  }
+  p->q[(p->head + p->count) % p->cap] = (task){fn, arg};
+  p->count++;
+  pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}

@@ -1,0 +1,162 @@
+/* Basic ops: const, placeholder, identity, no_op (and group). */
+#include <string.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+/* ---- const ---------------------------------------------------------------- */
+
+static gr_status const_shape(gr_shape_ctx *ctx) {
+  const gr_attr_value *v = gr_node_attr(ctx->node, "value");
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = v->tensor.dtype;
+  ctx->out_shapes[0] = v->tensor.shape;
+  return GR_OK;
+}
+
+static gr_status const_kernel(gr_kernel_ctx *ctx) {
+  gr_kernel_set_output(ctx, 0, &gr_node_attr(ctx->node, "value")->tensor);
+  return GR_OK;
+}
+
+static void free_cost(const gr_node *n, gr_cost *c) {
+  c->flops = 0;
+  c->bytes = 0;
+}
+
+static const gr_attr_spec const_attrs[] = {{"value", GR_ATTR_TENSOR, true, {0}}};
+const gr_op_def gr_op_const = {.name = "const",
+                               .doc = "a constant tensor (attr value)",
+                               .num_outputs = 1,
+                               .attrs = const_attrs,
+                               .num_attrs = 1,
+                               .shape_fn = const_shape,
+                               .cost_fn = free_cost,
+                               .kernel = const_kernel,
+                               .flags = GR_OP_CONSTANT};
+
+/* ---- placeholder ------------------------------------------------------------ */
+
+static gr_status placeholder_shape(gr_shape_ctx *ctx) {
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = gr_node_attr_dtype(ctx->node, "dtype", GR_F32);
+  ctx->out_shapes[0] = gr_node_attr(ctx->node, "shape")->shape;
+  return GR_OK;
+}
+
+static gr_status placeholder_kernel(gr_kernel_ctx *ctx) {
+  return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "placeholder must be fed");
+}
+
+static const gr_attr_spec placeholder_attrs[] = {
+    {"dtype", GR_ATTR_DTYPE, false, {.type = GR_ATTR_DTYPE, .dtype = GR_F32}},
+    {"shape", GR_ATTR_SHAPE, false, {.type = GR_ATTR_SHAPE, .shape = {.rank = -1}}}};
+const gr_op_def gr_op_placeholder = {.name = "placeholder",
+                                     .doc = "a value fed at run time (attrs dtype, shape)",
+                                     .num_outputs = 1,
+                                     .attrs = placeholder_attrs,
+                                     .num_attrs = 2,
+                                     .shape_fn = placeholder_shape,
+                                     .cost_fn = free_cost,
+                                     .kernel = placeholder_kernel,
+                                     .flags = GR_OP_PLACEHOLDER};
+
+/* ---- identity ----------------------------------------------------------------- */
+
+static gr_status identity_kernel(gr_kernel_ctx *ctx) {
+  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
+  return GR_OK;
+}
+
+const gr_op_def gr_op_identity = {.name = "identity",
+                                  .doc = "the input, unchanged (no copy)",
+                                  .min_inputs = 1,
+                                  .max_inputs = 1,
+                                  .input_names = (const char *const[]){"x"},
+                                  .num_outputs = 1,
+                                  .shape_fn = gr_shape_fn_unchanged,
+                                  .cost_fn = free_cost,
+                                  .kernel = identity_kernel};
+
+/* ---- no_op -------------------------------------------------------------------- */
+
+static gr_status no_op_kernel(gr_kernel_ctx *ctx) {
+  return GR_OK;
+}
+
+const gr_op_def gr_op_no_op = {.name = "no_op",
+                               .doc = "does nothing; a target for control dependencies",
+                               .num_outputs = 0,
+                               .shape_fn = gr_shape_fn_scalar_none,
+                               .cost_fn = free_cost,
+                               .kernel = no_op_kernel};
+
+/* ---- builders ----------------------------------------------------------------- */
+
+gr_output gr_op(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
+                int num_inputs, const gr_attr *attrs, int num_attrs) {
+  return gr_ops_build(g, op, name, inputs, num_inputs, attrs, num_attrs);
+}
+
+gr_output gr_name(gr_graph *g, gr_output o, const char *name) {
+  return gr_graph_rename(g, o, name);
+}
+
+gr_output gr_const(gr_graph *g, const gr_tensor *value) {
+  if (!value || !value->buf) {
+    gr_error e;
+    gr_error_set(&e, GR_ERR_INVALID_ARGUMENT, "gr_const: empty tensor");
+    gr_graph_set_error(g, &e);
+    return (gr_output){NULL, 0};
+  }
+  gr_attr a = gr_attr_tensor("value", *value);
+  return gr_ops_build(g, "const", NULL, NULL, 0, &a, 1);
+}
+
+gr_output gr_const_f32(gr_graph *g, float v) {
+  return gr_ops_const_scalar(g, GR_F32, v);
+}
+gr_output gr_const_f64(gr_graph *g, double v) {
+  return gr_ops_const_scalar(g, GR_F64, v);
+}
+gr_output gr_const_i32(gr_graph *g, int32_t v) {
+  return gr_ops_const_scalar(g, GR_I32, v);
+}
+gr_output gr_const_i64(gr_graph *g, int64_t v) {
+  gr_tensor t = gr_tensor_scalar_i64(v);
+  gr_output o = gr_const(g, &t);
+  gr_tensor_release(&t);
+  return o;
+}
+
+gr_output gr_const_data(gr_graph *g, gr_dtype dtype, gr_shape shape, const void *data) {
+  gr_tensor t;
+  gr_error e;
+  if (gr_tensor_from_data(&t, dtype, &shape, data, &e) != GR_OK) {
+    gr_graph_set_error(g, &e);
+    return (gr_output){NULL, 0};
+  }
+  gr_output o = gr_const(g, &t);
+  gr_tensor_release(&t);
+  return o;
+}
+
+gr_output gr_placeholder(gr_graph *g, const char *name, gr_dtype dtype, gr_shape shape) {
+  gr_attr a[] = {gr_attr_dtype("dtype", dtype), gr_attr_shape("shape", shape)};
+  return gr_ops_build(g, "placeholder", name, NULL, 0, a, 2);
+}
+
+gr_output gr_identity(gr_graph *g, gr_output x) {
+  return gr_ops_build(g, "identity", NULL, &x, 1, NULL, 0);
+}
+
+gr_output gr_no_op(gr_graph *g, const char *name) {
+  return gr_ops_build(g, "no_op", name, NULL, 0, NULL, 0);
+}
+
+gr_output gr_group(gr_graph *g, const char *name, const gr_output *deps, int n) {
+  if (gr_graph_push_control_deps(g, deps, n) != GR_OK) return (gr_output){NULL, 0};
+  gr_output o = gr_ops_build(g, "no_op", name ? name : "group", NULL, 0, NULL, 0);
+  gr_graph_pop_control_deps(g);
+  return o;
+}

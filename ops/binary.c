@@ -1,0 +1,317 @@
+/* Elementwise binary ops with NumPy broadcasting: arithmetic (same dtype in
+ * and out), comparisons (bool out) and logical ops (bool in and out).
+ * Signed integer arithmetic wraps around (computed in unsigned), integer
+ * division by zero is an error, and pow on integers goes through double. */
+#include <math.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+typedef enum bin_kind { BIN_ARITH, BIN_COMPARE, BIN_LOGICAL } bin_kind;
+
+static gr_status binary_shape(gr_shape_ctx *ctx, bin_kind kind) {
+  unsigned mask = kind == BIN_LOGICAL   ? GR_DT_BOOL
+                  : kind == BIN_COMPARE ? GR_DT_ALL
+                                        : GR_DT_NUMERIC;
+  GR_TRY(gr_ops_check_dtype(ctx, 0, mask));
+  GR_TRY(gr_ops_check_dtype(ctx, 1, mask));
+  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  gr_shape out;
+  if (!gr_shape_broadcast(&ctx->in_shapes[0], &ctx->in_shapes[1], &out)) {
+    char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "shapes %s and %s do not broadcast",
+                          gr_shape_str(&ctx->in_shapes[0], a), gr_shape_str(&ctx->in_shapes[1], b));
+  }
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = kind == BIN_ARITH ? ctx->in_dtypes[0] : GR_BOOL;
+  ctx->out_shapes[0] = out;
+  return GR_OK;
+}
+static gr_status arith_shape(gr_shape_ctx *ctx) {
+  return binary_shape(ctx, BIN_ARITH);
+}
+static gr_status compare_shape(gr_shape_ctx *ctx) {
+  return binary_shape(ctx, BIN_COMPARE);
+}
+static gr_status logical_shape(gr_shape_ctx *ctx) {
+  return binary_shape(ctx, BIN_LOGICAL);
+}
+
+/* Sets up broadcasting from the runtime shapes and allocates the output
+ * (in place over an input when possible). */
+static gr_status binary_prepare(gr_kernel_ctx *ctx, gr_dtype out_dtype, gr_bcast *bc,
+                                gr_tensor **out) {
+  const gr_tensor *a = &ctx->inputs[0], *b = &ctx->inputs[1];
+  gr_shape os;
+  if (!gr_bcast_init(bc, &a->shape, &b->shape, &os)) {
+    char x[GR_SHAPE_STR_MAX], y[GR_SHAPE_STR_MAX];
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "shapes %s and %s do not broadcast",
+                           gr_shape_str(&a->shape, x), gr_shape_str(&b->shape, y));
+  }
+  int in = gr_shape_equal(&a->shape, &os) ? 0 : gr_shape_equal(&b->shape, &os) ? 1 : -1;
+  if (in >= 0 && ctx->inputs[in].dtype == out_dtype)
+    return gr_kernel_forward_or_alloc(ctx, in, 0, out_dtype, &os, out);
+  return gr_kernel_alloc_output(ctx, 0, out_dtype, &os, out);
+}
+
+/* Element functions: one per op, generic over the C type. */
+#define SIGNED_WRAP(T, U, a, op, b) ((T)((U)(a)op(U)(b)))
+#define FMAXNAN(a, b)               (((a) > (b) || (a) != (a)) ? (a) : (b))
+#define FMINNAN(a, b)               (((a) < (b) || (a) != (a)) ? (a) : (b))
+
+/* Defines KERNEL for an arithmetic op with per-dtype element expressions. */
+#define ARITH_OP(NAME, EF, ED, EI32, EI64, EU8)                                                    \
+  static gr_status NAME##_kernel(gr_kernel_ctx *ctx) {                                             \
+    gr_bcast bc;                                                                                   \
+    gr_tensor *o;                                                                                  \
+    const gr_tensor *A = &ctx->inputs[0], *B = &ctx->inputs[1];                                    \
+    GR_TRY(binary_prepare(ctx, A->dtype, &bc, &o));                                                \
+    const void *pa = gr_tensor_data(A), *pb = gr_tensor_data(B);                                   \
+    void *po = gr_tensor_data(o);                                                                  \
+    switch (A->dtype) {                                                                            \
+      case GR_F32: {                                                                               \
+        const float *a = pa, *b = pb;                                                              \
+        float *r = po;                                                                             \
+        GR_BCAST_FOR(&bc, ia, ib, io, {                                                            \
+          float x = a[ia], y = b[ib];                                                              \
+          r[io] = EF;                                                                              \
+        });                                                                                        \
+        break;                                                                                     \
+      }                                                                                            \
+      case GR_F64: {                                                                               \
+        const double *a = pa, *b = pb;                                                             \
+        double *r = po;                                                                            \
+        GR_BCAST_FOR(&bc, ia, ib, io, {                                                            \
+          double x = a[ia], y = b[ib];                                                             \
+          r[io] = ED;                                                                              \
+        });                                                                                        \
+        break;                                                                                     \
+      }                                                                                            \
+      case GR_I32: {                                                                               \
+        const int32_t *a = pa, *b = pb;                                                            \
+        int32_t *r = po;                                                                           \
+        GR_BCAST_FOR(&bc, ia, ib, io, {                                                            \
+          int32_t x = a[ia], y = b[ib];                                                            \
+          EI32;                                                                                    \
+        });                                                                                        \
+        break;                                                                                     \
+      }                                                                                            \
+      case GR_I64: {                                                                               \
+        const int64_t *a = pa, *b = pb;                                                            \
+        int64_t *r = po;                                                                           \
+        GR_BCAST_FOR(&bc, ia, ib, io, {                                                            \
+          int64_t x = a[ia], y = b[ib];                                                            \
+          EI64;                                                                                    \
+        });                                                                                        \
+        break;                                                                                     \
+      }                                                                                            \
+      case GR_U8: {                                                                                \
+        const uint8_t *a = pa, *b = pb;                                                            \
+        uint8_t *r = po;                                                                           \
+        GR_BCAST_FOR(&bc, ia, ib, io, {                                                            \
+          uint8_t x = a[ia], y = b[ib];                                                            \
+          EU8;                                                                                     \
+        });                                                                                        \
+        break;                                                                                     \
+      }                                                                                            \
+      default:                                                                                     \
+        return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype");                            \
+    }                                                                                              \
+    return GR_OK;                                                                                  \
+  }
+
+/* x ** y for integers, wrapping on overflow; negative y truncates toward 0. */
+static int64_t ipow_i64(int64_t x, int64_t y) {
+  if (y < 0) return x == 1 ? 1 : x == -1 ? ((y & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, b = (uint64_t)x;
+  while (y) {
+    if (y & 1) r *= b;
+    b *= b;
+    y >>= 1;
+  }
+  return (int64_t)r;
+}
+
+ARITH_OP(add, x + y, x + y, r[io] = SIGNED_WRAP(int32_t, uint32_t, x, +, y),
+         r[io] = SIGNED_WRAP(int64_t, uint64_t, x, +, y), r[io] = (uint8_t)(x + y))
+ARITH_OP(sub, x - y, x - y, r[io] = SIGNED_WRAP(int32_t, uint32_t, x, -, y),
+         r[io] = SIGNED_WRAP(int64_t, uint64_t, x, -, y), r[io] = (uint8_t)(x - y))
+ARITH_OP(mul, x *y, x *y, r[io] = SIGNED_WRAP(int32_t, uint32_t, x, *, y),
+         r[io] = SIGNED_WRAP(int64_t, uint64_t, x, *, y), r[io] = (uint8_t)(x * y))
+ARITH_OP(maximum, FMAXNAN(x, y), FMAXNAN(x, y), r[io] = x > y ? x : y, r[io] = x > y ? x : y,
+         r[io] = x > y ? x : y)
+ARITH_OP(minimum, FMINNAN(x, y), FMINNAN(x, y), r[io] = x < y ? x : y, r[io] = x < y ? x : y,
+         r[io] = x < y ? x : y)
+ARITH_OP(pow, powf(x, y), pow(x, y), r[io] = (int32_t)ipow_i64(x, y), r[io] = ipow_i64(x, y),
+         r[io] = (uint8_t)ipow_i64(x, y))
+
+/* Integer division: truncating, by zero is an error, INT_MIN / -1 wraps. */
+#define IDIV(T, MINV)                                                                              \
+  do {                                                                                             \
+    if (y == 0) {                                                                                  \
+      zero = true;                                                                                 \
+      r[io] = 0;                                                                                   \
+    } else if (y == -1) {                                                                          \
+      r[io] = x == MINV ? x : (T)-x;                                                               \
+    } else {                                                                                       \
+      r[io] = (T)(x / y);                                                                          \
+    }                                                                                              \
+  } while (0)
+
+static gr_status div_kernel(gr_kernel_ctx *ctx) {
+  gr_bcast bc;
+  gr_tensor *o;
+  const gr_tensor *A = &ctx->inputs[0], *B = &ctx->inputs[1];
+  GR_TRY(binary_prepare(ctx, A->dtype, &bc, &o));
+  const void *pa = gr_tensor_data(A), *pb = gr_tensor_data(B);
+  void *po = gr_tensor_data(o);
+  bool zero = false;
+  switch (A->dtype) {
+    case GR_F32: {
+      const float *a = pa, *b = pb;
+      float *r = po;
+      GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] / b[ib]);
+      break;
+    }
+    case GR_F64: {
+      const double *a = pa, *b = pb;
+      double *r = po;
+      GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] / b[ib]);
+      break;
+    }
+    case GR_I32: {
+      const int32_t *a = pa, *b = pb;
+      int32_t *r = po;
+      GR_BCAST_FOR(&bc, ia, ib, io, {
+        int32_t x = a[ia], y = b[ib];
+        IDIV(int32_t, INT32_MIN);
+      });
+      break;
+    }
+    case GR_I64: {
+      const int64_t *a = pa, *b = pb;
+      int64_t *r = po;
+      GR_BCAST_FOR(&bc, ia, ib, io, {
+        int64_t x = a[ia], y = b[ib];
+        IDIV(int64_t, INT64_MIN);
+      });
+      break;
+    }
+    case GR_U8: {
+      const uint8_t *a = pa, *b = pb;
+      uint8_t *r = po;
+      GR_BCAST_FOR(&bc, ia, ib, io, {
+        uint8_t x = a[ia], y = b[ib];
+        if (y == 0) {
+          zero = true;
+          r[io] = 0;
+        } else {
+          r[io] = (uint8_t)(x / y);
+        }
+      });
+      break;
+    }
+    default:
+      return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype");
+  }
+  if (zero) return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "integer division by zero");
+  return GR_OK;
+}
+
+/* Comparisons: any dtype in, bool out. */
+#define COMPARE_OP(NAME, OP)                                                                       \
+  static gr_status NAME##_kernel(gr_kernel_ctx *ctx) {                                             \
+    gr_bcast bc;                                                                                   \
+    gr_tensor *o;                                                                                  \
+    const gr_tensor *A = &ctx->inputs[0], *B = &ctx->inputs[1];                                    \
+    GR_TRY(binary_prepare(ctx, GR_BOOL, &bc, &o));                                                 \
+    bool *r = gr_tensor_data(o);                                                                   \
+    const void *pa = gr_tensor_data(A), *pb = gr_tensor_data(B);                                   \
+    switch (A->dtype) {                                                                            \
+      case GR_F32: {                                                                               \
+        const float *a = pa, *b = pb;                                                              \
+        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
+        break;                                                                                     \
+      }                                                                                            \
+      case GR_F64: {                                                                               \
+        const double *a = pa, *b = pb;                                                             \
+        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
+        break;                                                                                     \
+      }                                                                                            \
+      case GR_I32: {                                                                               \
+        const int32_t *a = pa, *b = pb;                                                            \
+        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
+        break;                                                                                     \
+      }                                                                                            \
+      case GR_I64: {                                                                               \
+        const int64_t *a = pa, *b = pb;                                                            \
+        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
+        break;                                                                                     \
+      }                                                                                            \
+      case GR_U8: {                                                                                \
+        const uint8_t *a = pa, *b = pb;                                                            \
+        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
+        break;                                                                                     \
+      }                                                                                            \
+      case GR_BOOL: {                                                                              \
+        const bool *a = pa, *b = pb;                                                               \
+        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
+        break;                                                                                     \
+      }                                                                                            \
+      default:                                                                                     \
+        return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype");                            \
+    }                                                                                              \
+    return GR_OK;                                                                                  \
+  }
+
+COMPARE_OP(equal, ==)
+COMPARE_OP(not_equal, !=)
+COMPARE_OP(less, <)
+COMPARE_OP(less_equal, <=)
+COMPARE_OP(greater, >)
+COMPARE_OP(greater_equal, >=)
+
+#define LOGICAL_OP(NAME, OP)                                                                       \
+  static gr_status NAME##_kernel(gr_kernel_ctx *ctx) {                                             \
+    gr_bcast bc;                                                                                   \
+    gr_tensor *o;                                                                                  \
+    GR_TRY(binary_prepare(ctx, GR_BOOL, &bc, &o));                                                 \
+    const bool *a = gr_tensor_data(&ctx->inputs[0]), *b = gr_tensor_data(&ctx->inputs[1]);         \
+    bool *r = gr_tensor_data(o);                                                                   \
+    GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                         \
+    return GR_OK;                                                                                  \
+  }
+LOGICAL_OP(logical_and, &&)
+LOGICAL_OP(logical_or, ||)
+
+static const char *const ab_names[] = {"a", "b"};
+
+#define DEFINE_BINARY(NAME, SHAPE, DOC)                                                            \
+  const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
+                                  .doc = DOC,                                                      \
+                                  .min_inputs = 2,                                                 \
+                                  .max_inputs = 2,                                                 \
+                                  .input_names = ab_names,                                         \
+                                  .num_outputs = 1,                                                \
+                                  .shape_fn = SHAPE,                                               \
+                                  .kernel = NAME##_kernel};                                        \
+  gr_output gr_##NAME(gr_graph *g, gr_output a, gr_output b) {                                     \
+    gr_output in[2] = {a, b};                                                                      \
+    return gr_ops_build(g, #NAME, NULL, in, 2, NULL, 0);                                           \
+  }
+
+DEFINE_BINARY(add, arith_shape, "a + b elementwise, broadcasting")
+DEFINE_BINARY(sub, arith_shape, "a - b elementwise, broadcasting")
+DEFINE_BINARY(mul, arith_shape, "a * b elementwise, broadcasting")
+DEFINE_BINARY(div, arith_shape, "a / b elementwise (integers truncate), broadcasting")
+DEFINE_BINARY(pow, arith_shape, "a ** b elementwise, broadcasting")
+DEFINE_BINARY(maximum, arith_shape, "max(a, b) elementwise, broadcasting")
+DEFINE_BINARY(minimum, arith_shape, "min(a, b) elementwise, broadcasting")
+DEFINE_BINARY(equal, compare_shape, "a == b elementwise (bool)")
+DEFINE_BINARY(not_equal, compare_shape, "a != b elementwise (bool)")
+DEFINE_BINARY(less, compare_shape, "a < b elementwise (bool)")
+DEFINE_BINARY(less_equal, compare_shape, "a <= b elementwise (bool)")
+DEFINE_BINARY(greater, compare_shape, "a > b elementwise (bool)")
+DEFINE_BINARY(greater_equal, compare_shape, "a >= b elementwise (bool)")
+DEFINE_BINARY(logical_and, logical_shape, "a and b elementwise (bool)")
+DEFINE_BINARY(logical_or, logical_shape, "a or b elementwise (bool)")

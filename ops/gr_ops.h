@@ -1,0 +1,177 @@
+/* ops/: the face header. Builder functions for every op, one per op, plus
+ * generic building by op name. Each function adds a node to g and returns
+ * its first output; on error it returns a null output ({NULL, 0}) and the
+ * graph records the first error (gr_graph_error). Inputs that are null
+ * outputs make the result null too, so a whole model can be built and
+ * checked once at the end.
+ *
+ *   gr_graph *g = gr_graph_new();
+ *   gr_output x = gr_placeholder(g, "x", GR_F32, (gr_shape){2, {-1, 784}});
+ *   gr_output w = gr_variable(g, "w", gr_glorot_uniform(g, GR_F32, (gr_shape){2, {784, 10}}, 1));
+ *   gr_output y = gr_softmax(g, gr_matmul(g, x, w, false, false));
+ *   if (gr_graph_error(g)) fprintf(stderr, "%s\n", gr_graph_error(g)->msg);
+ *
+ * Ownership: tensors passed in (gr_const) are referenced, not copied; arrays
+ * (axes, perms, shapes) are copied. Nothing returned needs freeing: the
+ * graph owns all nodes. */
+#ifndef GR_OPS_H
+#define GR_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/gr_core.h"
+
+/* ---- registry and generic building ---------------------------------------- */
+
+/* Registers every op (idempotent, thread-safe; builder functions call it). */
+void gr_ops_register_all(void);
+/* An op by name, NULL when unknown. */
+const gr_op_def *gr_ops_find(const char *name);
+/* Adds a node of op `op`, named `name` (NULL: the op name). */
+gr_output gr_op(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
+                int num_inputs, const gr_attr *attrs, int num_attrs);
+/* Renames the node behind o (scope kept); duplicate names are an error. */
+gr_output gr_name(gr_graph *g, gr_output o, const char *name);
+/* Threads used inside one op (OpenBLAS). Sessions call it from their options. */
+void gr_ops_set_intra_op_threads(int threads);
+
+/* ---- basic (basic.c) ------------------------------------------------------- */
+
+gr_output gr_const(gr_graph *g, const gr_tensor *value); /* references value */
+gr_output gr_const_f32(gr_graph *g, float v);
+gr_output gr_const_f64(gr_graph *g, double v);
+gr_output gr_const_i32(gr_graph *g, int32_t v);
+gr_output gr_const_i64(gr_graph *g, int64_t v);
+/* A constant of any shape; data (num_elements * dtype size bytes) is copied. */
+gr_output gr_const_data(gr_graph *g, gr_dtype dtype, gr_shape shape, const void *data);
+/* shape may have unknown dims (-1) or unknown rank. */
+gr_output gr_placeholder(gr_graph *g, const char *name, gr_dtype dtype, gr_shape shape);
+gr_output gr_identity(gr_graph *g, gr_output x);
+gr_output gr_no_op(gr_graph *g, const char *name);
+/* A no_op with control inputs on every dep: run it to run them all. */
+gr_output gr_group(gr_graph *g, const char *name, const gr_output *deps, int n);
+
+/* ---- elementwise binary, NumPy broadcasting (binary.c) --------------------- */
+
+gr_output gr_add(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_sub(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_mul(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_div(gr_graph *g, gr_output a, gr_output b); /* integer division by 0 is an error */
+gr_output gr_pow(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_maximum(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_minimum(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_equal(gr_graph *g, gr_output a, gr_output b); /* comparisons give bool */
+gr_output gr_not_equal(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_less(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_less_equal(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_greater(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_greater_equal(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_logical_and(gr_graph *g, gr_output a, gr_output b);
+gr_output gr_logical_or(gr_graph *g, gr_output a, gr_output b);
+
+/* ---- elementwise unary and friends (unary.c) -------------------------------- */
+
+gr_output gr_neg(gr_graph *g, gr_output x);
+gr_output gr_abs(gr_graph *g, gr_output x);
+gr_output gr_exp(gr_graph *g, gr_output x);
+gr_output gr_log(gr_graph *g, gr_output x);
+gr_output gr_sqrt(gr_graph *g, gr_output x);
+gr_output gr_square(gr_graph *g, gr_output x);
+gr_output gr_logical_not(gr_graph *g, gr_output x);
+gr_output gr_cast(gr_graph *g, gr_output x, gr_dtype dtype);
+/* cond ? a : b elementwise, all three broadcast together; cond is bool. */
+gr_output gr_select(gr_graph *g, gr_output cond, gr_output a, gr_output b);
+/* Sum of n tensors of one dtype and shape. */
+gr_output gr_add_n(gr_graph *g, const gr_output *xs, int n);
+
+/* ---- matmul (matmul.c) ------------------------------------------------------ */
+
+/* Rank-2 product op(a) @ op(b), on cblas_sgemm / cblas_dgemm (f32, f64). */
+gr_output gr_matmul(gr_graph *g, gr_output a, gr_output b, bool transpose_a, bool transpose_b);
+
+/* ---- reductions (reduce.c) -------------------------------------------------- */
+
+/* axes NULL / n 0: every axis. Negative axes count from the end. */
+gr_output gr_reduce_sum(gr_graph *g, gr_output x, const int64_t *axes, int n, bool keepdims);
+gr_output gr_reduce_mean(gr_graph *g, gr_output x, const int64_t *axes, int n, bool keepdims);
+gr_output gr_reduce_max(gr_graph *g, gr_output x, const int64_t *axes, int n, bool keepdims);
+gr_output gr_reduce_min(gr_graph *g, gr_output x, const int64_t *axes, int n, bool keepdims);
+gr_output gr_reduce_prod(gr_graph *g, gr_output x, const int64_t *axes, int n, bool keepdims);
+/* Index (i64) of the largest / smallest element along axis; first on ties. */
+gr_output gr_argmax(gr_graph *g, gr_output x, int64_t axis);
+gr_output gr_argmin(gr_graph *g, gr_output x, int64_t axis);
+
+/* ---- shapes (array_shape.c) ------------------------------------------------- */
+
+/* One dim may be -1 (inferred). Free: the output is a view of the input. */
+gr_output gr_reshape(gr_graph *g, gr_output x, gr_shape shape);
+/* perm NULL / n 0: reverse the axes. */
+gr_output gr_transpose(gr_graph *g, gr_output x, const int64_t *perm, int n);
+gr_output gr_expand_dims(gr_graph *g, gr_output x, int64_t axis);
+/* axes NULL / n 0: every dim of size 1. */
+gr_output gr_squeeze(gr_graph *g, gr_output x, const int64_t *axes, int n);
+/* The shape of x as an i64 vector (op "shape"). */
+gr_output gr_shape_of(gr_graph *g, gr_output x);
+gr_output gr_fill(gr_graph *g, gr_dtype dtype, gr_shape shape, double value);
+gr_output gr_zeros(gr_graph *g, gr_dtype dtype, gr_shape shape);
+gr_output gr_ones(gr_graph *g, gr_dtype dtype, gr_shape shape);
+gr_output gr_zeros_like(gr_graph *g, gr_output x);
+gr_output gr_ones_like(gr_graph *g, gr_output x);
+
+/* ---- indexing and combining (array_index.c) -------------------------------- */
+
+gr_output gr_concat(gr_graph *g, const gr_output *xs, int n, int64_t axis);
+/* num_split equal parts along axis: outputs 0..num_split-1 (gr_output_at). */
+gr_output gr_split(gr_graph *g, gr_output x, int num_split, int64_t axis);
+/* size[i] -1: to the end of dim i. */
+gr_output gr_slice(gr_graph *g, gr_output x, const int64_t *begin, const int64_t *size, int n);
+/* params gathered along axis at integer indices (i32/i64, out of range is an error). */
+gr_output gr_gather(gr_graph *g, gr_output params, gr_output indices, int64_t axis);
+/* A new last axis of size depth: 1 at the index, 0 elsewhere; indices out of
+ * [0, depth) give an all-zero row (as in TensorFlow). */
+gr_output gr_one_hot(gr_graph *g, gr_output indices, int64_t depth, gr_dtype dtype);
+gr_output gr_tile(gr_graph *g, gr_output x, const int64_t *multiples, int n);
+/* paddings: n pairs (before, after), n = rank of x. */
+gr_output gr_pad(gr_graph *g, gr_output x, const int64_t *paddings, int n, double value);
+
+/* ---- neural-network ops (nn.c) --------------------------------------------- */
+
+gr_output gr_relu(gr_graph *g, gr_output x);
+gr_output gr_sigmoid(gr_graph *g, gr_output x);
+gr_output gr_tanh(gr_graph *g, gr_output x);
+/* Over the last axis, numerically stable. */
+gr_output gr_softmax(gr_graph *g, gr_output x);
+gr_output gr_log_softmax(gr_graph *g, gr_output x);
+/* x [..., c] + bias [c]. */
+gr_output gr_bias_add(gr_graph *g, gr_output x, gr_output bias);
+/* Per-example loss [batch] from logits [batch, classes] and a probability
+ * distribution labels [batch, classes]. */
+gr_output gr_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels);
+/* Per-example loss [batch] from logits [batch, classes] and class indices
+ * labels [batch] (i32/i64; out of range is an error naming the row). */
+gr_output gr_sparse_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels);
+
+/* ---- variables (state.c) --------------------------------------------------- */
+
+/* A variable named `name` (scoped) with the dtype and shape of initial_value,
+ * and its initialiser node `name/init`. The output reads the current value. */
+gr_output gr_variable(gr_graph *g, const char *name, gr_output initial_value);
+/* var: a gr_variable output. Each returns the new value. */
+gr_output gr_assign(gr_graph *g, gr_output var, gr_output value);
+gr_output gr_assign_add(gr_graph *g, gr_output var, gr_output delta);
+gr_output gr_assign_sub(gr_graph *g, gr_output var, gr_output delta);
+
+/* ---- random (random.c): counter-based, keyed by (graph seed ^ op seed, node, step) */
+
+gr_output gr_random_uniform(gr_graph *g, gr_dtype dtype, gr_shape shape, double minval,
+                            double maxval, int64_t seed);
+gr_output gr_random_normal(gr_graph *g, gr_dtype dtype, gr_shape shape, double mean, double stddev,
+                           int64_t seed);
+/* Normal, re-drawn where more than two stddevs from the mean. */
+gr_output gr_truncated_normal(gr_graph *g, gr_dtype dtype, gr_shape shape, double mean,
+                              double stddev, int64_t seed);
+/* Uniform in +-sqrt(6 / (fan_in + fan_out)), fans from the shape. */
+gr_output gr_glorot_uniform(gr_graph *g, gr_dtype dtype, gr_shape shape, int64_t seed);
+
+#endif

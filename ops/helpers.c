@@ -1,0 +1,137 @@
+/* Shared helpers of the op families: building, dtype and axis checks,
+ * broadcasting. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+gr_output gr_ops_build(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
+                       int num_inputs, const gr_attr *attrs, int num_attrs) {
+  if (!g) return (gr_output){NULL, 0};
+  const gr_op_def *def = gr_ops_find(op);
+  if (!def) {
+    gr_error e;
+    gr_error_set(&e, GR_ERR_NOT_FOUND, "unknown op '%s'", op ? op : "(null)");
+    gr_graph_set_error(g, &e);
+    return (gr_output){NULL, 0};
+  }
+  return gr_graph_add_node(g, def, name, inputs, num_inputs, attrs, num_attrs);
+}
+
+const char *gr_ops_dtype_mask_str(unsigned mask, char *buf, size_t cap) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int t = 0; t < GR_DTYPE_COUNT && n < cap; t++)
+    if (mask & GR_DT_BIT(t))
+      n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", gr_dtype_name((gr_dtype)t));
+  return buf;
+}
+
+static const char *input_name(gr_shape_ctx *ctx, int i, char *buf, size_t cap) {
+  const gr_op_def *op = ctx->node->op;
+  if (op->input_names && i < (op->min_inputs > 0 ? op->min_inputs : 1))
+    snprintf(buf, cap, "input '%s'", op->input_names[i]);
+  else if (op->input_names && op->max_inputs < 0)
+    snprintf(buf, cap, "input %d ('%s')", i,
+             op->input_names[op->min_inputs > 0 ? op->min_inputs - 1 : 0]);
+  else
+    snprintf(buf, cap, "input %d", i);
+  return buf;
+}
+
+gr_status gr_ops_check_dtype(gr_shape_ctx *ctx, int i, unsigned mask) {
+  if (mask & GR_DT_BIT(ctx->in_dtypes[i])) return GR_OK;
+  char want[128], nm[96];
+  return gr_shape_error(ctx, GR_ERR_DTYPE, "%s has dtype %s; expected one of %s",
+                        input_name(ctx, i, nm, sizeof nm), gr_dtype_name(ctx->in_dtypes[i]),
+                        gr_ops_dtype_mask_str(mask, want, sizeof want));
+}
+
+gr_status gr_ops_check_same_dtype(gr_shape_ctx *ctx, int i, int j) {
+  if (ctx->in_dtypes[i] == ctx->in_dtypes[j]) return GR_OK;
+  char a[96], b[96];
+  return gr_shape_error(ctx, GR_ERR_DTYPE, "%s is %s but %s is %s (cast one of them)",
+                        input_name(ctx, i, a, sizeof a), gr_dtype_name(ctx->in_dtypes[i]),
+                        input_name(ctx, j, b, sizeof b), gr_dtype_name(ctx->in_dtypes[j]));
+}
+
+gr_status gr_ops_check_rank(gr_shape_ctx *ctx, int i, int rank) {
+  const gr_shape *s = &ctx->in_shapes[i];
+  char nm[96], sb[GR_SHAPE_STR_MAX];
+  if (s->rank < 0)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "%s needs a known rank",
+                          input_name(ctx, i, nm, sizeof nm));
+  if (rank >= 0 && s->rank != rank)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "%s must have rank %d, got shape %s",
+                          input_name(ctx, i, nm, sizeof nm), rank, gr_shape_str(s, sb));
+  return GR_OK;
+}
+
+gr_status gr_ops_axes_mask(gr_shape_ctx *ctx, const char *attr, int rank, bool empty_means_all,
+                           bool mask[GR_MAX_RANK]) {
+  memset(mask, 0, sizeof(bool) * GR_MAX_RANK);
+  const gr_attr_value *v = gr_node_attr(ctx->node, attr);
+  int n = v && v->type == GR_ATTR_INTS ? v->ints.n : 0;
+  if (n == 0 && empty_means_all) {
+    for (int i = 0; i < rank; i++) mask[i] = true;
+    return GR_OK;
+  }
+  for (int k = 0; k < n; k++) {
+    int ax;
+    if (!gr_shape_normalize_axis(rank, v->ints.v[k], &ax))
+      return gr_shape_error(ctx, GR_ERR_OUT_OF_RANGE, "axis %lld is out of range for rank %d",
+                            (long long)v->ints.v[k], rank);
+    if (mask[ax])
+      return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "axis %lld is given twice",
+                            (long long)v->ints.v[k]);
+    mask[ax] = true;
+  }
+  return GR_OK;
+}
+
+bool gr_bcast_init(gr_bcast *bc, const gr_shape *a, const gr_shape *b, gr_shape *out) {
+  if (!gr_shape_broadcast(a, b, out)) return false;
+  memset(bc, 0, sizeof *bc);
+  int r = out->rank;
+  bc->rank = r;
+  bc->n = gr_shape_num_elements(out);
+  int64_t na = gr_shape_num_elements(a), nb = gr_shape_num_elements(b);
+  bc->same = gr_shape_equal(a, out) && gr_shape_equal(b, out);
+  bc->a_scalar = na == 1;
+  bc->b_scalar = nb == 1;
+  int64_t stride_a = 1, stride_b = 1;
+  for (int i = r - 1; i >= 0; i--) {
+    bc->dims[i] = out->dims[i];
+    int ia = a->rank - r + i, ib = b->rank - r + i;
+    int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    bc->sa[i] = da == 1 ? 0 : stride_a;
+    bc->sb[i] = db == 1 ? 0 : stride_b;
+    stride_a *= da;
+    stride_b *= db;
+  }
+  if (r == 0) bc->same = true;
+  return true;
+}
+
+void gr_ops_strides(const gr_shape *s, int64_t strides[GR_MAX_RANK]) {
+  int64_t st = 1;
+  for (int i = s->rank - 1; i >= 0; i--) {
+    strides[i] = st;
+    st *= s->dims[i];
+  }
+}
+
+gr_output gr_ops_const_scalar(gr_graph *g, gr_dtype dtype, double v) {
+  gr_tensor t;
+  gr_shape s = gr_shape_scalar();
+  gr_error e;
+  if (gr_tensor_alloc(&t, dtype, &s, &e) != GR_OK) {
+    gr_graph_set_error(g, &e);
+    return (gr_output){NULL, 0};
+  }
+  gr_tensor_set_f64(&t, 0, v);
+  gr_output o = gr_const(g, &t);
+  gr_tensor_release(&t);
+  return o;
+}

@@ -1,0 +1,113 @@
+/* matmul: rank-2 products on OpenBLAS cblas_sgemm / cblas_dgemm, operating
+ * directly on the tensors' memory. */
+#include <cblas.h>
+#include <string.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+static gr_status matmul_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  /* an unknown rank is taken as [?, ?]: the kernel checks the runtime rank */
+  const gr_shape unknown2 = gr_shape_make(2, (int64_t[]){-1, -1});
+  for (int i = 0; i < 2; i++)
+    if (ctx->in_shapes[i].rank >= 0) GR_TRY(gr_ops_check_rank(ctx, i, 2));
+  bool ta = gr_node_attr_bool(ctx->node, "transpose_a", false);
+  bool tb = gr_node_attr_bool(ctx->node, "transpose_b", false);
+  const gr_shape *a = ctx->in_shapes[0].rank < 0 ? &unknown2 : &ctx->in_shapes[0];
+  const gr_shape *b = ctx->in_shapes[1].rank < 0 ? &unknown2 : &ctx->in_shapes[1];
+  int64_t m = a->dims[ta ? 1 : 0], ka = a->dims[ta ? 0 : 1];
+  int64_t kb = b->dims[tb ? 1 : 0], n = b->dims[tb ? 0 : 1];
+  if (ka >= 0 && kb >= 0 && ka != kb) {
+    char x[GR_SHAPE_STR_MAX], y[GR_SHAPE_STR_MAX];
+    return gr_shape_error(ctx, GR_ERR_SHAPE,
+                          "inner dimensions differ: a%s is %s, b%s is %s (%lld vs %lld)",
+                          ta ? "^T" : "", gr_shape_str(a, x), tb ? "^T" : "", gr_shape_str(b, y),
+                          (long long)ka, (long long)kb);
+  }
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] = gr_shape_make(2, (int64_t[]){m, n});
+  return GR_OK;
+}
+
+static gr_status matmul_kernel(gr_kernel_ctx *ctx) {
+  const gr_tensor *A = &ctx->inputs[0], *B = &ctx->inputs[1];
+  bool ta = gr_node_attr_bool(ctx->node, "transpose_a", false);
+  bool tb = gr_node_attr_bool(ctx->node, "transpose_b", false);
+  if (A->shape.rank != 2 || B->shape.rank != 2)
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "inputs must be matrices");
+  int64_t m = A->shape.dims[ta ? 1 : 0], k = A->shape.dims[ta ? 0 : 1];
+  int64_t kb = B->shape.dims[tb ? 1 : 0], n = B->shape.dims[tb ? 0 : 1];
+  if (k != kb) {
+    char x[GR_SHAPE_STR_MAX], y[GR_SHAPE_STR_MAX];
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "inner dimensions differ: %s and %s",
+                           gr_shape_str(&A->shape, x), gr_shape_str(&B->shape, y));
+  }
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+    return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "matrix too large for BLAS");
+  gr_tensor *o;
+  gr_shape os = gr_shape_make(2, (int64_t[]){m, n});
+  GR_TRY(gr_kernel_alloc_output(ctx, 0, A->dtype, &os, &o));
+  int lda = (int)A->shape.dims[1], ldb = (int)B->shape.dims[1];
+  if (lda < 1) lda = 1;
+  if (ldb < 1) ldb = 1;
+  int ldc = n > 0 ? (int)n : 1;
+  if (m == 0 || n == 0) return GR_OK;
+  if (k == 0) {
+    memset(gr_tensor_data(o), 0, gr_tensor_num_bytes(o));
+    return GR_OK;
+  }
+  enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  if (A->dtype == GR_F32)
+    cblas_sgemm(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0f, gr_tensor_data(A), lda,
+                gr_tensor_data(B), ldb, 0.0f, gr_tensor_data(o), ldc);
+  else
+    cblas_dgemm(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0, gr_tensor_data(A), lda,
+                gr_tensor_data(B), ldb, 0.0, gr_tensor_data(o), ldc);
+  return GR_OK;
+}
+
+/* Dim i of a matrix shape, 1 when unknown (or the rank is). */
+static double known(const gr_shape *s, int i) {
+  return s->rank != 2 || s->dims[i] < 0 ? 1.0 : (double)s->dims[i];
+}
+
+static void matmul_cost(const gr_node *n, gr_cost *c) {
+  const gr_shape *a = &n->inputs[0].node->out_shapes[n->inputs[0].index];
+  const gr_shape *b = &n->inputs[1].node->out_shapes[n->inputs[1].index];
+  bool ta = gr_node_attr_bool(n, "transpose_a", false);
+  double m = known(a, ta ? 1 : 0), k = known(a, ta ? 0 : 1);
+  double nn = known(b, gr_node_attr_bool(n, "transpose_b", false) ? 0 : 1);
+  double es = (double)gr_dtype_size(n->out_dtypes[0]);
+  c->flops = 2.0 * m * nn * k;
+  c->bytes = es * (m * k + k * nn + m * nn);
+}
+
+static const gr_attr_spec matmul_attrs[] = {
+    {"transpose_a", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}},
+    {"transpose_b", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}}};
+
+const gr_op_def gr_op_matmul = {.name = "matmul",
+                                .doc = "matrix product a @ b (attrs transpose_a, transpose_b)",
+                                .min_inputs = 2,
+                                .max_inputs = 2,
+                                .input_names = (const char *const[]){"a", "b"},
+                                .num_outputs = 1,
+                                .attrs = matmul_attrs,
+                                .num_attrs = 2,
+                                .shape_fn = matmul_shape,
+                                .cost_fn = matmul_cost,
+                                .kernel = matmul_kernel};
+
+gr_output gr_matmul(gr_graph *g, gr_output a, gr_output b, bool transpose_a, bool transpose_b) {
+  gr_output in[2] = {a, b};
+  gr_attr at[2] = {gr_attr_bool("transpose_a", transpose_a),
+                   gr_attr_bool("transpose_b", transpose_b)};
+  return gr_ops_build(g, "matmul", NULL, in, 2, at, 2);
+}
+
+void gr_ops_set_intra_op_threads(int threads) {
+  if (threads > 0) openblas_set_num_threads(threads);
+}

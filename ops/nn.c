@@ -1,0 +1,433 @@
+/* Neural-network ops: relu, sigmoid, tanh, softmax and log_softmax over the
+ * last axis, bias_add, and the softmax cross-entropy losses (dense and
+ * sparse labels). Softmax-style ops subtract the row max and accumulate in
+ * double, so large logits do not overflow. */
+#include <math.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+/* ---- activations ------------------------------------------------------------- */
+
+static const char *const x_names[] = {"x"};
+
+/* 1 / (1 + e^-x) without overflow for large |x|. */
+static double sigmoid_d(double x) {
+  if (x >= 0) return 1.0 / (1.0 + exp(-x));
+  double e = exp(x);
+  return e / (1.0 + e);
+}
+static float sigmoid_f(float x) {
+  if (x >= 0) return 1.0f / (1.0f + expf(-x));
+  float e = expf(x);
+  return e / (1.0f + e);
+}
+
+static gr_status float_unary_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  return gr_shape_fn_unchanged(ctx);
+}
+
+/* Kernel, op def and builder of a float elementwise op (in place when possible). */
+#define DEFINE_ACTIVATION(NAME, DOC, EF, ED)                                                       \
+  static gr_status NAME##_kernel(gr_kernel_ctx *ctx) {                                             \
+    const gr_tensor *X = &ctx->inputs[0];                                                          \
+    if (!gr_dtype_is_float(X->dtype))                                                              \
+      return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));  \
+    gr_tensor *o;                                                                                  \
+    GR_TRY(gr_kernel_forward_or_alloc(ctx, 0, 0, X->dtype, &X->shape, &o));                        \
+    int64_t n = gr_tensor_num_elements(X);                                                         \
+    if (X->dtype == GR_F32) {                                                                      \
+      const float *a = gr_tensor_data(X);                                                          \
+      float *r = gr_tensor_data(o);                                                                \
+      for (int64_t i = 0; i < n; i++) {                                                            \
+        float x = a[i];                                                                            \
+        r[i] = EF;                                                                                 \
+      }                                                                                            \
+    } else {                                                                                       \
+      const double *a = gr_tensor_data(X);                                                         \
+      double *r = gr_tensor_data(o);                                                               \
+      for (int64_t i = 0; i < n; i++) {                                                            \
+        double x = a[i];                                                                           \
+        r[i] = ED;                                                                                 \
+      }                                                                                            \
+    }                                                                                              \
+    return GR_OK;                                                                                  \
+  }                                                                                                \
+  const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
+                                  .doc = DOC,                                                      \
+                                  .min_inputs = 1,                                                 \
+                                  .max_inputs = 1,                                                 \
+                                  .input_names = x_names,                                          \
+                                  .num_outputs = 1,                                                \
+                                  .shape_fn = float_unary_shape,                                   \
+                                  .kernel = NAME##_kernel};                                        \
+  gr_output gr_##NAME(gr_graph *g, gr_output x) {                                                  \
+    return gr_ops_build(g, #NAME, NULL, &x, 1, NULL, 0);                                           \
+  }
+
+/* x < 0 ? 0 : x keeps NaN as NaN. */
+DEFINE_ACTIVATION(relu, "max(x, 0) elementwise", x < 0 ? 0.0f : x, x < 0 ? 0.0 : x)
+DEFINE_ACTIVATION(sigmoid, "1 / (1 + e^-x) elementwise", sigmoid_f(x), sigmoid_d(x))
+DEFINE_ACTIVATION(tanh, "tanh(x) elementwise", tanhf(x), tanh(x))
+
+/* ---- softmax, log_softmax ------------------------------------------------------ */
+
+static gr_status softmax_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  if (ctx->in_shapes[0].rank == 0)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "input 'x' must have rank >= 1, got a scalar");
+  return gr_shape_fn_unchanged(ctx);
+}
+
+/* Row-wise (log_)softmax of rows x c values; y may alias x. */
+#define SOFTMAX_ROWS(T)                                                                            \
+  static void softmax_rows_##T(const T *x, T *y, int64_t rows, int64_t c, bool log_out) {          \
+    for (int64_t r = 0; r < rows; r++, x += c, y += c) {                                           \
+      T m = x[0];                                                                                  \
+      for (int64_t j = 1; j < c; j++)                                                              \
+        if (x[j] > m) m = x[j];                                                                    \
+      double sum = 0;                                                                              \
+      if (log_out) {                                                                               \
+        for (int64_t j = 0; j < c; j++) sum += exp((double)x[j] - (double)m);                      \
+        double lse = (double)m + log(sum);                                                         \
+        for (int64_t j = 0; j < c; j++) y[j] = (T)((double)x[j] - lse);                            \
+      } else {                                                                                     \
+        for (int64_t j = 0; j < c; j++) {                                                          \
+          double e = exp((double)x[j] - (double)m);                                                \
+          sum += e;                                                                                \
+          y[j] = (T)e;                                                                             \
+        }                                                                                          \
+        for (int64_t j = 0; j < c; j++) y[j] = (T)((double)y[j] / sum);                            \
+      }                                                                                            \
+    }                                                                                              \
+  }
+SOFTMAX_ROWS(float)
+SOFTMAX_ROWS(double)
+
+static gr_status softmax_common(gr_kernel_ctx *ctx, bool log_out) {
+  const gr_tensor *X = &ctx->inputs[0];
+  if (!gr_dtype_is_float(X->dtype))
+    return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));
+  if (X->shape.rank < 1)
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "input must have rank >= 1, got a scalar");
+  gr_tensor *o;
+  GR_TRY(gr_kernel_forward_or_alloc(ctx, 0, 0, X->dtype, &X->shape, &o));
+  int64_t c = X->shape.dims[X->shape.rank - 1];
+  if (c == 0) return GR_OK;
+  int64_t rows = gr_tensor_num_elements(X) / c;
+  if (X->dtype == GR_F32)
+    softmax_rows_float(gr_tensor_data(X), gr_tensor_data(o), rows, c, log_out);
+  else
+    softmax_rows_double(gr_tensor_data(X), gr_tensor_data(o), rows, c, log_out);
+  return GR_OK;
+}
+static gr_status softmax_kernel(gr_kernel_ctx *ctx) {
+  return softmax_common(ctx, false);
+}
+static gr_status log_softmax_kernel(gr_kernel_ctx *ctx) {
+  return softmax_common(ctx, true);
+}
+
+/* Elements of input i of a node, unknown dims counted as 1. */
+static double input_elements(const gr_node *n, int i) {
+  const gr_shape *s = &n->inputs[i].node->out_shapes[n->inputs[i].index];
+  double e = 1;
+  for (int d = 0; d < s->rank; d++) e *= s->dims[d] < 0 ? 1.0 : (double)s->dims[d];
+  return e;
+}
+
+/* A few flops per logit (max, exp, sum, normalise). */
+static void softmax_cost(const gr_node *n, gr_cost *c) {
+  double e = input_elements(n, 0);
+  c->flops = 5 * e;
+  c->bytes = 2 * e * (double)gr_dtype_size(n->out_dtypes[0]);
+}
+
+const gr_op_def gr_op_softmax = {.name = "softmax",
+                                 .doc = "softmax over the last axis",
+                                 .min_inputs = 1,
+                                 .max_inputs = 1,
+                                 .input_names = x_names,
+                                 .num_outputs = 1,
+                                 .shape_fn = softmax_shape,
+                                 .cost_fn = softmax_cost,
+                                 .kernel = softmax_kernel};
+
+const gr_op_def gr_op_log_softmax = {.name = "log_softmax",
+                                     .doc = "log of softmax over the last axis",
+                                     .min_inputs = 1,
+                                     .max_inputs = 1,
+                                     .input_names = x_names,
+                                     .num_outputs = 1,
+                                     .shape_fn = softmax_shape,
+                                     .cost_fn = softmax_cost,
+                                     .kernel = log_softmax_kernel};
+
+gr_output gr_softmax(gr_graph *g, gr_output x) {
+  return gr_ops_build(g, "softmax", NULL, &x, 1, NULL, 0);
+}
+gr_output gr_log_softmax(gr_graph *g, gr_output x) {
+  return gr_ops_build(g, "log_softmax", NULL, &x, 1, NULL, 0);
+}
+
+/* ---- bias_add ---------------------------------------------------------------- */
+
+static gr_status bias_add_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_NUMERIC));
+  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  const gr_shape *x = &ctx->in_shapes[0], *b = &ctx->in_shapes[1];
+  char xs[GR_SHAPE_STR_MAX], bs[GR_SHAPE_STR_MAX];
+  if (x->rank == 0)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "input 'x' must have rank >= 1, got a scalar");
+  if (b->rank >= 0 && b->rank != 1)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "input 'bias' must have rank 1, got shape %s",
+                          gr_shape_str(b, bs));
+  if (x->rank > 0 && b->rank == 1) {
+    int64_t c = x->dims[x->rank - 1];
+    if (c >= 0 && b->dims[0] >= 0 && c != b->dims[0])
+      return gr_shape_error(
+          ctx, GR_ERR_SHAPE, "bias %s does not match the last dimension of x %s (%lld vs %lld)",
+          gr_shape_str(b, bs), gr_shape_str(x, xs), (long long)b->dims[0], (long long)c);
+  }
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] = *x;
+  if (x->rank > 0 && b->rank == 1 && x->dims[x->rank - 1] < 0)
+    ctx->out_shapes[0].dims[x->rank - 1] = b->dims[0];
+  return GR_OK;
+}
+
+/* r[i, j] = x[i, j] + b[j]; U wraps integers. */
+#define BIAS_LOOP(T, U)                                                                            \
+  do {                                                                                             \
+    const T *x = gr_tensor_data(X), *b = gr_tensor_data(B);                                        \
+    T *r = gr_tensor_data(o);                                                                      \
+    for (int64_t i = 0; i < rows; i++)                                                             \
+      for (int64_t j = 0; j < c; j++) r[i * c + j] = (T)((U)x[i * c + j] + (U)b[j]);               \
+  } while (0)
+
+static gr_status bias_add_kernel(gr_kernel_ctx *ctx) {
+  const gr_tensor *X = &ctx->inputs[0], *B = &ctx->inputs[1];
+  char xs[GR_SHAPE_STR_MAX], bs[GR_SHAPE_STR_MAX];
+  if (X->dtype != B->dtype)
+    return gr_kernel_error(ctx, GR_ERR_DTYPE, "x is %s but bias is %s", gr_dtype_name(X->dtype),
+                           gr_dtype_name(B->dtype));
+  if (X->shape.rank < 1 || B->shape.rank != 1 ||
+      X->shape.dims[X->shape.rank - 1] != B->shape.dims[0])
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "bias %s does not match the last dimension of x %s",
+                           gr_shape_str(&B->shape, bs), gr_shape_str(&X->shape, xs));
+  gr_tensor *o;
+  GR_TRY(gr_kernel_forward_or_alloc(ctx, 0, 0, X->dtype, &X->shape, &o));
+  int64_t c = B->shape.dims[0];
+  int64_t rows = c ? gr_tensor_num_elements(X) / c : 0;
+  switch (X->dtype) {
+    case GR_F32:
+      BIAS_LOOP(float, float);
+      break;
+    case GR_F64:
+      BIAS_LOOP(double, double);
+      break;
+    case GR_I32:
+      BIAS_LOOP(int32_t, uint32_t);
+      break;
+    case GR_I64:
+      BIAS_LOOP(int64_t, uint64_t);
+      break;
+    case GR_U8:
+      BIAS_LOOP(uint8_t, unsigned);
+      break;
+    default:
+      return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype");
+  }
+  return GR_OK;
+}
+
+const gr_op_def gr_op_bias_add = {.name = "bias_add",
+                                  .doc = "x [..., c] + bias [c]",
+                                  .min_inputs = 2,
+                                  .max_inputs = 2,
+                                  .input_names = (const char *const[]){"x", "bias"},
+                                  .num_outputs = 1,
+                                  .shape_fn = bias_add_shape,
+                                  .kernel = bias_add_kernel};
+
+gr_output gr_bias_add(gr_graph *g, gr_output x, gr_output bias) {
+  gr_output in[2] = {x, bias};
+  return gr_ops_build(g, "bias_add", NULL, in, 2, NULL, 0);
+}
+
+/* ---- cross-entropy losses ------------------------------------------------------ */
+
+/* Merges a known dim into a possibly unknown one; false on a certain conflict. */
+static bool merge_dim(int64_t *d, int64_t other) {
+  if (*d < 0) {
+    *d = other;
+    return true;
+  }
+  return other < 0 || other == *d;
+}
+
+static gr_status xent_shape(gr_shape_ctx *ctx, bool sparse) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  if (sparse)
+    GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_INDEX));
+  else
+    GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  const gr_shape *lg = &ctx->in_shapes[0], *lb = &ctx->in_shapes[1];
+  char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+  if (lg->rank >= 0 && lg->rank != 2)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "logits must have rank 2 [batch, classes], got %s",
+                          gr_shape_str(lg, a));
+  int want = sparse ? 1 : 2;
+  if (lb->rank >= 0 && lb->rank != want)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "labels must have rank %d (%s), got %s", want,
+                          sparse ? "[batch]" : "[batch, classes]", gr_shape_str(lb, b));
+  int64_t batch = lg->rank == 2 ? lg->dims[0] : -1;
+  bool ok = lb->rank < 0 || merge_dim(&batch, lb->dims[0]);
+  if (ok && !sparse && lg->rank == 2 && lb->rank == 2) {
+    int64_t classes = lg->dims[1];
+    ok = merge_dim(&classes, lb->dims[1]);
+  }
+  if (!ok)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "logits %s and labels %s do not match",
+                          gr_shape_str(lg, a), gr_shape_str(lb, b));
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] = gr_shape_make(1, (int64_t[]){batch});
+  return GR_OK;
+}
+static gr_status dense_xent_shape(gr_shape_ctx *ctx) {
+  return xent_shape(ctx, false);
+}
+static gr_status sparse_xent_shape(gr_shape_ctx *ctx) {
+  return xent_shape(ctx, true);
+}
+
+/* log(sum(exp(x))) of one row of c > 0 values, stable. */
+#define LSE_FN(T)                                                                                  \
+  static double lse_##T(const T *x, int64_t c) {                                                   \
+    double m = x[0];                                                                               \
+    for (int64_t j = 1; j < c; j++)                                                                \
+      if (x[j] > m) m = x[j];                                                                      \
+    double sum = 0;                                                                                \
+    for (int64_t j = 0; j < c; j++) sum += exp((double)x[j] - m);                                  \
+    return m + log(sum);                                                                           \
+  }
+LSE_FN(float)
+LSE_FN(double)
+
+/* Checks logits [batch, classes] and labels (rank lrank, matching batch and,
+ * when dense, classes); allocates the loss [batch]. */
+static gr_status xent_prepare(gr_kernel_ctx *ctx, int lrank, gr_tensor **out) {
+  const gr_tensor *L = &ctx->inputs[0], *Y = &ctx->inputs[1];
+  char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+  if (!gr_dtype_is_float(L->dtype))
+    return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(L->dtype));
+  bool ok = L->shape.rank == 2 && Y->shape.rank == lrank && Y->shape.dims[0] == L->shape.dims[0];
+  if (ok && lrank == 2) ok = Y->shape.dims[1] == L->shape.dims[1];
+  if (!ok)
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "logits %s and labels %s do not match",
+                           gr_shape_str(&L->shape, a), gr_shape_str(&Y->shape, b));
+  gr_shape os = gr_shape_make(1, (int64_t[]){L->shape.dims[0]});
+  return gr_kernel_alloc_output(ctx, 0, L->dtype, &os, out);
+}
+
+/* loss[i] = sum_j labels[i, j] * (lse(logits[i]) - logits[i, j]); zero
+ * labels contribute nothing (even against -inf logits). */
+#define DENSE_XENT(T)                                                                              \
+  do {                                                                                             \
+    const T *x = gr_tensor_data(&ctx->inputs[0]), *y = gr_tensor_data(&ctx->inputs[1]);            \
+    T *r = gr_tensor_data(o);                                                                      \
+    for (int64_t i = 0; i < batch; i++, x += c, y += c) {                                          \
+      if (c == 0) {                                                                                \
+        r[i] = 0;                                                                                  \
+        continue;                                                                                  \
+      }                                                                                            \
+      double lse = lse_##T(x, c), loss = 0;                                                        \
+      for (int64_t j = 0; j < c; j++)                                                              \
+        if (y[j] != 0) loss += (double)y[j] * (lse - (double)x[j]);                                \
+      r[i] = (T)loss;                                                                              \
+    }                                                                                              \
+  } while (0)
+
+static gr_status softmax_cross_entropy_kernel(gr_kernel_ctx *ctx) {
+  const gr_tensor *L = &ctx->inputs[0];
+  if (ctx->inputs[1].dtype != L->dtype)
+    return gr_kernel_error(ctx, GR_ERR_DTYPE, "labels must have the dtype of logits");
+  gr_tensor *o;
+  GR_TRY(xent_prepare(ctx, 2, &o));
+  int64_t batch = L->shape.dims[0], c = L->shape.dims[1];
+  if (L->dtype == GR_F32)
+    DENSE_XENT(float);
+  else
+    DENSE_XENT(double);
+  return GR_OK;
+}
+
+/* Label of row i as int64 (i32 or i64 labels). */
+static int64_t label_at(const gr_tensor *Y, int64_t i) {
+  return Y->dtype == GR_I32 ? ((const int32_t *)gr_tensor_data(Y))[i]
+                            : ((const int64_t *)gr_tensor_data(Y))[i];
+}
+
+/* loss[i] = lse(logits[i]) - logits[i, labels[i]]. */
+#define SPARSE_XENT(T)                                                                             \
+  do {                                                                                             \
+    const T *x = gr_tensor_data(L);                                                                \
+    T *r = gr_tensor_data(o);                                                                      \
+    for (int64_t i = 0; i < batch; i++) {                                                          \
+      int64_t k = label_at(Y, i);                                                                  \
+      if (k < 0 || k >= c)                                                                         \
+        return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE,                                           \
+                               "label %lld at row %lld is out of range [0, %lld)", (long long)k,   \
+                               (long long)i, (long long)c);                                        \
+      r[i] = (T)(lse_##T(x + i * c, c) - (double)x[i * c + k]);                                    \
+    }                                                                                              \
+  } while (0)
+
+static gr_status sparse_softmax_cross_entropy_kernel(gr_kernel_ctx *ctx) {
+  const gr_tensor *L = &ctx->inputs[0], *Y = &ctx->inputs[1];
+  if (Y->dtype != GR_I32 && Y->dtype != GR_I64)
+    return gr_kernel_error(ctx, GR_ERR_DTYPE, "labels must be i32 or i64, got %s",
+                           gr_dtype_name(Y->dtype));
+  gr_tensor *o;
+  GR_TRY(xent_prepare(ctx, 1, &o));
+  int64_t batch = L->shape.dims[0], c = L->shape.dims[1];
+  if (L->dtype == GR_F32)
+    SPARSE_XENT(float);
+  else
+    SPARSE_XENT(double);
+  return GR_OK;
+}
+
+const gr_op_def gr_op_softmax_cross_entropy = {
+    .name = "softmax_cross_entropy",
+    .doc = "per-example -sum(labels * log_softmax(logits)) over [batch, classes]",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .input_names = (const char *const[]){"logits", "labels"},
+    .num_outputs = 1,
+    .shape_fn = dense_xent_shape,
+    .cost_fn = softmax_cost,
+    .kernel = softmax_cross_entropy_kernel};
+
+const gr_op_def gr_op_sparse_softmax_cross_entropy = {
+    .name = "sparse_softmax_cross_entropy",
+    .doc = "per-example -log_softmax(logits)[label], labels [batch] i32/i64",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .input_names = (const char *const[]){"logits", "labels"},
+    .num_outputs = 1,
+    .shape_fn = sparse_xent_shape,
+    .cost_fn = softmax_cost,
+    .kernel = sparse_softmax_cross_entropy_kernel};
+
+gr_output gr_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels) {
+  gr_output in[2] = {logits, labels};
+  return gr_ops_build(g, "softmax_cross_entropy", NULL, in, 2, NULL, 0);
+}
+gr_output gr_sparse_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels) {
+  gr_output in[2] = {logits, labels};
+  return gr_ops_build(g, "sparse_softmax_cross_entropy", NULL, in, 2, NULL, 0);
+}

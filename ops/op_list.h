@@ -1,0 +1,88 @@
+/* The op list: one line per op. Each op `NAME` is defined once, as
+ * `const gr_op_def gr_op_NAME`, in its family file (the second column), and
+ * registered by gr_ops_register_all. Adding an op: define it in its family
+ * file, add one line here. */
+#ifndef GR_OP_LIST_H
+#define GR_OP_LIST_H
+
+#define GR_OP_LIST(X)                                                                              \
+  /* basic.c */                                                                                    \
+  X(const)                                                                                         \
+  X(placeholder)                                                                                   \
+  X(identity)                                                                                      \
+  X(no_op)                                                                                         \
+  /* binary.c */                                                                                   \
+  X(add)                                                                                           \
+  X(sub)                                                                                           \
+  X(mul)                                                                                           \
+  X(div)                                                                                           \
+  X(pow)                                                                                           \
+  X(maximum)                                                                                       \
+  X(minimum)                                                                                       \
+  X(equal)                                                                                         \
+  X(not_equal)                                                                                     \
+  X(less)                                                                                          \
+  X(less_equal)                                                                                    \
+  X(greater)                                                                                       \
+  X(greater_equal)                                                                                 \
+  X(logical_and)                                                                                   \
+  X(logical_or)                                                                                    \
+  /* unary.c */                                                                                    \
+  X(neg)                                                                                           \
+  X(abs)                                                                                           \
+  X(exp)                                                                                           \
+  X(log)                                                                                           \
+  X(sqrt)                                                                                          \
+  X(square)                                                                                        \
+  X(logical_not)                                                                                   \
+  X(cast)                                                                                          \
+  X(select)                                                                                        \
+  X(add_n)                                                                                         \
+  /* matmul.c */                                                                                   \
+  X(matmul)                                                                                        \
+  /* reduce.c */                                                                                   \
+  X(reduce_sum)                                                                                    \
+  X(reduce_mean)                                                                                   \
+  X(reduce_max)                                                                                    \
+  X(reduce_min)                                                                                    \
+  X(reduce_prod)                                                                                   \
+  X(argmax)                                                                                        \
+  X(argmin)                                                                                        \
+  /* array_shape.c */                                                                              \
+  X(reshape)                                                                                       \
+  X(transpose)                                                                                     \
+  X(expand_dims)                                                                                   \
+  X(squeeze)                                                                                       \
+  X(shape)                                                                                         \
+  X(fill)                                                                                          \
+  X(zeros_like)                                                                                    \
+  X(ones_like)                                                                                     \
+  /* array_index.c */                                                                              \
+  X(concat)                                                                                        \
+  X(split)                                                                                         \
+  X(slice)                                                                                         \
+  X(gather)                                                                                        \
+  X(one_hot)                                                                                       \
+  X(tile)                                                                                          \
+  X(pad)                                                                                           \
+  /* nn.c */                                                                                       \
+  X(relu)                                                                                          \
+  X(sigmoid)                                                                                       \
+  X(tanh)                                                                                          \
+  X(softmax)                                                                                       \
+  X(log_softmax)                                                                                   \
+  X(bias_add)                                                                                      \
+  X(softmax_cross_entropy)                                                                         \
+  X(sparse_softmax_cross_entropy)                                                                  \
+  /* state.c */                                                                                    \
+  X(variable)                                                                                      \
+  X(assign)                                                                                        \
+  X(assign_add)                                                                                    \
+  X(assign_sub)                                                                                    \
+  /* random.c */                                                                                   \
+  X(random_uniform)                                                                                \
+  X(random_normal)                                                                                 \
+  X(truncated_normal)                                                                              \
+  X(glorot_uniform)
+
+#endif

@@ -1,0 +1,103 @@
+/* Helpers shared by the op family files. Internal to ops/. */
+#ifndef GR_OPS_INTERNAL_H
+#define GR_OPS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/gr_core.h"
+
+/* Looks the op up (registering all ops on first use) and adds a node; an
+ * unknown op is recorded as the graph's error. name NULL: the op's name. */
+gr_output gr_ops_build(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
+                       int num_inputs, const gr_attr *attrs, int num_attrs);
+
+/* dtype sets for checks */
+#define GR_DT_BIT(t)  (1u << (t))
+#define GR_DT_FLOAT   (GR_DT_BIT(GR_F32) | GR_DT_BIT(GR_F64))
+#define GR_DT_INT     (GR_DT_BIT(GR_I32) | GR_DT_BIT(GR_I64) | GR_DT_BIT(GR_U8))
+#define GR_DT_NUMERIC (GR_DT_FLOAT | GR_DT_INT)
+#define GR_DT_INDEX   (GR_DT_BIT(GR_I32) | GR_DT_BIT(GR_I64))
+#define GR_DT_BOOL    GR_DT_BIT(GR_BOOL)
+#define GR_DT_ALL     (GR_DT_NUMERIC | GR_DT_BOOL)
+
+/* Error unless input i's dtype is in mask; the message names the node, the
+ * input and the allowed dtypes. */
+gr_status gr_ops_check_dtype(gr_shape_ctx *ctx, int i, unsigned mask);
+/* Error unless inputs i and j have the same dtype. */
+gr_status gr_ops_check_same_dtype(gr_shape_ctx *ctx, int i, int j);
+/* Error unless the input's rank is known and equals rank (or rank < 0: any). */
+gr_status gr_ops_check_rank(gr_shape_ctx *ctx, int i, int rank);
+/* Formats a dtype mask ("f32, f64") into buf. */
+const char *gr_ops_dtype_mask_str(unsigned mask, char *buf, size_t cap);
+
+/* Reads an int-list attr of axes for a tensor of `rank` into a mask (axes
+ * normalised, duplicates rejected). An empty list selects every axis when
+ * empty_means_all. Errors name the node. */
+gr_status gr_ops_axes_mask(gr_shape_ctx *ctx, const char *attr, int rank, bool empty_means_all,
+                           bool mask[GR_MAX_RANK]);
+
+/* NumPy broadcasting of two operands onto an output shape. */
+typedef struct gr_bcast {
+  int rank;
+  int64_t dims[GR_MAX_RANK];
+  int64_t sa[GR_MAX_RANK], sb[GR_MAX_RANK]; /* element strides, 0 where broadcast */
+  int64_t n;
+  bool same;     /* a, b and out all have the same shape */
+  bool a_scalar; /* a has one element */
+  bool b_scalar;
+} gr_bcast;
+
+/* false when the shapes do not broadcast; *out receives the result shape. */
+bool gr_bcast_init(gr_bcast *bc, const gr_shape *a, const gr_shape *b, gr_shape *out);
+
+/* Runs the body (the variadic argument) for every output element io with the matching input element
+ * indices ia and ib (int64_t variables declared by the macro). */
+#define GR_BCAST_FOR(bc, ia, ib, io, ...)                                                          \
+  do {                                                                                             \
+    const gr_bcast *bc_ = (bc);                                                                    \
+    if (bc_->same) {                                                                               \
+      for (int64_t io = 0; io < bc_->n; io++) {                                                    \
+        const int64_t ia = io, ib = io;                                                            \
+        __VA_ARGS__;                                                                               \
+      }                                                                                            \
+    } else if (bc_->a_scalar) {                                                                    \
+      for (int64_t io = 0; io < bc_->n; io++) {                                                    \
+        const int64_t ia = 0, ib = bc_->b_scalar ? 0 : io;                                         \
+        __VA_ARGS__;                                                                               \
+      }                                                                                            \
+    } else if (bc_->b_scalar) {                                                                    \
+      for (int64_t io = 0; io < bc_->n; io++) {                                                    \
+        const int64_t ia = io, ib = 0;                                                             \
+        __VA_ARGS__;                                                                               \
+      }                                                                                            \
+    } else {                                                                                       \
+      int r_ = bc_->rank;                                                                          \
+      int64_t idx_[GR_MAX_RANK] = {0};                                                             \
+      int64_t inner_ = bc_->dims[r_ - 1], sai_ = bc_->sa[r_ - 1], sbi_ = bc_->sb[r_ - 1];          \
+      int64_t a0_ = 0, b0_ = 0, io = 0;                                                            \
+      while (io < bc_->n) {                                                                        \
+        for (int64_t k_ = 0; k_ < inner_; k_++, io++) {                                            \
+          const int64_t ia = a0_ + k_ * sai_, ib = b0_ + k_ * sbi_;                                \
+          __VA_ARGS__;                                                                             \
+        }                                                                                          \
+        for (int d_ = r_ - 2; d_ >= 0; d_--) {                                                     \
+          idx_[d_]++;                                                                              \
+          a0_ += bc_->sa[d_];                                                                      \
+          b0_ += bc_->sb[d_];                                                                      \
+          if (idx_[d_] < bc_->dims[d_]) break;                                                     \
+          a0_ -= bc_->sa[d_] * bc_->dims[d_];                                                      \
+          b0_ -= bc_->sb[d_] * bc_->dims[d_];                                                      \
+          idx_[d_] = 0;                                                                            \
+        }                                                                                          \
+      }                                                                                            \
+    }                                                                                              \
+  } while (0)
+
+/* Row-major strides (in elements) of a shape. */
+void gr_ops_strides(const gr_shape *s, int64_t strides[GR_MAX_RANK]);
+
+/* Tensor attr helpers for builder functions */
+gr_output gr_ops_const_scalar(gr_graph *g, gr_dtype dtype, double v);
+
+#endif

@@ -1,0 +1,259 @@
+/* Variables: `variable` reads the session-held value named by attr "var";
+ * `assign`, `assign_add` and `assign_sub` update it. Updates happen in place
+ * when nothing else references the value, else copy-on-write, so a value
+ * read earlier in a step never changes under its reader. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+static gr_status var_shape(gr_shape_ctx *ctx) {
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = gr_node_attr_dtype(ctx->node, "dtype", GR_F32);
+  ctx->out_shapes[0] = gr_node_attr(ctx->node, "shape")->shape;
+  return GR_OK;
+}
+
+static gr_var *kernel_var(gr_kernel_ctx *ctx) {
+  if (!*ctx->state)
+    *ctx->state = gr_resource_mgr_get_var(ctx->step->resources,
+                                          gr_node_attr_string(ctx->node, "var", ctx->node->name));
+  return *ctx->state;
+}
+
+static gr_status variable_kernel(gr_kernel_ctx *ctx) {
+  gr_var *v = kernel_var(ctx);
+  if (!v) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_var_lock(v);
+  gr_tensor *t = gr_var_value(v);
+  gr_status s = GR_OK;
+  if (!t->buf)
+    s = gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION, "variable '%s' is not initialised",
+                        gr_var_name(v));
+  else
+    gr_kernel_set_output(ctx, 0, t);
+  gr_var_unlock(v);
+  return s;
+}
+
+static const gr_attr_spec var_attrs[] = {
+    {"var", GR_ATTR_STRING, true, {0}},
+    {"dtype", GR_ATTR_DTYPE, true, {0}},
+    {"shape", GR_ATTR_SHAPE, true, {0}},
+    {"initializer", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}}};
+
+const gr_op_def gr_op_variable = {.name = "variable",
+                                  .doc = "reads a variable (attrs var, dtype, shape, initializer)",
+                                  .num_outputs = 1,
+                                  .attrs = var_attrs,
+                                  .num_attrs = 4,
+                                  .shape_fn = var_shape,
+                                  .kernel = variable_kernel,
+                                  .flags = GR_OP_STATEFUL | GR_OP_VARIABLE};
+
+/* ---- assign family ---------------------------------------------------------- */
+
+static gr_status assign_shape(gr_shape_ctx *ctx) {
+  gr_dtype dt = gr_node_attr_dtype(ctx->node, "dtype", GR_F32);
+  const gr_shape *vs = &gr_node_attr(ctx->node, "shape")->shape;
+  const char *var = gr_node_attr_string(ctx->node, "var", "?");
+  if (ctx->in_dtypes[0] != dt)
+    return gr_shape_error(ctx, GR_ERR_DTYPE, "value has dtype %s but variable '%s' is %s",
+                          gr_dtype_name(ctx->in_dtypes[0]), var, gr_dtype_name(dt));
+  if (strcmp(ctx->node->op->name, "assign") != 0) GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_NUMERIC));
+  if (!gr_shape_compatible(&ctx->in_shapes[0], vs)) {
+    char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "value has shape %s but variable '%s' is %s",
+                          gr_shape_str(&ctx->in_shapes[0], a), var, gr_shape_str(vs, b));
+  }
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = dt;
+  ctx->out_shapes[0] = *vs;
+  return GR_OK;
+}
+
+static gr_status assign_kernel(gr_kernel_ctx *ctx) {
+  gr_var *v = kernel_var(ctx);
+  if (!v) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  const gr_tensor *val = &ctx->inputs[0];
+  const gr_shape *vs = &gr_node_attr(ctx->node, "shape")->shape;
+  if (!gr_shape_compatible(&val->shape, vs)) {
+    char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "value has shape %s but variable '%s' is %s",
+                           gr_shape_str(&val->shape, a), gr_var_name(v), gr_shape_str(vs, b));
+  }
+  /* Share the value's buffer only if nobody else holds it (a fed tensor or a
+   * constant could otherwise change or be changed through the variable). */
+  gr_tensor fresh;
+  if (gr_tensor_is_unique(val))
+    gr_tensor_ref(&fresh, val);
+  else
+    GR_TRY(gr_tensor_copy(val, &fresh, ctx->err));
+  gr_var_lock(v);
+  gr_tensor *t = gr_var_value(v);
+  gr_tensor_release(t);
+  *t = fresh;
+  gr_kernel_set_output(ctx, 0, t);
+  gr_var_unlock(v);
+  return GR_OK;
+}
+
+/* U: the type the arithmetic runs in (unsigned for integers, so they wrap). */
+#define UPDATE_LOOP(T, U)                                                                          \
+  do {                                                                                             \
+    const T *src = gr_tensor_data(cur);                                                            \
+    const T *d = gr_tensor_data(delta);                                                            \
+    T *dst = gr_tensor_data(out);                                                                  \
+    if (sign > 0)                                                                                  \
+      for (int64_t i = 0; i < n; i++) dst[i] = (T)((U)src[i] + (U)d[i]);                           \
+    else                                                                                           \
+      for (int64_t i = 0; i < n; i++) dst[i] = (T)((U)src[i] - (U)d[i]);                           \
+  } while (0)
+
+static gr_status update_kernel(gr_kernel_ctx *ctx, int sign) {
+  gr_var *v = kernel_var(ctx);
+  if (!v) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  const gr_tensor *delta = &ctx->inputs[0];
+  gr_var_lock(v);
+  gr_tensor *cur = gr_var_value(v);
+  gr_status s = GR_OK;
+  if (!cur->buf) {
+    s = gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION, "variable '%s' is not initialised",
+                        gr_var_name(v));
+    goto done;
+  }
+  if (!gr_shape_equal(&cur->shape, &delta->shape)) {
+    char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+    s = gr_kernel_error(ctx, GR_ERR_SHAPE, "delta has shape %s but variable '%s' is %s",
+                        gr_shape_str(&delta->shape, a), gr_var_name(v),
+                        gr_shape_str(&cur->shape, b));
+    goto done;
+  }
+  gr_tensor fresh = gr_tensor_empty();
+  gr_tensor *out = cur;
+  if (!gr_tensor_is_unique(cur)) { /* someone still reads the old value: copy on write */
+    if ((s = gr_tensor_alloc(&fresh, cur->dtype, &cur->shape, ctx->err)) != GR_OK) goto done;
+    out = &fresh;
+  }
+  int64_t n = gr_tensor_num_elements(cur);
+  switch (cur->dtype) {
+    case GR_F32:
+      UPDATE_LOOP(float, float);
+      break;
+    case GR_F64:
+      UPDATE_LOOP(double, double);
+      break;
+    case GR_I32:
+      UPDATE_LOOP(int32_t, uint32_t);
+      break;
+    case GR_I64:
+      UPDATE_LOOP(int64_t, uint64_t);
+      break;
+    case GR_U8:
+      UPDATE_LOOP(uint8_t, uint32_t);
+      break;
+    default:
+      s = gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype");
+      break;
+  }
+  if (out == &fresh) {
+    gr_tensor_release(cur);
+    *cur = fresh;
+  }
+  if (s == GR_OK) gr_kernel_set_output(ctx, 0, cur);
+done:
+  gr_var_unlock(v);
+  return s;
+}
+
+static gr_status assign_add_kernel(gr_kernel_ctx *ctx) {
+  return update_kernel(ctx, +1);
+}
+static gr_status assign_sub_kernel(gr_kernel_ctx *ctx) {
+  return update_kernel(ctx, -1);
+}
+
+static const gr_attr_spec assign_attrs[] = {{"var", GR_ATTR_STRING, true, {0}},
+                                            {"dtype", GR_ATTR_DTYPE, true, {0}},
+                                            {"shape", GR_ATTR_SHAPE, true, {0}}};
+
+#define DEFINE_ASSIGN(NAME, DOC, IN, FLAGS)                                                        \
+  const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
+                                  .doc = DOC,                                                      \
+                                  .min_inputs = 1,                                                 \
+                                  .max_inputs = 1,                                                 \
+                                  .input_names = (const char *const[]){IN},                        \
+                                  .num_outputs = 1,                                                \
+                                  .attrs = assign_attrs,                                           \
+                                  .num_attrs = 3,                                                  \
+                                  .shape_fn = assign_shape,                                        \
+                                  .kernel = NAME##_kernel,                                         \
+                                  .flags = GR_OP_STATEFUL | (FLAGS)};
+DEFINE_ASSIGN(assign, "sets a variable (attr var) to value; returns it", "value", 0)
+DEFINE_ASSIGN(assign_add, "adds delta to a variable in place; returns the new value", "delta",
+              GR_OP_VARIABLE)
+DEFINE_ASSIGN(assign_sub, "subtracts delta from a variable in place; returns the new value",
+              "delta", GR_OP_VARIABLE)
+
+/* ---- builders ------------------------------------------------------------------ */
+
+static gr_output fail(gr_graph *g, gr_status code, const char *fmt, const char *a, const char *b) {
+  gr_error e;
+  gr_error_set(&e, code, fmt, a, b);
+  gr_graph_set_error(g, &e);
+  return (gr_output){NULL, 0};
+}
+
+gr_output gr_variable(gr_graph *g, const char *name, gr_output initial_value) {
+  if (!initial_value.node) return (gr_output){NULL, 0};
+  if (!name || !*name)
+    return fail(g, GR_ERR_INVALID_ARGUMENT, "variable %s%s needs a name", "", "");
+  const char *scope = gr_graph_name_scope(g);
+  size_t len = strlen(scope) + strlen(name) + 8;
+  char *full = gr_graph_alloc(g, len), *init_name = gr_graph_alloc(g, len);
+  if (!full || !init_name) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory%s%s", "", "");
+  snprintf(full, len, "%s%s%s", scope, *scope ? "/" : "", name);
+  snprintf(init_name, len, "%s/init", name);
+  if (gr_graph_find_node(g, full))
+    return fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (variable %s)", full, name);
+  const gr_node *iv = initial_value.node;
+  gr_dtype dt = iv->out_dtypes[initial_value.index];
+  gr_shape sh = iv->out_shapes[initial_value.index];
+  if (!gr_shape_is_fully_known(&sh)) {
+    char b[GR_SHAPE_STR_MAX];
+    return fail(g, GR_ERR_SHAPE, "variable '%s': initial value has a partly unknown shape %s", full,
+                gr_shape_str(&sh, b));
+  }
+  gr_attr aa[] = {gr_attr_string("var", full), gr_attr_dtype("dtype", dt),
+                  gr_attr_shape("shape", sh)};
+  gr_output init = gr_ops_build(g, "assign", init_name, &initial_value, 1, aa, 3);
+  if (!init.node) return init;
+  gr_attr va[] = {gr_attr_string("var", full), gr_attr_dtype("dtype", dt),
+                  gr_attr_shape("shape", sh), gr_attr_string("initializer", init.node->name)};
+  gr_output v = gr_ops_build(g, "variable", name, NULL, 0, va, 4);
+  if (v.node && strcmp(v.node->name, full) != 0)
+    return fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (variable %s)", full, name);
+  return v;
+}
+
+static gr_output build_update(gr_graph *g, const char *op, gr_output var, gr_output value) {
+  if (!var.node || !value.node) return (gr_output){NULL, 0};
+  if (!(var.node->op->flags & GR_OP_VARIABLE))
+    return fail(g, GR_ERR_INVALID_ARGUMENT, "%s: '%s' is not a variable", op, var.node->name);
+  const gr_node *vn = var.node;
+  gr_attr a[] = {gr_attr_string("var", gr_node_attr_string(vn, "var", vn->name)),
+                 gr_attr_dtype("dtype", vn->out_dtypes[0]),
+                 gr_attr_shape("shape", vn->out_shapes[0])};
+  return gr_ops_build(g, op, NULL, &value, 1, a, 3);
+}
+
+gr_output gr_assign(gr_graph *g, gr_output var, gr_output value) {
+  return build_update(g, "assign", var, value);
+}
+gr_output gr_assign_add(gr_graph *g, gr_output var, gr_output delta) {
+  return build_update(g, "assign_add", var, delta);
+}
+gr_output gr_assign_sub(gr_graph *g, gr_output var, gr_output delta) {
+  return build_update(g, "assign_sub", var, delta);
+}

@@ -1,0 +1,156 @@
+/* Graph building: names and scopes, device scopes, control dependencies,
+ * attrs with defaults, shape inference at add time, sticky errors. */
+#include <graphrun.h>
+
+#include "gr_test.h"
+
+static void test_names_and_scopes(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output a = gr_const_f32(g, 1);
+  gr_output b = gr_const_f32(g, 2);
+  GR_CHECK(strcmp(a.node->name, "const") == 0);
+  GR_CHECK(strcmp(b.node->name, "const_1") == 0);
+  GR_CHECK_OK(gr_graph_push_name_scope(g, "layer1"), *gr_graph_error(g));
+  gr_output c = gr_add(g, a, b);
+  GR_CHECK(strcmp(c.node->name, "layer1/add") == 0);
+  gr_graph_push_name_scope(g, "inner");
+  gr_output d = gr_add(g, c, b);
+  GR_CHECK(strcmp(d.node->name, "layer1/inner/add") == 0);
+  gr_graph_pop_name_scope(g);
+  gr_output e = gr_name(g, gr_add(g, c, c), "sum");
+  GR_CHECK(strcmp(e.node->name, "layer1/sum") == 0);
+  gr_graph_pop_name_scope(g);
+  GR_CHECK(strcmp(gr_graph_name_scope(g), "") == 0);
+  GR_CHECK(gr_graph_find_node(g, "layer1/sum") == e.node);
+  GR_CHECK(gr_graph_find_node(g, "layer1/add_1") == NULL);
+  /* explicitly named nodes: a clash gets a suffix for auto names */
+  gr_output f = gr_op(g, "add", "x", (gr_output[]){a, b}, 2, NULL, 0);
+  gr_output f2 = gr_op(g, "add", "x", (gr_output[]){a, b}, 2, NULL, 0);
+  GR_CHECK(strcmp(f.node->name, "x") == 0 && strcmp(f2.node->name, "x_1") == 0);
+  /* many nodes of one op stay unique and cheap to name */
+  for (int i = 0; i < 1000; i++) gr_add(g, a, b);
+  GR_CHECK(gr_graph_find_node(g, "add_999") != NULL);
+  GR_CHECK(gr_graph_error(g) == NULL);
+  GR_CHECK_EQ_INT(gr_graph_num_nodes(g), 1007);
+  for (int i = 0; i < gr_graph_num_nodes(g); i++) GR_CHECK(gr_graph_node(g, i)->id == i);
+  gr_graph_free(g);
+}
+
+static void test_device_scopes(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output a = gr_const_f32(g, 1);
+  GR_CHECK(strcmp(a.node->requested_device, "") == 0);
+  gr_graph_push_device_scope(g, "/job:worker/task:1");
+  gr_output b = gr_const_f32(g, 1);
+  gr_graph_push_device_scope(g, "/device:CPU:2");
+  gr_output c = gr_const_f32(g, 1);
+  gr_graph_push_device_scope(g, "/task:3");
+  gr_output d = gr_const_f32(g, 1);
+  gr_graph_pop_device_scope(g);
+  gr_graph_pop_device_scope(g);
+  gr_graph_pop_device_scope(g);
+  GR_CHECK(strcmp(b.node->requested_device, "/job:worker/task:1") == 0);
+  GR_CHECK(strcmp(c.node->requested_device, "/job:worker/task:1/device:CPU:2") == 0);
+  GR_CHECK(strcmp(d.node->requested_device, "/job:worker/task:3/device:CPU:2") == 0);
+  GR_CHECK(gr_graph_error(g) == NULL);
+  gr_graph_free(g);
+}
+
+static void test_control_deps_and_attrs(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output a = gr_const_f32(g, 1);
+  gr_output b = gr_const_f32(g, 2);
+  gr_graph_push_control_deps(g, &a, 1);
+  gr_output c = gr_identity(g, b);
+  gr_graph_push_control_deps(g, &b, 1);
+  gr_output d = gr_identity(g, b);
+  gr_graph_pop_control_deps(g);
+  gr_graph_pop_control_deps(g);
+  gr_output e = gr_identity(g, b);
+  GR_CHECK_EQ_INT(c.node->num_control_inputs, 1);
+  GR_CHECK(c.node->control_inputs[0] == a.node);
+  GR_CHECK_EQ_INT(d.node->num_control_inputs, 2);
+  GR_CHECK_EQ_INT(e.node->num_control_inputs, 0);
+  gr_output grp = gr_group(g, "all", (gr_output[]){c, d, e}, 3);
+  GR_CHECK_EQ_INT(grp.node->num_control_inputs, 3);
+  GR_CHECK_EQ_INT(grp.node->num_outputs, 0);
+  GR_CHECK_EQ_INT(grp.index, -1);
+  /* defaults are filled in */
+  gr_output m = gr_op(g, "matmul", NULL,
+                      (gr_output[]){gr_placeholder(g, "p", GR_F32, (gr_shape){2, {3, 4}}),
+                                    gr_placeholder(g, "q", GR_F32, (gr_shape){2, {4, 5}})},
+                      2, NULL, 0);
+  GR_CHECK(gr_node_attr(m.node, "transpose_a") != NULL);
+  GR_CHECK(gr_node_attr_bool(m.node, "transpose_b", true) == false);
+  char b2[GR_SHAPE_STR_MAX];
+  GR_CHECK(strcmp(gr_shape_str(&m.node->out_shapes[0], b2), "[3, 5]") == 0);
+  /* int attrs are accepted where floats are expected */
+  GR_CHECK(gr_graph_error(g) == NULL);
+  gr_graph_free(g);
+}
+
+static void test_shape_inference_unknown_dims(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F32, (gr_shape){2, {-1, 784}});
+  gr_output w = gr_placeholder(g, "w", GR_F32, (gr_shape){2, {784, 10}});
+  gr_output y = gr_matmul(g, x, w, false, false);
+  char b[GR_SHAPE_STR_MAX];
+  GR_CHECK(strcmp(gr_shape_str(&y.node->out_shapes[0], b), "[?, 10]") == 0);
+  gr_output u = gr_placeholder(g, "u", GR_F32, gr_shape_unknown());
+  gr_output s = gr_add(g, u, y);
+  GR_CHECK(s.node->out_shapes[0].rank == -1);
+  GR_CHECK(gr_graph_error(g) == NULL);
+  gr_graph_free(g);
+}
+
+static void test_sticky_errors(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output a = gr_const_f32(g, 1);
+  gr_output bad = gr_add(g, a, gr_const_i32(g, 1)); /* dtype error */
+  GR_CHECK(bad.node == NULL);
+  const gr_error *e = gr_graph_error(g);
+  GR_CHECK(e && e->code == GR_ERR_DTYPE);
+  char first[GR_ERROR_MSG_MAX];
+  strcpy(first, e->msg);
+  gr_output worse = gr_mul(g, bad, a); /* null input: no new error */
+  GR_CHECK(worse.node == NULL);
+  GR_CHECK(strcmp(gr_graph_error(g)->msg, first) == 0);
+  gr_output ok = gr_add(g, a, a); /* building continues */
+  GR_CHECK(ok.node != NULL);
+  gr_error err;
+  GR_CHECK(gr_session_new(g, NULL, &err) == NULL);
+  GR_CHECK_STR_CONTAINS(err.msg, "build error");
+  gr_graph_clear_error(g);
+  gr_session *s = gr_session_new(g, NULL, &err);
+  GR_CHECK(s != NULL);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+static void test_source_locations(void) {
+  gr_graph *g = gr_graph_new();
+  gr_graph_set_source_loc(g, "model.gr:7:12");
+  gr_output a = gr_placeholder(g, "a", GR_F32, (gr_shape){1, {3}});
+  gr_output b = gr_placeholder(g, "b", GR_F32, (gr_shape){1, {4}});
+  GR_CHECK(strcmp(a.node->source_loc, "model.gr:7:12") == 0);
+  gr_add(g, a, b);
+  const gr_error *e = gr_graph_error(g);
+  GR_CHECK(e && e->code == GR_ERR_SHAPE);
+  if (e) {
+    GR_CHECK(strncmp(e->msg, "model.gr:7:12: ", 15) == 0);
+    GR_CHECK_STR_CONTAINS(e->msg, "[3]");
+    GR_CHECK_STR_CONTAINS(e->msg, "[4]");
+    GR_CHECK_STR_CONTAINS(e->msg, "node 'add'");
+  }
+  gr_graph_free(g);
+}
+
+int main(void) {
+  GR_RUN(test_names_and_scopes);
+  GR_RUN(test_device_scopes);
+  GR_RUN(test_control_deps_and_attrs);
+  GR_RUN(test_shape_inference_unknown_dims);
+  GR_RUN(test_sticky_errors);
+  GR_RUN(test_source_locations);
+  return gr_test_finish();
+}

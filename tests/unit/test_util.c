@@ -1,0 +1,143 @@
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+uint64_t gt_next(gt_rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double gt_uniform(gt_rng *r, double lo, double hi) {
+  return lo + (hi - lo) * ((double)(gt_next(r) >> 11) * (1.0 / 9007199254740992.0));
+}
+
+int64_t gt_int(gt_rng *r, int64_t lo, int64_t hi) {
+  return lo + (int64_t)(gt_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+gr_shape gt_random_shape(gt_rng *r, int rank, int max_dim) {
+  gr_shape s = gr_shape_make(rank, NULL);
+  for (int i = 0; i < rank; i++) s.dims[i] = gt_int(r, 1, max_dim);
+  return s;
+}
+
+gr_tensor gt_random(gt_rng *r, gr_dtype dtype, gr_shape shape, double lo, double hi) {
+  gr_tensor t;
+  gr_error err;
+  if (gr_tensor_alloc(&t, dtype, &shape, &err) != GR_OK) return gr_tensor_empty();
+  int64_t n = gr_tensor_num_elements(&t);
+  for (int64_t i = 0; i < n; i++) {
+    double v = gt_uniform(r, lo, hi);
+    if (dtype == GR_BOOL)
+      v = gt_next(r) & 1;
+    else if (gr_dtype_is_integer(dtype))
+      v = floor(v + 0.5);
+    gr_tensor_set_f64(&t, i, v);
+  }
+  return t;
+}
+
+gr_tensor gt_make(gr_dtype dtype, gr_shape shape, const double *values) {
+  gr_tensor t;
+  gr_error err;
+  if (gr_tensor_alloc(&t, dtype, &shape, &err) != GR_OK) return gr_tensor_empty();
+  int64_t n = gr_tensor_num_elements(&t);
+  for (int64_t i = 0; i < n; i++) gr_tensor_set_f64(&t, i, values[i]);
+  return t;
+}
+
+gr_tensor gt_zeros(gr_dtype dtype, gr_shape shape) {
+  gr_tensor t;
+  gr_error err;
+  if (gr_tensor_alloc_zeros(&t, dtype, &shape, &err) != GR_OK) return gr_tensor_empty();
+  return t;
+}
+
+gr_status gt_run_op(const char *op, const gr_tensor *inputs, int n, const gr_attr *attrs, int na,
+                    gr_tensor *outs, int nout, gr_error *err) {
+  gr_graph *g = gr_graph_new();
+  gr_output in[16];
+  gr_feed feeds[16];
+  for (int i = 0; i < n && i < 16; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    in[i] = gr_placeholder(g, name, inputs[i].dtype, inputs[i].shape);
+    feeds[i] = (gr_feed){in[i], &inputs[i]};
+  }
+  gr_output o = gr_op(g, op, NULL, in, n, attrs, na);
+  gr_status s;
+  if (gr_graph_error(g)) {
+    if (err) *err = *gr_graph_error(g);
+    s = gr_graph_error(g)->code;
+    gr_graph_free(g);
+    return s;
+  }
+  gr_output fetches[16];
+  for (int i = 0; i < nout && i < 16; i++) fetches[i] = gr_output_at(o, i);
+  gr_session_options opts = {.inter_op_threads = 1};
+  gr_session *sess = gr_session_new(g, &opts, err);
+  if (!sess) {
+    gr_graph_free(g);
+    return err ? err->code : GR_ERR_INTERNAL;
+  }
+  s = gr_session_run(sess, feeds, n, fetches, nout, outs, nout ? NULL : &o, nout ? 0 : 1, err);
+  gr_session_free(sess);
+  gr_graph_free(g);
+  return s;
+}
+
+static bool same_shape(const gr_tensor *got, const gr_tensor *want) {
+  if (got->dtype != want->dtype) {
+    fprintf(stderr, "  dtype %s, want %s\n", gr_dtype_name(got->dtype), gr_dtype_name(want->dtype));
+    return false;
+  }
+  if (!gr_shape_equal(&got->shape, &want->shape)) {
+    char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+    fprintf(stderr, "  shape %s, want %s\n", gr_shape_str(&got->shape, a),
+            gr_shape_str(&want->shape, b));
+    return false;
+  }
+  return true;
+}
+
+bool gt_near(const gr_tensor *got, const gr_tensor *want, double rtol, double atol) {
+  if (!got->buf || !want->buf) {
+    fprintf(stderr, "  empty tensor\n");
+    return false;
+  }
+  if (!same_shape(got, want)) return false;
+  int64_t n = gr_tensor_num_elements(got);
+  for (int64_t i = 0; i < n; i++) {
+    double a = gr_tensor_get_f64(got, i), b = gr_tensor_get_f64(want, i);
+    if (isnan(a) && isnan(b)) continue;
+    if (isinf(a) && isinf(b) && (a > 0) == (b > 0)) continue;
+    if (!(fabs(a - b) <= atol + rtol * fabs(b))) {
+      fprintf(stderr, "  element %lld: got %.9g, want %.9g\n", (long long)i, a, b);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool gt_equal(const gr_tensor *got, const gr_tensor *want) {
+  return gt_near(got, want, 0, 0);
+}
+
+void gt_strides(const gr_shape *s, int64_t *strides) {
+  int64_t st = 1;
+  for (int i = s->rank - 1; i >= 0; i--) {
+    strides[i] = st;
+    st *= s->dims[i];
+  }
+}
+
+void gt_unravel(const gr_shape *s, int64_t flat, int64_t *idx) {
+  for (int i = s->rank - 1; i >= 0; i--) {
+    idx[i] = s->dims[i] ? flat % s->dims[i] : 0;
+    flat = s->dims[i] ? flat / s->dims[i] : 0;
+  }
+}

@@ -1,0 +1,44 @@
+/* Helpers for op tests: random tensors, running one op on given inputs, and
+ * comparing with a plain double-precision reference. */
+#ifndef GR_TEST_UTIL_H
+#define GR_TEST_UTIL_H
+
+#include <graphrun.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Deterministic test RNG (splitmix64). */
+typedef struct gt_rng {
+  uint64_t s;
+} gt_rng;
+uint64_t gt_next(gt_rng *r);
+double gt_uniform(gt_rng *r, double lo, double hi);
+int64_t gt_int(gt_rng *r, int64_t lo, int64_t hi); /* inclusive */
+/* A random shape of the given rank with dims in [1, max_dim]. */
+gr_shape gt_random_shape(gt_rng *r, int rank, int max_dim);
+
+/* A tensor with uniform values in [lo, hi] (integers rounded; bool: random). */
+gr_tensor gt_random(gt_rng *r, gr_dtype dtype, gr_shape shape, double lo, double hi);
+/* A tensor from doubles (converted to dtype). */
+gr_tensor gt_make(gr_dtype dtype, gr_shape shape, const double *values);
+/* A tensor of the given shape and dtype, values uninitialised→zero. */
+gr_tensor gt_zeros(gr_dtype dtype, gr_shape shape);
+
+/* Builds a graph with one placeholder per input (fed with inputs[i]) and one
+ * node of op `op` with the attrs, runs it and returns its outputs (each holds
+ * a reference). Returns the build or run status; err gets the message. */
+gr_status gt_run_op(const char *op, const gr_tensor *inputs, int n, const gr_attr *attrs, int na,
+                    gr_tensor *outs, int nout, gr_error *err);
+
+/* |a - b| <= atol + rtol * |b| elementwise, same dtype and shape. On
+ * mismatch prints where and returns false. */
+bool gt_near(const gr_tensor *got, const gr_tensor *want, double rtol, double atol);
+/* Same shape, every element equal (as doubles). */
+bool gt_equal(const gr_tensor *got, const gr_tensor *want);
+
+/* Row-major strides of a shape (elements). */
+void gt_strides(const gr_shape *s, int64_t *strides);
+/* Flat index -> multi-index for a shape. */
+void gt_unravel(const gr_shape *s, int64_t flat, int64_t *idx);
+
+#endif
