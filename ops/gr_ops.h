@@ -174,4 +174,34 @@ gr_output gr_truncated_normal(gr_graph *g, gr_dtype dtype, gr_shape shape, doubl
 /* Uniform in +-sqrt(6 / (fan_in + fan_out)), fans from the shape. */
 gr_output gr_glorot_uniform(gr_graph *g, gr_dtype dtype, gr_shape shape, int64_t seed);
 
+/* ---- automatic differentiation (autodiff.c) ----------------------------------- */
+
+/* Adds nodes computing d(sum of ys)/d(xs[i]) into dxs[i], walking back from
+ * ys through each op's gradient function and summing the contributions of
+ * several consumers. grad_ys: NULL, or one seed gradient per y (default: ones).
+ * An x that the ys do not depend on gets zeros, or a null output when
+ * null_for_unconnected. Gradient nodes are colocated with their forward node
+ * and named "gradients/...". Returns the graph's error status. */
+gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
+                       const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs);
+
+/* ---- optimizers (optimizers.c) --------------------------------------------------- */
+
+typedef enum gr_optimizer_kind { GR_OPT_SGD, GR_OPT_MOMENTUM, GR_OPT_ADAM } gr_optimizer_kind;
+
+typedef struct gr_optimizer {
+  gr_optimizer_kind kind;
+  double learning_rate;
+  double momentum; /* momentum */
+  bool nesterov;   /* momentum */
+  double beta1, beta2, epsilon; /* adam; 0 means the defaults 0.9, 0.999, 1e-8 */
+} gr_optimizer;
+
+/* Gradients of loss with respect to var_list (NULL/0: every variable loss
+ * depends on) and one update op per variable, grouped into the returned
+ * train op (run it as a target). Slot variables (momentum, Adam moments) are
+ * created next to their variable as "VAR/SLOT". */
+gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
+                      const gr_output *var_list, int n);
+
 #endif

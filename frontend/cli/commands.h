@@ -1,0 +1,19 @@
+/* The subcommands of the `graphrun` tool: one file cmd_NAME.c each in
+ * frontend/cli/, each a `int gr_cmd_NAME(int argc, char **argv)` returning
+ * the process exit code (0 ok, 1 runtime failure, 2 usage or input error),
+ * listed once in GR_COMMAND_LIST. argv[0] is the subcommand's name. */
+#ifndef GR_CLI_COMMANDS_H
+#define GR_CLI_COMMANDS_H
+
+#define GR_EXIT_OK      0
+#define GR_EXIT_FAILURE 1
+#define GR_EXIT_USAGE   2
+
+/* X(name, one-line summary) */
+#define GR_COMMAND_LIST(X) X(ops, "list the registered ops with their inputs and attrs")
+
+#define GR_X_CMD_DECL(name, summary) int gr_cmd_##name(int argc, char **argv);
+GR_COMMAND_LIST(GR_X_CMD_DECL)
+#undef GR_X_CMD_DECL
+
+#endif
