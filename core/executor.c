@@ -326,6 +326,9 @@ void gr_executor_free(gr_executor *e) {
     run_state_free(st);
     st = n;
   }
+  for (int i = 0; e->states && i < e->num_real; i++)
+    if (e->states[i] && e->nodes[i].node->op->state_free)
+      e->nodes[i].node->op->state_free(e->states[i]);
   pthread_mutex_destroy(&e->mu);
   free(e->nodes);
   free(e->edges);

@@ -36,7 +36,9 @@ typedef enum gr_op_flags {
   GR_OP_EXPENSIVE = 1 << 4,    /* run on the thread pool rather than inline */
   GR_OP_PLACEHOLDER = 1 << 5,  /* must be fed */
   GR_OP_CONSTANT = 1 << 6,     /* value in tensor attr "value"; seen by shape functions */
-  GR_OP_VARIABLE = 1 << 7,     /* needs the variable named by string attr "var" initialised */
+  GR_OP_VARIABLE = 1 << 7,     /* needs the variables named by string attrs "var" and
+                                  "slot*" initialised */
+  GR_OP_NO_GRADIENT = 1 << 8,  /* differentiable-looking but its gradient is zero */
 } gr_op_flags;
 
 typedef struct gr_attr_spec {
@@ -66,9 +68,11 @@ typedef struct gr_op_def {
   /* Optional; default: one flop per output element, bytes of inputs + outputs. */
   void (*cost_fn)(const gr_node *node, gr_cost *out);
   gr_status (*kernel)(gr_kernel_ctx *ctx);
-  /* Optional; filled in by the autodiff issue. */
+  /* Optional: builds the gradient nodes (see gr_grad_ctx in ops/gr_ops.h). */
   gr_status (*grad_fn)(struct gr_grad_ctx *ctx);
   unsigned flags;
+  /* Optional: frees what the kernel left in *ctx->state, when the executor goes. */
+  void (*state_free)(void *state);
 } gr_op_def;
 
 /* ---- shape inference ---------------------------------------------------- */

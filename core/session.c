@@ -275,28 +275,53 @@ done:
   return st;
 }
 
-/* Initialises the variables among vars that have no value yet. */
-static gr_status init_vars(gr_session *s, gr_node **vars, int n, gr_error *err) {
-  gr_output *inits = malloc(sizeof(gr_output) * ((size_t)n + 1));
-  if (!inits) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  int ni = 0;
-  gr_status st = GR_OK;
-  for (int i = 0; i < n; i++) {
-    const char *name = gr_node_attr_string(vars[i], "var", vars[i]->name);
-    gr_var *v = gr_resource_mgr_find_var(s->resources, name);
-    if (v && gr_var_is_initialized(v)) continue;
-    /* the variable node of that name carries the initialiser */
-    gr_node *vnode = gr_graph_find_node(s->graph, name);
-    const char *init = vnode ? gr_node_attr_string(vnode, "initializer", "") : "";
-    gr_node *in = init[0] ? gr_graph_find_node(s->graph, init) : NULL;
-    if (!in || s->opts.no_auto_init) {
-      st = gr_error_set(err, GR_ERR_FAILED_PRECONDITION, "variable '%s' is not initialised%s", name,
+/* Does this attr name a variable the node needs ("var" or "slot*")? */
+static bool names_variable(const gr_attr *at) {
+  return at->value.type == GR_ATTR_STRING &&
+         (strcmp(at->name, "var") == 0 || strncmp(at->name, "slot", 4) == 0);
+}
+
+typedef struct init_list {
+  gr_output *v;
+  int n, cap;
+} init_list;
+
+/* Adds the initialiser of variable `name` to the list unless the variable has
+ * a value or its initialiser is listed already. */
+static gr_status add_initializer(gr_session *s, const char *name, init_list *l, gr_error *err) {
+  gr_var *v = gr_resource_mgr_find_var(s->resources, name);
+  if (v && gr_var_is_initialized(v)) return GR_OK;
+  for (int k = 0; k < l->n; k++)
+    if (strcmp(gr_node_attr_string(l->v[k].node, "var", ""), name) == 0) return GR_OK;
+  /* the variable node of that name carries the initialiser */
+  gr_node *vnode = gr_graph_find_node(s->graph, name);
+  const char *init = vnode ? gr_node_attr_string(vnode, "initializer", "") : "";
+  gr_node *in = init[0] ? gr_graph_find_node(s->graph, init) : NULL;
+  if (!in || s->opts.no_auto_init)
+    return gr_error_set(err, GR_ERR_FAILED_PRECONDITION, "variable '%s' is not initialised%s", name,
                         in ? " (auto-initialisation is off: run its initialiser first)"
                            : " and has no initialiser");
-      break;
-    }
-    inits[ni++] = (gr_output){in, 0};
+  if (l->n == l->cap) {
+    int cap = l->cap ? l->cap * 2 : 16;
+    gr_output *more = realloc(l->v, sizeof(gr_output) * (size_t)cap);
+    if (!more) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    l->v = more;
+    l->cap = cap;
   }
+  l->v[l->n++] = (gr_output){in, 0};
+  return GR_OK;
+}
+
+/* Initialises the variables that the nodes in vars need and that have no value yet. */
+static gr_status init_vars(gr_session *s, gr_node **vars, int n, gr_error *err) {
+  init_list l = {NULL, 0, 0};
+  gr_status st = GR_OK;
+  for (int i = 0; i < n && st == GR_OK; i++)
+    for (int a = 0; a < vars[i]->num_attrs && st == GR_OK; a++)
+      if (names_variable(&vars[i]->attrs[a]))
+        st = add_initializer(s, vars[i]->attrs[a].value.s, &l, err);
+  gr_output *inits = l.v;
+  int ni = l.n;
   if (st == GR_OK && ni > 0) {
     if (s->init_depth >= GR_INIT_DEPTH_MAX) {
       st = gr_error_set(err, GR_ERR_FAILED_PRECONDITION,

@@ -729,7 +729,17 @@ static gr_status pad_kernel(gr_kernel_ctx *ctx) {
                                   .num_attrs = sizeof NAME##_attrs / sizeof(gr_attr_spec),         \
                                   .shape_fn = NAME##_shape,                                        \
                                   .cost_fn = move_cost,                                            \
-                                  .kernel = NAME##_kernel};
+                                  .kernel = NAME##_kernel,                                         \
+                                  .grad_fn = NAME##_grad};
+
+/* gradients live in array_index_grad.c */
+#define concat_grad  gr_ops_concat_grad
+#define split_grad   gr_ops_split_grad
+#define slice_grad   gr_ops_slice_grad
+#define gather_grad  gr_ops_gather_grad
+#define one_hot_grad NULL
+#define tile_grad    gr_ops_tile_grad
+#define pad_grad     gr_ops_pad_grad
 
 static const char *const x_names[] = {"x"}, *const values_names[] = {"values"};
 static const char *const gather_names[] = {"params", "indices"}, *const indices_names[] = {

@@ -498,6 +498,26 @@ static gr_status ones_like_kernel(gr_kernel_ctx *ctx) {
 static const char *const x_name[] = {"x"};
 
 static const gr_attr_spec reshape_attrs[] = {{"shape", GR_ATTR_SHAPE, true, {0}}};
+/* ---- gradients ------------------------------------------------------------------ */
+
+/* reshape, expand_dims, squeeze: the gradient is dy viewed with x's shape */
+static gr_status view_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_reshape_like(c->graph, c->grads[0], gr_grad_x(c, 0));
+  return GR_OK;
+}
+/* transpose by the inverse permutation (empty perm: reversal, its own inverse) */
+static gr_status transpose_grad(gr_grad_ctx *c) {
+  const gr_attr_value *p = gr_node_attr(c->node, "perm");
+  int n = p->ints.n;
+  int64_t inv[GR_MAX_RANK];
+  for (int i = 0; i < n && i < GR_MAX_RANK; i++) {
+    int64_t k = p->ints.v[i] < 0 ? p->ints.v[i] + n : p->ints.v[i];
+    if (k >= 0 && k < n) inv[k] = i;
+  }
+  c->dinputs[0] = gr_transpose(c->graph, c->grads[0], n ? inv : NULL, n);
+  return GR_OK;
+}
+
 const gr_op_def gr_op_reshape = {.name = "reshape",
                                  .doc = "a view of x with attr shape (one dim may be -1)",
                                  .min_inputs = 1,
@@ -508,7 +528,8 @@ const gr_op_def gr_op_reshape = {.name = "reshape",
                                  .num_attrs = 1,
                                  .shape_fn = reshape_shape,
                                  .cost_fn = free_cost,
-                                 .kernel = reshape_kernel};
+                                 .kernel = reshape_kernel,
+                                 .grad_fn = view_grad};
 
 static const gr_attr_spec transpose_attrs[] = {
     {"perm", GR_ATTR_INTS, false, {.type = GR_ATTR_INTS, .ints = {0, NULL}}}};
@@ -522,7 +543,8 @@ const gr_op_def gr_op_transpose = {.name = "transpose",
                                    .num_attrs = 1,
                                    .shape_fn = transpose_shape,
                                    .cost_fn = copy_cost,
-                                   .kernel = transpose_kernel};
+                                   .kernel = transpose_kernel,
+                                   .grad_fn = transpose_grad};
 
 static const gr_attr_spec expand_dims_attrs[] = {
     {"axis", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
@@ -536,7 +558,8 @@ const gr_op_def gr_op_expand_dims = {.name = "expand_dims",
                                      .num_attrs = 1,
                                      .shape_fn = expand_dims_shape,
                                      .cost_fn = free_cost,
-                                     .kernel = expand_dims_kernel};
+                                     .kernel = expand_dims_kernel,
+                                     .grad_fn = view_grad};
 
 static const gr_attr_spec squeeze_attrs[] = {
     {"axes", GR_ATTR_INTS, false, {.type = GR_ATTR_INTS, .ints = {0, NULL}}}};
@@ -550,7 +573,8 @@ const gr_op_def gr_op_squeeze = {.name = "squeeze",
                                  .num_attrs = 1,
                                  .shape_fn = squeeze_shape,
                                  .cost_fn = free_cost,
-                                 .kernel = squeeze_kernel};
+                                 .kernel = squeeze_kernel,
+                                 .grad_fn = view_grad};
 
 const gr_op_def gr_op_shape = {.name = "shape",
                                .doc = "the runtime shape of x as an i64 vector",
@@ -581,7 +605,8 @@ const gr_op_def gr_op_zeros_like = {.name = "zeros_like",
                                     .input_names = x_name,
                                     .num_outputs = 1,
                                     .shape_fn = gr_shape_fn_unchanged,
-                                    .kernel = zeros_like_kernel};
+                                    .kernel = zeros_like_kernel,
+                                    .flags = GR_OP_NO_GRADIENT};
 
 const gr_op_def gr_op_ones_like = {.name = "ones_like",
                                    .doc = "ones of the dtype and shape of x",
@@ -590,7 +615,8 @@ const gr_op_def gr_op_ones_like = {.name = "ones_like",
                                    .input_names = x_name,
                                    .num_outputs = 1,
                                    .shape_fn = gr_shape_fn_unchanged,
-                                   .kernel = ones_like_kernel};
+                                   .kernel = ones_like_kernel,
+                                   .flags = GR_OP_NO_GRADIENT};
 
 /* ---- builders ------------------------------------------------------------------------------ */
 

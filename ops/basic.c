@@ -68,6 +68,11 @@ static gr_status identity_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+static gr_status identity_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = c->grads[0];
+  return GR_OK;
+}
+
 const gr_op_def gr_op_identity = {.name = "identity",
                                   .doc = "the input, unchanged (no copy)",
                                   .min_inputs = 1,
@@ -76,7 +81,8 @@ const gr_op_def gr_op_identity = {.name = "identity",
                                   .num_outputs = 1,
                                   .shape_fn = gr_shape_fn_unchanged,
                                   .cost_fn = free_cost,
-                                  .kernel = identity_kernel};
+                                  .kernel = identity_kernel,
+                                  .grad_fn = identity_grad};
 
 /* ---- no_op -------------------------------------------------------------------- */
 

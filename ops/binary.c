@@ -284,6 +284,69 @@ COMPARE_OP(greater_equal, >=)
 LOGICAL_OP(logical_and, &&)
 LOGICAL_OP(logical_or, ||)
 
+/* ---- gradients ------------------------------------------------------------------
+ * d/da and d/db, each summed down to its input's shape (sum_like undoes the
+ * broadcasting). Comparisons and logical ops give bools: no gradient. */
+
+static gr_status add_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_sum_like(c->graph, c->grads[0], gr_grad_x(c, 0));
+  c->dinputs[1] = gr_sum_like(c->graph, c->grads[0], gr_grad_x(c, 1));
+  return GR_OK;
+}
+static gr_status sub_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_sum_like(c->graph, c->grads[0], gr_grad_x(c, 0));
+  c->dinputs[1] = gr_sum_like(c->graph, gr_neg(c->graph, c->grads[0]), gr_grad_x(c, 1));
+  return GR_OK;
+}
+static gr_status mul_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output a = gr_grad_x(c, 0), b = gr_grad_x(c, 1), dy = c->grads[0];
+  c->dinputs[0] = gr_sum_like(g, gr_mul(g, dy, b), a);
+  c->dinputs[1] = gr_sum_like(g, gr_mul(g, dy, a), b);
+  return GR_OK;
+}
+static gr_status div_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output a = gr_grad_x(c, 0), b = gr_grad_x(c, 1), y = gr_grad_y(c, 0), dy = c->grads[0];
+  c->dinputs[0] = gr_sum_like(g, gr_div(g, dy, b), a);
+  c->dinputs[1] = gr_sum_like(g, gr_neg(g, gr_div(g, gr_mul(g, dy, y), b)), b); /* -dy a / b^2 */
+  return GR_OK;
+}
+static gr_status pow_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output a = gr_grad_x(c, 0), b = gr_grad_x(c, 1), y = gr_grad_y(c, 0), dy = c->grads[0];
+  gr_output bm1 = gr_sub(g, b, gr_grad_scalar(c, b, 1));
+  c->dinputs[0] = gr_sum_like(g, gr_mul(g, dy, gr_mul(g, b, gr_pow(g, a, bm1))), a);
+  /* d/db = y log a, taken as 0 where a <= 0 (as TensorFlow does) */
+  gr_output pos = gr_greater(g, a, gr_grad_scalar(c, a, 0));
+  gr_output safe_a = gr_select(g, pos, a, gr_ones_like(g, a));
+  gr_output loga = gr_select(g, pos, gr_log(g, safe_a), gr_zeros_like(g, a));
+  c->dinputs[1] = gr_sum_like(g, gr_mul(g, dy, gr_mul(g, y, loga)), b);
+  return GR_OK;
+}
+/* The gradient goes to a where mask holds, else to b (ties go to a). */
+static gr_status select_between(gr_grad_ctx *c, gr_output mask) {
+  gr_graph *g = c->graph;
+  gr_output dy = c->grads[0], zeros = gr_zeros_like(g, dy);
+  c->dinputs[0] = gr_sum_like(g, gr_select(g, mask, dy, zeros), gr_grad_x(c, 0));
+  c->dinputs[1] = gr_sum_like(g, gr_select(g, mask, zeros, dy), gr_grad_x(c, 1));
+  return GR_OK;
+}
+static gr_status maximum_grad(gr_grad_ctx *c) {
+  return select_between(c, gr_greater_equal(c->graph, gr_grad_x(c, 0), gr_grad_x(c, 1)));
+}
+static gr_status minimum_grad(gr_grad_ctx *c) {
+  return select_between(c, gr_less_equal(c->graph, gr_grad_x(c, 0), gr_grad_x(c, 1)));
+}
+#define equal_grad         NULL
+#define not_equal_grad     NULL
+#define less_grad          NULL
+#define less_equal_grad    NULL
+#define greater_grad       NULL
+#define greater_equal_grad NULL
+#define logical_and_grad   NULL
+#define logical_or_grad    NULL
+
 static const char *const ab_names[] = {"a", "b"};
 
 #define DEFINE_BINARY(NAME, SHAPE, DOC)                                                            \
@@ -294,7 +357,8 @@ static const char *const ab_names[] = {"a", "b"};
                                   .input_names = ab_names,                                         \
                                   .num_outputs = 1,                                                \
                                   .shape_fn = SHAPE,                                               \
-                                  .kernel = NAME##_kernel};                                        \
+                                  .kernel = NAME##_kernel,                                         \
+                                  .grad_fn = NAME##_grad};                                         \
   gr_output gr_##NAME(gr_graph *g, gr_output a, gr_output b) {                                     \
     gr_output in[2] = {a, b};                                                                      \
     return gr_ops_build(g, #NAME, NULL, in, 2, NULL, 0);                                           \

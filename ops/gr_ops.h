@@ -185,6 +185,32 @@ gr_output gr_glorot_uniform(gr_graph *g, gr_dtype dtype, gr_shape shape, int64_t
 gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
                        const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs);
 
+/* What an op's gradient function gets and fills (gr_op_def.grad_fn): the
+ * forward node, the gradient flowing into each of its outputs (a null output
+ * where none flows; at least one is set), and it sets dinputs[i] to the
+ * gradient for input i (leave null for none). It builds nodes with the
+ * builder functions on ctx->graph; errors are the graph's sticky errors. */
+struct gr_grad_ctx {
+  gr_graph *graph;
+  const gr_node *node;
+  const gr_output *grads; /* node->num_outputs entries */
+  gr_output *dinputs;     /* node->num_inputs entries, preset to null */
+};
+typedef struct gr_grad_ctx gr_grad_ctx;
+
+/* Helper ops used by gradients (grad_ops.c). */
+/* grad summed down to the runtime shape of `like` (undoes broadcasting). */
+gr_output gr_sum_like(gr_graph *g, gr_output grad, gr_output like);
+/* y (the result of reducing `like` over axes, with or without keepdims)
+ * broadcast back to like's runtime shape; divided by the number of reduced
+ * elements when mean. */
+gr_output gr_broadcast_like(gr_graph *g, gr_output y, gr_output like, const int64_t *axes, int n,
+                            bool keepdims, bool mean);
+/* x reshaped to like's runtime shape. */
+gr_output gr_reshape_like(gr_graph *g, gr_output x, gr_output like);
+/* The identity whose gradient is zero. */
+gr_output gr_stop_gradient(gr_graph *g, gr_output x);
+
 /* ---- optimizers (optimizers.c) --------------------------------------------------- */
 
 typedef enum gr_optimizer_kind { GR_OPT_SGD, GR_OPT_MOMENTUM, GR_OPT_ADAM } gr_optimizer_kind;

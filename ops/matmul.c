@@ -85,6 +85,32 @@ static void matmul_cost(const gr_node *n, gr_cost *c) {
   c->bytes = es * (m * k + k * nn + m * nn);
 }
 
+/* C = op(A) op(B), G = dC:
+ *   A B:     dA = G B^T,     dB = A^T G
+ *   A^T B:   dA = B G^T,     dB = A G
+ *   A B^T:   dA = G B,       dB = G^T A
+ *   A^T B^T: dA = B^T G^T,   dB = G^T A^T */
+static gr_status matmul_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output a = gr_grad_x(c, 0), b = gr_grad_x(c, 1), dy = c->grads[0];
+  bool ta = gr_node_attr_bool(c->node, "transpose_a", false);
+  bool tb = gr_node_attr_bool(c->node, "transpose_b", false);
+  if (!ta && !tb) {
+    c->dinputs[0] = gr_matmul(g, dy, b, false, true);
+    c->dinputs[1] = gr_matmul(g, a, dy, true, false);
+  } else if (ta && !tb) {
+    c->dinputs[0] = gr_matmul(g, b, dy, false, true);
+    c->dinputs[1] = gr_matmul(g, a, dy, false, false);
+  } else if (!ta && tb) {
+    c->dinputs[0] = gr_matmul(g, dy, b, false, false);
+    c->dinputs[1] = gr_matmul(g, dy, a, true, false);
+  } else {
+    c->dinputs[0] = gr_matmul(g, b, dy, true, true);
+    c->dinputs[1] = gr_matmul(g, dy, a, true, true);
+  }
+  return GR_OK;
+}
+
 static const gr_attr_spec matmul_attrs[] = {
     {"transpose_a", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}},
     {"transpose_b", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}}};
@@ -99,7 +125,8 @@ const gr_op_def gr_op_matmul = {.name = "matmul",
                                 .num_attrs = 2,
                                 .shape_fn = matmul_shape,
                                 .cost_fn = matmul_cost,
-                                .kernel = matmul_kernel};
+                                .kernel = matmul_kernel,
+                                .grad_fn = matmul_grad};
 
 gr_output gr_matmul(gr_graph *g, gr_output a, gr_output b, bool transpose_a, bool transpose_b) {
   gr_output in[2] = {a, b};

@@ -61,15 +61,38 @@ static gr_status float_unary_shape(gr_shape_ctx *ctx) {
                                   .input_names = x_names,                                          \
                                   .num_outputs = 1,                                                \
                                   .shape_fn = float_unary_shape,                                   \
-                                  .kernel = NAME##_kernel};                                        \
+                                  .kernel = NAME##_kernel,                                         \
+                                  .grad_fn = NAME##_grad};                                         \
   gr_output gr_##NAME(gr_graph *g, gr_output x) {                                                  \
     return gr_ops_build(g, #NAME, NULL, &x, 1, NULL, 0);                                           \
   }
+
+static gr_status relu_grad_fn(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_relu_grad(c->graph, c->grads[0], gr_grad_y(c, 0));
+  return GR_OK;
+}
+#define relu_grad relu_grad_fn
+/* dy y (1 - y) */
+static gr_status sigmoid_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output y = gr_grad_y(c, 0);
+  gr_output one_minus = gr_sub(g, gr_grad_scalar(c, y, 1), y);
+  c->dinputs[0] = gr_mul(g, c->grads[0], gr_mul(g, y, one_minus));
+  return GR_OK;
+}
+/* dy (1 - y^2) */
+static gr_status tanh_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output y = gr_grad_y(c, 0);
+  c->dinputs[0] = gr_mul(g, c->grads[0], gr_sub(g, gr_grad_scalar(c, y, 1), gr_square(g, y)));
+  return GR_OK;
+}
 
 /* x < 0 ? 0 : x keeps NaN as NaN. */
 DEFINE_ACTIVATION(relu, "max(x, 0) elementwise", x < 0 ? 0.0f : x, x < 0 ? 0.0 : x)
 DEFINE_ACTIVATION(sigmoid, "1 / (1 + e^-x) elementwise", sigmoid_f(x), sigmoid_d(x))
 DEFINE_ACTIVATION(tanh, "tanh(x) elementwise", tanhf(x), tanh(x))
+#undef relu_grad
 
 /* ---- softmax, log_softmax ------------------------------------------------------ */
 
@@ -144,6 +167,25 @@ static void softmax_cost(const gr_node *n, gr_cost *c) {
   c->bytes = 2 * e * (double)gr_dtype_size(n->out_dtypes[0]);
 }
 
+/* y (dy - sum(dy y)) over the last axis */
+static gr_status softmax_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output y = gr_grad_y(c, 0), dy = c->grads[0];
+  int64_t last = -1;
+  gr_output s = gr_reduce_sum(g, gr_mul(g, dy, y), &last, 1, true);
+  c->dinputs[0] = gr_mul(g, y, gr_sub(g, dy, s));
+  return GR_OK;
+}
+/* dy - exp(y) sum(dy) over the last axis */
+static gr_status log_softmax_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output y = gr_grad_y(c, 0), dy = c->grads[0];
+  int64_t last = -1;
+  gr_output s = gr_reduce_sum(g, dy, &last, 1, true);
+  c->dinputs[0] = gr_sub(g, dy, gr_mul(g, gr_exp(g, y), s));
+  return GR_OK;
+}
+
 const gr_op_def gr_op_softmax = {.name = "softmax",
                                  .doc = "softmax over the last axis",
                                  .min_inputs = 1,
@@ -152,7 +194,8 @@ const gr_op_def gr_op_softmax = {.name = "softmax",
                                  .num_outputs = 1,
                                  .shape_fn = softmax_shape,
                                  .cost_fn = softmax_cost,
-                                 .kernel = softmax_kernel};
+                                 .kernel = softmax_kernel,
+                                 .grad_fn = softmax_grad};
 
 const gr_op_def gr_op_log_softmax = {.name = "log_softmax",
                                      .doc = "log of softmax over the last axis",
@@ -162,7 +205,8 @@ const gr_op_def gr_op_log_softmax = {.name = "log_softmax",
                                      .num_outputs = 1,
                                      .shape_fn = softmax_shape,
                                      .cost_fn = softmax_cost,
-                                     .kernel = log_softmax_kernel};
+                                     .kernel = log_softmax_kernel,
+                                     .grad_fn = log_softmax_grad};
 
 gr_output gr_softmax(gr_graph *g, gr_output x) {
   return gr_ops_build(g, "softmax", NULL, &x, 1, NULL, 0);
@@ -243,6 +287,12 @@ static gr_status bias_add_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+static gr_status bias_add_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = c->grads[0];
+  c->dinputs[1] = gr_sum_like(c->graph, c->grads[0], gr_grad_x(c, 1));
+  return GR_OK;
+}
+
 const gr_op_def gr_op_bias_add = {.name = "bias_add",
                                   .doc = "x [..., c] + bias [c]",
                                   .min_inputs = 2,
@@ -250,7 +300,8 @@ const gr_op_def gr_op_bias_add = {.name = "bias_add",
                                   .input_names = (const char *const[]){"x", "bias"},
                                   .num_outputs = 1,
                                   .shape_fn = bias_add_shape,
-                                  .kernel = bias_add_kernel};
+                                  .kernel = bias_add_kernel,
+                                  .grad_fn = bias_add_grad};
 
 gr_output gr_bias_add(gr_graph *g, gr_output x, gr_output bias) {
   gr_output in[2] = {x, bias};
@@ -401,6 +452,24 @@ static gr_status sparse_softmax_cross_entropy_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+/* dlogits = (softmax(logits) sum(labels) - labels) dloss[:, None] (labels need
+ * not sum to 1); dlabels = -log_softmax(logits) dloss[:, None]. */
+static gr_status softmax_cross_entropy_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output logits = gr_grad_x(c, 0), labels = gr_grad_x(c, 1);
+  int64_t last = -1;
+  gr_output d = gr_expand_dims(g, c->grads[0], -1);
+  gr_output mass = gr_reduce_sum(g, labels, &last, 1, true);
+  c->dinputs[0] = gr_mul(g, gr_sub(g, gr_mul(g, gr_softmax(g, logits), mass), labels), d);
+  c->dinputs[1] = gr_mul(g, gr_neg(g, gr_log_softmax(g, logits)), d);
+  return GR_OK;
+}
+static gr_status sparse_softmax_cross_entropy_grad_fn(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_sparse_softmax_cross_entropy_grad(c->graph, gr_grad_x(c, 0), gr_grad_x(c, 1),
+                                                       c->grads[0]);
+  return GR_OK;
+}
+
 const gr_op_def gr_op_softmax_cross_entropy = {
     .name = "softmax_cross_entropy",
     .doc = "per-example -sum(labels * log_softmax(logits)) over [batch, classes]",
@@ -410,7 +479,8 @@ const gr_op_def gr_op_softmax_cross_entropy = {
     .num_outputs = 1,
     .shape_fn = dense_xent_shape,
     .cost_fn = softmax_cost,
-    .kernel = softmax_cross_entropy_kernel};
+    .kernel = softmax_cross_entropy_kernel,
+    .grad_fn = softmax_cross_entropy_grad};
 
 const gr_op_def gr_op_sparse_softmax_cross_entropy = {
     .name = "sparse_softmax_cross_entropy",
@@ -421,7 +491,8 @@ const gr_op_def gr_op_sparse_softmax_cross_entropy = {
     .num_outputs = 1,
     .shape_fn = sparse_xent_shape,
     .cost_fn = softmax_cost,
-    .kernel = sparse_softmax_cross_entropy_kernel};
+    .kernel = sparse_softmax_cross_entropy_kernel,
+    .grad_fn = sparse_softmax_cross_entropy_grad_fn};
 
 gr_output gr_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels) {
   gr_output in[2] = {logits, labels};

@@ -83,6 +83,15 @@
   X(random_uniform)                                                                                \
   X(random_normal)                                                                                 \
   X(truncated_normal)                                                                              \
-  X(glorot_uniform)
+  X(glorot_uniform)                                                                                \
+  /* grad_ops.c */                                                                                 \
+  X(sum_like)                                                                                      \
+  X(broadcast_like)                                                                                \
+  X(reshape_like)                                                                                  \
+  X(stop_gradient)                                                                                 \
+  X(gather_grad)                                                                                   \
+  /* nn_grad.c */                                                                                  \
+  X(relu_grad)                                                                                     \
+  X(sparse_softmax_cross_entropy_grad)
 
 #endif

@@ -59,16 +59,22 @@ bool gr_bcast_init(gr_bcast *bc, const gr_shape *a, const gr_shape *b, gr_shape 
     if (bc_->same) {                                                                               \
       for (int64_t io = 0; io < bc_->n; io++) {                                                    \
         const int64_t ia = io, ib = io;                                                            \
+        (void)ia;                                                                                  \
+        (void)ib;                                                                                  \
         __VA_ARGS__;                                                                               \
       }                                                                                            \
     } else if (bc_->a_scalar) {                                                                    \
       for (int64_t io = 0; io < bc_->n; io++) {                                                    \
         const int64_t ia = 0, ib = bc_->b_scalar ? 0 : io;                                         \
+        (void)ia;                                                                                  \
+        (void)ib;                                                                                  \
         __VA_ARGS__;                                                                               \
       }                                                                                            \
     } else if (bc_->b_scalar) {                                                                    \
       for (int64_t io = 0; io < bc_->n; io++) {                                                    \
         const int64_t ia = io, ib = 0;                                                             \
+        (void)ia;                                                                                  \
+        (void)ib;                                                                                  \
         __VA_ARGS__;                                                                               \
       }                                                                                            \
     } else {                                                                                       \
@@ -79,6 +85,8 @@ bool gr_bcast_init(gr_bcast *bc, const gr_shape *a, const gr_shape *b, gr_shape 
       while (io < bc_->n) {                                                                        \
         for (int64_t k_ = 0; k_ < inner_; k_++, io++) {                                            \
           const int64_t ia = a0_ + k_ * sai_, ib = b0_ + k_ * sbi_;                                \
+          (void)ia;                                                                                \
+          (void)ib;                                                                                \
           __VA_ARGS__;                                                                             \
         }                                                                                          \
         for (int d_ = r_ - 2; d_ >= 0; d_--) {                                                     \
@@ -99,5 +107,30 @@ void gr_ops_strides(const gr_shape *s, int64_t strides[GR_MAX_RANK]);
 
 /* Tensor attr helpers for builder functions */
 gr_output gr_ops_const_scalar(gr_graph *g, gr_dtype dtype, double v);
+
+/* ---- for gradient functions ---------------------------------------------------- */
+
+/* Forward input i and output i of the node being differentiated. */
+static inline gr_output gr_grad_x(const gr_grad_ctx *c, int i) { return c->node->inputs[i]; }
+static inline gr_output gr_grad_y(const gr_grad_ctx *c, int i) {
+  return (gr_output){(gr_node *)c->node, i};
+}
+/* Fused gradient ops (nn_grad.c). */
+gr_output gr_relu_grad(gr_graph *g, gr_output dy, gr_output y);
+gr_output gr_sparse_softmax_cross_entropy_grad(gr_graph *g, gr_output logits, gr_output labels,
+                                               gr_output dloss);
+
+/* Gradients of the indexing ops (array_index_grad.c). */
+gr_status gr_ops_concat_grad(gr_grad_ctx *c);
+gr_status gr_ops_split_grad(gr_grad_ctx *c);
+gr_status gr_ops_slice_grad(gr_grad_ctx *c);
+gr_status gr_ops_gather_grad(gr_grad_ctx *c);
+gr_status gr_ops_tile_grad(gr_grad_ctx *c);
+gr_status gr_ops_pad_grad(gr_grad_ctx *c);
+
+/* A scalar constant with the dtype of `like`. */
+static inline gr_output gr_grad_scalar(gr_grad_ctx *c, gr_output like, double v) {
+  return gr_ops_const_scalar(c->graph, like.node->out_dtypes[like.index], v);
+}
 
 #endif

@@ -425,6 +425,44 @@ static const gr_attr_spec reduce_attrs[] = {
 static const gr_attr_spec arg_attrs[] = {
     {"axis", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
 
+/* ---- gradients ------------------------------------------------------------------ */
+
+/* y (or dy) of this reduction broadcast back to the input's runtime shape. */
+static gr_output spread(gr_grad_ctx *c, gr_output y, bool mean) {
+  const gr_attr_value *axes = gr_node_attr(c->node, "axes");
+  return gr_broadcast_like(c->graph, y, gr_grad_x(c, 0), axes->ints.v, axes->ints.n,
+                           gr_node_attr_bool(c->node, "keepdims", false), mean);
+}
+static gr_status reduce_sum_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = spread(c, c->grads[0], false);
+  return GR_OK;
+}
+static gr_status reduce_mean_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = spread(c, c->grads[0], true);
+  return GR_OK;
+}
+/* dy goes to the elements equal to the extreme, shared equally among ties. */
+static gr_status extreme_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output x = gr_grad_x(c, 0);
+  gr_dtype dt = x.node->out_dtypes[x.index];
+  gr_output mask = gr_cast(g, gr_equal(g, x, spread(c, gr_grad_y(c, 0), false)), dt);
+  const gr_attr_value *axes = gr_node_attr(c->node, "axes");
+  gr_output ties = gr_reduce_sum(g, mask, axes->ints.v, axes->ints.n,
+                                 gr_node_attr_bool(c->node, "keepdims", false));
+  c->dinputs[0] = gr_mul(g, spread(c, gr_div(g, c->grads[0], ties), false), mask);
+  return GR_OK;
+}
+#define reduce_max_grad extreme_grad
+#define reduce_min_grad extreme_grad
+/* dy y / x: exact where x has no zeros */
+static gr_status reduce_prod_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output dyy = gr_mul(g, c->grads[0], gr_grad_y(c, 0));
+  c->dinputs[0] = gr_div(g, spread(c, dyy, false), gr_grad_x(c, 0));
+  return GR_OK;
+}
+
 #define DEFINE_REDUCE(NAME, DOC)                                                                   \
   const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
                                   .doc = DOC,                                                      \
@@ -436,7 +474,8 @@ static const gr_attr_spec arg_attrs[] = {
                                   .num_attrs = 2,                                                  \
                                   .shape_fn = reduce_shape,                                        \
                                   .cost_fn = reduce_cost,                                          \
-                                  .kernel = NAME##_kernel};                                        \
+                                  .kernel = NAME##_kernel,                                         \
+                                  .grad_fn = NAME##_grad};                                         \
   gr_output gr_##NAME(gr_graph *g, gr_output x, const int64_t *axes, int n, bool keepdims) {       \
     gr_attr a[2] = {gr_attr_ints("axes", axes ? n : 0, axes), gr_attr_bool("keepdims", keepdims)}; \
     return gr_ops_build(g, #NAME, NULL, &x, 1, a, 2);                                              \

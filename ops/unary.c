@@ -71,7 +71,8 @@ static const char *const x_names[] = {"x"};
                                   .input_names = x_names,                                          \
                                   .num_outputs = 1,                                                \
                                   .shape_fn = NAME##_shape,                                        \
-                                  .kernel = NAME##_kernel};                                        \
+                                  .kernel = NAME##_kernel,                                         \
+                                  .grad_fn = NAME##_grad};                                         \
   gr_output gr_##NAME(gr_graph *g, gr_output x) {                                                  \
     return gr_ops_build(g, #NAME, NULL, &x, 1, NULL, 0);                                           \
   }
@@ -80,6 +81,40 @@ static const char *const x_names[] = {"x"};
 #define WNEG(T, U, x)    ((T)((U)0 - (U)(x)))
 #define WABS(T, U, x)    ((x) < 0 ? WNEG(T, U, x) : (x))
 #define WSQUARE(T, U, x) ((T)((U)(x) * (U)(x)))
+
+/* ---- gradients of the elementwise ops ------------------------------------------------ */
+
+static gr_status neg_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_neg(c->graph, c->grads[0]);
+  return GR_OK;
+}
+/* sign(x) * dy, with 0 at x == 0 */
+static gr_status abs_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output x = gr_grad_x(c, 0), dy = c->grads[0], zero = gr_grad_scalar(c, x, 0);
+  gr_output neg_or_zero = gr_select(g, gr_less(g, x, zero), gr_neg(g, dy), gr_zeros_like(g, dy));
+  c->dinputs[0] = gr_select(g, gr_greater(g, x, zero), dy, neg_or_zero);
+  return GR_OK;
+}
+static gr_status exp_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_mul(c->graph, c->grads[0], gr_grad_y(c, 0));
+  return GR_OK;
+}
+static gr_status log_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_div(c->graph, c->grads[0], gr_grad_x(c, 0));
+  return GR_OK;
+}
+static gr_status sqrt_grad(gr_grad_ctx *c) { /* dy / (2 sqrt(x)) */
+  gr_output y = gr_grad_y(c, 0);
+  c->dinputs[0] = gr_div(c->graph, c->grads[0], gr_mul(c->graph, y, gr_grad_scalar(c, y, 2)));
+  return GR_OK;
+}
+static gr_status square_grad(gr_grad_ctx *c) {
+  gr_output x = gr_grad_x(c, 0);
+  c->dinputs[0] = gr_mul(c->graph, c->grads[0], gr_mul(c->graph, x, gr_grad_scalar(c, x, 2)));
+  return GR_OK;
+}
+#define logical_not_grad NULL
 
 DEFINE_UNARY(neg, GR_DT_NUMERIC, "-x elementwise (integers wrap)", -x, -x,
              WNEG(int32_t, uint32_t, x), WNEG(int64_t, uint64_t, x), WNEG(uint8_t, unsigned, x), x)
@@ -195,6 +230,14 @@ static gr_status cast_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+/* Between float dtypes the gradient is cast back; to or from integers none flows. */
+static gr_status cast_grad(gr_grad_ctx *c) {
+  gr_output x = gr_grad_x(c, 0);
+  gr_dtype xt = x.node->out_dtypes[x.index];
+  if (gr_dtype_is_float(xt)) c->dinputs[0] = gr_cast(c->graph, c->grads[0], xt);
+  return GR_OK;
+}
+
 static const gr_attr_spec cast_attrs[] = {{"dtype", GR_ATTR_DTYPE, true, {0}}};
 
 const gr_op_def gr_op_cast = {.name = "cast",
@@ -206,7 +249,8 @@ const gr_op_def gr_op_cast = {.name = "cast",
                               .attrs = cast_attrs,
                               .num_attrs = 1,
                               .shape_fn = cast_shape,
-                              .kernel = cast_kernel};
+                              .kernel = cast_kernel,
+                              .grad_fn = cast_grad};
 
 gr_output gr_cast(gr_graph *g, gr_output x, gr_dtype dtype) {
   gr_attr a = gr_attr_dtype("dtype", dtype);
@@ -324,6 +368,15 @@ static gr_status select_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+/* dy flows to a where cond holds and to b elsewhere; cond gets none. */
+static gr_status select_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output cond = gr_grad_x(c, 0), dy = c->grads[0], zeros = gr_zeros_like(g, dy);
+  c->dinputs[1] = gr_sum_like(g, gr_select(g, cond, dy, zeros), gr_grad_x(c, 1));
+  c->dinputs[2] = gr_sum_like(g, gr_select(g, cond, zeros, dy), gr_grad_x(c, 2));
+  return GR_OK;
+}
+
 const gr_op_def gr_op_select = {.name = "select",
                                 .doc = "cond ? a : b elementwise, all three broadcast",
                                 .min_inputs = 3,
@@ -331,7 +384,8 @@ const gr_op_def gr_op_select = {.name = "select",
                                 .input_names = (const char *const[]){"cond", "a", "b"},
                                 .num_outputs = 1,
                                 .shape_fn = select_shape,
-                                .kernel = select_kernel};
+                                .kernel = select_kernel,
+                                .grad_fn = select_grad};
 
 gr_output gr_select(gr_graph *g, gr_output cond, gr_output a, gr_output b) {
   gr_output in[3] = {cond, a, b};
@@ -426,6 +480,11 @@ static void add_n_cost(const gr_node *node, gr_cost *c) {
   c->bytes = n * (double)gr_dtype_size(node->out_dtypes[0]) * (node->num_inputs + 1);
 }
 
+static gr_status add_n_grad(gr_grad_ctx *c) {
+  for (int i = 0; i < c->node->num_inputs; i++) c->dinputs[i] = c->grads[0];
+  return GR_OK;
+}
+
 const gr_op_def gr_op_add_n = {.name = "add_n",
                                .doc = "x0 + x1 + ... of one dtype and shape",
                                .min_inputs = 1,
@@ -434,7 +493,8 @@ const gr_op_def gr_op_add_n = {.name = "add_n",
                                .num_outputs = 1,
                                .shape_fn = add_n_shape,
                                .cost_fn = add_n_cost,
-                               .kernel = add_n_kernel};
+                               .kernel = add_n_kernel,
+                               .grad_fn = add_n_grad};
 
 gr_output gr_add_n(gr_graph *g, const gr_output *xs, int n) {
   return gr_ops_build(g, "add_n", NULL, xs, n, NULL, 0);

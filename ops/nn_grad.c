@@ -1,0 +1,117 @@
+/* Fused gradient ops of the nn family: relu_grad (dy where y > 0) and
+ * sparse_softmax_cross_entropy_grad ((softmax(logits) - onehot(labels)) *
+ * dloss), which the gradients of relu and the sparse loss build on. */
+#include <math.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+/* ---- relu_grad ---------------------------------------------------------------------- */
+
+static gr_status relu_grad_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  return gr_shape_fn_unchanged(ctx);
+}
+
+static gr_status relu_grad_kernel(gr_kernel_ctx *ctx) {
+  const gr_tensor *DY = &ctx->inputs[0], *Y = &ctx->inputs[1];
+  if (!gr_shape_equal(&DY->shape, &Y->shape) || DY->dtype != Y->dtype) {
+    char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "dy %s and y %s differ", gr_shape_str(&DY->shape, a),
+                           gr_shape_str(&Y->shape, b));
+  }
+  gr_tensor *o;
+  GR_TRY(gr_kernel_forward_or_alloc(ctx, 0, 0, DY->dtype, &DY->shape, &o));
+  int64_t n = gr_tensor_num_elements(DY);
+  if (DY->dtype == GR_F32) {
+    const float *dy = gr_tensor_data(DY), *y = gr_tensor_data(Y);
+    float *r = gr_tensor_data(o);
+    for (int64_t i = 0; i < n; i++) r[i] = y[i] > 0 ? dy[i] : 0.0f;
+  } else {
+    const double *dy = gr_tensor_data(DY), *y = gr_tensor_data(Y);
+    double *r = gr_tensor_data(o);
+    for (int64_t i = 0; i < n; i++) r[i] = y[i] > 0 ? dy[i] : 0.0;
+  }
+  return GR_OK;
+}
+
+const gr_op_def gr_op_relu_grad = {.name = "relu_grad",
+                                   .doc = "dy where y > 0, else 0 (the gradient of relu)",
+                                   .min_inputs = 2,
+                                   .max_inputs = 2,
+                                   .input_names = (const char *const[]){"dy", "y"},
+                                   .num_outputs = 1,
+                                   .shape_fn = relu_grad_shape,
+                                   .kernel = relu_grad_kernel,
+                                   .flags = GR_OP_NO_GRADIENT};
+
+gr_output gr_relu_grad(gr_graph *g, gr_output dy, gr_output y) {
+  gr_output in[2] = {dy, y};
+  return gr_ops_build(g, "relu_grad", NULL, in, 2, NULL, 0);
+}
+
+/* ---- sparse_softmax_cross_entropy_grad ------------------------------------------------- */
+
+static gr_status sxg_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_INDEX));
+  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 2));
+  return gr_shape_fn_unchanged(ctx);
+}
+
+#define SXG_LOOP(T)                                                                                \
+  do {                                                                                             \
+    const T *x = gr_tensor_data(L), *d = gr_tensor_data(D);                                        \
+    T *r = gr_tensor_data(o);                                                                      \
+    for (int64_t i = 0; i < batch; i++) {                                                          \
+      const T *row = x + i * c;                                                                    \
+      T *out = r + i * c;                                                                          \
+      int64_t k = Y->dtype == GR_I32 ? ((const int32_t *)gr_tensor_data(Y))[i]                     \
+                                     : ((const int64_t *)gr_tensor_data(Y))[i];                    \
+      if (k < 0 || k >= c)                                                                         \
+        return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE,                                           \
+                               "label %lld at row %lld is out of range [0, %lld)", (long long)k,   \
+                               (long long)i, (long long)c);                                        \
+      double m = row[0], sum = 0;                                                                  \
+      for (int64_t j = 1; j < c; j++)                                                              \
+        if (row[j] > m) m = row[j];                                                                \
+      for (int64_t j = 0; j < c; j++) sum += exp((double)row[j] - m);                              \
+      double scale = (double)d[i] / sum;                                                           \
+      for (int64_t j = 0; j < c; j++) out[j] = (T)(exp((double)row[j] - m) * scale);               \
+      out[k] = (T)((double)out[k] - (double)d[i]);                                                 \
+    }                                                                                              \
+  } while (0)
+
+static gr_status sxg_kernel(gr_kernel_ctx *ctx) {
+  const gr_tensor *L = &ctx->inputs[0], *Y = &ctx->inputs[1], *D = &ctx->inputs[2];
+  if (L->shape.rank != 2 || Y->shape.rank != 1 || D->shape.rank != 1 ||
+      Y->shape.dims[0] != L->shape.dims[0] || D->shape.dims[0] != L->shape.dims[0])
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "logits, labels and dloss do not match");
+  int64_t batch = L->shape.dims[0], c = L->shape.dims[1];
+  gr_tensor *o;
+  GR_TRY(gr_kernel_alloc_output(ctx, 0, L->dtype, &L->shape, &o));
+  if (c == 0) return GR_OK;
+  if (L->dtype == GR_F32)
+    SXG_LOOP(float);
+  else
+    SXG_LOOP(double);
+  return GR_OK;
+}
+
+const gr_op_def gr_op_sparse_softmax_cross_entropy_grad = {
+    .name = "sparse_softmax_cross_entropy_grad",
+    .doc = "(softmax(logits) - onehot(labels)) * dloss[:, None]",
+    .min_inputs = 3,
+    .max_inputs = 3,
+    .input_names = (const char *const[]){"logits", "labels", "dloss"},
+    .num_outputs = 1,
+    .shape_fn = sxg_shape,
+    .kernel = sxg_kernel,
+    .flags = GR_OP_NO_GRADIENT};
+
+gr_output gr_sparse_softmax_cross_entropy_grad(gr_graph *g, gr_output logits, gr_output labels,
+                                               gr_output dloss) {
+  gr_output in[3] = {logits, labels, dloss};
+  return gr_ops_build(g, "sparse_softmax_cross_entropy_grad", NULL, in, 3, NULL, 0);
+}

@@ -1,0 +1,398 @@
+/* Gradients checked by finite differences: for every op with a gradient,
+ * f64 inputs of random shapes, loss = sum(op(x) * R) for a random R, and the
+ * gradient from gr_gradients compared with central differences. Plus a
+ * whole small MLP, unconnected inputs, and error cases. */
+#include <graphrun.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "gr_test.h"
+#include "test_util.h"
+
+#define MAXIN 4
+
+typedef struct spec {
+  int n;
+  gr_shape shape[MAXIN];
+  gr_dtype dtype[MAXIN];
+  double lo[MAXIN], hi[MAXIN];
+  bool away_from_zero[MAXIN]; /* |x| >= 0.2: for kinks (relu, abs) */
+  int64_t k;                  /* op-specific integer (axis, ...) */
+} spec;
+
+typedef gr_output (*build_fn)(gr_graph *g, const gr_output *x, const spec *s);
+
+static gt_rng rng = {2024};
+
+static gr_tensor make_input(const spec *s, int i) {
+  gr_tensor t = gt_random(&rng, s->dtype[i], s->shape[i], s->lo[i], s->hi[i]);
+  if (s->away_from_zero[i])
+    for (int64_t k = 0; k < gr_tensor_num_elements(&t); k++) {
+      double v = gr_tensor_get_f64(&t, k);
+      if (fabs(v) < 0.2) gr_tensor_set_f64(&t, k, v < 0 ? v - 0.2 : v + 0.2);
+    }
+  return t;
+}
+
+static double run_loss(gr_session *sess, gr_feed *f, int n, gr_output loss) {
+  gr_tensor out;
+  gr_error err;
+  if (gr_session_run(sess, f, n, &loss, 1, &out, NULL, 0, &err) != GR_OK) {
+    fprintf(stderr, "run: %s\n", err.msg);
+    return NAN;
+  }
+  double v = gr_tensor_get_f64(&out, 0);
+  gr_tensor_release(&out);
+  return v;
+}
+
+/* Builds op(x), loss = sum(op(x) * R), and checks d loss / d x_i for float inputs. */
+static void check(const char *name, const spec *s, build_fn build) {
+  gr_graph *g = gr_graph_new();
+  gr_output x[MAXIN];
+  gr_tensor v[MAXIN];
+  gr_feed f[MAXIN];
+  for (int i = 0; i < s->n; i++) {
+    char nm[8];
+    snprintf(nm, sizeof nm, "x%d", i);
+    x[i] = gr_placeholder(g, nm, s->dtype[i], s->shape[i]);
+    v[i] = make_input(s, i);
+    f[i] = (gr_feed){x[i], &v[i]};
+  }
+  gr_output y = build(g, x, s);
+  if (!y.node) {
+    GR_CHECK_MSG(false, "%s: build failed: %s", name, gr_graph_error(g)->msg);
+    goto out;
+  }
+  gr_shape ys = y.node->out_shapes[y.index];
+  GR_CHECK_MSG(gr_shape_is_fully_known(&ys), "%s: output shape unknown", name);
+  gr_tensor r = gt_random(&rng, GR_F64, ys, -1, 1);
+  gr_output loss = gr_reduce_sum(g, gr_mul(g, y, gr_const(g, &r)), NULL, 0, false);
+  gr_tensor_release(&r);
+  gr_output xs[MAXIN], dx[MAXIN];
+  int nx = 0, which[MAXIN];
+  for (int i = 0; i < s->n; i++)
+    if (s->dtype[i] == GR_F64) {
+      which[nx] = i;
+      xs[nx++] = x[i];
+    }
+  gr_status st = gr_gradients(g, &loss, 1, xs, nx, NULL, false, dx);
+  GR_CHECK_MSG(st == GR_OK, "%s: gradients: %s", name, gr_graph_error(g) ? gr_graph_error(g)->msg : "");
+  if (st != GR_OK) goto out;
+  gr_error err;
+  gr_session *sess = gr_session_new(g, &(gr_session_options){.inter_op_threads = 1}, &err);
+  gr_tensor grads[MAXIN];
+  GR_CHECK_OK(gr_session_run(sess, f, s->n, dx, nx, grads, NULL, 0, &err), err);
+  const double eps = 1e-6;
+  int bad = 0;
+  for (int k = 0; k < nx && !bad; k++) {
+    gr_tensor *t = &v[which[k]];
+    gr_tensor orig;
+    gr_tensor_copy(t, &orig, &err);
+    for (int64_t e = 0; e < gr_tensor_num_elements(t) && !bad; e++) {
+      double x0 = gr_tensor_get_f64(&orig, e);
+      gr_tensor_set_f64(t, e, x0 + eps);
+      double lp = run_loss(sess, f, s->n, loss);
+      gr_tensor_set_f64(t, e, x0 - eps);
+      double lm = run_loss(sess, f, s->n, loss);
+      gr_tensor_set_f64(t, e, x0);
+      double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[k], e);
+      if (!(fabs(num - ana) <= 1e-5 + 1e-4 * fabs(num))) {
+        GR_CHECK_MSG(false, "%s: d/d x%d[%lld]: analytic %.10g, numeric %.10g", name, which[k],
+                     (long long)e, ana, num);
+        bad = 1;
+      }
+    }
+    gr_tensor_release(&orig);
+  }
+  for (int k = 0; k < nx; k++) gr_tensor_release(&grads[k]);
+  gr_session_free(sess);
+out:
+  for (int i = 0; i < s->n; i++) gr_tensor_release(&v[i]);
+  gr_graph_free(g);
+}
+
+/* ---- specs ---------------------------------------------------------------------- */
+
+static spec floats(int n, const gr_shape *shapes, double lo, double hi) {
+  spec s = {.n = n};
+  for (int i = 0; i < n; i++) {
+    s.shape[i] = shapes[i];
+    s.dtype[i] = GR_F64;
+    s.lo[i] = lo;
+    s.hi[i] = hi;
+  }
+  return s;
+}
+static gr_shape rs(int rank) { return gt_random_shape(&rng, rank, 4); }
+/* b: a shape a broadcasts with (some dims 1, maybe lower rank) */
+static gr_shape bcast_of(gr_shape a) {
+  gr_shape b = a;
+  for (int i = 0; i < a.rank; i++)
+    if (gt_int(&rng, 0, 2) == 0) b.dims[i] = 1;
+  if (a.rank > 1 && gt_int(&rng, 0, 1)) {
+    b.rank--;
+    for (int i = 0; i < b.rank; i++) b.dims[i] = b.dims[i + 1];
+  }
+  return b;
+}
+
+/* ---- builders --------------------------------------------------------------------- */
+
+#define B2(NAME, EXPR)                                                                             \
+  static gr_output NAME(gr_graph *g, const gr_output *x, const spec *s) {                          \
+    (void)s;                                                                                       \
+    return EXPR;                                                                                   \
+  }
+B2(b_add, gr_add(g, x[0], x[1]))
+B2(b_sub, gr_sub(g, x[0], x[1]))
+B2(b_mul, gr_mul(g, x[0], x[1]))
+B2(b_div, gr_div(g, x[0], x[1]))
+B2(b_pow, gr_pow(g, x[0], x[1]))
+B2(b_maximum, gr_maximum(g, x[0], x[1]))
+B2(b_minimum, gr_minimum(g, x[0], x[1]))
+B2(b_neg, gr_neg(g, x[0]))
+B2(b_abs, gr_abs(g, x[0]))
+B2(b_exp, gr_exp(g, x[0]))
+B2(b_log, gr_log(g, x[0]))
+B2(b_sqrt, gr_sqrt(g, x[0]))
+B2(b_square, gr_square(g, x[0]))
+B2(b_cast, gr_cast(g, gr_mul(g, gr_cast(g, x[0], GR_F64), x[0]), GR_F64))
+B2(b_select, gr_select(g, gr_greater(g, x[0], gr_const_f64(g, 0)), x[1], x[2]))
+B2(b_add_n, gr_add_n(g, x, 3))
+B2(b_identity, gr_identity(g, x[0]))
+B2(b_mm_nn, gr_matmul(g, x[0], x[1], false, false))
+B2(b_mm_tn, gr_matmul(g, x[0], x[1], true, false))
+B2(b_mm_nt, gr_matmul(g, x[0], x[1], false, true))
+B2(b_mm_tt, gr_matmul(g, x[0], x[1], true, true))
+B2(b_relu, gr_relu(g, x[0]))
+B2(b_sigmoid, gr_sigmoid(g, x[0]))
+B2(b_tanh, gr_tanh(g, x[0]))
+B2(b_softmax, gr_softmax(g, x[0]))
+B2(b_log_softmax, gr_log_softmax(g, x[0]))
+B2(b_bias_add, gr_bias_add(g, x[0], x[1]))
+B2(b_xent, gr_softmax_cross_entropy(g, x[0], gr_softmax(g, x[1])))
+B2(b_sparse_xent, gr_sparse_softmax_cross_entropy(g, x[0], x[1]))
+B2(b_gather, gr_gather(g, x[0], x[1], s->k))
+B2(b_transpose, gr_transpose(g, x[0], NULL, 0))
+B2(b_expand_dims, gr_expand_dims(g, x[0], s->k))
+B2(b_squeeze, gr_squeeze(g, gr_expand_dims(g, x[0], 1), NULL, 0))
+B2(b_concat, gr_concat(g, x, 2, s->k))
+B2(b_split, gr_add(g, gr_split(g, x[0], 2, s->k), gr_output_at(gr_split(g, x[0], 2, s->k), 1)))
+
+static int64_t pick_axes(const spec *s, int64_t *axes) {
+  int n = 0;
+  for (int i = 0; i < s->shape[0].rank; i++)
+    if ((s->k >> i) & 1) axes[n++] = i - (i % 2 ? s->shape[0].rank : 0); /* mix negative axes */
+  return n;
+}
+#define BRED(NAME, OP, KEEP)                                                                       \
+  static gr_output NAME(gr_graph *g, const gr_output *x, const spec *s) {                          \
+    int64_t axes[GR_MAX_RANK];                                                                     \
+    int n = (int)pick_axes(s, axes);                                                               \
+    return OP(g, x[0], axes, n, KEEP);                                                             \
+  }
+BRED(b_sum, gr_reduce_sum, false)
+BRED(b_sum_keep, gr_reduce_sum, true)
+BRED(b_mean, gr_reduce_mean, false)
+BRED(b_mean_keep, gr_reduce_mean, true)
+BRED(b_max, gr_reduce_max, false)
+BRED(b_min, gr_reduce_min, true)
+BRED(b_prod, gr_reduce_prod, false)
+
+static gr_output b_reshape(gr_graph *g, const gr_output *x, const spec *s) {
+  int64_t n = gr_shape_num_elements(&s->shape[0]);
+  return gr_reshape(g, x[0], (gr_shape){2, {n, -1}});
+}
+static gr_output b_slice(gr_graph *g, const gr_output *x, const spec *s) {
+  int64_t b[GR_MAX_RANK], z[GR_MAX_RANK];
+  for (int i = 0; i < s->shape[0].rank; i++) {
+    b[i] = gt_int(&rng, 0, s->shape[0].dims[i] - 1);
+    z[i] = i % 2 ? -1 : gt_int(&rng, 1, s->shape[0].dims[i] - b[i]);
+  }
+  return gr_slice(g, x[0], b, z, s->shape[0].rank);
+}
+static gr_output b_tile(gr_graph *g, const gr_output *x, const spec *s) {
+  int64_t m[GR_MAX_RANK];
+  for (int i = 0; i < s->shape[0].rank; i++) m[i] = gt_int(&rng, 1, 3);
+  return gr_tile(g, x[0], m, s->shape[0].rank);
+}
+static gr_output b_pad(gr_graph *g, const gr_output *x, const spec *s) {
+  int64_t p[2 * GR_MAX_RANK];
+  for (int i = 0; i < 2 * s->shape[0].rank; i++) p[i] = gt_int(&rng, 0, 2);
+  return gr_pad(g, x[0], p, s->shape[0].rank, 0.5);
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+static void binary_case(const char *name, build_fn f, double lo, double hi, double blo, double bhi) {
+  for (int rep = 0; rep < 3; rep++) {
+    gr_shape a = rs((int)gt_int(&rng, 0, 3)), b = bcast_of(a);
+    if (rep == 1) { gr_shape t = a; a = b; b = t; } /* broadcast either side */
+    spec s = floats(2, (gr_shape[]){a, b}, lo, hi);
+    s.lo[1] = blo;
+    s.hi[1] = bhi;
+    check(name, &s, f);
+  }
+}
+static void unary_case(const char *name, build_fn f, double lo, double hi, bool away) {
+  for (int rep = 0; rep < 2; rep++) {
+    spec s = floats(1, (gr_shape[]){rs((int)gt_int(&rng, 0, 3))}, lo, hi);
+    s.away_from_zero[0] = away;
+    check(name, &s, f);
+  }
+}
+
+static void test_binary(void) {
+  binary_case("add", b_add, -1, 1, -1, 1);
+  binary_case("sub", b_sub, -1, 1, -1, 1);
+  binary_case("mul", b_mul, -1, 1, -1, 1);
+  binary_case("div", b_div, -1, 1, 0.5, 2);
+  binary_case("pow", b_pow, 0.5, 2, -1.5, 1.5);
+  binary_case("maximum", b_maximum, -1, 1, -1, 1);
+  binary_case("minimum", b_minimum, -1, 1, -1, 1);
+}
+static void test_unary(void) {
+  unary_case("neg", b_neg, -1, 1, false);
+  unary_case("abs", b_abs, -1, 1, true);
+  unary_case("exp", b_exp, -1, 1, false);
+  unary_case("log", b_log, 0.3, 2, false);
+  unary_case("sqrt", b_sqrt, 0.3, 2, false);
+  unary_case("square", b_square, -1, 1, false);
+  unary_case("cast", b_cast, -1, 1, false);
+  unary_case("identity", b_identity, -1, 1, false);
+  unary_case("relu", b_relu, -1, 1, true);
+  unary_case("sigmoid", b_sigmoid, -3, 3, false);
+  unary_case("tanh", b_tanh, -2, 2, false);
+}
+static void test_select_add_n(void) {
+  gr_shape a = rs(2);
+  spec s = floats(3, (gr_shape[]){a, a, bcast_of(a)}, -1, 1);
+  check("select", &s, b_select);
+  s = floats(3, (gr_shape[]){a, a, a}, -1, 1);
+  check("add_n", &s, b_add_n);
+}
+static void test_matmul(void) {
+  build_fn f[4] = {b_mm_nn, b_mm_tn, b_mm_nt, b_mm_tt};
+  const char *names[4] = {"matmul", "matmul_ta", "matmul_tb", "matmul_ta_tb"};
+  for (int t = 0; t < 4; t++) {
+    int64_t m = gt_int(&rng, 1, 4), k = gt_int(&rng, 1, 4), n = gt_int(&rng, 1, 4);
+    gr_shape a = t & 1 ? (gr_shape){2, {k, m}} : (gr_shape){2, {m, k}};
+    gr_shape b = t & 2 ? (gr_shape){2, {n, k}} : (gr_shape){2, {k, n}};
+    spec s = floats(2, (gr_shape[]){a, b}, -1, 1);
+    check(names[t], &s, f[t]);
+  }
+}
+static void test_reductions(void) {
+  build_fn f[7] = {b_sum, b_sum_keep, b_mean, b_mean_keep, b_max, b_min, b_prod};
+  const char *names[7] = {"reduce_sum", "reduce_sum_keepdims", "reduce_mean", "reduce_mean_keepdims",
+                          "reduce_max", "reduce_min_keepdims", "reduce_prod"};
+  for (int i = 0; i < 7; i++)
+    for (int rep = 0; rep < 2; rep++) {
+      spec s = floats(1, (gr_shape[]){rs((int)gt_int(&rng, 1, 3))}, i == 6 ? 0.5 : -1, i == 6 ? 1.5 : 1);
+      s.k = gt_int(&rng, 0, 7); /* bit mask of axes; 0 = all */
+      check(names[i], &s, f[i]);
+    }
+}
+static void test_shape_ops(void) {
+  spec s = floats(1, (gr_shape[]){rs(3)}, -1, 1);
+  check("reshape", &s, b_reshape);
+  check("transpose", &s, b_transpose);
+  check("squeeze", &s, b_squeeze);
+  s.k = -1;
+  check("expand_dims", &s, b_expand_dims);
+  check("slice", &s, b_slice);
+  check("tile", &s, b_tile);
+  check("pad", &s, b_pad);
+  gr_shape a = rs(3), b = a;
+  b.dims[1] = gt_int(&rng, 1, 4);
+  s = floats(2, (gr_shape[]){a, b}, -1, 1);
+  s.k = 1;
+  check("concat", &s, b_concat);
+  gr_shape c = rs(2);
+  c.dims[1] = 2 * gt_int(&rng, 1, 3);
+  s = floats(1, (gr_shape[]){c}, -1, 1);
+  s.k = -1;
+  check("split", &s, b_split);
+  s = floats(2, (gr_shape[]){(gr_shape){2, {5, 3}}, (gr_shape){2, {2, 3}}}, -1, 1);
+  s.dtype[1] = GR_I64;
+  s.lo[1] = 0;
+  s.hi[1] = 4;
+  s.k = 0;
+  check("gather", &s, b_gather); /* repeated indices accumulate */
+}
+static void test_nn(void) {
+  spec s = floats(1, (gr_shape[]){rs(2)}, -2, 2);
+  check("softmax", &s, b_softmax);
+  check("log_softmax", &s, b_log_softmax);
+  gr_shape x = rs(3);
+  s = floats(2, (gr_shape[]){x, (gr_shape){1, {x.dims[2]}}}, -1, 1);
+  check("bias_add", &s, b_bias_add);
+  gr_shape l = (gr_shape){2, {gt_int(&rng, 1, 4), gt_int(&rng, 2, 5)}};
+  s = floats(2, (gr_shape[]){l, l}, -2, 2);
+  check("softmax_cross_entropy", &s, b_xent);
+  s = floats(2, (gr_shape[]){l, (gr_shape){1, {l.dims[0]}}}, -2, 2);
+  s.dtype[1] = GR_I64;
+  s.lo[1] = 0;
+  s.hi[1] = (double)(l.dims[1] - 1);
+  check("sparse_softmax_cross_entropy", &s, b_sparse_xent);
+}
+
+/* A 2-layer MLP: every parameter's gradient against finite differences. */
+static gr_output b_mlp(gr_graph *g, const gr_output *x, const spec *s) {
+  gr_output h = gr_tanh(g, gr_bias_add(g, gr_matmul(g, x[0], x[1], false, false), x[2]));
+  gr_output logits = gr_matmul(g, h, x[3], false, false);
+  int64_t labels[3] = {0, 2, 1};
+  gr_output y = gr_const_data(g, GR_I64, (gr_shape){1, {3}}, labels);
+  return gr_reduce_mean(g, gr_sparse_softmax_cross_entropy(g, logits, y), NULL, 0, false);
+}
+static void test_whole_mlp(void) {
+  spec s = floats(4, (gr_shape[]){{2, {3, 4}}, {2, {4, 5}}, {1, {5}}, {2, {5, 3}}}, -1, 1);
+  check("mlp", &s, b_mlp);
+}
+
+static void test_unconnected_and_errors(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output a = gr_placeholder(g, "a", GR_F64, (gr_shape){1, {3}});
+  gr_output b = gr_placeholder(g, "b", GR_F64, (gr_shape){1, {3}});
+  gr_output y = gr_reduce_sum(g, gr_square(g, a), NULL, 0, false);
+  gr_output d[2];
+  GR_CHECK(gr_gradients(g, &y, 1, (gr_output[]){a, b}, 2, NULL, false, d) == GR_OK);
+  GR_CHECK(d[1].node && strcmp(d[1].node->op->name, "zeros_like") == 0);
+  GR_CHECK(gr_gradients(g, &y, 1, (gr_output[]){a, b}, 2, NULL, true, d) == GR_OK);
+  GR_CHECK(d[0].node && d[1].node == NULL);
+  /* gradient nodes are colocated with their forward nodes and scoped */
+  GR_CHECK(d[0].node->colocate_with != NULL);
+  GR_CHECK(strncmp(d[0].node->name, "gradients/", 10) == 0);
+  /* stop_gradient blocks the flow */
+  gr_output z = gr_reduce_sum(g, gr_mul(g, gr_stop_gradient(g, a), b), NULL, 0, false);
+  GR_CHECK(gr_gradients(g, &z, 1, &a, 1, NULL, true, d) == GR_OK);
+  GR_CHECK(d[0].node == NULL);
+  /* differentiating an integer output is an error naming it */
+  gr_output i = gr_name(g, gr_argmax(g, a, 0), "best");
+  GR_CHECK(gr_gradients(g, &i, 1, &a, 1, NULL, false, d) == GR_ERR_DTYPE);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "'best'");
+  gr_graph_free(g);
+  /* an op without a gradient on the path names the op and node */
+  g = gr_graph_new();
+  a = gr_placeholder(g, "a", GR_F64, (gr_shape){1, {3}});
+  gr_output v = gr_variable(g, "v", gr_zeros(g, GR_F64, (gr_shape){1, {3}}));
+  gr_output asg = gr_name(g, gr_assign(g, v, a), "store");
+  y = gr_reduce_sum(g, asg, NULL, 0, false);
+  GR_CHECK(gr_gradients(g, &y, 1, &a, 1, NULL, false, d) == GR_ERR_UNIMPLEMENTED);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "'store'");
+  gr_graph_free(g);
+}
+
+int main(void) {
+  GR_RUN(test_binary);
+  GR_RUN(test_unary);
+  GR_RUN(test_select_add_n);
+  GR_RUN(test_matmul);
+  GR_RUN(test_reductions);
+  GR_RUN(test_shape_ops);
+  GR_RUN(test_nn);
+  GR_RUN(test_whole_mlp);
+  GR_RUN(test_unconnected_and_errors);
+  return gr_test_finish();
+}
