@@ -21,7 +21,7 @@ endif
 
 # Debian packages the build needs (checked with dpkg, installed with apt-get).
 DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
-                libmsgpack-dev libsqlite3-dev zlib1g-dev sqlite3
+                libmsgpack-dev libsqlite3-dev zlib1g-dev sqlite3 dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps configure build demo test bench-% format clean
@@ -46,10 +46,14 @@ build: configure
 
 demo: build
 	@$(BUILD_DIR)/examples/basics
+	@echo
+	@$(BUILD_DIR)/examples/fashion_mlp
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
+# bench-mlp compares with PyTorch, which it installs (Debian's python3-torch).
+bench-mlp: EXTRA_PACKAGES = python3-torch
 bench-%: build
 	@cmake --build $(BUILD_DIR) --target bench_$* -j $(JOBS) >/dev/null
 	@$(BUILD_DIR)/tests/bench/bench_$*

@@ -88,7 +88,9 @@ gr_node *gr_graph_find_node(const gr_graph *g, const char *name);
 int gr_graph_num_nodes(const gr_graph *g);
 gr_node *gr_graph_node(const gr_graph *g, int id);
 
-/* Scopes. Pushes return GR_OK or an error (also recorded in the graph). */
+/* Scopes. Pushes return GR_OK or an error (also recorded in the graph).
+ * A name scope nests inside the current one; one starting with '/' is
+ * absolute ("/" is the top level). */
 gr_status gr_graph_push_name_scope(gr_graph *g, const char *scope);
 void gr_graph_pop_name_scope(gr_graph *g);
 /* Device scopes nest: inner fields override outer ones. */

@@ -484,9 +484,13 @@ gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other) {
 gr_status gr_graph_push_name_scope(gr_graph *g, const char *scope) {
   if (g->num_name_scopes == GR_SCOPE_MAX)
     return fail(g, GR_ERR_OUT_OF_RANGE, "name scopes nested deeper than %d", GR_SCOPE_MAX);
-  if (!scope || !valid_node_name(scope))
+  /* "/" is the root scope and "/a/b" an absolute one */
+  bool absolute = scope && scope[0] == '/';
+  const char *rel = absolute ? scope + 1 : scope;
+  if (!rel || (!valid_node_name(rel) && !(absolute && !*rel)))
     return fail(g, GR_ERR_INVALID_ARGUMENT, "invalid name scope '%s'", scope ? scope : "");
-  const char *s = scoped(g, gr_graph_name_scope(g), scope);
+  const char *s =
+      absolute ? gr_arena_strdup(&g->arena, rel) : scoped(g, gr_graph_name_scope(g), rel);
   if (!s) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   g->name_scopes[g->num_name_scopes++] = s;
   return GR_OK;

@@ -16,7 +16,9 @@ typedef struct contrib {
   int n, cap;
 } contrib;
 
-static bool float_edge(const gr_node *n, int out) { return gr_dtype_is_float(n->out_dtypes[out]); }
+static bool float_edge(const gr_node *n, int out) {
+  return gr_dtype_is_float(n->out_dtypes[out]);
+}
 
 static gr_status fail(gr_graph *g, gr_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -68,7 +70,8 @@ gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
       return fail(g, GR_ERR_INVALID_ARGUMENT, "gradients: x %d is not a valid output", i);
   for (int i = 0; i < ny; i++)
     if (!float_edge(ys[i].node, ys[i].index))
-      return fail(g, GR_ERR_DTYPE, "gradients: y '%s' has dtype %s; only f32/f64 can be differentiated",
+      return fail(g, GR_ERR_DTYPE,
+                  "gradients: y '%s' has dtype %s; only f32/f64 can be differentiated",
                   ys[i].node->name, gr_dtype_name(ys[i].node->out_dtypes[ys[i].index]));
 
   int total_nodes = gr_graph_num_nodes(g);

@@ -174,6 +174,28 @@ gr_output gr_truncated_normal(gr_graph *g, gr_dtype dtype, gr_shape shape, doubl
 /* Uniform in +-sqrt(6 / (fan_in + fan_out)), fans from the shape. */
 gr_output gr_glorot_uniform(gr_graph *g, gr_dtype dtype, gr_shape shape, int64_t seed);
 
+/* ---- data files (data_files.c) and data input ops (data.c) ----------------------- */
+
+/* Reads a whole IDX file (MNIST format; raw or gzip) into *out (u8, i32, f32
+ * or f64; i8/i16 widen to i32). Errors name the file. */
+gr_status gr_data_load_idx(const char *path, gr_tensor *out, gr_error *err);
+/* dtype and shape from an IDX header only. */
+gr_status gr_data_idx_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err);
+/* Reads a .npy file (little-endian f4 f8 i4 i8 u1 b1, C order). */
+gr_status gr_data_load_npy(const char *path, gr_tensor *out, gr_error *err);
+gr_status gr_data_npy_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err);
+
+/* The contents of an IDX (.gz or raw) or .npy file, read once per session. */
+gr_output gr_read_idx(gr_graph *g, const char *path);
+gr_output gr_read_npy(gr_graph *g, const char *path);
+/* Batch number `step` (an i64 scalar, e.g. gr_global_step) of the examples
+ * (rows) of xs[0..n): the same rows of every x. Shuffled per epoch by a
+ * permutation that is a pure function of (seed, epoch); with num_shards > 1
+ * only the rows i with i % num_shards == shard_index are used. A batch is
+ * always full (the remainder of an epoch is dropped). Outputs 0..n-1. */
+gr_output gr_batch(gr_graph *g, gr_output step, const gr_output *xs, int n, int64_t batch_size,
+                   int64_t seed, bool shuffle, int64_t num_shards, int64_t shard_index);
+
 /* ---- automatic differentiation (autodiff.c) ----------------------------------- */
 
 /* Adds nodes computing d(sum of ys)/d(xs[i]) into dxs[i], walking back from
@@ -218,8 +240,8 @@ typedef enum gr_optimizer_kind { GR_OPT_SGD, GR_OPT_MOMENTUM, GR_OPT_ADAM } gr_o
 typedef struct gr_optimizer {
   gr_optimizer_kind kind;
   double learning_rate;
-  double momentum; /* momentum */
-  bool nesterov;   /* momentum */
+  double momentum;              /* momentum */
+  bool nesterov;                /* momentum */
   double beta1, beta2, epsilon; /* adam; 0 means the defaults 0.9, 0.999, 1e-8 */
 } gr_optimizer;
 
@@ -229,5 +251,8 @@ typedef struct gr_optimizer {
  * created next to their variable as "VAR/SLOT". */
 gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
                       const gr_output *var_list, int n);
+/* The i64 scalar variable "global_step" (created at 0 on first call).
+ * gr_minimize increments it with every training step when it exists. */
+gr_output gr_global_step(gr_graph *g);
 
 #endif

@@ -56,9 +56,14 @@ static gr_status sum_like_kernel(gr_kernel_ctx *ctx) {
   gr_tensor *o;
   GR_TRY(gr_kernel_alloc_output(ctx, 0, G->dtype, &L->shape, &o));
   switch (G->dtype) {
-    case GR_F32: SUM_LIKE_LOOP(float); break;
-    case GR_F64: SUM_LIKE_LOOP(double); break;
-    default: return gr_kernel_error(ctx, GR_ERR_DTYPE, "sum_like supports f32 and f64");
+    case GR_F32:
+      SUM_LIKE_LOOP(float);
+      break;
+    case GR_F64:
+      SUM_LIKE_LOOP(double);
+      break;
+    default:
+      return gr_kernel_error(ctx, GR_ERR_DTYPE, "sum_like supports f32 and f64");
   }
   return GR_OK;
 }
@@ -250,14 +255,16 @@ static gr_status gather_grad_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
-static const gr_attr_spec gather_grad_attrs[] = {{"axis", GR_ATTR_INT, false, {.type = GR_ATTR_INT}}};
+static const gr_attr_spec gather_grad_attrs[] = {
+    {"axis", GR_ATTR_INT, false, {.type = GR_ATTR_INT}}};
 
 const gr_op_def gr_op_gather_grad = {.name = "gather_grad",
                                      .doc = "gradient of gather: grad rows added at indices into "
                                             "zeros shaped like params",
                                      .min_inputs = 3,
                                      .max_inputs = 3,
-                                     .input_names = (const char *const[]){"grad", "indices", "like"},
+                                     .input_names =
+                                         (const char *const[]){"grad", "indices", "like"},
                                      .num_outputs = 1,
                                      .attrs = gather_grad_attrs,
                                      .num_attrs = 1,

@@ -465,8 +465,8 @@ static gr_status softmax_cross_entropy_grad(gr_grad_ctx *c) {
   return GR_OK;
 }
 static gr_status sparse_softmax_cross_entropy_grad_fn(gr_grad_ctx *c) {
-  c->dinputs[0] = gr_sparse_softmax_cross_entropy_grad(c->graph, gr_grad_x(c, 0), gr_grad_x(c, 1),
-                                                       c->grads[0]);
+  c->dinputs[0] =
+      gr_sparse_softmax_cross_entropy_grad(c->graph, gr_grad_x(c, 0), gr_grad_x(c, 1), c->grads[0]);
   return GR_OK;
 }
 

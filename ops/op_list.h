@@ -92,6 +92,14 @@
   X(gather_grad)                                                                                   \
   /* nn_grad.c */                                                                                  \
   X(relu_grad)                                                                                     \
-  X(sparse_softmax_cross_entropy_grad)
+  X(sparse_softmax_cross_entropy_grad)                                                             \
+  /* optimizers.c */                                                                               \
+  X(apply_sgd)                                                                                     \
+  X(apply_momentum)                                                                                \
+  X(apply_adam)                                                                                    \
+  /* data.c */                                                                                     \
+  X(read_idx)                                                                                      \
+  X(read_npy)                                                                                      \
+  X(batch)
 
 #endif

@@ -111,7 +111,9 @@ gr_output gr_ops_const_scalar(gr_graph *g, gr_dtype dtype, double v);
 /* ---- for gradient functions ---------------------------------------------------- */
 
 /* Forward input i and output i of the node being differentiated. */
-static inline gr_output gr_grad_x(const gr_grad_ctx *c, int i) { return c->node->inputs[i]; }
+static inline gr_output gr_grad_x(const gr_grad_ctx *c, int i) {
+  return c->node->inputs[i];
+}
 static inline gr_output gr_grad_y(const gr_grad_ctx *c, int i) {
   return (gr_output){(gr_node *)c->node, i};
 }

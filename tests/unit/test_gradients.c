@@ -77,7 +77,8 @@ static void check(const char *name, const spec *s, build_fn build) {
       xs[nx++] = x[i];
     }
   gr_status st = gr_gradients(g, &loss, 1, xs, nx, NULL, false, dx);
-  GR_CHECK_MSG(st == GR_OK, "%s: gradients: %s", name, gr_graph_error(g) ? gr_graph_error(g)->msg : "");
+  GR_CHECK_MSG(st == GR_OK, "%s: gradients: %s", name,
+               gr_graph_error(g) ? gr_graph_error(g)->msg : "");
   if (st != GR_OK) goto out;
   gr_error err;
   gr_session *sess = gr_session_new(g, &(gr_session_options){.inter_op_threads = 1}, &err);
@@ -124,7 +125,9 @@ static spec floats(int n, const gr_shape *shapes, double lo, double hi) {
   }
   return s;
 }
-static gr_shape rs(int rank) { return gt_random_shape(&rng, rank, 4); }
+static gr_shape rs(int rank) {
+  return gt_random_shape(&rng, rank, 4);
+}
 /* b: a shape a broadcasts with (some dims 1, maybe lower rank) */
 static gr_shape bcast_of(gr_shape a) {
   gr_shape b = a;
@@ -225,10 +228,15 @@ static gr_output b_pad(gr_graph *g, const gr_output *x, const spec *s) {
 
 /* ---- tests ------------------------------------------------------------------------ */
 
-static void binary_case(const char *name, build_fn f, double lo, double hi, double blo, double bhi) {
+static void binary_case(const char *name, build_fn f, double lo, double hi, double blo,
+                        double bhi) {
   for (int rep = 0; rep < 3; rep++) {
     gr_shape a = rs((int)gt_int(&rng, 0, 3)), b = bcast_of(a);
-    if (rep == 1) { gr_shape t = a; a = b; b = t; } /* broadcast either side */
+    if (rep == 1) {
+      gr_shape t = a;
+      a = b;
+      b = t;
+    } /* broadcast either side */
     spec s = floats(2, (gr_shape[]){a, b}, lo, hi);
     s.lo[1] = blo;
     s.hi[1] = bhi;
@@ -285,11 +293,13 @@ static void test_matmul(void) {
 }
 static void test_reductions(void) {
   build_fn f[7] = {b_sum, b_sum_keep, b_mean, b_mean_keep, b_max, b_min, b_prod};
-  const char *names[7] = {"reduce_sum", "reduce_sum_keepdims", "reduce_mean", "reduce_mean_keepdims",
-                          "reduce_max", "reduce_min_keepdims", "reduce_prod"};
+  const char *names[7] = {"reduce_sum",           "reduce_sum_keepdims", "reduce_mean",
+                          "reduce_mean_keepdims", "reduce_max",          "reduce_min_keepdims",
+                          "reduce_prod"};
   for (int i = 0; i < 7; i++)
     for (int rep = 0; rep < 2; rep++) {
-      spec s = floats(1, (gr_shape[]){rs((int)gt_int(&rng, 1, 3))}, i == 6 ? 0.5 : -1, i == 6 ? 1.5 : 1);
+      spec s =
+          floats(1, (gr_shape[]){rs((int)gt_int(&rng, 1, 3))}, i == 6 ? 0.5 : -1, i == 6 ? 1.5 : 1);
       s.k = gt_int(&rng, 0, 7); /* bit mask of axes; 0 = all */
       check(names[i], &s, f[i]);
     }

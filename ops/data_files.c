@@ -1,0 +1,254 @@
+/* Reading tensors from data files: the IDX format of MNIST and
+ * Fashion-MNIST (raw or gzip-compressed) and NumPy .npy files. Used by the
+ * read_idx / read_npy ops and by the command line's --feed. Every length in a
+ * header is checked against a maximum and against the bytes present. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+#define MAX_FILE_ELEMENTS ((int64_t)1 << 34)
+
+/* ---- IDX -------------------------------------------------------------------------------- */
+
+static gr_status idx_header(gzFile f, const char *path, gr_dtype *dt, int *src_size,
+                            gr_shape *shape, gr_error *err) {
+  unsigned char h[4];
+  if (gzread(f, h, 4) != 4)
+    return gr_error_set(err, GR_ERR_DATA_LOSS, "%s: too short for an IDX header", path);
+  if (h[0] != 0 || h[1] != 0)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "%s: not an IDX file (magic %02x %02x, expected 00 00)", path, h[0], h[1]);
+  switch (h[2]) {
+    case 0x08:
+      *dt = GR_U8, *src_size = 1;
+      break;
+    case 0x09:
+      *dt = GR_I32, *src_size = 1;
+      break; /* i8, widened */
+    case 0x0B:
+      *dt = GR_I32, *src_size = 2;
+      break; /* i16, widened */
+    case 0x0C:
+      *dt = GR_I32, *src_size = 4;
+      break;
+    case 0x0D:
+      *dt = GR_F32, *src_size = 4;
+      break;
+    case 0x0E:
+      *dt = GR_F64, *src_size = 8;
+      break;
+    default:
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: unknown IDX element type 0x%02x", path,
+                          h[2]);
+  }
+  if (h[3] < 1 || h[3] > GR_MAX_RANK)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: IDX rank %d out of range [1, %d]", path,
+                        h[3], GR_MAX_RANK);
+  *shape = gr_shape_make(h[3], NULL);
+  int64_t n = 1;
+  for (int i = 0; i < h[3]; i++) {
+    unsigned char d[4];
+    if (gzread(f, d, 4) != 4)
+      return gr_error_set(err, GR_ERR_DATA_LOSS, "%s: IDX header truncated", path);
+    shape->dims[i] = (int64_t)d[0] << 24 | (int64_t)d[1] << 16 | (int64_t)d[2] << 8 | d[3];
+    n *= shape->dims[i] ? shape->dims[i] : 1;
+    if (n > MAX_FILE_ELEMENTS)
+      return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "%s: IDX tensor too large", path);
+  }
+  return GR_OK;
+}
+
+gr_status gr_data_idx_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err) {
+  gzFile f = gzopen(path, "rb");
+  if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "%s: cannot open", path);
+  int src;
+  gr_status s = idx_header(f, path, dtype, &src, shape, err);
+  gzclose(f);
+  return s;
+}
+
+gr_status gr_data_load_idx(const char *path, gr_tensor *out, gr_error *err) {
+  *out = gr_tensor_empty();
+  gzFile f = gzopen(path, "rb");
+  if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "%s: cannot open", path);
+  gzbuffer(f, 1 << 17);
+  gr_dtype dt;
+  int src;
+  gr_shape shape;
+  gr_status s = idx_header(f, path, &dt, &src, &shape, err);
+  if (s == GR_OK) s = gr_tensor_alloc(out, dt, &shape, err);
+  if (s == GR_OK) {
+    int64_t n = gr_tensor_num_elements(out);
+    size_t bytes = (size_t)n * (size_t)src;
+    unsigned char *raw = src == (int)gr_dtype_size(dt) ? gr_tensor_data(out) : malloc(bytes + 1);
+    size_t got = 0;
+    while (raw && got < bytes) {
+      unsigned chunk = bytes - got > (1u << 30) ? 1u << 30 : (unsigned)(bytes - got);
+      int r = gzread(f, raw + got, chunk);
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (!raw) {
+      s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", path);
+    } else if (got < bytes) {
+      s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated: %zu of %zu data bytes", path, got,
+                       bytes);
+    } else {
+      /* big-endian source -> host order in the tensor's dtype */
+      for (int64_t i = 0; i < n; i++) {
+        const unsigned char *p = raw + i * src;
+        switch (src) {
+          case 1:
+            if (dt == GR_I32) ((int32_t *)gr_tensor_data(out))[i] = (int8_t)p[0];
+            break;
+          case 2:
+            ((int32_t *)gr_tensor_data(out))[i] = (int16_t)(p[0] << 8 | p[1]);
+            break;
+          case 4: {
+            uint32_t u = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+            memcpy((char *)gr_tensor_data(out) + i * 4, &u, 4);
+            break;
+          }
+          case 8: {
+            uint64_t u = 0;
+            for (int b = 0; b < 8; b++) u = u << 8 | p[b];
+            memcpy((char *)gr_tensor_data(out) + i * 8, &u, 8);
+            break;
+          }
+        }
+      }
+    }
+    if (raw && raw != gr_tensor_data(out)) free(raw);
+  }
+  gzclose(f);
+  if (s != GR_OK) gr_tensor_release(out);
+  return s;
+}
+
+/* ---- .npy -------------------------------------------------------------------------------- */
+
+/* Finds 'key': in the header dict and returns a pointer after the colon. */
+static const char *npy_field(const char *h, const char *key) {
+  const char *p = strstr(h, key);
+  if (!p) return NULL;
+  p += strlen(key);
+  while (*p == ' ' || *p == '\'' || *p == '"') p++;
+  if (*p != ':') return NULL;
+  p++;
+  while (*p == ' ') p++;
+  return p;
+}
+
+static gr_status npy_header(FILE *f, const char *path, gr_dtype *dt, gr_shape *shape,
+                            gr_error *err) {
+  unsigned char m[10];
+  if (fread(m, 1, 10, f) != 10 || memcmp(m, "\x93NUMPY", 6) != 0)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: not a .npy file (bad magic)", path);
+  size_t hlen = m[8] | (size_t)m[9] << 8;
+  if (m[6] >= 2) {
+    unsigned char e[2];
+    if (fread(e, 1, 2, f) != 2) return gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated", path);
+    hlen |= (size_t)e[0] << 16 | (size_t)e[1] << 24;
+  }
+  if (hlen > 65536) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: header too long", path);
+  char *h = calloc(hlen + 1, 1);
+  if (!h) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status s = GR_OK;
+  if (fread(h, 1, hlen, f) != hlen) {
+    s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: header truncated", path);
+    goto done;
+  }
+  const char *d = npy_field(h, "descr"), *fo = npy_field(h, "fortran_order"),
+             *sh = npy_field(h, "shape");
+  if (!d || !fo || !sh) {
+    s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: header lacks descr/fortran_order/shape",
+                     path);
+    goto done;
+  }
+  static const struct {
+    const char *descr;
+    gr_dtype dt;
+  } kinds[] = {{"'<f4'", GR_F32}, {"'<f8'", GR_F64}, {"'<i4'", GR_I32}, {"'<i8'", GR_I64},
+               {"'|u1'", GR_U8},  {"'<u1'", GR_U8},  {"'|b1'", GR_BOOL}};
+  bool found = false;
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+    if (strncmp(d, kinds[k].descr, strlen(kinds[k].descr)) == 0) {
+      *dt = kinds[k].dt;
+      found = true;
+    }
+  if (!found) {
+    s = gr_error_set(err, GR_ERR_UNIMPLEMENTED,
+                     "%s: dtype %.8s is not supported (f32, f64, i32, i64, u8, bool little-endian)",
+                     path, d);
+    goto done;
+  }
+  if (strncmp(fo, "False", 5) != 0) {
+    s = gr_error_set(err, GR_ERR_UNIMPLEMENTED, "%s: Fortran-order arrays are not supported", path);
+    goto done;
+  }
+  if (*sh != '(') {
+    s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: malformed shape", path);
+    goto done;
+  }
+  *shape = gr_shape_make(0, NULL);
+  const char *p = sh + 1;
+  int64_t n = 1;
+  while (*p && *p != ')') {
+    while (*p == ' ' || *p == ',') p++;
+    if (*p == ')') break;
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v < 0 || shape->rank == GR_MAX_RANK) {
+      s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: malformed or too long shape", path);
+      goto done;
+    }
+    shape->dims[shape->rank++] = v;
+    n *= v ? v : 1;
+    if (n > MAX_FILE_ELEMENTS) {
+      s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "%s: tensor too large", path);
+      goto done;
+    }
+    p = end;
+  }
+done:
+  free(h);
+  return s;
+}
+
+gr_status gr_data_npy_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "%s: cannot open", path);
+  gr_status s = npy_header(f, path, dtype, shape, err);
+  fclose(f);
+  return s;
+}
+
+gr_status gr_data_load_npy(const char *path, gr_tensor *out, gr_error *err) {
+  *out = gr_tensor_empty();
+  FILE *f = fopen(path, "rb");
+  if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "%s: cannot open", path);
+  gr_dtype dt;
+  gr_shape shape;
+  gr_status s = npy_header(f, path, &dt, &shape, err);
+  if (s == GR_OK) s = gr_tensor_alloc(out, dt, &shape, err);
+  if (s == GR_OK) {
+    size_t bytes = gr_tensor_num_bytes(out);
+    if (fread(gr_tensor_data(out), 1, bytes, f) != bytes)
+      s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated: fewer than %zu data bytes", path,
+                       bytes);
+    else if (dt == GR_BOOL)
+      for (size_t i = 0; i < bytes; i++)
+        if (((unsigned char *)gr_tensor_data(out))[i] > 1) {
+          s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: bool element %zu is not 0 or 1", path,
+                           i);
+          break;
+        }
+  }
+  fclose(f);
+  if (s != GR_OK) gr_tensor_release(out);
+  return s;
+}

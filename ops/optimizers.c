@@ -1,0 +1,387 @@
+/* Optimizers as graph ops that update variables in place: apply_sgd,
+ * apply_momentum (optionally Nesterov) and apply_adam, each with its slot
+ * variables, and gr_minimize, which builds gradients and one update per
+ * variable. Updates run in place when nothing else holds the variable's
+ * value, else copy on write, as assign_add does. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+/* ---- shared kernel plumbing ---------------------------------------------------------- */
+
+typedef struct locked_vars {
+  gr_var *v[4];
+  int n;
+} locked_vars;
+
+/* Looks up and locks the variables named by attrs (in order), checking each
+ * is initialised and shaped like grad. */
+static gr_status lock_vars(gr_kernel_ctx *ctx, const char *const *attrs, int n, locked_vars *lv) {
+  lv->n = 0;
+  const gr_tensor *grad = &ctx->inputs[1];
+  for (int i = 0; i < n; i++) {
+    const char *name = gr_node_attr_string(ctx->node, attrs[i], "");
+    gr_var *v = gr_resource_mgr_get_var(ctx->step->resources, name);
+    if (!v) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    gr_var_lock(v);
+    lv->v[lv->n++] = v;
+    gr_tensor *t = gr_var_value(v);
+    if (!t->buf)
+      return gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION, "variable '%s' is not initialised",
+                             name);
+    bool scalar_slot = strcmp(attrs[i], "slot_t") == 0;
+    if (!scalar_slot && (!gr_shape_equal(&t->shape, &grad->shape) || t->dtype != grad->dtype)) {
+      char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+      return gr_kernel_error(ctx, GR_ERR_SHAPE, "gradient %s %s does not match variable '%s' %s %s",
+                             gr_dtype_name(grad->dtype), gr_shape_str(&grad->shape, a), name,
+                             gr_dtype_name(t->dtype), gr_shape_str(&t->shape, b));
+    }
+    if (!gr_tensor_is_unique(t)) { /* someone still reads the old value: copy on write */
+      gr_tensor fresh;
+      GR_TRY(gr_tensor_copy(t, &fresh, ctx->err));
+      gr_tensor_release(t);
+      *t = fresh;
+    }
+  }
+  return GR_OK;
+}
+
+static void unlock_vars(locked_vars *lv) {
+  for (int i = lv->n - 1; i >= 0; i--) gr_var_unlock(lv->v[i]);
+}
+
+static double scalar_of(const gr_tensor *t) {
+  return gr_tensor_get_f64(t, 0);
+}
+
+static gr_status check_lr(gr_kernel_ctx *ctx) {
+  if (gr_tensor_num_elements(&ctx->inputs[0]) != 1)
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "learning rate must be a scalar");
+  return GR_OK;
+}
+
+/* ---- apply_sgd: var -= lr * grad ---------------------------------------------------------- */
+
+#define SGD_LOOP(T)                                                                                \
+  do {                                                                                             \
+    T *w = gr_tensor_data(var);                                                                    \
+    const T *g = gr_tensor_data(&ctx->inputs[1]);                                                  \
+    T a = (T)lr;                                                                                   \
+    for (int64_t i = 0; i < n; i++) w[i] -= a * g[i];                                              \
+  } while (0)
+
+static gr_status apply_sgd_kernel(gr_kernel_ctx *ctx) {
+  GR_TRY(check_lr(ctx));
+  static const char *const names[] = {"var"};
+  locked_vars lv;
+  gr_status s = lock_vars(ctx, names, 1, &lv);
+  if (s == GR_OK) {
+    gr_tensor *var = gr_var_value(lv.v[0]);
+    double lr = scalar_of(&ctx->inputs[0]);
+    int64_t n = gr_tensor_num_elements(var);
+    if (var->dtype == GR_F32)
+      SGD_LOOP(float);
+    else
+      SGD_LOOP(double);
+  }
+  unlock_vars(&lv);
+  return s;
+}
+
+/* ---- apply_momentum ----------------------------------------------------------------------
+ * accum = momentum * accum + grad
+ * var -= lr * accum                       (or lr * (grad + momentum * accum): Nesterov) */
+
+#define MOMENTUM_LOOP(T)                                                                           \
+  do {                                                                                             \
+    T *w = gr_tensor_data(var), *acc = gr_tensor_data(accum);                                      \
+    const T *g = gr_tensor_data(&ctx->inputs[1]);                                                  \
+    T a = (T)lr, m = (T)mom;                                                                       \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+      acc[i] = m * acc[i] + g[i];                                                                  \
+      w[i] -= nesterov ? a * (g[i] + m * acc[i]) : a * acc[i];                                     \
+    }                                                                                              \
+  } while (0)
+
+static gr_status apply_momentum_kernel(gr_kernel_ctx *ctx) {
+  GR_TRY(check_lr(ctx));
+  static const char *const names[] = {"var", "slot_accum"};
+  locked_vars lv;
+  gr_status s = lock_vars(ctx, names, 2, &lv);
+  if (s == GR_OK) {
+    gr_tensor *var = gr_var_value(lv.v[0]), *accum = gr_var_value(lv.v[1]);
+    double lr = scalar_of(&ctx->inputs[0]), mom = gr_node_attr_float(ctx->node, "momentum", 0.9);
+    bool nesterov = gr_node_attr_bool(ctx->node, "nesterov", false);
+    int64_t n = gr_tensor_num_elements(var);
+    if (var->dtype == GR_F32)
+      MOMENTUM_LOOP(float);
+    else
+      MOMENTUM_LOOP(double);
+  }
+  unlock_vars(&lv);
+  return s;
+}
+
+/* ---- apply_adam ----------------------------------------------------------------------------
+ * t += 1; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2
+ * var -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)       (Kingma & Ba, as TF) */
+
+#define ADAM_LOOP(T)                                                                               \
+  do {                                                                                             \
+    T *w = gr_tensor_data(var), *mm = gr_tensor_data(m), *vv = gr_tensor_data(v);                  \
+    const T *g = gr_tensor_data(&ctx->inputs[1]);                                                  \
+    T b1 = (T)beta1, b2 = (T)beta2, e = (T)eps, a = (T)lr_t;                                       \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+      mm[i] = b1 * mm[i] + (1 - b1) * g[i];                                                        \
+      vv[i] = b2 * vv[i] + (1 - b2) * g[i] * g[i];                                                 \
+      w[i] -= a * mm[i] / ((T)sqrt((double)vv[i]) + e);                                            \
+    }                                                                                              \
+  } while (0)
+
+static gr_status apply_adam_kernel(gr_kernel_ctx *ctx) {
+  GR_TRY(check_lr(ctx));
+  static const char *const names[] = {"var", "slot_m", "slot_v", "slot_t"};
+  locked_vars lv;
+  gr_status s = lock_vars(ctx, names, 4, &lv);
+  if (s == GR_OK) {
+    gr_tensor *var = gr_var_value(lv.v[0]), *m = gr_var_value(lv.v[1]);
+    gr_tensor *v = gr_var_value(lv.v[2]), *t = gr_var_value(lv.v[3]);
+    double beta1 = gr_node_attr_float(ctx->node, "beta1", 0.9);
+    double beta2 = gr_node_attr_float(ctx->node, "beta2", 0.999);
+    double eps = gr_node_attr_float(ctx->node, "epsilon", 1e-8);
+    double step = gr_tensor_get_f64(t, 0) + 1;
+    gr_tensor_set_f64(t, 0, step);
+    double lr_t = scalar_of(&ctx->inputs[0]) * sqrt(1 - pow(beta2, step)) / (1 - pow(beta1, step));
+    int64_t n = gr_tensor_num_elements(var);
+    if (var->dtype == GR_F32)
+      ADAM_LOOP(float);
+    else
+      ADAM_LOOP(double);
+  }
+  unlock_vars(&lv);
+  return s;
+}
+
+/* ---- definitions -------------------------------------------------------------------------- */
+
+static gr_status apply_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_FLOAT));
+  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  if (ctx->in_shapes[0].rank > 0 && gr_shape_num_elements(&ctx->in_shapes[0]) != 1) {
+    char b[GR_SHAPE_STR_MAX];
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "learning rate must be a scalar, got %s",
+                          gr_shape_str(&ctx->in_shapes[0], b));
+  }
+  ctx->num_outputs = 0;
+  return GR_OK;
+}
+
+static void apply_cost(const gr_node *n, gr_cost *c) {
+  const gr_shape *s = &n->inputs[1].node->out_shapes[n->inputs[1].index];
+  int64_t k = gr_shape_num_elements(s);
+  c->flops = k > 0 ? 4.0 * (double)k : 0;
+  c->bytes = k > 0 ? 16.0 * (double)k : 0;
+}
+
+static const char *const lr_grad_names[] = {"lr", "grad"};
+#define APPLY_FLAGS (GR_OP_STATEFUL | GR_OP_VARIABLE)
+
+static const gr_attr_spec sgd_attrs[] = {{"var", GR_ATTR_STRING, true, {0}}};
+const gr_op_def gr_op_apply_sgd = {.name = "apply_sgd",
+                                   .doc = "var -= lr * grad, in place (attr var)",
+                                   .min_inputs = 2,
+                                   .max_inputs = 2,
+                                   .input_names = lr_grad_names,
+                                   .num_outputs = 0,
+                                   .attrs = sgd_attrs,
+                                   .num_attrs = 1,
+                                   .shape_fn = apply_shape,
+                                   .cost_fn = apply_cost,
+                                   .kernel = apply_sgd_kernel,
+                                   .flags = APPLY_FLAGS};
+
+static const gr_attr_spec momentum_attrs[] = {
+    {"var", GR_ATTR_STRING, true, {0}},
+    {"slot_accum", GR_ATTR_STRING, true, {0}},
+    {"momentum", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.9}},
+    {"nesterov", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}}};
+const gr_op_def gr_op_apply_momentum = {
+    .name = "apply_momentum",
+    .doc = "accum = momentum accum + grad; var -= lr accum (or Nesterov), in place",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .input_names = lr_grad_names,
+    .num_outputs = 0,
+    .attrs = momentum_attrs,
+    .num_attrs = 4,
+    .shape_fn = apply_shape,
+    .cost_fn = apply_cost,
+    .kernel = apply_momentum_kernel,
+    .flags = APPLY_FLAGS};
+
+static const gr_attr_spec adam_attrs[] = {
+    {"var", GR_ATTR_STRING, true, {0}},
+    {"slot_m", GR_ATTR_STRING, true, {0}},
+    {"slot_v", GR_ATTR_STRING, true, {0}},
+    {"slot_t", GR_ATTR_STRING, true, {0}},
+    {"beta1", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.9}},
+    {"beta2", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.999}},
+    {"epsilon", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 1e-8}}};
+const gr_op_def gr_op_apply_adam = {.name = "apply_adam",
+                                    .doc =
+                                        "Adam update of var with slots m, v and step t, in place",
+                                    .min_inputs = 2,
+                                    .max_inputs = 2,
+                                    .input_names = lr_grad_names,
+                                    .num_outputs = 0,
+                                    .attrs = adam_attrs,
+                                    .num_attrs = 7,
+                                    .shape_fn = apply_shape,
+                                    .cost_fn = apply_cost,
+                                    .kernel = apply_adam_kernel,
+                                    .flags = APPLY_FLAGS};
+
+/* ---- gr_minimize ------------------------------------------------------------------------------
+ */
+
+static gr_output fail(gr_graph *g, gr_status code, const char *msg, const char *arg) {
+  gr_error e;
+  gr_error_set(&e, code, msg, arg);
+  gr_graph_set_error(g, &e);
+  return (gr_output){NULL, 0};
+}
+
+/* A slot variable VAR/SLOT of var's dtype and shape, zeros (or a scalar when scalar). */
+static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, bool scalar) {
+  const char *vname = gr_node_attr_string(var, "var", var->name);
+  char scope[512];
+  snprintf(scope, sizeof scope, "/%s", vname);
+  if (gr_graph_push_name_scope(g, scope) != GR_OK) return NULL;
+  gr_shape sh = scalar ? gr_shape_scalar() : var->out_shapes[0];
+  gr_output s = gr_variable(g, slot, gr_zeros(g, var->out_dtypes[0], sh));
+  gr_graph_pop_name_scope(g);
+  if (!s.node) return NULL;
+  gr_graph_set_colocation(g, s.node, var->name);
+  return gr_node_attr_string(s.node, "var", s.node->name);
+}
+
+/* Every variable node that y depends on (in id order). */
+static int collect_vars(const gr_graph *g, gr_output y, gr_output *out, int cap) {
+  int total = gr_graph_num_nodes(g), n = 0;
+  char *need = calloc((size_t)total + 1, 1);
+  if (!need) return -1;
+  need[y.node->id] = 1;
+  for (int id = total - 1; id >= 0; id--) {
+    if (!need[id]) continue;
+    gr_node *nd = gr_graph_node(g, id);
+    for (int j = 0; j < nd->num_inputs; j++) need[nd->inputs[j].node->id] = 1;
+    for (int j = 0; j < nd->num_control_inputs; j++) need[nd->control_inputs[j]->id] = 1;
+  }
+  for (int id = 0; id < total && n < cap; id++) {
+    gr_node *nd = gr_graph_node(g, id);
+    if (need[id] && strcmp(nd->op->name, "variable") == 0 && gr_dtype_is_float(nd->out_dtypes[0]))
+      out[n++] = (gr_output){nd, 0};
+  }
+  free(need);
+  return n;
+}
+
+gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
+                      const gr_output *var_list, int n) {
+  if (!loss.node) return loss;
+  if (!opt) return fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: no optimizer%s", "");
+  if (!(opt->learning_rate > 0) || !isfinite(opt->learning_rate))
+    return fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: learning rate must be positive and finite%s",
+                "");
+  gr_output *found = NULL;
+  if (!var_list || n == 0) {
+    int cap = gr_graph_num_nodes(g) + 1;
+    found = malloc(sizeof *found * (size_t)cap);
+    n = found ? collect_vars(g, loss, found, cap) : -1;
+    if (n <= 0) {
+      free(found);
+      if (n < 0) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory%s", "");
+      return fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: loss '%s' depends on no float variable",
+                  loss.node->name);
+    }
+    var_list = found;
+  }
+  for (int i = 0; i < n; i++)
+    if (!var_list[i].node || strcmp(var_list[i].node->op->name, "variable") != 0) {
+      gr_output r = fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: '%s' is not a variable",
+                         var_list[i].node ? var_list[i].node->name : "(null)");
+      free(found);
+      return r;
+    }
+  gr_output *grads = calloc((size_t)n, sizeof *grads),
+            *updates = calloc((size_t)n + 1, sizeof *updates);
+  if (!grads || !updates) {
+    free(grads);
+    free(updates);
+    free(found);
+    return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory%s", "");
+  }
+  gr_output train = {NULL, 0};
+  if (gr_gradients(g, &loss, 1, var_list, n, NULL, true, grads) != GR_OK) goto done;
+  int nu = 0;
+  for (int i = 0; i < n; i++) {
+    const gr_node *v = var_list[i].node;
+    if (!grads[i].node) continue; /* the loss does not depend on it */
+    const char *vname = gr_node_attr_string(v, "var", v->name);
+    gr_output lr = gr_ops_const_scalar(g, v->out_dtypes[0], opt->learning_rate);
+    gr_output in[2] = {lr, grads[i]};
+    gr_output u = {NULL, 0};
+    if (opt->kind == GR_OPT_SGD) {
+      gr_attr a[] = {gr_attr_string("var", vname)};
+      u = gr_ops_build(g, "apply_sgd", NULL, in, 2, a, 1);
+    } else if (opt->kind == GR_OPT_MOMENTUM) {
+      const char *acc = make_slot(g, v, "momentum", false);
+      if (!acc) goto done;
+      gr_attr a[] = {gr_attr_string("var", vname), gr_attr_string("slot_accum", acc),
+                     gr_attr_float("momentum", opt->momentum),
+                     gr_attr_bool("nesterov", opt->nesterov)};
+      u = gr_ops_build(g, "apply_momentum", NULL, in, 2, a, 4);
+    } else {
+      const char *m = make_slot(g, v, "adam_m", false), *vv = make_slot(g, v, "adam_v", false);
+      const char *t = make_slot(g, v, "adam_t", true);
+      if (!m || !vv || !t) goto done;
+      gr_attr a[] = {gr_attr_string("var", vname),
+                     gr_attr_string("slot_m", m),
+                     gr_attr_string("slot_v", vv),
+                     gr_attr_string("slot_t", t),
+                     gr_attr_float("beta1", opt->beta1 > 0 ? opt->beta1 : 0.9),
+                     gr_attr_float("beta2", opt->beta2 > 0 ? opt->beta2 : 0.999),
+                     gr_attr_float("epsilon", opt->epsilon > 0 ? opt->epsilon : 1e-8)};
+      u = gr_ops_build(g, "apply_adam", NULL, in, 2, a, 7);
+    }
+    if (!u.node) goto done;
+    gr_graph_set_colocation(g, u.node, v->name);
+    updates[nu++] = u;
+  }
+  gr_node *gs = gr_graph_find_node(g, "global_step");
+  if (gs && strcmp(gs->op->name, "variable") == 0 && gs->out_dtypes[0] == GR_I64) {
+    gr_output inc = gr_assign_add(g, (gr_output){gs, 0}, gr_const_i64(g, 1));
+    if (!inc.node) goto done;
+    updates[nu++] = inc;
+  }
+  train = gr_group(g, "train", updates, nu);
+done:
+  free(grads);
+  free(updates);
+  free(found);
+  return train;
+}
+
+gr_output gr_global_step(gr_graph *g) {
+  gr_node *gs = gr_graph_find_node(g, "global_step");
+  if (gs) return (gr_output){gs, 0};
+  if (gr_graph_push_name_scope(g, "/") != GR_OK) return (gr_output){NULL, 0};
+  gr_output v = gr_variable(g, "global_step", gr_const_i64(g, 0));
+  gr_graph_pop_name_scope(g);
+  return v;
+}
