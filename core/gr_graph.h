@@ -60,6 +60,10 @@ const gr_error *gr_graph_error(const gr_graph *g);
 /* Records err as the graph's error if it has none yet; returns err->code. */
 gr_status gr_graph_set_error(gr_graph *g, const gr_error *err);
 void gr_graph_clear_error(gr_graph *g);
+/* Records a printf-style error (prefixed with the current source position,
+ * if any) unless the graph has one already; returns code. */
+gr_status gr_graph_set_errorf(gr_graph *g, gr_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Adds a node. name: NULL for the op's name; the current name scope is
  * prepended and a suffix _1, _2, ... added when the name is taken. Copies

@@ -105,9 +105,7 @@ static gr_output null_output(void) {
   return (gr_output){NULL, 0};
 }
 
-static gr_status fail(gr_graph *g, gr_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static gr_status fail(gr_graph *g, gr_status code, const char *fmt, ...) {
+gr_status gr_graph_set_errorf(gr_graph *g, gr_status code, const char *fmt, ...) {
   gr_error e;
   va_list ap;
   va_start(ap, fmt);
@@ -116,6 +114,7 @@ static gr_status fail(gr_graph *g, gr_status code, const char *fmt, ...) {
   if (g->source_loc) gr_error_prefix(&e, "%s", g->source_loc);
   return gr_graph_set_error(g, &e);
 }
+#define fail gr_graph_set_errorf
 
 /* Node names: [A-Za-z0-9_.][A-Za-z0-9_.\-]* components joined by '/'. */
 static bool valid_node_name(const char *s) {

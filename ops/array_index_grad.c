@@ -7,15 +7,13 @@
 #include "ops/ops_internal.h"
 
 static gr_status need_known(gr_grad_ctx *c, const char *what) {
-  gr_error e;
   char b[GR_SHAPE_STR_MAX];
   gr_output x = gr_grad_x(c, 0);
-  gr_error_set(&e, GR_ERR_UNIMPLEMENTED,
-               "gradients: the gradient of node '%s' (op %s) needs %s known when it is built "
-               "(input shape %s)",
-               c->node->name, c->node->op->name, what,
-               gr_shape_str(&x.node->out_shapes[x.index], b));
-  return gr_graph_set_error(c->graph, &e);
+  return gr_graph_set_errorf(c->graph, GR_ERR_UNIMPLEMENTED,
+                             "gradients: the gradient of node '%s' (op %s) needs %s known when it "
+                             "is built (input shape %s)",
+                             c->node->name, c->node->op->name, what,
+                             gr_shape_str(&x.node->out_shapes[x.index], b));
 }
 
 static const gr_shape *in_shape(gr_grad_ctx *c, int i) {

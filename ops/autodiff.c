@@ -20,16 +20,7 @@ static bool float_edge(const gr_node *n, int out) {
   return gr_dtype_is_float(n->out_dtypes[out]);
 }
 
-static gr_status fail(gr_graph *g, gr_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static gr_status fail(gr_graph *g, gr_status code, const char *fmt, ...) {
-  gr_error e;
-  va_list ap;
-  va_start(ap, fmt);
-  gr_error_setv(&e, code, fmt, ap);
-  va_end(ap);
-  return gr_graph_set_error(g, &e);
-}
+#define fail gr_graph_set_errorf
 
 static bool push(contrib *c, gr_output o) {
   if (c->n == c->cap) {

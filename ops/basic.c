@@ -109,12 +109,8 @@ gr_output gr_name(gr_graph *g, gr_output o, const char *name) {
 }
 
 gr_output gr_const(gr_graph *g, const gr_tensor *value) {
-  if (!value || !value->buf) {
-    gr_error e;
-    gr_error_set(&e, GR_ERR_INVALID_ARGUMENT, "gr_const: empty tensor");
-    gr_graph_set_error(g, &e);
-    return (gr_output){NULL, 0};
-  }
+  if (!value || !value->buf)
+    return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "gr_const: empty tensor");
   gr_attr a = gr_attr_tensor("value", *value);
   return gr_ops_build(g, "const", NULL, NULL, 0, &a, 1);
 }

@@ -255,13 +255,9 @@ const gr_op_def gr_op_batch = {.name = "batch",
 gr_output gr_batch(gr_graph *g, gr_output step, const gr_output *xs, int n, int64_t batch_size,
                    int64_t seed, bool shuffle, int64_t num_shards, int64_t shard_index) {
   gr_output in[GR_MAX_OUTPUTS + 1];
-  if (n < 1 || n > GR_MAX_OUTPUTS) {
-    gr_error e;
-    gr_error_set(&e, GR_ERR_INVALID_ARGUMENT, "batch: needs 1 to %d tensors, got %d",
-                 GR_MAX_OUTPUTS, n);
-    gr_graph_set_error(g, &e);
-    return (gr_output){NULL, 0};
-  }
+  if (n < 1 || n > GR_MAX_OUTPUTS)
+    return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "batch: needs 1 to %d tensors, got %d",
+                       GR_MAX_OUTPUTS, n);
   in[0] = step;
   for (int i = 0; i < n; i++) in[i + 1] = xs[i];
   gr_attr a[] = {gr_attr_int("batch_size", batch_size), gr_attr_int("seed", seed),

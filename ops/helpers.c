@@ -10,12 +10,7 @@ gr_output gr_ops_build(gr_graph *g, const char *op, const char *name, const gr_o
                        int num_inputs, const gr_attr *attrs, int num_attrs) {
   if (!g) return (gr_output){NULL, 0};
   const gr_op_def *def = gr_ops_find(op);
-  if (!def) {
-    gr_error e;
-    gr_error_set(&e, GR_ERR_NOT_FOUND, "unknown op '%s'", op ? op : "(null)");
-    gr_graph_set_error(g, &e);
-    return (gr_output){NULL, 0};
-  }
+  if (!def) return gr_ops_fail(g, GR_ERR_NOT_FOUND, "unknown op '%s'", op ? op : "(null)");
   return gr_graph_add_node(g, def, name, inputs, num_inputs, attrs, num_attrs);
 }
 

@@ -12,6 +12,9 @@
 gr_output gr_ops_build(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
                        int num_inputs, const gr_attr *attrs, int num_attrs);
 
+/* Records a printf-style error in the graph and evaluates to the null output. */
+#define gr_ops_fail(g, ...) (gr_graph_set_errorf((g), __VA_ARGS__), (gr_output){NULL, 0})
+
 /* dtype sets for checks */
 #define GR_DT_BIT(t)  (1u << (t))
 #define GR_DT_FLOAT   (GR_DT_BIT(GR_F32) | GR_DT_BIT(GR_F64))

@@ -249,13 +249,6 @@ const gr_op_def gr_op_apply_adam = {.name = "apply_adam",
 /* ---- gr_minimize ------------------------------------------------------------------------------
  */
 
-static gr_output fail(gr_graph *g, gr_status code, const char *msg, const char *arg) {
-  gr_error e;
-  gr_error_set(&e, code, msg, arg);
-  gr_graph_set_error(g, &e);
-  return (gr_output){NULL, 0};
-}
-
 /* A slot variable VAR/SLOT of var's dtype and shape, zeros (or a scalar when scalar). */
 static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, bool scalar) {
   const char *vname = gr_node_attr_string(var, "var", var->name);
@@ -294,10 +287,10 @@ static int collect_vars(const gr_graph *g, gr_output y, gr_output *out, int cap)
 gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
                       const gr_output *var_list, int n) {
   if (!loss.node) return loss;
-  if (!opt) return fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: no optimizer%s", "");
+  if (!opt) return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: no optimizer");
   if (!(opt->learning_rate > 0) || !isfinite(opt->learning_rate))
-    return fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: learning rate must be positive and finite%s",
-                "");
+    return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
+                       "minimize: learning rate must be positive and finite");
   gr_output *found = NULL;
   if (!var_list || n == 0) {
     int cap = gr_graph_num_nodes(g) + 1;
@@ -305,16 +298,16 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
     n = found ? collect_vars(g, loss, found, cap) : -1;
     if (n <= 0) {
       free(found);
-      if (n < 0) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory%s", "");
-      return fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: loss '%s' depends on no float variable",
-                  loss.node->name);
+      if (n < 0) return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
+                         "minimize: loss '%s' depends on no float variable", loss.node->name);
     }
     var_list = found;
   }
   for (int i = 0; i < n; i++)
     if (!var_list[i].node || strcmp(var_list[i].node->op->name, "variable") != 0) {
-      gr_output r = fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: '%s' is not a variable",
-                         var_list[i].node ? var_list[i].node->name : "(null)");
+      gr_output r = gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: '%s' is not a variable",
+                                var_list[i].node ? var_list[i].node->name : "(null)");
       free(found);
       return r;
     }
@@ -324,7 +317,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
     free(grads);
     free(updates);
     free(found);
-    return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory%s", "");
+    return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
   gr_output train = {NULL, 0};
   if (gr_gradients(g, &loss, 1, var_list, n, NULL, true, grads) != GR_OK) goto done;

@@ -198,32 +198,26 @@ DEFINE_ASSIGN(assign_sub, "subtracts delta from a variable in place; returns the
 
 /* ---- builders ------------------------------------------------------------------ */
 
-static gr_output fail(gr_graph *g, gr_status code, const char *fmt, const char *a, const char *b) {
-  gr_error e;
-  gr_error_set(&e, code, fmt, a, b);
-  gr_graph_set_error(g, &e);
-  return (gr_output){NULL, 0};
-}
-
 gr_output gr_variable(gr_graph *g, const char *name, gr_output initial_value) {
   if (!initial_value.node) return (gr_output){NULL, 0};
-  if (!name || !*name)
-    return fail(g, GR_ERR_INVALID_ARGUMENT, "variable %s%s needs a name", "", "");
+  if (!name || !*name) return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "variable needs a name");
   const char *scope = gr_graph_name_scope(g);
   size_t len = strlen(scope) + strlen(name) + 8;
   char *full = gr_graph_alloc(g, len), *init_name = gr_graph_alloc(g, len);
-  if (!full || !init_name) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory%s%s", "", "");
+  if (!full || !init_name) return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   snprintf(full, len, "%s%s%s", scope, *scope ? "/" : "", name);
   snprintf(init_name, len, "%s/init", name);
   if (gr_graph_find_node(g, full))
-    return fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (variable %s)", full, name);
+    return gr_ops_fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (variable %s)", full,
+                       name);
   const gr_node *iv = initial_value.node;
   gr_dtype dt = iv->out_dtypes[initial_value.index];
   gr_shape sh = iv->out_shapes[initial_value.index];
   if (!gr_shape_is_fully_known(&sh)) {
     char b[GR_SHAPE_STR_MAX];
-    return fail(g, GR_ERR_SHAPE, "variable '%s': initial value has a partly unknown shape %s", full,
-                gr_shape_str(&sh, b));
+    return gr_ops_fail(g, GR_ERR_SHAPE,
+                       "variable '%s': initial value has a partly unknown shape %s", full,
+                       gr_shape_str(&sh, b));
   }
   gr_attr aa[] = {gr_attr_string("var", full), gr_attr_dtype("dtype", dt),
                   gr_attr_shape("shape", sh)};
@@ -233,14 +227,16 @@ gr_output gr_variable(gr_graph *g, const char *name, gr_output initial_value) {
                   gr_attr_shape("shape", sh), gr_attr_string("initializer", init.node->name)};
   gr_output v = gr_ops_build(g, "variable", name, NULL, 0, va, 4);
   if (v.node && strcmp(v.node->name, full) != 0)
-    return fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (variable %s)", full, name);
+    return gr_ops_fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (variable %s)", full,
+                       name);
   return v;
 }
 
 static gr_output build_update(gr_graph *g, const char *op, gr_output var, gr_output value) {
   if (!var.node || !value.node) return (gr_output){NULL, 0};
   if (!(var.node->op->flags & GR_OP_VARIABLE))
-    return fail(g, GR_ERR_INVALID_ARGUMENT, "%s: '%s' is not a variable", op, var.node->name);
+    return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "%s: '%s' is not a variable", op,
+                       var.node->name);
   const gr_node *vn = var.node;
   gr_attr a[] = {gr_attr_string("var", gr_node_attr_string(vn, "var", vn->name)),
                  gr_attr_dtype("dtype", vn->out_dtypes[0]),
