@@ -1,4 +1,5 @@
 #include "core/gr_executor.h"
+#include "core/executor_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -7,25 +8,6 @@
 
 /* Nodes whose static cost exceeds this many flops go to the shared queue. */
 #define GR_EXPENSIVE_FLOPS 32768.0
-
-typedef struct exec_edge {
-  int src_output;
-  int dst;      /* exec node index; -1: fetch sink */
-  int dst_slot; /* absolute input slot, or fetch index */
-  int move;     /* last edge of its output: hand the reference over */
-} exec_edge;
-
-typedef struct exec_node {
-  gr_node *node; /* NULL for a feed source */
-  gr_status (*kernel)(gr_kernel_ctx *);
-  int num_inputs, input_base;
-  int num_outputs, output_base;
-  int edge_begin, edge_end; /* data edges */
-  int ctrl_begin, ctrl_end; /* control successors in ctrl_dsts */
-  int initial_pending;
-  int feed_index; /* >= 0 for feed sources */
-  unsigned char expensive, async;
-} exec_node;
 
 typedef struct cancel_entry {
   void (*fn)(void *);
@@ -36,6 +18,7 @@ typedef struct cancel_entry {
 typedef struct run_state run_state;
 
 typedef struct async_ctx {
+  async_hdr hdr; /* first */
   gr_kernel_ctx ctx;
   gr_error err;
   run_state *st;
@@ -65,24 +48,6 @@ struct run_state {
   gr_error err;
   async_ctx **asyncs; /* live async invocations (under mu), for cancellation */
   int num_asyncs, cap_asyncs;
-};
-
-struct gr_executor {
-  exec_node *nodes;
-  int num_nodes, num_real;
-  exec_edge *edges;
-  int *ctrl_dsts;
-  int num_slots, num_out_slots;
-  const gr_output *feeds_ref;
-  gr_output *feeds, *fetches;
-  int num_feeds, num_fetches;
-  int *roots;
-  int num_roots;
-  void **states;
-  gr_threadpool *pool;
-  int pool_size;
-  pthread_mutex_t mu;
-  run_state *free_states;
 };
 
 /* ---- build --------------------------------------------------------------- */
@@ -156,6 +121,7 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
   for (int i = 0; i < num_nodes; i++) index_of[nodes[i]->id] = i;
 
   int slot = 0, oslot = 0;
+  bool has_cf = false;
   for (int i = 0; i < num_nodes; i++) {
     exec_node *en = &e->nodes[i];
     gr_node *n = nodes[i];
@@ -167,6 +133,8 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
     en->num_outputs = n->num_outputs;
     en->output_base = oslot;
     en->async = (n->op->flags & GR_OP_ASYNC) != 0;
+    en->cf_kind = (unsigned char)n->op->cf_kind;
+    if (en->cf_kind != GR_CF_NONE) has_cf = true;
     en->expensive = (n->op->flags & GR_OP_EXPENSIVE) || node_flops(n) > GR_EXPENSIVE_FLOPS;
     if (!en->kernel) {
       s = gr_error_set(err, GR_ERR_UNIMPLEMENTED, "node '%s' (op %s) has no kernel", n->name,
@@ -231,7 +199,7 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
     }
     ADD_RAW(si, f >= 0 ? 0 : src.index, -1, k);
   }
-  qsort(raw, (size_t)nraw, sizeof *raw, cmp_raw_edge);
+  if (nraw) qsort(raw, (size_t)nraw, sizeof *raw, cmp_raw_edge);
   e->edges = malloc(sizeof(exec_edge) * ((size_t)nraw + 1));
   if (!e->edges) {
     s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
@@ -292,6 +260,7 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
   for (int i = 0; i < e->num_nodes; i++)
     if (e->nodes[i].initial_pending == 0) e->roots[e->num_roots++] = i;
 
+  if (has_cf && (s = gr_cf_plan_new(e, err)) != GR_OK) goto fail;
   free(raw);
   free(ctrl_count);
   free(index_of);
@@ -329,6 +298,7 @@ void gr_executor_free(gr_executor *e) {
   for (int i = 0; e->states && i < e->num_real; i++)
     if (e->states[i] && e->nodes[i].node->op->state_free)
       e->nodes[i].node->op->state_free(e->states[i]);
+  gr_cf_plan_free(e->cf);
   pthread_mutex_destroy(&e->mu);
   free(e->nodes);
   free(e->edges);
@@ -438,6 +408,8 @@ typedef struct ready_stack {
 } ready_stack;
 
 static void process(run_state *st, int first, ready_stack *rs);
+static void static_done(async_hdr *h, gr_status status);
+static void static_on_cancel(async_hdr *h, void (*fn)(void *), void *arg);
 static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, ready_stack *rs);
 
 static void drain_task(void *arg) {
@@ -499,6 +471,7 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
       finish_node(st, i, oom.code, &oom, rs);
       return;
     }
+    ac->hdr = (async_hdr){static_done, static_on_cancel};
     ac->st = st;
     ac->node = i;
     ac->ctx = (gr_kernel_ctx){.node = en->node,
@@ -540,7 +513,19 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
 }
 
 void gr_kernel_done(gr_kernel_ctx *ctx, gr_status status) {
-  async_ctx *ac = ctx->exec_private;
+  async_hdr *h = ctx->exec_private;
+  GR_ASSERT(h != NULL);
+  h->done(h, status);
+}
+
+void gr_kernel_on_cancel(gr_kernel_ctx *ctx, void (*fn)(void *), void *arg) {
+  async_hdr *h = ctx->exec_private;
+  GR_ASSERT(h != NULL);
+  h->on_cancel(h, fn, arg);
+}
+
+static void static_done(async_hdr *h, gr_status status) {
+  async_ctx *ac = (async_ctx *)h;
   GR_ASSERT(ac != NULL);
   run_state *st = ac->st;
   pthread_mutex_lock(&st->mu);
@@ -564,8 +549,8 @@ void gr_kernel_done(gr_kernel_ctx *ctx, gr_status status) {
   pthread_mutex_unlock(&st->mu);
 }
 
-void gr_kernel_on_cancel(gr_kernel_ctx *ctx, void (*fn)(void *), void *arg) {
-  async_ctx *ac = ctx->exec_private;
+static void static_on_cancel(async_hdr *h, void (*fn)(void *), void *arg) {
+  async_ctx *ac = (async_ctx *)h;
   GR_ASSERT(ac != NULL);
   run_state *st = ac->st;
   bool now = false;
@@ -680,6 +665,7 @@ gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tenso
                           gr_shape_str(&f.node->out_shapes[f.index], b));
     }
   }
+  if (e->cf) return gr_cf_run(e, feed_values, fetch_out, step, err);
   run_state *st = acquire_state(e);
   if (!st) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int i = 0; i < e->num_nodes; i++) st->pending[i] = e->nodes[i].initial_pending;

@@ -80,6 +80,10 @@ static inline gr_output gr_output_at(gr_output o, int i) {
 
 /* Renames a node to scope/name exactly; GR_ERR_ALREADY_EXISTS if taken. Sticky. */
 gr_output gr_graph_rename(gr_graph *g, gr_output o, const char *name);
+/* Replaces input i of n (same dtype, compatible shape). Used for the back
+ * edge of a loop (merge <- next_iteration) and to route values captured by a
+ * loop or branch through enter/switch. Only before a session uses the node. */
+gr_status gr_graph_set_input(gr_graph *g, gr_node *n, int i, gr_output value);
 /* Adds control inputs to an existing node (before any session uses the graph). */
 gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep);
 /* Sets the colocation constraint of n (the name of another node). */
@@ -89,6 +93,11 @@ gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other);
 void gr_graph_set_source_loc(gr_graph *g, const char *loc);
 
 gr_node *gr_graph_find_node(const gr_graph *g, const char *name);
+/* Fills order[0..n) with node ids, every node after its inputs and control
+ * inputs; the back edge of a loop (merge <- next_iteration) is not an
+ * ordering constraint. Ids are a topological order only for graphs without
+ * rerouted inputs (gr_graph_set_input). Returns n, or -1 if out of memory. */
+int gr_graph_topo_order(const gr_graph *g, int *order);
 int gr_graph_num_nodes(const gr_graph *g);
 gr_node *gr_graph_node(const gr_graph *g, int id);
 
@@ -102,6 +111,9 @@ gr_status gr_graph_push_device_scope(gr_graph *g, const char *spec);
 void gr_graph_pop_device_scope(gr_graph *g);
 /* Every node added inside gets these control inputs. */
 gr_status gr_graph_push_control_deps(gr_graph *g, const gr_output *deps, int n);
+/* Nodes added inside get none of the enclosing control dependencies (until a
+ * new push). Pop with gr_graph_pop_control_deps. */
+gr_status gr_graph_push_no_control_deps(gr_graph *g);
 void gr_graph_pop_control_deps(gr_graph *g);
 /* The current name scope ("" at top level). */
 const char *gr_graph_name_scope(const gr_graph *g);

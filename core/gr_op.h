@@ -55,6 +55,21 @@ typedef struct gr_cost {
   double bytes; /* bytes read + written */
 } gr_cost;
 
+/* The executor's view of the control-flow primitives (TensorFlow's design):
+ * switch forwards its data to output 1 (pred true) or 0 and makes the other
+ * dead; merge forwards its first live input; enter moves a value into a child
+ * frame (a loop), exit back to the parent, next_iteration to the next
+ * iteration of the same frame; loop_cond marks a loop's predicate. */
+typedef enum gr_cf_kind {
+  GR_CF_NONE = 0,
+  GR_CF_SWITCH,
+  GR_CF_MERGE,
+  GR_CF_ENTER,
+  GR_CF_EXIT,
+  GR_CF_NEXT_ITERATION,
+  GR_CF_LOOP_COND,
+} gr_cf_kind;
+
 typedef struct gr_op_def {
   const char *name;
   const char *doc;                /* one line, shown by help and error hints */
@@ -73,6 +88,7 @@ typedef struct gr_op_def {
   unsigned flags;
   /* Optional: frees what the kernel left in *ctx->state, when the executor goes. */
   void (*state_free)(void *state);
+  gr_cf_kind cf_kind;
 } gr_op_def;
 
 /* ---- shape inference ---------------------------------------------------- */
@@ -131,6 +147,12 @@ struct gr_kernel_ctx {
   const gr_step_info *step;
   void **state; /* per-node slot that persists across runs of one executor */
   gr_error *err;
+  /* Bit i set: output i is dead (control flow: the untaken side of a switch).
+   * A dead output carries no tensor. */
+  uint64_t dead_outputs;
+  /* The frame and iteration the node runs in ("" and 0 outside loops). */
+  const char *frame_name;
+  int64_t iteration;
   /* executor internals (async completion) */
   void *exec_private;
 };

@@ -13,6 +13,7 @@
 typedef struct ctrl_frame {
   int n;
   gr_node **deps;
+  bool reset; /* hides the frames below */
 } ctrl_frame;
 
 struct gr_graph {
@@ -353,11 +354,13 @@ gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
     n->requested_device = "";
   }
   /* control dependencies from the scope stack */
-  int nctrl = 0;
-  for (int f = 0; f < g->num_ctrl; f++) nctrl += g->ctrl[f].n;
+  int nctrl = 0, from = 0;
+  for (int f = 0; f < g->num_ctrl; f++)
+    if (g->ctrl[f].reset) from = f + 1;
+  for (int f = from; f < g->num_ctrl; f++) nctrl += g->ctrl[f].n;
   if (nctrl) {
     n->control_inputs = gr_arena_alloc(&g->arena, sizeof(gr_node *) * (size_t)nctrl);
-    for (int f = 0; f < g->num_ctrl; f++)
+    for (int f = from; f < g->num_ctrl; f++)
       for (int j = 0; j < g->ctrl[f].n; j++)
         n->control_inputs[n->num_control_inputs++] = g->ctrl[f].deps[j];
   }
@@ -454,6 +457,26 @@ gr_output gr_graph_rename(gr_graph *g, gr_output o, const char *name) {
   return o;
 }
 
+gr_status gr_graph_set_input(gr_graph *g, gr_node *n, int i, gr_output value) {
+  if (!n || !value.node) return fail(g, GR_ERR_INVALID_ARGUMENT, "set_input: null node or value");
+  if (i < 0 || i >= n->num_inputs)
+    return fail(g, GR_ERR_OUT_OF_RANGE, "set_input: node '%s' has no input %d", n->name, i);
+  if (value.node->graph != g || value.index < 0 || value.index >= value.node->num_outputs)
+    return fail(g, GR_ERR_INVALID_ARGUMENT, "set_input: bad value for input %d of '%s'", i,
+                n->name);
+  gr_output old = n->inputs[i];
+  gr_dtype a = old.node->out_dtypes[old.index], b = value.node->out_dtypes[value.index];
+  const gr_shape *sa = &old.node->out_shapes[old.index], *sb = &value.node->out_shapes[value.index];
+  if (a != b || !gr_shape_compatible(sa, sb)) {
+    char x[GR_SHAPE_STR_MAX], y[GR_SHAPE_STR_MAX];
+    return fail(g, GR_ERR_SHAPE, "node '%s': input %d was %s %s, '%s' gives %s %s", n->name, i,
+                gr_dtype_name(a), gr_shape_str(sa, x), value.node->name, gr_dtype_name(b),
+                gr_shape_str(sb, y));
+  }
+  n->inputs[i] = value;
+  return GR_OK;
+}
+
 gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep) {
   if (!n || !dep) return fail(g, GR_ERR_INVALID_ARGUMENT, "null node in control dependency");
   if (dep->graph != g || n->graph != g)
@@ -527,6 +550,7 @@ gr_status gr_graph_push_control_deps(gr_graph *g, const gr_output *deps, int n) 
   f->deps = gr_arena_alloc(&g->arena, sizeof(gr_node *) * (size_t)(n + 1));
   if (!f->deps) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   f->n = 0;
+  f->reset = false;
   for (int i = 0; i < n; i++) {
     if (!deps[i].node) {
       if (!g->has_error) fail(g, GR_ERR_INVALID_ARGUMENT, "null output in control dependencies");
@@ -536,6 +560,59 @@ gr_status gr_graph_push_control_deps(gr_graph *g, const gr_output *deps, int n) 
   }
   g->num_ctrl++;
   return GR_OK;
+}
+
+gr_status gr_graph_push_no_control_deps(gr_graph *g) {
+  GR_TRY(gr_graph_push_control_deps(g, NULL, 0));
+  g->ctrl[g->num_ctrl - 1].reset = true;
+  return GR_OK;
+}
+
+int gr_graph_topo_order(const gr_graph *g, int *order) {
+  int n = g->num_nodes, head = 0, tail = 0;
+  int *indeg = calloc((size_t)n + 1, sizeof(int)), *cnt = calloc((size_t)n + 1, sizeof(int));
+  int *start = malloc(sizeof(int) * ((size_t)n + 2)), *succ = NULL;
+  if (!indeg || !cnt || !start) goto oom;
+  /* successor lists (CSR) without loop back edges */
+  int edges = 0;
+  for (int i = 0; i < n; i++) {
+    gr_node *d = g->nodes[i];
+    for (int j = 0; j < d->num_inputs; j++)
+      if (d->inputs[j].node->op->cf_kind != GR_CF_NEXT_ITERATION)
+        cnt[d->inputs[j].node->id]++, edges++;
+    for (int j = 0; j < d->num_control_inputs; j++) cnt[d->control_inputs[j]->id]++, edges++;
+  }
+  succ = malloc(sizeof(int) * ((size_t)edges + 1));
+  if (!succ) goto oom;
+  start[0] = 0;
+  for (int i = 0; i < n; i++) start[i + 1] = start[i] + cnt[i];
+  memset(cnt, 0, sizeof(int) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    gr_node *d = g->nodes[i];
+    for (int j = 0; j < d->num_inputs; j++) {
+      int s = d->inputs[j].node->id;
+      if (d->inputs[j].node->op->cf_kind == GR_CF_NEXT_ITERATION) continue;
+      succ[start[s] + cnt[s]++] = i;
+      indeg[i]++;
+    }
+    for (int j = 0; j < d->num_control_inputs; j++) {
+      int s = d->control_inputs[j]->id;
+      succ[start[s] + cnt[s]++] = i;
+      indeg[i]++;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (!indeg[i]) order[tail++] = i;
+  while (head < tail) {
+    int v = order[head++];
+    for (int k = start[v]; k < start[v + 1]; k++)
+      if (--indeg[succ[k]] == 0) order[tail++] = succ[k];
+  }
+  free(indeg), free(cnt), free(start), free(succ);
+  return tail; /* < n only for a cycle, which the builders cannot make */
+oom:
+  free(indeg), free(cnt), free(start), free(succ);
+  return -1;
 }
 
 void gr_graph_pop_control_deps(gr_graph *g) {

@@ -68,16 +68,18 @@ gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
   int total_nodes = gr_graph_num_nodes(g);
   char *from_x = calloc((size_t)total_nodes + 1, 1), *to_y = calloc((size_t)total_nodes + 1, 1);
   int *out_base = malloc(sizeof(int) * ((size_t)total_nodes + 1));
+  int *order = malloc(sizeof(int) * ((size_t)total_nodes + 1));
   contrib *grads = NULL;
   int nout = 0;
   gr_status st = GR_OK;
-  if (!from_x || !to_y || !out_base) {
+  if (!from_x || !to_y || !out_base || !order || gr_graph_topo_order(g, order) != total_nodes) {
     st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }
-  /* forward from xs over float edges (ids are a topological order) */
+  /* forward from xs over float edges, in topological order */
   for (int i = 0; i < nx; i++) from_x[xs[i].node->id] = 1;
-  for (int id = 0; id < total_nodes; id++) {
+  for (int k = 0; k < total_nodes; k++) {
+    int id = order[k];
     gr_node *n = gr_graph_node(g, id);
     if (from_x[id]) continue;
     for (int j = 0; j < n->num_inputs; j++)
@@ -88,7 +90,8 @@ gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
   }
   /* backward from ys */
   for (int i = 0; i < ny; i++) to_y[ys[i].node->id] = 1;
-  for (int id = total_nodes - 1; id >= 0; id--) {
+  for (int k = total_nodes - 1; k >= 0; k--) {
+    int id = order[k];
     if (!to_y[id]) continue;
     gr_node *n = gr_graph_node(g, id);
     for (int j = 0; j < n->num_inputs; j++)
@@ -112,7 +115,8 @@ gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
     }
   }
   /* reverse topological order over the nodes on a path from xs to ys */
-  for (int id = total_nodes - 1; id >= 0 && st == GR_OK; id--) {
+  for (int k = total_nodes - 1; k >= 0 && st == GR_OK; k--) {
+    int id = order[k];
     if (!from_x[id] || !to_y[id]) continue;
     gr_node *n = gr_graph_node(g, id);
     bool is_x_only = true; /* an x with no x upstream: no need to go further */
@@ -177,6 +181,7 @@ done:
   free(from_x);
   free(to_y);
   free(out_base);
+  free(order);
   if (st != GR_OK)
     for (int i = 0; i < nx; i++) dxs[i] = (gr_output){NULL, 0};
   return st;

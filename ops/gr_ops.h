@@ -196,6 +196,28 @@ gr_output gr_read_npy(gr_graph *g, const char *path);
 gr_output gr_batch(gr_graph *g, gr_output step, const gr_output *xs, int n, int64_t batch_size,
                    int64_t seed, bool shuffle, int64_t num_shards, int64_t shard_index);
 
+/* ---- control flow (control_flow.c) ------------------------------------------------- */
+
+/* Builds one branch of a cond: writes the branch's outputs to outs. */
+typedef void (*gr_branch_fn)(gr_graph *g, void *arg, gr_output *outs);
+/* pred ? then : else, both branches built now, one run per step: the untaken
+ * branch's nodes are dead and do not run (side effects included). Values
+ * from outside a branch may be used directly. outputs[i] merge the branches'
+ * output i (same dtype). Returns the graph's error status. */
+gr_status gr_cond(gr_graph *g, gr_output pred, gr_branch_fn then_fn, gr_branch_fn else_fn,
+                  void *arg, int num_outputs, gr_output *outputs);
+
+/* The loop condition from the current loop variables (a bool scalar). */
+typedef gr_output (*gr_loop_cond_fn)(gr_graph *g, void *arg, const gr_output *vars);
+/* The body: the next values of the loop variables from the current ones. */
+typedef void (*gr_loop_body_fn)(gr_graph *g, void *arg, const gr_output *vars, gr_output *next);
+/* while cond(vars): vars = body(vars), inside the graph. loop_vars (n of
+ * them) are replaced by the loop's results. Up to parallel_iterations (0:
+ * 10) iterations run at once. Values from outside used in the body are loop
+ * invariants. A body that changes a variable's dtype or shape is an error. */
+gr_status gr_while_loop(gr_graph *g, gr_loop_cond_fn cond_fn, gr_loop_body_fn body_fn, void *arg,
+                        int n, gr_output *loop_vars, int parallel_iterations);
+
 /* ---- automatic differentiation (autodiff.c) ----------------------------------- */
 
 /* Adds nodes computing d(sum of ys)/d(xs[i]) into dxs[i], walking back from

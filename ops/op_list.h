@@ -100,6 +100,13 @@
   /* data.c */                                                                                     \
   X(read_idx)                                                                                      \
   X(read_npy)                                                                                      \
-  X(batch)
+  X(batch)                                                                                         \
+  /* control_flow.c */                                                                             \
+  X(switch)                                                                                        \
+  X(merge)                                                                                         \
+  X(enter)                                                                                         \
+  X(exit)                                                                                          \
+  X(next_iteration)                                                                                \
+  X(loop_cond)
 
 #endif

@@ -267,9 +267,15 @@ static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, 
 static int collect_vars(const gr_graph *g, gr_output y, gr_output *out, int cap) {
   int total = gr_graph_num_nodes(g), n = 0;
   char *need = calloc((size_t)total + 1, 1);
-  if (!need) return -1;
+  int *order = malloc(sizeof(int) * ((size_t)total + 1));
+  if (!need || !order || gr_graph_topo_order(g, order) != total) {
+    free(need);
+    free(order);
+    return -1;
+  }
   need[y.node->id] = 1;
-  for (int id = total - 1; id >= 0; id--) {
+  for (int k = total - 1; k >= 0; k--) {
+    int id = order[k];
     if (!need[id]) continue;
     gr_node *nd = gr_graph_node(g, id);
     for (int j = 0; j < nd->num_inputs; j++) need[nd->inputs[j].node->id] = 1;
@@ -281,6 +287,7 @@ static int collect_vars(const gr_graph *g, gr_output y, gr_output *out, int cap)
       out[n++] = (gr_output){nd, 0};
   }
   free(need);
+  free(order);
   return n;
 }
 

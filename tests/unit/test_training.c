@@ -125,8 +125,14 @@ static void test_no_growth_and_learning(void) {
   long rss1000 = rss_kib();
   gr_buffer_pool_get_stats(&b);
   GR_CHECK_EQ_INT(b.system_allocs, a.system_allocs);
+#if defined(__SANITIZE_ADDRESS__)
+  printf("note: resident-memory bound not checked under AddressSanitizer (its quarantine keeps "
+         "freed memory); %ld -> %ld KiB\n",
+         rss100, rss1000);
+#else
   GR_CHECK_MSG(rss1000 - rss100 <= 64, "resident memory grew from %ld KiB to %ld KiB", rss100,
                rss1000);
+#endif
   GR_CHECK_MSG(last < first * 0.5, "loss went from %g to %g", first, last);
   gr_session_free(s);
   gr_graph_free(m.g);

@@ -1,0 +1,936 @@
+/* The executor's control-flow run path: frames and iterations as in the
+ * TensorFlow whitepaper and "Dynamic Control Flow in Large-Scale Machine
+ * Learning" (EuroSys 2018). Used only for graphs that contain control-flow
+ * primitives; other graphs take the static path in executor.c.
+ *
+ * Every value is a tagged token: (node, frame instance, iteration). A frame
+ * instance is one execution of a loop (a child frame per iteration of its
+ * parent); each of its live iterations has its own input slots and pending
+ * counts, and at most parallel_iterations of them are live at once.
+ * Iteration state is recycled as iterations finish, so a loop of any length
+ * runs in constant memory. Deadness: a switch makes its untaken output dead;
+ * a node with a dead input is dead without running its kernel; merge
+ * forwards its first live input (dead when all expected inputs are dead);
+ * a dead next_iteration ends the loop; exits that never saw a live value
+ * send a dead value to the parent when the frame finishes.
+ *
+ * One mutex per run guards frames, iterations and the ready queue; kernels
+ * run outside it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/executor_internal.h"
+
+enum { MODE_SAME, MODE_ENTER, MODE_EXIT, MODE_NEXT };
+
+typedef struct frame_def {
+  int parent; /* -1: the root frame */
+  const char *name;
+  int par_iters;
+  int num_nodes, num_slots, num_enters;
+} frame_def;
+
+struct cf_plan {
+  int num_frames, cap_frames;
+  frame_def *frames;
+  int *node_frame, *node_local; /* per exec node */
+  int *slot_local;              /* per absolute input slot */
+  unsigned char *edge_mode, *ctrl_mode;
+  int *merge_fwd, *merge_back; /* per exec node: inputs from outside / from next_iteration */
+  int *local_pending;          /* per exec node: data + control inputs */
+  int **frame_pending;         /* per frame: initial pending counts by local index */
+  unsigned char *constant;     /* per exec node: enter with is_constant */
+};
+
+void gr_cf_plan_free(struct cf_plan *p) {
+  if (!p) return;
+  free(p->frames);
+  free(p->node_frame);
+  free(p->node_local);
+  free(p->slot_local);
+  free(p->edge_mode);
+  free(p->ctrl_mode);
+  free(p->merge_fwd);
+  free(p->merge_back);
+  free(p->local_pending);
+  free(p->constant);
+  for (int f = 0; p->frame_pending && f < p->num_frames; f++) free(p->frame_pending[f]);
+  free(p->frame_pending);
+  free(p);
+}
+
+/* ---- planning -------------------------------------------------------------------- */
+
+static int child_frame(struct cf_plan *p, int parent, const char *name, int par_iters) {
+  for (int f = 0; f < p->num_frames; f++)
+    if (p->frames[f].parent == parent && strcmp(p->frames[f].name, name) == 0) return f;
+  if (p->num_frames == p->cap_frames) {
+    int cap = p->cap_frames * 2;
+    frame_def *fr = realloc(p->frames, sizeof *fr * (size_t)cap);
+    if (!fr) return -1;
+    p->frames = fr;
+    p->cap_frames = cap;
+  }
+  p->frames[p->num_frames] = (frame_def){parent, name, par_iters > 0 ? par_iters : 10, 0, 0, 0};
+  return p->num_frames++;
+}
+
+static int out_frame(const struct cf_plan *p, const exec_node *nodes, int i) {
+  int f = p->node_frame[i];
+  return nodes[i].cf_kind == GR_CF_EXIT && f >= 0 ? p->frames[f].parent : f;
+}
+
+static const char *frame_label(const struct cf_plan *p, int f) {
+  return f <= 0 ? "the top level" : p->frames[f].name;
+}
+
+gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
+  struct cf_plan *p = calloc(1, sizeof *p);
+  int n = e->num_nodes;
+  if (!p) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  e->cf = p;
+  p->cap_frames = 8;
+  p->frames = malloc(sizeof(frame_def) * 8);
+  p->node_frame = malloc(sizeof(int) * ((size_t)n + 1));
+  p->node_local = malloc(sizeof(int) * ((size_t)n + 1));
+  p->slot_local = malloc(sizeof(int) * ((size_t)e->num_slots + 1));
+  p->merge_fwd = calloc((size_t)n + 1, sizeof(int));
+  p->merge_back = calloc((size_t)n + 1, sizeof(int));
+  p->local_pending = calloc((size_t)n + 1, sizeof(int));
+  p->constant = calloc((size_t)n + 1, 1);
+  int nedges = n ? e->nodes[0].edge_begin : 0, nctrl = 0;
+  for (int i = 0; i < n; i++) {
+    if (e->nodes[i].edge_end > nedges) nedges = e->nodes[i].edge_end;
+    if (e->nodes[i].ctrl_end > nctrl) nctrl = e->nodes[i].ctrl_end;
+  }
+  p->edge_mode = calloc((size_t)nedges + 1, 1);
+  p->ctrl_mode = calloc((size_t)nctrl + 1, 1);
+  if (!p->frames || !p->node_frame || !p->node_local || !p->slot_local || !p->merge_fwd ||
+      !p->merge_back || !p->local_pending || !p->constant || !p->edge_mode || !p->ctrl_mode)
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  p->frames[0] = (frame_def){-1, "", 1, 0, 0, 0};
+  p->num_frames = 1;
+  /* producers of each node's inputs, as exec indices (from the edges) */
+  int *src_of_slot = malloc(sizeof(int) * ((size_t)e->num_slots + 1));
+  if (!src_of_slot) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < e->num_slots; i++) src_of_slot[i] = -1;
+  for (int i = 0; i < n; i++)
+    for (int k = e->nodes[i].edge_begin; k < e->nodes[i].edge_end; k++)
+      if (e->edges[k].dst >= 0) src_of_slot[e->edges[k].dst_slot] = i;
+  /* Frames in topological order, the loop back edges (next_iteration ->
+   * merge) aside. */
+  gr_status st = GR_OK;
+  int *order = malloc(sizeof(int) * ((size_t)n + 1)), *indeg = calloc((size_t)n + 1, sizeof(int));
+  if (!order || !indeg) {
+    free(order), free(indeg), free(src_of_slot);
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    for (int k = e->nodes[i].edge_begin; k < e->nodes[i].edge_end; k++)
+      if (e->edges[k].dst >= 0 && e->nodes[i].cf_kind != GR_CF_NEXT_ITERATION)
+        indeg[e->edges[k].dst]++;
+    for (int k = e->nodes[i].ctrl_begin; k < e->nodes[i].ctrl_end; k++) indeg[e->ctrl_dsts[k]]++;
+  }
+  int head = 0, tail = 0;
+  for (int i = 0; i < n; i++)
+    if (!indeg[i]) order[tail++] = i;
+  while (head < tail) {
+    int v = order[head++];
+    for (int k = e->nodes[v].edge_begin; k < e->nodes[v].edge_end; k++)
+      if (e->edges[k].dst >= 0 && e->nodes[v].cf_kind != GR_CF_NEXT_ITERATION &&
+          --indeg[e->edges[k].dst] == 0)
+        order[tail++] = e->edges[k].dst;
+    for (int k = e->nodes[v].ctrl_begin; k < e->nodes[v].ctrl_end; k++)
+      if (--indeg[e->ctrl_dsts[k]] == 0) order[tail++] = e->ctrl_dsts[k];
+  }
+  free(indeg);
+  if (tail != n)
+    st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "the graph has a cycle that is not a loop");
+  for (int i = 0; i < n && st == GR_OK; i++) /* feeds (the last nodes) are at the top level */
+    p->node_frame[i] = e->nodes[i].feed_index >= 0 ? 0 : -1;
+  for (int oi = 0; oi < n && st == GR_OK; oi++) {
+    int i = order[oi];
+    exec_node *en = &e->nodes[i];
+    int frame = -1;
+    if (en->feed_index >= 0) {
+      frame = 0;
+    } else {
+      int src = -1;
+      for (int j = 0; j < en->num_inputs && src < 0; j++) {
+        int s = src_of_slot[en->input_base + j];
+        if (s >= 0 && p->node_frame[s] >= 0) src = s;
+      }
+      if (src >= 0) {
+        frame = out_frame(p, e->nodes, src);
+        if (en->cf_kind == GR_CF_ENTER) {
+          const gr_node *nd = en->node;
+          frame = child_frame(p, frame, gr_node_attr_string(nd, "frame_name", nd->name),
+                              (int)gr_node_attr_int(nd, "parallel_iterations", 10));
+          p->constant[i] = gr_node_attr_bool(nd, "is_constant", false);
+          if (frame >= 0) p->frames[frame].num_enters++;
+        }
+      } else {
+        /* no data input seen: take the frame of a control input, else the top level */
+        frame = 0;
+        for (int q = 0; q < n; q++)
+          for (int k = e->nodes[q].ctrl_begin; k < e->nodes[q].ctrl_end; k++)
+            if (e->ctrl_dsts[k] == i && p->node_frame[q] >= 0) frame = out_frame(p, e->nodes, q);
+      }
+    }
+    if (frame < 0) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    p->node_frame[i] = frame;
+  }
+  free(order);
+  /* every data edge must stay in its frame, or enter / exit / next_iteration it */
+  for (int i = 0; i < n && st == GR_OK; i++) {
+    exec_node *en = &e->nodes[i];
+    for (int k = en->edge_begin; k < en->edge_end && st == GR_OK; k++) {
+      int d = e->edges[k].dst;
+      if (d < 0) {
+        p->edge_mode[k] = en->cf_kind == GR_CF_EXIT ? MODE_EXIT : MODE_SAME;
+        if (out_frame(p, e->nodes, i) != 0)
+          st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                            "node '%s' is inside loop '%s': fetch a value that leaves the loop "
+                            "through an exit instead",
+                            en->node->name, frame_label(p, p->node_frame[i]));
+        continue;
+      }
+      int want = out_frame(p, e->nodes, i), got = p->node_frame[d];
+      unsigned char mode = MODE_SAME;
+      if (e->nodes[d].cf_kind == GR_CF_ENTER) {
+        mode = MODE_ENTER;
+        got = p->frames[got].parent;
+      }
+      if (en->cf_kind == GR_CF_EXIT) mode = MODE_EXIT;
+      if (en->cf_kind == GR_CF_NEXT_ITERATION) mode = MODE_NEXT;
+      if (mode != MODE_ENTER && en->cf_kind == GR_CF_ENTER) mode = MODE_SAME;
+      p->edge_mode[k] = mode;
+      if (got != want)
+        st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "node '%s' (in %s) uses '%s' from %s: a value must enter a loop "
+                          "through an enter node",
+                          e->nodes[d].node->name, frame_label(p, p->node_frame[d]),
+                          en->node ? en->node->name : "a feed", frame_label(p, want));
+      if (e->nodes[d].cf_kind == GR_CF_MERGE) {
+        if (mode == MODE_NEXT)
+          p->merge_back[d]++;
+        else
+          p->merge_fwd[d]++;
+      }
+    }
+    for (int k = en->ctrl_begin; k < en->ctrl_end && st == GR_OK; k++) {
+      int d = e->ctrl_dsts[k];
+      if (p->node_frame[d] != out_frame(p, e->nodes, i) && e->nodes[d].cf_kind != GR_CF_ENTER)
+        st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "control dependency of '%s' on '%s' crosses a loop boundary",
+                          e->nodes[d].node->name, en->node->name);
+      p->ctrl_mode[k] = e->nodes[d].cf_kind == GR_CF_ENTER ? MODE_ENTER : MODE_SAME;
+    }
+  }
+  /* local numbering per frame */
+  for (int i = 0; i < n && st == GR_OK; i++) {
+    frame_def *f = &p->frames[p->node_frame[i]];
+    exec_node *en = &e->nodes[i];
+    p->node_local[i] = f->num_nodes++;
+    for (int j = 0; j < en->num_inputs; j++) p->slot_local[en->input_base + j] = f->num_slots++;
+    p->local_pending[i] = en->initial_pending;
+    if (p->node_frame[i] != 0 && en->initial_pending == 0)
+      st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "node '%s' is in loop '%s' but has no inputs (give it a control input "
+                        "from the loop)",
+                        en->node->name, frame_label(p, p->node_frame[i]));
+  }
+  free(src_of_slot);
+  if (st == GR_OK) {
+    p->frame_pending = calloc((size_t)p->num_frames, sizeof(int *));
+    for (int f = 0; p->frame_pending && f < p->num_frames; f++)
+      p->frame_pending[f] = malloc(sizeof(int) * ((size_t)p->frames[f].num_nodes + 1));
+    for (int f = 0; p->frame_pending && f < p->num_frames; f++)
+      if (!p->frame_pending[f]) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!p->frame_pending) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    for (int i = 0; i < n && st == GR_OK; i++)
+      p->frame_pending[p->node_frame[i]][p->node_local[i]] = p->local_pending[i];
+  }
+  return st;
+}
+
+/* ---- run state ---------------------------------------------------------------------- */
+
+typedef struct iter_state {
+  gr_tensor *slots;
+  int *pending;
+  unsigned char *dead, *fired;
+  int *dead_in; /* merges: dead inputs so far */
+  int outstanding;
+  struct iter_state *next_free;
+} iter_state;
+
+typedef struct const_val {
+  int node;
+  gr_tensor value[1]; /* enter has one output */
+  int dead;
+} const_val;
+
+typedef struct deferred {
+  int node, slot;
+  int64_t iter; /* the iteration the value is for */
+  gr_tensor value;
+} deferred;
+
+typedef struct frame_inst {
+  int def;
+  struct frame_inst *parent;
+  int64_t parent_iter;
+  iter_state **ring;
+  int64_t first_live, next_iter;
+  int pending_enters;
+  const_val *consts;
+  int nconsts, capconsts;
+  deferred *defer; /* next_iteration values waiting for the window */
+  int ndefer, capdefer;
+  unsigned char *exit_live; /* per local node */
+  struct frame_inst *next;  /* live instances list */
+} frame_inst;
+
+typedef struct token {
+  int node;
+  frame_inst *f;
+  int64_t iter;
+} token;
+
+typedef struct cf_run {
+  gr_executor *e;
+  struct cf_plan *p;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  token *q;
+  int64_t qhead, qcount, qcap;
+  int64_t outstanding;     /* tokens queued or running */
+  int tasks;               /* pool tasks holding the run */
+  iter_state **free_iters; /* per frame def */
+  frame_inst *frames;
+  frame_inst *root;
+  const gr_tensor *feeds;
+  gr_tensor *fetch_out;
+  const gr_step_info *step;
+  int cancelled;
+  bool single; /* one thread and no async kernels: nothing to lock against */
+  gr_status status;
+  gr_error err;
+} cf_run;
+
+static inline void cf_lock(cf_run *r) {
+  if (!r->single) cf_lock(r);
+}
+static inline void cf_unlock(cf_run *r) {
+  if (!r->single) cf_unlock(r);
+}
+
+static bool oom(cf_run *r) {
+  if (r->status == GR_OK) {
+    r->status = GR_ERR_RESOURCE_EXHAUSTED;
+    snprintf(r->err.msg, sizeof r->err.msg, "out of memory in a loop");
+    r->err.code = r->status;
+  }
+  r->cancelled = 1;
+  return false;
+}
+
+static iter_state *iter_new(cf_run *r, int def) {
+  frame_def *fd = &r->p->frames[def];
+  iter_state *it = r->free_iters[def];
+  if (it) {
+    r->free_iters[def] = it->next_free;
+  } else {
+    it = calloc(1, sizeof *it);
+    if (!it) return NULL;
+    it->slots = calloc((size_t)fd->num_slots + 1, sizeof(gr_tensor));
+    it->pending = malloc(sizeof(int) * ((size_t)fd->num_nodes + 1));
+    it->dead = malloc((size_t)fd->num_nodes + 1);
+    it->fired = malloc((size_t)fd->num_nodes + 1);
+    it->dead_in = malloc(sizeof(int) * ((size_t)fd->num_nodes + 1));
+    if (!it->slots || !it->pending || !it->dead || !it->fired || !it->dead_in) {
+      free(it->slots), free(it->pending), free(it->dead), free(it->fired), free(it->dead_in);
+      free(it);
+      return NULL;
+    }
+  }
+  memcpy(it->pending, r->p->frame_pending[def], sizeof(int) * (size_t)fd->num_nodes);
+  memset(it->dead, 0, (size_t)fd->num_nodes);
+  memset(it->fired, 0, (size_t)fd->num_nodes);
+  memset(it->dead_in, 0, sizeof(int) * (size_t)fd->num_nodes);
+  it->outstanding = 0;
+  return it;
+}
+
+static void iter_free(cf_run *r, int def, iter_state *it) {
+  frame_def *fd = &r->p->frames[def];
+  for (int s = 0; s < fd->num_slots; s++) gr_tensor_release(&it->slots[s]);
+  it->next_free = r->free_iters[def];
+  r->free_iters[def] = it;
+}
+
+static iter_state *iter_of(frame_inst *f, int64_t t, int par) {
+  return f->ring[t % par];
+}
+
+static void push_token(cf_run *r, int node, frame_inst *f, int64_t t) {
+  if (r->qcount == r->qcap) {
+    int64_t cap = r->qcap * 2;
+    token *q = malloc(sizeof(token) * (size_t)cap);
+    if (!q) {
+      oom(r);
+      return;
+    }
+    for (int64_t k = 0; k < r->qcount; k++) q[k] = r->q[(r->qhead + k) % r->qcap];
+    free(r->q);
+    r->q = q;
+    r->qcap = cap;
+    r->qhead = 0;
+  }
+  r->q[(r->qhead + r->qcount) % r->qcap] = (token){node, f, t};
+  r->qcount++;
+  r->outstanding++;
+  iter_of(f, t, r->p->frames[f->def].par_iters)->outstanding++;
+}
+
+static void start_iteration(cf_run *r, frame_inst *f, int64_t t);
+static void check_iteration(cf_run *r, frame_inst *f, int64_t t);
+
+/* Delivers a value (or deadness) to input slot `slot` of node d in (f, t). */
+static void deliver(cf_run *r, frame_inst *f, int64_t t, int d, int slot, gr_tensor *v, bool dead,
+                    bool is_ctrl) {
+  struct cf_plan *p = r->p;
+  iter_state *it = iter_of(f, t, p->frames[f->def].par_iters);
+  int l = p->node_local[d];
+  if (r->e->nodes[d].cf_kind == GR_CF_MERGE && !is_ctrl) {
+    if (it->fired[l]) { /* a late input after the merge fired */
+      if (v) gr_tensor_release(v);
+      return;
+    }
+    if (!dead) {
+      it->slots[p->slot_local[slot]] = *v;
+      v->buf = NULL;
+      it->fired[l] = 1;
+      push_token(r, d, f, t);
+    } else if (++it->dead_in[l] == (t == 0 ? p->merge_fwd[d] : p->merge_back[d])) {
+      it->fired[l] = 1;
+      it->dead[l] = 1;
+      push_token(r, d, f, t);
+    }
+    return;
+  }
+  if (dead)
+    it->dead[l] = 1;
+  else if (!is_ctrl) {
+    it->slots[p->slot_local[slot]] = *v;
+    v->buf = NULL;
+  }
+  if (--it->pending[l] == 0) push_token(r, d, f, t);
+}
+
+static frame_inst *find_child(cf_run *r, frame_inst *parent, int64_t t, int def) {
+  for (frame_inst *f = r->frames; f; f = f->next)
+    if (f->parent == parent && f->parent_iter == t && f->def == def) return f;
+  frame_def *fd = &r->p->frames[def];
+  frame_inst *f = calloc(1, sizeof *f);
+  if (!f) return NULL;
+  f->ring = calloc((size_t)fd->par_iters, sizeof(iter_state *));
+  f->exit_live = calloc((size_t)fd->num_nodes + 1, 1);
+  if (!f->ring || !f->exit_live) {
+    free(f->ring);
+    free(f->exit_live);
+    free(f);
+    return NULL;
+  }
+  f->def = def;
+  f->parent = parent;
+  f->parent_iter = t;
+  f->pending_enters = fd->num_enters;
+  f->next = r->frames;
+  r->frames = f;
+  if (parent) iter_of(parent, t, r->p->frames[parent->def].par_iters)->outstanding++;
+  start_iteration(r, f, 0);
+  return f;
+}
+
+/* Propagates output values of node i in (f, t) along its edges. outs[k] is
+ * moved or referenced; dead_mask marks dead outputs. replay: a constant
+ * enter's value into a later iteration (references only). */
+static void propagate(cf_run *r, int i, frame_inst *f, int64_t t, gr_tensor *outs,
+                      uint64_t dead_mask, bool node_dead, bool replay) {
+  gr_executor *e = r->e;
+  struct cf_plan *p = r->p;
+  exec_node *en = &e->nodes[i];
+  for (int k = en->edge_begin; k < en->edge_end; k++) {
+    const exec_edge *ed = &e->edges[k];
+    int so = ed->src_output;
+    bool dead = node_dead || ((dead_mask >> (so & 63)) & 1) || !outs[so].buf;
+    gr_tensor v = gr_tensor_empty();
+    if (!dead) {
+      if (ed->move && !replay) {
+        v = outs[so];
+        outs[so].buf = NULL;
+      } else {
+        gr_tensor_ref(&v, &outs[so]);
+      }
+    }
+    if (ed->dst < 0) { /* fetch (top level only) */
+      if (p->edge_mode[k] == MODE_EXIT) {
+        if (dead) continue; /* only the last iteration's exit is live */
+        f->exit_live[p->node_local[i]] = 1;
+      }
+      if (dead) {
+        if (r->status == GR_OK) {
+          r->status = GR_ERR_INVALID_ARGUMENT;
+          snprintf(r->err.msg, sizeof r->err.msg,
+                   "fetch %d ('%s') is dead: it is on the branch of a cond that was not taken",
+                   ed->dst_slot, en->node ? en->node->name : "feed");
+          r->err.code = r->status;
+        }
+      } else {
+        r->fetch_out[ed->dst_slot] = v;
+      }
+      continue;
+    }
+    switch (p->edge_mode[k]) {
+      case MODE_SAME:
+        deliver(r, f, t, ed->dst, ed->dst_slot, &v, dead, false);
+        break;
+      case MODE_ENTER: {
+        frame_inst *c = find_child(r, f, t, p->node_frame[ed->dst]);
+        if (!c) {
+          gr_tensor_release(&v);
+          oom(r);
+          break;
+        }
+        c->pending_enters--;
+        deliver(r, c, 0, ed->dst, ed->dst_slot, &v, dead, false);
+        check_iteration(r, c, 0);
+        break;
+      }
+      case MODE_EXIT:
+        if (dead) break; /* sent dead at the end of the frame if never live */
+        f->exit_live[p->node_local[i]] = 1;
+        deliver(r, f->parent, f->parent_iter, ed->dst, ed->dst_slot, &v, false, false);
+        break;
+      case MODE_NEXT: {
+        if (dead) break; /* the loop ends */
+        frame_def *fd = &p->frames[f->def];
+        if (t + 1 < f->next_iter) {
+          deliver(r, f, t + 1, ed->dst, ed->dst_slot, &v, false, false);
+        } else if (t + 1 < f->first_live + fd->par_iters && f->ndefer == 0) {
+          start_iteration(r, f, t + 1);
+          deliver(r, f, t + 1, ed->dst, ed->dst_slot, &v, false, false);
+        } else { /* too many live iterations: wait */
+          if (f->ndefer == f->capdefer) {
+            int cap = f->capdefer ? f->capdefer * 2 : 4;
+            deferred *dq = realloc(f->defer, sizeof *dq * (size_t)cap);
+            if (!dq) {
+              gr_tensor_release(&v);
+              oom(r);
+              break;
+            }
+            f->defer = dq;
+            f->capdefer = cap;
+          }
+          f->defer[f->ndefer++] = (deferred){ed->dst, ed->dst_slot, t + 1, v};
+        }
+        break;
+      }
+    }
+  }
+  for (int k = en->ctrl_begin; k < en->ctrl_end; k++) {
+    int d = e->ctrl_dsts[k];
+    if (p->ctrl_mode[k] == MODE_ENTER) {
+      frame_inst *c = find_child(r, f, t, p->node_frame[d]);
+      if (!c) {
+        oom(r);
+        continue;
+      }
+      deliver(r, c, 0, d, 0, NULL, node_dead, true);
+    } else {
+      deliver(r, f, t, d, 0, NULL, node_dead, true);
+    }
+  }
+}
+
+static void start_iteration(cf_run *r, frame_inst *f, int64_t t) {
+  int par = r->p->frames[f->def].par_iters;
+  iter_state *it = iter_new(r, f->def);
+  if (!it) {
+    oom(r);
+    return;
+  }
+  f->ring[t % par] = it;
+  f->next_iter = t + 1;
+  /* loop invariants reach every iteration */
+  it->outstanding++; /* hold the iteration open while replaying */
+  for (int c = 0; c < f->nconsts; c++)
+    propagate(r, f->consts[c].node, f, t, f->consts[c].value, 0, f->consts[c].dead, true);
+  it->outstanding--;
+}
+
+static void frame_done(cf_run *r, frame_inst *f) {
+  struct cf_plan *p = r->p;
+  gr_executor *e = r->e;
+  /* exits that never carried a live value send a dead one */
+  for (int i = 0; i < e->num_nodes; i++)
+    if (p->node_frame[i] == f->def && e->nodes[i].cf_kind == GR_CF_EXIT &&
+        !f->exit_live[p->node_local[i]])
+      for (int k = e->nodes[i].edge_begin; k < e->nodes[i].edge_end; k++) {
+        if (e->edges[k].dst >= 0) {
+          deliver(r, f->parent, f->parent_iter, e->edges[k].dst, e->edges[k].dst_slot, NULL, true,
+                  false);
+        } else if (r->status == GR_OK) {
+          r->status = GR_ERR_INVALID_ARGUMENT;
+          snprintf(r->err.msg, sizeof r->err.msg,
+                   "fetch %d ('%s') is dead: its loop ran in a branch that was not taken",
+                   e->edges[k].dst_slot, e->nodes[i].node->name);
+          r->err.code = r->status;
+        }
+      }
+  for (int c = 0; c < f->nconsts; c++) gr_tensor_release(&f->consts[c].value[0]);
+  frame_inst **pp = &r->frames;
+  while (*pp != f) pp = &(*pp)->next;
+  *pp = f->next;
+  frame_inst *parent = f->parent;
+  int64_t pt = f->parent_iter;
+  free(f->consts);
+  free(f->defer);
+  free(f->ring);
+  free(f->exit_live);
+  free(f);
+  iter_of(parent, pt, p->frames[parent->def].par_iters)->outstanding--;
+  check_iteration(r, parent, pt);
+}
+
+/* After a change in frame f: retire finished iterations in order, start
+ * deferred ones, and finish the frame when nothing is left. An iteration is
+ * finished when nothing of it is queued or running and the iteration before
+ * it is retired (only that one can still send it values; for iteration 0,
+ * when every enter value has arrived). */
+static void check_iteration(cf_run *r, frame_inst *f, int64_t t) {
+  (void)t;
+  if (f == r->root) return;
+  frame_def *fd = &r->p->frames[f->def];
+  for (;;) {
+    while (f->first_live < f->next_iter) {
+      iter_state *o = iter_of(f, f->first_live, fd->par_iters);
+      if (o->outstanding > 0 || (f->first_live == 0 && f->pending_enters > 0)) break;
+      iter_free(r, f->def, o);
+      f->ring[f->first_live % fd->par_iters] = NULL;
+      f->first_live++;
+    }
+    if (f->ndefer == 0) break;
+    deferred d = f->defer[0];
+    if (d.iter >= f->next_iter) { /* its iteration has yet to start: is there room? */
+      if (f->next_iter >= f->first_live + fd->par_iters) break;
+      start_iteration(r, f, d.iter);
+    }
+    memmove(f->defer, f->defer + 1, sizeof(deferred) * (size_t)(f->ndefer - 1));
+    f->ndefer--;
+    deliver(r, f, d.iter, d.node, d.slot, &d.value, false, false);
+  }
+  if (f->first_live == f->next_iter && f->ndefer == 0 && f->pending_enters == 0) frame_done(r, f);
+}
+
+static bool is_expensive(cf_run *r, int node) {
+  return r->e->nodes[node].expensive;
+}
+
+static void run_token(cf_run *r, token tok);
+
+static void drain(cf_run *r) {
+  while (r->qcount > 0) {
+    token tok = r->q[r->qhead];
+    r->qhead = (r->qhead + 1) % r->qcap;
+    r->qcount--;
+    run_token(r, tok);
+  }
+}
+
+static void pool_task(void *arg) {
+  cf_run *r = arg;
+  cf_lock(r);
+  drain(r);
+  r->tasks--;
+  pthread_cond_broadcast(&r->cv);
+  cf_unlock(r);
+}
+
+typedef struct cf_async {
+  async_hdr hdr;
+  gr_kernel_ctx ctx;
+  gr_error err;
+  cf_run *r;
+  token tok;
+  gr_tensor ins[16], outs[16];
+} cf_async;
+
+/* Finishes a token: outputs propagate, inputs are dropped. Lock held. */
+static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_tensor *ins,
+                         gr_tensor *outs, uint64_t dead_mask, bool dead) {
+  exec_node *en = &r->e->nodes[tok.node];
+  struct cf_plan *p = r->p;
+  if (s == GR_OK && !dead && en->node) {
+    for (int k = 0; k < en->num_outputs; k++) {
+      if (!((dead_mask >> (k & 63)) & 1) && !outs[k].buf) {
+        s = gr_error_set(kerr, GR_ERR_INTERNAL, "kernel produced no output %d", k);
+        break;
+      }
+      if (outs[k].buf && outs[k].dtype != en->node->out_dtypes[k]) {
+        s = gr_error_set(kerr, GR_ERR_INTERNAL, "kernel produced the wrong dtype for output %d", k);
+        break;
+      }
+    }
+  }
+  if (s != GR_OK) {
+    if (r->status == GR_OK) {
+      const gr_node *n = en->node;
+      frame_def *fd = &p->frames[tok.f->def];
+      if (tok.f->def != 0)
+        snprintf(r->err.msg, sizeof r->err.msg,
+                 "%s%snode '%s' (op %s) in loop '%s' iteration %lld: %s",
+                 n->source_loc ? n->source_loc : "", n->source_loc ? ": " : "", n->name,
+                 n->op->name, fd->name, (long long)tok.iter, kerr->msg);
+      else
+        snprintf(r->err.msg, sizeof r->err.msg, "%s%snode '%s' (op %s): %s",
+                 n->source_loc ? n->source_loc : "", n->source_loc ? ": " : "", n->name,
+                 n->op->name, kerr->msg);
+      r->status = s;
+      r->err.code = s;
+    }
+    r->cancelled = 1;
+    dead = true;
+  }
+  if (en->cf_kind == GR_CF_ENTER && p->constant[tok.node] && !dead) {
+    /* a loop invariant: every iteration of the frame sees it */
+    frame_inst *f = tok.f;
+    if (f->nconsts == f->capconsts) {
+      int cap = f->capconsts ? f->capconsts * 2 : 4;
+      const_val *cv = realloc(f->consts, sizeof *cv * (size_t)cap);
+      if (cv) {
+        f->consts = cv;
+        f->capconsts = cap;
+      }
+    }
+    if (f->nconsts < f->capconsts) {
+      const_val *c = &f->consts[f->nconsts++];
+      c->node = tok.node;
+      c->dead = 0;
+      gr_tensor_ref(&c->value[0], &outs[0]);
+      for (int64_t t = f->first_live; t < f->next_iter; t++)
+        if (t != tok.iter) propagate(r, tok.node, f, t, c->value, 0, false, true);
+    } else {
+      oom(r);
+    }
+  }
+  propagate(r, tok.node, tok.f, tok.iter, outs, dead_mask, dead, false);
+  for (int k = 0; k < en->num_outputs; k++) gr_tensor_release(&outs[k]);
+  for (int k = 0; k < en->num_inputs; k++) gr_tensor_release(&ins[k]);
+  iter_state *it = iter_of(tok.f, tok.iter, p->frames[tok.f->def].par_iters);
+  it->outstanding--;
+  r->outstanding--;
+  check_iteration(r, tok.f, tok.iter);
+  if (r->outstanding == 0) pthread_cond_broadcast(&r->cv);
+}
+
+static void cf_done(async_hdr *h, gr_status s) {
+  cf_async *a = (cf_async *)h;
+  cf_run *r = a->r;
+  cf_lock(r);
+  r->tasks++;
+  finish_token(r, a->tok, s, &a->err, a->ins, a->outs, a->ctx.dead_outputs, false);
+  drain(r);
+  r->tasks--;
+  pthread_cond_broadcast(&r->cv);
+  cf_unlock(r);
+  free(a);
+}
+
+static void cf_on_cancel(async_hdr *h, void (*fn)(void *), void *arg) {
+  cf_async *a = (cf_async *)h;
+  cf_lock(a->r);
+  bool now = a->r->cancelled;
+  cf_unlock(a->r);
+  if (now) fn(arg); /* cancelled already; otherwise the kernel completes on its own */
+}
+
+/* Runs one token with the lock held on entry and exit (released around the kernel). */
+static void run_token(cf_run *r, token tok) {
+  gr_executor *e = r->e;
+  struct cf_plan *p = r->p;
+  exec_node *en = &e->nodes[tok.node];
+  int par = p->frames[tok.f->def].par_iters;
+  iter_state *it = iter_of(tok.f, tok.iter, par);
+  int l = p->node_local[tok.node];
+  bool dead = it->dead[l] || r->cancelled;
+  if (en->num_inputs > 16 || en->num_outputs > 16 || en->async) {
+    cf_async *a = calloc(1, sizeof *a);
+    if (!a || en->num_inputs > 16 || en->num_outputs > 16) {
+      free(a);
+      gr_error ke;
+      gr_error_set(&ke, GR_ERR_UNIMPLEMENTED,
+                   "nodes with more than 16 inputs or outputs are not "
+                   "supported inside control flow yet");
+      gr_tensor none[1];
+      finish_token(r, tok, ke.code, &ke, none, none, 0, true);
+      return;
+    }
+    a->hdr = (async_hdr){cf_done, cf_on_cancel};
+    a->r = r;
+    a->tok = tok;
+    for (int k = 0; k < en->num_inputs; k++) {
+      a->ins[k] = it->slots[p->slot_local[en->input_base + k]];
+      it->slots[p->slot_local[en->input_base + k]].buf = NULL;
+    }
+    if (dead) {
+      finish_token(r, tok, GR_OK, &a->err, a->ins, a->outs, 0, true);
+      free(a);
+      return;
+    }
+    a->ctx = (gr_kernel_ctx){.node = en->node,
+                             .num_inputs = en->num_inputs,
+                             .inputs = a->ins,
+                             .num_outputs = en->num_outputs,
+                             .outputs = a->outs,
+                             .step = r->step,
+                             .state = &e->states[tok.node],
+                             .err = &a->err,
+                             .frame_name = p->frames[tok.f->def].name,
+                             .iteration = tok.iter,
+                             .exec_private = a};
+    cf_unlock(r);
+    gr_status s = en->kernel(&a->ctx);
+    if (s != GR_OK) cf_done(&a->hdr, s);
+    cf_lock(r);
+    return;
+  }
+  gr_tensor ins[16], outs[16];
+  for (int k = 0; k < en->num_inputs; k++) {
+    ins[k] = it->slots[p->slot_local[en->input_base + k]];
+    it->slots[p->slot_local[en->input_base + k]].buf = NULL;
+  }
+  for (int k = 0; k < en->num_outputs; k++) outs[k] = gr_tensor_empty();
+  gr_status s = GR_OK;
+  gr_error kerr;
+  kerr.msg[0] = '\0';
+  uint64_t dead_mask = 0;
+  if (en->feed_index >= 0) {
+    gr_tensor_ref(&outs[0], &r->feeds[en->feed_index]);
+  } else if (!dead) {
+    gr_kernel_ctx ctx = {.node = en->node,
+                         .num_inputs = en->num_inputs,
+                         .inputs = ins,
+                         .num_outputs = en->num_outputs,
+                         .outputs = outs,
+                         .step = r->step,
+                         .state = &e->states[tok.node],
+                         .err = &kerr,
+                         .frame_name = p->frames[tok.f->def].name,
+                         .iteration = tok.iter};
+    cf_unlock(r);
+    s = en->kernel(&ctx);
+    cf_lock(r);
+    dead_mask = ctx.dead_outputs;
+  }
+  finish_token(r, tok, s, &kerr, ins, outs, dead_mask, dead);
+}
+
+gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                    const gr_step_info *step, gr_error *err) {
+  struct cf_plan *p = e->cf;
+  cf_run r;
+  memset(&r, 0, sizeof r);
+  r.e = e;
+  r.p = p;
+  r.feeds = feed_values;
+  r.fetch_out = fetch_out;
+  r.step = step;
+  r.single = e->pool_size == 0;
+  for (int i = 0; i < e->num_nodes && r.single; i++)
+    if (e->nodes[i].async) r.single = false;
+  pthread_mutex_init(&r.mu, NULL);
+  pthread_cond_init(&r.cv, NULL);
+  r.qcap = 64;
+  r.q = malloc(sizeof(token) * (size_t)r.qcap);
+  r.free_iters = calloc((size_t)p->num_frames, sizeof(iter_state *));
+  frame_inst *root = calloc(1, sizeof *root);
+  if (root) {
+    root->ring = calloc(1, sizeof(iter_state *));
+    root->exit_live = calloc((size_t)p->frames[0].num_nodes + 1, 1);
+  }
+  gr_status status = GR_OK;
+  if (!r.q || !r.free_iters || !root || !root->ring || !root->exit_live) {
+    status = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  r.root = root;
+  cf_lock(&r);
+  root->ring[0] = iter_new(&r, 0);
+  if (!root->ring[0]) {
+    cf_unlock(&r);
+    status = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  root->next_iter = 1;
+  for (int k = 0; k < e->num_roots; k++) push_token(&r, e->roots[k], root, 0);
+  for (;;) {
+    if (r.qcount > 0) {
+      token tok = r.q[r.qhead];
+      r.qhead = (r.qhead + 1) % r.qcap;
+      r.qcount--;
+      if (e->pool_size > 0 && is_expensive(&r, tok.node) && r.qcount > 0) {
+        r.tasks++; /* let a pool thread help with what is queued behind */
+        gr_threadpool_schedule(e->pool, pool_task, &r);
+      }
+      run_token(&r, tok);
+      continue;
+    }
+    if (r.outstanding == 0 && r.tasks == 0) break;
+    if (r.single) { /* nothing queued, nothing running, nobody else to wait for */
+      GR_ASSERT(r.outstanding == 0);
+      break;
+    }
+    pthread_cond_wait(&r.cv, &r.mu);
+  }
+  cf_unlock(&r);
+  status = r.status;
+  if (status != GR_OK && err) *err = r.err;
+  while (r.frames) { /* frames left by a cancelled step */
+    frame_inst *f = r.frames;
+    r.frames = f->next;
+    for (int64_t t = f->first_live; t < f->next_iter; t++)
+      if (f->ring[t % p->frames[f->def].par_iters])
+        iter_free(&r, f->def, f->ring[t % p->frames[f->def].par_iters]);
+    for (int c = 0; c < f->nconsts; c++) gr_tensor_release(&f->consts[c].value[0]);
+    for (int d = 0; d < f->ndefer; d++) gr_tensor_release(&f->defer[d].value);
+    free(f->consts), free(f->defer), free(f->ring), free(f->exit_live), free(f);
+  }
+  iter_free(&r, 0, root->ring[0]);
+out:
+  if (status != GR_OK)
+    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&fetch_out[k]);
+  else
+    for (int k = 0; k < e->num_fetches; k++)
+      if (!fetch_out[k].buf) {
+        status = gr_error_set(err, GR_ERR_INTERNAL, "fetch %d produced no value", k);
+        break;
+      }
+  if (r.free_iters)
+    for (int d = 0; d < p->num_frames; d++)
+      while (r.free_iters[d]) {
+        iter_state *it = r.free_iters[d];
+        r.free_iters[d] = it->next_free;
+        free(it->slots), free(it->pending), free(it->dead), free(it->fired), free(it->dead_in);
+        free(it);
+      }
+  free(r.free_iters);
+  if (root) free(root->ring), free(root->exit_live), free(root);
+  free(r.q);
+  pthread_mutex_destroy(&r.mu);
+  pthread_cond_destroy(&r.cv);
+  return status;
+}

@@ -1,0 +1,64 @@
+/* Executor internals shared by the static run path (executor.c) and the
+ * control-flow run path (executor_cf.c). Internal to core. */
+#ifndef GR_EXECUTOR_INTERNAL_H
+#define GR_EXECUTOR_INTERNAL_H
+
+#include <pthread.h>
+
+#include "core/gr_executor.h"
+
+typedef struct exec_edge {
+  int src_output;
+  int dst;      /* exec node index; -1: fetch sink */
+  int dst_slot; /* absolute input slot, or fetch index */
+  int move;     /* last edge of its output: hand the reference over */
+} exec_edge;
+
+typedef struct exec_node {
+  gr_node *node; /* NULL for a feed source */
+  gr_status (*kernel)(gr_kernel_ctx *);
+  int num_inputs, input_base;
+  int num_outputs, output_base;
+  int edge_begin, edge_end; /* data edges */
+  int ctrl_begin, ctrl_end; /* control successors in ctrl_dsts */
+  int initial_pending;
+  int feed_index; /* >= 0 for feed sources */
+  unsigned char expensive, async;
+  unsigned char cf_kind; /* gr_cf_kind of the op */
+} exec_node;
+
+struct gr_executor {
+  exec_node *nodes;
+  int num_nodes, num_real;
+  exec_edge *edges;
+  int *ctrl_dsts;
+  int num_slots, num_out_slots;
+  const gr_output *feeds_ref;
+  gr_output *feeds, *fetches;
+  int num_feeds, num_fetches;
+  int *roots;
+  int num_roots;
+  void **states;
+  gr_threadpool *pool;
+  int pool_size;
+  pthread_mutex_t mu;
+  struct run_state *free_states;
+  struct cf_plan *cf; /* set when the graph has control flow */
+};
+
+/* The first member of every run path's async-kernel context
+ * (ctx->exec_private), so gr_kernel_done / gr_kernel_on_cancel dispatch. */
+typedef struct async_hdr {
+  void (*done)(struct async_hdr *self, gr_status status);
+  void (*on_cancel)(struct async_hdr *self, void (*fn)(void *), void *arg);
+} async_hdr;
+
+/* Control flow (executor_cf.c): frames and iterations. */
+struct cf_plan;
+/* Assigns frames to nodes and checks the loop structure; e->cf on success. */
+gr_status gr_cf_plan_new(gr_executor *e, gr_error *err);
+void gr_cf_plan_free(struct cf_plan *p);
+gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                    const gr_step_info *step, gr_error *err);
+
+#endif

@@ -1,0 +1,367 @@
+/* Control flow in the dataflow graph: the primitives switch, merge, enter,
+ * exit, next_iteration and loop_cond (their semantics live in the executor,
+ * core/executor_cf.c), and the builders gr_cond and gr_while_loop, which
+ * assemble them as TensorFlow 1 does: values a branch or a loop body uses
+ * from outside are routed through switch (cond) or a constant enter (loop),
+ * and nodes without inputs are tied to the branch or loop by a control
+ * input from a pivot, so they run only when and where they should. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+static const char *const x_names[] = {"x"};
+
+static gr_status forward_kernel(gr_kernel_ctx *ctx) {
+  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
+  return GR_OK;
+}
+
+/* ---- switch ------------------------------------------------------------------------- */
+
+static gr_status switch_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_BOOL));
+  if (ctx->in_shapes[1].rank > 0 && gr_shape_num_elements(&ctx->in_shapes[1]) != 1)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "pred must be a scalar");
+  ctx->num_outputs = 2;
+  for (int k = 0; k < 2; k++) {
+    ctx->out_dtypes[k] = ctx->in_dtypes[0];
+    ctx->out_shapes[k] = ctx->in_shapes[0];
+  }
+  return GR_OK;
+}
+
+static gr_status switch_kernel(gr_kernel_ctx *ctx) {
+  if (gr_tensor_num_elements(&ctx->inputs[1]) != 1)
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "pred must be a scalar");
+  int taken = *(const bool *)gr_tensor_data(&ctx->inputs[1]) ? 1 : 0;
+  gr_kernel_set_output(ctx, taken, &ctx->inputs[0]);
+  ctx->dead_outputs |= (uint64_t)1 << (1 - taken);
+  return GR_OK;
+}
+
+/* The gradient flowing out of a cond branch: merge the branch gradients
+ * (zeros for a side that got none, live exactly when its side ran). */
+static gr_status switch_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output parts[2];
+  for (int k = 0; k < 2; k++)
+    parts[k] = c->grads[k].node ? c->grads[k] : gr_zeros_like(g, gr_grad_y(c, k));
+  c->dinputs[0] = gr_op(g, "merge", NULL, parts, 2, NULL, 0);
+  return GR_OK;
+}
+
+const gr_op_def gr_op_switch = {.name = "switch",
+                                .doc = "data to output 1 if pred else output 0; the other is dead",
+                                .min_inputs = 2,
+                                .max_inputs = 2,
+                                .input_names = (const char *const[]){"data", "pred"},
+                                .num_outputs = 2,
+                                .shape_fn = switch_shape,
+                                .kernel = switch_kernel,
+                                .grad_fn = switch_grad,
+                                .cf_kind = GR_CF_SWITCH};
+
+/* ---- merge ------------------------------------------------------------------------------ */
+
+static gr_status merge_shape(gr_shape_ctx *ctx) {
+  gr_shape s = ctx->in_shapes[0];
+  for (int i = 1; i < ctx->num_inputs; i++) {
+    GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+    const gr_shape *o = &ctx->in_shapes[i];
+    if (s.rank < 0 || o->rank != s.rank) {
+      if (o->rank != s.rank) s = gr_shape_unknown();
+      continue;
+    }
+    for (int d = 0; d < s.rank; d++)
+      if (s.dims[d] != o->dims[d]) s.dims[d] = GR_DIM_UNKNOWN;
+  }
+  ctx->num_outputs = 2;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] = s;
+  ctx->out_dtypes[1] = GR_I32;
+  ctx->out_shapes[1] = gr_shape_scalar();
+  return GR_OK;
+}
+
+static gr_status merge_kernel(gr_kernel_ctx *ctx) {
+  for (int i = 0; i < ctx->num_inputs; i++)
+    if (ctx->inputs[i].buf) {
+      gr_kernel_set_output(ctx, 0, &ctx->inputs[i]);
+      gr_tensor *idx;
+      GR_TRY(gr_kernel_alloc_output(ctx, 1, GR_I32, &(gr_shape){.rank = 0}, &idx));
+      *(int32_t *)gr_tensor_data(idx) = i;
+      return GR_OK;
+    }
+  return gr_kernel_error(ctx, GR_ERR_INTERNAL, "merge ran without a live input");
+}
+
+/* The gradient goes back to the input that was taken (value_index tells). */
+static gr_status merge_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  if (c->node->num_inputs != 2)
+    return gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
+                               "gradients: merge '%s' has %d inputs; only 2-way merges (cond) "
+                               "are differentiable",
+                               c->node->name, c->node->num_inputs);
+  gr_output took1 = gr_equal(g, gr_grad_y(c, 1), gr_const_i32(g, 1));
+  gr_output in[2] = {c->grads[0], took1};
+  gr_output s = gr_op(g, "switch", NULL, in, 2, NULL, 0);
+  c->dinputs[0] = gr_output_at(s, 0);
+  c->dinputs[1] = gr_output_at(s, 1);
+  return GR_OK;
+}
+
+const gr_op_def gr_op_merge = {.name = "merge",
+                               .doc = "the first live input (output 0) and its index (output 1)",
+                               .min_inputs = 1,
+                               .max_inputs = -1,
+                               .input_names = (const char *const[]){"inputs"},
+                               .num_outputs = 2,
+                               .shape_fn = merge_shape,
+                               .kernel = merge_kernel,
+                               .grad_fn = merge_grad,
+                               .cf_kind = GR_CF_MERGE};
+
+/* ---- enter, exit, next_iteration, loop_cond -------------------------------------------- */
+
+static gr_status loop_grad(gr_grad_ctx *c) {
+  return gr_graph_set_errorf(c->graph, GR_ERR_UNIMPLEMENTED,
+                             "gradients: differentiating through while loops is not supported "
+                             "yet (node '%s', op %s)",
+                             c->node->name, c->node->op->name);
+}
+
+static const gr_attr_spec enter_attrs[] = {
+    {"frame_name", GR_ATTR_STRING, true, {0}},
+    {"is_constant", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}},
+    {"parallel_iterations", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 10}}};
+
+static gr_status enter_shape(gr_shape_ctx *ctx) {
+  if (gr_node_attr_int(ctx->node, "parallel_iterations", 10) < 1)
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "parallel_iterations must be >= 1");
+  return gr_shape_fn_unchanged(ctx);
+}
+
+#define DEFINE_CF(NAME, DOC, KIND, SHAPE, ATTRS, NATTRS)                                           \
+  const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
+                                  .doc = DOC,                                                      \
+                                  .min_inputs = 1,                                                 \
+                                  .max_inputs = 1,                                                 \
+                                  .input_names = x_names,                                          \
+                                  .num_outputs = 1,                                                \
+                                  .attrs = ATTRS,                                                  \
+                                  .num_attrs = NATTRS,                                             \
+                                  .shape_fn = SHAPE,                                               \
+                                  .kernel = forward_kernel,                                        \
+                                  .grad_fn = loop_grad,                                            \
+                                  .cf_kind = KIND};
+
+DEFINE_CF(enter, "x into the loop frame attr frame_name (is_constant: every iteration)",
+          GR_CF_ENTER, enter_shape, enter_attrs, 3)
+DEFINE_CF(exit, "x out of its loop frame to the parent", GR_CF_EXIT, gr_shape_fn_unchanged, NULL, 0)
+DEFINE_CF(next_iteration, "x into the next iteration of its loop", GR_CF_NEXT_ITERATION,
+          gr_shape_fn_unchanged, NULL, 0)
+
+static gr_status loop_cond_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_BOOL));
+  if (ctx->in_shapes[0].rank > 0 && gr_shape_num_elements(&ctx->in_shapes[0]) != 1)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "a loop condition must be a bool scalar");
+  return gr_shape_fn_unchanged(ctx);
+}
+DEFINE_CF(loop_cond, "a loop's predicate (bool scalar)", GR_CF_LOOP_COND, loop_cond_shape, NULL, 0)
+
+/* ---- builders ------------------------------------------------------------------------------- */
+
+typedef struct capture {
+  gr_output outside, inside;
+} capture;
+
+/* Reroutes every input of the nodes [first, end) that comes from before
+ * `first` (except the skip range) through make(outside): a switch output
+ * for a branch, a constant enter for a loop. */
+static void reroute(gr_graph *g, int first, int end, int skip_lo, int skip_hi,
+                    gr_output (*make)(gr_graph *, gr_output, void *), void *arg) {
+  capture *caps = NULL;
+  int ncaps = 0, cap = 0;
+  for (int id = first; id < end; id++) {
+    gr_node *n = gr_graph_node(g, id);
+    if (id >= skip_lo && id < skip_hi) continue;
+    for (int j = 0; j < n->num_inputs; j++) {
+      gr_output src = n->inputs[j];
+      if (src.node->id >= first) continue;
+      gr_output inside = {NULL, 0};
+      for (int k = 0; k < ncaps; k++)
+        if (caps[k].outside.node == src.node && caps[k].outside.index == src.index)
+          inside = caps[k].inside;
+      if (!inside.node) {
+        inside = make(g, src, arg);
+        if (!inside.node) goto done;
+        if (ncaps == cap) {
+          cap = cap ? cap * 2 : 8;
+          capture *c2 = realloc(caps, sizeof *c2 * (size_t)cap);
+          if (!c2) goto done;
+          caps = c2;
+        }
+        caps[ncaps++] = (capture){src, inside};
+      }
+      gr_graph_set_input(g, n, j, inside);
+    }
+  }
+done:
+  free(caps);
+}
+
+typedef struct branch_arg {
+  gr_output pred;
+  int side;
+} branch_arg;
+
+static gr_output branch_capture(gr_graph *g, gr_output outside, void *arg) {
+  branch_arg *b = arg;
+  gr_output in[2] = {outside, b->pred};
+  return gr_output_at(gr_op(g, "switch", NULL, in, 2, NULL, 0), b->side);
+}
+
+gr_status gr_cond(gr_graph *g, gr_output pred, gr_branch_fn then_fn, gr_branch_fn else_fn,
+                  void *arg, int num_outputs, gr_output *outputs) {
+  for (int i = 0; i < num_outputs; i++) outputs[i] = (gr_output){NULL, 0};
+  if (!pred.node) return gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INVALID_ARGUMENT;
+  if (num_outputs < 1 || num_outputs > 64)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "cond: 1 to 64 outputs, got %d",
+                               num_outputs);
+  gr_graph_push_name_scope(g, "cond");
+  gr_output both[2][64];
+  gr_output sw = gr_op(g, "switch", "pivot", (gr_output[]){pred, pred}, 2, NULL, 0);
+  for (int side = 1; side >= 0 && !gr_graph_error(g); side--) {
+    gr_output pivot = gr_identity(g, gr_output_at(sw, side));
+    int first = gr_graph_num_nodes(g);
+    gr_graph_push_control_deps(g, &pivot, 1);
+    (side ? then_fn : else_fn)(g, arg, both[side]);
+    gr_graph_pop_control_deps(g);
+    int end = gr_graph_num_nodes(g);
+    branch_arg b = {pred, side};
+    reroute(g, first, end, -1, -1, branch_capture, &b);
+    for (int i = 0; i < num_outputs && !gr_graph_error(g); i++) {
+      if (!both[side][i].node)
+        return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "cond: %s branch output %d is null",
+                                   side ? "then" : "else", i);
+      if (both[side][i].node->id < first) /* returned from outside: through its switch */
+        both[side][i] = branch_capture(g, both[side][i], &b);
+    }
+  }
+  for (int i = 0; i < num_outputs && !gr_graph_error(g); i++) {
+    gr_output in[2] = {both[0][i], both[1][i]};
+    const gr_node *a = in[0].node, *b = in[1].node;
+    if (a->out_dtypes[in[0].index] != b->out_dtypes[in[1].index])
+      return gr_graph_set_errorf(g, GR_ERR_DTYPE,
+                                 "cond: output %d is %s in one branch and %s in "
+                                 "the other",
+                                 i, gr_dtype_name(a->out_dtypes[in[0].index]),
+                                 gr_dtype_name(b->out_dtypes[in[1].index]));
+    outputs[i] = gr_op(g, "merge", NULL, in, 2, NULL, 0);
+  }
+  gr_graph_pop_name_scope(g);
+  return gr_graph_error(g) ? gr_graph_error(g)->code : GR_OK;
+}
+
+typedef struct loop_arg {
+  const char *frame;
+  int par;
+} loop_arg;
+
+static gr_output loop_capture(gr_graph *g, gr_output outside, void *arg) {
+  loop_arg *l = arg;
+  gr_attr a[] = {gr_attr_string("frame_name", l->frame), gr_attr_bool("is_constant", true),
+                 gr_attr_int("parallel_iterations", l->par)};
+  return gr_op(g, "enter", NULL, &outside, 1, a, 3);
+}
+
+gr_status gr_while_loop(gr_graph *g, gr_loop_cond_fn cond_fn, gr_loop_body_fn body_fn, void *arg,
+                        int n, gr_output *loop_vars, int parallel_iterations) {
+  if (n < 1 || n > 64)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                               "while_loop: 1 to 64 loop variables, got %d", n);
+  for (int i = 0; i < n; i++)
+    if (!loop_vars[i].node)
+      return gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INVALID_ARGUMENT;
+  if (parallel_iterations <= 0) parallel_iterations = 10;
+  int start = gr_graph_num_nodes(g);
+  char frame[96];
+  snprintf(frame, sizeof frame, "%s%swhile_%d", gr_graph_name_scope(g),
+           *gr_graph_name_scope(g) ? "/" : "", start);
+  gr_graph_push_name_scope(g, "while");
+  gr_graph_push_no_control_deps(g); /* the loop's own nodes hang off nothing outside */
+  loop_arg la = {gr_graph_strdup(g, frame), parallel_iterations};
+  gr_output merges[64], body[64], outside[64];
+  memcpy(outside, loop_vars, sizeof(gr_output) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    gr_attr a[] = {gr_attr_string("frame_name", la.frame), gr_attr_bool("is_constant", false),
+                   gr_attr_int("parallel_iterations", parallel_iterations)};
+    gr_output e = gr_op(g, "enter", NULL, &loop_vars[i], 1, a, 3);
+    merges[i] = gr_op(g, "merge", NULL, (gr_output[]){e, e}, 2, NULL, 0);
+  }
+  int own_end = gr_graph_num_nodes(g);
+  if (gr_graph_error(g)) goto out;
+  /* the condition: nodes without inputs hang off the first merge */
+  gr_graph_push_control_deps(g, &merges[0], 1);
+  gr_output pred = cond_fn(g, arg, merges);
+  gr_graph_pop_control_deps(g);
+  if (!pred.node) goto out;
+  if (pred.node->out_dtypes[pred.index] != GR_BOOL) {
+    gr_graph_set_errorf(g, GR_ERR_DTYPE, "while_loop: the condition is %s, not bool",
+                        gr_dtype_name(pred.node->out_dtypes[pred.index]));
+    goto out;
+  }
+  gr_output lc = gr_op(g, "loop_cond", NULL, &pred, 1, NULL, 0);
+  gr_output exits[64];
+  for (int i = 0; i < n; i++) {
+    gr_output s = gr_op(g, "switch", NULL, (gr_output[]){merges[i], lc}, 2, NULL, 0);
+    exits[i] = gr_op(g, "exit", NULL, (gr_output[]){gr_output_at(s, 0)}, 1, NULL, 0);
+    body[i] = gr_identity(g, gr_output_at(s, 1));
+  }
+  if (gr_graph_error(g)) goto out;
+  gr_output results[64];
+  gr_graph_push_control_deps(g, &body[0], 1);
+  body_fn(g, arg, body, results);
+  gr_graph_pop_control_deps(g);
+  if (gr_graph_error(g)) goto out;
+  for (int i = 0; i < n; i++) {
+    if (!results[i].node) {
+      gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "while_loop: body result %d is null", i);
+      goto out;
+    }
+    const gr_node *v = loop_vars[i].node, *r = results[i].node;
+    gr_dtype vd = v->out_dtypes[loop_vars[i].index], rd = r->out_dtypes[results[i].index];
+    const gr_shape *vs = &v->out_shapes[loop_vars[i].index], *rs = &r->out_shapes[results[i].index];
+    if (vd != rd || !gr_shape_compatible(vs, rs)) {
+      char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+      gr_graph_set_errorf(g, GR_ERR_SHAPE,
+                          "while_loop: loop variable %d is %s %s but the body makes it %s %s "
+                          "(node '%s')",
+                          i, gr_dtype_name(vd), gr_shape_str(vs, a), gr_dtype_name(rd),
+                          gr_shape_str(rs, b), r->name);
+      goto out;
+    }
+  }
+  /* values from outside the loop used inside: constant enters */
+  reroute(g, start, gr_graph_num_nodes(g), start, own_end, loop_capture, &la);
+  for (int i = 0; i < n; i++) {
+    gr_output r = results[i];
+    if (r.node->id < start) r = gr_identity(g, loop_capture(g, r, &la)); /* an outside value */
+    gr_output nx = gr_op(g, "next_iteration", NULL, &r, 1, NULL, 0);
+    if (!nx.node) goto out;
+    gr_graph_set_input(g, merges[i].node, 1, nx);
+  }
+  for (int i = 0; i < n; i++) loop_vars[i] = exits[i];
+out:
+  gr_graph_pop_control_deps(g);
+  gr_graph_pop_name_scope(g);
+  if (gr_graph_error(g)) {
+    for (int i = 0; i < n; i++) loop_vars[i] = (gr_output){NULL, 0};
+    return gr_graph_error(g)->code;
+  }
+  return GR_OK;
+}

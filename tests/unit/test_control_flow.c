@@ -1,0 +1,391 @@
+/* Control flow: while loops (loop invariants, nested loops, a million
+ * iterations in flat memory, parallel iterations overlapping, errors naming
+ * the iteration, shape checks), cond (side effects only in the taken branch,
+ * nested conds, dead values), and gradients through cond. */
+#include <graphrun.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "gr_test.h"
+
+static gr_session *session(gr_graph *g, int threads) {
+  gr_error err;
+  gr_session_options o = {.inter_op_threads = threads};
+  gr_session *s = gr_session_new(g, &o, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  return s;
+}
+
+static double fetch1(gr_session *s, const gr_feed *f, int nf, gr_output y, gr_status *st,
+                     gr_error *err) {
+  gr_tensor out;
+  *st = gr_session_run(s, f, nf, &y, 1, &out, NULL, 0, err);
+  if (*st != GR_OK) return NAN;
+  double v = gr_tensor_get_f64(&out, 0);
+  gr_tensor_release(&out);
+  return v;
+}
+
+/* ---- while: i < limit; i += step (limit and step from outside: invariants) */
+typedef struct counter {
+  gr_output limit, step;
+} counter;
+static gr_output count_cond(gr_graph *g, void *a, const gr_output *v) {
+  return gr_less(g, v[0], ((counter *)a)->limit);
+}
+static void count_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  next[0] = gr_add(g, v[0], ((counter *)a)->step);
+  next[1] = gr_add(g, v[1], v[0]); /* acc += i */
+}
+
+static void test_while_basic(void) {
+  gr_graph *g = gr_graph_new();
+  counter c = {gr_placeholder(g, "limit", GR_I64, gr_shape_scalar()), gr_const_i64(g, 1)};
+  gr_output vars[2] = {gr_const_i64(g, 0), gr_const_i64(g, 0)};
+  GR_CHECK(gr_while_loop(g, count_cond, count_body, &c, 2, vars, 0) == GR_OK);
+  for (int threads = 1; threads <= 2; threads++) {
+    gr_session *s = session(g, threads);
+    for (int64_t lim = 0; lim <= 100; lim += 25) {
+      gr_tensor lv = gr_tensor_scalar_i64(lim), out[2];
+      gr_feed f = {c.limit, &lv};
+      gr_error err;
+      GR_CHECK_OK(gr_session_run(s, &f, 1, vars, 2, out, NULL, 0, &err), err);
+      GR_CHECK_EQ_INT(gr_tensor_get_f64(&out[0], 0), lim);
+      GR_CHECK_EQ_INT(gr_tensor_get_f64(&out[1], 0), lim * (lim - 1) / 2);
+      gr_tensor_release(&out[0]);
+      gr_tensor_release(&out[1]);
+      gr_tensor_release(&lv);
+    }
+    gr_session_free(s);
+  }
+  gr_graph_free(g);
+}
+
+/* ---- Collatz: steps to reach 1 */
+static gr_output collatz_cond(gr_graph *g, void *a, const gr_output *v) {
+  return gr_greater(g, v[0], gr_const_i64(g, 1));
+}
+static void collatz_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  gr_output two = gr_const_i64(g, 2);
+  gr_output even =
+      gr_equal(g, gr_sub(g, v[0], gr_mul(g, gr_div(g, v[0], two), two)), gr_const_i64(g, 0));
+  next[0] = gr_select(g, even, gr_div(g, v[0], two),
+                      gr_add(g, gr_mul(g, v[0], gr_const_i64(g, 3)), gr_const_i64(g, 1)));
+  next[1] = gr_add(g, v[1], gr_const_i64(g, 1));
+}
+static void test_collatz(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output vars[2] = {gr_const_i64(g, 27), gr_const_i64(g, 0)};
+  GR_CHECK(gr_while_loop(g, collatz_cond, collatz_body, NULL, 2, vars, 4) == GR_OK);
+  gr_session *s = session(g, 2);
+  gr_status st;
+  gr_error err;
+  GR_CHECK_EQ_INT(fetch1(s, NULL, 0, vars[1], &st, &err), 111);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+/* ---- nested: for i < n: for j < i: total += 1   -> n (n - 1) / 2 */
+static gr_output inner_cond(gr_graph *g, void *a, const gr_output *v) {
+  return gr_less(g, v[0], v[2]);
+}
+static void inner_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = gr_add(g, v[1], gr_const_i64(g, 1));
+  next[2] = v[2];
+}
+static gr_output outer_cond(gr_graph *g, void *a, const gr_output *v) {
+  return gr_less(g, v[0], *(gr_output *)a);
+}
+static void outer_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  gr_output in[3] = {gr_const_i64(g, 0), v[1], v[0]};
+  gr_while_loop(g, inner_cond, inner_body, NULL, 3, in, 0);
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = in[1];
+}
+static void test_nested_while(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output n = gr_placeholder(g, "n", GR_I64, gr_shape_scalar());
+  gr_output vars[2] = {gr_const_i64(g, 0), gr_const_i64(g, 0)};
+  GR_CHECK(gr_while_loop(g, outer_cond, outer_body, &n, 2, vars, 3) == GR_OK);
+  GR_CHECK_MSG(!gr_graph_error(g), "%s", gr_graph_error(g) ? gr_graph_error(g)->msg : "");
+  gr_session *s = session(g, 2);
+  for (int64_t k = 0; k <= 30; k += 10) {
+    gr_tensor nv = gr_tensor_scalar_i64(k);
+    gr_feed f = {n, &nv};
+    gr_status st;
+    gr_error err;
+    double v = fetch1(s, &f, 1, vars[1], &st, &err);
+    GR_CHECK_MSG(st == GR_OK, "%s", err.msg);
+    GR_CHECK_EQ_INT(v, k * (k - 1) / 2);
+    gr_tensor_release(&nv);
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+/* ---- a million iterations in constant memory */
+static gr_output million_cond(gr_graph *g, void *a, const gr_output *v) {
+  return gr_less(g, v[0], gr_const_i64(g, 1000000));
+}
+static void million_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+}
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, res = 0;
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+    fclose(f);
+  }
+  return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+static void test_million_iterations_flat_memory(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output i = gr_const_i64(g, 0);
+  GR_CHECK(gr_while_loop(g, million_cond, million_body, NULL, 1, &i, 0) == GR_OK);
+  gr_session *s = session(g, 1);
+  gr_status st;
+  gr_error err;
+  gr_buffer_pool_set_limit((size_t)1 << 30); /* the pool is off by default under ASan */
+  gr_buffer_pool_stats a, b;
+  gr_buffer_pool_get_stats(&a);
+  long before = rss_kib();
+  GR_CHECK_EQ_INT(fetch1(s, NULL, 0, i, &st, &err), 1000000);
+  long after = rss_kib();
+  gr_buffer_pool_get_stats(&b);
+  /* iteration state and tensors are recycled: a handful of allocations, not a million */
+  GR_CHECK_MSG(b.system_allocs - a.system_allocs < 100, "%llu buffer allocations for 1M iterations",
+               (unsigned long long)(b.system_allocs - a.system_allocs));
+#if defined(__SANITIZE_ADDRESS__)
+  printf("note: resident-memory bound not checked under AddressSanitizer (its quarantine keeps "
+         "freed memory); grew %ld KiB\n",
+         after - before);
+#else
+  GR_CHECK_MSG(after - before < 4096, "resident memory grew by %ld KiB over 1M iterations",
+               after - before);
+#endif
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+/* ---- parallel iterations overlap: a slow op per iteration, independent of the others */
+static int running, max_running;
+static gr_status slow_kernel(gr_kernel_ctx *ctx) {
+  int now = __atomic_add_fetch(&running, 1, __ATOMIC_SEQ_CST), m;
+  while ((m = __atomic_load_n(&max_running, __ATOMIC_SEQ_CST)) < now &&
+         !__atomic_compare_exchange_n(&max_running, &m, now, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_SEQ_CST)) {}
+  usleep(10000);
+  __atomic_sub_fetch(&running, 1, __ATOMIC_SEQ_CST);
+  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
+  return GR_OK;
+}
+static const gr_op_def slow_op = {.name = "test_slow",
+                                  .min_inputs = 1,
+                                  .max_inputs = 1,
+                                  .num_outputs = 1,
+                                  .shape_fn = gr_shape_fn_unchanged,
+                                  .kernel = slow_kernel,
+                                  .flags = GR_OP_EXPENSIVE};
+static gr_output par_cond(gr_graph *g, void *a, const gr_output *v) {
+  return gr_less(g, v[0], gr_const_i64(g, 8));
+}
+static void par_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = gr_add(g, v[1], gr_op(g, "test_slow", NULL, &v[0], 1, NULL, 0));
+}
+static int max_parallel(int par_iters, int threads) {
+  gr_graph *g = gr_graph_new();
+  gr_output vars[2] = {gr_const_i64(g, 0), gr_const_i64(g, 0)};
+  gr_while_loop(g, par_cond, par_body, NULL, 2, vars, par_iters);
+  gr_session *s = session(g, threads);
+  gr_status st;
+  gr_error err;
+  max_running = 0;
+  double v = fetch1(s, NULL, 0, vars[1], &st, &err);
+  GR_CHECK_MSG(st == GR_OK, "%s", err.msg);
+  GR_CHECK_EQ_INT(v, 28);
+  gr_session_free(s);
+  gr_graph_free(g);
+  return max_running;
+}
+static void test_parallel_iterations(void) {
+  gr_error err;
+  gr_op_registry_add(&slow_op, &err);
+  int one = max_parallel(1, 4), many = max_parallel(8, 4);
+  GR_CHECK_EQ_INT(one, 1);
+  GR_CHECK_MSG(many >= 2, "iterations did not overlap (max %d at once)", many);
+}
+
+/* ---- errors inside a loop, shape changes */
+static gr_output err_cond(gr_graph *g, void *a, const gr_output *v) {
+  return gr_less(g, v[0], gr_const_i32(g, 10));
+}
+static void err_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  /* 100 / (3 - i): division by zero in iteration 3 */
+  gr_output d =
+      gr_name(g, gr_div(g, gr_const_i32(g, 100), gr_sub(g, gr_const_i32(g, 3), v[0])), "risky");
+  next[0] = gr_add(g, v[0], gr_const_i32(g, 1));
+  next[1] = gr_add(g, v[1], d);
+}
+static void grow_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  next[0] = gr_add(g, v[0], gr_const_i32(g, 1));
+  next[1] = gr_concat(g, (gr_output[]){v[1], v[1]}, 2, 0);
+}
+static void test_loop_errors(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output vars[2] = {gr_const_i32(g, 0), gr_const_i32(g, 0)};
+  gr_while_loop(g, err_cond, err_body, NULL, 2, vars, 1);
+  gr_session *s = session(g, 2);
+  gr_status st;
+  gr_error err;
+  fetch1(s, NULL, 0, vars[1], &st, &err);
+  GR_CHECK(st == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "risky");
+  GR_CHECK_STR_CONTAINS(err.msg, "iteration 3");
+  GR_CHECK_STR_CONTAINS(err.msg, "division by zero");
+  gr_session_free(s);
+  gr_graph_free(g);
+  /* a body that changes a loop variable's shape is rejected when built */
+  g = gr_graph_new();
+  gr_output v2[2] = {gr_const_i32(g, 0),
+                     gr_const_data(g, GR_F32, (gr_shape){1, {2}}, (float[]){1, 2})};
+  GR_CHECK(gr_while_loop(g, err_cond, grow_body, NULL, 2, v2, 0) == GR_ERR_SHAPE);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "loop variable 1 is f32 [2]");
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "[4]");
+  gr_graph_free(g);
+}
+
+/* ---- cond */
+typedef struct branch_args {
+  gr_output x, var;
+} branch_args;
+static void then_b(gr_graph *g, void *a, gr_output *o) {
+  branch_args *b = a;
+  gr_output bump = gr_assign_add(g, b->var, gr_const_f32(g, 1)); /* side effect */
+  gr_graph_push_control_deps(g, &bump, 1);
+  o[0] = gr_mul(g, b->x, gr_const_f32(g, 2));
+  gr_graph_pop_control_deps(g);
+}
+static void else_b(gr_graph *g, void *a, gr_output *o) {
+  o[0] = gr_sub(g, ((branch_args *)a)->x, gr_const_f32(g, 1));
+}
+static void test_cond_side_effects(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output p = gr_placeholder(g, "p", GR_BOOL, gr_shape_scalar());
+  branch_args b = {gr_placeholder(g, "x", GR_F32, gr_shape_scalar()),
+                   gr_variable(g, "taken", gr_const_f32(g, 0))};
+  gr_output y;
+  GR_CHECK(gr_cond(g, p, then_b, else_b, &b, 1, &y) == GR_OK);
+  gr_session *s = session(g, 2);
+  bool preds[5] = {true, false, false, true, true};
+  for (int k = 0; k < 5; k++) {
+    gr_tensor pv, xv = gr_tensor_scalar_f32(10);
+    gr_error err;
+    gr_tensor_from_data(&pv, GR_BOOL, &(gr_shape){.rank = 0}, &preds[k], &err);
+    gr_feed f[2] = {{p, &pv}, {b.x, &xv}};
+    gr_status st;
+    GR_CHECK_NEAR(fetch1(s, f, 2, y, &st, &err), preds[k] ? 20 : 9, 0);
+    gr_tensor_release(&pv);
+    gr_tensor_release(&xv);
+  }
+  gr_status st;
+  gr_error err;
+  GR_CHECK_NEAR(fetch1(s, NULL, 0, b.var, &st, &err), 3, 0); /* ran in the 3 taken steps only */
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+/* nested conds: sign(x) in {-1, 0, 1} through chains of switches and merges */
+static void pos_b(gr_graph *g, void *a, gr_output *o) {
+  o[0] = gr_const_f32(g, 1);
+}
+static void neg_b(gr_graph *g, void *a, gr_output *o) {
+  o[0] = gr_const_f32(g, -1);
+}
+static void zero_b(gr_graph *g, void *a, gr_output *o) {
+  o[0] = gr_const_f32(g, 0);
+}
+static void nonzero_b(gr_graph *g, void *a, gr_output *o) {
+  gr_output x = *(gr_output *)a;
+  gr_cond(g, gr_name(g, gr_greater(g, x, gr_const_f32(g, 0)), "inner_pred"), pos_b, neg_b, NULL, 1,
+          o);
+}
+static void test_nested_cond_deadness(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_scalar());
+  gr_output y;
+  GR_CHECK(gr_cond(g, gr_equal(g, x, gr_const_f32(g, 0)), zero_b, nonzero_b, &x, 1, &y) == GR_OK);
+  gr_session *s = session(g, 1);
+  float xs[3] = {-4, 0, 7}, want[3] = {-1, 0, 1};
+  for (int k = 0; k < 3; k++) {
+    gr_tensor xv = gr_tensor_scalar_f32(xs[k]);
+    gr_feed f = {x, &xv};
+    gr_status st;
+    gr_error err;
+    GR_CHECK_NEAR(fetch1(s, &f, 1, y, &st, &err), want[k], 0);
+    gr_tensor_release(&xv);
+  }
+  /* fetching a value from the untaken branch is an error, not a crash */
+  gr_node *inner = gr_graph_find_node(g, "cond/inner_pred");
+  GR_CHECK(inner != NULL);
+  gr_tensor xv = gr_tensor_scalar_f32(0);
+  gr_feed f = {x, &xv};
+  gr_status st;
+  gr_error err;
+  if (inner) fetch1(s, &f, 1, (gr_output){inner, 0}, &st, &err);
+  GR_CHECK(inner && st == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "not taken");
+  gr_tensor_release(&xv);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+/* ---- gradients through cond: d/dx of (x > 0 ? x^2 : -3x) */
+static void sq_b(gr_graph *g, void *a, gr_output *o) {
+  o[0] = gr_square(g, *(gr_output *)a);
+}
+static void lin_b(gr_graph *g, void *a, gr_output *o) {
+  o[0] = gr_mul(g, *(gr_output *)a, gr_const_f64(g, -3));
+}
+static void test_cond_gradient(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F64, gr_shape_scalar());
+  gr_output y, dx;
+  gr_cond(g, gr_greater(g, x, gr_const_f64(g, 0)), sq_b, lin_b, &x, 1, &y);
+  GR_CHECK(gr_gradients(g, &y, 1, &x, 1, NULL, false, &dx) == GR_OK);
+  GR_CHECK_MSG(!gr_graph_error(g), "%s", gr_graph_error(g) ? gr_graph_error(g)->msg : "");
+  gr_session *s = session(g, 2);
+  double xs[4] = {3, -2, 0.5, -0.25};
+  for (int k = 0; k < 4; k++) {
+    const double eps = 1e-6;
+    double v[3];
+    for (int d = 0; d < 3; d++) {
+      gr_tensor xv = gr_tensor_scalar_f64(xs[k] + (d - 1) * eps);
+      gr_feed f = {x, &xv};
+      gr_status st;
+      gr_error err;
+      v[d] = fetch1(s, &f, 1, d == 1 ? dx : y, &st, &err);
+      GR_CHECK_MSG(st == GR_OK, "%s", err.msg);
+      gr_tensor_release(&xv);
+    }
+    GR_CHECK_NEAR(v[1], (v[2] - v[0]) / (2 * eps), 1e-5);
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+int main(void) {
+  GR_RUN(test_while_basic);
+  GR_RUN(test_collatz);
+  GR_RUN(test_nested_while);
+  GR_RUN(test_million_iterations_flat_memory);
+  GR_RUN(test_parallel_iterations);
+  GR_RUN(test_loop_errors);
+  GR_RUN(test_cond_side_effects);
+  GR_RUN(test_nested_cond_deadness);
+  GR_RUN(test_cond_gradient);
+  return gr_test_finish();
+}
