@@ -6,6 +6,7 @@
 #   make test              build and run the whole ctest suite
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
 #   make bench-NAME        build and run one benchmark (executor, matmul)
+#   make fuzz-dsl          libFuzzer on the DSL front end (clang), FUZZ_SECONDS=60
 #   make format            clang-format every source file
 
 MAKEFLAGS += --no-print-directory
@@ -24,7 +25,7 @@ DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
                 libmsgpack-dev libsqlite3-dev zlib1g-dev sqlite3 dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build demo test bench-% format clean
+.PHONY: all deps configure build demo test bench-% fuzz-dsl soak-ckpt format clean
 
 all: build
 
@@ -46,6 +47,7 @@ build: configure
 
 demo: build
 	@$(BUILD_DIR)/examples/basics
+	@$(BUILD_DIR)/graphrun run examples/basics.gr
 	@echo
 	@$(BUILD_DIR)/examples/fashion_mlp
 
@@ -58,8 +60,19 @@ bench-%: build
 	@cmake --build $(BUILD_DIR) --target bench_$* -j $(JOBS) >/dev/null
 	@$(BUILD_DIR)/tests/bench/bench_$*
 
+# checkpoint crash test with 1,000 SIGKILLs (the suite runs 200)
+soak-ckpt: build
+	@cmake --build $(BUILD_DIR) --target test_ckpt_crash -j $(JOBS) >/dev/null
+	@$(BUILD_DIR)/tests/unit/test_ckpt_crash 1000
+
+# fuzz-dsl builds in build-fuzz/ with clang and libFuzzer; `make test` needs neither.
+FUZZ_SECONDS ?= 60
+fuzz-dsl: EXTRA_PACKAGES = clang libclang-rt-14-dev
+fuzz-dsl: deps
+	@tests/fuzz/run_fuzz.sh dsl $(FUZZ_SECONDS)
+
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

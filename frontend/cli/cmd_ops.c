@@ -13,19 +13,32 @@ static void attr_default(const gr_attr_spec *a, char *buf, size_t cap) {
     return;
   }
   switch (a->type) {
-    case GR_ATTR_INT: snprintf(buf, cap, "%lld", (long long)v->i); break;
-    case GR_ATTR_FLOAT: snprintf(buf, cap, "%g", v->f); break;
-    case GR_ATTR_BOOL: snprintf(buf, cap, "%s", v->b ? "true" : "false"); break;
-    case GR_ATTR_STRING: snprintf(buf, cap, "\"%s\"", v->s ? v->s : ""); break;
-    case GR_ATTR_DTYPE: snprintf(buf, cap, "%s", gr_dtype_name(v->dtype)); break;
+    case GR_ATTR_INT:
+      snprintf(buf, cap, "%lld", (long long)v->i);
+      break;
+    case GR_ATTR_FLOAT:
+      snprintf(buf, cap, "%g", v->f);
+      break;
+    case GR_ATTR_BOOL:
+      snprintf(buf, cap, "%s", v->b ? "true" : "false");
+      break;
+    case GR_ATTR_STRING:
+      snprintf(buf, cap, "\"%s\"", v->s ? v->s : "");
+      break;
+    case GR_ATTR_DTYPE:
+      snprintf(buf, cap, "%s", gr_dtype_name(v->dtype));
+      break;
     case GR_ATTR_SHAPE: {
       char s[GR_SHAPE_STR_MAX];
       snprintf(buf, cap, "%s", gr_shape_str(&v->shape, s));
       break;
     }
     case GR_ATTR_INTS:
-    case GR_ATTR_FLOATS: snprintf(buf, cap, "[]"); break;
-    default: snprintf(buf, cap, "-");
+    case GR_ATTR_FLOATS:
+      snprintf(buf, cap, "[]");
+      break;
+    default:
+      snprintf(buf, cap, "-");
   }
 }
 
@@ -36,7 +49,8 @@ static void inputs_str(const gr_op_def *op, char *buf, size_t cap) {
   for (int i = 0; i < named && n < cap; i++)
     n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "",
                           op->input_names ? op->input_names[i] : "x");
-  if (op->max_inputs < 0 && n < cap) snprintf(buf + n, cap - n, "...");
+  if (op->max_inputs < 0 && n < cap)
+    snprintf(buf + n, cap - n, "...");
   else if (op->max_inputs > op->min_inputs && n < cap)
     snprintf(buf + n, cap - n, " (%d to %d)", op->min_inputs, op->max_inputs);
 }

@@ -10,7 +10,12 @@
 #define GR_EXIT_USAGE   2
 
 /* X(name, one-line summary) */
-#define GR_COMMAND_LIST(X) X(ops, "list the registered ops with their inputs and attrs")
+#define GR_COMMAND_LIST(X)                                                                         \
+  X(run, "build a .gr graph file and run it: feeds, fetches, training steps")                      \
+  X(check, "parse, build and shape-check a .gr file; print node and op counts")                    \
+  X(dot, "print the graph of a .gr file in Graphviz DOT (clusters by scope, colours by device)")   \
+  X(ckpt, "inspect checkpoint files: ls, show, diff, verify, export as .npy")                      \
+  X(ops, "list the registered ops with their inputs and attrs")
 
 #define GR_X_CMD_DECL(name, summary) int gr_cmd_##name(int argc, char **argv);
 GR_COMMAND_LIST(GR_X_CMD_DECL)

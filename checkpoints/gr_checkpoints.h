@@ -1,0 +1,188 @@
+/* checkpoints/: the face header. Variables of a session saved into and
+ * restored from a SQLite database (schema: docs/checkpoints.md), the `save`
+ * and `restore` ops, retention, inspection and verification.
+ *
+ *   gr_ckpt *ck;
+ *   gr_error err;
+ *   gr_ckpt_options o = {.max_to_keep = 5};
+ *   if (gr_ckpt_open("run.ckpt", &o, &ck, &err) != GR_OK) { puts(err.msg); return 1; }
+ *   int64_t step;
+ *   gr_status st = gr_ckpt_restore_latest(ck, s, g, &step, &err); // sets the session step
+ *   if (st == GR_ERR_NOT_FOUND) gr_session_init_variables(s, &err); // fresh start
+ *   for (...) {
+ *     gr_session_run(s, NULL, 0, NULL, 0, NULL, &train, 1, &err);
+ *     if (gr_session_step(s) % 100 == 0) gr_ckpt_save_session(ck, s, g, NULL, &err);
+ *   }
+ *   gr_ckpt_close(ck);
+ *
+ * A checkpoint is one row of `checkpoints` written in one SQLite transaction
+ * (rollback journal, synchronous=FULL): a process killed at any instant
+ * leaves every earlier checkpoint intact. The variables of a graph are the
+ * names in the "var" attr of its nodes whose op has GR_OP_VARIABLE. A
+ * checkpoint records the session step to resume at (gr_session_step: random
+ * ops and data readers are pure functions of the step), the graph seed, and
+ * a fingerprint of the sorted (name, dtype, shape) of its tensors; restoring
+ * a checkpoint of another graph is an error listing the mismatched variables.
+ *
+ * Ownership: a gr_ckpt is the caller's (gr_ckpt_close). Arrays returned by
+ * the list functions are the caller's (gr_ckpt_infos_free /
+ * gr_ckpt_tensor_infos_free); tensors read hold one reference each
+ * (gr_tensor_release). Nothing keeps pointers to the caller's arguments.
+ * One gr_ckpt must not be used by two threads at once. */
+#ifndef GR_CHECKPOINTS_H
+#define GR_CHECKPOINTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/gr_core.h"
+
+#define GR_CKPT_SCHEMA_VERSION 1
+/* PRAGMA application_id of a checkpoint file ("GRCK"). */
+#define GR_CKPT_APPLICATION_ID 0x4752434B
+/* Largest data row: tensors are split into chunks of at most this size. */
+#define GR_CKPT_CHUNK_BYTES (16 * 1024 * 1024)
+
+typedef struct gr_ckpt gr_ckpt;
+
+typedef struct gr_ckpt_options {
+  int max_to_keep;            /* keep the newest N checkpoints; 0: keep all */
+  int64_t keep_every_n_steps; /* also keep every checkpoint whose step is a multiple of N; 0: off */
+  bool read_only;             /* open an existing file for reading only (inspection) */
+} gr_ckpt_options;
+
+/* Opens (and unless read_only, creates) a checkpoint file. A missing file
+ * (read_only), a file that is not SQLite, a SQLite file that is not a
+ * checkpoint file, a newer schema or a damaged file are errors naming the
+ * path. opts may be NULL (keep all, read-write). */
+gr_status gr_ckpt_open(const char *path, const gr_ckpt_options *opts, gr_ckpt **out, gr_error *err);
+void gr_ckpt_close(gr_ckpt *ck);
+const char *gr_ckpt_path(const gr_ckpt *ck);
+
+/* ---- saving --------------------------------------------------------------- */
+
+typedef struct gr_ckpt_tensor {
+  const char *name;
+  const gr_tensor *value; /* borrowed */
+} gr_ckpt_tensor;
+
+/* Writes one checkpoint at `step` (replacing one at the same step) in one
+ * transaction, then applies retention in the same transaction.
+ * metadata_json: a JSON object stored as is (NULL: "{}"); it must be valid JSON. */
+gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
+                               const char *metadata_json, gr_error *err);
+/* Saves every variable of g held by session s, at step gr_session_step(s).
+ * A variable without a value is an error naming it. metadata_json as above
+ * (the graph seed is added to it). */
+gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
+                               const char *metadata_json, gr_error *err);
+
+/* ---- restoring ------------------------------------------------------------ */
+
+/* Restores every variable of g into session s from the newest checkpoint,
+ * sets the session step to the checkpoint's and returns it in *step (may be
+ * NULL). GR_ERR_NOT_FOUND (and nothing changed) when the file holds no
+ * checkpoint. Every variable is checked (present, dtype, shape) before any
+ * is changed; a checkpoint of another graph is GR_ERR_FAILED_PRECONDITION
+ * listing the mismatched variables; damaged data is GR_ERR_DATA_LOSS naming
+ * the tensor. */
+gr_status gr_ckpt_restore_latest(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t *step,
+                                 gr_error *err);
+/* The same from the checkpoint at `step` (GR_ERR_NOT_FOUND when none). */
+gr_status gr_ckpt_restore_step(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
+                               gr_error *err);
+/* Restores only the named variables (checked against g's dtype and shape)
+ * from the checkpoint at step (-1: newest). Leaves the session step alone. */
+gr_status gr_ckpt_restore_vars(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
+                               const char *const *names, int n, gr_error *err);
+
+/* ---- inspection --------------------------------------------------------------- */
+
+typedef struct gr_ckpt_info {
+  int64_t id;
+  int64_t step;
+  double time;          /* seconds since the epoch (UTC) */
+  char fingerprint[17]; /* 16 hex digits */
+  int num_tensors;
+  int64_t total_bytes;
+  char *metadata; /* JSON text */
+} gr_ckpt_info;
+
+typedef struct gr_ckpt_tensor_info {
+  char *name;
+  gr_dtype dtype;
+  gr_shape shape;
+  int64_t nbytes;
+  uint64_t checksum; /* XXH64 (seed 0) of the tensor's bytes */
+} gr_ckpt_tensor_info;
+
+/* Every checkpoint, oldest first. */
+gr_status gr_ckpt_list(gr_ckpt *ck, gr_ckpt_info **out, int *n, gr_error *err);
+void gr_ckpt_infos_free(gr_ckpt_info *infos, int n);
+/* The newest step; GR_ERR_NOT_FOUND when there is none. */
+gr_status gr_ckpt_latest_step(gr_ckpt *ck, int64_t *step, gr_error *err);
+/* The tensors of the checkpoint at step (-1: newest), sorted by name. */
+gr_status gr_ckpt_list_tensors(gr_ckpt *ck, int64_t step, gr_ckpt_tensor_info **out, int *n,
+                               gr_error *err);
+void gr_ckpt_tensor_infos_free(gr_ckpt_tensor_info *infos, int n);
+/* Reads one tensor (step -1: newest) into a new tensor; checks its size and
+ * checksum (GR_ERR_DATA_LOSS naming it when they do not match). */
+gr_status gr_ckpt_read_tensor(gr_ckpt *ck, int64_t step, const char *name, gr_tensor *out,
+                              gr_error *err);
+
+/* Runs PRAGMA integrity_check and re-reads every tensor of every checkpoint
+ * comparing sizes and checksums. Calls report (may be NULL) once per
+ * problem; returns GR_OK when there is none, GR_ERR_DATA_LOSS otherwise
+ * (err: the first problem and the count). *num_checked: tensors checked. */
+gr_status gr_ckpt_verify(gr_ckpt *ck, void (*report)(void *arg, const char *problem), void *arg,
+                         int *num_checked, gr_error *err);
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+/* XXH64 with seed 0 (the checksum of tensors and fingerprints), streaming. */
+typedef struct gr_ckpt_hasher {
+  uint64_t v[4];
+  uint64_t total;
+  unsigned char buf[32];
+  unsigned buf_len;
+} gr_ckpt_hasher;
+void gr_ckpt_hash_init(gr_ckpt_hasher *h);
+void gr_ckpt_hash_update(gr_ckpt_hasher *h, const void *data, size_t n);
+uint64_t gr_ckpt_hash_final(const gr_ckpt_hasher *h);
+uint64_t gr_ckpt_hash64(const void *data, size_t n);
+
+/* The variables of g as (name, dtype, shape), sorted by name; *out is
+ * malloc'd (free it; names point into the graph). Conflicting declarations
+ * of one variable are an error naming it. */
+typedef struct gr_ckpt_var {
+  const char *name;
+  gr_dtype dtype;
+  gr_shape shape;
+} gr_ckpt_var;
+gr_status gr_ckpt_graph_vars(const gr_graph *g, gr_ckpt_var **out, int *n, gr_error *err);
+/* Fingerprint of sorted (name, dtype, shape) triples: what a checkpoint records. */
+uint64_t gr_ckpt_fingerprint(const gr_ckpt_var *vars, int n);
+
+/* Writes t as a NumPy .npy file (format 1.0, little-endian, C order). */
+gr_status gr_ckpt_write_npy(const gr_tensor *t, const char *path, gr_error *err);
+
+/* ---- ops ------------------------------------------------------------------------------ */
+
+/* Registers the `save` and `restore` ops (idempotent, thread-safe; the
+ * builders call it). */
+void gr_ckpt_register_ops(void);
+
+/* A `save` node: when run, writes the variables named in vars (variable
+ * outputs; n == 0: every variable of the graph) held by the session into
+ * the file at path, at step (the run's step + 1, the step to resume at),
+ * with retention max_to_keep / keep_every_n_steps. Output: that step (i64). */
+gr_output gr_save(gr_graph *g, const char *path, const gr_output *vars, int n, int max_to_keep,
+                  int64_t keep_every_n_steps);
+/* A `restore` node: when run, sets the variables named in vars (n == 0:
+ * every variable of the graph) from the checkpoint at step (-1: newest),
+ * checking dtypes and shapes. Output: the checkpoint's step (i64), which
+ * the caller may give to gr_session_set_step. */
+gr_output gr_restore(gr_graph *g, const char *path, const gr_output *vars, int n, int64_t step);
+
+#endif

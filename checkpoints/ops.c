@@ -1,0 +1,224 @@
+/* The `save` and `restore` ops. Both name their variables in the string
+ * attr "vars" (newline-separated; "" = every variable of the graph) and
+ * reach the values through the step's resource manager. Each run opens the
+ * file, does its work in one transaction, and closes it. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/ckpt_internal.h"
+
+static gr_status step_scalar_shape(gr_shape_ctx *ctx) {
+  const char *path = gr_node_attr_string(ctx->node, "path", "");
+  if (!path[0]) return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "attr path is empty");
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = GR_I64;
+  ctx->out_shapes[0] = gr_shape_scalar();
+  return GR_OK;
+}
+
+/* The variables the node names (all of the graph's when attr vars is ""),
+ * with dtypes and shapes from the graph. *out is malloc'd. */
+static gr_status node_vars(gr_kernel_ctx *ctx, gr_ckpt_var **out, int *n) {
+  gr_ckpt_var *all;
+  int na;
+  GR_TRY(gr_ckpt_graph_vars(ctx->node->graph, &all, &na, ctx->err));
+  const char *list = gr_node_attr_string(ctx->node, "vars", "");
+  if (!list[0]) {
+    *out = all;
+    *n = na;
+    return GR_OK;
+  }
+  int cap = 1;
+  for (const char *p = list; *p; p++) cap += *p == '\n';
+  gr_ckpt_var *pick = malloc(sizeof *pick * (size_t)cap);
+  if (!pick) {
+    free(all);
+    return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  int m = 0;
+  for (const char *p = list; *p;) {
+    size_t len = strcspn(p, "\n");
+    const gr_ckpt_var *f = NULL;
+    for (int i = 0; i < na && !f; i++)
+      if (strlen(all[i].name) == len && strncmp(all[i].name, p, len) == 0) f = &all[i];
+    if (!f) {
+      free(pick);
+      free(all);
+      return gr_kernel_error(ctx, GR_ERR_NOT_FOUND, "the graph has no variable named '%.*s'",
+                             (int)len, p);
+    }
+    pick[m++] = *f;
+    p += len + (p[len] == '\n');
+  }
+  free(all);
+  *out = pick;
+  *n = m;
+  return GR_OK;
+}
+
+static gr_status set_step_output(gr_kernel_ctx *ctx, int64_t step) {
+  gr_tensor *o;
+  gr_shape sc = gr_shape_scalar();
+  GR_TRY(gr_kernel_alloc_output(ctx, 0, GR_I64, &sc, &o));
+  *(int64_t *)gr_tensor_data(o) = step;
+  return GR_OK;
+}
+
+static gr_status save_kernel(gr_kernel_ctx *ctx) {
+  gr_ckpt_var *vars;
+  int n;
+  GR_TRY(node_vars(ctx, &vars, &n));
+  gr_ckpt_options o = {.max_to_keep = (int)gr_node_attr_int(ctx->node, "max_to_keep", 0),
+                       .keep_every_n_steps = gr_node_attr_int(ctx->node, "keep_every_n_steps", 0)};
+  gr_tensor *vals = calloc((size_t)n + 1, sizeof *vals);
+  gr_ckpt_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
+  gr_ckpt *ck = NULL;
+  int64_t step = ctx->step->step_id + 1; /* this run is done: resume at the next one */
+  gr_status s = GR_OK;
+  if (!vals || !ts) s = gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (s == GR_OK) s = ckpt_collect_values(ctx->step->resources, vars, n, vals, ctx->err);
+  for (int i = 0; s == GR_OK && i < n; i++) ts[i] = (gr_ckpt_tensor){vars[i].name, &vals[i]};
+  if (s == GR_OK) s = gr_ckpt_open(gr_node_attr_string(ctx->node, "path", ""), &o, &ck, ctx->err);
+  char meta[64];
+  snprintf(meta, sizeof meta, "{\"graph_seed\":%" PRIu64 "}", ctx->step->seed);
+  if (s == GR_OK) s = gr_ckpt_save_tensors(ck, step, ts, n, meta, ctx->err);
+  gr_ckpt_close(ck);
+  for (int i = 0; vals && i < n; i++) gr_tensor_release(&vals[i]);
+  free(vals);
+  free(ts);
+  free(vars);
+  if (s == GR_OK) s = set_step_output(ctx, step);
+  return s;
+}
+
+static gr_status restore_kernel(gr_kernel_ctx *ctx) {
+  gr_ckpt_var *vars;
+  int n;
+  GR_TRY(node_vars(ctx, &vars, &n));
+  bool all = !gr_node_attr_string(ctx->node, "vars", "")[0];
+  gr_ckpt_options o = {.read_only = true};
+  gr_ckpt *ck = NULL;
+  int64_t step = -1;
+  gr_status s = gr_ckpt_open(gr_node_attr_string(ctx->node, "path", ""), &o, &ck, ctx->err);
+  if (s == GR_OK)
+    s = ckpt_restore_into(ck, ctx->step->resources, vars, n,
+                          gr_node_attr_int(ctx->node, "step", -1), all, &step, ctx->err);
+  gr_ckpt_close(ck);
+  free(vars);
+  if (s == GR_OK) s = set_step_output(ctx, step);
+  return s;
+}
+
+static const gr_attr_spec save_attrs[] = {
+    {"path", GR_ATTR_STRING, true, {0}},
+    {"vars", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
+    {"max_to_keep", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
+    {"keep_every_n_steps", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
+
+static const gr_attr_spec restore_attrs[] = {
+    {"path", GR_ATTR_STRING, true, {0}},
+    {"vars", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
+    {"step", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = -1}}};
+
+const gr_op_def gr_op_save = {
+    .name = "save",
+    .doc = "writes variables (attr vars, newline-separated; \"\": all) to the checkpoint file "
+           "at attr path; returns the step recorded",
+    .num_outputs = 1,
+    .attrs = save_attrs,
+    .num_attrs = 4,
+    .shape_fn = step_scalar_shape,
+    .kernel = save_kernel,
+    .flags = GR_OP_STATEFUL | GR_OP_EXPENSIVE};
+
+const gr_op_def gr_op_restore = {
+    .name = "restore",
+    .doc = "sets variables (attr vars; \"\": all) from the checkpoint file at attr path, at attr "
+           "step (-1: newest); returns that step",
+    .num_outputs = 1,
+    .attrs = restore_attrs,
+    .num_attrs = 3,
+    .shape_fn = step_scalar_shape,
+    .kernel = restore_kernel,
+    .flags = GR_OP_STATEFUL | GR_OP_EXPENSIVE};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void register_ops(void) {
+  gr_error err;
+  /* ours, registered once: a failure is an engine bug */
+  if (gr_op_registry_add(&gr_op_save, &err) != GR_OK) gr_assert_fail(err.msg, __FILE__, __LINE__);
+  if (gr_op_registry_add(&gr_op_restore, &err) != GR_OK)
+    gr_assert_fail(err.msg, __FILE__, __LINE__);
+}
+
+void gr_ckpt_register_ops(void) {
+  pthread_once(&once, register_ops);
+}
+
+/* ---- builders ------------------------------------------------------------------ */
+
+static void fail(gr_graph *g, gr_status code, const char *op, const char *msg) {
+  gr_error e;
+  gr_error_set(&e, code, "%s: %s", op, msg);
+  gr_graph_set_error(g, &e);
+}
+
+/* Joins the "var" attrs of the variable outputs with newlines (arena memory). */
+static const char *var_list(gr_graph *g, const char *op, const gr_output *vars, int n, bool *ok) {
+  *ok = false;
+  if (n < 0 || (n && !vars)) {
+    fail(g, GR_ERR_INVALID_ARGUMENT, op, "bad variable array");
+    return NULL;
+  }
+  size_t len = 1;
+  for (int i = 0; i < n; i++) {
+    if (!vars[i].node) return NULL; /* a null input: the graph has its error already */
+    const char *name = gr_node_attr_string(vars[i].node, "var", NULL);
+    if (!(vars[i].node->op->flags & GR_OP_VARIABLE) || !name) {
+      gr_error e;
+      gr_error_set(&e, GR_ERR_INVALID_ARGUMENT, "%s: '%s' is not a variable", op,
+                   vars[i].node->name);
+      gr_graph_set_error(g, &e);
+      return NULL;
+    }
+    len += strlen(name) + 1;
+  }
+  char *s = gr_graph_alloc(g, len);
+  if (!s) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, op, "out of memory");
+    return NULL;
+  }
+  s[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    if (i) strcat(s, "\n");
+    strcat(s, gr_node_attr_string(vars[i].node, "var", ""));
+  }
+  *ok = true;
+  return s;
+}
+
+gr_output gr_save(gr_graph *g, const char *path, const gr_output *vars, int n, int max_to_keep,
+                  int64_t keep_every_n_steps) {
+  gr_ckpt_register_ops();
+  bool ok;
+  const char *list = var_list(g, "save", vars, n, &ok);
+  if (!ok) return (gr_output){NULL, 0};
+  gr_attr a[] = {gr_attr_string("path", path ? path : ""), gr_attr_string("vars", list),
+                 gr_attr_int("max_to_keep", max_to_keep),
+                 gr_attr_int("keep_every_n_steps", keep_every_n_steps)};
+  return gr_graph_add_node(g, &gr_op_save, NULL, NULL, 0, a, 4);
+}
+
+gr_output gr_restore(gr_graph *g, const char *path, const gr_output *vars, int n, int64_t step) {
+  gr_ckpt_register_ops();
+  bool ok;
+  const char *list = var_list(g, "restore", vars, n, &ok);
+  if (!ok) return (gr_output){NULL, 0};
+  gr_attr a[] = {gr_attr_string("path", path ? path : ""), gr_attr_string("vars", list),
+                 gr_attr_int("step", step)};
+  return gr_graph_add_node(g, &gr_op_restore, NULL, NULL, 0, a, 3);
+}

@@ -1,0 +1,192 @@
+/* Writing a checkpoint: one transaction holding the checkpoint row, its
+ * tensors, their data in chunks of at most GR_CKPT_CHUNK_BYTES, and the
+ * retention deletes. New rows are written before old ones are deleted, so
+ * the pages a delete frees are only reused by a later transaction (SQLite
+ * then needs not journal them). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "checkpoints/ckpt_internal.h"
+
+static gr_status step_done(gr_ckpt *ck, sqlite3_stmt *st, const char *what, gr_error *err) {
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  return rc == SQLITE_DONE || rc == SQLITE_ROW ? GR_OK : ckpt_sql_error(ck, rc, err, what);
+}
+
+static gr_status delete_checkpoint(gr_ckpt *ck, int64_t id, gr_error *err) {
+  static const char *const sql[] = {
+      "DELETE FROM chunks WHERE tensor_id IN (SELECT id FROM tensors WHERE checkpoint_id = ?1)",
+      "DELETE FROM tensors WHERE checkpoint_id = ?1", "DELETE FROM checkpoints WHERE id = ?1"};
+  for (int i = 0; i < 3; i++) {
+    sqlite3_stmt *st;
+    GR_TRY(ckpt_prepare(ck, sql[i], &st, err));
+    sqlite3_bind_int64(st, 1, id);
+    gr_status s = step_done(ck, st, "deleting an old checkpoint", err);
+    sqlite3_finalize(st);
+    GR_TRY(s);
+  }
+  return GR_OK;
+}
+
+/* Keeps the newest max_to_keep checkpoints (by write order) and those whose
+ * step is a multiple of keep_every_n_steps. */
+static gr_status apply_retention(gr_ckpt *ck, gr_error *err) {
+  if (ck->opts.max_to_keep <= 0) return GR_OK;
+  sqlite3_stmt *st;
+  GR_TRY(ckpt_prepare(ck, "SELECT id, step FROM checkpoints ORDER BY id DESC", &st, err));
+  int64_t *doomed = NULL;
+  size_t nd = 0, cap = 0;
+  int rank = 0, rc;
+  gr_status s = GR_OK;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(st, 0), step = sqlite3_column_int64(st, 1);
+    if (rank++ < ck->opts.max_to_keep) continue;
+    if (ck->opts.keep_every_n_steps > 0 && step % ck->opts.keep_every_n_steps == 0) continue;
+    if (nd == cap) {
+      cap = cap ? 2 * cap : 16;
+      int64_t *nd_ = realloc(doomed, cap * sizeof *doomed);
+      if (!nd_) {
+        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        break;
+      }
+      doomed = nd_;
+    }
+    doomed[nd++] = id;
+  }
+  if (s == GR_OK && rc != SQLITE_DONE) s = ckpt_sql_error(ck, rc, err, "listing checkpoints");
+  sqlite3_finalize(st);
+  for (size_t i = 0; s == GR_OK && i < nd; i++) s = delete_checkpoint(ck, doomed[i], err);
+  free(doomed);
+  return s;
+}
+
+static gr_status check_inputs(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, int n,
+                              gr_error *err) {
+  if (ck->opts.read_only)
+    return gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
+                        "checkpoint file '%s' was opened read-only", ck->path);
+  if (step < 0)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint step %" PRId64 " is negative",
+                        step);
+  if (n < 0 || (n && !t))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint: bad tensor array");
+  for (int i = 0; i < n; i++) {
+    if (!t[i].name || !*t[i].name || !t[i].value)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "checkpoint: tensor %d has no name or value", i);
+    if (gr_tensor_is_empty(t[i].value) && gr_tensor_num_bytes(t[i].value) > 0)
+      return gr_error_set(err, GR_ERR_FAILED_PRECONDITION, "checkpoint: tensor '%s' has no value",
+                          t[i].name);
+    for (int j = 0; j < i; j++)
+      if (strcmp(t[i].name, t[j].name) == 0)
+        return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' given twice",
+                            t[i].name);
+  }
+  return GR_OK;
+}
+
+static int cmp_var(const void *a, const void *b) {
+  return strcmp(((const gr_ckpt_var *)a)->name, ((const gr_ckpt_var *)b)->name);
+}
+
+static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, int n,
+                            const char *meta, gr_error *err) {
+  int64_t old_id, total = 0;
+  gr_error ignore;
+  if (ckpt_find(ck, step, &old_id, NULL, &ignore) == GR_OK)
+    GR_TRY(delete_checkpoint(ck, old_id, err));
+  gr_ckpt_var *vars = malloc(sizeof *vars * ((size_t)n + 1));
+  if (!vars) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < n; i++) {
+    vars[i] = (gr_ckpt_var){t[i].name, t[i].value->dtype, t[i].value->shape};
+    total += (int64_t)gr_tensor_num_bytes(t[i].value);
+  }
+  qsort(vars, (size_t)n, sizeof *vars, cmp_var);
+  char fp[17];
+  snprintf(fp, sizeof fp, "%016" PRIx64, gr_ckpt_fingerprint(vars, n));
+  free(vars);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+
+  sqlite3_stmt *ins_ck = NULL, *ins_t = NULL, *ins_c = NULL;
+  gr_status s = ckpt_prepare(ck,
+                             "INSERT INTO checkpoints(step, time, fingerprint, num_tensors, "
+                             "total_bytes, metadata) VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+                             &ins_ck, err);
+  if (s == GR_OK)
+    s = ckpt_prepare(ck,
+                     "INSERT INTO tensors(checkpoint_id, name, dtype, shape, nbytes, checksum) "
+                     "VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+                     &ins_t, err);
+  if (s == GR_OK)
+    s = ckpt_prepare(ck, "INSERT INTO chunks(tensor_id, seq, data) VALUES(?1, ?2, ?3)", &ins_c,
+                     err);
+  if (s == GR_OK) {
+    sqlite3_bind_int64(ins_ck, 1, step);
+    sqlite3_bind_double(ins_ck, 2, (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
+    sqlite3_bind_text(ins_ck, 3, fp, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(ins_ck, 4, n);
+    sqlite3_bind_int64(ins_ck, 5, total);
+    sqlite3_bind_text(ins_ck, 6, meta, -1, SQLITE_STATIC);
+    s = step_done(ck, ins_ck, "writing the checkpoint row", err);
+  }
+  int64_t ck_id = sqlite3_last_insert_rowid(ck->db);
+  for (int i = 0; s == GR_OK && i < n; i++) {
+    const gr_tensor *v = t[i].value;
+    const unsigned char *data = gr_tensor_data(v);
+    size_t nbytes = gr_tensor_num_bytes(v);
+    char shape[GR_MAX_RANK * 21 + 4], sum[17];
+    ckpt_shape_to_text(&v->shape, shape, sizeof shape);
+    snprintf(sum, sizeof sum, "%016" PRIx64, gr_ckpt_hash64(data, nbytes));
+    sqlite3_bind_int64(ins_t, 1, ck_id);
+    sqlite3_bind_text(ins_t, 2, t[i].name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(ins_t, 3, gr_dtype_name(v->dtype), -1, SQLITE_STATIC);
+    sqlite3_bind_text(ins_t, 4, shape, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(ins_t, 5, (int64_t)nbytes);
+    sqlite3_bind_text(ins_t, 6, sum, -1, SQLITE_TRANSIENT);
+    s = step_done(ck, ins_t, "writing a tensor row", err);
+    int64_t t_id = sqlite3_last_insert_rowid(ck->db);
+    size_t off = 0;
+    for (int64_t seq = 0; s == GR_OK && (off < nbytes || seq == 0); seq++) {
+      size_t len = nbytes - off < GR_CKPT_CHUNK_BYTES ? nbytes - off : GR_CKPT_CHUNK_BYTES;
+      sqlite3_bind_int64(ins_c, 1, t_id);
+      sqlite3_bind_int64(ins_c, 2, seq);
+      if (len)
+        sqlite3_bind_blob64(ins_c, 3, data + off, len, SQLITE_STATIC);
+      else
+        sqlite3_bind_zeroblob(ins_c, 3, 0);
+      s = step_done(ck, ins_c, "writing tensor data", err);
+      off += len;
+    }
+    if (s != GR_OK) gr_error_prefix(err, "saving tensor '%s'", t[i].name);
+  }
+  sqlite3_finalize(ins_ck);
+  sqlite3_finalize(ins_t);
+  sqlite3_finalize(ins_c);
+  if (s == GR_OK) s = apply_retention(ck, err);
+  return s;
+}
+
+gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
+                               const char *metadata_json, gr_error *err) {
+  GR_TRY(check_inputs(ck, step, tensors, n, err));
+  const char *meta = metadata_json ? metadata_json : "{}";
+  sqlite3_stmt *st;
+  GR_TRY(ckpt_prepare(
+      ck, "SELECT CASE WHEN json_valid(?1) THEN json_type(?1) = 'object' ELSE 0 END", &st, err));
+  sqlite3_bind_text(st, 1, meta, -1, SQLITE_STATIC);
+  int ok = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  if (!ok)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "checkpoint metadata is not a JSON object: %.200s", meta);
+  GR_TRY(ckpt_exec(ck, "BEGIN IMMEDIATE", err));
+  gr_status s = write_rows(ck, step, tensors, n, meta, err);
+  if (s == GR_OK) s = ckpt_exec(ck, "COMMIT", err);
+  if (s != GR_OK) sqlite3_exec(ck->db, "ROLLBACK", NULL, NULL, NULL);
+  return s;
+}

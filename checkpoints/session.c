@@ -1,0 +1,171 @@
+/* Checkpoints of a session's variables: the variables of a graph, their
+ * fingerprint, and saving/restoring them with the session step. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/ckpt_internal.h"
+
+static int cmp_var(const void *a, const void *b) {
+  return strcmp(((const gr_ckpt_var *)a)->name, ((const gr_ckpt_var *)b)->name);
+}
+
+gr_status gr_ckpt_graph_vars(const gr_graph *g, gr_ckpt_var **out, int *n, gr_error *err) {
+  *out = NULL;
+  *n = 0;
+  int total = gr_graph_num_nodes(g);
+  gr_ckpt_var *v = malloc(sizeof *v * ((size_t)total + 1));
+  if (!v) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  int cnt = 0;
+  for (int i = 0; i < total; i++) {
+    const gr_node *node = gr_graph_node(g, i);
+    if (!(node->op->flags & GR_OP_VARIABLE)) continue;
+    const gr_attr_value *dt = gr_node_attr(node, "dtype"), *sh = gr_node_attr(node, "shape");
+    const char *name = gr_node_attr_string(node, "var", NULL);
+    if (!name || !dt || !sh || dt->type != GR_ATTR_DTYPE || sh->type != GR_ATTR_SHAPE) continue;
+    v[cnt++] = (gr_ckpt_var){name, dt->dtype, sh->shape};
+  }
+  qsort(v, (size_t)cnt, sizeof *v, cmp_var);
+  int m = 0;
+  for (int i = 0; i < cnt; i++) {
+    if (m > 0 && strcmp(v[m - 1].name, v[i].name) == 0) {
+      if (v[m - 1].dtype != v[i].dtype || !gr_shape_equal(&v[m - 1].shape, &v[i].shape)) {
+        char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+        gr_status e =
+            gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                         "variable '%s' is declared as %s %s and as %s %s in the graph", v[i].name,
+                         gr_dtype_name(v[m - 1].dtype), gr_shape_str(&v[m - 1].shape, a),
+                         gr_dtype_name(v[i].dtype), gr_shape_str(&v[i].shape, b));
+        free(v);
+        return e;
+      }
+      continue;
+    }
+    v[m++] = v[i];
+  }
+  *out = v;
+  *n = m;
+  return GR_OK;
+}
+
+uint64_t gr_ckpt_fingerprint(const gr_ckpt_var *vars, int n) {
+  gr_ckpt_hasher h;
+  gr_ckpt_hash_init(&h);
+  for (int i = 0; i < n; i++) {
+    char shape[GR_MAX_RANK * 21 + 4];
+    ckpt_shape_to_text(&vars[i].shape, shape, sizeof shape);
+    const char *dt = gr_dtype_name(vars[i].dtype);
+    gr_ckpt_hash_update(&h, vars[i].name, strlen(vars[i].name) + 1);
+    gr_ckpt_hash_update(&h, dt, strlen(dt) + 1);
+    gr_ckpt_hash_update(&h, shape, strlen(shape) + 1);
+  }
+  return gr_ckpt_hash_final(&h);
+}
+
+gr_status ckpt_collect_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, int n, gr_tensor *out,
+                              gr_error *err) {
+  for (int i = 0; i < n; i++) out[i] = gr_tensor_empty();
+  for (int i = 0; i < n; i++) {
+    gr_var *v = gr_resource_mgr_get_var(mgr, vars[i].name);
+    if (!v) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    gr_var_lock(v);
+    gr_tensor *t = gr_var_value(v);
+    if (t->buf) gr_tensor_ref(&out[i], t);
+    gr_var_unlock(v);
+    if (!out[i].buf)
+      return gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
+                          "cannot save variable '%s': it is not initialised", vars[i].name);
+  }
+  return GR_OK;
+}
+
+/* Builds the metadata object: the caller's keys plus graph_seed. */
+static char *merge_meta(const char *user, uint64_t seed) {
+  size_t len = user ? strlen(user) : 0;
+  char *m = malloc(len + 64);
+  if (!m) return NULL;
+  const char *p = user;
+  while (p && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+  if (p && *p == '{') { /* insert our key first; validity is checked when saving */
+    const char *q = p + 1;
+    while (*q == ' ' || *q == '\n' || *q == '\t' || *q == '\r') q++;
+    snprintf(m, len + 64, "{\"graph_seed\":%" PRIu64 "%s%s", seed, *q == '}' ? "" : ",", p + 1);
+  } else if (p && *p) {
+    snprintf(m, len + 64, "%s", user); /* not an object: rejected when saving */
+  } else {
+    snprintf(m, len + 64, "{\"graph_seed\":%" PRIu64 "}", seed);
+  }
+  return m;
+}
+
+gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
+                               const char *metadata_json, gr_error *err) {
+  gr_ckpt_var *vars;
+  int n;
+  GR_TRY(gr_ckpt_graph_vars(g, &vars, &n, err));
+  gr_tensor *vals = calloc((size_t)n + 1, sizeof *vals);
+  gr_ckpt_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
+  char *meta = merge_meta(metadata_json, gr_graph_seed(g));
+  gr_status st = GR_OK;
+  if (!vals || !ts || !meta) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK) st = ckpt_collect_values(gr_session_resources(s), vars, n, vals, err);
+  for (int i = 0; st == GR_OK && i < n; i++) ts[i] = (gr_ckpt_tensor){vars[i].name, &vals[i]};
+  if (st == GR_OK) st = gr_ckpt_save_tensors(ck, gr_session_step(s), ts, n, meta, err);
+  for (int i = 0; vals && i < n; i++) gr_tensor_release(&vals[i]);
+  free(vals);
+  free(ts);
+  free(meta);
+  free(vars);
+  return st;
+}
+
+static gr_status restore(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
+                         int64_t *step_out, gr_error *err) {
+  gr_ckpt_var *vars;
+  int n;
+  GR_TRY(gr_ckpt_graph_vars(g, &vars, &n, err));
+  int64_t actual = -1;
+  gr_status st = ckpt_restore_into(ck, gr_session_resources(s), vars, n, step, true, &actual, err);
+  free(vars);
+  if (st != GR_OK) return st;
+  gr_session_set_step(s, actual);
+  if (step_out) *step_out = actual;
+  return GR_OK;
+}
+
+gr_status gr_ckpt_restore_latest(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t *step,
+                                 gr_error *err) {
+  return restore(ck, s, g, -1, step, err);
+}
+
+gr_status gr_ckpt_restore_step(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
+                               gr_error *err) {
+  if (step < 0)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint step %" PRId64 " is negative",
+                        step);
+  return restore(ck, s, g, step, NULL, err);
+}
+
+gr_status gr_ckpt_restore_vars(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
+                               const char *const *names, int n, gr_error *err) {
+  gr_ckpt_var *all;
+  int na;
+  GR_TRY(gr_ckpt_graph_vars(g, &all, &na, err));
+  gr_ckpt_var *pick = malloc(sizeof *pick * ((size_t)n + 1));
+  gr_status st = pick ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; st == GR_OK && i < n; i++) {
+    gr_ckpt_var key = {names[i], GR_F32, {0}};
+    const gr_ckpt_var *f = names[i] ? bsearch(&key, all, (size_t)na, sizeof *all, cmp_var) : NULL;
+    if (!f)
+      st = gr_error_set(err, GR_ERR_NOT_FOUND, "restore: the graph has no variable named '%s'",
+                        names[i] ? names[i] : "(null)");
+    else
+      pick[i] = *f;
+  }
+  if (st == GR_OK)
+    st = ckpt_restore_into(ck, gr_session_resources(s), pick, n, step, false, NULL, err);
+  free(pick);
+  free(all);
+  return st;
+}

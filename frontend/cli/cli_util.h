@@ -1,0 +1,48 @@
+/* Helpers shared by the DSL subcommands of the graphrun tool (run, check,
+ * dot): loading a .gr file, reading feed files, printing tensors and a
+ * progress display. Internal to frontend/cli/. */
+#ifndef GR_CLI_UTIL_H
+#define GR_CLI_UTIL_H
+
+#include <graphrun.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "gr_dsl.h"
+
+/* Loads a .gr file into a new graph. On failure prints the error to stderr
+ * and returns GR_EXIT_USAGE (input error); on success the caller frees both
+ * (gr_dsl_program_free, then gr_graph_free). */
+int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **g,
+                   gr_dsl_program **p);
+
+/* Reads a tensor from an IDX file (also .gz), a .npy file or a CSV file
+ * (chosen by content and extension), converted to dtype (GR_DTYPE_INVALID:
+ * keep the file's). A plain number is accepted as a scalar. The result holds
+ * one reference (gr_tensor_release). */
+gr_status cli_read_tensor(const char *path, gr_dtype dtype, gr_tensor *out, gr_error *err);
+
+/* NumPy-like text: "238.0", "[1. 2. 3.]", rows on lines, big tensors shortened
+ * with "..." (at most edge items per axis at each end when over threshold). */
+void cli_print_tensor(FILE *f, const gr_tensor *t);
+/* {"dtype": "f32", "shape": [2], "data": [1.0, 2.0]} (all elements). */
+void cli_print_tensor_json(FILE *f, const gr_tensor *t);
+
+/* Progress of a step loop: a bar with rate, ETA and the last scalar on a
+ * terminal, plain lines every ~10% (at most every 2 s) otherwise. */
+typedef struct cli_progress {
+  long total;
+  double start, last_print;
+  bool tty;
+  long last_line_step;
+  FILE *out;
+} cli_progress;
+void cli_progress_start(cli_progress *pr, long total, FILE *out);
+/* has_scalar: value is the last fetched scalar (shown as name=value). */
+void cli_progress_update(cli_progress *pr, long step, const char *name, bool has_scalar,
+                         double value);
+void cli_progress_finish(cli_progress *pr, long steps);
+
+double cli_now(void);
+
+#endif

@@ -1,0 +1,158 @@
+/* graphrun dot FILE.gr: the graph in Graphviz DOT, nodes grouped in clusters
+ * by name scope and coloured by device (like TensorBoard's graph view). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_util.h"
+#include "commands.h"
+
+static const char *const palette[] = {"#a6cee3", "#b2df8a", "#fb9a99", "#fdbf6f", "#cab2d6",
+                                      "#ffff99", "#1f78b4", "#33a02c", "#e31a1c", "#ff7f00"};
+#define NPAL (int)(sizeof palette / sizeof palette[0])
+
+/* Orders names so that a scope's nodes are contiguous: '/' sorts first. */
+static int scope_cmp(const void *a, const void *b) {
+  const char *x = (*(gr_node *const *)a)->name, *y = (*(gr_node *const *)b)->name;
+  const char *sx = strrchr(x, '/'), *sy = strrchr(y, '/');
+  size_t lx = sx ? (size_t)(sx - x) : 0, ly = sy ? (size_t)(sy - y) : 0;
+  for (size_t i = 0;; i++) {
+    int cx = i < lx ? (x[i] == '/' ? 1 : (unsigned char)x[i]) : 0;
+    int cy = i < ly ? (y[i] == '/' ? 1 : (unsigned char)y[i]) : 0;
+    if (cx != cy) return cx - cy;
+    if (!cx) break;
+  }
+  return (*(gr_node *const *)a)->id - (*(gr_node *const *)b)->id;
+}
+
+static void put_escaped(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', f);
+    fputc(*s, f);
+  }
+}
+
+static const char *device_of(const gr_node *n) {
+  return n->assigned_device ? n->assigned_device : n->requested_device ? n->requested_device : "";
+}
+
+int gr_cmd_dot(int argc, char **argv) {
+  const char *file = NULL;
+  bool shapes = true;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      printf("usage: graphrun dot FILE.gr [--no-shapes]\n\nPrints the graph of FILE.gr in "
+             "Graphviz DOT: one box per node (name and op), clusters per name\nscope, fill "
+             "colour per device, data edges labelled with their shape, control edges "
+             "dashed.\n  --no-shapes  no shape labels on edges\n\nExample: graphrun dot "
+             "model.gr | dot -Tsvg > model.svg\n");
+      return GR_EXIT_OK;
+    }
+    if (strcmp(argv[i], "--no-shapes") == 0) {
+      shapes = false;
+      continue;
+    }
+    if ((argv[i][0] == '-' && argv[i][1]) || file) {
+      fprintf(stderr, "graphrun dot: unexpected argument '%s' (try --help)\n", argv[i]);
+      return GR_EXIT_USAGE;
+    }
+    file = argv[i];
+  }
+  if (!file) {
+    fprintf(stderr, "usage: graphrun dot FILE.gr\n");
+    return GR_EXIT_USAGE;
+  }
+  gr_graph *g;
+  gr_dsl_program *p;
+  int rc = cli_load_graph("dot", file, 0, &g, &p);
+  if (rc != GR_EXIT_OK) return rc;
+  int n = gr_graph_num_nodes(g);
+  gr_node **nodes = malloc(sizeof(gr_node *) * (size_t)(n + 1));
+  const char *devices[NPAL];
+  int ndev = 0;
+  if (!nodes) {
+    fprintf(stderr, "graphrun dot: out of memory\n");
+    rc = GR_EXIT_FAILURE;
+    goto out;
+  }
+  for (int i = 0; i < n; i++) nodes[i] = gr_graph_node(g, i);
+  qsort(nodes, (size_t)n, sizeof *nodes, scope_cmp);
+  printf("digraph graphrun {\n  rankdir=BT;\n  node [shape=box, style=\"rounded,filled\", "
+         "fontname=\"Helvetica\", fontsize=10, fillcolor=\"#eeeeee\"];\n  edge [fontsize=8, "
+         "fontname=\"Helvetica\"];\n");
+  /* open clusters: the scope prefix currently open, component by component */
+  char open[1024] = "";
+  int depth = 0, cluster_id = 0;
+  for (int i = 0; i < n; i++) {
+    const gr_node *nd = nodes[i];
+    const char *slash = strrchr(nd->name, '/');
+    size_t sl = slash ? (size_t)(slash - nd->name) : 0;
+    if (sl >= sizeof open) sl = 0;
+    /* close clusters until `open` is a component prefix of this scope */
+    while (depth > 0) {
+      size_t ol = strlen(open);
+      if (ol <= sl && strncmp(open, nd->name, ol) == 0 && (ol == sl || nd->name[ol] == '/')) break;
+      char *last = strrchr(open, '/');
+      if (last)
+        *last = '\0';
+      else
+        open[0] = '\0';
+      depth--;
+      printf("%*s}\n", 2 * depth + 2, "");
+    }
+    /* open the remaining components */
+    while (strlen(open) < sl) {
+      size_t ol = strlen(open);
+      size_t start = ol ? ol + 1 : 0;
+      const char *end = memchr(nd->name + start, '/', sl - start);
+      size_t el = end ? (size_t)(end - nd->name) : sl;
+      printf("%*ssubgraph cluster_%d {\n%*slabel=\"%.*s\"; style=\"rounded\"; color=\"#888888\";\n",
+             2 * depth + 2, "", cluster_id++, 2 * depth + 4, "", (int)(el - start),
+             nd->name + start);
+      memcpy(open, nd->name, el);
+      open[el] = '\0';
+      depth++;
+    }
+    const char *dev = device_of(nd);
+    int color = -1;
+    if (*dev) {
+      for (int k = 0; k < ndev; k++)
+        if (strcmp(devices[k], dev) == 0) color = k;
+      if (color < 0 && ndev < NPAL) devices[color = ndev++] = dev;
+      if (color < 0) color = NPAL - 1;
+    }
+    printf("%*s\"%s\" [label=\"%s\\n%s\"%s%s%s];\n", 2 * depth + 2, "", nd->name,
+           slash ? slash + 1 : nd->name, nd->op->name, color >= 0 ? ", fillcolor=\"" : "",
+           color >= 0 ? palette[color] : "", color >= 0 ? "\"" : "");
+  }
+  while (depth-- > 0) printf("%*s}\n", 2 * depth + 2, "");
+  for (int i = 0; i < n; i++) {
+    const gr_node *nd = gr_graph_node(g, i);
+    for (int k = 0; k < nd->num_inputs; k++) {
+      gr_output in = nd->inputs[k];
+      printf("  \"%s\" -> \"%s\"", in.node->name, nd->name);
+      if (shapes && in.index >= 0) {
+        char sh[GR_SHAPE_STR_MAX];
+        printf(" [label=\"%s%s\"]", gr_dtype_name(in.node->out_dtypes[in.index]),
+               gr_shape_str(&in.node->out_shapes[in.index], sh));
+      }
+      printf(";\n");
+    }
+    for (int k = 0; k < nd->num_control_inputs; k++)
+      printf("  \"%s\" -> \"%s\" [style=dashed];\n", nd->control_inputs[k]->name, nd->name);
+  }
+  if (ndev) {
+    printf("  subgraph cluster_legend {\n    label=\"devices\"; style=\"rounded\";\n");
+    for (int k = 0; k < ndev; k++) {
+      printf("    \"legend_%d\" [label=\"", k);
+      put_escaped(stdout, devices[k]);
+      printf("\", fillcolor=\"%s\"];\n", palette[k]);
+    }
+    printf("  }\n");
+  }
+  printf("}\n");
+out:
+  free(nodes);
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+  return rc;
+}

@@ -1,0 +1,698 @@
+/* DSL calls: user defs, built-in functions (variable, gradients, minimize,
+ * optimizers, ...) and every registered op, by name, with positional and
+ * keyword arguments typed by the op's attr schema. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsl_internal.h"
+
+/* Filled in by ops/autodiff.c and ops/optimizers.c; weak so the front end
+ * links (and reports a clear error) while they are not there. */
+#pragma weak gr_gradients
+#pragma weak gr_minimize
+
+#define MAX_CALL_DEPTH 64
+#define MAX_ARGS       256
+
+typedef struct call_args {
+  const dsl_expr *call;
+  dsl_value *v;
+  int n;
+} call_args;
+
+static gr_status new_tensor_value(dsl_value *out, gr_output o) {
+  memset(out, 0, sizeof *out);
+  out->kind = V_TENSOR;
+  out->has_t = true;
+  out->t = o;
+  return GR_OK;
+}
+
+/* ---- attrs from compile-time values ------------------------------------------------ */
+
+static bool as_int(const dsl_value *v, int64_t *out) {
+  if (v->kind != V_NUM || !v->num.is_int) return false;
+  *out = v->num.i;
+  return true;
+}
+
+/* Converts a value to an attr of type `type`; lists go into the temp arena. */
+static gr_status to_attr(gr_dsl_program *p, const dsl_value *v, const gr_attr_spec *spec,
+                         const char *op, dsl_pos pos, gr_attr *out) {
+  out->name = spec->name;
+  out->value.type = spec->type;
+  const char *want = gr_attr_type_name(spec->type);
+  const char *got = dsl_vkind_name(v->kind);
+  if (v->kind == V_TENSOR)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos,
+                     "attr '%s' of %s must be a compile-time %s, got a tensor", spec->name, op,
+                     want);
+  switch (spec->type) {
+    case GR_ATTR_INT:
+      if (!as_int(v, &out->value.i)) goto bad;
+      return GR_OK;
+    case GR_ATTR_FLOAT:
+      if (v->kind != V_NUM) goto bad;
+      out->value.f = v->num.v;
+      return GR_OK;
+    case GR_ATTR_BOOL:
+      if (v->kind != V_BOOL) goto bad;
+      out->value.b = v->b;
+      return GR_OK;
+    case GR_ATTR_STRING:
+      if (v->kind != V_STR) goto bad;
+      out->value.s = v->str;
+      return GR_OK;
+    case GR_ATTR_DTYPE:
+      if (v->kind != V_DTYPE) goto bad;
+      out->value.dtype = v->dtype;
+      return GR_OK;
+    case GR_ATTR_SHAPE: {
+      gr_shape s = {0};
+      if (v->kind != V_LIST) goto bad;
+      if (v->list.n > GR_MAX_RANK)
+        return dsl_error(p->err, GR_ERR_SHAPE, pos, "attr '%s' of %s: rank %d is more than %d",
+                         spec->name, op, v->list.n, GR_MAX_RANK);
+      s.rank = v->list.n;
+      for (int i = 0; i < v->list.n; i++) {
+        const dsl_value *d = &v->list.items[i];
+        if (d->kind == V_UNKNOWN_DIM)
+          s.dims[i] = -1;
+        else if (!as_int(d, &s.dims[i]) || s.dims[i] < -1)
+          return dsl_error(p->err, GR_ERR_SHAPE, pos,
+                           "attr '%s' of %s: dim %d must be an integer >= 0 or '?', got a %s",
+                           spec->name, op, i, dsl_vkind_name(d->kind));
+      }
+      out->value.shape = s;
+      return GR_OK;
+    }
+    case GR_ATTR_INTS:
+    case GR_ATTR_FLOATS: {
+      int n = v->kind == V_LIST ? v->list.n : 1;
+      const dsl_value *items = v->kind == V_LIST ? v->list.items : v;
+      if (v->kind != V_LIST && v->kind != V_NUM) goto bad;
+      bool ints = spec->type == GR_ATTR_INTS;
+      void *arr = dsl_alloc(&p->temp, 8 * (size_t)(n + 1));
+      if (!arr) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      for (int i = 0; i < n; i++) {
+        if (ints ? !as_int(&items[i], &((int64_t *)arr)[i]) : items[i].kind != V_NUM)
+          return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos,
+                           "attr '%s' of %s must be a %s: item %d is a %s%s", spec->name, op, want,
+                           i, dsl_vkind_name(items[i].kind),
+                           items[i].kind == V_NUM ? " that is not an integer" : "");
+        if (!ints) ((double *)arr)[i] = items[i].num.v;
+      }
+      if (ints)
+        out->value.ints.n = n, out->value.ints.v = arr;
+      else
+        out->value.floats.n = n, out->value.floats.v = arr;
+      return GR_OK;
+    }
+    case GR_ATTR_TENSOR:
+      return dsl_error(p->err, GR_ERR_UNIMPLEMENTED, pos,
+                       "tensor attr '%s' of %s: use const(...) in the DSL", spec->name, op);
+    default:
+      break;
+  }
+bad:
+  return dsl_error(
+      p->err, GR_ERR_INVALID_ARGUMENT, pos, "attr '%s' of %s must be %s, got %s%s", spec->name, op,
+      want, v->kind == V_NUM ? (v->num.is_int ? "an integer" : "a non-integer number") : "a ",
+      v->kind == V_NUM ? "" : got);
+}
+
+/* Could value v be converted to an attr of this spec? */
+static bool accepts(const gr_attr_spec *spec, const dsl_value *v) {
+  switch (spec->type) {
+    case GR_ATTR_INT:
+      return v->kind == V_NUM && v->num.is_int;
+    case GR_ATTR_FLOAT:
+      return v->kind == V_NUM;
+    case GR_ATTR_BOOL:
+      return v->kind == V_BOOL;
+    case GR_ATTR_STRING:
+      return v->kind == V_STR;
+    case GR_ATTR_DTYPE:
+      return v->kind == V_DTYPE;
+    case GR_ATTR_SHAPE:
+      return v->kind == V_LIST;
+    case GR_ATTR_INTS:
+      return v->kind == V_LIST || (v->kind == V_NUM && v->num.is_int);
+    case GR_ATTR_FLOATS:
+      return v->kind == V_LIST || v->kind == V_NUM;
+    default:
+      return false;
+  }
+}
+
+/* Edit distance for "did you mean" hints. */
+static int edit_distance(const char *a, const char *b) {
+  int la = (int)strlen(a), lb = (int)strlen(b);
+  if (la > 40 || lb > 40) return 99;
+  int d[41][41];
+  for (int i = 0; i <= la; i++) d[i][0] = i;
+  for (int j = 0; j <= lb; j++) d[0][j] = j;
+  for (int i = 1; i <= la; i++)
+    for (int j = 1; j <= lb; j++) {
+      int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+      d[i][j] = c;
+    }
+  return d[la][lb];
+}
+
+static const char *const builtin_names[] = {
+    "variable", "assign",    "assign_add", "assign_sub", "group",    "const", "zeros",      "ones",
+    "dim",      "gradients", "minimize",   "sgd",        "momentum", "adam",  "global_step"};
+
+static const char *closest_name(const char *name) {
+  const char *best = NULL;
+  int bd = 3;
+  for (int i = 0; i < gr_op_registry_count(); i++) {
+    int d = edit_distance(name, gr_op_registry_at(i)->name);
+    if (d < bd) bd = d, best = gr_op_registry_at(i)->name;
+  }
+  for (size_t i = 0; i < sizeof builtin_names / sizeof builtin_names[0]; i++) {
+    int d = edit_distance(name, builtin_names[i]);
+    if (d < bd) bd = d, best = builtin_names[i];
+  }
+  return best;
+}
+
+/* ---- generic op calls ----------------------------------------------------------------- */
+
+static const gr_attr_spec *find_spec(const gr_op_def *op, const char *name) {
+  for (int i = 0; i < op->num_attrs; i++)
+    if (strcmp(op->attrs[i].name, name) == 0) return &op->attrs[i];
+  return NULL;
+}
+
+static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr *e,
+                         const char *name, call_args *a, dsl_value *out) {
+  gr_output inputs[MAX_ARGS];
+  gr_attr attrs[MAX_ARGS];
+  int ni = 0, na = 0, attr_pos = 0;
+  bool variadic = op->max_inputs < 0;
+  gr_dtype hint = GR_DTYPE_INVALID;
+  for (int i = 0; i < a->n; i++)
+    if (a->v[i].has_t && a->v[i].t.node && a->v[i].t.index >= 0 && !e->call.args[i].name) {
+      hint = a->v[i].t.node->out_dtypes[a->v[i].t.index];
+      break;
+    }
+  for (int i = 0; i < a->n; i++) {
+    const dsl_arg *arg = &e->call.args[i];
+    dsl_value *v = &a->v[i];
+    if (arg->name) {
+      const gr_attr_spec *spec = find_spec(op, arg->name);
+      if (!spec) {
+        char valid[400];
+        size_t n = 0;
+        valid[0] = '\0';
+        for (int k = 0; k < op->num_attrs && n < sizeof valid; k++)
+          n += (size_t)snprintf(valid + n, sizeof valid - n, "%s%s", k ? ", " : "",
+                                op->attrs[k].name);
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, arg->pos,
+                         "unknown attr '%s' for op %s (attrs: %s)", arg->name, op->name,
+                         op->num_attrs ? valid : "none");
+      }
+      for (int k = 0; k < na; k++)
+        if (attrs[k].name == spec->name)
+          return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, arg->pos,
+                           "attr '%s' of %s given twice (positionally and by keyword)", arg->name,
+                           op->name);
+      GR_TRY(to_attr(p, v, spec, op->name, arg->pos, &attrs[na++]));
+      continue;
+    }
+    bool is_input = variadic || ni < op->min_inputs || (ni < op->max_inputs && v->has_t);
+    if (is_input) {
+      if (variadic && v->kind == V_LIST && !v->has_t) { /* concat([a, b], axis=1) */
+        bool all_t = v->list.n > 0;
+        for (int k = 0; k < v->list.n; k++) all_t = all_t && v->list.items[k].has_t;
+        if (all_t) {
+          for (int k = 0; k < v->list.n && ni < MAX_ARGS; k++) inputs[ni++] = v->list.items[k].t;
+          continue;
+        }
+      }
+      GR_TRY(dsl_to_tensor(p, v, arg->pos, hint, &inputs[ni]));
+      ni++;
+      continue;
+    }
+    /* a positional attr: the first attr not yet given whose type accepts the value */
+    int k = 0;
+    for (; k < op->num_attrs; k++) {
+      bool taken = false;
+      for (int j = 0; j < na; j++) taken = taken || attrs[j].name == op->attrs[k].name;
+      if (!taken && accepts(&op->attrs[k], v)) break;
+    }
+    if (k == op->num_attrs) {
+      char rest[400];
+      size_t n = 0;
+      rest[0] = '\0';
+      for (int j = 0; j < op->num_attrs && n < sizeof rest; j++) {
+        bool taken = false;
+        for (int q = 0; q < na; q++) taken = taken || attrs[q].name == op->attrs[j].name;
+        if (!taken)
+          n += (size_t)snprintf(rest + n, sizeof rest - n, "%s%s: %s", n ? ", " : "",
+                                op->attrs[j].name, gr_attr_type_name(op->attrs[j].type));
+      }
+      if (v->has_t || v->kind == V_TENSOR || n == 0)
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, arg->pos,
+                         "too many arguments for op %s: it takes %d input%s and %d attr%s",
+                         op->name, op->max_inputs, op->max_inputs == 1 ? "" : "s", op->num_attrs,
+                         op->num_attrs == 1 ? "" : "s");
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, arg->pos,
+                       "op %s has no attr left that takes a %s (%s%s)", op->name,
+                       dsl_vkind_name(v->kind), n ? "remaining attrs: " : "all attrs given", rest);
+    }
+    GR_TRY(to_attr(p, v, &op->attrs[k], op->name, arg->pos, &attrs[na++]));
+    attr_pos++;
+  }
+  for (int s = 0; s < op->num_attrs; s++)
+    if (op->attrs[s].required) {
+      bool given = false;
+      for (int k = 0; k < na; k++) given = given || attrs[k].name == op->attrs[s].name;
+      if (!given)
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos,
+                         "op %s needs attr '%s' (%s): pass it as %s=...", op->name,
+                         op->attrs[s].name, gr_attr_type_name(op->attrs[s].type),
+                         op->attrs[s].name);
+    }
+  if (ni < op->min_inputs || (!variadic && ni > op->max_inputs))
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "op %s takes %d input%s, got %d",
+                     op->name, op->min_inputs, op->min_inputs == 1 ? "" : "s", ni);
+  dsl_set_loc(p, e->pos);
+  gr_output o = gr_graph_add_node(p->g, op, name, inputs, ni, attrs, na);
+  GR_TRY(dsl_check_graph(p, e->pos));
+  return new_tensor_value(out, o);
+}
+
+/* A name scope for a def call not used by an earlier call: base, base_1, ... */
+static gr_status unique_scope(gr_dsl_program *p, const char *base, char *out, size_t cap) {
+  const char *cur = gr_graph_name_scope(p->g);
+  for (int k = 0;; k++) {
+    char full[600];
+    if (k)
+      snprintf(out, cap, "%s_%d", base, k);
+    else
+      snprintf(out, cap, "%s", base);
+    snprintf(full, sizeof full, "%s%s%s", cur, *cur ? "/" : "", out);
+    if (dsl_frame_find_local(&p->scopes_used, full)) continue;
+    char *key = dsl_strndup(&p->persist, full, strlen(full));
+    if (!key || !dsl_frame_insert(&p->scopes_used, key))
+      return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return GR_OK;
+  }
+}
+
+/* ---- user defs ------------------------------------------------------------------------- */
+
+static gr_status call_def(gr_dsl_program *p, const dsl_stmt *def, const dsl_expr *e,
+                          const char *name, call_args *a, dsl_value *out) {
+  if (p->call_depth >= MAX_CALL_DEPTH)
+    return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, e->pos,
+                     "calls nested deeper than %d (a def calling itself?)", MAX_CALL_DEPTH);
+  dsl_value *params = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(def->nnames + 1));
+  bool *given = dsl_alloc(&p->temp, (size_t)def->nnames + 1);
+  if (!params || !given) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  int pos_i = 0;
+  for (int i = 0; i < a->n; i++) {
+    const dsl_arg *arg = &e->call.args[i];
+    int k = -1;
+    if (arg->name) {
+      for (int j = 0; j < def->nnames; j++)
+        if (strcmp(def->names[j], arg->name) == 0) k = j;
+      if (k < 0)
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, arg->pos, "%s has no parameter '%s'",
+                         def->str, arg->name);
+    } else {
+      k = pos_i++;
+      if (k >= def->nnames)
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, arg->pos,
+                         "too many arguments: %s takes %d", def->str, def->nnames);
+    }
+    if (given[k])
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, arg->pos, "parameter '%s' given twice",
+                       def->names[k]);
+    given[k] = true;
+    params[k] = a->v[i];
+  }
+  for (int j = 0; j < def->nnames; j++)
+    if (!given[j])
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "%s: missing argument '%s'",
+                       def->str, def->names[j]);
+  dsl_frame frame;
+  if (!dsl_frame_init(&frame, 16, &p->globals, &p->temp))
+    return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int j = 0; j < def->nnames; j++) {
+    dsl_binding *b = dsl_frame_insert(&frame, def->names[j]);
+    if (!b) {
+      dsl_frame_free(&frame);
+      return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    b->v = params[j];
+    b->pos = def->name_pos[j];
+  }
+  char scope[256];
+  GR_TRY(unique_scope(p, name ? name : def->str, scope, sizeof scope));
+  dsl_set_loc(p, e->pos);
+  if (gr_graph_push_name_scope(p->g, scope) != GR_OK) {
+    dsl_frame_free(&frame);
+    return dsl_check_graph(p, e->pos);
+  }
+  dsl_frame *saved = p->frame;
+  dsl_value *saved_ret = p->ret;
+  int saved_block = p->block_depth;
+  memset(out, 0, sizeof *out);
+  p->frame = &frame;
+  p->ret = out;
+  p->returned = false;
+  p->block_depth = 0;
+  p->call_depth++;
+  gr_status st = dsl_lower_block(p, &def->block);
+  p->call_depth--;
+  p->frame = saved;
+  p->ret = saved_ret;
+  p->returned = false;
+  p->block_depth = saved_block;
+  gr_graph_pop_name_scope(p->g);
+  dsl_frame_free(&frame);
+  if (st != GR_OK) {
+    char note[160];
+    snprintf(note, sizeof note, "in this call of '%s'", def->str);
+    dsl_error_note(p->err, e->pos, note);
+  }
+  return st;
+}
+
+/* ---- built-ins ------------------------------------------------------------------------- */
+
+static gr_status want_tensor(gr_dsl_program *p, call_args *a, int i, gr_dtype hint, gr_output *o) {
+  return dsl_to_tensor(p, &a->v[i], a->call->call.args[i].pos, hint, o);
+}
+
+static gr_status nargs(gr_dsl_program *p, call_args *a, const char *fn, int lo, int hi) {
+  if (a->n < lo || a->n > hi) {
+    if (lo == hi)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->pos,
+                       "%s takes %d argument%s, got %d", fn, lo, lo == 1 ? "" : "s", a->n);
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->pos,
+                     "%s takes %d to %d arguments, got %d", fn, lo, hi, a->n);
+  }
+  return GR_OK;
+}
+
+/* Index of keyword `kw` or positional index `pos_i`, -1 when absent. */
+static int arg_index(call_args *a, const char *kw, int pos_i) {
+  for (int i = 0; i < a->n; i++)
+    if (a->call->call.args[i].name && strcmp(a->call->call.args[i].name, kw) == 0) return i;
+  int k = 0;
+  for (int i = 0; i < a->n; i++)
+    if (!a->call->call.args[i].name && k++ == pos_i) return i;
+  return -1;
+}
+
+static gr_status check_kw(gr_dsl_program *p, call_args *a, const char *fn,
+                          const char *const *allowed) {
+  int npos = 0;
+  for (int i = 0; i < a->n; i++) npos += !a->call->call.args[i].name;
+  for (int i = 0; i < a->n; i++) {
+    const char *kw = a->call->call.args[i].name;
+    if (!kw) continue;
+    int k = 0;
+    while (allowed[k] && strcmp(kw, allowed[k]) != 0) k++;
+    if (allowed[k] && k < npos)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[i].pos,
+                       "%s: '%s' given twice (positionally and by keyword)", fn, kw);
+    if (!allowed[k])
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[i].pos,
+                       "unknown keyword argument '%s' for %s", kw, fn);
+  }
+  return GR_OK;
+}
+
+static gr_status num_arg(gr_dsl_program *p, call_args *a, const char *fn, const char *kw, int pos_i,
+                         double dflt, double *out) {
+  int i = arg_index(a, kw, pos_i);
+  *out = dflt;
+  if (i < 0) return GR_OK;
+  if (a->v[i].kind != V_NUM || a->v[i].has_t)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[i].pos,
+                     "%s: '%s' must be a number, got a %s", fn, kw, dsl_vkind_name(a->v[i].kind));
+  *out = a->v[i].num.v;
+  return GR_OK;
+}
+
+static gr_status optimizer(gr_dsl_program *p, call_args *a, const char *fn, dsl_value *out) {
+  memset(out, 0, sizeof *out);
+  out->kind = V_OPTIMIZER;
+  gr_optimizer *o = dsl_alloc(&p->temp, sizeof *o);
+  if (!o) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  out->opt = o;
+  if (strcmp(fn, "sgd") == 0) {
+    static const char *const kw[] = {"learning_rate", NULL};
+    GR_TRY(check_kw(p, a, fn, kw));
+    GR_TRY(nargs(p, a, fn, 1, 1));
+    o->kind = GR_OPT_SGD;
+  } else if (strcmp(fn, "momentum") == 0) {
+    static const char *const kw[] = {"learning_rate", "momentum", "nesterov", NULL};
+    GR_TRY(check_kw(p, a, fn, kw));
+    GR_TRY(nargs(p, a, fn, 1, 3));
+    o->kind = GR_OPT_MOMENTUM;
+    GR_TRY(num_arg(p, a, fn, "momentum", 1, 0.9, &o->momentum));
+    int i = arg_index(a, "nesterov", 2);
+    if (i >= 0) {
+      if (a->v[i].kind != V_BOOL)
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[i].pos,
+                         "momentum: 'nesterov' must be true or false");
+      o->nesterov = a->v[i].b;
+    }
+  } else {
+    static const char *const kw[] = {"learning_rate", "beta1", "beta2", "epsilon", NULL};
+    GR_TRY(check_kw(p, a, fn, kw));
+    GR_TRY(nargs(p, a, fn, 0, 4));
+    o->kind = GR_OPT_ADAM;
+    GR_TRY(num_arg(p, a, fn, "beta1", 1, 0.9, &o->beta1));
+    GR_TRY(num_arg(p, a, fn, "beta2", 2, 0.999, &o->beta2));
+    GR_TRY(num_arg(p, a, fn, "epsilon", 3, 1e-8, &o->epsilon));
+  }
+  GR_TRY(num_arg(p, a, fn, "learning_rate", 0, 0.001, &o->learning_rate));
+  if (!(o->learning_rate > 0))
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->pos, "%s: learning_rate must be > 0",
+                     fn);
+  return GR_OK;
+}
+
+static gr_status unique_var_name(gr_dsl_program *p, char *buf, size_t cap) {
+  const char *scope = gr_graph_name_scope(p->g);
+  for (;;) {
+    int k = p->var_counter++;
+    char full[600];
+    snprintf(buf, cap, k ? "variable_%d" : "variable", k);
+    snprintf(full, sizeof full, "%s%s%s", scope, *scope ? "/" : "", buf);
+    if (!gr_graph_find_node(p->g, full)) return GR_OK;
+  }
+}
+
+/* Returns true in *handled when fn is a built-in. */
+static gr_status call_builtin(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                              const char *name, call_args *a, dsl_value *out, bool *handled) {
+  *handled = true;
+  dsl_pos pos = e->pos;
+  gr_output o = {0}, x, y;
+  if (strcmp(fn, "sgd") == 0 || strcmp(fn, "momentum") == 0 || strcmp(fn, "adam") == 0)
+    return optimizer(p, a, fn, out);
+  if (strcmp(fn, "variable") == 0) {
+    static const char *const kw[] = {"initial_value", NULL};
+    GR_TRY(check_kw(p, a, fn, kw));
+    GR_TRY(nargs(p, a, fn, 1, 1));
+    GR_TRY(want_tensor(p, a, 0, GR_F32, &x));
+    char buf[64];
+    if (!name) GR_TRY(unique_var_name(p, buf, sizeof buf));
+    dsl_set_loc(p, pos);
+    o = gr_variable(p->g, name ? name : buf, x);
+  } else if (strncmp(fn, "assign", 6) == 0) {
+    GR_TRY(nargs(p, a, fn, 2, 2));
+    GR_TRY(want_tensor(p, a, 0, GR_DTYPE_INVALID, &x));
+    if (!x.node || !(x.node->op->flags & GR_OP_VARIABLE))
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[0].pos,
+                       "%s: the first argument must be a variable", fn);
+    GR_TRY(want_tensor(p, a, 1, x.node->out_dtypes[0], &y));
+    dsl_set_loc(p, pos);
+    o = fn[6] == '\0'                   ? gr_assign(p->g, x, y)
+        : strcmp(fn, "assign_add") == 0 ? gr_assign_add(p->g, x, y)
+                                        : gr_assign_sub(p->g, x, y);
+  } else if (strcmp(fn, "global_step") == 0) {
+    GR_TRY(nargs(p, a, fn, 0, 0));
+    dsl_set_loc(p, pos);
+    GR_TRY(new_tensor_value(out, gr_global_step(p->g)));
+    return dsl_check_graph(p, pos);
+  } else if (strcmp(fn, "group") == 0) {
+    gr_output deps[MAX_ARGS];
+    for (int i = 0; i < a->n; i++) GR_TRY(want_tensor(p, a, i, GR_DTYPE_INVALID, &deps[i]));
+    dsl_set_loc(p, pos);
+    GR_TRY(new_tensor_value(out, gr_group(p->g, name, deps, a->n)));
+    return dsl_check_graph(p, pos);
+  } else if (strcmp(fn, "const") == 0) {
+    static const char *const kw[] = {"value", "dtype", NULL};
+    GR_TRY(check_kw(p, a, fn, kw));
+    GR_TRY(nargs(p, a, fn, 1, 2));
+    int vi = arg_index(a, "value", 0), di = arg_index(a, "dtype", 1);
+    gr_dtype dt = GR_F32;
+    if (di >= 0) {
+      if (a->v[di].kind != V_DTYPE)
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[di].pos,
+                         "const: dtype must be a dtype (f32, i64, ...), got a %s",
+                         dsl_vkind_name(a->v[di].kind));
+      dt = a->v[di].dtype;
+    }
+    if (vi < 0) return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "const: missing value");
+    if (a->v[vi].has_t)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[vi].pos,
+                       "const: the value must be a literal, not a tensor");
+    GR_TRY(want_tensor(p, a, vi, dt, &o));
+  } else if (strcmp(fn, "zeros") == 0 || strcmp(fn, "ones") == 0) {
+    static const gr_attr_spec specs[] = {{.name = "shape", .type = GR_ATTR_SHAPE},
+                                         {.name = "dtype", .type = GR_ATTR_DTYPE}};
+    static const char *const kw[] = {"shape", "dtype", NULL};
+    GR_TRY(check_kw(p, a, fn, kw));
+    GR_TRY(nargs(p, a, fn, 1, 2));
+    gr_attr sh, dt = gr_attr_dtype("dtype", GR_F32);
+    int si = arg_index(a, "shape", 0), di = arg_index(a, "dtype", 1);
+    if (si < 0) return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "%s: missing shape", fn);
+    GR_TRY(to_attr(p, &a->v[si], &specs[0], fn, a->call->call.args[si].pos, &sh));
+    if (di >= 0) GR_TRY(to_attr(p, &a->v[di], &specs[1], fn, a->call->call.args[di].pos, &dt));
+    dsl_set_loc(p, pos);
+    o = fn[0] == 'z' ? gr_zeros(p->g, dt.value.dtype, sh.value.shape)
+                     : gr_ones(p->g, dt.value.dtype, sh.value.shape);
+  } else if (strcmp(fn, "dim") == 0) {
+    GR_TRY(nargs(p, a, fn, 2, 2));
+    GR_TRY(want_tensor(p, a, 0, GR_DTYPE_INVALID, &x));
+    int64_t axis;
+    if (!as_int(&a->v[1], &axis))
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[1].pos,
+                       "dim: the axis must be an integer");
+    const gr_shape *s = &x.node->out_shapes[x.index < 0 ? 0 : x.index];
+    int ax;
+    if (x.index < 0 || s->rank < 0 || !gr_shape_normalize_axis(s->rank, axis, &ax))
+      return dsl_error(p->err, GR_ERR_SHAPE, a->call->call.args[1].pos,
+                       "dim: axis %lld is out of range for rank %d", (long long)axis, s->rank);
+    if (s->dims[ax] < 0)
+      return dsl_error(p->err, GR_ERR_SHAPE, pos, "dim: dim %d of '%s' is unknown ('?')", ax,
+                       x.node->name);
+    memset(out, 0, sizeof *out);
+    out->kind = V_NUM;
+    out->num.is_int = true;
+    out->num.i = s->dims[ax];
+    out->num.v = (double)s->dims[ax];
+    return GR_OK;
+  } else if (strcmp(fn, "gradients") == 0) {
+    GR_TRY(nargs(p, a, fn, 2, 2));
+    if (!gr_gradients)
+      return dsl_error(p->err, GR_ERR_UNIMPLEMENTED, pos,
+                       "gradients are not available in this build");
+    gr_output ys[MAX_ARGS], xs[MAX_ARGS], dxs[MAX_ARGS];
+    int ny = 0, nx = 0;
+    dsl_value *yv = &a->v[0], *xv = &a->v[1];
+    bool single = xv->has_t;
+    for (int k = 0; k < (yv->has_t ? 1 : (yv->kind == V_LIST ? yv->list.n : 1)) && k < MAX_ARGS;
+         k++)
+      GR_TRY(dsl_to_tensor(p, yv->has_t || yv->kind != V_LIST ? yv : &yv->list.items[k],
+                           a->call->call.args[0].pos, GR_DTYPE_INVALID, &ys[ny++]));
+    for (int k = 0; k < (single ? 1 : (xv->kind == V_LIST ? xv->list.n : 1)) && k < MAX_ARGS; k++)
+      GR_TRY(dsl_to_tensor(p, single || xv->kind != V_LIST ? xv : &xv->list.items[k],
+                           a->call->call.args[1].pos, GR_DTYPE_INVALID, &xs[nx++]));
+    dsl_set_loc(p, pos);
+    if (gr_gradients(p->g, ys, ny, xs, nx, NULL, false, dxs) != GR_OK || gr_graph_error(p->g))
+      return dsl_check_graph(p, pos);
+    if (single) return new_tensor_value(out, dxs[0]);
+    memset(out, 0, sizeof *out);
+    out->kind = V_TUPLE;
+    out->list.n = nx;
+    out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(nx + 1));
+    if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    for (int k = 0; k < nx; k++) new_tensor_value(&out->list.items[k], dxs[k]);
+    return GR_OK;
+  } else if (strcmp(fn, "minimize") == 0) {
+    static const char *const kw[] = {"loss", "optimizer", "var_list", NULL};
+    GR_TRY(check_kw(p, a, fn, kw));
+    GR_TRY(nargs(p, a, fn, 2, 3));
+    int li = arg_index(a, "loss", 0), oi = arg_index(a, "optimizer", 1),
+        vi = arg_index(a, "var_list", 2);
+    if (li < 0 || oi < 0)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "minimize(loss, optimizer)");
+    if (a->v[oi].kind != V_OPTIMIZER)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[oi].pos,
+                       "minimize: the optimizer must be sgd(...), momentum(...) or adam(...), "
+                       "got a %s",
+                       dsl_vkind_name(a->v[oi].kind));
+    if (!gr_minimize)
+      return dsl_error(p->err, GR_ERR_UNIMPLEMENTED, pos,
+                       "minimize is not available in this build");
+    GR_TRY(want_tensor(p, a, li, GR_DTYPE_INVALID, &x));
+    gr_output vars[MAX_ARGS];
+    int nv = 0;
+    if (vi >= 0) {
+      dsl_value *lv = &a->v[vi];
+      if (lv->kind != V_LIST || lv->has_t)
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[vi].pos,
+                         "minimize: var_list must be a list of variables");
+      for (int k = 0; k < lv->list.n && nv < MAX_ARGS; k++)
+        GR_TRY(dsl_to_tensor(p, &lv->list.items[k], a->call->call.args[vi].pos, GR_DTYPE_INVALID,
+                             &vars[nv++]));
+    }
+    dsl_set_loc(p, pos);
+    o = gr_minimize(p->g, a->v[oi].opt, x, nv ? vars : NULL, nv);
+  } else {
+    *handled = false;
+    return GR_OK;
+  }
+  GR_TRY(dsl_check_graph(p, pos));
+  if (name && o.node && strcmp(fn, "variable") != 0 && o.node->id >= 0) {
+    const char *base = strrchr(o.node->name, '/');
+    base = base ? base + 1 : o.node->name;
+    if (strcmp(base, name) != 0) {
+      dsl_set_loc(p, pos);
+      o = gr_name(p->g, o, name);
+      GR_TRY(dsl_check_graph(p, pos));
+    }
+  }
+  return new_tensor_value(out, o);
+}
+
+gr_status dsl_call(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out) {
+  const char *fn = e->call.name;
+  if (e->call.nargs > MAX_ARGS)
+    return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, e->pos, "more than %d arguments", MAX_ARGS);
+  dsl_binding *b = dsl_frame_lookup(p->frame, fn);
+  const gr_op_def *op = NULL;
+  if (b && !b->def)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "'%s' is a %s, not a function", fn,
+                     dsl_vkind_name(b->v.kind));
+  if (!b) {
+    bool builtin = false;
+    for (size_t i = 0; i < sizeof builtin_names / sizeof builtin_names[0]; i++)
+      builtin = builtin || strcmp(fn, builtin_names[i]) == 0;
+    if (!builtin && !(op = gr_ops_find(fn))) {
+      const char *hint = closest_name(fn);
+      if (hint)
+        return dsl_error(p->err, GR_ERR_NOT_FOUND, e->pos,
+                         "unknown op or function '%s' (did you mean '%s'?)", fn, hint);
+      return dsl_error(p->err, GR_ERR_NOT_FOUND, e->pos,
+                       "unknown op or function '%s' (see `graphrun ops`)", fn);
+    }
+  }
+  call_args *a = dsl_alloc(&p->temp, sizeof *a);
+  if (!a) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  a->call = e;
+  a->n = e->call.nargs;
+  a->v = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(a->n + 1));
+  if (!a->v) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < a->n; i++) GR_TRY(dsl_eval(p, e->call.args[i].value, NULL, &a->v[i]));
+  memset(out, 0, sizeof *out);
+  if (b) return call_def(p, b->def, e, name, a, out);
+  if (op) return call_op(p, op, e, name, a, out);
+  bool handled;
+  return call_builtin(p, fn, e, name, a, out, &handled);
+}

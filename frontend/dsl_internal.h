@@ -1,0 +1,360 @@
+/* Internals of the DSL front end: arena, sources and diagnostics, tokens and
+ * lexer (dsl_lex.c), AST and parser (dsl_parse.c), lowering (dsl_lower.c,
+ * dsl_call.c). Not included outside frontend/. */
+#ifndef GR_DSL_INTERNAL_H
+#define GR_DSL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gr_dsl.h"
+#include "ops/gr_ops.h"
+
+/* ---- arena with mark/restore -------------------------------------------- */
+
+typedef struct dsl_chunk {
+  struct dsl_chunk *prev;
+  size_t used, cap;
+  char data[];
+} dsl_chunk;
+
+typedef struct dsl_arena {
+  dsl_chunk *top;
+} dsl_arena;
+
+typedef struct dsl_mark {
+  dsl_chunk *top;
+  size_t used;
+} dsl_mark;
+
+void *dsl_alloc(dsl_arena *a, size_t n); /* zeroed; NULL when out of memory */
+char *dsl_strndup(dsl_arena *a, const char *s, size_t n);
+dsl_mark dsl_arena_mark(dsl_arena *a);
+void dsl_arena_restore(dsl_arena *a, dsl_mark m);
+void dsl_arena_free(dsl_arena *a);
+
+/* ---- sources and positions ------------------------------------------------ */
+
+typedef struct dsl_source {
+  char *name; /* as given (path or name) */
+  char *text; /* NUL-terminated copy */
+  size_t len;
+  struct dsl_source *next;
+} dsl_source;
+
+typedef struct dsl_pos {
+  const dsl_source *src;
+  int line, col; /* 1-based; col counts bytes */
+} dsl_pos;
+
+/* Sets err to "file:line:col: error: MSG\n<line>\n<caret>"; returns code. */
+gr_status dsl_error(gr_error *err, gr_status code, dsl_pos pos, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Appends "\nfile:line:col: note: NOTE\n<line>\n<caret>" to err. */
+void dsl_error_note(gr_error *err, dsl_pos pos, const char *note);
+
+/* ---- tokens --------------------------------------------------------------- */
+
+#define DSL_TOKEN_LIST(X)                                                                          \
+  X(T_EOF, "end of file")                                                                          \
+  X(T_NEWLINE, "end of line")                                                                      \
+  X(T_IDENT, "name")                                                                               \
+  X(T_NUMBER, "number")                                                                            \
+  X(T_STRING, "string")                                                                            \
+  X(T_DEF, "'def'")                                                                                \
+  X(T_RETURN, "'return'")                                                                          \
+  X(T_IMPORT, "'import'")                                                                          \
+  X(T_SCOPE, "'scope'")                                                                            \
+  X(T_DEVICE, "'device'")                                                                          \
+  X(T_COLOCATE, "'colocate_with'")                                                                 \
+  X(T_DEPS, "'control_dependencies'")                                                              \
+  X(T_COND, "'cond'")                                                                              \
+  X(T_ELSE, "'else'")                                                                              \
+  X(T_WHILE, "'while'")                                                                            \
+  X(T_TRUE, "'true'")                                                                              \
+  X(T_FALSE, "'false'")                                                                            \
+  X(T_FETCH, "'fetch'")                                                                            \
+  X(T_TARGET, "'target'")                                                                          \
+  X(T_LPAREN, "'('")                                                                               \
+  X(T_RPAREN, "')'")                                                                               \
+  X(T_LBRACK, "'['")                                                                               \
+  X(T_RBRACK, "']'")                                                                               \
+  X(T_LBRACE, "'{'")                                                                               \
+  X(T_RBRACE, "'}'")                                                                               \
+  X(T_COMMA, "','")                                                                                \
+  X(T_SEMI, "';'")                                                                                 \
+  X(T_ASSIGN, "'='")                                                                               \
+  X(T_PLUS, "'+'")                                                                                 \
+  X(T_MINUS, "'-'")                                                                                \
+  X(T_STAR, "'*'")                                                                                 \
+  X(T_SLASH, "'/'")                                                                                \
+  X(T_AT, "'@'")                                                                                   \
+  X(T_POW, "'**'")                                                                                 \
+  X(T_EQ, "'=='")                                                                                  \
+  X(T_NE, "'!='")                                                                                  \
+  X(T_LT, "'<'")                                                                                   \
+  X(T_LE, "'<='")                                                                                  \
+  X(T_GT, "'>'")                                                                                   \
+  X(T_GE, "'>='")                                                                                  \
+  X(T_NOT, "'!'")                                                                                  \
+  X(T_AND, "'&&'")                                                                                 \
+  X(T_OR, "'||'")                                                                                  \
+  X(T_QUESTION, "'?'")
+
+typedef enum dsl_tok {
+#define DSL_X_TOK(e, s) e,
+  DSL_TOKEN_LIST(DSL_X_TOK)
+#undef DSL_X_TOK
+      T_COUNT
+} dsl_tok;
+
+const char *dsl_tok_name(dsl_tok t);
+
+typedef struct dsl_token {
+  dsl_tok kind;
+  dsl_pos pos;
+  const char *start; /* into the source text */
+  size_t len;
+  double num;   /* T_NUMBER */
+  int64_t inum; /* T_NUMBER when is_int */
+  bool is_int;
+} dsl_token;
+
+#define DSL_LEX_MAX_DEPTH 256
+
+typedef struct dsl_lexer {
+  const dsl_source *src;
+  const char *p, *end, *line_start;
+  int line;
+  int depth; /* bracket nesting: newlines directly inside ( or [ are not tokens */
+  char stack[DSL_LEX_MAX_DEPTH];
+  dsl_pos stack_pos[DSL_LEX_MAX_DEPTH]; /* where each open bracket is */
+  dsl_token tok;                        /* the one-token lookahead */
+  gr_error *err;
+  bool failed;
+} dsl_lexer;
+
+void dsl_lex_init(dsl_lexer *lx, const dsl_source *src, gr_error *err);
+/* Advances to the next token (into lx->tok); false on a lexical error. */
+bool dsl_lex_next(dsl_lexer *lx);
+
+/* ---- AST ------------------------------------------------------------------ */
+
+typedef enum dsl_expr_kind {
+  E_NUM,
+  E_STR,
+  E_BOOL,
+  E_UNKNOWN_DIM, /* `?` in a shape */
+  E_IDENT,
+  E_LIST,
+  E_CALL,
+  E_BINARY,
+  E_UNARY,
+  E_COND,
+  E_WHILE
+} dsl_expr_kind;
+
+typedef struct dsl_expr dsl_expr;
+typedef struct dsl_stmt dsl_stmt;
+
+typedef struct dsl_block {
+  dsl_stmt **stmts;
+  int n;
+  dsl_pos open; /* the '{' */
+} dsl_block;
+
+typedef struct dsl_arg {
+  const char *name; /* keyword, or NULL for a positional argument */
+  dsl_pos pos;
+  dsl_expr *value;
+} dsl_arg;
+
+typedef struct dsl_loopvar {
+  const char *name;
+  dsl_pos pos;
+  dsl_expr *init;
+} dsl_loopvar;
+
+struct dsl_expr {
+  dsl_expr_kind kind;
+  dsl_pos pos;
+  union {
+    struct {
+      double v;
+      int64_t i;
+      bool is_int;
+    } num;
+    const char *str; /* E_STR, E_IDENT */
+    bool b;
+    struct {
+      dsl_expr **items;
+      int n;
+    } list;
+    struct {
+      const char *name;
+      dsl_arg *args;
+      int nargs;
+    } call;
+    struct {
+      dsl_tok op;
+      dsl_expr *a, *b;
+    } bin; /* E_BINARY, E_UNARY (b NULL) */
+    struct {
+      dsl_expr *pred;
+      dsl_block then_block, else_block;
+    } cond;
+    struct {
+      dsl_loopvar *vars;
+      int nvars;
+      dsl_expr *pred;
+      dsl_block body;
+    } loop;
+  };
+};
+
+typedef enum dsl_stmt_kind {
+  S_BIND,   /* names = expr */
+  S_EXPR,   /* expr (for its effect) */
+  S_RETURN, /* return expr */
+  S_IMPORT, /* import "path" */
+  S_DEF,    /* def name(params) { body } */
+  S_SCOPE,  /* scope "name" { } */
+  S_DEVICE, /* device "spec" { } */
+  S_COLOCATE,
+  S_DEPS,
+  S_FETCH,
+  S_TARGET
+} dsl_stmt_kind;
+
+struct dsl_stmt {
+  dsl_stmt_kind kind;
+  dsl_pos pos;
+  const char **names; /* S_BIND targets, S_DEF params, S_FETCH/S_TARGET names */
+  dsl_pos *name_pos;
+  int nnames;
+  const char *str; /* S_IMPORT path, S_DEF name */
+  dsl_expr *expr;  /* S_BIND/S_EXPR/S_RETURN value, S_SCOPE/S_DEVICE name */
+  dsl_expr **args; /* S_COLOCATE/S_DEPS */
+  int nargs;
+  dsl_block block;
+};
+
+/* ---- parser ---------------------------------------------------------------- */
+
+typedef struct dsl_parser {
+  dsl_lexer lx;
+  dsl_arena *arena;
+  gr_error *err;
+  int depth;         /* recursion guard */
+  dsl_expr *pending; /* an IDENT already consumed by the statement rule */
+} dsl_parser;
+
+void dsl_parse_init(dsl_parser *ps, const dsl_source *src, dsl_arena *arena, gr_error *err);
+/* The next top-level statement into *out (NULL at end of file). */
+gr_status dsl_parse_next(dsl_parser *ps, dsl_stmt **out);
+
+/* ---- lowering -------------------------------------------------------------- */
+
+typedef enum dsl_vkind {
+  V_NONE,
+  V_TENSOR, /* t only */
+  V_NUM,
+  V_STR,
+  V_BOOL,
+  V_DTYPE,
+  V_LIST,
+  V_UNKNOWN_DIM,
+  V_TUPLE, /* several tensors (gradients, multi-output ops) */
+  V_OPTIMIZER
+} dsl_vkind;
+
+#define DSL_MAX_LIST (1 << 24) /* elements of a constant list, nesting included */
+#define DSL_MAX_EVAL 3000      /* expression nesting, through def calls */
+
+typedef struct dsl_value dsl_value;
+struct dsl_value {
+  dsl_vkind kind;
+  bool has_t;  /* compile-time values may also exist as a node (x = 2) */
+  gr_output t; /* when has_t */
+  union {
+    struct {
+      double v;
+      int64_t i;
+      bool is_int;
+    } num;
+    const char *str;
+    bool b;
+    gr_dtype dtype;
+    struct {
+      dsl_value *items;
+      int n;
+      int64_t leaves;        /* numbers in the nested list (bounded, see DSL_MAX_LIST) */
+    } list;                  /* V_LIST, V_TUPLE */
+    const gr_optimizer *opt; /* in the temp arena */
+  };
+};
+
+typedef struct dsl_binding {
+  const char *name;
+  uint64_t hash;
+  dsl_value v;
+  dsl_pos pos;
+  const dsl_stmt *def; /* a def (v unused) */
+} dsl_binding;
+
+typedef struct dsl_frame {
+  dsl_binding **slots; /* open addressing of pointers, NULL = empty */
+  dsl_arena *arena;    /* where the bindings live */
+  size_t cap, count;
+  struct dsl_frame *parent; /* lookups fall back to it (defs see globals) */
+} dsl_frame;
+
+struct gr_dsl_program {
+  gr_graph *g;
+  gr_dsl_options opts;
+  dsl_arena persist; /* sources' copies, defs' ASTs, names, bound values */
+  dsl_arena temp;    /* one top-level statement's AST and values */
+  dsl_source *sources;
+  dsl_frame globals;
+  dsl_frame scopes_used; /* name scopes opened by def calls (a set) */
+  dsl_frame *frame;      /* current frame */
+  const char **fetches, **targets;
+  int nfetch, ntarget, capfetch, captarget;
+  const char *last_bound;
+  int call_depth, import_depth;
+  int block_depth;
+  int eval_depth; /* nesting of scope/device/... blocks */
+  int var_counter;
+  char **imported;
+  int nimported;
+  gr_error *err;
+  dsl_value *ret; /* set by `return` inside a def */
+  bool returned;
+  char loc[512];
+};
+
+/* cap: a power of two; bindings are allocated in arena. */
+bool dsl_frame_init(dsl_frame *f, size_t cap, dsl_frame *parent, dsl_arena *arena);
+void dsl_frame_free(dsl_frame *f);
+dsl_binding *dsl_frame_find_local(const dsl_frame *f, const char *name);
+dsl_binding *dsl_frame_lookup(const dsl_frame *f, const char *name);
+dsl_binding *dsl_frame_insert(dsl_frame *f, const char *name);
+
+gr_status dsl_lower_source(gr_dsl_program *p, dsl_source *src);
+gr_status dsl_lower_block(gr_dsl_program *p, const dsl_block *b);
+gr_status dsl_lower_stmt(gr_dsl_program *p, const dsl_stmt *s);
+gr_status dsl_eval(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out);
+/* The value as a tensor, making a constant when needed (dtype hint or f32). */
+gr_status dsl_to_tensor(gr_dsl_program *p, dsl_value *v, dsl_pos pos, gr_dtype hint,
+                        gr_output *out);
+/* Sets the graph's source position and checks for a build error after a call. */
+void dsl_set_loc(gr_dsl_program *p, dsl_pos pos);
+gr_status dsl_check_graph(gr_dsl_program *p, dsl_pos pos);
+gr_status dsl_call(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out);
+gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
+gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
+dsl_source *dsl_add_source(gr_dsl_program *p, const char *name, const char *text, size_t len);
+const char *dsl_vkind_name(dsl_vkind k);
+
+#endif

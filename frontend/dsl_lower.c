@@ -1,0 +1,475 @@
+/* DSL lowering: statements and expressions to builder calls. Values are
+ * tensors (graph outputs) or compile-time values (numbers, strings, dtypes,
+ * shapes, lists); a compile-time number becomes a constant node where a
+ * tensor is needed. Calls are in dsl_call.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsl_internal.h"
+
+/* ---- frames: open-addressing hash maps of bindings ---------------------------- */
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+bool dsl_frame_init(dsl_frame *f, size_t cap, dsl_frame *parent, dsl_arena *arena) {
+  f->slots = calloc(cap, sizeof *f->slots);
+  f->cap = f->slots ? cap : 0;
+  f->count = 0;
+  f->parent = parent;
+  f->arena = arena;
+  return f->slots != NULL;
+}
+
+void dsl_frame_free(dsl_frame *f) {
+  free(f->slots);
+  f->slots = NULL;
+  f->cap = f->count = 0;
+}
+
+static dsl_binding *find(const dsl_frame *f, const char *name, uint64_t h) {
+  if (!f->cap) return NULL;
+  size_t i = (size_t)h & (f->cap - 1);
+  for (dsl_binding *b; (b = f->slots[i]); i = (i + 1) & (f->cap - 1))
+    if (b->hash == h && strcmp(b->name, name) == 0) return b;
+  return NULL;
+}
+
+dsl_binding *dsl_frame_find_local(const dsl_frame *f, const char *name) {
+  return find(f, name, hash_str(name));
+}
+
+dsl_binding *dsl_frame_lookup(const dsl_frame *f, const char *name) {
+  uint64_t h = hash_str(name);
+  for (; f; f = f->parent) {
+    dsl_binding *b = find(f, name, h);
+    if (b) return b;
+  }
+  return NULL;
+}
+
+/* A new binding for name (the caller checked it is not there); NULL if out of memory. */
+dsl_binding *dsl_frame_insert(dsl_frame *f, const char *name) {
+  if ((f->count + 1) * 2 > f->cap) {
+    size_t nc = f->cap ? f->cap * 2 : 16;
+    dsl_binding **ns = calloc(nc, sizeof *ns);
+    if (!ns) return NULL;
+    for (size_t k = 0; k < f->cap; k++)
+      if (f->slots[k]) {
+        size_t i = (size_t)f->slots[k]->hash & (nc - 1);
+        while (ns[i]) i = (i + 1) & (nc - 1);
+        ns[i] = f->slots[k];
+      }
+    free(f->slots);
+    f->slots = ns;
+    f->cap = nc;
+  }
+  dsl_binding *b = dsl_alloc(f->arena, sizeof *b);
+  if (!b) return NULL;
+  b->name = name;
+  b->hash = hash_str(name);
+  size_t i = (size_t)b->hash & (f->cap - 1);
+  while (f->slots[i]) i = (i + 1) & (f->cap - 1);
+  f->slots[i] = b;
+  f->count++;
+  return b;
+}
+
+/* ---- positions and graph errors --------------------------------------------------- */
+
+static char *put_int(char *d, int v) {
+  char tmp[16];
+  int n = 0;
+  unsigned u = v < 0 ? 0u : (unsigned)v;
+  do tmp[n++] = (char)('0' + u % 10);
+  while ((u /= 10) && n < 15);
+  while (n) *d++ = tmp[--n];
+  return d;
+}
+
+/* "file:line:col" without printf: this runs once per node. */
+void dsl_set_loc(gr_dsl_program *p, dsl_pos pos) {
+  const char *name = pos.src ? pos.src->name : "<input>";
+  size_t ln = strlen(name);
+  if (ln > sizeof p->loc - 32) ln = sizeof p->loc - 32;
+  memcpy(p->loc, name, ln);
+  char *d = p->loc + ln;
+  *d++ = ':';
+  d = put_int(d, pos.line);
+  *d++ = ':';
+  d = put_int(d, pos.col);
+  *d = '\0';
+  gr_graph_set_source_loc(p->g, p->loc);
+}
+
+gr_status dsl_check_graph(gr_dsl_program *p, dsl_pos pos) {
+  const gr_error *ge = gr_graph_error(p->g);
+  if (!ge) return GR_OK;
+  const char *m = ge->msg;
+  size_t ll = strlen(p->loc);
+  if (strncmp(m, p->loc, ll) == 0 && m[ll] == ':') m += ll + 1;
+  while (*m == ' ') m++;
+  return dsl_error(p->err, ge->code, pos, "%s", m);
+}
+
+const char *dsl_vkind_name(dsl_vkind k) {
+  static const char *names[] = {"nothing", "tensor", "number", "string", "bool",
+                                "dtype",   "list",   "'?'",    "tuple",  "optimizer"};
+  return k >= 0 && k <= V_OPTIMIZER ? names[k] : "?";
+}
+
+/* ---- compile-time values to tensors ------------------------------------------------ */
+
+/* Shape of a (possibly nested) list of numbers/bools; false if ragged or not numeric. */
+static bool list_shape(const dsl_value *v, gr_shape *s, int depth, bool *all_bool,
+                       const char **why) {
+  if (v->kind == V_NUM || v->kind == V_BOOL) {
+    if (v->kind == V_NUM) *all_bool = false;
+    if (depth == 0) s->rank = 0;
+    return true;
+  }
+  if (v->kind != V_LIST) {
+    *why = v->kind == V_TENSOR || v->has_t
+               ? "a list of tensors is not a constant (use concat or add_n)"
+               : "a constant list holds numbers or bools only";
+    return false;
+  }
+  if (depth >= GR_MAX_RANK) {
+    *why = "a constant list is nested deeper than the maximum rank 8";
+    return false;
+  }
+  if (depth == 0) s->rank = 0;
+  if (s->rank == depth) {
+    s->rank = depth + 1;
+    s->dims[depth] = v->list.n;
+  } else if (s->dims[depth] != v->list.n) {
+    *why = "a constant list is ragged (rows of different lengths)";
+    return false;
+  }
+  if (v->list.n == 0) return true;
+  for (int i = 0; i < v->list.n; i++)
+    if (!list_shape(&v->list.items[i], s, depth + 1, all_bool, why)) return false;
+  return true;
+}
+
+static void list_fill(const dsl_value *v, gr_tensor *t, int64_t *k) {
+  if (v->kind == V_LIST) {
+    for (int i = 0; i < v->list.n; i++) list_fill(&v->list.items[i], t, k);
+    return;
+  }
+  gr_tensor_set_f64(t, (*k)++, v->kind == V_BOOL ? (v->b ? 1 : 0) : v->num.v);
+}
+
+/* A constant tensor of a compile-time value (number, bool, nested list). */
+static gr_status const_tensor(gr_dsl_program *p, const dsl_value *v, dsl_pos pos, gr_dtype dtype,
+                              gr_tensor *t) {
+  gr_shape s = {0};
+  bool all_bool = true;
+  const char *why = NULL;
+  if (v->kind == V_NONE)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos,
+                     "this has no value (a def without 'return'?)");
+  if (v->kind != V_NUM && v->kind != V_BOOL && v->kind != V_LIST)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "a %s is not a tensor",
+                     dsl_vkind_name(v->kind));
+  if (!list_shape(v, &s, 0, &all_bool, &why))
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "%s", why);
+  if (dtype == GR_DTYPE_INVALID) dtype = all_bool ? GR_BOOL : GR_F32;
+  gr_error e;
+  if (gr_tensor_alloc(t, dtype, &s, &e) != GR_OK)
+    return dsl_error(p->err, e.code, pos, "constant: %s", e.msg);
+  int64_t k = 0;
+  list_fill(v, t, &k);
+  return GR_OK;
+}
+
+gr_status dsl_to_tensor(gr_dsl_program *p, dsl_value *v, dsl_pos pos, gr_dtype hint,
+                        gr_output *out) {
+  if (v->has_t) {
+    if (!v->t.node || v->t.index < 0)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos,
+                       "'%s' (op %s) has no outputs: use it as a target or a control dependency",
+                       v->t.node ? v->t.node->name : "?", v->t.node ? v->t.node->op->name : "?");
+    *out = v->t;
+    return GR_OK;
+  }
+  if (v->kind == V_TUPLE)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos,
+                     "a tuple of %d tensors where one tensor is expected (unpack it: a, b = ...)",
+                     v->list.n);
+  gr_tensor t;
+  GR_TRY(const_tensor(p, v, pos, hint, &t));
+  dsl_set_loc(p, pos);
+  *out = gr_const(p->g, &t);
+  gr_tensor_release(&t);
+  GR_TRY(dsl_check_graph(p, pos));
+  v->has_t = true;
+  v->t = *out;
+  return GR_OK;
+}
+
+/* ---- expressions ------------------------------------------------------------------- */
+
+static gr_dtype dtype_of(const dsl_value *v) {
+  if (!v->has_t || !v->t.node || v->t.index < 0) return GR_DTYPE_INVALID;
+  return v->t.node->out_dtypes[v->t.index];
+}
+
+static const char *binary_op_name(dsl_tok op) {
+  switch (op) {
+    case T_PLUS:
+      return "add";
+    case T_MINUS:
+      return "sub";
+    case T_STAR:
+      return "mul";
+    case T_SLASH:
+      return "div";
+    case T_AT:
+      return "matmul";
+    case T_POW:
+      return "pow";
+    case T_EQ:
+      return "equal";
+    case T_NE:
+      return "not_equal";
+    case T_LT:
+      return "less";
+    case T_LE:
+      return "less_equal";
+    case T_GT:
+      return "greater";
+    case T_GE:
+      return "greater_equal";
+    case T_AND:
+      return "logical_and";
+    case T_OR:
+      return "logical_or";
+    default:
+      return NULL;
+  }
+}
+
+/* Folds a op b for compile-time numbers/bools; false when not foldable. */
+static bool fold(gr_dsl_program *p, dsl_tok op, const dsl_value *a, const dsl_value *b,
+                 dsl_value *r, dsl_pos pos, gr_status *st) {
+  *st = GR_OK;
+  if (op == T_AND || op == T_OR) {
+    if (a->kind != V_BOOL || b->kind != V_BOOL) return false;
+    *r = (dsl_value){.kind = V_BOOL, .b = op == T_AND ? (a->b && b->b) : (a->b || b->b)};
+    return true;
+  }
+  if (a->kind != V_NUM || b->kind != V_NUM || op == T_AT) return false;
+  double x = a->num.v, y = b->num.v;
+  bool ints = a->num.is_int && b->num.is_int;
+  memset(r, 0, sizeof *r);
+  r->kind = V_NUM;
+  double v;
+  switch (op) {
+    case T_PLUS:
+      v = x + y;
+      break;
+    case T_MINUS:
+      v = x - y;
+      break;
+    case T_STAR:
+      v = x * y;
+      break;
+    case T_SLASH: /* true division, as in Python 3 and NumPy: 1 / 255 is not 0 */
+      if (y == 0) {
+        *st = dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "division by zero in a constant");
+        return true;
+      }
+      v = x / y;
+      ints = false;
+      break;
+    case T_POW:
+      v = pow(x, y);
+      ints = ints && y >= 0;
+      break;
+    case T_EQ:
+    case T_NE:
+    case T_LT:
+    case T_LE:
+    case T_GT:
+    case T_GE: {
+      bool c = op == T_EQ   ? x == y
+               : op == T_NE ? x != y
+               : op == T_LT ? x < y
+               : op == T_LE ? x <= y
+               : op == T_GT ? x > y
+                            : x >= y;
+      *r = (dsl_value){.kind = V_BOOL, .b = c};
+      return true;
+    }
+    default:
+      return false;
+  }
+  if (ints && (v > 9.2e18 || v < -9.2e18)) {
+    *st = dsl_error(p->err, GR_ERR_OUT_OF_RANGE, pos, "integer overflow in a constant expression");
+    return true;
+  }
+  r->num.v = v;
+  r->num.is_int = ints;
+  r->num.i = ints ? (int64_t)v : 0;
+  return true;
+}
+
+static gr_status eval_binary(gr_dsl_program *p, const dsl_expr *e, const char *name,
+                             dsl_value *out) {
+  dsl_value a, b;
+  GR_TRY(dsl_eval(p, e->bin.a, NULL, &a));
+  GR_TRY(dsl_eval(p, e->bin.b, NULL, &b));
+  dsl_value folded;
+  gr_status st;
+  bool did_fold = fold(p, e->bin.op, &a, &b, &folded, e->pos, &st);
+  if (st != GR_OK) return st;
+  if (did_fold && !a.has_t && !b.has_t) {
+    *out = folded;
+    return GR_OK;
+  }
+  gr_output in[2];
+  GR_TRY(dsl_to_tensor(p, &a, e->bin.a->pos, dtype_of(&b), &in[0]));
+  GR_TRY(dsl_to_tensor(p, &b, e->bin.b->pos, dtype_of(&a), &in[1]));
+  dsl_set_loc(p, e->pos);
+  gr_output o = gr_op(p->g, binary_op_name(e->bin.op), name, in, 2, NULL, 0);
+  GR_TRY(dsl_check_graph(p, e->pos));
+  if (did_fold)
+    *out = folded;
+  else
+    memset(out, 0, sizeof *out), out->kind = V_TENSOR;
+  out->has_t = true;
+  out->t = o;
+  return GR_OK;
+}
+
+static gr_status eval_unary(gr_dsl_program *p, const dsl_expr *e, const char *name,
+                            dsl_value *out) {
+  dsl_value a;
+  GR_TRY(dsl_eval(p, e->bin.a, NULL, &a));
+  if (e->bin.op == T_PLUS) {
+    if (a.kind != V_NUM && !a.has_t)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "unary '+' of a %s",
+                       dsl_vkind_name(a.kind));
+    *out = a;
+    return GR_OK;
+  }
+  bool neg = e->bin.op == T_MINUS;
+  if (!a.has_t) {
+    if (neg && a.kind == V_NUM) {
+      *out = a;
+      out->num.v = -a.num.v;
+      out->num.i = -a.num.i;
+      return GR_OK;
+    }
+    if (!neg && a.kind == V_BOOL) {
+      *out = a;
+      out->b = !a.b;
+      return GR_OK;
+    }
+  }
+  gr_output x;
+  GR_TRY(dsl_to_tensor(p, &a, e->bin.a->pos, GR_DTYPE_INVALID, &x));
+  dsl_set_loc(p, e->pos);
+  gr_output o = gr_op(p->g, neg ? "neg" : "logical_not", name, &x, 1, NULL, 0);
+  GR_TRY(dsl_check_graph(p, e->pos));
+  memset(out, 0, sizeof *out);
+  out->kind = V_TENSOR;
+  out->has_t = true;
+  out->t = o;
+  return GR_OK;
+}
+
+static gr_status eval_ident(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) {
+  dsl_binding *b = dsl_frame_lookup(p->frame, e->str);
+  if (b) {
+    if (b->def)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos,
+                       "'%s' is a def: call it, e.g. %s(...)", e->str, e->str);
+    *out = b->v;
+    return GR_OK;
+  }
+  gr_dtype dt;
+  if (gr_dtype_from_name(e->str, &dt)) {
+    memset(out, 0, sizeof *out);
+    out->kind = V_DTYPE;
+    out->dtype = dt;
+    return GR_OK;
+  }
+  if (gr_ops_find(e->str))
+    return dsl_error(p->err, GR_ERR_NOT_FOUND, e->pos,
+                     "undefined name '%s' ('%s' is an op: call it, e.g. %s(...))", e->str, e->str,
+                     e->str);
+  return dsl_error(p->err, GR_ERR_NOT_FOUND, e->pos, "undefined name '%s'", e->str);
+}
+
+static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out);
+
+gr_status dsl_eval(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out) {
+  if (p->eval_depth >= DSL_MAX_EVAL)
+    return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, e->pos,
+                     "expressions nested too deeply (more than %d levels through def calls)",
+                     DSL_MAX_EVAL);
+  p->eval_depth++;
+  gr_status st = eval(p, e, name, out);
+  p->eval_depth--;
+  return st;
+}
+
+static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out) {
+  memset(out, 0, sizeof *out);
+  switch (e->kind) {
+    case E_NUM:
+      out->kind = V_NUM;
+      out->num.v = e->num.v;
+      out->num.i = e->num.i;
+      out->num.is_int = e->num.is_int;
+      return GR_OK;
+    case E_STR:
+      out->kind = V_STR;
+      out->str = e->str;
+      return GR_OK;
+    case E_BOOL:
+      out->kind = V_BOOL;
+      out->b = e->b;
+      return GR_OK;
+    case E_UNKNOWN_DIM:
+      out->kind = V_UNKNOWN_DIM;
+      return GR_OK;
+    case E_IDENT:
+      return eval_ident(p, e, out);
+    case E_LIST: {
+      out->kind = V_LIST;
+      out->list.n = e->list.n;
+      out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(e->list.n + 1));
+      if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      int64_t leaves = 0;
+      for (int i = 0; i < e->list.n; i++) {
+        dsl_value *it = &out->list.items[i];
+        GR_TRY(dsl_eval(p, e->list.items[i], NULL, it));
+        leaves += it->kind == V_LIST || it->kind == V_TUPLE ? it->list.leaves + 1 : 1;
+        if (leaves > DSL_MAX_LIST)
+          return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, e->pos,
+                           "list too large (more than %d elements)", DSL_MAX_LIST);
+      }
+      out->list.leaves = leaves;
+      return GR_OK;
+    }
+    case E_BINARY:
+      return eval_binary(p, e, name, out);
+    case E_UNARY:
+      return eval_unary(p, e, name, out);
+    case E_CALL:
+      return dsl_call(p, e, name, out);
+    case E_COND:
+      return dsl_lower_cond(p, e, out);
+    case E_WHILE:
+      return dsl_lower_while(p, e, out);
+  }
+  return gr_error_set(p->err, GR_ERR_INTERNAL, "unknown expression kind");
+}

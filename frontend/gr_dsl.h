@@ -1,0 +1,65 @@
+/* The graph DSL: `.gr` files that lower to builder calls (docs/dsl.md).
+ *
+ *   gr_graph *g = gr_graph_new();
+ *   gr_dsl_program *p = NULL;
+ *   gr_error err;
+ *   if (gr_dsl_load_string("basics.gr", "x = 2; y = x + 300", g, NULL, &p, &err) != GR_OK) {
+ *     fprintf(stderr, "%s\n", err.msg); // "basics.gr:1:9: error: ...\n  <line>\n  ^"
+ *   } else {
+ *     gr_output y;
+ *     gr_dsl_lookup(p, "y", &y);       // the node bound to `y`
+ *   }
+ *   gr_dsl_program_free(p);
+ *   gr_graph_free(g);
+ *
+ * Errors: every message starts with "file:line:col: error: ", then the
+ * offending source line and a caret under the column; an unclosed block also
+ * names the line where it opened. Build errors of the graph (shape, dtype,
+ * attrs) are reported at the position of the call that added the node.
+ *
+ * Ownership: the program owns its bindings and sources (gr_dsl_program_free,
+ * NULL is fine); the graph stays the caller's and must outlive the program's
+ * gr_output values. On failure *program may still be set (holding what was
+ * bound before the error) and must be freed. */
+#ifndef GR_DSL_H
+#define GR_DSL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/gr_core.h"
+
+typedef struct gr_dsl_program gr_dsl_program;
+
+typedef struct gr_dsl_options {
+  bool no_imports; /* `import` is an error (fuzzing, untrusted text) */
+  int max_errors;  /* reserved; the first error stops loading */
+} gr_dsl_options;
+
+/* Reads, parses and lowers a file into g. opts may be NULL. */
+gr_status gr_dsl_load_file(const char *path, gr_graph *g, const gr_dsl_options *opts,
+                           gr_dsl_program **program, gr_error *err);
+/* Same for text in memory (len bytes, need not be NUL-terminated); name is
+ * used in messages; imports resolve relative to the current directory. */
+gr_status gr_dsl_load_buffer(const char *name, const char *text, size_t len, gr_graph *g,
+                             const gr_dsl_options *opts, gr_dsl_program **program, gr_error *err);
+/* NUL-terminated text. */
+gr_status gr_dsl_load_string(const char *name, const char *text, gr_graph *g,
+                             const gr_dsl_options *opts, gr_dsl_program **program, gr_error *err);
+void gr_dsl_program_free(gr_dsl_program *p);
+
+/* The tensor bound to a top-level name (`h1 = ...`); false when unbound or
+ * not a tensor. Falls back to a graph node name ("layer1/w", "split:1"). */
+bool gr_dsl_lookup(const gr_dsl_program *p, const char *name, gr_output *out);
+/* The graph the program was lowered into. */
+gr_graph *gr_dsl_graph(const gr_dsl_program *p);
+
+/* Default fetches (`fetch a, b`) and targets (`target train`) declared in the
+ * file, in order; when no `fetch` is declared the last top-level binding is
+ * the default fetch. Names stay valid until the program is freed. */
+int gr_dsl_num_fetches(const gr_dsl_program *p);
+const char *gr_dsl_fetch_name(const gr_dsl_program *p, int i);
+int gr_dsl_num_targets(const gr_dsl_program *p);
+const char *gr_dsl_target_name(const gr_dsl_program *p, int i);
+
+#endif
