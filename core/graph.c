@@ -207,6 +207,7 @@ static bool copy_attr_value(gr_graph *g, gr_attr_value *dst, const gr_attr_value
 
 static gr_status build_attrs(gr_graph *g, gr_node *n, const gr_attr *attrs, int num_attrs) {
   const gr_op_def *op = n->op;
+  if (op->num_attrs == 0 && num_attrs == 0) return GR_OK; /* most ops: nothing to store */
   n->attrs = gr_arena_alloc(&g->arena, sizeof(gr_attr) * (size_t)(op->num_attrs + 1));
   if (!n->attrs) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int i = 0; i < num_attrs; i++) {
@@ -310,9 +311,18 @@ gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
   }
   n->num_inputs = num_inputs;
   n->inputs = gr_arena_memdup(&g->arena, inputs, sizeof(gr_output) * (size_t)num_inputs);
-  gr_dtype *in_dtypes = gr_arena_alloc(&g->arena, sizeof(gr_dtype) * (size_t)(num_inputs + 1));
-  gr_shape *in_shapes = malloc(sizeof(gr_shape) * (size_t)(num_inputs + 1));
-  const gr_tensor **in_values = malloc(sizeof(gr_tensor *) * (size_t)(num_inputs + 1));
+  /* scratch for shape inference: on the stack for the usual small counts */
+  enum { SMALL = 8 };
+  gr_shape in_shapes_small[SMALL], out_shapes_small[SMALL];
+  const gr_tensor *in_values_small[SMALL];
+  gr_dtype out_dtypes_small[SMALL];
+  gr_dtype in_dtypes_small[SMALL];
+  gr_dtype *in_dtypes =
+      num_inputs < SMALL ? in_dtypes_small : malloc(sizeof(gr_dtype) * (size_t)(num_inputs + 1));
+  gr_shape *in_shapes =
+      num_inputs < SMALL ? in_shapes_small : malloc(sizeof(gr_shape) * (size_t)(num_inputs + 1));
+  const gr_tensor **in_values =
+      num_inputs < SMALL ? in_values_small : malloc(sizeof(gr_tensor *) * (size_t)(num_inputs + 1));
   gr_dtype *out_dtypes = NULL;
   gr_shape *out_shapes = NULL;
   gr_output result = null_output();
@@ -367,8 +377,15 @@ gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
 
   /* shape inference */
   int max_out = op->num_outputs >= 0 ? op->num_outputs : GR_MAX_OUTPUTS;
-  out_dtypes = calloc((size_t)max_out + 1, sizeof *out_dtypes);
-  out_shapes = calloc((size_t)max_out + 1, sizeof *out_shapes);
+  if (max_out < SMALL) {
+    memset(out_dtypes_small, 0, sizeof out_dtypes_small);
+    memset(out_shapes_small, 0, sizeof out_shapes_small);
+    out_dtypes = out_dtypes_small;
+    out_shapes = out_shapes_small;
+  } else {
+    out_dtypes = calloc((size_t)max_out + 1, sizeof *out_dtypes);
+    out_shapes = calloc((size_t)max_out + 1, sizeof *out_shapes);
+  }
   if (!out_dtypes || !out_shapes) {
     fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
@@ -417,10 +434,11 @@ done:
   if (!result.node && n && n->attrs)
     for (int a = 0; a < n->num_attrs; a++)
       if (n->attrs[a].value.type == GR_ATTR_TENSOR) gr_tensor_release(&n->attrs[a].value.tensor);
-  free(in_shapes);
-  free(in_values);
-  free(out_dtypes);
-  free(out_shapes);
+  if (in_dtypes != in_dtypes_small) free(in_dtypes);
+  if (in_shapes != in_shapes_small) free(in_shapes);
+  if (in_values != in_values_small) free(in_values);
+  if (out_dtypes != out_dtypes_small) free(out_dtypes);
+  if (out_shapes != out_shapes_small) free(out_shapes);
   return result;
 }
 

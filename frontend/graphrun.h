@@ -22,12 +22,17 @@
  *   }
  *
  * Build with `cc prog.c $(pkg-config --cflags --libs graphrun)`.
- * Modules: core/gr_core.h (graphs, tensors, sessions) and ops/gr_ops.h (the
- * builder functions of every op). */
+ * Modules: core/gr_core.h (graphs, tensors, sessions), ops/gr_ops.h (the
+ * builder functions of every op, gradients, optimizers, control flow),
+ * placer/gr_placer.h (cluster model and placement), checkpoints/
+ * gr_checkpoints.h (SQLite checkpoints) and frontend/gr_dsl.h (.gr files). */
 #ifndef GRAPHRUN_H
 #define GRAPHRUN_H
 
+#include "checkpoints/gr_checkpoints.h"
 #include "core/gr_core.h"
+#include "frontend/gr_dsl.h"
 #include "ops/gr_ops.h"
+#include "placer/gr_placer.h"
 
 #endif

@@ -35,20 +35,53 @@ static const char *device_of(const gr_node *n) {
   return n->assigned_device ? n->assigned_device : n->requested_device ? n->requested_device : "";
 }
 
+/* --placed: run the placer on the cluster file so colours show assigned devices. */
+static int place_for_dot(gr_graph *g, const char *cluster_path) {
+  gr_error err;
+  gr_cluster *c = NULL;
+  if (gr_cluster_load_json(cluster_path, &c, &err) != GR_OK) {
+    fprintf(stderr, "graphrun dot: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  gr_placer_options o = gr_placer_options_default();
+  gr_placement *pl = NULL;
+  gr_status s = gr_placer_place(g, c, &o, &pl, &err);
+  gr_placement_free(pl);
+  gr_cluster_free(c);
+  if (s != GR_OK) {
+    fprintf(stderr, "graphrun dot: placing: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  return GR_EXIT_OK;
+}
+
 int gr_cmd_dot(int argc, char **argv) {
-  const char *file = NULL;
-  bool shapes = true;
+  const char *file = NULL, *cluster = NULL;
+  bool shapes = true, placed = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      printf("usage: graphrun dot FILE.gr [--no-shapes]\n\nPrints the graph of FILE.gr in "
-             "Graphviz DOT: one box per node (name and op), clusters per name\nscope, fill "
-             "colour per device, data edges labelled with their shape, control edges "
-             "dashed.\n  --no-shapes  no shape labels on edges\n\nExample: graphrun dot "
-             "model.gr | dot -Tsvg > model.svg\n");
+      printf("usage: graphrun dot FILE.gr [--no-shapes] [--placed --cluster C.json]\n\nPrints "
+             "the graph of FILE.gr in Graphviz DOT: one box per node (name and op), clusters "
+             "per name\nscope, fill colour per device, data edges labelled with their shape, "
+             "control edges dashed.\n  --no-shapes       no shape labels on edges\n  --placed  "
+             "        colour by the device the placer assigns on --cluster C.json\n\nExample: "
+             "graphrun dot model.gr | dot -Tsvg > model.svg\n");
       return GR_EXIT_OK;
     }
     if (strcmp(argv[i], "--no-shapes") == 0) {
       shapes = false;
+      continue;
+    }
+    if (strcmp(argv[i], "--placed") == 0) {
+      placed = true;
+      continue;
+    }
+    if (strcmp(argv[i], "--cluster") == 0) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "graphrun dot: --cluster needs a file (try --help)\n");
+        return GR_EXIT_USAGE;
+      }
+      cluster = argv[++i];
       continue;
     }
     if ((argv[i][0] == '-' && argv[i][1]) || file) {
@@ -63,8 +96,17 @@ int gr_cmd_dot(int argc, char **argv) {
   }
   gr_graph *g;
   gr_dsl_program *p;
+  if (placed != (cluster != NULL)) {
+    fprintf(stderr, "graphrun dot: --placed and --cluster C.json go together (try --help)\n");
+    return GR_EXIT_USAGE;
+  }
   int rc = cli_load_graph("dot", file, 0, &g, &p);
   if (rc != GR_EXIT_OK) return rc;
+  if (placed && (rc = place_for_dot(g, cluster)) != GR_EXIT_OK) {
+    gr_dsl_program_free(p);
+    gr_graph_free(g);
+    return rc;
+  }
   int n = gr_graph_num_nodes(g);
   gr_node **nodes = malloc(sizeof(gr_node *) * (size_t)(n + 1));
   const char *devices[NPAL];

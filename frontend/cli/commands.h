@@ -15,6 +15,8 @@
   X(check, "parse, build and shape-check a .gr file; print node and op counts")                    \
   X(dot, "print the graph of a .gr file in Graphviz DOT (clusters by scope, colours by device)")   \
   X(ckpt, "inspect checkpoint files: ls, show, diff, verify, export as .npy")                      \
+  X(place, "place a .gr graph on a cluster file's devices; --explain says why")                    \
+  X(calibrate, "measure this machine and write a cluster file for the placer")                     \
   X(ops, "list the registered ops with their inputs and attrs")
 
 #define GR_X_CMD_DECL(name, summary) int gr_cmd_##name(int argc, char **argv);

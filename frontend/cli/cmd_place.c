@@ -1,0 +1,111 @@
+/* graphrun place FILE.gr --cluster C.json [--explain]: place every node of a
+ * graph file on a cluster with the simulated greedy placer and print each
+ * node's device (and, with --explain, why), the predicted step time and the
+ * bytes crossing devices. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "placer/gr_placer.h"
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: graphrun place FILE.gr --cluster C.json [--explain] [--soft] [--profiles DB]\n"
+             "                              [--min-samples N]\n\n"
+             "Places every node of FILE.gr on the devices of the cluster file C.json (see\n"
+             "docs/placement.md; `graphrun calibrate` writes one for this machine) and prints\n"
+             "each node with its full device name, the predicted step time and the bytes that\n"
+             "cross devices per step.\n"
+             "  --cluster C.json  the cluster: jobs, tasks, devices, link speeds\n"
+             "  --explain         per node: pinned / colocated with X / the finish times compared\n"
+             "  --soft            soft placement: a pin no device satisfies is ignored\n"
+             "  --profiles DB     measured op times (SQLite) replace the static estimates\n"
+             "  --min-samples N   samples a profile needs before it is used (default 3)\n"
+             "Exit codes: 0 ok, 1 runtime failure, 2 error in the input files or flags.\n");
+}
+
+int gr_cmd_place(int argc, char **argv) {
+  const char *file = NULL, *cluster_path = NULL, *profiles = NULL;
+  gr_placer_options o = gr_placer_options_default();
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return GR_EXIT_OK;
+    } else if (strcmp(a, "--explain") == 0) {
+      o.explain = true;
+    } else if (strcmp(a, "--soft") == 0) {
+      o.soft_placement = true;
+    } else if (strcmp(a, "--cluster") == 0 || strcmp(a, "--profiles") == 0 ||
+               strcmp(a, "--min-samples") == 0) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "graphrun place: %s needs a value (try --help)\n", a);
+        return GR_EXIT_USAGE;
+      }
+      const char *v = argv[++i];
+      if (strcmp(a, "--cluster") == 0) {
+        cluster_path = v;
+      } else if (strcmp(a, "--profiles") == 0) {
+        profiles = v;
+      } else {
+        char *end;
+        long k = strtol(v, &end, 10);
+        if (*end || end == v || k < 1 || k > 1000000) {
+          fprintf(stderr, "graphrun place: --min-samples '%s' is not an integer in [1, 1000000]\n",
+                  v);
+          return GR_EXIT_USAGE;
+        }
+        o.min_samples = (int)k;
+      }
+    } else if ((a[0] == '-' && a[1]) || file) {
+      fprintf(stderr, "graphrun place: unexpected argument '%s' (try --help)\n", a);
+      return GR_EXIT_USAGE;
+    } else {
+      file = a;
+    }
+  }
+  if (!file || !cluster_path) {
+    fprintf(stderr, "graphrun place: %s (try --help)\n",
+            !file ? "missing FILE.gr" : "missing --cluster C.json");
+    return GR_EXIT_USAGE;
+  }
+  gr_error err;
+  gr_cluster *c = NULL;
+  if (gr_cluster_load_json(cluster_path, &c, &err) != GR_OK) {
+    fprintf(stderr, "graphrun place: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  gr_profile_db *db = NULL;
+  if (profiles && gr_profile_db_open(profiles, &db, &err) != GR_OK) {
+    fprintf(stderr, "graphrun place: %s\n", err.msg);
+    gr_cluster_free(c);
+    return GR_EXIT_USAGE;
+  }
+  o.profiles = db;
+  gr_graph *g = NULL;
+  gr_dsl_program *p = NULL;
+  int rc = cli_load_graph("place", file, 0, &g, &p);
+  if (rc == GR_EXIT_OK) {
+    gr_placement *pl = NULL;
+    gr_status s = gr_placer_place(g, c, &o, &pl, &err);
+    if (s != GR_OK) {
+      fprintf(stderr, "graphrun place: %s: %s\n", file, err.msg);
+      rc = s == GR_ERR_RESOURCE_EXHAUSTED ? GR_EXIT_FAILURE : GR_EXIT_USAGE;
+    } else if (o.explain) {
+      gr_placement_explain(pl, stdout);
+    } else {
+      for (int i = 0; i < gr_graph_num_nodes(g); i++) {
+        const gr_node *n = gr_graph_node(g, i);
+        printf("%s  %s\n", n->name, n->assigned_device);
+      }
+      printf("predicted step time: %.6g s\nbytes crossing devices: %.0f per step\n",
+             gr_placement_step_time(pl), gr_placement_cross_bytes(pl));
+    }
+    gr_placement_free(pl);
+    gr_dsl_program_free(p);
+    gr_graph_free(g);
+  }
+  gr_profile_db_close(db);
+  gr_cluster_free(c);
+  return rc;
+}

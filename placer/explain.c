@@ -1,0 +1,95 @@
+/* The explanation of a placement: per node its device and why, then the
+ * predicted step time and the bytes crossing devices. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "place_internal.h"
+
+static const char *fmt_time(double s, char *buf) {
+  if (!isfinite(s))
+    snprintf(buf, 32, "-");
+  else if (s < 1e-6)
+    snprintf(buf, 32, "%.3g ns", s * 1e9);
+  else if (s < 1e-3)
+    snprintf(buf, 32, "%.3g us", s * 1e6);
+  else if (s < 1)
+    snprintf(buf, 32, "%.3g ms", s * 1e3);
+  else
+    snprintf(buf, 32, "%.3g s", s);
+  return buf;
+}
+
+static const char *fmt_bytes(double b, char *buf) {
+  if (b < 1e3)
+    snprintf(buf, 32, "%.0f B", b);
+  else if (b < 1e6)
+    snprintf(buf, 32, "%.3g kB", b / 1e3);
+  else if (b < 1e9)
+    snprintf(buf, 32, "%.3g MB", b / 1e6);
+  else
+    snprintf(buf, 32, "%.3g GB", b / 1e9);
+  return buf;
+}
+
+void gr_placement_explain(const gr_placement *p, FILE *f) {
+  const gr_cluster *c = p->cluster;
+  const gr_place_result *r = &p->r;
+  int D = c->num_devices;
+  char t1[32], t2[32];
+  fprintf(f, "# %d nodes on %d devices", p->n, D);
+  if (p->profiled) fprintf(f, " (%d nodes timed from profiles)", p->profiled);
+  fprintf(f, "\n");
+  for (int d = 0; d < D; d++)
+    fprintf(f, "# d%d = %s (%.3g Gflop/s)\n", d, c->devices[d].name, c->devices[d].flops / 1e9);
+  for (int k = 0; k < p->n; k++) {
+    const gr_node *v = p->node_at[k];
+    int d = r->device[k];
+    fprintf(f, "%s  d%d  start %s  finish %s  ", v->name, d, fmt_time(r->start[k], t1),
+            fmt_time(r->finish[k], t2));
+    switch ((gr_place_reason)r->reason[k]) {
+      case GR_PLACE_PINNED:
+        if (v->requested_device[0])
+          fprintf(f, "pinned '%s'", v->requested_device);
+        else
+          fprintf(f, "pinned through its colocation group");
+        break;
+      case GR_PLACE_COLOCATED:
+        fprintf(f, "colocated with %s",
+                r->cause[k] >= 0 ? p->node_at[r->cause[k]]->name : "its group");
+        break;
+      case GR_PLACE_CONSUMER:
+        fprintf(f, "free source, with its consumer %s",
+                r->cause[k] >= 0 ? p->node_at[r->cause[k]]->name : "(none)");
+        break;
+      case GR_PLACE_FALLBACK:
+        fprintf(f, "simpler placement was faster: greedy %s vs %s with the rest on d%d",
+                fmt_time(r->greedy_time, t1), fmt_time(r->baseline_time, t2), r->baseline_device);
+        break;
+      case GR_PLACE_CHOSEN:
+        fprintf(f, "earliest finish");
+        if (r->cand_finish) {
+          fprintf(f, ":");
+          int shown = 0;
+          for (int e = 0; e < D; e++) {
+            double x = r->cand_finish[(size_t)k * (size_t)D + (size_t)e];
+            if (!isfinite(x)) continue;
+            if (shown++ == 8) {
+              fprintf(f, " ...");
+              break;
+            }
+            fprintf(f, " d%d=%s", e, fmt_time(x, t1));
+          }
+        }
+        break;
+    }
+    if (p->pin_ignored[v->id])
+      fprintf(f, " (pin '%s' ignored: soft placement)", v->requested_device);
+    fprintf(f, "\n");
+  }
+  fprintf(f, "predicted step time: %s (greedy %s; best single device / pins only %s on d%d)%s\n",
+          fmt_time(r->step_time, t1), fmt_time(r->greedy_time, t2),
+          fmt_time(r->baseline_time, (char[32]){0}), r->baseline_device,
+          r->fell_back ? " -- fell back" : "");
+  fprintf(f, "bytes crossing devices: %s per step\n", fmt_bytes(r->cross_bytes, t1));
+}

@@ -1,0 +1,219 @@
+/* placer/: the face header. Cluster model, placement constraints, cost model
+ * with measured profiles, and the simulated greedy placer that gives every
+ * node of a graph a full device name.
+ *
+ *   gr_error err;
+ *   gr_cluster *c = NULL;
+ *   if (gr_cluster_load_json("cluster.json", &c, &err) != GR_OK) { puts(err.msg); return 1; }
+ *   gr_placer_options o = gr_placer_options_default();   // soft placement off
+ *   gr_placement *p = NULL;
+ *   if (gr_placer_place(g, c, &o, &p, &err) != GR_OK) { puts(err.msg); return 1; }
+ *   printf("%s\n", gr_graph_node(g, 0)->assigned_device); // "/job:worker/replica:0/..."
+ *   printf("step %.3g s\n", gr_placement_step_time(p));
+ *   gr_placement_explain(p, stdout);                      // per node: device and why
+ *   gr_placement_free(p);
+ *   gr_cluster_free(c);
+ *
+ * Ownership: every _new / _load / _place result has one _free. The cluster
+ * must outlive placements made with it; the graph owns the assigned device
+ * strings the placer writes (one shared string per device). The lower-level
+ * gr_place_graph form (flat arrays, nodes in topological order) is what the
+ * placer works on; benchmarks and tests may build it directly. See
+ * docs/placement.md. */
+#ifndef GR_PLACER_H
+#define GR_PLACER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/gr_core.h"
+
+/* ---- cluster model -------------------------------------------------------- */
+
+typedef enum gr_link_kind {
+  GR_LINK_SAME_TASK,  /* two devices of one process */
+  GR_LINK_SAME_HOST,  /* two tasks on one host (loopback) */
+  GR_LINK_CROSS_HOST, /* network */
+  GR_LINK_COUNT
+} gr_link_kind;
+
+typedef struct gr_link {
+  double latency;   /* seconds per transfer */
+  double bandwidth; /* bytes per second, > 0 */
+} gr_link;
+
+typedef struct gr_cluster_device {
+  gr_device_spec spec;           /* full: job, replica 0, task, CPU, id */
+  char name[GR_DEVICE_NAME_MAX]; /* canonical full name */
+  double flops;                  /* flop/s, > 0 */
+  double mem_bandwidth;          /* bytes/s an op reads+writes, > 0 */
+  double overhead;               /* seconds added to every op (dispatch), >= 0 */
+  int task;                      /* index into the cluster's tasks */
+  int host;                      /* index of the task's host */
+} gr_cluster_device;
+
+typedef struct gr_cluster gr_cluster;
+
+/* An empty cluster with default links (same task 1 us + 10 GB/s, same host
+ * 20 us + 3 GB/s, cross host 100 us + 1.25 GB/s). NULL when out of memory. */
+gr_cluster *gr_cluster_new(void);
+void gr_cluster_free(gr_cluster *c);
+/* Adds task number <count of tasks of job so far> of `job` on `host` (NULL:
+ * "localhost"); *task_out (may be NULL) gets its cluster-wide task index. */
+gr_status gr_cluster_add_task(gr_cluster *c, const char *job, const char *host, int *task_out,
+                              gr_error *err);
+/* Adds CPU device number <devices of that task so far> to a task. */
+gr_status gr_cluster_add_device(gr_cluster *c, int task, double flops, double mem_bandwidth,
+                                double overhead, gr_error *err);
+void gr_cluster_set_link(gr_cluster *c, gr_link_kind kind, gr_link link);
+gr_link gr_cluster_get_link(const gr_cluster *c, gr_link_kind kind);
+/* One job "localhost", one task, n identical CPU devices. */
+gr_cluster *gr_cluster_new_local(int n, double flops, double mem_bandwidth, double overhead);
+
+int gr_cluster_num_devices(const gr_cluster *c);
+const gr_cluster_device *gr_cluster_device_at(const gr_cluster *c, int i);
+/* Index of the device with this full name (or spec text that matches exactly
+ * one device), -1 when none. */
+int gr_cluster_find_device(const gr_cluster *c, const char *name);
+/* Link between two different devices. */
+gr_link_kind gr_cluster_link_kind(const gr_cluster *c, int a, int b);
+/* Seconds to move `bytes` from device a to b (0 when a == b). */
+double gr_cluster_transfer_time(const gr_cluster *c, int a, int b, double bytes);
+
+/* The JSON cluster file (format in docs/placement.md). Errors name the file
+ * and line:column. `name` is used in messages (NULL: "<cluster>"). */
+gr_status gr_cluster_parse_json(const char *text, size_t len, const char *name, gr_cluster **out,
+                                gr_error *err);
+gr_status gr_cluster_load_json(const char *path, gr_cluster **out, gr_error *err);
+/* Writes the cluster as a JSON cluster file that gr_cluster_parse_json reads back. */
+gr_status gr_cluster_write_json(const gr_cluster *c, FILE *f, gr_error *err);
+
+/* ---- cost model and profiles ---------------------------------------------- */
+
+/* Unknown dims (batch) count as this many in cost estimates. */
+#define GR_COST_DEFAULT_DIM 32
+
+/* Static cost of one execution of n: the op's cost_fn (default: flops =
+ * output elements, bytes = inputs + outputs), with unknown dims taken as
+ * GR_COST_DEFAULT_DIM. */
+gr_cost gr_cost_of_node(const gr_node *n);
+/* Bytes of output i of n (unknown dims as GR_COST_DEFAULT_DIM). */
+double gr_cost_output_bytes(const gr_node *n, int i);
+/* Profile key: "op(dtype[dims],...)" from the op name and the input shapes. */
+void gr_cost_profile_key(const gr_node *n, char *buf, size_t cap);
+
+/* Measured op times, keyed by op kind + input shapes, in a SQLite database
+ * (table op_profiles, see docs/placement.md) that later runs reuse. */
+typedef struct gr_profile_db gr_profile_db;
+/* Opens (creating if needed) the database at path (":memory:" for none). */
+gr_status gr_profile_db_open(const char *path, gr_profile_db **out, gr_error *err);
+void gr_profile_db_close(gr_profile_db *db);
+/* Adds one measured execution time (seconds) to the running average of key. */
+gr_status gr_profile_db_record(gr_profile_db *db, const char *key, double seconds, gr_error *err);
+/* The average and its sample count (0 when unknown). */
+gr_status gr_profile_db_lookup(gr_profile_db *db, const char *key, double *mean_seconds,
+                               int64_t *samples, gr_error *err);
+
+/* ---- the compact graph the placer works on --------------------------------- */
+
+/* Nodes are in topological order: every in-edge's producer has a smaller
+ * index than its consumer. Arrays are owned by the struct (gr_place_graph_init
+ * allocates them, gr_place_graph_free frees them). */
+typedef struct gr_place_graph {
+  int num_nodes, num_edges;
+  double *flops;    /* per node */
+  double *bytes;    /* per node: memory traffic */
+  double *seconds;  /* per node: measured time (< 0: none, use the estimate) */
+  int *in_off;      /* num_nodes + 1: in-edges of v are in_off[v] .. in_off[v+1]-1 */
+  int *in_src;      /* per edge: producer */
+  double *in_bytes; /* per edge: tensor bytes (0 for control edges) */
+  int *group;       /* per node: colocation representative (group[v] == v: own group) */
+  int *allow;       /* per node: -1 any device, else an allowed-set index */
+  int num_allow_sets, allow_words; /* sets are allow_words uint64 words each */
+  uint64_t *allow_bits;
+} gr_place_graph;
+
+/* Allocates arrays for n nodes and e edges (group[v] = v, allow = -1,
+ * seconds = -1, others 0); in_off must then be filled by the caller. */
+gr_status gr_place_graph_init(gr_place_graph *pg, int n, int e, gr_error *err);
+void gr_place_graph_free(gr_place_graph *pg);
+/* Adds an allowed device set (device indices < num_devices); returns its index or -1 (OOM). */
+int gr_place_graph_add_allow_set(gr_place_graph *pg, int num_devices, const int *devs, int n);
+/* Checks topological order, edge ranges, groups and sets; errors name the node index. */
+gr_status gr_place_graph_check(const gr_place_graph *pg, int num_devices, gr_error *err);
+
+typedef enum gr_place_reason {
+  GR_PLACE_CHOSEN,    /* earliest finish among the compared devices */
+  GR_PLACE_PINNED,    /* the only device its pin (or its group's) allows */
+  GR_PLACE_COLOCATED, /* its colocation group was placed with an earlier member */
+  GR_PLACE_CONSUMER,  /* free source (constant, placeholder): with its first consumer */
+  GR_PLACE_FALLBACK,  /* the whole greedy placement lost to a simpler one */
+} gr_place_reason;
+
+typedef struct gr_place_options {
+  bool record;      /* keep per-node finish times per device (for explain) */
+  bool no_fallback; /* return the greedy placement even if a simpler one is better */
+} gr_place_options;
+
+typedef struct gr_place_result {
+  int *device;            /* per node: device index */
+  double *start, *finish; /* per node, simulated seconds */
+  double step_time;       /* predicted makespan of the returned placement */
+  double greedy_time;     /* the greedy placement's makespan */
+  double baseline_time;   /* best of single device / pins only */
+  int baseline_device;    /* the device of that baseline */
+  bool fell_back;         /* the baseline was returned */
+  double cross_bytes;     /* bytes moved between devices per step */
+  uint8_t *reason;        /* per node gr_place_reason */
+  int *cause;             /* per node: COLOCATED: the member that placed the group;
+                             CONSUMER: the consumer it followed; else -1 */
+  /* record only: num_nodes * num_devices finish times (INFINITY: not allowed) */
+  double *cand_finish;
+  int num_devices;
+} gr_place_result;
+
+/* Places pg on c. Deterministic. result is filled (free with gr_place_result_free). */
+gr_status gr_place_schedule(const gr_place_graph *pg, const gr_cluster *c,
+                            const gr_place_options *o, gr_place_result *result, gr_error *err);
+void gr_place_result_free(gr_place_result *r);
+/* Simulated makespan of a fixed assignment (same model the placer uses);
+ * cross_bytes (may be NULL) gets the bytes moved between devices. -1 on OOM. */
+double gr_place_simulate(const gr_place_graph *pg, const gr_cluster *c, const int *device,
+                         double *cross_bytes);
+/* Compute seconds of node v on device d (estimate or measured). */
+double gr_place_node_time(const gr_place_graph *pg, const gr_cluster *c, int v, int d);
+/* max(critical path on the fastest device, total work / number of devices),
+ * transfers free: no placement can beat it. */
+double gr_place_lower_bound(const gr_place_graph *pg, const gr_cluster *c);
+
+/* ---- placing a gr_graph ---------------------------------------------------- */
+
+typedef struct gr_placer_options {
+  bool soft_placement;     /* unsatisfiable pins fall back to any device (off by default) */
+  bool explain;            /* keep what gr_placement_explain prints */
+  gr_profile_db *profiles; /* measured times (NULL: static estimates only) */
+  int min_samples;         /* profiles used once they have this many samples */
+} gr_placer_options;
+
+gr_placer_options gr_placer_options_default(void);
+
+typedef struct gr_placement gr_placement;
+
+/* Resolves pins (node->requested_device) and colocation (shared attr "var",
+ * node->colocate_with), estimates costs, places every node and writes its
+ * full device name to node->assigned_device. Errors name the nodes and specs
+ * involved and the devices that exist. *out (may be NULL) gets the placement. */
+gr_status gr_placer_place(gr_graph *g, const gr_cluster *c, const gr_placer_options *o,
+                          gr_placement **out, gr_error *err);
+void gr_placement_free(gr_placement *p);
+double gr_placement_step_time(const gr_placement *p);
+double gr_placement_cross_bytes(const gr_placement *p);
+/* Device index (into the cluster) of the node with this id, -1 if not placed. */
+int gr_placement_device_of(const gr_placement *p, int node_id);
+/* Per node: its device and why; then the predicted step time and the bytes
+ * crossing devices. Needs options.explain for the finish-time comparisons. */
+void gr_placement_explain(const gr_placement *p, FILE *f);
+
+#endif

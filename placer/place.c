@@ -1,0 +1,503 @@
+/* Placing a gr_graph: topological order, costs (static or profiled), pins,
+ * colocation groups (union-find), kernel availability, then the simulated
+ * greedy placer on the compact form, and the full device names written back. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "place_internal.h"
+
+gr_placer_options gr_placer_options_default(void) {
+  return (gr_placer_options){
+      .soft_placement = false, .explain = false, .profiles = NULL, .min_samples = 3};
+}
+
+/* ---- a small string -> int map (open addressing, keys borrowed) ----------- */
+
+typedef struct strmap {
+  const char **keys;
+  int *vals;
+  size_t cap, n;
+} strmap;
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static bool map_grow(strmap *m) {
+  size_t cap = m->cap ? m->cap * 2 : 64;
+  const char **keys = calloc(cap, sizeof *keys);
+  int *vals = malloc(cap * sizeof *vals);
+  if (!keys || !vals) {
+    free(keys);
+    free(vals);
+    return false;
+  }
+  for (size_t i = 0; i < m->cap; i++)
+    if (m->keys[i]) {
+      size_t j = hash_str(m->keys[i]) & (cap - 1);
+      while (keys[j]) j = (j + 1) & (cap - 1);
+      keys[j] = m->keys[i];
+      vals[j] = m->vals[i];
+    }
+  free(m->keys);
+  free(m->vals);
+  m->keys = keys;
+  m->vals = vals;
+  m->cap = cap;
+  return true;
+}
+
+/* The value of key, or inserts val and returns it; -2 on OOM. */
+static int map_get_or_put(strmap *m, const char *key, int val) {
+  if ((m->n + 1) * 2 > m->cap && !map_grow(m)) return -2;
+  size_t j = hash_str(key) & (m->cap - 1);
+  while (m->keys[j]) {
+    if (strcmp(m->keys[j], key) == 0) return m->vals[j];
+    j = (j + 1) & (m->cap - 1);
+  }
+  m->keys[j] = key;
+  m->vals[j] = val;
+  m->n++;
+  return val;
+}
+
+static void map_free(strmap *m) {
+  free(m->keys);
+  free(m->vals);
+}
+
+/* ---- union-find ------------------------------------------------------------ */
+
+static int uf_find(int *parent, int x) {
+  while (parent[x] != x) {
+    parent[x] = parent[parent[x]];
+    x = parent[x];
+  }
+  return x;
+}
+
+static void uf_union(int *parent, int a, int b) {
+  a = uf_find(parent, a);
+  b = uf_find(parent, b);
+  if (a == b) return;
+  if (a < b)
+    parent[b] = a;
+  else
+    parent[a] = b;
+}
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static void device_list(const gr_cluster *c, char *buf, size_t cap) {
+  size_t m = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < c->num_devices && m + 1 < cap; d++) {
+    if (d == 8 && c->num_devices > 9) {
+      snprintf(buf + m, cap - m, ", ... (%d devices)", c->num_devices);
+      return;
+    }
+    m += (size_t)snprintf(buf + m, cap - m, "%s%s", d ? ", " : "", c->devices[d].name);
+  }
+}
+
+static bool kernel_available(const gr_node *n, const gr_cluster_device *d) {
+  return n->op->kernel != NULL && strcmp(d->spec.type, "CPU") == 0;
+}
+
+static const char *why_colocated(const gr_node *n, char *buf, size_t cap) {
+  const char *var = gr_node_attr_string(n, "var", NULL);
+  if (n->colocate_with)
+    snprintf(buf, cap, "colocate_with '%s'", n->colocate_with);
+  else if (var)
+    snprintf(buf, cap, "variable '%s'", var);
+  else
+    snprintf(buf, cap, "its colocation group");
+  return buf;
+}
+
+/* Topological order of the graph's nodes (data and control inputs). */
+static gr_status topo_order(gr_graph *g, int n, int *order, gr_error *err) {
+  bool sorted = true;
+  for (int i = 0; i < n && sorted; i++) {
+    gr_node *v = gr_graph_node(g, i);
+    for (int k = 0; k < v->num_inputs && sorted; k++) sorted = v->inputs[k].node->id < i;
+    for (int k = 0; k < v->num_control_inputs && sorted; k++) sorted = v->control_inputs[k]->id < i;
+  }
+  if (sorted) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    return GR_OK;
+  }
+  int *indeg = calloc((size_t)n + 1, sizeof(int)), *off = calloc((size_t)n + 2, sizeof(int));
+  int *succ = NULL, total = 0;
+  gr_status s = GR_OK;
+  if (!indeg || !off) goto oom;
+  for (int i = 0; i < n; i++) {
+    gr_node *v = gr_graph_node(g, i);
+    indeg[i] = v->num_inputs + v->num_control_inputs;
+    total += indeg[i];
+    for (int k = 0; k < v->num_inputs; k++) off[v->inputs[k].node->id + 1]++;
+    for (int k = 0; k < v->num_control_inputs; k++) off[v->control_inputs[k]->id + 1]++;
+  }
+  for (int i = 0; i < n; i++) off[i + 1] += off[i];
+  succ = malloc(sizeof(int) * ((size_t)total + 1));
+  if (!succ) goto oom;
+  for (int i = 0; i < n; i++) {
+    gr_node *v = gr_graph_node(g, i);
+    for (int k = 0; k < v->num_inputs; k++) succ[off[v->inputs[k].node->id]++] = i;
+    for (int k = 0; k < v->num_control_inputs; k++) succ[off[v->control_inputs[k]->id]++] = i;
+  }
+  for (int i = n; i > 0; i--) off[i] = off[i - 1];
+  off[0] = 0;
+  int head = 0, tail = 0;
+  for (int i = 0; i < n; i++)
+    if (!indeg[i]) order[tail++] = i;
+  while (head < tail) {
+    int u = order[head++];
+    for (int e = off[u]; e < off[u + 1]; e++)
+      if (--indeg[succ[e]] == 0) order[tail++] = succ[e];
+  }
+  if (tail < n) {
+    int i = 0;
+    while (indeg[i] == 0) i++;
+    s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                     "placer: the graph has a cycle through node '%s' (control inputs)",
+                     gr_graph_node(g, i)->name);
+  }
+  free(indeg);
+  free(off);
+  free(succ);
+  return s;
+oom:
+  free(indeg);
+  free(off);
+  return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
+}
+
+/* ---- constraints ------------------------------------------------------------------ */
+
+typedef struct build {
+  gr_graph *g;
+  const gr_cluster *c;
+  const gr_placer_options *o;
+  gr_placement *p;
+  int n, D, words;
+  int *parent;    /* union-find over node ids */
+  int *pin_set;   /* per node id: allowed-set bitset index (-1 none) */
+  uint64_t *sets; /* bitsets, words each */
+  uint8_t *soft;  /* per set: made from a pin that soft placement dropped */
+  int nsets, capsets;
+  gr_error *err;
+} build;
+
+static int new_set(build *b) {
+  if (b->nsets == b->capsets) {
+    int cap = b->capsets ? b->capsets * 2 : 16;
+    uint64_t *s = realloc(b->sets, sizeof(uint64_t) * (size_t)b->words * (size_t)cap);
+    if (!s) return -1;
+    b->sets = s;
+    uint8_t *soft = realloc(b->soft, (size_t)cap);
+    if (!soft) return -1;
+    b->soft = soft;
+    b->capsets = cap;
+  }
+  b->soft[b->nsets] = 0;
+  memset(b->sets + (size_t)b->words * (size_t)b->nsets, 0, sizeof(uint64_t) * (size_t)b->words);
+  return b->nsets++;
+}
+
+static uint64_t *set_bits(build *b, int s) {
+  return b->sets + (size_t)b->words * (size_t)s;
+}
+
+static bool set_empty(build *b, int s) {
+  for (int w = 0; w < b->words; w++)
+    if (set_bits(b, s)[w]) return false;
+  return true;
+}
+
+/* Pins: each distinct requested spec becomes one allowed set. */
+static gr_status resolve_pins(build *b) {
+  strmap specs = {0};
+  gr_status st = GR_OK;
+  bool any_cpu = false; /* kernels exist for CPU only */
+  for (int d = 0; d < b->D && !any_cpu; d++)
+    any_cpu = strcmp(b->c->devices[d].spec.type, "CPU") == 0;
+  for (int i = 0; i < b->n; i++) {
+    gr_node *v = gr_graph_node(b->g, i);
+    const char *req = v->requested_device ? v->requested_device : "";
+    b->pin_set[i] = -1;
+    bool any_kernel = v->op->kernel != NULL && any_cpu;
+    if (!any_kernel) {
+      st = gr_error_set(b->err, GR_ERR_UNIMPLEMENTED,
+                        "node '%s': op '%s' has no kernel for any device type of the cluster",
+                        v->name, v->op->name);
+      break;
+    }
+    if (!*req) continue;
+    int k = map_get_or_put(&specs, req, b->nsets);
+    if (k == -2) goto oom;
+    if (k < b->nsets) {
+      b->pin_set[i] = k;
+      b->p->pin_ignored[i] = b->soft[k];
+      continue;
+    }
+    gr_device_spec spec;
+    gr_error perr;
+    if (gr_device_spec_parse(req, &spec, &perr) != GR_OK) {
+      st = gr_error_set(b->err, perr.code, "node '%s': %s", v->name, perr.msg);
+      break;
+    }
+    int s = new_set(b);
+    if (s < 0) goto oom;
+    bool matched = false;
+    for (int d = 0; d < b->D; d++)
+      if (gr_device_spec_matches(&spec, &b->c->devices[d].spec) &&
+          kernel_available(v, &b->c->devices[d])) {
+        set_bits(b, s)[d / 64] |= 1ull << (d % 64);
+        matched = true;
+      }
+    if (!matched) {
+      if (!b->o->soft_placement) {
+        char list[768];
+        device_list(b->c, list, sizeof list);
+        st = gr_error_set(b->err, GR_ERR_INVALID_ARGUMENT,
+                          "node '%s': device spec '%s' matches no device of the cluster "
+                          "(devices: %s; soft placement is off)",
+                          v->name, req, list);
+        break;
+      }
+      for (int d = 0; d < b->D; d++)
+        if (kernel_available(v, &b->c->devices[d])) set_bits(b, s)[d / 64] |= 1ull << (d % 64);
+      b->p->pin_ignored[i] = 1;
+      b->soft[s] = 1;
+    }
+    b->pin_set[i] = s;
+  }
+  map_free(&specs);
+  return st;
+oom:
+  map_free(&specs);
+  return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
+}
+
+/* Colocation: nodes sharing attr "var", and colocate_with. */
+static gr_status join_groups(build *b) {
+  strmap vars = {0};
+  for (int i = 0; i < b->n; i++) b->parent[i] = i;
+  for (int i = 0; i < b->n; i++) {
+    gr_node *v = gr_graph_node(b->g, i);
+    const char *var = gr_node_attr_string(v, "var", NULL);
+    if (var) {
+      int first = map_get_or_put(&vars, var, i);
+      if (first == -2) {
+        map_free(&vars);
+        return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
+      }
+      uf_union(b->parent, first, i);
+    }
+    if (v->colocate_with) {
+      gr_node *o = gr_graph_find_node(b->g, v->colocate_with);
+      if (!o) {
+        map_free(&vars);
+        return gr_error_set(b->err, GR_ERR_NOT_FOUND,
+                            "node '%s': colocate_with names '%s', which is not a node of the graph",
+                            v->name, v->colocate_with);
+      }
+      uf_union(b->parent, o->id, i);
+    }
+  }
+  map_free(&vars);
+  return GR_OK;
+}
+
+/* Intersects the pins of each group; conflicts name both nodes and specs. */
+static gr_status group_sets(build *b, int *gset, int *gpinner) {
+  for (int i = 0; i < b->n; i++) gset[i] = -1, gpinner[i] = -1;
+  for (int i = 0; i < b->n; i++) {
+    if (b->pin_set[i] < 0) continue;
+    int r = uf_find(b->parent, i);
+    if (gset[r] < 0) {
+      gset[r] = b->pin_set[i];
+      gpinner[r] = i;
+      continue;
+    }
+    int s = new_set(b);
+    if (s < 0) return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
+    for (int w = 0; w < b->words; w++)
+      set_bits(b, s)[w] = set_bits(b, gset[r])[w] & set_bits(b, b->pin_set[i])[w];
+    if (set_empty(b, s)) {
+      gr_node *a = gr_graph_node(b->g, gpinner[r]), *v = gr_graph_node(b->g, i);
+      if (!b->o->soft_placement) {
+        char why[256];
+        return gr_error_set(b->err, GR_ERR_INVALID_ARGUMENT,
+                            "colocation conflict: node '%s' (device '%s') and node '%s' (device "
+                            "'%s') must share a device (%s) but no device matches both specs",
+                            a->name, a->requested_device, v->name, v->requested_device,
+                            why_colocated(v, why, sizeof why));
+      }
+      b->p->pin_ignored[i] = 1; /* soft: the first pin in the group wins */
+      b->nsets--;
+      continue;
+    }
+    gset[r] = s;
+  }
+  return GR_OK;
+}
+
+static gr_status fill_graph(build *b, const int *order, const int *gset) {
+  gr_place_graph *pg = &b->p->pg;
+  int n = b->n, e = 0;
+  for (int i = 0; i < n; i++) {
+    gr_node *v = gr_graph_node(b->g, i);
+    e += v->num_inputs + v->num_control_inputs;
+  }
+  GR_TRY(gr_place_graph_init(pg, n, e, b->err));
+  int *pos = b->p->pos;
+  for (int k = 0; k < n; k++) pos[order[k]] = k;
+  for (int s = 0; s < b->nsets; s++) {
+    int idx = gr_place_graph_add_allow_set(pg, b->D, NULL, 0);
+    if (idx < 0) return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
+    memcpy(pg->allow_bits + (size_t)idx * (size_t)b->words, set_bits(b, s),
+           sizeof(uint64_t) * (size_t)b->words);
+  }
+  int *rep = malloc(sizeof(int) * ((size_t)n + 1));
+  if (!rep) return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
+  for (int i = 0; i < n; i++) rep[i] = n;
+  for (int i = 0; i < n; i++) {
+    int r = uf_find(b->parent, i);
+    if (pos[i] < rep[r]) rep[r] = pos[i];
+  }
+  e = 0;
+  char key[512];
+  for (int k = 0; k < n; k++) {
+    gr_node *v = gr_graph_node(b->g, order[k]);
+    b->p->node_at[k] = v;
+    gr_cost c = gr_cost_of_node(v);
+    pg->flops[k] = c.flops;
+    pg->bytes[k] = c.bytes;
+    if (b->o->profiles) {
+      double mean;
+      int64_t samples;
+      gr_cost_profile_key(v, key, sizeof key);
+      if (gr_profile_db_lookup(b->o->profiles, key, &mean, &samples, b->err) != GR_OK) {
+        free(rep);
+        return b->err ? b->err->code : GR_ERR_IO;
+      }
+      if (samples >= (b->o->min_samples > 0 ? b->o->min_samples : 1)) {
+        pg->seconds[k] = mean;
+        b->p->profiled++;
+      }
+    }
+    int r = uf_find(b->parent, order[k]);
+    pg->group[k] = rep[r];
+    pg->allow[k] = gset[r];
+    pg->in_off[k] = e;
+    for (int i = 0; i < v->num_inputs; i++) {
+      pg->in_src[e] = pos[v->inputs[i].node->id];
+      pg->in_bytes[e++] = gr_cost_output_bytes(v->inputs[i].node, v->inputs[i].index);
+    }
+    for (int i = 0; i < v->num_control_inputs; i++) {
+      pg->in_src[e] = pos[v->control_inputs[i]->id];
+      pg->in_bytes[e++] = 0;
+    }
+  }
+  pg->in_off[n] = e;
+  free(rep);
+  return GR_OK;
+}
+
+gr_status gr_placer_place(gr_graph *g, const gr_cluster *c, const gr_placer_options *opts,
+                          gr_placement **out, gr_error *err) {
+  if (out) *out = NULL;
+  gr_placer_options o = opts ? *opts : gr_placer_options_default();
+  if (gr_graph_error(g))
+    return gr_error_set(err, GR_ERR_FAILED_PRECONDITION, "placer: the graph has a build error: %s",
+                        gr_graph_error(g)->msg);
+  if (!c || c->num_devices < 1)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "placer: the cluster has no devices");
+  int n = gr_graph_num_nodes(g);
+  gr_placement *p = calloc(1, sizeof *p);
+  build b = {.g = g,
+             .c = c,
+             .o = &o,
+             .p = p,
+             .n = n,
+             .D = c->num_devices,
+             .words = (c->num_devices + 63) / 64,
+             .err = err};
+  size_t sn = (size_t)n + 1;
+  int *order = malloc(sn * sizeof(int)), *gset = malloc(sn * sizeof(int)),
+      *gpinner = malloc(sn * sizeof(int));
+  b.parent = malloc(sn * sizeof(int));
+  b.pin_set = malloc(sn * sizeof(int));
+  gr_status s = GR_OK;
+  if (!p || !order || !gset || !gpinner || !b.parent || !b.pin_set) goto oom;
+  p->graph = g;
+  p->cluster = c;
+  p->n = n;
+  p->explain = o.explain;
+  p->pos = malloc(sn * sizeof(int));
+  p->node_at = malloc(sn * sizeof(gr_node *));
+  p->pin_ignored = calloc(sn, 1);
+  p->dev_names = calloc((size_t)c->num_devices, sizeof(char *));
+  if (!p->pos || !p->node_at || !p->pin_ignored || !p->dev_names) goto oom;
+  if ((s = topo_order(g, n, order, err)) != GR_OK) goto done;
+  if ((s = resolve_pins(&b)) != GR_OK) goto done;
+  if ((s = join_groups(&b)) != GR_OK) goto done;
+  if ((s = group_sets(&b, gset, gpinner)) != GR_OK) goto done;
+  if ((s = fill_graph(&b, order, gset)) != GR_OK) goto done;
+  gr_place_options po = {.record = o.explain};
+  if ((s = gr_place_schedule(&p->pg, c, &po, &p->r, err)) != GR_OK) goto done;
+  for (int k = 0; k < n; k++) {
+    int d = p->r.device[k];
+    if (!p->dev_names[d]) {
+      p->dev_names[d] = gr_graph_strdup(g, c->devices[d].name);
+      if (!p->dev_names[d]) goto oom;
+    }
+    p->node_at[k]->assigned_device = p->dev_names[d];
+  }
+  goto done;
+oom:
+  s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory (%d nodes)", n);
+done:
+  free(order);
+  free(gset);
+  free(gpinner);
+  free(b.parent);
+  free(b.pin_set);
+  free(b.sets);
+  free(b.soft);
+  if (s != GR_OK || !out) {
+    gr_placement_free(p);
+    return s;
+  }
+  *out = p;
+  return GR_OK;
+}
+
+void gr_placement_free(gr_placement *p) {
+  if (!p) return;
+  gr_place_graph_free(&p->pg);
+  gr_place_result_free(&p->r);
+  free(p->pos);
+  free(p->node_at);
+  free(p->pin_ignored);
+  free(p->dev_names);
+  free(p);
+}
+
+double gr_placement_step_time(const gr_placement *p) {
+  return p->r.step_time;
+}
+
+double gr_placement_cross_bytes(const gr_placement *p) {
+  return p->r.cross_bytes;
+}
+
+int gr_placement_device_of(const gr_placement *p, int node_id) {
+  if (node_id < 0 || node_id >= p->n || !p->r.device) return -1;
+  return p->r.device[p->pos[node_id]];
+}

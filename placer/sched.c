@@ -1,0 +1,791 @@
+/* The simulated greedy placer on the compact graph.
+ *
+ * Nodes are visited in critical-path order (upward rank, ties by index: a
+ * topological order). Each node (a colocation group as a unit: its first
+ * visited member decides) goes to the allowed device where it would finish
+ * earliest, given when its inputs arrive: a cross-device transfer starts when
+ * the producer has finished and both the sender's out-port and the receiver's
+ * in-port are free, occupies them for bytes / bandwidth, and arrives a link
+ * latency later; a tensor sent once to a device is reused by later consumers
+ * there. Devices run their nodes in visiting order. Free sources (no inputs,
+ * no flops: constants, placeholders) follow their first consumer. The same
+ * routine with fixed devices is the simulator, so the greedy placement's
+ * predicted time is exactly what gr_place_simulate says of it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include "placer_internal.h"
+
+static void *big_alloc(size_t bytes);
+
+typedef struct gin gin;
+typedef struct nstate {
+  double fin, sarr; /* finish; arrival at sdev */
+  int dev, sdev;    /* device (-1: not yet); last device its output was sent to */
+} nstate;
+typedef struct sched {
+  const gr_place_graph *pg;
+  const gr_cluster *c;
+  int n, D;
+  /* per device */
+  double *inv_flops, *inv_mbw, *ovh, *dev_free, *out_free, *in_free, *tout;
+  int *task, *host, *tstamp;
+  double lat[GR_LINK_COUNT], inv_bw[GR_LINK_COUNT];
+  /* per node */
+  int *order, *mark, *gdev, *gfirst, *cause;
+  double *st;
+  nstate *ns; /* what consumers read of a placed node, in one cache line */
+  uint8_t *deferred;
+  /* pinned successors: CSR of (edge bytes, device) per node */
+  int *ps_off, *ps_dev;
+  double *ps_bytes;
+  /* out-edges: consumer and in-edge index per out-edge */
+  int *out_off, *out_dst, *out_edge;
+  double *aff; /* per device: affinity of the node being placed */
+  int *aff_stamp, *touched;
+  double mean_lat, mean_ibw; /* mean link between distinct devices */
+  double aff_weight;         /* 0: plain earliest finish */
+  int stamp, stamp2, stamp_aff;
+  gin *gin; /* inputs of the node being placed */
+  int ngin, maxin;
+  int *wstamp, stamp_w;    /* per device: warm for the node being placed */
+  double lat_min, ibw_min; /* fastest link: latency, 1 / bandwidth */
+  double last_tin, last_start;
+  double cross;
+} sched;
+
+static inline int link_kind(const sched *s, int a, int b) {
+  return s->task[a] == s->task[b]
+             ? GR_LINK_SAME_TASK
+             : (s->host[a] == s->host[b] ? GR_LINK_SAME_HOST : GR_LINK_CROSS_HOST);
+}
+
+static inline double node_time(const sched *s, int v, int d) {
+  const gr_place_graph *pg = s->pg;
+  if (s->deferred[v]) return 0;
+  if (pg->seconds[v] >= 0) return pg->seconds[v];
+  double a = pg->flops[v] * s->inv_flops[d], b = pg->bytes[v] * s->inv_mbw[d];
+  return (a > b ? a : b) + s->ovh[d];
+}
+
+double gr_place_node_time(const gr_place_graph *pg, const gr_cluster *c, int v, int d) {
+  const gr_cluster_device *dv = &c->devices[d];
+  if (pg->seconds[v] >= 0) return pg->seconds[v];
+  double a = pg->flops[v] / dv->flops, b = pg->bytes[v] / dv->mem_bandwidth;
+  return (a > b ? a : b) + dv->overhead;
+}
+
+static inline bool allowed(const gr_place_graph *pg, int set, int d) {
+  return set < 0 ||
+         (pg->allow_bits[(size_t)set * (size_t)pg->allow_words + (size_t)(d / 64)] >> (d % 64)) & 1;
+}
+
+/* The inputs of the node being placed, read once (distinct producers). */
+struct gin {
+  int u, du, sdev;
+  double fin, sarr, bytes, arr;
+};
+
+static void gather(sched *s, int v) {
+  const gr_place_graph *pg = s->pg;
+  int stamp = ++s->stamp, k = 0;
+  for (int e = pg->in_off[v]; e < pg->in_off[v + 1]; e++) {
+    int u = pg->in_src[e];
+    if (s->mark[u] == stamp) continue; /* the same tensor twice: arrives once */
+    s->mark[u] = stamp;
+    gin *g = &s->gin[k++];
+    g->u = u;
+    g->du = s->ns[u].dev;
+    g->sdev = s->ns[u].sdev;
+    g->fin = s->ns[u].fin;
+    g->sarr = s->ns[u].sarr;
+    g->bytes = pg->in_bytes[e];
+  }
+  s->ngin = k;
+}
+
+/* Finish time of the gathered node v on d given the current state. */
+static double eval(sched *s, int v, int d) {
+  double ready = 0, tin = s->in_free[d];
+  int stamp = ++s->stamp2;
+  for (int i = 0; i < s->ngin; i++) {
+    gin *g = &s->gin[i];
+    int du = g->du;
+    double r;
+    if (du < 0) continue; /* a free source not placed yet: it comes here */
+    if (du == d) {
+      r = g->fin;
+    } else if (g->sdev == d) {
+      r = g->sarr;
+    } else {
+      int k = link_kind(s, du, d);
+      double of = s->tstamp[du] == stamp ? s->tout[du] : s->out_free[du];
+      double t0 = g->fin;
+      if (of > t0) t0 = of;
+      if (tin > t0) t0 = tin;
+      tin = t0 + g->bytes * s->inv_bw[k];
+      s->tout[du] = tin;
+      s->tstamp[du] = stamp;
+      r = g->arr = tin + s->lat[k];
+    }
+    if (r > ready) ready = r;
+  }
+  s->last_tin = tin;
+  double start = s->dev_free[d] > ready ? s->dev_free[d] : ready;
+  s->last_start = start;
+  return start + node_time(s, v, d);
+}
+
+/* Places the gathered node v on d: reserves ports, records transfers. */
+static double commit(sched *s, int v, int d) {
+  double fin = eval(s, v, d);
+  int stamp = s->stamp2;
+  for (int i = 0; i < s->ngin; i++) {
+    gin *g = &s->gin[i];
+    int u = g->u, du = g->du;
+    if (du < 0) {
+      s->ns[u].dev = d;
+      s->st[u] = s->ns[u].fin = 0;
+      s->cause[u] = v;
+    } else if (du != d && g->sdev != d) {
+      s->ns[u].sdev = d;
+      s->ns[u].sarr = g->arr;
+      if (s->tstamp[du] == stamp) s->out_free[du] = s->tout[du];
+      s->cross += g->bytes;
+    }
+  }
+  s->in_free[d] = s->last_tin;
+  s->st[v] = s->last_start;
+  s->ns[v].fin = fin;
+  s->ns[v].dev = d;
+  if (!s->deferred[v]) s->dev_free[d] = fin;
+  return fin;
+}
+
+/* Radix sort of node indices by rank descending, ties by index ascending.
+ * Keys are the ranks rounded to float: rounding is monotone, so the order
+ * stays topological (an edge's producer has the larger or equal key and the
+ * smaller index). */
+static bool sort_by_rank(const double *rank, int n, int *order) {
+  size_t sn = (size_t)n + 1;
+  uint32_t *key = big_alloc(sn * sizeof(uint32_t)), *ktmp = big_alloc(sn * sizeof(uint32_t));
+  int *tmp = big_alloc(sn * sizeof(int));
+  size_t *cnt = calloc((size_t)1 << 16, sizeof(size_t));
+  bool ok = key && ktmp && tmp && cnt;
+  for (int v = 0; v < n; v++) order[v] = v;
+  if (ok) {
+    for (int v = 0; v < n; v++) {
+      float f = (float)rank[v];
+      uint32_t b;
+      memcpy(&b, &f, sizeof b); /* ranks are >= 0: bits order like values */
+      key[v] = ~b;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+      int sh = pass * 16;
+      memset(cnt, 0, sizeof(size_t) << 16);
+      for (int i = 0; i < n; i++) cnt[(key[i] >> sh) & 0xffff]++;
+      size_t sum = 0;
+      for (size_t b = 0; b < ((size_t)1 << 16); b++) {
+        size_t c = cnt[b];
+        cnt[b] = sum;
+        sum += c;
+      }
+      for (int i = 0; i < n; i++) {
+        size_t p = cnt[(key[i] >> sh) & 0xffff]++;
+        ktmp[p] = key[i];
+        tmp[p] = order[i];
+      }
+      uint32_t *kt = key;
+      key = ktmp;
+      ktmp = kt;
+      memcpy(order, tmp, sizeof *order * (size_t)n);
+    }
+  }
+  free(key);
+  free(ktmp);
+  free(tmp);
+  free(cnt);
+  return ok;
+}
+
+/* Large scratch arrays on transparent huge pages where the kernel offers them
+ * (fewer page faults on million-node graphs). */
+static void *big_alloc(size_t bytes) {
+  if (bytes < ((size_t)4 << 20)) return malloc(bytes);
+  void *p = NULL;
+  size_t huge = (size_t)2 << 20;
+  if (posix_memalign(&p, huge, (bytes + huge - 1) & ~(huge - 1)) != 0) return NULL;
+  madvise(p, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);
+  return p;
+}
+
+/* Scratch is one allocation; per-node arrays come from it. */
+static void *carve(char **p, size_t bytes) {
+  void *r = *p;
+  *p += (bytes + 63) & ~(size_t)63;
+  return r;
+}
+
+static bool sched_init(sched *s, const gr_place_graph *pg, const gr_cluster *c, void **block) {
+  memset(s, 0, sizeof *s);
+  s->pg = pg;
+  s->c = c;
+  int n = s->n = pg->num_nodes, D = s->D = c->num_devices;
+  size_t sn = (size_t)n + 1, sd = (size_t)D + 1, total = 0;
+  total += 8 * (sd * sizeof(double) + 64) + 6 * (sd * sizeof(int) + 64);
+  total += 2 * (sn * sizeof(int) + 64);
+  total += 5 * (sn * sizeof(int) + 64) + (sn * sizeof(double) + 64) + (sn * sizeof(nstate) + 64) +
+           sn + 64;
+  char *p = *block = big_alloc(total);
+  if (!p) return false;
+  s->inv_flops = carve(&p, sd * sizeof(double));
+  s->inv_mbw = carve(&p, sd * sizeof(double));
+  s->ovh = carve(&p, sd * sizeof(double));
+  s->dev_free = carve(&p, sd * sizeof(double));
+  s->out_free = carve(&p, sd * sizeof(double));
+  s->in_free = carve(&p, sd * sizeof(double));
+  s->tout = carve(&p, sd * sizeof(double));
+  s->task = carve(&p, sd * sizeof(int));
+  s->host = carve(&p, sd * sizeof(int));
+  s->tstamp = carve(&p, sd * sizeof(int));
+  s->aff = carve(&p, sd * sizeof(double));
+  s->aff_stamp = carve(&p, sd * sizeof(int));
+  s->touched = carve(&p, sd * sizeof(int));
+  s->wstamp = carve(&p, sd * sizeof(int));
+  s->out_off = carve(&p, (sn + 1) * sizeof(int));
+  s->order = carve(&p, sn * sizeof(int));
+  s->ns = carve(&p, sn * sizeof(nstate));
+  s->mark = carve(&p, sn * sizeof(int));
+  s->gdev = carve(&p, sn * sizeof(int));
+  s->gfirst = carve(&p, sn * sizeof(int));
+  s->cause = carve(&p, sn * sizeof(int));
+  s->st = carve(&p, sn * sizeof(double));
+  s->deferred = carve(&p, sn);
+  for (int d = 0; d < D; d++) {
+    const gr_cluster_device *dv = &c->devices[d];
+    s->inv_flops[d] = 1.0 / dv->flops;
+    s->inv_mbw[d] = 1.0 / dv->mem_bandwidth;
+    s->ovh[d] = dv->overhead;
+    s->task[d] = dv->task;
+    s->host[d] = dv->host;
+  }
+  s->lat_min = s->ibw_min = INFINITY;
+  for (int k = 0; k < GR_LINK_COUNT; k++) {
+    s->lat[k] = c->links[k].latency;
+    s->inv_bw[k] = 1.0 / c->links[k].bandwidth;
+    if (s->lat[k] < s->lat_min) s->lat_min = s->lat[k];
+    if (s->inv_bw[k] < s->ibw_min) s->ibw_min = s->inv_bw[k];
+  }
+  int maxin = 1;
+  for (int v = 0; v < n; v++)
+    if (pg->in_off[v + 1] - pg->in_off[v] > maxin) maxin = pg->in_off[v + 1] - pg->in_off[v];
+  s->maxin = maxin;
+  s->gin = malloc(sizeof(gin) * (size_t)maxin);
+  if (!s->gin) return false;
+  /* Out-edges (consumers) of every node. */
+  size_t se = (size_t)pg->num_edges + 1;
+  s->out_dst = big_alloc(se * sizeof(int));
+  s->out_edge = big_alloc(se * sizeof(int));
+  if (!s->out_dst || !s->out_edge) return false;
+  memset(s->out_off, 0, (sn + 1) * sizeof(int));
+  for (int e = 0; e < pg->num_edges; e++) s->out_off[pg->in_src[e] + 1]++;
+  for (int v = 0; v < n; v++) s->out_off[v + 1] += s->out_off[v];
+  int *fill = s->order; /* temporarily */
+  memcpy(fill, s->out_off, (size_t)n * sizeof(int));
+  for (int v = 0; v < n; v++)
+    for (int e = pg->in_off[v]; e < pg->in_off[v + 1]; e++) {
+      int j = fill[pg->in_src[e]]++;
+      s->out_dst[j] = v;
+      s->out_edge[j] = e;
+    }
+  /* Free sources: no inputs, no flops, no measured time, alone and unpinned. */
+  int *gsize = s->mark; /* temporarily */
+  memset(gsize, 0, sn * sizeof(int));
+  for (int v = 0; v < n; v++) gsize[pg->group[v]]++;
+  for (int v = 0; v < n; v++)
+    s->deferred[v] = pg->in_off[v] == pg->in_off[v + 1] && pg->flops[v] == 0 &&
+                     pg->seconds[v] < 0 && gsize[v] == 1 && pg->group[v] == v && pg->allow[v] < 0;
+  return true;
+}
+
+static void sched_reset(sched *s) {
+  int n = s->n, D = s->D;
+  for (int d = 0; d < D; d++) {
+    s->dev_free[d] = s->out_free[d] = s->in_free[d] = 0;
+    s->tstamp[d] = s->aff_stamp[d] = s->wstamp[d] = 0;
+  }
+  s->stamp_aff = s->stamp_w = 0;
+  for (int v = 0; v < n; v++) {
+    s->ns[v].dev = s->ns[v].sdev = s->gdev[v] = s->gfirst[v] = s->cause[v] = -1;
+    s->ns[v].fin = s->ns[v].sarr = 0;
+    s->mark[v] = 0;
+  }
+  s->stamp = s->stamp2 = 0;
+  s->cross = 0;
+}
+
+/* Upward ranks with mean compute time and mean transfer cost, then the order. */
+static bool compute_order(sched *s) {
+  const gr_place_graph *pg = s->pg;
+  int n = s->n, D = s->D;
+  double mf = 0, mb = 0, mo = 0;
+  for (int d = 0; d < D; d++) mf += s->inv_flops[d], mb += s->inv_mbw[d], mo += s->ovh[d];
+  mf /= D, mb /= D, mo /= D;
+  /* Mean link over ordered pairs of distinct devices (sampled when many). */
+  double lat = 0, ibw = 0;
+  long pairs = 0;
+  int lim = D < 256 ? D : 256;
+  for (int a = 0; a < lim; a++)
+    for (int b = 0; b < lim; b++)
+      if (a != b) {
+        int k = link_kind(s, a, b);
+        lat += s->lat[k], ibw += s->inv_bw[k], pairs++;
+      }
+  double frac = D > 1 ? (double)(D - 1) / D : 0;
+  if (pairs) {
+    s->mean_lat = lat / (double)pairs, s->mean_ibw = ibw / (double)pairs;
+    lat = frac * s->mean_lat, ibw = frac * s->mean_ibw;
+  }
+  size_t sn = (size_t)n + 1;
+  double *rank = big_alloc(sn * sizeof(double)), *best = big_alloc(sn * sizeof(double));
+  bool ok = rank && best;
+  if (ok) memset(best, 0, sn * sizeof(double));
+  if (ok) {
+    for (int v = n - 1; v >= 0; v--) {
+      double t;
+      if (s->deferred[v])
+        t = 0;
+      else if (pg->seconds[v] >= 0)
+        t = pg->seconds[v];
+      else {
+        double a = pg->flops[v] * mf, b = pg->bytes[v] * mb;
+        t = (a > b ? a : b) + mo;
+      }
+      double r = rank[v] = t + best[v];
+      for (int e = pg->in_off[v]; e < pg->in_off[v + 1]; e++) {
+        int u = pg->in_src[e];
+        double x = r + (s->deferred[u] ? 0 : lat + pg->in_bytes[e] * ibw);
+        if (x > best[u]) best[u] = x;
+      }
+    }
+    ok = sort_by_rank(rank, n, s->order);
+  }
+  free(rank);
+  free(best);
+  return ok;
+}
+
+/* Affinity of v to each device: for every consumer s of v, the transfer of
+ * v's tensor that placing v away from the devices of s's other (placed)
+ * inputs would cost. Subtracted from the finish time when comparing devices,
+ * it keeps nodes that feed the same consumers together unless spreading
+ * them gains more than the transfers cost. Returns the devices touched. */
+static int affinity(sched *s, int v) {
+  const gr_place_graph *pg = s->pg;
+  int st = ++s->stamp_aff, nt = 0;
+  for (int j = s->out_off[v]; j < s->out_off[v + 1]; j++) {
+    int w = s->out_dst[j];
+    double cost = s->mean_lat + pg->in_bytes[s->out_edge[j]] * s->mean_ibw;
+    int seen = ++s->stamp2; /* devices counted for this consumer */
+    for (int e = pg->in_off[w]; e < pg->in_off[w + 1]; e++) {
+      int u = pg->in_src[e], du = s->ns[u].dev;
+      if (u == v || du < 0 || s->tstamp[du] == seen) continue;
+      s->tstamp[du] = seen;
+      if (s->aff_stamp[du] != st) {
+        s->aff_stamp[du] = st;
+        s->aff[du] = 0;
+        nt++;
+      }
+      s->aff[du] += cost;
+    }
+  }
+  return nt;
+}
+
+/* Runs the schedule; device NULL: greedy, else fixed. Returns the makespan. */
+static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
+  const gr_place_graph *pg = s->pg;
+  int D = s->D;
+  sched_reset(s);
+  double makespan = 0;
+  for (int i = 0; i < s->n; i++) {
+    int v = s->order[i];
+    int g = pg->group[v], d;
+    if (device) {
+      d = device[v];
+    } else if (s->gdev[g] >= 0) {
+      d = s->gdev[g];
+      s->cause[v] = s->gfirst[g];
+      if (reason) reason[v] = GR_PLACE_COLOCATED;
+    } else if (s->deferred[v]) {
+      if (reason) reason[v] = GR_PLACE_CONSUMER;
+      continue;
+    } else {
+      gather(s, v);
+      int set = pg->allow[g], nallowed = 0, ntouched = s->aff_weight > 0 ? affinity(s, v) : 0;
+      double best = INFINITY, bestfin = INFINITY;
+      d = -1;
+      /* Warm devices (holding an input, or affine) first; a cold device is
+       * skipped when a lower bound of its finish (every input transferred
+       * over the fastest link) already exceeds the best score: the answer is
+       * the same as comparing every device. */
+      int wst = ++s->stamp_w;
+      double rlb = 0;
+      for (int i = 0; i < s->ngin; i++) {
+        const gin *gi = &s->gin[i];
+        if (gi->du < 0) continue;
+        s->wstamp[gi->du] = wst;
+        if (gi->sdev >= 0) s->wstamp[gi->sdev] = wst;
+        double x = gi->fin + s->lat_min + gi->bytes * s->ibw_min;
+        if (x > rlb) rlb = x;
+      }
+      for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < D; k++) {
+          if (!allowed(pg, set, k)) continue;
+          bool warm = cand || s->wstamp[k] == wst || s->aff_stamp[k] == s->stamp_aff;
+          if (warm != (pass == 0)) continue;
+          nallowed++;
+          if (!warm) {
+            double lb = s->dev_free[k] > rlb ? s->dev_free[k] : rlb;
+            if (lb + node_time(s, v, k) > best) continue;
+          }
+          double f = eval(s, v, k), score = f;
+          if (s->aff_stamp[k] == s->stamp_aff) score -= s->aff_weight * s->aff[k];
+          /* Look ahead to pinned consumers: their transfer comes after v. */
+          if (s->ps_off)
+            for (int j = s->ps_off[v]; j < s->ps_off[v + 1]; j++)
+              if (s->ps_dev[j] != k) {
+                int kk = link_kind(s, k, s->ps_dev[j]);
+                double x = f + s->lat[kk] + s->ps_bytes[j] * s->inv_bw[kk];
+                if (x > score) score = x;
+              }
+          if (cand) cand[(size_t)v * (size_t)D + (size_t)k] = f;
+          if (score < best || (score == best && (f < bestfin || (f == bestfin && k < d))))
+            best = score, bestfin = f, d = k;
+        }
+      (void)ntouched;
+      if (d < 0) d = 0; /* no allowed device: checked by the caller */
+      if (reason) reason[v] = set >= 0 && nallowed == 1 ? GR_PLACE_PINNED : GR_PLACE_CHOSEN;
+      s->gdev[g] = d;
+      s->gfirst[g] = v;
+    }
+    if (device && s->deferred[v]) {
+      s->ns[v].dev = d;
+      s->st[v] = s->ns[v].fin = 0;
+      continue;
+    }
+    if (device || d != s->gdev[g] || s->gfirst[g] != v) gather(s, v);
+    double f = commit(s, v, d);
+    if (f > makespan) makespan = f;
+  }
+  /* Free sources nobody consumed: the first allowed device. */
+  for (int v = 0; v < s->n; v++)
+    if (s->ns[v].dev < 0) s->ns[v].dev = 0, s->st[v] = s->ns[v].fin = 0;
+  return makespan;
+}
+
+/* Out-edges to nodes whose group is pinned to exactly one device. */
+static bool build_pinned_successors(sched *s) {
+  const gr_place_graph *pg = s->pg;
+  int n = s->n, D = s->D, count = 0;
+  if (!pg->num_allow_sets) return true;
+  int *single = malloc(sizeof(int) * (size_t)(pg->num_allow_sets + 1));
+  if (!single) return false;
+  for (int a = 0; a < pg->num_allow_sets; a++) {
+    single[a] = -1;
+    int cnt = 0;
+    for (int d = 0; d < D; d++)
+      if (allowed(pg, a, d)) cnt++, single[a] = d;
+    if (cnt != 1) single[a] = -1;
+  }
+#define PIN_OF(v) (pg->allow[pg->group[v]] >= 0 ? single[pg->allow[pg->group[v]]] : -1)
+  for (int v = 0; v < n; v++)
+    if (PIN_OF(v) >= 0) count += pg->in_off[v + 1] - pg->in_off[v];
+  s->ps_off = calloc((size_t)n + 2, sizeof(int));
+  s->ps_dev = malloc(sizeof(int) * ((size_t)count + 1));
+  s->ps_bytes = malloc(sizeof(double) * ((size_t)count + 1));
+  if (!s->ps_off || !s->ps_dev || !s->ps_bytes) {
+    free(single);
+    return false;
+  }
+  for (int v = 0; v < n; v++)
+    if (PIN_OF(v) >= 0)
+      for (int e = pg->in_off[v]; e < pg->in_off[v + 1]; e++) s->ps_off[pg->in_src[e] + 1]++;
+  for (int v = 0; v < n; v++) s->ps_off[v + 1] += s->ps_off[v];
+  int *fill = malloc(sizeof(int) * ((size_t)n + 1));
+  if (!fill) {
+    free(single);
+    return false;
+  }
+  memcpy(fill, s->ps_off, sizeof(int) * (size_t)n);
+  for (int v = 0; v < n; v++) {
+    int p = PIN_OF(v);
+    if (p < 0) continue;
+    for (int e = pg->in_off[v]; e < pg->in_off[v + 1]; e++) {
+      int j = fill[pg->in_src[e]]++;
+      s->ps_dev[j] = p;
+      s->ps_bytes[j] = pg->in_bytes[e];
+    }
+  }
+#undef PIN_OF
+  free(fill);
+  free(single);
+  return true;
+}
+
+static void sched_free(sched *s, void *block) {
+  free(block);
+  free(s->out_dst);
+  free(s->out_edge);
+  free(s->gin);
+  free(s->ps_off);
+  free(s->ps_dev);
+  free(s->ps_bytes);
+}
+
+/* A second schedule state sharing the read-only arrays of src (order,
+ * consumers, device constants), to run a variant on another thread. */
+static bool sched_clone(sched *dst, const sched *src, void **block) {
+  *dst = *src;
+  size_t sn = (size_t)src->n + 1, sd = (size_t)src->D + 1;
+  size_t total = 5 * (sd * sizeof(double) + 64) + 4 * (sd * sizeof(int) + 64) +
+                 4 * (sn * sizeof(int) + 64) + (sn * sizeof(double) + 64) +
+                 (sn * sizeof(nstate) + 64);
+  char *p = *block = big_alloc(total);
+  dst->gin = malloc(sizeof(gin) * (size_t)src->maxin);
+  if (!p || !dst->gin) {
+    free(*block);
+    free(dst->gin);
+    *block = NULL;
+    return false;
+  }
+  dst->dev_free = carve(&p, sd * sizeof(double));
+  dst->out_free = carve(&p, sd * sizeof(double));
+  dst->in_free = carve(&p, sd * sizeof(double));
+  dst->tout = carve(&p, sd * sizeof(double));
+  dst->aff = carve(&p, sd * sizeof(double));
+  dst->tstamp = carve(&p, sd * sizeof(int));
+  dst->aff_stamp = carve(&p, sd * sizeof(int));
+  dst->touched = carve(&p, sd * sizeof(int));
+  dst->wstamp = carve(&p, sd * sizeof(int));
+  dst->ns = carve(&p, sn * sizeof(nstate));
+  dst->mark = carve(&p, sn * sizeof(int));
+  dst->gdev = carve(&p, sn * sizeof(int));
+  dst->gfirst = carve(&p, sn * sizeof(int));
+  dst->cause = carve(&p, sn * sizeof(int));
+  dst->st = carve(&p, sn * sizeof(double));
+  return true;
+}
+
+typedef struct variant_job {
+  sched *s;
+  uint8_t *reason;
+  double t;
+} variant_job;
+
+static void *run_variant(void *arg) {
+  variant_job *j = arg;
+  j->t = run(j->s, NULL, j->reason, NULL);
+  return NULL;
+}
+
+double gr_place_simulate(const gr_place_graph *pg, const gr_cluster *c, const int *device,
+                         double *cross_bytes) {
+  sched s;
+  void *block;
+  if (!sched_init(&s, pg, c, &block) || !compute_order(&s)) {
+    sched_free(&s, block);
+    return -1;
+  }
+  double m = run(&s, device, NULL, NULL);
+  if (cross_bytes) *cross_bytes = s.cross;
+  sched_free(&s, block);
+  return m;
+}
+
+double gr_place_lower_bound(const gr_place_graph *pg, const gr_cluster *c) {
+  int n = pg->num_nodes, D = c->num_devices;
+  double *cp = malloc(sizeof(double) * ((size_t)n + 1)), work = 0, crit = 0;
+  if (!cp) return 0;
+  for (int v = 0; v < n; v++) {
+    double t = INFINITY;
+    bool free_src = pg->in_off[v] == pg->in_off[v + 1] && pg->flops[v] == 0 && pg->seconds[v] < 0;
+    if (free_src)
+      t = 0;
+    else
+      for (int d = 0; d < D; d++) {
+        double x = gr_place_node_time(pg, c, v, d);
+        if (x < t) t = x;
+      }
+    double r = 0;
+    for (int e = pg->in_off[v]; e < pg->in_off[v + 1]; e++)
+      if (cp[pg->in_src[e]] > r) r = cp[pg->in_src[e]];
+    cp[v] = r + t;
+    if (cp[v] > crit) crit = cp[v];
+    work += t;
+  }
+  free(cp);
+  return crit > work / D ? crit : work / D;
+}
+
+void gr_place_result_free(gr_place_result *r) {
+  free(r->device);
+  free(r->start);
+  free(r->finish);
+  free(r->reason);
+  free(r->cause);
+  free(r->cand_finish);
+  memset(r, 0, sizeof *r);
+}
+
+static void copy_out(const sched *s, gr_place_result *r) {
+  for (int v = 0; v < s->n; v++) {
+    r->device[v] = s->ns[v].dev;
+    r->finish[v] = s->ns[v].fin;
+  }
+  memcpy(r->start, s->st, sizeof(double) * (size_t)s->n);
+}
+
+static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const gr_place_options *o,
+                          gr_place_result *r, gr_error *err) {
+  memset(r, 0, sizeof *r);
+  int n = pg->num_nodes, D = c->num_devices;
+  if (D < 1)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "placer: the cluster has no devices");
+  GR_TRY(gr_place_graph_check(pg, D, err));
+  gr_place_options opts = o ? *o : (gr_place_options){0};
+  sched s;
+  void *block = NULL;
+  size_t sn = (size_t)n + 1;
+  int *cand_dev = NULL;
+  bool ok = sched_init(&s, pg, c, &block) && compute_order(&s) && build_pinned_successors(&s);
+  r->device = malloc(sn * sizeof(int));
+  r->start = malloc(sn * sizeof(double));
+  r->finish = malloc(sn * sizeof(double));
+  r->reason = calloc(2 * sn, 1);
+  r->cause = malloc(sn * sizeof(int));
+  cand_dev = malloc(sn * sizeof(int));
+  if (opts.record) {
+    r->cand_finish = malloc(sn * (size_t)D * sizeof(double));
+    if (r->cand_finish)
+      for (size_t i = 0; i < sn * (size_t)D; i++) r->cand_finish[i] = INFINITY;
+  }
+  if (!ok || !r->device || !r->start || !r->finish || !r->reason || !r->cause || !cand_dev ||
+      (opts.record && !r->cand_finish)) {
+    sched_free(&s, block);
+    free(cand_dev);
+    gr_place_result_free(r);
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory (%d nodes)", n);
+  }
+  /* Every group needs an allowed device. */
+  for (int v = 0; v < n; v++) {
+    int set = pg->allow[pg->group[v]], k = 0;
+    while (k < D && !allowed(pg, set, k)) k++;
+    if (k == D) {
+      sched_free(&s, block);
+      free(cand_dev);
+      gr_place_result_free(r);
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "placer: node %d: no device satisfies its group's constraints", v);
+    }
+  }
+  r->num_devices = D;
+  /* Greedy variants, the faster by the simulation kept (ties: the first):
+   * with consumer affinity, and plain earliest finish. (Judging devices
+   * without link contention, as HEFT does, was tried as a third and almost
+   * never won.) Large graphs run the two at once on two threads. */
+  static const double weights[] = {1, 0};
+  double times[2] = {0, 0};
+  sched s2;
+  void *block2 = NULL;
+  bool two = !opts.record && n >= 50000 && sched_clone(&s2, &s, &block2);
+  if (two) {
+    pthread_t th;
+    s2.aff_weight = weights[1];
+    variant_job job = {&s2, r->reason + sn, 0};
+    if (pthread_create(&th, NULL, run_variant, &job) != 0) {
+      two = false;
+    } else {
+      s.aff_weight = weights[0];
+      times[0] = run(&s, NULL, r->reason, NULL);
+      pthread_join(th, NULL);
+      times[1] = job.t;
+    }
+  }
+  if (!two) {
+    s.aff_weight = weights[0];
+    times[0] = run(&s, NULL, r->reason, r->cand_finish);
+    r->greedy_time = times[0];
+    r->cross_bytes = s.cross;
+    copy_out(&s, r);
+    memcpy(r->cause, s.cause, sizeof(int) * (size_t)n);
+    if (!opts.record) { /* one variant keeps the recorded comparisons consistent */
+      s.aff_weight = weights[1];
+      times[1] = run(&s, NULL, r->reason + sn, NULL);
+      if (times[1] < times[0]) {
+        r->greedy_time = times[1];
+        r->cross_bytes = s.cross;
+        copy_out(&s, r);
+        memcpy(r->cause, s.cause, sizeof(int) * (size_t)n);
+        memcpy(r->reason, r->reason + sn, (size_t)n);
+      }
+    }
+  } else {
+    const sched *w = times[1] < times[0] ? &s2 : &s;
+    r->greedy_time = times[1] < times[0] ? times[1] : times[0];
+    r->cross_bytes = w->cross;
+    copy_out(w, r);
+    memcpy(r->cause, w->cause, sizeof(int) * (size_t)n);
+    if (w == &s2) memcpy(r->reason, r->reason + sn, (size_t)n);
+  }
+  if (block2) {
+    free(block2);
+    free(s2.gin);
+  }
+  r->step_time = r->greedy_time;
+  /* Baselines: everything on one device b, pinned groups where pinned. One b
+   * per distinct device kind unless pins make the place matter. */
+  r->baseline_time = INFINITY;
+  r->baseline_device = -1;
+  for (int b = 0; b < D; b++) {
+    bool distinct = true;
+    if (!pg->num_allow_sets || b >= 16)
+      for (int a = 0; a < b && distinct; a++)
+        distinct = !(c->devices[a].flops == c->devices[b].flops &&
+                     c->devices[a].mem_bandwidth == c->devices[b].mem_bandwidth &&
+                     c->devices[a].overhead == c->devices[b].overhead);
+    if (!distinct) continue;
+    for (int v = 0; v < n; v++) {
+      int set = pg->allow[pg->group[v]], k = b;
+      if (!allowed(pg, set, k))
+        for (k = 0; k < D && !allowed(pg, set, k); k++) {}
+      cand_dev[v] = k;
+    }
+    double t = run(&s, cand_dev, NULL, NULL);
+    if (t < r->baseline_time) {
+      r->baseline_time = t;
+      r->baseline_device = b;
+      if (!opts.no_fallback && t < r->step_time) {
+        r->step_time = t;
+        r->fell_back = true;
+        r->cross_bytes = s.cross;
+        copy_out(&s, r);
+      }
+    }
+  }
+  if (r->fell_back)
+    for (int v = 0; v < n; v++)
+      if (r->reason[v] == GR_PLACE_CHOSEN || r->reason[v] == GR_PLACE_CONSUMER)
+        r->reason[v] = GR_PLACE_FALLBACK;
+  sched_free(&s, block);
+  free(cand_dev);
+  return GR_OK;
+}
+
+gr_status gr_place_schedule(const gr_place_graph *pg, const gr_cluster *c,
+                            const gr_place_options *o, gr_place_result *r, gr_error *err) {
+  return schedule(pg, c, o, r, err);
+}
