@@ -25,7 +25,12 @@ static void usage(FILE *f) {
           "  --eval A,B         after the last step, run once more fetching A,B only (no\n"
           "                     targets), e.g. a test accuracy\n"
           "  --json             print the fetches of the last step as one JSON object\n"
-          "  --quiet            no progress display\n\n"
+          "  --quiet            no progress display\n"
+          "  --ckpt PATH        checkpoint file (SQLite): restore the latest checkpoint on start\n"
+          "                     and save to it; --steps then counts all steps, restored ones too\n"
+          "  --save-every N     save every N steps (default: only at the end)\n"
+          "  --keep K           keep the newest K checkpoints (default 5; 0 keeps all)\n"
+          "  --no-restore       start fresh even if PATH has checkpoints\n\n"
           "Exit codes: 0 ok, 1 runtime failure, 2 usage or input error.\n");
 }
 
@@ -66,12 +71,56 @@ static void print_results(const char *const *names, gr_tensor *results, int n, b
   }
 }
 
+/* Opens the checkpoint file and, unless no_restore, restores its newest
+ * checkpoint; *done: the steps of this command already done then. */
+static int open_checkpoint(const char *path, int keep, bool no_restore, gr_session *s, gr_graph *g,
+                           gr_ckpt **ck, long *done) {
+  gr_error err;
+  gr_ckpt_options o = {.max_to_keep = keep};
+  if (gr_ckpt_open(path, &o, ck, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: --ckpt: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  *done = 0;
+  if (no_restore) return GR_EXIT_OK;
+  int64_t step;
+  gr_status st = gr_ckpt_restore_latest(*ck, s, g, &step, &err);
+  if (st == GR_ERR_NOT_FOUND) return GR_EXIT_OK;
+  if (st != GR_OK) {
+    fprintf(stderr, "graphrun run: restoring %s: %s\n(use --no-restore to start fresh)\n", path,
+            err.msg);
+    return GR_EXIT_FAILURE;
+  }
+  gr_ckpt_info *infos = NULL;
+  int n = 0;
+  if (gr_ckpt_list(*ck, &infos, &n, &err) == GR_OK && n > 0 && infos[n - 1].metadata) {
+    const char *m = strstr(infos[n - 1].metadata, "\"steps_done\":");
+    if (m) *done = strtol(m + 14, NULL, 10);
+  }
+  gr_ckpt_infos_free(infos, n);
+  fprintf(stderr, "graphrun run: restored %s (%ld steps done)\n", path, *done);
+  return GR_EXIT_OK;
+}
+
+static int save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_done) {
+  char meta[64];
+  gr_error err;
+  snprintf(meta, sizeof meta, "{\"steps_done\": %ld}", steps_done);
+  if (gr_ckpt_save_session(ck, s, g, meta, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: saving the checkpoint after step %ld: %s\n", steps_done,
+            err.msg);
+    return GR_EXIT_FAILURE;
+  }
+  return GR_EXIT_OK;
+}
+
 int gr_cmd_run(int argc, char **argv) {
   const char *file = NULL, *feed_names[MAX_ITEMS], *feed_paths[MAX_ITEMS];
   const char *fetch_names[MAX_ITEMS], *target_names[MAX_ITEMS], *eval_names[MAX_ITEMS];
   int nfeed = 0, nfetch = 0, ntarget = 0, neval = 0;
-  long steps = 1, seed = 0, threads = 0;
-  bool json = false, quiet = false;
+  long steps = 1, seed = 0, threads = 0, save_every = 0, keep = 5;
+  bool json = false, quiet = false, no_restore = false;
+  const char *ckpt_path = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     bool has_val = i + 1 < argc;
@@ -82,6 +131,17 @@ int gr_cmd_run(int argc, char **argv) {
       json = true;
     } else if (strcmp(a, "--quiet") == 0) {
       quiet = true;
+    } else if (strcmp(a, "--no-restore") == 0) {
+      no_restore = true;
+    } else if (strcmp(a, "--ckpt") == 0 && has_val) {
+      ckpt_path = argv[++i];
+    } else if ((strcmp(a, "--save-every") == 0 || strcmp(a, "--keep") == 0) && has_val) {
+      long *dst = a[2] == 's' ? &save_every : &keep;
+      if (!parse_long(argv[++i], dst == &save_every ? 1 : 0, dst) || *dst > 1000000000) {
+        fprintf(stderr, "graphrun run: %s wants a %s integer, got '%s'\n", a,
+                dst == &save_every ? "positive" : "non-negative", argv[i]);
+        return GR_EXIT_USAGE;
+      }
     } else if (strcmp(a, "--feed") == 0 && has_val) {
       char *eq = strchr(argv[++i], '=');
       if (!eq || eq == argv[i] || !eq[1] || nfeed == MAX_ITEMS) {
@@ -120,6 +180,10 @@ int gr_cmd_run(int argc, char **argv) {
     usage(stderr);
     return GR_EXIT_USAGE;
   }
+  if (!ckpt_path && (save_every || no_restore)) {
+    fprintf(stderr, "graphrun run: --save-every and --no-restore need --ckpt PATH\n");
+    return GR_EXIT_USAGE;
+  }
   gr_graph *g;
   gr_dsl_program *p;
   int rc = cli_load_graph("run", file, (uint64_t)seed, &g, &p);
@@ -135,6 +199,8 @@ int gr_cmd_run(int argc, char **argv) {
   gr_tensor feed_vals[MAX_ITEMS], results[MAX_ITEMS];
   int nloaded = 0;
   gr_session *s = NULL;
+  gr_ckpt *ck = NULL;
+  long done_steps = 0;
   gr_error err;
   rc = GR_EXIT_USAGE;
   for (int i = 0; i < nfetch; i++)
@@ -181,10 +247,14 @@ int gr_cmd_run(int argc, char **argv) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     goto done;
   }
+  if (ckpt_path && (rc = open_checkpoint(ckpt_path, (int)keep, no_restore, s, g, &ck,
+                                         &done_steps)) != GR_EXIT_OK)
+    goto done;
+  rc = GR_EXIT_FAILURE;
   cli_progress pr;
-  bool show = steps > 1 && !quiet;
+  bool show = steps - done_steps > 1 && !quiet;
   if (show) cli_progress_start(&pr, steps, stderr);
-  for (long st = 1; st <= steps; st++) {
+  for (long st = done_steps + 1; st <= steps; st++) {
     if (gr_session_run(s, feeds, nfeed, fetches, nfetch, results, targets, ntarget, &err) !=
         GR_OK) {
       if (show && pr.tty) fputc('\n', stderr);
@@ -197,10 +267,19 @@ int gr_cmd_run(int argc, char **argv) {
       cli_progress_update(&pr, st, k < nfetch ? fetch_names[k] : "", k < nfetch,
                           k < nfetch ? gr_tensor_get_f64(&results[k], 0) : 0);
     }
+    if (ck && ((save_every && st % save_every == 0) || st == steps) &&
+        save_checkpoint(ck, s, g, st) != GR_EXIT_OK)
+      goto done;
     if (st < steps)
       for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);
   }
   if (show) cli_progress_finish(&pr, steps);
+  if (done_steps >= steps) { /* everything was done before: fetch once more to print */
+    if (gr_session_run(s, feeds, nfeed, fetches, nfetch, results, NULL, 0, &err) != GR_OK) {
+      fprintf(stderr, "graphrun run: %s\n", err.msg);
+      goto done;
+    }
+  }
   if (json) printf("{");
   print_results(fetch_names, results, nfetch, json, true);
   for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);
@@ -224,6 +303,7 @@ int gr_cmd_run(int argc, char **argv) {
   rc = GR_EXIT_OK;
 done:
   for (int i = 0; i < nloaded; i++) gr_tensor_release(&feed_vals[i]);
+  gr_ckpt_close(ck);
   gr_session_free(s);
   gr_dsl_program_free(p);
   gr_graph_free(g);
