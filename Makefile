@@ -46,10 +46,20 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 demo: build
+	@echo "== the classic first program, in C (examples/basics.c) and as a graph file =="
 	@$(BUILD_DIR)/examples/basics
 	@$(BUILD_DIR)/graphrun run examples/basics.gr
 	@echo
+	@echo "== Fashion-MNIST MLP, 5 epochs, built in C (examples/fashion_mlp.c) =="
 	@$(BUILD_DIR)/examples/fashion_mlp
+	@echo
+	@echo "== the same model as a graph file, checkpointed every 500 steps =="
+	@$(BUILD_DIR)/graphrun run examples/fashion_mlp.gr --steps 2345 --eval accuracy --seed 1 \
+	  --ckpt $(BUILD_DIR)/fashion.ckpt --save-every 500 --no-restore
+	@echo
+	@echo "checkpoints: $(BUILD_DIR)/graphrun ckpt ls $(BUILD_DIR)/fashion.ckpt"
+	@$(BUILD_DIR)/graphrun ckpt ls $(BUILD_DIR)/fashion.ckpt
+	@echo "or with SQLite itself: sqlite3 $(BUILD_DIR)/fashion.ckpt 'select step, metadata from checkpoints'"
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
