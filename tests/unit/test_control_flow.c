@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "gr_test.h"
+#include "test_util.h"
 
 static gr_session *session(gr_graph *g, int threads) {
   gr_error err;
@@ -132,15 +133,6 @@ static gr_output million_cond(gr_graph *g, void *a, const gr_output *v) {
 static void million_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
   next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
 }
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long pages = 0, res = 0;
-  if (f) {
-    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
-    fclose(f);
-  }
-  return res * (sysconf(_SC_PAGESIZE) / 1024);
-}
 static void test_million_iterations_flat_memory(void) {
   gr_graph *g = gr_graph_new();
   gr_output i = gr_const_i64(g, 0);
@@ -151,9 +143,9 @@ static void test_million_iterations_flat_memory(void) {
   gr_buffer_pool_set_limit((size_t)1 << 30); /* the pool is off by default under ASan */
   gr_buffer_pool_stats a, b;
   gr_buffer_pool_get_stats(&a);
-  long before = rss_kib();
+  long before = gt_rss_kib();
   GR_CHECK_EQ_INT(fetch1(s, NULL, 0, i, &st, &err), 1000000);
-  long after = rss_kib();
+  long after = gt_rss_kib();
   gr_buffer_pool_get_stats(&b);
   /* iteration state and tensors are recycled: a handful of allocations, not a million */
   GR_CHECK_MSG(b.system_allocs - a.system_allocs < 100, "%llu buffer allocations for 1M iterations",
@@ -171,14 +163,10 @@ static void test_million_iterations_flat_memory(void) {
 }
 
 /* ---- parallel iterations overlap: a slow op per iteration, independent of the others */
-static int running, max_running;
 static gr_status slow_kernel(gr_kernel_ctx *ctx) {
-  int now = __atomic_add_fetch(&running, 1, __ATOMIC_SEQ_CST), m;
-  while ((m = __atomic_load_n(&max_running, __ATOMIC_SEQ_CST)) < now &&
-         !__atomic_compare_exchange_n(&max_running, &m, now, false, __ATOMIC_SEQ_CST,
-                                      __ATOMIC_SEQ_CST)) {}
+  gt_gauge_enter();
   usleep(10000);
-  __atomic_sub_fetch(&running, 1, __ATOMIC_SEQ_CST);
+  gt_gauge_leave();
   gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
   return GR_OK;
 }
@@ -203,13 +191,13 @@ static int max_parallel(int par_iters, int threads) {
   gr_session *s = session(g, threads);
   gr_status st;
   gr_error err;
-  max_running = 0;
+  gt_gauge_reset();
   double v = fetch1(s, NULL, 0, vars[1], &st, &err);
   GR_CHECK_MSG(st == GR_OK, "%s", err.msg);
   GR_CHECK_EQ_INT(v, 28);
   gr_session_free(s);
   gr_graph_free(g);
-  return max_running;
+  return gt_gauge_max();
 }
 static void test_parallel_iterations(void) {
   gr_error err;

@@ -88,14 +88,10 @@ static const gr_op_def test_fail = {.name = "test_fail",
                                     .kernel = fail_kernel};
 
 /* sleeps and records how many run at once */
-static int running, max_running;
 static gr_status busy_kernel(gr_kernel_ctx *ctx) {
-  int now = __atomic_add_fetch(&running, 1, __ATOMIC_SEQ_CST);
-  int m = __atomic_load_n(&max_running, __ATOMIC_SEQ_CST);
-  while (now > m && !__atomic_compare_exchange_n(&max_running, &m, now, false, __ATOMIC_SEQ_CST,
-                                                 __ATOMIC_SEQ_CST)) {}
+  gt_gauge_enter();
   usleep(20000);
-  __atomic_sub_fetch(&running, 1, __ATOMIC_SEQ_CST);
+  gt_gauge_leave();
   gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
   return GR_OK;
 }
@@ -179,7 +175,7 @@ static double wide_run_seconds(int threads, int *max_par) {
   gr_session *s = gr_session_new(g, &o, &err);
   gr_tensor xv = gr_tensor_scalar_f32(1), out;
   gr_feed f = {x, &xv};
-  max_running = 0;
+  gt_gauge_reset();
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   GR_CHECK_OK(gr_session_run(s, &f, 1, &all, 1, &out, NULL, 0, &err), err);
@@ -189,7 +185,7 @@ static double wide_run_seconds(int threads, int *max_par) {
   gr_tensor_release(&xv);
   gr_session_free(s);
   gr_graph_free(g);
-  *max_par = max_running;
+  *max_par = gt_gauge_max();
   return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 }
 

@@ -101,16 +101,6 @@ static void test_bit_identical_runs(void) {
   }
 }
 
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long pages = 0, resident = 0;
-  if (f) {
-    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    fclose(f);
-  }
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 static void test_no_growth_and_learning(void) {
   gr_buffer_pool_set_limit((size_t)1 << 30); /* the pool is off by default under ASan */
   model m = build(3, GR_OPT_MOMENTUM);
@@ -120,9 +110,9 @@ static void test_no_growth_and_learning(void) {
   run_steps(s, &m, 99);
   gr_buffer_pool_stats a, b;
   gr_buffer_pool_get_stats(&a);
-  long rss100 = rss_kib();
+  long rss100 = gt_rss_kib();
   double last = run_steps(s, &m, 900);
-  long rss1000 = rss_kib();
+  long rss1000 = gt_rss_kib();
   gr_buffer_pool_get_stats(&b);
   GR_CHECK_EQ_INT(b.system_allocs, a.system_allocs);
 #if defined(__SANITIZE_ADDRESS__)

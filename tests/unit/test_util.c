@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 uint64_t gt_next(gt_rng *r) {
   uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
@@ -140,4 +141,31 @@ void gt_unravel(const gr_shape *s, int64_t flat, int64_t *idx) {
     idx[i] = s->dims[i] ? flat % s->dims[i] : 0;
     flat = s->dims[i] ? flat / s->dims[i] : 0;
   }
+}
+
+long gt_rss_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, resident = 0;
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static int gauge_now, gauge_max;
+void gt_gauge_reset(void) {
+  __atomic_store_n(&gauge_max, 0, __ATOMIC_SEQ_CST);
+}
+void gt_gauge_enter(void) {
+  int now = __atomic_add_fetch(&gauge_now, 1, __ATOMIC_SEQ_CST);
+  int m = __atomic_load_n(&gauge_max, __ATOMIC_SEQ_CST);
+  while (now > m && !__atomic_compare_exchange_n(&gauge_max, &m, now, false, __ATOMIC_SEQ_CST,
+                                                 __ATOMIC_SEQ_CST)) {}
+}
+void gt_gauge_leave(void) {
+  __atomic_sub_fetch(&gauge_now, 1, __ATOMIC_SEQ_CST);
+}
+int gt_gauge_max(void) {
+  return __atomic_load_n(&gauge_max, __ATOMIC_SEQ_CST);
 }

@@ -36,6 +36,16 @@ bool gt_near(const gr_tensor *got, const gr_tensor *want, double rtol, double at
 /* Same shape, every element equal (as doubles). */
 bool gt_equal(const gr_tensor *got, const gr_tensor *want);
 
+/* Resident memory of this process in KiB (from /proc/self/statm; 0 if unknown). */
+long gt_rss_kib(void);
+
+/* A gauge of how many test kernels run at once: call enter/leave around the
+ * work; gt_gauge_max gives the most seen since gt_gauge_reset. */
+void gt_gauge_reset(void);
+void gt_gauge_enter(void);
+void gt_gauge_leave(void);
+int gt_gauge_max(void);
+
 /* Row-major strides of a shape (elements). */
 void gt_strides(const gr_shape *s, int64_t *strides);
 /* Flat index -> multi-index for a shape. */
