@@ -321,10 +321,10 @@ typedef struct cf_run {
 } cf_run;
 
 static inline void cf_lock(cf_run *r) {
-  if (!r->single) cf_lock(r);
+  if (!r->single) pthread_mutex_lock(&r->mu);
 }
 static inline void cf_unlock(cf_run *r) {
-  if (!r->single) cf_unlock(r);
+  if (!r->single) pthread_mutex_unlock(&r->mu);
 }
 
 static bool oom(cf_run *r) {

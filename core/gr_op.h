@@ -129,12 +129,25 @@ gr_dtype gr_node_attr_dtype(const gr_node *n, const char *name, gr_dtype dflt);
 typedef struct gr_var gr_var;
 typedef struct gr_resource_mgr gr_resource_mgr;
 
+typedef struct gr_step_stacks gr_step_stacks;
+
 /* What a kernel knows about the step it runs in. */
 typedef struct gr_step_info {
   int64_t step_id; /* the session's run counter */
   uint64_t seed;   /* the session's random seed */
   gr_resource_mgr *resources;
+  gr_step_stacks *stacks; /* stacks that live for this step (loop gradients) */
 } gr_step_info;
+
+/* Step-scoped stacks of tensors, by name (thread-safe). Push takes a new
+ * reference; pop hands the top's reference to *out (GR_ERR_OUT_OF_RANGE when
+ * empty). Everything left is released when the step ends. */
+gr_step_stacks *gr_step_stacks_new(void);
+void gr_step_stacks_free(gr_step_stacks *s);
+gr_status gr_step_stack_push(gr_step_stacks *s, const char *name, const gr_tensor *t,
+                             gr_error *err);
+gr_status gr_step_stack_pop(gr_step_stacks *s, const char *name, gr_tensor *out, gr_error *err);
+int64_t gr_step_stack_size(gr_step_stacks *s, const char *name);
 
 struct gr_kernel_ctx {
   const gr_node *node;

@@ -495,15 +495,48 @@ gr_status gr_graph_set_input(gr_graph *g, gr_node *n, int i, gr_output value) {
   return GR_OK;
 }
 
+/* Does `from` depend on `target` (through inputs and control inputs, loop
+ * back edges aside)? */
+static bool reaches(const gr_graph *g, const gr_node *from, const gr_node *target) {
+  if (from == target) return true;
+  char *seen = calloc((size_t)g->num_nodes + 1, 1);
+  int *stack = malloc(sizeof(int) * ((size_t)g->num_nodes + 1));
+  bool found = false;
+  if (!seen || !stack) {
+    free(seen);
+    free(stack);
+    return true; /* out of memory: refuse rather than risk a cycle */
+  }
+  int sp = 0;
+  stack[sp++] = from->id;
+  seen[from->id] = 1;
+  while (sp > 0 && !found) {
+    const gr_node *v = g->nodes[stack[--sp]];
+    for (int j = 0; j < v->num_inputs + v->num_control_inputs && !found; j++) {
+      const gr_node *u =
+          j < v->num_inputs ? v->inputs[j].node : v->control_inputs[j - v->num_inputs];
+      if (j < v->num_inputs && u->op->cf_kind == GR_CF_NEXT_ITERATION) continue;
+      if (u == target) found = true;
+      if (!seen[u->id]) {
+        seen[u->id] = 1;
+        stack[sp++] = u->id;
+      }
+    }
+  }
+  free(seen);
+  free(stack);
+  return found;
+}
+
 gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep) {
   if (!n || !dep) return fail(g, GR_ERR_INVALID_ARGUMENT, "null node in control dependency");
   if (dep->graph != g || n->graph != g)
     return fail(g, GR_ERR_INVALID_ARGUMENT, "control input '%s' of '%s' is from another graph",
                 dep->name, n->name);
-  if (dep->id >= n->id)
+  if (reaches(g, dep, n))
     return fail(g, GR_ERR_INVALID_ARGUMENT,
-                "control input '%s' of '%s' was added after it (would make a cycle)", dep->name,
-                n->name);
+                "control input '%s' of '%s' would make a cycle ('%s' depends on '%s')", dep->name,
+                n->name, dep->name, n->name);
   gr_node **c = gr_arena_alloc(&g->arena, sizeof(gr_node *) * (size_t)(n->num_control_inputs + 1));
   if (!c) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (n->num_control_inputs)

@@ -422,8 +422,11 @@ gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
   for (int i = 0; i < num_feeds; i++) fv[i] = *feeds[i].value;
   gr_step_info step = {.step_id = __atomic_fetch_add(&s->step, 1, __ATOMIC_RELAXED),
                        .seed = gr_graph_seed(s->graph),
-                       .resources = s->resources};
-  gr_status st = gr_executor_run(p->exec, fv, results, &step, err);
+                       .resources = s->resources,
+                       .stacks = gr_step_stacks_new()};
+  gr_status st = step.stacks ? gr_executor_run(p->exec, fv, results, &step, err)
+                             : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_step_stacks_free(step.stacks);
   if (fv != fv_small) free(fv);
   return st;
 }

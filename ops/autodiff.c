@@ -1,14 +1,20 @@
 /* Automatic differentiation as a graph transform (gr_gradients): walk back
  * from ys to xs over floating-point edges, call each op's gradient function
  * in reverse topological order, and sum the contributions that several
- * consumers send to one output (add_n). Gradient nodes are colocated with
- * their forward node and live under the name scope "gradients/". */
+ * consumers send to one output (add_n). A while loop is differentiated as a
+ * unit by a reverse loop (while_grad.c): the walk orders each loop's nodes
+ * as one group, so every consumer of every exit is done before the loop.
+ * Gradient nodes are colocated with their forward node and live under the
+ * name scope "gradients/". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/autodiff_internal.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
+
+#define fail gr_graph_set_errorf
 
 /* Gradient contributions collected for one output of one node. */
 typedef struct contrib {
@@ -19,8 +25,6 @@ typedef struct contrib {
 static bool float_edge(const gr_node *n, int out) {
   return gr_dtype_is_float(n->out_dtypes[out]);
 }
-
-#define fail gr_graph_set_errorf
 
 static bool push(contrib *c, gr_output o) {
   if (c->n == c->cap) {
@@ -49,8 +53,255 @@ static void colocate_new(gr_graph *g, int first_id, const gr_node *fwd) {
   }
 }
 
-gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
-                       const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs) {
+/* ---- loop frames ---------------------------------------------------------------------- */
+
+void ad_frames_free(ad_frames *f) {
+  free(f->name);
+  free(f->parent);
+  free(f->of_node);
+  memset(f, 0, sizeof *f);
+}
+
+static int frame_child(ad_frames *f, int parent, const char *name) {
+  for (int k = 1; k < f->n; k++)
+    if (f->parent[k] == parent && strcmp(f->name[k], name) == 0) return k;
+  if (f->n == f->cap) {
+    int cap = f->cap * 2;
+    const char **nm = realloc(f->name, sizeof *nm * (size_t)cap);
+    if (nm) f->name = nm;
+    int *pa = realloc(f->parent, sizeof *pa * (size_t)cap);
+    if (pa) f->parent = pa;
+    if (!nm || !pa) return -1;
+    f->cap = cap;
+  }
+  f->name[f->n] = name;
+  f->parent[f->n] = parent;
+  return f->n++;
+}
+
+static int out_frame(const ad_frames *f, const gr_node *n) {
+  int fr = f->of_node[n->id];
+  return n->op->cf_kind == GR_CF_EXIT && fr > 0 ? f->parent[fr] : fr;
+}
+
+gr_status ad_frames_compute(const gr_graph *g, const int *order, int total, ad_frames *f) {
+  memset(f, 0, sizeof *f);
+  f->cap = 8;
+  f->name = malloc(sizeof(char *) * 8);
+  f->parent = malloc(sizeof(int) * 8);
+  f->of_node = calloc((size_t)total + 1, sizeof(int));
+  if (!f->name || !f->parent || !f->of_node) return GR_ERR_RESOURCE_EXHAUSTED;
+  f->name[0] = "";
+  f->parent[0] = -1;
+  f->n = 1;
+  for (int k = 0; k < total; k++) {
+    const gr_node *n = gr_graph_node(g, order[k]);
+    int fr = 0;
+    if (n->num_inputs > 0) {
+      fr = out_frame(f, n->inputs[0].node);
+      if (n->op->cf_kind == GR_CF_ENTER)
+        fr = frame_child(f, fr, gr_node_attr_string(n, "frame_name", n->name));
+    } else if (n->num_control_inputs > 0) {
+      fr = out_frame(f, n->control_inputs[0]);
+    }
+    if (fr < 0) return GR_ERR_RESOURCE_EXHAUSTED;
+    f->of_node[n->id] = fr;
+  }
+  return GR_OK;
+}
+
+/* The frame directly inside `base` that contains frame fr, or -1 when fr is base. */
+static int child_of_base(const ad_frames *f, int fr, int base) {
+  while (fr >= 0 && fr != base && f->parent[fr] != base) fr = f->parent[fr];
+  return fr == base || fr < 0 ? -1 : fr;
+}
+
+/* ---- the walk ------------------------------------------------------------------------- */
+
+typedef struct walk {
+  gr_graph *g;
+  int total, nout;
+  int *order, *out_base, *group_order;
+  char *from_x, *to_y;
+  contrib *grads;
+  ad_frames fr;
+  int base;
+} walk;
+
+static void walk_free(walk *w) {
+  for (int i = 0; w->grads && i < w->nout; i++) free(w->grads[i].v);
+  free(w->grads);
+  free(w->order);
+  free(w->out_base);
+  free(w->group_order);
+  free(w->from_x);
+  free(w->to_y);
+  ad_frames_free(&w->fr);
+}
+
+/* Groups: each node of `base` alone; each loop directly inside base as one
+ * group (id total + frame). Fills w->group_order with the groups in a
+ * topological order; returns their count or -1. */
+static int group_sort(walk *w) {
+  int ng = w->total + w->fr.n;
+  int *gid = malloc(sizeof(int) * ((size_t)w->total + 1));
+  int *indeg = calloc((size_t)ng + 1, sizeof(int)), *cnt = calloc((size_t)ng + 1, sizeof(int));
+  int *start = malloc(sizeof(int) * ((size_t)ng + 2)), *succ = NULL, count = -1;
+  w->group_order = malloc(sizeof(int) * ((size_t)ng + 1));
+  if (!gid || !indeg || !cnt || !start || !w->group_order) goto out;
+  for (int id = 0; id < w->total; id++) {
+    int c = child_of_base(&w->fr, w->fr.of_node[id], w->base);
+    gid[id] = c >= 0 ? w->total + c : id;
+  }
+  int edges = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int id = 0; id < w->total; id++) {
+      gr_node *d = gr_graph_node(w->g, id);
+      for (int j = 0; j < d->num_inputs + d->num_control_inputs; j++) {
+        gr_node *s = j < d->num_inputs ? d->inputs[j].node : d->control_inputs[j - d->num_inputs];
+        if (j < d->num_inputs && s->op->cf_kind == GR_CF_NEXT_ITERATION) continue;
+        int a = gid[s->id], b = gid[id];
+        if (a == b) continue;
+        if (pass == 0) {
+          cnt[a]++;
+          edges++;
+        } else {
+          succ[start[a] + cnt[a]++] = b;
+          indeg[b]++;
+        }
+      }
+    }
+    if (pass == 0) {
+      succ = malloc(sizeof(int) * ((size_t)edges + 1));
+      if (!succ) goto out;
+      start[0] = 0;
+      for (int k = 0; k < ng; k++) start[k + 1] = start[k] + cnt[k];
+      memset(cnt, 0, sizeof(int) * (size_t)ng);
+    }
+  }
+  char *used = calloc((size_t)ng + 1, 1);
+  if (!used) goto out;
+  for (int id = 0; id < w->total; id++) used[gid[id]] = 1;
+  int head = 0, tail = 0;
+  for (int k = 0; k < ng; k++)
+    if (used[k] && !indeg[k]) w->group_order[tail++] = k;
+  while (head < tail) {
+    int v = w->group_order[head++];
+    for (int e = start[v]; e < start[v + 1]; e++)
+      if (--indeg[succ[e]] == 0) w->group_order[tail++] = succ[e];
+  }
+  free(used);
+  count = tail;
+out:
+  free(gid);
+  free(indeg);
+  free(cnt);
+  free(start);
+  free(succ);
+  return count;
+}
+
+/* A loop group: its exits' gradients to the reverse loop, the results to
+ * the values that enter it. */
+static gr_status loop_group(walk *w, int frame) {
+  gr_graph *g = w->g;
+  ad_loop loop;
+  GR_TRY(ad_loop_find(g, &w->fr, frame, w->total, &loop));
+  gr_output *d_exits = calloc((size_t)loop.n + 1, sizeof(gr_output));
+  gr_output *d_init = calloc((size_t)loop.n + 1, sizeof(gr_output));
+  gr_output *d_inv = calloc((size_t)loop.m + 1, sizeof(gr_output));
+  bool *want = calloc((size_t)loop.m + 1, sizeof(bool)), any = false;
+  gr_status st = GR_OK;
+  if (!d_exits || !d_init || !d_inv || !want) {
+    st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < loop.n; i++) {
+    d_exits[i] = total(g, &w->grads[w->out_base[loop.exit[i]->id]]);
+    if (d_exits[i].node) any = true;
+  }
+  for (int j = 0; j < loop.m; j++) {
+    gr_output y = loop.invariant[j]->inputs[0];
+    want[j] = float_edge(y.node, y.index) && w->from_x[y.node->id];
+  }
+  if (!any) goto out;
+  st = ad_while_gradient(g, &w->fr, &loop, d_exits, want, d_init, d_inv);
+  for (int i = 0; i < loop.n && st == GR_OK; i++) {
+    gr_output x = loop.enter[i]->inputs[0];
+    if (d_init[i].node && w->from_x[x.node->id] &&
+        !push(&w->grads[w->out_base[x.node->id] + x.index], d_init[i]))
+      st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (int j = 0; j < loop.m && st == GR_OK; j++) {
+    gr_output y = loop.invariant[j]->inputs[0];
+    if (d_inv[j].node && !push(&w->grads[w->out_base[y.node->id] + y.index], d_inv[j]))
+      st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+out:
+  free(d_exits);
+  free(d_init);
+  free(d_inv);
+  free(want);
+  ad_loop_free(&loop);
+  return st;
+}
+
+/* One node: its outputs' gradients through its gradient function. */
+static gr_status node_group(walk *w, gr_node *n, gr_output (*remap)(void *, gr_output), void *arg) {
+  gr_graph *g = w->g;
+  int id = n->id;
+  bool is_x_only = true; /* an x with no x upstream: nothing to do */
+  for (int j = 0; j < n->num_inputs; j++)
+    if (w->from_x[n->inputs[j].node->id]) is_x_only = false;
+  if (is_x_only) return GR_OK;
+  gr_output *og = calloc((size_t)n->num_outputs + 1, sizeof *og);
+  gr_output *din = calloc((size_t)n->num_inputs + 1, sizeof *din);
+  if (!og || !din) {
+    free(og);
+    free(din);
+    return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  gr_status st = GR_OK;
+  char scope[600];
+  snprintf(scope, sizeof scope, "/gradients/%s_grad", n->name);
+  int first_id = gr_graph_num_nodes(g);
+  gr_graph_push_name_scope(g, scope);
+  bool any = false;
+  for (int k = 0; k < n->num_outputs; k++) {
+    og[k] = total(g, &w->grads[w->out_base[id] + k]);
+    if (og[k].node) any = true;
+  }
+  if (any && !(n->op->flags & GR_OP_NO_GRADIENT)) {
+    if (!n->op->grad_fn) {
+      st = fail(g, GR_ERR_UNIMPLEMENTED,
+                "gradients: no gradient defined for op %s (node '%s'); wrap it in "
+                "stop_gradient if no gradient should flow through it",
+                n->op->name, n->name);
+    } else {
+      gr_grad_ctx ctx = {
+          .graph = g, .node = n, .grads = og, .dinputs = din, .remap = remap, .remap_arg = arg};
+      st = n->op->grad_fn(&ctx);
+      if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
+      if (st != GR_OK && !gr_graph_error(g))
+        fail(g, st, "gradients: gradient of node '%s' (op %s) failed", n->name, n->op->name);
+    }
+  }
+  gr_graph_pop_name_scope(g);
+  colocate_new(g, first_id, n);
+  for (int j = 0; j < n->num_inputs && st == GR_OK; j++) {
+    gr_output src = n->inputs[j];
+    if (!din[j].node || !w->from_x[src.node->id] || !float_edge(src.node, src.index)) continue;
+    if (!push(&w->grads[w->out_base[src.node->id] + src.index], din[j]))
+      st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  free(og);
+  free(din);
+  return st;
+}
+
+gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
+                       const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs,
+                       const char *base, gr_output (*remap)(void *, gr_output), void *remap_arg) {
   for (int i = 0; i < nx; i++) dxs[i] = (gr_output){NULL, 0};
   if (gr_graph_error(g)) return gr_graph_error(g)->code;
   for (int i = 0; i < ny; i++)
@@ -64,111 +315,92 @@ gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
       return fail(g, GR_ERR_DTYPE,
                   "gradients: y '%s' has dtype %s; only f32/f64 can be differentiated",
                   ys[i].node->name, gr_dtype_name(ys[i].node->out_dtypes[ys[i].index]));
-
-  int total_nodes = gr_graph_num_nodes(g);
-  char *from_x = calloc((size_t)total_nodes + 1, 1), *to_y = calloc((size_t)total_nodes + 1, 1);
-  int *out_base = malloc(sizeof(int) * ((size_t)total_nodes + 1));
-  int *order = malloc(sizeof(int) * ((size_t)total_nodes + 1));
-  contrib *grads = NULL;
-  int nout = 0;
+  walk w;
+  memset(&w, 0, sizeof w);
+  w.g = g;
+  w.total = gr_graph_num_nodes(g);
+  w.from_x = calloc((size_t)w.total + 1, 1);
+  w.to_y = calloc((size_t)w.total + 1, 1);
+  w.out_base = malloc(sizeof(int) * ((size_t)w.total + 1));
+  w.order = malloc(sizeof(int) * ((size_t)w.total + 1));
   gr_status st = GR_OK;
-  if (!from_x || !to_y || !out_base || !order || gr_graph_topo_order(g, order) != total_nodes) {
+  if (!w.from_x || !w.to_y || !w.out_base || !w.order ||
+      gr_graph_topo_order(g, w.order) != w.total ||
+      ad_frames_compute(g, w.order, w.total, &w.fr) != GR_OK) {
     st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }
-  /* forward from xs over float edges, in topological order */
-  for (int i = 0; i < nx; i++) from_x[xs[i].node->id] = 1;
-  for (int k = 0; k < total_nodes; k++) {
-    int id = order[k];
-    gr_node *n = gr_graph_node(g, id);
-    if (from_x[id]) continue;
-    for (int j = 0; j < n->num_inputs; j++)
-      if (from_x[n->inputs[j].node->id] && float_edge(n->inputs[j].node, n->inputs[j].index)) {
-        from_x[id] = 1;
-        break;
+  w.base = -1;
+  for (int k = 0; k < w.fr.n; k++)
+    if (strcmp(w.fr.name[k], base) == 0) w.base = k;
+  if (w.base < 0) {
+    st = fail(g, GR_ERR_INTERNAL, "gradients: no loop frame '%s'", base);
+    goto done;
+  }
+  /* forward from xs and back from ys over float edges, in topological order */
+  for (int i = 0; i < nx; i++) w.from_x[xs[i].node->id] = 1;
+  /* loop back edges (merge <- next_iteration) go against the order: repeat
+   * until nothing changes (one more pass per level of loop nesting) */
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int k = 0; k < w.total; k++) {
+      gr_node *n = gr_graph_node(g, w.order[k]);
+      for (int j = 0; j < n->num_inputs && !w.from_x[n->id]; j++) {
+        const gr_node *p = n->inputs[j].node;
+        /* not around the loop being differentiated: there the body's inputs are the xs */
+        if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w.fr.of_node[p->id] == w.base) continue;
+        if (w.from_x[p->id] && float_edge(p, n->inputs[j].index)) {
+          w.from_x[n->id] = 1;
+          changed = true;
+        }
       }
+    }
   }
-  /* backward from ys */
-  for (int i = 0; i < ny; i++) to_y[ys[i].node->id] = 1;
-  for (int k = total_nodes - 1; k >= 0; k--) {
-    int id = order[k];
-    if (!to_y[id]) continue;
-    gr_node *n = gr_graph_node(g, id);
+  for (int i = 0; i < ny; i++) w.to_y[ys[i].node->id] = 1;
+  for (int k = w.total - 1; k >= 0; k--) {
+    gr_node *n = gr_graph_node(g, w.order[k]);
+    if (!w.to_y[n->id]) continue;
     for (int j = 0; j < n->num_inputs; j++)
-      if (float_edge(n->inputs[j].node, n->inputs[j].index)) to_y[n->inputs[j].node->id] = 1;
+      if (float_edge(n->inputs[j].node, n->inputs[j].index)) w.to_y[n->inputs[j].node->id] = 1;
   }
-  for (int id = 0; id < total_nodes; id++) {
-    out_base[id] = nout;
-    nout += gr_graph_node(g, id)->num_outputs;
+  for (int id = 0; id < w.total; id++) {
+    w.out_base[id] = w.nout;
+    w.nout += gr_graph_node(g, id)->num_outputs;
   }
-  grads = calloc((size_t)nout + 1, sizeof *grads);
-  if (!grads) {
+  w.grads = calloc((size_t)w.nout + 1, sizeof *w.grads);
+  int ngroups = w.grads ? group_sort(&w) : -1;
+  if (ngroups < 0) {
     st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }
-  /* seeds */
-  for (int i = 0; i < ny; i++) {
+  for (int i = 0; i < ny && st == GR_OK; i++) {
     gr_output seed = grad_ys && grad_ys[i].node ? grad_ys[i] : gr_ones_like(g, ys[i]);
-    if (!seed.node || !push(&grads[out_base[ys[i].node->id] + ys[i].index], seed)) {
+    if (!seed.node || !push(&w.grads[w.out_base[ys[i].node->id] + ys[i].index], seed))
       st = gr_graph_error(g) ? gr_graph_error(g)->code : fail(g, GR_ERR_RESOURCE_EXHAUSTED, "oom");
-      goto done;
-    }
   }
-  /* reverse topological order over the nodes on a path from xs to ys */
-  for (int k = total_nodes - 1; k >= 0 && st == GR_OK; k--) {
-    int id = order[k];
-    if (!from_x[id] || !to_y[id]) continue;
-    gr_node *n = gr_graph_node(g, id);
-    bool is_x_only = true; /* an x with no x upstream: no need to go further */
-    for (int j = 0; j < n->num_inputs; j++)
-      if (from_x[n->inputs[j].node->id]) is_x_only = false;
-    if (is_x_only) continue;
-    gr_output *og = calloc((size_t)n->num_outputs + 1, sizeof *og);
-    gr_output *din = calloc((size_t)n->num_inputs + 1, sizeof *din);
-    if (!og || !din) {
-      free(og);
-      free(din);
-      st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-      break;
-    }
-    char scope[600];
-    snprintf(scope, sizeof scope, "gradients/%s_grad", n->name);
-    int first_id = gr_graph_num_nodes(g);
-    gr_graph_push_name_scope(g, scope);
-    bool any = false;
-    for (int k = 0; k < n->num_outputs; k++) {
-      og[k] = total(g, &grads[out_base[id] + k]);
-      if (og[k].node) any = true;
-    }
-    if (any && !(n->op->flags & GR_OP_NO_GRADIENT)) {
-      if (!n->op->grad_fn) {
-        st = fail(g, GR_ERR_UNIMPLEMENTED,
-                  "gradients: no gradient defined for op %s (node '%s'); wrap it in "
-                  "stop_gradient if no gradient should flow through it",
-                  n->op->name, n->name);
-      } else {
-        gr_grad_ctx ctx = {.graph = g, .node = n, .grads = og, .dinputs = din};
-        st = n->op->grad_fn(&ctx);
-        if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
-        if (st != GR_OK && !gr_graph_error(g))
-          fail(g, st, "gradients: gradient of node '%s' (op %s) failed", n->name, n->op->name);
+  /* reverse topological order of the groups on a path from xs to ys */
+  for (int k = ngroups - 1; k >= 0 && st == GR_OK; k--) {
+    int gi = w.group_order[k];
+    if (gi >= w.total) { /* a loop: on the path when one of its exits is */
+      int frame = gi - w.total;
+      bool on = false;
+      for (int id = 0; id < w.total && !on; id++) {
+        gr_node *n = gr_graph_node(g, id);
+        on =
+            n->op->cf_kind == GR_CF_EXIT && w.fr.of_node[id] == frame && w.from_x[id] && w.to_y[id];
       }
+      if (on) st = loop_group(&w, frame);
+      continue;
     }
-    gr_graph_pop_name_scope(g);
-    colocate_new(g, first_id, n);
-    for (int j = 0; j < n->num_inputs && st == GR_OK; j++) {
-      gr_output src = n->inputs[j];
-      if (!din[j].node || !from_x[src.node->id] || !float_edge(src.node, src.index)) continue;
-      if (!push(&grads[out_base[src.node->id] + src.index], din[j]))
-        st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    free(og);
-    free(din);
+    if (!w.from_x[gi] || !w.to_y[gi]) continue;
+    if (w.fr.of_node[gi] != w.base)
+      continue; /* not ours (outside the frame being differentiated) */
+    st = node_group(&w, gr_graph_node(g, gi), remap, remap_arg);
   }
   for (int i = 0; i < nx && st == GR_OK; i++) {
-    contrib *c = &grads[out_base[xs[i].node->id] + xs[i].index];
+    contrib *c = &w.grads[w.out_base[xs[i].node->id] + xs[i].index];
     char scope[600];
-    snprintf(scope, sizeof scope, "gradients/%s_grad", xs[i].node->name);
+    snprintf(scope, sizeof scope, "/gradients/%s_grad", xs[i].node->name);
     gr_graph_push_name_scope(g, scope);
     dxs[i] = total(g, c);
     if (!dxs[i].node && !null_for_unconnected) dxs[i] = gr_zeros_like(g, xs[i]);
@@ -176,13 +408,13 @@ gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
   }
   if (gr_graph_error(g)) st = gr_graph_error(g)->code;
 done:
-  for (int i = 0; grads && i < nout; i++) free(grads[i].v);
-  free(grads);
-  free(from_x);
-  free(to_y);
-  free(out_base);
-  free(order);
+  walk_free(&w);
   if (st != GR_OK)
     for (int i = 0; i < nx; i++) dxs[i] = (gr_output){NULL, 0};
   return st;
+}
+
+gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
+                       const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs) {
+  return ad_gradients(g, ys, ny, xs, nx, grad_ys, null_for_unconnected, dxs, "", NULL, NULL);
 }

@@ -189,6 +189,12 @@ static void reroute(gr_graph *g, int first, int end, int skip_lo, int skip_hi,
   for (int id = first; id < end; id++) {
     gr_node *n = gr_graph_node(g, id);
     if (id >= skip_lo && id < skip_hi) continue;
+    /* A node built meanwhile with no input from inside and no control input
+     * (a gradient's stack push of a value outside) is not part of this
+     * branch or loop: leave it where its inputs are. */
+    bool inside = n->num_control_inputs > 0;
+    for (int j = 0; j < n->num_inputs && !inside; j++) inside = n->inputs[j].node->id >= first;
+    if (!inside) continue;
     for (int j = 0; j < n->num_inputs; j++) {
       gr_output src = n->inputs[j];
       if (src.node->id >= first) continue;

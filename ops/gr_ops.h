@@ -239,6 +239,11 @@ struct gr_grad_ctx {
   const gr_node *node;
   const gr_output *grads; /* node->num_outputs entries */
   gr_output *dinputs;     /* node->num_inputs entries, preset to null */
+  /* Inside the reverse loop of a while loop's gradient, forward values are
+   * read through this (stack pops); NULL elsewhere. Grad functions reach
+   * forward values only through gr_grad_x / gr_grad_y, which apply it. */
+  gr_output (*remap)(void *arg, gr_output forward);
+  void *remap_arg;
 };
 typedef struct gr_grad_ctx gr_grad_ctx;
 

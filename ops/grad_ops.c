@@ -173,7 +173,7 @@ static gr_status reshape_like_kernel(gr_kernel_ctx *ctx) {
 }
 
 static gr_status reshape_like_grad(gr_grad_ctx *ctx) {
-  ctx->dinputs[0] = gr_reshape_like(ctx->graph, ctx->grads[0], ctx->node->inputs[0]);
+  ctx->dinputs[0] = gr_reshape_like(ctx->graph, ctx->grads[0], gr_grad_x(ctx, 0));
   return GR_OK;
 }
 

@@ -107,6 +107,10 @@
   X(enter)                                                                                         \
   X(exit)                                                                                          \
   X(next_iteration)                                                                                \
-  X(loop_cond)
+  X(loop_cond)                                                                                     \
+  /* stack_ops.c */                                                                                \
+  X(stack_push)                                                                                    \
+  X(stack_pop)                                                                                     \
+  X(stack_size)
 
 #endif

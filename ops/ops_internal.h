@@ -115,10 +115,11 @@ gr_output gr_ops_const_scalar(gr_graph *g, gr_dtype dtype, double v);
 
 /* Forward input i and output i of the node being differentiated. */
 static inline gr_output gr_grad_x(const gr_grad_ctx *c, int i) {
-  return c->node->inputs[i];
+  return c->remap ? c->remap(c->remap_arg, c->node->inputs[i]) : c->node->inputs[i];
 }
 static inline gr_output gr_grad_y(const gr_grad_ctx *c, int i) {
-  return (gr_output){(gr_node *)c->node, i};
+  gr_output y = {(gr_node *)c->node, i};
+  return c->remap ? c->remap(c->remap_arg, y) : y;
 }
 /* Fused gradient ops (nn_grad.c). */
 gr_output gr_relu_grad(gr_graph *g, gr_output dy, gr_output y);

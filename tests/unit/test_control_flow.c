@@ -3,6 +3,7 @@
  * the iteration, shape checks), cond (side effects only in the taken branch,
  * nested conds, dead values), and gradients through cond. */
 #include <graphrun.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -157,6 +158,10 @@ static void test_million_iterations_flat_memory(void) {
 #else
   GR_CHECK_MSG(after - before < 4096, "resident memory grew by %ld KiB over 1M iterations",
                after - before);
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+  gr_buffer_pool_set_limit(0); /* back to ASan's default: every free seen */
+  gr_buffer_pool_trim();
 #endif
   gr_session_free(s);
   gr_graph_free(g);
@@ -365,6 +370,110 @@ static void test_cond_gradient(void) {
   gr_graph_free(g);
 }
 
+/* ---- gradients through while loops */
+/* v = x^n by repeated multiplication: dv/dx = n x^(n-1) */
+static gr_output pow_cond(gr_graph *g, void *a, const gr_output *v) {
+  return gr_less(g, v[0], *(gr_output *)a);
+}
+static gr_output pow_x;
+static void pow_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = gr_mul(g, v[1], pow_x);
+}
+static void test_while_gradient_power(void) {
+  gr_graph *g = gr_graph_new();
+  pow_x = gr_placeholder(g, "x", GR_F64, gr_shape_scalar());
+  gr_output n = gr_placeholder(g, "n", GR_I64, gr_shape_scalar());
+  gr_output vars[2] = {gr_const_i64(g, 0), gr_const_f64(g, 1)};
+  GR_CHECK(gr_while_loop(g, pow_cond, pow_body, &n, 2, vars, 4) == GR_OK);
+  gr_output dx;
+  GR_CHECK(gr_gradients(g, &vars[1], 1, &pow_x, 1, NULL, false, &dx) == GR_OK);
+  GR_CHECK_MSG(!gr_graph_error(g), "%s", gr_graph_error(g) ? gr_graph_error(g)->msg : "");
+  gr_session *s = session(g, 2);
+  int64_t ns[4] = {0, 1, 3, 7};
+  for (int k = 0; k < 4 && s; k++) {
+    gr_tensor xv = gr_tensor_scalar_f64(1.3), nv = gr_tensor_scalar_i64(ns[k]), out[2];
+    gr_feed f[2] = {{pow_x, &xv}, {n, &nv}};
+    gr_error err;
+    GR_CHECK_OK(gr_session_run(s, f, 2, (gr_output[]){vars[1], dx}, 2, out, NULL, 0, &err), err);
+    if (out[0].buf) {
+      GR_CHECK_NEAR(gr_tensor_get_f64(&out[0], 0), pow(1.3, (double)ns[k]), 1e-12);
+      GR_CHECK_NEAR(gr_tensor_get_f64(&out[1], 0), ns[k] ? ns[k] * pow(1.3, (double)ns[k] - 1) : 0,
+                    1e-9);
+      gr_tensor_release(&out[0]);
+      gr_tensor_release(&out[1]);
+    }
+    gr_tensor_release(&xv);
+    gr_tensor_release(&nv);
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+/* A small RNN: h = tanh(h @ W + x_t @ U), t < T, loss = sum(h_T * r); gradients
+ * of W, U and h0 against central differences. */
+typedef struct rnn {
+  gr_output W, U, X, T;
+} rnn;
+static gr_output rnn_cond(gr_graph *g, void *a, const gr_output *v) {
+  return gr_less(g, v[0], ((rnn *)a)->T);
+}
+static void rnn_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  rnn *r = a;
+  gr_output xt = gr_gather(g, r->X, gr_expand_dims(g, v[0], 0), 0); /* [1, 3] */
+  gr_output pre =
+      gr_add(g, gr_matmul(g, v[1], r->W, false, false), gr_matmul(g, xt, r->U, false, false));
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = gr_tanh(g, pre);
+}
+static void test_while_gradient_rnn(void) {
+  gr_graph *g = gr_graph_new();
+  rnn r = {gr_placeholder(g, "W", GR_F64, (gr_shape){2, {4, 4}}),
+           gr_placeholder(g, "U", GR_F64, (gr_shape){2, {3, 4}}),
+           gr_placeholder(g, "X", GR_F64, (gr_shape){2, {5, 3}}), gr_const_i64(g, 5)};
+  gr_output h0 = gr_placeholder(g, "h0", GR_F64, (gr_shape){2, {1, 4}});
+  gr_output vars[2] = {gr_const_i64(g, 0), h0};
+  GR_CHECK(gr_while_loop(g, rnn_cond, rnn_body, &r, 2, vars, 0) == GR_OK);
+  double rv[4] = {0.3, -1.2, 0.7, 0.5};
+  gr_output loss = gr_reduce_sum(
+      g, gr_mul(g, vars[1], gr_const_data(g, GR_F64, (gr_shape){2, {1, 4}}, rv)), NULL, 0, false);
+  gr_output wrt[3] = {r.W, r.U, h0}, d[3];
+  GR_CHECK(gr_gradients(g, &loss, 1, wrt, 3, NULL, false, d) == GR_OK);
+  GR_CHECK_MSG(!gr_graph_error(g), "%s", gr_graph_error(g) ? gr_graph_error(g)->msg : "");
+  gr_session *s = session(g, 1);
+  gt_rng rng = {77};
+  gr_tensor v[4] = {gt_random(&rng, GR_F64, (gr_shape){2, {4, 4}}, -0.6, 0.6),
+                    gt_random(&rng, GR_F64, (gr_shape){2, {3, 4}}, -0.6, 0.6),
+                    gt_random(&rng, GR_F64, (gr_shape){2, {5, 3}}, -1, 1),
+                    gt_random(&rng, GR_F64, (gr_shape){2, {1, 4}}, -0.5, 0.5)};
+  gr_feed f[4] = {{r.W, &v[0]}, {r.U, &v[1]}, {r.X, &v[2]}, {h0, &v[3]}};
+  gr_tensor grads[3];
+  gr_error err;
+  GR_CHECK_OK(gr_session_run(s, f, 4, d, 3, grads, NULL, 0, &err), err);
+  int which[3] = {0, 1, 3};
+  const double eps = 1e-6;
+  bool ran = grads[0].buf != NULL;
+  for (int k = 0; k < 3 && ran; k++) {
+    gr_tensor *t = &v[which[k]];
+    for (int64_t e = 0; e < gr_tensor_num_elements(t); e++) {
+      double x0 = gr_tensor_get_f64(t, e), lp, lm;
+      gr_status st;
+      gr_tensor_set_f64(t, e, x0 + eps);
+      lp = fetch1(s, f, 4, loss, &st, &err);
+      gr_tensor_set_f64(t, e, x0 - eps);
+      lm = fetch1(s, f, 4, loss, &st, &err);
+      gr_tensor_set_f64(t, e, x0);
+      double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[k], e);
+      GR_CHECK_MSG(fabs(num - ana) <= 1e-6 + 1e-5 * fabs(num), "d/d %s[%lld]: %.10g vs %.10g",
+                   wrt[k].node->name, (long long)e, ana, num);
+    }
+    gr_tensor_release(&grads[k]);
+  }
+  for (int k = 0; k < 4; k++) gr_tensor_release(&v[k]);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_while_basic);
   GR_RUN(test_collatz);
@@ -375,5 +484,7 @@ int main(void) {
   GR_RUN(test_cond_side_effects);
   GR_RUN(test_nested_cond_deadness);
   GR_RUN(test_cond_gradient);
+  GR_RUN(test_while_gradient_power);
+  GR_RUN(test_while_gradient_rnn);
   return gr_test_finish();
 }

@@ -1,0 +1,86 @@
+/* Step-scoped stacks as ops (core/gr_op.h gr_step_stack_*): stack_push
+ * (passes its input through and pushes it), stack_pop and stack_size. The
+ * gradient of a while loop pushes the forward values it needs in the forward
+ * loop and pops them, last first, in the reverse loop. */
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+static const gr_attr_spec stack_attrs[] = {{"stack", GR_ATTR_STRING, true, {0}}};
+static const gr_attr_spec pop_attrs[] = {
+    {"stack", GR_ATTR_STRING, true, {0}},
+    {"dtype", GR_ATTR_DTYPE, true, {0}},
+    {"shape", GR_ATTR_SHAPE, false, {.type = GR_ATTR_SHAPE, .shape = {.rank = -1}}}};
+
+static gr_status push_kernel(gr_kernel_ctx *ctx) {
+  GR_TRY(gr_step_stack_push(ctx->step->stacks, gr_node_attr_string(ctx->node, "stack", ""),
+                            &ctx->inputs[0], ctx->err));
+  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
+  return GR_OK;
+}
+
+static gr_status pop_shape(gr_shape_ctx *ctx) {
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = gr_node_attr_dtype(ctx->node, "dtype", GR_F32);
+  ctx->out_shapes[0] = gr_node_attr(ctx->node, "shape")->shape;
+  return GR_OK;
+}
+
+static gr_status pop_kernel(gr_kernel_ctx *ctx) {
+  gr_tensor t;
+  GR_TRY(gr_step_stack_pop(ctx->step->stacks, gr_node_attr_string(ctx->node, "stack", ""), &t,
+                           ctx->err));
+  if (t.dtype != ctx->node->out_dtypes[0]) {
+    gr_tensor_release(&t);
+    return gr_kernel_error(ctx, GR_ERR_DTYPE, "popped a tensor of the wrong dtype");
+  }
+  ctx->outputs[0] = t; /* hand the stack's reference over */
+  return GR_OK;
+}
+
+static gr_status size_shape(gr_shape_ctx *ctx) {
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = GR_I64;
+  ctx->out_shapes[0] = gr_shape_scalar();
+  return GR_OK;
+}
+
+static gr_status size_kernel(gr_kernel_ctx *ctx) {
+  gr_tensor *o;
+  GR_TRY(gr_kernel_alloc_output(ctx, 0, GR_I64, &(gr_shape){.rank = 0}, &o));
+  *(int64_t *)gr_tensor_data(o) =
+      gr_step_stack_size(ctx->step->stacks, gr_node_attr_string(ctx->node, "stack", ""));
+  return GR_OK;
+}
+
+#define STACK_FLAGS (GR_OP_STATEFUL | GR_OP_NO_GRADIENT)
+
+const gr_op_def gr_op_stack_push = {.name = "stack_push",
+                                    .doc = "x, pushed on the step's stack attr stack",
+                                    .min_inputs = 1,
+                                    .max_inputs = 1,
+                                    .input_names = (const char *const[]){"x"},
+                                    .num_outputs = 1,
+                                    .attrs = stack_attrs,
+                                    .num_attrs = 1,
+                                    .shape_fn = gr_shape_fn_unchanged,
+                                    .kernel = push_kernel,
+                                    .flags = STACK_FLAGS};
+
+const gr_op_def gr_op_stack_pop = {
+    .name = "stack_pop",
+    .doc = "the top of the step's stack attr stack (attrs dtype, shape)",
+    .num_outputs = 1,
+    .attrs = pop_attrs,
+    .num_attrs = 3,
+    .shape_fn = pop_shape,
+    .kernel = pop_kernel,
+    .flags = STACK_FLAGS};
+
+const gr_op_def gr_op_stack_size = {.name = "stack_size",
+                                    .doc = "the number of tensors on the step's stack attr stack",
+                                    .num_outputs = 1,
+                                    .attrs = stack_attrs,
+                                    .num_attrs = 1,
+                                    .shape_fn = size_shape,
+                                    .kernel = size_kernel,
+                                    .flags = STACK_FLAGS};
