@@ -39,6 +39,7 @@ typedef enum gr_op_flags {
   GR_OP_VARIABLE = 1 << 7,     /* needs the variables named by string attrs "var" and
                                   "slot*" initialised */
   GR_OP_NO_GRADIENT = 1 << 8,  /* differentiable-looking but its gradient is zero */
+  GR_OP_STEP_STACKS = 1 << 9,  /* uses the step's stacks (gr_step_info.stacks) */
 } gr_op_flags;
 
 typedef struct gr_attr_spec {
@@ -136,7 +137,8 @@ typedef struct gr_step_info {
   int64_t step_id; /* the session's run counter */
   uint64_t seed;   /* the session's random seed */
   gr_resource_mgr *resources;
-  gr_step_stacks *stacks; /* stacks that live for this step (loop gradients) */
+  gr_step_stacks *stacks; /* stacks that live for this step (loop gradients); set
+                             only for steps that run a GR_OP_STEP_STACKS op */
 } gr_step_info;
 
 /* Step-scoped stacks of tensors, by name (thread-safe). Push takes a new

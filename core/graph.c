@@ -148,12 +148,11 @@ static char *scoped(gr_graph *g, const char *scope, const char *name) {
   return s;
 }
 
-/* A fresh name for base: base itself, or base_K for the smallest unused K
- * tracked per base, so adding n nodes of one op costs O(n). */
-static char *unique_name(gr_graph *g, const char *base) {
-  if (!gr_strmap_get(&g->by_name, base) && !gr_strmap_get(&g->next_suffix, base))
-    return gr_arena_strdup(&g->arena, base);
+/* A fresh name for base (an arena string): base itself, or base_K for the
+ * smallest unused K tracked per base, so adding n nodes of one op costs O(n). */
+static char *unique_name(gr_graph *g, char *base) {
   intptr_t k = (intptr_t)gr_strmap_get(&g->next_suffix, base);
+  if (!k && !gr_strmap_get(&g->by_name, base)) return base;
   if (k == 0) k = 1;
   size_t len = strlen(base) + 24;
   char *buf = gr_arena_alloc(&g->arena, len);
@@ -162,11 +161,7 @@ static char *unique_name(gr_graph *g, const char *base) {
     snprintf(buf, len, "%s_%ld", base, (long)k);
     if (!gr_strmap_get(&g->by_name, buf)) break;
   }
-  const char *key = gr_strmap_get(&g->next_suffix, base) ? NULL : gr_arena_strdup(&g->arena, base);
-  if (key)
-    gr_strmap_put(&g->next_suffix, key, (void *)(k + 1));
-  else
-    gr_strmap_put(&g->next_suffix, base, (void *)(k + 1));
+  gr_strmap_put(&g->next_suffix, base, (void *)(k + 1));
   return buf;
 }
 

@@ -14,8 +14,9 @@
 typedef struct prepared {
   gr_executor *exec;
   int num_vars;
-  gr_node **vars; /* variable nodes this step reads */
-  int vars_ready; /* all of them were initialised once */
+  gr_node **vars;   /* variable nodes this step reads */
+  int vars_ready;   /* all of them were initialised once */
+  bool uses_stacks; /* some node needs the step's stacks */
   char *key;
 } prepared;
 
@@ -249,6 +250,7 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
       goto done;
     }
     if (n->op->flags & GR_OP_VARIABLE) nvars++;
+    if (n->op->flags & GR_OP_STEP_STACKS) p->uses_stacks = true;
     nodes[nn++] = n;
   }
   if ((st = assign_devices(s, nodes, nn, err)) != GR_OK) goto done;
@@ -423,9 +425,10 @@ gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
   gr_step_info step = {.step_id = __atomic_fetch_add(&s->step, 1, __ATOMIC_RELAXED),
                        .seed = gr_graph_seed(s->graph),
                        .resources = s->resources,
-                       .stacks = gr_step_stacks_new()};
-  gr_status st = step.stacks ? gr_executor_run(p->exec, fv, results, &step, err)
-                             : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+                       .stacks = p->uses_stacks ? gr_step_stacks_new() : NULL};
+  gr_status st = step.stacks || !p->uses_stacks
+                     ? gr_executor_run(p->exec, fv, results, &step, err)
+                     : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   gr_step_stacks_free(step.stacks);
   if (fv != fv_small) free(fv);
   return st;

@@ -1,5 +1,6 @@
 /* Reading tensors from data files: the IDX format of MNIST and
- * Fashion-MNIST (raw or gzip-compressed) and NumPy .npy files. Used by the
+ * Fashion-MNIST and NumPy .npy files, raw or gzip-compressed (zlib reads
+ * plain files through). Used by the
  * read_idx / read_npy ops and by the command line's --feed. Every length in a
  * header is checked against a maximum and against the bytes present. */
 #include <stdio.h>
@@ -11,6 +12,18 @@
 #include "ops/ops_internal.h"
 
 #define MAX_FILE_ELEMENTS ((int64_t)1 << 34)
+
+/* Reads exactly `bytes` (in chunks: gzread takes an unsigned count). */
+static bool read_all(gzFile f, void *dst, size_t bytes) {
+  size_t got = 0;
+  while (got < bytes) {
+    unsigned chunk = bytes - got > (1u << 30) ? 1u << 30 : (unsigned)(bytes - got);
+    int r = gzread(f, (char *)dst + got, chunk);
+    if (r <= 0) return false;
+    got += (size_t)r;
+  }
+  return true;
+}
 
 /* ---- IDX -------------------------------------------------------------------------------- */
 
@@ -85,17 +98,10 @@ gr_status gr_data_load_idx(const char *path, gr_tensor *out, gr_error *err) {
     int64_t n = gr_tensor_num_elements(out);
     size_t bytes = (size_t)n * (size_t)src;
     unsigned char *raw = src == (int)gr_dtype_size(dt) ? gr_tensor_data(out) : malloc(bytes + 1);
-    size_t got = 0;
-    while (raw && got < bytes) {
-      unsigned chunk = bytes - got > (1u << 30) ? 1u << 30 : (unsigned)(bytes - got);
-      int r = gzread(f, raw + got, chunk);
-      if (r <= 0) break;
-      got += (size_t)r;
-    }
     if (!raw) {
       s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", path);
-    } else if (got < bytes) {
-      s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated: %zu of %zu data bytes", path, got,
+    } else if (!read_all(f, raw, bytes)) {
+      s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated: fewer than %zu data bytes", path,
                        bytes);
     } else {
       /* big-endian source -> host order in the tensor's dtype */
@@ -143,22 +149,22 @@ static const char *npy_field(const char *h, const char *key) {
   return p;
 }
 
-static gr_status npy_header(FILE *f, const char *path, gr_dtype *dt, gr_shape *shape,
+static gr_status npy_header(gzFile f, const char *path, gr_dtype *dt, gr_shape *shape,
                             gr_error *err) {
   unsigned char m[10];
-  if (fread(m, 1, 10, f) != 10 || memcmp(m, "\x93NUMPY", 6) != 0)
+  if (gzread(f, m, 10) != 10 || memcmp(m, "\x93NUMPY", 6) != 0)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: not a .npy file (bad magic)", path);
   size_t hlen = m[8] | (size_t)m[9] << 8;
   if (m[6] >= 2) {
     unsigned char e[2];
-    if (fread(e, 1, 2, f) != 2) return gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated", path);
+    if (gzread(f, e, 2) != 2) return gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated", path);
     hlen |= (size_t)e[0] << 16 | (size_t)e[1] << 24;
   }
   if (hlen > 65536) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: header too long", path);
   char *h = calloc(hlen + 1, 1);
   if (!h) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   gr_status s = GR_OK;
-  if (fread(h, 1, hlen, f) != hlen) {
+  if (gzread(f, h, (unsigned)hlen) != (int)hlen) {
     s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: header truncated", path);
     goto done;
   }
@@ -220,24 +226,25 @@ done:
 }
 
 gr_status gr_data_npy_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err) {
-  FILE *f = fopen(path, "rb");
+  gzFile f = gzopen(path, "rb");
   if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "%s: cannot open", path);
   gr_status s = npy_header(f, path, dtype, shape, err);
-  fclose(f);
+  gzclose(f);
   return s;
 }
 
 gr_status gr_data_load_npy(const char *path, gr_tensor *out, gr_error *err) {
   *out = gr_tensor_empty();
-  FILE *f = fopen(path, "rb");
+  gzFile f = gzopen(path, "rb");
   if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "%s: cannot open", path);
+  gzbuffer(f, 1 << 17);
   gr_dtype dt;
   gr_shape shape;
   gr_status s = npy_header(f, path, &dt, &shape, err);
   if (s == GR_OK) s = gr_tensor_alloc(out, dt, &shape, err);
   if (s == GR_OK) {
     size_t bytes = gr_tensor_num_bytes(out);
-    if (fread(gr_tensor_data(out), 1, bytes, f) != bytes)
+    if (!read_all(f, gr_tensor_data(out), bytes))
       s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated: fewer than %zu data bytes", path,
                        bytes);
     else if (dt == GR_BOOL)
@@ -248,7 +255,7 @@ gr_status gr_data_load_npy(const char *path, gr_tensor *out, gr_error *err) {
           break;
         }
   }
-  fclose(f);
+  gzclose(f);
   if (s != GR_OK) gr_tensor_release(out);
   return s;
 }

@@ -181,7 +181,7 @@ gr_output gr_glorot_uniform(gr_graph *g, gr_dtype dtype, gr_shape shape, int64_t
 gr_status gr_data_load_idx(const char *path, gr_tensor *out, gr_error *err);
 /* dtype and shape from an IDX header only. */
 gr_status gr_data_idx_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err);
-/* Reads a .npy file (little-endian f4 f8 i4 i8 u1 b1, C order). */
+/* Reads a .npy file, raw or gzip (little-endian f4 f8 i4 i8 u1 b1, C order). */
 gr_status gr_data_load_npy(const char *path, gr_tensor *out, gr_error *err);
 gr_status gr_data_npy_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err);
 

@@ -52,7 +52,7 @@ static gr_status size_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
-#define STACK_FLAGS (GR_OP_STATEFUL | GR_OP_NO_GRADIENT)
+#define STACK_FLAGS (GR_OP_STATEFUL | GR_OP_NO_GRADIENT | GR_OP_STEP_STACKS)
 
 const gr_op_def gr_op_stack_push = {.name = "stack_push",
                                     .doc = "x, pushed on the step's stack attr stack",

@@ -1,4 +1,5 @@
-/* graphrun CLI: loading .gr files and feed tensors (IDX, IDX.gz, .npy, CSV). */
+/* graphrun CLI: loading .gr files and feed tensors (IDX and .npy through ops/data_files.c,
+ * raw or gzip; CSV; a plain number). */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -89,157 +90,6 @@ static bool ends_with(const char *s, const char *suf) {
   return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-static uint64_t be32(const unsigned char *p) {
-  return ((uint64_t)p[0] << 24) | ((uint64_t)p[1] << 16) | ((uint64_t)p[2] << 8) | p[3];
-}
-
-/* IDX: 0 0 type rank, rank big-endian u32 dims, big-endian data. */
-static gr_status read_idx(const char *path, const unsigned char *d, size_t len, gr_tensor *out,
-                          gr_error *err) {
-  if (len < 4 || d[0] || d[1])
-    return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': not an IDX file", path);
-  int type = d[2], rank = d[3];
-  if (rank > GR_MAX_RANK || len < 4 + 4 * (size_t)rank)
-    return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': IDX header truncated or rank %d > %d", path,
-                        rank, GR_MAX_RANK);
-  gr_dtype dt;
-  size_t es;
-  switch (type) {
-    case 0x08:
-      dt = GR_U8, es = 1;
-      break;
-    case 0x09:
-      dt = GR_I32, es = 1;
-      break; /* i8, widened */
-    case 0x0B:
-      dt = GR_I32, es = 2;
-      break;
-    case 0x0C:
-      dt = GR_I32, es = 4;
-      break;
-    case 0x0D:
-      dt = GR_F32, es = 4;
-      break;
-    case 0x0E:
-      dt = GR_F64, es = 8;
-      break;
-    default:
-      return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': unknown IDX type 0x%02x", path, type);
-  }
-  gr_shape s = {.rank = rank};
-  uint64_t count = 1;
-  for (int i = 0; i < rank; i++) {
-    s.dims[i] = (int64_t)be32(d + 4 + 4 * i);
-    count *= (uint64_t)s.dims[i];
-    if (count > (1ull << 40))
-      return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': IDX dims too large", path);
-  }
-  size_t off = 4 + 4 * (size_t)rank;
-  if ((len - off) / es < count)
-    return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': IDX data truncated: %llu elements expected",
-                        path, (unsigned long long)count);
-  GR_TRY(gr_tensor_alloc(out, dt, &s, err));
-  const unsigned char *q = d + off;
-  for (uint64_t i = 0; i < count; i++, q += es) {
-    double v;
-    if (type == 0x08)
-      v = q[0];
-    else if (type == 0x09)
-      v = (int8_t)q[0];
-    else if (type == 0x0B)
-      v = (int16_t)(((unsigned)q[0] << 8) | q[1]);
-    else if (type == 0x0C)
-      v = (int32_t)be32(q);
-    else if (type == 0x0D) {
-      uint32_t u = (uint32_t)be32(q);
-      float f;
-      memcpy(&f, &u, 4);
-      v = f;
-    } else {
-      uint64_t u = (be32(q) << 32) | be32(q + 4);
-      double f;
-      memcpy(&f, &u, 8);
-      v = f;
-    }
-    gr_tensor_set_f64(out, (int64_t)i, v);
-  }
-  return GR_OK;
-}
-
-/* .npy version 1-3: magic, header dict {'descr', 'fortran_order', 'shape'}, data. */
-static gr_status read_npy(const char *path, const unsigned char *d, size_t len, gr_tensor *out,
-                          gr_error *err) {
-  if (len < 10 || memcmp(d, "\x93NUMPY", 6) != 0)
-    return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': not a .npy file", path);
-  size_t hl, off;
-  if (d[6] == 1)
-    hl = d[8] | ((size_t)d[9] << 8), off = 10;
-  else if (len >= 12)
-    hl = (size_t)d[8] | ((size_t)d[9] << 8) | ((size_t)d[10] << 16) | ((size_t)d[11] << 24),
-    off = 12;
-  else
-    return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': .npy header truncated", path);
-  if (hl > len - off)
-    return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': .npy header truncated", path);
-  char hdr[4096];
-  size_t n = hl < sizeof hdr - 1 ? hl : sizeof hdr - 1;
-  memcpy(hdr, d + off, n);
-  hdr[n] = '\0';
-  const char *descr = strstr(hdr, "'descr'"), *fo = strstr(hdr, "'fortran_order'"),
-             *sh = strstr(hdr, "'shape'");
-  if (!descr || !fo || !sh)
-    return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': bad .npy header", path);
-  const char *q = strchr(descr + 7, '\'');
-  if (!q) return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': bad .npy descr", path);
-  char ds[16] = {0};
-  for (int i = 0; i < 15 && q[1 + i] && q[1 + i] != '\''; i++) ds[i] = q[1 + i];
-  if (strstr(fo, "True") && strstr(fo, "True") < sh)
-    return gr_error_set(err, GR_ERR_UNIMPLEMENTED, "'%s': Fortran-order .npy is not supported",
-                        path);
-  static const struct {
-    const char *d;
-    gr_dtype t;
-    size_t es;
-  } types[] = {{"<f4", GR_F32, 4}, {"<f8", GR_F64, 8}, {"<i4", GR_I32, 4},
-               {"<i8", GR_I64, 8}, {"|u1", GR_U8, 1},  {"|b1", GR_BOOL, 1}};
-  int ti = -1;
-  for (int i = 0; i < 6; i++)
-    if (strcmp(ds, types[i].d) == 0) ti = i;
-  if (ti < 0)
-    return gr_error_set(err, GR_ERR_UNIMPLEMENTED,
-                        "'%s': .npy dtype '%s' is not supported (f4 f8 i4 i8 u1 b1, little-endian)",
-                        path, ds);
-  gr_shape s = {0};
-  const char *c = strchr(sh, '(');
-  if (!c) return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': bad .npy shape", path);
-  c++;
-  uint64_t count = 1;
-  while (*c && *c != ')') {
-    while (*c == ' ' || *c == ',') c++;
-    if (*c == ')') break;
-    if (!isdigit((unsigned char)*c) || s.rank >= GR_MAX_RANK)
-      return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': bad .npy shape", path);
-    char *end;
-    unsigned long long v = strtoull(c, &end, 10);
-    c = end;
-    if (v > (1ull << 40))
-      return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': .npy dim too large", path);
-    s.dims[s.rank++] = (int64_t)v;
-    count *= v;
-    if (count > (1ull << 40))
-      return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': .npy too large", path);
-  }
-  off += hl;
-  if ((len - off) / types[ti].es < count)
-    return gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': .npy data truncated", path);
-  GR_TRY(gr_tensor_alloc(out, types[ti].t, &s, err));
-  if (types[ti].t == GR_BOOL)
-    for (uint64_t i = 0; i < count; i++) gr_tensor_set_f64(out, (int64_t)i, d[off + i] != 0);
-  else
-    memcpy(gr_tensor_data(out), d + off, count * types[ti].es);
-  return GR_OK;
-}
-
 /* CSV: rows of numbers separated by ',' (or spaces); [rows, cols], or [n] for one column. */
 static gr_status read_csv(const char *path, const unsigned char *d, size_t len, gr_tensor *out,
                           gr_error *err) {
@@ -312,18 +162,24 @@ gr_status cli_read_tensor(const char *path, gr_dtype dtype, gr_tensor *out, gr_e
     GR_TRY(gr_tensor_alloc(&raw, GR_F64, &(gr_shape){0, {0}}, err));
     gr_tensor_set_f64(&raw, 0, v);
   } else {
-    unsigned char *d = NULL;
-    size_t len = 0;
-    GR_TRY(slurp(path, &d, &len, err));
-    gr_status st;
-    if (len >= 6 && memcmp(d, "\x93NUMPY", 6) == 0)
-      st = read_npy(path, d, len, &raw, err);
-    else if (len >= 4 && d[0] == 0 && d[1] == 0 && !ends_with(path, ".csv"))
-      st = read_idx(path, d, len, &raw, err);
-    else
-      st = read_csv(path, d, len, &raw, err);
-    free(d);
-    GR_TRY(st);
+    /* the format from the first bytes (after gzip): .npy, IDX, else CSV */
+    unsigned char head[6] = {0};
+    gzFile f = gzopen(path, "rb");
+    if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "cannot open '%s'", path);
+    int n = gzread(f, head, sizeof head);
+    gzclose(f);
+    if (n >= 6 && memcmp(head, "\x93NUMPY", 6) == 0) {
+      GR_TRY(gr_data_load_npy(path, &raw, err));
+    } else if (n >= 4 && head[0] == 0 && head[1] == 0 && !ends_with(path, ".csv")) {
+      GR_TRY(gr_data_load_idx(path, &raw, err));
+    } else {
+      unsigned char *d = NULL;
+      size_t len = 0;
+      GR_TRY(slurp(path, &d, &len, err));
+      gr_status st = read_csv(path, d, len, &raw, err);
+      free(d);
+      GR_TRY(st);
+    }
   }
   if (dtype == GR_DTYPE_INVALID || dtype == raw.dtype) {
     *out = raw;

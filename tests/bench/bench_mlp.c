@@ -17,27 +17,12 @@
 
 static const int64_t sizes[4] = {784, 256, 256, 10};
 
-static void write_npy(const char *path, const char *descr, const gr_tensor *t) {
-  FILE *f = fopen(path, "wb");
-  if (!f) {
-    perror(path);
+static void write_npy(const char *path, const gr_tensor *t) {
+  gr_error err;
+  if (gr_ckpt_write_npy(t, path, &err) != GR_OK) {
+    fprintf(stderr, "bench_mlp: %s\n", err.msg);
     exit(1);
   }
-  char h[128];
-  int n = t->shape.rank == 1
-              ? snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld,), }",
-                         descr, (long long)t->shape.dims[0])
-              : snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld, %lld), }",
-                         descr, (long long)t->shape.dims[0], (long long)t->shape.dims[1]);
-  int total = (10 + n + 1 + 63) / 64 * 64, hl = total - 10;
-  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 255),
-                           (unsigned char)(hl >> 8)};
-  fwrite(pre, 1, 10, f);
-  fwrite(h, 1, (size_t)n, f);
-  for (int i = n; i < hl - 1; i++) fputc(' ', f);
-  fputc('\n', f);
-  fwrite(gr_tensor_data(t), 1, gr_tensor_num_bytes(t), f);
-  fclose(f);
 }
 
 static uint64_t lcg = 12345;
@@ -110,9 +95,9 @@ static void write_data(const char *dir, int batch) {
   for (int64_t i = 0; i < batch; i++) ((int64_t *)gr_tensor_data(&y))[i] = (int64_t)(rnd() * 10);
   char path[512];
   snprintf(path, sizeof path, "%s/x.npy", dir);
-  write_npy(path, "<f4", &x);
+  write_npy(path, &x);
   snprintf(path, sizeof path, "%s/y.npy", dir);
-  write_npy(path, "<i8", &y);
+  write_npy(path, &y);
   for (int l = 0; l < 3; l++) {
     gr_tensor w;
     gr_tensor_alloc(&w, GR_F32, &(gr_shape){2, {sizes[l], sizes[l + 1]}}, &err);
@@ -120,7 +105,7 @@ static void write_data(const char *dir, int batch) {
     for (int64_t i = 0; i < sizes[l] * sizes[l + 1]; i++)
       ((float *)gr_tensor_data(&w))[i] = (float)((2 * rnd() - 1) * lim);
     snprintf(path, sizeof path, "%s/w%d.npy", dir, l);
-    write_npy(path, "<f4", &w);
+    write_npy(path, &w);
     gr_tensor_release(&w);
   }
   gr_tensor_release(&x);
@@ -175,7 +160,8 @@ int main(int argc, char **argv) {
   double tr[20];
   for (int i = 0; i < 20; i++) {
     double t0 = bench_now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, 256, 784, 1.0f, A, 784, B, 256, 0.0f, C, 256);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, 256, 784, 1.0f, A, 784, B, 256, 0.0f,
+                C, 256);
     tr[i] = bench_now() - t0;
   }
   double raw = 2.0 * b * 784 * 256 / bench_median(tr, 20) / 1e9;
