@@ -73,6 +73,14 @@ gr_status gr_graph_set_errorf(gr_graph *g, gr_status code, const char *fmt, ...)
 gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
                             const gr_output *inputs, int num_inputs, const gr_attr *attrs,
                             int num_attrs);
+/* Adds an exact copy of src (from any graph) under src's own name, ignoring
+ * this graph's scopes: op, attrs, requested and assigned device, colocation
+ * and source position, with inputs[0..src->num_inputs) and the control inputs
+ * ctrl from this graph. Shapes are inferred again. Sticky errors as above
+ * (GR_ERR_ALREADY_EXISTS when the name is taken). Used by graph transforms
+ * that build a new graph from an old one (partitioning, passes). */
+gr_output gr_graph_copy_node(gr_graph *g, const gr_node *src, const gr_output *inputs,
+                             gr_node *const *ctrl, int num_ctrl);
 /* Output i of the node behind o. */
 static inline gr_output gr_output_at(gr_output o, int i) {
   return (gr_output){o.node, i};

@@ -260,9 +260,13 @@ static gr_status build_attrs(gr_graph *g, gr_node *n, const gr_attr *attrs, int 
   return GR_OK;
 }
 
-gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
-                            const gr_output *inputs, int num_inputs, const gr_attr *attrs,
-                            int num_attrs) {
+/* Adds a node. copy_of NULL: named and placed from the scope stacks. Else an
+ * exact copy of copy_of (its name, devices, colocation and source position)
+ * with the control inputs ctrl. */
+static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
+                          const gr_output *inputs, int num_inputs, const gr_attr *attrs,
+                          int num_attrs, const gr_node *copy_of, gr_node *const *ctrl,
+                          int num_ctrl) {
   if (!op) {
     fail(g, GR_ERR_NOT_FOUND, "unknown op for node '%s'", name ? name : "?");
     return null_output();
@@ -281,9 +285,15 @@ gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
          op->name);
     return null_output();
   }
+  if (copy_of && gr_strmap_get(&g->by_name, copy_of->name)) {
+    fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (op %s)", copy_of->name, op->name);
+    return null_output();
+  }
   gr_node *n = gr_arena_alloc(&g->arena, sizeof *n);
-  char *full = n ? scoped(g, gr_graph_name_scope(g), base) : NULL;
-  char *uname = full ? unique_name(g, full) : NULL;
+  char *full = !n        ? NULL
+               : copy_of ? gr_arena_strdup(&g->arena, copy_of->name)
+                         : scoped(g, gr_graph_name_scope(g), base);
+  char *uname = full && !copy_of ? unique_name(g, full) : full;
   if (!uname) {
     fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     return null_output();
@@ -292,6 +302,15 @@ gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
   n->op = op;
   n->graph = g;
   n->source_loc = g->source_loc;
+  const char *saved_loc = g->source_loc;
+  if (copy_of) {
+    n->source_loc = g->source_loc =
+        copy_of->source_loc ? gr_arena_strdup(&g->arena, copy_of->source_loc) : NULL;
+    n->assigned_device =
+        copy_of->assigned_device ? gr_arena_strdup(&g->arena, copy_of->assigned_device) : NULL;
+    n->colocate_with =
+        copy_of->colocate_with ? gr_arena_strdup(&g->arena, copy_of->colocate_with) : NULL;
+  }
   if (num_inputs < op->min_inputs || (op->max_inputs >= 0 && num_inputs > op->max_inputs)) {
     if (op->max_inputs == op->min_inputs)
       fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects %d input%s, got %d", n->name,
@@ -302,6 +321,7 @@ gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
     else
       fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects %d to %d inputs, got %d",
            n->name, op->name, op->min_inputs, op->max_inputs, num_inputs);
+    g->source_loc = saved_loc;
     return null_output();
   }
   n->num_inputs = num_inputs;
@@ -351,7 +371,9 @@ gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
   if (build_attrs(g, n, attrs, num_attrs) != GR_OK) goto done;
 
   /* device from the scope stack */
-  if (g->num_device_scopes) {
+  if (copy_of) {
+    n->requested_device = gr_arena_strdup(&g->arena, copy_of->requested_device);
+  } else if (g->num_device_scopes) {
     char buf[GR_DEVICE_NAME_MAX];
     n->requested_device = gr_arena_strdup(
         &g->arena, gr_device_spec_str(&g->device_scopes[g->num_device_scopes - 1], buf));
@@ -363,7 +385,16 @@ gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
   for (int f = 0; f < g->num_ctrl; f++)
     if (g->ctrl[f].reset) from = f + 1;
   for (int f = from; f < g->num_ctrl; f++) nctrl += g->ctrl[f].n;
-  if (nctrl) {
+  if (copy_of) {
+    for (int j = 0; j < num_ctrl; j++)
+      if (ctrl[j]->graph != g) {
+        fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s': control input '%s' is from another graph",
+             n->name, ctrl[j]->name);
+        goto done;
+      }
+    n->control_inputs = gr_arena_memdup(&g->arena, ctrl, sizeof(gr_node *) * (size_t)num_ctrl);
+    n->num_control_inputs = num_ctrl;
+  } else if (nctrl) {
     n->control_inputs = gr_arena_alloc(&g->arena, sizeof(gr_node *) * (size_t)nctrl);
     for (int f = from; f < g->num_ctrl; f++)
       for (int j = 0; j < g->ctrl[f].n; j++)
@@ -429,12 +460,33 @@ done:
   if (!result.node && n && n->attrs)
     for (int a = 0; a < n->num_attrs; a++)
       if (n->attrs[a].value.type == GR_ATTR_TENSOR) gr_tensor_release(&n->attrs[a].value.tensor);
+  g->source_loc = saved_loc;
   if (in_dtypes != in_dtypes_small) free(in_dtypes);
   if (in_shapes != in_shapes_small) free(in_shapes);
   if (in_values != in_values_small) free(in_values);
   if (out_dtypes != out_dtypes_small) free(out_dtypes);
   if (out_shapes != out_shapes_small) free(out_shapes);
   return result;
+}
+
+gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
+                            const gr_output *inputs, int num_inputs, const gr_attr *attrs,
+                            int num_attrs) {
+  return add_node(g, op, name, inputs, num_inputs, attrs, num_attrs, NULL, NULL, 0);
+}
+
+gr_output gr_graph_copy_node(gr_graph *g, const gr_node *src, const gr_output *inputs,
+                             gr_node *const *ctrl, int num_ctrl) {
+  if (!src) {
+    fail(g, GR_ERR_INVALID_ARGUMENT, "copy_node: null node");
+    return null_output();
+  }
+  if (num_ctrl < 0 || (num_ctrl && !ctrl)) {
+    fail(g, GR_ERR_INVALID_ARGUMENT, "copy_node '%s': bad control inputs", src->name);
+    return null_output();
+  }
+  return add_node(g, src->op, src->name, inputs, src->num_inputs, src->attrs, src->num_attrs, src,
+                  ctrl, num_ctrl);
 }
 
 gr_output gr_graph_rename(gr_graph *g, gr_output o, const char *name) {

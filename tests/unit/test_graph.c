@@ -145,6 +145,47 @@ static void test_source_locations(void) {
   gr_graph_free(g);
 }
 
+/* An exact copy into another graph keeps name, attrs, devices and source
+ * position, ignores the destination's scopes, and refuses a taken name. */
+static void test_copy_node(void) {
+  gr_graph *g = gr_graph_new();
+  gr_graph_set_source_loc(g, "m.gr:3:1");
+  gr_graph_push_device_scope(g, "/device:CPU:1");
+  gr_graph_push_name_scope(g, "layer");
+  gr_output a = gr_placeholder(g, "a", GR_F32, (gr_shape){2, {-1, 3}});
+  gr_output c = gr_const_f32(g, 2);
+  gr_output m = gr_mul(g, a, c);
+  gr_graph_pop_name_scope(g);
+  gr_graph_pop_device_scope(g);
+  gr_graph_set_colocation(g, m.node, "layer/a");
+  m.node->assigned_device = "/job:localhost/replica:0/task:0/device:CPU:1";
+  GR_CHECK(gr_graph_error(g) == NULL);
+
+  gr_graph *h = gr_graph_new();
+  gr_graph_push_name_scope(h, "ignored");
+  gr_output a2 = gr_graph_copy_node(h, a.node, NULL, NULL, 0);
+  gr_output c2 = gr_graph_copy_node(h, c.node, NULL, NULL, 0);
+  gr_output m2 = gr_graph_copy_node(h, m.node, (gr_output[]){a2, c2}, (gr_node *[]){c2.node}, 1);
+  GR_CHECK(gr_graph_error(h) == NULL);
+  GR_CHECK(strcmp(m2.node->name, "layer/mul") == 0);
+  GR_CHECK(strcmp(m2.node->requested_device, m.node->requested_device) == 0);
+  GR_CHECK(strcmp(m2.node->assigned_device, m.node->assigned_device) == 0);
+  GR_CHECK(strcmp(m2.node->colocate_with, "layer/a") == 0);
+  GR_CHECK(strcmp(m2.node->source_loc, "m.gr:3:1") == 0);
+  GR_CHECK(m2.node->num_control_inputs == 1 && m2.node->control_inputs[0] == c2.node);
+  GR_CHECK(m2.node->out_shapes[0].rank == 2 && m2.node->out_shapes[0].dims[1] == 3);
+  GR_CHECK(gr_tensor_get_f64(&gr_node_attr(c2.node, "value")->tensor, 0) == 2.0);
+  /* the destination's own source position is untouched */
+  gr_output z = gr_const_f32(h, 0);
+  GR_CHECK(z.node->source_loc == NULL);
+  gr_graph_copy_node(h, a.node, NULL, NULL, 0);
+  const gr_error *e = gr_graph_error(h);
+  GR_CHECK(e && e->code == GR_ERR_ALREADY_EXISTS);
+  if (e) GR_CHECK_STR_CONTAINS(e->msg, "layer/a");
+  gr_graph_free(h);
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_names_and_scopes);
   GR_RUN(test_device_scopes);
@@ -152,5 +193,6 @@ int main(void) {
   GR_RUN(test_shape_inference_unknown_dims);
   GR_RUN(test_sticky_errors);
   GR_RUN(test_source_locations);
+  GR_RUN(test_copy_node);
   return gr_test_finish();
 }
