@@ -84,6 +84,13 @@ static int cmp_raw_edge(const void *a, const void *b) {
   return x->dst_slot - y->dst_slot;
 }
 
+/* Is some output of d fed? A control input on it is then satisfied. */
+static bool node_is_fed(const gr_output *feeds, int num_feeds, const gr_node *d) {
+  for (int k = 0; k < num_feeds; k++)
+    if (feeds[k].node == d) return true;
+  return false;
+}
+
 gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output *feeds,
                           int num_feeds, const gr_output *fetches, int num_fetches,
                           gr_threadpool *pool, gr_executor **out, gr_error *err) {
@@ -134,7 +141,10 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
     en->output_base = oslot;
     en->async = (n->op->flags & GR_OP_ASYNC) != 0;
     en->cf_kind = (unsigned char)n->op->cf_kind;
-    if (en->cf_kind != GR_CF_NONE) has_cf = true;
+    /* a Recv that may deliver a dead value needs the deadness-aware run path */
+    if (en->cf_kind != GR_CF_NONE ||
+        ((n->op->flags & GR_OP_TRANSFER) && gr_node_attr_bool(n, "may_be_dead", false)))
+      has_cf = true;
     en->expensive = (n->op->flags & GR_OP_EXPENSIVE) || node_flops(n) > GR_EXPENSIVE_FLOPS;
     if (!en->kernel) {
       s = gr_error_set(err, GR_ERR_UNIMPLEMENTED, "node '%s' (op %s) has no kernel", n->name,
@@ -230,6 +240,7 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
     for (int j = 0; j < n->num_control_inputs; j++) {
       gr_node *d = n->control_inputs[j];
       int di = d->id < max_id ? index_of[d->id] : -1;
+      if (di < 0 && node_is_fed(feeds, num_feeds, d)) continue; /* satisfied by the feed */
       if (di < 0) {
         s = gr_error_set(err, GR_ERR_INTERNAL, "node '%s': control input '%s' is not run", n->name,
                          d->name);
@@ -253,8 +264,9 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
   for (int i = 0; i < num_nodes; i++) {
     gr_node *n = nodes[i];
     for (int j = 0; j < n->num_control_inputs; j++) {
-      int di = index_of[n->control_inputs[j]->id];
-      e->ctrl_dsts[e->nodes[di].ctrl_end++] = i;
+      const gr_node *d = n->control_inputs[j];
+      int di = d->id < max_id ? index_of[d->id] : -1;
+      if (di >= 0) e->ctrl_dsts[e->nodes[di].ctrl_end++] = i; /* else fed */
     }
   }
   for (int i = 0; i < e->num_nodes; i++)
@@ -362,15 +374,18 @@ static void record_error(run_state *st, int i, gr_status code, const gr_error *k
   __atomic_store_n(&st->cancelled, 1, __ATOMIC_RELEASE);
   /* cancel pending async kernels (outside the lock: their callbacks may call done) */
   int n = st->num_asyncs;
-  cancel_entry todo[16];
+  cancel_entry small[16];
+  cancel_entry *todo = n <= 16 ? small : malloc(sizeof *todo * (size_t)n);
   int ntodo = 0;
-  for (int k = 0; k < n && ntodo < 16; k++)
+  for (int k = 0; k < n && todo; k++)
     if (st->asyncs[k]->cancel.active) {
       todo[ntodo++] = st->asyncs[k]->cancel;
       st->asyncs[k]->cancel.active = 0;
     }
   pthread_mutex_unlock(&st->mu);
+  GR_ASSERT(todo != NULL); /* cannot cancel the step's pending kernels */
   for (int k = 0; k < ntodo; k++) todo[k].fn(todo[k].arg);
+  if (todo != small) free(todo);
 }
 
 static void push_shared(run_state *st, int i) {
@@ -540,6 +555,8 @@ static void static_done(async_hdr *h, gr_status status) {
   ready_stack rs = {local, 0, 256};
   int node = ac->node;
   gr_error err = ac->err;
+  if (status == GR_OK && ac->ctx.dead) /* only the control-flow path carries deadness */
+    status = gr_error_set(&err, GR_ERR_INTERNAL, "received a dead value outside control flow");
   free(ac);
   finish_node(st, node, status, &err, &rs);
   while (rs.n > 0) process(st, rs.v[--rs.n], &rs);

@@ -742,7 +742,7 @@ static void cf_done(async_hdr *h, gr_status s) {
   cf_run *r = a->r;
   cf_lock(r);
   r->tasks++;
-  finish_token(r, a->tok, s, &a->err, a->ins, a->outs, a->ctx.dead_outputs, false);
+  finish_token(r, a->tok, s, &a->err, a->ins, a->outs, a->ctx.dead_outputs, a->ctx.dead);
   drain(r);
   r->tasks--;
   pthread_cond_broadcast(&r->cv);
@@ -767,6 +767,8 @@ static void run_token(cf_run *r, token tok) {
   iter_state *it = iter_of(tok.f, tok.iter, par);
   int l = p->node_local[tok.node];
   bool dead = it->dead[l] || r->cancelled;
+  /* transfer ops run while dead (not once cancelled): deadness crosses devices */
+  bool run_dead = dead && !r->cancelled && en->node && (en->node->op->flags & GR_OP_TRANSFER);
   if (en->num_inputs > 16 || en->num_outputs > 16 || en->async) {
     cf_async *a = calloc(1, sizeof *a);
     if (!a || en->num_inputs > 16 || en->num_outputs > 16) {
@@ -786,12 +788,13 @@ static void run_token(cf_run *r, token tok) {
       a->ins[k] = it->slots[p->slot_local[en->input_base + k]];
       it->slots[p->slot_local[en->input_base + k]].buf = NULL;
     }
-    if (dead) {
+    if (dead && !run_dead) {
       finish_token(r, tok, GR_OK, &a->err, a->ins, a->outs, 0, true);
       free(a);
       return;
     }
     a->ctx = (gr_kernel_ctx){.node = en->node,
+                             .dead = dead,
                              .num_inputs = en->num_inputs,
                              .inputs = a->ins,
                              .num_outputs = en->num_outputs,
@@ -820,8 +823,9 @@ static void run_token(cf_run *r, token tok) {
   uint64_t dead_mask = 0;
   if (en->feed_index >= 0) {
     gr_tensor_ref(&outs[0], &r->feeds[en->feed_index]);
-  } else if (!dead) {
+  } else if (!dead || run_dead) {
     gr_kernel_ctx ctx = {.node = en->node,
+                         .dead = dead,
                          .num_inputs = en->num_inputs,
                          .inputs = ins,
                          .num_outputs = en->num_outputs,
@@ -835,6 +839,7 @@ static void run_token(cf_run *r, token tok) {
     s = en->kernel(&ctx);
     cf_lock(r);
     dead_mask = ctx.dead_outputs;
+    dead = ctx.dead;
   }
   finish_token(r, tok, s, &kerr, ins, outs, dead_mask, dead);
 }

@@ -137,8 +137,10 @@ typedef struct gr_step_info {
   int64_t step_id; /* the session's run counter */
   uint64_t seed;   /* the session's random seed */
   gr_resource_mgr *resources;
-  gr_step_stacks *stacks; /* stacks that live for this step (loop gradients); set
-                             only for steps that run a GR_OP_STEP_STACKS op */
+  gr_step_stacks *stacks;           /* stacks that live for this step (loop gradients); set
+                                       only for steps that run a GR_OP_STEP_STACKS op */
+  struct gr_rendezvous *rendezvous; /* where _send and _recv meet (partitioned
+                                       steps); NULL otherwise */
 } gr_step_info;
 
 /* Step-scoped stacks of tensors, by name (thread-safe). Push takes a new
@@ -165,6 +167,10 @@ struct gr_kernel_ctx {
   /* Bit i set: output i is dead (control flow: the untaken side of a switch).
    * A dead output carries no tensor. */
   uint64_t dead_outputs;
+  /* Control flow: the node is dead (a dead input). Only GR_OP_TRANSFER
+   * kernels run while dead, to carry deadness to another device; a Recv sets
+   * it when its Send was dead. */
+  bool dead;
   /* The frame and iteration the node runs in ("" and 0 outside loops). */
   const char *frame_name;
   int64_t iteration;

@@ -8,13 +8,14 @@
 #include "core/gr_graph.h"
 #include "core/gr_op.h"
 #include "core/strmap_internal.h"
+#include "core/transfer_internal.h"
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static gr_strmap registry;
 static const gr_op_def **sorted;
 static int num_sorted, cap_sorted;
 
-gr_status gr_op_registry_add(const gr_op_def *op, gr_error *err) {
+static gr_status add_op(const gr_op_def *op, gr_error *err) {
   pthread_mutex_lock(&registry_mu);
   const gr_op_def *old = gr_strmap_get(&registry, op->name);
   gr_status s = GR_OK;
@@ -46,7 +47,21 @@ gr_status gr_op_registry_add(const gr_op_def *op, gr_error *err) {
   return s;
 }
 
+/* core's own ops (the transfer ops of the partitioner) are always there */
+static pthread_once_t core_once = PTHREAD_ONCE_INIT;
+static void register_core_ops(void) {
+  gr_error err;
+  if (add_op(&gr_op__send, &err) != GR_OK || add_op(&gr_op__recv, &err) != GR_OK)
+    gr_assert_fail(err.msg, __FILE__, __LINE__);
+}
+
+gr_status gr_op_registry_add(const gr_op_def *op, gr_error *err) {
+  pthread_once(&core_once, register_core_ops);
+  return add_op(op, err);
+}
+
 const gr_op_def *gr_op_registry_find(const char *name) {
+  pthread_once(&core_once, register_core_ops);
   if (!name) return NULL;
   pthread_mutex_lock(&registry_mu);
   const gr_op_def *op = gr_strmap_get(&registry, name);
@@ -55,9 +70,11 @@ const gr_op_def *gr_op_registry_find(const char *name) {
 }
 
 int gr_op_registry_count(void) {
+  pthread_once(&core_once, register_core_ops);
   return num_sorted;
 }
 const gr_op_def *gr_op_registry_at(int i) {
+  pthread_once(&core_once, register_core_ops);
   return i >= 0 && i < num_sorted ? sorted[i] : NULL;
 }
 

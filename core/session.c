@@ -4,15 +4,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/gr_executor.h"
+#include "core/gr_rng.h"
 #include "core/resource_internal.h"
+#include "core/session_internal.h"
 #include "core/strmap_internal.h"
 
 #define GR_INIT_DEPTH_MAX 16
 
 typedef struct prepared {
-  gr_executor *exec;
+  gr_executor *exec;    /* the step's nodes are on one device */
+  gr_device_plan *plan; /* or on several: one executor per device */
   int num_vars;
   gr_node **vars;   /* variable nodes this step reads */
   int vars_ready;   /* all of them were initialised once */
@@ -32,6 +36,7 @@ struct gr_session {
   int num_cached;
   int64_t step;
   int init_depth;
+  uint64_t incarnation; /* in every rendezvous key of this session */
 };
 
 static void (*intra_op_hook)(int);
@@ -63,6 +68,7 @@ gr_session *gr_session_new(gr_graph *g, const gr_session_options *opts, gr_error
   if (!s) goto oom;
   s->graph = g;
   s->opts = o;
+  s->incarnation = gr_rng_hash_name("session") ^ (uint64_t)(uintptr_t)s ^ (uint64_t)time(NULL);
   pthread_mutex_init(&s->mu, NULL);
   gr_strmap_init(&s->cache);
   /* the calling thread runs nodes too, so the pool has one thread fewer */
@@ -88,6 +94,7 @@ oom:
 static void prepared_free(prepared *p) {
   if (!p) return;
   gr_executor_free(p->exec);
+  gr_device_plan_free(p->plan);
   free(p->vars);
   free(p->key);
   free(p);
@@ -150,6 +157,12 @@ static bool is_fed(const gr_feed *feeds, int nf, gr_output o) {
   return false;
 }
 
+static bool node_is_fed(const gr_feed *feeds, int nf, const gr_node *n) {
+  for (int i = 0; i < nf; i++)
+    if (feeds[i].output.node == n) return true;
+  return false;
+}
+
 static gr_status check_endpoint(gr_session *s, gr_output o, const char *what, int i,
                                 gr_error *err) {
   if (!o.node) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s %d is a null output", what, i);
@@ -162,30 +175,55 @@ static gr_status check_endpoint(gr_session *s, gr_output o, const char *what, in
   return GR_OK;
 }
 
-/* Resolves each needed node's requested device against the session's devices. */
-static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, gr_error *err) {
+/* Index of the session device named exactly `name`, -1 when none. */
+static int device_named(const gr_session *s, const char *name) {
+  for (int k = 0; name && k < s->opts.num_devices; k++)
+    if (strcmp(name, s->device_names[k]) == 0) return k;
+  return -1;
+}
+
+/* Resolves each needed node's device: a device assigned already (by the
+ * placer) that is one of the session's and satisfies the node's spec stays;
+ * otherwise the first session device that the requested spec matches.
+ * *num_used: how many different devices the nodes use. */
+static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_used,
+                                gr_error *err) {
+  char *used = calloc((size_t)s->opts.num_devices, 1);
+  if (!used) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  *num_used = 0;
   for (int i = 0; i < n; i++) {
     gr_node *node = nodes[i];
     gr_device_spec spec;
     if (gr_device_spec_parse(node->requested_device, &spec, err) != GR_OK) {
       gr_error_prefix(err, "node '%s'", node->name);
+      free(used);
       return err ? err->code : GR_ERR_INVALID_ARGUMENT;
     }
-    int k = 0;
+    int k = device_named(s, node->assigned_device);
+    if (k >= 0 && gr_device_spec_matches(&spec, &s->devices[k])) {
+      if (!used[k]) ++*num_used;
+      used[k] = 1;
+      continue;
+    }
+    k = 0;
     while (k < s->opts.num_devices && !gr_device_spec_matches(&spec, &s->devices[k])) k++;
     if (k == s->opts.num_devices) {
       char list[512];
       size_t m = 0;
       for (int d = 0; d < s->opts.num_devices && m < sizeof list - 1; d++)
         m += (size_t)snprintf(list + m, sizeof list - m, "%s%s", d ? ", " : "", s->device_names[d]);
+      free(used);
       return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                           "node '%s': device spec '%s' matches no device of this session "
                           "(devices: %s)",
                           node->name, node->requested_device, list);
     }
+    if (!used[k]) ++*num_used;
+    used[k] = 1;
     if (!node->assigned_device || strcmp(node->assigned_device, s->device_names[k]) != 0)
       node->assigned_device = gr_graph_strdup(s->graph, s->device_names[k]);
   }
+  free(used);
   return GR_OK;
 }
 
@@ -228,7 +266,7 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
     }
     for (int j = 0; j < n->num_control_inputs; j++) {
       gr_node *d = n->control_inputs[j];
-      if (needed[d->id]) continue;
+      if (needed[d->id] || node_is_fed(feeds, nf, d)) continue; /* the feed satisfies it */
       needed[d->id] = 1;
       parent[d->id] = n->id;
       stack[sp++] = d->id;
@@ -253,7 +291,8 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
     if (n->op->flags & GR_OP_STEP_STACKS) p->uses_stacks = true;
     nodes[nn++] = n;
   }
-  if ((st = assign_devices(s, nodes, nn, err)) != GR_OK) goto done;
+  int num_used = 0;
+  if ((st = assign_devices(s, nodes, nn, &num_used, err)) != GR_OK) goto done;
   p->vars = malloc(sizeof(gr_node *) * ((size_t)nvars + 1));
   if (!p->vars) {
     st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
@@ -262,7 +301,11 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
   for (int i = 0; i < nn; i++)
     if (nodes[i]->op->flags & GR_OP_VARIABLE) p->vars[p->num_vars++] = nodes[i];
   for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
-  st = gr_executor_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, &p->exec, err);
+  if (num_used > 1)
+    st = gr_device_plan_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, s->incarnation, &p->plan,
+                            err);
+  else
+    st = gr_executor_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, &p->exec, err);
 done:
   free(needed);
   free(parent);
@@ -426,9 +469,10 @@ gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
                        .seed = gr_graph_seed(s->graph),
                        .resources = s->resources,
                        .stacks = p->uses_stacks ? gr_step_stacks_new() : NULL};
-  gr_status st = step.stacks || !p->uses_stacks
-                     ? gr_executor_run(p->exec, fv, results, &step, err)
-                     : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st = !step.stacks && p->uses_stacks
+                     ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory")
+                 : p->plan ? gr_device_plan_run(p->plan, fv, results, &step, err)
+                           : gr_executor_run(p->exec, fv, results, &step, err);
   gr_step_stacks_free(step.stacks);
   if (fv != fv_small) free(fv);
   return st;

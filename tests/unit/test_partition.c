@@ -1,0 +1,352 @@
+/* Partitioning and multi-device steps: one _send/_recv pair per (tensor,
+ * destination device), control edges across devices, constants copied
+ * instead of sent, feeds and fetches on any device, deadness of a cond's
+ * untaken branch crossing devices, loops kept on one device, an error on one
+ * device aborting every device's step, and a property test: random DAGs
+ * (with a cond and a while loop) spread over 2-4 devices, pinned or placed by
+ * the cost-model placer, give the single-device results bit for bit. */
+#include <graphrun.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/gr_partition.h"
+#include "placer/gr_placer.h"
+#include "gr_test.h"
+#include "test_util.h"
+
+static const char *dev_name(int k) {
+  static char names[8][GR_DEVICE_NAME_MAX];
+  snprintf(names[k], sizeof names[k], "/job:localhost/replica:0/task:0/device:CPU:%d", k);
+  return names[k];
+}
+
+static void pin(gr_graph *g, int k) {
+  char spec[32];
+  snprintf(spec, sizeof spec, "/device:CPU:%d", k);
+  gr_graph_push_device_scope(g, spec);
+}
+
+static gr_session *session(gr_graph *g, int devices, int threads) {
+  gr_error err;
+  gr_session_options o = {.num_devices = devices, .inter_op_threads = threads};
+  gr_session *s = gr_session_new(g, &o, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  return s;
+}
+
+/* Partitions every node of g (devices from assigned_device) for fetches. */
+static gr_partitions *partition_all(gr_graph *g, const gr_output *feeds, int nf,
+                                    const gr_output *fetches, int nx) {
+  int n = gr_graph_num_nodes(g);
+  gr_node *nodes[256];
+  GR_CHECK(n <= 256);
+  for (int i = 0; i < n; i++) nodes[i] = gr_graph_node(g, i);
+  gr_partitions *ps = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_partition_graph(nodes, n, feeds, nf, fetches, nx, NULL, &ps, &err), err);
+  return ps;
+}
+
+static int count_op(const gr_partition *p, const char *op) {
+  int c = 0;
+  for (int i = 0; i < gr_graph_num_nodes(p->graph); i++)
+    if (strcmp(gr_graph_node(p->graph, i)->op->name, op) == 0) c++;
+  return c;
+}
+
+/* a on device 0 feeds three consumers on device 1 and one on device 2: two
+ * pairs, not four; a control edge crosses as its own pair; the constant used
+ * on both devices is copied, not sent. */
+static void test_one_pair_per_tensor_and_device(void) {
+  gr_graph *g = gr_graph_new();
+  pin(g, 0);
+  gr_output x = gr_placeholder(g, "x", GR_F32, (gr_shape){1, {3}});
+  gr_output c = gr_const_f32(g, 2);
+  gr_output a = gr_mul(g, x, c);
+  gr_graph_pop_device_scope(g);
+  pin(g, 1);
+  gr_output b1 = gr_add(g, a, c), b2 = gr_mul(g, a, a), b3 = gr_sub(g, a, b1);
+  gr_output y = gr_add_n(g, (gr_output[]){b1, b2, b3}, 3);
+  gr_graph_pop_device_scope(g);
+  pin(g, 2);
+  gr_graph_push_control_deps(g, &b2, 1);
+  gr_output z = gr_neg(g, a);
+  gr_graph_pop_control_deps(g);
+  gr_graph_pop_device_scope(g);
+  GR_CHECK(gr_graph_error(g) == NULL);
+  for (int i = 0; i < gr_graph_num_nodes(g); i++) {
+    gr_node *n = gr_graph_node(g, i);
+    n->assigned_device = dev_name(n->requested_device[strlen(n->requested_device) - 1] - '0');
+  }
+  gr_output feeds[] = {x}, fetches[] = {y, z};
+  gr_partitions *ps = partition_all(g, feeds, 1, fetches, 2);
+  GR_CHECK_EQ_INT(ps->num_parts, 3);
+  GR_CHECK_EQ_INT(ps->num_sends, 3); /* a -> 1, a -> 2, control b2 -> 2 */
+  GR_CHECK_EQ_INT(ps->num_control_sends, 1);
+  GR_CHECK_EQ_INT(ps->num_dup_consts, 1);
+  GR_CHECK_EQ_INT(count_op(&ps->parts[0], "_send"), 2);
+  GR_CHECK_EQ_INT(count_op(&ps->parts[1], "_recv"), 1);
+  GR_CHECK_EQ_INT(count_op(&ps->parts[1], "_send"), 1);
+  GR_CHECK_EQ_INT(count_op(&ps->parts[2], "_recv"), 2);
+  GR_CHECK_EQ_INT(ps->parts[0].num_feeds, 1);
+  GR_CHECK_EQ_INT(ps->parts[1].num_fetches + ps->parts[2].num_fetches, 2);
+  for (int k = 0; k < 3; k++) GR_CHECK(gr_graph_error(ps->parts[k].graph) == NULL);
+  gr_partitions_free(ps);
+
+  /* the same step run on 3 devices gives the 1-device values */
+  gr_session *s = session(g, 3, 2);
+  gr_tensor xv = gt_make(GR_F32, (gr_shape){1, {3}}, (double[]){1, -2, 0.5}), out[2];
+  gr_feed f = {x, &xv};
+  gr_error err;
+  for (int rep = 0; rep < 3; rep++) {
+    GR_CHECK_OK(gr_session_run(s, &f, 1, fetches, 2, out, NULL, 0, &err), err);
+    for (int i = 0; i < 3; i++) {
+      double av = 2 * gr_tensor_get_f64(&xv, i), b1v = av + 2;
+      GR_CHECK(gr_tensor_get_f64(&out[0], i) == (float)(b1v + av * av + (av - b1v)));
+      GR_CHECK(gr_tensor_get_f64(&out[1], i) == -av);
+    }
+    gr_tensor_release(&out[0]);
+    gr_tensor_release(&out[1]);
+  }
+  gr_tensor_release(&xv);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+/* An error on one device ends the step on every device with that error (not a
+ * cancellation), while another device waits for a value that never comes. */
+static void test_error_aborts_all_devices(void) {
+  gr_graph *g = gr_graph_new();
+  pin(g, 0);
+  gr_output idx = gr_placeholder(g, "idx", GR_I64, (gr_shape){1, {1}});
+  gr_output params = gr_fill(g, GR_F32, (gr_shape){1, {4}}, 1.5);
+  gr_output picked = gr_gather(g, params, idx, 0);
+  gr_graph_pop_device_scope(g);
+  pin(g, 1);
+  gr_output y = gr_add(g, gr_tanh(g, picked), gr_const_f32(g, 1));
+  gr_graph_pop_device_scope(g);
+  pin(g, 2);
+  gr_output w = gr_mul(g, y, y);
+  gr_graph_pop_device_scope(g);
+  for (int threads = 1; threads <= 2; threads++) {
+    gr_session *s = session(g, 3, threads);
+    for (int rep = 0; rep < 20; rep++) {
+      gr_tensor bad = gt_make(GR_I64, (gr_shape){1, {1}}, (double[]){rep % 2 ? 7 : 2}), out;
+      gr_feed f = {idx, &bad};
+      gr_error err;
+      gr_status st = gr_session_run(s, &f, 1, &w, 1, &out, NULL, 0, &err);
+      if (rep % 2) {
+        GR_CHECK(st != GR_OK && st != GR_ERR_CANCELLED);
+        GR_CHECK_STR_CONTAINS(err.msg, "gather");
+      } else {
+        GR_CHECK_OK(st, err);
+        float v = tanhf(1.5f) + 1;
+        GR_CHECK(gr_tensor_get_f64(&out, 0) == (double)(v * v));
+        gr_tensor_release(&out);
+      }
+      gr_tensor_release(&bad);
+    }
+    gr_session_free(s);
+  }
+  gr_graph_free(g);
+}
+
+/* ---- random graphs ------------------------------------------------------------ */
+
+typedef struct rgraph {
+  gr_graph *g;
+  gr_output x;
+  gr_output fetches[6];
+  int nf;
+} rgraph;
+
+typedef struct branch_arg {
+  gr_output a, b;
+  int dev_then, dev_else; /* -1: no pin */
+} branch_arg;
+
+static void then_fn(gr_graph *g, void *p, gr_output *outs) {
+  branch_arg *a = p;
+  if (a->dev_then >= 0) pin(g, a->dev_then);
+  outs[0] = gr_mul(g, gr_tanh(g, a->a), a->b);
+  if (a->dev_then >= 0) gr_graph_pop_device_scope(g);
+}
+static void else_fn(gr_graph *g, void *p, gr_output *outs) {
+  branch_arg *a = p;
+  if (a->dev_else >= 0) pin(g, a->dev_else);
+  outs[0] = gr_sub(g, a->a, gr_relu(g, a->b));
+  if (a->dev_else >= 0) gr_graph_pop_device_scope(g);
+}
+
+typedef struct loop_arg {
+  gr_output w, limit;
+} loop_arg;
+static gr_output loop_cond(gr_graph *g, void *p, const gr_output *v) {
+  return gr_less(g, v[0], ((loop_arg *)p)->limit);
+}
+static void loop_body(gr_graph *g, void *p, const gr_output *v, gr_output *next) {
+  loop_arg *a = p;
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = gr_tanh(g, gr_add(g, gr_matmul(g, v[1], a->w, false, false), v[1]));
+}
+
+/* A random DAG over [4,4] f32 values. devices 0: no pins; else each node is
+ * pinned to a random one of `devices` (drawn from dev_rng, so the structure
+ * does not depend on the placement). */
+static rgraph build_random(uint64_t seed, int devices, uint64_t dev_seed, bool with_cf) {
+  gt_rng r = {seed}, dr = {dev_seed};
+  rgraph rg;
+  memset(&rg, 0, sizeof rg);
+  gr_graph *g = rg.g = gr_graph_new();
+  gr_graph_set_seed(g, seed);
+  gr_output vals[64];
+  int nv = 0;
+#define PIN()                                                                                      \
+  if (devices) pin(g, (int)gt_int(&dr, 0, devices - 1))
+#define UNPIN()                                                                                    \
+  if (devices) gr_graph_pop_device_scope(g)
+  gr_shape s44 = {2, {4, 4}};
+  PIN();
+  rg.x = vals[nv++] = gr_placeholder(g, "x", GR_F32, s44);
+  UNPIN();
+  PIN();
+  gr_tensor cv = gt_random(&(gt_rng){seed ^ 7}, GR_F32, s44, -1, 1);
+  vals[nv++] = gr_const(g, &cv);
+  gr_tensor_release(&cv);
+  UNPIN();
+  PIN();
+  vals[nv++] = gr_variable(g, "v", gr_random_uniform(g, GR_F32, s44, -1, 1, 3));
+  UNPIN();
+  int n = (int)gt_int(&r, 6, 24);
+  for (int i = 0; i < n; i++) {
+    gr_output a = vals[gt_int(&r, 0, nv - 1)], b = vals[gt_int(&r, 0, nv - 1)];
+    bool ctrl = gt_int(&r, 0, 5) == 0;
+    gr_output dep = vals[gt_int(&r, 0, nv - 1)];
+    int kind = (int)gt_int(&r, 0, 7);
+    PIN();
+    if (ctrl) gr_graph_push_control_deps(g, &dep, 1);
+    gr_output y;
+    switch (kind) {
+      case 0:
+        y = gr_add(g, a, b);
+        break;
+      case 1:
+        y = gr_sub(g, a, b);
+        break;
+      case 2:
+        y = gr_mul(g, a, b);
+        break;
+      case 3:
+        y = gr_matmul(g, a, b, false, gt_int(&r, 0, 1));
+        break;
+      case 4:
+        y = gr_tanh(g, a);
+        break;
+      case 5:
+        y = gr_maximum(g, a, gr_neg(g, b));
+        break;
+      case 6:
+        y = gr_add(g, a, gr_reduce_sum(g, b, (int64_t[]){1}, 1, true));
+        break;
+      default:
+        y = gr_mul(g, a, gr_random_uniform(g, GR_F32, s44, 0, 1, 0));
+        break;
+    }
+    if (ctrl) gr_graph_pop_control_deps(g);
+    UNPIN();
+    vals[nv++] = y;
+  }
+  rg.fetches[rg.nf++] = vals[nv - 1];
+  rg.fetches[rg.nf++] = vals[nv - 2];
+  rg.fetches[rg.nf++] = vals[gt_int(&r, 3, nv - 1)];
+  if (with_cf) {
+    /* a cond whose branches may live on other devices than its switch */
+    branch_arg ba = {vals[gt_int(&r, 0, nv - 1)], vals[gt_int(&r, 0, nv - 1)],
+                     devices ? (int)gt_int(&dr, 0, devices - 1) : -1,
+                     devices ? (int)gt_int(&dr, 0, devices - 1) : -1};
+    gr_output out;
+    PIN();
+    gr_output pred = gr_greater(g, gr_reduce_sum(g, vals[gt_int(&r, 0, nv - 1)], NULL, 0, false),
+                                gr_const_f32(g, 0));
+    gr_cond(g, pred, then_fn, else_fn, &ba, 1, &out);
+    UNPIN();
+    rg.fetches[rg.nf++] = out;
+    /* a loop (run on one device) using a value from another device */
+    loop_arg la = {gr_mul(g, vals[gt_int(&r, 0, nv - 1)], gr_const_f32(g, 0.25f)),
+                   gr_const_i64(g, gt_int(&r, 0, 4))};
+    gr_output lv[2] = {gr_const_i64(g, 0), vals[gt_int(&r, 0, nv - 1)]};
+    PIN();
+    gr_while_loop(g, loop_cond, loop_body, &la, 2, lv, 0);
+    UNPIN();
+    rg.fetches[rg.nf++] = gr_add(g, lv[1], out);
+  }
+#undef PIN
+#undef UNPIN
+  GR_CHECK_MSG(gr_graph_error(g) == NULL, "%s", gr_graph_error(g) ? gr_graph_error(g)->msg : "");
+  return rg;
+}
+
+/* Runs rg for two steps; writes the fetched values of the second. */
+static void run_random(rgraph *rg, int devices, int threads, gr_tensor *out) {
+  gr_session *s = session(rg->g, devices, threads);
+  gr_tensor xv = gt_random(&(gt_rng){99}, GR_F32, (gr_shape){2, {4, 4}}, -1, 1);
+  gr_feed f = {rg->x, &xv};
+  gr_error err;
+  for (int step = 0; step < 2; step++) {
+    GR_CHECK_OK(gr_session_run(s, &f, 1, rg->fetches, rg->nf, out, NULL, 0, &err), err);
+    if (step == 0)
+      for (int i = 0; i < rg->nf; i++) gr_tensor_release(&out[i]);
+  }
+  gr_tensor_release(&xv);
+  gr_session_free(s);
+}
+
+static void test_random_graphs_match_one_device(void) {
+  int cases = 0, spread = 0;
+  for (uint64_t seed = 1; seed <= 1000; seed++) {
+    bool with_cf = seed % 2 == 0;
+    int devices = 2 + (int)(seed % 3);
+    rgraph one = build_random(seed, 0, 0, with_cf);
+    gr_tensor want[6], got[6];
+    run_random(&one, 1, 1, want);
+    gr_graph_free(one.g);
+    rgraph many;
+    if (seed % 4 == 1) { /* placed by the cost model on a local cluster */
+      many = build_random(seed, 0, 0, with_cf);
+      gr_cluster *c = gr_cluster_new_local(devices, 1e9, 1e9, 1e-7);
+      gr_placer_options o = gr_placer_options_default();
+      gr_error err;
+      GR_CHECK_OK(gr_placer_place(many.g, c, &o, NULL, &err), err);
+      gr_cluster_free(c);
+    } else { /* pinned at random */
+      many = build_random(seed, devices, seed * 31 + 5, with_cf);
+    }
+    run_random(&many, devices, 1 + (int)(seed % 2), got);
+    char used[8] = {0};
+    int nused = 0;
+    for (int i = 0; i < gr_graph_num_nodes(many.g); i++) {
+      const char *d = gr_graph_node(many.g, i)->assigned_device;
+      int k = d ? d[strlen(d) - 1] - '0' : 0;
+      if (d && !used[k]) nused++, used[k] = 1;
+    }
+    if (nused > 1) spread++;
+    for (int i = 0; i < many.nf; i++) {
+      GR_CHECK_MSG(gt_equal(&got[i], &want[i]), "seed %llu fetch %d differs",
+                   (unsigned long long)seed, i);
+      gr_tensor_release(&got[i]);
+      gr_tensor_release(&want[i]);
+    }
+    gr_graph_free(many.g);
+    cases++;
+  }
+  GR_CHECK_EQ_INT(cases, 1000);
+  GR_CHECK_MSG(spread > 700, "only %d of 1000 cases used more than one device", spread);
+}
+
+int main(void) {
+  GR_RUN(test_one_pair_per_tensor_and_device);
+  GR_RUN(test_error_aborts_all_devices);
+  GR_RUN(test_random_graphs_match_one_device);
+  return gr_test_finish();
+}
