@@ -365,7 +365,12 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
   }
   gr_node *gs = gr_graph_find_node(g, "global_step");
   if (gs && strcmp(gs->op->name, "variable") == 0 && gs->out_dtypes[0] == GR_I64) {
+    /* the step advances after this step's reads of it and its updates, so
+     * every reader sees the same step whatever the schedule or placement */
+    updates[nu] = (gr_output){gs, 0};
+    if (gr_graph_push_control_deps(g, updates, nu + 1) != GR_OK) goto done;
     gr_output inc = gr_assign_add(g, (gr_output){gs, 0}, gr_const_i64(g, 1));
+    gr_graph_pop_control_deps(g);
     if (!inc.node) goto done;
     updates[nu++] = inc;
   }

@@ -118,64 +118,6 @@ static const char *why_colocated(const gr_node *n, char *buf, size_t cap) {
   return buf;
 }
 
-/* Topological order of the graph's nodes (data and control inputs). */
-static gr_status topo_order(gr_graph *g, int n, int *order, gr_error *err) {
-  bool sorted = true;
-  for (int i = 0; i < n && sorted; i++) {
-    gr_node *v = gr_graph_node(g, i);
-    for (int k = 0; k < v->num_inputs && sorted; k++) sorted = v->inputs[k].node->id < i;
-    for (int k = 0; k < v->num_control_inputs && sorted; k++) sorted = v->control_inputs[k]->id < i;
-  }
-  if (sorted) {
-    for (int i = 0; i < n; i++) order[i] = i;
-    return GR_OK;
-  }
-  int *indeg = calloc((size_t)n + 1, sizeof(int)), *off = calloc((size_t)n + 2, sizeof(int));
-  int *succ = NULL, total = 0;
-  gr_status s = GR_OK;
-  if (!indeg || !off) goto oom;
-  for (int i = 0; i < n; i++) {
-    gr_node *v = gr_graph_node(g, i);
-    indeg[i] = v->num_inputs + v->num_control_inputs;
-    total += indeg[i];
-    for (int k = 0; k < v->num_inputs; k++) off[v->inputs[k].node->id + 1]++;
-    for (int k = 0; k < v->num_control_inputs; k++) off[v->control_inputs[k]->id + 1]++;
-  }
-  for (int i = 0; i < n; i++) off[i + 1] += off[i];
-  succ = malloc(sizeof(int) * ((size_t)total + 1));
-  if (!succ) goto oom;
-  for (int i = 0; i < n; i++) {
-    gr_node *v = gr_graph_node(g, i);
-    for (int k = 0; k < v->num_inputs; k++) succ[off[v->inputs[k].node->id]++] = i;
-    for (int k = 0; k < v->num_control_inputs; k++) succ[off[v->control_inputs[k]->id]++] = i;
-  }
-  for (int i = n; i > 0; i--) off[i] = off[i - 1];
-  off[0] = 0;
-  int head = 0, tail = 0;
-  for (int i = 0; i < n; i++)
-    if (!indeg[i]) order[tail++] = i;
-  while (head < tail) {
-    int u = order[head++];
-    for (int e = off[u]; e < off[u + 1]; e++)
-      if (--indeg[succ[e]] == 0) order[tail++] = succ[e];
-  }
-  if (tail < n) {
-    int i = 0;
-    while (indeg[i] == 0) i++;
-    s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                     "placer: the graph has a cycle through node '%s' (control inputs)",
-                     gr_graph_node(g, i)->name);
-  }
-  free(indeg);
-  free(off);
-  free(succ);
-  return s;
-oom:
-  free(indeg);
-  free(off);
-  return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
-}
-
 /* ---- constraints ------------------------------------------------------------------ */
 
 typedef struct build {
@@ -347,12 +289,18 @@ static gr_status group_sets(build *b, int *gset, int *gpinner) {
   return GR_OK;
 }
 
+/* Input k of v is a loop's back edge (merge <- next_iteration). */
+static bool is_back_edge(const gr_node *v, int k) {
+  return v->op->cf_kind == GR_CF_MERGE && v->inputs[k].node->op->cf_kind == GR_CF_NEXT_ITERATION;
+}
+
 static gr_status fill_graph(build *b, const int *order, const int *gset) {
   gr_place_graph *pg = &b->p->pg;
   int n = b->n, e = 0;
   for (int i = 0; i < n; i++) {
     gr_node *v = gr_graph_node(b->g, i);
     e += v->num_inputs + v->num_control_inputs;
+    for (int k = 0; k < v->num_inputs; k++) e -= is_back_edge(v, k);
   }
   GR_TRY(gr_place_graph_init(pg, n, e, b->err));
   int *pos = b->p->pos;
@@ -396,6 +344,7 @@ static gr_status fill_graph(build *b, const int *order, const int *gset) {
     pg->allow[k] = gset[r];
     pg->in_off[k] = e;
     for (int i = 0; i < v->num_inputs; i++) {
+      if (is_back_edge(v, i)) continue; /* the simulation runs one iteration of a loop */
       pg->in_src[e] = pos[v->inputs[i].node->id];
       pg->in_bytes[e++] = gr_cost_output_bytes(v->inputs[i].node, v->inputs[i].index);
     }
@@ -444,7 +393,15 @@ gr_status gr_placer_place(gr_graph *g, const gr_cluster *c, const gr_placer_opti
   p->pin_ignored = calloc(sn, 1);
   p->dev_names = calloc((size_t)c->num_devices, sizeof(char *));
   if (!p->pos || !p->node_at || !p->pin_ignored || !p->dev_names) goto oom;
-  if ((s = topo_order(g, n, order, err)) != GR_OK) goto done;
+  /* loop back edges (merge <- next_iteration) are not ordering constraints */
+  int sorted = gr_graph_topo_order(g, order);
+  if (sorted != n) {
+    s = sorted < 0 ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory")
+                   : gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                                  "placer: the graph has a cycle (through control inputs) that "
+                                  "is not a loop's back edge");
+    goto done;
+  }
   if ((s = resolve_pins(&b)) != GR_OK) goto done;
   if ((s = join_groups(&b)) != GR_OK) goto done;
   if ((s = group_sets(&b, gset, gpinner)) != GR_OK) goto done;

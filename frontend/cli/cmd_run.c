@@ -6,6 +6,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "placer/gr_placer.h"
 
 #define MAX_ITEMS 64
 
@@ -22,6 +23,12 @@ static void usage(FILE *f) {
           "  --steps N          run N steps (default 1); shows progress on stderr\n"
           "  --seed S           graph-level random seed (default 0)\n"
           "  --threads T        inter-op threads (default: number of cores)\n"
+          "  --devices N        local CPU devices /job:localhost/replica:0/task:0/device:CPU:K\n"
+          "                     (default 1); a step spread over several runs one executor per\n"
+          "                     device, joined by send/recv (docs/partitioning.md)\n"
+          "  --placement P      where unpinned nodes run with --devices: 'pins' (device 0, the\n"
+          "                     default), 'cost' (the cost-model placer), 'round-robin' (node\n"
+          "                     i on device i mod N: spreads every graph, for testing)\n"
           "  --eval A,B         after the last step, run once more fetching A,B only (no\n"
           "                     targets), e.g. a test accuracy\n"
           "  --json             print the fetches of the last step as one JSON object\n"
@@ -114,11 +121,39 @@ static int save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_d
   return GR_EXIT_OK;
 }
 
+/* Assigns devices to the nodes that no pin decides, per --placement. */
+static int place_nodes(gr_graph *g, int devices, const char *placement) {
+  if (strcmp(placement, "pins") == 0) return GR_EXIT_OK;
+  if (strcmp(placement, "round-robin") == 0) {
+    for (int i = 0; i < gr_graph_num_nodes(g); i++) {
+      gr_node *n = gr_graph_node(g, i);
+      if (n->requested_device[0]) continue;
+      char name[GR_DEVICE_NAME_MAX];
+      gr_device_spec d = gr_device_spec_local_cpu(i % devices);
+      n->assigned_device = gr_graph_strdup(g, gr_device_spec_str(&d, name));
+    }
+    return GR_EXIT_OK;
+  }
+  /* the cost model on this process's devices (static estimates) */
+  gr_cluster *c = gr_cluster_new_local(devices, 1e10, 1e10, 1e-6);
+  gr_placer_options o = gr_placer_options_default();
+  gr_error err;
+  gr_status st = c ? gr_placer_place(g, c, &o, NULL, &err)
+                   : gr_error_set(&err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_cluster_free(c);
+  if (st != GR_OK) {
+    fprintf(stderr, "graphrun run: placement: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  return GR_EXIT_OK;
+}
+
 int gr_cmd_run(int argc, char **argv) {
   const char *file = NULL, *feed_names[MAX_ITEMS], *feed_paths[MAX_ITEMS];
   const char *fetch_names[MAX_ITEMS], *target_names[MAX_ITEMS], *eval_names[MAX_ITEMS];
   int nfeed = 0, nfetch = 0, ntarget = 0, neval = 0;
-  long steps = 1, seed = 0, threads = 0, save_every = 0, keep = 5;
+  long steps = 1, seed = 0, threads = 0, save_every = 0, keep = 5, devices = 1;
+  const char *placement = "pins";
   bool json = false, quiet = false, no_restore = false;
   const char *ckpt_path = NULL;
   for (int i = 1; i < argc; i++) {
@@ -133,6 +168,20 @@ int gr_cmd_run(int argc, char **argv) {
       quiet = true;
     } else if (strcmp(a, "--no-restore") == 0) {
       no_restore = true;
+    } else if (strcmp(a, "--devices") == 0 && has_val) {
+      if (!parse_long(argv[++i], 1, &devices) || devices > 64) {
+        fprintf(stderr, "graphrun run: --devices wants an integer in [1, 64], got '%s'\n", argv[i]);
+        return GR_EXIT_USAGE;
+      }
+    } else if (strcmp(a, "--placement") == 0 && has_val) {
+      placement = argv[++i];
+      if (strcmp(placement, "pins") != 0 && strcmp(placement, "cost") != 0 &&
+          strcmp(placement, "round-robin") != 0) {
+        fprintf(stderr,
+                "graphrun run: --placement wants 'pins', 'cost' or 'round-robin', got '%s'\n",
+                placement);
+        return GR_EXIT_USAGE;
+      }
     } else if (strcmp(a, "--ckpt") == 0 && has_val) {
       ckpt_path = argv[++i];
     } else if ((strcmp(a, "--save-every") == 0 || strcmp(a, "--keep") == 0) && has_val) {
@@ -241,8 +290,9 @@ int gr_cmd_run(int argc, char **argv) {
     }
     feeds[i] = (gr_feed){o, &feed_vals[i]};
   }
+  if ((rc = place_nodes(g, (int)devices, placement)) != GR_EXIT_OK) goto done;
   rc = GR_EXIT_FAILURE;
-  gr_session_options opts = {.inter_op_threads = (int)threads};
+  gr_session_options opts = {.inter_op_threads = (int)threads, .num_devices = (int)devices};
   if (!(s = gr_session_new(g, &opts, &err))) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     goto done;

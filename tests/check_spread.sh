@@ -1,0 +1,42 @@
+#!/bin/sh
+# Every example .gr gives the same fetched values, bit for bit, on one device
+# and spread over 3 devices (round-robin: every graph really is split; and
+# placed by the cost-model placer). Values are compared as printed by --json
+# (f32 with 9 significant digits: exact).
+#   check_spread.sh GRAPHRUN EXAMPLES_DIR
+set -u
+gr=$1
+ex=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf '1,2,3\n3, 4, 5\n' > "$tmp/cm.csv"
+labels=/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
+fail=0
+n=0
+check() {
+  name=$1
+  shift
+  "$gr" run "$@" --json --quiet > "$tmp/one" 2>"$tmp/err" || { echo "FAIL $name (1 device): $(cat "$tmp/err")"; fail=1; return; }
+  for p in round-robin cost; do
+    "$gr" run "$@" --json --quiet --devices 3 --placement $p > "$tmp/three" 2>"$tmp/err" ||
+      { echo "FAIL $name ($p): $(cat "$tmp/err")"; fail=1; continue; }
+    if cmp -s "$tmp/one" "$tmp/three"; then
+      n=$((n + 1))
+    else
+      echo "FAIL $name ($p): $(cat "$tmp/three") differs from one device: $(cat "$tmp/one")"
+      fail=1
+    fi
+  done
+}
+check basics "$ex/basics.gr"
+check control_flow "$ex/control_flow.gr"
+check defs "$ex/defs.gr"
+check mlp_forward "$ex/mlp_forward.gr"
+check scopes "$ex/scopes.gr"
+check linear_regression "$ex/linear_regression.gr" --steps 40
+check rnn "$ex/rnn.gr" --steps 20
+check column_means "$ex/column_means.gr" --feed x="$tmp/cm.csv"
+check label_counts "$ex/label_counts.gr" --feed labels="$labels"
+check fashion_mlp "$ex/fashion_mlp.gr" --steps 20 --eval accuracy
+[ $fail = 0 ] && echo "spread over 3 devices: $n runs equal one device bit for bit"
+exit $fail
