@@ -539,6 +539,8 @@ void gr_kernel_on_cancel(gr_kernel_ctx *ctx, void (*fn)(void *), void *arg) {
   h->on_cancel(h, fn, arg);
 }
 
+_Thread_local int gr_exec_done_depth;
+
 static void static_done(async_hdr *h, gr_status status) {
   async_ctx *ac = (async_ctx *)h;
   GR_ASSERT(ac != NULL);
@@ -559,7 +561,17 @@ static void static_done(async_hdr *h, gr_status status) {
     status = gr_error_set(&err, GR_ERR_INTERNAL, "received a dead value outside control flow");
   free(ac);
   finish_node(st, node, status, &err, &rs);
-  while (rs.n > 0) process(st, rs.v[--rs.n], &rs);
+  /* A completion may arrive inside another executor's work on this thread (a
+   * Send handing its value to a waiting Recv): run the ready nodes inline a
+   * few levels deep, then hand them to this run's own threads, so that a
+   * chain of transfers cannot grow the stack without bound. */
+  if (gr_exec_done_depth < GR_DONE_INLINE_DEPTH) {
+    gr_exec_done_depth++;
+    while (rs.n > 0) process(st, rs.v[--rs.n], &rs);
+    gr_exec_done_depth--;
+  } else {
+    while (rs.n > 0) schedule_shared(st, rs.v[--rs.n]);
+  }
   pthread_mutex_lock(&st->mu);
   st->tasks--;
   pthread_cond_broadcast(&st->cv);

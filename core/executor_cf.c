@@ -743,7 +743,11 @@ static void cf_done(async_hdr *h, gr_status s) {
   cf_lock(r);
   r->tasks++;
   finish_token(r, a->tok, s, &a->err, a->ins, a->outs, a->ctx.dead_outputs, a->ctx.dead);
-  drain(r);
+  if (gr_exec_done_depth < GR_DONE_INLINE_DEPTH) { /* else the run's thread drains */
+    gr_exec_done_depth++;
+    drain(r);
+    gr_exec_done_depth--;
+  }
   r->tasks--;
   pthread_cond_broadcast(&r->cv);
   cf_unlock(r);

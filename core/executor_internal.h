@@ -53,6 +53,13 @@ typedef struct async_hdr {
   void (*on_cancel)(struct async_hdr *self, void (*fn)(void *), void *arg);
 } async_hdr;
 
+/* Async completions may arrive inside another executor's work on the same
+ * thread (a Send handing its value to a waiting Recv). They run the nodes
+ * they make ready inline only this many levels deep and otherwise leave them
+ * to the run's own threads, so a chain of transfers cannot grow the stack. */
+enum { GR_DONE_INLINE_DEPTH = 8 };
+extern _Thread_local int gr_exec_done_depth;
+
 /* Control flow (executor_cf.c): frames and iterations. */
 struct cf_plan;
 /* Assigns frames to nodes and checks the loop structure; e->cf on success. */

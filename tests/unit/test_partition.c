@@ -344,9 +344,51 @@ static void test_random_graphs_match_one_device(void) {
   GR_CHECK_MSG(spread > 700, "only %d of 1000 cases used more than one device", spread);
 }
 
+/* A long chain whose every op is on the other device: each Send finds its
+ * Recv waiting and completes it on the sending thread; the stack must not
+ * grow with the chain (it would overflow long before 20000 hops), with and
+ * without control flow in the partitions. */
+static void test_long_ping_pong_chain(void) {
+  for (int cf = 0; cf < 2; cf++) {
+    gr_graph *g = gr_graph_new();
+    gr_output x = gr_placeholder(g, "x", GR_F32, (gr_shape){1, {2}});
+    gr_output h = x;
+    if (cf) { /* a cond in front makes every partition take the control-flow path */
+      pin(g, 0);
+      gr_output outs;
+      branch_arg ba = {x, x, 1, 0};
+      gr_cond(g, gr_greater(g, gr_reduce_sum(g, x, NULL, 0, false), gr_const_f32(g, 0)), then_fn,
+              else_fn, &ba, 1, &outs);
+      h = outs;
+      gr_graph_pop_device_scope(g);
+    }
+    int hops = 20000;
+    for (int i = 0; i < hops; i++) {
+      pin(g, i % 2);
+      h = gr_neg(g, h);
+      gr_graph_pop_device_scope(g);
+    }
+    GR_CHECK(gr_graph_error(g) == NULL);
+    for (int threads = 1; threads <= 2; threads++) {
+      gr_session *s = session(g, 2, threads);
+      gr_tensor xv = gt_make(GR_F32, (gr_shape){1, {2}}, (double[]){-1, -2}), out;
+      gr_feed f = {x, &xv};
+      gr_error err;
+      GR_CHECK_OK(gr_session_run(s, &f, 1, &h, 1, &out, NULL, 0, &err), err);
+      /* an even number of negations; the cond's else branch: x - relu(x) = x */
+      GR_CHECK(gr_tensor_get_f64(&out, 0) == -1 && gr_tensor_get_f64(&out, 1) == -2);
+      gr_tensor_release(&out);
+      gr_tensor_release(&xv);
+      gr_session_free(s);
+    }
+    gr_graph_free(g);
+  }
+}
+
 int main(void) {
   GR_RUN(test_one_pair_per_tensor_and_device);
   GR_RUN(test_error_aborts_all_devices);
+  GR_RUN(test_long_ping_pong_chain);
   GR_RUN(test_random_graphs_match_one_device);
   return gr_test_finish();
 }
