@@ -53,7 +53,8 @@ typedef struct gr_passes_options {
   size_t fold_max_bytes; /* a node is folded only if its output has at most this many bytes */
 } gr_passes_options;
 
-/* Every pass on, fold_max_bytes = GR_PASSES_FOLD_MAX_BYTES. */
+/* Every pass on, fold_max_bytes = GR_PASSES_FOLD_MAX_BYTES. Start from this
+ * rather than {0}: fold_max_bytes 0 folds only empty tensors. */
 gr_passes_options gr_passes_options_default(void);
 
 /* What the passes did. nodes_out = nodes_in - nodes_pruned - nodes_merged -
