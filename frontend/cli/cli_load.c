@@ -41,6 +41,37 @@ int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **
   return GR_EXIT_OK;
 }
 
+int cli_split_names(char *s, const char **names, int n) {
+  for (char *save = NULL, *t = strtok_r(s, ",", &save); t && n < CLI_MAX_NAMES;
+       t = strtok_r(NULL, ",", &save))
+    if (*t) names[n++] = t;
+  return n;
+}
+
+void cli_default_names(const gr_dsl_program *p, bool fetch, const char **names, int *n) {
+  if (*n) return;
+  int k = fetch ? gr_dsl_num_fetches(p) : gr_dsl_num_targets(p);
+  for (int i = 0; i < k && *n < CLI_MAX_NAMES; i++)
+    names[(*n)++] = fetch ? gr_dsl_fetch_name(p, i) : gr_dsl_target_name(p, i);
+}
+
+int cli_lookup_names(const char *cmd, const gr_dsl_program *p, const char *const *names, int n,
+                     bool fetch, gr_output *out) {
+  for (int i = 0; i < n; i++) {
+    bool found = gr_dsl_lookup(p, names[i], &out[i]);
+    if (fetch && (!found || out[i].index < 0)) {
+      fprintf(stderr, "graphrun %s: cannot fetch '%s': %s\n", cmd, names[i],
+              found ? "it has no outputs (use --target)" : "no such name or node");
+      return GR_EXIT_USAGE;
+    }
+    if (!found) {
+      fprintf(stderr, "graphrun %s: unknown target '%s'\n", cmd, names[i]);
+      return GR_EXIT_USAGE;
+    }
+  }
+  return GR_EXIT_OK;
+}
+
 #define MAX_FEED_BYTES (4ull << 30)
 
 /* The whole file, decompressed when gzip (gzread passes plain files through). */

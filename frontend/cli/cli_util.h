@@ -16,6 +16,20 @@
 int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **g,
                    gr_dsl_program **p);
 
+/* Most names one --fetch, --target, ... list holds. */
+#define CLI_MAX_NAMES 64
+
+/* Splits "a,b" in place into names[n..] (pointers into s; empty names are
+ * skipped); returns the new count, at most CLI_MAX_NAMES. */
+int cli_split_names(char *s, const char **names, int n);
+/* When *n is 0: the file's default fetches (fetch true: its `fetch` names,
+ * else its last binding) or its `target` names. */
+void cli_default_names(const gr_dsl_program *p, bool fetch, const char **names, int *n);
+/* Looks up names as fetches (an output) or targets (any node). On an unknown
+ * name prints "graphrun CMD: ..." and returns GR_EXIT_USAGE, else GR_EXIT_OK. */
+int cli_lookup_names(const char *cmd, const gr_dsl_program *p, const char *const *names, int n,
+                     bool fetch, gr_output *out);
+
 /* Reads a tensor from an IDX file (also .gz), a .npy file or a CSV file
  * (chosen by content and extension), converted to dtype (GR_DTYPE_INVALID:
  * keep the file's). A plain number is accepted as a scalar. The result holds

@@ -1,4 +1,7 @@
-/* graphrun check FILE.gr: parse, build and shape-check; print node and op counts. */
+/* graphrun check FILE.gr: parse, build and shape-check; print node and op
+ * counts; with --stats, what the graph passes (prune, CSE, constant folding)
+ * remove for the file's fetches and targets. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,47 +18,169 @@ static int by_count(const void *a, const void *b) {
   return x->n != y->n ? y->n - x->n : strcmp(x->op, y->op);
 }
 
+static void usage(FILE *f) {
+  fprintf(
+      f,
+      "usage: graphrun check FILE.gr [--stats [--fetch A,B] [--target T,U]\n"
+      "                              [--no-prune] [--no-cse] [--no-fold] [--fold-max-bytes N]]\n\n"
+      "Parses FILE.gr, builds its graph with shape inference and prints the number of nodes\n"
+      "and of nodes per op. Errors are reported as file:line:col with the source line.\n"
+      "  --stats             also run the graph passes and say what each removed: nodes not\n"
+      "                      needed by the fetches and targets (pruned), duplicates merged\n"
+      "                      by CSE, nodes folded into constants (see docs/passes.md)\n"
+      "  --fetch A,B         what to keep (default: the file's `fetch` names, else its last\n"
+      "                      binding, as `graphrun run`; a file that binds no names keeps\n"
+      "                      every node without consumers)\n"
+      "  --target T,U        nodes kept for their effect (default: the file's `target` names)\n"
+      "  --no-prune, --no-cse, --no-fold   turn one pass off\n"
+      "  --fold-max-bytes N  largest output folded into a constant (default 1048576)\n"
+      "Exit codes: 0 ok, 1 runtime failure, 2 error in the file or flags.\n");
+}
+
+static void print_op_counts(const char *file, const gr_graph *g, op_count *c) {
+  int n = gr_graph_num_nodes(g), kinds = 0;
+  for (int i = 0; i < n; i++) {
+    const char *op = gr_graph_node(g, i)->op->name;
+    int k = 0;
+    while (k < kinds && strcmp(c[k].op, op) != 0) k++;
+    if (k == kinds) c[kinds++] = (op_count){op, 0};
+    c[k].n++;
+  }
+  qsort(c, (size_t)kinds, sizeof *c, by_count);
+  printf("%s: ok, %d node%s, %d op%s\n", file, n, n == 1 ? "" : "s", kinds, kinds == 1 ? "" : "s");
+  for (int k = 0; k < kinds; k++) printf("  %-28s %d\n", c[k].op, c[k].n);
+}
+
+/* Every node nothing consumes (by data or control edge), as targets. */
+static int sinks(const gr_graph *g, gr_output *out) {
+  int n = gr_graph_num_nodes(g), k = 0;
+  char *used = calloc((size_t)n + 1, 1);
+  if (!used) return -1;
+  for (int i = 0; i < n; i++) {
+    const gr_node *nd = gr_graph_node(g, i);
+    for (int j = 0; j < nd->num_inputs; j++) used[nd->inputs[j].node->id] = 1;
+    for (int j = 0; j < nd->num_control_inputs; j++) used[nd->control_inputs[j]->id] = 1;
+  }
+  for (int i = 0; i < n; i++)
+    if (!used[i]) out[k++] = (gr_output){gr_graph_node(g, i), 0};
+  free(used);
+  return k;
+}
+
+static void print_names(const char *what, const char *const *names, int n) {
+  printf("%s", what);
+  for (int i = 0; i < n; i++) printf("%s%s", i ? ", " : " ", names[i]);
+  if (!n) printf(" none");
+}
+
+/* The graph passes for the fetches and targets, and what each removed. */
+static int print_pass_stats(gr_graph *g, gr_dsl_program *p, const char **fetch_names, int nfetch,
+                            const char **target_names, int ntarget, const gr_passes_options *o) {
+  cli_default_names(p, true, fetch_names, &nfetch);
+  cli_default_names(p, false, target_names, &ntarget);
+  int n = gr_graph_num_nodes(g);
+  gr_output *fetches = malloc(sizeof(gr_output) * ((size_t)nfetch + 1));
+  gr_output *targets = malloc(sizeof(gr_output) * ((size_t)(ntarget ? ntarget : n) + 1));
+  int rc = GR_EXIT_FAILURE;
+  if (!fetches || !targets) {
+    fprintf(stderr, "graphrun check: out of memory\n");
+    goto done;
+  }
+  if ((rc = cli_lookup_names("check", p, fetch_names, nfetch, true, fetches)) != GR_EXIT_OK ||
+      (rc = cli_lookup_names("check", p, target_names, ntarget, false, targets)) != GR_EXIT_OK)
+    goto done;
+  if (nfetch + ntarget == 0) {
+    ntarget = sinks(g, targets);
+    printf("graph passes, keeping the %d node%s without consumers:\n", ntarget,
+           ntarget == 1 ? "" : "s");
+  } else {
+    print_names("graph passes, fetches:", fetch_names, nfetch);
+    print_names("; targets:", target_names, ntarget);
+    printf("\n");
+  }
+  gr_graph *opt = NULL;
+  gr_passes_stats st;
+  gr_error err;
+  if (gr_passes_optimize_graph(g, NULL, 0, fetches, nfetch, targets, ntarget, o, &opt, &st, &err) !=
+      GR_OK) {
+    fprintf(stderr, "graphrun check: graph passes: %s\n", err.msg);
+    rc = GR_EXIT_FAILURE;
+    goto done;
+  }
+  printf("  %-28s %d\n", "nodes in", st.nodes_in);
+  printf("  %-28s %d%s\n", "pruned", st.nodes_pruned, o->no_prune ? " (off)" : "");
+  printf("  %-28s %d%s\n", "merged by CSE", st.nodes_merged, o->no_cse ? " (off)" : "");
+  printf("  %-28s %d%s\n", "folded into constants", st.nodes_folded, o->no_fold ? " (off)" : "");
+  printf("  %-28s %d\n", "unused after folding", st.nodes_unused_after_folding);
+  printf("  %-28s %d\n", "nodes out", st.nodes_out);
+  gr_graph_free(opt);
+  rc = GR_EXIT_OK;
+done:
+  free(fetches);
+  free(targets);
+  return rc;
+}
+
 int gr_cmd_check(int argc, char **argv) {
-  const char *file = NULL;
+  const char *file = NULL, *fetch_names[CLI_MAX_NAMES], *target_names[CLI_MAX_NAMES];
+  int nfetch = 0, ntarget = 0;
+  bool stats = false;
+  gr_passes_options po = gr_passes_options_default();
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      printf("usage: graphrun check FILE.gr\n\nParses FILE.gr, builds its graph with shape "
-             "inference and prints the number of nodes and of nodes per op.\nErrors are "
-             "reported as file:line:col with the source line. Exit codes: 0 ok, 2 error in "
-             "the file.\n");
+    const char *a = argv[i];
+    bool has_val = i + 1 < argc;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
       return GR_EXIT_OK;
-    }
-    if ((argv[i][0] == '-' && argv[i][1]) || file) {
-      fprintf(stderr, "graphrun check: unexpected argument '%s' (try --help)\n", argv[i]);
+    } else if (strcmp(a, "--stats") == 0) {
+      stats = true;
+    } else if (strcmp(a, "--no-prune") == 0) {
+      po.no_prune = true;
+    } else if (strcmp(a, "--no-cse") == 0) {
+      po.no_cse = true;
+    } else if (strcmp(a, "--no-fold") == 0) {
+      po.no_fold = true;
+    } else if (strcmp(a, "--fetch") == 0 && has_val) {
+      nfetch = cli_split_names(argv[++i], fetch_names, nfetch);
+    } else if (strcmp(a, "--target") == 0 && has_val) {
+      ntarget = cli_split_names(argv[++i], target_names, ntarget);
+    } else if (strcmp(a, "--fold-max-bytes") == 0 && has_val) {
+      char *end;
+      errno = 0;
+      unsigned long long v = strtoull(argv[++i], &end, 10);
+      if (errno || end == argv[i] || *end || argv[i][0] == '-') {
+        fprintf(stderr, "graphrun check: --fold-max-bytes wants a byte count, got '%s'\n", argv[i]);
+        return GR_EXIT_USAGE;
+      }
+      po.fold_max_bytes = (size_t)v;
+    } else if ((a[0] == '-' && a[1]) || file) {
+      fprintf(stderr, "graphrun check: unexpected argument or missing value '%s' (try --help)\n",
+              a);
       return GR_EXIT_USAGE;
+    } else {
+      file = a;
     }
-    file = argv[i];
   }
   if (!file) {
-    fprintf(stderr, "usage: graphrun check FILE.gr\n");
+    usage(stderr);
+    return GR_EXIT_USAGE;
+  }
+  if (!stats && (nfetch || ntarget || po.no_prune || po.no_cse || po.no_fold ||
+                 po.fold_max_bytes != GR_PASSES_FOLD_MAX_BYTES)) {
+    fprintf(stderr, "graphrun check: --fetch, --target and the pass options go with --stats\n");
     return GR_EXIT_USAGE;
   }
   gr_graph *g;
   gr_dsl_program *p;
   int rc = cli_load_graph("check", file, 0, &g, &p);
   if (rc != GR_EXIT_OK) return rc;
-  int n = gr_graph_num_nodes(g), kinds = 0;
-  op_count *c = calloc((size_t)n + 1, sizeof *c);
+  op_count *c = calloc((size_t)gr_graph_num_nodes(g) + 1, sizeof *c);
   if (!c) {
     fprintf(stderr, "graphrun check: out of memory\n");
     rc = GR_EXIT_FAILURE;
   } else {
-    for (int i = 0; i < n; i++) {
-      const char *op = gr_graph_node(g, i)->op->name;
-      int k = 0;
-      while (k < kinds && strcmp(c[k].op, op) != 0) k++;
-      if (k == kinds) c[kinds++] = (op_count){op, 0};
-      c[k].n++;
-    }
-    qsort(c, (size_t)kinds, sizeof *c, by_count);
-    printf("%s: ok, %d node%s, %d op%s\n", file, n, n == 1 ? "" : "s", kinds,
-           kinds == 1 ? "" : "s");
-    for (int k = 0; k < kinds; k++) printf("  %-28s %d\n", c[k].op, c[k].n);
+    print_op_counts(file, g, c);
+    if (stats) rc = print_pass_stats(g, p, fetch_names, nfetch, target_names, ntarget, &po);
     free(c);
   }
   gr_dsl_program_free(p);

@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "placer/gr_placer.h"
 
-#define MAX_ITEMS 64
+#define MAX_ITEMS CLI_MAX_NAMES
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -48,14 +48,6 @@ static bool parse_long(const char *s, long lo, long *out) {
   if (errno || end == s || *end || v < lo) return false;
   *out = v;
   return true;
-}
-
-/* Splits "a,b" into names (pointers into a strdup'd copy appended to *bufs). */
-static int split_names(char *s, const char **names, int n) {
-  for (char *save = NULL, *t = strtok_r(s, ",", &save); t && n < MAX_ITEMS;
-       t = strtok_r(NULL, ",", &save))
-    if (*t) names[n++] = t;
-  return n;
 }
 
 static void print_results(const char *const *names, gr_tensor *results, int n, bool json,
@@ -201,11 +193,11 @@ int gr_cmd_run(int argc, char **argv) {
       feed_names[nfeed] = argv[i];
       feed_paths[nfeed++] = eq + 1;
     } else if (strcmp(a, "--fetch") == 0 && has_val) {
-      nfetch = split_names(argv[++i], fetch_names, nfetch);
+      nfetch = cli_split_names(argv[++i], fetch_names, nfetch);
     } else if (strcmp(a, "--eval") == 0 && has_val) {
-      neval = split_names(argv[++i], eval_names, neval);
+      neval = cli_split_names(argv[++i], eval_names, neval);
     } else if (strcmp(a, "--target") == 0 && has_val) {
-      ntarget = split_names(argv[++i], target_names, ntarget);
+      ntarget = cli_split_names(argv[++i], target_names, ntarget);
     } else if ((strcmp(a, "--steps") == 0 || strcmp(a, "--seed") == 0 ||
                 strcmp(a, "--threads") == 0) &&
                has_val) {
@@ -237,12 +229,8 @@ int gr_cmd_run(int argc, char **argv) {
   gr_dsl_program *p;
   int rc = cli_load_graph("run", file, (uint64_t)seed, &g, &p);
   if (rc != GR_EXIT_OK) return rc;
-  if (nfetch == 0)
-    for (int i = 0; i < gr_dsl_num_fetches(p) && nfetch < MAX_ITEMS; i++)
-      fetch_names[nfetch++] = gr_dsl_fetch_name(p, i);
-  if (ntarget == 0)
-    for (int i = 0; i < gr_dsl_num_targets(p) && ntarget < MAX_ITEMS; i++)
-      target_names[ntarget++] = gr_dsl_target_name(p, i);
+  cli_default_names(p, true, fetch_names, &nfetch);
+  cli_default_names(p, false, target_names, &ntarget);
   gr_output fetches[MAX_ITEMS], targets[MAX_ITEMS];
   gr_feed feeds[MAX_ITEMS];
   gr_tensor feed_vals[MAX_ITEMS], results[MAX_ITEMS];
@@ -252,18 +240,9 @@ int gr_cmd_run(int argc, char **argv) {
   long done_steps = 0;
   gr_error err;
   rc = GR_EXIT_USAGE;
-  for (int i = 0; i < nfetch; i++)
-    if (!gr_dsl_lookup(p, fetch_names[i], &fetches[i]) || fetches[i].index < 0) {
-      fprintf(stderr, "graphrun run: cannot fetch '%s': %s\n", fetch_names[i],
-              gr_dsl_lookup(p, fetch_names[i], &fetches[i]) ? "it has no outputs (use --target)"
-                                                            : "no such name or node");
-      goto done;
-    }
-  for (int i = 0; i < ntarget; i++)
-    if (!gr_dsl_lookup(p, target_names[i], &targets[i])) {
-      fprintf(stderr, "graphrun run: unknown target '%s'\n", target_names[i]);
-      goto done;
-    }
+  if (cli_lookup_names("run", p, fetch_names, nfetch, true, fetches) != GR_EXIT_OK ||
+      cli_lookup_names("run", p, target_names, ntarget, false, targets) != GR_EXIT_OK)
+    goto done;
   if (nfetch == 0 && ntarget == 0 && neval == 0) {
     fprintf(stderr, "graphrun run: nothing to run: the file binds no names; use --fetch or "
                     "--target\n");

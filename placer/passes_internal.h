@@ -1,0 +1,51 @@
+/* Inside placer/: the state the graph passes share (passes.c drives them and
+ * copies the result; pass_prune.c, pass_cse.c and pass_fold.c fill it in).
+ * Every array is indexed by node id of the input graph and owned by the
+ * driver. */
+#ifndef GR_PASSES_INTERNAL_H
+#define GR_PASSES_INTERNAL_H
+
+#include <stdint.h>
+
+#include "ops/gr_ops.h"
+#include "placer/gr_placer.h"
+
+/* How much of a node a request needs (mark values, in increasing order). */
+enum {
+  GR_PASSES_UNUSED = 0,
+  GR_PASSES_FED = 1,  /* only its fed output is used: a placeholder stands in */
+  GR_PASSES_CUT = 2,  /* needed; its fed inputs come from the feeds */
+  GR_PASSES_FULL = 3, /* needed by a variable initialiser, which runs without feeds */
+};
+
+typedef struct gr_passes_ctx {
+  const gr_graph *g;
+  int n;      /* nodes of g */
+  int *order; /* the n node ids, inputs first (loop back edges ignored) */
+  const gr_output *feeds, *fetches, *targets;
+  int num_feeds, num_fetches, num_targets;
+  bool keep_all;    /* every node is a root (no pruning) */
+  uint8_t *fed;     /* some output of the node is fed */
+  uint8_t *protect; /* fetched, a target or a colocation target: keeps its name */
+  uint8_t *mark;    /* GR_PASSES_* from gr_passes_mark */
+  int *rep;         /* CSE: the node that replaces this one (itself when none) */
+  uint8_t *folded;  /* replaced by a constant */
+  gr_tensor *value; /* the folded value (one reference) while a consumer may need it */
+  gr_error *err;
+} gr_passes_ctx;
+
+/* True when endpoint o is fed. */
+bool gr_passes_is_fed(const gr_passes_ctx *c, gr_output o);
+/* True for ops no pass may merge or evaluate: stateful, random, variable,
+ * placeholder, control flow, async, transfer, step stacks. */
+bool gr_passes_op_is_opaque(const gr_op_def *op);
+
+/* Fills c->mark from the fetches and targets (or every node when keep_all),
+ * following inputs through c->rep and not walking past folded nodes. */
+gr_status gr_passes_mark(gr_passes_ctx *c);
+/* Sets c->rep for needed nodes; *merged gets the number of nodes replaced. */
+gr_status gr_passes_cse(gr_passes_ctx *c, int *merged);
+/* Sets c->folded and c->value for needed nodes; *folded gets their number. */
+gr_status gr_passes_fold(gr_passes_ctx *c, size_t max_bytes, int *folded);
+
+#endif
