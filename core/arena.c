@@ -23,9 +23,9 @@ void gr_arena_free(gr_arena *a) {
   memset(a, 0, sizeof *a);
 }
 
-void *gr_arena_alloc(gr_arena *a, size_t bytes) {
-  bytes = (bytes + 15) & ~(size_t)15;
-  if (!a->head || a->used + bytes > a->cap) {
+void *gr_arena_alloc_aligned(gr_arena *a, size_t bytes, size_t align) {
+  size_t at = (a->used + align - 1) & ~(align - 1);
+  if (!a->head || at > a->cap || bytes > a->cap - at) {
     size_t cap = a->cap ? a->cap * 2 : 64 * 1024;
     if (cap > 16 * 1024 * 1024) cap = 16 * 1024 * 1024;
     if (cap < bytes) cap = bytes;
@@ -36,13 +36,16 @@ void *gr_arena_alloc(gr_arena *a, size_t bytes) {
     c->next = a->head;
     c->cap = cap;
     a->head = c;
-    a->used = 0;
     a->cap = cap;
     a->total += cap;
+    at = 0;
   }
-  void *p = a->head->data + a->used;
-  a->used += bytes;
-  return p;
+  a->used = at + bytes;
+  return a->head->data + at;
+}
+
+void *gr_arena_alloc(gr_arena *a, size_t bytes) {
+  return gr_arena_alloc_aligned(a, bytes, 16);
 }
 
 void *gr_arena_memdup(gr_arena *a, const void *p, size_t bytes) {
@@ -52,5 +55,9 @@ void *gr_arena_memdup(gr_arena *a, const void *p, size_t bytes) {
 }
 
 char *gr_arena_strdup(gr_arena *a, const char *s) {
-  return s ? gr_arena_memdup(a, s, strlen(s) + 1) : NULL;
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char *q = gr_arena_alloc_aligned(a, n, 1);
+  if (q) memcpy(q, s, n);
+  return q;
 }

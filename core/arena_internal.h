@@ -16,7 +16,12 @@ void gr_arena_init(gr_arena *a);
 void gr_arena_free(gr_arena *a);
 /* 16-byte aligned, zeroed memory; NULL when out of memory. */
 void *gr_arena_alloc(gr_arena *a, size_t bytes);
+/* Zeroed memory aligned to align (a power of two, at most 16): small records
+ * and strings need not pay for 16-byte alignment. */
+void *gr_arena_alloc_aligned(gr_arena *a, size_t bytes, size_t align);
+/* A copy of s with no padding (byte-aligned); NULL for NULL or out of memory. */
 char *gr_arena_strdup(gr_arena *a, const char *s);
+/* A copy of bytes bytes at p, 16-byte aligned. */
 void *gr_arena_memdup(gr_arena *a, const void *p, size_t bytes);
 
 #endif

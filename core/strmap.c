@@ -28,7 +28,7 @@ static gr_strmap_entry *find_slot(gr_strmap_entry *slots, size_t cap, const char
 }
 
 void *gr_strmap_get(const gr_strmap *m, const char *key) {
-  if (!m->cap) return NULL;
+  if (!m->count) return NULL;
   gr_strmap_entry *e = find_slot(m->slots, m->cap, key, gr_strhash(key));
   return e->key ? e->value : NULL;
 }
@@ -77,6 +77,78 @@ void gr_strmap_remove(gr_strmap *m, const char *key) {
     if (movable) {
       m->slots[i] = *n;
       n->key = NULL;
+      i = j;
+    }
+  }
+}
+
+/* ---- id map -------------------------------------------------------------------------- */
+
+static uint32_t fold(uint64_t h) {
+  return (uint32_t)(h ^ (h >> 32));
+}
+
+void gr_idmap_init(gr_idmap *m) {
+  memset(m, 0, sizeof *m);
+}
+
+void gr_idmap_free(gr_idmap *m) {
+  free(m->slots);
+  memset(m, 0, sizeof *m);
+}
+
+int64_t gr_idmap_find(const gr_idmap *m, uint64_t hash, const void *key, gr_idmap_eq_fn eq,
+                      const void *ctx) {
+  if (!m->count) return -1;
+  uint32_t h = fold(hash);
+  size_t mask = m->cap - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    uint64_t s = m->slots[i];
+    if (!s) return -1;
+    if ((uint32_t)(s >> 32) == h) {
+      uint32_t id = (uint32_t)s - 1;
+      if (eq(ctx, id, key)) return id;
+    }
+  }
+}
+
+static void idmap_place(uint64_t *slots, size_t mask, uint64_t s) {
+  size_t i = (s >> 32) & mask;
+  while (slots[i]) i = (i + 1) & mask;
+  slots[i] = s;
+}
+
+bool gr_idmap_insert(gr_idmap *m, uint64_t hash, uint32_t id) {
+  if ((m->count + 1) * 4 > m->cap * 3) {
+    size_t cap = m->cap ? m->cap * 2 : 256;
+    uint64_t *slots = calloc(cap, sizeof *slots);
+    if (!slots) return false;
+    for (size_t i = 0; i < m->cap; i++)
+      if (m->slots[i]) idmap_place(slots, cap - 1, m->slots[i]);
+    free(m->slots);
+    m->slots = slots;
+    m->cap = cap;
+  }
+  idmap_place(m->slots, m->cap - 1, (uint64_t)fold(hash) << 32 | ((uint64_t)id + 1));
+  m->count++;
+  return true;
+}
+
+void gr_idmap_remove(gr_idmap *m, uint64_t hash, uint32_t id) {
+  if (!m->count) return;
+  uint64_t want = (uint64_t)fold(hash) << 32 | ((uint64_t)id + 1);
+  size_t mask = m->cap - 1, i = (want >> 32) & mask;
+  for (; m->slots[i] != want; i = (i + 1) & mask)
+    if (!m->slots[i]) return;
+  /* Backward-shift deletion keeps probe chains intact. */
+  m->slots[i] = 0;
+  m->count--;
+  for (size_t j = (i + 1) & mask; m->slots[j]; j = (j + 1) & mask) {
+    size_t home = (m->slots[j] >> 32) & mask;
+    bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
+    if (movable) {
+      m->slots[i] = m->slots[j];
+      m->slots[j] = 0;
       i = j;
     }
   }

@@ -16,7 +16,7 @@
 typedef struct dsl_chunk {
   struct dsl_chunk *prev;
   size_t used, cap;
-  char data[];
+  _Alignas(16) char data[];
 } dsl_chunk;
 
 typedef struct dsl_arena {
@@ -28,7 +28,10 @@ typedef struct dsl_mark {
   size_t used;
 } dsl_mark;
 
-void *dsl_alloc(dsl_arena *a, size_t n); /* zeroed; NULL when out of memory */
+void *dsl_alloc(dsl_arena *a, size_t n); /* zeroed, 16-byte aligned; NULL when out of memory */
+/* Zeroed, aligned to align (a power of two, at most 16): records without
+ * 16-byte members need not pay for its padding. */
+void *dsl_alloc_aligned(dsl_arena *a, size_t n, size_t align);
 char *dsl_strndup(dsl_arena *a, const char *s, size_t n);
 dsl_mark dsl_arena_mark(dsl_arena *a);
 void dsl_arena_restore(dsl_arena *a, dsl_mark m);

@@ -10,10 +10,11 @@
 
 /* ---- arena ------------------------------------------------------------------ */
 
-void *dsl_alloc(dsl_arena *a, size_t n) {
-  n = (n + 15) & ~(size_t)15;
+/* n bytes at the next multiple of align (a power of two, at most 16), not zeroed. */
+static void *arena_take(dsl_arena *a, size_t n, size_t align) {
   dsl_chunk *c = a->top;
-  if (!c || c->cap - c->used < n) {
+  size_t at = c ? (c->used + align - 1) & ~(align - 1) : 0;
+  if (!c || at > c->cap || c->cap - at < n) {
     size_t cap = c ? (c->cap < (1u << 20) ? c->cap * 2 : c->cap) : (16u << 10);
     if (cap < n) cap = n;
     dsl_chunk *nc = malloc(sizeof *nc + cap);
@@ -22,16 +23,29 @@ void *dsl_alloc(dsl_arena *a, size_t n) {
     nc->used = 0;
     nc->cap = cap;
     a->top = c = nc;
+    at = 0;
   }
-  void *p = c->data + c->used;
-  c->used += n;
-  memset(p, 0, n);
+  c->used = at + n;
+  return c->data + at;
+}
+
+void *dsl_alloc_aligned(dsl_arena *a, size_t n, size_t align) {
+  void *p = arena_take(a, n, align);
+  if (p) memset(p, 0, n);
   return p;
 }
 
+void *dsl_alloc(dsl_arena *a, size_t n) {
+  return dsl_alloc_aligned(a, n, 16);
+}
+
+/* Strings need no alignment: bound names are packed. */
 char *dsl_strndup(dsl_arena *a, const char *s, size_t n) {
-  char *d = dsl_alloc(a, n + 1);
-  if (d) memcpy(d, s, n);
+  char *d = arena_take(a, n + 1, 1);
+  if (d) {
+    memcpy(d, s, n);
+    d[n] = '\0';
+  }
   return d;
 }
 

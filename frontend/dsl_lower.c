@@ -69,7 +69,7 @@ dsl_binding *dsl_frame_insert(dsl_frame *f, const char *name) {
     f->slots = ns;
     f->cap = nc;
   }
-  dsl_binding *b = dsl_alloc(f->arena, sizeof *b);
+  dsl_binding *b = dsl_alloc_aligned(f->arena, sizeof *b, _Alignof(dsl_binding));
   if (!b) return NULL;
   b->name = name;
   b->hash = hash_str(name);
