@@ -1,13 +1,49 @@
 #include "core/arena_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Chunks from this size on come from gr_pages_alloc and are populated a
+ * window at a time ahead of the bump pointer, so a large graph pays one
+ * system call per window instead of a page fault per page, and a small one
+ * no more memory than it touches. */
+#define BIG_CHUNK       (1u << 20)
+#define POPULATE_WINDOW (2u << 20)
 
 struct gr_arena_chunk {
   gr_arena_chunk *next;
   size_t cap;
+  size_t populated; /* big chunks: bytes of data[] already mapped */
+  bool big;
   _Alignas(16) char data[];
 };
+
+void *gr_pages_alloc(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+  (void)madvise(p, bytes, MADV_HUGEPAGE); /* fewer TLB misses in big hash tables; best effort */
+#endif
+  return p;
+}
+
+void gr_pages_free(void *p, size_t bytes) {
+  if (p) munmap(p, bytes);
+}
+
+void gr_pages_populate(void *p, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  static size_t page;
+  if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t start = (uintptr_t)p & ~(uintptr_t)(page - 1);
+  (void)madvise((void *)start, (uintptr_t)p + bytes - start, MADV_POPULATE_WRITE);
+#else
+  (void)p, (void)bytes;
+#endif
+}
 
 void gr_arena_init(gr_arena *a) {
   memset(a, 0, sizeof *a);
@@ -17,7 +53,10 @@ void gr_arena_free(gr_arena *a) {
   gr_arena_chunk *c = a->head;
   while (c) {
     gr_arena_chunk *n = c->next;
-    free(c);
+    if (c->big)
+      gr_pages_free(c, sizeof *c + c->cap);
+    else
+      free(c);
     c = n;
   }
   memset(a, 0, sizeof *a);
@@ -29,21 +68,29 @@ void *gr_arena_alloc_aligned(gr_arena *a, size_t bytes, size_t align) {
     size_t cap = a->cap ? a->cap * 2 : 64 * 1024;
     if (cap > 16 * 1024 * 1024) cap = 16 * 1024 * 1024;
     if (cap < bytes) cap = bytes;
-    /* calloc: fresh pages come zeroed from the system, so allocations need no memset
+    /* fresh pages come zeroed from the system, so allocations need no memset
      * (the arena never reuses memory) */
-    gr_arena_chunk *c = calloc(1, sizeof *c + cap);
+    bool big = cap >= BIG_CHUNK;
+    gr_arena_chunk *c = big ? gr_pages_alloc(sizeof *c + cap) : calloc(1, sizeof *c + cap);
     if (!c) return NULL;
     c->next = a->head;
     c->cap = cap;
+    c->big = big;
     a->head = c;
     a->cap = cap;
     a->total += cap;
     at = 0;
   }
+  gr_arena_chunk *c = a->head;
+  if (c->big && at + bytes > c->populated) {
+    size_t end = at + bytes + POPULATE_WINDOW;
+    if (end > c->cap) end = c->cap;
+    gr_pages_populate(c->data + c->populated, end - c->populated);
+    c->populated = end;
+  }
   a->used = at + bytes;
-  return a->head->data + at;
+  return c->data + at;
 }
-
 void *gr_arena_alloc(gr_arena *a, size_t bytes) {
   return gr_arena_alloc_aligned(a, bytes, 16);
 }

@@ -1,5 +1,7 @@
 #include "core/strmap_internal.h"
 
+#include "core/arena_internal.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,8 +94,26 @@ void gr_idmap_init(gr_idmap *m) {
   memset(m, 0, sizeof *m);
 }
 
+/* Tables from 1 MiB on come from gr_pages_alloc, populated at once: filling
+ * a grown table touches every page anyway. */
+#define IDMAP_BIG_SLOTS ((1u << 20) / sizeof(uint64_t))
+
+static uint64_t *idmap_slots_new(size_t cap) {
+  if (cap < IDMAP_BIG_SLOTS) return calloc(cap, sizeof(uint64_t));
+  uint64_t *s = gr_pages_alloc(cap * sizeof *s);
+  if (s) gr_pages_populate(s, cap * sizeof *s);
+  return s;
+}
+
+static void idmap_slots_free(uint64_t *s, size_t cap) {
+  if (cap < IDMAP_BIG_SLOTS)
+    free(s);
+  else
+    gr_pages_free(s, cap * sizeof *s);
+}
+
 void gr_idmap_free(gr_idmap *m) {
-  free(m->slots);
+  idmap_slots_free(m->slots, m->cap);
   memset(m, 0, sizeof *m);
 }
 
@@ -121,11 +141,11 @@ static void idmap_place(uint64_t *slots, size_t mask, uint64_t s) {
 bool gr_idmap_insert(gr_idmap *m, uint64_t hash, uint32_t id) {
   if ((m->count + 1) * 4 > m->cap * 3) {
     size_t cap = m->cap ? m->cap * 2 : 256;
-    uint64_t *slots = calloc(cap, sizeof *slots);
+    uint64_t *slots = idmap_slots_new(cap);
     if (!slots) return false;
     for (size_t i = 0; i < m->cap; i++)
       if (m->slots[i]) idmap_place(slots, cap - 1, m->slots[i]);
-    free(m->slots);
+    idmap_slots_free(m->slots, m->cap);
     m->slots = slots;
     m->cap = cap;
   }
