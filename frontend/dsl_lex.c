@@ -5,10 +5,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "dsl_internal.h"
 
 /* ---- arena ------------------------------------------------------------------ */
+
+/* From 1 MiB on, blocks come from mmap with every page mapped by one call
+ * (and huge pages where offered): a page fault per 4 KiB on first touch costs
+ * microseconds on a virtual machine, and a large program touches all of it. */
+#define BIG_BLOCK (1u << 20)
+
+void *dsl_calloc(size_t bytes) {
+  if (bytes < BIG_BLOCK) return calloc(1, bytes);
+  char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+#if defined(MADV_HUGEPAGE) && defined(MADV_POPULATE_WRITE)
+  (void)madvise(p, bytes, MADV_HUGEPAGE); /* both best effort */
+  (void)madvise(p, bytes, MADV_POPULATE_WRITE);
+#endif
+  return p;
+}
+
+void dsl_calloc_free(void *p, size_t bytes) {
+  if (bytes < BIG_BLOCK)
+    free(p);
+  else if (p)
+    munmap(p, bytes);
+}
+
+static void chunk_free(dsl_chunk *c) {
+  dsl_calloc_free(c, sizeof *c + c->cap);
+}
 
 /* n bytes at the next multiple of align (a power of two, at most 16), not zeroed. */
 static void *arena_take(dsl_arena *a, size_t n, size_t align) {
@@ -17,7 +45,7 @@ static void *arena_take(dsl_arena *a, size_t n, size_t align) {
   if (!c || at > c->cap || c->cap - at < n) {
     size_t cap = c ? (c->cap < (1u << 20) ? c->cap * 2 : c->cap) : (16u << 10);
     if (cap < n) cap = n;
-    dsl_chunk *nc = malloc(sizeof *nc + cap);
+    dsl_chunk *nc = dsl_calloc(sizeof *nc + cap);
     if (!nc) return NULL;
     nc->prev = c;
     nc->used = 0;
@@ -60,7 +88,7 @@ void dsl_arena_restore(dsl_arena *a, dsl_mark m) {
       return;
     }
     dsl_chunk *p = a->top->prev;
-    free(a->top);
+    chunk_free(a->top);
     a->top = p;
   }
   if (a->top) a->top->used = m.used;
@@ -69,7 +97,7 @@ void dsl_arena_restore(dsl_arena *a, dsl_mark m) {
 void dsl_arena_free(dsl_arena *a) {
   while (a->top) {
     dsl_chunk *p = a->top->prev;
-    free(a->top);
+    chunk_free(a->top);
     a->top = p;
   }
 }
@@ -78,7 +106,7 @@ void dsl_arena_free(dsl_arena *a) {
 
 /* Appends the source line of pos and a caret under its column. */
 static size_t append_caret(char *buf, size_t n, size_t cap, dsl_pos pos) {
-  if (!pos.src || pos.line < 1 || n + 8 >= cap) return n;
+  if (!pos.src || !pos.src->text || pos.line < 1 || n + 8 >= cap) return n;
   const char *p = pos.src->text, *end = p + pos.src->len;
   for (int l = 1; l < pos.line && p < end; p++)
     if (*p == '\n') l++;
