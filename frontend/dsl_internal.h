@@ -16,6 +16,7 @@
 typedef struct dsl_chunk {
   struct dsl_chunk *prev;
   size_t used, cap;
+  size_t clean; /* data[clean..cap) was never handed out: still zero */
   _Alignas(16) char data[];
 } dsl_chunk;
 

@@ -38,29 +38,32 @@ static void chunk_free(dsl_chunk *c) {
   dsl_calloc_free(c, sizeof *c + c->cap);
 }
 
-/* n bytes at the next multiple of align (a power of two, at most 16), not zeroed. */
-static void *arena_take(dsl_arena *a, size_t n, size_t align) {
+/* n bytes at the next multiple of align (a power of two, at most 16),
+ * zeroed when zero. Chunks double from 16 KiB to 4 MiB (with their header:
+ * whole huge pages). */
+static void *arena_take(dsl_arena *a, size_t n, size_t align, bool zero) {
   dsl_chunk *c = a->top;
   size_t at = c ? (c->used + align - 1) & ~(align - 1) : 0;
   if (!c || at > c->cap || c->cap - at < n) {
-    size_t cap = c ? (c->cap < (1u << 20) ? c->cap * 2 : c->cap) : (16u << 10);
-    if (cap < n) cap = n;
-    dsl_chunk *nc = dsl_calloc(sizeof *nc + cap);
+    size_t total = c ? 2 * (sizeof *c + c->cap) : (16u << 10);
+    if (total > (4u << 20)) total = 4u << 20;
+    if (total < sizeof *c + n) total = sizeof *c + n;
+    dsl_chunk *nc = dsl_calloc(total);
     if (!nc) return NULL;
     nc->prev = c;
-    nc->used = 0;
-    nc->cap = cap;
+    nc->used = nc->clean = 0;
+    nc->cap = total - sizeof *nc;
     a->top = c = nc;
     at = 0;
   }
   c->used = at + n;
+  if (zero && at < c->clean) memset(c->data + at, 0, (c->clean < at + n ? c->clean : at + n) - at);
+  if (c->clean < at + n) c->clean = at + n;
   return c->data + at;
 }
 
 void *dsl_alloc_aligned(dsl_arena *a, size_t n, size_t align) {
-  void *p = arena_take(a, n, align);
-  if (p) memset(p, 0, n);
-  return p;
+  return arena_take(a, n, align, true);
 }
 
 void *dsl_alloc(dsl_arena *a, size_t n) {
@@ -69,7 +72,7 @@ void *dsl_alloc(dsl_arena *a, size_t n) {
 
 /* Strings need no alignment: bound names are packed. */
 char *dsl_strndup(dsl_arena *a, const char *s, size_t n) {
-  char *d = arena_take(a, n + 1, 1);
+  char *d = arena_take(a, n + 1, 1, false);
   if (d) {
     memcpy(d, s, n);
     d[n] = '\0';
