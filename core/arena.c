@@ -9,9 +9,10 @@
 /* Chunks from this size on come from gr_pages_alloc and are populated a
  * window at a time ahead of the bump pointer, so a large graph pays one
  * system call per window instead of a page fault per page, and a small one
- * no more memory than it touches. */
+ * maps at most one window more than it uses. */
 #define BIG_CHUNK       (1u << 20)
-#define POPULATE_WINDOW (2u << 20)
+#define HUGE_PAGE       (2u << 20) /* x86-64's; elsewhere just a rounding */
+#define POPULATE_WINDOW HUGE_PAGE
 
 struct gr_arena_chunk {
   gr_arena_chunk *next;
@@ -25,7 +26,7 @@ void *gr_pages_alloc(size_t bytes) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return NULL;
 #ifdef MADV_HUGEPAGE
-  (void)madvise(p, bytes, MADV_HUGEPAGE); /* fewer TLB misses in big hash tables; best effort */
+  (void)madvise(p, bytes, MADV_HUGEPAGE); /* fewer TLB misses, faster population; best effort */
 #endif
   return p;
 }
@@ -65,14 +66,18 @@ void gr_arena_free(gr_arena *a) {
 void *gr_arena_alloc_aligned(gr_arena *a, size_t bytes, size_t align) {
   size_t at = (a->used + align - 1) & ~(align - 1);
   if (!a->head || at > a->cap || bytes > a->cap - at) {
-    size_t cap = a->cap ? a->cap * 2 : 64 * 1024;
-    if (cap > 16 * 1024 * 1024) cap = 16 * 1024 * 1024;
-    if (cap < bytes) cap = bytes;
+    /* chunk sizes (header included) double from 64 KiB to 16 MiB: big ones
+     * are whole huge pages */
+    size_t total = a->head ? 2 * (sizeof(gr_arena_chunk) + a->cap) : 64 * 1024;
+    if (total > 16 * 1024 * 1024) total = 16 * 1024 * 1024;
+    if (total < sizeof(gr_arena_chunk) + bytes) total = sizeof(gr_arena_chunk) + bytes;
     /* fresh pages come zeroed from the system, so allocations need no memset
      * (the arena never reuses memory) */
-    bool big = cap >= BIG_CHUNK;
-    gr_arena_chunk *c = big ? gr_pages_alloc(sizeof *c + cap) : calloc(1, sizeof *c + cap);
+    bool big = total >= BIG_CHUNK;
+    if (big) total = (total + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+    gr_arena_chunk *c = big ? gr_pages_alloc(total) : calloc(1, total);
     if (!c) return NULL;
+    size_t cap = total - sizeof *c;
     c->next = a->head;
     c->cap = cap;
     c->big = big;
