@@ -37,8 +37,7 @@ void gr_pages_free(void *p, size_t bytes) {
 
 void gr_pages_populate(void *p, size_t bytes) {
 #ifdef MADV_POPULATE_WRITE
-  static size_t page;
-  if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE); /* from the aux vector: no system call */
   uintptr_t start = (uintptr_t)p & ~(uintptr_t)(page - 1);
   (void)madvise((void *)start, (uintptr_t)p + bytes - start, MADV_POPULATE_WRITE);
 #else
