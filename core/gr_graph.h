@@ -31,19 +31,21 @@ typedef struct gr_output {
   int index;
 } gr_output;
 
-/* Read-only for users; the graph owns every pointer inside. */
+/* Read-only for users; the graph owns every pointer inside. The arrays of
+ * one node may be shared with other nodes (equal single-output shapes are
+ * stored once), so they are never written after the node is added. */
 struct gr_node {
   int id; /* index in the graph, in order of addition (a topological order) */
+  int num_inputs;
+  int num_control_inputs;
+  int num_outputs;
+  int num_attrs;
   const char *name;
   const gr_op_def *op;
-  int num_inputs;
   gr_output *inputs;
-  int num_control_inputs;
   gr_node **control_inputs;
-  int num_outputs;
   gr_dtype *out_dtypes;
   gr_shape *out_shapes;
-  int num_attrs;
   gr_attr *attrs;
   const char *requested_device; /* "" when none; merged from device scopes */
   const char *assigned_device;  /* NULL until placed */

@@ -16,19 +16,34 @@ typedef struct ctrl_frame {
   bool reset; /* hides the frames below */
 } ctrl_frame;
 
+/* Single-output shapes stored once per graph: most nodes have the shape of
+ * an input or of many other nodes. Bounded, so a graph of a million distinct
+ * shapes stores the rest per node. */
+#define GR_SHAPE_SET_MAX (1 << 16)
+typedef struct shape_set {
+  gr_idmap index; /* shape -> position in list */
+  gr_shape **list;
+  int count, cap;
+} shape_set;
+
 struct gr_graph {
   gr_arena arena;
   gr_node **nodes;
   int num_nodes, cap_nodes;
-  gr_strmap by_name;
+  gr_idmap by_name;      /* full name -> node id */
   gr_strmap next_suffix; /* base name -> (void*)(intptr_t)next suffix */
+  shape_set shapes;
+  gr_dtype dtypes[GR_DTYPE_COUNT]; /* out_dtypes of single-output nodes point here */
   const char *name_scopes[GR_SCOPE_MAX];
   int num_name_scopes;
   gr_device_spec device_scopes[GR_SCOPE_MAX];
+  const char *device_strs[GR_SCOPE_MAX]; /* requested_device of nodes in each scope */
   int num_device_scopes;
   ctrl_frame ctrl[GR_SCOPE_MAX];
   int num_ctrl;
   const char *source_loc;
+  /* the strings copied last, shared by the next node that wants an equal one */
+  const char *last_loc, *last_requested, *last_assigned, *last_colocate;
   uint64_t seed;
   bool has_error;
   gr_error error;
@@ -38,8 +53,10 @@ gr_graph *gr_graph_new(void) {
   gr_graph *g = calloc(1, sizeof *g);
   if (!g) return NULL;
   gr_arena_init(&g->arena);
-  gr_strmap_init(&g->by_name);
+  gr_idmap_init(&g->by_name);
+  gr_idmap_init(&g->shapes.index);
   gr_strmap_init(&g->next_suffix);
+  for (int d = 0; d < GR_DTYPE_COUNT; d++) g->dtypes[d] = (gr_dtype)d;
   return g;
 }
 
@@ -51,7 +68,9 @@ void gr_graph_free(gr_graph *g) {
       if (n->attrs[a].value.type == GR_ATTR_TENSOR) gr_tensor_release(&n->attrs[a].value.tensor);
   }
   free(g->nodes);
-  gr_strmap_free(&g->by_name);
+  gr_idmap_free(&g->shapes.index);
+  free(g->shapes.list);
+  gr_idmap_free(&g->by_name);
   gr_strmap_free(&g->next_suffix);
   gr_arena_free(&g->arena);
   free(g);
@@ -92,11 +111,27 @@ int gr_graph_num_nodes(const gr_graph *g) {
 gr_node *gr_graph_node(const gr_graph *g, int id) {
   return id >= 0 && id < g->num_nodes ? g->nodes[id] : NULL;
 }
+static bool node_named(const void *g, uint32_t id, const void *name) {
+  return strcmp(((const gr_graph *)g)->nodes[id]->name, name) == 0;
+}
+static gr_node *find_hashed(const gr_graph *g, uint64_t hash, const char *name) {
+  int64_t id = gr_idmap_find(&g->by_name, hash, name, node_named, g);
+  return id < 0 ? NULL : g->nodes[id];
+}
 gr_node *gr_graph_find_node(const gr_graph *g, const char *name) {
-  return name ? gr_strmap_get(&g->by_name, name) : NULL;
+  return name ? find_hashed(g, gr_strhash(name), name) : NULL;
+}
+/* s as a graph string: the copy *last when equal (consecutive nodes share
+ * source lines and devices), else a new copy that becomes *last. */
+static const char *shared_str(gr_graph *g, const char **last, const char *s) {
+  if (!s) return NULL;
+  if (*last && strcmp(*last, s) == 0) return *last;
+  char *c = gr_arena_strdup(&g->arena, s);
+  if (c) *last = c;
+  return c;
 }
 void gr_graph_set_source_loc(gr_graph *g, const char *loc) {
-  g->source_loc = loc ? gr_arena_strdup(&g->arena, loc) : NULL;
+  g->source_loc = shared_str(g, &g->last_loc, loc);
 }
 const char *gr_graph_name_scope(const gr_graph *g) {
   return g->num_name_scopes ? g->name_scopes[g->num_name_scopes - 1] : "";
@@ -134,35 +169,88 @@ static bool valid_node_name(const char *s) {
   return !start;
 }
 
-static char *scoped(gr_graph *g, const char *scope, const char *name) {
-  size_t ls = strlen(scope), ln = strlen(name);
-  char *s = gr_arena_alloc(&g->arena, ls + ln + 2);
-  if (!s) return NULL;
+/* scope/name (or name at the top level) into buf of at least
+ * strlen(scope) + strlen(name) + 2 bytes; returns its length. */
+static size_t join_scope(char *buf, const char *scope, size_t ls, const char *name, size_t ln) {
   if (ls) {
-    memcpy(s, scope, ls);
-    s[ls] = '/';
-    memcpy(s + ls + 1, name, ln + 1);
-  } else {
-    memcpy(s, name, ln + 1);
+    memcpy(buf, scope, ls);
+    buf[ls++] = '/';
   }
-  return s;
+  memcpy(buf + ls, name, ln + 1);
+  return ls + ln;
 }
 
-/* A fresh name for base (an arena string): base itself, or base_K for the
- * smallest unused K tracked per base, so adding n nodes of one op costs O(n). */
-static char *unique_name(gr_graph *g, char *base) {
-  intptr_t k = (intptr_t)gr_strmap_get(&g->next_suffix, base);
-  if (!k && !gr_strmap_get(&g->by_name, base)) return base;
-  if (k == 0) k = 1;
-  size_t len = strlen(base) + 24;
-  char *buf = gr_arena_alloc(&g->arena, len);
+static char *arena_strndup(gr_graph *g, const char *s, size_t n) {
+  char *c = gr_arena_alloc_aligned(&g->arena, n + 1, 1);
+  if (c) memcpy(c, s, n + 1);
+  return c;
+}
+
+/* The name of a new node, copied into the arena once: scope/base itself, or
+ * with a suffix _K for the smallest unused K tracked per name, so adding n
+ * nodes of one op costs O(n). *hash gets the name's gr_strhash. */
+static char *new_node_name(gr_graph *g, const char *base, uint64_t *hash) {
+  const char *scope = gr_graph_name_scope(g);
+  size_t ls = strlen(scope), lb = strlen(base), cap = ls + lb + 24;
+  char small[256];
+  char *buf = cap <= sizeof small ? small : gr_arena_alloc_aligned(&g->arena, cap, 1);
   if (!buf) return NULL;
-  for (;; k++) {
-    snprintf(buf, len, "%s_%ld", base, (long)k);
-    if (!gr_strmap_get(&g->by_name, buf)) break;
+  size_t len = join_scope(buf, scope, ls, base, lb);
+  *hash = gr_strhash(buf);
+  intptr_t k = (intptr_t)gr_strmap_get(&g->next_suffix, buf);
+  bool known = k != 0;
+  if (!known) {
+    if (!find_hashed(g, *hash, buf)) return buf == small ? arena_strndup(g, buf, len) : buf;
+    k = 1;
   }
-  gr_strmap_put(&g->next_suffix, base, (void *)(k + 1));
-  return buf;
+  /* taken: the first free suffix; the map needs its own copy of a new key */
+  char *key = known ? buf : arena_strndup(g, buf, len);
+  if (!key) return NULL;
+  for (;; k++) {
+    snprintf(buf + len, 24, "_%ld", (long)k);
+    *hash = gr_strhash(buf);
+    if (!find_hashed(g, *hash, buf)) break;
+  }
+  char *name = arena_strndup(g, buf, strlen(buf));
+  buf[len] = '\0'; /* key == buf: the map has the key and only its value changes */
+  if (!name || !gr_strmap_put(&g->next_suffix, key, (void *)(k + 1))) return NULL;
+  return name;
+}
+
+static uint64_t shape_hash(const gr_shape *s) {
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)(uint32_t)s->rank;
+  for (int i = 0; i < GR_MAX_RANK; i++) h = (h ^ (uint64_t)s->dims[i]) * 1099511628211ull;
+  return h ^ (h >> 29);
+}
+
+static bool shape_is(const void *set, uint32_t id, const void *shape) {
+  const gr_shape *a = ((const shape_set *)set)->list[id], *b = shape;
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < GR_MAX_RANK; i++)
+    if (a->dims[i] != b->dims[i]) return false;
+  return true;
+}
+
+/* The graph's copy of shape s (every field equal), stored once while the set
+ * has room; NULL when out of memory. */
+static gr_shape *shared_shape(gr_graph *g, const gr_shape *s) {
+  shape_set *set = &g->shapes;
+  uint64_t h = shape_hash(s);
+  int64_t id = gr_idmap_find(&set->index, h, s, shape_is, set);
+  if (id >= 0) return set->list[id];
+  gr_shape *c = gr_arena_alloc_aligned(&g->arena, sizeof *c, 8);
+  if (!c) return NULL;
+  *c = *s;
+  if (set->count == GR_SHAPE_SET_MAX) return c;
+  if (set->count == set->cap) {
+    int cap = set->cap ? set->cap * 2 : 64;
+    gr_shape **list = realloc(set->list, sizeof *list * (size_t)cap);
+    if (!list) return c;
+    set->list = list;
+    set->cap = cap;
+  }
+  if (gr_idmap_insert(&set->index, h, (uint32_t)set->count)) set->list[set->count++] = c;
+  return c;
 }
 
 static const gr_attr_spec *find_spec(const gr_op_def *op, const char *name) {
@@ -285,15 +373,17 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
          op->name);
     return null_output();
   }
-  if (copy_of && gr_strmap_get(&g->by_name, copy_of->name)) {
+  uint64_t hash = copy_of ? gr_strhash(copy_of->name) : 0;
+  if (copy_of && find_hashed(g, hash, copy_of->name)) {
     fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (op %s)", copy_of->name, op->name);
     return null_output();
   }
-  gr_node *n = gr_arena_alloc(&g->arena, sizeof *n);
-  char *full = !n        ? NULL
-               : copy_of ? gr_arena_strdup(&g->arena, copy_of->name)
-                         : scoped(g, gr_graph_name_scope(g), base);
-  char *uname = full && !copy_of ? unique_name(g, full) : full;
+  /* the node and its input array in one block */
+  gr_node *n = gr_arena_alloc_aligned(
+      &g->arena, sizeof *n + sizeof(gr_output) * (size_t)(num_inputs > 0 ? num_inputs : 0), 8);
+  const char *uname = !n        ? NULL
+                      : copy_of ? gr_arena_strdup(&g->arena, copy_of->name)
+                                : new_node_name(g, base, &hash);
   if (!uname) {
     fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     return null_output();
@@ -304,12 +394,9 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
   n->source_loc = g->source_loc;
   const char *saved_loc = g->source_loc;
   if (copy_of) {
-    n->source_loc = g->source_loc =
-        copy_of->source_loc ? gr_arena_strdup(&g->arena, copy_of->source_loc) : NULL;
-    n->assigned_device =
-        copy_of->assigned_device ? gr_arena_strdup(&g->arena, copy_of->assigned_device) : NULL;
-    n->colocate_with =
-        copy_of->colocate_with ? gr_arena_strdup(&g->arena, copy_of->colocate_with) : NULL;
+    n->source_loc = g->source_loc = shared_str(g, &g->last_loc, copy_of->source_loc);
+    n->assigned_device = shared_str(g, &g->last_assigned, copy_of->assigned_device);
+    n->colocate_with = shared_str(g, &g->last_colocate, copy_of->colocate_with);
   }
   if (num_inputs < op->min_inputs || (op->max_inputs >= 0 && num_inputs > op->max_inputs)) {
     if (op->max_inputs == op->min_inputs)
@@ -325,7 +412,8 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
     return null_output();
   }
   n->num_inputs = num_inputs;
-  n->inputs = gr_arena_memdup(&g->arena, inputs, sizeof(gr_output) * (size_t)num_inputs);
+  n->inputs = (gr_output *)(n + 1);
+  if (num_inputs) memcpy(n->inputs, inputs, sizeof(gr_output) * (size_t)num_inputs);
   /* scratch for shape inference: on the stack for the usual small counts */
   enum { SMALL = 8 };
   gr_shape in_shapes_small[SMALL], out_shapes_small[SMALL];
@@ -341,7 +429,7 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
   gr_dtype *out_dtypes = NULL;
   gr_shape *out_shapes = NULL;
   gr_output result = null_output();
-  if (!n->inputs || !in_dtypes || !in_shapes || !in_values) {
+  if (!in_dtypes || !in_shapes || !in_values) {
     fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }
@@ -372,11 +460,9 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
 
   /* device from the scope stack */
   if (copy_of) {
-    n->requested_device = gr_arena_strdup(&g->arena, copy_of->requested_device);
+    n->requested_device = shared_str(g, &g->last_requested, copy_of->requested_device);
   } else if (g->num_device_scopes) {
-    char buf[GR_DEVICE_NAME_MAX];
-    n->requested_device = gr_arena_strdup(
-        &g->arena, gr_device_spec_str(&g->device_scopes[g->num_device_scopes - 1], buf));
+    n->requested_device = g->device_strs[g->num_device_scopes - 1];
   } else {
     n->requested_device = "";
   }
@@ -404,8 +490,8 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
   /* shape inference */
   int max_out = op->num_outputs >= 0 ? op->num_outputs : GR_MAX_OUTPUTS;
   if (max_out < SMALL) {
-    memset(out_dtypes_small, 0, sizeof out_dtypes_small);
-    memset(out_shapes_small, 0, sizeof out_shapes_small);
+    memset(out_dtypes_small, 0, sizeof(gr_dtype) * (size_t)(max_out + 1));
+    memset(out_shapes_small, 0, sizeof(gr_shape) * (size_t)(max_out + 1));
     out_dtypes = out_dtypes_small;
     out_shapes = out_shapes_small;
   } else {
@@ -436,8 +522,19 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
   }
   GR_ASSERT(sc.num_outputs >= 0 && sc.num_outputs <= max_out);
   n->num_outputs = sc.num_outputs;
-  n->out_dtypes = gr_arena_memdup(&g->arena, out_dtypes, sizeof(gr_dtype) * (size_t)sc.num_outputs);
-  n->out_shapes = gr_arena_memdup(&g->arena, out_shapes, sizeof(gr_shape) * (size_t)sc.num_outputs);
+  if (sc.num_outputs == 1 && out_dtypes[0] >= 0 && out_dtypes[0] < GR_DTYPE_COUNT) {
+    n->out_dtypes = &g->dtypes[out_dtypes[0]];
+    n->out_shapes = shared_shape(g, &out_shapes[0]);
+  } else {
+    n->out_dtypes =
+        gr_arena_memdup(&g->arena, out_dtypes, sizeof(gr_dtype) * (size_t)sc.num_outputs);
+    n->out_shapes =
+        gr_arena_memdup(&g->arena, out_shapes, sizeof(gr_shape) * (size_t)sc.num_outputs);
+  }
+  if (!n->out_dtypes || !n->out_shapes) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
 
   if (g->num_nodes == g->cap_nodes) {
     int cap = g->cap_nodes ? g->cap_nodes * 2 : 256;
@@ -449,7 +546,7 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
     g->nodes = nodes;
     g->cap_nodes = cap;
   }
-  if (!gr_strmap_put(&g->by_name, n->name, n)) {
+  if (!gr_idmap_insert(&g->by_name, hash, (uint32_t)g->num_nodes)) {
     fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }
@@ -497,28 +594,29 @@ gr_output gr_graph_rename(gr_graph *g, gr_output o, const char *name) {
          n->name);
     return null_output();
   }
+  /* the node's scope with the new last component, built once */
   const char *slash = strrchr(n->name, '/');
-  char *full;
-  if (slash) {
-    size_t ls = (size_t)(slash - n->name);
-    char *scope = gr_arena_alloc(&g->arena, ls + 1);
-    if (!scope) return null_output();
-    memcpy(scope, n->name, ls);
-    full = scoped(g, scope, name);
-  } else {
-    full = gr_arena_strdup(&g->arena, name);
+  size_t ls = slash ? (size_t)(slash - n->name) : 0, ln = strlen(name);
+  if (strcmp(n->name + (slash ? ls + 1 : 0), name) == 0) return o;
+  char *full = gr_arena_alloc_aligned(&g->arena, ls + ln + 2, 1);
+  if (!full) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return null_output();
   }
-  if (!full) return null_output();
-  if (strcmp(full, n->name) == 0) return o;
-  gr_node *other = gr_strmap_get(&g->by_name, full);
+  join_scope(full, n->name, ls, name, ln);
+  uint64_t hash = gr_strhash(full);
+  gr_node *other = find_hashed(g, hash, full);
   if (other) {
     fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (already used by a %s node)", full,
          other->op->name);
     return null_output();
   }
-  gr_strmap_remove(&g->by_name, n->name);
+  gr_idmap_remove(&g->by_name, gr_strhash(n->name), (uint32_t)n->id);
   n->name = full;
-  gr_strmap_put(&g->by_name, full, n);
+  if (!gr_idmap_insert(&g->by_name, hash, (uint32_t)n->id)) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return null_output();
+  }
   return o;
 }
 
@@ -609,8 +707,10 @@ gr_status gr_graph_push_name_scope(gr_graph *g, const char *scope) {
   const char *rel = absolute ? scope + 1 : scope;
   if (!rel || (!valid_node_name(rel) && !(absolute && !*rel)))
     return fail(g, GR_ERR_INVALID_ARGUMENT, "invalid name scope '%s'", scope ? scope : "");
-  const char *s =
-      absolute ? gr_arena_strdup(&g->arena, rel) : scoped(g, gr_graph_name_scope(g), rel);
+  const char *outer = absolute ? "" : gr_graph_name_scope(g);
+  size_t lo = strlen(outer), lr = strlen(rel);
+  char *s = gr_arena_alloc_aligned(&g->arena, lo + lr + 2, 1);
+  if (s) join_scope(s, outer, lo, rel, lr);
   if (!s) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   g->name_scopes[g->num_name_scopes++] = s;
   return GR_OK;
@@ -632,7 +732,12 @@ gr_status gr_graph_push_device_scope(gr_graph *g, const char *spec) {
   }
   gr_device_spec outer =
       g->num_device_scopes ? g->device_scopes[g->num_device_scopes - 1] : gr_device_spec_any();
-  g->device_scopes[g->num_device_scopes++] = gr_device_spec_merge(&outer, &s);
+  gr_device_spec merged = gr_device_spec_merge(&outer, &s);
+  char buf[GR_DEVICE_NAME_MAX];
+  const char *str = gr_arena_strdup(&g->arena, gr_device_spec_str(&merged, buf));
+  if (!str) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  g->device_scopes[g->num_device_scopes] = merged;
+  g->device_strs[g->num_device_scopes++] = str;
   return GR_OK;
 }
 

@@ -16,7 +16,8 @@
 typedef struct dsl_chunk {
   struct dsl_chunk *prev;
   size_t used, cap;
-  char data[];
+  size_t clean; /* data[clean..cap) was never handed out: still zero */
+  _Alignas(16) char data[];
 } dsl_chunk;
 
 typedef struct dsl_arena {
@@ -28,18 +29,26 @@ typedef struct dsl_mark {
   size_t used;
 } dsl_mark;
 
-void *dsl_alloc(dsl_arena *a, size_t n); /* zeroed; NULL when out of memory */
+void *dsl_alloc(dsl_arena *a, size_t n); /* zeroed, 16-byte aligned; NULL when out of memory */
+/* Zeroed, aligned to align (a power of two, at most 16): records without
+ * 16-byte members need not pay for its padding. */
+void *dsl_alloc_aligned(dsl_arena *a, size_t n, size_t align);
 char *dsl_strndup(dsl_arena *a, const char *s, size_t n);
 dsl_mark dsl_arena_mark(dsl_arena *a);
+/* Zeroed memory for chunks and tables; large blocks are mapped up front.
+ * Free with dsl_calloc_free and the same size. */
+void *dsl_calloc(size_t bytes);
+void dsl_calloc_free(void *p, size_t bytes);
 void dsl_arena_restore(dsl_arena *a, dsl_mark m);
 void dsl_arena_free(dsl_arena *a);
 
 /* ---- sources and positions ------------------------------------------------ */
 
 typedef struct dsl_source {
-  char *name; /* as given (path or name) */
-  char *text; /* NUL-terminated copy */
+  char *name;       /* as given (path or name) */
+  const char *text; /* len bytes, read only while loading (NULL afterwards) */
   size_t len;
+  char *owned; /* text, when the program read it (imports), else NULL: the caller's */
   struct dsl_source *next;
 } dsl_source;
 
@@ -305,6 +314,8 @@ typedef struct dsl_binding {
 
 typedef struct dsl_frame {
   dsl_binding **slots; /* open addressing of pointers, NULL = empty */
+  uint8_t *tags;       /* per slot: 0 empty, else 0x80 | top bits of the hash (probes
+                          skip most bindings without reading them) */
   dsl_arena *arena;    /* where the bindings live */
   size_t cap, count;
   struct dsl_frame *parent; /* lookups fall back to it (defs see globals) */
@@ -354,7 +365,10 @@ gr_status dsl_check_graph(gr_dsl_program *p, dsl_pos pos);
 gr_status dsl_call(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out);
 gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
-dsl_source *dsl_add_source(gr_dsl_program *p, const char *name, const char *text, size_t len);
+/* A source for text[0..len), which is not copied: owned (a malloc'd text the
+ * source takes and frees) or the caller's, alive until the load returns. */
+dsl_source *dsl_add_source(gr_dsl_program *p, const char *name, const char *text, size_t len,
+                           bool owned);
 const char *dsl_vkind_name(dsl_vkind k);
 
 #endif

@@ -17,26 +17,39 @@ static uint64_t hash_str(const char *s) {
   return h;
 }
 
-bool dsl_frame_init(dsl_frame *f, size_t cap, dsl_frame *parent, dsl_arena *arena) {
-  f->slots = calloc(cap, sizeof *f->slots);
+static uint8_t tag_of(uint64_t h) {
+  return (uint8_t)(0x80 | (h >> 57));
+}
+
+/* slots and tags of cap entries in one zeroed block */
+static bool frame_alloc(dsl_frame *f, size_t cap) {
+  f->slots = dsl_calloc(cap * (sizeof *f->slots + 1));
+  f->tags = f->slots ? (uint8_t *)(f->slots + cap) : NULL;
   f->cap = f->slots ? cap : 0;
-  f->count = 0;
-  f->parent = parent;
-  f->arena = arena;
   return f->slots != NULL;
 }
 
+bool dsl_frame_init(dsl_frame *f, size_t cap, dsl_frame *parent, dsl_arena *arena) {
+  f->count = 0;
+  f->parent = parent;
+  f->arena = arena;
+  return frame_alloc(f, cap);
+}
+
 void dsl_frame_free(dsl_frame *f) {
-  free(f->slots);
+  dsl_calloc_free(f->slots, f->cap * (sizeof *f->slots + 1));
   f->slots = NULL;
+  f->tags = NULL;
   f->cap = f->count = 0;
 }
 
 static dsl_binding *find(const dsl_frame *f, const char *name, uint64_t h) {
   if (!f->cap) return NULL;
-  size_t i = (size_t)h & (f->cap - 1);
-  for (dsl_binding *b; (b = f->slots[i]); i = (i + 1) & (f->cap - 1))
-    if (b->hash == h && strcmp(b->name, name) == 0) return b;
+  uint8_t tag = tag_of(h);
+  for (size_t i = (size_t)h & (f->cap - 1); f->tags[i]; i = (i + 1) & (f->cap - 1)) {
+    dsl_binding *b = f->slots[i];
+    if (f->tags[i] == tag && b->hash == h && strcmp(b->name, name) == 0) return b;
+  }
   return NULL;
 }
 
@@ -53,29 +66,30 @@ dsl_binding *dsl_frame_lookup(const dsl_frame *f, const char *name) {
   return NULL;
 }
 
+static void place(dsl_frame *f, dsl_binding *b) {
+  size_t i = (size_t)b->hash & (f->cap - 1);
+  while (f->tags[i]) i = (i + 1) & (f->cap - 1);
+  f->slots[i] = b;
+  f->tags[i] = tag_of(b->hash);
+}
+
 /* A new binding for name (the caller checked it is not there); NULL if out of memory. */
 dsl_binding *dsl_frame_insert(dsl_frame *f, const char *name) {
   if ((f->count + 1) * 2 > f->cap) {
-    size_t nc = f->cap ? f->cap * 2 : 16;
-    dsl_binding **ns = calloc(nc, sizeof *ns);
-    if (!ns) return NULL;
-    for (size_t k = 0; k < f->cap; k++)
-      if (f->slots[k]) {
-        size_t i = (size_t)f->slots[k]->hash & (nc - 1);
-        while (ns[i]) i = (i + 1) & (nc - 1);
-        ns[i] = f->slots[k];
-      }
-    free(f->slots);
-    f->slots = ns;
-    f->cap = nc;
+    dsl_frame old = *f;
+    if (!frame_alloc(f, old.cap ? old.cap * 2 : 16)) {
+      *f = old;
+      return NULL;
+    }
+    for (size_t k = 0; k < old.cap; k++)
+      if (old.tags[k]) place(f, old.slots[k]);
+    dsl_frame_free(&old);
   }
-  dsl_binding *b = dsl_alloc(f->arena, sizeof *b);
+  dsl_binding *b = dsl_alloc_aligned(f->arena, sizeof *b, _Alignof(dsl_binding));
   if (!b) return NULL;
   b->name = name;
   b->hash = hash_str(name);
-  size_t i = (size_t)b->hash & (f->cap - 1);
-  while (f->slots[i]) i = (i + 1) & (f->cap - 1);
-  f->slots[i] = b;
+  place(f, b);
   f->count++;
   return b;
 }

@@ -15,17 +15,15 @@ static gr_status oom(gr_dsl_program *p) {
   return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-dsl_source *dsl_add_source(gr_dsl_program *p, const char *name, const char *text, size_t len) {
+dsl_source *dsl_add_source(gr_dsl_program *p, const char *name, const char *text, size_t len,
+                           bool owned) {
   dsl_source *s = dsl_alloc(&p->persist, sizeof *s);
-  if (!s) return NULL;
-  s->name = dsl_strndup(&p->persist, name, strlen(name));
-  s->text = malloc(len + 1);
-  if (!s->name || !s->text) {
-    free(s->text);
+  if (!s || !(s->name = dsl_strndup(&p->persist, name, strlen(name)))) {
+    if (owned) free((char *)text);
     return NULL;
   }
-  memcpy(s->text, text, len);
-  s->text[len] = '\0';
+  s->text = text;
+  s->owned = owned ? (char *)text : NULL;
   s->len = len;
   s->next = p->sources;
   p->sources = s;
@@ -304,8 +302,7 @@ static gr_status lower_import(gr_dsl_program *p, const dsl_stmt *s) {
   }
   p->imported = ni;
   p->imported[p->nimported++] = strdup(real);
-  dsl_source *src = dsl_add_source(p, path, text, len);
-  free(text);
+  dsl_source *src = dsl_add_source(p, path, text, len, true);
   free(path);
   if (!src) return oom(p);
   p->import_depth++;
@@ -399,6 +396,17 @@ gr_status dsl_lower_source(gr_dsl_program *p, dsl_source *src) {
 
 /* ---- public API ------------------------------------------------------------------------ */
 
+/* Slots for the globals of a program of len bytes: a binding per line at
+ * most, usually, so a large program's table is sized once (up to a bound)
+ * instead of being rehashed as it grows. */
+static size_t globals_cap(const char *text, size_t len) {
+  size_t lines = 1, cap = 64;
+  for (const char *q = text, *end = text + len; (q = memchr(q, '\n', (size_t)(end - q))); q++)
+    lines++;
+  while (cap < 2 * lines && cap < (1u << 22)) cap *= 2;
+  return cap;
+}
+
 static gr_status load(const char *name, const char *text, size_t len, gr_graph *g,
                       const gr_dsl_options *opts, gr_dsl_program **program, gr_error *err,
                       const char *real) {
@@ -409,7 +417,7 @@ static gr_status load(const char *name, const char *text, size_t len, gr_graph *
   if (!g) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_dsl_load: graph is NULL");
   gr_ops_register_all();
   gr_dsl_program *p = calloc(1, sizeof *p);
-  if (!p || !dsl_frame_init(&p->globals, 64, NULL, &p->persist) ||
+  if (!p || !dsl_frame_init(&p->globals, globals_cap(text, len), NULL, &p->persist) ||
       !dsl_frame_init(&p->scopes_used, 16, NULL, &p->persist)) {
     if (p) dsl_frame_free(&p->globals);
     free(p);
@@ -424,11 +432,17 @@ static gr_status load(const char *name, const char *text, size_t len, gr_graph *
     if (p->imported) p->imported[p->nimported++] = strdup(real);
   }
   gr_status st;
-  dsl_source *src = dsl_add_source(p, name ? name : "<input>", text, len);
+  dsl_source *src = dsl_add_source(p, name ? name : "<input>", text, len, false);
   if (!src)
     st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   else
     st = dsl_lower_source(p, src);
+  for (dsl_source *s = p->sources; s; s = s->next) { /* the texts are read only until here */
+    free(s->owned);
+    s->owned = NULL;
+    s->text = NULL;
+    s->len = 0;
+  }
   gr_graph_set_source_loc(g, NULL);
   if (st == GR_OK && gr_graph_error(g)) { /* should not happen: every call is checked */
     gr_error_set(err, gr_graph_error(g)->code, "%s", gr_graph_error(g)->msg);
@@ -471,7 +485,6 @@ gr_status gr_dsl_load_file(const char *path, gr_graph *g, const gr_dsl_options *
 
 void gr_dsl_program_free(gr_dsl_program *p) {
   if (!p) return;
-  for (dsl_source *s = p->sources; s; s = s->next) free(s->text);
   for (int i = 0; i < p->nimported; i++) free(p->imported[i]);
   free(p->imported);
   dsl_frame_free(&p->globals);

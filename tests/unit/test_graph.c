@@ -186,6 +186,57 @@ static void test_copy_node(void) {
   gr_graph_free(g);
 }
 
+/* The name index under many adds and renames (removal keeps probe chains
+ * intact), and data that nodes share: equal shapes and equal consecutive
+ * source positions are stored once, different ones stay apart. */
+static void test_many_names_and_shared_data(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F32, (gr_shape){1, {3}});
+  gr_output y = gr_placeholder(g, "y", GR_F32, (gr_shape){2, {2, 5}});
+  enum { N = 5000 };
+  static gr_node *nodes[N];
+  char name[32], loc[32];
+  for (int i = 0; i < N; i++) {
+    snprintf(loc, sizeof loc, "f.gr:%d:1", i / 2);
+    gr_graph_set_source_loc(g, loc);
+    nodes[i] = gr_relu(g, i % 2 ? y : x).node;
+  }
+  gr_graph_set_source_loc(g, NULL);
+  for (int i = 0; i < N; i += 3) {
+    snprintf(name, sizeof name, "r%d", i);
+    GR_CHECK(gr_name(g, (gr_output){nodes[i], 0}, name).node == nodes[i]);
+  }
+  GR_CHECK(gr_graph_error(g) == NULL);
+  int bad_names = 0, bad_shapes = 0, bad_locs = 0;
+  for (int i = 0; i < N; i++) {
+    char auto_name[32];
+    snprintf(auto_name, sizeof auto_name, i ? "relu_%d" : "relu", i);
+    snprintf(name, sizeof name, "r%d", i);
+    if (i % 3 == 0)
+      bad_names += gr_graph_find_node(g, name) != nodes[i] || gr_graph_find_node(g, auto_name);
+    else
+      bad_names += gr_graph_find_node(g, auto_name) != nodes[i] || gr_graph_find_node(g, name);
+    const gr_shape *s = &nodes[i]->out_shapes[0];
+    bad_shapes += i % 2 ? s->rank != 2 || s->dims[0] != 2 || s->dims[1] != 5
+                        : s->rank != 1 || s->dims[0] != 3 || nodes[i]->out_dtypes[0] != GR_F32;
+    snprintf(loc, sizeof loc, "f.gr:%d:1", i / 2);
+    bad_locs += strcmp(nodes[i]->source_loc, loc) != 0 ||
+                (i % 2 && nodes[i]->source_loc != nodes[i - 1]->source_loc);
+  }
+  GR_CHECK_EQ_INT(bad_names, 0);
+  GR_CHECK_EQ_INT(bad_shapes, 0);
+  GR_CHECK_EQ_INT(bad_locs, 0);
+  /* a freed name can be taken again; a new auto name skips the taken ones */
+  GR_CHECK(gr_name(g, (gr_output){nodes[0], 0}, "relu").node == nodes[0]);
+  gr_output z = gr_relu(g, x);
+  GR_CHECK(z.node && gr_graph_find_node(g, z.node->name) == z.node);
+  GR_CHECK(z.node && strcmp(z.node->name, "relu") != 0);
+  GR_CHECK(gr_graph_error(g) == NULL);
+  gr_name(g, (gr_output){nodes[1], 0}, "relu");
+  GR_CHECK(gr_graph_error(g) && gr_graph_error(g)->code == GR_ERR_ALREADY_EXISTS);
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_names_and_scopes);
   GR_RUN(test_device_scopes);
@@ -194,5 +245,6 @@ int main(void) {
   GR_RUN(test_sticky_errors);
   GR_RUN(test_source_locations);
   GR_RUN(test_copy_node);
+  GR_RUN(test_many_names_and_shared_data);
   return gr_test_finish();
 }
