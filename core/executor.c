@@ -372,20 +372,21 @@ static void record_error(run_state *st, int i, gr_status code, const gr_error *k
     st->err.code = code;
   }
   __atomic_store_n(&st->cancelled, 1, __ATOMIC_RELEASE);
-  /* cancel pending async kernels (outside the lock: their callbacks may call done) */
-  int n = st->num_asyncs;
-  cancel_entry small[16];
-  cancel_entry *todo = n <= 16 ? small : malloc(sizeof *todo * (size_t)n);
-  int ntodo = 0;
-  for (int k = 0; k < n && todo; k++)
-    if (st->asyncs[k]->cancel.active) {
-      todo[ntodo++] = st->asyncs[k]->cancel;
-      st->asyncs[k]->cancel.active = 0;
-    }
-  pthread_mutex_unlock(&st->mu);
-  GR_ASSERT(todo != NULL); /* cannot cancel the step's pending kernels */
-  for (int k = 0; k < ntodo; k++) todo[k].fn(todo[k].arg);
-  if (todo != small) free(todo);
+  /* cancel every pending async kernel, a batch at a time, outside the lock
+   * (their callbacks may call done, which changes the list) */
+  for (;;) {
+    cancel_entry todo[16];
+    int ntodo = 0;
+    for (int k = 0; k < st->num_asyncs && ntodo < 16; k++)
+      if (st->asyncs[k]->cancel.active) {
+        todo[ntodo++] = st->asyncs[k]->cancel;
+        st->asyncs[k]->cancel.active = 0;
+      }
+    pthread_mutex_unlock(&st->mu);
+    for (int k = 0; k < ntodo; k++) todo[k].fn(todo[k].arg);
+    if (ntodo < 16) break;
+    pthread_mutex_lock(&st->mu);
+  }
 }
 
 static void push_shared(run_state *st, int i) {

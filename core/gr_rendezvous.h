@@ -2,11 +2,10 @@
  *
  * A key names one transfer of one step:
  *   "src_device;incarnation;dst_device;edge_name;frame:iter"
- * (gr_rendezvous_format_key). Each key is sent once and received once per
- * step. Send never blocks: it stores the value (one reference, no copy) until
- * the Recv asks, or hands it straight to a Recv that is already waiting.
- * Recv never blocks a thread: its callback runs when the value arrives (on
- * the sender's thread) or at once when it is there already.
+ * (built by the _send/_recv kernels, core/transfer_ops.c). Each key is sent once and received once
+ * per step. Send never blocks: it stores the value (one reference, no copy) until the Recv asks, or
+ * hands it straight to a Recv that is already waiting. Recv never blocks a thread: its callback
+ * runs when the value arrives (on the sender's thread) or at once when it is there already.
  *
  *   gr_rendezvous *r = gr_rendezvous_new();
  *   gr_rendezvous_send(r, key, &t, false, &err);          // takes a reference
@@ -39,9 +38,6 @@ typedef void (*gr_rendezvous_done_fn)(void *arg, gr_status status, const gr_erro
 
 gr_rendezvous *gr_rendezvous_new(void); /* NULL when out of memory */
 void gr_rendezvous_free(gr_rendezvous *r);
-/* Forgets everything (releasing stored values) and clears an abort, so the
- * rendezvous serves a new step. No Recv may be waiting. */
-void gr_rendezvous_reset(gr_rendezvous *r);
 
 /* Stores (or delivers) a new reference to value (NULL: an empty token, for a
  * control edge); value is ignored when dead.
@@ -53,14 +49,7 @@ void gr_rendezvous_recv(gr_rendezvous *r, const char *key, gr_rendezvous_done_fn
 /* Fails every waiting Recv (and later ones) with code and msg. The first
  * abort's error is kept. */
 void gr_rendezvous_abort(gr_rendezvous *r, gr_status code, const char *msg);
-bool gr_rendezvous_aborted(gr_rendezvous *r);
 /* Number of values sent but not yet received (tests: nothing is left over). */
 int gr_rendezvous_num_pending(gr_rendezvous *r);
-
-/* Writes the key into buf (cap bytes); returns its length, or -1 when it does
- * not fit. */
-int gr_rendezvous_format_key(char *buf, size_t cap, const char *src_device, uint64_t incarnation,
-                             const char *dst_device, const char *edge_name, const char *frame,
-                             int64_t iteration);
 
 #endif

@@ -299,8 +299,10 @@ static gr_node *recv_of(pctx *c, int s, int index, int d, bool may_be_dead) {
                  gr_attr_dtype("dtype", index >= 0 ? from->out_dtypes[index] : GR_BOOL),
                  gr_attr_shape("shape", index >= 0 ? from->out_shapes[index] : (gr_shape){1, {0}})};
   gr_node *src_copy = c->copy[s];
-  snprintf(name, sizeof name, "_send/%s/%s/%d", from->name, index >= 0 ? "out" : "control", d);
-  if (index >= 0) snprintf(name, sizeof name, "_send/%s/%d/%d", from->name, index, d);
+  if (index >= 0)
+    snprintf(name, sizeof name, "_send/%s/%d/%d", from->name, index, d);
+  else
+    snprintf(name, sizeof name, "_send/%s/control/%d", from->name, d);
   gr_output in = {src_copy, index};
   gr_output snd = gr_graph_add_node(src->graph, &gr_op__send, name, index >= 0 ? &in : NULL,
                                     index >= 0 ? 1 : 0, a, 6);

@@ -66,13 +66,6 @@ void gr_rendezvous_free(gr_rendezvous *r) {
   free(r);
 }
 
-void gr_rendezvous_reset(gr_rendezvous *r) {
-  pthread_mutex_lock(&r->mu);
-  drop_all(r);
-  r->aborted = false;
-  pthread_mutex_unlock(&r->mu);
-}
-
 static rv_entry **find_slot(gr_rendezvous *r, const char *key, uint64_t h) {
   rv_entry **p = &r->buckets[h & (r->nbuckets - 1)];
   while (*p && ((*p)->hash != h || strcmp((*p)->key, key) != 0)) p = &(*p)->next;
@@ -212,25 +205,9 @@ void gr_rendezvous_abort(gr_rendezvous *r, gr_status code, const char *msg) {
   }
 }
 
-bool gr_rendezvous_aborted(gr_rendezvous *r) {
-  pthread_mutex_lock(&r->mu);
-  bool a = r->aborted;
-  pthread_mutex_unlock(&r->mu);
-  return a;
-}
-
 int gr_rendezvous_num_pending(gr_rendezvous *r) {
   pthread_mutex_lock(&r->mu);
   int n = (int)r->count;
   pthread_mutex_unlock(&r->mu);
   return n;
-}
-
-int gr_rendezvous_format_key(char *buf, size_t cap, const char *src_device, uint64_t incarnation,
-                             const char *dst_device, const char *edge_name, const char *frame,
-                             int64_t iteration) {
-  int n =
-      snprintf(buf, cap, "%s;%016llx;%s;%s;%s:%lld", src_device, (unsigned long long)incarnation,
-               dst_device, edge_name, frame ? frame : "", (long long)iteration);
-  return n < 0 || (size_t)n >= cap ? -1 : n;
 }

@@ -15,7 +15,8 @@
 #include "core/gr_rendezvous.h"
 #include "core/transfer_internal.h"
 
-/* The key up to "frame:iter", built once per node (ctx->state). */
+/* Rendezvous keys are "src_device;incarnation;dst_device;edge_name;frame:iter".
+ * The part up to "frame:iter" is built once per node (ctx->state). */
 static const char *key_prefix(gr_kernel_ctx *ctx) {
   _Atomic(char *) *slot = (_Atomic(char *) *)ctx->state;
   char *p = atomic_load_explicit(slot, memory_order_acquire);

@@ -262,6 +262,16 @@ static bool lex_number(dsl_lexer *lx, const char *s) {
   return true;
 }
 
+/* Punctuation, each two-character form before its one-character prefix. */
+static const struct {
+  const char *text;
+  dsl_tok tok;
+} puncts[] = {{"**", T_POW},   {"==", T_EQ},    {"!=", T_NE},    {"<=", T_LE},    {">=", T_GE},
+              {"&&", T_AND},   {"||", T_OR},    {"(", T_LPAREN}, {")", T_RPAREN}, {"[", T_LBRACK},
+              {"]", T_RBRACK}, {"{", T_LBRACE}, {"}", T_RBRACE}, {",", T_COMMA},  {";", T_SEMI},
+              {"+", T_PLUS},   {"-", T_MINUS},  {"/", T_SLASH},  {"@", T_AT},     {"?", T_QUESTION},
+              {"*", T_STAR},   {"=", T_ASSIGN}, {"!", T_NOT},    {"<", T_LT},     {">", T_GT}};
+
 static bool lex_string(dsl_lexer *lx, const char *s) {
   const char *p = s + 1;
   while (p < lx->end && *p != '"') {
@@ -335,87 +345,25 @@ bool dsl_lex_next(dsl_lexer *lx) {
   }
   if (is_digit(c) || (c == '.' && p + 1 < lx->end && is_digit(p[1]))) return lex_number(lx, p);
   if (c == '"') return lex_string(lx, p);
+  dsl_tok k = T_EOF;
+  size_t len = 0;
   char n = p + 1 < lx->end ? p[1] : '\0';
-  dsl_tok k;
-  size_t len = 1;
-  switch (c) {
-    case '(':
-      k = T_LPAREN;
-      break;
-    case ')':
-      k = T_RPAREN;
-      break;
-    case '[':
-      k = T_LBRACK;
-      break;
-    case ']':
-      k = T_RBRACK;
-      break;
-    case '{':
-      k = T_LBRACE;
-      break;
-    case '}':
-      k = T_RBRACE;
-      break;
-    case ',':
-      k = T_COMMA;
-      break;
-    case ';':
-      k = T_SEMI;
-      break;
-    case '+':
-      k = T_PLUS;
-      break;
-    case '-':
-      k = T_MINUS;
-      break;
-    case '/':
-      k = T_SLASH;
-      break;
-    case '@':
-      k = T_AT;
-      break;
-    case '?':
-      k = T_QUESTION;
-      break;
-    case '*':
-      k = n == '*' ? T_POW : T_STAR;
-      len = n == '*' ? 2 : 1;
-      break;
-    case '=':
-      k = n == '=' ? T_EQ : T_ASSIGN;
-      len = n == '=' ? 2 : 1;
-      break;
-    case '!':
-      k = n == '=' ? T_NE : T_NOT;
-      len = n == '=' ? 2 : 1;
-      break;
-    case '<':
-      k = n == '=' ? T_LE : T_LT;
-      len = n == '=' ? 2 : 1;
-      break;
-    case '>':
-      k = n == '=' ? T_GE : T_GT;
-      len = n == '=' ? 2 : 1;
-      break;
-    case '&':
-      if (n != '&') return lex_fail(lx, p, "unexpected character '&' (did you mean '&&'?)%s", "");
-      k = T_AND;
-      len = 2;
-      break;
-    case '|':
-      if (n != '|') return lex_fail(lx, p, "unexpected character '|' (did you mean '||'?)%s", "");
-      k = T_OR;
-      len = 2;
-      break;
-    default: {
-      char shown[16];
-      if (c >= 32 && c < 127)
-        snprintf(shown, sizeof shown, "'%c'", c);
-      else
-        snprintf(shown, sizeof shown, "byte 0x%02x", (unsigned char)c);
-      return lex_fail(lx, p, "unexpected character %s", shown);
+  for (size_t q = 0; q < sizeof puncts / sizeof puncts[0] && !len; q++) {
+    const char *t = puncts[q].text;
+    if (t[0] == c && (!t[1] || t[1] == n)) {
+      k = puncts[q].tok;
+      len = t[1] ? 2 : 1;
     }
+  }
+  if (!len) {
+    char shown[48];
+    if (c == '&' || c == '|')
+      snprintf(shown, sizeof shown, "'%c' (did you mean '%c%c'?)", c, c, c);
+    else if (c >= 32 && c < 127)
+      snprintf(shown, sizeof shown, "'%c'", c);
+    else
+      snprintf(shown, sizeof shown, "byte 0x%02x", (unsigned char)c);
+    return lex_fail(lx, p, "unexpected character %s", shown);
   }
   if (k == T_LPAREN || k == T_LBRACK || k == T_LBRACE) {
     if (lx->depth >= DSL_LEX_MAX_DEPTH) return lex_fail(lx, p, "brackets nested too deeply%s", "");
