@@ -385,10 +385,54 @@ static void test_long_ping_pong_chain(void) {
   }
 }
 
+/* A loop whose nodes are pinned to two devices is refused with an error that
+ * names the loop and both nodes; unpinned, the same loop runs on one device. */
+typedef struct split_loop {
+  gr_output limit;
+  int body_dev;
+} split_loop;
+static gr_output split_cond(gr_graph *g, void *p, const gr_output *v) {
+  return gr_less(g, v[0], ((split_loop *)p)->limit);
+}
+static void split_body(gr_graph *g, void *p, const gr_output *v, gr_output *next) {
+  split_loop *a = p;
+  if (a->body_dev >= 0) pin(g, a->body_dev);
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  if (a->body_dev >= 0) gr_graph_pop_device_scope(g);
+}
+
+static void test_loop_pinned_to_two_devices(void) {
+  for (int pinned = 0; pinned < 2; pinned++) {
+    gr_graph *g = gr_graph_new();
+    split_loop a = {gr_const_i64(g, 5), pinned ? 1 : -1};
+    gr_output v[1] = {gr_const_i64(g, 0)};
+    if (pinned) pin(g, 0);
+    GR_CHECK(gr_while_loop(g, split_cond, split_body, &a, 1, v, 0) == GR_OK);
+    if (pinned) gr_graph_pop_device_scope(g);
+    gr_session *s = session(g, 2, 1);
+    gr_tensor out;
+    gr_error err;
+    gr_status st = gr_session_run(s, NULL, 0, v, 1, &out, NULL, 0, &err);
+    if (pinned) {
+      GR_CHECK(st == GR_ERR_UNIMPLEMENTED);
+      GR_CHECK_STR_CONTAINS(err.msg, "would span devices");
+      GR_CHECK_STR_CONTAINS(err.msg, "node 'while/enter");
+      GR_CHECK_STR_CONTAINS(err.msg, "/device:CPU:1");
+    } else {
+      GR_CHECK_OK(st, err);
+      GR_CHECK(gr_tensor_get_f64(&out, 0) == 5);
+      gr_tensor_release(&out);
+    }
+    gr_session_free(s);
+    gr_graph_free(g);
+  }
+}
+
 int main(void) {
   GR_RUN(test_one_pair_per_tensor_and_device);
   GR_RUN(test_error_aborts_all_devices);
   GR_RUN(test_long_ping_pong_chain);
+  GR_RUN(test_loop_pinned_to_two_devices);
   GR_RUN(test_random_graphs_match_one_device);
   return gr_test_finish();
 }
