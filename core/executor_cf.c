@@ -280,6 +280,7 @@ typedef struct deferred {
 
 typedef struct frame_inst {
   int def;
+  char *path; /* names this instance in rendezvous keys: "outer:3/inner" */
   struct frame_inst *parent;
   int64_t parent_iter;
   iter_state **ring;
@@ -444,6 +445,20 @@ static frame_inst *find_child(cf_run *r, frame_inst *parent, int64_t t, int def)
     free(f);
     return NULL;
   }
+  const char *name = r->p->frames[def].name;
+  if (parent->path) {
+    size_t len = strlen(parent->path) + strlen(name) + 24;
+    f->path = malloc(len);
+    if (f->path) snprintf(f->path, len, "%s:%lld/%s", parent->path, (long long)t, name);
+  } else {
+    f->path = strdup(name);
+  }
+  if (!f->path) {
+    free(f->ring);
+    free(f->exit_live);
+    free(f);
+    return NULL;
+  }
   f->def = def;
   f->parent = parent;
   f->parent_iter = t;
@@ -601,6 +616,7 @@ static void frame_done(cf_run *r, frame_inst *f) {
   free(f->defer);
   free(f->ring);
   free(f->exit_live);
+  free(f->path);
   free(f);
   iter_of(parent, pt, p->frames[parent->def].par_iters)->outstanding--;
   check_iteration(r, parent, pt);
@@ -806,7 +822,7 @@ static void run_token(cf_run *r, token tok) {
                              .step = r->step,
                              .state = &e->states[tok.node],
                              .err = &a->err,
-                             .frame_name = p->frames[tok.f->def].name,
+                             .frame_name = tok.f->path ? tok.f->path : "",
                              .iteration = tok.iter,
                              .exec_private = a};
     cf_unlock(r);
@@ -837,7 +853,7 @@ static void run_token(cf_run *r, token tok) {
                          .step = r->step,
                          .state = &e->states[tok.node],
                          .err = &kerr,
-                         .frame_name = p->frames[tok.f->def].name,
+                         .frame_name = tok.f->path ? tok.f->path : "",
                          .iteration = tok.iter};
     cf_unlock(r);
     s = en->kernel(&ctx);
@@ -916,7 +932,7 @@ gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fet
         iter_free(&r, f->def, f->ring[t % p->frames[f->def].par_iters]);
     for (int c = 0; c < f->nconsts; c++) gr_tensor_release(&f->consts[c].value[0]);
     for (int d = 0; d < f->ndefer; d++) gr_tensor_release(&f->defer[d].value);
-    free(f->consts), free(f->defer), free(f->ring), free(f->exit_live), free(f);
+    free(f->consts), free(f->defer), free(f->ring), free(f->exit_live), free(f->path), free(f);
   }
   iter_free(&r, 0, root->ring[0]);
 out:

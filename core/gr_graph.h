@@ -96,6 +96,8 @@ gr_output gr_graph_rename(gr_graph *g, gr_output o, const char *name);
 gr_status gr_graph_set_input(gr_graph *g, gr_node *n, int i, gr_output value);
 /* Adds control inputs to an existing node (before any session uses the graph). */
 gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep);
+/* Removes dep from n's control inputs (before any session uses the graph). */
+void gr_graph_remove_control_input(gr_node *n, const gr_node *dep);
 /* Sets the colocation constraint of n (the name of another node). */
 gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other);
 /* Source position for nodes added from now on ("file:line:col", NULL to clear).

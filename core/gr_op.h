@@ -171,7 +171,9 @@ struct gr_kernel_ctx {
    * kernels run while dead, to carry deadness to another device; a Recv sets
    * it when its Send was dead. */
   bool dead;
-  /* The frame and iteration the node runs in ("" and 0 outside loops). */
+  /* The loop frame instance and iteration the node runs in ("" and 0
+   * outside loops). A nested frame's name carries its parents' iterations:
+   * "outer:3/inner" is loop inner in iteration 3 of loop outer. */
   const char *frame_name;
   int64_t iteration;
   /* executor internals (async completion) */

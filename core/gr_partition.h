@@ -9,12 +9,18 @@
  * inputs are copied to each device that uses them instead of being sent.
  * Fed endpoints are fed to every partition that uses them.
  *
- * Loops: every node of a loop (its enter, merge, switch, body, next_iteration
- * and exit nodes, nested loops included) runs on one device: the device of
- * the loop's first node pinned by a device spec, else of its first enter.
- * A loop whose pinned nodes ask for devices that cannot be one is an error
- * naming them. Branches of a cond may live on different devices: dead values
- * cross devices as dead.
+ * Loops may span devices. Each device a loop frame spans runs a small
+ * control loop (enter, merge, switch, next_iteration) driven by the loop's
+ * predicate, which the device of its loop_cond sends every iteration; the
+ * receives inside the frame hang off that control loop, so each runs once per
+ * iteration in step with its send. Nested frames chain: the inner control
+ * loop starts once per iteration of the outer. A loop's exits run on their
+ * input's device, its next_iterations on their merge's, and an enter is
+ * copied to every device that uses it (a loop invariant crosses devices once
+ * per step, not once per iteration). Per iteration, a loop spanning k devices
+ * costs k - 1 predicate pairs plus one pair per (tensor, device) crossing
+ * inside it. Dead values (the untaken side of a cond, the last iteration's
+ * body) cross devices as dead.
  *
  *   gr_partitions *ps;
  *   gr_partition_graph(nodes, n, feeds, nf, fetches, nx, &opts, &ps, &err);
@@ -47,6 +53,9 @@ typedef struct gr_partitions {
   int num_sends;         /* _send/_recv pairs inserted, control pairs included */
   int num_control_sends; /* of which carry a control edge */
   int num_dup_consts;    /* constants copied to a second device */
+  int num_dup_enters;    /* loop enters copied to a second device */
+  int num_loop_sends;    /* pairs inside loops: each runs once per iteration */
+  int num_control_loops; /* control-loop state machines: one per (loop frame, device) */
 } gr_partitions;
 
 typedef struct gr_partition_options {

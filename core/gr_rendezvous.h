@@ -52,4 +52,11 @@ void gr_rendezvous_abort(gr_rendezvous *r, gr_status code, const char *msg);
 /* Number of values sent but not yet received (tests: nothing is left over). */
 int gr_rendezvous_num_pending(gr_rendezvous *r);
 
+/* What crossed devices through a rendezvous in one step: every send (data,
+ * dead or control token) and the bytes of the live tensors among them. */
+typedef struct gr_transfer_stats {
+  int64_t sends, bytes;
+} gr_transfer_stats;
+gr_transfer_stats gr_rendezvous_stats(gr_rendezvous *r);
+
 #endif

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "core/gr_graph.h"
+#include "core/gr_rendezvous.h"
 
 typedef struct gr_session gr_session;
 
@@ -62,6 +63,10 @@ gr_resource_mgr *gr_session_resources(gr_session *s);
 int64_t gr_session_step(const gr_session *s);
 void gr_session_set_step(gr_session *s, int64_t step);
 int gr_session_num_devices(const gr_session *s);
+/* What crossed devices in the session's latest step (of any thread): the
+ * number of sends (tensors, dead values and control tokens) and the bytes of
+ * the tensors. Zero for a step that ran on one device. */
+gr_transfer_stats gr_session_last_transfers(const gr_session *s);
 /* Number of prepared executors in the cache (for tests of the cache). */
 int gr_session_num_cached(const gr_session *s);
 

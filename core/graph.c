@@ -691,6 +691,13 @@ gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep) {
   return GR_OK;
 }
 
+void gr_graph_remove_control_input(gr_node *n, const gr_node *dep) {
+  int k = 0;
+  for (int j = 0; j < n->num_control_inputs; j++)
+    if (n->control_inputs[j] != dep) n->control_inputs[k++] = n->control_inputs[j];
+  n->num_control_inputs = k;
+}
+
 gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other) {
   if (!gr_graph_find_node(g, other))
     return fail(g, GR_ERR_NOT_FOUND, "node '%s': colocate_with names unknown node '%s'", n->name,

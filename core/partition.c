@@ -1,6 +1,6 @@
 /* The partitioner (see gr_partition.h): devices and loops first, then one
  * copy pass in topological order that inserts _send/_recv pairs. */
-#include "core/gr_partition.h"
+#include "core/partition_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,34 +10,28 @@
 
 /* ---- a small map from 64-bit keys to pointers ------------------------------ */
 
-typedef struct u64map {
-  uint64_t *keys; /* 0: empty (stored keys are key + 1) */
-  void **vals;
-  size_t cap, count;
-} u64map;
-
-static size_t u64_slot(const u64map *m, uint64_t k) {
+static size_t map_slot(const gr_part_map *m, uint64_t k) {
   uint64_t h = k * 0x9E3779B97F4A7C15ull;
   size_t i = (size_t)(h >> 17) & (m->cap - 1);
   while (m->keys[i] && m->keys[i] != k + 1) i = (i + 1) & (m->cap - 1);
   return i;
 }
-static void *u64_get(const u64map *m, uint64_t k) {
+void *gr_part_map_get(const gr_part_map *m, uint64_t k) {
   if (!m->cap) return NULL;
-  size_t i = u64_slot(m, k);
+  size_t i = map_slot(m, k);
   return m->keys[i] ? m->vals[i] : NULL;
 }
-static bool u64_put(u64map *m, uint64_t k, void *v) {
+bool gr_part_map_put(gr_part_map *m, uint64_t k, void *v) {
   if ((m->count + 1) * 2 > m->cap) {
-    u64map n = {calloc(m->cap ? m->cap * 2 : 64, sizeof(uint64_t)),
-                calloc(m->cap ? m->cap * 2 : 64, sizeof(void *)), m->cap ? m->cap * 2 : 64, 0};
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    gr_part_map n = {calloc(cap, sizeof(uint64_t)), calloc(cap, sizeof(void *)), cap, 0};
     if (!n.keys || !n.vals) {
       free(n.keys), free(n.vals);
       return false;
     }
     for (size_t i = 0; i < m->cap; i++)
       if (m->keys[i]) {
-        size_t j = u64_slot(&n, m->keys[i] - 1);
+        size_t j = map_slot(&n, m->keys[i] - 1);
         n.keys[j] = m->keys[i];
         n.vals[j] = m->vals[i];
         n.count++;
@@ -45,52 +39,23 @@ static bool u64_put(u64map *m, uint64_t k, void *v) {
     free(m->keys), free(m->vals);
     *m = n;
   }
-  size_t i = u64_slot(m, k);
+  size_t i = map_slot(m, k);
   if (!m->keys[i]) m->count++;
   m->keys[i] = k + 1;
   m->vals[i] = v;
   return true;
 }
-static void u64_free(u64map *m) {
+void gr_part_map_free(gr_part_map *m) {
   free(m->keys), free(m->vals);
 }
 
 /* ---- the pass ------------------------------------------------------------------ */
 
-typedef struct frame_info {
-  int parent; /* -1 for the top level (frame 0) */
-  const char *name;
-  int top; /* the top-level loop frame that contains it (itself if a child of 0) */
-} frame_info;
-
-typedef struct pctx {
-  gr_node *const *nodes;
-  int n;
-  const gr_output *feeds;
-  int nf;
-  const gr_partition_options *o;
-  gr_error *err;
-  int *pos_of; /* node id -> position in nodes, -1 when not in the set */
-  int max_id;
-  int *order; /* topological, loop back edges ignored */
-  int *frame; /* per position */
-  frame_info *frames;
-  int num_frames, cap_frames;
-  int *dev;          /* per position: partition index */
-  const char **devs; /* partition index -> device name (borrowed from the nodes) */
-  int num_devs;
-  gr_node **copy;  /* per position: the copy in its partition */
-  u64map recvs;    /* (src position, output + 1 or 0 for control, part) -> recv node */
-  u64map dups;     /* (src position, part) -> copied constant */
-  u64map standins; /* (feed index, part) -> feed stand-in */
-  gr_partitions *ps;
-} pctx;
-
-static gr_status oom(pctx *c) {
+gr_status gr_part_oom(pctx *c) {
   return gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory partitioning the graph");
 }
 
-static int pos(const pctx *c, const gr_node *n) {
+int gr_part_pos(const pctx *c, const gr_node *n) {
   return n->id >= 0 && n->id < c->max_id && c->nodes[c->pos_of[n->id]] == n ? c->pos_of[n->id] : -1;
 }
 
@@ -100,8 +65,7 @@ static int fed_index(const pctx *c, gr_output o) {
   return -1;
 }
 
-/* Is input j of n the back edge of a loop (merge <- next_iteration)? */
-static bool back_edge(const gr_node *n, int j) {
+bool gr_part_back_edge(const gr_node *n, int j) {
   return n->op->cf_kind == GR_CF_MERGE && n->inputs[j].node->op->cf_kind == GR_CF_NEXT_ITERATION;
 }
 
@@ -114,7 +78,7 @@ static gr_status topo_sort(pctx *c) {
       *dst = malloc(sizeof(int) * ((size_t)nedge + 1));
   if (!indeg || !head || !next || !dst) {
     free(indeg), free(head), free(next), free(dst);
-    return oom(c);
+    return gr_part_oom(c);
   }
   for (int i = 0; i < c->n; i++) head[i] = -1;
   int e = 0;
@@ -124,12 +88,12 @@ static gr_status topo_sort(pctx *c) {
     for (int j = 0; j < total; j++) {
       const gr_node *src;
       if (j < nd->num_inputs) {
-        if (back_edge(nd, j) || fed_index(c, nd->inputs[j]) >= 0) continue;
+        if (gr_part_back_edge(nd, j) || fed_index(c, nd->inputs[j]) >= 0) continue;
         src = nd->inputs[j].node;
       } else {
         src = nd->control_inputs[j - nd->num_inputs];
       }
-      int s = pos(c, src);
+      int s = gr_part_pos(c, src);
       if (s < 0) continue; /* checked when copying */
       dst[e] = i;
       next[e] = head[s];
@@ -163,12 +127,11 @@ static int child_frame(pctx *c, int parent, const char *name) {
     c->cap_frames = cap;
   }
   int f = c->num_frames++;
-  c->frames[f] = (frame_info){parent, name, parent == 0 ? f : c->frames[parent].top};
+  c->frames[f] = (frame_info){.parent = parent, .name = name, .loop_cond = -1, .parallel = 10};
   return f;
 }
 
-/* The frame a node's outputs live in: an exit's go to the parent frame. */
-static int out_frame(const pctx *c, int p) {
+int gr_part_out_frame(const pctx *c, int p) {
   int f = c->frame[p];
   return c->nodes[p]->op->cf_kind == GR_CF_EXIT && f > 0 ? c->frames[f].parent : f;
 }
@@ -181,16 +144,20 @@ static gr_status assign_frames(pctx *c) {
     const gr_node *nd = c->nodes[i];
     int f = -1;
     for (int j = 0; j < nd->num_inputs && f < 0; j++) {
-      int s = back_edge(nd, j) ? -1 : pos(c, nd->inputs[j].node);
-      if (s >= 0) f = out_frame(c, s);
+      if (gr_part_back_edge(nd, j)) continue;
+      int s = gr_part_pos(c, nd->inputs[j].node);
+      if (s >= 0)
+        f = gr_part_out_frame(c, s);
+      else if (fed_index(c, nd->inputs[j]) >= 0)
+        f = 0; /* fed values live at the top level */
     }
     if (f >= 0 && nd->op->cf_kind == GR_CF_ENTER) {
       f = child_frame(c, f, gr_node_attr_string(nd, "frame_name", nd->name));
-      if (f < 0) return oom(c);
+      if (f < 0) return gr_part_oom(c);
     }
     for (int j = 0; j < nd->num_control_inputs && f < 0; j++) {
-      int s = pos(c, nd->control_inputs[j]);
-      if (s >= 0) f = out_frame(c, s);
+      int s = gr_part_pos(c, nd->control_inputs[j]);
+      if (s >= 0) f = gr_part_out_frame(c, s);
     }
     c->frame[i] = f < 0 ? 0 : f;
   }
@@ -204,53 +171,6 @@ static int device_index(pctx *c, const char *name) {
   return c->num_devs++;
 }
 
-/* Puts every node of each top-level loop on one device. */
-static gr_status collapse_loops(pctx *c) {
-  if (c->num_frames <= 1) return GR_OK;
-  int *target = malloc(sizeof(int) * (size_t)c->num_frames);
-  int *by = malloc(sizeof(int) * (size_t)c->num_frames); /* position that chose it */
-  if (!target || !by) {
-    free(target), free(by);
-    return oom(c);
-  }
-  for (int f = 0; f < c->num_frames; f++) target[f] = by[f] = -1;
-  /* first pinned node of each loop, else its first node */
-  for (int pass = 0; pass < 2; pass++)
-    for (int oi = 0; oi < c->n; oi++) {
-      int i = c->order[oi];
-      if (!c->frame[i]) continue;
-      int top = c->frames[c->frame[i]].top;
-      if (target[top] >= 0) continue;
-      if (pass == 0 && !c->nodes[i]->requested_device[0]) continue;
-      target[top] = c->dev[i];
-      by[top] = i;
-    }
-  gr_status st = GR_OK;
-  for (int i = 0; i < c->n && st == GR_OK; i++) {
-    if (!c->frame[i]) continue;
-    int top = c->frames[c->frame[i]].top;
-    const gr_node *nd = c->nodes[i];
-    if (c->dev[i] != target[top] && nd->requested_device[0]) {
-      gr_device_spec want, have;
-      if (gr_device_spec_parse(nd->requested_device, &want, NULL) != GR_OK ||
-          gr_device_spec_parse(c->devs[target[top]], &have, NULL) != GR_OK ||
-          !gr_device_spec_matches(&want, &have))
-        st = gr_error_set(c->err, GR_ERR_UNIMPLEMENTED,
-                          "loop '%s' would span devices: node '%s' is pinned to '%s' and node "
-                          "'%s' to '%s'; a loop runs on one device (cross-device loops are "
-                          "not supported yet): pin the loop's nodes to one device",
-                          c->frames[top].name, c->nodes[by[top]]->name,
-                          c->nodes[by[top]]->requested_device[0]
-                              ? c->nodes[by[top]]->requested_device
-                              : c->devs[target[top]],
-                          nd->name, nd->requested_device);
-    }
-    c->dev[i] = target[top];
-  }
-  free(target), free(by);
-  return st;
-}
-
 static gr_partition *part(pctx *c, int d) {
   return &c->ps->parts[d];
 }
@@ -258,7 +178,7 @@ static gr_partition *part(pctx *c, int d) {
 /* A stand-in node for feed fi in partition d (fed, never run). */
 static gr_output standin(pctx *c, int fi, int d) {
   uint64_t key = (uint64_t)fi << 12 | (uint64_t)d;
-  gr_node *s = u64_get(&c->standins, key);
+  gr_node *s = gr_part_map_get(&c->standins, key);
   gr_partition *p = part(c, d);
   if (!s) {
     gr_output f = c->feeds[fi];
@@ -270,18 +190,16 @@ static gr_output standin(pctx *c, int fi, int d) {
                    gr_attr_dtype("dtype", f.node->out_dtypes[f.index]),
                    gr_attr_shape("shape", f.node->out_shapes[f.index])};
     s = gr_graph_add_node(p->graph, &gr_op__recv, name, NULL, 0, a, 5).node;
-    if (!s || !u64_put(&c->standins, key, s)) return (gr_output){NULL, 0};
+    if (!s || !gr_part_map_put(&c->standins, key, s)) return (gr_output){NULL, 0};
     p->feeds[p->num_feeds] = (gr_output){s, 0};
     p->feed_index[p->num_feeds++] = fi;
   }
   return (gr_output){s, 0};
 }
 
-/* The receiving end on partition d of output `index` of the node at position
- * s (index -1: its control edge), with the send on the producer's partition. */
-static gr_node *recv_of(pctx *c, int s, int index, int d, bool may_be_dead) {
+gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
   uint64_t key = (uint64_t)s << 22 | (uint64_t)(index + 1) << 11 | (uint64_t)d;
-  gr_node *r = u64_get(&c->recvs, key);
+  gr_node *r = gr_part_map_get(&c->recvs, key);
   if (r) return r;
   gr_partition *src = part(c, c->dev[s]), *dst = part(c, d);
   const gr_node *from = c->nodes[s];
@@ -294,7 +212,7 @@ static gr_node *recv_of(pctx *c, int s, int index, int d, bool may_be_dead) {
                  gr_attr_string("send_device", src->device),
                  gr_attr_string("recv_device", dst->device),
                  gr_attr_int("incarnation", (int64_t)c->o->incarnation),
-                 gr_attr_bool("may_be_dead", may_be_dead),
+                 gr_attr_bool("may_be_dead", c->has_cf),
                  gr_attr_bool("control", index < 0),
                  gr_attr_dtype("dtype", index >= 0 ? from->out_dtypes[index] : GR_BOOL),
                  gr_attr_shape("shape", index >= 0 ? from->out_shapes[index] : (gr_shape){1, {0}})};
@@ -312,7 +230,15 @@ static gr_node *recv_of(pctx *c, int s, int index, int d, bool may_be_dead) {
   else
     snprintf(name, sizeof name, "_recv/%s/control/%d", from->name, c->dev[s]);
   r = gr_graph_add_node(dst->graph, &gr_op__recv, name, NULL, 0, a, 8).node;
-  if (!snd.node || !r || !u64_put(&c->recvs, key, r)) return NULL;
+  /* Inside a loop the Recv runs in every iteration of its frame on this
+   * device: the frame's control loop here drives it. */
+  int f = gr_part_out_frame(c, s);
+  if (r && f > 0) {
+    GR_ASSERT(c->frames[f].ctl_merge && c->frames[f].ctl_merge[d]);
+    gr_graph_add_control_input(dst->graph, r, c->frames[f].ctl_merge[d]);
+    c->ps->num_loop_sends++;
+  }
+  if (!snd.node || !r || !gr_part_map_put(&c->recvs, key, r)) return NULL;
   c->ps->num_sends++;
   if (index < 0) c->ps->num_control_sends++;
   return r;
@@ -322,16 +248,60 @@ static bool is_dup_constant(const gr_node *n) {
   return (n->op->flags & GR_OP_CONSTANT) && !n->num_inputs && !n->num_control_inputs;
 }
 
-static gr_status graph_error(pctx *c, gr_graph *g) {
+gr_status gr_part_graph_error(pctx *c, gr_graph *g) {
   const gr_error *e = gr_graph_error(g);
-  if (!e) return oom(c);
+  if (!e) return gr_part_oom(c);
   return gr_error_set(c->err, e->code, "partitioning: %s", e->msg);
 }
 
-/* Copies the node at position i into its partition. */
-static gr_status copy_node(pctx *c, int i, bool may_be_dead) {
+static gr_status copy_to(pctx *c, int i, int d, gr_node **out);
+
+/* A copy on partition d of the node at position s, which lives elsewhere: a
+ * constant (cheaper to copy than to send) or an enter (the value crosses
+ * devices once, outside the loop, instead of in every iteration). */
+static gr_status copy_on(pctx *c, int s, int d, gr_node **out) {
+  uint64_t key = (uint64_t)s << 12 | (uint64_t)d;
+  *out = gr_part_map_get(&c->dups, key);
+  if (*out) return GR_OK;
+  GR_TRY(copy_to(c, s, d, out));
+  if (!gr_part_map_put(&c->dups, key, *out)) return gr_part_oom(c);
+  if (c->nodes[s]->op->cf_kind == GR_CF_ENTER)
+    c->ps->num_dup_enters++;
+  else
+    c->ps->num_dup_consts++;
+  return GR_OK;
+}
+
+/* The value of src, an input of node `user`, as seen on partition d. */
+static gr_status input_on(pctx *c, const gr_node *user, gr_output src, int d, gr_output *out) {
+  gr_graph *g = part(c, d)->graph;
+  int fi = fed_index(c, src);
+  if (fi >= 0) {
+    *out = standin(c, fi, d);
+    return out->node ? GR_OK : gr_part_graph_error(c, g);
+  }
+  int s = gr_part_pos(c, src.node);
+  if (s < 0)
+    return gr_error_set(c->err, GR_ERR_INTERNAL,
+                        "partitioning: input '%s' of '%s' is not in the step", src.node->name,
+                        user->name);
+  gr_node *n;
+  if (c->dev[s] == d) {
+    n = c->copy[s];
+  } else if (is_dup_constant(src.node) || src.node->op->cf_kind == GR_CF_ENTER) {
+    GR_TRY(copy_on(c, s, d, &n));
+  } else {
+    n = gr_part_recv_of(c, s, src.index, d);
+    if (!n) return gr_part_graph_error(c, gr_graph_error(g) ? g : part(c, c->dev[s])->graph);
+    src.index = 0;
+  }
+  *out = (gr_output){n, src.index};
+  return GR_OK;
+}
+
+/* Copies the node at position i into partition d. */
+static gr_status copy_to(pctx *c, int i, int d, gr_node **out) {
   const gr_node *nd = c->nodes[i];
-  int d = c->dev[i];
   gr_partition *p = part(c, d);
   enum { SMALL = 16 };
   gr_output in_small[SMALL];
@@ -342,54 +312,32 @@ static gr_status copy_node(pctx *c, int i, bool may_be_dead) {
                        ? ctrl_small
                        : malloc(sizeof(gr_node *) * (size_t)nd->num_control_inputs);
   gr_status st = GR_OK;
-  if (!in || !ctrl) st = oom(c);
+  if (!in || !ctrl) st = gr_part_oom(c);
   for (int j = 0; j < nd->num_inputs && st == GR_OK; j++) {
-    gr_output src = nd->inputs[j];
-    int fi = fed_index(c, src);
-    int s = fi >= 0 ? -1 : pos(c, src.node);
-    if (fi >= 0) {
-      in[j] = standin(c, fi, d);
-    } else if (s < 0) {
-      st = gr_error_set(c->err, GR_ERR_INTERNAL,
-                        "partitioning: input '%s' of '%s' is not in the step", src.node->name,
-                        nd->name);
-    } else if (!c->copy[s]) { /* a loop's back edge: patched once its source exists */
-      GR_ASSERT(back_edge(nd, j) && j > 0 && c->dev[s] == d);
+    int s = gr_part_pos(c, nd->inputs[j].node);
+    if (s >= 0 && !c->copy[s]) { /* a loop's back edge: patched once its source exists */
+      GR_ASSERT(gr_part_back_edge(nd, j) && j > 0 && c->dev[s] == d);
       in[j] = in[0];
-    } else if (c->dev[s] == d) {
-      in[j] = (gr_output){c->copy[s], src.index};
-    } else if (is_dup_constant(src.node)) {
-      uint64_t key = (uint64_t)s << 12 | (uint64_t)d;
-      gr_node *dup = u64_get(&c->dups, key);
-      if (!dup) {
-        dup = gr_graph_copy_node(p->graph, src.node, NULL, NULL, 0).node;
-        if (dup) dup->assigned_device = p->device;
-        if (!dup || !u64_put(&c->dups, key, dup)) st = graph_error(c, p->graph);
-        c->ps->num_dup_consts++;
-      }
-      in[j] = (gr_output){dup, src.index};
     } else {
-      gr_node *r = recv_of(c, s, src.index, d, may_be_dead);
-      if (!r) st = graph_error(c, gr_graph_error(p->graph) ? p->graph : part(c, c->dev[s])->graph);
-      in[j] = (gr_output){r, 0};
+      st = input_on(c, nd, nd->inputs[j], d, &in[j]);
     }
-    if (st == GR_OK && !in[j].node) st = graph_error(c, p->graph);
   }
   int nctrl = 0;
   for (int j = 0; j < nd->num_control_inputs && st == GR_OK; j++) {
-    int s = pos(c, nd->control_inputs[j]);
+    int s = gr_part_pos(c, nd->control_inputs[j]);
     if (s < 0) continue; /* a fed node: nothing to wait for */
-    gr_node *cn = c->dev[s] == d ? c->copy[s] : recv_of(c, s, -1, d, may_be_dead);
-    if (!cn) st = graph_error(c, p->graph);
+    gr_node *cn = c->dev[s] == d ? c->copy[s] : gr_part_loop_pivot(c, s, d, &st);
+    if (!cn && st == GR_OK) cn = gr_part_recv_of(c, s, -1, d);
+    if (!cn && st == GR_OK) st = gr_part_graph_error(c, p->graph);
     ctrl[nctrl++] = cn;
   }
   if (st == GR_OK) {
     gr_node *cp = gr_graph_copy_node(p->graph, nd, in, ctrl, nctrl).node;
     if (!cp) {
-      st = graph_error(c, p->graph);
+      st = gr_part_graph_error(c, p->graph);
     } else {
       cp->assigned_device = p->device;
-      c->copy[i] = cp;
+      *out = cp;
     }
   }
   if (in != in_small) free(in);
@@ -408,22 +356,10 @@ void gr_partitions_free(gr_partitions *ps) {
   free(ps);
 }
 
-static gr_status build(pctx *c, const gr_output *fetches, int nx) {
-  gr_status st = topo_sort(c);
-  if (st == GR_OK) st = assign_frames(c);
-  bool has_cf = false;
-  for (int i = 0; i < c->n && st == GR_OK; i++) {
-    if (!c->nodes[i]->assigned_device)
-      return gr_error_set(c->err, GR_ERR_INTERNAL, "partitioning: node '%s' has no device",
-                          c->nodes[i]->name);
-    c->dev[i] = device_index(c, c->nodes[i]->assigned_device);
-    if (c->nodes[i]->op->cf_kind != GR_CF_NONE) has_cf = true;
-  }
-  if (st == GR_OK) st = collapse_loops(c);
-  if (st != GR_OK) return st;
+static gr_status new_partitions(pctx *c, int nx) {
   gr_partitions *ps = c->ps;
   ps->parts = calloc((size_t)c->num_devs, sizeof *ps->parts);
-  if (!ps->parts) return oom(c);
+  if (!ps->parts) return gr_part_oom(c);
   ps->num_parts = c->num_devs;
   for (int d = 0; d < c->num_devs; d++) {
     gr_partition *p = &ps->parts[d];
@@ -432,43 +368,36 @@ static gr_status build(pctx *c, const gr_output *fetches, int nx) {
     p->feed_index = malloc(sizeof(int) * ((size_t)c->nf + 1));
     p->fetches = malloc(sizeof(gr_output) * ((size_t)nx + 1));
     p->fetch_index = malloc(sizeof(int) * ((size_t)nx + 1));
-    if (!p->graph || !p->feeds || !p->feed_index || !p->fetches || !p->fetch_index) return oom(c);
+    if (!p->graph || !p->feeds || !p->feed_index || !p->fetches || !p->fetch_index)
+      return gr_part_oom(c);
     p->device = gr_graph_strdup(p->graph, c->devs[d]);
-    if (!p->device) return oom(c);
+    if (!p->device) return gr_part_oom(c);
   }
-  for (int oi = 0; oi < c->n && st == GR_OK; oi++) st = copy_node(c, c->order[oi], has_cf);
-  /* loop back edges: merge <- next_iteration, now that both exist */
-  for (int i = 0; i < c->n && st == GR_OK; i++) {
-    const gr_node *nd = c->nodes[i];
-    if (nd->op->cf_kind != GR_CF_MERGE) continue;
-    for (int j = 0; j < nd->num_inputs && st == GR_OK; j++) {
-      if (!back_edge(nd, j)) continue;
-      int s = pos(c, nd->inputs[j].node);
-      gr_graph *g = part(c, c->dev[i])->graph;
-      if (gr_graph_set_input(g, c->copy[i], j, (gr_output){c->copy[s], nd->inputs[j].index}) !=
-          GR_OK)
-        st = graph_error(c, g);
-    }
-  }
-  for (int k = 0; k < nx && st == GR_OK; k++) {
+  return GR_OK;
+}
+
+/* The fetches, each from the partition of its producer, and what each
+ * executor runs: every node but the feed stand-ins, by id. */
+static gr_status finish(pctx *c, const gr_output *fetches, int nx) {
+  gr_partitions *ps = c->ps;
+  for (int k = 0; k < nx; k++) {
     int fi = fed_index(c, fetches[k]);
-    int s = fi >= 0 ? -1 : pos(c, fetches[k].node);
+    int s = fi >= 0 ? -1 : gr_part_pos(c, fetches[k].node);
     if (fi < 0 && s < 0)
       return gr_error_set(c->err, GR_ERR_INTERNAL, "partitioning: fetch '%s' is not in the step",
                           fetches[k].node->name);
     int d = fi >= 0 ? 0 : c->dev[s];
     gr_partition *p = part(c, d);
     gr_output o = fi >= 0 ? standin(c, fi, d) : (gr_output){c->copy[s], fetches[k].index};
-    if (!o.node) return graph_error(c, p->graph);
+    if (!o.node) return gr_part_graph_error(c, p->graph);
     p->fetches[p->num_fetches] = o;
     p->fetch_index[p->num_fetches++] = k;
   }
-  /* what each executor runs: every node but the feed stand-ins, by id */
-  for (int d = 0; d < ps->num_parts && st == GR_OK; d++) {
+  for (int d = 0; d < ps->num_parts; d++) {
     gr_partition *p = &ps->parts[d];
     int total = gr_graph_num_nodes(p->graph);
     p->nodes = malloc(sizeof(gr_node *) * ((size_t)total + 1));
-    if (!p->nodes) return oom(c);
+    if (!p->nodes) return gr_part_oom(c);
     for (int id = 0; id < total; id++) {
       gr_node *nd = gr_graph_node(p->graph, id);
       bool is_standin = false;
@@ -477,6 +406,48 @@ static gr_status build(pctx *c, const gr_output *fetches, int nx) {
       if (!is_standin) p->nodes[p->num_nodes++] = nd;
     }
   }
+  return GR_OK;
+}
+
+enum { MAX_DEVICES = 2047 }; /* device indices fit the 11 bits the maps give them */
+
+static gr_status build(pctx *c, const gr_output *fetches, int nx) {
+  gr_status st = topo_sort(c);
+  if (st == GR_OK) st = assign_frames(c);
+  for (int i = 0; i < c->n && st == GR_OK; i++) {
+    if (!c->nodes[i]->assigned_device)
+      return gr_error_set(c->err, GR_ERR_INTERNAL, "partitioning: node '%s' has no device",
+                          c->nodes[i]->name);
+    c->dev[i] = device_index(c, c->nodes[i]->assigned_device);
+    if (c->nodes[i]->op->cf_kind != GR_CF_NONE) c->has_cf = true;
+  }
+  if (st == GR_OK && c->num_devs > MAX_DEVICES)
+    return gr_error_set(c->err, GR_ERR_UNIMPLEMENTED,
+                        "partitioning: %d devices in one step; at most %d are supported",
+                        c->num_devs, MAX_DEVICES);
+  if (st == GR_OK) st = gr_part_settle_loops(c);
+  if (st == GR_OK) st = new_partitions(c, nx);
+  if (st == GR_OK) st = gr_part_add_loop_heads(c);
+  for (int oi = 0; oi < c->n && st == GR_OK; oi++) {
+    int i = c->order[oi];
+    st = copy_to(c, i, c->dev[i], &c->copy[i]);
+  }
+  /* loop back edges: merge <- next_iteration, now that both exist */
+  for (int i = 0; i < c->n && st == GR_OK; i++) {
+    const gr_node *nd = c->nodes[i];
+    if (nd->op->cf_kind != GR_CF_MERGE) continue;
+    for (int j = 0; j < nd->num_inputs && st == GR_OK; j++) {
+      if (!gr_part_back_edge(nd, j)) continue;
+      int s = gr_part_pos(c, nd->inputs[j].node);
+      gr_graph *g = part(c, c->dev[i])->graph;
+      GR_ASSERT(c->dev[s] == c->dev[i]);
+      if (gr_graph_set_input(g, c->copy[i], j, (gr_output){c->copy[s], nd->inputs[j].index}) !=
+          GR_OK)
+        st = gr_part_graph_error(c, g);
+    }
+  }
+  if (st == GR_OK) st = gr_part_add_loop_tails(c);
+  if (st == GR_OK) st = finish(c, fetches, nx);
   return st;
 }
 
@@ -504,11 +475,11 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
   c.ps = calloc(1, sizeof *c.ps);
   gr_status st = GR_OK;
   if (!c.pos_of || !c.order || !c.frame || !c.dev || !c.devs || !c.copy || !c.frames || !c.ps) {
-    st = oom(&c);
+    st = gr_part_oom(&c);
   } else {
     for (int i = 0; i < c.max_id; i++) c.pos_of[i] = 0;
     for (int i = 0; i < num_nodes; i++) c.pos_of[nodes[i]->id] = i;
-    c.frames[0] = (frame_info){-1, "", 0};
+    c.frames[0] = (frame_info){.parent = -1, .name = "", .loop_cond = -1, .parallel = 1};
     c.num_frames = 1;
     st = build(&c, fetches, num_fetches);
   }
@@ -518,7 +489,9 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
     gr_partitions_free(c.ps);
   }
   free(c.pos_of), free(c.order), free(c.frame), free(c.dev), free(c.devs), free(c.copy);
-  free(c.frames);
-  u64_free(&c.recvs), u64_free(&c.dups), u64_free(&c.standins);
+  for (int f = 0; c.frames && f < c.num_frames; f++)
+    free(c.frames[f].ctl_merge), free(c.frames[f].ctl_pivot);
+  free(c.frames), free(c.span);
+  gr_part_map_free(&c.recvs), gr_part_map_free(&c.dups), gr_part_map_free(&c.standins);
   return st;
 }

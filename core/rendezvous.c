@@ -26,6 +26,7 @@ struct gr_rendezvous {
   size_t nbuckets, count;
   bool aborted;
   gr_error abort_err;
+  gr_transfer_stats stats;
 };
 
 enum { RV_INITIAL_BUCKETS = 64 };
@@ -116,6 +117,8 @@ gr_status gr_rendezvous_send(gr_rendezvous *r, const char *key, const gr_tensor 
     pthread_mutex_unlock(&r->mu);
     return gr_error_set(err, GR_ERR_ALREADY_EXISTS, "rendezvous key '%s' was sent twice", key);
   }
+  r->stats.sends++;
+  if (!dead && value && value->buf) r->stats.bytes += (int64_t)gr_tensor_num_bytes(value);
   if (e) { /* a Recv waits: hand the value over outside the lock */
     *slot = e->next;
     r->count--;
@@ -210,4 +213,11 @@ int gr_rendezvous_num_pending(gr_rendezvous *r) {
   int n = (int)r->count;
   pthread_mutex_unlock(&r->mu);
   return n;
+}
+
+gr_transfer_stats gr_rendezvous_stats(gr_rendezvous *r) {
+  pthread_mutex_lock(&r->mu);
+  gr_transfer_stats s = r->stats;
+  pthread_mutex_unlock(&r->mu);
+  return s;
 }

@@ -36,7 +36,8 @@ struct gr_session {
   int num_cached;
   int64_t step;
   int init_depth;
-  uint64_t incarnation; /* in every rendezvous key of this session */
+  uint64_t incarnation;           /* in every rendezvous key of this session */
+  int64_t last_sends, last_bytes; /* the latest step's transfers (atomics) */
 };
 
 static void (*intra_op_hook)(int);
@@ -127,6 +128,11 @@ void gr_session_set_step(gr_session *s, int64_t step) {
 int gr_session_num_devices(const gr_session *s) {
   return s->opts.num_devices;
 }
+gr_transfer_stats gr_session_last_transfers(const gr_session *s) {
+  return (gr_transfer_stats){__atomic_load_n(&s->last_sends, __ATOMIC_RELAXED),
+                             __atomic_load_n(&s->last_bytes, __ATOMIC_RELAXED)};
+}
+
 int gr_session_num_cached(const gr_session *s) {
   return s->num_cached;
 }
@@ -479,14 +485,17 @@ gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
   gr_tensor *fv = num_feeds <= 8 ? fv_small : malloc(sizeof(gr_tensor) * (size_t)num_feeds);
   if (!fv) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int i = 0; i < num_feeds; i++) fv[i] = *feeds[i].value;
+  gr_transfer_stats moved = {0, 0};
   gr_step_info step = {.step_id = __atomic_fetch_add(&s->step, 1, __ATOMIC_RELAXED),
                        .seed = gr_graph_seed(s->graph),
                        .resources = s->resources,
                        .stacks = p->uses_stacks ? gr_step_stacks_new() : NULL};
   gr_status st = !step.stacks && p->uses_stacks
                      ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory")
-                 : p->plan ? gr_device_plan_run(p->plan, fv, results, &step, err)
+                 : p->plan ? gr_device_plan_run(p->plan, fv, results, &step, &moved, err)
                            : gr_executor_run(p->exec, fv, results, &step, err);
+  __atomic_store_n(&s->last_sends, moved.sends, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->last_bytes, moved.bytes, __ATOMIC_RELAXED);
   gr_step_stacks_free(step.stacks);
   if (fv != fv_small) free(fv);
   return st;

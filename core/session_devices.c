@@ -119,7 +119,7 @@ static void run_part_closure(void *arg) {
 }
 
 gr_status gr_device_plan_run(gr_device_plan *p, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                             const gr_step_info *step, gr_error *err) {
+                             const gr_step_info *step, gr_transfer_stats *stats, gr_error *err) {
   int n = p->parts->num_parts;
   int nx = 0;
   for (int k = 0; k < n; k++) nx += p->parts->parts[k].num_fetches;
@@ -150,6 +150,7 @@ gr_status gr_device_plan_run(gr_device_plan *p, const gr_tensor *feed_values, gr
   }
   pthread_mutex_destroy(&r.mu);
   pthread_cond_destroy(&r.cv);
+  if (stats) *stats = gr_rendezvous_stats(r.step.rendezvous);
   gr_rendezvous_free(r.step.rendezvous);
   if (args != small) free(args);
   return r.status;

@@ -6,6 +6,7 @@
 
 #include "core/gr_executor.h"
 #include "core/gr_partition.h"
+#include "core/gr_rendezvous.h"
 
 typedef struct gr_device_plan gr_device_plan;
 
@@ -18,9 +19,10 @@ gr_status gr_device_plan_new(gr_node *const *nodes, int num_nodes, const gr_outp
 void gr_device_plan_free(gr_device_plan *p);
 /* Runs every device's executor concurrently with a fresh rendezvous; the
  * first error (not a cancellation it caused) aborts the step everywhere and
- * is returned. As gr_executor_run otherwise (step->rendezvous is set here). */
+ * is returned. As gr_executor_run otherwise (step->rendezvous is set here).
+ * *stats (if not NULL): what crossed devices in the step. */
 gr_status gr_device_plan_run(gr_device_plan *p, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                             const gr_step_info *step, gr_error *err);
+                             const gr_step_info *step, gr_transfer_stats *stats, gr_error *err);
 const gr_partitions *gr_device_plan_partitions(const gr_device_plan *p);
 
 #endif

@@ -191,8 +191,9 @@ static void reroute(gr_graph *g, int first, int end, int skip_lo, int skip_hi,
     if (id >= skip_lo && id < skip_hi) continue;
     /* A node built meanwhile with no input from inside and no control input
      * (a gradient's stack push of a value outside) is not part of this
-     * branch or loop: leave it where its inputs are. */
-    bool inside = n->num_control_inputs > 0;
+     * branch or loop: leave it where its inputs are. An enter is (it belongs
+     * to a loop nested in this one, capturing a value from further out). */
+    bool inside = n->num_control_inputs > 0 || n->op->cf_kind == GR_CF_ENTER;
     for (int j = 0; j < n->num_inputs && !inside; j++) inside = n->inputs[j].node->id >= first;
     if (!inside) continue;
     for (int j = 0; j < n->num_inputs; j++) {
@@ -218,6 +219,30 @@ static void reroute(gr_graph *g, int first, int end, int skip_lo, int skip_hi,
   }
 done:
   free(caps);
+}
+
+/* A branch or loop body hangs every node it builds off a pivot by a control
+ * input, but only nodes that have no other way to be in it need one: a node
+ * with a data input that is live exactly when the pivot is (from `from` on,
+ * loop invariants counted only if invariant_ok) drops it. That saves a
+ * control edge per node, and a transfer per iteration where the node runs on
+ * another device than the pivot. */
+static void drop_pivot(gr_graph *g, int lo, int hi, const gr_node *pivot, int from,
+                       bool invariant_ok) {
+  for (int id = lo; id < hi; id++) {
+    gr_node *n = gr_graph_node(g, id);
+    bool has = false;
+    for (int j = 0; j < n->num_control_inputs && !has; j++) has = n->control_inputs[j] == pivot;
+    if (!has) continue;
+    for (int j = 0; j < n->num_inputs; j++) {
+      const gr_node *s = n->inputs[j].node;
+      bool invariant = s->op->cf_kind == GR_CF_ENTER && gr_node_attr_bool(s, "is_constant", false);
+      if (s->id >= from && (invariant_ok || !invariant)) {
+        gr_graph_remove_control_input(n, pivot);
+        break;
+      }
+    }
+  }
 }
 
 typedef struct branch_arg {
@@ -250,6 +275,7 @@ gr_status gr_cond(gr_graph *g, gr_output pred, gr_branch_fn then_fn, gr_branch_f
     int end = gr_graph_num_nodes(g);
     branch_arg b = {pred, side};
     reroute(g, first, end, -1, -1, branch_capture, &b);
+    drop_pivot(g, first, end, pivot.node, 0, true);
     for (int i = 0; i < num_outputs && !gr_graph_error(g); i++) {
       if (!both[side][i].node)
         return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "cond: %s branch output %d is null",
@@ -333,6 +359,7 @@ gr_status gr_while_loop(gr_graph *g, gr_loop_cond_fn cond_fn, gr_loop_body_fn bo
   gr_graph_push_control_deps(g, &body[0], 1);
   body_fn(g, arg, body, results);
   gr_graph_pop_control_deps(g);
+  int body_start = body[0].node->id, body_end = gr_graph_num_nodes(g);
   if (gr_graph_error(g)) goto out;
   for (int i = 0; i < n; i++) {
     if (!results[i].node) {
@@ -354,9 +381,16 @@ gr_status gr_while_loop(gr_graph *g, gr_loop_cond_fn cond_fn, gr_loop_body_fn bo
   }
   /* values from outside the loop used inside: constant enters */
   reroute(g, start, gr_graph_num_nodes(g), start, own_end, loop_capture, &la);
+  drop_pivot(g, own_end, body_start, merges[0].node, 0, true);
+  drop_pivot(g, body[0].node->id, body_end, body[0].node, body_start, false);
   for (int i = 0; i < n; i++) {
     gr_output r = results[i];
-    if (r.node->id < start) r = gr_identity(g, loop_capture(g, r, &la)); /* an outside value */
+    if (r.node->id < start) { /* an outside value: through the pivot, dead when the loop ends */
+      gr_output inv = loop_capture(g, r, &la);
+      gr_graph_push_control_deps(g, &body[0], 1);
+      r = gr_identity(g, inv);
+      gr_graph_pop_control_deps(g);
+    }
     gr_output nx = gr_op(g, "next_iteration", NULL, &r, 1, NULL, 0);
     if (!nx.node) goto out;
     gr_graph_set_input(g, merges[i].node, 1, nx);

@@ -303,6 +303,11 @@ int gr_cmd_run(int argc, char **argv) {
       for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);
   }
   if (show) cli_progress_finish(&pr, steps);
+  if (devices > 1 && !quiet && done_steps < steps) {
+    gr_transfer_stats moved = gr_session_last_transfers(s);
+    fprintf(stderr, "graphrun run: the last step sent %lld values between devices (%lld bytes)\n",
+            (long long)moved.sends, (long long)moved.bytes);
+  }
   if (done_steps >= steps) { /* everything was done before: fetch once more to print */
     if (gr_session_run(s, feeds, nfeed, fetches, nfetch, results, NULL, 0, &err) != GR_OK) {
       fprintf(stderr, "graphrun run: %s\n", err.msg);

@@ -127,6 +127,47 @@ static void test_nested_while(void) {
   gr_graph_free(g);
 }
 
+/* ---- values from outside: returned by a body, used two loops deep */
+typedef struct outside_arg {
+  gr_output limit, far; /* far: from outside the outer loop */
+} outside_arg;
+static gr_output outside_cond(gr_graph *g, void *a, const gr_output *v) {
+  return gr_less(g, v[0], ((outside_arg *)a)->limit);
+}
+/* the inner loop: v1 <- far (returned as is) */
+static void outside_inner(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = ((outside_arg *)a)->far;
+}
+/* the outer loop: v1 <- v1 + (inner loop's v1) * far */
+static void outside_outer(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  outside_arg *oa = a;
+  gr_output in[2] = {gr_const_i64(g, 0), gr_const_f32(g, 0)};
+  outside_arg ia = {gr_const_i64(g, 2), oa->far};
+  GR_CHECK(gr_while_loop(g, outside_cond, outside_inner, &ia, 2, in, 0) == GR_OK);
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = gr_add(g, v[1], gr_mul(g, in[1], oa->far));
+}
+static void test_values_from_outside(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output far = gr_placeholder(g, "far", GR_F32, gr_shape_scalar());
+  outside_arg oa = {gr_const_i64(g, 4), far};
+  gr_output vars[2] = {gr_const_i64(g, 0), gr_const_f32(g, 1)};
+  GR_CHECK(gr_while_loop(g, outside_cond, outside_outer, &oa, 2, vars, 0) == GR_OK);
+  gr_session *s = session(g, 2);
+  gr_tensor fv = gr_tensor_scalar_f32(3);
+  gr_feed f = {far, &fv};
+  gr_status st;
+  gr_error err;
+  double v = fetch1(s, &f, 1, vars[1], &st, &err); /* ends (the body's outside value is dead
+                                                      when the loop ends) */
+  GR_CHECK_MSG(st == GR_OK, "%s", err.msg);
+  GR_CHECK(v == 1 + 4 * 3 * 3);
+  gr_tensor_release(&fv);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 /* ---- a million iterations in constant memory */
 static gr_output million_cond(gr_graph *g, void *a, const gr_output *v) {
   return gr_less(g, v[0], gr_const_i64(g, 1000000));
@@ -478,6 +519,7 @@ int main(void) {
   GR_RUN(test_while_basic);
   GR_RUN(test_collatz);
   GR_RUN(test_nested_while);
+  GR_RUN(test_values_from_outside);
   GR_RUN(test_million_iterations_flat_memory);
   GR_RUN(test_parallel_iterations);
   GR_RUN(test_loop_errors);

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -168,4 +169,27 @@ void gt_gauge_leave(void) {
 }
 int gt_gauge_max(void) {
   return __atomic_load_n(&gauge_max, __ATOMIC_SEQ_CST);
+}
+
+void gt_pin(gr_graph *g, int k) {
+  char spec[32];
+  snprintf(spec, sizeof spec, "/device:CPU:%d", k);
+  gr_graph_push_device_scope(g, spec);
+}
+
+const char *gt_device_name(int k) {
+  static char names[8][GR_DEVICE_NAME_MAX];
+  snprintf(names[k], sizeof names[k], "/job:localhost/replica:0/task:0/device:CPU:%d", k);
+  return names[k];
+}
+
+gr_session *gt_session(gr_graph *g, int devices, int threads) {
+  gr_error err;
+  gr_session_options o = {.num_devices = devices, .inter_op_threads = threads};
+  gr_session *s = gr_session_new(g, &o, &err);
+  if (!s) {
+    fprintf(stderr, "gt_session: %s\n", err.msg);
+    abort();
+  }
+  return s;
 }

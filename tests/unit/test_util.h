@@ -46,6 +46,14 @@ void gt_gauge_enter(void);
 void gt_gauge_leave(void);
 int gt_gauge_max(void);
 
+/* Multi-device tests: nodes built until gr_graph_pop_device_scope go to
+ * /device:CPU:k; a session with that many local devices and threads (the
+ * test fails if it cannot be made). */
+void gt_pin(gr_graph *g, int k);
+/* The full name of local device k (k < 8): /job:localhost/replica:0/task:0/device:CPU:k. */
+const char *gt_device_name(int k);
+gr_session *gt_session(gr_graph *g, int devices, int threads);
+
 /* Row-major strides of a shape (elements). */
 void gt_strides(const gr_shape *s, int64_t *strides);
 /* Flat index -> multi-index for a shape. */

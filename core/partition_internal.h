@@ -1,0 +1,85 @@
+/* The partitioner's working state, shared by its main pass (partition.c)
+ * and the control loops of loops that span devices (partition_loops.c).
+ * Internal to core. */
+#ifndef GR_PARTITION_INTERNAL_H
+#define GR_PARTITION_INTERNAL_H
+
+#include "core/gr_partition.h"
+
+/* A map from 64-bit keys to pointers (open addressing). */
+typedef struct gr_part_map {
+  uint64_t *keys; /* 0: empty (stored keys are key + 1) */
+  void **vals;
+  size_t cap, count;
+} gr_part_map;
+
+void *gr_part_map_get(const gr_part_map *m, uint64_t k);
+bool gr_part_map_put(gr_part_map *m, uint64_t k, void *v); /* false: out of memory */
+void gr_part_map_free(gr_part_map *m);
+
+typedef struct frame_info {
+  int parent; /* -1 for the top level (frame 0); parents come before children */
+  const char *name;
+  int loop_cond;       /* position of the frame's loop_cond node, -1 if none */
+  int parallel;        /* parallel_iterations of its enters */
+  int num_devs;        /* devices the frame spans (its nested frames included) */
+  gr_node **ctl_merge; /* per device: merge of the frame's control loop there, or NULL */
+  gr_node **ctl_pivot; /* per device: identity of its switch's true side (made on demand) */
+} frame_info;
+
+typedef struct pctx {
+  gr_node *const *nodes;
+  int n;
+  const gr_output *feeds;
+  int nf;
+  const gr_partition_options *o;
+  gr_error *err;
+  int *pos_of; /* node id -> position in nodes, -1 when not in the set */
+  int max_id;
+  int *order; /* topological, loop back edges ignored */
+  int *frame; /* per position */
+  frame_info *frames;
+  int num_frames, cap_frames;
+  int *dev;          /* per position: partition index */
+  const char **devs; /* partition index -> device name (borrowed from the nodes) */
+  int num_devs;
+  unsigned char *span;  /* [frame * num_devs + device]: the frame has nodes there */
+  gr_node **copy;       /* per position: the copy in its partition */
+  gr_part_map recvs;    /* (src position, output + 1 or 0 for control, part) -> recv node */
+  gr_part_map dups;     /* (src position, part) -> copied constant or enter */
+  gr_part_map standins; /* (feed index, part) -> feed stand-in */
+  bool has_cf;          /* control flow: receives may carry dead values */
+  gr_partitions *ps;
+} pctx;
+
+gr_status gr_part_oom(pctx *c);
+gr_status gr_part_graph_error(pctx *c, gr_graph *g);
+/* Position of n in the node set, -1 if not in it. */
+int gr_part_pos(const pctx *c, const gr_node *n);
+/* Is input j of n the back edge of a loop (merge <- next_iteration)? */
+bool gr_part_back_edge(const gr_node *n, int j);
+/* The frame the outputs of the node at position p live in (an exit's: the parent). */
+int gr_part_out_frame(const pctx *c, int p);
+/* The _recv on partition d of output `index` (-1: the control edge) of the
+ * node at position s, with its _send; NULL when out of memory. */
+gr_node *gr_part_recv_of(pctx *c, int s, int index, int d);
+
+/* Loops that span devices (partition_loops.c). Before copying: moves each
+ * loop's exits to their input's device, next_iterations to their merge's and
+ * enters to a device that uses them, and works out the devices every frame
+ * spans. */
+gr_status gr_part_settle_loops(pctx *c);
+/* Before copying: the head (enter, merge) of a control loop on every device
+ * of a frame that spans several. */
+gr_status gr_part_add_loop_heads(pctx *c);
+/* If the node at position s is the pivot of its loop's body (an identity of
+ * the true side of a switch on the loop predicate: live exactly while the
+ * loop goes on), the same pivot from the control loop on partition d, so a
+ * body node there without inputs needs no transfer per iteration to hang
+ * off it. Else NULL (also when out of memory: c->err tells). */
+gr_node *gr_part_loop_pivot(pctx *c, int s, int d, gr_status *st);
+/* After copying: each control loop's switch (on the loop predicate, received
+ * from the device of the loop's loop_cond) and next_iteration. */
+gr_status gr_part_add_loop_tails(pctx *c);
+
+#endif
