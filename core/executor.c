@@ -1,5 +1,6 @@
 #include "core/gr_executor.h"
 #include "core/executor_internal.h"
+#include "core/gr_trace.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -48,6 +49,7 @@ struct run_state {
   gr_error err;
   async_ctx **asyncs; /* live async invocations (under mu), for cancellation */
   int num_asyncs, cap_asyncs;
+  int64_t *starts; /* per node: when its kernel started (traced steps) */
 };
 
 /* ---- build --------------------------------------------------------------- */
@@ -288,6 +290,7 @@ fail:
 
 static void run_state_free(run_state *st) {
   if (!st) return;
+  free(st->starts);
   pthread_mutex_destroy(&st->mu);
   pthread_cond_destroy(&st->cv);
   free(st->slots);
@@ -341,7 +344,8 @@ static run_state *acquire_state(gr_executor *e) {
   st->stack = malloc(sizeof(int) * ((size_t)e->num_nodes + 1));
   st->qcap = e->num_nodes + 1;
   st->queue = malloc(sizeof(int) * (size_t)st->qcap);
-  if (!st->slots || !st->outputs || !st->pending || !st->stack || !st->queue) {
+  st->starts = malloc(sizeof(int64_t) * ((size_t)e->num_nodes + 1));
+  if (!st->slots || !st->outputs || !st->pending || !st->stack || !st->queue || !st->starts) {
     run_state_free(st);
     return NULL;
   }
@@ -509,6 +513,7 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
     }
     st->asyncs[st->num_asyncs++] = ac;
     pthread_mutex_unlock(&st->mu);
+    if (st->step->trace) st->starts[i] = gr_trace_now_ns();
     gr_status s = en->kernel(&ac->ctx);
     if (s != GR_OK) gr_kernel_done(&ac->ctx, s); /* failed to start: callback not fired */
     return;
@@ -524,6 +529,7 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
                        .state = &e->states[i],
                        .err = &kerr,
                        .exec_private = NULL};
+  if (st->step->trace) st->starts[i] = gr_trace_now_ns();
   gr_status s = en->kernel(&ctx);
   finish_node(st, i, s, &kerr, rs);
 }
@@ -541,6 +547,14 @@ void gr_kernel_on_cancel(gr_kernel_ctx *ctx, void (*fn)(void *), void *arg) {
 }
 
 _Thread_local int gr_exec_done_depth;
+
+void gr_exec_trace(const gr_step_info *step, const gr_node *n, int64_t iteration, int64_t start_ns,
+                   const gr_tensor *outs, int nout) {
+  gr_trace_event ev = {n, iteration, start_ns, gr_trace_now_ns(), 0};
+  for (int k = 0; k < nout; k++)
+    if (outs[k].buf) ev.out_bytes += (int64_t)gr_tensor_num_bytes(&outs[k]);
+  gr_step_trace_add(step->trace, &ev);
+}
 
 static void static_done(async_hdr *h, gr_status status) {
   async_ctx *ac = (async_ctx *)h;
@@ -620,6 +634,8 @@ static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, 
     record_error(st, i, status, kerr);
     for (int k = 0; k < en->num_outputs; k++) gr_tensor_release(&outs[k]);
   }
+  if (st->step->trace && en->node && !__atomic_load_n(&st->cancelled, __ATOMIC_ACQUIRE))
+    gr_exec_trace(st->step, en->node, 0, st->starts[i], outs, en->num_outputs);
   for (int k = en->edge_begin; k < en->edge_end; k++) {
     const exec_edge *ed = &e->edges[k];
     gr_tensor *o = &outs[ed->src_output];
@@ -713,11 +729,16 @@ gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tenso
   if (e->num_nodes > 0) {
     for (int r = e->num_roots - 1; r >= 0; r--) {
       int i = e->roots[r];
+      if (e->nodes[i].async) continue;
       if (e->nodes[i].expensive && e->pool_size > 0 && r > 0)
         schedule_shared(st, i);
       else
         rs.v[rs.n++] = i;
     }
+    /* async roots (receives) on top: they start at once and wait without a
+     * thread, so their values can arrive while the rest runs */
+    for (int r = e->num_roots - 1; r >= 0; r--)
+      if (e->nodes[e->roots[r]].async) rs.v[rs.n++] = e->roots[r];
     while (rs.n > 0) start_node(st, rs.v[--rs.n], &rs);
     /* help drain the shared queue, then wait for pool tasks and async kernels */
     pthread_mutex_lock(&st->mu);

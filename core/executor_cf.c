@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/executor_internal.h"
+#include "core/gr_trace.h"
 
 enum { MODE_SAME, MODE_ENTER, MODE_EXIT, MODE_NEXT };
 
@@ -682,12 +683,13 @@ typedef struct cf_async {
   gr_error err;
   cf_run *r;
   token tok;
+  int64_t start_ns; /* traced steps */
   gr_tensor ins[16], outs[16];
 } cf_async;
 
 /* Finishes a token: outputs propagate, inputs are dropped. Lock held. */
 static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_tensor *ins,
-                         gr_tensor *outs, uint64_t dead_mask, bool dead) {
+                         gr_tensor *outs, uint64_t dead_mask, bool dead, int64_t start_ns) {
   exec_node *en = &r->e->nodes[tok.node];
   struct cf_plan *p = r->p;
   if (s == GR_OK && !dead && en->node) {
@@ -702,6 +704,8 @@ static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_t
       }
     }
   }
+  if (start_ns >= 0 && r->step->trace && s == GR_OK && !r->cancelled)
+    gr_exec_trace(r->step, en->node, tok.iter, start_ns, outs, dead ? 0 : en->num_outputs);
   if (s != GR_OK) {
     if (r->status == GR_OK) {
       const gr_node *n = en->node;
@@ -758,7 +762,8 @@ static void cf_done(async_hdr *h, gr_status s) {
   cf_run *r = a->r;
   cf_lock(r);
   r->tasks++;
-  finish_token(r, a->tok, s, &a->err, a->ins, a->outs, a->ctx.dead_outputs, a->ctx.dead);
+  finish_token(r, a->tok, s, &a->err, a->ins, a->outs, a->ctx.dead_outputs, a->ctx.dead,
+               a->start_ns);
   if (gr_exec_done_depth < GR_DONE_INLINE_DEPTH) { /* else the run's thread drains */
     gr_exec_done_depth++;
     drain(r);
@@ -798,7 +803,7 @@ static void run_token(cf_run *r, token tok) {
                    "nodes with more than 16 inputs or outputs are not "
                    "supported inside control flow yet");
       gr_tensor none[1];
-      finish_token(r, tok, ke.code, &ke, none, none, 0, true);
+      finish_token(r, tok, ke.code, &ke, none, none, 0, true, -1);
       return;
     }
     a->hdr = (async_hdr){cf_done, cf_on_cancel};
@@ -809,7 +814,7 @@ static void run_token(cf_run *r, token tok) {
       it->slots[p->slot_local[en->input_base + k]].buf = NULL;
     }
     if (dead && !run_dead) {
-      finish_token(r, tok, GR_OK, &a->err, a->ins, a->outs, 0, true);
+      finish_token(r, tok, GR_OK, &a->err, a->ins, a->outs, 0, true, -1);
       free(a);
       return;
     }
@@ -826,6 +831,7 @@ static void run_token(cf_run *r, token tok) {
                              .iteration = tok.iter,
                              .exec_private = a};
     cf_unlock(r);
+    a->start_ns = r->step->trace ? gr_trace_now_ns() : 0;
     gr_status s = en->kernel(&a->ctx);
     if (s != GR_OK) cf_done(&a->hdr, s);
     cf_lock(r);
@@ -841,6 +847,7 @@ static void run_token(cf_run *r, token tok) {
   gr_error kerr;
   kerr.msg[0] = '\0';
   uint64_t dead_mask = 0;
+  int64_t start_ns = -1;
   if (en->feed_index >= 0) {
     gr_tensor_ref(&outs[0], &r->feeds[en->feed_index]);
   } else if (!dead || run_dead) {
@@ -856,12 +863,13 @@ static void run_token(cf_run *r, token tok) {
                          .frame_name = tok.f->path ? tok.f->path : "",
                          .iteration = tok.iter};
     cf_unlock(r);
+    if (r->step->trace) start_ns = gr_trace_now_ns();
     s = en->kernel(&ctx);
     cf_lock(r);
     dead_mask = ctx.dead_outputs;
     dead = ctx.dead;
   }
-  finish_token(r, tok, s, &kerr, ins, outs, dead_mask, dead);
+  finish_token(r, tok, s, &kerr, ins, outs, dead_mask, dead, start_ns);
 }
 
 gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,

@@ -68,4 +68,9 @@ void gr_cf_plan_free(struct cf_plan *p);
 gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
                     const gr_step_info *step, gr_error *err);
 
+/* Adds a trace event for node n (a step with a trace) that started at start_ns
+ * and produced outs[0..nout) just now. */
+void gr_exec_trace(const gr_step_info *step, const gr_node *n, int64_t iteration, int64_t start_ns,
+                   const gr_tensor *outs, int nout);
+
 #endif

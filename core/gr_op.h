@@ -141,6 +141,7 @@ typedef struct gr_step_info {
                                        only for steps that run a GR_OP_STEP_STACKS op */
   struct gr_rendezvous *rendezvous; /* where _send and _recv meet (partitioned
                                        steps); NULL otherwise */
+  struct gr_step_trace *trace;      /* when set, every node run adds an event */
 } gr_step_info;
 
 /* Step-scoped stacks of tensors, by name (thread-safe). Push takes a new

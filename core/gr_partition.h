@@ -32,6 +32,7 @@
 #ifndef GR_PARTITION_H
 #define GR_PARTITION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/gr_graph.h"
@@ -50,16 +51,22 @@ typedef struct gr_partition {
 typedef struct gr_partitions {
   gr_partition *parts;
   int num_parts;
-  int num_sends;         /* _send/_recv pairs inserted, control pairs included */
-  int num_control_sends; /* of which carry a control edge */
-  int num_dup_consts;    /* constants copied to a second device */
-  int num_dup_enters;    /* loop enters copied to a second device */
-  int num_loop_sends;    /* pairs inside loops: each runs once per iteration */
-  int num_control_loops; /* control-loop state machines: one per (loop frame, device) */
+  int num_sends;           /* _send/_recv pairs inserted, control pairs included */
+  int num_control_sends;   /* of which carry a control edge */
+  int num_dup_consts;      /* constants copied to a second device */
+  int num_dup_enters;      /* loop enters copied to a second device */
+  int num_loop_sends;      /* pairs inside loops: each runs once per iteration */
+  int num_control_loops;   /* control-loop state machines: one per (loop frame, device) */
+  int num_scheduled_recvs; /* receives given a later start (schedule_recvs) */
 } gr_partitions;
 
 typedef struct gr_partition_options {
   uint64_t incarnation; /* part of every rendezvous key (e.g. per session) */
+  /* Start each top-level _recv as late as a critical-path estimate allows
+   * (a control input from the node of its device that finishes last before
+   * the value is needed) instead of at the start of the step: received
+   * values are held for less time. */
+  bool schedule_recvs;
 } gr_partition_options;
 
 /* nodes: the nodes to run (each once; every input is in the set or fed), each

@@ -28,6 +28,7 @@
 
 #include "core/gr_graph.h"
 #include "core/gr_rendezvous.h"
+#include "core/gr_trace.h"
 
 typedef struct gr_session gr_session;
 
@@ -37,6 +38,9 @@ typedef struct gr_session_options {
                            oversubscribe the cores */
   int num_devices;      /* CPU devices /job:localhost/replica:0/task:0/device:CPU:K; 0: 1 */
   bool no_auto_init;    /* true: running with an uninitialised variable is an error */
+  bool schedule_recvs;  /* several devices: start each receive as late as a critical-path
+                           estimate allows (holds received values for less time;
+                           docs/partitioning.md) */
 } gr_session_options;
 
 typedef struct gr_feed {
@@ -53,6 +57,13 @@ void gr_session_free(gr_session *s);
 gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
                          const gr_output *fetches, int num_fetches, gr_tensor *results,
                          const gr_output *targets, int num_targets, gr_error *err);
+
+/* As gr_session_run, and adds an event per node run to trace (if not NULL):
+ * see gr_trace.h. */
+gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_feeds,
+                                const gr_output *fetches, int num_fetches, gr_tensor *results,
+                                const gr_output *targets, int num_targets, gr_step_trace *trace,
+                                gr_error *err);
 
 /* Runs the initialiser of every variable of the graph that has no value yet. */
 gr_status gr_session_init_variables(gr_session *s, gr_error *err);

@@ -190,6 +190,7 @@ static gr_output standin(pctx *c, int fi, int d) {
                    gr_attr_dtype("dtype", f.node->out_dtypes[f.index]),
                    gr_attr_shape("shape", f.node->out_shapes[f.index])};
     s = gr_graph_add_node(p->graph, &gr_op__recv, name, NULL, 0, a, 5).node;
+    if (s) s->assigned_device = p->device;
     if (!s || !gr_part_map_put(&c->standins, key, s)) return (gr_output){NULL, 0};
     p->feeds[p->num_feeds] = (gr_output){s, 0};
     p->feed_index[p->num_feeds++] = fi;
@@ -230,9 +231,14 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
   else
     snprintf(name, sizeof name, "_recv/%s/control/%d", from->name, c->dev[s]);
   r = gr_graph_add_node(dst->graph, &gr_op__recv, name, NULL, 0, a, 8).node;
+  if (r) r->assigned_device = dst->device;
+  if (snd.node) snd.node->assigned_device = src->device;
   /* Inside a loop the Recv runs in every iteration of its frame on this
    * device: the frame's control loop here drives it. */
   int f = gr_part_out_frame(c, s);
+  if (r && f == 0 && c->o->schedule_recvs &&
+      !gr_part_map_put(&c->recv_src, (uint64_t)(uintptr_t)r, (void *)(intptr_t)(s + 1)))
+    return NULL;
   if (r && f > 0) {
     GR_ASSERT(c->frames[f].ctl_merge && c->frames[f].ctl_merge[d]);
     gr_graph_add_control_input(dst->graph, r, c->frames[f].ctl_merge[d]);
@@ -447,6 +453,7 @@ static gr_status build(pctx *c, const gr_output *fetches, int nx) {
     }
   }
   if (st == GR_OK) st = gr_part_add_loop_tails(c);
+  if (st == GR_OK && c->o->schedule_recvs) st = gr_part_schedule_recvs(c);
   if (st == GR_OK) st = finish(c, fetches, nx);
   return st;
 }
@@ -493,5 +500,6 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
     free(c.frames[f].ctl_merge), free(c.frames[f].ctl_pivot);
   free(c.frames), free(c.span);
   gr_part_map_free(&c.recvs), gr_part_map_free(&c.dups), gr_part_map_free(&c.standins);
+  gr_part_map_free(&c.recv_src);
   return st;
 }

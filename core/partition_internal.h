@@ -48,6 +48,7 @@ typedef struct pctx {
   gr_part_map recvs;    /* (src position, output + 1 or 0 for control, part) -> recv node */
   gr_part_map dups;     /* (src position, part) -> copied constant or enter */
   gr_part_map standins; /* (feed index, part) -> feed stand-in */
+  gr_part_map recv_src; /* top-level _recv node -> its source's position + 1 */
   bool has_cf;          /* control flow: receives may carry dead values */
   gr_partitions *ps;
 } pctx;
@@ -81,5 +82,10 @@ gr_node *gr_part_loop_pivot(pctx *c, int s, int d, gr_status *st);
 /* After copying: each control loop's switch (on the loop predicate, received
  * from the device of the loop's loop_cond) and next_iteration. */
 gr_status gr_part_add_loop_tails(pctx *c);
+
+/* Recv scheduling (partition_sched.c), after everything else: a control
+ * input for each top-level _recv from the node that finishes last before it
+ * must start. */
+gr_status gr_part_schedule_recvs(pctx *c);
 
 #endif

@@ -321,9 +321,10 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
   for (int i = 0; i < nn; i++)
     if (nodes[i]->op->flags & GR_OP_VARIABLE) p->vars[p->num_vars++] = nodes[i];
   for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
+  gr_partition_options po = {.incarnation = s->incarnation,
+                             .schedule_recvs = s->opts.schedule_recvs};
   if (num_used > 1)
-    st = gr_device_plan_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, s->incarnation, &p->plan,
-                            err);
+    st = gr_device_plan_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, &po, &p->plan, err);
   else
     st = gr_executor_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, &p->exec, err);
 done:
@@ -423,6 +424,14 @@ gr_status gr_session_init_variables(gr_session *s, gr_error *err) {
 gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
                          const gr_output *fetches, int num_fetches, gr_tensor *results,
                          const gr_output *targets, int num_targets, gr_error *err) {
+  return gr_session_run_traced(s, feeds, num_feeds, fetches, num_fetches, results, targets,
+                               num_targets, NULL, err);
+}
+
+gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_feeds,
+                                const gr_output *fetches, int num_fetches, gr_tensor *results,
+                                const gr_output *targets, int num_targets, gr_step_trace *trace,
+                                gr_error *err) {
   if (num_feeds < 0 || num_fetches < 0 || num_targets < 0 || (num_feeds && !feeds) ||
       (num_fetches && (!fetches || !results)) || (num_targets && !targets))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run: bad argument arrays");
@@ -489,7 +498,8 @@ gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
   gr_step_info step = {.step_id = __atomic_fetch_add(&s->step, 1, __ATOMIC_RELAXED),
                        .seed = gr_graph_seed(s->graph),
                        .resources = s->resources,
-                       .stacks = p->uses_stacks ? gr_step_stacks_new() : NULL};
+                       .stacks = p->uses_stacks ? gr_step_stacks_new() : NULL,
+                       .trace = trace};
   gr_status st = !step.stacks && p->uses_stacks
                      ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory")
                  : p->plan ? gr_device_plan_run(p->plan, fv, results, &step, &moved, err)

@@ -17,13 +17,12 @@ struct gr_device_plan {
 
 gr_status gr_device_plan_new(gr_node *const *nodes, int num_nodes, const gr_output *feeds,
                              int num_feeds, const gr_output *fetches, int num_fetches,
-                             gr_threadpool *pool, uint64_t incarnation, gr_device_plan **out,
-                             gr_error *err) {
+                             gr_threadpool *pool, const gr_partition_options *opts,
+                             gr_device_plan **out, gr_error *err) {
   *out = NULL;
   gr_device_plan *p = calloc(1, sizeof *p);
   if (!p) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  gr_partition_options o = {.incarnation = incarnation};
-  gr_status st = gr_partition_graph(nodes, num_nodes, feeds, num_feeds, fetches, num_fetches, &o,
+  gr_status st = gr_partition_graph(nodes, num_nodes, feeds, num_feeds, fetches, num_fetches, opts,
                                     &p->parts, err);
   if (st == GR_OK) {
     int n = p->parts->num_parts;

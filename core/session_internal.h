@@ -14,8 +14,8 @@ typedef struct gr_device_plan gr_device_plan;
  * executor per device. The plan owns the partitions; pool is borrowed. */
 gr_status gr_device_plan_new(gr_node *const *nodes, int num_nodes, const gr_output *feeds,
                              int num_feeds, const gr_output *fetches, int num_fetches,
-                             gr_threadpool *pool, uint64_t incarnation, gr_device_plan **out,
-                             gr_error *err);
+                             gr_threadpool *pool, const gr_partition_options *opts,
+                             gr_device_plan **out, gr_error *err);
 void gr_device_plan_free(gr_device_plan *p);
 /* Runs every device's executor concurrently with a fresh rendezvous; the
  * first error (not a cancellation it caused) aborts the step everywhere and

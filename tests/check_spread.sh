@@ -1,7 +1,7 @@
 #!/bin/sh
 # Every example .gr gives the same fetched values, bit for bit, on one device
-# and spread over 3 devices (round-robin: every graph really is split; and
-# placed by the cost-model placer). Values are compared as printed by --json
+# and spread over 3 devices (round-robin: every graph really is split, also
+# with recv scheduling; and placed by the cost-model placer). Values are compared as printed by --json
 # (f32 with 9 significant digits: exact).
 #   check_spread.sh GRAPHRUN EXAMPLES_DIR
 set -u
@@ -17,7 +17,8 @@ check() {
   name=$1
   shift
   "$gr" run "$@" --json --quiet > "$tmp/one" 2>"$tmp/err" || { echo "FAIL $name (1 device): $(cat "$tmp/err")"; fail=1; return; }
-  for p in round-robin cost; do
+  for p in round-robin cost "round-robin --schedule-recvs"; do
+    # shellcheck disable=SC2086 # $p is the placement and its extra flag
     "$gr" run "$@" --json --quiet --devices 3 --placement $p > "$tmp/three" 2>"$tmp/err" ||
       { echo "FAIL $name ($p): $(cat "$tmp/err")"; fail=1; continue; }
     if cmp -s "$tmp/one" "$tmp/three"; then
@@ -38,5 +39,14 @@ check rnn "$ex/rnn.gr" --steps 20
 check column_means "$ex/column_means.gr" --feed x="$tmp/cm.csv"
 check label_counts "$ex/label_counts.gr" --feed labels="$labels"
 check fashion_mlp "$ex/fashion_mlp.gr" --steps 20 --eval accuracy
-[ $fail = 0 ] && echo "spread over 3 devices: $n runs equal one device bit for bit"
+# a step trace: one complete event per node run, every device named
+"$gr" run "$ex/rnn.gr" --steps 2 --quiet --devices 3 --placement round-robin \
+  --trace "$tmp/trace.json" > /dev/null 2>"$tmp/err" || { echo "FAIL trace: $(cat "$tmp/err")"; fail=1; }
+runs=$(grep -c '"ph": "X"' "$tmp/trace.json")
+devs=$(grep -c '"name": "process_name"' "$tmp/trace.json")
+if [ "$runs" -lt 100 ] || [ "$devs" != 3 ]; then
+  echo "FAIL trace: $runs node runs on $devs devices"
+  fail=1
+fi
+[ $fail = 0 ] && echo "spread over 3 devices: $n runs equal one device bit for bit; trace ok"
 exit $fail

@@ -59,4 +59,7 @@ void cli_progress_finish(cli_progress *pr, long steps);
 
 double cli_now(void);
 
+/* Writes a step trace as Chrome trace JSON; 0, or -1 (errno set). */
+int cli_write_trace(const char *path, const gr_step_trace *t);
+
 #endif

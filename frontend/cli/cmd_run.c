@@ -29,6 +29,10 @@ static void usage(FILE *f) {
           "  --placement P      where unpinned nodes run with --devices: 'pins' (device 0, the\n"
           "                     default), 'cost' (the cost-model placer), 'round-robin' (node\n"
           "                     i on device i mod N: spreads every graph, for testing)\n"
+          "  --schedule-recvs   with --devices: start each receive as late as a critical-path\n"
+          "                     estimate allows (holds received values for less time)\n"
+          "  --trace PATH       write the last step's node runs (device, start, duration,\n"
+          "                     bytes) as a Chrome trace: open in ui.perfetto.dev\n"
           "  --eval A,B         after the last step, run once more fetching A,B only (no\n"
           "                     targets), e.g. a test accuracy\n"
           "  --json             print the fetches of the last step as one JSON object\n"
@@ -147,7 +151,9 @@ int gr_cmd_run(int argc, char **argv) {
   long steps = 1, seed = 0, threads = 0, save_every = 0, keep = 5, devices = 1;
   const char *placement = "pins";
   bool json = false, quiet = false, no_restore = false;
-  const char *ckpt_path = NULL;
+  const char *ckpt_path = NULL, *trace_path = NULL;
+  bool schedule_recvs = false;
+  gr_step_trace *trace = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     bool has_val = i + 1 < argc;
@@ -160,6 +166,10 @@ int gr_cmd_run(int argc, char **argv) {
       quiet = true;
     } else if (strcmp(a, "--no-restore") == 0) {
       no_restore = true;
+    } else if (strcmp(a, "--schedule-recvs") == 0) {
+      schedule_recvs = true;
+    } else if (strcmp(a, "--trace") == 0 && has_val) {
+      trace_path = argv[++i];
     } else if (strcmp(a, "--devices") == 0 && has_val) {
       if (!parse_long(argv[++i], 1, &devices) || devices > 64) {
         fprintf(stderr, "graphrun run: --devices wants an integer in [1, 64], got '%s'\n", argv[i]);
@@ -271,7 +281,22 @@ int gr_cmd_run(int argc, char **argv) {
   }
   if ((rc = place_nodes(g, (int)devices, placement)) != GR_EXIT_OK) goto done;
   rc = GR_EXIT_FAILURE;
-  gr_session_options opts = {.inter_op_threads = (int)threads, .num_devices = (int)devices};
+  gr_session_options opts = {.inter_op_threads = (int)threads,
+                             .num_devices = (int)devices,
+                             .schedule_recvs = schedule_recvs};
+  if (trace_path) { /* a path that cannot be written fails now, not after the run */
+    FILE *tf = fopen(trace_path, "w");
+    if (!tf) {
+      fprintf(stderr, "graphrun run: --trace %s: %s\n", trace_path, strerror(errno));
+      rc = GR_EXIT_USAGE;
+      goto done;
+    }
+    fclose(tf);
+    if (!(trace = gr_step_trace_new())) {
+      fprintf(stderr, "graphrun run: out of memory\n");
+      goto done;
+    }
+  }
   if (!(s = gr_session_new(g, &opts, &err))) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     goto done;
@@ -284,8 +309,8 @@ int gr_cmd_run(int argc, char **argv) {
   bool show = steps - done_steps > 1 && !quiet;
   if (show) cli_progress_start(&pr, steps, stderr);
   for (long st = done_steps + 1; st <= steps; st++) {
-    if (gr_session_run(s, feeds, nfeed, fetches, nfetch, results, targets, ntarget, &err) !=
-        GR_OK) {
+    if (gr_session_run_traced(s, feeds, nfeed, fetches, nfetch, results, targets, ntarget,
+                              st == steps ? trace : NULL, &err) != GR_OK) {
       if (show && pr.tty) fputc('\n', stderr);
       fprintf(stderr, "graphrun run: step %ld: %s\n", st, err.msg);
       goto done;
@@ -303,6 +328,15 @@ int gr_cmd_run(int argc, char **argv) {
       for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);
   }
   if (show) cli_progress_finish(&pr, steps);
+  if (trace && done_steps < steps) {
+    if (cli_write_trace(trace_path, trace) != 0) {
+      fprintf(stderr, "graphrun run: --trace %s: %s\n", trace_path, strerror(errno));
+      goto done;
+    }
+    if (!quiet)
+      fprintf(stderr, "graphrun run: wrote the last step's trace (%d node runs) to %s\n",
+              gr_step_trace_count(trace), trace_path);
+  }
   if (devices > 1 && !quiet && done_steps < steps) {
     gr_transfer_stats moved = gr_session_last_transfers(s);
     fprintf(stderr, "graphrun run: the last step sent %lld values between devices (%lld bytes)\n",
@@ -336,6 +370,7 @@ int gr_cmd_run(int argc, char **argv) {
   if (json) printf("}\n");
   rc = GR_EXIT_OK;
 done:
+  gr_step_trace_free(trace);
   for (int i = 0; i < nloaded; i++) gr_tensor_release(&feed_vals[i]);
   gr_ckpt_close(ck);
   gr_session_free(s);

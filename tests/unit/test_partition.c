@@ -300,11 +300,14 @@ static rgraph build_random(uint64_t seed, int devices, uint64_t dev_seed, bool w
 }
 
 /* Runs rg for two steps; writes the fetched values of the second. */
-static void run_random(rgraph *rg, int devices, int threads, gr_tensor *out) {
-  gr_session *s = gt_session(rg->g, devices, threads);
+static void run_random(rgraph *rg, int devices, int threads, bool schedule_recvs, gr_tensor *out) {
+  gr_error err;
+  gr_session_options o = {
+      .num_devices = devices, .inter_op_threads = threads, .schedule_recvs = schedule_recvs};
+  gr_session *s = gr_session_new(rg->g, &o, &err);
+  GR_CHECK_OK(s ? GR_OK : err.code, err);
   gr_tensor xv = gt_random(&(gt_rng){99}, GR_F32, (gr_shape){2, {4, 4}}, -1, 1);
   gr_feed f = {rg->x, &xv};
-  gr_error err;
   for (int step = 0; step < 2; step++) {
     GR_CHECK_OK(gr_session_run(s, &f, 1, rg->fetches, rg->nf, out, NULL, 0, &err), err);
     if (step == 0)
@@ -321,7 +324,7 @@ static void test_random_graphs_match_one_device(void) {
     int devices = 2 + (int)(seed % 3);
     rgraph one = build_random(seed, 0, 0, with_cf);
     gr_tensor want[6], got[6];
-    run_random(&one, 1, 1, want);
+    run_random(&one, 1, 1, false, want);
     gr_graph_free(one.g);
     rgraph many;
     if (seed % 4 == 1) { /* placed by the cost model on a local cluster */
@@ -334,7 +337,8 @@ static void test_random_graphs_match_one_device(void) {
     } else { /* pinned at random */
       many = build_random(seed, devices, seed * 31 + 5, with_cf);
     }
-    run_random(&many, devices, 1 + (int)(seed % 2), got);
+    /* every third case starts its receives late (recv scheduling) */
+    run_random(&many, devices, 1 + (int)(seed % 2), seed % 3 == 1, got);
     char used[8] = {0};
     int nused = 0;
     for (int i = 0; i < gr_graph_num_nodes(many.g); i++) {
@@ -397,10 +401,87 @@ static void test_long_ping_pong_chain(void) {
   }
 }
 
+/* Recv scheduling: device 1 runs a chain of stages and uses big_k (made on
+ * device 0 at the start) only in stage k. With schedule_recvs, the receive of
+ * big_k (k >= 1) waits for the chain to reach stage k - 1 or k instead of
+ * starting with the step; results are unchanged, and the trace shows each
+ * such receive starting after the node it waits for ended. */
+static gr_graph *staged_graph(gr_output *x, gr_output *y) {
+  gr_graph *g = gr_graph_new();
+  gt_pin(g, 0);
+  *x = gr_placeholder(g, "x", GR_F32, (gr_shape){2, {32, 32}});
+  gr_output big[4];
+  for (int k = 0; k < 4; k++) big[k] = gr_mul(g, *x, gr_const_f32(g, (float)(k + 1)));
+  gr_graph_pop_device_scope(g);
+  gt_pin(g, 1);
+  gr_output h = gr_tanh(g, *x);
+  for (int k = 0; k < 4; k++) {
+    char scope[16];
+    snprintf(scope, sizeof scope, "stage%d", k);
+    gr_graph_push_name_scope(g, scope);
+    for (int r = 0; r < 3; r++) h = gr_tanh(g, gr_matmul(g, h, h, false, true));
+    h = gr_add(g, h, big[k]);
+    gr_graph_pop_name_scope(g);
+  }
+  gr_graph_pop_device_scope(g);
+  *y = h;
+  GR_CHECK(gr_graph_error(g) == NULL);
+  return g;
+}
+
+static void test_recv_scheduling(void) {
+  gr_output x, y;
+  gr_graph *g = staged_graph(&x, &y);
+  gr_tensor xv = gt_random(&(gt_rng){3}, GR_F32, (gr_shape){2, {32, 32}}, -0.2, 0.2), out[2];
+  gr_feed f = {x, &xv};
+  gr_error err;
+  for (int sched = 0; sched < 2; sched++) {
+    gr_session_options o = {.num_devices = 2, .inter_op_threads = 2, .schedule_recvs = sched};
+    gr_session *s = gr_session_new(g, &o, &err);
+    gr_step_trace *tr = gr_step_trace_new();
+    GR_CHECK_OK(gr_session_run_traced(s, &f, 1, &y, 1, &out[sched], NULL, 0, tr, &err), err);
+    int checked = 0;
+    for (int i = 0; i < gr_step_trace_count(tr); i++) {
+      const gr_trace_event *e = gr_step_trace_event(tr, i);
+      const gr_node *n = e->node;
+      if (strncmp(n->name, "_recv/mul", 9) != 0) continue;
+      int k = n->name[9] == '/' ? 0 : n->name[10] - '0'; /* _recv/mul/..., _recv/mul_K/... */
+      if (!sched) {
+        GR_CHECK_EQ_INT(n->num_control_inputs, 0);
+        continue;
+      }
+      if (k == 0) continue;
+      GR_CHECK_EQ_INT(n->num_control_inputs, 1);
+      const gr_node *waits = n->control_inputs[0];
+      char a[16], b[16];
+      snprintf(a, sizeof a, "stage%d/", k - 1);
+      snprintf(b, sizeof b, "stage%d/", k);
+      GR_CHECK_MSG(strncmp(waits->name, a, strlen(a)) == 0 ||
+                       strncmp(waits->name, b, strlen(b)) == 0,
+                   "the receive of big_%d waits for '%s'", k, waits->name);
+      for (int j = 0; j < gr_step_trace_count(tr); j++) {
+        const gr_trace_event *w = gr_step_trace_event(tr, j);
+        if (w->node != waits) continue;
+        GR_CHECK(e->start_ns >= w->end_ns);
+        checked++;
+      }
+    }
+    if (sched) GR_CHECK_EQ_INT(checked, 3);
+    gr_step_trace_free(tr);
+    gr_session_free(s);
+  }
+  GR_CHECK(gt_equal(&out[0], &out[1]));
+  gr_tensor_release(&out[0]);
+  gr_tensor_release(&out[1]);
+  gr_tensor_release(&xv);
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_one_pair_per_tensor_and_device);
   GR_RUN(test_error_aborts_all_devices);
   GR_RUN(test_long_ping_pong_chain);
+  GR_RUN(test_recv_scheduling);
   GR_RUN(test_random_graphs_match_one_device);
   return gr_test_finish();
 }

@@ -103,6 +103,31 @@ static void test_loop_body_on_three_devices(void) {
   GR_CHECK_EQ_INT(ps->num_control_sends, 0);
   gr_partitions_free(ps);
   gr_graph_free(g);
+  /* a trace of the step: the matmul ran on device 1 once per live iteration */
+  g = span_graph(4, true, f);
+  gr_session *s = gt_session(g, 3, 2);
+  gr_step_trace *tr = gr_step_trace_new();
+  gr_tensor got[2];
+  gr_error err;
+  GR_CHECK_OK(gr_session_run_traced(s, NULL, 0, f, 2, got, NULL, 0, tr, &err), err);
+  int runs = 0;
+  int64_t iter_sum = 0;
+  for (int i = 0; i < gr_step_trace_count(tr); i++) {
+    const gr_trace_event *e = gr_step_trace_event(tr, i);
+    if (strcmp(e->node->name, "while/matmul") != 0) continue;
+    GR_CHECK_STR_CONTAINS(e->node->assigned_device, "CPU:1");
+    GR_CHECK_EQ_INT(e->out_bytes, 3 * 4 * (int64_t)sizeof(float));
+    GR_CHECK(e->end_ns >= e->start_ns);
+    runs++;
+    iter_sum += e->iteration;
+  }
+  GR_CHECK_EQ_INT(runs, 4);
+  GR_CHECK_EQ_INT(iter_sum, 0 + 1 + 2 + 3);
+  gr_tensor_release(&got[0]);
+  gr_tensor_release(&got[1]);
+  gr_step_trace_free(tr);
+  gr_session_free(s);
+  gr_graph_free(g);
   for (int iters = 0; iters <= 7; iters += iters < 2 ? 1 : 5) {
     gr_tensor want[2];
     g = span_graph(iters, false, f);

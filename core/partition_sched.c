@@ -1,0 +1,236 @@
+/* Recv scheduling (gr_partition_options.schedule_recvs): a _recv starts as
+ * soon as its step does, so a value a device needs only late in the step
+ * would arrive early and be held there. Instead, each top-level _recv gets a
+ * control input from the node of its device that, by a critical-path
+ * estimate, finishes last before the Recv must start (as late as possible
+ * with the consumer still on time):
+ *
+ *   cost(n)      ~ 100 ns + 0.5 ns per flop + 0.1 ns per byte (the op's cost fn)
+ *   ASAP finish  longest path from the roots (receives at 0)
+ *   ALAP start   deadline(consumers) - cost, from the device's critical path
+ *
+ * For Recv R the chosen node X finishes at or before R's ALAP start, as late
+ * as possible, and does not depend on the value R carries (it is no
+ * descendant of R's source in the whole graph), so no device can wait for
+ * itself. Loops are left alone. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/partition_internal.h"
+#include "core/transfer_internal.h"
+
+static int64_t cost_ns(const gr_node *n) {
+  gr_cost c = {0, 0};
+  if (n->op->cost_fn) n->op->cost_fn(n, &c);
+  if (n->op == &gr_op__recv) c.bytes = (double)gr_shape_num_elements(&n->out_shapes[0]) * 4;
+  if (c.flops < 0) c.flops = 0;
+  if (c.bytes < 0) c.bytes = 0;
+  return 100 + (int64_t)(0.5 * c.flops + 0.1 * c.bytes);
+}
+
+typedef struct sched {
+  int n;
+  int *order;         /* topological (loop back edges aside) */
+  int *cstart, *cons; /* consumers by id (CSR) */
+  int64_t *cost, *eft, *lst;
+} sched;
+
+static bool back(const gr_node *v, int j) {
+  return j < v->num_inputs && v->inputs[j].node->op->cf_kind == GR_CF_NEXT_ITERATION;
+}
+static const gr_node *input_node(const gr_node *v, int j) {
+  return j < v->num_inputs ? v->inputs[j].node : v->control_inputs[j - v->num_inputs];
+}
+
+static bool sched_build(sched *s, gr_graph *g) {
+  int n = s->n = gr_graph_num_nodes(g);
+  s->order = malloc(sizeof(int) * ((size_t)n + 1));
+  s->cstart = calloc((size_t)n + 2, sizeof(int));
+  s->cost = malloc(sizeof(int64_t) * ((size_t)n + 1));
+  s->eft = calloc((size_t)n + 1, sizeof(int64_t));
+  s->lst = malloc(sizeof(int64_t) * ((size_t)n + 1));
+  if (!s->order || !s->cstart || !s->cost || !s->eft || !s->lst) return false;
+  if (gr_graph_topo_order(g, s->order) != n) return false;
+  int edges = 0;
+  for (int i = 0; i < n; i++) {
+    const gr_node *v = gr_graph_node(g, i);
+    for (int j = 0; j < v->num_inputs + v->num_control_inputs; j++)
+      if (!back(v, j)) s->cstart[input_node(v, j)->id + 1]++, edges++;
+  }
+  for (int i = 0; i < n; i++) s->cstart[i + 1] += s->cstart[i];
+  s->cons = malloc(sizeof(int) * ((size_t)edges + 1));
+  int *fill = calloc((size_t)n + 1, sizeof(int));
+  if (!s->cons || !fill) {
+    free(fill);
+    return false;
+  }
+  for (int i = 0; i < n; i++) {
+    const gr_node *v = gr_graph_node(g, i);
+    for (int j = 0; j < v->num_inputs + v->num_control_inputs; j++) {
+      if (back(v, j)) continue;
+      int u = input_node(v, j)->id;
+      s->cons[s->cstart[u] + fill[u]++] = i;
+    }
+  }
+  free(fill);
+  /* ASAP finish, then ALAP start against the critical path */
+  int64_t span = 0;
+  for (int k = 0; k < n; k++) {
+    int i = s->order[k];
+    const gr_node *v = gr_graph_node(g, i);
+    int64_t start = 0;
+    for (int j = 0; j < v->num_inputs + v->num_control_inputs; j++)
+      if (!back(v, j) && s->eft[input_node(v, j)->id] > start) start = s->eft[input_node(v, j)->id];
+    s->cost[i] = cost_ns(v);
+    s->eft[i] = start + s->cost[i];
+    if (s->eft[i] > span) span = s->eft[i];
+  }
+  for (int k = n - 1; k >= 0; k--) {
+    int i = s->order[k];
+    int64_t finish = span;
+    for (int e = s->cstart[i]; e < s->cstart[i + 1]; e++)
+      if (s->lst[s->cons[e]] < finish) finish = s->lst[s->cons[e]];
+    s->lst[i] = finish - s->cost[i];
+  }
+  return true;
+}
+
+static void sched_free(sched *s) {
+  free(s->order), free(s->cstart), free(s->cons), free(s->cost), free(s->eft), free(s->lst);
+}
+
+/* Marks (with stamp) every node of the input set that depends on position src. */
+/* Dependencies added by scheduling, as edges between positions: X -> each
+ * consumer of the scheduled receive's source on its device. */
+typedef struct added {
+  int *head; /* per position, -1: none */
+  int *next, *dst;
+  int n, cap;
+} added;
+
+static bool added_put(added *a, int from, int to) {
+  if (a->n == a->cap) {
+    int cap = a->cap ? a->cap * 2 : 64;
+    int *nx = realloc(a->next, sizeof(int) * (size_t)cap);
+    if (!nx) return false;
+    a->next = nx;
+    int *ds = realloc(a->dst, sizeof(int) * (size_t)cap);
+    if (!ds) return false;
+    a->dst = ds;
+    a->cap = cap;
+  }
+  a->dst[a->n] = to;
+  a->next[a->n] = a->head[from];
+  a->head[from] = a->n++;
+  return true;
+}
+
+/* Marks (with stamp) every position that depends on src, through the graph's
+ * edges and those scheduling added: whatever waits for src's value. */
+static void mark_descendants(int src, int *mark, int stamp, int *stack, const int *cstart,
+                             const int *cons, const added *a) {
+  int sp = 0;
+  stack[sp++] = src;
+  mark[src] = stamp;
+  while (sp > 0) {
+    int v = stack[--sp];
+    for (int e = cstart[v]; e < cstart[v + 1]; e++)
+      if (mark[cons[e]] != stamp) mark[cons[e]] = stamp, stack[sp++] = cons[e];
+    for (int e = a->head[v]; e >= 0; e = a->next[e])
+      if (mark[a->dst[e]] != stamp) mark[a->dst[e]] = stamp, stack[sp++] = a->dst[e];
+  }
+}
+
+gr_status gr_part_schedule_recvs(pctx *c) {
+  int n = c->n;
+  /* consumers in the input set, by position */
+  int *cstart = calloc((size_t)n + 2, sizeof(int)), *fill = calloc((size_t)n + 1, sizeof(int));
+  int *mark = calloc((size_t)n + 1, sizeof(int)), *stack = malloc(sizeof(int) * ((size_t)n + 1));
+  int *cons = NULL, edges = 0;
+  added extra = {malloc(sizeof(int) * ((size_t)n + 1)), NULL, NULL, 0, 0};
+  unsigned char *maybe_dead = calloc((size_t)n + 1, 1);
+  gr_status st = GR_OK;
+  if (!cstart || !fill || !mark || !stack || !extra.head || !maybe_dead) goto oom;
+  for (int i = 0; i < n; i++) extra.head[i] = -1;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < n; i++) {
+      const gr_node *v = c->nodes[i];
+      for (int j = 0; j < v->num_inputs + v->num_control_inputs; j++) {
+        if (j < v->num_inputs && gr_part_back_edge(v, j)) continue;
+        int s = gr_part_pos(c, input_node(v, j));
+        if (s < 0) continue;
+        if (pass == 0)
+          cstart[s + 1]++, edges++;
+        else
+          cons[cstart[s] + fill[s]++] = i;
+      }
+    }
+    if (pass == 0) {
+      for (int i = 0; i < n; i++) cstart[i + 1] += cstart[i];
+      if (!(cons = malloc(sizeof(int) * ((size_t)edges + 1)))) goto oom;
+    }
+  }
+  /* nodes that may be dead (downstream of a switch, before a merge joins
+   * every side): a control input from one would make the receive dead */
+  for (int k = 0; k < n; k++) {
+    int i = c->order[k];
+    const gr_node *v = c->nodes[i];
+    int total = v->num_inputs + v->num_control_inputs, dead_in = 0, seen = 0;
+    for (int j = 0; j < total; j++) {
+      if (j < v->num_inputs && gr_part_back_edge(v, j)) continue;
+      int p = gr_part_pos(c, input_node(v, j));
+      if (p < 0) continue;
+      seen++;
+      dead_in += maybe_dead[p] || (j < v->num_inputs && c->nodes[p]->op->cf_kind == GR_CF_SWITCH);
+    }
+    maybe_dead[i] = v->op->cf_kind == GR_CF_MERGE ? seen && dead_in == seen : dead_in > 0;
+  }
+  int stamp = 0;
+  for (int d = 0; d < c->ps->num_parts && st == GR_OK; d++) {
+    gr_graph *g = c->ps->parts[d].graph;
+    sched s = {0};
+    int *pos_of_id = NULL;
+    if (!sched_build(&s, g) || !(pos_of_id = malloc(sizeof(int) * ((size_t)s.n + 1)))) {
+      sched_free(&s);
+      free(pos_of_id);
+      goto oom;
+    }
+    for (int id = 0; id < s.n; id++) pos_of_id[id] = -1;
+    for (int i = 0; i < n; i++)
+      if (c->dev[i] == d && c->copy[i] && gr_part_out_frame(c, i) == 0 && !maybe_dead[i])
+        pos_of_id[c->copy[i]->id] = i;
+    for (int r = 0; r < s.n && st == GR_OK; r++) {
+      gr_node *recv = gr_graph_node(g, r);
+      intptr_t src = (intptr_t)gr_part_map_get(&c->recv_src, (uint64_t)(uintptr_t)recv) - 1;
+      if (src < 0) continue; /* not a top-level receive */
+      mark_descendants((int)src, mark, ++stamp, stack, cstart, cons, &extra);
+      int best = -1;
+      for (int x = 0; x < s.n; x++) {
+        int p = pos_of_id[x];
+        if (p < 0 || mark[p] == stamp || s.eft[x] > s.lst[r]) continue;
+        if (best < 0 || s.eft[x] > s.eft[best]) best = x;
+      }
+      if (best < 0) continue;
+      if (gr_graph_add_control_input(g, recv, gr_graph_node(g, best)) != GR_OK) {
+        st = gr_part_graph_error(c, g);
+        break;
+      }
+      c->ps->num_scheduled_recvs++;
+      for (int e = cstart[src]; e < cstart[src + 1]; e++)
+        if (c->dev[cons[e]] == d && !added_put(&extra, pos_of_id[best], cons[e])) {
+          sched_free(&s);
+          free(pos_of_id);
+          goto oom;
+        }
+    }
+    sched_free(&s);
+    free(pos_of_id);
+  }
+  free(cstart), free(fill), free(mark), free(stack), free(cons);
+  free(extra.head), free(extra.next), free(extra.dst), free(maybe_dead);
+  return st;
+oom:
+  free(cstart), free(fill), free(mark), free(stack), free(cons);
+  free(extra.head), free(extra.next), free(extra.dst), free(maybe_dead);
+  return gr_part_oom(c);
+}
