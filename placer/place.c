@@ -255,6 +255,53 @@ static gr_status join_groups(build *b) {
   return GR_OK;
 }
 
+/* Loops: the simulation runs one iteration of a loop, so it cannot tell how
+ * often a transfer inside one is paid. The unpinned nodes of each top-level
+ * loop (without a variable or colocate_with of their own) are placed as one
+ * group; pinning spreads a loop over devices on purpose. */
+static gr_status join_loops(build *b, const int *order) {
+  int n = b->n;
+  int *depth = malloc(sizeof(int) * ((size_t)n + 1)), *top = malloc(sizeof(int) * ((size_t)n + 1));
+  int *anchor = malloc(sizeof(int) * ((size_t)n + 1));
+  strmap frames = {0};
+  gr_status st = GR_OK;
+  if (!depth || !top || !anchor) goto oom;
+  int nloops = 0;
+  for (int k = 0; k < n; k++) {
+    int i = order[k];
+    gr_node *v = gr_graph_node(b->g, i);
+    const gr_node *src = NULL;
+    for (int j = 0; j < v->num_inputs && !src; j++)
+      if (v->inputs[j].node->op->cf_kind != GR_CF_NEXT_ITERATION) src = v->inputs[j].node;
+    if (!src && v->num_control_inputs) src = v->control_inputs[0];
+    int d = 0, t = -1;
+    if (src) { /* the frame src's outputs live in */
+      d = depth[src->id] - (src->op->cf_kind == GR_CF_EXIT && depth[src->id] > 0);
+      t = d > 0 ? top[src->id] : -1;
+    }
+    if (v->op->cf_kind == GR_CF_ENTER && ++d == 1) {
+      t = map_get_or_put(&frames, gr_node_attr_string(v, "frame_name", v->name), nloops);
+      if (t == -2) goto oom;
+      if (t == nloops) anchor[nloops++] = -1;
+    }
+    depth[i] = d;
+    top[i] = t;
+    if (t < 0 || v->requested_device[0] || v->colocate_with || gr_node_attr_string(v, "var", NULL))
+      continue;
+    if (anchor[t] < 0)
+      anchor[t] = i;
+    else
+      uf_union(b->parent, anchor[t], i);
+  }
+  goto done;
+oom:
+  st = gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
+done:
+  free(depth), free(top), free(anchor);
+  map_free(&frames);
+  return st;
+}
+
 /* Intersects the pins of each group; conflicts name both nodes and specs. */
 static gr_status group_sets(build *b, int *gset, int *gpinner) {
   for (int i = 0; i < b->n; i++) gset[i] = -1, gpinner[i] = -1;
@@ -404,6 +451,7 @@ gr_status gr_placer_place(gr_graph *g, const gr_cluster *c, const gr_placer_opti
   }
   if ((s = resolve_pins(&b)) != GR_OK) goto done;
   if ((s = join_groups(&b)) != GR_OK) goto done;
+  if ((s = join_loops(&b, order)) != GR_OK) goto done;
   if ((s = group_sets(&b, gset, gpinner)) != GR_OK) goto done;
   if ((s = fill_graph(&b, order, gset)) != GR_OK) goto done;
   gr_place_options po = {.record = o.explain};

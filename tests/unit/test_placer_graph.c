@@ -284,6 +284,74 @@ static void test_profiles(void) {
   GR_CHECK_STR_CONTAINS(err.msg, "/nonexistent/dir/p.db");
 }
 
+/* Loops: the simulation sees one iteration, so the unpinned nodes of a loop
+ * are placed together, while the same two heavy branches outside a loop go
+ * to two devices; a pinned body node still goes where it is pinned. */
+typedef struct heavy_arg {
+  gr_output w;
+  const char *pin; /* for the second branch, or NULL */
+} heavy_arg;
+static gr_output heavy_cond(gr_graph *g, void *p, const gr_output *v) {
+  (void)p;
+  return gr_less(g, v[0], gr_const_i64(g, 3));
+}
+static void heavy_pair(gr_graph *g, const heavy_arg *a, gr_output x, gr_output y, gr_output *ox,
+                       gr_output *oy) {
+  *ox = gr_tanh(g, gr_matmul(g, x, a->w, false, false));
+  if (a->pin) gr_graph_push_device_scope(g, a->pin);
+  *oy = gr_tanh(g, gr_matmul(g, y, a->w, false, false));
+  if (a->pin) gr_graph_pop_device_scope(g);
+}
+static void heavy_body(gr_graph *g, void *p, const gr_output *v, gr_output *next) {
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  heavy_pair(g, p, v[1], v[2], &next[1], &next[2]);
+}
+
+static void test_loops_placed_together(void) {
+  gr_cluster *c = gr_cluster_new_local(2, 1e9, 1e12, 1e-7);
+  gr_error err;
+  for (int variant = 0; variant < 3; variant++) { /* 0: no loop, 1: loop, 2: loop with a pin */
+    gr_graph *g = gr_graph_new();
+    gr_shape s = {2, {256, 256}};
+    heavy_arg a = {gr_random_uniform(g, GR_F32, s, -0.1, 0.1, 1),
+                   variant == 2 ? "/device:CPU:1" : NULL};
+    gr_output v[3] = {gr_const_i64(g, 0), gr_random_uniform(g, GR_F32, s, -1, 1, 2),
+                      gr_random_uniform(g, GR_F32, s, -1, 1, 3)};
+    if (variant == 0)
+      heavy_pair(g, &a, v[1], v[2], &v[1], &v[2]);
+    else
+      GR_CHECK(gr_while_loop(g, heavy_cond, heavy_body, &a, 3, v, 0) == GR_OK);
+    GR_CHECK_OK(gr_placer_place(g, c, NULL, NULL, &err), err);
+    const char *loop_dev = NULL;
+    int devs_used = 0, pinned_seen = 0;
+    const char *seen[2] = {NULL, NULL};
+    for (int i = 0; i < gr_graph_num_nodes(g); i++) {
+      const gr_node *n = gr_graph_node(g, i);
+      if (strncmp(n->name, "while/", 6) != 0 && strncmp(n->name, "matmul", 6) != 0) continue;
+      if (n->requested_device[0]) {
+        GR_CHECK_STR_CONTAINS(n->assigned_device, "CPU:1");
+        pinned_seen++;
+        continue;
+      }
+      if (variant > 0) {
+        if (!loop_dev) loop_dev = n->assigned_device;
+        GR_CHECK_MSG(strcmp(n->assigned_device, loop_dev) == 0, "loop node %s on %s, not %s",
+                     n->name, n->assigned_device, loop_dev);
+      } else {
+        for (int k = 0; k < 2; k++)
+          if (!seen[k] || strcmp(seen[k], n->assigned_device) == 0) {
+            if (!seen[k]) seen[k] = n->assigned_device, devs_used++;
+            break;
+          }
+      }
+    }
+    if (variant == 0) GR_CHECK_EQ_INT(devs_used, 2); /* outside a loop they go apart */
+    if (variant == 2) GR_CHECK_EQ_INT(pinned_seen, 2);
+    gr_graph_free(g);
+  }
+  gr_cluster_free(c);
+}
+
 int main(void) {
   GR_RUN(test_pins_exact);
   GR_RUN(test_unsatisfiable_pin);
@@ -293,5 +361,6 @@ int main(void) {
   GR_RUN(test_refusals);
   GR_RUN(test_cost_model);
   GR_RUN(test_profiles);
+  GR_RUN(test_loops_placed_together);
   return gr_test_finish();
 }
