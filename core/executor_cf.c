@@ -227,6 +227,8 @@ gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
                           "control dependency of '%s' on '%s' crosses a loop boundary",
                           e->nodes[d].node->name, en->node->name);
       p->ctrl_mode[k] = e->nodes[d].cf_kind == GR_CF_ENTER ? MODE_ENTER : MODE_SAME;
+      /* a frame instance waits for every edge into its enters, control ones too */
+      if (p->ctrl_mode[k] == MODE_ENTER) p->frames[p->node_frame[d]].num_enters++;
     }
   }
   /* local numbering per frame */
@@ -416,7 +418,10 @@ static void deliver(cf_run *r, frame_inst *f, int64_t t, int d, int slot, gr_ten
       v->buf = NULL;
       it->fired[l] = 1;
       push_token(r, d, f, t);
-    } else if (++it->dead_in[l] == (t == 0 ? p->merge_fwd[d] : p->merge_back[d])) {
+    } else if (++it->dead_in[l] ==
+               (t == 0 || !p->merge_back[d] ? p->merge_fwd[d] : p->merge_back[d])) {
+      /* every input it waits for this iteration is dead (a cond's merge has
+       * only forward inputs, in every iteration of its loop) */
       it->fired[l] = 1;
       it->dead[l] = 1;
       push_token(r, d, f, t);
@@ -565,7 +570,9 @@ static void propagate(cf_run *r, int i, frame_inst *f, int64_t t, gr_tensor *out
         oom(r);
         continue;
       }
+      c->pending_enters--;
       deliver(r, c, 0, d, 0, NULL, node_dead, true);
+      check_iteration(r, c, 0);
     } else {
       deliver(r, f, t, d, 0, NULL, node_dead, true);
     }

@@ -164,6 +164,32 @@ static gr_status assign_frames(pctx *c) {
   return GR_OK;
 }
 
+/* Every value must stay in its frame, or enter a child frame through an
+ * enter, leave through an exit or go round through next_iteration (the
+ * executor checks the same; partitioning needs it first). */
+static gr_status check_frames(pctx *c) {
+  for (int i = 0; i < c->n; i++) {
+    const gr_node *nd = c->nodes[i];
+    int want =
+        nd->op->cf_kind == GR_CF_ENTER && c->frame[i] ? c->frames[c->frame[i]].parent : c->frame[i];
+    for (int j = 0; j < nd->num_inputs + nd->num_control_inputs; j++) {
+      bool data = j < nd->num_inputs;
+      const gr_node *src = data ? nd->inputs[j].node : nd->control_inputs[j - nd->num_inputs];
+      int s = gr_part_pos(c, src);
+      if (s < 0 || (data && gr_part_back_edge(nd, j))) continue;
+      int got = gr_part_out_frame(c, s);
+      if (got != want)
+        return gr_error_set(c->err, GR_ERR_INVALID_ARGUMENT,
+                            "node '%s' (%s%s) uses '%s' (%s%s): a value must enter a loop "
+                            "through an enter node and leave it through an exit",
+                            nd->name, want ? "in loop " : "at the top level",
+                            want ? c->frames[want].name : "", src->name,
+                            got ? "in loop " : "at the top level", got ? c->frames[got].name : "");
+    }
+  }
+  return GR_OK;
+}
+
 static int device_index(pctx *c, const char *name) {
   for (int d = 0; d < c->num_devs; d++)
     if (strcmp(c->devs[d], name) == 0) return d;
@@ -225,7 +251,8 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
   gr_output in = {src_copy, index};
   gr_output snd = gr_graph_add_node(src->graph, &gr_op__send, name, index >= 0 ? &in : NULL,
                                     index >= 0 ? 1 : 0, a, 6);
-  if (snd.node && index < 0) gr_graph_add_control_input(src->graph, snd.node, src_copy);
+  if (snd.node && index < 0 && gr_graph_add_control_input(src->graph, snd.node, src_copy) != GR_OK)
+    return NULL;
   if (index >= 0)
     snprintf(name, sizeof name, "_recv/%s/%d/%d", from->name, index, c->dev[s]);
   else
@@ -240,8 +267,8 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
       !gr_part_map_put(&c->recv_src, (uint64_t)(uintptr_t)r, (void *)(intptr_t)(s + 1)))
     return NULL;
   if (r && f > 0) {
-    GR_ASSERT(c->frames[f].ctl_merge && c->frames[f].ctl_merge[d]);
-    gr_graph_add_control_input(dst->graph, r, c->frames[f].ctl_merge[d]);
+    GR_ASSERT(c->frames[f].ctl_merge && c->frames[f].ctl_merge[d]); /* check_frames, spans */
+    if (gr_graph_add_control_input(dst->graph, r, c->frames[f].ctl_merge[d]) != GR_OK) return NULL;
     c->ps->num_loop_sends++;
   }
   if (!snd.node || !r || !gr_part_map_put(&c->recvs, key, r)) return NULL;
@@ -322,7 +349,14 @@ static gr_status copy_to(pctx *c, int i, int d, gr_node **out) {
   for (int j = 0; j < nd->num_inputs && st == GR_OK; j++) {
     int s = gr_part_pos(c, nd->inputs[j].node);
     if (s >= 0 && !c->copy[s]) { /* a loop's back edge: patched once its source exists */
-      GR_ASSERT(gr_part_back_edge(nd, j) && j > 0 && c->dev[s] == d);
+      if (!gr_part_back_edge(nd, j) || j == 0) {
+        st = gr_error_set(c->err, GR_ERR_INVALID_ARGUMENT,
+                          "merge '%s': its first input comes from next_iteration '%s'; a loop's "
+                          "merge takes its first value from an enter",
+                          nd->name, nd->inputs[j].node->name);
+        break;
+      }
+      GR_ASSERT(c->dev[s] == d); /* settle_loops put the next_iteration with its merge */
       in[j] = in[0];
     } else {
       st = input_on(c, nd, nd->inputs[j], d, &in[j]);
@@ -420,6 +454,7 @@ enum { MAX_DEVICES = 2047 }; /* device indices fit the 11 bits the maps give the
 static gr_status build(pctx *c, const gr_output *fetches, int nx) {
   gr_status st = topo_sort(c);
   if (st == GR_OK) st = assign_frames(c);
+  if (st == GR_OK) st = check_frames(c);
   for (int i = 0; i < c->n && st == GR_OK; i++) {
     if (!c->nodes[i]->assigned_device)
       return gr_error_set(c->err, GR_ERR_INTERNAL, "partitioning: node '%s' has no device",

@@ -73,8 +73,8 @@ static gr_status settle_structure(pctx *c) {
 }
 
 gr_status gr_part_settle_loops(pctx *c) {
-  if (c->num_frames <= 1) return GR_OK;
   GR_TRY(settle_structure(c));
+  if (c->num_frames <= 1) return GR_OK;
   int nd = c->num_devs;
   c->span = calloc((size_t)c->num_frames * (size_t)nd, 1);
   if (!c->span) return gr_part_oom(c);

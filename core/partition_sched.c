@@ -25,7 +25,8 @@ static int64_t cost_ns(const gr_node *n) {
   if (n->op == &gr_op__recv) c.bytes = (double)gr_shape_num_elements(&n->out_shapes[0]) * 4;
   if (c.flops < 0) c.flops = 0;
   if (c.bytes < 0) c.bytes = 0;
-  return 100 + (int64_t)(0.5 * c.flops + 0.1 * c.bytes);
+  double ns = 100 + 0.5 * c.flops + 0.1 * c.bytes;
+  return ns < 1e12 ? (int64_t)ns : (int64_t)1e12; /* sums along paths stay far from overflow */
 }
 
 typedef struct sched {

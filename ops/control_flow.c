@@ -221,28 +221,56 @@ done:
   free(caps);
 }
 
-/* A branch or loop body hangs every node it builds off a pivot by a control
- * input, but only nodes that have no other way to be in it need one: a node
- * with a data input that is live exactly when the pivot is (from `from` on,
- * loop invariants counted only if invariant_ok) drops it. That saves a
- * control edge per node, and a transfer per iteration where the node runs on
- * another device than the pivot. */
-static void drop_pivot(gr_graph *g, int lo, int hi, const gr_node *pivot, int from,
-                       bool invariant_ok) {
+static bool has_control_input(const gr_node *n, const gr_node *dep) {
+  for (int j = 0; j < n->num_control_inputs; j++)
+    if (n->control_inputs[j] == dep) return true;
+  return false;
+}
+
+/* A branch or the condition of a loop hangs every node it builds off a pivot
+ * by a control input, but a node with a data input needs none: its inputs
+ * come through the branch's switches or from inside the loop's frame, so it
+ * is live exactly when the pivot is. Dropping it saves a control edge per
+ * node, and a transfer where the node runs on another device. */
+static void drop_pivot(gr_graph *g, int lo, int hi, const gr_node *pivot) {
   for (int id = lo; id < hi; id++) {
     gr_node *n = gr_graph_node(g, id);
-    bool has = false;
-    for (int j = 0; j < n->num_control_inputs && !has; j++) has = n->control_inputs[j] == pivot;
-    if (!has) continue;
-    for (int j = 0; j < n->num_inputs; j++) {
-      const gr_node *s = n->inputs[j].node;
-      bool invariant = s->op->cf_kind == GR_CF_ENTER && gr_node_attr_bool(s, "is_constant", false);
-      if (s->id >= from && (invariant_ok || !invariant)) {
-        gr_graph_remove_control_input(n, pivot);
-        break;
-      }
+    if (n->num_inputs && has_control_input(n, pivot)) gr_graph_remove_control_input(n, pivot);
+  }
+}
+
+/* The same for a loop body [lo, hi), whose pivot is dead in the iteration
+ * that ends the loop: a node keeps it unless one of its data inputs is tied
+ * to it (a body value, or a node that is), since loop invariants stay live.
+ * A nested loop's enter fed only by invariants gets the pivot, so that the
+ * nested loop does not run again when the outer one ends. */
+static void drop_body_pivot(gr_graph *g, int lo, int hi, const gr_output *body, int nbody) {
+  const gr_node *pivot = body[0].node;
+  unsigned char *tied = calloc((size_t)(hi - lo) + 1, 1);
+  if (!tied) {
+    gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "while_loop: out of memory");
+    return;
+  }
+  for (int i = 0; i < nbody; i++) tied[body[i].node->id - lo] = 1; /* the switches' true sides */
+  for (int id = lo; id < hi; id++) {
+    gr_node *n = gr_graph_node(g, id);
+    bool from_tied = false;
+    for (int j = 0; j < n->num_inputs && !from_tied; j++) {
+      int s = n->inputs[j].node->id;
+      from_tied = s >= lo && s < id && tied[s - lo];
+    }
+    if (tied[id - lo]) continue;
+    if (has_control_input(n, pivot)) {
+      if (from_tied) gr_graph_remove_control_input(n, pivot);
+      tied[id - lo] = 1;
+    } else if (from_tied) {
+      tied[id - lo] = 1;
+    } else if (n->op->cf_kind == GR_CF_ENTER) {
+      gr_graph_add_control_input(g, n, (gr_node *)pivot);
+      tied[id - lo] = 1;
     }
   }
+  free(tied);
 }
 
 typedef struct branch_arg {
@@ -275,7 +303,7 @@ gr_status gr_cond(gr_graph *g, gr_output pred, gr_branch_fn then_fn, gr_branch_f
     int end = gr_graph_num_nodes(g);
     branch_arg b = {pred, side};
     reroute(g, first, end, -1, -1, branch_capture, &b);
-    drop_pivot(g, first, end, pivot.node, 0, true);
+    drop_pivot(g, first, end, pivot.node);
     for (int i = 0; i < num_outputs && !gr_graph_error(g); i++) {
       if (!both[side][i].node)
         return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "cond: %s branch output %d is null",
@@ -381,8 +409,8 @@ gr_status gr_while_loop(gr_graph *g, gr_loop_cond_fn cond_fn, gr_loop_body_fn bo
   }
   /* values from outside the loop used inside: constant enters */
   reroute(g, start, gr_graph_num_nodes(g), start, own_end, loop_capture, &la);
-  drop_pivot(g, own_end, body_start, merges[0].node, 0, true);
-  drop_pivot(g, body[0].node->id, body_end, body[0].node, body_start, false);
+  drop_pivot(g, own_end, body_start, merges[0].node);
+  drop_body_pivot(g, body_start, body_end, body, n);
   for (int i = 0; i < n; i++) {
     gr_output r = results[i];
     if (r.node->id < start) { /* an outside value: through the pivot, dead when the loop ends */

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -285,13 +286,15 @@ int gr_cmd_run(int argc, char **argv) {
                              .num_devices = (int)devices,
                              .schedule_recvs = schedule_recvs};
   if (trace_path) { /* a path that cannot be written fails now, not after the run */
-    FILE *tf = fopen(trace_path, "w");
+    bool existed = access(trace_path, F_OK) == 0;
+    FILE *tf = fopen(trace_path, "a"); /* neither truncates nor leaves an empty file behind */
     if (!tf) {
       fprintf(stderr, "graphrun run: --trace %s: %s\n", trace_path, strerror(errno));
       rc = GR_EXIT_USAGE;
       goto done;
     }
     fclose(tf);
+    if (!existed) remove(trace_path);
     if (!(trace = gr_step_trace_new())) {
       fprintf(stderr, "graphrun run: out of memory\n");
       goto done;

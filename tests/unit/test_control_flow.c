@@ -168,6 +168,43 @@ static void test_values_from_outside(void) {
   gr_graph_free(g);
 }
 
+/* ---- a nested loop fed only by values from outside both loops: it runs once
+ * per outer iteration and not again when the outer loop ends */
+static gr_output far_inner_cond(gr_graph *g, void *a, const gr_output *v) {
+  (void)a;
+  return gr_less(g, v[0], gr_const_i64(g, 2));
+}
+static gr_output far_outer_cond(gr_graph *g, void *a, const gr_output *v) {
+  (void)a;
+  return gr_less(g, v[0], gr_const_i64(g, 3));
+}
+static void far_inner(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  (void)a;
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = gr_mul(g, v[1], gr_const_f32(g, 2));
+}
+static void far_outer(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  const gr_output *far = a; /* {z, w}: from outside the outer loop */
+  gr_output in[2] = {far[0], far[1]};
+  GR_CHECK(gr_while_loop(g, far_inner_cond, far_inner, NULL, 2, in, 0) == GR_OK);
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = gr_add(g, v[1], gr_neg(g, in[1]));
+}
+static void test_nested_loop_from_outside(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output far[2] = {gr_const_i64(g, 0), gr_const_f32(g, 1.5f)};
+  gr_output vars[2] = {gr_const_i64(g, 0), gr_const_f32(g, 0)};
+  GR_CHECK(gr_while_loop(g, far_outer_cond, far_outer, far, 2, vars, 0) == GR_OK);
+  gr_session *s = session(g, 2);
+  gr_status st;
+  gr_error err;
+  double v = fetch1(s, NULL, 0, vars[1], &st, &err);
+  GR_CHECK_MSG(st == GR_OK, "%s", err.msg);
+  GR_CHECK(v == -3 * 6.0); /* three outer iterations, each adds -(1.5 * 2 * 2) */
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 /* ---- a million iterations in constant memory */
 static gr_output million_cond(gr_graph *g, void *a, const gr_output *v) {
   return gr_less(g, v[0], gr_const_i64(g, 1000000));
@@ -520,6 +557,7 @@ int main(void) {
   GR_RUN(test_collatz);
   GR_RUN(test_nested_while);
   GR_RUN(test_values_from_outside);
+  GR_RUN(test_nested_loop_from_outside);
   GR_RUN(test_million_iterations_flat_memory);
   GR_RUN(test_parallel_iterations);
   GR_RUN(test_loop_errors);

@@ -1,10 +1,11 @@
 /* Partitioning and multi-device steps: one _send/_recv pair per (tensor,
  * destination device), control edges across devices, constants copied
  * instead of sent, feeds and fetches on any device, deadness of a cond's
- * untaken branch crossing devices, loops kept on one device, an error on one
- * device aborting every device's step, and a property test: random DAGs
- * (with a cond and a while loop) spread over 2-4 devices, pinned or placed by
- * the cost-model placer, give the single-device results bit for bit. */
+ * untaken branch crossing devices, an error on one device aborting every
+ * device's step, recv scheduling, and a property test: random DAGs (with a
+ * cond and a while loop whose ops, nested loop and cond are spread too) over
+ * 2-4 devices, pinned or placed by the cost-model placer, with and without
+ * recv scheduling, give the single-device results bit for bit. */
 #include <graphrun.h>
 #include <math.h>
 #include <stdio.h>
@@ -163,7 +164,8 @@ typedef struct loop_arg {
   gr_output w, limit;
   gt_rng *dr; /* device draws; NULL: no pins */
   int devices;
-  int inner; /* > 0: the body runs an inner loop of inner - 1 iterations too */
+  int inner;      /* > 0: the body runs an inner loop of inner - 1 iterations too */
+  bool with_cond; /* the body runs a cond too */
 } loop_arg;
 static void loop_pin(gr_graph *g, loop_arg *a) {
   if (a->dr) gt_pin(g, (int)gt_int(a->dr, 0, a->devices - 1));
@@ -191,10 +193,18 @@ static void loop_body(gr_graph *g, void *p, const gr_output *v, gr_output *next)
   gr_output s = gr_add(g, m, v[1]);
   loop_unpin(g, a);
   if (a->inner) { /* an inner loop on s, its ops spread too */
-    loop_arg in = {a->w, gr_const_i64(g, a->inner - 1), a->dr, a->devices, 0};
+    loop_arg in = {a->w, gr_const_i64(g, a->inner - 1), a->dr, a->devices, 0, a->with_cond};
     gr_output iv[2] = {gr_const_i64(g, 0), s};
     gr_while_loop(g, loop_cond, loop_body, &in, 2, iv, 0);
     s = iv[1];
+  }
+  if (a->with_cond) { /* a cond in the body, its branches on devices of their own */
+    branch_arg ba = {s, m, a->dr ? (int)gt_int(a->dr, 0, a->devices - 1) : -1,
+                     a->dr ? (int)gt_int(a->dr, 0, a->devices - 1) : -1};
+    loop_pin(g, a);
+    gr_output pred = gr_greater(g, gr_reduce_sum(g, s, NULL, 0, false), gr_const_f32(g, 0));
+    gr_cond(g, pred, then_fn, else_fn, &ba, 1, &s);
+    loop_unpin(g, a);
   }
   loop_pin(g, a);
   next[1] = gr_tanh(g, s);
@@ -285,8 +295,11 @@ static rgraph build_random(uint64_t seed, int devices, uint64_t dev_seed, bool w
     /* a loop (nested in every third case) whose ops are spread over the
      * devices, using values from other devices */
     loop_arg la = {gr_mul(g, vals[gt_int(&r, 0, nv - 1)], gr_const_f32(g, 0.25f)),
-                   gr_const_i64(g, gt_int(&r, 0, 4)), devices ? &dr : NULL, devices,
-                   seed % 3 == 0 ? (int)gt_int(&r, 1, 3) : 0};
+                   gr_const_i64(g, gt_int(&r, 0, 4)),
+                   devices ? &dr : NULL,
+                   devices,
+                   seed % 3 == 0 ? (int)gt_int(&r, 1, 3) : 0,
+                   seed % 4 == 2};
     gr_output lv[2] = {gr_const_i64(g, 0), vals[gt_int(&r, 0, nv - 1)]};
     PIN();
     gr_while_loop(g, loop_cond, loop_body, &la, 2, lv, (int)gt_int(&r, 1, 4));

@@ -326,10 +326,82 @@ static void test_long_loop_small_window(void) {
   gr_tensor_release(&want);
 }
 
+/* ---- a cond inside a loop body, its merge on another device --------------- */
+
+typedef struct cl_arg {
+  bool pinned;
+} cl_arg;
+static gr_output cl_cond(gr_graph *g, void *p, const gr_output *v) {
+  (void)p;
+  return gr_less(g, v[0], gr_const_i64(g, 6));
+}
+static void cl_then(gr_graph *g, void *p, gr_output *outs) {
+  outs[0] = gr_mul(g, *(gr_output *)p, gr_const_f32(g, 2));
+}
+static void cl_else(gr_graph *g, void *p, gr_output *outs) {
+  outs[0] = gr_neg(g, *(gr_output *)p);
+}
+/* s = i > 2 ? 2 s : -s, the cond's merge (and the branches) on device 1 */
+static void cl_body(gr_graph *g, void *p, const gr_output *v, gr_output *next) {
+  cl_arg *a = p;
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  gr_output pred = gr_greater(g, v[0], gr_const_i64(g, 2)), s = v[1];
+  if (a->pinned) gt_pin(g, 1);
+  GR_CHECK(gr_cond(g, pred, cl_then, cl_else, &s, 1, &next[1]) == GR_OK);
+  if (a->pinned) gr_graph_pop_device_scope(g);
+}
+
+static void test_cond_in_loop_across_devices(void) {
+  gr_tensor want;
+  for (int pinned = 0; pinned < 2; pinned++) {
+    gr_graph *g = gr_graph_new();
+    cl_arg a = {pinned};
+    gr_output v[2] = {gr_const_i64(g, 0), gr_const_f32(g, 1.25f)};
+    GR_CHECK(gr_while_loop(g, cl_cond, cl_body, &a, 2, v, 0) == GR_OK);
+    run_check(g, pinned ? 2 : 1, 2, &v[1], 1, &want, !pinned);
+    if (!pinned) GR_CHECK(gr_tensor_get_f64(&want, 0) == -1.25 * 8); /* -,-,-,*2,*2,*2 */
+    gr_graph_free(g);
+  }
+  gr_tensor_release(&want);
+}
+
+/* A value used outside its loop without an exit is an error naming both
+ * nodes, not an abort, also when the user is on another device. */
+static gr_output leaked;
+static gr_output leak_cond(gr_graph *g, void *p, const gr_output *v) {
+  (void)p;
+  return gr_less(g, v[0], gr_const_i64(g, 3));
+}
+static void leak_body(gr_graph *g, void *p, const gr_output *v, gr_output *next) {
+  (void)p;
+  next[0] = leaked = gr_add(g, v[0], gr_const_i64(g, 1));
+}
+
+static void test_value_leaving_a_loop_without_exit(void) {
+  for (int devices = 1; devices <= 2; devices++) {
+    gr_graph *g = gr_graph_new();
+    gr_output v[1] = {gr_const_i64(g, 0)};
+    GR_CHECK(gr_while_loop(g, leak_cond, leak_body, NULL, 1, v, 0) == GR_OK);
+    gt_pin(g, devices - 1);
+    gr_output x = gr_add(g, v[0], leaked);
+    gr_graph_pop_device_scope(g);
+    gr_session *s = gt_session(g, devices, 2);
+    gr_tensor out;
+    gr_error err;
+    GR_CHECK(gr_session_run(s, NULL, 0, &x, 1, &out, NULL, 0, &err) == GR_ERR_INVALID_ARGUMENT);
+    GR_CHECK_STR_CONTAINS(err.msg, "'add'");
+    GR_CHECK_STR_CONTAINS(err.msg, "'while/add'");
+    gr_session_free(s);
+    gr_graph_free(g);
+  }
+}
+
 int main(void) {
   GR_RUN(test_loop_body_on_three_devices);
   GR_RUN(test_nested_loop_across_devices);
   GR_RUN(test_cond_branches_on_other_devices);
   GR_RUN(test_long_loop_small_window);
+  GR_RUN(test_cond_in_loop_across_devices);
+  GR_RUN(test_value_leaving_a_loop_without_exit);
   return gr_test_finish();
 }
