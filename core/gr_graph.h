@@ -96,6 +96,9 @@ gr_output gr_graph_rename(gr_graph *g, gr_output o, const char *name);
 gr_status gr_graph_set_input(gr_graph *g, gr_node *n, int i, gr_output value);
 /* Adds control inputs to an existing node (before any session uses the graph). */
 gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep);
+/* The same without the cycle check (which walks n's ancestors), for graph
+ * transforms that know dep cannot depend on n (e.g. n is new). */
+gr_status gr_graph_add_control_input_unchecked(gr_graph *g, gr_node *n, gr_node *dep);
 /* Removes dep from n's control inputs (before any session uses the graph). */
 void gr_graph_remove_control_input(gr_node *n, const gr_node *dep);
 /* Sets the colocation constraint of n (the name of another node). */

@@ -682,6 +682,10 @@ gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep) {
     return fail(g, GR_ERR_INVALID_ARGUMENT,
                 "control input '%s' of '%s' would make a cycle ('%s' depends on '%s')", dep->name,
                 n->name, dep->name, n->name);
+  return gr_graph_add_control_input_unchecked(g, n, dep);
+}
+
+gr_status gr_graph_add_control_input_unchecked(gr_graph *g, gr_node *n, gr_node *dep) {
   gr_node **c = gr_arena_alloc(&g->arena, sizeof(gr_node *) * (size_t)(n->num_control_inputs + 1));
   if (!c) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (n->num_control_inputs)

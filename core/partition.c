@@ -251,7 +251,8 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
   gr_output in = {src_copy, index};
   gr_output snd = gr_graph_add_node(src->graph, &gr_op__send, name, index >= 0 ? &in : NULL,
                                     index >= 0 ? 1 : 0, a, 6);
-  if (snd.node && index < 0 && gr_graph_add_control_input(src->graph, snd.node, src_copy) != GR_OK)
+  if (snd.node && index < 0 &&
+      gr_graph_add_control_input_unchecked(src->graph, snd.node, src_copy) != GR_OK)
     return NULL;
   if (index >= 0)
     snprintf(name, sizeof name, "_recv/%s/%d/%d", from->name, index, c->dev[s]);
@@ -268,7 +269,8 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
     return NULL;
   if (r && f > 0) {
     GR_ASSERT(c->frames[f].ctl_merge && c->frames[f].ctl_merge[d]); /* check_frames, spans */
-    if (gr_graph_add_control_input(dst->graph, r, c->frames[f].ctl_merge[d]) != GR_OK) return NULL;
+    if (gr_graph_add_control_input_unchecked(dst->graph, r, c->frames[f].ctl_merge[d]) != GR_OK)
+      return NULL;
     c->ps->num_loop_sends++;
   }
   if (!snd.node || !r || !gr_part_map_put(&c->recvs, key, r)) return NULL;

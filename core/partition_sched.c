@@ -10,9 +10,9 @@
  *   ALAP start   deadline(consumers) - cost, from the device's critical path
  *
  * For Recv R the chosen node X finishes at or before R's ALAP start, as late
- * as possible, and does not depend on the value R carries (it is no
- * descendant of R's source in the whole graph), so no device can wait for
- * itself. Loops are left alone. */
+ * as possible, and cannot depend on the value R carries (its ALAP start in
+ * the whole step is no later than that of R's source: see below), so no
+ * device can wait for itself. Loops are left alone. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -100,70 +100,37 @@ static void sched_free(sched *s) {
   free(s->order), free(s->cstart), free(s->cons), free(s->cost), free(s->eft), free(s->lst);
 }
 
-/* Marks (with stamp) every node of the input set that depends on position src. */
-/* Dependencies added by scheduling, as edges between positions: X -> each
- * consumer of the scheduled receive's source on its device. */
-typedef struct added {
-  int *head; /* per position, -1: none */
-  int *next, *dst;
-  int n, cap;
-} added;
-
-static bool added_put(added *a, int from, int to) {
-  if (a->n == a->cap) {
-    int cap = a->cap ? a->cap * 2 : 64;
-    int *nx = realloc(a->next, sizeof(int) * (size_t)cap);
-    if (!nx) return false;
-    a->next = nx;
-    int *ds = realloc(a->dst, sizeof(int) * (size_t)cap);
-    if (!ds) return false;
-    a->dst = ds;
-    a->cap = cap;
-  }
-  a->dst[a->n] = to;
-  a->next[a->n] = a->head[from];
-  a->head[from] = a->n++;
-  return true;
-}
-
-/* Marks (with stamp) every position that depends on src, through the graph's
- * edges and those scheduling added: whatever waits for src's value. */
-static void mark_descendants(int src, int *mark, int stamp, int *stack, const int *cstart,
-                             const int *cons, const added *a) {
-  int sp = 0;
-  stack[sp++] = src;
-  mark[src] = stamp;
-  while (sp > 0) {
-    int v = stack[--sp];
-    for (int e = cstart[v]; e < cstart[v + 1]; e++)
-      if (mark[cons[e]] != stamp) mark[cons[e]] = stamp, stack[sp++] = cons[e];
-    for (int e = a->head[v]; e >= 0; e = a->next[e])
-      if (mark[a->dst[e]] != stamp) mark[a->dst[e]] = stamp, stack[sp++] = a->dst[e];
-  }
+/* Candidates of one device, by ASAP finish. */
+typedef struct cand {
+  int64_t eft;
+  int id; /* in the partition graph */
+} cand;
+static int cmp_cand(const void *a, const void *b) {
+  const cand *x = a, *y = b;
+  return x->eft < y->eft ? -1 : x->eft > y->eft ? 1 : x->id - y->id;
 }
 
 gr_status gr_part_schedule_recvs(pctx *c) {
   int n = c->n;
-  /* consumers in the input set, by position */
+  int64_t *geft = calloc((size_t)n + 1, sizeof(int64_t)),
+          *glst = malloc(sizeof(int64_t) * ((size_t)n + 1));
   int *cstart = calloc((size_t)n + 2, sizeof(int)), *fill = calloc((size_t)n + 1, sizeof(int));
-  int *mark = calloc((size_t)n + 1, sizeof(int)), *stack = malloc(sizeof(int) * ((size_t)n + 1));
-  int *cons = NULL, edges = 0;
-  added extra = {malloc(sizeof(int) * ((size_t)n + 1)), NULL, NULL, 0, 0};
   unsigned char *maybe_dead = calloc((size_t)n + 1, 1);
+  int *cons = NULL, edges = 0;
   gr_status st = GR_OK;
-  if (!cstart || !fill || !mark || !stack || !extra.head || !maybe_dead) goto oom;
-  for (int i = 0; i < n; i++) extra.head[i] = -1;
+  if (!geft || !glst || !cstart || !fill || !maybe_dead) goto oom;
+  /* consumers in the input set, by position */
   for (int pass = 0; pass < 2; pass++) {
     for (int i = 0; i < n; i++) {
       const gr_node *v = c->nodes[i];
       for (int j = 0; j < v->num_inputs + v->num_control_inputs; j++) {
         if (j < v->num_inputs && gr_part_back_edge(v, j)) continue;
-        int s = gr_part_pos(c, input_node(v, j));
-        if (s < 0) continue;
+        int p = gr_part_pos(c, input_node(v, j));
+        if (p < 0) continue;
         if (pass == 0)
-          cstart[s + 1]++, edges++;
+          cstart[p + 1]++, edges++;
         else
-          cons[cstart[s] + fill[s]++] = i;
+          cons[cstart[p] + fill[p]++] = i;
       }
     }
     if (pass == 0) {
@@ -171,67 +138,88 @@ gr_status gr_part_schedule_recvs(pctx *c) {
       if (!(cons = malloc(sizeof(int) * ((size_t)edges + 1)))) goto oom;
     }
   }
-  /* nodes that may be dead (downstream of a switch, before a merge joins
-   * every side): a control input from one would make the receive dead */
+  /* The whole step's ALAP start times. Every node starts strictly after its
+   * inputs (each costs > 0), so a node X with glst(X) <= glst(src) cannot
+   * depend on src; and a control edge X -> a receive of src keeps that true
+   * for the receive's consumers. So choosing only such X never makes a cycle,
+   * however many receives are scheduled, and needs no search. Nodes that may
+   * be dead (downstream of a switch, before a merge joins every side) are not
+   * chosen either: a dead control input would make the value dead. */
+  int64_t span = 0;
   for (int k = 0; k < n; k++) {
     int i = c->order[k];
     const gr_node *v = c->nodes[i];
+    int64_t start = 0;
     int total = v->num_inputs + v->num_control_inputs, dead_in = 0, seen = 0;
     for (int j = 0; j < total; j++) {
       if (j < v->num_inputs && gr_part_back_edge(v, j)) continue;
       int p = gr_part_pos(c, input_node(v, j));
       if (p < 0) continue;
+      if (geft[p] > start) start = geft[p];
       seen++;
       dead_in += maybe_dead[p] || (j < v->num_inputs && c->nodes[p]->op->cf_kind == GR_CF_SWITCH);
     }
     maybe_dead[i] = v->op->cf_kind == GR_CF_MERGE ? seen && dead_in == seen : dead_in > 0;
+    geft[i] = start + cost_ns(v);
+    if (geft[i] > span) span = geft[i];
   }
-  int stamp = 0;
+  for (int k = n - 1; k >= 0; k--) {
+    int i = c->order[k];
+    int64_t finish = span;
+    for (int e = cstart[i]; e < cstart[i + 1]; e++)
+      if (glst[cons[e]] < finish) finish = glst[cons[e]];
+    glst[i] = finish - cost_ns(c->nodes[i]);
+  }
   for (int d = 0; d < c->ps->num_parts && st == GR_OK; d++) {
     gr_graph *g = c->ps->parts[d].graph;
     sched s = {0};
     int *pos_of_id = NULL;
-    if (!sched_build(&s, g) || !(pos_of_id = malloc(sizeof(int) * ((size_t)s.n + 1)))) {
+    cand *cs = NULL;
+    int nc = 0;
+    if (!sched_build(&s, g) || !(pos_of_id = malloc(sizeof(int) * ((size_t)s.n + 1))) ||
+        !(cs = malloc(sizeof(cand) * ((size_t)s.n + 1)))) {
       sched_free(&s);
       free(pos_of_id);
       goto oom;
     }
     for (int id = 0; id < s.n; id++) pos_of_id[id] = -1;
     for (int i = 0; i < n; i++)
-      if (c->dev[i] == d && c->copy[i] && gr_part_out_frame(c, i) == 0 && !maybe_dead[i])
+      if (c->dev[i] == d && c->copy[i] && gr_part_out_frame(c, i) == 0 && !maybe_dead[i]) {
         pos_of_id[c->copy[i]->id] = i;
+        cs[nc++] = (cand){s.eft[c->copy[i]->id], c->copy[i]->id};
+      }
+    qsort(cs, (size_t)nc, sizeof *cs, cmp_cand);
     for (int r = 0; r < s.n && st == GR_OK; r++) {
       gr_node *recv = gr_graph_node(g, r);
       intptr_t src = (intptr_t)gr_part_map_get(&c->recv_src, (uint64_t)(uintptr_t)recv) - 1;
       if (src < 0) continue; /* not a top-level receive */
-      mark_descendants((int)src, mark, ++stamp, stack, cstart, cons, &extra);
-      int best = -1;
-      for (int x = 0; x < s.n; x++) {
-        int p = pos_of_id[x];
-        if (p < 0 || mark[p] == stamp || s.eft[x] > s.lst[r]) continue;
-        if (best < 0 || s.eft[x] > s.eft[best]) best = x;
+      /* the latest finisher on this device before the receive must start,
+       * among those that cannot depend on the received value */
+      int lo = 0, hi = nc; /* first candidate finishing after lst(recv) */
+      while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (cs[mid].eft <= s.lst[r])
+          lo = mid + 1;
+        else
+          hi = mid;
       }
+      int best = -1;
+      for (int k = lo - 1; k >= 0 && best < 0; k--)
+        if (glst[pos_of_id[cs[k].id]] <= glst[src]) best = cs[k].id;
       if (best < 0) continue;
-      if (gr_graph_add_control_input(g, recv, gr_graph_node(g, best)) != GR_OK) {
+      if (gr_graph_add_control_input_unchecked(g, recv, gr_graph_node(g, best)) != GR_OK) {
         st = gr_part_graph_error(c, g);
         break;
       }
       c->ps->num_scheduled_recvs++;
-      for (int e = cstart[src]; e < cstart[src + 1]; e++)
-        if (c->dev[cons[e]] == d && !added_put(&extra, pos_of_id[best], cons[e])) {
-          sched_free(&s);
-          free(pos_of_id);
-          goto oom;
-        }
     }
     sched_free(&s);
     free(pos_of_id);
+    free(cs);
   }
-  free(cstart), free(fill), free(mark), free(stack), free(cons);
-  free(extra.head), free(extra.next), free(extra.dst), free(maybe_dead);
+  free(geft), free(glst), free(cstart), free(fill), free(maybe_dead), free(cons);
   return st;
 oom:
-  free(cstart), free(fill), free(mark), free(stack), free(cons);
-  free(extra.head), free(extra.next), free(extra.dst), free(maybe_dead);
+  free(geft), free(glst), free(cstart), free(fill), free(maybe_dead), free(cons);
   return gr_part_oom(c);
 }
