@@ -1,0 +1,34 @@
+/* The control-flow executor's plan (executor_cf_plan.c), built once per
+ * executor, and what its run path (executor_cf.c) reads of it: each node's
+ * frame and local index, how each edge crosses frames, pending counts.
+ * Internal to core. */
+#ifndef GR_EXECUTOR_CF_INTERNAL_H
+#define GR_EXECUTOR_CF_INTERNAL_H
+
+#include "core/executor_internal.h"
+
+/* How an edge moves a value between frames. */
+enum { MODE_SAME, MODE_ENTER, MODE_EXIT, MODE_NEXT };
+
+typedef struct frame_def {
+  int parent; /* -1: the root frame */
+  const char *name;
+  int par_iters;
+  int num_nodes, num_slots;
+  int num_enters; /* edges into its enters (data and control): a frame
+                     instance is complete only when all have arrived */
+} frame_def;
+
+struct cf_plan {
+  int num_frames, cap_frames;
+  frame_def *frames;
+  int *node_frame, *node_local; /* per exec node */
+  int *slot_local;              /* per absolute input slot */
+  unsigned char *edge_mode, *ctrl_mode;
+  int *merge_fwd, *merge_back; /* per exec node: inputs from outside / from next_iteration */
+  int *local_pending;          /* per exec node: data + control inputs */
+  int **frame_pending;         /* per frame: initial pending counts by local index */
+  unsigned char *constant;     /* per exec node: enter with is_constant */
+};
+
+#endif

@@ -1,0 +1,221 @@
+/* The control-flow executor's plan: frames (from enter nodes, nested by
+ * the frame their input lives in), local numbering of nodes and slots per
+ * frame, how each edge crosses frames, and the checks that every value
+ * enters a loop through an enter and leaves it through an exit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/executor_cf_internal.h"
+
+void gr_cf_plan_free(struct cf_plan *p) {
+  if (!p) return;
+  free(p->frames);
+  free(p->node_frame);
+  free(p->node_local);
+  free(p->slot_local);
+  free(p->edge_mode);
+  free(p->ctrl_mode);
+  free(p->merge_fwd);
+  free(p->merge_back);
+  free(p->local_pending);
+  free(p->constant);
+  for (int f = 0; p->frame_pending && f < p->num_frames; f++) free(p->frame_pending[f]);
+  free(p->frame_pending);
+  free(p);
+}
+
+static int child_frame(struct cf_plan *p, int parent, const char *name, int par_iters) {
+  for (int f = 0; f < p->num_frames; f++)
+    if (p->frames[f].parent == parent && strcmp(p->frames[f].name, name) == 0) return f;
+  if (p->num_frames == p->cap_frames) {
+    int cap = p->cap_frames * 2;
+    frame_def *fr = realloc(p->frames, sizeof *fr * (size_t)cap);
+    if (!fr) return -1;
+    p->frames = fr;
+    p->cap_frames = cap;
+  }
+  p->frames[p->num_frames] = (frame_def){parent, name, par_iters > 0 ? par_iters : 10, 0, 0, 0};
+  return p->num_frames++;
+}
+
+static int out_frame(const struct cf_plan *p, const exec_node *nodes, int i) {
+  int f = p->node_frame[i];
+  return nodes[i].cf_kind == GR_CF_EXIT && f >= 0 ? p->frames[f].parent : f;
+}
+
+static const char *frame_label(const struct cf_plan *p, int f) {
+  return f <= 0 ? "the top level" : p->frames[f].name;
+}
+
+gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
+  struct cf_plan *p = calloc(1, sizeof *p);
+  int n = e->num_nodes;
+  if (!p) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  e->cf = p;
+  p->cap_frames = 8;
+  p->frames = malloc(sizeof(frame_def) * 8);
+  p->node_frame = malloc(sizeof(int) * ((size_t)n + 1));
+  p->node_local = malloc(sizeof(int) * ((size_t)n + 1));
+  p->slot_local = malloc(sizeof(int) * ((size_t)e->num_slots + 1));
+  p->merge_fwd = calloc((size_t)n + 1, sizeof(int));
+  p->merge_back = calloc((size_t)n + 1, sizeof(int));
+  p->local_pending = calloc((size_t)n + 1, sizeof(int));
+  p->constant = calloc((size_t)n + 1, 1);
+  int nedges = n ? e->nodes[0].edge_begin : 0, nctrl = 0;
+  for (int i = 0; i < n; i++) {
+    if (e->nodes[i].edge_end > nedges) nedges = e->nodes[i].edge_end;
+    if (e->nodes[i].ctrl_end > nctrl) nctrl = e->nodes[i].ctrl_end;
+  }
+  p->edge_mode = calloc((size_t)nedges + 1, 1);
+  p->ctrl_mode = calloc((size_t)nctrl + 1, 1);
+  if (!p->frames || !p->node_frame || !p->node_local || !p->slot_local || !p->merge_fwd ||
+      !p->merge_back || !p->local_pending || !p->constant || !p->edge_mode || !p->ctrl_mode)
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  p->frames[0] = (frame_def){-1, "", 1, 0, 0, 0};
+  p->num_frames = 1;
+  /* producers of each node's inputs, as exec indices (from the edges) */
+  int *src_of_slot = malloc(sizeof(int) * ((size_t)e->num_slots + 1));
+  if (!src_of_slot) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < e->num_slots; i++) src_of_slot[i] = -1;
+  for (int i = 0; i < n; i++)
+    for (int k = e->nodes[i].edge_begin; k < e->nodes[i].edge_end; k++)
+      if (e->edges[k].dst >= 0) src_of_slot[e->edges[k].dst_slot] = i;
+  /* Frames in topological order, the loop back edges (next_iteration ->
+   * merge) aside. */
+  gr_status st = GR_OK;
+  int *order = malloc(sizeof(int) * ((size_t)n + 1)), *indeg = calloc((size_t)n + 1, sizeof(int));
+  if (!order || !indeg) {
+    free(order), free(indeg), free(src_of_slot);
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    for (int k = e->nodes[i].edge_begin; k < e->nodes[i].edge_end; k++)
+      if (e->edges[k].dst >= 0 && e->nodes[i].cf_kind != GR_CF_NEXT_ITERATION)
+        indeg[e->edges[k].dst]++;
+    for (int k = e->nodes[i].ctrl_begin; k < e->nodes[i].ctrl_end; k++) indeg[e->ctrl_dsts[k]]++;
+  }
+  int head = 0, tail = 0;
+  for (int i = 0; i < n; i++)
+    if (!indeg[i]) order[tail++] = i;
+  while (head < tail) {
+    int v = order[head++];
+    for (int k = e->nodes[v].edge_begin; k < e->nodes[v].edge_end; k++)
+      if (e->edges[k].dst >= 0 && e->nodes[v].cf_kind != GR_CF_NEXT_ITERATION &&
+          --indeg[e->edges[k].dst] == 0)
+        order[tail++] = e->edges[k].dst;
+    for (int k = e->nodes[v].ctrl_begin; k < e->nodes[v].ctrl_end; k++)
+      if (--indeg[e->ctrl_dsts[k]] == 0) order[tail++] = e->ctrl_dsts[k];
+  }
+  free(indeg);
+  if (tail != n)
+    st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "the graph has a cycle that is not a loop");
+  for (int i = 0; i < n && st == GR_OK; i++) /* feeds (the last nodes) are at the top level */
+    p->node_frame[i] = e->nodes[i].feed_index >= 0 ? 0 : -1;
+  for (int oi = 0; oi < n && st == GR_OK; oi++) {
+    int i = order[oi];
+    exec_node *en = &e->nodes[i];
+    int frame = -1;
+    if (en->feed_index >= 0) {
+      frame = 0;
+    } else {
+      int src = -1;
+      for (int j = 0; j < en->num_inputs && src < 0; j++) {
+        int s = src_of_slot[en->input_base + j];
+        if (s >= 0 && p->node_frame[s] >= 0) src = s;
+      }
+      if (src >= 0) {
+        frame = out_frame(p, e->nodes, src);
+        if (en->cf_kind == GR_CF_ENTER) {
+          const gr_node *nd = en->node;
+          frame = child_frame(p, frame, gr_node_attr_string(nd, "frame_name", nd->name),
+                              (int)gr_node_attr_int(nd, "parallel_iterations", 10));
+          p->constant[i] = gr_node_attr_bool(nd, "is_constant", false);
+          if (frame >= 0) p->frames[frame].num_enters++;
+        }
+      } else {
+        /* no data input seen: take the frame of a control input, else the top level */
+        frame = 0;
+        for (int q = 0; q < n; q++)
+          for (int k = e->nodes[q].ctrl_begin; k < e->nodes[q].ctrl_end; k++)
+            if (e->ctrl_dsts[k] == i && p->node_frame[q] >= 0) frame = out_frame(p, e->nodes, q);
+      }
+    }
+    if (frame < 0) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    p->node_frame[i] = frame;
+  }
+  free(order);
+  /* every data edge must stay in its frame, or enter / exit / next_iteration it */
+  for (int i = 0; i < n && st == GR_OK; i++) {
+    exec_node *en = &e->nodes[i];
+    for (int k = en->edge_begin; k < en->edge_end && st == GR_OK; k++) {
+      int d = e->edges[k].dst;
+      if (d < 0) {
+        p->edge_mode[k] = en->cf_kind == GR_CF_EXIT ? MODE_EXIT : MODE_SAME;
+        if (out_frame(p, e->nodes, i) != 0)
+          st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                            "node '%s' is inside loop '%s': fetch a value that leaves the loop "
+                            "through an exit instead",
+                            en->node->name, frame_label(p, p->node_frame[i]));
+        continue;
+      }
+      int want = out_frame(p, e->nodes, i), got = p->node_frame[d];
+      unsigned char mode = MODE_SAME;
+      if (e->nodes[d].cf_kind == GR_CF_ENTER) {
+        mode = MODE_ENTER;
+        got = p->frames[got].parent;
+      }
+      if (en->cf_kind == GR_CF_EXIT) mode = MODE_EXIT;
+      if (en->cf_kind == GR_CF_NEXT_ITERATION) mode = MODE_NEXT;
+      if (mode != MODE_ENTER && en->cf_kind == GR_CF_ENTER) mode = MODE_SAME;
+      p->edge_mode[k] = mode;
+      if (got != want)
+        st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "node '%s' (in %s) uses '%s' from %s: a value must enter a loop "
+                          "through an enter node",
+                          e->nodes[d].node->name, frame_label(p, p->node_frame[d]),
+                          en->node ? en->node->name : "a feed", frame_label(p, want));
+      if (e->nodes[d].cf_kind == GR_CF_MERGE) {
+        if (mode == MODE_NEXT)
+          p->merge_back[d]++;
+        else
+          p->merge_fwd[d]++;
+      }
+    }
+    for (int k = en->ctrl_begin; k < en->ctrl_end && st == GR_OK; k++) {
+      int d = e->ctrl_dsts[k];
+      if (p->node_frame[d] != out_frame(p, e->nodes, i) && e->nodes[d].cf_kind != GR_CF_ENTER)
+        st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "control dependency of '%s' on '%s' crosses a loop boundary",
+                          e->nodes[d].node->name, en->node->name);
+      p->ctrl_mode[k] = e->nodes[d].cf_kind == GR_CF_ENTER ? MODE_ENTER : MODE_SAME;
+      /* a frame instance waits for every edge into its enters, control ones too */
+      if (p->ctrl_mode[k] == MODE_ENTER) p->frames[p->node_frame[d]].num_enters++;
+    }
+  }
+  /* local numbering per frame */
+  for (int i = 0; i < n && st == GR_OK; i++) {
+    frame_def *f = &p->frames[p->node_frame[i]];
+    exec_node *en = &e->nodes[i];
+    p->node_local[i] = f->num_nodes++;
+    for (int j = 0; j < en->num_inputs; j++) p->slot_local[en->input_base + j] = f->num_slots++;
+    p->local_pending[i] = en->initial_pending;
+    if (p->node_frame[i] != 0 && en->initial_pending == 0)
+      st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "node '%s' is in loop '%s' but has no inputs (give it a control input "
+                        "from the loop)",
+                        en->node->name, frame_label(p, p->node_frame[i]));
+  }
+  free(src_of_slot);
+  if (st == GR_OK) {
+    p->frame_pending = calloc((size_t)p->num_frames, sizeof(int *));
+    for (int f = 0; p->frame_pending && f < p->num_frames; f++)
+      p->frame_pending[f] = malloc(sizeof(int) * ((size_t)p->frames[f].num_nodes + 1));
+    for (int f = 0; p->frame_pending && f < p->num_frames; f++)
+      if (!p->frame_pending[f]) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!p->frame_pending) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    for (int i = 0; i < n && st == GR_OK; i++)
+      p->frame_pending[p->node_frame[i]][p->node_local[i]] = p->local_pending[i];
+  }
+  return st;
+}
