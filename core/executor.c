@@ -432,6 +432,16 @@ static void static_done(async_hdr *h, gr_status status);
 static void static_on_cancel(async_hdr *h, void (*fn)(void *), void *arg);
 static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, ready_stack *rs);
 
+/* A pool task or async completion is done with st. Only the end of the run
+ * needs to wake the run's own thread (new shared work wakes it when pushed):
+ * waking it for every completion cost a futex round trip per transfer. */
+static void task_done(run_state *st) {
+  pthread_mutex_lock(&st->mu);
+  if (--st->tasks == 0 && __atomic_load_n(&st->remaining, __ATOMIC_ACQUIRE) == 0)
+    pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&st->mu);
+}
+
 static void drain_task(void *arg) {
   run_state *st = arg;
   pthread_mutex_lock(&st->mu);
@@ -442,10 +452,7 @@ static void drain_task(void *arg) {
     ready_stack rs = {local, 0, 256};
     process(st, i, &rs);
   }
-  pthread_mutex_lock(&st->mu);
-  st->tasks--;
-  pthread_cond_broadcast(&st->cv);
-  pthread_mutex_unlock(&st->mu);
+  task_done(st);
 }
 
 static void schedule_shared(run_state *st, int i) {
@@ -587,10 +594,7 @@ static void static_done(async_hdr *h, gr_status status) {
   } else {
     while (rs.n > 0) schedule_shared(st, rs.v[--rs.n]);
   }
-  pthread_mutex_lock(&st->mu);
-  st->tasks--;
-  pthread_cond_broadcast(&st->cv);
-  pthread_mutex_unlock(&st->mu);
+  task_done(st);
 }
 
 static void static_on_cancel(async_hdr *h, void (*fn)(void *), void *arg) {

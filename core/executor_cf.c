@@ -445,7 +445,7 @@ static void pool_task(void *arg) {
   cf_lock(r);
   drain(r);
   r->tasks--;
-  pthread_cond_broadcast(&r->cv);
+  if (r->qcount > 0 || (r->outstanding == 0 && r->tasks == 0)) pthread_cond_broadcast(&r->cv);
   cf_unlock(r);
 }
 
@@ -542,7 +542,8 @@ static void cf_done(async_hdr *h, gr_status s) {
     gr_exec_done_depth--;
   }
   r->tasks--;
-  pthread_cond_broadcast(&r->cv);
+  if (r->qcount > 0 || (r->outstanding == 0 && r->tasks == 0)) /* else nothing to wake for */
+    pthread_cond_broadcast(&r->cv);
   cf_unlock(r);
   free(a);
 }

@@ -16,11 +16,18 @@
 #include "core/transfer_internal.h"
 
 /* Rendezvous keys are "src_device;incarnation;dst_device;edge_name;frame:iter".
- * The part up to "frame:iter" is built once per node (ctx->state). */
-static const char *key_prefix(gr_kernel_ctx *ctx) {
-  _Atomic(char *) *slot = (_Atomic(char *) *)ctx->state;
-  char *p = atomic_load_explicit(slot, memory_order_acquire);
-  if (p) return p;
+ * The part up to "frame:iter" is built once per node, with what else the
+ * kernels read of the node's attrs (ctx->state). */
+typedef struct xfer_state {
+  bool control;
+  size_t len;
+  char prefix[];
+} xfer_state;
+
+static const xfer_state *state_of(gr_kernel_ctx *ctx) {
+  _Atomic(xfer_state *) *slot = (_Atomic(xfer_state *) *)ctx->state;
+  xfer_state *x = atomic_load_explicit(slot, memory_order_acquire);
+  if (x) return x;
   const gr_node *n = ctx->node;
   char buf[1024];
   int len = snprintf(
@@ -28,9 +35,12 @@ static const char *key_prefix(gr_kernel_ctx *ctx) {
       (unsigned long long)gr_node_attr_int(n, "incarnation", 0),
       gr_node_attr_string(n, "recv_device", ""), gr_node_attr_string(n, "tensor_name", ""));
   if (len < 0 || (size_t)len >= sizeof buf) return NULL;
-  char *mine = strdup(buf);
+  xfer_state *mine = malloc(sizeof *mine + (size_t)len + 1);
   if (!mine) return NULL;
-  char *expected = NULL;
+  mine->control = gr_node_attr_bool(n, "control", false);
+  mine->len = (size_t)len;
+  memcpy(mine->prefix, buf, (size_t)len + 1);
+  xfer_state *expected = NULL;
   if (!atomic_compare_exchange_strong_explicit(slot, &expected, mine, memory_order_acq_rel,
                                                memory_order_acquire)) {
     free(mine);
@@ -42,16 +52,24 @@ static const char *key_prefix(gr_kernel_ctx *ctx) {
 /* Writes the full key into buf (or a malloc'd buffer when long: *heap). */
 static const char *make_key(gr_kernel_ctx *ctx, char *buf, size_t cap, char **heap) {
   *heap = NULL;
-  const char *prefix = key_prefix(ctx);
-  if (!prefix) return NULL;
+  const xfer_state *x = state_of(ctx);
+  if (!x) return NULL;
   const char *frame = ctx->frame_name ? ctx->frame_name : "";
-  int n = snprintf(buf, cap, "%s%s:%lld", prefix, frame, (long long)ctx->iteration);
-  if (n < 0) return NULL;
-  if ((size_t)n < cap) return buf;
-  *heap = malloc((size_t)n + 1);
-  if (!*heap) return NULL;
-  snprintf(*heap, (size_t)n + 1, "%s%s:%lld", prefix, frame, (long long)ctx->iteration);
-  return *heap;
+  size_t flen = strlen(frame);
+  char digits[24];
+  int nd = 0;
+  uint64_t it = ctx->iteration < 0 ? 0 : (uint64_t)ctx->iteration;
+  do digits[nd++] = (char)('0' + it % 10);
+  while ((it /= 10) != 0);
+  size_t total = x->len + flen + 1 + (size_t)nd;
+  char *k = buf;
+  if (total >= cap && !(k = *heap = malloc(total + 1))) return NULL;
+  memcpy(k, x->prefix, x->len);
+  memcpy(k + x->len, frame, flen);
+  k[x->len + flen] = ':';
+  for (int i = 0; i < nd; i++) k[x->len + flen + 1 + (size_t)i] = digits[nd - 1 - i];
+  k[total] = '\0';
+  return k;
 }
 
 static void free_state(void *state) {
@@ -127,7 +145,7 @@ static void recv_done(void *arg, gr_status status, const gr_error *err, gr_tenso
     gr_kernel_done(ctx, GR_OK);
     return;
   }
-  if (gr_node_attr_bool(n, "control", false)) {
+  if (state_of(ctx)->control) { /* built by recv_kernel's make_key */
     if (value && value->buf) gr_tensor_release(value);
     gr_tensor *out;
     gr_status s = gr_kernel_alloc_output(ctx, 0, GR_BOOL, &(gr_shape){1, {0}}, &out);
