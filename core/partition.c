@@ -224,17 +224,25 @@ static gr_output standin(pctx *c, int fi, int d) {
   return (gr_output){s, 0};
 }
 
+_Static_assert(GR_MAX_OUTPUTS + 1 < 2048, "a receive's map key packs output + 1 in 11 bits");
+
 gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
   uint64_t key = (uint64_t)s << 22 | (uint64_t)(index + 1) << 11 | (uint64_t)d;
   gr_node *r = gr_part_map_get(&c->recvs, key);
   if (r) return r;
   gr_partition *src = part(c, c->dev[s]), *dst = part(c, d);
   const gr_node *from = c->nodes[s];
-  char tensor[GR_DEVICE_NAME_MAX + 64], name[GR_DEVICE_NAME_MAX + 96];
+  /* names of any length (a cut name could give two tensors one rendezvous key) */
+  size_t cap = strlen(from->name) + 64;
+  char *tensor = malloc(cap), *name = malloc(cap);
+  if (!tensor || !name) {
+    free(tensor), free(name);
+    return NULL;
+  }
   if (index >= 0)
-    snprintf(tensor, sizeof tensor, "%s:%d", from->name, index);
+    snprintf(tensor, cap, "%s:%d", from->name, index);
   else
-    snprintf(tensor, sizeof tensor, "%s:control", from->name);
+    snprintf(tensor, cap, "%s:control", from->name);
   gr_attr a[] = {gr_attr_string("tensor_name", tensor),
                  gr_attr_string("send_device", src->device),
                  gr_attr_string("recv_device", dst->device),
@@ -245,20 +253,20 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
                  gr_attr_shape("shape", index >= 0 ? from->out_shapes[index] : (gr_shape){1, {0}})};
   gr_node *src_copy = c->copy[s];
   if (index >= 0)
-    snprintf(name, sizeof name, "_send/%s/%d/%d", from->name, index, d);
+    snprintf(name, cap, "_send/%s/%d/%d", from->name, index, d);
   else
-    snprintf(name, sizeof name, "_send/%s/control/%d", from->name, d);
+    snprintf(name, cap, "_send/%s/control/%d", from->name, d);
   gr_output in = {src_copy, index};
   gr_output snd = gr_graph_add_node(src->graph, &gr_op__send, name, index >= 0 ? &in : NULL,
                                     index >= 0 ? 1 : 0, a, 6);
-  if (snd.node && index < 0 &&
-      gr_graph_add_control_input_unchecked(src->graph, snd.node, src_copy) != GR_OK)
-    return NULL;
+  bool ok = snd.node && (index >= 0 || gr_graph_add_control_input_unchecked(src->graph, snd.node,
+                                                                            src_copy) == GR_OK);
   if (index >= 0)
-    snprintf(name, sizeof name, "_recv/%s/%d/%d", from->name, index, c->dev[s]);
+    snprintf(name, cap, "_recv/%s/%d/%d", from->name, index, c->dev[s]);
   else
-    snprintf(name, sizeof name, "_recv/%s/control/%d", from->name, c->dev[s]);
-  r = gr_graph_add_node(dst->graph, &gr_op__recv, name, NULL, 0, a, 8).node;
+    snprintf(name, cap, "_recv/%s/control/%d", from->name, c->dev[s]);
+  r = ok ? gr_graph_add_node(dst->graph, &gr_op__recv, name, NULL, 0, a, 8).node : NULL;
+  free(tensor), free(name);
   if (r) r->assigned_device = dst->device;
   if (snd.node) snd.node->assigned_device = src->device;
   /* Inside a loop the Recv runs in every iteration of its frame on this

@@ -29,17 +29,17 @@ static const xfer_state *state_of(gr_kernel_ctx *ctx) {
   xfer_state *x = atomic_load_explicit(slot, memory_order_acquire);
   if (x) return x;
   const gr_node *n = ctx->node;
-  char buf[1024];
-  int len = snprintf(
-      buf, sizeof buf, "%s;%016llx;%s;%s;", gr_node_attr_string(n, "send_device", ""),
-      (unsigned long long)gr_node_attr_int(n, "incarnation", 0),
-      gr_node_attr_string(n, "recv_device", ""), gr_node_attr_string(n, "tensor_name", ""));
-  if (len < 0 || (size_t)len >= sizeof buf) return NULL;
+  const char *sd = gr_node_attr_string(n, "send_device", ""),
+             *rd = gr_node_attr_string(n, "recv_device", ""),
+             *tn = gr_node_attr_string(n, "tensor_name", "");
+  unsigned long long inc = (unsigned long long)gr_node_attr_int(n, "incarnation", 0);
+  int len = snprintf(NULL, 0, "%s;%016llx;%s;%s;", sd, inc, rd, tn);
+  if (len < 0) return NULL;
   xfer_state *mine = malloc(sizeof *mine + (size_t)len + 1);
   if (!mine) return NULL;
   mine->control = gr_node_attr_bool(n, "control", false);
   mine->len = (size_t)len;
-  memcpy(mine->prefix, buf, (size_t)len + 1);
+  snprintf(mine->prefix, (size_t)len + 1, "%s;%016llx;%s;%s;", sd, inc, rd, tn);
   xfer_state *expected = NULL;
   if (!atomic_compare_exchange_strong_explicit(slot, &expected, mine, memory_order_acq_rel,
                                                memory_order_acquire)) {

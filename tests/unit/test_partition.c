@@ -490,11 +490,43 @@ static void test_recv_scheduling(void) {
   gr_graph_free(g);
 }
 
+/* Names longer than any fixed buffer: two tensors whose names share their
+ * first 300 characters cross devices under keys of their own. */
+static void test_long_names_cross_devices(void) {
+  gr_graph *g = gr_graph_new();
+  char scope[64];
+  for (int k = 0; k < 12; k++) {
+    snprintf(scope, sizeof scope, "a_rather_long_scope_name_%02d", k);
+    gr_graph_push_name_scope(g, scope);
+  }
+  gt_pin(g, 0);
+  gr_output x = gr_placeholder(g, "x", GR_F32, (gr_shape){1, {2}});
+  gr_output p = gr_neg(g, x), q = gr_mul(g, x, gr_const_f32(g, 3));
+  gr_graph_pop_device_scope(g);
+  gt_pin(g, 1);
+  gr_output y = gr_sub(g, p, q);
+  gr_graph_pop_device_scope(g);
+  for (int k = 0; k < 12; k++) gr_graph_pop_name_scope(g);
+  GR_CHECK(strlen(p.node->name) > 300);
+  gr_session *s = gt_session(g, 2, 2);
+  gr_tensor xv = gt_make(GR_F32, (gr_shape){1, {2}}, (double[]){1, -2}), out;
+  gr_feed f = {x, &xv};
+  gr_error err;
+  GR_CHECK_OK(gr_session_run(s, &f, 1, &y, 1, &out, NULL, 0, &err), err);
+  GR_CHECK(gr_tensor_get_f64(&out, 0) == -4 && gr_tensor_get_f64(&out, 1) == 8);
+  GR_CHECK_EQ_INT(gr_session_last_transfers(s).sends, 2);
+  gr_tensor_release(&out);
+  gr_tensor_release(&xv);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_one_pair_per_tensor_and_device);
   GR_RUN(test_error_aborts_all_devices);
   GR_RUN(test_long_ping_pong_chain);
   GR_RUN(test_recv_scheduling);
+  GR_RUN(test_long_names_cross_devices);
   GR_RUN(test_random_graphs_match_one_device);
   return gr_test_finish();
 }
