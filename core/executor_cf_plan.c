@@ -85,15 +85,20 @@ gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
    * merge) aside. */
   gr_status st = GR_OK;
   int *order = malloc(sizeof(int) * ((size_t)n + 1)), *indeg = calloc((size_t)n + 1, sizeof(int));
-  if (!order || !indeg) {
-    free(order), free(indeg), free(src_of_slot);
+  int *ctrl_src = malloc(sizeof(int) * ((size_t)n + 1)); /* a control predecessor, -1: none */
+  if (!order || !indeg || !ctrl_src) {
+    free(order), free(indeg), free(ctrl_src), free(src_of_slot);
     return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
+  for (int i = 0; i < n; i++) ctrl_src[i] = -1;
   for (int i = 0; i < n; i++) {
     for (int k = e->nodes[i].edge_begin; k < e->nodes[i].edge_end; k++)
       if (e->edges[k].dst >= 0 && e->nodes[i].cf_kind != GR_CF_NEXT_ITERATION)
         indeg[e->edges[k].dst]++;
-    for (int k = e->nodes[i].ctrl_begin; k < e->nodes[i].ctrl_end; k++) indeg[e->ctrl_dsts[k]]++;
+    for (int k = e->nodes[i].ctrl_begin; k < e->nodes[i].ctrl_end; k++) {
+      indeg[e->ctrl_dsts[k]]++;
+      ctrl_src[e->ctrl_dsts[k]] = i;
+    }
   }
   int head = 0, tail = 0;
   for (int i = 0; i < n; i++)
@@ -134,17 +139,16 @@ gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
           if (frame >= 0) p->frames[frame].num_enters++;
         }
       } else {
-        /* no data input seen: take the frame of a control input, else the top level */
-        frame = 0;
-        for (int q = 0; q < n; q++)
-          for (int k = e->nodes[q].ctrl_begin; k < e->nodes[q].ctrl_end; k++)
-            if (e->ctrl_dsts[k] == i && p->node_frame[q] >= 0) frame = out_frame(p, e->nodes, q);
+        /* no data input seen: take the frame of a control input (placed
+         * before it in this order), else the top level */
+        int q = ctrl_src[i];
+        frame = q >= 0 && p->node_frame[q] >= 0 ? out_frame(p, e->nodes, q) : 0;
       }
     }
     if (frame < 0) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     p->node_frame[i] = frame;
   }
-  free(order);
+  free(order), free(ctrl_src);
   /* every data edge must stay in its frame, or enter / exit / next_iteration it */
   for (int i = 0; i < n && st == GR_OK; i++) {
     exec_node *en = &e->nodes[i];

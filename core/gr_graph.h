@@ -83,6 +83,11 @@ gr_output gr_graph_add_node(gr_graph *g, const gr_op_def *op, const char *name,
  * that build a new graph from an old one (partitioning, passes). */
 gr_output gr_graph_copy_node(gr_graph *g, const gr_node *src, const gr_output *inputs,
                              gr_node *const *ctrl, int num_ctrl);
+/* Predecessor j of n: its data inputs' nodes first, then its control inputs
+ * (j < num_inputs + num_control_inputs). */
+static inline gr_node *gr_node_predecessor(const gr_node *n, int j) {
+  return j < n->num_inputs ? n->inputs[j].node : n->control_inputs[j - n->num_inputs];
+}
 /* Output i of the node behind o. */
 static inline gr_output gr_output_at(gr_output o, int i) {
   return (gr_output){o.node, i};

@@ -658,8 +658,7 @@ static bool reaches(const gr_graph *g, const gr_node *from, const gr_node *targe
   while (sp > 0 && !found) {
     const gr_node *v = g->nodes[stack[--sp]];
     for (int j = 0; j < v->num_inputs + v->num_control_inputs && !found; j++) {
-      const gr_node *u =
-          j < v->num_inputs ? v->inputs[j].node : v->control_inputs[j - v->num_inputs];
+      const gr_node *u = gr_node_predecessor(v, j);
       if (j < v->num_inputs && u->op->cf_kind == GR_CF_NEXT_ITERATION) continue;
       if (u == target) found = true;
       if (!seen[u->id]) {

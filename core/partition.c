@@ -86,14 +86,9 @@ static gr_status topo_sort(pctx *c) {
     const gr_node *nd = c->nodes[i];
     int total = nd->num_inputs + nd->num_control_inputs;
     for (int j = 0; j < total; j++) {
-      const gr_node *src;
-      if (j < nd->num_inputs) {
-        if (gr_part_back_edge(nd, j) || fed_index(c, nd->inputs[j]) >= 0) continue;
-        src = nd->inputs[j].node;
-      } else {
-        src = nd->control_inputs[j - nd->num_inputs];
-      }
-      int s = gr_part_pos(c, src);
+      if (j < nd->num_inputs && (gr_part_back_edge(nd, j) || fed_index(c, nd->inputs[j]) >= 0))
+        continue;
+      int s = gr_part_pos(c, gr_node_predecessor(nd, j));
       if (s < 0) continue; /* checked when copying */
       dst[e] = i;
       next[e] = head[s];
@@ -174,7 +169,7 @@ static gr_status check_frames(pctx *c) {
         nd->op->cf_kind == GR_CF_ENTER && c->frame[i] ? c->frames[c->frame[i]].parent : c->frame[i];
     for (int j = 0; j < nd->num_inputs + nd->num_control_inputs; j++) {
       bool data = j < nd->num_inputs;
-      const gr_node *src = data ? nd->inputs[j].node : nd->control_inputs[j - nd->num_inputs];
+      const gr_node *src = gr_node_predecessor(nd, j);
       int s = gr_part_pos(c, src);
       if (s < 0 || (data && gr_part_back_edge(nd, j))) continue;
       int got = gr_part_out_frame(c, s);

@@ -60,8 +60,7 @@ static gr_status settle_structure(pctx *c) {
     const gr_node *nd = c->nodes[i];
     if (nd->op->cf_kind == GR_CF_ENTER && !local_use[i] && use_dev[i] >= 0) c->dev[i] = use_dev[i];
     for (int j = 0; j < nd->num_inputs + nd->num_control_inputs; j++) {
-      const gr_node *src =
-          j < nd->num_inputs ? nd->inputs[j].node : nd->control_inputs[j - nd->num_inputs];
+      const gr_node *src = gr_node_predecessor(nd, j);
       int s = gr_part_pos(c, src);
       if (s < 0 || src->op->cf_kind != GR_CF_ENTER) continue;
       if (c->dev[s] == c->dev[i]) local_use[s] = 1;
@@ -115,9 +114,16 @@ static gr_status find_op(pctx *c, const char *name, const gr_op_def **op) {
   return GR_OK;
 }
 
-static gr_node *placed(gr_output o, const char *device) {
-  if (o.node) o.node->assigned_device = device;
-  return o.node;
+/* Adds node "_loop/FRAME/what" of the control loop of fi to partition d. */
+static gr_node *loop_node(pctx *c, int d, const frame_info *fi, const char *what,
+                          const gr_op_def *op, const gr_output *in, int nin, const gr_attr *a,
+                          int na) {
+  gr_partition *p = &c->ps->parts[d];
+  char name[160];
+  snprintf(name, sizeof name, "_loop/%.100s/%s", fi->name, what);
+  gr_node *n = gr_graph_add_node(p->graph, op, name, in, nin, a, na).node;
+  if (n) n->assigned_device = p->device;
+  return n;
 }
 
 gr_status gr_part_add_loop_heads(pctx *c) {
@@ -134,27 +140,22 @@ gr_status gr_part_add_loop_heads(pctx *c) {
     if (!fi->ctl_merge) return gr_part_oom(c);
     for (int d = 0; d < c->num_devs; d++) {
       if (!c->span[(size_t)f * (size_t)c->num_devs + (size_t)d]) continue;
-      gr_partition *p = &c->ps->parts[d];
-      gr_graph *g = p->graph;
-      char name[160];
-      gr_output trigger;
+      gr_graph *g = c->ps->parts[d].graph;
+      gr_output trigger = {NULL, 0};
       if (fi->parent > 0) {
-        trigger = (gr_output){c->frames[fi->parent].ctl_merge[d], 0};
+        trigger.node = c->frames[fi->parent].ctl_merge[d];
         GR_ASSERT(trigger.node);
       } else {
         gr_attr v = gr_attr_tensor("value", gr_tensor_scalar_i32(0));
-        snprintf(name, sizeof name, "_loop/%.100s/trigger", fi->name);
-        trigger =
-            (gr_output){placed(gr_graph_add_node(g, cnst, name, NULL, 0, &v, 1), p->device), 0};
+        trigger.node = loop_node(c, d, fi, "trigger", cnst, NULL, 0, &v, 1);
         gr_tensor_release(&v.value.tensor);
       }
       gr_attr a[] = {gr_attr_string("frame_name", fi->name), gr_attr_bool("is_constant", false),
                      gr_attr_int("parallel_iterations", fi->parallel)};
-      snprintf(name, sizeof name, "_loop/%.100s/enter", fi->name);
-      gr_output e = {placed(gr_graph_add_node(g, enter, name, &trigger, 1, a, 3), p->device), 0};
-      snprintf(name, sizeof name, "_loop/%.100s/merge", fi->name);
+      gr_output e = {trigger.node ? loop_node(c, d, fi, "enter", enter, &trigger, 1, a, 3) : NULL,
+                     0};
       fi->ctl_merge[d] =
-          placed(gr_graph_add_node(g, merge, name, (gr_output[]){e, e}, 2, NULL, 0), p->device);
+          e.node ? loop_node(c, d, fi, "merge", merge, (gr_output[]){e, e}, 2, NULL, 0) : NULL;
       if (!fi->ctl_merge[d]) return gr_part_graph_error(c, g);
       c->ps->num_control_loops++;
     }
@@ -187,14 +188,10 @@ gr_node *gr_part_loop_pivot(pctx *c, int s, int d, gr_status *st) {
   if (!fi->ctl_pivot[d]) {
     const gr_op_def *identity;
     if ((*st = find_op(c, "identity", &identity)) != GR_OK) return NULL;
-    gr_partition *p = &c->ps->parts[d];
-    char name[160];
-    snprintf(name, sizeof name, "_loop/%.100s/pivot", fi->name);
     /* its input becomes the control loop's switch (true side) with the tail */
-    fi->ctl_pivot[d] = placed(
-        gr_graph_add_node(p->graph, identity, name, &(gr_output){fi->ctl_merge[d], 0}, 1, NULL, 0),
-        p->device);
-    if (!fi->ctl_pivot[d]) *st = gr_part_graph_error(c, p->graph);
+    fi->ctl_pivot[d] =
+        loop_node(c, d, fi, "pivot", identity, &(gr_output){fi->ctl_merge[d], 0}, 1, NULL, 0);
+    if (!fi->ctl_pivot[d]) *st = gr_part_graph_error(c, c->ps->parts[d].graph);
   }
   return fi->ctl_pivot[d];
 }
@@ -212,19 +209,13 @@ gr_status gr_part_add_loop_tails(pctx *c) {
     for (int d = 0; d < c->num_devs; d++) {
       gr_node *m = fi->ctl_merge[d];
       if (!m) continue;
-      gr_partition *p = &c->ps->parts[d];
-      gr_graph *g = p->graph;
+      gr_graph *g = c->ps->parts[d].graph;
       gr_output pred = {c->dev[lc] == d ? c->copy[lc] : gr_part_recv_of(c, lc, 0, d), 0};
       if (!pred.node)
         return gr_part_graph_error(c, gr_graph_error(g) ? g : c->ps->parts[c->dev[lc]].graph);
-      char name[160];
-      snprintf(name, sizeof name, "_loop/%.100s/switch", fi->name);
-      gr_output s = {placed(gr_graph_add_node(g, sw, name, (gr_output[]){{m, 0}, pred}, 2, NULL, 0),
-                            p->device),
-                     1};
+      gr_output s = {loop_node(c, d, fi, "switch", sw, (gr_output[]){{m, 0}, pred}, 2, NULL, 0), 1};
       if (!s.node) return gr_part_graph_error(c, g);
-      snprintf(name, sizeof name, "_loop/%.100s/next_iteration", fi->name);
-      gr_output nx = {placed(gr_graph_add_node(g, next, name, &s, 1, NULL, 0), p->device), 0};
+      gr_output nx = {loop_node(c, d, fi, "next_iteration", next, &s, 1, NULL, 0), 0};
       if (!nx.node || gr_graph_set_input(g, m, 1, nx) != GR_OK) return gr_part_graph_error(c, g);
       if (fi->ctl_pivot && fi->ctl_pivot[d] &&
           gr_graph_set_input(g, fi->ctl_pivot[d], 0, s) != GR_OK)

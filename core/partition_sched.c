@@ -6,8 +6,9 @@
  * with the consumer still on time):
  *
  *   cost(n)      ~ 100 ns + 0.5 ns per flop + 0.1 ns per byte (the op's cost fn)
- *   ASAP finish  longest path from the roots (receives at 0)
- *   ALAP start   deadline(consumers) - cost, from the device's critical path
+ *   ASAP finish  longest path from the step's roots
+ *   ALAP start   deadline(consumers) - cost, against the step's critical path
+ *   the receive  must start by its consumers' ALAP start less its own cost
  *
  * For Recv R the chosen node X finishes at or before R's ALAP start, as late
  * as possible, and cannot depend on the value R carries (its ALAP start in
@@ -29,85 +30,14 @@ static int64_t cost_ns(const gr_node *n) {
   return ns < 1e12 ? (int64_t)ns : (int64_t)1e12; /* sums along paths stay far from overflow */
 }
 
-typedef struct sched {
-  int n;
-  int *order;         /* topological (loop back edges aside) */
-  int *cstart, *cons; /* consumers by id (CSR) */
-  int64_t *cost, *eft, *lst;
-} sched;
-
-static bool back(const gr_node *v, int j) {
-  return j < v->num_inputs && v->inputs[j].node->op->cf_kind == GR_CF_NEXT_ITERATION;
-}
-static const gr_node *input_node(const gr_node *v, int j) {
-  return j < v->num_inputs ? v->inputs[j].node : v->control_inputs[j - v->num_inputs];
-}
-
-static bool sched_build(sched *s, gr_graph *g) {
-  int n = s->n = gr_graph_num_nodes(g);
-  s->order = malloc(sizeof(int) * ((size_t)n + 1));
-  s->cstart = calloc((size_t)n + 2, sizeof(int));
-  s->cost = malloc(sizeof(int64_t) * ((size_t)n + 1));
-  s->eft = calloc((size_t)n + 1, sizeof(int64_t));
-  s->lst = malloc(sizeof(int64_t) * ((size_t)n + 1));
-  if (!s->order || !s->cstart || !s->cost || !s->eft || !s->lst) return false;
-  if (gr_graph_topo_order(g, s->order) != n) return false;
-  int edges = 0;
-  for (int i = 0; i < n; i++) {
-    const gr_node *v = gr_graph_node(g, i);
-    for (int j = 0; j < v->num_inputs + v->num_control_inputs; j++)
-      if (!back(v, j)) s->cstart[input_node(v, j)->id + 1]++, edges++;
-  }
-  for (int i = 0; i < n; i++) s->cstart[i + 1] += s->cstart[i];
-  s->cons = malloc(sizeof(int) * ((size_t)edges + 1));
-  int *fill = calloc((size_t)n + 1, sizeof(int));
-  if (!s->cons || !fill) {
-    free(fill);
-    return false;
-  }
-  for (int i = 0; i < n; i++) {
-    const gr_node *v = gr_graph_node(g, i);
-    for (int j = 0; j < v->num_inputs + v->num_control_inputs; j++) {
-      if (back(v, j)) continue;
-      int u = input_node(v, j)->id;
-      s->cons[s->cstart[u] + fill[u]++] = i;
-    }
-  }
-  free(fill);
-  /* ASAP finish, then ALAP start against the critical path */
-  int64_t span = 0;
-  for (int k = 0; k < n; k++) {
-    int i = s->order[k];
-    const gr_node *v = gr_graph_node(g, i);
-    int64_t start = 0;
-    for (int j = 0; j < v->num_inputs + v->num_control_inputs; j++)
-      if (!back(v, j) && s->eft[input_node(v, j)->id] > start) start = s->eft[input_node(v, j)->id];
-    s->cost[i] = cost_ns(v);
-    s->eft[i] = start + s->cost[i];
-    if (s->eft[i] > span) span = s->eft[i];
-  }
-  for (int k = n - 1; k >= 0; k--) {
-    int i = s->order[k];
-    int64_t finish = span;
-    for (int e = s->cstart[i]; e < s->cstart[i + 1]; e++)
-      if (s->lst[s->cons[e]] < finish) finish = s->lst[s->cons[e]];
-    s->lst[i] = finish - s->cost[i];
-  }
-  return true;
-}
-
-static void sched_free(sched *s) {
-  free(s->order), free(s->cstart), free(s->cons), free(s->cost), free(s->eft), free(s->lst);
-}
-
 /* Candidates of one device, by ASAP finish. */
 typedef struct cand {
   int64_t eft;
-  int id; /* in the partition graph */
+  int pos; /* in the input set */
 } cand;
 static int cmp_cand(const void *a, const void *b) {
   const cand *x = a, *y = b;
-  return x->eft < y->eft ? -1 : x->eft > y->eft ? 1 : x->id - y->id;
+  return x->eft < y->eft ? -1 : x->eft > y->eft ? 1 : x->pos - y->pos;
 }
 
 gr_status gr_part_schedule_recvs(pctx *c) {
@@ -125,7 +55,7 @@ gr_status gr_part_schedule_recvs(pctx *c) {
       const gr_node *v = c->nodes[i];
       for (int j = 0; j < v->num_inputs + v->num_control_inputs; j++) {
         if (j < v->num_inputs && gr_part_back_edge(v, j)) continue;
-        int p = gr_part_pos(c, input_node(v, j));
+        int p = gr_part_pos(c, gr_node_predecessor(v, j));
         if (p < 0) continue;
         if (pass == 0)
           cstart[p + 1]++, edges++;
@@ -153,7 +83,7 @@ gr_status gr_part_schedule_recvs(pctx *c) {
     int total = v->num_inputs + v->num_control_inputs, dead_in = 0, seen = 0;
     for (int j = 0; j < total; j++) {
       if (j < v->num_inputs && gr_part_back_edge(v, j)) continue;
-      int p = gr_part_pos(c, input_node(v, j));
+      int p = gr_part_pos(c, gr_node_predecessor(v, j));
       if (p < 0) continue;
       if (geft[p] > start) start = geft[p];
       seen++;
@@ -170,53 +100,46 @@ gr_status gr_part_schedule_recvs(pctx *c) {
       if (glst[cons[e]] < finish) finish = glst[cons[e]];
     glst[i] = finish - cost_ns(c->nodes[i]);
   }
+  cand *cs = malloc(sizeof(cand) * ((size_t)n + 1));
+  if (!cs) goto oom;
   for (int d = 0; d < c->ps->num_parts && st == GR_OK; d++) {
     gr_graph *g = c->ps->parts[d].graph;
-    sched s = {0};
-    int *pos_of_id = NULL;
-    cand *cs = NULL;
     int nc = 0;
-    if (!sched_build(&s, g) || !(pos_of_id = malloc(sizeof(int) * ((size_t)s.n + 1))) ||
-        !(cs = malloc(sizeof(cand) * ((size_t)s.n + 1)))) {
-      sched_free(&s);
-      free(pos_of_id);
-      goto oom;
-    }
-    for (int id = 0; id < s.n; id++) pos_of_id[id] = -1;
     for (int i = 0; i < n; i++)
-      if (c->dev[i] == d && c->copy[i] && gr_part_out_frame(c, i) == 0 && !maybe_dead[i]) {
-        pos_of_id[c->copy[i]->id] = i;
-        cs[nc++] = (cand){s.eft[c->copy[i]->id], c->copy[i]->id};
-      }
+      if (c->dev[i] == d && c->copy[i] && gr_part_out_frame(c, i) == 0 && !maybe_dead[i])
+        cs[nc++] = (cand){geft[i], i};
     qsort(cs, (size_t)nc, sizeof *cs, cmp_cand);
-    for (int r = 0; r < s.n && st == GR_OK; r++) {
+    for (int r = 0; r < gr_graph_num_nodes(g) && st == GR_OK; r++) {
       gr_node *recv = gr_graph_node(g, r);
       intptr_t src = (intptr_t)gr_part_map_get(&c->recv_src, (uint64_t)(uintptr_t)recv) - 1;
-      if (src < 0) continue; /* not a top-level receive */
-      /* the latest finisher on this device before the receive must start,
-       * among those that cannot depend on the received value */
-      int lo = 0, hi = nc; /* first candidate finishing after lst(recv) */
+      if (src < 0) continue;   /* not a top-level receive */
+      int64_t due = INT64_MAX; /* when the receive must start */
+      for (int e = cstart[src]; e < cstart[src + 1]; e++)
+        if (c->dev[cons[e]] == d && glst[cons[e]] < due) due = glst[cons[e]];
+      if (due == INT64_MAX) continue; /* it feeds a copy of an enter: leave it */
+      due -= cost_ns(recv);
+      /* the latest finisher on this device before then, among those that
+       * cannot depend on the received value */
+      int lo = 0, hi = nc; /* first candidate finishing after due */
       while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if (cs[mid].eft <= s.lst[r])
+        if (cs[mid].eft <= due)
           lo = mid + 1;
         else
           hi = mid;
       }
       int best = -1;
       for (int k = lo - 1; k >= 0 && best < 0; k--)
-        if (glst[pos_of_id[cs[k].id]] <= glst[src]) best = cs[k].id;
+        if (glst[cs[k].pos] <= glst[src]) best = cs[k].pos;
       if (best < 0) continue;
-      if (gr_graph_add_control_input_unchecked(g, recv, gr_graph_node(g, best)) != GR_OK) {
+      if (gr_graph_add_control_input_unchecked(g, recv, c->copy[best]) != GR_OK) {
         st = gr_part_graph_error(c, g);
         break;
       }
       c->ps->num_scheduled_recvs++;
     }
-    sched_free(&s);
-    free(pos_of_id);
-    free(cs);
   }
+  free(cs);
   free(geft), free(glst), free(cstart), free(fill), free(maybe_dead), free(cons);
   return st;
 oom:

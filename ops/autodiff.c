@@ -158,7 +158,7 @@ static int group_sort(walk *w) {
     for (int id = 0; id < w->total; id++) {
       gr_node *d = gr_graph_node(w->g, id);
       for (int j = 0; j < d->num_inputs + d->num_control_inputs; j++) {
-        gr_node *s = j < d->num_inputs ? d->inputs[j].node : d->control_inputs[j - d->num_inputs];
+        gr_node *s = gr_node_predecessor(d, j);
         if (j < d->num_inputs && s->op->cf_kind == GR_CF_NEXT_ITERATION) continue;
         int a = gid[s->id], b = gid[id];
         if (a == b) continue;
