@@ -32,10 +32,8 @@ static gr_status matmul_shape(gr_shape_ctx *ctx) {
   return GR_OK;
 }
 
-static gr_status matmul_kernel(gr_kernel_ctx *ctx) {
-  const gr_tensor *A = &ctx->inputs[0], *B = &ctx->inputs[1];
-  bool ta = gr_node_attr_bool(ctx->node, "transpose_a", false);
-  bool tb = gr_node_attr_bool(ctx->node, "transpose_b", false);
+gr_status gr_ops_gemm_dims(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tensor *B, bool ta,
+                           bool tb, int64_t mnk[3]) {
   if (A->shape.rank != 2 || B->shape.rank != 2)
     return gr_kernel_error(ctx, GR_ERR_SHAPE, "inputs must be matrices");
   int64_t m = A->shape.dims[ta ? 1 : 0], k = A->shape.dims[ta ? 0 : 1];
@@ -47,25 +45,44 @@ static gr_status matmul_kernel(gr_kernel_ctx *ctx) {
   }
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
     return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "matrix too large for BLAS");
-  gr_tensor *o;
-  gr_shape os = gr_shape_make(2, (int64_t[]){m, n});
-  GR_TRY(gr_kernel_alloc_output(ctx, 0, A->dtype, &os, &o));
-  int lda = (int)A->shape.dims[1], ldb = (int)B->shape.dims[1];
-  if (lda < 1) lda = 1;
-  if (ldb < 1) ldb = 1;
-  int ldc = n > 0 ? (int)n : 1;
-  if (m == 0 || n == 0) return GR_OK;
-  if (k == 0) {
-    memset(gr_tensor_data(o), 0, gr_tensor_num_bytes(o));
-    return GR_OK;
+  mnk[0] = m, mnk[1] = n, mnk[2] = k;
+  return GR_OK;
+}
+
+void gr_ops_gemm(const gr_tensor *A, const gr_tensor *B, bool ta, bool tb, const int64_t mnk[3],
+                 double alpha, double beta, void *c) {
+  int m = (int)mnk[0], n = (int)mnk[1], k = (int)mnk[2];
+  if (m == 0 || n == 0) return;
+  if (k == 0) { /* C = beta C */
+    if (beta == 0) {
+      memset(c, 0, (size_t)m * (size_t)n * gr_dtype_size(A->dtype));
+    } else if (A->dtype == GR_F32) {
+      for (int64_t i = 0; i < (int64_t)m * n; i++) ((float *)c)[i] *= (float)beta;
+    } else {
+      for (int64_t i = 0; i < (int64_t)m * n; i++) ((double *)c)[i] *= beta;
+    }
+    return;
   }
+  int lda = (int)A->shape.dims[1], ldb = (int)B->shape.dims[1];
   enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
   if (A->dtype == GR_F32)
-    cblas_sgemm(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0f, gr_tensor_data(A), lda,
-                gr_tensor_data(B), ldb, 0.0f, gr_tensor_data(o), ldc);
+    cblas_sgemm(CblasRowMajor, TA, TB, m, n, k, (float)alpha, gr_tensor_data(A), lda,
+                gr_tensor_data(B), ldb, (float)beta, c, n);
   else
-    cblas_dgemm(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0, gr_tensor_data(A), lda,
-                gr_tensor_data(B), ldb, 0.0, gr_tensor_data(o), ldc);
+    cblas_dgemm(CblasRowMajor, TA, TB, m, n, k, alpha, gr_tensor_data(A), lda, gr_tensor_data(B),
+                ldb, beta, c, n);
+}
+
+static gr_status matmul_kernel(gr_kernel_ctx *ctx) {
+  const gr_tensor *A = &ctx->inputs[0], *B = &ctx->inputs[1];
+  bool ta = gr_node_attr_bool(ctx->node, "transpose_a", false);
+  bool tb = gr_node_attr_bool(ctx->node, "transpose_b", false);
+  int64_t mnk[3];
+  GR_TRY(gr_ops_gemm_dims(ctx, A, B, ta, tb, mnk));
+  gr_tensor *o;
+  gr_shape os = gr_shape_make(2, (int64_t[]){mnk[0], mnk[1]});
+  GR_TRY(gr_kernel_alloc_output(ctx, 0, A->dtype, &os, &o));
+  gr_ops_gemm(A, B, ta, tb, mnk, 1.0, 0.0, gr_tensor_data(o));
   return GR_OK;
 }
 
@@ -74,15 +91,19 @@ static double known(const gr_shape *s, int i) {
   return s->rank != 2 || s->dims[i] < 0 ? 1.0 : (double)s->dims[i];
 }
 
-static void matmul_cost(const gr_node *n, gr_cost *c) {
-  const gr_shape *a = &n->inputs[0].node->out_shapes[n->inputs[0].index];
-  const gr_shape *b = &n->inputs[1].node->out_shapes[n->inputs[1].index];
+void gr_ops_gemm_cost(const gr_node *n, int first, gr_cost *c) {
+  const gr_shape *a = &n->inputs[first].node->out_shapes[n->inputs[first].index];
+  const gr_shape *b = &n->inputs[first + 1].node->out_shapes[n->inputs[first + 1].index];
   bool ta = gr_node_attr_bool(n, "transpose_a", false);
   double m = known(a, ta ? 1 : 0), k = known(a, ta ? 0 : 1);
   double nn = known(b, gr_node_attr_bool(n, "transpose_b", false) ? 0 : 1);
-  double es = (double)gr_dtype_size(n->out_dtypes[0]);
+  double es = (double)gr_dtype_size(n->inputs[first].node->out_dtypes[n->inputs[first].index]);
   c->flops = 2.0 * m * nn * k;
   c->bytes = es * (m * k + k * nn + m * nn);
+}
+
+static void matmul_cost(const gr_node *n, gr_cost *c) {
+  gr_ops_gemm_cost(n, 0, c);
 }
 
 /* C = op(A) op(B), G = dC:

@@ -95,6 +95,7 @@
   X(sparse_softmax_cross_entropy_grad)                                                             \
   /* optimizers.c */                                                                               \
   X(apply_sgd)                                                                                     \
+  X(apply_sgd_matmul)                                                                              \
   X(apply_momentum)                                                                                \
   X(apply_adam)                                                                                    \
   /* data.c */                                                                                     \

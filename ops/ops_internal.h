@@ -105,6 +105,18 @@ bool gr_bcast_init(gr_bcast *bc, const gr_shape *a, const gr_shape *b, gr_shape 
     }                                                                                              \
   } while (0)
 
+/* Matrix products (matmul.c). gr_ops_gemm_dims checks A and B are matrices
+ * whose op(A) op(B) exists and fits BLAS, and writes its m, n, k (errors
+ * through ctx). gr_ops_gemm computes C = alpha op(A) op(B) + beta C into the
+ * row-major m x n buffer c (f32 or f64 as A). */
+gr_status gr_ops_gemm_dims(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tensor *B, bool ta,
+                           bool tb, int64_t mnk[3]);
+void gr_ops_gemm(const gr_tensor *A, const gr_tensor *B, bool ta, bool tb, const int64_t mnk[3],
+                 double alpha, double beta, void *c);
+/* The cost of op(A) op(B) for a node whose A and B are inputs first and
+ * first + 1 (attrs transpose_a, transpose_b; unknown dims count as 1). */
+void gr_ops_gemm_cost(const gr_node *n, int first, gr_cost *c);
+
 /* Row-major strides (in elements) of a shape. */
 void gr_ops_strides(const gr_shape *s, int64_t strides[GR_MAX_RANK]);
 

@@ -19,10 +19,10 @@ typedef struct locked_vars {
 } locked_vars;
 
 /* Looks up and locks the variables named by attrs (in order), checking each
- * is initialised and shaped like grad. */
-static gr_status lock_vars(gr_kernel_ctx *ctx, const char *const *attrs, int n, locked_vars *lv) {
+ * is initialised and has the gradient's dtype and shape. */
+static gr_status lock_vars(gr_kernel_ctx *ctx, const char *const *attrs, int n, gr_dtype dtype,
+                           const gr_shape *shape, locked_vars *lv) {
   lv->n = 0;
-  const gr_tensor *grad = &ctx->inputs[1];
   for (int i = 0; i < n; i++) {
     const char *name = gr_node_attr_string(ctx->node, attrs[i], "");
     gr_var *v = gr_resource_mgr_get_var(ctx->step->resources, name);
@@ -34,10 +34,10 @@ static gr_status lock_vars(gr_kernel_ctx *ctx, const char *const *attrs, int n, 
       return gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION, "variable '%s' is not initialised",
                              name);
     bool scalar_slot = strcmp(attrs[i], "slot_t") == 0;
-    if (!scalar_slot && (!gr_shape_equal(&t->shape, &grad->shape) || t->dtype != grad->dtype)) {
+    if (!scalar_slot && (!gr_shape_equal(&t->shape, shape) || t->dtype != dtype)) {
       char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
       return gr_kernel_error(ctx, GR_ERR_SHAPE, "gradient %s %s does not match variable '%s' %s %s",
-                             gr_dtype_name(grad->dtype), gr_shape_str(&grad->shape, a), name,
+                             gr_dtype_name(dtype), gr_shape_str(shape, a), name,
                              gr_dtype_name(t->dtype), gr_shape_str(&t->shape, b));
     }
     if (!gr_tensor_is_unique(t)) { /* someone still reads the old value: copy on write */
@@ -78,7 +78,7 @@ static gr_status apply_sgd_kernel(gr_kernel_ctx *ctx) {
   GR_TRY(check_lr(ctx));
   static const char *const names[] = {"var"};
   locked_vars lv;
-  gr_status s = lock_vars(ctx, names, 1, &lv);
+  gr_status s = lock_vars(ctx, names, 1, ctx->inputs[1].dtype, &ctx->inputs[1].shape, &lv);
   if (s == GR_OK) {
     gr_tensor *var = gr_var_value(lv.v[0]);
     double lr = scalar_of(&ctx->inputs[0]);
@@ -88,6 +88,29 @@ static gr_status apply_sgd_kernel(gr_kernel_ctx *ctx) {
     else
       SGD_LOOP(double);
   }
+  unlock_vars(&lv);
+  return s;
+}
+
+/* ---- apply_sgd_matmul: var -= lr * op(a) op(b) ----------------------------------------------
+ * SGD on a weight whose gradient is a matrix product (gr_minimize fuses
+ * them): one gemm with alpha = -lr and beta = 1 into the variable, so the
+ * gradient is never stored, zeroed or read back. */
+
+static gr_status apply_sgd_matmul_kernel(gr_kernel_ctx *ctx) {
+  GR_TRY(check_lr(ctx));
+  const gr_tensor *A = &ctx->inputs[1], *B = &ctx->inputs[2];
+  bool ta = gr_node_attr_bool(ctx->node, "transpose_a", false);
+  bool tb = gr_node_attr_bool(ctx->node, "transpose_b", false);
+  int64_t mnk[3];
+  GR_TRY(gr_ops_gemm_dims(ctx, A, B, ta, tb, mnk));
+  gr_shape sh = gr_shape_make(2, (int64_t[]){mnk[0], mnk[1]});
+  static const char *const names[] = {"var"};
+  locked_vars lv;
+  gr_status s = lock_vars(ctx, names, 1, A->dtype, &sh, &lv);
+  if (s == GR_OK)
+    gr_ops_gemm(A, B, ta, tb, mnk, -scalar_of(&ctx->inputs[0]), 1.0,
+                gr_tensor_data(gr_var_value(lv.v[0])));
   unlock_vars(&lv);
   return s;
 }
@@ -111,7 +134,7 @@ static gr_status apply_momentum_kernel(gr_kernel_ctx *ctx) {
   GR_TRY(check_lr(ctx));
   static const char *const names[] = {"var", "slot_accum"};
   locked_vars lv;
-  gr_status s = lock_vars(ctx, names, 2, &lv);
+  gr_status s = lock_vars(ctx, names, 2, ctx->inputs[1].dtype, &ctx->inputs[1].shape, &lv);
   if (s == GR_OK) {
     gr_tensor *var = gr_var_value(lv.v[0]), *accum = gr_var_value(lv.v[1]);
     double lr = scalar_of(&ctx->inputs[0]), mom = gr_node_attr_float(ctx->node, "momentum", 0.9);
@@ -146,7 +169,7 @@ static gr_status apply_adam_kernel(gr_kernel_ctx *ctx) {
   GR_TRY(check_lr(ctx));
   static const char *const names[] = {"var", "slot_m", "slot_v", "slot_t"};
   locked_vars lv;
-  gr_status s = lock_vars(ctx, names, 4, &lv);
+  gr_status s = lock_vars(ctx, names, 4, ctx->inputs[1].dtype, &ctx->inputs[1].shape, &lv);
   if (s == GR_OK) {
     gr_tensor *var = gr_var_value(lv.v[0]), *m = gr_var_value(lv.v[1]);
     gr_tensor *v = gr_var_value(lv.v[2]), *t = gr_var_value(lv.v[3]);
@@ -204,6 +227,36 @@ const gr_op_def gr_op_apply_sgd = {.name = "apply_sgd",
                                    .cost_fn = apply_cost,
                                    .kernel = apply_sgd_kernel,
                                    .flags = APPLY_FLAGS};
+
+static gr_status sgd_matmul_shape(gr_shape_ctx *ctx) {
+  GR_TRY(apply_shape(ctx));
+  GR_TRY(gr_ops_check_same_dtype(ctx, 1, 2));
+  for (int i = 1; i < 3; i++)
+    if (ctx->in_shapes[i].rank >= 0) GR_TRY(gr_ops_check_rank(ctx, i, 2));
+  return GR_OK;
+}
+
+static void sgd_matmul_cost(const gr_node *n, gr_cost *c) {
+  gr_ops_gemm_cost(n, 1, c);
+}
+
+static const gr_attr_spec sgd_matmul_attrs[] = {
+    {"var", GR_ATTR_STRING, true, {0}},
+    {"transpose_a", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}},
+    {"transpose_b", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}}};
+const gr_op_def gr_op_apply_sgd_matmul = {
+    .name = "apply_sgd_matmul",
+    .doc = "var -= lr * op(a) op(b), in place: SGD fused with a weight gradient's matmul",
+    .min_inputs = 3,
+    .max_inputs = 3,
+    .input_names = (const char *const[]){"lr", "a", "b"},
+    .num_outputs = 0,
+    .attrs = sgd_matmul_attrs,
+    .num_attrs = 3,
+    .shape_fn = sgd_matmul_shape,
+    .cost_fn = sgd_matmul_cost,
+    .kernel = apply_sgd_matmul_kernel,
+    .flags = APPLY_FLAGS};
 
 static const gr_attr_spec momentum_attrs[] = {
     {"var", GR_ATTR_STRING, true, {0}},
@@ -291,6 +344,17 @@ static int collect_vars(const gr_graph *g, gr_output y, gr_output *out, int cap)
   return n;
 }
 
+/* The matmul computing a variable's gradient when SGD can fuse with it: the
+ * gradient is a matmul's output of the variable's dtype, asked for on the
+ * same device as the variable (the fused update runs with the variable, so
+ * a product that was to run elsewhere, say on a worker while the variable
+ * lives on a parameter server, stays unfused). NULL otherwise. */
+static const gr_node *fusable_matmul(const gr_node *var, gr_output grad) {
+  const gr_node *m = grad.node;
+  if (strcmp(m->op->name, "matmul") != 0 || m->out_dtypes[0] != var->out_dtypes[0]) return NULL;
+  return strcmp(m->requested_device, var->requested_device) == 0 ? m : NULL;
+}
+
 gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
                       const gr_output *var_list, int n) {
   if (!loss.node) return loss;
@@ -336,7 +400,14 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
     gr_output lr = gr_ops_const_scalar(g, v->out_dtypes[0], opt->learning_rate);
     gr_output in[2] = {lr, grads[i]};
     gr_output u = {NULL, 0};
-    if (opt->kind == GR_OPT_SGD) {
+    const gr_node *mm = opt->kind == GR_OPT_SGD ? fusable_matmul(v, grads[i]) : NULL;
+    if (mm) { /* the matmul is left without consumers: a run prunes it */
+      gr_output fin[3] = {lr, mm->inputs[0], mm->inputs[1]};
+      gr_attr a[] = {gr_attr_string("var", vname),
+                     gr_attr_bool("transpose_a", gr_node_attr_bool(mm, "transpose_a", false)),
+                     gr_attr_bool("transpose_b", gr_node_attr_bool(mm, "transpose_b", false))};
+      u = gr_ops_build(g, "apply_sgd_matmul", NULL, fin, 3, a, 3);
+    } else if (opt->kind == GR_OPT_SGD) {
       gr_attr a[] = {gr_attr_string("var", vname)};
       u = gr_ops_build(g, "apply_sgd", NULL, in, 2, a, 1);
     } else if (opt->kind == GR_OPT_MOMENTUM) {

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "gr_test.h"
+#include "test_util.h"
 
 #define N     3
 #define STEPS 5
@@ -126,11 +127,168 @@ static void test_slots_and_errors(void) {
   gr_graph_free(g);
 }
 
+/* apply_sgd_matmul on its own: var -= lr op(a) op(b) for every transpose
+ * pair and both float dtypes, against plain loops in double. */
+static void test_sgd_matmul_op(void) {
+  gt_rng r = {77};
+  for (int c = 0; c < 16; c++) {
+    bool ta = c & 1, tb = c & 2;
+    gr_dtype dt = c & 4 ? GR_F32 : GR_F64;
+    int64_t m = gt_int(&r, 1, 9), n = gt_int(&r, 1, 9), k = gt_int(&r, c & 8 ? 0 : 1, 9);
+    gr_tensor a = gt_random(&r, dt, ta ? (gr_shape){2, {k, m}} : (gr_shape){2, {m, k}}, -1, 1);
+    gr_tensor b = gt_random(&r, dt, tb ? (gr_shape){2, {n, k}} : (gr_shape){2, {k, n}}, -1, 1);
+    gr_tensor w = gt_random(&r, dt, (gr_shape){2, {m, n}}, -1, 1);
+    gr_graph *g = gr_graph_new();
+    gr_output wv = gr_variable(g, "w", gr_const(g, &w));
+    gr_output in[3] = {dt == GR_F32 ? gr_const_f32(g, 0.25f) : gr_const_f64(g, 0.25),
+                       gr_const(g, &a), gr_const(g, &b)};
+    gr_attr at[3] = {gr_attr_string("var", "w"), gr_attr_bool("transpose_a", ta),
+                     gr_attr_bool("transpose_b", tb)};
+    gr_output up = gr_op(g, "apply_sgd_matmul", "up", in, 3, at, 3);
+    GR_CHECK_MSG(gr_graph_error(g) == NULL, "%s", gr_graph_error(g) ? gr_graph_error(g)->msg : "");
+    gr_error err;
+    gr_session *s = gr_session_new(g, NULL, &err);
+    gr_tensor got, want = gt_zeros(dt, (gr_shape){2, {m, n}});
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, NULL, 0, NULL, &up, 1, &err), err);
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, &wv, 1, &got, NULL, 0, &err), err);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double acc = 0;
+        for (int64_t q = 0; q < k; q++)
+          acc += gr_tensor_get_f64(&a, ta ? q * m + i : i * k + q) *
+                 gr_tensor_get_f64(&b, tb ? j * k + q : q * n + j);
+        gr_tensor_set_f64(&want, i * n + j, gr_tensor_get_f64(&w, i * n + j) - 0.25 * acc);
+      }
+    GR_CHECK_MSG(gt_near(&got, &want, dt == GR_F32 ? 1e-5 : 1e-13, dt == GR_F32 ? 1e-5 : 1e-13),
+                 "case %d: ta=%d tb=%d m=%lld n=%lld k=%lld", c, ta, tb, (long long)m, (long long)n,
+                 (long long)k);
+    gr_tensor_release(&got);
+    gr_tensor_release(&want);
+    gr_session_free(s);
+    gr_graph_free(g);
+    gr_tensor_release(&a);
+    gr_tensor_release(&b);
+    gr_tensor_release(&w);
+  }
+}
+
+/* Counts the update ops of each kind among train's control inputs. */
+static void count_updates(gr_output train, int *fused, int *plain) {
+  *fused = *plain = 0;
+  for (int i = 0; i < train.node->num_control_inputs; i++) {
+    const char *op = train.node->control_inputs[i]->op->name;
+    *fused += strcmp(op, "apply_sgd_matmul") == 0;
+    *plain += strcmp(op, "apply_sgd") == 0;
+  }
+}
+
+/* A one-layer model y = op(x) op(w) or op(w) op(x) in five forms, whose
+ * weight gradients are matmuls of all four transpose pairs:
+ *   0: x w      -> x^T g  (T, F)     1: x w^T   -> g^T x  (T, F)
+ *   2: w x      -> g x^T  (F, T)     3: w^T x^T -> x^T g^T (T, T)
+ *   4: x^T w    -> x g    (F, F)
+ * Runs three SGD steps (fused by gr_minimize, or unfused: gr_gradients and
+ * apply_sgd built by hand) and returns w after each; *fused counts the fused
+ * updates. pin_apart puts w on device 1 and the product on device 0. */
+static void sgd_model(int form, bool fuse, bool pin_apart, double out[3][12], int *fused) {
+  gr_graph *g = gr_graph_new();
+  gt_rng r = {(uint64_t)form + 5};
+  gr_tensor xv = gt_random(&r, GR_F64, (gr_shape){2, {3, 3}}, -1, 1);
+  bool tall = form == 1 || form == 2; /* w is [4, 3], else [3, 4] */
+  gr_tensor wv = gt_random(&r, GR_F64, tall ? (gr_shape){2, {4, 3}} : (gr_shape){2, {3, 4}}, -1, 1);
+  if (pin_apart) gt_pin(g, 1);
+  gr_output w = gr_variable(g, "w", gr_const(g, &wv));
+  if (pin_apart) gr_graph_pop_device_scope(g);
+  if (pin_apart) gt_pin(g, 0);
+  gr_output x = gr_const(g, &xv);
+  static const bool ta[5] = {false, false, false, true, true},
+                    tb[5] = {false, true, false, true, false};
+  bool w_left = form == 2 || form == 3;
+  gr_output y =
+      w_left ? gr_matmul(g, w, x, ta[form], tb[form]) : gr_matmul(g, x, w, ta[form], tb[form]);
+  if (pin_apart) gr_graph_pop_device_scope(g);
+  gr_output loss = gr_reduce_sum(g, gr_square(g, gr_tanh(g, y)), NULL, 0, false);
+  gr_output train;
+  if (fuse) {
+    gr_optimizer sgd = {.kind = GR_OPT_SGD, .learning_rate = 0.1};
+    train = gr_minimize(g, &sgd, loss, &w, 1);
+  } else {
+    gr_output gw;
+    GR_CHECK(gr_gradients(g, &loss, 1, &w, 1, NULL, true, &gw) == GR_OK);
+    gr_output in[2] = {gr_const_f64(g, 0.1), gw};
+    gr_attr a = gr_attr_string("var", "w");
+    gr_output up = gr_op(g, "apply_sgd", NULL, in, 2, &a, 1);
+    train = gr_group(g, "train", &up, 1);
+  }
+  GR_CHECK_MSG(gr_graph_error(g) == NULL, "%s", gr_graph_error(g) ? gr_graph_error(g)->msg : "");
+  int plain;
+  count_updates(train, fused, &plain);
+  GR_CHECK_EQ_INT(*fused + plain, 1);
+  gr_session *s = gt_session(g, 2, 1);
+  gr_error err;
+  for (int step = 0; step < 3; step++) {
+    gr_tensor got;
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, NULL, 0, NULL, &train, 1, &err), err);
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, &w, 1, &got, NULL, 0, &err), err);
+    for (int64_t i = 0; i < 12; i++) out[step][i] = gr_tensor_get_f64(&got, i);
+    gr_tensor_release(&got);
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+  gr_tensor_release(&xv);
+  gr_tensor_release(&wv);
+}
+
+static void test_minimize_fuses_sgd(void) {
+  for (int form = 0; form < 5; form++) {
+    double fused[3][12], plain[3][12];
+    int nf;
+    sgd_model(form, true, false, fused, &nf);
+    GR_CHECK_MSG(nf == 1, "form %d: %d fused updates", form, nf);
+    sgd_model(form, false, false, plain, &nf);
+    GR_CHECK_EQ_INT(nf, 0);
+    for (int st = 0; st < 3; st++)
+      for (int i = 0; i < 12; i++)
+        GR_CHECK_MSG(fabs(fused[st][i] - plain[st][i]) <= 1e-13 * (1 + fabs(plain[st][i])),
+                     "form %d step %d w[%d]: fused %.17g, unfused %.17g", form, st, i, fused[st][i],
+                     plain[st][i]);
+  }
+  double pinned[3][12], plain[3][12];
+  int nf;
+  sgd_model(0, true, true, pinned, &nf);
+  GR_CHECK_MSG(nf == 0, "w pinned to another device than its gradient: %d fused", nf);
+  sgd_model(0, false, false, plain, &nf);
+  for (int i = 0; i < 12; i++) GR_CHECK(fabs(pinned[2][i] - plain[2][i]) <= 1e-13);
+}
+
+/* A fused update whose product does not match the variable names both. */
+static void test_sgd_matmul_errors(void) {
+  gr_graph *g = gr_graph_new();
+  gr_variable(g, "w", gr_ones(g, GR_F32, (gr_shape){2, {2, 3}}));
+  gr_output in[3] = {gr_const_f32(g, 0.1f), gr_ones(g, GR_F32, (gr_shape){2, {2, 5}}),
+                     gr_ones(g, GR_F32, (gr_shape){2, {5, 4}})};
+  gr_attr at = gr_attr_string("var", "w");
+  gr_output up = gr_op(g, "apply_sgd_matmul", "up", in, 3, &at, 1);
+  gr_output in2[3] = {in[0], in[1], in[1]};
+  gr_output bad = gr_op(g, "apply_sgd_matmul", "bad", in2, 3, &at, 1);
+  gr_error err;
+  gr_session *s = gr_session_new(g, NULL, &err);
+  GR_CHECK(gr_session_run(s, NULL, 0, NULL, 0, NULL, &up, 1, &err) != GR_OK);
+  GR_CHECK_STR_CONTAINS(err.msg, "[2, 4] does not match variable 'w'");
+  GR_CHECK(gr_session_run(s, NULL, 0, NULL, 0, NULL, &bad, 1, &err) != GR_OK);
+  GR_CHECK_STR_CONTAINS(err.msg, "inner dimensions differ");
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_sgd);
   GR_RUN(test_momentum);
   GR_RUN(test_nesterov);
   GR_RUN(test_adam);
   GR_RUN(test_slots_and_errors);
+  GR_RUN(test_sgd_matmul_op);
+  GR_RUN(test_minimize_fuses_sgd);
+  GR_RUN(test_sgd_matmul_errors);
   return gr_test_finish();
 }
