@@ -63,8 +63,14 @@ void gr_placement_explain(const gr_placement *p, FILE *f) {
                 r->cause[k] >= 0 ? p->node_at[r->cause[k]]->name : "(none)");
         break;
       case GR_PLACE_FALLBACK:
-        fprintf(f, "simpler placement was faster: greedy %s vs %s with the rest on d%d",
-                fmt_time(r->greedy_time, t1), fmt_time(r->baseline_time, t2), r->baseline_device);
+        fprintf(f, "simpler placement was faster: %s %s vs %s with the rest on d%d",
+                r->locality_time < r->greedy_time ? "locality" : "greedy",
+                fmt_time(fmin(r->greedy_time, r->locality_time), t1),
+                fmt_time(r->baseline_time, t2), r->baseline_device);
+        break;
+      case GR_PLACE_LOCALITY:
+        fprintf(f, "with most of its inputs: the locality placement was faster (%s vs greedy %s)",
+                fmt_time(r->locality_time, t1), fmt_time(r->greedy_time, t2));
         break;
       case GR_PLACE_CHOSEN:
         fprintf(f, "earliest finish");
@@ -87,9 +93,14 @@ void gr_placement_explain(const gr_placement *p, FILE *f) {
       fprintf(f, " (pin '%s' ignored: soft placement)", v->requested_device);
     fprintf(f, "\n");
   }
-  fprintf(f, "predicted step time: %s (greedy %s; best single device / pins only %s on d%d)%s\n",
+  fprintf(f,
+          "predicted step time: %s (greedy %s; locality %s; best single device / pins only %s on "
+          "d%d)%s\n",
           fmt_time(r->step_time, t1), fmt_time(r->greedy_time, t2),
-          fmt_time(r->baseline_time, (char[32]){0}), r->baseline_device,
-          r->fell_back ? " -- fell back" : "");
+          fmt_time(r->locality_time, (char[32]){0}), fmt_time(r->baseline_time, (char[32]){0}),
+          r->baseline_device,
+          r->fell_back     ? " -- fell back"
+          : r->by_locality ? " -- locality"
+                           : "");
   fprintf(f, "bytes crossing devices: %s per step\n", fmt_bytes(r->cross_bytes, t1));
 }

@@ -223,11 +223,12 @@ typedef enum gr_place_reason {
   GR_PLACE_COLOCATED, /* its colocation group was placed with an earlier member */
   GR_PLACE_CONSUMER,  /* free source (constant, placeholder): with its first consumer */
   GR_PLACE_FALLBACK,  /* the whole greedy placement lost to a simpler one */
+  GR_PLACE_LOCALITY,  /* the locality placement (with most of its inputs) beat the greedy one */
 } gr_place_reason;
 
 typedef struct gr_place_options {
   bool record;      /* keep per-node finish times per device (for explain) */
-  bool no_fallback; /* return the greedy placement even if a simpler one is better */
+  bool no_fallback; /* return the greedy placement even if another candidate is better */
 } gr_place_options;
 
 typedef struct gr_place_result {
@@ -235,6 +236,8 @@ typedef struct gr_place_result {
   double *start, *finish; /* per node, simulated seconds */
   double step_time;       /* predicted makespan of the returned placement */
   double greedy_time;     /* the greedy placement's makespan */
+  double locality_time;   /* the locality placement's makespan (INFINITY: not tried) */
+  bool by_locality;       /* the locality placement was returned */
   double baseline_time;   /* best of single device / pins only */
   int baseline_device;    /* the device of that baseline */
   bool fell_back;         /* the baseline was returned */

@@ -78,11 +78,6 @@ double gr_place_node_time(const gr_place_graph *pg, const gr_cluster *c, int v, 
   return (a > b ? a : b) + dv->overhead;
 }
 
-static inline bool allowed(const gr_place_graph *pg, int set, int d) {
-  return set < 0 ||
-         (pg->allow_bits[(size_t)set * (size_t)pg->allow_words + (size_t)(d / 64)] >> (d % 64)) & 1;
-}
-
 /* The inputs of the node being placed, read once (distinct producers). */
 struct gin {
   int u, du, sdev;
@@ -444,7 +439,7 @@ static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
       }
       for (int pass = 0; pass < 2; pass++)
         for (int k = 0; k < D; k++) {
-          if (!allowed(pg, set, k)) continue;
+          if (!gr_place_allowed(pg, set, k)) continue;
           bool warm = cand || s->wstamp[k] == wst || s->aff_stamp[k] == s->stamp_aff;
           if (warm != (pass == 0)) continue;
           nallowed++;
@@ -498,7 +493,7 @@ static bool build_pinned_successors(sched *s) {
     single[a] = -1;
     int cnt = 0;
     for (int d = 0; d < D; d++)
-      if (allowed(pg, a, d)) cnt++, single[a] = d;
+      if (gr_place_allowed(pg, a, d)) cnt++, single[a] = d;
     if (cnt != 1) single[a] = -1;
   }
 #define PIN_OF(v) (pg->allow[pg->group[v]] >= 0 ? single[pg->allow[pg->group[v]]] : -1)
@@ -683,7 +678,7 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
   /* Every group needs an allowed device. */
   for (int v = 0; v < n; v++) {
     int set = pg->allow[pg->group[v]], k = 0;
-    while (k < D && !allowed(pg, set, k)) k++;
+    while (k < D && !gr_place_allowed(pg, set, k)) k++;
     if (k == D) {
       sched_free(&s, block);
       free(cand_dev);
@@ -746,6 +741,22 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
     free(s2.gin);
   }
   r->step_time = r->greedy_time;
+  /* The locality placement (locality.c), kept when the simulation rates it
+   * faster: on wide graphs with costly transfers contiguous blocks beat
+   * node-by-node earliest finish. */
+  r->locality_time = INFINITY;
+  if (!opts.no_fallback && gr_place_locality(pg, c, s.deferred, cand_dev)) {
+    r->locality_time = run(&s, cand_dev, NULL, NULL);
+    if (r->locality_time < r->step_time) {
+      r->step_time = r->locality_time;
+      r->by_locality = true;
+      r->cross_bytes = s.cross;
+      copy_out(&s, r);
+      for (int v = 0; v < n; v++)
+        if (r->reason[v] == GR_PLACE_CHOSEN || r->reason[v] == GR_PLACE_CONSUMER)
+          r->reason[v] = GR_PLACE_LOCALITY, r->cause[v] = -1;
+    }
+  }
   /* Baselines: everything on one device b, pinned groups where pinned. One b
    * per distinct device kind unless pins make the place matter. */
   r->baseline_time = INFINITY;
@@ -760,8 +771,8 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
     if (!distinct) continue;
     for (int v = 0; v < n; v++) {
       int set = pg->allow[pg->group[v]], k = b;
-      if (!allowed(pg, set, k))
-        for (k = 0; k < D && !allowed(pg, set, k); k++) {}
+      if (!gr_place_allowed(pg, set, k))
+        for (k = 0; k < D && !gr_place_allowed(pg, set, k); k++) {}
       cand_dev[v] = k;
     }
     double t = run(&s, cand_dev, NULL, NULL);
@@ -771,6 +782,7 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
       if (!opts.no_fallback && t < r->step_time) {
         r->step_time = t;
         r->fell_back = true;
+        r->by_locality = false;
         r->cross_bytes = s.cross;
         copy_out(&s, r);
       }
@@ -778,7 +790,8 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
   }
   if (r->fell_back)
     for (int v = 0; v < n; v++)
-      if (r->reason[v] == GR_PLACE_CHOSEN || r->reason[v] == GR_PLACE_CONSUMER)
+      if (r->reason[v] == GR_PLACE_CHOSEN || r->reason[v] == GR_PLACE_CONSUMER ||
+          r->reason[v] == GR_PLACE_LOCALITY)
         r->reason[v] = GR_PLACE_FALLBACK;
   sched_free(&s, block);
   free(cand_dev);

@@ -323,6 +323,52 @@ static void run_case(int kind, int n, double ratio, int D, totals *tot) {
   gr_cluster_free(c);
 }
 
+/* A floor no placement beats on the inception graph on 2 devices: every node
+ * of a module waits for the module's input and the module's concat waits for
+ * every node of it, so modules run one after another and the makespan is at
+ * least the sum over modules of the best, over the 2^9 assignments of the
+ * module's nodes to 2 equal devices (the input on device 0 by symmetry), of
+ * max(critical path with the transfers that assignment implies, the input's
+ * and the concat's time plus the busier device's share of the branches,
+ * which run between the two). Returned as a ratio to the transfer-blind
+ * lower bound. */
+static double inception_floor(int n, double ratio) {
+  rng_state = (uint64_t)G_INCEPTION * 1000003u + (uint64_t)n * 31u + (uint64_t)(ratio * 10);
+  gr_place_graph pg;
+  if (make_graph(G_INCEPTION, n, ratio, &pg) != GR_OK) return 0;
+  gr_cluster *c = gr_cluster_new_local(2, RATE, 1e15, 0);
+  for (int k = 0; k < GR_LINK_COUNT; k++) gr_cluster_set_link(c, k, (gr_link){LINK_LAT, LINK_BW});
+  double total = 0;
+  for (int b0 = 0; b0 + 10 <= n; b0 += 10) {
+    double best = INFINITY;
+    for (int mask = 0; mask < 1024; mask += 2) {
+      double load[2] = {0, 0}, cp[10];
+      for (int i = 0; i < 10; i++) {
+        int v = b0 + i, dv = mask >> i & 1;
+        double ready = 0;
+        for (int e = pg.in_off[v]; e < pg.in_off[v + 1]; e++) {
+          int u = pg.in_src[e] - b0;
+          if (u < 0) continue; /* the previous module: before this one starts */
+          double x = cp[u] + ((mask >> u & 1) != dv ? LINK_LAT + pg.in_bytes[e] / LINK_BW : 0);
+          if (x > ready) ready = x;
+        }
+        cp[i] = ready + pg.flops[v] / RATE;
+        load[dv] += pg.flops[v] / RATE;
+      }
+      /* the branches run between the input's finish and the concat's start */
+      double ends = (pg.flops[b0] + pg.flops[b0 + 9]) / RATE, bload[2] = {load[0], load[1]};
+      bload[0] -= pg.flops[b0] / RATE; /* the input is on device 0 */
+      bload[mask >> 9 & 1] -= pg.flops[b0 + 9] / RATE;
+      best = fmin(best, fmax(cp[9], ends + fmax(bload[0], bload[1])));
+    }
+    total += best;
+  }
+  double lb = gr_place_lower_bound(&pg, c);
+  gr_cluster_free(c);
+  gr_place_graph_free(&pg);
+  return total / lb;
+}
+
 /* End to end on a gr_graph: layered width 16 of adds on [32, 64] tensors,
  * placed on 8
  * devices: topological order, constraints, costs, placement, names written. */
@@ -386,6 +432,9 @@ int main(int argc, char **argv) {
   printf("# %d cases; worst cheap case: %s; at ratio 0.1 alone: %.3f (%s); slower than HEFT in "
          "%d cases\n",
          tot.cases, tot.worst, tot.ratio_01, tot.worst_01, tot.worse_than_heft);
+  printf("# no placement of inception on 2 devices can beat %.3f x the lower bound at ratio 1 "
+         "(%.3f at ratio 0.1): modules run one after another (see inception_floor)\n",
+         inception_floor(smoke ? 1000 : 100000, 1), inception_floor(smoke ? 1000 : 100000, 0.1));
   printf("placer: seconds_1m=%.3f ratio_cheap=%.3f ratio_vs_heft=%.3f\n", tot.seconds_1m,
          tot.ratio_cheap, exp(tot.log_heft / tot.cases));
   return 0;

@@ -175,7 +175,7 @@ static double urand(void) {
 
 /* Random DAGs, random costs, random pins and groups, heterogeneous devices. */
 static void test_random_dags_property(void) {
-  int worse = 0, below_lb = 0, mismatch = 0, nondet = 0;
+  int worse = 0, below_lb = 0, mismatch = 0, nondet = 0, by_locality = 0;
   for (int it = 0; it < 150; it++) {
     int n = 5 + (int)(urand() * 120), D = 2 + (int)(urand() * 5);
     gr_place_graph pg;
@@ -222,6 +222,8 @@ static void test_random_dags_property(void) {
     if (r.step_time < lb * (1 - 1e-9)) below_lb++;
     double sim = gr_place_simulate(&pg, c, r.device, NULL);
     if (fabs(sim - r.step_time) > 1e-12 * fmax(1, sim)) mismatch++;
+    by_locality += r.by_locality;
+    if (r.by_locality) GR_CHECK(r.locality_time < r.greedy_time && r.step_time == r.locality_time);
     if (memcmp(r.device, r2.device, sizeof(int) * (size_t)n) != 0 || r.step_time != r2.step_time)
       nondet++;
     /* groups together, pins honoured */
@@ -243,6 +245,53 @@ static void test_random_dags_property(void) {
   GR_CHECK_EQ_INT(below_lb, 0);
   GR_CHECK_EQ_INT(mismatch, 0);
   GR_CHECK_EQ_INT(nondet, 0);
+  GR_CHECK_MSG(by_locality > 0, "the locality placement never won in 150 random graphs");
+}
+
+/* A layered graph (width 16, node (l, i) reads (l-1, i-1), (l-1, i),
+ * (l-1, i+1) around the ring; nodes take 0.5-1.5 ms) where sending a tensor
+ * takes as long as computing its producer, on 8 devices: the greedy placer
+ * spreads consumers away from their producers; the locality placement cuts
+ * the layers into column strips, two columns per device, and wins. (With
+ * all nodes equal the strips lose in the simulator: every device waits for
+ * its neighbour at the same moment and the transfers queue around the ring.) */
+static void test_locality_strips(void) {
+  enum { W = 16, L = 40, N = W * L, D = 8 };
+  gr_place_graph pg;
+  gr_error err;
+  GR_CHECK_OK(gr_place_graph_init(&pg, N, 3 * N, &err), err);
+  int e = 0;
+  for (int v = 0; v < N; v++) {
+    pg.flops[v] = 1e6 * (0.5 + urand());
+    pg.in_off[v] = e;
+    if (v >= W) {
+      int l = v / W - 1, i = v % W;
+      for (int di = -1; di <= 1; di++) {
+        int u = l * W + (i + di + W) % W;
+        pg.in_src[e] = u, pg.in_bytes[e++] = pg.flops[u]; /* 1 GB/s: as long as u's compute */
+      }
+    }
+  }
+  pg.in_off[N] = e;
+  pg.num_edges = e;
+  gr_cluster *c = cluster(D, 1e-6, 1e9);
+  gr_place_result r;
+  GR_CHECK_OK(gr_place_schedule(&pg, c, NULL, &r, &err), err);
+  GR_CHECK(r.by_locality && !r.fell_back);
+  GR_CHECK(r.step_time < r.greedy_time);
+  for (int v = 0; v < N; v++) {
+    GR_CHECK_MSG(r.device[v] == (v % W) * D / W, "node (%d, %d) on d%d", v / W, v % W, r.device[v]);
+    GR_CHECK_EQ_INT(r.reason[v], GR_PLACE_LOCALITY);
+  }
+  GR_CHECK_NEAR(r.step_time, gr_place_simulate(&pg, c, r.device, NULL), 1e-12);
+  gr_place_result_free(&r);
+  /* no_fallback returns the greedy placement itself */
+  gr_place_options o = {.no_fallback = true};
+  GR_CHECK_OK(gr_place_schedule(&pg, c, &o, &r, &err), err);
+  GR_CHECK(!r.by_locality && r.step_time == r.greedy_time);
+  gr_place_result_free(&r);
+  gr_place_graph_free(&pg);
+  gr_cluster_free(c);
 }
 
 /* Two chains whose every edge is expensive, joined at the end: the greedy
@@ -321,6 +370,7 @@ int main(void) {
   GR_RUN(test_bad_graphs);
   GR_RUN(test_random_dags_property);
   GR_RUN(test_fallback);
+  GR_RUN(test_locality_strips);
   GR_RUN(test_large_graph);
   return gr_test_finish();
 }
