@@ -12,10 +12,13 @@
  *   - each device may take its share of a level's nodes (the share of the
  *     cluster's flop rate, rounded up);
  *   - a node goes to the allowed device with room that already holds most
- *     of its inputs (by count; bytes break ties: weighting by bytes let one
- *     large input pull nodes off their column, and the drift compounded
- *     level after level); with no such device, to the first allowed device
- *     with room, so the first level is cut into contiguous blocks;
+ *     of its inputs: by count (weighting by bytes let one large input pull
+ *     nodes off their column, and the drift compounded level after level);
+ *     ties go to the device of the first input, which is usually the data
+ *     path (matmul's x, add's h; in an RNN grid the same layer's previous
+ *     step: the grid is then cut by layers), then to the larger bytes; with
+ *     no such device, to the first allowed device with room, so the first
+ *     level is cut into contiguous blocks;
  *   - a colocation group follows its first member; skipped nodes (free
  *     sources) go with their first consumer.
  *
@@ -73,7 +76,7 @@ bool gr_place_locality(const gr_place_graph *pg, const gr_cluster *c, const uint
             if (skip[u]) continue;
             int du = device[u];
             if (vstamp[du] != stamp) vstamp[du] = stamp, vote[du] = 0;
-            vote[du] += 1 + 1e-3 * pg->in_bytes[e] / max_bytes;
+            vote[du] += 1 + (e == pg->in_off[v] ? 1e-3 : 0) + 1e-6 * pg->in_bytes[e] / max_bytes;
           }
           double best = 0;
           for (int k = 0; k < D; k++)

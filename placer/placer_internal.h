@@ -28,7 +28,7 @@ static inline bool gr_place_allowed(const gr_place_graph *pg, int set, int d) {
 }
 
 /* The locality placement (locality.c): each node on the allowed device that
- * holds most of its inputs, each device taking at most its flop-rate
+ * holds most of its inputs (ties: the first input's), each device taking at most its flop-rate
  * share of every level's nodes; nodes without such a device fill the devices
  * in order. skip[v] marks free sources, which go with their first consumer.
  * Writes device[0 .. n-1]; false when out of memory. */
