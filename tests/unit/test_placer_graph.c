@@ -352,8 +352,45 @@ static void test_loops_placed_together(void) {
   gr_cluster_free(c);
 }
 
+/* An RNN-like grid of adds (8 layers x 64 steps, each cell adds the same
+ * layer's previous step and the previous layer's output; fed initial states
+ * and inputs) on 4 devices whose
+ * links move a tensor in about the time an add takes: the locality
+ * placement (one block of layers per device) beats node-by-node earliest
+ * finish, and the explanation says so for the nodes it placed. */
+static void test_locality_explained(void) {
+  gr_graph *g = gr_graph_new();
+  gr_shape s = {2, {128, 128}};
+  gr_output prev[8];
+  for (int l = 0; l < 8; l++) prev[l] = gr_placeholder(g, NULL, GR_F32, s);
+  for (int t = 0; t < 64; t++) {
+    gr_output below = gr_placeholder(g, NULL, GR_F32, s);
+    for (int l = 0; l < 8; l++) below = prev[l] = gr_add(g, prev[l], below);
+  }
+  GR_CHECK(!gr_graph_error(g));
+  gr_cluster *c = gr_cluster_new_local(4, 1e9, 1e15, 0);
+  for (int k = 0; k < GR_LINK_COUNT; k++) gr_cluster_set_link(c, k, (gr_link){1e-6, 4e9});
+  gr_placer_options o = gr_placer_options_default();
+  o.explain = true;
+  gr_placement *p = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_placer_place(g, c, &o, &p, &err), err);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  gr_placement_explain(p, f);
+  fclose(f);
+  GR_CHECK_STR_CONTAINS(text, "with most of its inputs: the locality placement was faster");
+  GR_CHECK_STR_CONTAINS(text, "-- locality");
+  free(text);
+  gr_placement_free(p);
+  gr_cluster_free(c);
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_pins_exact);
+  GR_RUN(test_locality_explained);
   GR_RUN(test_unsatisfiable_pin);
   GR_RUN(test_conflict);
   GR_RUN(test_malformed_pin);
