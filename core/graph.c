@@ -121,6 +121,14 @@ static gr_node *find_hashed(const gr_graph *g, uint64_t hash, const char *name) 
 gr_node *gr_graph_find_node(const gr_graph *g, const char *name) {
   return name ? find_hashed(g, gr_strhash(name), name) : NULL;
 }
+const char *gr_graph_resolve_device(const gr_graph *g, const gr_node *n) {
+  for (int hop = 0; hop < 16 && !n->requested_device[0] && n->colocate_with; hop++) {
+    const gr_node *t = gr_graph_find_node(g, n->colocate_with);
+    if (!t) break;
+    n = t;
+  }
+  return n->requested_device;
+}
 /* s as a graph string: the copy *last when equal (consecutive nodes share
  * source lines and devices), else a new copy that becomes *last. */
 static const char *shared_str(gr_graph *g, const char **last, const char *s) {

@@ -188,18 +188,6 @@ static int device_named(const gr_session *s, const char *name) {
   return -1;
 }
 
-/* The device spec that decides a node: its own, else (none) that of the node
- * it is colocated with (a gradient with its forward op, an update with its
- * variable), followed a few hops. */
-static const char *device_request(const gr_graph *g, const gr_node *n) {
-  for (int hop = 0; hop < 16 && !n->requested_device[0] && n->colocate_with; hop++) {
-    const gr_node *t = gr_graph_find_node(g, n->colocate_with);
-    if (!t) break;
-    n = t;
-  }
-  return n->requested_device;
-}
-
 /* Resolves each needed node's device: a device assigned already (by the
  * placer) that is one of the session's and satisfies the node's spec stays;
  * otherwise the first session device that the requested (or colocated)
@@ -213,7 +201,7 @@ static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_
   for (int i = 0; i < n; i++) {
     gr_node *node = nodes[i];
     gr_device_spec spec;
-    const char *request = device_request(s->graph, node);
+    const char *request = gr_graph_resolve_device(s->graph, node);
     if (gr_device_spec_parse(request, &spec, err) != GR_OK) {
       gr_error_prefix(err, "node '%s'", node->name);
       free(used);

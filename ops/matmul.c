@@ -6,17 +6,17 @@
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
-static gr_status matmul_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+gr_status gr_ops_gemm_shape(gr_shape_ctx *ctx, int first, gr_shape *out) {
+  GR_TRY(gr_ops_check_dtype(ctx, first, GR_DT_FLOAT));
+  GR_TRY(gr_ops_check_same_dtype(ctx, first, first + 1));
   /* an unknown rank is taken as [?, ?]: the kernel checks the runtime rank */
   const gr_shape unknown2 = gr_shape_make(2, (int64_t[]){-1, -1});
-  for (int i = 0; i < 2; i++)
+  for (int i = first; i < first + 2; i++)
     if (ctx->in_shapes[i].rank >= 0) GR_TRY(gr_ops_check_rank(ctx, i, 2));
   bool ta = gr_node_attr_bool(ctx->node, "transpose_a", false);
   bool tb = gr_node_attr_bool(ctx->node, "transpose_b", false);
-  const gr_shape *a = ctx->in_shapes[0].rank < 0 ? &unknown2 : &ctx->in_shapes[0];
-  const gr_shape *b = ctx->in_shapes[1].rank < 0 ? &unknown2 : &ctx->in_shapes[1];
+  const gr_shape *a = ctx->in_shapes[first].rank < 0 ? &unknown2 : &ctx->in_shapes[first];
+  const gr_shape *b = ctx->in_shapes[first + 1].rank < 0 ? &unknown2 : &ctx->in_shapes[first + 1];
   int64_t m = a->dims[ta ? 1 : 0], ka = a->dims[ta ? 0 : 1];
   int64_t kb = b->dims[tb ? 1 : 0], n = b->dims[tb ? 0 : 1];
   if (ka >= 0 && kb >= 0 && ka != kb) {
@@ -26,9 +26,16 @@ static gr_status matmul_shape(gr_shape_ctx *ctx) {
                           ta ? "^T" : "", gr_shape_str(a, x), tb ? "^T" : "", gr_shape_str(b, y),
                           (long long)ka, (long long)kb);
   }
+  *out = gr_shape_make(2, (int64_t[]){m, n});
+  return GR_OK;
+}
+
+static gr_status matmul_shape(gr_shape_ctx *ctx) {
+  gr_shape out;
+  GR_TRY(gr_ops_gemm_shape(ctx, 0, &out));
   ctx->num_outputs = 1;
   ctx->out_dtypes[0] = ctx->in_dtypes[0];
-  ctx->out_shapes[0] = gr_shape_make(2, (int64_t[]){m, n});
+  ctx->out_shapes[0] = out;
   return GR_OK;
 }
 

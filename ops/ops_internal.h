@@ -105,10 +105,14 @@ bool gr_bcast_init(gr_bcast *bc, const gr_shape *a, const gr_shape *b, gr_shape 
     }                                                                                              \
   } while (0)
 
-/* Matrix products (matmul.c). gr_ops_gemm_dims checks A and B are matrices
+/* Matrix products (matmul.c). gr_ops_gemm_shape checks, at build time, that
+ * inputs first and first + 1 are float matrices (or of unknown rank) of one
+ * dtype whose op(A) op(B) exists (attrs transpose_a, transpose_b) and writes
+ * the product's shape. gr_ops_gemm_dims checks A and B are matrices
  * whose op(A) op(B) exists and fits BLAS, and writes its m, n, k (errors
  * through ctx). gr_ops_gemm computes C = alpha op(A) op(B) + beta C into the
  * row-major m x n buffer c (f32 or f64 as A). */
+gr_status gr_ops_gemm_shape(gr_shape_ctx *ctx, int first, gr_shape *out);
 gr_status gr_ops_gemm_dims(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tensor *B, bool ta,
                            bool tb, int64_t mnk[3]);
 void gr_ops_gemm(const gr_tensor *A, const gr_tensor *B, bool ta, bool tb, const int64_t mnk[3],

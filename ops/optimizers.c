@@ -228,12 +228,11 @@ const gr_op_def gr_op_apply_sgd = {.name = "apply_sgd",
                                    .kernel = apply_sgd_kernel,
                                    .flags = APPLY_FLAGS};
 
+/* The product's shape is checked against the variable's when the update runs. */
 static gr_status sgd_matmul_shape(gr_shape_ctx *ctx) {
   GR_TRY(apply_shape(ctx));
-  GR_TRY(gr_ops_check_same_dtype(ctx, 1, 2));
-  for (int i = 1; i < 3; i++)
-    if (ctx->in_shapes[i].rank >= 0) GR_TRY(gr_ops_check_rank(ctx, i, 2));
-  return GR_OK;
+  gr_shape product;
+  return gr_ops_gemm_shape(ctx, 1, &product);
 }
 
 static void sgd_matmul_cost(const gr_node *n, gr_cost *c) {
@@ -345,14 +344,23 @@ static int collect_vars(const gr_graph *g, gr_output y, gr_output *out, int cap)
 }
 
 /* The matmul computing a variable's gradient when SGD can fuse with it: the
- * gradient is a matmul's output of the variable's dtype, asked for on the
- * same device as the variable (the fused update runs with the variable, so
- * a product that was to run elsewhere, say on a worker while the variable
- * lives on a parameter server, stays unfused). NULL otherwise. */
-static const gr_node *fusable_matmul(const gr_node *var, gr_output grad) {
+ * gradient is a matmul's output of the variable's dtype that nothing else
+ * reads, asked for on the same device as the variable (gradients follow
+ * their forward node's colocation: gr_graph_resolve_device; the fused update
+ * runs with the variable, so a product that was to run elsewhere, say on a
+ * worker while the variable lives on a parameter server, stays unfused).
+ * NULL otherwise. */
+static const gr_node *fusable_matmul(const gr_graph *g, const gr_node *var, gr_output grad) {
   const gr_node *m = grad.node;
   if (strcmp(m->op->name, "matmul") != 0 || m->out_dtypes[0] != var->out_dtypes[0]) return NULL;
-  return strcmp(m->requested_device, var->requested_device) == 0 ? m : NULL;
+  for (int id = m->id + 1; id < gr_graph_num_nodes(g); id++) { /* readers come after it */
+    const gr_node *r = gr_graph_node(g, id);
+    for (int j = 0; j < r->num_inputs; j++)
+      if (r->inputs[j].node == m) return NULL;
+    for (int j = 0; j < r->num_control_inputs; j++)
+      if (r->control_inputs[j] == m) return NULL;
+  }
+  return strcmp(gr_graph_resolve_device(g, m), gr_graph_resolve_device(g, var)) == 0 ? m : NULL;
 }
 
 gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
@@ -400,7 +408,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
     gr_output lr = gr_ops_const_scalar(g, v->out_dtypes[0], opt->learning_rate);
     gr_output in[2] = {lr, grads[i]};
     gr_output u = {NULL, 0};
-    const gr_node *mm = opt->kind == GR_OPT_SGD ? fusable_matmul(v, grads[i]) : NULL;
+    const gr_node *mm = opt->kind == GR_OPT_SGD ? fusable_matmul(g, v, grads[i]) : NULL;
     if (mm) { /* the matmul is left without consumers: a run prunes it */
       gr_output fin[3] = {lr, mm->inputs[0], mm->inputs[1]};
       gr_attr a[] = {gr_attr_string("var", vname),

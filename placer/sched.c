@@ -753,8 +753,10 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
       r->cross_bytes = s.cross;
       copy_out(&s, r);
       for (int v = 0; v < n; v++)
-        if (r->reason[v] == GR_PLACE_CHOSEN || r->reason[v] == GR_PLACE_CONSUMER)
-          r->reason[v] = GR_PLACE_LOCALITY, r->cause[v] = -1;
+        if (r->reason[v] == GR_PLACE_CHOSEN)
+          r->reason[v] = GR_PLACE_LOCALITY;
+        else if (r->reason[v] == GR_PLACE_CONSUMER) /* locality: its first consumer's device */
+          r->cause[v] = s.out_off[v] < s.out_off[v + 1] ? s.out_dst[s.out_off[v]] : -1;
     }
   }
   /* Baselines: everything on one device b, pinned groups where pinned. One b

@@ -127,6 +127,10 @@ static double sgemm_seconds(int b) {
       {0, 256, 256, 0, 1}, {0, 256, 10, 0, 1}};                     /* input gradients */
   size_t most = (size_t)(b > 256 ? b : 256) * 784; /* elements of the largest operand */
   float *A = calloc(most, 4), *B = calloc(most, 4), *C = calloc(most, 4);
+  if (!A || !B || !C) {
+    fprintf(stderr, "bench_mlp: out of memory\n");
+    exit(1);
+  }
   double t[21];
   for (int r = 0; r < 21; r++) {
     double t0 = bench_now();

@@ -224,6 +224,12 @@ static void test_random_dags_property(void) {
     if (fabs(sim - r.step_time) > 1e-12 * fmax(1, sim)) mismatch++;
     by_locality += r.by_locality;
     if (r.by_locality) GR_CHECK(r.locality_time < r.greedy_time && r.step_time == r.locality_time);
+    GR_CHECK(!(r.by_locality && r.fell_back));
+    for (int v = 0; v < n; v++) {
+      if (r.reason[v] == GR_PLACE_LOCALITY) GR_CHECK(r.by_locality);
+      if (r.reason[v] == GR_PLACE_CONSUMER) /* a free source sits with the consumer named */
+        GR_CHECK(r.cause[v] < 0 || r.device[v] == r.device[r.cause[v]]);
+    }
     if (memcmp(r.device, r2.device, sizeof(int) * (size_t)n) != 0 || r.step_time != r2.step_time)
       nondet++;
     /* groups together, pins honoured */
