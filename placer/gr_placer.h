@@ -254,7 +254,9 @@ typedef struct gr_place_result {
 gr_status gr_place_schedule(const gr_place_graph *pg, const gr_cluster *c,
                             const gr_place_options *o, gr_place_result *result, gr_error *err);
 void gr_place_result_free(gr_place_result *r);
-/* Simulated makespan of a fixed assignment (same model the placer uses);
+/* Simulated makespan of a fixed assignment (same model the placer uses; a
+ * free source (no inputs, no cost, unpinned) at device -1 goes with its
+ * first consumer, as the placer puts it);
  * cross_bytes (may be NULL) gets the bytes moved between devices. -1 on OOM. */
 double gr_place_simulate(const gr_place_graph *pg, const gr_cluster *c, const int *device,
                          double *cross_bytes);

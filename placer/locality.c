@@ -20,7 +20,8 @@
  *     no such device, to the first allowed device with room, so the first
  *     level is cut into contiguous blocks;
  *   - a colocation group follows its first member; skipped nodes (free
- *     sources) go with their first consumer.
+ *     sources) are left at -1: the simulator puts them with their first
+ *     consumer, as in the greedy run.
  *
  * The caller simulates it and keeps it only when it is faster. */
 #include <math.h>
@@ -93,13 +94,8 @@ bool gr_place_locality(const gr_place_graph *pg, const gr_cluster *c, const uint
         load[d]++;
       }
     }
-    /* a free source goes with its first consumer (by index), as in the greedy run */
-    for (int v = 0; v < n; v++) gdev[v] = skip[v] ? -1 : device[v];
     for (int v = 0; v < n; v++)
-      for (int e = pg->in_off[v]; e < pg->in_off[v + 1] && !skip[v]; e++)
-        if (gdev[pg->in_src[e]] < 0) gdev[pg->in_src[e]] = device[v];
-    for (int v = 0; v < n; v++)
-      if (skip[v]) device[v] = gdev[v] < 0 ? 0 : gdev[v];
+      if (skip[v]) device[v] = -1; /* the simulator puts it with its first consumer */
   }
   free(level);
   free(by_level);

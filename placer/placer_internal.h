@@ -30,8 +30,9 @@ static inline bool gr_place_allowed(const gr_place_graph *pg, int set, int d) {
 /* The locality placement (locality.c): each node on the allowed device that
  * holds most of its inputs (ties: the first input's), each device taking at most its flop-rate
  * share of every level's nodes; nodes without such a device fill the devices
- * in order. skip[v] marks free sources, which go with their first consumer.
- * Writes device[0 .. n-1]; false when out of memory. */
+ * in order. skip[v] marks free sources: their device is -1, which the
+ * simulator reads as "with the first consumer". Writes device[0 .. n-1];
+ * false when out of memory. */
 bool gr_place_locality(const gr_place_graph *pg, const gr_cluster *c, const uint8_t *skip,
                        int *device);
 

@@ -467,9 +467,8 @@ static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
       s->gdev[g] = d;
       s->gfirst[g] = v;
     }
-    if (device && s->deferred[v]) {
-      s->ns[v].dev = d;
-      s->st[v] = s->ns[v].fin = 0;
+    if (device && s->deferred[v]) { /* d < 0: with its first consumer, as when greedy */
+      if (d >= 0) s->ns[v].dev = d, s->st[v] = s->ns[v].fin = 0;
       continue;
     }
     if (device || d != s->gdev[g] || s->gfirst[g] != v) gather(s, v);
@@ -755,8 +754,8 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
       for (int v = 0; v < n; v++)
         if (r->reason[v] == GR_PLACE_CHOSEN)
           r->reason[v] = GR_PLACE_LOCALITY;
-        else if (r->reason[v] == GR_PLACE_CONSUMER) /* locality: its first consumer's device */
-          r->cause[v] = s.out_off[v] < s.out_off[v + 1] ? s.out_dst[s.out_off[v]] : -1;
+        else if (r->reason[v] == GR_PLACE_CONSUMER)
+          r->cause[v] = s.cause[v];
     }
   }
   /* Baselines: everything on one device b, pinned groups where pinned. One b

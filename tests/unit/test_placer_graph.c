@@ -27,6 +27,17 @@ static gr_cluster *cluster(void) {
 #define W01 "/job:worker/replica:0/task:0/device:CPU:1"
 #define W11 "/job:worker/replica:0/task:1/device:CPU:1"
 
+/* gr_placement_explain's text (free it). */
+static char *explain_text(const gr_placement *p) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  GR_CHECK(f != NULL);
+  gr_placement_explain(p, f);
+  fclose(f);
+  return text;
+}
+
 /* x -> matmul(w1) -> relu -> matmul(w2) -> softmax; w1, w2 variables with updates. */
 typedef struct model {
   gr_graph *g;
@@ -104,11 +115,7 @@ static void test_unsatisfiable_pin(void) {
   gr_placement *p = NULL;
   GR_CHECK_OK(gr_placer_place(m.g, c, &o, &p, &err), err);
   GR_CHECK(m.h.node->assigned_device != NULL);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  gr_placement_explain(p, f);
-  fclose(f);
+  char *text = explain_text(p);
   GR_CHECK_STR_CONTAINS(text, "pin '/job:worker/task:7' ignored: soft placement");
   /* both nodes of the scope (matmul and relu) say so */
   const char *second = strstr(text, "ignored: soft placement");
@@ -162,11 +169,7 @@ static void test_colocate_with_and_explain(void) {
   gr_error err;
   GR_CHECK_OK(gr_placer_place(m.g, c, &o, &p, &err), err);
   GR_CHECK(strcmp(m.y.node->assigned_device, m.h.node->assigned_device) == 0);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  gr_placement_explain(p, f);
-  fclose(f);
+  char *text = explain_text(p);
   GR_CHECK_STR_CONTAINS(text, "w1  d3 ");
   GR_CHECK_STR_CONTAINS(text, "pinned '/job:worker/task:1/device:CPU:0'");
   GR_CHECK_STR_CONTAINS(text, "colocated with w1");
@@ -375,11 +378,7 @@ static void test_locality_explained(void) {
   gr_placement *p = NULL;
   gr_error err;
   GR_CHECK_OK(gr_placer_place(g, c, &o, &p, &err), err);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  gr_placement_explain(p, f);
-  fclose(f);
+  char *text = explain_text(p);
   GR_CHECK_STR_CONTAINS(text, "with most of its inputs: the locality placement was faster");
   GR_CHECK_STR_CONTAINS(text, "-- locality");
   free(text);
