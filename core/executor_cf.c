@@ -241,6 +241,62 @@ static frame_inst *find_child(cf_run *r, frame_inst *parent, int64_t t, int def)
   return f;
 }
 
+/* Moves value v (or deadness; v NULL for a control edge) along an edge of
+ * mode `mode` from node src in (f, t) to input slot `slot` of node d.
+ * final: frame f is done and its exit src never carried a live value, so
+ * the dead value goes to the parent now. */
+static void route(cf_run *r, frame_inst *f, int64_t t, int src, unsigned char mode, int d, int slot,
+                  gr_tensor *v, bool dead, bool is_ctrl, bool final) {
+  struct cf_plan *p = r->p;
+  if (mode & MODE_EXIT) {
+    if (dead && !final) { /* sent dead at the end of the frame if never live */
+      if (v) gr_tensor_release(v);
+      return;
+    }
+    if (!dead) f->exit_live[p->node_local[src]] = 1;
+    t = f->parent_iter;
+    f = f->parent;
+  }
+  if (mode & MODE_ENTER) {
+    frame_inst *c = find_child(r, f, t, p->node_frame[d]);
+    if (!c) {
+      if (v) gr_tensor_release(v);
+      oom(r);
+      return;
+    }
+    c->pending_enters--;
+    deliver(r, c, 0, d, slot, v, dead, is_ctrl);
+    check_iteration(r, c, 0);
+    return;
+  }
+  if (!(mode & MODE_NEXT)) {
+    deliver(r, f, t, d, slot, v, dead, is_ctrl);
+    return;
+  }
+  if (dead) return; /* the loop ends */
+  frame_def *fd = &p->frames[f->def];
+  if (t + 1 < f->next_iter) {
+    deliver(r, f, t + 1, d, slot, v, false, false);
+  } else if (t + 1 < f->first_live + fd->par_iters && f->ndefer == 0) {
+    start_iteration(r, f, t + 1);
+    deliver(r, f, t + 1, d, slot, v, false, false);
+  } else { /* too many live iterations: wait */
+    if (f->ndefer == f->capdefer) {
+      int cap = f->capdefer ? f->capdefer * 2 : 4;
+      deferred *dq = realloc(f->defer, sizeof *dq * (size_t)cap);
+      if (!dq) {
+        gr_tensor_release(v);
+        oom(r);
+        return;
+      }
+      f->defer = dq;
+      f->capdefer = cap;
+    }
+    f->defer[f->ndefer++] = (deferred){d, slot, t + 1, *v};
+    v->buf = NULL;
+  }
+}
+
 /* Propagates output values of node i in (f, t) along its edges. outs[k] is
  * moved or referenced; dead_mask marks dead outputs. replay: a constant
  * enter's value into a later iteration (references only). */
@@ -263,7 +319,7 @@ static void propagate(cf_run *r, int i, frame_inst *f, int64_t t, gr_tensor *out
       }
     }
     if (ed->dst < 0) { /* fetch (top level only) */
-      if (p->edge_mode[k] == MODE_EXIT) {
+      if (p->edge_mode[k] & MODE_EXIT) {
         if (dead) continue; /* only the last iteration's exit is live */
         f->exit_live[p->node_local[i]] = 1;
       }
@@ -280,68 +336,10 @@ static void propagate(cf_run *r, int i, frame_inst *f, int64_t t, gr_tensor *out
       }
       continue;
     }
-    switch (p->edge_mode[k]) {
-      case MODE_SAME:
-        deliver(r, f, t, ed->dst, ed->dst_slot, &v, dead, false);
-        break;
-      case MODE_ENTER: {
-        frame_inst *c = find_child(r, f, t, p->node_frame[ed->dst]);
-        if (!c) {
-          gr_tensor_release(&v);
-          oom(r);
-          break;
-        }
-        c->pending_enters--;
-        deliver(r, c, 0, ed->dst, ed->dst_slot, &v, dead, false);
-        check_iteration(r, c, 0);
-        break;
-      }
-      case MODE_EXIT:
-        if (dead) break; /* sent dead at the end of the frame if never live */
-        f->exit_live[p->node_local[i]] = 1;
-        deliver(r, f->parent, f->parent_iter, ed->dst, ed->dst_slot, &v, false, false);
-        break;
-      case MODE_NEXT: {
-        if (dead) break; /* the loop ends */
-        frame_def *fd = &p->frames[f->def];
-        if (t + 1 < f->next_iter) {
-          deliver(r, f, t + 1, ed->dst, ed->dst_slot, &v, false, false);
-        } else if (t + 1 < f->first_live + fd->par_iters && f->ndefer == 0) {
-          start_iteration(r, f, t + 1);
-          deliver(r, f, t + 1, ed->dst, ed->dst_slot, &v, false, false);
-        } else { /* too many live iterations: wait */
-          if (f->ndefer == f->capdefer) {
-            int cap = f->capdefer ? f->capdefer * 2 : 4;
-            deferred *dq = realloc(f->defer, sizeof *dq * (size_t)cap);
-            if (!dq) {
-              gr_tensor_release(&v);
-              oom(r);
-              break;
-            }
-            f->defer = dq;
-            f->capdefer = cap;
-          }
-          f->defer[f->ndefer++] = (deferred){ed->dst, ed->dst_slot, t + 1, v};
-        }
-        break;
-      }
-    }
+    route(r, f, t, i, p->edge_mode[k], ed->dst, ed->dst_slot, &v, dead, false, false);
   }
-  for (int k = en->ctrl_begin; k < en->ctrl_end; k++) {
-    int d = e->ctrl_dsts[k];
-    if (p->ctrl_mode[k] == MODE_ENTER) {
-      frame_inst *c = find_child(r, f, t, p->node_frame[d]);
-      if (!c) {
-        oom(r);
-        continue;
-      }
-      c->pending_enters--;
-      deliver(r, c, 0, d, 0, NULL, node_dead, true);
-      check_iteration(r, c, 0);
-    } else {
-      deliver(r, f, t, d, 0, NULL, node_dead, true);
-    }
-  }
+  for (int k = en->ctrl_begin; k < en->ctrl_end; k++)
+    route(r, f, t, i, p->ctrl_mode[k], e->ctrl_dsts[k], 0, NULL, node_dead, true, false);
 }
 
 static void start_iteration(cf_run *r, frame_inst *f, int64_t t) {
@@ -366,11 +364,13 @@ static void frame_done(cf_run *r, frame_inst *f) {
   /* exits that never carried a live value send a dead one */
   for (int i = 0; i < e->num_nodes; i++)
     if (p->node_frame[i] == f->def && e->nodes[i].cf_kind == GR_CF_EXIT &&
-        !f->exit_live[p->node_local[i]])
+        !f->exit_live[p->node_local[i]]) {
+      for (int k = e->nodes[i].ctrl_begin; k < e->nodes[i].ctrl_end; k++)
+        route(r, f, 0, i, p->ctrl_mode[k], e->ctrl_dsts[k], 0, NULL, true, true, true);
       for (int k = e->nodes[i].edge_begin; k < e->nodes[i].edge_end; k++) {
         if (e->edges[k].dst >= 0) {
-          deliver(r, f->parent, f->parent_iter, e->edges[k].dst, e->edges[k].dst_slot, NULL, true,
-                  false);
+          route(r, f, 0, i, p->edge_mode[k], e->edges[k].dst, e->edges[k].dst_slot, NULL, true,
+                false, true);
         } else if (r->status == GR_OK) {
           r->status = GR_ERR_INVALID_ARGUMENT;
           snprintf(r->err.msg, sizeof r->err.msg,
@@ -379,6 +379,7 @@ static void frame_done(cf_run *r, frame_inst *f) {
           r->err.code = r->status;
         }
       }
+    }
   for (int c = 0; c < f->nconsts; c++) gr_tensor_release(&f->consts[c].value[0]);
   frame_inst **pp = &r->frames;
   while (*pp != f) pp = &(*pp)->next;
@@ -565,8 +566,10 @@ static void run_token(cf_run *r, token tok) {
   iter_state *it = iter_of(tok.f, tok.iter, par);
   int l = p->node_local[tok.node];
   bool dead = it->dead[l] || r->cancelled;
-  /* transfer ops run while dead (not once cancelled): deadness crosses devices */
-  bool run_dead = dead && !r->cancelled && en->node && (en->node->op->flags & GR_OP_TRANSFER);
+  /* transfer ops run while dead (not once cancelled): deadness crosses devices;
+   * so do ops that record deadness (a gradient's stack push) */
+  bool run_dead = dead && !r->cancelled && en->node &&
+                  (en->node->op->flags & (GR_OP_TRANSFER | GR_OP_RUNS_DEAD));
   if (en->num_inputs > 16 || en->num_outputs > 16 || en->async) {
     cf_async *a = calloc(1, sizeof *a);
     if (!a || en->num_inputs > 16 || en->num_outputs > 16) {

@@ -7,8 +7,18 @@
 
 #include "core/executor_internal.h"
 
-/* How an edge moves a value between frames. */
-enum { MODE_SAME, MODE_ENTER, MODE_EXIT, MODE_NEXT };
+/* How an edge (data or control) moves a value between frames: bits, since
+ * an exit may feed another loop's enter (out of one frame, into a sibling).
+ * 0: the same frame and iteration. */
+enum { MODE_SAME = 0, MODE_EXIT = 1, MODE_ENTER = 2, MODE_NEXT = 4 };
+
+/* The mode of an edge from a node of kind src_kind to one of kind dst_kind
+ * (a fetch: GR_CF_NONE). */
+static inline unsigned char gr_cf_edge_mode(int src_kind, int dst_kind) {
+  if (src_kind == GR_CF_NEXT_ITERATION) return MODE_NEXT;
+  return (unsigned char)((src_kind == GR_CF_EXIT ? MODE_EXIT : 0) |
+                         (dst_kind == GR_CF_ENTER ? MODE_ENTER : 0));
+}
 
 typedef struct frame_def {
   int parent; /* -1: the root frame */

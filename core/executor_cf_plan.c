@@ -149,29 +149,24 @@ gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
     p->node_frame[i] = frame;
   }
   free(order), free(ctrl_src);
-  /* every data edge must stay in its frame, or enter / exit / next_iteration it */
+  /* every edge must stay in its frame, or enter / exit / next_iteration it */
   for (int i = 0; i < n && st == GR_OK; i++) {
     exec_node *en = &e->nodes[i];
+    int want = out_frame(p, e->nodes, i);
     for (int k = en->edge_begin; k < en->edge_end && st == GR_OK; k++) {
       int d = e->edges[k].dst;
       if (d < 0) {
-        p->edge_mode[k] = en->cf_kind == GR_CF_EXIT ? MODE_EXIT : MODE_SAME;
-        if (out_frame(p, e->nodes, i) != 0)
+        p->edge_mode[k] = gr_cf_edge_mode(en->cf_kind, GR_CF_NONE);
+        if (want != 0)
           st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                             "node '%s' is inside loop '%s': fetch a value that leaves the loop "
                             "through an exit instead",
                             en->node->name, frame_label(p, p->node_frame[i]));
         continue;
       }
-      int want = out_frame(p, e->nodes, i), got = p->node_frame[d];
-      unsigned char mode = MODE_SAME;
-      if (e->nodes[d].cf_kind == GR_CF_ENTER) {
-        mode = MODE_ENTER;
-        got = p->frames[got].parent;
-      }
-      if (en->cf_kind == GR_CF_EXIT) mode = MODE_EXIT;
-      if (en->cf_kind == GR_CF_NEXT_ITERATION) mode = MODE_NEXT;
-      if (mode != MODE_ENTER && en->cf_kind == GR_CF_ENTER) mode = MODE_SAME;
+      unsigned char mode = gr_cf_edge_mode(en->cf_kind, e->nodes[d].cf_kind);
+      int got = p->node_frame[d];
+      if (mode & MODE_ENTER) got = p->frames[got].parent;
       p->edge_mode[k] = mode;
       if (got != want)
         st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
@@ -188,13 +183,18 @@ gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
     }
     for (int k = en->ctrl_begin; k < en->ctrl_end && st == GR_OK; k++) {
       int d = e->ctrl_dsts[k];
-      if (p->node_frame[d] != out_frame(p, e->nodes, i) && e->nodes[d].cf_kind != GR_CF_ENTER)
+      unsigned char mode = gr_cf_edge_mode(en->cf_kind, e->nodes[d].cf_kind);
+      int got = p->node_frame[d];
+      if (mode & MODE_ENTER) got = p->frames[got].parent;
+      if (got != want || (mode & MODE_NEXT))
         st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                          "control dependency of '%s' on '%s' crosses a loop boundary",
-                          e->nodes[d].node->name, en->node->name);
-      p->ctrl_mode[k] = e->nodes[d].cf_kind == GR_CF_ENTER ? MODE_ENTER : MODE_SAME;
+                          "control dependency of '%s' (in %s) on '%s' (in %s) crosses a loop "
+                          "boundary",
+                          e->nodes[d].node->name, frame_label(p, p->node_frame[d]), en->node->name,
+                          frame_label(p, want));
+      p->ctrl_mode[k] = mode;
       /* a frame instance waits for every edge into its enters, control ones too */
-      if (p->ctrl_mode[k] == MODE_ENTER) p->frames[p->node_frame[d]].num_enters++;
+      if (mode & MODE_ENTER) p->frames[p->node_frame[d]].num_enters++;
     }
   }
   /* local numbering per frame */

@@ -40,6 +40,10 @@ typedef enum gr_op_flags {
                                   "slot*" initialised */
   GR_OP_NO_GRADIENT = 1 << 8,  /* differentiable-looking but its gradient is zero */
   GR_OP_STEP_STACKS = 1 << 9,  /* uses the step's stacks (gr_step_info.stacks) */
+  GR_OP_UPDATES = 1 << 10,     /* writes state that later reads must see (assign, apply_*):
+                                  a loop iteration's updates finish before the next starts */
+  GR_OP_RUNS_DEAD = 1 << 11,   /* its kernel runs with a dead input too (ctx->dead set), as
+                                  transfers do: it may record the deadness and go live */
 } gr_op_flags;
 
 typedef struct gr_attr_spec {

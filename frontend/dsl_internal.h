@@ -335,6 +335,9 @@ struct gr_dsl_program {
   const char *last_bound;
   int call_depth, import_depth;
   int block_depth;
+  int deps_depth; /* control_dependencies blocks open: a variable named there is read anew */
+  struct dsl_fresh_read *fresh; /* those reads, one per variable and open block */
+  int nfresh, capfresh;
   int eval_depth; /* nesting of scope/device/... blocks */
   int var_counter;
   char **imported;
@@ -346,6 +349,13 @@ struct gr_dsl_program {
 };
 
 /* cap: a power of two; bindings are allocated in arena. */
+/* A variable read made in an open control_dependencies block (deps_depth). */
+typedef struct dsl_fresh_read {
+  int depth;
+  const gr_node *var;
+  gr_output read;
+} dsl_fresh_read;
+
 bool dsl_frame_init(dsl_frame *f, size_t cap, dsl_frame *parent, dsl_arena *arena);
 void dsl_frame_free(dsl_frame *f);
 dsl_binding *dsl_frame_find_local(const dsl_frame *f, const char *name);

@@ -399,6 +399,31 @@ static gr_status eval_unary(gr_dsl_program *p, const dsl_expr *e, const char *na
   return GR_OK;
 }
 
+/* A variable named inside a control_dependencies block is read after the
+ * block's dependencies (TF's read_value), not at the start of the step:
+ * one read per variable and block, so gradients() in the block see the
+ * same node as the expressions. */
+static gr_status fresh_read(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) {
+  for (int k = p->nfresh - 1; k >= 0 && p->fresh[k].depth == p->deps_depth; k--)
+    if (p->fresh[k].var == out->t.node) {
+      out->t = p->fresh[k].read;
+      return GR_OK;
+    }
+  if (p->nfresh == p->capfresh) {
+    int cap = p->capfresh ? p->capfresh * 2 : 8;
+    dsl_fresh_read *f = realloc(p->fresh, sizeof *f * (size_t)cap);
+    if (!f) return dsl_error(p->err, GR_ERR_RESOURCE_EXHAUSTED, e->pos, "out of memory");
+    p->fresh = f;
+    p->capfresh = cap;
+  }
+  dsl_set_loc(p, e->pos);
+  gr_output r = gr_read_value(p->g, out->t);
+  if (!r.node) return dsl_check_graph(p, e->pos);
+  p->fresh[p->nfresh++] = (dsl_fresh_read){p->deps_depth, out->t.node, r};
+  out->t = r;
+  return GR_OK;
+}
+
 static gr_status eval_ident(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) {
   dsl_binding *b = dsl_frame_lookup(p->frame, e->str);
   if (b) {
@@ -406,6 +431,9 @@ static gr_status eval_ident(gr_dsl_program *p, const dsl_expr *e, dsl_value *out
       return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos,
                        "'%s' is a def: call it, e.g. %s(...)", e->str, e->str);
     *out = b->v;
+    if (p->deps_depth > 0 && out->kind == V_TENSOR && out->has_t &&
+        gr_ops_is_variable_read(out->t.node))
+      return fresh_read(p, e, out);
     return GR_OK;
   }
   gr_dtype dt;

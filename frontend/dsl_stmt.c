@@ -222,7 +222,10 @@ static gr_status lower_scoped_block(gr_dsl_program *p, const dsl_stmt *s) {
   dsl_set_loc(p, s->pos);
   if (gr_graph_push_control_deps(p->g, deps, n) != GR_OK) return dsl_check_graph(p, s->pos);
   p->block_depth++;
+  p->deps_depth++;
   st = dsl_lower_block(p, &s->block);
+  p->deps_depth--;
+  while (p->nfresh > 0 && p->fresh[p->nfresh - 1].depth > p->deps_depth) p->nfresh--;
   p->block_depth--;
   gr_graph_pop_control_deps(p->g);
   return st;
@@ -487,6 +490,7 @@ void gr_dsl_program_free(gr_dsl_program *p) {
   if (!p) return;
   for (int i = 0; i < p->nimported; i++) free(p->imported[i]);
   free(p->imported);
+  free(p->fresh);
   dsl_frame_free(&p->globals);
   dsl_frame_free(&p->scopes_used);
   dsl_arena_free(&p->temp);

@@ -330,13 +330,63 @@ gr_status gr_cond(gr_graph *g, gr_output pred, gr_branch_fn then_fn, gr_branch_f
 typedef struct loop_arg {
   const char *frame;
   int par;
+  int lo, hi;     /* the condition and body, once built */
+  gr_node *pivot; /* the first merge: reads made in the loop hang off it */
 } loop_arg;
 
 static gr_output loop_capture(gr_graph *g, gr_output outside, void *arg) {
   loop_arg *l = arg;
   gr_attr a[] = {gr_attr_string("frame_name", l->frame), gr_attr_bool("is_constant", true),
                  gr_attr_int("parallel_iterations", l->par)};
-  return gr_op(g, "enter", NULL, &outside, 1, a, 3);
+  gr_output in = gr_op(g, "enter", NULL, &outside, 1, a, 3);
+  if (!in.node || !l->pivot || !gr_ops_is_variable_read(outside.node) ||
+      !gr_loop_writes_var(g, l->lo, l->hi, outside.node))
+    return in;
+  /* the loop updates this variable: read it in every iteration */
+  gr_output fresh = gr_ops_read_value_via(g, outside.node, in);
+  if (fresh.node) gr_graph_add_control_input_unchecked(g, fresh.node, l->pivot);
+  return fresh;
+}
+
+/* A control input that a loop node [first, end) takes from a node built
+ * before the loop crosses into the loop's frame as TensorFlow routes it: a
+ * scalar that runs after the outside node enters as a loop invariant, and
+ * the node waits for that invariant instead (in every iteration). A node
+ * of an enclosing loop is outside too: the enclosing loop reroutes the
+ * scalar's own control input when it is built. */
+static void reroute_control(gr_graph *g, int first, int end, int skip_lo, int skip_hi,
+                            loop_arg *la) {
+  capture *caps = NULL;
+  int ncaps = 0, cap = 0;
+  for (int id = first; id < end && !gr_graph_error(g); id++) {
+    if (id >= skip_lo && id < skip_hi) continue;
+    gr_node *n = gr_graph_node(g, id);
+    for (int j = 0; j < n->num_control_inputs; j++) {
+      gr_node *dep = n->control_inputs[j];
+      if (dep->id >= first) continue;
+      gr_node *inside = NULL;
+      for (int k = 0; k < ncaps && !inside; k++)
+        if (caps[k].outside.node == dep) inside = caps[k].inside.node;
+      if (!inside) {
+        gr_output token = gr_const_i32(g, 0);
+        if (!token.node || gr_graph_add_control_input_unchecked(g, token.node, dep) != GR_OK) break;
+        inside = loop_capture(g, token, la).node;
+        if (!inside) break;
+        if (ncaps == cap) {
+          cap = cap ? cap * 2 : 8;
+          capture *c2 = realloc(caps, sizeof *c2 * (size_t)cap);
+          if (!c2) {
+            gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "while_loop: out of memory");
+            break;
+          }
+          caps = c2;
+        }
+        caps[ncaps++] = (capture){{dep, 0}, {inside, 0}};
+      }
+      n->control_inputs[j] = inside; /* same slot: the other control inputs keep their order */
+    }
+  }
+  free(caps);
 }
 
 gr_status gr_while_loop(gr_graph *g, gr_loop_cond_fn cond_fn, gr_loop_body_fn body_fn, void *arg,
@@ -354,7 +404,7 @@ gr_status gr_while_loop(gr_graph *g, gr_loop_cond_fn cond_fn, gr_loop_body_fn bo
            *gr_graph_name_scope(g) ? "/" : "", start);
   gr_graph_push_name_scope(g, "while");
   gr_graph_push_no_control_deps(g); /* the loop's own nodes hang off nothing outside */
-  loop_arg la = {gr_graph_strdup(g, frame), parallel_iterations};
+  loop_arg la = {gr_graph_strdup(g, frame), parallel_iterations, 0, 0, NULL};
   gr_output merges[64], body[64], outside[64];
   memcpy(outside, loop_vars, sizeof(gr_output) * (size_t)n);
   for (int i = 0; i < n; i++) {
@@ -408,9 +458,14 @@ gr_status gr_while_loop(gr_graph *g, gr_loop_cond_fn cond_fn, gr_loop_body_fn bo
     }
   }
   /* values from outside the loop used inside: constant enters */
+  la.lo = own_end;
+  la.hi = body_end;
+  la.pivot = merges[0].node;
   reroute(g, start, gr_graph_num_nodes(g), start, own_end, loop_capture, &la);
+  reroute_control(g, start, gr_graph_num_nodes(g), start, own_end, &la);
   drop_pivot(g, own_end, body_start, merges[0].node);
   drop_body_pivot(g, body_start, body_end, body, n);
+  gr_output nexts[64];
   for (int i = 0; i < n; i++) {
     gr_output r = results[i];
     if (r.node->id < start) { /* an outside value: through the pivot, dead when the loop ends */
@@ -422,7 +477,9 @@ gr_status gr_while_loop(gr_graph *g, gr_loop_cond_fn cond_fn, gr_loop_body_fn bo
     gr_output nx = gr_op(g, "next_iteration", NULL, &r, 1, NULL, 0);
     if (!nx.node) goto out;
     gr_graph_set_input(g, merges[i].node, 1, nx);
+    nexts[i] = nx;
   }
+  if (gr_loop_order_updates(g, own_end, body_end, nexts, n) != GR_OK) goto out;
   for (int i = 0; i < n; i++) loop_vars[i] = exits[i];
 out:
   gr_graph_pop_control_deps(g);

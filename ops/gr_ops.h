@@ -157,6 +157,12 @@ gr_output gr_sparse_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_outp
 /* A variable named `name` (scoped) with the dtype and shape of initial_value,
  * and its initialiser node `name/init`. The output reads the current value. */
 gr_output gr_variable(gr_graph *g, const char *name, gr_output initial_value);
+/* The value of variable var (a gr_variable or gr_read_value output) when
+ * this read runs: after the control dependencies in force where it is built
+ * (TF's read_value). Gradients flow to var. */
+gr_output gr_read_value(gr_graph *g, gr_output var);
+/* Is n a read of a variable (gr_variable or gr_read_value)? */
+bool gr_ops_is_variable_read(const gr_node *n);
 /* var: a gr_variable output. Each returns the new value. */
 gr_output gr_assign(gr_graph *g, gr_output var, gr_output value);
 gr_output gr_assign_add(gr_graph *g, gr_output var, gr_output delta);

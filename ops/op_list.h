@@ -76,6 +76,7 @@
   X(sparse_softmax_cross_entropy)                                                                  \
   /* state.c */                                                                                    \
   X(variable)                                                                                      \
+  X(read_value)                                                                                    \
   X(assign)                                                                                        \
   X(assign_add)                                                                                    \
   X(assign_sub)                                                                                    \

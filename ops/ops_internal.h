@@ -9,6 +9,17 @@
 
 /* Looks the op up (registering all ops on first use) and adds a node; an
  * unknown op is recorded as the graph's error. name NULL: the op's name. */
+/* Loops and variables (loop_state.c). Does [lo, hi) update the variable
+ * that `read` reads? */
+bool gr_loop_writes_var(gr_graph *g, int lo, int hi, const gr_node *read);
+/* Makes the next_iteration nodes next_iters[0..n) wait for the updates of
+ * the loop body [lo, hi) (those of nested loops through their exits). */
+gr_status gr_loop_order_updates(gr_graph *g, int lo, int hi, const gr_output *next_iters, int n);
+
+/* A read_value of the variable that read node vn reads, tied to `tie` (vn's
+ * value, or an enter of it). */
+gr_output gr_ops_read_value_via(gr_graph *g, const gr_node *vn, gr_output tie);
+
 gr_output gr_ops_build(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
                        int num_inputs, const gr_attr *attrs, int num_attrs);
 

@@ -212,7 +212,7 @@ static void apply_cost(const gr_node *n, gr_cost *c) {
 }
 
 static const char *const lr_grad_names[] = {"lr", "grad"};
-#define APPLY_FLAGS (GR_OP_STATEFUL | GR_OP_VARIABLE)
+#define APPLY_FLAGS (GR_OP_STATEFUL | GR_OP_VARIABLE | GR_OP_UPDATES)
 
 static const gr_attr_spec sgd_attrs[] = {{"var", GR_ATTR_STRING, true, {0}}};
 const gr_op_def gr_op_apply_sgd = {.name = "apply_sgd",

@@ -11,9 +11,22 @@ static const gr_attr_spec pop_attrs[] = {
     {"dtype", GR_ATTR_DTYPE, true, {0}},
     {"shape", GR_ATTR_SHAPE, false, {.type = GR_ATTR_SHAPE, .shape = {.rank = -1}}}};
 
+/* A push runs with a dead input too. With input 1 (a value live exactly
+ * when the loop iteration runs: the body's pivot) live, x is dead because
+ * the cond branch holding it was not taken: it pushes an empty entry, so the
+ * matching pop is dead in the matching reverse iteration, and the push
+ * itself stays live (it gates the loop's next iteration). Otherwise the
+ * iteration did not run (the loop's last, whose body is dead): no push. */
 static gr_status push_kernel(gr_kernel_ctx *ctx) {
+  gr_tensor none = gr_tensor_empty();
+  if (ctx->dead && (ctx->num_inputs < 2 || !ctx->inputs[1].buf)) return GR_OK;
   GR_TRY(gr_step_stack_push(ctx->step->stacks, gr_node_attr_string(ctx->node, "stack", ""),
-                            &ctx->inputs[0], ctx->err));
+                            ctx->dead ? &none : &ctx->inputs[0], ctx->err));
+  if (ctx->dead) {
+    ctx->dead = false;
+    ctx->dead_outputs |= 1;
+    return GR_OK;
+  }
   gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
   return GR_OK;
 }
@@ -29,9 +42,14 @@ static gr_status pop_kernel(gr_kernel_ctx *ctx) {
   gr_tensor t;
   GR_TRY(gr_step_stack_pop(ctx->step->stacks, gr_node_attr_string(ctx->node, "stack", ""), &t,
                            ctx->err));
-  if (t.dtype != ctx->node->out_dtypes[0]) {
+  if (t.buf && t.dtype != ctx->node->out_dtypes[0]) {
     gr_tensor_release(&t);
     return gr_kernel_error(ctx, GR_ERR_DTYPE, "popped a tensor of the wrong dtype");
+  }
+  if (!t.buf) { /* pushed while dead: the value is dead, the pop itself is
+                   live (the reverse loop's next iteration waits for it) */
+    ctx->dead_outputs |= 1;
+    return GR_OK;
   }
   ctx->outputs[0] = t; /* hand the stack's reference over */
   return GR_OK;
@@ -54,17 +72,18 @@ static gr_status size_kernel(gr_kernel_ctx *ctx) {
 
 #define STACK_FLAGS (GR_OP_STATEFUL | GR_OP_NO_GRADIENT | GR_OP_STEP_STACKS)
 
-const gr_op_def gr_op_stack_push = {.name = "stack_push",
-                                    .doc = "x, pushed on the step's stack attr stack",
-                                    .min_inputs = 1,
-                                    .max_inputs = 1,
-                                    .input_names = (const char *const[]){"x"},
-                                    .num_outputs = 1,
-                                    .attrs = stack_attrs,
-                                    .num_attrs = 1,
-                                    .shape_fn = gr_shape_fn_unchanged,
-                                    .kernel = push_kernel,
-                                    .flags = STACK_FLAGS};
+const gr_op_def gr_op_stack_push = {
+    .name = "stack_push",
+    .doc = "x, pushed on the step's stack attr stack (dead x: an empty entry when live is live)",
+    .min_inputs = 1,
+    .max_inputs = 2,
+    .input_names = (const char *const[]){"x", "live"},
+    .num_outputs = 1,
+    .attrs = stack_attrs,
+    .num_attrs = 1,
+    .shape_fn = gr_shape_fn_unchanged,
+    .kernel = push_kernel,
+    .flags = STACK_FLAGS | GR_OP_RUNS_DEAD};
 
 const gr_op_def gr_op_stack_pop = {
     .name = "stack_pop",

@@ -52,6 +52,42 @@ const gr_op_def gr_op_variable = {.name = "variable",
                                   .kernel = variable_kernel,
                                   .flags = GR_OP_STATEFUL | GR_OP_VARIABLE};
 
+/* read_value: reads the variable named by attr var when it runs, after its
+ * control inputs (a read inside a control-dependency scope or a loop sees
+ * the updates before it). Input 0 is an earlier read of the same variable:
+ * it ties the read into loops and carries the gradient, its value is not
+ * used. */
+static gr_status read_value_shape(gr_shape_ctx *ctx) {
+  GR_TRY(var_shape(ctx));
+  if (ctx->in_dtypes[0] != ctx->out_dtypes[0])
+    return gr_shape_error(ctx, GR_ERR_DTYPE, "read_value: input is %s, variable is %s",
+                          gr_dtype_name(ctx->in_dtypes[0]), gr_dtype_name(ctx->out_dtypes[0]));
+  return GR_OK;
+}
+
+static gr_status read_value_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = c->grads[0];
+  return GR_OK;
+}
+
+static const gr_attr_spec read_value_attrs[] = {{"var", GR_ATTR_STRING, true, {0}},
+                                                {"dtype", GR_ATTR_DTYPE, true, {0}},
+                                                {"shape", GR_ATTR_SHAPE, true, {0}}};
+
+const gr_op_def gr_op_read_value = {.name = "read_value",
+                                    .doc = "reads a variable (attr var) when it runs; input: an "
+                                           "earlier read of it (for loops and gradients)",
+                                    .min_inputs = 1,
+                                    .max_inputs = 1,
+                                    .input_names = (const char *const[]){"var"},
+                                    .num_outputs = 1,
+                                    .attrs = read_value_attrs,
+                                    .num_attrs = 3,
+                                    .shape_fn = read_value_shape,
+                                    .kernel = variable_kernel,
+                                    .grad_fn = read_value_grad,
+                                    .flags = GR_OP_STATEFUL | GR_OP_VARIABLE};
+
 /* ---- assign family ---------------------------------------------------------- */
 
 static gr_status assign_shape(gr_shape_ctx *ctx) {
@@ -190,11 +226,11 @@ static const gr_attr_spec assign_attrs[] = {{"var", GR_ATTR_STRING, true, {0}},
                                   .shape_fn = assign_shape,                                        \
                                   .kernel = NAME##_kernel,                                         \
                                   .flags = GR_OP_STATEFUL | (FLAGS)};
-DEFINE_ASSIGN(assign, "sets a variable (attr var) to value; returns it", "value", 0)
+DEFINE_ASSIGN(assign, "sets a variable (attr var) to value; returns it", "value", GR_OP_UPDATES)
 DEFINE_ASSIGN(assign_add, "adds delta to a variable in place; returns the new value", "delta",
-              GR_OP_VARIABLE)
+              GR_OP_VARIABLE | GR_OP_UPDATES)
 DEFINE_ASSIGN(assign_sub, "subtracts delta from a variable in place; returns the new value",
-              "delta", GR_OP_VARIABLE)
+              "delta", GR_OP_VARIABLE | GR_OP_UPDATES)
 
 /* ---- builders ------------------------------------------------------------------ */
 
@@ -242,6 +278,26 @@ static gr_output build_update(gr_graph *g, const char *op, gr_output var, gr_out
                  gr_attr_dtype("dtype", vn->out_dtypes[0]),
                  gr_attr_shape("shape", vn->out_shapes[0])};
   return gr_ops_build(g, op, NULL, &value, 1, a, 3);
+}
+
+gr_output gr_ops_read_value_via(gr_graph *g, const gr_node *vn, gr_output tie) {
+  if (!tie.node) return (gr_output){NULL, 0};
+  gr_attr a[] = {gr_attr_string("var", gr_node_attr_string(vn, "var", vn->name)),
+                 gr_attr_dtype("dtype", vn->out_dtypes[0]),
+                 gr_attr_shape("shape", vn->out_shapes[0])};
+  return gr_ops_build(g, "read_value", NULL, &tie, 1, a, 3);
+}
+
+gr_output gr_read_value(gr_graph *g, gr_output var) {
+  if (!var.node) return (gr_output){NULL, 0};
+  if (!gr_ops_is_variable_read(var.node))
+    return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "read_value: '%s' is not a variable",
+                       var.node->name);
+  return gr_ops_read_value_via(g, var.node, var);
+}
+
+bool gr_ops_is_variable_read(const gr_node *n) {
+  return n->op == &gr_op_variable || n->op == &gr_op_read_value;
 }
 
 gr_output gr_assign(gr_graph *g, gr_output var, gr_output value) {

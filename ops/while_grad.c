@@ -119,7 +119,10 @@ static gr_output stack_pair(rev *r, gr_output fwd, const char *stack) {
   gr_graph *g = r->g;
   gr_attr pa = gr_attr_string("stack", stack);
   gr_graph_push_no_control_deps(g);
-  gr_output push = gr_op(g, "stack_push", NULL, &fwd, 1, &pa, 1);
+  /* the body's pivot tells a dead value in a branch not taken (pushed as
+   * dead) from an iteration that did not run (nothing pushed) */
+  gr_output in[2] = {fwd, {r->loop->body[0], 0}};
+  gr_output push = gr_op(g, "stack_push", NULL, in, fwd.node == r->loop->body[0] ? 1 : 2, &pa, 1);
   gr_graph_pop_control_deps(g);
   if (!push.node || gr_graph_add_control_input(g, r->loop->next[0], push.node) != GR_OK)
     return (gr_output){NULL, 0};

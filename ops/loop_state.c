@@ -1,0 +1,78 @@
+/* Loops and variables: what a while loop's builder does so that state
+ * updated in a loop behaves as in program order.
+ *   - A variable the loop updates is read anew in every iteration (a
+ *     read_value inside the frame) instead of once before the loop.
+ *   - An iteration's updates finish before the next iteration starts: the
+ *     next_iteration nodes wait for every update of the iteration, in the
+ *     loop's own frame or, through their exits, in loops nested in it. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+static const char *var_of(const gr_node *n) {
+  return gr_node_attr_string(n, "var", NULL);
+}
+
+bool gr_loop_writes_var(gr_graph *g, int lo, int hi, const gr_node *read) {
+  const char *name = var_of(read);
+  if (!name) return false;
+  for (int id = lo; id < hi; id++) {
+    const gr_node *n = gr_graph_node(g, id);
+    if (!(n->op->flags & GR_OP_UPDATES)) continue;
+    const char *v = var_of(n);
+    if (v && strcmp(v, name) == 0) return true;
+  }
+  return false;
+}
+
+/* Loop nesting depth of node id relative to the loop being built (0: its
+ * own frame), for ids in [lo, hi); anything else is at depth 0. A node takes
+ * the frame of its first input (data, else control); an enter is one
+ * deeper, and an exit's consumers one shallower. Inputs normally have lower
+ * ids; a capture enter built after its consumer is computed on demand
+ * (chains of those are as long as the nesting). */
+static int depth_of(gr_graph *g, int lo, int hi, int *depth, int id);
+
+static int out_depth(gr_graph *g, int lo, int hi, int *depth, const gr_node *src) {
+  if (src->id < lo || src->id >= hi) return 0;
+  int d = depth_of(g, lo, hi, depth, src->id);
+  return src->op->cf_kind == GR_CF_EXIT ? d - 1 : d;
+}
+
+static int depth_of(gr_graph *g, int lo, int hi, int *depth, int id) {
+  if (depth[id - lo] != INT_MIN) return depth[id - lo];
+  const gr_node *n = gr_graph_node(g, id);
+  const gr_node *src = n->num_inputs           ? n->inputs[0].node
+                       : n->num_control_inputs ? n->control_inputs[0]
+                                               : NULL;
+  int d = src ? out_depth(g, lo, hi, depth, src) : 0;
+  if (n->op->cf_kind == GR_CF_ENTER) d++;
+  return depth[id - lo] = d;
+}
+
+gr_status gr_loop_order_updates(gr_graph *g, int lo, int hi, const gr_output *next_iters, int n) {
+  int *depth = malloc(sizeof(int) * ((size_t)(hi - lo) + 1));
+  if (!depth) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "while_loop: out of memory");
+  for (int i = 0; i < hi - lo; i++) depth[i] = INT_MIN;
+  bool nested_updates = false;
+  for (int id = lo; id < hi; id++)
+    if (depth_of(g, lo, hi, depth, id) > 0 && (gr_graph_node(g, id)->op->flags & GR_OP_UPDATES))
+      nested_updates = true;
+  gr_status st = GR_OK;
+  for (int id = lo; id < hi && st == GR_OK; id++) {
+    gr_node *u = gr_graph_node(g, id);
+    bool waits = depth[id - lo] == 0 && (u->op->flags & GR_OP_UPDATES);
+    /* a nested loop's exit: after all of that loop's updates */
+    if (nested_updates && u->op->cf_kind == GR_CF_EXIT && depth[id - lo] == 1) waits = true;
+    /* the next iteration's values already wait for this one's next_iteration
+     * nodes; a control edge from an update is not a cycle (it reaches the
+     * next_iteration of the same iteration) */
+    for (int i = 0; i < n && waits && st == GR_OK; i++)
+      st = gr_graph_add_control_input_unchecked(g, next_iters[i].node, u);
+  }
+  free(depth);
+  return st;
+}
