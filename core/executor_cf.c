@@ -48,7 +48,8 @@ typedef struct deferred {
 
 typedef struct frame_inst {
   int def;
-  char *path; /* names this instance in rendezvous keys: "outer:3/inner" */
+  char *path;     /* names this instance in rendezvous keys: "outer:3/inner" */
+  int parent_len; /* the "outer:3" part of path (0 at the top level) */
   struct frame_inst *parent;
   int64_t parent_iter;
   iter_state **ring;
@@ -220,7 +221,9 @@ static frame_inst *find_child(cf_run *r, frame_inst *parent, int64_t t, int def)
   if (parent->path) {
     size_t len = strlen(parent->path) + strlen(name) + 24;
     f->path = malloc(len);
-    if (f->path) snprintf(f->path, len, "%s:%lld/%s", parent->path, (long long)t, name);
+    if (f->path)
+      f->parent_len = snprintf(f->path, len, "%s:%lld/%s", parent->path, (long long)t, name) -
+                      (int)strlen(name) - 1;
   } else {
     f->path = strdup(name);
   }
@@ -604,6 +607,7 @@ static void run_token(cf_run *r, token tok) {
                              .state = &e->states[tok.node],
                              .err = &a->err,
                              .frame_name = tok.f->path ? tok.f->path : "",
+                             .frame_parent_len = tok.f->parent_len,
                              .iteration = tok.iter,
                              .exec_private = a};
     cf_unlock(r);
@@ -637,6 +641,7 @@ static void run_token(cf_run *r, token tok) {
                          .state = &e->states[tok.node],
                          .err = &kerr,
                          .frame_name = tok.f->path ? tok.f->path : "",
+                         .frame_parent_len = tok.f->parent_len,
                          .iteration = tok.iter};
     cf_unlock(r);
     if (r->step->trace) start_ns = gr_trace_now_ns();

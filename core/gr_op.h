@@ -181,6 +181,10 @@ struct gr_kernel_ctx {
    * "outer:3/inner" is loop inner in iteration 3 of loop outer. */
   const char *frame_name;
   int64_t iteration;
+  /* The first frame_parent_len characters of frame_name name the enclosing
+   * frame instance and its iteration ("outer:3"; 0 for a top-level loop):
+   * two loops run in the same outer iteration share it. */
+  int frame_parent_len;
   /* executor internals (async completion) */
   void *exec_private;
 };

@@ -96,14 +96,20 @@ gr_status ad_frames_compute(const gr_graph *g, const int *order, int total, ad_f
   f->n = 1;
   for (int k = 0; k < total; k++) {
     const gr_node *n = gr_graph_node(g, order[k]);
-    int fr = 0;
-    if (n->num_inputs > 0) {
-      fr = out_frame(f, n->inputs[0].node);
-      if (n->op->cf_kind == GR_CF_ENTER)
-        fr = frame_child(f, fr, gr_node_attr_string(n, "frame_name", n->name));
-    } else if (n->num_control_inputs > 0) {
-      fr = out_frame(f, n->control_inputs[0]);
+    /* the deepest frame among its inputs: while a loop body is being built
+     * (gradients() inside it), its nodes still read outside values
+     * directly, and it is their loop-side inputs that place them */
+    int fr = 0, depth = 0;
+    for (int j = 0; j < n->num_inputs + n->num_control_inputs; j++) {
+      const gr_node *p = gr_node_predecessor(n, j);
+      if (p->id >= total) continue;
+      int pf = out_frame(f, p), d = 0;
+      for (int a = pf; a > 0; a = f->parent[a]) d++;
+      if (j == 0 || d > depth) fr = pf, depth = d;
+      if (n->op->cf_kind == GR_CF_ENTER) break; /* an enter nests in its input's frame */
     }
+    if (n->op->cf_kind == GR_CF_ENTER && n->num_inputs > 0)
+      fr = frame_child(f, fr, gr_node_attr_string(n, "frame_name", n->name));
     if (fr < 0) return GR_ERR_RESOURCE_EXHAUSTED;
     f->of_node[n->id] = fr;
   }
@@ -331,8 +337,20 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
     goto done;
   }
   w.base = -1;
-  for (int k = 0; k < w.fr.n; k++)
+  for (int k = 0; k < w.fr.n && base; k++)
     if (strcmp(w.fr.name[k], base) == 0) w.base = k;
+  if (!base) { /* the frame of the ys: inside a loop body, per iteration */
+    w.base = out_frame(&w.fr, ys[0].node);
+    for (int i = 1; i < ny && st == GR_OK; i++)
+      if (out_frame(&w.fr, ys[i].node) != w.base)
+        st = fail(g, GR_ERR_INVALID_ARGUMENT,
+                  "gradients: y '%s' is in %s%s but y '%s' is in %s%s: differentiate values of "
+                  "one loop body (or of the top level) together",
+                  ys[0].node->name, w.base ? "loop " : "the top level", w.fr.name[w.base],
+                  ys[i].node->name, out_frame(&w.fr, ys[i].node) ? "loop " : "the top level",
+                  w.fr.name[out_frame(&w.fr, ys[i].node)]);
+    if (st != GR_OK) goto done;
+  }
   if (w.base < 0) {
     st = fail(g, GR_ERR_INTERNAL, "gradients: no loop frame '%s'", base);
     goto done;
@@ -416,5 +434,5 @@ done:
 
 gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
                        const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs) {
-  return ad_gradients(g, ys, ny, xs, nx, grad_ys, null_for_unconnected, dxs, "", NULL, NULL);
+  return ad_gradients(g, ys, ny, xs, nx, grad_ys, null_for_unconnected, dxs, NULL, NULL, NULL);
 }

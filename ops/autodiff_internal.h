@@ -36,7 +36,8 @@ gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *loop
                             const gr_output *d_exits, const bool *want_inv, gr_output *d_init,
                             gr_output *d_inv);
 
-/* gr_gradients for the nodes of the frame named `base` ("": the top level),
+/* gr_gradients for the nodes of the frame named `base` ("": the top level;
+ * NULL: the frame of the ys),
  * reading forward values through remap (may be NULL). Loops directly inside
  * base are differentiated as units (ad_while_gradient). */
 gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,

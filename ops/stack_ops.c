@@ -2,6 +2,10 @@
  * (passes its input through and pushes it), stack_pop and stack_size. The
  * gradient of a while loop pushes the forward values it needs in the forward
  * loop and pops them, last first, in the reverse loop. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
@@ -17,11 +21,30 @@ static const gr_attr_spec pop_attrs[] = {
  * matching pop is dead in the matching reverse iteration, and the push
  * itself stays live (it gates the loop's next iteration). Otherwise the
  * iteration did not run (the loop's last, whose body is dead): no push. */
+/* The stack's key: attr stack within the enclosing frame instance, so a
+ * loop's gradient inside a loop body pushes and pops per outer iteration
+ * even when outer iterations run at once. *buf: freed by the caller. */
+static const char *stack_key(gr_kernel_ctx *ctx, char **buf) {
+  const char *name = gr_node_attr_string(ctx->node, "stack", "");
+  *buf = NULL;
+  int n = ctx->frame_parent_len;
+  if (n <= 0) return name;
+  size_t len = (size_t)n + strlen(name) + 2;
+  if (!(*buf = malloc(len))) return NULL;
+  snprintf(*buf, len, "%.*s|%s", n, ctx->frame_name, name);
+  return *buf;
+}
+
 static gr_status push_kernel(gr_kernel_ctx *ctx) {
   gr_tensor none = gr_tensor_empty();
   if (ctx->dead && (ctx->num_inputs < 2 || !ctx->inputs[1].buf)) return GR_OK;
-  GR_TRY(gr_step_stack_push(ctx->step->stacks, gr_node_attr_string(ctx->node, "stack", ""),
-                            ctx->dead ? &none : &ctx->inputs[0], ctx->err));
+  char *buf;
+  const char *key = stack_key(ctx, &buf);
+  if (!key) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st =
+      gr_step_stack_push(ctx->step->stacks, key, ctx->dead ? &none : &ctx->inputs[0], ctx->err);
+  free(buf);
+  GR_TRY(st);
   if (ctx->dead) {
     ctx->dead = false;
     ctx->dead_outputs |= 1;
@@ -40,8 +63,12 @@ static gr_status pop_shape(gr_shape_ctx *ctx) {
 
 static gr_status pop_kernel(gr_kernel_ctx *ctx) {
   gr_tensor t;
-  GR_TRY(gr_step_stack_pop(ctx->step->stacks, gr_node_attr_string(ctx->node, "stack", ""), &t,
-                           ctx->err));
+  char *buf;
+  const char *key = stack_key(ctx, &buf);
+  if (!key) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st = gr_step_stack_pop(ctx->step->stacks, key, &t, ctx->err);
+  free(buf);
+  GR_TRY(st);
   if (t.buf && t.dtype != ctx->node->out_dtypes[0]) {
     gr_tensor_release(&t);
     return gr_kernel_error(ctx, GR_ERR_DTYPE, "popped a tensor of the wrong dtype");
@@ -65,8 +92,11 @@ static gr_status size_shape(gr_shape_ctx *ctx) {
 static gr_status size_kernel(gr_kernel_ctx *ctx) {
   gr_tensor *o;
   GR_TRY(gr_kernel_alloc_output(ctx, 0, GR_I64, &(gr_shape){.rank = 0}, &o));
-  *(int64_t *)gr_tensor_data(o) =
-      gr_step_stack_size(ctx->step->stacks, gr_node_attr_string(ctx->node, "stack", ""));
+  char *buf;
+  const char *key = stack_key(ctx, &buf);
+  if (!key) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  *(int64_t *)gr_tensor_data(o) = gr_step_stack_size(ctx->step->stacks, key);
+  free(buf);
   return GR_OK;
 }
 

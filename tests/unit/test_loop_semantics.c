@@ -197,6 +197,45 @@ static void test_control_on_loop(void) {
               "s", 6);
 }
 
+/* ---- 3. gradients() inside a loop body ---------------------------------------------- */
+
+static void test_gradients_in_body(void) {
+  check_value("gradient of a body value, per iteration",
+              "i, acc = while (i = 0, acc = 0.0; i < 3) {\n"
+              "  s = cast(i, f32) + 4.0\n"
+              "  g = gradients(s * s, s)\n"
+              "  i = i + 1\n"
+              "  acc = acc + g\n"
+              "}\n",
+              "acc", 8 + 10 + 12);
+  check_value("gradient with respect to a variable outside the loop",
+              "w = variable(3.0)\n"
+              "i, acc = while (i = 0, acc = 0.0; i < 2) {\n"
+              "  s = cast(i, f32) + 2.0\n"
+              "  g = gradients(s * s * w, w)\n"
+              "  i = i + 1\n"
+              "  acc = acc + g\n"
+              "}\n",
+              "acc", 4 + 9);
+  /* an inner loop's gradient in every outer iteration: the iterations run
+   * at once and each keeps its own stacks */
+  double want = 0;
+  for (int i = 0; i < 5; i++) {
+    double y = i + 1, f = 1;
+    while (y < 10) y *= 2, f *= 2;
+    want += f;
+  }
+  check_value("gradient of a loop inside a loop body",
+              "i, acc = while (i = 0, acc = 0.0; i < 5) {\n"
+              "  x = cast(i, f32) + 1.0\n"
+              "  r = while (y = x; y < 10.0) { y = y * 2.0 }\n"
+              "  g = gradients(r, x)\n"
+              "  i = i + 1\n"
+              "  acc = acc + g\n"
+              "}\n",
+              "acc", want);
+}
+
 /* ---- 4. a cond inside a loop, under a gradient -------------------------------------- */
 
 static void test_cond_in_loop_gradient(void) {
@@ -262,6 +301,7 @@ int main(void) {
   GR_RUN(test_loop_feeds_loop);
   GR_RUN(test_loop_feeds_loop_gradient);
   GR_RUN(test_control_on_loop);
+  GR_RUN(test_gradients_in_body);
   GR_RUN(test_cond_in_loop_gradient);
   GR_RUN(test_read_after_update);
   return gr_test_finish();
