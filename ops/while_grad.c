@@ -228,6 +228,15 @@ gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *l,
     st = gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
+  for (int k = 1; k < f->n; k++)
+    if (f->parent[k] == l->frame) {
+      st = gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
+                               "gradients: loop '%s' contains loop '%s'; differentiating a loop "
+                               "that contains another loop is not supported yet (a gradient "
+                               "inside the body, or of a loop in the body, is)",
+                               f->name[l->frame], f->name[k]);
+      goto out;
+    }
   for (int i = 0; i < l->n; i++)
     if (gr_dtype_is_float(l->enter[i]->out_dtypes[0])) r.fvar[r.nf++] = i;
   for (int j = 0; j < l->m; j++)

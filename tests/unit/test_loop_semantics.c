@@ -236,6 +236,27 @@ static void test_gradients_in_body(void) {
               "acc", want);
 }
 
+/* Not supported yet: refused where it is written, never a silent value. */
+static void test_gradient_of_nested_loop_refused(void) {
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  gr_error err = {0};
+  gr_status st = gr_dsl_load_string("n.gr",
+                                    "v = variable(1.5)\n"
+                                    "i, r = while (i = 0, x = v; i < 2) {\n"
+                                    "  y = while (y = x; y < 10.0) { y = y * 2.0 }\n"
+                                    "  i = i + 1\n"
+                                    "  x = y * 0.5\n"
+                                    "}\n"
+                                    "g = gradients(r, v)\n",
+                                    g, NULL, &p, &err);
+  GR_CHECK(st != GR_OK);
+  GR_CHECK_STR_CONTAINS(err.msg, "n.gr:7:");
+  GR_CHECK_STR_CONTAINS(err.msg, "contains another loop is not supported yet");
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+}
+
 /* ---- 4. a cond inside a loop, under a gradient -------------------------------------- */
 
 static void test_cond_in_loop_gradient(void) {
@@ -302,6 +323,7 @@ int main(void) {
   GR_RUN(test_loop_feeds_loop_gradient);
   GR_RUN(test_control_on_loop);
   GR_RUN(test_gradients_in_body);
+  GR_RUN(test_gradient_of_nested_loop_refused);
   GR_RUN(test_cond_in_loop_gradient);
   GR_RUN(test_read_after_update);
   return gr_test_finish();
