@@ -26,6 +26,7 @@ typedef struct async_ctx {
   run_state *st;
   int node;
   cancel_entry cancel;
+  gr_watch_wait wait; /* a step with a timeout: named if the step stalls */
 } async_ctx;
 
 struct run_state {
@@ -50,7 +51,8 @@ struct run_state {
   gr_error err;
   async_ctx **asyncs; /* live async invocations (under mu), for cancellation */
   int num_asyncs, cap_asyncs;
-  int64_t *starts; /* per node: when its kernel started (traced steps) */
+  int64_t *starts;        /* per node: when its kernel started (traced steps) */
+  gr_watch_run watch_run; /* a step with a timeout: how its watchdog cancels this run */
 };
 
 static void run_state_free(run_state *st) {
@@ -124,21 +126,13 @@ static void release_state(gr_executor *e, run_state *st) {
   pthread_mutex_unlock(&e->mu);
 }
 
-static void record_error(run_state *st, int i, gr_status code, const gr_error *kerr) {
-  exec_node *en = &st->e->nodes[i];
-  pthread_mutex_lock(&st->mu);
-  if (st->status == GR_OK) {
-    st->status = code;
-    const gr_node *n = en->node;
-    const char *msg = kerr && kerr->msg[0] ? kerr->msg : gr_status_name(code);
-    if (n && n->source_loc)
-      snprintf(st->err.msg, sizeof st->err.msg, "%s: node '%s' (op %s): %s", n->source_loc, n->name,
-               n->op->name, msg);
-    else if (n)
-      snprintf(st->err.msg, sizeof st->err.msg, "node '%s' (op %s): %s", n->name, n->op->name, msg);
-    else
-      snprintf(st->err.msg, sizeof st->err.msg, "%s", msg);
-    st->err.code = code;
+/* Fails the run with why (unless it failed already, or why is NULL: the
+ * error is set) and cancels it: every pending async kernel gets its cancel
+ * callback. st->mu held on entry, released on return. */
+static void cancel_run_locked(run_state *st, const gr_error *why) {
+  if (why && st->status == GR_OK) {
+    st->status = why->code;
+    st->err = *why;
   }
   __atomic_store_n(&st->cancelled, 1, __ATOMIC_RELEASE);
   /* cancel every pending async kernel, a batch at a time, outside the lock
@@ -156,6 +150,32 @@ static void record_error(run_state *st, int i, gr_status code, const gr_error *k
     if (ntodo < 16) break;
     pthread_mutex_lock(&st->mu);
   }
+}
+
+static void record_error(run_state *st, int i, gr_status code, const gr_error *kerr) {
+  exec_node *en = &st->e->nodes[i];
+  pthread_mutex_lock(&st->mu);
+  if (st->status == GR_OK) {
+    st->status = code;
+    const gr_node *n = en->node;
+    const char *msg = kerr && kerr->msg[0] ? kerr->msg : gr_status_name(code);
+    if (n && n->source_loc)
+      snprintf(st->err.msg, sizeof st->err.msg, "%s: node '%s' (op %s): %s", n->source_loc, n->name,
+               n->op->name, msg);
+    else if (n)
+      snprintf(st->err.msg, sizeof st->err.msg, "node '%s' (op %s): %s", n->name, n->op->name, msg);
+    else
+      snprintf(st->err.msg, sizeof st->err.msg, "%s", msg);
+    st->err.code = code;
+  }
+  cancel_run_locked(st, NULL);
+}
+
+/* The step's watchdog found the step stalled (gr_watch_run.cancel). */
+static void watchdog_cancel(void *arg, const gr_error *why) {
+  run_state *st = arg;
+  pthread_mutex_lock(&st->mu);
+  cancel_run_locked(st, why);
 }
 
 static void push_shared(run_state *st, int i) {
@@ -286,6 +306,7 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
     st->asyncs[st->num_asyncs++] = ac;
     pthread_mutex_unlock(&st->mu);
     if (st->step->trace) st->starts[i] = gr_trace_now_ns();
+    gr_watch_begin_wait(st->step->watch, &ac->wait, en->node, "", 0);
     gr_status s = en->kernel(&ac->ctx);
     if (s != GR_OK) gr_kernel_done(&ac->ctx, s); /* failed to start: callback not fired */
     return;
@@ -302,7 +323,9 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
                        .err = &kerr,
                        .exec_private = NULL};
   if (st->step->trace) st->starts[i] = gr_trace_now_ns();
+  gr_watch_begin_kernel(st->step->watch);
   gr_status s = en->kernel(&ctx);
+  gr_watch_end_kernel(st->step->watch);
   finish_node(st, i, s, &kerr, rs);
 }
 
@@ -332,6 +355,7 @@ static void static_done(async_hdr *h, gr_status status) {
   async_ctx *ac = (async_ctx *)h;
   GR_ASSERT(ac != NULL);
   run_state *st = ac->st;
+  gr_watch_end_wait(st->step->watch, &ac->wait);
   pthread_mutex_lock(&st->mu);
   for (int k = 0; k < st->num_asyncs; k++)
     if (st->asyncs[k] == ac) {
@@ -493,6 +517,8 @@ gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tenso
   st->tasks = 0;
   st->qhead = st->qcount = 0;
   st->num_asyncs = 0;
+  st->watch_run = (gr_watch_run){.cancel = watchdog_cancel, .arg = st};
+  gr_watch_attach_run(step->watch, &st->watch_run);
 
   ready_stack rs = {st->stack, 0, e->num_nodes + 1};
   if (e->num_nodes > 0) {
@@ -524,6 +550,7 @@ gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tenso
     }
     pthread_mutex_unlock(&st->mu);
   }
+  gr_watch_detach_run(step->watch, &st->watch_run);
   gr_status s = st->status;
   if (s != GR_OK) {
     if (err) *err = st->err;

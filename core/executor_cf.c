@@ -88,6 +88,7 @@ typedef struct cf_run {
   bool single; /* one thread and no async kernels: nothing to lock against */
   gr_status status;
   gr_error err;
+  gr_watch_run watch_run; /* a step with a timeout (core/step_watch_internal.h) */
 } cf_run;
 
 static inline void cf_lock(cf_run *r) {
@@ -461,6 +462,7 @@ typedef struct cf_async {
   token tok;
   int64_t start_ns; /* traced steps */
   gr_tensor ins[16], outs[16];
+  gr_watch_wait wait; /* a step with a timeout */
 } cf_async;
 
 /* Finishes a token: outputs propagate, inputs are dropped. Lock held. */
@@ -536,6 +538,7 @@ static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_t
 static void cf_done(async_hdr *h, gr_status s) {
   cf_async *a = (cf_async *)h;
   cf_run *r = a->r;
+  gr_watch_end_wait(r->step->watch, &a->wait);
   cf_lock(r);
   r->tasks++;
   finish_token(r, a->tok, s, &a->err, a->ins, a->outs, a->ctx.dead_outputs, a->ctx.dead,
@@ -557,7 +560,8 @@ static void cf_on_cancel(async_hdr *h, void (*fn)(void *), void *arg) {
   cf_lock(a->r);
   bool now = a->r->cancelled;
   cf_unlock(a->r);
-  if (now) fn(arg); /* cancelled already; otherwise the kernel completes on its own */
+  /* cancelled already; otherwise the kernel completes on its own (or the step watch cancels it) */
+  if (now || gr_watch_keep_cancel(a->r->step->watch, &a->wait, fn, arg)) fn(arg);
 }
 
 /* Runs one token with the lock held on entry and exit (released around the kernel). */
@@ -612,6 +616,7 @@ static void run_token(cf_run *r, token tok) {
                              .exec_private = a};
     cf_unlock(r);
     a->start_ns = r->step->trace ? gr_trace_now_ns() : 0;
+    gr_watch_begin_wait(r->step->watch, &a->wait, en->node, a->ctx.frame_name, tok.iter);
     gr_status s = en->kernel(&a->ctx);
     if (s != GR_OK) cf_done(&a->hdr, s);
     cf_lock(r);
@@ -645,12 +650,24 @@ static void run_token(cf_run *r, token tok) {
                          .iteration = tok.iter};
     cf_unlock(r);
     if (r->step->trace) start_ns = gr_trace_now_ns();
+    gr_watch_begin_kernel(r->step->watch);
     s = en->kernel(&ctx);
+    gr_watch_end_kernel(r->step->watch);
     cf_lock(r);
     dead_mask = ctx.dead_outputs;
     dead = ctx.dead;
   }
   finish_token(r, tok, s, &kerr, ins, outs, dead_mask, dead, start_ns);
+}
+
+/* The step's watchdog found the step stalled: stop it as a kernel error would. */
+static void cf_watchdog_cancel(void *arg, const gr_error *why) {
+  cf_run *r = arg;
+  cf_lock(r);
+  if (r->status == GR_OK) r->status = why->code, r->err = *why;
+  r->cancelled = 1;
+  pthread_cond_broadcast(&r->cv);
+  cf_unlock(r);
 }
 
 gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
@@ -690,6 +707,12 @@ gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fet
     goto out;
   }
   root->next_iter = 1;
+  r.watch_run = (gr_watch_run){.cancel = cf_watchdog_cancel, .arg = &r};
+  if (!r.single) { /* a single-threaded run without async kernels cannot stall */
+    cf_unlock(&r);
+    gr_watch_attach_run(step->watch, &r.watch_run);
+    cf_lock(&r);
+  }
   for (int k = 0; k < e->num_roots; k++) push_token(&r, e->roots[k], root, 0);
   for (;;) {
     if (r.qcount > 0) {
@@ -711,6 +734,7 @@ gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fet
     pthread_cond_wait(&r.cv, &r.mu);
   }
   cf_unlock(&r);
+  if (!r.single) gr_watch_detach_run(step->watch, &r.watch_run);
   status = r.status;
   if (status != GR_OK && err) *err = r.err;
   while (r.frames) { /* frames left by a cancelled step */

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "core/gr_executor.h"
+#include "core/step_watch_internal.h"
 
 typedef struct exec_edge {
   int src_output;

@@ -146,6 +146,8 @@ typedef struct gr_step_info {
   struct gr_rendezvous *rendezvous; /* where _send and _recv meet (partitioned
                                        steps); NULL otherwise */
   struct gr_step_trace *trace;      /* when set, every node run adds an event */
+  struct gr_step_watch *watch;      /* when set (a step timeout), executors report
+                                       progress and waits to it (core/step_watch_internal.h) */
 } gr_step_info;
 
 /* Step-scoped stacks of tensors, by name (thread-safe). Push takes a new

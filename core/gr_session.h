@@ -41,6 +41,12 @@ typedef struct gr_session_options {
   bool schedule_recvs;  /* several devices: start each receive as late as a critical-path
                            estimate allows (holds received values for less time;
                            docs/partitioning.md) */
+  int step_timeout_ms;  /* > 0: a step in which no kernel runs or finishes for this long
+                           (a deadlock: a receive whose send never runs, an async
+                           kernel that never completes) fails with
+                           GR_ERR_DEADLINE_EXCEEDED naming the nodes still waiting and
+                           their devices. A long computation is progress, not a stall.
+                           0: no limit (the default). Costs a thread per session. */
 } gr_session_options;
 
 typedef struct gr_feed {

@@ -10,6 +10,7 @@
 #include "core/gr_rng.h"
 #include "core/resource_internal.h"
 #include "core/session_internal.h"
+#include "core/step_watch_internal.h"
 #include "core/strmap_internal.h"
 
 #define GR_INIT_DEPTH_MAX 16
@@ -28,6 +29,7 @@ struct gr_session {
   gr_graph *graph;
   gr_session_options opts;
   gr_threadpool *pool;
+  gr_watchdog *watchdog; /* with a step timeout */
   gr_resource_mgr *resources;
   gr_device_spec *devices;
   char **device_names;
@@ -62,6 +64,10 @@ gr_session *gr_session_new(gr_graph *g, const gr_session_options *opts, gr_error
                  "session options out of range (threads and devices must be in [0, 1024])");
     return NULL;
   }
+  if (o.step_timeout_ms < 0) {
+    gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "step_timeout_ms is negative (0: no limit)");
+    return NULL;
+  }
   if (!o.inter_op_threads) o.inter_op_threads = gr_num_cores();
   if (!o.intra_op_threads) o.intra_op_threads = 1;
   if (!o.num_devices) o.num_devices = 1;
@@ -77,6 +83,7 @@ gr_session *gr_session_new(gr_graph *g, const gr_session_options *opts, gr_error
   s->resources = gr_resource_mgr_new();
   s->devices = calloc((size_t)o.num_devices, sizeof *s->devices);
   s->device_names = calloc((size_t)o.num_devices, sizeof(char *));
+  if (o.step_timeout_ms > 0 && !(s->watchdog = gr_watchdog_new(o.step_timeout_ms))) goto oom;
   if (!s->pool || !s->resources || !s->devices || !s->device_names) goto oom;
   for (int k = 0; k < o.num_devices; k++) {
     char buf[GR_DEVICE_NAME_MAX];
@@ -107,6 +114,7 @@ void gr_session_free(gr_session *s) {
     if (s->cache.slots[i].key) prepared_free(s->cache.slots[i].value);
   gr_strmap_free(&s->cache);
   gr_threadpool_free(s->pool);
+  gr_watchdog_free(s->watchdog);
   gr_resource_mgr_free(s->resources);
   if (s->device_names)
     for (int k = 0; k < s->opts.num_devices; k++) free(s->device_names[k]);
@@ -487,11 +495,13 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
                        .seed = gr_graph_seed(s->graph),
                        .resources = s->resources,
                        .stacks = p->uses_stacks ? gr_step_stacks_new() : NULL,
-                       .trace = trace};
-  gr_status st = !step.stacks && p->uses_stacks
+                       .trace = trace,
+                       .watch = s->watchdog ? gr_watchdog_begin_step(s->watchdog) : NULL};
+  gr_status st = (!step.stacks && p->uses_stacks) || (s->watchdog && !step.watch)
                      ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory")
                  : p->plan ? gr_device_plan_run(p->plan, fv, results, &step, &moved, err)
                            : gr_executor_run(p->exec, fv, results, &step, err);
+  if (step.watch) st = gr_watchdog_end_step(s->watchdog, step.watch, st, err);
   __atomic_store_n(&s->last_sends, moved.sends, __ATOMIC_RELAXED);
   __atomic_store_n(&s->last_bytes, moved.bytes, __ATOMIC_RELAXED);
   gr_step_stacks_free(step.stacks);

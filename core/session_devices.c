@@ -8,6 +8,7 @@
 
 #include "core/gr_rendezvous.h"
 #include "core/session_internal.h"
+#include "core/step_watch_internal.h"
 
 struct gr_device_plan {
   gr_partitions *parts;
@@ -135,6 +136,7 @@ gr_status gr_device_plan_run(gr_device_plan *p, const gr_tensor *feed_values, gr
   }
   pthread_mutex_init(&r.mu, NULL);
   pthread_cond_init(&r.cv, NULL);
+  gr_watch_set_rendezvous(step->watch, r.step.rendezvous); /* a stalled step aborts it */
   for (int k = 1; k < n; k++) {
     args[k] = (part_arg){&r, k};
     gr_threadpool_schedule(p->runners, run_part_closure, &args[k]);
@@ -143,6 +145,7 @@ gr_status gr_device_plan_run(gr_device_plan *p, const gr_tensor *feed_values, gr
   pthread_mutex_lock(&r.mu);
   while (r.remaining > 0) pthread_cond_wait(&r.cv, &r.mu);
   pthread_mutex_unlock(&r.mu);
+  gr_watch_set_rendezvous(step->watch, NULL);
   if (r.status != GR_OK) {
     for (int i = 0; i < nx; i++) gr_tensor_release(&fetch_out[i]);
     if (err) *err = r.err;

@@ -36,6 +36,9 @@ static void usage(FILE *f) {
           "                     bytes) as a Chrome trace: open in ui.perfetto.dev\n"
           "  --eval A,B         after the last step, run once more fetching A,B only (no\n"
           "                     targets), e.g. a test accuracy\n"
+          "  --timeout S        fail a step in which no kernel runs or finishes for S seconds (a\n"
+          "                     deadlock), naming the nodes still waiting (default 300; 0: no\n"
+          "                     limit)\n"
           "  --json             print the fetches of the last step as one JSON object\n"
           "  --quiet            no progress display\n"
           "  --ckpt PATH        checkpoint file (SQLite): restore the latest checkpoint on start\n"
@@ -51,6 +54,18 @@ static bool parse_long(const char *s, long lo, long *out) {
   errno = 0;
   long v = strtol(s, &end, 10);
   if (errno || end == s || *end || v < lo) return false;
+  *out = v;
+  return true;
+}
+
+/* Longest --timeout: about 24 days, so the milliseconds fit an int. */
+#define MAX_TIMEOUT_S 2000000.0
+
+static bool parse_seconds(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= 0 && v <= MAX_TIMEOUT_S)) return false;
   *out = v;
   return true;
 }
@@ -150,6 +165,7 @@ int gr_cmd_run(int argc, char **argv) {
   const char *fetch_names[MAX_ITEMS], *target_names[MAX_ITEMS], *eval_names[MAX_ITEMS];
   int nfeed = 0, nfetch = 0, ntarget = 0, neval = 0;
   long steps = 1, seed = 0, threads = 0, save_every = 0, keep = 5, devices = 1;
+  double timeout_s = 300;
   const char *placement = "pins";
   bool json = false, quiet = false, no_restore = false;
   const char *ckpt_path = NULL, *trace_path = NULL;
@@ -169,6 +185,13 @@ int gr_cmd_run(int argc, char **argv) {
       no_restore = true;
     } else if (strcmp(a, "--schedule-recvs") == 0) {
       schedule_recvs = true;
+    } else if (strcmp(a, "--timeout") == 0 && has_val) {
+      if (!parse_seconds(argv[++i], &timeout_s)) {
+        fprintf(stderr,
+                "graphrun run: --timeout wants seconds in [0, %.0f] (0: no limit), got '%s'\n",
+                MAX_TIMEOUT_S, argv[i]);
+        return GR_EXIT_USAGE;
+      }
     } else if (strcmp(a, "--trace") == 0 && has_val) {
       trace_path = argv[++i];
     } else if (strcmp(a, "--devices") == 0 && has_val) {
@@ -282,9 +305,12 @@ int gr_cmd_run(int argc, char **argv) {
   }
   if ((rc = place_nodes(g, (int)devices, placement)) != GR_EXIT_OK) goto done;
   rc = GR_EXIT_FAILURE;
-  gr_session_options opts = {.inter_op_threads = (int)threads,
-                             .num_devices = (int)devices,
-                             .schedule_recvs = schedule_recvs};
+  gr_session_options opts = {
+      .inter_op_threads = (int)threads,
+      .num_devices = (int)devices,
+      .schedule_recvs = schedule_recvs,
+      /* a sub-millisecond timeout is still a timeout */
+      .step_timeout_ms = timeout_s > 0 && timeout_s < 0.001 ? 1 : (int)(timeout_s * 1000.0 + 0.5)};
   if (trace_path) { /* a path that cannot be written fails now, not after the run */
     bool existed = access(trace_path, F_OK) == 0;
     FILE *tf = fopen(trace_path, "a"); /* neither truncates nor leaves an empty file behind */

@@ -11,18 +11,13 @@
 
 #include "checkpoints/gr_checkpoints.h"
 #include "gr_test.h"
+#include "test_util.h"
 
-static char dir[64], exe[PATH_MAX], ck_path[128], out_buf[16384];
+static char dir[64], ck_path[128], out_buf[16384];
 
 /* Runs `graphrun ARGS` (stdout and stderr captured); returns the exit code. */
 static int run(const char *args) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "cd %s && %s %s 2>&1", dir, exe, args);
-  FILE *f = popen(cmd, "r");
-  size_t n = f ? fread(out_buf, 1, sizeof out_buf - 1, f) : 0;
-  out_buf[n] = '\0';
-  int st = f ? pclose(f) : -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return gt_cli_run(dir, args, out_buf, sizeof out_buf);
 }
 
 static void make_file(void) {
@@ -152,12 +147,6 @@ static void test_export(void) {
 }
 
 int main(void) {
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
-  if (n <= 0) return 1;
-  exe[n] = '\0';
-  char *slash = strrchr(exe, '/');
-  if (!slash) return 1;
-  strcpy(slash, "/../../graphrun"); /* build/tests/unit/ -> build/graphrun */
   snprintf(dir, sizeof dir, "/tmp/gr_test_ckpt_cli_XXXXXX");
   if (!mkdtemp(dir)) return 1;
   snprintf(ck_path, sizeof ck_path, "%s/ck.db", dir);

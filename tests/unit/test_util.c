@@ -1,9 +1,11 @@
 #include "test_util.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 uint64_t gt_next(gt_rng *r) {
@@ -185,11 +187,45 @@ const char *gt_device_name(int k) {
 
 gr_session *gt_session(gr_graph *g, int devices, int threads) {
   gr_error err;
-  gr_session_options o = {.num_devices = devices, .inter_op_threads = threads};
+  /* a step that deadlocks fails (naming what it waits for) instead of hanging the suite */
+  gr_session_options o = {
+      .num_devices = devices, .inter_op_threads = threads, .step_timeout_ms = 60000};
   gr_session *s = gr_session_new(g, &o, &err);
   if (!s) {
     fprintf(stderr, "gt_session: %s\n", err.msg);
     abort();
   }
   return s;
+}
+
+int gt_cli_run(const char *dir, const char *args, char *out, size_t cap) {
+  static char exe[PATH_MAX];
+  if (!exe[0]) {
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
+    char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+    if (!slash) return -1;
+    strcpy(slash, "/../../graphrun"); /* build/tests/unit/ -> build/graphrun */
+  }
+  size_t len = strlen(dir) + strlen(exe) + strlen(args) + 32;
+  char *cmd = malloc(len);
+  if (!cmd) return -1;
+  snprintf(cmd, len, "cd '%s' && '%s' %s 2>&1", dir, exe, args);
+  FILE *f = popen(cmd, "r");
+  free(cmd);
+  size_t n = 0;
+  if (f)
+    for (size_t k; n + 1 < cap && (k = fread(out + n, 1, cap - 1 - n, f)) > 0;) n += k;
+  if (cap) out[n] = '\0';
+  int st = f ? pclose(f) : -1;
+  return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void gt_write_file(const char *dir, const char *name, const char *text) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+    fprintf(stderr, "gt_write_file: cannot write %s\n", path);
+    abort();
+  }
 }

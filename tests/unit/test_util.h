@@ -47,12 +47,20 @@ void gt_gauge_leave(void);
 int gt_gauge_max(void);
 
 /* Multi-device tests: nodes built until gr_graph_pop_device_scope go to
- * /device:CPU:k; a session with that many local devices and threads (the
- * test fails if it cannot be made). */
+ * /device:CPU:k; a session with that many local devices and threads and a
+ * 60 s step timeout, so a deadlock fails the test instead of hanging it (the
+ * test fails if the session cannot be made). */
 void gt_pin(gr_graph *g, int k);
 /* The full name of local device k (k < 8): /job:localhost/replica:0/task:0/device:CPU:k. */
 const char *gt_device_name(int k);
 gr_session *gt_session(gr_graph *g, int devices, int threads);
+
+/* CLI tests: runs `graphrun ARGS` (the binary of this build: build/graphrun)
+ * in dir, its stdout and stderr into out (at most cap - 1 bytes, NUL
+ * terminated); returns its exit code, -1 when it did not exit. */
+int gt_cli_run(const char *dir, const char *args, char *out, size_t cap);
+/* Writes text to dir/name (aborts the test when it cannot). */
+void gt_write_file(const char *dir, const char *name, const char *text);
 
 /* Row-major strides of a shape (elements). */
 void gt_strides(const gr_shape *s, int64_t *strides);
