@@ -338,18 +338,9 @@ static gr_status maximum_grad(gr_grad_ctx *c) {
 static gr_status minimum_grad(gr_grad_ctx *c) {
   return select_between(c, gr_less_equal(c->graph, gr_grad_x(c, 0), gr_grad_x(c, 1)));
 }
-#define equal_grad         NULL
-#define not_equal_grad     NULL
-#define less_grad          NULL
-#define less_equal_grad    NULL
-#define greater_grad       NULL
-#define greater_equal_grad NULL
-#define logical_and_grad   NULL
-#define logical_or_grad    NULL
-
 static const char *const ab_names[] = {"a", "b"};
 
-#define DEFINE_BINARY(NAME, SHAPE, DOC)                                                            \
+#define DEFINE_BINARY_OP(NAME, SHAPE, DOC, GRAD_FN, FLAGS)                                         \
   const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
                                   .doc = DOC,                                                      \
                                   .min_inputs = 2,                                                 \
@@ -358,11 +349,16 @@ static const char *const ab_names[] = {"a", "b"};
                                   .num_outputs = 1,                                                \
                                   .shape_fn = SHAPE,                                               \
                                   .kernel = NAME##_kernel,                                         \
-                                  .grad_fn = NAME##_grad};                                         \
+                                  .grad_fn = GRAD_FN,                                              \
+                                  .flags = FLAGS};                                                 \
   gr_output gr_##NAME(gr_graph *g, gr_output a, gr_output b) {                                     \
     gr_output in[2] = {a, b};                                                                      \
     return gr_ops_build(g, #NAME, NULL, in, 2, NULL, 0);                                           \
   }
+#define DEFINE_BINARY(NAME, SHAPE, DOC) DEFINE_BINARY_OP(NAME, SHAPE, DOC, NAME##_grad, 0)
+/* bool results: no gradient */
+#define DEFINE_PREDICATE(NAME, SHAPE, DOC)                                                         \
+  DEFINE_BINARY_OP(NAME, SHAPE, DOC, NULL, GR_OP_NO_GRADIENT)
 
 DEFINE_BINARY(add, arith_shape, "a + b elementwise, broadcasting")
 DEFINE_BINARY(sub, arith_shape, "a - b elementwise, broadcasting")
@@ -371,11 +367,11 @@ DEFINE_BINARY(div, arith_shape, "a / b elementwise (integers truncate), broadcas
 DEFINE_BINARY(pow, arith_shape, "a ** b elementwise, broadcasting")
 DEFINE_BINARY(maximum, arith_shape, "max(a, b) elementwise, broadcasting")
 DEFINE_BINARY(minimum, arith_shape, "min(a, b) elementwise, broadcasting")
-DEFINE_BINARY(equal, compare_shape, "a == b elementwise (bool)")
-DEFINE_BINARY(not_equal, compare_shape, "a != b elementwise (bool)")
-DEFINE_BINARY(less, compare_shape, "a < b elementwise (bool)")
-DEFINE_BINARY(less_equal, compare_shape, "a <= b elementwise (bool)")
-DEFINE_BINARY(greater, compare_shape, "a > b elementwise (bool)")
-DEFINE_BINARY(greater_equal, compare_shape, "a >= b elementwise (bool)")
-DEFINE_BINARY(logical_and, logical_shape, "a and b elementwise (bool)")
-DEFINE_BINARY(logical_or, logical_shape, "a or b elementwise (bool)")
+DEFINE_PREDICATE(equal, compare_shape, "a == b elementwise (bool)")
+DEFINE_PREDICATE(not_equal, compare_shape, "a != b elementwise (bool)")
+DEFINE_PREDICATE(less, compare_shape, "a < b elementwise (bool)")
+DEFINE_PREDICATE(less_equal, compare_shape, "a <= b elementwise (bool)")
+DEFINE_PREDICATE(greater, compare_shape, "a > b elementwise (bool)")
+DEFINE_PREDICATE(greater_equal, compare_shape, "a >= b elementwise (bool)")
+DEFINE_PREDICATE(logical_and, logical_shape, "a and b elementwise (bool)")
+DEFINE_PREDICATE(logical_or, logical_shape, "a or b elementwise (bool)")

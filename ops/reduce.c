@@ -498,7 +498,8 @@ DEFINE_REDUCE(reduce_prod, "product over axes (attrs axes, keepdims)")
                                   .num_attrs = 1,                                                  \
                                   .shape_fn = arg_shape,                                           \
                                   .cost_fn = reduce_cost,                                          \
-                                  .kernel = NAME##_kernel};                                        \
+                                  .kernel = NAME##_kernel,                                         \
+                                  .flags = GR_OP_NO_GRADIENT};                                     \
   gr_output gr_##NAME(gr_graph *g, gr_output x, int64_t axis) {                                    \
     gr_attr a = gr_attr_int("axis", axis);                                                         \
     return gr_ops_build(g, #NAME, NULL, &x, 1, &a, 1);                                             \

@@ -361,6 +361,26 @@ static void test_whole_mlp(void) {
   check("mlp", &s, b_mlp);
 }
 
+/* Every op with inputs says what its gradient is: a gradient function, or
+ * GR_OP_NO_GRADIENT; only state updates have neither (an error on the path). */
+static void test_every_op_decides(void) {
+  gr_ops_register_all();
+  int missing = 0;
+  for (int i = 0; i < gr_op_registry_count(); i++) {
+    const gr_op_def *op = gr_op_registry_at(i);
+    if (gr_op_classify_gradient(op) != GR_OP_GRADIENT_MISSING) continue;
+    missing++;
+    GR_CHECK_MSG(op->flags & GR_OP_STATEFUL,
+                 "op %s has inputs but neither a gradient function nor GR_OP_NO_GRADIENT",
+                 op->name);
+  }
+  GR_CHECK(missing > 0); /* assign and the optimizers' updates */
+  GR_CHECK(gr_op_classify_gradient(gr_op_registry_find("add")) == GR_OP_GRADIENT_DEFINED);
+  GR_CHECK(gr_op_classify_gradient(gr_op_registry_find("less")) == GR_OP_GRADIENT_STOPS);
+  GR_CHECK(gr_op_classify_gradient(gr_op_registry_find("const")) == GR_OP_GRADIENT_SOURCE);
+  GR_CHECK(gr_op_classify_gradient(gr_op_registry_find("assign")) == GR_OP_GRADIENT_MISSING);
+}
+
 static void test_unconnected_and_errors(void) {
   gr_graph *g = gr_graph_new();
   gr_output a = gr_placeholder(g, "a", GR_F64, (gr_shape){1, {3}});
@@ -391,6 +411,17 @@ static void test_unconnected_and_errors(void) {
   y = gr_reduce_sum(g, asg, NULL, 0, false);
   GR_CHECK(gr_gradients(g, &y, 1, &a, 1, NULL, false, d) == GR_ERR_UNIMPLEMENTED);
   GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "'store'");
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "op assign");
+  gr_graph_free(g);
+  /* the same when the op is in a first derivative's graph (its seed): the second fails */
+  g = gr_graph_new();
+  a = gr_placeholder(g, "a", GR_F64, (gr_shape){1, {3}});
+  v = gr_variable(g, "v", gr_zeros(g, GR_F64, (gr_shape){1, {3}}));
+  gr_output seed = gr_name(g, gr_assign(g, v, a), "seed_store"), sq = gr_square(g, a), d1;
+  GR_CHECK(gr_gradients(g, &sq, 1, &a, 1, &seed, false, &d1) == GR_OK);
+  y = gr_reduce_sum(g, d1, NULL, 0, false);
+  GR_CHECK(gr_gradients(g, &y, 1, &a, 1, NULL, false, d) == GR_ERR_UNIMPLEMENTED);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "'seed_store'");
   gr_graph_free(g);
 }
 
@@ -403,6 +434,7 @@ int main(void) {
   GR_RUN(test_shape_ops);
   GR_RUN(test_nn);
   GR_RUN(test_whole_mlp);
+  GR_RUN(test_every_op_decides);
   GR_RUN(test_unconnected_and_errors);
   return gr_test_finish();
 }
