@@ -255,6 +255,8 @@ gr_output gr_sum_like(gr_graph *g, gr_output grad, gr_output like);
  * elements when mean. */
 gr_output gr_broadcast_like(gr_graph *g, gr_output y, gr_output like, const int64_t *axes, int n,
                             bool keepdims, bool mean);
+/* x broadcast (NumPy rules) to like's runtime shape: the inverse of sum_like. */
+gr_output gr_broadcast_to_like(gr_graph *g, gr_output x, gr_output like);
 /* x reshaped to like's runtime shape. */
 gr_output gr_reshape_like(gr_graph *g, gr_output x, gr_output like);
 /* The identity whose gradient is zero. */

@@ -86,6 +86,7 @@
   X(glorot_uniform)                                                                                \
   /* grad_ops.c */                                                                                 \
   X(sum_like)                                                                                      \
+  X(broadcast_to_like)                                                                             \
   X(broadcast_like)                                                                                \
   X(reshape_like)                                                                                  \
   X(stop_gradient)                                                                                 \

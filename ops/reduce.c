@@ -261,29 +261,11 @@ static const red_fn red_fns[5][5] = {
     [RED_PROD] = {prod_f32, prod_f64, prod_i32, prod_i64, prod_u8},
 };
 
-/* Axes attr against the runtime rank (the shape fn may not have known it). */
-static gr_status kernel_axes_mask(gr_kernel_ctx *ctx, int rank, bool mask[GR_MAX_RANK]) {
-  const gr_attr_value *v = gr_node_attr(ctx->node, "axes");
-  int n = v && v->type == GR_ATTR_INTS ? v->ints.n : 0;
-  for (int i = 0; i < GR_MAX_RANK; i++) mask[i] = n == 0 && i < rank;
-  for (int k = 0; k < n; k++) {
-    int ax;
-    if (!gr_shape_normalize_axis(rank, v->ints.v[k], &ax))
-      return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "axis %lld is out of range for rank %d",
-                             (long long)v->ints.v[k], rank);
-    if (mask[ax])
-      return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "axis %lld is given twice",
-                             (long long)v->ints.v[k]);
-    mask[ax] = true;
-  }
-  return GR_OK;
-}
-
 static gr_status reduce_kernel(gr_kernel_ctx *ctx, red_kind kind) {
   const gr_tensor *x = &ctx->inputs[0];
   if (x->dtype > GR_U8) return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype");
   bool mask[GR_MAX_RANK];
-  GR_TRY(kernel_axes_mask(ctx, x->shape.rank, mask));
+  GR_TRY(gr_ops_kernel_axes_mask(ctx, "axes", x->shape.rank, mask));
   bool keep = gr_node_attr_bool(ctx->node, "keepdims", false);
   gr_shape os = gr_shape_make(0, NULL);
   for (int i = 0; i < x->shape.rank; i++)
