@@ -91,6 +91,8 @@
   X(reshape_like)                                                                                  \
   X(stop_gradient)                                                                                 \
   X(gather_grad)                                                                                   \
+  /* prod_others.c */                                                                              \
+  X(prod_others)                                                                                   \
   /* nn_grad.c */                                                                                  \
   X(relu_grad)                                                                                     \
   X(sparse_softmax_cross_entropy_grad)                                                             \

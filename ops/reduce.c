@@ -437,11 +437,13 @@ static gr_status extreme_grad(gr_grad_ctx *c) {
 }
 #define reduce_max_grad extreme_grad
 #define reduce_min_grad extreme_grad
-/* dy y / x: exact where x has no zeros */
+/* dy times the product of the other reduced elements (prod_others: prefix
+ * and suffix products, so zeros in x give exact results, no 0 / 0) */
 static gr_status reduce_prod_grad(gr_grad_ctx *c) {
-  gr_graph *g = c->graph;
-  gr_output dyy = gr_mul(g, c->grads[0], gr_grad_y(c, 0));
-  c->dinputs[0] = gr_div(g, spread(c, dyy, false), gr_grad_x(c, 0));
+  gr_output x = gr_grad_x(c, 0);
+  const gr_attr_value *axes = gr_node_attr(c->node, "axes");
+  gr_output others = gr_prod_others(c->graph, x, NULL, 0, axes->ints.v, axes->ints.n);
+  c->dinputs[0] = gr_mul(c->graph, spread(c, c->grads[0], false), others);
   return GR_OK;
 }
 
