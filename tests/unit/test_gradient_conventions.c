@@ -1,8 +1,9 @@
-/* reduce_prod's gradient where x has zeros, where dy * y / x would give
- * 0 / 0: exact values of its first, second and third derivatives, along
- * axes; and prod_others, the op its derivatives are built from, against a
- * brute-force reference on random inputs with many zeros. (Finite
- * differences away from zeros in test_gradients.c.) */
+/* Gradients at zeros, where the textbook formulas divide by zero: exact
+ * values for reduce_prod (first, second and third derivatives, along axes)
+ * and pow (x ** 0 at x = 0, d/db at a <= 0); and prod_others, the op
+ * reduce_prod's derivatives are built from, against a brute-force
+ * reference on random inputs with many zeros. (Finite differences away
+ * from zeros in test_gradients.c.) */
 #include <graphrun.h>
 #include <math.h>
 #include <stdlib.h>
@@ -182,8 +183,34 @@ static void test_prod_others_kernel(void) {
   gr_tensor_release(&t);
 }
 
+/* ---- pow at zero and at negative bases -------------------------------------------- */
+
+static void test_pow_at_zero(void) {
+  const double a[5] = {0, 0, 0, -2, 2}, b[5] = {0, 1, 2, 3, 0.5};
+  /* d/da = b a^(b-1), 0 where b = 0; d/db = a^b log a, 0 where a <= 0 */
+  const double da[5] = {0, 1, 0, 12, 0.5 / sqrt(2)};
+  const double db[5] = {0, 0, 0, 0, sqrt(2) * log(2)};
+  const double daa[5] = {0, 0, 2, -12, -0.25 * pow(2, -1.5)};
+  gr_graph *g = gr_graph_new();
+  gr_output x = vec(g, 5, a), y = vec(g, 5, b), p = gr_pow(g, x, y);
+  gr_output dx = grad(g, p, x);
+  expect(g, dx, da, 5, 1e-15, "d(a**b)/da");
+  expect(g, grad(g, p, y), db, 5, 1e-15, "d(a**b)/db");
+  expect(g, grad(g, dx, x), daa, 5, 1e-15, "d2(a**b)/da2");
+  gr_graph_free(g);
+  /* f32 and a scalar exponent: x ** 0 */
+  g = gr_graph_new();
+  const float z[3] = {0, 1, -3};
+  x = gr_const_data(g, GR_F32, (gr_shape){1, {3}}, z);
+  p = gr_pow(g, x, gr_const_f32(g, 0));
+  expect(g, grad(g, p, x), (double[]){0, 0, 0}, 3, 0, "d(x**0)/dx");
+  expect(g, grad(g, grad(g, p, x), x), (double[]){0, 0, 0}, 3, 0, "d2(x**0)/dx2");
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_reduce_prod_at_zeros);
   GR_RUN(test_prod_others_kernel);
+  GR_RUN(test_pow_at_zero);
   return gr_test_finish();
 }
