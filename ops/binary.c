@@ -367,9 +367,13 @@ DEFINE_BINARY(add, arith_shape, "a + b elementwise, broadcasting")
 DEFINE_BINARY(sub, arith_shape, "a - b elementwise, broadcasting")
 DEFINE_BINARY(mul, arith_shape, "a * b elementwise, broadcasting")
 DEFINE_BINARY(div, arith_shape, "a / b elementwise (integers truncate), broadcasting")
-DEFINE_BINARY(pow, arith_shape, "a ** b elementwise, broadcasting")
-DEFINE_BINARY(maximum, arith_shape, "max(a, b) elementwise, broadcasting")
-DEFINE_BINARY(minimum, arith_shape, "min(a, b) elementwise, broadcasting")
+DEFINE_BINARY(pow, arith_shape,
+              "a ** b elementwise, broadcasting; gradients: d/da is 0 where b = 0, d/db is 0 "
+              "where a <= 0")
+DEFINE_BINARY(maximum, arith_shape,
+              "max(a, b) elementwise, broadcasting; on ties the gradient goes to a")
+DEFINE_BINARY(minimum, arith_shape,
+              "min(a, b) elementwise, broadcasting; on ties the gradient goes to a")
 DEFINE_PREDICATE(equal, compare_shape, "a == b elementwise (bool)")
 DEFINE_PREDICATE(not_equal, compare_shape, "a != b elementwise (bool)")
 DEFINE_PREDICATE(less, compare_shape, "a < b elementwise (bool)")

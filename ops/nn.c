@@ -89,7 +89,8 @@ static gr_status tanh_grad(gr_grad_ctx *c) {
 }
 
 /* x < 0 ? 0 : x keeps NaN as NaN. */
-DEFINE_ACTIVATION(relu, "max(x, 0) elementwise", x < 0 ? 0.0f : x, x < 0 ? 0.0 : x)
+DEFINE_ACTIVATION(relu, "max(x, 0) elementwise; gradient 0 at x = 0", x < 0 ? 0.0f : x,
+                  x < 0 ? 0.0 : x)
 DEFINE_ACTIVATION(sigmoid, "1 / (1 + e^-x) elementwise", sigmoid_f(x), sigmoid_d(x))
 DEFINE_ACTIVATION(tanh, "tanh(x) elementwise", tanhf(x), tanh(x))
 #undef relu_grad

@@ -467,9 +467,12 @@ static gr_status reduce_prod_grad(gr_grad_ctx *c) {
 
 DEFINE_REDUCE(reduce_sum, "sum over axes (attrs axes: empty = all, keepdims)")
 DEFINE_REDUCE(reduce_mean, "mean over axes; integers truncate (attrs axes, keepdims)")
-DEFINE_REDUCE(reduce_max, "maximum over axes, NaN propagates (attrs axes, keepdims)")
-DEFINE_REDUCE(reduce_min, "minimum over axes, NaN propagates (attrs axes, keepdims)")
-DEFINE_REDUCE(reduce_prod, "product over axes (attrs axes, keepdims)")
+DEFINE_REDUCE(reduce_max, "maximum over axes, NaN propagates (attrs axes, keepdims); tied maxima "
+                          "share the gradient equally")
+DEFINE_REDUCE(reduce_min, "minimum over axes, NaN propagates (attrs axes, keepdims); tied minima "
+                          "share the gradient equally")
+DEFINE_REDUCE(reduce_prod, "product over axes (attrs axes, keepdims); the gradient is exact at "
+                           "zeros (products of the other elements)")
 
 #define DEFINE_ARG(NAME, DOC)                                                                      \
   const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \

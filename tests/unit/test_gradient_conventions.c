@@ -1,9 +1,10 @@
-/* Gradients at zeros, where the textbook formulas divide by zero: exact
- * values for reduce_prod (first, second and third derivatives, along axes)
- * and pow (x ** 0 at x = 0, d/db at a <= 0); and prod_others, the op
- * reduce_prod's derivatives are built from, against a brute-force
- * reference on random inputs with many zeros. (Finite differences away
- * from zeros in test_gradients.c.) */
+/* Gradients where the conventions of docs/ops.md decide: at zeros
+ * (reduce_prod, pow), at ties (maximum, minimum, reduce_max, reduce_min)
+ * and at kinks (relu, abs), with the exact values expected there; and
+ * prod_others, the op reduce_prod's derivatives are built from, against a
+ * brute-force reference on random inputs with many zeros. (one_hot's row of
+ * off_value for an index out of range is checked in test_ops_array_index.c;
+ * finite differences away from these points in test_gradients.c.) */
 #include <graphrun.h>
 #include <math.h>
 #include <stdlib.h>
@@ -107,6 +108,18 @@ static void test_reduce_prod_at_zeros(void) {
     }
 }
 
+/* Up to the 7th derivative (6 directions); the 8th is an error naming the node. */
+static void test_reduce_prod_order_limit(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = vec(g, 3, (double[]){1, 2, 3}), d = gr_reduce_prod(g, x, NULL, 0, false);
+  for (int order = 1; order <= 7; order++) d = grad(g, d, x);
+  GR_CHECK(gr_graph_error(g) == NULL);
+  gr_output s = gr_reduce_sum(g, d, NULL, 0, false), d8;
+  GR_CHECK(gr_gradients(g, &s, 1, &x, 1, NULL, false, &d8) == GR_ERR_UNIMPLEMENTED);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "at most 7 times");
+  gr_graph_free(g);
+}
+
 /* ---- prod_others against brute force --------------------------------------------- */
 
 /* The e1...em coefficient of prod_{k != j} (x_k + sum_r e_r t_r[k]) over the
@@ -208,9 +221,56 @@ static void test_pow_at_zero(void) {
   gr_graph_free(g);
 }
 
+/* ---- ties and kinks ---------------------------------------------------------------- */
+
+static void test_maximum_minimum_ties(void) {
+  const double v[3] = {1, 2, 3}, w[3] = {1, 5, 1};
+  gr_graph *g = gr_graph_new();
+  gr_output a = vec(g, 3, v), b = vec(g, 3, v); /* equal values, two nodes */
+  for (int mx = 0; mx < 2; mx++) {
+    gr_output y = mx ? gr_maximum(g, a, b) : gr_minimum(g, a, b);
+    expect(g, grad(g, y, a), (double[]){1, 1, 1}, 3, 0, "ties: d/da");
+    expect(g, grad(g, y, b), (double[]){0, 0, 0}, 3, 0, "ties: d/db");
+  }
+  /* broadcasting against a scalar: ties at w = 1 go to a */
+  gr_output c = vec(g, 3, w), s = gr_const_f64(g, 1);
+  expect(g, grad(g, gr_maximum(g, c, s), c), (double[]){1, 1, 1}, 3, 0, "max(c, 1): d/dc");
+  expect(g, grad(g, gr_maximum(g, c, s), s), (double[]){0}, 1, 0, "max(c, 1): d/ds");
+  expect(g, grad(g, gr_minimum(g, c, s), c), (double[]){1, 0, 1}, 3, 0, "min(c, 1): d/dc");
+  expect(g, grad(g, gr_minimum(g, c, s), s), (double[]){1}, 1, 0, "min(c, 1): d/ds");
+  gr_graph_free(g);
+}
+
+static void test_reduce_extreme_ties(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output a = vec(g, 3, (double[]){1, 3, 3});
+  expect(g, grad(g, gr_reduce_max(g, a, NULL, 0, false), a), (double[]){0, 0.5, 0.5}, 3, 0,
+         "reduce_max ties");
+  gr_output b = vec(g, 4, (double[]){3, 1, 3, 3});
+  expect(g, grad(g, gr_reduce_max(g, b, NULL, 0, true), b), (double[]){1. / 3, 0, 1. / 3, 1. / 3},
+         4, 1e-15, "reduce_max three ties");
+  const double m[6] = {2, 2, 5, 4, 1, 1};
+  gr_output c = gr_const_data(g, GR_F64, (gr_shape){2, {2, 3}}, m);
+  expect(g, grad(g, gr_reduce_min(g, c, (int64_t[]){1}, 1, true), c),
+         (double[]){0.5, 0.5, 0, 0, 0.5, 0.5}, 6, 0, "reduce_min ties per row");
+  gr_graph_free(g);
+}
+
+static void test_kinks(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = vec(g, 3, (double[]){-1, 0, 2});
+  expect(g, grad(g, gr_relu(g, x), x), (double[]){0, 0, 1}, 3, 0, "relu at 0");
+  expect(g, grad(g, gr_abs(g, x), x), (double[]){-1, 0, 1}, 3, 0, "abs at 0");
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_reduce_prod_at_zeros);
   GR_RUN(test_prod_others_kernel);
+  GR_RUN(test_reduce_prod_order_limit);
   GR_RUN(test_pow_at_zero);
+  GR_RUN(test_maximum_minimum_ties);
+  GR_RUN(test_reduce_extreme_ties);
+  GR_RUN(test_kinks);
   return gr_test_finish();
 }
