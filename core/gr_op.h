@@ -91,7 +91,8 @@ typedef struct gr_op_def {
   /* Optional; default: one flop per output element, bytes of inputs + outputs. */
   void (*cost_fn)(const gr_node *node, gr_cost *out);
   gr_status (*kernel)(gr_kernel_ctx *ctx);
-  /* Optional: builds the gradient nodes (see gr_grad_ctx in ops/gr_ops.h).
+  /* Optional: builds the gradient nodes (see gr_grad_ctx in ops/gr_ops.h);
+   * the ops it builds have gradients too, so gradients of gradients work.
    * An op with inputs has one or the flag GR_OP_NO_GRADIENT; one with
    * neither (state updates: assign, apply_*) cannot be differentiated
    * through, and gr_gradients says so (gr_op_classify_gradient). */

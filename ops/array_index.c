@@ -770,8 +770,9 @@ static const gr_attr_spec one_hot_attrs[] = {
     {"on_value", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 1.0}},
     {"off_value", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.0}}};
 DEFINE_OP_FLAGS(one_hot,
-                "a new last axis of size depth: on_value at the index, off_value elsewhere", 1, 1,
-                indices_names, 1, GR_OP_NO_GRADIENT)
+                "a new last axis of size depth: on_value at the index, off_value elsewhere (an "
+                "index outside [0, depth) gives a row of off_value)",
+                1, 1, indices_names, 1, GR_OP_NO_GRADIENT)
 
 static const gr_attr_spec tile_attrs[] = {{"multiples", GR_ATTR_INTS, true, {0}}};
 DEFINE_OP(tile, "x repeated attr multiples[i] times along each dim i", 1, 1, x_names, 1)

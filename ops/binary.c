@@ -312,16 +312,19 @@ static gr_status div_grad(gr_grad_ctx *c) {
   c->dinputs[1] = gr_sum_like(g, gr_neg(g, gr_div(g, gr_mul(g, dy, y), b)), b); /* -dy a / b^2 */
   return GR_OK;
 }
+/* d/da = dy b a^(b-1) with the base taken as 1 where b == 0, so that x ** 0
+ * has the gradient 0 at x = 0 (not 0 * inf), in higher derivatives too (as
+ * PyTorch); d/db = dy y log a, taken as 0 where a <= 0 (as TensorFlow). */
 static gr_status pow_grad(gr_grad_ctx *c) {
   gr_graph *g = c->graph;
   gr_output a = gr_grad_x(c, 0), b = gr_grad_x(c, 1), y = gr_grad_y(c, 0), dy = c->grads[0];
-  gr_output bm1 = gr_sub(g, b, gr_grad_scalar(c, b, 1));
-  c->dinputs[0] = gr_sum_like(g, gr_mul(g, dy, gr_mul(g, b, gr_pow(g, a, bm1))), a);
-  /* d/db = y log a, taken as 0 where a <= 0 (as TensorFlow does) */
-  gr_output pos = gr_greater(g, a, gr_grad_scalar(c, a, 0));
-  gr_output safe_a = gr_select(g, pos, a, gr_ones_like(g, a));
-  gr_output loga = gr_select(g, pos, gr_log(g, safe_a), gr_zeros_like(g, a));
-  c->dinputs[1] = gr_sum_like(g, gr_mul(g, dy, gr_mul(g, y, loga)), b);
+  gr_output zero = gr_grad_scalar(c, a, 0), one = gr_grad_scalar(c, a, 1);
+  gr_output base = gr_select(g, gr_equal(g, b, zero), one, a);
+  gr_output slope = gr_mul(g, b, gr_pow(g, base, gr_sub(g, b, one)));
+  c->dinputs[0] = gr_sum_like(g, gr_mul(g, dy, slope), a);
+  gr_output pos = gr_greater(g, a, zero);
+  gr_output dyy_loga = gr_mul(g, dy, gr_mul(g, y, gr_log(g, gr_select(g, pos, a, one))));
+  c->dinputs[1] = gr_sum_like(g, gr_select(g, pos, dyy_loga, zero), b);
   return GR_OK;
 }
 /* The gradient goes to a where mask holds, else to b (ties go to a). */
@@ -364,9 +367,13 @@ DEFINE_BINARY(add, arith_shape, "a + b elementwise, broadcasting")
 DEFINE_BINARY(sub, arith_shape, "a - b elementwise, broadcasting")
 DEFINE_BINARY(mul, arith_shape, "a * b elementwise, broadcasting")
 DEFINE_BINARY(div, arith_shape, "a / b elementwise (integers truncate), broadcasting")
-DEFINE_BINARY(pow, arith_shape, "a ** b elementwise, broadcasting")
-DEFINE_BINARY(maximum, arith_shape, "max(a, b) elementwise, broadcasting")
-DEFINE_BINARY(minimum, arith_shape, "min(a, b) elementwise, broadcasting")
+DEFINE_BINARY(pow, arith_shape,
+              "a ** b elementwise, broadcasting; gradients: d/da is 0 where b = 0, d/db is 0 "
+              "where a <= 0")
+DEFINE_BINARY(maximum, arith_shape,
+              "max(a, b) elementwise, broadcasting; on ties the gradient goes to a")
+DEFINE_BINARY(minimum, arith_shape,
+              "min(a, b) elementwise, broadcasting; on ties the gradient goes to a")
 DEFINE_PREDICATE(equal, compare_shape, "a == b elementwise (bool)")
 DEFINE_PREDICATE(not_equal, compare_shape, "a != b elementwise (bool)")
 DEFINE_PREDICATE(less, compare_shape, "a < b elementwise (bool)")

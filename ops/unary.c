@@ -120,8 +120,8 @@ static gr_status square_grad(gr_grad_ctx *c) {
 
 DEFINE_UNARY(neg, GR_DT_NUMERIC, "-x elementwise (integers wrap)", -x, -x,
              WNEG(int32_t, uint32_t, x), WNEG(int64_t, uint64_t, x), WNEG(uint8_t, unsigned, x), x)
-DEFINE_UNARY(abs, GR_DT_NUMERIC, "|x| elementwise (integers wrap)", fabsf(x), fabs(x),
-             WABS(int32_t, uint32_t, x), WABS(int64_t, uint64_t, x), x, x)
+DEFINE_UNARY(abs, GR_DT_NUMERIC, "|x| elementwise (integers wrap); gradient 0 at x = 0", fabsf(x),
+             fabs(x), WABS(int32_t, uint32_t, x), WABS(int64_t, uint64_t, x), x, x)
 DEFINE_UNARY(exp, GR_DT_FLOAT, "e ** x elementwise", expf(x), exp(x), x, x, x, x)
 DEFINE_UNARY(log, GR_DT_FLOAT, "natural logarithm elementwise", logf(x), log(x), x, x, x, x)
 DEFINE_UNARY(sqrt, GR_DT_FLOAT, "square root elementwise", sqrtf(x), sqrt(x), x, x, x, x)
