@@ -15,35 +15,48 @@ static const gr_attr_spec pop_attrs[] = {
     {"dtype", GR_ATTR_DTYPE, true, {0}},
     {"shape", GR_ATTR_SHAPE, false, {.type = GR_ATTR_SHAPE, .shape = {.rank = -1}}}};
 
+/* The stack's key: attr stack within the enclosing frame instance, so a
+ * loop's gradient inside a loop body pushes and pops per outer iteration
+ * even when outer iterations run at once. Built in key->local when it fits
+ * (no allocation per push or pop); key_done frees a longer one. */
+typedef struct stack_key {
+  const char *s;
+  char *heap;
+  char local[256];
+} stack_key;
+
+static bool key_make(gr_kernel_ctx *ctx, stack_key *k) {
+  const char *name = gr_node_attr_string(ctx->node, "stack", "");
+  int n = ctx->frame_parent_len;
+  k->heap = NULL;
+  k->s = name;
+  if (n <= 0) return true;
+  size_t len = (size_t)n + strlen(name) + 2;
+  char *b = len <= sizeof k->local ? k->local : (k->heap = malloc(len));
+  if (!b) return false;
+  snprintf(b, len, "%.*s|%s", n, ctx->frame_name, name);
+  k->s = b;
+  return true;
+}
+
+static void key_done(stack_key *k) {
+  free(k->heap);
+}
+
 /* A push runs with a dead input too. With input 1 (a value live exactly
  * when the loop iteration runs: the body's pivot) live, x is dead because
  * the cond branch holding it was not taken: it pushes an empty entry, so the
  * matching pop is dead in the matching reverse iteration, and the push
  * itself stays live (it gates the loop's next iteration). Otherwise the
  * iteration did not run (the loop's last, whose body is dead): no push. */
-/* The stack's key: attr stack within the enclosing frame instance, so a
- * loop's gradient inside a loop body pushes and pops per outer iteration
- * even when outer iterations run at once. *buf: freed by the caller. */
-static const char *stack_key(gr_kernel_ctx *ctx, char **buf) {
-  const char *name = gr_node_attr_string(ctx->node, "stack", "");
-  *buf = NULL;
-  int n = ctx->frame_parent_len;
-  if (n <= 0) return name;
-  size_t len = (size_t)n + strlen(name) + 2;
-  if (!(*buf = malloc(len))) return NULL;
-  snprintf(*buf, len, "%.*s|%s", n, ctx->frame_name, name);
-  return *buf;
-}
-
 static gr_status push_kernel(gr_kernel_ctx *ctx) {
   gr_tensor none = gr_tensor_empty();
   if (ctx->dead && (ctx->num_inputs < 2 || !ctx->inputs[1].buf)) return GR_OK;
-  char *buf;
-  const char *key = stack_key(ctx, &buf);
-  if (!key) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  stack_key key;
+  if (!key_make(ctx, &key)) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   gr_status st =
-      gr_step_stack_push(ctx->step->stacks, key, ctx->dead ? &none : &ctx->inputs[0], ctx->err);
-  free(buf);
+      gr_step_stack_push(ctx->step->stacks, key.s, ctx->dead ? &none : &ctx->inputs[0], ctx->err);
+  key_done(&key);
   GR_TRY(st);
   if (ctx->dead) {
     ctx->dead = false;
@@ -63,11 +76,10 @@ static gr_status pop_shape(gr_shape_ctx *ctx) {
 
 static gr_status pop_kernel(gr_kernel_ctx *ctx) {
   gr_tensor t;
-  char *buf;
-  const char *key = stack_key(ctx, &buf);
-  if (!key) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  gr_status st = gr_step_stack_pop(ctx->step->stacks, key, &t, ctx->err);
-  free(buf);
+  stack_key key;
+  if (!key_make(ctx, &key)) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st = gr_step_stack_pop(ctx->step->stacks, key.s, &t, ctx->err);
+  key_done(&key);
   GR_TRY(st);
   if (t.buf && t.dtype != ctx->node->out_dtypes[0]) {
     gr_tensor_release(&t);
@@ -92,11 +104,10 @@ static gr_status size_shape(gr_shape_ctx *ctx) {
 static gr_status size_kernel(gr_kernel_ctx *ctx) {
   gr_tensor *o;
   GR_TRY(gr_kernel_alloc_output(ctx, 0, GR_I64, &(gr_shape){.rank = 0}, &o));
-  char *buf;
-  const char *key = stack_key(ctx, &buf);
-  if (!key) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  *(int64_t *)gr_tensor_data(o) = gr_step_stack_size(ctx->step->stacks, key);
-  free(buf);
+  stack_key key;
+  if (!key_make(ctx, &key)) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  *(int64_t *)gr_tensor_data(o) = gr_step_stack_size(ctx->step->stacks, key.s);
+  key_done(&key);
   return GR_OK;
 }
 
