@@ -184,14 +184,30 @@ static gr_status read_csv(const char *path, const unsigned char *d, size_t len, 
   return st;
 }
 
+/* "5" (a scalar) or "1,2,3" (a vector): true when all of s is numbers
+ * separated by commas; *n gets their count (stored in vals when not NULL). */
+static bool parse_inline(const char *s, double *vals, int64_t *n) {
+  *n = 0;
+  for (const char *p = s;; p++) {
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p) return false;
+    if (vals) vals[*n] = v;
+    ++*n;
+    p = end;
+    if (*p == '\0') return true;
+    if (*p != ',') return false;
+  }
+}
+
 gr_status cli_read_tensor(const char *path, gr_dtype dtype, gr_tensor *out, gr_error *err) {
   *out = gr_tensor_empty();
-  char *end;
-  double v = strtod(path, &end);
   gr_tensor raw;
-  if (end != path && *end == '\0' && access(path, F_OK) != 0) {
-    GR_TRY(gr_tensor_alloc(&raw, GR_F64, &(gr_shape){0, {0}}, err));
-    gr_tensor_set_f64(&raw, 0, v);
+  int64_t n;
+  if (parse_inline(path, NULL, &n) && access(path, F_OK) != 0) {
+    bool vector = strchr(path, ',') != NULL;
+    GR_TRY(gr_tensor_alloc(&raw, GR_F64, &(gr_shape){vector ? 1 : 0, {n}}, err));
+    parse_inline(path, gr_tensor_data(&raw), &n);
   } else {
     /* the format from the first bytes (after gzip): .npy, IDX, else CSV */
     unsigned char head[6] = {0};

@@ -15,8 +15,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: graphrun run FILE.gr [options]\n\n"
           "Builds the graph of FILE.gr, runs it and prints the fetched tensors.\n\n"
-          "  --feed NAME=PATH   feed placeholder NAME from a file: IDX (also .gz), .npy or CSV,\n"
-          "                     or a number (repeatable)\n"
+          "  --feed NAME=PATH   feed placeholder NAME from a file: IDX (also .gz), .npy or CSV;\n"
+          "  --feed NAME=1,2,3  or a vector of numbers; --feed NAME=5: a scalar (repeatable)\n"
           "  --fetch A,B        names to fetch (default: the file's `fetch` names, else its last\n"
           "                     binding)\n"
           "  --target T,U       nodes to run for their effect each step, e.g. a train op\n"
@@ -296,7 +296,7 @@ int gr_cmd_run(int argc, char **argv) {
     nloaded++;
     if (!gr_shape_compatible(&feed_vals[i].shape, want)) {
       char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
-      fprintf(stderr, "graphrun run: --feed %s: the file holds shape %s, '%s' wants %s\n",
+      fprintf(stderr, "graphrun run: --feed %s: the value has shape %s, '%s' wants %s\n",
               feed_names[i], gr_shape_str(&feed_vals[i].shape, a), o.node->name,
               gr_shape_str(want, b));
       goto done;
