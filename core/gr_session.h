@@ -71,6 +71,15 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
                                 const gr_output *targets, int num_targets, gr_step_trace *trace,
                                 gr_error *err);
 
+/* Checks a step's arguments as gr_session_run does before running anything:
+ * every endpoint is a node of this session's graph, every feed has a value
+ * and no endpoint is fed twice, and every placeholder the fetches and
+ * targets need is fed (the error names it and who needs it). Runs nothing.
+ * graphrun calls it first to tell an input error (exit 2) from a failed step. */
+gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_feeds,
+                                 const gr_output *fetches, int num_fetches,
+                                 const gr_output *targets, int num_targets, gr_error *err);
+
 /* Runs the initialiser of every variable of the graph that has no value yet. */
 gr_status gr_session_init_variables(gr_session *s, gr_error *err);
 

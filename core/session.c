@@ -243,21 +243,12 @@ static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_
   return GR_OK;
 }
 
-static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_output *fetches,
-                         int nx, const gr_output *targets, int nt, prepared **out, gr_error *err) {
-  gr_graph *g = s->graph;
-  int total = gr_graph_num_nodes(g);
-  char *needed = calloc((size_t)total + 1, 1);
-  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
-  int *stack = malloc(sizeof(int) * ((size_t)total + 1));
-  gr_node **nodes = malloc(sizeof(gr_node *) * ((size_t)total + 1));
-  gr_output *feed_eps = malloc(sizeof(gr_output) * ((size_t)nf + 1));
-  prepared *p = calloc(1, sizeof *p);
-  gr_status st = GR_OK;
-  if (!needed || !parent || !stack || !nodes || !feed_eps || !p) {
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
+/* Marks needed[id] for every node the fetches and targets need, walking
+ * back through data and control inputs and stopping at fed endpoints;
+ * parent[id]: the node that needs it (-1: fetched or a target). stack: room
+ * for every node. */
+static void mark_needed(gr_graph *g, const gr_feed *feeds, int nf, const gr_output *fetches, int nx,
+                        const gr_output *targets, int nt, char *needed, int *parent, int *stack) {
   int sp = 0;
   for (int i = 0; i < nx; i++)
     if (!is_fed(feeds, nf, fetches[i]) && !needed[fetches[i].node->id]) {
@@ -288,19 +279,40 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
       stack[sp++] = d->id;
     }
   }
+}
+
+/* The error for a needed placeholder n that is not fed. */
+static gr_status unfed_placeholder(gr_graph *g, const gr_node *n, int parent, gr_error *err) {
+  if (parent >= 0)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "placeholder '%s' must be fed: it is needed by '%s'", n->name,
+                        gr_graph_node(g, parent)->name);
+  return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                      "placeholder '%s' must be fed: it is fetched or run as a target", n->name);
+}
+
+static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_output *fetches,
+                         int nx, const gr_output *targets, int nt, prepared **out, gr_error *err) {
+  gr_graph *g = s->graph;
+  int total = gr_graph_num_nodes(g);
+  char *needed = calloc((size_t)total + 1, 1);
+  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
+  int *stack = malloc(sizeof(int) * ((size_t)total + 1));
+  gr_node **nodes = malloc(sizeof(gr_node *) * ((size_t)total + 1));
+  gr_output *feed_eps = malloc(sizeof(gr_output) * ((size_t)nf + 1));
+  prepared *p = calloc(1, sizeof *p);
+  gr_status st = GR_OK;
+  if (!needed || !parent || !stack || !nodes || !feed_eps || !p) {
+    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  mark_needed(g, feeds, nf, fetches, nx, targets, nt, needed, parent, stack);
   int nn = 0, nvars = 0;
   for (int id = 0; id < total; id++) {
     if (!needed[id]) continue;
     gr_node *n = gr_graph_node(g, id);
     if (n->op->flags & GR_OP_PLACEHOLDER) {
-      if (parent[id] >= 0)
-        st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                          "placeholder '%s' must be fed: it is needed by '%s'", n->name,
-                          gr_graph_node(g, parent[id])->name);
-      else
-        st =
-            gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                         "placeholder '%s' must be fed: it is fetched or run as a target", n->name);
+      st = unfed_placeholder(g, n, parent[id], err);
       goto done;
     }
     if (n->op->flags & GR_OP_VARIABLE) nvars++;
@@ -424,14 +436,14 @@ gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
                                num_targets, NULL, err);
 }
 
-gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_feeds,
-                                const gr_output *fetches, int num_fetches, gr_tensor *results,
-                                const gr_output *targets, int num_targets, gr_step_trace *trace,
-                                gr_error *err) {
+/* The arguments of a run: arrays, endpoints of this graph, feeds with
+ * values and none fed twice. */
+static gr_status check_args(gr_session *s, const gr_feed *feeds, int num_feeds,
+                            const gr_output *fetches, int num_fetches, const gr_output *targets,
+                            int num_targets, gr_error *err) {
   if (num_feeds < 0 || num_fetches < 0 || num_targets < 0 || (num_feeds && !feeds) ||
-      (num_fetches && (!fetches || !results)) || (num_targets && !targets))
+      (num_fetches && !fetches) || (num_targets && !targets))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run: bad argument arrays");
-  for (int i = 0; i < num_fetches; i++) results[i] = gr_tensor_empty();
   for (int i = 0; i < num_feeds; i++) {
     GR_TRY(check_endpoint(s, feeds[i].output, "feed", i, err));
     if (!feeds[i].value)
@@ -445,6 +457,43 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
   }
   for (int i = 0; i < num_fetches; i++) GR_TRY(check_endpoint(s, fetches[i], "fetch", i, err));
   for (int i = 0; i < num_targets; i++) GR_TRY(check_endpoint(s, targets[i], "target", i, err));
+  return GR_OK;
+}
+
+gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_feeds,
+                                 const gr_output *fetches, int num_fetches,
+                                 const gr_output *targets, int num_targets, gr_error *err) {
+  GR_TRY(check_args(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets, err));
+  int total = gr_graph_num_nodes(s->graph);
+  char *needed = calloc((size_t)total + 1, 1);
+  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
+  int *stack = malloc(sizeof(int) * ((size_t)total + 1));
+  gr_status st = GR_OK;
+  if (!needed || !parent || !stack) {
+    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    mark_needed(s->graph, feeds, num_feeds, fetches, num_fetches, targets, num_targets, needed,
+                parent, stack);
+    for (int id = 0; id < total && st == GR_OK; id++) {
+      gr_node *n = gr_graph_node(s->graph, id);
+      if (needed[id] && (n->op->flags & GR_OP_PLACEHOLDER))
+        st = unfed_placeholder(s->graph, n, parent[id], err);
+    }
+  }
+  free(needed);
+  free(parent);
+  free(stack);
+  return st;
+}
+
+gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_feeds,
+                                const gr_output *fetches, int num_fetches, gr_tensor *results,
+                                const gr_output *targets, int num_targets, gr_step_trace *trace,
+                                gr_error *err) {
+  if (num_fetches > 0 && !results)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run: bad argument arrays");
+  for (int i = 0; i < num_fetches; i++) results[i] = gr_tensor_empty();
+  GR_TRY(check_args(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets, err));
   const gr_error *ge = gr_graph_error(s->graph);
   if (ge) return gr_error_set(err, ge->code, "the graph has a build error: %s", ge->msg);
 

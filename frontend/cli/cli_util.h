@@ -30,9 +30,15 @@ void cli_default_names(const gr_dsl_program *p, bool fetch, const char **names, 
 int cli_lookup_names(const char *cmd, const gr_dsl_program *p, const char *const *names, int n,
                      bool fetch, gr_output *out);
 
+/* Prints a failed run's error to stderr: "FILE:LINE:COL: WHEN: node ..."
+ * when the error names a node built from a .gr file (the position moved to
+ * the front), else "graphrun CMD: WHEN: ..."; when may be NULL. */
+void cli_print_run_error(const char *cmd, const char *when, const gr_error *err);
+
 /* Reads a tensor from an IDX file (also .gz), a .npy file or a CSV file
  * (chosen by content and extension), converted to dtype (GR_DTYPE_INVALID:
- * keep the file's). A plain number is accepted as a scalar. The result holds
+ * keep the file's). Unless a file of that name exists, a number is a scalar
+ * ("5") and numbers separated by commas a vector ("1,2,3"). The result holds
  * one reference (gr_tensor_release). */
 gr_status cli_read_tensor(const char *path, gr_dtype dtype, gr_tensor *out, gr_error *err);
 

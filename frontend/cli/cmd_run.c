@@ -265,7 +265,7 @@ int gr_cmd_run(int argc, char **argv) {
   if (rc != GR_EXIT_OK) return rc;
   cli_default_names(p, true, fetch_names, &nfetch);
   cli_default_names(p, false, target_names, &ntarget);
-  gr_output fetches[MAX_ITEMS], targets[MAX_ITEMS];
+  gr_output fetches[MAX_ITEMS], targets[MAX_ITEMS], evals[MAX_ITEMS];
   gr_feed feeds[MAX_ITEMS];
   gr_tensor feed_vals[MAX_ITEMS], results[MAX_ITEMS];
   int nloaded = 0;
@@ -277,6 +277,11 @@ int gr_cmd_run(int argc, char **argv) {
   if (cli_lookup_names("run", p, fetch_names, nfetch, true, fetches) != GR_EXIT_OK ||
       cli_lookup_names("run", p, target_names, ntarget, false, targets) != GR_EXIT_OK)
     goto done;
+  for (int i = 0; i < neval; i++)
+    if (!gr_dsl_lookup(p, eval_names[i], &evals[i]) || evals[i].index < 0) {
+      fprintf(stderr, "graphrun run: cannot evaluate '%s': no such name or node\n", eval_names[i]);
+      goto done;
+    }
   if (nfetch == 0 && ntarget == 0 && neval == 0) {
     fprintf(stderr, "graphrun run: nothing to run: the file binds no names; use --fetch or "
                     "--target\n");
@@ -330,6 +335,15 @@ int gr_cmd_run(int argc, char **argv) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     goto done;
   }
+  /* input errors (a placeholder not fed, a name fed twice) exit 2 before anything runs */
+  if (gr_session_check_feeds(s, feeds, nfeed, fetches, nfetch, targets, ntarget, &err) != GR_OK ||
+      gr_session_check_feeds(s, feeds, nfeed, evals, neval, NULL, 0, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: %s\n", err.msg);
+    if (strstr(err.msg, "must be fed"))
+      fprintf(stderr, "  (feed it: --feed NAME=FILE, --feed NAME=1.5 or --feed NAME=1,2,3)\n");
+    rc = GR_EXIT_USAGE;
+    goto done;
+  }
   if (ckpt_path && (rc = open_checkpoint(ckpt_path, (int)keep, no_restore, s, g, &ck,
                                          &done_steps)) != GR_EXIT_OK)
     goto done;
@@ -341,7 +355,9 @@ int gr_cmd_run(int argc, char **argv) {
     if (gr_session_run_traced(s, feeds, nfeed, fetches, nfetch, results, targets, ntarget,
                               st == steps ? trace : NULL, &err) != GR_OK) {
       if (show && pr.tty) fputc('\n', stderr);
-      fprintf(stderr, "graphrun run: step %ld: %s\n", st, err.msg);
+      char when[32];
+      snprintf(when, sizeof when, "step %ld", st);
+      cli_print_run_error("run", when, &err);
       goto done;
     }
     if (show) {
@@ -373,7 +389,7 @@ int gr_cmd_run(int argc, char **argv) {
   }
   if (done_steps >= steps) { /* everything was done before: fetch once more to print */
     if (gr_session_run(s, feeds, nfeed, fetches, nfetch, results, NULL, 0, &err) != GR_OK) {
-      fprintf(stderr, "graphrun run: %s\n", err.msg);
+      cli_print_run_error("run", NULL, &err);
       goto done;
     }
   }
@@ -381,16 +397,8 @@ int gr_cmd_run(int argc, char **argv) {
   print_results(fetch_names, results, nfetch, json, true);
   for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);
   if (neval) {
-    gr_output ev[MAX_ITEMS];
-    for (int i = 0; i < neval; i++)
-      if (!gr_dsl_lookup(p, eval_names[i], &ev[i]) || ev[i].index < 0) {
-        fprintf(stderr, "graphrun run: cannot evaluate '%s': no such name or node\n",
-                eval_names[i]);
-        rc = GR_EXIT_USAGE;
-        goto done;
-      }
-    if (gr_session_run(s, feeds, nfeed, ev, neval, results, NULL, 0, &err) != GR_OK) {
-      fprintf(stderr, "graphrun run: --eval: %s\n", err.msg);
+    if (gr_session_run(s, feeds, nfeed, evals, neval, results, NULL, 0, &err) != GR_OK) {
+      cli_print_run_error("run", "--eval", &err);
       goto done;
     }
     print_results(eval_names, results, neval, json, nfetch == 0);

@@ -52,10 +52,51 @@ static void test_timeout(void) {
   GR_CHECK_EQ_INT(run("run long.gr --timeout soon"), 2);
 }
 
+/* ---- run-time errors name the .gr position; input errors exit 2 ----------------------- */
+
+static void test_errors(void) {
+  gt_write_file(dir, "gather.gr",
+                "x = placeholder(f32, [?])\n"
+                "idx = const([5], i32)\n"
+                "y = gather(x, idx)\n"
+                "z = x * 2.0\n");
+  GR_CHECK_EQ_INT(run("run gather.gr --feed x=1,2 --fetch y"), 1);
+  GR_CHECK_STR_CONTAINS(out, "gather.gr:3:5: step 1: node 'y' (op gather): indices[0] = 5 is out "
+                             "of range");
+  GR_CHECK_EQ_INT(run("run gather.gr --feed x=1,2 --fetch z --eval y"), 1);
+  GR_CHECK_STR_CONTAINS(out, "gather.gr:3:5: --eval: node 'y' (op gather)");
+  /* in a loop split over two devices: the position, the loop and the iteration */
+  gt_write_file(dir, "loop.gr",
+                "p = const([1.0, 2.0])\n"
+                "r = while (i = const(0, i32); i < 5) {\n"
+                "  i = i + 1 + cast(reduce_sum(gather(p, reshape(i, [1]))), i32) * 0\n"
+                "}\n");
+  double t0 = now_s();
+  GR_CHECK_EQ_INT(run("run loop.gr --devices 2 --placement round-robin"), 1);
+  GR_CHECK_MSG(now_s() - t0 < 10, "took %.1f s", now_s() - t0);
+  GR_CHECK_STR_CONTAINS(out, "loop.gr:3:31: step 1: node 'while/gather' (op gather) in loop ");
+  GR_CHECK_STR_CONTAINS(out, " iteration 2: indices[0] = 2 is out of range");
+  /* input errors: exit 2, before anything runs */
+  GR_CHECK_EQ_INT(run("run gather.gr --fetch z"), 2);
+  GR_CHECK_STR_CONTAINS(out, "graphrun run: placeholder 'x' must be fed: it is needed by 'z'");
+  GR_CHECK_STR_CONTAINS(out, "--feed NAME=1,2,3");
+  GR_CHECK_EQ_INT(run("run gather.gr --fetch z --feed x=1 --eval y"), 2); /* x: [?], 1: [] */
+  GR_CHECK_STR_CONTAINS(out, "--feed x: the value has shape [], 'x' wants [?]");
+  GR_CHECK_EQ_INT(run("run gather.gr --fetch z --feed x=1,2 --feed x=3,4"), 2);
+  GR_CHECK_STR_CONTAINS(out, "graphrun run: 'x' is fed twice");
+  GR_CHECK_EQ_INT(run("run gather.gr --fetch z --feed x=missing.csv"), 2);
+  GR_CHECK_STR_CONTAINS(out, "--feed x: cannot open 'missing.csv'");
+  GR_CHECK_EQ_INT(run("run gather.gr --fetch z --feed x"), 2);
+  GR_CHECK_EQ_INT(run("run gather.gr --fetch nope --feed x=1,2"), 2);
+  GR_CHECK_EQ_INT(run("run gather.gr --fetch z --feed x=1,2 --eval nope"), 2);
+  GR_CHECK_STR_CONTAINS(out, "cannot evaluate 'nope'");
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/gr_test_run_cli_XXXXXX");
   if (!mkdtemp(dir)) return 1;
   GR_RUN(test_timeout);
+  GR_RUN(test_errors);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -234,8 +234,34 @@ static void test_threads_agree(void) {
   gr_graph_free(g);
 }
 
+/* gr_session_check_feeds finds what gr_session_run would refuse before
+ * running, and runs nothing. */
+static void test_check_feeds(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_scalar());
+  gr_output y = gr_name(g, gr_mul(g, x, gr_const_f32(g, 2)), "y");
+  gr_output k = gr_name(g, gr_const_f32(g, 7), "k");
+  gr_error err;
+  gr_session *s = gr_session_new(g, NULL, &err);
+  gr_tensor xv = scalar(3);
+  gr_feed f[2] = {{x, &xv}, {x, &xv}};
+  GR_CHECK_OK(gr_session_check_feeds(s, f, 1, &y, 1, NULL, 0, &err), err);
+  GR_CHECK_OK(gr_session_check_feeds(s, NULL, 0, &k, 1, NULL, 0, &err), err);
+  GR_CHECK(gr_session_check_feeds(s, NULL, 0, &y, 1, NULL, 0, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "placeholder 'x' must be fed: it is needed by 'y'");
+  GR_CHECK(gr_session_check_feeds(s, NULL, 0, NULL, 0, &y, 1, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK(gr_session_check_feeds(s, f, 2, &y, 1, NULL, 0, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "'x' is fed twice");
+  GR_CHECK_EQ_INT(gr_session_step(s), 0); /* nothing ran */
+  GR_CHECK_EQ_INT(gr_session_num_cached(s), 0);
+  gr_tensor_release(&xv);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_feeds_fetches);
+  GR_RUN(test_check_feeds);
   GR_RUN(test_pruning);
   GR_RUN(test_targets_and_control_deps);
   GR_RUN(test_cache);
