@@ -47,6 +47,14 @@ typedef struct gr_session_options {
                            GR_ERR_DEADLINE_EXCEEDED naming the nodes still waiting and
                            their devices. A long computation is progress, not a stall.
                            0: no limit (the default). Costs a thread per session. */
+  bool soft_placement;  /* a node whose device spec matches no device of this session (a
+                           pin to /job:worker/task:1 run on one process) runs on one of
+                           its devices instead of failing, as TensorFlow's
+                           allow_soft_placement: the device the placer assigned it, else
+                           the one of the spec's type and index, else device 0; each such
+                           spec is noted once through log_fn */
+  void (*log_fn)(void *arg, const char *msg); /* notes (soft placement); NULL: stderr */
+  void *log_arg;
 } gr_session_options;
 
 typedef struct gr_feed {

@@ -38,7 +38,9 @@ struct gr_session {
   int num_cached;
   int64_t step;
   int init_depth;
-  uint64_t incarnation;           /* in every rendezvous key of this session */
+  uint64_t incarnation; /* in every rendezvous key of this session */
+  char **soft_noted;    /* specs soft placement has reported (under mu) */
+  int num_soft_noted;
   int64_t last_sends, last_bytes; /* the latest step's transfers (atomics) */
 };
 
@@ -113,6 +115,8 @@ void gr_session_free(gr_session *s) {
   for (size_t i = 0; i < s->cache.cap; i++)
     if (s->cache.slots[i].key) prepared_free(s->cache.slots[i].value);
   gr_strmap_free(&s->cache);
+  for (int i = 0; i < s->num_soft_noted; i++) free(s->soft_noted[i]);
+  free(s->soft_noted);
   gr_threadpool_free(s->pool);
   gr_watchdog_free(s->watchdog);
   gr_resource_mgr_free(s->resources);
@@ -196,10 +200,50 @@ static int device_named(const gr_session *s, const char *name) {
   return -1;
 }
 
+/* Soft placement: where a node whose spec matches no device of this session
+ * runs: the session device the placer assigned it, else the session's device
+ * of the spec's type and index, else of its type, else device 0. */
+static int soft_device(const gr_session *s, const gr_node *node, const gr_device_spec *spec) {
+  int k = device_named(s, node->assigned_device);
+  if (k >= 0) return k;
+  gr_device_spec local = gr_device_spec_any();
+  memcpy(local.type, spec->type, sizeof local.type);
+  local.id = spec->id;
+  for (int pass = 0; pass < 2; pass++, local.id = GR_DEVICE_ANY)
+    for (k = 0; k < s->opts.num_devices; k++)
+      if (gr_device_spec_matches(&local, &s->devices[k])) return k;
+  return 0;
+}
+
+/* Tells the user, once per spec and session, that soft placement moved it. */
+static void note_soft(gr_session *s, const gr_node *node, const char *request, int k) {
+  pthread_mutex_lock(&s->mu);
+  bool seen = false;
+  for (int i = 0; i < s->num_soft_noted && !seen; i++) seen = !strcmp(s->soft_noted[i], request);
+  char **more =
+      seen ? NULL : realloc(s->soft_noted, sizeof(char *) * (size_t)(s->num_soft_noted + 1));
+  if (more) {
+    s->soft_noted = more;
+    if ((more[s->num_soft_noted] = strdup(request))) s->num_soft_noted++;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (seen) return;
+  char msg[GR_ERROR_MSG_MAX];
+  snprintf(msg, sizeof msg,
+           "soft placement: no device of this session matches '%s': the nodes pinned there run "
+           "on this session's devices ('%s' on %s)",
+           request, node->name, s->device_names[k]);
+  if (s->opts.log_fn)
+    s->opts.log_fn(s->opts.log_arg, msg);
+  else
+    fprintf(stderr, "graphrun: note: %s\n", msg);
+}
+
 /* Resolves each needed node's device: a device assigned already (by the
  * placer) that is one of the session's and satisfies the node's spec stays;
  * otherwise the first session device that the requested (or colocated)
- * spec matches.
+ * spec matches; with none, soft placement picks one (soft_device) or it is
+ * an error.
  * *num_used: how many different devices the nodes use. */
 static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_used,
                                 gr_error *err) {
@@ -223,7 +267,10 @@ static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_
     }
     k = 0;
     while (k < s->opts.num_devices && !gr_device_spec_matches(&spec, &s->devices[k])) k++;
-    if (k == s->opts.num_devices) {
+    if (k == s->opts.num_devices && s->opts.soft_placement) {
+      k = soft_device(s, node, &spec);
+      note_soft(s, node, request, k);
+    } else if (k == s->opts.num_devices) {
       char list[512];
       size_t m = 0;
       for (int d = 0; d < s->opts.num_devices && m < sizeof list - 1; d++)
@@ -231,7 +278,8 @@ static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_
       free(used);
       return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                           "node '%s': device spec '%s' matches no device of this session "
-                          "(devices: %s)",
+                          "(devices: %s); soft placement would run it on one of them "
+                          "(graphrun run --soft-placement; gr_session_options.soft_placement)",
                           node->name, request, list);
     }
     if (!used[k]) ++*num_used;

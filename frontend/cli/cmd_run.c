@@ -30,6 +30,8 @@ static void usage(FILE *f) {
           "  --placement P      where unpinned nodes run with --devices: 'pins' (device 0, the\n"
           "                     default), 'cost' (the cost-model placer), 'round-robin' (node\n"
           "                     i on device i mod N: spreads every graph, for testing)\n"
+          "  --soft-placement   a pin to a device this run does not have (/job:worker/task:1)\n"
+          "                     runs on a local device, with a note, instead of failing\n"
           "  --schedule-recvs   with --devices: start each receive as late as a critical-path\n"
           "                     estimate allows (holds received values for less time)\n"
           "  --trace PATH       write the last step's node runs (device, start, duration,\n"
@@ -134,7 +136,7 @@ static int save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_d
 }
 
 /* Assigns devices to the nodes that no pin decides, per --placement. */
-static int place_nodes(gr_graph *g, int devices, const char *placement) {
+static int place_nodes(gr_graph *g, int devices, const char *placement, bool soft) {
   if (strcmp(placement, "pins") == 0) return GR_EXIT_OK;
   if (strcmp(placement, "round-robin") == 0) {
     for (int i = 0; i < gr_graph_num_nodes(g); i++) {
@@ -149,15 +151,24 @@ static int place_nodes(gr_graph *g, int devices, const char *placement) {
   /* the cost model on this process's devices (static estimates) */
   gr_cluster *c = gr_cluster_new_local(devices, 1e10, 1e10, 1e-6);
   gr_placer_options o = gr_placer_options_default();
+  o.soft_placement = soft;
   gr_error err;
   gr_status st = c ? gr_placer_place(g, c, &o, NULL, &err)
                    : gr_error_set(&err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   gr_cluster_free(c);
   if (st != GR_OK) {
     fprintf(stderr, "graphrun run: placement: %s\n", err.msg);
+    if (!soft && strstr(err.msg, "soft placement is off"))
+      fprintf(stderr, "  (--soft-placement runs it on a local device instead)\n");
     return GR_EXIT_USAGE;
   }
   return GR_EXIT_OK;
+}
+
+/* gr_session_options.log_fn: notes (soft placement) go to stderr. */
+static void print_note(void *arg, const char *msg) {
+  (void)arg;
+  fprintf(stderr, "graphrun run: note: %s\n", msg);
 }
 
 int gr_cmd_run(int argc, char **argv) {
@@ -169,7 +180,7 @@ int gr_cmd_run(int argc, char **argv) {
   const char *placement = "pins";
   bool json = false, quiet = false, no_restore = false;
   const char *ckpt_path = NULL, *trace_path = NULL;
-  bool schedule_recvs = false;
+  bool schedule_recvs = false, soft = false;
   gr_step_trace *trace = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -185,6 +196,8 @@ int gr_cmd_run(int argc, char **argv) {
       no_restore = true;
     } else if (strcmp(a, "--schedule-recvs") == 0) {
       schedule_recvs = true;
+    } else if (strcmp(a, "--soft-placement") == 0) {
+      soft = true;
     } else if (strcmp(a, "--timeout") == 0 && has_val) {
       if (!parse_seconds(argv[++i], &timeout_s)) {
         fprintf(stderr,
@@ -308,12 +321,14 @@ int gr_cmd_run(int argc, char **argv) {
     }
     feeds[i] = (gr_feed){o, &feed_vals[i]};
   }
-  if ((rc = place_nodes(g, (int)devices, placement)) != GR_EXIT_OK) goto done;
+  if ((rc = place_nodes(g, (int)devices, placement, soft)) != GR_EXIT_OK) goto done;
   rc = GR_EXIT_FAILURE;
   gr_session_options opts = {
       .inter_op_threads = (int)threads,
       .num_devices = (int)devices,
       .schedule_recvs = schedule_recvs,
+      .soft_placement = soft,
+      .log_fn = print_note,
       /* a sub-millisecond timeout is still a timeout */
       .step_timeout_ms = timeout_s > 0 && timeout_s < 0.001 ? 1 : (int)(timeout_s * 1000.0 + 0.5)};
   if (trace_path) { /* a path that cannot be written fails now, not after the run */

@@ -92,11 +92,32 @@ static void test_errors(void) {
   GR_CHECK_STR_CONTAINS(out, "cannot evaluate 'nope'");
 }
 
+/* ---- --soft-placement --------------------------------------------------------------- */
+
+static void test_soft_placement(void) {
+  gt_write_file(dir, "pinned.gr",
+                "device \"/job:worker/task:1\" { a = const([1.0, 2.0]) * 3.0 }\n"
+                "device \"/device:CPU:3\" { b = a + 1.0 }\n");
+  GR_CHECK_EQ_INT(run("run pinned.gr"), 1);
+  GR_CHECK_STR_CONTAINS(out, "device spec '/job:worker/task:1' matches no device of this session");
+  GR_CHECK_STR_CONTAINS(out, "graphrun run --soft-placement");
+  GR_CHECK_EQ_INT(run("run pinned.gr --soft-placement --devices 2"), 0);
+  GR_CHECK_STR_CONTAINS(out, "b = f32[2]\n[4. 7.]");
+  GR_CHECK_STR_CONTAINS(out, "graphrun run: note: soft placement: no device of this session "
+                             "matches '/job:worker/task:1'");
+  GR_CHECK_STR_CONTAINS(out, "matches '/device:CPU:3'");
+  GR_CHECK_EQ_INT(run("run pinned.gr --devices 2 --placement cost"), 2);
+  GR_CHECK_STR_CONTAINS(out, "(--soft-placement runs it on a local device instead)");
+  GR_CHECK_EQ_INT(run("run pinned.gr --devices 2 --placement cost --soft-placement"), 0);
+  GR_CHECK_STR_CONTAINS(out, "b = f32[2]\n[4. 7.]");
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/gr_test_run_cli_XXXXXX");
   if (!mkdtemp(dir)) return 1;
   GR_RUN(test_timeout);
   GR_RUN(test_errors);
+  GR_RUN(test_soft_placement);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
