@@ -48,11 +48,24 @@ int cli_split_names(char *s, const char **names, int n) {
   return n;
 }
 
-void cli_default_names(const gr_dsl_program *p, bool fetch, const char **names, int *n) {
-  if (*n) return;
-  int k = fetch ? gr_dsl_num_fetches(p) : gr_dsl_num_targets(p);
-  for (int i = 0; i < k && *n < CLI_MAX_NAMES; i++)
-    names[(*n)++] = fetch ? gr_dsl_fetch_name(p, i) : gr_dsl_target_name(p, i);
+void cli_default_names(const gr_dsl_program *p, const char **fetch, int *nfetch,
+                       const char **target, int *ntarget) {
+  bool default_targets = *ntarget == 0;
+  for (int i = 0; default_targets && i < gr_dsl_num_targets(p) && *ntarget < CLI_MAX_NAMES; i++)
+    target[(*ntarget)++] = gr_dsl_target_name(p, i);
+  if (*nfetch) return;
+  for (int i = 0; i < gr_dsl_num_fetches(p) && *nfetch < CLI_MAX_NAMES; i++) {
+    const char *name = gr_dsl_fetch_name(p, i);
+    gr_output o;
+    if (!gr_dsl_lookup(p, name, &o) || o.index >= 0) {
+      fetch[(*nfetch)++] = name; /* an unknown name is reported by the lookup */
+      continue;
+    }
+    /* no outputs: a train op (`train = minimize(...)` bound last) runs instead */
+    bool listed = !default_targets;
+    for (int k = 0; k < *ntarget && !listed; k++) listed = strcmp(target[k], name) == 0;
+    if (!listed && *ntarget < CLI_MAX_NAMES) target[(*ntarget)++] = name;
+  }
 }
 
 int cli_lookup_names(const char *cmd, const gr_dsl_program *p, const char *const *names, int n,
