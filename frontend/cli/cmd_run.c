@@ -11,6 +11,8 @@
 #include "placer/gr_placer.h"
 
 #define MAX_ITEMS CLI_MAX_NAMES
+/* The most inter-op threads a session takes (gr_session_new refuses more). */
+#define GR_CLI_MAX_THREADS 1024
 
 static void usage(FILE *f) {
   fprintf(
@@ -24,7 +26,7 @@ static void usage(FILE *f) {
          "                     (default: the file's `target` names)\n"
          "  --steps N          run N steps (default 1); shows progress on stderr\n"
          "  --seed S           graph-level random seed (default 0)\n"
-         "  --threads T        inter-op threads (default: number of cores)\n"
+         "  --threads T        inter-op threads, at most 1024 (default: number of cores)\n"
          "  --devices N        local CPU devices /job:localhost/replica:0/task:0/device:CPU:K\n"
          "                     (default 1); a step spread over several runs one executor per\n"
          "                     device, joined by send/recv (docs/partitioning.md)\n"
@@ -279,7 +281,14 @@ int gr_cmd_run(int argc, char **argv) {
                 strcmp(a, "--threads") == 0) &&
                has_val) {
       long *dst = a[2] == 's' && a[3] == 't' ? &steps : a[2] == 's' ? &seed : &threads;
-      if (!parse_long(argv[++i], dst == &steps ? 1 : 0, dst) || (dst == &threads && *dst > 1024)) {
+      if (dst == &threads && (!parse_long(argv[++i], 0, dst) || *dst > GR_CLI_MAX_THREADS)) {
+        fprintf(stderr,
+                "graphrun run: --threads wants an integer in [0, %d] (a session runs at most %d "
+                "inter-op threads; 0: one per core, %d on this machine), got '%s'\n",
+                GR_CLI_MAX_THREADS, GR_CLI_MAX_THREADS, gr_num_cores(), argv[i]);
+        return GR_EXIT_USAGE;
+      }
+      if (dst != &threads && !parse_long(argv[++i], dst == &steps ? 1 : 0, dst)) {
         fprintf(stderr, "graphrun run: %s wants a %s integer, got '%s'\n", a,
                 dst == &steps ? "positive" : "non-negative", argv[i]);
         return GR_EXIT_USAGE;

@@ -221,6 +221,17 @@ static void test_out_npy(void) {
   GR_CHECK_EQ_INT(run("run values.gr --out values.gr/sub"), 2); /* not a directory */
 }
 
+static void test_threads_limit(void) {
+  gt_write_file(dir, "tiny.gr", "y = const(2.0) * 3.0\n");
+  GR_CHECK_EQ_INT(run("run tiny.gr --threads 100000"), 2);
+  GR_CHECK_STR_CONTAINS(out, "--threads wants an integer in [0, 1024] (a session runs at most 1024 "
+                             "inter-op threads; 0: one per core, ");
+  GR_CHECK_STR_CONTAINS(out, "got '100000'");
+  GR_CHECK_EQ_INT(run("run tiny.gr --threads 1024"), 0);
+  GR_CHECK_STR_CONTAINS(out, "y = 6.0");
+  GR_CHECK_EQ_INT(run("run tiny.gr --threads -1"), 2);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/gr_test_run_cli_XXXXXX");
   if (!mkdtemp(dir)) return 1;
@@ -230,6 +241,7 @@ int main(void) {
   GR_RUN(test_training_only);
   GR_RUN(test_json);
   GR_RUN(test_out_npy);
+  GR_RUN(test_threads_limit);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
