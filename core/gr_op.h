@@ -38,7 +38,10 @@ typedef enum gr_op_flags {
   GR_OP_CONSTANT = 1 << 6,     /* value in tensor attr "value"; seen by shape functions */
   GR_OP_VARIABLE = 1 << 7,     /* needs the variables named by string attrs "var" and
                                   "slot*" initialised */
-  GR_OP_NO_GRADIENT = 1 << 8,  /* differentiable-looking but its gradient is zero */
+  GR_OP_NO_GRADIENT = 1 << 8,  /* not differentiable: no gradient flows back through it
+                                  (bool/integer results, comparisons, shape and
+                                  zeros_like/ones_like, stop_gradient, stacks,
+                                  transfers); gr_gradients treats it as a constant */
   GR_OP_STEP_STACKS = 1 << 9,  /* uses the step's stacks (gr_step_info.stacks) */
   GR_OP_UPDATES = 1 << 10,     /* writes state that later reads must see (assign, apply_*):
                                   a loop iteration's updates finish before the next starts */
@@ -88,7 +91,11 @@ typedef struct gr_op_def {
   /* Optional; default: one flop per output element, bytes of inputs + outputs. */
   void (*cost_fn)(const gr_node *node, gr_cost *out);
   gr_status (*kernel)(gr_kernel_ctx *ctx);
-  /* Optional: builds the gradient nodes (see gr_grad_ctx in ops/gr_ops.h). */
+  /* Optional: builds the gradient nodes (see gr_grad_ctx in ops/gr_ops.h);
+   * the ops it builds have gradients too, so gradients of gradients work.
+   * An op with inputs has one or the flag GR_OP_NO_GRADIENT; one with
+   * neither (state updates: assign, apply_*) cannot be differentiated
+   * through, and gr_gradients says so (gr_op_classify_gradient). */
   gr_status (*grad_fn)(struct gr_grad_ctx *ctx);
   unsigned flags;
   /* Optional: frees what the kernel left in *ctx->state, when the executor goes. */
@@ -227,5 +234,14 @@ gr_status gr_op_registry_add(const gr_op_def *op, gr_error *err);
 const gr_op_def *gr_op_registry_find(const char *name);
 int gr_op_registry_count(void);
 const gr_op_def *gr_op_registry_at(int i); /* sorted by name */
+
+/* How gr_gradients treats an op on the path from xs to ys. */
+typedef enum gr_op_gradient {
+  GR_OP_GRADIENT_SOURCE,  /* no inputs: nothing to differentiate */
+  GR_OP_GRADIENT_DEFINED, /* its grad_fn builds the gradient */
+  GR_OP_GRADIENT_STOPS,   /* GR_OP_NO_GRADIENT: no gradient flows through it */
+  GR_OP_GRADIENT_MISSING, /* none: differentiating through it is an error */
+} gr_op_gradient;
+gr_op_gradient gr_op_classify_gradient(const gr_op_def *op);
 
 #endif

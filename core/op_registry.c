@@ -78,6 +78,13 @@ const gr_op_def *gr_op_registry_at(int i) {
   return i >= 0 && i < num_sorted ? sorted[i] : NULL;
 }
 
+gr_op_gradient gr_op_classify_gradient(const gr_op_def *op) {
+  if (op->grad_fn) return GR_OP_GRADIENT_DEFINED;
+  if (op->flags & GR_OP_NO_GRADIENT) return GR_OP_GRADIENT_STOPS;
+  if (op->max_inputs == 0) return GR_OP_GRADIENT_SOURCE;
+  return GR_OP_GRADIENT_MISSING;
+}
+
 const char *gr_attr_type_name(gr_attr_type t) {
   static const char *const names[] = {
 #define GR_X_ATN(e, s) s,

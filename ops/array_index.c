@@ -718,7 +718,7 @@ static gr_status pad_kernel(gr_kernel_ctx *ctx) {
 
 /* ---- definitions ------------------------------------------------------------- */
 
-#define DEFINE_OP(NAME, DOC, MIN_IN, MAX_IN, NAMES, NOUT)                                          \
+#define DEFINE_OP_FLAGS(NAME, DOC, MIN_IN, MAX_IN, NAMES, NOUT, FLAGS)                             \
   const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
                                   .doc = DOC,                                                      \
                                   .min_inputs = MIN_IN,                                            \
@@ -730,7 +730,10 @@ static gr_status pad_kernel(gr_kernel_ctx *ctx) {
                                   .shape_fn = NAME##_shape,                                        \
                                   .cost_fn = move_cost,                                            \
                                   .kernel = NAME##_kernel,                                         \
-                                  .grad_fn = NAME##_grad};
+                                  .grad_fn = NAME##_grad,                                          \
+                                  .flags = FLAGS};
+#define DEFINE_OP(NAME, DOC, MIN_IN, MAX_IN, NAMES, NOUT)                                          \
+  DEFINE_OP_FLAGS(NAME, DOC, MIN_IN, MAX_IN, NAMES, NOUT, 0)
 
 /* gradients live in array_index_grad.c */
 #define concat_grad  gr_ops_concat_grad
@@ -766,8 +769,10 @@ static const gr_attr_spec one_hot_attrs[] = {
     {"dtype", GR_ATTR_DTYPE, false, {.type = GR_ATTR_DTYPE, .dtype = GR_F32}},
     {"on_value", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 1.0}},
     {"off_value", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.0}}};
-DEFINE_OP(one_hot, "a new last axis of size depth: on_value at the index, off_value elsewhere", 1,
-          1, indices_names, 1)
+DEFINE_OP_FLAGS(one_hot,
+                "a new last axis of size depth: on_value at the index, off_value elsewhere (an "
+                "index outside [0, depth) gives a row of off_value)",
+                1, 1, indices_names, 1, GR_OP_NO_GRADIENT)
 
 static const gr_attr_spec tile_attrs[] = {{"multiples", GR_ATTR_INTS, true, {0}}};
 DEFINE_OP(tile, "x repeated attr multiples[i] times along each dim i", 1, 1, x_names, 1)

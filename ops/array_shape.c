@@ -584,7 +584,8 @@ const gr_op_def gr_op_shape = {.name = "shape",
                                .num_outputs = 1,
                                .shape_fn = shape_shape,
                                .cost_fn = free_cost,
-                               .kernel = shape_kernel};
+                               .kernel = shape_kernel,
+                               .flags = GR_OP_NO_GRADIENT};
 
 static const gr_attr_spec fill_attrs[] = {
     {"dtype", GR_ATTR_DTYPE, false, {.type = GR_ATTR_DTYPE, .dtype = GR_F32}},

@@ -277,8 +277,9 @@ static gr_status node_group(walk *w, gr_node *n, gr_output (*remap)(void *, gr_o
     og[k] = total(g, &w->grads[w->out_base[id] + k]);
     if (og[k].node) any = true;
   }
-  if (any && !(n->op->flags & GR_OP_NO_GRADIENT)) {
-    if (!n->op->grad_fn) {
+  gr_op_gradient kind = gr_op_classify_gradient(n->op);
+  if (any && kind != GR_OP_GRADIENT_STOPS) {
+    if (kind != GR_OP_GRADIENT_DEFINED) {
       st = fail(g, GR_ERR_UNIMPLEMENTED,
                 "gradients: no gradient defined for op %s (node '%s'); wrap it in "
                 "stop_gradient if no gradient should flow through it",

@@ -312,16 +312,19 @@ static gr_status div_grad(gr_grad_ctx *c) {
   c->dinputs[1] = gr_sum_like(g, gr_neg(g, gr_div(g, gr_mul(g, dy, y), b)), b); /* -dy a / b^2 */
   return GR_OK;
 }
+/* d/da = dy b a^(b-1) with the base taken as 1 where b == 0, so that x ** 0
+ * has the gradient 0 at x = 0 (not 0 * inf), in higher derivatives too (as
+ * PyTorch); d/db = dy y log a, taken as 0 where a <= 0 (as TensorFlow). */
 static gr_status pow_grad(gr_grad_ctx *c) {
   gr_graph *g = c->graph;
   gr_output a = gr_grad_x(c, 0), b = gr_grad_x(c, 1), y = gr_grad_y(c, 0), dy = c->grads[0];
-  gr_output bm1 = gr_sub(g, b, gr_grad_scalar(c, b, 1));
-  c->dinputs[0] = gr_sum_like(g, gr_mul(g, dy, gr_mul(g, b, gr_pow(g, a, bm1))), a);
-  /* d/db = y log a, taken as 0 where a <= 0 (as TensorFlow does) */
-  gr_output pos = gr_greater(g, a, gr_grad_scalar(c, a, 0));
-  gr_output safe_a = gr_select(g, pos, a, gr_ones_like(g, a));
-  gr_output loga = gr_select(g, pos, gr_log(g, safe_a), gr_zeros_like(g, a));
-  c->dinputs[1] = gr_sum_like(g, gr_mul(g, dy, gr_mul(g, y, loga)), b);
+  gr_output zero = gr_grad_scalar(c, a, 0), one = gr_grad_scalar(c, a, 1);
+  gr_output base = gr_select(g, gr_equal(g, b, zero), one, a);
+  gr_output slope = gr_mul(g, b, gr_pow(g, base, gr_sub(g, b, one)));
+  c->dinputs[0] = gr_sum_like(g, gr_mul(g, dy, slope), a);
+  gr_output pos = gr_greater(g, a, zero);
+  gr_output dyy_loga = gr_mul(g, dy, gr_mul(g, y, gr_log(g, gr_select(g, pos, a, one))));
+  c->dinputs[1] = gr_sum_like(g, gr_select(g, pos, dyy_loga, zero), b);
   return GR_OK;
 }
 /* The gradient goes to a where mask holds, else to b (ties go to a). */
@@ -338,18 +341,9 @@ static gr_status maximum_grad(gr_grad_ctx *c) {
 static gr_status minimum_grad(gr_grad_ctx *c) {
   return select_between(c, gr_less_equal(c->graph, gr_grad_x(c, 0), gr_grad_x(c, 1)));
 }
-#define equal_grad         NULL
-#define not_equal_grad     NULL
-#define less_grad          NULL
-#define less_equal_grad    NULL
-#define greater_grad       NULL
-#define greater_equal_grad NULL
-#define logical_and_grad   NULL
-#define logical_or_grad    NULL
-
 static const char *const ab_names[] = {"a", "b"};
 
-#define DEFINE_BINARY(NAME, SHAPE, DOC)                                                            \
+#define DEFINE_BINARY_OP(NAME, SHAPE, DOC, GRAD_FN, FLAGS)                                         \
   const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
                                   .doc = DOC,                                                      \
                                   .min_inputs = 2,                                                 \
@@ -358,24 +352,33 @@ static const char *const ab_names[] = {"a", "b"};
                                   .num_outputs = 1,                                                \
                                   .shape_fn = SHAPE,                                               \
                                   .kernel = NAME##_kernel,                                         \
-                                  .grad_fn = NAME##_grad};                                         \
+                                  .grad_fn = GRAD_FN,                                              \
+                                  .flags = FLAGS};                                                 \
   gr_output gr_##NAME(gr_graph *g, gr_output a, gr_output b) {                                     \
     gr_output in[2] = {a, b};                                                                      \
     return gr_ops_build(g, #NAME, NULL, in, 2, NULL, 0);                                           \
   }
+#define DEFINE_BINARY(NAME, SHAPE, DOC) DEFINE_BINARY_OP(NAME, SHAPE, DOC, NAME##_grad, 0)
+/* bool results: no gradient */
+#define DEFINE_PREDICATE(NAME, SHAPE, DOC)                                                         \
+  DEFINE_BINARY_OP(NAME, SHAPE, DOC, NULL, GR_OP_NO_GRADIENT)
 
 DEFINE_BINARY(add, arith_shape, "a + b elementwise, broadcasting")
 DEFINE_BINARY(sub, arith_shape, "a - b elementwise, broadcasting")
 DEFINE_BINARY(mul, arith_shape, "a * b elementwise, broadcasting")
 DEFINE_BINARY(div, arith_shape, "a / b elementwise (integers truncate), broadcasting")
-DEFINE_BINARY(pow, arith_shape, "a ** b elementwise, broadcasting")
-DEFINE_BINARY(maximum, arith_shape, "max(a, b) elementwise, broadcasting")
-DEFINE_BINARY(minimum, arith_shape, "min(a, b) elementwise, broadcasting")
-DEFINE_BINARY(equal, compare_shape, "a == b elementwise (bool)")
-DEFINE_BINARY(not_equal, compare_shape, "a != b elementwise (bool)")
-DEFINE_BINARY(less, compare_shape, "a < b elementwise (bool)")
-DEFINE_BINARY(less_equal, compare_shape, "a <= b elementwise (bool)")
-DEFINE_BINARY(greater, compare_shape, "a > b elementwise (bool)")
-DEFINE_BINARY(greater_equal, compare_shape, "a >= b elementwise (bool)")
-DEFINE_BINARY(logical_and, logical_shape, "a and b elementwise (bool)")
-DEFINE_BINARY(logical_or, logical_shape, "a or b elementwise (bool)")
+DEFINE_BINARY(pow, arith_shape,
+              "a ** b elementwise, broadcasting; gradients: d/da is 0 where b = 0, d/db is 0 "
+              "where a <= 0")
+DEFINE_BINARY(maximum, arith_shape,
+              "max(a, b) elementwise, broadcasting; on ties the gradient goes to a")
+DEFINE_BINARY(minimum, arith_shape,
+              "min(a, b) elementwise, broadcasting; on ties the gradient goes to a")
+DEFINE_PREDICATE(equal, compare_shape, "a == b elementwise (bool)")
+DEFINE_PREDICATE(not_equal, compare_shape, "a != b elementwise (bool)")
+DEFINE_PREDICATE(less, compare_shape, "a < b elementwise (bool)")
+DEFINE_PREDICATE(less_equal, compare_shape, "a <= b elementwise (bool)")
+DEFINE_PREDICATE(greater, compare_shape, "a > b elementwise (bool)")
+DEFINE_PREDICATE(greater_equal, compare_shape, "a >= b elementwise (bool)")
+DEFINE_PREDICATE(logical_and, logical_shape, "a and b elementwise (bool)")
+DEFINE_PREDICATE(logical_or, logical_shape, "a or b elementwise (bool)")

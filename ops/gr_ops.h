@@ -261,6 +261,16 @@ gr_output gr_sum_like(gr_graph *g, gr_output grad, gr_output like);
  * elements when mean. */
 gr_output gr_broadcast_like(gr_graph *g, gr_output y, gr_output like, const int64_t *axes, int n,
                             bool keepdims, bool mean);
+/* x broadcast (NumPy rules) to like's runtime shape: the inverse of sum_like. */
+gr_output gr_broadcast_to_like(gr_graph *g, gr_output x, gr_output like);
+/* For each element of x, the product of the other elements of its group
+ * (those a reduction over axes combines; n == 0: all): the gradient of
+ * reduce_prod, exact where x has zeros. With m direction tensors t (x's
+ * shape), the coefficient of e1...em in prod_{k != j} (x_k + sum_r e_r t_r[k])
+ * (e_r^2 = 0), for its higher derivatives; m <= GR_PROD_OTHERS_MAX_DIRECTIONS. */
+#define GR_PROD_OTHERS_MAX_DIRECTIONS 6
+gr_output gr_prod_others(gr_graph *g, gr_output x, const gr_output *t, int m, const int64_t *axes,
+                         int n);
 /* x reshaped to like's runtime shape. */
 gr_output gr_reshape_like(gr_graph *g, gr_output x, gr_output like);
 /* The identity whose gradient is zero. */

@@ -1,8 +1,10 @@
-/* Ops that gradient functions build on: sum_like (undo broadcasting),
- * broadcast_like (undo a reduction), reshape_like, stop_gradient and
- * gather_grad (scatter-add rows back into the shape of the gathered params).
- * They take the runtime shape from a `like` input, so gradients work with
- * unknown dims such as the batch size. */
+/* Ops that gradient functions build on: sum_like (undo broadcasting) and its
+ * inverse broadcast_to_like, broadcast_like (undo a reduction),
+ * reshape_like, stop_gradient and gather_grad (scatter-add rows back into
+ * the shape of the gathered params). They take the runtime shape from a
+ * `like` input, so gradients work with unknown dims such as the batch size.
+ * Each has a gradient itself (but stop_gradient), so gradients of gradients
+ * work; `like` only lends its shape and gets none. */
 #include <string.h>
 
 #include "ops/gr_ops.h"
@@ -68,6 +70,11 @@ static gr_status sum_like_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+static gr_status sum_like_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_broadcast_to_like(c->graph, c->grads[0], gr_grad_x(c, 0));
+  return GR_OK;
+}
+
 const gr_op_def gr_op_sum_like = {.name = "sum_like",
                                   .doc = "grad summed down to the runtime shape of like (undoes "
                                          "broadcasting)",
@@ -77,14 +84,81 @@ const gr_op_def gr_op_sum_like = {.name = "sum_like",
                                   .num_outputs = 1,
                                   .shape_fn = sum_like_shape,
                                   .kernel = sum_like_kernel,
-                                  .flags = GR_OP_NO_GRADIENT};
+                                  .grad_fn = sum_like_grad};
 
 gr_output gr_sum_like(gr_graph *g, gr_output grad, gr_output like) {
   gr_output in[2] = {grad, like};
   return gr_ops_build(g, "sum_like", NULL, in, 2, NULL, 0);
 }
 
-/* ---- broadcast_like ---------------------------------------------------------------- */
+/* ---- broadcast_to_like, broadcast_like ------------------------------------------------ */
+
+/* o = Y (viewed with shape ys) broadcast onto o's shape, times scale. */
+static void broadcast_into(const gr_tensor *Y, const gr_shape *ys, gr_tensor *o, double scale) {
+  gr_bcast bc;
+  gr_shape os;
+  gr_bcast_init(&bc, ys, &o->shape, &os);
+  if (Y->dtype == GR_F32) {
+    const float *y = gr_tensor_data(Y);
+    float *r = gr_tensor_data(o), s = (float)scale;
+    GR_BCAST_FOR(&bc, ia, ib, io, r[io] = y[ia] * s);
+  } else {
+    const double *y = gr_tensor_data(Y);
+    double *r = gr_tensor_data(o);
+    GR_BCAST_FOR(&bc, ia, ib, io, r[io] = y[ia] * scale);
+  }
+}
+
+static gr_status broadcast_to_like_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  gr_shape b;
+  if (!gr_shape_broadcast(&ctx->in_shapes[0], &ctx->in_shapes[1], &b) ||
+      !gr_shape_compatible(&b, &ctx->in_shapes[1])) {
+    char x[GR_SHAPE_STR_MAX], y[GR_SHAPE_STR_MAX];
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "%s does not broadcast to %s",
+                          gr_shape_str(&ctx->in_shapes[0], x), gr_shape_str(&ctx->in_shapes[1], y));
+  }
+  return like_shape(ctx);
+}
+
+static gr_status broadcast_to_like_kernel(gr_kernel_ctx *ctx) {
+  const gr_tensor *X = &ctx->inputs[0], *L = &ctx->inputs[1];
+  if (gr_shape_equal(&X->shape, &L->shape)) {
+    gr_kernel_set_output(ctx, 0, X);
+    return GR_OK;
+  }
+  gr_shape os;
+  if (!gr_shape_broadcast(&X->shape, &L->shape, &os) || !gr_shape_equal(&os, &L->shape)) {
+    char x[GR_SHAPE_STR_MAX], y[GR_SHAPE_STR_MAX];
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "%s does not broadcast to %s",
+                           gr_shape_str(&X->shape, x), gr_shape_str(&L->shape, y));
+  }
+  gr_tensor *o;
+  GR_TRY(gr_kernel_alloc_output(ctx, 0, X->dtype, &L->shape, &o));
+  broadcast_into(X, &X->shape, o, 1.0);
+  return GR_OK;
+}
+
+static gr_status broadcast_to_like_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_sum_like(c->graph, c->grads[0], gr_grad_x(c, 0));
+  return GR_OK;
+}
+
+const gr_op_def gr_op_broadcast_to_like = {
+    .name = "broadcast_to_like",
+    .doc = "x broadcast to the runtime shape of like (NumPy rules; undoes sum_like)",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .input_names = (const char *const[]){"x", "like"},
+    .num_outputs = 1,
+    .shape_fn = broadcast_to_like_shape,
+    .kernel = broadcast_to_like_kernel,
+    .grad_fn = broadcast_to_like_grad};
+
+gr_output gr_broadcast_to_like(gr_graph *g, gr_output x, gr_output like) {
+  gr_output in[2] = {x, like};
+  return gr_ops_build(g, "broadcast_to_like", NULL, in, 2, NULL, 0);
+}
 
 static gr_status broadcast_like_shape(gr_shape_ctx *ctx) {
   GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
@@ -94,17 +168,8 @@ static gr_status broadcast_like_shape(gr_shape_ctx *ctx) {
 static gr_status broadcast_like_kernel(gr_kernel_ctx *ctx) {
   const gr_tensor *Y = &ctx->inputs[0], *L = &ctx->inputs[1];
   int rank = L->shape.rank;
-  bool mask[GR_MAX_RANK] = {false};
-  const gr_attr_value *axes = gr_node_attr(ctx->node, "axes");
-  if (axes->ints.n == 0)
-    for (int i = 0; i < rank; i++) mask[i] = true;
-  for (int k = 0; k < axes->ints.n; k++) {
-    int ax;
-    if (!gr_shape_normalize_axis(rank, axes->ints.v[k], &ax))
-      return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "axis %lld out of range for rank %d",
-                             (long long)axes->ints.v[k], rank);
-    mask[ax] = true;
-  }
+  bool mask[GR_MAX_RANK];
+  GR_TRY(gr_ops_kernel_axes_mask(ctx, "axes", rank, mask));
   gr_shape kd = L->shape;
   double count = 1;
   for (int i = 0; i < rank; i++)
@@ -118,21 +183,20 @@ static gr_status broadcast_like_kernel(gr_kernel_ctx *ctx) {
                            gr_shape_str(&Y->shape, x), gr_shape_str(&L->shape, y));
   }
   double scale = gr_node_attr_bool(ctx->node, "mean", false) && count > 0 ? 1.0 / count : 1.0;
-  gr_bcast bc;
-  gr_shape os;
-  gr_bcast_init(&bc, &kd, &L->shape, &os);
   gr_tensor *o;
   GR_TRY(gr_kernel_alloc_output(ctx, 0, Y->dtype, &L->shape, &o));
-  if (Y->dtype == GR_F32) {
-    const float *y = gr_tensor_data(Y);
-    float *r = gr_tensor_data(o);
-    float s = (float)scale;
-    GR_BCAST_FOR(&bc, ia, ib, io, r[io] = y[ia] * s);
-  } else {
-    const double *y = gr_tensor_data(Y);
-    double *r = gr_tensor_data(o);
-    GR_BCAST_FOR(&bc, ia, ib, io, r[io] = y[ia] * scale);
-  }
+  broadcast_into(Y, &kd, o, scale);
+  return GR_OK;
+}
+
+/* The reduction broadcast_like undoes (a mean when it divides), viewed with y's shape. */
+static gr_status broadcast_like_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  const gr_attr_value *axes = gr_node_attr(c->node, "axes");
+  gr_output r = gr_node_attr_bool(c->node, "mean", false)
+                    ? gr_reduce_mean(g, c->grads[0], axes->ints.v, axes->ints.n, true)
+                    : gr_reduce_sum(g, c->grads[0], axes->ints.v, axes->ints.n, true);
+  c->dinputs[0] = gr_reshape_like(g, r, gr_grad_x(c, 0));
   return GR_OK;
 }
 
@@ -152,7 +216,7 @@ const gr_op_def gr_op_broadcast_like = {
     .num_attrs = 3,
     .shape_fn = broadcast_like_shape,
     .kernel = broadcast_like_kernel,
-    .flags = GR_OP_NO_GRADIENT};
+    .grad_fn = broadcast_like_grad};
 
 gr_output gr_broadcast_like(gr_graph *g, gr_output y, gr_output like, const int64_t *axes, int n,
                             bool keepdims, bool mean) {
@@ -255,6 +319,14 @@ static gr_status gather_grad_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+/* Linear in grad: the gradient gathers the incoming rows at the same indices. */
+static gr_status gather_grad_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output rows = gr_gather(g, c->grads[0], gr_grad_x(c, 1), gr_node_attr_int(c->node, "axis", 0));
+  c->dinputs[0] = gr_reshape_like(g, rows, gr_grad_x(c, 0));
+  return GR_OK;
+}
+
 static const gr_attr_spec gather_grad_attrs[] = {
     {"axis", GR_ATTR_INT, false, {.type = GR_ATTR_INT}}};
 
@@ -270,4 +342,4 @@ const gr_op_def gr_op_gather_grad = {.name = "gather_grad",
                                      .num_attrs = 1,
                                      .shape_fn = gather_grad_shape,
                                      .kernel = gather_grad_kernel,
-                                     .flags = GR_OP_NO_GRADIENT};
+                                     .grad_fn = gather_grad_grad};

@@ -63,26 +63,42 @@ gr_status gr_ops_check_rank(gr_shape_ctx *ctx, int i, int rank) {
   return GR_OK;
 }
 
-gr_status gr_ops_axes_mask(gr_shape_ctx *ctx, const char *attr, int rank, bool empty_means_all,
-                           bool mask[GR_MAX_RANK]) {
-  memset(mask, 0, sizeof(bool) * GR_MAX_RANK);
-  const gr_attr_value *v = gr_node_attr(ctx->node, attr);
+/* Fills mask from the int-list attr; a bad axis gives its error code and
+ * message (msg has AXES_MSG_MAX chars). */
+#define AXES_MSG_MAX 96
+static gr_status fill_axes_mask(const gr_node *node, const char *attr, int rank,
+                                bool empty_means_all, bool mask[GR_MAX_RANK], char *msg) {
+  const gr_attr_value *v = gr_node_attr(node, attr);
   int n = v && v->type == GR_ATTR_INTS ? v->ints.n : 0;
-  if (n == 0 && empty_means_all) {
-    for (int i = 0; i < rank; i++) mask[i] = true;
-    return GR_OK;
-  }
+  for (int i = 0; i < GR_MAX_RANK; i++) mask[i] = n == 0 && empty_means_all && i < rank;
   for (int k = 0; k < n; k++) {
     int ax;
-    if (!gr_shape_normalize_axis(rank, v->ints.v[k], &ax))
-      return gr_shape_error(ctx, GR_ERR_OUT_OF_RANGE, "axis %lld is out of range for rank %d",
-                            (long long)v->ints.v[k], rank);
-    if (mask[ax])
-      return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "axis %lld is given twice",
-                            (long long)v->ints.v[k]);
+    long long a = (long long)v->ints.v[k];
+    if (!gr_shape_normalize_axis(rank, v->ints.v[k], &ax)) {
+      snprintf(msg, AXES_MSG_MAX, "axis %lld is out of range for rank %d", a, rank);
+      return GR_ERR_OUT_OF_RANGE;
+    }
+    if (mask[ax]) {
+      snprintf(msg, AXES_MSG_MAX, "axis %lld is given twice", a);
+      return GR_ERR_INVALID_ARGUMENT;
+    }
     mask[ax] = true;
   }
   return GR_OK;
+}
+
+gr_status gr_ops_axes_mask(gr_shape_ctx *ctx, const char *attr, int rank, bool empty_means_all,
+                           bool mask[GR_MAX_RANK]) {
+  char msg[AXES_MSG_MAX];
+  gr_status st = fill_axes_mask(ctx->node, attr, rank, empty_means_all, mask, msg);
+  return st == GR_OK ? GR_OK : gr_shape_error(ctx, st, "%s", msg);
+}
+
+gr_status gr_ops_kernel_axes_mask(gr_kernel_ctx *ctx, const char *attr, int rank,
+                                  bool mask[GR_MAX_RANK]) {
+  char msg[AXES_MSG_MAX];
+  gr_status st = fill_axes_mask(ctx->node, attr, rank, true, mask, msg);
+  return st == GR_OK ? GR_OK : gr_kernel_error(ctx, st, "%s", msg);
 }
 
 bool gr_bcast_init(gr_bcast *bc, const gr_shape *a, const gr_shape *b, gr_shape *out) {

@@ -89,7 +89,8 @@ static gr_status tanh_grad(gr_grad_ctx *c) {
 }
 
 /* x < 0 ? 0 : x keeps NaN as NaN. */
-DEFINE_ACTIVATION(relu, "max(x, 0) elementwise", x < 0 ? 0.0f : x, x < 0 ? 0.0 : x)
+DEFINE_ACTIVATION(relu, "max(x, 0) elementwise; gradient 0 at x = 0", x < 0 ? 0.0f : x,
+                  x < 0 ? 0.0 : x)
 DEFINE_ACTIVATION(sigmoid, "1 / (1 + e^-x) elementwise", sigmoid_f(x), sigmoid_d(x))
 DEFINE_ACTIVATION(tanh, "tanh(x) elementwise", tanhf(x), tanh(x))
 #undef relu_grad
@@ -167,13 +168,13 @@ static void softmax_cost(const gr_node *n, gr_cost *c) {
   c->bytes = 2 * e * (double)gr_dtype_size(n->out_dtypes[0]);
 }
 
-/* y (dy - sum(dy y)) over the last axis */
-static gr_status softmax_grad(gr_grad_ctx *c) {
-  gr_graph *g = c->graph;
-  gr_output y = gr_grad_y(c, 0), dy = c->grads[0];
+gr_output gr_ops_softmax_backprop(gr_graph *g, gr_output y, gr_output dy) {
   int64_t last = -1;
   gr_output s = gr_reduce_sum(g, gr_mul(g, dy, y), &last, 1, true);
-  c->dinputs[0] = gr_mul(g, y, gr_sub(g, dy, s));
+  return gr_mul(g, y, gr_sub(g, dy, s));
+}
+static gr_status softmax_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_ops_softmax_backprop(c->graph, gr_grad_y(c, 0), c->grads[0]);
   return GR_OK;
 }
 /* dy - exp(y) sum(dy) over the last axis */

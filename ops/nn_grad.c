@@ -1,6 +1,7 @@
 /* Fused gradient ops of the nn family: relu_grad (dy where y > 0) and
  * sparse_softmax_cross_entropy_grad ((softmax(logits) - onehot(labels)) *
- * dloss), which the gradients of relu and the sparse loss build on. */
+ * dloss), which the gradients of relu and the sparse loss build on, and
+ * their own gradients (for gradients of gradients). */
 #include <math.h>
 
 #include "ops/gr_ops.h"
@@ -44,6 +45,12 @@ static gr_status relu_grad_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+/* Linear in dy with the same mask; piecewise constant in y (no gradient). */
+static gr_status relu_grad_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_relu_grad(c->graph, c->grads[0], gr_grad_x(c, 1));
+  return GR_OK;
+}
+
 const gr_op_def gr_op_relu_grad = {.name = "relu_grad",
                                    .doc = "dy where y > 0, else 0 (the gradient of relu)",
                                    .min_inputs = 2,
@@ -52,7 +59,7 @@ const gr_op_def gr_op_relu_grad = {.name = "relu_grad",
                                    .num_outputs = 1,
                                    .shape_fn = relu_grad_shape,
                                    .kernel = relu_grad_kernel,
-                                   .flags = GR_OP_NO_GRADIENT};
+                                   .grad_fn = relu_grad_grad};
 
 gr_output gr_relu_grad(gr_graph *g, gr_output dy, gr_output y) {
   gr_output in[2] = {dy, y};
@@ -107,6 +114,21 @@ static gr_status sxg_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+/* out = (p - onehot) d[:, None] with p = softmax(logits); for the incoming G:
+ * dlogits = softmax's gradient of G d[:, None], dd = sum(G (p - onehot))
+ * over the classes (p - onehot: this op with ones for dloss). */
+static gr_status sxg_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output logits = gr_grad_x(c, 0), labels = gr_grad_x(c, 1), d = gr_grad_x(c, 2);
+  gr_output G = c->grads[0];
+  int64_t last = -1;
+  gr_output gd = gr_mul(g, G, gr_expand_dims(g, d, -1));
+  c->dinputs[0] = gr_ops_softmax_backprop(g, gr_softmax(g, logits), gd);
+  gr_output q = gr_sparse_softmax_cross_entropy_grad(g, logits, labels, gr_ones_like(g, d));
+  c->dinputs[2] = gr_reduce_sum(g, gr_mul(g, G, q), &last, 1, false);
+  return GR_OK;
+}
+
 const gr_op_def gr_op_sparse_softmax_cross_entropy_grad = {
     .name = "sparse_softmax_cross_entropy_grad",
     .doc = "(softmax(logits) - onehot(labels)) * dloss[:, None]",
@@ -116,7 +138,7 @@ const gr_op_def gr_op_sparse_softmax_cross_entropy_grad = {
     .num_outputs = 1,
     .shape_fn = sxg_shape,
     .kernel = sxg_kernel,
-    .flags = GR_OP_NO_GRADIENT};
+    .grad_fn = sxg_grad};
 
 gr_output gr_sparse_softmax_cross_entropy_grad(gr_graph *g, gr_output logits, gr_output labels,
                                                gr_output dloss) {

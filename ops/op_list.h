@@ -87,10 +87,13 @@
   X(glorot_uniform)                                                                                \
   /* grad_ops.c */                                                                                 \
   X(sum_like)                                                                                      \
+  X(broadcast_to_like)                                                                             \
   X(broadcast_like)                                                                                \
   X(reshape_like)                                                                                  \
   X(stop_gradient)                                                                                 \
   X(gather_grad)                                                                                   \
+  /* prod_others.c */                                                                              \
+  X(prod_others)                                                                                   \
   /* nn_grad.c */                                                                                  \
   X(relu_grad)                                                                                     \
   X(sparse_softmax_cross_entropy_grad)                                                             \

@@ -51,6 +51,11 @@ const char *gr_ops_dtype_mask_str(unsigned mask, char *buf, size_t cap);
 gr_status gr_ops_axes_mask(gr_shape_ctx *ctx, const char *attr, int rank, bool empty_means_all,
                            bool mask[GR_MAX_RANK]);
 
+/* The same for a kernel, against the runtime rank (the shape fn may not have
+ * known it); an empty list selects every axis. */
+gr_status gr_ops_kernel_axes_mask(gr_kernel_ctx *ctx, const char *attr, int rank,
+                                  bool mask[GR_MAX_RANK]);
+
 /* NumPy broadcasting of two operands onto an output shape. */
 typedef struct gr_bcast {
   int rank;
@@ -148,6 +153,8 @@ static inline gr_output gr_grad_y(const gr_grad_ctx *c, int i) {
   gr_output y = {(gr_node *)c->node, i};
   return c->remap ? c->remap(c->remap_arg, y) : y;
 }
+/* The gradient of y = softmax(x) over the last axis: y (dy - sum(dy y)). */
+gr_output gr_ops_softmax_backprop(gr_graph *g, gr_output y, gr_output dy);
 /* Fused gradient ops (nn_grad.c). */
 gr_output gr_relu_grad(gr_graph *g, gr_output dy, gr_output y);
 gr_output gr_sparse_softmax_cross_entropy_grad(gr_graph *g, gr_output logits, gr_output labels,

@@ -261,29 +261,11 @@ static const red_fn red_fns[5][5] = {
     [RED_PROD] = {prod_f32, prod_f64, prod_i32, prod_i64, prod_u8},
 };
 
-/* Axes attr against the runtime rank (the shape fn may not have known it). */
-static gr_status kernel_axes_mask(gr_kernel_ctx *ctx, int rank, bool mask[GR_MAX_RANK]) {
-  const gr_attr_value *v = gr_node_attr(ctx->node, "axes");
-  int n = v && v->type == GR_ATTR_INTS ? v->ints.n : 0;
-  for (int i = 0; i < GR_MAX_RANK; i++) mask[i] = n == 0 && i < rank;
-  for (int k = 0; k < n; k++) {
-    int ax;
-    if (!gr_shape_normalize_axis(rank, v->ints.v[k], &ax))
-      return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "axis %lld is out of range for rank %d",
-                             (long long)v->ints.v[k], rank);
-    if (mask[ax])
-      return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "axis %lld is given twice",
-                             (long long)v->ints.v[k]);
-    mask[ax] = true;
-  }
-  return GR_OK;
-}
-
 static gr_status reduce_kernel(gr_kernel_ctx *ctx, red_kind kind) {
   const gr_tensor *x = &ctx->inputs[0];
   if (x->dtype > GR_U8) return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype");
   bool mask[GR_MAX_RANK];
-  GR_TRY(kernel_axes_mask(ctx, x->shape.rank, mask));
+  GR_TRY(gr_ops_kernel_axes_mask(ctx, "axes", x->shape.rank, mask));
   bool keep = gr_node_attr_bool(ctx->node, "keepdims", false);
   gr_shape os = gr_shape_make(0, NULL);
   for (int i = 0; i < x->shape.rank; i++)
@@ -455,11 +437,13 @@ static gr_status extreme_grad(gr_grad_ctx *c) {
 }
 #define reduce_max_grad extreme_grad
 #define reduce_min_grad extreme_grad
-/* dy y / x: exact where x has no zeros */
+/* dy times the product of the other reduced elements (prod_others: prefix
+ * and suffix products, so zeros in x give exact results, no 0 / 0) */
 static gr_status reduce_prod_grad(gr_grad_ctx *c) {
-  gr_graph *g = c->graph;
-  gr_output dyy = gr_mul(g, c->grads[0], gr_grad_y(c, 0));
-  c->dinputs[0] = gr_div(g, spread(c, dyy, false), gr_grad_x(c, 0));
+  gr_output x = gr_grad_x(c, 0);
+  const gr_attr_value *axes = gr_node_attr(c->node, "axes");
+  gr_output others = gr_prod_others(c->graph, x, NULL, 0, axes->ints.v, axes->ints.n);
+  c->dinputs[0] = gr_mul(c->graph, spread(c, c->grads[0], false), others);
   return GR_OK;
 }
 
@@ -483,9 +467,12 @@ static gr_status reduce_prod_grad(gr_grad_ctx *c) {
 
 DEFINE_REDUCE(reduce_sum, "sum over axes (attrs axes: empty = all, keepdims)")
 DEFINE_REDUCE(reduce_mean, "mean over axes; integers truncate (attrs axes, keepdims)")
-DEFINE_REDUCE(reduce_max, "maximum over axes, NaN propagates (attrs axes, keepdims)")
-DEFINE_REDUCE(reduce_min, "minimum over axes, NaN propagates (attrs axes, keepdims)")
-DEFINE_REDUCE(reduce_prod, "product over axes (attrs axes, keepdims)")
+DEFINE_REDUCE(reduce_max, "maximum over axes, NaN propagates (attrs axes, keepdims); tied maxima "
+                          "share the gradient equally")
+DEFINE_REDUCE(reduce_min, "minimum over axes, NaN propagates (attrs axes, keepdims); tied minima "
+                          "share the gradient equally")
+DEFINE_REDUCE(reduce_prod, "product over axes (attrs axes, keepdims); the gradient is exact at "
+                           "zeros (products of the other elements)")
 
 #define DEFINE_ARG(NAME, DOC)                                                                      \
   const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
@@ -498,7 +485,8 @@ DEFINE_REDUCE(reduce_prod, "product over axes (attrs axes, keepdims)")
                                   .num_attrs = 1,                                                  \
                                   .shape_fn = arg_shape,                                           \
                                   .cost_fn = reduce_cost,                                          \
-                                  .kernel = NAME##_kernel};                                        \
+                                  .kernel = NAME##_kernel,                                         \
+                                  .flags = GR_OP_NO_GRADIENT};                                     \
   gr_output gr_##NAME(gr_graph *g, gr_output x, int64_t axis) {                                    \
     gr_attr a = gr_attr_int("axis", axis);                                                         \
     return gr_ops_build(g, #NAME, NULL, &x, 1, &a, 1);                                             \

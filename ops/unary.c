@@ -26,7 +26,7 @@ static const char *const x_names[] = {"x"};
 
 /* Shape fn, kernel, op def and builder of a one-input op that keeps dtype and
  * shape. The per-dtype expressions of dtypes outside MASK are never run. */
-#define DEFINE_UNARY(NAME, MASK, DOC, EF, ED, EI32, EI64, EU8, EB)                                 \
+#define DEFINE_UNARY_OP(NAME, MASK, DOC, EF, ED, EI32, EI64, EU8, EB, GRAD_FN, FLAGS)              \
   static gr_status NAME##_shape(gr_shape_ctx *ctx) {                                               \
     GR_TRY(gr_ops_check_dtype(ctx, 0, MASK));                                                      \
     return gr_shape_fn_unchanged(ctx);                                                             \
@@ -72,10 +72,13 @@ static const char *const x_names[] = {"x"};
                                   .num_outputs = 1,                                                \
                                   .shape_fn = NAME##_shape,                                        \
                                   .kernel = NAME##_kernel,                                         \
-                                  .grad_fn = NAME##_grad};                                         \
+                                  .grad_fn = GRAD_FN,                                              \
+                                  .flags = FLAGS};                                                 \
   gr_output gr_##NAME(gr_graph *g, gr_output x) {                                                  \
     return gr_ops_build(g, #NAME, NULL, &x, 1, NULL, 0);                                           \
   }
+#define DEFINE_UNARY(NAME, MASK, DOC, EF, ED, EI32, EI64, EU8, EB)                                 \
+  DEFINE_UNARY_OP(NAME, MASK, DOC, EF, ED, EI32, EI64, EU8, EB, NAME##_grad, 0)
 
 /* Wrapping integer arithmetic through the unsigned type U. */
 #define WNEG(T, U, x)    ((T)((U)0 - (U)(x)))
@@ -114,19 +117,19 @@ static gr_status square_grad(gr_grad_ctx *c) {
   c->dinputs[0] = gr_mul(c->graph, c->grads[0], gr_mul(c->graph, x, gr_grad_scalar(c, x, 2)));
   return GR_OK;
 }
-#define logical_not_grad NULL
 
 DEFINE_UNARY(neg, GR_DT_NUMERIC, "-x elementwise (integers wrap)", -x, -x,
              WNEG(int32_t, uint32_t, x), WNEG(int64_t, uint64_t, x), WNEG(uint8_t, unsigned, x), x)
-DEFINE_UNARY(abs, GR_DT_NUMERIC, "|x| elementwise (integers wrap)", fabsf(x), fabs(x),
-             WABS(int32_t, uint32_t, x), WABS(int64_t, uint64_t, x), x, x)
+DEFINE_UNARY(abs, GR_DT_NUMERIC, "|x| elementwise (integers wrap); gradient 0 at x = 0", fabsf(x),
+             fabs(x), WABS(int32_t, uint32_t, x), WABS(int64_t, uint64_t, x), x, x)
 DEFINE_UNARY(exp, GR_DT_FLOAT, "e ** x elementwise", expf(x), exp(x), x, x, x, x)
 DEFINE_UNARY(log, GR_DT_FLOAT, "natural logarithm elementwise", logf(x), log(x), x, x, x, x)
 DEFINE_UNARY(sqrt, GR_DT_FLOAT, "square root elementwise", sqrtf(x), sqrt(x), x, x, x, x)
 DEFINE_UNARY(square, GR_DT_NUMERIC, "x * x elementwise (integers wrap)", (x * x), (x * x),
              WSQUARE(int32_t, uint32_t, x), WSQUARE(int64_t, uint64_t, x),
              WSQUARE(uint8_t, unsigned, x), x)
-DEFINE_UNARY(logical_not, GR_DT_BOOL, "not x elementwise (bool)", x, x, x, x, x, !x)
+DEFINE_UNARY_OP(logical_not, GR_DT_BOOL, "not x elementwise (bool)", x, x, x, x, x, !x, NULL,
+                GR_OP_NO_GRADIENT)
 
 /* ---- cast ------------------------------------------------------------------- */
 

@@ -1,7 +1,10 @@
 /* Gradients checked by finite differences: for every op with a gradient,
  * f64 inputs of random shapes, loss = sum(op(x) * R) for a random R, and the
- * gradient from gr_gradients compared with central differences. Plus a
- * whole small MLP, unconnected inputs, and error cases. */
+ * gradient from gr_gradients compared with central differences. The same at
+ * orders 2 and 3: the loss becomes sum(d loss / dx * R') for a random R', so
+ * its gradient (second derivatives, built from the ops gradients emit) is
+ * compared with differences of the first-derivative graph. Plus a whole
+ * small MLP, unconnected inputs, and error cases. */
 #include <graphrun.h>
 #include <math.h>
 #include <stdlib.h>
@@ -46,8 +49,19 @@ static double run_loss(gr_session *sess, gr_feed *f, int n, gr_output loss) {
   return v;
 }
 
-/* Builds op(x), loss = sum(op(x) * R), and checks d loss / d x_i for float inputs. */
-static void check(const char *name, const spec *s, build_fn build) {
+/* sum(y * R) for a random R of y's (known) shape. */
+static gr_output random_weighted_sum(gr_graph *g, gr_output y) {
+  gr_tensor r = gt_random(&rng, GR_F64, y.node->out_shapes[y.index], -1, 1);
+  gr_output s = gr_reduce_sum(g, gr_mul(g, y, gr_const(g, &r)), NULL, 0, false);
+  gr_tensor_release(&r);
+  return s;
+}
+
+/* Builds op(x), loss = sum(op(x) * R), and checks d loss / d x_i for float
+ * inputs; at order > 1 the loss is first replaced order - 1 times by
+ * sum_i sum(d loss / d x_i * R_i), so the gradient checked is an order-th
+ * derivative. */
+static void check_order(const char *name, const spec *s, build_fn build, int order) {
   gr_graph *g = gr_graph_new();
   gr_output x[MAXIN];
   gr_tensor v[MAXIN];
@@ -66,9 +80,7 @@ static void check(const char *name, const spec *s, build_fn build) {
   }
   gr_shape ys = y.node->out_shapes[y.index];
   GR_CHECK_MSG(gr_shape_is_fully_known(&ys), "%s: output shape unknown", name);
-  gr_tensor r = gt_random(&rng, GR_F64, ys, -1, 1);
-  gr_output loss = gr_reduce_sum(g, gr_mul(g, y, gr_const(g, &r)), NULL, 0, false);
-  gr_tensor_release(&r);
+  gr_output loss = random_weighted_sum(g, y);
   gr_output xs[MAXIN], dx[MAXIN];
   int nx = 0, which[MAXIN];
   for (int i = 0; i < s->n; i++)
@@ -76,8 +88,16 @@ static void check(const char *name, const spec *s, build_fn build) {
       which[nx] = i;
       xs[nx++] = x[i];
     }
+  for (int k = 1; k < order; k++) {
+    GR_CHECK_MSG(gr_gradients(g, &loss, 1, xs, nx, NULL, false, dx) == GR_OK,
+                 "%s: order %d: gradients: %s", name, k, gr_graph_error(g)->msg);
+    if (gr_graph_error(g)) goto out;
+    gr_output terms[MAXIN];
+    for (int i = 0; i < nx; i++) terms[i] = random_weighted_sum(g, dx[i]);
+    loss = gr_add_n(g, terms, nx);
+  }
   gr_status st = gr_gradients(g, &loss, 1, xs, nx, NULL, false, dx);
-  GR_CHECK_MSG(st == GR_OK, "%s: gradients: %s", name,
+  GR_CHECK_MSG(st == GR_OK, "%s: order %d: gradients: %s", name, order,
                gr_graph_error(g) ? gr_graph_error(g)->msg : "");
   if (st != GR_OK) goto out;
   gr_error err;
@@ -99,8 +119,8 @@ static void check(const char *name, const spec *s, build_fn build) {
       gr_tensor_set_f64(t, e, x0);
       double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[k], e);
       if (!(fabs(num - ana) <= 1e-5 + 1e-4 * fabs(num))) {
-        GR_CHECK_MSG(false, "%s: d/d x%d[%lld]: analytic %.10g, numeric %.10g", name, which[k],
-                     (long long)e, ana, num);
+        GR_CHECK_MSG(false, "%s: order %d: d/d x%d[%lld]: analytic %.10g, numeric %.10g", name,
+                     order, which[k], (long long)e, ana, num);
         bad = 1;
       }
     }
@@ -111,6 +131,11 @@ static void check(const char *name, const spec *s, build_fn build) {
 out:
   for (int i = 0; i < s->n; i++) gr_tensor_release(&v[i]);
   gr_graph_free(g);
+}
+
+/* First, second and third derivatives. */
+static void check(const char *name, const spec *s, build_fn build) {
+  for (int order = 1; order <= 3; order++) check_order(name, s, build, order);
 }
 
 /* ---- specs ---------------------------------------------------------------------- */
@@ -361,6 +386,184 @@ static void test_whole_mlp(void) {
   check("mlp", &s, b_mlp);
 }
 
+/* ---- chains: derivatives of compositions --------------------------------------------- */
+
+static gr_output b_poly(gr_graph *g, const gr_output *x, const spec *s) { /* x^3 - 2x^2 + x/2 */
+  (void)s;
+  gr_output cube = gr_mul(g, gr_mul(g, x[0], x[0]), x[0]);
+  gr_output sq2 = gr_mul(g, gr_const_f64(g, 2), gr_square(g, x[0]));
+  return gr_add(g, gr_sub(g, cube, sq2), gr_div(g, x[0], gr_const_f64(g, 2)));
+}
+B2(b_mm_chain, gr_matmul(g, gr_tanh(g, gr_matmul(g, x[0], x[1], false, false)), x[2], false, true))
+B2(b_bcast_chain,
+   gr_sub(g, gr_mul(g, gr_sigmoid(g, gr_mul(g, x[0], x[1])), gr_exp(g, x[1])), gr_log(g, x[0])))
+B2(b_gather_chain, gr_mul(g, gr_gather(g, gr_tanh(g, x[0]), x[1], 0), gr_gather(g, x[0], x[1], 0)))
+/* each reduction's upstream gradient depends on x through the other */
+B2(b_reductions_chain, gr_mul(g, gr_reduce_mean(g, x[0], (int64_t[]){0}, 1, true),
+                              gr_reduce_sum(g, x[0], (int64_t[]){1}, 1, true)))
+/* the loss's upstream gradient depends on the logits too */
+B2(b_xent_chain, gr_mul(g, gr_sparse_softmax_cross_entropy(g, x[0], x[1]),
+                        gr_tanh(g, gr_reduce_sum(g, x[0], (int64_t[]){-1}, 1, false))))
+B2(b_reduce_chain, gr_div(g, gr_reduce_prod(g, gr_exp(g, x[0]), (int64_t[]){-1}, 1, true),
+                          gr_reduce_sum(g, gr_square(g, x[0]), NULL, 0, false)))
+
+static void test_chains(void) {
+  spec s = floats(1, (gr_shape[]){rs(2)}, -1.5, 1.5);
+  check("x^3 - 2x^2 + x/2", &s, b_poly);
+  int64_t m = gt_int(&rng, 1, 4), k = gt_int(&rng, 1, 4), n = gt_int(&rng, 1, 4);
+  s = floats(3, (gr_shape[]){{2, {m, k}}, {2, {k, n}}, {2, {2, n}}}, -1, 1);
+  check("matmul(tanh(matmul(a, b)), c^T)", &s, b_mm_chain);
+  gr_shape a = rs(3);
+  s = floats(2, (gr_shape[]){a, bcast_of(a)}, 0.5, 2);
+  check("sigmoid(a b) exp(b) - log(a), broadcasting", &s, b_bcast_chain);
+  s = floats(2, (gr_shape[]){(gr_shape){2, {4, 3}}, (gr_shape){1, {5}}}, -1, 1);
+  s.dtype[1] = GR_I64;
+  s.lo[1] = 0;
+  s.hi[1] = 3;
+  check("gather(tanh(p), i) gather(p, i)", &s, b_gather_chain);
+  s = floats(2, (gr_shape[]){{2, {3, 4}}, {1, {3}}}, -2, 2);
+  s.dtype[1] = GR_I64;
+  s.lo[1] = 0;
+  s.hi[1] = 3;
+  check("sparse_softmax_cross_entropy(l, y) tanh(sum(l))", &s, b_xent_chain);
+  s = floats(1, (gr_shape[]){{2, {3, 4}}}, -1, 1);
+  check("reduce_mean(x, 0) reduce_sum(x, 1)", &s, b_reductions_chain);
+  s = floats(1, (gr_shape[]){{2, {3, 4}}}, -1, 1); /* groups of 4: the product's upstream */
+  check("reduce_prod(exp(x)) / reduce_sum(x^2)", &s, b_reduce_chain); /* depends on x */
+}
+
+/* The reproducer: d/dx sum(d(x^3)/dx) = 6x, built in the DSL. */
+static void test_second_derivative_in_dsl(void) {
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  gr_error err;
+  const char *src = "x = const([1.0, -2.0, 0.5])\n"
+                    "d1 = gradients(x * x * x, x)\n"
+                    "d2 = gradients(reduce_sum(d1), x)\n";
+  gr_output d[2];
+  GR_CHECK_OK(gr_dsl_load_string("t.gr", src, g, NULL, &p, &err), err);
+  if (p && gr_dsl_lookup(p, "d1", &d[0]) && gr_dsl_lookup(p, "d2", &d[1])) {
+    gr_session *sess = gr_session_new(g, NULL, &err);
+    gr_tensor t[2];
+    GR_CHECK_OK(gr_session_run(sess, NULL, 0, d, 2, t, NULL, 0, &err), err);
+    const double xv[3] = {1.0, -2.0, 0.5};
+    for (int i = 0; i < 3; i++) {
+      GR_CHECK_NEAR(gr_tensor_get_f64(&t[0], i), 3 * xv[i] * xv[i], 1e-6);
+      GR_CHECK_NEAR(gr_tensor_get_f64(&t[1], i), 6 * xv[i], 1e-6);
+    }
+    for (int i = 0; i < 2; i++) gr_tensor_release(&t[i]);
+    gr_session_free(sess);
+  } else {
+    GR_CHECK_MSG(false, "d1 and d2 not bound");
+  }
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+}
+
+/* Hessian-vector products of an MLP loss: Hv = d(g . v)/dw against the
+ * central difference of the gradient along v, (g(w + eps v) - g(w - eps v)) / 2 eps. */
+static void hvp_case(const char *name, bool relu, bool sparse) {
+  enum { NP = 4 };
+  const gr_shape ps[NP] = {{2, {3, 5}}, {1, {5}}, {2, {5, 4}}, {1, {4}}};
+  gr_graph *g = gr_graph_new();
+  gr_tensor xt = gt_random(&rng, GR_F64, (gr_shape){2, {6, 3}}, -2, 2);
+  gr_output X = gr_const(g, &xt), w[NP], grads[NP], hv[NP], terms[NP];
+  gr_tensor wt[NP], vt[NP];
+  gr_feed f[NP];
+  for (int i = 0; i < NP; i++) {
+    char nm[8];
+    snprintf(nm, sizeof nm, "w%d", i);
+    w[i] = gr_placeholder(g, nm, GR_F64, ps[i]);
+    wt[i] = gt_random(&rng, GR_F64, ps[i], -1, 1);
+    vt[i] = gt_random(&rng, GR_F64, ps[i], -1, 1);
+    f[i] = (gr_feed){w[i], &wt[i]};
+  }
+  gr_output pre = gr_bias_add(g, gr_matmul(g, X, w[0], false, false), w[1]);
+  gr_output h = relu ? gr_relu(g, pre) : gr_tanh(g, pre);
+  gr_output logits = gr_bias_add(g, gr_matmul(g, h, w[2], false, false), w[3]);
+  gr_output per_example;
+  if (sparse) {
+    int64_t labels[6] = {0, 3, 1, 2, 2, 0};
+    per_example = gr_sparse_softmax_cross_entropy(
+        g, logits, gr_const_data(g, GR_I64, (gr_shape){1, {6}}, labels));
+  } else {
+    gr_tensor lt = gt_random(&rng, GR_F64, (gr_shape){2, {6, 4}}, -1, 1);
+    per_example = gr_softmax_cross_entropy(g, logits, gr_softmax(g, gr_const(g, &lt)));
+    gr_tensor_release(&lt);
+  }
+  gr_output loss = gr_reduce_mean(g, per_example, NULL, 0, false);
+  GR_CHECK(gr_gradients(g, &loss, 1, w, NP, NULL, false, grads) == GR_OK);
+  for (int i = 0; i < NP; i++)
+    terms[i] = gr_reduce_sum(g, gr_mul(g, grads[i], gr_const(g, &vt[i])), NULL, 0, false);
+  gr_output gv = gr_add_n(g, terms, NP);
+  GR_CHECK(gr_gradients(g, &gv, 1, w, NP, NULL, false, hv) == GR_OK);
+  gr_error err;
+  gr_session *sess = gr_session_new(g, NULL, &err);
+  gr_tensor got[NP], gp[NP], gm[NP];
+  const double eps = 1e-5;
+  GR_CHECK_OK(gr_session_run(sess, f, NP, hv, NP, got, NULL, 0, &err), err);
+  for (int sign = 1; sign >= -1; sign -= 2) {
+    for (int i = 0; i < NP; i++)
+      for (int64_t e = 0; e < gr_tensor_num_elements(&wt[i]); e++)
+        gr_tensor_set_f64(&wt[i], e,
+                          gr_tensor_get_f64(&wt[i], e) + sign * eps * gr_tensor_get_f64(&vt[i], e));
+    GR_CHECK_OK(gr_session_run(sess, f, NP, grads, NP, sign > 0 ? gp : gm, NULL, 0, &err), err);
+    if (sign > 0) /* back to w, then to w - eps v */
+      for (int i = 0; i < NP; i++)
+        for (int64_t e = 0; e < gr_tensor_num_elements(&wt[i]); e++)
+          gr_tensor_set_f64(&wt[i], e,
+                            gr_tensor_get_f64(&wt[i], e) - eps * gr_tensor_get_f64(&vt[i], e));
+  }
+  int bad = 0;
+  for (int i = 0; i < NP; i++) {
+    for (int64_t e = 0; e < gr_tensor_num_elements(&wt[i]) && !bad; e++) {
+      double num = (gr_tensor_get_f64(&gp[i], e) - gr_tensor_get_f64(&gm[i], e)) / (2 * eps);
+      double ana = gr_tensor_get_f64(&got[i], e);
+      if (!(fabs(num - ana) <= 1e-6 + 1e-4 * fabs(num))) {
+        GR_CHECK_MSG(false, "%s: (Hv) of w%d[%lld]: analytic %.10g, numeric %.10g", name, i,
+                     (long long)e, ana, num);
+        bad = 1;
+      }
+    }
+    gr_tensor_release(&got[i]);
+    gr_tensor_release(&gp[i]);
+    gr_tensor_release(&gm[i]);
+    gr_tensor_release(&wt[i]);
+    gr_tensor_release(&vt[i]);
+  }
+  gr_tensor_release(&xt);
+  gr_session_free(sess);
+  gr_graph_free(g);
+}
+static void test_mlp_hessian_vector_products(void) {
+  for (int rep = 0; rep < 2; rep++) {
+    hvp_case("tanh MLP, sparse cross-entropy", false, true);
+    hvp_case("tanh MLP, dense cross-entropy", false, false);
+    hvp_case("relu MLP, sparse cross-entropy", true, true);
+    hvp_case("relu MLP, dense cross-entropy", true, false);
+  }
+}
+
+/* Every op with inputs says what its gradient is: a gradient function, or
+ * GR_OP_NO_GRADIENT; only state updates have neither (an error on the path). */
+static void test_every_op_decides(void) {
+  gr_ops_register_all();
+  int missing = 0;
+  for (int i = 0; i < gr_op_registry_count(); i++) {
+    const gr_op_def *op = gr_op_registry_at(i);
+    if (gr_op_classify_gradient(op) != GR_OP_GRADIENT_MISSING) continue;
+    missing++;
+    GR_CHECK_MSG(op->flags & GR_OP_STATEFUL,
+                 "op %s has inputs but neither a gradient function nor GR_OP_NO_GRADIENT",
+                 op->name);
+  }
+  GR_CHECK(missing > 0); /* assign and the optimizers' updates */
+  GR_CHECK(gr_op_classify_gradient(gr_op_registry_find("sum_like")) == GR_OP_GRADIENT_DEFINED);
+  GR_CHECK(gr_op_classify_gradient(gr_op_registry_find("less")) == GR_OP_GRADIENT_STOPS);
+  GR_CHECK(gr_op_classify_gradient(gr_op_registry_find("const")) == GR_OP_GRADIENT_SOURCE);
+  GR_CHECK(gr_op_classify_gradient(gr_op_registry_find("assign")) == GR_OP_GRADIENT_MISSING);
+}
+
 static void test_unconnected_and_errors(void) {
   gr_graph *g = gr_graph_new();
   gr_output a = gr_placeholder(g, "a", GR_F64, (gr_shape){1, {3}});
@@ -391,6 +594,17 @@ static void test_unconnected_and_errors(void) {
   y = gr_reduce_sum(g, asg, NULL, 0, false);
   GR_CHECK(gr_gradients(g, &y, 1, &a, 1, NULL, false, d) == GR_ERR_UNIMPLEMENTED);
   GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "'store'");
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "op assign");
+  gr_graph_free(g);
+  /* the same when the op is in a first derivative's graph (its seed): the second fails */
+  g = gr_graph_new();
+  a = gr_placeholder(g, "a", GR_F64, (gr_shape){1, {3}});
+  v = gr_variable(g, "v", gr_zeros(g, GR_F64, (gr_shape){1, {3}}));
+  gr_output seed = gr_name(g, gr_assign(g, v, a), "seed_store"), sq = gr_square(g, a), d1;
+  GR_CHECK(gr_gradients(g, &sq, 1, &a, 1, &seed, false, &d1) == GR_OK);
+  y = gr_reduce_sum(g, d1, NULL, 0, false);
+  GR_CHECK(gr_gradients(g, &y, 1, &a, 1, NULL, false, d) == GR_ERR_UNIMPLEMENTED);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "'seed_store'");
   gr_graph_free(g);
 }
 
@@ -403,6 +617,10 @@ int main(void) {
   GR_RUN(test_shape_ops);
   GR_RUN(test_nn);
   GR_RUN(test_whole_mlp);
+  GR_RUN(test_chains);
+  GR_RUN(test_second_derivative_in_dsl);
+  GR_RUN(test_mlp_hessian_vector_products);
+  GR_RUN(test_every_op_decides);
   GR_RUN(test_unconnected_and_errors);
   return gr_test_finish();
 }
