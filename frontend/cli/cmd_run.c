@@ -21,7 +21,7 @@ static void usage(FILE *f) {
          "  --feed NAME=PATH   feed placeholder NAME from a file: IDX (also .gz), .npy or CSV;\n"
          "  --feed NAME=1,2,3  or a vector of numbers; --feed NAME=5: a scalar (repeatable)\n"
          "  --fetch A,B        names to fetch (default: the file's `fetch` names, else its last\n"
-         "                     binding)\n"
+         "                     binding; one without a value, a train op, runs as a target)\n"
          "  --target T,U       nodes to run for their effect each step, e.g. a train op\n"
          "                     (default: the file's `target` names)\n"
          "  --steps N          run N steps (default 1); shows progress on stderr\n"
