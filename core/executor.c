@@ -172,9 +172,10 @@ static void record_error(run_state *st, int i, gr_status code, const gr_error *k
 }
 
 /* The step's watchdog found the step stalled (gr_watch_run.cancel). */
-static void watchdog_cancel(void *arg, const gr_error *why) {
+static void watchdog_cancel(void *arg, const gr_error *why, gr_error *own) {
   run_state *st = arg;
   pthread_mutex_lock(&st->mu);
+  if (st->status != GR_OK) *own = st->err;
   cancel_run_locked(st, why);
 }
 

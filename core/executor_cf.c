@@ -499,6 +499,7 @@ static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_t
                  n->op->name, kerr->msg);
       r->status = s;
       r->err.code = s;
+      pthread_cond_broadcast(&r->cv); /* the run's thread stops the other devices */
     }
     r->cancelled = 1;
     dead = true;
@@ -661,9 +662,10 @@ static void run_token(cf_run *r, token tok) {
 }
 
 /* The step's watchdog found the step stalled: stop it as a kernel error would. */
-static void cf_watchdog_cancel(void *arg, const gr_error *why) {
+static void cf_watchdog_cancel(void *arg, const gr_error *why, gr_error *own) {
   cf_run *r = arg;
   cf_lock(r);
+  if (r->status != GR_OK) *own = r->err;
   if (r->status == GR_OK) r->status = why->code, r->err = *why;
   r->cancelled = 1;
   pthread_cond_broadcast(&r->cv);
@@ -714,6 +716,7 @@ gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fet
     cf_lock(&r);
   }
   for (int k = 0; k < e->num_roots; k++) push_token(&r, e->roots[k], root, 0);
+  bool stopped_devices = false;
   for (;;) {
     if (r.qcount > 0) {
       token tok = r.q[r.qhead];
@@ -727,6 +730,15 @@ gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fet
       continue;
     }
     if (r.outstanding == 0 && r.tasks == 0) break;
+    if (r.cancelled && step->rendezvous && !stopped_devices) {
+      /* receives still waiting would wait for ever for devices this one no longer feeds */
+      stopped_devices = true;
+      cf_unlock(&r);
+      gr_rendezvous_abort(step->rendezvous, GR_ERR_CANCELLED,
+                          "the step was cancelled on another device");
+      cf_lock(&r);
+      continue;
+    }
     if (r.single) { /* nothing queued, nothing running, nobody else to wait for */
       GR_ASSERT(r.outstanding == 0);
       break;

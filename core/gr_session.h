@@ -47,6 +47,14 @@ typedef struct gr_session_options {
                            GR_ERR_DEADLINE_EXCEEDED naming the nodes still waiting and
                            their devices. A long computation is progress, not a stall.
                            0: no limit (the default). Costs a thread per session. */
+  bool soft_placement;  /* a node whose device spec matches no device of this session (a
+                           pin to /job:worker/task:1 run on one process) runs on one of
+                           its devices instead of failing, as TensorFlow's
+                           allow_soft_placement: the device the placer assigned it, else
+                           the one of the spec's type and index, else device 0; each such
+                           spec is noted once through log_fn */
+  void (*log_fn)(void *arg, const char *msg); /* notes (soft placement); NULL: stderr */
+  void *log_arg;
 } gr_session_options;
 
 typedef struct gr_feed {
@@ -70,6 +78,15 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
                                 const gr_output *fetches, int num_fetches, gr_tensor *results,
                                 const gr_output *targets, int num_targets, gr_step_trace *trace,
                                 gr_error *err);
+
+/* Checks a step's arguments as gr_session_run does before running anything:
+ * every endpoint is a node of this session's graph, every feed has a value
+ * and no endpoint is fed twice, and every placeholder the fetches and
+ * targets need is fed (the error names it and who needs it). Runs nothing.
+ * graphrun calls it first to tell an input error (exit 2) from a failed step. */
+gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_feeds,
+                                 const gr_output *fetches, int num_fetches,
+                                 const gr_output *targets, int num_targets, gr_error *err);
 
 /* Runs the initialiser of every variable of the graph that has no value yet. */
 gr_status gr_session_init_variables(gr_session *s, gr_error *err);

@@ -38,7 +38,9 @@ struct gr_session {
   int num_cached;
   int64_t step;
   int init_depth;
-  uint64_t incarnation;           /* in every rendezvous key of this session */
+  uint64_t incarnation; /* in every rendezvous key of this session */
+  char **soft_noted;    /* specs soft placement has reported (under mu) */
+  int num_soft_noted;
   int64_t last_sends, last_bytes; /* the latest step's transfers (atomics) */
 };
 
@@ -113,6 +115,8 @@ void gr_session_free(gr_session *s) {
   for (size_t i = 0; i < s->cache.cap; i++)
     if (s->cache.slots[i].key) prepared_free(s->cache.slots[i].value);
   gr_strmap_free(&s->cache);
+  for (int i = 0; i < s->num_soft_noted; i++) free(s->soft_noted[i]);
+  free(s->soft_noted);
   gr_threadpool_free(s->pool);
   gr_watchdog_free(s->watchdog);
   gr_resource_mgr_free(s->resources);
@@ -196,10 +200,50 @@ static int device_named(const gr_session *s, const char *name) {
   return -1;
 }
 
+/* Soft placement: where a node whose spec matches no device of this session
+ * runs: the session device the placer assigned it, else the session's device
+ * of the spec's type and index, else of its type, else device 0. */
+static int soft_device(const gr_session *s, const gr_node *node, const gr_device_spec *spec) {
+  int k = device_named(s, node->assigned_device);
+  if (k >= 0) return k;
+  gr_device_spec local = gr_device_spec_any();
+  memcpy(local.type, spec->type, sizeof local.type);
+  local.id = spec->id;
+  for (int pass = 0; pass < 2; pass++, local.id = GR_DEVICE_ANY)
+    for (k = 0; k < s->opts.num_devices; k++)
+      if (gr_device_spec_matches(&local, &s->devices[k])) return k;
+  return 0;
+}
+
+/* Tells the user, once per spec and session, that soft placement moved it. */
+static void note_soft(gr_session *s, const gr_node *node, const char *request, int k) {
+  pthread_mutex_lock(&s->mu);
+  bool seen = false;
+  for (int i = 0; i < s->num_soft_noted && !seen; i++) seen = !strcmp(s->soft_noted[i], request);
+  char **more =
+      seen ? NULL : realloc(s->soft_noted, sizeof(char *) * (size_t)(s->num_soft_noted + 1));
+  if (more) {
+    s->soft_noted = more;
+    if ((more[s->num_soft_noted] = strdup(request))) s->num_soft_noted++;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (seen) return;
+  char msg[GR_ERROR_MSG_MAX];
+  snprintf(msg, sizeof msg,
+           "soft placement: no device of this session matches '%s': the nodes pinned there run "
+           "on this session's devices ('%s' on %s)",
+           request, node->name, s->device_names[k]);
+  if (s->opts.log_fn)
+    s->opts.log_fn(s->opts.log_arg, msg);
+  else
+    fprintf(stderr, "graphrun: note: %s\n", msg);
+}
+
 /* Resolves each needed node's device: a device assigned already (by the
  * placer) that is one of the session's and satisfies the node's spec stays;
  * otherwise the first session device that the requested (or colocated)
- * spec matches.
+ * spec matches; with none, soft placement picks one (soft_device) or it is
+ * an error.
  * *num_used: how many different devices the nodes use. */
 static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_used,
                                 gr_error *err) {
@@ -223,7 +267,10 @@ static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_
     }
     k = 0;
     while (k < s->opts.num_devices && !gr_device_spec_matches(&spec, &s->devices[k])) k++;
-    if (k == s->opts.num_devices) {
+    if (k == s->opts.num_devices && s->opts.soft_placement) {
+      k = soft_device(s, node, &spec);
+      note_soft(s, node, request, k);
+    } else if (k == s->opts.num_devices) {
       char list[512];
       size_t m = 0;
       for (int d = 0; d < s->opts.num_devices && m < sizeof list - 1; d++)
@@ -231,7 +278,8 @@ static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_
       free(used);
       return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                           "node '%s': device spec '%s' matches no device of this session "
-                          "(devices: %s)",
+                          "(devices: %s); soft placement would run it on one of them "
+                          "(graphrun run --soft-placement; gr_session_options.soft_placement)",
                           node->name, request, list);
     }
     if (!used[k]) ++*num_used;
@@ -243,21 +291,12 @@ static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_
   return GR_OK;
 }
 
-static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_output *fetches,
-                         int nx, const gr_output *targets, int nt, prepared **out, gr_error *err) {
-  gr_graph *g = s->graph;
-  int total = gr_graph_num_nodes(g);
-  char *needed = calloc((size_t)total + 1, 1);
-  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
-  int *stack = malloc(sizeof(int) * ((size_t)total + 1));
-  gr_node **nodes = malloc(sizeof(gr_node *) * ((size_t)total + 1));
-  gr_output *feed_eps = malloc(sizeof(gr_output) * ((size_t)nf + 1));
-  prepared *p = calloc(1, sizeof *p);
-  gr_status st = GR_OK;
-  if (!needed || !parent || !stack || !nodes || !feed_eps || !p) {
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
+/* Marks needed[id] for every node the fetches and targets need, walking
+ * back through data and control inputs and stopping at fed endpoints;
+ * parent[id]: the node that needs it (-1: fetched or a target). stack: room
+ * for every node. */
+static void mark_needed(gr_graph *g, const gr_feed *feeds, int nf, const gr_output *fetches, int nx,
+                        const gr_output *targets, int nt, char *needed, int *parent, int *stack) {
   int sp = 0;
   for (int i = 0; i < nx; i++)
     if (!is_fed(feeds, nf, fetches[i]) && !needed[fetches[i].node->id]) {
@@ -288,19 +327,40 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
       stack[sp++] = d->id;
     }
   }
+}
+
+/* The error for a needed placeholder n that is not fed. */
+static gr_status unfed_placeholder(gr_graph *g, const gr_node *n, int parent, gr_error *err) {
+  if (parent >= 0)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "placeholder '%s' must be fed: it is needed by '%s'", n->name,
+                        gr_graph_node(g, parent)->name);
+  return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                      "placeholder '%s' must be fed: it is fetched or run as a target", n->name);
+}
+
+static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_output *fetches,
+                         int nx, const gr_output *targets, int nt, prepared **out, gr_error *err) {
+  gr_graph *g = s->graph;
+  int total = gr_graph_num_nodes(g);
+  char *needed = calloc((size_t)total + 1, 1);
+  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
+  int *stack = malloc(sizeof(int) * ((size_t)total + 1));
+  gr_node **nodes = malloc(sizeof(gr_node *) * ((size_t)total + 1));
+  gr_output *feed_eps = malloc(sizeof(gr_output) * ((size_t)nf + 1));
+  prepared *p = calloc(1, sizeof *p);
+  gr_status st = GR_OK;
+  if (!needed || !parent || !stack || !nodes || !feed_eps || !p) {
+    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  mark_needed(g, feeds, nf, fetches, nx, targets, nt, needed, parent, stack);
   int nn = 0, nvars = 0;
   for (int id = 0; id < total; id++) {
     if (!needed[id]) continue;
     gr_node *n = gr_graph_node(g, id);
     if (n->op->flags & GR_OP_PLACEHOLDER) {
-      if (parent[id] >= 0)
-        st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                          "placeholder '%s' must be fed: it is needed by '%s'", n->name,
-                          gr_graph_node(g, parent[id])->name);
-      else
-        st =
-            gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                         "placeholder '%s' must be fed: it is fetched or run as a target", n->name);
+      st = unfed_placeholder(g, n, parent[id], err);
       goto done;
     }
     if (n->op->flags & GR_OP_VARIABLE) nvars++;
@@ -424,14 +484,14 @@ gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
                                num_targets, NULL, err);
 }
 
-gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_feeds,
-                                const gr_output *fetches, int num_fetches, gr_tensor *results,
-                                const gr_output *targets, int num_targets, gr_step_trace *trace,
-                                gr_error *err) {
+/* The arguments of a run: arrays, endpoints of this graph, feeds with
+ * values and none fed twice. */
+static gr_status check_args(gr_session *s, const gr_feed *feeds, int num_feeds,
+                            const gr_output *fetches, int num_fetches, const gr_output *targets,
+                            int num_targets, gr_error *err) {
   if (num_feeds < 0 || num_fetches < 0 || num_targets < 0 || (num_feeds && !feeds) ||
-      (num_fetches && (!fetches || !results)) || (num_targets && !targets))
+      (num_fetches && !fetches) || (num_targets && !targets))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run: bad argument arrays");
-  for (int i = 0; i < num_fetches; i++) results[i] = gr_tensor_empty();
   for (int i = 0; i < num_feeds; i++) {
     GR_TRY(check_endpoint(s, feeds[i].output, "feed", i, err));
     if (!feeds[i].value)
@@ -445,6 +505,43 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
   }
   for (int i = 0; i < num_fetches; i++) GR_TRY(check_endpoint(s, fetches[i], "fetch", i, err));
   for (int i = 0; i < num_targets; i++) GR_TRY(check_endpoint(s, targets[i], "target", i, err));
+  return GR_OK;
+}
+
+gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_feeds,
+                                 const gr_output *fetches, int num_fetches,
+                                 const gr_output *targets, int num_targets, gr_error *err) {
+  GR_TRY(check_args(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets, err));
+  int total = gr_graph_num_nodes(s->graph);
+  char *needed = calloc((size_t)total + 1, 1);
+  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
+  int *stack = malloc(sizeof(int) * ((size_t)total + 1));
+  gr_status st = GR_OK;
+  if (!needed || !parent || !stack) {
+    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    mark_needed(s->graph, feeds, num_feeds, fetches, num_fetches, targets, num_targets, needed,
+                parent, stack);
+    for (int id = 0; id < total && st == GR_OK; id++) {
+      gr_node *n = gr_graph_node(s->graph, id);
+      if (needed[id] && (n->op->flags & GR_OP_PLACEHOLDER))
+        st = unfed_placeholder(s->graph, n, parent[id], err);
+    }
+  }
+  free(needed);
+  free(parent);
+  free(stack);
+  return st;
+}
+
+gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_feeds,
+                                const gr_output *fetches, int num_fetches, gr_tensor *results,
+                                const gr_output *targets, int num_targets, gr_step_trace *trace,
+                                gr_error *err) {
+  if (num_fetches > 0 && !results)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run: bad argument arrays");
+  for (int i = 0; i < num_fetches; i++) results[i] = gr_tensor_empty();
+  GR_TRY(check_args(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets, err));
   const gr_error *ge = gr_graph_error(s->graph);
   if (ge) return gr_error_set(err, ge->code, "the graph has a build error: %s", ge->msg);
 

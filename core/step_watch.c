@@ -22,8 +22,9 @@ struct gr_step_watch {
   gr_watch_run *runs;
   gr_rendezvous *rv;
   bool fired;
-  int firing; /* the watchdog is cancelling the step outside mu */
-  gr_error err;
+  int firing;   /* the watchdog is cancelling the step outside mu */
+  gr_error err; /* the stall */
+  gr_error own; /* a run's own earlier error (code GR_OK: none) */
 };
 
 struct gr_watchdog {
@@ -118,8 +119,15 @@ static void fire(gr_watchdog *d, gr_step_watch *w) {
   pthread_mutex_unlock(&w->mu);
   pthread_mutex_unlock(&d->mu);
   /* no run joins or leaves while firing: the list is stable */
+  /* the runs first, so that what they had failed with before is told apart
+   * from the receives that the abort fails */
+  gr_error own = {GR_OK, ""};
+  for (gr_watch_run *r = w->runs; r; r = r->next) {
+    gr_error e = {GR_OK, ""};
+    r->cancel(r->arg, &why, &e);
+    if (own.code == GR_OK && e.code != GR_OK && e.code != GR_ERR_CANCELLED) own = e;
+  }
   if (rv) gr_rendezvous_abort(rv, why.code, why.msg);
-  for (gr_watch_run *r = w->runs; r; r = r->next) r->cancel(r->arg, &why);
   /* kernels still waiting get their kept cancel callbacks, a batch at a time */
   for (;;) {
     enum { BATCH = 16 };
@@ -138,6 +146,7 @@ static void fire(gr_watchdog *d, gr_step_watch *w) {
     if (k < BATCH) break;
   }
   pthread_mutex_lock(&w->mu);
+  w->own = own;
   w->firing--;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
@@ -236,9 +245,12 @@ gr_status gr_watchdog_end_step(gr_watchdog *d, gr_step_watch *w, gr_status st, g
   pthread_mutex_lock(&w->mu);
   while (w->firing) pthread_cond_wait(&w->cv, &w->mu);
   GR_ASSERT(w->waits == NULL && w->runs == NULL);
-  if (st != GR_OK && w->fired) {
-    st = w->err.code;
-    if (err) *err = w->err;
+  /* a failure the watchdog caused (runs it cancelled, receives it aborted) is
+   * replaced by the cause; a run's own error is kept */
+  if (w->fired && (st == GR_ERR_DEADLINE_EXCEEDED || st == GR_ERR_CANCELLED)) {
+    const gr_error *cause = w->own.code != GR_OK ? &w->own : &w->err;
+    st = cause->code;
+    if (err) *err = *cause;
   }
   pthread_mutex_unlock(&w->mu);
   pthread_cond_destroy(&w->cv);
@@ -309,7 +321,8 @@ void gr_watch_attach_run(gr_step_watch *w, gr_watch_run *r) {
   }
   gr_error why = w->err;
   pthread_mutex_unlock(&w->mu);
-  if (fired) r->cancel(r->arg, &why);
+  gr_error own;
+  if (fired) r->cancel(r->arg, &why, &own); /* it has just started: no error of its own */
 }
 
 void gr_watch_detach_run(gr_step_watch *w, gr_watch_run *r) {

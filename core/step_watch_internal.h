@@ -48,9 +48,10 @@ typedef struct gr_watch_wait {
 /* An executor run of the step and how to cancel it. */
 typedef struct gr_watch_run {
   struct gr_watch_run *prev, *next;
-  /* Fails the run with *why (unless it failed already) and cancels its
-   * async kernels. Called from the watchdog thread. */
-  void (*cancel)(void *arg, const gr_error *why);
+  /* Fails the run with *why and cancels its async kernels; when the run had
+   * failed already (a kernel error that then left the step waiting), copies
+   * that error into *own instead. Called from the watchdog thread. */
+  void (*cancel)(void *arg, const gr_error *why, gr_error *own);
   void *arg;
 } gr_watch_run;
 
@@ -61,9 +62,10 @@ void gr_watchdog_free(gr_watchdog *d);
 /* A new watch for a step that starts now; NULL when out of memory. */
 gr_step_watch *gr_watchdog_begin_step(gr_watchdog *d);
 /* Ends the step and frees w (waits for a firing watchdog to finish with it).
- * Returns st, except that a failed step that the watchdog stopped returns
- * GR_ERR_DEADLINE_EXCEEDED with the watchdog's message in err: the root
- * cause, not the cancellations it caused. */
+ * Returns st, except for a failed step that the watchdog stopped: then the
+ * root cause, not the cancellations it caused, goes to err -- the first
+ * error a run of the step had before it stalled, else the watchdog's
+ * GR_ERR_DEADLINE_EXCEEDED naming the waiting nodes. */
 gr_status gr_watchdog_end_step(gr_watchdog *d, gr_step_watch *w, gr_status st, gr_error *err);
 
 /* ---- hooks for executors (w may be NULL) ---------------------------------------------- */

@@ -48,11 +48,24 @@ int cli_split_names(char *s, const char **names, int n) {
   return n;
 }
 
-void cli_default_names(const gr_dsl_program *p, bool fetch, const char **names, int *n) {
-  if (*n) return;
-  int k = fetch ? gr_dsl_num_fetches(p) : gr_dsl_num_targets(p);
-  for (int i = 0; i < k && *n < CLI_MAX_NAMES; i++)
-    names[(*n)++] = fetch ? gr_dsl_fetch_name(p, i) : gr_dsl_target_name(p, i);
+void cli_default_names(const gr_dsl_program *p, const char **fetch, int *nfetch,
+                       const char **target, int *ntarget) {
+  bool default_targets = *ntarget == 0;
+  for (int i = 0; default_targets && i < gr_dsl_num_targets(p) && *ntarget < CLI_MAX_NAMES; i++)
+    target[(*ntarget)++] = gr_dsl_target_name(p, i);
+  if (*nfetch) return;
+  for (int i = 0; i < gr_dsl_num_fetches(p) && *nfetch < CLI_MAX_NAMES; i++) {
+    const char *name = gr_dsl_fetch_name(p, i);
+    gr_output o;
+    if (!gr_dsl_lookup(p, name, &o) || o.index >= 0) {
+      fetch[(*nfetch)++] = name; /* an unknown name is reported by the lookup */
+      continue;
+    }
+    /* no outputs: a train op (`train = minimize(...)` bound last) runs instead */
+    bool listed = !default_targets;
+    for (int k = 0; k < *ntarget && !listed; k++) listed = strcmp(target[k], name) == 0;
+    if (!listed && *ntarget < CLI_MAX_NAMES) target[(*ntarget)++] = name;
+  }
 }
 
 int cli_lookup_names(const char *cmd, const gr_dsl_program *p, const char *const *names, int n,
@@ -184,14 +197,30 @@ static gr_status read_csv(const char *path, const unsigned char *d, size_t len, 
   return st;
 }
 
+/* "5" (a scalar) or "1,2,3" (a vector): true when all of s is numbers
+ * separated by commas; *n gets their count (stored in vals when not NULL). */
+static bool parse_inline(const char *s, double *vals, int64_t *n) {
+  *n = 0;
+  for (const char *p = s;; p++) {
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p) return false;
+    if (vals) vals[*n] = v;
+    ++*n;
+    p = end;
+    if (*p == '\0') return true;
+    if (*p != ',') return false;
+  }
+}
+
 gr_status cli_read_tensor(const char *path, gr_dtype dtype, gr_tensor *out, gr_error *err) {
   *out = gr_tensor_empty();
-  char *end;
-  double v = strtod(path, &end);
   gr_tensor raw;
-  if (end != path && *end == '\0' && access(path, F_OK) != 0) {
-    GR_TRY(gr_tensor_alloc(&raw, GR_F64, &(gr_shape){0, {0}}, err));
-    gr_tensor_set_f64(&raw, 0, v);
+  int64_t n;
+  if (parse_inline(path, NULL, &n) && access(path, F_OK) != 0) {
+    bool vector = strchr(path, ',') != NULL;
+    GR_TRY(gr_tensor_alloc(&raw, GR_F64, &(gr_shape){vector ? 1 : 0, {n}}, err));
+    parse_inline(path, gr_tensor_data(&raw), &n);
   } else {
     /* the format from the first bytes (after gzip): .npy, IDX, else CSV */
     unsigned char head[6] = {0};

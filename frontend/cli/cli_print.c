@@ -9,12 +9,30 @@
 #define EDGE      3
 #define THRESHOLD 1000
 
+/* The shortest "%g" form of v with at most max_digits significant digits
+ * that reads back as v exactly (as a float when f32), else max_digits: the
+ * text is 0.4, not 0.40000001, for the float nearest 0.4. Trying from 6
+ * digits is enough: a shorter form shows as itself there (%g drops zeros). */
+static void shortest(char *buf, size_t cap, double v, bool f32, int max_digits) {
+  for (int prec = 6; prec <= max_digits; prec++) {
+    snprintf(buf, cap, "%.*g", prec, v);
+    double back = strtod(buf, NULL);
+    if (f32 ? (float)back == (float)v : back == v) return;
+  }
+}
+
+/* Element i of an integer tensor, exact (an i64 above 2^53 is not a double). */
+static long long int_elem(const gr_tensor *t, int64_t i) {
+  if (t->dtype == GR_I64) return (long long)((const int64_t *)gr_tensor_data(t))[i];
+  return (long long)gr_tensor_get_f64(t, i);
+}
+
 static void format_elem(const gr_tensor *t, int64_t i, char *buf, size_t cap, bool scalar) {
   double v = gr_tensor_get_f64(t, i);
   if (t->dtype == GR_BOOL)
     snprintf(buf, cap, "%s", v != 0 ? "True" : "False");
   else if (gr_dtype_is_integer(t->dtype))
-    snprintf(buf, cap, "%lld", (long long)v);
+    snprintf(buf, cap, "%lld", int_elem(t, i));
   else if (isnan(v))
     snprintf(buf, cap, "nan");
   else if (isinf(v))
@@ -22,7 +40,7 @@ static void format_elem(const gr_tensor *t, int64_t i, char *buf, size_t cap, bo
   else if (v == floor(v) && fabs(v) < 1e16)
     snprintf(buf, cap, scalar ? "%.1f" : "%.0f.", v);
   else
-    snprintf(buf, cap, "%.8g", v);
+    shortest(buf, cap, v, t->dtype == GR_F32, 8); /* as NumPy: 8 digits at most */
 }
 
 typedef struct printer {
@@ -104,11 +122,16 @@ static void json_rec(FILE *f, const gr_tensor *t, int axis, int64_t base) {
     if (t->dtype == GR_BOOL)
       fputs(v != 0 ? "true" : "false", f);
     else if (gr_dtype_is_integer(t->dtype))
-      fprintf(f, "%lld", (long long)v);
-    else if (!isfinite(v))
-      fputs("null", f);
-    else
-      fprintf(f, "%.9g", v);
+      fprintf(f, "%lld", int_elem(t, base));
+    else if (isnan(v)) /* JSON has no NaN or infinity: strings, as pandas reads them */
+      fputs("\"NaN\"", f);
+    else if (isinf(v))
+      fputs(v > 0 ? "\"Infinity\"" : "\"-Infinity\"", f);
+    else { /* full round-trip precision: 9 digits make any float exact, 17 any double */
+      char buf[40];
+      shortest(buf, sizeof buf, v, t->dtype == GR_F32, t->dtype == GR_F32 ? 9 : 17);
+      fputs(buf, f);
+    }
     return;
   }
   int64_t stride = 1;

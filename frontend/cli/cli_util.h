@@ -22,24 +22,43 @@ int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **
 /* Splits "a,b" in place into names[n..] (pointers into s; empty names are
  * skipped); returns the new count, at most CLI_MAX_NAMES. */
 int cli_split_names(char *s, const char **names, int n);
-/* When *n is 0: the file's default fetches (fetch true: its `fetch` names,
- * else its last binding) or its `target` names. */
-void cli_default_names(const gr_dsl_program *p, bool fetch, const char **names, int *n);
+/* What the options leave unset (a count of 0) from the file: its `target`
+ * names, and its `fetch` names, else its last binding. A default fetch
+ * without outputs (a train op bound last, as in a file with `target train`
+ * and no `fetch`) is not fetched: it runs as a target, unless the targets
+ * came from the options. */
+void cli_default_names(const gr_dsl_program *p, const char **fetch, int *nfetch,
+                       const char **target, int *ntarget);
 /* Looks up names as fetches (an output) or targets (any node). On an unknown
  * name prints "graphrun CMD: ..." and returns GR_EXIT_USAGE, else GR_EXIT_OK. */
 int cli_lookup_names(const char *cmd, const gr_dsl_program *p, const char *const *names, int n,
                      bool fetch, gr_output *out);
 
+/* *path = dir/NAME.EXT (ext with its dot), a new string (free), making
+ * subdirectories for '/' in name; a name that would leave dir ("..", empty
+ * components, absolute) is refused. On failure prints "graphrun CMD: ..."
+ * and returns GR_EXIT_FAILURE. */
+int cli_out_path(const char *cmd, const char *dir, const char *name, const char *ext, char **path);
+
+/* Prints a failed run's error to stderr: "FILE:LINE:COL: WHEN: node ..."
+ * when the error names a node built from a .gr file (the position moved to
+ * the front), else "graphrun CMD: WHEN: ..."; when may be NULL. */
+void cli_print_run_error(const char *cmd, const char *when, const gr_error *err);
+
 /* Reads a tensor from an IDX file (also .gz), a .npy file or a CSV file
  * (chosen by content and extension), converted to dtype (GR_DTYPE_INVALID:
- * keep the file's). A plain number is accepted as a scalar. The result holds
+ * keep the file's). Unless a file of that name exists, a number is a scalar
+ * ("5") and numbers separated by commas a vector ("1,2,3"). The result holds
  * one reference (gr_tensor_release). */
 gr_status cli_read_tensor(const char *path, gr_dtype dtype, gr_tensor *out, gr_error *err);
 
 /* NumPy-like text: "238.0", "[1. 2. 3.]", rows on lines, big tensors shortened
  * with "..." (at most edge items per axis at each end when over threshold). */
 void cli_print_tensor(FILE *f, const gr_tensor *t);
-/* {"dtype": "f32", "shape": [2], "data": [1.0, 2.0]} (all elements). */
+/* {"dtype": "f32", "shape": [2], "data": [1, 2.5]} (all elements): floats
+ * in the shortest form that reads back exactly (f64 to the last bit), NaN
+ * and infinities as the strings "NaN", "Infinity", "-Infinity" (JSON has no
+ * such numbers), integers exact, bools as true/false. */
 void cli_print_tensor_json(FILE *f, const gr_tensor *t);
 
 /* Progress of a step loop: a bar with rate, ETA and the last scalar on a

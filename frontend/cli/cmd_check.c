@@ -76,8 +76,7 @@ static void print_names(const char *what, const char *const *names, int n) {
 /* The graph passes for the fetches and targets, and what each removed. */
 static int print_pass_stats(gr_graph *g, gr_dsl_program *p, const char **fetch_names, int nfetch,
                             const char **target_names, int ntarget, const gr_passes_options *o) {
-  cli_default_names(p, true, fetch_names, &nfetch);
-  cli_default_names(p, false, target_names, &ntarget);
+  cli_default_names(p, fetch_names, &nfetch, target_names, &ntarget);
   int n = gr_graph_num_nodes(g);
   gr_output *fetches = malloc(sizeof(gr_output) * ((size_t)nfetch + 1));
   gr_output *targets = malloc(sizeof(gr_output) * ((size_t)(ntarget ? ntarget : n) + 1));

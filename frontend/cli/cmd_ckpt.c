@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "checkpoints/gr_checkpoints.h"
+#include "cli_util.h"
 #include "commands.h"
 
 static const char usage_text[] =
@@ -329,38 +330,13 @@ static int cmd_verify(gr_ckpt *ck) {
 
 /* ---- export ------------------------------------------------------------------------ */
 
-/* dir/name.npy, making subdirectories for '/' in name; refuses names that
- * would leave dir ("..", empty components, absolute). */
+/* dir/name.npy (cli_out_path: subdirectories for '/', nothing outside dir). */
 static int export_one(gr_ckpt *ck, int64_t step, const char *dir, const char *name) {
-  size_t len = strlen(dir) + strlen(name) + 8;
-  char *path = malloc(len);
-  if (!path) return GR_EXIT_FAILURE;
-  bool safe = name[0] && name[0] != '/';
-  for (const char *p = name; safe && *p;) {
-    size_t c = strcspn(p, "/");
-    if (c == 0 || (c == 1 && p[0] == '.') || (c == 2 && p[0] == '.' && p[1] == '.')) safe = false;
-    p += c + (p[c] == '/');
-  }
-  if (!safe) {
-    fprintf(stderr, "graphrun ckpt export: tensor name '%s' is not a safe file path; skipped\n",
-            name);
-    free(path);
-    return GR_EXIT_FAILURE;
-  }
-  snprintf(path, len, "%s/%s.npy", dir, name);
-  for (char *p = path + strlen(dir) + 1; (p = strchr(p, '/')); p++) {
-    *p = '\0';
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-      fprintf(stderr, "graphrun ckpt export: cannot create directory '%s': %s\n", path,
-              strerror(errno));
-      free(path);
-      return GR_EXIT_FAILURE;
-    }
-    *p = '/';
-  }
+  char *path;
+  int rc = cli_out_path("ckpt export", dir, name, ".npy", &path);
+  if (rc != GR_EXIT_OK) return rc;
   gr_tensor t;
   gr_error err;
-  int rc = GR_EXIT_OK;
   if (gr_ckpt_read_tensor(ck, step, name, &t, &err) != GR_OK) {
     rc = fail(&err);
   } else {

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli_util.h"
@@ -10,43 +11,49 @@
 #include "placer/gr_placer.h"
 
 #define MAX_ITEMS CLI_MAX_NAMES
+/* The most inter-op threads a session takes (gr_session_new refuses more). */
+#define GR_CLI_MAX_THREADS 1024
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: graphrun run FILE.gr [options]\n\n"
-          "Builds the graph of FILE.gr, runs it and prints the fetched tensors.\n\n"
-          "  --feed NAME=PATH   feed placeholder NAME from a file: IDX (also .gz), .npy or CSV,\n"
-          "                     or a number (repeatable)\n"
-          "  --fetch A,B        names to fetch (default: the file's `fetch` names, else its last\n"
-          "                     binding)\n"
-          "  --target T,U       nodes to run for their effect each step, e.g. a train op\n"
-          "                     (default: the file's `target` names)\n"
-          "  --steps N          run N steps (default 1); shows progress on stderr\n"
-          "  --seed S           graph-level random seed (default 0)\n"
-          "  --threads T        inter-op threads (default: number of cores)\n"
-          "  --devices N        local CPU devices /job:localhost/replica:0/task:0/device:CPU:K\n"
-          "                     (default 1); a step spread over several runs one executor per\n"
-          "                     device, joined by send/recv (docs/partitioning.md)\n"
-          "  --placement P      where unpinned nodes run with --devices: 'pins' (device 0, the\n"
-          "                     default), 'cost' (the cost-model placer), 'round-robin' (node\n"
-          "                     i on device i mod N: spreads every graph, for testing)\n"
-          "  --schedule-recvs   with --devices: start each receive as late as a critical-path\n"
-          "                     estimate allows (holds received values for less time)\n"
-          "  --trace PATH       write the last step's node runs (device, start, duration,\n"
-          "                     bytes) as a Chrome trace: open in ui.perfetto.dev\n"
-          "  --eval A,B         after the last step, run once more fetching A,B only (no\n"
-          "                     targets), e.g. a test accuracy\n"
-          "  --timeout S        fail a step in which no kernel runs or finishes for S seconds (a\n"
-          "                     deadlock), naming the nodes still waiting (default 300; 0: no\n"
-          "                     limit)\n"
-          "  --json             print the fetches of the last step as one JSON object\n"
-          "  --quiet            no progress display\n"
-          "  --ckpt PATH        checkpoint file (SQLite): restore the latest checkpoint on start\n"
-          "                     and save to it; --steps then counts all steps, restored ones too\n"
-          "  --save-every N     save every N steps (default: only at the end)\n"
-          "  --keep K           keep the newest K checkpoints (default 5; 0 keeps all)\n"
-          "  --no-restore       start fresh even if PATH has checkpoints\n\n"
-          "Exit codes: 0 ok, 1 runtime failure, 2 usage or input error.\n");
+  fprintf(
+      f, "usage: graphrun run FILE.gr [options]\n\n"
+         "Builds the graph of FILE.gr, runs it and prints the fetched tensors.\n\n"
+         "  --feed NAME=PATH   feed placeholder NAME from a file: IDX (also .gz), .npy or CSV;\n"
+         "  --feed NAME=1,2,3  or a vector of numbers; --feed NAME=5: a scalar (repeatable)\n"
+         "  --fetch A,B        names to fetch (default: the file's `fetch` names, else its last\n"
+         "                     binding; one without a value, a train op, runs as a target)\n"
+         "  --target T,U       nodes to run for their effect each step, e.g. a train op\n"
+         "                     (default: the file's `target` names)\n"
+         "  --steps N          run N steps (default 1); shows progress on stderr\n"
+         "  --seed S           graph-level random seed (default 0)\n"
+         "  --threads T        inter-op threads, at most 1024 (default: number of cores)\n"
+         "  --devices N        local CPU devices /job:localhost/replica:0/task:0/device:CPU:K\n"
+         "                     (default 1); a step spread over several runs one executor per\n"
+         "                     device, joined by send/recv (docs/partitioning.md)\n"
+         "  --placement P      where unpinned nodes run with --devices: 'pins' (device 0, the\n"
+         "                     default), 'cost' (the cost-model placer), 'round-robin' (node\n"
+         "                     i on device i mod N: spreads every graph, for testing)\n"
+         "  --soft-placement   a pin to a device this run does not have (/job:worker/task:1)\n"
+         "                     runs on a local device, with a note, instead of failing\n"
+         "  --schedule-recvs   with --devices: start each receive as late as a critical-path\n"
+         "                     estimate allows (holds received values for less time)\n"
+         "  --trace PATH       write the last step's node runs (device, start, duration,\n"
+         "                     bytes) as a Chrome trace: open in ui.perfetto.dev\n"
+         "  --eval A,B         after the last step, run once more fetching A,B only (no\n"
+         "                     targets), e.g. a test accuracy\n"
+         "  --timeout S        fail a step in which no kernel runs or finishes for S seconds (a\n"
+         "                     deadlock), naming the nodes still waiting (default 300; 0: no\n"
+         "                     limit)\n"
+         "  --json             print the fetches of the last step as one JSON object (floats\n"
+         "                     exact; NaN and infinities as \"NaN\", \"Infinity\", \"-Infinity\")\n"
+         "  --out DIR          also write each fetched tensor as DIR/NAME.npy (made if missing)\n"
+         "  --quiet            no progress display\n"
+         "  --ckpt PATH        checkpoint file (SQLite): restore the latest checkpoint on start\n"
+         "                     and save to it; --steps then counts all steps, restored ones too\n"
+         "  --save-every N     save every N steps (default: only at the end)\n"
+         "  --keep K           keep the newest K checkpoints (default 5; 0 keeps all)\n"
+         "  --no-restore       start fresh even if PATH has checkpoints\n\n"
+         "Exit codes: 0 ok, 1 runtime failure, 2 usage or input error.\n");
 }
 
 static bool parse_long(const char *s, long lo, long *out) {
@@ -70,24 +77,49 @@ static bool parse_seconds(const char *s, double *out) {
   return true;
 }
 
-static void print_results(const char *const *names, gr_tensor *results, int n, bool json,
-                          bool first) {
+/* Prints the results (text, or JSON members) and with --out writes each as
+ * OUT_DIR/NAME.npy. Returns a GR_EXIT_ code. */
+static int output_results(const char *const *names, const gr_tensor *results, int n, bool json,
+                          bool first, const char *out_dir) {
   for (int i = 0; i < n; i++) {
     if (json) {
       printf("%s\"%s\": ", first && i == 0 ? "" : ", ", names[i]);
       cli_print_tensor_json(stdout, &results[i]);
-      continue;
-    }
-    if (results[i].shape.rank == 0) {
-      printf("%s = ", names[i]);
     } else {
-      char sh[GR_SHAPE_STR_MAX];
-      printf("%s = %s%s\n", names[i], gr_dtype_name(results[i].dtype),
-             gr_shape_str(&results[i].shape, sh));
+      if (results[i].shape.rank == 0) {
+        printf("%s = ", names[i]);
+      } else {
+        char sh[GR_SHAPE_STR_MAX];
+        printf("%s = %s%s\n", names[i], gr_dtype_name(results[i].dtype),
+               gr_shape_str(&results[i].shape, sh));
+      }
+      cli_print_tensor(stdout, &results[i]);
+      printf("\n");
     }
-    cli_print_tensor(stdout, &results[i]);
-    printf("\n");
+    if (!out_dir) continue;
+    char *path;
+    gr_error err;
+    if (cli_out_path("run --out", out_dir, names[i], ".npy", &path) != GR_EXIT_OK)
+      return GR_EXIT_FAILURE;
+    gr_status st = gr_ckpt_write_npy(&results[i], path, &err);
+    free(path);
+    if (st != GR_OK) {
+      fprintf(stderr, "graphrun run: --out: %s\n", err.msg);
+      return GR_EXIT_FAILURE;
+    }
   }
+  return GR_EXIT_OK;
+}
+
+/* --out DIR: made now if missing, so a bad path fails before the run. */
+static int make_out_dir(const char *dir) {
+  struct stat sb;
+  if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return GR_EXIT_OK;
+  if (mkdir(dir, 0755) != 0) {
+    fprintf(stderr, "graphrun run: --out %s: %s\n", dir, strerror(errno));
+    return GR_EXIT_USAGE;
+  }
+  return GR_EXIT_OK;
 }
 
 /* Opens the checkpoint file and, unless no_restore, restores its newest
@@ -134,7 +166,7 @@ static int save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_d
 }
 
 /* Assigns devices to the nodes that no pin decides, per --placement. */
-static int place_nodes(gr_graph *g, int devices, const char *placement) {
+static int place_nodes(gr_graph *g, int devices, const char *placement, bool soft) {
   if (strcmp(placement, "pins") == 0) return GR_EXIT_OK;
   if (strcmp(placement, "round-robin") == 0) {
     for (int i = 0; i < gr_graph_num_nodes(g); i++) {
@@ -149,15 +181,24 @@ static int place_nodes(gr_graph *g, int devices, const char *placement) {
   /* the cost model on this process's devices (static estimates) */
   gr_cluster *c = gr_cluster_new_local(devices, 1e10, 1e10, 1e-6);
   gr_placer_options o = gr_placer_options_default();
+  o.soft_placement = soft;
   gr_error err;
   gr_status st = c ? gr_placer_place(g, c, &o, NULL, &err)
                    : gr_error_set(&err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   gr_cluster_free(c);
   if (st != GR_OK) {
     fprintf(stderr, "graphrun run: placement: %s\n", err.msg);
+    if (!soft && strstr(err.msg, "soft placement is off"))
+      fprintf(stderr, "  (--soft-placement runs it on a local device instead)\n");
     return GR_EXIT_USAGE;
   }
   return GR_EXIT_OK;
+}
+
+/* gr_session_options.log_fn: notes (soft placement) go to stderr. */
+static void print_note(void *arg, const char *msg) {
+  (void)arg;
+  fprintf(stderr, "graphrun run: note: %s\n", msg);
 }
 
 int gr_cmd_run(int argc, char **argv) {
@@ -168,8 +209,8 @@ int gr_cmd_run(int argc, char **argv) {
   double timeout_s = 300;
   const char *placement = "pins";
   bool json = false, quiet = false, no_restore = false;
-  const char *ckpt_path = NULL, *trace_path = NULL;
-  bool schedule_recvs = false;
+  const char *ckpt_path = NULL, *trace_path = NULL, *out_dir = NULL;
+  bool schedule_recvs = false, soft = false;
   gr_step_trace *trace = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -185,6 +226,8 @@ int gr_cmd_run(int argc, char **argv) {
       no_restore = true;
     } else if (strcmp(a, "--schedule-recvs") == 0) {
       schedule_recvs = true;
+    } else if (strcmp(a, "--soft-placement") == 0) {
+      soft = true;
     } else if (strcmp(a, "--timeout") == 0 && has_val) {
       if (!parse_seconds(argv[++i], &timeout_s)) {
         fprintf(stderr,
@@ -192,6 +235,8 @@ int gr_cmd_run(int argc, char **argv) {
                 MAX_TIMEOUT_S, argv[i]);
         return GR_EXIT_USAGE;
       }
+    } else if (strcmp(a, "--out") == 0 && has_val) {
+      out_dir = argv[++i];
     } else if (strcmp(a, "--trace") == 0 && has_val) {
       trace_path = argv[++i];
     } else if (strcmp(a, "--devices") == 0 && has_val) {
@@ -236,7 +281,14 @@ int gr_cmd_run(int argc, char **argv) {
                 strcmp(a, "--threads") == 0) &&
                has_val) {
       long *dst = a[2] == 's' && a[3] == 't' ? &steps : a[2] == 's' ? &seed : &threads;
-      if (!parse_long(argv[++i], dst == &steps ? 1 : 0, dst) || (dst == &threads && *dst > 1024)) {
+      if (dst == &threads && (!parse_long(argv[++i], 0, dst) || *dst > GR_CLI_MAX_THREADS)) {
+        fprintf(stderr,
+                "graphrun run: --threads wants an integer in [0, %d] (a session runs at most %d "
+                "inter-op threads; 0: one per core, %d on this machine), got '%s'\n",
+                GR_CLI_MAX_THREADS, GR_CLI_MAX_THREADS, gr_num_cores(), argv[i]);
+        return GR_EXIT_USAGE;
+      }
+      if (dst != &threads && !parse_long(argv[++i], dst == &steps ? 1 : 0, dst)) {
         fprintf(stderr, "graphrun run: %s wants a %s integer, got '%s'\n", a,
                 dst == &steps ? "positive" : "non-negative", argv[i]);
         return GR_EXIT_USAGE;
@@ -263,9 +315,8 @@ int gr_cmd_run(int argc, char **argv) {
   gr_dsl_program *p;
   int rc = cli_load_graph("run", file, (uint64_t)seed, &g, &p);
   if (rc != GR_EXIT_OK) return rc;
-  cli_default_names(p, true, fetch_names, &nfetch);
-  cli_default_names(p, false, target_names, &ntarget);
-  gr_output fetches[MAX_ITEMS], targets[MAX_ITEMS];
+  cli_default_names(p, fetch_names, &nfetch, target_names, &ntarget);
+  gr_output fetches[MAX_ITEMS], targets[MAX_ITEMS], evals[MAX_ITEMS];
   gr_feed feeds[MAX_ITEMS];
   gr_tensor feed_vals[MAX_ITEMS], results[MAX_ITEMS];
   int nloaded = 0;
@@ -277,6 +328,11 @@ int gr_cmd_run(int argc, char **argv) {
   if (cli_lookup_names("run", p, fetch_names, nfetch, true, fetches) != GR_EXIT_OK ||
       cli_lookup_names("run", p, target_names, ntarget, false, targets) != GR_EXIT_OK)
     goto done;
+  for (int i = 0; i < neval; i++)
+    if (!gr_dsl_lookup(p, eval_names[i], &evals[i]) || evals[i].index < 0) {
+      fprintf(stderr, "graphrun run: cannot evaluate '%s': no such name or node\n", eval_names[i]);
+      goto done;
+    }
   if (nfetch == 0 && ntarget == 0 && neval == 0) {
     fprintf(stderr, "graphrun run: nothing to run: the file binds no names; use --fetch or "
                     "--target\n");
@@ -296,21 +352,25 @@ int gr_cmd_run(int argc, char **argv) {
     nloaded++;
     if (!gr_shape_compatible(&feed_vals[i].shape, want)) {
       char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
-      fprintf(stderr, "graphrun run: --feed %s: the file holds shape %s, '%s' wants %s\n",
+      fprintf(stderr, "graphrun run: --feed %s: the value has shape %s, '%s' wants %s\n",
               feed_names[i], gr_shape_str(&feed_vals[i].shape, a), o.node->name,
               gr_shape_str(want, b));
       goto done;
     }
     feeds[i] = (gr_feed){o, &feed_vals[i]};
   }
-  if ((rc = place_nodes(g, (int)devices, placement)) != GR_EXIT_OK) goto done;
+  if ((rc = place_nodes(g, (int)devices, placement, soft)) != GR_EXIT_OK) goto done;
   rc = GR_EXIT_FAILURE;
   gr_session_options opts = {
       .inter_op_threads = (int)threads,
       .num_devices = (int)devices,
       .schedule_recvs = schedule_recvs,
+      .soft_placement = soft,
+      .log_fn = print_note,
       /* a sub-millisecond timeout is still a timeout */
       .step_timeout_ms = timeout_s > 0 && timeout_s < 0.001 ? 1 : (int)(timeout_s * 1000.0 + 0.5)};
+  if (out_dir && (rc = make_out_dir(out_dir)) != GR_EXIT_OK) goto done;
+  rc = GR_EXIT_FAILURE;
   if (trace_path) { /* a path that cannot be written fails now, not after the run */
     bool existed = access(trace_path, F_OK) == 0;
     FILE *tf = fopen(trace_path, "a"); /* neither truncates nor leaves an empty file behind */
@@ -330,6 +390,15 @@ int gr_cmd_run(int argc, char **argv) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     goto done;
   }
+  /* input errors (a placeholder not fed, a name fed twice) exit 2 before anything runs */
+  if (gr_session_check_feeds(s, feeds, nfeed, fetches, nfetch, targets, ntarget, &err) != GR_OK ||
+      gr_session_check_feeds(s, feeds, nfeed, evals, neval, NULL, 0, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: %s\n", err.msg);
+    if (strstr(err.msg, "must be fed"))
+      fprintf(stderr, "  (feed it: --feed NAME=FILE, --feed NAME=1.5 or --feed NAME=1,2,3)\n");
+    rc = GR_EXIT_USAGE;
+    goto done;
+  }
   if (ckpt_path && (rc = open_checkpoint(ckpt_path, (int)keep, no_restore, s, g, &ck,
                                          &done_steps)) != GR_EXIT_OK)
     goto done;
@@ -341,7 +410,9 @@ int gr_cmd_run(int argc, char **argv) {
     if (gr_session_run_traced(s, feeds, nfeed, fetches, nfetch, results, targets, ntarget,
                               st == steps ? trace : NULL, &err) != GR_OK) {
       if (show && pr.tty) fputc('\n', stderr);
-      fprintf(stderr, "graphrun run: step %ld: %s\n", st, err.msg);
+      char when[32];
+      snprintf(when, sizeof when, "step %ld", st);
+      cli_print_run_error("run", when, &err);
       goto done;
     }
     if (show) {
@@ -373,30 +444,30 @@ int gr_cmd_run(int argc, char **argv) {
   }
   if (done_steps >= steps) { /* everything was done before: fetch once more to print */
     if (gr_session_run(s, feeds, nfeed, fetches, nfetch, results, NULL, 0, &err) != GR_OK) {
-      fprintf(stderr, "graphrun run: %s\n", err.msg);
+      cli_print_run_error("run", NULL, &err);
       goto done;
     }
   }
   if (json) printf("{");
-  print_results(fetch_names, results, nfetch, json, true);
+  int orc = output_results(fetch_names, results, nfetch, json, true, out_dir);
   for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);
+  if (orc != GR_EXIT_OK) goto done;
   if (neval) {
-    gr_output ev[MAX_ITEMS];
-    for (int i = 0; i < neval; i++)
-      if (!gr_dsl_lookup(p, eval_names[i], &ev[i]) || ev[i].index < 0) {
-        fprintf(stderr, "graphrun run: cannot evaluate '%s': no such name or node\n",
-                eval_names[i]);
-        rc = GR_EXIT_USAGE;
-        goto done;
-      }
-    if (gr_session_run(s, feeds, nfeed, ev, neval, results, NULL, 0, &err) != GR_OK) {
-      fprintf(stderr, "graphrun run: --eval: %s\n", err.msg);
+    if (gr_session_run(s, feeds, nfeed, evals, neval, results, NULL, 0, &err) != GR_OK) {
+      cli_print_run_error("run", "--eval", &err);
       goto done;
     }
-    print_results(eval_names, results, neval, json, nfetch == 0);
+    orc = output_results(eval_names, results, neval, json, nfetch == 0, out_dir);
     for (int i = 0; i < neval; i++) gr_tensor_release(&results[i]);
+    if (orc != GR_EXIT_OK) goto done;
   }
   if (json) printf("}\n");
+  if (!quiet && out_dir && nfetch + neval > 0)
+    fprintf(stderr, "graphrun run: wrote %d .npy file%s to %s\n", nfetch + neval,
+            nfetch + neval > 1 ? "s" : "", out_dir);
+  if (!quiet && !show && !json && nfetch + neval == 0)
+    fprintf(stderr, "graphrun run: %ld step%s run, nothing fetched (--fetch NAME prints a value)\n",
+            steps, steps > 1 ? "s" : "");
   rc = GR_EXIT_OK;
 done:
   gr_step_trace_free(trace);

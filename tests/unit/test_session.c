@@ -234,13 +234,89 @@ static void test_threads_agree(void) {
   gr_graph_free(g);
 }
 
+/* gr_session_check_feeds finds what gr_session_run would refuse before
+ * running, and runs nothing. */
+static void test_check_feeds(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_scalar());
+  gr_output y = gr_name(g, gr_mul(g, x, gr_const_f32(g, 2)), "y");
+  gr_output k = gr_name(g, gr_const_f32(g, 7), "k");
+  gr_error err;
+  gr_session *s = gr_session_new(g, NULL, &err);
+  gr_tensor xv = scalar(3);
+  gr_feed f[2] = {{x, &xv}, {x, &xv}};
+  GR_CHECK_OK(gr_session_check_feeds(s, f, 1, &y, 1, NULL, 0, &err), err);
+  GR_CHECK_OK(gr_session_check_feeds(s, NULL, 0, &k, 1, NULL, 0, &err), err);
+  GR_CHECK(gr_session_check_feeds(s, NULL, 0, &y, 1, NULL, 0, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "placeholder 'x' must be fed: it is needed by 'y'");
+  GR_CHECK(gr_session_check_feeds(s, NULL, 0, NULL, 0, &y, 1, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK(gr_session_check_feeds(s, f, 2, &y, 1, NULL, 0, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "'x' is fed twice");
+  GR_CHECK_EQ_INT(gr_session_step(s), 0); /* nothing ran */
+  GR_CHECK_EQ_INT(gr_session_num_cached(s), 0);
+  gr_tensor_release(&xv);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+typedef struct notes {
+  int n;
+  char last[GR_ERROR_MSG_MAX];
+} notes;
+static void take_note(void *arg, const char *msg) {
+  notes *ns = arg;
+  ns->n++;
+  snprintf(ns->last, sizeof ns->last, "%s", msg);
+}
+
+/* Soft placement: pins to devices the session does not have run on its own
+ * devices (same index where there is one), each spec noted once; without
+ * it the error names the option. */
+static void test_soft_placement(void) {
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_device_scope(g, "/job:worker/task:1/device:CPU:1");
+  gr_output a = gr_name(g, gr_const_f32(g, 2), "a");
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope(g, "/job:ps/task:0");
+  gr_output b = gr_name(g, gr_mul(g, a, gr_const_f32(g, 3)), "b");
+  gr_graph_pop_device_scope(g);
+  gr_error err;
+  gr_tensor out;
+  gr_session_options o = {.num_devices = 2};
+  gr_session *s = gr_session_new(g, &o, &err);
+  GR_CHECK(gr_session_run(s, NULL, 0, &b, 1, &out, NULL, 0, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "matches no device of this session");
+  GR_CHECK_STR_CONTAINS(err.msg,
+                        "graphrun run --soft-placement; gr_session_options.soft_placement");
+  gr_session_free(s);
+  notes ns = {0, ""};
+  o = (gr_session_options){
+      .num_devices = 2, .soft_placement = true, .log_fn = take_note, .log_arg = &ns};
+  s = gr_session_new(g, &o, &err);
+  for (int step = 0; step < 2; step++) {
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, &b, 1, &out, NULL, 0, &err), err);
+    GR_CHECK_NEAR(gr_tensor_get_f64(&out, 0), 6, 0);
+    gr_tensor_release(&out);
+  }
+  GR_CHECK_OK(gr_session_run(s, NULL, 0, &a, 1, &out, NULL, 0, &err), err);
+  gr_tensor_release(&out);
+  GR_CHECK_EQ_INT(ns.n, 2); /* one note per spec, however many runs */
+  GR_CHECK_STR_CONTAINS(ns.last, "soft placement: no device of this session matches");
+  GR_CHECK(strcmp(a.node->assigned_device, "/job:localhost/replica:0/task:0/device:CPU:1") == 0);
+  GR_CHECK(strcmp(b.node->assigned_device, "/job:localhost/replica:0/task:0/device:CPU:0") == 0);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_feeds_fetches);
+  GR_RUN(test_check_feeds);
   GR_RUN(test_pruning);
   GR_RUN(test_targets_and_control_deps);
   GR_RUN(test_cache);
   GR_RUN(test_failing_kernel_cancels);
   GR_RUN(test_devices);
+  GR_RUN(test_soft_placement);
   GR_RUN(test_threads_agree);
   return gr_test_finish();
 }

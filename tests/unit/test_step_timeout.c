@@ -45,6 +45,17 @@ static const gr_op_def test_sleep = {.name = "test_sleep",
                                      .kernel = sleep_kernel,
                                      .flags = GR_OP_STATEFUL};
 
+static gr_status fail_kernel(gr_kernel_ctx *ctx) {
+  return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "failed on purpose");
+}
+static const gr_op_def test_fail = {.name = "test_fail",
+                                    .min_inputs = 1,
+                                    .max_inputs = 1,
+                                    .num_outputs = 1,
+                                    .shape_fn = gr_shape_fn_unchanged,
+                                    .kernel = fail_kernel,
+                                    .flags = GR_OP_STATEFUL};
+
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -162,6 +173,28 @@ static void test_cross_device_cycle(void) {
   gr_graph_free(g);
 }
 
+/* A kernel error on one device while the other device waits on a kernel that
+ * nothing cancels: the step stalls after the error, and the error reported is
+ * the kernel's (the cause), not the stall. */
+static void test_error_then_stall(void) {
+  gr_graph *g = gr_graph_new();
+  gt_pin(g, 0);
+  gr_output x = gr_const_f32(g, 1);
+  gr_output bad = gr_op(g, "test_fail", "bad", &x, 1, NULL, 0);
+  gr_graph_pop_device_scope(g);
+  gt_pin(g, 1);
+  gr_output y = gr_const_f32(g, 2);
+  gr_output b = gr_op(g, "test_block", "waits", &y, 1, NULL, 0);
+  gr_graph_pop_device_scope(g);
+  gr_output t[2] = {bad, b};
+  gr_session *s = session(g, 2, 2, 200);
+  gr_error err;
+  GR_CHECK(gr_session_run(s, NULL, 0, NULL, 0, NULL, t, 2, &err) == GR_ERR_OUT_OF_RANGE);
+  GR_CHECK_STR_CONTAINS(err.msg, "node 'bad' (op test_fail): failed on purpose");
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 /* ---- a blocking kernel inside a loop: the control-flow run path */
 static gr_output loop_cond(gr_graph *g, void *a, const gr_output *v) {
   (void)a;
@@ -175,6 +208,30 @@ static void block_body(gr_graph *g, void *a, const gr_output *v, gr_output *next
 static void sleep_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
   gr_attr ms = gr_attr_int("millis", *(int *)a);
   next[0] = gr_add(g, gr_op(g, "test_sleep", NULL, v, 1, &ms, 1), gr_const_f32(g, 1));
+}
+
+static void fail_on_cpu1_body(gr_graph *g, void *a, const gr_output *v, gr_output *next) {
+  (void)a;
+  gt_pin(g, 1);
+  gr_output f = gr_op(g, "test_fail", "fails", v, 1, NULL, 0);
+  gr_graph_pop_device_scope(g);
+  next[0] = gr_add(g, f, gr_const_f32(g, 1));
+}
+
+/* A kernel error inside a loop split over two devices stops the other
+ * device's receives at once (it used to leave them waiting for ever). */
+static void test_loop_error_on_two_devices(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output v[1] = {gr_const_f32(g, 0)};
+  GR_CHECK(gr_while_loop(g, loop_cond, fail_on_cpu1_body, NULL, 1, v, 0) == GR_OK);
+  gr_session *s = session(g, 2, 2, 30000);
+  gr_error err;
+  double secs;
+  GR_CHECK(run1(s, v[0], &err, &secs) == GR_ERR_OUT_OF_RANGE);
+  GR_CHECK_STR_CONTAINS(err.msg, "fails' (op test_fail) in loop ");
+  GR_CHECK_MSG(secs < 5, "took %.2f s", secs);
+  gr_session_free(s);
+  gr_graph_free(g);
 }
 
 static void test_blocked_in_loop(void) {
@@ -229,10 +286,13 @@ int main(void) {
   gr_ops_register_all();
   GR_CHECK_OK(gr_op_registry_add(&test_block, &err), err);
   GR_CHECK_OK(gr_op_registry_add(&test_sleep, &err), err);
+  GR_CHECK_OK(gr_op_registry_add(&test_fail, &err), err);
   GR_RUN(test_blocked_async_kernel);
   GR_RUN(test_recv_without_send);
   GR_RUN(test_cross_device_cycle);
+  GR_RUN(test_error_then_stall);
   GR_RUN(test_blocked_in_loop);
+  GR_RUN(test_loop_error_on_two_devices);
   GR_RUN(test_long_steps_finish);
   GR_RUN(test_bad_option);
   return gr_test_finish();
