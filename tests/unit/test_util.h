@@ -54,6 +54,16 @@ void gt_pin(gr_graph *g, int k);
 const char *gt_device_name(int k);
 gr_session *gt_session(gr_graph *g, int devices, int threads);
 
+/* Loads DSL text (as file "t.gr"), runs the names (comma-separated, e.g.
+ * "a,b") on a session of `devices` local devices and puts their values in
+ * outs (each holds a reference). false, with the message printed, when
+ * loading or running fails. */
+bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs);
+/* The first element of one name's value, NAN on failure. */
+double gt_dsl_value(const char *src, const char *name);
+/* Loads DSL text that must fail; the message into err (false if it loaded). */
+bool gt_dsl_error(const char *src, gr_error *err);
+
 /* Row-major strides of a shape (elements). */
 void gt_strides(const gr_shape *s, int64_t *strides);
 /* Flat index -> multi-index for a shape. */
