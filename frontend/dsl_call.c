@@ -195,12 +195,18 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
   gr_attr attrs[MAX_ARGS];
   int ni = 0, na = 0, attr_pos = 0;
   bool variadic = op->max_inputs < 0;
+  /* literal inputs take the dtype of the first tensor input, preferring one
+   * that is not bool (select(mask, x, 0) gives 0 the dtype of x) */
   gr_dtype hint = GR_DTYPE_INVALID;
-  for (int i = 0; i < a->n; i++)
-    if (a->v[i].has_t && a->v[i].t.node && a->v[i].t.index >= 0 && !e->call.args[i].name) {
-      hint = a->v[i].t.node->out_dtypes[a->v[i].t.index];
-      break;
-    }
+  char whose[160] = "";
+  for (int i = 0; i < a->n; i++) {
+    gr_dtype dt = e->call.args[i].name ? GR_DTYPE_INVALID : dsl_dtype_of(&a->v[i]);
+    if (dt == GR_DTYPE_INVALID || (hint != GR_DTYPE_INVALID && dt == GR_BOOL)) continue;
+    const dsl_expr *x = e->call.args[i].value;
+    snprintf(whose, sizeof whose, "'%s' (input %d of %s)",
+             x->kind == E_IDENT ? x->str : a->v[i].t.node->name, i, op->name);
+    if ((hint = dt) != GR_BOOL) break;
+  }
   for (int i = 0; i < a->n; i++) {
     const dsl_arg *arg = &e->call.args[i];
     dsl_value *v = &a->v[i];
@@ -235,7 +241,7 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
           continue;
         }
       }
-      GR_TRY(dsl_to_tensor(p, v, arg->pos, hint, &inputs[ni]));
+      GR_TRY(dsl_to_tensor_like(p, v, arg->pos, hint, whose[0] ? whose : NULL, NULL, &inputs[ni]));
       ni++;
       continue;
     }
@@ -518,7 +524,10 @@ static gr_status call_builtin(gr_dsl_program *p, const char *fn, const dsl_expr 
     if (!x.node || !(x.node->op->flags & GR_OP_VARIABLE))
       return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[0].pos,
                        "%s: the first argument must be a variable", fn);
-    GR_TRY(want_tensor(p, a, 1, x.node->out_dtypes[0], &y));
+    char whose[160];
+    snprintf(whose, sizeof whose, "variable '%s'", x.node->name);
+    GR_TRY(dsl_to_tensor_like(p, &a->v[1], a->call->call.args[1].pos, x.node->out_dtypes[0], whose,
+                              NULL, &y));
     dsl_set_loc(p, pos);
     o = fn[6] == '\0'                   ? gr_assign(p->g, x, y)
         : strcmp(fn, "assign_add") == 0 ? gr_assign_add(p->g, x, y)
@@ -539,7 +548,7 @@ static gr_status call_builtin(gr_dsl_program *p, const char *fn, const dsl_expr 
     GR_TRY(check_kw(p, a, fn, kw));
     GR_TRY(nargs(p, a, fn, 1, 2));
     int vi = arg_index(a, "value", 0), di = arg_index(a, "dtype", 1);
-    gr_dtype dt = GR_F32;
+    gr_dtype dt = GR_DTYPE_INVALID; /* f32, or bool for booleans */
     if (di >= 0) {
       if (a->v[di].kind != V_DTYPE)
         return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[di].pos,

@@ -2,6 +2,7 @@
  * `while (v = init, ...; pred) { body }` to gr_while_loop. A block's value is
  * its last expression statement (or `return`); names bound inside a branch or
  * a loop body stay inside it. */
+#include <stdio.h>
 #include <string.h>
 
 #include "dsl_internal.h"
@@ -74,7 +75,7 @@ gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) {
   dsl_value pv;
   gr_output pred;
   GR_TRY(dsl_eval(p, e->cond.pred, NULL, &pv));
-  GR_TRY(dsl_to_tensor(p, &pv, e->cond.pred->pos, GR_BOOL, &pred));
+  GR_TRY(dsl_to_tensor_like(p, &pv, e->cond.pred->pos, GR_BOOL, "the condition", NULL, &pred));
   flow_ctx c = {p, e, false};
   gr_output o;
   dsl_set_loc(p, e->pos);
@@ -116,12 +117,32 @@ static gr_output cond_fn(gr_graph *g, void *arg, const gr_output *vars) {
     c->p->frame = &f;
     dsl_value v;
     if (dsl_eval(c->p, c->e->loop.pred, NULL, &v) != GR_OK ||
-        dsl_to_tensor(c->p, &v, c->e->loop.pred->pos, GR_BOOL, &r) != GR_OK)
+        dsl_to_tensor_like(c->p, &v, c->e->loop.pred->pos, GR_BOOL, "the condition", NULL, &r) !=
+            GR_OK)
       c->failed = true;
     c->p->frame = saved;
   }
   dsl_frame_free(&f);
   return r;
+}
+
+/* The next value of loop variable k, rebound by the body in b: a literal
+ * takes the variable's dtype (s = 0 for an i32 s), a tensor must have it. */
+static gr_status next_value(flow_ctx *c, int k, const dsl_binding *b, gr_output var,
+                            gr_output *next) {
+  gr_dtype dt = var.node->out_dtypes[var.index];
+  const char *name = c->e->loop.vars[k].name;
+  char whose[160];
+  snprintf(whose, sizeof whose, "loop variable '%s'", name);
+  dsl_value v = b->v;
+  if (v.kind == V_NUM || v.kind == V_BOOL || v.kind == V_LIST) v.has_t = false; /* made in dt */
+  GR_TRY(dsl_to_tensor_like(c->p, &v, b->pos, dt, whose, NULL, next));
+  gr_dtype got = next->node->out_dtypes[next->index];
+  if (got == dt) return GR_OK;
+  return dsl_error(c->p->err, GR_ERR_DTYPE, b->pos,
+                   "loop variable '%s' is %s but the body makes it %s (a loop variable keeps "
+                   "its dtype in every iteration: cast the new value, cast(..., %s))",
+                   name, gr_dtype_name(dt), gr_dtype_name(got), gr_dtype_name(dt));
 }
 
 /* The body sees the loop variables (frame f) and rebinds them in its own
@@ -144,9 +165,7 @@ static void body_fn(gr_graph *g, void *arg, const gr_output *vars, gr_output *ne
     for (int k = 0; k < c->e->loop.nvars && !c->failed; k++) {
       dsl_binding *b = dsl_frame_find_local(&body, c->e->loop.vars[k].name);
       next[k] = vars[k];
-      if (b && dsl_to_tensor(c->p, &b->v, b->pos, vars[k].node->out_dtypes[vars[k].index],
-                             &next[k]) != GR_OK)
-        c->failed = true;
+      if (b && next_value(c, k, b, vars[k], &next[k]) != GR_OK) c->failed = true;
     }
   }
   dsl_frame_free(&body);

@@ -60,6 +60,9 @@ typedef struct dsl_pos {
 /* Sets err to "file:line:col: error: MSG\n<line>\n<caret>"; returns code. */
 gr_status dsl_error(gr_error *err, gr_status code, dsl_pos pos, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The source text from `from` up to `to` (same line, trailing blanks
+ * dropped) into buf; false when not available or not on one line. */
+bool dsl_source_text(dsl_pos from, dsl_pos to, char *buf, size_t cap);
 /* Appends "\nfile:line:col: note: NOTE\n<line>\n<caret>" to err. */
 void dsl_error_note(gr_error *err, dsl_pos pos, const char *note);
 
@@ -356,9 +359,21 @@ gr_status dsl_lower_source(gr_dsl_program *p, dsl_source *src);
 gr_status dsl_lower_block(gr_dsl_program *p, const dsl_block *b);
 gr_status dsl_lower_stmt(gr_dsl_program *p, const dsl_stmt *s);
 gr_status dsl_eval(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out);
-/* The value as a tensor, making a constant when needed (dtype hint or f32). */
+/* The value as a tensor, making a constant when needed (dsl_const.c): of
+ * dtype hint, or f32 (bool for booleans) when hint is GR_DTYPE_INVALID. A
+ * literal that does not keep its value in that dtype is an error at pos. */
 gr_status dsl_to_tensor(gr_dsl_program *p, dsl_value *v, dsl_pos pos, gr_dtype hint,
                         gr_output *out);
+/* The same where the dtype is another value's: whose names it in messages
+ * ("'x'", "loop variable 's'"), fix (may be NULL) suggests a rewrite for a
+ * float literal meeting an integer tensor ("cast(x, f32) * 0.9"). */
+gr_status dsl_to_tensor_like(gr_dsl_program *p, dsl_value *v, dsl_pos pos, gr_dtype dtype,
+                             const char *whose, const char *fix, gr_output *out);
+/* A compile-time number as the shortest text that reads back (0.9; 2.0 for
+ * an integral float). */
+void dsl_format_number(const dsl_value *v, char *buf, size_t cap);
+/* The dtype of a value that is a tensor, else GR_DTYPE_INVALID. */
+gr_dtype dsl_dtype_of(const dsl_value *v);
 /* Sets the graph's source position and checks for a build error after a call. */
 void dsl_set_loc(gr_dsl_program *p, dsl_pos pos);
 gr_status dsl_check_graph(gr_dsl_program *p, dsl_pos pos);

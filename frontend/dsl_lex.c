@@ -133,6 +133,21 @@ static size_t append_caret(char *buf, size_t n, size_t cap, dsl_pos pos) {
   return n < cap ? n : cap - 1;
 }
 
+bool dsl_source_text(dsl_pos from, dsl_pos to, char *buf, size_t cap) {
+  if (!from.src || from.src != to.src || !from.src->text || from.line != to.line ||
+      to.col <= from.col || (size_t)(to.col - from.col) >= cap)
+    return false;
+  const char *p = from.src->text, *end = p + from.src->len;
+  for (int l = 1; l < from.line && p < end; p++)
+    if (*p == '\n') l++;
+  if ((size_t)(end - p) < (size_t)to.col - 1) return false;
+  size_t n = (size_t)(to.col - from.col);
+  memcpy(buf, p + from.col - 1, n);
+  while (n && (buf[n - 1] == ' ' || buf[n - 1] == '\t')) n--;
+  buf[n] = '\0';
+  return n > 0;
+}
+
 gr_status dsl_error(gr_error *err, gr_status code, dsl_pos pos, const char *fmt, ...) {
   if (!err) return code;
   char msg[GR_ERROR_MSG_MAX];

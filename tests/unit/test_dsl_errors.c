@@ -112,6 +112,55 @@ static const bad_case cases[] = {
     {"x = const(1, 5)", 1, 14, "dtype must be a dtype"},
     {"x = zeros([2], shape=[3])", 1, 16, "'shape' given twice"},
     {"x = 1\ny = add(x, x, name=3)", 2, 15, "unknown attr 'name' for op add (attrs: none)"},
+    /* literals meeting tensors: never truncated or wrapped (issue 19, item 7) */
+    {"x = const(7, i64) * 0.9", 1, 21,
+     "error: literal 0.9 is a float but the other operand is i64 (it would be truncated); write "
+     "cast(const(7, i64), f32) * 0.9\n"},
+    {"i = const(1, i32)\nx = i + 0.5", 2, 9,
+     "error: literal 0.5 is a float but 'i' is i32 (it would be truncated); write cast(i, f32) + "
+     "0.5\n"},
+    {"x = 0.5 * const(1, i32)", 1, 5,
+     "literal 0.5 is a float but the other operand is i32 (it would be truncated); write 0.5 * "
+     "cast(..., f32)\n"},
+    {"i = const(1, i32)\nx = i + 2.0", 2, 9, "literal 2.0 is a float but 'i' is i32"},
+    {"x = const(1, u8) + 300", 1, 20,
+     "error: integer literal 300 is out of range for u8 (0 to 255), the dtype of the other "
+     "operand\n"},
+    {"x = const(1, i32) + 3000000000", 1, 21,
+     "error: integer literal 3000000000 is out of range for i32 (-2147483648 to 2147483647), the "
+     "dtype of the other operand\n"},
+    {"x = const(1, u8) - -1", 1, 20, "integer literal -1 is out of range for u8 (0 to 255)"},
+    {"y = const(1, u8)\nx = y + [1, 300]", 2, 9,
+     "integer literal 300 is out of range for u8 (0 to 255), the dtype of 'y'\n"},
+    {"b = const(true)\nx = b == 2", 2, 10,
+     "integer literal 2 is out of range for bool (0 to 1), the dtype of 'b'\n"},
+    {"x = const(300, u8)", 1, 11, "error: integer literal 300 is out of range for u8 (0 to 255)\n"},
+    {"x = const(2.5, i32)", 1, 11,
+     "error: literal 2.5 is a float but the dtype asked for is i32 (it would be truncated)\n"},
+    {"x = 1e39", 1, 5, "error: literal 1e+39 is out of range for f32 (largest 3.40282e+38)\n"},
+    {"x = const(1.0) + 1e39", 1, 18, "literal 1e+39 is out of range for f32"},
+    {"x = cond(2) { 1 } else { 2 }", 1, 10,
+     "integer literal 2 is out of range for bool (0 to 1), the dtype of the condition\n"},
+    {"i = const(3, i32)\nx = maximum(i, 0.5)", 2, 16,
+     "error: literal 0.5 is a float but 'i' (input 0 of maximum) is i32 (it would be truncated)\n"},
+    {"m = const([true, false])\nx = select(m, const([1, 2], i32), 0.5)", 2, 35,
+     "literal 0.5 is a float but 'const' (input 1 of select) is i32"},
+    {"v = variable(const(0, i64))\na = assign_add(v, 0.5)", 2, 19,
+     "error: literal 0.5 is a float but variable 'v' is i64 (it would be truncated)\n"},
+    {"s = while (s = const(0, i32); s < 10) { s = s + 0.5 }", 1, 49,
+     "error: literal 0.5 is a float but 's' is i32 (it would be truncated); write cast(s, f32) + "
+     "0.5\n"},
+    {"s = while (s = const(0, i32); s < 10) { s = 0.5 }", 1, 41,
+     "error: literal 0.5 is a float but loop variable 's' is i32 (it would be truncated)\n"},
+    {"s = while (s = const(0, u8); s < 10) { s = 256 }", 1, 40,
+     "integer literal 256 is out of range for u8 (0 to 255), the dtype of loop variable 's'\n"},
+    {"s = while (s = const(0, i32); s < 10) { s = cast(s, f32) + 1 }", 1, 41,
+     "error: loop variable 's' is i32 but the body makes it f32 (a loop variable keeps its dtype "
+     "in every iteration: cast the new value, cast(..., i32))\n"},
+    {"x = 3037000500 * 3037000500", 1, 16,
+     "error: integer overflow in a constant expression (beyond 64 bits)\n"},
+    {"x = 2 ** 63", 1, 7, "integer overflow in a constant expression"},
+    {"x = 9223372036854775807 + 1", 1, 25, "integer overflow in a constant expression"},
 };
 
 static void check_case(const bad_case *c) {
