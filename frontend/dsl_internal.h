@@ -282,7 +282,7 @@ typedef enum dsl_vkind {
 } dsl_vkind;
 
 #define DSL_MAX_LIST (1 << 24) /* elements of a constant list, nesting included */
-#define DSL_MAX_EVAL 3000      /* expression nesting, through def calls */
+#define DSL_MAX_EVAL 3000      /* nested expressions, counting those in called defs */
 
 typedef struct dsl_value dsl_value;
 struct dsl_value {

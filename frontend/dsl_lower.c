@@ -316,12 +316,27 @@ static gr_status apply_binary(gr_dsl_program *p, const dsl_expr *e, const char *
   return GR_OK;
 }
 
+/* a op b op c ... parses as a tree leaning left: its left spine is walked
+ * with a loop (operands in source order), so a flat chain of any length is
+ * not nesting. */
 static gr_status eval_binary(gr_dsl_program *p, const dsl_expr *e, const char *name,
                              dsl_value *out) {
-  dsl_value a, b;
-  GR_TRY(dsl_eval(p, e->bin.a, NULL, &a));
-  GR_TRY(dsl_eval(p, e->bin.b, NULL, &b));
-  return apply_binary(p, e, name, &a, &b, out);
+  const dsl_expr *few[16] = {0}, **spine = few;
+  int n = 0;
+  for (const dsl_expr *q = e; q->kind == E_BINARY; q = q->bin.a) n++;
+  if (n > 16 && !(spine = dsl_alloc(&p->temp, sizeof *spine * (size_t)n)))
+    return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  int k = n;
+  for (const dsl_expr *q = e; q->kind == E_BINARY; q = q->bin.a) spine[--k] = q;
+  dsl_value acc;
+  GR_TRY(dsl_eval(p, spine[0]->bin.a, NULL, &acc));
+  for (k = 0; k < n; k++) {
+    dsl_value b;
+    GR_TRY(dsl_eval(p, spine[k]->bin.b, NULL, &b));
+    GR_TRY(apply_binary(p, spine[k], k == n - 1 ? name : NULL, &acc, &b, &acc));
+  }
+  *out = acc;
+  return GR_OK;
 }
 
 static gr_status eval_unary(gr_dsl_program *p, const dsl_expr *e, const char *name,
@@ -389,7 +404,8 @@ static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, ds
 gr_status dsl_eval(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out) {
   if (p->eval_depth >= DSL_MAX_EVAL)
     return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, e->pos,
-                     "expressions nested too deeply (more than %d levels through def calls)",
+                     "expressions nested too deeply: more than %d levels of nested expressions, "
+                     "counting those inside the defs they call",
                      DSL_MAX_EVAL);
   p->eval_depth++;
   gr_status st = eval(p, e, name, out);

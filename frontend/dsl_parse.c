@@ -104,9 +104,14 @@ static bool grow(P *ps, void **arr, int n, int *cap, size_t elem) {
   return true;
 }
 
+/* Bounds the parser's recursion: parentheses, brackets, call arguments,
+ * blocks, unary operators and the right side of '**' nest; a flat chain of
+ * binary operators does not (it is parsed by a loop). */
 static bool enter(P *ps) {
   if (++ps->depth > MAX_DEPTH) {
-    dsl_error(ps->err, GR_ERR_INVALID_ARGUMENT, TOK.pos, "nested too deeply (more than %d levels)",
+    dsl_error(ps->err, GR_ERR_INVALID_ARGUMENT, TOK.pos,
+              "nested too deeply: more than %d levels of parentheses, brackets, blocks, unary "
+              "operators or '**'",
               MAX_DEPTH);
     return false;
   }
@@ -319,7 +324,8 @@ static dsl_expr *parse_power(P *ps) {
   if (!e || !advance(ps)) return NULL;
   e->bin.op = T_POW;
   e->bin.a = a;
-  if (!(e->bin.b = parse_unary(ps))) return NULL;
+  if (!enter(ps) || !(e->bin.b = parse_unary(ps))) return NULL;
+  ps->depth--;
   return e;
 }
 

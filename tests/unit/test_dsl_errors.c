@@ -3,10 +3,12 @@
  * a key phrase, followed by the source line and a caret; never a crash. */
 #include <graphrun.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gr_dsl.h"
 #include "gr_test.h"
+#include "test_util.h"
 
 typedef struct bad_case {
   const char *src;
@@ -220,8 +222,40 @@ static void test_deep_nesting(void) {
   src[n++] = '1';
   src[n] = '\0';
   GR_CHECK(gr_dsl_load_string("d.gr", src, g, NULL, NULL, &err) != GR_OK);
-  GR_CHECK_STR_CONTAINS(err.msg, "nested too deeply");
+  GR_CHECK_STR_CONTAINS(err.msg, "d.gr:1:204: error: nested too deeply: more than 200 levels of "
+                                 "parentheses, brackets, blocks, unary operators or '**'");
   gr_graph_free(g);
+  /* a right-associative '**' chain nests too: an error, not a stack overflow */
+  char *chain = malloc(400005);
+  n = snprintf(chain, 400005, "x = 1");
+  for (int i = 0; i < 100000; i++) n += snprintf(chain + n, 400005 - (size_t)n, "**1");
+  GR_CHECK(gt_dsl_error(chain, &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "error: nested too deeply: more than 200 levels");
+  free(chain);
+  /* 150 unary minus per call of a def calling itself: the evaluation limit */
+  n = snprintf(src, sizeof src, "def f(x) { return ");
+  for (int i = 0; i < 150; i++) src[n++] = '-';
+  snprintf(src + n, sizeof src - (size_t)n, "f(x) }\ny = f(1)");
+  GR_CHECK(gt_dsl_error(src, &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "error: expressions nested too deeply: more than 3000 levels of "
+                                 "nested expressions, counting those inside the defs they call");
+}
+
+/* A flat chain of binary operators is not nesting, however long: 3,001 and
+ * 100,000 terms on a tensor, and folded on a compile-time number. */
+static void test_long_chains(void) {
+  size_t cap = 100000 * 4 + 64;
+  char *src = malloc(cap);
+  const int terms[] = {3001, 100000};
+  for (int k = 0; k < 2; k++) {
+    int n = snprintf(src, cap, "x = const(1.0)\ny = x");
+    for (int i = 1; i < terms[k]; i++) n += snprintf(src + n, cap - (size_t)n, " + x");
+    GR_CHECK_NEAR(gt_dsl_value(src, "y"), terms[k], 0);
+    n = snprintf(src, cap, "y = 1");
+    for (int i = 1; i < terms[k]; i++) n += snprintf(src + n, cap - (size_t)n, "-1");
+    GR_CHECK_NEAR(gt_dsl_value(src, "y"), 2 - terms[k], 0);
+  }
+  free(src);
 }
 
 /* Imports can be switched off for untrusted text. */
@@ -248,6 +282,7 @@ int main(void) {
   GR_RUN(test_table);
   GR_RUN(test_caret_and_note);
   GR_RUN(test_deep_nesting);
+  GR_RUN(test_long_chains);
   GR_RUN(test_no_imports);
   GR_RUN(test_binary_input);
   return gr_test_finish();
