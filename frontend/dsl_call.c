@@ -291,7 +291,9 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
   dsl_set_loc(p, e->pos);
   gr_output o = gr_graph_add_node(p->g, op, name, inputs, ni, attrs, na);
   GR_TRY(dsl_check_graph(p, e->pos));
-  return new_tensor_value(out, o);
+  new_tensor_value(out, o);
+  out->multi = o.node && o.node->num_outputs > 1; /* a, b = split(x, 2) */
+  return GR_OK;
 }
 
 /* A name scope for a def call not used by an earlier call: base, base_1, ... */

@@ -164,7 +164,8 @@ typedef enum dsl_expr_kind {
   E_BINARY,
   E_UNARY,
   E_COND,
-  E_WHILE
+  E_WHILE,
+  E_TUPLE /* x, y: a block's value, `return p, q`, the right side of a binding */
 } dsl_expr_kind;
 
 typedef struct dsl_expr dsl_expr;
@@ -202,7 +203,7 @@ struct dsl_expr {
     struct {
       dsl_expr **items;
       int n;
-    } list;
+    } list; /* E_LIST, E_TUPLE */
     struct {
       const char *name;
       dsl_arg *args;
@@ -288,6 +289,7 @@ typedef struct dsl_value dsl_value;
 struct dsl_value {
   dsl_vkind kind;
   bool has_t;  /* compile-time values may also exist as a node (x = 2) */
+  bool multi;  /* t is output 0 of an op with several outputs, which `a, b = ...` unpacks */
   gr_output t; /* when has_t */
   union {
     struct {

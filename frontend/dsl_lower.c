@@ -435,8 +435,9 @@ static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, ds
       return GR_OK;
     case E_IDENT:
       return eval_ident(p, e, out);
-    case E_LIST: {
-      out->kind = V_LIST;
+    case E_LIST:
+    case E_TUPLE: {
+      out->kind = e->kind == E_LIST ? V_LIST : V_TUPLE;
       out->list.n = e->list.n;
       out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(e->list.n + 1));
       if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");

@@ -41,7 +41,7 @@ static const bad_case cases[] = {
     {"x = cond(1) { 2 }", 1, 18, "expected 'else'"},
     {"x = while(i = 0 i < 3) { i }", 1, 17, "expected ';' before the loop condition"},
     {"scope \"a\" x = 1", 1, 11, "expected '{'"},
-    {"a, = 1", 1, 4, "expected a name after ','"},
+    {"a, = 1", 1, 4, "expected a name or an expression after ','"},
     {"x = 1 +", 1, 8, "expected an expression"},
     {"fetch", 1, 6, "expected a name"},
     {"x = [1, 2]]", 1, 11, "expected end of statement"},
@@ -163,6 +163,29 @@ static const bad_case cases[] = {
      "error: integer overflow in a constant expression (beyond 64 bits)\n"},
     {"x = 2 ** 63", 1, 7, "integer overflow in a constant expression"},
     {"x = 9223372036854775807 + 1", 1, 25, "integer overflow in a constant expression"},
+    /* tuples from cond, def and bindings (item 8) */
+    {"x = 1.0\na, b = cond(x > 2) { x, x } else { x, x, x }", 2, 36,
+     "error: the else branch gives 3 values but the then branch gives 2\n"},
+    {"x = 1.0\ny = cond(x > 2) { x, x } else { x }", 2, 33,
+     "error: the else branch gives 1 value but the then branch gives 2\n"},
+    {"x = 1.0\na, b = cond(x > 2) { x, x } else { x, const(1, i32) }", 2, 39,
+     "error: value 2 of the cond is i32 in the else branch but f32 in the then branch (convert "
+     "one, e.g. cast(..., i32), or write the literal as const(..., i32))\n"},
+    {"x = 1.0\ny = cond(x > 2) { x } else { const(1, i32) }", 2, 30,
+     "error: value of the cond is i32 in the else branch but f32 in the then branch"},
+    {"x = 2\na, b = cond(x > 2) { x } else { -x }", 2, 1, "cannot unpack 1 value into 2 names"},
+    {"x = 2\ny = cond(x > 2) { [x, x] } else { [x, x] }", 2, 19,
+     "error: a branch's value is a tensor or several separated by ',' (x, y), not a list of "
+     "tensors\n"},
+    {"def f(x) { return x, x }\ny = f(2) + 1", 2, 5,
+     "error: a tuple of 2 values where one tensor is expected (unpack it: a, b = ...)\n"},
+    {"def f(x) { return x, x }\na, b, c = f(2)", 2, 1, "cannot unpack 2 values into 3 names"},
+    {"a, b = 1, 2, 3", 1, 1, "cannot unpack 3 values into 2 names"},
+    {"x = 1\nx + 1 = 3", 2, 1,
+     "error: only names can be bound: the left of '=' is a name or names separated by ','\n"},
+    {"x = 1\na, f(x) = 3, 4", 2, 4, "only names can be bound"},
+    {"a, b = 1, ", 1, 11, "expected an expression, found end of file"},
+    {"x = cond(true) { 1, } else { 2 }", 1, 21, "expected an expression, found '}'"},
 };
 
 static void check_case(const bad_case *c) {
@@ -201,6 +224,16 @@ static void test_caret_and_note(void) {
   gr_dsl_load_string("m.gr", "scope \"a\" {\n  x = 1\n", g, NULL, NULL, &err);
   GR_CHECK_STR_CONTAINS(err.msg, "m.gr:1:11: note: '{' opened here");
   gr_graph_free(g);
+}
+
+/* A cond's branches that disagree show where both values are. */
+static void test_cond_arity_note(void) {
+  gr_error err;
+  GR_CHECK(gt_dsl_error("x = 1.0\na, b = cond(x > 2) {\n  x, x\n} else {\n  x\n}", &err));
+  GR_CHECK_STR_CONTAINS(err.msg,
+                        "t.gr:5:3: error: the else branch gives 1 value but the then branch gives 2"
+                        "\n    x\n    ^\n"
+                        "t.gr:3:3: note: the then branch's values\n    x, x\n    ^");
 }
 
 /* Nesting deeper than the parser's limit is an error, not a stack overflow. */
@@ -281,6 +314,7 @@ static void test_binary_input(void) {
 int main(void) {
   GR_RUN(test_table);
   GR_RUN(test_caret_and_note);
+  GR_RUN(test_cond_arity_note);
   GR_RUN(test_deep_nesting);
   GR_RUN(test_long_chains);
   GR_RUN(test_no_imports);
