@@ -57,6 +57,8 @@ typedef struct dsl_pos {
   int line, col; /* 1-based; col counts bytes */
 } dsl_pos;
 
+/* 3 when the text starts with a UTF-8 byte-order mark (skipped), else 0. */
+size_t dsl_bom_len(const dsl_source *src);
 /* Sets err to "file:line:col: error: MSG\n<line>\n<caret>"; returns code. */
 gr_status dsl_error(gr_error *err, gr_status code, dsl_pos pos, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -297,7 +299,10 @@ struct dsl_value {
       int64_t i;
       bool is_int;
     } num;
-    const char *str;
+    struct {
+      const char *str;
+      const dsl_source *str_src; /* where a string literal is written (NULL: elsewhere) */
+    };
     bool b;
     gr_dtype dtype;
     struct {
@@ -387,5 +392,8 @@ gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 dsl_source *dsl_add_source(gr_dsl_program *p, const char *name, const char *text, size_t len,
                            bool owned);
 const char *dsl_vkind_name(dsl_vkind k);
+/* path relative to the directory of the file from (unchanged when absolute
+ * or when from has no directory); malloc'd, NULL when out of memory. */
+char *dsl_path_join(const char *from, const char *path);
 
 #endif

@@ -425,6 +425,7 @@ static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, ds
     case E_STR:
       out->kind = V_STR;
       out->str = e->str;
+      out->str_src = e->pos.src;
       return GR_OK;
     case E_BOOL:
       out->kind = V_BOOL;

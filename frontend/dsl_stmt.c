@@ -234,7 +234,7 @@ static gr_status lower_scoped_block(gr_dsl_program *p, const dsl_stmt *s) {
   return st;
 }
 
-static char *dir_join(const char *from, const char *path) {
+char *dsl_path_join(const char *from, const char *path) {
   size_t n = strlen(from) + strlen(path) + 2;
   char *r = malloc(n);
   if (!r) return NULL;
@@ -281,7 +281,7 @@ static gr_status lower_import(gr_dsl_program *p, const dsl_stmt *s) {
   if (p->import_depth >= MAX_IMPORT_DEPTH)
     return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, s->pos, "imports nested deeper than %d",
                      MAX_IMPORT_DEPTH);
-  char *path = dir_join(s->pos.src->name, s->str);
+  char *path = dsl_path_join(s->pos.src->name, s->str);
   if (!path) return oom(p);
   char real[PATH_MAX];
   gr_error e;

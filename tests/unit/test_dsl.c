@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gr_dsl.h"
@@ -204,6 +205,68 @@ static void test_imports(void) {
   rmdir(dir);
 }
 
+/* A string `path` attr written in an imported file is relative to that
+ * file, like `import`; one written in the main file and passed into a def
+ * of the imported file stays relative to the main file. */
+static void test_paths_relative_to_their_file(void) {
+  char dir[] = "/tmp/gr_dsl_paths_XXXXXX";
+  GR_CHECK(mkdtemp(dir) != NULL);
+  char sub[160], npy[200], lib[200], main_gr[200];
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  GR_CHECK(mkdir(sub, 0700) == 0);
+  snprintf(npy, sizeof npy, "%s/d.npy", sub);
+  snprintf(lib, sizeof lib, "%s/lib.gr", sub);
+  snprintf(main_gr, sizeof main_gr, "%s/main.gr", dir);
+  /* a .npy of f32 [1.0, 2.0]: data at byte 128 */
+  char hdr[128];
+  memset(hdr, ' ', sizeof hdr);
+  memcpy(hdr, "\x93NUMPY\x01\x00\x76\x00", 10);
+  const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
+  memcpy(hdr + 10, dict, strlen(dict));
+  hdr[127] = '\n';
+  const float vals[2] = {1.0f, 2.0f};
+  FILE *f = fopen(npy, "wb");
+  GR_CHECK(f != NULL);
+  if (f) {
+    fwrite(hdr, 1, sizeof hdr, f);
+    fwrite(vals, sizeof vals[0], 2, f);
+    fclose(f);
+  }
+  write_file(lib, "def load(p) { return read_npy(p) }\nown = read_npy(\"d.npy\")\n");
+  write_file(main_gr,
+             "import \"sub/lib.gr\"\ny = reduce_sum(own) + reduce_sum(load(\"sub/d.npy\"))\n");
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_dsl_load_file(main_gr, g, NULL, &p, &err), err);
+  gr_output o;
+  if (p && gr_dsl_lookup(p, "y", &o)) {
+    gr_session *s = gt_session(g, 1, 1);
+    gr_tensor t;
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, &o, 1, &t, NULL, 0, &err), err);
+    if (t.buf) GR_CHECK_NEAR(gr_tensor_get_f64(&t, 0), 6, 0);
+    gr_tensor_release(&t);
+    gr_session_free(s);
+  }
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+  unlink(npy);
+  unlink(lib);
+  unlink(main_gr);
+  rmdir(sub);
+  rmdir(dir);
+}
+
+/* A UTF-8 byte-order mark at the start is skipped; columns count after it. */
+static void test_byte_order_mark(void) {
+  GR_CHECK_NEAR(gt_dsl_value("\xEF\xBB\xBFx = 2\ny = x * 3", "y"), 6, 0);
+  gr_error err;
+  GR_CHECK(gt_dsl_error("\xEF\xBB\xBFx = $", &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:1:5: error: unexpected character '$'\n  x = $\n      ^");
+  GR_CHECK(gt_dsl_error("x = 1\n\xEF\xBB\xBFy = 2", &err)); /* only at the start */
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:2:1: error: unexpected character byte 0xef");
+}
+
 static void test_gradients(void) {
   GR_CHECK_NEAR(gt_dsl_value("x = variable(const(3.0))\ny = x * x\ng = gradients(y, x)", "g"), 6,
                 1e-6);
@@ -231,6 +294,8 @@ int main(void) {
   GR_RUN(test_defs);
   GR_RUN(test_unpack_and_alias);
   GR_RUN(test_imports);
+  GR_RUN(test_paths_relative_to_their_file);
+  GR_RUN(test_byte_order_mark);
   GR_RUN(test_gradients);
   GR_RUN(test_control_flow);
   return gr_test_finish();

@@ -64,7 +64,8 @@ static const bad_case cases[] = {
     {"x = relu()", 1, 5, "op relu takes 1 input, got 0"},
     {"x = add(1, 2, 3)", 1, 15, "too many arguments for op add"},
     {"x = reshape(zeros([4]))", 1, 5, "needs attr 'shape'"},
-    {"x = placeholder(f32, [?, -4])", 1, 22, "dim 1 must be an integer >= 0"},
+    {"x = placeholder(f32, [?, -4])", 1, 26, "dim 1 is negative (-4)"},
+    {"x = placeholder(f32, [?, 2.5])", 1, 26, "dim 1 must be an integer >= 0 or '?', got a number"},
     {"x = relu(zeros([2]), name=\"a\")", 1, 22, "unknown attr 'name' for op relu"},
     {"def f(x) { return x }\ny = f", 2, 5, "is a def"},
     {"x = 1\ny = x(2)", 2, 5, "not a function"},
@@ -186,6 +187,14 @@ static const bad_case cases[] = {
     {"x = 1\na, f(x) = 3, 4", 2, 4, "only names can be bound"},
     {"a, b = 1, ", 1, 11, "expected an expression, found end of file"},
     {"x = cond(true) { 1, } else { 2 }", 1, 21, "expected an expression, found '}'"},
+    /* small items */
+    {"x = zeros([-5, 3])", 1, 12,
+     "error: attr 'shape' of zeros: dim 0 is negative (-5); a dim is an integer >= 0, or '?' when "
+     "unknown\n"},
+    {"n = 4\nx = ones([n, 2 - 4], i32)", 2, 16, "attr 'shape' of ones: dim 1 is negative (-2)"},
+    {"x = ones([2, -1])", 1, 14,
+     "error: ones: dim 1 is negative (-1); ones needs a known shape (dims >= 0)\n"},
+    {"x = zeros([?, 2])", 1, 12, "error: zeros: dim 0 is '?'; zeros needs a known shape"},
 };
 
 static void check_case(const bad_case *c) {
