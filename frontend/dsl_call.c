@@ -37,9 +37,27 @@ static bool as_int(const dsl_value *v, int64_t *out) {
   return true;
 }
 
+/* Where item i of an argument is written: its own position when the
+ * argument is a list literal, else the argument's. */
+static dsl_pos item_pos(const dsl_arg *arg, int i) {
+  const dsl_expr *x = arg->value;
+  return x->kind == E_LIST && i < x->list.n ? x->list.items[i]->pos : arg->pos;
+}
+
+/* A `path` attr (read_idx, read_npy, save, ...): a relative path is relative
+ * to the .gr file the string is written in, as for `import`. */
+static gr_status path_attr(gr_dsl_program *p, const dsl_value *v, dsl_pos pos, const char **out) {
+  char *joined = dsl_path_join(v->str_src->name, v->str);
+  if (!joined) return dsl_error(p->err, GR_ERR_RESOURCE_EXHAUSTED, pos, "out of memory");
+  *out = dsl_strndup(&p->temp, joined, strlen(joined));
+  free(joined);
+  return *out ? GR_OK : dsl_error(p->err, GR_ERR_RESOURCE_EXHAUSTED, pos, "out of memory");
+}
+
 /* Converts a value to an attr of type `type`; lists go into the temp arena. */
 static gr_status to_attr(gr_dsl_program *p, const dsl_value *v, const gr_attr_spec *spec,
-                         const char *op, dsl_pos pos, gr_attr *out) {
+                         const char *op, const dsl_arg *arg, gr_attr *out) {
+  dsl_pos pos = arg->pos;
   out->name = spec->name;
   out->value.type = spec->type;
   const char *want = gr_attr_type_name(spec->type);
@@ -63,6 +81,8 @@ static gr_status to_attr(gr_dsl_program *p, const dsl_value *v, const gr_attr_sp
     case GR_ATTR_STRING:
       if (v->kind != V_STR) goto bad;
       out->value.s = v->str;
+      if (strcmp(spec->name, "path") == 0 && v->str_src) /* a file, relative to its .gr file */
+        return path_attr(p, v, pos, &out->value.s);
       return GR_OK;
     case GR_ATTR_DTYPE:
       if (v->kind != V_DTYPE) goto bad;
@@ -77,12 +97,19 @@ static gr_status to_attr(gr_dsl_program *p, const dsl_value *v, const gr_attr_sp
       s.rank = v->list.n;
       for (int i = 0; i < v->list.n; i++) {
         const dsl_value *d = &v->list.items[i];
+        dsl_pos at = item_pos(arg, i);
         if (d->kind == V_UNKNOWN_DIM)
           s.dims[i] = -1;
-        else if (!as_int(d, &s.dims[i]) || s.dims[i] < -1)
-          return dsl_error(p->err, GR_ERR_SHAPE, pos,
-                           "attr '%s' of %s: dim %d must be an integer >= 0 or '?', got a %s",
-                           spec->name, op, i, dsl_vkind_name(d->kind));
+        else if (!as_int(d, &s.dims[i]))
+          return dsl_error(p->err, GR_ERR_SHAPE, at,
+                           "attr '%s' of %s: dim %d must be an integer >= 0 or '?', got a %s%s",
+                           spec->name, op, i, dsl_vkind_name(d->kind),
+                           d->kind == V_NUM ? " that is not an integer" : "");
+        else if (s.dims[i] < -1)
+          return dsl_error(p->err, GR_ERR_SHAPE, at,
+                           "attr '%s' of %s: dim %d is negative (%lld); a dim is an integer >= 0, "
+                           "or '?' when unknown",
+                           spec->name, op, i, (long long)s.dims[i]);
       }
       out->value.shape = s;
       return GR_OK;
@@ -195,12 +222,18 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
   gr_attr attrs[MAX_ARGS];
   int ni = 0, na = 0, attr_pos = 0;
   bool variadic = op->max_inputs < 0;
+  /* literal inputs take the dtype of the first tensor input, preferring one
+   * that is not bool (select(mask, x, 0) gives 0 the dtype of x) */
   gr_dtype hint = GR_DTYPE_INVALID;
-  for (int i = 0; i < a->n; i++)
-    if (a->v[i].has_t && a->v[i].t.node && a->v[i].t.index >= 0 && !e->call.args[i].name) {
-      hint = a->v[i].t.node->out_dtypes[a->v[i].t.index];
-      break;
-    }
+  char whose[160] = "";
+  for (int i = 0; i < a->n; i++) {
+    gr_dtype dt = e->call.args[i].name ? GR_DTYPE_INVALID : dsl_dtype_of(&a->v[i]);
+    if (dt == GR_DTYPE_INVALID || (hint != GR_DTYPE_INVALID && dt == GR_BOOL)) continue;
+    const dsl_expr *x = e->call.args[i].value;
+    snprintf(whose, sizeof whose, "'%s' (input %d of %s)",
+             x->kind == E_IDENT ? x->str : a->v[i].t.node->name, i, op->name);
+    if ((hint = dt) != GR_BOOL) break;
+  }
   for (int i = 0; i < a->n; i++) {
     const dsl_arg *arg = &e->call.args[i];
     dsl_value *v = &a->v[i];
@@ -222,7 +255,7 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
           return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, arg->pos,
                            "attr '%s' of %s given twice (positionally and by keyword)", arg->name,
                            op->name);
-      GR_TRY(to_attr(p, v, spec, op->name, arg->pos, &attrs[na++]));
+      GR_TRY(to_attr(p, v, spec, op->name, arg, &attrs[na++]));
       continue;
     }
     bool is_input = variadic || ni < op->min_inputs || (ni < op->max_inputs && v->has_t);
@@ -235,7 +268,7 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
           continue;
         }
       }
-      GR_TRY(dsl_to_tensor(p, v, arg->pos, hint, &inputs[ni]));
+      GR_TRY(dsl_to_tensor_like(p, v, arg->pos, hint, whose[0] ? whose : NULL, NULL, &inputs[ni]));
       ni++;
       continue;
     }
@@ -266,7 +299,7 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
                        "op %s has no attr left that takes a %s (%s%s)", op->name,
                        dsl_vkind_name(v->kind), n ? "remaining attrs: " : "all attrs given", rest);
     }
-    GR_TRY(to_attr(p, v, &op->attrs[k], op->name, arg->pos, &attrs[na++]));
+    GR_TRY(to_attr(p, v, &op->attrs[k], op->name, arg, &attrs[na++]));
     attr_pos++;
   }
   for (int s = 0; s < op->num_attrs; s++)
@@ -285,7 +318,9 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
   dsl_set_loc(p, e->pos);
   gr_output o = gr_graph_add_node(p->g, op, name, inputs, ni, attrs, na);
   GR_TRY(dsl_check_graph(p, e->pos));
-  return new_tensor_value(out, o);
+  new_tensor_value(out, o);
+  out->multi = o.node && o.node->num_outputs > 1; /* a, b = split(x, 2) */
+  return GR_OK;
 }
 
 /* A name scope for a def call not used by an earlier call: base, base_1, ... */
@@ -518,7 +553,10 @@ static gr_status call_builtin(gr_dsl_program *p, const char *fn, const dsl_expr 
     if (!x.node || !(x.node->op->flags & GR_OP_VARIABLE))
       return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[0].pos,
                        "%s: the first argument must be a variable", fn);
-    GR_TRY(want_tensor(p, a, 1, x.node->out_dtypes[0], &y));
+    char whose[160];
+    snprintf(whose, sizeof whose, "variable '%s'", x.node->name);
+    GR_TRY(dsl_to_tensor_like(p, &a->v[1], a->call->call.args[1].pos, x.node->out_dtypes[0], whose,
+                              NULL, &y));
     dsl_set_loc(p, pos);
     o = fn[6] == '\0'                   ? gr_assign(p->g, x, y)
         : strcmp(fn, "assign_add") == 0 ? gr_assign_add(p->g, x, y)
@@ -539,7 +577,7 @@ static gr_status call_builtin(gr_dsl_program *p, const char *fn, const dsl_expr 
     GR_TRY(check_kw(p, a, fn, kw));
     GR_TRY(nargs(p, a, fn, 1, 2));
     int vi = arg_index(a, "value", 0), di = arg_index(a, "dtype", 1);
-    gr_dtype dt = GR_F32;
+    gr_dtype dt = GR_DTYPE_INVALID; /* f32, or bool for booleans */
     if (di >= 0) {
       if (a->v[di].kind != V_DTYPE)
         return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[di].pos,
@@ -561,8 +599,14 @@ static gr_status call_builtin(gr_dsl_program *p, const char *fn, const dsl_expr 
     gr_attr sh, dt = gr_attr_dtype("dtype", GR_F32);
     int si = arg_index(a, "shape", 0), di = arg_index(a, "dtype", 1);
     if (si < 0) return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "%s: missing shape", fn);
-    GR_TRY(to_attr(p, &a->v[si], &specs[0], fn, a->call->call.args[si].pos, &sh));
-    if (di >= 0) GR_TRY(to_attr(p, &a->v[di], &specs[1], fn, a->call->call.args[di].pos, &dt));
+    GR_TRY(to_attr(p, &a->v[si], &specs[0], fn, &a->call->call.args[si], &sh));
+    if (di >= 0) GR_TRY(to_attr(p, &a->v[di], &specs[1], fn, &a->call->call.args[di], &dt));
+    for (int i = 0; i < sh.value.shape.rank; i++) /* -1 ('?' elsewhere) cannot be filled */
+      if (sh.value.shape.dims[i] < 0)
+        return dsl_error(p->err, GR_ERR_SHAPE, item_pos(&a->call->call.args[si], i),
+                         "%s: dim %d is %s; %s needs a known shape (dims >= 0)", fn, i,
+                         a->v[si].list.items[i].kind == V_UNKNOWN_DIM ? "'?'" : "negative (-1)",
+                         fn);
     dsl_set_loc(p, pos);
     o = fn[0] == 'z' ? gr_zeros(p->g, dt.value.dtype, sh.value.shape)
                      : gr_ones(p->g, dt.value.dtype, sh.value.shape);

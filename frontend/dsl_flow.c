@@ -1,14 +1,16 @@
-/* DSL lowering of control flow: `cond(p) { ... } else { ... }` to gr_cond and
- * `while (v = init, ...; pred) { body }` to gr_while_loop. A block's value is
- * its last expression statement (or `return`); names bound inside a branch or
- * a loop body stay inside it. */
+/* DSL lowering of control flow: `cond(p) { ... } else { ... }` to
+ * gr_cond_tuple and `while (v = init, ...; pred) { body }` to gr_while_loop.
+ * A block's value is its last expression statement (or `return`): one value,
+ * or a tuple `x, y` that gives the cond as many results; names bound inside
+ * a branch or a loop body stay inside it. */
+#include <stdio.h>
 #include <string.h>
 
 #include "dsl_internal.h"
 
 /* Filled in by ops/control_flow.c; weak so the front end reports a clear
  * error in a build without them. */
-#pragma weak gr_cond
+#pragma weak gr_cond_tuple
 #pragma weak gr_while_loop
 
 typedef struct flow_ctx {
@@ -17,75 +19,159 @@ typedef struct flow_ctx {
   bool failed;
 } flow_ctx;
 
-/* Lowers a block in a new frame (child of the current one) and returns the
- * value of its last expression statement as a tensor in *out. */
-static gr_status block_value(gr_dsl_program *p, const dsl_block *b, dsl_frame *frame,
-                             gr_output *out) {
-  dsl_frame *saved = p->frame;
-  p->frame = frame;
-  gr_status st = GR_OK;
-  dsl_value v;
-  memset(&v, 0, sizeof v);
-  bool have = false;
-  for (int i = 0; i < b->n && st == GR_OK; i++) {
+/* A cond being lowered: what the branch built first gave, to check the
+ * other against (the same number of values, each of the same dtype). */
+typedef struct cond_ctx {
+  gr_dsl_program *p;
+  const dsl_expr *e;
+  bool failed;
+  int n; /* values of the first branch built, 0 before */
+  const char *first;
+  dsl_pos first_at[GR_COND_MAX_OUTPUTS]; /* where each value is written */
+  gr_dtype first_dt[GR_COND_MAX_OUTPUTS];
+} cond_ctx;
+
+/* Lowers a block in the current frame; *v gets the value of its last
+ * statement (an expression, a tuple or `return`), *last that statement. */
+static gr_status block_value(gr_dsl_program *p, const dsl_block *b, dsl_value *v,
+                             const dsl_stmt **last) {
+  memset(v, 0, sizeof *v);
+  *last = NULL;
+  for (int i = 0; i < b->n; i++) {
     const dsl_stmt *s = b->stmts[i];
     if ((s->kind == S_EXPR || s->kind == S_RETURN) && i == b->n - 1) {
-      st = dsl_eval(p, s->expr, NULL, &v);
-      have = true;
-    } else {
-      st = dsl_lower_stmt(p, s);
+      *last = s;
+      return dsl_eval(p, s->expr, NULL, v);
+    }
+    GR_TRY(dsl_lower_stmt(p, s));
+  }
+  return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, b->open,
+                   "this block has no value: end it with an expression");
+}
+
+/* The tensors of a branch's value v (one, or each of a tuple) into outs,
+ * checked against the branch built first; returns how many. */
+static gr_status branch_outputs(cond_ctx *c, const char *side, dsl_value *v, const dsl_stmt *last,
+                                gr_output *outs, int max, int *n) {
+  gr_dsl_program *p = c->p;
+  const dsl_expr *x = last->expr;
+  bool tuple = v->kind == V_TUPLE;
+  *n = tuple ? v->list.n : 1;
+  if (!tuple && v->kind == V_LIST && !v->has_t)
+    for (int i = 0; i < v->list.n; i++)
+      if (v->list.items[i].has_t)
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, x->pos,
+                         "a branch's value is a tensor or several separated by ',' (x, y), "
+                         "not a list of tensors");
+  if (*n > max)
+    return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, x->pos, "a cond gives at most %d values, not %d",
+                     max, *n);
+  if (c->n && *n != c->n) {
+    dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, x->pos,
+              "the %s branch gives %d value%s but the %s branch gives %d", side, *n,
+              *n == 1 ? "" : "s", c->first, c->n);
+    char note[64];
+    snprintf(note, sizeof note, "the %s branch's value%s", c->first, c->n == 1 ? "" : "s");
+    dsl_error_note(p->err, c->first_at[0], note);
+    return GR_ERR_INVALID_ARGUMENT;
+  }
+  for (int i = 0; i < *n; i++) {
+    dsl_pos at = x->kind == E_TUPLE && i < x->list.n ? x->list.items[i]->pos : x->pos;
+    GR_TRY(dsl_to_tensor(p, tuple ? &v->list.items[i] : v, at, GR_DTYPE_INVALID, &outs[i]));
+    gr_dtype dt = outs[i].node->out_dtypes[outs[i].index];
+    if (!c->n) {
+      c->first_at[i] = at;
+      c->first_dt[i] = dt;
+    } else if (dt != c->first_dt[i]) {
+      char what[32] = "", note[96];
+      if (*n > 1) snprintf(what, sizeof what, " %d", i + 1);
+      dsl_error(p->err, GR_ERR_DTYPE, at,
+                "value%s of the cond is %s in the %s branch but %s in the %s branch (convert one, "
+                "e.g. cast(..., %s), or write the literal as const(..., %s))",
+                what, gr_dtype_name(dt), side, gr_dtype_name(c->first_dt[i]), c->first,
+                gr_dtype_name(dt), gr_dtype_name(dt));
+      snprintf(note, sizeof note, "the %s branch's value%s", c->first, what);
+      dsl_error_note(p->err, c->first_at[i], note);
+      return GR_ERR_DTYPE;
     }
   }
-  if (st == GR_OK && !have)
-    st = dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, b->open,
-                   "this block has no value: end it with an expression");
-  if (st == GR_OK)
-    st = dsl_to_tensor(p, &v, b->n ? b->stmts[b->n - 1]->pos : b->open, GR_DTYPE_INVALID, out);
-  p->frame = saved;
-  return st;
+  if (!c->n) c->first = side, c->n = *n;
+  return GR_OK;
 }
 
-static void branch(gr_graph *g, flow_ctx *c, const dsl_block *b, gr_output *outs) {
-  (void)g;
-  outs[0] = (gr_output){NULL, 0};
-  if (c->failed) return;
-  dsl_frame frame;
-  if (!dsl_frame_init(&frame, 16, c->p->frame, &c->p->temp)) {
+/* One branch, in a new frame (a child of the current one): names bound
+ * inside stay inside. Returns the number of outputs, 0 after an error. */
+static int branch(cond_ctx *c, const dsl_block *b, const char *side, gr_output *outs, int max) {
+  if (c->failed) return 0;
+  dsl_frame frame, *saved = c->p->frame;
+  if (!dsl_frame_init(&frame, 16, saved, &c->p->temp)) {
     gr_error_set(c->p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     c->failed = true;
-    return;
+    return 0;
   }
-  if (block_value(c->p, b, &frame, &outs[0]) != GR_OK) c->failed = true;
+  c->p->frame = &frame;
+  dsl_value v;
+  const dsl_stmt *last;
+  int n = 0;
+  if (block_value(c->p, b, &v, &last) != GR_OK ||
+      branch_outputs(c, side, &v, last, outs, max, &n) != GR_OK)
+    c->failed = true;
+  c->p->frame = saved;
   dsl_frame_free(&frame);
+  return c->failed ? 0 : n;
 }
 
-static void then_fn(gr_graph *g, void *arg, gr_output *outs) {
-  flow_ctx *c = arg;
-  branch(g, c, &c->e->cond.then_block, outs);
+static int then_fn(gr_graph *g, void *arg, gr_output *outs, int max) {
+  cond_ctx *c = arg;
+  (void)g;
+  return branch(c, &c->e->cond.then_block, "then", outs, max);
 }
-static void else_fn(gr_graph *g, void *arg, gr_output *outs) {
-  flow_ctx *c = arg;
-  branch(g, c, &c->e->cond.else_block, outs);
+static int else_fn(gr_graph *g, void *arg, gr_output *outs, int max) {
+  cond_ctx *c = arg;
+  (void)g;
+  return branch(c, &c->e->cond.else_block, "else", outs, max);
+}
+
+/* One tensor when the branches give one value, else a tuple of them. */
+static gr_status tensors_value(gr_dsl_program *p, const gr_output *t, int n, dsl_value *out) {
+  memset(out, 0, sizeof *out);
+  if (n == 1) {
+    out->kind = V_TENSOR;
+    out->has_t = true;
+    out->t = t[0];
+    return GR_OK;
+  }
+  out->kind = V_TUPLE;
+  out->list.n = n;
+  out->list.leaves = n;
+  out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(n + 1));
+  if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int k = 0; k < n; k++) {
+    out->list.items[k].kind = V_TENSOR;
+    out->list.items[k].has_t = true;
+    out->list.items[k].t = t[k];
+  }
+  return GR_OK;
 }
 
 gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) {
-  if (!gr_cond)
+  if (!gr_cond_tuple)
     return dsl_error(p->err, GR_ERR_UNIMPLEMENTED, e->pos, "'cond' is not available in this build");
   dsl_value pv;
   gr_output pred;
   GR_TRY(dsl_eval(p, e->cond.pred, NULL, &pv));
-  GR_TRY(dsl_to_tensor(p, &pv, e->cond.pred->pos, GR_BOOL, &pred));
-  flow_ctx c = {p, e, false};
-  gr_output o;
+  GR_TRY(dsl_to_tensor_like(p, &pv, e->cond.pred->pos, GR_BOOL, "the condition", NULL, &pred));
+  cond_ctx *c = dsl_alloc(&p->temp, sizeof *c);
+  gr_output *o = dsl_alloc(&p->temp, sizeof(gr_output) * GR_COND_MAX_OUTPUTS);
+  if (!c || !o) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  c->p = p;
+  c->e = e;
+  int n = 0;
   dsl_set_loc(p, e->pos);
-  gr_status st = gr_cond(p->g, pred, then_fn, else_fn, &c, 1, &o);
-  if (c.failed) return p->err->code;
+  gr_status st = gr_cond_tuple(p->g, pred, then_fn, else_fn, c, &n, o);
+  if (c->failed) return p->err->code;
   if (st != GR_OK || gr_graph_error(p->g)) return dsl_check_graph(p, e->pos);
-  memset(out, 0, sizeof *out);
-  out->kind = V_TENSOR;
-  out->has_t = true;
-  out->t = o;
-  return GR_OK;
+  return tensors_value(p, o, n, out);
 }
 
 /* A frame binding the loop variables to vars. */
@@ -116,12 +202,32 @@ static gr_output cond_fn(gr_graph *g, void *arg, const gr_output *vars) {
     c->p->frame = &f;
     dsl_value v;
     if (dsl_eval(c->p, c->e->loop.pred, NULL, &v) != GR_OK ||
-        dsl_to_tensor(c->p, &v, c->e->loop.pred->pos, GR_BOOL, &r) != GR_OK)
+        dsl_to_tensor_like(c->p, &v, c->e->loop.pred->pos, GR_BOOL, "the condition", NULL, &r) !=
+            GR_OK)
       c->failed = true;
     c->p->frame = saved;
   }
   dsl_frame_free(&f);
   return r;
+}
+
+/* The next value of loop variable k, rebound by the body in b: a literal
+ * takes the variable's dtype (s = 0 for an i32 s), a tensor must have it. */
+static gr_status next_value(flow_ctx *c, int k, const dsl_binding *b, gr_output var,
+                            gr_output *next) {
+  gr_dtype dt = var.node->out_dtypes[var.index];
+  const char *name = c->e->loop.vars[k].name;
+  char whose[160];
+  snprintf(whose, sizeof whose, "loop variable '%s'", name);
+  dsl_value v = b->v;
+  if (v.kind == V_NUM || v.kind == V_BOOL || v.kind == V_LIST) v.has_t = false; /* made in dt */
+  GR_TRY(dsl_to_tensor_like(c->p, &v, b->pos, dt, whose, NULL, next));
+  gr_dtype got = next->node->out_dtypes[next->index];
+  if (got == dt) return GR_OK;
+  return dsl_error(c->p->err, GR_ERR_DTYPE, b->pos,
+                   "loop variable '%s' is %s but the body makes it %s (a loop variable keeps "
+                   "its dtype in every iteration: cast the new value, cast(..., %s))",
+                   name, gr_dtype_name(dt), gr_dtype_name(got), gr_dtype_name(dt));
 }
 
 /* The body sees the loop variables (frame f) and rebinds them in its own
@@ -144,9 +250,7 @@ static void body_fn(gr_graph *g, void *arg, const gr_output *vars, gr_output *ne
     for (int k = 0; k < c->e->loop.nvars && !c->failed; k++) {
       dsl_binding *b = dsl_frame_find_local(&body, c->e->loop.vars[k].name);
       next[k] = vars[k];
-      if (b && dsl_to_tensor(c->p, &b->v, b->pos, vars[k].node->out_dtypes[vars[k].index],
-                             &next[k]) != GR_OK)
-        c->failed = true;
+      if (b && next_value(c, k, b, vars[k], &next[k]) != GR_OK) c->failed = true;
     }
   }
   dsl_frame_free(&body);
@@ -175,21 +279,5 @@ gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) 
   gr_status st = gr_while_loop(p->g, cond_fn, body_fn, &c, n, vars, 0);
   if (c.failed) return p->err->code;
   if (st != GR_OK || gr_graph_error(p->g)) return dsl_check_graph(p, e->pos);
-  memset(out, 0, sizeof *out);
-  if (n == 1) {
-    out->kind = V_TENSOR;
-    out->has_t = true;
-    out->t = vars[0];
-    return GR_OK;
-  }
-  out->kind = V_TUPLE;
-  out->list.n = n;
-  out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(n + 1));
-  if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  for (int k = 0; k < n; k++) {
-    out->list.items[k].kind = V_TENSOR;
-    out->list.items[k].has_t = true;
-    out->list.items[k].t = vars[k];
-  }
-  return GR_OK;
+  return tensors_value(p, vars, n, out);
 }

@@ -57,9 +57,14 @@ typedef struct dsl_pos {
   int line, col; /* 1-based; col counts bytes */
 } dsl_pos;
 
+/* 3 when the text starts with a UTF-8 byte-order mark (skipped), else 0. */
+size_t dsl_bom_len(const dsl_source *src);
 /* Sets err to "file:line:col: error: MSG\n<line>\n<caret>"; returns code. */
 gr_status dsl_error(gr_error *err, gr_status code, dsl_pos pos, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The source text from `from` up to `to` (same line, trailing blanks
+ * dropped) into buf; false when not available or not on one line. */
+bool dsl_source_text(dsl_pos from, dsl_pos to, char *buf, size_t cap);
 /* Appends "\nfile:line:col: note: NOTE\n<line>\n<caret>" to err. */
 void dsl_error_note(gr_error *err, dsl_pos pos, const char *note);
 
@@ -161,7 +166,8 @@ typedef enum dsl_expr_kind {
   E_BINARY,
   E_UNARY,
   E_COND,
-  E_WHILE
+  E_WHILE,
+  E_TUPLE /* x, y: a block's value, `return p, q`, the right side of a binding */
 } dsl_expr_kind;
 
 typedef struct dsl_expr dsl_expr;
@@ -199,7 +205,7 @@ struct dsl_expr {
     struct {
       dsl_expr **items;
       int n;
-    } list;
+    } list; /* E_LIST, E_TUPLE */
     struct {
       const char *name;
       dsl_arg *args;
@@ -279,12 +285,13 @@ typedef enum dsl_vkind {
 } dsl_vkind;
 
 #define DSL_MAX_LIST (1 << 24) /* elements of a constant list, nesting included */
-#define DSL_MAX_EVAL 3000      /* expression nesting, through def calls */
+#define DSL_MAX_EVAL 3000      /* nested expressions, counting those in called defs */
 
 typedef struct dsl_value dsl_value;
 struct dsl_value {
   dsl_vkind kind;
   bool has_t;  /* compile-time values may also exist as a node (x = 2) */
+  bool multi;  /* t is output 0 of an op with several outputs, which `a, b = ...` unpacks */
   gr_output t; /* when has_t */
   union {
     struct {
@@ -292,7 +299,10 @@ struct dsl_value {
       int64_t i;
       bool is_int;
     } num;
-    const char *str;
+    struct {
+      const char *str;
+      const dsl_source *str_src; /* where a string literal is written (NULL: elsewhere) */
+    };
     bool b;
     gr_dtype dtype;
     struct {
@@ -366,9 +376,21 @@ gr_status dsl_lower_source(gr_dsl_program *p, dsl_source *src);
 gr_status dsl_lower_block(gr_dsl_program *p, const dsl_block *b);
 gr_status dsl_lower_stmt(gr_dsl_program *p, const dsl_stmt *s);
 gr_status dsl_eval(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out);
-/* The value as a tensor, making a constant when needed (dtype hint or f32). */
+/* The value as a tensor, making a constant when needed (dsl_const.c): of
+ * dtype hint, or f32 (bool for booleans) when hint is GR_DTYPE_INVALID. A
+ * literal that does not keep its value in that dtype is an error at pos. */
 gr_status dsl_to_tensor(gr_dsl_program *p, dsl_value *v, dsl_pos pos, gr_dtype hint,
                         gr_output *out);
+/* The same where the dtype is another value's: whose names it in messages
+ * ("'x'", "loop variable 's'"), fix (may be NULL) suggests a rewrite for a
+ * float literal meeting an integer tensor ("cast(x, f32) * 0.9"). */
+gr_status dsl_to_tensor_like(gr_dsl_program *p, dsl_value *v, dsl_pos pos, gr_dtype dtype,
+                             const char *whose, const char *fix, gr_output *out);
+/* A compile-time number as the shortest text that reads back (0.9; 2.0 for
+ * an integral float). */
+void dsl_format_number(const dsl_value *v, char *buf, size_t cap);
+/* The dtype of a value that is a tensor, else GR_DTYPE_INVALID. */
+gr_dtype dsl_dtype_of(const dsl_value *v);
 /* Sets the graph's source position and checks for a build error after a call. */
 void dsl_set_loc(gr_dsl_program *p, dsl_pos pos);
 gr_status dsl_check_graph(gr_dsl_program *p, dsl_pos pos);
@@ -380,5 +402,8 @@ gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 dsl_source *dsl_add_source(gr_dsl_program *p, const char *name, const char *text, size_t len,
                            bool owned);
 const char *dsl_vkind_name(dsl_vkind k);
+/* path relative to the directory of the file from (unchanged when absolute
+ * or when from has no directory); malloc'd, NULL when out of memory. */
+char *dsl_path_join(const char *from, const char *path);
 
 #endif

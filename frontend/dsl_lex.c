@@ -107,10 +107,19 @@ void dsl_arena_free(dsl_arena *a) {
 
 /* ---- diagnostics --------------------------------------------------------------- */
 
+size_t dsl_bom_len(const dsl_source *src) {
+  return src->text && src->len >= 3 && memcmp(src->text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+}
+
+/* Where line 1 of a source starts (after a byte-order mark). */
+static const char *text_start(const dsl_source *src) {
+  return src->text + dsl_bom_len(src);
+}
+
 /* Appends the source line of pos and a caret under its column. */
 static size_t append_caret(char *buf, size_t n, size_t cap, dsl_pos pos) {
   if (!pos.src || !pos.src->text || pos.line < 1 || n + 8 >= cap) return n;
-  const char *p = pos.src->text, *end = p + pos.src->len;
+  const char *p = text_start(pos.src), *end = pos.src->text + pos.src->len;
   for (int l = 1; l < pos.line && p < end; p++)
     if (*p == '\n') l++;
   const char *e = p;
@@ -131,6 +140,21 @@ static size_t append_caret(char *buf, size_t n, size_t cap, dsl_pos pos) {
     buf[n] = '\0';
   }
   return n < cap ? n : cap - 1;
+}
+
+bool dsl_source_text(dsl_pos from, dsl_pos to, char *buf, size_t cap) {
+  if (!from.src || from.src != to.src || !from.src->text || from.line != to.line ||
+      to.col <= from.col || (size_t)(to.col - from.col) >= cap)
+    return false;
+  const char *p = text_start(from.src), *end = from.src->text + from.src->len;
+  for (int l = 1; l < from.line && p < end; p++)
+    if (*p == '\n') l++;
+  if ((size_t)(end - p) < (size_t)to.col - 1) return false;
+  size_t n = (size_t)(to.col - from.col);
+  memcpy(buf, p + from.col - 1, n);
+  while (n && (buf[n - 1] == ' ' || buf[n - 1] == '\t')) n--;
+  buf[n] = '\0';
+  return n > 0;
 }
 
 gr_status dsl_error(gr_error *err, gr_status code, dsl_pos pos, const char *fmt, ...) {
@@ -191,7 +215,7 @@ static const struct {
 void dsl_lex_init(dsl_lexer *lx, const dsl_source *src, gr_error *err) {
   memset(lx, 0, sizeof *lx);
   lx->src = src;
-  lx->p = lx->line_start = src->text;
+  lx->p = lx->line_start = src->text + dsl_bom_len(src);
   lx->end = src->text + src->len;
   lx->line = 1;
   lx->err = err;

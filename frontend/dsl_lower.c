@@ -137,102 +137,7 @@ const char *dsl_vkind_name(dsl_vkind k) {
   return k >= 0 && k <= V_OPTIMIZER ? names[k] : "?";
 }
 
-/* ---- compile-time values to tensors ------------------------------------------------ */
-
-/* Shape of a (possibly nested) list of numbers/bools; false if ragged or not numeric. */
-static bool list_shape(const dsl_value *v, gr_shape *s, int depth, bool *all_bool,
-                       const char **why) {
-  if (v->kind == V_NUM || v->kind == V_BOOL) {
-    if (v->kind == V_NUM) *all_bool = false;
-    if (depth == 0) s->rank = 0;
-    return true;
-  }
-  if (v->kind != V_LIST) {
-    *why = v->kind == V_TENSOR || v->has_t
-               ? "a list of tensors is not a constant (use concat or add_n)"
-               : "a constant list holds numbers or bools only";
-    return false;
-  }
-  if (depth >= GR_MAX_RANK) {
-    *why = "a constant list is nested deeper than the maximum rank 8";
-    return false;
-  }
-  if (depth == 0) s->rank = 0;
-  if (s->rank == depth) {
-    s->rank = depth + 1;
-    s->dims[depth] = v->list.n;
-  } else if (s->dims[depth] != v->list.n) {
-    *why = "a constant list is ragged (rows of different lengths)";
-    return false;
-  }
-  if (v->list.n == 0) return true;
-  for (int i = 0; i < v->list.n; i++)
-    if (!list_shape(&v->list.items[i], s, depth + 1, all_bool, why)) return false;
-  return true;
-}
-
-static void list_fill(const dsl_value *v, gr_tensor *t, int64_t *k) {
-  if (v->kind == V_LIST) {
-    for (int i = 0; i < v->list.n; i++) list_fill(&v->list.items[i], t, k);
-    return;
-  }
-  gr_tensor_set_f64(t, (*k)++, v->kind == V_BOOL ? (v->b ? 1 : 0) : v->num.v);
-}
-
-/* A constant tensor of a compile-time value (number, bool, nested list). */
-static gr_status const_tensor(gr_dsl_program *p, const dsl_value *v, dsl_pos pos, gr_dtype dtype,
-                              gr_tensor *t) {
-  gr_shape s = {0};
-  bool all_bool = true;
-  const char *why = NULL;
-  if (v->kind == V_NONE)
-    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos,
-                     "this has no value (a def without 'return'?)");
-  if (v->kind != V_NUM && v->kind != V_BOOL && v->kind != V_LIST)
-    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "a %s is not a tensor",
-                     dsl_vkind_name(v->kind));
-  if (!list_shape(v, &s, 0, &all_bool, &why))
-    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "%s", why);
-  if (dtype == GR_DTYPE_INVALID) dtype = all_bool ? GR_BOOL : GR_F32;
-  gr_error e;
-  if (gr_tensor_alloc(t, dtype, &s, &e) != GR_OK)
-    return dsl_error(p->err, e.code, pos, "constant: %s", e.msg);
-  int64_t k = 0;
-  list_fill(v, t, &k);
-  return GR_OK;
-}
-
-gr_status dsl_to_tensor(gr_dsl_program *p, dsl_value *v, dsl_pos pos, gr_dtype hint,
-                        gr_output *out) {
-  if (v->has_t) {
-    if (!v->t.node || v->t.index < 0)
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos,
-                       "'%s' (op %s) has no outputs: use it as a target or a control dependency",
-                       v->t.node ? v->t.node->name : "?", v->t.node ? v->t.node->op->name : "?");
-    *out = v->t;
-    return GR_OK;
-  }
-  if (v->kind == V_TUPLE)
-    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos,
-                     "a tuple of %d tensors where one tensor is expected (unpack it: a, b = ...)",
-                     v->list.n);
-  gr_tensor t;
-  GR_TRY(const_tensor(p, v, pos, hint, &t));
-  dsl_set_loc(p, pos);
-  *out = gr_const(p->g, &t);
-  gr_tensor_release(&t);
-  GR_TRY(dsl_check_graph(p, pos));
-  v->has_t = true;
-  v->t = *out;
-  return GR_OK;
-}
-
 /* ---- expressions ------------------------------------------------------------------- */
-
-static gr_dtype dtype_of(const dsl_value *v) {
-  if (!v->has_t || !v->t.node || v->t.index < 0) return GR_DTYPE_INVALID;
-  return v->t.node->out_dtypes[v->t.index];
-}
 
 static const char *binary_op_name(dsl_tok op) {
   switch (op) {
@@ -269,6 +174,21 @@ static const char *binary_op_name(dsl_tok op) {
   }
 }
 
+/* x op y for integers, exactly; false on int64 overflow. */
+static bool fold_ints(dsl_tok op, int64_t x, int64_t y, int64_t *r) {
+  if (op == T_PLUS) return !__builtin_add_overflow(x, y, r);
+  if (op == T_MINUS) return !__builtin_sub_overflow(x, y, r);
+  if (op == T_STAR) return !__builtin_mul_overflow(x, y, r);
+  int64_t acc = 1; /* T_POW with y >= 0, by squaring */
+  while (y > 0) {
+    if ((y & 1) && __builtin_mul_overflow(acc, x, &acc)) return false;
+    y >>= 1;
+    if (y && __builtin_mul_overflow(x, x, &x)) return false;
+  }
+  *r = acc;
+  return true;
+}
+
 /* Folds a op b for compile-time numbers/bools; false when not foldable. */
 static bool fold(gr_dsl_program *p, dsl_tok op, const dsl_value *a, const dsl_value *b,
                  dsl_value *r, dsl_pos pos, gr_status *st) {
@@ -283,6 +203,14 @@ static bool fold(gr_dsl_program *p, dsl_tok op, const dsl_value *a, const dsl_va
   bool ints = a->num.is_int && b->num.is_int;
   memset(r, 0, sizeof *r);
   r->kind = V_NUM;
+  if (ints && (op == T_PLUS || op == T_MINUS || op == T_STAR || (op == T_POW && b->num.i >= 0))) {
+    if (!fold_ints(op, a->num.i, b->num.i, &r->num.i))
+      *st = dsl_error(p->err, GR_ERR_OUT_OF_RANGE, pos,
+                      "integer overflow in a constant expression (beyond 64 bits)");
+    r->num.is_int = true;
+    r->num.v = (double)r->num.i;
+    return true;
+  }
   double v;
   switch (op) {
     case T_PLUS:
@@ -300,11 +228,9 @@ static bool fold(gr_dsl_program *p, dsl_tok op, const dsl_value *a, const dsl_va
         return true;
       }
       v = x / y;
-      ints = false;
       break;
     case T_POW:
-      v = pow(x, y);
-      ints = ints && y >= 0;
+      v = pow(x, y); /* floats, or an integer to a negative power */
       break;
     case T_EQ:
     case T_NE:
@@ -312,6 +238,7 @@ static bool fold(gr_dsl_program *p, dsl_tok op, const dsl_value *a, const dsl_va
     case T_LE:
     case T_GT:
     case T_GE: {
+      if (ints) x = (double)(a->num.i > b->num.i) - (double)(a->num.i < b->num.i), y = 0;
       bool c = op == T_EQ   ? x == y
                : op == T_NE ? x != y
                : op == T_LT ? x < y
@@ -324,32 +251,59 @@ static bool fold(gr_dsl_program *p, dsl_tok op, const dsl_value *a, const dsl_va
     default:
       return false;
   }
-  if (ints && (v > 9.2e18 || v < -9.2e18)) {
-    *st = dsl_error(p->err, GR_ERR_OUT_OF_RANGE, pos, "integer overflow in a constant expression");
-    return true;
-  }
-  r->num.v = v;
-  r->num.is_int = ints;
-  r->num.i = ints ? (int64_t)v : 0;
+  r->num.v = v; /* a float: integer + - * ** were folded exactly above */
   return true;
 }
 
-static gr_status eval_binary(gr_dsl_program *p, const dsl_expr *e, const char *name,
-                             dsl_value *out) {
-  dsl_value a, b;
-  GR_TRY(dsl_eval(p, e->bin.a, NULL, &a));
-  GR_TRY(dsl_eval(p, e->bin.b, NULL, &b));
+/* What a literal operand of e meets, for messages: the other operand by
+ * name ("'x'") when it is one, and for a number a rewrite that keeps its
+ * value ("cast(x, f32) * 0.9"). lit is the literal's side (0: left, 1: right). */
+static void describe_other(const dsl_expr *e, int lit, const dsl_value *v, char *whose, size_t wcap,
+                           char *fix, size_t fcap) {
+  const dsl_expr *other = lit ? e->bin.a : e->bin.b;
+  bool named = other->kind == E_IDENT;
+  if (named)
+    snprintf(whose, wcap, "'%s'", other->str);
+  else
+    snprintf(whose, wcap, "the other operand");
+  if (v->kind != V_NUM) return;
+  char text[64], num[40];
+  if (named)
+    snprintf(text, sizeof text, "%s", other->str);
+  else if (!(lit && dsl_source_text(other->pos, e->pos, text, sizeof text)))
+    snprintf(text, sizeof text, "...");
+  dsl_format_number(v, num, sizeof num);
+  const char *op = dsl_tok_name(e->bin.op); /* "'*'" */
+  int oplen = (int)strlen(op) - 2;
+  if (lit)
+    snprintf(fix, fcap, "cast(%s, f32) %.*s %s", text, oplen, op + 1, num);
+  else
+    snprintf(fix, fcap, "%s %.*s cast(%s, f32)", num, oplen, op + 1, text);
+}
+
+/* a op b with both sides evaluated: folded when both are compile-time
+ * values, else a node; a literal takes the dtype of the tensor it meets. */
+static gr_status apply_binary(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *a,
+                              dsl_value *b, dsl_value *out) {
   dsl_value folded;
   gr_status st;
-  bool did_fold = fold(p, e->bin.op, &a, &b, &folded, e->pos, &st);
+  bool did_fold = fold(p, e->bin.op, a, b, &folded, e->pos, &st);
   if (st != GR_OK) return st;
-  if (did_fold && !a.has_t && !b.has_t) {
+  if (did_fold && !a->has_t && !b->has_t) {
     *out = folded;
     return GR_OK;
   }
   gr_output in[2];
-  GR_TRY(dsl_to_tensor(p, &a, e->bin.a->pos, dtype_of(&b), &in[0]));
-  GR_TRY(dsl_to_tensor(p, &b, e->bin.b->pos, dtype_of(&a), &in[1]));
+  dsl_value *side[2] = {a, b};
+  const dsl_expr *expr[2] = {e->bin.a, e->bin.b};
+  for (int k = 0; k < 2; k++) {
+    gr_dtype dt = dsl_dtype_of(side[1 - k]);
+    char whose[96] = "", fix[160] = "";
+    if (!side[k]->has_t && dt != GR_DTYPE_INVALID)
+      describe_other(e, k, side[k], whose, sizeof whose, fix, sizeof fix);
+    GR_TRY(dsl_to_tensor_like(p, side[k], expr[k]->pos, dt, whose[0] ? whose : NULL,
+                              fix[0] ? fix : NULL, &in[k]));
+  }
   dsl_set_loc(p, e->pos);
   gr_output o = gr_op(p->g, binary_op_name(e->bin.op), name, in, 2, NULL, 0);
   GR_TRY(dsl_check_graph(p, e->pos));
@@ -359,6 +313,29 @@ static gr_status eval_binary(gr_dsl_program *p, const dsl_expr *e, const char *n
     memset(out, 0, sizeof *out), out->kind = V_TENSOR;
   out->has_t = true;
   out->t = o;
+  return GR_OK;
+}
+
+/* a op b op c ... parses as a tree leaning left: its left spine is walked
+ * with a loop (operands in source order), so a flat chain of any length is
+ * not nesting. */
+static gr_status eval_binary(gr_dsl_program *p, const dsl_expr *e, const char *name,
+                             dsl_value *out) {
+  const dsl_expr *few[16] = {0}, **spine = few;
+  int n = 0;
+  for (const dsl_expr *q = e; q->kind == E_BINARY; q = q->bin.a) n++;
+  if (n > 16 && !(spine = dsl_alloc(&p->temp, sizeof *spine * (size_t)n)))
+    return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  int k = n;
+  for (const dsl_expr *q = e; q->kind == E_BINARY; q = q->bin.a) spine[--k] = q;
+  dsl_value acc;
+  GR_TRY(dsl_eval(p, spine[0]->bin.a, NULL, &acc));
+  for (k = 0; k < n; k++) {
+    dsl_value b;
+    GR_TRY(dsl_eval(p, spine[k]->bin.b, NULL, &b));
+    GR_TRY(apply_binary(p, spine[k], k == n - 1 ? name : NULL, &acc, &b, &acc));
+  }
+  *out = acc;
   return GR_OK;
 }
 
@@ -455,7 +432,8 @@ static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, ds
 gr_status dsl_eval(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out) {
   if (p->eval_depth >= DSL_MAX_EVAL)
     return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, e->pos,
-                     "expressions nested too deeply (more than %d levels through def calls)",
+                     "expressions nested too deeply: more than %d levels of nested expressions, "
+                     "counting those inside the defs they call",
                      DSL_MAX_EVAL);
   p->eval_depth++;
   gr_status st = eval(p, e, name, out);
@@ -475,6 +453,7 @@ static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, ds
     case E_STR:
       out->kind = V_STR;
       out->str = e->str;
+      out->str_src = e->pos.src;
       return GR_OK;
     case E_BOOL:
       out->kind = V_BOOL;
@@ -485,8 +464,9 @@ static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, ds
       return GR_OK;
     case E_IDENT:
       return eval_ident(p, e, out);
-    case E_LIST: {
-      out->kind = V_LIST;
+    case E_LIST:
+    case E_TUPLE: {
+      out->kind = e->kind == E_LIST ? V_LIST : V_TUPLE;
       out->list.n = e->list.n;
       out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(e->list.n + 1));
       if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");

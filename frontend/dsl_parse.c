@@ -104,9 +104,14 @@ static bool grow(P *ps, void **arr, int n, int *cap, size_t elem) {
   return true;
 }
 
+/* Bounds the parser's recursion: parentheses, brackets, call arguments,
+ * blocks, unary operators and the right side of '**' nest; a flat chain of
+ * binary operators does not (it is parsed by a loop). */
 static bool enter(P *ps) {
   if (++ps->depth > MAX_DEPTH) {
-    dsl_error(ps->err, GR_ERR_INVALID_ARGUMENT, TOK.pos, "nested too deeply (more than %d levels)",
+    dsl_error(ps->err, GR_ERR_INVALID_ARGUMENT, TOK.pos,
+              "nested too deeply: more than %d levels of parentheses, brackets, blocks, unary "
+              "operators or '**'",
               MAX_DEPTH);
     return false;
   }
@@ -319,7 +324,8 @@ static dsl_expr *parse_power(P *ps) {
   if (!e || !advance(ps)) return NULL;
   e->bin.op = T_POW;
   e->bin.a = a;
-  if (!(e->bin.b = parse_unary(ps))) return NULL;
+  if (!enter(ps) || !(e->bin.b = parse_unary(ps))) return NULL;
+  ps->depth--;
   return e;
 }
 
@@ -405,6 +411,29 @@ static bool parse_block(P *ps, dsl_block *b) {
   return expect_close(ps, T_RBRACE, b->open, "'}'");
 }
 
+/* tuple = expr { "," expr }: one expression is its own value, several are
+ * a tuple (a block's value, `return p, q`, the right side of a binding).
+ * first is the first expression, already parsed. */
+static dsl_expr *parse_tuple_rest(P *ps, dsl_expr *first) {
+  if (!first || TOK.kind != T_COMMA) return first;
+  dsl_expr *t = new_expr(ps, E_TUPLE, first->pos);
+  if (!t) return NULL;
+  int cap = 0;
+  for (dsl_expr *it = first; it;) {
+    if (!grow(ps, (void **)&t->list.items, t->list.n, &cap, sizeof(dsl_expr *))) return NULL;
+    t->list.items[t->list.n++] = it;
+    if (TOK.kind != T_COMMA) return t;
+    if (!advance(ps)) return NULL;
+    if (TOK.kind == T_ASSIGN) return syntax_error(ps, "a name or an expression after ','"), NULL;
+    it = parse_expr(ps);
+  }
+  return NULL;
+}
+
+static dsl_expr *parse_tuple(P *ps) {
+  return parse_tuple_rest(ps, parse_expr(ps));
+}
+
 static dsl_stmt *new_stmt(P *ps, dsl_stmt_kind k) {
   dsl_stmt *s = dsl_alloc(ps->arena, sizeof *s);
   if (!s) {
@@ -434,6 +463,32 @@ static bool parse_names(P *ps, dsl_stmt *s, const char *what) {
     if (TOK.kind != T_COMMA) return true;
     if (!advance(ps)) return false;
   }
+}
+
+/* The names of a binding, from what was parsed before its '=': a name or
+ * a tuple of names. Anything else is an error at the first non-name. */
+static bool bind_targets(P *ps, dsl_stmt *s, dsl_expr *lhs) {
+  int n = lhs->kind == E_TUPLE ? lhs->list.n : 1;
+  dsl_expr **items = lhs->kind == E_TUPLE ? lhs->list.items : &lhs;
+  s->names = dsl_alloc(ps->arena, sizeof(char *) * (size_t)n);
+  s->name_pos = dsl_alloc(ps->arena, sizeof(dsl_pos) * (size_t)n);
+  if (!s->names || !s->name_pos) {
+    gr_error_set(ps->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory while parsing");
+    return false;
+  }
+  for (int i = 0; i < n; i++) {
+    if (items[i]->kind != E_IDENT) {
+      const dsl_expr *start = items[i]; /* a binary expression's position is its operator's */
+      while (start->kind == E_BINARY) start = start->bin.a;
+      dsl_error(ps->err, GR_ERR_INVALID_ARGUMENT, start->pos,
+                "only names can be bound: the left of '=' is a name or names separated by ','");
+      return false;
+    }
+    s->names[i] = items[i]->str;
+    s->name_pos[i] = items[i]->pos;
+  }
+  s->nnames = n;
+  return true;
 }
 
 /* def_stmt = "def" IDENT "(" [ IDENT { "," IDENT } ] ")" block */
@@ -477,12 +532,13 @@ static dsl_stmt *parse_with_args(P *ps, dsl_stmt *s) {
 }
 
 /* stmt = import_stmt | def_stmt | scope_stmt | device_stmt | colocate_stmt
- *      | deps_stmt | fetch_stmt | target_stmt | return_stmt | binding | expr
+ *      | deps_stmt | fetch_stmt | target_stmt | return_stmt | binding | tuple
  * import_stmt = "import" STRING          scope_stmt  = "scope" expr block
- * device_stmt = "device" expr block      return_stmt = "return" expr
+ * device_stmt = "device" expr block      return_stmt = "return" tuple
  * fetch_stmt  = "fetch" names            target_stmt = "target" names
- * binding     = names "=" expr
- * followed by a newline, ';', '}' or the end of the file. */
+ * binding     = names "=" tuple
+ * followed by a newline, ';', '}' or the end of the file. A binding's names
+ * are parsed as a tuple first (`a, b = ...` and `a, b + 1` start alike). */
 static dsl_stmt *parse_stmt(P *ps) {
   dsl_tok k = TOK.kind;
   dsl_stmt *s = NULL;
@@ -516,49 +572,30 @@ static dsl_stmt *parse_stmt(P *ps) {
       break;
     case T_RETURN:
       if (!(s = new_stmt(ps, S_RETURN)) || !advance(ps)) return NULL;
-      if (!(s->expr = parse_expr(ps))) return NULL;
+      if (!(s->expr = parse_tuple(ps))) return NULL;
       break;
     case T_IDENT: {
       if (!(s = new_stmt(ps, S_BIND))) return NULL;
       dsl_token id = TOK;
       if (!advance(ps)) return NULL;
-      if (TOK.kind == T_ASSIGN || TOK.kind == T_COMMA) {
-        /* binding: rewind the first name into the list */
-        s->names = dsl_alloc(ps->arena, sizeof(char *) * 4);
-        s->name_pos = dsl_alloc(ps->arena, sizeof(dsl_pos) * 4);
-        if (!s->names || !s->name_pos) return NULL;
-        s->names[0] = dsl_strndup(ps->arena, id.start, id.len);
-        s->name_pos[0] = id.pos;
-        s->nnames = 1;
-        if (TOK.kind == T_COMMA) {
-          dsl_stmt rest = {0};
-          if (!advance(ps) || !parse_names(ps, &rest, "a name after ','")) return NULL;
-          const char **names = dsl_alloc(ps->arena, sizeof(char *) * (size_t)(rest.nnames + 1));
-          dsl_pos *pos = dsl_alloc(ps->arena, sizeof(dsl_pos) * (size_t)(rest.nnames + 1));
-          if (!names || !pos) return NULL;
-          names[0] = s->names[0];
-          pos[0] = s->name_pos[0];
-          memcpy(names + 1, rest.names, sizeof(char *) * (size_t)rest.nnames);
-          memcpy(pos + 1, rest.name_pos, sizeof(dsl_pos) * (size_t)rest.nnames);
-          s->names = names;
-          s->name_pos = pos;
-          s->nnames = rest.nnames + 1;
-        }
-        if (!expect(ps, T_ASSIGN, "'=' after the names being bound")) return NULL;
-        if (!(s->expr = parse_expr(ps))) return NULL;
-      } else {
-        s->kind = S_EXPR;
-        dsl_expr *e = new_expr(ps, E_IDENT, id.pos);
-        if (!e) return NULL;
-        e->str = dsl_strndup(ps->arena, id.start, id.len);
+      dsl_expr *e = new_expr(ps, E_IDENT, id.pos);
+      if (!e || !(e->str = dsl_strndup(ps->arena, id.start, id.len))) return NULL;
+      if (TOK.kind != T_ASSIGN) { /* the name starts an expression, a tuple or names */
         ps->pending = e;
-        if (!(s->expr = parse_expr(ps))) return NULL;
+        if (!(e = parse_tuple_rest(ps, parse_expr(ps)))) return NULL;
       }
+      if (TOK.kind != T_ASSIGN) {
+        s->kind = S_EXPR;
+        s->expr = e;
+        break;
+      }
+      if (!bind_targets(ps, s, e) || !advance(ps) || !(s->expr = parse_tuple(ps))) return NULL;
       break;
     }
     default:
       if (!(s = new_stmt(ps, S_EXPR))) return NULL;
-      if (!(s->expr = parse_expr(ps))) return NULL;
+      if (!(s->expr = parse_tuple(ps))) return NULL;
+      if (TOK.kind == T_ASSIGN) return bind_targets(ps, s, s->expr), NULL;
   }
   if (needs_end && TOK.kind != T_NEWLINE && TOK.kind != T_SEMI && TOK.kind != T_RBRACE &&
       TOK.kind != T_EOF)

@@ -87,6 +87,40 @@ static gr_status bind_checked(gr_dsl_program *p, const char *name, dsl_pos pos, 
   return GR_OK;
 }
 
+/* Binds one name to v so that it names a node: a compile-time value becomes
+ * a constant node named after it (x = 2; it keeps its value), a node made
+ * before the statement began (node id < n0) gets an identity (y = x).
+ * at: where the value is written. checked: as for bind_checked. */
+static gr_status bind_named(gr_dsl_program *p, const char *name, dsl_pos pos, dsl_pos at,
+                            dsl_value *v, int n0, bool checked) {
+  if (!v->has_t && (v->kind == V_NUM || v->kind == V_BOOL || v->kind == V_LIST)) {
+    gr_status st = GR_OK;
+    bool ok = true;
+    if (v->kind == V_LIST) { /* shapes with '?' or lists of strings stay compile-time */
+      gr_error e;
+      gr_dsl_program tmp = *p;
+      tmp.err = &e;
+      ok = dsl_to_tensor(&tmp, v, at, GR_DTYPE_INVALID, &v->t) == GR_OK;
+      if (!ok && gr_graph_error(p->g)) st = dsl_check_graph(p, at);
+    } else {
+      st = dsl_to_tensor(p, v, at, GR_DTYPE_INVALID, &v->t);
+    }
+    GR_TRY(st);
+    if (ok) {
+      dsl_set_loc(p, pos);
+      v->t = gr_name(p->g, v->t, name);
+      GR_TRY(dsl_check_graph(p, pos));
+    }
+  } else if (v->has_t && v->t.node && v->t.node->id < n0) {
+    dsl_set_loc(p, pos);
+    gr_output o = gr_op(p->g, "identity", name, &v->t, 1, NULL, 0);
+    GR_TRY(dsl_check_graph(p, pos));
+    v->t = o;
+    v->multi = false;
+  }
+  return bind_checked(p, name, pos, v, NULL, checked);
+}
+
 static gr_status lower_bind(gr_dsl_program *p, const dsl_stmt *s) {
   for (int i = 0; i < s->nnames; i++) {
     dsl_binding *old = dsl_frame_find_local(p->frame, s->names[i]);
@@ -101,39 +135,10 @@ static gr_status lower_bind(gr_dsl_program *p, const dsl_stmt *s) {
   const char *name = s->nnames == 1 ? s->names[0] : NULL;
   const dsl_frame *frame = p->frame; /* checked above; evaluating cannot bind here */
   GR_TRY(dsl_eval(p, s->expr, name, &v));
-  if (s->nnames == 1) {
-    if (!v.has_t && (v.kind == V_NUM || v.kind == V_BOOL || v.kind == V_LIST)) {
-      /* x = 2: a constant node named x that keeps its compile-time value */
-      gr_tensor t;
-      gr_error e;
-      gr_status st = GR_OK;
-      bool ok = true;
-      if (v.kind == V_LIST) { /* shapes with '?' or lists of strings stay compile-time */
-        gr_dsl_program tmp = *p;
-        tmp.err = &e;
-        ok = dsl_to_tensor(&tmp, &v, s->expr->pos, GR_DTYPE_INVALID, &v.t) == GR_OK;
-        if (!ok && gr_graph_error(p->g)) st = dsl_check_graph(p, s->expr->pos);
-        (void)t;
-      } else {
-        st = dsl_to_tensor(p, &v, s->expr->pos, GR_DTYPE_INVALID, &v.t);
-      }
-      GR_TRY(st);
-      if (ok) {
-        dsl_set_loc(p, s->name_pos[0]);
-        v.t = gr_name(p->g, v.t, name);
-        GR_TRY(dsl_check_graph(p, s->name_pos[0]));
-      }
-    } else if (v.has_t && v.t.node && v.t.node->id < n0) {
-      /* y = x: an identity named y, so every bound name is a node */
-      dsl_set_loc(p, s->name_pos[0]);
-      gr_output o = gr_op(p->g, "identity", name, &v.t, 1, NULL, 0);
-      GR_TRY(dsl_check_graph(p, s->name_pos[0]));
-      v.t = o;
-    }
-    return bind_checked(p, name, s->name_pos[0], &v, NULL, p->frame == frame);
-  }
-  /* a, b = tuple or multi-output node */
-  int have = v.kind == V_TUPLE ? v.list.n : (v.has_t && v.t.node ? v.t.node->num_outputs : 0);
+  if (s->nnames == 1)
+    return bind_named(p, name, s->name_pos[0], s->expr->pos, &v, n0, p->frame == frame);
+  /* a, b = tuple (x, y; a def's `return p, q`; a cond's values) or an op's outputs */
+  int have = v.kind == V_TUPLE ? v.list.n : v.multi ? v.t.node->num_outputs : 1;
   if (have != s->nnames)
     return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, s->name_pos[0],
                      "cannot unpack %d value%s into %d names", have, have == 1 ? "" : "s",
@@ -148,7 +153,8 @@ static gr_status lower_bind(gr_dsl_program *p, const dsl_stmt *s) {
       item.has_t = true;
       item.t = gr_output_at(v.t, i);
     }
-    GR_TRY(bind(p, s->names[i], s->name_pos[i], &item, NULL));
+    dsl_pos at = s->expr->kind == E_TUPLE ? s->expr->list.items[i]->pos : s->expr->pos;
+    GR_TRY(bind_named(p, s->names[i], s->name_pos[i], at, &item, n0, false));
   }
   return GR_OK;
 }
@@ -231,7 +237,7 @@ static gr_status lower_scoped_block(gr_dsl_program *p, const dsl_stmt *s) {
   return st;
 }
 
-static char *dir_join(const char *from, const char *path) {
+char *dsl_path_join(const char *from, const char *path) {
   size_t n = strlen(from) + strlen(path) + 2;
   char *r = malloc(n);
   if (!r) return NULL;
@@ -278,7 +284,7 @@ static gr_status lower_import(gr_dsl_program *p, const dsl_stmt *s) {
   if (p->import_depth >= MAX_IMPORT_DEPTH)
     return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, s->pos, "imports nested deeper than %d",
                      MAX_IMPORT_DEPTH);
-  char *path = dir_join(s->pos.src->name, s->str);
+  char *path = dsl_path_join(s->pos.src->name, s->str);
   if (!path) return oom(p);
   char real[PATH_MAX];
   gr_error e;

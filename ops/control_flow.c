@@ -284,47 +284,92 @@ static gr_output branch_capture(gr_graph *g, gr_output outside, void *arg) {
   return gr_output_at(gr_op(g, "switch", NULL, in, 2, NULL, 0), b->side);
 }
 
+/* gr_cond's branches, which give a number of outputs fixed in advance. */
+typedef struct fixed_branches {
+  gr_branch_fn fn[2]; /* else, then */
+  void *arg;
+  int n;
+} fixed_branches;
+
+static int fixed_else(gr_graph *g, void *arg, gr_output *outs, int max_outputs) {
+  fixed_branches *f = arg;
+  (void)max_outputs;
+  f->fn[0](g, f->arg, outs);
+  return f->n;
+}
+
+static int fixed_then(gr_graph *g, void *arg, gr_output *outs, int max_outputs) {
+  fixed_branches *f = arg;
+  (void)max_outputs;
+  f->fn[1](g, f->arg, outs);
+  return f->n;
+}
+
 gr_status gr_cond(gr_graph *g, gr_output pred, gr_branch_fn then_fn, gr_branch_fn else_fn,
                   void *arg, int num_outputs, gr_output *outputs) {
   for (int i = 0; i < num_outputs; i++) outputs[i] = (gr_output){NULL, 0};
   if (!pred.node) return gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INVALID_ARGUMENT;
-  if (num_outputs < 1 || num_outputs > 64)
-    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "cond: 1 to 64 outputs, got %d",
-                               num_outputs);
+  if (num_outputs < 1 || num_outputs > GR_COND_MAX_OUTPUTS)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "cond: 1 to %d outputs, got %d",
+                               GR_COND_MAX_OUTPUTS, num_outputs);
+  fixed_branches f = {{else_fn, then_fn}, arg, num_outputs};
+  gr_output outs[GR_COND_MAX_OUTPUTS];
+  int n;
+  gr_status s = gr_cond_tuple(g, pred, fixed_then, fixed_else, &f, &n, outs);
+  memcpy(outputs, outs, sizeof(gr_output) * (size_t)num_outputs);
+  return s;
+}
+
+gr_status gr_cond_tuple(gr_graph *g, gr_output pred, gr_branch_tuple_fn then_fn,
+                        gr_branch_tuple_fn else_fn, void *arg, int *num_outputs,
+                        gr_output *outputs) {
+  *num_outputs = 0;
+  for (int i = 0; i < GR_COND_MAX_OUTPUTS; i++) outputs[i] = (gr_output){NULL, 0};
+  if (!pred.node) return gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INVALID_ARGUMENT;
   gr_graph_push_name_scope(g, "cond");
-  gr_output both[2][64];
+  gr_output both[2][GR_COND_MAX_OUTPUTS];
+  int n[2] = {0, 0};
   gr_output sw = gr_op(g, "switch", "pivot", (gr_output[]){pred, pred}, 2, NULL, 0);
   for (int side = 1; side >= 0 && !gr_graph_error(g); side--) {
     gr_output pivot = gr_identity(g, gr_output_at(sw, side));
     int first = gr_graph_num_nodes(g);
     gr_graph_push_control_deps(g, &pivot, 1);
-    (side ? then_fn : else_fn)(g, arg, both[side]);
+    n[side] = (side ? then_fn : else_fn)(g, arg, both[side], GR_COND_MAX_OUTPUTS);
     gr_graph_pop_control_deps(g);
     int end = gr_graph_num_nodes(g);
     branch_arg b = {pred, side};
     reroute(g, first, end, -1, -1, branch_capture, &b);
     drop_pivot(g, first, end, pivot.node);
-    for (int i = 0; i < num_outputs && !gr_graph_error(g); i++) {
+    if (!gr_graph_error(g) && (n[side] < 1 || n[side] > GR_COND_MAX_OUTPUTS))
+      gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                          "cond: the %s branch gives %d outputs (1 to %d)", side ? "then" : "else",
+                          n[side], GR_COND_MAX_OUTPUTS);
+    if (!gr_graph_error(g) && side == 0 && n[0] != n[1])
+      gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                          "cond: the then branch gives %d outputs and the else branch %d", n[1],
+                          n[0]);
+    for (int i = 0; i < n[side] && !gr_graph_error(g); i++) {
       if (!both[side][i].node)
-        return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "cond: %s branch output %d is null",
-                                   side ? "then" : "else", i);
-      if (both[side][i].node->id < first) /* returned from outside: through its switch */
+        gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "cond: %s branch output %d is null",
+                            side ? "then" : "else", i);
+      else if (both[side][i].node->id < first) /* returned from outside: through its switch */
         both[side][i] = branch_capture(g, both[side][i], &b);
     }
   }
-  for (int i = 0; i < num_outputs && !gr_graph_error(g); i++) {
+  for (int i = 0; i < n[1] && !gr_graph_error(g); i++) {
     gr_output in[2] = {both[0][i], both[1][i]};
     const gr_node *a = in[0].node, *b = in[1].node;
     if (a->out_dtypes[in[0].index] != b->out_dtypes[in[1].index])
-      return gr_graph_set_errorf(g, GR_ERR_DTYPE,
-                                 "cond: output %d is %s in one branch and %s in "
-                                 "the other",
-                                 i, gr_dtype_name(a->out_dtypes[in[0].index]),
-                                 gr_dtype_name(b->out_dtypes[in[1].index]));
-    outputs[i] = gr_op(g, "merge", NULL, in, 2, NULL, 0);
+      gr_graph_set_errorf(
+          g, GR_ERR_DTYPE, "cond: output %d is %s in one branch and %s in the other", i,
+          gr_dtype_name(a->out_dtypes[in[0].index]), gr_dtype_name(b->out_dtypes[in[1].index]));
+    else
+      outputs[i] = gr_op(g, "merge", NULL, in, 2, NULL, 0);
   }
   gr_graph_pop_name_scope(g);
-  return gr_graph_error(g) ? gr_graph_error(g)->code : GR_OK;
+  if (gr_graph_error(g)) return gr_graph_error(g)->code;
+  *num_outputs = n[1];
+  return GR_OK;
 }
 
 typedef struct loop_arg {

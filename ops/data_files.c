@@ -149,6 +149,17 @@ static const char *npy_field(const char *h, const char *key) {
   return p;
 }
 
+/* The quoted value a header field starts with ('<c8' -> <c8), printable
+ * characters only and cut to fit, for messages. */
+static void npy_quoted(const char *v, char *out, size_t cap) {
+  size_t n = 0;
+  char q = *v == '\'' || *v == '"' ? *v++ : '\0';
+  for (; *v && *v != q && (q || (*v != ',' && *v != '}')) && n + 4 < cap; v++)
+    out[n++] = *v >= 32 && *v < 127 ? *v : '?';
+  if (*v && *v != q && n + 4 >= cap) out[n++] = '.', out[n++] = '.', out[n++] = '.';
+  out[n] = '\0';
+}
+
 static gr_status npy_header(gzFile f, const char *path, gr_dtype *dt, gr_shape *shape,
                             gr_error *err) {
   unsigned char m[10];
@@ -187,9 +198,13 @@ static gr_status npy_header(gzFile f, const char *path, gr_dtype *dt, gr_shape *
       found = true;
     }
   if (!found) {
-    s = gr_error_set(err, GR_ERR_UNIMPLEMENTED,
-                     "%s: dtype %.8s is not supported (f32, f64, i32, i64, u8, bool little-endian)",
-                     path, d);
+    char shown[24];
+    npy_quoted(d, shown, sizeof shown);
+    s = gr_error_set(
+        err, GR_ERR_UNIMPLEMENTED,
+        "%s: dtype '%s' is not supported (supported: '<f4', '<f8', '<i4', '<i8', '|u1', "
+        "'|b1', that is f32, f64, i32, i64, u8, bool)",
+        path, shown);
     goto done;
   }
   if (strncmp(fo, "False", 5) != 0) {

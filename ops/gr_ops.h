@@ -213,6 +213,19 @@ typedef void (*gr_branch_fn)(gr_graph *g, void *arg, gr_output *outs);
 gr_status gr_cond(gr_graph *g, gr_output pred, gr_branch_fn then_fn, gr_branch_fn else_fn,
                   void *arg, int num_outputs, gr_output *outputs);
 
+#define GR_COND_MAX_OUTPUTS 64
+/* A branch that decides how many outputs it gives (a tuple, as tf.cond
+ * returns a branch's structure): writes up to max_outputs to outs and
+ * returns how many (0 after an error it set on the graph). */
+typedef int (*gr_branch_tuple_fn)(gr_graph *g, void *arg, gr_output *outs, int max_outputs);
+/* gr_cond where the branches say how many outputs there are: both must give
+ * the same number (1 to GR_COND_MAX_OUTPUTS), else it is an error naming
+ * both counts. outputs holds GR_COND_MAX_OUTPUTS; *num_outputs gets the
+ * number of merges made (0 on an error). The then branch is built first. */
+gr_status gr_cond_tuple(gr_graph *g, gr_output pred, gr_branch_tuple_fn then_fn,
+                        gr_branch_tuple_fn else_fn, void *arg, int *num_outputs,
+                        gr_output *outputs);
+
 /* The loop condition from the current loop variables (a bool scalar). */
 typedef gr_output (*gr_loop_cond_fn)(gr_graph *g, void *arg, const gr_output *vars);
 /* The body: the next values of the loop variables from the current ones. */

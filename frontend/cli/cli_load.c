@@ -134,9 +134,26 @@ static bool ends_with(const char *s, const char *suf) {
   return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+/* The field at p, up to 20 bytes and the next separator, shown safely: a
+ * byte outside printable ASCII as \xNN (a message never echoes raw bytes). */
+static void csv_field(const char *p, char *buf, size_t cap) {
+  size_t n = 0;
+  for (int k = 0; p[k] && k < 20 && !strchr(", \t\r", p[k]) && n + 5 < cap; k++) {
+    unsigned char c = (unsigned char)p[k];
+    n += (size_t)snprintf(buf + n, cap - n, c >= 32 && c < 127 ? "%c" : "\\x%02x", c);
+  }
+  buf[n] = '\0';
+}
+
 /* CSV: rows of numbers separated by ',' (or spaces); [rows, cols], or [n] for one column. */
 static gr_status read_csv(const char *path, const unsigned char *d, size_t len, gr_tensor *out,
                           gr_error *err) {
+  for (size_t i = 0; i < len; i++) /* text only: control bytes mean another format */
+    if ((d[i] < 32 && !strchr("\t\n\r", d[i])) || d[i] == 127)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "'%s' is not an IDX, .npy or CSV file (byte %zu is 0x%02x: binary data, "
+                          "and CSV is text)",
+                          path, i, d[i]);
   char *text = malloc(len + 1);
   if (!text) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   memcpy(text, d, len);
@@ -157,7 +174,9 @@ static gr_status read_csv(const char *path, const unsigned char *d, size_t len, 
       double v = strtod(p, &end);
       if (end == p) {
         if (rows == 0 && c == 0 && line == 1) break; /* a header line */
-        st = gr_error_set(err, GR_ERR_DATA_LOSS, "'%s':%ld: not a number: '%.20s'", path, line, p);
+        char field[96];
+        csv_field(p, field, sizeof field);
+        st = gr_error_set(err, GR_ERR_DATA_LOSS, "'%s':%ld: not a number: '%s'", path, line, field);
         break;
       }
       if (n == cap) {

@@ -5,71 +5,46 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gr_dsl.h"
 #include "gr_test.h"
-
-/* Loads src, runs `name` and returns its first element (NAN on failure). */
-static double eval_name(const char *src, const char *name) {
-  gr_graph *g = gr_graph_new();
-  gr_dsl_program *p = NULL;
-  gr_error err;
-  double r = NAN;
-  gr_output o;
-  if (gr_dsl_load_string("t.gr", src, g, NULL, &p, &err) != GR_OK) {
-    fprintf(stderr, "load failed: %s\n", err.msg);
-  } else if (!gr_dsl_lookup(p, name, &o)) {
-    fprintf(stderr, "no name %s\n", name);
-  } else {
-    gr_session *s = gr_session_new(g, NULL, &err);
-    gr_tensor t;
-    if (s && gr_session_run(s, NULL, 0, &o, 1, &t, NULL, 0, &err) == GR_OK) {
-      r = gr_tensor_get_f64(&t, 0);
-      gr_tensor_release(&t);
-    } else {
-      fprintf(stderr, "run failed: %s\n", err.msg);
-    }
-    gr_session_free(s);
-  }
-  gr_dsl_program_free(p);
-  gr_graph_free(g);
-  return r;
-}
+#include "test_util.h"
 
 static void test_basics(void) {
-  GR_CHECK_NEAR(eval_name("x = 2; y1 = x + 300; y2 = x - 66; y = y1 + y2", "y"), 238, 0);
-  GR_CHECK_NEAR(eval_name("x = 2\ny1 = x + 300\ny2 = x - 66\ny = y1 + y2\n", "y2"), -64, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = 2; y1 = x + 300; y2 = x - 66; y = y1 + y2", "y"), 238, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = 2\ny1 = x + 300\ny2 = x - 66\ny = y1 + y2\n", "y2"), -64, 0);
 }
 
 /* Usual precedence: ** over unary minus over * / @ over + - over comparisons. */
 static void test_precedence(void) {
-  GR_CHECK_NEAR(eval_name("a = 2 + 3 * 4 ** 2 - -1", "a"), 51, 0);        /* folded */
-  GR_CHECK_NEAR(eval_name("x = 2\na = x + 3 * x ** 2 - -x", "a"), 16, 0); /* in the graph */
-  GR_CHECK_NEAR(eval_name("x = 3\na = -x ** 2", "a"), -9, 0);
-  GR_CHECK_NEAR(eval_name("x = 8\na = x / 2 / 2", "a"), 2, 0);     /* left-associative */
-  GR_CHECK_NEAR(eval_name("x = 2\na = 2 ** 3 ** x", "a"), 512, 0); /* right-associative */
-  GR_CHECK_NEAR(eval_name("x = 2\na = (x + 1) * 3", "a"), 9, 0);
-  GR_CHECK_NEAR(eval_name("x = 2\na = x * 2 > 3 && x < 3 || false", "a"), 1, 0);
-  GR_CHECK_NEAR(eval_name("x = 2\na = !(x == 2)", "a"), 0, 0);
-  GR_CHECK_NEAR(eval_name("a = [[1, 2]] @ [[3], [4]]", "a"), 11, 0);
+  GR_CHECK_NEAR(gt_dsl_value("a = 2 + 3 * 4 ** 2 - -1", "a"), 51, 0);        /* folded */
+  GR_CHECK_NEAR(gt_dsl_value("x = 2\na = x + 3 * x ** 2 - -x", "a"), 16, 0); /* in the graph */
+  GR_CHECK_NEAR(gt_dsl_value("x = 3\na = -x ** 2", "a"), -9, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = 8\na = x / 2 / 2", "a"), 2, 0);     /* left-associative */
+  GR_CHECK_NEAR(gt_dsl_value("x = 2\na = 2 ** 3 ** x", "a"), 512, 0); /* right-associative */
+  GR_CHECK_NEAR(gt_dsl_value("x = 2\na = (x + 1) * 3", "a"), 9, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = 2\na = x * 2 > 3 && x < 3 || false", "a"), 1, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = 2\na = !(x == 2)", "a"), 0, 0);
+  GR_CHECK_NEAR(gt_dsl_value("a = [[1, 2]] @ [[3], [4]]", "a"), 11, 0);
   /* numbers take the dtype of the tensor they meet */
-  GR_CHECK_NEAR(eval_name("i = const(7, i64)\na = i / 2", "a"), 3, 0);
+  GR_CHECK_NEAR(gt_dsl_value("i = const(7, i64)\na = i / 2", "a"), 3, 0);
 }
 
 static void test_ops_generic(void) {
   /* positional attrs are matched by type, keywords by name */
-  GR_CHECK_NEAR(eval_name("x = reduce_sum(ones([2, 3]), axes=[1], keepdims=true)", "x"), 3, 0);
-  GR_CHECK_NEAR(eval_name("x = reduce_sum(ones([2, 3]), 1)", "x"), 3, 0);
-  GR_CHECK_NEAR(eval_name("x = argmax([[1, 5, 2]], axis=1)", "x"), 1, 0);
-  GR_CHECK_NEAR(eval_name("x = fill([2], 4.5)", "x"), 4.5, 0);
-  GR_CHECK_NEAR(eval_name("x = one_hot(const([2], i64), 3)\ny = reduce_sum(x * [0, 0, 7])", "y"), 7,
-                0);
-  GR_CHECK_NEAR(eval_name("a = concat([ones([2]), zeros([1])], axis=0)\nb = reduce_sum(a)", "b"), 2,
-                0);
-  GR_CHECK_NEAR(eval_name("a = add_n(ones([2]), ones([2]), ones([2]))", "a"), 3, 0);
-  GR_CHECK_NEAR(eval_name("x = matmul([[1, 2]], [[3, 4]], transpose_b=true)", "x"), 11, 0);
-  GR_CHECK_NEAR(eval_name("def sq(v) { return v * v }\nx = sq(sq(3))", "x"), 81, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = reduce_sum(ones([2, 3]), axes=[1], keepdims=true)", "x"), 3, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = reduce_sum(ones([2, 3]), 1)", "x"), 3, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = argmax([[1, 5, 2]], axis=1)", "x"), 1, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = fill([2], 4.5)", "x"), 4.5, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = one_hot(const([2], i64), 3)\ny = reduce_sum(x * [0, 0, 7])", "y"),
+                7, 0);
+  GR_CHECK_NEAR(gt_dsl_value("a = concat([ones([2]), zeros([1])], axis=0)\nb = reduce_sum(a)", "b"),
+                2, 0);
+  GR_CHECK_NEAR(gt_dsl_value("a = add_n(ones([2]), ones([2]), ones([2]))", "a"), 3, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = matmul([[1, 2]], [[3, 4]], transpose_b=true)", "x"), 11, 0);
+  GR_CHECK_NEAR(gt_dsl_value("def sq(v) { return v * v }\nx = sq(sq(3))", "x"), 81, 0);
 }
 
 static gr_graph *load(const char *src, gr_dsl_program **p) {
@@ -159,9 +134,9 @@ static void test_defs(void) {
   gr_dsl_program_free(p);
   gr_graph_free(g);
   /* each h2 unit sums 4 units of 3: 12 each */
-  GR_CHECK_NEAR(eval_name("def dense(x, n) {\n w = variable(ones([dim(x, 1), n]))\n"
-                          " return x @ w\n}\nh = dense(dense(ones([1, 3]), 4), 5)",
-                          "h"),
+  GR_CHECK_NEAR(gt_dsl_value("def dense(x, n) {\n w = variable(ones([dim(x, 1), n]))\n"
+                             " return x @ w\n}\nh = dense(dense(ones([1, 3]), 4), 5)",
+                             "h"),
                 12, 0);
 }
 
@@ -177,7 +152,7 @@ static void test_unpack_and_alias(void) {
   GR_CHECK(gr_dsl_num_fetches(p) == 1 && strcmp(gr_dsl_fetch_name(p, 0), "d") == 0);
   gr_dsl_program_free(p);
   gr_graph_free(g);
-  GR_CHECK_NEAR(eval_name("a, b = split([1, 2, 3, 4], 2)\ns = reduce_sum(b)", "s"), 7, 0);
+  GR_CHECK_NEAR(gt_dsl_value("a, b = split([1, 2, 3, 4], 2)\ns = reduce_sum(b)", "s"), 7, 0);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -230,21 +205,84 @@ static void test_imports(void) {
   rmdir(dir);
 }
 
+/* A string `path` attr written in an imported file is relative to that
+ * file, like `import`; one written in the main file and passed into a def
+ * of the imported file stays relative to the main file. */
+static void test_paths_relative_to_their_file(void) {
+  char dir[] = "/tmp/gr_dsl_paths_XXXXXX";
+  GR_CHECK(mkdtemp(dir) != NULL);
+  char sub[160], npy[200], lib[200], main_gr[200];
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  GR_CHECK(mkdir(sub, 0700) == 0);
+  snprintf(npy, sizeof npy, "%s/d.npy", sub);
+  snprintf(lib, sizeof lib, "%s/lib.gr", sub);
+  snprintf(main_gr, sizeof main_gr, "%s/main.gr", dir);
+  /* a .npy of f32 [1.0, 2.0]: data at byte 128 */
+  char hdr[128];
+  memset(hdr, ' ', sizeof hdr);
+  memcpy(hdr, "\x93NUMPY\x01\x00\x76\x00", 10);
+  const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
+  memcpy(hdr + 10, dict, strlen(dict));
+  hdr[127] = '\n';
+  const float vals[2] = {1.0f, 2.0f};
+  FILE *f = fopen(npy, "wb");
+  GR_CHECK(f != NULL);
+  if (f) {
+    fwrite(hdr, 1, sizeof hdr, f);
+    fwrite(vals, sizeof vals[0], 2, f);
+    fclose(f);
+  }
+  write_file(lib, "def load(p) { return read_npy(p) }\nown = read_npy(\"d.npy\")\n");
+  write_file(main_gr,
+             "import \"sub/lib.gr\"\ny = reduce_sum(own) + reduce_sum(load(\"sub/d.npy\"))\n");
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_dsl_load_file(main_gr, g, NULL, &p, &err), err);
+  gr_output o;
+  if (p && gr_dsl_lookup(p, "y", &o)) {
+    gr_session *s = gt_session(g, 1, 1);
+    gr_tensor t;
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, &o, 1, &t, NULL, 0, &err), err);
+    if (t.buf) GR_CHECK_NEAR(gr_tensor_get_f64(&t, 0), 6, 0);
+    gr_tensor_release(&t);
+    gr_session_free(s);
+  }
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+  unlink(npy);
+  unlink(lib);
+  unlink(main_gr);
+  rmdir(sub);
+  rmdir(dir);
+}
+
+/* A UTF-8 byte-order mark at the start is skipped; columns count after it. */
+static void test_byte_order_mark(void) {
+  GR_CHECK_NEAR(gt_dsl_value("\xEF\xBB\xBFx = 2\ny = x * 3", "y"), 6, 0);
+  gr_error err;
+  GR_CHECK(gt_dsl_error("\xEF\xBB\xBFx = $", &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:1:5: error: unexpected character '$'\n  x = $\n      ^");
+  GR_CHECK(gt_dsl_error("x = 1\n\xEF\xBB\xBFy = 2", &err)); /* only at the start */
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:2:1: error: unexpected character byte 0xef");
+}
+
 static void test_gradients(void) {
-  GR_CHECK_NEAR(eval_name("x = variable(const(3.0))\ny = x * x\ng = gradients(y, x)", "g"), 6,
+  GR_CHECK_NEAR(gt_dsl_value("x = variable(const(3.0))\ny = x * x\ng = gradients(y, x)", "g"), 6,
                 1e-6);
-  GR_CHECK_NEAR(eval_name("x = variable(const(3.0))\nz = variable(const(2.0))\n"
-                          "a, b = gradients(x * z, [x, z])\nc = a + 10 * b",
-                          "c"),
+  GR_CHECK_NEAR(gt_dsl_value("x = variable(const(3.0))\nz = variable(const(2.0))\n"
+                             "a, b = gradients(x * z, [x, z])\nc = a + 10 * b",
+                             "c"),
                 32, 1e-6);
 }
 
 static void test_control_flow(void) {
-  GR_CHECK_NEAR(eval_name("x = 3\ny = cond(x > 2) { x * 2 } else { -x }", "y"), 6, 0);
-  GR_CHECK_NEAR(eval_name("x = 1\ny = cond(x > 2) { x * 2 } else { t = -x; t - 1 }", "y"), -2, 0);
-  GR_CHECK_NEAR(eval_name("i, s = while (i = 0, s = 1; i < 10) { i = i + 1; s = s * 2 }", "s"),
+  GR_CHECK_NEAR(gt_dsl_value("x = 3\ny = cond(x > 2) { x * 2 } else { -x }", "y"), 6, 0);
+  GR_CHECK_NEAR(gt_dsl_value("x = 1\ny = cond(x > 2) { x * 2 } else { t = -x; t - 1 }", "y"), -2,
+                0);
+  GR_CHECK_NEAR(gt_dsl_value("i, s = while (i = 0, s = 1; i < 10) { i = i + 1; s = s * 2 }", "s"),
                 1024, 0);
-  GR_CHECK_NEAR(eval_name("n = while (n = 0; n < 5) { n = n + 1 }", "n"), 5, 0);
+  GR_CHECK_NEAR(gt_dsl_value("n = while (n = 0; n < 5) { n = n + 1 }", "n"), 5, 0);
 }
 
 int main(void) {
@@ -256,6 +294,8 @@ int main(void) {
   GR_RUN(test_defs);
   GR_RUN(test_unpack_and_alias);
   GR_RUN(test_imports);
+  GR_RUN(test_paths_relative_to_their_file);
+  GR_RUN(test_byte_order_mark);
   GR_RUN(test_gradients);
   GR_RUN(test_control_flow);
   return gr_test_finish();

@@ -249,6 +249,16 @@ static void test_data_files(void) {
   if (t.buf) GR_CHECK_NEAR(gr_tensor_get_f64(&t, 1), -2.25, 0);
   gr_tensor_release(&t);
   GR_CHECK(gr_data_load_npy(idx, &t, &err) == GR_ERR_INVALID_ARGUMENT);
+  /* an unsupported dtype is named cleanly (was "dtype '<c8', ' is not supported") */
+  memcpy(padded + 10, "'<c8'", 5);
+  f = fopen(npy, "wb");
+  fwrite(pre, 1, 10, f);
+  fwrite(padded, 1, hl, f);
+  fclose(f);
+  GR_CHECK(gr_data_load_npy(npy, &t, &err) == GR_ERR_UNIMPLEMENTED);
+  GR_CHECK_STR_CONTAINS(err.msg,
+                        "t.npy: dtype '<c8' is not supported (supported: '<f4', '<f8', "
+                        "'<i4', '<i8', '|u1', '|b1', that is f32, f64, i32, i64, u8, bool)");
   /* a read_idx node on a missing file fails at build time naming the file */
   gr_graph *g = gr_graph_new();
   gr_read_idx(g, "/nonexistent/train.gz");

@@ -1,6 +1,8 @@
 #include "test_util.h"
 
 #include <limits.h>
+#include "gr_dsl.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,4 +230,48 @@ void gt_write_file(const char *dir, const char *name, const char *text) {
     fprintf(stderr, "gt_write_file: cannot write %s\n", path);
     abort();
   }
+}
+
+bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs) {
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  gr_error err;
+  gr_output fetch[16];
+  int n = 0;
+  bool ok = false;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", names);
+  if (gr_dsl_load_string("t.gr", src, g, NULL, &p, &err) != GR_OK) {
+    fprintf(stderr, "load failed: %s\n", err.msg);
+    goto done;
+  }
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < 16;
+       tok = strtok_r(NULL, ",", &save))
+    if (!gr_dsl_lookup(p, tok, &fetch[n++])) {
+      fprintf(stderr, "no name %s\n", tok);
+      goto done;
+    }
+  gr_session *s = gt_session(g, devices, 2);
+  ok = gr_session_run(s, NULL, 0, fetch, n, outs, NULL, 0, &err) == GR_OK;
+  if (!ok) fprintf(stderr, "run failed: %s\n", err.msg);
+  gr_session_free(s);
+done:
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+  return ok;
+}
+
+double gt_dsl_value(const char *src, const char *name) {
+  gr_tensor t;
+  if (!gt_dsl_run(src, name, 1, &t)) return NAN;
+  double r = gr_tensor_get_f64(&t, 0);
+  gr_tensor_release(&t);
+  return r;
+}
+
+bool gt_dsl_error(const char *src, gr_error *err) {
+  gr_graph *g = gr_graph_new();
+  bool failed = gr_dsl_load_string("t.gr", src, g, NULL, NULL, err) != GR_OK;
+  gr_graph_free(g);
+  return failed;
 }

@@ -61,6 +61,15 @@ gr_session *gt_session(gr_graph *g, int devices, int threads);
 int gt_cli_run(const char *dir, const char *args, char *out, size_t cap);
 /* Writes text to dir/name (aborts the test when it cannot). */
 void gt_write_file(const char *dir, const char *name, const char *text);
+/* Loads DSL text (as file "t.gr"), runs the names (comma-separated, e.g.
+ * "a,b") on a session of `devices` local devices and puts their values in
+ * outs (each holds a reference). false, with the message printed, when
+ * loading or running fails. */
+bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs);
+/* The first element of one name's value, NAN on failure. */
+double gt_dsl_value(const char *src, const char *name);
+/* Loads DSL text that must fail; the message into err (false if it loaded). */
+bool gt_dsl_error(const char *src, gr_error *err);
 
 /* Row-major strides of a shape (elements). */
 void gt_strides(const gr_shape *s, int64_t *strides);
