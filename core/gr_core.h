@@ -16,6 +16,7 @@
 #include "core/gr_dtype.h"
 #include "core/gr_executor.h"
 #include "core/gr_graph.h"
+#include "core/gr_map.h"
 #include "core/gr_op.h"
 #include "core/gr_rng.h"
 #include "core/gr_session.h"

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/arena_internal.h"
-#include "core/strmap_internal.h"
+#include "core/gr_map.h"
 
 #define GR_SCOPE_MAX 64
 
@@ -30,8 +30,8 @@ struct gr_graph {
   gr_arena arena;
   gr_node **nodes;
   int num_nodes, cap_nodes;
-  gr_idmap by_name;      /* full name -> node id */
-  gr_strmap next_suffix; /* base name -> (void*)(intptr_t)next suffix */
+  gr_idmap by_name;   /* full name -> node id */
+  gr_map next_suffix; /* base name -> (void*)(intptr_t)next suffix */
   shape_set shapes;
   gr_dtype dtypes[GR_DTYPE_COUNT]; /* out_dtypes of single-output nodes point here */
   const char *name_scopes[GR_SCOPE_MAX];
@@ -55,7 +55,7 @@ gr_graph *gr_graph_new(void) {
   gr_arena_init(&g->arena);
   gr_idmap_init(&g->by_name);
   gr_idmap_init(&g->shapes.index);
-  gr_strmap_init(&g->next_suffix);
+  gr_map_init(&g->next_suffix, GR_MAP_STR);
   for (int d = 0; d < GR_DTYPE_COUNT; d++) g->dtypes[d] = (gr_dtype)d;
   return g;
 }
@@ -71,7 +71,7 @@ void gr_graph_free(gr_graph *g) {
   gr_idmap_free(&g->shapes.index);
   free(g->shapes.list);
   gr_idmap_free(&g->by_name);
-  gr_strmap_free(&g->next_suffix);
+  gr_map_free(&g->next_suffix);
   gr_arena_free(&g->arena);
   free(g);
 }
@@ -119,7 +119,7 @@ static gr_node *find_hashed(const gr_graph *g, uint64_t hash, const char *name) 
   return id < 0 ? NULL : g->nodes[id];
 }
 gr_node *gr_graph_find_node(const gr_graph *g, const char *name) {
-  return name ? find_hashed(g, gr_strhash(name), name) : NULL;
+  return name ? find_hashed(g, gr_map_hash_str(name), name) : NULL;
 }
 const char *gr_graph_resolve_device(const gr_graph *g, const gr_node *n) {
   for (int hop = 0; hop < 16 && !n->requested_device[0] && n->colocate_with; hop++) {
@@ -204,8 +204,8 @@ static char *new_node_name(gr_graph *g, const char *base, uint64_t *hash) {
   char *buf = cap <= sizeof small ? small : gr_arena_alloc_aligned(&g->arena, cap, 1);
   if (!buf) return NULL;
   size_t len = join_scope(buf, scope, ls, base, lb);
-  *hash = gr_strhash(buf);
-  intptr_t k = (intptr_t)gr_strmap_get(&g->next_suffix, buf);
+  *hash = gr_map_hash_str(buf);
+  intptr_t k = (intptr_t)gr_map_get_str(&g->next_suffix, buf);
   bool known = k != 0;
   if (!known) {
     if (!find_hashed(g, *hash, buf)) return buf == small ? arena_strndup(g, buf, len) : buf;
@@ -216,12 +216,12 @@ static char *new_node_name(gr_graph *g, const char *base, uint64_t *hash) {
   if (!key) return NULL;
   for (;; k++) {
     snprintf(buf + len, 24, "_%ld", (long)k);
-    *hash = gr_strhash(buf);
+    *hash = gr_map_hash_str(buf);
     if (!find_hashed(g, *hash, buf)) break;
   }
   char *name = arena_strndup(g, buf, strlen(buf));
   buf[len] = '\0'; /* key == buf: the map has the key and only its value changes */
-  if (!name || !gr_strmap_put(&g->next_suffix, key, (void *)(k + 1))) return NULL;
+  if (!name || !gr_map_put_str(&g->next_suffix, key, (void *)(k + 1))) return NULL;
   return name;
 }
 
@@ -381,7 +381,7 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
          op->name);
     return null_output();
   }
-  uint64_t hash = copy_of ? gr_strhash(copy_of->name) : 0;
+  uint64_t hash = copy_of ? gr_map_hash_str(copy_of->name) : 0;
   if (copy_of && find_hashed(g, hash, copy_of->name)) {
     fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (op %s)", copy_of->name, op->name);
     return null_output();
@@ -612,14 +612,14 @@ gr_output gr_graph_rename(gr_graph *g, gr_output o, const char *name) {
     return null_output();
   }
   join_scope(full, n->name, ls, name, ln);
-  uint64_t hash = gr_strhash(full);
+  uint64_t hash = gr_map_hash_str(full);
   gr_node *other = find_hashed(g, hash, full);
   if (other) {
     fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (already used by a %s node)", full,
          other->op->name);
     return null_output();
   }
-  gr_idmap_remove(&g->by_name, gr_strhash(n->name), (uint32_t)n->id);
+  gr_idmap_remove(&g->by_name, gr_map_hash_str(n->name), (uint32_t)n->id);
   n->name = full;
   if (!gr_idmap_insert(&g->by_name, hash, (uint32_t)n->id)) {
     fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");

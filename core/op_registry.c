@@ -7,17 +7,17 @@
 
 #include "core/gr_graph.h"
 #include "core/gr_op.h"
-#include "core/strmap_internal.h"
+#include "core/gr_map.h"
 #include "core/transfer_internal.h"
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
-static gr_strmap registry;
+static gr_map registry;
 static const gr_op_def **sorted;
 static int num_sorted, cap_sorted;
 
 static gr_status add_op(const gr_op_def *op, gr_error *err) {
   pthread_mutex_lock(&registry_mu);
-  const gr_op_def *old = gr_strmap_get(&registry, op->name);
+  const gr_op_def *old = gr_map_get_str(&registry, op->name);
   gr_status s = GR_OK;
   if (old && old != op) {
     s = gr_error_set(err, GR_ERR_ALREADY_EXISTS, "op '%s' is already registered", op->name);
@@ -32,7 +32,7 @@ static gr_status add_op(const gr_op_def *op, gr_error *err) {
       sorted = p;
       cap_sorted = cap;
     }
-    if (!gr_strmap_put(&registry, op->name, (void *)op)) {
+    if (!gr_map_put_str(&registry, op->name, (void *)op)) {
       pthread_mutex_unlock(&registry_mu);
       return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     }
@@ -64,7 +64,7 @@ const gr_op_def *gr_op_registry_find(const char *name) {
   pthread_once(&core_once, register_core_ops);
   if (!name) return NULL;
   pthread_mutex_lock(&registry_mu);
-  const gr_op_def *op = gr_strmap_get(&registry, name);
+  const gr_op_def *op = gr_map_get_str(&registry, name);
   pthread_mutex_unlock(&registry_mu);
   return op;
 }

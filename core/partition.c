@@ -8,47 +8,6 @@
 
 #include "core/transfer_internal.h"
 
-/* ---- a small map from 64-bit keys to pointers ------------------------------ */
-
-static size_t map_slot(const gr_part_map *m, uint64_t k) {
-  uint64_t h = k * 0x9E3779B97F4A7C15ull;
-  size_t i = (size_t)(h >> 17) & (m->cap - 1);
-  while (m->keys[i] && m->keys[i] != k + 1) i = (i + 1) & (m->cap - 1);
-  return i;
-}
-void *gr_part_map_get(const gr_part_map *m, uint64_t k) {
-  if (!m->cap) return NULL;
-  size_t i = map_slot(m, k);
-  return m->keys[i] ? m->vals[i] : NULL;
-}
-bool gr_part_map_put(gr_part_map *m, uint64_t k, void *v) {
-  if ((m->count + 1) * 2 > m->cap) {
-    size_t cap = m->cap ? m->cap * 2 : 64;
-    gr_part_map n = {calloc(cap, sizeof(uint64_t)), calloc(cap, sizeof(void *)), cap, 0};
-    if (!n.keys || !n.vals) {
-      free(n.keys), free(n.vals);
-      return false;
-    }
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->keys[i]) {
-        size_t j = map_slot(&n, m->keys[i] - 1);
-        n.keys[j] = m->keys[i];
-        n.vals[j] = m->vals[i];
-        n.count++;
-      }
-    free(m->keys), free(m->vals);
-    *m = n;
-  }
-  size_t i = map_slot(m, k);
-  if (!m->keys[i]) m->count++;
-  m->keys[i] = k + 1;
-  m->vals[i] = v;
-  return true;
-}
-void gr_part_map_free(gr_part_map *m) {
-  free(m->keys), free(m->vals);
-}
-
 /* ---- the pass ------------------------------------------------------------------ */
 
 gr_status gr_part_oom(pctx *c) {
@@ -199,7 +158,7 @@ static gr_partition *part(pctx *c, int d) {
 /* A stand-in node for feed fi in partition d (fed, never run). */
 static gr_output standin(pctx *c, int fi, int d) {
   uint64_t key = (uint64_t)fi << 12 | (uint64_t)d;
-  gr_node *s = gr_part_map_get(&c->standins, key);
+  gr_node *s = gr_map_get_u64(&c->standins, key);
   gr_partition *p = part(c, d);
   if (!s) {
     gr_output f = c->feeds[fi];
@@ -212,7 +171,7 @@ static gr_output standin(pctx *c, int fi, int d) {
                    gr_attr_shape("shape", f.node->out_shapes[f.index])};
     s = gr_graph_add_node(p->graph, &gr_op__recv, name, NULL, 0, a, 5).node;
     if (s) s->assigned_device = p->device;
-    if (!s || !gr_part_map_put(&c->standins, key, s)) return (gr_output){NULL, 0};
+    if (!s || !gr_map_put_u64(&c->standins, key, s)) return (gr_output){NULL, 0};
     p->feeds[p->num_feeds] = (gr_output){s, 0};
     p->feed_index[p->num_feeds++] = fi;
   }
@@ -223,7 +182,7 @@ _Static_assert(GR_MAX_OUTPUTS + 1 < 2048, "a receive's map key packs output + 1 
 
 gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
   uint64_t key = (uint64_t)s << 22 | (uint64_t)(index + 1) << 11 | (uint64_t)d;
-  gr_node *r = gr_part_map_get(&c->recvs, key);
+  gr_node *r = gr_map_get_u64(&c->recvs, key);
   if (r) return r;
   gr_partition *src = part(c, c->dev[s]), *dst = part(c, d);
   const gr_node *from = c->nodes[s];
@@ -268,7 +227,7 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
    * device: the frame's control loop here drives it. */
   int f = gr_part_out_frame(c, s);
   if (r && f == 0 && c->o->schedule_recvs &&
-      !gr_part_map_put(&c->recv_src, (uint64_t)(uintptr_t)r, (void *)(intptr_t)(s + 1)))
+      !gr_map_put_u64(&c->recv_src, (uint64_t)(uintptr_t)r, (void *)(intptr_t)(s + 1)))
     return NULL;
   if (r && f > 0) {
     GR_ASSERT(c->frames[f].ctl_merge && c->frames[f].ctl_merge[d]); /* check_frames, spans */
@@ -276,7 +235,7 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
       return NULL;
     c->ps->num_loop_sends++;
   }
-  if (!snd.node || !r || !gr_part_map_put(&c->recvs, key, r)) return NULL;
+  if (!snd.node || !r || !gr_map_put_u64(&c->recvs, key, r)) return NULL;
   c->ps->num_sends++;
   if (index < 0) c->ps->num_control_sends++;
   return r;
@@ -299,10 +258,10 @@ static gr_status copy_to(pctx *c, int i, int d, gr_node **out);
  * devices once, outside the loop, instead of in every iteration). */
 static gr_status copy_on(pctx *c, int s, int d, gr_node **out) {
   uint64_t key = (uint64_t)s << 12 | (uint64_t)d;
-  *out = gr_part_map_get(&c->dups, key);
+  *out = gr_map_get_u64(&c->dups, key);
   if (*out) return GR_OK;
   GR_TRY(copy_to(c, s, d, out));
-  if (!gr_part_map_put(&c->dups, key, *out)) return gr_part_oom(c);
+  if (!gr_map_put_u64(&c->dups, key, *out)) return gr_part_oom(c);
   if (c->nodes[s]->op->cf_kind == GR_CF_ENTER)
     c->ps->num_dup_enters++;
   else
@@ -518,6 +477,8 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
   c.devs = malloc(sizeof(char *) * ((size_t)num_nodes + 1));
   c.copy = calloc((size_t)num_nodes + 1, sizeof(gr_node *));
   c.cap_frames = 8;
+  gr_map_init(&c.recvs, GR_MAP_U64), gr_map_init(&c.dups, GR_MAP_U64);
+  gr_map_init(&c.standins, GR_MAP_U64), gr_map_init(&c.recv_src, GR_MAP_U64);
   c.frames = malloc(sizeof(frame_info) * (size_t)c.cap_frames);
   c.ps = calloc(1, sizeof *c.ps);
   gr_status st = GR_OK;
@@ -539,7 +500,7 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
   for (int f = 0; c.frames && f < c.num_frames; f++)
     free(c.frames[f].ctl_merge), free(c.frames[f].ctl_pivot);
   free(c.frames), free(c.span);
-  gr_part_map_free(&c.recvs), gr_part_map_free(&c.dups), gr_part_map_free(&c.standins);
-  gr_part_map_free(&c.recv_src);
+  gr_map_free(&c.recvs), gr_map_free(&c.dups), gr_map_free(&c.standins);
+  gr_map_free(&c.recv_src);
   return st;
 }

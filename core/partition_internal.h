@@ -4,18 +4,8 @@
 #ifndef GR_PARTITION_INTERNAL_H
 #define GR_PARTITION_INTERNAL_H
 
+#include "core/gr_map.h"
 #include "core/gr_partition.h"
-
-/* A map from 64-bit keys to pointers (open addressing). */
-typedef struct gr_part_map {
-  uint64_t *keys; /* 0: empty (stored keys are key + 1) */
-  void **vals;
-  size_t cap, count;
-} gr_part_map;
-
-void *gr_part_map_get(const gr_part_map *m, uint64_t k);
-bool gr_part_map_put(gr_part_map *m, uint64_t k, void *v); /* false: out of memory */
-void gr_part_map_free(gr_part_map *m);
 
 typedef struct frame_info {
   int parent; /* -1 for the top level (frame 0); parents come before children */
@@ -43,13 +33,13 @@ typedef struct pctx {
   int *dev;          /* per position: partition index */
   const char **devs; /* partition index -> device name (borrowed from the nodes) */
   int num_devs;
-  unsigned char *span;  /* [frame * num_devs + device]: the frame has nodes there */
-  gr_node **copy;       /* per position: the copy in its partition */
-  gr_part_map recvs;    /* (src position, output + 1 or 0 for control, part) -> recv node */
-  gr_part_map dups;     /* (src position, part) -> copied constant or enter */
-  gr_part_map standins; /* (feed index, part) -> feed stand-in */
-  gr_part_map recv_src; /* top-level _recv node -> its source's position + 1 */
-  bool has_cf;          /* control flow: receives may carry dead values */
+  unsigned char *span; /* [frame * num_devs + device]: the frame has nodes there */
+  gr_node **copy;      /* per position: the copy in its partition */
+  gr_map recvs;        /* (src position, output + 1 or 0 for control, part) -> recv node */
+  gr_map dups;         /* (src position, part) -> copied constant or enter */
+  gr_map standins;     /* (feed index, part) -> feed stand-in */
+  gr_map recv_src;     /* top-level _recv node -> its source's position + 1 */
+  bool has_cf;         /* control flow: receives may carry dead values */
   gr_partitions *ps;
 } pctx;
 

@@ -111,7 +111,7 @@ gr_status gr_part_schedule_recvs(pctx *c) {
     qsort(cs, (size_t)nc, sizeof *cs, cmp_cand);
     for (int r = 0; r < gr_graph_num_nodes(g) && st == GR_OK; r++) {
       gr_node *recv = gr_graph_node(g, r);
-      intptr_t src = (intptr_t)gr_part_map_get(&c->recv_src, (uint64_t)(uintptr_t)recv) - 1;
+      intptr_t src = (intptr_t)gr_map_get_u64(&c->recv_src, (uint64_t)(uintptr_t)recv) - 1;
       if (src < 0) continue;   /* not a top-level receive */
       int64_t due = INT64_MAX; /* when the receive must start */
       for (int e = cstart[src]; e < cstart[src + 1]; e++)

@@ -5,7 +5,7 @@
 
 #include "core/gr_op.h"
 #include "core/resource_internal.h"
-#include "core/strmap_internal.h"
+#include "core/gr_map.h"
 
 struct gr_var {
   pthread_mutex_t mu;
@@ -15,39 +15,39 @@ struct gr_var {
 
 struct gr_resource_mgr {
   pthread_mutex_t mu;
-  gr_strmap vars;
+  gr_map vars;
 };
 
 gr_resource_mgr *gr_resource_mgr_new(void) {
   gr_resource_mgr *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   pthread_mutex_init(&m->mu, NULL);
-  gr_strmap_init(&m->vars);
+  gr_map_init(&m->vars, GR_MAP_STR);
   return m;
 }
 
 void gr_resource_mgr_free(gr_resource_mgr *m) {
   if (!m) return;
-  for (size_t i = 0; i < m->vars.cap; i++) {
-    gr_var *v = m->vars.slots[i].key ? m->vars.slots[i].value : NULL;
-    if (!v) continue;
+  void *value;
+  for (size_t pos = 0; gr_map_next(&m->vars, &pos, NULL, &value);) {
+    gr_var *v = value;
     gr_tensor_release(&v->value);
     pthread_mutex_destroy(&v->mu);
     free(v->name);
     free(v);
   }
-  gr_strmap_free(&m->vars);
+  gr_map_free(&m->vars);
   pthread_mutex_destroy(&m->mu);
   free(m);
 }
 
 gr_var *gr_resource_mgr_get_var(gr_resource_mgr *m, const char *name) {
   pthread_mutex_lock(&m->mu);
-  gr_var *v = gr_strmap_get(&m->vars, name);
+  gr_var *v = gr_map_get_str(&m->vars, name);
   if (!v) {
     v = calloc(1, sizeof *v);
     if (v) v->name = strdup(name);
-    if (v && v->name && gr_strmap_put(&m->vars, v->name, v)) {
+    if (v && v->name && gr_map_put_str(&m->vars, v->name, v)) {
       pthread_mutex_init(&v->mu, NULL);
       v->value = gr_tensor_empty();
     } else {
@@ -62,7 +62,7 @@ gr_var *gr_resource_mgr_get_var(gr_resource_mgr *m, const char *name) {
 
 gr_var *gr_resource_mgr_find_var(gr_resource_mgr *m, const char *name) {
   pthread_mutex_lock(&m->mu);
-  gr_var *v = gr_strmap_get(&m->vars, name);
+  gr_var *v = gr_map_get_str(&m->vars, name);
   pthread_mutex_unlock(&m->mu);
   return v;
 }

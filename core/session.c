@@ -11,7 +11,7 @@
 #include "core/resource_internal.h"
 #include "core/session_internal.h"
 #include "core/step_watch_internal.h"
-#include "core/strmap_internal.h"
+#include "core/gr_map.h"
 
 #define GR_INIT_DEPTH_MAX 16
 
@@ -34,7 +34,7 @@ struct gr_session {
   gr_device_spec *devices;
   char **device_names;
   pthread_mutex_t mu;
-  gr_strmap cache;
+  gr_map cache;
   int num_cached;
   int64_t step;
   int init_depth;
@@ -79,7 +79,7 @@ gr_session *gr_session_new(gr_graph *g, const gr_session_options *opts, gr_error
   s->opts = o;
   s->incarnation = gr_rng_hash_name("session") ^ (uint64_t)(uintptr_t)s ^ (uint64_t)time(NULL);
   pthread_mutex_init(&s->mu, NULL);
-  gr_strmap_init(&s->cache);
+  gr_map_init(&s->cache, GR_MAP_STR);
   /* the calling thread runs nodes too, so the pool has one thread fewer */
   s->pool = gr_threadpool_new(o.inter_op_threads - 1);
   s->resources = gr_resource_mgr_new();
@@ -112,9 +112,9 @@ static void prepared_free(prepared *p) {
 
 void gr_session_free(gr_session *s) {
   if (!s) return;
-  for (size_t i = 0; i < s->cache.cap; i++)
-    if (s->cache.slots[i].key) prepared_free(s->cache.slots[i].value);
-  gr_strmap_free(&s->cache);
+  void *p;
+  for (size_t pos = 0; gr_map_next(&s->cache, &pos, NULL, &p);) prepared_free(p);
+  gr_map_free(&s->cache);
   for (int i = 0; i < s->num_soft_noted; i++) free(s->soft_noted[i]);
   free(s->soft_noted);
   gr_threadpool_free(s->pool);
@@ -548,7 +548,7 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
   char *key = signature(feeds, num_feeds, fetches, num_fetches, targets, num_targets);
   if (!key) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   pthread_mutex_lock(&s->mu);
-  prepared *p = gr_strmap_get(&s->cache, key);
+  prepared *p = gr_map_get_str(&s->cache, key);
   pthread_mutex_unlock(&s->mu);
   if (!p) {
     prepared *np;
@@ -559,11 +559,11 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
       return st;
     }
     pthread_mutex_lock(&s->mu);
-    p = gr_strmap_get(&s->cache, key);
+    p = gr_map_get_str(&s->cache, key);
     if (!p) {
       np->key = key;
       key = NULL;
-      if (gr_strmap_put(&s->cache, np->key, np)) {
+      if (gr_map_put_str(&s->cache, np->key, np)) {
         p = np;
         s->num_cached++;
       } else {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/gr_op.h"
-#include "core/strmap_internal.h"
+#include "core/gr_map.h"
 
 typedef struct stack {
   char *name;
@@ -15,38 +15,38 @@ typedef struct stack {
 
 struct gr_step_stacks {
   pthread_mutex_t mu;
-  gr_strmap by_name;
+  gr_map by_name;
 };
 
 gr_step_stacks *gr_step_stacks_new(void) {
   gr_step_stacks *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   pthread_mutex_init(&s->mu, NULL);
-  gr_strmap_init(&s->by_name);
+  gr_map_init(&s->by_name, GR_MAP_STR);
   return s;
 }
 
 void gr_step_stacks_free(gr_step_stacks *s) {
   if (!s) return;
-  for (size_t i = 0; i < s->by_name.cap; i++) {
-    stack *st = s->by_name.slots[i].key ? s->by_name.slots[i].value : NULL;
-    if (!st) continue;
+  void *value; /* the walk reads no key: freeing each name as we go is fine */
+  for (size_t pos = 0; gr_map_next(&s->by_name, &pos, NULL, &value);) {
+    stack *st = value;
     for (int64_t k = 0; k < st->n; k++) gr_tensor_release(&st->v[k]);
     free(st->v);
     free(st->name);
     free(st);
   }
-  gr_strmap_free(&s->by_name);
+  gr_map_free(&s->by_name);
   pthread_mutex_destroy(&s->mu);
   free(s);
 }
 
 static stack *get(gr_step_stacks *s, const char *name, bool create) {
-  stack *st = gr_strmap_get(&s->by_name, name);
+  stack *st = gr_map_get_str(&s->by_name, name);
   if (st || !create) return st;
   st = calloc(1, sizeof *st);
   if (st) st->name = strdup(name);
-  if (!st || !st->name || !gr_strmap_put(&s->by_name, st->name, st)) {
+  if (!st || !st->name || !gr_map_put_str(&s->by_name, st->name, st)) {
     if (st) free(st->name);
     free(st);
     return NULL;

@@ -316,18 +316,17 @@ struct dsl_value {
 
 typedef struct dsl_binding {
   const char *name;
-  uint64_t hash;
   dsl_value v;
   dsl_pos pos;
   const dsl_stmt *def; /* a def (v unused) */
 } dsl_binding;
 
 typedef struct dsl_frame {
-  dsl_binding **slots; /* open addressing of pointers, NULL = empty */
-  uint8_t *tags;       /* per slot: 0 empty, else 0x80 | top bits of the hash (probes
-                          skip most bindings without reading them) */
-  dsl_arena *arena;    /* where the bindings live */
-  size_t cap, count;
+  gr_idmap index;     /* name -> position in list (8-byte slots: a large program's
+                         globals stay in cache) */
+  dsl_binding **list; /* the bindings (they live in arena) */
+  size_t count, cap;
+  dsl_arena *arena;
   struct dsl_frame *parent; /* lookups fall back to it (defs see globals) */
 } dsl_frame;
 
@@ -358,7 +357,6 @@ struct gr_dsl_program {
   char loc[512];
 };
 
-/* cap: a power of two; bindings are allocated in arena. */
 /* A variable read made in an open control_dependencies block (deps_depth). */
 typedef struct dsl_fresh_read {
   int depth;
@@ -366,6 +364,8 @@ typedef struct dsl_fresh_read {
   gr_output read;
 } dsl_fresh_read;
 
+/* cap: the bindings to make room for (it grows past them); bindings are
+ * allocated in arena. false when out of memory. */
 bool dsl_frame_init(dsl_frame *f, size_t cap, dsl_frame *parent, dsl_arena *arena);
 void dsl_frame_free(dsl_frame *f);
 dsl_binding *dsl_frame_find_local(const dsl_frame *f, const char *name);

@@ -9,56 +9,41 @@
 
 #include "dsl_internal.h"
 
-/* ---- frames: open-addressing hash maps of bindings ---------------------------- */
-
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static uint8_t tag_of(uint64_t h) {
-  return (uint8_t)(0x80 | (h >> 57));
-}
-
-/* slots and tags of cap entries in one zeroed block */
-static bool frame_alloc(dsl_frame *f, size_t cap) {
-  f->slots = dsl_calloc(cap * (sizeof *f->slots + 1));
-  f->tags = f->slots ? (uint8_t *)(f->slots + cap) : NULL;
-  f->cap = f->slots ? cap : 0;
-  return f->slots != NULL;
-}
+/* ---- frames: maps of bindings ------------------------------------------------------ */
 
 bool dsl_frame_init(dsl_frame *f, size_t cap, dsl_frame *parent, dsl_arena *arena) {
-  f->count = 0;
   f->parent = parent;
   f->arena = arena;
-  return frame_alloc(f, cap);
+  f->count = 0;
+  f->cap = cap;
+  gr_idmap_init(&f->index);
+  f->list = malloc(sizeof *f->list * cap);
+  return f->list && gr_idmap_reserve(&f->index, cap);
 }
 
 void dsl_frame_free(dsl_frame *f) {
-  dsl_calloc_free(f->slots, f->cap * (sizeof *f->slots + 1));
-  f->slots = NULL;
-  f->tags = NULL;
-  f->cap = f->count = 0;
+  gr_idmap_free(&f->index);
+  free(f->list);
+  f->list = NULL;
+  f->count = f->cap = 0;
+}
+
+static bool same_name(const void *ctx, uint32_t id, const void *key) {
+  const dsl_frame *f = ctx;
+  return strcmp(f->list[id]->name, key) == 0;
 }
 
 static dsl_binding *find(const dsl_frame *f, const char *name, uint64_t h) {
-  if (!f->cap) return NULL;
-  uint8_t tag = tag_of(h);
-  for (size_t i = (size_t)h & (f->cap - 1); f->tags[i]; i = (i + 1) & (f->cap - 1)) {
-    dsl_binding *b = f->slots[i];
-    if (f->tags[i] == tag && b->hash == h && strcmp(b->name, name) == 0) return b;
-  }
-  return NULL;
+  int64_t id = gr_idmap_find(&f->index, h, name, same_name, f);
+  return id < 0 ? NULL : f->list[id];
 }
 
 dsl_binding *dsl_frame_find_local(const dsl_frame *f, const char *name) {
-  return find(f, name, hash_str(name));
+  return find(f, name, gr_map_hash_str(name));
 }
 
 dsl_binding *dsl_frame_lookup(const dsl_frame *f, const char *name) {
-  uint64_t h = hash_str(name);
+  uint64_t h = gr_map_hash_str(name);
   for (; f; f = f->parent) {
     dsl_binding *b = find(f, name, h);
     if (b) return b;
@@ -66,31 +51,21 @@ dsl_binding *dsl_frame_lookup(const dsl_frame *f, const char *name) {
   return NULL;
 }
 
-static void place(dsl_frame *f, dsl_binding *b) {
-  size_t i = (size_t)b->hash & (f->cap - 1);
-  while (f->tags[i]) i = (i + 1) & (f->cap - 1);
-  f->slots[i] = b;
-  f->tags[i] = tag_of(b->hash);
-}
-
 /* A new binding for name (the caller checked it is not there); NULL if out of memory. */
 dsl_binding *dsl_frame_insert(dsl_frame *f, const char *name) {
-  if ((f->count + 1) * 2 > f->cap) {
-    dsl_frame old = *f;
-    if (!frame_alloc(f, old.cap ? old.cap * 2 : 16)) {
-      *f = old;
-      return NULL;
-    }
-    for (size_t k = 0; k < old.cap; k++)
-      if (old.tags[k]) place(f, old.slots[k]);
-    dsl_frame_free(&old);
+  if (f->count == f->cap) {
+    size_t cap = f->cap ? f->cap * 2 : 16;
+    dsl_binding **list = realloc(f->list, sizeof *list * cap);
+    if (!list) return NULL;
+    f->list = list;
+    f->cap = cap;
   }
   dsl_binding *b = dsl_alloc_aligned(f->arena, sizeof *b, _Alignof(dsl_binding));
-  if (!b) return NULL;
+  if (!b || f->count >= UINT32_MAX ||
+      !gr_idmap_insert(&f->index, gr_map_hash_str(name), (uint32_t)f->count))
+    return NULL;
   b->name = name;
-  b->hash = hash_str(name);
-  place(f, b);
-  f->count++;
+  f->list[f->count++] = b;
   return b;
 }
 

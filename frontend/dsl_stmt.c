@@ -405,14 +405,14 @@ gr_status dsl_lower_source(gr_dsl_program *p, dsl_source *src) {
 
 /* ---- public API ------------------------------------------------------------------------ */
 
-/* Slots for the globals of a program of len bytes: a binding per line at
+/* Room for the globals of a program of len bytes: a binding per line at
  * most, usually, so a large program's table is sized once (up to a bound)
  * instead of being rehashed as it grows. */
 static size_t globals_cap(const char *text, size_t len) {
   size_t lines = 1, cap = 64;
   for (const char *q = text, *end = text + len; (q = memchr(q, '\n', (size_t)(end - q))); q++)
     lines++;
-  while (cap < 2 * lines && cap < (1u << 22)) cap *= 2;
+  while (cap < lines && cap < (1u << 21)) cap *= 2;
   return cap;
 }
 

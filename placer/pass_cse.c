@@ -103,9 +103,7 @@ typedef struct cse {
   gr_passes_ctx *c;
   int *ctrl;       /* scratch: sorted distinct control input reps of the node */
   int *ctrl_other; /* the same for the candidate */
-  uint64_t *hash;  /* per node */
-  int *table;      /* open addressing: node ids, -1 empty */
-  size_t mask;
+  gr_idmap table;  /* node ids by their signature */
 } cse;
 
 static int sorted_ctrl(const gr_passes_ctx *c, const gr_node *n, int *out) {
@@ -159,54 +157,49 @@ static bool same_node(cse *s, const gr_node *a, const gr_node *b) {
   return true;
 }
 
+/* gr_idmap_eq_fn: does node id compute the same as node key? */
+static bool same_as(const void *ctx, uint32_t id, const void *key) {
+  cse *s = (cse *)ctx;
+  return same_node(s, key, gr_graph_node(s->c->g, (int)id));
+}
+
 static bool takes_part(const gr_passes_ctx *c, const gr_node *n) {
   return c->mark[n->id] >= GR_PASSES_CUT && !c->fed[n->id] && !gr_passes_op_is_opaque(n->op);
 }
 
 gr_status gr_passes_cse(gr_passes_ctx *c, int *merged) {
   *merged = 0;
-  size_t cap = 16;
-  while (cap < 2 * (size_t)c->n) cap *= 2;
   int max_ctrl = 1;
   for (int i = 0; i < c->n; i++)
     if (gr_graph_node(c->g, i)->num_control_inputs > max_ctrl)
       max_ctrl = gr_graph_node(c->g, i)->num_control_inputs;
-  cse s = {c,
-           malloc(sizeof(int) * (size_t)max_ctrl),
-           malloc(sizeof(int) * (size_t)max_ctrl),
-           malloc(sizeof(uint64_t) * ((size_t)c->n + 1)),
-           malloc(sizeof(int) * cap),
-           cap - 1};
+  cse s = {.c = c,
+           .ctrl = malloc(sizeof(int) * (size_t)max_ctrl),
+           .ctrl_other = malloc(sizeof(int) * (size_t)max_ctrl)};
+  gr_idmap_init(&s.table);
   gr_status st = GR_OK;
-  if (!s.ctrl || !s.ctrl_other || !s.hash || !s.table) {
+  if (!s.ctrl || !s.ctrl_other) {
     st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }
-  memset(s.table, -1, sizeof(int) * cap);
   for (int k = 0; k < c->n; k++) {
     const gr_node *n = gr_graph_node(c->g, c->order[k]);
     if (!takes_part(c, n)) continue;
-    uint64_t h = s.hash[n->id] = hash_node(&s, n);
-    size_t slot = (size_t)h & s.mask;
-    int found = -1;
-    for (; s.table[slot] >= 0; slot = (slot + 1) & s.mask) {
-      int u = s.table[slot];
-      if (s.hash[u] == h && same_node(&s, n, gr_graph_node(c->g, u))) {
-        found = u;
-        break;
-      }
-    }
+    uint64_t h = hash_node(&s, n);
+    int64_t found = gr_idmap_find(&s.table, h, n, same_as, &s);
     if (found < 0) {
-      s.table[slot] = n->id;
+      if (!gr_idmap_insert(&s.table, h, (uint32_t)n->id)) {
+        st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        goto done;
+      }
     } else if (!c->protect[n->id]) {
-      c->rep[n->id] = found;
+      c->rep[n->id] = (int)found;
       (*merged)++;
     }
   }
 done:
   free(s.ctrl);
   free(s.ctrl_other);
-  free(s.hash);
-  free(s.table);
+  gr_idmap_free(&s.table);
   return st;
 }

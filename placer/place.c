@@ -12,61 +12,13 @@ gr_placer_options gr_placer_options_default(void) {
       .soft_placement = false, .explain = false, .profiles = NULL, .min_samples = 3};
 }
 
-/* ---- a small string -> int map (open addressing, keys borrowed) ----------- */
-
-typedef struct strmap {
-  const char **keys;
-  int *vals;
-  size_t cap, n;
-} strmap;
-
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static bool map_grow(strmap *m) {
-  size_t cap = m->cap ? m->cap * 2 : 64;
-  const char **keys = calloc(cap, sizeof *keys);
-  int *vals = malloc(cap * sizeof *vals);
-  if (!keys || !vals) {
-    free(keys);
-    free(vals);
-    return false;
-  }
-  for (size_t i = 0; i < m->cap; i++)
-    if (m->keys[i]) {
-      size_t j = hash_str(m->keys[i]) & (cap - 1);
-      while (keys[j]) j = (j + 1) & (cap - 1);
-      keys[j] = m->keys[i];
-      vals[j] = m->vals[i];
-    }
-  free(m->keys);
-  free(m->vals);
-  m->keys = keys;
-  m->vals = vals;
-  m->cap = cap;
-  return true;
-}
-
-/* The value of key, or inserts val and returns it; -2 on OOM. */
-static int map_get_or_put(strmap *m, const char *key, int val) {
-  if ((m->n + 1) * 2 > m->cap && !map_grow(m)) return -2;
-  size_t j = hash_str(key) & (m->cap - 1);
-  while (m->keys[j]) {
-    if (strcmp(m->keys[j], key) == 0) return m->vals[j];
-    j = (j + 1) & (m->cap - 1);
-  }
-  m->keys[j] = key;
-  m->vals[j] = val;
-  m->n++;
-  return val;
-}
-
-static void map_free(strmap *m) {
-  free(m->keys);
-  free(m->vals);
+/* The value of key in a string -> int map, or inserts val and returns it; -2 on OOM. */
+static int map_get_or_put(gr_map *m, const char *key, int val) {
+  bool added;
+  void **v = gr_map_slot_str(m, key, &added);
+  if (!v) return -2;
+  if (added) *v = (void *)(intptr_t)val;
+  return (int)(intptr_t)*v;
 }
 
 /* ---- union-find ------------------------------------------------------------ */
@@ -162,7 +114,8 @@ static bool set_empty(build *b, int s) {
 
 /* Pins: each distinct requested spec becomes one allowed set. */
 static gr_status resolve_pins(build *b) {
-  strmap specs = {0};
+  gr_map specs;
+  gr_map_init(&specs, GR_MAP_STR);
   gr_status st = GR_OK;
   bool any_cpu = false; /* kernels exist for CPU only */
   for (int d = 0; d < b->D && !any_cpu; d++)
@@ -218,16 +171,17 @@ static gr_status resolve_pins(build *b) {
     }
     b->pin_set[i] = s;
   }
-  map_free(&specs);
+  gr_map_free(&specs);
   return st;
 oom:
-  map_free(&specs);
+  gr_map_free(&specs);
   return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
 }
 
 /* Colocation: nodes sharing attr "var", and colocate_with. */
 static gr_status join_groups(build *b) {
-  strmap vars = {0};
+  gr_map vars;
+  gr_map_init(&vars, GR_MAP_STR);
   for (int i = 0; i < b->n; i++) b->parent[i] = i;
   for (int i = 0; i < b->n; i++) {
     gr_node *v = gr_graph_node(b->g, i);
@@ -235,7 +189,7 @@ static gr_status join_groups(build *b) {
     if (var) {
       int first = map_get_or_put(&vars, var, i);
       if (first == -2) {
-        map_free(&vars);
+        gr_map_free(&vars);
         return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
       }
       uf_union(b->parent, first, i);
@@ -243,7 +197,7 @@ static gr_status join_groups(build *b) {
     if (v->colocate_with) {
       gr_node *o = gr_graph_find_node(b->g, v->colocate_with);
       if (!o) {
-        map_free(&vars);
+        gr_map_free(&vars);
         return gr_error_set(b->err, GR_ERR_NOT_FOUND,
                             "node '%s': colocate_with names '%s', which is not a node of the graph",
                             v->name, v->colocate_with);
@@ -251,7 +205,7 @@ static gr_status join_groups(build *b) {
       uf_union(b->parent, o->id, i);
     }
   }
-  map_free(&vars);
+  gr_map_free(&vars);
   return GR_OK;
 }
 
@@ -263,7 +217,8 @@ static gr_status join_loops(build *b, const int *order) {
   int n = b->n;
   int *depth = malloc(sizeof(int) * ((size_t)n + 1)), *top = malloc(sizeof(int) * ((size_t)n + 1));
   int *anchor = malloc(sizeof(int) * ((size_t)n + 1));
-  strmap frames = {0};
+  gr_map frames;
+  gr_map_init(&frames, GR_MAP_STR);
   gr_status st = GR_OK;
   if (!depth || !top || !anchor) goto oom;
   int nloops = 0;
@@ -298,7 +253,7 @@ oom:
   st = gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
 done:
   free(depth), free(top), free(anchor);
-  map_free(&frames);
+  gr_map_free(&frames);
   return st;
 }
 
