@@ -153,6 +153,19 @@ static void fire(gr_watchdog *d, gr_step_watch *w) {
   pthread_mutex_lock(&d->mu);
 }
 
+/* How long step w may go without progress. With nodes waiting, the
+ * timeout. With none waiting and no kernel running, the step is between
+ * kernels: its next ones are queued for threads that a loaded machine has
+ * not scheduled yet (seen at load 8 on 2 cores with a 0.02 s timeout), or
+ * the executor lost a node; a longer bound keeps the first from failing a
+ * step and still ends the second. d->mu held. */
+static double stall_limit(gr_step_watch *w, double timeout) {
+  pthread_mutex_lock(&w->mu);
+  bool waiting = w->waits != NULL;
+  pthread_mutex_unlock(&w->mu);
+  return waiting ? timeout : (10 * timeout > 1.0 ? 10 * timeout : 1.0);
+}
+
 static void *watch_loop(void *arg) {
   gr_watchdog *d = arg;
   double timeout = (double)d->timeout_ms / 1000.0;
@@ -176,7 +189,7 @@ static void *watch_loop(void *arg) {
       if (__atomic_load_n(&w->running, __ATOMIC_ACQUIRE) > 0 || p != w->seen) {
         w->seen = p;
         w->since = now;
-      } else if (now - w->since >= timeout) {
+      } else if (now - w->since >= stall_limit(w, timeout)) {
         fire(d, w); /* releases d->mu: the list may have changed */
         goto rescan;
       }

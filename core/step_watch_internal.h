@@ -11,7 +11,10 @@
  * their devices, and cancels it the usual way: the step's rendezvous is
  * aborted, every executor run of the step is cancelled and waiting async
  * kernels get their cancel callbacks. A kernel that computes for longer
- * than the timeout is progress, not a stall.
+ * than the timeout is progress, not a stall. A step with no node waiting and
+ * no kernel running is between kernels (on a loaded machine, for a while):
+ * it stalls only after 10 timeouts (at least 1 s), which still ends a step
+ * that the executor lost track of.
  *
  *   gr_watchdog *d = gr_watchdog_new(5000);              // session start
  *   gr_step_watch *w = gr_watchdog_begin_step(d);       // each step
