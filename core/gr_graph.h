@@ -122,6 +122,11 @@ const char *gr_graph_resolve_device(const gr_graph *g, const gr_node *n);
  * ordering constraint. Ids are a topological order only for graphs without
  * rerouted inputs (gr_graph_set_input). Returns n, or -1 if out of memory. */
 int gr_graph_topo_order(const gr_graph *g, int *order);
+/* The same order, stable: for a graph whose ids are already such an order
+ * it is the identity, so an order taken twice is the same (serialization
+ * writes nodes in it). Returns n; -1 if out of memory; -2 when the inputs
+ * form a cycle other than a loop's back edge. */
+int gr_graph_topo_order_stable(const gr_graph *g, int *order);
 int gr_graph_num_nodes(const gr_graph *g);
 gr_node *gr_graph_node(const gr_graph *g, int id);
 

@@ -836,6 +836,47 @@ oom:
   return -1;
 }
 
+/* Depth first: each node after its predecessors, roots taken in id order
+ * and predecessors in input order; a node's state is 0 new, 1 on the stack,
+ * 2 emitted. stack holds (node, next predecessor to visit). */
+int gr_graph_topo_order_stable(const gr_graph *g, int *order) {
+  int n = g->num_nodes, k = 0;
+  char *state = calloc((size_t)n + 1, 1);
+  int(*stack)[2] = malloc(sizeof *stack * ((size_t)n + 1));
+  if (!state || !stack) {
+    free(state), free(stack);
+    return -1;
+  }
+  for (int root = 0; root < n && k >= 0; root++) {
+    if (state[root]) continue;
+    int sp = 0;
+    stack[sp][0] = root, stack[sp++][1] = 0;
+    state[root] = 1;
+    while (sp > 0) {
+      const gr_node *v = g->nodes[stack[sp - 1][0]];
+      int j = stack[sp - 1][1]++;
+      if (j == v->num_inputs + v->num_control_inputs) {
+        state[v->id] = 2;
+        order[k++] = v->id;
+        sp--;
+        continue;
+      }
+      const gr_node *u = gr_node_predecessor(v, j);
+      if (j < v->num_inputs && u->op->cf_kind == GR_CF_NEXT_ITERATION) continue; /* back edge */
+      if (state[u->id] == 1) {                                                   /* a cycle */
+        k = -2;
+        break;
+      }
+      if (state[u->id] == 0) {
+        state[u->id] = 1;
+        stack[sp][0] = u->id, stack[sp++][1] = 0;
+      }
+    }
+  }
+  free(state), free(stack);
+  return k;
+}
+
 void gr_graph_pop_control_deps(gr_graph *g) {
   GR_ASSERT(g->num_ctrl > 0);
   g->num_ctrl--;

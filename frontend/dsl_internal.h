@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "gr_dsl.h"
+#include "distributed/gr_distributed.h"
 #include "ops/gr_ops.h"
 
 /* ---- arena with mark/restore -------------------------------------------- */
@@ -366,6 +367,12 @@ typedef struct dsl_fresh_read {
 
 /* cap: the bindings to make room for (it grows past them); bindings are
  * allocated in arena. false when out of memory. */
+/* Appends a copy of name (in the program's memory) to a name list. */
+gr_status dsl_add_name(gr_dsl_program *p, const char ***arr, int *n, int *cap, const char *name);
+/* Loads a serialized graph (gr_wire_is_graph) as the program: its graph,
+ * names bound as tensors, fetches and targets. name is for messages. */
+gr_status dsl_load_serialized(gr_dsl_program *p, const char *name, const void *data, size_t len);
+
 bool dsl_frame_init(dsl_frame *f, size_t cap, dsl_frame *parent, dsl_arena *arena);
 void dsl_frame_free(dsl_frame *f);
 dsl_binding *dsl_frame_find_local(const dsl_frame *f, const char *name);

@@ -321,8 +321,7 @@ static gr_status lower_import(gr_dsl_program *p, const dsl_stmt *s) {
   return st;
 }
 
-static gr_status add_name(gr_dsl_program *p, const char ***arr, int *n, int *cap,
-                          const char *name) {
+gr_status dsl_add_name(gr_dsl_program *p, const char ***arr, int *n, int *cap, const char *name) {
   if (*n == *cap) {
     int nc = *cap ? *cap * 2 : 4;
     const char **na = dsl_alloc(&p->persist, sizeof(char *) * (size_t)nc);
@@ -374,9 +373,9 @@ gr_status dsl_lower_stmt(gr_dsl_program *p, const dsl_stmt *s) {
                            "%s: undefined name '%s' (bind it before declaring it)",
                            s->kind == S_FETCH ? "fetch" : "target", s->names[i]);
         if (s->kind == S_FETCH)
-          GR_TRY(add_name(p, &p->fetches, &p->nfetch, &p->capfetch, s->names[i]));
+          GR_TRY(dsl_add_name(p, &p->fetches, &p->nfetch, &p->capfetch, s->names[i]));
         else
-          GR_TRY(add_name(p, &p->targets, &p->ntarget, &p->captarget, s->names[i]));
+          GR_TRY(dsl_add_name(p, &p->targets, &p->ntarget, &p->captarget, s->names[i]));
       }
       return GR_OK;
   }
@@ -441,8 +440,10 @@ static gr_status load(const char *name, const char *text, size_t len, gr_graph *
     if (p->imported) p->imported[p->nimported++] = strdup(real);
   }
   gr_status st;
-  dsl_source *src = dsl_add_source(p, name ? name : "<input>", text, len, false);
-  if (!src)
+  dsl_source *src = NULL;
+  if (gr_wire_is_graph(text, len))
+    st = dsl_load_serialized(p, name ? name : "<input>", text, len);
+  else if (!(src = dsl_add_source(p, name ? name : "<input>", text, len, false)))
     st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   else
     st = dsl_lower_source(p, src);
@@ -458,7 +459,7 @@ static gr_status load(const char *name, const char *text, size_t len, gr_graph *
     st = err->code;
   }
   if (st == GR_OK && p->nfetch == 0 && p->last_bound)
-    st = add_name(p, &p->fetches, &p->nfetch, &p->capfetch, p->last_bound);
+    st = dsl_add_name(p, &p->fetches, &p->nfetch, &p->capfetch, p->last_bound);
   p->err = NULL;
   if (program)
     *program = p;

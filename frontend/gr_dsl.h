@@ -36,7 +36,9 @@ typedef struct gr_dsl_options {
   int max_errors;  /* reserved; the first error stops loading */
 } gr_dsl_options;
 
-/* Reads, parses and lowers a file into g. opts may be NULL. */
+/* Reads, parses and lowers a file into g. opts may be NULL. A serialized
+ * graph (`graphrun export`, distributed/gr_distributed.h) loads too: its
+ * graph, named outputs, fetches and targets, as the .gr file gave them. */
 gr_status gr_dsl_load_file(const char *path, gr_graph *g, const gr_dsl_options *opts,
                            gr_dsl_program **program, gr_error *err);
 /* Same for text in memory (len bytes, need not be NUL-terminated); name is
@@ -61,5 +63,10 @@ int gr_dsl_num_fetches(const gr_dsl_program *p);
 const char *gr_dsl_fetch_name(const gr_dsl_program *p, int i);
 int gr_dsl_num_targets(const gr_dsl_program *p);
 const char *gr_dsl_target_name(const gr_dsl_program *p, int i);
+
+/* Serializes the program's graph with its top-level tensor names, fetches
+ * and targets into *data (malloc'd, the caller frees), *size bytes: what
+ * `graphrun export` writes and gr_dsl_load_file reads back. */
+gr_status gr_dsl_export(const gr_dsl_program *p, void **data, size_t *size, gr_error *err);
 
 #endif

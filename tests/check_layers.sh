@@ -9,7 +9,7 @@ declare -A allowed=(
   [ops]="core ops"
   [placer]="core ops placer"
   [checkpoints]="core checkpoints"
-  [distributed]="core placer distributed"
+  [distributed]="core ops placer checkpoints distributed"
   [frontend]="core ops placer distributed checkpoints frontend"
 )
 fail=0

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gr_test.h"
+#include "example_runner.h"
 #include "test_util.h"
 
 static gr_passes_options only(bool prune, bool cse, bool fold) {
@@ -47,16 +48,6 @@ static const char *op_of(const gr_graph *g, const char *name) {
   return n ? n->op->name : "(missing)";
 }
 
-/* The endpoint of g with o's node name and index. */
-static gr_output same_in(const gr_graph *g, gr_output o) {
-  return (gr_output){gr_graph_find_node(g, o.node->name), o.index};
-}
-
-static bool same_bits(const gr_tensor *a, const gr_tensor *b) {
-  return a->dtype == b->dtype && gr_shape_equal(&a->shape, &b->shape) &&
-         memcmp(gr_tensor_data(a), gr_tensor_data(b), gr_tensor_num_bytes(a)) == 0;
-}
-
 /* Runs one step of g fetching one value (names of feeds and fetch looked up
  * in g); returns the status, *out the value. */
 static gr_status run1(gr_graph *g, const gr_feed *feeds, int nf, gr_output fetch, gr_tensor *out,
@@ -65,8 +56,8 @@ static gr_status run1(gr_graph *g, const gr_feed *feeds, int nf, gr_output fetch
   gr_session *s = gr_session_new(g, &so, err);
   if (!s) return err->code;
   gr_feed f[8];
-  for (int i = 0; i < nf; i++) f[i] = (gr_feed){same_in(g, feeds[i].output), feeds[i].value};
-  gr_output x = same_in(g, fetch);
+  for (int i = 0; i < nf; i++) f[i] = (gr_feed){gt_same_in(g, feeds[i].output), feeds[i].value};
+  gr_output x = gt_same_in(g, fetch);
   gr_status st = gr_session_run(s, f, nf, &x, 1, out, NULL, 0, err);
   gr_session_free(s);
   return st;
@@ -81,7 +72,7 @@ static void check_same_result(gr_graph *g, gr_graph *opt, const gr_feed *feeds, 
   GR_CHECK_OK(sa, err);
   gr_status sb = run1(opt, feeds, nf, fetch, &b, &err);
   GR_CHECK_OK(sb, err);
-  GR_CHECK(sa != GR_OK || sb != GR_OK || same_bits(&a, &b));
+  GR_CHECK(sa != GR_OK || sb != GR_OK || gt_same_bits(&a, &b));
   gr_tensor_release(&a);
   gr_tensor_release(&b);
 }
@@ -531,15 +522,15 @@ static void test_random_dags(void) {
     int nf2 = 0;
     for (int k = 0; k < 2; k++) /* a placeholder nothing needs is gone from opt */
       if (gr_graph_find_node(opt, feeds[k].node->name))
-        f2[nf2++] = (gr_feed){same_in(opt, feeds[k]), &pv[k]};
-    for (int k = 0; k < NFETCH; k++) x2[k] = same_in(opt, fetches[k]);
+        f2[nf2++] = (gr_feed){gt_same_in(opt, feeds[k]), &pv[k]};
+    for (int k = 0; k < NFETCH; k++) x2[k] = gt_same_in(opt, fetches[k]);
     for (int step = 0; step < 2; step++) { /* random ops are keyed by step too */
       gr_status a = gr_session_run(s1, f, 2, fetches, NFETCH, want, NULL, 0, &err);
       GR_CHECK_OK(a, err);
       gr_status b = gr_session_run(s2, f2, nf2, x2, NFETCH, got, NULL, 0, &err);
       GR_CHECK_OK(b, err);
       for (int k = 0; k < NFETCH && a == GR_OK && b == GR_OK; k++) {
-        bool same = same_bits(&want[k], &got[k]);
+        bool same = gt_same_bits(&want[k], &got[k]);
         GR_CHECK_MSG(same, "graph %d, fetch '%s'", it, fetches[k].node->name);
         failures += !same;
       }
@@ -562,84 +553,29 @@ static void test_random_dags(void) {
 
 /* ---- the example graph files ---------------------------------------------------------------- */
 
-#define EX_MAX 16
-
-/* A deterministic value for a placeholder (unknown dims: 5; integers: 0..9). */
-static gr_tensor feed_value(const gr_node *n, gt_rng *r) {
-  gr_shape s = n->out_shapes[0];
-  if (s.rank < 0) s = gr_shape_scalar();
-  for (int i = 0; i < s.rank; i++)
-    if (s.dims[i] < 0) s.dims[i] = 5;
-  gr_dtype dt = n->out_dtypes[0];
-  bool integer = dt == GR_I32 || dt == GR_I64 || dt == GR_U8;
-  return gt_random(r, dt, s, integer ? 0 : -1, integer ? 9 : 1);
-}
-
-/* Runs `steps` steps of g, fetching and targeting by name; results[step][k]. */
-static gr_status run_steps(gr_graph *g, const gr_output *fetch, int nx, const gr_output *target,
-                           int nt, const gr_feed *feeds, int nf, int steps,
-                           gr_tensor results[][EX_MAX], gr_error *err) {
-  gr_session_options so = {.inter_op_threads = 1};
-  gr_session *s = gr_session_new(g, &so, err);
-  if (!s) return err->code;
-  gr_output x[EX_MAX], t[EX_MAX];
-  gr_feed f[EX_MAX];
-  int n = 0;
-  for (int i = 0; i < nx; i++) x[i] = same_in(g, fetch[i]);
-  for (int i = 0; i < nt; i++) t[i] = same_in(g, target[i]);
-  for (int i = 0; i < nf; i++)
-    if (gr_graph_find_node(g, feeds[i].output.node->name))
-      f[n++] = (gr_feed){same_in(g, feeds[i].output), feeds[i].value};
-  gr_status st = GR_OK;
-  for (int k = 0; k < steps && st == GR_OK; k++)
-    st = gr_session_run(s, f, n, x, nx, results[k], t, nt, err);
-  gr_session_free(s);
-  return st;
-}
-
-static void check_example(const char *dir, const char *file) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", dir, file);
-  gr_graph *g = gr_graph_new();
-  gr_dsl_program *p = NULL;
+static void check_example(const char *path, const char *file) {
+  gt_example ex;
   gr_error err;
-  gr_status st = gr_dsl_load_file(path, g, NULL, &p, &err);
-  GR_CHECK_MSG(st == GR_OK, "%s: %s", file, err.msg);
-  gr_output fetch[EX_MAX], target[EX_MAX];
-  int nx = 0, nt = 0;
-  for (int i = 0; st == GR_OK && i < gr_dsl_num_fetches(p) && nx < EX_MAX; i++)
-    if (gr_dsl_lookup(p, gr_dsl_fetch_name(p, i), &fetch[nx]) && fetch[nx].index >= 0) nx++;
-  for (int i = 0; st == GR_OK && i < gr_dsl_num_targets(p) && nt < EX_MAX; i++)
-    if (gr_dsl_lookup(p, gr_dsl_target_name(p, i), &target[nt])) nt++;
-  if (st != GR_OK || nx + nt == 0) { /* layers.gr: definitions only */
-    gr_dsl_program_free(p);
-    gr_graph_free(g);
+  bool loaded = gt_example_load(path, &ex, &err);
+  GR_CHECK_MSG(loaded, "%s: %s", file, err.msg);
+  if (!loaded) return;
+  if (ex.nx + ex.nt == 0) { /* layers.gr: definitions only */
+    gt_example_free(&ex);
     return;
   }
-  gt_rng r = {7};
-  gr_feed feeds[EX_MAX];
-  gr_tensor values[EX_MAX];
-  int nf = 0;
-  for (int i = 0; i < gr_graph_num_nodes(g) && nf < EX_MAX; i++) {
-    const gr_node *n = gr_graph_node(g, i);
-    if (!(n->op->flags & GR_OP_PLACEHOLDER)) continue;
-    values[nf] = feed_value(n, &r);
-    feeds[nf] = (gr_feed){{(gr_node *)n, 0}, &values[nf]};
-    nf++;
-  }
-  gr_output feed_eps[EX_MAX];
-  for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
+  gr_output feed_eps[GT_EX_MAX];
+  for (int i = 0; i < ex.nf; i++) feed_eps[i] = ex.feeds[i].output;
   gr_passes_options o = gr_passes_options_default();
   gr_passes_stats ps;
-  gr_graph *opt = optimize(g, feed_eps, nf, fetch, nx, target, nt, &o, &ps);
+  gr_graph *opt = optimize(ex.g, feed_eps, ex.nf, ex.fetch, ex.nx, ex.target, ex.nt, &o, &ps);
   printf("%-22s in %4d  pruned %4d  merged %3d  folded %3d  unused %3d  out %4d\n", file,
          ps.nodes_in, ps.nodes_pruned, ps.nodes_merged, ps.nodes_folded,
          ps.nodes_unused_after_folding, ps.nodes_out);
   enum { STEPS = 2 };
-  gr_tensor want[STEPS][EX_MAX], got[STEPS][EX_MAX];
+  gr_tensor want[STEPS][GT_EX_MAX], got[STEPS][GT_EX_MAX];
   gr_error err2;
-  gr_status a = run_steps(g, fetch, nx, target, nt, feeds, nf, STEPS, want, &err);
-  gr_status b = opt ? run_steps(opt, fetch, nx, target, nt, feeds, nf, STEPS, got, &err2) : a + 1;
+  gr_status a = gt_example_run(&ex, ex.g, STEPS, want, &err);
+  gr_status b = opt ? gt_example_run(&ex, opt, STEPS, got, &err2) : a + 1;
   if (a != GR_OK) { /* placement.gr pins nodes to a cluster's devices: the same error */
     GR_CHECK_MSG(b == a && strcmp(err.msg, err2.msg) == 0, "%s: '%s' vs '%s'", file, err.msg,
                  b == a ? err2.msg : "");
@@ -647,35 +583,20 @@ static void check_example(const char *dir, const char *file) {
   }
   GR_CHECK_MSG(b == a, "%s, optimised graph: %s", file, err2.msg);
   for (int s = 0; s < STEPS && a == GR_OK && b == GR_OK; s++)
-    for (int k = 0; k < nx; k++)
-      GR_CHECK_MSG(same_bits(&want[s][k], &got[s][k]), "%s step %d fetch '%s'", file, s,
-                   fetch[k].node->name);
+    for (int k = 0; k < ex.nx; k++)
+      GR_CHECK_MSG(gt_same_bits(&want[s][k], &got[s][k]), "%s step %d fetch '%s'", file, s,
+                   ex.fetch[k].node->name);
   for (int s = 0; s < STEPS; s++)
-    for (int k = 0; k < nx; k++) {
+    for (int k = 0; k < ex.nx; k++) {
       if (a == GR_OK) gr_tensor_release(&want[s][k]);
       if (b == GR_OK) gr_tensor_release(&got[s][k]);
     }
-  for (int i = 0; i < nf; i++) gr_tensor_release(&values[i]);
   gr_graph_free(opt);
-  gr_dsl_program_free(p);
-  gr_graph_free(g);
+  gt_example_free(&ex);
 }
 
 static void test_examples(void) {
-  const char *dir = GR_SOURCE_DIR "/examples";
-  DIR *dp = opendir(dir);
-  GR_CHECK(dp != NULL);
-  if (!dp) return;
-  int checked = 0;
-  struct dirent *e;
-  while ((e = readdir(dp))) {
-    size_t len = strlen(e->d_name);
-    if (len < 4 || strcmp(e->d_name + len - 3, ".gr") != 0) continue;
-    check_example(dir, e->d_name);
-    checked++;
-  }
-  closedir(dp);
-  GR_CHECK(checked >= 10);
+  GR_CHECK(gt_for_each_example(check_example) >= 10);
 }
 
 int main(void) {
