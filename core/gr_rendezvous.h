@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/gr_device.h"
 #include "core/gr_status.h"
 #include "core/gr_tensor.h"
 
@@ -36,7 +37,51 @@ typedef struct gr_rendezvous gr_rendezvous;
 typedef void (*gr_rendezvous_done_fn)(void *arg, gr_status status, const gr_error *err,
                                       gr_tensor *value, bool dead);
 
-gr_rendezvous *gr_rendezvous_new(void); /* NULL when out of memory */
+/* What crossed devices through a rendezvous in one step: every send (data,
+ * dead or control token) and the bytes of the live tensors among them. */
+typedef struct gr_transfer_stats {
+  int64_t sends, bytes;
+} gr_transfer_stats;
+
+/* A rendezvous implementation: the local one, or the distributed runtime's
+ * remote one (same keys). Each function gets the self pointer given to
+ * gr_rendezvous_new_with and keeps the contract of the gr_rendezvous_*
+ * function of the same name below; free releases self. */
+typedef struct gr_rendezvous_ops {
+  gr_status (*send)(void *self, const char *key, const gr_tensor *value, bool dead, gr_error *err);
+  void (*recv)(void *self, const char *key, gr_rendezvous_done_fn done, void *arg);
+  void (*abort)(void *self, gr_status code, const char *msg);
+  int (*num_pending)(void *self);
+  gr_transfer_stats (*stats)(void *self);
+  void (*free)(void *self);
+} gr_rendezvous_ops;
+
+/* A rendezvous over an implementation (ops must outlive it; self is owned:
+ * ops->free(self) runs at gr_rendezvous_free). NULL when out of memory (self
+ * is then not freed). */
+gr_rendezvous *gr_rendezvous_new_with(const gr_rendezvous_ops *ops, void *self);
+
+/* A key taken apart (gr_rendezvous_parse_key). edge and frame point into the
+ * key (not NUL-terminated: use their lengths). */
+typedef struct gr_rendezvous_key {
+  gr_device_spec src, dst; /* full device names */
+  uint64_t incarnation;    /* the sending task's */
+  const char *edge;        /* "node:output" or a control edge's name */
+  size_t edge_len;
+  const char *frame; /* loop frame instance path ("" at top level) */
+  size_t frame_len;
+  int64_t iteration;
+} gr_rendezvous_key;
+
+/* Checks and splits "src_device;incarnation;dst_device;edge_name;frame:iter":
+ * five parts, the devices full names, the incarnation 16 hex digits, the
+ * edge not empty, the iteration a decimal number. Errors
+ * (GR_ERR_INVALID_ARGUMENT) quote the key and name the part. Keys come
+ * from peers in a cluster: nothing is trusted. */
+gr_status gr_rendezvous_parse_key(const char *key, gr_rendezvous_key *out, gr_error *err);
+
+/* The local rendezvous (one process); NULL when out of memory. */
+gr_rendezvous *gr_rendezvous_new(void);
 void gr_rendezvous_free(gr_rendezvous *r);
 
 /* Stores (or delivers) a new reference to value (NULL: an empty token, for a
@@ -52,11 +97,6 @@ void gr_rendezvous_abort(gr_rendezvous *r, gr_status code, const char *msg);
 /* Number of values sent but not yet received (tests: nothing is left over). */
 int gr_rendezvous_num_pending(gr_rendezvous *r);
 
-/* What crossed devices through a rendezvous in one step: every send (data,
- * dead or control token) and the bytes of the live tensors among them. */
-typedef struct gr_transfer_stats {
-  int64_t sends, bytes;
-} gr_transfer_stats;
 gr_transfer_stats gr_rendezvous_stats(gr_rendezvous *r);
 
 #endif

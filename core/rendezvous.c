@@ -1,173 +1,125 @@
-/* The local rendezvous: a hash table of keys under one mutex. An entry holds
- * either a sent value waiting for its Recv or a Recv waiting for its value;
- * it is removed when the two meet. */
+/* The rendezvous interface (gr_rendezvous.h): calls go to an
+ * implementation (rendezvous_local.c, or the distributed runtime's), and
+ * keys are checked part by part before anything trusts them. */
 #include "core/gr_rendezvous.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gr_map.h"
-
-typedef struct rv_entry {
-  struct rv_entry *next; /* in the list of waiters an abort calls */
-  bool has_value, dead;
-  gr_tensor value;
-  gr_rendezvous_done_fn done; /* set while a Recv waits */
-  void *arg;
-  char key[]; /* the map's key */
-} rv_entry;
-
 struct gr_rendezvous {
-  pthread_mutex_t mu;
-  gr_map entries; /* key -> rv_entry (owned) */
-  bool aborted;
-  gr_error abort_err;
-  gr_transfer_stats stats;
+  const gr_rendezvous_ops *ops;
+  void *self;
 };
 
-gr_rendezvous *gr_rendezvous_new(void) {
-  gr_rendezvous *r = calloc(1, sizeof *r);
-  if (!r) return NULL;
-  gr_map_init(&r->entries, GR_MAP_STR);
-  pthread_mutex_init(&r->mu, NULL);
+gr_rendezvous *gr_rendezvous_new_with(const gr_rendezvous_ops *ops, void *self) {
+  gr_rendezvous *r = malloc(sizeof *r);
+  if (r) *r = (gr_rendezvous){ops, self};
   return r;
 }
 
 void gr_rendezvous_free(gr_rendezvous *r) {
   if (!r) return;
-  void *v;
-  for (size_t pos = 0; gr_map_next(&r->entries, &pos, NULL, &v);) {
-    rv_entry *e = v;
-    GR_ASSERT(!e->done); /* a waiting Recv would never complete */
-    if (e->has_value) gr_tensor_release(&e->value);
-    free(e);
-  }
-  gr_map_free(&r->entries);
-  pthread_mutex_destroy(&r->mu);
+  r->ops->free(r->self);
   free(r);
-}
-
-/* A new entry for key in the map; NULL when out of memory. */
-static rv_entry *insert(gr_rendezvous *r, const char *key) {
-  size_t len = strlen(key);
-  rv_entry *e = calloc(1, sizeof *e + len + 1);
-  if (!e) return NULL;
-  memcpy(e->key, key, len + 1);
-  if (!gr_map_put_str(&r->entries, e->key, e)) {
-    free(e);
-    return NULL;
-  }
-  return e;
 }
 
 gr_status gr_rendezvous_send(gr_rendezvous *r, const char *key, const gr_tensor *value, bool dead,
                              gr_error *err) {
-  pthread_mutex_lock(&r->mu);
-  if (r->aborted) {
-    pthread_mutex_unlock(&r->mu);
-    return GR_OK; /* the step is over: the value is not wanted */
-  }
-  rv_entry *e = gr_map_get_str(&r->entries, key);
-  if (e && !e->done) {
-    pthread_mutex_unlock(&r->mu);
-    return gr_error_set(err, GR_ERR_ALREADY_EXISTS, "rendezvous key '%s' was sent twice", key);
-  }
-  r->stats.sends++;
-  if (!dead && value && value->buf) r->stats.bytes += (int64_t)gr_tensor_num_bytes(value);
-  if (e) { /* a Recv waits: hand the value over outside the lock */
-    gr_map_remove_str(&r->entries, e->key);
-    pthread_mutex_unlock(&r->mu);
-    gr_tensor v = gr_tensor_empty();
-    if (!dead && value) gr_tensor_ref(&v, value);
-    e->done(e->arg, GR_OK, NULL, &v, dead);
-    free(e);
-    return GR_OK;
-  }
-  e = insert(r, key);
-  if (!e) {
-    pthread_mutex_unlock(&r->mu);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory in the rendezvous");
-  }
-  e->has_value = true;
-  e->dead = dead;
-  e->value = gr_tensor_empty();
-  if (!dead && value) gr_tensor_ref(&e->value, value);
-  pthread_mutex_unlock(&r->mu);
-  return GR_OK;
+  return r->ops->send(r->self, key, value, dead, err);
 }
 
 void gr_rendezvous_recv(gr_rendezvous *r, const char *key, gr_rendezvous_done_fn done, void *arg) {
-  pthread_mutex_lock(&r->mu);
-  if (r->aborted) {
-    gr_error e = r->abort_err;
-    pthread_mutex_unlock(&r->mu);
-    done(arg, e.code, &e, NULL, false);
-    return;
-  }
-  rv_entry *e = gr_map_get_str(&r->entries, key);
-  if (e && e->has_value) {
-    gr_map_remove_str(&r->entries, e->key);
-    pthread_mutex_unlock(&r->mu);
-    done(arg, GR_OK, NULL, &e->value, e->dead); /* the stored reference moves on */
-    free(e);
-    return;
-  }
-  gr_error fail;
-  if (e) {
-    gr_error_set(&fail, GR_ERR_ALREADY_EXISTS, "rendezvous key '%s' was received twice", key);
-  } else if ((e = insert(r, key)) != NULL) {
-    e->done = done;
-    e->arg = arg;
-    pthread_mutex_unlock(&r->mu);
-    return;
-  } else {
-    gr_error_set(&fail, GR_ERR_RESOURCE_EXHAUSTED, "out of memory in the rendezvous");
-  }
-  pthread_mutex_unlock(&r->mu);
-  done(arg, fail.code, &fail, NULL, false);
+  r->ops->recv(r->self, key, done, arg);
 }
 
 void gr_rendezvous_abort(gr_rendezvous *r, gr_status code, const char *msg) {
-  pthread_mutex_lock(&r->mu);
-  if (r->aborted) {
-    pthread_mutex_unlock(&r->mu);
-    return;
-  }
-  r->aborted = true;
-  gr_error_set(&r->abort_err, code, "%s", msg);
-  /* unlink the waiters (a walk, then removals), then call them outside the lock */
-  rv_entry *waiters = NULL;
-  void *v;
-  for (size_t pos = 0; gr_map_next(&r->entries, &pos, NULL, &v);) {
-    rv_entry *e = v;
-    if (e->done) {
-      e->next = waiters;
-      waiters = e;
-    }
-  }
-  for (rv_entry *e = waiters; e; e = e->next) gr_map_remove_str(&r->entries, e->key);
-  gr_error err = r->abort_err;
-  pthread_mutex_unlock(&r->mu);
-  while (waiters) {
-    rv_entry *next = waiters->next;
-    waiters->done(waiters->arg, err.code, &err, NULL, false);
-    free(waiters);
-    waiters = next;
-  }
+  r->ops->abort(r->self, code, msg);
 }
 
 int gr_rendezvous_num_pending(gr_rendezvous *r) {
-  pthread_mutex_lock(&r->mu);
-  int n = (int)gr_map_count(&r->entries);
-  pthread_mutex_unlock(&r->mu);
-  return n;
+  return r->ops->num_pending(r->self);
 }
 
 gr_transfer_stats gr_rendezvous_stats(gr_rendezvous *r) {
-  pthread_mutex_lock(&r->mu);
-  gr_transfer_stats s = r->stats;
-  pthread_mutex_unlock(&r->mu);
-  return s;
+  return r->ops->stats(r->self);
+}
+
+/* ---- keys ------------------------------------------------------------------------------ */
+
+/* The key as quoted in messages: at most 120 bytes, then "...". */
+static const char *quoted(const char *key, char *buf, size_t cap) {
+  size_t n = strlen(key);
+  if (n < cap) return key;
+  memcpy(buf, key, cap - 4);
+  memcpy(buf + cap - 4, "...", 4);
+  return buf;
+}
+
+static gr_status bad_key(const char *key, gr_error *err, const char *what) {
+  char buf[124];
+  return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "rendezvous key '%s': %s",
+                      quoted(key, buf, sizeof buf), what);
+}
+
+static gr_status device_part(const char *key, const char *p, size_t n, const char *which,
+                             gr_device_spec *out, gr_error *err) {
+  char name[GR_DEVICE_NAME_MAX], msg[GR_DEVICE_NAME_MAX + 64];
+  gr_error e;
+  if (n == 0 || n >= sizeof name) {
+    snprintf(msg, sizeof msg, "the %s device is %s", which, n ? "too long" : "empty");
+    return bad_key(key, err, msg);
+  }
+  memcpy(name, p, n);
+  name[n] = '\0';
+  if (gr_device_spec_parse(name, out, &e) != GR_OK || !gr_device_spec_is_full(out)) {
+    snprintf(msg, sizeof msg, "the %s device '%s' is not a full device name", which, name);
+    return bad_key(key, err, msg);
+  }
+  return GR_OK;
+}
+
+gr_status gr_rendezvous_parse_key(const char *key, gr_rendezvous_key *out, gr_error *err) {
+  const char *part[5];
+  size_t len[5];
+  int n = 0;
+  const char *p = key;
+  for (; n < 5; n++) {
+    const char *semi = n < 4 ? strchr(p, ';') : NULL;
+    part[n] = p;
+    len[n] = semi ? (size_t)(semi - p) : strlen(p);
+    if (!semi) break;
+    p = semi + 1;
+  }
+  if (n != 4)
+    return bad_key(key, err, "want 5 parts, src_device;incarnation;dst_device;edge;frame:iter");
+  if (memchr(part[4], ';', len[4])) return bad_key(key, err, "more than 5 parts");
+  GR_TRY(device_part(key, part[0], len[0], "source", &out->src, err));
+  GR_TRY(device_part(key, part[2], len[2], "destination", &out->dst, err));
+  if (len[1] != 16) return bad_key(key, err, "the incarnation is not 16 hex digits");
+  out->incarnation = 0;
+  for (int i = 0; i < 16; i++) {
+    char c = part[1][i];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return bad_key(key, err, "the incarnation is not 16 hex digits");
+    out->incarnation = out->incarnation << 4 | (uint64_t)d;
+  }
+  if (len[3] == 0) return bad_key(key, err, "the edge name is empty");
+  out->edge = part[3];
+  out->edge_len = len[3];
+  const char *colon = NULL;
+  for (const char *q = part[4]; q < part[4] + len[4]; q++)
+    if (*q == ':') colon = q;
+  if (!colon) return bad_key(key, err, "the last part is not frame:iteration");
+  out->frame = part[4];
+  out->frame_len = (size_t)(colon - part[4]);
+  const char *digits = colon + 1, *end = part[4] + len[4];
+  if (digits == end || end - digits > 18)
+    return bad_key(key, err, "the iteration is not a number below 10^18");
+  out->iteration = 0;
+  for (const char *q = digits; q < end; q++) {
+    if (*q < '0' || *q > '9') return bad_key(key, err, "the iteration is not a number");
+    out->iteration = out->iteration * 10 + (*q - '0');
+  }
+  return GR_OK;
 }
