@@ -18,6 +18,7 @@
 #include "core/gr_graph.h"
 #include "core/gr_map.h"
 #include "core/gr_op.h"
+#include "core/gr_resource.h"
 #include "core/gr_rng.h"
 #include "core/gr_session.h"
 #include "core/gr_shape.h"

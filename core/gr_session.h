@@ -55,6 +55,9 @@ typedef struct gr_session_options {
                            spec is noted once through log_fn */
   void (*log_fn)(void *arg, const char *msg); /* notes (soft placement); NULL: stderr */
   void *log_arg;
+  gr_resource_mgr *resources; /* the variables' container (core/gr_resource.h), shared with
+                                 other sessions that name it; the session holds a
+                                 reference. NULL: a container of its own */
 } gr_session_options;
 
 typedef struct gr_feed {
@@ -91,7 +94,8 @@ gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_fe
 /* Runs the initialiser of every variable of the graph that has no value yet. */
 gr_status gr_session_init_variables(gr_session *s, gr_error *err);
 
-/* The variables of this session (values, for checkpoints and tests). */
+/* The variables of this session (values, for checkpoints and tests): its
+ * own container or the one its options named. */
 gr_resource_mgr *gr_session_resources(gr_session *s);
 /* The step counter that random ops key on: incremented by every run. */
 int64_t gr_session_step(const gr_session *s);

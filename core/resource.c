@@ -1,10 +1,10 @@
-/* Variables held by a session: one gr_var per variable name. */
+/* Resource containers (gr_resource.h): one gr_var per variable name. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/gr_op.h"
-#include "core/resource_internal.h"
+#include "core/gr_resource.h"
 #include "core/gr_map.h"
 
 struct gr_var {
@@ -16,6 +16,7 @@ struct gr_var {
 struct gr_resource_mgr {
   pthread_mutex_t mu;
   gr_map vars;
+  int refs; /* atomic */
 };
 
 gr_resource_mgr *gr_resource_mgr_new(void) {
@@ -23,11 +24,17 @@ gr_resource_mgr *gr_resource_mgr_new(void) {
   if (!m) return NULL;
   pthread_mutex_init(&m->mu, NULL);
   gr_map_init(&m->vars, GR_MAP_STR);
+  m->refs = 1;
+  return m;
+}
+
+gr_resource_mgr *gr_resource_mgr_ref(gr_resource_mgr *m) {
+  __atomic_add_fetch(&m->refs, 1, __ATOMIC_RELAXED);
   return m;
 }
 
 void gr_resource_mgr_free(gr_resource_mgr *m) {
-  if (!m) return;
+  if (!m || __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   void *value;
   for (size_t pos = 0; gr_map_next(&m->vars, &pos, NULL, &value);) {
     gr_var *v = value;
@@ -58,6 +65,13 @@ gr_var *gr_resource_mgr_get_var(gr_resource_mgr *m, const char *name) {
   }
   pthread_mutex_unlock(&m->mu);
   return v;
+}
+
+int gr_resource_mgr_num_vars(gr_resource_mgr *m) {
+  pthread_mutex_lock(&m->mu);
+  int n = (int)gr_map_count(&m->vars);
+  pthread_mutex_unlock(&m->mu);
+  return n;
 }
 
 gr_var *gr_resource_mgr_find_var(gr_resource_mgr *m, const char *name) {

@@ -8,7 +8,7 @@
 
 #include "core/gr_executor.h"
 #include "core/gr_rng.h"
-#include "core/resource_internal.h"
+#include "core/gr_resource.h"
 #include "core/session_internal.h"
 #include "core/step_watch_internal.h"
 #include "core/gr_map.h"
@@ -82,7 +82,7 @@ gr_session *gr_session_new(gr_graph *g, const gr_session_options *opts, gr_error
   gr_map_init(&s->cache, GR_MAP_STR);
   /* the calling thread runs nodes too, so the pool has one thread fewer */
   s->pool = gr_threadpool_new(o.inter_op_threads - 1);
-  s->resources = gr_resource_mgr_new();
+  s->resources = o.resources ? gr_resource_mgr_ref(o.resources) : gr_resource_mgr_new();
   s->devices = calloc((size_t)o.num_devices, sizeof *s->devices);
   s->device_names = calloc((size_t)o.num_devices, sizeof(char *));
   if (o.step_timeout_ms > 0 && !(s->watchdog = gr_watchdog_new(o.step_timeout_ms))) goto oom;

@@ -1,0 +1,33 @@
+/* Resource containers: the variables (by name) that sessions read and
+ * update. A session makes its own unless its options name one; a container
+ * given to several sessions is shared, so two clients that name the same
+ * variable see one value, and it outlives them (a server task keeps one for
+ * all the sessions its clients open, as TensorFlow 1's containers).
+ *
+ *   gr_resource_mgr *vars = gr_resource_mgr_new();
+ *   gr_session_options o = {.resources = vars};
+ *   gr_session *a = gr_session_new(g1, &o, &err), *b = gr_session_new(g2, &o, &err);
+ *   ... a assigns "w"; b reads it ...
+ *   gr_session_free(a), gr_session_free(b);
+ *   gr_resource_mgr_free(vars);   // the last reference frees the variables
+ *
+ * Ownership: reference counted; gr_resource_mgr_new returns one reference,
+ * each session holds one while it lives. Thread-safe. Kernels reach the
+ * variables through gr_resource_mgr_get_var and gr_var_* (core/gr_op.h). */
+#ifndef GR_RESOURCE_H
+#define GR_RESOURCE_H
+
+#include "core/gr_op.h"
+
+/* An empty container; NULL when out of memory. */
+gr_resource_mgr *gr_resource_mgr_new(void);
+/* Another reference to m (returns m). */
+gr_resource_mgr *gr_resource_mgr_ref(gr_resource_mgr *m);
+/* Drops a reference; the last one frees every variable. NULL is ignored. */
+void gr_resource_mgr_free(gr_resource_mgr *m);
+/* The variable of that name, NULL when none exists yet (does not create). */
+gr_var *gr_resource_mgr_find_var(gr_resource_mgr *m, const char *name);
+/* How many variables the container holds. */
+int gr_resource_mgr_num_vars(gr_resource_mgr *m);
+
+#endif
