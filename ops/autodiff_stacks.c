@@ -11,6 +11,8 @@
 #include "ops/autodiff_internal.h"
 #include "ops/ops_internal.h"
 
+extern const gr_op_def gr_op_stack_push, gr_op_stack_pop; /* stack_ops.c */
+
 static const char *stack_of(const gr_node *n) {
   return gr_node_attr_string(n, "stack", "");
 }
@@ -22,14 +24,14 @@ static int by_stack(const void *a, const void *b) {
 gr_status ad_pushes_collect(const gr_graph *g, int total, ad_pushes *p) {
   memset(p, 0, sizeof *p);
   for (int id = 0; id < total; id++)
-    if (strcmp(gr_graph_node(g, id)->op->name, "stack_push") == 0) p->n++;
+    if (gr_graph_node(g, id)->op == &gr_op_stack_push) p->n++;
   if (p->n == 0) return GR_OK;
   p->v = malloc(sizeof(gr_node *) * (size_t)p->n);
   if (!p->v) return GR_ERR_RESOURCE_EXHAUSTED;
   int k = 0;
   for (int id = 0; id < total; id++) {
     gr_node *n = gr_graph_node(g, id);
-    if (strcmp(n->op->name, "stack_push") == 0) p->v[k++] = n;
+    if (n->op == &gr_op_stack_push) p->v[k++] = n;
   }
   qsort(p->v, (size_t)p->n, sizeof(gr_node *), by_stack);
   return GR_OK;
@@ -41,7 +43,7 @@ void ad_pushes_free(ad_pushes *p) {
 }
 
 const gr_node *ad_pushes_match(const ad_pushes *p, const gr_node *pop) {
-  if (p->n == 0 || strcmp(pop->op->name, "stack_pop") != 0) return NULL;
+  if (p->n == 0 || pop->op != &gr_op_stack_pop) return NULL;
   const char *name = stack_of(pop);
   int lo = 0, hi = p->n;
   while (lo < hi) {

@@ -125,22 +125,23 @@ static bool add_pop(rev *r, gr_node *p) {
   return true;
 }
 
-/* A pop from stack `stack` in the reverse body, or a size check in the
- * reverse condition (op stack_size), after `after` (the pivot, or a merge
- * for the condition) and in the forward iteration the enclosing reverse
- * loop undoes. No control inputs: built while a nested reverse loop is
- * being built, the node stays in this loop's frame (it depends on nothing
- * of the nested loop). */
-static gr_output stack_read(rev *r, const char *op, const char *stack, gr_output after,
-                            gr_dtype dtype, gr_shape shape) {
+/* A pop from stack `stack` in the reverse body (pop), or its size in the
+ * reverse condition, after `after` (the pivot, or a merge for the
+ * condition) and in the forward iteration that the enclosing reverse loop
+ * undoes. No control inputs: built while a nested reverse loop is being
+ * built, the node stays in this loop's frame (it depends on nothing of the
+ * nested loop). */
+static gr_output stack_read(rev *r, bool pop, const char *stack, gr_output after, gr_dtype dtype,
+                            gr_shape shape) {
   gr_graph *g = r->g;
   gr_attr qa[] = {gr_attr_string("stack", stack), gr_attr_dtype("dtype", dtype),
                   gr_attr_shape("shape", shape)};
   gr_output in[2] = {after, r->outer ? r->outer->scope : (gr_output){NULL, 0}};
   gr_graph_push_no_control_deps(g);
-  gr_output o = gr_op(g, op, NULL, in, in[1].node ? 2 : 1, qa, strcmp(op, "stack_pop") ? 1 : 3);
+  gr_output o =
+      gr_op(g, pop ? "stack_pop" : "stack_size", NULL, in, in[1].node ? 2 : 1, qa, pop ? 3 : 1);
   gr_graph_pop_control_deps(g);
-  if (o.node && strcmp(op, "stack_pop") == 0 && !add_pop(r, o.node)) {
+  if (o.node && pop && !add_pop(r, o.node)) {
     gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     return (gr_output){NULL, 0};
   }
@@ -160,7 +161,7 @@ static gr_output stack_pair(rev *r, gr_output fwd, const char *stack) {
   gr_graph_pop_control_deps(g);
   if (!push.node || gr_graph_add_control_input(g, r->loop->next[0], push.node) != GR_OK)
     return (gr_output){NULL, 0};
-  return stack_read(r, "stack_pop", stack, r->pivot, fwd.node->out_dtypes[fwd.index],
+  return stack_read(r, true, stack, r->pivot, fwd.node->out_dtypes[fwd.index],
                     fwd.node->out_shapes[fwd.index]);
 }
 
@@ -200,7 +201,7 @@ static gr_output remap(void *arg, gr_output fwd) {
 
 static gr_output rev_cond(gr_graph *g, void *arg, const gr_output *vars) {
   rev *r = arg;
-  gr_output size = stack_read(r, "stack_size", r->count_stack, vars[0], GR_I64, gr_shape_scalar());
+  gr_output size = stack_read(r, false, r->count_stack, vars[0], GR_I64, gr_shape_scalar());
   return gr_greater(g, size, gr_const_i64(g, 0));
 }
 
@@ -210,7 +211,7 @@ static void rev_body(gr_graph *g, void *arg, const gr_output *vars, gr_output *n
   int nx = r->nf + r->nw;
   r->pivot = vars[0];
   /* this iteration's count pop: the name of the forward iteration it undoes */
-  gr_output name = stack_read(r, "stack_pop", r->count_stack, r->pivot, GR_U8,
+  gr_output name = stack_read(r, true, r->count_stack, r->pivot, GR_U8,
                               (gr_shape){.rank = 1, .dims = {GR_DIM_UNKNOWN}});
   ad_reverse self = {remap, r, name};
   gr_output *ys = calloc((size_t)r->nf + 1, sizeof *ys), *xs = calloc((size_t)nx + 1, sizeof *xs);

@@ -246,6 +246,44 @@ static void test_values_used_several_times(void) {
              0.55);
 }
 
+static void test_unused_inner_variable(void) {
+  /* p's exit gets no gradient: the inner reverse loop starts it at zeros
+   * shaped like the exit, read back in the outer reverse loop */
+  check_grad("an inner loop variable unused after the loop",
+             "x = placeholder(f64, [])\n"
+             "i, r = while (i = 0, a = x; i < 3) {\n"
+             "  j, b, p = while (j = 0, b = a, p = a * 2.0; j < 2) {\n"
+             "    j = j + 1\n"
+             "    b = b * tanh(p) + 0.1\n"
+             "    p = p * 0.5 + b\n"
+             "  }\n"
+             "  i = i + 1\n"
+             "  a = b * 0.9\n"
+             "}\n"
+             "g = gradients(r, x)\n",
+             0.5);
+}
+
+static void test_nested_gradient_in_body(void) {
+  /* gradients() of a nest inside the body of a third loop, whose
+   * iterations run at once: g sums dr/dz over k, r sums r (dz/dx = 1) */
+  check_grad("the gradient of a nest inside a loop body",
+             "x = placeholder(f64, [])\n"
+             "k, g, r = while (k = 0, g = const(0.0, f64), s = const(0.0, f64); k < 3) {\n"
+             "  z = x + cast(k, f64) * 0.1\n"
+             "  i, y = while (i = 0, a = z; i < 2) {\n"
+             "    b = while (b = a; b < 3.0) { b = b * 1.3 + 0.05 }\n"
+             "    i = i + 1\n"
+             "    a = b * 0.6\n"
+             "  }\n"
+             "  gz = gradients(y, z)\n"
+             "  k = k + 1\n"
+             "  g = g + gz\n"
+             "  s = s + y\n"
+             "}\n",
+             0.5);
+}
+
 static void test_invariant_from_outside(void) {
   /* an invariant computed from x, on no other path to r: its gradient
    * flows back to x (the walk once missed it and gave 0) */
@@ -316,6 +354,8 @@ int main(void) {
   GR_RUN(test_loop_after_loop);
   GR_RUN(test_cond_in_nested_loop);
   GR_RUN(test_values_used_several_times);
+  GR_RUN(test_unused_inner_variable);
+  GR_RUN(test_nested_gradient_in_body);
   GR_RUN(test_invariant_from_outside);
   GR_RUN(test_second_order_refused);
   return gr_test_finish();
