@@ -105,7 +105,9 @@ typedef struct rev {
   int nw;                  /* invariants that want a gradient */
   int *winv;               /* their indices */
   char count_stack[256];
-  gr_output pivot;      /* the reverse body's pivot: pops run when it is live */
+  /* in the reverse body: the name of the forward iteration it undoes (the
+   * count pop, live exactly when the body is); the other pops run after it */
+  gr_output name;
   gr_output *fwd, *pop; /* forward value -> its pop in the reverse loop */
   int nmap, capmap;
   gr_node **pops;
@@ -126,8 +128,8 @@ static bool add_pop(rev *r, gr_node *p) {
 }
 
 /* A pop from stack `stack` in the reverse body (pop), or its size in the
- * reverse condition, after `after` (the pivot, or a merge for the
- * condition) and in the forward iteration that the enclosing reverse loop
+ * reverse condition, after `after` (the body's pivot or count pop, or a
+ * merge for the condition) and in the forward iteration that the enclosing reverse loop
  * undoes. No control inputs: built while a nested reverse loop is being
  * built, the node stays in this loop's frame (it depends on nothing of the
  * nested loop). */
@@ -161,7 +163,7 @@ static gr_output stack_pair(rev *r, gr_output fwd, const char *stack) {
   gr_graph_pop_control_deps(g);
   if (!push.node || gr_graph_add_control_input(g, r->loop->next[0], push.node) != GR_OK)
     return (gr_output){NULL, 0};
-  return stack_read(r, true, stack, r->pivot, fwd.node->out_dtypes[fwd.index],
+  return stack_read(r, true, stack, r->name, fwd.node->out_dtypes[fwd.index],
                     fwd.node->out_shapes[fwd.index]);
 }
 
@@ -209,10 +211,12 @@ static void rev_body(gr_graph *g, void *arg, const gr_output *vars, gr_output *n
   rev *r = arg;
   const ad_loop *l = r->loop;
   int nx = r->nf + r->nw;
-  r->pivot = vars[0];
-  /* this iteration's count pop: the name of the forward iteration it undoes */
-  gr_output name = stack_read(r, true, r->count_stack, r->pivot, GR_U8,
+  /* this iteration's count pop, after the pivot: the name of the forward
+   * iteration it undoes (a few bytes: the value pops wait for it rather
+   * than for the pivot, a gradient that may live on another device) */
+  gr_output name = stack_read(r, true, r->count_stack, vars[0], GR_U8,
                               (gr_shape){.rank = 1, .dims = {GR_DIM_UNKNOWN}});
+  r->name = name;
   ad_reverse self = {remap, r, name};
   gr_output *ys = calloc((size_t)r->nf + 1, sizeof *ys), *xs = calloc((size_t)nx + 1, sizeof *xs);
   gr_output *d = calloc((size_t)nx + 1, sizeof *d);
