@@ -133,6 +133,25 @@ static void test_two_levels(void) {
              0.9);
 }
 
+static void test_inner_loops_at_once(void) {
+  /* the inner loops of different outer iterations do not depend on each
+   * other: with 10 outer iterations at once they run concurrently, each
+   * pushing on its own stacks ("while_N:t|...") */
+  check_grad("independent inner loops of concurrent outer iterations",
+             "x = placeholder(f64, [])\n"
+             "i, r = while (i = 0, s = const(0.0, f64); i < 6) {\n"
+             "  z = x * (1.0 + cast(i, f64) * 0.1)\n"
+             "  j, b = while (j = 0, b = z; j < i) {\n"
+             "    j = j + 1\n"
+             "    b = tanh(b) * 1.1 + b * 0.3\n"
+             "  }\n"
+             "  i = i + 1\n"
+             "  s = s + b * z\n"
+             "}\n"
+             "g = gradients(r, x)\n",
+             0.75);
+}
+
 static void test_three_levels(void) {
   check_grad("three levels",
              "x = placeholder(f64, [])\n"
@@ -349,6 +368,7 @@ static void test_second_order_refused(void) {
 
 int main(void) {
   GR_RUN(test_two_levels);
+  GR_RUN(test_inner_loops_at_once);
   GR_RUN(test_three_levels);
   GR_RUN(test_inner_trip_count_varies);
   GR_RUN(test_loop_after_loop);
