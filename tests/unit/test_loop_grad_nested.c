@@ -357,6 +357,24 @@ static void test_second_order_refused(void) {
                         "g = gradients(s, x)\n",
                         &err));
   GR_CHECK_STR_CONTAINS(err.msg, "t.gr:8:5: error: gradients: the value differentiated depends");
+  /* second order through a loop's gradient whose stacked values do not
+   * depend on the x of the second gradient: accepted, and right */
+  {
+    double h = 1e-6, xs[2] = {1.5 + h, 1.5 - h}, r[2];
+    for (int k = 0; k < 2; k++) {
+      double a = xs[k];
+      while (a < 100) a = a * a * 0.9 + 0.1;
+      r[k] = a;
+    }
+    double dr = (r[0] - r[1]) / (2 * h);
+    GR_CHECK_NEAR(gt_dsl_value("x = variable(const(1.5, f64))\n"
+                               "w = variable(const(0.7, f64))\n"
+                               "r = while (a = x; a < 100.0) { a = a * a * 0.9 + 0.1 }\n"
+                               "d1 = gradients(r * w * w, x)\n"
+                               "d2 = gradients(d1, w)\n",
+                               "d2"),
+                  2 * 0.7 * dr, 1e-5 * dr);
+  }
   /* second order where no loop is on the path still works */
   GR_CHECK_NEAR(gt_dsl_value("x = variable(1.5)\n"
                              "r = while (a = x; a < 100.0) { a = a * a }\n"
