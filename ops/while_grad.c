@@ -129,10 +129,10 @@ static bool add_pop(rev *r, gr_node *p) {
 
 /* A pop from stack `stack` in the reverse body (pop), or its size in the
  * reverse condition, after `after` (the body's pivot or count pop, or a
- * merge for the condition) and in the forward iteration that the enclosing reverse loop
- * undoes. No control inputs: built while a nested reverse loop is being
- * built, the node stays in this loop's frame (it depends on nothing of the
- * nested loop). */
+ * merge for the condition), in the forward iteration that the enclosing
+ * reverse loop undoes (its scope). No control inputs: built while a nested
+ * reverse loop is being built, the node stays in this loop's frame (it
+ * depends on nothing of the nested loop). */
 static gr_output stack_read(rev *r, bool pop, const char *stack, gr_output after, gr_dtype dtype,
                             gr_shape shape) {
   gr_graph *g = r->g;
