@@ -6,6 +6,7 @@
  * forward loops running 1 and 10 iterations at once. A gradient of a loop's
  * gradient (second order through a loop) is refused where it is written. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,6 +333,99 @@ static void test_invariant_from_outside(void) {
              0.65);
 }
 
+/* ---- random nests --------------------------------------------------------------------- */
+
+typedef struct prog {
+  char text[8192];
+  size_t len;
+  gt_rng rng;
+  int next_id;
+} prog;
+
+static void put(prog *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(prog *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(p->text + p->len, sizeof p->text - p->len, fmt, ap);
+  va_end(ap);
+  if (n > 0) p->len += (size_t)n;
+  if (p->len >= sizeof p->text) p->len = sizeof p->text - 1;
+}
+
+/* Writes `c<id>, v<id> = while (...) {...}` starting from `init`; depth
+ * levels of loops may nest in its body; `outer` names the counter of the
+ * enclosing loop (NULL: none), which the trip count may use. Returns id. */
+static int put_loop(prog *p, int depth, const char *init, const char *outer) {
+  int id = p->next_id++;
+  char bound[32];
+  if (outer && gt_int(&p->rng, 0, 1))
+    snprintf(bound, sizeof bound, "%s + %d", outer, (int)gt_int(&p->rng, 0, 1));
+  else
+    snprintf(bound, sizeof bound, "%d", (int)gt_int(&p->rng, outer ? 0 : 1, 3));
+  put(p, "c%d, v%d = while (c%d = 0, v%d = %s; c%d < %s) {\n", id, id, id, id, init, id, bound);
+  char a[16], b[16], counter[16];
+  snprintf(a, sizeof a, "v%d", id);
+  snprintf(b, sizeof b, "v%d", id);
+  snprintf(counter, sizeof counter, "c%d", id);
+  for (int k = 0; depth > 0 && k < 2; k++) {
+    if (k == 1 && gt_int(&p->rng, 0, 2)) break; /* sometimes a second loop in series */
+    char in[48];
+    if (gt_int(&p->rng, 0, 1))
+      snprintf(in, sizeof in, "%s", b);
+    else
+      snprintf(in, sizeof in, "%s * 0.5 + w", b);
+    int inner = put_loop(p, depth - 1 - (int)gt_int(&p->rng, 0, 1), in, counter);
+    snprintf(b, sizeof b, "v%d", inner);
+  }
+  static const char *const exprs[] = {
+      "tanh(%1$s) * 0.8 + %2$s * 0.3",
+      "%1$s * tanh(%2$s) + 0.1 * cast(%3$s, f64)",
+      "%1$s / (1.0 + %2$s * %2$s) + w * 0.2",
+      "tanh(%1$s * w) + %2$s * 0.5",
+      "cond(%3$s < 2) { tanh(%1$s) + %2$s * 0.2 } else { %1$s * 0.7 - %2$s * 0.1 }",
+      "tanh(%1$s * %1$s * 0.3) + tanh(%2$s) * x",
+  };
+  int e = (int)gt_int(&p->rng, 0, 5);
+  put(p, "  v%d = ", id);
+  put(p, exprs[e], a, b, counter);
+  put(p, "\n  c%d = c%d + 1\n}\n", id, id);
+  return id;
+}
+
+/* 60 random nests of up to three levels (trip counts 0 to 3, at least 1
+ * at the top, fixed or from the enclosing counter; loops in series; conds
+ * on the counter; values from outside all loops), each differentiated and
+ * checked by central differences on 1 or 3 devices, with 1 or 10
+ * iterations at once. */
+static void test_random_nests(void) {
+  for (int k = 0; k < 60; k++) {
+    prog p = {.len = 0, .rng = {0x5eed0000u + (uint64_t)k}, .next_id = 0};
+    p.text[0] = '\0';
+    put(&p, "x = placeholder(f64, [])\nw = tanh(x) * 0.5 + 0.3\n");
+    int top = put_loop(&p, 1 + (int)gt_int(&p.rng, 0, 1), "x", NULL);
+    if (gt_int(&p.rng, 0, 1)) { /* a loop after the nest */
+      char in[16];
+      snprintf(in, sizeof in, "v%d", top);
+      top = put_loop(&p, 0, in, NULL);
+    }
+    put(&p, "r = v%d * 1.0\ng = gradients(r, x)\n", top);
+    int devices = k % 2 ? 3 : 1, par = k % 4 < 2 ? 1 : 10;
+    double x0 = gt_uniform(&p.rng, 0.3, 0.9), h = 1e-5, rg[2] = {NAN, NAN}, hi = NAN, lo = NAN;
+    char msg[512] = "";
+    bool ok = run_prog(p.text, devices, par, x0, "r,g", rg, msg) &&
+              run_prog(p.text, devices, par, x0 + h, "r", &hi, msg) &&
+              run_prog(p.text, devices, par, x0 - h, "r", &lo, msg);
+    double fd = (hi - lo) / (2 * h);
+    bool near = ok && fabs(rg[1] - fd) <= 2e-6 * fabs(fd) + 1e-6;
+    if (!near)
+      fprintf(stderr,
+              "random nest %d (%d devices, parallel %d, x = %g): %s gradient %.12g, finite "
+              "differences %.12g\n%s",
+              k, devices, par, x0, msg, rg[1], fd, p.text);
+    GR_CHECK(near);
+  }
+}
+
 /* The gradient of a loop reads the forward values from stacks, and a
  * second gradient does not see through them: refused, never 0. */
 static void test_second_order_refused(void) {
@@ -395,6 +489,7 @@ int main(void) {
   GR_RUN(test_unused_inner_variable);
   GR_RUN(test_nested_gradient_in_body);
   GR_RUN(test_invariant_from_outside);
+  GR_RUN(test_random_nests);
   GR_RUN(test_second_order_refused);
   return gr_test_finish();
 }
