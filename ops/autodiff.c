@@ -79,7 +79,7 @@ static int frame_child(ad_frames *f, int parent, const char *name) {
   return f->n++;
 }
 
-static int out_frame(const ad_frames *f, const gr_node *n) {
+int ad_out_frame(const ad_frames *f, const gr_node *n) {
   int fr = f->of_node[n->id];
   return n->op->cf_kind == GR_CF_EXIT && fr > 0 ? f->parent[fr] : fr;
 }
@@ -94,6 +94,7 @@ gr_status ad_frames_compute(const gr_graph *g, const int *order, int total, ad_f
   f->name[0] = "";
   f->parent[0] = -1;
   f->n = 1;
+  f->total = total;
   for (int k = 0; k < total; k++) {
     const gr_node *n = gr_graph_node(g, order[k]);
     /* the deepest frame among its inputs: while a loop body is being built
@@ -103,7 +104,7 @@ gr_status ad_frames_compute(const gr_graph *g, const int *order, int total, ad_f
     for (int j = 0; j < n->num_inputs + n->num_control_inputs; j++) {
       const gr_node *p = gr_node_predecessor(n, j);
       if (p->id >= total) continue;
-      int pf = out_frame(f, p), d = 0;
+      int pf = ad_out_frame(f, p), d = 0;
       for (int a = pf; a > 0; a = f->parent[a]) d++;
       if (j == 0 || d > depth) fr = pf, depth = d;
       if (n->op->cf_kind == GR_CF_ENTER) break; /* an enter nests in its input's frame */
@@ -209,7 +210,7 @@ out:
 
 /* A loop group: its exits' gradients to the reverse loop, the results to
  * the values that enter it. */
-static gr_status loop_group(walk *w, int frame) {
+static gr_status loop_group(walk *w, int frame, const ad_reverse *rv) {
   gr_graph *g = w->g;
   ad_loop loop;
   GR_TRY(ad_loop_find(g, &w->fr, frame, w->total, &loop));
@@ -231,7 +232,7 @@ static gr_status loop_group(walk *w, int frame) {
     want[j] = float_edge(y.node, y.index) && w->from_x[y.node->id];
   }
   if (!any) goto out;
-  st = ad_while_gradient(g, &w->fr, &loop, d_exits, want, d_init, d_inv);
+  st = ad_while_gradient(g, &w->fr, &loop, d_exits, want, d_init, d_inv, rv);
   for (int i = 0; i < loop.n && st == GR_OK; i++) {
     gr_output x = loop.enter[i]->inputs[0];
     if (d_init[i].node && w->from_x[x.node->id] &&
@@ -253,7 +254,7 @@ out:
 }
 
 /* One node: its outputs' gradients through its gradient function. */
-static gr_status node_group(walk *w, gr_node *n, gr_output (*remap)(void *, gr_output), void *arg) {
+static gr_status node_group(walk *w, gr_node *n, const ad_reverse *rv) {
   gr_graph *g = w->g;
   int id = n->id;
   bool is_x_only = true; /* an x with no x upstream: nothing to do */
@@ -285,8 +286,12 @@ static gr_status node_group(walk *w, gr_node *n, gr_output (*remap)(void *, gr_o
                 "stop_gradient if no gradient should flow through it",
                 n->op->name, n->name);
     } else {
-      gr_grad_ctx ctx = {
-          .graph = g, .node = n, .grads = og, .dinputs = din, .remap = remap, .remap_arg = arg};
+      gr_grad_ctx ctx = {.graph = g,
+                         .node = n,
+                         .grads = og,
+                         .dinputs = din,
+                         .remap = rv ? rv->remap : NULL,
+                         .remap_arg = rv ? rv->arg : NULL};
       st = n->op->grad_fn(&ctx);
       if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
       if (st != GR_OK && !gr_graph_error(g))
@@ -308,7 +313,7 @@ static gr_status node_group(walk *w, gr_node *n, gr_output (*remap)(void *, gr_o
 
 gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
                        const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs,
-                       const char *base, gr_output (*remap)(void *, gr_output), void *remap_arg) {
+                       const char *base, const ad_reverse *rv) {
   for (int i = 0; i < nx; i++) dxs[i] = (gr_output){NULL, 0};
   if (gr_graph_error(g)) return gr_graph_error(g)->code;
   for (int i = 0; i < ny; i++)
@@ -323,6 +328,7 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
                   "gradients: y '%s' has dtype %s; only f32/f64 can be differentiated",
                   ys[i].node->name, gr_dtype_name(ys[i].node->out_dtypes[ys[i].index]));
   walk w;
+  ad_pushes pushes = {NULL, 0};
   memset(&w, 0, sizeof w);
   w.g = g;
   w.total = gr_graph_num_nodes(g);
@@ -341,15 +347,15 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
   for (int k = 0; k < w.fr.n && base; k++)
     if (strcmp(w.fr.name[k], base) == 0) w.base = k;
   if (!base) { /* the frame of the ys: inside a loop body, per iteration */
-    w.base = out_frame(&w.fr, ys[0].node);
+    w.base = ad_out_frame(&w.fr, ys[0].node);
     for (int i = 1; i < ny && st == GR_OK; i++)
-      if (out_frame(&w.fr, ys[i].node) != w.base)
+      if (ad_out_frame(&w.fr, ys[i].node) != w.base)
         st = fail(g, GR_ERR_INVALID_ARGUMENT,
                   "gradients: y '%s' is in %s%s but y '%s' is in %s%s: differentiate values of "
                   "one loop body (or of the top level) together",
                   ys[0].node->name, w.base ? "loop " : "the top level", w.fr.name[w.base],
-                  ys[i].node->name, out_frame(&w.fr, ys[i].node) ? "loop " : "the top level",
-                  w.fr.name[out_frame(&w.fr, ys[i].node)]);
+                  ys[i].node->name, ad_out_frame(&w.fr, ys[i].node) ? "loop " : "the top level",
+                  w.fr.name[ad_out_frame(&w.fr, ys[i].node)]);
     if (st != GR_OK) goto done;
   }
   if (w.base < 0) {
@@ -358,12 +364,23 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
   }
   /* forward from xs and back from ys over float edges, in topological order */
   for (int i = 0; i < nx; i++) w.from_x[xs[i].node->id] = 1;
+  if (ad_pushes_collect(g, w.total, &pushes) != GR_OK) {
+    st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
   /* loop back edges (merge <- next_iteration) go against the order: repeat
-   * until nothing changes (one more pass per level of loop nesting) */
+   * until nothing changes (one more pass per level of loop nesting); so do
+   * stacks (a pop carries what its push took) */
   for (bool changed = true; changed;) {
     changed = false;
     for (int k = 0; k < w.total; k++) {
       gr_node *n = gr_graph_node(g, w.order[k]);
+      const gr_node *push = w.from_x[n->id] ? NULL : ad_pushes_match(&pushes, n);
+      if (push && w.from_x[push->inputs[0].node->id] &&
+          float_edge(push->inputs[0].node, push->inputs[0].index)) {
+        w.from_x[n->id] = 1;
+        changed = true;
+      }
       for (int j = 0; j < n->num_inputs && !w.from_x[n->id]; j++) {
         const gr_node *p = n->inputs[j].node;
         /* not around the loop being differentiated: there the body's inputs are the xs */
@@ -376,12 +393,23 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
     }
   }
   for (int i = 0; i < ny; i++) w.to_y[ys[i].node->id] = 1;
-  for (int k = w.total - 1; k >= 0; k--) {
-    gr_node *n = gr_graph_node(g, w.order[k]);
-    if (!w.to_y[n->id]) continue;
-    for (int j = 0; j < n->num_inputs; j++)
-      if (float_edge(n->inputs[j].node, n->inputs[j].index)) w.to_y[n->inputs[j].node->id] = 1;
+  /* back again, through loop bodies (merge <- next_iteration) until nothing changes */
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int k = w.total - 1; k >= 0; k--) {
+      gr_node *n = gr_graph_node(g, w.order[k]);
+      if (!w.to_y[n->id]) continue;
+      for (int j = 0; j < n->num_inputs; j++) {
+        const gr_node *p = n->inputs[j].node;
+        if (!w.to_y[p->id] && float_edge(p, n->inputs[j].index)) {
+          w.to_y[p->id] = 1;
+          changed = true;
+        }
+      }
+    }
   }
+  st = ad_refuse_loop_gradients(g, &w.fr, &pushes, w.from_x, w.to_y, w.base);
+  if (st != GR_OK) goto done;
   for (int id = 0; id < w.total; id++) {
     w.out_base[id] = w.nout;
     w.nout += gr_graph_node(g, id)->num_outputs;
@@ -408,13 +436,13 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
         on =
             n->op->cf_kind == GR_CF_EXIT && w.fr.of_node[id] == frame && w.from_x[id] && w.to_y[id];
       }
-      if (on) st = loop_group(&w, frame);
+      if (on) st = loop_group(&w, frame, rv);
       continue;
     }
     if (!w.from_x[gi] || !w.to_y[gi]) continue;
     if (w.fr.of_node[gi] != w.base)
       continue; /* not ours (outside the frame being differentiated) */
-    st = node_group(&w, gr_graph_node(g, gi), remap, remap_arg);
+    st = node_group(&w, gr_graph_node(g, gi), rv);
   }
   for (int i = 0; i < nx && st == GR_OK; i++) {
     contrib *c = &w.grads[w.out_base[xs[i].node->id] + xs[i].index];
@@ -428,6 +456,7 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
   if (gr_graph_error(g)) st = gr_graph_error(g)->code;
 done:
   walk_free(&w);
+  ad_pushes_free(&pushes);
   if (st != GR_OK)
     for (int i = 0; i < nx; i++) dxs[i] = (gr_output){NULL, 0};
   return st;
@@ -435,5 +464,5 @@ done:
 
 gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
                        const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs) {
-  return ad_gradients(g, ys, ny, xs, nx, grad_ys, null_for_unconnected, dxs, NULL, NULL, NULL);
+  return ad_gradients(g, ys, ny, xs, nx, grad_ys, null_for_unconnected, dxs, NULL, NULL);
 }

@@ -179,26 +179,48 @@ typedef struct capture {
   gr_output outside, inside;
 } capture;
 
-/* Reroutes every input of the nodes [first, end) that comes from before
- * `first` (except the skip range) through make(outside): a switch output
- * for a branch, a constant enter for a loop. */
+/* Whether node id (>= first) belongs to the branch or loop being built:
+ * it has a control input (the pivot), is an enter (of a loop nested in
+ * this one, capturing a value from further out), or has an input that
+ * belongs. Nodes built meanwhile from outside values alone, without control
+ * inputs (a gradient's stack push of a forward value, or a pop in the
+ * reverse loop of an enclosing loop), do not: they stay where their inputs
+ * are, and the branch or loop captures them like any value from outside.
+ * in[id - first]: 0 unknown, 1 outside, 2 inside. Inputs normally have lower
+ * ids; a capture enter built after its consumer is an enter (no recursion). */
+static bool belongs(const gr_graph *g, int first, unsigned char *in, int id) {
+  if (in[id - first]) return in[id - first] == 2;
+  const gr_node *n = gr_graph_node(g, id);
+  bool inside = n->num_control_inputs > 0 || n->op->cf_kind == GR_CF_ENTER;
+  for (int j = 0; j < n->num_inputs && !inside; j++) {
+    int s = n->inputs[j].node->id;
+    inside = s >= first && belongs(g, first, in, s);
+  }
+  in[id - first] = inside ? 2 : 1;
+  return inside;
+}
+
+/* Reroutes every input of the nodes [first, end) that comes from outside
+ * (except the skip range) through make(outside): a switch output for a
+ * branch, a constant enter for a loop. */
 static void reroute(gr_graph *g, int first, int end, int skip_lo, int skip_hi,
                     gr_output (*make)(gr_graph *, gr_output, void *), void *arg) {
   capture *caps = NULL;
   int ncaps = 0, cap = 0;
+  /* capture enters, made past end, belong */
+  unsigned char *in = calloc((size_t)(end - first) + 1, 1);
+  if (!in) {
+    gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
   for (int id = first; id < end; id++) {
     gr_node *n = gr_graph_node(g, id);
     if (id >= skip_lo && id < skip_hi) continue;
-    /* A node built meanwhile with no input from inside and no control input
-     * (a gradient's stack push of a value outside) is not part of this
-     * branch or loop: leave it where its inputs are. An enter is (it belongs
-     * to a loop nested in this one, capturing a value from further out). */
-    bool inside = n->num_control_inputs > 0 || n->op->cf_kind == GR_CF_ENTER;
-    for (int j = 0; j < n->num_inputs && !inside; j++) inside = n->inputs[j].node->id >= first;
-    if (!inside) continue;
+    if (!belongs(g, first, in, id)) continue;
     for (int j = 0; j < n->num_inputs; j++) {
       gr_output src = n->inputs[j];
-      if (src.node->id >= first) continue;
+      int s = src.node->id;
+      if (s >= end || (s >= first && belongs(g, first, in, s))) continue;
       gr_output inside = {NULL, 0};
       for (int k = 0; k < ncaps; k++)
         if (caps[k].outside.node == src.node && caps[k].outside.index == src.index)
@@ -218,6 +240,7 @@ static void reroute(gr_graph *g, int first, int end, int skip_lo, int skip_hi,
     }
   }
 done:
+  free(in);
   free(caps);
 }
 
@@ -240,8 +263,8 @@ static void drop_pivot(gr_graph *g, int lo, int hi, const gr_node *pivot) {
 }
 
 /* The same for a loop body [lo, hi), whose pivot is dead in the iteration
- * that ends the loop: a node keeps it unless one of its data inputs is tied
- * to it (a body value, or a node that is), since loop invariants stay live.
+ * that ends the loop: a node keeps it unless one of its inputs is tied to
+ * it (a body value, or a node that is), since loop invariants stay live.
  * A nested loop's enter fed only by invariants gets the pivot, so that the
  * nested loop does not run again when the outer one ends. */
 static void drop_body_pivot(gr_graph *g, int lo, int hi, const gr_output *body, int nbody) {
@@ -254,10 +277,12 @@ static void drop_body_pivot(gr_graph *g, int lo, int hi, const gr_output *body, 
   for (int i = 0; i < nbody; i++) tied[body[i].node->id - lo] = 1; /* the switches' true sides */
   for (int id = lo; id < hi; id++) {
     gr_node *n = gr_graph_node(g, id);
-    bool from_tied = false;
-    for (int j = 0; j < n->num_inputs && !from_tied; j++) {
-      int s = n->inputs[j].node->id;
-      from_tied = s >= lo && s < id && tied[s - lo];
+    bool from_tied = false; /* a data input, or a control input other than the pivot (a
+                               nested loop's pivot: constants of its body), tied to it */
+    for (int j = 0; j < n->num_inputs + n->num_control_inputs && !from_tied; j++) {
+      const gr_node *p = gr_node_predecessor(n, j);
+      int s = p->id;
+      from_tied = p != pivot && s >= lo && s < id && tied[s - lo];
     }
     if (tied[id - lo]) continue;
     if (has_control_input(n, pivot)) {

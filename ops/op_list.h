@@ -116,6 +116,7 @@
   /* stack_ops.c */                                                                                \
   X(stack_push)                                                                                    \
   X(stack_pop)                                                                                     \
-  X(stack_size)
+  X(stack_size)                                                                                    \
+  X(loop_instance)
 
 #endif

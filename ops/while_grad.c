@@ -3,7 +3,17 @@
  * gradient reads is pushed on a step-scoped stack in each forward iteration
  * and popped in the matching reverse iteration (a count stack drives the
  * reverse loop's condition). Gradients of loop invariants are summed over
- * the iterations in extra reverse-loop variables. */
+ * the iterations in extra reverse-loop variables.
+ *
+ * Nested loops: the gradient of the outer body contains the reverse loop of
+ * the inner loop, built inside the outer reverse loop's body. The inner
+ * loop's stacks are keyed by the outer forward iteration they were pushed
+ * in ("outer:3", see stack_ops.c); the outer count stack holds the name of
+ * each forward iteration (loop_instance), and the outer reverse iteration
+ * that undoes it pops that name and hands it to the inner reverse loop's
+ * pops and count as their scope. Values of the outer body that the inner
+ * gradient reads come from the outer loop's stacks (remap falls through to
+ * the enclosing reverse loop). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,12 +98,16 @@ typedef struct rev {
   gr_graph *g;
   const ad_frames *fr;
   const ad_loop *loop;
-  int total; /* nodes that existed when the frames were computed */
-  int nf;    /* float loop variables */
-  int *fvar; /* their indices */
-  int nw;    /* invariants that want a gradient */
-  int *winv; /* their indices */
+  const ad_reverse *outer; /* the enclosing reverse loop, or NULL */
+  int total;               /* nodes that existed when the frames were computed */
+  int nf;                  /* float loop variables */
+  int *fvar;               /* their indices */
+  int nw;                  /* invariants that want a gradient */
+  int *winv;               /* their indices */
   char count_stack[256];
+  /* in the reverse body: the name of the forward iteration it undoes (the
+   * count pop, live exactly when the body is); the other pops run after it */
+  gr_output name;
   gr_output *fwd, *pop; /* forward value -> its pop in the reverse loop */
   int nmap, capmap;
   gr_node **pops;
@@ -113,6 +127,29 @@ static bool add_pop(rev *r, gr_node *p) {
   return true;
 }
 
+/* A pop from stack `stack` in the reverse body (pop), or its size in the
+ * reverse condition, after `after` (the body's pivot or count pop, or a
+ * merge for the condition), in the forward iteration that the enclosing
+ * reverse loop undoes (its scope). No control inputs: built while a nested
+ * reverse loop is being built, the node stays in this loop's frame (it
+ * depends on nothing of the nested loop). */
+static gr_output stack_read(rev *r, bool pop, const char *stack, gr_output after, gr_dtype dtype,
+                            gr_shape shape) {
+  gr_graph *g = r->g;
+  gr_attr qa[] = {gr_attr_string("stack", stack), gr_attr_dtype("dtype", dtype),
+                  gr_attr_shape("shape", shape)};
+  gr_output in[2] = {after, r->outer ? r->outer->scope : (gr_output){NULL, 0}};
+  gr_graph_push_no_control_deps(g);
+  gr_output o =
+      gr_op(g, pop ? "stack_pop" : "stack_size", NULL, in, in[1].node ? 2 : 1, qa, pop ? 3 : 1);
+  gr_graph_pop_control_deps(g);
+  if (o.node && pop && !add_pop(r, o.node)) {
+    gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return (gr_output){NULL, 0};
+  }
+  return o;
+}
+
 /* Pushes fwd in every forward iteration (the push gates the loop's
  * next_iteration, so it runs and runs in order) and pops it here. */
 static gr_output stack_pair(rev *r, gr_output fwd, const char *stack) {
@@ -126,20 +163,23 @@ static gr_output stack_pair(rev *r, gr_output fwd, const char *stack) {
   gr_graph_pop_control_deps(g);
   if (!push.node || gr_graph_add_control_input(g, r->loop->next[0], push.node) != GR_OK)
     return (gr_output){NULL, 0};
-  gr_attr qa[] = {gr_attr_string("stack", stack),
-                  gr_attr_dtype("dtype", fwd.node->out_dtypes[fwd.index]),
-                  gr_attr_shape("shape", fwd.node->out_shapes[fwd.index])};
-  gr_output pop = gr_op(g, "stack_pop", NULL, NULL, 0, qa, 3);
-  if (pop.node && !add_pop(r, pop.node)) return (gr_output){NULL, 0};
-  return pop;
+  return stack_read(r, true, stack, r->name, fwd.node->out_dtypes[fwd.index],
+                    fwd.node->out_shapes[fwd.index]);
+}
+
+/* A forward value outside this loop: the enclosing reverse loop's pop of
+ * it, or the value itself at the level where the gradient runs. */
+static gr_output outer_value(const rev *r, gr_output fwd) {
+  return r->outer ? r->outer->remap(r->outer->arg, fwd) : fwd;
 }
 
 static gr_output remap(void *arg, gr_output fwd) {
   rev *r = arg;
   gr_node *n = fwd.node;
-  if (!n || n->id >= r->total || r->fr->of_node[n->id] != r->loop->frame) return fwd;
+  if (!n || n->id >= r->total) return fwd; /* built for the gradient */
+  if (ad_out_frame(r->fr, n) != r->loop->frame) return outer_value(r, fwd);
   if (n->op->cf_kind == GR_CF_ENTER && gr_node_attr_bool(n, "is_constant", false))
-    return n->inputs[0]; /* an invariant: its outside value (captured by the reverse loop) */
+    return outer_value(r, n->inputs[0]); /* an invariant: its outside value */
   for (int k = 0; k < r->nmap; k++)
     if (r->fwd[k].node == n && r->fwd[k].index == fwd.index) return r->pop[k];
   if (r->nmap == r->capmap) {
@@ -163,8 +203,7 @@ static gr_output remap(void *arg, gr_output fwd) {
 
 static gr_output rev_cond(gr_graph *g, void *arg, const gr_output *vars) {
   rev *r = arg;
-  gr_attr a = gr_attr_string("stack", r->count_stack);
-  gr_output size = gr_op(g, "stack_size", NULL, NULL, 0, &a, 1);
+  gr_output size = stack_read(r, false, r->count_stack, vars[0], GR_I64, gr_shape_scalar());
   return gr_greater(g, size, gr_const_i64(g, 0));
 }
 
@@ -172,13 +211,13 @@ static void rev_body(gr_graph *g, void *arg, const gr_output *vars, gr_output *n
   rev *r = arg;
   const ad_loop *l = r->loop;
   int nx = r->nf + r->nw;
-  /* this iteration's count pop */
-  gr_node *b0 = l->body[0];
-  gr_attr qa[] = {gr_attr_string("stack", r->count_stack),
-                  gr_attr_dtype("dtype", b0->out_dtypes[0]),
-                  gr_attr_shape("shape", b0->out_shapes[0])};
-  gr_output cp = gr_op(g, "stack_pop", NULL, NULL, 0, qa, 3);
-  if (cp.node) add_pop(r, cp.node);
+  /* this iteration's count pop, after the pivot: the name of the forward
+   * iteration it undoes (a few bytes: the value pops wait for it rather
+   * than for the pivot, a gradient that may live on another device) */
+  gr_output name = stack_read(r, true, r->count_stack, vars[0], GR_U8,
+                              (gr_shape){.rank = 1, .dims = {GR_DIM_UNKNOWN}});
+  r->name = name;
+  ad_reverse self = {remap, r, name};
   gr_output *ys = calloc((size_t)r->nf + 1, sizeof *ys), *xs = calloc((size_t)nx + 1, sizeof *xs);
   gr_output *d = calloc((size_t)nx + 1, sizeof *d);
   if (!ys || !xs || !d) {
@@ -190,7 +229,8 @@ static void rev_body(gr_graph *g, void *arg, const gr_output *vars, gr_output *n
     xs[k] = (gr_output){l->body[r->fvar[k]], 0};
   }
   for (int k = 0; k < r->nw; k++) xs[r->nf + k] = (gr_output){l->invariant[r->winv[k]], 0};
-  if (ad_gradients(g, ys, r->nf, xs, nx, vars, true, d, r->fr->name[l->frame], remap, r) != GR_OK)
+  if (!name.node ||
+      ad_gradients(g, ys, r->nf, xs, nx, vars, true, d, r->fr->name[l->frame], &self) != GR_OK)
     goto out;
   for (int k = 0; k < r->nf; k++) next[k] = d[k].node ? d[k] : gr_zeros_like(g, vars[k]);
   for (int k = 0; k < r->nw; k++) {
@@ -213,13 +253,14 @@ out:
 
 gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *l,
                             const gr_output *d_exits, const bool *want_inv, gr_output *d_init,
-                            gr_output *d_inv) {
+                            gr_output *d_inv, const ad_reverse *outer) {
   rev r;
   memset(&r, 0, sizeof r);
   r.g = g;
   r.fr = f;
   r.loop = l;
-  r.total = gr_graph_num_nodes(g);
+  r.outer = outer;
+  r.total = f->total;
   r.fvar = calloc((size_t)l->n + 1, sizeof(int));
   r.winv = calloc((size_t)l->m + 1, sizeof(int));
   gr_output *vars = calloc((size_t)(l->n + l->m) + 1, sizeof *vars);
@@ -228,15 +269,6 @@ gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *l,
     st = gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
-  for (int k = 1; k < f->n; k++)
-    if (f->parent[k] == l->frame) {
-      st = gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
-                               "gradients: loop '%s' contains loop '%s'; differentiating a loop "
-                               "that contains another loop is not supported yet (a gradient "
-                               "inside the body, or of a loop in the body, is)",
-                               f->name[l->frame], f->name[k]);
-      goto out;
-    }
   for (int i = 0; i < l->n; i++)
     if (gr_dtype_is_float(l->enter[i]->out_dtypes[0])) r.fvar[r.nf++] = i;
   for (int j = 0; j < l->m; j++)
@@ -245,11 +277,13 @@ gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *l,
   snprintf(r.count_stack, sizeof r.count_stack, "%s/grad_count_%d", f->name[l->frame],
            gr_graph_num_nodes(g));
   r.serial = gr_graph_num_nodes(g);
-  /* one count push per forward iteration that ran the body */
+  /* one count push per forward iteration that ran the body: its name, the
+   * scope of the stacks of the loops nested in it */
   gr_attr pa = gr_attr_string("stack", r.count_stack);
   gr_graph_push_no_control_deps(g);
   gr_output b0 = {l->body[0], 0};
-  gr_output cpush = gr_op(g, "stack_push", NULL, &b0, 1, &pa, 1);
+  gr_output iname = gr_op(g, "loop_instance", NULL, &b0, 1, NULL, 0);
+  gr_output cpush = iname.node ? gr_op(g, "stack_push", NULL, &iname, 1, &pa, 1) : iname;
   gr_graph_pop_control_deps(g);
   if (!cpush.node || gr_graph_add_control_input(g, l->next[0], cpush.node) != GR_OK) {
     st = gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INTERNAL;
@@ -257,10 +291,11 @@ gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *l,
   }
   for (int k = 0; k < r.nf; k++) {
     int i = r.fvar[k];
-    vars[k] = d_exits[i].node ? d_exits[i] : gr_zeros_like(g, (gr_output){l->exit[i], 0});
+    vars[k] = d_exits[i].node ? d_exits[i]
+                              : gr_zeros_like(g, outer_value(&r, (gr_output){l->exit[i], 0}));
   }
   for (int k = 0; k < r.nw; k++)
-    vars[r.nf + k] = gr_zeros_like(g, l->invariant[r.winv[k]]->inputs[0]);
+    vars[r.nf + k] = gr_zeros_like(g, outer_value(&r, l->invariant[r.winv[k]]->inputs[0]));
   char scope[300];
   snprintf(scope, sizeof scope, "/gradients/%s_grad", f->name[l->frame]);
   gr_graph_push_name_scope(g, scope);

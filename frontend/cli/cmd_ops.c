@@ -45,7 +45,11 @@ static void attr_default(const gr_attr_spec *a, char *buf, size_t cap) {
 static void inputs_str(const gr_op_def *op, char *buf, size_t cap) {
   size_t n = 0;
   buf[0] = '\0';
-  int named = op->min_inputs > 0 ? op->min_inputs : (op->max_inputs < 0 ? 1 : 0);
+  /* the required inputs; all of them when none is (stack_pop: after, scope) */
+  int named = op->min_inputs > 0   ? op->min_inputs
+              : op->max_inputs < 0 ? 1
+              : op->input_names    ? op->max_inputs
+                                   : 0;
   for (int i = 0; i < named && n < cap; i++)
     n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "",
                           op->input_names ? op->input_names[i] : "x");

@@ -12,16 +12,6 @@
 #include "gr_test.h"
 #include "test_util.h"
 
-/* Pins every node without a device request to device (i mod devices). */
-static void spread(gr_graph *g, int devices) {
-  int n = gr_graph_num_nodes(g);
-  for (int i = 0; i < n; i++) {
-    gr_node *nd = gr_graph_node(g, i);
-    if (!nd->requested_device[0])
-      nd->assigned_device = gr_graph_strdup(g, gt_device_name(i % devices));
-  }
-}
-
 /* Runs `src` on `devices` devices and returns fetch `name` as a double
  * (scalar), feeding `feed` (a node name, or NULL) with the f32 scalar fv. */
 static bool run_prog(const char *src, int devices, const char *name, const char *feed, double fv,
@@ -39,7 +29,7 @@ static bool run_prog(const char *src, int devices, const char *name, const char 
     snprintf(msg, 512, "no binding '%s'", name);
     goto out;
   }
-  if (devices > 1) spread(g, devices);
+  if (devices > 1) gt_spread(g, devices);
   gr_session *s = gt_session(g, devices, 2);
   gr_tensor ft = gt_make(GR_F32, gr_shape_scalar(), &fv), res = gr_tensor_empty();
   gr_feed fd = {feed ? x : (gr_output){NULL, 0}, &ft};
@@ -236,26 +226,7 @@ static void test_gradients_in_body(void) {
               "acc", want);
 }
 
-/* Not supported yet: refused where it is written, never a silent value. */
-static void test_gradient_of_nested_loop_refused(void) {
-  gr_graph *g = gr_graph_new();
-  gr_dsl_program *p = NULL;
-  gr_error err = {0};
-  gr_status st = gr_dsl_load_string("n.gr",
-                                    "v = variable(1.5)\n"
-                                    "i, r = while (i = 0, x = v; i < 2) {\n"
-                                    "  y = while (y = x; y < 10.0) { y = y * 2.0 }\n"
-                                    "  i = i + 1\n"
-                                    "  x = y * 0.5\n"
-                                    "}\n"
-                                    "g = gradients(r, v)\n",
-                                    g, NULL, &p, &err);
-  GR_CHECK(st != GR_OK);
-  GR_CHECK_STR_CONTAINS(err.msg, "n.gr:7:");
-  GR_CHECK_STR_CONTAINS(err.msg, "contains another loop is not supported yet");
-  gr_dsl_program_free(p);
-  gr_graph_free(g);
-}
+/* Gradients of loops that contain loops (issue 19, item 5): test_loop_grad_nested.c. */
 
 /* ---- 4. a cond inside a loop, under a gradient -------------------------------------- */
 
@@ -323,7 +294,6 @@ int main(void) {
   GR_RUN(test_loop_feeds_loop_gradient);
   GR_RUN(test_control_on_loop);
   GR_RUN(test_gradients_in_body);
-  GR_RUN(test_gradient_of_nested_loop_refused);
   GR_RUN(test_cond_in_loop_gradient);
   GR_RUN(test_read_after_update);
   return gr_test_finish();

@@ -187,6 +187,15 @@ const char *gt_device_name(int k) {
   return names[k];
 }
 
+void gt_spread(gr_graph *g, int devices) {
+  int n = gr_graph_num_nodes(g);
+  for (int i = 0; i < n; i++) {
+    gr_node *nd = gr_graph_node(g, i);
+    if (!nd->requested_device[0])
+      nd->assigned_device = gr_graph_strdup(g, gt_device_name(i % devices));
+  }
+}
+
 gr_session *gt_session(gr_graph *g, int devices, int threads) {
   gr_error err;
   /* a step that deadlocks fails (naming what it waits for) instead of hanging the suite */
