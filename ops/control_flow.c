@@ -243,11 +243,15 @@ static void drop_pivot(gr_graph *g, int lo, int hi, const gr_node *pivot) {
  * that ends the loop: a node keeps it unless one of its data inputs is tied
  * to it (a body value, or a node that is), since loop invariants stay live.
  * A nested loop's enter fed only by invariants gets the pivot, so that the
- * nested loop does not run again when the outer one ends. */
+ * nested loop does not run again when the outer one ends (a loop nested
+ * directly in the body: deeper ones are inside it). */
 static void drop_body_pivot(gr_graph *g, int lo, int hi, const gr_output *body, int nbody) {
   const gr_node *pivot = body[0].node;
   unsigned char *tied = calloc((size_t)(hi - lo) + 1, 1);
-  if (!tied) {
+  int *depth = gr_loop_depths(g, lo, hi);
+  if (!tied || !depth) {
+    free(tied);
+    free(depth);
     gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "while_loop: out of memory");
     return;
   }
@@ -265,11 +269,15 @@ static void drop_body_pivot(gr_graph *g, int lo, int hi, const gr_output *body, 
       tied[id - lo] = 1;
     } else if (from_tied) {
       tied[id - lo] = 1;
-    } else if (n->op->cf_kind == GR_CF_ENTER) {
+    } else if (n->op->cf_kind == GR_CF_ENTER && depth[id - lo] == 1) {
+      /* only a loop nested directly in the body: the enters of a loop
+       * nested deeper take their values inside that loop, whose own enters
+       * are tied already (the pivot would cross two frames) */
       gr_graph_add_control_input(g, n, (gr_node *)pivot);
       tied[id - lo] = 1;
     }
   }
+  free(depth);
   free(tied);
 }
 
