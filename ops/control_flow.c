@@ -173,6 +173,25 @@ static gr_status loop_cond_shape(gr_shape_ctx *ctx) {
 }
 DEFINE_CF(loop_cond, "a loop's predicate (bool scalar)", GR_CF_LOOP_COND, loop_cond_shape, NULL, 0)
 
+/* ---- control_trigger ------------------------------------------------------------------------ */
+
+/* Live even when a control input is dead (TensorFlow's ControlTrigger): a
+ * loop's next iteration waits through it for updates that may not run, such
+ * as those in a cond branch of the body. */
+static gr_status control_trigger_kernel(gr_kernel_ctx *ctx) {
+  ctx->dead = false;
+  return GR_OK;
+}
+
+const gr_op_def gr_op_control_trigger = {
+    .name = "control_trigger",
+    .doc = "does nothing and is live even when a control input is dead: waits for nodes that may "
+           "not run",
+    .num_outputs = 0,
+    .shape_fn = gr_shape_fn_scalar_none,
+    .kernel = control_trigger_kernel,
+    .flags = GR_OP_RUNS_DEAD | GR_OP_NO_GRADIENT};
+
 /* ---- builders ------------------------------------------------------------------------------- */
 
 typedef struct capture {

@@ -4,7 +4,9 @@
  *     read_value inside the frame) instead of once before the loop.
  *   - An iteration's updates finish before the next iteration starts: the
  *     next_iteration nodes wait for every update of the iteration, in the
- *     loop's own frame or, through their exits, in loops nested in it. */
+ *     loop's own frame or, through their exits, in loops nested in it,
+ *     through one control_trigger (live when an update in an untaken cond
+ *     branch is dead). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,17 +72,28 @@ gr_status gr_loop_order_updates(gr_graph *g, int lo, int hi, const gr_output *ne
     if (depth_of(g, lo, hi, depth, id) > 0 && (gr_graph_node(g, id)->op->flags & GR_OP_UPDATES))
       nested_updates = true;
   gr_status st = GR_OK;
+  gr_node *trigger = NULL;
   for (int id = lo; id < hi && st == GR_OK; id++) {
     gr_node *u = gr_graph_node(g, id);
     bool waits = depth[id - lo] == 0 && (u->op->flags & GR_OP_UPDATES);
     /* a nested loop's exit: after all of that loop's updates */
     if (nested_updates && u->op->cf_kind == GR_CF_EXIT && depth[id - lo] == 1) waits = true;
-    /* the next iteration's values already wait for this one's next_iteration
-     * nodes; a control edge from an update is not a cycle (it reaches the
-     * next_iteration of the same iteration) */
-    for (int i = 0; i < n && waits && st == GR_OK; i++)
-      st = gr_graph_add_control_input_unchecked(g, next_iters[i].node, u);
+    if (!waits) continue;
+    /* through a control_trigger: an update in a cond branch of the body is
+     * dead in the iterations that take the other branch, and a dead control
+     * input would end the loop there */
+    if (!trigger) {
+      trigger = gr_op(g, "control_trigger", NULL, NULL, 0, NULL, 0).node;
+      if (!trigger) break;
+    }
+    st = gr_graph_add_control_input_unchecked(g, trigger, u);
   }
+  /* the next iteration's values already wait for this one's next_iteration
+   * nodes; a control edge from an update is not a cycle (it reaches the
+   * next_iteration of the same iteration) */
+  for (int i = 0; i < n && trigger && st == GR_OK; i++)
+    st = gr_graph_add_control_input_unchecked(g, next_iters[i].node, trigger);
   free(depth);
+  if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
   return st;
 }
