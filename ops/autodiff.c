@@ -376,11 +376,23 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
     }
   }
   for (int i = 0; i < ny; i++) w.to_y[ys[i].node->id] = 1;
-  for (int k = w.total - 1; k >= 0; k--) {
-    gr_node *n = gr_graph_node(g, w.order[k]);
-    if (!w.to_y[n->id]) continue;
-    for (int j = 0; j < n->num_inputs; j++)
-      if (float_edge(n->inputs[j].node, n->inputs[j].index)) w.to_y[n->inputs[j].node->id] = 1;
+  /* back from the ys the same way: a back edge reaches a body that comes
+   * earlier in the order (a loop invariant computed outside the loop and
+   * used only in its body is on the path through it) */
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int k = w.total - 1; k >= 0; k--) {
+      gr_node *n = gr_graph_node(g, w.order[k]);
+      if (!w.to_y[n->id]) continue;
+      for (int j = 0; j < n->num_inputs; j++) {
+        const gr_node *p = n->inputs[j].node;
+        if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w.fr.of_node[p->id] == w.base) continue;
+        if (!w.to_y[p->id] && float_edge(p, n->inputs[j].index)) {
+          w.to_y[p->id] = 1;
+          changed = true;
+        }
+      }
+    }
   }
   for (int id = 0; id < w.total; id++) {
     w.out_base[id] = w.nout;
