@@ -12,16 +12,6 @@
 #include "gr_test.h"
 #include "test_util.h"
 
-/* Pins every node without a device request to device (i mod devices). */
-static void spread(gr_graph *g, int devices) {
-  int n = gr_graph_num_nodes(g);
-  for (int i = 0; i < n; i++) {
-    gr_node *nd = gr_graph_node(g, i);
-    if (!nd->requested_device[0])
-      nd->assigned_device = gr_graph_strdup(g, gt_device_name(i % devices));
-  }
-}
-
 /* Runs `src` on `devices` devices and returns fetch `name` as a double
  * (scalar), feeding `feed` (a node name, or NULL) with the f32 scalar fv. */
 static bool run_prog(const char *src, int devices, const char *name, const char *feed, double fv,
@@ -39,7 +29,7 @@ static bool run_prog(const char *src, int devices, const char *name, const char 
     snprintf(msg, 512, "no binding '%s'", name);
     goto out;
   }
-  if (devices > 1) spread(g, devices);
+  if (devices > 1) gt_spread(g, devices);
   gr_session *s = gt_session(g, devices, 2);
   gr_tensor ft = gt_make(GR_F32, gr_shape_scalar(), &fv), res = gr_tensor_empty();
   gr_feed fd = {feed ? x : (gr_output){NULL, 0}, &ft};

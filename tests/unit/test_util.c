@@ -200,6 +200,15 @@ gr_session *gt_session(gr_graph *g, int devices, int threads) {
   return s;
 }
 
+void gt_spread(gr_graph *g, int devices) {
+  int n = gr_graph_num_nodes(g);
+  for (int i = 0; i < n; i++) {
+    gr_node *nd = gr_graph_node(g, i);
+    if (!nd->requested_device[0])
+      nd->assigned_device = gr_graph_strdup(g, gt_device_name(i % devices));
+  }
+}
+
 int gt_cli_run(const char *dir, const char *args, char *out, size_t cap) {
   static char exe[PATH_MAX];
   if (!exe[0]) {
