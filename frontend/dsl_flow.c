@@ -110,6 +110,7 @@ static int branch(cond_ctx *c, const dsl_block *b, const char *side, gr_output *
     return 0;
   }
   c->p->frame = &frame;
+  int nfresh = c->p->nfresh;
   dsl_value v;
   const dsl_stmt *last;
   int n = 0;
@@ -117,6 +118,9 @@ static int branch(cond_ctx *c, const dsl_block *b, const char *side, gr_output *
       branch_outputs(c, side, &v, last, outs, max, &n) != GR_OK)
     c->failed = true;
   c->p->frame = saved;
+  /* a variable read in a control_dependencies block made in this branch is
+   * dead in the other one: the other branch and what follows read anew */
+  c->p->nfresh = nfresh;
   dsl_frame_free(&frame);
   return c->failed ? 0 : n;
 }
@@ -199,6 +203,7 @@ static gr_output cond_fn(gr_graph *g, void *arg, const gr_output *vars) {
     c->failed = true;
   } else {
     dsl_frame *saved = c->p->frame;
+    int nfresh = c->p->nfresh;
     c->p->frame = &f;
     dsl_value v;
     if (dsl_eval(c->p, c->e->loop.pred, NULL, &v) != GR_OK ||
@@ -206,6 +211,7 @@ static gr_output cond_fn(gr_graph *g, void *arg, const gr_output *vars) {
             GR_OK)
       c->failed = true;
     c->p->frame = saved;
+    c->p->nfresh = nfresh; /* reads made in the loop stay in it */
   }
   dsl_frame_free(&f);
   return r;
@@ -244,9 +250,11 @@ static void body_fn(gr_graph *g, void *arg, const gr_output *vars, gr_output *ne
     c->failed = true;
   } else {
     dsl_frame *saved = c->p->frame;
+    int nfresh = c->p->nfresh;
     c->p->frame = &body;
     if (dsl_lower_block(c->p, &c->e->loop.body) != GR_OK) c->failed = true;
     c->p->frame = saved;
+    c->p->nfresh = nfresh; /* reads made in the loop stay in it */
     for (int k = 0; k < c->e->loop.nvars && !c->failed; k++) {
       dsl_binding *b = dsl_frame_find_local(&body, c->e->loop.vars[k].name);
       next[k] = vars[k];

@@ -62,9 +62,25 @@ void ad_frames_free(ad_frames *f) {
   memset(f, 0, sizeof *f);
 }
 
+static int frame_depth(const ad_frames *f, int fr) {
+  int d = 0;
+  for (; fr > 0; fr = f->parent[fr]) d++;
+  return d;
+}
+
+/* The frame `name` inside `parent`. A frame is one per name: while a loop
+ * body is being built (gradients() inside it), a loop nested in the body
+ * has enters from the body and enters of values from outside the body (its
+ * own captures, rerouted into the body only when the body is done), so
+ * its parent is the deepest of their frames. */
 static int frame_child(ad_frames *f, int parent, const char *name) {
-  for (int k = 1; k < f->n; k++)
-    if (f->parent[k] == parent && strcmp(f->name[k], name) == 0) return k;
+  for (int k = 1; k < f->n; k++) {
+    if (strcmp(f->name[k], name) != 0) continue;
+    bool inside_k = false; /* parent is k or inside it: not a parent for k */
+    for (int a = parent; a > 0 && !inside_k; a = f->parent[a]) inside_k = a == k;
+    if (!inside_k && frame_depth(f, parent) > frame_depth(f, f->parent[k])) f->parent[k] = parent;
+    return k;
+  }
   if (f->n == f->cap) {
     int cap = f->cap * 2;
     const char **nm = realloc(f->name, sizeof *nm * (size_t)cap);
@@ -393,7 +409,9 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
     }
   }
   for (int i = 0; i < ny; i++) w.to_y[ys[i].node->id] = 1;
-  /* back again, through loop bodies (merge <- next_iteration) until nothing changes */
+  /* back from the ys the same way: a back edge reaches a body that comes
+   * earlier in the order (a loop invariant computed outside the loop and
+   * used only in its body is on the path through it) */
   for (bool changed = true; changed;) {
     changed = false;
     for (int k = w.total - 1; k >= 0; k--) {
@@ -401,6 +419,7 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
       if (!w.to_y[n->id]) continue;
       for (int j = 0; j < n->num_inputs; j++) {
         const gr_node *p = n->inputs[j].node;
+        if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w.fr.of_node[p->id] == w.base) continue;
         if (!w.to_y[p->id] && float_edge(p, n->inputs[j].index)) {
           w.to_y[p->id] = 1;
           changed = true;

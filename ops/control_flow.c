@@ -173,6 +173,25 @@ static gr_status loop_cond_shape(gr_shape_ctx *ctx) {
 }
 DEFINE_CF(loop_cond, "a loop's predicate (bool scalar)", GR_CF_LOOP_COND, loop_cond_shape, NULL, 0)
 
+/* ---- control_trigger ------------------------------------------------------------------------ */
+
+/* Live even when a control input is dead (TensorFlow's ControlTrigger): a
+ * loop's next iteration waits through it for updates that may not run, such
+ * as those in a cond branch of the body. */
+static gr_status control_trigger_kernel(gr_kernel_ctx *ctx) {
+  ctx->dead = false;
+  return GR_OK;
+}
+
+const gr_op_def gr_op_control_trigger = {
+    .name = "control_trigger",
+    .doc = "does nothing and is live even when a control input is dead: waits for nodes that may "
+           "not run",
+    .num_outputs = 0,
+    .shape_fn = gr_shape_fn_scalar_none,
+    .kernel = control_trigger_kernel,
+    .flags = GR_OP_RUNS_DEAD | GR_OP_NO_GRADIENT};
+
 /* ---- builders ------------------------------------------------------------------------------- */
 
 typedef struct capture {
@@ -266,11 +285,15 @@ static void drop_pivot(gr_graph *g, int lo, int hi, const gr_node *pivot) {
  * that ends the loop: a node keeps it unless one of its inputs is tied to
  * it (a body value, or a node that is), since loop invariants stay live.
  * A nested loop's enter fed only by invariants gets the pivot, so that the
- * nested loop does not run again when the outer one ends. */
+ * nested loop does not run again when the outer one ends (a loop nested
+ * directly in the body: deeper ones are inside it). */
 static void drop_body_pivot(gr_graph *g, int lo, int hi, const gr_output *body, int nbody) {
   const gr_node *pivot = body[0].node;
   unsigned char *tied = calloc((size_t)(hi - lo) + 1, 1);
-  if (!tied) {
+  int *depth = gr_loop_depths(g, lo, hi);
+  if (!tied || !depth) {
+    free(tied);
+    free(depth);
     gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "while_loop: out of memory");
     return;
   }
@@ -290,11 +313,15 @@ static void drop_body_pivot(gr_graph *g, int lo, int hi, const gr_output *body, 
       tied[id - lo] = 1;
     } else if (from_tied) {
       tied[id - lo] = 1;
-    } else if (n->op->cf_kind == GR_CF_ENTER) {
+    } else if (n->op->cf_kind == GR_CF_ENTER && depth[id - lo] == 1) {
+      /* only a loop nested directly in the body: the enters of a loop
+       * nested deeper take their values inside that loop, whose own enters
+       * are tied already (the pivot would cross two frames) */
       gr_graph_add_control_input(g, n, (gr_node *)pivot);
       tied[id - lo] = 1;
     }
   }
+  free(depth);
   free(tied);
 }
 

@@ -113,6 +113,7 @@
   X(exit)                                                                                          \
   X(next_iteration)                                                                                \
   X(loop_cond)                                                                                     \
+  X(control_trigger)                                                                               \
   /* stack_ops.c */                                                                                \
   X(stack_push)                                                                                    \
   X(stack_pop)                                                                                     \

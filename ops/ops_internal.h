@@ -15,6 +15,10 @@ bool gr_loop_writes_var(gr_graph *g, int lo, int hi, const gr_node *read);
 /* Makes the next_iteration nodes next_iters[0..n) wait for the updates of
  * the loop body [lo, hi) (those of nested loops through their exits). */
 gr_status gr_loop_order_updates(gr_graph *g, int lo, int hi, const gr_output *next_iters, int n);
+/* The loop nesting depth of every node of [lo, hi) relative to the frame of
+ * the nodes at lo (0: that frame, 1: a loop nested in it, ...), in a
+ * malloc'd array indexed by id - lo; NULL when out of memory. */
+int *gr_loop_depths(gr_graph *g, int lo, int hi);
 
 /* A read_value of the variable that read node vn reads, tied to `tie` (vn's
  * value, or an enter of it). */

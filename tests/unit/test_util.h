@@ -54,8 +54,8 @@ void gt_pin(gr_graph *g, int k);
 /* The full name of local device k (k < 8): /job:localhost/replica:0/task:0/device:CPU:k. */
 const char *gt_device_name(int k);
 gr_session *gt_session(gr_graph *g, int devices, int threads);
-/* Assigns every node without a device request to device (id mod devices),
- * round-robin, so that every loop of a graph crosses devices. */
+/* Assigns node i without a device request to local device i mod devices
+ * (round robin, so loops and conds cross devices everywhere). */
 void gt_spread(gr_graph *g, int devices);
 
 /* CLI tests: runs `graphrun ARGS` (the binary of this build: build/graphrun)
