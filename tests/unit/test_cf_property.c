@@ -36,11 +36,10 @@
 #include "gr_test.h"
 #include "test_util.h"
 
-/* Gradients of a loop that contains another loop are refused by
- * gr_gradients for now ("... contains another loop ... not supported
- * yet"); programs with such loops accept that refusal. Set to 1 once they
- * are supported: then a refusal is a failure. */
-#define NESTED_LOOP_GRADIENTS 0
+/* Gradients of a loop that contains another loop: supported (1), so a
+ * refusal is a failure; 0 would accept the old refusal ("... contains
+ * another loop ... not supported yet"). */
+#define NESTED_LOOP_GRADIENTS 1
 
 #define MIN_PROGRAMS 2000
 #define MAX_SLOTS    400
