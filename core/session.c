@@ -156,6 +156,7 @@ static char *signature(const gr_feed *feeds, int nf, const gr_output *fetches, i
   size_t cap = 32 + 24 * (size_t)(nf + nx + nt);
   char *k = malloc(cap);
   if (!k) return NULL;
+  k[0] = '\0'; /* a run with nothing to feed, fetch or run */
   size_t n = 0;
   for (int i = 0; i < nf; i++)
     n += (size_t)snprintf(k + n, cap - n, "f%d:%d,",

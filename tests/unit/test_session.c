@@ -308,7 +308,21 @@ static void test_soft_placement(void) {
   gr_graph_free(g);
 }
 
+/* A run with nothing to feed, fetch or run does nothing, twice (the second
+ * from the cache of prepared runs), without reading past its signature. */
+static void test_empty_run(void) {
+  gr_graph *g = gr_graph_new();
+  gr_const_f32(g, 1);
+  gr_error err;
+  gr_session *s = gr_session_new(g, NULL, &err);
+  for (int i = 0; i < 2; i++)
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, NULL, 0, NULL, NULL, 0, &err), err);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 int main(void) {
+  GR_RUN(test_empty_run);
   GR_RUN(test_feeds_fetches);
   GR_RUN(test_check_feeds);
   GR_RUN(test_pruning);
