@@ -190,9 +190,10 @@ static int edit_distance(const char *a, const char *b) {
   return d[la][lb];
 }
 
-static const char *const builtin_names[] = {
-    "variable", "assign",    "assign_add", "assign_sub", "group",    "const", "zeros",      "ones",
-    "dim",      "gradients", "minimize",   "sgd",        "momentum", "adam",  "global_step"};
+static const char *const builtin_names[] = {"variable", "assign",    "assign_add",  "assign_sub",
+                                            "group",    "const",     "zeros",       "ones",
+                                            "dim",      "gradients", "minimize",    "sgd",
+                                            "momentum", "adam",      "global_step", "read_value"};
 
 static const char *closest_name(const char *name) {
   const char *best = NULL;
@@ -561,6 +562,14 @@ static gr_status call_builtin(gr_dsl_program *p, const char *fn, const dsl_expr 
     o = fn[6] == '\0'                   ? gr_assign(p->g, x, y)
         : strcmp(fn, "assign_add") == 0 ? gr_assign_add(p->g, x, y)
                                         : gr_assign_sub(p->g, x, y);
+  } else if (strcmp(fn, "read_value") == 0) { /* a read that runs where it is written */
+    GR_TRY(nargs(p, a, fn, 1, 1));
+    GR_TRY(want_tensor(p, a, 0, GR_DTYPE_INVALID, &x));
+    if (!x.node || !gr_ops_is_variable_read(x.node))
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[0].pos,
+                       "read_value: the argument must be a variable");
+    dsl_set_loc(p, pos);
+    o = gr_read_value(p->g, x);
   } else if (strcmp(fn, "global_step") == 0) {
     GR_TRY(nargs(p, a, fn, 0, 0));
     dsl_set_loc(p, pos);

@@ -140,6 +140,7 @@ static const bad_case cases[] = {
     {"x = const(300, u8)", 1, 11, "error: integer literal 300 is out of range for u8 (0 to 255)\n"},
     {"x = const(2.5, i32)", 1, 11,
      "error: literal 2.5 is a float but the dtype asked for is i32 (it would be truncated)\n"},
+    {"x = const(2.0)\ny = read_value(x)", 2, 16, "read_value: the argument must be a variable"},
     {"x = 1e39", 1, 5, "error: literal 1e+39 is out of range for f32 (largest 3.40282347e+38)\n"},
     {"x = 3.4028236e38", 1, 5, "literal 3.4028236e+38 is out of range for f32"},
     {"x = const(1.0) + 1e39", 1, 18, "literal 1e+39 is out of range for f32"},

@@ -261,6 +261,11 @@ static void test_read_after_update(void) {
               "inc = assign_add(v, 1.0)\n"
               "control_dependencies(inc) { r = identity(v) * 10 }\n",
               "r", 10);
+  check_value("read_value: an explicit read where it is written",
+              "v = variable(0.0)\n"
+              "inc = assign_add(v, 1.0)\n"
+              "control_dependencies(inc) { r = read_value(v) * 10 }\n",
+              "r", 10);
   check_value("updated each iteration, read in the next (ordered in the body)",
               "v = variable(0.0)\n"
               "i, s = while (i = 0, s = 0.0; i < 5) {\n"
