@@ -152,6 +152,26 @@ gr_output gr_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labe
  * labels [batch] (i32/i64; out of range is an error naming the row). */
 gr_output gr_sparse_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels);
 
+/* ---- convolutional networks, NHWC (conv.c, pool.c, batch_norm.c, dropout.c,
+ * image_augment.c) ------------------------------------------------------------ */
+
+/* Convolution options; zeros mean the defaults: strides and dilations 1,
+ * padding "VALID" ("SAME", or "EXPLICIT" with explicit_paddings = top,
+ * bottom, left, right), groups 1 (groups = channels: depthwise). */
+typedef struct gr_conv_options {
+  int64_t strides[2], dilations[2];
+  const char *padding;
+  int64_t explicit_paddings[4];
+  int64_t groups;
+} gr_conv_options;
+/* x [n, h, w, c] conv filter [kh, kw, c / groups, out_c] -> [n, oh, ow, out_c]
+ * (im2col + gemm on OpenBLAS). opt NULL: the defaults. */
+gr_output gr_conv2d(gr_graph *g, gr_output x, gr_output filter, const gr_conv_options *opt);
+/* The gradient of conv2d as a layer: x [n, h, w, in_c], filter [kh, kw,
+ * out_c / groups, in_c] -> [n, h', w', out_c] (SAME: h' = h * stride). */
+gr_output gr_conv2d_transpose(gr_graph *g, gr_output x, gr_output filter,
+                              const gr_conv_options *opt);
+
 /* ---- variables (state.c) --------------------------------------------------- */
 
 /* A variable named `name` (scoped) with the dtype and shape of initial_value,

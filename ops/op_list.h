@@ -113,6 +113,11 @@
   X(exit)                                                                                          \
   X(next_iteration)                                                                                \
   X(loop_cond)                                                                                     \
+  /* conv.c */                                                                                      \
+  X(conv2d)                                                                                        \
+  X(conv2d_backprop_input)                                                                         \
+  X(conv2d_backprop_filter)                                                                        \
+  X(conv2d_transpose)                                                                              \
   /* stack_ops.c */                                                                                \
   X(stack_push)                                                                                    \
   X(stack_pop)                                                                                     \
