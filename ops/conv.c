@@ -75,8 +75,9 @@ static conv_kind kind_of(const gr_node *n);
 
 /* The shapes of (x, filter, y) of the underlying conv2d for a node of kind
  * k with input shapes in (dims may be unknown); *out: the node's output. */
-static gr_status conv_shapes(const gr_node *n, conv_kind k, const gr_shape *in, gr_shape *out,
-                             char *msg, size_t cap) {
+static gr_status conv_shapes(const gr_node *n, const gr_shape *in, gr_shape *out, char *msg,
+                             size_t cap) {
+  conv_kind k = kind_of(n);
   gr_conv_attrs a;
   GR_TRY(gr_conv_read_attrs(n, false, &a, msg, cap));
   char b1[GR_SHAPE_STR_MAX], b2[GR_SHAPE_STR_MAX];
@@ -144,16 +145,7 @@ static gr_status conv_shapes(const gr_node *n, conv_kind k, const gr_shape *in, 
 }
 
 static gr_status conv_shape_fn(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  for (int i = 1; i < ctx->num_inputs; i++) GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
-  char msg[512];
-  gr_shape out;
-  gr_status s = conv_shapes(ctx->node, kind_of(ctx->node), ctx->in_shapes, &out, msg, sizeof msg);
-  if (s != GR_OK) return gr_shape_error(ctx, s, "%s", msg);
-  ctx->num_outputs = 1;
-  ctx->out_dtypes[0] = ctx->in_dtypes[0];
-  ctx->out_shapes[0] = out;
-  return GR_OK;
+  return gr_window_shape_fn(ctx, conv_shapes);
 }
 
 /* ---- kernels ------------------------------------------------------------------------- */
@@ -207,20 +199,11 @@ static gr_status conv_compute(gr_kernel_ctx *ctx, const gr_conv_geom *g, gr_dtyp
 static gr_status conv_kernel(gr_kernel_ctx *ctx) {
   conv_kind k = kind_of(ctx->node);
   const gr_tensor *in = ctx->inputs;
-  gr_shape shapes[3];
+  gr_shape shapes[3], out;
   char msg[512];
-  for (int i = 0; i < ctx->num_inputs; i++) {
-    if (in[i].dtype != in[0].dtype)
-      return gr_kernel_error(ctx, GR_ERR_DTYPE, "inputs are %s and %s", gr_dtype_name(in[0].dtype),
-                             gr_dtype_name(in[i].dtype));
-    shapes[i] = in[i].shape;
-  }
+  gr_status s;
+  GR_TRY(gr_window_kernel_shapes(ctx, conv_shapes, shapes, &out));
   gr_dtype dt = in[0].dtype;
-  if (dt != GR_F32 && dt != GR_F64)
-    return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(dt));
-  gr_shape out;
-  gr_status s = conv_shapes(ctx->node, k, shapes, &out, msg, sizeof msg);
-  if (s != GR_OK) return gr_kernel_error(ctx, s, "%s", msg);
   /* the conv2d whose x and filter these are */
   const gr_shape *xs = k == CONV_FWD || k == CONV_BP_FILTER ? &shapes[0]
                        : k == CONV_BP_INPUT                 ? &shapes[2]
@@ -316,24 +299,10 @@ static gr_status transpose_grad(gr_grad_ctx *c) {
 }
 
 #define DEFINE_CONV(NAME, DOC, N, NAMES, GRAD)                                                     \
-  const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
-                                  .doc = DOC,                                                      \
-                                  .min_inputs = N,                                                 \
-                                  .max_inputs = N,                                                 \
-                                  .input_names = (const char *const[])NAMES,                       \
-                                  .num_outputs = 1,                                                \
-                                  .attrs = gr_conv_attr_specs,                                     \
-                                  .num_attrs = 5,                                                  \
-                                  .shape_fn = conv_shape_fn,                                       \
-                                  .cost_fn = conv_cost,                                            \
-                                  .kernel = conv_kernel,                                           \
-                                  .grad_fn = GRAD,                                                 \
-                                  .flags = GR_OP_EXPENSIVE};
+  GR_WINDOW_OP(NAME, DOC, N, NAMES, gr_conv_attr_specs, conv_shape_fn, conv_cost, conv_kernel, GRAD)
 
-#define NAMES2(A, B)                                                                               \
-  { A, B }
-#define NAMES3(A, B, C)                                                                            \
-  { A, B, C }
+#define NAMES2(A, B)    ((const char *const[]){A, B})
+#define NAMES3(A, B, C) ((const char *const[]){A, B, C})
 DEFINE_CONV(conv2d,
             "2-D convolution of x [n, h, w, c] with filter [kh, kw, c / groups, out_c] (attrs "
             "strides, padding SAME/VALID/EXPLICIT, explicit_paddings [t, b, l, r], dilations, "

@@ -244,3 +244,32 @@ void gr_conv_gemm(gr_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
     cblas_dgemm(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb, beta,
                 c, (int)ldc);
 }
+
+gr_status gr_window_shape_fn(gr_shape_ctx *ctx, gr_window_shapes_fn shapes) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  for (int i = 1; i < ctx->num_inputs; i++) GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+  char msg[512];
+  gr_shape out;
+  gr_status s = shapes(ctx->node, ctx->in_shapes, &out, msg, sizeof msg);
+  if (s != GR_OK) return gr_shape_error(ctx, s, "%s", msg);
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] = out;
+  return GR_OK;
+}
+
+gr_status gr_window_kernel_shapes(gr_kernel_ctx *ctx, gr_window_shapes_fn shapes,
+                                  gr_shape *in_shapes, gr_shape *out) {
+  const gr_tensor *in = ctx->inputs;
+  char msg[512];
+  for (int i = 0; i < ctx->num_inputs; i++) {
+    if (in[i].dtype != in[0].dtype)
+      return gr_kernel_error(ctx, GR_ERR_DTYPE, "inputs are %s and %s", gr_dtype_name(in[0].dtype),
+                             gr_dtype_name(in[i].dtype));
+    in_shapes[i] = in[i].shape;
+  }
+  if (in[0].dtype != GR_F32 && in[0].dtype != GR_F64)
+    return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(in[0].dtype));
+  gr_status s = shapes(ctx->node, in_shapes, out, msg, sizeof msg);
+  return s == GR_OK ? GR_OK : gr_kernel_error(ctx, s, "%s", msg);
+}

@@ -83,6 +83,35 @@ static inline void gr_conv_window(int64_t o, int64_t s, int64_t pb, int64_t k, i
   *end = e > in ? in : e;
 }
 
+/* The output shape of a window op node for input shapes in (dims may be
+ * unknown); errors into msg. */
+typedef gr_status (*gr_window_shapes_fn)(const gr_node *n, const gr_shape *in, gr_shape *out,
+                                         char *msg, size_t cap);
+/* The shape function of a window op: inputs of one float dtype, the output
+ * from shapes. */
+gr_status gr_window_shape_fn(gr_shape_ctx *ctx, gr_window_shapes_fn shapes);
+/* For its kernel: the same checks on the runtime inputs; their shapes into
+ * in_shapes (ctx->num_inputs of them) and the output shape into *out. */
+gr_status gr_window_kernel_shapes(gr_kernel_ctx *ctx, gr_window_shapes_fn shapes,
+                                  gr_shape *in_shapes, gr_shape *out);
+
+/* Defines const gr_op_def gr_op_NAME for a window op of N inputs (NAMES: a
+ * parenthesized const char *const[] literal). */
+#define GR_WINDOW_OP(NAME, DOC, N, NAMES, ATTRS, SHAPE, COST, KERNEL, GRAD)                        \
+  const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
+                                  .doc = DOC,                                                      \
+                                  .min_inputs = N,                                                 \
+                                  .max_inputs = N,                                                 \
+                                  .input_names = NAMES,                                            \
+                                  .num_outputs = 1,                                                \
+                                  .attrs = ATTRS,                                                  \
+                                  .num_attrs = sizeof ATTRS / sizeof ATTRS[0],                     \
+                                  .shape_fn = SHAPE,                                               \
+                                  .cost_fn = COST,                                                 \
+                                  .kernel = KERNEL,                                                \
+                                  .grad_fn = GRAD,                                                 \
+                                  .flags = GR_OP_EXPENSIVE};
+
 /* Attr specs shared by the window ops (conv_attrs.c). */
 extern const gr_attr_spec gr_conv_attr_specs[5];
 extern const gr_attr_spec gr_pool_attr_specs[4];

@@ -171,6 +171,16 @@ gr_output gr_conv2d(gr_graph *g, gr_output x, gr_output filter, const gr_conv_op
  * out_c / groups, in_c] -> [n, h', w', out_c] (SAME: h' = h * stride). */
 gr_output gr_conv2d_transpose(gr_graph *g, gr_output x, gr_output filter,
                               const gr_conv_options *opt);
+/* Max / mean over ksize windows of x [n, h, w, c]; strides NULL (or 0):
+ * ksize; padding "VALID" (NULL) or "SAME" (padding not counted in means). */
+gr_output gr_max_pool(gr_graph *g, gr_output x, const int64_t ksize[2], const int64_t strides[2],
+                      const char *padding);
+gr_output gr_avg_pool(gr_graph *g, gr_output x, const int64_t ksize[2], const int64_t strides[2],
+                      const char *padding);
+/* Mean over h and w: [n, h, w, c] -> [n, c]. */
+gr_output gr_global_avg_pool(gr_graph *g, gr_output x);
+/* [n, ...] -> [n, product of the rest], a view. */
+gr_output gr_flatten(gr_graph *g, gr_output x);
 
 /* ---- variables (state.c) --------------------------------------------------- */
 

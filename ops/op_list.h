@@ -113,11 +113,19 @@
   X(exit)                                                                                          \
   X(next_iteration)                                                                                \
   X(loop_cond)                                                                                     \
-  /* conv.c */                                                                                      \
+  /* conv.c */                                                                                     \
   X(conv2d)                                                                                        \
   X(conv2d_backprop_input)                                                                         \
   X(conv2d_backprop_filter)                                                                        \
   X(conv2d_transpose)                                                                              \
+  /* pool.c */                                                                                     \
+  X(max_pool)                                                                                      \
+  X(avg_pool)                                                                                      \
+  X(max_pool_grad)                                                                                 \
+  X(avg_pool_grad)                                                                                 \
+  X(max_pool_grad_grad)                                                                            \
+  X(global_avg_pool)                                                                               \
+  X(flatten)                                                                                       \
   /* stack_ops.c */                                                                                \
   X(stack_push)                                                                                    \
   X(stack_pop)                                                                                     \

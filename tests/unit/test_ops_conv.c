@@ -19,22 +19,9 @@ typedef struct conv_case {
 
 static gt_rng rng = {17};
 
-/* Output size and padding before, computed here independently of ops/. */
 static void ref_dim(const conv_case *k, int axis, int64_t in, int64_t *out, int64_t *pb) {
-  int64_t kk = axis ? k->kw : k->kh, s = axis ? k->sw : k->sh, d = axis ? k->dw : k->dh;
-  int64_t ek = (kk - 1) * d + 1;
-  if (strcmp(k->pad, "SAME") == 0) {
-    *out = (in + s - 1) / s;
-    int64_t t = (*out - 1) * s + ek - in;
-    *pb = t > 0 ? t / 2 : 0;
-  } else if (strcmp(k->pad, "VALID") == 0) {
-    *out = (in - ek) / s + 1;
-    *pb = 0;
-  } else {
-    int64_t a = k->pads[axis ? 2 : 0], b = k->pads[axis ? 3 : 1];
-    *out = (in + a + b - ek) / s + 1;
-    *pb = a;
-  }
+  gt_window_dim(in, axis ? k->kw : k->kh, axis ? k->sw : k->sh, axis ? k->dw : k->dh, k->pad,
+                k->pads[axis ? 2 : 0], k->pads[axis ? 3 : 1], out, pb);
 }
 
 /* The conv2d of x [n, h, w, c] (k's sizes) and f into y, in double; with

@@ -368,3 +368,19 @@ out:
   gr_graph_free(g);
   return ok;
 }
+
+void gt_window_dim(int64_t in, int64_t k, int64_t s, int64_t d, const char *pad, int64_t before,
+                   int64_t after, int64_t *out, int64_t *pad_before) {
+  int64_t ek = (k - 1) * d + 1;
+  if (strcmp(pad, "SAME") == 0) {
+    *out = (in + s - 1) / s;
+    int64_t t = (*out - 1) * s + ek - in;
+    *pad_before = t > 0 ? t / 2 : 0;
+  } else if (strcmp(pad, "VALID") == 0) {
+    *out = (in - ek) / s + 1;
+    *pad_before = 0;
+  } else {
+    *out = (in + before + after - ek) / s + 1;
+    *pad_before = before;
+  }
+}

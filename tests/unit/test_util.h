@@ -83,6 +83,13 @@ typedef gr_output (*gt_build_fn)(gr_graph *g, const gr_output *x, void *arg);
 bool gt_check_gradient(const char *what, gt_build_fn build, void *arg, const gr_tensor *inputs,
                        int n, int order, int max_elems, double tol);
 
+/* Window ops (conv2d, pools), computed independently of ops/: the output
+ * size of an axis of `in` elements for kernel k, stride s, dilation d and
+ * padding pad ("SAME", "VALID", or "EXPLICIT" with before/after), and the
+ * padding before it. */
+void gt_window_dim(int64_t in, int64_t k, int64_t s, int64_t d, const char *pad, int64_t before,
+                   int64_t after, int64_t *out, int64_t *pad_before);
+
 /* Row-major strides of a shape (elements). */
 void gt_strides(const gr_shape *s, int64_t *strides);
 /* Flat index -> multi-index for a shape. */
