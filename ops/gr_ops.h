@@ -181,6 +181,17 @@ gr_output gr_avg_pool(gr_graph *g, gr_output x, const int64_t ksize[2], const in
 gr_output gr_global_avg_pool(gr_graph *g, gr_output x);
 /* [n, ...] -> [n, product of the rest], a view. */
 gr_output gr_flatten(gr_graph *g, gr_output x);
+/* Batch normalization over the last axis: outputs y, mean, rstd
+ * (gr_output_at). moving_mean and moving_variance are reads of variables
+ * of shape [c]; training uses the batch statistics and updates those
+ * variables in the step (moving = momentum moving + (1 - momentum) batch),
+ * inference uses them. Keras defaults: momentum 0.99, epsilon 1e-3. */
+gr_output gr_batch_norm(gr_graph *g, gr_output x, gr_output gamma, gr_output beta,
+                        gr_output moving_mean, gr_output moving_variance, bool training,
+                        double momentum, double epsilon);
+/* Training: x times a mask of 1 / (1 - rate) (kept) or 0, counter-based per
+ * (seed, node, step, element); else x. Output 1: the mask. */
+gr_output gr_dropout(gr_graph *g, gr_output x, double rate, int64_t seed, bool training);
 
 /* ---- variables (state.c) --------------------------------------------------- */
 

@@ -126,6 +126,11 @@
   X(max_pool_grad_grad)                                                                            \
   X(global_avg_pool)                                                                               \
   X(flatten)                                                                                       \
+  /* batch_norm.c */                                                                               \
+  X(batch_norm)                                                                                    \
+  X(batch_norm_grad)                                                                               \
+  /* dropout.c */                                                                                  \
+  X(dropout)                                                                                       \
   /* stack_ops.c */                                                                                \
   X(stack_push)                                                                                    \
   X(stack_pop)                                                                                     \
