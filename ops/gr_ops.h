@@ -192,6 +192,13 @@ gr_output gr_batch_norm(gr_graph *g, gr_output x, gr_output gamma, gr_output bet
 /* Training: x times a mask of 1 / (1 - rate) (kept) or 0, counter-based per
  * (seed, node, step, element); else x. Output 1: the mask. */
 gr_output gr_dropout(gr_graph *g, gr_output x, double rate, int64_t seed, bool training);
+/* Augmentation of image batches [n, h, w, c], per image, deterministic for
+ * (graph seed ^ seed, node, step); no gradient. */
+gr_output gr_random_flip_left_right(gr_graph *g, gr_output x, int64_t seed);
+/* Zero-pad by padding on each side, crop back at a random offset. */
+gr_output gr_random_crop(gr_graph *g, gr_output x, int64_t padding, int64_t seed);
+gr_output gr_random_brightness(gr_graph *g, gr_output x, double max_delta, int64_t seed);
+gr_output gr_random_contrast(gr_graph *g, gr_output x, double lower, double upper, int64_t seed);
 
 /* ---- variables (state.c) --------------------------------------------------- */
 

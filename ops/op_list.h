@@ -131,6 +131,11 @@
   X(batch_norm_grad)                                                                               \
   /* dropout.c */                                                                                  \
   X(dropout)                                                                                       \
+  /* image_augment.c */                                                                            \
+  X(random_flip_left_right)                                                                        \
+  X(random_crop)                                                                                   \
+  X(random_brightness)                                                                             \
+  X(random_contrast)                                                                               \
   /* stack_ops.c */                                                                                \
   X(stack_push)                                                                                    \
   X(stack_pop)                                                                                     \
