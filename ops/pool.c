@@ -101,12 +101,21 @@ static gr_status pool_shape_fn(gr_shape_ctx *ctx) {
           int64_t cnt = (y1 > y0 ? y1 - y0 : 0) * (x1 > x0 ? x1 - x0 : 0);                         \
           bool mx = m == POOL_MAX || m == POOL_MAX_BACK || m == POOL_MAX_PICK;                     \
           for (int64_t c = 0; c < C; c++) best[c] = 0, arg[c] = -1;                                \
+          if (mx && cnt > 0) { /* start from the window's first element */                         \
+            int64_t i0 = ((b * g->h + y0) * g->w + x0) * C;                                        \
+            for (int64_t c = 0; c < C; c++) best[c] = x[i0 + c], arg[c] = i0 + c;                  \
+          }                                                                                        \
           for (int64_t iy = y0; iy < y1; iy++)                                                     \
             for (int64_t ix = x0; ix < x1; ix++) {                                                 \
               int64_t i = ((b * g->h + iy) * g->w + ix) * C;                                       \
-              if (mx) {                                                                            \
+              if (mx && m == POOL_MAX) {                                                           \
+                for (int64_t c = 0; c < C; c++) { /* NaN wins and stays */                         \
+                  T e = x[i + c];                                                                  \
+                  best[c] = e > best[c] || e != e ? e : best[c];                                   \
+                }                                                                                  \
+              } else if (mx) {                                                                     \
                 for (int64_t c = 0; c < C; c++)                                                    \
-                  if (arg[c] < 0 || x[i + c] > best[c] || (isnan(x[i + c]) && !isnan(best[c])))    \
+                  if (x[i + c] > best[c] || (x[i + c] != x[i + c] && best[c] == best[c]))          \
                     best[c] = x[i + c], arg[c] = i + c;                                            \
               } else if (m == POOL_AVG) {                                                          \
                 for (int64_t c = 0; c < C; c++) best[c] += x[i + c];                               \
