@@ -232,7 +232,28 @@ static void test_pool_errors(void) {
   gr_graph_free(g);
 }
 
+/* Ties: the gradient goes to the first maximum of each window (row-major). */
+static void test_max_pool_ties(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F64, gr_shape_make(4, (int64_t[]){1, 2, 4, 1}));
+  gr_output y = gr_max_pool(g, x, (int64_t[]){2, 2}, NULL, "VALID"), dx;
+  gr_output s = gr_reduce_sum(g, y, NULL, 0, false);
+  GR_CHECK(gr_gradients(g, &s, 1, &x, 1, NULL, false, &dx) == GR_OK);
+  gr_tensor xv = gt_make(GR_F64, gr_shape_make(4, (int64_t[]){1, 2, 4, 1}),
+                         (double[]){1, 1, 0, 2, 1, 1, 2, 2});
+  gr_error err;
+  gr_session *sess = gr_session_new(g, NULL, &err);
+  gr_tensor r;
+  GR_CHECK_OK(gr_session_run(sess, &(gr_feed){x, &xv}, 1, &dx, 1, &r, NULL, 0, &err), err);
+  static const double want[8] = {1, 0, 0, 1, 0, 0, 0, 0};
+  for (int i = 0; i < 8; i++) GR_CHECK_NEAR(gr_tensor_get_f64(&r, i), want[i], 0);
+  gr_tensor_release(&r), gr_tensor_release(&xv);
+  gr_session_free(sess);
+  gr_graph_free(g);
+}
+
 int main(void) {
+  GR_RUN(test_max_pool_ties);
   GR_RUN(test_pool_forward);
   GR_RUN(test_pool_gradients);
   GR_RUN(test_max_pool_grad_ops);
