@@ -126,16 +126,36 @@ static gr_status update_moving(gr_kernel_ctx *ctx, int in, const double *batch, 
   return s;
 }
 
+/* mean and the sum of squared deviations (var) per channel of x [rows, c]. */
+#define BN_STATS(T)                                                                                \
+  do {                                                                                             \
+    const T *x = gr_tensor_data(X);                                                                \
+    for (int64_t r = 0; r < rows; r++)                                                             \
+      for (int64_t j = 0; j < c; j++) mean[j] += (double)x[r * c + j];                             \
+    for (int64_t j = 0; j < c; j++) mean[j] /= (double)rows;                                       \
+    for (int64_t r = 0; r < rows; r++)                                                             \
+      for (int64_t j = 0; j < c; j++) {                                                            \
+        double d = (double)x[r * c + j] - mean[j];                                                 \
+        var[j] += d * d;                                                                           \
+      }                                                                                            \
+  } while (0)
+
+/* y = x scale + shift with scale = gamma rstd, shift = beta - mean scale
+ * (var's space holds scale, the slot after rstd shift). */
 #define BN_APPLY(T)                                                                                \
   do {                                                                                             \
     const T *x = gr_tensor_data(X), *gm = gr_tensor_data(&ctx->inputs[1]);                         \
     const T *bt = gr_tensor_data(&ctx->inputs[2]);                                                 \
     T *y = gr_tensor_data(Y), *mo = gr_tensor_data(M), *ro = gr_tensor_data(R);                    \
-    for (int64_t j = 0; j < c; j++) mo[j] = (T)mean[j], ro[j] = (T)rstd[j];                        \
+    double *scale = var, *shift = rstd + c;                                                        \
+    for (int64_t j = 0; j < c; j++) {                                                              \
+      mo[j] = (T)mean[j], ro[j] = (T)rstd[j];                                                      \
+      scale[j] = rstd[j] * (double)gm[j];                                                          \
+      shift[j] = (double)bt[j] - mean[j] * scale[j];                                               \
+    }                                                                                              \
     for (int64_t r = 0; r < rows; r++)                                                             \
       for (int64_t j = 0; j < c; j++)                                                              \
-        y[r * c + j] =                                                                             \
-            (T)(((double)x[r * c + j] - mean[j]) * rstd[j] * (double)gm[j] + (double)bt[j]);       \
+        y[r * c + j] = (T)((double)x[r * c + j] * scale[j] + shift[j]);                            \
   } while (0)
 
 static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
@@ -145,7 +165,7 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
   bool training = gr_node_attr_bool(ctx->node, "training", true);
   double eps = gr_node_attr_float(ctx->node, "epsilon", 1e-3);
   gr_tensor scratch;
-  gr_shape ss = gr_shape_make(1, (int64_t[]){3 * c + 1});
+  gr_shape ss = gr_shape_make(1, (int64_t[]){4 * c + 1});
   GR_TRY(gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err));
   double *mean = gr_tensor_data(&scratch), *var = mean + c, *rstd = var + c;
   gr_status s = GR_OK;
@@ -155,14 +175,10 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
       return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "training needs a non-empty batch");
     }
     memset(mean, 0, sizeof(double) * (size_t)(2 * c));
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = 0; j < c; j++) mean[j] += gr_tensor_get_f64(X, r * c + j);
-    for (int64_t j = 0; j < c; j++) mean[j] /= (double)rows;
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = 0; j < c; j++) {
-        double d = gr_tensor_get_f64(X, r * c + j) - mean[j];
-        var[j] += d * d;
-      }
+    if (X->dtype == GR_F32)
+      BN_STATS(float);
+    else
+      BN_STATS(double);
     for (int64_t j = 0; j < c; j++) {
       rstd[j] = 1.0 / sqrt(var[j] / (double)rows + eps);
       var[j] = rows > 1 ? var[j] / (double)(rows - 1) : var[j];
