@@ -273,3 +273,24 @@ gr_status gr_window_kernel_shapes(gr_kernel_ctx *ctx, gr_window_shapes_fn shapes
   gr_status s = shapes(ctx->node, in_shapes, out, msg, sizeof msg);
   return s == GR_OK ? GR_OK : gr_kernel_error(ctx, s, "%s", msg);
 }
+
+gr_status gr_ops_check_images(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  const gr_shape *x = &ctx->in_shapes[0];
+  char xs[GR_SHAPE_STR_MAX];
+  if (x->rank >= 0 && x->rank != 4)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "input must have rank 4 (NHWC), got shape %s",
+                          gr_shape_str(x, xs));
+  return GR_OK;
+}
+
+gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx) {
+  const gr_tensor *X = &ctx->inputs[0];
+  char xs[GR_SHAPE_STR_MAX];
+  if (X->shape.rank != 4)
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "input must have rank 4 (NHWC), got shape %s",
+                           gr_shape_str(&X->shape, xs));
+  if (X->dtype != GR_F32 && X->dtype != GR_F64)
+    return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));
+  return GR_OK;
+}

@@ -95,6 +95,11 @@ gr_status gr_window_shape_fn(gr_shape_ctx *ctx, gr_window_shapes_fn shapes);
 gr_status gr_window_kernel_shapes(gr_kernel_ctx *ctx, gr_window_shapes_fn shapes,
                                   gr_shape *in_shapes, gr_shape *out);
 
+/* Input 0 is a float image batch [n, h, w, c] (or of unknown rank): for
+ * shape functions, and for kernels against the runtime tensor. */
+gr_status gr_ops_check_images(gr_shape_ctx *ctx);
+gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx);
+
 /* Defines const gr_op_def gr_op_NAME for a window op of N inputs (NAMES: a
  * parenthesized const char *const[] literal). */
 #define GR_WINDOW_OP(NAME, DOC, N, NAMES, ATTRS, SHAPE, COST, KERNEL, GRAD)                        \

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/conv_internal.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
@@ -17,12 +18,7 @@ typedef enum aug_kind { AUG_FLIP, AUG_CROP, AUG_BRIGHTNESS, AUG_CONTRAST } aug_k
 static aug_kind kind_of(const gr_node *n);
 
 static gr_status aug_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  const gr_shape *x = &ctx->in_shapes[0];
-  char xs[GR_SHAPE_STR_MAX];
-  if (x->rank >= 0 && x->rank != 4)
-    return gr_shape_error(ctx, GR_ERR_SHAPE, "input must have rank 4 (NHWC), got shape %s",
-                          gr_shape_str(x, xs));
+  GR_TRY(gr_ops_check_images(ctx));
   const gr_node *n = ctx->node;
   switch (kind_of(n)) {
     case AUG_CROP:
@@ -95,13 +91,8 @@ AUG_IMAGE(float)
 AUG_IMAGE(double)
 
 static gr_status aug_kernel(gr_kernel_ctx *ctx) {
+  GR_TRY(gr_ops_kernel_check_images(ctx));
   const gr_tensor *X = &ctx->inputs[0];
-  char xs[GR_SHAPE_STR_MAX];
-  if (X->shape.rank != 4)
-    return gr_kernel_error(ctx, GR_ERR_SHAPE, "input must have rank 4 (NHWC), got shape %s",
-                           gr_shape_str(&X->shape, xs));
-  if (X->dtype != GR_F32 && X->dtype != GR_F64)
-    return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));
   gr_tensor *o;
   GR_TRY(gr_kernel_alloc_output(ctx, 0, X->dtype, &X->shape, &o));
   int64_t n = X->shape.dims[0], h = X->shape.dims[1], w = X->shape.dims[2], c = X->shape.dims[3];

@@ -249,12 +249,8 @@ static pool_mode mode_of(const gr_node *n) {
  */
 
 static gr_status global_avg_pool_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_ops_check_images(ctx));
   const gr_shape *x = &ctx->in_shapes[0];
-  char xs[GR_SHAPE_STR_MAX];
-  if (x->rank >= 0 && x->rank != 4)
-    return gr_shape_error(ctx, GR_ERR_SHAPE, "input must have rank 4 (NHWC), got shape %s",
-                          gr_shape_str(x, xs));
   ctx->num_outputs = 1;
   ctx->out_dtypes[0] = ctx->in_dtypes[0];
   ctx->out_shapes[0] =
@@ -275,13 +271,8 @@ static gr_status global_avg_pool_shape(gr_shape_ctx *ctx) {
   } while (0)
 
 static gr_status global_avg_pool_kernel(gr_kernel_ctx *ctx) {
+  GR_TRY(gr_ops_kernel_check_images(ctx));
   const gr_tensor *X = &ctx->inputs[0];
-  char xs[GR_SHAPE_STR_MAX];
-  if (X->shape.rank != 4)
-    return gr_kernel_error(ctx, GR_ERR_SHAPE, "input must have rank 4 (NHWC), got shape %s",
-                           gr_shape_str(&X->shape, xs));
-  if (!gr_dtype_is_float(X->dtype))
-    return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));
   int64_t n = X->shape.dims[0], hw = X->shape.dims[1] * X->shape.dims[2], ch = X->shape.dims[3];
   gr_shape os = gr_shape_make(2, (int64_t[]){n, ch});
   gr_tensor *o;
