@@ -21,12 +21,17 @@ static gr_status dropout_shape(gr_shape_ctx *ctx) {
   return GR_OK;
 }
 
+/* Element i is kept when 32-bit word i of the node's stream (word i & 3
+ * of Philox block i / 4) is >= rate * 2^32: one block per 4 elements. */
 #define DROPOUT_LOOP(T)                                                                            \
   do {                                                                                             \
     const T *x = gr_tensor_data(X);                                                                \
     T *y = Y ? (T *)gr_tensor_data(Y) : NULL, *m = gr_tensor_data(M), sc = (T)scale;               \
+    uint64_t thr = (uint64_t)ceil(rate * 4294967296.0);                                            \
+    uint32_t w[4];                                                                                 \
     for (int64_t i = 0; i < n; i++) {                                                              \
-      T k = !training || gr_rng_uniform_f64(&r, (uint64_t)i) >= rate ? sc : (T)0;                  \
+      if (training && (i & 3) == 0) gr_rng_block(&r, (uint64_t)i >> 2, w);                         \
+      T k = !training || (uint64_t)w[i & 3] >= thr ? sc : (T)0;                                    \
       m[i] = k;                                                                                    \
       if (training) y[i] = x[i] * k;                                                               \
     }                                                                                              \
