@@ -5,7 +5,7 @@
 #   make demo              build (Release) and run the main example
 #   make test              build and run the whole ctest suite
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
-#   make bench-NAME        build and run one benchmark (executor, matmul)
+#   make bench-NAME        build and run one benchmark (executor, matmul, mlp, conv)
 #   make fuzz-dsl          libFuzzer on the DSL front end (clang), FUZZ_SECONDS=60
 #   make format            clang-format every source file
 
@@ -66,6 +66,7 @@ test: build
 
 # bench-mlp compares with PyTorch, which it installs (Debian's python3-torch).
 bench-mlp: EXTRA_PACKAGES = python3-torch
+bench-conv: EXTRA_PACKAGES = python3-torch
 bench-%: build
 	@cmake --build $(BUILD_DIR) --target bench_$* -j $(JOBS) >/dev/null
 	@$(BUILD_DIR)/tests/bench/bench_$*

@@ -114,6 +114,29 @@
   X(next_iteration)                                                                                \
   X(loop_cond)                                                                                     \
   X(control_trigger)                                                                               \
+  /* conv.c */                                                                                     \
+  X(conv2d)                                                                                        \
+  X(conv2d_backprop_input)                                                                         \
+  X(conv2d_backprop_filter)                                                                        \
+  X(conv2d_transpose)                                                                              \
+  /* pool.c */                                                                                     \
+  X(max_pool)                                                                                      \
+  X(avg_pool)                                                                                      \
+  X(max_pool_grad)                                                                                 \
+  X(avg_pool_grad)                                                                                 \
+  X(max_pool_grad_grad)                                                                            \
+  X(global_avg_pool)                                                                               \
+  X(flatten)                                                                                       \
+  /* batch_norm.c */                                                                               \
+  X(batch_norm)                                                                                    \
+  X(batch_norm_grad)                                                                               \
+  /* dropout.c */                                                                                  \
+  X(dropout)                                                                                       \
+  /* image_augment.c */                                                                            \
+  X(random_flip_left_right)                                                                        \
+  X(random_crop)                                                                                   \
+  X(random_brightness)                                                                             \
+  X(random_contrast)                                                                               \
   /* stack_ops.c */                                                                                \
   X(stack_push)                                                                                    \
   X(stack_pop)                                                                                     \

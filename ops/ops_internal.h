@@ -141,6 +141,11 @@ void gr_ops_gemm(const gr_tensor *A, const gr_tensor *B, bool ta, bool tb, const
  * first + 1 (attrs transpose_a, transpose_b; unknown dims count as 1). */
 void gr_ops_gemm_cost(const gr_node *n, int first, gr_cost *c);
 
+/* The random stream of the node a kernel runs for, in this step: keyed by
+ * (session seed ^ attr seed, node name, step), so values never depend on
+ * scheduling (random.c; used by the random ops, dropout, augmentation). */
+gr_rng gr_ops_node_rng(const gr_kernel_ctx *ctx);
+
 /* Row-major strides (in elements) of a shape. */
 void gr_ops_strides(const gr_shape *s, int64_t strides[GR_MAX_RANK]);
 

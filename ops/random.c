@@ -82,8 +82,7 @@ static gr_status glorot_shape(gr_shape_ctx *ctx) {
   return random_shape(ctx, RAND_GLOROT);
 }
 
-/* The stream of this node in this step. */
-static gr_rng node_rng(gr_kernel_ctx *ctx) {
+gr_rng gr_ops_node_rng(const gr_kernel_ctx *ctx) {
   uint64_t op_seed = (uint64_t)gr_node_attr_int(ctx->node, "seed", 0);
   return gr_rng_make(ctx->step->seed ^ (op_seed * 0xD1B54A32D192ED03ull),
                      gr_rng_hash_name(ctx->node->name), (uint64_t)ctx->step->step_id);
@@ -129,7 +128,7 @@ static gr_status random_kernel(gr_kernel_ctx *ctx, rand_kind kind) {
   gr_tensor *o;
   GR_TRY(gr_kernel_alloc_output(ctx, 0, dt, s, &o));
   int64_t n = gr_tensor_num_elements(o);
-  gr_rng r = node_rng(ctx);
+  gr_rng r = gr_ops_node_rng(ctx);
   if (kind == RAND_UNIFORM || kind == RAND_GLOROT) {
     double lo, hi;
     if (kind == RAND_GLOROT) {

@@ -284,3 +284,112 @@ bool gt_dsl_error(const char *src, gr_error *err) {
   gr_graph_free(g);
   return failed;
 }
+
+/* ---- gradient checks -------------------------------------------------------------- */
+
+#define GT_GRAD_MAX_INPUTS 8
+
+static gr_output gt_weighted_sum(gr_graph *g, gr_output y, gt_rng *r) {
+  gr_tensor w = gt_random(r, y.node->out_dtypes[y.index], y.node->out_shapes[y.index], -1, 1);
+  gr_output s = gr_reduce_sum(g, gr_mul(g, y, gr_const(g, &w)), NULL, 0, false);
+  gr_tensor_release(&w);
+  return s;
+}
+
+static double gt_eval(gr_session *s, const gr_feed *f, int n, gr_output o) {
+  gr_tensor t;
+  gr_error err;
+  if (gr_session_run(s, f, n, &o, 1, &t, NULL, 0, &err) != GR_OK) {
+    fprintf(stderr, "gradient check: run: %s\n", err.msg);
+    return NAN;
+  }
+  double v = gr_tensor_get_f64(&t, 0);
+  gr_tensor_release(&t);
+  return v;
+}
+
+bool gt_check_gradient(const char *what, gt_build_fn build, void *arg, const gr_tensor *inputs,
+                       int n, int order, int max_elems, double tol) {
+  gt_rng r = {77};
+  gr_graph *g = gr_graph_new();
+  gr_output x[GT_GRAD_MAX_INPUTS], xs[GT_GRAD_MAX_INPUTS], dx[GT_GRAD_MAX_INPUTS];
+  gr_tensor v[GT_GRAD_MAX_INPUTS];
+  gr_feed f[GT_GRAD_MAX_INPUTS];
+  int which[GT_GRAD_MAX_INPUTS], nx = 0;
+  bool ok = false;
+  gr_session *sess = NULL;
+  gr_tensor grads[GT_GRAD_MAX_INPUTS];
+  int ngrads = 0;
+  for (int i = 0; i < n; i++) {
+    char nm[16];
+    snprintf(nm, sizeof nm, "x%d", i);
+    x[i] = gr_placeholder(g, nm, inputs[i].dtype, inputs[i].shape);
+    gr_error e;
+    gr_tensor_copy(&inputs[i], &v[i], &e);
+    f[i] = (gr_feed){x[i], &v[i]};
+    if (inputs[i].dtype == GR_F64) which[nx] = i, xs[nx++] = x[i];
+  }
+  gr_output loss = gr_graph_error(g) ? (gr_output){0} : build(g, x, arg);
+  if (loss.node) loss = gt_weighted_sum(g, loss, &r);
+  for (int k = 1; k < order && loss.node; k++) {
+    if (gr_gradients(g, &loss, 1, xs, nx, NULL, false, dx) != GR_OK) break;
+    gr_output terms[GT_GRAD_MAX_INPUTS];
+    for (int i = 0; i < nx; i++) terms[i] = gt_weighted_sum(g, dx[i], &r);
+    loss = gr_add_n(g, terms, nx);
+  }
+  if (loss.node) gr_gradients(g, &loss, 1, xs, nx, NULL, false, dx);
+  if (gr_graph_error(g)) {
+    fprintf(stderr, "%s: build: %s\n", what, gr_graph_error(g)->msg);
+    goto out;
+  }
+  gr_error err;
+  sess = gr_session_new(g, &(gr_session_options){.inter_op_threads = 1}, &err);
+  if (!sess || gr_session_run(sess, f, n, dx, nx, grads, NULL, 0, &err) != GR_OK) {
+    fprintf(stderr, "%s: run: %s\n", what, err.msg);
+    goto out;
+  }
+  ngrads = nx;
+  ok = true;
+  const double eps = 1e-6;
+  for (int k = 0; k < nx && ok; k++) {
+    gr_tensor *t = &v[which[k]];
+    int64_t ne = gr_tensor_num_elements(t);
+    int64_t step = max_elems > 0 && ne > max_elems ? (ne + max_elems - 1) / max_elems : 1;
+    for (int64_t e = (int64_t)(gt_next(&r) % (uint64_t)step); e < ne && ok; e += step) {
+      double x0 = gr_tensor_get_f64(t, e);
+      gr_tensor_set_f64(t, e, x0 + eps);
+      double lp = gt_eval(sess, f, n, loss);
+      gr_tensor_set_f64(t, e, x0 - eps);
+      double lm = gt_eval(sess, f, n, loss);
+      gr_tensor_set_f64(t, e, x0);
+      double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[k], e);
+      if (!(fabs(num - ana) <= tol + tol * fabs(num))) {
+        fprintf(stderr, "%s: order %d: d/d x%d[%lld]: analytic %.10g, numeric %.10g\n", what, order,
+                which[k], (long long)e, ana, num);
+        ok = false;
+      }
+    }
+  }
+out:
+  for (int k = 0; k < ngrads; k++) gr_tensor_release(&grads[k]);
+  gr_session_free(sess);
+  for (int i = 0; i < n; i++) gr_tensor_release(&v[i]);
+  gr_graph_free(g);
+  return ok;
+}
+
+void gt_window_dim(int64_t in, int64_t k, int64_t s, int64_t d, const char *pad, int64_t before,
+                   int64_t after, int64_t *out, int64_t *pad_before) {
+  int64_t ek = (k - 1) * d + 1;
+  if (strcmp(pad, "SAME") == 0) {
+    *out = (in + s - 1) / s;
+    int64_t t = (*out - 1) * s + ek - in;
+    *pad_before = t > 0 ? t / 2 : 0;
+  } else if (strcmp(pad, "VALID") == 0) {
+    *out = (in - ek) / s + 1;
+    *pad_before = 0;
+  } else {
+    *out = (in + before + after - ek) / s + 1;
+    *pad_before = before;
+  }
+}

@@ -74,6 +74,25 @@ double gt_dsl_value(const char *src, const char *name);
 /* Loads DSL text that must fail; the message into err (false if it loaded). */
 bool gt_dsl_error(const char *src, gr_error *err);
 
+/* Gradient checks by central differences. build makes y from the
+ * placeholders x[0..n) (fed with inputs; only f64 ones are differentiated);
+ * the loss is sum(y * R) for a fixed random R, and, for order 2, then
+ * sum_i sum(d loss / d x_i * R_i), so its gradient holds second
+ * derivatives. d loss / d x_i from gr_gradients is compared with
+ * (loss(x + eps) - loss(x - eps)) / 2 eps at up to max_elems elements of
+ * each input (spread over it). false, with the first mismatch printed,
+ * when they differ by more than tol (absolute and relative). */
+typedef gr_output (*gt_build_fn)(gr_graph *g, const gr_output *x, void *arg);
+bool gt_check_gradient(const char *what, gt_build_fn build, void *arg, const gr_tensor *inputs,
+                       int n, int order, int max_elems, double tol);
+
+/* Window ops (conv2d, pools), computed independently of ops/: the output
+ * size of an axis of `in` elements for kernel k, stride s, dilation d and
+ * padding pad ("SAME", "VALID", or "EXPLICIT" with before/after), and the
+ * padding before it. */
+void gt_window_dim(int64_t in, int64_t k, int64_t s, int64_t d, const char *pad, int64_t before,
+                   int64_t after, int64_t *out, int64_t *pad_before);
+
 /* Row-major strides of a shape (elements). */
 void gt_strides(const gr_shape *s, int64_t *strides);
 /* Flat index -> multi-index for a shape. */

@@ -1,0 +1,391 @@
+/* Fused batch normalization over the last axis (channels of NHWC, or the
+ * features of [n, c]): batch_norm and its gradient batch_norm_grad.
+ *
+ * batch_norm(x, gamma, beta, moving_mean, moving_variance) gives y =
+ * gamma (x - mean) rstd + beta with rstd = 1 / sqrt(var + epsilon) and, as
+ * outputs 1 and 2, the mean and rstd it used. Training (attr training,
+ * default true): mean and var are the batch's (var biased), and the
+ * variables that moving_mean and moving_variance read are updated in the
+ * same step, moving = momentum moving + (1 - momentum) batch (the variance
+ * with Bessel's correction, as TensorFlow and PyTorch). Inference: the
+ * moving statistics, nothing updated. Statistics accumulate in double. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+/* ---- shapes --------------------------------------------------------------------------- */
+
+/* x rank >= 2 with c channels last; the other inputs (from `first`) [c]. */
+static gr_status channel_inputs(gr_shape_ctx *ctx, int first, int *c_out) {
+  const gr_shape *x = &ctx->in_shapes[0];
+  char xs[GR_SHAPE_STR_MAX], ps[GR_SHAPE_STR_MAX];
+  if (x->rank >= 0 && x->rank < 2)
+    return gr_shape_error(ctx, GR_ERR_SHAPE,
+                          "input 'x' must have rank >= 2 (channels last), got shape %s",
+                          gr_shape_str(x, xs));
+  int64_t c = x->rank >= 2 ? x->dims[x->rank - 1] : -1;
+  for (int i = first; i < ctx->num_inputs; i++) {
+    const gr_shape *p = &ctx->in_shapes[i];
+    const char *nm = ctx->node->op->input_names[i];
+    if (p->rank >= 0 && p->rank != 1)
+      return gr_shape_error(ctx, GR_ERR_SHAPE, "input '%s' must have rank 1, got shape %s", nm,
+                            gr_shape_str(p, ps));
+    if (p->rank == 1 && c >= 0 && p->dims[0] >= 0 && p->dims[0] != c)
+      return gr_shape_error(ctx, GR_ERR_SHAPE,
+                            "channel mismatch: input '%s' %s but x %s has %lld channels", nm,
+                            gr_shape_str(p, ps), gr_shape_str(x, xs), (long long)c);
+    if (p->rank == 1 && c < 0) c = p->dims[0];
+  }
+  *c_out = (int)c;
+  return GR_OK;
+}
+
+static gr_status batch_norm_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  for (int i = 1; i < 5; i++) GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+  int c;
+  GR_TRY(channel_inputs(ctx, 1, &c));
+  double eps = gr_node_attr_float(ctx->node, "epsilon", 1e-3);
+  double mom = gr_node_attr_float(ctx->node, "momentum", 0.99);
+  if (!(eps > 0) || !(mom >= 0 && mom <= 1))
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                          "need epsilon > 0 and 0 <= momentum <= 1, got epsilon %g, momentum %g",
+                          eps, mom);
+  if (gr_node_attr_bool(ctx->node, "training", true))
+    for (int i = 3; i < 5; i++)
+      if (!gr_ops_is_variable_read(ctx->node->inputs[i].node))
+        return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                              "in training, input '%s' must be a variable (it is updated in "
+                              "place); '%s' is a %s",
+                              ctx->node->op->input_names[i], ctx->node->inputs[i].node->name,
+                              ctx->node->inputs[i].node->op->name);
+  ctx->num_outputs = 3;
+  for (int i = 0; i < 3; i++) ctx->out_dtypes[i] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] = ctx->in_shapes[0];
+  ctx->out_shapes[1] = ctx->out_shapes[2] = gr_shape_make(1, (int64_t[]){c});
+  return GR_OK;
+}
+
+/* ---- kernels ----------------------------------------------------------------------------- */
+
+/* Runtime check: x rank >= 2, inputs [first, n) all [c], one float dtype. */
+static gr_status check_runtime(gr_kernel_ctx *ctx, int first, int64_t *rows, int64_t *c) {
+  const gr_tensor *X = &ctx->inputs[0];
+  char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+  if (X->shape.rank < 2)
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "x must have rank >= 2, got shape %s",
+                           gr_shape_str(&X->shape, a));
+  if (X->dtype != GR_F32 && X->dtype != GR_F64)
+    return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));
+  *c = X->shape.dims[X->shape.rank - 1];
+  *rows = *c ? gr_tensor_num_elements(X) / *c : 0;
+  for (int i = first; i < ctx->num_inputs; i++) {
+    const gr_tensor *p = &ctx->inputs[i];
+    if (p->dtype != X->dtype || p->shape.rank != 1 || p->shape.dims[0] != *c)
+      return gr_kernel_error(ctx, GR_ERR_SHAPE, "input %d is %s %s; x is %s %s", i,
+                             gr_dtype_name(p->dtype), gr_shape_str(&p->shape, a),
+                             gr_dtype_name(X->dtype), gr_shape_str(&X->shape, b));
+  }
+  return GR_OK;
+}
+
+/* moving = momentum moving + (1 - momentum) batch, into the variable that
+ * input `in` of the node reads (copy on write, as assign_add). */
+static gr_status update_moving(gr_kernel_ctx *ctx, int in, const double *batch, int64_t c) {
+  const gr_node *src = ctx->node->inputs[in].node;
+  if (!gr_ops_is_variable_read(src))
+    return gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION,
+                           "in training, input %d must be read from its variable on this device "
+                           "(it is '%s'); place batch_norm with its moving statistics",
+                           in, src->name);
+  gr_var *v = gr_resource_mgr_get_var(ctx->step->resources, gr_node_attr_string(src, "var", ""));
+  if (!v) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  double mom = gr_node_attr_float(ctx->node, "momentum", 0.99);
+  gr_var_lock(v);
+  gr_tensor *cur = gr_var_value(v);
+  gr_status s = GR_OK;
+  if (!cur->buf || cur->shape.rank != 1 || cur->shape.dims[0] != c ||
+      cur->dtype != ctx->inputs[0].dtype) {
+    s = gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION,
+                        "variable '%s' is not an initialised vector of %lld channels",
+                        gr_var_name(v), (long long)c);
+  } else {
+    gr_tensor fresh = gr_tensor_empty();
+    if (!gr_tensor_is_unique(cur)) s = gr_tensor_alloc(&fresh, cur->dtype, &cur->shape, ctx->err);
+    gr_tensor *out = fresh.buf ? &fresh : cur;
+    for (int64_t j = 0; s == GR_OK && j < c; j++)
+      gr_tensor_set_f64(out, j, mom * gr_tensor_get_f64(cur, j) + (1 - mom) * batch[j]);
+    if (fresh.buf) {
+      gr_tensor_release(cur);
+      *cur = fresh;
+    }
+  }
+  gr_var_unlock(v);
+  return s;
+}
+
+/* mean and the sum of squared deviations (var) per channel of x [rows, c]. */
+#define BN_STATS(T)                                                                                \
+  do {                                                                                             \
+    const T *x = gr_tensor_data(X);                                                                \
+    for (int64_t r = 0; r < rows; r++)                                                             \
+      for (int64_t j = 0; j < c; j++) mean[j] += (double)x[r * c + j];                             \
+    for (int64_t j = 0; j < c; j++) mean[j] /= (double)rows;                                       \
+    for (int64_t r = 0; r < rows; r++)                                                             \
+      for (int64_t j = 0; j < c; j++) {                                                            \
+        double d = (double)x[r * c + j] - mean[j];                                                 \
+        var[j] += d * d;                                                                           \
+      }                                                                                            \
+  } while (0)
+
+/* y = x scale + shift with scale = gamma rstd, shift = beta - mean scale
+ * (var's space holds scale, the slot after rstd shift). */
+#define BN_APPLY(T)                                                                                \
+  do {                                                                                             \
+    const T *x = gr_tensor_data(X), *gm = gr_tensor_data(&ctx->inputs[1]);                         \
+    const T *bt = gr_tensor_data(&ctx->inputs[2]);                                                 \
+    T *y = gr_tensor_data(Y), *mo = gr_tensor_data(M), *ro = gr_tensor_data(R);                    \
+    double *scale = var, *shift = rstd + c;                                                        \
+    for (int64_t j = 0; j < c; j++) {                                                              \
+      mo[j] = (T)mean[j], ro[j] = (T)rstd[j];                                                      \
+      scale[j] = rstd[j] * (double)gm[j];                                                          \
+      shift[j] = (double)bt[j] - mean[j] * scale[j];                                               \
+    }                                                                                              \
+    for (int64_t r = 0; r < rows; r++)                                                             \
+      for (int64_t j = 0; j < c; j++)                                                              \
+        y[r * c + j] = (T)((double)x[r * c + j] * scale[j] + shift[j]);                            \
+  } while (0)
+
+static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
+  int64_t rows, c;
+  GR_TRY(check_runtime(ctx, 1, &rows, &c));
+  const gr_tensor *X = &ctx->inputs[0];
+  bool training = gr_node_attr_bool(ctx->node, "training", true);
+  double eps = gr_node_attr_float(ctx->node, "epsilon", 1e-3);
+  gr_tensor scratch;
+  gr_shape ss = gr_shape_make(1, (int64_t[]){4 * c + 1});
+  GR_TRY(gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err));
+  double *mean = gr_tensor_data(&scratch), *var = mean + c, *rstd = var + c;
+  gr_status s = GR_OK;
+  if (training) {
+    if (rows < 1) {
+      gr_tensor_release(&scratch);
+      return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "training needs a non-empty batch");
+    }
+    memset(mean, 0, sizeof(double) * (size_t)(2 * c));
+    if (X->dtype == GR_F32)
+      BN_STATS(float);
+    else
+      BN_STATS(double);
+    for (int64_t j = 0; j < c; j++) {
+      rstd[j] = 1.0 / sqrt(var[j] / (double)rows + eps);
+      var[j] = rows > 1 ? var[j] / (double)(rows - 1) : var[j];
+    }
+    s = update_moving(ctx, 3, mean, c);
+    if (s == GR_OK) s = update_moving(ctx, 4, var, c);
+  } else {
+    for (int64_t j = 0; j < c; j++) {
+      mean[j] = gr_tensor_get_f64(&ctx->inputs[3], j);
+      rstd[j] = 1.0 / sqrt(gr_tensor_get_f64(&ctx->inputs[4], j) + eps);
+    }
+  }
+  gr_tensor *Y, *M, *R;
+  gr_shape cs = gr_shape_make(1, (int64_t[]){c});
+  if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 0, X->dtype, &X->shape, &Y);
+  if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 1, X->dtype, &cs, &M);
+  if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 2, X->dtype, &cs, &R);
+  if (s == GR_OK && X->dtype == GR_F32)
+    BN_APPLY(float);
+  else if (s == GR_OK)
+    BN_APPLY(double);
+  gr_tensor_release(&scratch);
+  return s;
+}
+
+/* batch_norm_grad(dy, x, gamma, mean, rstd) -> dx, dgamma, dbeta with
+ * xhat = (x - mean) rstd: dbeta = sum dy, dgamma = sum dy xhat; training:
+ * dx = gamma rstd (dy - dbeta / n - xhat dgamma / n), inference: dx =
+ * gamma rstd dy. */
+#define BN_GRAD(T)                                                                                 \
+  do {                                                                                             \
+    const T *dy = gr_tensor_data(&ctx->inputs[0]), *x = gr_tensor_data(&ctx->inputs[1]);           \
+    const T *gm = gr_tensor_data(&ctx->inputs[2]), *mu = gr_tensor_data(&ctx->inputs[3]);          \
+    const T *rs = gr_tensor_data(&ctx->inputs[4]);                                                 \
+    T *dx = gr_tensor_data(DX), *dg = gr_tensor_data(DG), *db = gr_tensor_data(DB);                \
+    memset(acc, 0, sizeof(double) * (size_t)(2 * c));                                              \
+    for (int64_t r = 0; r < rows; r++)                                                             \
+      for (int64_t j = 0; j < c; j++) {                                                            \
+        double d = (double)dy[r * c + j];                                                          \
+        acc[j] += d;                                                                               \
+        acc[c + j] += d * ((double)x[r * c + j] - (double)mu[j]) * (double)rs[j];                  \
+      }                                                                                            \
+    for (int64_t j = 0; j < c; j++) db[j] = (T)acc[j], dg[j] = (T)acc[c + j];                      \
+    for (int64_t r = 0; r < rows; r++)                                                             \
+      for (int64_t j = 0; j < c; j++) {                                                            \
+        double k = (double)gm[j] * (double)rs[j], d = (double)dy[r * c + j];                       \
+        if (training) {                                                                            \
+          double xh = ((double)x[r * c + j] - (double)mu[j]) * (double)rs[j];                      \
+          d -= (acc[j] + xh * acc[c + j]) / (double)rows;                                          \
+        }                                                                                          \
+        dx[r * c + j] = (T)(k * d);                                                                \
+      }                                                                                            \
+  } while (0)
+
+static gr_status batch_norm_grad_kernel(gr_kernel_ctx *ctx) {
+  int64_t rows, c;
+  GR_TRY(check_runtime(ctx, 2, &rows, &c));
+  const gr_tensor *DY = &ctx->inputs[0], *X = &ctx->inputs[1];
+  if (!gr_shape_equal(&DY->shape, &X->shape) || DY->dtype != X->dtype) {
+    char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "dy %s and x %s differ", gr_shape_str(&DY->shape, a),
+                           gr_shape_str(&X->shape, b));
+  }
+  bool training = gr_node_attr_bool(ctx->node, "training", true);
+  gr_tensor *DX, *DG, *DB, scratch;
+  gr_shape cs = gr_shape_make(1, (int64_t[]){c}), ss = gr_shape_make(1, (int64_t[]){2 * c + 1});
+  GR_TRY(gr_kernel_alloc_output(ctx, 0, X->dtype, &X->shape, &DX));
+  GR_TRY(gr_kernel_alloc_output(ctx, 1, X->dtype, &cs, &DG));
+  GR_TRY(gr_kernel_alloc_output(ctx, 2, X->dtype, &cs, &DB));
+  GR_TRY(gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err));
+  double *acc = gr_tensor_data(&scratch);
+  if (X->dtype == GR_F32)
+    BN_GRAD(float);
+  else
+    BN_GRAD(double);
+  gr_tensor_release(&scratch);
+  return GR_OK;
+}
+
+static gr_status batch_norm_grad_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  for (int i = 1; i < 5; i++) GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+  int c;
+  GR_TRY(channel_inputs(ctx, 2, &c));
+  ctx->num_outputs = 3;
+  for (int i = 0; i < 3; i++) ctx->out_dtypes[i] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] = ctx->in_shapes[1];
+  ctx->out_shapes[1] = ctx->out_shapes[2] = gr_shape_make(1, (int64_t[]){c});
+  return GR_OK;
+}
+
+/* ---- gradient ----------------------------------------------------------------------------- */
+
+/* The moving statistics get no gradient (they are state, not parameters);
+ * neither do outputs 1 and 2 pass one back (an error if asked). */
+static gr_status batch_norm_grad_fn(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  if (c->grads[1].node || c->grads[2].node)
+    return gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
+                               "gradients: batch_norm node '%s': no gradient through its mean and "
+                               "rstd outputs (1 and 2), only through y",
+                               c->node->name);
+  gr_output in[5] = {c->grads[0], gr_grad_x(c, 0), gr_grad_x(c, 1), gr_grad_y(c, 1),
+                     gr_grad_y(c, 2)};
+  gr_output d = gr_ops_build(g, "batch_norm_grad", NULL, in, 5, c->node->attrs, c->node->num_attrs);
+  c->dinputs[0] = gr_output_at(d, 0);
+  c->dinputs[1] = gr_output_at(d, 1);
+  c->dinputs[2] = gr_output_at(d, 2);
+  return GR_OK;
+}
+
+/* The gradient of batch_norm_grad: its formula rebuilt from primitives
+ * (in training with the batch statistics recomputed from x, so mean and
+ * rstd need no gradient), differentiated by gr_gradients against the
+ * incoming gradients. Slower than the fused op, but only gradients of
+ * gradients use it. */
+static gr_status batch_norm_grad_grad(gr_grad_ctx *c) {
+  gr_graph *g = c->graph;
+  gr_output dy = gr_grad_x(c, 0), x = gr_grad_x(c, 1), gamma = gr_grad_x(c, 2);
+  int rank = x.node->out_shapes[x.index].rank;
+  if (rank < 2)
+    return gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
+                               "gradients: batch_norm_grad node '%s' needs x of known rank",
+                               c->node->name);
+  int64_t axes[GR_MAX_RANK];
+  for (int i = 0; i < rank - 1; i++) axes[i] = i;
+  bool training = gr_node_attr_bool(c->node, "training", true);
+  gr_output mean, rstd;
+  if (training) {
+    double eps = gr_node_attr_float(c->node, "epsilon", 1e-3);
+    mean = gr_reduce_mean(g, x, axes, rank - 1, false);
+    gr_output var = gr_reduce_mean(g, gr_square(g, gr_sub(g, x, mean)), axes, rank - 1, false);
+    rstd =
+        gr_div(g, gr_grad_scalar(c, x, 1), gr_sqrt(g, gr_add(g, var, gr_grad_scalar(c, x, eps))));
+  } else {
+    mean = gr_stop_gradient(g, gr_grad_x(c, 3));
+    rstd = gr_stop_gradient(g, gr_grad_x(c, 4));
+  }
+  gr_output xhat = gr_mul(g, gr_sub(g, x, mean), rstd);
+  gr_output f[3];
+  f[1] = gr_reduce_sum(g, gr_mul(g, dy, xhat), axes, rank - 1, false);
+  f[2] = gr_reduce_sum(g, dy, axes, rank - 1, false);
+  gr_output d = dy;
+  if (training)
+    d = gr_sub(g, gr_sub(g, dy, gr_reduce_mean(g, dy, axes, rank - 1, false)),
+               gr_mul(g, xhat, gr_reduce_mean(g, gr_mul(g, dy, xhat), axes, rank - 1, false)));
+  f[0] = gr_mul(g, gr_mul(g, gamma, rstd), d);
+  gr_output terms[3];
+  int nt = 0;
+  for (int i = 0; i < 3; i++)
+    if (c->grads[i].node)
+      terms[nt++] = gr_reduce_sum(g, gr_mul(g, f[i], c->grads[i]), NULL, 0, false);
+  gr_output s = nt == 1 ? terms[0] : gr_add_n(g, terms, nt);
+  gr_output wrt[3] = {dy, x, gamma};
+  return gr_gradients(g, &s, 1, wrt, 3, NULL, true, c->dinputs);
+}
+
+static void batch_norm_cost(const gr_node *n, gr_cost *c) {
+  const gr_shape *x = &n->out_shapes[0];
+  double e = 1;
+  for (int i = 0; i < x->rank; i++) e *= x->dims[i] < 0 ? 1 : (double)x->dims[i];
+  c->flops = 8 * e;
+  c->bytes = 3 * e * (double)gr_dtype_size(n->out_dtypes[0]);
+}
+
+static const gr_attr_spec bn_attrs[] = {
+    {"training", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = true}},
+    {"momentum", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.99}},
+    {"epsilon", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 1e-3}}};
+
+const gr_op_def gr_op_batch_norm = {
+    .name = "batch_norm",
+    .doc = "gamma (x - mean) / sqrt(var + epsilon) + beta over the last axis; training: batch "
+           "statistics, and the moving_mean / moving_variance variables updated in the step "
+           "(attr momentum); else the moving ones. Outputs y, mean, rstd",
+    .min_inputs = 5,
+    .max_inputs = 5,
+    .input_names = (const char *const[]){"x", "gamma", "beta", "moving_mean", "moving_variance"},
+    .num_outputs = 3,
+    .attrs = bn_attrs,
+    .num_attrs = 3,
+    .shape_fn = batch_norm_shape,
+    .cost_fn = batch_norm_cost,
+    .kernel = batch_norm_kernel,
+    .grad_fn = batch_norm_grad_fn,
+    .flags = GR_OP_STATEFUL | GR_OP_UPDATES | GR_OP_EXPENSIVE};
+
+const gr_op_def gr_op_batch_norm_grad = {
+    .name = "batch_norm_grad",
+    .doc = "the gradient of batch_norm: dx, dgamma, dbeta from dy, x, gamma and the mean and "
+           "rstd batch_norm used (attrs as batch_norm); differentiable again",
+    .min_inputs = 5,
+    .max_inputs = 5,
+    .input_names = (const char *const[]){"dy", "x", "gamma", "mean", "rstd"},
+    .num_outputs = 3,
+    .attrs = bn_attrs,
+    .num_attrs = 3,
+    .shape_fn = batch_norm_grad_shape,
+    .cost_fn = batch_norm_cost,
+    .kernel = batch_norm_grad_kernel,
+    .grad_fn = batch_norm_grad_grad};
+
+gr_output gr_batch_norm(gr_graph *g, gr_output x, gr_output gamma, gr_output beta,
+                        gr_output moving_mean, gr_output moving_variance, bool training,
+                        double momentum, double epsilon) {
+  gr_output in[5] = {x, gamma, beta, moving_mean, moving_variance};
+  gr_attr at[3] = {gr_attr_bool("training", training), gr_attr_float("momentum", momentum),
+                   gr_attr_float("epsilon", epsilon)};
+  return gr_ops_build(g, "batch_norm", NULL, in, 5, at, 3);
+}

@@ -1,0 +1,124 @@
+/* Window geometry shared by the convolution and pooling ops (NHWC): attrs
+ * (strides, padding, explicit_paddings, dilations, ksize), output sizes,
+ * the im2col copy used by conv2d and both its gradients, and a strided
+ * gemm. Internal to ops/. */
+#ifndef GR_CONV_INTERNAL_H
+#define GR_CONV_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/gr_core.h"
+
+typedef enum gr_conv_padding {
+  GR_CONV_PAD_VALID,
+  GR_CONV_PAD_SAME,
+  GR_CONV_PAD_EXPLICIT
+} gr_conv_padding;
+
+/* The window attrs of a node: kernel size (pools: attr ksize; conv: from the
+ * filter, set by the caller), strides, dilations, padding. */
+typedef struct gr_conv_attrs {
+  int64_t kh, kw, sh, sw, dh, dw;
+  gr_conv_padding padding;
+  int64_t pads[4]; /* explicit: top, bottom, left, right */
+  int64_t groups;
+} gr_conv_attrs;
+
+/* One window op on an NHWC input: sizes, output sizes and the padding
+ * before the first row / column. */
+typedef struct gr_conv_geom {
+  int64_t n, h, w, c; /* input */
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t oh, ow;     /* output rows and columns */
+  int64_t pt, pl;     /* padding at the top and the left */
+  int64_t groups, oc; /* conv: groups, output channels */
+} gr_conv_geom;
+
+/* Reads attrs strides, dilations, padding, explicit_paddings, groups and
+ * (pool) ksize of node n. Errors: a message in msg, a status returned. */
+gr_status gr_conv_read_attrs(const gr_node *n, bool pool, gr_conv_attrs *a, char *msg, size_t cap);
+
+/* The output size of one spatial axis of `in` elements (-1: unknown, gives
+ * -1) and the padding before it; an error (message in msg) when the
+ * dilated kernel is larger than the padded input. axis: "height"/"width". */
+gr_status gr_conv_out_dim(const gr_conv_attrs *a, int axis, int64_t in, int64_t *out,
+                          int64_t *pad_before, char *msg, size_t cap);
+
+/* Fills g for input [n, h, w, c] (all known) and attrs a. */
+gr_status gr_conv_geom_make(const gr_conv_attrs *a, const int64_t nhwc[4], gr_conv_geom *g,
+                            char *msg, size_t cap);
+
+/* The input size of one axis that a window op with these attrs maps to an
+ * output of `out` elements (conv2d_transpose); -1 stays -1. */
+int64_t gr_conv_in_dim(const gr_conv_attrs *a, int axis, int64_t out);
+
+/* im2col for output positions [p0, p1) (flattened n, oh, ow) and input
+ * channels [c0, c0 + cg): row p - p0 of col (kh * kw * cg values, ordered
+ * (i, j, c) as a filter [kh, kw, cg, ...]) gets the window of position p,
+ * zeros where it reaches into padding. With scatter, the reverse: col is
+ * added into x (col2im; padding ignored). x and col are f32 or f64. */
+void gr_conv_cols(const gr_conv_geom *g, gr_dtype dt, void *x, void *col, int64_t p0, int64_t p1,
+                  int64_t c0, int64_t cg, bool scatter);
+
+/* Is the conv a plain product (1x1 kernel, stride 1, no padding)? Then x
+ * itself is the im2col matrix. */
+bool gr_conv_is_pointwise(const gr_conv_geom *g);
+
+/* Output positions per im2col tile so that the buffer of k values per row
+ * stays within a fixed budget (at least 1). */
+int64_t gr_conv_tile_rows(int64_t k, gr_dtype dt);
+
+/* C = alpha op(A) op(B) + beta C on row-major matrices with leading
+ * dimensions; f32 (sgemm) or f64 (dgemm). */
+void gr_conv_gemm(gr_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                  int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+
+/* The runtime rows [begin, end) of a window clipped to the input: for output
+ * index o of an axis with stride s and padding before pb, kernel k. */
+static inline void gr_conv_window(int64_t o, int64_t s, int64_t pb, int64_t k, int64_t in,
+                                  int64_t *begin, int64_t *end) {
+  int64_t b = o * s - pb, e = b + k;
+  *begin = b < 0 ? 0 : b;
+  *end = e > in ? in : e;
+}
+
+/* The output shape of a window op node for input shapes in (dims may be
+ * unknown); errors into msg. */
+typedef gr_status (*gr_window_shapes_fn)(const gr_node *n, const gr_shape *in, gr_shape *out,
+                                         char *msg, size_t cap);
+/* The shape function of a window op: inputs of one float dtype, the output
+ * from shapes. */
+gr_status gr_window_shape_fn(gr_shape_ctx *ctx, gr_window_shapes_fn shapes);
+/* For its kernel: the same checks on the runtime inputs; their shapes into
+ * in_shapes (ctx->num_inputs of them) and the output shape into *out. */
+gr_status gr_window_kernel_shapes(gr_kernel_ctx *ctx, gr_window_shapes_fn shapes,
+                                  gr_shape *in_shapes, gr_shape *out);
+
+/* Input 0 is a float image batch [n, h, w, c] (or of unknown rank): for
+ * shape functions, and for kernels against the runtime tensor. */
+gr_status gr_ops_check_images(gr_shape_ctx *ctx);
+gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx);
+
+/* Defines const gr_op_def gr_op_NAME for a window op of N inputs (NAMES: a
+ * parenthesized const char *const[] literal). */
+#define GR_WINDOW_OP(NAME, DOC, N, NAMES, ATTRS, SHAPE, COST, KERNEL, GRAD)                        \
+  const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
+                                  .doc = DOC,                                                      \
+                                  .min_inputs = N,                                                 \
+                                  .max_inputs = N,                                                 \
+                                  .input_names = NAMES,                                            \
+                                  .num_outputs = 1,                                                \
+                                  .attrs = ATTRS,                                                  \
+                                  .num_attrs = sizeof ATTRS / sizeof ATTRS[0],                     \
+                                  .shape_fn = SHAPE,                                               \
+                                  .cost_fn = COST,                                                 \
+                                  .kernel = KERNEL,                                                \
+                                  .grad_fn = GRAD,                                                 \
+                                  .flags = GR_OP_EXPENSIVE};
+
+/* Attr specs shared by the window ops (conv_attrs.c). */
+extern const gr_attr_spec gr_conv_attr_specs[5];
+extern const gr_attr_spec gr_pool_attr_specs[4];
+
+#endif

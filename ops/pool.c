@@ -1,0 +1,376 @@
+/* Pooling, NHWC: max_pool and avg_pool (attrs ksize, strides, padding
+ * SAME/VALID/EXPLICIT; averages count only the elements inside the input,
+ * as TensorFlow), their gradients max_pool_grad and avg_pool_grad, the
+ * gradient of max_pool_grad (max_pool_grad_grad: picks the values at each
+ * window's maximum), global_avg_pool and flatten. The five window ops run
+ * one loop over the windows (pool_run). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/conv_internal.h"
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+typedef enum pool_mode {
+  POOL_MAX,      /* y = max over the window; input x */
+  POOL_AVG,      /* y = mean over the window; input x */
+  POOL_MAX_BACK, /* dx: dy added at each window's (first) maximum of x; inputs x, dy */
+  POOL_AVG_BACK, /* dx: dy / count added over each window; inputs dy, like x */
+  POOL_MAX_PICK, /* y-shaped: g at each window's maximum of x; inputs x, g (x-shaped) */
+} pool_mode;
+
+static pool_mode mode_of(const gr_node *n);
+
+/* ---- shapes -------------------------------------------------------------------------- */
+
+/* The pooled shape of x (dims may be unknown); errors into msg. */
+static gr_status pooled_shape(const gr_node *n, const gr_shape *x, gr_shape *out, char *msg,
+                              size_t cap) {
+  char xs[GR_SHAPE_STR_MAX];
+  gr_conv_attrs a;
+  GR_TRY(gr_conv_read_attrs(n, true, &a, msg, cap));
+  if (x->rank >= 0 && x->rank != 4) {
+    snprintf(msg, cap, "input must have rank 4 (NHWC), got shape %s", gr_shape_str(x, xs));
+    return GR_ERR_SHAPE;
+  }
+  *out = gr_shape_make(4, (int64_t[]){-1, -1, -1, -1});
+  if (x->rank < 0) return GR_OK;
+  out->dims[0] = x->dims[0], out->dims[3] = x->dims[3];
+  int64_t pb;
+  for (int axis = 0; axis < 2; axis++) {
+    gr_status s = gr_conv_out_dim(&a, axis, x->dims[1 + axis], &out->dims[1 + axis], &pb, msg, cap);
+    if (s != GR_OK) {
+      size_t len = strlen(msg);
+      snprintf(msg + len, cap - len, " (input %s, ksize [%lld, %lld])", gr_shape_str(x, xs),
+               (long long)a.kh, (long long)a.kw);
+      return s;
+    }
+  }
+  return GR_OK;
+}
+
+/* The input whose windows are pooled, and the one shaped like the pooled
+ * output (-1: none). */
+static void roles(pool_mode m, int *xi, int *yi) {
+  *xi = m == POOL_AVG_BACK ? 1 : 0;
+  *yi = m == POOL_MAX_BACK ? 1 : m == POOL_AVG_BACK ? 0 : -1;
+}
+
+static gr_status pool_shapes(const gr_node *n, const gr_shape *in, gr_shape *out, char *msg,
+                             size_t cap) {
+  pool_mode m = mode_of(n);
+  int xi, yi;
+  roles(m, &xi, &yi);
+  gr_shape y;
+  GR_TRY(pooled_shape(n, &in[xi], &y, msg, cap));
+  char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+  if (yi >= 0 && !gr_shape_compatible(&in[yi], &y)) {
+    snprintf(msg, cap, "dy %s does not match the pooled shape %s", gr_shape_str(&in[yi], a),
+             gr_shape_str(&y, b));
+    return GR_ERR_SHAPE;
+  }
+  if (m == POOL_MAX_PICK && !gr_shape_compatible(&in[1], &in[0])) {
+    snprintf(msg, cap, "g %s does not match x %s", gr_shape_str(&in[1], a),
+             gr_shape_str(&in[0], b));
+    return GR_ERR_SHAPE;
+  }
+  *out = m == POOL_MAX || m == POOL_AVG || m == POOL_MAX_PICK ? y : in[xi];
+  return GR_OK;
+}
+
+static gr_status pool_shape_fn(gr_shape_ctx *ctx) {
+  return gr_window_shape_fn(ctx, pool_shapes);
+}
+
+/* ---- the window loop --------------------------------------------------------------------- */
+
+/* x: the pooled input; v: the other input (dy, or g); out zeroed by the
+ * caller for the BACK modes. best and arg: scratch of c entries. A window
+ * that lies in the padding only gives 0 and takes no gradient. */
+#define POOL_RUN(T)                                                                                \
+  static void pool_run_##T(const gr_conv_geom *g, pool_mode m, const T *x, const T *v, T *out,     \
+                           T *best, int64_t *arg) {                                                \
+    int64_t C = g->c;                                                                              \
+    for (int64_t b = 0; b < g->n; b++)                                                             \
+      for (int64_t oy = 0; oy < g->oh; oy++)                                                       \
+        for (int64_t ox = 0; ox < g->ow; ox++) {                                                   \
+          int64_t y0, y1, x0, x1, o = ((b * g->oh + oy) * g->ow + ox) * C;                         \
+          gr_conv_window(oy, g->sh, g->pt, g->kh, g->h, &y0, &y1);                                 \
+          gr_conv_window(ox, g->sw, g->pl, g->kw, g->w, &x0, &x1);                                 \
+          int64_t cnt = (y1 > y0 ? y1 - y0 : 0) * (x1 > x0 ? x1 - x0 : 0);                         \
+          bool mx = m == POOL_MAX || m == POOL_MAX_BACK || m == POOL_MAX_PICK;                     \
+          for (int64_t c = 0; c < C; c++) best[c] = 0, arg[c] = -1;                                \
+          if (mx && cnt > 0) { /* start from the window's first element */                         \
+            int64_t i0 = ((b * g->h + y0) * g->w + x0) * C;                                        \
+            for (int64_t c = 0; c < C; c++) best[c] = x[i0 + c], arg[c] = i0 + c;                  \
+          }                                                                                        \
+          for (int64_t iy = y0; iy < y1; iy++)                                                     \
+            for (int64_t ix = x0; ix < x1; ix++) {                                                 \
+              int64_t i = ((b * g->h + iy) * g->w + ix) * C;                                       \
+              if (mx && m == POOL_MAX) {                                                           \
+                for (int64_t c = 0; c < C; c++) { /* NaN wins and stays */                         \
+                  T e = x[i + c];                                                                  \
+                  best[c] = e > best[c] || e != e ? e : best[c];                                   \
+                }                                                                                  \
+              } else if (mx) {                                                                     \
+                for (int64_t c = 0; c < C; c++)                                                    \
+                  if (x[i + c] > best[c] || (x[i + c] != x[i + c] && best[c] == best[c]))          \
+                    best[c] = x[i + c], arg[c] = i + c;                                            \
+              } else if (m == POOL_AVG) {                                                          \
+                for (int64_t c = 0; c < C; c++) best[c] += x[i + c];                               \
+              } else {                                                                             \
+                for (int64_t c = 0; c < C; c++) out[i + c] += v[o + c] / (T)cnt;                   \
+              }                                                                                    \
+            }                                                                                      \
+          for (int64_t c = 0; c < C && m != POOL_AVG_BACK; c++) {                                  \
+            if (m == POOL_MAX)                                                                     \
+              out[o + c] = best[c];                                                                \
+            else if (m == POOL_AVG)                                                                \
+              out[o + c] = cnt ? best[c] / (T)cnt : 0;                                             \
+            else if (m == POOL_MAX_BACK && arg[c] >= 0)                                            \
+              out[arg[c]] += v[o + c];                                                             \
+            else if (m == POOL_MAX_PICK)                                                           \
+              out[o + c] = arg[c] >= 0 ? v[arg[c]] : 0;                                            \
+          }                                                                                        \
+        }                                                                                          \
+  }
+POOL_RUN(float)
+POOL_RUN(double)
+
+static gr_status pool_kernel(gr_kernel_ctx *ctx) {
+  pool_mode m = mode_of(ctx->node);
+  const gr_tensor *in = ctx->inputs;
+  gr_shape shapes[2], out;
+  char msg[512];
+  gr_status s;
+  GR_TRY(gr_window_kernel_shapes(ctx, pool_shapes, shapes, &out));
+  gr_dtype dt = in[0].dtype;
+  int xi, yi;
+  roles(m, &xi, &yi);
+  gr_conv_attrs a;
+  gr_conv_geom g;
+  if ((s = gr_conv_read_attrs(ctx->node, true, &a, msg, sizeof msg)) != GR_OK ||
+      (s = gr_conv_geom_make(&a, shapes[xi].dims, &g, msg, sizeof msg)) != GR_OK)
+    return gr_kernel_error(ctx, s, "%s", msg);
+  gr_tensor *o, scratch;
+  GR_TRY(gr_kernel_alloc_output(ctx, 0, dt, &out, &o));
+  if (m == POOL_MAX_BACK || m == POOL_AVG_BACK)
+    memset(gr_tensor_data(o), 0, (size_t)gr_tensor_num_elements(o) * gr_dtype_size(dt));
+  /* best (c values) and arg (c int64) in one buffer */
+  gr_shape ss = gr_shape_make(1, (int64_t[]){2 * (g.c > 0 ? g.c : 1)});
+  GR_TRY(gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err));
+  double *sc = gr_tensor_data(&scratch);
+  const void *x = gr_tensor_data(&in[xi]);
+  const void *v = m == POOL_MAX || m == POOL_AVG ? NULL : gr_tensor_data(&in[xi == 0 ? 1 : 0]);
+  if (dt == GR_F32)
+    pool_run_float(&g, m, x, v, gr_tensor_data(o), (float *)sc, (int64_t *)(sc + g.c));
+  else
+    pool_run_double(&g, m, x, v, gr_tensor_data(o), sc, (int64_t *)(sc + g.c));
+  gr_tensor_release(&scratch);
+  return GR_OK;
+}
+
+/* A few flops per element of each window. */
+static void pool_cost(const gr_node *n, gr_cost *c) {
+  const gr_shape *y = &n->out_shapes[0];
+  double e = 1;
+  for (int i = 0; i < y->rank; i++) e *= y->dims[i] < 0 ? 1 : (double)y->dims[i];
+  gr_conv_attrs a;
+  char msg[256];
+  double win =
+      gr_conv_read_attrs(n, true, &a, msg, sizeof msg) == GR_OK ? (double)(a.kh * a.kw) : 1;
+  c->flops = 2 * e * win;
+  c->bytes = 2 * e * win * (double)gr_dtype_size(n->out_dtypes[0]);
+}
+
+/* ---- gradients ----------------------------------------------------------------------------- */
+
+static gr_output pool_like(gr_graph *g, const char *op, const gr_node *like, gr_output a,
+                           gr_output b) {
+  gr_output in[2] = {a, b};
+  return gr_ops_build(g, op, NULL, in, b.node ? 2 : 1, like->attrs, like->num_attrs);
+}
+
+static gr_status max_pool_grad_fn(gr_grad_ctx *c) {
+  c->dinputs[0] = pool_like(c->graph, "max_pool_grad", c->node, gr_grad_x(c, 0), c->grads[0]);
+  return GR_OK;
+}
+static gr_status avg_pool_grad_fn(gr_grad_ctx *c) {
+  c->dinputs[0] = pool_like(c->graph, "avg_pool_grad", c->node, c->grads[0], gr_grad_x(c, 0));
+  return GR_OK;
+}
+/* Linear in dy: the gradient picks G at the maxima; piecewise constant in x. */
+static gr_status max_pool_grad_grad_fn(gr_grad_ctx *c) {
+  c->dinputs[1] = pool_like(c->graph, "max_pool_grad_grad", c->node, gr_grad_x(c, 0), c->grads[0]);
+  return GR_OK;
+}
+static gr_status avg_pool_grad_grad_fn(gr_grad_ctx *c) {
+  c->dinputs[0] = pool_like(c->graph, "avg_pool", c->node, c->grads[0], (gr_output){0});
+  return GR_OK;
+}
+/* Linear in g: its gradient scatters G back to the maxima. */
+static gr_status max_pool_pick_grad_fn(gr_grad_ctx *c) {
+  c->dinputs[1] = pool_like(c->graph, "max_pool_grad", c->node, gr_grad_x(c, 0), c->grads[0]);
+  return GR_OK;
+}
+
+#define DEFINE_POOL(NAME, DOC, N, NAMES, GRAD)                                                     \
+  GR_WINDOW_OP(NAME, DOC, N, NAMES, gr_pool_attr_specs, pool_shape_fn, pool_cost, pool_kernel, GRAD)
+
+#define PNAMES1(A)    ((const char *const[]){A})
+#define PNAMES2(A, B) ((const char *const[]){A, B})
+DEFINE_POOL(max_pool,
+            "maximum over windows of x [n, h, w, c] (attrs ksize, strides (default ksize), "
+            "padding SAME/VALID/EXPLICIT); the gradient goes to the first maximum",
+            1, PNAMES1("x"), max_pool_grad_fn)
+DEFINE_POOL(avg_pool,
+            "mean over windows of x [n, h, w, c] (attrs as max_pool); padding is not counted", 1,
+            PNAMES1("x"), avg_pool_grad_fn)
+DEFINE_POOL(max_pool_grad, "the gradient of max_pool: dy added at each window's first maximum", 2,
+            PNAMES2("x", "dy"), max_pool_grad_grad_fn)
+DEFINE_POOL(avg_pool_grad,
+            "the gradient of avg_pool: dy spread over each window (shaped like `like`)", 2,
+            PNAMES2("dy", "like"), avg_pool_grad_grad_fn)
+DEFINE_POOL(max_pool_grad_grad,
+            "g (shaped like x) at each window's first maximum of x: the gradient of "
+            "max_pool_grad",
+            2, PNAMES2("x", "g"), max_pool_pick_grad_fn)
+
+static pool_mode mode_of(const gr_node *n) {
+  return n->op == &gr_op_max_pool        ? POOL_MAX
+         : n->op == &gr_op_avg_pool      ? POOL_AVG
+         : n->op == &gr_op_max_pool_grad ? POOL_MAX_BACK
+         : n->op == &gr_op_avg_pool_grad ? POOL_AVG_BACK
+                                         : POOL_MAX_PICK;
+}
+
+/* ---- global_avg_pool, flatten -----------------------------------------------------------------
+ */
+
+static gr_status global_avg_pool_shape(gr_shape_ctx *ctx) {
+  GR_TRY(gr_ops_check_images(ctx));
+  const gr_shape *x = &ctx->in_shapes[0];
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] =
+      gr_shape_make(2, (int64_t[]){x->rank < 0 ? -1 : x->dims[0], x->rank < 0 ? -1 : x->dims[3]});
+  return GR_OK;
+}
+
+#define GAP_LOOP(T)                                                                                \
+  do {                                                                                             \
+    const T *x = gr_tensor_data(X);                                                                \
+    T *y = gr_tensor_data(o);                                                                      \
+    for (int64_t b = 0; b < n; b++)                                                                \
+      for (int64_t c = 0; c < ch; c++) {                                                           \
+        double s = 0;                                                                              \
+        for (int64_t p = 0; p < hw; p++) s += (double)x[(b * hw + p) * ch + c];                    \
+        y[b * ch + c] = (T)(hw ? s / (double)hw : 0);                                              \
+      }                                                                                            \
+  } while (0)
+
+static gr_status global_avg_pool_kernel(gr_kernel_ctx *ctx) {
+  GR_TRY(gr_ops_kernel_check_images(ctx));
+  const gr_tensor *X = &ctx->inputs[0];
+  int64_t n = X->shape.dims[0], hw = X->shape.dims[1] * X->shape.dims[2], ch = X->shape.dims[3];
+  gr_shape os = gr_shape_make(2, (int64_t[]){n, ch});
+  gr_tensor *o;
+  GR_TRY(gr_kernel_alloc_output(ctx, 0, X->dtype, &os, &o));
+  if (X->dtype == GR_F32)
+    GAP_LOOP(float);
+  else
+    GAP_LOOP(double);
+  return GR_OK;
+}
+
+static gr_status global_avg_pool_grad(gr_grad_ctx *c) {
+  static const int64_t hw[2] = {1, 2};
+  c->dinputs[0] = gr_broadcast_like(c->graph, c->grads[0], gr_grad_x(c, 0), hw, 2, false, true);
+  return GR_OK;
+}
+
+const gr_op_def gr_op_global_avg_pool = {.name = "global_avg_pool",
+                                         .doc = "mean over h and w of x [n, h, w, c] -> [n, c]",
+                                         .min_inputs = 1,
+                                         .max_inputs = 1,
+                                         .input_names = (const char *const[]){"x"},
+                                         .num_outputs = 1,
+                                         .shape_fn = global_avg_pool_shape,
+                                         .kernel = global_avg_pool_kernel,
+                                         .grad_fn = global_avg_pool_grad};
+
+static gr_status flatten_shape(gr_shape_ctx *ctx) {
+  const gr_shape *x = &ctx->in_shapes[0];
+  if (x->rank == 0)
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "input must have rank >= 1, got a scalar");
+  int64_t rest = 1;
+  for (int i = 1; i < x->rank && rest >= 0; i++) rest = x->dims[i] < 0 ? -1 : rest * x->dims[i];
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] =
+      gr_shape_make(2, (int64_t[]){x->rank < 0 ? -1 : x->dims[0], x->rank < 0 ? -1 : rest});
+  return GR_OK;
+}
+
+static gr_status flatten_kernel(gr_kernel_ctx *ctx) {
+  const gr_tensor *X = &ctx->inputs[0];
+  if (X->shape.rank < 1)
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "input must have rank >= 1, got a scalar");
+  int64_t n = X->shape.dims[0];
+  gr_shape s = gr_shape_make(2, (int64_t[]){n, n ? gr_tensor_num_elements(X) / n : 0});
+  gr_tensor t;
+  GR_TRY(gr_tensor_reshape(X, &s, &t, ctx->err));
+  gr_kernel_set_output(ctx, 0, &t);
+  gr_tensor_release(&t);
+  return GR_OK;
+}
+
+static gr_status flatten_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = gr_reshape_like(c->graph, c->grads[0], gr_grad_x(c, 0));
+  return GR_OK;
+}
+
+static void flatten_cost(const gr_node *n, gr_cost *c) {
+  (void)n;
+  c->flops = 0;
+  c->bytes = 0;
+}
+
+const gr_op_def gr_op_flatten = {.name = "flatten",
+                                 .doc = "x [n, ...] viewed as [n, everything else] (no copy)",
+                                 .min_inputs = 1,
+                                 .max_inputs = 1,
+                                 .input_names = (const char *const[]){"x"},
+                                 .num_outputs = 1,
+                                 .shape_fn = flatten_shape,
+                                 .cost_fn = flatten_cost,
+                                 .kernel = flatten_kernel,
+                                 .grad_fn = flatten_grad};
+
+/* ---- builders ----------------------------------------------------------------------------------
+ */
+
+static gr_output build_pool(gr_graph *g, const char *op, gr_output x, const int64_t ksize[2],
+                            const int64_t strides[2], const char *padding) {
+  int64_t s[2] = {strides && strides[0] ? strides[0] : ksize[0],
+                  strides && strides[1] ? strides[1] : ksize[1]};
+  gr_attr at[3] = {gr_attr_ints("ksize", 2, ksize), gr_attr_ints("strides", 2, s),
+                   gr_attr_string("padding", padding ? padding : "VALID")};
+  return gr_ops_build(g, op, NULL, &x, 1, at, 3);
+}
+
+gr_output gr_max_pool(gr_graph *g, gr_output x, const int64_t ksize[2], const int64_t strides[2],
+                      const char *padding) {
+  return build_pool(g, "max_pool", x, ksize, strides, padding);
+}
+gr_output gr_avg_pool(gr_graph *g, gr_output x, const int64_t ksize[2], const int64_t strides[2],
+                      const char *padding) {
+  return build_pool(g, "avg_pool", x, ksize, strides, padding);
+}
+gr_output gr_global_avg_pool(gr_graph *g, gr_output x) {
+  return gr_ops_build(g, "global_avg_pool", NULL, &x, 1, NULL, 0);
+}
+gr_output gr_flatten(gr_graph *g, gr_output x) {
+  return gr_ops_build(g, "flatten", NULL, &x, 1, NULL, 0);
+}

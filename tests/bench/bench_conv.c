@@ -1,0 +1,211 @@
+/* Convolution benchmarks, one thread each:
+ *
+ * 1. conv2d forward, 3x3, 64 -> 64 channels, 28x28, SAME, batch 64, as
+ *    GFLOP/s next to raw cblas_sgemm on the same product (m = 64 * 28 * 28,
+ *    n = 64, k = 576): the gap is im2col and the engine.
+ * 2. One training step (forward, backward, Adam update) of the CNN of
+ *    examples/fashion_cnn.gr (conv 3x3 1->32, batch norm, ReLU, max pool;
+ *    conv 3x3 32->64, batch norm, ReLU, max pool; dropout 0.3; dense
+ *    3136->128 ReLU; dense 128->10) at batch 64 on random data, in
+ *    graphrun and in PyTorch 1.13 (tests/bench/conv_torch.py, Debian
+ *    python3-torch, oneDNN inside), and the step's matrix products alone as
+ *    raw sgemm (the im2col products of both convs and the dense layers,
+ *    forward and both gradients): no engine doing convolution as im2col on
+ *    this BLAS trains faster than that.
+ *
+ * Last line: conv: ratio_step=R floor=F gflops_conv=G gflops_sgemm=S
+ *   R: graphrun step / PyTorch step; F: raw sgemm time / PyTorch step. */
+#include <cblas.h>
+#include <graphrun.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "bench_util.h"
+
+static uint64_t lcg = 99;
+static float rnd(void) {
+  lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(lcg >> 11) / 9007199254740992.0);
+}
+
+static gr_tensor random_tensor(gr_shape s, float scale) {
+  gr_tensor t;
+  gr_error err;
+  gr_tensor_alloc(&t, GR_F32, &s, &err);
+  for (int64_t i = 0; i < gr_tensor_num_elements(&t); i++)
+    ((float *)gr_tensor_data(&t))[i] = scale * (2 * rnd() - 1);
+  return t;
+}
+
+static void die(const char *what, const char *msg) {
+  fprintf(stderr, "bench_conv: %s: %s\n", what, msg);
+  exit(1);
+}
+
+/* Median seconds of running fetch (and target) `reps` times. */
+static double time_runs(gr_session *s, const gr_feed *f, int nf, gr_output fetch, gr_output *target,
+                        int reps) {
+  double *t = malloc(sizeof(double) * (size_t)reps);
+  gr_error err;
+  for (int i = -2; i < reps; i++) {
+    gr_tensor out;
+    double t0 = bench_now();
+    if (gr_session_run(s, f, nf, &fetch, 1, &out, target, target ? 1 : 0, &err) != GR_OK)
+      die("run", err.msg);
+    double dt = bench_now() - t0;
+    gr_tensor_release(&out);
+    if (i >= 0) t[i] = dt;
+  }
+  double m = bench_median(t, reps);
+  free(t);
+  return m;
+}
+
+/* Median seconds of one raw sgemm C[m, n] = op(A) op(B). */
+static double sgemm_time(int m, int n, int k, bool ta, bool tb, int reps) {
+  float *A = calloc((size_t)m * k, 4), *B = calloc((size_t)k * n, 4), *C = calloc((size_t)m * n, 4);
+  double t[64];
+  if (reps > 64) reps = 64;
+  for (int r = -1; r < reps; r++) {
+    double t0 = bench_now();
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, 1.0f, A, ta ? m : k, B, tb ? k : n, 0.0f, C, n);
+    if (r >= 0) t[r] = bench_now() - t0;
+  }
+  free(A), free(B), free(C);
+  return bench_median(t, reps);
+}
+
+/* ---- 1. conv2d forward ------------------------------------------------------------------ */
+
+static void conv_forward(int smoke, double *gf_conv, double *gf_sgemm) {
+  int b = smoke ? 2 : 64;
+  gr_graph *g = gr_graph_new();
+  gr_tensor xv = random_tensor((gr_shape){4, {b, 28, 28, 64}}, 1);
+  gr_tensor fv = random_tensor((gr_shape){4, {3, 3, 64, 64}}, 0.1f);
+  gr_output x = gr_placeholder(g, "x", GR_F32, xv.shape);
+  gr_output y = gr_conv2d(g, x, gr_const(g, &fv), &(gr_conv_options){.padding = "SAME"});
+  /* fetch a scalar so the output copy is not timed */
+  gr_output s = gr_reduce_sum(
+      g, gr_slice(g, y, (int64_t[]){0, 0, 0, 0}, (int64_t[]){1, 1, 1, 1}, 4), NULL, 0, false);
+  gr_error err;
+  gr_session *sess = gr_session_new(g, &(gr_session_options){.inter_op_threads = 1}, &err);
+  if (!sess) die("session", err.msg);
+  gr_feed f = {x, &xv};
+  double t = time_runs(sess, &f, 1, s, NULL, smoke ? 2 : 15);
+  double flops = 2.0 * b * 28 * 28 * 64 * 576;
+  double ts = sgemm_time(b * 28 * 28, 64, 576, false, false, smoke ? 2 : 15);
+  *gf_conv = flops / t / 1e9;
+  *gf_sgemm = flops / ts / 1e9;
+  printf("conv2d 3x3 64->64 28x28 SAME batch %d: %.2f ms, %.1f GFLOP/s; raw sgemm %dx64x576 "
+         "%.2f ms, %.1f GFLOP/s (%.0f%%)\n",
+         b, t * 1e3, *gf_conv, b * 784, ts * 1e3, *gf_sgemm, 100 * *gf_conv / *gf_sgemm);
+  gr_session_free(sess);
+  gr_graph_free(g);
+  gr_tensor_release(&xv), gr_tensor_release(&fv);
+}
+
+/* ---- 2. the example's training step ------------------------------------------------------------
+ */
+
+static gr_output block(gr_graph *g, gr_output x, int cin, int cout, int seed) {
+  char nm[16];
+  gr_shape cs = {1, {cout}};
+  snprintf(nm, sizeof nm, "w%d", seed);
+  gr_output w =
+      gr_variable(g, nm, gr_glorot_uniform(g, GR_F32, (gr_shape){4, {3, 3, cin, cout}}, seed));
+  snprintf(nm, sizeof nm, "gamma%d", seed);
+  gr_output gm = gr_variable(g, nm, gr_ones(g, GR_F32, cs));
+  snprintf(nm, sizeof nm, "beta%d", seed);
+  gr_output bt = gr_variable(g, nm, gr_zeros(g, GR_F32, cs));
+  snprintf(nm, sizeof nm, "mean%d", seed);
+  gr_output mm = gr_variable(g, nm, gr_zeros(g, GR_F32, cs));
+  snprintf(nm, sizeof nm, "var%d", seed);
+  gr_output mv = gr_variable(g, nm, gr_ones(g, GR_F32, cs));
+  gr_output c = gr_conv2d(g, x, w, &(gr_conv_options){.padding = "SAME"});
+  gr_output y = gr_relu(g, gr_batch_norm(g, c, gm, bt, mm, mv, true, 0.99, 1e-3));
+  return gr_max_pool(g, y, (int64_t[]){2, 2}, NULL, "SAME");
+}
+
+static gr_output dense(gr_graph *g, gr_output x, int nin, int nout, int seed) {
+  char nm[16];
+  snprintf(nm, sizeof nm, "dw%d", seed);
+  gr_output w = gr_variable(g, nm, gr_glorot_uniform(g, GR_F32, (gr_shape){2, {nin, nout}}, seed));
+  snprintf(nm, sizeof nm, "db%d", seed);
+  gr_output b = gr_variable(g, nm, gr_zeros(g, GR_F32, (gr_shape){1, {nout}}));
+  return gr_bias_add(g, gr_matmul(g, x, w, false, false), b);
+}
+
+static double graphrun_step(int b, int reps) {
+  gr_graph *g = gr_graph_new();
+  gr_tensor xv = random_tensor((gr_shape){4, {b, 28, 28, 1}}, 1), yv;
+  gr_error err;
+  gr_tensor_alloc(&yv, GR_I64, &(gr_shape){1, {b}}, &err);
+  for (int i = 0; i < b; i++) ((int64_t *)gr_tensor_data(&yv))[i] = (int64_t)(rnd() * 10) % 10;
+  gr_output x = gr_placeholder(g, "x", GR_F32, xv.shape);
+  gr_output y = gr_placeholder(g, "y", GR_I64, yv.shape);
+  gr_output h = block(g, block(g, x, 1, 32, 1), 32, 64, 2);
+  h = gr_dropout(g, gr_flatten(g, h), 0.3, 5, true);
+  h = dense(g, gr_relu(g, dense(g, h, 3136, 128, 3)), 128, 10, 4);
+  gr_output loss = gr_reduce_mean(g, gr_sparse_softmax_cross_entropy(g, h, y), NULL, 0, false);
+  gr_optimizer adam = {.kind = GR_OPT_ADAM, .learning_rate = 1e-3};
+  gr_output train = gr_minimize(g, &adam, loss, NULL, 0);
+  if (gr_graph_error(g)) die("build", gr_graph_error(g)->msg);
+  gr_session *s =
+      gr_session_new(g, &(gr_session_options){.inter_op_threads = 1, .intra_op_threads = 1}, &err);
+  if (!s) die("session", err.msg);
+  gr_feed f[2] = {{x, &xv}, {y, &yv}};
+  double t = time_runs(s, f, 2, loss, &train, reps);
+  gr_session_free(s);
+  gr_graph_free(g);
+  gr_tensor_release(&xv), gr_tensor_release(&yv);
+  return t;
+}
+
+/* The step's products as raw sgemm: per layer {m, n, k} of the forward
+ * product; backward: the weight gradient (k x n over m) and, except for
+ * the first layer, the input gradient (m x k over n). */
+static double floor_seconds(int b, int reps) {
+  const int prod[4][3] = {{b * 784, 32, 9}, {b * 196, 64, 288}, {b, 128, 3136}, {b, 10, 128}};
+  double t = 0;
+  for (int l = 0; l < 4; l++) {
+    int m = prod[l][0], n = prod[l][1], k = prod[l][2];
+    t += sgemm_time(m, n, k, false, false, reps);
+    t += sgemm_time(k, n, m, true, false, reps);
+    if (l > 0) t += sgemm_time(m, k, n, false, true, reps);
+  }
+  return t;
+}
+
+static double torch_step(int b, int reps) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 /usr/bin/python3 %s/conv_torch.py %d %d 2>&1",
+           GR_BENCH_DIR, b, reps);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  char line[512];
+  double ms = -1;
+  while (fgets(line, sizeof line, p))
+    if (sscanf(line, "ms_per_step=%lf", &ms) != 1) fputs(line, stderr);
+  pclose(p);
+  return ms > 0 ? ms / 1e3 : -1;
+}
+
+int main(int argc, char **argv) {
+  int smoke = bench_is_smoke(argc, argv);
+  double gc, gs;
+  conv_forward(smoke, &gc, &gs);
+  int b = smoke ? 4 : 64, reps = smoke ? 2 : 20;
+  double tg = graphrun_step(b, reps);
+  double tf = floor_seconds(b, smoke ? 2 : 10);
+  double tt = smoke ? -1 : torch_step(b, reps);
+  printf("CNN train step batch %d: graphrun %.2f ms; its products as raw sgemm %.2f ms", b,
+         tg * 1e3, tf * 1e3);
+  if (tt > 0)
+    printf("; PyTorch %.2f ms\n", tt * 1e3);
+  else
+    printf("; PyTorch not measured (%s)\n", smoke ? "smoke run" : "install python3-torch");
+  printf("conv: ratio_step=%.2f floor=%.2f gflops_conv=%.1f gflops_sgemm=%.1f\n",
+         tt > 0 ? tg / tt : NAN, tt > 0 ? tf / tt : NAN, gc, gs);
+  return 0;
+}
