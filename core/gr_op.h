@@ -2,7 +2,7 @@
  *
  * An op is defined in one place (a family file in ops/) as a gr_op_def: its
  * name, inputs, attr schema with defaults, shape function, cost function, CPU
- * kernel, gradient function and flags, and listed once in ops/op_list.c.
+ * kernel, gradient function and flags, and listed once in ops/op_list.h.
  * Nothing else in the engine switches on op names.
  *
  *   static gr_status neg_kernel(gr_kernel_ctx *ctx) { ... }
