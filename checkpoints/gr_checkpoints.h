@@ -140,12 +140,10 @@ gr_status gr_ckpt_verify(gr_ckpt *ck, void (*report)(void *arg, const char *prob
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
-/* XXH64 with seed 0 (the checksum of tensors and fingerprints), streaming. */
+/* XXH64 with seed 0 (the checksum of tensors and fingerprints), streaming;
+ * libxxhash's state, held here so hashing allocates nothing. */
 typedef struct gr_ckpt_hasher {
-  uint64_t v[4];
-  uint64_t total;
-  unsigned char buf[32];
-  unsigned buf_len;
+  _Alignas(16) unsigned char state[128];
 } gr_ckpt_hasher;
 void gr_ckpt_hash_init(gr_ckpt_hasher *h);
 void gr_ckpt_hash_update(gr_ckpt_hasher *h, const void *data, size_t n);
