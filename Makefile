@@ -7,6 +7,7 @@
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
 #   make bench-NAME        build and run one benchmark (executor, matmul, mlp, conv)
 #   make fuzz-dsl          libFuzzer on the DSL front end (clang), FUZZ_SECONDS=60
+#   make fuzz-graph        libFuzzer on serialized-graph decoding (clang)
 #   make format            clang-format every source file
 
 MAKEFLAGS += --no-print-directory
@@ -25,7 +26,7 @@ DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
                 libmsgpack-dev libxxhash-dev libsqlite3-dev zlib1g-dev sqlite3 dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build demo test bench-% fuzz-dsl soak-ckpt format clean
+.PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph soak-ckpt format clean
 
 all: build
 
@@ -76,11 +77,12 @@ soak-ckpt: build
 	@cmake --build $(BUILD_DIR) --target test_ckpt_crash -j $(JOBS) >/dev/null
 	@$(BUILD_DIR)/tests/unit/test_ckpt_crash 1000
 
-# fuzz-dsl builds in build-fuzz/ with clang and libFuzzer; `make test` needs neither.
+# fuzz-dsl (the .gr front end) and fuzz-graph (serialized graphs) build in
+# build-fuzz/ with clang and libFuzzer; `make test` needs neither.
 FUZZ_SECONDS ?= 60
-fuzz-dsl: EXTRA_PACKAGES = clang libclang-rt-14-dev
-fuzz-dsl: deps
-	@tests/fuzz/run_fuzz.sh dsl $(FUZZ_SECONDS)
+fuzz-dsl fuzz-graph: EXTRA_PACKAGES = clang libclang-rt-14-dev
+fuzz-dsl fuzz-graph: deps
+	@tests/fuzz/run_fuzz.sh $(@:fuzz-%=%) $(FUZZ_SECONDS)
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libraries with clang + libFuzzer instrumentation in build-fuzz/
 # and runs one harness for a bounded time: run_fuzz.sh NAME [SECONDS].
-# Fails on any crash, leak or sanitizer report. Seeds: examples/*.gr.
+# Fails on any crash, leak or sanitizer report. Seeds: examples/*.gr (dsl),
+# the examples exported as .grb by build/graphrun when it exists (graph).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 name=${1:?harness name, e.g. dsl}
@@ -15,12 +16,19 @@ fi
 cmake --build $dir --target graphrun -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
 clang -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -g -O1 \
       -I. -Ifrontend tests/fuzz/fuzz_$name.c $dir/libgraphrun.a \
-      $(pkg-config --libs openblas sqlite3 zlib) \
+      $(pkg-config --libs openblas sqlite3 zlib libxxhash) \
       $(pkg-config --libs libevent libevent_pthreads 2>/dev/null || true) \
       $(pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || true) \
       -lpthread -lm -o $dir/fuzz_$name
 mkdir -p $dir/corpus_$name
-cp examples/*.gr $dir/corpus_$name/ 2>/dev/null || true
+if [ "$name" = graph ]; then
+  for f in examples/*.gr; do
+    [ -x build/graphrun ] && build/graphrun export "$f" -o "$dir/corpus_$name/$(basename "$f" .gr).grb" \
+      >/dev/null 2>&1 || true
+  done
+else
+  cp examples/*.gr $dir/corpus_$name/ 2>/dev/null || true
+fi
 echo "fuzz-$name: running for ${seconds}s"
 # -rss_limit_mb: graphs are small; -timeout: one input must not take seconds
 $dir/fuzz_$name -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
