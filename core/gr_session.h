@@ -37,6 +37,11 @@ typedef struct gr_session_options {
   int intra_op_threads; /* threads inside one op (BLAS); 0: 1, so the two never
                            oversubscribe the cores */
   int num_devices;      /* CPU devices /job:localhost/replica:0/task:0/device:CPU:K; 0: 1 */
+  const char *const *device_names; /* not NULL: the num_devices devices by full name
+                                      ("/job:worker/replica:0/task:1/device:CPU:0"), each
+                                      run by an executor of this process, so pins to other
+                                      tasks run here as they will in a cluster (read by
+                                      gr_session_new only) */
   bool no_auto_init;    /* true: running with an uninitialised variable is an error */
   bool schedule_recvs;  /* several devices: start each receive as late as a critical-path
                            estimate allows (holds received values for less time;

@@ -49,6 +49,25 @@ void gr_session_set_intra_op_hook(void (*fn)(int)) {
   intra_op_hook = fn;
 }
 
+/* Device k from the options' names: a full device name, not one before it. */
+static gr_status set_named_device(gr_session *s, int k, gr_error *err) {
+  const char *name = s->opts.device_names[k];
+  gr_error e;
+  if (!name || gr_device_spec_parse(name, &s->devices[k], &e) != GR_OK)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "session device %d: %s", k,
+                        name ? e.msg : "no name");
+  if (!gr_device_spec_is_full(&s->devices[k]))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "session device %d: '%s' is not a full device name "
+                        "(/job:J/replica:R/task:T/device:TYPE:K)",
+                        k, name);
+  for (int j = 0; j < k; j++)
+    if (gr_device_spec_matches(&s->devices[j], &s->devices[k]))
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "session devices %d and %d are both '%s'",
+                          j, k, name);
+  return GR_OK;
+}
+
 gr_session *gr_session_new(gr_graph *g, const gr_session_options *opts, gr_error *err) {
   if (!g) {
     gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_new: graph is NULL");
@@ -89,7 +108,11 @@ gr_session *gr_session_new(gr_graph *g, const gr_session_options *opts, gr_error
   if (!s->pool || !s->resources || !s->devices || !s->device_names) goto oom;
   for (int k = 0; k < o.num_devices; k++) {
     char buf[GR_DEVICE_NAME_MAX];
-    s->devices[k] = gr_device_spec_local_cpu(k);
+    if (o.device_names && set_named_device(s, k, err) != GR_OK) {
+      gr_session_free(s);
+      return NULL;
+    }
+    if (!o.device_names) s->devices[k] = gr_device_spec_local_cpu(k);
     s->device_names[k] = strdup(gr_device_spec_str(&s->devices[k], buf));
     if (!s->device_names[k]) goto oom;
   }

@@ -321,8 +321,48 @@ static void test_empty_run(void) {
   gr_graph_free(g);
 }
 
+/* Devices by name: a graph pinned to tasks of a cluster runs in one process
+ * on executors named as those tasks' devices, values crossing between them. */
+static void test_named_devices(void) {
+  static const char *const names[] = {"/job:ps/replica:0/task:0/device:CPU:0",
+                                      "/job:worker/replica:0/task:1/device:CPU:0"};
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_device_scope(g, "/job:ps/task:0");
+  gr_output x = gr_add(g, gr_const_f32(g, 2), gr_const_f32(g, 3)); /* computed there, sent */
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope(g, "/job:worker/task:1");
+  gr_output y = gr_add(g, x, gr_const_f32(g, 300));
+  gr_graph_pop_device_scope(g);
+  gr_error err;
+  gr_session_options o = {.num_devices = 2, .device_names = names};
+  gr_session *s = gr_session_new(g, &o, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  if (s) {
+    gr_tensor t;
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, &y, 1, &t, NULL, 0, &err), err);
+    GR_CHECK(gr_tensor_get_f64(&t, 0) == 305);
+    gr_tensor_release(&t);
+    GR_CHECK_EQ_INT(gr_session_last_transfers(s).sends, 1);
+    gr_session_free(s);
+  }
+  /* a partial name, a duplicate, a missing name */
+  static const char *const partial[] = {"/job:ps/task:0", "/job:worker/replica:0/task:1/cpu:0"};
+  static const char *const dup[] = {names[1], names[1]};
+  static const char *const none[] = {names[0], NULL};
+  const char *const *bad[] = {partial, dup, none};
+  const char *want[] = {"'/job:ps/task:0' is not a full device name", "devices 0 and 1 are both",
+                        "session device 1: no name"};
+  for (int i = 0; i < 3; i++) {
+    o.device_names = bad[i];
+    GR_CHECK(gr_session_new(g, &o, &err) == NULL);
+    GR_CHECK_STR_CONTAINS(err.msg, want[i]);
+  }
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_empty_run);
+  GR_RUN(test_named_devices);
   GR_RUN(test_feeds_fetches);
   GR_RUN(test_check_feeds);
   GR_RUN(test_pruning);
