@@ -14,6 +14,7 @@
 #include "core/gr_buffer.h"
 #include "core/gr_device.h"
 #include "core/gr_dtype.h"
+#include "core/gr_device_plan.h"
 #include "core/gr_executor.h"
 #include "core/gr_graph.h"
 #include "core/gr_map.h"

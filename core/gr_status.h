@@ -31,7 +31,8 @@
   X(GR_ERR_DEADLINE_EXCEEDED, "deadline exceeded")                                                 \
   X(GR_ERR_IO, "i/o error")                                                                        \
   X(GR_ERR_DATA_LOSS, "data loss")                                                                 \
-  X(GR_ERR_INTERNAL, "internal error")
+  X(GR_ERR_INTERNAL, "internal error")                                                             \
+  X(GR_ERR_UNAUTHENTICATED, "unauthenticated")
 
 typedef enum gr_status {
 #define GR_X_ENUM(e, s) e,

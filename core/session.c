@@ -9,7 +9,7 @@
 #include "core/gr_executor.h"
 #include "core/gr_rng.h"
 #include "core/gr_resource.h"
-#include "core/session_internal.h"
+#include "core/gr_device_plan.h"
 #include "core/step_watch_internal.h"
 #include "core/gr_map.h"
 
@@ -18,6 +18,7 @@
 typedef struct prepared {
   gr_executor *exec;    /* the step's nodes are on one device */
   gr_device_plan *plan; /* or on several: one executor per device */
+  void *remote_plan;    /* or in other processes: the remote runner's */
   int num_vars;
   gr_node **vars;   /* variable nodes this step reads */
   int vars_ready;   /* all of them were initialised once */
@@ -124,8 +125,9 @@ oom:
   return NULL;
 }
 
-static void prepared_free(prepared *p) {
+static void prepared_free(const gr_session *s, prepared *p) {
   if (!p) return;
+  if (p->remote_plan) s->opts.remote->free_plan(s->opts.remote->self, p->remote_plan);
   gr_executor_free(p->exec);
   gr_device_plan_free(p->plan);
   free(p->vars);
@@ -136,7 +138,7 @@ static void prepared_free(prepared *p) {
 void gr_session_free(gr_session *s) {
   if (!s) return;
   void *p;
-  for (size_t pos = 0; gr_map_next(&s->cache, &pos, NULL, &p);) prepared_free(p);
+  for (size_t pos = 0; gr_map_next(&s->cache, &pos, NULL, &p);) prepared_free(s, p);
   gr_map_free(&s->cache);
   for (int i = 0; i < s->num_soft_noted; i++) free(s->soft_noted[i]);
   free(s->soft_noted);
@@ -403,7 +405,12 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
   for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
   gr_partition_options po = {.incarnation = s->incarnation,
                              .schedule_recvs = s->opts.schedule_recvs};
-  if (num_used > 1)
+  if (s->opts.remote) {
+    gr_partitions *parts;
+    st = gr_partition_graph(nodes, nn, feed_eps, nf, fetches, nx, &po, &parts, err);
+    if (st == GR_OK)
+      st = s->opts.remote->prepare(s->opts.remote->self, parts, &p->remote_plan, err);
+  } else if (num_used > 1)
     st = gr_device_plan_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, &po, &p->plan, err);
   else
     st = gr_executor_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, &p->exec, err);
@@ -414,7 +421,7 @@ done:
   free(nodes);
   free(feed_eps);
   if (st != GR_OK) {
-    prepared_free(p);
+    prepared_free(s, p);
     p = NULL;
   }
   *out = p;
@@ -434,9 +441,16 @@ typedef struct init_list {
 
 /* Adds the initialiser of variable `name` to the list unless the variable has
  * a value or its initialiser is listed already. */
-static gr_status add_initializer(gr_session *s, const char *name, init_list *l, gr_error *err) {
-  gr_var *v = gr_resource_mgr_find_var(s->resources, name);
-  if (v && gr_var_is_initialized(v)) return GR_OK;
+static gr_status add_initializer(gr_session *s, const char *name, const char *device, init_list *l,
+                                 gr_error *err) {
+  if (s->opts.remote) {
+    bool ready = false;
+    GR_TRY(s->opts.remote->var_initialized(s->opts.remote->self, name, device, &ready, err));
+    if (ready) return GR_OK;
+  } else {
+    gr_var *v = gr_resource_mgr_find_var(s->resources, name);
+    if (v && gr_var_is_initialized(v)) return GR_OK;
+  }
   for (int k = 0; k < l->n; k++)
     if (strcmp(gr_node_attr_string(l->v[k].node, "var", ""), name) == 0) return GR_OK;
   /* the variable node of that name carries the initialiser */
@@ -465,7 +479,7 @@ static gr_status init_vars(gr_session *s, gr_node **vars, int n, gr_error *err) 
   for (int i = 0; i < n && st == GR_OK; i++)
     for (int a = 0; a < vars[i]->num_attrs && st == GR_OK; a++)
       if (names_variable(&vars[i]->attrs[a]))
-        st = add_initializer(s, vars[i]->attrs[a].value.s, &l, err);
+        st = add_initializer(s, vars[i]->attrs[a].value.s, vars[i]->assigned_device, &l, err);
   gr_output *inits = l.v;
   int ni = l.n;
   if (st == GR_OK && ni > 0) {
@@ -596,7 +610,7 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
       }
     }
     pthread_mutex_unlock(&s->mu);
-    if (p != np) prepared_free(np);
+    if (p != np) prepared_free(s, np);
     if (!p) {
       free(key);
       return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
@@ -620,8 +634,10 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
                        .watch = s->watchdog ? gr_watchdog_begin_step(s->watchdog) : NULL};
   gr_status st = (!step.stacks && p->uses_stacks) || (s->watchdog && !step.watch)
                      ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory")
-                 : p->plan ? gr_device_plan_run(p->plan, fv, results, &step, &moved, err)
-                           : gr_executor_run(p->exec, fv, results, &step, err);
+                 : p->remote_plan ? s->opts.remote->run(s->opts.remote->self, p->remote_plan, fv,
+                                                        results, &step, &moved, err)
+                 : p->plan        ? gr_device_plan_run(p->plan, fv, results, &step, &moved, err)
+                                  : gr_executor_run(p->exec, fv, results, &step, err);
   if (step.watch) st = gr_watchdog_end_step(s->watchdog, step.watch, st, err);
   __atomic_store_n(&s->last_sends, moved.sends, __ATOMIC_RELAXED);
   __atomic_store_n(&s->last_bytes, moved.bytes, __ATOMIC_RELAXED);

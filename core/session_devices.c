@@ -6,14 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/gr_device_plan.h"
 #include "core/gr_rendezvous.h"
-#include "core/session_internal.h"
 #include "core/step_watch_internal.h"
 
 struct gr_device_plan {
   gr_partitions *parts;
   gr_executor **execs;
   gr_threadpool *runners; /* one thread per device beyond the first */
+  int num_fetches;        /* caller fetches: the largest fetch_index + 1 */
 };
 
 gr_status gr_device_plan_new(gr_node *const *nodes, int num_nodes, const gr_output *feeds,
@@ -21,22 +22,33 @@ gr_status gr_device_plan_new(gr_node *const *nodes, int num_nodes, const gr_outp
                              gr_threadpool *pool, const gr_partition_options *opts,
                              gr_device_plan **out, gr_error *err) {
   *out = NULL;
+  gr_partitions *parts;
+  GR_TRY(gr_partition_graph(nodes, num_nodes, feeds, num_feeds, fetches, num_fetches, opts, &parts,
+                            err));
+  return gr_device_plan_new_from(parts, pool, out, err);
+}
+
+gr_status gr_device_plan_new_from(gr_partitions *parts, gr_threadpool *pool, gr_device_plan **out,
+                                  gr_error *err) {
+  *out = NULL;
   gr_device_plan *p = calloc(1, sizeof *p);
-  if (!p) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  gr_status st = gr_partition_graph(nodes, num_nodes, feeds, num_feeds, fetches, num_fetches, opts,
-                                    &p->parts, err);
-  if (st == GR_OK) {
-    int n = p->parts->num_parts;
-    p->execs = calloc((size_t)n, sizeof *p->execs);
-    p->runners = gr_threadpool_new(n - 1);
-    if (!p->execs || !p->runners)
-      st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    for (int k = 0; k < n && st == GR_OK; k++) {
-      gr_partition *pt = &p->parts->parts[k];
-      st = gr_executor_new(pt->nodes, pt->num_nodes, pt->feeds, pt->num_feeds, pt->fetches,
-                           pt->num_fetches, pool, &p->execs[k], err);
-      if (st != GR_OK) gr_error_prefix(err, "device '%s'", pt->device);
-    }
+  if (!p) {
+    gr_partitions_free(parts);
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  p->parts = parts;
+  gr_status st = GR_OK;
+  int n = parts->num_parts;
+  p->execs = calloc((size_t)n + 1, sizeof *p->execs);
+  p->runners = gr_threadpool_new(n > 1 ? n - 1 : 0);
+  if (!p->execs || !p->runners) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int k = 0; k < n && st == GR_OK; k++) {
+    gr_partition *pt = &parts->parts[k];
+    for (int i = 0; i < pt->num_fetches; i++)
+      if (pt->fetch_index[i] >= p->num_fetches) p->num_fetches = pt->fetch_index[i] + 1;
+    st = gr_executor_new(pt->nodes, pt->num_nodes, pt->feeds, pt->num_feeds, pt->fetches,
+                         pt->num_fetches, pool, &p->execs[k], err);
+    if (st != GR_OK) gr_error_prefix(err, "device '%s'", pt->device);
   }
   if (st != GR_OK) {
     gr_device_plan_free(p);
@@ -44,6 +56,10 @@ gr_status gr_device_plan_new(gr_node *const *nodes, int num_nodes, const gr_outp
   }
   *out = p;
   return GR_OK;
+}
+
+int gr_device_plan_num_fetches(const gr_device_plan *p) {
+  return p->num_fetches;
 }
 
 void gr_device_plan_free(gr_device_plan *p) {
@@ -121,22 +137,22 @@ static void run_part_closure(void *arg) {
 gr_status gr_device_plan_run(gr_device_plan *p, const gr_tensor *feed_values, gr_tensor *fetch_out,
                              const gr_step_info *step, gr_transfer_stats *stats, gr_error *err) {
   int n = p->parts->num_parts;
-  int nx = 0;
-  for (int k = 0; k < n; k++) nx += p->parts->parts[k].num_fetches;
+  int nx = p->num_fetches;
   for (int i = 0; i < nx; i++) fetch_out[i] = gr_tensor_empty();
   step_run r = {
       .plan = p, .feed_values = feed_values, .fetch_out = fetch_out, .step = *step, .remaining = n};
-  r.step.rendezvous = gr_rendezvous_new();
+  bool own_rv = !step->rendezvous;
+  if (own_rv) r.step.rendezvous = gr_rendezvous_new();
   part_arg small[8];
   part_arg *args = n <= 8 ? small : malloc(sizeof(part_arg) * (size_t)n);
   if (!r.step.rendezvous || !args) {
-    gr_rendezvous_free(r.step.rendezvous);
+    if (own_rv) gr_rendezvous_free(r.step.rendezvous);
     if (args != small) free(args);
     return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
   pthread_mutex_init(&r.mu, NULL);
   pthread_cond_init(&r.cv, NULL);
-  gr_watch_set_rendezvous(step->watch, r.step.rendezvous); /* a stalled step aborts it */
+  if (step->watch) gr_watch_set_rendezvous(step->watch, r.step.rendezvous); /* a stall aborts it */
   for (int k = 1; k < n; k++) {
     args[k] = (part_arg){&r, k};
     gr_threadpool_schedule(p->runners, run_part_closure, &args[k]);
@@ -145,7 +161,7 @@ gr_status gr_device_plan_run(gr_device_plan *p, const gr_tensor *feed_values, gr
   pthread_mutex_lock(&r.mu);
   while (r.remaining > 0) pthread_cond_wait(&r.cv, &r.mu);
   pthread_mutex_unlock(&r.mu);
-  gr_watch_set_rendezvous(step->watch, NULL);
+  if (step->watch) gr_watch_set_rendezvous(step->watch, NULL);
   if (r.status != GR_OK) {
     for (int i = 0; i < nx; i++) gr_tensor_release(&fetch_out[i]);
     if (err) *err = r.err;
@@ -153,7 +169,7 @@ gr_status gr_device_plan_run(gr_device_plan *p, const gr_tensor *feed_values, gr
   pthread_mutex_destroy(&r.mu);
   pthread_cond_destroy(&r.cv);
   if (stats) *stats = gr_rendezvous_stats(r.step.rendezvous);
-  gr_rendezvous_free(r.step.rendezvous);
+  if (own_rv) gr_rendezvous_free(r.step.rendezvous);
   if (args != small) free(args);
   return r.status;
 }
