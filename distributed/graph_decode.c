@@ -12,6 +12,7 @@
 
 #include "checkpoints/gr_checkpoints.h"
 #include "distributed/gr_distributed.h"
+#include "distributed/wire_internal.h"
 #include "ops/gr_ops.h"
 
 enum { MAX_DEPTH = 8 };
@@ -46,31 +47,6 @@ __attribute__((format(printf, 2, 3))) static gr_status fail(dec *d, const char *
                       d->what, msg);
 }
 
-static const char *kind_name(const msgpack_object *o) {
-  switch (o->type) {
-    case MSGPACK_OBJECT_NIL:
-      return "nil";
-    case MSGPACK_OBJECT_BOOLEAN:
-      return "a bool";
-    case MSGPACK_OBJECT_POSITIVE_INTEGER:
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-      return "an integer";
-    case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64:
-      return "a float";
-    case MSGPACK_OBJECT_STR:
-      return "a string";
-    case MSGPACK_OBJECT_ARRAY:
-      return "an array";
-    case MSGPACK_OBJECT_MAP:
-      return "a map";
-    case MSGPACK_OBJECT_BIN:
-      return "binary";
-    default:
-      return "an ext";
-  }
-}
-
 static const msgpack_object *map_get(const msgpack_object *m, const char *key) {
   size_t n = strlen(key);
   for (uint32_t i = 0; i < m->via.map.size; i++) {
@@ -94,14 +70,14 @@ static gr_status field(dec *d, const msgpack_object *m, const char *key, msgpack
   }
   if ((*out)->type != t) {
     msgpack_object want = {.type = t};
-    return fail(d, "%s, want %s", kind_name(*out), kind_name(&want));
+    return fail(d, "%s, want %s", gr_msg_kind_name(*out), gr_msg_kind_name(&want));
   }
   return GR_OK;
 }
 
 /* A NUL-terminated copy of a msgpack string in the graph's memory. */
 static gr_status str_copy(dec *d, const msgpack_object *o, const char **out) {
-  if (o->type != MSGPACK_OBJECT_STR) return fail(d, "%s, want a string", kind_name(o));
+  if (o->type != MSGPACK_OBJECT_STR) return fail(d, "%s, want a string", gr_msg_kind_name(o));
   if (memchr(o->via.str.ptr, '\0', o->via.str.size)) return fail(d, "a string holds a NUL byte");
   char *s = gr_graph_alloc(d->g, (size_t)o->via.str.size + 1);
   if (!s) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
@@ -124,7 +100,7 @@ static gr_status int_in(dec *d, const msgpack_object *o, int64_t lo, int64_t hi,
   else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
     *out = o->via.i64;
   else
-    return fail(d, "%s, want an integer", kind_name(o));
+    return fail(d, "%s, want an integer", gr_msg_kind_name(o));
   if (*out < lo || *out > hi)
     return fail(d, "%lld is out of range [%lld, %lld]", (long long)*out, (long long)lo,
                 (long long)hi);
@@ -143,7 +119,7 @@ static gr_status shape_of(dec *d, const msgpack_object *o, gr_shape *out) {
     *out = gr_shape_unknown();
     return GR_OK;
   }
-  if (o->type != MSGPACK_OBJECT_ARRAY) return fail(d, "%s, want a shape", kind_name(o));
+  if (o->type != MSGPACK_OBJECT_ARRAY) return fail(d, "%s, want a shape", gr_msg_kind_name(o));
   if (o->via.array.size > GR_MAX_RANK)
     return fail(d, "rank %u is over the most, %d", o->via.array.size, GR_MAX_RANK);
   out->rank = (int)o->via.array.size;
@@ -155,7 +131,7 @@ static gr_status shape_of(dec *d, const msgpack_object *o, gr_shape *out) {
 static gr_status tensor_of(dec *d, const msgpack_object *o, gr_tensor *out) {
   if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3 ||
       o->via.array.ptr[2].type != MSGPACK_OBJECT_BIN)
-    return fail(d, "%s, want [dtype, shape, bytes]", kind_name(o));
+    return fail(d, "%s, want [dtype, shape, bytes]", gr_msg_kind_name(o));
   gr_dtype dt;
   gr_shape s;
   GR_TRY(dtype_of(d, &o->via.array.ptr[0], &dt));
@@ -177,14 +153,14 @@ static gr_status tensor_of(dec *d, const msgpack_object *o, gr_tensor *out) {
 }
 
 static gr_status list_of(dec *d, const msgpack_object *o, bool floats, gr_attr_value *v) {
-  if (o->type != MSGPACK_OBJECT_ARRAY) return fail(d, "%s, want a list", kind_name(o));
+  if (o->type != MSGPACK_OBJECT_ARRAY) return fail(d, "%s, want a list", gr_msg_kind_name(o));
   int n = (int)o->via.array.size;
   void *mem = gr_graph_alloc(d->g, sizeof(double) * ((size_t)n + 1));
   if (!mem) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int i = 0; i < n; i++) {
     const msgpack_object *e = &o->via.array.ptr[i];
     if (floats && e->type != MSGPACK_OBJECT_FLOAT64 && e->type != MSGPACK_OBJECT_FLOAT32)
-      return fail(d, "element %d is %s, want a float", i, kind_name(e));
+      return fail(d, "element %d is %s, want a float", i, gr_msg_kind_name(e));
     if (floats)
       ((double *)mem)[i] = e->via.f64;
     else
@@ -204,7 +180,7 @@ static gr_status list_of(dec *d, const msgpack_object *o, bool floats, gr_attr_v
 static gr_status attr_of(dec *d, const msgpack_object *o, gr_attr *a) {
   d->what = "attrs";
   if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3)
-    return fail(d, "%s, want [name, type, value]", kind_name(o));
+    return fail(d, "%s, want [name, type, value]", gr_msg_kind_name(o));
   const msgpack_object *x = o->via.array.ptr;
   const char *type;
   GR_TRY(str_copy(d, &x[0], &a->name));
@@ -218,12 +194,12 @@ static gr_status attr_of(dec *d, const msgpack_object *o, gr_attr *a) {
       return int_in(d, val, INT64_MIN, INT64_MAX, &v->i);
     case GR_ATTR_FLOAT:
       if (val->type != MSGPACK_OBJECT_FLOAT64 && val->type != MSGPACK_OBJECT_FLOAT32)
-        return fail(d, "attr '%s': %s, want a float", a->name, kind_name(val));
+        return fail(d, "attr '%s': %s, want a float", a->name, gr_msg_kind_name(val));
       v->f = val->via.f64;
       return GR_OK;
     case GR_ATTR_BOOL:
       if (val->type != MSGPACK_OBJECT_BOOLEAN)
-        return fail(d, "attr '%s': %s, want a bool", a->name, kind_name(val));
+        return fail(d, "attr '%s': %s, want a bool", a->name, gr_msg_kind_name(val));
       v->b = val->via.boolean;
       return GR_OK;
     case GR_ATTR_STRING:
@@ -281,7 +257,7 @@ static gr_status node_inputs(dec *d, const msgpack_object *m, gr_node *fake, nod
     const msgpack_object *e = &in->via.array.ptr[j];
     int64_t src = 0, index = 0;
     if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2)
-      return fail(d, "input %d is %s, want [node, output]", j, kind_name(e));
+      return fail(d, "input %d is %s, want [node, output]", j, gr_msg_kind_name(e));
     GR_TRY(int_in(d, &e->via.array.ptr[0], 0, d->num_nodes - 1, &src));
     GR_TRY(int_in(d, &e->via.array.ptr[1], 0, INT32_MAX, &index));
     if (src == d->at) return fail(d, "input %d is the node itself", j);
@@ -319,7 +295,7 @@ static gr_status node_inputs(dec *d, const msgpack_object *m, gr_node *fake, nod
 }
 
 static gr_status node_of(dec *d, const msgpack_object *m) {
-  if (m->type != MSGPACK_OBJECT_MAP) return fail(d, "%s, want a map", kind_name(m));
+  if (m->type != MSGPACK_OBJECT_MAP) return fail(d, "%s, want a map", gr_msg_kind_name(m));
   gr_node fake = {0};
   const msgpack_object *o;
   GR_TRY(field(d, m, "name", MSGPACK_OBJECT_STR, false, &o));
@@ -412,7 +388,7 @@ static gr_status names_of(dec *d, const msgpack_object *top, gr_graph_names *nm)
     const msgpack_object *e = &o->via.array.ptr[nm->num_names];
     int64_t id = 0, index = 0;
     if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 3)
-      return fail(d, "%s, want [name, node, output]", kind_name(e));
+      return fail(d, "%s, want [name, node, output]", gr_msg_kind_name(e));
     GR_TRY(str_copy(d, &e->via.array.ptr[0], &nm->names[nm->num_names]));
     GR_TRY(int_in(d, &e->via.array.ptr[1], 0, d->num_nodes - 1, &id));
     gr_node *node = gr_graph_node(d->g, (int)id);
@@ -428,7 +404,7 @@ static gr_status names_of(dec *d, const msgpack_object *top, gr_graph_names *nm)
 static gr_status decode(dec *d, const msgpack_object *top, gr_graph_names *names) {
   const msgpack_object *o;
   d->what = "the message";
-  if (top->type != MSGPACK_OBJECT_MAP) return fail(d, "%s, want a map", kind_name(top));
+  if (top->type != MSGPACK_OBJECT_MAP) return fail(d, "%s, want a map", gr_msg_kind_name(top));
   GR_TRY(field(d, top, "format", MSGPACK_OBJECT_STR, false, &o));
   size_t fl = strlen(GR_WIRE_GRAPH_FORMAT);
   if (o->via.str.size != fl || memcmp(o->via.str.ptr, GR_WIRE_GRAPH_FORMAT, fl) != 0)

@@ -1,0 +1,537 @@
+/* The transport's loop thread and connections: reading frames (bodies
+ * straight into pooled buffers), writing with sendmsg from the caller's
+ * thread or the loop, the server side of the handshake, closing. */
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "distributed/transport_conn_internal.h"
+
+static size_t max_queued = (size_t)1 << 30;
+static size_t max_body = 0xffffffffu;
+
+void gr_transport_set_limits(size_t queued, size_t body) {
+  max_queued = queued;
+  max_body = body;
+}
+
+void gr_inmsg_free(gr_inmsg *m) {
+  if (!m) return;
+  gr_msg_free(&m->msg);
+  gr_buffer_release(m->body);
+  free(m);
+}
+
+/* ---- the loop ---------------------------------------------------------------- */
+
+static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+static void use_threads(void) {
+  evthread_use_pthreads();
+}
+
+static void *loop_main(void *arg) {
+  gr_loop *l = arg;
+  event_base_loop(l->base, EVLOOP_NO_EXIT_ON_EMPTY);
+  return NULL;
+}
+
+gr_status gr_loop_new(gr_loop **out, gr_error *err) {
+  *out = NULL;
+  pthread_once(&threads_once, use_threads);
+  gr_loop *l = calloc(1, sizeof *l);
+  if (!l) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  pthread_mutex_init(&l->mu, NULL);
+  l->base = event_base_new();
+  if (!l->base || pthread_create(&l->thread, NULL, loop_main, l) != 0) {
+    if (l->base) event_base_free(l->base);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "cannot start the network thread");
+  }
+  *out = l;
+  return GR_OK;
+}
+
+void gr_loop_free(gr_loop *l) {
+  if (!l) return;
+  event_base_loopbreak(l->base);
+  pthread_join(l->thread, NULL);
+  /* the loop is stopped: this thread now does what the loop thread did */
+  for (;;) {
+    pthread_mutex_lock(&l->mu);
+    gr_conn *c = l->conns;
+    if (c) gr_conn_ref(c);
+    pthread_mutex_unlock(&l->mu);
+    if (!c) break;
+    gr_conn_close_now(c, GR_ERR_CANCELLED, "the process is shutting down");
+    gr_conn_unref(c);
+  }
+  gr_listeners_free_all(l);
+  event_base_free(l->base);
+  pthread_mutex_destroy(&l->mu);
+  free(l);
+}
+
+typedef struct call {
+  void (*fn)(void *);
+  void *arg;
+} call;
+
+static void run_call(evutil_socket_t fd, short what, void *arg) {
+  call c = *(call *)arg;
+  free(arg);
+  c.fn(c.arg);
+}
+
+gr_status gr_loop_call(gr_loop *l, void (*fn)(void *arg), void *arg, gr_error *err) {
+  call *c = malloc(sizeof *c);
+  if (!c) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  *c = (call){fn, arg};
+  struct timeval now = {0, 0};
+  if (event_base_once(l->base, -1, EV_TIMEOUT, run_call, c, &now) != 0) {
+    free(c);
+    return gr_error_set(err, GR_ERR_INTERNAL, "cannot schedule on the network thread");
+  }
+  return GR_OK;
+}
+
+/* ---- connections --------------------------------------------------------------- */
+
+void gr_conn_ref(gr_conn *c) {
+  atomic_fetch_add(&c->refs, 1);
+}
+
+void gr_conn_unref(gr_conn *c) {
+  if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
+  pthread_mutex_destroy(&c->mu);
+  free(c->stage);
+  gr_buffer_release(c->body);
+  free(c->secret);
+  free(c);
+}
+
+bool gr_conn_is_open(gr_conn *c) {
+  pthread_mutex_lock(&c->mu);
+  bool open = !c->closed;
+  pthread_mutex_unlock(&c->mu);
+  return open;
+}
+
+const char *gr_conn_peer(const gr_conn *c) {
+  return c->peer;
+}
+void gr_conn_set_user(gr_conn *c, void *user) {
+  c->user = user;
+}
+void *gr_conn_user(const gr_conn *c) {
+  return c->user;
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg);
+static void on_write(evutil_socket_t fd, short what, void *arg);
+static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg);
+
+gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, const char *secret,
+                         const gr_conn_handler *h, gr_conn **out, gr_error *err) {
+  *out = NULL;
+  gr_conn *c = calloc(1, sizeof *c);
+  if (!c) {
+    close(fd);
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  atomic_init(&c->refs, is_server ? 1 : 2); /* the loop's (and a dialer's) */
+  pthread_mutex_init(&c->mu, NULL);
+  c->loop = l;
+  c->fd = fd;
+  snprintf(c->peer, sizeof c->peer, "%s", peer);
+  c->h = *h;
+  c->is_server = is_server;
+  c->authed = !is_server || !secret;
+  c->stage_cap = 65536;
+  c->stage = malloc(c->stage_cap);
+  c->secret = secret ? strdup(secret) : NULL;
+  evutil_make_socket_nonblocking(fd);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  c->rev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_read, c);
+  c->wev = event_new(l->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+  c->timer = event_new(l->base, -1, 0, on_handshake_timeout, c);
+  if (!c->stage || (secret && !c->secret) || !c->rev || !c->wev || !c->timer) {
+    if (c->rev) event_free(c->rev);
+    if (c->wev) event_free(c->wev);
+    if (c->timer) event_free(c->timer);
+    close(fd);
+    gr_conn_unref(c);
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  pthread_mutex_lock(&l->mu);
+  c->next = l->conns;
+  if (l->conns) l->conns->prev = c;
+  l->conns = c;
+  pthread_mutex_unlock(&l->mu);
+  event_add(c->rev, NULL);
+  *out = c;
+  return GR_OK;
+}
+
+/* Releases what is queued for writing (under c->mu). */
+static void drop_queue(gr_conn *c) {
+  while (c->qhead) {
+    wq_item *it = c->qhead;
+    c->qhead = it->next;
+    gr_outmsg_free(it->msg);
+    free(it);
+  }
+  c->qtail = NULL;
+  c->queued = 0;
+}
+
+void gr_conn_close_now(gr_conn *c, gr_status code, const char *why) {
+  pthread_mutex_lock(&c->mu);
+  if (c->closed) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  c->closed = true;
+  drop_queue(c);
+  pthread_mutex_unlock(&c->mu);
+  event_free(c->rev);
+  event_free(c->wev);
+  event_free(c->timer);
+  close(c->fd);
+  gr_loop *l = c->loop;
+  pthread_mutex_lock(&l->mu);
+  if (c->prev) c->prev->next = c->next;
+  if (c->next) c->next->prev = c->prev;
+  if (l->conns == c) l->conns = c->next;
+  pthread_mutex_unlock(&l->mu);
+  gr_error e;
+  gr_error_set(&e, code, "%s", why);
+  if (c->h.on_close) c->h.on_close(c->h.arg, c, &e);
+  gr_conn_unref(c); /* the loop's */
+}
+
+static void close_call(void *arg) {
+  gr_conn *c = arg;
+  gr_conn_close_now(c, GR_ERR_CANCELLED, "closed");
+  gr_conn_unref(c);
+}
+
+void gr_conn_close(gr_conn *c) {
+  if (!c) return;
+  gr_conn_ref(c);
+  if (gr_loop_call(c->loop, close_call, c, NULL) != GR_OK) gr_conn_unref(c);
+}
+
+/* A failure seen off the loop thread: close from the loop. */
+typedef struct fail_call {
+  gr_conn *c;
+  gr_status code;
+  char why[256];
+} fail_call;
+
+static void fail_now(void *arg) {
+  fail_call *f = arg;
+  gr_conn_close_now(f->c, f->code, f->why);
+  gr_conn_unref(f->c);
+  free(f);
+}
+
+static void fail_later(gr_conn *c, gr_status code, const char *why) {
+  fail_call *f = malloc(sizeof *f);
+  if (!f) return;
+  gr_conn_ref(c);
+  f->c = c;
+  f->code = code;
+  snprintf(f->why, sizeof f->why, "%s", why);
+  if (gr_loop_call(c->loop, fail_now, f, NULL) != GR_OK) {
+    gr_conn_unref(c);
+    free(f);
+  }
+}
+
+/* ---- writing --------------------------------------------------------------------- */
+
+/* Writes what is queued until done or the socket is full (under c->mu).
+ * 0: ok; otherwise errno. */
+static int flush_locked(gr_conn *c) {
+  while (c->qhead) {
+    wq_item *it = c->qhead;
+    struct iovec v[64];
+    int n = 0;
+    for (int i = it->i; i < it->n && n < 64; i++) v[n++] = it->iov[i];
+    v[0].iov_base = (char *)v[0].iov_base + it->off;
+    v[0].iov_len -= it->off;
+    struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : errno;
+    }
+    c->queued -= (size_t)w;
+    size_t left = (size_t)w;
+    while (left > 0 && it->i < it->n) {
+      size_t in_this = it->iov[it->i].iov_len - it->off;
+      if (left >= in_this) {
+        left -= in_this;
+        it->i++;
+        it->off = 0;
+      } else {
+        it->off += left;
+        left = 0;
+      }
+    }
+    while (it->i < it->n && it->iov[it->i].iov_len == 0) it->i++;
+    if (it->i < it->n) return 0; /* the socket is full */
+    c->qhead = it->next;
+    if (!c->qhead) c->qtail = NULL;
+    gr_outmsg_free(it->msg);
+    free(it);
+  }
+  return 0;
+}
+
+gr_status gr_conn_send(gr_conn *c, gr_outmsg *msg, gr_error *err) {
+  struct iovec *iov;
+  int n;
+  size_t total;
+  gr_status st = gr_outmsg_finish(msg, &iov, &n, &total, err);
+  wq_item *it = st == GR_OK ? malloc(sizeof *it) : NULL;
+  if (st == GR_OK && !it) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st != GR_OK) {
+    gr_outmsg_free(msg);
+    return st;
+  }
+  *it = (wq_item){.msg = msg, .iov = iov, .n = n};
+  pthread_mutex_lock(&c->mu);
+  if (c->closed) {
+    pthread_mutex_unlock(&c->mu);
+    gr_outmsg_free(msg);
+    free(it);
+    return gr_error_set(err, GR_ERR_UNAVAILABLE, "the connection to %s is closed", c->peer);
+  }
+  if (c->queued > 0 && c->queued + total > max_queued) {
+    pthread_mutex_unlock(&c->mu);
+    gr_outmsg_free(msg);
+    free(it);
+    char why[160];
+    snprintf(why, sizeof why, "%s does not read: %zu bytes are waiting to be sent to it", c->peer,
+             c->queued);
+    fail_later(c, GR_ERR_UNAVAILABLE, why);
+    return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s", why);
+  }
+  bool was_empty = !c->qhead;
+  if (c->qtail)
+    c->qtail->next = it;
+  else
+    c->qhead = it;
+  c->qtail = it;
+  c->queued += total;
+  int e = was_empty ? flush_locked(c) : 0;
+  if (!e && c->qhead && !c->wev_armed) {
+    c->wev_armed = true;
+    event_add(c->wev, NULL);
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (e) {
+    char why[160];
+    snprintf(why, sizeof why, "writing to %s: %s", c->peer, strerror(e));
+    fail_later(c, GR_ERR_UNAVAILABLE, why);
+    return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s", why);
+  }
+  return GR_OK;
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg) {
+  gr_conn *c = arg;
+  pthread_mutex_lock(&c->mu);
+  int e = flush_locked(c);
+  if (!e && !c->qhead && c->wev_armed) {
+    c->wev_armed = false;
+    event_del(c->wev);
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (e) {
+    char why[160];
+    snprintf(why, sizeof why, "writing to %s: %s", c->peer, strerror(e));
+    gr_conn_close_now(c, GR_ERR_UNAVAILABLE, why);
+  }
+}
+
+/* ---- reading --------------------------------------------------------------------- */
+
+/* The peer sent something wrong: log it (naming the peer) and close. */
+static void bad_peer(gr_conn *c, const gr_error *e) {
+  char why[GR_ERROR_MSG_MAX + 96];
+  snprintf(why, sizeof why, "bad frame from %s: %s", c->peer, e->msg);
+  if (c->is_server) fprintf(stderr, "graphrun: %s; closing that connection\n", why);
+  gr_conn_close_now(c, e->code == GR_OK ? GR_ERR_INVALID_ARGUMENT : e->code, why);
+}
+
+static void deliver(gr_conn *c) {
+  gr_inmsg *m = c->in;
+  c->in = NULL;
+  m->body = c->body;
+  c->body = NULL;
+  if (!c->authed) {
+    gr_error e;
+    if (gr_conn_server_auth(c, m, &e) != GR_OK) {
+      gr_inmsg_free(m);
+      bad_peer(c, &e);
+      return;
+    }
+    gr_inmsg_free(m);
+    return;
+  }
+  c->h.on_message(c->h.arg, c, m);
+}
+
+/* Handles the bytes staged so far; false when the connection closed. */
+static bool parse_staged(gr_conn *c) {
+  gr_error e;
+  for (;;) {
+    size_t avail = c->stage_len - c->stage_pos;
+    if (c->rstate == READ_BODY) {
+      size_t need = c->in->h.body_len - c->body_got, take = avail < need ? avail : need;
+      memcpy((char *)c->body->data + c->body_got, c->stage + c->stage_pos, take);
+      c->stage_pos += take;
+      c->body_got += take;
+      if (c->body_got < c->in->h.body_len) return true;
+      c->rstate = READ_HEADER;
+      deliver(c);
+      if (!gr_conn_is_open(c)) return false;
+      continue;
+    }
+    size_t want = c->rstate == READ_HEADER ? GR_WIRE_HEADER_SIZE : c->in->h.header_len;
+    if (avail < want) return true;
+    const uint8_t *p = c->stage + c->stage_pos;
+    if (c->rstate == READ_HEADER) {
+      gr_frame_header h;
+      if (gr_wire_parse_frame_header(p, max_body, &h, &e) != GR_OK) {
+        bad_peer(c, &e);
+        return false;
+      }
+      if (!c->authed && h.type != GR_MSG_AUTH) {
+        gr_error_set(&e, GR_ERR_FAILED_PRECONDITION, "a %s frame before authentication",
+                     gr_msg_type_name(h.type));
+        bad_peer(c, &e);
+        return false;
+      }
+      c->in = calloc(1, sizeof *c->in);
+      if (!c->in) {
+        gr_conn_close_now(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        return false;
+      }
+      c->in->h = h;
+      c->rstate = READ_MAP;
+      c->stage_pos += want;
+      continue;
+    }
+    gr_status st = gr_msg_parse(&c->in->msg, p, want, &e);
+    c->stage_pos += want;
+    if (st != GR_OK) {
+      gr_error_prefix(&e, "%s frame", gr_msg_type_name(c->in->h.type));
+      free(c->in);
+      c->in = NULL;
+      bad_peer(c, &e);
+      return false;
+    }
+    if (c->in->h.body_len == 0) {
+      c->rstate = READ_HEADER;
+      deliver(c);
+      if (!gr_conn_is_open(c)) return false;
+      continue;
+    }
+    c->body = gr_buffer_alloc(c->in->h.body_len);
+    if (!c->body) {
+      gr_conn_close_now(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory for a frame body");
+      return false;
+    }
+    c->body_got = 0;
+    c->rstate = READ_BODY;
+  }
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg) {
+  gr_conn *c = arg;
+  gr_conn_ref(c);
+  for (int round = 0; round < 64; round++) {
+    if (!parse_staged(c)) break;
+    ssize_t r;
+    if (c->rstate == READ_BODY) { /* bulk: straight into the body */
+      r = read(fd, (char *)c->body->data + c->body_got, c->in->h.body_len - c->body_got);
+      if (r > 0) {
+        c->body_got += (size_t)r;
+        continue;
+      }
+    } else {
+      if (c->stage_pos > 0) {
+        memmove(c->stage, c->stage + c->stage_pos, c->stage_len - c->stage_pos);
+        c->stage_len -= c->stage_pos;
+        c->stage_pos = 0;
+      }
+      size_t want = c->rstate == READ_MAP ? c->in->h.header_len : GR_WIRE_HEADER_SIZE;
+      if (want > c->stage_cap) { /* a large map (a registration) */
+        uint8_t *more = realloc(c->stage, want);
+        if (!more) {
+          gr_conn_close_now(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+          break;
+        }
+        c->stage = more;
+        c->stage_cap = want;
+      }
+      size_t room = c->stage_cap - c->stage_len;
+      if (!c->authed) { /* at most GR_AUTH_READ_MAX bytes before authentication */
+        size_t left = GR_AUTH_READ_MAX - c->pre_auth;
+        if (left == 0) {
+          gr_error e;
+          gr_error_set(&e, GR_ERR_UNAUTHENTICATED, "%d bytes without authenticating",
+                       GR_AUTH_READ_MAX);
+          bad_peer(c, &e);
+          break;
+        }
+        if (room > left) room = left;
+      }
+      r = read(fd, c->stage + c->stage_len, room);
+      if (r > 0) {
+        c->stage_len += (size_t)r;
+        if (!c->authed) c->pre_auth += (size_t)r;
+        continue;
+      }
+    }
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+    char why[160];
+    if (r == 0)
+      snprintf(why, sizeof why, "%s closed the connection%s", c->peer,
+               c->rstate == READ_HEADER && c->stage_len == c->stage_pos
+                   ? ""
+                   : " in the middle of a frame");
+    else
+      snprintf(why, sizeof why, "connection reset by %s (%s)", c->peer, strerror(errno));
+    gr_conn_close_now(c, GR_ERR_UNAVAILABLE, why);
+    break;
+  }
+  gr_conn_unref(c);
+}
+
+static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg) {
+  gr_conn *c = arg;
+  if (c->authed) return;
+  gr_error e;
+  gr_error_set(&e, GR_ERR_DEADLINE_EXCEEDED, "no authentication within %d ms", GR_AUTH_TIMEOUT_MS);
+  bad_peer(c, &e);
+}
+
+void gr_conn_arm_handshake_timer(gr_conn *c) {
+  struct timeval tv = {GR_AUTH_TIMEOUT_MS / 1000, (GR_AUTH_TIMEOUT_MS % 1000) * 1000};
+  event_add(c->timer, &tv);
+}

@@ -1,0 +1,75 @@
+/* What transport.c and transport_dial.c share about loops and connections.
+ * Internal to the transport. */
+#ifndef GR_TRANSPORT_CONN_INTERNAL_H
+#define GR_TRANSPORT_CONN_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "distributed/transport_internal.h"
+
+#define GR_AUTH_READ_MAX   256   /* bytes read from a peer before it authenticates */
+#define GR_AUTH_TIMEOUT_MS 10000 /* time a peer has to authenticate */
+
+struct event_base;
+struct event;
+
+struct gr_loop {
+  struct event_base *base;
+  pthread_t thread;
+  pthread_mutex_t mu; /* conns, listeners */
+  gr_conn *conns;     /* open connections (a list through prev/next) */
+  gr_listener *listeners;
+};
+
+typedef struct wq_item { /* a message being written */
+  gr_outmsg *msg;
+  struct iovec *iov; /* into msg */
+  int n, i;          /* iovecs, the first not fully written */
+  size_t off;        /* bytes of iov[i] written */
+  struct wq_item *next;
+} wq_item;
+
+enum { READ_HEADER, READ_MAP, READ_BODY };
+
+struct gr_conn {
+  gr_loop *loop;
+  int fd;
+  char peer[80];
+  gr_conn_handler h;
+  atomic_int refs;
+  void *user;
+  gr_conn *prev, *next; /* in loop->conns */
+  struct event *rev, *wev, *timer;
+  pthread_mutex_t mu; /* closed and the write queue */
+  bool closed, wev_armed;
+  wq_item *qhead, *qtail;
+  size_t queued;
+  /* reading (loop thread only) */
+  int rstate;
+  uint8_t *stage;
+  size_t stage_cap, stage_len, stage_pos;
+  gr_inmsg *in;
+  gr_buffer *body;
+  size_t body_got;
+  /* the server side of authentication */
+  bool is_server, authed;
+  char *secret;
+  uint8_t nonce[GR_AUTH_NONCE];
+  size_t pre_auth;
+};
+
+/* A connection over a connected socket fd (taken), registered with the loop.
+ * The loop holds a reference; a client connection (!is_server) comes with a
+ * second one for the caller. */
+gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, const char *secret,
+                         const gr_conn_handler *h, gr_conn **out, gr_error *err);
+/* Closes now (loop thread, or any thread once the loop has stopped). */
+void gr_conn_close_now(gr_conn *c, gr_status code, const char *why);
+/* The server's check of an AUTH frame; sends AUTH_OK and marks c authed. */
+gr_status gr_conn_server_auth(gr_conn *c, gr_inmsg *m, gr_error *err);
+void gr_conn_arm_handshake_timer(gr_conn *c);
+/* Frees every listener of a stopped loop. */
+void gr_listeners_free_all(gr_loop *l);
+
+#endif

@@ -1,0 +1,379 @@
+/* Making connections: listening and accepting (with the server side of the
+ * handshake), dialing with retries, and the client side of the handshake
+ * (blocking, with a deadline, before the loop takes the socket). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/listener.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "distributed/transport_conn_internal.h"
+
+gr_status gr_parse_address(const char *address, char *host, size_t host_cap, int *port,
+                           gr_error *err) {
+  const char *colon = NULL, *h = address;
+  size_t hl;
+  if (!address || !*address)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "empty address (want host:port)");
+  if (address[0] == '[') { /* [v6]:port */
+    const char *close = strchr(address, ']');
+    if (!close || close[1] != ':')
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "address '%s': want [v6-address]:port",
+                          address);
+    h = address + 1;
+    hl = (size_t)(close - h);
+    colon = close + 1;
+  } else {
+    colon = strrchr(address, ':');
+    if (!colon)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "address '%s' has no port (want host:port)",
+                          address);
+    hl = (size_t)(colon - address);
+  }
+  if (hl == 0 || hl >= host_cap)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "address '%s': bad host", address);
+  char *end;
+  errno = 0;
+  long p = strtol(colon + 1, &end, 10);
+  if (errno || *end || end == colon + 1 || p < 0 || p > 65535)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "address '%s': port must be 0 to 65535",
+                        address);
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  *port = (int)p;
+  return GR_OK;
+}
+
+static void peer_name(const struct sockaddr *sa, char *out, size_t cap) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+    port = ntohs(in->sin_port);
+    snprintf(out, cap, "%s:%d", ip, port);
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *in = (const struct sockaddr_in6 *)sa;
+    inet_ntop(AF_INET6, &in->sin6_addr, ip, sizeof ip);
+    port = ntohs(in->sin6_port);
+    snprintf(out, cap, "[%s]:%d", ip, port);
+  } else {
+    snprintf(out, cap, "?");
+  }
+}
+
+/* ---- the server side ----------------------------------------------------------- */
+
+struct gr_listener {
+  gr_loop *loop;
+  struct evconnlistener *ev;
+  gr_conn_handler h;
+  char *secret;
+  gr_listener *next;
+};
+
+static gr_status send_hello(gr_conn *c, gr_error *err) {
+  gr_outmsg *m = gr_outmsg_new(GR_MSG_HELLO, c->secret ? 2 : 1);
+  if (!m) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_outmsg_bool(m, "auth", c->secret != NULL);
+  if (c->secret) {
+    if (gr_auth_random(c->nonce, GR_AUTH_NONCE, err) != GR_OK) {
+      gr_outmsg_free(m);
+      return err->code;
+    }
+    gr_outmsg_bin(m, "nonce", c->nonce, GR_AUTH_NONCE);
+  }
+  return gr_conn_send(c, m, err);
+}
+
+static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sockaddr *sa, int len,
+                      void *arg) {
+  gr_listener *ls = arg;
+  char peer[80];
+  peer_name(sa, peer, sizeof peer);
+  gr_conn *c;
+  gr_error e;
+  if (gr_conn_attach(ls->loop, fd, peer, true, ls->secret, &ls->h, &c, &e) != GR_OK) {
+    fprintf(stderr, "graphrun: accepting %s: %s\n", peer, e.msg);
+    return;
+  }
+  if (send_hello(c, &e) != GR_OK) {
+    gr_conn_close_now(c, e.code, e.msg);
+    return;
+  }
+  if (ls->secret) gr_conn_arm_handshake_timer(c);
+}
+
+gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *secret,
+                          const gr_conn_handler *handler, gr_listener **out, int *port_out,
+                          gr_error *err) {
+  *out = NULL;
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo *ai = NULL;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  int rc = getaddrinfo(host, ps, &hints, &ai);
+  if (rc != 0)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "cannot resolve '%s': %s", host,
+                        gai_strerror(rc));
+  gr_listener *ls = calloc(1, sizeof *ls);
+  if (!ls || (secret && !(ls->secret = strdup(secret)))) {
+    freeaddrinfo(ai);
+    free(ls);
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  ls->loop = l;
+  ls->h = *handler;
+  ls->ev = evconnlistener_new_bind(l->base, on_accept, ls,
+                                   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+                                       LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_THREADSAFE,
+                                   128, ai->ai_addr, (int)ai->ai_addrlen);
+  int e = errno;
+  freeaddrinfo(ai);
+  if (!ls->ev) {
+    free(ls->secret);
+    free(ls);
+    return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot listen on %s:%d: %s", host, port,
+                        strerror(e));
+  }
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  getsockname(evconnlistener_get_fd(ls->ev), (struct sockaddr *)&ss, &sl);
+  *port_out = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                             : ((struct sockaddr_in *)&ss)->sin_port);
+  pthread_mutex_lock(&l->mu);
+  ls->next = l->listeners;
+  l->listeners = ls;
+  pthread_mutex_unlock(&l->mu);
+  *out = ls;
+  return GR_OK;
+}
+
+static void listener_free_now(gr_listener *ls) {
+  evconnlistener_free(ls->ev);
+  free(ls->secret);
+  free(ls);
+}
+
+void gr_listener_free(gr_listener *ls) {
+  if (!ls) return;
+  gr_loop *l = ls->loop;
+  pthread_mutex_lock(&l->mu);
+  gr_listener **p = &l->listeners;
+  while (*p && *p != ls) p = &(*p)->next;
+  if (*p) *p = ls->next;
+  pthread_mutex_unlock(&l->mu);
+  evconnlistener_disable(ls->ev);
+  listener_free_now(ls);
+}
+
+void gr_listeners_free_all(gr_loop *l) {
+  while (l->listeners) {
+    gr_listener *ls = l->listeners;
+    l->listeners = ls->next;
+    listener_free_now(ls);
+  }
+}
+
+gr_status gr_conn_server_auth(gr_conn *c, gr_inmsg *m, gr_error *err) {
+  const void *nonce, *mac;
+  GR_TRY(gr_msg_bin(&m->msg.root, "nonce", GR_AUTH_NONCE, &nonce, err));
+  GR_TRY(gr_msg_bin(&m->msg.root, "mac", GR_AUTH_MAC, &mac, err));
+  uint8_t want[GR_AUTH_MAC], mine[GR_AUTH_MAC];
+  gr_auth_mac(c->secret, "client", c->nonce, nonce, want);
+  if (!gr_auth_equal(want, mac))
+    return gr_error_set(err, GR_ERR_UNAUTHENTICATED, "wrong secret (authentication failed)");
+  gr_auth_mac(c->secret, "server", nonce, c->nonce, mine);
+  gr_outmsg *ok = gr_outmsg_new(GR_MSG_AUTH_OK, 1);
+  if (!ok) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_outmsg_bin(ok, "mac", mine, GR_AUTH_MAC);
+  c->authed = true;
+  return gr_conn_send(c, ok, err);
+}
+
+/* ---- the client side ----------------------------------------------------------- */
+
+/* Waits for fd to be ready for events until deadline; 0 ready, -1 timeout. */
+static int wait_fd(int fd, short events, int64_t deadline) {
+  for (;;) {
+    int64_t left = deadline - gr_wire_now_ms();
+    if (left <= 0) return -1;
+    struct pollfd p = {.fd = fd, .events = events};
+    int r = poll(&p, 1, (int)(left > 1000000 ? 1000000 : left));
+    if (r > 0) return 0;
+    if (r < 0 && errno != EINTR) return 0; /* let the read or write report it */
+  }
+}
+
+/* Reads exactly n bytes by the deadline: GR_OK, or an error naming address. */
+static gr_status read_exact(int fd, void *buf, size_t n, int64_t deadline, const char *address,
+                            gr_error *err) {
+  size_t got = 0;
+  while (got < n) {
+    if (wait_fd(fd, POLLIN, deadline) != 0)
+      return gr_error_set(err, GR_ERR_DEADLINE_EXCEEDED, "%s did not answer in time", address);
+    ssize_t r = read(fd, (char *)buf + got, n - got);
+    if (r == 0) return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s closed the connection", address);
+    if (r < 0 && errno != EINTR && errno != EAGAIN)
+      return gr_error_set(err, GR_ERR_UNAVAILABLE, "reading from %s: %s", address, strerror(errno));
+    if (r > 0) got += (size_t)r;
+  }
+  return GR_OK;
+}
+
+static gr_status read_frame(int fd, gr_msg_type want, int64_t deadline, const char *address,
+                            gr_msg *m, gr_error *err) {
+  uint8_t hb[GR_WIRE_HEADER_SIZE], map[256];
+  gr_frame_header h;
+  GR_TRY(read_exact(fd, hb, sizeof hb, deadline, address, err));
+  GR_TRY(gr_wire_parse_frame_header(hb, 0, &h, err));
+  if (h.type != want || h.header_len > sizeof map)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s sent a %s frame, want %s", address,
+                        gr_msg_type_name(h.type), gr_msg_type_name(want));
+  GR_TRY(read_exact(fd, map, h.header_len, deadline, address, err));
+  return gr_msg_parse(m, map, h.header_len, err);
+}
+
+static gr_status write_all(int fd, gr_outmsg *m, int64_t deadline, const char *address,
+                           gr_error *err) {
+  struct iovec *iov;
+  int n;
+  size_t total;
+  gr_status st = gr_outmsg_finish(m, &iov, &n, &total, err);
+  const char *p = st == GR_OK ? iov[0].iov_base : NULL; /* handshake frames: no body */
+  for (size_t done = 0; st == GR_OK && done < total;) {
+    if (wait_fd(fd, POLLOUT, deadline) != 0) {
+      st = gr_error_set(err, GR_ERR_DEADLINE_EXCEEDED, "writing to %s timed out", address);
+      break;
+    }
+    ssize_t w = send(fd, p + done, total - done, MSG_NOSIGNAL);
+    if (w < 0 && errno != EINTR && errno != EAGAIN)
+      st = gr_error_set(err, GR_ERR_UNAVAILABLE, "writing to %s: %s", address, strerror(errno));
+    if (w > 0) done += (size_t)w;
+  }
+  gr_outmsg_free(m);
+  return st;
+}
+
+static gr_status client_handshake(int fd, const char *address, const char *secret, int64_t deadline,
+                                  gr_error *err) {
+  gr_msg hello;
+  GR_TRY(read_frame(fd, GR_MSG_HELLO, deadline, address, &hello, err));
+  bool auth = false;
+  const void *sn = NULL;
+  uint8_t snonce[GR_AUTH_NONCE], cnonce[GR_AUTH_NONCE];
+  gr_status st = gr_msg_bool(&hello.root, "auth", &auth, err);
+  if (st == GR_OK && auth) st = gr_msg_bin(&hello.root, "nonce", GR_AUTH_NONCE, &sn, err);
+  if (st == GR_OK && auth) memcpy(snonce, sn, GR_AUTH_NONCE);
+  gr_msg_free(&hello);
+  if (st != GR_OK) {
+    gr_error_prefix(err, "%s: hello", address);
+    return st;
+  }
+  if (auth && !secret)
+    return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
+                        "%s requires a secret (graphrun --secret-file FILE, or "
+                        "GRAPHRUN_SECRET_FILE)",
+                        address);
+  if (!auth && secret)
+    return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
+                        "%s does not authenticate, but this process has a secret: refusing to "
+                        "talk to a server that cannot prove it knows it",
+                        address);
+  if (!auth) return GR_OK;
+  GR_TRY(gr_auth_random(cnonce, GR_AUTH_NONCE, err));
+  uint8_t mac[GR_AUTH_MAC];
+  gr_auth_mac(secret, "client", snonce, cnonce, mac);
+  gr_outmsg *m = gr_outmsg_new(GR_MSG_AUTH, 2);
+  if (!m) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_outmsg_bin(m, "nonce", cnonce, GR_AUTH_NONCE);
+  gr_outmsg_bin(m, "mac", mac, GR_AUTH_MAC);
+  GR_TRY(write_all(fd, m, deadline, address, err));
+  gr_msg ok;
+  gr_error e;
+  if (read_frame(fd, GR_MSG_AUTH_OK, deadline, address, &ok, &e) != GR_OK)
+    return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
+                        "%s refused this process's secret (a different secret?): %s", address,
+                        e.msg);
+  const void *smac;
+  uint8_t want[GR_AUTH_MAC];
+  gr_auth_mac(secret, "server", cnonce, snonce, want);
+  st = gr_msg_bin(&ok.root, "mac", GR_AUTH_MAC, &smac, err);
+  if (st == GR_OK && !gr_auth_equal(want, smac))
+    st = gr_error_set(err, GR_ERR_UNAUTHENTICATED,
+                      "%s does not know this process's secret (authentication failed)", address);
+  gr_msg_free(&ok);
+  return st;
+}
+
+/* One connection attempt; -1 with errno on failure. */
+static int connect_once(const struct addrinfo *ai, int64_t deadline) {
+  int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+  if (fd < 0) return -1;
+  if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) return fd;
+  if (errno != EINPROGRESS) goto fail;
+  if (wait_fd(fd, POLLOUT, deadline) != 0) {
+    errno = ETIMEDOUT;
+    goto fail;
+  }
+  int so = 0;
+  socklen_t sl = sizeof so;
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl);
+  if (so == 0) return fd;
+  errno = so;
+fail:;
+  int e = errno;
+  close(fd);
+  errno = e;
+  return -1;
+}
+
+gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, int timeout_ms,
+                       const gr_conn_handler *handler, gr_conn **out, gr_error *err) {
+  *out = NULL;
+  char host[256];
+  int port;
+  GR_TRY(gr_parse_address(address, host, sizeof host, &port, err));
+  if (port == 0) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "address '%s': port 0", address);
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+  struct addrinfo *ai = NULL;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  int rc = getaddrinfo(host, ps, &hints, &ai);
+  if (rc != 0)
+    return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot resolve '%s': %s", host, gai_strerror(rc));
+  int64_t deadline = gr_wire_now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
+  int backoff = 10, fd = -1, last = 0;
+  for (int tries = 0; fd < 0 && tries < 100000; tries++) {
+    if ((fd = connect_once(ai, deadline)) >= 0) break;
+    last = errno;
+    int64_t left = deadline - gr_wire_now_ms();
+    if (left <= 0) break;
+    struct timespec ts = {0, (long)(backoff < left ? backoff : left) * 1000000L};
+    nanosleep(&ts, NULL);
+    backoff = backoff * 2 > 500 ? 500 : backoff * 2;
+  }
+  freeaddrinfo(ai);
+  if (fd < 0)
+    return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot connect to %s within %d ms: %s", address,
+                        timeout_ms, strerror(last ? last : ETIMEDOUT));
+  gr_status st = client_handshake(fd, address, secret, deadline, err);
+  if (st != GR_OK) {
+    close(fd);
+    return st;
+  }
+  gr_conn *c;
+  GR_TRY(gr_conn_attach(l, fd, address, false, NULL, handler, &c, err)); /* with our ref */
+  *out = c;
+  return GR_OK;
+}

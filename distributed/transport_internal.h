@@ -1,0 +1,102 @@
+/* The transport: connections carrying frames (wire_internal.h) over TCP,
+ * driven by one libevent loop thread per gr_loop.
+ *
+ *   gr_loop *loop;  gr_loop_new(&loop, &err);
+ *   gr_listener *l; int port;
+ *   gr_listener_new(loop, "127.0.0.1", 0, secret, &handler, &l, &port, &err);   // a server
+ *   gr_conn *c;
+ *   gr_conn_dial(loop, "127.0.0.1:4000", secret, 5000, &handler, &c, &err);     // a client
+ *   gr_conn_send(c, msg, &err);         // any thread; takes msg
+ *   ... handler.on_message(arg, c, in) runs on the loop thread per frame ...
+ *   gr_conn_close(c); gr_conn_unref(c);
+ *   gr_listener_free(l); gr_loop_free(loop);
+ *
+ * Reading: a frame's header and map are read through a staging buffer; its
+ * body goes straight into a pooled 64-byte-aligned gr_buffer with read(),
+ * never through libevent's evbuffers. Writing: gr_conn_send writes with
+ * writev() from the caller's thread when nothing is queued (no hop through
+ * the loop for a small message); what the socket does not take is queued
+ * and written by the loop when the socket is writable. Queued bytes are
+ * bounded: a peer that stops reading is disconnected.
+ *
+ * Authentication (with a secret): the server sends HELLO with a nonce, the
+ * client answers AUTH with its nonce and HMAC(secret, "client" | server
+ * nonce | client nonce), the server checks it and answers AUTH_OK with
+ * HMAC(secret, "server" | client nonce | server nonce), which the client
+ * checks. Until then a server reads at most 256 bytes from the peer and
+ * only an AUTH frame. Without a secret HELLO says so and the connection is
+ * ready; a client with a secret refuses a server without one.
+ *
+ * Internal to distributed/. */
+#ifndef GR_TRANSPORT_INTERNAL_H
+#define GR_TRANSPORT_INTERNAL_H
+
+#include "distributed/wire_internal.h"
+
+typedef struct gr_loop gr_loop;
+typedef struct gr_conn gr_conn;
+typedef struct gr_listener gr_listener;
+
+/* A received frame: its header, parsed map and body (one reference, NULL
+ * when the body is empty). */
+typedef struct gr_inmsg {
+  gr_frame_header h;
+  gr_msg msg;
+  gr_buffer *body;
+} gr_inmsg;
+void gr_inmsg_free(gr_inmsg *m); /* frees the map, the body reference and m */
+
+typedef struct gr_conn_handler {
+  /* A frame arrived (loop thread; must not block). Takes m. */
+  void (*on_message)(void *arg, gr_conn *c, gr_inmsg *m);
+  /* The connection closed (loop thread, once; why: the cause). */
+  void (*on_close)(void *arg, gr_conn *c, const gr_error *why);
+  void *arg;
+} gr_conn_handler;
+
+/* Starts the loop thread. */
+gr_status gr_loop_new(gr_loop **out, gr_error *err);
+/* Closes every connection and listener of the loop, stops and joins its
+ * thread. on_close runs for each connection still open. */
+void gr_loop_free(gr_loop *l);
+/* Runs fn(arg) on the loop thread soon (thread-safe). */
+gr_status gr_loop_call(gr_loop *l, void (*fn)(void *arg), void *arg, gr_error *err);
+
+/* Listens on host:port (port 0: a free one, *port_out gets it). Accepted
+ * connections use handler; secret (NULL: none) is copied. */
+gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *secret,
+                          const gr_conn_handler *handler, gr_listener **out, int *port_out,
+                          gr_error *err);
+void gr_listener_free(gr_listener *ls);
+
+/* Connects to "host:port" with retries (backoff 10 ms doubling to 500 ms)
+ * until timeout_ms, authenticates (secret NULL: the server must not ask
+ * for one) and hands the connection to the loop. *out holds one reference
+ * for the caller. Errors name the address. */
+gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, int timeout_ms,
+                       const gr_conn_handler *handler, gr_conn **out, gr_error *err);
+
+/* Sends a message (any thread). Takes msg, also on failure
+ * (GR_ERR_UNAVAILABLE once the connection is closed). */
+gr_status gr_conn_send(gr_conn *c, gr_outmsg *msg, gr_error *err);
+/* Closes the connection (any thread; idempotent): its on_close runs on the
+ * loop thread with why = "closed". */
+void gr_conn_close(gr_conn *c);
+void gr_conn_ref(gr_conn *c);
+void gr_conn_unref(gr_conn *c);
+bool gr_conn_is_open(gr_conn *c);
+/* "127.0.0.1:40123": the peer's address. */
+const char *gr_conn_peer(const gr_conn *c);
+/* User data attached to the connection (e.g. the server's session). */
+void gr_conn_set_user(gr_conn *c, void *user);
+void *gr_conn_user(const gr_conn *c);
+
+/* Limits (settable for tests): bytes queued for writing before a peer that
+ * does not read is disconnected; a body's maximum on receive. */
+void gr_transport_set_limits(size_t max_queued, size_t max_body);
+
+/* Splits "host:port" ("[::1]:5000" for IPv6) into host and port. */
+gr_status gr_parse_address(const char *address, char *host, size_t host_cap, int *port,
+                           gr_error *err);
+
+#endif
