@@ -1,7 +1,23 @@
-/* distributed/: the face header. What tasks in separate processes share:
- * today the serialized graph (the format `graphrun export` writes and the
- * wire will carry); the cluster, wire, transport, server and master follow
- * (DESIGN.md §5).
+/* distributed/: the face header. Tasks in separate processes (DESIGN.md §5,
+ * docs/distributed.md): the server (one task: a worker service on a TCP
+ * port), the master (a client's view of a cluster, which a session runs its
+ * steps through) and the serialized graph they exchange.
+ *
+ *   // a task: graphrun server --job worker --task 1
+ *   gr_server_options so = {.job = "worker", .task = 1, .bind = "127.0.0.1:0"};
+ *   gr_server *srv;
+ *   gr_server_new(&so, &srv, &err);             // serving; gr_server_port(srv)
+ *
+ *   // a client: a session over the cluster's devices
+ *   const char *tasks[] = {"127.0.0.1:2222", "127.0.0.1:2223"};
+ *   gr_master_options mo = {.num_tasks = 2, .addresses = tasks};
+ *   gr_master *m;
+ *   gr_master_new(&mo, &m, &err);               // connects, asks each task its devices
+ *   gr_session *s = gr_master_session_new(m, g, NULL, &err);
+ *   gr_session_run(s, ...);                     // partitions run on the tasks
+ *   gr_session_free(s); gr_master_free(m); gr_server_free(srv);
+ *
+ * Serialized graphs:
  *
  *   void *data;
  *   size_t size;
@@ -68,5 +84,57 @@ bool gr_wire_is_graph(const void *data, size_t size);
  * the bytes that follow (an array of n needs at least n more bytes), so an
  * unpacker allocates at most a few times size. Ext types are refused. */
 gr_status gr_wire_check_msgpack(const void *data, size_t size, int max_depth, gr_error *err);
+
+/* ---- the server: one task --------------------------------------------------- */
+
+typedef struct gr_server gr_server;
+
+typedef struct gr_server_options {
+  const char *job;      /* the task's job ("worker", "ps"); required */
+  int task;             /* its index in the job */
+  const char *bind;     /* "host:port" to listen on; port 0: a free port; NULL:
+                           "127.0.0.1:0". A non-loopback host needs a secret. */
+  const char *secret;   /* shared secret (NULL: no authentication, loopback only) */
+  int num_devices;      /* CPU devices /job:J/replica:0/task:T/device:CPU:K; 0: 1 */
+  int inter_op_threads; /* executor threads; 0: number of cores */
+  bool quiet;           /* no log line per connection */
+} gr_server_options;
+
+/* Starts serving (a network thread and worker threads). The server picks a
+ * random non-zero incarnation; it keeps one variable container for every
+ * master that registers graphs with it. */
+gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *err);
+/* Stops serving: closes connections (running steps fail) and frees. */
+void gr_server_free(gr_server *s);
+int gr_server_port(const gr_server *s);
+const char *gr_server_task_name(const gr_server *s); /* "/job:worker/replica:0/task:1" */
+uint64_t gr_server_incarnation(const gr_server *s);
+gr_resource_mgr *gr_server_resources(gr_server *s); /* borrowed */
+
+/* ---- the master: a client's view of a cluster ------------------------------ */
+
+typedef struct gr_master gr_master;
+
+typedef struct gr_master_options {
+  int num_tasks;
+  const char *const *addresses; /* "host:port" of each task's server */
+  const char *secret;           /* the cluster's shared secret, or NULL */
+  int connect_timeout_ms;       /* per task, with retries; 0: 10000 */
+  int step_timeout_ms;          /* a step's deadline; 0: none */
+} gr_master_options;
+
+/* Connects to every task and asks for its name, devices and incarnation.
+ * Errors name the task's address. */
+gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *err);
+void gr_master_free(gr_master *m);
+/* Every device of the cluster, in task order (borrowed; num via *n). */
+const char *const *gr_master_devices(const gr_master *m, int *n);
+/* A session over the cluster's devices whose steps run on the tasks: base
+ * (may be NULL) gives the other options. The master must outlive it. */
+gr_session *gr_master_session_new(gr_master *m, gr_graph *g, const gr_session_options *base,
+                                  gr_error *err);
+/* The task names (borrowed) and incarnations, for tests and logs. */
+const char *gr_master_task_name(const gr_master *m, int task);
+uint64_t gr_master_task_incarnation(const gr_master *m, int task);
 
 #endif

@@ -31,6 +31,7 @@
 
 #include "checkpoints/gr_checkpoints.h"
 #include "core/gr_core.h"
+#include "distributed/gr_distributed.h"
 #include "frontend/gr_dsl.h"
 #include "ops/gr_ops.h"
 #include "placer/gr_placer.h"

@@ -191,6 +191,12 @@ void gt_random_graph_run(gt_rgraph *rg, int devices, int threads, bool schedule_
       .num_devices = devices, .inter_op_threads = threads, .schedule_recvs = schedule_recvs};
   gr_session *s = gr_session_new(rg->g, &o, &err);
   if (!s) must_not_fail("making a session for", 0, &err);
+  gt_random_graph_run_session(rg, s, out);
+  gr_session_free(s);
+}
+
+void gt_random_graph_run_session(gt_rgraph *rg, gr_session *s, gr_tensor *out) {
+  gr_error err;
   gr_tensor xv = gt_random(&(gt_rng){99}, GR_F32, (gr_shape){2, {4, 4}}, -1, 1);
   gr_feed f = {rg->x, &xv};
   for (int step = 0; step < 2; step++) {
@@ -200,5 +206,4 @@ void gt_random_graph_run(gt_rgraph *rg, int devices, int threads, bool schedule_
       for (int i = 0; i < rg->nf; i++) gr_tensor_release(&out[i]);
   }
   gr_tensor_release(&xv);
-  gr_session_free(s);
 }

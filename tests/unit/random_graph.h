@@ -39,4 +39,7 @@ gt_rgraph gt_random_graph(uint64_t seed, int devices, uint64_t dev_seed, bool wi
 void gt_random_graph_run(gt_rgraph *rg, int devices, int threads, bool schedule_recvs,
                          gr_tensor *out);
 
+/* The same two steps on a session of the caller's (e.g. over a cluster). */
+void gt_random_graph_run_session(gt_rgraph *rg, gr_session *s, gr_tensor *out);
+
 #endif

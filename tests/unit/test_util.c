@@ -175,9 +175,14 @@ int gt_gauge_max(void) {
   return __atomic_load_n(&gauge_max, __ATOMIC_SEQ_CST);
 }
 
+static const char *pin_format = "/device:CPU:%d";
+void gt_set_pin_format(const char *fmt) {
+  pin_format = fmt ? fmt : "/device:CPU:%d";
+}
+
 void gt_pin(gr_graph *g, int k) {
-  char spec[32];
-  snprintf(spec, sizeof spec, "/device:CPU:%d", k);
+  char spec[96];
+  snprintf(spec, sizeof spec, pin_format, k);
   gr_graph_push_device_scope(g, spec);
 }
 

@@ -46,6 +46,9 @@ void gt_gauge_enter(void);
 void gt_gauge_leave(void);
 int gt_gauge_max(void);
 
+/* The spec gt_pin pushes for device k: a printf format of one int (NULL:
+ * "/device:CPU:%d"; a cluster test: "/job:worker/task:%d"). */
+void gt_set_pin_format(const char *fmt);
 /* Multi-device tests: nodes built until gr_graph_pop_device_scope go to
  * /device:CPU:k; a session with that many local devices and threads and a
  * 60 s step timeout, so a deadlock fails the test instead of hanging it (the

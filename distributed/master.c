@@ -1,0 +1,320 @@
+/* The master: a client's view of a cluster, and the session's remote runner.
+ *
+ * It connects to every task, learns its name, devices and incarnation, and
+ * serves a session whose devices are the cluster's: for each prepared
+ * signature it registers every task's partitions (one REGISTER per task,
+ * a handle back), and for each step sends one RUN per task in parallel with
+ * a random run id and the feeds that task uses, then collects the fetches.
+ * The first error (not a cancellation) aborts the step on every other task
+ * and is the one reported; the cancellations it caused are not. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "distributed/gr_distributed.h"
+#include "distributed/master_internal.h"
+
+/* ---- requests -------------------------------------------------------------------- */
+
+static void finish(rpc *r, gr_status code, const gr_error *e, gr_inmsg *resp) {
+  pthread_mutex_lock(&r->g->mu);
+  r->done = true;
+  r->code = code;
+  if (e) r->err = *e;
+  r->resp = resp;
+  r->g->outstanding--;
+  pthread_cond_broadcast(&r->g->cv);
+  pthread_mutex_unlock(&r->g->mu);
+}
+
+static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
+  gr_master *ms = arg;
+  task *t = gr_conn_user(c);
+  gr_error e;
+  uint64_t id, code;
+  if (!t) { /* before gr_master_new attached it: nothing was asked yet */
+    gr_inmsg_free(m);
+    return;
+  }
+  if (m->h.type != GR_MSG_RESPONSE || gr_msg_u64(&m->msg.root, "id", &id, &e) != GR_OK ||
+      gr_msg_u64(&m->msg.root, "code", &code, &e) != GR_OK) {
+    fprintf(stderr, "graphrun: master: a bad %s frame from %s\n", gr_msg_type_name(m->h.type),
+            t->name);
+    gr_inmsg_free(m);
+    return;
+  }
+  pthread_mutex_lock(&ms->mu);
+  rpc *r = gr_map_get_u64(&t->pending, id);
+  if (r) gr_map_remove_u64(&t->pending, id);
+  pthread_mutex_unlock(&ms->mu);
+  if (!r) { /* a response after its deadline */
+    gr_inmsg_free(m);
+    return;
+  }
+  if (code != 0) {
+    char msg[GR_ERROR_MSG_MAX];
+    if (gr_msg_str(&m->msg.root, "msg", msg, sizeof msg, &e) != GR_OK)
+      snprintf(msg, sizeof msg, "?");
+    gr_error_set(&e, code < GR_STATUS_COUNT ? (gr_status)code : GR_ERR_INTERNAL, "%s", msg);
+    gr_inmsg_free(m);
+    finish(r, e.code, &e, NULL);
+    return;
+  }
+  finish(r, GR_OK, NULL, m);
+}
+
+static void on_close(void *arg, gr_conn *c, const gr_error *why) {
+  gr_master *ms = arg;
+  task *t = gr_conn_user(c);
+  gr_error e;
+  if (!t) return;
+  gr_error_set(&e, GR_ERR_UNAVAILABLE, "lost %s (%s): %s", t->name[0] ? t->name : "task",
+               t->address, why->msg);
+  pthread_mutex_lock(&ms->mu);
+  t->lost = true;
+  snprintf(t->lost_why, sizeof t->lost_why, "%s", e.msg);
+  rpc *fail[256];
+  int n = 0;
+  void *v;
+  for (;;) { /* fail every request waiting on this task */
+    n = 0;
+    for (size_t pos = 0; n < 256 && gr_map_next(&t->pending, &pos, NULL, &v);) fail[n++] = v;
+    for (int i = 0; i < n; i++) gr_map_remove_u64(&t->pending, fail[i]->id);
+    pthread_mutex_unlock(&ms->mu);
+    for (int i = 0; i < n; i++) finish(fail[i], e.code, &e, NULL);
+    pthread_mutex_lock(&ms->mu);
+    if (n == 0) break;
+  }
+  pthread_mutex_unlock(&ms->mu);
+}
+
+/* Sends msg (taken) to task k as request r (its id is set here). */
+void gr_master_start(gr_master *ms, int k, gr_outmsg *msg, rpc *r, rpc_group *g) {
+  task *t = &ms->tasks[k];
+  gr_error e;
+  r->g = g;
+  r->task = k;
+  r->done = false;
+  r->resp = NULL;
+  pthread_mutex_lock(&g->mu);
+  g->outstanding++;
+  pthread_mutex_unlock(&g->mu);
+  pthread_mutex_lock(&ms->mu);
+  bool ok = !t->lost && gr_map_put_u64(&t->pending, r->id, r);
+  if (!ok) gr_error_set(&e, GR_ERR_UNAVAILABLE, "%s", t->lost ? t->lost_why : "out of memory");
+  pthread_mutex_unlock(&ms->mu);
+  if (!ok) {
+    gr_outmsg_free(msg);
+    finish(r, e.code, &e, NULL);
+    return;
+  }
+  if (gr_conn_send(t->conn, msg, &e) != GR_OK) {
+    pthread_mutex_lock(&ms->mu);
+    bool mine = gr_map_get_u64(&t->pending, r->id) == r;
+    if (mine) gr_map_remove_u64(&t->pending, r->id);
+    pthread_mutex_unlock(&ms->mu);
+    if (mine) finish(r, e.code, &e, NULL);
+  }
+}
+
+uint64_t gr_master_new_id(gr_master *ms) {
+  return __atomic_add_fetch(&ms->next_id, 1, __ATOMIC_RELAXED);
+}
+
+/* Waits for every request of g, until deadline_ms (0: none). on_done(arg,
+ * r) runs (without g's lock) once per request as it completes. Requests not
+ * done at the deadline fail with GR_ERR_DEADLINE_EXCEEDED. */
+void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t deadline_ms,
+                        void (*on_done)(void *, rpc *), void *arg) {
+  char *seen = calloc((size_t)n + 1, 1);
+  pthread_mutex_lock(&g->mu);
+  for (;;) {
+    for (int i = 0; i < n; i++)
+      if (rs[i].done && seen && !seen[i]) {
+        seen[i] = 1;
+        pthread_mutex_unlock(&g->mu);
+        if (on_done) on_done(arg, &rs[i]);
+        pthread_mutex_lock(&g->mu);
+      }
+    if (g->outstanding == 0) break;
+    if (deadline_ms > 0) {
+      int64_t left = deadline_ms - gr_wire_now_ms();
+      if (left <= 0) break;
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_sec += left / 1000;
+      ts.tv_nsec += (left % 1000) * 1000000;
+      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+      pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    } else {
+      pthread_cond_wait(&g->cv, &g->mu);
+    }
+  }
+  pthread_mutex_unlock(&g->mu);
+  for (int i = 0; i < n; i++) { /* past the deadline: late answers are dropped */
+    pthread_mutex_lock(&ms->mu);
+    bool mine = gr_map_get_u64(&ms->tasks[rs[i].task].pending, rs[i].id) == &rs[i];
+    if (mine) gr_map_remove_u64(&ms->tasks[rs[i].task].pending, rs[i].id);
+    pthread_mutex_unlock(&ms->mu);
+    if (mine) {
+      gr_error e;
+      gr_error_set(&e, GR_ERR_DEADLINE_EXCEEDED, "%s did not answer within %d ms",
+                   ms->tasks[rs[i].task].name, ms->o.step_timeout_ms);
+      finish(&rs[i], e.code, &e, NULL);
+      if (on_done) on_done(arg, &rs[i]);
+    }
+  }
+  free(seen);
+}
+
+void gr_rpc_group_init(rpc_group *g) {
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
+  g->outstanding = 0;
+}
+void gr_rpc_group_destroy(rpc_group *g) {
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->cv);
+}
+
+/* ---- connecting -------------------------------------------------------------------- */
+
+static gr_status status_of(gr_master *ms, task *t, gr_inmsg *m, gr_error *err) {
+  const msgpack_object_array *devs;
+  GR_TRY(gr_msg_str(&m->msg.root, "task", t->name, sizeof t->name, err));
+  GR_TRY(gr_msg_u64(&m->msg.root, "inc", &t->incarnation, err));
+  GR_TRY(gr_msg_array(&m->msg.root, "devices", 64, &devs, err));
+  if (devs->size == 0) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "no devices");
+  t->devices = calloc(devs->size, sizeof *t->devices);
+  if (!t->devices) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < devs->size; i++) {
+    const char *p;
+    size_t n;
+    GR_TRY(gr_msg_item_str(&devs->ptr[i], "device", &p, &n, err));
+    char task_of[GR_TASK_NAME_MAX];
+    if (!(t->devices[i] = strndup(p, n)))
+      return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    t->num_devices++;
+    gr_task_of_device(t->devices[i], task_of, sizeof task_of);
+    gr_device_spec spec;
+    if (gr_device_spec_parse(t->devices[i], &spec, err) != GR_OK ||
+        !gr_device_spec_is_full(&spec) || strcmp(task_of, t->name) != 0)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "device '%s' is not a device of %s",
+                          t->devices[i], t->name);
+  }
+  return GR_OK;
+}
+
+gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *err) {
+  *out = NULL;
+  if (!o || o->num_tasks <= 0 || o->num_tasks > 4096 || !o->addresses)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "master: 1 to 4096 task addresses needed");
+  gr_master *ms = calloc(1, sizeof *ms);
+  if (!ms) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  ms->o = *o;
+  if (!ms->o.connect_timeout_ms) ms->o.connect_timeout_ms = 10000;
+  pthread_mutex_init(&ms->mu, NULL);
+  ms->secret = o->secret ? strdup(o->secret) : NULL;
+  ms->o.secret = ms->secret;
+  ms->o.addresses = NULL;
+  ms->tasks = calloc((size_t)o->num_tasks, sizeof *ms->tasks);
+  gr_status st = ms->tasks && (!o->secret || ms->secret)
+                     ? gr_loop_new(&ms->loop, err)
+                     : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_conn_handler h = {on_message, on_close, ms};
+  for (int k = 0; k < o->num_tasks && st == GR_OK; k++) {
+    task *t = &ms->tasks[k];
+    ms->num_tasks++;
+    gr_map_init(&t->pending, GR_MAP_U64);
+    snprintf(t->address, sizeof t->address, "%s", o->addresses[k] ? o->addresses[k] : "");
+    st =
+        gr_conn_dial(ms->loop, t->address, ms->secret, ms->o.connect_timeout_ms, &h, &t->conn, err);
+    if (st != GR_OK) break;
+    gr_conn_set_user(t->conn, t);
+    /* a handler may run before set_user: dial's handshake is done, but no
+     * request is out yet, so nothing arrives before GET_STATUS */
+  }
+  rpc_group g;
+  gr_rpc_group_init(&g);
+  rpc *rs = st == GR_OK ? calloc((size_t)ms->num_tasks, sizeof *rs) : NULL;
+  if (st == GR_OK && !rs) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int k = 0; k < ms->num_tasks && st == GR_OK; k++) {
+    gr_outmsg *m = gr_outmsg_new(GR_MSG_GET_STATUS, 1);
+    if (!m) {
+      st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      break;
+    }
+    rs[k].id = gr_master_new_id(ms);
+    gr_outmsg_u64(m, "id", rs[k].id);
+    gr_master_start(ms, k, m, &rs[k], &g);
+  }
+  if (st == GR_OK)
+    gr_master_wait_all(ms, &g, rs, ms->num_tasks, gr_wire_now_ms() + ms->o.connect_timeout_ms, NULL,
+                       NULL);
+  for (int k = 0; k < ms->num_tasks && st == GR_OK; k++) {
+    if (rs[k].code == GR_OK)
+      st = status_of(ms, &ms->tasks[k], rs[k].resp, err);
+    else if (err)
+      *err = rs[k].err, st = rs[k].code;
+    if (st != GR_OK) gr_error_prefix(err, "task at %s", ms->tasks[k].address);
+  }
+  for (int k = 0; rs && k < ms->num_tasks; k++) gr_inmsg_free(rs[k].resp);
+  free(rs);
+  gr_rpc_group_destroy(&g);
+  for (int k = 0; k < ms->num_tasks && st == GR_OK; k++) {
+    for (int j = 0; j < k; j++)
+      if (!strcmp(ms->tasks[j].name, ms->tasks[k].name))
+        st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s and %s are both %s",
+                          ms->tasks[j].address, ms->tasks[k].address, ms->tasks[k].name);
+    ms->num_devices += ms->tasks[k].num_devices;
+  }
+  if (st == GR_OK && !(ms->device_names = calloc((size_t)ms->num_devices, sizeof(char *))))
+    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int k = 0, d = 0; k < ms->num_tasks && st == GR_OK; k++)
+    for (int i = 0; i < ms->tasks[k].num_devices; i++)
+      ms->device_names[d++] = ms->tasks[k].devices[i];
+  if (st != GR_OK) {
+    gr_master_free(ms);
+    return st;
+  }
+  *out = ms;
+  return GR_OK;
+}
+
+void gr_master_free(gr_master *ms) {
+  if (!ms) return;
+  gr_loop_free(ms->loop); /* closes the connections: on_close fails what waits */
+  for (int k = 0; k < ms->num_tasks; k++) {
+    task *t = &ms->tasks[k];
+    gr_conn_unref(t->conn);
+    gr_map_free(&t->pending);
+    for (int i = 0; i < t->num_devices; i++) free(t->devices[i]);
+    free(t->devices);
+  }
+  free(ms->tasks);
+  free(ms->device_names);
+  free(ms->secret);
+  pthread_mutex_destroy(&ms->mu);
+  free(ms);
+}
+
+const char *const *gr_master_devices(const gr_master *ms, int *n) {
+  *n = ms->num_devices;
+  return ms->device_names;
+}
+const char *gr_master_task_name(const gr_master *ms, int k) {
+  return k >= 0 && k < ms->num_tasks ? ms->tasks[k].name : NULL;
+}
+uint64_t gr_master_task_incarnation(const gr_master *ms, int k) {
+  return k >= 0 && k < ms->num_tasks ? ms->tasks[k].incarnation : 0;
+}
+
+int gr_master_task_of(const gr_master *ms, const char *device) {
+  char t[GR_TASK_NAME_MAX];
+  gr_task_of_device(device, t, sizeof t);
+  for (int k = 0; k < ms->num_tasks; k++)
+    if (!strcmp(ms->tasks[k].name, t)) return k;
+  return -1;
+}

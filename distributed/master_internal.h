@@ -1,0 +1,65 @@
+/* The master's internals shared by master.c (connections, requests) and
+ * master_run.c (the session's remote runner). Internal to distributed/. */
+#ifndef GR_MASTER_INTERNAL_H
+#define GR_MASTER_INTERNAL_H
+
+#include <pthread.h>
+
+#include "distributed/server_internal.h"
+
+typedef struct rpc_group {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int outstanding;
+} rpc_group;
+
+typedef struct rpc { /* one request in flight */
+  rpc_group *g;
+  uint64_t id;
+  int task;
+  bool done;
+  gr_status code; /* of the response, or of the transport */
+  gr_error err;
+  gr_inmsg *resp; /* on success; the waiter frees it */
+} rpc;
+
+typedef struct task {
+  char address[128];
+  char name[GR_TASK_NAME_MAX];
+  uint64_t incarnation;
+  char **devices;
+  int num_devices;
+  gr_conn *conn;
+  gr_map pending; /* id -> rpc (under the master's mu) */
+  bool lost;
+  char lost_why[GR_ERROR_MSG_MAX];
+} task;
+
+struct gr_master {
+  gr_master_options o;
+  char *secret;
+  gr_loop *loop;
+  task *tasks;
+  int num_tasks;
+  const char **device_names;
+  int num_devices;
+  pthread_mutex_t mu;
+  uint64_t next_id;
+  gr_remote_runner runner;
+};
+
+/* A new request id. */
+uint64_t gr_master_new_id(gr_master *ms);
+/* Sends msg (taken) to task k as request r (r->id set by the caller). */
+void gr_master_start(gr_master *ms, int k, gr_outmsg *msg, rpc *r, rpc_group *g);
+/* Waits for the n requests rs of g until deadline_ms (0: none); on_done(arg,
+ * r) runs once per request as it completes (without locks held). Requests
+ * not done by the deadline fail with GR_ERR_DEADLINE_EXCEEDED. */
+void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t deadline_ms,
+                        void (*on_done)(void *, rpc *), void *arg);
+void gr_rpc_group_init(rpc_group *g);
+void gr_rpc_group_destroy(rpc_group *g);
+/* The task index of a full device name, -1 when none. */
+int gr_master_task_of(const gr_master *ms, const char *device);
+
+#endif

@@ -1,0 +1,290 @@
+/* The server: one task of a cluster. It listens, answers GET_STATUS on the
+ * network thread, and hands registrations, steps, pushed tensors and aborts
+ * to its worker threads (no kernel work on the network thread). */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distributed/server_internal.h"
+
+void gr_task_of_device(const char *device, char *out, size_t cap) {
+  const char *d = strstr(device, "/device:");
+  size_t n = d ? (size_t)(d - device) : strlen(device);
+  if (n >= cap) n = cap - 1;
+  memcpy(out, device, n);
+  out[n] = '\0';
+}
+
+gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e) {
+  gr_outmsg *m = gr_outmsg_new(GR_MSG_RESPONSE, 2 + (e ? 1 : extra));
+  if (!m) return NULL;
+  gr_outmsg_u64(m, "id", id);
+  gr_outmsg_u64(m, "code", e ? (uint64_t)e->code : 0);
+  if (e) gr_outmsg_str(m, "msg", e->msg);
+  return m;
+}
+
+void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e) {
+  gr_outmsg *m = gr_server_response(id, 0, e);
+  if (m) gr_conn_send(c, m, NULL);
+}
+
+peer *gr_server_find_peer(gr_server *s, const char *task) {
+  for (int i = 0; i < s->num_peers; i++)
+    if (!strcmp(s->peers[i].name, task)) return &s->peers[i];
+  return NULL;
+}
+
+/* ---- requests ----------------------------------------------------------------- */
+
+static void get_status(gr_server *s, gr_conn *c, uint64_t id) {
+  gr_outmsg *m = gr_server_response(id, 3, NULL);
+  if (!m) return;
+  gr_outmsg_str(m, "task", s->task);
+  gr_outmsg_u64(m, "inc", s->incarnation);
+  gr_outmsg_key(m, "devices");
+  msgpack_pack_array(gr_outmsg_packer(m), (size_t)s->num_devices);
+  for (int i = 0; i < s->num_devices; i++) gr_pack_str(gr_outmsg_packer(m), s->devices[i]);
+  gr_conn_send(c, m, NULL);
+}
+
+static void vars(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id) {
+  const msgpack_object_array *names;
+  gr_error e;
+  if (gr_msg_array(&in->msg.root, "names", 1 << 20, &names, &e) != GR_OK) {
+    gr_server_respond_error(c, id, &e);
+    return;
+  }
+  gr_outmsg *m = gr_server_response(id, 1, NULL);
+  if (!m) return;
+  gr_outmsg_key(m, "init");
+  msgpack_pack_array(gr_outmsg_packer(m), names->size);
+  for (uint32_t i = 0; i < names->size; i++) {
+    char name[1024];
+    const char *p;
+    size_t n;
+    bool ok = gr_msg_item_str(&names->ptr[i], "name", &p, &n, &e) == GR_OK && n < sizeof name;
+    gr_var *v = NULL;
+    if (ok) {
+      memcpy(name, p, n);
+      name[n] = '\0';
+      v = gr_resource_mgr_find_var(s->resources, name);
+    }
+    if (v && gr_var_is_initialized(v))
+      msgpack_pack_true(gr_outmsg_packer(m));
+    else
+      msgpack_pack_false(gr_outmsg_packer(m));
+  }
+  gr_conn_send(c, m, NULL);
+}
+
+typedef struct job {
+  gr_server *s;
+  gr_conn *c;
+  gr_inmsg *m;
+} job;
+
+static void run_job(void *arg) {
+  job *j = arg;
+  gr_server *s = j->s;
+  uint64_t id = 0;
+  gr_error e;
+  switch (j->m->h.type) {
+    case GR_MSG_RUN:
+      gr_server_run(s, j->c, j->m);
+      break;
+    case GR_MSG_TENSOR:
+      gr_server_push(s, j->c, j->m);
+      break;
+    case GR_MSG_ABORT:
+      gr_server_abort(s, j->c, j->m);
+      break;
+    case GR_MSG_REGISTER:
+      gr_server_register(s, j->c, j->m);
+      break;
+    case GR_MSG_VARS:
+      if (gr_msg_u64(&j->m->msg.root, "id", &id, &e) == GR_OK) vars(s, j->c, j->m, id);
+      gr_inmsg_free(j->m);
+      break;
+    case GR_MSG_DEREGISTER:
+      gr_server_deregister(s, j->c, j->m);
+      break;
+    default:
+      gr_inmsg_free(j->m);
+      break;
+  }
+  gr_conn_unref(j->c);
+  free(j);
+}
+
+static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
+  gr_server *s = arg;
+  gr_error e;
+  uint64_t id;
+  switch (m->h.type) {
+    case GR_MSG_GET_STATUS:
+      if (gr_msg_u64(&m->msg.root, "id", &id, &e) == GR_OK) get_status(s, c, id);
+      gr_inmsg_free(m);
+      return;
+    case GR_MSG_RUN:
+    case GR_MSG_REGISTER:
+    case GR_MSG_VARS:
+    case GR_MSG_DEREGISTER:
+    case GR_MSG_TENSOR:
+    case GR_MSG_ABORT: {
+      job *j = malloc(sizeof *j);
+      if (!j) break;
+      gr_conn_ref(c);
+      *j = (job){s, c, m};
+      bool blocking = m->h.type == GR_MSG_RUN || m->h.type == GR_MSG_REGISTER;
+      gr_threadpool_schedule(blocking ? s->run_pool : s->work_pool, run_job, j);
+      return;
+    }
+    default:
+      fprintf(stderr, "graphrun: %s: a %s frame from %s, which servers do not take; closing\n",
+              s->task, gr_msg_type_name(m->h.type), gr_conn_peer(c));
+      gr_inmsg_free(m);
+      gr_conn_close(c);
+      return;
+  }
+  gr_inmsg_free(m);
+}
+
+static void on_close(void *arg, gr_conn *c, const gr_error *why) {
+  gr_server *s = arg;
+  if (!s->o.quiet && why->code != GR_ERR_CANCELLED)
+    fprintf(stderr, "graphrun: %s: connection from %s ended: %s\n", s->task, gr_conn_peer(c),
+            why->msg);
+}
+
+/* ---- life ------------------------------------------------------------------------ */
+
+static bool is_loopback(const char *host) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+  if (getaddrinfo(host, NULL, &hints, &ai) != 0) return false;
+  bool lo = true;
+  for (struct addrinfo *p = ai; p; p = p->ai_next) {
+    if (p->ai_family == AF_INET) {
+      uint32_t a = ntohl(((struct sockaddr_in *)p->ai_addr)->sin_addr.s_addr);
+      lo = lo && (a >> 24) == 127;
+    } else if (p->ai_family == AF_INET6) {
+      lo = lo && IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)p->ai_addr)->sin6_addr);
+    } else {
+      lo = false;
+    }
+  }
+  freeaddrinfo(ai);
+  return lo;
+}
+
+static bool valid_job(const char *job) {
+  if (!job || !*job || strlen(job) > 32) return false;
+  for (const char *p = job; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '_' || *p == '-'))
+      return false;
+  return true;
+}
+
+gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *err) {
+  *out = NULL;
+  if (!o || !valid_job(o->job))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: the job name must be 1 to 32 letters, digits, '_' or '-'");
+  if (o->task < 0 || o->task > 65535 || o->num_devices < 0 || o->num_devices > 64 ||
+      o->inter_op_threads < 0 || o->inter_op_threads > 1024)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: task must be 0 to 65535, devices 0 to 64, threads 0 to 1024");
+  const char *bind = o->bind ? o->bind : "127.0.0.1:0";
+  char host[256];
+  int port;
+  GR_TRY(gr_parse_address(bind, host, sizeof host, &port, err));
+  if (o->secret && (!*o->secret || strlen(o->secret) > GR_SECRET_MAX))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "server: the secret must be 1 to %d bytes",
+                        GR_SECRET_MAX);
+  if (!o->secret && !is_loopback(host))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: refusing to listen on %s without a secret: anyone who reaches "
+                        "it could run code in this process (give --secret-file, or bind "
+                        "127.0.0.1)",
+                        bind);
+  gr_server *s = calloc(1, sizeof *s);
+  if (!s) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  s->o = *o;
+  pthread_mutex_init(&s->mu, NULL);
+  gr_map_init(&s->graphs, GR_MAP_U64);
+  gr_map_init(&s->steps, GR_MAP_U64);
+  s->parked_max = (size_t)1 << 30;
+  snprintf(s->task, sizeof s->task, "/job:%s/replica:0/task:%d", o->job, o->task);
+  s->num_devices = o->num_devices ? o->num_devices : 1;
+  s->devices = calloc((size_t)s->num_devices, sizeof *s->devices);
+  s->secret = o->secret ? strdup(o->secret) : NULL;
+  s->o.secret = s->secret;
+  s->o.bind = NULL;
+  s->o.job = NULL;
+  s->resources = gr_resource_mgr_new();
+  int threads = o->inter_op_threads ? o->inter_op_threads : gr_num_cores();
+  s->run_pool = gr_threadpool_new(16);
+  s->work_pool = gr_threadpool_new(2);
+  s->exec_pool = gr_threadpool_new(threads > 1 ? threads - 1 : 0);
+  gr_status st = GR_OK;
+  if (!s->devices || (o->secret && !s->secret) || !s->resources || !s->run_pool || !s->work_pool ||
+      !s->exec_pool)
+    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int k = 0; k < s->num_devices && st == GR_OK; k++) {
+    char name[GR_TASK_NAME_MAX + 32];
+    snprintf(name, sizeof name, "%s/device:CPU:%d", s->task, k);
+    if (!(s->devices[k] = strdup(name))) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "oom");
+  }
+  while (st == GR_OK && s->incarnation == 0)
+    st = gr_auth_random(&s->incarnation, sizeof s->incarnation, err);
+  if (st == GR_OK) st = gr_loop_new(&s->loop, err);
+  gr_conn_handler h = {on_message, on_close, s};
+  if (st == GR_OK)
+    st = gr_listener_new(s->loop, host, port, s->secret, &h, &s->listener, &s->port, err);
+  if (st != GR_OK) {
+    gr_error_prefix(err, "server %s", s->task);
+    gr_server_free(s);
+    return st;
+  }
+  *out = s;
+  return GR_OK;
+}
+
+void gr_server_free(gr_server *s) {
+  if (!s) return;
+  gr_listener_free(s->listener);
+  gr_loop_free(s->loop); /* closes connections: running steps' pushes fail */
+  gr_server_steps_abort_all(s);
+  gr_threadpool_free(s->run_pool);
+  gr_threadpool_free(s->work_pool);
+  void *v;
+  for (size_t pos = 0; gr_map_next(&s->graphs, &pos, NULL, &v);) gr_server_registered_unref(v);
+  gr_map_free(&s->graphs);
+  gr_server_steps_free(s);
+  gr_map_free(&s->steps);
+  for (int i = 0; i < s->num_peers; i++) gr_conn_unref(s->peers[i].conn);
+  free(s->peers);
+  gr_threadpool_free(s->exec_pool);
+  gr_resource_mgr_free(s->resources);
+  for (int k = 0; s->devices && k < s->num_devices; k++) free(s->devices[k]);
+  free(s->devices);
+  free(s->secret);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+int gr_server_port(const gr_server *s) {
+  return s->port;
+}
+const char *gr_server_task_name(const gr_server *s) {
+  return s->task;
+}
+uint64_t gr_server_incarnation(const gr_server *s) {
+  return s->incarnation;
+}
+gr_resource_mgr *gr_server_resources(gr_server *s) {
+  return s->resources;
+}

@@ -1,0 +1,81 @@
+/* The server (worker service) shared between server.c (setup, dispatch,
+ * registration) and server_step.c (steps and the push rendezvous).
+ * Internal to distributed/. */
+#ifndef GR_SERVER_INTERNAL_H
+#define GR_SERVER_INTERNAL_H
+
+#include <pthread.h>
+
+#include "distributed/gr_distributed.h"
+#include "distributed/transport_internal.h"
+
+#define GR_TASK_NAME_MAX    96
+#define GR_SERVER_MAX_STEPS 4096 /* step states (running or parked) at once */
+
+typedef struct peer { /* another task, as a registration named it */
+  char name[GR_TASK_NAME_MAX];
+  char address[128];
+  uint64_t incarnation;
+  gr_conn *conn; /* outgoing, for pushes; NULL until dialed */
+} peer;
+
+typedef struct registered { /* the partitions a master registered */
+  uint64_t handle;
+  gr_device_plan *plan;
+  int num_feeds; /* caller feeds the plan reads (largest feed_index + 1) */
+  bool uses_stacks;
+  int refs; /* the server's map's and each running step's (atomic) */
+} registered;
+
+typedef struct step_state step_state;
+
+struct gr_server {
+  gr_server_options o;
+  char task[GR_TASK_NAME_MAX]; /* "/job:worker/replica:0/task:1" */
+  char **devices;
+  int num_devices;
+  uint64_t incarnation;
+  int port;
+  char *secret;
+  gr_loop *loop;
+  gr_listener *listener;
+  gr_threadpool *run_pool;  /* registrations and steps (they block) */
+  gr_threadpool *work_pool; /* pushed tensors and aborts (they do not) */
+  gr_threadpool *exec_pool; /* the executors' inter-op threads */
+  gr_resource_mgr *resources;
+  pthread_mutex_t mu; /* everything below */
+  gr_map graphs;      /* handle -> registered */
+  uint64_t next_handle;
+  peer *peers;
+  int num_peers, cap_peers;
+  gr_map steps;           /* run id -> step_state */
+  uint64_t finished[256]; /* recently finished run ids: late pushes are dropped */
+  int finished_pos;
+  size_t parked_bytes, parked_max;
+  int64_t sessions;
+};
+
+/* Responds to request id on c: code GR_OK with `extra` more map entries the
+ * caller packs into the returned message before sending it (gr_conn_send),
+ * or an error (sent here; returns NULL). */
+gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e);
+void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e);
+
+/* The task part of a full device name ("/job:w/replica:0/task:1"). */
+void gr_task_of_device(const char *device, char *out, size_t cap);
+
+/* Handlers on the server's pools; each takes m and a reference to c. */
+void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m);
+void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m);
+void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m);
+void gr_server_register(gr_server *s, gr_conn *c, gr_inmsg *m);
+void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m);
+/* Drops a reference; the last frees (NULL is ignored). */
+void gr_server_registered_unref(registered *r);
+/* Aborts every step (the server stops): running steps return. */
+void gr_server_steps_abort_all(gr_server *s);
+void gr_server_steps_free(gr_server *s);
+/* The peer of that task name (under s->mu), NULL when unknown. */
+peer *gr_server_find_peer(gr_server *s, const char *task);
+
+#endif

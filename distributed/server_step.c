@@ -1,0 +1,427 @@
+/* Steps on a server task: RUN requests, the push rendezvous, pushed tensors
+ * and aborts.
+ *
+ * A step's values for this task's devices meet in a local rendezvous kept
+ * per run id. A _send whose receiver is a device of another task pushes the
+ * tensor to that task at once (one TENSOR frame, no request); the receiving
+ * task stores it in its local rendezvous under the same key, also when its
+ * own RUN for that step has not started yet (parked, bounded in bytes). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "distributed/server_internal.h"
+
+struct step_state {
+  uint64_t run_id;
+  gr_rendezvous *local;
+  int refs; /* under s->mu */
+  bool started, aborted;
+  size_t parked;          /* bytes that arrived before the step started */
+  int64_t sends, bytes;   /* pushed to other tasks (atomics) */
+  int64_t got, got_bytes; /* pushed here: counted by their sender (atomics) */
+};
+
+static void state_unref_locked(gr_server *s, step_state *t) {
+  if (--t->refs > 0) return;
+  s->parked_bytes -= t->parked;
+  gr_rendezvous_free(t->local);
+  free(t);
+}
+
+static void state_unref(gr_server *s, step_state *t) {
+  pthread_mutex_lock(&s->mu);
+  state_unref_locked(s, t);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The state of run_id with a reference for the caller; NULL when the step
+ * finished here already (late values are dropped) or too many are open. */
+static step_state *state_get(gr_server *s, uint64_t run_id) {
+  pthread_mutex_lock(&s->mu);
+  step_state *t = gr_map_get_u64(&s->steps, run_id);
+  bool done = false;
+  for (int i = 0; i < 256 && !t && !done; i++) done = s->finished[i] == run_id && run_id;
+  if (!t && !done && s->steps.count < GR_SERVER_MAX_STEPS && (t = calloc(1, sizeof *t))) {
+    t->run_id = run_id;
+    t->refs = 1; /* the map's */
+    if (!(t->local = gr_rendezvous_new()) || !gr_map_put_u64(&s->steps, run_id, t)) {
+      gr_rendezvous_free(t->local);
+      free(t);
+      t = NULL;
+    }
+  }
+  if (t) t->refs++;
+  pthread_mutex_unlock(&s->mu);
+  return t;
+}
+
+/* The step ended here: forget it (late values for it are dropped). */
+static void state_finish(gr_server *s, step_state *t) {
+  pthread_mutex_lock(&s->mu);
+  if (gr_map_get_u64(&s->steps, t->run_id) == t) {
+    gr_map_remove_u64(&s->steps, t->run_id);
+    s->finished[s->finished_pos++ % 256] = t->run_id;
+    state_unref_locked(s, t); /* the map's */
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void state_abort(gr_server *s, step_state *t, gr_status code, const char *msg) {
+  pthread_mutex_lock(&s->mu);
+  t->aborted = true;
+  pthread_mutex_unlock(&s->mu);
+  gr_rendezvous_abort(t->local, code, msg);
+}
+
+void gr_server_steps_abort_all(gr_server *s) {
+  pthread_mutex_lock(&s->mu);
+  void *v;
+  for (size_t pos = 0; gr_map_next(&s->steps, &pos, NULL, &v);) {
+    step_state *t = v;
+    t->aborted = true;
+    gr_rendezvous_abort(t->local, GR_ERR_CANCELLED, "the server is shutting down");
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gr_server_steps_free(gr_server *s) {
+  void *v;
+  for (size_t pos = 0; gr_map_next(&s->steps, &pos, NULL, &v);) state_unref_locked(s, v);
+}
+
+/* ---- the push rendezvous ----------------------------------------------------------- */
+
+typedef struct push_rv {
+  gr_server *s;
+  step_state *t;
+} push_rv;
+
+/* The receiving device's task of a key (its third part). */
+static bool key_dst_task(const char *key, char *task, size_t cap) {
+  const char *a = strchr(key, ';');
+  const char *b = a ? strchr(a + 1, ';') : NULL;
+  const char *c = b ? strchr(b + 1, ';') : NULL;
+  if (!c || (size_t)(c - b) >= 256) return false;
+  char dst[256];
+  memcpy(dst, b + 1, (size_t)(c - b - 1));
+  dst[c - b - 1] = '\0';
+  gr_task_of_device(dst, task, cap);
+  return true;
+}
+
+static gr_status rv_send(void *self, const char *key, const gr_tensor *value, bool dead,
+                         gr_error *err) {
+  push_rv *r = self;
+  gr_server *s = r->s;
+  char task[GR_TASK_NAME_MAX];
+  if (!key_dst_task(key, task, sizeof task))
+    return gr_error_set(err, GR_ERR_INTERNAL, "malformed rendezvous key '%s'", key);
+  if (!strcmp(task, s->task)) return gr_rendezvous_send(r->t->local, key, value, dead, err);
+  pthread_mutex_lock(&s->mu);
+  peer *p = gr_server_find_peer(s, task);
+  gr_conn *c = p ? p->conn : NULL;
+  if (c) gr_conn_ref(c);
+  pthread_mutex_unlock(&s->mu);
+  if (!c) return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s has no connection to %s", s->task, task);
+  gr_outmsg *m = gr_outmsg_new(GR_MSG_TENSOR, 6);
+  gr_status st = m ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK) {
+    gr_outmsg_u64(m, "run", r->t->run_id);
+    gr_outmsg_str(m, "key", key);
+    gr_outmsg_str(m, "from", s->task);
+    gr_outmsg_u64(m, "inc", s->incarnation);
+    gr_outmsg_bool(m, "dead", dead);
+    gr_outmsg_key(m, "value");
+    st = gr_outmsg_pack_tensor(m, dead || !value || gr_tensor_is_empty(value) ? NULL : value, false,
+                               err);
+  }
+  if (st == GR_OK) {
+    __atomic_add_fetch(&r->t->sends, 1, __ATOMIC_RELAXED);
+    if (!dead && value)
+      __atomic_add_fetch(&r->t->bytes, (int64_t)gr_tensor_num_bytes(value), __ATOMIC_RELAXED);
+    st = gr_conn_send(c, m, err); /* takes m */
+    if (st != GR_OK) gr_error_prefix(err, "%s pushing '%s' to %s", s->task, key, task);
+  } else {
+    gr_outmsg_free(m);
+  }
+  gr_conn_unref(c);
+  return st;
+}
+
+static void rv_recv(void *self, const char *key, gr_rendezvous_done_fn done, void *arg) {
+  push_rv *r = self;
+  gr_rendezvous_recv(r->t->local, key, done, arg);
+}
+static void rv_abort(void *self, gr_status code, const char *msg) {
+  push_rv *r = self;
+  state_abort(r->s, r->t, code, msg);
+}
+static int rv_num_pending(void *self) {
+  push_rv *r = self;
+  return gr_rendezvous_num_pending(r->t->local);
+}
+static gr_transfer_stats rv_stats(void *self) {
+  push_rv *r = self;
+  gr_transfer_stats st = gr_rendezvous_stats(r->t->local);
+  st.sends += __atomic_load_n(&r->t->sends, __ATOMIC_RELAXED) -
+              __atomic_load_n(&r->t->got, __ATOMIC_RELAXED);
+  st.bytes += __atomic_load_n(&r->t->bytes, __ATOMIC_RELAXED) -
+              __atomic_load_n(&r->t->got_bytes, __ATOMIC_RELAXED);
+  return st;
+}
+static void rv_free(void *self) {
+  free(self);
+}
+
+static const gr_rendezvous_ops push_ops = {rv_send,        rv_recv,  rv_abort,
+                                           rv_num_pending, rv_stats, rv_free};
+
+/* ---- RUN -------------------------------------------------------------------------- */
+
+typedef struct run_args {
+  uint64_t id, handle, inc, step, run_id, seed;
+  const msgpack_object_array *feeds;
+} run_args;
+
+static gr_status run_args_of(const gr_inmsg *in, run_args *a, gr_error *err) {
+  const msgpack_object *root = &in->msg.root;
+  GR_TRY(gr_msg_u64(root, "handle", &a->handle, err));
+  GR_TRY(gr_msg_u64(root, "inc", &a->inc, err));
+  GR_TRY(gr_msg_u64(root, "step", &a->step, err));
+  GR_TRY(gr_msg_u64(root, "run", &a->run_id, err));
+  GR_TRY(gr_msg_u64(root, "seed", &a->seed, err));
+  return gr_msg_array(root, "feeds", 1 << 20, &a->feeds, err);
+}
+
+/* Feeds: [[caller index, tensor]...] into values (num slots). */
+static gr_status feeds_of(const gr_inmsg *in, const msgpack_object_array *arr, gr_tensor *values,
+                          int num, gr_error *err) {
+  for (uint32_t i = 0; i < arr->size; i++) {
+    const msgpack_object *o = &arr->ptr[i];
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed %u must be [index, tensor]", i);
+    int64_t k;
+    bool dead;
+    GR_TRY(gr_msg_item_i64(&o->via.array.ptr[0], "feed index", 0, num - 1, &k, err));
+    if (!gr_tensor_is_empty(&values[k]))
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed %lld is given twice", (long long)k);
+    GR_TRY(gr_msg_tensor(&o->via.array.ptr[1], in->body, in->h.body_len, &values[k], &dead, err));
+    if (dead)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed %lld has no value", (long long)k);
+  }
+  return GR_OK;
+}
+
+static gr_outmsg *run_response(uint64_t id, gr_status st, const gr_error *e, gr_tensor *fetches,
+                               int n, gr_transfer_stats moved) {
+  if (st != GR_OK) return gr_server_response(id, 0, e);
+  int filled = 0;
+  for (int i = 0; i < n; i++) filled += !gr_tensor_is_empty(&fetches[i]);
+  gr_outmsg *m = gr_server_response(id, 3, NULL);
+  if (!m) return NULL;
+  gr_outmsg_key(m, "fetches");
+  msgpack_pack_array(gr_outmsg_packer(m), (size_t)filled);
+  for (int i = 0; i < n; i++) {
+    if (gr_tensor_is_empty(&fetches[i])) continue;
+    msgpack_pack_array(gr_outmsg_packer(m), 2);
+    msgpack_pack_int(gr_outmsg_packer(m), i);
+    if (gr_outmsg_pack_tensor(m, &fetches[i], false, NULL) != GR_OK) {
+      gr_outmsg_free(m);
+      return NULL;
+    }
+  }
+  gr_outmsg_i64(m, "sends", moved.sends);
+  gr_outmsg_i64(m, "bytes", moved.bytes);
+  return m;
+}
+
+void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
+  run_args a = {0};
+  gr_error e;
+  gr_status st = gr_msg_u64(&m->msg.root, "id", &a.id, &e);
+  if (st == GR_OK) st = run_args_of(m, &a, &e);
+  if (st == GR_OK && a.inc != s->incarnation)
+    st = gr_error_set(&e, GR_ERR_ABORTED,
+                      "%s restarted (incarnation %016llx, the master knew %016llx): register "
+                      "the graph again",
+                      s->task, (unsigned long long)s->incarnation, (unsigned long long)a.inc);
+  registered *r = NULL;
+  if (st == GR_OK) {
+    pthread_mutex_lock(&s->mu);
+    r = gr_map_get_u64(&s->graphs, a.handle);
+    if (r) __atomic_add_fetch(&r->refs, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&s->mu);
+    if (!r)
+      st = gr_error_set(&e, GR_ERR_NOT_FOUND,
+                        "%s has no graph %llu (registered by another "
+                        "master, or deregistered)",
+                        s->task, (unsigned long long)a.handle);
+  }
+  int nf = r ? r->num_feeds : 0, nx = r ? gr_device_plan_num_fetches(r->plan) : 0;
+  gr_tensor *feeds = calloc((size_t)nf + 1, sizeof *feeds);
+  gr_tensor *fetches = calloc((size_t)nx + 1, sizeof *fetches);
+  if (st == GR_OK && (!feeds || !fetches))
+    st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK) st = feeds_of(m, a.feeds, feeds, nf, &e);
+  step_state *t = st == GR_OK ? state_get(s, a.run_id) : NULL;
+  if (st == GR_OK && !t)
+    st = gr_error_set(&e, GR_ERR_ALREADY_EXISTS, "step %016llx ran here already (a repeated RUN)",
+                      (unsigned long long)a.run_id);
+  push_rv *prv = NULL;
+  gr_rendezvous *rv = NULL;
+  if (st == GR_OK) {
+    pthread_mutex_lock(&s->mu);
+    bool again = t->started;
+    t->started = true;
+    s->parked_bytes -= t->parked;
+    t->parked = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (again)
+      st = gr_error_set(&e, GR_ERR_ALREADY_EXISTS, "step %016llx is running here already",
+                        (unsigned long long)a.run_id);
+  }
+  if (st == GR_OK &&
+      (!(prv = malloc(sizeof *prv)) || !(rv = gr_rendezvous_new_with(&push_ops, prv)))) {
+    free(prv);
+    st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  gr_transfer_stats moved = {0, 0};
+  if (st == GR_OK) {
+    *prv = (push_rv){s, t};
+    gr_step_info step = {.step_id = (int64_t)a.step,
+                         .seed = a.seed,
+                         .resources = s->resources,
+                         .stacks = r->uses_stacks ? gr_step_stacks_new() : NULL,
+                         .rendezvous = rv};
+    st = r->uses_stacks && !step.stacks
+             ? gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory")
+             : gr_device_plan_run(r->plan, feeds, fetches, &step, &moved, &e);
+    gr_step_stacks_free(step.stacks);
+    gr_rendezvous_free(rv);
+  }
+  if (t) {
+    state_finish(s, t);
+    state_unref(s, t);
+  }
+  for (int i = 0; feeds && i < nf; i++) gr_tensor_release(&feeds[i]);
+  free(feeds);
+  gr_inmsg_free(m);
+  gr_outmsg *resp = run_response(a.id, st, &e, fetches, nx, moved);
+  for (int i = 0; fetches && i < nx; i++) gr_tensor_release(&fetches[i]);
+  free(fetches);
+  gr_server_registered_unref(r);
+  if (resp) gr_conn_send(c, resp, NULL);
+}
+
+/* ---- pushed tensors and aborts -------------------------------------------------------- */
+
+static bool own_device(const gr_server *s, const gr_device_spec *d) {
+  char buf[GR_DEVICE_NAME_MAX];
+  gr_device_spec_str(d, buf);
+  for (int k = 0; k < s->num_devices; k++)
+    if (!strcmp(buf, s->devices[k])) return true;
+  return false;
+}
+
+/* Checks a push and hands its value to the step; errors abort the step. */
+static gr_status push(gr_server *s, gr_conn *c, const gr_inmsg *m, uint64_t *run_id,
+                      gr_error *err) {
+  const msgpack_object *root = &m->msg.root;
+  char key[1024], from[GR_TASK_NAME_MAX];
+  uint64_t inc;
+  bool dead;
+  GR_TRY(gr_msg_u64(root, "run", run_id, err));
+  GR_TRY(gr_msg_str(root, "key", key, sizeof key, err));
+  GR_TRY(gr_msg_str(root, "from", from, sizeof from, err));
+  GR_TRY(gr_msg_u64(root, "inc", &inc, err));
+  GR_TRY(gr_msg_bool(root, "dead", &dead, err));
+  const msgpack_object *vo = gr_msg_get(root, "value");
+  if (!vo) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "field 'value' is missing");
+  gr_rendezvous_key k;
+  GR_TRY(gr_rendezvous_parse_key(key, &k, err));
+  char src_task[GR_TASK_NAME_MAX], buf[GR_DEVICE_NAME_MAX];
+  gr_task_of_device(gr_device_spec_str(&k.src, buf), src_task, sizeof src_task);
+  if (strcmp(src_task, from) != 0 || !own_device(s, &k.dst))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "%s refuses a tensor from %s (%s) for key '%s': the key names devices of "
+                        "other tasks",
+                        s->task, from, gr_conn_peer(c), key);
+  pthread_mutex_lock(&s->mu);
+  peer *p = gr_server_find_peer(s, from);
+  uint64_t known = p ? p->incarnation : 0;
+  pthread_mutex_unlock(&s->mu);
+  if (!p)
+    return gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
+                        "%s refuses a tensor from %s (%s): no registered graph names that task",
+                        s->task, from, gr_conn_peer(c));
+  if (known != inc)
+    return gr_error_set(err, GR_ERR_ABORTED,
+                        "%s refuses a tensor from %s: stale incarnation %016llx (the live one is "
+                        "%016llx: %s restarted)",
+                        s->task, from, (unsigned long long)inc, (unsigned long long)known, from);
+  gr_tensor v = gr_tensor_empty();
+  bool nil_dead;
+  GR_TRY(gr_msg_tensor(vo, m->body, m->h.body_len, &v, &nil_dead, err));
+  step_state *t = state_get(s, *run_id);
+  if (!t) { /* the step finished here, or too many are open: drop it */
+    gr_tensor_release(&v);
+    return GR_OK;
+  }
+  size_t bytes = gr_tensor_is_empty(&v) ? 0 : gr_tensor_num_bytes(&v);
+  pthread_mutex_lock(&s->mu);
+  bool over = !t->started && s->parked_bytes + bytes > s->parked_max;
+  if (!t->started && !over) {
+    t->parked += bytes;
+    s->parked_bytes += bytes;
+  }
+  pthread_mutex_unlock(&s->mu);
+  gr_status st = GR_OK;
+  if (over) {
+    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED,
+                      "%s: tensors from %s for a step that has not started here exceed %zu bytes",
+                      s->task, from, s->parked_max);
+  } else {
+    __atomic_add_fetch(&t->got, 1, __ATOMIC_RELAXED);
+    if (!dead) __atomic_add_fetch(&t->got_bytes, (int64_t)bytes, __ATOMIC_RELAXED);
+    st = gr_rendezvous_send(t->local, key, gr_tensor_is_empty(&v) ? NULL : &v, dead, err);
+    if (st != GR_OK) gr_error_prefix(err, "%s: a tensor from %s", s->task, from);
+  }
+  if (st != GR_OK) state_abort(s, t, st, err->msg);
+  gr_tensor_release(&v);
+  state_unref(s, t);
+  return GR_OK; /* the step carries the error */
+}
+
+void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m) {
+  gr_error e;
+  uint64_t run_id = 0;
+  if (push(s, c, m, &run_id, &e) != GR_OK) {
+    fprintf(stderr, "graphrun: %s: %s\n", s->task, e.msg);
+    step_state *t = run_id ? state_get(s, run_id) : NULL;
+    if (t) {
+      state_abort(s, t, e.code, e.msg);
+      state_unref(s, t);
+    }
+  }
+  gr_inmsg_free(m);
+}
+
+void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m) {
+  gr_error e;
+  uint64_t run_id, code;
+  char msg[512];
+  if (gr_msg_u64(&m->msg.root, "run", &run_id, &e) == GR_OK &&
+      gr_msg_u64(&m->msg.root, "code", &code, &e) == GR_OK &&
+      gr_msg_str(&m->msg.root, "msg", msg, sizeof msg, &e) == GR_OK) {
+    step_state *t = state_get(s, run_id);
+    if (t) {
+      state_abort(s, t, code > 0 && code < GR_STATUS_COUNT ? (gr_status)code : GR_ERR_CANCELLED,
+                  msg);
+      state_unref(s, t);
+    }
+  } else {
+    fprintf(stderr, "graphrun: %s: a bad abort from %s: %s\n", s->task, gr_conn_peer(c), e.msg);
+  }
+  gr_inmsg_free(m);
+}

@@ -1,0 +1,242 @@
+/* The distributed runtime in one process: servers (each a task with its own
+ * network thread) and a master, over loopback TCP on ephemeral ports. The
+ * classic first program, variables living on a task across sessions, and
+ * random graphs (conds, loops spanning tasks, nested loops) pinned to tasks
+ * equal to one device bit for bit. Separate processes: test_dist_cli. */
+#include <graphrun.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gr_test.h"
+#include "random_graph.h"
+#include "test_util.h"
+
+#define MAX_TASKS 4
+
+typedef struct cluster {
+  gr_server *srv[MAX_TASKS];
+  char addr[MAX_TASKS][64];
+  const char *addrs[MAX_TASKS];
+  int n;
+  gr_master *m;
+} cluster;
+
+/* n tasks: /job:ps/task:0 first when with_ps, the rest /job:worker/task:k. */
+static bool cluster_start(cluster *c, int n, bool with_ps, const char *secret) {
+  memset(c, 0, sizeof *c);
+  gr_error err;
+  for (int k = 0; k < n; k++) {
+    bool ps = with_ps && k == 0;
+    gr_server_options o = {.job = ps ? "ps" : "worker",
+                           .task = with_ps && !ps ? k - 1 : k,
+                           .secret = secret,
+                           .inter_op_threads = 2,
+                           .quiet = true};
+    if (gr_server_new(&o, &c->srv[k], &err) != GR_OK) {
+      fprintf(stderr, "server: %s\n", err.msg);
+      return false;
+    }
+    snprintf(c->addr[k], sizeof c->addr[k], "127.0.0.1:%d", gr_server_port(c->srv[k]));
+    c->addrs[k] = c->addr[k];
+    c->n = k + 1;
+  }
+  gr_master_options mo = {
+      .num_tasks = n, .addresses = c->addrs, .secret = secret, .step_timeout_ms = 60000};
+  if (gr_master_new(&mo, &c->m, &err) != GR_OK) {
+    fprintf(stderr, "master: %s\n", err.msg);
+    return false;
+  }
+  return true;
+}
+
+static void cluster_stop(cluster *c) {
+  gr_master_free(c->m);
+  for (int k = 0; k < c->n; k++) gr_server_free(c->srv[k]);
+}
+
+/* x = 2 on the ps; y1 = x + 300 on worker 0; y2 = x - 66 on worker 1. */
+static void test_classic(void) {
+  cluster c;
+  GR_CHECK(cluster_start(&c, 3, true, NULL));
+  if (!c.m) return cluster_stop(&c);
+  int nd;
+  const char *const *devs = gr_master_devices(c.m, &nd);
+  GR_CHECK_EQ_INT(nd, 3);
+  GR_CHECK_STR_CONTAINS(devs[0], "/job:ps/replica:0/task:0/device:CPU:0");
+  GR_CHECK_STR_CONTAINS(devs[2], "/job:worker/replica:0/task:1/device:CPU:0");
+  GR_CHECK(gr_master_task_incarnation(c.m, 0) != 0);
+  GR_CHECK(gr_master_task_incarnation(c.m, 0) != gr_master_task_incarnation(c.m, 1));
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_device_scope(g, "/job:ps/task:0");
+  gr_output x = gr_const_f32(g, 2);
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope(g, "/job:worker/task:0");
+  gr_output y1 = gr_add(g, x, gr_const_f32(g, 300));
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope(g, "/job:worker/task:1");
+  gr_output y2 = gr_sub(g, x, gr_const_f32(g, 66));
+  gr_graph_pop_device_scope(g);
+  gr_output y = gr_add(g, y1, y2);
+  gr_error err;
+  gr_session *s = gr_master_session_new(c.m, g, NULL, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  for (int step = 0; s && step < 3; step++) {
+    gr_tensor out;
+    gr_status st = gr_session_run(s, NULL, 0, &y, 1, &out, NULL, 0, &err);
+    GR_CHECK_OK(st, err);
+    if (st != GR_OK) break;
+    GR_CHECK_NEAR(gr_tensor_get_f64(&out, 0), 238, 0);
+    gr_tensor_release(&out);
+    /* the constant x is copied to each task that uses it; y (unpinned) runs
+     * on the first device, the ps: y1 and y2 cross to it */
+    GR_CHECK_EQ_INT(gr_session_last_transfers(s).sends, 2);
+    GR_CHECK_EQ_INT(gr_session_last_transfers(s).bytes, 8);
+  }
+  GR_CHECK_EQ_INT(gr_session_num_cached(s), 1);
+  gr_session_free(s);
+  gr_graph_free(g);
+  cluster_stop(&c);
+}
+
+/* A variable on the ps task keeps its value across steps and sessions; a
+ * second client sees the first one's updates (one container per task). */
+static void test_variables_live_on_tasks(void) {
+  cluster c;
+  GR_CHECK(cluster_start(&c, 2, true, "s3cret"));
+  if (!c.m) return cluster_stop(&c);
+  double seen[2] = {0, 0};
+  for (int client = 0; client < 2; client++) {
+    gr_graph *g = gr_graph_new();
+    gr_graph_push_device_scope(g, "/job:ps/task:0");
+    gr_output v = gr_variable(g, "counter", gr_const_f32(g, 10));
+    gr_graph_pop_device_scope(g);
+    gr_graph_push_device_scope(g, "/job:worker/task:0");
+    gr_output one = gr_div(g, gr_mul(g, v, gr_const_f32(g, 0)), gr_const_f32(g, 1));
+    gr_output delta = gr_add(g, one, gr_const_f32(g, 1)); /* computed on the worker */
+    gr_graph_pop_device_scope(g);
+    gr_output inc = gr_assign_add(g, v, delta); /* colocated with the variable */
+    gr_error err;
+    gr_session *s = gr_master_session_new(c.m, g, NULL, &err);
+    GR_CHECK_MSG(s != NULL, "%s", err.msg);
+    for (int step = 0; s && step < 3; step++) {
+      gr_tensor out;
+      gr_status st = gr_session_run(s, NULL, 0, &inc, 1, &out, NULL, 0, &err);
+      GR_CHECK_OK(st, err);
+      if (st != GR_OK) break;
+      seen[client] = gr_tensor_get_f64(&out, 0);
+      gr_tensor_release(&out);
+    }
+    gr_session_free(s);
+    gr_graph_free(g);
+  }
+  GR_CHECK_NEAR(seen[0], 13, 0);
+  GR_CHECK_NEAR(seen[1], 16, 0); /* not re-initialised by the second client */
+  gr_var *var = gr_resource_mgr_find_var(gr_server_resources(c.srv[0]), "counter");
+  GR_CHECK(var != NULL && gr_var_is_initialized(var));
+  GR_CHECK(gr_resource_mgr_find_var(gr_server_resources(c.srv[1]), "counter") == NULL);
+  cluster_stop(&c);
+}
+
+/* Feeds and fetches cross the master's connections; a kernel error on one
+ * task fails the step with that error, naming the task, not a cancellation. */
+static void test_feeds_and_errors(void) {
+  cluster c;
+  GR_CHECK(cluster_start(&c, 2, false, NULL));
+  if (!c.m) return cluster_stop(&c);
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_make(1, (int64_t[]){3}));
+  gr_graph_push_device_scope(g, "/job:worker/task:1");
+  gr_output y = gr_mul(g, x, x);
+  gr_output idx = gr_placeholder(g, "i", GR_I32, gr_shape_make(1, (int64_t[]){1}));
+  gr_output pick = gr_gather(g, y, idx, 0);
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope(g, "/job:worker/task:0");
+  gr_output z = gr_add(g, pick, gr_const_f32(g, 1));
+  gr_graph_pop_device_scope(g);
+  gr_error err;
+  gr_session *s = gr_master_session_new(c.m, g, NULL, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  gr_tensor xv, iv, out;
+  gr_tensor_from_data(&xv, GR_F32, &(gr_shape){1, {3}}, (float[]){1, 2, 3}, &err);
+  gr_tensor_from_data(&iv, GR_I32, &(gr_shape){1, {1}}, (int32_t[]){2}, &err);
+  gr_feed f[] = {{x, &xv}, {idx, &iv}};
+  gr_status st0 = gr_session_run(s, f, 2, &z, 1, &out, NULL, 0, &err);
+  GR_CHECK_OK(st0, err);
+  GR_CHECK_NEAR(st0 == GR_OK ? gr_tensor_get_f64(&out, 0) : -1, 10, 0);
+  gr_tensor_release(&out);
+  gr_tensor_release(&iv);
+  gr_tensor_from_data(&iv, GR_I32, &(gr_shape){1, {1}}, (int32_t[]){7}, &err);
+  gr_status st = gr_session_run(s, f, 2, &z, 1, &out, NULL, 0, &err);
+  GR_CHECK(st != GR_OK && st != GR_ERR_CANCELLED);
+  GR_CHECK_STR_CONTAINS(err.msg, "/job:worker/replica:0/task:1");
+  /* the cluster serves the next step */
+  gr_tensor_release(&iv);
+  gr_tensor_from_data(&iv, GR_I32, &(gr_shape){1, {1}}, (int32_t[]){0}, &err);
+  st0 = gr_session_run(s, f, 2, &z, 1, &out, NULL, 0, &err);
+  GR_CHECK_OK(st0, err);
+  GR_CHECK_NEAR(st0 == GR_OK ? gr_tensor_get_f64(&out, 0) : -1, 2, 0);
+  gr_tensor_release(&out);
+  gr_tensor_release(&xv);
+  gr_tensor_release(&iv);
+  gr_session_free(s);
+  gr_graph_free(g);
+  cluster_stop(&c);
+}
+
+/* 1,000 random graphs with conds, loops spanning tasks and nested loops
+ * (the partition property test's generator), every op pinned to a random
+ * one of 2 to 4 tasks, every third with recv scheduling: the same values as
+ * one local device, bit for bit.
+ * A fresh cluster per case: each graph's variable "v" starts anew. */
+static void test_random_graphs(void) {
+  enum { CASES = 1000 };
+  gt_set_pin_format("/job:worker/task:%d");
+  int crossed = 0;
+  for (int i = 0; i < CASES; i++) {
+    int TASKS = 2 + i % 3; /* 2 to 4 tasks */
+    cluster c;
+    GR_CHECK(cluster_start(&c, TASKS, false, NULL));
+    if (!c.m) {
+      cluster_stop(&c);
+      break;
+    }
+    gt_rgraph rg = gt_random_graph(1000 + (uint64_t)i, TASKS, 77 + (uint64_t)i, true);
+    gr_tensor want[6], got[6];
+    gt_set_pin_format(NULL);
+    gt_rgraph local = gt_random_graph(1000 + (uint64_t)i, 0, 0, true);
+    gt_set_pin_format("/job:worker/task:%d");
+    gt_random_graph_run(&local, 1, 1, false, want);
+    gr_error err;
+    gr_session_options so = {.schedule_recvs = i % 3 == 1};
+    gr_session *s = gr_master_session_new(c.m, rg.g, &so, &err);
+    GR_CHECK_MSG(s != NULL, "case %d: %s", i, err.msg);
+    if (s) {
+      gt_random_graph_run_session(&rg, s, got);
+      crossed += gr_session_last_transfers(s).sends > 0;
+      for (int k = 0; k < rg.nf; k++) {
+        GR_CHECK_MSG(gr_tensor_num_bytes(&got[k]) == gr_tensor_num_bytes(&want[k]) &&
+                         !memcmp(gr_tensor_data(&got[k]), gr_tensor_data(&want[k]),
+                                 gr_tensor_num_bytes(&want[k])),
+                     "case %d fetch %d differs", i, k);
+        gr_tensor_release(&got[k]);
+      }
+      gr_session_free(s);
+    }
+    for (int k = 0; k < local.nf; k++) gr_tensor_release(&want[k]);
+    gr_graph_free(rg.g);
+    gr_graph_free(local.g);
+    cluster_stop(&c);
+  }
+  gt_set_pin_format(NULL);
+  printf("random graphs: %d cases, %d crossed tasks\n", CASES, crossed);
+  GR_CHECK(crossed > CASES * 7 / 10);
+}
+
+int main(void) {
+  GR_RUN(test_classic);
+  GR_RUN(test_variables_live_on_tasks);
+  GR_RUN(test_feeds_and_errors);
+  GR_RUN(test_random_graphs);
+  return gr_test_finish();
+}
