@@ -380,7 +380,7 @@ bool gt_check_gradient_on(const char *what, gt_build_fn build, void *arg, const 
   }
   gr_error err;
   if (devices > 1) gt_spread(g, devices);
-  /* spread, a deadlock fails the check (naming what it waits for) instead of hanging */
+  /* on several devices a deadlock fails the check (naming what it waits for), not hangs */
   gr_session_options o = {
       .num_devices = devices, .inter_op_threads = 1, .step_timeout_ms = devices > 1 ? 60000 : 0};
   sess = gr_session_new(g, &o, &err);
@@ -404,8 +404,14 @@ bool gt_check_gradient_on(const char *what, gt_build_fn build, void *arg, const 
       gr_tensor_set_f64(t, e, x0);
       double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[k], e);
       if (!(fabs(num - ana) <= tol + tol * fabs(num))) {
-        fprintf(stderr, "%s: order %d: d/d x%d[%lld]: analytic %.10g, numeric %.10g\n", what, order,
-                which[k], (long long)e, ana, num);
+        fprintf(stderr,
+                "%s: order %d, %d device(s): d/d x%d[%lld]: analytic %.10g, numeric %.10g\n", what,
+                order, devices, which[k], (long long)e, ana, num);
+        ok = false;
+      }
+      /* spread, the first-order loss (fed inputs -> ops -> sum) must cross devices */
+      if (ok && devices > 1 && order == 1 && gr_session_last_transfers(sess).sends == 0) {
+        fprintf(stderr, "%s: order 1, %d devices: the loss crossed no device\n", what, devices);
         ok = false;
       }
     }

@@ -103,7 +103,8 @@ bool gt_check_gradient(const char *what, gt_build_fn build, void *arg, const gr_
                        int n, int order, int max_elems, double tol);
 /* The same on a session of `devices` local devices, the nodes (the
  * gradients' too) spread round robin when devices > 1: the analytic
- * gradient and every loss of the differences run spread. */
+ * gradient and every loss of the differences run spread, and at order 1
+ * the loss must send something between devices (else false). */
 bool gt_check_gradient_on(const char *what, gt_build_fn build, void *arg, const gr_tensor *inputs,
                           int n, int order, int max_elems, double tol, int devices);
 
