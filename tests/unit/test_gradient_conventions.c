@@ -2,9 +2,12 @@
  * (reduce_prod, pow), at ties (maximum, minimum, reduce_max, reduce_min)
  * and at kinks (relu, abs), with the exact values expected there; and
  * prod_others, the op reduce_prod's derivatives are built from, against a
- * brute-force reference on random inputs with many zeros. (one_hot's row of
- * off_value for an index out of range is checked in test_ops_array_index.c;
- * finite differences away from these points in test_gradients.c.) */
+ * brute-force reference on random inputs with many zeros. Every expected
+ * value is checked on 1 device and spread round robin over 3 (bit-identical),
+ * and reduce_prod and pow at zeros also by finite differences, orders 1 to
+ * 3, on 1 and 3 devices (issue 19, item 10). (one_hot's row of off_value for
+ * an index out of range is checked in test_ops_array_index.c; finite
+ * differences away from these points in test_gradients.c.) */
 #include <graphrun.h>
 #include <math.h>
 #include <stdlib.h>
@@ -25,24 +28,31 @@ static gr_output grad(gr_graph *g, gr_output y, gr_output x) {
   return d;
 }
 
-/* Runs o and compares its n values with want (within tol; NaN never matches). */
+/* Runs o on 1 device and spread round robin over 3 (where something must
+ * cross devices and the values must equal the 1-device ones bit for bit)
+ * and compares its n values with want (within tol; NaN never matches). */
 static void expect(gr_graph *g, gr_output o, const double *want, int n, double tol,
                    const char *what) {
-  gr_error err;
-  gr_session *s = gr_session_new(g, NULL, &err);
-  gr_tensor t;
-  if (!s || gr_session_run(s, NULL, 0, &o, 1, &t, NULL, 0, &err) != GR_OK) {
-    GR_CHECK_MSG(false, "%s: %s", what, err.msg);
-    gr_session_free(s);
-    return;
+  gr_tensor t[2];
+  for (int d = 0; d < 2; d++) {
+    int devices = d ? 3 : 1;
+    int64_t sends = 0;
+    if (!gt_run_on(g, devices, NULL, 0, &o, 1, &t[d], &sends)) {
+      GR_CHECK_MSG(false, "%s: %d device(s)", what, devices);
+      if (d) gr_tensor_release(&t[0]);
+      return;
+    }
+    GR_CHECK_MSG(devices == 1 || sends > 0, "%s: nothing crossed devices", what);
+    GR_CHECK_EQ_INT(gr_tensor_num_elements(&t[d]), n);
+    for (int i = 0; i < n && i < gr_tensor_num_elements(&t[d]); i++) {
+      double v = gr_tensor_get_f64(&t[d], i);
+      GR_CHECK_MSG(fabs(v - want[i]) <= tol, "%s[%d], %d device(s): %.17g, want %.17g", what, i,
+                   devices, v, want[i]);
+    }
   }
-  GR_CHECK_EQ_INT(gr_tensor_num_elements(&t), n);
-  for (int i = 0; i < n && i < gr_tensor_num_elements(&t); i++) {
-    double v = gr_tensor_get_f64(&t, i);
-    GR_CHECK_MSG(fabs(v - want[i]) <= tol, "%s[%d]: %.17g, want %.17g", what, i, v, want[i]);
-  }
-  gr_tensor_release(&t);
-  gr_session_free(s);
+  GR_CHECK_MSG(gt_bit_equal(&t[1], &t[0]), "%s: 3 devices", what);
+  gr_tensor_release(&t[0]);
+  gr_tensor_release(&t[1]);
 }
 
 /* ---- reduce_prod at zeros -------------------------------------------------------- */
@@ -221,6 +231,56 @@ static void test_pow_at_zero(void) {
   gr_graph_free(g);
 }
 
+/* ---- the same points by finite differences ----------------------------------------- */
+
+/* reduce_prod and pow are smooth at these zeros (pow at integer exponents),
+ * so central differences agree with the conventions there: orders 1 to 3
+ * (gt_check_gradient: the gradient of sum(y * R), then of sum(dx * R')),
+ * on 1 device and spread round robin over 3. */
+typedef struct fd_arg {
+  int n;
+  const double *c; /* pow: the other operand */
+  int64_t axis;    /* reduce_prod: -1 every axis */
+} fd_arg;
+
+static gr_output b_prod(gr_graph *g, const gr_output *x, void *arg) {
+  const fd_arg *a = arg;
+  return gr_reduce_prod(g, x[0], a->axis < 0 ? NULL : &a->axis, a->axis < 0 ? 0 : 1, false);
+}
+static gr_output b_pow_base(gr_graph *g, const gr_output *x, void *arg) {
+  const fd_arg *a = arg;
+  return gr_pow(g, x[0], vec(g, a->n, a->c));
+}
+static gr_output b_pow_exponent(gr_graph *g, const gr_output *x, void *arg) {
+  const fd_arg *a = arg;
+  return gr_pow(g, vec(g, a->n, a->c), x[0]);
+}
+
+static void fd_case(const char *what, gt_build_fn build, const fd_arg *a, gr_shape shape,
+                    const double *x) {
+  gr_tensor in = gt_make(GR_F64, shape, x);
+  for (int devices = 1; devices <= 3; devices += 2)
+    for (int order = 1; order <= 3; order++)
+      GR_CHECK_MSG(gt_check_gradient_on(what, build, (void *)a, &in, 1, order, 0, 1e-6, devices),
+                   "%s: order %d, %d device(s)", what, order, devices);
+  gr_tensor_release(&in);
+}
+
+static void test_zeros_by_differences(void) {
+  const double v[][3] = {{2, 0, 3}, {0, 2, 0}, {0, 0, 0}};
+  for (int c = 0; c < 3; c++)
+    fd_case("reduce_prod", b_prod, &(fd_arg){.axis = -1}, (gr_shape){1, {3}}, v[c]);
+  const double m[6] = {2, 0, 3, 1, 4, 0.5};
+  for (int64_t ax = -1; ax <= 1; ax++)
+    fd_case("reduce_prod of a matrix", b_prod, &(fd_arg){.axis = ax}, (gr_shape){2, {2, 3}}, m);
+  /* d/da a^b at a = 0 for b = 0..3, at a negative base, and a^0.5 away from 0 */
+  const double a[6] = {0, 0, 0, 0, -2, 2}, b[6] = {0, 1, 2, 3, 3, 0.5};
+  fd_case("pow, d/d base", b_pow_base, &(fd_arg){.n = 6, .c = b}, (gr_shape){1, {6}}, a);
+  /* d/db a^b at a = 0 (0 by convention: 0^(b +- eps) is 0) */
+  const double a0[3] = {0, 0, 2}, b0[3] = {1, 2, 0.5};
+  fd_case("pow, d/d exponent", b_pow_exponent, &(fd_arg){.n = 3, .c = a0}, (gr_shape){1, {3}}, b0);
+}
+
 /* ---- ties and kinks ---------------------------------------------------------------- */
 
 static void test_maximum_minimum_ties(void) {
@@ -269,6 +329,7 @@ int main(void) {
   GR_RUN(test_prod_others_kernel);
   GR_RUN(test_reduce_prod_order_limit);
   GR_RUN(test_pow_at_zero);
+  GR_RUN(test_zeros_by_differences);
   GR_RUN(test_maximum_minimum_ties);
   GR_RUN(test_reduce_extreme_ties);
   GR_RUN(test_kinks);

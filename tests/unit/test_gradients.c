@@ -60,7 +60,9 @@ static gr_output random_weighted_sum(gr_graph *g, gr_output y) {
 /* Builds op(x), loss = sum(op(x) * R), and checks d loss / d x_i for float
  * inputs; at order > 1 the loss is first replaced order - 1 times by
  * sum_i sum(d loss / d x_i * R_i), so the gradient checked is an order-th
- * derivative. */
+ * derivative. Checked on 1 device and with the nodes (the gradients' too)
+ * spread round robin over 3, where it must equal the 1-device one bit for
+ * bit. */
 static void check_order(const char *name, const spec *s, build_fn build, int order) {
   gr_graph *g = gr_graph_new();
   gr_output x[MAXIN];
@@ -100,34 +102,55 @@ static void check_order(const char *name, const spec *s, build_fn build, int ord
   GR_CHECK_MSG(st == GR_OK, "%s: order %d: gradients: %s", name, order,
                gr_graph_error(g) ? gr_graph_error(g)->msg : "");
   if (st != GR_OK) goto out;
-  gr_error err;
-  gr_session *sess = gr_session_new(g, &(gr_session_options){.inter_op_threads = 1}, &err);
-  gr_tensor grads[MAXIN];
-  GR_CHECK_OK(gr_session_run(sess, f, s->n, dx, nx, grads, NULL, 0, &err), err);
-  const double eps = 1e-6;
-  int bad = 0;
-  for (int k = 0; k < nx && !bad; k++) {
-    gr_tensor *t = &v[which[k]];
-    gr_tensor orig;
-    gr_tensor_copy(t, &orig, &err);
-    for (int64_t e = 0; e < gr_tensor_num_elements(t) && !bad; e++) {
-      double x0 = gr_tensor_get_f64(&orig, e);
-      gr_tensor_set_f64(t, e, x0 + eps);
-      double lp = run_loss(sess, f, s->n, loss);
-      gr_tensor_set_f64(t, e, x0 - eps);
-      double lm = run_loss(sess, f, s->n, loss);
-      gr_tensor_set_f64(t, e, x0);
-      double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[k], e);
-      if (!(fabs(num - ana) <= 1e-5 + 1e-4 * fabs(num))) {
-        GR_CHECK_MSG(false, "%s: order %d: d/d x%d[%lld]: analytic %.10g, numeric %.10g", name,
-                     order, which[k], (long long)e, ana, num);
-        bad = 1;
-      }
+  /* on 1 device, then spread round robin over 3: the same gradients, bit for bit */
+  gr_tensor grads[2][MAXIN];
+  bool ran[2] = {false, false};
+  for (int d = 0; d < 2; d++) {
+    int devices = d ? 3 : 1;
+    gr_error err;
+    if (devices > 1) gt_spread(g, devices);
+    gr_session *sess = gt_session(g, devices, 1);
+    gr_status rs = gr_session_run(sess, f, s->n, dx, nx, grads[d], NULL, 0, &err);
+    GR_CHECK_MSG(rs == GR_OK, "%s: order %d, %d device(s): %s", name, order, devices, err.msg);
+    if (rs != GR_OK) {
+      gr_session_free(sess);
+      continue;
     }
-    gr_tensor_release(&orig);
+    ran[d] = true;
+    /* (higher orders of a linear op are constants: nothing to send) */
+    GR_CHECK_MSG(devices == 1 || order > 1 || gr_session_last_transfers(sess).sends > 0,
+                 "%s: nothing crossed devices", name);
+    for (int k = 0; d && ran[0] && k < nx; k++)
+      GR_CHECK_MSG(gt_bit_equal(&grads[1][k], &grads[0][k]),
+                   "%s: order %d: d/d x%d on 3 devices differs from 1 device", name, order,
+                   which[k]);
+    const double eps = 1e-6;
+    int bad = 0;
+    for (int k = 0; k < nx && !bad; k++) {
+      gr_tensor *t = &v[which[k]];
+      gr_tensor orig;
+      gr_tensor_copy(t, &orig, &err);
+      for (int64_t e = 0; e < gr_tensor_num_elements(t) && !bad; e++) {
+        double x0 = gr_tensor_get_f64(&orig, e);
+        gr_tensor_set_f64(t, e, x0 + eps);
+        double lp = run_loss(sess, f, s->n, loss);
+        gr_tensor_set_f64(t, e, x0 - eps);
+        double lm = run_loss(sess, f, s->n, loss);
+        gr_tensor_set_f64(t, e, x0);
+        double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[d][k], e);
+        if (!(fabs(num - ana) <= 1e-5 + 1e-4 * fabs(num))) {
+          GR_CHECK_MSG(false,
+                       "%s: order %d, %d device(s): d/d x%d[%lld]: analytic %.10g, numeric %.10g",
+                       name, order, devices, which[k], (long long)e, ana, num);
+          bad = 1;
+        }
+      }
+      gr_tensor_release(&orig);
+    }
+    gr_session_free(sess);
   }
-  for (int k = 0; k < nx; k++) gr_tensor_release(&grads[k]);
-  gr_session_free(sess);
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; ran[d] && k < nx; k++) gr_tensor_release(&grads[d][k]);
 out:
   for (int i = 0; i < s->n; i++) gr_tensor_release(&v[i]);
   gr_graph_free(g);
@@ -432,36 +455,84 @@ static void test_chains(void) {
   check("reduce_prod(exp(x)) / reduce_sum(x^2)", &s, b_reduce_chain); /* depends on x */
 }
 
-/* The reproducer: d/dx sum(d(x^3)/dx) = 6x, built in the DSL. */
-static void test_second_derivative_in_dsl(void) {
-  gr_graph *g = gr_graph_new();
-  gr_dsl_program *p = NULL;
-  gr_error err;
-  const char *src = "x = const([1.0, -2.0, 0.5])\n"
-                    "d1 = gradients(x * x * x, x)\n"
-                    "d2 = gradients(reduce_sum(d1), x)\n";
-  gr_output d[2];
-  GR_CHECK_OK(gr_dsl_load_string("t.gr", src, g, NULL, &p, &err), err);
-  if (p && gr_dsl_lookup(p, "d1", &d[0]) && gr_dsl_lookup(p, "d2", &d[1])) {
-    gr_session *sess = gr_session_new(g, NULL, &err);
-    gr_tensor t[2];
-    GR_CHECK_OK(gr_session_run(sess, NULL, 0, d, 2, t, NULL, 0, &err), err);
-    const double xv[3] = {1.0, -2.0, 0.5};
-    for (int i = 0; i < 3; i++) {
-      GR_CHECK_NEAR(gr_tensor_get_f64(&t[0], i), 3 * xv[i] * xv[i], 1e-6);
-      GR_CHECK_NEAR(gr_tensor_get_f64(&t[1], i), 6 * xv[i], 1e-6);
+/* Runs the n names of src on 1 device (into t[0]) and spread round robin
+ * over 3 (into t[1]), where the values must cross devices and equal the
+ * 1-device ones bit for bit. false when a run fails (nothing is held then). */
+static bool run_on_1_and_3(const char *src, const char *names, int n, gr_tensor t[2][4]) {
+  for (int d = 0; d < 2; d++) {
+    int64_t sends = 0;
+    if (!gt_dsl_run_on(src, names, d ? 3 : 1, t[d], &sends)) {
+      GR_CHECK_MSG(false, "%s: %d device(s)", src, d ? 3 : 1);
+      for (int k = 0; d && k < n; k++) gr_tensor_release(&t[0][k]);
+      return false;
     }
-    for (int i = 0; i < 2; i++) gr_tensor_release(&t[i]);
-    gr_session_free(sess);
-  } else {
-    GR_CHECK_MSG(false, "d1 and d2 not bound");
+    GR_CHECK_MSG(!d || sends > 0, "%s: nothing crossed devices", src);
   }
-  gr_dsl_program_free(p);
-  gr_graph_free(g);
+  for (int k = 0; k < n; k++)
+    GR_CHECK_MSG(gt_bit_equal(&t[1][k], &t[0][k]), "%s: value %d on 3 devices", src, k);
+  return true;
+}
+
+static void release_1_and_3(gr_tensor t[2][4], int n) {
+  for (int d = 0; d < 2; d++)
+    for (int k = 0; k < n; k++) gr_tensor_release(&t[d][k]);
+}
+
+/* x^3 and its derivatives in f64 at x + shift. */
+static const char *cube_src(double shift) {
+  static char src[512];
+  snprintf(src, sizeof src,
+           "x = identity(const([1.0, -2.0, 0.5], f64) + %.17g)\n"
+           "d1 = gradients(x * x * x, x)\n"
+           "d2 = gradients(reduce_sum(d1), x)\n"
+           "d3 = gradients(reduce_sum(d2), x)\n",
+           shift);
+  return src;
+}
+
+/* The issue's reproducer: d/dx sum(d(x^3)/dx) = 6x, built in the DSL; then
+ * in f64 up to the third derivative (6), the second against central
+ * differences of the first (each d1[i] depends on x[i] only, so shifting
+ * every element at once gives every d d1[i] / d x[i]). Each on 1 device
+ * and spread over 3. */
+static void test_second_derivative_in_dsl(void) {
+  const double xv[3] = {1.0, -2.0, 0.5}, h = 1e-5;
+  gr_tensor t[2][4];
+  if (run_on_1_and_3("x = const([1.0, -2.0, 0.5])\n"
+                     "d1 = gradients(x * x * x, x)\n"
+                     "d2 = gradients(reduce_sum(d1), x)\n",
+                     "d1,d2", 2, t)) {
+    for (int d = 0; d < 2; d++)
+      for (int i = 0; i < 3; i++) {
+        GR_CHECK_NEAR(gr_tensor_get_f64(&t[d][0], i), 3 * xv[i] * xv[i], 1e-6);
+        GR_CHECK_NEAR(gr_tensor_get_f64(&t[d][1], i), 6 * xv[i], 1e-6);
+      }
+    release_1_and_3(t, 2);
+  }
+  gr_tensor hi[2][4], lo[2][4];
+  bool ok = run_on_1_and_3(cube_src(0), "d1,d2,d3", 3, t);
+  bool got_hi = run_on_1_and_3(cube_src(h), "d1", 1, hi);
+  bool got_lo = run_on_1_and_3(cube_src(-h), "d1", 1, lo), shifted = got_hi && got_lo;
+  for (int d = 0; d < 2 && ok; d++)
+    for (int i = 0; i < 3; i++) {
+      GR_CHECK_NEAR(gr_tensor_get_f64(&t[d][0], i), 3 * xv[i] * xv[i], 1e-12);
+      GR_CHECK_NEAR(gr_tensor_get_f64(&t[d][1], i), 6 * xv[i], 1e-12);
+      GR_CHECK_NEAR(gr_tensor_get_f64(&t[d][2], i), 6, 1e-12);
+      double fd =
+          shifted ? (gr_tensor_get_f64(&hi[d][0], i) - gr_tensor_get_f64(&lo[d][0], i)) / (2 * h)
+                  : NAN;
+      GR_CHECK_MSG(fabs(gr_tensor_get_f64(&t[d][1], i) - fd) <= 1e-6,
+                   "%d device(s): d2[%d] = %.10g, differences %.10g", d ? 3 : 1, i,
+                   gr_tensor_get_f64(&t[d][1], i), fd);
+    }
+  if (ok) release_1_and_3(t, 3);
+  if (got_hi) release_1_and_3(hi, 1);
+  if (got_lo) release_1_and_3(lo, 1);
 }
 
 /* Hessian-vector products of an MLP loss: Hv = d(g . v)/dw against the
- * central difference of the gradient along v, (g(w + eps v) - g(w - eps v)) / 2 eps. */
+ * central difference of the gradient along v, (g(w + eps v) - g(w - eps v)) / 2 eps,
+ * on 1 device and spread round robin over 3 (Hv bit-identical to 1 device's). */
 static void hvp_case(const char *name, bool relu, bool sparse) {
   enum { NP = 4 };
   const gr_shape ps[NP] = {{2, {3, 5}}, {1, {5}}, {2, {5, 4}}, {1, {4}}};
@@ -497,42 +568,59 @@ static void hvp_case(const char *name, bool relu, bool sparse) {
     terms[i] = gr_reduce_sum(g, gr_mul(g, grads[i], gr_const(g, &vt[i])), NULL, 0, false);
   gr_output gv = gr_add_n(g, terms, NP);
   GR_CHECK(gr_gradients(g, &gv, 1, w, NP, NULL, false, hv) == GR_OK);
+  gr_tensor w0[NP], hv1[NP]; /* w; Hv on 1 device */
   gr_error err;
-  gr_session *sess = gr_session_new(g, NULL, &err);
-  gr_tensor got[NP], gp[NP], gm[NP];
+  for (int i = 0; i < NP; i++) gr_tensor_copy(&wt[i], &w0[i], &err);
   const double eps = 1e-5;
-  GR_CHECK_OK(gr_session_run(sess, f, NP, hv, NP, got, NULL, 0, &err), err);
-  for (int sign = 1; sign >= -1; sign -= 2) {
-    for (int i = 0; i < NP; i++)
+  bool have1 = false;
+  for (int d = 0; d < 2; d++) { /* on 1 device, then spread over 3 */
+    int devices = d ? 3 : 1;
+    gr_tensor got[NP], gpm[2][NP];
+    bool ok[3];
+    int64_t sends = 0;
+    for (int i = 0; i < NP; i++) /* back to w (the feeds hold wt) */
       for (int64_t e = 0; e < gr_tensor_num_elements(&wt[i]); e++)
-        gr_tensor_set_f64(&wt[i], e,
-                          gr_tensor_get_f64(&wt[i], e) + sign * eps * gr_tensor_get_f64(&vt[i], e));
-    GR_CHECK_OK(gr_session_run(sess, f, NP, grads, NP, sign > 0 ? gp : gm, NULL, 0, &err), err);
-    if (sign > 0) /* back to w, then to w - eps v */
+        gr_tensor_set_f64(&wt[i], e, gr_tensor_get_f64(&w0[i], e));
+    ok[0] = gt_run_on(g, devices, f, NP, hv, NP, got, &sends);
+    for (int side = 0; side < 2; side++) { /* the gradient at w + eps v, then at w - eps v */
+      double sign = side ? -1 : 1;
       for (int i = 0; i < NP; i++)
         for (int64_t e = 0; e < gr_tensor_num_elements(&wt[i]); e++)
-          gr_tensor_set_f64(&wt[i], e,
-                            gr_tensor_get_f64(&wt[i], e) - eps * gr_tensor_get_f64(&vt[i], e));
-  }
-  int bad = 0;
-  for (int i = 0; i < NP; i++) {
-    for (int64_t e = 0; e < gr_tensor_num_elements(&wt[i]) && !bad; e++) {
-      double num = (gr_tensor_get_f64(&gp[i], e) - gr_tensor_get_f64(&gm[i], e)) / (2 * eps);
-      double ana = gr_tensor_get_f64(&got[i], e);
-      if (!(fabs(num - ana) <= 1e-6 + 1e-4 * fabs(num))) {
-        GR_CHECK_MSG(false, "%s: (Hv) of w%d[%lld]: analytic %.10g, numeric %.10g", name, i,
-                     (long long)e, ana, num);
-        bad = 1;
-      }
+          gr_tensor_set_f64(
+              &wt[i], e, gr_tensor_get_f64(&w0[i], e) + sign * eps * gr_tensor_get_f64(&vt[i], e));
+      ok[1 + side] = gt_run_on(g, devices, f, NP, grads, NP, gpm[side], NULL);
     }
-    gr_tensor_release(&got[i]);
-    gr_tensor_release(&gp[i]);
-    gr_tensor_release(&gm[i]);
+    GR_CHECK_MSG(ok[0] && ok[1] && ok[2], "%s: %d device(s)", name, devices);
+    GR_CHECK_MSG(!ok[0] || devices == 1 || sends > 0, "%s: nothing crossed devices", name);
+    int bad = 0;
+    for (int i = 0; i < NP && ok[0] && ok[1] && ok[2]; i++)
+      for (int64_t e = 0; e < gr_tensor_num_elements(&wt[i]) && !bad; e++) {
+        double num =
+            (gr_tensor_get_f64(&gpm[0][i], e) - gr_tensor_get_f64(&gpm[1][i], e)) / (2 * eps);
+        double ana = gr_tensor_get_f64(&got[i], e);
+        if (!(fabs(num - ana) <= 1e-6 + 1e-4 * fabs(num))) {
+          GR_CHECK_MSG(false, "%s, %d device(s): (Hv) of w%d[%lld]: analytic %.10g, numeric %.10g",
+                       name, devices, i, (long long)e, ana, num);
+          bad = 1;
+        }
+      }
+    for (int i = 0; i < NP && ok[0] && d && have1; i++)
+      GR_CHECK_MSG(gt_bit_equal(&got[i], &hv1[i]), "%s: (Hv) of w%d on 3 devices", name, i);
+    for (int i = 0; i < NP; i++) {
+      if (ok[0] && !d) hv1[i] = got[i];
+      if (ok[0] && d) gr_tensor_release(&got[i]);
+      if (ok[1]) gr_tensor_release(&gpm[0][i]);
+      if (ok[2]) gr_tensor_release(&gpm[1][i]);
+    }
+    have1 = have1 || (ok[0] && !d);
+  }
+  for (int i = 0; i < NP; i++) {
+    if (have1) gr_tensor_release(&hv1[i]);
+    gr_tensor_release(&w0[i]);
     gr_tensor_release(&wt[i]);
     gr_tensor_release(&vt[i]);
   }
   gr_tensor_release(&xt);
-  gr_session_free(sess);
   gr_graph_free(g);
 }
 static void test_mlp_hessian_vector_products(void) {

@@ -201,6 +201,35 @@ void gt_spread(gr_graph *g, int devices) {
   }
 }
 
+bool gt_run_on(gr_graph *g, int devices, const gr_feed *feeds, int nf, const gr_output *fetches,
+               int n, gr_tensor *outs, int64_t *sends) {
+  gr_error err;
+  if (devices > 1) gt_spread(g, devices);
+  gr_session *s = gt_session(g, devices, 2);
+  bool ok = gr_session_run(s, feeds, nf, fetches, n, outs, NULL, 0, &err) == GR_OK;
+  if (!ok) fprintf(stderr, "run on %d device(s) failed: %s\n", devices, err.msg);
+  if (sends) *sends = gr_session_last_transfers(s).sends;
+  gr_session_free(s);
+  return ok;
+}
+
+bool gt_bit_equal(const gr_tensor *got, const gr_tensor *want) {
+  if (!got->buf || !want->buf) {
+    fprintf(stderr, "  empty tensor\n");
+    return false;
+  }
+  if (!same_shape(got, want)) return false;
+  size_t size = gr_dtype_size(got->dtype);
+  const unsigned char *a = gr_tensor_data(got), *b = gr_tensor_data(want);
+  for (int64_t i = 0; i < gr_tensor_num_elements(got); i++)
+    if (memcmp(a + (size_t)i * size, b + (size_t)i * size, size) != 0) {
+      fprintf(stderr, "  element %lld: %.17g, want %.17g (bits differ)\n", (long long)i,
+              gr_tensor_get_f64(got, i), gr_tensor_get_f64(want, i));
+      return false;
+    }
+  return true;
+}
+
 gr_session *gt_session(gr_graph *g, int devices, int threads) {
   gr_error err;
   /* a step that deadlocks fails (naming what it waits for) instead of hanging the suite */
@@ -247,6 +276,11 @@ void gt_write_file(const char *dir, const char *name, const char *text) {
 }
 
 bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs) {
+  return gt_dsl_run_on(src, names, devices, outs, NULL);
+}
+
+bool gt_dsl_run_on(const char *src, const char *names, int devices, gr_tensor *outs,
+                   int64_t *sends) {
   gr_graph *g = gr_graph_new();
   gr_dsl_program *p = NULL;
   gr_error err;
@@ -265,10 +299,7 @@ bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs
       fprintf(stderr, "no name %s\n", tok);
       goto done;
     }
-  gr_session *s = gt_session(g, devices, 2);
-  ok = gr_session_run(s, NULL, 0, fetch, n, outs, NULL, 0, &err) == GR_OK;
-  if (!ok) fprintf(stderr, "run failed: %s\n", err.msg);
-  gr_session_free(s);
+  ok = gt_run_on(g, devices, NULL, 0, fetch, n, outs, sends);
 done:
   gr_dsl_program_free(p);
   gr_graph_free(g);
@@ -315,6 +346,11 @@ static double gt_eval(gr_session *s, const gr_feed *f, int n, gr_output o) {
 
 bool gt_check_gradient(const char *what, gt_build_fn build, void *arg, const gr_tensor *inputs,
                        int n, int order, int max_elems, double tol) {
+  return gt_check_gradient_on(what, build, arg, inputs, n, order, max_elems, tol, 1);
+}
+
+bool gt_check_gradient_on(const char *what, gt_build_fn build, void *arg, const gr_tensor *inputs,
+                          int n, int order, int max_elems, double tol, int devices) {
   gt_rng r = {77};
   gr_graph *g = gr_graph_new();
   gr_output x[GT_GRAD_MAX_INPUTS], xs[GT_GRAD_MAX_INPUTS], dx[GT_GRAD_MAX_INPUTS];
@@ -348,9 +384,13 @@ bool gt_check_gradient(const char *what, gt_build_fn build, void *arg, const gr_
     goto out;
   }
   gr_error err;
-  sess = gr_session_new(g, &(gr_session_options){.inter_op_threads = 1}, &err);
+  if (devices > 1) gt_spread(g, devices);
+  /* on several devices a deadlock fails the check (naming what it waits for), not hangs */
+  gr_session_options o = {
+      .num_devices = devices, .inter_op_threads = 1, .step_timeout_ms = devices > 1 ? 60000 : 0};
+  sess = gr_session_new(g, &o, &err);
   if (!sess || gr_session_run(sess, f, n, dx, nx, grads, NULL, 0, &err) != GR_OK) {
-    fprintf(stderr, "%s: run: %s\n", what, err.msg);
+    fprintf(stderr, "%s: run on %d device(s): %s\n", what, devices, err.msg);
     goto out;
   }
   ngrads = nx;
@@ -369,8 +409,14 @@ bool gt_check_gradient(const char *what, gt_build_fn build, void *arg, const gr_
       gr_tensor_set_f64(t, e, x0);
       double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[k], e);
       if (!(fabs(num - ana) <= tol + tol * fabs(num))) {
-        fprintf(stderr, "%s: order %d: d/d x%d[%lld]: analytic %.10g, numeric %.10g\n", what, order,
-                which[k], (long long)e, ana, num);
+        fprintf(stderr,
+                "%s: order %d, %d device(s): d/d x%d[%lld]: analytic %.10g, numeric %.10g\n", what,
+                order, devices, which[k], (long long)e, ana, num);
+        ok = false;
+      }
+      /* spread, the first-order loss (fed inputs -> ops -> sum) must cross devices */
+      if (ok && devices > 1 && order == 1 && gr_session_last_transfers(sess).sends == 0) {
+        fprintf(stderr, "%s: order 1, %d devices: the loss crossed no device\n", what, devices);
         ok = false;
       }
     }

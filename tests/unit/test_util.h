@@ -60,6 +60,17 @@ gr_session *gt_session(gr_graph *g, int devices, int threads);
 /* Assigns node i without a device request to local device i mod devices
  * (round robin, so loops and conds cross devices everywhere). */
 void gt_spread(gr_graph *g, int devices);
+/* Runs the fetches of g on a session of `devices` local devices (gt_session,
+ * 2 threads), the nodes spread round robin first when devices > 1. outs:
+ * one per fetch (each holds a reference). *sends (if not NULL): the tensors,
+ * dead values and tokens the step sent between devices, so a test can tell
+ * that its run really crossed devices. false, with the message printed,
+ * when the run fails. */
+bool gt_run_on(gr_graph *g, int devices, const gr_feed *feeds, int nf, const gr_output *fetches,
+               int n, gr_tensor *outs, int64_t *sends);
+/* Same dtype, shape and bytes (a NaN equals only a NaN of the same bits);
+ * on a difference prints the first one and returns false. */
+bool gt_bit_equal(const gr_tensor *got, const gr_tensor *want);
 
 /* CLI tests: runs `graphrun ARGS` (the binary of this build: build/graphrun)
  * in dir, its stdout and stderr into out (at most cap - 1 bytes, NUL
@@ -69,9 +80,14 @@ int gt_cli_run(const char *dir, const char *args, char *out, size_t cap);
 void gt_write_file(const char *dir, const char *name, const char *text);
 /* Loads DSL text (as file "t.gr"), runs the names (comma-separated, e.g.
  * "a,b") on a session of `devices` local devices and puts their values in
- * outs (each holds a reference). false, with the message printed, when
- * loading or running fails. */
+ * outs (each holds a reference). With devices > 1 the nodes not pinned by a
+ * device block are spread round robin first (gt_spread): without that they
+ * would all run on device 0. false, with the message printed, when loading
+ * or running fails. */
 bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs);
+/* As gt_dsl_run; *sends (if not NULL) as for gt_run_on. */
+bool gt_dsl_run_on(const char *src, const char *names, int devices, gr_tensor *outs,
+                   int64_t *sends);
 /* The first element of one name's value, NAN on failure. */
 double gt_dsl_value(const char *src, const char *name);
 /* Loads DSL text that must fail; the message into err (false if it loaded). */
@@ -88,6 +104,12 @@ bool gt_dsl_error(const char *src, gr_error *err);
 typedef gr_output (*gt_build_fn)(gr_graph *g, const gr_output *x, void *arg);
 bool gt_check_gradient(const char *what, gt_build_fn build, void *arg, const gr_tensor *inputs,
                        int n, int order, int max_elems, double tol);
+/* The same on a session of `devices` local devices, the nodes (the
+ * gradients' too) spread round robin when devices > 1: the analytic
+ * gradient and every loss of the differences run spread, and at order 1
+ * the loss must send something between devices (else false). */
+bool gt_check_gradient_on(const char *what, gt_build_fn build, void *arg, const gr_tensor *inputs,
+                          int n, int order, int max_elems, double tol, int devices);
 
 /* Window ops (conv2d, pools), computed independently of ops/: the output
  * size of an axis of `in` elements for kernel k, stride s, dilation d and
