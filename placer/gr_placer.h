@@ -129,21 +129,63 @@ typedef struct gr_cluster_device {
 
 typedef struct gr_cluster gr_cluster;
 
+/* Limits every form of cluster is checked against. */
+#define GR_CLUSTER_MAX_TASKS   4096
+#define GR_CLUSTER_MAX_DEVICES 65536
+#define GR_CLUSTER_HOST_MAX    254 /* a host name has at most 253 characters */
+#define GR_CLUSTER_ADDRESS_MAX 270 /* "[host]:port" */
+/* A cluster file's device without "mem_bandwidth" and "overhead" gets these. */
+#define GR_CLUSTER_DEFAULT_MEM_BANDWIDTH 1e10
+#define GR_CLUSTER_DEFAULT_OVERHEAD      1e-6
+/* One task: the process /job:JOB/replica:0/task:INDEX. Every pointer is owned
+ * by the cluster and stays valid until the cluster is freed; the struct
+ * itself (what gr_cluster_task_at returns) until the next gr_cluster_add_task
+ * or gr_cluster_add_device. */
+typedef struct gr_cluster_task {
+  const char *job;     /* job name: letters, digits, '_', '-'; starts with a letter */
+  int index;           /* task number within its job */
+  const char *host;    /* host name (IPv6 without brackets); decides the link kinds */
+  int host_id;         /* tasks with the same host_id share a host (= device.host) */
+  const char *address; /* "host:port" or "[v6]:port" to reach the task; NULL when none */
+  int first_device;    /* its devices: first_device .. first_device + num_devices - 1 */
+  int num_devices;
+} gr_cluster_task;
+
 /* An empty cluster with default links (same task 1 us + 10 GB/s, same host
  * 20 us + 3 GB/s, cross host 100 us + 1.25 GB/s). NULL when out of memory. */
 gr_cluster *gr_cluster_new(void);
 void gr_cluster_free(gr_cluster *c);
 /* Adds task number <count of tasks of job so far> of `job` on `host` (NULL:
- * "localhost"); *task_out (may be NULL) gets its cluster-wide task index. */
+ * "localhost"); *task_out (may be NULL) gets its cluster-wide task index.
+ * The task has no address (gr_cluster_set_task_address) and no devices yet.
+ * At most GR_CLUSTER_MAX_TASKS tasks. */
 gr_status gr_cluster_add_task(gr_cluster *c, const char *job, const char *host, int *task_out,
                               gr_error *err);
-/* Adds CPU device number <devices of that task so far> to a task. */
+/* Adds CPU device number <devices of that task so far> to a task. Devices
+ * stay grouped by task in task order: a device added to a task that is not
+ * the last one with devices moves the devices of later tasks up by one index. */
 gr_status gr_cluster_add_device(gr_cluster *c, int task, double flops, double mem_bandwidth,
                                 double overhead, gr_error *err);
 void gr_cluster_set_link(gr_cluster *c, gr_link_kind kind, gr_link link);
 gr_link gr_cluster_get_link(const gr_cluster *c, gr_link_kind kind);
 /* One job "localhost", one task, n identical CPU devices. */
 gr_cluster *gr_cluster_new_local(int n, double flops, double mem_bandwidth, double overhead);
+
+int gr_cluster_num_tasks(const gr_cluster *c);
+/* Task i (0 .. num_tasks - 1), NULL when out of range; see gr_cluster_task
+ * for how long it stays valid. */
+const gr_cluster_task *gr_cluster_task_at(const gr_cluster *c, int i);
+/* Cluster-wide index of /job:job/task:index, -1 when none. */
+int gr_cluster_find_task(const gr_cluster *c, const char *job, int index);
+/* Sets (address NULL: removes) the address a task is reached at: "host:port"
+ * or "[IPv6]:port", port 1..65535. The cluster keeps a copy. Refused when
+ * malformed or when another task already has it (case-insensitive). */
+gr_status gr_cluster_set_task_address(gr_cluster *c, int task, const char *address, gr_error *err);
+/* Splits an address as gr_cluster_set_task_address checks it: host (IPv6
+ * without brackets) into host[host_cap] (host_cap >= GR_CLUSTER_HOST_MAX is
+ * always enough), the port into *port. Errors quote the address. */
+gr_status gr_cluster_split_address(const char *address, char *host, size_t host_cap, int *port,
+                                   gr_error *err);
 
 int gr_cluster_num_devices(const gr_cluster *c);
 const gr_cluster_device *gr_cluster_device_at(const gr_cluster *c, int i);
@@ -155,12 +197,22 @@ gr_link_kind gr_cluster_link_kind(const gr_cluster *c, int a, int b);
 /* Seconds to move `bytes` from device a to b (0 when a == b). */
 double gr_cluster_transfer_time(const gr_cluster *c, int a, int b, double bytes);
 
-/* The JSON cluster file (format in docs/placement.md). Errors name the file
- * and line:column. `name` is used in messages (NULL: "<cluster>"). */
+/* ---- reading the cluster file ---------------------------------------------- */
+
+/* Reads a cluster file (docs/placement.md): tasks with host, optional
+ * "address" and devices, plus "links". A syntax error names `name`:line:column
+ * (jansson's position); any other error names `name`:line:column of the value
+ * and its JSON path, e.g.
+ * `c.json:5:40: jobs.worker[1].devices[0].flops: must be > 0`.
+ * name NULL: "<cluster>". Ownership: *out is a new cluster for the caller
+ * (gr_cluster_free); NULL on failure. */
 gr_status gr_cluster_parse_json(const char *text, size_t len, const char *name, gr_cluster **out,
                                 gr_error *err);
+/* gr_cluster_parse_json on a file's contents (at most 16 MiB), named by its path. */
 gr_status gr_cluster_load_json(const char *path, gr_cluster **out, gr_error *err);
-/* Writes the cluster as a JSON cluster file that gr_cluster_parse_json reads back. */
+/* Writes the cluster as a cluster file (tasks grouped by job, with their
+ * addresses; numbers in the shortest form that reads back exactly) that
+ * gr_cluster_parse_json reads back as the same cluster. */
 gr_status gr_cluster_write_json(const gr_cluster *c, FILE *f, gr_error *err);
 
 /* ---- cost model and profiles ---------------------------------------------- */

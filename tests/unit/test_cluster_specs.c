@@ -1,0 +1,247 @@
+/* The cluster file with task addresses, the task accessors, round trips
+ * through gr_cluster_write_json, and malformed addresses, whose message must
+ * say where. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gr_test.h"
+#include "placer/gr_placer.h"
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static gr_cluster *parse(const char *text, const char *name) {
+  gr_cluster *c = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_cluster_parse_json(text, strlen(text), name, &c, &err), err);
+  return c;
+}
+
+/* The checked-out task i: job, index, host, address (NULL: none). */
+static void check_task(const gr_cluster *c, int i, const char *job, int index, const char *host,
+                       const char *address) {
+  const gr_cluster_task *t = gr_cluster_task_at(c, i);
+  GR_CHECK_MSG(t != NULL, "no task %d", i);
+  if (!t) return;
+  GR_CHECK_MSG(strcmp(t->job, job) == 0, "task %d: job %s, want %s", i, t->job, job);
+  GR_CHECK_EQ_INT(t->index, index);
+  GR_CHECK_MSG(strcmp(t->host, host) == 0, "task %d: host %s, want %s", i, t->host, host);
+  if (address)
+    GR_CHECK_MSG(t->address && strcmp(t->address, address) == 0, "task %d: address %s, want %s", i,
+                 t->address ? t->address : "(none)", address);
+  else
+    GR_CHECK_MSG(t->address == NULL, "task %d: address %s, want none", i, t->address);
+  GR_CHECK_EQ_INT(gr_cluster_find_task(c, job, index), i);
+}
+
+static int failures;
+
+/* The call failed, left *out NULL, and the message holds `where` and `what`. */
+static void check_failed(gr_status s, gr_cluster *c, const gr_error *err, const char *input,
+                         const char *where, const char *what) {
+  GR_CHECK_MSG(s != GR_OK, "accepted: %s", input);
+  GR_CHECK(c == NULL);
+  failures++;
+  if (s == GR_OK) {
+    gr_cluster_free(c);
+    return;
+  }
+  GR_CHECK_STR_CONTAINS(err->msg, where);
+  GR_CHECK_STR_CONTAINS(err->msg, what);
+}
+
+static void bad_json(const char *text, const char *where, const char *what) {
+  gr_cluster *c = (gr_cluster *)1;
+  gr_error err;
+  gr_status s = gr_cluster_parse_json(text, strlen(text), "c.json", &c, &err);
+  check_failed(s, c, &err, text, where, what);
+}
+
+/* Writes c, reads it back and checks that the two are the same cluster. */
+static void check_round_trip(const gr_cluster *c) {
+  char *buf = NULL;
+  size_t len = 0;
+  gr_error err;
+  FILE *f = open_memstream(&buf, &len);
+  GR_CHECK_OK(gr_cluster_write_json(c, f, &err), err);
+  fclose(f);
+  gr_cluster *d = NULL;
+  GR_CHECK_OK(gr_cluster_parse_json(buf, len, "written.json", &d, &err), err);
+  if (d) {
+    GR_CHECK_EQ_INT(gr_cluster_num_tasks(d), gr_cluster_num_tasks(c));
+    for (int i = 0; i < gr_cluster_num_tasks(c) && i < gr_cluster_num_tasks(d); i++) {
+      const gr_cluster_task *a = gr_cluster_task_at(c, i), *b = gr_cluster_task_at(d, i);
+      GR_CHECK(strcmp(a->job, b->job) == 0 && a->index == b->index);
+      GR_CHECK(strcmp(a->host, b->host) == 0);
+      GR_CHECK((a->address == NULL) == (b->address == NULL));
+      if (a->address && b->address) GR_CHECK(strcmp(a->address, b->address) == 0);
+      GR_CHECK_EQ_INT(a->first_device, b->first_device);
+      GR_CHECK_EQ_INT(a->num_devices, b->num_devices);
+    }
+    GR_CHECK_EQ_INT(gr_cluster_num_devices(d), gr_cluster_num_devices(c));
+    for (int i = 0; i < gr_cluster_num_devices(c) && i < gr_cluster_num_devices(d); i++) {
+      const gr_cluster_device *a = gr_cluster_device_at(c, i), *b = gr_cluster_device_at(d, i);
+      GR_CHECK(strcmp(a->name, b->name) == 0);
+      /* exact: the writer prints numbers that read back bit for bit */
+      GR_CHECK(a->flops == b->flops && a->mem_bandwidth == b->mem_bandwidth &&
+               a->overhead == b->overhead);
+      for (int j = 0; j < gr_cluster_num_devices(c); j++)
+        GR_CHECK_EQ_INT(gr_cluster_link_kind(c, i, j), gr_cluster_link_kind(d, i, j));
+    }
+    for (int k = 0; k < GR_LINK_COUNT; k++) {
+      GR_CHECK(gr_cluster_get_link(c, k).latency == gr_cluster_get_link(d, k).latency);
+      GR_CHECK(gr_cluster_get_link(c, k).bandwidth == gr_cluster_get_link(d, k).bandwidth);
+    }
+  } else {
+    fprintf(stderr, "written:\n%s", buf);
+  }
+  free(buf);
+  gr_cluster_free(d);
+}
+
+/* ---- the cluster file with addresses ----------------------------------------- */
+
+static const char *file_form =
+    "{\n"
+    "  \"jobs\": {\n"
+    "    \"ps\": [{\"address\": \"10.0.0.1:2222\", \"devices\": [{\"flops\": 5e10}]}],\n"
+    "    \"worker\": [\n"
+    "      {\"host\": \"w0\", \"address\": \"w0.example.org:2223\",\n"
+    "       \"devices\": [{\"count\": 2, \"flops\": 1.1e11, \"overhead\": 3.3e-6}]},\n"
+    "      {\"host\": \"w1\", \"devices\": [{\"flops\": 0.1}]},\n"
+    "      {\"address\": \"[::1]:2224\", \"devices\": [{\"flops\": 1e11}]}\n"
+    "    ]\n"
+    "  },\n"
+    "  \"links\": {\"cross_host\": {\"latency\": 1.7e-4, \"bandwidth\": 1.23456789e9}}\n"
+    "}\n";
+
+static void test_file_form(void) {
+  gr_cluster *c = parse(file_form, "c.json");
+  if (!c) return;
+  GR_CHECK_EQ_INT(gr_cluster_num_tasks(c), 4);
+  check_task(c, 0, "ps", 0, "10.0.0.1", "10.0.0.1:2222"); /* host from the address */
+  check_task(c, 1, "worker", 0, "w0", "w0.example.org:2223");
+  check_task(c, 2, "worker", 1, "w1", NULL);
+  check_task(c, 3, "worker", 2, "::1", "[::1]:2224");
+  GR_CHECK_EQ_INT(gr_cluster_task_at(c, 1)->first_device, 1);
+  GR_CHECK_EQ_INT(gr_cluster_task_at(c, 1)->num_devices, 2);
+  GR_CHECK_EQ_INT(gr_cluster_task_at(c, 3)->first_device, 4);
+  GR_CHECK(gr_cluster_task_at(c, 4) == NULL && gr_cluster_task_at(c, -1) == NULL);
+  GR_CHECK_EQ_INT(gr_cluster_find_task(c, "worker", 3), -1);
+  GR_CHECK_EQ_INT(gr_cluster_find_task(c, "chief", 0), -1);
+  GR_CHECK(strcmp(gr_cluster_device_at(c, 2)->name, "/job:worker/replica:0/task:0/device:CPU:1") ==
+           0);
+  GR_CHECK_EQ_INT(gr_cluster_device_at(c, 4)->task, 3);
+  GR_CHECK_EQ_INT(gr_cluster_link_kind(c, 0, 1), GR_LINK_CROSS_HOST);
+  check_round_trip(c);
+  gr_cluster_free(c);
+}
+
+static void test_example_file(void) {
+  gr_cluster *c = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_cluster_load_json(GR_SOURCE_DIR "/examples/cluster.json", &c, &err), err);
+  if (!c) return;
+  GR_CHECK_EQ_INT(gr_cluster_num_tasks(c), 3);
+  check_task(c, 0, "ps", 0, "localhost", "localhost:2222");
+  check_task(c, 2, "worker", 1, "localhost", "localhost:2224");
+  gr_cluster_free(c);
+}
+
+/* ---- the builder: tasks, addresses, devices grouped by task ------------------- */
+
+static void test_builder(void) {
+  gr_cluster *c = gr_cluster_new();
+  gr_error err;
+  int a, b;
+  GR_CHECK_OK(gr_cluster_add_task(c, "ps", "h0", &a, &err), err);
+  GR_CHECK_OK(gr_cluster_add_task(c, "worker", "h1", &b, &err), err);
+  GR_CHECK_OK(gr_cluster_add_device(c, b, 1e9, 1e9, 0, &err), err);
+  GR_CHECK_OK(gr_cluster_add_device(c, b, 2e9, 1e9, 0, &err), err);
+  /* a device of the earlier task goes before the worker's, which move up */
+  GR_CHECK_OK(gr_cluster_add_device(c, a, 3e9, 1e9, 0, &err), err);
+  GR_CHECK(strcmp(gr_cluster_device_at(c, 0)->name, "/job:ps/replica:0/task:0/device:CPU:0") == 0);
+  GR_CHECK_NEAR(gr_cluster_device_at(c, 0)->flops, 3e9, 0);
+  GR_CHECK(strcmp(gr_cluster_device_at(c, 2)->name, "/job:worker/replica:0/task:0/device:CPU:1") ==
+           0);
+  GR_CHECK_NEAR(gr_cluster_device_at(c, 2)->flops, 2e9, 0);
+  GR_CHECK_EQ_INT(gr_cluster_task_at(c, b)->first_device, 1);
+  GR_CHECK_EQ_INT(gr_cluster_task_at(c, b)->num_devices, 2);
+  GR_CHECK_EQ_INT(gr_cluster_find_device(c, "/job:worker/task:0/device:CPU:1"), 2);
+  GR_CHECK_EQ_INT(gr_cluster_task_at(c, a)->host_id, gr_cluster_device_at(c, 0)->host);
+
+  GR_CHECK_OK(gr_cluster_set_task_address(c, a, "h0:1000", &err), err);
+  GR_CHECK(gr_cluster_set_task_address(c, b, "H0:1000", &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "already the address of /job:ps/task:0");
+  GR_CHECK(gr_cluster_set_task_address(c, b, "h1:0", &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "/job:worker/task:0: address \"h1:0\": port 0 is out of range");
+  GR_CHECK(gr_cluster_set_task_address(c, 9, "h1:1", &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK(gr_cluster_task_at(c, b)->address == NULL);
+  GR_CHECK_OK(gr_cluster_set_task_address(c, a, NULL, &err), err); /* removes it */
+  GR_CHECK(gr_cluster_task_at(c, a)->address == NULL);
+  GR_CHECK_OK(gr_cluster_set_task_address(c, b, "h0:1000", &err), err); /* free again */
+  check_round_trip(c);
+  gr_cluster_free(c);
+
+  char host[GR_CLUSTER_HOST_MAX];
+  int port = 0;
+  GR_CHECK_OK(gr_cluster_split_address("[fe80::1%eth0]:65535", host, sizeof host, &port, &err),
+              err);
+  GR_CHECK(strcmp(host, "fe80::1%eth0") == 0 && port == 65535);
+  GR_CHECK_OK(gr_cluster_split_address("node-7.cluster_a:1", host, sizeof host, &port, &err), err);
+  GR_CHECK(strcmp(host, "node-7.cluster_a") == 0 && port == 1);
+  static const char *const bad[][2] = {
+      {"", "empty address"},
+      {"host", "missing port"},
+      {"host:", "missing port"},
+      {"host:65536", "port 65536 is out of range"},
+      {"host:-1", "not a number"},
+      {"::1:2222", "needs brackets"},
+      {"[::1]2222", "missing \":port\" after ']'"},
+      {"[1.2.3.4]:80", "not an IPv6 address"},
+      {"grpc://h:1", "no scheme"},
+      {"a b:1", "bad host name"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    GR_CHECK_MSG(gr_cluster_split_address(bad[i][0], host, sizeof host, &port, &err) ==
+                     GR_ERR_INVALID_ARGUMENT,
+                 "accepted %s", bad[i][0]);
+    GR_CHECK_STR_CONTAINS(err.msg, bad[i][1]);
+  }
+  /* the task limit */
+  c = gr_cluster_new();
+  gr_status s = GR_OK;
+  int n = 0;
+  while (s == GR_OK && n <= GR_CLUSTER_MAX_TASKS)
+    s = gr_cluster_add_task(c, "w", NULL, NULL, &err), n++;
+  GR_CHECK_EQ_INT(n, GR_CLUSTER_MAX_TASKS + 1);
+  GR_CHECK_STR_CONTAINS(err.msg, "more than 4096 tasks");
+  gr_cluster_free(c);
+}
+
+static void test_file_form_errors(void) {
+  bad_json("{\"jobs\": {\"w\": [{\"address\": \"h\", \"devices\": []}]}}",
+           "c.json:1:29: jobs.w[0].address", "missing port");
+  bad_json("{\"jobs\": {\"w\": [{\"address\": \"h:0\", \"devices\": []}]}}",
+           "c.json:1:29: jobs.w[0].address", "port 0 is out of range 1..65535");
+  bad_json("{\"jobs\": {\"w\": [{\"address\": \"h:70000\", \"devices\": []}]}}",
+           "c.json:1:29: jobs.w[0].address", "port 70000 is out of range");
+  bad_json("{\"jobs\": {\"w\": [{\"address\": 2222, \"devices\": []}]}}",
+           "c.json:1:29: jobs.w[0].address", "must be a string, found a number");
+  bad_json("{\"jobs\": {\"w\": [{\"address\": \"::1:2222\", \"devices\": []}]}}",
+           "c.json:1:29: jobs.w[0].address", "needs brackets");
+  bad_json("{\"jobs\": {\"ps\": [{\"address\": \"h:1\", \"devices\": [{\"flops\": 1}]}],\n"
+           "          \"w\": [{\"address\": \"h:1\", \"devices\": []}]}}",
+           "c.json:2:29: jobs.w[0].address", "already the address of /job:ps/task:0");
+  bad_json("{\"jobs\": {\"w\": [{\"host\": \"[::1]\", \"devices\": []}]}}",
+           "c.json:1:26: jobs.w[0].host", "without brackets");
+}
+
+int main(void) {
+  GR_RUN(test_file_form);
+  GR_RUN(test_example_file);
+  GR_RUN(test_builder);
+  GR_RUN(test_file_form_errors);
+  printf("%d malformed inputs refused with their location\n", failures);
+  return gr_test_finish();
+}
