@@ -1,5 +1,7 @@
-/* Reading the cluster file (format in docs/placement.md): jobs of tasks
- * with host, address and devices, and the links. */
+/* Reading a cluster from JSON: the one entry point for every JSON form
+ * (gr_cluster_parse_json tells them apart) and the cluster file itself
+ * (format in docs/placement.md): jobs of tasks with host, address and
+ * devices, and the links. ClusterSpec and TF_CONFIG are in cluster_tf.c. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -168,9 +170,17 @@ static gr_status read_cluster_file(gr_jreader *r, gr_cluster *c, const json_t *r
   return GR_OK;
 }
 
+/* Which form: "jobs" or "links" not holding a list: the cluster file;
+ * "cluster" not holding a list: TF_CONFIG; else a ClusterSpec (whose jobs
+ * hold lists, so a job called "jobs" or "cluster" is still read as one). */
 static gr_status read_root(gr_jreader *r, gr_cluster *c, const json_t *root) {
   GR_TRY(gr_jreader_want(r, root, JSON_OBJECT, "a cluster"));
-  return read_cluster_file(r, c, root);
+  const json_t *jobs = json_object_get(root, "jobs"), *links = json_object_get(root, "links");
+  const json_t *cluster = json_object_get(root, "cluster");
+  if ((jobs && !json_is_array(jobs)) || (links && !json_is_array(links)))
+    return read_cluster_file(r, c, root);
+  if (cluster && !json_is_array(cluster)) return gr_cluster_read_tf_config(r, root, c, NULL);
+  return gr_cluster_read_spec(r, root, c);
 }
 
 gr_status gr_cluster_parse_json(const char *text, size_t len, const char *name, gr_cluster **out,

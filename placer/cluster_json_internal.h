@@ -1,5 +1,5 @@
 /* Shared by the JSON forms of a cluster (cluster_json.c: the cluster file
- * today): text is
+ * and the form detection; cluster_tf.c: ClusterSpec and TF_CONFIG): text is
  * parsed by jansson, and a reader keeps the JSON path of the value being
  * read so that an error names the path and its line:column in the text
  * (jansson keeps no positions per value: the reader finds them again in the
@@ -60,5 +60,13 @@ gr_status gr_jreader_want(const gr_jreader *r, const json_t *v, json_type t, con
 /* Every member of obj (at the current path) is one of keys[0 .. n-1]. */
 gr_status gr_jreader_check_keys(gr_jreader *r, const json_t *obj, const char *const *keys, int n);
 const char *gr_jreader_type_name(const json_t *v);
+
+/* cluster_tf.c: a ClusterSpec object (the current path) into c: one task per
+ * "host:port", with its address, host and one default CPU device. */
+gr_status gr_cluster_read_spec(gr_jreader *r, const json_t *spec, gr_cluster *c);
+/* cluster_tf.c: TF_CONFIG (root object) into c; "task" is required when
+ * self is not NULL, checked when present, and written to *self. */
+gr_status gr_cluster_read_tf_config(gr_jreader *r, const json_t *root, gr_cluster *c,
+                                    gr_cluster_self *self);
 
 #endif

@@ -134,9 +134,13 @@ typedef struct gr_cluster gr_cluster;
 #define GR_CLUSTER_MAX_DEVICES 65536
 #define GR_CLUSTER_HOST_MAX    254 /* a host name has at most 253 characters */
 #define GR_CLUSTER_ADDRESS_MAX 270 /* "[host]:port" */
-/* A cluster file's device without "mem_bandwidth" and "overhead" gets these. */
+/* The one CPU device a task of a ClusterSpec or TF_CONFIG cluster gets
+ * (those forms name no devices): the same defaults as a cluster file's device
+ * without "mem_bandwidth" and "overhead". */
+#define GR_CLUSTER_DEFAULT_FLOPS         1e11
 #define GR_CLUSTER_DEFAULT_MEM_BANDWIDTH 1e10
 #define GR_CLUSTER_DEFAULT_OVERHEAD      1e-6
+
 /* One task: the process /job:JOB/replica:0/task:INDEX. Every pointer is owned
  * by the cluster and stays valid until the cluster is freed; the struct
  * itself (what gr_cluster_task_at returns) until the next gr_cluster_add_task
@@ -150,6 +154,13 @@ typedef struct gr_cluster_task {
   int first_device;    /* its devices: first_device .. first_device + num_devices - 1 */
   int num_devices;
 } gr_cluster_task;
+
+/* Which task of a cluster this process is (TF_CONFIG's "task"). */
+typedef struct gr_cluster_self {
+  char job[GR_DEVICE_JOB_MAX];
+  int index; /* within the job */
+  int task;  /* cluster-wide: gr_cluster_task_at(c, task) */
+} gr_cluster_self;
 
 /* An empty cluster with default links (same task 1 us + 10 GB/s, same host
  * 20 us + 3 GB/s, cross host 100 us + 1.25 GB/s). NULL when out of memory. */
@@ -197,12 +208,19 @@ gr_link_kind gr_cluster_link_kind(const gr_cluster *c, int a, int b);
 /* Seconds to move `bytes` from device a to b (0 when a == b). */
 double gr_cluster_transfer_time(const gr_cluster *c, int a, int b, double bytes);
 
-/* ---- reading the cluster file ---------------------------------------------- */
+/* ---- reading clusters: cluster file, ClusterSpec, TF_CONFIG ---------------- */
 
-/* Reads a cluster file (docs/placement.md): tasks with host, optional
- * "address" and devices, plus "links". A syntax error names `name`:line:column
- * (jansson's position); any other error names `name`:line:column of the value
- * and its JSON path, e.g.
+/* Reads a cluster from JSON text in any of its forms (docs/cluster-specs.md),
+ * told apart by the top-level object:
+ *   - "jobs" is an object: the cluster file (docs/placement.md), tasks with
+ *     host, optional "address" and devices, plus "links";
+ *   - "cluster" is an object: TF_CONFIG ({"cluster": ClusterSpec, "task":
+ *     {"type": "worker", "index": 1}}); "task" is checked, then dropped (use
+ *     gr_cluster_from_tf_config to keep it);
+ *   - else a TensorFlow ClusterSpec: job name -> list of "host:port"; each
+ *     task gets its address, the address's host and one default CPU device.
+ * A syntax error names `name`:line:column (jansson's position); any other
+ * error names `name`:line:column of the value and its JSON path, e.g.
  * `c.json:5:40: jobs.worker[1].devices[0].flops: must be > 0`.
  * name NULL: "<cluster>". Ownership: *out is a new cluster for the caller
  * (gr_cluster_free); NULL on failure. */
@@ -214,6 +232,17 @@ gr_status gr_cluster_load_json(const char *path, gr_cluster **out, gr_error *err
  * addresses; numbers in the shortest form that reads back exactly) that
  * gr_cluster_parse_json reads back as the same cluster. */
 gr_status gr_cluster_write_json(const gr_cluster *c, FILE *f, gr_error *err);
+
+/* TF_CONFIG text ({"cluster": {...}, "task": {"type": T, "index": I}}, as
+ * TensorFlow reads it; "environment", "rpc_layer" and Cloud ML's "job" may be
+ * there and are ignored). "task" is required: "type" must be a job of the
+ * cluster and "index" (default 0) one of its tasks. Errors start with
+ * "TF_CONFIG:line:column:". Ownership: *out as gr_cluster_parse_json; *self
+ * (may be NULL) gets the task this process is. */
+gr_status gr_cluster_from_tf_config(const char *json_text, gr_cluster **out, gr_cluster_self *self,
+                                    gr_error *err);
+/* The same on getenv("TF_CONFIG"); an error when it is not set. */
+gr_status gr_cluster_from_tf_config_env(gr_cluster **out, gr_cluster_self *self, gr_error *err);
 
 /* ---- cost model and profiles ---------------------------------------------- */
 

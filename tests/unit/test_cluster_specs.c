@@ -1,6 +1,7 @@
-/* The cluster file with task addresses, the task accessors, round trips
- * through gr_cluster_write_json, and malformed addresses, whose message must
- * say where. */
+/* The forms a cluster is read from: the cluster file with task addresses,
+ * TensorFlow's ClusterSpec and TF_CONFIG; the task accessors; round trips
+ * through gr_cluster_write_json; and malformed input of each form, whose
+ * message must say where. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,15 @@ static void bad_json(const char *text, const char *where, const char *what) {
   gr_error err;
   gr_status s = gr_cluster_parse_json(text, strlen(text), "c.json", &c, &err);
   check_failed(s, c, &err, text, where, what);
+}
+
+static void bad_tf(const char *text, const char *where, const char *what) {
+  gr_cluster *c = (gr_cluster *)1;
+  gr_cluster_self me = {.task = -7};
+  gr_error err;
+  gr_status s = gr_cluster_from_tf_config(text, &c, &me, &err);
+  check_failed(s, c, &err, text, where, what);
+  GR_CHECK_EQ_INT(me.task, -7); /* untouched on failure */
 }
 
 /* Writes c, reads it back and checks that the two are the same cluster. */
@@ -237,11 +247,142 @@ static void test_file_form_errors(void) {
            "c.json:1:26: jobs.w[0].host", "without brackets");
 }
 
+/* ---- ClusterSpec --------------------------------------------------------------- */
+
+static void test_cluster_spec(void) {
+  const char *spec = "{\"chief\": [\"c0:2222\"],\n"
+                     " \"ps\": [\"p0:2222\", \"p1:2222\"],\n"
+                     " \"worker\": [\"w0:2222\", \"w0:2223\", \"[::1]:2222\"],\n"
+                     " \"evaluator\": [\"e0:2222\"]}";
+  gr_cluster *c = parse(spec, "spec.json");
+  if (!c) return;
+  GR_CHECK_EQ_INT(gr_cluster_num_tasks(c), 7);
+  check_task(c, 0, "chief", 0, "c0", "c0:2222");
+  check_task(c, 2, "ps", 1, "p1", "p1:2222");
+  check_task(c, 3, "worker", 0, "w0", "w0:2222");
+  check_task(c, 4, "worker", 1, "w0", "w0:2223");
+  check_task(c, 5, "worker", 2, "::1", "[::1]:2222");
+  check_task(c, 6, "evaluator", 0, "e0", "e0:2222");
+  GR_CHECK_EQ_INT(gr_cluster_num_devices(c), 7);
+  const gr_cluster_device *d = gr_cluster_device_at(c, 4);
+  GR_CHECK(strcmp(d->name, "/job:worker/replica:0/task:1/device:CPU:0") == 0);
+  GR_CHECK(d->flops == GR_CLUSTER_DEFAULT_FLOPS &&
+           d->mem_bandwidth == GR_CLUSTER_DEFAULT_MEM_BANDWIDTH &&
+           d->overhead == GR_CLUSTER_DEFAULT_OVERHEAD);
+  GR_CHECK_EQ_INT(gr_cluster_link_kind(c, 3, 4), GR_LINK_SAME_HOST); /* both on w0 */
+  GR_CHECK_EQ_INT(gr_cluster_link_kind(c, 1, 2), GR_LINK_CROSS_HOST);
+  check_round_trip(c);
+  gr_cluster_free(c);
+  /* jobs named like the other forms' keys are still jobs when they hold lists */
+  c = parse("{\"cluster\": [\"a:1\"], \"jobs\": [\"b:1\"]}", "spec.json");
+  if (c) check_task(c, 1, "jobs", 0, "b", "b:1");
+  gr_cluster_free(c);
+}
+
+static void test_cluster_spec_errors(void) {
+  bad_json("{\"worker\": [\"w0:1\",\n  \"w1:1\"\n  \"w2:1\"]}", "c.json:3:3",
+           "']' expected near '\"w2:1\"'");
+  bad_json("{\"worker\": [\"w0:1\"],\n \"ps\": [\"p:1\"],\n \"worker\": [\"w1:1\"]}", "c.json:3:2",
+           "duplicate object key near '\"worker\"'");
+  bad_json("{\"worker\": []}", "c.json:1:12: worker", "at least one task");
+  bad_json("{\"worker\": \"w0:1\"}", "c.json:1:12: worker",
+           "must be a list of \"host:port\" strings, found a string");
+  bad_json("{\"job\": {\"w\": []}}", "c.json:1:9: job", "a cluster file has its jobs under");
+  bad_json("{\"worker\": [2222]}", "c.json:1:13: worker[0]", "must be a string, found a number");
+  bad_json("{}", "c.json:1:1", "no jobs");
+  bad_json("{\"9x\": [\"h:1\"]}", "c.json:1:8: 9x", "bad job name");
+  bad_json("{\"chief\": [\"a:1\", \"b:1\"]}", "c.json:1:11: chief", "one \"chief\" task, found 2");
+  bad_json("{\"worker\": [\"w0:1\", \"w1:http\"]}", "c.json:1:21: worker[1]", "not a number");
+  bad_json("{\"worker\": [\"\"]}", "c.json:1:13: worker[0]", "empty address");
+  bad_json("{\"worker\": [\"[::1:2222\"]}", "c.json:1:13: worker[0]", "'[' without ']'");
+  bad_json("{\"worker\": [\"w:1\", \"W:1\"]}", "c.json:1:20: worker[1]", "already the address");
+}
+
+/* ---- TF_CONFIG ----------------------------------------------------------------- */
+
+static const char *tf_config = "{\"cluster\": {\"chief\": [\"host0:2222\"],\n"
+                               "             \"worker\": [\"host1:2222\", \"host2:2222\"],\n"
+                               "             \"ps\": [\"host3:2222\"]},\n"
+                               " \"task\": {\"type\": \"worker\", \"index\": 1},\n"
+                               " \"environment\": \"cloud\", \"rpc_layer\": \"grpc\"}";
+
+static void test_tf_config(void) {
+  gr_cluster *c = NULL;
+  gr_cluster_self me = {.task = -1};
+  gr_error err;
+  GR_CHECK_OK(gr_cluster_from_tf_config(tf_config, &c, &me, &err), err);
+  if (!c) return;
+  GR_CHECK(strcmp(me.job, "worker") == 0);
+  GR_CHECK_EQ_INT(me.index, 1);
+  GR_CHECK_EQ_INT(me.task, 2);
+  check_task(c, me.task, "worker", 1, "host2", "host2:2222");
+  check_task(c, 0, "chief", 0, "host0", "host0:2222");
+  check_task(c, 3, "ps", 0, "host3", "host3:2222");
+  gr_cluster_free(c);
+  /* the same text through the one entry point: the same cluster, task dropped */
+  c = parse(tf_config, "tf.json");
+  if (c) {
+    GR_CHECK_EQ_INT(gr_cluster_num_tasks(c), 4);
+    check_task(c, 2, "worker", 1, "host2", "host2:2222");
+    check_round_trip(c);
+  }
+  gr_cluster_free(c);
+  /* the chief, index left out (0), and from the environment */
+  setenv("TF_CONFIG",
+         "{\"cluster\": {\"chief\": [\"localhost:2222\"], \"worker\": [\"localhost:2223\"]},"
+         " \"task\": {\"type\": \"chief\"}}",
+         1);
+  GR_CHECK_OK(gr_cluster_from_tf_config_env(&c, &me, &err), err);
+  GR_CHECK(strcmp(me.job, "chief") == 0 && me.index == 0 && me.task == 0);
+  if (c) check_task(c, 1, "worker", 0, "localhost", "localhost:2223");
+  gr_cluster_free(c);
+  unsetenv("TF_CONFIG");
+  c = (gr_cluster *)1;
+  GR_CHECK(gr_cluster_from_tf_config_env(&c, &me, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK(c == NULL);
+  GR_CHECK_STR_CONTAINS(err.msg, "TF_CONFIG: not set");
+}
+
+static void test_tf_config_errors(void) {
+  const char *cl = "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, ";
+  char buf[512];
+#define TF(rest) (snprintf(buf, sizeof buf, "%s%s", cl, rest), buf)
+  /* cl is 40 characters: "task" starts at column 41 */
+  bad_tf(TF("\"task\": {\"type\": \"worker\", \"index\": 2}}"), "TF_CONFIG:1:77: task.index",
+         "2 is out of range: job \"worker\" has 2 tasks (0..1)");
+  bad_tf(TF("\"task\": {\"type\": \"worker\", \"index\": -1}}"), "TF_CONFIG:1:77: task.index",
+         "-1 is out of range");
+  bad_tf(TF("\"task\": {\"type\": \"worker\", \"index\": \"1\"}}"), "TF_CONFIG:1:77: task.index",
+         "must be an integer, found a string");
+  bad_tf(TF("\"task\": {\"type\": \"master\", \"index\": 0}}"), "TF_CONFIG:1:58: task.type",
+         "unknown task type \"master\": the cluster's jobs are worker");
+  bad_tf(TF("\"task\": {\"index\": 0}}"), "TF_CONFIG:1:49: task", "missing \"type\"");
+  bad_tf(TF("\"task\": {\"type\": \"worker\", \"id\": 0}}"), "TF_CONFIG:1:74: task.id",
+         "unknown key \"id\"");
+  bad_tf(TF("\"task\": [\"worker\", 0]}"), "TF_CONFIG:1:49: task", "must be an object");
+  bad_tf(TF("\"environment\": 1}"), "TF_CONFIG:1:56: environment", "must be a string");
+  bad_tf(TF("\"tasks\": {}}"), "TF_CONFIG:1:50: tasks", "unknown key \"tasks\"");
+  bad_tf("{\"cluster\": {\"worker\": [\"a:1\"]}}", "TF_CONFIG:1:1", "missing \"task\"");
+  bad_tf("{\"task\": {\"type\": \"worker\"}}", "TF_CONFIG:1:1", "missing \"cluster\"");
+  bad_tf("{\"cluster\": 5, \"task\": {\"type\": \"worker\"}}", "TF_CONFIG:1:13: cluster",
+         "must be an object, found a number");
+  bad_tf("{\"cluster\": {\"worker\": [\"a:99999\"]}, \"task\": {\"type\": \"worker\"}}",
+         "TF_CONFIG:1:25: cluster.worker[0]", "port 99999 is out of range");
+  bad_tf("{\"cluster\": {\"worker\": [\"a:1\"]}, \"task\": {\"type\": \"worker\",}}",
+         "TF_CONFIG:1:60", "string or '}' expected near '}'");
+  bad_tf("", "TF_CONFIG:1:1", "expected near end of file");
+#undef TF
+}
+
 int main(void) {
   GR_RUN(test_file_form);
   GR_RUN(test_example_file);
   GR_RUN(test_builder);
   GR_RUN(test_file_form_errors);
+  GR_RUN(test_cluster_spec);
+  GR_RUN(test_cluster_spec_errors);
+  GR_RUN(test_tf_config);
+  GR_RUN(test_tf_config_errors);
   printf("%d malformed inputs refused with their location\n", failures);
   return gr_test_finish();
 }
