@@ -1,7 +1,7 @@
 /* The cluster model: tasks of jobs on hosts with their addresses, CPU
  * devices with compute rates (grouped by task), and link latency + bandwidth
- * by kind. The forms it is read from are in cluster_json.c and cluster_tf.c;
- * names are checked in cluster_names.c. */
+ * by kind. The forms it is read from are in cluster_json.c, cluster_tf.c and
+ * cluster_slurm.c; names are checked in cluster_names.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -134,7 +134,7 @@ typedef struct gr_cluster gr_cluster;
 #define GR_CLUSTER_MAX_DEVICES 65536
 #define GR_CLUSTER_HOST_MAX    254 /* a host name has at most 253 characters */
 #define GR_CLUSTER_ADDRESS_MAX 270 /* "[host]:port" */
-/* The one CPU device a task of a ClusterSpec or TF_CONFIG cluster gets
+/* The one CPU device a task of a ClusterSpec, TF_CONFIG or Slurm cluster gets
  * (those forms name no devices): the same defaults as a cluster file's device
  * without "mem_bandwidth" and "overhead". */
 #define GR_CLUSTER_DEFAULT_FLOPS         1e11
@@ -155,7 +155,8 @@ typedef struct gr_cluster_task {
   int num_devices;
 } gr_cluster_task;
 
-/* Which task of a cluster this process is (TF_CONFIG's "task"). */
+/* Which task of a cluster this process is (TF_CONFIG's "task", Slurm's
+ * SLURM_PROCID). */
 typedef struct gr_cluster_self {
   char job[GR_DEVICE_JOB_MAX];
   int index; /* within the job */
@@ -208,7 +209,7 @@ gr_link_kind gr_cluster_link_kind(const gr_cluster *c, int a, int b);
 /* Seconds to move `bytes` from device a to b (0 when a == b). */
 double gr_cluster_transfer_time(const gr_cluster *c, int a, int b, double bytes);
 
-/* ---- reading clusters: cluster file, ClusterSpec, TF_CONFIG ---------------- */
+/* ---- reading clusters: cluster file, ClusterSpec, TF_CONFIG, Slurm --------- */
 
 /* Reads a cluster from JSON text in any of its forms (docs/cluster-specs.md),
  * told apart by the top-level object:
@@ -243,6 +244,31 @@ gr_status gr_cluster_from_tf_config(const char *json_text, gr_cluster **out, gr_
                                     gr_error *err);
 /* The same on getenv("TF_CONFIG"); an error when it is not set. */
 gr_status gr_cluster_from_tf_config_env(gr_cluster **out, gr_cluster_self *self, gr_error *err);
+
+/* A cluster from Slurm's view of a job step:
+ *   nodelist: SLURM_JOB_NODELIST syntax, e.g. "node[01-03,07],gpu5,big[1-2]"
+ *             (ranges keep their zero padding; several bracket groups in one
+ *             name expand left to right);
+ *   ntasks, procid: SLURM_NTASKS and this process's SLURM_PROCID;
+ *   jobs: how the ntasks tasks split into jobs, in order, e.g. "ps:1,worker:3";
+ *         one job may leave out its count to take the tasks left over
+ *         ("ps:1,worker"); NULL or "": every task is a "worker";
+ *   base_port: the port of the first task on each node.
+ * Task p (in SLURM_PROCID order) runs on node p mod N (N nodes) at port
+ * base_port + p / N: one task per node in order, wrapping round-robin when
+ * there are more tasks than nodes (run srun with --distribution=cyclic then,
+ * so that Slurm puts the tasks where this says). Each task gets its address
+ * and one default CPU device. Errors name the variable, and for the node list
+ * the column: `SLURM_JOB_NODELIST:1:6: descending range 3-1`. Ownership as
+ * gr_cluster_parse_json; *self (may be NULL) gets task procid. */
+gr_status gr_cluster_from_slurm(const char *nodelist, int procid, int ntasks, const char *jobs,
+                                int base_port, gr_cluster **out, gr_cluster_self *self,
+                                gr_error *err);
+/* The same with nodelist, procid and ntasks from the environment
+ * (SLURM_JOB_NODELIST, SLURM_PROCID, SLURM_NTASKS). When SLURM_NODEID is set,
+ * it must be the node the round-robin order gives this task. */
+gr_status gr_cluster_from_slurm_env(const char *jobs, int base_port, gr_cluster **out,
+                                    gr_cluster_self *self, gr_error *err);
 
 /* ---- cost model and profiles ---------------------------------------------- */
 

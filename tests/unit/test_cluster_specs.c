@@ -1,7 +1,7 @@
-/* The forms a cluster is read from: the cluster file with task addresses,
- * TensorFlow's ClusterSpec and TF_CONFIG; the task accessors; round trips
- * through gr_cluster_write_json; and malformed input of each form, whose
- * message must say where. */
+/* Every form a cluster is read from (docs/cluster-specs.md): the cluster file
+ * with task addresses, TensorFlow's ClusterSpec and TF_CONFIG, and Slurm's
+ * node list; the task accessors; round trips through gr_cluster_write_json;
+ * and malformed input of each form, whose message must say where. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +65,14 @@ static void bad_tf(const char *text, const char *where, const char *what) {
   gr_status s = gr_cluster_from_tf_config(text, &c, &me, &err);
   check_failed(s, c, &err, text, where, what);
   GR_CHECK_EQ_INT(me.task, -7); /* untouched on failure */
+}
+
+static void bad_slurm(const char *nodelist, int procid, int ntasks, const char *jobs, int port,
+                      const char *where, const char *what) {
+  gr_cluster *c = (gr_cluster *)1;
+  gr_error err;
+  gr_status s = gr_cluster_from_slurm(nodelist, procid, ntasks, jobs, port, &c, NULL, &err);
+  check_failed(s, c, &err, nodelist ? nodelist : "(null)", where, what);
 }
 
 /* Writes c, reads it back and checks that the two are the same cluster. */
@@ -374,6 +382,125 @@ static void test_tf_config_errors(void) {
 #undef TF
 }
 
+/* ---- Slurm --------------------------------------------------------------------- */
+
+static void test_slurm(void) {
+  gr_cluster *c = NULL;
+  gr_cluster_self me;
+  gr_error err;
+  /* 7 nodes, 9 tasks: tasks 7 and 8 wrap onto the first two nodes, next port */
+  GR_CHECK_OK(gr_cluster_from_slurm("node[01-03,07],gpu5,big[1-2]", 8, 9, "ps:2,worker", 2222, &c,
+                                    &me, &err),
+              err);
+  if (!c) return;
+  GR_CHECK_EQ_INT(gr_cluster_num_tasks(c), 9);
+  check_task(c, 0, "ps", 0, "node01", "node01:2222");
+  check_task(c, 1, "ps", 1, "node02", "node02:2222");
+  check_task(c, 2, "worker", 0, "node03", "node03:2222");
+  check_task(c, 3, "worker", 1, "node07", "node07:2222");
+  check_task(c, 4, "worker", 2, "gpu5", "gpu5:2222");
+  check_task(c, 5, "worker", 3, "big1", "big1:2222");
+  check_task(c, 6, "worker", 4, "big2", "big2:2222");
+  check_task(c, 7, "worker", 5, "node01", "node01:2223");
+  check_task(c, 8, "worker", 6, "node02", "node02:2223");
+  GR_CHECK(strcmp(me.job, "worker") == 0 && me.index == 6 && me.task == 8);
+  GR_CHECK_EQ_INT(gr_cluster_link_kind(c, 0, 7), GR_LINK_SAME_HOST);
+  check_round_trip(c);
+  gr_cluster_free(c);
+
+  /* two bracket groups in one name; padding from the lower bound; jobs NULL */
+  GR_CHECK_OK(gr_cluster_from_slurm("r[1-2]n[8-10]", 0, 6, NULL, 5000, &c, &me, &err), err);
+  if (c) {
+    check_task(c, 0, "worker", 0, "r1n8", "r1n8:5000");
+    check_task(c, 2, "worker", 2, "r1n10", "r1n10:5000");
+    check_task(c, 5, "worker", 5, "r2n10", "r2n10:5000");
+  }
+  GR_CHECK(strcmp(me.job, "worker") == 0 && me.index == 0 && me.task == 0);
+  gr_cluster_free(c);
+  /* a long list (more nodes than tasks): only the first ntasks are used */
+  GR_CHECK_OK(gr_cluster_from_slurm("n[000001-999999]", 1, 2, "chief:1,worker:1", 1, &c, &me, &err),
+              err);
+  if (c) check_task(c, 1, "worker", 0, "n000002", "n000002:1");
+  gr_cluster_free(c);
+
+  /* from the environment */
+  setenv("SLURM_JOB_NODELIST", "cn[1-2]", 1);
+  setenv("SLURM_PROCID", "3", 1);
+  setenv("SLURM_NTASKS", "4", 1);
+  setenv("SLURM_NODEID", "1", 1);
+  GR_CHECK_OK(gr_cluster_from_slurm_env("ps:1,worker:3", 7000, &c, &me, &err), err);
+  if (c) check_task(c, 3, "worker", 2, "cn2", "cn2:7001");
+  GR_CHECK(strcmp(me.job, "worker") == 0 && me.index == 2 && me.task == 3);
+  gr_cluster_free(c);
+  /* Slurm put task 3 on node 0 (block distribution): refused, not mis-bound */
+  setenv("SLURM_NODEID", "0", 1);
+  c = (gr_cluster *)1;
+  GR_CHECK(gr_cluster_from_slurm_env("ps:1,worker:3", 7000, &c, &me, &err) ==
+           GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK(c == NULL);
+  GR_CHECK_STR_CONTAINS(err.msg, "SLURM_NODEID=0: task 3");
+  GR_CHECK_STR_CONTAINS(err.msg, "--distribution=cyclic");
+  failures++;
+  unsetenv("SLURM_NODEID");
+  setenv("SLURM_PROCID", "x", 1);
+  GR_CHECK(gr_cluster_from_slurm_env(NULL, 7000, &c, &me, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "SLURM_PROCID=\"x\" is not a non-negative integer");
+  failures++;
+  unsetenv("SLURM_JOB_NODELIST");
+  GR_CHECK(gr_cluster_from_slurm_env(NULL, 7000, &c, &me, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "SLURM_JOB_NODELIST is not set");
+  failures++;
+  unsetenv("SLURM_PROCID");
+  unsetenv("SLURM_NTASKS");
+}
+
+static void test_slurm_errors(void) {
+  const char *nl = "SLURM_JOB_NODELIST:1:";
+  char where[64];
+#define AT(col) (snprintf(where, sizeof where, "%s%d:", nl, col), where)
+  bad_slurm("node[3-1]", 0, 1, NULL, 2222, AT(6), "descending range 3-1 (in \"node[3-1]\")");
+  bad_slurm("node[", 0, 1, NULL, 2222, AT(5), "'[' is not closed");
+  bad_slurm("node[1-3", 0, 1, NULL, 2222, AT(5), "'[' is not closed");
+  bad_slurm("", 0, 1, NULL, 2222, "SLURM_JOB_NODELIST: empty node list", "");
+  bad_slurm("a,,b", 0, 1, NULL, 2222, AT(3), "empty node name");
+  bad_slurm("a,b,", 0, 1, NULL, 2222, AT(5), "empty node name");
+  bad_slurm("node]", 0, 1, NULL, 2222, AT(5), "']' without '['");
+  bad_slurm("node[1-]", 0, 1, NULL, 2222, AT(8), "expected a number in the range list, found ']'");
+  bad_slurm("node[]", 0, 1, NULL, 2222, AT(6), "expected a number");
+  bad_slurm("node[1;2]", 0, 1, NULL, 2222, AT(7), "expected ',' or ']'");
+  bad_slurm("no de", 0, 1, NULL, 2222, AT(3), "bad character ' ' in a node name");
+  bad_slurm("a,n[1234567890]", 0, 1, NULL, 2222, AT(5), "longer than 9 digits");
+  bad_slurm("b,a[1-2],a2", 0, 4, NULL, 2222, AT(10), "node \"a2\" is listed twice");
+  char longname[300];
+  memset(longname, 'x', 250);
+  strcpy(longname + 250, "[1000-1001]");
+  bad_slurm(longname, 0, 1, NULL, 2222, AT(1), "longer than 253 characters");
+  bad_slurm(NULL, 0, 1, NULL, 2222, "SLURM_JOB_NODELIST: no node list", "");
+  /* the numbers */
+  bad_slurm("a,b", 4, 4, NULL, 2222, "SLURM_PROCID=4: must be in 0..3 (SLURM_NTASKS=4)", "");
+  bad_slurm("a,b", -1, 4, NULL, 2222, "SLURM_PROCID=-1", "must be in 0..3");
+  bad_slurm("a,b", 0, 0, NULL, 2222, "SLURM_NTASKS=0: must be in 1..4096", "");
+  bad_slurm("a,b", 0, 5000, NULL, 2222, "SLURM_NTASKS=5000: must be in 1..4096", "");
+  bad_slurm("a,b", 0, 2, NULL, 0, "slurm: base port 0 is out of 1..65535", "");
+  bad_slurm("a,b", 0, 5, NULL, 65534, "slurm: 5 tasks on 2 nodes need ports 65534..65536", "");
+  /* the jobs */
+  bad_slurm("a,b", 0, 5, "ps:1,worker:3", 2222,
+            "slurm jobs \"ps:1,worker:3\":1:1:", "the jobs have 4 tasks, SLURM_NTASKS=5");
+  bad_slurm("a,b", 0, 2, "ps:0,worker", 2222,
+            "slurm jobs \"ps:0,worker\":1:4:", "task count must be in 1..4096");
+  bad_slurm("a,b", 0, 3, "ps:1,,worker", 2222,
+            "slurm jobs \"ps:1,,worker\":1:6:", "empty job name");
+  bad_slurm("a,b", 0, 3, "ps,worker", 2222,
+            "slurm jobs \"ps,worker\":1:4:", "two jobs without a task count");
+  bad_slurm("a,b", 0, 3, "ps:1,ps:2", 2222,
+            "slurm jobs \"ps:1,ps:2\":1:6:", "job \"ps\" is named twice");
+  bad_slurm("a,b", 0, 3, "ps:x", 2222, "slurm jobs \"ps:x\":1:4:", "not a number");
+  bad_slurm("a,b", 0, 3, "p s:3", 2222, "slurm jobs \"p s:3\":1:1:", "bad job name");
+  bad_slurm("a,b", 0, 2, "ps:2,worker", 2222,
+            "slurm jobs \"ps:2,worker\":1:1:", "none are left for \"worker\"");
+#undef AT
+}
+
 int main(void) {
   GR_RUN(test_file_form);
   GR_RUN(test_example_file);
@@ -383,6 +510,8 @@ int main(void) {
   GR_RUN(test_cluster_spec_errors);
   GR_RUN(test_tf_config);
   GR_RUN(test_tf_config_errors);
+  GR_RUN(test_slurm);
+  GR_RUN(test_slurm_errors);
   printf("%d malformed inputs refused with their location\n", failures);
   return gr_test_finish();
 }
