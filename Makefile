@@ -23,7 +23,8 @@ endif
 
 # Debian packages the build needs (checked with dpkg, installed with apt-get).
 DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
-                libmsgpack-dev libxxhash-dev libssl-dev libsqlite3-dev zlib1g-dev sqlite3 dataset-fashion-mnist
+                libmsgpack-dev libxxhash-dev libjansson-dev libssl-dev libsqlite3-dev zlib1g-dev \
+                sqlite3 dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph soak-ckpt format clean

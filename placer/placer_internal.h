@@ -2,24 +2,31 @@
 #ifndef GR_PLACER_INTERNAL_H
 #define GR_PLACER_INTERNAL_H
 
+#include <stddef.h>
+
 #include "placer/gr_placer.h"
 
-typedef struct gr_cluster_task {
-  char job[GR_DEVICE_JOB_MAX];
-  int index; /* task number within its job */
-  int host;  /* index into hosts */
-  int num_devices;
-} gr_cluster_task;
-
 struct gr_cluster {
-  gr_cluster_device *devices;
+  gr_cluster_device *devices; /* grouped by task, in task order */
   int num_devices, cap_devices;
-  gr_cluster_task *tasks;
+  gr_cluster_task *tasks; /* job and address strings owned here */
   int num_tasks, cap_tasks;
   char **hosts;
   int num_hosts, cap_hosts;
   gr_link links[GR_LINK_COUNT];
 };
+
+/* Checks of names every cluster form shares (cluster_names.c). Each returns
+ * NULL when the name is good, else what is wrong, written into why[why_cap]
+ * (returned) without naming where: the caller says where. */
+const char *gr_cluster_job_problem(const char *job, char *why, size_t why_cap);
+/* A host: 1..253 of letters, digits, '.', '-', '_' (names, IPv4), or an
+ * IPv6 address without brackets (optionally with a %zone). */
+const char *gr_cluster_host_problem(const char *host, char *why, size_t why_cap);
+/* An address: "host:port" or "[IPv6]:port", port 1..65535. On success the
+ * host (no brackets) is in host[host_cap] and the port in *port. */
+const char *gr_cluster_address_problem(const char *address, char *host, size_t host_cap, int *port,
+                                       char *why, size_t why_cap);
 
 /* Whether allowed-set `set` (-1: any) of pg contains device d. */
 static inline bool gr_place_allowed(const gr_place_graph *pg, int set, int d) {

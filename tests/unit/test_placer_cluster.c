@@ -66,58 +66,81 @@ static void check_bad(const char *text, const char *where, const char *what) {
 }
 
 static void test_parse_errors(void) {
-  check_bad("", "bad.json:1:1", "expected a value");
-  check_bad("{", "bad.json:1:2", "key string");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1},]}]}}",
-            "bad.json:1:", "trailing comma");
-  check_bad("{\"jobs\": {}}", "bad.json:1:10", "no devices");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{}]}]}}", "bad.json:1:30", "missing \"flops\"");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": -1}]}]}}", "bad.json:1:40", "> 0");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 0}]}]}}", "1:40", "> 0");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 01}]}]}}", "1:41", "expected");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1e999}]}]}}",
-            "bad.json:1:", "out of range");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": \"fast\"}]}]}}", "1:40", "number");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1, \"gpus\": 2}]}]}}", "1:51",
-            "unknown key \"gpus\"");
+  /* syntax (jansson's message, at the offending token's first character) */
+  check_bad("", "bad.json:1:1", "expected near end of file");
+  check_bad("{", "bad.json:1:2", "string or '}' expected near end of file");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1},]}]}}", "bad.json:1:43",
+            "unexpected token near ']'");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 01}]}]}}", "1:40", "invalid token");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1e999}]}]}}", "bad.json:1:40",
+            "real number overflow");
   check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1, \"flops\": 2}]}]}}", "1:43",
-            "duplicate key");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"type\": \"GPU\", \"flops\": 1}]}]}}", "1:39",
-            "unknown device type");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"count\": 1.5, \"flops\": 1}]}]}}", "1:40",
-            "integer");
-  check_bad("{\"jobs\": {\"9w\": [{\"devices\": [{\"flops\": 1}]}]}}", "1:17", "bad job name");
-  check_bad("{\"jobs\": {\"w\": {\"devices\": []}}}", "1:16", "must be a JSON array");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1}]}]}} x", "1:48", "end of input");
-  check_bad("{\"jobs\": {\"w\": [{\"host\": \"a\\qb\", \"devices\": []}]}}",
-            "1:", "invalid escape");
-  check_bad("{\"jobs\": {\"w\": [{\"host\": \"ab", "1:", "unterminated string");
-  check_bad("{\"jobs\": {\"w\": [{\"host\": \"a\x01\"}]}}", "1:", "control character");
-  check_bad("{\"jobs\": {\"w\": [{\"host\": \"\xff\"}]}}", "1:", "invalid UTF-8");
-  check_bad("{\"jobs\": {\"w\": [{\"host\": \"\\ud800x\"}]}}", "1:", "surrogate");
-  check_bad("{\"jobs\": {\"w\": [{\"host\": \"\\u0000\"}]}}", "1:", "\\u0000");
-  check_bad("{\"jobs\": {\"w\": [{\"host\": \"\", \"devices\": [{\"flops\": 1}]}]}}", "1:17",
-            "bad host name");
+            "duplicate object key near '\"flops\"'");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1}]}]}} x", "1:48",
+            "end of file expected");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"a\\qb\", \"devices\": []}]}}", "1:26",
+            "invalid escape");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"ab", "1:26", "premature end of input");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"a\x01\"}]}}", "1:", "control character 0x1");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"\xff\"}]}}", "1:", "unable to decode byte 0xff");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"\\ud800x\"}]}}", "1:26", "invalid Unicode");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"\\u0000\"}]}}", "1:26", "\\u0000 is not allowed");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1}]}]}, \"x\": nul}", "1:53",
+            "invalid token near 'nul'");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1}]}]}} // comment", "1:48",
+            "end of file expected near '/'");
+  check_bad("{'jobs': 1}", "1:2", "string or '}' expected");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": -}]}]}}", "1:40", "invalid token");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1.}]}]}}", "1:40", "invalid token");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1e}]}]}}", "1:40", "invalid token");
+  /* line counting, and columns in characters after a multi-byte one */
+  check_bad("{\n\n  \"jobs\": {\"w\": [{\"devices\": [{\"flops\": tru}]}]}}", "bad.json:3:41",
+            "invalid token");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"\xc3\xa9\", \"devices\": [x]}]}}", "bad.json:1:43",
+            "invalid token near 'x'");
+  /* deep nesting is refused, not a stack overflow */
+  size_t nd = 5000;
+  char *deep = malloc(nd + 1);
+  memset(deep, '[', nd);
+  deep[nd] = '\0';
+  check_bad(deep, "bad.json:1:", "depth");
+  free(deep);
+
+  /* after parsing: the value's line:column and its JSON path */
+  check_bad("{\"jobs\": {}}", "bad.json:1:10: jobs", "no devices");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{}]}]}}", "bad.json:1:30: jobs.w[0].devices[0]",
+            "missing \"flops\"");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": -1}]}]}}",
+            "bad.json:1:40: jobs.w[0].devices[0].flops", "must be > 0");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 0}]}]}}", "1:40", "> 0");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": \"fast\"}]}]}}",
+            "1:40: jobs.w[0].devices[0].flops", "must be a number, found a string");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1, \"gpus\": 2}]}]}}",
+            "1:51: jobs.w[0].devices[0].gpus", "unknown key \"gpus\"");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"type\": \"GPU\", \"flops\": 1}]}]}}",
+            "1:39: jobs.w[0].devices[0].type", "unknown device type");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"count\": 1.5, \"flops\": 1}]}]}}",
+            "1:40: jobs.w[0].devices[0].count", "integer");
+  check_bad("{\"jobs\": {\"9w\": [{\"devices\": [{\"flops\": 1}]}]}}", "1:17: jobs.9w",
+            "bad job name");
+  check_bad("{\"jobs\": {\"w\": {\"devices\": []}}}", "1:16: jobs.w", "must be an array");
+  check_bad("{\"jobs\": {\"w\": []}}", "1:16: jobs.w", "at least one task");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"\", \"devices\": [{\"flops\": 1}]}]}}",
+            "1:26: jobs.w[0].host", "empty host name");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"a b\", \"devices\": [{\"flops\": 1}]}]}}",
+            "1:26: jobs.w[0].host", "bad host name");
   check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1}]}]},\n \"links\": {\"lan\": {}}}",
-            "bad.json:2:19", "unknown key \"lan\"");
+            "bad.json:2:19: links.lan", "unknown key \"lan\"");
   check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1}]}]},\n \"links\": {\"same_host\": "
             "{\"bandwidth\": 0}}}",
-            "bad.json:2:39", "> 0");
-  check_bad("[1, 2]", "1:1", "must be a JSON object");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1}]}]}, \"x\": nul}", "1:", "expected");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1}]}]} // comment", "1:", "expected");
-  check_bad("{'jobs': 1}", "1:2", "key string");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": -}]}]}}", "1:41", "digit");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1.}]}]}}", "1:42", "digit after '.'");
-  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1e}]}]}}", "1:42", "exponent");
-  /* deep nesting is refused, not a stack overflow */
-  char deep[400];
-  memset(deep, '[', sizeof deep - 1);
-  deep[sizeof deep - 1] = '\0';
-  check_bad(deep, "bad.json:1:", "too deep");
-  /* line counting */
-  check_bad("{\n\n  \"jobs\": {\"w\": [{\"devices\": [{\"flops\": true}]}]}}", "bad.json:3:41",
-            "number");
+            "bad.json:2:39: links.same_host.bandwidth", "> 0");
+  check_bad("[1, 2]", "bad.json:1:1", "must be an object, found an array");
+  check_bad("{\"jobs\": 5}", "bad.json:1:10: jobs", "must be an object, found a number");
+  check_bad("{\"links\": {}}", "bad.json:1:1", "missing \"jobs\"");
+  /* a path through keys with escapes and other members before it */
+  check_bad("{\"links\": {}, \"jobs\": {\"w\\u0031\": [{\"devices\": [], \"host\": \"a\"},\n"
+            "  {\"host\": \"b\", \"devices\": [{\"flops\": 1, \"overhead\": -2}]}]}}",
+            "bad.json:2:54: jobs.w1[1].devices[0].overhead", ">= 0");
 }
 
 static void test_round_trip(void) {

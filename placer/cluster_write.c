@@ -1,0 +1,72 @@
+/* Writing a cluster as a cluster file (docs/placement.md) that
+ * gr_cluster_parse_json reads back as the same cluster: tasks grouped by job,
+ * each with its host, address and devices (equal neighbours as one "count"),
+ * then the links; numbers in the shortest text that reads back exactly. Job,
+ * host and address strings passed the checks of cluster_names.c, so none
+ * needs escaping. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "placer_internal.h"
+
+static const char *const link_keys[GR_LINK_COUNT] = {"same_task", "same_host", "cross_host"};
+
+/* The shortest %g form of v that strtod reads back as v. */
+static const char *num(double v, char buf[32]) {
+  for (int p = 1; p <= 17; p++) {
+    snprintf(buf, 32, "%.*g", p, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  return buf;
+}
+
+static bool same_rates(const gr_cluster_device *a, const gr_cluster_device *b) {
+  return a->task == b->task && a->flops == b->flops && a->mem_bandwidth == b->mem_bandwidth &&
+         a->overhead == b->overhead;
+}
+
+static void write_task(const gr_cluster *c, const gr_cluster_task *t, FILE *f) {
+  fprintf(f, "{\"host\": \"%s\"", t->host);
+  if (t->address) fprintf(f, ", \"address\": \"%s\"", t->address);
+  fprintf(f, ", \"devices\": [");
+  int end = t->first_device + t->num_devices;
+  for (int d = t->first_device, e; d < end; d = e) {
+    for (e = d + 1; e < end && same_rates(&c->devices[d], &c->devices[e]);) e++;
+    const gr_cluster_device *dv = &c->devices[d];
+    char a[32], b[32], o[32];
+    fprintf(f,
+            "%s\n        {\"type\": \"CPU\", \"count\": %d, \"flops\": %s, \"mem_bandwidth\": %s, "
+            "\"overhead\": %s}",
+            d > t->first_device ? "," : "", e - d, num(dv->flops, a), num(dv->mem_bandwidth, b),
+            num(dv->overhead, o));
+  }
+  fprintf(f, "]}");
+}
+
+gr_status gr_cluster_write_json(const gr_cluster *c, FILE *f, gr_error *err) {
+  fprintf(f, "{\n  \"jobs\": {");
+  int njobs = 0;
+  for (int t = 0; t < c->num_tasks; t++) {
+    bool first = true;
+    for (int u = 0; u < t && first; u++) first = strcmp(c->tasks[u].job, c->tasks[t].job) != 0;
+    if (!first) continue;
+    fprintf(f, "%s\n    \"%s\": [", njobs++ ? "," : "", c->tasks[t].job);
+    int ntasks = 0;
+    for (int u = t; u < c->num_tasks; u++) {
+      if (strcmp(c->tasks[u].job, c->tasks[t].job) != 0) continue;
+      fprintf(f, "%s\n      ", ntasks++ ? "," : "");
+      write_task(c, &c->tasks[u], f);
+    }
+    fprintf(f, "\n    ]");
+  }
+  fprintf(f, "\n  },\n  \"links\": {");
+  for (int k = 0; k < GR_LINK_COUNT; k++) {
+    char a[32], b[32];
+    fprintf(f, "%s\n    \"%s\": {\"latency\": %s, \"bandwidth\": %s}", k ? "," : "", link_keys[k],
+            num(c->links[k].latency, a), num(c->links[k].bandwidth, b));
+  }
+  fprintf(f, "\n  }\n}\n");
+  if (ferror(f)) return gr_error_set(err, GR_ERR_IO, "cluster: write error");
+  return GR_OK;
+}
