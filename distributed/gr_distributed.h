@@ -97,6 +97,8 @@ typedef struct gr_server_options {
   const char *secret;   /* shared secret (NULL: no authentication, loopback only) */
   int num_devices;      /* CPU devices /job:J/replica:0/task:T/device:CPU:K; 0: 1 */
   int inter_op_threads; /* executor threads; 0: number of cores */
+  int intra_op_threads; /* threads inside one op (BLAS); 0: 1, as a session's default, so
+                           a task computes what one process computes, bit for bit */
   bool quiet;           /* no log line per connection */
 } gr_server_options;
 
@@ -127,7 +129,9 @@ typedef struct gr_master_options {
  * Errors name the task's address. */
 gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *err);
 void gr_master_free(gr_master *m);
-/* Every device of the cluster, in task order (borrowed; num via *n). */
+/* Every device of the cluster (borrowed; num via *n): the chief's first,
+ * then the workers', other jobs', the ps' last; a session's unpinned nodes
+ * run on the first. */
 const char *const *gr_master_devices(const gr_master *m, int *n);
 /* A session over the cluster's devices whose steps run on the tasks: base
  * (may be NULL) gives the other options. The master must outlive it. */

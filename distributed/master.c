@@ -272,9 +272,19 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   }
   if (st == GR_OK && !(ms->device_names = calloc((size_t)ms->num_devices, sizeof(char *))))
     st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  for (int k = 0, d = 0; k < ms->num_tasks && st == GR_OK; k++)
-    for (int i = 0; i < ms->tasks[k].num_devices; i++)
-      ms->device_names[d++] = ms->tasks[k].devices[i];
+  /* devices in job order: the chief's, the workers', the others', the ps'
+   * last, so that unpinned nodes run where TensorFlow runs them (the first
+   * device: the chief's, else worker 0's) */
+  static const char *const order[] = {"/job:chief/", "/job:worker/", NULL, "/job:ps/"};
+  for (int r = 0, d = 0; r < 4 && st == GR_OK; r++)
+    for (int k = 0; k < ms->num_tasks; k++) {
+      int rank = 2;
+      for (int j = 0; j < 4; j++)
+        if (order[j] && !strncmp(ms->tasks[k].name, order[j], strlen(order[j]))) rank = j;
+      if (rank != r) continue;
+      for (int i = 0; i < ms->tasks[k].num_devices; i++)
+        ms->device_names[d++] = ms->tasks[k].devices[i];
+    }
   if (st != GR_OK) {
     gr_master_free(ms);
     return st;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "distributed/server_internal.h"
+#include "ops/gr_ops.h"
 
 void gr_task_of_device(const char *device, char *out, size_t cap) {
   const char *d = strstr(device, "/device:");
@@ -123,6 +124,11 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   gr_server *s = arg;
   gr_error e;
   uint64_t id;
+  if (!gr_conn_user(c)) { /* the connection's first message: one line per session */
+    gr_conn_set_user(c, s);
+    if (!s->o.quiet && m->h.type != GR_MSG_TENSOR)
+      fprintf(stderr, "graphrun: %s: session from %s\n", s->task, gr_conn_peer(c));
+  }
   switch (m->h.type) {
     case GR_MSG_GET_STATUS:
       if (gr_msg_u64(&m->msg.root, "id", &id, &e) == GR_OK) get_status(s, c, id);
@@ -154,7 +160,9 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
 
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server *s = arg;
-  if (!s->o.quiet && why->code != GR_ERR_CANCELLED)
+  /* a peer that closes between frames is done; anything else is worth a line */
+  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && !strstr(why->msg, "closed the connection") &&
+      gr_conn_user(c))
     fprintf(stderr, "graphrun: %s: connection from %s ended: %s\n", s->task, gr_conn_peer(c),
             why->msg);
 }
@@ -226,6 +234,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   s->o.job = NULL;
   s->resources = gr_resource_mgr_new();
   int threads = o->inter_op_threads ? o->inter_op_threads : gr_num_cores();
+  gr_ops_set_intra_op_threads(o->intra_op_threads > 0 ? o->intra_op_threads : 1);
   s->run_pool = gr_threadpool_new(16);
   s->work_pool = gr_threadpool_new(2);
   s->exec_pool = gr_threadpool_new(threads > 1 ? threads - 1 : 0);

@@ -258,9 +258,6 @@ void gr_server_register(gr_server *s, gr_conn *c, gr_inmsg *m) {
   if (!r) return;
   gr_outmsg_u64(r, "handle", handle);
   gr_conn_send(c, r, NULL);
-  if (!s->o.quiet)
-    fprintf(stderr, "graphrun: %s: registered graph %llu from %s\n", s->task,
-            (unsigned long long)handle, gr_conn_peer(c));
 }
 
 void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m) {

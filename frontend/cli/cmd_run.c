@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli_cluster.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "placer/gr_placer.h"
@@ -52,7 +53,13 @@ static void usage(FILE *f) {
          "                     and save to it; --steps then counts all steps, restored ones too\n"
          "  --save-every N     save every N steps (default: only at the end)\n"
          "  --keep K           keep the newest K checkpoints (default 5; 0 keeps all)\n"
-         "  --no-restore       start fresh even if PATH has checkpoints\n\n"
+         "  --no-restore       start fresh even if PATH has checkpoints\n"
+         "  --cluster C        run on a cluster's tasks (graphrun server processes): C is a\n"
+         "                     JSON cluster file or text (ClusterSpec, TF_CONFIG or the placer's\n"
+         "                     form, with host:port addresses), or 'env' for TF_CONFIG\n"
+         "                     (default: GRAPHRUN_CLUSTER, which graphrun launch sets; unpinned\n"
+         "                     nodes run on the chief's or worker 0's device)\n"
+         "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n\n"
          "Exit codes: 0 ok, 1 runtime failure, 2 usage or input error.\n");
 }
 
@@ -124,8 +131,8 @@ static int make_out_dir(const char *dir) {
 
 /* Opens the checkpoint file and, unless no_restore, restores its newest
  * checkpoint; *done: the steps of this command already done then. */
-static int open_checkpoint(const char *path, int keep, bool no_restore, gr_session *s, gr_graph *g,
-                           gr_ckpt **ck, long *done) {
+static int open_checkpoint(const char *path, int keep, bool no_restore, bool remote, gr_session *s,
+                           gr_graph *g, gr_ckpt **ck, long *done) {
   gr_error err;
   gr_ckpt_options o = {.max_to_keep = keep};
   if (gr_ckpt_open(path, &o, ck, &err) != GR_OK) {
@@ -135,7 +142,8 @@ static int open_checkpoint(const char *path, int keep, bool no_restore, gr_sessi
   *done = 0;
   if (no_restore) return GR_EXIT_OK;
   int64_t step;
-  gr_status st = gr_ckpt_restore_latest(*ck, s, g, &step, &err);
+  gr_status st = remote ? cli_restore_remote(*ck, s, g, &step, &err)
+                        : gr_ckpt_restore_latest(*ck, s, g, &step, &err);
   if (st == GR_ERR_NOT_FOUND) return GR_EXIT_OK;
   if (st != GR_OK) {
     fprintf(stderr, "graphrun run: restoring %s: %s\n(use --no-restore to start fresh)\n", path,
@@ -153,11 +161,12 @@ static int open_checkpoint(const char *path, int keep, bool no_restore, gr_sessi
   return GR_EXIT_OK;
 }
 
-static int save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_done) {
+static int save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_done, bool remote) {
   char meta[64];
   gr_error err;
   snprintf(meta, sizeof meta, "{\"steps_done\": %ld}", steps_done);
-  if (gr_ckpt_save_session(ck, s, g, meta, &err) != GR_OK) {
+  if ((remote ? cli_save_remote(ck, s, g, meta, &err)
+              : gr_ckpt_save_session(ck, s, g, meta, &err)) != GR_OK) {
     fprintf(stderr, "graphrun run: saving the checkpoint after step %ld: %s\n", steps_done,
             err.msg);
     return GR_EXIT_FAILURE;
@@ -166,26 +175,30 @@ static int save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_d
 }
 
 /* Assigns devices to the nodes that no pin decides, per --placement. */
-static int place_nodes(gr_graph *g, int devices, const char *placement, bool soft) {
+static int place_nodes(gr_graph *g, int devices, const char *placement, bool soft,
+                       const gr_cluster *cluster) {
   if (strcmp(placement, "pins") == 0) return GR_EXIT_OK;
   if (strcmp(placement, "round-robin") == 0) {
+    int nd = cluster ? gr_cluster_num_devices(cluster) : devices;
     for (int i = 0; i < gr_graph_num_nodes(g); i++) {
       gr_node *n = gr_graph_node(g, i);
       if (n->requested_device[0]) continue;
       char name[GR_DEVICE_NAME_MAX];
-      gr_device_spec d = gr_device_spec_local_cpu(i % devices);
-      n->assigned_device = gr_graph_strdup(g, gr_device_spec_str(&d, name));
+      gr_device_spec d = gr_device_spec_local_cpu(i % nd);
+      n->assigned_device = gr_graph_strdup(g, cluster ? gr_cluster_device_at(cluster, i % nd)->name
+                                                      : gr_device_spec_str(&d, name));
     }
     return GR_EXIT_OK;
   }
-  /* the cost model on this process's devices (static estimates) */
-  gr_cluster *c = gr_cluster_new_local(devices, 1e10, 1e10, 1e-6);
+  /* the cost model on the cluster's devices, or this process's (static estimates) */
+  gr_cluster *local = cluster ? NULL : gr_cluster_new_local(devices, 1e10, 1e10, 1e-6);
+  const gr_cluster *c = cluster ? cluster : local;
   gr_placer_options o = gr_placer_options_default();
   o.soft_placement = soft;
   gr_error err;
   gr_status st = c ? gr_placer_place(g, c, &o, NULL, &err)
                    : gr_error_set(&err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  gr_cluster_free(c);
+  gr_cluster_free(local);
   if (st != GR_OK) {
     fprintf(stderr, "graphrun run: placement: %s\n", err.msg);
     if (!soft && strstr(err.msg, "soft placement is off"))
@@ -210,6 +223,7 @@ int gr_cmd_run(int argc, char **argv) {
   const char *placement = "pins";
   bool json = false, quiet = false, no_restore = false;
   const char *ckpt_path = NULL, *trace_path = NULL, *out_dir = NULL;
+  const char *cluster_spec = NULL, *secret_file = NULL;
   bool schedule_recvs = false, soft = false;
   gr_step_trace *trace = NULL;
   for (int i = 1; i < argc; i++) {
@@ -235,6 +249,10 @@ int gr_cmd_run(int argc, char **argv) {
                 MAX_TIMEOUT_S, argv[i]);
         return GR_EXIT_USAGE;
       }
+    } else if (strcmp(a, "--cluster") == 0 && has_val) {
+      cluster_spec = argv[++i];
+    } else if (strcmp(a, "--secret-file") == 0 && has_val) {
+      secret_file = argv[++i];
     } else if (strcmp(a, "--out") == 0 && has_val) {
       out_dir = argv[++i];
     } else if (strcmp(a, "--trace") == 0 && has_val) {
@@ -322,6 +340,10 @@ int gr_cmd_run(int argc, char **argv) {
   int nloaded = 0;
   gr_session *s = NULL;
   gr_ckpt *ck = NULL;
+  gr_cluster *cluster = NULL;
+  gr_master *master = NULL;
+  char *secret = NULL;
+  const char *cluster_from = NULL;
   long done_steps = 0;
   gr_error err;
   rc = GR_EXIT_USAGE;
@@ -359,7 +381,16 @@ int gr_cmd_run(int argc, char **argv) {
     }
     feeds[i] = (gr_feed){o, &feed_vals[i]};
   }
-  if ((rc = place_nodes(g, (int)devices, placement, soft)) != GR_EXIT_OK) goto done;
+  if (cli_load_cluster(cluster_spec, &cluster, &cluster_from, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: %s\n", err.msg);
+    goto done;
+  }
+  if (cluster && devices > 1) {
+    fprintf(stderr, "graphrun run: --devices is for one process; with a cluster the devices are "
+                    "its tasks'\n");
+    goto done;
+  }
+  if ((rc = place_nodes(g, (int)devices, placement, soft, cluster)) != GR_EXIT_OK) goto done;
   rc = GR_EXIT_FAILURE;
   gr_session_options opts = {
       .inter_op_threads = (int)threads,
@@ -386,7 +417,20 @@ int gr_cmd_run(int argc, char **argv) {
       goto done;
     }
   }
-  if (!(s = gr_session_new(g, &opts, &err))) {
+  if (cluster &&
+      (cli_read_secret(secret_file, &secret, &err) != GR_OK ||
+       cli_connect(cluster, cluster_from, secret, opts.step_timeout_ms, &master, &err) != GR_OK)) {
+    fprintf(stderr, "graphrun run: %s\n", err.msg);
+    goto done;
+  }
+  if (master && !quiet) {
+    int nd;
+    gr_master_devices(master, &nd);
+    fprintf(stderr, "graphrun run: cluster of %d tasks (%s), %d devices\n",
+            gr_cluster_num_tasks(cluster), cluster_from, nd);
+  }
+  if (!(s = master ? gr_master_session_new(master, g, &opts, &err)
+                   : gr_session_new(g, &opts, &err))) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     goto done;
   }
@@ -399,8 +443,8 @@ int gr_cmd_run(int argc, char **argv) {
     rc = GR_EXIT_USAGE;
     goto done;
   }
-  if (ckpt_path && (rc = open_checkpoint(ckpt_path, (int)keep, no_restore, s, g, &ck,
-                                         &done_steps)) != GR_EXIT_OK)
+  if (ckpt_path && (rc = open_checkpoint(ckpt_path, (int)keep, no_restore, master != NULL, s, g,
+                                         &ck, &done_steps)) != GR_EXIT_OK)
     goto done;
   rc = GR_EXIT_FAILURE;
   cli_progress pr;
@@ -422,7 +466,7 @@ int gr_cmd_run(int argc, char **argv) {
                           k < nfetch ? gr_tensor_get_f64(&results[k], 0) : 0);
     }
     if (ck && ((save_every && st % save_every == 0) || st == steps) &&
-        save_checkpoint(ck, s, g, st) != GR_EXIT_OK)
+        save_checkpoint(ck, s, g, st, master != NULL) != GR_EXIT_OK)
       goto done;
     if (st < steps)
       for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);
@@ -437,7 +481,7 @@ int gr_cmd_run(int argc, char **argv) {
       fprintf(stderr, "graphrun run: wrote the last step's trace (%d node runs) to %s\n",
               gr_step_trace_count(trace), trace_path);
   }
-  if (devices > 1 && !quiet && done_steps < steps) {
+  if ((devices > 1 || master) && !quiet && done_steps < steps) {
     gr_transfer_stats moved = gr_session_last_transfers(s);
     fprintf(stderr, "graphrun run: the last step sent %lld values between devices (%lld bytes)\n",
             (long long)moved.sends, (long long)moved.bytes);
@@ -474,6 +518,9 @@ done:
   for (int i = 0; i < nloaded; i++) gr_tensor_release(&feed_vals[i]);
   gr_ckpt_close(ck);
   gr_session_free(s);
+  gr_master_free(master);
+  gr_cluster_free(cluster);
+  free(secret);
   gr_dsl_program_free(p);
   gr_graph_free(g);
   return rc;

@@ -1,0 +1,34 @@
+/* The command line against a cluster (cli_cluster.c): the cluster spec and
+ * secret from options or the environment, a master connected to every task,
+ * and checkpoints of variables that live on the tasks. Internal to
+ * frontend/cli/. */
+#ifndef GR_CLI_CLUSTER_H
+#define GR_CLI_CLUSTER_H
+
+#include <graphrun.h>
+
+#define GR_CLI_SECRET_MAX 256
+
+/* The shared secret from path, else the file GRAPHRUN_SECRET_FILE names;
+ * *out NULL when neither is given (no authentication), else a new string. */
+gr_status cli_read_secret(const char *path, char **out, gr_error *err);
+
+/* The cluster of --cluster SPEC: a JSON file in any form the cluster parser
+ * reads, JSON text ("{...}"), or "env" for TensorFlow's TF_CONFIG. spec
+ * NULL: the GRAPHRUN_CLUSTER variable (set by `graphrun launch`), else no
+ * cluster (*out NULL, GR_OK). *from: where it came from, for messages. */
+gr_status cli_load_cluster(const char *spec, gr_cluster **out, const char **from, gr_error *err);
+
+/* A master connected to every task of c (each needs an address). */
+gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
+                      gr_master **out, gr_error *err);
+
+/* Checkpoints of a session over a cluster: the variables are read where
+ * they live (one step fetching them) and saved; restore adds an assign from
+ * a placeholder next to each variable (as TensorFlow's Saver) and runs them
+ * with the newest checkpoint's values. */
+gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta, gr_error *err);
+gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
+                             gr_error *err);
+
+#endif

@@ -1,0 +1,412 @@
+/* graphrun launch: a local cluster of `graphrun server` processes on free
+ * loopback ports, a generated secret, each task's output prefixed with its
+ * name, a graph or command run against it (GRAPHRUN_CLUSTER, TF_CONFIG,
+ * GRAPHRUN_SECRET_FILE), tasks that die restarted (bounded, with backoff),
+ * and every process stopped at exit or Ctrl-C. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_cluster.h"
+#include "cli_util.h"
+#include "commands.h"
+
+#define MAX_TASKS 64
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: graphrun launch [options] [--] FILE.gr [run options]\n"
+          "       graphrun launch [options] -- COMMAND [ARGS...]\n\n"
+          "Starts a local cluster (one `graphrun server` process per task on free loopback\n"
+          "ports, with a generated shared secret), waits until every task answers, then runs\n"
+          "`graphrun run FILE.gr --cluster ...` or any command with the cluster in\n"
+          "GRAPHRUN_CLUSTER and TF_CONFIG and the secret in GRAPHRUN_SECRET_FILE. Each task's\n"
+          "output is prefixed with its name. A task that dies is restarted on its port; every\n"
+          "process stops when the command ends or on Ctrl-C.\n\n"
+          "  --ps N             parameter server tasks /job:ps/task:K (default 1)\n"
+          "  --workers M        worker tasks /job:worker/task:K (default 2)\n"
+          "  --cluster C        the tasks of a cluster spec instead (its loopback ports)\n"
+          "  --restarts K       restarts per task before giving up (default 3; 0: none)\n"
+          "  --threads T        executor threads per task (default 1: the tasks share the cores)\n"
+          "  --quiet            no task output but errors\n\n"
+          "Exit code: the command's; 1 if the cluster could not start or a task died too often.\n");
+}
+
+typedef struct task {
+  char job[32];
+  int index, port, restarts;
+  bool ready; /* it said where it listens */
+  pid_t pid;
+  int out; /* read end of its stdout+stderr */
+  char line[1024];
+  size_t len;
+  double restart_at; /* > 0: to restart then */
+} task;
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) {
+  got_signal = sig;
+}
+
+static char self_exe[4096];
+
+/* Starts task t's server (port 0: a free one). */
+static bool spawn(task *t, const char *secret_file, int threads) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return false;
+  char idx[16], bind[64], th[16];
+  snprintf(idx, sizeof idx, "%d", t->index);
+  snprintf(bind, sizeof bind, "127.0.0.1:%d", t->port);
+  snprintf(th, sizeof th, "%d", threads);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]), close(fds[1]);
+    return false;
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans, even if launch is killed */
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    char *args[] = {"graphrun",  "server", "--job", t->job,          "--task",
+                    idx,         "--bind", bind,    "--secret-file", (char *)secret_file,
+                    "--threads", th,       NULL};
+    execv(self_exe, args);
+    _exit(127);
+  }
+  close(fds[1]);
+  t->pid = pid;
+  t->out = fds[0];
+  t->len = 0;
+  t->ready = false;
+  return true;
+}
+
+/* Prints complete lines of t's output, prefixed; learns its port. */
+static void drain(task *t, bool quiet) {
+  ssize_t r = read(t->out, t->line + t->len, sizeof t->line - 1 - t->len);
+  if (r <= 0) {
+    close(t->out);
+    t->out = -1;
+    return;
+  }
+  t->len += (size_t)r;
+  char *start = t->line, *nl;
+  while ((nl = memchr(start, '\n', t->len - (size_t)(start - t->line)))) {
+    *nl = '\0';
+    const char *on = strstr(start, " listening on ");
+    const char *colon = on ? strrchr(on, ':') : NULL;
+    if (colon) {
+      t->port = atoi(colon + 1);
+      t->ready = true;
+    }
+    if (!quiet || strstr(start, "error") || strstr(start, "bad frame"))
+      fprintf(stderr, "[%s:%d] %s\n", t->job, t->index, start);
+    start = nl + 1;
+  }
+  t->len -= (size_t)(start - t->line);
+  memmove(t->line, start, t->len);
+  if (t->len == sizeof t->line - 1) t->len = 0; /* an overlong line: dropped */
+}
+
+static void stop_all(task *ts, int n, pid_t cmd) {
+  if (cmd > 0) kill(cmd, SIGTERM);
+  for (int i = 0; i < n; i++)
+    if (ts[i].pid > 0) kill(ts[i].pid, SIGTERM);
+  double give_up = cli_now() + 3;
+  for (;;) {
+    bool alive = false;
+    for (int i = 0; i < n; i++)
+      if (ts[i].pid > 0 && waitpid(ts[i].pid, NULL, WNOHANG) == ts[i].pid)
+        ts[i].pid = 0;
+      else if (ts[i].pid > 0)
+        alive = true;
+    if (cmd > 0 && waitpid(cmd, NULL, WNOHANG) == cmd) cmd = 0;
+    if (cmd > 0) alive = true;
+    if (!alive) break;
+    if (cli_now() > give_up) {
+      for (int i = 0; i < n; i++)
+        if (ts[i].pid > 0) kill(ts[i].pid, SIGKILL), waitpid(ts[i].pid, NULL, 0), ts[i].pid = 0;
+      if (cmd > 0) kill(cmd, SIGKILL), waitpid(cmd, NULL, 0);
+      break;
+    }
+    usleep(10000);
+  }
+  for (int i = 0; i < n; i++)
+    if (ts[i].out >= 0) close(ts[i].out), ts[i].out = -1;
+}
+
+/* The tasks of --ps/--workers or of a cluster spec. */
+static int plan_tasks(const char *spec, long ps, long workers, task *ts, int *n) {
+  *n = 0;
+  if (spec) {
+    gr_cluster *c;
+    const char *from;
+    gr_error err;
+    if (cli_load_cluster(spec, &c, &from, &err) != GR_OK || !c) {
+      fprintf(stderr, "graphrun launch: --cluster: %s\n", c ? "" : err.msg);
+      return GR_EXIT_USAGE;
+    }
+    for (int k = 0; k < gr_cluster_num_tasks(c) && *n < MAX_TASKS; k++) {
+      const gr_cluster_task *t = gr_cluster_task_at(c, k);
+      task *d = &ts[(*n)++];
+      memset(d, 0, sizeof *d);
+      snprintf(d->job, sizeof d->job, "%s", t->job);
+      d->index = t->index;
+      const char *colon = t->address ? strrchr(t->address, ':') : NULL;
+      d->port = colon ? atoi(colon + 1) : 0;
+    }
+    gr_cluster_free(c);
+    return GR_EXIT_OK;
+  }
+  for (long i = 0; i < ps + workers && *n < MAX_TASKS; i++) {
+    task *d = &ts[(*n)++];
+    memset(d, 0, sizeof *d);
+    snprintf(d->job, sizeof d->job, "%s", i < ps ? "ps" : "worker");
+    d->index = (int)(i < ps ? i : i - ps);
+  }
+  return GR_EXIT_OK;
+}
+
+/* GRAPHRUN_CLUSTER as a ClusterSpec, TF_CONFIG with the client as worker 0. */
+static bool export_cluster(const task *ts, int n) {
+  char spec[8192];
+  size_t m = 0;
+  m += (size_t)snprintf(spec + m, sizeof spec - m, "{");
+  for (int i = 0; i < n; i++) {
+    bool first_of_job = i == 0 || strcmp(ts[i - 1].job, ts[i].job) != 0;
+    if (first_of_job)
+      m += (size_t)snprintf(spec + m, sizeof spec - m, "%s\"%s\": [", i ? ", " : "", ts[i].job);
+    m += (size_t)snprintf(spec + m, sizeof spec - m, "%s\"127.0.0.1:%d\"", first_of_job ? "" : ", ",
+                          ts[i].port);
+    if (i + 1 == n || strcmp(ts[i + 1].job, ts[i].job) != 0)
+      m += (size_t)snprintf(spec + m, sizeof spec - m, "]");
+  }
+  m += (size_t)snprintf(spec + m, sizeof spec - m, "}");
+  if (m >= sizeof spec) return false;
+  char tf[8400];
+  snprintf(tf, sizeof tf, "{\"cluster\": %s, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+           spec);
+  return setenv("GRAPHRUN_CLUSTER", spec, 1) == 0 && setenv("TF_CONFIG", tf, 1) == 0;
+}
+
+static bool write_secret(char *path, size_t cap) {
+  const char *dir = getenv("TMPDIR");
+  snprintf(path, cap, "%s/graphrun-secret-XXXXXX", dir && *dir ? dir : "/tmp");
+  int fd = mkstemp(path); /* mode 0600 */
+  if (fd < 0) return false;
+  unsigned char raw[32];
+  int ur = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  bool ok = ur >= 0 && read(ur, raw, sizeof raw) == (ssize_t)sizeof raw;
+  if (ur >= 0) close(ur);
+  char hex[65];
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+  ok = ok && write(fd, hex, 64) == 64;
+  close(fd);
+  if (!ok) unlink(path);
+  return ok;
+}
+
+static pid_t run_command(char **cmd, int ncmd) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  const char *last = strrchr(cmd[0], '.');
+  if (last && (!strcmp(last, ".gr") || !strcmp(last, ".grb"))) { /* a graph file: graphrun run */
+    char **args = calloc((size_t)ncmd + 3, sizeof *args);
+    if (!args) _exit(127);
+    args[0] = "graphrun";
+    args[1] = "run";
+    for (int i = 0; i < ncmd; i++) args[i + 2] = cmd[i];
+    execv(self_exe, args);
+  } else if (!strcmp(cmd[0], "graphrun")) {
+    execv(self_exe, cmd);
+  } else {
+    execvp(cmd[0], cmd);
+  }
+  fprintf(stderr, "graphrun launch: cannot run '%s': %s\n", cmd[0], strerror(errno));
+  _exit(127);
+}
+
+/* Starts the tasks and waits for each to say where it listens. */
+static bool start_tasks(task *ts, int n, const char *secret_file, int threads, bool quiet) {
+  for (int i = 0; i < n; i++)
+    if (!spawn(&ts[i], secret_file, threads)) {
+      fprintf(stderr, "graphrun launch: cannot start %s:%d: %s\n", ts[i].job, ts[i].index,
+              strerror(errno));
+      return false;
+    }
+  double deadline = cli_now() + 30;
+  for (;;) {
+    struct pollfd pf[MAX_TASKS];
+    bool all = true;
+    for (int i = 0; i < n; i++) {
+      pf[i] = (struct pollfd){.fd = ts[i].out, .events = POLLIN};
+      all = all && ts[i].ready;
+    }
+    if (all) return true;
+    for (int i = 0; i < n; i++)
+      if (ts[i].out < 0) {
+        fprintf(stderr, "graphrun launch: %s:%d exited while starting\n", ts[i].job, ts[i].index);
+        return false;
+      }
+    if (cli_now() > deadline || got_signal) {
+      fprintf(stderr, "graphrun launch: the tasks did not start within 30 s\n");
+      return false;
+    }
+    if (poll(pf, (nfds_t)n, 100) > 0)
+      for (int i = 0; i < n; i++)
+        if (pf[i].revents) drain(&ts[i], quiet);
+  }
+}
+
+/* Restarts dead tasks on their ports (bounded, with backoff). false: a task
+ * died more often than allowed. */
+static bool supervise(task *ts, int n, const char *secret_file, int threads, long max_restarts) {
+  for (int i = 0; i < n; i++) {
+    int status;
+    task *t = &ts[i];
+    if (t->pid > 0 && waitpid(t->pid, &status, WNOHANG) == t->pid) {
+      t->pid = 0;
+      char how[64];
+      if (WIFSIGNALED(status))
+        snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(status));
+      else
+        snprintf(how, sizeof how, "exited with code %d", WEXITSTATUS(status));
+      if (t->restarts >= max_restarts) {
+        fprintf(stderr, "graphrun launch: %s:%d %s; %ld restarts used up, stopping\n", t->job,
+                t->index, how, max_restarts);
+        return false;
+      }
+      double delay = 0.1 * (1 << (t->restarts < 5 ? t->restarts : 5));
+      t->restarts++;
+      t->restart_at = cli_now() + delay;
+      fprintf(stderr, "graphrun launch: %s:%d %s; restarting it on port %d in %.1f s (%d of %ld)\n",
+              t->job, t->index, how, t->port, delay, t->restarts, max_restarts);
+    }
+    if (t->pid == 0 && t->restart_at > 0 && cli_now() >= t->restart_at) {
+      if (t->out >= 0) close(t->out), t->out = -1;
+      t->restart_at = 0;
+      if (!spawn(t, secret_file, threads)) return false;
+    }
+  }
+  return true;
+}
+
+int gr_cmd_launch(int argc, char **argv) {
+  long ps = 1, workers = 2, restarts = 3, threads = 1;
+  const char *spec = NULL;
+  bool quiet = false, sized = false;
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    bool v = i + 1 < argc;
+    char *end;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return GR_EXIT_OK;
+    } else if (!strcmp(a, "--")) {
+      i++;
+      break;
+    } else if ((!strcmp(a, "--ps") || !strcmp(a, "--workers") || !strcmp(a, "--restarts") ||
+                !strcmp(a, "--threads")) &&
+               v) {
+      long x = strtol(argv[++i], &end, 10);
+      long lo = !strcmp(a, "--workers") ? 1 : 0;
+      if (*end || end == argv[i] || x < lo || x > 32) {
+        fprintf(stderr, "graphrun launch: %s wants an integer in [%ld, 32], got '%s'\n", a, lo,
+                argv[i]);
+        return GR_EXIT_USAGE;
+      }
+      if (a[2] == 'p')
+        ps = x, sized = true;
+      else if (a[2] == 'w')
+        workers = x, sized = true;
+      else if (a[2] == 'r')
+        restarts = x;
+      else
+        threads = x;
+    } else if (!strcmp(a, "--cluster") && v) {
+      spec = argv[++i];
+    } else if (!strcmp(a, "--quiet")) {
+      quiet = true;
+    } else if (a[0] == '-') {
+      fprintf(stderr, "graphrun launch: unknown option or missing value: '%s' (try --help)\n", a);
+      return GR_EXIT_USAGE;
+    } else {
+      break;
+    }
+  }
+  if (i >= argc) {
+    fprintf(stderr, "graphrun launch: what to run? a FILE.gr or -- COMMAND (try --help)\n");
+    return GR_EXIT_USAGE;
+  }
+  if (spec && sized) {
+    fprintf(stderr, "graphrun launch: --cluster or --ps/--workers, not both\n");
+    return GR_EXIT_USAGE;
+  }
+  ssize_t sl = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+  if (sl <= 0) {
+    fprintf(stderr, "graphrun launch: cannot find the graphrun executable\n");
+    return GR_EXIT_FAILURE;
+  }
+  self_exe[sl] = '\0';
+  task ts[MAX_TASKS];
+  int n;
+  int rc = plan_tasks(spec, ps, workers, ts, &n);
+  if (rc != GR_EXIT_OK) return rc;
+  char secret_file[4096];
+  if (!write_secret(secret_file, sizeof secret_file)) {
+    fprintf(stderr, "graphrun launch: cannot write a secret file: %s\n", strerror(errno));
+    return GR_EXIT_FAILURE;
+  }
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  pid_t cmd = 0;
+  rc = GR_EXIT_FAILURE;
+  if (!start_tasks(ts, n, secret_file, (int)threads, quiet) || !export_cluster(ts, n) ||
+      setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0)
+    goto done;
+  if (!quiet) {
+    fprintf(stderr, "graphrun launch: %d tasks ready:", n);
+    for (int k = 0; k < n; k++)
+      fprintf(stderr, " %s:%d=127.0.0.1:%d", ts[k].job, ts[k].index, ts[k].port);
+    fprintf(stderr, "\n");
+  }
+  if ((cmd = run_command(argv + i, argc - i)) < 0) goto done;
+  for (;;) {
+    int status;
+    if (waitpid(cmd, &status, WNOHANG) == cmd) {
+      cmd = 0;
+      rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (got_signal) {
+      fprintf(stderr, "graphrun launch: signal %d: stopping the cluster\n", (int)got_signal);
+      rc = 128 + got_signal;
+      break;
+    }
+    if (!supervise(ts, n, secret_file, (int)threads, restarts)) break;
+    struct pollfd pf[MAX_TASKS];
+    int np = 0, who[MAX_TASKS];
+    for (int k = 0; k < n; k++)
+      if (ts[k].out >= 0)
+        pf[np] = (struct pollfd){.fd = ts[k].out, .events = POLLIN}, who[np++] = k;
+    if (poll(pf, (nfds_t)np, 50) > 0)
+      for (int k = 0; k < np; k++)
+        if (pf[k].revents) drain(&ts[who[k]], quiet);
+  }
+done:
+  stop_all(ts, n, cmd);
+  unlink(secret_file);
+  return rc;
+}

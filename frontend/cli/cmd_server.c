@@ -1,0 +1,175 @@
+/* graphrun server: one task of a cluster, serving until SIGINT or SIGTERM. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_cluster.h"
+#include "commands.h"
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: graphrun server --job J --task N [options]\n\n"
+             "Serves one task of a cluster (/job:J/replica:0/task:N): masters (graphrun run\n"
+             "--cluster) register graph partitions with it and run steps on it. Prints\n"
+             "\"listening on HOST:PORT\" once ready; stops on SIGINT or SIGTERM.\n\n"
+             "  --job J            the task's job (ps, worker, chief, ...)\n"
+             "  --task N           its index in the job (default 0)\n"
+             "  --cluster C        a cluster spec (file, JSON text, 'env' for TF_CONFIG): the\n"
+             "                     task's address there is where it listens; with 'env' the\n"
+             "                     task is TF_CONFIG's own (--job and --task may be left out)\n"
+             "  --bind HOST:PORT   where to listen (default: the cluster's address, else\n"
+             "                     127.0.0.1:0, a free port). A non-loopback host needs a secret\n"
+             "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE);\n"
+             "                     peers authenticate with HMAC-SHA256 before anything else\n"
+             "  --devices N        CPU devices (default 1)\n"
+             "  --threads T        executor threads (default: number of cores)\n"
+             "  --quiet            no line per connection\n\n"
+             "Exit codes: 0 stopped by a signal, 1 runtime failure, 2 usage error.\n");
+}
+
+static volatile sig_atomic_t stop_signal;
+static void on_signal(int sig) {
+  stop_signal = sig;
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+/* The task's address in the cluster spec, or NULL. */
+static const char *cluster_address(const char *spec, const char **job, long *task, char *buf,
+                                   size_t cap, gr_error *err, bool *failed) {
+  gr_cluster *c = NULL;
+  const char *from;
+  *failed = cli_load_cluster(spec, &c, &from, err) != GR_OK;
+  if (*failed || !c) return NULL;
+  if (!strcmp(spec, "env") && !*job) { /* TF_CONFIG names the task */
+    gr_cluster_self self;
+    gr_cluster *c2 = NULL;
+    if (gr_cluster_from_tf_config_env(&c2, &self, err) != GR_OK) {
+      *failed = true;
+      gr_cluster_free(c);
+      return NULL;
+    }
+    gr_cluster_free(c2);
+    static char jobbuf[64];
+    snprintf(jobbuf, sizeof jobbuf, "%s", self.job);
+    *job = jobbuf;
+    *task = self.index;
+  }
+  int k = *job ? gr_cluster_find_task(c, *job, (int)*task) : -1;
+  const char *addr = NULL;
+  if (k < 0) {
+    gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s has no task /job:%s/task:%ld", from,
+                 *job ? *job : "?", *task);
+    *failed = true;
+  } else if (gr_cluster_task_at(c, k)->address) {
+    snprintf(buf, cap, "%s", gr_cluster_task_at(c, k)->address);
+    addr = buf;
+  }
+  gr_cluster_free(c);
+  return addr;
+}
+
+int gr_cmd_server(int argc, char **argv) {
+  const char *job = "", *bind = NULL, *spec = NULL, *secret_file = NULL;
+  long task = 0, devices = 1, threads = 0;
+  bool quiet = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool v = i + 1 < argc;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return GR_EXIT_OK;
+    } else if (!strcmp(a, "--job") && v) {
+      job = argv[++i];
+    } else if (!strcmp(a, "--task") && v) {
+      if (!parse_int(argv[++i], 0, 65535, &task)) {
+        fprintf(stderr, "graphrun server: --task wants an integer in [0, 65535], got '%s'\n",
+                argv[i]);
+        return GR_EXIT_USAGE;
+      }
+    } else if (!strcmp(a, "--devices") && v) {
+      if (!parse_int(argv[++i], 1, 64, &devices)) {
+        fprintf(stderr, "graphrun server: --devices wants an integer in [1, 64], got '%s'\n",
+                argv[i]);
+        return GR_EXIT_USAGE;
+      }
+    } else if (!strcmp(a, "--threads") && v) {
+      if (!parse_int(argv[++i], 0, 1024, &threads)) {
+        fprintf(stderr, "graphrun server: --threads wants an integer in [0, 1024], got '%s'\n",
+                argv[i]);
+        return GR_EXIT_USAGE;
+      }
+    } else if (!strcmp(a, "--bind") && v) {
+      bind = argv[++i];
+    } else if (!strcmp(a, "--cluster") && v) {
+      spec = argv[++i];
+    } else if (!strcmp(a, "--secret-file") && v) {
+      secret_file = argv[++i];
+    } else if (!strcmp(a, "--quiet")) {
+      quiet = true;
+    } else {
+      fprintf(stderr, "graphrun server: unknown option or missing value: '%s' (try --help)\n", a);
+      return GR_EXIT_USAGE;
+    }
+  }
+  gr_error err;
+  char addr[300];
+  bool failed = false;
+  const char *jobp = *job ? job : NULL;
+  const char *from_cluster =
+      spec ? cluster_address(spec, &jobp, &task, addr, sizeof addr, &err, &failed) : NULL;
+  if (failed) {
+    fprintf(stderr, "graphrun server: --cluster: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  if (!jobp) {
+    fprintf(stderr, "graphrun server: --job is required (try --help)\n");
+    return GR_EXIT_USAGE;
+  }
+  char *secret = NULL;
+  if (cli_read_secret(secret_file, &secret, &err) != GR_OK) {
+    fprintf(stderr, "graphrun server: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  gr_server_options o = {.job = jobp,
+                         .task = (int)task,
+                         .bind = bind ? bind : from_cluster,
+                         .secret = secret,
+                         .num_devices = (int)devices,
+                         .inter_op_threads = (int)threads,
+                         .quiet = quiet};
+  gr_server *srv;
+  if (gr_server_new(&o, &srv, &err) != GR_OK) {
+    fprintf(stderr, "graphrun server: %s\n", err.msg);
+    free(secret);
+    return err.code == GR_ERR_INVALID_ARGUMENT ? GR_EXIT_USAGE : GR_EXIT_FAILURE;
+  }
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  char host[300];
+  snprintf(host, sizeof host, "%s", o.bind ? o.bind : "127.0.0.1:0");
+  char *colon = strrchr(host, ':');
+  if (colon) *colon = '\0'; /* the host part, as given ("[::1]" keeps its brackets) */
+  printf("graphrun server: %s listening on %s:%d (incarnation %016llx%s)\n",
+         gr_server_task_name(srv), host, gr_server_port(srv),
+         (unsigned long long)gr_server_incarnation(srv), secret ? ", authenticated" : "");
+  fflush(stdout);
+  while (!stop_signal) pause();
+  if (!quiet)
+    fprintf(stderr, "graphrun server: %s stopping (signal %d)\n", gr_server_task_name(srv),
+            (int)stop_signal);
+  gr_server_free(srv);
+  free(secret);
+  return GR_EXIT_OK;
+}
