@@ -2,7 +2,8 @@
 # Everything real lives in CMakeLists.txt; this file installs missing Debian
 # packages, configures, builds and runs.
 #
-#   make demo              build (Release) and run the main example
+#   make demo              build (Release) and run the main examples, locally and on a
+#                          local cluster (graphrun launch)
 #   make test              build and run the whole ctest suite
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
 #   make bench-NAME        build and run one benchmark (executor, matmul, mlp, conv)
@@ -62,6 +63,15 @@ demo: build
 	@echo "checkpoints: $(BUILD_DIR)/graphrun ckpt ls $(BUILD_DIR)/fashion.ckpt"
 	@$(BUILD_DIR)/graphrun ckpt ls $(BUILD_DIR)/fashion.ckpt
 	@echo "or with SQLite itself: sqlite3 $(BUILD_DIR)/fashion.ckpt 'select step, metadata from checkpoints'"
+	@echo
+	@echo "== a local cluster: 3 graphrun server processes; x on the ps, a term on each worker =="
+	@$(BUILD_DIR)/graphrun launch --ps 1 --workers 2 examples/cluster_basics.gr
+	@echo
+	@echo "== Fashion-MNIST on the cluster: variables on the ps, the layers split over 2 workers =="
+	@$(BUILD_DIR)/graphrun launch --quiet --ps 1 --workers 2 examples/fashion_mlp_cluster.gr \
+	  --steps 2345 --eval accuracy --seed 1 --ckpt $(BUILD_DIR)/fashion_cluster.ckpt --save-every 500 \
+	  --no-restore
+	@$(BUILD_DIR)/graphrun ckpt ls $(BUILD_DIR)/fashion_cluster.ckpt
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900

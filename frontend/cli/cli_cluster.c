@@ -73,7 +73,9 @@ gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret,
   gr_master_options mo = {.num_tasks = n,
                           .addresses = addrs,
                           .secret = secret,
-                          .connect_timeout_ms = 10000,
+                          /* a short --timeout also bounds connecting */
+                          .connect_timeout_ms =
+                              timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms : 10000,
                           .step_timeout_ms = timeout_ms};
   gr_status st = gr_master_new(&mo, out, err);
   free(addrs);

@@ -379,7 +379,8 @@ int gr_cmd_launch(int argc, char **argv) {
   if (!quiet) {
     fprintf(stderr, "graphrun launch: %d tasks ready:", n);
     for (int k = 0; k < n; k++)
-      fprintf(stderr, " %s:%d=127.0.0.1:%d", ts[k].job, ts[k].index, ts[k].port);
+      fprintf(stderr, " %s:%d=127.0.0.1:%d(pid %d)", ts[k].job, ts[k].index, ts[k].port,
+              (int)ts[k].pid);
     fprintf(stderr, "\n");
   }
   if ((cmd = run_command(argv + i, argc - i)) < 0) goto done;

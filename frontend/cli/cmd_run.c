@@ -448,6 +448,7 @@ int gr_cmd_run(int argc, char **argv) {
     goto done;
   rc = GR_EXIT_FAILURE;
   cli_progress pr;
+  gr_transfer_stats moved = {0, 0};
   bool show = steps - done_steps > 1 && !quiet;
   if (show) cli_progress_start(&pr, steps, stderr);
   for (long st = done_steps + 1; st <= steps; st++) {
@@ -459,6 +460,7 @@ int gr_cmd_run(int argc, char **argv) {
       cli_print_run_error("run", when, &err);
       goto done;
     }
+    moved = gr_session_last_transfers(s); /* before a checkpoint's own step */
     if (show) {
       int k = 0;
       while (k < nfetch && gr_tensor_num_elements(&results[k]) != 1) k++;
@@ -482,7 +484,6 @@ int gr_cmd_run(int argc, char **argv) {
               gr_step_trace_count(trace), trace_path);
   }
   if ((devices > 1 || master) && !quiet && done_steps < steps) {
-    gr_transfer_stats moved = gr_session_last_transfers(s);
     fprintf(stderr, "graphrun run: the last step sent %lld values between devices (%lld bytes)\n",
             (long long)moved.sends, (long long)moved.bytes);
   }

@@ -1,0 +1,244 @@
+/* The distributed runtime as separate processes: `graphrun launch` starting
+ * `graphrun server` tasks on ephemeral loopback ports, running graphs and
+ * commands against them, restarting a task killed with SIGKILL, leaving no
+ * process behind after Ctrl-C; servers refusing what they must refuse.
+ * Every process this test starts is bounded in time and reaped. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gr_test.h"
+#include "test_util.h"
+
+static char exe[PATH_MAX];
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct proc {
+  pid_t pid;
+  int out; /* stdout + stderr */
+  char buf[65536];
+  size_t len;
+  int status; /* once reaped */
+  bool done;
+} proc;
+
+/* Starts argv (argv[0] "graphrun": the built executable). */
+static void start(proc *p, char *const argv[]) {
+  memset(p, 0, sizeof *p);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) abort();
+  p->pid = fork();
+  if (p->pid == 0) {
+    setpgid(0, 0); /* its own group: the test can kill everything it started */
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    execv(strcmp(argv[0], "graphrun") ? argv[0] : exe, argv);
+    _exit(127);
+  }
+  close(fds[1]);
+  p->out = fds[0];
+}
+
+/* Reads output until `want` appears (NULL: until exit) or the deadline;
+ * true when it appeared (or the process exited, for NULL). */
+static bool wait_for(proc *p, const char *want, double seconds) {
+  double end = now() + seconds;
+  while (now() < end) {
+    if (want && strstr(p->buf, want)) return true;
+    struct pollfd pf = {.fd = p->out, .events = POLLIN};
+    if (p->out >= 0 && poll(&pf, 1, 50) > 0) {
+      ssize_t r = read(p->out, p->buf + p->len, sizeof p->buf - 1 - p->len);
+      if (r > 0) {
+        p->len += (size_t)r;
+        p->buf[p->len] = '\0';
+        continue;
+      }
+      close(p->out);
+      p->out = -1;
+    }
+    if (!p->done && waitpid(p->pid, &p->status, WNOHANG) == p->pid) p->done = true;
+    if (p->done && p->out < 0) return want ? strstr(p->buf, want) != NULL : true;
+    if (p->out < 0) usleep(20000);
+  }
+  return false;
+}
+
+/* Ends p (SIGKILL to its group if still running) and reaps it. */
+static void finish(proc *p) {
+  if (!p->done) {
+    kill(-p->pid, SIGKILL);
+    waitpid(p->pid, &p->status, 0);
+    p->done = true;
+  }
+  if (p->out >= 0) close(p->out);
+  p->out = -1;
+}
+
+static int exit_code(const proc *p) {
+  return WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128 + WTERMSIG(p->status);
+}
+
+/* The pid launch reports for task "job:index". */
+static pid_t task_pid(const proc *p, const char *task) {
+  const char *at = strstr(p->buf, task);
+  const char *pid = at ? strstr(at, "(pid ") : NULL;
+  return pid ? (pid_t)atoi(pid + 5) : 0;
+}
+
+static bool gone(pid_t pid) {
+  return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+static void test_launch_runs_a_graph(void) {
+  proc p;
+  char file[PATH_MAX];
+  snprintf(file, sizeof file, "%s/examples/cluster_basics.gr", GR_SOURCE_DIR);
+  start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", file, NULL});
+  GR_CHECK_MSG(wait_for(&p, NULL, 60), "launch did not finish: %s", p.buf);
+  finish(&p);
+  GR_CHECK_EQ_INT(exit_code(&p), 0);
+  GR_CHECK_STR_CONTAINS(p.buf, "y = 238.0");
+  GR_CHECK_STR_CONTAINS(p.buf, "[ps:0] graphrun server: /job:ps/replica:0/task:0 listening on");
+  GR_CHECK_STR_CONTAINS(p.buf, "authenticated");
+  /* every task's server is gone */
+  const char *tasks[] = {"ps:0=", "worker:0=", "worker:1="};
+  for (int k = 0; k < 3; k++) GR_CHECK_MSG(gone(task_pid(&p, tasks[k])), "%s still runs", tasks[k]);
+}
+
+static void test_launch_environment(void) {
+  proc p;
+  start(&p, (char *[]){"graphrun", "launch", "--workers", "1", "--ps", "0", "--", "/bin/sh", "-c",
+                       "echo \"C=$GRAPHRUN_CLUSTER\"; echo \"T=$TF_CONFIG\"; "
+                       "test -s \"$GRAPHRUN_SECRET_FILE\" && echo secret-ok; exit 7",
+                       NULL});
+  GR_CHECK(wait_for(&p, NULL, 60));
+  finish(&p);
+  GR_CHECK_EQ_INT(exit_code(&p), 7); /* the command's exit code */
+  GR_CHECK_STR_CONTAINS(p.buf, "C={\"worker\": [\"127.0.0.1:");
+  GR_CHECK_STR_CONTAINS(p.buf, "\"task\": {\"type\": \"worker\", \"index\": 0}");
+  GR_CHECK_STR_CONTAINS(p.buf, "secret-ok");
+}
+
+/* Ctrl-C (SIGINT) to launch stops every task and the command. */
+static void test_no_orphans(void) {
+  proc p;
+  start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", "--", "/bin/sleep",
+                       "60", NULL});
+  GR_CHECK_MSG(wait_for(&p, "tasks ready", 30), "%s", p.buf);
+  pid_t pids[3] = {task_pid(&p, "ps:0="), task_pid(&p, "worker:0="), task_pid(&p, "worker:1=")};
+  for (int k = 0; k < 3; k++) GR_CHECK(pids[k] > 0 && !gone(pids[k]));
+  kill(p.pid, SIGINT);
+  GR_CHECK(wait_for(&p, NULL, 15));
+  finish(&p);
+  GR_CHECK_EQ_INT(exit_code(&p), 128 + SIGINT);
+  GR_CHECK_STR_CONTAINS(p.buf, "stopping the cluster");
+  for (int k = 0; k < 3; k++) GR_CHECK_MSG(gone(pids[k]), "task pid %d survived", (int)pids[k]);
+}
+
+/* A task killed with SIGKILL is restarted on its port; the graph runs. */
+static void test_restart_after_kill(void) {
+  proc p;
+  char script[PATH_MAX * 2 + 64];
+  snprintf(script, sizeof script,
+           "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.5; "
+           "'%s' run '%s/examples/cluster_basics.gr' --quiet --timeout 20 && exit 0; done; exit 1",
+           exe, GR_SOURCE_DIR);
+  start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", "--", "/bin/sh", "-c",
+                       script, NULL});
+  GR_CHECK_MSG(wait_for(&p, "tasks ready", 30), "%s", p.buf);
+  pid_t w1 = task_pid(&p, "worker:1=");
+  GR_CHECK(w1 > 0);
+  if (w1 > 0) kill(w1, SIGKILL);
+  GR_CHECK(wait_for(&p, NULL, 60));
+  finish(&p);
+  GR_CHECK_STR_CONTAINS(p.buf, "worker:1 killed by signal 9; restarting it on port");
+  GR_CHECK_STR_CONTAINS(p.buf, "y = 238.0");
+  GR_CHECK_EQ_INT(exit_code(&p), 0);
+}
+
+static void test_server_refusals(void) {
+  proc p;
+  /* reachable from other hosts without a secret: refused */
+  start(&p, (char *[]){"graphrun", "server", "--job", "worker", "--bind", "0.0.0.0:0", NULL});
+  GR_CHECK(wait_for(&p, NULL, 20));
+  finish(&p);
+  GR_CHECK_EQ_INT(exit_code(&p), 2);
+  GR_CHECK_STR_CONTAINS(p.buf, "refusing to listen on 0.0.0.0:0 without a secret");
+  /* a client with another secret is refused, naming the server */
+  char dir[] = "/tmp/gr_dist_cli_XXXXXX";
+  GR_CHECK(mkdtemp(dir) != NULL);
+  gt_write_file(dir, "a.secret", "alpha\n");
+  gt_write_file(dir, "b.secret", "beta\n");
+  char sa[PATH_MAX], sb[PATH_MAX], file[PATH_MAX];
+  snprintf(sa, sizeof sa, "%s/a.secret", dir);
+  snprintf(sb, sizeof sb, "%s/b.secret", dir);
+  chmod(sa, 0600);
+  chmod(sb, 0600);
+  snprintf(file, sizeof file, "%s/examples/cluster_basics.gr", GR_SOURCE_DIR);
+  proc srv;
+  start(&srv, (char *[]){"graphrun", "server", "--job", "worker", "--secret-file", sa, NULL});
+  GR_CHECK_MSG(wait_for(&srv, "listening on 127.0.0.1:", 20), "%s", srv.buf);
+  const char *colon = strstr(srv.buf, "listening on 127.0.0.1:");
+  int port = colon ? atoi(colon + strlen("listening on 127.0.0.1:")) : 0;
+  char spec[128];
+  snprintf(spec, sizeof spec, "{\"worker\": [\"127.0.0.1:%d\"]}", port);
+  proc cl;
+  start(&cl, (char *[]){"graphrun", "run", file, "--cluster", spec, "--secret-file", sb,
+                        "--soft-placement", "--timeout", "10", NULL});
+  GR_CHECK(wait_for(&cl, NULL, 30));
+  finish(&cl);
+  GR_CHECK_EQ_INT(exit_code(&cl), 1);
+  GR_CHECK_STR_CONTAINS(cl.buf, "refused this process's secret");
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d refused", port);
+  GR_CHECK_STR_CONTAINS(cl.buf, addr); /* names the server */
+  /* no secret at all: the server asks for one */
+  start(&cl, (char *[]){"graphrun", "run", file, "--cluster", spec, "--timeout", "10", NULL});
+  unsetenv("GRAPHRUN_SECRET_FILE");
+  GR_CHECK(wait_for(&cl, NULL, 30));
+  finish(&cl);
+  GR_CHECK_STR_CONTAINS(cl.buf, "requires a secret");
+  /* the right secret: runs (ps pin soft-placed: this cluster has no ps) */
+  start(&cl, (char *[]){"graphrun", "run", file, "--cluster", spec, "--secret-file", sa,
+                        "--soft-placement", "--timeout", "10", NULL});
+  GR_CHECK(wait_for(&cl, NULL, 30));
+  finish(&cl);
+  GR_CHECK_MSG(strstr(cl.buf, "y = 238.0") != NULL, "%s", cl.buf);
+  /* the server logged the refused peers and still serves */
+  kill(srv.pid, SIGTERM);
+  GR_CHECK(wait_for(&srv, NULL, 15));
+  finish(&srv);
+  GR_CHECK_EQ_INT(exit_code(&srv), 0);
+  GR_CHECK_STR_CONTAINS(srv.buf, "wrong secret");
+  unlink(sa), unlink(sb), rmdir(dir);
+}
+
+int main(void) {
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
+  char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+  if (!slash) return 1;
+  strcpy(slash, "/../../graphrun"); /* build/tests/unit/ -> build/graphrun */
+  signal(SIGPIPE, SIG_IGN);
+  unsetenv("GRAPHRUN_CLUSTER");
+  unsetenv("GRAPHRUN_SECRET_FILE");
+  GR_RUN(test_launch_runs_a_graph);
+  GR_RUN(test_launch_environment);
+  GR_RUN(test_no_orphans);
+  GR_RUN(test_restart_after_kill);
+  GR_RUN(test_server_refusals);
+  return gr_test_finish();
+}
