@@ -113,9 +113,12 @@ gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other);
 void gr_graph_set_source_loc(gr_graph *g, const char *loc);
 
 gr_node *gr_graph_find_node(const gr_graph *g, const char *name);
-/* The device spec that decides n: its own, else (none) that of the node it
- * is colocated with (a gradient with its forward op, an update with its
- * variable), followed up to 16 hops. Graph-owned; "" when none. */
+/* The device spec that decides n: for an op that names a variable (attr
+ * "var", GR_OP_VARIABLE: reads, assigns, optimizer updates) the variable's,
+ * whatever n's own, since it uses the variable where it lives (a task's
+ * container in a cluster; TensorFlow colocates them the same way); else its
+ * own, else (none) that of the node it is colocated with (a gradient with
+ * its forward op), followed up to 16 hops. Graph-owned; "" when none. */
 const char *gr_graph_resolve_device(const gr_graph *g, const gr_node *n);
 /* Fills order[0..n) with node ids, every node after its inputs and control
  * inputs; the back edge of a loop (merge <- next_iteration) is not an

@@ -122,8 +122,16 @@ gr_node *gr_graph_find_node(const gr_graph *g, const char *name) {
   return name ? find_hashed(g, gr_map_hash_str(name), name) : NULL;
 }
 const char *gr_graph_resolve_device(const gr_graph *g, const gr_node *n) {
-  for (int hop = 0; hop < 16 && !n->requested_device[0] && n->colocate_with; hop++) {
-    const gr_node *t = gr_graph_find_node(g, n->colocate_with);
+  for (int hop = 0; hop < 16; hop++) {
+    const gr_node *t = NULL;
+    if (n->op->flags & GR_OP_VARIABLE) { /* it reads or writes its variable where it lives */
+      const char *v = gr_node_attr_string(n, "var", "");
+      if (v[0] && strcmp(v, n->name) != 0 && (t = gr_graph_find_node(g, v)) &&
+          !(t->op->flags & GR_OP_VARIABLE))
+        t = NULL;
+    }
+    if (!t && !n->requested_device[0] && n->colocate_with)
+      t = gr_graph_find_node(g, n->colocate_with);
     if (!t) break;
     n = t;
   }
