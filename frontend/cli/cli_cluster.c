@@ -34,24 +34,64 @@ gr_status cli_read_secret(const char *path, char **out, gr_error *err) {
   return GR_OK;
 }
 
-gr_status cli_load_cluster(const char *spec, gr_cluster **out, const char **from, gr_error *err) {
+/* "slurm[:JOBS][@PORT]": the cluster of this Slurm job step. */
+static gr_status slurm_cluster(const char *spec, gr_cluster **out, gr_cluster_self *self,
+                               gr_error *err) {
+  char jobs[256] = "";
+  long port = 2222;
+  const char *at = strrchr(spec, '@');
+  size_t jl = at ? (size_t)(at - spec) : strlen(spec);
+  if (jl > 5 && spec[5] == ':') {
+    if (jl - 6 >= sizeof jobs)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "--cluster %s: jobs too long", spec);
+    memcpy(jobs, spec + 6, jl - 6);
+    jobs[jl - 6] = '\0';
+  } else if (jl != 5) {
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "--cluster '%s': want slurm[:JOBS][@PORT], e.g. slurm:ps:1,worker@2222",
+                        spec);
+  }
+  if (at) {
+    char *end;
+    port = strtol(at + 1, &end, 10);
+    if (*end || end == at + 1 || port < 1 || port > 65535)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "--cluster '%s': the port must be 1 to 65535", spec);
+  }
+  return gr_cluster_from_slurm_env(jobs[0] ? jobs : NULL, (int)port, out, self, err);
+}
+
+gr_status cli_load_cluster_self(const char *spec, gr_cluster **out, gr_cluster_self *self,
+                                bool *has_self, const char **from, gr_error *err) {
   *out = NULL;
   *from = spec;
+  *has_self = false;
   if (!spec) {
     spec = getenv("GRAPHRUN_CLUSTER");
     *from = "GRAPHRUN_CLUSTER";
     if (!spec || !*spec) return GR_OK; /* no cluster: a local run */
   }
   if (!strcmp(spec, "env")) { /* TensorFlow's variable */
-    gr_cluster_self self;
     *from = "TF_CONFIG";
-    return gr_cluster_from_tf_config_env(out, &self, err);
+    *has_self = true;
+    return gr_cluster_from_tf_config_env(out, self, err);
+  }
+  if (!strncmp(spec, "slurm", 5) && (!spec[5] || spec[5] == ':' || spec[5] == '@')) {
+    *from = "Slurm";
+    *has_self = true;
+    return slurm_cluster(spec, out, self, err);
   }
   const char *p = spec;
   while (*p == ' ' || *p == '\n' || *p == '\t') p++;
   if (*p == '{') /* JSON text */
     return gr_cluster_parse_json(spec, strlen(spec), *from == spec ? "--cluster" : *from, out, err);
   return gr_cluster_load_json(spec, out, err);
+}
+
+gr_status cli_load_cluster(const char *spec, gr_cluster **out, const char **from, gr_error *err) {
+  gr_cluster_self self;
+  bool has_self;
+  return cli_load_cluster_self(spec, out, &self, &has_self, from, err);
 }
 
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,

@@ -14,10 +14,15 @@
 gr_status cli_read_secret(const char *path, char **out, gr_error *err);
 
 /* The cluster of --cluster SPEC: a JSON file in any form the cluster parser
- * reads, JSON text ("{...}"), or "env" for TensorFlow's TF_CONFIG. spec
- * NULL: the GRAPHRUN_CLUSTER variable (set by `graphrun launch`), else no
- * cluster (*out NULL, GR_OK). *from: where it came from, for messages. */
+ * reads, JSON text ("{...}"), "env" for TensorFlow's TF_CONFIG, or
+ * "slurm[:JOBS][@PORT]" for Slurm's variables (JOBS as "ps:1,worker",
+ * default all workers; PORT default 2222). spec NULL: the GRAPHRUN_CLUSTER
+ * variable (set by `graphrun launch`), else no cluster (*out NULL, GR_OK).
+ * *from: where it came from, for messages. */
 gr_status cli_load_cluster(const char *spec, gr_cluster **out, const char **from, gr_error *err);
+/* The same, and for TF_CONFIG and Slurm (*has_self) which task this process is. */
+gr_status cli_load_cluster_self(const char *spec, gr_cluster **out, gr_cluster_self *self,
+                                bool *has_self, const char **from, gr_error *err);
 
 /* A master connected to every task of c (each needs an address). */
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,

@@ -42,23 +42,18 @@ static bool parse_int(const char *s, long lo, long hi, long *out) {
   return true;
 }
 
-/* The task's address in the cluster spec, or NULL. */
+/* The task's address in the cluster spec, or NULL; with TF_CONFIG or Slurm
+ * the spec also says which task this is (when --job is not given). */
 static const char *cluster_address(const char *spec, const char **job, long *task, char *buf,
                                    size_t cap, gr_error *err, bool *failed) {
   gr_cluster *c = NULL;
+  gr_cluster_self self;
+  bool has_self;
   const char *from;
-  *failed = cli_load_cluster(spec, &c, &from, err) != GR_OK;
+  *failed = cli_load_cluster_self(spec, &c, &self, &has_self, &from, err) != GR_OK;
   if (*failed || !c) return NULL;
-  if (!strcmp(spec, "env") && !*job) { /* TF_CONFIG names the task */
-    gr_cluster_self self;
-    gr_cluster *c2 = NULL;
-    if (gr_cluster_from_tf_config_env(&c2, &self, err) != GR_OK) {
-      *failed = true;
-      gr_cluster_free(c);
-      return NULL;
-    }
-    gr_cluster_free(c2);
-    static char jobbuf[64];
+  static char jobbuf[64];
+  if (has_self && !*job) {
     snprintf(jobbuf, sizeof jobbuf, "%s", self.job);
     *job = jobbuf;
     *task = self.index;
