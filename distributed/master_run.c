@@ -19,10 +19,12 @@ typedef struct task_plan {
 typedef struct mplan {
   task_plan *t;
   int n;
+  gr_partitions *parts; /* kept: a traced step's events point at their nodes */
 } mplan;
 
 static void plan_free(mplan *p) {
   if (!p) return;
+  gr_partitions_free(p->parts);
   for (int i = 0; i < p->n; i++) free(p->t[i].feeds);
   free(p->t);
   free(p);
@@ -153,7 +155,10 @@ static gr_status prepare(void *self, gr_partitions *parts, void **out, gr_error 
   free(rs);
   free(part_task);
   free(used);
-  gr_partitions_free(parts);
+  if (p)
+    p->parts = parts;
+  else
+    gr_partitions_free(parts);
   if (st != GR_OK) {
     plan_free(p);
     return st;
@@ -199,8 +204,9 @@ static void on_step_done(void *arg, rpc *r) {
 
 static gr_outmsg *run_msg(gr_master *ms, const task_plan *tp, const gr_tensor *feed_values,
                           const gr_step_info *step, uint64_t run_id, uint64_t id, gr_error *err) {
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_RUN, 7);
+  gr_outmsg *m = gr_outmsg_new(GR_MSG_RUN, step->trace ? 8 : 7);
   if (!m) return NULL;
+  if (step->trace) gr_outmsg_bool(m, "trace", true);
   gr_outmsg_u64(m, "id", id);
   gr_outmsg_u64(m, "handle", tp->handle);
   gr_outmsg_u64(m, "inc", ms->tasks[tp->task].incarnation);
@@ -218,6 +224,39 @@ static gr_outmsg *run_msg(gr_master *ms, const task_plan *tp, const gr_tensor *f
     }
   }
   return m;
+}
+
+/* A traced step's events from task response r, onto the client's copies of
+ * the partitions' nodes; times shifted from the task's clock to ours by
+ * when the request was sent (off by at most the network latency). */
+static void take_trace(const mplan *p, rpc *r, int64_t sent_ns, gr_step_trace *trace) {
+  const msgpack_object *tr = gr_msg_get(&r->resp->msg.root, "trace");
+  if (!tr || tr->type != MSGPACK_OBJECT_ARRAY) return;
+  for (uint32_t i = 0; i < tr->via.array.size; i++) {
+    const msgpack_object *o = &tr->via.array.ptr[i];
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 6) continue;
+    const msgpack_object *f = o->via.array.ptr;
+    const char *dev, *name;
+    size_t dl, nl;
+    int64_t it, t0, t1, bytes;
+    char d[GR_DEVICE_NAME_MAX], n[1024];
+    if (gr_msg_item_str(&f[0], "device", &dev, &dl, NULL) != GR_OK ||
+        gr_msg_item_str(&f[1], "node", &name, &nl, NULL) != GR_OK || dl >= sizeof d ||
+        nl >= sizeof n || gr_msg_item_i64(&f[2], "", INT64_MIN, INT64_MAX, &it, NULL) != GR_OK ||
+        gr_msg_item_i64(&f[3], "", INT64_MIN, INT64_MAX, &t0, NULL) != GR_OK ||
+        gr_msg_item_i64(&f[4], "", INT64_MIN, INT64_MAX, &t1, NULL) != GR_OK ||
+        gr_msg_item_i64(&f[5], "", 0, INT64_MAX, &bytes, NULL) != GR_OK)
+      continue;
+    memcpy(d, dev, dl), d[dl] = '\0';
+    memcpy(n, name, nl), n[nl] = '\0';
+    for (int k = 0; k < p->parts->num_parts; k++) {
+      if (strcmp(p->parts->parts[k].device, d) != 0) continue;
+      const gr_node *node = gr_graph_find_node(p->parts->parts[k].graph, n);
+      if (node)
+        gr_step_trace_add(trace, &(gr_trace_event){node, it, sent_ns + t0, sent_ns + t1, bytes});
+      break;
+    }
+  }
 }
 
 /* The fetches and transfer counts of a successful response. */
@@ -257,6 +296,7 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
   rpc_group g;
   gr_rpc_group_init(&g);
   gr_status st = GR_OK;
+  int64_t sent_ns = gr_trace_now_ns();
   for (int i = 0; i < p->n; i++) {
     rs[i].id = gr_master_new_id(ms);
     gr_outmsg *m = run_msg(ms, &p->t[i], feed_values, step, x.run_id, rs[i].id, err);
@@ -287,6 +327,8 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
   }
   for (int i = 0; i < started && st == GR_OK; i++)
     st = take_fetches(&rs[i], fetch_out, &moved, err);
+  for (int i = 0; i < started && st == GR_OK && step->trace; i++)
+    take_trace(p, &rs[i], sent_ns, step->trace);
   for (int i = 0; i < started; i++) gr_inmsg_free(rs[i].resp);
   free(rs);
   if (stats) *stats = moved;

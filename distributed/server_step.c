@@ -182,6 +182,7 @@ static const gr_rendezvous_ops push_ops = {rv_send,        rv_recv,  rv_abort,
 typedef struct run_args {
   uint64_t id, handle, inc, step, run_id, seed;
   const msgpack_object_array *feeds;
+  bool trace;
 } run_args;
 
 static gr_status run_args_of(const gr_inmsg *in, run_args *a, gr_error *err) {
@@ -191,6 +192,8 @@ static gr_status run_args_of(const gr_inmsg *in, run_args *a, gr_error *err) {
   GR_TRY(gr_msg_u64(root, "step", &a->step, err));
   GR_TRY(gr_msg_u64(root, "run", &a->run_id, err));
   GR_TRY(gr_msg_u64(root, "seed", &a->seed, err));
+  const msgpack_object *tr = gr_msg_get(root, "trace");
+  a->trace = tr && tr->type == MSGPACK_OBJECT_BOOLEAN && tr->via.boolean;
   return gr_msg_array(root, "feeds", 1 << 20, &a->feeds, err);
 }
 
@@ -213,12 +216,32 @@ static gr_status feeds_of(const gr_inmsg *in, const msgpack_object_array *arr, g
   return GR_OK;
 }
 
+/* The trace's events as [[device, node, iteration, start, end, bytes]...],
+ * times in ns since t0 (this task's clock). */
+static void pack_trace(gr_outmsg *m, const gr_step_trace *t, int64_t t0) {
+  msgpack_packer *pk = gr_outmsg_packer(m);
+  int n = gr_step_trace_count(t);
+  gr_outmsg_key(m, "trace");
+  msgpack_pack_array(pk, (size_t)n);
+  for (int i = 0; i < n; i++) {
+    const gr_trace_event *e = gr_step_trace_event(t, i);
+    msgpack_pack_array(pk, 6);
+    gr_pack_str(pk, e->node->assigned_device ? e->node->assigned_device : "");
+    gr_pack_str(pk, e->node->name);
+    msgpack_pack_int64(pk, e->iteration);
+    msgpack_pack_int64(pk, e->start_ns - t0);
+    msgpack_pack_int64(pk, e->end_ns - t0);
+    msgpack_pack_int64(pk, e->out_bytes);
+  }
+}
+
 static gr_outmsg *run_response(uint64_t id, gr_status st, const gr_error *e, gr_tensor *fetches,
-                               int n, gr_transfer_stats moved) {
+                               int n, gr_transfer_stats moved, const gr_step_trace *trace,
+                               int64_t t0) {
   if (st != GR_OK) return gr_server_response(id, 0, e);
   int filled = 0;
   for (int i = 0; i < n; i++) filled += !gr_tensor_is_empty(&fetches[i]);
-  gr_outmsg *m = gr_server_response(id, 3, NULL);
+  gr_outmsg *m = gr_server_response(id, trace ? 4 : 3, NULL);
   if (!m) return NULL;
   gr_outmsg_key(m, "fetches");
   msgpack_pack_array(gr_outmsg_packer(m), (size_t)filled);
@@ -233,10 +256,12 @@ static gr_outmsg *run_response(uint64_t id, gr_status st, const gr_error *e, gr_
   }
   gr_outmsg_i64(m, "sends", moved.sends);
   gr_outmsg_i64(m, "bytes", moved.bytes);
+  if (trace) pack_trace(m, trace, t0);
   return m;
 }
 
 void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
+  int64_t t0 = gr_trace_now_ns();
   run_args a = {0};
   gr_error e;
   gr_status st = gr_msg_u64(&m->msg.root, "id", &a.id, &e);
@@ -287,13 +312,15 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
     st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
   gr_transfer_stats moved = {0, 0};
+  gr_step_trace *trace = st == GR_OK && a.trace ? gr_step_trace_new() : NULL;
   if (st == GR_OK) {
     *prv = (push_rv){s, t};
     gr_step_info step = {.step_id = (int64_t)a.step,
                          .seed = a.seed,
                          .resources = s->resources,
                          .stacks = r->uses_stacks ? gr_step_stacks_new() : NULL,
-                         .rendezvous = rv};
+                         .rendezvous = rv,
+                         .trace = trace};
     st = r->uses_stacks && !step.stacks
              ? gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory")
              : gr_device_plan_run(r->plan, feeds, fetches, &step, &moved, &e);
@@ -307,7 +334,8 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
   for (int i = 0; feeds && i < nf; i++) gr_tensor_release(&feeds[i]);
   free(feeds);
   gr_inmsg_free(m);
-  gr_outmsg *resp = run_response(a.id, st, &e, fetches, nx, moved);
+  gr_outmsg *resp = run_response(a.id, st, &e, fetches, nx, moved, trace, t0);
+  gr_step_trace_free(trace); /* its events point at the plan's nodes: packed already */
   for (int i = 0; fetches && i < nx; i++) gr_tensor_release(&fetches[i]);
   free(fetches);
   gr_server_registered_unref(r);

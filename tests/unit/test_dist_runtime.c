@@ -96,6 +96,22 @@ static void test_classic(void) {
     GR_CHECK_EQ_INT(gr_session_last_transfers(s).bytes, 4);
   }
   GR_CHECK_EQ_INT(gr_session_num_cached(s), 1);
+  /* a traced step: events from every task, on the client's clock */
+  gr_step_trace *tr = gr_step_trace_new();
+  gr_tensor out;
+  int64_t before = gr_trace_now_ns();
+  if (s && gr_session_run_traced(s, NULL, 0, &y, 1, &out, NULL, 0, tr, &err) == GR_OK)
+    gr_tensor_release(&out);
+  int64_t after = gr_trace_now_ns();
+  bool seen[3] = {false, false, false};
+  for (int i = 0; i < gr_step_trace_count(tr); i++) {
+    const gr_trace_event *e = gr_step_trace_event(tr, i);
+    for (int d = 0; d < 3; d++)
+      if (e->node->assigned_device && !strcmp(e->node->assigned_device, devs[d])) seen[d] = true;
+    GR_CHECK(e->start_ns <= e->end_ns && e->start_ns >= before - 1000000 && e->end_ns <= after);
+  }
+  GR_CHECK(seen[0] && seen[1] && seen[2]);
+  gr_step_trace_free(tr);
   gr_session_free(s);
   gr_graph_free(g);
   cluster_stop(&c);
