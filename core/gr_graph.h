@@ -113,8 +113,8 @@ gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other);
 void gr_graph_set_source_loc(gr_graph *g, const char *loc);
 
 gr_node *gr_graph_find_node(const gr_graph *g, const char *name);
-/* The device spec that decides n: for an op that names a variable (attr
- * "var", GR_OP_VARIABLE: reads, assigns, optimizer updates) the variable's,
+/* The device spec that decides n: for an op whose attr "var" names a
+ * variable node (reads, assign, optimizer updates, initialisers) the variable's,
  * whatever n's own, since it uses the variable where it lives (a task's
  * container in a cluster; TensorFlow colocates them the same way); else its
  * own, else (none) that of the node it is colocated with (a gradient with

@@ -124,7 +124,7 @@ gr_node *gr_graph_find_node(const gr_graph *g, const char *name) {
 const char *gr_graph_resolve_device(const gr_graph *g, const gr_node *n) {
   for (int hop = 0; hop < 16; hop++) {
     const gr_node *t = NULL;
-    if (n->op->flags & GR_OP_VARIABLE) { /* it reads or writes its variable where it lives */
+    { /* an op naming a variable (reads, assign, updates) uses it where it lives */
       const char *v = gr_node_attr_string(n, "var", "");
       if (v[0] && strcmp(v, n->name) != 0 && (t = gr_graph_find_node(g, v)) &&
           !(t->op->flags & GR_OP_VARIABLE))

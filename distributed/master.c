@@ -83,7 +83,10 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
     for (size_t pos = 0; n < 256 && gr_map_next(&t->pending, &pos, NULL, &v);) fail[n++] = v;
     for (int i = 0; i < n; i++) gr_map_remove_u64(&t->pending, fail[i]->id);
     pthread_mutex_unlock(&ms->mu);
-    for (int i = 0; i < n; i++) finish(fail[i], e.code, &e, NULL);
+    for (int i = 0; i < n; i++) {
+      fail[i]->lost = true;
+      finish(fail[i], e.code, &e, NULL);
+    }
     pthread_mutex_lock(&ms->mu);
     if (n == 0) break;
   }
@@ -97,6 +100,7 @@ void gr_master_start(gr_master *ms, int k, gr_outmsg *msg, rpc *r, rpc_group *g)
   r->g = g;
   r->task = k;
   r->done = false;
+  r->lost = false;
   r->resp = NULL;
   pthread_mutex_lock(&g->mu);
   g->outstanding++;

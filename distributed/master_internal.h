@@ -21,6 +21,7 @@ typedef struct rpc { /* one request in flight */
   gr_status code; /* of the response, or of the transport */
   gr_error err;
   gr_inmsg *resp; /* on success; the waiter frees it */
+  bool lost;      /* failed because the task's connection was lost */
 } rpc;
 
 typedef struct task {

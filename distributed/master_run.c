@@ -310,12 +310,16 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
   int64_t deadline = ms->o.step_timeout_ms > 0 ? gr_wire_now_ms() + ms->o.step_timeout_ms : 0;
   gr_master_wait_all(ms, &g, rs, started, deadline, on_step_done, &x);
   gr_rpc_group_destroy(&g);
-  /* the root error: the first that is not a cancellation it caused */
+  /* the root error: a lost task (what the master saw itself), else the
+   * first that is not a cancellation it caused (a push to the lost task
+   * failing is an effect too) */
   int root = -1;
-  for (int i = 0; i < started; i++)
-    if (rs[i].code != GR_OK &&
-        (root < 0 || (rs[root].code == GR_ERR_CANCELLED && rs[i].code != GR_ERR_CANCELLED)))
-      root = i;
+  for (int i = 0; i < started; i++) {
+    if (rs[i].code == GR_OK) continue;
+    int rank = rs[i].lost ? 2 : rs[i].code != GR_ERR_CANCELLED ? 1 : 0;
+    int best = root < 0 ? -1 : rs[root].lost ? 2 : rs[root].code != GR_ERR_CANCELLED ? 1 : 0;
+    if (rank > best) root = i;
+  }
   gr_transfer_stats moved = {0, 0};
   if (st == GR_OK && root >= 0) {
     st = rs[root].code;

@@ -160,6 +160,7 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
 
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server *s = arg;
+  gr_server_drop_graphs_of(s, c); /* the client is gone: so are its graphs */
   /* a peer that closes between frames is done; anything else is worth a line */
   if (!s->o.quiet && why->code != GR_ERR_CANCELLED && !strstr(why->msg, "closed the connection") &&
       gr_conn_user(c))

@@ -25,6 +25,7 @@ typedef struct registered { /* the partitions a master registered */
   int num_feeds; /* caller feeds the plan reads (largest feed_index + 1) */
   bool uses_stacks;
   int refs; /* the server's map's and each running step's (atomic) */
+  const gr_conn *owner; /* the client connection that registered it (identity only) */
 } registered;
 
 typedef struct step_state step_state;
@@ -69,6 +70,8 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_register(gr_server *s, gr_conn *c, gr_inmsg *m);
+/* Drops the graphs a client registered through c (it disconnected). */
+void gr_server_drop_graphs_of(gr_server *s, const gr_conn *c);
 void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m);
 /* Drops a reference; the last frees (NULL is ignored). */
 void gr_server_registered_unref(registered *r);

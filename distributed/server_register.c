@@ -191,7 +191,8 @@ static gr_status dial_peers(gr_server *s, gr_partitions *ps, gr_error *err) {
   return GR_OK;
 }
 
-static gr_status do_register(gr_server *s, const gr_inmsg *in, uint64_t *handle, gr_error *err) {
+static gr_status do_register(gr_server *s, const gr_conn *c, const gr_inmsg *in, uint64_t *handle,
+                             gr_error *err) {
   const msgpack_object *root = &in->msg.root;
   uint64_t inc;
   const msgpack_object_array *parts, *peers;
@@ -233,6 +234,7 @@ static gr_status do_register(gr_server *s, const gr_inmsg *in, uint64_t *handle,
   }
   pthread_mutex_lock(&s->mu);
   r->handle = ++s->next_handle;
+  r->owner = c;
   bool ok = gr_map_put_u64(&s->graphs, r->handle, r);
   pthread_mutex_unlock(&s->mu);
   if (!ok) {
@@ -247,7 +249,7 @@ void gr_server_register(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
   uint64_t id = 0, handle = 0;
   gr_status st = gr_msg_u64(&m->msg.root, "id", &id, &e);
-  if (st == GR_OK) st = do_register(s, m, &handle, &e);
+  if (st == GR_OK) st = do_register(s, c, m, &handle, &e);
   gr_inmsg_free(m);
   if (st != GR_OK) {
     gr_error_prefix(&e, "%s: registering a graph", s->task);
@@ -271,4 +273,18 @@ void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m) {
     gr_server_registered_unref(r); /* a step running it holds a reference */
   }
   gr_inmsg_free(m);
+}
+
+void gr_server_drop_graphs_of(gr_server *s, const gr_conn *c) {
+  for (;;) {
+    registered *r = NULL;
+    pthread_mutex_lock(&s->mu);
+    void *v;
+    for (size_t pos = 0; !r && gr_map_next(&s->graphs, &pos, NULL, &v);)
+      if (((registered *)v)->owner == c) r = v;
+    if (r) gr_map_remove_u64(&s->graphs, r->handle);
+    pthread_mutex_unlock(&s->mu);
+    if (!r) return;
+    gr_server_registered_unref(r); /* a step running it holds a reference */
+  }
 }

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+
+#include "cli_util.h"
 
 #include "cli_cluster.h"
 #include "commands.h"
@@ -213,4 +216,28 @@ gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *s
   free(vars);
   free(names);
   return st;
+}
+
+gr_status cli_recover(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
+                      int recovery_ms, gr_graph *g, const gr_session_options *opts, gr_ckpt *ck,
+                      gr_master **master, gr_session **s, int64_t *step, gr_error *err) {
+  gr_session_free(*s);
+  *s = NULL;
+  gr_master_free(*master); /* its connections close: the tasks drop its graphs */
+  *master = NULL;
+  double deadline = cli_now() + recovery_ms / 1000.0;
+  gr_status st;
+  for (;;) { /* the lost task comes back (graphrun launch restarts it) */
+    st = cli_connect(c, from, secret, timeout_ms, master, err);
+    if (st == GR_OK) break;
+    if (cli_now() >= deadline) {
+      gr_error_prefix(err, "gave up recovering after %.0f s", recovery_ms / 1000.0);
+      return st;
+    }
+    struct timespec ts = {0, 200 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  if (!(*s = gr_master_session_new(*master, g, opts, err)))
+    return err ? err->code : GR_ERR_INTERNAL;
+  return cli_restore_remote(ck, *s, g, step, err);
 }

@@ -60,7 +60,11 @@ static void usage(FILE *f) {
          "                     'slurm[:JOBS][@PORT]' for Slurm's variables\n"
          "                     (default: GRAPHRUN_CLUSTER, which graphrun launch sets; unpinned\n"
          "                     nodes run on the chief's or worker 0's device)\n"
-         "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n\n"
+         "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n"
+         "  --recovery-timeout S  with --cluster and --ckpt, a lost or restarted task is\n"
+         "                     waited for up to S seconds (default 60), then the run restores\n"
+         "                     the newest checkpoint and goes on from it\n"
+         "  --max-failures K   give up after K recoveries (default 10)\n\n"
          "Exit codes: 0 ok, 1 runtime failure, 2 usage or input error.\n");
 }
 
@@ -130,6 +134,20 @@ static int make_out_dir(const char *dir) {
   return GR_EXIT_OK;
 }
 
+/* The steps of this command done when the newest checkpoint was saved. */
+static long steps_done_of(gr_ckpt *ck) {
+  gr_ckpt_info *infos = NULL;
+  int n = 0;
+  long done = 0;
+  gr_error err;
+  if (gr_ckpt_list(ck, &infos, &n, &err) == GR_OK && n > 0 && infos[n - 1].metadata) {
+    const char *m = strstr(infos[n - 1].metadata, "\"steps_done\":");
+    if (m) done = strtol(m + 14, NULL, 10);
+  }
+  gr_ckpt_infos_free(infos, n);
+  return done;
+}
+
 /* Opens the checkpoint file and, unless no_restore, restores its newest
  * checkpoint; *done: the steps of this command already done then. */
 static int open_checkpoint(const char *path, int keep, bool no_restore, bool remote, gr_session *s,
@@ -151,13 +169,7 @@ static int open_checkpoint(const char *path, int keep, bool no_restore, bool rem
             err.msg);
     return GR_EXIT_FAILURE;
   }
-  gr_ckpt_info *infos = NULL;
-  int n = 0;
-  if (gr_ckpt_list(*ck, &infos, &n, &err) == GR_OK && n > 0 && infos[n - 1].metadata) {
-    const char *m = strstr(infos[n - 1].metadata, "\"steps_done\":");
-    if (m) *done = strtol(m + 14, NULL, 10);
-  }
-  gr_ckpt_infos_free(infos, n);
+  *done = steps_done_of(*ck);
   fprintf(stderr, "graphrun run: restored %s (%ld steps done)\n", path, *done);
   return GR_EXIT_OK;
 }
@@ -225,6 +237,8 @@ int gr_cmd_run(int argc, char **argv) {
   bool json = false, quiet = false, no_restore = false;
   const char *ckpt_path = NULL, *trace_path = NULL, *out_dir = NULL;
   const char *cluster_spec = NULL, *secret_file = NULL;
+  double recovery_s = 60;
+  long max_failures = 10, failures = 0;
   bool schedule_recvs = false, soft = false;
   gr_step_trace *trace = NULL;
   for (int i = 1; i < argc; i++) {
@@ -254,6 +268,18 @@ int gr_cmd_run(int argc, char **argv) {
       cluster_spec = argv[++i];
     } else if (strcmp(a, "--secret-file") == 0 && has_val) {
       secret_file = argv[++i];
+    } else if (strcmp(a, "--recovery-timeout") == 0 && has_val) {
+      if (!parse_seconds(argv[++i], &recovery_s)) {
+        fprintf(stderr, "graphrun run: --recovery-timeout wants seconds in [0, %.0f], got '%s'\n",
+                MAX_TIMEOUT_S, argv[i]);
+        return GR_EXIT_USAGE;
+      }
+    } else if (strcmp(a, "--max-failures") == 0 && has_val) {
+      if (!parse_long(argv[++i], 0, &max_failures) || max_failures > 1000000) {
+        fprintf(stderr, "graphrun run: --max-failures wants an integer in [0, 1000000], got '%s'\n",
+                argv[i]);
+        return GR_EXIT_USAGE;
+      }
     } else if (strcmp(a, "--out") == 0 && has_val) {
       out_dir = argv[++i];
     } else if (strcmp(a, "--trace") == 0 && has_val) {
@@ -447,6 +473,10 @@ int gr_cmd_run(int argc, char **argv) {
   if (ckpt_path && (rc = open_checkpoint(ckpt_path, (int)keep, no_restore, master != NULL, s, g,
                                          &ck, &done_steps)) != GR_EXIT_OK)
     goto done;
+  int64_t latest;
+  if (master && ck && gr_ckpt_latest_step(ck, &latest, &err) == GR_ERR_NOT_FOUND &&
+      (rc = save_checkpoint(ck, s, g, 0, true)) != GR_EXIT_OK) /* a lost task restarts from here */
+    goto done;
   rc = GR_EXIT_FAILURE;
   cli_progress pr;
   gr_transfer_stats moved = {0, 0};
@@ -456,6 +486,25 @@ int gr_cmd_run(int argc, char **argv) {
     if (gr_session_run_traced(s, feeds, nfeed, fetches, nfetch, results, targets, ntarget,
                               st == steps ? trace : NULL, &err) != GR_OK) {
       if (show && pr.tty) fputc('\n', stderr);
+      if (master && ck && (err.code == GR_ERR_UNAVAILABLE || err.code == GR_ERR_ABORTED) &&
+          failures < max_failures) { /* a task was lost or restarted: recover */
+        failures++;
+        fprintf(stderr,
+                "graphrun run: step %ld failed: %s\ngraphrun run: recovering (%ld of at most %ld): "
+                "waiting up to %.0f s for every task, then restoring %s\n",
+                st, err.msg, failures, max_failures, recovery_s, ckpt_path);
+        int64_t at;
+        if (cli_recover(cluster, cluster_from, secret, opts.step_timeout_ms,
+                        (int)(recovery_s * 1000), g, &opts, ck, &master, &s, &at, &err) != GR_OK) {
+          fprintf(stderr, "graphrun run: recovery failed: %s\n", err.msg);
+          goto done;
+        }
+        long resumed = steps_done_of(ck);
+        fprintf(stderr, "graphrun run: recovered: resuming after step %ld (%ld steps lost)\n",
+                resumed, st - 1 - resumed);
+        st = resumed; /* the loop goes on with step resumed + 1 */
+        continue;
+      }
       char when[32];
       snprintf(when, sizeof when, "step %ld", st);
       cli_print_run_error("run", when, &err);

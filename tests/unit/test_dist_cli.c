@@ -227,6 +227,66 @@ static void test_server_refusals(void) {
   unlink(sa), unlink(sb), rmdir(dir);
 }
 
+/* The loss line of a --json run's output. */
+static bool json_loss(const char *out, char *buf, size_t cap) {
+  const char *l = strstr(out, "{\"loss\"");
+  const char *e = l ? strchr(l, '}') : NULL;
+  if (!e || (size_t)(e - l) >= cap) return false;
+  memcpy(buf, l, (size_t)(e - l));
+  buf[e - l] = '\0';
+  return true;
+}
+
+/* Fashion-MNIST on ps + 2 workers with a checkpoint every 25 steps; the
+ * task `victim` is killed with SIGKILL once training has checkpointed;
+ * launch restarts it, the run recovers from the newest checkpoint and ends
+ * with the loss of an uninterrupted one-process run, bit for bit. */
+static void recover_after_killing(const char *victim, const char *want) {
+  char file[PATH_MAX], ckpt[] = "/tmp/gr_recover_XXXXXX";
+  snprintf(file, sizeof file, "%s/examples/fashion_mlp_cluster.gr", GR_SOURCE_DIR);
+  int fd = mkstemp(ckpt);
+  GR_CHECK(fd >= 0);
+  close(fd);
+  unlink(ckpt);
+  proc p;
+  start(&p,
+        (char *[]){"graphrun", "launch",  "--ps",    "1",         "--workers", "2",
+                   file,       "--steps", "300",     "--ckpt",    ckpt,        "--save-every",
+                   "25",       "--json",  "--quiet", "--timeout", "30",        "--recovery-timeout",
+                   "30",       NULL});
+  GR_CHECK_MSG(wait_for(&p, "tasks ready", 30), "%s", p.buf);
+  pid_t pid = task_pid(&p, victim);
+  /* once a checkpoint past the first exists: the kill lands mid-training */
+  for (int i = 0; i < 600 && !p.done; i++) {
+    struct stat sb;
+    if (stat(ckpt, &sb) == 0 && sb.st_size > 2 * 1024 * 1024) break;
+    wait_for(&p, "\x01", 0.02);
+  }
+  GR_CHECK(pid > 0 && kill(pid, SIGKILL) == 0);
+  GR_CHECK_MSG(wait_for(&p, NULL, 120), "no end: %s", p.buf);
+  finish(&p);
+  GR_CHECK_EQ_INT(exit_code(&p), 0);
+  GR_CHECK_STR_CONTAINS(p.buf, "killed by signal 9; restarting it");
+  GR_CHECK_STR_CONTAINS(p.buf, "graphrun run: recovered: resuming after step");
+  char got[256];
+  GR_CHECK_MSG(json_loss(p.buf, got, sizeof got) && !strcmp(got, want), "%s vs %s\n%s", got, want,
+               p.buf);
+  unlink(ckpt);
+}
+
+static void test_recovery_bit_identical(void) {
+  char file[PATH_MAX], want[256];
+  snprintf(file, sizeof file, "%s/examples/fashion_mlp_cluster.gr", GR_SOURCE_DIR);
+  proc ref;
+  start(&ref, (char *[]){"graphrun", "run", file, "--soft-placement", "--steps", "300", "--json",
+                         "--quiet", NULL});
+  GR_CHECK(wait_for(&ref, NULL, 120));
+  finish(&ref);
+  GR_CHECK(json_loss(ref.buf, want, sizeof want));
+  recover_after_killing("worker:1=", want);
+  recover_after_killing("ps:0=", want); /* the variables' task: restored from the checkpoint */
+}
+
 int main(void) {
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
   char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
@@ -240,5 +300,6 @@ int main(void) {
   GR_RUN(test_no_orphans);
   GR_RUN(test_restart_after_kill);
   GR_RUN(test_server_refusals);
+  GR_RUN(test_recovery_bit_identical);
   return gr_test_finish();
 }

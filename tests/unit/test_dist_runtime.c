@@ -150,6 +150,27 @@ static void test_variables_live_on_tasks(void) {
   }
   GR_CHECK_NEAR(seen[0], 13, 0);
   GR_CHECK_NEAR(seen[1], 16, 0); /* not re-initialised by the second client */
+  { /* an assign from a fed value (as a restore does) lands on the variable's task */
+    gr_graph *g = gr_graph_new();
+    gr_graph_push_device_scope(g, "/job:ps/task:0");
+    gr_output v = gr_variable(g, "counter", gr_const_f32(g, 10));
+    gr_graph_pop_device_scope(g);
+    gr_output p = gr_placeholder(g, "p", GR_F32, gr_shape_scalar());
+    gr_output as = gr_assign(g, v, p);
+    gr_output r = gr_add(g, v, gr_const_f32(g, 0)); /* read on worker 0 */
+    gr_error err;
+    gr_session *s = gr_master_session_new(c.m, g, NULL, &err);
+    gr_tensor pv = gr_tensor_scalar_f32(42), out;
+    gr_feed f = {p, &pv};
+    GR_CHECK_OK(gr_session_run(s, &f, 1, NULL, 0, NULL, &as, 1, &err), err);
+    gr_status st = gr_session_run(s, NULL, 0, &r, 1, &out, NULL, 0, &err);
+    GR_CHECK_OK(st, err);
+    GR_CHECK_NEAR(st == GR_OK ? gr_tensor_get_f64(&out, 0) : -1, 42, 0);
+    if (st == GR_OK) gr_tensor_release(&out);
+    gr_tensor_release(&pv);
+    gr_session_free(s);
+    gr_graph_free(g);
+  }
   gr_var *var = gr_resource_mgr_find_var(gr_server_resources(c.srv[0]), "counter");
   GR_CHECK(var != NULL && gr_var_is_initialized(var));
   GR_CHECK(gr_resource_mgr_find_var(gr_server_resources(c.srv[1]), "counter") == NULL);
