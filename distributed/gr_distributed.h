@@ -123,6 +123,9 @@ typedef struct gr_master_options {
   const char *secret;           /* the cluster's shared secret, or NULL */
   int connect_timeout_ms;       /* per task, with retries; 0: 10000 */
   int step_timeout_ms;          /* a step's deadline; 0: none */
+  int heartbeat_ms;             /* a task silent this long is pinged; 0: 100; < 0: never */
+  int heartbeat_missed;         /* silent for this many intervals: the task is lost (its
+                                   requests fail at once, naming it); 0: 5 */
 } gr_master_options;
 
 /* Connects to every task and asks for its name, devices and incarnation.

@@ -45,24 +45,25 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     gr_inmsg_free(m);
     return;
   }
-  pthread_mutex_lock(&ms->mu);
-  rpc *r = gr_map_get_u64(&t->pending, id);
-  if (r) gr_map_remove_u64(&t->pending, id);
-  pthread_mutex_unlock(&ms->mu);
-  if (!r) { /* a response after its deadline */
-    gr_inmsg_free(m);
-    return;
-  }
   if (code != 0) {
     char msg[GR_ERROR_MSG_MAX];
     if (gr_msg_str(&m->msg.root, "msg", msg, sizeof msg, &e) != GR_OK)
       snprintf(msg, sizeof msg, "?");
     gr_error_set(&e, code < GR_STATUS_COUNT ? (gr_status)code : GR_ERR_INTERNAL, "%s", msg);
     gr_inmsg_free(m);
-    finish(r, e.code, &e, NULL);
-    return;
+    m = NULL;
   }
-  finish(r, GR_OK, NULL, m);
+  /* a request is completed under ms->mu: a waiter past its deadline takes
+   * what is still pending under the same lock, so no completion can reach
+   * a request whose waiter has returned */
+  pthread_mutex_lock(&ms->mu);
+  rpc *r = gr_map_get_u64(&t->pending, id);
+  if (r) {
+    gr_map_remove_u64(&t->pending, id);
+    finish(r, code ? e.code : GR_OK, code ? &e : NULL, m);
+  }
+  pthread_mutex_unlock(&ms->mu);
+  if (!r) gr_inmsg_free(m); /* a response after its deadline */
 }
 
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
@@ -78,16 +79,14 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   rpc *fail[256];
   int n = 0;
   void *v;
-  for (;;) { /* fail every request waiting on this task */
+  for (;;) { /* fail every request waiting on this task (under ms->mu, as on_message) */
     n = 0;
     for (size_t pos = 0; n < 256 && gr_map_next(&t->pending, &pos, NULL, &v);) fail[n++] = v;
-    for (int i = 0; i < n; i++) gr_map_remove_u64(&t->pending, fail[i]->id);
-    pthread_mutex_unlock(&ms->mu);
     for (int i = 0; i < n; i++) {
+      gr_map_remove_u64(&t->pending, fail[i]->id);
       fail[i]->lost = true;
       finish(fail[i], e.code, &e, NULL);
     }
-    pthread_mutex_lock(&ms->mu);
     if (n == 0) break;
   }
   pthread_mutex_unlock(&ms->mu);
@@ -116,10 +115,11 @@ void gr_master_start(gr_master *ms, int k, gr_outmsg *msg, rpc *r, rpc_group *g)
   }
   if (gr_conn_send(t->conn, msg, &e) != GR_OK) {
     pthread_mutex_lock(&ms->mu);
-    bool mine = gr_map_get_u64(&t->pending, r->id) == r;
-    if (mine) gr_map_remove_u64(&t->pending, r->id);
+    if (gr_map_get_u64(&t->pending, r->id) == r) {
+      gr_map_remove_u64(&t->pending, r->id);
+      finish(r, e.code, &e, NULL);
+    }
     pthread_mutex_unlock(&ms->mu);
-    if (mine) finish(r, e.code, &e, NULL);
   }
 }
 
@@ -158,17 +158,18 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
   }
   pthread_mutex_unlock(&g->mu);
   for (int i = 0; i < n; i++) { /* past the deadline: late answers are dropped */
+    gr_error e;
+    gr_error_set(&e, GR_ERR_DEADLINE_EXCEEDED,
+                 "%s did not answer before the deadline (%d ms for a step)",
+                 ms->tasks[rs[i].task].name, ms->o.step_timeout_ms);
     pthread_mutex_lock(&ms->mu);
     bool mine = gr_map_get_u64(&ms->tasks[rs[i].task].pending, rs[i].id) == &rs[i];
-    if (mine) gr_map_remove_u64(&ms->tasks[rs[i].task].pending, rs[i].id);
-    pthread_mutex_unlock(&ms->mu);
     if (mine) {
-      gr_error e;
-      gr_error_set(&e, GR_ERR_DEADLINE_EXCEEDED, "%s did not answer within %d ms",
-                   ms->tasks[rs[i].task].name, ms->o.step_timeout_ms);
+      gr_map_remove_u64(&ms->tasks[rs[i].task].pending, rs[i].id);
       finish(&rs[i], e.code, &e, NULL);
-      if (on_done) on_done(arg, &rs[i]);
     }
+    pthread_mutex_unlock(&ms->mu);
+    if (mine && on_done) on_done(arg, &rs[i]);
   }
   free(seen);
 }
@@ -211,6 +212,30 @@ static gr_status status_of(gr_master *ms, task *t, gr_inmsg *m, gr_error *err) {
   return GR_OK;
 }
 
+/* Every heartbeat period (network thread): a task silent for `missed`
+ * periods is lost (a stopped process keeps its connection open: only
+ * silence shows it); one silent for a period is pinged. */
+static void heartbeat_tick(void *arg) {
+  gr_master *ms = arg;
+  int64_t limit = (int64_t)ms->o.heartbeat_ms * ms->o.heartbeat_missed;
+  for (int k = 0; k < ms->num_tasks; k++) {
+    task *t = &ms->tasks[k];
+    if (t->lost || !t->conn) continue;
+    int64_t idle = gr_conn_idle_ms(t->conn);
+    if (idle > limit) {
+      char why[256];
+      snprintf(why, sizeof why, "no answer for %lld ms (heartbeats every %d ms)", (long long)idle,
+               ms->o.heartbeat_ms);
+      gr_conn_fail(t->conn, GR_ERR_UNAVAILABLE, why);
+    } else if (idle >= ms->o.heartbeat_ms) {
+      gr_outmsg *m = gr_outmsg_new(GR_MSG_HEARTBEAT, 1);
+      if (!m) continue;
+      gr_outmsg_u64(m, "id", 0); /* its response matches no request: nothing waits on it */
+      gr_conn_send(t->conn, m, NULL);
+    }
+  }
+}
+
 gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *err) {
   *out = NULL;
   if (!o || o->num_tasks <= 0 || o->num_tasks > 4096 || !o->addresses)
@@ -219,6 +244,8 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   if (!ms) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   ms->o = *o;
   if (!ms->o.connect_timeout_ms) ms->o.connect_timeout_ms = 10000;
+  if (!ms->o.heartbeat_ms) ms->o.heartbeat_ms = 100;
+  if (ms->o.heartbeat_missed <= 0) ms->o.heartbeat_missed = 5;
   pthread_mutex_init(&ms->mu, NULL);
   ms->secret = o->secret ? strdup(o->secret) : NULL;
   ms->o.secret = ms->secret;
@@ -289,6 +316,8 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
       for (int i = 0; i < ms->tasks[k].num_devices; i++)
         ms->device_names[d++] = ms->tasks[k].devices[i];
     }
+  if (st == GR_OK && ms->o.heartbeat_ms > 0)
+    st = gr_loop_every(ms->loop, ms->o.heartbeat_ms, heartbeat_tick, ms, err);
   if (st != GR_OK) {
     gr_master_free(ms);
     return st;

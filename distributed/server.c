@@ -126,10 +126,17 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   uint64_t id;
   if (!gr_conn_user(c)) { /* the connection's first message: one line per session */
     gr_conn_set_user(c, s);
-    if (!s->o.quiet && m->h.type != GR_MSG_TENSOR)
+    if (!s->o.quiet && m->h.type != GR_MSG_TENSOR && m->h.type != GR_MSG_HEARTBEAT)
       fprintf(stderr, "graphrun: %s: session from %s\n", s->task, gr_conn_peer(c));
   }
   switch (m->h.type) {
+    case GR_MSG_HEARTBEAT: { /* answered at once, here: the master sees that we live */
+      gr_outmsg *r =
+          gr_msg_u64(&m->msg.root, "id", &id, &e) == GR_OK ? gr_server_response(id, 0, NULL) : NULL;
+      if (r) gr_conn_send(c, r, NULL);
+      gr_inmsg_free(m);
+      return;
+    }
     case GR_MSG_GET_STATUS:
       if (gr_msg_u64(&m->msg.root, "id", &id, &e) == GR_OK) get_status(s, c, id);
       gr_inmsg_free(m);

@@ -24,7 +24,7 @@ typedef struct registered { /* the partitions a master registered */
   gr_device_plan *plan;
   int num_feeds; /* caller feeds the plan reads (largest feed_index + 1) */
   bool uses_stacks;
-  int refs; /* the server's map's and each running step's (atomic) */
+  int refs;             /* the server's map's and each running step's (atomic) */
   const gr_conn *owner; /* the client connection that registered it (identity only) */
 } registered;
 

@@ -31,6 +31,13 @@ void gr_inmsg_free(gr_inmsg *m) {
   free(m);
 }
 
+typedef struct timer {
+  struct event *ev;
+  void (*fn)(void *);
+  void *arg;
+  struct timer *next;
+} timer;
+
 /* ---- the loop ---------------------------------------------------------------- */
 
 static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
@@ -76,6 +83,12 @@ void gr_loop_free(gr_loop *l) {
     gr_conn_unref(c);
   }
   gr_listeners_free_all(l);
+  while (l->timers) {
+    timer *t = l->timers;
+    l->timers = t->next;
+    event_free(t->ev);
+    free(t);
+  }
   event_base_free(l->base);
   pthread_mutex_destroy(&l->mu);
   free(l);
@@ -101,6 +114,31 @@ gr_status gr_loop_call(gr_loop *l, void (*fn)(void *arg), void *arg, gr_error *e
     free(c);
     return gr_error_set(err, GR_ERR_INTERNAL, "cannot schedule on the network thread");
   }
+  return GR_OK;
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg) {
+  timer *t = arg;
+  t->fn(t->arg);
+}
+
+gr_status gr_loop_every(gr_loop *l, int period_ms, void (*fn)(void *arg), void *arg,
+                        gr_error *err) {
+  timer *t = calloc(1, sizeof *t);
+  if (!t) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  t->fn = fn;
+  t->arg = arg;
+  t->ev = event_new(l->base, -1, EV_PERSIST, on_timer, t);
+  struct timeval tv = {period_ms / 1000, (period_ms % 1000) * 1000};
+  if (!t->ev || event_add(t->ev, &tv) != 0) {
+    if (t->ev) event_free(t->ev);
+    free(t);
+    return gr_error_set(err, GR_ERR_INTERNAL, "cannot add a timer to the network thread");
+  }
+  pthread_mutex_lock(&l->mu);
+  t->next = l->timers;
+  l->timers = t;
+  pthread_mutex_unlock(&l->mu);
   return GR_OK;
 }
 
@@ -157,6 +195,7 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
   c->is_server = is_server;
   c->authed = !is_server || !secret;
   c->stage_cap = 65536;
+  c->last_rx_ms = gr_wire_now_ms();
   c->stage = malloc(c->stage_cap);
   c->secret = secret ? strdup(secret) : NULL;
   evutil_make_socket_nonblocking(fd);
@@ -232,6 +271,8 @@ void gr_conn_close(gr_conn *c) {
   if (gr_loop_call(c->loop, close_call, c, NULL) != GR_OK) gr_conn_unref(c);
 }
 
+static void fail_later(gr_conn *c, gr_status code, const char *why);
+
 /* A failure seen off the loop thread: close from the loop. */
 typedef struct fail_call {
   gr_conn *c;
@@ -244,6 +285,14 @@ static void fail_now(void *arg) {
   gr_conn_close_now(f->c, f->code, f->why);
   gr_conn_unref(f->c);
   free(f);
+}
+
+void gr_conn_fail(gr_conn *c, gr_status code, const char *why) {
+  fail_later(c, code, why);
+}
+
+int64_t gr_conn_idle_ms(const gr_conn *c) {
+  return gr_wire_now_ms() - __atomic_load_n(&c->last_rx_ms, __ATOMIC_RELAXED);
 }
 
 static void fail_later(gr_conn *c, gr_status code, const char *why) {
@@ -469,6 +518,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
     ssize_t r;
     if (c->rstate == READ_BODY) { /* bulk: straight into the body */
       r = read(fd, (char *)c->body->data + c->body_got, c->in->h.body_len - c->body_got);
+      if (r > 0) __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
       if (r > 0) {
         c->body_got += (size_t)r;
         continue;
@@ -502,6 +552,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
         if (room > left) room = left;
       }
       r = read(fd, c->stage + c->stage_len, room);
+      if (r > 0) __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
       if (r > 0) {
         c->stage_len += (size_t)r;
         if (!c->authed) c->pre_auth += (size_t)r;

@@ -20,6 +20,7 @@ struct gr_loop {
   pthread_mutex_t mu; /* conns, listeners */
   gr_conn *conns;     /* open connections (a list through prev/next) */
   gr_listener *listeners;
+  struct timer *timers;
 };
 
 typedef struct wq_item { /* a message being written */
@@ -52,6 +53,7 @@ struct gr_conn {
   gr_inmsg *in;
   gr_buffer *body;
   size_t body_got;
+  int64_t last_rx_ms; /* when bytes last arrived (atomic) */
   /* the server side of authentication */
   bool is_server, authed;
   char *secret;

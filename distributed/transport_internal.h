@@ -82,6 +82,13 @@ gr_status gr_conn_send(gr_conn *c, gr_outmsg *msg, gr_error *err);
 /* Closes the connection (any thread; idempotent): its on_close runs on the
  * loop thread with why = "closed". */
 void gr_conn_close(gr_conn *c);
+/* Closes it as failed: on_close gets code and why (any thread). */
+void gr_conn_fail(gr_conn *c, gr_status code, const char *why);
+/* Milliseconds since bytes last arrived on the connection (or since it
+ * was made). */
+int64_t gr_conn_idle_ms(const gr_conn *c);
+/* Runs fn(arg) on the loop thread every period_ms until the loop is freed. */
+gr_status gr_loop_every(gr_loop *l, int period_ms, void (*fn)(void *arg), void *arg, gr_error *err);
 void gr_conn_ref(gr_conn *c);
 void gr_conn_unref(gr_conn *c);
 bool gr_conn_is_open(gr_conn *c);

@@ -52,7 +52,8 @@
   X(GR_MSG_VARS, "vars", 1 << 24, 0)                   /* which variables have values */           \
   X(GR_MSG_DEREGISTER, "deregister", 256, 0)           /* a handle */                              \
   X(GR_MSG_TENSOR, "tensor", 65536, 0xffffffffu)       /* a pushed tensor, one way */              \
-  X(GR_MSG_RESPONSE, "response", 1 << 24, 0xffffffffu) /* to any request, by id */
+  X(GR_MSG_RESPONSE, "response", 1 << 24, 0xffffffffu) /* to any request, by id */                 \
+  X(GR_MSG_HEARTBEAT, "heartbeat", 64, 0)              /* master -> task: answered at once */
 
 typedef enum gr_msg_type {
   GR_MSG_NONE = 0,

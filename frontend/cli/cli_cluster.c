@@ -239,5 +239,12 @@ gr_status cli_recover(const gr_cluster *c, const char *from, const char *secret,
   }
   if (!(*s = gr_master_session_new(*master, g, opts, err)))
     return err ? err->code : GR_ERR_INTERNAL;
+  int64_t latest;
+  if (gr_ckpt_latest_step(ck, &latest, err) == GR_ERR_NOT_FOUND) {
+    /* lost before the first checkpoint: nothing trained yet, so the tasks
+     * that lived hold their initial values and the others initialise anew */
+    *step = -1;
+    return GR_OK;
+  }
   return cli_restore_remote(ck, *s, g, step, err);
 }

@@ -39,7 +39,7 @@ gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *s
 /* After a task was lost: frees *s and *master, connects again (retrying
  * until recovery_ms: graphrun launch or a supervisor restarts the task), makes
  * a new session with opts and restores the newest checkpoint of ck into it
- * (*step: its step). */
+ * (*step: its step; -1 when ck has none yet: the run starts over). */
 gr_status cli_recover(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       int recovery_ms, gr_graph *g, const gr_session_options *opts, gr_ckpt *ck,
                       gr_master **master, gr_session **s, int64_t *step, gr_error *err);

@@ -174,14 +174,16 @@ static int open_checkpoint(const char *path, int keep, bool no_restore, bool rem
   return GR_EXIT_OK;
 }
 
-static int save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_done, bool remote) {
+/* err (may be NULL) receives the error, which is also printed. */
+static int save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_done, bool remote,
+                           gr_error *err_out) {
   char meta[64];
-  gr_error err;
+  gr_error e, *err = err_out ? err_out : &e;
   snprintf(meta, sizeof meta, "{\"steps_done\": %ld}", steps_done);
-  if ((remote ? cli_save_remote(ck, s, g, meta, &err)
-              : gr_ckpt_save_session(ck, s, g, meta, &err)) != GR_OK) {
+  if ((remote ? cli_save_remote(ck, s, g, meta, err) : gr_ckpt_save_session(ck, s, g, meta, err)) !=
+      GR_OK) {
     fprintf(stderr, "graphrun run: saving the checkpoint after step %ld: %s\n", steps_done,
-            err.msg);
+            err->msg);
     return GR_EXIT_FAILURE;
   }
   return GR_EXIT_OK;
@@ -474,9 +476,21 @@ int gr_cmd_run(int argc, char **argv) {
                                          &ck, &done_steps)) != GR_EXIT_OK)
     goto done;
   int64_t latest;
-  if (master && ck && gr_ckpt_latest_step(ck, &latest, &err) == GR_ERR_NOT_FOUND &&
-      (rc = save_checkpoint(ck, s, g, 0, true)) != GR_EXIT_OK) /* a lost task restarts from here */
-    goto done;
+  if (master && ck && gr_ckpt_latest_step(ck, &latest, &err) == GR_ERR_NOT_FOUND)
+    for (;;) { /* the checkpoint a lost task restarts from; a task lost before it is waited for */
+      if ((rc = save_checkpoint(ck, s, g, 0, true, &err)) == GR_EXIT_OK) break;
+      if ((err.code != GR_ERR_UNAVAILABLE && err.code != GR_ERR_ABORTED) ||
+          failures >= max_failures)
+        goto done;
+      failures++;
+      fprintf(stderr, "graphrun run: recovering (%ld of at most %ld): waiting up to %.0f s\n",
+              failures, max_failures, recovery_s);
+      if (cli_recover(cluster, cluster_from, secret, opts.step_timeout_ms, (int)(recovery_s * 1000),
+                      g, &opts, ck, &master, &s, &latest, &err) != GR_OK) {
+        fprintf(stderr, "graphrun run: recovery failed: %s\n", err.msg);
+        goto done;
+      }
+    }
   rc = GR_EXIT_FAILURE;
   cli_progress pr;
   gr_transfer_stats moved = {0, 0};
@@ -494,14 +508,16 @@ int gr_cmd_run(int argc, char **argv) {
                 "waiting up to %.0f s for every task, then restoring %s\n",
                 st, err.msg, failures, max_failures, recovery_s, ckpt_path);
         int64_t at;
+        double t_rec = cli_now();
         if (cli_recover(cluster, cluster_from, secret, opts.step_timeout_ms,
                         (int)(recovery_s * 1000), g, &opts, ck, &master, &s, &at, &err) != GR_OK) {
           fprintf(stderr, "graphrun run: recovery failed: %s\n", err.msg);
           goto done;
         }
-        long resumed = steps_done_of(ck);
-        fprintf(stderr, "graphrun run: recovered: resuming after step %ld (%ld steps lost)\n",
-                resumed, st - 1 - resumed);
+        long resumed = at < 0 ? 0 : steps_done_of(ck);
+        fprintf(stderr,
+                "graphrun run: recovered in %.0f ms: resuming after step %ld (%ld steps lost)\n",
+                (cli_now() - t_rec) * 1000, resumed, st - 1 - resumed);
         st = resumed; /* the loop goes on with step resumed + 1 */
         continue;
       }
@@ -518,7 +534,7 @@ int gr_cmd_run(int argc, char **argv) {
                           k < nfetch ? gr_tensor_get_f64(&results[k], 0) : 0);
     }
     if (ck && ((save_every && st % save_every == 0) || st == steps) &&
-        save_checkpoint(ck, s, g, st, master != NULL) != GR_EXIT_OK)
+        save_checkpoint(ck, s, g, st, master != NULL, NULL) != GR_EXIT_OK)
       goto done;
     if (st < steps)
       for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);

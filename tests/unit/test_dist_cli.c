@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <graphrun.h>
+
 #include "gr_test.h"
 #include "test_util.h"
 
@@ -227,6 +229,20 @@ static void test_server_refusals(void) {
   unlink(sa), unlink(sb), rmdir(dir);
 }
 
+/* How many checkpoints the file holds now (0 when it cannot be read yet). */
+static int ckpt_count(const char *path) {
+  gr_ckpt *ck;
+  gr_error err;
+  struct stat sb;
+  if (stat(path, &sb) != 0 || gr_ckpt_open(path, NULL, &ck, &err) != GR_OK) return 0;
+  gr_ckpt_info *infos = NULL;
+  int n = 0;
+  if (gr_ckpt_list(ck, &infos, &n, &err) != GR_OK) n = 0;
+  gr_ckpt_infos_free(infos, n);
+  gr_ckpt_close(ck);
+  return n;
+}
+
 /* The loss line of a --json run's output. */
 static bool json_loss(const char *out, char *buf, size_t cap) {
   const char *l = strstr(out, "{\"loss\"");
@@ -238,10 +254,12 @@ static bool json_loss(const char *out, char *buf, size_t cap) {
 }
 
 /* Fashion-MNIST on ps + 2 workers with a checkpoint every 25 steps; the
- * task `victim` is killed with SIGKILL once training has checkpointed;
- * launch restarts it, the run recovers from the newest checkpoint and ends
- * with the loss of an uninterrupted one-process run, bit for bit. */
-static void recover_after_killing(const char *victim, const char *want) {
+ * task `victim` is killed with SIGKILL once training has checkpointed
+ * (launch restarts it), or stopped with SIGSTOP until the client's
+ * heartbeats find it silent and then continued; the run recovers from the
+ * newest checkpoint and ends with the loss of an uninterrupted one-process
+ * run, bit for bit. */
+static void recover_after_killing(const char *victim, const char *want, bool stop) {
   char file[PATH_MAX], ckpt[] = "/tmp/gr_recover_XXXXXX";
   snprintf(file, sizeof file, "%s/examples/fashion_mlp_cluster.gr", GR_SOURCE_DIR);
   int fd = mkstemp(ckpt);
@@ -251,23 +269,26 @@ static void recover_after_killing(const char *victim, const char *want) {
   proc p;
   start(&p,
         (char *[]){"graphrun", "launch",  "--ps",    "1",         "--workers", "2",
-                   file,       "--steps", "300",     "--ckpt",    ckpt,        "--save-every",
+                   file,       "--steps", "800",     "--ckpt",    ckpt,        "--save-every",
                    "25",       "--json",  "--quiet", "--timeout", "30",        "--recovery-timeout",
                    "30",       NULL});
   GR_CHECK_MSG(wait_for(&p, "tasks ready", 30), "%s", p.buf);
   pid_t pid = task_pid(&p, victim);
-  /* once a checkpoint past the first exists: the kill lands mid-training */
-  for (int i = 0; i < 600 && !p.done; i++) {
-    struct stat sb;
-    if (stat(ckpt, &sb) == 0 && sb.st_size > 2 * 1024 * 1024) break;
-    wait_for(&p, "\x01", 0.02);
+  /* once two checkpoints past the first exist: the kill lands mid-training */
+  for (int i = 0; i < 3000 && !p.done && ckpt_count(ckpt) < 3; i++) wait_for(&p, "\x01", 0.01);
+  GR_CHECK_MSG(!p.done, "the run ended before the kill: %s", p.buf);
+  if (stop) { /* a silent task: stopped, its connections open; found by heartbeats */
+    GR_CHECK(pid > 0 && kill(pid, SIGSTOP) == 0);
+    GR_CHECK_MSG(wait_for(&p, "heartbeats every 100 ms", 20), "not detected: %s", p.buf);
+    kill(pid, SIGCONT);
+  } else {
+    GR_CHECK(pid > 0 && kill(pid, SIGKILL) == 0);
   }
-  GR_CHECK(pid > 0 && kill(pid, SIGKILL) == 0);
   GR_CHECK_MSG(wait_for(&p, NULL, 120), "no end: %s", p.buf);
   finish(&p);
   GR_CHECK_EQ_INT(exit_code(&p), 0);
-  GR_CHECK_STR_CONTAINS(p.buf, "killed by signal 9; restarting it");
-  GR_CHECK_STR_CONTAINS(p.buf, "graphrun run: recovered: resuming after step");
+  GR_CHECK_STR_CONTAINS(p.buf, stop ? "): no answer for " : "killed by signal 9; restarting it");
+  GR_CHECK_STR_CONTAINS(p.buf, "graphrun run: recovered in ");
   char got[256];
   GR_CHECK_MSG(json_loss(p.buf, got, sizeof got) && !strcmp(got, want), "%s vs %s\n%s", got, want,
                p.buf);
@@ -278,13 +299,15 @@ static void test_recovery_bit_identical(void) {
   char file[PATH_MAX], want[256];
   snprintf(file, sizeof file, "%s/examples/fashion_mlp_cluster.gr", GR_SOURCE_DIR);
   proc ref;
-  start(&ref, (char *[]){"graphrun", "run", file, "--soft-placement", "--steps", "300", "--json",
+  start(&ref, (char *[]){"graphrun", "run", file, "--soft-placement", "--steps", "800", "--json",
                          "--quiet", NULL});
   GR_CHECK(wait_for(&ref, NULL, 120));
   finish(&ref);
   GR_CHECK(json_loss(ref.buf, want, sizeof want));
-  recover_after_killing("worker:1=", want);
-  recover_after_killing("ps:0=", want); /* the variables' task: restored from the checkpoint */
+  recover_after_killing("worker:1=", want, false);
+  recover_after_killing("ps:0=", want,
+                        false); /* the variables' task: restored from the checkpoint */
+  recover_after_killing("worker:0=", want, true); /* SIGSTOP, then SIGCONT */
 }
 
 int main(void) {
