@@ -311,6 +311,9 @@ static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, 
   gr_output s = gr_variable(g, slot, gr_zeros(g, var->out_dtypes[0], sh));
   gr_graph_pop_name_scope(g);
   if (!s.node) return NULL;
+  /* a slot lives with its variable (its update reads both there), whatever
+   * device scope minimize() was called in */
+  s.node->requested_device = "";
   gr_graph_set_colocation(g, s.node, var->name);
   return gr_node_attr_string(s.node, "var", s.node->name);
 }

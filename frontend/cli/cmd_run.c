@@ -533,9 +533,13 @@ int gr_cmd_run(int argc, char **argv) {
       cli_progress_update(&pr, st, k < nfetch ? fetch_names[k] : "", k < nfetch,
                           k < nfetch ? gr_tensor_get_f64(&results[k], 0) : 0);
     }
-    if (ck && ((save_every && st % save_every == 0) || st == steps) &&
-        save_checkpoint(ck, s, g, st, master != NULL, NULL) != GR_EXIT_OK)
-      goto done;
+    if (ck && ((save_every && st % save_every == 0) || st == steps)) {
+      if (save_checkpoint(ck, s, g, st, master != NULL, NULL) != GR_EXIT_OK) goto done;
+      if (!quiet && st < steps) {
+        if (show && pr.tty) fputc('\n', stderr);
+        fprintf(stderr, "graphrun run: saved a checkpoint after step %ld to %s\n", st, ckpt_path);
+      }
+    }
     if (st < steps)
       for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);
   }
