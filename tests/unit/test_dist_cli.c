@@ -79,6 +79,17 @@ static bool wait_for(proc *p, const char *want, double seconds) {
   return false;
 }
 
+/* Waits until a whole line containing `want` has arrived. */
+static bool wait_line(proc *p, const char *want, double seconds) {
+  double end = now() + seconds;
+  while (now() < end) {
+    const char *at = strstr(p->buf, want);
+    if (at && strchr(at, '\n')) return true;
+    if (!wait_for(p, "\x01", 0.02) && p->done && p->out < 0) return false;
+  }
+  return false;
+}
+
 /* Ends p (SIGKILL to its group if still running) and reaps it. */
 static void finish(proc *p) {
   if (!p->done) {
@@ -140,7 +151,7 @@ static void test_no_orphans(void) {
   proc p;
   start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", "--", "/bin/sleep",
                        "60", NULL});
-  GR_CHECK_MSG(wait_for(&p, "tasks ready", 30), "%s", p.buf);
+  GR_CHECK_MSG(wait_line(&p, "tasks ready", 30), "%s", p.buf);
   pid_t pids[3] = {task_pid(&p, "ps:0="), task_pid(&p, "worker:0="), task_pid(&p, "worker:1=")};
   for (int k = 0; k < 3; k++) GR_CHECK(pids[k] > 0 && !gone(pids[k]));
   kill(p.pid, SIGINT);
@@ -161,7 +172,7 @@ static void test_restart_after_kill(void) {
            exe, GR_SOURCE_DIR);
   start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", "--", "/bin/sh", "-c",
                        script, NULL});
-  GR_CHECK_MSG(wait_for(&p, "tasks ready", 30), "%s", p.buf);
+  GR_CHECK_MSG(wait_line(&p, "tasks ready", 30), "%s", p.buf);
   pid_t w1 = task_pid(&p, "worker:1=");
   GR_CHECK(w1 > 0);
   if (w1 > 0) kill(w1, SIGKILL);
@@ -257,7 +268,7 @@ static void recover_after_killing(const char *victim, const char *want, bool sto
   start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", file, "--steps", "800",
                        "--ckpt", ckpt, "--save-every", "25", "--json", "--timeout", "30",
                        "--recovery-timeout", "30", NULL});
-  GR_CHECK_MSG(wait_for(&p, "tasks ready", 30), "%s", p.buf);
+  GR_CHECK_MSG(wait_line(&p, "tasks ready", 30), "%s", p.buf);
   pid_t pid = task_pid(&p, victim);
   /* after the second checkpoint: the kill lands mid-training */
   GR_CHECK_MSG(wait_for(&p, "saved a checkpoint after step 50 ", 60), "%s", p.buf);
