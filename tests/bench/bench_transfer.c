@@ -26,9 +26,11 @@
  * the same chain on task 0 (best of N steps each) per round trip. Anchor: an
  * 8-byte ping-pong between the parent and the peer (TCP_NODELAY, blocking
  * write and read), mean of a batch of M, best of N batches. rtt_ratio =
- * graphrun_rtt / raw_rtt. Also reported: a while loop whose body bounces
- * the value task 0 -> task 1 -> task 0, per iteration, with the frames each
- * iteration sends (the loop's predicate crosses too).
+ * graphrun_rtt / raw_rtt. M = 100 and N = 90: a batch takes ~5-10 ms, so
+ * the best batch is one that other work on the machine left alone. Also
+ * reported: a while loop whose body bounces the value task 0 -> task 1 ->
+ * task 0, per iteration, with the frames each iteration sends (the loop's
+ * predicate crosses too).
  *
  * step_us: a step whose graph is one trivial node on each task (the sum of
  * two constants, fetched from each), median over many steps (the best too).
@@ -381,9 +383,9 @@ int main(int argc, char **argv) {
   bool smoke = bench_is_smoke(argc, argv);
   int64_t elems = smoke ? (1 << 18) : (16 << 20); /* 1 MiB or 64 MiB of f32 */
   size_t bytes = (size_t)elems * 4;
-  int bulk_reps = smoke ? 2 : 15, hops_rt = smoke ? 20 : 500, rtt_reps = smoke ? 2 : 15;
+  int bulk_reps = smoke ? 2 : 15, hops_rt = smoke ? 20 : 100, rtt_reps = smoke ? 2 : 30;
   int step_reps = smoke ? 5 : 500;
-  int64_t loop_iters = smoke ? 20 : 2000;
+  int64_t loop_iters = smoke ? 20 : 500;
 
   atexit(stop_children);
   signal(SIGINT, on_signal);
@@ -492,8 +494,8 @@ int main(int argc, char **argv) {
   free(tc), free(t1);
   gr_output fl[2];
   gr_graph *gl = loop_graph(loop_iters, fl);
-  int nl = smoke ? 1 : 5;
-  double tl[5];
+  int nl = smoke ? 1 : 10;
+  double tl[10];
   time_steps(m, gl, fl, 2, nl, tl, NULL, &moved);
   printf("while loop bouncing the value task 0 -> task 1 -> task 0: %.1f us per iteration, best "
          "of %d (%.2f transfers per iteration: the value each way and the loop predicate)\n",
