@@ -45,6 +45,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -75,6 +76,28 @@ static void on_signal(int sig) {
 static void die(const char *what, const char *msg) {
   fprintf(stderr, "bench_transfer: %s: %s\n", what, msg ? msg : strerror(errno));
   exit(1); /* stop_children runs at exit */
+}
+
+/* CPU seconds that the threads of process pid have run (from Linux's
+ * /proc/PID/task/TID/schedstat, nanoseconds); 0 when unavailable. Threads
+ * that ended are not counted (the servers' threads live as long as they). */
+static double cpu_seconds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  double sum = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char f[128];
+    snprintf(f, sizeof f, "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+    FILE *fp = fopen(f, "r");
+    unsigned long long ns = 0;
+    if (fp && fscanf(fp, "%llu", &ns) == 1) sum += (double)ns * 1e-9;
+    if (fp) fclose(fp);
+  }
+  closedir(d);
+  return sum;
 }
 
 /* ---- children ---------------------------------------------------------------- */
@@ -242,13 +265,16 @@ static void raw_bulk(int port, size_t bytes, size_t chunk, bool nonblocking, int
   free(buf);
 }
 
-/* Best mean round trip of an 8-byte ping-pong, batches of n. */
-static double raw_pingpong(int port, int n, int batches) {
+/* Best mean round trip of an 8-byte ping-pong, batches of n; *cpu gets
+ * the CPU seconds of both ends over the timed batches. */
+static double raw_pingpong(int port, int n, int batches, double *cpu) {
   raw_cmd c = {2, 8, (uint64_t)n * (uint64_t)(batches + 1), 0};
   int fd = raw_connect(port, &c);
   double best = 1e30;
   uint64_t v = 0;
+  double cpu0 = 0;
   for (int b = -1; b < batches; b++) {
+    if (b == 0) cpu0 = cpu_seconds(getpid()) + cpu_seconds(children[TASKS]);
     double t0 = bench_now();
     for (int i = 0; i < n; i++) {
       write_all(fd, &v, 8);
@@ -258,6 +284,7 @@ static double raw_pingpong(int port, int n, int batches) {
     double dt = (bench_now() - t0) / n;
     if (b >= 0 && dt < best) best = dt;
   }
+  *cpu += cpu_seconds(getpid()) + cpu_seconds(children[TASKS]) - cpu0;
   close(fd);
   return best;
 }
@@ -281,14 +308,22 @@ static gr_output trivial_on(gr_graph *g, int task) {
 /* Runs the fetches reps times after two warm-ups, step seconds into t[]
  * (may be NULL). The first fetch's value of the last step goes to *first
  * (may be NULL), the last step's transfers to *moved (may be NULL). */
+static double tasks_cpu(void) {
+  double sum = 0;
+  for (int k = 0; k < TASKS; k++) sum += cpu_seconds(children[k]);
+  return sum;
+}
+
 static void time_steps(gr_master *m, gr_graph *g, gr_output *fetch, int nf, int reps, double *t,
-                       gr_tensor *first, gr_transfer_stats *moved) {
+                       gr_tensor *first, gr_transfer_stats *moved, double *cpu) {
   if (gr_graph_error(g)) die("graph", gr_graph_error(g)->msg);
   gr_error err;
   gr_session *s = gr_master_session_new(m, g, NULL, &err);
   if (!s) die("session", err.msg);
   gr_tensor out[4];
+  double cpu0 = 0;
   for (int i = -2; i < reps; i++) {
+    if (i == 0 && cpu) cpu0 = tasks_cpu();
     double t0 = bench_now();
     if (gr_session_run(s, NULL, 0, fetch, nf, out, NULL, 0, &err) != GR_OK) die("step", err.msg);
     double dt = bench_now() - t0;
@@ -300,6 +335,7 @@ static void time_steps(gr_master *m, gr_graph *g, gr_output *fetch, int nf, int 
         gr_tensor_release(&out[k]);
     }
   }
+  if (cpu) *cpu += tasks_cpu() - cpu0;
   if (moved) *moved = gr_session_last_transfers(s);
   gr_session_free(s);
 }
@@ -426,8 +462,8 @@ int main(int argc, char **argv) {
   gr_graph *gs1 = bulk_graph(elems, 1, true, fs1), *gs0 = bulk_graph(elems, 0, true, fs0);
   gr_tensor sum1, sum0;
   gr_transfer_stats moved;
-  time_steps(m, gs0, fs0, 2, 1, NULL, &sum0, NULL); /* initialises the variable on task 0 */
-  time_steps(m, gs1, fs1, 2, 1, NULL, &sum1, &moved);
+  time_steps(m, gs0, fs0, 2, 1, NULL, &sum0, NULL, NULL); /* initialises the variable on task 0 */
+  time_steps(m, gs1, fs1, 2, 1, NULL, &sum1, &moved, NULL);
   if (moved.sends != 1 || (size_t)moved.bytes != bytes)
     die("bulk", "the step did not move the tensor in one transfer");
   if (gr_tensor_get_f64(&sum1, 0) != gr_tensor_get_f64(&sum0, 0))
@@ -448,8 +484,8 @@ int main(int argc, char **argv) {
     for (int f = 0; f < 3; f++) {
       raw_bulk(raw_port, bytes, raw_forms[f].chunk, raw_forms[f].nonblocking, bulk_reps,
                rt[f] + r * bulk_reps);
-      if (f == 0) time_steps(m, gx, fx, 2, bulk_reps, tx + r * bulk_reps, NULL, NULL);
-      if (f == 1) time_steps(m, gb, fb, 2, bulk_reps, tb + r * bulk_reps, NULL, NULL);
+      if (f == 0) time_steps(m, gx, fx, 2, bulk_reps, tx + r * bulk_reps, NULL, NULL, NULL);
+      if (f == 1) time_steps(m, gb, fb, 2, bulk_reps, tb + r * bulk_reps, NULL, NULL, NULL);
     }
   }
   double x_best = best_of(tx, nb), b_best = best_of(tb, nb), xfer = x_best - b_best;
@@ -474,13 +510,13 @@ int main(int argc, char **argv) {
   int hops = 2 * hops_rt + 1, nr = rounds * rtt_reps;
   gr_graph *gc = chain_graph(hops, true, fc), *g1 = chain_graph(hops, false, f1);
   double *tc = calloc((size_t)nr, sizeof *tc), *t1 = calloc((size_t)nr, sizeof *t1);
-  double pp_best = 1e30;
+  double pp_best = 1e30, cpu_pp = 0, cpu_c = 0, cpu_1 = 0;
   for (int r = 0; r < rounds; r++) {
-    double t = raw_pingpong(raw_port, hops_rt, rtt_reps);
+    double t = raw_pingpong(raw_port, hops_rt, rtt_reps, &cpu_pp);
     pp_best = t < pp_best ? t : pp_best;
-    time_steps(m, gc, fc, 2, rtt_reps, tc + r * rtt_reps, NULL, &moved);
+    time_steps(m, gc, fc, 2, rtt_reps, tc + r * rtt_reps, NULL, &moved, &cpu_c);
     if (moved.sends != 2 * hops_rt) die("chain", "unexpected number of transfers");
-    time_steps(m, g1, f1, 2, rtt_reps, t1 + r * rtt_reps, NULL, NULL);
+    time_steps(m, g1, f1, 2, rtt_reps, t1 + r * rtt_reps, NULL, NULL, &cpu_1);
   }
   double c_best = best_of(tc, nr), one_best = best_of(t1, nr);
   double rtt = (c_best - one_best) / hops_rt;
@@ -491,12 +527,17 @@ int main(int argc, char **argv) {
          bench_median(tc, nr) * 1e3);
   printf("raw 8-byte ping-pong process to process: %.1f us per round trip (best batch of %d)\n",
          pp_best * 1e6, hops_rt);
+  /* CPU time is less at the mercy of other work than elapsed time */
+  if (cpu_pp > 0 && cpu_c > 0)
+    printf("CPU per round trip (user + system, all threads, both ends): graphrun %.1f us (the "
+           "chain's tasks minus the one-task chain's), raw %.1f us\n",
+           (cpu_c - cpu_1) / nr / hops_rt * 1e6, cpu_pp / nr / hops_rt * 1e6);
   free(tc), free(t1);
   gr_output fl[2];
   gr_graph *gl = loop_graph(loop_iters, fl);
   int nl = smoke ? 1 : 10;
   double tl[10];
-  time_steps(m, gl, fl, 2, nl, tl, NULL, &moved);
+  time_steps(m, gl, fl, 2, nl, tl, NULL, &moved, NULL);
   printf("while loop bouncing the value task 0 -> task 1 -> task 0: %.1f us per iteration, best "
          "of %d (%.2f transfers per iteration: the value each way and the loop predicate)\n",
          best_of(tl, nl) / (double)loop_iters * 1e6, nl, (double)moved.sends / (double)loop_iters);
@@ -505,7 +546,7 @@ int main(int argc, char **argv) {
   gr_graph *ge = gr_graph_new();
   gr_output fe[2] = {trivial_on(ge, 0), trivial_on(ge, 1)};
   double *te = calloc((size_t)step_reps, sizeof *te);
-  time_steps(m, ge, fe, 2, step_reps, te, NULL, NULL);
+  time_steps(m, ge, fe, 2, step_reps, te, NULL, NULL, NULL);
   double step_best = best_of(te, step_reps), step_med = bench_median(te, step_reps);
   free(te);
   printf("a step of one trivial node on each of 2 tasks: %.1f us median of %d, %.1f us best\n",
