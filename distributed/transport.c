@@ -515,6 +515,10 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
         c->stage_len += (size_t)r;
         if (!c->authed) c->pre_auth += (size_t)r;
         if (!parse_staged(c)) break;
+        /* less than there was room for: the socket is empty (for now), and
+         * another read() would only say EAGAIN; the event fires again when
+         * more arrives */
+        if ((size_t)r < room) break;
         continue;
       }
     }
