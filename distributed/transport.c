@@ -18,10 +18,15 @@
 
 static size_t max_queued = (size_t)1 << 30;
 static size_t max_body = 0xffffffffu;
+static int read_rounds = 64;
 
 void gr_transport_set_limits(size_t queued, size_t body) {
   max_queued = queued;
   max_body = body;
+}
+
+void gr_transport_set_read_rounds(int rounds) {
+  read_rounds = rounds > 0 ? rounds : 64;
 }
 
 void gr_inmsg_free(gr_inmsg *m) {
@@ -510,17 +515,21 @@ static bool parse_staged(gr_conn *c) {
   }
 }
 
+/* Reads what the socket has, at most read_rounds read() calls per wake-up
+ * (then the loop serves other connections; the event fires again). What a
+ * read brings is parsed at once: a frame completed by the last read of a
+ * wake-up must not wait for more bytes that may never come. */
 static void on_read(evutil_socket_t fd, short what, void *arg) {
   gr_conn *c = arg;
   gr_conn_ref(c);
-  for (int round = 0; round < 64; round++) {
-    if (!parse_staged(c)) break;
+  for (int round = 0; round < read_rounds; round++) {
     ssize_t r;
     if (c->rstate == READ_BODY) { /* bulk: straight into the body */
       r = read(fd, (char *)c->body->data + c->body_got, c->in->h.body_len - c->body_got);
       if (r > 0) __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
       if (r > 0) {
         c->body_got += (size_t)r;
+        if (!parse_staged(c)) break;
         continue;
       }
     } else {
@@ -556,6 +565,11 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
       if (r > 0) {
         c->stage_len += (size_t)r;
         if (!c->authed) c->pre_auth += (size_t)r;
+        if (!parse_staged(c)) break;
+        /* less than there was room for: the socket is empty (for now), and
+         * another read() would only say EAGAIN; the event fires again when
+         * more arrives */
+        if ((size_t)r < room) break;
         continue;
       }
     }

@@ -101,6 +101,9 @@ void *gr_conn_user(const gr_conn *c);
 /* Limits (settable for tests): bytes queued for writing before a peer that
  * does not read is disconnected; a body's maximum on receive. */
 void gr_transport_set_limits(size_t max_queued, size_t max_body);
+/* read() calls per readable event before the loop moves on (for tests;
+ * 0: the default, 64). */
+void gr_transport_set_read_rounds(int rounds);
 
 /* Splits "host:port" ("[::1]:5000" for IPv6) into host and port. */
 gr_status gr_parse_address(const char *address, char *host, size_t host_cap, int *port,

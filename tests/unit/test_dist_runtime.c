@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "distributed/transport_internal.h"
 #include "gr_test.h"
 #include "random_graph.h"
 #include "test_util.h"
@@ -223,6 +224,44 @@ static void test_feeds_and_errors(void) {
   cluster_stop(&c);
 }
 
+/* A frame completed by the last read() a connection makes per wake-up is
+ * delivered at once, not when more bytes arrive: with one read per wake-up
+ * every frame ends that way (the first GET_STATUS went unanswered). A 4 MiB
+ * tensor crosses in many reads. */
+static void test_frame_ends_a_wakeup(void) {
+  gr_transport_set_read_rounds(1);
+  cluster c;
+  GR_CHECK(cluster_start(&c, 2, false, NULL));
+  if (!c.m) {
+    cluster_stop(&c);
+    gr_transport_set_read_rounds(0);
+    return;
+  }
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_device_scope(g, "/job:worker/task:0");
+  gr_output v = gr_variable(g, "big", gr_fill(g, GR_F32, (gr_shape){1, {1 << 20}}, 0.5));
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope(g, "/job:worker/task:1");
+  gr_output sum = gr_reduce_sum(g, v, NULL, 0, false);
+  gr_graph_pop_device_scope(g);
+  gr_error err;
+  gr_session *s = gr_master_session_new(c.m, g, NULL, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  for (int step = 0; s && step < 3; step++) {
+    gr_tensor out;
+    gr_status st = gr_session_run(s, NULL, 0, &sum, 1, &out, NULL, 0, &err);
+    GR_CHECK_OK(st, err);
+    if (st != GR_OK) break;
+    GR_CHECK_NEAR(gr_tensor_get_f64(&out, 0), 0.5 * (1 << 20), 0);
+    GR_CHECK_EQ_INT(gr_session_last_transfers(s).bytes, 4 << 20);
+    gr_tensor_release(&out);
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+  cluster_stop(&c);
+  gr_transport_set_read_rounds(0);
+}
+
 /* 1,000 random graphs with conds, loops spanning tasks and nested loops
  * (the partition property test's generator), every op pinned to a random
  * one of 2 to 4 tasks, every third with recv scheduling: the same values as
@@ -276,6 +315,7 @@ int main(void) {
   GR_RUN(test_classic);
   GR_RUN(test_variables_live_on_tasks);
   GR_RUN(test_feeds_and_errors);
+  GR_RUN(test_frame_ends_a_wakeup);
   GR_RUN(test_random_graphs);
   return gr_test_finish();
 }
