@@ -192,7 +192,8 @@ static void on_step_done(void *arg, rpc *r) {
   char msg[GR_ERROR_MSG_MAX];
   snprintf(msg, sizeof msg, "step aborted: %s failed", x->ms->tasks[r->task].name);
   for (int i = 0; i < x->p->n; i++) {
-    if (&x->rs[i] == r) continue;
+    /* the failed task's own step ended, unless it timed out (then it too) */
+    if (&x->rs[i] == r && r->code != GR_ERR_DEADLINE_EXCEEDED) continue;
     gr_outmsg *m = gr_outmsg_new(GR_MSG_ABORT, 3);
     if (!m) continue;
     gr_outmsg_u64(m, "run", x->run_id);
@@ -328,6 +329,15 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
       if (!strstr(err->msg, ms->tasks[p->t[root].task].name))
         gr_error_prefix(err, "%s", ms->tasks[p->t[root].task].name);
     }
+    /* a task of the step that is lost is the cause, also when its own part
+     * had answered before it died (a push to it failed elsewhere) */
+    pthread_mutex_lock(&ms->mu);
+    for (int i = 0; i < p->n && !rs[root].lost; i++)
+      if (ms->tasks[p->t[i].task].lost) {
+        st = gr_error_set(err, GR_ERR_UNAVAILABLE, "%s", ms->tasks[p->t[i].task].lost_why);
+        break;
+      }
+    pthread_mutex_unlock(&ms->mu);
   }
   for (int i = 0; i < started && st == GR_OK; i++)
     st = take_fetches(&rs[i], fetch_out, &moved, err);

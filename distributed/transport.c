@@ -52,8 +52,16 @@ static void use_threads(void) {
 
 static void *loop_main(void *arg) {
   gr_loop *l = arg;
-  event_base_loop(l->base, EVLOOP_NO_EXIT_ON_EMPTY);
+  while (!atomic_load(&l->stop)) event_base_loop(l->base, EVLOOP_NO_EXIT_ON_EMPTY);
   return NULL;
+}
+
+/* The stop event: activated by gr_loop_free. An event_base_loopbreak() made
+ * before the thread entered event_base_loop would be lost (the loop clears
+ * the flag on entry); an active event stays queued until the loop runs it. */
+static void on_stop(evutil_socket_t fd, short what, void *arg) {
+  gr_loop *l = arg;
+  event_base_loopbreak(l->base);
 }
 
 gr_status gr_loop_new(gr_loop **out, gr_error *err) {
@@ -62,8 +70,11 @@ gr_status gr_loop_new(gr_loop **out, gr_error *err) {
   gr_loop *l = calloc(1, sizeof *l);
   if (!l) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   pthread_mutex_init(&l->mu, NULL);
+  atomic_init(&l->stop, 0);
   l->base = event_base_new();
-  if (!l->base || pthread_create(&l->thread, NULL, loop_main, l) != 0) {
+  l->stop_ev = l->base ? event_new(l->base, -1, 0, on_stop, l) : NULL;
+  if (!l->base || !l->stop_ev || pthread_create(&l->thread, NULL, loop_main, l) != 0) {
+    if (l->stop_ev) event_free(l->stop_ev);
     if (l->base) event_base_free(l->base);
     pthread_mutex_destroy(&l->mu);
     free(l);
@@ -75,7 +86,8 @@ gr_status gr_loop_new(gr_loop **out, gr_error *err) {
 
 void gr_loop_free(gr_loop *l) {
   if (!l) return;
-  event_base_loopbreak(l->base);
+  atomic_store(&l->stop, 1);
+  event_active(l->stop_ev, EV_READ, 0);
   pthread_join(l->thread, NULL);
   /* the loop is stopped: this thread now does what the loop thread did */
   for (;;) {
@@ -88,6 +100,7 @@ void gr_loop_free(gr_loop *l) {
     gr_conn_unref(c);
   }
   gr_listeners_free_all(l);
+  event_free(l->stop_ev);
   while (l->timers) {
     timer *t = l->timers;
     l->timers = t->next;

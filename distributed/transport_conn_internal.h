@@ -16,6 +16,8 @@ struct event;
 
 struct gr_loop {
   struct event_base *base;
+  struct event *stop_ev; /* activated to stop the loop thread */
+  atomic_int stop;
   pthread_t thread;
   pthread_mutex_t mu; /* conns, listeners */
   gr_conn *conns;     /* open connections (a list through prev/next) */

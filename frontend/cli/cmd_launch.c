@@ -33,7 +33,8 @@ static void usage(FILE *f) {
           "  --ps N             parameter server tasks /job:ps/task:K (default 1)\n"
           "  --workers M        worker tasks /job:worker/task:K (default 2)\n"
           "  --cluster C        the tasks of a cluster spec instead (its loopback ports)\n"
-          "  --restarts K       restarts per task before giving up (default 3; 0: none)\n"
+          "  --restarts K       restarts per task before giving up (default 3; 0: none); the\n"
+          "                     delay doubles from 0.1 s while a task keeps dying within 10 s\n"
           "  --threads T        executor threads per task (default 1: the tasks share the cores)\n"
           "  --quiet            no task output but errors\n\n"
           "Exit code: the command's; 1 if the cluster could not start or a task died too often.\n");
@@ -48,6 +49,8 @@ typedef struct task {
   char line[1024];
   size_t len;
   double restart_at; /* > 0: to restart then */
+  double started_at; /* when it was last started */
+  int streak;        /* restarts in quick succession (the backoff grows with it) */
 } task;
 
 static volatile sig_atomic_t got_signal;
@@ -85,6 +88,7 @@ static bool spawn(task *t, const char *secret_file, int threads) {
   t->out = fds[0];
   t->len = 0;
   t->ready = false;
+  t->started_at = cli_now();
   return true;
 }
 
@@ -284,7 +288,9 @@ static bool supervise(task *ts, int n, const char *secret_file, int threads, lon
                 t->index, how, max_restarts);
         return false;
       }
-      double delay = 0.1 * (1 << (t->restarts < 5 ? t->restarts : 5));
+      if (cli_now() - t->started_at > 10) t->streak = 0; /* it had been up a while */
+      double delay = 0.1 * (1 << (t->streak < 5 ? t->streak : 5));
+      t->streak++;
       t->restarts++;
       t->restart_at = cli_now() + delay;
       fprintf(stderr, "graphrun launch: %s:%d %s; restarting it on port %d in %.1f s (%d of %ld)\n",
@@ -294,6 +300,7 @@ static bool supervise(task *ts, int n, const char *secret_file, int threads, lon
       if (t->out >= 0) close(t->out), t->out = -1;
       t->restart_at = 0;
       if (!spawn(t, secret_file, threads)) return false;
+      fprintf(stderr, "graphrun launch: %s:%d restarted (pid %d)\n", t->job, t->index, (int)t->pid);
     }
   }
   return true;
@@ -318,9 +325,9 @@ int gr_cmd_launch(int argc, char **argv) {
                 !strcmp(a, "--threads")) &&
                v) {
       long x = strtol(argv[++i], &end, 10);
-      long lo = !strcmp(a, "--workers") ? 1 : 0;
-      if (*end || end == argv[i] || x < lo || x > 32) {
-        fprintf(stderr, "graphrun launch: %s wants an integer in [%ld, 32], got '%s'\n", a, lo,
+      long lo = !strcmp(a, "--workers") ? 1 : 0, hi = !strcmp(a, "--restarts") ? 1000000 : 32;
+      if (*end || end == argv[i] || x < lo || x > hi) {
+        fprintf(stderr, "graphrun launch: %s wants an integer in [%ld, %ld], got '%s'\n", a, lo, hi,
                 argv[i]);
         return GR_EXIT_USAGE;
       }
