@@ -3,6 +3,7 @@
  * to its worker threads (no kernel work on the network thread). */
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,28 @@ void gr_task_of_device(const char *device, char *out, size_t cap) {
   if (n >= cap) n = cap - 1;
   memcpy(out, device, n);
   out[n] = '\0';
+}
+
+static void emit(const gr_server *s, const char *line) {
+  if (s->o.log_fn)
+    s->o.log_fn(s->o.log_arg, line);
+  else
+    fprintf(stderr, "graphrun: %s\n", line);
+}
+
+void gr_server_log(const gr_server *s, const char *fmt, ...) {
+  char line[2 * GR_ERROR_MSG_MAX];
+  int n = snprintf(line, sizeof line, "%s: ", s->task);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  va_end(ap);
+  emit(s, line);
+}
+
+/* The transport's lines (a bad frame from a peer): prefixed with the task. */
+static void transport_log(void *arg, const char *line) {
+  gr_server_log(arg, "%s", line);
 }
 
 gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e) {
@@ -143,8 +166,8 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
       return;
     }
     default:
-      fprintf(stderr, "graphrun: %s: a %s frame from %s, which servers do not take; closing\n",
-              s->task, gr_msg_type_name(m->h.type), gr_conn_peer(c));
+      gr_server_log(s, "a %s frame from %s, which servers do not take; closing",
+                    gr_msg_type_name(m->h.type), gr_conn_peer(c));
       gr_inmsg_free(m);
       gr_conn_close(c);
       return;
@@ -155,8 +178,7 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server *s = arg;
   if (!s->o.quiet && why->code != GR_ERR_CANCELLED)
-    fprintf(stderr, "graphrun: %s: connection from %s ended: %s\n", s->task, gr_conn_peer(c),
-            why->msg);
+    gr_server_log(s, "connection from %s ended: %s", gr_conn_peer(c), why->msg);
 }
 
 /* ---- life ------------------------------------------------------------------------ */
@@ -241,7 +263,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   while (st == GR_OK && s->incarnation == 0)
     st = gr_auth_random(&s->incarnation, sizeof s->incarnation, err);
   if (st == GR_OK) st = gr_loop_new(&s->loop, err);
-  gr_conn_handler h = {on_message, on_close, s};
+  gr_conn_handler h = {on_message, on_close, s, transport_log};
   if (st == GR_OK)
     st = gr_listener_new(s->loop, host, port, s->secret, &h, &s->listener, &s->port, err);
   if (st != GR_OK) {

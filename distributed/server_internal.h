@@ -61,6 +61,9 @@ struct gr_server {
 gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e);
 void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e);
 
+/* A log line "TASK: ..." through the options' log_fn (stderr when NULL). */
+void gr_server_log(const gr_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The task part of a full device name ("/job:w/replica:0/task:1"). */
 void gr_task_of_device(const char *device, char *out, size_t cap);
 

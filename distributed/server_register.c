@@ -178,7 +178,7 @@ static gr_status dial_peers(gr_server *s, gr_partitions *ps, gr_error *err) {
                             task);
       if (!need) continue;
       gr_conn *c;
-      gr_conn_handler h = {on_peer_message, on_peer_close, s};
+      gr_conn_handler h = {on_peer_message, on_peer_close, s, NULL};
       GR_TRY(gr_conn_dial(s->loop, address, s->secret, 10000, &h, &c, err));
       pthread_mutex_lock(&s->mu);
       p = gr_server_find_peer(s, task);
@@ -259,8 +259,7 @@ void gr_server_register(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_outmsg_u64(r, "handle", handle);
   gr_conn_send(c, r, NULL);
   if (!s->o.quiet)
-    fprintf(stderr, "graphrun: %s: registered graph %llu from %s\n", s->task,
-            (unsigned long long)handle, gr_conn_peer(c));
+    gr_server_log(s, "registered graph %llu from %s", (unsigned long long)handle, gr_conn_peer(c));
 }
 
 void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m) {

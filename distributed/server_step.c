@@ -397,7 +397,7 @@ void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
   uint64_t run_id = 0;
   if (push(s, c, m, &run_id, &e) != GR_OK) {
-    fprintf(stderr, "graphrun: %s: %s\n", s->task, e.msg);
+    gr_server_log(s, "%s", e.msg);
     step_state *t = run_id ? state_get(s, run_id) : NULL;
     if (t) {
       state_abort(s, t, e.code, e.msg);
@@ -421,7 +421,7 @@ void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m) {
       state_unref(s, t);
     }
   } else {
-    fprintf(stderr, "graphrun: %s: a bad abort from %s: %s\n", s->task, gr_conn_peer(c), e.msg);
+    gr_server_log(s, "a bad abort from %s: %s", gr_conn_peer(c), e.msg);
   }
   gr_inmsg_free(m);
 }
