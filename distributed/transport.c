@@ -61,9 +61,19 @@ gr_status gr_loop_new(gr_loop **out, gr_error *err) {
   return GR_OK;
 }
 
+static void loop_break(evutil_socket_t fd, short what, void *arg) {
+  event_base_loopbreak(arg);
+}
+
 void gr_loop_free(gr_loop *l) {
   if (!l) return;
-  event_base_loopbreak(l->base);
+  /* Break from inside the loop: event_base_loop clears the break flag when
+   * it starts, so a break before the thread got there (a loop freed right
+   * after gr_loop_new, as when a master cannot connect) would be lost and
+   * the join would wait forever. */
+  struct timeval now = {0, 0};
+  if (event_base_once(l->base, -1, EV_TIMEOUT, loop_break, l->base, &now) != 0)
+    event_base_loopbreak(l->base);
   pthread_join(l->thread, NULL);
   /* the loop is stopped: this thread now does what the loop thread did */
   for (;;) {
