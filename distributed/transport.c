@@ -124,6 +124,7 @@ void gr_conn_unref(gr_conn *c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
   pthread_mutex_destroy(&c->mu);
   free(c->stage);
+  gr_inmsg_free(c->in); /* a frame cut short by the peer */
   gr_buffer_release(c->body);
   free(c->secret);
   free(c);
