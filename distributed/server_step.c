@@ -270,9 +270,11 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
                       (unsigned long long)a.run_id);
   push_rv *prv = NULL;
   gr_rendezvous *rv = NULL;
+  bool mine = false; /* this RUN started the step (not a repeated one) */
   if (st == GR_OK) {
     pthread_mutex_lock(&s->mu);
     bool again = t->started;
+    mine = !again;
     t->started = true;
     s->parked_bytes -= t->parked;
     t->parked = 0;
@@ -301,7 +303,7 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
     gr_rendezvous_free(rv);
   }
   if (t) {
-    state_finish(s, t);
+    if (mine) state_finish(s, t); /* a repeated RUN leaves the running one's state alone */
     state_unref(s, t);
   }
   for (int i = 0; feeds && i < nf; i++) gr_tensor_release(&feeds[i]);
