@@ -142,13 +142,101 @@ static void run_job(void *arg) {
   free(j);
 }
 
+/* What the server keeps per connection (loop thread only): the request ids
+ * it has seen, a window of GR_SERVER_ID_WINDOW ids below the highest. */
+typedef struct conn_state {
+  bool closing; /* a bad request: the rest of the connection is ignored */
+  bool any;
+  uint64_t top;
+  uint64_t seen[GR_SERVER_ID_WINDOW / 64]; /* id x: bit x % GR_SERVER_ID_WINDOW */
+} conn_state;
+
+static bool is_request(int type) {
+  return type == GR_MSG_GET_STATUS || type == GR_MSG_REGISTER || type == GR_MSG_RUN ||
+         type == GR_MSG_VARS || type == GR_MSG_DEREGISTER;
+}
+
+/* Records request id on the connection; an error when it was seen already
+ * (a duplicated or replayed request) or is older than the window. */
+static gr_status note_id(conn_state *cs, uint64_t id, gr_error *err) {
+  const uint64_t w = GR_SERVER_ID_WINDOW;
+  if (cs->any && id <= cs->top) {
+    if (cs->top - id >= w)
+      return gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
+                          "request id %llu is older than the last %llu ids of this connection "
+                          "(a replayed request?)",
+                          (unsigned long long)id, (unsigned long long)w);
+    uint64_t bit = (uint64_t)1 << (id % 64);
+    if (cs->seen[id % w / 64] & bit)
+      return gr_error_set(err, GR_ERR_ALREADY_EXISTS,
+                          "request id %llu was used already on this connection (a duplicated "
+                          "request)",
+                          (unsigned long long)id);
+    cs->seen[id % w / 64] |= bit;
+    return GR_OK;
+  }
+  if (!cs->any || id - cs->top >= w) {
+    memset(cs->seen, 0, sizeof cs->seen);
+  } else {
+    for (uint64_t k = 1, n = id - cs->top; k <= n; k++) { /* ids newly inside the window */
+      uint64_t x = cs->top + k;
+      cs->seen[x % w / 64] &= ~((uint64_t)1 << (x % 64));
+    }
+  }
+  cs->any = true;
+  cs->top = id;
+  cs->seen[id % w / 64] |= (uint64_t)1 << (id % 64);
+  return GR_OK;
+}
+
+/* Checks a request's id before anything else: a frame without a usable id
+ * closes the connection (there is nothing to answer to), a duplicate is
+ * answered with an error. False when m was consumed. */
+static bool check_request(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *id) {
+  gr_error e;
+  conn_state *cs = gr_conn_user(c);
+  if (!cs) {
+    if (!(cs = calloc(1, sizeof *cs))) {
+      gr_inmsg_free(m);
+      gr_conn_close(c);
+      return false;
+    }
+    gr_conn_set_user(c, cs);
+  }
+  if (cs->closing) {
+    gr_inmsg_free(m);
+    return false;
+  }
+  if (gr_msg_u64(&m->msg.root, "id", id, &e) != GR_OK) {
+    gr_server_log(s, "bad request from %s: %s frame: %s; closing that connection", gr_conn_peer(c),
+                  gr_msg_type_name(m->h.type), e.msg);
+    cs->closing = true;
+    gr_inmsg_free(m);
+    gr_conn_close(c);
+    return false;
+  }
+  if (note_id(cs, *id, &e) != GR_OK) {
+    gr_server_log(s, "refused a %s request from %s: %s", gr_msg_type_name(m->h.type),
+                  gr_conn_peer(c), e.msg);
+    gr_inmsg_free(m);
+    gr_server_respond_error(c, *id, &e);
+    return false;
+  }
+  return true;
+}
+
 static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   gr_server *s = arg;
-  gr_error e;
   uint64_t id;
+  conn_state *cs = gr_conn_user(c);
+  if (cs && cs->closing) {
+    gr_inmsg_free(m);
+    return;
+  }
+  if (is_request(m->h.type) && !check_request(s, c, m, &id)) return;
   switch (m->h.type) {
     case GR_MSG_GET_STATUS:
-      if (gr_msg_u64(&m->msg.root, "id", &id, &e) == GR_OK) get_status(s, c, id);
+      get_status(s, c, id);
       gr_inmsg_free(m);
       return;
     case GR_MSG_RUN:
@@ -169,6 +257,8 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
       gr_server_log(s, "a %s frame from %s, which servers do not take; closing",
                     gr_msg_type_name(m->h.type), gr_conn_peer(c));
       gr_inmsg_free(m);
+      if (!cs && (cs = calloc(1, sizeof *cs))) gr_conn_set_user(c, cs);
+      if (cs) cs->closing = true;
       gr_conn_close(c);
       return;
   }
@@ -177,6 +267,8 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
 
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server *s = arg;
+  free(gr_conn_user(c));
+  gr_conn_set_user(c, NULL);
   if (!s->o.quiet && why->code != GR_ERR_CANCELLED)
     gr_server_log(s, "connection from %s ended: %s", gr_conn_peer(c), why->msg);
 }

@@ -10,7 +10,8 @@
 #include "distributed/transport_internal.h"
 
 #define GR_TASK_NAME_MAX    96
-#define GR_SERVER_MAX_STEPS 4096 /* step states (running or parked) at once */
+#define GR_SERVER_MAX_STEPS 4096  /* step states (running or parked) at once */
+#define GR_SERVER_ID_WINDOW 65536 /* request ids a connection remembers */
 
 typedef struct peer { /* another task, as a registration named it */
   char name[GR_TASK_NAME_MAX];

@@ -128,8 +128,9 @@ const char *gr_msg_kind_name(const msgpack_object *o) {
     case MSGPACK_OBJECT_BOOLEAN:
       return "a bool";
     case MSGPACK_OBJECT_POSITIVE_INTEGER:
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
       return "an integer";
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+      return "a negative integer";
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64:
       return "a float";
