@@ -146,6 +146,7 @@ static void run_job(void *arg) {
  * it has seen, a window of GR_SERVER_ID_WINDOW ids below the highest. */
 typedef struct conn_state {
   bool closing; /* a bad request: the rest of the connection is ignored */
+  bool ran;     /* a RUN came over it: its steps are aborted when it closes */
   bool any;
   uint64_t top;
   uint64_t seen[GR_SERVER_ID_WINDOW / 64]; /* id x: bit x % GR_SERVER_ID_WINDOW */
@@ -234,6 +235,7 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     return;
   }
   if (is_request(m->h.type) && !check_request(s, c, m, &id)) return;
+  if (m->h.type == GR_MSG_RUN) ((conn_state *)gr_conn_user(c))->ran = true;
   switch (m->h.type) {
     case GR_MSG_GET_STATUS:
       get_status(s, c, id);
@@ -265,9 +267,33 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   gr_inmsg_free(m);
 }
 
+typedef struct closed { /* a connection that ran steps closed */
+  gr_server *s;
+  gr_conn *c; /* a reference: no other connection gets its address meanwhile */
+  gr_error why;
+} closed;
+
+static void abort_steps_of(void *arg) {
+  closed *x = arg;
+  gr_server_steps_abort_of(x->s, x->c, &x->why);
+  gr_conn_unref(x->c);
+  free(x);
+}
+
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server *s = arg;
-  free(gr_conn_user(c));
+  conn_state *cs = gr_conn_user(c);
+  if (cs && cs->ran) { /* its running steps would wait for a master that is gone */
+    closed *x = malloc(sizeof *x);
+    if (x) {
+      gr_conn_ref(c);
+      *x = (closed){s, c, *why};
+      gr_threadpool_schedule(s->work_pool, abort_steps_of, x); /* aborts run off the loop */
+    } else {
+      gr_server_steps_abort_of(s, c, why);
+    }
+  }
+  free(cs);
   gr_conn_set_user(c, NULL);
   if (!s->o.quiet && why->code != GR_ERR_CANCELLED)
     gr_server_log(s, "connection from %s ended: %s", gr_conn_peer(c), why->msg);

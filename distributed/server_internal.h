@@ -76,6 +76,8 @@ void gr_server_register(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m);
 /* Drops a reference; the last frees (NULL is ignored). */
 void gr_server_registered_unref(registered *r);
+/* Aborts the steps whose RUN came over c, which closed (why). */
+void gr_server_steps_abort_of(gr_server *s, gr_conn *c, const gr_error *why);
 /* Aborts every step (the server stops): running steps return. */
 void gr_server_steps_abort_all(gr_server *s);
 void gr_server_steps_free(gr_server *s);

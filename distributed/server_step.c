@@ -15,7 +15,8 @@
 struct step_state {
   uint64_t run_id;
   gr_rendezvous *local;
-  int refs; /* under s->mu */
+  gr_conn *owner; /* the connection its RUN came over (not a reference; under s->mu) */
+  int refs;       /* under s->mu */
   bool started, aborted;
   size_t parked;          /* bytes that arrived before the step started */
   int64_t sends, bytes;   /* pushed to other tasks (atomics) */
@@ -83,6 +84,27 @@ void gr_server_steps_abort_all(gr_server *s) {
     gr_rendezvous_abort(t->local, GR_ERR_CANCELLED, "the server is shutting down");
   }
   pthread_mutex_unlock(&s->mu);
+}
+
+void gr_server_steps_abort_of(gr_server *s, gr_conn *c, const gr_error *why) {
+  for (;;) { /* one at a time: the abort runs without s->mu (its callbacks may push) */
+    pthread_mutex_lock(&s->mu);
+    step_state *t = NULL;
+    void *v;
+    for (size_t pos = 0; !t && gr_map_next(&s->steps, &pos, NULL, &v);)
+      if (((step_state *)v)->owner == c) t = v;
+    if (t) {
+      t->owner = NULL;
+      t->refs++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!t) return;
+    char msg[GR_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s: the connection that ran step %016llx closed (%s)", s->task,
+             (unsigned long long)t->run_id, why->msg);
+    state_abort(s, t, GR_ERR_CANCELLED, msg);
+    state_unref(s, t);
+  }
 }
 
 void gr_server_steps_free(gr_server *s) {
@@ -276,12 +298,15 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
     bool again = t->started;
     mine = !again;
     t->started = true;
+    if (!again) t->owner = c;
     s->parked_bytes -= t->parked;
     t->parked = 0;
     pthread_mutex_unlock(&s->mu);
     if (again)
       st = gr_error_set(&e, GR_ERR_ALREADY_EXISTS, "step %016llx is running here already",
                         (unsigned long long)a.run_id);
+    else if (!gr_conn_is_open(c)) /* closed before the owner was set: nobody waits for it */
+      state_abort(s, t, GR_ERR_CANCELLED, "the connection that ran the step closed");
   }
   if (st == GR_OK &&
       (!(prv = malloc(sizeof *prv)) || !(rv = gr_rendezvous_new_with(&push_ops, prv)))) {
