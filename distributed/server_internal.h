@@ -52,6 +52,7 @@ struct gr_server {
   gr_map steps;           /* run id -> step_state */
   uint64_t finished[256]; /* recently finished run ids: late pushes are dropped */
   int finished_pos;
+  uint64_t step_seq; /* creation order of step states (the oldest parked is evicted) */
   size_t parked_bytes, parked_max;
   int64_t sessions;
 };

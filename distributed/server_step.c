@@ -13,7 +13,7 @@
 #include "distributed/server_internal.h"
 
 struct step_state {
-  uint64_t run_id;
+  uint64_t run_id, seq;
   gr_rendezvous *local;
   gr_conn *owner; /* the connection its RUN came over (not a reference; under s->mu) */
   int refs;       /* under s->mu */
@@ -36,15 +36,37 @@ static void state_unref(gr_server *s, step_state *t) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Makes room for a new step state when GR_SERVER_MAX_STEPS are open (under
+ * s->mu): forgets the oldest one that never started and nobody else holds
+ * (values pushed or an abort for a step whose RUN never came: a master that
+ * died, or a peer's mistake), as if it had finished. */
+static bool evict_parked_locked(gr_server *s) {
+  step_state *old = NULL;
+  void *v;
+  for (size_t pos = 0; gr_map_next(&s->steps, &pos, NULL, &v);) {
+    step_state *t = v;
+    if (!t->started && t->refs == 1 && (!old || t->seq < old->seq)) old = t;
+  }
+  if (!old) return false;
+  gr_map_remove_u64(&s->steps, old->run_id);
+  s->finished[s->finished_pos++ % 256] = old->run_id;
+  state_unref_locked(s, old);
+  return true;
+}
+
 /* The state of run_id with a reference for the caller; NULL when the step
- * finished here already (late values are dropped) or too many are open. */
-static step_state *state_get(gr_server *s, uint64_t run_id) {
+ * finished here already (late values are dropped; *full false) or too many
+ * are open (*full true). */
+static step_state *state_get(gr_server *s, uint64_t run_id, bool *full) {
   pthread_mutex_lock(&s->mu);
   step_state *t = gr_map_get_u64(&s->steps, run_id);
-  bool done = false;
+  bool done = false, room = true;
   for (int i = 0; i < 256 && !t && !done; i++) done = s->finished[i] == run_id && run_id;
-  if (!t && !done && s->steps.count < GR_SERVER_MAX_STEPS && (t = calloc(1, sizeof *t))) {
+  if (!t && !done && s->steps.count >= GR_SERVER_MAX_STEPS) room = evict_parked_locked(s);
+  if (full) *full = !t && !done && !room;
+  if (!t && !done && room && (t = calloc(1, sizeof *t))) {
     t->run_id = run_id;
+    t->seq = ++s->step_seq;
     t->refs = 1; /* the map's */
     if (!(t->local = gr_rendezvous_new()) || !gr_map_put_u64(&s->steps, run_id, t)) {
       gr_rendezvous_free(t->local);
@@ -286,8 +308,13 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
   if (st == GR_OK && (!feeds || !fetches))
     st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (st == GR_OK) st = feeds_of(m, a.feeds, feeds, nf, &e);
-  step_state *t = st == GR_OK ? state_get(s, a.run_id) : NULL;
-  if (st == GR_OK && !t)
+  bool full = false;
+  step_state *t = st == GR_OK ? state_get(s, a.run_id, &full) : NULL;
+  if (st == GR_OK && !t && full)
+    st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED,
+                      "%s has %d steps open already (running, or holding values pushed for them)",
+                      s->task, GR_SERVER_MAX_STEPS);
+  else if (st == GR_OK && !t)
     st = gr_error_set(&e, GR_ERR_ALREADY_EXISTS, "step %016llx ran here already (a repeated RUN)",
                       (unsigned long long)a.run_id);
   push_rv *prv = NULL;
@@ -390,7 +417,7 @@ static gr_status push(gr_server *s, gr_conn *c, const gr_inmsg *m, uint64_t *run
   gr_tensor v = gr_tensor_empty();
   bool nil_dead;
   GR_TRY(gr_msg_tensor(vo, m->body, m->h.body_len, &v, &nil_dead, err));
-  step_state *t = state_get(s, *run_id);
+  step_state *t = state_get(s, *run_id, NULL);
   if (!t) { /* the step finished here, or too many are open: drop it */
     gr_tensor_release(&v);
     return GR_OK;
@@ -425,7 +452,7 @@ void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m) {
   uint64_t run_id = 0;
   if (push(s, c, m, &run_id, &e) != GR_OK) {
     gr_server_log(s, "%s", e.msg);
-    step_state *t = run_id ? state_get(s, run_id) : NULL;
+    step_state *t = run_id ? state_get(s, run_id, NULL) : NULL;
     if (t) {
       state_abort(s, t, e.code, e.msg);
       state_unref(s, t);
@@ -441,7 +468,7 @@ void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m) {
   if (gr_msg_u64(&m->msg.root, "run", &run_id, &e) == GR_OK &&
       gr_msg_u64(&m->msg.root, "code", &code, &e) == GR_OK &&
       gr_msg_str(&m->msg.root, "msg", msg, sizeof msg, &e) == GR_OK) {
-    step_state *t = state_get(s, run_id);
+    step_state *t = state_get(s, run_id, NULL);
     if (t) {
       state_abort(s, t, code > 0 && code < GR_STATUS_COUNT ? (gr_status)code : GR_ERR_CANCELLED,
                   msg);
