@@ -10,6 +10,7 @@
 #                          recovery, ...; docs/benchmarks.md)
 #   make fuzz-dsl          libFuzzer on the DSL front end (clang), FUZZ_SECONDS=60
 #   make fuzz-graph        libFuzzer on serialized-graph decoding (clang)
+#   make fuzz-wire         libFuzzer on wire frames, messages, tensors and graphs (clang)
 #   make format            clang-format every source file
 
 MAKEFLAGS += --no-print-directory
@@ -29,7 +30,7 @@ DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
                 sqlite3 dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph soak-ckpt format clean
+.PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire soak-ckpt format clean
 
 all: build
 
@@ -89,11 +90,12 @@ soak-ckpt: build
 	@cmake --build $(BUILD_DIR) --target test_ckpt_crash -j $(JOBS) >/dev/null
 	@$(BUILD_DIR)/tests/unit/test_ckpt_crash 1000
 
-# fuzz-dsl (the .gr front end) and fuzz-graph (serialized graphs) build in
-# build-fuzz/ with clang and libFuzzer; `make test` needs neither.
+# fuzz-dsl (the .gr front end), fuzz-graph (serialized graphs) and fuzz-wire
+# (frames, messages, tensor descriptors and graphs) build in build-fuzz/ with
+# clang and libFuzzer; `make test` needs none of them.
 FUZZ_SECONDS ?= 60
-fuzz-dsl fuzz-graph: EXTRA_PACKAGES = clang libclang-rt-14-dev
-fuzz-dsl fuzz-graph: deps
+fuzz-dsl fuzz-graph fuzz-wire: EXTRA_PACKAGES = clang libclang-rt-14-dev
+fuzz-dsl fuzz-graph fuzz-wire: deps
 	@tests/fuzz/run_fuzz.sh $(@:fuzz-%=%) $(FUZZ_SECONDS)
 
 format:

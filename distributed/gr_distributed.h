@@ -100,6 +100,12 @@ typedef struct gr_server_options {
   int intra_op_threads; /* threads inside one op (BLAS); 0: 1, as a session's default, so
                            a task computes what one process computes, bit for bit */
   bool quiet;           /* no log line per connection */
+  /* Where the server's log lines go (a refused frame or request, naming the
+   * peer; a connection that ended; a registration): log_fn(log_arg, line)
+   * with one line without "graphrun: " or a newline, from any of the
+   * server's threads (possibly at once). NULL: "graphrun: LINE\n" on stderr. */
+  void (*log_fn)(void *arg, const char *line);
+  void *log_arg;
 } gr_server_options;
 
 /* Starts serving (a network thread and worker threads). The server picks a

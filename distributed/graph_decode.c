@@ -78,10 +78,11 @@ static gr_status field(dec *d, const msgpack_object *m, const char *key, msgpack
 /* A NUL-terminated copy of a msgpack string in the graph's memory. */
 static gr_status str_copy(dec *d, const msgpack_object *o, const char **out) {
   if (o->type != MSGPACK_OBJECT_STR) return fail(d, "%s, want a string", gr_msg_kind_name(o));
-  if (memchr(o->via.str.ptr, '\0', o->via.str.size)) return fail(d, "a string holds a NUL byte");
-  char *s = gr_graph_alloc(d->g, (size_t)o->via.str.size + 1);
+  size_t n = o->via.str.size; /* msgpack-c gives "" a NULL pointer */
+  if (n && memchr(o->via.str.ptr, '\0', n)) return fail(d, "a string holds a NUL byte");
+  char *s = gr_graph_alloc(d->g, n + 1);
   if (!s) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  memcpy(s, o->via.str.ptr, o->via.str.size);
+  if (n) memcpy(s, o->via.str.ptr, n);
   s[o->via.str.size] = '\0';
   *out = s;
   return GR_OK;

@@ -3,6 +3,7 @@
  * to its worker threads (no kernel work on the network thread). */
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,28 @@ void gr_task_of_device(const char *device, char *out, size_t cap) {
   if (n >= cap) n = cap - 1;
   memcpy(out, device, n);
   out[n] = '\0';
+}
+
+static void emit(const gr_server *s, const char *line) {
+  if (s->o.log_fn)
+    s->o.log_fn(s->o.log_arg, line);
+  else
+    fprintf(stderr, "graphrun: %s\n", line);
+}
+
+void gr_server_log(const gr_server *s, const char *fmt, ...) {
+  char line[2 * GR_ERROR_MSG_MAX];
+  int n = snprintf(line, sizeof line, "%s: ", s->task);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  va_end(ap);
+  emit(s, line);
+}
+
+/* The transport's lines (a bad frame from a peer): prefixed with the task. */
+static void transport_log(void *arg, const char *line) {
+  gr_server_log(arg, "%s", line);
 }
 
 gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e) {
@@ -120,25 +143,117 @@ static void run_job(void *arg) {
   free(j);
 }
 
+/* What the server keeps per connection (loop thread only): the request ids
+ * it has seen, a window of GR_SERVER_ID_WINDOW ids below the highest. */
+typedef struct conn_state {
+  bool logged;  /* its session line was printed */
+  bool closing; /* a bad request: the rest of the connection is ignored */
+  bool ran;     /* a RUN came over it: its steps are aborted when it closes */
+  bool any;
+  uint64_t top;
+  uint64_t seen[GR_SERVER_ID_WINDOW / 64]; /* id x: bit x % GR_SERVER_ID_WINDOW */
+} conn_state;
+
+static bool is_request(int type) {
+  return type == GR_MSG_GET_STATUS || type == GR_MSG_REGISTER || type == GR_MSG_RUN ||
+         type == GR_MSG_VARS || type == GR_MSG_DEREGISTER;
+}
+
+/* Records request id on the connection; an error when it was seen already
+ * (a duplicated or replayed request) or is older than the window. */
+static gr_status note_id(conn_state *cs, uint64_t id, gr_error *err) {
+  const uint64_t w = GR_SERVER_ID_WINDOW;
+  if (cs->any && id <= cs->top) {
+    if (cs->top - id >= w)
+      return gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
+                          "request id %llu is older than the last %llu ids of this connection "
+                          "(a replayed request?)",
+                          (unsigned long long)id, (unsigned long long)w);
+    uint64_t bit = (uint64_t)1 << (id % 64);
+    if (cs->seen[id % w / 64] & bit)
+      return gr_error_set(err, GR_ERR_ALREADY_EXISTS,
+                          "request id %llu was used already on this connection (a duplicated "
+                          "request)",
+                          (unsigned long long)id);
+    cs->seen[id % w / 64] |= bit;
+    return GR_OK;
+  }
+  if (!cs->any || id - cs->top >= w) {
+    memset(cs->seen, 0, sizeof cs->seen);
+  } else {
+    for (uint64_t k = 1, n = id - cs->top; k <= n; k++) { /* ids newly inside the window */
+      uint64_t x = cs->top + k;
+      cs->seen[x % w / 64] &= ~((uint64_t)1 << (x % 64));
+    }
+  }
+  cs->any = true;
+  cs->top = id;
+  cs->seen[id % w / 64] |= (uint64_t)1 << (id % 64);
+  return GR_OK;
+}
+
+/* Checks a request's id before anything else: a frame without a usable id
+ * closes the connection (there is nothing to answer to), a duplicate is
+ * answered with an error. False when m was consumed. */
+static bool check_request(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *id) {
+  gr_error e;
+  conn_state *cs = gr_conn_user(c);
+  if (!cs) {
+    if (!(cs = calloc(1, sizeof *cs))) {
+      gr_inmsg_free(m);
+      gr_conn_close(c);
+      return false;
+    }
+    gr_conn_set_user(c, cs);
+  }
+  if (cs->closing) {
+    gr_inmsg_free(m);
+    return false;
+  }
+  if (gr_msg_u64(&m->msg.root, "id", id, &e) != GR_OK) {
+    gr_server_log(s, "bad request from %s: %s frame: %s; closing that connection", gr_conn_peer(c),
+                  gr_msg_type_name(m->h.type), e.msg);
+    cs->closing = true;
+    gr_inmsg_free(m);
+    gr_conn_close(c);
+    return false;
+  }
+  if (note_id(cs, *id, &e) != GR_OK) {
+    gr_server_log(s, "refused a %s request from %s: %s", gr_msg_type_name(m->h.type),
+                  gr_conn_peer(c), e.msg);
+    gr_inmsg_free(m);
+    gr_server_respond_error(c, *id, &e);
+    return false;
+  }
+  return true;
+}
+
 static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   gr_server *s = arg;
-  gr_error e;
   uint64_t id;
-  if (!gr_conn_user(c)) { /* the connection's first message: one line per session */
-    gr_conn_set_user(c, s);
-    if (!s->o.quiet && m->h.type != GR_MSG_TENSOR && m->h.type != GR_MSG_HEARTBEAT)
-      fprintf(stderr, "graphrun: %s: session from %s\n", s->task, gr_conn_peer(c));
+  conn_state *cs = gr_conn_user(c);
+  if (!cs && (cs = calloc(1, sizeof *cs))) gr_conn_set_user(c, cs);
+  if (cs && !cs->logged && m->h.type != GR_MSG_TENSOR && m->h.type != GR_MSG_HEARTBEAT) {
+    cs->logged = true; /* the connection's first request: one line per session */
+    if (!s->o.quiet) gr_server_log(s, "session from %s", gr_conn_peer(c));
   }
+  if (cs && cs->closing) {
+    gr_inmsg_free(m);
+    return;
+  }
+  if (is_request(m->h.type) && !check_request(s, c, m, &id)) return;
+  if (m->h.type == GR_MSG_RUN) ((conn_state *)gr_conn_user(c))->ran = true;
   switch (m->h.type) {
     case GR_MSG_HEARTBEAT: { /* answered at once, here: the master sees that we live */
-      gr_outmsg *r =
-          gr_msg_u64(&m->msg.root, "id", &id, &e) == GR_OK ? gr_server_response(id, 0, NULL) : NULL;
+      gr_outmsg *r = gr_msg_u64(&m->msg.root, "id", &id, NULL) == GR_OK
+                         ? gr_server_response(id, 0, NULL)
+                         : NULL;
       if (r) gr_conn_send(c, r, NULL);
       gr_inmsg_free(m);
       return;
     }
     case GR_MSG_GET_STATUS:
-      if (gr_msg_u64(&m->msg.root, "id", &id, &e) == GR_OK) get_status(s, c, id);
+      get_status(s, c, id);
       gr_inmsg_free(m);
       return;
     case GR_MSG_RUN:
@@ -156,23 +271,50 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
       return;
     }
     default:
-      fprintf(stderr, "graphrun: %s: a %s frame from %s, which servers do not take; closing\n",
-              s->task, gr_msg_type_name(m->h.type), gr_conn_peer(c));
+      gr_server_log(s, "a %s frame from %s, which servers do not take; closing",
+                    gr_msg_type_name(m->h.type), gr_conn_peer(c));
       gr_inmsg_free(m);
+      if (!cs && (cs = calloc(1, sizeof *cs))) gr_conn_set_user(c, cs);
+      if (cs) cs->closing = true;
       gr_conn_close(c);
       return;
   }
   gr_inmsg_free(m);
 }
 
+typedef struct closed { /* a connection that ran steps closed */
+  gr_server *s;
+  gr_conn *c; /* a reference: no other connection gets its address meanwhile */
+  gr_error why;
+} closed;
+
+static void abort_steps_of(void *arg) {
+  closed *x = arg;
+  gr_server_steps_abort_of(x->s, x->c, &x->why);
+  gr_conn_unref(x->c);
+  free(x);
+}
+
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server *s = arg;
   gr_server_drop_graphs_of(s, c); /* the client is gone: so are its graphs */
+  conn_state *cs = gr_conn_user(c);
+  if (cs && cs->ran) { /* its running steps would wait for a master that is gone */
+    closed *x = malloc(sizeof *x);
+    if (x) {
+      gr_conn_ref(c);
+      *x = (closed){s, c, *why};
+      gr_threadpool_schedule(s->work_pool, abort_steps_of, x); /* aborts run off the loop */
+    } else {
+      gr_server_steps_abort_of(s, c, why);
+    }
+  }
   /* a peer that closes between frames is done; anything else is worth a line */
-  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && !strstr(why->msg, "closed the connection") &&
-      gr_conn_user(c))
-    fprintf(stderr, "graphrun: %s: connection from %s ended: %s\n", s->task, gr_conn_peer(c),
-            why->msg);
+  bool clean = strstr(why->msg, "closed the connection") && !strstr(why->msg, "middle of a frame");
+  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && !clean)
+    gr_server_log(s, "connection from %s ended: %s", gr_conn_peer(c), why->msg);
+  free(cs);
+  gr_conn_set_user(c, NULL);
 }
 
 /* ---- life ------------------------------------------------------------------------ */
@@ -258,7 +400,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   while (st == GR_OK && s->incarnation == 0)
     st = gr_auth_random(&s->incarnation, sizeof s->incarnation, err);
   if (st == GR_OK) st = gr_loop_new(&s->loop, err);
-  gr_conn_handler h = {on_message, on_close, s};
+  gr_conn_handler h = {on_message, on_close, s, transport_log};
   if (st == GR_OK)
     st = gr_listener_new(s->loop, host, port, s->secret, &h, &s->listener, &s->port, err);
   if (st != GR_OK) {

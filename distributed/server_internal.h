@@ -10,7 +10,8 @@
 #include "distributed/transport_internal.h"
 
 #define GR_TASK_NAME_MAX    96
-#define GR_SERVER_MAX_STEPS 4096 /* step states (running or parked) at once */
+#define GR_SERVER_MAX_STEPS 4096  /* step states (running or parked) at once */
+#define GR_SERVER_ID_WINDOW 65536 /* request ids a connection remembers */
 
 typedef struct peer { /* another task, as a registration named it */
   char name[GR_TASK_NAME_MAX];
@@ -52,6 +53,7 @@ struct gr_server {
   gr_map steps;           /* run id -> step_state */
   uint64_t finished[256]; /* recently finished run ids: late pushes are dropped */
   int finished_pos;
+  uint64_t step_seq; /* creation order of step states (the oldest parked is evicted) */
   size_t parked_bytes, parked_max;
   int64_t sessions;
 };
@@ -61,6 +63,9 @@ struct gr_server {
  * or an error (sent here; returns NULL). */
 gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e);
 void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e);
+
+/* A log line "TASK: ..." through the options' log_fn (stderr when NULL). */
+void gr_server_log(const gr_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The task part of a full device name ("/job:w/replica:0/task:1"). */
 void gr_task_of_device(const char *device, char *out, size_t cap);
@@ -75,6 +80,8 @@ void gr_server_drop_graphs_of(gr_server *s, const gr_conn *c);
 void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m);
 /* Drops a reference; the last frees (NULL is ignored). */
 void gr_server_registered_unref(registered *r);
+/* Aborts the steps whose RUN came over c, which closed (why). */
+void gr_server_steps_abort_of(gr_server *s, gr_conn *c, const gr_error *why);
 /* Aborts every step (the server stops): running steps return. */
 void gr_server_steps_abort_all(gr_server *s);
 void gr_server_steps_free(gr_server *s);

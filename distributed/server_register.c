@@ -81,8 +81,9 @@ static gr_status part_of(gr_server *s, const msgpack_object *o, const gr_inmsg *
   for (int k = 0; k < s->num_devices; k++)
     if (strlen(s->devices[k]) == dl && !memcmp(s->devices[k], dev, dl)) p->device = s->devices[k];
   if (!(p->graph = gr_graph_new())) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "oom");
-  GR_TRY(
-      gr_wire_decode_graph((const char *)in->body->data + off, (size_t)len, p->graph, NULL, err));
+  /* no body (body_len 0): the partition's graph is 0 bytes, which does not decode */
+  const char *data = in->body ? (const char *)in->body->data + off : "";
+  GR_TRY(gr_wire_decode_graph(data, (size_t)len, p->graph, NULL, err));
   GR_TRY(endpoints(p->graph, &f[3], &p->feeds, &p->feed_index, &p->num_feeds, err));
   GR_TRY(endpoints(p->graph, &f[4], &p->fetches, &p->fetch_index, &p->num_fetches, err));
   /* every node runs but the feeds' stand-ins; ids are a topological order */
@@ -178,7 +179,7 @@ static gr_status dial_peers(gr_server *s, gr_partitions *ps, gr_error *err) {
                             task);
       if (!need) continue;
       gr_conn *c;
-      gr_conn_handler h = {on_peer_message, on_peer_close, s};
+      gr_conn_handler h = {on_peer_message, on_peer_close, s, NULL};
       GR_TRY(gr_conn_dial(s->loop, address, s->secret, 10000, &h, &c, err));
       pthread_mutex_lock(&s->mu);
       p = gr_server_find_peer(s, task);

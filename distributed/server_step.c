@@ -13,9 +13,10 @@
 #include "distributed/server_internal.h"
 
 struct step_state {
-  uint64_t run_id;
+  uint64_t run_id, seq;
   gr_rendezvous *local;
-  int refs; /* under s->mu */
+  gr_conn *owner; /* the connection its RUN came over (not a reference; under s->mu) */
+  int refs;       /* under s->mu */
   bool started, aborted;
   size_t parked;          /* bytes that arrived before the step started */
   int64_t sends, bytes;   /* pushed to other tasks (atomics) */
@@ -35,15 +36,37 @@ static void state_unref(gr_server *s, step_state *t) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Makes room for a new step state when GR_SERVER_MAX_STEPS are open (under
+ * s->mu): forgets the oldest one that never started and nobody else holds
+ * (values pushed or an abort for a step whose RUN never came: a master that
+ * died, or a peer's mistake), as if it had finished. */
+static bool evict_parked_locked(gr_server *s) {
+  step_state *old = NULL;
+  void *v;
+  for (size_t pos = 0; gr_map_next(&s->steps, &pos, NULL, &v);) {
+    step_state *t = v;
+    if (!t->started && t->refs == 1 && (!old || t->seq < old->seq)) old = t;
+  }
+  if (!old) return false;
+  gr_map_remove_u64(&s->steps, old->run_id);
+  s->finished[s->finished_pos++ % 256] = old->run_id;
+  state_unref_locked(s, old);
+  return true;
+}
+
 /* The state of run_id with a reference for the caller; NULL when the step
- * finished here already (late values are dropped) or too many are open. */
-static step_state *state_get(gr_server *s, uint64_t run_id) {
+ * finished here already (late values are dropped; *full false) or too many
+ * are open (*full true). */
+static step_state *state_get(gr_server *s, uint64_t run_id, bool *full) {
   pthread_mutex_lock(&s->mu);
   step_state *t = gr_map_get_u64(&s->steps, run_id);
-  bool done = false;
+  bool done = false, room = true;
   for (int i = 0; i < 256 && !t && !done; i++) done = s->finished[i] == run_id && run_id;
-  if (!t && !done && s->steps.count < GR_SERVER_MAX_STEPS && (t = calloc(1, sizeof *t))) {
+  if (!t && !done && s->steps.count >= GR_SERVER_MAX_STEPS) room = evict_parked_locked(s);
+  if (full) *full = !t && !done && !room;
+  if (!t && !done && room && (t = calloc(1, sizeof *t))) {
     t->run_id = run_id;
+    t->seq = ++s->step_seq;
     t->refs = 1; /* the map's */
     if (!(t->local = gr_rendezvous_new()) || !gr_map_put_u64(&s->steps, run_id, t)) {
       gr_rendezvous_free(t->local);
@@ -83,6 +106,27 @@ void gr_server_steps_abort_all(gr_server *s) {
     gr_rendezvous_abort(t->local, GR_ERR_CANCELLED, "the server is shutting down");
   }
   pthread_mutex_unlock(&s->mu);
+}
+
+void gr_server_steps_abort_of(gr_server *s, gr_conn *c, const gr_error *why) {
+  for (;;) { /* one at a time: the abort runs without s->mu (its callbacks may push) */
+    pthread_mutex_lock(&s->mu);
+    step_state *t = NULL;
+    void *v;
+    for (size_t pos = 0; !t && gr_map_next(&s->steps, &pos, NULL, &v);)
+      if (((step_state *)v)->owner == c) t = v;
+    if (t) {
+      t->owner = NULL;
+      t->refs++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!t) return;
+    char msg[GR_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s: the connection that ran step %016llx closed (%s)", s->task,
+             (unsigned long long)t->run_id, why->msg);
+    state_abort(s, t, GR_ERR_CANCELLED, msg);
+    state_unref(s, t);
+  }
 }
 
 void gr_server_steps_free(gr_server *s) {
@@ -289,22 +333,32 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
   if (st == GR_OK && (!feeds || !fetches))
     st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (st == GR_OK) st = feeds_of(m, a.feeds, feeds, nf, &e);
-  step_state *t = st == GR_OK ? state_get(s, a.run_id) : NULL;
-  if (st == GR_OK && !t)
+  bool full = false;
+  step_state *t = st == GR_OK ? state_get(s, a.run_id, &full) : NULL;
+  if (st == GR_OK && !t && full)
+    st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED,
+                      "%s has %d steps open already (running, or holding values pushed for them)",
+                      s->task, GR_SERVER_MAX_STEPS);
+  else if (st == GR_OK && !t)
     st = gr_error_set(&e, GR_ERR_ALREADY_EXISTS, "step %016llx ran here already (a repeated RUN)",
                       (unsigned long long)a.run_id);
   push_rv *prv = NULL;
   gr_rendezvous *rv = NULL;
+  bool mine = false; /* this RUN started the step (not a repeated one) */
   if (st == GR_OK) {
     pthread_mutex_lock(&s->mu);
     bool again = t->started;
+    mine = !again;
     t->started = true;
+    if (!again) t->owner = c;
     s->parked_bytes -= t->parked;
     t->parked = 0;
     pthread_mutex_unlock(&s->mu);
     if (again)
       st = gr_error_set(&e, GR_ERR_ALREADY_EXISTS, "step %016llx is running here already",
                         (unsigned long long)a.run_id);
+    else if (!gr_conn_is_open(c)) /* closed before the owner was set: nobody waits for it */
+      state_abort(s, t, GR_ERR_CANCELLED, "the connection that ran the step closed");
   }
   if (st == GR_OK &&
       (!(prv = malloc(sizeof *prv)) || !(rv = gr_rendezvous_new_with(&push_ops, prv)))) {
@@ -328,7 +382,7 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
     gr_rendezvous_free(rv);
   }
   if (t) {
-    state_finish(s, t);
+    if (mine) state_finish(s, t); /* a repeated RUN leaves the running one's state alone */
     state_unref(s, t);
   }
   for (int i = 0; feeds && i < nf; i++) gr_tensor_release(&feeds[i]);
@@ -391,7 +445,7 @@ static gr_status push(gr_server *s, gr_conn *c, const gr_inmsg *m, uint64_t *run
   gr_tensor v = gr_tensor_empty();
   bool nil_dead;
   GR_TRY(gr_msg_tensor(vo, m->body, m->h.body_len, &v, &nil_dead, err));
-  step_state *t = state_get(s, *run_id);
+  step_state *t = state_get(s, *run_id, NULL);
   if (!t) { /* the step finished here, or too many are open: drop it */
     gr_tensor_release(&v);
     return GR_OK;
@@ -425,8 +479,8 @@ void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
   uint64_t run_id = 0;
   if (push(s, c, m, &run_id, &e) != GR_OK) {
-    fprintf(stderr, "graphrun: %s: %s\n", s->task, e.msg);
-    step_state *t = run_id ? state_get(s, run_id) : NULL;
+    gr_server_log(s, "%s", e.msg);
+    step_state *t = run_id ? state_get(s, run_id, NULL) : NULL;
     if (t) {
       state_abort(s, t, e.code, e.msg);
       state_unref(s, t);
@@ -442,14 +496,14 @@ void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m) {
   if (gr_msg_u64(&m->msg.root, "run", &run_id, &e) == GR_OK &&
       gr_msg_u64(&m->msg.root, "code", &code, &e) == GR_OK &&
       gr_msg_str(&m->msg.root, "msg", msg, sizeof msg, &e) == GR_OK) {
-    step_state *t = state_get(s, run_id);
+    step_state *t = state_get(s, run_id, NULL);
     if (t) {
       state_abort(s, t, code > 0 && code < GR_STATUS_COUNT ? (gr_status)code : GR_ERR_CANCELLED,
                   msg);
       state_unref(s, t);
     }
   } else {
-    fprintf(stderr, "graphrun: %s: a bad abort from %s: %s\n", s->task, gr_conn_peer(c), e.msg);
+    gr_server_log(s, "a bad abort from %s: %s", gr_conn_peer(c), e.msg);
   }
   gr_inmsg_free(m);
 }

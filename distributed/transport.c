@@ -170,6 +170,7 @@ void gr_conn_unref(gr_conn *c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
   pthread_mutex_destroy(&c->mu);
   free(c->stage);
+  gr_inmsg_free(c->in); /* a frame cut short by the peer */
   gr_buffer_release(c->body);
   free(c->secret);
   free(c);
@@ -436,11 +437,22 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- reading --------------------------------------------------------------------- */
 
-/* The peer sent something wrong: log it (naming the peer) and close. */
+void gr_conn_log(const gr_conn_handler *h, const char *line) {
+  if (h->log)
+    h->log(h->arg, line);
+  else
+    fprintf(stderr, "graphrun: %s\n", line);
+}
+
+/* The peer sent something wrong: log it (naming the peer; a server's side
+ * only) and close. */
 static void bad_peer(gr_conn *c, const gr_error *e) {
-  char why[GR_ERROR_MSG_MAX + 96];
+  char why[GR_ERROR_MSG_MAX + 96], line[GR_ERROR_MSG_MAX + 160];
   snprintf(why, sizeof why, "bad frame from %s: %s", c->peer, e->msg);
-  if (c->is_server) fprintf(stderr, "graphrun: %s; closing that connection\n", why);
+  if (c->is_server) {
+    snprintf(line, sizeof line, "%s; closing that connection", why);
+    gr_conn_log(&c->h, line);
+  }
   gr_conn_close_now(c, e->code == GR_OK ? GR_ERR_INVALID_ARGUMENT : e->code, why);
 }
 

@@ -68,6 +68,8 @@ struct gr_conn {
  * second one for the caller. */
 gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, const char *secret,
                          const gr_conn_handler *h, gr_conn **out, gr_error *err);
+/* A log line of the transport through h->log (stderr when NULL). */
+void gr_conn_log(const gr_conn_handler *h, const char *line);
 /* Closes now (loop thread, or any thread once the loop has stopped). */
 void gr_conn_close_now(gr_conn *c, gr_status code, const char *why);
 /* The server's check of an AUTH frame; sends AUTH_OK and marks c authed. */

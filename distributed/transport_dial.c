@@ -102,7 +102,9 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
   gr_conn *c;
   gr_error e;
   if (gr_conn_attach(ls->loop, fd, peer, true, ls->secret, &ls->h, &c, &e) != GR_OK) {
-    fprintf(stderr, "graphrun: accepting %s: %s\n", peer, e.msg);
+    char line[GR_ERROR_MSG_MAX + 96];
+    snprintf(line, sizeof line, "accepting %s: %s", peer, e.msg);
+    gr_conn_log(&ls->h, line);
     return;
   }
   if (send_hello(c, &e) != GR_OK) {

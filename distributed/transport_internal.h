@@ -52,6 +52,11 @@ typedef struct gr_conn_handler {
   /* The connection closed (loop thread, once; why: the cause). */
   void (*on_close)(void *arg, gr_conn *c, const gr_error *why);
   void *arg;
+  /* The transport's log lines about an accepted connection (a bad frame
+   * from the peer, a failed accept): log(arg, line), one line without a
+   * newline, on the loop thread. NULL: "graphrun: LINE\n" on stderr. A
+   * listener's handler is copied into every connection it accepts. */
+  void (*log)(void *arg, const char *line);
 } gr_conn_handler;
 
 /* Starts the loop thread. */

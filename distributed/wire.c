@@ -107,7 +107,8 @@ const msgpack_object *gr_msg_get(const msgpack_object *map, const char *key) {
   size_t n = strlen(key);
   for (uint32_t i = 0; i < map->via.map.size; i++) {
     const msgpack_object *k = &map->via.map.ptr[i].key;
-    if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n && !memcmp(k->via.str.ptr, key, n))
+    if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+        (n == 0 || !memcmp(k->via.str.ptr, key, n))) /* "" has a NULL pointer */
       return &map->via.map.ptr[i].val;
   }
   return NULL;
@@ -127,8 +128,9 @@ const char *gr_msg_kind_name(const msgpack_object *o) {
     case MSGPACK_OBJECT_BOOLEAN:
       return "a bool";
     case MSGPACK_OBJECT_POSITIVE_INTEGER:
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
       return "an integer";
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+      return "a negative integer";
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64:
       return "a float";
@@ -205,6 +207,11 @@ gr_status gr_msg_bool(const msgpack_object *map, const char *key, bool *out, gr_
 gr_status gr_msg_item_str(const msgpack_object *o, const char *what, const char **s, size_t *len,
                           gr_error *err) {
   if (o->type != MSGPACK_OBJECT_STR) return wrong(what, "a string", o, err);
+  if (o->via.str.size == 0) { /* msgpack-c gives "" a NULL pointer */
+    *s = "";
+    *len = 0;
+    return GR_OK;
+  }
   if (memchr(o->via.str.ptr, '\0', o->via.str.size))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s holds a NUL byte", what);
   *s = o->via.str.ptr;

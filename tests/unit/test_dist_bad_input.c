@@ -1,0 +1,2127 @@
+/* Bad input against a real server (distributed/, DESIGN.md §5 "Wire",
+ * "Security", "Errors"): servers started in this process on ephemeral
+ * loopback ports, raw sockets that send arbitrary bytes, and after every
+ * case a well-behaved client (a raw GET_STATUS round trip and a gr_master
+ * session running a small graph on the server's task) that must still be
+ * served. Each case asserts the specific error: in a response, or in the
+ * server's log (gr_server_options.log_fn), which names the peer.
+ *
+ * Every wait is bounded (poll with deadlines). The transport's limits
+ * (gr_transport_set_limits) are lowered only inside the cases that need
+ * it and restored after. Two servers: /job:worker/task:0 without a secret
+ * and /job:ps/task:0 with one. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <graphrun.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "distributed/transport_internal.h"
+#include "distributed/wire_internal.h"
+#include "gr_test.h"
+
+#define TIMEOUT_MS 10000
+#define SECRET     "bad-input-secret"
+#define TASK0      "/job:worker/replica:0/task:0"
+#define DEV0       TASK0 "/device:CPU:0"
+#define TASK1      "/job:worker/replica:0/task:1" /* a peer that is not running */
+#define DEV1       TASK1 "/device:CPU:0"
+#define PEER_INC   0x1111222233334444ull /* task 1's incarnation, as registered */
+#define KEY_INC    0x0123456789abcdefull /* the session incarnation in keys */
+
+static gr_server *srv, *srv_secret;
+static int port, port_secret;
+static uint64_t inc0;     /* srv's incarnation */
+static uint64_t handle_a; /* x (float32 [3]) fed, x * x fetched */
+static uint64_t handle_b; /* (1 + 2) received from task 1, + 10 fetched */
+static char key_b[512];   /* the rendezvous key graph b's _recv waits on */
+static uint64_t next_run = 1000;
+
+/* ---- the servers' log ---------------------------------------------------- */
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *log_buf;
+static size_t log_len, log_cap;
+static int64_t log_lines;
+
+static void log_hook(void *arg, const char *line) {
+  (void)arg;
+  size_t n = strlen(line);
+  pthread_mutex_lock(&log_mu);
+  log_lines++;
+  if (log_len + n + 2 > log_cap) {
+    size_t cap = log_cap ? 2 * log_cap : 1 << 16;
+    while (cap < log_len + n + 2) cap *= 2;
+    char *more = cap <= (1u << 26) ? realloc(log_buf, cap) : NULL;
+    if (!more) { /* keep the newest lines: forget the old ones */
+      log_len = 0;
+    } else {
+      log_buf = more;
+      log_cap = cap;
+    }
+  }
+  if (log_len + n + 2 <= log_cap) {
+    memcpy(log_buf + log_len, line, n);
+    log_len += n;
+    log_buf[log_len++] = '\n';
+    log_buf[log_len] = '\0';
+  }
+  pthread_mutex_unlock(&log_mu);
+}
+
+static void log_reset(void) {
+  pthread_mutex_lock(&log_mu);
+  log_len = 0;
+  if (log_buf) log_buf[0] = '\0';
+  pthread_mutex_unlock(&log_mu);
+}
+
+static int64_t log_count(void) {
+  pthread_mutex_lock(&log_mu);
+  int64_t n = log_lines;
+  pthread_mutex_unlock(&log_mu);
+  return n;
+}
+
+static bool log_has(const char *sub) {
+  pthread_mutex_lock(&log_mu);
+  bool has = log_buf && strstr(log_buf, sub);
+  pthread_mutex_unlock(&log_mu);
+  return has;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Waits until the log holds sub (the server logs from its threads). */
+static bool log_wait(const char *sub, int ms) {
+  int64_t deadline = gr_wire_now_ms() + ms;
+  while (!log_has(sub)) {
+    if (gr_wire_now_ms() > deadline) return false;
+    sleep_ms(1);
+  }
+  return true;
+}
+
+static void log_dump(void) {
+  pthread_mutex_lock(&log_mu);
+  const char *tail = log_buf ? log_buf : "";
+  if (log_len > 4000) tail = log_buf + log_len - 4000;
+  fprintf(stderr, "---- the server's log (last lines) ----\n%s----\n", tail);
+  pthread_mutex_unlock(&log_mu);
+}
+
+#define CHECK_LOG(sub)                                                                             \
+  do {                                                                                             \
+    const char *want_ = (sub);                                                                     \
+    bool found_ = log_wait(want_, TIMEOUT_MS);                                                     \
+    GR_CHECK_MSG(found_, "the server did not log '%s'", want_);                                    \
+    if (!found_) log_dump();                                                                       \
+  } while (0)
+
+/* ---- bytes and msgpack --------------------------------------------------- */
+
+typedef struct bytes {
+  uint8_t *p;
+  size_t n, cap;
+} bytes;
+
+static void b_add(bytes *b, const void *p, size_t n) {
+  if (b->n + n > b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 256;
+    while (cap < b->n + n) cap *= 2;
+    uint8_t *more = realloc(b->p, cap);
+    if (!more) abort();
+    b->p = more;
+    b->cap = cap;
+  }
+  if (n) memcpy(b->p + b->n, p, n);
+  b->n += n;
+}
+
+static void b_zeros(bytes *b, size_t n) {
+  uint8_t z[64] = {0};
+  while (n > 0) {
+    size_t k = n < sizeof z ? n : sizeof z;
+    b_add(b, z, k);
+    n -= k;
+  }
+}
+
+static void b_free(bytes *b) {
+  free(b->p);
+  *b = (bytes){0};
+}
+
+typedef struct mp { /* a message's map being built */
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+} mp;
+
+static void mp_init(mp *m) {
+  msgpack_sbuffer_init(&m->sb);
+  msgpack_packer_init(&m->pk, &m->sb, msgpack_sbuffer_write);
+}
+static void mp_free(mp *m) {
+  msgpack_sbuffer_destroy(&m->sb);
+}
+static void mp_str(mp *m, const char *s) {
+  gr_pack_str(&m->pk, s);
+}
+static void mp_u64(mp *m, const char *key, uint64_t v) {
+  mp_str(m, key);
+  msgpack_pack_uint64(&m->pk, v);
+}
+static void mp_kstr(mp *m, const char *key, const char *v) {
+  mp_str(m, key);
+  mp_str(m, v);
+}
+
+/* A tensor descriptor [dtype, dims, offset, bytes]. */
+static void pk_tensor(msgpack_packer *pk, const char *dtype, int rank, const int64_t *dims,
+                      int64_t off, int64_t nbytes) {
+  msgpack_pack_array(pk, 4);
+  gr_pack_str(pk, dtype);
+  msgpack_pack_array(pk, (size_t)rank);
+  for (int d = 0; d < rank; d++) msgpack_pack_int64(pk, dims[d]);
+  msgpack_pack_int64(pk, off);
+  msgpack_pack_int64(pk, nbytes);
+}
+
+static void frame_header(bytes *out, uint8_t version, uint8_t type, uint16_t flags, uint32_t hl,
+                         uint32_t bl) {
+  gr_frame_header h = {
+      .version = version, .type = type, .flags = flags, .header_len = hl, .body_len = bl};
+  uint8_t hb[GR_WIRE_HEADER_SIZE];
+  gr_wire_put_frame_header(hb, &h);
+  b_add(out, hb, sizeof hb);
+}
+
+/* A frame of type with the map m and a body of bl bytes. */
+static void frame(bytes *out, int type, const mp *m, const void *body, size_t bl) {
+  frame_header(out, GR_WIRE_VERSION, (uint8_t)type, 0, (uint32_t)m->sb.size, (uint32_t)bl);
+  b_add(out, m->sb.data, m->sb.size);
+  if (bl) b_add(out, body, bl);
+}
+
+/* A frame whose map is the raw bytes map (any bytes at all). */
+static void frame_raw_map(bytes *out, int type, const void *map, size_t mn) {
+  frame_header(out, GR_WIRE_VERSION, (uint8_t)type, 0, (uint32_t)mn, 0);
+  b_add(out, map, mn);
+}
+
+/* GET_STATUS {id}. */
+static void status_frame(bytes *out, uint64_t id) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 1);
+  mp_u64(&m, "id", id);
+  frame(out, GR_MSG_GET_STATUS, &m, NULL, 0);
+  mp_free(&m);
+}
+
+/* ---- raw connections ----------------------------------------------------- */
+
+typedef struct rc {
+  int fd;
+  char me[64]; /* this end as the server names it: "127.0.0.1:PORT" */
+} rc;
+
+static bool rc_connect(rc *c, int p, int rcvbuf) {
+  c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c->fd < 0) return false;
+  if (rcvbuf > 0) setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(c->fd, (struct sockaddr *)&a, sizeof a) != 0) { /* loopback: at once */
+    close(c->fd);
+    c->fd = -1;
+    return false;
+  }
+  struct sockaddr_in me;
+  socklen_t sl = sizeof me;
+  getsockname(c->fd, (struct sockaddr *)&me, &sl);
+  snprintf(c->me, sizeof c->me, "127.0.0.1:%d", ntohs(me.sin_port));
+  fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
+  return true;
+}
+
+static void rc_close(rc *c) {
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+}
+
+static bool rc_poll(rc *c, short ev, int64_t deadline) {
+  for (;;) {
+    int64_t left = deadline - gr_wire_now_ms();
+    if (left <= 0) return false;
+    struct pollfd p = {.fd = c->fd, .events = ev};
+    int r = poll(&p, 1, (int)left);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return false;
+  }
+}
+
+static bool rc_read_exact(rc *c, void *buf, size_t n, int64_t deadline) {
+  size_t got = 0;
+  while (got < n) {
+    if (!rc_poll(c, POLLIN, deadline)) return false;
+    ssize_t r = read(c->fd, (char *)buf + got, n - got);
+    if (r == 0) return false;
+    if (r < 0 && errno != EINTR && errno != EAGAIN) return false;
+    if (r > 0) got += (size_t)r;
+  }
+  return true;
+}
+
+/* Sends all of p; false when the server closed (or nothing moved for
+ * TIMEOUT_MS). */
+static bool rc_send(rc *c, const void *p, size_t n) {
+  size_t done = 0;
+  int64_t deadline = gr_wire_now_ms() + TIMEOUT_MS;
+  while (done < n) {
+    if (!rc_poll(c, POLLOUT, deadline)) return false;
+    ssize_t w = send(c->fd, (const char *)p + done, n - done, MSG_NOSIGNAL);
+    if (w < 0 && errno != EINTR && errno != EAGAIN) return false;
+    if (w > 0) done += (size_t)w, deadline = gr_wire_now_ms() + TIMEOUT_MS;
+  }
+  return true;
+}
+
+/* Reads and drops what arrives until the server closes the connection (end
+ * of file or reset): true; false when it is still open after TIMEOUT_MS. */
+static bool rc_closed(rc *c) {
+  int64_t deadline = gr_wire_now_ms() + TIMEOUT_MS;
+  char buf[4096];
+  for (;;) {
+    if (!rc_poll(c, POLLIN, deadline)) return false;
+    ssize_t r = read(c->fd, buf, sizeof buf);
+    if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) return true;
+  }
+}
+
+/* As rc_closed; *got: the bytes that arrived before the end. */
+static bool rc_closed_n(rc *c, size_t *got) {
+  int64_t deadline = gr_wire_now_ms() + TIMEOUT_MS;
+  char buf[4096];
+  *got = 0;
+  for (;;) {
+    if (!rc_poll(c, POLLIN, deadline)) return false;
+    ssize_t r = read(c->fd, buf, sizeof buf);
+    if (r > 0) *got += (size_t)r;
+    if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) return true;
+  }
+}
+
+/* One frame: its header, map (parsed) and body (malloc'd, or NULL). */
+typedef struct inframe {
+  gr_frame_header h;
+  gr_msg m;
+  uint8_t *body;
+} inframe;
+
+static void inframe_free(inframe *f) {
+  gr_msg_free(&f->m);
+  free(f->body);
+  f->body = NULL;
+}
+
+static bool rc_read_frame(rc *c, inframe *f) {
+  int64_t deadline = gr_wire_now_ms() + TIMEOUT_MS;
+  uint8_t hb[GR_WIRE_HEADER_SIZE];
+  gr_error err;
+  memset(f, 0, sizeof *f);
+  if (!rc_read_exact(c, hb, sizeof hb, deadline)) return false;
+  if (gr_wire_parse_frame_header(hb, (size_t)1 << 28, &f->h, &err) != GR_OK) {
+    fprintf(stderr, "a bad frame from the server: %s\n", err.msg);
+    return false;
+  }
+  uint8_t *map = malloc(f->h.header_len);
+  f->body = f->h.body_len ? malloc(f->h.body_len) : NULL;
+  bool ok = map && (!f->h.body_len || f->body) &&
+            rc_read_exact(c, map, f->h.header_len, deadline) &&
+            gr_msg_parse(&f->m, map, f->h.header_len, &err) == GR_OK;
+  free(map);
+  if (ok && f->h.body_len && !rc_read_exact(c, f->body, f->h.body_len, deadline)) {
+    gr_msg_free(&f->m);
+    ok = false;
+  }
+  if (!ok) {
+    free(f->body);
+    f->body = NULL;
+  }
+  return ok;
+}
+
+/* Connects and reads the server's HELLO. */
+static bool rc_open_ex(rc *c, int p, bool *auth, uint8_t nonce[GR_AUTH_NONCE]) {
+  if (!rc_connect(c, p, 0)) return false;
+  inframe f;
+  gr_error err;
+  if (!rc_read_frame(c, &f)) return rc_close(c), false;
+  bool ok = f.h.type == GR_MSG_HELLO && gr_msg_bool(&f.m.root, "auth", auth, &err) == GR_OK;
+  const void *n;
+  if (ok && *auth) ok = gr_msg_bin(&f.m.root, "nonce", GR_AUTH_NONCE, &n, &err) == GR_OK;
+  if (ok && *auth) memcpy(nonce, n, GR_AUTH_NONCE);
+  inframe_free(&f);
+  if (!ok) rc_close(c);
+  return ok;
+}
+
+/* A connection to srv, past its HELLO (no authentication). */
+static bool rc_open(rc *c) {
+  bool auth = true;
+  uint8_t nonce[GR_AUTH_NONCE];
+  return rc_open_ex(c, port, &auth, nonce) && !auth;
+}
+
+/* An AUTH frame answering the server's nonce with secret. */
+static void auth_frame(bytes *out, const char *secret, const uint8_t snonce[GR_AUTH_NONCE]) {
+  uint8_t cnonce[GR_AUTH_NONCE], mac[GR_AUTH_MAC];
+  for (int i = 0; i < GR_AUTH_NONCE; i++) cnonce[i] = (uint8_t)(i * 7 + 1);
+  gr_auth_mac(secret, "client", snonce, cnonce, mac);
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 2);
+  mp_str(&m, "nonce");
+  msgpack_pack_bin(&m.pk, GR_AUTH_NONCE);
+  msgpack_pack_bin_body(&m.pk, cnonce, GR_AUTH_NONCE);
+  mp_str(&m, "mac");
+  msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
+  msgpack_pack_bin_body(&m.pk, mac, GR_AUTH_MAC);
+  frame(out, GR_MSG_AUTH, &m, NULL, 0);
+  mp_free(&m);
+}
+
+/* A connection to srv_secret, authenticated. */
+static bool rc_open_auth(rc *c) {
+  bool auth = false;
+  uint8_t nonce[GR_AUTH_NONCE];
+  if (!rc_open_ex(c, port_secret, &auth, nonce)) return false;
+  bytes a = {0};
+  auth_frame(&a, SECRET, nonce);
+  inframe f;
+  bool ok = auth && rc_send(c, a.p, a.n) && rc_read_frame(c, &f);
+  b_free(&a);
+  if (ok) {
+    ok = f.h.type == GR_MSG_AUTH_OK;
+    inframe_free(&f);
+  }
+  if (!ok) rc_close(c);
+  return ok;
+}
+
+/* A RESPONSE: its id, code and message (code 0: msg ""); f keeps the rest. */
+typedef struct resp {
+  uint64_t id, code;
+  char msg[GR_ERROR_MSG_MAX];
+  inframe f;
+} resp;
+
+static bool rc_response(rc *c, resp *r) {
+  gr_error err;
+  memset(r, 0, sizeof *r);
+  if (!rc_read_frame(c, &r->f)) return false;
+  if (r->f.h.type != GR_MSG_RESPONSE || gr_msg_u64(&r->f.m.root, "id", &r->id, &err) != GR_OK ||
+      gr_msg_u64(&r->f.m.root, "code", &r->code, &err) != GR_OK) {
+    inframe_free(&r->f);
+    return false;
+  }
+  if (r->code != 0 && gr_msg_str(&r->f.m.root, "msg", r->msg, sizeof r->msg, &err) != GR_OK)
+    snprintf(r->msg, sizeof r->msg, "(no message)");
+  return true;
+}
+
+/* ---- the well-behaved clients -------------------------------------------- */
+
+/* A raw GET_STATUS round trip on a new connection. */
+static bool serving_raw(int p) {
+  rc c;
+  if (p == port ? !rc_open(&c) : !rc_open_auth(&c)) {
+    fprintf(stderr, "serving_raw: cannot connect\n");
+    return false;
+  }
+  bytes b = {0};
+  status_frame(&b, 42);
+  resp r;
+  bool ok = rc_send(&c, b.p, b.n) && rc_response(&c, &r);
+  b_free(&b);
+  if (ok) {
+    char task[128] = "";
+    gr_error err;
+    ok = r.id == 42 && r.code == 0 &&
+         gr_msg_str(&r.f.m.root, "task", task, sizeof task, &err) == GR_OK &&
+         !strcmp(task, p == port ? TASK0 : "/job:ps/replica:0/task:0");
+    inframe_free(&r.f);
+  }
+  rc_close(&c);
+  if (!ok) fprintf(stderr, "serving_raw: no good GET_STATUS response\n");
+  return ok;
+}
+
+/* A master and a session on the server's task: (x * x + 1) for a fed x. */
+static bool serving_master(int p) {
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", p);
+  const char *addrs[] = {addr};
+  gr_master_options mo = {.num_tasks = 1,
+                          .addresses = addrs,
+                          .secret = p == port ? NULL : SECRET,
+                          .connect_timeout_ms = TIMEOUT_MS,
+                          .step_timeout_ms = TIMEOUT_MS};
+  gr_master *m;
+  gr_error err;
+  if (gr_master_new(&mo, &m, &err) != GR_OK) {
+    fprintf(stderr, "serving_master: %s\n", err.msg);
+    return false;
+  }
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_device_scope(g, p == port ? "/job:worker/task:0" : "/job:ps/task:0");
+  gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_make(1, (int64_t[]){3}));
+  gr_output y = gr_add(g, gr_mul(g, x, x), gr_const_f32(g, 1));
+  gr_graph_pop_device_scope(g);
+  bool ok = false;
+  gr_session *s = gr_master_session_new(m, g, NULL, &err);
+  gr_tensor xv, out;
+  if (s &&
+      gr_tensor_from_data(&xv, GR_F32, &(gr_shape){1, {3}}, (float[]){1, 2, 3}, &err) == GR_OK) {
+    gr_feed f = {x, &xv};
+    if (gr_session_run(s, &f, 1, &y, 1, &out, NULL, 0, &err) == GR_OK) {
+      ok = gr_tensor_get_f64(&out, 0) == 2 && gr_tensor_get_f64(&out, 1) == 5 &&
+           gr_tensor_get_f64(&out, 2) == 10;
+      gr_tensor_release(&out);
+    }
+    gr_tensor_release(&xv);
+  }
+  if (!ok) fprintf(stderr, "serving_master: %s\n", err.msg);
+  gr_session_free(s);
+  gr_graph_free(g);
+  gr_master_free(m);
+  return ok;
+}
+
+#define CHECK_SERVING()                                                                            \
+  do {                                                                                             \
+    GR_CHECK(serving_raw(port));                                                                   \
+    GR_CHECK(serving_master(port));                                                                \
+  } while (0)
+
+#define CHECK_SERVING_SECRET()                                                                     \
+  do {                                                                                             \
+    GR_CHECK(serving_raw(port_secret));                                                            \
+    GR_CHECK(serving_master(port_secret));                                                         \
+  } while (0)
+
+/* ---- cases' helpers ------------------------------------------------------ */
+
+/* Sends bytes on a new connection; the server must log "bad frame from
+ * ME: want" and close the connection. */
+static void expect_bad_frame(const void *p, size_t n, const char *want) {
+  rc c;
+  GR_CHECK(rc_open(&c));
+  if (c.fd < 0) return;
+  rc_send(&c, p, n); /* may fail once the server closed */
+  char line[1024];
+  snprintf(line, sizeof line, "bad frame from %s: %s", c.me, want);
+  CHECK_LOG(line);
+  GR_CHECK(rc_closed(&c));
+  rc_close(&c);
+}
+
+/* Sends a request on a new connection; its response must carry code and a
+ * message containing want (code 0: a success, *out keeps it when not NULL). */
+static void expect_response(const bytes *req, uint64_t id, gr_status code, const char *want,
+                            resp *out) {
+  if (out) memset(out, 0, sizeof *out), out->code = UINT64_MAX;
+  rc c;
+  GR_CHECK(rc_open(&c));
+  if (c.fd < 0) return;
+  resp r;
+  bool ok = rc_send(&c, req->p, req->n) && rc_response(&c, &r);
+  GR_CHECK_MSG(ok, "no response to a %s request", gr_msg_type_name(req->p[5]));
+  if (ok) {
+    GR_CHECK_EQ_INT(r.id, id);
+    GR_CHECK_MSG(r.code == (uint64_t)code, "code %s, want %s: %s",
+                 gr_status_name((gr_status)r.code), gr_status_name(code), r.msg);
+    if (want) GR_CHECK_STR_CONTAINS(r.msg, want);
+    if (out)
+      *out = r;
+    else
+      inframe_free(&r.f);
+  }
+  rc_close(&c);
+}
+
+/* A RUN map's first entries: id, handle, inc, step, run, seed (6 of entries). */
+static void run_map(mp *m, uint32_t entries, uint64_t id, uint64_t handle, uint64_t inc,
+                    uint64_t run) {
+  msgpack_pack_map(&m->pk, entries);
+  mp_u64(m, "id", id);
+  mp_u64(m, "handle", handle);
+  mp_u64(m, "inc", inc);
+  mp_u64(m, "step", 1);
+  mp_u64(m, "run", run);
+  mp_u64(m, "seed", 7);
+}
+
+/* A RUN of graph a whose one feed is [0, tensor descriptor] with a body of
+ * body_len bytes holding the floats 1, 2, 3 at offset 0 (bool: 1, 1, 0). */
+static void run_a_frame(bytes *out, uint64_t id, uint64_t run, const char *dtype, int rank,
+                        const int64_t *dims, int64_t off, int64_t nbytes, size_t body_len) {
+  mp m;
+  mp_init(&m);
+  run_map(&m, 7, id, handle_a, inc0, run);
+  mp_str(&m, "feeds");
+  msgpack_pack_array(&m.pk, 1);
+  msgpack_pack_array(&m.pk, 2);
+  msgpack_pack_int(&m.pk, 0);
+  pk_tensor(&m.pk, dtype, rank, dims, off, nbytes);
+  bytes body = {0};
+  float v[3] = {1, 2, 3};
+  b_add(&body, v, body_len < sizeof v ? body_len : sizeof v);
+  if (body_len > sizeof v) b_zeros(&body, body_len - sizeof v);
+  frame(out, GR_MSG_RUN, &m, body.p, body_len);
+  b_free(&body);
+  mp_free(&m);
+}
+
+/* A well-formed RUN of graph a: x = {1, 2, 3}. */
+static void good_run_a(bytes *out, uint64_t id, uint64_t run) {
+  run_a_frame(out, id, run, "float32", 1, (int64_t[]){3}, 0, 12, 64);
+}
+
+/* Checks a RUN response of graph a: fetch 0 = {1, 4, 9}. */
+static bool fetch_a_ok(const resp *r) {
+  const msgpack_object_array *fx;
+  gr_error err;
+  if (r->code != 0 || gr_msg_array(&r->f.m.root, "fetches", 4, &fx, &err) != GR_OK || fx->size != 1)
+    return false;
+  const msgpack_object *t = &fx->ptr[0];
+  if (t->type != MSGPACK_OBJECT_ARRAY || t->via.array.size != 2) return false;
+  const msgpack_object *d = &t->via.array.ptr[1];
+  if (d->type != MSGPACK_OBJECT_ARRAY || d->via.array.size != 4) return false;
+  uint64_t off = d->via.array.ptr[2].via.u64, n = d->via.array.ptr[3].via.u64;
+  float v[3];
+  if (n != sizeof v || off + n > r->f.h.body_len) return false;
+  memcpy(v, r->f.body + off, sizeof v);
+  return v[0] == 1 && v[1] == 4 && v[2] == 9;
+}
+
+/* The one float fetched by a RUN response (graph b). */
+static float fetch_float(const resp *r) {
+  const msgpack_object_array *fx;
+  gr_error err;
+  if (r->code != 0 || gr_msg_array(&r->f.m.root, "fetches", 4, &fx, &err) != GR_OK ||
+      fx->size != 1 || fx->ptr[0].type != MSGPACK_OBJECT_ARRAY)
+    return -1;
+  const msgpack_object *d = &fx->ptr[0].via.array.ptr[1];
+  if (d->type != MSGPACK_OBJECT_ARRAY || d->via.array.size != 4) return -1;
+  uint64_t off = d->via.array.ptr[2].via.u64;
+  float v;
+  if (off + sizeof v > r->f.h.body_len) return -1;
+  memcpy(&v, r->f.body + off, sizeof v);
+  return v;
+}
+
+/* A RUN of graph b (no feeds): it waits for task 1's push. */
+static void run_b_frame(bytes *out, uint64_t id, uint64_t run) {
+  mp m;
+  mp_init(&m);
+  run_map(&m, 7, id, handle_b, inc0, run);
+  mp_str(&m, "feeds");
+  msgpack_pack_array(&m.pk, 0);
+  frame(out, GR_MSG_RUN, &m, NULL, 0);
+  mp_free(&m);
+}
+
+/* A TENSOR push of the float v for run under key, as from at incarnation inc. */
+static void push_frame(bytes *out, uint64_t run, const char *key, const char *from, uint64_t inc,
+                       float v) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 6);
+  mp_u64(&m, "run", run);
+  mp_kstr(&m, "key", key);
+  mp_kstr(&m, "from", from);
+  mp_u64(&m, "inc", inc);
+  mp_str(&m, "dead");
+  msgpack_pack_false(&m.pk);
+  mp_str(&m, "value");
+  pk_tensor(&m.pk, "float32", 0, NULL, 0, 4);
+  uint8_t body[64] = {0};
+  memcpy(body, &v, sizeof v);
+  frame(out, GR_MSG_TENSOR, &m, body, sizeof body);
+  mp_free(&m);
+}
+
+/* The serialized graph of one partition and its endpoints, for REGISTER. */
+typedef struct part {
+  void *graph;
+  size_t size;
+  char feed[128], fetch[128]; /* node names ("" when none) */
+} part;
+
+/* Packs [device, offset, bytes, feeds, fetches] of p at body offset off. */
+static void pk_part(msgpack_packer *pk, const char *device, const part *p, size_t off) {
+  msgpack_pack_array(pk, 5);
+  gr_pack_str(pk, device);
+  msgpack_pack_uint64(pk, off);
+  msgpack_pack_uint64(pk, p->size);
+  msgpack_pack_array(pk, p->feed[0] ? 1 : 0);
+  if (p->feed[0]) {
+    msgpack_pack_array(pk, 3);
+    gr_pack_str(pk, p->feed);
+    msgpack_pack_int(pk, 0);
+    msgpack_pack_int(pk, 0);
+  }
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_array(pk, 3);
+  gr_pack_str(pk, p->fetch);
+  msgpack_pack_int(pk, 0);
+  msgpack_pack_int(pk, 0);
+}
+
+/* REGISTER {id, inc, peers: [task 1], parts: [p on device]} with p's graph
+ * as the body. */
+static void register_frame(bytes *out, uint64_t id, uint64_t inc, const char *device,
+                           const part *p) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 4);
+  mp_u64(&m, "id", id);
+  mp_u64(&m, "inc", inc);
+  mp_str(&m, "peers");
+  msgpack_pack_array(&m.pk, 1);
+  msgpack_pack_array(&m.pk, 3);
+  gr_pack_str(&m.pk, TASK1);
+  gr_pack_str(&m.pk, "127.0.0.1:1");
+  msgpack_pack_uint64(&m.pk, PEER_INC);
+  mp_str(&m, "parts");
+  msgpack_pack_array(&m.pk, 1);
+  pk_part(&m.pk, device, p, 0);
+  frame(out, GR_MSG_REGISTER, &m, p->graph, p->size);
+  mp_free(&m);
+}
+
+static part part_a, part_b;
+
+/* Graph a: x (float32 [3], fed) and y = x * x, all on DEV0. */
+static bool make_part_a(part *p) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_make(1, (int64_t[]){3}));
+  gr_output y = gr_mul(g, x, x);
+  gr_error err;
+  snprintf(p->feed, sizeof p->feed, "%s", x.node->name);
+  snprintf(p->fetch, sizeof p->fetch, "%s", y.node->name);
+  bool ok = gr_wire_encode_graph(g, NULL, &p->graph, &p->size, &err) == GR_OK;
+  if (!ok) fprintf(stderr, "graph a: %s\n", err.msg);
+  gr_graph_free(g);
+  return ok;
+}
+
+/* Graph b: a = 1 + 2 on task 1 (not running: the test pushes its value),
+ * b = a + 10 on DEV0. DEV0's partition receives a. */
+static bool make_part_b(part *p) {
+  gr_graph *g = gr_graph_new();
+  gr_output a = gr_add(g, gr_const_f32(g, 1), gr_const_f32(g, 2));
+  gr_output b = gr_add(g, a, gr_const_f32(g, 10));
+  int n = gr_graph_num_nodes(g);
+  gr_node **nodes = calloc((size_t)n, sizeof *nodes);
+  for (int i = 0; i < n; i++) {
+    nodes[i] = gr_graph_node(g, i);
+    nodes[i]->assigned_device = i <= a.node->id ? DEV1 : DEV0;
+  }
+  gr_partition_options po = {.incarnation = KEY_INC};
+  gr_partitions *ps = NULL;
+  gr_error err;
+  bool ok = gr_partition_graph(nodes, n, NULL, 0, &b, 1, &po, &ps, &err) == GR_OK;
+  if (!ok) fprintf(stderr, "graph b: %s\n", err.msg);
+  for (int k = 0; ok && k < ps->num_parts; k++) {
+    gr_partition *pt = &ps->parts[k];
+    if (strcmp(pt->device, DEV0) != 0) continue;
+    for (int id = 0; id < gr_graph_num_nodes(pt->graph); id++) {
+      gr_node *nd = gr_graph_node(pt->graph, id);
+      if (!strcmp(nd->op->name, "_recv"))
+        snprintf(
+            key_b, sizeof key_b, "%s;%016llx;%s;%s;:0", gr_node_attr_string(nd, "send_device", ""),
+            (unsigned long long)gr_node_attr_int(nd, "incarnation", 0),
+            gr_node_attr_string(nd, "recv_device", ""), gr_node_attr_string(nd, "tensor_name", ""));
+    }
+    p->feed[0] = '\0';
+    snprintf(p->fetch, sizeof p->fetch, "%s", pt->fetches[0].node->name);
+    ok = gr_wire_encode_graph(pt->graph, NULL, &p->graph, &p->size, &err) == GR_OK;
+  }
+  ok = ok && key_b[0];
+  gr_partitions_free(ps);
+  free(nodes);
+  gr_graph_free(g);
+  return ok;
+}
+
+/* The connection the graphs were registered over: a server drops the
+ * graphs of a client whose connection closes, so it stays open. */
+static rc reg_conn = {.fd = -1};
+
+/* Registers p on srv over reg_conn (request id: id); its handle (0 on failure). */
+static uint64_t register_part(const part *p, uint64_t id) {
+  if (reg_conn.fd < 0 && !rc_open(&reg_conn)) return 0;
+  bytes b = {0};
+  register_frame(&b, id, inc0, DEV0, p);
+  resp r;
+  uint64_t handle = 0;
+  gr_error err;
+  if (rc_send(&reg_conn, b.p, b.n) && rc_response(&reg_conn, &r)) {
+    if (r.code != 0 || gr_msg_u64(&r.f.m.root, "handle", &handle, &err) != GR_OK) handle = 0;
+    inframe_free(&r.f);
+  }
+  b_free(&b);
+  return handle;
+}
+
+/* ---- frames cut short ---------------------------------------------------- */
+
+/* A valid frame cut after every length, then the peer disconnects: the
+ * server logs that the connection ended in the middle of a frame (before
+ * any byte: that it ended) and serves the next client. check_every: how
+ * often the raw well-behaved client runs between cuts. */
+static void truncated_at_every_byte(const bytes *f, size_t check_every) {
+  for (size_t cut = 0; cut < f->n; cut++) {
+    rc c;
+    GR_CHECK(rc_open(&c));
+    if (c.fd < 0) return;
+    GR_CHECK(rc_send(&c, f->p, cut));
+    char line[256];
+    snprintf(line, sizeof line, "connection from %s ended: %s closed the connection%s", c.me, c.me,
+             cut ? " in the middle of a frame" : "\n");
+    rc_close(&c);
+    if (cut) CHECK_LOG(line); /* a clean close between frames is not logged */
+    if (cut % check_every == 0 || cut + 1 == f->n) GR_CHECK(serving_raw(port));
+  }
+}
+
+static void test_truncated_get_status(void) {
+  bytes f = {0};
+  status_frame(&f, 5);
+  truncated_at_every_byte(&f, 1);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* Header, map and body (a tensor) of a RUN, cut at every byte. */
+static void test_truncated_run(void) {
+  bytes f = {0};
+  good_run_a(&f, 5, next_run++);
+  truncated_at_every_byte(&f, 1);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* A REGISTER with its serialized graph, cut at every byte. */
+static void test_truncated_register(void) {
+  bytes f = {0};
+  register_frame(&f, 5, inc0, DEV0, &part_a);
+  truncated_at_every_byte(&f, 8);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* A TENSOR push (one way) cut at every byte. */
+static void test_truncated_push(void) {
+  bytes f = {0};
+  push_frame(&f, 77, key_b, TASK1, PEER_INC, 3);
+  truncated_at_every_byte(&f, 8);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* The header says 1 MiB of body; 1000 bytes come, then the peer leaves. */
+static void test_body_cut_short(void) {
+  bytes f = {0};
+  run_a_frame(&f, 5, next_run++, "float32", 1, (int64_t[]){3}, 0, 12, 1 << 20);
+  rc c;
+  GR_CHECK(rc_open(&c));
+  size_t head = f.n - (1 << 20);
+  GR_CHECK(rc_send(&c, f.p, head + 1000));
+  char line[256];
+  snprintf(line, sizeof line, "%s closed the connection in the middle of a frame", c.me);
+  rc_close(&c);
+  CHECK_LOG(line);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* ---- frame headers ------------------------------------------------------- */
+
+static void test_bad_magic(void) {
+  bytes f = {0};
+  status_frame(&f, 1);
+  memcpy(f.p, "XRWF", 4);
+  expect_bad_frame(f.p, f.n, "not a graphrun frame (bytes 58 52 57 46, want 'GRWF')");
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+static void test_http_request(void) { /* someone points a browser at the port */
+  const char *get = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  expect_bad_frame(get, strlen(get), "not a graphrun frame (bytes 47 45 54 20");
+  CHECK_SERVING();
+}
+
+static void test_unknown_version(void) {
+  for (int v = 0; v < 256; v += 255) { /* 0 and 255 */
+    bytes f = {0};
+    status_frame(&f, 1);
+    f.p[4] = (uint8_t)v;
+    char want[128];
+    snprintf(want, sizeof want, "wire version %d, this build speaks version 1", v);
+    expect_bad_frame(f.p, f.n, want);
+    b_free(&f);
+  }
+  bytes f = {0};
+  status_frame(&f, 1);
+  f.p[4] = 2;
+  expect_bad_frame(f.p, f.n, "wire version 2, this build speaks version 1");
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+static void test_unknown_type(void) {
+  int types[] = {0, GR_MSG_COUNT, 200, 255};
+  for (int i = 0; i < 4; i++) {
+    bytes f = {0};
+    status_frame(&f, 1);
+    f.p[5] = (uint8_t)types[i];
+    char want[64];
+    snprintf(want, sizeof want, "unknown message type %d", types[i]);
+    expect_bad_frame(f.p, f.n, want);
+    b_free(&f);
+  }
+  CHECK_SERVING();
+}
+
+static void test_nonzero_flags(void) {
+  bytes f = {0};
+  status_frame(&f, 1);
+  f.p[7] = 0x80;
+  expect_bad_frame(f.p, f.n, "get_status frame: unknown flags 0x8000");
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+static void test_header_length_zero(void) {
+  bytes f = {0};
+  frame_header(&f, GR_WIRE_VERSION, GR_MSG_GET_STATUS, 0, 0, 0);
+  expect_bad_frame(f.p, f.n, "get_status frame: header of 0 bytes (must be 1 to 256)");
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* Over the type's maximum: refused from the 16 bytes of the header, before
+ * the server allocates or waits for the 16 MiB it announces. */
+static void test_header_length_over_max(void) {
+  bytes f = {0};
+  frame_header(&f, GR_WIRE_VERSION, GR_MSG_GET_STATUS, 0, 257, 0);
+  b_zeros(&f, 257);
+  expect_bad_frame(f.p, f.n, "get_status frame: header of 257 bytes (must be 1 to 256)");
+  b_free(&f);
+  frame_header(&f, GR_WIRE_VERSION, GR_MSG_REGISTER, 0, (1u << 24) + 1, 0);
+  expect_bad_frame(f.p, f.n, "register frame: header of 16777217 bytes (must be 1 to 16777216)");
+  b_free(&f);
+  frame_header(&f, GR_WIRE_VERSION, GR_MSG_TENSOR, 0, 0xffffffffu, 0);
+  expect_bad_frame(f.p, f.n, "tensor frame: header of 4294967295 bytes (must be 1 to 65536)");
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* A body where the type has none, and one over the receiver's limit. */
+static void test_body_over_max(void) {
+  bytes f = {0};
+  frame_header(&f, GR_WIRE_VERSION, GR_MSG_GET_STATUS, 0, 3, 1);
+  expect_bad_frame(f.p, f.n, "get_status frame: body of 1 bytes is over the limit of 0");
+  b_free(&f);
+  frame_header(&f, GR_WIRE_VERSION, GR_MSG_ABORT, 0, 3, 0x80000000u);
+  expect_bad_frame(f.p, f.n, "abort frame: body of 2147483648 bytes is over the limit of 0");
+  b_free(&f);
+  gr_transport_set_limits((size_t)1 << 30, 4096);
+  run_a_frame(&f, 5, next_run++, "float32", 1, (int64_t[]){3}, 0, 12, 8192);
+  expect_bad_frame(f.p, f.n, "run frame: body of 8192 bytes is over the limit of 4096");
+  gr_transport_set_limits((size_t)1 << 30, 0xffffffffu);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* ---- the map ------------------------------------------------------------- */
+
+static void test_map_not_a_map(void) {
+  const uint8_t arr[] = {0x92, 0x01, 0x02}; /* [1, 2] */
+  bytes f = {0};
+  frame_raw_map(&f, GR_MSG_GET_STATUS, arr, sizeof arr);
+  expect_bad_frame(f.p, f.n, "get_status frame: the message is not a msgpack map");
+  b_free(&f);
+  const uint8_t str[] = {0xa2, 'i', 'd'}; /* "id" */
+  frame_raw_map(&f, GR_MSG_RUN, str, sizeof str);
+  expect_bad_frame(f.p, f.n, "run frame: the message is not a msgpack map");
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+static void test_msgpack_reserved_byte(void) {
+  const uint8_t m[] = {0x81, 0xa2, 'i', 'd', 0xc1};
+  bytes f = {0};
+  frame_raw_map(&f, GR_MSG_GET_STATUS, m, sizeof m);
+  expect_bad_frame(f.p, f.n,
+                   "get_status frame: msgpack: type byte 0xc1 at byte 4 is not accepted (ext or "
+                   "reserved)");
+  b_free(&f);
+  const uint8_t ext[] = {0x81, 0xa2, 'i', 'd', 0xd4, 0x01, 0x00}; /* fixext 1 */
+  frame_raw_map(&f, GR_MSG_GET_STATUS, ext, sizeof ext);
+  expect_bad_frame(f.p, f.n, "get_status frame: msgpack: type byte 0xd4 at byte 4 is not accepted");
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+static void test_msgpack_trailing_bytes(void) {
+  const uint8_t m[] = {0x81, 0xa2, 'i', 'd', 0x01, 0x01, 0x02};
+  bytes f = {0};
+  frame_raw_map(&f, GR_MSG_GET_STATUS, m, sizeof m);
+  expect_bad_frame(f.p, f.n,
+                   "get_status frame: msgpack: 2 bytes after the end of the message at byte 5");
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* Counts and lengths over the bytes present: refused before msgpack-c
+ * allocates for them. */
+static void test_msgpack_counts_over_bytes(void) {
+  const uint8_t map32[] = {0xdf, 0xff, 0xff, 0xff, 0xff, 0xc0};
+  bytes f = {0};
+  frame_raw_map(&f, GR_MSG_RUN, map32, sizeof map32);
+  expect_bad_frame(f.p, f.n,
+                   "run frame: msgpack: 8589934590 items at byte 5, but only 1 bytes follow");
+  b_free(&f);
+  const uint8_t arr32[] = {0x81, 0xa2, 'i', 'd', 0xdd, 0x7f, 0xff, 0xff, 0xff};
+  frame_raw_map(&f, GR_MSG_VARS, arr32, sizeof arr32);
+  expect_bad_frame(f.p, f.n,
+                   "vars frame: msgpack: 2147483647 items at byte 9, but only 0 bytes follow");
+  b_free(&f);
+  const uint8_t str32[] = {0x81, 0xdb, 0x10, 0x00, 0x00, 0x00, 'i', 'd'};
+  frame_raw_map(&f, GR_MSG_GET_STATUS, str32, sizeof str32);
+  expect_bad_frame(f.p, f.n,
+                   "get_status frame: msgpack: a length of 268435456 bytes at byte 6 runs past the "
+                   "end (2 left)");
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+static void test_msgpack_too_deep(void) {
+  bytes m = {0};
+  const uint8_t head[] = {0x81, 0xa1, 'x'};
+  b_add(&m, head, sizeof head);
+  for (int i = 0; i < 10; i++) b_add(&m, (uint8_t[]){0x91}, 1);
+  b_add(&m, (uint8_t[]){0x01}, 1);
+  bytes f = {0};
+  frame_raw_map(&f, GR_MSG_RUN, m.p, m.n);
+  expect_bad_frame(f.p, f.n, "run frame: msgpack: nested too deeply at byte 9");
+  b_free(&f);
+  b_free(&m);
+  CHECK_SERVING();
+}
+
+/* ---- request fields ------------------------------------------------------ */
+
+/* A request without a usable id: nothing to answer to, the connection closes. */
+static void expect_bad_request(const bytes *f, const char *want) {
+  rc c;
+  GR_CHECK(rc_open(&c));
+  if (c.fd < 0) return;
+  rc_send(&c, f->p, f->n);
+  char line[1024];
+  snprintf(line, sizeof line, "bad request from %s: %s", c.me, want);
+  CHECK_LOG(line);
+  GR_CHECK(rc_closed(&c));
+  rc_close(&c);
+}
+
+static void test_id_wrong_type(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 1);
+  mp_kstr(&m, "id", "7");
+  bytes f = {0};
+  frame(&f, GR_MSG_GET_STATUS, &m, NULL, 0);
+  expect_bad_request(&f, "get_status frame: field 'id' must be an unsigned integer, not a string; "
+                         "closing that connection");
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+static void test_id_negative(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 1);
+  mp_str(&m, "id");
+  msgpack_pack_int64(&m.pk, -5);
+  bytes f = {0};
+  frame(&f, GR_MSG_VARS, &m, NULL, 0);
+  expect_bad_request(&f, "vars frame: field 'id' must be an unsigned integer, not a negative "
+                         "integer");
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+static void test_id_missing(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 1);
+  mp_u64(&m, "di", 1);
+  bytes f = {0};
+  frame(&f, GR_MSG_REGISTER, &m, NULL, 0);
+  expect_bad_request(&f, "register frame: field 'id' is missing");
+  b_free(&f);
+  mp_free(&m);
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 0);
+  frame(&f, GR_MSG_RUN, &m, NULL, 0);
+  expect_bad_request(&f, "run frame: field 'id' is missing");
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+static void test_run_field_wrong_type(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 7);
+  mp_u64(&m, "id", 3);
+  mp_kstr(&m, "handle", "1");
+  mp_u64(&m, "inc", inc0);
+  mp_u64(&m, "step", 1);
+  mp_u64(&m, "run", next_run++);
+  mp_u64(&m, "seed", 1);
+  mp_str(&m, "feeds");
+  msgpack_pack_array(&m.pk, 0);
+  bytes f = {0};
+  frame(&f, GR_MSG_RUN, &m, NULL, 0);
+  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT,
+                  "field 'handle' must be an unsigned integer, not a string", NULL);
+  b_free(&f);
+  mp_free(&m);
+  /* a float for the step, a bool for the run */
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 7);
+  mp_u64(&m, "id", 4);
+  mp_u64(&m, "handle", handle_a);
+  mp_u64(&m, "inc", inc0);
+  mp_str(&m, "step");
+  msgpack_pack_double(&m.pk, 1.5);
+  mp_str(&m, "run");
+  msgpack_pack_true(&m.pk);
+  mp_u64(&m, "seed", 1);
+  mp_str(&m, "feeds");
+  msgpack_pack_array(&m.pk, 0);
+  frame(&f, GR_MSG_RUN, &m, NULL, 0);
+  expect_response(&f, 4, GR_ERR_INVALID_ARGUMENT,
+                  "field 'step' must be an unsigned integer, not a float", NULL);
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+static void test_run_missing_field(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 6);
+  mp_u64(&m, "id", 3);
+  mp_u64(&m, "handle", handle_a);
+  mp_u64(&m, "inc", inc0);
+  mp_u64(&m, "step", 1);
+  mp_u64(&m, "run", next_run++);
+  mp_str(&m, "feeds");
+  msgpack_pack_array(&m.pk, 0);
+  bytes f = {0};
+  frame(&f, GR_MSG_RUN, &m, NULL, 0);
+  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT, "field 'seed' is missing", NULL);
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+static void test_run_feeds_not_an_array(void) {
+  mp m;
+  mp_init(&m);
+  run_map(&m, 7, 3, handle_a, inc0, next_run++);
+  mp_str(&m, "feeds");
+  msgpack_pack_map(&m.pk, 0);
+  bytes f = {0};
+  frame(&f, GR_MSG_RUN, &m, NULL, 0);
+  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT, "field 'feeds' must be an array, not a map",
+                  NULL);
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+/* Arrays longer than the field's maximum. */
+static void test_arrays_too_long(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 2);
+  mp_u64(&m, "id", 3);
+  mp_str(&m, "names");
+  msgpack_pack_array(&m.pk, (1u << 20) + 1);
+  for (uint32_t i = 0; i < (1u << 20) + 1; i++) msgpack_pack_nil(&m.pk);
+  bytes f = {0};
+  frame(&f, GR_MSG_VARS, &m, NULL, 0);
+  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT,
+                  "field 'names' has 1048577 items (at most 1048576)", NULL);
+  b_free(&f);
+  mp_free(&m);
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 4);
+  mp_u64(&m, "id", 4);
+  mp_u64(&m, "inc", inc0);
+  mp_str(&m, "peers");
+  msgpack_pack_array(&m.pk, 0);
+  mp_str(&m, "parts");
+  msgpack_pack_array(&m.pk, 65);
+  for (int i = 0; i < 65; i++) msgpack_pack_nil(&m.pk);
+  frame(&f, GR_MSG_REGISTER, &m, NULL, 0);
+  expect_response(&f, 4, GR_ERR_INVALID_ARGUMENT, "field 'parts' has 65 items (at most 64)", NULL);
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+/* ---- tensors ------------------------------------------------------------- */
+
+static void expect_run_a_refused(const char *dtype, int rank, const int64_t *dims, int64_t off,
+                                 int64_t nbytes, size_t body_len, gr_status code,
+                                 const char *want) {
+  bytes f = {0};
+  run_a_frame(&f, 9, next_run++, dtype, rank, dims, off, nbytes, body_len);
+  expect_response(&f, 9, code, want, NULL);
+  b_free(&f);
+}
+
+/* The positive case first: the same frame with good values runs. */
+static void test_run_good(void) {
+  bytes f = {0};
+  good_run_a(&f, 9, next_run++);
+  resp r;
+  expect_response(&f, 9, GR_OK, NULL, &r);
+  GR_CHECK(fetch_a_ok(&r));
+  inframe_free(&r.f);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+static void test_tensor_bytes_do_not_match_shape(void) {
+  expect_run_a_refused("float32", 1, (int64_t[]){3}, 0, 8, 64, GR_ERR_INVALID_ARGUMENT,
+                       "tensor of float32 [3] needs 12 bytes, the message gives 8");
+  expect_run_a_refused("float32", 2, (int64_t[]){3, 2}, 0, 12, 64, GR_ERR_INVALID_ARGUMENT,
+                       "tensor of float32 [3, 2] needs 24 bytes, the message gives 12");
+  CHECK_SERVING();
+}
+
+static void test_tensor_offset_not_aligned(void) {
+  expect_run_a_refused("float32", 1, (int64_t[]){3}, 4, 12, 128, GR_ERR_INVALID_ARGUMENT,
+                       "tensor bytes [4, 16) are not an aligned range of the 128-byte body");
+  CHECK_SERVING();
+}
+
+static void test_tensor_outside_body(void) {
+  expect_run_a_refused("float32", 1, (int64_t[]){3}, 64, 12, 64, GR_ERR_INVALID_ARGUMENT,
+                       "tensor bytes [64, 76) are not an aligned range of the 64-byte body");
+  expect_run_a_refused("float32", 1, (int64_t[]){3}, 128, 12, 64, GR_ERR_OUT_OF_RANGE,
+                       "tensor offset is 128, not in [0, 64]");
+  expect_run_a_refused("float32", 1, (int64_t[]){3}, 0, 12, 0, GR_ERR_OUT_OF_RANGE,
+                       "tensor bytes is 12, not in [0, 0]");
+  CHECK_SERVING();
+}
+
+static void test_tensor_unknown_dtype(void) {
+  expect_run_a_refused("float128", 1, (int64_t[]){3}, 0, 12, 64, GR_ERR_INVALID_ARGUMENT,
+                       "tensor dtype 'float128' is unknown");
+  CHECK_SERVING();
+}
+
+static void test_tensor_rank_over_8(void) {
+  int64_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 3};
+  expect_run_a_refused("float32", 9, dims, 0, 12, 64, GR_ERR_INVALID_ARGUMENT,
+                       "tensor dims must be an array of at most 8");
+  CHECK_SERVING();
+}
+
+static void test_tensor_bad_dims(void) {
+  expect_run_a_refused("float32", 1, (int64_t[]){-3}, 0, 12, 64, GR_ERR_OUT_OF_RANGE,
+                       "tensor dim is -3, not in [0, 4611686018427387903]");
+  expect_run_a_refused("float32", 3, (int64_t[]){1ll << 40, 1ll << 40, 1ll << 40}, 0, 12, 64,
+                       GR_ERR_INVALID_ARGUMENT, "tensor dims are too large");
+  CHECK_SERVING();
+}
+
+/* Empty strings where names are expected: errors quote them. */
+static void test_empty_strings(void) {
+  expect_run_a_refused("", 1, (int64_t[]){3}, 0, 12, 64, GR_ERR_INVALID_ARGUMENT,
+                       "tensor dtype '' is unknown");
+  bytes f = {0};
+  register_frame(&f, 2, inc0, "", &part_a);
+  expect_response(&f, 2, GR_ERR_INVALID_ARGUMENT, "device '' is not a device of " TASK0, NULL);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+static void test_tensor_bool_byte_2(void) {
+  bytes f = {0};
+  mp m;
+  mp_init(&m);
+  run_map(&m, 7, 9, handle_a, inc0, next_run++);
+  mp_str(&m, "feeds");
+  msgpack_pack_array(&m.pk, 1);
+  msgpack_pack_array(&m.pk, 2);
+  msgpack_pack_int(&m.pk, 0);
+  pk_tensor(&m.pk, "bool", 1, (int64_t[]){3}, 0, 3);
+  uint8_t body[64] = {1, 0, 2};
+  frame(&f, GR_MSG_RUN, &m, body, sizeof body);
+  expect_response(&f, 9, GR_ERR_INVALID_ARGUMENT, "bool tensor holds byte 2", NULL);
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+static void test_feed_not_a_tensor(void) {
+  bytes f = {0};
+  mp m;
+  mp_init(&m);
+  run_map(&m, 7, 9, handle_a, inc0, next_run++);
+  mp_str(&m, "feeds");
+  msgpack_pack_array(&m.pk, 1);
+  msgpack_pack_array(&m.pk, 2);
+  msgpack_pack_int(&m.pk, 0);
+  gr_pack_str(&m.pk, "float32");
+  frame(&f, GR_MSG_RUN, &m, NULL, 0);
+  expect_response(&f, 9, GR_ERR_INVALID_ARGUMENT,
+                  "a tensor must be [dtype, dims, offset, bytes] or nil", NULL);
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+/* Feeds: dead, an index out of range, the same index twice, not a pair. */
+static void test_feeds_malformed(void) {
+  struct {
+    int what;
+    gr_status code;
+    const char *want;
+  } cases[] = {{0, GR_ERR_INVALID_ARGUMENT, "feed 0 has no value"},
+               {1, GR_ERR_OUT_OF_RANGE, "feed index is 3, not in [0, 0]"},
+               {2, GR_ERR_INVALID_ARGUMENT, "feed 0 is given twice"},
+               {3, GR_ERR_INVALID_ARGUMENT, "feed 0 must be [index, tensor]"}};
+  for (int i = 0; i < 4; i++) {
+    bytes f = {0};
+    mp m;
+    mp_init(&m);
+    run_map(&m, 7, 9, handle_a, inc0, next_run++);
+    mp_str(&m, "feeds");
+    msgpack_packer *pk = &m.pk;
+    int w = cases[i].what;
+    msgpack_pack_array(pk, w == 2 ? 2 : 1);
+    for (int k = 0; k < (w == 2 ? 2 : 1); k++) {
+      msgpack_pack_array(pk, w == 3 ? 3 : 2);
+      msgpack_pack_int(pk, w == 1 ? 3 : 0);
+      if (w == 0)
+        msgpack_pack_nil(pk);
+      else
+        pk_tensor(pk, "float32", 1, (int64_t[]){3}, 0, 12);
+      if (w == 3) msgpack_pack_nil(pk);
+    }
+    frame(&f, GR_MSG_RUN, &m, (uint8_t[64]){0}, 64);
+    expect_response(&f, 9, cases[i].code, cases[i].want, NULL);
+    b_free(&f);
+    mp_free(&m);
+  }
+  CHECK_SERVING();
+}
+
+/* ---- requests that name the wrong things --------------------------------- */
+
+static void test_run_unknown_handle(void) {
+  bytes f = {0};
+  mp m;
+  mp_init(&m);
+  run_map(&m, 7, 9, 987654321, inc0, next_run++);
+  mp_str(&m, "feeds");
+  msgpack_pack_array(&m.pk, 0);
+  frame(&f, GR_MSG_RUN, &m, NULL, 0);
+  expect_response(&f, 9, GR_ERR_NOT_FOUND, TASK0 " has no graph 987654321", NULL);
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+static void test_run_stale_incarnation(void) {
+  bytes f = {0};
+  mp m;
+  mp_init(&m);
+  run_map(&m, 7, 9, handle_a, inc0 ^ 1, next_run++);
+  mp_str(&m, "feeds");
+  msgpack_pack_array(&m.pk, 0);
+  frame(&f, GR_MSG_RUN, &m, NULL, 0);
+  char want[256];
+  snprintf(want, sizeof want, TASK0 " restarted (incarnation %016llx, the master knew %016llx)",
+           (unsigned long long)inc0, (unsigned long long)(inc0 ^ 1));
+  expect_response(&f, 9, GR_ERR_ABORTED, want, NULL);
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+static void test_register_malformed_graph(void) {
+  part bad = part_a;
+  uint8_t junk[200];
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)(i * 37 + 11);
+  bad.graph = junk;
+  bad.size = sizeof junk;
+  bytes f = {0};
+  register_frame(&f, 2, inc0, DEV0, &bad);
+  expect_response(&f, 2, GR_ERR_INVALID_ARGUMENT,
+                  TASK0 ": registering a graph: partition 0: msgpack:", NULL);
+  b_free(&f);
+  /* a valid graph with one byte flipped in its map: a field of a wrong type */
+  uint8_t *copy = malloc(part_a.size);
+  memcpy(copy, part_a.graph, part_a.size);
+  bad = part_a;
+  bad.graph = copy;
+  const char *needle = "format";
+  for (size_t i = 0; i + 6 < part_a.size; i++)
+    if (!memcmp(copy + i, needle, 6)) copy[i + 6] = 0xc3; /* its value's first byte: true */
+  register_frame(&f, 3, inc0, DEV0, &bad);
+  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT, "registering a graph: partition 0:", NULL);
+  b_free(&f);
+  free(copy);
+  CHECK_SERVING();
+}
+
+/* A partition whose graph bytes lie outside the body, or with no body. */
+static void test_register_graph_outside_body(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 4);
+  mp_u64(&m, "id", 2);
+  mp_u64(&m, "inc", inc0);
+  mp_str(&m, "peers");
+  msgpack_pack_array(&m.pk, 0);
+  mp_str(&m, "parts");
+  msgpack_pack_array(&m.pk, 1);
+  part p = part_a;
+  p.size = 100;
+  pk_part(&m.pk, DEV0, &p, 0);
+  bytes f = {0};
+  frame(&f, GR_MSG_REGISTER, &m, (uint8_t[64]){0}, 64);
+  expect_response(&f, 2, GR_ERR_OUT_OF_RANGE, "graph bytes is 100, not in [0, 64]", NULL);
+  b_free(&f);
+  /* no body at all: the partition's graph is empty */
+  mp_free(&m);
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 4);
+  mp_u64(&m, "id", 3);
+  mp_u64(&m, "inc", inc0);
+  mp_str(&m, "peers");
+  msgpack_pack_array(&m.pk, 0);
+  mp_str(&m, "parts");
+  msgpack_pack_array(&m.pk, 1);
+  p.size = 0;
+  pk_part(&m.pk, DEV0, &p, 0);
+  frame(&f, GR_MSG_REGISTER, &m, NULL, 0);
+  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT, "partition 0: msgpack: truncated at byte 0",
+                  NULL);
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+static void test_register_device_of_another_task(void) {
+  bytes f = {0};
+  register_frame(&f, 2, inc0, "/job:worker/replica:0/task:7/device:CPU:0", &part_a);
+  expect_response(&f, 2, GR_ERR_INVALID_ARGUMENT,
+                  "device '/job:worker/replica:0/task:7/device:CPU:0' is not a device of " TASK0,
+                  NULL);
+  b_free(&f);
+  register_frame(&f, 3, inc0, TASK0 "/device:CPU:1", &part_a); /* it has one device */
+  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT,
+                  "device '" TASK0 "/device:CPU:1' is not a device of " TASK0, NULL);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+static void test_register_stale_incarnation(void) {
+  bytes f = {0};
+  register_frame(&f, 2, inc0 + 1, DEV0, &part_a);
+  char want[256];
+  snprintf(want, sizeof want,
+           TASK0 " restarted: the master registers for incarnation %016llx, this is %016llx",
+           (unsigned long long)(inc0 + 1), (unsigned long long)inc0);
+  expect_response(&f, 2, GR_ERR_ABORTED, want, NULL);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+static void test_register_bad_endpoints(void) {
+  part p = part_a;
+  snprintf(p.fetch, sizeof p.fetch, "no_such_node");
+  bytes f = {0};
+  register_frame(&f, 2, inc0, DEV0, &p);
+  expect_response(&f, 2, GR_ERR_NOT_FOUND, "endpoint 'no_such_node:0' is not in the graph", NULL);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* ---- duplicates ---------------------------------------------------------- */
+
+/* The same request id twice on a connection: the second is refused. */
+static void test_duplicate_request_id(void) {
+  rc c;
+  GR_CHECK(rc_open(&c));
+  bytes f = {0};
+  status_frame(&f, 7);
+  status_frame(&f, 7);
+  resp a, b;
+  GR_CHECK(rc_send(&c, f.p, f.n));
+  GR_CHECK(rc_response(&c, &a) && rc_response(&c, &b));
+  GR_CHECK_EQ_INT(a.id, 7);
+  GR_CHECK_EQ_INT(a.code, 0);
+  GR_CHECK_EQ_INT(b.id, 7);
+  GR_CHECK_EQ_INT(b.code, GR_ERR_ALREADY_EXISTS);
+  GR_CHECK_STR_CONTAINS(b.msg, "request id 7 was used already on this connection");
+  inframe_free(&a.f);
+  inframe_free(&b.f);
+  /* two RUNs with one request id (and different run ids): one runs */
+  b_free(&f);
+  good_run_a(&f, 8, next_run++);
+  good_run_a(&f, 8, next_run++);
+  GR_CHECK(rc_send(&c, f.p, f.n));
+  int ran = 0, refused = 0;
+  for (int i = 0; i < 2; i++) {
+    resp r;
+    if (!rc_response(&c, &r)) {
+      GR_CHECK_MSG(false, "no response to RUN %d", i);
+      break;
+    }
+    GR_CHECK_EQ_INT(r.id, 8);
+    ran += r.code == 0 && fetch_a_ok(&r);
+    refused += r.code == GR_ERR_ALREADY_EXISTS && strstr(r.msg, "request id 8 was used already");
+    inframe_free(&r.f);
+  }
+  GR_CHECK_EQ_INT(ran, 1);
+  GR_CHECK_EQ_INT(refused, 1);
+  /* an id far below the newest is refused as a possible replay */
+  b_free(&f);
+  status_frame(&f, 1000000);
+  status_frame(&f, 9);
+  GR_CHECK(rc_send(&c, f.p, f.n));
+  GR_CHECK(rc_response(&c, &a) && rc_response(&c, &b));
+  GR_CHECK_EQ_INT(a.code, 0);
+  GR_CHECK_EQ_INT(b.code, GR_ERR_FAILED_PRECONDITION);
+  GR_CHECK_STR_CONTAINS(b.msg, "request id 9 is older than the last 65536 ids");
+  inframe_free(&a.f);
+  inframe_free(&b.f);
+  CHECK_LOG("refused a get_status request from");
+  b_free(&f);
+  rc_close(&c);
+  CHECK_SERVING();
+}
+
+/* A RUN repeated with the run id of a step that finished: refused at once. */
+static void test_repeated_run_after_it_finished(void) {
+  uint64_t run = next_run++;
+  bytes f = {0};
+  good_run_a(&f, 1, run);
+  resp r;
+  expect_response(&f, 1, GR_OK, NULL, &r);
+  GR_CHECK(fetch_a_ok(&r));
+  inframe_free(&r.f);
+  b_free(&f);
+  good_run_a(&f, 2, run);
+  char want[128];
+  snprintf(want, sizeof want, "step %016llx ran here already (a repeated RUN)",
+           (unsigned long long)run);
+  expect_response(&f, 2, GR_ERR_ALREADY_EXISTS, want, NULL);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* Two RUNs of one step at once: one waits for task 1's push, the other is
+ * refused at once; the push then completes the first (the positive push). */
+static void test_repeated_run_while_running(void) {
+  uint64_t run = next_run++;
+  rc c;
+  GR_CHECK(rc_open(&c));
+  bytes f = {0};
+  run_b_frame(&f, 1, run);
+  run_b_frame(&f, 2, run);
+  GR_CHECK(rc_send(&c, f.p, f.n));
+  resp r;
+  GR_CHECK(rc_response(&c, &r));
+  GR_CHECK(r.id == 1 || r.id == 2);
+  uint64_t refused_id = r.id;
+  GR_CHECK_EQ_INT(r.code, GR_ERR_ALREADY_EXISTS);
+  char want[128];
+  snprintf(want, sizeof want, "step %016llx is running here already", (unsigned long long)run);
+  GR_CHECK_STR_CONTAINS(r.msg, want);
+  inframe_free(&r.f);
+  b_free(&f);
+  push_frame(&f, run, key_b, TASK1, PEER_INC, 3);
+  rc p;
+  GR_CHECK(rc_open(&p));
+  GR_CHECK(rc_send(&p, f.p, f.n));
+  GR_CHECK(rc_response(&c, &r));
+  GR_CHECK_EQ_INT(r.id, refused_id == 1 ? 2 : 1);
+  GR_CHECK_MSG(r.code == 0, "%s", r.msg);
+  GR_CHECK_NEAR(fetch_float(&r), 13, 0);
+  inframe_free(&r.f);
+  rc_close(&p);
+  rc_close(&c);
+  b_free(&f);
+  CHECK_SERVING();
+}
+
+/* ---- pushed tensors ------------------------------------------------------ */
+
+/* A step of graph b runs; a bad push for it must be refused (logged, naming
+ * both tasks) and fail the step with that error instead of leaving it
+ * waiting. */
+static void push_refused(const char *key, const char *from, uint64_t inc, const char *want_log,
+                         const char *want_run) {
+  uint64_t run = next_run++;
+  rc c, p;
+  GR_CHECK(rc_open(&c));
+  GR_CHECK(rc_open(&p));
+  bytes f = {0};
+  run_b_frame(&f, 1, run);
+  GR_CHECK(rc_send(&c, f.p, f.n));
+  b_free(&f);
+  push_frame(&f, run, key, from, inc, 3);
+  GR_CHECK(rc_send(&p, f.p, f.n));
+  b_free(&f);
+  char line[1024];
+  snprintf(line, sizeof line, want_log, p.me);
+  CHECK_LOG(line);
+  resp r;
+  GR_CHECK(rc_response(&c, &r));
+  GR_CHECK(r.code != 0);
+  GR_CHECK_STR_CONTAINS(r.msg, want_run);
+  inframe_free(&r.f);
+  rc_close(&c);
+  rc_close(&p);
+}
+
+static void test_push_key_for_other_tasks(void) {
+  char key[600];
+  /* the destination is a device of task 5, not of this task */
+  snprintf(key, sizeof key, "%s;%016llx;/job:worker/replica:0/task:5/device:CPU:0;x:0;:0", DEV1,
+           (unsigned long long)KEY_INC);
+  push_refused(key, TASK1, PEER_INC,
+               TASK0 " refuses a tensor from " TASK1 " (%s) for key '" DEV1
+                     ";0123456789abcdef;/job:worker/replica:0/task:5/device:CPU:0;x:0;:0': the "
+                     "key names devices of other tasks",
+               "the key names devices of other tasks");
+  /* the source is a device of task 2, but the push says it is from task 1 */
+  snprintf(key, sizeof key, "/job:worker/replica:0/task:2/device:CPU:0;%016llx;%s;x:0;:0",
+           (unsigned long long)KEY_INC, DEV0);
+  push_refused(key, TASK1, PEER_INC, TASK0 " refuses a tensor from " TASK1 " (%s) for key",
+               "the key names devices of other tasks");
+  CHECK_SERVING();
+}
+
+static void test_push_stale_incarnation(void) {
+  push_refused(key_b, TASK1, PEER_INC + 1,
+               TASK0
+               " refuses a tensor from " TASK1
+               ": stale incarnation 1111222233334445 (the live one is 1111222233334444: " TASK1
+               " restarted)",
+               "stale incarnation 1111222233334445");
+  CHECK_SERVING();
+}
+
+static void test_push_from_unknown_task(void) {
+  char key[600];
+  snprintf(key, sizeof key, "/job:worker/replica:0/task:3/device:CPU:0;%016llx;%s;x:0;:0",
+           (unsigned long long)KEY_INC, DEV0);
+  push_refused(key, "/job:worker/replica:0/task:3", PEER_INC,
+               TASK0 " refuses a tensor from /job:worker/replica:0/task:3 (%s): no registered "
+                     "graph names that task",
+               "no registered graph names that task");
+  CHECK_SERVING();
+}
+
+static void test_push_malformed_key(void) {
+  push_refused("not;a;key", TASK1, PEER_INC, "not;a;key", "not;a;key");
+  CHECK_SERVING();
+}
+
+/* A push whose tensor does not match its bytes: refused, the step fails. */
+static void test_push_bad_tensor(void) {
+  uint64_t run = next_run++;
+  rc c, p;
+  GR_CHECK(rc_open(&c));
+  GR_CHECK(rc_open(&p));
+  bytes f = {0};
+  run_b_frame(&f, 1, run);
+  GR_CHECK(rc_send(&c, f.p, f.n));
+  b_free(&f);
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 6);
+  mp_u64(&m, "run", run);
+  mp_kstr(&m, "key", key_b);
+  mp_kstr(&m, "from", TASK1);
+  mp_u64(&m, "inc", PEER_INC);
+  mp_str(&m, "dead");
+  msgpack_pack_false(&m.pk);
+  mp_str(&m, "value");
+  pk_tensor(&m.pk, "float32", 0, NULL, 0, 8);
+  frame(&f, GR_MSG_TENSOR, &m, (uint8_t[64]){0}, 64);
+  mp_free(&m);
+  GR_CHECK(rc_send(&p, f.p, f.n));
+  b_free(&f);
+  CHECK_LOG("tensor of float32 [] needs 4 bytes, the message gives 8");
+  resp r;
+  GR_CHECK(rc_response(&c, &r));
+  GR_CHECK_STR_CONTAINS(r.msg, "needs 4 bytes, the message gives 8");
+  inframe_free(&r.f);
+  rc_close(&c);
+  rc_close(&p);
+  CHECK_SERVING();
+}
+
+/* Refused pushes for steps that never run here leave no state behind for
+ * good: 5,000 of them (more than the server's GR_SERVER_MAX_STEPS) and the
+ * next client's steps still run. */
+static void test_many_orphan_pushes(void) {
+  rc p;
+  GR_CHECK(rc_open(&p));
+  int64_t before = log_count();
+  enum { N = 5000 };
+  bytes f = {0};
+  for (int i = 0; i < N; i++)
+    push_frame(&f, 0x5000000 + (uint64_t)i, key_b, TASK1, PEER_INC + 1, 1);
+  GR_CHECK(rc_send(&p, f.p, f.n));
+  b_free(&f);
+  int64_t deadline = gr_wire_now_ms() + 4 * TIMEOUT_MS;
+  while (log_count() < before + N && gr_wire_now_ms() < deadline) sleep_ms(5);
+  GR_CHECK_MSG(log_count() >= before + N, "%lld refusals logged of %d",
+               (long long)(log_count() - before), N);
+  rc_close(&p);
+  CHECK_SERVING();
+  bytes g = {0};
+  good_run_a(&g, 1, next_run++);
+  resp r;
+  expect_response(&g, 1, GR_OK, NULL, &r);
+  GR_CHECK(fetch_a_ok(&r));
+  inframe_free(&r.f);
+  b_free(&g);
+}
+
+/* ---- peers that leave, stop reading, or send what servers do not take ---- */
+
+/* A client starts steps that wait for pushes and disconnects: its steps are
+ * aborted, not left holding the server's threads (it has 16 for steps). */
+static void test_disconnect_during_steps(void) {
+  for (int i = 0; i < 24; i++) {
+    rc c;
+    GR_CHECK(rc_open(&c));
+    bytes f = {0};
+    run_b_frame(&f, 1, next_run++);
+    GR_CHECK(rc_send(&c, f.p, f.n));
+    b_free(&f);
+    if (i % 2) sleep_ms(2); /* the step started (or not yet) */
+    rc_close(&c);
+  }
+  CHECK_SERVING();
+  /* a step of graph b still runs to the end with its push */
+  uint64_t run = next_run++;
+  rc c, p;
+  GR_CHECK(rc_open(&c));
+  GR_CHECK(rc_open(&p));
+  bytes f = {0};
+  run_b_frame(&f, 1, run);
+  GR_CHECK(rc_send(&c, f.p, f.n));
+  b_free(&f);
+  push_frame(&f, run, key_b, TASK1, PEER_INC, 5);
+  GR_CHECK(rc_send(&p, f.p, f.n));
+  b_free(&f);
+  resp r;
+  GR_CHECK(rc_response(&c, &r));
+  GR_CHECK_MSG(r.code == 0, "%s", r.msg);
+  GR_CHECK_NEAR(fetch_float(&r), 15, 0);
+  inframe_free(&r.f);
+  rc_close(&c);
+  rc_close(&p);
+}
+
+/* A client that sends requests and never reads the responses: once more
+ * than the queue's limit waits for it, the server disconnects it. */
+static void test_client_stops_reading(void) {
+  gr_transport_set_limits(64 * 1024, 0xffffffffu);
+  rc c;
+  GR_CHECK(rc_connect(&c, port, 4096)); /* a small receive buffer: the server's queue fills */
+  bool closed = false;
+  uint64_t id = 1;
+  for (int round = 0; round < 100 && !closed; round++) { /* at most 2,000,000 requests */
+    bytes f = {0};
+    for (int i = 0; i < 20000; i++) status_frame(&f, id++);
+    if (!rc_send(&c, f.p, f.n)) closed = true;
+    b_free(&f);
+  }
+  char line[256];
+  snprintf(line, sizeof line, "connection from %s ended: %s does not read: ", c.me, c.me);
+  CHECK_LOG(line);
+  GR_CHECK(closed || rc_closed(&c));
+  rc_close(&c);
+  gr_transport_set_limits((size_t)1 << 30, 0xffffffffu);
+  CHECK_SERVING();
+}
+
+/* Frames only a server sends, or a one-way message's: not taken. */
+static void test_frames_servers_do_not_take(void) {
+  int types[] = {GR_MSG_RESPONSE, GR_MSG_HELLO, GR_MSG_AUTH_OK, GR_MSG_AUTH};
+  for (int i = 0; i < 4; i++) {
+    rc c;
+    GR_CHECK(rc_open(&c));
+    mp m;
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 1);
+    mp_u64(&m, "id", 1);
+    bytes f = {0};
+    frame(&f, types[i], &m, NULL, 0);
+    status_frame(&f, 2); /* in the same write: not answered either */
+    rc_send(&c, f.p, f.n);
+    char line[256];
+    snprintf(line, sizeof line, "a %s frame from %s, which servers do not take; closing",
+             gr_msg_type_name(types[i]), c.me);
+    CHECK_LOG(line);
+    size_t got = 0;
+    GR_CHECK(rc_closed_n(&c, &got));
+    GR_CHECK_EQ_INT(got, 0); /* no response to the GET_STATUS */
+    rc_close(&c);
+    b_free(&f);
+    mp_free(&m);
+  }
+  CHECK_SERVING();
+}
+
+static void test_bad_abort(void) {
+  rc c;
+  GR_CHECK(rc_open(&c));
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 2);
+  mp_u64(&m, "run", 5);
+  mp_u64(&m, "code", 1);
+  bytes f = {0};
+  frame(&f, GR_MSG_ABORT, &m, NULL, 0);
+  GR_CHECK(rc_send(&c, f.p, f.n));
+  char line[256];
+  snprintf(line, sizeof line, "a bad abort from %s: field 'msg' is missing", c.me);
+  CHECK_LOG(line);
+  rc_close(&c);
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING();
+}
+
+/* ---- authentication ------------------------------------------------------ */
+
+/* Sends bytes to the server with a secret before authenticating: it must
+ * log "bad frame from ME: want" and close. */
+static void expect_refused_unauthenticated(const void *p, size_t n, const char *want) {
+  rc c;
+  bool auth = false;
+  uint8_t nonce[GR_AUTH_NONCE];
+  GR_CHECK(rc_open_ex(&c, port_secret, &auth, nonce));
+  if (c.fd < 0) return;
+  GR_CHECK(auth);
+  rc_send(&c, p, n);
+  char line[1024];
+  snprintf(line, sizeof line, "bad frame from %s: %s", c.me, want);
+  CHECK_LOG(line);
+  GR_CHECK(rc_closed(&c));
+  rc_close(&c);
+}
+
+static void test_request_before_auth(void) {
+  bytes f = {0};
+  status_frame(&f, 1);
+  expect_refused_unauthenticated(f.p, f.n, "a get_status frame before authentication");
+  b_free(&f);
+  /* a RUN (16 MiB header allowed once authenticated): refused from its header */
+  frame_header(&f, GR_WIRE_VERSION, GR_MSG_RUN, 0, 1 << 24, 0);
+  expect_refused_unauthenticated(f.p, f.n, "a run frame before authentication");
+  b_free(&f);
+  CHECK_SERVING_SECRET();
+}
+
+/* Garbage before authentication: refused at the first header, and the
+ * server reads no more: 64 MiB cannot all be sent to it. */
+static void test_garbage_before_auth(void) {
+  rc c;
+  bool auth = false;
+  uint8_t nonce[GR_AUTH_NONCE];
+  GR_CHECK(rc_open_ex(&c, port_secret, &auth, nonce));
+  size_t n = (size_t)64 << 20;
+  uint8_t *junk = malloc(n);
+  for (size_t i = 0; i < n; i++) junk[i] = (uint8_t)(i * 131 + 7);
+  bool all = rc_send(&c, junk, n);
+  GR_CHECK_MSG(!all, "the server took 64 MiB from an unauthenticated peer");
+  char line[256];
+  snprintf(line, sizeof line, "bad frame from %s: not a graphrun frame (bytes 07 8a 0d 90", c.me);
+  CHECK_LOG(line);
+  free(junk);
+  rc_close(&c);
+  CHECK_SERVING_SECRET();
+}
+
+static void test_oversize_before_auth(void) {
+  bytes f = {0};
+  frame_header(&f, GR_WIRE_VERSION, GR_MSG_AUTH, 0, 129, 0);
+  b_zeros(&f, 129);
+  expect_refused_unauthenticated(f.p, f.n, "auth frame: header of 129 bytes (must be 1 to 128)");
+  b_free(&f);
+  frame_header(&f, GR_WIRE_VERSION, GR_MSG_AUTH, 0, 100, 1 << 20);
+  expect_refused_unauthenticated(f.p, f.n,
+                                 "auth frame: body of 1048576 bytes is over the limit of 0");
+  b_free(&f);
+  CHECK_SERVING_SECRET();
+}
+
+static void test_auth_malformed(void) {
+  uint8_t nonce[GR_AUTH_NONCE] = {0};
+  bytes f = {0};
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 1);
+  mp_str(&m, "mac");
+  msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
+  msgpack_pack_bin_body(&m.pk, nonce, GR_AUTH_MAC);
+  frame(&f, GR_MSG_AUTH, &m, NULL, 0);
+  expect_refused_unauthenticated(f.p, f.n, "field 'nonce' is missing");
+  b_free(&f);
+  mp_free(&m);
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 2);
+  mp_str(&m, "nonce");
+  msgpack_pack_bin(&m.pk, 31);
+  msgpack_pack_bin_body(&m.pk, nonce, 31);
+  mp_str(&m, "mac");
+  msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
+  msgpack_pack_bin_body(&m.pk, nonce, GR_AUTH_MAC);
+  frame(&f, GR_MSG_AUTH, &m, NULL, 0);
+  expect_refused_unauthenticated(f.p, f.n, "field 'nonce' must be 32 bytes of binary");
+  b_free(&f);
+  mp_free(&m);
+  CHECK_SERVING_SECRET();
+}
+
+/* An AUTH frame with a MAC made with another secret. */
+static void test_auth_wrong_mac(void) {
+  rc c;
+  bool auth = false;
+  uint8_t nonce[GR_AUTH_NONCE];
+  GR_CHECK(rc_open_ex(&c, port_secret, &auth, nonce));
+  bytes f = {0};
+  auth_frame(&f, "another secret", nonce);
+  GR_CHECK(rc_send(&c, f.p, f.n));
+  char line[256];
+  snprintf(line, sizeof line, "bad frame from %s: wrong secret (authentication failed)", c.me);
+  CHECK_LOG(line);
+  GR_CHECK(rc_closed(&c));
+  rc_close(&c);
+  b_free(&f);
+  CHECK_SERVING_SECRET();
+}
+
+static gr_status master_with(int p, const char *secret, gr_error *err) {
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", p);
+  const char *addrs[] = {addr};
+  gr_master_options mo = {
+      .num_tasks = 1, .addresses = addrs, .secret = secret, .connect_timeout_ms = TIMEOUT_MS};
+  gr_master *m = NULL;
+  gr_status st = gr_master_new(&mo, &m, err);
+  gr_master_free(m);
+  return st;
+}
+
+static void test_master_wrong_secret(void) {
+  gr_error err;
+  gr_status st = master_with(port_secret, "not the secret", &err);
+  GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
+  char want[128];
+  snprintf(want, sizeof want, "127.0.0.1:%d refused this process's secret (a different secret?)",
+           port_secret);
+  GR_CHECK_STR_CONTAINS(err.msg, want);
+  CHECK_LOG(": wrong secret (authentication failed); closing that connection");
+  CHECK_SERVING_SECRET();
+}
+
+static void test_master_without_secret(void) {
+  gr_error err;
+  gr_status st = master_with(port_secret, NULL, &err);
+  GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
+  char want[128];
+  snprintf(want, sizeof want, "127.0.0.1:%d requires a secret", port_secret);
+  GR_CHECK_STR_CONTAINS(err.msg, want);
+  CHECK_SERVING_SECRET();
+}
+
+static void test_master_secret_server_without(void) {
+  gr_error err;
+  gr_status st = master_with(port, SECRET, &err);
+  GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
+  char want[160];
+  snprintf(want, sizeof want, "127.0.0.1:%d does not authenticate, but this process has a secret",
+           port);
+  GR_CHECK_STR_CONTAINS(err.msg, want);
+  CHECK_SERVING();
+}
+
+/* ---- server options ------------------------------------------------------ */
+
+static void test_nonloopback_without_secret(void) {
+  const char *binds[] = {"0.0.0.0:0", "[::]:0"};
+  for (int i = 0; i < 2; i++) {
+    gr_server_options o = {.job = "worker", .task = 9, .bind = binds[i], .quiet = true};
+    gr_server *s = NULL;
+    gr_error err;
+    GR_CHECK_EQ_INT(gr_server_new(&o, &s, &err), GR_ERR_INVALID_ARGUMENT);
+    GR_CHECK(s == NULL);
+    char want[128];
+    snprintf(want, sizeof want, "server: refusing to listen on %s without a secret", binds[i]);
+    GR_CHECK_STR_CONTAINS(err.msg, want);
+  }
+  CHECK_SERVING();
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static bool setup(void) {
+  gr_error err;
+  gr_server_options o = {.job = "worker", .task = 0, .inter_op_threads = 2, .log_fn = log_hook};
+  if (gr_server_new(&o, &srv, &err) != GR_OK) {
+    fprintf(stderr, "server: %s\n", err.msg);
+    return false;
+  }
+  gr_server_options os = {
+      .job = "ps", .task = 0, .secret = SECRET, .inter_op_threads = 2, .log_fn = log_hook};
+  if (gr_server_new(&os, &srv_secret, &err) != GR_OK) {
+    fprintf(stderr, "server: %s\n", err.msg);
+    return false;
+  }
+  port = gr_server_port(srv);
+  port_secret = gr_server_port(srv_secret);
+  inc0 = gr_server_incarnation(srv);
+  if (!make_part_a(&part_a) || !make_part_b(&part_b)) return false;
+  handle_a = register_part(&part_a, 1);
+  handle_b = register_part(&part_b, 2);
+  return handle_a && handle_b;
+}
+
+#define CASE(fn)                                                                                   \
+  do {                                                                                             \
+    log_reset();                                                                                   \
+    GR_RUN(fn);                                                                                    \
+    num_cases++;                                                                                   \
+  } while (0)
+
+int main(void) {
+  int64_t start = gr_wire_now_ms();
+  bool ok = setup();
+  GR_CHECK(ok);
+  int num_cases = 0;
+  if (ok) {
+    CASE(test_truncated_get_status);
+    CASE(test_truncated_run);
+    CASE(test_truncated_register);
+    CASE(test_truncated_push);
+    CASE(test_body_cut_short);
+    CASE(test_bad_magic);
+    CASE(test_http_request);
+    CASE(test_unknown_version);
+    CASE(test_unknown_type);
+    CASE(test_nonzero_flags);
+    CASE(test_header_length_zero);
+    CASE(test_header_length_over_max);
+    CASE(test_body_over_max);
+    CASE(test_map_not_a_map);
+    CASE(test_msgpack_reserved_byte);
+    CASE(test_msgpack_trailing_bytes);
+    CASE(test_msgpack_counts_over_bytes);
+    CASE(test_msgpack_too_deep);
+    CASE(test_id_wrong_type);
+    CASE(test_id_negative);
+    CASE(test_id_missing);
+    CASE(test_run_field_wrong_type);
+    CASE(test_run_missing_field);
+    CASE(test_run_feeds_not_an_array);
+    CASE(test_arrays_too_long);
+    CASE(test_run_good);
+    CASE(test_tensor_bytes_do_not_match_shape);
+    CASE(test_tensor_offset_not_aligned);
+    CASE(test_tensor_outside_body);
+    CASE(test_tensor_unknown_dtype);
+    CASE(test_tensor_rank_over_8);
+    CASE(test_tensor_bad_dims);
+    CASE(test_empty_strings);
+    CASE(test_tensor_bool_byte_2);
+    CASE(test_feed_not_a_tensor);
+    CASE(test_feeds_malformed);
+    CASE(test_run_unknown_handle);
+    CASE(test_run_stale_incarnation);
+    CASE(test_register_malformed_graph);
+    CASE(test_register_graph_outside_body);
+    CASE(test_register_device_of_another_task);
+    CASE(test_register_stale_incarnation);
+    CASE(test_register_bad_endpoints);
+    CASE(test_duplicate_request_id);
+    CASE(test_repeated_run_after_it_finished);
+    CASE(test_repeated_run_while_running);
+    CASE(test_push_key_for_other_tasks);
+    CASE(test_push_stale_incarnation);
+    CASE(test_push_from_unknown_task);
+    CASE(test_push_malformed_key);
+    CASE(test_push_bad_tensor);
+    CASE(test_many_orphan_pushes);
+    CASE(test_disconnect_during_steps);
+    CASE(test_client_stops_reading);
+    CASE(test_frames_servers_do_not_take);
+    CASE(test_bad_abort);
+    CASE(test_request_before_auth);
+    CASE(test_garbage_before_auth);
+    CASE(test_oversize_before_auth);
+    CASE(test_auth_malformed);
+    CASE(test_auth_wrong_mac);
+    CASE(test_master_wrong_secret);
+    CASE(test_master_without_secret);
+    CASE(test_master_secret_server_without);
+    CASE(test_nonloopback_without_secret);
+  }
+  if (reg_conn.fd >= 0) rc_close(&reg_conn);
+  gr_server_free(srv);
+  gr_server_free(srv_secret);
+  free(part_a.graph);
+  free(part_b.graph);
+  free(log_buf);
+  printf("bad input: %d cases in %lld ms\n", num_cases, (long long)(gr_wire_now_ms() - start));
+  return gr_test_finish();
+}
