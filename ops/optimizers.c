@@ -307,8 +307,14 @@ static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, 
   char scope[512];
   snprintf(scope, sizeof scope, "/%s", vname);
   if (gr_graph_push_name_scope(g, scope) != GR_OK) return NULL;
+  /* with the variable's device, whatever the scopes minimize is called in */
+  if (gr_graph_push_device_scope_reset(g, gr_graph_resolve_device(g, var)) != GR_OK) {
+    gr_graph_pop_name_scope(g);
+    return NULL;
+  }
   gr_shape sh = scalar ? gr_shape_scalar() : var->out_shapes[0];
   gr_output s = gr_variable(g, slot, gr_zeros(g, var->out_dtypes[0], sh));
+  gr_graph_pop_device_scope(g);
   gr_graph_pop_name_scope(g);
   if (!s.node) return NULL;
   /* a slot lives with its variable (its update reads both there), whatever
