@@ -271,6 +271,7 @@ gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors,
   for (int d = 0; d < n; d++)
     dev[d] = devices && devices[d] ? devices[d] : gr_graph_resolve_device(g, values[d].node);
   gr_status st = gr_graph_push_name_scope(g, "all_reduce");
+  bool pushed = st == GR_OK;
   int nb = 0;
   int64_t bucket_bytes = 0;
   gr_dtype bucket_dt = GR_DTYPE_INVALID;
@@ -300,7 +301,7 @@ gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors,
       st = reduce_bucket(g, values, &t, 1, n, dev, op, out);
     }
   }
-  if (st == GR_OK) gr_graph_pop_name_scope(g);
+  if (pushed) gr_graph_pop_name_scope(g);
   free(dev);
   free(bucket);
   if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
@@ -316,9 +317,24 @@ gr_status gr_all_reduce(gr_graph *g, const gr_output *values, int n, const char 
 
 /* The copy of variable v for replica k on dev: VAR/replica_K, initialised
  * from v's initial value (the same tensor: computed once, sent to each
- * replica's device), attr mirror_of naming v. */
+ * replica's device), attr mirror_of naming v. A copy made by an earlier
+ * gr_replicate (say, of an evaluation) is used again. */
 static gr_output make_mirror(gr_graph *g, const gr_node *v, int k, const char *dev) {
   const char *vname = gr_node_attr_string(v, "var", v->name);
+  char full[600];
+  snprintf(full, sizeof full, "%s/replica_%d", vname, k);
+  gr_node *old = gr_graph_find_node(g, full);
+  if (old && is_variable(old) && strcmp(gr_node_attr_string(old, "mirror_of", ""), vname) == 0) {
+    gr_device_spec a, b;
+    gr_error e;
+    if (gr_device_spec_parse(old->requested_device, &a, &e) == GR_OK &&
+        gr_device_spec_parse(dev ? dev : "", &b, &e) == GR_OK && gr_device_spec_matches(&a, &b) &&
+        gr_device_spec_matches(&b, &a))
+      return (gr_output){old, 0};
+    return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
+                       "replicate: the copy '%s' of replica %d is on '%s', not on '%s'", full, k,
+                       old->requested_device, dev ? dev : "");
+  }
   const gr_node *init = gr_graph_find_node(g, gr_node_attr_string(v, "initializer", ""));
   if (!init || init->num_inputs < 1)
     return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,

@@ -424,6 +424,36 @@ static void test_replicas_train_like_one(void) {
   gr_tensor_release(&ref.w), gr_tensor_release(&ref.b);
 }
 
+/* A second mirrored replicate (say, an evaluation) reads the same copies. */
+static void test_mirrors_shared(void) {
+  gr_graph *g = gr_graph_new();
+  lin m = {gr_variable(g, "w", gr_ones(g, GR_F64, gr_shape_make(2, (int64_t[]){3, 1}))),
+           gr_variable(g, "b", gr_zeros(g, GR_F64, gr_shape_make(1, (int64_t[]){1})))};
+  gr_output x = gr_ones(g, GR_F64, gr_shape_make(2, (int64_t[]){4, 3}));
+  gr_output y = gr_zeros(g, GR_F64, gr_shape_make(2, (int64_t[]){4, 1}));
+  static const char *const two[] = {"/job:worker/task:0", "/job:worker/task:1"};
+  gr_replicate_options o = {.num_replicas = 2, .devices = two, .mirror_variables = true};
+  gr_output l1, l2;
+  GR_CHECK(gr_replicate(g, &o, (gr_output[]){x, y}, 2, lin_loss, &m, 1, &l1) == GR_OK);
+  o.scope = "eval";
+  GR_CHECK(gr_replicate(g, &o, (gr_output[]){x, y}, 2, lin_loss, &m, 1, &l2) == GR_OK);
+  int copies = 0;
+  for (int id = 0; id < gr_graph_num_nodes(g); id++)
+    copies += gr_node_attr_string(gr_graph_node(g, id), "mirror_of", "")[0] != '\0';
+  GR_CHECK_EQ_INT(copies, 2); /* w/replica_1, b/replica_1 */
+  gr_node *mw = gr_graph_find_node(g, "w/replica_1");
+  GR_CHECK(mw && strcmp(mw->requested_device, "/job:worker/task:1") == 0);
+  /* the same replica on another device is refused */
+  static const char *const other[] = {"/job:worker/task:0", "/job:worker/task:2"};
+  o.devices = other;
+  o.scope = "elsewhere";
+  GR_CHECK(gr_replicate(g, &o, (gr_output[]){x, y}, 2, lin_loss, &m, 1, &l2) != GR_OK);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg,
+                        "the copy 'w/replica_1' of replica 1 is on '/job:worker/task:1', not on "
+                        "'/job:worker/task:2'");
+  gr_graph_free(g);
+}
+
 static gr_status make_var(gr_graph *g, void *arg, int replica, const gr_output *in,
                           gr_output *out) {
   (void)arg, (void)replica;
@@ -567,6 +597,7 @@ int main(void) {
   GR_RUN(test_all_reduce_gradient);
   GR_RUN(test_replicas_train_like_one);
   GR_RUN(test_replicas_errors);
+  GR_RUN(test_mirrors_shared);
   GR_RUN(test_dsl_forms);
   GR_RUN(test_dsl_errors);
   GR_RUN(test_num_tasks_from_env);
