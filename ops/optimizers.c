@@ -307,7 +307,9 @@ static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, 
   char scope[512];
   snprintf(scope, sizeof scope, "/%s", vname);
   if (gr_graph_push_name_scope(g, scope) != GR_OK) return NULL;
-  /* with the variable's device, whatever the scopes minimize is called in */
+  /* made with the variable's device, out of reach of the enclosing device
+   * scopes and functions (a ps placement must not count a slot as a
+   * variable of its own) */
   if (gr_graph_push_device_scope_reset(g, gr_graph_resolve_device(g, var)) != GR_OK) {
     gr_graph_pop_name_scope(g);
     return NULL;

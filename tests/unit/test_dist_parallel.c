@@ -371,7 +371,7 @@ static void test_kill_mid_reduce(void) {
   GR_CHECK_MSG(ended, "no end after the kill: %s", p.buf);
   printf("all_reduce with a task killed: the run failed %.2f s after the kill\n", took);
   GR_CHECK_EQ_INT(exit_code(&p), 1);
-  GR_CHECK_STR_CONTAINS(p.buf, "worker:1 killed by signal 9");
+  /* (launch may log the kill or not: the run can end first) */
   GR_CHECK_STR_CONTAINS(p.buf, ": lost /job:worker/replica:0/task:1");
 }
 

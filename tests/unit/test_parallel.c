@@ -61,7 +61,7 @@ static void test_ps_round_robin_and_slots(void) {
     GR_CHECK(s && strcmp(gr_graph_resolve_device(g, s), want[i]) == 0);
   }
   GR_CHECK_STR_CONTAINS(pinned.node->requested_device, "/job:worker/task:1");
-  GR_CHECK_STR_CONTAINS(gr_graph_find_node(g, "pinned/momentum")->requested_device,
+  GR_CHECK_STR_CONTAINS(gr_graph_resolve_device(g, gr_graph_find_node(g, "pinned/momentum")),
                         "/job:worker/task:1");
   GR_CHECK_STR_CONTAINS(y.node->requested_device, "/job:worker/task:0"); /* computation */
   /* it runs: 2 workers, 2 ps */
@@ -80,6 +80,25 @@ static void test_ps_round_robin_and_slots(void) {
     gr_tensor_release(&l0), gr_tensor_release(&l1), gr_tensor_release(&xv);
     gr_session_free(s);
   }
+  gr_graph_free(g);
+}
+
+/* Slots made inside the placement are not variables of their own: the
+ * round-robin goes on where the model's variables left it. */
+static void test_ps_slots_not_counted(void) {
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_ps_placement(g, 3, GR_PS_ROUND_ROBIN);
+  gr_output a0 = gr_variable(g, "a0", gr_ones(g, GR_F32, gr_shape_make(1, (int64_t[]){2})));
+  gr_output a1 = gr_variable(g, "a1", gr_ones(g, GR_F32, gr_shape_make(1, (int64_t[]){2})));
+  gr_output loss = gr_reduce_sum(g, gr_mul(g, a0, a1), NULL, 0, false);
+  gr_optimizer opt = {.kind = GR_OPT_MOMENTUM, .learning_rate = 0.1, .momentum = 0.9};
+  gr_minimize(g, &opt, loss, NULL, 0);
+  gr_output a2 = gr_variable(g, "a2", gr_ones(g, GR_F32, gr_shape_make(1, (int64_t[]){2})));
+  gr_graph_pop_device_scope(g);
+  GR_CHECK(!gr_graph_error(g));
+  GR_CHECK(strcmp(a2.node->requested_device, "/job:ps/task:2") == 0);
+  GR_CHECK(strcmp(gr_graph_resolve_device(g, gr_graph_find_node(g, "a1/momentum")),
+                  "/job:ps/task:1") == 0);
   gr_graph_free(g);
 }
 
@@ -589,6 +608,7 @@ static void test_num_tasks_from_env(void) {
 int main(void) {
   unsetenv("GRAPHRUN_CLUSTER");
   GR_RUN(test_ps_round_robin_and_slots);
+  GR_RUN(test_ps_slots_not_counted);
   GR_RUN(test_ps_greedy_and_errors);
   GR_RUN(test_all_reduce_sizes);
   GR_RUN(test_all_reduce_large);
