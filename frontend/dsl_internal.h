@@ -354,6 +354,8 @@ struct gr_dsl_program {
   int nfresh, capfresh;
   int eval_depth; /* nesting of scope/device/... blocks */
   int var_counter;
+  int replica_copies; /* bodies a replicas/micro_batches block being lowered is built as
+                         (the product over nested blocks; 1 outside any) */
   char **imported;
   int nimported;
   gr_error *err;

@@ -257,6 +257,11 @@ static gr_status replicas(const args *a, const char *name, bool micro, dsl_value
       }
     }
   }
+  int outer = p->replica_copies > 0 ? p->replica_copies : 1;
+  if ((int64_t)outer * n > GR_REPLICATE_MAX)
+    return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, a->e->pos,
+                     "%s: nested blocks would build the body %lld times (at most %d)", a->fn,
+                     (long long)(outer * n), GR_REPLICATE_MAX);
   rep_ctx c = {.a = a, .ni = ni, .nout = block_values(a->e->call.block)};
   if (c.nout > GR_REPLICATE_MAX_OUTPUTS)
     return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, a->e->pos, "%s: a block gives at most %d values",
@@ -267,7 +272,9 @@ static gr_status replicas(const args *a, const char *name, bool micro, dsl_value
                             .mirror_variables = mirrored,
                             .scope = micro ? "micro_batch" : "replica"};
   dsl_set_loc(p, a->e->pos);
+  p->replica_copies = outer * (int)n;
   gr_status st = gr_replicate(p->g, &o, inputs, ni, rep_body, &c, c.nout, outs);
+  p->replica_copies = outer;
   if (st != GR_OK) {
     if (c.body_failed) {
       char note[96];

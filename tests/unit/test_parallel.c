@@ -579,6 +579,10 @@ static void test_dsl_errors(void) {
        "all_reduce: op \"max\": want \"sum\" or \"mean\""},
       {"n = num_tasks(3)\n", "num_tasks: the job must be a string"},
       {"def replicas(x) { return x }\ny = replicas(2) { 1 }\n", "'replicas' is a def here"},
+      {"x = placeholder(f32, [?, 2])\nl = replicas(64, x) { micro_batches(32, x) { reduce_sum(x) } "
+       "}\n",
+       "t.gr:2:23: error: micro_batches: nested blocks would build the body 2048 times (at most "
+       "1024)"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     gr_error err;
