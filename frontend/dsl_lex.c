@@ -135,11 +135,10 @@ static size_t append_caret(char *buf, size_t n, size_t cap, dsl_pos pos) {
   n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "\n  ");
   for (int i = 1; i < pos.col && (size_t)(i - 1) < len && n + 1 < cap; i++)
     buf[n++] = p[i - 1] == '\t' ? '\t' : ' ';
-  if (n + 1 < cap) {
-    buf[n++] = '^';
-    buf[n] = '\0';
-  }
-  return n < cap ? n : cap - 1;
+  if (n + 1 < cap) buf[n++] = '^';
+  n = n < cap ? n : cap - 1;
+  buf[n] = '\0'; /* also when the indentation above filled the buffer */
+  return n;
 }
 
 bool dsl_source_text(dsl_pos from, dsl_pos to, char *buf, size_t cap) {

@@ -16,7 +16,7 @@ fi
 cmake --build $dir --target graphrun -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
 clang -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -g -O1 \
       -I. -Ifrontend tests/fuzz/fuzz_$name.c $dir/libgraphrun.a \
-      $(pkg-config --libs openblas sqlite3 zlib libxxhash) \
+      $(pkg-config --libs openblas sqlite3 zlib libxxhash jansson) \
       $(pkg-config --libs libevent libevent_pthreads 2>/dev/null || true) \
       $(pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || true) \
       -lpthread -lm -o $dir/fuzz_$name

@@ -322,8 +322,27 @@ static void test_binary_input(void) {
   gr_graph_free(g);
 }
 
+/* A message filled up by notes (a def calling itself 64 deep) still ends
+ * within its buffer, wherever the last caret line is cut (found by
+ * fuzz-dsl: the caret's indentation could fill the buffer unterminated). */
+static void test_full_message_terminated(void) {
+  int cut_in_caret = 0;
+  for (int k = 0; k < 300; k++) {
+    char src[512];
+    snprintf(src, sizeof src, "def f() {%*s return f() }\ny = f()\n", k, "");
+    gr_error err;
+    memset(err.msg, 'x', sizeof err.msg);
+    GR_CHECK(gt_dsl_error(src, &err));
+    GR_CHECK_MSG(memchr(err.msg, '\0', sizeof err.msg) != NULL, "k = %d: unterminated", k);
+    const char *nul = memchr(err.msg, '\0', sizeof err.msg);
+    if (nul && nul - err.msg == (long)sizeof err.msg - 1 && nul[-1] == ' ') cut_in_caret++;
+  }
+  GR_CHECK(cut_in_caret > 0); /* the case that was unterminated did occur */
+}
+
 int main(void) {
   GR_RUN(test_table);
+  GR_RUN(test_full_message_terminated);
   GR_RUN(test_caret_and_note);
   GR_RUN(test_cond_arity_note);
   GR_RUN(test_deep_nesting);
