@@ -326,15 +326,20 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
 }
 
 /* A name scope for a def call not used by an earlier call: base, base_1, ... */
-static gr_status unique_scope(gr_dsl_program *p, const char *base, char *out, size_t cap) {
+static gr_status unique_scope(gr_dsl_program *p, const char *base, char *out, size_t cap,
+                              dsl_pos pos) {
   const char *cur = gr_graph_name_scope(p->g);
   for (int k = 0;; k++) {
     char full[600];
-    if (k)
-      snprintf(out, cap, "%s_%d", base, k);
-    else
-      snprintf(out, cap, "%s", base);
-    snprintf(full, sizeof full, "%s%s%s", cur, *cur ? "/" : "", out);
+    size_t n =
+        k ? (size_t)snprintf(out, cap, "%s_%d", base, k) : (size_t)snprintf(out, cap, "%s", base);
+    /* a cut name would be taken for every k: refuse it */
+    if (n >= cap ||
+        (size_t)snprintf(full, sizeof full, "%s%s%s", cur, *cur ? "/" : "", out) >= sizeof full)
+      return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, pos,
+                       "the name scope of this call, '%s/%s', is longer than %zu characters "
+                       "(calls nested too deep?)",
+                       cur, base, sizeof full - 1);
     if (dsl_frame_find_local(&p->scopes_used, full)) continue;
     char *key = dsl_strndup(&p->persist, full, strlen(full));
     if (!key || !dsl_frame_insert(&p->scopes_used, key))
@@ -392,7 +397,10 @@ static gr_status call_def(gr_dsl_program *p, const dsl_stmt *def, const dsl_expr
     b->pos = def->name_pos[j];
   }
   char scope[256];
-  GR_TRY(unique_scope(p, name ? name : def->str, scope, sizeof scope));
+  if (unique_scope(p, name ? name : def->str, scope, sizeof scope, e->pos) != GR_OK) {
+    dsl_frame_free(&frame);
+    return p->err->code;
+  }
   dsl_set_loc(p, e->pos);
   if (gr_graph_push_name_scope(p->g, scope) != GR_OK) {
     dsl_frame_free(&frame);

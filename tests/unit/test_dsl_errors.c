@@ -340,8 +340,20 @@ static void test_full_message_terminated(void) {
   GR_CHECK(cut_in_caret > 0); /* the case that was unterminated did occur */
 }
 
+/* A def calling itself with a long name: its name scopes outgrow the
+ * limit before the call depth does; an error, not an endless search for a
+ * free name (found by fuzz-dsl). */
+static void test_long_scope_names(void) {
+  gr_error err;
+  GR_CHECK(gt_dsl_error("def partial_sum() { partial_sum() }\ns = partial_sum()\n", &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "is longer than 599 characters (calls nested too deep?)");
+  GR_CHECK(gt_dsl_error("def f() { f() }\ns = f()\n", &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "calls nested deeper than 64");
+}
+
 int main(void) {
   GR_RUN(test_table);
+  GR_RUN(test_long_scope_names);
   GR_RUN(test_full_message_terminated);
   GR_RUN(test_caret_and_note);
   GR_RUN(test_cond_arity_note);
