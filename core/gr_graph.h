@@ -140,6 +140,22 @@ gr_status gr_graph_push_name_scope(gr_graph *g, const char *scope);
 void gr_graph_pop_name_scope(gr_graph *g);
 /* Device scopes nest: inner fields override outer ones. */
 gr_status gr_graph_push_device_scope(gr_graph *g, const char *spec);
+/* A device scope that hides the enclosing scopes and device functions:
+ * nodes inside get spec ("" : none), merged with the scopes pushed inside
+ * it (as TensorFlow's colocate_with clears the device stack: an optimizer
+ * slot is made with its variable's device, whatever scope minimize runs in). */
+gr_status gr_graph_push_device_scope_reset(gr_graph *g, const char *spec);
+/* A device function (TensorFlow's, e.g. replica_device_setter): for each
+ * node added while it is pushed, called with the node (op, name and attrs
+ * set; not yet in the graph) and the spec the scopes outside it give ("" :
+ * none); returns the spec to use instead (a string that lives until the
+ * call returns; `spec` itself keeps it), or NULL after recording an error
+ * in g. Scopes pushed inside it merge over its result, so an explicit
+ * device scope inside wins, as in TensorFlow. arg is borrowed: it must live
+ * until the function is popped. */
+typedef const char *(*gr_device_fn)(gr_graph *g, const gr_node *n, const char *spec, void *arg);
+gr_status gr_graph_push_device_fn(gr_graph *g, gr_device_fn fn, void *arg);
+/* Pops the innermost device scope or function. */
 void gr_graph_pop_device_scope(gr_graph *g);
 /* Every node added inside gets these control inputs. */
 gr_status gr_graph_push_control_deps(gr_graph *g, const gr_output *deps, int n);

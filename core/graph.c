@@ -36,8 +36,15 @@ struct gr_graph {
   gr_dtype dtypes[GR_DTYPE_COUNT]; /* out_dtypes of single-output nodes point here */
   const char *name_scopes[GR_SCOPE_MAX];
   int num_name_scopes;
-  gr_device_spec device_scopes[GR_SCOPE_MAX];
-  const char *device_strs[GR_SCOPE_MAX]; /* requested_device of nodes in each scope */
+  /* device scopes: each a spec (merged with the enclosing ones unless it
+   * resets them) or a device function */
+  gr_device_spec device_scopes[GR_SCOPE_MAX]; /* merged; meaningless above a function */
+  gr_device_spec device_raw[GR_SCOPE_MAX];    /* as pushed */
+  const char *device_strs[GR_SCOPE_MAX];      /* requested_device of nodes in each scope */
+  gr_device_fn device_fns[GR_SCOPE_MAX];      /* NULL: a spec */
+  void *device_fn_args[GR_SCOPE_MAX];
+  bool device_reset[GR_SCOPE_MAX];  /* hides the scopes below */
+  bool device_has_fn[GR_SCOPE_MAX]; /* a function between the last reset and here */
   int num_device_scopes;
   ctrl_frame ctrl[GR_SCOPE_MAX];
   int num_ctrl;
@@ -367,6 +374,39 @@ static gr_status build_attrs(gr_graph *g, gr_node *n, const gr_attr *attrs, int 
 /* Adds a node. copy_of NULL: named and placed from the scope stacks. Else an
  * exact copy of copy_of (its name, devices, colocation and source position)
  * with the control inputs ctrl. */
+/* The requested device of n (op and attrs set) from the device scopes:
+ * the innermost scope's merged spec, or, with device functions below it
+ * (since the last reset), the scopes applied from the outside in: a spec
+ * merges over what the scopes outside it gave, a function gets that and
+ * returns the spec to go on with. NULL after an error (recorded). */
+static const char *scoped_device(gr_graph *g, const gr_node *n) {
+  int top = g->num_device_scopes;
+  if (!g->device_has_fn[top - 1]) return g->device_strs[top - 1];
+  int from = top - 1;
+  while (from > 0 && !g->device_reset[from]) from--;
+  gr_device_spec cur = gr_device_spec_any();
+  char buf[GR_DEVICE_NAME_MAX];
+  for (int i = from; i < top; i++) {
+    if (!g->device_fns[i]) {
+      cur = gr_device_spec_merge(&cur, &g->device_raw[i]);
+      continue;
+    }
+    const char *r = g->device_fns[i](g, n, gr_device_spec_str(&cur, buf), g->device_fn_args[i]);
+    if (!r) {
+      if (!g->has_error) fail(g, GR_ERR_INTERNAL, "node '%s': its device function failed", n->name);
+      return NULL;
+    }
+    gr_error e;
+    if (gr_device_spec_parse(r, &cur, &e) != GR_OK) {
+      fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s': its device function gave %s", n->name, e.msg);
+      return NULL;
+    }
+  }
+  const char *s = shared_str(g, &g->last_requested, gr_device_spec_str(&cur, buf));
+  if (!s) fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  return s;
+}
+
 static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
                           const gr_output *inputs, int num_inputs, const gr_attr *attrs,
                           int num_attrs, const gr_node *copy_of, gr_node *const *ctrl,
@@ -478,7 +518,8 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
   if (copy_of) {
     n->requested_device = shared_str(g, &g->last_requested, copy_of->requested_device);
   } else if (g->num_device_scopes) {
-    n->requested_device = g->device_strs[g->num_device_scopes - 1];
+    n->requested_device = scoped_device(g, n);
+    if (!n->requested_device) goto done;
   } else {
     n->requested_device = "";
   }
@@ -747,24 +788,45 @@ void gr_graph_pop_name_scope(gr_graph *g) {
   g->num_name_scopes--;
 }
 
-gr_status gr_graph_push_device_scope(gr_graph *g, const char *spec) {
+static gr_status push_device(gr_graph *g, const char *spec, bool reset, gr_device_fn fn,
+                             void *arg) {
   if (g->num_device_scopes == GR_SCOPE_MAX)
     return fail(g, GR_ERR_OUT_OF_RANGE, "device scopes nested deeper than %d", GR_SCOPE_MAX);
-  gr_device_spec s;
+  gr_device_spec s = gr_device_spec_any();
   gr_error e;
-  if (gr_device_spec_parse(spec, &s, &e) != GR_OK) {
+  if (!fn && gr_device_spec_parse(spec ? spec : "", &s, &e) != GR_OK) {
     if (g->source_loc) gr_error_prefix(&e, "%s", g->source_loc);
     return gr_graph_set_error(g, &e);
   }
-  gr_device_spec outer =
-      g->num_device_scopes ? g->device_scopes[g->num_device_scopes - 1] : gr_device_spec_any();
-  gr_device_spec merged = gr_device_spec_merge(&outer, &s);
+  int k = g->num_device_scopes;
+  bool below = k && !reset;
+  gr_device_spec outer = below ? g->device_scopes[k - 1] : gr_device_spec_any();
+  gr_device_spec merged = fn ? outer : gr_device_spec_merge(&outer, &s);
   char buf[GR_DEVICE_NAME_MAX];
   const char *str = gr_arena_strdup(&g->arena, gr_device_spec_str(&merged, buf));
   if (!str) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  g->device_scopes[g->num_device_scopes] = merged;
-  g->device_strs[g->num_device_scopes++] = str;
+  g->device_scopes[k] = merged;
+  g->device_raw[k] = s;
+  g->device_strs[k] = str;
+  g->device_fns[k] = fn;
+  g->device_fn_args[k] = arg;
+  g->device_reset[k] = reset;
+  g->device_has_fn[k] = fn || (below && g->device_has_fn[k - 1]);
+  g->num_device_scopes++;
   return GR_OK;
+}
+
+gr_status gr_graph_push_device_scope(gr_graph *g, const char *spec) {
+  return push_device(g, spec, false, NULL, NULL);
+}
+
+gr_status gr_graph_push_device_scope_reset(gr_graph *g, const char *spec) {
+  return push_device(g, spec, true, NULL, NULL);
+}
+
+gr_status gr_graph_push_device_fn(gr_graph *g, gr_device_fn fn, void *arg) {
+  if (!fn) return fail(g, GR_ERR_INVALID_ARGUMENT, "gr_graph_push_device_fn: no function");
+  return push_device(g, NULL, false, fn, arg);
 }
 
 void gr_graph_pop_device_scope(gr_graph *g) {

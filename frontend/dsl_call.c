@@ -190,10 +190,11 @@ static int edit_distance(const char *a, const char *b) {
   return d[la][lb];
 }
 
-static const char *const builtin_names[] = {"variable", "assign",    "assign_add",  "assign_sub",
-                                            "group",    "const",     "zeros",       "ones",
-                                            "dim",      "gradients", "minimize",    "sgd",
-                                            "momentum", "adam",      "global_step", "read_value"};
+static const char *const builtin_names[] = {
+    "variable",      "assign",     "assign_add",  "assign_sub",   "group",        "const",
+    "zeros",         "ones",       "dim",         "gradients",    "minimize",     "sgd",
+    "momentum",      "adam",       "global_step", "read_value",   "ps_variables", "replicas",
+    "micro_batches", "all_reduce", "num_tasks",   "mirror_spread"};
 
 static const char *closest_name(const char *name) {
   const char *best = NULL;
@@ -752,8 +753,15 @@ gr_status dsl_call(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_v
   if (!a->v) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int i = 0; i < a->n; i++) GR_TRY(dsl_eval(p, e->call.args[i].value, NULL, &a->v[i]));
   memset(out, 0, sizeof *out);
+  if (e->call.block && (b || op))
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->call.block->open,
+                     "'%s' is a %s here, which takes no block (a def of that name hides the "
+                     "built-in)",
+                     fn, b ? "def" : "op");
   if (b) return call_def(p, b->def, e, name, a, out);
   if (op) return call_op(p, op, e, name, a, out);
   bool handled;
+  GR_TRY(dsl_call_parallel(p, fn, e, name, a->v, a->n, out, &handled));
+  if (handled) return GR_OK;
   return call_builtin(p, fn, e, name, a, out, &handled);
 }

@@ -31,10 +31,8 @@ typedef struct cond_ctx {
   gr_dtype first_dt[GR_COND_MAX_OUTPUTS];
 } cond_ctx;
 
-/* Lowers a block in the current frame; *v gets the value of its last
- * statement (an expression, a tuple or `return`), *last that statement. */
-static gr_status block_value(gr_dsl_program *p, const dsl_block *b, dsl_value *v,
-                             const dsl_stmt **last) {
+gr_status dsl_block_value(gr_dsl_program *p, const dsl_block *b, dsl_value *v,
+                          const dsl_stmt **last) {
   memset(v, 0, sizeof *v);
   *last = NULL;
   for (int i = 0; i < b->n; i++) {
@@ -114,7 +112,7 @@ static int branch(cond_ctx *c, const dsl_block *b, const char *side, gr_output *
   dsl_value v;
   const dsl_stmt *last;
   int n = 0;
-  if (block_value(c->p, b, &v, &last) != GR_OK ||
+  if (dsl_block_value(c->p, b, &v, &last) != GR_OK ||
       branch_outputs(c, side, &v, last, outs, max, &n) != GR_OK)
     c->failed = true;
   c->p->frame = saved;

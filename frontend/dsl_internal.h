@@ -211,6 +211,7 @@ struct dsl_expr {
       const char *name;
       dsl_arg *args;
       int nargs;
+      dsl_block *block; /* a built-in that takes one (dsl_takes_block), else NULL */
     } call;
     struct {
       dsl_tok op;
@@ -265,6 +266,9 @@ typedef struct dsl_parser {
   int depth;         /* recursion guard */
   dsl_expr *pending; /* an IDENT already consumed by the statement rule */
 } dsl_parser;
+
+/* Does the built-in `name` take a block (`replicas(2, x) { ... }`)? */
+bool dsl_takes_block(const char *name);
 
 void dsl_parse_init(dsl_parser *ps, const dsl_source *src, dsl_arena *arena, gr_error *err);
 /* The next top-level statement into *out (NULL at end of file). */
@@ -350,6 +354,8 @@ struct gr_dsl_program {
   int nfresh, capfresh;
   int eval_depth; /* nesting of scope/device/... blocks */
   int var_counter;
+  int replica_copies; /* bodies a replicas/micro_batches block being lowered is built as
+                         (the product over nested blocks; 1 outside any) */
   char **imported;
   int nimported;
   gr_error *err;
@@ -402,6 +408,15 @@ gr_dtype dsl_dtype_of(const dsl_value *v);
 void dsl_set_loc(gr_dsl_program *p, dsl_pos pos);
 gr_status dsl_check_graph(gr_dsl_program *p, dsl_pos pos);
 gr_status dsl_call(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out);
+/* Lowers a block in the current frame; *v gets the value of its last
+ * statement (an expression, a tuple or `return`), *last that statement. */
+gr_status dsl_block_value(gr_dsl_program *p, const dsl_block *b, dsl_value *v,
+                          const dsl_stmt **last);
+/* The parallel-training built-ins (dsl_parallel.c): ps_variables, replicas
+ * and micro_batches, which take a block (e->call.block), and all_reduce,
+ * num_tasks and mirror_spread. *handled is false when fn is none of them. */
+gr_status dsl_call_parallel(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
+                            dsl_value *args, int nargs, dsl_value *out, bool *handled);
 gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 /* A source for text[0..len), which is not copied: owned (a malloc'd text the

@@ -193,6 +193,19 @@ static bool parse_call_args(P *ps, dsl_expr *call) {
   return expect_close(ps, T_RPAREN, open, "')'");
 }
 
+/* block_call = IDENT args block, for the built-ins that take a block
+ * (dsl_takes_block: `replicas(2, x) { ... }`); the block is optional here
+ * and required when lowering, so a missing one is reported by name. */
+static bool parse_call_block(P *ps, dsl_expr *call) {
+  if (TOK.kind != T_LBRACE || !dsl_takes_block(call->call.name)) return true;
+  call->call.block = dsl_alloc(ps->arena, sizeof *call->call.block);
+  if (!call->call.block) {
+    gr_error_set(ps->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return false;
+  }
+  return parse_block(ps, call->call.block);
+}
+
 /* list = "[" [ expr { "," expr } [","] ] "]" */
 static dsl_expr *parse_list(P *ps) {
   dsl_expr *e = new_expr(ps, E_LIST, TOK.pos);
@@ -263,7 +276,7 @@ static dsl_expr *parse_primary(P *ps) {
       const char *name = e->str;
       e->kind = E_CALL;
       e->call.name = name;
-      if (!parse_call_args(ps, e)) return NULL;
+      if (!parse_call_args(ps, e) || !parse_call_block(ps, e)) return NULL;
     }
     return e;
   }
@@ -294,7 +307,7 @@ static dsl_expr *parse_primary(P *ps) {
         const char *name = e->str;
         e->kind = E_CALL;
         e->call.name = name;
-        if (!parse_call_args(ps, e)) return NULL;
+        if (!parse_call_args(ps, e) || !parse_call_block(ps, e)) return NULL;
       }
       return e;
     case T_LPAREN: {

@@ -31,9 +31,15 @@
 
 typedef struct gr_dsl_program gr_dsl_program;
 
+struct gr_cluster; /* placer/gr_placer.h */
+
 typedef struct gr_dsl_options {
   bool no_imports; /* `import` is an error (fuzzing, untrusted text) */
   int max_errors;  /* reserved; the first error stops loading */
+  /* the cluster the program will run on, for num_tasks("worker") (borrowed,
+   * read while loading); NULL: the one GRAPHRUN_CLUSTER names (which
+   * graphrun launch sets), else none */
+  const struct gr_cluster *cluster;
 } gr_dsl_options;
 
 /* Reads, parses and lowers a file into g. opts may be NULL. A serialized

@@ -468,9 +468,19 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
     char scope[600];
     snprintf(scope, sizeof scope, "/gradients/%s_grad", xs[i].node->name);
     gr_graph_push_name_scope(g, scope);
+    int first_id = gr_graph_num_nodes(g);
     dxs[i] = total(g, c);
     if (!dxs[i].node && !null_for_unconnected) dxs[i] = gr_zeros_like(g, xs[i]);
     gr_graph_pop_name_scope(g);
+    /* the sum of several contributions runs with x (as TensorFlow's
+     * colocate_gradients_with_ops): for a variable on a parameter server,
+     * the replicas' or micro-batches' gradients are added there, unless a
+     * device scope around the call says otherwise */
+    for (int id = first_id; id < gr_graph_num_nodes(g); id++) {
+      gr_node *n = gr_graph_node(g, id);
+      if (!n->colocate_with && !n->requested_device[0])
+        gr_graph_set_colocation(g, n, xs[i].node->name);
+    }
   }
   if (gr_graph_error(g)) st = gr_graph_error(g)->code;
 done:

@@ -359,4 +359,81 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
  * gr_minimize increments it with every training step when it exists. */
 gr_output gr_global_step(gr_graph *g);
 
+/* ---- parallel training (parallel.c): docs/strategies.md ------------------------ */
+
+typedef enum gr_ps_strategy {
+  GR_PS_ROUND_ROBIN,  /* variable i on ps task i mod num_ps */
+  GR_PS_GREEDY_BYTES, /* each variable on the ps task holding the fewest bytes so far */
+} gr_ps_strategy;
+#define GR_PS_MAX_TASKS 4096
+/* TensorFlow's replica_device_setter: until gr_graph_pop_device_scope,
+ * every variable added goes to /job:ps/task:K (the other fields of the
+ * enclosing device scope kept), chosen by strategy among num_ps tasks;
+ * other nodes stay where the enclosing scopes put them (the worker). An
+ * explicit device scope inside wins. Everything that names a variable
+ * (reads, updates, initialisers) runs where it lives, and optimizer slots
+ * are made with their variable, so they follow. The state is graph-owned. */
+gr_status gr_graph_push_ps_placement(gr_graph *g, int num_ps, gr_ps_strategy strategy);
+
+typedef enum gr_reduction { GR_REDUCE_SUM, GR_REDUCE_MEAN } gr_reduction;
+/* Small tensors at most this big are fused into one buffer by gr_minimize's
+ * all-reduce of mirrored variables' gradients. */
+#define GR_ALL_REDUCE_FUSE_BYTES (256 * 1024)
+/* Ring all-reduce: values[d] (one per device, same dtype and fully known
+ * shape) on devices[d] (NULL, or a NULL entry: the device of values[d]);
+ * out[d], on devices[d], gets the sum (or mean) of all, the same bits on
+ * every device. Each value is cut into n chunks; chunk c is added around
+ * the ring (n - 1 rounds of adds, each on the receiving device:
+ * reduce-scatter), its total passed around once more (n - 1 rounds of
+ * copies: all-gather), so each device sends 2(n - 1)/n of the tensor to
+ * the next. Returns the graph's error status. */
+gr_status gr_all_reduce(gr_graph *g, const gr_output *values, int n, const char *const *devices,
+                        gr_reduction op, gr_output *out);
+/* num_tensors all-reduces over the same n devices at once: values[t * n + d]
+ * is tensor t on device d (devices NULL: those of tensor 0), out likewise.
+ * Tensors smaller than fuse_bytes are fused (flattened and concatenated on
+ * each device, in order, up to fuse_bytes per buffer, one dtype each),
+ * reduced as one, and cut back; 0: no fusion. */
+gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors, int n,
+                          const char *const *devices, gr_reduction op, int64_t fuse_bytes,
+                          gr_output *out);
+
+#define GR_REPLICATE_MAX         1024
+#define GR_REPLICATE_MAX_OUTPUTS 64
+/* Builds replica `replica` of a model: its inputs are the replica's slices
+ * of the batch; writes the replica's outputs (f32/f64, e.g. its loss).
+ * Errors: return them or record them in g. */
+typedef gr_status (*gr_replica_fn)(gr_graph *g, void *arg, int replica, const gr_output *inputs,
+                                   gr_output *outputs);
+typedef struct gr_replicate_options {
+  int num_replicas;
+  /* replica i is built in device scope devices[i] (explicit scopes inside
+   * the body still win); NULL: no scope (micro-batches, whose stages the
+   * body pins itself) */
+  const char *const *devices;
+  /* replica i >= 1 reads its own copy of every variable the body reads,
+   * VAR/replica_i on devices[i], initialised from VAR's initial value;
+   * gr_minimize all-reduces the copies' gradients (sum over the ring), so
+   * they stay equal bit for bit. Replica 0 reads the variables themselves. */
+  bool mirror_variables;
+  const char *scope;      /* name scope of replica i: SCOPE_i; NULL: "replica" */
+  gr_output *per_replica; /* NULL, or num_replicas * num_outputs: each replica's outputs */
+} gr_replicate_options;
+/* In-graph replication (synchronous data parallelism, or micro-batches):
+ * splits every input along axis 0 into num_replicas equal slices, builds
+ * the body once per replica on its slices, and sets outputs[j] to the mean
+ * over the replicas of output j. With the loss as output, gr_minimize on it
+ * gives one update per step from the gradient of the whole batch: each
+ * replica's backward pass runs with its forward pass, and the replicas'
+ * contributions to a variable are added where it lives (a parameter
+ * server), or all-reduced for mirrored variables. The body must not make
+ * variables. */
+gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_output *inputs,
+                       int num_inputs, gr_replica_fn fn, void *arg, int num_outputs,
+                       gr_output *outputs);
+/* The largest |copy - variable| over every mirrored variable and replica
+ * (f64 scalar; 0 when there are none), read when it runs: built inside
+ * control dependencies on a train op, after its updates. */
+gr_output gr_mirror_spread(gr_graph *g);
+
 #endif

@@ -24,6 +24,18 @@ int *gr_loop_depths(gr_graph *g, int lo, int hi);
  * value, or an enter of it). */
 gr_output gr_ops_read_value_via(gr_graph *g, const gr_node *vn, gr_output tie);
 
+/* gr_variable with attr mirror_of (NULL: none): the variable it is a
+ * replica's copy of (parallel.c). */
+gr_output gr_ops_variable_mirror(gr_graph *g, const char *name, gr_output initial_value,
+                                 const char *mirror_of);
+
+/* Mirrored variables (parallel.c), for gr_minimize: appends to vars[0..n)
+ * (room for cap) the mirrors of its variables that it lacks; returns the
+ * new count. Then replaces the gradients of each variable and its mirrors
+ * by their all-reduced sum, on each copy's device. */
+int gr_ops_add_mirrors(const gr_graph *g, gr_output *vars, int n, int cap);
+gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, gr_output *grads);
+
 gr_output gr_ops_build(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
                        int num_inputs, const gr_attr *attrs, int num_attrs);
 

@@ -307,8 +307,16 @@ static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, 
   char scope[512];
   snprintf(scope, sizeof scope, "/%s", vname);
   if (gr_graph_push_name_scope(g, scope) != GR_OK) return NULL;
+  /* made with the variable's device, out of reach of the enclosing device
+   * scopes and functions (a ps placement must not count a slot as a
+   * variable of its own) */
+  if (gr_graph_push_device_scope_reset(g, gr_graph_resolve_device(g, var)) != GR_OK) {
+    gr_graph_pop_name_scope(g);
+    return NULL;
+  }
   gr_shape sh = scalar ? gr_shape_scalar() : var->out_shapes[0];
   gr_output s = gr_variable(g, slot, gr_zeros(g, var->out_dtypes[0], sh));
+  gr_graph_pop_device_scope(g);
   gr_graph_pop_name_scope(g);
   if (!s.node) return NULL;
   /* a slot lives with its variable (its update reads both there), whatever
@@ -373,19 +381,22 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
   if (!(opt->learning_rate > 0) || !isfinite(opt->learning_rate))
     return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
                        "minimize: learning rate must be positive and finite");
-  gr_output *found = NULL;
+  /* the variables, and the mirrors of mirrored ones (a replica's copies) */
+  int cap = gr_graph_num_nodes(g) + n + 1;
+  gr_output *found = malloc(sizeof *found * (size_t)cap);
+  if (!found) return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (!var_list || n == 0) {
-    int cap = gr_graph_num_nodes(g) + 1;
-    found = malloc(sizeof *found * (size_t)cap);
-    n = found ? collect_vars(g, loss, found, cap) : -1;
+    n = collect_vars(g, loss, found, cap);
     if (n <= 0) {
       free(found);
       if (n < 0) return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
       return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
                          "minimize: loss '%s' depends on no float variable", loss.node->name);
     }
-    var_list = found;
+  } else {
+    memcpy(found, var_list, sizeof *found * (size_t)n);
   }
+  var_list = found;
   for (int i = 0; i < n; i++)
     if (!var_list[i].node || strcmp(var_list[i].node->op->name, "variable") != 0) {
       gr_output r = gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: '%s' is not a variable",
@@ -393,6 +404,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
       free(found);
       return r;
     }
+  n = gr_ops_add_mirrors(g, found, n, cap);
   gr_output *grads = calloc((size_t)n, sizeof *grads),
             *updates = calloc((size_t)n + 1, sizeof *updates);
   if (!grads || !updates) {
@@ -403,6 +415,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
   }
   gr_output train = {NULL, 0};
   if (gr_gradients(g, &loss, 1, var_list, n, NULL, true, grads) != GR_OK) goto done;
+  if (gr_ops_all_reduce_mirrors(g, var_list, n, grads) != GR_OK) goto done;
   int nu = 0;
   for (int i = 0; i < n; i++) {
     const gr_node *v = var_list[i].node;

@@ -41,13 +41,16 @@ static const gr_attr_spec var_attrs[] = {
     {"var", GR_ATTR_STRING, true, {0}},
     {"dtype", GR_ATTR_DTYPE, true, {0}},
     {"shape", GR_ATTR_SHAPE, true, {0}},
-    {"initializer", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}}};
+    {"initializer", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
+    {"mirror_of", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}}};
 
 const gr_op_def gr_op_variable = {.name = "variable",
-                                  .doc = "reads a variable (attrs var, dtype, shape, initializer)",
+                                  .doc = "reads a variable (attrs var, dtype, shape, initializer; "
+                                         "mirror_of: a replica's copy of that variable, whose "
+                                         "gradient minimize all-reduces)",
                                   .num_outputs = 1,
                                   .attrs = var_attrs,
-                                  .num_attrs = 4,
+                                  .num_attrs = 5,
                                   .shape_fn = var_shape,
                                   .kernel = variable_kernel,
                                   .flags = GR_OP_STATEFUL | GR_OP_VARIABLE};
@@ -234,7 +237,8 @@ DEFINE_ASSIGN(assign_sub, "subtracts delta from a variable in place; returns the
 
 /* ---- builders ------------------------------------------------------------------ */
 
-gr_output gr_variable(gr_graph *g, const char *name, gr_output initial_value) {
+gr_output gr_ops_variable_mirror(gr_graph *g, const char *name, gr_output initial_value,
+                                 const char *mirror_of) {
   if (!initial_value.node) return (gr_output){NULL, 0};
   if (!name || !*name) return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "variable needs a name");
   const char *scope = gr_graph_name_scope(g);
@@ -260,12 +264,17 @@ gr_output gr_variable(gr_graph *g, const char *name, gr_output initial_value) {
   gr_output init = gr_ops_build(g, "assign", init_name, &initial_value, 1, aa, 3);
   if (!init.node) return init;
   gr_attr va[] = {gr_attr_string("var", full), gr_attr_dtype("dtype", dt),
-                  gr_attr_shape("shape", sh), gr_attr_string("initializer", init.node->name)};
-  gr_output v = gr_ops_build(g, "variable", name, NULL, 0, va, 4);
+                  gr_attr_shape("shape", sh), gr_attr_string("initializer", init.node->name),
+                  gr_attr_string("mirror_of", mirror_of ? mirror_of : "")};
+  gr_output v = gr_ops_build(g, "variable", name, NULL, 0, va, 5);
   if (v.node && strcmp(v.node->name, full) != 0)
     return gr_ops_fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (variable %s)", full,
                        name);
   return v;
+}
+
+gr_output gr_variable(gr_graph *g, const char *name, gr_output initial_value) {
+  return gr_ops_variable_mirror(g, name, initial_value, NULL);
 }
 
 static gr_output build_update(gr_graph *g, const char *op, gr_output var, gr_output value) {

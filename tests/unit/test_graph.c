@@ -56,6 +56,67 @@ static void test_device_scopes(void) {
   gr_graph_free(g);
 }
 
+/* Device functions see the spec of the scopes outside them and what they
+ * return is merged under the scopes pushed inside; a reset scope hides all
+ * of them. */
+static const char *consts_to_ps(gr_graph *g, const gr_node *n, const char *spec, void *arg) {
+  int *calls = arg;
+  ++*calls;
+  if (strcmp(n->name, "bad") == 0) return "/job:ps/task:x";
+  if (strcmp(n->name, "fail") == 0) {
+    gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "refused '%s' (outside: '%s')", n->name, spec);
+    return NULL;
+  }
+  return strcmp(n->op->name, "const") == 0 ? "/job:ps/task:0" : spec;
+}
+
+static void test_device_functions(void) {
+  gr_graph *g = gr_graph_new();
+  int calls = 0;
+  gr_graph_push_device_scope(g, "/job:worker/task:1");
+  GR_CHECK(gr_graph_push_device_fn(g, consts_to_ps, &calls) == GR_OK);
+  gr_output a = gr_const_f32(g, 1);
+  gr_output b = gr_identity(g, a);
+  gr_graph_push_device_scope(g, "/device:CPU:1");
+  gr_output c = gr_const_f32(g, 1);
+  gr_graph_push_device_scope(g, "/job:chief");
+  gr_output d = gr_const_f32(g, 1);
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope_reset(g, "/task:2");
+  gr_output e = gr_const_f32(g, 1);
+  gr_graph_push_device_scope(g, "/job:ps");
+  gr_output f = gr_identity(g, e);
+  gr_graph_pop_device_scope(g);
+  gr_graph_pop_device_scope(g);
+  gr_graph_pop_device_scope(g);
+  gr_graph_pop_device_scope(g); /* the function */
+  gr_output h = gr_const_f32(g, 1);
+  gr_graph_pop_device_scope(g);
+  GR_CHECK(!gr_graph_error(g));
+  GR_CHECK(strcmp(a.node->requested_device, "/job:ps/task:0") == 0);
+  GR_CHECK(strcmp(b.node->requested_device, "/job:worker/task:1") == 0);
+  GR_CHECK(strcmp(c.node->requested_device, "/job:ps/task:0/device:CPU:1") == 0);
+  GR_CHECK(strcmp(d.node->requested_device, "/job:chief/task:0/device:CPU:1") == 0);
+  GR_CHECK(strcmp(e.node->requested_device, "/task:2") == 0);
+  GR_CHECK(strcmp(f.node->requested_device, "/job:ps/task:2") == 0);
+  GR_CHECK(strcmp(h.node->requested_device, "/job:worker/task:1") == 0);
+  GR_CHECK_EQ_INT(calls, 4); /* a, b, c, d: not inside the reset, not after the pop */
+  /* a bad spec from the function, and a function's own error */
+  gr_graph_push_device_fn(g, consts_to_ps, &calls);
+  gr_tensor one = gr_tensor_scalar_f32(1);
+  gr_output x = gr_op(g, "const", "bad", NULL, 0, (gr_attr[]){gr_attr_tensor("value", one)}, 1);
+  gr_tensor_release(&one);
+  GR_CHECK(!x.node);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "node 'bad': its device function gave");
+  gr_graph_clear_error(g);
+  gr_output y = gr_op(g, "identity", "fail", &a, 1, NULL, 0);
+  GR_CHECK(!y.node);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "refused 'fail' (outside: '')");
+  gr_graph_pop_device_scope(g);
+  GR_CHECK(gr_graph_find_node(g, "bad") == NULL && gr_graph_find_node(g, "fail") == NULL);
+  gr_graph_free(g);
+}
+
 static void test_control_deps_and_attrs(void) {
   gr_graph *g = gr_graph_new();
   gr_output a = gr_const_f32(g, 1);
@@ -240,6 +301,7 @@ static void test_many_names_and_shared_data(void) {
 int main(void) {
   GR_RUN(test_names_and_scopes);
   GR_RUN(test_device_scopes);
+  GR_RUN(test_device_functions);
   GR_RUN(test_control_deps_and_attrs);
   GR_RUN(test_shape_inference_unknown_dims);
   GR_RUN(test_sticky_errors);

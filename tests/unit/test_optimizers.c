@@ -322,6 +322,44 @@ static void test_sgd_matmul_errors(void) {
   gr_graph_free(g);
 }
 
+/* Optimizer slots are made where their variable lives, whatever device
+ * scope minimize runs in; the sum of a variable's gradient contributions
+ * runs with the variable (on a parameter server) unless a scope says
+ * otherwise. */
+static void test_slots_and_sums_follow_the_variable(void) {
+  for (int scoped = 0; scoped < 2; scoped++) {
+    gr_graph *g = gr_graph_new();
+    gr_graph_push_device_scope(g, "/job:ps/task:0");
+    gr_output w = gr_variable(g, "w", gr_ones(g, GR_F32, gr_shape_make(1, (int64_t[]){3})));
+    gr_graph_pop_device_scope(g);
+    gr_graph_push_device_scope(g, "/job:worker/task:1");
+    gr_output a = gr_reduce_sum(g, gr_square(g, w), NULL, 0, false);
+    gr_output loss = gr_add(g, a, gr_reduce_sum(g, gr_mul(g, w, w), NULL, 0, false));
+    if (!scoped) gr_graph_pop_device_scope(g);
+    gr_optimizer opt = {.kind = GR_OPT_ADAM, .learning_rate = 0.01};
+    gr_minimize(g, &opt, loss, NULL, 0);
+    if (scoped) gr_graph_pop_device_scope(g);
+    GR_CHECK(!gr_graph_error(g));
+    const char *slots[] = {"w/adam_m", "w/adam_v", "w/adam_t"};
+    for (int i = 0; i < 3; i++) {
+      gr_node *sl = gr_graph_find_node(g, slots[i]);
+      GR_CHECK_MSG(sl && strcmp(gr_graph_resolve_device(g, sl), "/job:ps/task:0") == 0,
+                   "%s on '%s'", slots[i], sl ? gr_graph_resolve_device(g, sl) : "?");
+    }
+    gr_node *sum = NULL; /* the gradient the update reads: the sum of 3 contributions */
+    for (int id = 0; id < gr_graph_num_nodes(g); id++) {
+      gr_node *u = gr_graph_node(g, id);
+      if (strcmp(u->op->name, "apply_adam") == 0) sum = u->inputs[1].node;
+    }
+    GR_CHECK(sum && strcmp(sum->op->name, "add_n") == 0);
+    if (sum)
+      GR_CHECK_MSG(strcmp(gr_graph_resolve_device(g, sum),
+                          scoped ? "/job:worker/task:1" : "/job:ps/task:0") == 0,
+                   "the sum runs on '%s'", gr_graph_resolve_device(g, sum));
+    gr_graph_free(g);
+  }
+}
+
 int main(void) {
   GR_RUN(test_sgd);
   GR_RUN(test_momentum);
@@ -332,5 +370,6 @@ int main(void) {
   GR_RUN(test_minimize_fuses_sgd);
   GR_RUN(test_fusion_follows_colocation);
   GR_RUN(test_sgd_matmul_errors);
+  GR_RUN(test_slots_and_sums_follow_the_variable);
   return gr_test_finish();
 }

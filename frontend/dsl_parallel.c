@@ -1,0 +1,410 @@
+/* DSL built-ins for training on several tasks (docs/strategies.md), all
+ * lowered to the graph construction of ops/parallel.c:
+ *
+ *   ps_variables(2) { w = variable(...) }           variables on /job:ps/task:K
+ *   loss = replicas(2, x, y) { loss_of(x, y) }      in-graph replicas on the workers
+ *   loss = replicas(2, x, y, all_reduce=true) {...} mirrored variables, ring all-reduce
+ *   loss = micro_batches(4, x, y) { loss_of(x, y) } micro-batches (model parallelism)
+ *   a, b = all_reduce(x0, x1, op="mean")            a ring over the inputs' devices
+ *   n = num_tasks("worker")                          the cluster's count, at load time
+ *   spread = mirror_spread()                         max |copy - variable|
+ *
+ * In a replicas or micro_batches block the names given after the count are
+ * the replica's slices of those tensors; names bound inside stay inside;
+ * the block's value (one tensor, or several `a, b`) is averaged over the
+ * replicas. A ps_variables block is a scope: names bound inside stay bound
+ * after it, as with `device`. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsl_internal.h"
+#include "placer/gr_placer.h"
+
+static const char *const block_builtins[] = {"ps_variables", "replicas", "micro_batches"};
+
+bool dsl_takes_block(const char *name) {
+  for (size_t i = 0; i < sizeof block_builtins / sizeof block_builtins[0]; i++)
+    if (strcmp(name, block_builtins[i]) == 0) return true;
+  return false;
+}
+
+static gr_status oom(gr_dsl_program *p) {
+  return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+static void tensor_value(dsl_value *out, gr_output o) {
+  memset(out, 0, sizeof *out);
+  out->kind = V_TENSOR;
+  out->has_t = true;
+  out->t = o;
+}
+
+/* ---- arguments ---------------------------------------------------------------------------- */
+
+typedef struct args {
+  gr_dsl_program *p;
+  const dsl_expr *e;
+  const char *fn;
+  dsl_value *v;
+  int n, npos; /* all, positional (they come first) */
+} args;
+
+static int kw(const args *a, const char *name) {
+  for (int i = a->npos; i < a->n; i++)
+    if (strcmp(a->e->call.args[i].name, name) == 0) return i;
+  return -1;
+}
+
+static gr_status only_keywords(const args *a, const char *const *allowed) {
+  for (int i = a->npos; i < a->n; i++) {
+    const char *k = a->e->call.args[i].name;
+    int j = 0;
+    while (allowed[j] && strcmp(k, allowed[j]) != 0) j++;
+    if (!allowed[j])
+      return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
+                       "unknown keyword argument '%s' for %s", k, a->fn);
+  }
+  return GR_OK;
+}
+
+static gr_status int_arg(const args *a, int i, const char *what, int64_t lo, int64_t hi,
+                         int64_t *out) {
+  const dsl_value *v = &a->v[i];
+  if (v->kind != V_NUM || !v->num.is_int || v->num.i < lo || v->num.i > hi)
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
+                     "%s: %s must be an integer from %lld to %lld", a->fn, what, (long long)lo,
+                     (long long)hi);
+  *out = v->num.i;
+  return GR_OK;
+}
+
+static gr_status string_arg(const args *a, int i, const char *what, const char **out) {
+  if (a->v[i].kind != V_STR)
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
+                     "%s: %s must be a string, got a %s", a->fn, what,
+                     dsl_vkind_name(a->v[i].kind));
+  *out = a->v[i].str;
+  return GR_OK;
+}
+
+static gr_status bool_arg(const args *a, int i, const char *what, bool *out) {
+  if (a->v[i].kind != V_BOOL)
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
+                     "%s: %s must be true or false", a->fn, what);
+  *out = a->v[i].b;
+  return GR_OK;
+}
+
+static gr_status need_block(const args *a) {
+  if (!a->e->call.block)
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "%s needs a block: %s(...) { ... }", a->fn, a->fn);
+  return GR_OK;
+}
+
+/* ---- ps_variables(num_ps, strategy="round_robin") { ... } --------------------------------- */
+
+static gr_status ps_variables(const args *a, const char *name, dsl_value *out) {
+  gr_dsl_program *p = a->p;
+  static const char *const allowed[] = {"strategy", NULL};
+  GR_TRY(need_block(a));
+  GR_TRY(only_keywords(a, allowed));
+  if (a->npos != 1)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "ps_variables takes the number of ps tasks: ps_variables(2) { ... }");
+  if (name)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "ps_variables(...) { ... } is a scope and has no value to bind to '%s'", name);
+  int64_t num_ps = 0;
+  GR_TRY(int_arg(a, 0, "the number of ps tasks", 1, GR_PS_MAX_TASKS, &num_ps));
+  gr_ps_strategy strategy = GR_PS_ROUND_ROBIN;
+  int si = kw(a, "strategy");
+  if (si >= 0) {
+    const char *s = "";
+    GR_TRY(string_arg(a, si, "strategy", &s));
+    if (strcmp(s, "greedy") == 0)
+      strategy = GR_PS_GREEDY_BYTES;
+    else if (strcmp(s, "round_robin") != 0)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[si].pos,
+                       "ps_variables: strategy \"%s\": want \"round_robin\" or \"greedy\" (by "
+                       "bytes)",
+                       s);
+  }
+  dsl_set_loc(p, a->e->pos);
+  if (gr_graph_push_ps_placement(p->g, (int)num_ps, strategy) != GR_OK)
+    return dsl_check_graph(p, a->e->pos);
+  p->block_depth++;
+  gr_status st = dsl_lower_block(p, a->e->call.block);
+  p->block_depth--;
+  gr_graph_pop_device_scope(p->g);
+  memset(out, 0, sizeof *out);
+  return st;
+}
+
+/* ---- replicas(n, x, ..., devices=[...], all_reduce=false) { ... }, micro_batches ------------ */
+
+typedef struct rep_ctx {
+  const args *a;
+  int ni, nout;
+  bool body_failed;
+} rep_ctx;
+
+/* The number of values a block gives, from its last statement (`a, b`: 2). */
+static int block_values(const dsl_block *b) {
+  const dsl_stmt *last = b->n ? b->stmts[b->n - 1] : NULL;
+  if (!last || (last->kind != S_EXPR && last->kind != S_RETURN)) return 1;
+  return last->expr->kind == E_TUPLE ? last->expr->list.n : 1;
+}
+
+static gr_status rep_body(gr_graph *g, void *arg, int k, const gr_output *inputs,
+                          gr_output *outputs) {
+  rep_ctx *c = arg;
+  const args *a = c->a;
+  gr_dsl_program *p = a->p;
+  (void)g;
+  (void)k;
+  dsl_frame frame, *saved = p->frame;
+  if (!dsl_frame_init(&frame, 16, saved, &p->temp)) return c->body_failed = true, oom(p);
+  gr_status st = GR_OK;
+  for (int i = 0; i < c->ni && st == GR_OK; i++) { /* the slices under the names given */
+    dsl_binding *b = dsl_frame_insert(&frame, a->e->call.args[1 + i].value->str);
+    if (!b) {
+      st = oom(p);
+      break;
+    }
+    tensor_value(&b->v, inputs[i]);
+    b->pos = a->e->call.args[1 + i].pos;
+  }
+  p->frame = &frame;
+  int nfresh = p->nfresh;
+  dsl_value v;
+  const dsl_stmt *last = NULL;
+  p->block_depth++;
+  if (st == GR_OK) st = dsl_block_value(p, a->e->call.block, &v, &last);
+  p->block_depth--;
+  if (st == GR_OK) {
+    int have = v.kind == V_TUPLE ? v.list.n : 1;
+    if (have != c->nout)
+      st = dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, last->expr->pos,
+                     "%s: the block gives %d values; write them as a tuple (`a, b`) as its last "
+                     "statement",
+                     a->fn, have);
+    for (int j = 0; j < c->nout && st == GR_OK; j++) {
+      const dsl_expr *x = last->expr;
+      dsl_pos at = x->kind == E_TUPLE && j < x->list.n ? x->list.items[j]->pos : x->pos;
+      st = dsl_to_tensor(p, v.kind == V_TUPLE ? &v.list.items[j] : &v, at, GR_DTYPE_INVALID,
+                         &outputs[j]);
+    }
+  }
+  p->frame = saved;
+  p->nfresh = nfresh;
+  dsl_frame_free(&frame);
+  if (st != GR_OK) c->body_failed = true;
+  return st;
+}
+
+static gr_status replicas(const args *a, const char *name, bool micro, dsl_value *out) {
+  gr_dsl_program *p = a->p;
+  static const char *const rep_kw[] = {"devices", "all_reduce", NULL};
+  static const char *const micro_kw[] = {NULL};
+  GR_TRY(need_block(a));
+  GR_TRY(only_keywords(a, micro ? micro_kw : rep_kw));
+  if (a->npos < 1)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "%s takes the number of %s and the names of the batch's tensors: "
+                     "%s(%d, images, labels) { ... }",
+                     a->fn, micro ? "micro-batches" : "replicas", a->fn, micro ? 4 : 2);
+  int64_t n = 0;
+  GR_TRY(int_arg(a, 0, micro ? "the number of micro-batches" : "the number of replicas", 1,
+                 GR_REPLICATE_MAX, &n));
+  int ni = a->npos - 1;
+  gr_output *inputs = dsl_alloc(&p->temp, sizeof(gr_output) * (size_t)(ni + 1));
+  if (!inputs) return oom(p);
+  for (int i = 0; i < ni; i++) {
+    const dsl_arg *arg = &a->e->call.args[1 + i];
+    if (arg->value->kind != E_IDENT || !a->v[1 + i].has_t || !a->v[1 + i].t.node)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, arg->pos,
+                       "%s: after the count come names of tensors (the block sees each name as "
+                       "its slice of the batch)",
+                       a->fn);
+    inputs[i] = a->v[1 + i].t;
+  }
+  const char **devices = NULL;
+  bool mirrored = false;
+  if (!micro) {
+    int di = kw(a, "devices"), mi = kw(a, "all_reduce");
+    if (mi >= 0) GR_TRY(bool_arg(a, mi, "all_reduce", &mirrored));
+    devices = dsl_alloc(&p->temp, sizeof(char *) * (size_t)(n + 1));
+    if (!devices) return oom(p);
+    if (di >= 0) {
+      const dsl_value *l = &a->v[di];
+      if (l->kind != V_LIST || l->has_t || l->list.n != n)
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[di].pos,
+                         "%s: devices must be a list of %lld device strings", a->fn, (long long)n);
+      for (int k = 0; k < n; k++) {
+        if (l->list.items[k].kind != V_STR)
+          return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[di].pos,
+                           "%s: devices must be a list of %lld device strings", a->fn,
+                           (long long)n);
+        devices[k] = l->list.items[k].str;
+      }
+    } else {
+      for (int k = 0; k < n; k++) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "/job:worker/task:%d", k);
+        if (!(devices[k] = dsl_strndup(&p->temp, buf, strlen(buf)))) return oom(p);
+      }
+    }
+  }
+  int outer = p->replica_copies > 0 ? p->replica_copies : 1;
+  if ((int64_t)outer * n > GR_REPLICATE_MAX)
+    return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, a->e->pos,
+                     "%s: nested blocks would build the body %lld times (at most %d)", a->fn,
+                     (long long)(outer * n), GR_REPLICATE_MAX);
+  rep_ctx c = {.a = a, .ni = ni, .nout = block_values(a->e->call.block)};
+  if (c.nout > GR_REPLICATE_MAX_OUTPUTS)
+    return dsl_error(p->err, GR_ERR_OUT_OF_RANGE, a->e->pos, "%s: a block gives at most %d values",
+                     a->fn, GR_REPLICATE_MAX_OUTPUTS);
+  gr_output outs[GR_REPLICATE_MAX_OUTPUTS];
+  gr_replicate_options o = {.num_replicas = (int)n,
+                            .devices = devices,
+                            .mirror_variables = mirrored,
+                            .scope = micro ? "micro_batch" : "replica"};
+  dsl_set_loc(p, a->e->pos);
+  p->replica_copies = outer * (int)n;
+  gr_status st = gr_replicate(p->g, &o, inputs, ni, rep_body, &c, c.nout, outs);
+  p->replica_copies = outer;
+  if (st != GR_OK) {
+    if (c.body_failed) {
+      char note[96];
+      snprintf(note, sizeof note, "in this %s block", a->fn);
+      dsl_error_note(p->err, a->e->pos, note);
+      return st;
+    }
+    return gr_graph_error(p->g) ? dsl_check_graph(p, a->e->pos)
+                                : dsl_error(p->err, st, a->e->pos, "%s failed", a->fn);
+  }
+  dsl_set_loc(p, a->e->pos);
+  if (c.nout == 1) {
+    gr_output o1 = outs[0];
+    if (name)
+      o1 = n == 1 ? gr_op(p->g, "identity", name, &o1, 1, NULL, 0) : gr_name(p->g, o1, name);
+    GR_TRY(dsl_check_graph(p, a->e->pos));
+    tensor_value(out, o1);
+    return GR_OK;
+  }
+  memset(out, 0, sizeof *out);
+  out->kind = V_TUPLE;
+  out->list.n = c.nout;
+  if (!(out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)c.nout))) return oom(p);
+  for (int j = 0; j < c.nout; j++) tensor_value(&out->list.items[j], outs[j]);
+  return GR_OK;
+}
+
+/* ---- all_reduce(x0, x1, ..., op="sum") ---------------------------------------------------- */
+
+static gr_status all_reduce(const args *a, dsl_value *out) {
+  gr_dsl_program *p = a->p;
+  static const char *const allowed[] = {"op", NULL};
+  GR_TRY(only_keywords(a, allowed));
+  gr_reduction op = GR_REDUCE_SUM;
+  int oi = kw(a, "op");
+  if (oi >= 0) {
+    const char *s = "";
+    GR_TRY(string_arg(a, oi, "op", &s));
+    if (strcmp(s, "mean") == 0)
+      op = GR_REDUCE_MEAN;
+    else if (strcmp(s, "sum") != 0)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[oi].pos,
+                       "all_reduce: op \"%s\": want \"sum\" or \"mean\"", s);
+  }
+  int n = a->npos;
+  if (n < 1)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "all_reduce takes one tensor per device: all_reduce(x0, x1, op=\"mean\")");
+  gr_output *xs = dsl_alloc(&p->temp, sizeof(gr_output) * (size_t)n * 2);
+  if (!xs) return oom(p);
+  for (int i = 0; i < n; i++)
+    GR_TRY(dsl_to_tensor(p, &a->v[i], a->e->call.args[i].pos, GR_DTYPE_INVALID, &xs[i]));
+  dsl_set_loc(p, a->e->pos);
+  gr_all_reduce(p->g, xs, n, NULL, op, xs + n);
+  GR_TRY(dsl_check_graph(p, a->e->pos));
+  if (n == 1) {
+    tensor_value(out, xs[1]);
+    return GR_OK;
+  }
+  memset(out, 0, sizeof *out);
+  out->kind = V_TUPLE;
+  out->list.n = n;
+  if (!(out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)n))) return oom(p);
+  for (int i = 0; i < n; i++) tensor_value(&out->list.items[i], xs[n + i]);
+  return GR_OK;
+}
+
+/* ---- num_tasks(job, default=1) ------------------------------------------------------------ */
+
+static gr_status num_tasks(const args *a, dsl_value *out) {
+  gr_dsl_program *p = a->p;
+  static const char *const allowed[] = {"default", NULL};
+  GR_TRY(only_keywords(a, allowed));
+  if (a->npos != 1)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "num_tasks takes a job name: num_tasks(\"worker\")");
+  const char *job = "";
+  GR_TRY(string_arg(a, 0, "the job", &job));
+  int64_t dflt = 1;
+  int di = kw(a, "default");
+  if (di >= 0) GR_TRY(int_arg(a, di, "default", 0, GR_REPLICATE_MAX, &dflt));
+  const gr_cluster *c = p->opts.cluster;
+  gr_cluster *mine = NULL;
+  const char *env = getenv("GRAPHRUN_CLUSTER");
+  if (!c && env && *env) {
+    gr_error e;
+    const char *t = env;
+    while (*t == ' ' || *t == '\t' || *t == '\n') t++;
+    gr_status st = *t == '{'
+                       ? gr_cluster_parse_json(env, strlen(env), "GRAPHRUN_CLUSTER", &mine, &e)
+                       : gr_cluster_load_json(env, &mine, &e);
+    if (st != GR_OK)
+      return dsl_error(p->err, st, a->e->pos, "num_tasks: GRAPHRUN_CLUSTER: %s", e.msg);
+    c = mine;
+  }
+  int64_t count = dflt;
+  if (c) {
+    count = 0;
+    for (int i = 0; i < gr_cluster_num_tasks(c); i++)
+      count += strcmp(gr_cluster_task_at(c, i)->job, job) == 0;
+  }
+  gr_cluster_free(mine);
+  memset(out, 0, sizeof *out);
+  out->kind = V_NUM;
+  out->num.is_int = true;
+  out->num.i = count;
+  out->num.v = (double)count;
+  return GR_OK;
+}
+
+gr_status dsl_call_parallel(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
+                            dsl_value *v, int nargs, dsl_value *out, bool *handled) {
+  *handled = true;
+  args a = {.p = p, .e = e, .fn = fn, .v = v, .n = nargs};
+  while (a.npos < nargs && !e->call.args[a.npos].name) a.npos++;
+  if (strcmp(fn, "ps_variables") == 0) return ps_variables(&a, name, out);
+  if (strcmp(fn, "replicas") == 0) return replicas(&a, name, false, out);
+  if (strcmp(fn, "micro_batches") == 0) return replicas(&a, name, true, out);
+  if (strcmp(fn, "all_reduce") == 0) return all_reduce(&a, out);
+  if (strcmp(fn, "num_tasks") == 0) return num_tasks(&a, out);
+  if (strcmp(fn, "mirror_spread") == 0) {
+    if (nargs)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "mirror_spread takes no arguments");
+    dsl_set_loc(p, e->pos);
+    gr_output o = gr_mirror_spread(p->g);
+    if (name && o.node) o = gr_name(p->g, o, name);
+    GR_TRY(dsl_check_graph(p, e->pos));
+    tensor_value(out, o);
+    return GR_OK;
+  }
+  *handled = false;
+  return GR_OK;
+}

@@ -1,0 +1,629 @@
+/* Parallel training as graph construction (DESIGN.md §5, "Parallelism"):
+ * variables on parameter servers (a device function, as TensorFlow's
+ * replica_device_setter), in-graph replicas of a model on slices of a batch
+ * (synchronous data parallelism; also micro-batches for model parallelism),
+ * mirrored variables whose gradients gr_minimize all-reduces, and the ring
+ * all-reduce itself: chunks added around a ring of devices (reduce-scatter)
+ * and passed on around it (all-gather), so each device sends 2(n-1)/n of
+ * the tensor. Nothing here runs: it adds ordinary nodes pinned to devices,
+ * and the partitioner's send/recv pairs move the chunks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+static bool is_variable(const gr_node *n) {
+  return strcmp(n->op->name, "variable") == 0;
+}
+
+/* ---- variables on parameter servers ------------------------------------------------------ */
+
+typedef struct ps_state {
+  int num_ps;
+  gr_ps_strategy strategy;
+  int next;
+  double *loads; /* bytes per ps task so far (greedy) */
+  char buf[GR_DEVICE_NAME_MAX];
+} ps_state;
+
+static double variable_bytes(const gr_node *n) {
+  const gr_attr_value *sh = gr_node_attr(n, "shape");
+  int64_t k = sh && sh->type == GR_ATTR_SHAPE ? gr_shape_num_elements(&sh->shape) : 0;
+  return (double)(k > 0 ? k : 0) * (double)gr_dtype_size(gr_node_attr_dtype(n, "dtype", GR_F32));
+}
+
+static const char *ps_device(gr_graph *g, const gr_node *n, const char *spec, void *arg) {
+  ps_state *st = arg;
+  if (!is_variable(n)) return spec; /* computation stays where the scopes put it */
+  int k = 0;
+  if (st->strategy == GR_PS_GREEDY_BYTES) {
+    for (int i = 1; i < st->num_ps; i++)
+      if (st->loads[i] < st->loads[k]) k = i;
+    st->loads[k] += variable_bytes(n);
+  } else {
+    k = st->next++ % st->num_ps;
+  }
+  gr_device_spec outer, ps;
+  gr_error e;
+  if (gr_device_spec_parse(spec, &outer, &e) != GR_OK) {
+    gr_graph_set_error(g, &e);
+    return NULL;
+  }
+  char want[64];
+  snprintf(want, sizeof want, "/job:ps/task:%d", k);
+  gr_device_spec_parse(want, &ps, &e);
+  gr_device_spec merged = gr_device_spec_merge(&outer, &ps);
+  return gr_device_spec_str(&merged, st->buf);
+}
+
+gr_status gr_graph_push_ps_placement(gr_graph *g, int num_ps, gr_ps_strategy strategy) {
+  if (num_ps < 1 || num_ps > GR_PS_MAX_TASKS)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                               "ps placement: the number of ps tasks must be 1..%d, got %d",
+                               GR_PS_MAX_TASKS, num_ps);
+  if (strategy != GR_PS_ROUND_ROBIN && strategy != GR_PS_GREEDY_BYTES)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "ps placement: unknown strategy %d",
+                               (int)strategy);
+  ps_state *st = gr_graph_alloc(g, sizeof *st);
+  double *loads = gr_graph_alloc(g, sizeof(double) * (size_t)num_ps);
+  if (!st || !loads) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  memset(st, 0, sizeof *st);
+  memset(loads, 0, sizeof(double) * (size_t)num_ps);
+  st->num_ps = num_ps;
+  st->strategy = strategy;
+  st->loads = loads;
+  return gr_graph_push_device_fn(g, ps_device, st);
+}
+
+/* ---- ring all-reduce ---------------------------------------------------------------------- */
+
+/* Nodes added until the pop run exactly on dev ("": unpinned). */
+static gr_status on(gr_graph *g, const char *dev) {
+  return gr_graph_push_device_scope_reset(g, dev ? dev : "");
+}
+
+static gr_output flat_shape_of(gr_graph *g, gr_output x) {
+  return gr_reshape(g, x, gr_shape_make(1, (int64_t[]){-1}));
+}
+
+/* The ring over flat[0..n) (1-D, size s each, flat[d] on dev[d]): res[d]
+ * on dev[d] is the sum (or mean) of all, bit for bit the same on every
+ * device. Chunk c (s / n elements, one more for the first s % n) is added
+ * around the ring starting at device c, so after n - 1 rounds device
+ * (c - 1) mod n holds its total (reduce-scatter); the totals then go
+ * around the ring once more (all-gather), copied, not added again. */
+static gr_status ring(gr_graph *g, const gr_output *flat, int n, int64_t s, const char *const *dev,
+                      gr_reduction op, gr_output *res) {
+  if (n == 1 || s == 0) {
+    for (int d = 0; d < n; d++) {
+      GR_TRY(on(g, dev[d]));
+      res[d] = gr_identity(g, flat[d]);
+      gr_graph_pop_device_scope(g);
+    }
+    return gr_graph_error(g) ? gr_graph_error(g)->code : GR_OK;
+  }
+  size_t nn = (size_t)n * (size_t)n;
+  gr_output *acc = calloc(nn, sizeof *acc);
+  int64_t *off = calloc((size_t)n + 1, sizeof *off), *len = calloc((size_t)n, sizeof *len);
+  if (!acc || !off || !len) {
+    free(acc), free(off), free(len);
+    return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (int c = 0; c < n; c++) {
+    len[c] = s / n + (c < s % n);
+    off[c + 1] = off[c] + len[c];
+  }
+#define ACC(d, c) acc[(size_t)(d) * (size_t)n + (size_t)(c)]
+  gr_status st = GR_OK;
+  for (int d = 0; d < n && st == GR_OK; d++) {
+    if ((st = on(g, dev[d])) != GR_OK) break;
+    gr_graph_push_name_scope(g, "chunk");
+    for (int c = 0; c < n; c++)
+      if (len[c]) ACC(d, c) = gr_slice(g, flat[d], &off[c], &len[c], 1);
+    gr_graph_pop_name_scope(g);
+    gr_graph_pop_device_scope(g);
+  }
+  /* reduce-scatter: in round r device d sends chunk d - r to d + 1, which adds its own */
+  gr_graph_push_name_scope(g, "reduce_scatter");
+  for (int r = 0; r < n - 1 && st == GR_OK; r++)
+    for (int d = 0; d < n && st == GR_OK; d++) {
+      int c = ((d - r) % n + n) % n, to = (d + 1) % n;
+      if (!len[c]) continue;
+      if ((st = on(g, dev[to])) != GR_OK) break;
+      ACC(to, c) = gr_add(g, ACC(d, c), ACC(to, c));
+      gr_graph_pop_device_scope(g);
+    }
+  gr_graph_pop_name_scope(g);
+  /* the owner of chunk c, device c - 1, holds its total */
+  if (op == GR_REDUCE_MEAN && st == GR_OK)
+    for (int c = 0; c < n && st == GR_OK; c++) {
+      int owner = (c + n - 1) % n;
+      if (!len[c]) continue;
+      if ((st = on(g, dev[owner])) != GR_OK) break;
+      gr_output count = gr_ops_const_scalar(g, ACC(owner, c).node->out_dtypes[0], (double)n);
+      ACC(owner, c) = gr_div(g, ACC(owner, c), count);
+      gr_graph_pop_device_scope(g);
+    }
+  /* all-gather: in round r device d passes chunk d + 1 - r on to d + 1 */
+  gr_graph_push_name_scope(g, "all_gather");
+  for (int r = 0; r < n - 1 && st == GR_OK; r++)
+    for (int d = 0; d < n && st == GR_OK; d++) {
+      int c = ((d + 1 - r) % n + n) % n, to = (d + 1) % n;
+      if (!len[c]) continue;
+      if ((st = on(g, dev[to])) != GR_OK) break;
+      ACC(to, c) = gr_identity(g, ACC(d, c));
+      gr_graph_pop_device_scope(g);
+    }
+  gr_graph_pop_name_scope(g);
+  gr_output *parts = calloc((size_t)n, sizeof *parts);
+  if (!parts && st == GR_OK)
+    st = gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int d = 0; d < n && st == GR_OK; d++) {
+    int np = 0;
+    for (int c = 0; c < n; c++)
+      if (len[c]) parts[np++] = ACC(d, c);
+    if ((st = on(g, dev[d])) != GR_OK) break;
+    res[d] = np == 1 ? gr_identity(g, parts[0]) : gr_concat(g, parts, np, 0);
+    gr_graph_pop_device_scope(g);
+  }
+#undef ACC
+  free(parts);
+  free(acc), free(off), free(len);
+  if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
+  return st;
+}
+
+/* The tensors ts[0..k) (indices into values, one tensor per device each)
+ * all-reduced as one buffer: flattened and concatenated on each device,
+ * reduced around the ring, sliced and reshaped back. */
+static gr_status reduce_bucket(gr_graph *g, const gr_output *values, const int *ts, int k, int n,
+                               const char *const *dev, gr_reduction op, gr_output *out) {
+  int64_t total = 0;
+  for (int i = 0; i < k; i++)
+    total += gr_shape_num_elements(&values[(size_t)ts[i] * (size_t)n].node->out_shapes[0]);
+  gr_output *flat = calloc((size_t)n, sizeof *flat), *res = calloc((size_t)n, sizeof *res);
+  gr_output *parts = calloc((size_t)k, sizeof *parts);
+  if (!flat || !res || !parts) {
+    free(flat), free(res), free(parts);
+    return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  gr_status st = GR_OK;
+  for (int d = 0; d < n && st == GR_OK; d++) {
+    if ((st = on(g, dev[d])) != GR_OK) break;
+    for (int i = 0; i < k; i++) parts[i] = flat_shape_of(g, values[(size_t)ts[i] * (size_t)n + d]);
+    flat[d] = k == 1 ? parts[0] : gr_concat(g, parts, k, 0);
+    gr_graph_pop_device_scope(g);
+  }
+  if (st == GR_OK && !gr_graph_error(g)) st = ring(g, flat, n, total, dev, op, res);
+  for (int d = 0; d < n && st == GR_OK && !gr_graph_error(g); d++) {
+    if ((st = on(g, dev[d])) != GR_OK) break;
+    int64_t at = 0;
+    for (int i = 0; i < k; i++) {
+      const gr_output *v = &values[(size_t)ts[i] * (size_t)n + d];
+      gr_shape shape = v->node->out_shapes[v->index];
+      int64_t m = gr_shape_num_elements(&shape);
+      gr_output piece = k == 1 ? res[d] : gr_slice(g, res[d], &at, &m, 1);
+      out[(size_t)ts[i] * (size_t)n + d] = gr_reshape(g, piece, shape);
+      at += m;
+    }
+    gr_graph_pop_device_scope(g);
+  }
+  free(flat), free(res), free(parts);
+  if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
+  return st;
+}
+
+gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors, int n,
+                          const char *const *devices, gr_reduction op, int64_t fuse_bytes,
+                          gr_output *out) {
+  if (gr_graph_error(g)) return gr_graph_error(g)->code;
+  if (n < 1 || num_tensors < 0 || !values || !out)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                               "all_reduce: needs values on at least one device (got %d)", n);
+  if (op != GR_REDUCE_SUM && op != GR_REDUCE_MEAN)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "all_reduce: unknown reduction %d",
+                               (int)op);
+  size_t total = (size_t)num_tensors * (size_t)n;
+  for (size_t i = 0; i < total; i++) out[i] = (gr_output){NULL, 0};
+  for (int t = 0; t < num_tensors; t++) {
+    const gr_output *v0 = &values[(size_t)t * (size_t)n];
+    for (int d = 0; d < n; d++) {
+      const gr_output *v = &v0[d];
+      if (!v->node) {
+        if (!gr_graph_error(g))
+          gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "all_reduce: value %d is a null output",
+                              t * n + d);
+        return gr_graph_error(g)->code;
+      }
+      gr_dtype dt = v->node->out_dtypes[v->index];
+      const gr_shape *sh = &v->node->out_shapes[v->index];
+      char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+      if (!(dt == GR_F32 || dt == GR_F64 || dt == GR_I32 || dt == GR_I64) ||
+          (op == GR_REDUCE_MEAN && !gr_dtype_is_float(dt)))
+        return gr_graph_set_errorf(g, GR_ERR_DTYPE, "all_reduce: '%s' is %s; %s needs %s",
+                                   v->node->name, gr_dtype_name(dt),
+                                   op == GR_REDUCE_MEAN ? "mean" : "sum",
+                                   op == GR_REDUCE_MEAN ? "f32 or f64" : "f32, f64, i32 or i64");
+      if (!gr_shape_is_fully_known(sh))
+        return gr_graph_set_errorf(g, GR_ERR_SHAPE,
+                                   "all_reduce: '%s' has the partly unknown shape %s (the "
+                                   "chunks of the ring are cut when the graph is built)",
+                                   v->node->name, gr_shape_str(sh, a));
+      const gr_shape *s0 = &v0[0].node->out_shapes[v0[0].index];
+      if (!gr_shape_equal(sh, s0) || dt != v0[0].node->out_dtypes[v0[0].index])
+        return gr_graph_set_errorf(
+            g, GR_ERR_SHAPE,
+            "all_reduce: '%s' is %s %s but '%s' is %s %s: every device "
+            "must give the same dtype and shape",
+            v->node->name, gr_dtype_name(dt), gr_shape_str(sh, a), v0[0].node->name,
+            gr_dtype_name(v0[0].node->out_dtypes[v0[0].index]), gr_shape_str(s0, b));
+    }
+  }
+  if (num_tensors == 0) return GR_OK;
+  const char **dev = calloc((size_t)n, sizeof *dev);
+  int *bucket = calloc((size_t)num_tensors + 1, sizeof *bucket);
+  if (!dev || !bucket) {
+    free(dev), free(bucket);
+    return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (int d = 0; d < n; d++)
+    dev[d] = devices && devices[d] ? devices[d] : gr_graph_resolve_device(g, values[d].node);
+  gr_status st = gr_graph_push_name_scope(g, "all_reduce");
+  bool pushed = st == GR_OK;
+  int nb = 0;
+  int64_t bucket_bytes = 0;
+  gr_dtype bucket_dt = GR_DTYPE_INVALID;
+  for (int t = 0; t <= num_tensors && st == GR_OK; t++) {
+    int64_t bytes = 0;
+    gr_dtype dt = GR_DTYPE_INVALID;
+    if (t < num_tensors) {
+      const gr_output *v = &values[(size_t)t * (size_t)n];
+      dt = v->node->out_dtypes[v->index];
+      bytes = gr_shape_num_elements(&v->node->out_shapes[v->index]) * (int64_t)gr_dtype_size(dt);
+    }
+    bool small = t < num_tensors && bytes < fuse_bytes;
+    /* flush the open bucket at the end, or when this small tensor does not
+     * fit in it (a large one is reduced alone and leaves the bucket open) */
+    if (nb &&
+        (t == num_tensors || (small && (dt != bucket_dt || bucket_bytes + bytes > fuse_bytes)))) {
+      st = reduce_bucket(g, values, bucket, nb, n, dev, op, out);
+      nb = 0;
+      bucket_bytes = 0;
+    }
+    if (t == num_tensors || st != GR_OK) break;
+    if (small) {
+      bucket[nb++] = t;
+      bucket_bytes += bytes;
+      bucket_dt = dt;
+    } else {
+      st = reduce_bucket(g, values, &t, 1, n, dev, op, out);
+    }
+  }
+  if (pushed) gr_graph_pop_name_scope(g);
+  free(dev);
+  free(bucket);
+  if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
+  return st;
+}
+
+gr_status gr_all_reduce(gr_graph *g, const gr_output *values, int n, const char *const *devices,
+                        gr_reduction op, gr_output *out) {
+  return gr_all_reduce_n(g, values, 1, n, devices, op, 0, out);
+}
+
+/* ---- mirrored variables --------------------------------------------------------------------- */
+
+/* The copy of variable v for replica k on dev: VAR/replica_K, initialised
+ * from v's initial value (the same tensor: computed once, sent to each
+ * replica's device), attr mirror_of naming v. A copy made by an earlier
+ * gr_replicate (say, of an evaluation) is used again. */
+static gr_output make_mirror(gr_graph *g, const gr_node *v, int k, const char *dev) {
+  const char *vname = gr_node_attr_string(v, "var", v->name);
+  char full[600];
+  snprintf(full, sizeof full, "%s/replica_%d", vname, k);
+  gr_node *old = gr_graph_find_node(g, full);
+  if (old && is_variable(old) && strcmp(gr_node_attr_string(old, "mirror_of", ""), vname) == 0) {
+    gr_device_spec a, b;
+    gr_error e;
+    if (gr_device_spec_parse(old->requested_device, &a, &e) == GR_OK &&
+        gr_device_spec_parse(dev ? dev : "", &b, &e) == GR_OK && gr_device_spec_matches(&a, &b) &&
+        gr_device_spec_matches(&b, &a))
+      return (gr_output){old, 0};
+    return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
+                       "replicate: the copy '%s' of replica %d is on '%s', not on '%s'", full, k,
+                       old->requested_device, dev ? dev : "");
+  }
+  const gr_node *init = gr_graph_find_node(g, gr_node_attr_string(v, "initializer", ""));
+  if (!init || init->num_inputs < 1)
+    return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
+                       "replicate: variable '%s' has no initial value to copy for replica %d",
+                       vname, k);
+  char scope[600], name[32];
+  snprintf(scope, sizeof scope, "/%s", vname);
+  snprintf(name, sizeof name, "replica_%d", k);
+  if (gr_graph_push_name_scope(g, scope) != GR_OK) return (gr_output){NULL, 0};
+  if (on(g, dev) != GR_OK) {
+    gr_graph_pop_name_scope(g);
+    return (gr_output){NULL, 0};
+  }
+  gr_output m = gr_ops_variable_mirror(g, name, init->inputs[0], vname);
+  gr_graph_pop_device_scope(g);
+  gr_graph_pop_name_scope(g);
+  return m;
+}
+
+typedef struct mirror_map {
+  const gr_node **from;
+  gr_output *to;
+  int n, cap;
+} mirror_map;
+
+/* Replica k's body, nodes [lo, hi): inputs read from variables made
+ * before the replicas (ids < first) are routed to replica k's copies. */
+static gr_status mirror_reads(gr_graph *g, int first, int lo, int hi, int k, const char *dev,
+                              mirror_map *mm) {
+  mm->n = 0;
+  for (int id = lo; id < hi; id++) {
+    gr_node *nd = gr_graph_node(g, id);
+    const char *var = gr_node_attr_string(nd, "var", "");
+    const gr_node *named = var[0] ? gr_graph_find_node(g, var) : NULL;
+    if (named && named->id < first && !is_variable(nd))
+      return gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
+                                 "replicate: node '%s' (op %s) of replica %d uses variable '%s' "
+                                 "by name; with mirrored variables a replica's body may only "
+                                 "read variables (their value), not read_value, assign or update "
+                                 "them",
+                                 nd->name, nd->op->name, k, var);
+    for (int j = 0; j < nd->num_inputs; j++) {
+      const gr_node *src = nd->inputs[j].node;
+      if (src->id >= first || !is_variable(src) || !gr_dtype_is_float(src->out_dtypes[0])) continue;
+      int m = 0;
+      while (m < mm->n && mm->from[m] != src) m++;
+      if (m == mm->n) {
+        if (mm->n == mm->cap) {
+          int cap = mm->cap ? mm->cap * 2 : 16;
+          const gr_node **f = realloc(mm->from, sizeof *f * (size_t)cap);
+          if (f) mm->from = f;
+          gr_output *t = f ? realloc(mm->to, sizeof *t * (size_t)cap) : NULL;
+          if (!t) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+          mm->to = t;
+          mm->cap = cap;
+        }
+        mm->from[m] = src;
+        mm->to[m] = make_mirror(g, src, k, dev);
+        mm->n++;
+        if (!mm->to[m].node) return gr_graph_error(g)->code;
+      }
+      GR_TRY(gr_graph_set_input(g, nd, j, mm->to[m]));
+    }
+  }
+  return GR_OK;
+}
+
+/* ---- replicas ------------------------------------------------------------------------------ */
+
+gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_output *inputs,
+                       int num_inputs, gr_replica_fn fn, void *arg, int num_outputs,
+                       gr_output *outputs) {
+  if (gr_graph_error(g)) return gr_graph_error(g)->code;
+  int n = o ? o->num_replicas : 0;
+  const char *scope = o && o->scope && o->scope[0] ? o->scope : "replica";
+  for (int j = 0; j < num_outputs; j++) outputs[j] = (gr_output){NULL, 0};
+  if (n < 1 || n > GR_REPLICATE_MAX)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                               "replicate: the number of replicas must be "
+                               "1..%d, got %d",
+                               GR_REPLICATE_MAX, n);
+  if (!fn || num_inputs < 0 || num_outputs < 1 || num_outputs > GR_REPLICATE_MAX_OUTPUTS)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                               "replicate: needs a body and 1..%d outputs",
+                               GR_REPLICATE_MAX_OUTPUTS);
+  if (o->mirror_variables && !o->devices)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                               "replicate: mirrored variables need a device per replica");
+  for (int i = 0; i < num_inputs; i++) {
+    if (!inputs[i].node)
+      return gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INVALID_ARGUMENT;
+    const gr_shape *sh = &inputs[i].node->out_shapes[inputs[i].index];
+    char b[GR_SHAPE_STR_MAX];
+    if (sh->rank < 1)
+      return gr_graph_set_errorf(g, GR_ERR_SHAPE,
+                                 "replicate: input '%s' is %s; the replicas split axis 0 of a "
+                                 "batch",
+                                 inputs[i].node->name,
+                                 sh->rank == 0 ? "a scalar" : "of unknown rank");
+    if (sh->dims[0] >= 0 && sh->dims[0] % n != 0)
+      return gr_graph_set_errorf(g, GR_ERR_SHAPE,
+                                 "replicate: input '%s' %s has %lld rows, which %d replicas "
+                                 "cannot share equally",
+                                 inputs[i].node->name, gr_shape_str(sh, b), (long long)sh->dims[0],
+                                 n);
+  }
+  size_t nio = (size_t)n * (size_t)(num_inputs + 1) + (size_t)n * (size_t)num_outputs;
+  gr_output *mem = calloc(nio, sizeof *mem);
+  mirror_map mm = {0};
+  if (!mem) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_output *slices = mem, *outs = mem + (size_t)n * (size_t)(num_inputs + 1);
+  gr_status st = GR_OK;
+  char name[128];
+  for (int i = 0; i < num_inputs && st == GR_OK; i++) {
+    gr_output parts = n == 1 ? inputs[i] : gr_split(g, inputs[i], n, 0);
+    for (int k = 0; k < n; k++)
+      slices[(size_t)k * (size_t)num_inputs + i] =
+          gr_output_at(parts, n == 1 ? inputs[i].index : k);
+    if (gr_graph_error(g)) st = gr_graph_error(g)->code;
+  }
+  int first = gr_graph_num_nodes(g);
+  for (int k = 0; k < n && st == GR_OK; k++) {
+    snprintf(name, sizeof name, "%s_%d", scope, k);
+    if ((st = gr_graph_push_name_scope(g, name)) != GR_OK) break;
+    if (o->devices && (st = gr_graph_push_device_scope(g, o->devices[k])) != GR_OK) {
+      gr_graph_pop_name_scope(g);
+      break;
+    }
+    int lo = gr_graph_num_nodes(g);
+    gr_output *mine = outs + (size_t)k * (size_t)num_outputs;
+    st = fn(g, arg, k, slices + (size_t)k * (size_t)num_inputs, mine);
+    if (o->devices) gr_graph_pop_device_scope(g);
+    gr_graph_pop_name_scope(g);
+    if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
+    if (st != GR_OK) break;
+    int hi = gr_graph_num_nodes(g);
+    for (int id = lo; id < hi && st == GR_OK; id++)
+      if (is_variable(gr_graph_node(g, id)))
+        st = gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                                 "replicate: replica %d makes variable '%s': make the model's "
+                                 "variables before the replicas, which all read them",
+                                 k, gr_graph_node(g, id)->name);
+    for (int j = 0; j < num_outputs && st == GR_OK; j++) {
+      gr_output y = mine[j];
+      if (!y.node || y.index < 0 || !gr_dtype_is_float(y.node->out_dtypes[y.index]))
+        st = gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                                 "replicate: output %d of replica %d must be an f32 or f64 "
+                                 "tensor (the outputs are averaged over the replicas)",
+                                 j, k);
+    }
+    if (st == GR_OK && o->mirror_variables && k > 0)
+      st = mirror_reads(g, first, lo, hi, k, o->devices[k], &mm);
+  }
+  /* the mean over the replicas of each output */
+  for (int j = 0; j < num_outputs && st == GR_OK; j++) {
+    gr_output *each = calloc((size_t)n, sizeof *each);
+    if (!each) {
+      st = gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      break;
+    }
+    for (int k = 0; k < n; k++) each[k] = outs[(size_t)k * (size_t)num_outputs + j];
+    if (n == 1) {
+      outputs[j] = each[0];
+    } else {
+      snprintf(name, sizeof name, "%s_sum", scope);
+      gr_output sum = gr_op(g, "add_n", name, each, n, NULL, 0);
+      gr_output count = gr_ops_const_scalar(g, sum.node ? sum.node->out_dtypes[0] : GR_F32, n);
+      snprintf(name, sizeof name, "%s_mean", scope);
+      outputs[j] = gr_op(g, "div", name, (gr_output[]){sum, count}, 2, NULL, 0);
+    }
+    free(each);
+    if (gr_graph_error(g)) st = gr_graph_error(g)->code;
+  }
+  if (st == GR_OK && o->per_replica)
+    memcpy(o->per_replica, outs, sizeof *outs * (size_t)n * (size_t)num_outputs);
+  if (st != GR_OK)
+    for (int j = 0; j < num_outputs; j++) outputs[j] = (gr_output){NULL, 0};
+  free(mm.from);
+  free(mm.to);
+  free(mem);
+  return st;
+}
+
+/* ---- gradients of mirrored variables (gr_minimize) ---------------------------------------- */
+
+static int find_var(const gr_output *vars, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(gr_node_attr_string(vars[i].node, "var", vars[i].node->name), name) == 0) return i;
+  return -1;
+}
+
+int gr_ops_add_mirrors(const gr_graph *g, gr_output *vars, int n, int cap) {
+  for (int id = 0; id < gr_graph_num_nodes(g); id++) {
+    gr_node *v = gr_graph_node(g, id);
+    const char *of = is_variable(v) ? gr_node_attr_string(v, "mirror_of", "") : "";
+    if (!of[0] || find_var(vars, n, of) < 0) continue;
+    bool have = false;
+    for (int i = 0; i < n && !have; i++) have = vars[i].node == v;
+    if (!have && n < cap) vars[n++] = (gr_output){v, 0};
+  }
+  return n;
+}
+
+gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, gr_output *grads) {
+  /* groups: a variable and its mirrors, in replica order (node ids) */
+  int *group = malloc(sizeof(int) * ((size_t)n + 1)),
+      *members = malloc(sizeof(int) * ((size_t)n + 1));
+  char *done = calloc((size_t)n + 1, 1);
+  gr_output *vals = calloc((size_t)n + 1, sizeof *vals),
+            *outs = calloc((size_t)n + 1, sizeof *outs);
+  const char **dev = calloc((size_t)n + 1, sizeof *dev);
+  int *order = malloc(sizeof(int) * ((size_t)n + 1));
+  gr_status st = GR_OK;
+  if (!group || !members || !done || !vals || !outs || !dev || !order) {
+    st = gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    const char *of = gr_node_attr_string(vars[i].node, "mirror_of", "");
+    group[i] = of[0] ? find_var(vars, n, of) : i;
+    if (group[i] < 0) {
+      st = gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                               "minimize: '%s' mirrors '%s', which is not being trained",
+                               vars[i].node->name, of);
+      goto out;
+    }
+  }
+  /* groups with the same devices go through one fused all-reduce */
+  for (int p = 0; p < n && st == GR_OK; p++) {
+    if (group[p] != p || done[p]) continue;
+    int size = 0;
+    for (int i = 0; i < n; i++)
+      if (group[i] == p) members[size++] = i; /* p first: ids ascend, mirrors come later */
+    if (size == 1) continue;
+    for (int k = 0; k < size; k++) dev[k] = gr_graph_resolve_device(g, vars[members[k]].node);
+    int nt = 0;
+    for (int q = p; q < n; q++) {
+      if (group[q] != q || done[q]) continue;
+      int m = 0;
+      bool same = true;
+      for (int i = 0; i < n && same; i++) {
+        if (group[i] != q) continue;
+        same = m < size && strcmp(gr_graph_resolve_device(g, vars[i].node), dev[m]) == 0;
+        m++;
+      }
+      if (!same || m != size) continue;
+      int nnull = 0, k = 0;
+      for (int i = 0; i < n; i++)
+        if (group[i] == q) nnull += !grads[i].node;
+      done[q] = 1;
+      if (nnull == size) continue;
+      if (nnull) {
+        st = gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                                 "minimize: the loss depends on some copies of mirrored variable "
+                                 "'%s' but not on all of them",
+                                 vars[q].node->name);
+        break;
+      }
+      for (int i = 0; i < n; i++)
+        if (group[i] == q) {
+          vals[(size_t)nt * (size_t)size + (size_t)k] = grads[i];
+          order[(size_t)nt * (size_t)size + (size_t)k++] = i;
+        }
+      nt++;
+    }
+    if (st != GR_OK || nt == 0) continue;
+    if ((st = gr_all_reduce_n(g, vals, nt, size, dev, GR_REDUCE_SUM, GR_ALL_REDUCE_FUSE_BYTES,
+                              outs)) != GR_OK)
+      break;
+    for (int i = 0; i < nt * size; i++) grads[order[i]] = outs[i];
+  }
+out:
+  free(group), free(members), free(done), free(vals), free(outs), free(dev), free(order);
+  return st;
+}
+
+gr_output gr_mirror_spread(gr_graph *g) {
+  gr_output worst = {NULL, 0};
+  int total = gr_graph_num_nodes(g);
+  for (int id = 0; id < total; id++) {
+    gr_node *m = gr_graph_node(g, id);
+    const char *of = is_variable(m) ? gr_node_attr_string(m, "mirror_of", "") : "";
+    gr_node *p = of[0] ? gr_graph_find_node(g, of) : NULL;
+    if (!p) continue;
+    gr_output d =
+        gr_sub(g, gr_read_value(g, (gr_output){m, 0}), gr_read_value(g, (gr_output){p, 0}));
+    gr_output w = gr_cast(g, gr_reduce_max(g, gr_abs(g, d), NULL, 0, false), GR_F64);
+    worst = worst.node ? gr_maximum(g, worst, w) : w;
+  }
+  if (!worst.node && !gr_graph_error(g)) worst = gr_const_f64(g, 0.0);
+  return worst;
+}

@@ -1,0 +1,404 @@
+/* The parallel-training examples on launched local clusters (`graphrun
+ * launch`, real processes, each bounded in time and reaped):
+ * sync_replicas.gr (ps + 2 workers) trains as fashion_mlp.gr in one process
+ * within 1e-5 and the same bits on a rerun; allreduce.gr on 2 and 3 workers
+ * keeps every worker's copy equal after every step; model_parallel.gr
+ * (2 tasks, 4 micro-batches) trains as fashion_mlp.gr within 1e-5;
+ * mapreduce_mean.gr gives the mean of the 100 million numbers computed
+ * directly; a ring all-reduce over 3 tasks gives exact sums; a task killed
+ * in the middle of all-reduces fails the run, without a hang. */
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gr_dsl.h"
+#include "gr_test.h"
+#include "test_util.h"
+
+static char exe[PATH_MAX];
+static char tmp[] = "/tmp/gr_dist_parallel_XXXXXX";
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- processes (as in test_dist_cli.c) ---------------------------------------------------- */
+
+typedef struct proc {
+  pid_t pid;
+  int out; /* stdout + stderr */
+  char buf[1 << 16];
+  size_t len;
+  int status;
+  bool done;
+} proc;
+
+static void start(proc *p, char *const argv[]) {
+  memset(p, 0, sizeof *p);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) abort();
+  p->pid = fork();
+  if (p->pid == 0) {
+    setpgid(0, 0); /* its own group: everything it starts can be killed */
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    execv(strcmp(argv[0], "graphrun") ? argv[0] : exe, argv);
+    _exit(127);
+  }
+  close(fds[1]);
+  p->out = fds[0];
+}
+
+/* Reads output until `want` appears (NULL: until exit) or the deadline. */
+static bool wait_for(proc *p, const char *want, double seconds) {
+  double end = now() + seconds;
+  while (now() < end) {
+    if (want && strstr(p->buf, want)) return true;
+    struct pollfd pf = {.fd = p->out, .events = POLLIN};
+    if (p->out >= 0 && poll(&pf, 1, 50) > 0) {
+      if (p->len + 1 >= sizeof p->buf) { /* keep the tail */
+        memmove(p->buf, p->buf + sizeof p->buf / 2, sizeof p->buf / 2);
+        p->len -= sizeof p->buf / 2;
+      }
+      ssize_t r = read(p->out, p->buf + p->len, sizeof p->buf - 1 - p->len);
+      if (r > 0) {
+        p->len += (size_t)r;
+        p->buf[p->len] = '\0';
+        continue;
+      }
+      close(p->out);
+      p->out = -1;
+    }
+    if (!p->done && waitpid(p->pid, &p->status, WNOHANG) == p->pid) p->done = true;
+    if (p->done && p->out < 0) return want ? strstr(p->buf, want) != NULL : true;
+    if (p->out < 0) usleep(20000);
+  }
+  return false;
+}
+
+static void finish(proc *p) {
+  if (!p->done) {
+    kill(-p->pid, SIGKILL);
+    waitpid(p->pid, &p->status, 0);
+    p->done = true;
+  }
+  if (p->out >= 0) close(p->out);
+  p->out = -1;
+}
+
+static int exit_code(const proc *p) {
+  return WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128 + WTERMSIG(p->status);
+}
+
+/* Runs argv to its end (at most `seconds`); its exit code, output in p. */
+static int run(proc *p, char *const argv[], double seconds) {
+  start(p, argv);
+  bool ended = wait_for(p, NULL, seconds);
+  finish(p);
+  GR_CHECK_MSG(ended, "%s %s did not end within %g s:\n%s", argv[1], argv[2], seconds, p->buf);
+  return exit_code(p);
+}
+
+static void example(char *buf, size_t cap, const char *name) {
+  snprintf(buf, cap, "%s/examples/%s", GR_SOURCE_DIR, name);
+}
+
+/* ---- comparing the weights written by --out -------------------------------------------------- */
+
+#define WEIGHTS "layer1/w1,layer1/b1,layer2/w2,layer2/b2,layer3/w3,layer3/b3"
+static const char *const weight_files[] = {"layer1/w1", "layer1/b1", "layer2/w2",
+                                           "layer2/b2", "layer3/w3", "layer3/b3"};
+
+/* The largest difference between the weights in dirs a and b (-1: missing). */
+static double weights_diff(const char *a, const char *b, bool *same_bits) {
+  double worst = 0;
+  *same_bits = true;
+  for (int i = 0; i < 6; i++) {
+    char pa[PATH_MAX], pb[PATH_MAX];
+    snprintf(pa, sizeof pa, "%s/%s.npy", a, weight_files[i]);
+    snprintf(pb, sizeof pb, "%s/%s.npy", b, weight_files[i]);
+    gr_tensor ta, tb;
+    gr_error err;
+    if (gr_data_load_npy(pa, &ta, &err) != GR_OK) return fprintf(stderr, "%s\n", err.msg), -1;
+    if (gr_data_load_npy(pb, &tb, &err) != GR_OK) {
+      gr_tensor_release(&ta);
+      return fprintf(stderr, "%s\n", err.msg), -1;
+    }
+    if (!gr_shape_equal(&ta.shape, &tb.shape)) worst = INFINITY;
+    for (int64_t k = 0; k < gr_tensor_num_elements(&ta) && isfinite(worst); k++)
+      worst = fmax(worst, fabs(gr_tensor_get_f64(&ta, k) - gr_tensor_get_f64(&tb, k)));
+    *same_bits = *same_bits && gr_shape_equal(&ta.shape, &tb.shape) &&
+                 memcmp(gr_tensor_data(&ta), gr_tensor_data(&tb), gr_tensor_num_bytes(&ta)) == 0;
+    gr_tensor_release(&ta), gr_tensor_release(&tb);
+  }
+  return worst;
+}
+
+enum { STEPS = 20 };
+static char ref_dir[PATH_MAX + 16];
+
+/* fashion_mlp.gr in one process: the model every data-parallel example
+ * must reproduce (the same batches of 128, the same initial weights). */
+static void reference(void) {
+  char file[PATH_MAX], steps[16];
+  example(file, sizeof file, "fashion_mlp.gr");
+  snprintf(ref_dir, sizeof ref_dir, "%s/ref", tmp);
+  snprintf(steps, sizeof steps, "%d", STEPS);
+  proc p;
+  GR_CHECK_EQ_INT(run(&p,
+                      (char *[]){"graphrun", "run", file, "--steps", steps, "--fetch", WEIGHTS,
+                                 "--out", ref_dir, "--quiet", NULL},
+                      120),
+                  0);
+}
+
+/* graphrun launch --ps PS --workers W FILE --steps STEPS --fetch WEIGHTS,extra --out DIR */
+static int launch(proc *p, const char *ps, const char *workers, const char *name, const char *dir,
+                  const char *extra) {
+  char file[PATH_MAX], steps[16], fetch[256], out[PATH_MAX + 16];
+  example(file, sizeof file, name);
+  snprintf(steps, sizeof steps, "%d", STEPS);
+  snprintf(fetch, sizeof fetch, "%s%s%s", WEIGHTS, extra ? "," : "", extra ? extra : "");
+  snprintf(out, sizeof out, "%s/%s", tmp, dir);
+  return run(p,
+             (char *[]){"graphrun", "launch", "--ps", (char *)ps, "--workers", (char *)workers,
+                        file, "--steps", steps, "--fetch", fetch, "--out", out, "--quiet",
+                        "--timeout", "60", NULL},
+             120);
+}
+
+static double diff_to(const char *dir, const char *other, bool *same) {
+  char a[PATH_MAX + 16], b[PATH_MAX + 16];
+  snprintf(a, sizeof a, "%s/%s", tmp, dir);
+  snprintf(b, sizeof b, "%s", other[0] == '/' ? other : "");
+  if (other[0] != '/') snprintf(b, sizeof b, "%s/%s", tmp, other);
+  return weights_diff(a, b, same);
+}
+
+static void test_sync_replicas(void) {
+  proc p;
+  GR_CHECK_EQ_INT(launch(&p, "1", "2", "sync_replicas.gr", "sync1", NULL), 0);
+  GR_CHECK_STR_CONTAINS(p.buf, "graphrun launch: 3 tasks ready");
+  GR_CHECK_EQ_INT(launch(&p, "1", "2", "sync_replicas.gr", "sync2", NULL), 0);
+  bool same;
+  double d = diff_to("sync1", ref_dir, &same);
+  printf("sync_replicas: weights after %d steps differ from one process by %.3g\n", STEPS, d);
+  GR_CHECK_MSG(d >= 0 && d <= 1e-5, "%g", d);
+  GR_CHECK_MSG(d >= 0 && diff_to("sync1", "sync2", &same) == 0 && same,
+               "a rerun gives other weights");
+}
+
+/* {"worst": {... "data": X}}: X */
+static double json_scalar(const char *out, const char *name) {
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\": {", name);
+  const char *k = strstr(out, key);
+  const char *d = k ? strstr(k, "\"data\": ") : NULL;
+  return d ? strtod(d + 8, NULL) : NAN;
+}
+
+static void test_allreduce(void) {
+  proc p;
+  GR_CHECK_EQ_INT(launch(&p, "0", "2", "allreduce.gr", "ar2", "worst"), 0);
+  GR_CHECK_STR_CONTAINS(p.buf, "graphrun launch: 2 tasks ready");
+  GR_CHECK_MSG(strstr(p.buf, "\nworst = 0.0\n") != NULL, "the copies drifted:\n%s", p.buf);
+  bool same;
+  double d = diff_to("ar2", ref_dir, &same); /* 2 x 64 rows: the reference's batches */
+  printf("allreduce: 2 workers: copies equal after every step; weights differ from one process "
+         "by %.3g\n",
+         d);
+  GR_CHECK_MSG(d >= 0 && d <= 1e-5, "%g", d);
+  GR_CHECK_EQ_INT(launch(&p, "0", "3", "allreduce.gr", "ar3",
+                         "worst,layer1/w1/replica_1,layer1/w1/replica_2,layer3/b3/replica_2"),
+                  0);
+  GR_CHECK_STR_CONTAINS(p.buf, "graphrun launch: 3 tasks ready");
+  GR_CHECK_MSG(strstr(p.buf, "\nworst = 0.0\n") != NULL, "the copies drifted:\n%s", p.buf);
+  /* the copies on workers 1 and 2 hold worker 0's weights, bit for bit */
+  const char *copies[][2] = {{"layer1/w1", "layer1/w1/replica_1"},
+                             {"layer1/w1", "layer1/w1/replica_2"},
+                             {"layer3/b3", "layer3/b3/replica_2"}};
+  for (int k = 0; k < 3; k++) {
+    char a[PATH_MAX + 64], b[PATH_MAX + 64];
+    snprintf(a, sizeof a, "%s/ar3/%s.npy", tmp, copies[k][0]);
+    snprintf(b, sizeof b, "%s/ar3/%s.npy", tmp, copies[k][1]);
+    gr_tensor ta, tb;
+    gr_error err;
+    bool ok = gr_data_load_npy(a, &ta, &err) == GR_OK;
+    if (ok && gr_data_load_npy(b, &tb, &err) != GR_OK) {
+      gr_tensor_release(&ta);
+      ok = false;
+    }
+    GR_CHECK_MSG(ok, "%s", err.msg);
+    if (!ok) continue;
+    GR_CHECK_MSG(gt_bit_equal(&ta, &tb) && gr_tensor_num_elements(&ta) > 0, "%s differs from %s",
+                 copies[k][1], copies[k][0]);
+    gr_tensor_release(&ta), gr_tensor_release(&tb);
+  }
+  printf("allreduce: 3 workers: copies equal after every step and at the end\n");
+}
+
+static void test_model_parallel(void) {
+  proc p;
+  GR_CHECK_EQ_INT(launch(&p, "0", "2", "model_parallel.gr", "mp", NULL), 0);
+  bool same;
+  double d = diff_to("mp", ref_dir, &same);
+  printf("model_parallel: 4 micro-batches on 2 tasks: weights differ from one process by %.3g\n",
+         d);
+  GR_CHECK_MSG(d >= 0 && d <= 1e-5, "%g", d);
+}
+
+/* The mean of every random_uniform of the example, drawn here from the
+ * counter-based generator as the op draws them (ops/random.c: key (graph
+ * seed ^ op seed * constant, node name, step), element i), summed in long
+ * double: no graph involved. */
+static double direct_mean(const char *file, int64_t *count) {
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  gr_error err;
+  long double sum = 0;
+  *count = 0;
+  if (gr_dsl_load_file(file, g, NULL, &p, &err) != GR_OK) {
+    fprintf(stderr, "%s\n", err.msg);
+    return NAN;
+  }
+  for (int id = 0; id < gr_graph_num_nodes(g); id++) {
+    const gr_node *n = gr_graph_node(g, id);
+    if (strcmp(n->op->name, "random_uniform") != 0) continue;
+    uint64_t op_seed = (uint64_t)gr_node_attr_int(n, "seed", 0);
+    gr_rng r = gr_rng_make(0 ^ (op_seed * 0xD1B54A32D192ED03ull), gr_rng_hash_name(n->name), 0);
+    int64_t k = gr_shape_num_elements(&n->out_shapes[0]);
+    for (int64_t i = 0; i < k; i++) sum += gr_rng_uniform_f64(&r, (uint64_t)i);
+    *count += k;
+  }
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+  return (double)(sum / (long double)*count);
+}
+
+static void test_mapreduce_mean(void) {
+  char file[PATH_MAX];
+  example(file, sizeof file, "mapreduce_mean.gr");
+  proc p;
+  double t0 = now();
+  GR_CHECK_EQ_INT(run(&p,
+                      (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "2", file,
+                                 "--json", "--timeout", "60", NULL},
+                      120),
+                  0);
+  double took = now() - t0;
+  GR_CHECK_STR_CONTAINS(p.buf, "the last step sent 1 values between devices (8 bytes)");
+  double got = json_scalar(p.buf, "mean");
+  int64_t count;
+  double want = direct_mean(file, &count);
+  printf("mapreduce_mean: %lld numbers on 2 workers: mean %.17g (%.2f s), directly %.17g\n",
+         (long long)count, got, took, want);
+  GR_CHECK_EQ_INT(count, 100000000);
+  GR_CHECK_MSG(fabs(got - want) <= 1e-12, "%.17g vs %.17g", got, want);
+  GR_CHECK(fabs(got - 0.5) < 5 * sqrt(1.0 / 12) / 1e4); /* five standard deviations */
+}
+
+/* all_reduce over three tasks of integer-valued tensors (exact sums), f32
+ * sum and f64 mean, each result compared with the sum made directly on
+ * worker 0 and with the other workers' results. */
+static void test_all_reduce_on_cluster(void) {
+  const char *src =
+      "def ints(seed, dt) { return cast(cast(random_uniform([1000003], seed=seed) * 100 - 50, "
+      "i32), dt) }\n"
+      "device \"/job:worker/task:0\" { x0 = ints(0, f32); y0 = ints(3, f64) }\n"
+      "device \"/job:worker/task:1\" { x1 = ints(1, f32); y1 = ints(4, f64) }\n"
+      "device \"/job:worker/task:2\" { x2 = ints(2, f32); y2 = ints(5, f64) }\n"
+      "s0, s1, s2 = all_reduce(x0, x1, x2)\n"
+      "m0, m1, m2 = all_reduce(y0, y1, y2, op=\"mean\")\n"
+      "device \"/job:worker/task:0\" {\n"
+      "  sum_err = reduce_max(abs(s0 - (x0 + x1 + x2)))\n"
+      "  mean_err = reduce_max(abs(m0 - (y0 + y1 + y2) / 3))\n"
+      "  spread = reduce_max(abs(s1 - s0)) + reduce_max(abs(s2 - s0))\n"
+      "  mspread = reduce_max(abs(m1 - m0)) + reduce_max(abs(m2 - m0))\n"
+      "  size = reduce_sum(abs(s0) * 0 + 1)\n"
+      "}\n"
+      "fetch sum_err, mean_err, spread, mspread, size\n";
+  gt_write_file(tmp, "ring.gr", src);
+  char file[PATH_MAX + 16];
+  snprintf(file, sizeof file, "%s/ring.gr", tmp);
+  proc p;
+  GR_CHECK_EQ_INT(run(&p,
+                      (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "3", file,
+                                 "--json", "--quiet", "--timeout", "60", NULL},
+                      120),
+                  0);
+  GR_CHECK_MSG(json_scalar(p.buf, "sum_err") == 0 && json_scalar(p.buf, "spread") == 0, "%s",
+               p.buf);
+  GR_CHECK_MSG(json_scalar(p.buf, "mean_err") == 0 && json_scalar(p.buf, "mspread") == 0, "%s",
+               p.buf);
+  GR_CHECK_MSG(json_scalar(p.buf, "size") == 1000003, "%s", p.buf);
+}
+
+/* A worker killed while steps of large all-reduces run (launch restarts
+ * it): the step fails, naming the lost task, well within its timeout (no
+ * hang), and the run ends. */
+static void test_kill_mid_reduce(void) {
+  const char *src = "device \"/job:worker/task:0\" { a = random_uniform([16777216]) }\n"
+                    "device \"/job:worker/task:1\" { b = random_uniform([16777216]) }\n"
+                    "r0, r1 = all_reduce(a, b)\n"
+                    "device \"/job:worker/task:0\" { t = reduce_sum(r0) + reduce_sum(r1) }\n";
+  gt_write_file(tmp, "kill.gr", src);
+  char file[PATH_MAX + 16];
+  snprintf(file, sizeof file, "%s/kill.gr", tmp);
+  proc p;
+  start(&p, (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "2", file, "--steps",
+                       "100000", "--quiet", "--timeout", "60", NULL});
+  GR_CHECK_MSG(wait_for(&p, "tasks ready", 30), "%s", p.buf);
+  const char *at = NULL, *pid = NULL;
+  for (int i = 0; i < 500 && !pid; i++) { /* the pid ends the line: wait for all of it */
+    at = strstr(p.buf, "worker:1=");
+    pid = at ? strstr(at, "(pid ") : NULL;
+    if (pid && !strchr(pid, ')')) pid = NULL;
+    if (!pid) wait_for(&p, "\x01", 0.02);
+  }
+  GR_CHECK(pid != NULL);
+  usleep(1500 * 1000); /* steps are running */
+  double t0 = now();
+  if (pid) kill((pid_t)atoi(pid + 5), SIGKILL);
+  bool ended = wait_for(&p, NULL, 30);
+  double took = now() - t0;
+  finish(&p);
+  GR_CHECK_MSG(ended, "no end after the kill: %s", p.buf);
+  printf("all_reduce with a task killed: the run failed %.2f s after the kill\n", took);
+  GR_CHECK_EQ_INT(exit_code(&p), 1);
+  /* (launch may log the kill or not: the run can end first) */
+  GR_CHECK_STR_CONTAINS(p.buf, ": lost /job:worker/replica:0/task:1");
+}
+
+int main(void) {
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
+  char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+  if (!slash || !mkdtemp(tmp)) return 1;
+  strcpy(slash, "/../../graphrun"); /* build/tests/unit/ -> build/graphrun */
+  signal(SIGPIPE, SIG_IGN);
+  unsetenv("GRAPHRUN_CLUSTER");
+  unsetenv("GRAPHRUN_SECRET_FILE");
+  double t0 = now();
+  reference();
+  GR_RUN(test_sync_replicas);
+  GR_RUN(test_allreduce);
+  GR_RUN(test_model_parallel);
+  GR_RUN(test_mapreduce_mean);
+  GR_RUN(test_all_reduce_on_cluster);
+  GR_RUN(test_kill_mid_reduce);
+  printf("%.1f s\n", now() - t0);
+  char cmd[sizeof tmp + 16];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+  return gr_test_finish();
+}
