@@ -19,6 +19,11 @@ double cli_now(void) {
 
 int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **g,
                    gr_dsl_program **p) {
+  return cli_load_graph_on(cmd, path, seed, NULL, g, p);
+}
+
+int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr_cluster *cluster,
+                      gr_graph **g, gr_dsl_program **p) {
   *g = gr_graph_new();
   *p = NULL;
   if (!*g) {
@@ -27,7 +32,8 @@ int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **
   }
   gr_graph_set_seed(*g, seed);
   gr_error err;
-  if (gr_dsl_load_file(path, *g, NULL, p, &err) != GR_OK) {
+  gr_dsl_options o = {.cluster = cluster};
+  if (gr_dsl_load_file(path, *g, &o, p, &err) != GR_OK) {
     if (strstr(err.msg, ": error: "))
       fprintf(stderr, "%s\n", err.msg);
     else

@@ -15,6 +15,10 @@
  * (gr_dsl_program_free, then gr_graph_free). */
 int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **g,
                    gr_dsl_program **p);
+/* The same for a program that runs on cluster (borrowed; NULL: as above,
+ * GRAPHRUN_CLUSTER's if set): what num_tasks("worker") counts. */
+int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr_cluster *cluster,
+                      gr_graph **g, gr_dsl_program **p);
 
 /* Most names one --fetch, --target, ... list holds. */
 #define CLI_MAX_NAMES 64

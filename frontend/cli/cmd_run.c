@@ -360,8 +360,19 @@ int gr_cmd_run(int argc, char **argv) {
   }
   gr_graph *g;
   gr_dsl_program *p;
-  int rc = cli_load_graph("run", file, (uint64_t)seed, &g, &p);
-  if (rc != GR_EXIT_OK) return rc;
+  /* the cluster first: the program may ask it (num_tasks("worker")) */
+  gr_cluster *cluster = NULL;
+  const char *cluster_from = NULL;
+  gr_error cerr;
+  if (cli_load_cluster(cluster_spec, &cluster, &cluster_from, &cerr) != GR_OK) {
+    fprintf(stderr, "graphrun run: %s\n", cerr.msg);
+    return GR_EXIT_USAGE;
+  }
+  int rc = cli_load_graph_on("run", file, (uint64_t)seed, cluster, &g, &p);
+  if (rc != GR_EXIT_OK) {
+    gr_cluster_free(cluster);
+    return rc;
+  }
   cli_default_names(p, fetch_names, &nfetch, target_names, &ntarget);
   gr_output fetches[MAX_ITEMS], targets[MAX_ITEMS], evals[MAX_ITEMS];
   gr_feed feeds[MAX_ITEMS];
@@ -369,10 +380,8 @@ int gr_cmd_run(int argc, char **argv) {
   int nloaded = 0;
   gr_session *s = NULL;
   gr_ckpt *ck = NULL;
-  gr_cluster *cluster = NULL;
   gr_master *master = NULL;
   char *secret = NULL;
-  const char *cluster_from = NULL;
   long done_steps = 0;
   gr_error err;
   rc = GR_EXIT_USAGE;
@@ -409,10 +418,6 @@ int gr_cmd_run(int argc, char **argv) {
       goto done;
     }
     feeds[i] = (gr_feed){o, &feed_vals[i]};
-  }
-  if (cli_load_cluster(cluster_spec, &cluster, &cluster_from, &err) != GR_OK) {
-    fprintf(stderr, "graphrun run: %s\n", err.msg);
-    goto done;
   }
   if (cluster && devices > 1) {
     fprintf(stderr, "graphrun run: --devices is for one process; with a cluster the devices are "
