@@ -19,94 +19,13 @@
 #include <graphrun.h>
 
 #include "gr_test.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 static char exe[PATH_MAX];
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-typedef struct proc {
-  pid_t pid;
-  int out; /* stdout + stderr */
-  char buf[65536];
-  size_t len;
-  int status; /* once reaped */
-  bool done;
-} proc;
-
-/* Starts argv (argv[0] "graphrun": the built executable). */
-static void start(proc *p, char *const argv[]) {
-  memset(p, 0, sizeof *p);
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) abort();
-  p->pid = fork();
-  if (p->pid == 0) {
-    setpgid(0, 0); /* its own group: the test can kill everything it started */
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    execv(strcmp(argv[0], "graphrun") ? argv[0] : exe, argv);
-    _exit(127);
-  }
-  close(fds[1]);
-  p->out = fds[0];
-}
-
-/* Reads output until `want` appears (NULL: until exit) or the deadline;
- * true when it appeared (or the process exited, for NULL). */
-static bool wait_for(proc *p, const char *want, double seconds) {
-  double end = now() + seconds;
-  while (now() < end) {
-    if (want && strstr(p->buf, want)) return true;
-    struct pollfd pf = {.fd = p->out, .events = POLLIN};
-    if (p->out >= 0 && poll(&pf, 1, 50) > 0) {
-      ssize_t r = read(p->out, p->buf + p->len, sizeof p->buf - 1 - p->len);
-      if (r > 0) {
-        p->len += (size_t)r;
-        p->buf[p->len] = '\0';
-        continue;
-      }
-      close(p->out);
-      p->out = -1;
-    }
-    if (!p->done && waitpid(p->pid, &p->status, WNOHANG) == p->pid) p->done = true;
-    if (p->done && p->out < 0) return want ? strstr(p->buf, want) != NULL : true;
-    if (p->out < 0) usleep(20000);
-  }
-  return false;
-}
-
-/* Waits until a whole line containing `want` has arrived. */
-static bool wait_line(proc *p, const char *want, double seconds) {
-  double end = now() + seconds;
-  while (now() < end) {
-    const char *at = strstr(p->buf, want);
-    if (at && strchr(at, '\n')) return true;
-    if (!wait_for(p, "\x01", 0.02) && p->done && p->out < 0) return false;
-  }
-  return false;
-}
-
-/* Ends p (SIGKILL to its group if still running) and reaps it. */
-static void finish(proc *p) {
-  if (!p->done) {
-    kill(-p->pid, SIGKILL);
-    waitpid(p->pid, &p->status, 0);
-    p->done = true;
-  }
-  if (p->out >= 0) close(p->out);
-  p->out = -1;
-}
-
-static int exit_code(const proc *p) {
-  return WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128 + WTERMSIG(p->status);
-}
-
 /* The pid launch reports for task "job:index". */
-static pid_t task_pid(const proc *p, const char *task) {
+static pid_t task_pid(const gt_proc *p, const char *task) {
   const char *at = strstr(p->buf, task);
   const char *pid = at ? strstr(at, "(pid ") : NULL;
   return pid ? (pid_t)atoi(pid + 5) : 0;
@@ -117,13 +36,13 @@ static bool gone(pid_t pid) {
 }
 
 static void test_launch_runs_a_graph(void) {
-  proc p;
+  gt_proc p;
   char file[PATH_MAX];
   snprintf(file, sizeof file, "%s/examples/cluster_basics.gr", GR_SOURCE_DIR);
-  start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", file, NULL});
-  GR_CHECK_MSG(wait_for(&p, NULL, 60), "launch did not finish: %s", p.buf);
-  finish(&p);
-  GR_CHECK_EQ_INT(exit_code(&p), 0);
+  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", file, NULL});
+  GR_CHECK_MSG(gt_proc_wait(&p, NULL, 60), "launch did not finish: %s", p.buf);
+  gt_proc_finish(&p);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 0);
   GR_CHECK_STR_CONTAINS(p.buf, "y = 238.0");
   GR_CHECK_STR_CONTAINS(p.buf, "[ps:0] graphrun server: /job:ps/replica:0/task:0 listening on");
   GR_CHECK_STR_CONTAINS(p.buf, "authenticated");
@@ -133,14 +52,15 @@ static void test_launch_runs_a_graph(void) {
 }
 
 static void test_launch_environment(void) {
-  proc p;
-  start(&p, (char *[]){"graphrun", "launch", "--workers", "1", "--ps", "0", "--", "/bin/sh", "-c",
-                       "echo \"C=$GRAPHRUN_CLUSTER\"; echo \"T=$TF_CONFIG\"; "
-                       "test -s \"$GRAPHRUN_SECRET_FILE\" && echo secret-ok; exit 7",
-                       NULL});
-  GR_CHECK(wait_for(&p, NULL, 60));
-  finish(&p);
-  GR_CHECK_EQ_INT(exit_code(&p), 7); /* the command's exit code */
+  gt_proc p;
+  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--workers", "1", "--ps", "0", "--", "/bin/sh",
+                               "-c",
+                               "echo \"C=$GRAPHRUN_CLUSTER\"; echo \"T=$TF_CONFIG\"; "
+                               "test -s \"$GRAPHRUN_SECRET_FILE\" && echo secret-ok; exit 7",
+                               NULL});
+  GR_CHECK(gt_proc_wait(&p, NULL, 60));
+  gt_proc_finish(&p);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 7); /* the command's exit code */
   GR_CHECK_STR_CONTAINS(p.buf, "C={\"worker\": [\"127.0.0.1:");
   GR_CHECK_STR_CONTAINS(p.buf, "\"task\": {\"type\": \"worker\", \"index\": 0}");
   GR_CHECK_STR_CONTAINS(p.buf, "secret-ok");
@@ -148,48 +68,49 @@ static void test_launch_environment(void) {
 
 /* Ctrl-C (SIGINT) to launch stops every task and the command. */
 static void test_no_orphans(void) {
-  proc p;
-  start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", "--", "/bin/sleep",
-                       "60", NULL});
-  GR_CHECK_MSG(wait_line(&p, "tasks ready", 30), "%s", p.buf);
+  gt_proc p;
+  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", "--",
+                               "/bin/sleep", "60", NULL});
+  GR_CHECK_MSG(gt_proc_wait_line(&p, "tasks ready", 30), "%s", p.buf);
   pid_t pids[3] = {task_pid(&p, "ps:0="), task_pid(&p, "worker:0="), task_pid(&p, "worker:1=")};
   for (int k = 0; k < 3; k++) GR_CHECK(pids[k] > 0 && !gone(pids[k]));
   kill(p.pid, SIGINT);
-  GR_CHECK(wait_for(&p, NULL, 15));
-  finish(&p);
-  GR_CHECK_EQ_INT(exit_code(&p), 128 + SIGINT);
+  GR_CHECK(gt_proc_wait(&p, NULL, 15));
+  gt_proc_finish(&p);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 128 + SIGINT);
   GR_CHECK_STR_CONTAINS(p.buf, "stopping the cluster");
   for (int k = 0; k < 3; k++) GR_CHECK_MSG(gone(pids[k]), "task pid %d survived", (int)pids[k]);
 }
 
 /* A task killed with SIGKILL is restarted on its port; the graph runs. */
 static void test_restart_after_kill(void) {
-  proc p;
+  gt_proc p;
   char script[PATH_MAX * 2 + 64];
   snprintf(script, sizeof script,
            "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.5; "
            "'%s' run '%s/examples/cluster_basics.gr' --quiet --timeout 20 && exit 0; done; exit 1",
            exe, GR_SOURCE_DIR);
-  start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", "--", "/bin/sh", "-c",
-                       script, NULL});
-  GR_CHECK_MSG(wait_line(&p, "tasks ready", 30), "%s", p.buf);
+  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", "--", "/bin/sh",
+                               "-c", script, NULL});
+  GR_CHECK_MSG(gt_proc_wait_line(&p, "tasks ready", 30), "%s", p.buf);
   pid_t w1 = task_pid(&p, "worker:1=");
   GR_CHECK(w1 > 0);
   if (w1 > 0) kill(w1, SIGKILL);
-  GR_CHECK(wait_for(&p, NULL, 60));
-  finish(&p);
+  GR_CHECK(gt_proc_wait(&p, NULL, 60));
+  gt_proc_finish(&p);
   GR_CHECK_STR_CONTAINS(p.buf, "worker:1 killed by signal 9; restarting it on port");
   GR_CHECK_STR_CONTAINS(p.buf, "y = 238.0");
-  GR_CHECK_EQ_INT(exit_code(&p), 0);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 0);
 }
 
 static void test_server_refusals(void) {
-  proc p;
+  gt_proc p;
   /* reachable from other hosts without a secret: refused */
-  start(&p, (char *[]){"graphrun", "server", "--job", "worker", "--bind", "0.0.0.0:0", NULL});
-  GR_CHECK(wait_for(&p, NULL, 20));
-  finish(&p);
-  GR_CHECK_EQ_INT(exit_code(&p), 2);
+  gt_proc_start(&p,
+                (char *[]){"graphrun", "server", "--job", "worker", "--bind", "0.0.0.0:0", NULL});
+  GR_CHECK(gt_proc_wait(&p, NULL, 20));
+  gt_proc_finish(&p);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 2);
   GR_CHECK_STR_CONTAINS(p.buf, "refusing to listen on 0.0.0.0:0 without a secret");
   /* a client with another secret is refused, naming the server */
   char dir[] = "/tmp/gr_dist_cli_XXXXXX";
@@ -202,40 +123,42 @@ static void test_server_refusals(void) {
   chmod(sa, 0600);
   chmod(sb, 0600);
   snprintf(file, sizeof file, "%s/examples/cluster_basics.gr", GR_SOURCE_DIR);
-  proc srv;
-  start(&srv, (char *[]){"graphrun", "server", "--job", "worker", "--secret-file", sa, NULL});
-  GR_CHECK_MSG(wait_for(&srv, "listening on 127.0.0.1:", 20), "%s", srv.buf);
+  gt_proc srv;
+  gt_proc_start(&srv,
+                (char *[]){"graphrun", "server", "--job", "worker", "--secret-file", sa, NULL});
+  GR_CHECK_MSG(gt_proc_wait(&srv, "listening on 127.0.0.1:", 20), "%s", srv.buf);
   const char *colon = strstr(srv.buf, "listening on 127.0.0.1:");
   int port = colon ? atoi(colon + strlen("listening on 127.0.0.1:")) : 0;
   char spec[128];
   snprintf(spec, sizeof spec, "{\"worker\": [\"127.0.0.1:%d\"]}", port);
-  proc cl;
-  start(&cl, (char *[]){"graphrun", "run", file, "--cluster", spec, "--secret-file", sb,
-                        "--soft-placement", "--timeout", "10", NULL});
-  GR_CHECK(wait_for(&cl, NULL, 30));
-  finish(&cl);
-  GR_CHECK_EQ_INT(exit_code(&cl), 1);
+  gt_proc cl;
+  gt_proc_start(&cl, (char *[]){"graphrun", "run", file, "--cluster", spec, "--secret-file", sb,
+                                "--soft-placement", "--timeout", "10", NULL});
+  GR_CHECK(gt_proc_wait(&cl, NULL, 30));
+  gt_proc_finish(&cl);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&cl), 1);
   GR_CHECK_STR_CONTAINS(cl.buf, "refused this process's secret");
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d refused", port);
   GR_CHECK_STR_CONTAINS(cl.buf, addr); /* names the server */
   /* no secret at all: the server asks for one */
-  start(&cl, (char *[]){"graphrun", "run", file, "--cluster", spec, "--timeout", "10", NULL});
+  gt_proc_start(&cl,
+                (char *[]){"graphrun", "run", file, "--cluster", spec, "--timeout", "10", NULL});
   unsetenv("GRAPHRUN_SECRET_FILE");
-  GR_CHECK(wait_for(&cl, NULL, 30));
-  finish(&cl);
+  GR_CHECK(gt_proc_wait(&cl, NULL, 30));
+  gt_proc_finish(&cl);
   GR_CHECK_STR_CONTAINS(cl.buf, "requires a secret");
   /* the right secret: runs (ps pin soft-placed: this cluster has no ps) */
-  start(&cl, (char *[]){"graphrun", "run", file, "--cluster", spec, "--secret-file", sa,
-                        "--soft-placement", "--timeout", "10", NULL});
-  GR_CHECK(wait_for(&cl, NULL, 30));
-  finish(&cl);
+  gt_proc_start(&cl, (char *[]){"graphrun", "run", file, "--cluster", spec, "--secret-file", sa,
+                                "--soft-placement", "--timeout", "10", NULL});
+  GR_CHECK(gt_proc_wait(&cl, NULL, 30));
+  gt_proc_finish(&cl);
   GR_CHECK_MSG(strstr(cl.buf, "y = 238.0") != NULL, "%s", cl.buf);
   /* the server logged the refused peers and still serves */
   kill(srv.pid, SIGTERM);
-  GR_CHECK(wait_for(&srv, NULL, 15));
-  finish(&srv);
-  GR_CHECK_EQ_INT(exit_code(&srv), 0);
+  GR_CHECK(gt_proc_wait(&srv, NULL, 15));
+  gt_proc_finish(&srv);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&srv), 0);
   GR_CHECK_STR_CONTAINS(srv.buf, "wrong secret");
   unlink(sa), unlink(sb), rmdir(dir);
 }
@@ -263,26 +186,26 @@ static void recover_after_killing(const char *victim, const char *want, bool sto
   GR_CHECK(fd >= 0);
   close(fd);
   unlink(ckpt);
-  proc p;
+  gt_proc p;
   /* run's progress and checkpoint lines on (no --quiet): the kill waits for one */
-  start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", file, "--steps", "800",
-                       "--ckpt", ckpt, "--save-every", "25", "--json", "--timeout", "30",
-                       "--recovery-timeout", "30", NULL});
-  GR_CHECK_MSG(wait_line(&p, "tasks ready", 30), "%s", p.buf);
+  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", file, "--steps",
+                               "800", "--ckpt", ckpt, "--save-every", "25", "--json", "--timeout",
+                               "30", "--recovery-timeout", "30", NULL});
+  GR_CHECK_MSG(gt_proc_wait_line(&p, "tasks ready", 30), "%s", p.buf);
   pid_t pid = task_pid(&p, victim);
   /* after the second checkpoint: the kill lands mid-training */
-  GR_CHECK_MSG(wait_for(&p, "saved a checkpoint after step 50 ", 60), "%s", p.buf);
+  GR_CHECK_MSG(gt_proc_wait(&p, "saved a checkpoint after step 50 ", 60), "%s", p.buf);
   GR_CHECK_MSG(!strstr(p.buf, "{\"loss\""), "the run ended before the kill: %s", p.buf);
   if (stop) { /* a silent task: stopped, its connections open; found by heartbeats */
     GR_CHECK(pid > 0 && kill(pid, SIGSTOP) == 0);
-    GR_CHECK_MSG(wait_for(&p, "heartbeats every 100 ms", 20), "not detected: %s", p.buf);
+    GR_CHECK_MSG(gt_proc_wait(&p, "heartbeats every 100 ms", 20), "not detected: %s", p.buf);
     kill(pid, SIGCONT);
   } else {
     GR_CHECK(pid > 0 && kill(pid, SIGKILL) == 0);
   }
-  GR_CHECK_MSG(wait_for(&p, NULL, 120), "no end: %s", p.buf);
-  finish(&p);
-  GR_CHECK_EQ_INT(exit_code(&p), 0);
+  GR_CHECK_MSG(gt_proc_wait(&p, NULL, 120), "no end: %s", p.buf);
+  gt_proc_finish(&p);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 0);
   GR_CHECK_STR_CONTAINS(p.buf, stop ? "): no answer for " : "killed by signal 9; restarting it");
   GR_CHECK_STR_CONTAINS(p.buf, "graphrun run: recovered in ");
   char got[256];
@@ -294,11 +217,11 @@ static void recover_after_killing(const char *victim, const char *want, bool sto
 static void test_recovery_bit_identical(void) {
   char file[PATH_MAX], want[256];
   snprintf(file, sizeof file, "%s/examples/fashion_mlp_cluster.gr", GR_SOURCE_DIR);
-  proc ref;
-  start(&ref, (char *[]){"graphrun", "run", file, "--soft-placement", "--steps", "800", "--json",
-                         "--quiet", NULL});
-  GR_CHECK(wait_for(&ref, NULL, 120));
-  finish(&ref);
+  gt_proc ref;
+  gt_proc_start(&ref, (char *[]){"graphrun", "run", file, "--soft-placement", "--steps", "800",
+                                 "--json", "--quiet", NULL});
+  GR_CHECK(gt_proc_wait(&ref, NULL, 120));
+  gt_proc_finish(&ref);
   GR_CHECK(json_loss(ref.buf, want, sizeof want));
   recover_after_killing("worker:1=", want, false);
   recover_after_killing("ps:0=", want,
@@ -307,10 +230,7 @@ static void test_recovery_bit_identical(void) {
 }
 
 int main(void) {
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
-  char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
-  if (!slash) return 1;
-  strcpy(slash, "/../../graphrun"); /* build/tests/unit/ -> build/graphrun */
+  snprintf(exe, sizeof exe, "%s", gt_graphrun_exe());
   signal(SIGPIPE, SIG_IGN);
   unsetenv("GRAPHRUN_CLUSTER");
   unsetenv("GRAPHRUN_SECRET_FILE");

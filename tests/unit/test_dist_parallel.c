@@ -22,92 +22,19 @@
 
 #include "gr_dsl.h"
 #include "gr_test.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 static char exe[PATH_MAX];
 static char tmp[] = "/tmp/gr_dist_parallel_XXXXXX";
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* ---- processes (as in test_dist_cli.c) ---------------------------------------------------- */
-
-typedef struct proc {
-  pid_t pid;
-  int out; /* stdout + stderr */
-  char buf[1 << 16];
-  size_t len;
-  int status;
-  bool done;
-} proc;
-
-static void start(proc *p, char *const argv[]) {
-  memset(p, 0, sizeof *p);
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) abort();
-  p->pid = fork();
-  if (p->pid == 0) {
-    setpgid(0, 0); /* its own group: everything it starts can be killed */
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    execv(strcmp(argv[0], "graphrun") ? argv[0] : exe, argv);
-    _exit(127);
-  }
-  close(fds[1]);
-  p->out = fds[0];
-}
-
-/* Reads output until `want` appears (NULL: until exit) or the deadline. */
-static bool wait_for(proc *p, const char *want, double seconds) {
-  double end = now() + seconds;
-  while (now() < end) {
-    if (want && strstr(p->buf, want)) return true;
-    struct pollfd pf = {.fd = p->out, .events = POLLIN};
-    if (p->out >= 0 && poll(&pf, 1, 50) > 0) {
-      if (p->len + 1 >= sizeof p->buf) { /* keep the tail */
-        memmove(p->buf, p->buf + sizeof p->buf / 2, sizeof p->buf / 2);
-        p->len -= sizeof p->buf / 2;
-      }
-      ssize_t r = read(p->out, p->buf + p->len, sizeof p->buf - 1 - p->len);
-      if (r > 0) {
-        p->len += (size_t)r;
-        p->buf[p->len] = '\0';
-        continue;
-      }
-      close(p->out);
-      p->out = -1;
-    }
-    if (!p->done && waitpid(p->pid, &p->status, WNOHANG) == p->pid) p->done = true;
-    if (p->done && p->out < 0) return want ? strstr(p->buf, want) != NULL : true;
-    if (p->out < 0) usleep(20000);
-  }
-  return false;
-}
-
-static void finish(proc *p) {
-  if (!p->done) {
-    kill(-p->pid, SIGKILL);
-    waitpid(p->pid, &p->status, 0);
-    p->done = true;
-  }
-  if (p->out >= 0) close(p->out);
-  p->out = -1;
-}
-
-static int exit_code(const proc *p) {
-  return WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128 + WTERMSIG(p->status);
-}
-
 /* Runs argv to its end (at most `seconds`); its exit code, output in p. */
-static int run(proc *p, char *const argv[], double seconds) {
-  start(p, argv);
-  bool ended = wait_for(p, NULL, seconds);
-  finish(p);
+static int run(gt_proc *p, char *const argv[], double seconds) {
+  gt_proc_start(p, argv);
+  bool ended = gt_proc_wait(p, NULL, seconds);
+  gt_proc_finish(p);
   GR_CHECK_MSG(ended, "%s %s did not end within %g s:\n%s", argv[1], argv[2], seconds, p->buf);
-  return exit_code(p);
+  return gt_proc_exit_code(p);
 }
 
 static void example(char *buf, size_t cap, const char *name) {
@@ -155,7 +82,7 @@ static void reference(void) {
   example(file, sizeof file, "fashion_mlp.gr");
   snprintf(ref_dir, sizeof ref_dir, "%s/ref", tmp);
   snprintf(steps, sizeof steps, "%d", STEPS);
-  proc p;
+  gt_proc p;
   GR_CHECK_EQ_INT(run(&p,
                       (char *[]){"graphrun", "run", file, "--steps", steps, "--fetch", WEIGHTS,
                                  "--out", ref_dir, "--quiet", NULL},
@@ -164,8 +91,8 @@ static void reference(void) {
 }
 
 /* graphrun launch --ps PS --workers W FILE --steps STEPS --fetch WEIGHTS,extra --out DIR */
-static int launch(proc *p, const char *ps, const char *workers, const char *name, const char *dir,
-                  const char *extra) {
+static int launch(gt_proc *p, const char *ps, const char *workers, const char *name,
+                  const char *dir, const char *extra) {
   char file[PATH_MAX], steps[16], fetch[256], out[PATH_MAX + 16];
   example(file, sizeof file, name);
   snprintf(steps, sizeof steps, "%d", STEPS);
@@ -187,7 +114,7 @@ static double diff_to(const char *dir, const char *other, bool *same) {
 }
 
 static void test_sync_replicas(void) {
-  proc p;
+  gt_proc p;
   GR_CHECK_EQ_INT(launch(&p, "1", "2", "sync_replicas.gr", "sync1", NULL), 0);
   GR_CHECK_STR_CONTAINS(p.buf, "graphrun launch: 3 tasks ready");
   GR_CHECK_EQ_INT(launch(&p, "1", "2", "sync_replicas.gr", "sync2", NULL), 0);
@@ -209,7 +136,7 @@ static double json_scalar(const char *out, const char *name) {
 }
 
 static void test_allreduce(void) {
-  proc p;
+  gt_proc p;
   GR_CHECK_EQ_INT(launch(&p, "0", "2", "allreduce.gr", "ar2", "worst"), 0);
   GR_CHECK_STR_CONTAINS(p.buf, "graphrun launch: 2 tasks ready");
   GR_CHECK_MSG(strstr(p.buf, "\nworst = 0.0\n") != NULL, "the copies drifted:\n%s", p.buf);
@@ -249,7 +176,7 @@ static void test_allreduce(void) {
 }
 
 static void test_model_parallel(void) {
-  proc p;
+  gt_proc p;
   GR_CHECK_EQ_INT(launch(&p, "0", "2", "model_parallel.gr", "mp", NULL), 0);
   bool same;
   double d = diff_to("mp", ref_dir, &same);
@@ -289,14 +216,14 @@ static double direct_mean(const char *file, int64_t *count) {
 static void test_mapreduce_mean(void) {
   char file[PATH_MAX];
   example(file, sizeof file, "mapreduce_mean.gr");
-  proc p;
-  double t0 = now();
+  gt_proc p;
+  double t0 = gt_now();
   GR_CHECK_EQ_INT(run(&p,
                       (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "2", file,
                                  "--json", "--timeout", "60", NULL},
                       120),
                   0);
-  double took = now() - t0;
+  double took = gt_now() - t0;
   GR_CHECK_STR_CONTAINS(p.buf, "the last step sent 1 values between devices (8 bytes)");
   double got = json_scalar(p.buf, "mean");
   int64_t count;
@@ -331,7 +258,7 @@ static void test_all_reduce_on_cluster(void) {
   gt_write_file(tmp, "ring.gr", src);
   char file[PATH_MAX + 16];
   snprintf(file, sizeof file, "%s/ring.gr", tmp);
-  proc p;
+  gt_proc p;
   GR_CHECK_EQ_INT(run(&p,
                       (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "3", file,
                                  "--json", "--quiet", "--timeout", "60", NULL},
@@ -355,40 +282,38 @@ static void test_kill_mid_reduce(void) {
   gt_write_file(tmp, "kill.gr", src);
   char file[PATH_MAX + 16];
   snprintf(file, sizeof file, "%s/kill.gr", tmp);
-  proc p;
-  start(&p, (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "2", file, "--steps",
-                       "100000", "--quiet", "--timeout", "60", NULL});
-  GR_CHECK_MSG(wait_for(&p, "tasks ready", 30), "%s", p.buf);
+  gt_proc p;
+  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "2", file, "--steps",
+                               "100000", "--quiet", "--timeout", "60", NULL});
+  GR_CHECK_MSG(gt_proc_wait(&p, "tasks ready", 30), "%s", p.buf);
   const char *at = NULL, *pid = NULL;
   for (int i = 0; i < 500 && !pid; i++) { /* the pid ends the line: wait for all of it */
     at = strstr(p.buf, "worker:1=");
     pid = at ? strstr(at, "(pid ") : NULL;
     if (pid && !strchr(pid, ')')) pid = NULL;
-    if (!pid) wait_for(&p, "\x01", 0.02);
+    if (!pid) gt_proc_wait(&p, "\x01", 0.02);
   }
   GR_CHECK(pid != NULL);
   usleep(1500 * 1000); /* steps are running */
-  double t0 = now();
+  double t0 = gt_now();
   if (pid) kill((pid_t)atoi(pid + 5), SIGKILL);
-  bool ended = wait_for(&p, NULL, 30);
-  double took = now() - t0;
-  finish(&p);
+  bool ended = gt_proc_wait(&p, NULL, 30);
+  double took = gt_now() - t0;
+  gt_proc_finish(&p);
   GR_CHECK_MSG(ended, "no end after the kill: %s", p.buf);
   printf("all_reduce with a task killed: the run failed %.2f s after the kill\n", took);
-  GR_CHECK_EQ_INT(exit_code(&p), 1);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 1);
   /* (launch may log the kill or not: the run can end first) */
   GR_CHECK_STR_CONTAINS(p.buf, ": lost /job:worker/replica:0/task:1");
 }
 
 int main(void) {
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
-  char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
-  if (!slash || !mkdtemp(tmp)) return 1;
-  strcpy(slash, "/../../graphrun"); /* build/tests/unit/ -> build/graphrun */
+  snprintf(exe, sizeof exe, "%s", gt_graphrun_exe());
+  if (!mkdtemp(tmp)) return 1;
   signal(SIGPIPE, SIG_IGN);
   unsetenv("GRAPHRUN_CLUSTER");
   unsetenv("GRAPHRUN_SECRET_FILE");
-  double t0 = now();
+  double t0 = gt_now();
   reference();
   GR_RUN(test_sync_replicas);
   GR_RUN(test_allreduce);
@@ -396,7 +321,7 @@ int main(void) {
   GR_RUN(test_mapreduce_mean);
   GR_RUN(test_all_reduce_on_cluster);
   GR_RUN(test_kill_mid_reduce);
-  printf("%.1f s\n", now() - t0);
+  printf("%.1f s\n", gt_now() - t0);
   char cmd[sizeof tmp + 16];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);

@@ -1,0 +1,97 @@
+/* gt_proc: processes for tests of the graphrun command (test_proc.h). */
+#include "test_proc.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+double gt_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+const char *gt_graphrun_exe(void) {
+  static char exe[PATH_MAX];
+  if (!exe[0]) {
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
+    char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+    if (!slash) abort();
+    strcpy(slash, "/../../graphrun"); /* build/tests/unit/ -> build/graphrun */
+  }
+  return exe;
+}
+
+void gt_proc_start(gt_proc *p, char *const argv[]) {
+  memset(p, 0, sizeof *p);
+  const char *exe = gt_graphrun_exe();
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) abort();
+  p->pid = fork();
+  if (p->pid == 0) {
+    setpgid(0, 0); /* its own group: the test can kill everything it started */
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    execv(strcmp(argv[0], "graphrun") ? argv[0] : exe, argv);
+    _exit(127);
+  }
+  close(fds[1]);
+  p->out = fds[0];
+}
+
+bool gt_proc_wait(gt_proc *p, const char *want, double seconds) {
+  double end = gt_now() + seconds;
+  while (gt_now() < end) {
+    if (want && strstr(p->buf, want)) return true;
+    struct pollfd pf = {.fd = p->out, .events = POLLIN};
+    if (p->out >= 0 && poll(&pf, 1, 50) > 0) {
+      if (p->len + 1 >= sizeof p->buf) { /* keep the tail */
+        memmove(p->buf, p->buf + sizeof p->buf / 2, sizeof p->buf / 2);
+        p->len -= sizeof p->buf / 2;
+      }
+      ssize_t r = read(p->out, p->buf + p->len, sizeof p->buf - 1 - p->len);
+      if (r > 0) {
+        p->len += (size_t)r;
+        p->buf[p->len] = '\0';
+        continue;
+      }
+      close(p->out);
+      p->out = -1;
+    }
+    if (!p->done && waitpid(p->pid, &p->status, WNOHANG) == p->pid) p->done = true;
+    if (p->done && p->out < 0) return want ? strstr(p->buf, want) != NULL : true;
+    if (p->out < 0) usleep(20000);
+  }
+  return false;
+}
+
+bool gt_proc_wait_line(gt_proc *p, const char *want, double seconds) {
+  double end = gt_now() + seconds;
+  while (gt_now() < end) {
+    const char *at = strstr(p->buf, want);
+    if (at && strchr(at, '\n')) return true;
+    if (!gt_proc_wait(p, "\x01", 0.02) && p->done && p->out < 0) return false;
+  }
+  return false;
+}
+
+void gt_proc_finish(gt_proc *p) {
+  if (!p->done) {
+    kill(-p->pid, SIGKILL);
+    waitpid(p->pid, &p->status, 0);
+    p->done = true;
+  }
+  if (p->out >= 0) close(p->out);
+  p->out = -1;
+}
+
+int gt_proc_exit_code(const gt_proc *p) {
+  return WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128 + WTERMSIG(p->status);
+}

@@ -1,0 +1,40 @@
+/* Processes for tests of the graphrun command (clusters, launch): start a
+ * command with its output captured, wait for a line or its end with a
+ * deadline, and always end and reap it.
+ *
+ *   gt_proc p;
+ *   gt_proc_start(&p, (char *[]){"graphrun", "launch", "--workers", "1", "x.gr", NULL});
+ *   if (gt_proc_wait_line(&p, "tasks ready", 30)) ...;   // p.buf: the output so far
+ *   gt_proc_finish(&p);                                  // SIGKILL to its group if running
+ *   int code = gt_proc_exit_code(&p);
+ */
+#ifndef GT_TEST_PROC_H
+#define GT_TEST_PROC_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+typedef struct gt_proc {
+  pid_t pid;
+  int out;         /* its stdout + stderr */
+  char buf[65536]; /* the output (its tail when longer), NUL-terminated */
+  size_t len;
+  int status; /* once reaped */
+  bool done;
+} gt_proc;
+
+/* The built graphrun executable (build/graphrun, found from the test's own path). */
+const char *gt_graphrun_exe(void);
+/* Starts argv in a process group of its own; argv[0] "graphrun": the built one. */
+void gt_proc_start(gt_proc *p, char *const argv[]);
+/* Reads its output until `want` appears (NULL: until it exits) or seconds pass. */
+bool gt_proc_wait(gt_proc *p, const char *want, double seconds);
+/* Until a whole line containing `want` has arrived. */
+bool gt_proc_wait_line(gt_proc *p, const char *want, double seconds);
+/* Ends it (SIGKILL to its group if still running) and reaps it. */
+void gt_proc_finish(gt_proc *p);
+/* Its exit code, or 128 + the signal that ended it. */
+int gt_proc_exit_code(const gt_proc *p);
+double gt_now(void);
+
+#endif
