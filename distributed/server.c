@@ -310,8 +310,7 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
     }
   }
   /* a peer that closes between frames is done; anything else is worth a line */
-  bool clean = strstr(why->msg, "closed the connection") && !strstr(why->msg, "middle of a frame");
-  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && !clean)
+  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK)
     gr_server_log(s, "connection from %s ended: %s", gr_conn_peer(c), why->msg);
   free(cs);
   gr_conn_set_user(c, NULL);

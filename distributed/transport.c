@@ -551,8 +551,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
     ssize_t r;
     if (c->rstate == READ_BODY) { /* bulk: straight into the body */
       r = read(fd, (char *)c->body->data + c->body_got, c->in->h.body_len - c->body_got);
-      if (r > 0) __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
       if (r > 0) {
+        __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
         c->body_got += (size_t)r;
         if (!parse_staged(c)) break;
         continue;
@@ -586,8 +586,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
         if (room > left) room = left;
       }
       r = read(fd, c->stage + c->stage_len, room);
-      if (r > 0) __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
       if (r > 0) {
+        __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
         c->stage_len += (size_t)r;
         if (!c->authed) c->pre_auth += (size_t)r;
         if (!parse_staged(c)) break;
@@ -600,14 +600,14 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
     }
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
     char why[160];
+    bool between = c->rstate == READ_HEADER && c->stage_len == c->stage_pos;
     if (r == 0)
       snprintf(why, sizeof why, "%s closed the connection%s", c->peer,
-               c->rstate == READ_HEADER && c->stage_len == c->stage_pos
-                   ? ""
-                   : " in the middle of a frame");
+               between ? "" : " in the middle of a frame");
     else
       snprintf(why, sizeof why, "connection reset by %s (%s)", c->peer, strerror(errno));
-    gr_conn_close_now(c, GR_ERR_UNAVAILABLE, why);
+    /* GR_OK: the peer closed cleanly, between frames */
+    gr_conn_close_now(c, r == 0 && between ? GR_OK : GR_ERR_UNAVAILABLE, why);
     break;
   }
   gr_conn_unref(c);

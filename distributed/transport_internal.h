@@ -49,7 +49,8 @@ void gr_inmsg_free(gr_inmsg *m); /* frees the map, the body reference and m */
 typedef struct gr_conn_handler {
   /* A frame arrived (loop thread; must not block). Takes m. */
   void (*on_message)(void *arg, gr_conn *c, gr_inmsg *m);
-  /* The connection closed (loop thread, once; why: the cause). */
+  /* The connection closed (loop thread, once; why: the cause; why->code is
+   * GR_OK when the peer closed it cleanly between frames). */
   void (*on_close)(void *arg, gr_conn *c, const gr_error *why);
   void *arg;
   /* The transport's log lines about an accepted connection (a bad frame

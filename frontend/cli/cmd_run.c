@@ -223,6 +223,42 @@ static int place_nodes(gr_graph *g, int devices, const char *placement, bool sof
   return GR_EXIT_OK;
 }
 
+/* What a cluster run with --ckpt needs to recover from a lost task. */
+typedef struct recovery {
+  const gr_cluster *cluster;
+  const char *from, *secret, *ckpt_path;
+  const gr_session_options *opts;
+  double timeout_s;
+  long failures, max_failures;
+  gr_ckpt *ck;
+  gr_graph *g;
+} recovery;
+
+enum { RECOVERED, NOT_RECOVERABLE, RECOVERY_FAILED };
+
+/* After `what` failed with err: when a task was lost or restarted and
+ * failures remain, waits for the tasks and restores the newest checkpoint
+ * into a new master and session (*m, *s; *at its step, -1 when there was
+ * none yet). NOT_RECOVERABLE: the caller reports err; RECOVERY_FAILED:
+ * reported here. */
+static int recover(recovery *r, const char *what, gr_error *err, gr_master **m, gr_session **s,
+                   int64_t *at) {
+  if ((err->code != GR_ERR_UNAVAILABLE && err->code != GR_ERR_ABORTED) ||
+      r->failures >= r->max_failures)
+    return NOT_RECOVERABLE;
+  r->failures++;
+  fprintf(stderr,
+          "graphrun run: %s failed: %s\ngraphrun run: recovering (%ld of at most %ld): waiting "
+          "up to %.0f s for every task, then restoring %s\n",
+          what, err->msg, r->failures, r->max_failures, r->timeout_s, r->ckpt_path);
+  if (cli_recover(r->cluster, r->from, r->secret, r->opts->step_timeout_ms,
+                  (int)(r->timeout_s * 1000), r->g, r->opts, r->ck, m, s, at, err) != GR_OK) {
+    fprintf(stderr, "graphrun run: recovery failed: %s\n", err->msg);
+    return RECOVERY_FAILED;
+  }
+  return RECOVERED;
+}
+
 /* gr_session_options.log_fn: notes (soft placement) go to stderr. */
 static void print_note(void *arg, const char *msg) {
   (void)arg;
@@ -240,7 +276,7 @@ int gr_cmd_run(int argc, char **argv) {
   const char *ckpt_path = NULL, *trace_path = NULL, *out_dir = NULL;
   const char *cluster_spec = NULL, *secret_file = NULL;
   double recovery_s = 60;
-  long max_failures = 10, failures = 0;
+  long max_failures = 10;
   bool schedule_recvs = false, soft = false;
   gr_step_trace *trace = NULL;
   for (int i = 1; i < argc; i++) {
@@ -480,21 +516,14 @@ int gr_cmd_run(int argc, char **argv) {
   if (ckpt_path && (rc = open_checkpoint(ckpt_path, (int)keep, no_restore, master != NULL, s, g,
                                          &ck, &done_steps)) != GR_EXIT_OK)
     goto done;
+  recovery rec = {cluster, cluster_from, secret, ckpt_path, &opts, recovery_s,
+                  0,       max_failures, ck,     g};
   int64_t latest;
   if (master && ck && gr_ckpt_latest_step(ck, &latest, &err) == GR_ERR_NOT_FOUND)
     for (;;) { /* the checkpoint a lost task restarts from; a task lost before it is waited for */
       if ((rc = save_checkpoint(ck, s, g, 0, true, &err)) == GR_EXIT_OK) break;
-      if ((err.code != GR_ERR_UNAVAILABLE && err.code != GR_ERR_ABORTED) ||
-          failures >= max_failures)
+      if (recover(&rec, "saving the first checkpoint", &err, &master, &s, &latest) != RECOVERED)
         goto done;
-      failures++;
-      fprintf(stderr, "graphrun run: recovering (%ld of at most %ld): waiting up to %.0f s\n",
-              failures, max_failures, recovery_s);
-      if (cli_recover(cluster, cluster_from, secret, opts.step_timeout_ms, (int)(recovery_s * 1000),
-                      g, &opts, ck, &master, &s, &latest, &err) != GR_OK) {
-        fprintf(stderr, "graphrun run: recovery failed: %s\n", err.msg);
-        goto done;
-      }
     }
   rc = GR_EXIT_FAILURE;
   cli_progress pr;
@@ -505,20 +534,13 @@ int gr_cmd_run(int argc, char **argv) {
     if (gr_session_run_traced(s, feeds, nfeed, fetches, nfetch, results, targets, ntarget,
                               st == steps ? trace : NULL, &err) != GR_OK) {
       if (show && pr.tty) fputc('\n', stderr);
-      if (master && ck && (err.code == GR_ERR_UNAVAILABLE || err.code == GR_ERR_ABORTED) &&
-          failures < max_failures) { /* a task was lost or restarted: recover */
-        failures++;
-        fprintf(stderr,
-                "graphrun run: step %ld failed: %s\ngraphrun run: recovering (%ld of at most %ld): "
-                "waiting up to %.0f s for every task, then restoring %s\n",
-                st, err.msg, failures, max_failures, recovery_s, ckpt_path);
-        int64_t at;
-        double t_rec = cli_now();
-        if (cli_recover(cluster, cluster_from, secret, opts.step_timeout_ms,
-                        (int)(recovery_s * 1000), g, &opts, ck, &master, &s, &at, &err) != GR_OK) {
-          fprintf(stderr, "graphrun run: recovery failed: %s\n", err.msg);
-          goto done;
-        }
+      char when[32];
+      snprintf(when, sizeof when, "step %ld", st);
+      int64_t at;
+      double t_rec = cli_now();
+      int how = master && ck ? recover(&rec, when, &err, &master, &s, &at) : NOT_RECOVERABLE;
+      if (how == RECOVERY_FAILED) goto done;
+      if (how == RECOVERED) {
         long resumed = at < 0 ? 0 : steps_done_of(ck);
         fprintf(stderr,
                 "graphrun run: recovered in %.0f ms: resuming after step %ld (%ld steps lost)\n",
@@ -526,8 +548,6 @@ int gr_cmd_run(int argc, char **argv) {
         st = resumed; /* the loop goes on with step resumed + 1 */
         continue;
       }
-      char when[32];
-      snprintf(when, sizeof when, "step %ld", st);
       cli_print_run_error("run", when, &err);
       goto done;
     }
