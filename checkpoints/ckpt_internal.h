@@ -7,11 +7,30 @@
 
 #include "checkpoints/gr_checkpoints.h"
 
+/* A checkpoint file, or a sharded checkpoint directory. For a directory,
+ * db is its manifest (the file schema plus a shards table; no tensors),
+ * path the directory, and the shard files are opened on demand and kept
+ * open until gr_ckpt_close. */
 struct gr_ckpt {
   sqlite3 *db;
   char *path;
   gr_ckpt_options opts;
+  bool sharded;
+  gr_ckpt **shards; /* open shard files, by file name (shard_names) */
+  char **shard_names;
+  int num_shards, cap_shards;
 };
+
+/* The manifest of a sharded directory: DIR/manifest.ckpt. */
+#define CKPT_MANIFEST_NAME "manifest.ckpt"
+/* The shard file a sharded gr_ckpt_save_tensors writes (one process's shard). */
+#define CKPT_LOCAL_SHARD "local.ckpt"
+
+/* Where a listed tensor lives: the file that holds it and its tensors.id. */
+typedef struct ckpt_loc {
+  gr_ckpt *file;
+  int64_t tensor_id;
+} ckpt_loc;
 
 /* Maps a SQLite result code to a status and fills err with
  * "checkpoint file 'PATH': WHAT: sqlite message". */
@@ -35,6 +54,36 @@ gr_status ckpt_parse_tensor_row(gr_ckpt *ck, const char *name, const char *dtype
  * new tensor, checking sizes and checksum. */
 gr_status ckpt_read_tensor_id(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
                               int64_t step, gr_tensor *out, gr_error *err);
+
+/* Every tensor of the checkpoint at step (-1: newest), sorted by name, with
+ * where each lives (*locs; may be NULL) and the actual step. For a
+ * directory: the merged tensors of the checkpoint's shards; a missing
+ * shard file or shard row, or a name in two shards, is GR_ERR_DATA_LOSS
+ * naming the shard. *infos and *locs are malloc'd. */
+gr_status ckpt_tensors_at(gr_ckpt *ck, int64_t step, gr_ckpt_tensor_info **infos, ckpt_loc **locs,
+                          int *n, int64_t *actual, gr_error *err);
+/* The tensor rows of one checkpoint (by checkpoints.id) of a file. */
+gr_status ckpt_list_rows(gr_ckpt *ck, int64_t ck_id, gr_ckpt_tensor_info **out, int64_t **ids,
+                         int *n, gr_error *err);
+/* Deletes the checkpoint row id with its tensors and chunks (and, in a
+ * manifest, its shard rows), inside the caller's transaction. */
+gr_status ckpt_delete_checkpoint(gr_ckpt *ck, int64_t id, gr_error *err);
+/* Inserts a checkpoints row (time: now), inside the caller's transaction. */
+gr_status ckpt_insert_checkpoint(gr_ckpt *ck, int64_t step, const char *fp, int num_tensors,
+                                 int64_t total_bytes, const char *meta, int64_t *id, gr_error *err);
+/* Keeps the newest max_to_keep checkpoints (and keep_every_n_steps ones),
+ * inside the caller's transaction. */
+gr_status ckpt_apply_retention(gr_ckpt *ck, gr_error *err);
+/* Writes the checkpoint (rows of a file, not a directory) in one transaction. */
+gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
+                          const char *meta, gr_error *err);
+/* Is meta a JSON object? (SQLite's JSON functions decide.) */
+gr_status ckpt_check_meta(gr_ckpt *ck, const char *meta, gr_error *err);
+/* Opens (or finds already open) the shard file `name` of a directory;
+ * writable: opened read-write (created when missing). */
+gr_status ckpt_shard(gr_ckpt *ck, const char *name, bool writable, gr_ckpt **out, gr_error *err);
+/* Runs PRAGMA integrity_check, calling problem(arg, line) per problem. */
+void ckpt_integrity(gr_ckpt *ck, void (*problem)(void *arg, const char *msg), void *arg);
 
 /* Restores vars (names, dtypes and shapes expected) into mgr from the
  * checkpoint at step (-1 newest). strict: the checkpoint must hold exactly

@@ -50,6 +50,8 @@ typedef struct gr_ckpt_options {
   int max_to_keep;            /* keep the newest N checkpoints; 0: keep all */
   int64_t keep_every_n_steps; /* also keep every checkpoint whose step is a multiple of N; 0: off */
   bool read_only;             /* open an existing file for reading only (inspection) */
+  bool sharded; /* path is a directory of shards with a manifest (created when missing);
+                 * an existing directory is opened as one whatever this says */
 } gr_ckpt_options;
 
 /* Opens (and unless read_only, creates) a checkpoint file. A missing file
@@ -58,7 +60,55 @@ typedef struct gr_ckpt_options {
  * path. opts may be NULL (keep all, read-write). */
 gr_status gr_ckpt_open(const char *path, const gr_ckpt_options *opts, gr_ckpt **out, gr_error *err);
 void gr_ckpt_close(gr_ckpt *ck);
+/* The file, or for a sharded checkpoint its directory (an absolute path). */
 const char *gr_ckpt_path(const gr_ckpt *ck);
+
+/* ---- sharded checkpoints (a directory) ---------------------------------------
+ *
+ * In a cluster each task that holds variables writes its own shard, an
+ * ordinary checkpoint file DIR/JOB-TASK.ckpt (a `save` node placed on the
+ * task, gr_save_at), and the chief then commits the checkpoint in the
+ * manifest DIR/manifest.ckpt: a checkpoint exists exactly when its manifest
+ * row does, so a crash between the shards and the manifest leaves the
+ * previous checkpoint the newest. Every reading function below (list, read,
+ * restore, verify) sees a directory as one checkpoint file holding the
+ * merged tensors of the shards. Retention (max_to_keep) applies to the
+ * manifest; shard rows no manifest row names are then deleted, and shard
+ * files left with none are removed. The shard files must be reachable under
+ * the same path by the tasks and the chief (one host, or a shared file
+ * system, as for TensorFlow's checkpoint directory). */
+
+bool gr_ckpt_is_sharded(const gr_ckpt *ck);
+/* "JOB-TASK.ckpt", the shard file name of a task. */
+void gr_ckpt_shard_name(const char *job, int task, char *buf, size_t cap);
+/* DIR/shard as a path (buf of cap bytes); false when it does not fit. */
+bool gr_ckpt_shard_path(const gr_ckpt *ck, const char *shard, char *buf, size_t cap);
+
+typedef struct gr_ckpt_shard {
+  const char *file; /* shard file name in the directory, e.g. "ps-0.ckpt" */
+  const char *task; /* who wrote it, e.g. "/job:ps/task:0" (for messages) */
+} gr_ckpt_shard;
+
+/* Commits the checkpoint at step whose shards were written (each holds a
+ * checkpoint at step): checks every shard is there and no tensor name is
+ * in two, writes the manifest row in one transaction, then applies
+ * retention to the manifest and the shards. metadata_json as for
+ * gr_ckpt_save_tensors. A missing shard is GR_ERR_DATA_LOSS naming it, and
+ * nothing is committed. */
+gr_status gr_ckpt_commit_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *shards, int n,
+                                const char *metadata_json, gr_error *err);
+
+typedef struct gr_ckpt_shard_info {
+  char *file, *task;
+  char fingerprint[17];
+  int num_tensors;
+  int64_t total_bytes;
+} gr_ckpt_shard_info;
+/* The shards of the checkpoint at step (-1: newest), by file name; a file
+ * (not a directory) gives none. */
+gr_status gr_ckpt_list_shards(gr_ckpt *ck, int64_t step, gr_ckpt_shard_info **out, int *n,
+                              gr_error *err);
+void gr_ckpt_shard_infos_free(gr_ckpt_shard_info *infos, int n);
 
 /* ---- saving --------------------------------------------------------------- */
 
@@ -68,7 +118,8 @@ typedef struct gr_ckpt_tensor {
 } gr_ckpt_tensor;
 
 /* Writes one checkpoint at `step` (replacing one at the same step) in one
- * transaction, then applies retention in the same transaction.
+ * transaction, then applies retention in the same transaction. Into a
+ * directory: as the one shard local.ckpt, then committed in the manifest.
  * metadata_json: a JSON object stored as is (NULL: "{}"); it must be valid JSON. */
 gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
                                const char *metadata_json, gr_error *err);
@@ -177,6 +228,10 @@ void gr_ckpt_register_ops(void);
  * with retention max_to_keep / keep_every_n_steps. Output: that step (i64). */
 gr_output gr_save(gr_graph *g, const char *path, const gr_output *vars, int n, int max_to_keep,
                   int64_t keep_every_n_steps);
+/* The same at the step given by `step`, an i64 scalar (a placeholder the
+ * caller feeds, say), and without retention: a task's shard of a sharded
+ * checkpoint, which the chief commits with gr_ckpt_commit_shards. */
+gr_output gr_save_at(gr_graph *g, const char *path, const gr_output *vars, int n, gr_output step);
 /* A `restore` node: when run, sets the variables named in vars (n == 0:
  * every variable of the graph) from the checkpoint at step (-1: newest),
  * checking dtypes and shapes. Output: the checkpoint's step (i64), which

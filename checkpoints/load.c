@@ -69,8 +69,8 @@ gr_status gr_ckpt_latest_step(gr_ckpt *ck, int64_t *step, gr_error *err) {
 }
 
 /* Tensor rows of checkpoint id, with their tensors.id in ids (may be NULL). */
-static gr_status list_rows(gr_ckpt *ck, int64_t ck_id, gr_ckpt_tensor_info **out, int64_t **ids,
-                           int *n, gr_error *err) {
+gr_status ckpt_list_rows(gr_ckpt *ck, int64_t ck_id, gr_ckpt_tensor_info **out, int64_t **ids,
+                         int *n, gr_error *err) {
   *out = NULL;
   *n = 0;
   if (ids) *ids = NULL;
@@ -126,11 +126,7 @@ static gr_status list_rows(gr_ckpt *ck, int64_t ck_id, gr_ckpt_tensor_info **out
 
 gr_status gr_ckpt_list_tensors(gr_ckpt *ck, int64_t step, gr_ckpt_tensor_info **out, int *n,
                                gr_error *err) {
-  int64_t id;
-  *out = NULL;
-  *n = 0;
-  GR_TRY(ckpt_find(ck, step, &id, NULL, err));
-  return list_rows(ck, id, out, NULL, n, err);
+  return ckpt_tensors_at(ck, step, out, NULL, n, NULL, err);
 }
 
 void gr_ckpt_tensor_infos_free(gr_ckpt_tensor_info *infos, int n) {
@@ -218,9 +214,33 @@ gr_status ckpt_read_tensor_id(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tens
   return s;
 }
 
+/* Binary search of v (sorted by name); *idx its index. */
+static const gr_ckpt_tensor_info *find_info(const gr_ckpt_tensor_info *v, int n, const char *name,
+                                            int *idx);
+
+/* A tensor of a directory: found in the merged listing, read from its shard. */
+static gr_status read_sharded(gr_ckpt *ck, int64_t step, const char *name, gr_tensor *out,
+                              gr_error *err) {
+  gr_ckpt_tensor_info *infos;
+  ckpt_loc *locs;
+  int n, k;
+  int64_t actual;
+  GR_TRY(ckpt_tensors_at(ck, step, &infos, &locs, &n, &actual, err));
+  const gr_ckpt_tensor_info *t = find_info(infos, n, name, &k);
+  gr_status s = t ? ckpt_read_tensor_id(locs[k].file, locs[k].tensor_id, t, actual, out, err)
+                  : gr_error_set(err, GR_ERR_NOT_FOUND,
+                                 "checkpoint directory '%s': the checkpoint at step %" PRId64
+                                 " has no tensor named '%s'",
+                                 ck->path, actual, name);
+  gr_ckpt_tensor_infos_free(infos, n);
+  free(locs);
+  return s;
+}
+
 gr_status gr_ckpt_read_tensor(gr_ckpt *ck, int64_t step, const char *name, gr_tensor *out,
                               gr_error *err) {
   *out = gr_tensor_empty();
+  if (ck->sharded) return read_sharded(ck, step, name, out, err);
   int64_t id, actual;
   GR_TRY(ckpt_find(ck, step, &id, &actual, err));
   sqlite3_stmt *st;
@@ -289,12 +309,11 @@ static void finish_list(char *buf, size_t cap, int count) {
 
 gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var *vars, int n,
                             int64_t step, bool strict, int64_t *step_out, gr_error *err) {
-  int64_t id, actual;
-  GR_TRY(ckpt_find(ck, step, &id, &actual, err));
+  int64_t actual;
   gr_ckpt_tensor_info *infos;
-  int64_t *ids;
+  ckpt_loc *locs;
   int ni;
-  GR_TRY(list_rows(ck, id, &infos, &ids, &ni, err));
+  GR_TRY(ckpt_tensors_at(ck, step, &infos, &locs, &ni, &actual, err));
   char missing[300] = "", extra[300] = "", differ[400] = "";
   int nmiss = 0, nextra = 0, ndiff = 0;
   char *used = calloc((size_t)ni + 1, 1);
@@ -340,7 +359,8 @@ gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var
         differ);
   /* read everything first, so a damaged tensor leaves the variables untouched */
   for (int i = 0; s == GR_OK && i < n; i++)
-    s = ckpt_read_tensor_id(ck, ids[which[i]], &infos[which[i]], actual, &vals[i], err);
+    s = ckpt_read_tensor_id(locs[which[i]].file, locs[which[i]].tensor_id, &infos[which[i]], actual,
+                            &vals[i], err);
   for (int i = 0; s == GR_OK && i < n; i++) {
     gr_var *v = gr_resource_mgr_get_var(mgr, vars[i].name);
     if (!v) {
@@ -358,7 +378,7 @@ gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var
   free(vals);
   free(which);
   free(used);
-  free(ids);
+  free(locs);
   gr_ckpt_tensor_infos_free(infos, ni);
   if (s == GR_OK && step_out) *step_out = actual;
   return s;

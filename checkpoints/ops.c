@@ -13,6 +13,8 @@
 static gr_status step_scalar_shape(gr_shape_ctx *ctx) {
   const char *path = gr_node_attr_string(ctx->node, "path", "");
   if (!path[0]) return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "attr path is empty");
+  if (ctx->num_inputs > 0 && (ctx->in_dtypes[0] != GR_I64 || ctx->in_shapes[0].rank != 0))
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "input step must be an i64 scalar");
   ctx->num_outputs = 1;
   ctx->out_dtypes[0] = GR_I64;
   ctx->out_shapes[0] = gr_shape_scalar();
@@ -76,7 +78,9 @@ static gr_status save_kernel(gr_kernel_ctx *ctx) {
   gr_tensor *vals = calloc((size_t)n + 1, sizeof *vals);
   gr_ckpt_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
   gr_ckpt *ck = NULL;
-  int64_t step = ctx->step->step_id + 1; /* this run is done: resume at the next one */
+  /* the step given (a shard of a sharded checkpoint), else this run is done: resume at the next */
+  int64_t step = ctx->num_inputs > 0 ? *(const int64_t *)gr_tensor_data(&ctx->inputs[0])
+                                     : ctx->step->step_id + 1;
   gr_status s = GR_OK;
   if (!vals || !ts) s = gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (s == GR_OK) s = ckpt_collect_values(ctx->step->resources, vars, n, vals, ctx->err);
@@ -126,13 +130,17 @@ static const gr_attr_spec restore_attrs[] = {
 const gr_op_def gr_op_save = {
     .name = "save",
     .doc = "writes variables (attr vars, newline-separated; \"\": all) to the checkpoint file "
-           "at attr path; returns the step recorded",
+           "at attr path, at the step given as input (optional; default the run's step + 1); "
+           "returns the step recorded",
+    .min_inputs = 0,
+    .max_inputs = 1,
+    .input_names = (const char *const[]){"step"},
     .num_outputs = 1,
     .attrs = save_attrs,
     .num_attrs = 4,
     .shape_fn = step_scalar_shape,
     .kernel = save_kernel,
-    .flags = GR_OP_STATEFUL | GR_OP_EXPENSIVE};
+    .flags = GR_OP_STATEFUL | GR_OP_EXPENSIVE | GR_OP_NO_GRADIENT};
 
 const gr_op_def gr_op_restore = {
     .name = "restore",
@@ -211,6 +219,15 @@ gr_output gr_save(gr_graph *g, const char *path, const gr_output *vars, int n, i
                  gr_attr_int("max_to_keep", max_to_keep),
                  gr_attr_int("keep_every_n_steps", keep_every_n_steps)};
   return gr_graph_add_node(g, &gr_op_save, NULL, NULL, 0, a, 4);
+}
+
+gr_output gr_save_at(gr_graph *g, const char *path, const gr_output *vars, int n, gr_output step) {
+  gr_ckpt_register_ops();
+  bool ok;
+  const char *list = var_list(g, "save", vars, n, &ok);
+  if (!ok || !step.node) return (gr_output){NULL, 0};
+  gr_attr a[] = {gr_attr_string("path", path ? path : ""), gr_attr_string("vars", list)};
+  return gr_graph_add_node(g, &gr_op_save, NULL, &step, 1, a, 2);
 }
 
 gr_output gr_restore(gr_graph *g, const char *path, const gr_output *vars, int n, int64_t step) {

@@ -17,11 +17,12 @@ static gr_status step_done(gr_ckpt *ck, sqlite3_stmt *st, const char *what, gr_e
   return rc == SQLITE_DONE || rc == SQLITE_ROW ? GR_OK : ckpt_sql_error(ck, rc, err, what);
 }
 
-static gr_status delete_checkpoint(gr_ckpt *ck, int64_t id, gr_error *err) {
+gr_status ckpt_delete_checkpoint(gr_ckpt *ck, int64_t id, gr_error *err) {
   static const char *const sql[] = {
       "DELETE FROM chunks WHERE tensor_id IN (SELECT id FROM tensors WHERE checkpoint_id = ?1)",
-      "DELETE FROM tensors WHERE checkpoint_id = ?1", "DELETE FROM checkpoints WHERE id = ?1"};
-  for (int i = 0; i < 3; i++) {
+      "DELETE FROM tensors WHERE checkpoint_id = ?1", "DELETE FROM checkpoints WHERE id = ?1",
+      "DELETE FROM shards WHERE checkpoint_id = ?1"};
+  for (int i = 0; i < (ck->sharded ? 4 : 3); i++) {
     sqlite3_stmt *st;
     GR_TRY(ckpt_prepare(ck, sql[i], &st, err));
     sqlite3_bind_int64(st, 1, id);
@@ -34,7 +35,7 @@ static gr_status delete_checkpoint(gr_ckpt *ck, int64_t id, gr_error *err) {
 
 /* Keeps the newest max_to_keep checkpoints (by write order) and those whose
  * step is a multiple of keep_every_n_steps. */
-static gr_status apply_retention(gr_ckpt *ck, gr_error *err) {
+gr_status ckpt_apply_retention(gr_ckpt *ck, gr_error *err) {
   if (ck->opts.max_to_keep <= 0) return GR_OK;
   sqlite3_stmt *st;
   GR_TRY(ckpt_prepare(ck, "SELECT id, step FROM checkpoints ORDER BY id DESC", &st, err));
@@ -59,7 +60,7 @@ static gr_status apply_retention(gr_ckpt *ck, gr_error *err) {
   }
   if (s == GR_OK && rc != SQLITE_DONE) s = ckpt_sql_error(ck, rc, err, "listing checkpoints");
   sqlite3_finalize(st);
-  for (size_t i = 0; s == GR_OK && i < nd; i++) s = delete_checkpoint(ck, doomed[i], err);
+  for (size_t i = 0; s == GR_OK && i < nd; i++) s = ckpt_delete_checkpoint(ck, doomed[i], err);
   free(doomed);
   return s;
 }
@@ -93,12 +94,34 @@ static int cmp_var(const void *a, const void *b) {
   return strcmp(((const gr_ckpt_var *)a)->name, ((const gr_ckpt_var *)b)->name);
 }
 
+gr_status ckpt_insert_checkpoint(gr_ckpt *ck, int64_t step, const char *fp, int num_tensors,
+                                 int64_t total_bytes, const char *meta, int64_t *id,
+                                 gr_error *err) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  sqlite3_stmt *st;
+  GR_TRY(ckpt_prepare(ck,
+                      "INSERT INTO checkpoints(step, time, fingerprint, num_tensors, total_bytes, "
+                      "metadata) VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+                      &st, err));
+  sqlite3_bind_int64(st, 1, step);
+  sqlite3_bind_double(st, 2, (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
+  sqlite3_bind_text(st, 3, fp, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 4, num_tensors);
+  sqlite3_bind_int64(st, 5, total_bytes);
+  sqlite3_bind_text(st, 6, meta, -1, SQLITE_STATIC);
+  gr_status s = step_done(ck, st, "writing the checkpoint row", err);
+  sqlite3_finalize(st);
+  *id = sqlite3_last_insert_rowid(ck->db);
+  return s;
+}
+
 static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, int n,
                             const char *meta, gr_error *err) {
   int64_t old_id, total = 0;
   gr_error ignore;
   if (ckpt_find(ck, step, &old_id, NULL, &ignore) == GR_OK)
-    GR_TRY(delete_checkpoint(ck, old_id, err));
+    GR_TRY(ckpt_delete_checkpoint(ck, old_id, err));
   gr_ckpt_var *vars = malloc(sizeof *vars * ((size_t)n + 1));
   if (!vars) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int i = 0; i < n; i++) {
@@ -109,14 +132,9 @@ static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, 
   char fp[17];
   snprintf(fp, sizeof fp, "%016" PRIx64, gr_ckpt_fingerprint(vars, n));
   free(vars);
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-
-  sqlite3_stmt *ins_ck = NULL, *ins_t = NULL, *ins_c = NULL;
-  gr_status s = ckpt_prepare(ck,
-                             "INSERT INTO checkpoints(step, time, fingerprint, num_tensors, "
-                             "total_bytes, metadata) VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
-                             &ins_ck, err);
+  int64_t ck_id = 0;
+  sqlite3_stmt *ins_t = NULL, *ins_c = NULL;
+  gr_status s = ckpt_insert_checkpoint(ck, step, fp, n, total, meta, &ck_id, err);
   if (s == GR_OK)
     s = ckpt_prepare(ck,
                      "INSERT INTO tensors(checkpoint_id, name, dtype, shape, nbytes, checksum) "
@@ -125,16 +143,6 @@ static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, 
   if (s == GR_OK)
     s = ckpt_prepare(ck, "INSERT INTO chunks(tensor_id, seq, data) VALUES(?1, ?2, ?3)", &ins_c,
                      err);
-  if (s == GR_OK) {
-    sqlite3_bind_int64(ins_ck, 1, step);
-    sqlite3_bind_double(ins_ck, 2, (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
-    sqlite3_bind_text(ins_ck, 3, fp, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(ins_ck, 4, n);
-    sqlite3_bind_int64(ins_ck, 5, total);
-    sqlite3_bind_text(ins_ck, 6, meta, -1, SQLITE_STATIC);
-    s = step_done(ck, ins_ck, "writing the checkpoint row", err);
-  }
-  int64_t ck_id = sqlite3_last_insert_rowid(ck->db);
   for (int i = 0; s == GR_OK && i < n; i++) {
     const gr_tensor *v = t[i].value;
     const unsigned char *data = gr_tensor_data(v);
@@ -164,17 +172,13 @@ static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, 
     }
     if (s != GR_OK) gr_error_prefix(err, "saving tensor '%s'", t[i].name);
   }
-  sqlite3_finalize(ins_ck);
   sqlite3_finalize(ins_t);
   sqlite3_finalize(ins_c);
-  if (s == GR_OK) s = apply_retention(ck, err);
+  if (s == GR_OK) s = ckpt_apply_retention(ck, err);
   return s;
 }
 
-gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
-                               const char *metadata_json, gr_error *err) {
-  GR_TRY(check_inputs(ck, step, tensors, n, err));
-  const char *meta = metadata_json ? metadata_json : "{}";
+gr_status ckpt_check_meta(gr_ckpt *ck, const char *meta, gr_error *err) {
   sqlite3_stmt *st;
   GR_TRY(ckpt_prepare(
       ck, "SELECT CASE WHEN json_valid(?1) THEN json_type(?1) = 'object' ELSE 0 END", &st, err));
@@ -184,9 +188,28 @@ gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *
   if (!ok)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "checkpoint metadata is not a JSON object: %.200s", meta);
+  return GR_OK;
+}
+
+gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
+                          const char *meta, gr_error *err) {
   GR_TRY(ckpt_exec(ck, "BEGIN IMMEDIATE", err));
   gr_status s = write_rows(ck, step, tensors, n, meta, err);
   if (s == GR_OK) s = ckpt_exec(ck, "COMMIT", err);
   if (s != GR_OK) sqlite3_exec(ck->db, "ROLLBACK", NULL, NULL, NULL);
   return s;
+}
+
+gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
+                               const char *metadata_json, gr_error *err) {
+  GR_TRY(check_inputs(ck, step, tensors, n, err));
+  const char *meta = metadata_json ? metadata_json : "{}";
+  GR_TRY(ckpt_check_meta(ck, meta, err));
+  if (!ck->sharded) return ckpt_write_file(ck, step, tensors, n, meta, err);
+  /* a directory: this process's shard, then the manifest */
+  gr_ckpt *shard;
+  GR_TRY(ckpt_shard(ck, CKPT_LOCAL_SHARD, true, &shard, err));
+  GR_TRY(ckpt_write_file(shard, step, tensors, n, "{}", err));
+  gr_ckpt_shard one = {CKPT_LOCAL_SHARD, "this process"};
+  return gr_ckpt_commit_shards(ck, step, &one, 1, meta, err);
 }

@@ -156,6 +156,55 @@ static gr_status check_or_create(gr_ckpt *ck, bool empty, gr_error *err) {
   return GR_OK;
 }
 
+/* The schema additions of a manifest (a sharded checkpoint's directory). */
+static const char manifest_sql[] = "CREATE TABLE IF NOT EXISTS shards("
+                                   " checkpoint_id INTEGER NOT NULL REFERENCES checkpoints(id),"
+                                   " file TEXT NOT NULL,"
+                                   " task TEXT NOT NULL,"
+                                   " fingerprint TEXT NOT NULL,"
+                                   " num_tensors INTEGER NOT NULL,"
+                                   " total_bytes INTEGER NOT NULL,"
+                                   " PRIMARY KEY(checkpoint_id, file));"
+                                   "INSERT OR IGNORE INTO meta VALUES('layout', 'sharded');";
+
+/* Opens the SQLite file at ck->path (file) or db_path (a manifest). */
+static gr_status open_db(gr_ckpt *ck, const char *db_path, bool exists, bool empty, gr_error *err) {
+  gr_ckpt_options o = ck->opts;
+  int flags = SQLITE_OPEN_NOMUTEX;
+  if (!o.read_only)
+    flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  else if (access(db_path, W_OK) == 0)
+    flags |= SQLITE_OPEN_READWRITE; /* may roll back a journal */
+  else
+    flags |= SQLITE_OPEN_READONLY;
+  int rc = sqlite3_open_v2(db_path, &ck->db, flags, NULL);
+  if (rc != SQLITE_OK) return ckpt_sql_error(ck, rc, err, "cannot open");
+  sqlite3_busy_timeout(ck->db, 10000);
+  sqlite3_extended_result_codes(ck->db, 1);
+  rc =
+      sqlite3_exec(ck->db,
+                   "PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL; PRAGMA secure_delete=OFF; "
+                   "PRAGMA cache_size=-16384",
+                   NULL, NULL, NULL);
+  if (rc != SQLITE_OK) return ckpt_sql_error(ck, rc, err, "opening");
+  GR_TRY(check_or_create(ck, exists && empty, err));
+  int64_t layout = 0;
+  GR_TRY(query_int(ck, "SELECT count(*) FROM meta WHERE key='layout' AND value='sharded'", &layout,
+                   err));
+  if (ck->sharded && !layout) {
+    if (o.read_only)
+      return gr_error_set(err, GR_ERR_DATA_LOSS,
+                          "checkpoint directory '%s': its %s is not a manifest (no shards table)",
+                          ck->path, CKPT_MANIFEST_NAME);
+    return ckpt_exec(ck, manifest_sql, err);
+  }
+  if (!ck->sharded && layout)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "'%s' is the manifest of a sharded checkpoint: open its directory",
+                        db_path);
+  return GR_OK;
+}
+
 gr_status gr_ckpt_open(const char *path, const gr_ckpt_options *opts, gr_ckpt **out,
                        gr_error *err) {
   *out = NULL;
@@ -167,43 +216,44 @@ gr_status gr_ckpt_open(const char *path, const gr_ckpt_options *opts, gr_ckpt **
                         "checkpoint options: max_to_keep and keep_every_n_steps must be >= 0");
   struct stat sb;
   bool exists = stat(path, &sb) == 0;
-  if (exists && S_ISDIR(sb.st_mode))
+  bool dir = exists ? S_ISDIR(sb.st_mode) : o.sharded;
+  if (exists && !dir && o.sharded)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        "checkpoint file '%s' is a directory, not a file", path);
+                        "'%s' is a file; a sharded checkpoint is a directory (give a new path)",
+                        path);
   if (!exists && o.read_only)
     return gr_error_set(err, GR_ERR_NOT_FOUND, "checkpoint file '%s' does not exist", path);
-  int kind = exists ? sniff(path) : 0;
+  if (!exists && dir && mkdir(path, 0777) != 0 && errno != EEXIST)
+    return gr_error_set(err, GR_ERR_IO, "checkpoint directory '%s': cannot create it: %s", path,
+                        strerror(errno));
+  char db_path[4096];
+  const char *db = path;
+  if (dir) { /* the manifest inside */
+    if ((size_t)snprintf(db_path, sizeof db_path, "%s/%s", path, CKPT_MANIFEST_NAME) >=
+        sizeof db_path)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint directory path is too long");
+    db = db_path;
+    exists = stat(db, &sb) == 0;
+    if (!exists && o.read_only)
+      return gr_error_set(err, GR_ERR_NOT_FOUND,
+                          "checkpoint directory '%s' holds no %s: it is not a sharded checkpoint "
+                          "(or none was committed yet)",
+                          path, CKPT_MANIFEST_NAME);
+  }
+  int kind = exists ? sniff(db) : 0;
   if (kind < 0)
     return gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
-                        "'%s' is not a SQLite database, so not a graphrun checkpoint file", path);
+                        "'%s' is not a SQLite database, so not a graphrun checkpoint file", db);
   gr_ckpt *ck = calloc(1, sizeof *ck);
-  if (!ck || !(ck->path = strdup(path))) {
+  /* a directory by its absolute path: shard paths given to tasks work from any cwd */
+  char *abs = dir ? realpath(path, NULL) : NULL;
+  if (!ck || !(ck->path = abs ? abs : strdup(path))) {
     free(ck);
     return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
   ck->opts = o;
-  int flags = SQLITE_OPEN_NOMUTEX;
-  if (!o.read_only)
-    flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-  else if (access(path, W_OK) == 0)
-    flags |= SQLITE_OPEN_READWRITE; /* may roll back a journal */
-  else
-    flags |= SQLITE_OPEN_READONLY;
-  int rc = sqlite3_open_v2(path, &ck->db, flags, NULL);
-  gr_status s = GR_OK;
-  if (rc != SQLITE_OK) {
-    s = ckpt_sql_error(ck, rc, err, "cannot open");
-  } else {
-    sqlite3_busy_timeout(ck->db, 10000);
-    sqlite3_extended_result_codes(ck->db, 1);
-    rc = sqlite3_exec(
-        ck->db,
-        "PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL; PRAGMA secure_delete=OFF; "
-        "PRAGMA cache_size=-16384",
-        NULL, NULL, NULL);
-    if (rc != SQLITE_OK) s = ckpt_sql_error(ck, rc, err, "opening");
-    if (s == GR_OK) s = check_or_create(ck, exists && sb.st_size == 0, err);
-  }
+  ck->sharded = dir;
+  gr_status s = open_db(ck, db, exists, exists && sb.st_size == 0, err);
   if (s != GR_OK) {
     gr_ckpt_close(ck);
     return s;
@@ -214,6 +264,12 @@ gr_status gr_ckpt_open(const char *path, const gr_ckpt_options *opts, gr_ckpt **
 
 void gr_ckpt_close(gr_ckpt *ck) {
   if (!ck) return;
+  for (int i = 0; i < ck->num_shards; i++) {
+    gr_ckpt_close(ck->shards[i]);
+    free(ck->shard_names[i]);
+  }
+  free(ck->shards);
+  free(ck->shard_names);
   sqlite3_close_v2(ck->db);
   free(ck->path);
   free(ck);
@@ -221,6 +277,10 @@ void gr_ckpt_close(gr_ckpt *ck) {
 
 const char *gr_ckpt_path(const gr_ckpt *ck) {
   return ck->path;
+}
+
+bool gr_ckpt_is_sharded(const gr_ckpt *ck) {
+  return ck->sharded;
 }
 
 gr_status ckpt_find(gr_ckpt *ck, int64_t step, int64_t *id, int64_t *step_out, gr_error *err) {

@@ -62,27 +62,59 @@ static void check_checkpoint(gr_ckpt *ck, const gr_ckpt_info *c, problems *p, in
   gr_ckpt_tensor_infos_free(infos, n);
 }
 
+void ckpt_integrity(gr_ckpt *ck, void (*problem)(void *arg, const char *msg), void *arg) {
+  sqlite3_stmt *st;
+  gr_error e;
+  char msg[GR_ERROR_MSG_MAX + 300];
+  if (ckpt_prepare(ck, "PRAGMA integrity_check", &st, &e) != GR_OK) {
+    problem(arg, e.msg);
+    return;
+  }
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *line = (const char *)sqlite3_column_text(st, 0);
+    if (line && strcmp(line, "ok") != 0) {
+      snprintf(msg, sizeof msg, "%s: integrity_check: %s", ck->path, line);
+      problem(arg, msg);
+    }
+  }
+  if (rc != SQLITE_DONE) {
+    ckpt_sql_error(ck, rc, &e, "integrity_check");
+    problem(arg, e.msg);
+  }
+  sqlite3_finalize(st);
+}
+
+static void problem_cb(void *arg, const char *msg) {
+  problem(arg, msg);
+}
+
+/* integrity_check of every shard file a manifest row names (once each). */
+static void check_shard_files(gr_ckpt *ck, problems *p) {
+  sqlite3_stmt *st;
+  gr_error e;
+  if (ckpt_prepare(ck, "SELECT DISTINCT file FROM shards ORDER BY file", &st, &e) != GR_OK) {
+    problem(p, e.msg);
+    return;
+  }
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    gr_ckpt *sh;
+    /* a missing or unreadable shard is reported with the checkpoints that need it */
+    if (ckpt_shard(ck, (const char *)sqlite3_column_text(st, 0), false, &sh, &e) == GR_OK)
+      ckpt_integrity(sh, problem_cb, p);
+  }
+  sqlite3_finalize(st);
+}
+
 gr_status gr_ckpt_verify(gr_ckpt *ck, void (*report)(void *arg, const char *problem), void *arg,
                          int *num_checked, gr_error *err) {
   problems p = {report, arg, 0, {0}};
   int checked = 0;
   sqlite3_stmt *st;
-  GR_TRY(ckpt_prepare(ck, "PRAGMA integrity_check", &st, err));
   int rc;
   char msg[GR_ERROR_MSG_MAX];
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    const char *line = (const char *)sqlite3_column_text(st, 0);
-    if (line && strcmp(line, "ok") != 0) {
-      snprintf(msg, sizeof msg, "integrity_check: %s", line);
-      problem(&p, msg);
-    }
-  }
-  if (rc != SQLITE_DONE) {
-    gr_error e;
-    ckpt_sql_error(ck, rc, &e, "integrity_check");
-    problem(&p, e.msg);
-  }
-  sqlite3_finalize(st);
+  ckpt_integrity(ck, problem_cb, &p);
+  if (ck->sharded) check_shard_files(ck, &p);
   gr_ckpt_info *cks = NULL;
   int n = 0;
   gr_error e;

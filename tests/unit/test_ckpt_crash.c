@@ -12,7 +12,12 @@
  * does not lose the page cache, so fsync plays no part in what is tested
  * here and tmpfs keeps 200 rounds fast.
  *
- *   test_ckpt_crash [KILLS]     (default 200; `make soak-ckpt` runs 1000) */
+ * With --sharded the same over a sharded checkpoint directory: each save
+ * writes two shard files, as two tasks would (each its own file, opened
+ * and closed per save as a task's `save` node does), then commits the
+ * manifest, so kills also fall between the shards and the manifest.
+ *
+ *   test_ckpt_crash [KILLS] [--sharded]   (default 200; `make soak-ckpt` runs 1000) */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -31,6 +36,7 @@
 #include "test_util.h"
 
 static char dir[64], path[128], journal[140];
+static bool sharded;
 
 #define W_ELEMS   (32 * 64)
 #define BIG_ELEMS 20000
@@ -49,10 +55,30 @@ static void fill(int64_t step, gr_tensor t[3]) {
 
 static const char *names[3] = {"model/w", "model/big", "global_step"};
 
+/* A task's save: its own shard file, opened, written and closed. */
+static gr_status save_shard(const char *file, int64_t step, const gr_ckpt_tensor *ct, int n,
+                            gr_error *err) {
+  char p[200];
+  snprintf(p, sizeof p, "%s/%s", path, file);
+  gr_ckpt *sh;
+  GR_TRY(gr_ckpt_open(p, NULL, &sh, err));
+  gr_status s = gr_ckpt_save_tensors(sh, step, ct, n, NULL, err);
+  gr_ckpt_close(sh);
+  return s;
+}
+
+static gr_status save(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor ct[3], gr_error *err) {
+  if (!sharded) return gr_ckpt_save_tensors(ck, step, ct, 3, NULL, err);
+  GR_TRY(save_shard("ps-0.ckpt", step, ct, 1, err));
+  GR_TRY(save_shard("ps-1.ckpt", step, ct + 1, 2, err));
+  gr_ckpt_shard sh[2] = {{"ps-0.ckpt", "/job:ps/task:0"}, {"ps-1.ckpt", "/job:ps/task:1"}};
+  return gr_ckpt_commit_shards(ck, step, sh, 2, NULL, err);
+}
+
 static void child(int64_t first_step, int fd) {
   gr_ckpt *ck;
   gr_error err;
-  gr_ckpt_options o = {.max_to_keep = 2, .keep_every_n_steps = 1000};
+  gr_ckpt_options o = {.max_to_keep = 2, .keep_every_n_steps = 1000, .sharded = sharded};
   if (gr_ckpt_open(path, &o, &ck, &err) != GR_OK) {
     fprintf(stderr, "child: %s\n", err.msg);
     _exit(3);
@@ -62,7 +88,7 @@ static void child(int64_t first_step, int fd) {
     fill(step, t);
     gr_ckpt_tensor ct[3];
     for (int i = 0; i < 3; i++) ct[i] = (gr_ckpt_tensor){names[i], &t[i]};
-    if (gr_ckpt_save_tensors(ck, step, ct, 3, NULL, &err) != GR_OK) {
+    if (save(ck, step, ct, &err) != GR_OK) {
       fprintf(stderr, "child: %s\n", err.msg);
       _exit(3);
     }
@@ -152,6 +178,19 @@ static int64_t kill_and_drain(pid_t pid, int fd, int64_t *saves, int round) {
   return last;
 }
 
+/* Did the kill leave a rollback journal (a transaction cut short)? */
+static bool journal_left(void) {
+  struct stat sb;
+  if (!sharded) return stat(journal, &sb) == 0;
+  static const char *const files[] = {"manifest.ckpt", "ps-0.ckpt", "ps-1.ckpt"};
+  for (int i = 0; i < 3; i++) {
+    char j[220];
+    snprintf(j, sizeof j, "%s/%s-journal", path, files[i]);
+    if (stat(j, &sb) == 0) return true;
+  }
+  return false;
+}
+
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -202,8 +241,7 @@ static void test_kill_at_random_instants(void) {
     nanosleep(&ts, NULL);
     int64_t last = kill_and_drain(pid, fd, &saves, round);
     if (last < 0) last = got;
-    struct stat sb;
-    hot += stat(journal, &sb) == 0;
+    hot += journal_left();
     latest = check_file(last, latest, round);
   }
   printf("%d kills, %" PRId64 " saves committed, %d kills left a journal to roll back, newest "
@@ -215,9 +253,14 @@ static void test_kill_at_random_instants(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc > 1) kills = atoi(argv[1]);
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--sharded") == 0)
+      sharded = true;
+    else
+      kills = atoi(argv[i]);
+  }
   if (kills < 1) {
-    fprintf(stderr, "usage: test_ckpt_crash [KILLS]\n");
+    fprintf(stderr, "usage: test_ckpt_crash [KILLS] [--sharded]\n");
     return 2;
   }
   const char *base = getenv("GR_CKPT_CRASH_DIR");
@@ -225,7 +268,7 @@ int main(int argc, char **argv) {
   if (!base) base = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : "/tmp";
   snprintf(dir, sizeof dir, "%s/gr_test_ckpt_crash_XXXXXX", base);
   if (!mkdtemp(dir)) return 1;
-  snprintf(path, sizeof path, "%s/crash.db", dir);
+  snprintf(path, sizeof path, "%s/%s", dir, sharded ? "crash_dir" : "crash.db");
   snprintf(journal, sizeof journal, "%s-journal", path);
   GR_RUN(test_kill_at_random_instants);
   char cmd[128];

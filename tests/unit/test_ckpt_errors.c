@@ -62,8 +62,19 @@ static void test_missing_and_foreign_files(void) {
   GR_CHECK_STR_CONTAINS(err.msg, "nope.db' does not exist");
   GR_CHECK(try_open("/nonexistent-dir/x.db", false, &err) == GR_ERR_IO);
   GR_CHECK_STR_CONTAINS(err.msg, "/nonexistent-dir/x.db");
-  GR_CHECK(try_open(dir, false, &err) == GR_ERR_INVALID_ARGUMENT);
-  GR_CHECK_STR_CONTAINS(err.msg, "is a directory");
+  /* a directory is a sharded checkpoint: without a manifest there is none to read */
+  const char *plain = tmp_path("plain_dir");
+  GR_CHECK(mkdir(plain, 0700) == 0);
+  GR_CHECK(try_open(plain, true, &err) == GR_ERR_NOT_FOUND);
+  GR_CHECK_STR_CONTAINS(err.msg, "holds no manifest.ckpt");
+  {
+    write_file(tmp_path("afile.db"), "", 0);
+    gr_ckpt *ck = NULL;
+    gr_ckpt_options so = {.sharded = true};
+    GR_CHECK(gr_ckpt_open(tmp_path("afile.db"), &so, &ck, &err) == GR_ERR_INVALID_ARGUMENT);
+    GR_CHECK_STR_CONTAINS(err.msg, "a sharded checkpoint is a directory");
+    GR_CHECK(ck == NULL);
+  }
   GR_CHECK(try_open("", false, &err) == GR_ERR_INVALID_ARGUMENT);
 
   const char text[] = "step,loss\n1,0.5\n2,0.25\n";
