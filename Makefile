@@ -71,9 +71,9 @@ demo: build
 	@echo
 	@echo "== Fashion-MNIST on the cluster: variables on the ps, the layers split over 2 workers =="
 	@$(BUILD_DIR)/graphrun launch --quiet --ps 1 --workers 2 examples/fashion_mlp_cluster.gr \
-	  --steps 2345 --eval accuracy --seed 1 --ckpt $(BUILD_DIR)/fashion_cluster.ckpt --save-every 500 \
+	  --steps 2345 --eval accuracy --seed 1 --ckpt $(BUILD_DIR)/fashion_cluster_ckpt --save-every 500 \
 	  --no-restore
-	@$(BUILD_DIR)/graphrun ckpt ls $(BUILD_DIR)/fashion_cluster.ckpt
+	@$(BUILD_DIR)/graphrun ckpt ls $(BUILD_DIR)/fashion_cluster_ckpt
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900

@@ -22,8 +22,12 @@ static gr_status step_scalar_shape(gr_shape_ctx *ctx) {
 }
 
 /* The variables the node names (all of the graph's when attr vars is ""),
- * with dtypes and shapes from the graph. *out is malloc'd. */
-static gr_status node_vars(gr_kernel_ctx *ctx, gr_ckpt_var **out, int *n) {
+ * with dtypes and shapes from the graph. by_name: a name the graph does not
+ * declare is taken by name alone (a save node on a task, whose partition
+ * holds no variable node: the values are in the task's container). *out is
+ * one malloc'd block (free it), holding the names it does not take from
+ * the graph. */
+static gr_status node_vars(gr_kernel_ctx *ctx, bool by_name, gr_ckpt_var **out, int *n) {
   gr_ckpt_var *all;
   int na;
   GR_TRY(gr_ckpt_graph_vars(ctx->node->graph, &all, &na, ctx->err));
@@ -33,27 +37,29 @@ static gr_status node_vars(gr_kernel_ctx *ctx, gr_ckpt_var **out, int *n) {
     *n = na;
     return GR_OK;
   }
-  int cap = 1;
+  size_t cap = 1, len = strlen(list);
   for (const char *p = list; *p; p++) cap += *p == '\n';
-  gr_ckpt_var *pick = malloc(sizeof *pick * (size_t)cap);
+  gr_ckpt_var *pick = malloc(sizeof *pick * cap + len + 1);
   if (!pick) {
     free(all);
     return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
+  char *names = memcpy((char *)(pick + cap), list, len + 1); /* split in place below */
   int m = 0;
-  for (const char *p = list; *p;) {
-    size_t len = strcspn(p, "\n");
+  for (char *p = names; *p;) {
+    size_t l = strcspn(p, "\n");
+    bool last = p[l] == '\0';
+    p[l] = '\0';
     const gr_ckpt_var *f = NULL;
     for (int i = 0; i < na && !f; i++)
-      if (strlen(all[i].name) == len && strncmp(all[i].name, p, len) == 0) f = &all[i];
-    if (!f) {
+      if (strcmp(all[i].name, p) == 0) f = &all[i];
+    if (!f && !by_name) {
       free(pick);
       free(all);
-      return gr_kernel_error(ctx, GR_ERR_NOT_FOUND, "the graph has no variable named '%.*s'",
-                             (int)len, p);
+      return gr_kernel_error(ctx, GR_ERR_NOT_FOUND, "the graph has no variable named '%s'", p);
     }
-    pick[m++] = *f;
-    p += len + (p[len] == '\n');
+    pick[m++] = f ? *f : (gr_ckpt_var){.name = p};
+    p += l + !last;
   }
   free(all);
   *out = pick;
@@ -72,7 +78,7 @@ static gr_status set_step_output(gr_kernel_ctx *ctx, int64_t step) {
 static gr_status save_kernel(gr_kernel_ctx *ctx) {
   gr_ckpt_var *vars;
   int n;
-  GR_TRY(node_vars(ctx, &vars, &n));
+  GR_TRY(node_vars(ctx, true, &vars, &n));
   gr_ckpt_options o = {.max_to_keep = (int)gr_node_attr_int(ctx->node, "max_to_keep", 0),
                        .keep_every_n_steps = gr_node_attr_int(ctx->node, "keep_every_n_steps", 0)};
   gr_tensor *vals = calloc((size_t)n + 1, sizeof *vals);
@@ -101,7 +107,7 @@ static gr_status save_kernel(gr_kernel_ctx *ctx) {
 static gr_status restore_kernel(gr_kernel_ctx *ctx) {
   gr_ckpt_var *vars;
   int n;
-  GR_TRY(node_vars(ctx, &vars, &n));
+  GR_TRY(node_vars(ctx, false, &vars, &n));
   bool all = !gr_node_attr_string(ctx->node, "vars", "")[0];
   gr_ckpt_options o = {.read_only = true};
   gr_ckpt *ck = NULL;

@@ -122,7 +122,7 @@ static gr_status check_or_create(gr_ckpt *ck, bool empty, gr_error *err) {
                           "checkpoint file '%s' is %s: it holds no checkpoint", ck->path,
                           empty ? "empty" : "an empty SQLite database");
     /* page_size only takes effect before the first table exists */
-    GR_TRY(ckpt_exec(ck, "PRAGMA page_size=65536", err));
+    GR_TRY(ckpt_exec(ck, ck->sharded ? "PRAGMA page_size=4096" : "PRAGMA page_size=65536", err));
     GR_TRY(ckpt_exec(ck, "BEGIN IMMEDIATE", err));
     gr_status s = ckpt_exec(ck, schema_sql, err);
     if (s == GR_OK) {

@@ -131,6 +131,12 @@ gr_resource_mgr *gr_session_resources(gr_session *s);
 int64_t gr_session_step(const gr_session *s);
 void gr_session_set_step(gr_session *s, int64_t step);
 int gr_session_num_devices(const gr_session *s);
+/* Decides the device each of nodes[0..n) runs on in this session, as a run
+ * would (a placed device that fits stays; else the first that the node's
+ * spec matches; else soft placement or an error naming the node), and
+ * records it in node->assigned_device. For callers that add nodes next to
+ * others (a checkpoint's save node beside the variables it saves). */
+gr_status gr_session_place_nodes(gr_session *s, gr_node *const *nodes, int n, gr_error *err);
 /* What crossed devices in the session's latest step (of any thread): the
  * number of sends (tensors, dead values and control tokens) and the bytes of
  * the tensors. Zero for a step that ran on one device. */

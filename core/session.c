@@ -271,7 +271,7 @@ static void note_soft(gr_session *s, const gr_node *node, const char *request, i
  * spec matches; with none, soft placement picks one (soft_device) or it is
  * an error.
  * *num_used: how many different devices the nodes use. */
-static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_used,
+static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int *num_used,
                                 gr_error *err) {
   char *used = calloc((size_t)s->opts.num_devices, 1);
   if (!used) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
@@ -315,6 +315,11 @@ static gr_status assign_devices(gr_session *s, gr_node **nodes, int n, int *num_
   }
   free(used);
   return GR_OK;
+}
+
+gr_status gr_session_place_nodes(gr_session *s, gr_node *const *nodes, int n, gr_error *err) {
+  int used;
+  return assign_devices(s, nodes, n, &used, err);
 }
 
 /* Marks needed[id] for every node the fetches and targets need, walking
@@ -472,6 +477,12 @@ static gr_status add_initializer(gr_session *s, const char *name, const char *de
   return GR_OK;
 }
 
+/* Set while this thread runs initialisers: their run takes the current
+ * step id without counting a step, so a run's step ids (which random ops
+ * and readers key on) do not depend on whether variables were initialised
+ * before it, by an explicit gr_session_init_variables or on first use. */
+static _Thread_local int initialising;
+
 /* Initialises the variables that the nodes in vars need and that have no value yet. */
 static gr_status init_vars(gr_session *s, gr_node **vars, int n, gr_error *err) {
   init_list l = {NULL, 0, 0};
@@ -489,7 +500,9 @@ static gr_status init_vars(gr_session *s, gr_node **vars, int n, gr_error *err) 
                         GR_INIT_DEPTH_MAX);
     } else {
       s->init_depth++;
+      initialising++;
       st = gr_session_run(s, NULL, 0, NULL, 0, NULL, inits, ni, err);
+      initialising--;
       s->init_depth--;
       if (st != GR_OK) gr_error_prefix(err, "initialising variables");
     }
@@ -626,7 +639,8 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
   if (!fv) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int i = 0; i < num_feeds; i++) fv[i] = *feeds[i].value;
   gr_transfer_stats moved = {0, 0};
-  gr_step_info step = {.step_id = __atomic_fetch_add(&s->step, 1, __ATOMIC_RELAXED),
+  gr_step_info step = {.step_id = initialising ? __atomic_load_n(&s->step, __ATOMIC_RELAXED)
+                                               : __atomic_fetch_add(&s->step, 1, __ATOMIC_RELAXED),
                        .seed = gr_graph_seed(s->graph),
                        .resources = s->resources,
                        .stacks = p->uses_stacks ? gr_step_stacks_new() : NULL,

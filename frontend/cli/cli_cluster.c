@@ -151,26 +151,124 @@ static gr_status var_nodes(gr_graph *g, gr_output **out, const char ***names, in
   return GR_OK;
 }
 
-gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta,
-                          gr_error *err) {
+/* The save node of one task's shard ("_save/JOB-TASK"), made on first use:
+ * every variable on the task, the step fed to "_save/JOB-TASK/step", the
+ * file DIR/JOB-TASK.ckpt, placed on the task. */
+typedef struct shard_save {
+  char file[96], task[GR_DEVICE_NAME_MAX];
+  const char *device;
+  gr_output save, step;
+  gr_output *vars;
+  int n;
+} shard_save;
+
+static gr_status add_save_node(gr_ckpt *ck, gr_graph *g, shard_save *sh, gr_error *err) {
+  char name[160], path[4096];
+  snprintf(name, sizeof name, "_save/%.*s", (int)(strlen(sh->file) - 5), sh->file);
+  gr_node *have = gr_graph_find_node(g, name);
+  if (have) {
+    sh->save = (gr_output){have, 0};
+    sh->step = have->inputs[0];
+    return GR_OK;
+  }
+  if (!gr_ckpt_shard_path(ck, sh->file, path, sizeof path))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint directory path is too long");
+  char step_name[200];
+  snprintf(step_name, sizeof step_name, "%s/step", name);
+  sh->step = gr_placeholder(g, step_name, GR_I64, gr_shape_scalar());
+  sh->save = gr_save_at(g, path, sh->vars, sh->n, sh->step);
+  if (sh->save.node) sh->save = gr_graph_rename(g, sh->save, name);
+  if (!sh->save.node || !sh->step.node) {
+    const gr_error *ge = gr_graph_error(g);
+    return gr_error_set(err, ge ? ge->code : GR_ERR_INTERNAL, "saving the shard of %s: %s",
+                        sh->task, ge ? ge->msg : "cannot build the save node");
+  }
+  sh->step.node->assigned_device = sh->save.node->assigned_device = gr_graph_strdup(g, sh->device);
+  return GR_OK;
+}
+
+/* Groups the variables of g by the task they live on. */
+static gr_status plan_shards(gr_session *s, gr_graph *g, shard_save **out, int *nshards,
+                             gr_error *err) {
+  *out = NULL;
+  *nshards = 0;
   gr_output *vars;
   const char **names;
   int n;
   GR_TRY(var_nodes(g, &vars, &names, &n, err));
-  gr_tensor *vals = calloc((size_t)n + 1, sizeof *vals);
-  gr_ckpt_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
-  gr_status st = vals && ts ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "oom");
-  /* one step reads every variable where it lives; the step counter is kept */
-  int64_t step = gr_session_step(s);
-  if (st == GR_OK) st = gr_session_run(s, NULL, 0, vars, n, vals, NULL, 0, err);
-  gr_session_set_step(s, step);
-  for (int i = 0; st == GR_OK && i < n; i++) ts[i] = (gr_ckpt_tensor){names[i], &vals[i]};
-  if (st == GR_OK) st = gr_ckpt_save_tensors(ck, step, ts, n, meta, err);
-  for (int i = 0; vals && st == GR_OK && i < n; i++) gr_tensor_release(&vals[i]);
-  free(vals);
-  free(ts);
+  shard_save *sh = calloc((size_t)n + 1, sizeof *sh);
+  int ns = 0;
+  gr_status st = sh ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  /* where the session runs each variable (a run would decide the same) */
+  for (int i = 0; st == GR_OK && i < n; i++) st = gr_session_place_nodes(s, &vars[i].node, 1, err);
+  for (int i = 0; st == GR_OK && i < n; i++) {
+    const char *dev = vars[i].node->assigned_device;
+    gr_device_spec d;
+    if (gr_device_spec_parse(dev, &d, err) != GR_OK || !d.job[0] || d.task == GR_DEVICE_ANY) {
+      st = gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
+                        "variable '%s' is on no task of the cluster yet (device '%s')", names[i],
+                        dev);
+      break;
+    }
+    char file[96];
+    gr_ckpt_shard_name(d.job, d.task, file, sizeof file);
+    int k = 0;
+    while (k < ns && strcmp(sh[k].file, file) != 0) k++;
+    if (k == ns) {
+      snprintf(sh[k].file, sizeof sh[k].file, "%s", file);
+      snprintf(sh[k].task, sizeof sh[k].task, "/job:%s/task:%d", d.job, d.task);
+      sh[k].device = dev;
+      if (!(sh[k].vars = calloc((size_t)n, sizeof *sh[k].vars))) {
+        st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        break;
+      }
+      ns++;
+    }
+    sh[k].vars[sh[k].n++] = vars[i];
+  }
   free(vars);
   free(names);
+  *out = sh;
+  *nshards = ns;
+  return st;
+}
+
+static void free_shards(shard_save *sh, int n) {
+  for (int i = 0; sh && i < n; i++) free(sh[i].vars);
+  free(sh);
+}
+
+gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta,
+                          gr_error *err) {
+  shard_save *sh;
+  int n;
+  gr_status st = plan_shards(s, g, &sh, &n, err);
+  for (int i = 0; st == GR_OK && i < n; i++) st = add_save_node(ck, g, &sh[i], err);
+  gr_feed *feeds = calloc((size_t)n + 1, sizeof *feeds);
+  gr_output *saves = calloc((size_t)n + 1, sizeof *saves);
+  gr_ckpt_shard *shards = calloc((size_t)n + 1, sizeof *shards);
+  if (st == GR_OK && (!feeds || !saves || !shards))
+    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  /* each task writes its shard at this step (one run; the step counter is
+   * kept); the save nodes read the tasks' containers, so variables no run
+   * has used yet are initialised first, as a run using them would */
+  int64_t step = gr_session_step(s);
+  if (st == GR_OK) st = gr_session_init_variables(s, err);
+  gr_tensor at = gr_tensor_scalar_i64(step);
+  for (int i = 0; st == GR_OK && i < n; i++) {
+    feeds[i] = (gr_feed){sh[i].step, &at};
+    saves[i] = sh[i].save;
+    shards[i] = (gr_ckpt_shard){sh[i].file, sh[i].task};
+  }
+  if (st == GR_OK) st = gr_session_run(s, feeds, n, NULL, 0, NULL, saves, n, err);
+  gr_session_set_step(s, step);
+  /* every shard committed: the manifest row makes the checkpoint */
+  if (st == GR_OK) st = gr_ckpt_commit_shards(ck, step, shards, n, meta, err);
+  gr_tensor_release(&at);
+  free(feeds);
+  free(saves);
+  free(shards);
+  free_shards(sh, n);
   return st;
 }
 
@@ -193,10 +291,14 @@ gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *s
     st = gr_ckpt_read_tensor(ck, step, names[i], &vals[i], err);
     if (st != GR_OK) break;
     loaded++;
-    char pname[512];
+    /* made once; a later recovery finds them */
+    char pname[512], aname[520];
     snprintf(pname, sizeof pname, "_restore/%s", names[i]);
-    gr_output p = gr_placeholder(g, pname, vals[i].dtype, vals[i].shape);
-    assigns[i] = gr_assign(g, vars[i], p);
+    snprintf(aname, sizeof aname, "%s/assign", pname);
+    gr_node *pn = gr_graph_find_node(g, pname), *an = gr_graph_find_node(g, aname);
+    gr_output p = pn ? (gr_output){pn, 0} : gr_placeholder(g, pname, vals[i].dtype, vals[i].shape);
+    assigns[i] = an ? (gr_output){an, 0} : gr_assign(g, vars[i], p);
+    if (!an && assigns[i].node) assigns[i] = gr_graph_rename(g, assigns[i], aname);
     feeds[i] = (gr_feed){p, &vals[i]};
     if (!assigns[i].node) {
       const gr_error *ge = gr_graph_error(g);

@@ -28,10 +28,13 @@ gr_status cli_load_cluster_self(const char *spec, gr_cluster **out, gr_cluster_s
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       gr_master **out, gr_error *err);
 
-/* Checkpoints of a session over a cluster: the variables are read where
- * they live (one step fetching them) and saved; restore adds an assign from
- * a placeholder next to each variable (as TensorFlow's Saver) and runs them
- * with the newest checkpoint's values. */
+/* Checkpoints of a session over a cluster into a sharded checkpoint
+ * directory: each task that holds variables saves its shard with a `save`
+ * node placed on it (one run feeding the step), then the manifest row
+ * commits them. Restore reads the newest complete checkpoint by name and
+ * adds an assign from a placeholder next to each variable (as TensorFlow's
+ * Saver), so each task receives its variables wherever they live now. The
+ * nodes are added to g once and found again after a recovery. */
 gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta, gr_error *err);
 gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
                              gr_error *err);

@@ -20,7 +20,9 @@
 
 static const char usage_text[] =
     "usage: graphrun ckpt COMMAND PATH [ARGS...]\n\n"
-    "Inspects a checkpoint file (a SQLite database, see docs/checkpoints.md).\n\n"
+    "Inspects a checkpoint file (a SQLite database, see docs/checkpoints.md), or a sharded\n"
+    "checkpoint directory (a cluster's: one file per task and a manifest), seen as one file\n"
+    "holding the merged tensors; verify names a missing or damaged shard.\n\n"
     "  ls PATH [--step N]                  list the checkpoints (newest last), or with --step\n"
     "                                      (-1: newest) the tensors of one checkpoint\n"
     "  show PATH NAME [--step N] [--full]  print a tensor like NumPy (long ones shortened\n"
@@ -87,6 +89,23 @@ static void human_bytes(int64_t b, char *buf, size_t cap) {
 
 /* ---- ls ------------------------------------------------------------------------ */
 
+/* A sharded directory: the shard files of its newest checkpoint. */
+static int print_shards(gr_ckpt *ck) {
+  gr_ckpt_shard_info *sh;
+  int n;
+  gr_error err;
+  char size[32];
+  if (!gr_ckpt_is_sharded(ck)) return GR_EXIT_OK;
+  if (gr_ckpt_list_shards(ck, -1, &sh, &n, &err) != GR_OK) return fail(&err);
+  printf("shards of the newest checkpoint (in %s):\n", gr_ckpt_path(ck));
+  for (int i = 0; i < n; i++) {
+    human_bytes(sh[i].total_bytes, size, sizeof size);
+    printf("  %-24s %-28s %4d tensors %10s\n", sh[i].file, sh[i].task, sh[i].num_tensors, size);
+  }
+  gr_ckpt_shard_infos_free(sh, n);
+  return GR_EXIT_OK;
+}
+
 static int cmd_ls(gr_ckpt *ck, bool has_step, int64_t step) {
   gr_error err;
   char size[32];
@@ -120,7 +139,7 @@ static int cmd_ls(gr_ckpt *ck, bool has_step, int64_t step) {
   }
   if (n == 0) printf("(no checkpoints)\n");
   gr_ckpt_infos_free(c, n);
-  return GR_EXIT_OK;
+  return n ? print_shards(ck) : GR_EXIT_OK;
 }
 
 /* ---- show: NumPy-like printing --------------------------------------------------- */

@@ -50,7 +50,9 @@ static void usage(FILE *f) {
          "  --out DIR          also write each fetched tensor as DIR/NAME.npy (made if missing)\n"
          "  --quiet            no progress display\n"
          "  --ckpt PATH        checkpoint file (SQLite): restore the latest checkpoint on start\n"
-         "                     and save to it; --steps then counts all steps, restored ones too\n"
+         "                     and save to it; --steps then counts all steps, restored ones too;\n"
+         "                     with --cluster a directory: each task saves its own shard file\n"
+         "                     and a manifest commits them (docs/checkpoints.md)\n"
          "  --save-every N     save every N steps (default: only at the end)\n"
          "  --keep K           keep the newest K checkpoints (default 5; 0 keeps all)\n"
          "  --no-restore       start fresh even if PATH has checkpoints\n"
@@ -153,7 +155,8 @@ static long steps_done_of(gr_ckpt *ck) {
 static int open_checkpoint(const char *path, int keep, bool no_restore, bool remote, gr_session *s,
                            gr_graph *g, gr_ckpt **ck, long *done) {
   gr_error err;
-  gr_ckpt_options o = {.max_to_keep = keep};
+  /* on a cluster a directory: each task saves its shard, the manifest commits them */
+  gr_ckpt_options o = {.max_to_keep = keep, .sharded = remote};
   if (gr_ckpt_open(path, &o, ck, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: --ckpt: %s\n", err.msg);
     return GR_EXIT_USAGE;
@@ -174,19 +177,13 @@ static int open_checkpoint(const char *path, int keep, bool no_restore, bool rem
   return GR_EXIT_OK;
 }
 
-/* err (may be NULL) receives the error, which is also printed. */
-static int save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_done, bool remote,
-                           gr_error *err_out) {
+/* Saves the variables after steps_done steps (a file, or on a cluster each
+ * task's shard and the manifest). */
+static gr_status save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_done,
+                                 bool remote, gr_error *err) {
   char meta[64];
-  gr_error e, *err = err_out ? err_out : &e;
   snprintf(meta, sizeof meta, "{\"steps_done\": %ld}", steps_done);
-  if ((remote ? cli_save_remote(ck, s, g, meta, err) : gr_ckpt_save_session(ck, s, g, meta, err)) !=
-      GR_OK) {
-    fprintf(stderr, "graphrun run: saving the checkpoint after step %ld: %s\n", steps_done,
-            err->msg);
-    return GR_EXIT_FAILURE;
-  }
-  return GR_EXIT_OK;
+  return remote ? cli_save_remote(ck, s, g, meta, err) : gr_ckpt_save_session(ck, s, g, meta, err);
 }
 
 /* Assigns devices to the nodes that no pin decides, per --placement. */
@@ -521,9 +518,14 @@ int gr_cmd_run(int argc, char **argv) {
   int64_t latest;
   if (master && ck && gr_ckpt_latest_step(ck, &latest, &err) == GR_ERR_NOT_FOUND)
     for (;;) { /* the checkpoint a lost task restarts from; a task lost before it is waited for */
-      if ((rc = save_checkpoint(ck, s, g, 0, true, &err)) == GR_EXIT_OK) break;
-      if (recover(&rec, "saving the first checkpoint", &err, &master, &s, &latest) != RECOVERED)
+      if (save_checkpoint(ck, s, g, 0, true, &err) == GR_OK) break;
+      int how = recover(&rec, "saving the first checkpoint", &err, &master, &s, &latest);
+      if (how == NOT_RECOVERABLE)
+        fprintf(stderr, "graphrun run: saving the first checkpoint: %s\n", err.msg);
+      if (how != RECOVERED) {
+        rc = GR_EXIT_FAILURE;
         goto done;
+      }
     }
   rc = GR_EXIT_FAILURE;
   cli_progress pr;
@@ -531,39 +533,47 @@ int gr_cmd_run(int argc, char **argv) {
   bool show = steps - done_steps > 1 && !quiet;
   if (show) cli_progress_start(&pr, steps, stderr);
   for (long st = done_steps + 1; st <= steps; st++) {
-    if (gr_session_run_traced(s, feeds, nfeed, fetches, nfetch, results, targets, ntarget,
-                              st == steps ? trace : NULL, &err) != GR_OK) {
+    /* the step, then on a saving step the checkpoint: a lost task fails either */
+    bool saving = ck && ((save_every && st % save_every == 0) || st == steps);
+    gr_status ok = gr_session_run_traced(s, feeds, nfeed, fetches, nfetch, results, targets,
+                                         ntarget, st == steps ? trace : NULL, &err);
+    bool in_save = false;
+    if (ok == GR_OK) {
+      moved = gr_session_last_transfers(s); /* before a checkpoint's own step */
+      if (show) {
+        int k = 0;
+        while (k < nfetch && gr_tensor_num_elements(&results[k]) != 1) k++;
+        cli_progress_update(&pr, st, k < nfetch ? fetch_names[k] : "", k < nfetch,
+                            k < nfetch ? gr_tensor_get_f64(&results[k], 0) : 0);
+      }
+      in_save = saving;
+      if (saving) ok = save_checkpoint(ck, s, g, st, master != NULL, &err);
+    }
+    if (ok != GR_OK) {
       if (show && pr.tty) fputc('\n', stderr);
-      char when[32];
-      snprintf(when, sizeof when, "step %ld", st);
+      char when[64];
+      snprintf(when, sizeof when, in_save ? "saving the checkpoint after step %ld" : "step %ld",
+               st);
       int64_t at;
       double t_rec = cli_now();
       int how = master && ck ? recover(&rec, when, &err, &master, &s, &at) : NOT_RECOVERABLE;
       if (how == RECOVERY_FAILED) goto done;
+      if (in_save)
+        for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);
       if (how == RECOVERED) {
         long resumed = at < 0 ? 0 : steps_done_of(ck);
         fprintf(stderr,
                 "graphrun run: recovered in %.0f ms: resuming after step %ld (%ld steps lost)\n",
-                (cli_now() - t_rec) * 1000, resumed, st - 1 - resumed);
+                (cli_now() - t_rec) * 1000, resumed, (in_save ? st : st - 1) - resumed);
         st = resumed; /* the loop goes on with step resumed + 1 */
         continue;
       }
       cli_print_run_error("run", when, &err);
       goto done;
     }
-    moved = gr_session_last_transfers(s); /* before a checkpoint's own step */
-    if (show) {
-      int k = 0;
-      while (k < nfetch && gr_tensor_num_elements(&results[k]) != 1) k++;
-      cli_progress_update(&pr, st, k < nfetch ? fetch_names[k] : "", k < nfetch,
-                          k < nfetch ? gr_tensor_get_f64(&results[k], 0) : 0);
-    }
-    if (ck && ((save_every && st % save_every == 0) || st == steps)) {
-      if (save_checkpoint(ck, s, g, st, master != NULL, NULL) != GR_EXIT_OK) goto done;
-      if (!quiet && st < steps) {
-        if (show && pr.tty) fputc('\n', stderr);
-        fprintf(stderr, "graphrun run: saved a checkpoint after step %ld to %s\n", st, ckpt_path);
-      }
+    if (saving && !quiet && st < steps) {
+      if (show && pr.tty) fputc('\n', stderr);
+      fprintf(stderr, "graphrun run: saved a checkpoint after step %ld to %s\n", st, ckpt_path);
     }
     if (st < steps)
       for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -263,6 +264,16 @@ int gt_cli_run(const char *dir, const char *args, char *out, size_t cap) {
   if (cap) out[n] = '\0';
   int st = f ? pclose(f) : -1;
   return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  remove(path); /* best effort: go on with the rest */
+  return 0;
+}
+
+void gt_remove_tree(const char *path) {
+  nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 void gt_write_file(const char *dir, const char *name, const char *text) {

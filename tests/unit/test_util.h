@@ -78,6 +78,8 @@ bool gt_bit_equal(const gr_tensor *got, const gr_tensor *want);
 int gt_cli_run(const char *dir, const char *args, char *out, size_t cap);
 /* Writes text to dir/name (aborts the test when it cannot). */
 void gt_write_file(const char *dir, const char *name, const char *text);
+/* Removes path and, for a directory, everything in it (like rm -rf). */
+void gt_remove_tree(const char *path);
 /* Loads DSL text (as file "t.gr"), runs the names (comma-separated, e.g.
  * "a,b") on a session of `devices` local devices and puts their values in
  * outs (each holds a reference). With devices > 1 the nodes not pinned by a
