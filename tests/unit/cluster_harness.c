@@ -50,6 +50,7 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
   }
   c->n = o->ps + o->workers;
   if (c->n > GT_MAX_TASKS) return false;
+  if (o->client_netns) snprintf(c->client_netns, sizeof c->client_netns, "%s", o->client_netns);
   const char *exe = gt_graphrun_exe();
   for (int k = 0; k < c->n; k++) {
     bool ps = k < o->ps;
@@ -148,7 +149,7 @@ void gt_cluster_run_mlp(const gt_cluster *c, gt_proc *p, const char *name, int s
   else
     gt_cluster_path(c, name, out, sizeof out);
   snprintf(n, sizeof n, "%d", steps);
-  const char *argv[64] = {"graphrun",
+  const char *argv[70] = {"graphrun",
                           "run",
                           file,
                           "--cluster",
@@ -174,6 +175,11 @@ void gt_cluster_run_mlp(const gt_cluster *c, gt_proc *p, const char *name, int s
   int a = 23;
   for (int i = 0; extra && extra[i] && a < 62; i++) argv[a++] = extra[i];
   argv[a] = NULL;
+  if (c->client_netns[0]) { /* ip netns exec NS graphrun ... */
+    memmove(argv + 4, argv, sizeof(char *) * (size_t)(a + 1));
+    argv[0] = "/usr/sbin/ip", argv[1] = "netns", argv[2] = "exec", argv[3] = c->client_netns;
+    argv[4] = gt_graphrun_exe();
+  }
   gt_proc_start(p, (char *const *)argv);
 }
 

@@ -29,6 +29,7 @@ typedef struct gt_cluster_options {
   bool proxies;                    /* a gt_proxy in front of every task */
   const char *netns[GT_MAX_TASKS]; /* task k runs in this namespace (ip netns exec) */
   const char *host[GT_MAX_TASKS];  /* and listens there (default 127.0.0.1) */
+  const char *client_netns;        /* where gt_cluster_run_mlp runs the client (ip netns exec) */
 } gt_cluster_options;
 
 typedef struct gt_cluster {
@@ -43,6 +44,7 @@ typedef struct gt_cluster {
   char given[GT_MAX_TASKS][64]; /* its address in the spec: its proxy's, when there is one */
   gt_proxy *px[GT_MAX_TASKS];
   char spec[2048]; /* a ClusterSpec with the given addresses */
+  char client_netns[64];
 } gt_cluster;
 
 /* Starts the tasks (and proxies) and waits until each listens; false (with
