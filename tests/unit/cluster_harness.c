@@ -107,7 +107,7 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
   return true;
 }
 
-static void remove_tree(const char *dir) {
+void gt_remove_tree(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
   struct dirent *e;
@@ -117,7 +117,7 @@ static void remove_tree(const char *dir) {
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-      remove_tree(path);
+      gt_remove_tree(path);
     else
       unlink(path);
   }
@@ -132,7 +132,7 @@ void gt_cluster_stop(gt_cluster *c) {
     gt_proxy_stop(c->px[k]);
     c->px[k] = NULL;
   }
-  if (c->dir[0]) remove_tree(c->dir);
+  if (c->dir[0]) gt_remove_tree(c->dir);
   c->dir[0] = '\0';
 }
 
@@ -213,4 +213,14 @@ bool gt_same_weights(const char *a, const char *b) {
 
 const char *gt_find_after(const gt_proc *p, size_t from, const char *want) {
   return from <= p->len ? strstr(p->buf + from, want) : NULL;
+}
+
+double gt_wait_line_after(gt_proc *p, size_t from, const char *want, double since, double seconds) {
+  double end = gt_now() + seconds;
+  for (;;) {
+    const char *at = gt_find_after(p, from, want);
+    if (at && strchr(at, '\n')) return gt_now() - since;
+    if (gt_now() >= end) return -1;
+    if (!gt_proc_wait(p, "\x01", 0.002) && p->done && p->out < 0) return -1;
+  }
 }

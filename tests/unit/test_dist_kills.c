@@ -87,13 +87,8 @@ static pid_t pid_of(const gt_proc *p, const char *task) {
 
 /* Until a whole line holding want arrives after offset from; its time, or -1. */
 static double wait_after(gt_proc *p, size_t from, const char *want, double seconds) {
-  double end = gt_now() + seconds;
-  for (;;) {
-    const char *at = gt_find_after(p, from, want);
-    if (at && strchr(at, '\n')) return gt_now();
-    if (gt_now() >= end) return -1;
-    if (!gt_proc_wait(p, "\x01", 0.002) && p->done && p->out < 0) return -1;
-  }
+  double t = gt_wait_line_after(p, from, want, 0, seconds);
+  return t < 0 ? -1 : t;
 }
 
 /* The step of the newest checkpoint line, -1 when none. */
@@ -257,9 +252,7 @@ int main(int argc, char **argv) {
     GR_RUN(test_random_kills);
     GR_RUN(test_two_at_once_and_during_restart);
   }
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+  gt_remove_tree(dir);
   if (nkills > 0) {
     qsort(detect_ms, (size_t)nkills, sizeof *detect_ms, cmp);
     qsort(recover_ms, (size_t)nkills, sizeof *recover_ms, cmp);

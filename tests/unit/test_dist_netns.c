@@ -118,17 +118,6 @@ static bool make_network(void) {
   return ok;
 }
 
-static double wait_line_after(gt_proc *p, size_t from, const char *want, double since,
-                              double seconds) {
-  double end = gt_now() + seconds;
-  while (gt_now() < end) {
-    const char *at = gt_find_after(p, from, want);
-    if (at && strchr(at, '\n')) return gt_now() - since;
-    if (!gt_proc_wait(p, "\x01", 0.005) && p->done && p->out < 0) break;
-  }
-  return -1;
-}
-
 static bool start(gt_cluster *c) {
   gt_cluster_options o = {.ps = 2, .workers = 2, .client_netns = client};
   for (int k = 0; k < NT; k++) o.netns[k] = task_ns[k], o.host[k] = host[k];
@@ -163,13 +152,13 @@ static void test_cut_link(void) {
     char want[160];
     snprintf(want, sizeof want, " failed: lost %s (%s): no answer for ", c.name[victim],
              c.addr[victim]);
-    double detect = ok ? wait_line_after(&run, mark, want, t_cut, 10) : -1;
+    double detect = ok ? gt_wait_line_after(&run, mark, want, t_cut, 10) : -1;
     GR_CHECK_MSG(detect >= 0 && detect <= 1.0, "not detected within 1 s (%.0f ms): '%s'\n%s",
                  detect * 1000, want, run.buf + mark);
     usleep(300000);
     double t_up = gt_now();
     GR_CHECK(ip("-n %s link set b%d up", sw, victim) == 0);
-    double rec = detect >= 0 ? wait_line_after(&run, mark, "recovered in ", t_up, 60) : -1;
+    double rec = detect >= 0 ? gt_wait_line_after(&run, mark, "recovered in ", t_up, 60) : -1;
     GR_CHECK_MSG(rec >= 0, "no recovery:\n%s", run.buf + mark);
     GR_CHECK_MSG(gt_proc_wait(&run, NULL, 120), "no end:\n%s", run.buf);
     gt_proc_finish(&run);
@@ -181,9 +170,7 @@ static void test_cut_link(void) {
            c.task[victim], detect * 1000, rec * 1000);
   }
   gt_cluster_stop(&c);
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", ref);
-  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", ref);
+  gt_remove_tree(ref);
 }
 
 int main(void) {
