@@ -8,6 +8,7 @@
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
 #   make bench-NAME        build and run one benchmark (executor, matmul, mlp, conv, transfer,
 #                          recovery, ...; docs/benchmarks.md)
+#   make soak-recovery     100 kills of random tasks of a training cluster (the suite runs 20)
 #   make fuzz-dsl          libFuzzer on the DSL front end (clang), FUZZ_SECONDS=60
 #   make fuzz-graph        libFuzzer on serialized-graph decoding (clang)
 #   make fuzz-wire         libFuzzer on wire frames, messages, tensors and graphs (clang)
@@ -30,7 +31,8 @@ DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
                 sqlite3 dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire soak-ckpt format clean
+.PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire soak-ckpt \
+        soak-recovery format clean
 
 all: build
 
@@ -89,6 +91,12 @@ bench-%: build
 soak-ckpt: build
 	@cmake --build $(BUILD_DIR) --target test_ckpt_crash -j $(JOBS) >/dev/null
 	@$(BUILD_DIR)/tests/unit/test_ckpt_crash 1000
+
+# cluster recovery test with 100 SIGKILLs of random tasks (the suite runs 20);
+# SEED=N repeats a run (the test prints its seed)
+soak-recovery: build
+	@cmake --build $(BUILD_DIR) --target test_dist_kills -j $(JOBS) >/dev/null
+	@$(BUILD_DIR)/tests/unit/test_dist_kills 100 $(SEED)
 
 # fuzz-dsl (the .gr front end), fuzz-graph (serialized graphs) and fuzz-wire
 # (frames, messages, tensor descriptors and graphs) build in build-fuzz/ with
