@@ -418,8 +418,6 @@ int main(void) {
   GR_RUN(test_verify_names_bad_shards);
   GR_RUN(test_restore_by_name);
   GR_RUN(test_save_node_at_step);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+  gt_remove_tree(root);
   return gr_test_finish();
 }
