@@ -107,24 +107,6 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
   return true;
 }
 
-void gt_remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    struct stat st;
-    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-      gt_remove_tree(path);
-    else
-      unlink(path);
-  }
-  closedir(d);
-  rmdir(dir);
-}
-
 void gt_cluster_stop(gt_cluster *c) {
   for (int k = 0; k < c->n; k++) {
     if (c->started[k]) gt_proc_finish(&c->srv[k]);

@@ -21,6 +21,7 @@
 
 #include "fault_proxy.h"
 #include "test_proc.h"
+#include "test_util.h" /* gt_remove_tree */
 
 #define GT_MAX_TASKS 8
 
@@ -68,8 +69,6 @@ bool gt_same_weights(const char *a, const char *b);
 /* Seconds from `since` until a whole line holding `want` has arrived after
  * offset `from` of p's output (waiting at most `seconds`), or -1. */
 double gt_wait_line_after(gt_proc *p, size_t from, const char *want, double since, double seconds);
-/* Removes a directory and everything in it. */
-void gt_remove_tree(const char *dir);
 /* Where line `want` (after offset from) appears in p's output, or NULL. */
 const char *gt_find_after(const gt_proc *p, size_t from, const char *want);
 

@@ -8,10 +8,9 @@
  * bit for bit.
  *
  * The moment of a kill: after a random checkpoint line, a random delay of
- * up to 40% of the time between the last two checkpoint lines (at most
- * that of the uninterrupted run), so that it lands in training steps and
- * not in a checkpoint save: `graphrun run` does not yet recover from a save that
- * fails (sharded checkpoints will, with a test of their own).
+ * up to the time between the last two checkpoint lines (at most that of
+ * the uninterrupted run), so that it lands in training steps or in the
+ * next checkpoint save (a task writing its shard, the chief its manifest).
  *
  *   test_dist_kills [KILLS] [SEED]     (default 20, seeded from the time) */
 #include <errno.h>
@@ -143,9 +142,9 @@ static void run_with_kills(int run, int kills) {
   bool ok = wait_after(&p, 0, "tasks ready", 30) > 0;
   GR_CHECK_MSG(ok, "%s: no cluster:\n%s", what, p.buf);
   for (int k = 0; ok && k < kills; k++) {
-    /* after 1-3 more checkpoint lines, up to 40% of the time between the
-     * last two (or of the uninterrupted run's, if shorter: a loaded
-     * machine slows down and speeds up) */
+    /* after 1-3 more checkpoint lines, up to the time between the last
+     * two (or the uninterrupted run's, if shorter: a loaded machine slows
+     * down and speeds up): in the steps or in the next save */
     int more = gt_rand_between(&rng, 1, 3);
     double t_prev = -1, t_line = -1;
     for (int s = 0; s < more && ok; s++) {
@@ -156,7 +155,7 @@ static void run_with_kills(int run, int kills) {
     GR_CHECK_MSG(ok, "%s: no checkpoint:\n%s", what, p.buf);
     if (!ok || last_checkpoint(&p) > STEPS - SAVE_EVERY) break; /* too close to the end */
     double gap = t_prev > 0 && t_line - t_prev < interval_s ? t_line - t_prev : interval_s;
-    usleep((useconds_t)gt_rand_between(&rng, 0, (int)(gap * 0.4e6)));
+    usleep((useconds_t)gt_rand_between(&rng, 0, (int)(gap * 1e6)));
     const char *victim = tasks[gt_rand_between(&rng, 0, NTASKS - 1)];
     size_t mark = p.len;
     int pid;
