@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -102,11 +103,6 @@ static void check_end(gt_proc *p, const char *name, const char *what) {
   GR_CHECK_MSG(gt_proc_wait(p, NULL, 120), "%s: no end:\n%s", what, p->buf);
   gt_proc_finish(p);
   GR_CHECK_MSG(gt_proc_exit_code(p) == 0, "%s: exit %d:\n%s", what, gt_proc_exit_code(p), p->buf);
-  if (strstr(p->buf, "saving the checkpoint after step"))
-    fprintf(stderr,
-            "%s: a kill landed in a checkpoint save, which graphrun run does not "
-            "recover yet\n",
-            what);
   char out[PATH_MAX];
   snprintf(out, sizeof out, "%s/%s", dir, name);
   GR_CHECK_MSG(gt_same_weights(ref_dir, out), "%s: the final weights differ", what);
@@ -231,6 +227,94 @@ static void test_two_at_once_and_during_restart(void) {
   check_end(&p, "special", "two at once, during a restart");
 }
 
+/* Waits (at most 60 s, reading p's output meanwhile) until one of the
+ * files dir/names[i] exists, i.e. a SQLite transaction on that checkpoint
+ * file is under way; its index, or -1. */
+static int wait_for_file(gt_proc *p, const char *dir, const char *const *names, int n) {
+  double end = gt_now() + 60;
+  for (long k = 0; gt_now() < end && !p->done; k++) {
+    for (int i = 0; i < n; i++) {
+      char path[PATH_MAX];
+      struct stat sb;
+      snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+      if (stat(path, &sb) == 0) return i;
+    }
+    if (k % 256 == 0) gt_proc_wait(p, "\x01", 0); /* keep its output pipe from filling */
+    usleep(20);
+  }
+  return -1;
+}
+
+/* A parameter server killed while it writes its shard of a checkpoint
+ * (its rollback journal exists): the save fails, the run recovers from the
+ * previous complete checkpoint, and ends with the uninterrupted weights. */
+static void test_kill_during_shard_save(void) {
+  gt_proc p;
+  start_run(&p, "inshard");
+  bool ok = wait_after(&p, 0, "saved a checkpoint after step 40 ", 60) > 0;
+  GR_CHECK_MSG(ok, "no training:\n%s", p.buf);
+  char ckdir[PATH_MAX];
+  snprintf(ckdir, sizeof ckdir, "%s/ckpt_inshard", dir);
+  static const char *const journals[] = {"ps-0.ckpt-journal", "ps-1.ckpt-journal"};
+  size_t mark = p.len;
+  int which = ok ? wait_for_file(&p, ckdir, journals, 2) : -1;
+  int pid = 0;
+  ok = which >= 0 && kill_task(&p, which ? "ps:1" : "ps:0", &pid);
+  GR_CHECK_MSG(ok, "no shard save seen, or no kill (pid %d):\n%s", pid, p.buf + mark);
+  ok = ok && wait_after(&p, mark, "graphrun run: recovered in ", 60) > 0;
+  GR_CHECK_MSG(ok, "a kill during a shard save not recovered:\n%s", p.buf + mark);
+  if (ok) GR_CHECK_STR_CONTAINS(p.buf + mark, "saving the checkpoint after step ");
+  check_end(&p, "inshard", "a kill during a shard save");
+}
+
+/* The pid of launch's child running `graphrun run` (the chief), or 0. */
+static pid_t chief_pid(pid_t launch) {
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "pgrep -P %d -f 'graphrun run'", (int)launch);
+  FILE *f = popen(cmd, "r");
+  int pid = 0;
+  if (f) {
+    if (fscanf(f, "%d", &pid) != 1) pid = 0;
+    pclose(f);
+  }
+  return (pid_t)pid;
+}
+
+/* The chief killed while it commits a manifest row (the shards of that
+ * step are written, the manifest's journal exists): a new launch on the
+ * same directory resumes from the newest complete checkpoint and ends with
+ * the uninterrupted weights. */
+static void test_kill_chief_before_manifest(void) {
+  gt_proc p;
+  start_run(&p, "chief");
+  bool ok = wait_after(&p, 0, "saved a checkpoint after step 40 ", 60) > 0;
+  GR_CHECK_MSG(ok, "no training:\n%s", p.buf);
+  pid_t chief = ok ? chief_pid(p.pid) : 0;
+  GR_CHECK_MSG(chief > 0, "no graphrun run process under launch %d", (int)p.pid);
+  char ckdir[PATH_MAX];
+  snprintf(ckdir, sizeof ckdir, "%s/ckpt_chief", dir);
+  static const char *const journal[] = {"manifest.ckpt-journal"};
+  ok = chief > 0 && wait_for_file(&p, ckdir, journal, 1) == 0 && kill(chief, SIGKILL) == 0;
+  GR_CHECK_MSG(ok, "the chief was not killed in a manifest commit:\n%s", p.buf);
+  gt_proc_wait(&p, NULL, 30);
+  gt_proc_finish(&p);
+  GR_CHECK(gt_proc_exit_code(&p) != 0);
+  int done_before = last_checkpoint(&p);
+  /* again, on the same checkpoint directory */
+  start_run(&p, "chief");
+  ok = wait_after(&p, 0, "graphrun run: restored ", 60) > 0;
+  GR_CHECK_MSG(ok, "the second run restored nothing:\n%s", p.buf);
+  const char *r = strstr(p.buf, "steps done)");
+  int resumed = -1;
+  if (r) {
+    while (r > p.buf && r[-1] != '(') r--;
+    resumed = atoi(r);
+  }
+  GR_CHECK_MSG(resumed >= done_before, "resumed after step %d, the killed run had saved %d",
+               resumed, done_before);
+  check_end(&p, "chief", "the chief killed in a manifest commit");
+}
+
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -255,6 +339,8 @@ int main(int argc, char **argv) {
   if (interval_s > 0) {
     GR_RUN(test_random_kills);
     GR_RUN(test_two_at_once_and_during_restart);
+    GR_RUN(test_kill_during_shard_save);
+    GR_RUN(test_kill_chief_before_manifest);
   }
   gt_remove_tree(dir);
   if (nkills > 0) {
