@@ -74,9 +74,15 @@ gr_status ckpt_insert_checkpoint(gr_ckpt *ck, int64_t step, const char *fp, int 
 /* Keeps the newest max_to_keep checkpoints (and keep_every_n_steps ones),
  * inside the caller's transaction. */
 gr_status ckpt_apply_retention(gr_ckpt *ck, gr_error *err);
-/* Writes the checkpoint (rows of a file, not a directory) in one transaction. */
+/* Writes the checkpoint (rows of a file, not a directory) in one
+ * transaction. A shard (nkeep >= 0) also deletes there its rows of earlier
+ * steps that are not in keep[0..nkeep) (the steps the manifest names it
+ * for): a shard's retention, in its own write. */
 gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
-                          const char *meta, gr_error *err);
+                          const char *meta, const int64_t *keep, int nkeep, gr_error *err);
+/* The steps whose manifest rows name shard `file` (*steps malloc'd). */
+gr_status ckpt_shard_steps(gr_ckpt *manifest, const char *file, int64_t **steps, int *n,
+                           gr_error *err);
 /* Is meta a JSON object? (SQLite's JSON functions decide.) */
 gr_status ckpt_check_meta(gr_ckpt *ck, const char *meta, gr_error *err);
 /* Opens (or finds already open) the shard file `name` of a directory;

@@ -73,8 +73,9 @@ const char *gr_ckpt_path(const gr_ckpt *ck);
  * previous checkpoint the newest. Every reading function below (list, read,
  * restore, verify) sees a directory as one checkpoint file holding the
  * merged tensors of the shards. Retention (max_to_keep) applies to the
- * manifest; shard rows no manifest row names are then deleted, and shard
- * files left with none are removed. The shard files must be reachable under
+ * manifest; a shard file's rows that no manifest row names are deleted when
+ * its task writes its next shard, and the chief removes shard files that no
+ * manifest row names. The shard files must be reachable under
  * the same path by the tasks and the chief (one host, or a shared file
  * system, as for TensorFlow's checkpoint directory). */
 
@@ -128,6 +129,15 @@ gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *
  * (the graph seed is added to it). */
 gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
                                const char *metadata_json, gr_error *err);
+
+/* A task's shard: writes the checkpoint at step into the shard file at path
+ * (DIR/JOB-TASK.ckpt) in one transaction, which also deletes the file's
+ * rows of earlier steps that no manifest row names (the manifest in DIR,
+ * read then; with none yet, every earlier row). A shard file thus holds at
+ * most one row more than the manifest keeps. What the `save` node of
+ * gr_save_at runs. */
+gr_status gr_ckpt_save_shard(const char *path, int64_t step, const gr_ckpt_tensor *tensors, int n,
+                             gr_error *err);
 
 /* ---- restoring ------------------------------------------------------------ */
 

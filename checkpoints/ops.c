@@ -91,11 +91,16 @@ static gr_status save_kernel(gr_kernel_ctx *ctx) {
   if (!vals || !ts) s = gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (s == GR_OK) s = ckpt_collect_values(ctx->step->resources, vars, n, vals, ctx->err);
   for (int i = 0; s == GR_OK && i < n; i++) ts[i] = (gr_ckpt_tensor){vars[i].name, &vals[i]};
-  if (s == GR_OK) s = gr_ckpt_open(gr_node_attr_string(ctx->node, "path", ""), &o, &ck, ctx->err);
-  char meta[64];
-  snprintf(meta, sizeof meta, "{\"graph_seed\":%" PRIu64 "}", ctx->step->seed);
-  if (s == GR_OK) s = gr_ckpt_save_tensors(ck, step, ts, n, meta, ctx->err);
-  gr_ckpt_close(ck);
+  const char *path = gr_node_attr_string(ctx->node, "path", "");
+  if (s == GR_OK && ctx->num_inputs > 0) { /* a task's shard of a sharded checkpoint */
+    s = gr_ckpt_save_shard(path, step, ts, n, ctx->err);
+  } else if (s == GR_OK) {
+    char meta[64];
+    snprintf(meta, sizeof meta, "{\"graph_seed\":%" PRIu64 "}", ctx->step->seed);
+    s = gr_ckpt_open(path, &o, &ck, ctx->err);
+    if (s == GR_OK) s = gr_ckpt_save_tensors(ck, step, ts, n, meta, ctx->err);
+    gr_ckpt_close(ck);
+  }
   for (int i = 0; vals && i < n; i++) gr_tensor_release(&vals[i]);
   free(vals);
   free(ts);

@@ -191,10 +191,31 @@ gr_status ckpt_check_meta(gr_ckpt *ck, const char *meta, gr_error *err) {
   return GR_OK;
 }
 
+/* A shard's retention: deletes its rows of steps before `step` that no
+ * manifest row names (keep[0..nkeep)), in the caller's transaction. */
+static gr_status prune_rows(gr_ckpt *ck, int64_t step, const int64_t *keep, int nkeep,
+                            gr_error *err) {
+  sqlite3_stmt *st;
+  GR_TRY(ckpt_prepare(ck, "SELECT id, step FROM checkpoints WHERE step < ?1", &st, err));
+  sqlite3_bind_int64(st, 1, step);
+  int64_t doomed[64];
+  int nd = 0, rc;
+  while (nd < 64 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t old = sqlite3_column_int64(st, 1);
+    bool kept = false;
+    for (int i = 0; i < nkeep && !kept; i++) kept = keep[i] == old;
+    if (!kept) doomed[nd++] = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  for (int i = 0; i < nd; i++) GR_TRY(ckpt_delete_checkpoint(ck, doomed[i], err));
+  return GR_OK;
+}
+
 gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
-                          const char *meta, gr_error *err) {
+                          const char *meta, const int64_t *keep, int nkeep, gr_error *err) {
   GR_TRY(ckpt_exec(ck, "BEGIN IMMEDIATE", err));
   gr_status s = write_rows(ck, step, tensors, n, meta, err);
+  if (s == GR_OK && nkeep >= 0) s = prune_rows(ck, step, keep, nkeep, err);
   if (s == GR_OK) s = ckpt_exec(ck, "COMMIT", err);
   if (s != GR_OK) sqlite3_exec(ck->db, "ROLLBACK", NULL, NULL, NULL);
   return s;
@@ -205,11 +226,48 @@ gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *
   GR_TRY(check_inputs(ck, step, tensors, n, err));
   const char *meta = metadata_json ? metadata_json : "{}";
   GR_TRY(ckpt_check_meta(ck, meta, err));
-  if (!ck->sharded) return ckpt_write_file(ck, step, tensors, n, meta, err);
+  if (!ck->sharded) return ckpt_write_file(ck, step, tensors, n, meta, NULL, -1, err);
   /* a directory: this process's shard, then the manifest */
   gr_ckpt *shard;
+  int64_t *keep;
+  int nkeep;
   GR_TRY(ckpt_shard(ck, CKPT_LOCAL_SHARD, true, &shard, err));
-  GR_TRY(ckpt_write_file(shard, step, tensors, n, "{}", err));
+  GR_TRY(ckpt_shard_steps(ck, CKPT_LOCAL_SHARD, &keep, &nkeep, err));
+  gr_status s = ckpt_write_file(shard, step, tensors, n, "{}", keep, nkeep, err);
+  free(keep);
+  GR_TRY(s);
   gr_ckpt_shard one = {CKPT_LOCAL_SHARD, "this process"};
   return gr_ckpt_commit_shards(ck, step, &one, 1, meta, err);
+}
+
+gr_status gr_ckpt_save_shard(const char *path, int64_t step, const gr_ckpt_tensor *tensors, int n,
+                             gr_error *err) {
+  if (!path || !*path)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint path is empty");
+  /* the steps the manifest beside it names this shard for: kept */
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  size_t dl = slash ? (size_t)(slash - path) : 1;
+  if (dl >= sizeof dir) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "path is too long");
+  memcpy(dir, slash ? path : ".", dl);
+  dir[dl ? dl : 1] = '\0';
+  if (!dl) dir[0] = '/';
+  int64_t *keep = NULL;
+  int nkeep = -1; /* -1: the manifest could not be read, so nothing is deleted */
+  gr_ckpt *manifest = NULL;
+  gr_ckpt_options ro = {.read_only = true};
+  gr_error e;
+  gr_status ms = gr_ckpt_open(dir, &ro, &manifest, &e);
+  if (ms == GR_ERR_NOT_FOUND) nkeep = 0; /* nothing committed yet */
+  if (ms == GR_OK &&
+      ckpt_shard_steps(manifest, slash ? slash + 1 : path, &keep, &nkeep, &e) != GR_OK)
+    nkeep = -1;
+  gr_ckpt_close(manifest);
+  gr_ckpt *ck;
+  gr_status s = gr_ckpt_open(path, NULL, &ck, err);
+  if (s == GR_OK) s = check_inputs(ck, step, tensors, n, err);
+  if (s == GR_OK) s = ckpt_write_file(ck, step, tensors, n, "{}", keep, nkeep, err);
+  gr_ckpt_close(ck);
+  free(keep);
+  return s;
 }

@@ -390,60 +390,47 @@ static gr_status write_manifest(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *
   return s;
 }
 
-/* Is (file, step) named by a manifest row? */
-static bool referenced(gr_ckpt *ck, const char *file, int64_t step) {
+gr_status ckpt_shard_steps(gr_ckpt *manifest, const char *file, int64_t **steps, int *n,
+                           gr_error *err) {
+  *steps = NULL;
+  *n = 0;
   sqlite3_stmt *st;
-  gr_error e;
-  if (ckpt_prepare(ck,
-                   "SELECT 1 FROM shards s JOIN checkpoints c ON c.id = s.checkpoint_id "
-                   "WHERE s.file = ?1 AND c.step = ?2",
-                   &st, &e) != GR_OK)
-    return true; /* when in doubt, keep */
+  GR_TRY(ckpt_prepare(manifest,
+                      "SELECT c.step FROM shards s JOIN checkpoints c ON c.id = s.checkpoint_id "
+                      "WHERE s.file = ?1",
+                      &st, err));
   sqlite3_bind_text(st, 1, file, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 2, step);
-  int rc = sqlite3_step(st);
-  sqlite3_finalize(st);
-  return rc != SQLITE_DONE;
-}
-
-/* Deletes the rows of shard file `name` no manifest row names, up to step
- * upto (a later row may be a save in progress); removes the file when none
- * is left. Failures are left for the next commit to retry. */
-static void prune_shard(gr_ckpt *ck, const char *name, int64_t upto) {
-  gr_ckpt *sh;
-  gr_error e;
-  if (ckpt_shard(ck, name, true, &sh, &e) != GR_OK) return;
-  sqlite3_stmt *st;
-  if (ckpt_prepare(sh, "SELECT id, step FROM checkpoints ORDER BY id", &st, &e) != GR_OK) return;
-  int64_t doomed[64];
-  int nd = 0, kept = 0;
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    int64_t id = sqlite3_column_int64(st, 0), step = sqlite3_column_int64(st, 1);
-    if (step <= upto && nd < 64 && !referenced(ck, name, step))
-      doomed[nd++] = id;
-    else
-      kept++;
-  }
-  sqlite3_finalize(st);
-  if (nd && ckpt_exec(sh, "BEGIN IMMEDIATE", &e) == GR_OK) {
-    gr_status s = GR_OK;
-    for (int i = 0; s == GR_OK && i < nd; i++) s = ckpt_delete_checkpoint(sh, doomed[i], &e);
-    if (s == GR_OK) s = ckpt_exec(sh, "COMMIT", &e);
-    if (s != GR_OK) {
-      sqlite3_exec(sh->db, "ROLLBACK", NULL, NULL, NULL);
-      return;
+  int64_t *v = NULL;
+  int cnt = 0, cap = 0, rc;
+  gr_status s = GR_OK;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (cnt == cap) {
+      cap = cap ? 2 * cap : 16;
+      int64_t *nv = realloc(v, sizeof *v * (size_t)cap);
+      if (!nv) {
+        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        break;
+      }
+      v = nv;
     }
+    v[cnt++] = sqlite3_column_int64(st, 0);
   }
-  if (kept == 0) {
-    char path[4096];
-    bool fits = gr_ckpt_shard_path(ck, name, path, sizeof path);
-    forget_shard(ck, name);
-    if (fits) unlink(path);
+  if (s == GR_OK && rc != SQLITE_DONE) s = ckpt_sql_error(manifest, rc, err, "listing shards");
+  sqlite3_finalize(st);
+  if (s != GR_OK) {
+    free(v);
+    return s;
   }
+  *steps = v;
+  *n = cnt;
+  return GR_OK;
 }
 
-/* Retention over the shard files of the directory (every *.ckpt but the manifest). */
-static void prune_shards(gr_ckpt *ck, int64_t upto) {
+/* Removes the shard files of the directory that no manifest row names any
+ * more (their rows are gone with retention, or a task of an earlier cluster
+ * shape wrote them). A shard's own old rows go when the task writes its
+ * next shard (gr_ckpt_save_shard), in that write's transaction. */
+static void remove_unused_shards(gr_ckpt *ck) {
   DIR *d = opendir(ck->path);
   if (!d) return;
   char names[256][208];
@@ -452,7 +439,17 @@ static void prune_shards(gr_ckpt *ck, int64_t upto) {
   while ((de = readdir(d)) && n < 256)
     if (shard_name_ok(de->d_name)) snprintf(names[n++], sizeof names[0], "%s", de->d_name);
   closedir(d);
-  for (int i = 0; i < n; i++) prune_shard(ck, names[i], upto);
+  for (int i = 0; i < n; i++) {
+    int64_t *steps;
+    int ns;
+    gr_error e;
+    if (ckpt_shard_steps(ck, names[i], &steps, &ns, &e) != GR_OK) continue;
+    free(steps);
+    char path[4096];
+    if (ns > 0 || !gr_ckpt_shard_path(ck, names[i], path, sizeof path)) continue;
+    forget_shard(ck, names[i]);
+    unlink(path);
+  }
 }
 
 gr_status gr_ckpt_commit_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *shards, int n,
@@ -489,7 +486,7 @@ gr_status gr_ckpt_commit_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *
     if (s != GR_OK) sqlite3_exec(ck->db, "ROLLBACK", NULL, NULL, NULL);
   }
   free(stats);
-  if (s == GR_OK) prune_shards(ck, step);
+  if (s == GR_OK) remove_unused_shards(ck);
   return s;
 }
 

@@ -55,16 +55,12 @@ static void fill(int64_t step, gr_tensor t[3]) {
 
 static const char *names[3] = {"model/w", "model/big", "global_step"};
 
-/* A task's save: its own shard file, opened, written and closed. */
+/* A task's save: its own shard file (and its retention), as its save node. */
 static gr_status save_shard(const char *file, int64_t step, const gr_ckpt_tensor *ct, int n,
                             gr_error *err) {
   char p[200];
   snprintf(p, sizeof p, "%s/%s", path, file);
-  gr_ckpt *sh;
-  GR_TRY(gr_ckpt_open(p, NULL, &sh, err));
-  gr_status s = gr_ckpt_save_tensors(sh, step, ct, n, NULL, err);
-  gr_ckpt_close(sh);
-  return s;
+  return gr_ckpt_save_shard(p, step, ct, n, err);
 }
 
 static gr_status save(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor ct[3], gr_error *err) {

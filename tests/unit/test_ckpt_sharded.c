@@ -40,23 +40,21 @@ static gr_tensor value(int64_t step, int salt, int64_t n) {
   return t;
 }
 
-/* Writes the shard `file` of dir at step holding names[0..n) (salts 0..n). */
+/* Writes the shard `file` of dir at step holding names[0..n) (salts 0..n),
+ * as a task's save node does. */
 static void write_shard(const char *dir, const char *file, int64_t step, const char *const *names,
                         int n, int salt0) {
   char p[300];
   snprintf(p, sizeof p, "%s/%s", dir, file);
-  gr_ckpt *sh;
   gr_error err;
-  GR_CHECK_OK(gr_ckpt_open(p, NULL, &sh, &err), err);
   gr_tensor t[8];
   gr_ckpt_tensor ct[8];
   for (int i = 0; i < n; i++) {
     t[i] = value(step, salt0 + i, 3 + i);
     ct[i] = (gr_ckpt_tensor){names[i], &t[i]};
   }
-  GR_CHECK_OK(gr_ckpt_save_tensors(sh, step, ct, n, NULL, &err), err);
+  GR_CHECK_OK(gr_ckpt_save_shard(p, step, ct, n, &err), err);
   for (int i = 0; i < n; i++) gr_tensor_release(&t[i]);
-  gr_ckpt_close(sh);
 }
 
 static const char *const ps0_vars[] = {"layer1/b", "layer1/w"};
@@ -232,8 +230,10 @@ static int num_rows(const char *path) {
   return n;
 }
 
-/* Retention keeps the newest K manifest rows and exactly their shard rows;
- * a shard file no kept checkpoint needs (the cluster shrank) is removed. */
+/* Retention keeps the newest K manifest rows; a shard file holds their rows
+ * and the one being written (K + 1 at most: a task deletes its unneeded
+ * rows when it writes); a shard file no kept checkpoint needs (the cluster
+ * shrank) is removed. */
 static void test_retention(void) {
   const char *dir = tmp("keep");
   gr_ckpt *ck;
@@ -241,14 +241,14 @@ static void test_retention(void) {
   gr_ckpt_options o = {.sharded = true, .max_to_keep = 2};
   GR_CHECK_OK(gr_ckpt_open(dir, &o, &ck, &err), err);
   for (int64_t step = 1; step <= 3; step++) GR_CHECK_OK(save_two(ck, dir, step, &err), err);
-  GR_CHECK_EQ_INT(num_rows(tmp("keep/ps-1.ckpt")), 2);
+  GR_CHECK_EQ_INT(num_rows(tmp("keep/ps-1.ckpt")), 3);
   /* from step 4 one ps holds everything */
   static const char *const all[] = {"layer1/b", "layer1/w", "layer2/w"};
   for (int64_t step = 4; step <= 6; step++) {
     write_shard(dir, "ps-0.ckpt", step, all, 3, 0);
     gr_ckpt_shard one = {"ps-0.ckpt", "/job:ps/task:0"};
     GR_CHECK_OK(gr_ckpt_commit_shards(ck, step, &one, 1, NULL, &err), err);
-    GR_CHECK_EQ_INT(num_rows(tmp("keep/ps-0.ckpt")), 2);
+    GR_CHECK_EQ_INT(num_rows(tmp("keep/ps-0.ckpt")), 3);
   }
   GR_CHECK_MSG(!exists(tmp("keep/ps-1.ckpt")), "ps-1.ckpt outlived the checkpoints that need it");
   gr_ckpt_info *infos;
@@ -402,7 +402,7 @@ static void test_save_node_at_step(void) {
   int64_t latest;
   GR_CHECK_OK(gr_ckpt_latest_step(ck, &latest, &err), err);
   GR_CHECK_EQ_INT(latest, 300);
-  GR_CHECK_EQ_INT(num_rows(path), 1); /* the manifest's retention reached the shard */
+  GR_CHECK_EQ_INT(num_rows(path), 2); /* the manifest keeps 1; the shard that and the newest */
   gr_session_free(s);
   gr_graph_free(g);
   gr_ckpt_close(ck);
