@@ -171,6 +171,44 @@ static gr_status close_or_size(const dsl_bargs *a, bool close, dsl_value *out) {
   return GR_OK;
 }
 
+/* ---- train, update, dropped = sync_replicas(loss, opt, replicas_to_aggregate=R, ...) ------- */
+
+static gr_status sync_replicas(const dsl_bargs *a, dsl_value *out) {
+  gr_dsl_program *p = a->p;
+  static const char *const allowed[] = {"replicas_to_aggregate", "total_num_replicas",
+                                        "worker_index", "init_tokens", NULL};
+  GR_TRY(dsl_bargs_only_keywords(a, allowed));
+  if (a->npos != 2 || a->v[1].kind != V_OPTIMIZER)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "sync_replicas takes a loss and an optimizer: train, update, dropped = "
+                     "sync_replicas(loss, sgd(0.1), replicas_to_aggregate=2)");
+  gr_output loss;
+  GR_TRY(dsl_to_tensor(p, &a->v[0], a->e->call.args[0].pos, GR_DTYPE_INVALID, &loss));
+  gr_sync_replicas_options o = {.optimizer = *a->v[1].opt};
+  int64_t v;
+  static const char *const names[] = {"replicas_to_aggregate", "total_num_replicas", "worker_index",
+                                      "init_tokens"};
+  for (int k = 0; k < 4; k++) {
+    int i = dsl_bargs_kw(a, names[k]);
+    if (i < 0) {
+      if (k == 0)
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                         "sync_replicas needs replicas_to_aggregate=N");
+      continue;
+    }
+    GR_TRY(dsl_bargs_int(a, i, names[k], k == 0 ? 1 : 0, GR_REPLICATE_MAX, &v));
+    if (k == 0) o.replicas_to_aggregate = (int)v;
+    if (k == 1) o.total_num_replicas = (int)v;
+    if (k == 2) o.worker_index = (int)v;
+    if (k == 3) o.init_tokens = v;
+  }
+  dsl_set_loc(p, a->e->pos);
+  gr_sync_replicas r;
+  gr_sync_replicas_minimize(p->g, &o, loss, NULL, 0, &r);
+  GR_TRY(dsl_check_graph(p, a->e->pos));
+  return outputs_value(p, (gr_output[]){r.train, r.chief_update, r.num_dropped}, 3, out);
+}
+
 gr_status dsl_call_queues(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
                           dsl_value *v, int nargs, dsl_value *out, bool *handled) {
   *handled = true;
@@ -183,6 +221,7 @@ gr_status dsl_call_queues(gr_dsl_program *p, const char *fn, const dsl_expr *e, 
   if (strcmp(fn, "queue_dequeue_many") == 0) return dequeue(&a, true, out);
   if (strcmp(fn, "queue_close") == 0) return close_or_size(&a, true, out);
   if (strcmp(fn, "queue_size") == 0) return close_or_size(&a, false, out);
+  if (strcmp(fn, "sync_replicas") == 0) return sync_replicas(&a, out);
   *handled = false;
   return GR_OK;
 }

@@ -40,4 +40,65 @@ gr_output gr_queue_close(gr_graph *g, gr_output queue, bool cancel_pending_enque
 /* The number of elements (i64 scalar). */
 gr_output gr_queue_size(gr_graph *g, gr_output queue);
 
+/* ---- gradient accumulators (accumulator.c) ----------------------------------------------------
+ */
+
+/* The accumulator `name` (not scoped: the full name; shared by every graph
+ * that names it in the same task's container) of gradients of dtype (f32,
+ * f64) and shape (fully known). Output: its handle, for the ops below. */
+gr_output gr_accumulator(gr_graph *g, const char *name, gr_dtype dtype, gr_shape shape);
+/* Adds grad, computed at local_step (i64 scalar); a gradient of a step older
+ * than the accumulator's is dropped and counted. Zero outputs: a target. */
+gr_output gr_accumulator_apply_grad(gr_graph *g, gr_output acc, gr_output local_step,
+                                    gr_output grad);
+/* Waits until num_required (i64 scalar) gradients are in; their mean. The
+ * accumulator empties and its step advances by one. */
+gr_output gr_accumulator_take_grad(gr_graph *g, gr_output acc, gr_output num_required);
+/* Raises the accumulator's step to step (i64 scalar). A target. */
+gr_output gr_accumulator_set_global_step(gr_graph *g, gr_output acc, gr_output step);
+/* Counters (i64 scalars): gradients in it now; gradients dropped as stale. */
+gr_output gr_accumulator_num_accumulated(gr_graph *g, gr_output acc);
+gr_output gr_accumulator_num_dropped(gr_graph *g, gr_output acc);
+
+/* ---- synchronous replicas with aggregation (sync_replicas.c) ----------------------------------
+ */
+
+/* TensorFlow's SyncReplicasOptimizer, for between-graph training: every
+ * worker builds the same model in its own graph and calls this with its
+ * worker_index; the variables, the accumulators (one per variable, with
+ * it) and the token queue (with global_step) live on the ps and are shared
+ * by name. */
+typedef struct gr_sync_replicas_options {
+  gr_optimizer optimizer;
+  int replicas_to_aggregate; /* gradients averaged per update */
+  int total_num_replicas;    /* workers; more than replicas_to_aggregate: backup workers;
+                                0: replicas_to_aggregate */
+  int worker_index;          /* this worker: names its local step */
+  const char *worker_device; /* where the local step lives; NULL: the current scope's */
+  int64_t init_tokens;       /* tokens queued by init_tokens before the first update: 0 (the
+                                default) makes the workers step together; TensorFlow's
+                                default is replicas_to_aggregate */
+} gr_sync_replicas_options;
+
+typedef struct gr_sync_replicas {
+  /* A worker's step (a target): its gradients go into the accumulators
+   * tagged with its local step, then it waits for a token from the chief
+   * and takes the token's step as its local step. */
+  gr_output train;
+  /* The chief's update (a target, run in a loop beside the workers, as
+   * TensorFlow's chief queue runner): waits for replicas_to_aggregate
+   * gradients of each variable, applies their mean with the optimizer,
+   * advances global_step, and queues total_num_replicas tokens. */
+  gr_output chief_update;
+  gr_output init_tokens; /* a target (null output when init_tokens is 0) */
+  gr_output num_dropped; /* i64: stale gradients dropped, summed over the accumulators */
+  gr_output local_step;  /* this worker's local step (variable) */
+} gr_sync_replicas;
+
+/* Builds both parts in this graph (a worker that is not the chief just
+ * never runs chief_update). var_list NULL/0: every float variable loss
+ * depends on. Returns the graph's error status. */
+gr_status gr_sync_replicas_minimize(gr_graph *g, const gr_sync_replicas_options *o, gr_output loss,
+                                    const gr_output *var_list, int n, gr_sync_replicas *out);
+
 #endif

@@ -149,6 +149,13 @@
   X(queue_dequeue)                                                                                 \
   X(queue_dequeue_many)                                                                            \
   X(queue_close)                                                                                   \
-  X(queue_size)
+  X(queue_size)                                                                                    \
+  /* accumulator.c */                                                                              \
+  X(accumulator)                                                                                   \
+  X(accumulator_apply_grad)                                                                        \
+  X(accumulator_take_grad)                                                                         \
+  X(accumulator_set_global_step)                                                                   \
+  X(accumulator_num_accumulated)                                                                   \
+  X(accumulator_num_dropped)
 
 #endif
