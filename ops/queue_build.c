@@ -53,7 +53,7 @@ static gr_output queue_op(gr_graph *g, gr_output q, const char *op, const gr_out
     return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "%s: at most %d components", op,
                        GR_QUEUE_MAX_COMPONENTS);
   in[0] = q;
-  memcpy(in + 1, comps, sizeof *in * (size_t)n);
+  if (n) memcpy(in + 1, comps, sizeof *in * (size_t)n);
   gr_attr a[8];
   int na = 0;
   a[na++] = (gr_attr){"queue", *gr_node_attr(q.node, "queue")};

@@ -28,7 +28,7 @@ static gr_output acc_op(gr_graph *g, gr_output acc, const char *op, const gr_out
                        "%s: '%s' is not an accumulator (make one with accumulator)", op,
                        acc.node->name);
   gr_output all[3] = {acc};
-  memcpy(all + 1, in, sizeof *in * (size_t)n);
+  if (n) memcpy(all + 1, in, sizeof *in * (size_t)n);
   gr_attr a[] = {{"accumulator", *gr_node_attr(acc.node, "accumulator")},
                  {"dtype", *gr_node_attr(acc.node, "dtype")},
                  {"shape", *gr_node_attr(acc.node, "shape")}};

@@ -457,12 +457,14 @@ static void test_dsl(void) {
   GR_CHECK(gr_dsl_load_string("bad.gr", "q = fifo_queue(3)", g, NULL, &p, &err) != GR_OK);
   GR_CHECK_STR_CONTAINS(err.msg, "bad.gr:1:16");
   GR_CHECK_STR_CONTAINS(err.msg, "want a dtype or a list");
+  gr_dsl_program_free(p);
   gr_graph_free(g);
   g = gr_graph_new();
   GR_CHECK(gr_dsl_load_string("bad.gr", "q = fifo_queue(f32)\nx = queue_dequeue_many(q)", g, NULL,
                               &p, &err) != GR_OK);
   GR_CHECK_STR_CONTAINS(err.msg, "bad.gr:2:5");
   GR_CHECK_STR_CONTAINS(err.msg, "takes the queue and a count");
+  gr_dsl_program_free(p);
   gr_graph_free(g);
 }
 

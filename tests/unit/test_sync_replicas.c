@@ -507,6 +507,7 @@ static void test_dsl(void) {
                               g, NULL, &p, &err) != GR_OK);
   GR_CHECK_STR_CONTAINS(err.msg, "s.gr:2:");
   GR_CHECK_STR_CONTAINS(err.msg, "total_num_replicas");
+  gr_dsl_program_free(p);
   gr_graph_free(g);
 }
 
