@@ -30,4 +30,22 @@ gr_var *gr_resource_mgr_find_var(gr_resource_mgr *m, const char *name);
 /* How many variables the container holds. */
 int gr_resource_mgr_num_vars(gr_resource_mgr *m);
 
+/* Other resources (queues, accumulators): one object per name and kind,
+ * kept until the container is freed, which calls kind->free(obj). */
+typedef struct gr_resource_kind {
+  const char *name;        /* "queue", "accumulator": for error messages */
+  void (*free)(void *obj); /* drops the container's hold on obj */
+} gr_resource_kind;
+/* Makes a new object for gr_resource_mgr_lookup_or_create (called with the
+ * container locked: it must not use the container). */
+typedef gr_status (*gr_resource_make_fn)(void *arg, void **obj, gr_error *err);
+/* *out: the resource `name` of `kind`, made by make(arg) when there is none
+ * yet. Borrowed: valid while the container lives. GR_ERR_INVALID_ARGUMENT
+ * when a resource of another kind has that name. */
+gr_status gr_resource_mgr_lookup_or_create(gr_resource_mgr *m, const char *name,
+                                           const gr_resource_kind *kind, gr_resource_make_fn make,
+                                           void *arg, void **out, gr_error *err);
+/* The resource `name` of `kind`, NULL when none (does not create). */
+void *gr_resource_mgr_find(gr_resource_mgr *m, const char *name, const gr_resource_kind *kind);
+
 #endif

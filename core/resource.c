@@ -13,10 +13,18 @@ struct gr_var {
   char *name;
 };
 
+/* A resource other than a variable. */
+typedef struct other {
+  char *name;
+  const gr_resource_kind *kind;
+  void *obj;
+} other;
+
 struct gr_resource_mgr {
   pthread_mutex_t mu;
   gr_map vars;
-  int refs; /* atomic */
+  gr_map others; /* name -> other */
+  int refs;      /* atomic */
 };
 
 gr_resource_mgr *gr_resource_mgr_new(void) {
@@ -24,6 +32,7 @@ gr_resource_mgr *gr_resource_mgr_new(void) {
   if (!m) return NULL;
   pthread_mutex_init(&m->mu, NULL);
   gr_map_init(&m->vars, GR_MAP_STR);
+  gr_map_init(&m->others, GR_MAP_STR);
   m->refs = 1;
   return m;
 }
@@ -44,6 +53,13 @@ void gr_resource_mgr_free(gr_resource_mgr *m) {
     free(v);
   }
   gr_map_free(&m->vars);
+  for (size_t pos = 0; gr_map_next(&m->others, &pos, NULL, &value);) {
+    other *o = value;
+    o->kind->free(o->obj);
+    free(o->name);
+    free(o);
+  }
+  gr_map_free(&m->others);
   pthread_mutex_destroy(&m->mu);
   free(m);
 }
@@ -98,4 +114,44 @@ bool gr_var_is_initialized(gr_var *v) {
 }
 const char *gr_var_name(const gr_var *v) {
   return v->name;
+}
+
+gr_status gr_resource_mgr_lookup_or_create(gr_resource_mgr *m, const char *name,
+                                           const gr_resource_kind *kind, gr_resource_make_fn make,
+                                           void *arg, void **out, gr_error *err) {
+  gr_status st = GR_OK;
+  pthread_mutex_lock(&m->mu);
+  other *o = gr_map_get_str(&m->others, name);
+  if (o && o->kind != kind) {
+    st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "resource '%s' is a %s, not a %s", name,
+                      o->kind->name, kind->name);
+  } else if (!o) {
+    void *obj = NULL;
+    st = make(arg, &obj, err);
+    if (st == GR_OK) {
+      o = calloc(1, sizeof *o);
+      if (o) o->name = strdup(name);
+      if (o && o->name && gr_map_put_str(&m->others, o->name, o)) {
+        o->kind = kind;
+        o->obj = obj;
+      } else {
+        if (o) free(o->name);
+        free(o);
+        o = NULL;
+        kind->free(obj);
+        st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      }
+    }
+  }
+  *out = st == GR_OK ? o->obj : NULL;
+  pthread_mutex_unlock(&m->mu);
+  return st;
+}
+
+void *gr_resource_mgr_find(gr_resource_mgr *m, const char *name, const gr_resource_kind *kind) {
+  pthread_mutex_lock(&m->mu);
+  other *o = gr_map_get_str(&m->others, name);
+  void *obj = o && o->kind == kind ? o->obj : NULL;
+  pthread_mutex_unlock(&m->mu);
+  return obj;
 }

@@ -191,10 +191,10 @@ static int edit_distance(const char *a, const char *b) {
 }
 
 static const char *const builtin_names[] = {
-    "variable",      "assign",     "assign_add",  "assign_sub",   "group",        "const",
-    "zeros",         "ones",       "dim",         "gradients",    "minimize",     "sgd",
-    "momentum",      "adam",       "global_step", "read_value",   "ps_variables", "replicas",
-    "micro_batches", "all_reduce", "num_tasks",   "mirror_spread"};
+    "variable",      "assign",     "assign_add",  "assign_sub",    "group",        "const",
+    "zeros",         "ones",       "dim",         "gradients",     "minimize",     "sgd",
+    "momentum",      "adam",       "global_step", "read_value",    "ps_variables", "replicas",
+    "micro_batches", "all_reduce", "num_tasks",   "mirror_spread", "sync_replicas"};
 
 static const char *closest_name(const char *name) {
   const char *best = NULL;
@@ -759,8 +759,10 @@ gr_status dsl_call(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_v
                      "built-in)",
                      fn, b ? "def" : "op");
   if (b) return call_def(p, b->def, e, name, a, out);
+  bool handled; /* the queue built-ins before the ops they build, of the same names */
+  GR_TRY(dsl_call_queues(p, fn, e, name, a->v, a->n, out, &handled));
+  if (handled) return GR_OK;
   if (op) return call_op(p, op, e, name, a, out);
-  bool handled;
   GR_TRY(dsl_call_parallel(p, fn, e, name, a->v, a->n, out, &handled));
   if (handled) return GR_OK;
   return call_builtin(p, fn, e, name, a, out, &handled);

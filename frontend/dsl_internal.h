@@ -412,6 +412,29 @@ gr_status dsl_call(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_v
  * statement (an expression, a tuple or `return`), *last that statement. */
 gr_status dsl_block_value(gr_dsl_program *p, const dsl_block *b, dsl_value *v,
                           const dsl_stmt **last);
+/* The arguments of a built-in call, for the helpers below (dsl_bargs.c),
+ * whose errors name the built-in (fn) and point at the argument. */
+typedef struct dsl_bargs {
+  gr_dsl_program *p;
+  const dsl_expr *e;
+  const char *fn;
+  dsl_value *v;
+  int n, npos; /* all, positional (they come first) */
+} dsl_bargs;
+/* The index of keyword argument `name`, -1 when not given. */
+int dsl_bargs_kw(const dsl_bargs *a, const char *name);
+/* Error unless every keyword argument is in allowed (NULL-terminated). */
+gr_status dsl_bargs_only_keywords(const dsl_bargs *a, const char *const *allowed);
+gr_status dsl_bargs_int(const dsl_bargs *a, int i, const char *what, int64_t lo, int64_t hi,
+                        int64_t *out);
+gr_status dsl_bargs_string(const dsl_bargs *a, int i, const char *what, const char **out);
+gr_status dsl_bargs_bool(const dsl_bargs *a, int i, const char *what, bool *out);
+/* *out = the tensor o (a value of kind V_TENSOR). */
+void dsl_tensor_value(dsl_value *out, gr_output o);
+/* The queue, accumulator and sync-replicas built-ins (dsl_queues.c):
+ * *handled is false when fn is none of them. */
+gr_status dsl_call_queues(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
+                          dsl_value *args, int nargs, dsl_value *out, bool *handled);
 /* The parallel-training built-ins (dsl_parallel.c): ps_variables, replicas
  * and micro_batches, which take a block (e->call.block), and all_reduce,
  * num_tasks and mirror_spread. *handled is false when fn is none of them. */

@@ -33,70 +33,9 @@ static gr_status oom(gr_dsl_program *p) {
   return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-static void tensor_value(dsl_value *out, gr_output o) {
-  memset(out, 0, sizeof *out);
-  out->kind = V_TENSOR;
-  out->has_t = true;
-  out->t = o;
-}
-
 /* ---- arguments ---------------------------------------------------------------------------- */
 
-typedef struct args {
-  gr_dsl_program *p;
-  const dsl_expr *e;
-  const char *fn;
-  dsl_value *v;
-  int n, npos; /* all, positional (they come first) */
-} args;
-
-static int kw(const args *a, const char *name) {
-  for (int i = a->npos; i < a->n; i++)
-    if (strcmp(a->e->call.args[i].name, name) == 0) return i;
-  return -1;
-}
-
-static gr_status only_keywords(const args *a, const char *const *allowed) {
-  for (int i = a->npos; i < a->n; i++) {
-    const char *k = a->e->call.args[i].name;
-    int j = 0;
-    while (allowed[j] && strcmp(k, allowed[j]) != 0) j++;
-    if (!allowed[j])
-      return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
-                       "unknown keyword argument '%s' for %s", k, a->fn);
-  }
-  return GR_OK;
-}
-
-static gr_status int_arg(const args *a, int i, const char *what, int64_t lo, int64_t hi,
-                         int64_t *out) {
-  const dsl_value *v = &a->v[i];
-  if (v->kind != V_NUM || !v->num.is_int || v->num.i < lo || v->num.i > hi)
-    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
-                     "%s: %s must be an integer from %lld to %lld", a->fn, what, (long long)lo,
-                     (long long)hi);
-  *out = v->num.i;
-  return GR_OK;
-}
-
-static gr_status string_arg(const args *a, int i, const char *what, const char **out) {
-  if (a->v[i].kind != V_STR)
-    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
-                     "%s: %s must be a string, got a %s", a->fn, what,
-                     dsl_vkind_name(a->v[i].kind));
-  *out = a->v[i].str;
-  return GR_OK;
-}
-
-static gr_status bool_arg(const args *a, int i, const char *what, bool *out) {
-  if (a->v[i].kind != V_BOOL)
-    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
-                     "%s: %s must be true or false", a->fn, what);
-  *out = a->v[i].b;
-  return GR_OK;
-}
-
-static gr_status need_block(const args *a) {
+static gr_status need_block(const dsl_bargs *a) {
   if (!a->e->call.block)
     return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
                      "%s needs a block: %s(...) { ... }", a->fn, a->fn);
@@ -105,11 +44,11 @@ static gr_status need_block(const args *a) {
 
 /* ---- ps_variables(num_ps, strategy="round_robin") { ... } --------------------------------- */
 
-static gr_status ps_variables(const args *a, const char *name, dsl_value *out) {
+static gr_status ps_variables(const dsl_bargs *a, const char *name, dsl_value *out) {
   gr_dsl_program *p = a->p;
   static const char *const allowed[] = {"strategy", NULL};
   GR_TRY(need_block(a));
-  GR_TRY(only_keywords(a, allowed));
+  GR_TRY(dsl_bargs_only_keywords(a, allowed));
   if (a->npos != 1)
     return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
                      "ps_variables takes the number of ps tasks: ps_variables(2) { ... }");
@@ -117,12 +56,12 @@ static gr_status ps_variables(const args *a, const char *name, dsl_value *out) {
     return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
                      "ps_variables(...) { ... } is a scope and has no value to bind to '%s'", name);
   int64_t num_ps = 0;
-  GR_TRY(int_arg(a, 0, "the number of ps tasks", 1, GR_PS_MAX_TASKS, &num_ps));
+  GR_TRY(dsl_bargs_int(a, 0, "the number of ps tasks", 1, GR_PS_MAX_TASKS, &num_ps));
   gr_ps_strategy strategy = GR_PS_ROUND_ROBIN;
-  int si = kw(a, "strategy");
+  int si = dsl_bargs_kw(a, "strategy");
   if (si >= 0) {
     const char *s = "";
-    GR_TRY(string_arg(a, si, "strategy", &s));
+    GR_TRY(dsl_bargs_string(a, si, "strategy", &s));
     if (strcmp(s, "greedy") == 0)
       strategy = GR_PS_GREEDY_BYTES;
     else if (strcmp(s, "round_robin") != 0)
@@ -145,7 +84,7 @@ static gr_status ps_variables(const args *a, const char *name, dsl_value *out) {
 /* ---- replicas(n, x, ..., devices=[...], all_reduce=false) { ... }, micro_batches ------------ */
 
 typedef struct rep_ctx {
-  const args *a;
+  const dsl_bargs *a;
   int ni, nout;
   bool body_failed;
 } rep_ctx;
@@ -160,7 +99,7 @@ static int block_values(const dsl_block *b) {
 static gr_status rep_body(gr_graph *g, void *arg, int k, const gr_output *inputs,
                           gr_output *outputs) {
   rep_ctx *c = arg;
-  const args *a = c->a;
+  const dsl_bargs *a = c->a;
   gr_dsl_program *p = a->p;
   (void)g;
   (void)k;
@@ -173,7 +112,7 @@ static gr_status rep_body(gr_graph *g, void *arg, int k, const gr_output *inputs
       st = oom(p);
       break;
     }
-    tensor_value(&b->v, inputs[i]);
+    dsl_tensor_value(&b->v, inputs[i]);
     b->pos = a->e->call.args[1 + i].pos;
   }
   p->frame = &frame;
@@ -204,20 +143,20 @@ static gr_status rep_body(gr_graph *g, void *arg, int k, const gr_output *inputs
   return st;
 }
 
-static gr_status replicas(const args *a, const char *name, bool micro, dsl_value *out) {
+static gr_status replicas(const dsl_bargs *a, const char *name, bool micro, dsl_value *out) {
   gr_dsl_program *p = a->p;
   static const char *const rep_kw[] = {"devices", "all_reduce", NULL};
   static const char *const micro_kw[] = {NULL};
   GR_TRY(need_block(a));
-  GR_TRY(only_keywords(a, micro ? micro_kw : rep_kw));
+  GR_TRY(dsl_bargs_only_keywords(a, micro ? micro_kw : rep_kw));
   if (a->npos < 1)
     return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
                      "%s takes the number of %s and the names of the batch's tensors: "
                      "%s(%d, images, labels) { ... }",
                      a->fn, micro ? "micro-batches" : "replicas", a->fn, micro ? 4 : 2);
   int64_t n = 0;
-  GR_TRY(int_arg(a, 0, micro ? "the number of micro-batches" : "the number of replicas", 1,
-                 GR_REPLICATE_MAX, &n));
+  GR_TRY(dsl_bargs_int(a, 0, micro ? "the number of micro-batches" : "the number of replicas", 1,
+                       GR_REPLICATE_MAX, &n));
   int ni = a->npos - 1;
   gr_output *inputs = dsl_alloc(&p->temp, sizeof(gr_output) * (size_t)(ni + 1));
   if (!inputs) return oom(p);
@@ -233,8 +172,8 @@ static gr_status replicas(const args *a, const char *name, bool micro, dsl_value
   const char **devices = NULL;
   bool mirrored = false;
   if (!micro) {
-    int di = kw(a, "devices"), mi = kw(a, "all_reduce");
-    if (mi >= 0) GR_TRY(bool_arg(a, mi, "all_reduce", &mirrored));
+    int di = dsl_bargs_kw(a, "devices"), mi = dsl_bargs_kw(a, "all_reduce");
+    if (mi >= 0) GR_TRY(dsl_bargs_bool(a, mi, "all_reduce", &mirrored));
     devices = dsl_alloc(&p->temp, sizeof(char *) * (size_t)(n + 1));
     if (!devices) return oom(p);
     if (di >= 0) {
@@ -291,28 +230,28 @@ static gr_status replicas(const args *a, const char *name, bool micro, dsl_value
     if (name)
       o1 = n == 1 ? gr_op(p->g, "identity", name, &o1, 1, NULL, 0) : gr_name(p->g, o1, name);
     GR_TRY(dsl_check_graph(p, a->e->pos));
-    tensor_value(out, o1);
+    dsl_tensor_value(out, o1);
     return GR_OK;
   }
   memset(out, 0, sizeof *out);
   out->kind = V_TUPLE;
   out->list.n = c.nout;
   if (!(out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)c.nout))) return oom(p);
-  for (int j = 0; j < c.nout; j++) tensor_value(&out->list.items[j], outs[j]);
+  for (int j = 0; j < c.nout; j++) dsl_tensor_value(&out->list.items[j], outs[j]);
   return GR_OK;
 }
 
 /* ---- all_reduce(x0, x1, ..., op="sum") ---------------------------------------------------- */
 
-static gr_status all_reduce(const args *a, dsl_value *out) {
+static gr_status all_reduce(const dsl_bargs *a, dsl_value *out) {
   gr_dsl_program *p = a->p;
   static const char *const allowed[] = {"op", NULL};
-  GR_TRY(only_keywords(a, allowed));
+  GR_TRY(dsl_bargs_only_keywords(a, allowed));
   gr_reduction op = GR_REDUCE_SUM;
-  int oi = kw(a, "op");
+  int oi = dsl_bargs_kw(a, "op");
   if (oi >= 0) {
     const char *s = "";
-    GR_TRY(string_arg(a, oi, "op", &s));
+    GR_TRY(dsl_bargs_string(a, oi, "op", &s));
     if (strcmp(s, "mean") == 0)
       op = GR_REDUCE_MEAN;
     else if (strcmp(s, "sum") != 0)
@@ -331,31 +270,31 @@ static gr_status all_reduce(const args *a, dsl_value *out) {
   gr_all_reduce(p->g, xs, n, NULL, op, xs + n);
   GR_TRY(dsl_check_graph(p, a->e->pos));
   if (n == 1) {
-    tensor_value(out, xs[1]);
+    dsl_tensor_value(out, xs[1]);
     return GR_OK;
   }
   memset(out, 0, sizeof *out);
   out->kind = V_TUPLE;
   out->list.n = n;
   if (!(out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)n))) return oom(p);
-  for (int i = 0; i < n; i++) tensor_value(&out->list.items[i], xs[n + i]);
+  for (int i = 0; i < n; i++) dsl_tensor_value(&out->list.items[i], xs[n + i]);
   return GR_OK;
 }
 
 /* ---- num_tasks(job, default=1) ------------------------------------------------------------ */
 
-static gr_status num_tasks(const args *a, dsl_value *out) {
+static gr_status num_tasks(const dsl_bargs *a, dsl_value *out) {
   gr_dsl_program *p = a->p;
   static const char *const allowed[] = {"default", NULL};
-  GR_TRY(only_keywords(a, allowed));
+  GR_TRY(dsl_bargs_only_keywords(a, allowed));
   if (a->npos != 1)
     return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
                      "num_tasks takes a job name: num_tasks(\"worker\")");
   const char *job = "";
-  GR_TRY(string_arg(a, 0, "the job", &job));
+  GR_TRY(dsl_bargs_string(a, 0, "the job", &job));
   int64_t dflt = 1;
-  int di = kw(a, "default");
-  if (di >= 0) GR_TRY(int_arg(a, di, "default", 0, GR_REPLICATE_MAX, &dflt));
+  int di = dsl_bargs_kw(a, "default");
+  if (di >= 0) GR_TRY(dsl_bargs_int(a, di, "default", 0, GR_REPLICATE_MAX, &dflt));
   const gr_cluster *c = p->opts.cluster;
   gr_cluster *mine = NULL;
   const char *env = getenv("GRAPHRUN_CLUSTER");
@@ -388,7 +327,7 @@ static gr_status num_tasks(const args *a, dsl_value *out) {
 gr_status dsl_call_parallel(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
                             dsl_value *v, int nargs, dsl_value *out, bool *handled) {
   *handled = true;
-  args a = {.p = p, .e = e, .fn = fn, .v = v, .n = nargs};
+  dsl_bargs a = {.p = p, .e = e, .fn = fn, .v = v, .n = nargs};
   while (a.npos < nargs && !e->call.args[a.npos].name) a.npos++;
   if (strcmp(fn, "ps_variables") == 0) return ps_variables(&a, name, out);
   if (strcmp(fn, "replicas") == 0) return replicas(&a, name, false, out);
@@ -402,7 +341,7 @@ gr_status dsl_call_parallel(gr_dsl_program *p, const char *fn, const dsl_expr *e
     gr_output o = gr_mirror_spread(p->g);
     if (name && o.node) o = gr_name(p->g, o, name);
     GR_TRY(dsl_check_graph(p, e->pos));
-    tensor_value(out, o);
+    dsl_tensor_value(out, o);
     return GR_OK;
   }
   *handled = false;

@@ -141,6 +141,21 @@
   X(stack_push)                                                                                    \
   X(stack_pop)                                                                                     \
   X(stack_size)                                                                                    \
-  X(loop_instance)
+  X(loop_instance)                                                                                 \
+  /* queue_ops.c */                                                                                \
+  X(fifo_queue)                                                                                    \
+  X(queue_enqueue)                                                                                 \
+  X(queue_enqueue_many)                                                                            \
+  X(queue_dequeue)                                                                                 \
+  X(queue_dequeue_many)                                                                            \
+  X(queue_close)                                                                                   \
+  X(queue_size)                                                                                    \
+  /* accumulator.c */                                                                              \
+  X(accumulator)                                                                                   \
+  X(accumulator_apply_grad)                                                                        \
+  X(accumulator_take_grad)                                                                         \
+  X(accumulator_set_global_step)                                                                   \
+  X(accumulator_num_accumulated)                                                                   \
+  X(accumulator_num_dropped)
 
 #endif

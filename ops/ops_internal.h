@@ -39,6 +39,14 @@ gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, g
 gr_output gr_ops_build(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
                        int num_inputs, const gr_attr *attrs, int num_attrs);
 
+/* gr_ops_build for an op that uses the resource (a queue, an accumulator,
+ * a variable) that node `with` makes: the node runs where `with` runs
+ * (its device, colocated), whatever the enclosing device scopes
+ * (colocated.c). */
+gr_output gr_ops_build_colocated(gr_graph *g, const gr_node *with, const char *op, const char *name,
+                                 const gr_output *inputs, int num_inputs, const gr_attr *attrs,
+                                 int num_attrs);
+
 /* Records a printf-style error in the graph and evaluates to the null output. */
 #define gr_ops_fail(g, ...) (gr_graph_set_errorf((g), __VA_ARGS__), (gr_output){NULL, 0})
 

@@ -1,0 +1,57 @@
+/* Argument helpers of the built-in calls (dsl_internal.h, dsl_bargs). */
+#include <string.h>
+
+#include "dsl_internal.h"
+
+int dsl_bargs_kw(const dsl_bargs *a, const char *name) {
+  for (int i = a->npos; i < a->n; i++)
+    if (strcmp(a->e->call.args[i].name, name) == 0) return i;
+  return -1;
+}
+
+gr_status dsl_bargs_only_keywords(const dsl_bargs *a, const char *const *allowed) {
+  for (int i = a->npos; i < a->n; i++) {
+    const char *k = a->e->call.args[i].name;
+    int j = 0;
+    while (allowed[j] && strcmp(k, allowed[j]) != 0) j++;
+    if (!allowed[j])
+      return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
+                       "unknown keyword argument '%s' for %s", k, a->fn);
+  }
+  return GR_OK;
+}
+
+gr_status dsl_bargs_int(const dsl_bargs *a, int i, const char *what, int64_t lo, int64_t hi,
+                        int64_t *out) {
+  const dsl_value *v = &a->v[i];
+  if (v->kind != V_NUM || !v->num.is_int || v->num.i < lo || v->num.i > hi)
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
+                     "%s: %s must be an integer from %lld to %lld", a->fn, what, (long long)lo,
+                     (long long)hi);
+  *out = v->num.i;
+  return GR_OK;
+}
+
+gr_status dsl_bargs_string(const dsl_bargs *a, int i, const char *what, const char **out) {
+  if (a->v[i].kind != V_STR)
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
+                     "%s: %s must be a string, got a %s", a->fn, what,
+                     dsl_vkind_name(a->v[i].kind));
+  *out = a->v[i].str;
+  return GR_OK;
+}
+
+gr_status dsl_bargs_bool(const dsl_bargs *a, int i, const char *what, bool *out) {
+  if (a->v[i].kind != V_BOOL)
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
+                     "%s: %s must be true or false", a->fn, what);
+  *out = a->v[i].b;
+  return GR_OK;
+}
+
+void dsl_tensor_value(dsl_value *out, gr_output o) {
+  memset(out, 0, sizeof *out);
+  out->kind = V_TENSOR;
+  out->has_t = true;
+  out->t = o;
+}
