@@ -124,6 +124,15 @@ gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_fe
 /* Runs the initialiser of every variable of the graph that has no value yet. */
 gr_status gr_session_init_variables(gr_session *s, gr_error *err);
 
+/* The first variable node of the graph whose variable has no value yet, in
+ * *name (graph-owned), or NULL when all have one; variables on a device that
+ * the spec `except` matches (NULL: none) are not looked at. For a worker of
+ * between-graph training that waits for the chief to initialise (or
+ * restore) the shared variables on the parameter servers, but initialises
+ * its own. */
+gr_status gr_session_find_uninitialized(gr_session *s, const char *except, const char **name,
+                                        gr_error *err);
+
 /* The variables of this session (values, for checkpoints and tests): its
  * own container or the one its options named. */
 gr_resource_mgr *gr_session_resources(gr_session *s);

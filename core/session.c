@@ -528,6 +528,37 @@ gr_status gr_session_init_variables(gr_session *s, gr_error *err) {
   return st;
 }
 
+gr_status gr_session_find_uninitialized(gr_session *s, const char *except, const char **name,
+                                        gr_error *err) {
+  *name = NULL;
+  gr_device_spec skip;
+  if (except && gr_device_spec_parse(except, &skip, err) != GR_OK)
+    return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+  for (int i = 0; i < gr_graph_num_nodes(s->graph); i++) {
+    gr_node *node = gr_graph_node(s->graph, i);
+    const char *var = gr_node_attr_string(node, "var", "");
+    /* the variable nodes themselves: "var" names the node */
+    if (!(node->op->flags & GR_OP_VARIABLE) || strcmp(var, node->name) != 0) continue;
+    int used;
+    GR_TRY(assign_devices(s, &node, 1, &used, err));
+    int k = device_named(s, node->assigned_device);
+    if (except && k >= 0 && gr_device_spec_matches(&skip, &s->devices[k])) continue;
+    bool ready = false;
+    if (s->opts.remote) {
+      GR_TRY(s->opts.remote->var_initialized(s->opts.remote->self, var, node->assigned_device,
+                                             &ready, err));
+    } else {
+      gr_var *v = gr_resource_mgr_find_var(s->resources, var);
+      ready = v && gr_var_is_initialized(v);
+    }
+    if (!ready) {
+      *name = node->name;
+      return GR_OK;
+    }
+  }
+  return GR_OK;
+}
+
 gr_status gr_session_run(gr_session *s, const gr_feed *feeds, int num_feeds,
                          const gr_output *fetches, int num_fetches, gr_tensor *results,
                          const gr_output *targets, int num_targets, gr_error *err) {

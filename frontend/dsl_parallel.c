@@ -7,6 +7,7 @@
  *   loss = micro_batches(4, x, y) { loss_of(x, y) } micro-batches (model parallelism)
  *   a, b = all_reduce(x0, x1, op="mean")            a ring over the inputs' devices
  *   n = num_tasks("worker")                          the cluster's count, at load time
+ *   i = task_index()                                 this client's task (run --task I)
  *   spread = mirror_spread()                         max |copy - variable|
  *
  * In a replicas or micro_batches block the names given after the count are
@@ -324,6 +325,22 @@ static gr_status num_tasks(const dsl_bargs *a, dsl_value *out) {
   return GR_OK;
 }
 
+/* ---- task_index() --------------------------------------------------------------------------- */
+
+/* This client's task index (graphrun run --task I; 0 without): which shard
+ * of the data a worker reads in between-graph training. */
+static gr_status task_index(const dsl_bargs *a, dsl_value *out) {
+  if (a->n)
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "task_index takes no arguments");
+  memset(out, 0, sizeof *out);
+  out->kind = V_NUM;
+  out->num.is_int = true;
+  out->num.i = a->p->opts.task_index;
+  out->num.v = (double)a->p->opts.task_index;
+  return GR_OK;
+}
+
 gr_status dsl_call_parallel(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
                             dsl_value *v, int nargs, dsl_value *out, bool *handled) {
   *handled = true;
@@ -334,6 +351,7 @@ gr_status dsl_call_parallel(gr_dsl_program *p, const char *fn, const dsl_expr *e
   if (strcmp(fn, "micro_batches") == 0) return replicas(&a, name, true, out);
   if (strcmp(fn, "all_reduce") == 0) return all_reduce(&a, out);
   if (strcmp(fn, "num_tasks") == 0) return num_tasks(&a, out);
+  if (strcmp(fn, "task_index") == 0) return task_index(&a, out);
   if (strcmp(fn, "mirror_spread") == 0) {
     if (nargs)
       return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "mirror_spread takes no arguments");

@@ -40,6 +40,10 @@ typedef struct gr_dsl_options {
    * read while loading); NULL: the one GRAPHRUN_CLUSTER names (which
    * graphrun launch sets), else none */
   const struct gr_cluster *cluster;
+  /* this client's task when each worker runs its own client (between-graph
+   * training: graphrun run --job worker --task I), for task_index(); 0 when
+   * not given */
+  int task_index;
 } gr_dsl_options;
 
 /* Reads, parses and lowers a file into g. opts may be NULL. A serialized

@@ -341,6 +341,8 @@ gr_status cli_recover(const gr_cluster *c, const char *from, const char *secret,
   }
   if (!(*s = gr_master_session_new(*master, g, opts, err)))
     return err ? err->code : GR_ERR_INTERNAL;
+  *step = -1;
+  if (!ck) return GR_OK; /* a worker that is not the chief: the chief restores */
   int64_t latest;
   if (gr_ckpt_latest_step(ck, &latest, err) == GR_ERR_NOT_FOUND) {
     /* lost before the first checkpoint: nothing trained yet, so the tasks

@@ -6,6 +6,7 @@
 #define GR_CLI_CLUSTER_H
 
 #include <graphrun.h>
+#include <stdbool.h>
 
 #define GR_CLI_SECRET_MAX 256
 
@@ -42,9 +43,29 @@ gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *s
 /* After a task was lost: frees *s and *master, connects again (retrying
  * until recovery_ms: graphrun launch or a supervisor restarts the task), makes
  * a new session with opts and restores the newest checkpoint of ck into it
- * (*step: its step; -1 when ck has none yet: the run starts over). */
+ * (*step: its step; -1 when ck has none yet: the run starts over; ck NULL:
+ * no restore, for a worker whose chief restores). */
 gr_status cli_recover(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       int recovery_ms, gr_graph *g, const gr_session_options *opts, gr_ckpt *ck,
                       gr_master **master, gr_session **s, int64_t *step, gr_error *err);
+
+/* This process as one worker of between-graph training (cli_worker.c). */
+typedef struct cli_worker {
+  bool on;    /* --job and --task given */
+  bool chief; /* the "chief" job's task, else /job:worker/task:0 */
+  char job[64];
+  int task;
+  char device[GR_DEVICE_NAME_MAX]; /* "/job:worker/task:1": the program's default device */
+} cli_worker;
+
+/* From --job and --task (job NULL and task -1: not given): checks them
+ * against the cluster c. An exit
+ * code (messages printed). */
+int cli_worker_setup(cli_worker *w, const char *job, long task, const gr_cluster *c);
+/* A worker that is not the chief: waits (polling every 50 ms, at most
+ * timeout_s) until every variable that does not live on its own task has a
+ * value, i.e. the chief has initialised or restored the shared ones. */
+gr_status cli_wait_for_chief(gr_session *s, const cli_worker *w, double timeout_s, bool quiet,
+                             gr_error *err);
 
 #endif

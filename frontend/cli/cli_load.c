@@ -19,11 +19,11 @@ double cli_now(void) {
 
 int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **g,
                    gr_dsl_program **p) {
-  return cli_load_graph_on(cmd, path, seed, NULL, g, p);
+  return cli_load_graph_on(cmd, path, seed, NULL, NULL, 0, g, p);
 }
 
 int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr_cluster *cluster,
-                      gr_graph **g, gr_dsl_program **p) {
+                      const char *device, int task_index, gr_graph **g, gr_dsl_program **p) {
   *g = gr_graph_new();
   *p = NULL;
   if (!*g) {
@@ -32,8 +32,15 @@ int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr
   }
   gr_graph_set_seed(*g, seed);
   gr_error err;
-  gr_dsl_options o = {.cluster = cluster};
-  if (gr_dsl_load_file(path, *g, &o, p, &err) != GR_OK) {
+  gr_dsl_options o = {.cluster = cluster, .task_index = task_index};
+  /* the program's default device (TensorFlow's `with tf.device(...)` around a
+   * worker's model); its pins and device functions nest inside */
+  gr_status st = GR_OK;
+  if (device && (st = gr_graph_push_device_scope(*g, device)) != GR_OK)
+    gr_error_set(&err, st, "device '%s': %s", device, gr_graph_error(*g)->msg);
+  if (st == GR_OK) st = gr_dsl_load_file(path, *g, &o, p, &err);
+  if (device) gr_graph_pop_device_scope(*g);
+  if (st != GR_OK) {
     if (strstr(err.msg, ": error: "))
       fprintf(stderr, "%s\n", err.msg);
     else

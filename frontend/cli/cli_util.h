@@ -16,9 +16,11 @@
 int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **g,
                    gr_dsl_program **p);
 /* The same for a program that runs on cluster (borrowed; NULL: as above,
- * GRAPHRUN_CLUSTER's if set): what num_tasks("worker") counts. */
+ * GRAPHRUN_CLUSTER's if set): what num_tasks("worker") counts. device (NULL:
+ * none): a device scope around the whole program, for the worker that runs
+ * it (between-graph training); task_index: what task_index() gives. */
 int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr_cluster *cluster,
-                      gr_graph **g, gr_dsl_program **p);
+                      const char *device, int task_index, gr_graph **g, gr_dsl_program **p);
 
 /* Most names one --fetch, --target, ... list holds. */
 #define CLI_MAX_NAMES 64

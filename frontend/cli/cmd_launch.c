@@ -36,8 +36,12 @@ static void usage(FILE *f) {
           "  --restarts K       restarts per task before giving up (default 3; 0: none); the\n"
           "                     delay doubles from 0.1 s while a task keeps dying within 10 s\n"
           "  --threads T        executor threads per task (default 1: the tasks share the cores)\n"
+          "  --between-graph    run the command once per worker, as that worker's own client\n"
+          "                     (adds --job worker --task K; worker 0 is the chief, the others\n"
+          "                     run with --quiet): asynchronous data parallelism\n"
           "  --quiet            no task output but errors\n\n"
-          "Exit code: the command's; 1 if the cluster could not start or a task died too often.\n");
+          "Exit code: the command's (with --between-graph: the first that failed, else 0); 1 if\n"
+          "the cluster could not start or a task died too often.\n");
 }
 
 typedef struct task {
@@ -119,8 +123,9 @@ static void drain(task *t, bool quiet) {
   if (t->len == sizeof t->line - 1) t->len = 0; /* an overlong line: dropped */
 }
 
-static void stop_all(task *ts, int n, pid_t cmd) {
-  if (cmd > 0) kill(cmd, SIGTERM);
+static void stop_all(task *ts, int n, pid_t *cmds, int ncmds) {
+  for (int c = 0; c < ncmds; c++)
+    if (cmds[c] > 0) kill(cmds[c], SIGTERM);
   for (int i = 0; i < n; i++)
     if (ts[i].pid > 0) kill(ts[i].pid, SIGTERM);
   double give_up = cli_now() + 3;
@@ -131,13 +136,16 @@ static void stop_all(task *ts, int n, pid_t cmd) {
         ts[i].pid = 0;
       else if (ts[i].pid > 0)
         alive = true;
-    if (cmd > 0 && waitpid(cmd, NULL, WNOHANG) == cmd) cmd = 0;
-    if (cmd > 0) alive = true;
+    for (int c = 0; c < ncmds; c++) {
+      if (cmds[c] > 0 && waitpid(cmds[c], NULL, WNOHANG) == cmds[c]) cmds[c] = 0;
+      if (cmds[c] > 0) alive = true;
+    }
     if (!alive) break;
     if (cli_now() > give_up) {
       for (int i = 0; i < n; i++)
         if (ts[i].pid > 0) kill(ts[i].pid, SIGKILL), waitpid(ts[i].pid, NULL, 0), ts[i].pid = 0;
-      if (cmd > 0) kill(cmd, SIGKILL), waitpid(cmd, NULL, 0);
+      for (int c = 0; c < ncmds; c++)
+        if (cmds[c] > 0) kill(cmds[c], SIGKILL), waitpid(cmds[c], NULL, 0), cmds[c] = 0;
       break;
     }
     usleep(10000);
@@ -217,23 +225,35 @@ static bool write_secret(char *path, size_t cap) {
   return ok;
 }
 
-static pid_t run_command(char **cmd, int ncmd) {
+/* Runs the command; worker >= 0: as that worker's own client (between-graph:
+ * --job worker --task K added, --quiet for all but the chief). */
+static pid_t run_command(char **cmd, int ncmd, int worker) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   prctl(PR_SET_PDEATHSIG, SIGTERM);
+  char **args = calloc((size_t)ncmd + 8, sizeof *args);
+  char task[16];
+  if (!args) _exit(127);
   const char *last = strrchr(cmd[0], '.');
-  if (last && (!strcmp(last, ".gr") || !strcmp(last, ".grb"))) { /* a graph file: graphrun run */
-    char **args = calloc((size_t)ncmd + 3, sizeof *args);
-    if (!args) _exit(127);
-    args[0] = "graphrun";
-    args[1] = "run";
-    for (int i = 0; i < ncmd; i++) args[i + 2] = cmd[i];
-    execv(self_exe, args);
-  } else if (!strcmp(cmd[0], "graphrun")) {
-    execv(self_exe, cmd);
-  } else {
-    execvp(cmd[0], cmd);
+  bool graph = last && (!strcmp(last, ".gr") || !strcmp(last, ".grb"));
+  int n = 0;
+  if (graph) { /* a graph file: graphrun run */
+    args[n++] = "graphrun";
+    args[n++] = "run";
   }
+  for (int i = 0; i < ncmd; i++) args[n++] = cmd[i];
+  if (worker >= 0) {
+    snprintf(task, sizeof task, "%d", worker);
+    args[n++] = "--job";
+    args[n++] = "worker";
+    args[n++] = "--task";
+    args[n++] = task;
+    if (worker > 0) args[n++] = "--quiet";
+  }
+  if (graph || !strcmp(cmd[0], "graphrun"))
+    execv(self_exe, args);
+  else
+    execvp(cmd[0], args);
   fprintf(stderr, "graphrun launch: cannot run '%s': %s\n", cmd[0], strerror(errno));
   _exit(127);
 }
@@ -309,7 +329,7 @@ static bool supervise(task *ts, int n, const char *secret_file, int threads, lon
 int gr_cmd_launch(int argc, char **argv) {
   long ps = 1, workers = 2, restarts = 3, threads = 1;
   const char *spec = NULL;
-  bool quiet = false, sized = false;
+  bool quiet = false, sized = false, between = false;
   int i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];
@@ -343,6 +363,8 @@ int gr_cmd_launch(int argc, char **argv) {
       spec = argv[++i];
     } else if (!strcmp(a, "--quiet")) {
       quiet = true;
+    } else if (!strcmp(a, "--between-graph")) {
+      between = true;
     } else if (a[0] == '-') {
       fprintf(stderr, "graphrun launch: unknown option or missing value: '%s' (try --help)\n", a);
       return GR_EXIT_USAGE;
@@ -378,7 +400,8 @@ int gr_cmd_launch(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  pid_t cmd = 0;
+  pid_t cmds[MAX_TASKS] = {0};
+  int ncmds = 0;
   rc = GR_EXIT_FAILURE;
   if (!start_tasks(ts, n, secret_file, (int)threads, quiet) || !export_cluster(ts, n) ||
       setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0)
@@ -390,14 +413,24 @@ int gr_cmd_launch(int argc, char **argv) {
               (int)ts[k].pid);
     fprintf(stderr, "\n");
   }
-  if ((cmd = run_command(argv + i, argc - i)) < 0) goto done;
-  for (;;) {
+  /* one command, or with --between-graph one per worker */
+  for (int k = 0; k < n && (between || ncmds == 0); k++) {
+    if (between && strcmp(ts[k].job, "worker") != 0) continue;
+    if ((cmds[ncmds] = run_command(argv + i, argc - i, between ? ts[k].index : -1)) < 0) goto done;
+    ncmds++;
+  }
+  for (int running = ncmds;;) {
     int status;
-    if (waitpid(cmd, &status, WNOHANG) == cmd) {
-      cmd = 0;
-      rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      break;
-    }
+    bool failed = false;
+    for (int c = 0; c < ncmds; c++)
+      if (cmds[c] > 0 && waitpid(cmds[c], &status, WNOHANG) == cmds[c]) {
+        cmds[c] = 0;
+        running--;
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code != 0 || running == 0) rc = code;
+        failed |= code != 0;
+      }
+    if (failed || running == 0) break; /* the first failure ends the others */
     if (got_signal) {
       fprintf(stderr, "graphrun launch: signal %d: stopping the cluster\n", (int)got_signal);
       rc = 128 + got_signal;
@@ -414,7 +447,7 @@ int gr_cmd_launch(int argc, char **argv) {
         if (pf[k].revents) drain(&ts[who[k]], quiet);
   }
 done:
-  stop_all(ts, n, cmd);
+  stop_all(ts, n, cmds, ncmds);
   unlink(secret_file);
   return rc;
 }

@@ -63,6 +63,11 @@ static void usage(FILE *f) {
          "                     (default: GRAPHRUN_CLUSTER, which graphrun launch sets; unpinned\n"
          "                     nodes run on the chief's or worker 0's device)\n"
          "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n"
+         "  --job J --task I   between-graph training: run as this worker's own client; the\n"
+         "                     program's default device is /job:J/task:I, task_index() is I;\n"
+         "                     the chief (job 'chief', else worker 0) initialises, restores and\n"
+         "                     saves the shared variables (--ckpt is the chief's; the others\n"
+         "                     ignore it), the others wait for them\n"
          "  --recovery-timeout S  with --cluster and --ckpt, a lost or restarted task is\n"
          "                     waited for up to S seconds (default 60), then the run restores\n"
          "                     the newest checkpoint and goes on from it\n"
@@ -227,8 +232,9 @@ typedef struct recovery {
   const gr_session_options *opts;
   double timeout_s;
   long failures, max_failures;
-  gr_ckpt *ck;
+  gr_ckpt *ck; /* NULL: a worker that is not the chief (it waits for the chief) */
   gr_graph *g;
+  const cli_worker *self;
 } recovery;
 
 enum { RECOVERED, NOT_RECOVERABLE, RECOVERY_FAILED };
@@ -246,10 +252,14 @@ static int recover(recovery *r, const char *what, gr_error *err, gr_master **m, 
   r->failures++;
   fprintf(stderr,
           "graphrun run: %s failed: %s\ngraphrun run: recovering (%ld of at most %ld): waiting "
-          "up to %.0f s for every task, then restoring %s\n",
-          what, err->msg, r->failures, r->max_failures, r->timeout_s, r->ckpt_path);
-  if (cli_recover(r->cluster, r->from, r->secret, r->opts->step_timeout_ms,
-                  (int)(r->timeout_s * 1000), r->g, r->opts, r->ck, m, s, at, err) != GR_OK) {
+          "up to %.0f s for every task, then %s%s\n",
+          what, err->msg, r->failures, r->max_failures, r->timeout_s,
+          r->ck ? "restoring " : "for the chief to restore the shared variables",
+          r->ck ? r->ckpt_path : "");
+  gr_status st = cli_recover(r->cluster, r->from, r->secret, r->opts->step_timeout_ms,
+                             (int)(r->timeout_s * 1000), r->g, r->opts, r->ck, m, s, at, err);
+  if (st == GR_OK && !r->ck) st = cli_wait_for_chief(*s, r->self, r->timeout_s, false, err);
+  if (st != GR_OK) {
     fprintf(stderr, "graphrun run: recovery failed: %s\n", err->msg);
     return RECOVERY_FAILED;
   }
@@ -273,7 +283,8 @@ int gr_cmd_run(int argc, char **argv) {
   const char *ckpt_path = NULL, *trace_path = NULL, *out_dir = NULL;
   const char *cluster_spec = NULL, *secret_file = NULL;
   double recovery_s = 60;
-  long max_failures = 10;
+  long max_failures = 10, task_index = -1;
+  const char *job = NULL;
   bool schedule_recvs = false, soft = false;
   gr_step_trace *trace = NULL;
   for (int i = 1; i < argc; i++) {
@@ -303,6 +314,14 @@ int gr_cmd_run(int argc, char **argv) {
       cluster_spec = argv[++i];
     } else if (strcmp(a, "--secret-file") == 0 && has_val) {
       secret_file = argv[++i];
+    } else if (strcmp(a, "--job") == 0 && has_val) {
+      job = argv[++i];
+    } else if (strcmp(a, "--task") == 0 && has_val) {
+      if (!parse_long(argv[++i], 0, &task_index) || task_index > 100000) {
+        fprintf(stderr, "graphrun run: --task wants a task index in [0, 100000], got '%s'\n",
+                argv[i]);
+        return GR_EXIT_USAGE;
+      }
     } else if (strcmp(a, "--recovery-timeout") == 0 && has_val) {
       if (!parse_seconds(argv[++i], &recovery_s)) {
         fprintf(stderr, "graphrun run: --recovery-timeout wants seconds in [0, %.0f], got '%s'\n",
@@ -401,7 +420,13 @@ int gr_cmd_run(int argc, char **argv) {
     fprintf(stderr, "graphrun run: %s\n", cerr.msg);
     return GR_EXIT_USAGE;
   }
-  int rc = cli_load_graph_on("run", file, (uint64_t)seed, cluster, &g, &p);
+  cli_worker self;
+  int rc = cli_worker_setup(&self, job, task_index, cluster);
+  if (self.on && !self.chief) /* the checkpoint is the chief's (launch gives all the same flags) */
+    ckpt_path = NULL, save_every = 0, no_restore = false;
+  if (rc == GR_EXIT_OK)
+    rc = cli_load_graph_on("run", file, (uint64_t)seed, cluster, self.on ? self.device : NULL,
+                           self.on ? self.task : 0, &g, &p);
   if (rc != GR_EXIT_OK) {
     gr_cluster_free(cluster);
     return rc;
@@ -514,7 +539,14 @@ int gr_cmd_run(int argc, char **argv) {
                                          &ck, &done_steps)) != GR_EXIT_OK)
     goto done;
   recovery rec = {cluster, cluster_from, secret, ckpt_path, &opts, recovery_s,
-                  0,       max_failures, ck,     g};
+                  0,       max_failures, ck,     g,         &self};
+  /* a worker that is not the chief starts once the chief has given the
+   * shared variables their values */
+  if (self.on && !self.chief && cli_wait_for_chief(s, &self, recovery_s, quiet, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: %s\n", err.msg);
+    rc = GR_EXIT_FAILURE;
+    goto done;
+  }
   int64_t latest;
   if (master && ck && gr_ckpt_latest_step(ck, &latest, &err) == GR_ERR_NOT_FOUND)
     for (;;) { /* the checkpoint a lost task restarts from; a task lost before it is waited for */
@@ -556,12 +588,15 @@ int gr_cmd_run(int argc, char **argv) {
                st);
       int64_t at;
       double t_rec = cli_now();
-      int how = master && ck ? recover(&rec, when, &err, &master, &s, &at) : NOT_RECOVERABLE;
+      bool follower = self.on && !self.chief; /* recovers without a checkpoint of its own */
+      int how = master && (ck || follower) ? recover(&rec, when, &err, &master, &s, &at)
+                                           : NOT_RECOVERABLE;
       if (how == RECOVERY_FAILED) goto done;
       if (in_save)
         for (int i = 0; i < nfetch; i++) gr_tensor_release(&results[i]);
       if (how == RECOVERED) {
-        long resumed = at < 0 ? 0 : steps_done_of(ck);
+        /* a follower goes on with its own count: the chief restored the shared state */
+        long resumed = !ck ? (in_save ? st : st - 1) : at < 0 ? 0 : steps_done_of(ck);
         fprintf(stderr,
                 "graphrun run: recovered in %.0f ms: resuming after step %ld (%ld steps lost)\n",
                 (cli_now() - t_rec) * 1000, resumed, (in_save ? st : st - 1) - resumed);
