@@ -393,6 +393,19 @@ typedef struct gr_placement gr_placement;
 gr_status gr_placer_place(gr_graph *g, const gr_cluster *c, const gr_placer_options *o,
                           gr_placement **out, gr_error *err);
 void gr_placement_free(gr_placement *p);
+
+/* How the nodes that no pin decides get their devices (`graphrun run
+ * --placement`): left to the session (its first device: the chief's or
+ * worker 0's on a cluster), by the cost model, or round-robin. */
+typedef enum gr_place_mode { GR_PLACE_PINS, GR_PLACE_COST, GR_PLACE_ROUND_ROBIN } gr_place_mode;
+/* "pins", "cost" or "round-robin"; false for anything else. */
+bool gr_place_mode_parse(const char *text, gr_place_mode *out);
+/* The placement step of preparing a run, before gr_session_new or
+ * gr_master_session_new: assigns devices by mode on cluster c's devices
+ * (NULL: `devices` local CPUs, the cost model with static estimates).
+ * soft: a pin no device satisfies is ignored (cost mode). */
+gr_status gr_placer_assign(gr_graph *g, const gr_cluster *c, int devices, gr_place_mode mode,
+                           bool soft, gr_error *err);
 double gr_placement_step_time(const gr_placement *p);
 double gr_placement_cross_bytes(const gr_placement *p);
 /* Device index (into the cluster) of the node with this id, -1 if not placed. */

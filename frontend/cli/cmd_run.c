@@ -192,37 +192,14 @@ static gr_status save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long s
 }
 
 /* Assigns devices to the nodes that no pin decides, per --placement. */
-static int place_nodes(gr_graph *g, int devices, const char *placement, bool soft,
+static int place_nodes(gr_graph *g, int devices, gr_place_mode mode, bool soft,
                        const gr_cluster *cluster) {
-  if (strcmp(placement, "pins") == 0) return GR_EXIT_OK;
-  if (strcmp(placement, "round-robin") == 0) {
-    int nd = cluster ? gr_cluster_num_devices(cluster) : devices;
-    for (int i = 0; i < gr_graph_num_nodes(g); i++) {
-      gr_node *n = gr_graph_node(g, i);
-      if (n->requested_device[0]) continue;
-      char name[GR_DEVICE_NAME_MAX];
-      gr_device_spec d = gr_device_spec_local_cpu(i % nd);
-      n->assigned_device = gr_graph_strdup(g, cluster ? gr_cluster_device_at(cluster, i % nd)->name
-                                                      : gr_device_spec_str(&d, name));
-    }
-    return GR_EXIT_OK;
-  }
-  /* the cost model on the cluster's devices, or this process's (static estimates) */
-  gr_cluster *local = cluster ? NULL : gr_cluster_new_local(devices, 1e10, 1e10, 1e-6);
-  const gr_cluster *c = cluster ? cluster : local;
-  gr_placer_options o = gr_placer_options_default();
-  o.soft_placement = soft;
   gr_error err;
-  gr_status st = c ? gr_placer_place(g, c, &o, NULL, &err)
-                   : gr_error_set(&err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  gr_cluster_free(local);
-  if (st != GR_OK) {
-    fprintf(stderr, "graphrun run: placement: %s\n", err.msg);
-    if (!soft && strstr(err.msg, "soft placement is off"))
-      fprintf(stderr, "  (--soft-placement runs it on a local device instead)\n");
-    return GR_EXIT_USAGE;
-  }
-  return GR_EXIT_OK;
+  if (gr_placer_assign(g, cluster, devices, mode, soft, &err) == GR_OK) return GR_EXIT_OK;
+  fprintf(stderr, "graphrun run: placement: %s\n", err.msg);
+  if (!soft && strstr(err.msg, "soft placement is off"))
+    fprintf(stderr, "  (--soft-placement runs it on a local device instead)\n");
+  return GR_EXIT_USAGE;
 }
 
 /* What a cluster run with --ckpt needs to recover from a lost task. */
@@ -278,7 +255,7 @@ int gr_cmd_run(int argc, char **argv) {
   int nfeed = 0, nfetch = 0, ntarget = 0, neval = 0;
   long steps = 1, seed = 0, threads = 0, save_every = 0, keep = 5, devices = 1;
   double timeout_s = 300;
-  const char *placement = "pins";
+  gr_place_mode placement = GR_PLACE_PINS;
   bool json = false, quiet = false, no_restore = false;
   const char *ckpt_path = NULL, *trace_path = NULL, *out_dir = NULL;
   const char *cluster_spec = NULL, *secret_file = NULL;
@@ -344,12 +321,10 @@ int gr_cmd_run(int argc, char **argv) {
         return GR_EXIT_USAGE;
       }
     } else if (strcmp(a, "--placement") == 0 && has_val) {
-      placement = argv[++i];
-      if (strcmp(placement, "pins") != 0 && strcmp(placement, "cost") != 0 &&
-          strcmp(placement, "round-robin") != 0) {
+      if (!gr_place_mode_parse(argv[++i], &placement)) {
         fprintf(stderr,
                 "graphrun run: --placement wants 'pins', 'cost' or 'round-robin', got '%s'\n",
-                placement);
+                argv[i]);
         return GR_EXIT_USAGE;
       }
     } else if (strcmp(a, "--ckpt") == 0 && has_val) {

@@ -387,7 +387,51 @@ static void test_locality_explained(void) {
   gr_graph_free(g);
 }
 
+/* The placement step by mode: pins leave unpinned nodes alone, round-robin
+ * cycles over the devices, cost places every node; pins stay pins. */
+static void test_assign_modes(void) {
+  gr_place_mode m;
+  GR_CHECK(gr_place_mode_parse("round-robin", &m) && m == GR_PLACE_ROUND_ROBIN);
+  GR_CHECK(gr_place_mode_parse("cost", &m) && m == GR_PLACE_COST);
+  GR_CHECK(!gr_place_mode_parse("Cost", &m) && !gr_place_mode_parse(NULL, &m));
+  for (int mode = 0; mode < 3; mode++) {
+    gr_graph *g = gr_graph_new();
+    gr_output x = gr_const_f32(g, 1);
+    for (int i = 0; i < 6; i++) x = gr_add(g, x, gr_const_f32(g, (float)i));
+    gr_graph_push_device_scope(g, "/job:localhost/replica:0/task:0/device:CPU:2");
+    gr_output pinned = gr_neg(g, x);
+    gr_graph_pop_device_scope(g);
+    gr_error err;
+    GR_CHECK_OK(gr_placer_assign(g, NULL, 3, (gr_place_mode)mode, false, &err), err);
+    int placed = 0, on[3] = {0};
+    for (int i = 0; i < gr_graph_num_nodes(g); i++) {
+      gr_node *n = gr_graph_node(g, i);
+      if (n == pinned.node) continue;
+      if (!n->assigned_device) continue;
+      placed++;
+      for (int k = 0; k < 3; k++) {
+        char want[GR_DEVICE_NAME_MAX];
+        gr_device_spec d = gr_device_spec_local_cpu(k);
+        on[k] += strcmp(n->assigned_device, gr_device_spec_str(&d, want)) == 0;
+      }
+    }
+    int total = gr_graph_num_nodes(g) - 1;
+    if (mode == GR_PLACE_PINS) GR_CHECK_EQ_INT(placed, 0);
+    if (mode != GR_PLACE_PINS) GR_CHECK_EQ_INT(placed, total);
+    if (mode == GR_PLACE_ROUND_ROBIN)
+      GR_CHECK_MSG(on[0] >= total / 3 && on[1] >= total / 3 && on[2] >= total / 3,
+                   "round-robin: %d %d %d of %d", on[0], on[1], on[2], total);
+    if (mode == GR_PLACE_COST) GR_CHECK_STR_CONTAINS(pinned.node->assigned_device, "CPU:2");
+    gr_graph_free(g);
+  }
+  gr_graph *g = gr_graph_new();
+  gr_error err;
+  GR_CHECK(gr_placer_assign(g, NULL, 0, GR_PLACE_COST, false, &err) == GR_ERR_INVALID_ARGUMENT);
+  gr_graph_free(g);
+}
+
 int main(void) {
+  GR_RUN(test_assign_modes);
   GR_RUN(test_pins_exact);
   GR_RUN(test_locality_explained);
   GR_RUN(test_unsatisfiable_pin);
