@@ -2,6 +2,7 @@
  * predicted step time and the bytes crossing devices. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "place_internal.h"
@@ -30,6 +31,67 @@ static const char *fmt_bytes(double b, char *buf) {
   else
     snprintf(buf, 32, "%.3g GB", b / 1e9);
   return buf;
+}
+
+/* The group a node belongs to for the summary: the first component of its
+ * name, after a leading "gradients/" (a replica's or stage's gradient
+ * belongs with it): replica_0, micro_batch_2, layer1, ...; nodes outside
+ * any scope form the group "(top level)". */
+static size_t group_of(const char *name, const char **start) {
+  if (strncmp(name, "gradients/", 10) == 0 && strchr(name + 10, '/')) name += 10;
+  const char *slash = strchr(name, '/');
+  *start = slash ? name : "(top level)";
+  return slash ? (size_t)(slash - name) : strlen(*start);
+}
+
+/* Where the replicas, micro-batch stages, variable shards and scopes went:
+ * per group (in order of first appearance) its node count per device, and
+ * the devices of its variables. */
+static void explain_groups(const gr_placement *p, FILE *f) {
+  int D = p->cluster->num_devices, ng = 0, cap = 64;
+  const char *gname[64];
+  size_t glen[64];
+  int *count = calloc((size_t)cap * (size_t)D, sizeof *count),
+      *vars = calloc((size_t)cap, sizeof *vars);
+  int *vdev = calloc((size_t)cap * (size_t)D, sizeof *vdev);
+  if (!count || !vars || !vdev) goto out;
+  for (int k = 0; k < p->n; k++) {
+    const gr_node *v = p->node_at[k];
+    const char *g;
+    size_t len = group_of(v->name, &g);
+    int i = 0;
+    while (i < ng && !(glen[i] == len && strncmp(gname[i], g, len) == 0)) i++;
+    if (i == ng) {
+      if (ng == cap) continue; /* past 64 groups: the per-node lines above tell */
+      gname[ng] = g, glen[ng++] = len;
+    }
+    int d = p->r.device[k];
+    if (d < 0 || d >= D) continue;
+    count[(size_t)i * (size_t)D + (size_t)d]++;
+    const char *var = gr_node_attr_string(v, "var", "");
+    if ((v->op->flags & GR_OP_VARIABLE) && strcmp(var, v->name) == 0) {
+      vars[i]++;
+      vdev[(size_t)i * (size_t)D + (size_t)d]++;
+    }
+  }
+  fprintf(f, "# by group (replicas, micro-batches, scopes): nodes per device; variables\n");
+  for (int i = 0; i < ng; i++) {
+    fprintf(f, "%-24.*s", (int)glen[i], gname[i]);
+    for (int d = 0; d < D; d++)
+      if (count[(size_t)i * (size_t)D + (size_t)d])
+        fprintf(f, " d%d:%d", d, count[(size_t)i * (size_t)D + (size_t)d]);
+    if (vars[i]) {
+      fprintf(f, "  variables");
+      for (int d = 0; d < D; d++)
+        if (vdev[(size_t)i * (size_t)D + (size_t)d])
+          fprintf(f, " d%d:%d", d, vdev[(size_t)i * (size_t)D + (size_t)d]);
+    }
+    fprintf(f, "\n");
+  }
+out:
+  free(count);
+  free(vars);
+  free(vdev);
 }
 
 void gr_placement_explain(const gr_placement *p, FILE *f) {
@@ -103,4 +165,5 @@ void gr_placement_explain(const gr_placement *p, FILE *f) {
           : r->by_locality ? " -- locality"
                            : "");
   fprintf(f, "bytes crossing devices: %s per step\n", fmt_bytes(r->cross_bytes, t1));
+  explain_groups(p, f);
 }

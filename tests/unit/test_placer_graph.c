@@ -430,8 +430,50 @@ static void test_assign_modes(void) {
   gr_graph_free(g);
 }
 
+/* The explanation ends with where each group (replica, stage, scope) went:
+ * two replicas pinned to two devices, a variable on the ps. */
+static void test_explain_groups(void) {
+  gr_cluster *c = cluster();
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_device_scope(g, "/job:ps");
+  gr_output w = gr_variable(g, "layer/w", gr_zeros(g, GR_F32, (gr_shape){2, {4, 4}}));
+  gr_graph_pop_device_scope(g);
+  const char *pins[2] = {W01, W11};
+  for (int r = 0; r < 2; r++) {
+    char scope[16];
+    snprintf(scope, sizeof scope, "replica_%d", r);
+    gr_graph_push_name_scope(g, scope);
+    gr_graph_push_device_scope(g, pins[r]);
+    gr_relu(g, gr_matmul(g, gr_zeros(g, GR_F32, (gr_shape){2, {2, 4}}), w, false, false));
+    gr_graph_pop_device_scope(g);
+    gr_graph_pop_name_scope(g);
+  }
+  gr_error err;
+  gr_placer_options o = gr_placer_options_default();
+  o.explain = true;
+  gr_placement *p = NULL;
+  GR_CHECK_OK(gr_placer_place(g, c, &o, &p, &err), err);
+  char *text = p ? explain_text(p) : NULL;
+  const char *sum = text ? strstr(text, "# by group") : NULL;
+  GR_CHECK_MSG(sum != NULL, "%s", text ? text : "");
+  if (sum) {
+    int d0 = gr_cluster_find_device(c, PS), d1 = gr_cluster_find_device(c, W01),
+        d2 = gr_cluster_find_device(c, W11);
+    char want[3][64];
+    snprintf(want[0], sizeof want[0], "replica_0                d%d:", d1);
+    snprintf(want[1], sizeof want[1], "replica_1                d%d:", d2);
+    snprintf(want[2], sizeof want[2], "variables d%d:1", d0);
+    for (int i = 0; i < 3; i++) GR_CHECK_STR_CONTAINS(sum, want[i]);
+  }
+  free(text);
+  gr_placement_free(p);
+  gr_graph_free(g);
+  gr_cluster_free(c);
+}
+
 int main(void) {
   GR_RUN(test_assign_modes);
+  GR_RUN(test_explain_groups);
   GR_RUN(test_pins_exact);
   GR_RUN(test_locality_explained);
   GR_RUN(test_unsatisfiable_pin);
