@@ -1,5 +1,6 @@
 /* graphrun run --trace: a step trace as a Chrome trace (chrome://tracing,
- * ui.perfetto.dev): one process per device, one complete event per node run. */
+ * ui.perfetto.dev): one process per device, one complete event per node run,
+ * and the bytes each link between devices carried (otherData). */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +17,27 @@ static void json_str(FILE *f, const char *s) {
       fputc(*s, f);
   }
   fputc('"', f);
+}
+
+int cli_trace_links(const gr_step_trace *t, cli_link *links, int cap) {
+  int n = 0;
+  for (int i = 0; i < gr_step_trace_count(t); i++) {
+    const gr_trace_event *e = gr_step_trace_event(t, i);
+    const gr_node *v = e->node;
+    /* a receive: what crossed the link from its sender's device to its own */
+    if (!(v->op->flags & GR_OP_TRANSFER) || v->num_outputs < 1) continue;
+    const char *from = gr_node_attr_string(v, "send_device", "?"),
+               *to = gr_node_attr_string(v, "recv_device", "?");
+    int k = 0;
+    while (k < n && !(strcmp(links[k].from, from) == 0 && strcmp(links[k].to, to) == 0)) k++;
+    if (k == n) {
+      if (n == cap) continue;
+      links[n++] = (cli_link){from, to, 0, 0};
+    }
+    links[k].values++;
+    links[k].bytes += e->out_bytes;
+  }
+  return n;
 }
 
 int cli_write_trace(const char *path, const gr_step_trace *t) {
@@ -53,6 +75,16 @@ int cli_write_trace(const char *path, const gr_step_trace *t) {
             (long long)e->out_bytes, (long long)e->iteration);
     first = false;
   }
-  fprintf(f, "\n]}\n");
+  fprintf(f, "\n], \"otherData\": {\"bytes_per_link\": [");
+  cli_link links[64];
+  int nl = cli_trace_links(t, links, 64);
+  for (int k = 0; k < nl; k++) {
+    fprintf(f, "%s\n  {\"from\": ", k ? "," : "");
+    json_str(f, links[k].from);
+    fprintf(f, ", \"to\": ");
+    json_str(f, links[k].to);
+    fprintf(f, ", \"values\": %lld, \"bytes\": %lld}", links[k].values, links[k].bytes);
+  }
+  fprintf(f, "]}}\n");
   return fclose(f) == 0 ? 0 : -1;
 }

@@ -86,5 +86,13 @@ double cli_now(void);
 
 /* Writes a step trace as Chrome trace JSON; 0, or -1 (errno set). */
 int cli_write_trace(const char *path, const gr_step_trace *t);
+/* What crossed each link between two devices in a traced step: the values
+ * received on `to` from `from` and their bytes (names borrowed from the
+ * graph). At most cap links; returns how many. */
+typedef struct cli_link {
+  const char *from, *to;
+  long long values, bytes;
+} cli_link;
+int cli_trace_links(const gr_step_trace *t, cli_link *links, int cap);
 
 #endif

@@ -594,9 +594,15 @@ int gr_cmd_run(int argc, char **argv) {
       fprintf(stderr, "graphrun run: --trace %s: %s\n", trace_path, strerror(errno));
       goto done;
     }
-    if (!quiet)
+    if (!quiet) {
       fprintf(stderr, "graphrun run: wrote the last step's trace (%d node runs) to %s\n",
               gr_step_trace_count(trace), trace_path);
+      cli_link links[64];
+      int nl = cli_trace_links(trace, links, 64);
+      for (int k = 0; k < nl; k++)
+        fprintf(stderr, "graphrun run:   %s -> %s: %lld values, %lld bytes\n", links[k].from,
+                links[k].to, links[k].values, links[k].bytes);
+    }
   }
   if ((devices > 1 || master) && !quiet && done_steps < steps) {
     fprintf(stderr, "graphrun run: the last step sent %lld values between devices (%lld bytes)\n",

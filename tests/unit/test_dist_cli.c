@@ -39,11 +39,31 @@ static void test_launch_runs_a_graph(void) {
   gt_proc p;
   char file[PATH_MAX];
   snprintf(file, sizeof file, "%s/examples/cluster_basics.gr", GR_SOURCE_DIR);
-  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", file, NULL});
+  char trace[] = "/tmp/gr_trace_XXXXXX";
+  int tfd = mkstemp(trace);
+  GR_CHECK(tfd >= 0);
+  close(tfd);
+  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--ps", "1", "--workers", "2", file, "--trace",
+                               trace, NULL});
   GR_CHECK_MSG(gt_proc_wait(&p, NULL, 60), "launch did not finish: %s", p.buf);
   gt_proc_finish(&p);
   GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 0);
   GR_CHECK_STR_CONTAINS(p.buf, "y = 238.0");
+  /* the trace's bytes per link: x from the ps to each worker, y2 from worker 1
+   * to worker 0, 4 bytes each: as many as the step says it sent */
+  GR_CHECK_STR_CONTAINS(p.buf, "the last step sent 3 values between devices (12 bytes)");
+  GR_CHECK_STR_CONTAINS(p.buf, "/job:ps/replica:0/task:0/device:CPU:0 -> "
+                               "/job:worker/replica:0/task:1/device:CPU:0: 1 values, 4 bytes");
+  GR_CHECK_STR_CONTAINS(p.buf, "/job:worker/replica:0/task:1/device:CPU:0 -> "
+                               "/job:worker/replica:0/task:0/device:CPU:0: 1 values, 4 bytes");
+  FILE *tf = fopen(trace, "r");
+  char json[65536] = "";
+  size_t got = tf ? fread(json, 1, sizeof json - 1, tf) : 0;
+  json[got] = '\0';
+  if (tf) fclose(tf);
+  GR_CHECK_STR_CONTAINS(json, "\"bytes_per_link\": [");
+  GR_CHECK_STR_CONTAINS(json, "\"values\": 1, \"bytes\": 4}");
+  unlink(trace);
   GR_CHECK_STR_CONTAINS(p.buf, "[ps:0] graphrun server: /job:ps/replica:0/task:0 listening on");
   GR_CHECK_STR_CONTAINS(p.buf, "authenticated");
   /* every task's server is gone */
