@@ -61,6 +61,9 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   if (r) {
     gr_map_remove_u64(&t->pending, id);
     finish(r, code ? e.code : GR_OK, code ? &e : NULL, m);
+  } else if (gr_map_get_u64(&t->abandoned, id)) { /* a step's late answer: its step ended */
+    gr_map_remove_u64(&t->abandoned, id);
+    if (--ms->abandoned == 0) pthread_cond_broadcast(&ms->abandoned_cv);
   }
   pthread_mutex_unlock(&ms->mu);
   if (!r) gr_inmsg_free(m); /* a response after its deadline */
@@ -89,6 +92,11 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
     }
     if (n == 0) break;
   }
+  size_t gone = gr_map_count(&t->abandoned); /* no answer comes now */
+  gr_map_free(&t->abandoned);
+  gr_map_init(&t->abandoned, GR_MAP_U64);
+  ms->abandoned -= (int)gone;
+  if (gone && ms->abandoned == 0) pthread_cond_broadcast(&ms->abandoned_cv);
   pthread_mutex_unlock(&ms->mu);
 }
 
@@ -127,22 +135,74 @@ uint64_t gr_master_new_id(gr_master *ms) {
   return __atomic_add_fetch(&ms->next_id, 1, __ATOMIC_RELAXED);
 }
 
+/* Gives up waiting for the requests of rs not done yet (g's lock not held):
+ * they fail with GR_ERR_CANCELLED, and their answers are awaited by
+ * gr_master_drain until deadline_ms (0: 60 s from now). */
+static void abandon(gr_master *ms, rpc *rs, int n, int64_t deadline_ms) {
+  if (deadline_ms <= 0) deadline_ms = gr_wire_now_ms() + 60000;
+  for (int i = 0; i < n; i++) {
+    task *t = &ms->tasks[rs[i].task];
+    gr_error e;
+    gr_error_set(&e, GR_ERR_CANCELLED, "%s: not waited for (the step failed elsewhere)", t->name);
+    pthread_mutex_lock(&ms->mu);
+    if (gr_map_get_u64(&t->pending, rs[i].id) == &rs[i]) {
+      gr_map_remove_u64(&t->pending, rs[i].id);
+      if (!t->lost && gr_map_put_u64(&t->abandoned, rs[i].id, ms)) {
+        ms->abandoned++;
+        if (deadline_ms > ms->abandoned_deadline_ms) ms->abandoned_deadline_ms = deadline_ms;
+      }
+      finish(&rs[i], e.code, &e, NULL);
+    }
+    pthread_mutex_unlock(&ms->mu);
+  }
+}
+
+void gr_master_drain(gr_master *ms) {
+  pthread_mutex_lock(&ms->mu);
+  while (ms->abandoned > 0) {
+    int64_t left = ms->abandoned_deadline_ms - gr_wire_now_ms();
+    if (left <= 0) { /* past the deadline: late answers are dropped */
+      for (int k = 0; k < ms->num_tasks; k++) {
+        gr_map_free(&ms->tasks[k].abandoned);
+        gr_map_init(&ms->tasks[k].abandoned, GR_MAP_U64);
+      }
+      ms->abandoned = 0;
+      break;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += left / 1000;
+    ts.tv_nsec += (left % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&ms->abandoned_cv, &ms->mu, &ts);
+  }
+  pthread_mutex_unlock(&ms->mu);
+}
+
 /* Waits for every request of g, until deadline_ms (0: none). on_done(arg,
- * r) runs (without g's lock) once per request as it completes. Requests not
- * done at the deadline fail with GR_ERR_DEADLINE_EXCEEDED. */
+ * r) runs (without g's lock) once per request as it completes; when it
+ * returns true, the rest are abandoned. Requests not done at the deadline
+ * fail with GR_ERR_DEADLINE_EXCEEDED. */
 void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t deadline_ms,
-                        void (*on_done)(void *, rpc *), void *arg) {
+                        bool (*on_done)(void *, rpc *), void *arg) {
   char *seen = calloc((size_t)n + 1, 1);
+  bool stop = false;
   pthread_mutex_lock(&g->mu);
   for (;;) {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n && !stop; i++)
       if (rs[i].done && seen && !seen[i]) {
         seen[i] = 1;
         pthread_mutex_unlock(&g->mu);
-        if (on_done) on_done(arg, &rs[i]);
+        if (on_done) stop = on_done(arg, &rs[i]);
         pthread_mutex_lock(&g->mu);
       }
     if (g->outstanding == 0) break;
+    if (stop) {
+      pthread_mutex_unlock(&g->mu);
+      abandon(ms, rs, n, deadline_ms);
+      pthread_mutex_lock(&g->mu);
+      break;
+    }
     if (deadline_ms > 0) {
       int64_t left = deadline_ms - gr_wire_now_ms();
       if (left <= 0) break;
@@ -247,6 +307,7 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   if (!ms->o.heartbeat_ms) ms->o.heartbeat_ms = 100;
   if (ms->o.heartbeat_missed <= 0) ms->o.heartbeat_missed = 5;
   pthread_mutex_init(&ms->mu, NULL);
+  pthread_cond_init(&ms->abandoned_cv, NULL);
   ms->secret = o->secret ? strdup(o->secret) : NULL;
   ms->o.secret = ms->secret;
   ms->o.addresses = NULL;
@@ -259,6 +320,7 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
     task *t = &ms->tasks[k];
     ms->num_tasks++;
     gr_map_init(&t->pending, GR_MAP_U64);
+    gr_map_init(&t->abandoned, GR_MAP_U64);
     snprintf(t->address, sizeof t->address, "%s", o->addresses[k] ? o->addresses[k] : "");
     st =
         gr_conn_dial(ms->loop, t->address, ms->secret, ms->o.connect_timeout_ms, &h, &t->conn, err);
@@ -328,11 +390,13 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
 
 void gr_master_free(gr_master *ms) {
   if (!ms) return;
+  gr_master_drain(ms);    /* a step abandoned after a lost task ends on the others first */
   gr_loop_free(ms->loop); /* closes the connections: on_close fails what waits */
   for (int k = 0; k < ms->num_tasks; k++) {
     task *t = &ms->tasks[k];
     gr_conn_unref(t->conn);
     gr_map_free(&t->pending);
+    gr_map_free(&t->abandoned);
     for (int i = 0; i < t->num_devices; i++) free(t->devices[i]);
     free(t->devices);
   }
@@ -340,6 +404,7 @@ void gr_master_free(gr_master *ms) {
   free(ms->device_names);
   free(ms->secret);
   pthread_mutex_destroy(&ms->mu);
+  pthread_cond_destroy(&ms->abandoned_cv);
   free(ms);
 }
 

@@ -31,7 +31,8 @@ typedef struct task {
   char **devices;
   int num_devices;
   gr_conn *conn;
-  gr_map pending; /* id -> rpc (under the master's mu) */
+  gr_map pending;   /* id -> rpc (under the master's mu) */
+  gr_map abandoned; /* ids of step requests left unanswered -> the master (under its mu) */
   bool lost;
   char lost_why[GR_ERROR_MSG_MAX];
 } task;
@@ -47,6 +48,12 @@ struct gr_master {
   pthread_mutex_t mu;
   uint64_t next_id;
   gr_remote_runner runner;
+  /* step requests the master stopped waiting for when a task of their step
+   * was lost (under mu): their answers are awaited before anything else is
+   * sent to the tasks, so a step never overlaps the previous one */
+  int abandoned;
+  int64_t abandoned_deadline_ms;
+  pthread_cond_t abandoned_cv;
 };
 
 /* A new request id. */
@@ -55,9 +62,15 @@ uint64_t gr_master_new_id(gr_master *ms);
 void gr_master_start(gr_master *ms, int k, gr_outmsg *msg, rpc *r, rpc_group *g);
 /* Waits for the n requests rs of g until deadline_ms (0: none); on_done(arg,
  * r) runs once per request as it completes (without locks held). Requests
- * not done by the deadline fail with GR_ERR_DEADLINE_EXCEEDED. */
+ * not done by the deadline fail with GR_ERR_DEADLINE_EXCEEDED. When on_done
+ * returns true, the wait ends at once: the requests not done yet fail with
+ * GR_ERR_CANCELLED and are abandoned (gr_master_drain awaits their answers
+ * until deadline_ms, or 60 s when it is 0). */
 void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t deadline_ms,
-                        void (*on_done)(void *, rpc *), void *arg);
+                        bool (*on_done)(void *, rpc *), void *arg);
+/* Waits (bounded) until every abandoned request has been answered or its
+ * task lost; called before the master sends anything new. */
+void gr_master_drain(gr_master *ms);
 void gr_rpc_group_init(rpc_group *g);
 void gr_rpc_group_destroy(rpc_group *g);
 /* The task index of a full device name, -1 when none. */

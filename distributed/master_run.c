@@ -105,6 +105,7 @@ static gr_status add_feeds(task_plan *tp, const gr_partition *pt, gr_error *err)
 static gr_status prepare(void *self, gr_partitions *parts, void **out, gr_error *err) {
   gr_master *ms = self;
   *out = NULL;
+  gr_master_drain(ms);
   int *part_task = calloc((size_t)parts->num_parts + 1, sizeof(int));
   char *used = calloc((size_t)ms->num_tasks, 1);
   mplan *p = calloc(1, sizeof *p);
@@ -184,10 +185,15 @@ typedef struct step_ctx {
   bool aborted;
 } step_ctx;
 
-/* The first failure aborts the step on every other task. */
-static void on_step_done(void *arg, rpc *r) {
+/* The first failure aborts the step on every other task. A lost task is the
+ * root error whatever the others answer: the wait ends there (true), so a
+ * task slow to abort (a long kernel running, a loaded machine) does not
+ * delay the report; gr_master_drain awaits its answer before the master
+ * sends anything else. */
+static bool on_step_done(void *arg, rpc *r) {
   step_ctx *x = arg;
-  if (r->code == GR_OK || x->aborted) return;
+  bool stop = r->code != GR_OK && r->lost;
+  if (r->code == GR_OK || x->aborted) return stop;
   x->aborted = true;
   char msg[GR_ERROR_MSG_MAX];
   snprintf(msg, sizeof msg, "step aborted: %s failed", x->ms->tasks[r->task].name);
@@ -201,6 +207,7 @@ static void on_step_done(void *arg, rpc *r) {
     gr_outmsg_str(m, "msg", msg);
     gr_conn_send(x->ms->tasks[x->p->t[i].task].conn, m, NULL);
   }
+  return stop;
 }
 
 static gr_outmsg *run_msg(gr_master *ms, const task_plan *tp, const gr_tensor *feed_values,
@@ -291,6 +298,7 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
   mplan *p = plan;
   step_ctx x = {.ms = ms, .p = p};
   GR_TRY(gr_auth_random(&x.run_id, sizeof x.run_id, err));
+  gr_master_drain(ms); /* the previous step has ended on every task */
   rpc *rs = calloc((size_t)p->n, sizeof *rs);
   if (!rs) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   x.rs = rs;
@@ -353,6 +361,7 @@ static gr_status var_initialized(void *self, const char *name, const char *devic
                                  gr_error *err) {
   gr_master *ms = self;
   *out = false;
+  gr_master_drain(ms);
   int only = device ? gr_master_task_of(ms, device) : -1; /* -1: ask every task */
   rpc *rs = calloc((size_t)ms->num_tasks, sizeof *rs);
   if (!rs) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");

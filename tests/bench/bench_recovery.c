@@ -5,8 +5,9 @@
  * previous recovery, at a random moment) and reads the run's lines as they
  * come, timestamped here:
  *
- *   detect_ms  the kill -> "step N failed: lost ..." (the step aborted on
- *              every task and the client told)
+ *   detect_ms  the kill -> "step N failed: lost ..." (the abort sent to
+ *              every task and the client told; the client awaits the other
+ *              tasks' ends of the step before its next request)
  *   resume_ms  the restarted task listening again -> "recovered" (sessions
  *              re-created, graphs registered, checkpoint restored)
  *   lost_steps the steps redone ("(k steps lost)"), at most the interval
