@@ -396,6 +396,7 @@ static void test_save_node_at_step(void) {
     GR_CHECK_OK(gr_session_run(s, &feed, 1, &save, 1, &out, NULL, 0, &err), err);
     GR_CHECK_EQ_INT(*(int64_t *)gr_tensor_data(&out), step);
     gr_tensor_release(&out);
+    gr_tensor_release(&st);
     gr_ckpt_shard one = {"ps-0.ckpt", "/job:ps/task:0"};
     GR_CHECK_OK(gr_ckpt_commit_shards(ck, step, &one, 1, NULL, &err), err);
   }
