@@ -96,8 +96,29 @@ void ckpt_integrity(gr_ckpt *ck, void (*problem)(void *arg, const char *msg), vo
  * these variables (else an error listing the differences). */
 gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var *vars, int n,
                             int64_t step, bool strict, int64_t *step_out, gr_error *err);
+/* Sets the variables vars[0..n) of mgr to vals[0..n), moving the
+ * references out of vals (each left empty). */
+gr_status ckpt_set_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, gr_tensor *vals, int n,
+                          gr_error *err);
 /* Collects the values of vars from mgr (one reference each, in *out). */
 gr_status ckpt_collect_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, int n, gr_tensor *out,
                               gr_error *err);
+
+/* Partitioned variables (partitions.c). Saving: out[0..*nout) (room for n)
+ * are the tensors to write for vars[0..n) with values vals, every
+ * partitioned variable of g whose parts are all among vars written whole
+ * under its own name (the parts concatenated along axis 0 into
+ * wholes[0..*nwholes), room for n, the caller releases them); out borrows
+ * the names and tensors. g may be NULL (no partitions). */
+gr_status ckpt_join_parts(const gr_graph *g, const gr_ckpt_var *vars, const gr_tensor *vals, int n,
+                          gr_ckpt_tensor *out, int *nout, gr_tensor *wholes, int *nwholes,
+                          gr_error *err);
+/* Restoring vars of g (as ckpt_restore_into): a part of a partitioned
+ * variable is restored from its whole (the checkpoint's tensor of the
+ * whole's name, sliced) when the checkpoint holds the whole or lacks the
+ * part, so a checkpoint restores into any number of parts. */
+gr_status ckpt_restore_graph(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_graph *g,
+                             const gr_ckpt_var *vars, int n, int64_t step, bool strict,
+                             int64_t *step_out, gr_error *err);
 
 #endif

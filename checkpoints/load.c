@@ -307,6 +307,21 @@ static void finish_list(char *buf, size_t cap, int count) {
   if (count > 8) snprintf(buf + strlen(buf), cap - strlen(buf), " and %d more", count - 8);
 }
 
+gr_status ckpt_set_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, gr_tensor *vals, int n,
+                          gr_error *err) {
+  for (int i = 0; i < n; i++) {
+    gr_var *v = gr_resource_mgr_get_var(mgr, vars[i].name);
+    if (!v) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    gr_var_lock(v);
+    gr_tensor *cur = gr_var_value(v);
+    gr_tensor_release(cur);
+    *cur = vals[i];
+    vals[i] = gr_tensor_empty();
+    gr_var_unlock(v);
+  }
+  return GR_OK;
+}
+
 gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var *vars, int n,
                             int64_t step, bool strict, int64_t *step_out, gr_error *err) {
   int64_t actual;
@@ -361,19 +376,7 @@ gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var
   for (int i = 0; s == GR_OK && i < n; i++)
     s = ckpt_read_tensor_id(locs[which[i]].file, locs[which[i]].tensor_id, &infos[which[i]], actual,
                             &vals[i], err);
-  for (int i = 0; s == GR_OK && i < n; i++) {
-    gr_var *v = gr_resource_mgr_get_var(mgr, vars[i].name);
-    if (!v) {
-      s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-      break;
-    }
-    gr_var_lock(v);
-    gr_tensor *cur = gr_var_value(v);
-    gr_tensor_release(cur);
-    *cur = vals[i];
-    vals[i] = gr_tensor_empty();
-    gr_var_unlock(v);
-  }
+  if (s == GR_OK) s = ckpt_set_values(mgr, vars, vals, n, err);
   for (int i = 0; vals && i < n; i++) gr_tensor_release(&vals[i]);
   free(vals);
   free(which);

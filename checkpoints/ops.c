@@ -92,15 +92,21 @@ static gr_status save_kernel(gr_kernel_ctx *ctx) {
   if (s == GR_OK) s = ckpt_collect_values(ctx->step->resources, vars, n, vals, ctx->err);
   for (int i = 0; s == GR_OK && i < n; i++) ts[i] = (gr_ckpt_tensor){vars[i].name, &vals[i]};
   const char *path = gr_node_attr_string(ctx->node, "path", "");
+  gr_tensor *wholes = calloc((size_t)n + 1, sizeof *wholes);
+  int nt = n, nw = 0;
+  if (s == GR_OK && !wholes) s = gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (s == GR_OK && ctx->num_inputs > 0) { /* a task's shard of a sharded checkpoint */
     s = gr_ckpt_save_shard(path, step, ts, n, ctx->err);
-  } else if (s == GR_OK) {
+  } else if (s == GR_OK) { /* partitioned variables whole */
+    s = ckpt_join_parts(ctx->node->graph, vars, vals, n, ts, &nt, wholes, &nw, ctx->err);
     char meta[64];
     snprintf(meta, sizeof meta, "{\"graph_seed\":%" PRIu64 "}", ctx->step->seed);
-    s = gr_ckpt_open(path, &o, &ck, ctx->err);
-    if (s == GR_OK) s = gr_ckpt_save_tensors(ck, step, ts, n, meta, ctx->err);
+    if (s == GR_OK) s = gr_ckpt_open(path, &o, &ck, ctx->err);
+    if (s == GR_OK) s = gr_ckpt_save_tensors(ck, step, ts, nt, meta, ctx->err);
     gr_ckpt_close(ck);
   }
+  for (int i = 0; i < nw; i++) gr_tensor_release(&wholes[i]);
+  free(wholes);
   for (int i = 0; vals && i < n; i++) gr_tensor_release(&vals[i]);
   free(vals);
   free(ts);
@@ -119,8 +125,8 @@ static gr_status restore_kernel(gr_kernel_ctx *ctx) {
   int64_t step = -1;
   gr_status s = gr_ckpt_open(gr_node_attr_string(ctx->node, "path", ""), &o, &ck, ctx->err);
   if (s == GR_OK)
-    s = ckpt_restore_into(ck, ctx->step->resources, vars, n,
-                          gr_node_attr_int(ctx->node, "step", -1), all, &step, ctx->err);
+    s = ckpt_restore_graph(ck, ctx->step->resources, ctx->node->graph, vars, n,
+                           gr_node_attr_int(ctx->node, "step", -1), all, &step, ctx->err);
   gr_ckpt_close(ck);
   free(vars);
   if (s == GR_OK) s = set_step_output(ctx, step);

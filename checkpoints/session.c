@@ -110,9 +110,14 @@ gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
   gr_status st = GR_OK;
   if (!vals || !ts || !meta) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (st == GR_OK) st = ckpt_collect_values(gr_session_resources(s), vars, n, vals, err);
-  for (int i = 0; st == GR_OK && i < n; i++) ts[i] = (gr_ckpt_tensor){vars[i].name, &vals[i]};
-  if (st == GR_OK) st = gr_ckpt_save_tensors(ck, gr_session_step(s), ts, n, meta, err);
+  gr_tensor *wholes = calloc((size_t)n + 1, sizeof *wholes);
+  int nt = 0, nw = 0;
+  if (st == GR_OK && !wholes) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK) st = ckpt_join_parts(g, vars, vals, n, ts, &nt, wholes, &nw, err);
+  if (st == GR_OK) st = gr_ckpt_save_tensors(ck, gr_session_step(s), ts, nt, meta, err);
   for (int i = 0; vals && i < n; i++) gr_tensor_release(&vals[i]);
+  for (int i = 0; i < nw; i++) gr_tensor_release(&wholes[i]);
+  free(wholes);
   free(vals);
   free(ts);
   free(meta);
@@ -126,7 +131,8 @@ static gr_status restore(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t 
   int n;
   GR_TRY(gr_ckpt_graph_vars(g, &vars, &n, err));
   int64_t actual = -1;
-  gr_status st = ckpt_restore_into(ck, gr_session_resources(s), vars, n, step, true, &actual, err);
+  gr_status st =
+      ckpt_restore_graph(ck, gr_session_resources(s), g, vars, n, step, true, &actual, err);
   free(vars);
   if (st != GR_OK) return st;
   gr_session_set_step(s, actual);
@@ -164,7 +170,7 @@ gr_status gr_ckpt_restore_vars(gr_ckpt *ck, gr_session *s, const gr_graph *g, in
       pick[i] = *f;
   }
   if (st == GR_OK)
-    st = ckpt_restore_into(ck, gr_session_resources(s), pick, n, step, false, NULL, err);
+    st = ckpt_restore_graph(ck, gr_session_resources(s), g, pick, n, step, false, NULL, err);
   free(pick);
   free(all);
   return st;

@@ -191,10 +191,11 @@ static int edit_distance(const char *a, const char *b) {
 }
 
 static const char *const builtin_names[] = {
-    "variable",      "assign",     "assign_add",  "assign_sub",    "group",         "const",
-    "zeros",         "ones",       "dim",         "gradients",     "minimize",      "sgd",
-    "momentum",      "adam",       "global_step", "read_value",    "ps_variables",  "replicas",
-    "micro_batches", "all_reduce", "num_tasks",   "mirror_spread", "sync_replicas", "task_index"};
+    "variable",   "assign",        "assign_add",    "assign_sub",    "group",
+    "const",      "zeros",         "ones",          "dim",           "gradients",
+    "minimize",   "sgd",           "momentum",      "adam",          "global_step",
+    "read_value", "ps_variables",  "replicas",      "micro_batches", "all_reduce",
+    "num_tasks",  "mirror_spread", "sync_replicas", "task_index",    "partitioned_variable"};
 
 static const char *closest_name(const char *name) {
   const char *best = NULL;

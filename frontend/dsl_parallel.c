@@ -9,12 +9,14 @@
  *   n = num_tasks("worker")                          the cluster's count, at load time
  *   i = task_index()                                 this client's task (run --task I)
  *   spread = mirror_spread()                         max |copy - variable|
+ *   w = partitioned_variable(init, parts=2)          w/part_K split along axis 0
  *
  * In a replicas or micro_batches block the names given after the count are
  * the replica's slices of those tensors; names bound inside stay inside;
  * the block's value (one tensor, or several `a, b`) is averaged over the
  * replicas. A ps_variables block is a scope: names bound inside stay bound
  * after it, as with `device`. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +284,31 @@ static gr_status all_reduce(const dsl_bargs *a, dsl_value *out) {
   return GR_OK;
 }
 
+/* ---- w = partitioned_variable(initial_value, parts=K) -------------------------------------- */
+
+static gr_status partitioned_variable(const dsl_bargs *a, const char *name, dsl_value *out) {
+  gr_dsl_program *p = a->p;
+  static const char *const allowed[] = {"parts", NULL};
+  GR_TRY(dsl_bargs_only_keywords(a, allowed));
+  int pi = dsl_bargs_kw(a, "parts");
+  if (a->npos != 1 || pi < 0)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "partitioned_variable takes an initial value and the number of parts: "
+                     "w = partitioned_variable(glorot_uniform([1000, 64]), parts=2)");
+  if (!name)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "partitioned_variable needs a name: w = partitioned_variable(...)");
+  int64_t parts = 0;
+  GR_TRY(dsl_bargs_int(a, pi, "parts", INT32_MIN, INT32_MAX, &parts));
+  gr_output init;
+  GR_TRY(dsl_to_tensor(p, &a->v[0], a->e->call.args[0].pos, GR_F32, &init));
+  dsl_set_loc(p, a->e->pos);
+  gr_output w = gr_partitioned_variable(p->g, name, init, (int)parts, NULL);
+  GR_TRY(dsl_check_graph(p, a->e->pos));
+  dsl_tensor_value(out, w);
+  return GR_OK;
+}
+
 /* ---- num_tasks(job, default=1) ------------------------------------------------------------ */
 
 static gr_status num_tasks(const dsl_bargs *a, dsl_value *out) {
@@ -352,6 +379,7 @@ gr_status dsl_call_parallel(gr_dsl_program *p, const char *fn, const dsl_expr *e
   if (strcmp(fn, "all_reduce") == 0) return all_reduce(&a, out);
   if (strcmp(fn, "num_tasks") == 0) return num_tasks(&a, out);
   if (strcmp(fn, "task_index") == 0) return task_index(&a, out);
+  if (strcmp(fn, "partitioned_variable") == 0) return partitioned_variable(&a, name, out);
   if (strcmp(fn, "mirror_spread") == 0) {
     if (nargs)
       return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "mirror_spread takes no arguments");

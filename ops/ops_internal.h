@@ -28,6 +28,10 @@ gr_output gr_ops_read_value_via(gr_graph *g, const gr_node *vn, gr_output tie);
  * replica's copy of (parallel.c). */
 gr_output gr_ops_variable_mirror(gr_graph *g, const char *name, gr_output initial_value,
                                  const char *mirror_of);
+/* gr_variable with extra attrs of the variable op (mirror_of, partition_of,
+ * partition_offset, full_shape; at most 4), copied. */
+gr_output gr_ops_variable_with(gr_graph *g, const char *name, gr_output initial_value,
+                               const gr_attr *extra, int num_extra);
 
 /* Mirrored variables (parallel.c), for gr_minimize: appends to vars[0..n)
  * (room for cap) the mirrors of its variables that it lacks; returns the

@@ -42,15 +42,22 @@ static const gr_attr_spec var_attrs[] = {
     {"dtype", GR_ATTR_DTYPE, true, {0}},
     {"shape", GR_ATTR_SHAPE, true, {0}},
     {"initializer", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
-    {"mirror_of", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}}};
+    {"mirror_of", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
+    /* a part of a partitioned variable (partitioned.c): the whole's name,
+     * this part's first row, the whole's shape */
+    {"partition_of", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
+    {"partition_offset", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
+    {"full_shape", GR_ATTR_SHAPE, false, {.type = GR_ATTR_SHAPE}}};
 
 const gr_op_def gr_op_variable = {.name = "variable",
                                   .doc = "reads a variable (attrs var, dtype, shape, initializer; "
                                          "mirror_of: a replica's copy of that variable, whose "
-                                         "gradient minimize all-reduces)",
+                                         "gradient minimize all-reduces; partition_of, "
+                                         "partition_offset, full_shape: a part of a "
+                                         "partitioned variable)",
                                   .num_outputs = 1,
                                   .attrs = var_attrs,
-                                  .num_attrs = 5,
+                                  .num_attrs = 8,
                                   .shape_fn = var_shape,
                                   .kernel = variable_kernel,
                                   .flags = GR_OP_STATEFUL | GR_OP_VARIABLE};
@@ -237,8 +244,8 @@ DEFINE_ASSIGN(assign_sub, "subtracts delta from a variable in place; returns the
 
 /* ---- builders ------------------------------------------------------------------ */
 
-gr_output gr_ops_variable_mirror(gr_graph *g, const char *name, gr_output initial_value,
-                                 const char *mirror_of) {
+gr_output gr_ops_variable_with(gr_graph *g, const char *name, gr_output initial_value,
+                               const gr_attr *extra, int num_extra) {
   if (!initial_value.node) return (gr_output){NULL, 0};
   if (!name || !*name) return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "variable needs a name");
   const char *scope = gr_graph_name_scope(g);
@@ -263,14 +270,21 @@ gr_output gr_ops_variable_mirror(gr_graph *g, const char *name, gr_output initia
                   gr_attr_shape("shape", sh)};
   gr_output init = gr_ops_build(g, "assign", init_name, &initial_value, 1, aa, 3);
   if (!init.node) return init;
-  gr_attr va[] = {gr_attr_string("var", full), gr_attr_dtype("dtype", dt),
-                  gr_attr_shape("shape", sh), gr_attr_string("initializer", init.node->name),
-                  gr_attr_string("mirror_of", mirror_of ? mirror_of : "")};
-  gr_output v = gr_ops_build(g, "variable", name, NULL, 0, va, 5);
+  gr_attr va[8] = {gr_attr_string("var", full), gr_attr_dtype("dtype", dt),
+                   gr_attr_shape("shape", sh), gr_attr_string("initializer", init.node->name)};
+  int na = 4;
+  for (int i = 0; i < num_extra && na < 8; i++) va[na++] = extra[i];
+  gr_output v = gr_ops_build(g, "variable", name, NULL, 0, va, na);
   if (v.node && strcmp(v.node->name, full) != 0)
     return gr_ops_fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (variable %s)", full,
                        name);
   return v;
+}
+
+gr_output gr_ops_variable_mirror(gr_graph *g, const char *name, gr_output initial_value,
+                                 const char *mirror_of) {
+  gr_attr a = gr_attr_string("mirror_of", mirror_of ? mirror_of : "");
+  return gr_ops_variable_with(g, name, initial_value, &a, 1);
 }
 
 gr_output gr_variable(gr_graph *g, const char *name, gr_output initial_value) {
