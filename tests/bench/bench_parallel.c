@@ -411,7 +411,7 @@ static double med(const double *v, int n) {
 
 int main(int argc, char **argv) {
   bool smoke = bench_is_smoke(argc, argv);
-  int rounds = smoke ? 1 : 3;
+  int rounds = smoke ? 1 : 5;
   int64_t sizes[2] = {smoke ? (64 << 10) : (4 << 20), smoke ? (1 << 20) : (64 << 20)}; /* bytes */
   int ar_steps[2] = {smoke ? 3 : 20, smoke ? 3 : 8};
   int mlp_steps = smoke ? 3 : 150, pipe_steps = smoke ? 3 : 100, async_steps = smoke ? 5 : 300;
