@@ -83,6 +83,7 @@ test: build
 # bench-mlp compares with PyTorch, which it installs (Debian's python3-torch).
 bench-mlp: EXTRA_PACKAGES = python3-torch
 bench-conv: EXTRA_PACKAGES = python3-torch
+bench-parallel: EXTRA_PACKAGES = python3-torch
 bench-%: build
 	@cmake --build $(BUILD_DIR) --target bench_$* -j $(JOBS) >/dev/null
 	@$(BUILD_DIR)/tests/bench/bench_$*

@@ -1,244 +1,543 @@
-/* make bench-parallel: per-step throughput (examples/s) of the MLP
- * 784-256-256-10, SGD, batches of 128 per worker, trained in one process:
- *   one       one worker (the anchor, measured in the same run);
- *   sync      two workers with sync_replicas (between-graph: a session and
- *             a graph each, one shared container for the ps, the chief's
- *             update in a thread), stepped round by round;
- *   allreduce two in-graph replicas with mirrored variables and the ring
- *             all-reduce, on two devices of one session.
- * Ratios against `one`; the machine has two shared cores, so two workers
- * can at best double it. Last line: parallel: key=value ... */
-#include <pthread.h>
+/* make bench-parallel: training on two tasks (separate processes on
+ * loopback) against PyTorch with the Gloo backend, measured in the same run,
+ * one BLAS thread per process.
+ *
+ * The bench forks two server tasks (/job:worker/task:0 and task:1,
+ * gr_server_new on 127.0.0.1:0, one inter-op thread each as under graphrun
+ * launch) and is their master. PyTorch runs as two processes of
+ * tests/bench/parallel_torch.py joined by a file:// rendezvous in a
+ * temporary directory. Rounds alternate: PyTorch, then graphrun; each figure
+ * is the median over the rounds, printed with its range.
+ *
+ *   allreduce_vs_gloo  ring all-reduce (gr_all_reduce, sum) of an f32
+ *       variable of 4 MiB and of 64 MiB held by each task vs
+ *       torch.distributed.all_reduce (Gloo) of the same sizes; GB/s = bytes
+ *       / time of one reduce (median of a round's reduces); the smaller of
+ *       the two sizes' ratios ours / theirs.
+ *   sync_vs_ddp  the MLP 784-256-256-10, SGD 0.1, batch 128 per worker,
+ *       synchronous on 2 workers: examples/allreduce.gr with
+ *       batch_size=128 * workers (in-graph replicas, mirrored variables,
+ *       ring all-reduce of the gradients; the file's mirror check is not
+ *       run) vs PyTorch DDP (Gloo) on two processes; examples/s.
+ *   sync_scaling  the same file in one process (one worker, batch 128,
+ *       a session with one inter-op thread): 2-worker examples/s / 1-worker.
+ *   async_eps  graphrun launch --ps 1 --workers 2 --between-graph
+ *       examples/ps_async.gr:
+ *       worker 0's "N steps in S s" x 128 x 2.
+ *   pipeline_speedup  examples/model_parallel.gr (layer 1 on task 0,
+ *       layers 2-3 on task 1) with micro_batches(1, ...) vs its own
+ *       micro_batches(4, ...): time per global batch of 128, M=1 / M=4.
+ *
+ * Every child (servers, Python, launch) is killed and reaped on every
+ * path; every wait has a deadline. --smoke: small sizes, few steps, no
+ * PyTorch (its figures print as nan).
+ *
+ * Last line: parallel: allreduce_vs_gloo=A sync_vs_ddp=B sync_scaling=C
+ *            async_eps=D pipeline_speedup=E */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <graphrun.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bench_util.h"
-#include "graphrun.h"
 
-#define BATCH 128
+#define BATCH        128
+#define MAX_ROUNDS   5
+#define MAX_CHILDREN 8
 
-typedef struct model {
-  gr_output x, y, w1, b1, w2, b2, w3, b3;
-} model;
+/* ---- children: servers (forked) and commands (fork + exec) ----------------------------- */
 
-static void model_vars(gr_graph *g, model *m) {
-  m->w1 = gr_variable(g, "w1",
-                      gr_glorot_uniform(g, GR_F32, gr_shape_make(2, (int64_t[]){784, 256}), 1));
-  m->b1 = gr_variable(g, "b1", gr_zeros(g, GR_F32, gr_shape_make(1, (int64_t[]){256})));
-  m->w2 = gr_variable(g, "w2",
-                      gr_glorot_uniform(g, GR_F32, gr_shape_make(2, (int64_t[]){256, 256}), 2));
-  m->b2 = gr_variable(g, "b2", gr_zeros(g, GR_F32, gr_shape_make(1, (int64_t[]){256})));
-  m->w3 =
-      gr_variable(g, "w3", gr_glorot_uniform(g, GR_F32, gr_shape_make(2, (int64_t[]){256, 10}), 3));
-  m->b3 = gr_variable(g, "b3", gr_zeros(g, GR_F32, gr_shape_make(1, (int64_t[]){10})));
+static pid_t children[MAX_CHILDREN];
+static int num_children;
+
+static void stop_children(void) {
+  for (int i = 0; i < num_children; i++)
+    if (children[i] > 0) kill(children[i], SIGKILL);
+  for (int i = 0; i < num_children; i++)
+    if (children[i] > 0) waitpid(children[i], NULL, 0);
+  num_children = 0;
 }
 
-static gr_output loss_of(gr_graph *g, const model *m, gr_output x, gr_output y) {
-  gr_output h = gr_relu(g, gr_add(g, gr_matmul(g, x, m->w1, false, false), m->b1));
-  h = gr_relu(g, gr_add(g, gr_matmul(g, h, m->w2, false, false), m->b2));
-  gr_output logits = gr_add(g, gr_matmul(g, h, m->w3, false, false), m->b3);
-  return gr_reduce_mean(g, gr_sparse_softmax_cross_entropy(g, logits, y), NULL, 0, false);
-}
+static char tmp_dir[64];
 
-static gr_status replica_loss(gr_graph *g, void *arg, int replica, const gr_output *in,
-                              gr_output *out) {
-  (void)replica;
-  out[0] = loss_of(g, arg, in[0], in[1]);
-  return GR_OK;
-}
-
-static void placeholders(gr_graph *g, model *m) {
-  m->x = gr_placeholder(g, "x", GR_F32, gr_shape_make(2, (int64_t[]){-1, 784}));
-  m->y = gr_placeholder(g, "y", GR_I64, gr_shape_make(1, (int64_t[]){-1}));
-}
-
-static gr_tensor xs, ys; /* 2 * BATCH rows */
-
-static void make_batch(void) {
-  gr_error err;
-  gr_tensor_alloc(&xs, GR_F32, &(gr_shape){2, {2 * BATCH, 784}}, &err);
-  gr_tensor_alloc(&ys, GR_I64, &(gr_shape){1, {2 * BATCH}}, &err);
-  float *x = gr_tensor_data(&xs);
-  int64_t *y = gr_tensor_data(&ys);
-  uint64_t r = 12345;
-  for (int i = 0; i < 2 * BATCH * 784; i++) {
-    r = r * 6364136223846793005ull + 1442695040888963407ull;
-    x[i] = (float)(r >> 40) / 16777216.0f;
+static void cleanup(void) {
+  stop_children();
+  if (tmp_dir[0]) {
+    char p[128];
+    snprintf(p, sizeof p, "%s/init", tmp_dir);
+    unlink(p);
+    rmdir(tmp_dir);
   }
-  for (int i = 0; i < 2 * BATCH; i++) y[i] = i % 10;
 }
 
-/* rows [r0, r0 + n) of the batch, as views */
-static void rows(int r0, int n, gr_tensor *x, gr_tensor *y) {
-  gr_tensor_ref(x, &xs);
-  gr_tensor_ref(y, &ys);
-  x->shape.dims[0] = n, y->shape.dims[0] = n;
-  x->offset += (size_t)r0 * 784 * sizeof(float);
-  y->offset += (size_t)r0 * sizeof(int64_t);
+static void on_signal(int sig) {
+  cleanup();
+  signal(sig, SIG_DFL);
+  raise(sig);
 }
 
-static void die(const char *what, const gr_error *err) {
-  fprintf(stderr, "bench_parallel: %s: %s\n", what, err->msg);
-  exit(1);
+static void die(const char *what, const char *msg) {
+  fprintf(stderr, "bench_parallel: %s: %s\n", what, msg ? msg : strerror(errno));
+  exit(1); /* cleanup runs at exit */
 }
 
-static gr_status step(gr_session *s, const model *m, gr_output train, int r0, int n,
-                      gr_error *err) {
-  gr_tensor x, y;
-  rows(r0, n, &x, &y);
-  gr_feed f[2] = {{m->x, &x}, {m->y, &y}};
-  gr_status st = gr_session_run(s, f, 2, NULL, 0, NULL, &train, 1, err);
-  gr_tensor_release(&x), gr_tensor_release(&y);
-  return st;
+static void forget_child(pid_t pid) {
+  for (int i = 0; i < num_children; i++)
+    if (children[i] == pid) children[i] = children[--num_children];
 }
 
-static gr_session *session(gr_graph *g, gr_resource_mgr *m, int ndev, const char *const *names) {
+typedef struct server_child {
+  int task, port_w;
+} server_child;
+
+/* A forked server task; exits when the parent is gone (EOF on life). */
+static pid_t spawn_server(int task, int life_r, int life_w, int *port) {
+  int pp[2];
+  if (pipe2(pp, O_CLOEXEC) != 0) die("pipe", NULL);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) die("fork", NULL);
+  if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    close(life_w);
+    num_children = 0;
+    tmp_dir[0] = '\0';
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    gr_server_options o = {.job = "worker", .task = task, .inter_op_threads = 1, .quiet = true};
+    gr_server *srv;
+    gr_error err;
+    int p = -1;
+    if (gr_server_new(&o, &srv, &err) != GR_OK)
+      fprintf(stderr, "bench_parallel: task %d: %s\n", task, err.msg);
+    else
+      p = gr_server_port(srv);
+    if (write(pp[1], &p, sizeof p) != sizeof p || p < 0) _exit(1);
+    char c;
+    while (read(life_r, &c, 1) < 0 && errno == EINTR) {}
+    _exit(0);
+  }
+  children[num_children++] = pid;
+  close(pp[1]);
+  if (read(pp[0], port, sizeof *port) != sizeof *port || *port <= 0)
+    die("server task", "did not start");
+  close(pp[0]);
+  return pid;
+}
+
+/* Runs n commands at once, each with stdout and stderr into out[i] (cap
+ * bytes, NUL-terminated), until all have ended or timeout_s has passed;
+ * then SIGTERM (graphrun launch stops its tasks on it), 3 s, SIGKILL, and
+ * every one is reaped. Returns 0 when all exited with status 0. */
+static int run_commands(int n, char *const *argv[], char **out, size_t cap, double timeout_s) {
+  pid_t pid[4];
+  int fd[4], status[4];
+  size_t len[4];
+  bool done[4];
+  fflush(NULL);
+  for (int i = 0; i < n; i++) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) die("pipe", NULL);
+    pid[i] = fork();
+    if (pid[i] < 0) die("fork", NULL);
+    if (pid[i] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      dup2(p[1], 1);
+      dup2(p[1], 2);
+      execv(argv[i][0], argv[i]);
+      _exit(127);
+    }
+    children[num_children++] = pid[i];
+    close(p[1]);
+    fd[i] = p[0];
+    len[i] = 0;
+    out[i][0] = '\0';
+    done[i] = false;
+    status[i] = -1;
+  }
+  double deadline = bench_now() + timeout_s, term_at = 0;
+  int open_fds = n, alive = n;
+  while (open_fds > 0 || alive > 0) {
+    double now = bench_now();
+    if (!term_at && now > deadline) {
+      fprintf(stderr, "bench_parallel: %s did not end within %.0f s: stopped\n", argv[0][0],
+              timeout_s);
+      for (int i = 0; i < n; i++)
+        if (!done[i]) kill(pid[i], SIGTERM);
+      term_at = now;
+    }
+    if (term_at && now > term_at + 3)
+      for (int i = 0; i < n; i++)
+        if (!done[i]) kill(pid[i], SIGKILL);
+    struct pollfd pf[4];
+    int map[4], np = 0;
+    for (int i = 0; i < n; i++)
+      if (fd[i] >= 0) pf[np] = (struct pollfd){.fd = fd[i], .events = POLLIN}, map[np++] = i;
+    if (np)
+      poll(pf, (nfds_t)np, 100);
+    else
+      usleep(20000);
+    for (int k = 0; k < np; k++) {
+      if (!pf[k].revents) continue;
+      int i = map[k];
+      char tmp[4096];
+      ssize_t r = read(fd[i], tmp, sizeof tmp);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        close(fd[i]);
+        fd[i] = -1;
+        open_fds--;
+        continue;
+      }
+      size_t take = (size_t)r < cap - 1 - len[i] ? (size_t)r : cap - 1 - len[i];
+      memcpy(out[i] + len[i], tmp, take);
+      len[i] += take;
+      out[i][len[i]] = '\0';
+    }
+    for (int i = 0; i < n; i++)
+      if (!done[i] && waitpid(pid[i], &status[i], WNOHANG) == pid[i]) {
+        done[i] = true;
+        alive--;
+        forget_child(pid[i]);
+      }
+    if (term_at && bench_now() > term_at + 10) break; /* pipes held open by grandchildren */
+  }
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    if (fd[i] >= 0) close(fd[i]);
+    if (!done[i]) {
+      kill(pid[i], SIGKILL);
+      waitpid(pid[i], &status[i], 0);
+      forget_child(pid[i]);
+    }
+    if (!WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0) rc = -1;
+  }
+  return rc;
+}
+
+/* ---- graphrun on the two tasks -------------------------------------------------------- */
+
+static const char *const specs[2] = {"/job:worker/task:0", "/job:worker/task:1"};
+
+static gr_session *master_session(gr_master *m, gr_graph *g) {
   gr_error err;
-  gr_session_options o = {.inter_op_threads = 2,
-                          .resources = m,
-                          .step_timeout_ms = 60000,
-                          .num_devices = ndev,
-                          .device_names = names};
-  gr_session *s = gr_session_new(g, &o, &err);
-  if (!s) die("session", &err);
+  gr_session_options o = {.intra_op_threads = 1, .step_timeout_ms = 120000};
+  gr_session *s = gr_master_session_new(m, g, &o, &err);
+  if (!s) die("session", err.msg);
   return s;
 }
 
-/* ---- one worker ------------------------------------------------------------------------- */
-
-static double run_one(int steps) {
-  gr_graph *g = gr_graph_new();
-  model m;
-  placeholders(g, &m);
-  model_vars(g, &m);
-  gr_optimizer opt = {.kind = GR_OPT_SGD, .learning_rate = 0.1};
-  gr_output train = gr_minimize(g, &opt, loss_of(g, &m, m.x, m.y), NULL, 0);
-  gr_session *s = session(g, NULL, 0, NULL);
+static void run_steps(gr_session *s, const gr_output *targets, int nt, int steps) {
   gr_error err;
-  if (step(s, &m, train, 0, BATCH, &err) != GR_OK) die("one", &err);
-  double t0 = bench_now();
   for (int k = 0; k < steps; k++)
-    if (step(s, &m, train, 0, BATCH, &err) != GR_OK) die("one", &err);
-  double eps = steps * BATCH / (bench_now() - t0);
-  gr_session_free(s);
-  gr_graph_free(g);
-  return eps;
+    if (gr_session_run(s, NULL, 0, NULL, 0, NULL, targets, nt, &err) != GR_OK) die("step", err.msg);
 }
 
-/* ---- sync replicas ------------------------------------------------------------------------ */
+/* one reduce per step; the median seconds of `steps` steps */
+static double median_step(gr_session *s, const gr_output *targets, int nt, int steps) {
+  double t[64];
+  if (steps > 64) steps = 64;
+  for (int k = 0; k < steps; k++) {
+    double t0 = bench_now();
+    run_steps(s, targets, nt, 1);
+    t[k] = bench_now() - t0;
+  }
+  return bench_median(t, steps);
+}
 
-typedef struct worker {
+/* a variable of `elems` f32 on each task, all-reduced (sum) by the ring */
+static gr_graph *allreduce_graph(int64_t elems, gr_output out[2]) {
+  gr_graph *g = gr_graph_new();
+  gr_output v[2];
+  for (int k = 0; k < 2; k++) {
+    char name[48]; /* names differ by size: variables are shared by name on a task */
+    snprintf(name, sizeof name, "v%d_%lld", k, (long long)elems);
+    gr_graph_push_device_scope(g, specs[k]);
+    v[k] = gr_variable(g, name, gr_ones(g, GR_F32, gr_shape_make(1, (int64_t[]){elems})));
+    gr_graph_pop_device_scope(g);
+  }
+  if (gr_all_reduce(g, v, 2, specs, GR_REDUCE_SUM, out) != GR_OK || gr_graph_error(g))
+    die("all_reduce graph", gr_graph_error(g) ? gr_graph_error(g)->msg : "failed");
+  return g;
+}
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) die(path, NULL);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  if (fread(s, 1, (size_t)n, f) != (size_t)n) die(path, "short read");
+  s[n] = '\0';
+  fclose(f);
+  return s;
+}
+
+/* the text of examples/NAME with `from` replaced by `to` (once; it must be there) */
+static char *variant(const char *name, const char *from, const char *to) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/examples/%s", GR_SOURCE_DIR, name);
+  char *s = read_text(path), *at = strstr(s, from);
+  if (!at) die(name, "the text the benchmark changes is not in the file");
+  size_t a = (size_t)(at - s), fl = strlen(from), tl = strlen(to), sl = strlen(s);
+  char *r = malloc(sl - fl + tl + 1);
+  memcpy(r, s, a);
+  memcpy(r + a, to, tl);
+  memcpy(r + a + tl, at + fl, sl - a - fl + 1);
+  free(s);
+  return r;
+}
+
+static void quiet_note(void *arg, const char *msg) {
+  (void)arg, (void)msg;
+}
+
+typedef struct program {
   gr_graph *g;
-  model m;
-  gr_sync_replicas sr;
-  gr_session *s, *chief;
-  int index;
-  gr_status st;
+  gr_dsl_program *p;
+  gr_session *s;
+  gr_output train;
+} program;
+
+/* loads text (num_tasks("worker") from GRAPHRUN_CLUSTER when set) and makes
+ * a session on the master m, or in this process when m is NULL */
+static void program_load(program *pr, const char *name, const char *text, gr_master *m) {
   gr_error err;
-} worker;
-
-static void *worker_step(void *arg) {
-  worker *w = arg;
-  w->st = step(w->s, &w->m, w->sr.train, w->index * BATCH, BATCH, &w->err);
-  return NULL;
-}
-
-static void *chief_step(void *arg) {
-  worker *w = arg;
-  w->st = gr_session_run(w->chief, NULL, 0, NULL, 0, NULL, &w->sr.chief_update, 1, &w->err);
-  return NULL;
-}
-
-static void sync_round(worker *w, worker *chief) {
-  pthread_t t[3];
-  pthread_create(&t[0], NULL, worker_step, &w[0]);
-  pthread_create(&t[1], NULL, worker_step, &w[1]);
-  pthread_create(&t[2], NULL, chief_step, chief);
-  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
-  for (int i = 0; i < 2; i++)
-    if (w[i].st != GR_OK) die("sync worker", &w[i].err);
-  if (chief->st != GR_OK) die("sync chief", &chief->err);
-}
-
-static double run_sync(int steps) {
-  gr_resource_mgr *ps = gr_resource_mgr_new();
-  worker w[2] = {0}, chief;
-  for (int i = 0; i < 2; i++) {
-    w[i].g = gr_graph_new();
-    w[i].index = i;
-    placeholders(w[i].g, &w[i].m);
-    model_vars(w[i].g, &w[i].m);
-    gr_sync_replicas_options o = {.optimizer = {.kind = GR_OPT_SGD, .learning_rate = 0.1},
-                                  .replicas_to_aggregate = 2,
-                                  .worker_index = i};
-    gr_output loss = loss_of(w[i].g, &w[i].m, w[i].m.x, w[i].m.y);
-    if (gr_sync_replicas_minimize(w[i].g, &o, loss, NULL, 0, &w[i].sr) != GR_OK)
-      die("sync_replicas", gr_graph_error(w[i].g));
-    w[i].s = session(w[i].g, ps, 0, NULL);
+  pr->g = gr_graph_new();
+  pr->p = NULL;
+  if (gr_dsl_load_string(name, text, pr->g, NULL, &pr->p, &err) != GR_OK) die(name, err.msg);
+  if (!gr_dsl_lookup(pr->p, "train", &pr->train)) die(name, "no `train`");
+  if (m) {
+    pr->s = master_session(m, pr->g);
+  } else {
+    gr_session_options o = {.inter_op_threads = 1,
+                            .intra_op_threads = 1,
+                            .soft_placement = true, /* the file's pins to worker 0 */
+                            .log_fn = quiet_note};
+    pr->s = gr_session_new(pr->g, &o, &err);
+    if (!pr->s) die(name, err.msg);
   }
-  chief = w[0];
-  chief.chief = session(w[0].g, ps, 0, NULL);
-  sync_round(w, &chief);
-  double t0 = bench_now();
-  for (int k = 0; k < steps; k++) sync_round(w, &chief);
-  double eps = steps * 2 * BATCH / (bench_now() - t0);
-  gr_session_free(chief.chief);
-  for (int i = 0; i < 2; i++) {
-    gr_session_free(w[i].s);
-    gr_graph_free(w[i].g);
-  }
-  gr_resource_mgr_free(ps);
-  return eps;
 }
 
-/* ---- in-graph replicas, ring all-reduce ------------------------------------------------------ */
+static void program_free(program *pr) {
+  gr_session_free(pr->s);
+  gr_dsl_program_free(pr->p);
+  gr_graph_free(pr->g);
+}
 
-static double run_allreduce(int steps) {
-  static const char *const names[] = {"/job:worker/replica:0/task:0/device:CPU:0",
-                                      "/job:worker/replica:0/task:1/device:CPU:0"};
-  static const char *const specs[] = {"/job:worker/task:0", "/job:worker/task:1"};
-  gr_graph *g = gr_graph_new();
-  model m;
-  placeholders(g, &m);
-  gr_graph_push_device_scope(g, specs[0]);
-  model_vars(g, &m);
-  gr_graph_pop_device_scope(g);
-  gr_replicate_options o = {.num_replicas = 2, .devices = specs, .mirror_variables = true};
-  gr_output loss;
-  gr_replicate(g, &o, (gr_output[]){m.x, m.y}, 2, replica_loss, &m, 1, &loss);
-  gr_optimizer opt = {.kind = GR_OPT_SGD, .learning_rate = 0.1};
-  gr_output train = gr_minimize(g, &opt, loss, NULL, 0);
-  if (gr_graph_error(g)) die("allreduce graph", gr_graph_error(g));
-  gr_session *s = session(g, NULL, 2, names);
-  gr_error err;
-  if (step(s, &m, train, 0, 2 * BATCH, &err) != GR_OK) die("allreduce", &err);
+/* seconds per step over `steps` steps */
+static double time_train(program *pr, int steps) {
   double t0 = bench_now();
-  for (int k = 0; k < steps; k++)
-    if (step(s, &m, train, 0, 2 * BATCH, &err) != GR_OK) die("allreduce", &err);
-  double eps = steps * 2 * BATCH / (bench_now() - t0);
-  gr_session_free(s);
-  gr_graph_free(g);
-  return eps;
+  run_steps(pr->s, &pr->train, 1, steps);
+  return (bench_now() - t0) / steps;
+}
+
+/* ---- PyTorch ------------------------------------------------------------------------ */
+
+typedef struct torch_figures {
+  double ar_s[2], ddp_s; /* median seconds: all-reduce of 4 and 64 MiB, DDP step */
+} torch_figures;
+
+static bool run_torch(int iters_small, int iters_large, int ddp_steps, torch_figures *tf) {
+  char script[512], init[128], a[3][16];
+  snprintf(script, sizeof script, "%s/parallel_torch.py", GR_BENCH_DIR);
+  snprintf(init, sizeof init, "%s/init", tmp_dir);
+  unlink(init);
+  snprintf(a[0], sizeof a[0], "%d", iters_small);
+  snprintf(a[1], sizeof a[1], "%d", iters_large);
+  snprintf(a[2], sizeof a[2], "%d", ddp_steps);
+  char *argv0[] = {"/usr/bin/python3", script, "0", init, a[0], a[1], a[2], NULL};
+  char *argv1[] = {"/usr/bin/python3", script, "1", init, a[0], a[1], a[2], NULL};
+  char *const *argv[2] = {argv0, argv1};
+  static char o0[65536], o1[65536];
+  char *out[2] = {o0, o1};
+  int rc = run_commands(2, argv, out, sizeof o0, 150);
+  unlink(init);
+  *tf = (torch_figures){{NAN, NAN}, NAN};
+  for (char *l = o0; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    long long bytes;
+    double med;
+    if (sscanf(l, "allreduce %lld %lf", &bytes, &med) == 2) tf->ar_s[bytes > (8 << 20)] = med;
+    if (sscanf(l, "ddp %lld %lf", &bytes, &med) == 2) tf->ddp_s = med;
+  }
+  if (rc != 0 || isnan(tf->ar_s[0]) || isnan(tf->ar_s[1]) || isnan(tf->ddp_s)) {
+    fprintf(stderr, "bench_parallel: the PyTorch run failed:\n%s%s", o0, o1);
+    return false;
+  }
+  return true;
+}
+
+/* ---- async: graphrun launch --between-graph ------------------------------------------------ */
+
+static double run_async(const char *graphrun, const char *file, int steps) {
+  char st[16], buf[1 << 16];
+  snprintf(st, sizeof st, "%d", steps);
+  char *argv0[] = {(char *)graphrun,  "launch",     "--ps",    "1", "--workers", "2",
+                   "--between-graph", (char *)file, "--steps", st,  NULL};
+  char *const *argv[1] = {argv0};
+  char *out[1] = {buf};
+  int rc = run_commands(1, argv, out, sizeof buf, 150);
+  double secs = NAN;
+  long n;
+  char *l = strstr(buf, " steps in ");
+  while (l && l > buf && l[-1] >= '0' && l[-1] <= '9') l--;
+  if (l && sscanf(l, "%ld steps in %lf s", &n, &secs) == 2 && n == steps && rc == 0 && secs > 0)
+    return (double)steps * BATCH * 2 / secs;
+  fprintf(stderr, "bench_parallel: graphrun launch (async) failed:\n%s", buf);
+  exit(1);
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+static void range(const char *what, double *v, int n, const char *unit) {
+  double lo = v[0], hi = v[0], c[MAX_ROUNDS];
+  for (int i = 0; i < n; i++) lo = fmin(lo, v[i]), hi = fmax(hi, v[i]), c[i] = v[i];
+  printf("  %-30s median %9.4g  range %9.4g - %9.4g %s\n", what, bench_median(c, n), lo, hi, unit);
+}
+
+static double med(const double *v, int n) {
+  double c[MAX_ROUNDS];
+  memcpy(c, v, sizeof(double) * (size_t)n);
+  return bench_median(c, n);
 }
 
 int main(int argc, char **argv) {
-  int steps = bench_is_smoke(argc, argv) ? 2 : 60, reps = bench_is_smoke(argc, argv) ? 1 : 3;
-  make_batch();
-  double one[3], sync[3], ar[3];
-  for (int r = 0; r < reps; r++) { /* interleaved: the machine's load hits all three alike */
-    one[r] = run_one(steps);
-    sync[r] = run_sync(steps);
-    ar[r] = run_allreduce(steps);
-    printf("run %d: one worker %.0f examples/s, sync_replicas x2 %.0f, all-reduce x2 %.0f\n", r,
-           one[r], sync[r], ar[r]);
+  bool smoke = bench_is_smoke(argc, argv);
+  int rounds = smoke ? 1 : 5;
+  int64_t sizes[2] = {smoke ? (64 << 10) : (4 << 20), smoke ? (1 << 20) : (64 << 20)}; /* bytes */
+  int ar_steps[2] = {smoke ? 3 : 20, smoke ? 3 : 8};
+  int mlp_steps = smoke ? 3 : 150, pipe_steps = smoke ? 3 : 100, async_steps = smoke ? 5 : 300;
+
+  atexit(cleanup);
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  signal(SIGPIPE, SIG_IGN);
+  setenv("OPENBLAS_NUM_THREADS", "1", 1); /* for the commands this starts */
+  setenv("OMP_NUM_THREADS", "1", 1);
+  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/bench_parallel.XXXXXX");
+  if (!mkdtemp(tmp_dir)) die("mkdtemp", NULL);
+
+  char graphrun[600], async_file[600];
+  ssize_t len = readlink("/proc/self/exe", graphrun, sizeof graphrun - 32);
+  if (len <= 0) die("/proc/self/exe", NULL);
+  graphrun[len] = '\0';
+  strcpy(strrchr(graphrun, '/') + 1, "../../graphrun"); /* build/tests/bench -> build */
+  if (access(graphrun, X_OK) != 0) die(graphrun, NULL);
+  snprintf(async_file, sizeof async_file, "%s/examples/ps_async.gr", GR_SOURCE_DIR);
+
+  /* the servers first, while this process has no threads of its own */
+  int life[2], port[2];
+  if (pipe2(life, O_CLOEXEC) != 0) die("pipe", NULL);
+  char addr[2][64], cluster[256];
+  const char *addrs[2];
+  for (int k = 0; k < 2; k++) {
+    spawn_server(k, life[0], life[1], &port[k]);
+    snprintf(addr[k], sizeof addr[k], "127.0.0.1:%d", port[k]);
+    addrs[k] = addr[k];
   }
-  double o = bench_median(one, reps), s = bench_median(sync, reps), a = bench_median(ar, reps);
-  printf("medians: one %.0f, sync %.0f (%.2fx), all-reduce %.0f (%.2fx) examples/s\n", o, s, s / o,
-         a, a / o);
-  printf("parallel: one_eps=%.0f sync_eps=%.0f allreduce_eps=%.0f sync_scaling=%.2f "
-         "allreduce_scaling=%.2f\n",
-         o, s, a, s / o, a / o);
-  gr_tensor_release(&xs), gr_tensor_release(&ys);
+  close(life[0]);
+  gr_error err;
+  gr_master_options mo = {.num_tasks = 2, .addresses = addrs, .step_timeout_ms = 120000};
+  gr_master *m;
+  if (gr_master_new(&mo, &m, &err) != GR_OK) die("master", err.msg);
+
+  /* the graphs, loaded once */
+  gr_output ar_out[2][2];
+  gr_graph *ar_g[2];
+  gr_session *ar_s[2];
+  for (int i = 0; i < 2; i++) {
+    ar_g[i] = allreduce_graph(sizes[i] / 4, ar_out[i]);
+    ar_s[i] = master_session(m, ar_g[i]);
+  }
+  char *sync_text = variant("allreduce.gr", "batch_size=64 * workers", "batch_size=128 * workers");
+  char *mp4_text = read_text(GR_SOURCE_DIR "/examples/model_parallel.gr");
+  char *mp1_text = variant("model_parallel.gr", "micro_batches(4,", "micro_batches(1,");
+  if (!strstr(mp4_text, "micro_batches(4,")) die("model_parallel.gr", "no micro_batches(4, ...)");
+  program sync2, sync1, mp1, mp4;
+  snprintf(cluster, sizeof cluster, "{\"worker\": [\"%s\", \"%s\"]}", addr[0], addr[1]);
+  setenv("GRAPHRUN_CLUSTER", cluster, 1); /* num_tasks("worker") = 2 */
+  program_load(&sync2, "allreduce.gr (batch 128 per worker)", sync_text, m);
+  program_load(&mp1, "model_parallel.gr (M=1)", mp1_text, m);
+  program_load(&mp4, "model_parallel.gr", mp4_text, m);
+  unsetenv("GRAPHRUN_CLUSTER"); /* one worker, in this process */
+  program_load(&sync1, "allreduce.gr (one worker)", sync_text, NULL);
+
+  /* warm-up: registration, variables, the first steps */
+  for (int i = 0; i < 2; i++) run_steps(ar_s[i], ar_out[i], 2, 2);
+  double t0 =
+      time_train(&sync2, 5) + time_train(&sync1, 5) + time_train(&mp1, 5) + time_train(&mp4, 5);
+  (void)t0;
+
+  bool torch_ok = !smoke;
+  if (smoke) printf("smoke run: PyTorch (Gloo, DDP) not run; its figures print as nan\n");
+  double ar_gbps[2][MAX_ROUNDS], gloo_gbps[2][MAX_ROUNDS], ar_ratio[2][MAX_ROUNDS];
+  double sync_eps[MAX_ROUNDS], one_eps[MAX_ROUNDS], ddp_eps[MAX_ROUNDS], ddp_ratio[MAX_ROUNDS];
+  double scaling[MAX_ROUNDS], async_eps[MAX_ROUNDS], mp_s[2][MAX_ROUNDS], speedup[MAX_ROUNDS];
+  for (int r = 0; r < rounds; r++) {
+    torch_figures tf = {{NAN, NAN}, NAN};
+    if (torch_ok && !run_torch(ar_steps[0], ar_steps[1], mlp_steps, &tf)) torch_ok = false;
+    for (int i = 0; i < 2; i++) {
+      ar_gbps[i][r] = (double)sizes[i] / median_step(ar_s[i], ar_out[i], 2, ar_steps[i]) / 1e9;
+      gloo_gbps[i][r] = (double)sizes[i] / tf.ar_s[i] / 1e9;
+      ar_ratio[i][r] = ar_gbps[i][r] / gloo_gbps[i][r];
+    }
+    one_eps[r] = BATCH / time_train(&sync1, mlp_steps);
+    sync_eps[r] = 2 * BATCH / time_train(&sync2, mlp_steps);
+    ddp_eps[r] = 2 * BATCH / tf.ddp_s;
+    ddp_ratio[r] = sync_eps[r] / ddp_eps[r];
+    scaling[r] = sync_eps[r] / one_eps[r];
+    for (int k = 0; k < 2; k++) { /* M=1, M=4, M=1, M=4 */
+      mp_s[0][r] = (k ? mp_s[0][r] : 0) + time_train(&mp1, pipe_steps) / 2;
+      mp_s[1][r] = (k ? mp_s[1][r] : 0) + time_train(&mp4, pipe_steps) / 2;
+    }
+    speedup[r] = mp_s[0][r] / mp_s[1][r];
+    async_eps[r] = run_async(graphrun, async_file, async_steps);
+    printf("round %d: all-reduce %.2f / %.2f GB/s (Gloo %.2f / %.2f); sync x2 %.0f examples/s "
+           "(DDP %.0f, one worker %.0f); async %.0f; pipeline M=1 %.2f ms, M=4 %.2f ms\n",
+           r, ar_gbps[0][r], ar_gbps[1][r], gloo_gbps[0][r], gloo_gbps[1][r], sync_eps[r],
+           ddp_eps[r], one_eps[r], async_eps[r], mp_s[0][r] * 1e3, mp_s[1][r] * 1e3);
+    fflush(stdout);
+  }
+  int n = rounds;
+  printf("over %d rounds (PyTorch, then graphrun, in each):\n", n);
+  range("all-reduce 4 MiB, graphrun", ar_gbps[0], n, "GB/s");
+  range("all-reduce 4 MiB, Gloo", gloo_gbps[0], n, "GB/s");
+  range("all-reduce 64 MiB, graphrun", ar_gbps[1], n, "GB/s");
+  range("all-reduce 64 MiB, Gloo", gloo_gbps[1], n, "GB/s");
+  range("sync MLP x2 (ring), graphrun", sync_eps, n, "examples/s");
+  range("sync MLP x2, PyTorch DDP", ddp_eps, n, "examples/s");
+  range("MLP one worker, graphrun", one_eps, n, "examples/s");
+  range("async ps, 2 workers", async_eps, n, "examples/s");
+  for (int r = 0; r < n; r++) mp_s[0][r] *= 1e3, mp_s[1][r] *= 1e3;
+  range("model parallel M=1", mp_s[0], n, "ms/batch");
+  range("model parallel M=4", mp_s[1], n, "ms/batch");
+  range("allreduce_vs_gloo 4 MiB", ar_ratio[0], n, "");
+  range("allreduce_vs_gloo 64 MiB", ar_ratio[1], n, "");
+  range("sync_vs_ddp", ddp_ratio, n, "");
+  range("sync_scaling", scaling, n, "");
+  range("pipeline_speedup", speedup, n, "");
+  double avg = fmin(med(ar_ratio[0], n), med(ar_ratio[1], n));
+  printf("parallel: allreduce_vs_gloo=%.2f sync_vs_ddp=%.2f sync_scaling=%.2f async_eps=%.0f "
+         "pipeline_speedup=%.2f\n",
+         avg, med(ddp_ratio, n), med(scaling, n), med(async_eps, n), med(speedup, n));
+
+  program_free(&sync1);
+  program_free(&sync2);
+  program_free(&mp1);
+  program_free(&mp4);
+  for (int i = 0; i < 2; i++) {
+    gr_session_free(ar_s[i]);
+    gr_graph_free(ar_g[i]);
+  }
+  gr_master_free(m);
+  free(sync_text), free(mp1_text), free(mp4_text);
   return 0;
 }
