@@ -97,6 +97,14 @@ gr_status cli_load_cluster(const char *spec, gr_cluster **out, const char **from
   return cli_load_cluster_self(spec, out, &self, &has_self, from, err);
 }
 
+/* --heartbeat: this process's setting for every master it connects */
+static int heartbeat_ms, heartbeat_missed;
+
+void cli_set_heartbeat(int ms, int missed) {
+  heartbeat_ms = ms;
+  heartbeat_missed = missed;
+}
+
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       gr_master **out, gr_error *err) {
   *out = NULL;
@@ -119,7 +127,9 @@ gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret,
                           /* a short --timeout also bounds connecting */
                           .connect_timeout_ms =
                               timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms : 10000,
-                          .step_timeout_ms = timeout_ms};
+                          .step_timeout_ms = timeout_ms,
+                          .heartbeat_ms = heartbeat_ms,
+                          .heartbeat_missed = heartbeat_missed};
   gr_status st = gr_master_new(&mo, out, err);
   free(addrs);
   return st;

@@ -25,6 +25,10 @@ gr_status cli_load_cluster(const char *spec, gr_cluster **out, const char **from
 gr_status cli_load_cluster_self(const char *spec, gr_cluster **out, gr_cluster_self *self,
                                 bool *has_self, const char **from, gr_error *err);
 
+/* The heartbeats of the masters cli_connect makes from now on: a task
+ * silent for ms is pinged, and lost after `missed` silent periods (0: the
+ * defaults, 100 ms and 5). */
+void cli_set_heartbeat(int ms, int missed);
 /* A master connected to every task of c (each needs an address). */
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       gr_master **out, gr_error *err);

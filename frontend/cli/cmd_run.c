@@ -71,7 +71,9 @@ static void usage(FILE *f) {
          "  --recovery-timeout S  with --cluster and --ckpt, a lost or restarted task is\n"
          "                     waited for up to S seconds (default 60), then the run restores\n"
          "                     the newest checkpoint and goes on from it\n"
-         "  --max-failures K   give up after K recoveries (default 10)\n\n"
+         "  --max-failures K   give up after K recoveries (default 10)\n"
+         "  --heartbeat MS:N   a task silent for MS ms is pinged and lost after N silent\n"
+         "                     periods (default 100:5)\n\n"
          "Exit codes: 0 ok, 1 runtime failure, 2 usage or input error.\n");
 }
 
@@ -291,6 +293,17 @@ int gr_cmd_run(int argc, char **argv) {
       cluster_spec = argv[++i];
     } else if (strcmp(a, "--secret-file") == 0 && has_val) {
       secret_file = argv[++i];
+    } else if (strcmp(a, "--heartbeat") == 0 && has_val) {
+      int ms = 0, missed = 0, used = 0;
+      if (sscanf(argv[++i], "%d:%d%n", &ms, &missed, &used) != 2 || argv[i][used] || ms < 10 ||
+          ms > 60000 || missed < 2 || missed > 1000) {
+        fprintf(stderr,
+                "graphrun run: --heartbeat wants MS:N (a ping after MS ms of silence, 10 to "
+                "60000; lost after N silent periods, 2 to 1000), got '%s'\n",
+                argv[i]);
+        return GR_EXIT_USAGE;
+      }
+      cli_set_heartbeat(ms, missed);
     } else if (strcmp(a, "--job") == 0 && has_val) {
       job = argv[++i];
     } else if (strcmp(a, "--task") == 0 && has_val) {

@@ -106,9 +106,11 @@ static void test_example(void) {
   char ex[PATH_MAX];
   snprintf(ex, sizeof ex, "%s/examples/ps_async.gr", GR_SOURCE_DIR);
   gt_proc p;
-  gt_proc_start(&p,
-                (char *[]){"graphrun", "launch", "--quiet", "--ps", "1", "--workers", "2",
-                           "--between-graph", ex, "--steps", "1000", "--eval", "accuracy", NULL});
+  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--quiet", "--ps", "1", "--workers", "2",
+                               "--between-graph", ex, "--steps", "1000", "--eval", "accuracy",
+                               /* lenient: this test is about training, not detection, and a
+                                  loaded machine under ASan starves processes */
+                               "--heartbeat", "250:12", NULL});
   GR_CHECK_MSG(gt_proc_wait(&p, NULL, 300), "no end:\n%s", p.buf);
   gt_proc_finish(&p);
   GR_CHECK_MSG(gt_proc_exit_code(&p) == 0, "exit %d:\n%s", gt_proc_exit_code(&p), p.buf);
@@ -139,6 +141,10 @@ static void test_bad_flags(void) {
   expect_usage((char *[]){"graphrun", "run", file, "--cluster", spec, "--job", "worker", "--task",
                           "x", NULL},
                "--task wants a task index");
+  expect_usage((char *[]){"graphrun", "run", file, "--heartbeat", "5:5", NULL},
+               "--heartbeat wants MS:N");
+  expect_usage((char *[]){"graphrun", "run", file, "--heartbeat", "100", NULL},
+               "--heartbeat wants MS:N");
 }
 
 int main(void) {
