@@ -123,6 +123,24 @@ struct gr_shape_ctx {
 /* Sets the error with a message prefixed by the node name and op. */
 gr_status gr_shape_error(gr_shape_ctx *ctx, gr_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* dtype sets for input checks */
+#define GR_DT_BIT(t)  (1u << (t))
+#define GR_DT_FLOAT   (GR_DT_BIT(GR_F32) | GR_DT_BIT(GR_F64))
+#define GR_DT_INT     (GR_DT_BIT(GR_I32) | GR_DT_BIT(GR_I64) | GR_DT_BIT(GR_U8))
+#define GR_DT_NUMERIC (GR_DT_FLOAT | GR_DT_INT)
+#define GR_DT_INDEX   (GR_DT_BIT(GR_I32) | GR_DT_BIT(GR_I64))
+#define GR_DT_BOOL    GR_DT_BIT(GR_BOOL)
+#define GR_DT_ALL     (GR_DT_NUMERIC | GR_DT_BOOL)
+
+/* Error unless input i's dtype is in mask; the message names the node, the
+ * input and the allowed dtypes. */
+gr_status gr_shape_check_dtype(gr_shape_ctx *ctx, int i, unsigned mask);
+/* Error unless inputs i and j have the same dtype. */
+gr_status gr_shape_check_same_dtype(gr_shape_ctx *ctx, int i, int j);
+/* Error unless the input's rank is known and equals rank (or rank < 0: any). */
+gr_status gr_shape_check_rank(gr_shape_ctx *ctx, int i, int rank);
+/* Formats a dtype mask ("f32, f64") into buf (cap bytes); returns buf. */
+const char *gr_dtype_mask_str(unsigned mask, char *buf, size_t cap);
 /* Common shape functions. */
 gr_status gr_shape_fn_unchanged(gr_shape_ctx *ctx);   /* output 0 = input 0 */
 gr_status gr_shape_fn_scalar_none(gr_shape_ctx *ctx); /* no outputs */

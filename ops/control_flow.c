@@ -22,7 +22,7 @@ static gr_status forward_kernel(gr_kernel_ctx *ctx) {
 /* ---- switch ------------------------------------------------------------------------- */
 
 static gr_status switch_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_BOOL));
+  GR_TRY(gr_shape_check_dtype(ctx, 1, GR_DT_BOOL));
   if (ctx->in_shapes[1].rank > 0 && gr_shape_num_elements(&ctx->in_shapes[1]) != 1)
     return gr_shape_error(ctx, GR_ERR_SHAPE, "pred must be a scalar");
   ctx->num_outputs = 2;
@@ -69,7 +69,7 @@ const gr_op_def gr_op_switch = {.name = "switch",
 static gr_status merge_shape(gr_shape_ctx *ctx) {
   gr_shape s = ctx->in_shapes[0];
   for (int i = 1; i < ctx->num_inputs; i++) {
-    GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+    GR_TRY(gr_shape_check_same_dtype(ctx, 0, i));
     const gr_shape *o = &ctx->in_shapes[i];
     if (s.rank < 0 || o->rank != s.rank) {
       if (o->rank != s.rank) s = gr_shape_unknown();
@@ -166,7 +166,7 @@ DEFINE_CF(next_iteration, "x into the next iteration of its loop", GR_CF_NEXT_IT
           gr_shape_fn_unchanged, NULL, 0)
 
 static gr_status loop_cond_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_BOOL));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_BOOL));
   if (ctx->in_shapes[0].rank > 0 && gr_shape_num_elements(&ctx->in_shapes[0]) != 1)
     return gr_shape_error(ctx, GR_ERR_SHAPE, "a loop condition must be a bool scalar");
   return gr_shape_fn_unchanged(ctx);

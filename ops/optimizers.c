@@ -192,9 +192,9 @@ static gr_status apply_adam_kernel(gr_kernel_ctx *ctx) {
 /* ---- definitions -------------------------------------------------------------------------- */
 
 static gr_status apply_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_FLOAT));
-  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 1, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_same_dtype(ctx, 0, 1));
   if (ctx->in_shapes[0].rank > 0 && gr_shape_num_elements(&ctx->in_shapes[0]) != 1) {
     char b[GR_SHAPE_STR_MAX];
     return gr_shape_error(ctx, GR_ERR_SHAPE, "learning rate must be a scalar, got %s",
