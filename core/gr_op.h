@@ -253,13 +253,35 @@ const gr_op_def *gr_op_registry_find(const char *name);
 int gr_op_registry_count(void);
 const gr_op_def *gr_op_registry_at(int i); /* sorted by name */
 
+/* A gradient function (see gr_grad_ctx in ops/gr_ops.h). */
+typedef gr_status (*gr_grad_fn)(struct gr_grad_ctx *ctx);
+/* Gives op the gradient function fn, for an op defined below the layer that
+ * can build its gradient: core's own ops (below), whose gradients build ops
+ * of ops/ (ops/op_list.h adds them). Ops defined in ops/ set .grad_fn.
+ * Adding the same fn again is a no-op; GR_ERR_ALREADY_EXISTS if op has
+ * another; GR_ERR_RESOURCE_EXHAUSTED when out of memory. Thread-safe. */
+gr_status gr_op_registry_add_gradient(const gr_op_def *op, gr_grad_fn fn, gr_error *err);
+/* op->grad_fn, else the function added for op; NULL when it has none. */
+gr_grad_fn gr_op_registry_find_gradient(const gr_op_def *op);
+
 /* How gr_gradients treats an op on the path from xs to ys. */
 typedef enum gr_op_gradient {
   GR_OP_GRADIENT_SOURCE,  /* no inputs: nothing to differentiate */
-  GR_OP_GRADIENT_DEFINED, /* its grad_fn builds the gradient */
+  GR_OP_GRADIENT_DEFINED, /* its gradient function builds the gradient */
   GR_OP_GRADIENT_STOPS,   /* GR_OP_NO_GRADIENT: no gradient flows through it */
   GR_OP_GRADIENT_MISSING, /* none: differentiating through it is an error */
 } gr_op_gradient;
 gr_op_gradient gr_op_classify_gradient(const gr_op_def *op);
+
+/* ---- the ops core defines itself ---------------------------------------- */
+
+/* const, identity and the control-flow primitives (core/base_ops.c), and
+ * the transfer ops _send/_recv (core/transfer_ops.c), are always registered:
+ * the partitioner builds them without the ops layer. Code that looks for
+ * one of them tests the definition, never the name:
+ *   if (n->op == &gr_op_identity) ...   or   if (n->op->cf_kind == GR_CF_MERGE) ... */
+extern const gr_op_def gr_op_const, gr_op_identity;
+extern const gr_op_def gr_op_switch, gr_op_merge, gr_op_enter, gr_op_exit, gr_op_next_iteration,
+    gr_op_loop_cond;
 
 #endif

@@ -14,6 +14,7 @@ static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static gr_map registry;
 static const gr_op_def **sorted;
 static int num_sorted, cap_sorted;
+static gr_map added_gradients; /* op pointer -> gradient function (core's own ops) */
 
 static gr_status add_op(const gr_op_def *op, gr_error *err) {
   pthread_mutex_lock(&registry_mu);
@@ -47,12 +48,18 @@ static gr_status add_op(const gr_op_def *op, gr_error *err) {
   return s;
 }
 
-/* core's own ops (the transfer ops of the partitioner) are always there */
+/* core's own ops (the transfer ops of the partitioner, const, identity and
+ * the control-flow primitives) are always there */
 static pthread_once_t core_once = PTHREAD_ONCE_INIT;
 static void register_core_ops(void) {
-  gr_error err;
-  if (add_op(&gr_op__send, &err) != GR_OK || add_op(&gr_op__recv, &err) != GR_OK)
-    gr_assert_fail(err.msg, __FILE__, __LINE__);
+  static const gr_op_def *const core_ops[] = {
+      &gr_op__send, &gr_op__recv, &gr_op_const,          &gr_op_identity,  &gr_op_switch,
+      &gr_op_merge, &gr_op_enter, &gr_op_next_iteration, &gr_op_loop_cond, &gr_op_exit};
+  gr_map_init(&added_gradients, GR_MAP_U64);
+  for (size_t i = 0; i < sizeof core_ops / sizeof core_ops[0]; i++) {
+    gr_error err;
+    if (add_op(core_ops[i], &err) != GR_OK) gr_assert_fail(err.msg, __FILE__, __LINE__);
+  }
 }
 
 gr_status gr_op_registry_add(const gr_op_def *op, gr_error *err) {
@@ -78,8 +85,33 @@ const gr_op_def *gr_op_registry_at(int i) {
   return i >= 0 && i < num_sorted ? sorted[i] : NULL;
 }
 
+gr_status gr_op_registry_add_gradient(const gr_op_def *op, gr_grad_fn fn, gr_error *err) {
+  pthread_once(&core_once, register_core_ops);
+  gr_status s = GR_OK;
+  pthread_mutex_lock(&registry_mu);
+  bool added;
+  void **slot = gr_map_slot_u64(&added_gradients, (uint64_t)(uintptr_t)op, &added);
+  if (!slot)
+    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  else if (!added && *slot != (void *)fn)
+    s = gr_error_set(err, GR_ERR_ALREADY_EXISTS, "op '%s' already has a gradient", op->name);
+  else
+    *slot = (void *)fn;
+  pthread_mutex_unlock(&registry_mu);
+  return s;
+}
+
+gr_grad_fn gr_op_registry_find_gradient(const gr_op_def *op) {
+  if (op->grad_fn) return op->grad_fn;
+  pthread_once(&core_once, register_core_ops);
+  pthread_mutex_lock(&registry_mu);
+  gr_grad_fn fn = (gr_grad_fn)gr_map_get_u64(&added_gradients, (uint64_t)(uintptr_t)op);
+  pthread_mutex_unlock(&registry_mu);
+  return fn;
+}
+
 gr_op_gradient gr_op_classify_gradient(const gr_op_def *op) {
-  if (op->grad_fn) return GR_OP_GRADIENT_DEFINED;
+  if (gr_op_registry_find_gradient(op)) return GR_OP_GRADIENT_DEFINED;
   if (op->flags & GR_OP_NO_GRADIENT) return GR_OP_GRADIENT_STOPS;
   if (op->max_inputs == 0) return GR_OP_GRADIENT_SOURCE;
   return GR_OP_GRADIENT_MISSING;

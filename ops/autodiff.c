@@ -308,7 +308,7 @@ static gr_status node_group(walk *w, gr_node *n, const ad_reverse *rv) {
                          .dinputs = din,
                          .remap = rv ? rv->remap : NULL,
                          .remap_arg = rv ? rv->arg : NULL};
-      st = n->op->grad_fn(&ctx);
+      st = gr_op_registry_find_gradient(n->op)(&ctx);
       if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
       if (st != GR_OK && !gr_graph_error(g))
         fail(g, st, "gradients: gradient of node '%s' (op %s) failed", n->name, n->op->name);
@@ -493,5 +493,6 @@ done:
 
 gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
                        const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs) {
+  gr_ops_register_all(); /* the gradients of core's own ops (a graph built with core alone) */
   return ad_gradients(g, ys, ny, xs, nx, grad_ys, null_for_unconnected, dxs, NULL, NULL);
 }
