@@ -8,10 +8,6 @@
 #include "ops/op_list.h"
 #include "ops/ops_internal.h"
 
-#define GR_X_DECL(name) extern const gr_op_def gr_op_##name;
-GR_OP_LIST(GR_X_DECL)
-#undef GR_X_DECL
-
 static const gr_op_def *const all_ops[] = {
 #define GR_X_PTR(name) &gr_op_##name,
     GR_OP_LIST(GR_X_PTR)

@@ -6,6 +6,13 @@
 #include <stdint.h>
 
 #include "core/gr_core.h"
+#include "ops/op_list.h"
+
+/* Every op of the op list, for tests of what a node is (n->op ==
+ * &gr_op_variable): ops are identified by their definition, never by name. */
+#define GR_X_DECL(name) extern const gr_op_def gr_op_##name;
+GR_OP_LIST(GR_X_DECL)
+#undef GR_X_DECL
 
 /* Looks the op up (registering all ops on first use) and adds a node; an
  * unknown op is recorded as the graph's error. name NULL: the op's name. */
