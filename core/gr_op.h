@@ -154,6 +154,12 @@ bool gr_node_attr_bool(const gr_node *n, const char *name, bool dflt);
 const char *gr_node_attr_string(const gr_node *n, const char *name, const char *dflt);
 gr_dtype gr_node_attr_dtype(const gr_node *n, const char *name, gr_dtype dflt);
 
+/* Does this attr name a variable its node reads or updates: a string attr
+ * "var", or "slot..." (an optimizer's slots, as "slot_m")? A GR_OP_VARIABLE
+ * node needs every variable so named initialised (the session does it) and
+ * kept by pruning. The one statement of that convention. */
+bool gr_attr_names_variable(const gr_attr *a);
+
 /* ---- kernels ------------------------------------------------------------- */
 
 typedef struct gr_var gr_var;

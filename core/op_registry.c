@@ -155,6 +155,11 @@ gr_dtype gr_node_attr_dtype(const gr_node *n, const char *name, gr_dtype dflt) {
   return v && v->type == GR_ATTR_DTYPE ? v->dtype : dflt;
 }
 
+bool gr_attr_names_variable(const gr_attr *a) {
+  return a->value.type == GR_ATTR_STRING &&
+         (strcmp(a->name, "var") == 0 || strncmp(a->name, "slot", 4) == 0);
+}
+
 gr_status gr_shape_error(gr_shape_ctx *ctx, gr_status code, const char *fmt, ...) {
   char msg[GR_ERROR_MSG_MAX];
   va_list ap;
