@@ -48,6 +48,19 @@ static const char *frame_label(const struct cf_plan *p, int f) {
   return f <= 0 ? "the top level" : p->frames[f].name;
 }
 
+/* The executor's ordering edges: data edges but those out of a
+ * next_iteration (a loop's back edge), then control edges, node by node. */
+static void exec_edges(const void *ctx, gr_topo_emit_fn emit, void *acc) {
+  const gr_executor *e = ctx;
+  for (int v = 0; v < e->num_nodes; v++) {
+    const exec_node *en = &e->nodes[v];
+    if (en->cf_kind != GR_CF_NEXT_ITERATION)
+      for (int k = en->edge_begin; k < en->edge_end; k++)
+        if (e->edges[k].dst >= 0) emit(acc, v, e->edges[k].dst);
+    for (int k = en->ctrl_begin; k < en->ctrl_end; k++) emit(acc, v, e->ctrl_dsts[k]);
+  }
+}
+
 gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
   struct cf_plan *p = calloc(1, sizeof *p);
   int n = e->num_nodes;
@@ -84,36 +97,18 @@ gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
   /* Frames in topological order, the loop back edges (next_iteration ->
    * merge) aside. */
   gr_status st = GR_OK;
-  int *order = malloc(sizeof(int) * ((size_t)n + 1)), *indeg = calloc((size_t)n + 1, sizeof(int));
+  int *order = malloc(sizeof(int) * ((size_t)n + 1));
   int *ctrl_src = malloc(sizeof(int) * ((size_t)n + 1)); /* a control predecessor, -1: none */
-  if (!order || !indeg || !ctrl_src) {
-    free(order), free(indeg), free(ctrl_src), free(src_of_slot);
+  int placed = order && ctrl_src ? gr_topo_sort(n, exec_edges, e, NULL, order) : -1;
+  if (placed < 0) {
+    free(order), free(ctrl_src), free(src_of_slot);
     return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
   for (int i = 0; i < n; i++) ctrl_src[i] = -1;
-  for (int i = 0; i < n; i++) {
-    for (int k = e->nodes[i].edge_begin; k < e->nodes[i].edge_end; k++)
-      if (e->edges[k].dst >= 0 && e->nodes[i].cf_kind != GR_CF_NEXT_ITERATION)
-        indeg[e->edges[k].dst]++;
-    for (int k = e->nodes[i].ctrl_begin; k < e->nodes[i].ctrl_end; k++) {
-      indeg[e->ctrl_dsts[k]]++;
-      ctrl_src[e->ctrl_dsts[k]] = i;
-    }
-  }
-  int head = 0, tail = 0;
   for (int i = 0; i < n; i++)
-    if (!indeg[i]) order[tail++] = i;
-  while (head < tail) {
-    int v = order[head++];
-    for (int k = e->nodes[v].edge_begin; k < e->nodes[v].edge_end; k++)
-      if (e->edges[k].dst >= 0 && e->nodes[v].cf_kind != GR_CF_NEXT_ITERATION &&
-          --indeg[e->edges[k].dst] == 0)
-        order[tail++] = e->edges[k].dst;
-    for (int k = e->nodes[v].ctrl_begin; k < e->nodes[v].ctrl_end; k++)
-      if (--indeg[e->ctrl_dsts[k]] == 0) order[tail++] = e->ctrl_dsts[k];
-  }
-  free(indeg);
-  if (tail != n)
+    for (int k = e->nodes[i].ctrl_begin; k < e->nodes[i].ctrl_end; k++)
+      ctrl_src[e->ctrl_dsts[k]] = i;
+  if (placed != n)
     st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "the graph has a cycle that is not a loop");
   for (int i = 0; i < n && st == GR_OK; i++) /* feeds (the last nodes) are at the top level */
     p->node_frame[i] = e->nodes[i].feed_index >= 0 ? 0 : -1;

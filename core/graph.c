@@ -859,51 +859,21 @@ gr_status gr_graph_push_no_control_deps(gr_graph *g) {
   return GR_OK;
 }
 
-int gr_graph_topo_order(const gr_graph *g, int *order) {
-  int n = g->num_nodes, head = 0, tail = 0;
-  int *indeg = calloc((size_t)n + 1, sizeof(int)), *cnt = calloc((size_t)n + 1, sizeof(int));
-  int *start = malloc(sizeof(int) * ((size_t)n + 2)), *succ = NULL;
-  if (!indeg || !cnt || !start) goto oom;
-  /* successor lists (CSR) without loop back edges */
-  int edges = 0;
-  for (int i = 0; i < n; i++) {
-    gr_node *d = g->nodes[i];
+/* A graph's ordering edges: data inputs but a loop's back edge, and control inputs. */
+static void graph_edges(const void *ctx, gr_topo_emit_fn emit, void *acc) {
+  const gr_graph *g = ctx;
+  for (int i = 0; i < g->num_nodes; i++) {
+    const gr_node *d = g->nodes[i];
     for (int j = 0; j < d->num_inputs; j++)
       if (d->inputs[j].node->op->cf_kind != GR_CF_NEXT_ITERATION)
-        cnt[d->inputs[j].node->id]++, edges++;
-    for (int j = 0; j < d->num_control_inputs; j++) cnt[d->control_inputs[j]->id]++, edges++;
+        emit(acc, d->inputs[j].node->id, i);
+    for (int j = 0; j < d->num_control_inputs; j++) emit(acc, d->control_inputs[j]->id, i);
   }
-  succ = malloc(sizeof(int) * ((size_t)edges + 1));
-  if (!succ) goto oom;
-  start[0] = 0;
-  for (int i = 0; i < n; i++) start[i + 1] = start[i] + cnt[i];
-  memset(cnt, 0, sizeof(int) * (size_t)n);
-  for (int i = 0; i < n; i++) {
-    gr_node *d = g->nodes[i];
-    for (int j = 0; j < d->num_inputs; j++) {
-      int s = d->inputs[j].node->id;
-      if (d->inputs[j].node->op->cf_kind == GR_CF_NEXT_ITERATION) continue;
-      succ[start[s] + cnt[s]++] = i;
-      indeg[i]++;
-    }
-    for (int j = 0; j < d->num_control_inputs; j++) {
-      int s = d->control_inputs[j]->id;
-      succ[start[s] + cnt[s]++] = i;
-      indeg[i]++;
-    }
-  }
-  for (int i = 0; i < n; i++)
-    if (!indeg[i]) order[tail++] = i;
-  while (head < tail) {
-    int v = order[head++];
-    for (int k = start[v]; k < start[v + 1]; k++)
-      if (--indeg[succ[k]] == 0) order[tail++] = succ[k];
-  }
-  free(indeg), free(cnt), free(start), free(succ);
-  return tail; /* < n only for a cycle, which the builders cannot make */
-oom:
-  free(indeg), free(cnt), free(start), free(succ);
-  return -1;
+}
+
+int gr_graph_topo_order(const gr_graph *g, int *order) {
+  return gr_topo_sort(g->num_nodes, graph_edges, g, NULL, order); /* < n only for a cycle,
+                                                                      which builders cannot make */
 }
 
 /* Depth first: each node after its predecessors, roots taken in id order
