@@ -11,11 +11,6 @@
 
 static const char *const x_names[] = {"x"};
 
-static void free_cost(const gr_node *n, gr_cost *c) {
-  c->flops = 0;
-  c->bytes = 0;
-}
-
 static gr_status forward_kernel(gr_kernel_ctx *ctx) {
   gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
   return GR_OK;
@@ -43,7 +38,7 @@ const gr_op_def gr_op_const = {.name = "const",
                                .attrs = const_attrs,
                                .num_attrs = 1,
                                .shape_fn = const_shape,
-                               .cost_fn = free_cost,
+                               .cost_fn = gr_cost_fn_free,
                                .kernel = const_kernel,
                                .flags = GR_OP_CONSTANT};
 
@@ -56,7 +51,7 @@ const gr_op_def gr_op_identity = {.name = "identity",
                                   .input_names = x_names,
                                   .num_outputs = 1,
                                   .shape_fn = gr_shape_fn_unchanged,
-                                  .cost_fn = free_cost,
+                                  .cost_fn = gr_cost_fn_free,
                                   .kernel = forward_kernel};
 
 /* ---- switch ------------------------------------------------------------------------- */

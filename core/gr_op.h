@@ -144,6 +144,9 @@ const char *gr_dtype_mask_str(unsigned mask, char *buf, size_t cap);
 /* Common shape functions. */
 gr_status gr_shape_fn_unchanged(gr_shape_ctx *ctx);   /* output 0 = input 0 */
 gr_status gr_shape_fn_scalar_none(gr_shape_ctx *ctx); /* no outputs */
+/* A cost function for ops that cost nothing (views, constants, transfers
+ * whose cost is the edge's): no flops, no bytes. */
+void gr_cost_fn_free(const gr_node *node, gr_cost *out);
 
 /* ---- attrs of a node (defaults already filled in) ----------------------- */
 

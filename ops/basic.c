@@ -5,11 +5,6 @@
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
-static void free_cost(const gr_node *n, gr_cost *c) {
-  c->flops = 0;
-  c->bytes = 0;
-}
-
 /* ---- placeholder ------------------------------------------------------------ */
 
 static gr_status placeholder_shape(gr_shape_ctx *ctx) {
@@ -32,7 +27,7 @@ const gr_op_def gr_op_placeholder = {.name = "placeholder",
                                      .attrs = placeholder_attrs,
                                      .num_attrs = 2,
                                      .shape_fn = placeholder_shape,
-                                     .cost_fn = free_cost,
+                                     .cost_fn = gr_cost_fn_free,
                                      .kernel = placeholder_kernel,
                                      .flags = GR_OP_PLACEHOLDER};
 
@@ -53,7 +48,7 @@ const gr_op_def gr_op_no_op = {.name = "no_op",
                                .doc = "does nothing; a target for control dependencies",
                                .num_outputs = 0,
                                .shape_fn = gr_shape_fn_scalar_none,
-                               .cost_fn = free_cost,
+                               .cost_fn = gr_cost_fn_free,
                                .kernel = no_op_kernel};
 
 /* ---- builders ----------------------------------------------------------------- */
