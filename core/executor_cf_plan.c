@@ -48,11 +48,26 @@ static const char *frame_label(const struct cf_plan *p, int f) {
   return f <= 0 ? "the top level" : p->frames[f].name;
 }
 
-gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
-  struct cf_plan *p = calloc(1, sizeof *p);
+/* The executor's ordering edges: data edges but those out of a
+ * next_iteration (a loop's back edge), then control edges, node by node. */
+static void exec_edges(const void *ctx, gr_topo_emit_fn emit, void *acc) {
+  const gr_executor *e = ctx;
+  for (int v = 0; v < e->num_nodes; v++) {
+    const exec_node *en = &e->nodes[v];
+    if (en->cf_kind != GR_CF_NEXT_ITERATION)
+      for (int k = en->edge_begin; k < en->edge_end; k++)
+        if (e->edges[k].dst >= 0) emit(acc, v, e->edges[k].dst);
+    for (int k = en->ctrl_begin; k < en->ctrl_end; k++) emit(acc, v, e->ctrl_dsts[k]);
+  }
+}
+
+static gr_status oom(gr_error *err) {
+  return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* The plan's per-node, per-slot and per-edge arrays, and the top frame. */
+static gr_status plan_alloc(struct cf_plan *p, const gr_executor *e, gr_error *err) {
   int n = e->num_nodes;
-  if (!p) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  e->cf = p;
   p->cap_frames = 8;
   p->frames = malloc(sizeof(frame_def) * 8);
   p->node_frame = malloc(sizeof(int) * ((size_t)n + 1));
@@ -71,49 +86,38 @@ gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
   p->ctrl_mode = calloc((size_t)nctrl + 1, 1);
   if (!p->frames || !p->node_frame || !p->node_local || !p->slot_local || !p->merge_fwd ||
       !p->merge_back || !p->local_pending || !p->constant || !p->edge_mode || !p->ctrl_mode)
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return oom(err);
   p->frames[0] = (frame_def){-1, "", 1, 0, 0, 0};
   p->num_frames = 1;
+  return GR_OK;
+}
+
+/* Each node's frame, in topological order (the loop back edges,
+ * next_iteration -> merge, aside): that of its first data input with a
+ * frame (a child frame at an enter), else of a control input, else the top
+ * level; feeds are at the top level. */
+static gr_status assign_frames(struct cf_plan *p, gr_executor *e, gr_error *err) {
+  int n = e->num_nodes;
   /* producers of each node's inputs, as exec indices (from the edges) */
   int *src_of_slot = malloc(sizeof(int) * ((size_t)e->num_slots + 1));
-  if (!src_of_slot) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!src_of_slot) return oom(err);
   for (int i = 0; i < e->num_slots; i++) src_of_slot[i] = -1;
   for (int i = 0; i < n; i++)
     for (int k = e->nodes[i].edge_begin; k < e->nodes[i].edge_end; k++)
       if (e->edges[k].dst >= 0) src_of_slot[e->edges[k].dst_slot] = i;
-  /* Frames in topological order, the loop back edges (next_iteration ->
-   * merge) aside. */
   gr_status st = GR_OK;
-  int *order = malloc(sizeof(int) * ((size_t)n + 1)), *indeg = calloc((size_t)n + 1, sizeof(int));
+  int *order = malloc(sizeof(int) * ((size_t)n + 1));
   int *ctrl_src = malloc(sizeof(int) * ((size_t)n + 1)); /* a control predecessor, -1: none */
-  if (!order || !indeg || !ctrl_src) {
-    free(order), free(indeg), free(ctrl_src), free(src_of_slot);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  int placed = order && ctrl_src ? gr_topo_sort(n, exec_edges, e, NULL, order) : -1;
+  if (placed < 0) {
+    free(order), free(ctrl_src), free(src_of_slot);
+    return oom(err);
   }
   for (int i = 0; i < n; i++) ctrl_src[i] = -1;
-  for (int i = 0; i < n; i++) {
-    for (int k = e->nodes[i].edge_begin; k < e->nodes[i].edge_end; k++)
-      if (e->edges[k].dst >= 0 && e->nodes[i].cf_kind != GR_CF_NEXT_ITERATION)
-        indeg[e->edges[k].dst]++;
-    for (int k = e->nodes[i].ctrl_begin; k < e->nodes[i].ctrl_end; k++) {
-      indeg[e->ctrl_dsts[k]]++;
-      ctrl_src[e->ctrl_dsts[k]] = i;
-    }
-  }
-  int head = 0, tail = 0;
   for (int i = 0; i < n; i++)
-    if (!indeg[i]) order[tail++] = i;
-  while (head < tail) {
-    int v = order[head++];
-    for (int k = e->nodes[v].edge_begin; k < e->nodes[v].edge_end; k++)
-      if (e->edges[k].dst >= 0 && e->nodes[v].cf_kind != GR_CF_NEXT_ITERATION &&
-          --indeg[e->edges[k].dst] == 0)
-        order[tail++] = e->edges[k].dst;
-    for (int k = e->nodes[v].ctrl_begin; k < e->nodes[v].ctrl_end; k++)
-      if (--indeg[e->ctrl_dsts[k]] == 0) order[tail++] = e->ctrl_dsts[k];
-  }
-  free(indeg);
-  if (tail != n)
+    for (int k = e->nodes[i].ctrl_begin; k < e->nodes[i].ctrl_end; k++)
+      ctrl_src[e->ctrl_dsts[k]] = i;
+  if (placed != n)
     st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "the graph has a cycle that is not a loop");
   for (int i = 0; i < n && st == GR_OK; i++) /* feeds (the last nodes) are at the top level */
     p->node_frame[i] = e->nodes[i].feed_index >= 0 ? 0 : -1;
@@ -145,12 +149,19 @@ gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
         frame = q >= 0 && p->node_frame[q] >= 0 ? out_frame(p, e->nodes, q) : 0;
       }
     }
-    if (frame < 0) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (frame < 0) st = oom(err);
     p->node_frame[i] = frame;
   }
-  free(order), free(ctrl_src);
-  /* every edge must stay in its frame, or enter / exit / next_iteration it */
-  for (int i = 0; i < n && st == GR_OK; i++) {
+  free(order), free(ctrl_src), free(src_of_slot);
+  return st;
+}
+
+/* Every edge must stay in its frame, or enter / exit / next_iteration it:
+ * records each edge's mode, counts the merges' forward and back inputs and
+ * the edges into each frame's enters. */
+static gr_status check_edges(struct cf_plan *p, gr_executor *e, gr_error *err) {
+  gr_status st = GR_OK;
+  for (int i = 0; i < e->num_nodes && st == GR_OK; i++) {
     exec_node *en = &e->nodes[i];
     int want = out_frame(p, e->nodes, i);
     for (int k = en->edge_begin; k < en->edge_end && st == GR_OK; k++) {
@@ -197,8 +208,14 @@ gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
       if (mode & MODE_ENTER) p->frames[p->node_frame[d]].num_enters++;
     }
   }
-  /* local numbering per frame */
-  for (int i = 0; i < n && st == GR_OK; i++) {
+  return st;
+}
+
+/* Local numbering of nodes and slots per frame, and each frame's initial
+ * pending counts by local index. */
+static gr_status number_locally(struct cf_plan *p, gr_executor *e, gr_error *err) {
+  gr_status st = GR_OK;
+  for (int i = 0; i < e->num_nodes && st == GR_OK; i++) {
     frame_def *f = &p->frames[p->node_frame[i]];
     exec_node *en = &e->nodes[i];
     p->node_local[i] = f->num_nodes++;
@@ -210,16 +227,24 @@ gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
                         "from the loop)",
                         en->node->name, frame_label(p, p->node_frame[i]));
   }
-  free(src_of_slot);
-  if (st == GR_OK) {
-    p->frame_pending = calloc((size_t)p->num_frames, sizeof(int *));
-    for (int f = 0; p->frame_pending && f < p->num_frames; f++)
-      p->frame_pending[f] = malloc(sizeof(int) * ((size_t)p->frames[f].num_nodes + 1));
-    for (int f = 0; p->frame_pending && f < p->num_frames; f++)
-      if (!p->frame_pending[f]) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    if (!p->frame_pending) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    for (int i = 0; i < n && st == GR_OK; i++)
-      p->frame_pending[p->node_frame[i]][p->node_local[i]] = p->local_pending[i];
-  }
+  if (st != GR_OK) return st;
+  p->frame_pending = calloc((size_t)p->num_frames, sizeof(int *));
+  for (int f = 0; p->frame_pending && f < p->num_frames; f++)
+    p->frame_pending[f] = malloc(sizeof(int) * ((size_t)p->frames[f].num_nodes + 1));
+  for (int f = 0; p->frame_pending && f < p->num_frames; f++)
+    if (!p->frame_pending[f]) st = oom(err);
+  if (!p->frame_pending) st = oom(err);
+  for (int i = 0; i < e->num_nodes && st == GR_OK; i++)
+    p->frame_pending[p->node_frame[i]][p->node_local[i]] = p->local_pending[i];
   return st;
+}
+
+gr_status gr_cf_plan_new(gr_executor *e, gr_error *err) {
+  struct cf_plan *p = calloc(1, sizeof *p);
+  if (!p) return oom(err);
+  e->cf = p;
+  GR_TRY(plan_alloc(p, e, err));
+  GR_TRY(assign_frames(p, e, err));
+  GR_TRY(check_edges(p, e, err));
+  return number_locally(p, e, err);
 }

@@ -125,6 +125,20 @@ const char *gr_graph_resolve_device(const gr_graph *g, const gr_node *n);
  * ordering constraint. Ids are a topological order only for graphs without
  * rerouted inputs (gr_graph_set_input). Returns n, or -1 if out of memory. */
 int gr_graph_topo_order(const gr_graph *g, int *order);
+/* A topological order of nodes 0..n-1 whose edges the caller lists, for
+ * node sets other than a whole graph (a partition, an executor's nodes,
+ * autodiff's groups). edges(ctx, emit, acc) calls emit(acc, src, dst) for
+ * every edge that orders src before dst; it is called twice and must list
+ * the same edges in the same order. Kahn's algorithm: first the nodes
+ * without predecessors in index order (leaving out those with skip[i] set;
+ * skip may be NULL), then, as each node is taken, its successors that became
+ * free, in the order their edges were listed. Fills order[0..) and returns
+ * the count placed (fewer than the nodes not skipped: a cycle), or -1 when
+ * out of memory. */
+typedef void (*gr_topo_emit_fn)(void *acc, int src, int dst);
+typedef void (*gr_topo_edges_fn)(const void *ctx, gr_topo_emit_fn emit, void *acc);
+int gr_topo_sort(int n, gr_topo_edges_fn edges, const void *ctx, const unsigned char *skip,
+                 int *order);
 /* The same order, stable: for a graph whose ids are already such an order
  * it is the identity, so an order taken twice is the same (serialization
  * writes nodes in it). Returns n; -1 if out of memory; -2 when the inputs

@@ -123,9 +123,30 @@ struct gr_shape_ctx {
 /* Sets the error with a message prefixed by the node name and op. */
 gr_status gr_shape_error(gr_shape_ctx *ctx, gr_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* dtype sets for input checks */
+#define GR_DT_BIT(t)  (1u << (t))
+#define GR_DT_FLOAT   (GR_DT_BIT(GR_F32) | GR_DT_BIT(GR_F64))
+#define GR_DT_INT     (GR_DT_BIT(GR_I32) | GR_DT_BIT(GR_I64) | GR_DT_BIT(GR_U8))
+#define GR_DT_NUMERIC (GR_DT_FLOAT | GR_DT_INT)
+#define GR_DT_INDEX   (GR_DT_BIT(GR_I32) | GR_DT_BIT(GR_I64))
+#define GR_DT_BOOL    GR_DT_BIT(GR_BOOL)
+#define GR_DT_ALL     (GR_DT_NUMERIC | GR_DT_BOOL)
+
+/* Error unless input i's dtype is in mask; the message names the node, the
+ * input and the allowed dtypes. */
+gr_status gr_shape_check_dtype(gr_shape_ctx *ctx, int i, unsigned mask);
+/* Error unless inputs i and j have the same dtype. */
+gr_status gr_shape_check_same_dtype(gr_shape_ctx *ctx, int i, int j);
+/* Error unless the input's rank is known and equals rank (or rank < 0: any). */
+gr_status gr_shape_check_rank(gr_shape_ctx *ctx, int i, int rank);
+/* Formats a dtype mask ("f32, f64") into buf (cap bytes); returns buf. */
+const char *gr_dtype_mask_str(unsigned mask, char *buf, size_t cap);
 /* Common shape functions. */
 gr_status gr_shape_fn_unchanged(gr_shape_ctx *ctx);   /* output 0 = input 0 */
 gr_status gr_shape_fn_scalar_none(gr_shape_ctx *ctx); /* no outputs */
+/* A cost function for ops that cost nothing (views, constants, transfers
+ * whose cost is the edge's): no flops, no bytes. */
+void gr_cost_fn_free(const gr_node *node, gr_cost *out);
 
 /* ---- attrs of a node (defaults already filled in) ----------------------- */
 
@@ -135,6 +156,12 @@ double gr_node_attr_float(const gr_node *n, const char *name, double dflt);
 bool gr_node_attr_bool(const gr_node *n, const char *name, bool dflt);
 const char *gr_node_attr_string(const gr_node *n, const char *name, const char *dflt);
 gr_dtype gr_node_attr_dtype(const gr_node *n, const char *name, gr_dtype dflt);
+
+/* Does this attr name a variable its node reads or updates: a string attr
+ * "var", or "slot..." (an optimizer's slots, as "slot_m")? A GR_OP_VARIABLE
+ * node needs every variable so named initialised (the session does it) and
+ * kept by pruning. The one statement of that convention. */
+bool gr_attr_names_variable(const gr_attr *a);
 
 /* ---- kernels ------------------------------------------------------------- */
 
@@ -235,13 +262,35 @@ const gr_op_def *gr_op_registry_find(const char *name);
 int gr_op_registry_count(void);
 const gr_op_def *gr_op_registry_at(int i); /* sorted by name */
 
+/* A gradient function (see gr_grad_ctx in ops/gr_ops.h). */
+typedef gr_status (*gr_grad_fn)(struct gr_grad_ctx *ctx);
+/* Gives op the gradient function fn, for an op defined below the layer that
+ * can build its gradient: core's own ops (below), whose gradients build ops
+ * of ops/ (ops/op_list.h adds them). Ops defined in ops/ set .grad_fn.
+ * Adding the same fn again is a no-op; GR_ERR_ALREADY_EXISTS if op has
+ * another; GR_ERR_RESOURCE_EXHAUSTED when out of memory. Thread-safe. */
+gr_status gr_op_registry_add_gradient(const gr_op_def *op, gr_grad_fn fn, gr_error *err);
+/* op->grad_fn, else the function added for op; NULL when it has none. */
+gr_grad_fn gr_op_registry_find_gradient(const gr_op_def *op);
+
 /* How gr_gradients treats an op on the path from xs to ys. */
 typedef enum gr_op_gradient {
   GR_OP_GRADIENT_SOURCE,  /* no inputs: nothing to differentiate */
-  GR_OP_GRADIENT_DEFINED, /* its grad_fn builds the gradient */
+  GR_OP_GRADIENT_DEFINED, /* its gradient function builds the gradient */
   GR_OP_GRADIENT_STOPS,   /* GR_OP_NO_GRADIENT: no gradient flows through it */
   GR_OP_GRADIENT_MISSING, /* none: differentiating through it is an error */
 } gr_op_gradient;
 gr_op_gradient gr_op_classify_gradient(const gr_op_def *op);
+
+/* ---- the ops core defines itself ---------------------------------------- */
+
+/* const, identity and the control-flow primitives (core/base_ops.c), and
+ * the transfer ops _send/_recv (core/transfer_ops.c), are always registered:
+ * the partitioner builds them without the ops layer. Code that looks for
+ * one of them tests the definition, never the name:
+ *   if (n->op == &gr_op_identity) ...   or   if (n->op->cf_kind == GR_CF_MERGE) ... */
+extern const gr_op_def gr_op_const, gr_op_identity;
+extern const gr_op_def gr_op_switch, gr_op_merge, gr_op_enter, gr_op_exit, gr_op_next_iteration,
+    gr_op_loop_cond;
 
 #endif

@@ -371,9 +371,6 @@ static gr_status build_attrs(gr_graph *g, gr_node *n, const gr_attr *attrs, int 
   return GR_OK;
 }
 
-/* Adds a node. copy_of NULL: named and placed from the scope stacks. Else an
- * exact copy of copy_of (its name, devices, colocation and source position)
- * with the control inputs ctrl. */
 /* The requested device of n (op and attrs set) from the device scopes:
  * the innermost scope's merged spec, or, with device functions below it
  * (since the last reset), the scopes applied from the outside in: a spec
@@ -407,13 +404,17 @@ static const char *scoped_device(gr_graph *g, const gr_node *n) {
   return s;
 }
 
-static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
-                          const gr_output *inputs, int num_inputs, const gr_attr *attrs,
-                          int num_attrs, const gr_node *copy_of, gr_node *const *ctrl,
-                          int num_ctrl) {
+/* Scratch arrays of shape inference live on the stack up to this count. */
+enum { SMALL_IO = 8 };
+
+/* What can be refused before anything is allocated: the op, null inputs, the
+ * name, and for a copy a name already taken (*hash: that name's hash). */
+static bool check_request(gr_graph *g, const gr_op_def *op, const char *name,
+                          const gr_output *inputs, int num_inputs, const gr_node *copy_of,
+                          uint64_t *hash) {
   if (!op) {
     fail(g, GR_ERR_NOT_FOUND, "unknown op for node '%s'", name ? name : "?");
-    return null_output();
+    return false;
   }
   const char *base = name ? name : op->name;
   for (int i = 0; i < num_inputs; i++)
@@ -421,109 +422,82 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
       if (!g->has_error)
         fail(g, GR_ERR_INVALID_ARGUMENT, "input %d of '%s' (op %s) is a null output", i, base,
              op->name);
-      return null_output();
+      return false;
     }
   if (!valid_node_name(base)) {
     fail(g, GR_ERR_INVALID_ARGUMENT,
          "invalid node name '%s' (op %s): use letters, digits, '_', '.', '-' and '/'", base,
          op->name);
-    return null_output();
+    return false;
   }
-  uint64_t hash = copy_of ? gr_map_hash_str(copy_of->name) : 0;
-  if (copy_of && find_hashed(g, hash, copy_of->name)) {
+  *hash = copy_of ? gr_map_hash_str(copy_of->name) : 0;
+  if (copy_of && find_hashed(g, *hash, copy_of->name)) {
     fail(g, GR_ERR_ALREADY_EXISTS, "duplicate node name '%s' (op %s)", copy_of->name, op->name);
-    return null_output();
+    return false;
   }
-  /* the node and its input array in one block */
-  gr_node *n = gr_arena_alloc_aligned(
-      &g->arena, sizeof *n + sizeof(gr_output) * (size_t)(num_inputs > 0 ? num_inputs : 0), 8);
-  const char *uname = !n        ? NULL
-                      : copy_of ? gr_arena_strdup(&g->arena, copy_of->name)
-                                : new_node_name(g, base, &hash);
-  if (!uname) {
-    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    return null_output();
-  }
-  n->name = uname;
-  n->op = op;
-  n->graph = g;
-  n->source_loc = g->source_loc;
-  const char *saved_loc = g->source_loc;
-  if (copy_of) {
-    n->source_loc = g->source_loc = shared_str(g, &g->last_loc, copy_of->source_loc);
-    n->assigned_device = shared_str(g, &g->last_assigned, copy_of->assigned_device);
-    n->colocate_with = shared_str(g, &g->last_colocate, copy_of->colocate_with);
-  }
-  if (num_inputs < op->min_inputs || (op->max_inputs >= 0 && num_inputs > op->max_inputs)) {
-    if (op->max_inputs == op->min_inputs)
-      fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects %d input%s, got %d", n->name,
-           op->name, op->min_inputs, op->min_inputs == 1 ? "" : "s", num_inputs);
-    else if (op->max_inputs < 0)
-      fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects at least %d inputs, got %d",
-           n->name, op->name, op->min_inputs, num_inputs);
-    else
-      fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects %d to %d inputs, got %d",
-           n->name, op->name, op->min_inputs, op->max_inputs, num_inputs);
-    g->source_loc = saved_loc;
-    return null_output();
-  }
-  n->num_inputs = num_inputs;
-  n->inputs = (gr_output *)(n + 1);
-  if (num_inputs) memcpy(n->inputs, inputs, sizeof(gr_output) * (size_t)num_inputs);
-  /* scratch for shape inference: on the stack for the usual small counts */
-  enum { SMALL = 8 };
-  gr_shape in_shapes_small[SMALL], out_shapes_small[SMALL];
-  const gr_tensor *in_values_small[SMALL];
-  gr_dtype out_dtypes_small[SMALL];
-  gr_dtype in_dtypes_small[SMALL];
-  gr_dtype *in_dtypes =
-      num_inputs < SMALL ? in_dtypes_small : malloc(sizeof(gr_dtype) * (size_t)(num_inputs + 1));
-  gr_shape *in_shapes =
-      num_inputs < SMALL ? in_shapes_small : malloc(sizeof(gr_shape) * (size_t)(num_inputs + 1));
-  const gr_tensor **in_values =
-      num_inputs < SMALL ? in_values_small : malloc(sizeof(gr_tensor *) * (size_t)(num_inputs + 1));
-  gr_dtype *out_dtypes = NULL;
-  gr_shape *out_shapes = NULL;
-  gr_output result = null_output();
-  if (!in_dtypes || !in_shapes || !in_values) {
-    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
-  for (int i = 0; i < num_inputs; i++) {
-    gr_node *src = inputs[i].node;
+  return true;
+}
+
+/* Whether the op takes num_inputs inputs (else an error naming n). */
+static bool check_input_count(gr_graph *g, const gr_node *n, const gr_op_def *op, int num_inputs) {
+  if (num_inputs >= op->min_inputs && (op->max_inputs < 0 || num_inputs <= op->max_inputs))
+    return true;
+  if (op->max_inputs == op->min_inputs)
+    fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects %d input%s, got %d", n->name,
+         op->name, op->min_inputs, op->min_inputs == 1 ? "" : "s", num_inputs);
+  else if (op->max_inputs < 0)
+    fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects at least %d inputs, got %d",
+         n->name, op->name, op->min_inputs, num_inputs);
+  else
+    fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): expects %d to %d inputs, got %d", n->name,
+         op->name, op->min_inputs, op->max_inputs, num_inputs);
+  return false;
+}
+
+/* The dtypes, shapes and constant values (NULL: not a constant) of n's
+ * inputs; false (error recorded) for an input from another graph or an
+ * output its node does not have. */
+static bool read_inputs(gr_graph *g, const gr_node *n, gr_dtype *in_dtypes, gr_shape *in_shapes,
+                        const gr_tensor **in_values) {
+  for (int i = 0; i < n->num_inputs; i++) {
+    const gr_output *in = &n->inputs[i];
+    gr_node *src = in->node;
     if (src->graph != g) {
       fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s' (op %s): input %d ('%s') is from another graph",
-           n->name, op->name, i, src->name);
-      goto done;
+           n->name, n->op->name, i, src->name);
+      return false;
     }
-    if (inputs[i].index < 0 || inputs[i].index >= src->num_outputs) {
+    if (in->index < 0 || in->index >= src->num_outputs) {
       fail(g, GR_ERR_OUT_OF_RANGE,
            "node '%s' (op %s): input %d refers to output %d of '%s', "
            "which has %d output%s",
-           n->name, op->name, i, inputs[i].index, src->name, src->num_outputs,
+           n->name, n->op->name, i, in->index, src->name, src->num_outputs,
            src->num_outputs == 1 ? "" : "s");
-      goto done;
+      return false;
     }
-    in_dtypes[i] = src->out_dtypes[inputs[i].index];
-    in_shapes[i] = src->out_shapes[inputs[i].index];
+    in_dtypes[i] = src->out_dtypes[in->index];
+    in_shapes[i] = src->out_shapes[in->index];
     in_values[i] = NULL;
     if (src->op->flags & GR_OP_CONSTANT) {
       const gr_attr_value *v = gr_node_attr(src, "value");
       if (v && v->type == GR_ATTR_TENSOR) in_values[i] = &v->tensor;
     }
   }
-  if (build_attrs(g, n, attrs, num_attrs) != GR_OK) goto done;
+  return true;
+}
 
-  /* device from the scope stack */
+/* n's requested device and control inputs: copy_of's and ctrl for a copy,
+ * else from the device scopes and the control-dependency scopes. */
+static bool apply_scopes(gr_graph *g, gr_node *n, const gr_node *copy_of, gr_node *const *ctrl,
+                         int num_ctrl) {
   if (copy_of) {
     n->requested_device = shared_str(g, &g->last_requested, copy_of->requested_device);
   } else if (g->num_device_scopes) {
     n->requested_device = scoped_device(g, n);
-    if (!n->requested_device) goto done;
+    if (!n->requested_device) return false;
   } else {
     n->requested_device = "";
   }
-  /* control dependencies from the scope stack */
   int nctrl = 0, from = 0;
   for (int f = 0; f < g->num_ctrl; f++)
     if (g->ctrl[f].reset) from = f + 1;
@@ -533,7 +507,7 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
       if (ctrl[j]->graph != g) {
         fail(g, GR_ERR_INVALID_ARGUMENT, "node '%s': control input '%s' is from another graph",
              n->name, ctrl[j]->name);
-        goto done;
+        return false;
       }
     n->control_inputs = gr_arena_memdup(&g->arena, ctrl, sizeof(gr_node *) * (size_t)num_ctrl);
     n->num_control_inputs = num_ctrl;
@@ -543,10 +517,22 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
       for (int j = 0; j < g->ctrl[f].n; j++)
         n->control_inputs[n->num_control_inputs++] = g->ctrl[f].deps[j];
   }
+  return true;
+}
 
-  /* shape inference */
+/* Runs the op's shape function on the inputs' dtypes, shapes and values and
+ * stores n's outputs (a single output's dtype and shape in the graph's shared
+ * tables); false with the error recorded, prefixed by the source position. */
+static bool infer_outputs(gr_graph *g, gr_node *n, const gr_dtype *in_dtypes,
+                          const gr_shape *in_shapes, const gr_tensor **in_values) {
+  const gr_op_def *op = n->op;
+  gr_dtype out_dtypes_small[SMALL_IO];
+  gr_shape out_shapes_small[SMALL_IO];
+  gr_dtype *out_dtypes = NULL;
+  gr_shape *out_shapes = NULL;
+  bool ok = false;
   int max_out = op->num_outputs >= 0 ? op->num_outputs : GR_MAX_OUTPUTS;
-  if (max_out < SMALL) {
+  if (max_out < SMALL_IO) {
     memset(out_dtypes_small, 0, sizeof(gr_dtype) * (size_t)(max_out + 1));
     memset(out_shapes_small, 0, sizeof(gr_shape) * (size_t)(max_out + 1));
     out_dtypes = out_dtypes_small;
@@ -562,7 +548,7 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
   gr_error err;
   gr_error_clear(&err);
   gr_shape_ctx sc = {.node = n,
-                     .num_inputs = num_inputs,
+                     .num_inputs = n->num_inputs,
                      .in_dtypes = in_dtypes,
                      .in_shapes = in_shapes,
                      .in_values = in_values,
@@ -592,34 +578,99 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
     fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }
+  ok = true;
+done:
+  if (out_dtypes != out_dtypes_small) free(out_dtypes);
+  if (out_shapes != out_shapes_small) free(out_shapes);
+  return ok;
+}
 
+/* Appends n to the graph's nodes and its name (hash hash) to the index. */
+static bool commit_node(gr_graph *g, gr_node *n, uint64_t hash) {
   if (g->num_nodes == g->cap_nodes) {
     int cap = g->cap_nodes ? g->cap_nodes * 2 : 256;
     gr_node **nodes = realloc(g->nodes, sizeof(gr_node *) * (size_t)cap);
     if (!nodes) {
       fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-      goto done;
+      return false;
     }
     g->nodes = nodes;
     g->cap_nodes = cap;
   }
   if (!gr_idmap_insert(&g->by_name, hash, (uint32_t)g->num_nodes)) {
     fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
+    return false;
   }
   n->id = g->num_nodes;
   g->nodes[g->num_nodes++] = n;
-  result = (gr_output){n, n->num_outputs ? 0 : -1};
-done:
-  if (!result.node && n && n->attrs)
+  return true;
+}
+
+/* Adds a node: checks the request, names it, reads its inputs, takes its
+ * attrs, device and control inputs, infers its outputs and appends it.
+ * copy_of NULL: named and placed from the scope stacks. Else an exact copy
+ * of copy_of (its name, devices, colocation and source position) with the
+ * control inputs ctrl. */
+static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
+                          const gr_output *inputs, int num_inputs, const gr_attr *attrs,
+                          int num_attrs, const gr_node *copy_of, gr_node *const *ctrl,
+                          int num_ctrl) {
+  uint64_t hash;
+  if (!check_request(g, op, name, inputs, num_inputs, copy_of, &hash)) return null_output();
+  /* the node and its input array in one block */
+  gr_node *n = gr_arena_alloc_aligned(
+      &g->arena, sizeof *n + sizeof(gr_output) * (size_t)(num_inputs > 0 ? num_inputs : 0), 8);
+  const char *uname = !n        ? NULL
+                      : copy_of ? gr_arena_strdup(&g->arena, copy_of->name)
+                                : new_node_name(g, name ? name : op->name, &hash);
+  if (!uname) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return null_output();
+  }
+  n->name = uname;
+  n->op = op;
+  n->graph = g;
+  n->source_loc = g->source_loc;
+  const char *saved_loc = g->source_loc;
+  if (copy_of) {
+    n->source_loc = g->source_loc = shared_str(g, &g->last_loc, copy_of->source_loc);
+    n->assigned_device = shared_str(g, &g->last_assigned, copy_of->assigned_device);
+    n->colocate_with = shared_str(g, &g->last_colocate, copy_of->colocate_with);
+  }
+  if (!check_input_count(g, n, op, num_inputs)) {
+    g->source_loc = saved_loc;
+    return null_output();
+  }
+  n->num_inputs = num_inputs;
+  n->inputs = (gr_output *)(n + 1);
+  if (num_inputs) memcpy(n->inputs, inputs, sizeof(gr_output) * (size_t)num_inputs);
+  /* scratch for shape inference: on the stack for the usual small counts */
+  gr_shape in_shapes_small[SMALL_IO];
+  const gr_tensor *in_values_small[SMALL_IO];
+  gr_dtype in_dtypes_small[SMALL_IO];
+  gr_dtype *in_dtypes =
+      num_inputs < SMALL_IO ? in_dtypes_small : malloc(sizeof(gr_dtype) * (size_t)(num_inputs + 1));
+  gr_shape *in_shapes =
+      num_inputs < SMALL_IO ? in_shapes_small : malloc(sizeof(gr_shape) * (size_t)(num_inputs + 1));
+  const gr_tensor **in_values = num_inputs < SMALL_IO
+                                    ? in_values_small
+                                    : malloc(sizeof(gr_tensor *) * (size_t)(num_inputs + 1));
+  gr_output result = null_output();
+  if (!in_dtypes || !in_shapes || !in_values) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  } else if (read_inputs(g, n, in_dtypes, in_shapes, in_values) &&
+             build_attrs(g, n, attrs, num_attrs) == GR_OK &&
+             apply_scopes(g, n, copy_of, ctrl, num_ctrl) &&
+             infer_outputs(g, n, in_dtypes, in_shapes, in_values) && commit_node(g, n, hash)) {
+    result = (gr_output){n, n->num_outputs ? 0 : -1};
+  }
+  if (!result.node && n->attrs)
     for (int a = 0; a < n->num_attrs; a++)
       if (n->attrs[a].value.type == GR_ATTR_TENSOR) gr_tensor_release(&n->attrs[a].value.tensor);
   g->source_loc = saved_loc;
   if (in_dtypes != in_dtypes_small) free(in_dtypes);
   if (in_shapes != in_shapes_small) free(in_shapes);
   if (in_values != in_values_small) free(in_values);
-  if (out_dtypes != out_dtypes_small) free(out_dtypes);
-  if (out_shapes != out_shapes_small) free(out_shapes);
   return result;
 }
 
@@ -859,51 +910,21 @@ gr_status gr_graph_push_no_control_deps(gr_graph *g) {
   return GR_OK;
 }
 
-int gr_graph_topo_order(const gr_graph *g, int *order) {
-  int n = g->num_nodes, head = 0, tail = 0;
-  int *indeg = calloc((size_t)n + 1, sizeof(int)), *cnt = calloc((size_t)n + 1, sizeof(int));
-  int *start = malloc(sizeof(int) * ((size_t)n + 2)), *succ = NULL;
-  if (!indeg || !cnt || !start) goto oom;
-  /* successor lists (CSR) without loop back edges */
-  int edges = 0;
-  for (int i = 0; i < n; i++) {
-    gr_node *d = g->nodes[i];
+/* A graph's ordering edges: data inputs but a loop's back edge, and control inputs. */
+static void graph_edges(const void *ctx, gr_topo_emit_fn emit, void *acc) {
+  const gr_graph *g = ctx;
+  for (int i = 0; i < g->num_nodes; i++) {
+    const gr_node *d = g->nodes[i];
     for (int j = 0; j < d->num_inputs; j++)
       if (d->inputs[j].node->op->cf_kind != GR_CF_NEXT_ITERATION)
-        cnt[d->inputs[j].node->id]++, edges++;
-    for (int j = 0; j < d->num_control_inputs; j++) cnt[d->control_inputs[j]->id]++, edges++;
+        emit(acc, d->inputs[j].node->id, i);
+    for (int j = 0; j < d->num_control_inputs; j++) emit(acc, d->control_inputs[j]->id, i);
   }
-  succ = malloc(sizeof(int) * ((size_t)edges + 1));
-  if (!succ) goto oom;
-  start[0] = 0;
-  for (int i = 0; i < n; i++) start[i + 1] = start[i] + cnt[i];
-  memset(cnt, 0, sizeof(int) * (size_t)n);
-  for (int i = 0; i < n; i++) {
-    gr_node *d = g->nodes[i];
-    for (int j = 0; j < d->num_inputs; j++) {
-      int s = d->inputs[j].node->id;
-      if (d->inputs[j].node->op->cf_kind == GR_CF_NEXT_ITERATION) continue;
-      succ[start[s] + cnt[s]++] = i;
-      indeg[i]++;
-    }
-    for (int j = 0; j < d->num_control_inputs; j++) {
-      int s = d->control_inputs[j]->id;
-      succ[start[s] + cnt[s]++] = i;
-      indeg[i]++;
-    }
-  }
-  for (int i = 0; i < n; i++)
-    if (!indeg[i]) order[tail++] = i;
-  while (head < tail) {
-    int v = order[head++];
-    for (int k = start[v]; k < start[v + 1]; k++)
-      if (--indeg[succ[k]] == 0) order[tail++] = succ[k];
-  }
-  free(indeg), free(cnt), free(start), free(succ);
-  return tail; /* < n only for a cycle, which the builders cannot make */
-oom:
-  free(indeg), free(cnt), free(start), free(succ);
-  return -1;
+}
+
+int gr_graph_topo_order(const gr_graph *g, int *order) {
+  return gr_topo_sort(g->num_nodes, graph_edges, g, NULL, order); /* < n only for a cycle,
+                                                                      which builders cannot make */
 }
 
 /* Depth first: each node after its predecessors, roots taken in id order

@@ -28,43 +28,27 @@ bool gr_part_back_edge(const gr_node *n, int j) {
   return n->op->cf_kind == GR_CF_MERGE && n->inputs[j].node->op->cf_kind == GR_CF_NEXT_ITERATION;
 }
 
-static gr_status topo_sort(pctx *c) {
-  int *indeg = calloc((size_t)c->n + 1, sizeof(int));
-  int *head = malloc(sizeof(int) * ((size_t)c->n + 1)); /* successor lists */
-  int nedge = 0;
-  for (int i = 0; i < c->n; i++) nedge += c->nodes[i]->num_inputs + c->nodes[i]->num_control_inputs;
-  int *next = malloc(sizeof(int) * ((size_t)nedge + 1)),
-      *dst = malloc(sizeof(int) * ((size_t)nedge + 1));
-  if (!indeg || !head || !next || !dst) {
-    free(indeg), free(head), free(next), free(dst);
-    return gr_part_oom(c);
-  }
-  for (int i = 0; i < c->n; i++) head[i] = -1;
-  int e = 0;
-  for (int i = 0; i < c->n; i++) {
+/* The partition's ordering edges: data inputs but loop back edges and fed
+ * inputs, and control inputs, from nodes of the set. Listed from the last
+ * node and input back, so each node's successors are taken last listed
+ * first: the order the partitioner has always copied nodes in. */
+static void part_edges(const void *ctx, gr_topo_emit_fn emit, void *acc) {
+  const pctx *c = ctx;
+  for (int i = c->n - 1; i >= 0; i--) {
     const gr_node *nd = c->nodes[i];
-    int total = nd->num_inputs + nd->num_control_inputs;
-    for (int j = 0; j < total; j++) {
+    for (int j = nd->num_inputs + nd->num_control_inputs - 1; j >= 0; j--) {
       if (j < nd->num_inputs && (gr_part_back_edge(nd, j) || fed_index(c, nd->inputs[j]) >= 0))
         continue;
       int s = gr_part_pos(c, gr_node_predecessor(nd, j));
-      if (s < 0) continue; /* checked when copying */
-      dst[e] = i;
-      next[e] = head[s];
-      head[s] = e++;
-      indeg[i]++;
+      if (s >= 0) emit(acc, s, i); /* a node outside the set: checked when copying */
     }
   }
-  int qh = 0, qt = 0;
-  for (int i = 0; i < c->n; i++)
-    if (!indeg[i]) c->order[qt++] = i;
-  while (qh < qt) {
-    int s = c->order[qh++];
-    for (int k = head[s]; k >= 0; k = next[k])
-      if (--indeg[dst[k]] == 0) c->order[qt++] = dst[k];
-  }
-  free(indeg), free(head), free(next), free(dst);
-  if (qt != c->n)
+}
+
+static gr_status topo_sort(pctx *c) {
+  int placed = gr_topo_sort(c->n, part_edges, c, NULL, c->order);
+  if (placed < 0) return gr_part_oom(c);
+  if (placed != c->n)
     return gr_error_set(c->err, GR_ERR_INVALID_ARGUMENT,
                         "the graph has a cycle that is not a loop's back edge");
   return GR_OK;

@@ -104,16 +104,6 @@ gr_status gr_part_settle_loops(pctx *c) {
   return GR_OK;
 }
 
-static gr_status find_op(pctx *c, const char *name, const gr_op_def **op) {
-  *op = gr_op_registry_find(name);
-  if (!*op)
-    return gr_error_set(c->err, GR_ERR_INTERNAL,
-                        "partitioning a loop across devices needs the op '%s' (is the ops "
-                        "library registered?)",
-                        name);
-  return GR_OK;
-}
-
 /* Adds node "_loop/FRAME/what" of the control loop of fi to partition d. */
 static gr_node *loop_node(pctx *c, int d, const frame_info *fi, const char *what,
                           const gr_op_def *op, const gr_output *in, int nin, const gr_attr *a,
@@ -127,15 +117,9 @@ static gr_node *loop_node(pctx *c, int d, const frame_info *fi, const char *what
 }
 
 gr_status gr_part_add_loop_heads(pctx *c) {
-  const gr_op_def *enter = NULL, *merge = NULL, *cnst = NULL;
   for (int f = 1; f < c->num_frames; f++) {
     frame_info *fi = &c->frames[f];
     if (fi->num_devs < 2) continue;
-    if (!enter) {
-      GR_TRY(find_op(c, "enter", &enter));
-      GR_TRY(find_op(c, "merge", &merge));
-      GR_TRY(find_op(c, "const", &cnst));
-    }
     fi->ctl_merge = calloc((size_t)c->num_devs, sizeof(gr_node *));
     if (!fi->ctl_merge) return gr_part_oom(c);
     for (int d = 0; d < c->num_devs; d++) {
@@ -147,15 +131,16 @@ gr_status gr_part_add_loop_heads(pctx *c) {
         GR_ASSERT(trigger.node);
       } else {
         gr_attr v = gr_attr_tensor("value", gr_tensor_scalar_i32(0));
-        trigger.node = loop_node(c, d, fi, "trigger", cnst, NULL, 0, &v, 1);
+        trigger.node = loop_node(c, d, fi, "trigger", &gr_op_const, NULL, 0, &v, 1);
         gr_tensor_release(&v.value.tensor);
       }
       gr_attr a[] = {gr_attr_string("frame_name", fi->name), gr_attr_bool("is_constant", false),
                      gr_attr_int("parallel_iterations", fi->parallel)};
-      gr_output e = {trigger.node ? loop_node(c, d, fi, "enter", enter, &trigger, 1, a, 3) : NULL,
-                     0};
+      gr_output e = {
+          trigger.node ? loop_node(c, d, fi, "enter", &gr_op_enter, &trigger, 1, a, 3) : NULL, 0};
       fi->ctl_merge[d] =
-          e.node ? loop_node(c, d, fi, "merge", merge, (gr_output[]){e, e}, 2, NULL, 0) : NULL;
+          e.node ? loop_node(c, d, fi, "merge", &gr_op_merge, (gr_output[]){e, e}, 2, NULL, 0)
+                 : NULL;
       if (!fi->ctl_merge[d]) return gr_part_graph_error(c, g);
       c->ps->num_control_loops++;
     }
@@ -166,8 +151,8 @@ gr_status gr_part_add_loop_heads(pctx *c) {
 static bool is_body_pivot(const pctx *c, int s) {
   int f = c->frame[s];
   const gr_node *n = c->nodes[s];
-  if (f <= 0 || !c->frames[f].ctl_merge || strcmp(n->op->name, "identity") != 0 ||
-      n->num_inputs != 1 || n->inputs[0].index != 1)
+  if (f <= 0 || !c->frames[f].ctl_merge || n->op != &gr_op_identity || n->num_inputs != 1 ||
+      n->inputs[0].index != 1)
     return false;
   const gr_node *sw = n->inputs[0].node;
   if (sw->op->cf_kind != GR_CF_SWITCH || sw->num_inputs != 2) return false;
@@ -186,25 +171,18 @@ gr_node *gr_part_loop_pivot(pctx *c, int s, int d, gr_status *st) {
     return NULL;
   }
   if (!fi->ctl_pivot[d]) {
-    const gr_op_def *identity;
-    if ((*st = find_op(c, "identity", &identity)) != GR_OK) return NULL;
     /* its input becomes the control loop's switch (true side) with the tail */
-    fi->ctl_pivot[d] =
-        loop_node(c, d, fi, "pivot", identity, &(gr_output){fi->ctl_merge[d], 0}, 1, NULL, 0);
+    fi->ctl_pivot[d] = loop_node(c, d, fi, "pivot", &gr_op_identity,
+                                 &(gr_output){fi->ctl_merge[d], 0}, 1, NULL, 0);
     if (!fi->ctl_pivot[d]) *st = gr_part_graph_error(c, c->ps->parts[d].graph);
   }
   return fi->ctl_pivot[d];
 }
 
 gr_status gr_part_add_loop_tails(pctx *c) {
-  const gr_op_def *sw = NULL, *next = NULL;
   for (int f = 1; f < c->num_frames; f++) {
     frame_info *fi = &c->frames[f];
     if (!fi->ctl_merge) continue;
-    if (!sw) {
-      GR_TRY(find_op(c, "switch", &sw));
-      GR_TRY(find_op(c, "next_iteration", &next));
-    }
     int lc = fi->loop_cond;
     for (int d = 0; d < c->num_devs; d++) {
       gr_node *m = fi->ctl_merge[d];
@@ -213,9 +191,11 @@ gr_status gr_part_add_loop_tails(pctx *c) {
       gr_output pred = {c->dev[lc] == d ? c->copy[lc] : gr_part_recv_of(c, lc, 0, d), 0};
       if (!pred.node)
         return gr_part_graph_error(c, gr_graph_error(g) ? g : c->ps->parts[c->dev[lc]].graph);
-      gr_output s = {loop_node(c, d, fi, "switch", sw, (gr_output[]){{m, 0}, pred}, 2, NULL, 0), 1};
+      gr_output s = {
+          loop_node(c, d, fi, "switch", &gr_op_switch, (gr_output[]){{m, 0}, pred}, 2, NULL, 0), 1};
       if (!s.node) return gr_part_graph_error(c, g);
-      gr_output nx = {loop_node(c, d, fi, "next_iteration", next, &s, 1, NULL, 0), 0};
+      gr_output nx = {loop_node(c, d, fi, "next_iteration", &gr_op_next_iteration, &s, 1, NULL, 0),
+                      0};
       if (!nx.node || gr_graph_set_input(g, m, 1, nx) != GR_OK) return gr_part_graph_error(c, g);
       if (fi->ctl_pivot && fi->ctl_pivot[d] &&
           gr_graph_set_input(g, fi->ctl_pivot[d], 0, s) != GR_OK)

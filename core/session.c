@@ -433,12 +433,6 @@ done:
   return st;
 }
 
-/* Does this attr name a variable the node needs ("var" or "slot*")? */
-static bool names_variable(const gr_attr *at) {
-  return at->value.type == GR_ATTR_STRING &&
-         (strcmp(at->name, "var") == 0 || strncmp(at->name, "slot", 4) == 0);
-}
-
 typedef struct init_list {
   gr_output *v;
   int n, cap;
@@ -489,7 +483,7 @@ static gr_status init_vars(gr_session *s, gr_node **vars, int n, gr_error *err) 
   gr_status st = GR_OK;
   for (int i = 0; i < n && st == GR_OK; i++)
     for (int a = 0; a < vars[i]->num_attrs && st == GR_OK; a++)
-      if (names_variable(&vars[i]->attrs[a]))
+      if (gr_attr_names_variable(&vars[i]->attrs[a]))
         st = add_initializer(s, vars[i]->attrs[a].value.s, vars[i]->assigned_device, &l, err);
   gr_output *inits = l.v;
   int ni = l.n;

@@ -94,12 +94,6 @@ static gr_status no_rendezvous(gr_kernel_ctx *ctx) {
                          ctx->node->op->name);
 }
 
-static void transfer_cost(const gr_node *n, gr_cost *c) {
-  (void)n;
-  c->flops = 0;
-  c->bytes = 0;
-}
-
 /* ---- _send ------------------------------------------------------------------ */
 
 static gr_status send_kernel(gr_kernel_ctx *ctx) {
@@ -123,7 +117,7 @@ const gr_op_def gr_op__send = {.name = "_send",
                                .attrs = transfer_attrs,
                                .num_attrs = NUM_TRANSFER_ATTRS,
                                .shape_fn = gr_shape_fn_scalar_none,
-                               .cost_fn = transfer_cost,
+                               .cost_fn = gr_cost_fn_free,
                                .kernel = send_kernel,
                                .flags = GR_OP_STATEFUL | GR_OP_TRANSFER | GR_OP_NO_GRADIENT,
                                .state_free = free_state};
@@ -196,7 +190,7 @@ const gr_op_def gr_op__recv = {.name = "_recv",
                                .attrs = transfer_attrs,
                                .num_attrs = NUM_TRANSFER_ATTRS,
                                .shape_fn = recv_shape,
-                               .cost_fn = transfer_cost,
+                               .cost_fn = gr_cost_fn_free,
                                .kernel = recv_kernel,
                                .flags = GR_OP_STATEFUL | GR_OP_TRANSFER | GR_OP_ASYNC |
                                         GR_OP_NO_GRADIENT,

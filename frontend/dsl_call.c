@@ -190,27 +190,6 @@ static int edit_distance(const char *a, const char *b) {
   return d[la][lb];
 }
 
-static const char *const builtin_names[] = {
-    "variable",   "assign",        "assign_add",    "assign_sub",    "group",
-    "const",      "zeros",         "ones",          "dim",           "gradients",
-    "minimize",   "sgd",           "momentum",      "adam",          "global_step",
-    "read_value", "ps_variables",  "replicas",      "micro_batches", "all_reduce",
-    "num_tasks",  "mirror_spread", "sync_replicas", "task_index",    "partitioned_variable"};
-
-static const char *closest_name(const char *name) {
-  const char *best = NULL;
-  int bd = 3;
-  for (int i = 0; i < gr_op_registry_count(); i++) {
-    int d = edit_distance(name, gr_op_registry_at(i)->name);
-    if (d < bd) bd = d, best = gr_op_registry_at(i)->name;
-  }
-  for (size_t i = 0; i < sizeof builtin_names / sizeof builtin_names[0]; i++) {
-    int d = edit_distance(name, builtin_names[i]);
-    if (d < bd) bd = d, best = builtin_names[i];
-  }
-  return best;
-}
-
 /* ---- generic op calls ----------------------------------------------------------------- */
 
 static const gr_attr_spec *find_spec(const gr_op_def *op, const char *name) {
@@ -541,178 +520,12 @@ static gr_status unique_var_name(gr_dsl_program *p, char *buf, size_t cap) {
   }
 }
 
-/* Returns true in *handled when fn is a built-in. */
-static gr_status call_builtin(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                              const char *name, call_args *a, dsl_value *out, bool *handled) {
-  *handled = true;
-  dsl_pos pos = e->pos;
-  gr_output o = {0}, x, y;
-  if (strcmp(fn, "sgd") == 0 || strcmp(fn, "momentum") == 0 || strcmp(fn, "adam") == 0)
-    return optimizer(p, a, fn, out);
-  if (strcmp(fn, "variable") == 0) {
-    static const char *const kw[] = {"initial_value", NULL};
-    GR_TRY(check_kw(p, a, fn, kw));
-    GR_TRY(nargs(p, a, fn, 1, 1));
-    GR_TRY(want_tensor(p, a, 0, GR_F32, &x));
-    char buf[64];
-    if (!name) GR_TRY(unique_var_name(p, buf, sizeof buf));
-    dsl_set_loc(p, pos);
-    o = gr_variable(p->g, name ? name : buf, x);
-  } else if (strncmp(fn, "assign", 6) == 0) {
-    GR_TRY(nargs(p, a, fn, 2, 2));
-    GR_TRY(want_tensor(p, a, 0, GR_DTYPE_INVALID, &x));
-    if (!x.node || !(x.node->op->flags & GR_OP_VARIABLE))
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[0].pos,
-                       "%s: the first argument must be a variable", fn);
-    char whose[160];
-    snprintf(whose, sizeof whose, "variable '%s'", x.node->name);
-    GR_TRY(dsl_to_tensor_like(p, &a->v[1], a->call->call.args[1].pos, x.node->out_dtypes[0], whose,
-                              NULL, &y));
-    dsl_set_loc(p, pos);
-    o = fn[6] == '\0'                   ? gr_assign(p->g, x, y)
-        : strcmp(fn, "assign_add") == 0 ? gr_assign_add(p->g, x, y)
-                                        : gr_assign_sub(p->g, x, y);
-  } else if (strcmp(fn, "read_value") == 0) { /* a read that runs where it is written */
-    GR_TRY(nargs(p, a, fn, 1, 1));
-    GR_TRY(want_tensor(p, a, 0, GR_DTYPE_INVALID, &x));
-    if (!x.node || !gr_ops_is_variable_read(x.node))
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[0].pos,
-                       "read_value: the argument must be a variable");
-    dsl_set_loc(p, pos);
-    o = gr_read_value(p->g, x);
-  } else if (strcmp(fn, "global_step") == 0) {
-    GR_TRY(nargs(p, a, fn, 0, 0));
-    dsl_set_loc(p, pos);
-    GR_TRY(new_tensor_value(out, gr_global_step(p->g)));
-    return dsl_check_graph(p, pos);
-  } else if (strcmp(fn, "group") == 0) {
-    gr_output deps[MAX_ARGS];
-    for (int i = 0; i < a->n; i++) GR_TRY(want_tensor(p, a, i, GR_DTYPE_INVALID, &deps[i]));
-    dsl_set_loc(p, pos);
-    GR_TRY(new_tensor_value(out, gr_group(p->g, name, deps, a->n)));
-    return dsl_check_graph(p, pos);
-  } else if (strcmp(fn, "const") == 0) {
-    static const char *const kw[] = {"value", "dtype", NULL};
-    GR_TRY(check_kw(p, a, fn, kw));
-    GR_TRY(nargs(p, a, fn, 1, 2));
-    int vi = arg_index(a, "value", 0), di = arg_index(a, "dtype", 1);
-    gr_dtype dt = GR_DTYPE_INVALID; /* f32, or bool for booleans */
-    if (di >= 0) {
-      if (a->v[di].kind != V_DTYPE)
-        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[di].pos,
-                         "const: dtype must be a dtype (f32, i64, ...), got a %s",
-                         dsl_vkind_name(a->v[di].kind));
-      dt = a->v[di].dtype;
-    }
-    if (vi < 0) return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "const: missing value");
-    if (a->v[vi].has_t)
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[vi].pos,
-                       "const: the value must be a literal, not a tensor");
-    GR_TRY(want_tensor(p, a, vi, dt, &o));
-  } else if (strcmp(fn, "zeros") == 0 || strcmp(fn, "ones") == 0) {
-    static const gr_attr_spec specs[] = {{.name = "shape", .type = GR_ATTR_SHAPE},
-                                         {.name = "dtype", .type = GR_ATTR_DTYPE}};
-    static const char *const kw[] = {"shape", "dtype", NULL};
-    GR_TRY(check_kw(p, a, fn, kw));
-    GR_TRY(nargs(p, a, fn, 1, 2));
-    gr_attr sh, dt = gr_attr_dtype("dtype", GR_F32);
-    int si = arg_index(a, "shape", 0), di = arg_index(a, "dtype", 1);
-    if (si < 0) return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "%s: missing shape", fn);
-    GR_TRY(to_attr(p, &a->v[si], &specs[0], fn, &a->call->call.args[si], &sh));
-    if (di >= 0) GR_TRY(to_attr(p, &a->v[di], &specs[1], fn, &a->call->call.args[di], &dt));
-    for (int i = 0; i < sh.value.shape.rank; i++) /* -1 ('?' elsewhere) cannot be filled */
-      if (sh.value.shape.dims[i] < 0)
-        return dsl_error(p->err, GR_ERR_SHAPE, item_pos(&a->call->call.args[si], i),
-                         "%s: dim %d is %s; %s needs a known shape (dims >= 0)", fn, i,
-                         a->v[si].list.items[i].kind == V_UNKNOWN_DIM ? "'?'" : "negative (-1)",
-                         fn);
-    dsl_set_loc(p, pos);
-    o = fn[0] == 'z' ? gr_zeros(p->g, dt.value.dtype, sh.value.shape)
-                     : gr_ones(p->g, dt.value.dtype, sh.value.shape);
-  } else if (strcmp(fn, "dim") == 0) {
-    GR_TRY(nargs(p, a, fn, 2, 2));
-    GR_TRY(want_tensor(p, a, 0, GR_DTYPE_INVALID, &x));
-    int64_t axis;
-    if (!as_int(&a->v[1], &axis))
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[1].pos,
-                       "dim: the axis must be an integer");
-    const gr_shape *s = &x.node->out_shapes[x.index < 0 ? 0 : x.index];
-    int ax;
-    if (x.index < 0 || s->rank < 0 || !gr_shape_normalize_axis(s->rank, axis, &ax))
-      return dsl_error(p->err, GR_ERR_SHAPE, a->call->call.args[1].pos,
-                       "dim: axis %lld is out of range for rank %d", (long long)axis, s->rank);
-    if (s->dims[ax] < 0)
-      return dsl_error(p->err, GR_ERR_SHAPE, pos, "dim: dim %d of '%s' is unknown ('?')", ax,
-                       x.node->name);
-    memset(out, 0, sizeof *out);
-    out->kind = V_NUM;
-    out->num.is_int = true;
-    out->num.i = s->dims[ax];
-    out->num.v = (double)s->dims[ax];
-    return GR_OK;
-  } else if (strcmp(fn, "gradients") == 0) {
-    GR_TRY(nargs(p, a, fn, 2, 2));
-    if (!gr_gradients)
-      return dsl_error(p->err, GR_ERR_UNIMPLEMENTED, pos,
-                       "gradients are not available in this build");
-    gr_output ys[MAX_ARGS], xs[MAX_ARGS], dxs[MAX_ARGS];
-    int ny = 0, nx = 0;
-    dsl_value *yv = &a->v[0], *xv = &a->v[1];
-    bool single = xv->has_t;
-    for (int k = 0; k < (yv->has_t ? 1 : (yv->kind == V_LIST ? yv->list.n : 1)) && k < MAX_ARGS;
-         k++)
-      GR_TRY(dsl_to_tensor(p, yv->has_t || yv->kind != V_LIST ? yv : &yv->list.items[k],
-                           a->call->call.args[0].pos, GR_DTYPE_INVALID, &ys[ny++]));
-    for (int k = 0; k < (single ? 1 : (xv->kind == V_LIST ? xv->list.n : 1)) && k < MAX_ARGS; k++)
-      GR_TRY(dsl_to_tensor(p, single || xv->kind != V_LIST ? xv : &xv->list.items[k],
-                           a->call->call.args[1].pos, GR_DTYPE_INVALID, &xs[nx++]));
-    dsl_set_loc(p, pos);
-    if (gr_gradients(p->g, ys, ny, xs, nx, NULL, false, dxs) != GR_OK || gr_graph_error(p->g))
-      return dsl_check_graph(p, pos);
-    if (single) return new_tensor_value(out, dxs[0]);
-    memset(out, 0, sizeof *out);
-    out->kind = V_TUPLE;
-    out->list.n = nx;
-    out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(nx + 1));
-    if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    for (int k = 0; k < nx; k++) new_tensor_value(&out->list.items[k], dxs[k]);
-    return GR_OK;
-  } else if (strcmp(fn, "minimize") == 0) {
-    static const char *const kw[] = {"loss", "optimizer", "var_list", NULL};
-    GR_TRY(check_kw(p, a, fn, kw));
-    GR_TRY(nargs(p, a, fn, 2, 3));
-    int li = arg_index(a, "loss", 0), oi = arg_index(a, "optimizer", 1),
-        vi = arg_index(a, "var_list", 2);
-    if (li < 0 || oi < 0)
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "minimize(loss, optimizer)");
-    if (a->v[oi].kind != V_OPTIMIZER)
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[oi].pos,
-                       "minimize: the optimizer must be sgd(...), momentum(...) or adam(...), "
-                       "got a %s",
-                       dsl_vkind_name(a->v[oi].kind));
-    if (!gr_minimize)
-      return dsl_error(p->err, GR_ERR_UNIMPLEMENTED, pos,
-                       "minimize is not available in this build");
-    GR_TRY(want_tensor(p, a, li, GR_DTYPE_INVALID, &x));
-    gr_output vars[MAX_ARGS];
-    int nv = 0;
-    if (vi >= 0) {
-      dsl_value *lv = &a->v[vi];
-      if (lv->kind != V_LIST || lv->has_t)
-        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[vi].pos,
-                         "minimize: var_list must be a list of variables");
-      for (int k = 0; k < lv->list.n && nv < MAX_ARGS; k++)
-        GR_TRY(dsl_to_tensor(p, &lv->list.items[k], a->call->call.args[vi].pos, GR_DTYPE_INVALID,
-                             &vars[nv++]));
-    }
-    dsl_set_loc(p, pos);
-    o = gr_minimize(p->g, a->v[oi].opt, x, nv ? vars : NULL, nv);
-  } else {
-    *handled = false;
-    return GR_OK;
-  }
+/* The end of a built-in that makes a tensor o: the graph's error if any,
+ * else o, renamed to the binding name (name NULL: keep its name). */
+static gr_status tensor_result(gr_dsl_program *p, dsl_pos pos, const char *name, gr_output o,
+                               dsl_value *out) {
   GR_TRY(dsl_check_graph(p, pos));
-  if (name && o.node && strcmp(fn, "variable") != 0 && o.node->id >= 0) {
+  if (name && o.node && o.node->id >= 0) {
     const char *base = strrchr(o.node->name, '/');
     base = base ? base + 1 : o.node->name;
     if (strcmp(base, name) != 0) {
@@ -724,6 +537,346 @@ static gr_status call_builtin(gr_dsl_program *p, const char *fn, const dsl_expr 
   return new_tensor_value(out, o);
 }
 
+/* The handlers of the built-ins table below (dsl_builtin_fn). */
+
+static gr_status bi_optimizer(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                              const char *name, dsl_value *v, int n, dsl_value *out) {
+  call_args a = {e, v, n};
+  return optimizer(p, &a, fn, out);
+}
+
+static gr_status bi_variable(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
+                             dsl_value *v, int n, dsl_value *out) {
+  call_args ca = {e, v, n}, *a = &ca;
+  static const char *const kw[] = {"initial_value", NULL};
+  GR_TRY(check_kw(p, a, fn, kw));
+  GR_TRY(nargs(p, a, fn, 1, 1));
+  gr_output x;
+  GR_TRY(want_tensor(p, a, 0, GR_F32, &x));
+  char buf[64];
+  if (!name) GR_TRY(unique_var_name(p, buf, sizeof buf));
+  dsl_set_loc(p, e->pos);
+  /* named by gr_variable itself: no rename */
+  return tensor_result(p, e->pos, NULL, gr_variable(p->g, name ? name : buf, x), out);
+}
+
+static gr_status bi_assign(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
+                           dsl_value *v, int n, dsl_value *out) {
+  call_args ca = {e, v, n}, *a = &ca;
+  gr_output x, y;
+  GR_TRY(nargs(p, a, fn, 2, 2));
+  GR_TRY(want_tensor(p, a, 0, GR_DTYPE_INVALID, &x));
+  if (!x.node || !(x.node->op->flags & GR_OP_VARIABLE))
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[0].pos,
+                     "%s: the first argument must be a variable", fn);
+  char whose[160];
+  snprintf(whose, sizeof whose, "variable '%s'", x.node->name);
+  GR_TRY(dsl_to_tensor_like(p, &a->v[1], a->call->call.args[1].pos, x.node->out_dtypes[0], whose,
+                            NULL, &y));
+  dsl_set_loc(p, e->pos);
+  gr_output o = fn[6] == '\0'                   ? gr_assign(p->g, x, y)
+                : strcmp(fn, "assign_add") == 0 ? gr_assign_add(p->g, x, y)
+                                                : gr_assign_sub(p->g, x, y);
+  return tensor_result(p, e->pos, name, o, out);
+}
+
+/* a read that runs where it is written */
+static gr_status bi_read_value(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                               const char *name, dsl_value *v, int n, dsl_value *out) {
+  call_args ca = {e, v, n}, *a = &ca;
+  gr_output x;
+  GR_TRY(nargs(p, a, fn, 1, 1));
+  GR_TRY(want_tensor(p, a, 0, GR_DTYPE_INVALID, &x));
+  if (!x.node || !gr_ops_is_variable_read(x.node))
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[0].pos,
+                     "read_value: the argument must be a variable");
+  dsl_set_loc(p, e->pos);
+  return tensor_result(p, e->pos, name, gr_read_value(p->g, x), out);
+}
+
+static gr_status bi_global_step(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                const char *name, dsl_value *v, int n, dsl_value *out) {
+  call_args ca = {e, v, n}, *a = &ca;
+  GR_TRY(nargs(p, a, fn, 0, 0));
+  dsl_set_loc(p, e->pos);
+  GR_TRY(new_tensor_value(out, gr_global_step(p->g)));
+  return dsl_check_graph(p, e->pos);
+}
+
+static gr_status bi_group(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
+                          dsl_value *v, int n, dsl_value *out) {
+  call_args ca = {e, v, n}, *a = &ca;
+  gr_output deps[MAX_ARGS];
+  for (int i = 0; i < a->n; i++) GR_TRY(want_tensor(p, a, i, GR_DTYPE_INVALID, &deps[i]));
+  dsl_set_loc(p, e->pos);
+  GR_TRY(new_tensor_value(out, gr_group(p->g, name, deps, a->n)));
+  return dsl_check_graph(p, e->pos);
+}
+
+static gr_status bi_const(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
+                          dsl_value *v, int n, dsl_value *out) {
+  call_args ca = {e, v, n}, *a = &ca;
+  static const char *const kw[] = {"value", "dtype", NULL};
+  GR_TRY(check_kw(p, a, fn, kw));
+  GR_TRY(nargs(p, a, fn, 1, 2));
+  int vi = arg_index(a, "value", 0), di = arg_index(a, "dtype", 1);
+  gr_dtype dt = GR_DTYPE_INVALID; /* f32, or bool for booleans */
+  if (di >= 0) {
+    if (a->v[di].kind != V_DTYPE)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[di].pos,
+                       "const: dtype must be a dtype (f32, i64, ...), got a %s",
+                       dsl_vkind_name(a->v[di].kind));
+    dt = a->v[di].dtype;
+  }
+  if (vi < 0) return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "const: missing value");
+  if (a->v[vi].has_t)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[vi].pos,
+                     "const: the value must be a literal, not a tensor");
+  gr_output o;
+  GR_TRY(want_tensor(p, a, vi, dt, &o));
+  return tensor_result(p, e->pos, name, o, out);
+}
+
+static gr_status bi_fill(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
+                         dsl_value *v, int n, dsl_value *out) {
+  call_args ca = {e, v, n}, *a = &ca;
+  static const gr_attr_spec specs[] = {{.name = "shape", .type = GR_ATTR_SHAPE},
+                                       {.name = "dtype", .type = GR_ATTR_DTYPE}};
+  static const char *const kw[] = {"shape", "dtype", NULL};
+  GR_TRY(check_kw(p, a, fn, kw));
+  GR_TRY(nargs(p, a, fn, 1, 2));
+  gr_attr sh, dt = gr_attr_dtype("dtype", GR_F32);
+  int si = arg_index(a, "shape", 0), di = arg_index(a, "dtype", 1);
+  if (si < 0) return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "%s: missing shape", fn);
+  GR_TRY(to_attr(p, &a->v[si], &specs[0], fn, &a->call->call.args[si], &sh));
+  if (di >= 0) GR_TRY(to_attr(p, &a->v[di], &specs[1], fn, &a->call->call.args[di], &dt));
+  for (int i = 0; i < sh.value.shape.rank; i++) /* -1 ('?' elsewhere) cannot be filled */
+    if (sh.value.shape.dims[i] < 0)
+      return dsl_error(p->err, GR_ERR_SHAPE, item_pos(&a->call->call.args[si], i),
+                       "%s: dim %d is %s; %s needs a known shape (dims >= 0)", fn, i,
+                       a->v[si].list.items[i].kind == V_UNKNOWN_DIM ? "'?'" : "negative (-1)", fn);
+  dsl_set_loc(p, e->pos);
+  gr_output o = fn[0] == 'z' ? gr_zeros(p->g, dt.value.dtype, sh.value.shape)
+                             : gr_ones(p->g, dt.value.dtype, sh.value.shape);
+  return tensor_result(p, e->pos, name, o, out);
+}
+
+static gr_status bi_dim(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
+                        dsl_value *v, int n, dsl_value *out) {
+  call_args ca = {e, v, n}, *a = &ca;
+  gr_output x;
+  GR_TRY(nargs(p, a, fn, 2, 2));
+  GR_TRY(want_tensor(p, a, 0, GR_DTYPE_INVALID, &x));
+  int64_t axis;
+  if (!as_int(&a->v[1], &axis))
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[1].pos,
+                     "dim: the axis must be an integer");
+  const gr_shape *s = &x.node->out_shapes[x.index < 0 ? 0 : x.index];
+  int ax;
+  if (x.index < 0 || s->rank < 0 || !gr_shape_normalize_axis(s->rank, axis, &ax))
+    return dsl_error(p->err, GR_ERR_SHAPE, a->call->call.args[1].pos,
+                     "dim: axis %lld is out of range for rank %d", (long long)axis, s->rank);
+  if (s->dims[ax] < 0)
+    return dsl_error(p->err, GR_ERR_SHAPE, e->pos, "dim: dim %d of '%s' is unknown ('?')", ax,
+                     x.node->name);
+  memset(out, 0, sizeof *out);
+  out->kind = V_NUM;
+  out->num.is_int = true;
+  out->num.i = s->dims[ax];
+  out->num.v = (double)s->dims[ax];
+  return GR_OK;
+}
+
+static gr_status bi_gradients(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                              const char *name, dsl_value *v, int n, dsl_value *out) {
+  call_args ca = {e, v, n}, *a = &ca;
+  dsl_pos pos = e->pos;
+  GR_TRY(nargs(p, a, fn, 2, 2));
+  if (!gr_gradients)
+    return dsl_error(p->err, GR_ERR_UNIMPLEMENTED, pos,
+                     "gradients are not available in this build");
+  gr_output ys[MAX_ARGS], xs[MAX_ARGS], dxs[MAX_ARGS];
+  int ny = 0, nx = 0;
+  dsl_value *yv = &a->v[0], *xv = &a->v[1];
+  bool single = xv->has_t;
+  for (int k = 0; k < (yv->has_t ? 1 : (yv->kind == V_LIST ? yv->list.n : 1)) && k < MAX_ARGS; k++)
+    GR_TRY(dsl_to_tensor(p, yv->has_t || yv->kind != V_LIST ? yv : &yv->list.items[k],
+                         a->call->call.args[0].pos, GR_DTYPE_INVALID, &ys[ny++]));
+  for (int k = 0; k < (single ? 1 : (xv->kind == V_LIST ? xv->list.n : 1)) && k < MAX_ARGS; k++)
+    GR_TRY(dsl_to_tensor(p, single || xv->kind != V_LIST ? xv : &xv->list.items[k],
+                         a->call->call.args[1].pos, GR_DTYPE_INVALID, &xs[nx++]));
+  dsl_set_loc(p, pos);
+  if (gr_gradients(p->g, ys, ny, xs, nx, NULL, false, dxs) != GR_OK || gr_graph_error(p->g))
+    return dsl_check_graph(p, pos);
+  if (single) return new_tensor_value(out, dxs[0]);
+  memset(out, 0, sizeof *out);
+  out->kind = V_TUPLE;
+  out->list.n = nx;
+  out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(nx + 1));
+  if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int k = 0; k < nx; k++) new_tensor_value(&out->list.items[k], dxs[k]);
+  return GR_OK;
+}
+
+static gr_status bi_minimize(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
+                             dsl_value *v, int n, dsl_value *out) {
+  call_args ca = {e, v, n}, *a = &ca;
+  dsl_pos pos = e->pos;
+  static const char *const kw[] = {"loss", "optimizer", "var_list", NULL};
+  GR_TRY(check_kw(p, a, fn, kw));
+  GR_TRY(nargs(p, a, fn, 2, 3));
+  int li = arg_index(a, "loss", 0), oi = arg_index(a, "optimizer", 1),
+      vi = arg_index(a, "var_list", 2);
+  if (li < 0 || oi < 0)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos, "minimize(loss, optimizer)");
+  if (a->v[oi].kind != V_OPTIMIZER)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[oi].pos,
+                     "minimize: the optimizer must be sgd(...), momentum(...) or adam(...), "
+                     "got a %s",
+                     dsl_vkind_name(a->v[oi].kind));
+  if (!gr_minimize)
+    return dsl_error(p->err, GR_ERR_UNIMPLEMENTED, pos, "minimize is not available in this build");
+  gr_output x;
+  GR_TRY(want_tensor(p, a, li, GR_DTYPE_INVALID, &x));
+  gr_output vars[MAX_ARGS];
+  int nv = 0;
+  if (vi >= 0) {
+    dsl_value *lv = &a->v[vi];
+    if (lv->kind != V_LIST || lv->has_t)
+      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->call->call.args[vi].pos,
+                       "minimize: var_list must be a list of variables");
+    for (int k = 0; k < lv->list.n && nv < MAX_ARGS; k++)
+      GR_TRY(dsl_to_tensor(p, &lv->list.items[k], a->call->call.args[vi].pos, GR_DTYPE_INVALID,
+                           &vars[nv++]));
+  }
+  dsl_set_loc(p, pos);
+  return tensor_result(p, pos, name, gr_minimize(p->g, a->v[oi].opt, x, nv ? vars : NULL, nv), out);
+}
+
+/* The built-in functions: one entry each, which dsl_call dispatches on and
+ * "did you mean" hints search (in this order), and which gr_dsl_print_builtins
+ * prints as the table of docs/dsl.md (an entry without usage shares the row
+ * above). */
+typedef struct dsl_builtin {
+  const char *name;
+  dsl_builtin_fn handler;
+  const char *usage; /* the call as the docs show it, in backquotes */
+  const char *help;
+  bool op_named; /* named like the op it builds (the queues): it comes first */
+} dsl_builtin;
+
+static const dsl_builtin builtins[] = {
+    {"variable", bi_variable, "`variable(init)`",
+     "a variable named by its binding (`w = variable(glorot_uniform([784, 256]))`), initialised "
+     "from `init`",
+     false},
+    {"assign", bi_assign, "`assign(v, x)`, `assign_add(v, x)`, `assign_sub(v, x)`",
+     "update a variable", false},
+    {"assign_add", bi_assign, NULL, NULL, false},
+    {"assign_sub", bi_assign, NULL, NULL, false},
+    {"group", bi_group, "`group(a, b, ...)`", "a `no_op` that runs all its arguments (a train op)",
+     false},
+    {"const", bi_const, "`const(value, dtype)`",
+     "a constant of a chosen dtype (default `f32`, `bool` for booleans); the value must fit it",
+     false},
+    {"zeros", bi_fill, "`zeros(shape, dtype=f32)`, `ones(shape, dtype=f32)`",
+     "filled tensors; every dim known and `>= 0` (`zeros([-5, 3])` is an error at `-5`)", false},
+    {"ones", bi_fill, NULL, NULL, false},
+    {"dim", bi_dim, "`dim(x, axis)`",
+     "the static size of an axis of `x`, as a compile-time integer (error if unknown)", false},
+    {"gradients", bi_gradients, "`gradients(ys, xs)`",
+     "d(sum of ys)/d(xs): one tensor, or a tuple when `xs` is a list (`dw, db = gradients(loss, "
+     "[w, b])`)",
+     false},
+    {"minimize", bi_minimize, "`minimize(loss, optimizer, var_list=[...])`",
+     "gradients and one update per variable, grouped in a train op; increments `global_step` if "
+     "there is one",
+     false},
+    {"sgd", bi_optimizer,
+     "`sgd(lr)`, `momentum(lr, momentum=0.9, nesterov=false)`, `adam(lr=0.001, beta1, beta2, "
+     "epsilon)`",
+     "optimizers", false},
+    {"momentum", bi_optimizer, NULL, NULL, false},
+    {"adam", bi_optimizer, NULL, NULL, false},
+    {"global_step", bi_global_step, "`global_step()`",
+     "the i64 step counter variable `global_step`", false},
+    {"read_value", bi_read_value, "`read_value(v)`",
+     "the variable's value, read where the call is written (after the updates of an enclosing "
+     "`control_dependencies` block); naming `v` in such a block reads it anew too",
+     false},
+    {"ps_variables", dsl_builtin_ps_variables,
+     "`ps_variables(n, strategy=\"round_robin\") { ... }`",
+     "a scope: variables made inside go to `/job:ps/task:K` (round-robin, or `\"greedy\"` by "
+     "bytes); the rest stays where the enclosing scopes put it ([strategies.md](strategies.md))",
+     false},
+    {"replicas", dsl_builtin_replicas,
+     "`replicas(n, x, y, devices=[...], all_reduce=false) { ... }`",
+     "the block built once per worker (`/job:worker/task:i`) on its slice of `x`, `y` (axis 0 "
+     "cut in `n`); its value averaged over the replicas; `all_reduce=true`: each worker reads "
+     "its own copy of the variables, kept equal by a ring all-reduce of the gradients",
+     false},
+    {"micro_batches", dsl_builtin_micro_batches, "`micro_batches(m, x, y) { ... }`",
+     "the same without pins: micro-batches whose stages the block pins itself (model "
+     "parallelism)",
+     false},
+    {"all_reduce", dsl_builtin_all_reduce, "`all_reduce(x0, x1, ..., op=\"sum\")`",
+     "a ring all-reduce over the inputs' devices: a tuple of the sums (or `\"mean\"`s), one on "
+     "each device",
+     false},
+    {"num_tasks", dsl_builtin_num_tasks, "`num_tasks(\"worker\", default=1)`",
+     "the number of tasks of a job in the cluster the file will run on (`GRAPHRUN_CLUSTER`, "
+     "which `graphrun launch` sets), `default` without one",
+     false},
+    {"mirror_spread", dsl_builtin_mirror_spread, "`mirror_spread()`",
+     "the largest difference between a variable and its copies (f64), read when it runs", false},
+    /* sync_replicas and the queues are described in docs/strategies.md */
+    {"sync_replicas", dsl_builtin_sync_replicas, NULL, NULL, false},
+    {"task_index", dsl_builtin_task_index, "`task_index()`",
+     "this client's task index: I under `graphrun run --job J --task I` (between-graph "
+     "training, one client per worker), else 0",
+     false},
+    {"partitioned_variable", dsl_builtin_partitioned_variable,
+     "`w = partitioned_variable(init, parts=K)`",
+     "a variable split along axis 0 into `w/part_0` .. `w/part_{K-1}` (inside `ps_variables`: "
+     "spread over the ps tasks); `w` is their concatenation, trained and checkpointed as one "
+     "([strategies.md](strategies.md#partitioned-variables))",
+     false},
+    {"fifo_queue", dsl_builtin_fifo_queue, NULL, NULL, true},
+    {"queue_enqueue", dsl_builtin_queue_enqueue, NULL, NULL, true},
+    {"queue_enqueue_many", dsl_builtin_queue_enqueue_many, NULL, NULL, true},
+    {"queue_dequeue", dsl_builtin_queue_dequeue, NULL, NULL, true},
+    {"queue_dequeue_many", dsl_builtin_queue_dequeue_many, NULL, NULL, true},
+    {"queue_close", dsl_builtin_queue_close, NULL, NULL, true},
+    {"queue_size", dsl_builtin_queue_size, NULL, NULL, true},
+};
+#define NUM_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
+
+static const dsl_builtin *find_builtin(const char *fn) {
+  for (int i = 0; i < NUM_BUILTINS; i++)
+    if (strcmp(fn, builtins[i].name) == 0) return &builtins[i];
+  return NULL;
+}
+
+static const char *closest_name(const char *name) {
+  const char *best = NULL;
+  int bd = 3;
+  for (int i = 0; i < gr_op_registry_count(); i++) {
+    int d = edit_distance(name, gr_op_registry_at(i)->name);
+    if (d < bd) bd = d, best = gr_op_registry_at(i)->name;
+  }
+  for (int i = 0; i < NUM_BUILTINS; i++) {
+    int d = edit_distance(name, builtins[i].name);
+    if (d < bd) bd = d, best = builtins[i].name;
+  }
+  return best;
+}
+
+void gr_dsl_print_builtins(FILE *out) {
+  fprintf(out, "| call | does |\n|---|---|\n");
+  for (int i = 0; i < NUM_BUILTINS; i++)
+    if (builtins[i].usage) fprintf(out, "| %s | %s |\n", builtins[i].usage, builtins[i].help);
+}
+
 gr_status dsl_call(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *out) {
   const char *fn = e->call.name;
   if (e->call.nargs > MAX_ARGS)
@@ -733,11 +886,11 @@ gr_status dsl_call(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_v
   if (b && !b->def)
     return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "'%s' is a %s, not a function", fn,
                      dsl_vkind_name(b->v.kind));
+  const dsl_builtin *builtin = NULL;
   if (!b) {
-    bool builtin = false;
-    for (size_t i = 0; i < sizeof builtin_names / sizeof builtin_names[0]; i++)
-      builtin = builtin || strcmp(fn, builtin_names[i]) == 0;
-    if (!builtin && !(op = gr_ops_find(fn))) {
+    builtin = find_builtin(fn);
+    /* one named like the op it builds still needs the op */
+    if ((!builtin || builtin->op_named) && !(op = gr_ops_find(fn))) {
       const char *hint = closest_name(fn);
       if (hint)
         return dsl_error(p->err, GR_ERR_NOT_FOUND, e->pos,
@@ -760,11 +913,6 @@ gr_status dsl_call(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_v
                      "built-in)",
                      fn, b ? "def" : "op");
   if (b) return call_def(p, b->def, e, name, a, out);
-  bool handled; /* the queue built-ins before the ops they build, of the same names */
-  GR_TRY(dsl_call_queues(p, fn, e, name, a->v, a->n, out, &handled));
-  if (handled) return GR_OK;
-  if (op) return call_op(p, op, e, name, a, out);
-  GR_TRY(dsl_call_parallel(p, fn, e, name, a->v, a->n, out, &handled));
-  if (handled) return GR_OK;
-  return call_builtin(p, fn, e, name, a, out, &handled);
+  if (builtin) return builtin->handler(p, fn, e, name, a->v, a->n, out);
+  return call_op(p, op, e, name, a, out);
 }

@@ -431,15 +431,23 @@ gr_status dsl_bargs_string(const dsl_bargs *a, int i, const char *what, const ch
 gr_status dsl_bargs_bool(const dsl_bargs *a, int i, const char *what, bool *out);
 /* *out = the tensor o (a value of kind V_TENSOR). */
 void dsl_tensor_value(dsl_value *out, gr_output o);
-/* The queue, accumulator and sync-replicas built-ins (dsl_queues.c):
- * *handled is false when fn is none of them. */
-gr_status dsl_call_queues(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
-                          dsl_value *args, int nargs, dsl_value *out, bool *handled);
+/* A built-in function of the DSL (not an op), called as fn: gets the call e,
+ * its evaluated arguments v[0..nargs), the name it is bound to (NULL: none)
+ * and fills *out. The table of built-ins is in dsl_call.c. */
+typedef gr_status dsl_builtin_handler(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                      const char *name, dsl_value *v, int nargs, dsl_value *out);
+typedef dsl_builtin_handler *dsl_builtin_fn;
+/* The queue, accumulator and sync-replicas built-ins (dsl_queues.c); the
+ * queue ones have the names of the ops they build. */
+extern dsl_builtin_handler dsl_builtin_fifo_queue, dsl_builtin_queue_enqueue,
+    dsl_builtin_queue_enqueue_many, dsl_builtin_queue_dequeue, dsl_builtin_queue_dequeue_many,
+    dsl_builtin_queue_close, dsl_builtin_queue_size, dsl_builtin_sync_replicas;
 /* The parallel-training built-ins (dsl_parallel.c): ps_variables, replicas
  * and micro_batches, which take a block (e->call.block), and all_reduce,
- * num_tasks and mirror_spread. *handled is false when fn is none of them. */
-gr_status dsl_call_parallel(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
-                            dsl_value *args, int nargs, dsl_value *out, bool *handled);
+ * num_tasks, task_index, partitioned_variable and mirror_spread. */
+extern dsl_builtin_handler dsl_builtin_ps_variables, dsl_builtin_replicas,
+    dsl_builtin_micro_batches, dsl_builtin_all_reduce, dsl_builtin_num_tasks,
+    dsl_builtin_task_index, dsl_builtin_partitioned_variable, dsl_builtin_mirror_spread;
 gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 /* A source for text[0..len), which is not copied: owned (a malloc'd text the

@@ -368,28 +368,66 @@ static gr_status task_index(const dsl_bargs *a, dsl_value *out) {
   return GR_OK;
 }
 
-gr_status dsl_call_parallel(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
-                            dsl_value *v, int nargs, dsl_value *out, bool *handled) {
-  *handled = true;
+/* ---- the handlers of the built-in table (dsl_call.c) ------------------------------------- */
+
+static dsl_bargs make_bargs(gr_dsl_program *p, const char *fn, const dsl_expr *e, dsl_value *v,
+                            int nargs) {
   dsl_bargs a = {.p = p, .e = e, .fn = fn, .v = v, .n = nargs};
   while (a.npos < nargs && !e->call.args[a.npos].name) a.npos++;
-  if (strcmp(fn, "ps_variables") == 0) return ps_variables(&a, name, out);
-  if (strcmp(fn, "replicas") == 0) return replicas(&a, name, false, out);
-  if (strcmp(fn, "micro_batches") == 0) return replicas(&a, name, true, out);
-  if (strcmp(fn, "all_reduce") == 0) return all_reduce(&a, out);
-  if (strcmp(fn, "num_tasks") == 0) return num_tasks(&a, out);
-  if (strcmp(fn, "task_index") == 0) return task_index(&a, out);
-  if (strcmp(fn, "partitioned_variable") == 0) return partitioned_variable(&a, name, out);
-  if (strcmp(fn, "mirror_spread") == 0) {
-    if (nargs)
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "mirror_spread takes no arguments");
-    dsl_set_loc(p, e->pos);
-    gr_output o = gr_mirror_spread(p->g);
-    if (name && o.node) o = gr_name(p->g, o, name);
-    GR_TRY(dsl_check_graph(p, e->pos));
-    dsl_tensor_value(out, o);
-    return GR_OK;
-  }
-  *handled = false;
+  return a;
+}
+
+gr_status dsl_builtin_ps_variables(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                   const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return ps_variables(&a, name, out);
+}
+
+gr_status dsl_builtin_replicas(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                               const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return replicas(&a, name, false, out);
+}
+
+gr_status dsl_builtin_micro_batches(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return replicas(&a, name, true, out);
+}
+
+gr_status dsl_builtin_all_reduce(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return all_reduce(&a, out);
+}
+
+gr_status dsl_builtin_num_tasks(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return num_tasks(&a, out);
+}
+
+gr_status dsl_builtin_task_index(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return task_index(&a, out);
+}
+
+gr_status dsl_builtin_partitioned_variable(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                           const char *name, dsl_value *v, int nargs,
+                                           dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return partitioned_variable(&a, name, out);
+}
+
+gr_status dsl_builtin_mirror_spread(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  if (nargs)
+    return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "mirror_spread takes no arguments");
+  dsl_set_loc(p, e->pos);
+  gr_output o = gr_mirror_spread(p->g);
+  if (name && o.node) o = gr_name(p->g, o, name);
+  GR_TRY(dsl_check_graph(p, e->pos));
+  dsl_tensor_value(out, o);
   return GR_OK;
 }

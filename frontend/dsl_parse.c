@@ -267,18 +267,23 @@ static dsl_expr *parse_while(P *ps) {
 
 /* primary = NUMBER | STRING | "true" | "false" | "?" | IDENT [ args ]
  *         | "(" expr ")" | list | cond_expr | while_expr */
+/* An identifier e followed by '(' is a call: its arguments and block. */
+static dsl_expr *call_if_called(P *ps, dsl_expr *e) {
+  if (TOK.kind == T_LPAREN) {
+    const char *name = e->str;
+    e->kind = E_CALL;
+    e->call.name = name;
+    if (!parse_call_args(ps, e) || !parse_call_block(ps, e)) return NULL;
+  }
+  return e;
+}
+
 static dsl_expr *parse_primary(P *ps) {
   dsl_expr *e;
   if (ps->pending) { /* an IDENT the caller already consumed */
     e = ps->pending;
     ps->pending = NULL;
-    if (TOK.kind == T_LPAREN) {
-      const char *name = e->str;
-      e->kind = E_CALL;
-      e->call.name = name;
-      if (!parse_call_args(ps, e) || !parse_call_block(ps, e)) return NULL;
-    }
-    return e;
+    return call_if_called(ps, e);
   }
   switch (TOK.kind) {
     case T_NUMBER:
@@ -303,13 +308,7 @@ static dsl_expr *parse_primary(P *ps) {
       if (!(e = new_expr(ps, E_IDENT, TOK.pos))) return NULL;
       e->str = tok_text(ps);
       if (!advance(ps)) return NULL;
-      if (TOK.kind == T_LPAREN) {
-        const char *name = e->str;
-        e->kind = E_CALL;
-        e->call.name = name;
-        if (!parse_call_args(ps, e) || !parse_call_block(ps, e)) return NULL;
-      }
-      return e;
+      return call_if_called(ps, e);
     case T_LPAREN: {
       dsl_pos open = TOK.pos;
       if (!advance(ps) || !(e = parse_expr(ps))) return NULL;

@@ -209,19 +209,61 @@ static gr_status sync_replicas(const dsl_bargs *a, dsl_value *out) {
   return outputs_value(p, (gr_output[]){r.train, r.chief_update, r.num_dropped}, 3, out);
 }
 
-gr_status dsl_call_queues(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,
-                          dsl_value *v, int nargs, dsl_value *out, bool *handled) {
-  *handled = true;
+/* ---- the handlers of the built-in table (dsl_call.c) ------------------------------------- */
+
+static dsl_bargs make_bargs(gr_dsl_program *p, const char *fn, const dsl_expr *e, dsl_value *v,
+                            int nargs) {
   dsl_bargs a = {.p = p, .e = e, .fn = fn, .v = v, .n = nargs};
   while (a.npos < nargs && !e->call.args[a.npos].name) a.npos++;
-  if (strcmp(fn, "fifo_queue") == 0) return fifo_queue(&a, name, out);
-  if (strcmp(fn, "queue_enqueue") == 0) return enqueue(&a, false, out);
-  if (strcmp(fn, "queue_enqueue_many") == 0) return enqueue(&a, true, out);
-  if (strcmp(fn, "queue_dequeue") == 0) return dequeue(&a, false, out);
-  if (strcmp(fn, "queue_dequeue_many") == 0) return dequeue(&a, true, out);
-  if (strcmp(fn, "queue_close") == 0) return close_or_size(&a, true, out);
-  if (strcmp(fn, "queue_size") == 0) return close_or_size(&a, false, out);
-  if (strcmp(fn, "sync_replicas") == 0) return sync_replicas(&a, out);
-  *handled = false;
-  return GR_OK;
+  return a;
+}
+
+gr_status dsl_builtin_fifo_queue(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return fifo_queue(&a, name, out);
+}
+
+gr_status dsl_builtin_queue_enqueue(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return enqueue(&a, false, out);
+}
+
+gr_status dsl_builtin_queue_enqueue_many(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                         const char *name, dsl_value *v, int nargs,
+                                         dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return enqueue(&a, true, out);
+}
+
+gr_status dsl_builtin_queue_dequeue(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return dequeue(&a, false, out);
+}
+
+gr_status dsl_builtin_queue_dequeue_many(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                         const char *name, dsl_value *v, int nargs,
+                                         dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return dequeue(&a, true, out);
+}
+
+gr_status dsl_builtin_queue_close(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                  const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return close_or_size(&a, true, out);
+}
+
+gr_status dsl_builtin_queue_size(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return close_or_size(&a, false, out);
+}
+
+gr_status dsl_builtin_sync_replicas(gr_dsl_program *p, const char *fn, const dsl_expr *e,
+                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
+  dsl_bargs a = make_bargs(p, fn, e, v, nargs);
+  return sync_replicas(&a, out);
 }

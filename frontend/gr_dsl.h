@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "core/gr_core.h"
 
@@ -65,6 +66,9 @@ void gr_dsl_program_free(gr_dsl_program *p);
 bool gr_dsl_lookup(const gr_dsl_program *p, const char *name, gr_output *out);
 /* The graph the program was lowered into. */
 gr_graph *gr_dsl_graph(const gr_dsl_program *p);
+/* Prints the table of the DSL's built-in functions (not ops) as Markdown,
+ * as docs/dsl.md shows it (the suite checks that it does). */
+void gr_dsl_print_builtins(FILE *out);
 
 /* Default fetches (`fetch a, b`) and targets (`target train`) declared in the
  * file, in order; when no `fetch` is declared the last top-level binding is

@@ -36,4 +36,11 @@
 #include "ops/gr_ops.h"
 #include "placer/gr_placer.h"
 
+/* Registers every op of the engine: core's own (transfers, const, identity,
+ * control flow), the op list of ops/ with their gradients, and the
+ * checkpoint ops. Idempotent and thread-safe. Builders, the DSL and
+ * sessions register what they use by themselves; call it before looking ops
+ * up by name (gr_op_registry_find) or listing them (gr_op_registry_at). */
+void gr_init(void);
+
 #endif

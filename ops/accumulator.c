@@ -147,7 +147,7 @@ static gr_status check_handle(gr_shape_ctx *ctx) {
 }
 
 static gr_status check_scalar_int(gr_shape_ctx *ctx, int i, const char *what) {
-  GR_TRY(gr_ops_check_dtype(ctx, i, GR_DT_INDEX));
+  GR_TRY(gr_shape_check_dtype(ctx, i, GR_DT_INDEX));
   if (ctx->in_shapes[i].rank > 0)
     return gr_shape_error(ctx, GR_ERR_SHAPE, "%s must be a scalar", what);
   return GR_OK;

@@ -215,7 +215,7 @@ static void move_cost(const gr_node *n, gr_cost *c) {
 
 static gr_status concat_shape(gr_shape_ctx *ctx) {
   int n = ctx->num_inputs, rank = -1, first = 0, ax;
-  for (int i = 1; i < n; i++) GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+  for (int i = 1; i < n; i++) GR_TRY(gr_shape_check_same_dtype(ctx, 0, i));
   for (int i = 0; i < n; i++) {
     int r = ctx->in_shapes[i].rank;
     if (r < 0) continue;
@@ -418,7 +418,7 @@ static gr_status slice_kernel(gr_kernel_ctx *ctx) {
 /* ---- gather ------------------------------------------------------------------ */
 
 static gr_status gather_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_INDEX));
+  GR_TRY(gr_shape_check_dtype(ctx, 1, GR_DT_INDEX));
   const gr_shape *p = &ctx->in_shapes[0], *ix = &ctx->in_shapes[1];
   int64_t axis = gr_node_attr_int(ctx->node, "axis", 0);
   int ax;
@@ -511,7 +511,7 @@ static gr_status gather_kernel(gr_kernel_ctx *ctx) {
 /* ---- one_hot ----------------------------------------------------------------- */
 
 static gr_status one_hot_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_INDEX));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_INDEX));
   int64_t depth = gr_node_attr_int(ctx->node, "depth", 0);
   gr_dtype dt = gr_node_attr_dtype(ctx->node, "dtype", GR_F32);
   const gr_shape *s = &ctx->in_shapes[0];

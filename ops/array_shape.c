@@ -9,11 +9,6 @@
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
-static void free_cost(const gr_node *n, gr_cost *c) {
-  c->flops = 0;
-  c->bytes = 0;
-}
-
 /* Sets output 0 to a view of input 0 with shape s (same element count). */
 static gr_status set_view(gr_kernel_ctx *ctx, const gr_shape *s) {
   gr_tensor t;
@@ -527,7 +522,7 @@ const gr_op_def gr_op_reshape = {.name = "reshape",
                                  .attrs = reshape_attrs,
                                  .num_attrs = 1,
                                  .shape_fn = reshape_shape,
-                                 .cost_fn = free_cost,
+                                 .cost_fn = gr_cost_fn_free,
                                  .kernel = reshape_kernel,
                                  .grad_fn = view_grad};
 
@@ -557,7 +552,7 @@ const gr_op_def gr_op_expand_dims = {.name = "expand_dims",
                                      .attrs = expand_dims_attrs,
                                      .num_attrs = 1,
                                      .shape_fn = expand_dims_shape,
-                                     .cost_fn = free_cost,
+                                     .cost_fn = gr_cost_fn_free,
                                      .kernel = expand_dims_kernel,
                                      .grad_fn = view_grad};
 
@@ -572,7 +567,7 @@ const gr_op_def gr_op_squeeze = {.name = "squeeze",
                                  .attrs = squeeze_attrs,
                                  .num_attrs = 1,
                                  .shape_fn = squeeze_shape,
-                                 .cost_fn = free_cost,
+                                 .cost_fn = gr_cost_fn_free,
                                  .kernel = squeeze_kernel,
                                  .grad_fn = view_grad};
 
@@ -583,7 +578,7 @@ const gr_op_def gr_op_shape = {.name = "shape",
                                .input_names = x_name,
                                .num_outputs = 1,
                                .shape_fn = shape_shape,
-                               .cost_fn = free_cost,
+                               .cost_fn = gr_cost_fn_free,
                                .kernel = shape_kernel,
                                .flags = GR_OP_NO_GRADIENT};
 

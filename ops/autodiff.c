@@ -162,65 +162,44 @@ static void walk_free(walk *w) {
   ad_frames_free(&w->fr);
 }
 
+typedef struct group_edges_ctx {
+  const walk *w;
+  const int *gid;
+} group_edges_ctx;
+
+/* Edges between groups: data inputs but a loop's back edge, and control inputs. */
+static void group_edges(const void *ctx, gr_topo_emit_fn emit, void *acc) {
+  const group_edges_ctx *c = ctx;
+  for (int id = 0; id < c->w->total; id++) {
+    gr_node *d = gr_graph_node(c->w->g, id);
+    for (int j = 0; j < d->num_inputs + d->num_control_inputs; j++) {
+      gr_node *s = gr_node_predecessor(d, j);
+      if (j < d->num_inputs && s->op->cf_kind == GR_CF_NEXT_ITERATION) continue;
+      int a = c->gid[s->id], b = c->gid[id];
+      if (a != b) emit(acc, a, b);
+    }
+  }
+}
+
 /* Groups: each node of `base` alone; each loop directly inside base as one
  * group (id total + frame). Fills w->group_order with the groups in a
  * topological order; returns their count or -1. */
 static int group_sort(walk *w) {
-  int ng = w->total + w->fr.n;
+  int ng = w->total + w->fr.n, count = -1;
   int *gid = malloc(sizeof(int) * ((size_t)w->total + 1));
-  int *indeg = calloc((size_t)ng + 1, sizeof(int)), *cnt = calloc((size_t)ng + 1, sizeof(int));
-  int *start = malloc(sizeof(int) * ((size_t)ng + 2)), *succ = NULL, count = -1;
+  unsigned char *unused = malloc((size_t)ng + 1);
   w->group_order = malloc(sizeof(int) * ((size_t)ng + 1));
-  if (!gid || !indeg || !cnt || !start || !w->group_order) goto out;
-  for (int id = 0; id < w->total; id++) {
-    int c = child_of_base(&w->fr, w->fr.of_node[id], w->base);
-    gid[id] = c >= 0 ? w->total + c : id;
-  }
-  int edges = 0;
-  for (int pass = 0; pass < 2; pass++) {
+  if (gid && unused && w->group_order) {
+    memset(unused, 1, (size_t)ng);
     for (int id = 0; id < w->total; id++) {
-      gr_node *d = gr_graph_node(w->g, id);
-      for (int j = 0; j < d->num_inputs + d->num_control_inputs; j++) {
-        gr_node *s = gr_node_predecessor(d, j);
-        if (j < d->num_inputs && s->op->cf_kind == GR_CF_NEXT_ITERATION) continue;
-        int a = gid[s->id], b = gid[id];
-        if (a == b) continue;
-        if (pass == 0) {
-          cnt[a]++;
-          edges++;
-        } else {
-          succ[start[a] + cnt[a]++] = b;
-          indeg[b]++;
-        }
-      }
+      int c = child_of_base(&w->fr, w->fr.of_node[id], w->base);
+      gid[id] = c >= 0 ? w->total + c : id;
+      unused[gid[id]] = 0;
     }
-    if (pass == 0) {
-      succ = malloc(sizeof(int) * ((size_t)edges + 1));
-      if (!succ) goto out;
-      start[0] = 0;
-      for (int k = 0; k < ng; k++) start[k + 1] = start[k] + cnt[k];
-      memset(cnt, 0, sizeof(int) * (size_t)ng);
-    }
+    count = gr_topo_sort(ng, group_edges, &(group_edges_ctx){w, gid}, unused, w->group_order);
   }
-  char *used = calloc((size_t)ng + 1, 1);
-  if (!used) goto out;
-  for (int id = 0; id < w->total; id++) used[gid[id]] = 1;
-  int head = 0, tail = 0;
-  for (int k = 0; k < ng; k++)
-    if (used[k] && !indeg[k]) w->group_order[tail++] = k;
-  while (head < tail) {
-    int v = w->group_order[head++];
-    for (int e = start[v]; e < start[v + 1]; e++)
-      if (--indeg[succ[e]] == 0) w->group_order[tail++] = succ[e];
-  }
-  free(used);
-  count = tail;
-out:
   free(gid);
-  free(indeg);
-  free(cnt);
-  free(start);
-  free(succ);
+  free(unused);
   return count;
 }
 
@@ -308,7 +287,7 @@ static gr_status node_group(walk *w, gr_node *n, const ad_reverse *rv) {
                          .dinputs = din,
                          .remap = rv ? rv->remap : NULL,
                          .remap_arg = rv ? rv->arg : NULL};
-      st = n->op->grad_fn(&ctx);
+      st = gr_op_registry_find_gradient(n->op)(&ctx);
       if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
       if (st != GR_OK && !gr_graph_error(g))
         fail(g, st, "gradients: gradient of node '%s' (op %s) failed", n->name, n->op->name);
@@ -493,5 +472,6 @@ done:
 
 gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
                        const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs) {
+  gr_ops_register_all(); /* the gradients of core's own ops (a graph built with core alone) */
   return ad_gradients(g, ys, ny, xs, nx, grad_ys, null_for_unconnected, dxs, NULL, NULL);
 }

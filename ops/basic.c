@@ -1,39 +1,9 @@
-/* Basic ops: const, placeholder, identity, no_op (and group). */
+/* Basic ops: placeholder, no_op (and group); the builders of const and
+ * identity (defined in core/base_ops.c) and identity's gradient. */
 #include <string.h>
 
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
-
-/* ---- const ---------------------------------------------------------------- */
-
-static gr_status const_shape(gr_shape_ctx *ctx) {
-  const gr_attr_value *v = gr_node_attr(ctx->node, "value");
-  ctx->num_outputs = 1;
-  ctx->out_dtypes[0] = v->tensor.dtype;
-  ctx->out_shapes[0] = v->tensor.shape;
-  return GR_OK;
-}
-
-static gr_status const_kernel(gr_kernel_ctx *ctx) {
-  gr_kernel_set_output(ctx, 0, &gr_node_attr(ctx->node, "value")->tensor);
-  return GR_OK;
-}
-
-static void free_cost(const gr_node *n, gr_cost *c) {
-  c->flops = 0;
-  c->bytes = 0;
-}
-
-static const gr_attr_spec const_attrs[] = {{"value", GR_ATTR_TENSOR, true, {0}}};
-const gr_op_def gr_op_const = {.name = "const",
-                               .doc = "a constant tensor (attr value)",
-                               .num_outputs = 1,
-                               .attrs = const_attrs,
-                               .num_attrs = 1,
-                               .shape_fn = const_shape,
-                               .cost_fn = free_cost,
-                               .kernel = const_kernel,
-                               .flags = GR_OP_CONSTANT};
 
 /* ---- placeholder ------------------------------------------------------------ */
 
@@ -57,32 +27,16 @@ const gr_op_def gr_op_placeholder = {.name = "placeholder",
                                      .attrs = placeholder_attrs,
                                      .num_attrs = 2,
                                      .shape_fn = placeholder_shape,
-                                     .cost_fn = free_cost,
+                                     .cost_fn = gr_cost_fn_free,
                                      .kernel = placeholder_kernel,
                                      .flags = GR_OP_PLACEHOLDER};
 
-/* ---- identity ----------------------------------------------------------------- */
+/* ---- identity (defined in core/base_ops.c) ----------------------------------- */
 
-static gr_status identity_kernel(gr_kernel_ctx *ctx) {
-  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
-  return GR_OK;
-}
-
-static gr_status identity_grad(gr_grad_ctx *c) {
+gr_status gr_ops_grad_identity(gr_grad_ctx *c) {
   c->dinputs[0] = c->grads[0];
   return GR_OK;
 }
-
-const gr_op_def gr_op_identity = {.name = "identity",
-                                  .doc = "the input, unchanged (no copy)",
-                                  .min_inputs = 1,
-                                  .max_inputs = 1,
-                                  .input_names = (const char *const[]){"x"},
-                                  .num_outputs = 1,
-                                  .shape_fn = gr_shape_fn_unchanged,
-                                  .cost_fn = free_cost,
-                                  .kernel = identity_kernel,
-                                  .grad_fn = identity_grad};
 
 /* ---- no_op -------------------------------------------------------------------- */
 
@@ -94,7 +48,7 @@ const gr_op_def gr_op_no_op = {.name = "no_op",
                                .doc = "does nothing; a target for control dependencies",
                                .num_outputs = 0,
                                .shape_fn = gr_shape_fn_scalar_none,
-                               .cost_fn = free_cost,
+                               .cost_fn = gr_cost_fn_free,
                                .kernel = no_op_kernel};
 
 /* ---- builders ----------------------------------------------------------------- */

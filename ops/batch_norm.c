@@ -43,8 +43,8 @@ static gr_status channel_inputs(gr_shape_ctx *ctx, int first, int *c_out) {
 }
 
 static gr_status batch_norm_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  for (int i = 1; i < 5; i++) GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
+  for (int i = 1; i < 5; i++) GR_TRY(gr_shape_check_same_dtype(ctx, 0, i));
   int c;
   GR_TRY(channel_inputs(ctx, 1, &c));
   double eps = gr_node_attr_float(ctx->node, "epsilon", 1e-3);
@@ -259,8 +259,8 @@ static gr_status batch_norm_grad_kernel(gr_kernel_ctx *ctx) {
 }
 
 static gr_status batch_norm_grad_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  for (int i = 1; i < 5; i++) GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
+  for (int i = 1; i < 5; i++) GR_TRY(gr_shape_check_same_dtype(ctx, 0, i));
   int c;
   GR_TRY(channel_inputs(ctx, 2, &c));
   ctx->num_outputs = 3;

@@ -13,9 +13,9 @@ static gr_status binary_shape(gr_shape_ctx *ctx, bin_kind kind) {
   unsigned mask = kind == BIN_LOGICAL   ? GR_DT_BOOL
                   : kind == BIN_COMPARE ? GR_DT_ALL
                                         : GR_DT_NUMERIC;
-  GR_TRY(gr_ops_check_dtype(ctx, 0, mask));
-  GR_TRY(gr_ops_check_dtype(ctx, 1, mask));
-  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, mask));
+  GR_TRY(gr_shape_check_dtype(ctx, 1, mask));
+  GR_TRY(gr_shape_check_same_dtype(ctx, 0, 1));
   gr_shape out;
   if (!gr_shape_broadcast(&ctx->in_shapes[0], &ctx->in_shapes[1], &out)) {
     char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];

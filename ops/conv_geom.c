@@ -246,8 +246,8 @@ void gr_conv_gemm(gr_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
 }
 
 gr_status gr_window_shape_fn(gr_shape_ctx *ctx, gr_window_shapes_fn shapes) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  for (int i = 1; i < ctx->num_inputs; i++) GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
+  for (int i = 1; i < ctx->num_inputs; i++) GR_TRY(gr_shape_check_same_dtype(ctx, 0, i));
   char msg[512];
   gr_shape out;
   gr_status s = shapes(ctx->node, ctx->in_shapes, &out, msg, sizeof msg);
@@ -275,7 +275,7 @@ gr_status gr_window_kernel_shapes(gr_kernel_ctx *ctx, gr_window_shapes_fn shapes
 }
 
 gr_status gr_ops_check_images(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   const gr_shape *x = &ctx->in_shapes[0];
   char xs[GR_SHAPE_STR_MAX];
   if (x->rank >= 0 && x->rank != 4)

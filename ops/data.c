@@ -116,7 +116,7 @@ static void batch_state_free(void *p) {
 }
 
 static gr_status batch_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_INDEX));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_INDEX));
   if (ctx->in_shapes[0].rank > 0) return gr_shape_error(ctx, GR_ERR_SHAPE, "step must be a scalar");
   int64_t b = gr_node_attr_int(ctx->node, "batch_size", 0);
   int64_t shards = gr_node_attr_int(ctx->node, "num_shards", 1);

@@ -10,7 +10,7 @@
 #include "ops/ops_internal.h"
 
 static gr_status dropout_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   double rate = gr_node_attr_float(ctx->node, "rate", 0.5);
   if (!(rate >= 0 && rate < 1))
     return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "attr 'rate' must be in [0, 1), got %g",

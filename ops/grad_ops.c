@@ -23,7 +23,7 @@ static gr_status like_shape(gr_shape_ctx *ctx) {
 /* ---- sum_like -------------------------------------------------------------------- */
 
 static gr_status sum_like_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_NUMERIC));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_NUMERIC));
   gr_shape b;
   if (!gr_shape_broadcast(&ctx->in_shapes[1], &ctx->in_shapes[0], &b) ||
       !gr_shape_compatible(&b, &ctx->in_shapes[0])) {
@@ -110,7 +110,7 @@ static void broadcast_into(const gr_tensor *Y, const gr_shape *ys, gr_tensor *o,
 }
 
 static gr_status broadcast_to_like_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   gr_shape b;
   if (!gr_shape_broadcast(&ctx->in_shapes[0], &ctx->in_shapes[1], &b) ||
       !gr_shape_compatible(&b, &ctx->in_shapes[1])) {
@@ -161,7 +161,7 @@ gr_output gr_broadcast_to_like(gr_graph *g, gr_output x, gr_output like) {
 }
 
 static gr_status broadcast_like_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   return like_shape(ctx);
 }
 
@@ -278,8 +278,8 @@ gr_output gr_stop_gradient(gr_graph *g, gr_output x) {
 /* ---- gather_grad --------------------------------------------------------------------- */
 
 static gr_status gather_grad_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_INDEX));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 1, GR_DT_INDEX));
   ctx->num_outputs = 1;
   ctx->out_dtypes[0] = ctx->in_dtypes[0];
   ctx->out_shapes[0] = ctx->in_shapes[2];

@@ -14,55 +14,6 @@ gr_output gr_ops_build(gr_graph *g, const char *op, const char *name, const gr_o
   return gr_graph_add_node(g, def, name, inputs, num_inputs, attrs, num_attrs);
 }
 
-const char *gr_ops_dtype_mask_str(unsigned mask, char *buf, size_t cap) {
-  size_t n = 0;
-  buf[0] = '\0';
-  for (int t = 0; t < GR_DTYPE_COUNT && n < cap; t++)
-    if (mask & GR_DT_BIT(t))
-      n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", gr_dtype_name((gr_dtype)t));
-  return buf;
-}
-
-static const char *input_name(gr_shape_ctx *ctx, int i, char *buf, size_t cap) {
-  const gr_op_def *op = ctx->node->op;
-  if (op->input_names && i < (op->min_inputs > 0 ? op->min_inputs : 1))
-    snprintf(buf, cap, "input '%s'", op->input_names[i]);
-  else if (op->input_names && op->max_inputs < 0)
-    snprintf(buf, cap, "input %d ('%s')", i,
-             op->input_names[op->min_inputs > 0 ? op->min_inputs - 1 : 0]);
-  else
-    snprintf(buf, cap, "input %d", i);
-  return buf;
-}
-
-gr_status gr_ops_check_dtype(gr_shape_ctx *ctx, int i, unsigned mask) {
-  if (mask & GR_DT_BIT(ctx->in_dtypes[i])) return GR_OK;
-  char want[128], nm[96];
-  return gr_shape_error(ctx, GR_ERR_DTYPE, "%s has dtype %s; expected one of %s",
-                        input_name(ctx, i, nm, sizeof nm), gr_dtype_name(ctx->in_dtypes[i]),
-                        gr_ops_dtype_mask_str(mask, want, sizeof want));
-}
-
-gr_status gr_ops_check_same_dtype(gr_shape_ctx *ctx, int i, int j) {
-  if (ctx->in_dtypes[i] == ctx->in_dtypes[j]) return GR_OK;
-  char a[96], b[96];
-  return gr_shape_error(ctx, GR_ERR_DTYPE, "%s is %s but %s is %s (cast one of them)",
-                        input_name(ctx, i, a, sizeof a), gr_dtype_name(ctx->in_dtypes[i]),
-                        input_name(ctx, j, b, sizeof b), gr_dtype_name(ctx->in_dtypes[j]));
-}
-
-gr_status gr_ops_check_rank(gr_shape_ctx *ctx, int i, int rank) {
-  const gr_shape *s = &ctx->in_shapes[i];
-  char nm[96], sb[GR_SHAPE_STR_MAX];
-  if (s->rank < 0)
-    return gr_shape_error(ctx, GR_ERR_SHAPE, "%s needs a known rank",
-                          input_name(ctx, i, nm, sizeof nm));
-  if (rank >= 0 && s->rank != rank)
-    return gr_shape_error(ctx, GR_ERR_SHAPE, "%s must have rank %d, got shape %s",
-                          input_name(ctx, i, nm, sizeof nm), rank, gr_shape_str(s, sb));
-  return GR_OK;
-}
-
 /* Fills mask from the int-list attr; a bad axis gives its error code and
  * message (msg has AXES_MSG_MAX chars). */
 #define AXES_MSG_MAX 96

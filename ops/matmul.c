@@ -7,12 +7,12 @@
 #include "ops/ops_internal.h"
 
 gr_status gr_ops_gemm_shape(gr_shape_ctx *ctx, int first, gr_shape *out) {
-  GR_TRY(gr_ops_check_dtype(ctx, first, GR_DT_FLOAT));
-  GR_TRY(gr_ops_check_same_dtype(ctx, first, first + 1));
+  GR_TRY(gr_shape_check_dtype(ctx, first, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_same_dtype(ctx, first, first + 1));
   /* an unknown rank is taken as [?, ?]: the kernel checks the runtime rank */
   const gr_shape unknown2 = gr_shape_make(2, (int64_t[]){-1, -1});
   for (int i = first; i < first + 2; i++)
-    if (ctx->in_shapes[i].rank >= 0) GR_TRY(gr_ops_check_rank(ctx, i, 2));
+    if (ctx->in_shapes[i].rank >= 0) GR_TRY(gr_shape_check_rank(ctx, i, 2));
   bool ta = gr_node_attr_bool(ctx->node, "transpose_a", false);
   bool tb = gr_node_attr_bool(ctx->node, "transpose_b", false);
   const gr_shape *a = ctx->in_shapes[first].rank < 0 ? &unknown2 : &ctx->in_shapes[first];

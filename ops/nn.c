@@ -24,7 +24,7 @@ static float sigmoid_f(float x) {
 }
 
 static gr_status float_unary_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   return gr_shape_fn_unchanged(ctx);
 }
 
@@ -98,7 +98,7 @@ DEFINE_ACTIVATION(tanh, "tanh(x) elementwise", tanhf(x), tanh(x))
 /* ---- softmax, log_softmax ------------------------------------------------------ */
 
 static gr_status softmax_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   if (ctx->in_shapes[0].rank == 0)
     return gr_shape_error(ctx, GR_ERR_SHAPE, "input 'x' must have rank >= 1, got a scalar");
   return gr_shape_fn_unchanged(ctx);
@@ -219,8 +219,8 @@ gr_output gr_log_softmax(gr_graph *g, gr_output x) {
 /* ---- bias_add ---------------------------------------------------------------- */
 
 static gr_status bias_add_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_NUMERIC));
-  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_NUMERIC));
+  GR_TRY(gr_shape_check_same_dtype(ctx, 0, 1));
   const gr_shape *x = &ctx->in_shapes[0], *b = &ctx->in_shapes[1];
   char xs[GR_SHAPE_STR_MAX], bs[GR_SHAPE_STR_MAX];
   if (x->rank == 0)
@@ -321,11 +321,11 @@ static bool merge_dim(int64_t *d, int64_t other) {
 }
 
 static gr_status xent_shape(gr_shape_ctx *ctx, bool sparse) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   if (sparse)
-    GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_INDEX));
+    GR_TRY(gr_shape_check_dtype(ctx, 1, GR_DT_INDEX));
   else
-    GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+    GR_TRY(gr_shape_check_same_dtype(ctx, 0, 1));
   const gr_shape *lg = &ctx->in_shapes[0], *lb = &ctx->in_shapes[1];
   char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
   if (lg->rank >= 0 && lg->rank != 2)

@@ -10,8 +10,8 @@
 /* ---- relu_grad ---------------------------------------------------------------------- */
 
 static gr_status relu_grad_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_same_dtype(ctx, 0, 1));
   return gr_shape_fn_unchanged(ctx);
 }
 
@@ -69,9 +69,9 @@ gr_output gr_relu_grad(gr_graph *g, gr_output dy, gr_output y) {
 /* ---- sparse_softmax_cross_entropy_grad ------------------------------------------------- */
 
 static gr_status sxg_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_INDEX));
-  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 2));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 1, GR_DT_INDEX));
+  GR_TRY(gr_shape_check_same_dtype(ctx, 0, 2));
   return gr_shape_fn_unchanged(ctx);
 }
 

@@ -1,15 +1,18 @@
 /* The op list: one line per op. Each op `NAME` is defined once, as
- * `const gr_op_def gr_op_NAME`, in its family file (the second column), and
+ * `const gr_op_def gr_op_NAME`, in its family file (the comment above it), and
  * registered by gr_ops_register_all. Adding an op: define it in its family
- * file, add one line here. */
+ * file, add one line here.
+ *
+ * The ops core defines itself (const, identity and the control-flow
+ * primitives, core/base_ops.c) are registered by core; their gradients build
+ * ops, so they are here: X(op, gradient function), added by
+ * gr_ops_register_all with gr_op_registry_add_gradient. */
 #ifndef GR_OP_LIST_H
 #define GR_OP_LIST_H
 
 #define GR_OP_LIST(X)                                                                              \
   /* basic.c */                                                                                    \
-  X(const)                                                                                         \
   X(placeholder)                                                                                   \
-  X(identity)                                                                                      \
   X(no_op)                                                                                         \
   /* binary.c */                                                                                   \
   X(add)                                                                                           \
@@ -107,12 +110,6 @@
   X(read_npy)                                                                                      \
   X(batch)                                                                                         \
   /* control_flow.c */                                                                             \
-  X(switch)                                                                                        \
-  X(merge)                                                                                         \
-  X(enter)                                                                                         \
-  X(exit)                                                                                          \
-  X(next_iteration)                                                                                \
-  X(loop_cond)                                                                                     \
   X(control_trigger)                                                                               \
   /* conv.c */                                                                                     \
   X(conv2d)                                                                                        \
@@ -157,5 +154,16 @@
   X(accumulator_set_global_step)                                                                   \
   X(accumulator_num_accumulated)                                                                   \
   X(accumulator_num_dropped)
+
+#define GR_CORE_OP_GRADIENT_LIST(X)                                                                \
+  /* basic.c */                                                                                    \
+  X(identity, gr_ops_grad_identity)                                                                \
+  /* control_flow.c */                                                                             \
+  X(switch, gr_ops_grad_switch)                                                                    \
+  X(merge, gr_ops_grad_merge)                                                                      \
+  X(enter, gr_ops_grad_loop)                                                                       \
+  X(exit, gr_ops_grad_loop)                                                                        \
+  X(next_iteration, gr_ops_grad_loop)                                                              \
+  X(loop_cond, gr_ops_grad_loop)
 
 #endif

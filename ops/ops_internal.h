@@ -6,6 +6,13 @@
 #include <stdint.h>
 
 #include "core/gr_core.h"
+#include "ops/op_list.h"
+
+/* Every op of the op list, for tests of what a node is (n->op ==
+ * &gr_op_variable): ops are identified by their definition, never by name. */
+#define GR_X_DECL(name) extern const gr_op_def gr_op_##name;
+GR_OP_LIST(GR_X_DECL)
+#undef GR_X_DECL
 
 /* Looks the op up (registering all ops on first use) and adds a node; an
  * unknown op is recorded as the graph's error. name NULL: the op's name. */
@@ -53,25 +60,6 @@ gr_output gr_ops_build_colocated(gr_graph *g, const gr_node *with, const char *o
 
 /* Records a printf-style error in the graph and evaluates to the null output. */
 #define gr_ops_fail(g, ...) (gr_graph_set_errorf((g), __VA_ARGS__), (gr_output){NULL, 0})
-
-/* dtype sets for checks */
-#define GR_DT_BIT(t)  (1u << (t))
-#define GR_DT_FLOAT   (GR_DT_BIT(GR_F32) | GR_DT_BIT(GR_F64))
-#define GR_DT_INT     (GR_DT_BIT(GR_I32) | GR_DT_BIT(GR_I64) | GR_DT_BIT(GR_U8))
-#define GR_DT_NUMERIC (GR_DT_FLOAT | GR_DT_INT)
-#define GR_DT_INDEX   (GR_DT_BIT(GR_I32) | GR_DT_BIT(GR_I64))
-#define GR_DT_BOOL    GR_DT_BIT(GR_BOOL)
-#define GR_DT_ALL     (GR_DT_NUMERIC | GR_DT_BOOL)
-
-/* Error unless input i's dtype is in mask; the message names the node, the
- * input and the allowed dtypes. */
-gr_status gr_ops_check_dtype(gr_shape_ctx *ctx, int i, unsigned mask);
-/* Error unless inputs i and j have the same dtype. */
-gr_status gr_ops_check_same_dtype(gr_shape_ctx *ctx, int i, int j);
-/* Error unless the input's rank is known and equals rank (or rank < 0: any). */
-gr_status gr_ops_check_rank(gr_shape_ctx *ctx, int i, int rank);
-/* Formats a dtype mask ("f32, f64") into buf. */
-const char *gr_ops_dtype_mask_str(unsigned mask, char *buf, size_t cap);
 
 /* Reads an int-list attr of axes for a tensor of `rank` into a mask (axes
  * normalised, duplicates rejected). An empty list selects every axis when

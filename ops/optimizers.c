@@ -192,9 +192,9 @@ static gr_status apply_adam_kernel(gr_kernel_ctx *ctx) {
 /* ---- definitions -------------------------------------------------------------------------- */
 
 static gr_status apply_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
-  GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_FLOAT));
-  GR_TRY(gr_ops_check_same_dtype(ctx, 0, 1));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 1, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_same_dtype(ctx, 0, 1));
   if (ctx->in_shapes[0].rank > 0 && gr_shape_num_elements(&ctx->in_shapes[0]) != 1) {
     char b[GR_SHAPE_STR_MAX];
     return gr_shape_error(ctx, GR_ERR_SHAPE, "learning rate must be a scalar, got %s",
@@ -346,7 +346,7 @@ static int collect_vars(const gr_graph *g, gr_output y, gr_output *out, int cap)
   }
   for (int id = 0; id < total && n < cap; id++) {
     gr_node *nd = gr_graph_node(g, id);
-    if (need[id] && strcmp(nd->op->name, "variable") == 0 && gr_dtype_is_float(nd->out_dtypes[0]))
+    if (need[id] && nd->op == &gr_op_variable && gr_dtype_is_float(nd->out_dtypes[0]))
       out[n++] = (gr_output){nd, 0};
   }
   free(need);
@@ -363,7 +363,7 @@ static int collect_vars(const gr_graph *g, gr_output y, gr_output *out, int cap)
  * NULL otherwise. */
 static const gr_node *fusable_matmul(const gr_graph *g, const gr_node *var, gr_output grad) {
   const gr_node *m = grad.node;
-  if (strcmp(m->op->name, "matmul") != 0 || m->out_dtypes[0] != var->out_dtypes[0]) return NULL;
+  if (m->op != &gr_op_matmul || m->out_dtypes[0] != var->out_dtypes[0]) return NULL;
   for (int id = m->id + 1; id < gr_graph_num_nodes(g); id++) { /* readers come after it */
     const gr_node *r = gr_graph_node(g, id);
     for (int j = 0; j < r->num_inputs; j++)
@@ -398,7 +398,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
   }
   var_list = found;
   for (int i = 0; i < n; i++)
-    if (!var_list[i].node || strcmp(var_list[i].node->op->name, "variable") != 0) {
+    if (!var_list[i].node || var_list[i].node->op != &gr_op_variable) {
       gr_output r = gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: '%s' is not a variable",
                                 var_list[i].node ? var_list[i].node->name : "(null)");
       free(found);
@@ -459,7 +459,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
     updates[nu++] = u;
   }
   gr_node *gs = gr_graph_find_node(g, "global_step");
-  if (gs && strcmp(gs->op->name, "variable") == 0 && gs->out_dtypes[0] == GR_I64) {
+  if (gs && gs->op == &gr_op_variable && gs->out_dtypes[0] == GR_I64) {
     /* the step advances after this step's reads of it and its updates, so
      * every reader sees the same step whatever the schedule or placement */
     updates[nu] = (gr_output){gs, 0};

@@ -15,7 +15,7 @@
 #include "ops/ops_internal.h"
 
 static bool is_variable(const gr_node *n) {
-  return strcmp(n->op->name, "variable") == 0;
+  return n->op == &gr_op_variable;
 }
 
 /* ---- variables on parameter servers ------------------------------------------------------ */

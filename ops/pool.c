@@ -331,12 +331,6 @@ static gr_status flatten_grad(gr_grad_ctx *c) {
   return GR_OK;
 }
 
-static void flatten_cost(const gr_node *n, gr_cost *c) {
-  (void)n;
-  c->flops = 0;
-  c->bytes = 0;
-}
-
 const gr_op_def gr_op_flatten = {.name = "flatten",
                                  .doc = "x [n, ...] viewed as [n, everything else] (no copy)",
                                  .min_inputs = 1,
@@ -344,7 +338,7 @@ const gr_op_def gr_op_flatten = {.name = "flatten",
                                  .input_names = (const char *const[]){"x"},
                                  .num_outputs = 1,
                                  .shape_fn = flatten_shape,
-                                 .cost_fn = flatten_cost,
+                                 .cost_fn = gr_cost_fn_free,
                                  .kernel = flatten_kernel,
                                  .grad_fn = flatten_grad};
 

@@ -17,9 +17,9 @@
 #include "ops/ops_internal.h"
 
 static gr_status prod_others_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_FLOAT));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   for (int i = 1; i < ctx->num_inputs; i++) {
-    GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+    GR_TRY(gr_shape_check_same_dtype(ctx, 0, i));
     if (!gr_shape_compatible(&ctx->in_shapes[0], &ctx->in_shapes[i])) {
       char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
       return gr_shape_error(ctx, GR_ERR_SHAPE, "direction %d has shape %s, x has %s", i,

@@ -25,7 +25,7 @@ static const char *const red_names[] = {"reduce_sum", "reduce_mean", "reduce_max
 /* ---- shape functions ------------------------------------------------------ */
 
 static gr_status reduce_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_NUMERIC));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_NUMERIC));
   const gr_shape *in = &ctx->in_shapes[0];
   bool keep = gr_node_attr_bool(ctx->node, "keepdims", false);
   const gr_attr_value *axes = gr_node_attr(ctx->node, "axes");
@@ -50,7 +50,7 @@ static gr_status reduce_shape(gr_shape_ctx *ctx) {
 }
 
 static gr_status arg_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_NUMERIC));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_NUMERIC));
   const gr_shape *in = &ctx->in_shapes[0];
   int64_t axis = gr_node_attr_int(ctx->node, "axis", 0);
   ctx->num_outputs = 1;

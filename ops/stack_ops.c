@@ -87,7 +87,7 @@ static gr_status push_kernel(gr_kernel_ctx *ctx) {
 /* Input 0 of a pop or size only orders it (it runs once that value exists,
  * and is dead with it); input 1, when given, is the u8 scope of its key. */
 static gr_status check_scope(gr_shape_ctx *ctx) {
-  if (ctx->num_inputs > 1) GR_TRY(gr_ops_check_dtype(ctx, 1, GR_DT_BIT(GR_U8)));
+  if (ctx->num_inputs > 1) GR_TRY(gr_shape_check_dtype(ctx, 1, GR_DT_BIT(GR_U8)));
   return GR_OK;
 }
 

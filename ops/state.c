@@ -107,7 +107,7 @@ static gr_status assign_shape(gr_shape_ctx *ctx) {
   if (ctx->in_dtypes[0] != dt)
     return gr_shape_error(ctx, GR_ERR_DTYPE, "value has dtype %s but variable '%s' is %s",
                           gr_dtype_name(ctx->in_dtypes[0]), var, gr_dtype_name(dt));
-  if (strcmp(ctx->node->op->name, "assign") != 0) GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_NUMERIC));
+  if (ctx->node->op != &gr_op_assign) GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_NUMERIC));
   if (!gr_shape_compatible(&ctx->in_shapes[0], vs)) {
     char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
     return gr_shape_error(ctx, GR_ERR_SHAPE, "value has shape %s but variable '%s' is %s",

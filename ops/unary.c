@@ -28,7 +28,7 @@ static const char *const x_names[] = {"x"};
  * shape. The per-dtype expressions of dtypes outside MASK are never run. */
 #define DEFINE_UNARY_OP(NAME, MASK, DOC, EF, ED, EI32, EI64, EU8, EB, GRAD_FN, FLAGS)              \
   static gr_status NAME##_shape(gr_shape_ctx *ctx) {                                               \
-    GR_TRY(gr_ops_check_dtype(ctx, 0, MASK));                                                      \
+    GR_TRY(gr_shape_check_dtype(ctx, 0, MASK));                                                    \
     return gr_shape_fn_unchanged(ctx);                                                             \
   }                                                                                                \
   static gr_status NAME##_kernel(gr_kernel_ctx *ctx) {                                             \
@@ -134,7 +134,7 @@ DEFINE_UNARY_OP(logical_not, GR_DT_BOOL, "not x elementwise (bool)", x, x, x, x,
 /* ---- cast ------------------------------------------------------------------- */
 
 static gr_status cast_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_ALL));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_ALL));
   ctx->num_outputs = 1;
   ctx->out_dtypes[0] = gr_node_attr_dtype(ctx->node, "dtype", GR_F32);
   ctx->out_shapes[0] = ctx->in_shapes[0];
@@ -297,8 +297,8 @@ static bool bcast3_init(bcast3 *bc, const gr_shape *const s[3], gr_shape *out) {
 }
 
 static gr_status select_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_BOOL));
-  GR_TRY(gr_ops_check_same_dtype(ctx, 1, 2));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_BOOL));
+  GR_TRY(gr_shape_check_same_dtype(ctx, 1, 2));
   const gr_shape *s = ctx->in_shapes;
   gr_shape out;
   if (!broadcast3(&s[0], &s[1], &s[2], &out)) {
@@ -398,10 +398,10 @@ gr_output gr_select(gr_graph *g, gr_output cond, gr_output a, gr_output b) {
 /* ---- add_n ------------------------------------------------------------------- */
 
 static gr_status add_n_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_dtype(ctx, 0, GR_DT_NUMERIC));
+  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_NUMERIC));
   gr_shape out = ctx->in_shapes[0];
   for (int i = 1; i < ctx->num_inputs; i++) {
-    GR_TRY(gr_ops_check_same_dtype(ctx, 0, i));
+    GR_TRY(gr_shape_check_same_dtype(ctx, 0, i));
     const gr_shape *s = &ctx->in_shapes[i];
     if (!gr_shape_compatible(&out, s)) {
       char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];

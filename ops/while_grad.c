@@ -32,13 +32,14 @@ void ad_loop_free(ad_loop *l) {
   memset(l, 0, sizeof *l);
 }
 
-/* The node of the frame list consuming `of` output `idx` as input `slot` with kind `kind`. */
+/* The node of the frame list consuming `of` output `idx` as input `slot` with kind `kind`
+ * (kind 0: with op definition `op`). */
 static gr_node *consumer(gr_node **nodes, int n, const gr_node *of, int idx, int slot,
-                         gr_cf_kind kind, const char *op) {
+                         gr_cf_kind kind, const gr_op_def *op) {
   for (int k = 0; k < n; k++) {
     gr_node *c = nodes[k];
     if (slot < c->num_inputs && c->inputs[slot].node == of && c->inputs[slot].index == idx &&
-        (kind ? c->op->cf_kind == kind : strcmp(c->op->name, op) == 0))
+        (kind ? c->op->cf_kind == kind : c->op == op))
       return c;
   }
   return NULL;
@@ -74,7 +75,7 @@ gr_status ad_loop_find(gr_graph *g, const ad_frames *f, int frame, int total, ad
     l->merge[i] = consumer(nodes, nn, e, 0, 0, GR_CF_MERGE, NULL);
     l->swtch[i] = l->merge[i] ? consumer(nodes, nn, l->merge[i], 0, 0, GR_CF_SWITCH, NULL) : NULL;
     l->exit[i] = l->swtch[i] ? consumer(nodes, nn, l->swtch[i], 0, 0, GR_CF_EXIT, NULL) : NULL;
-    l->body[i] = l->swtch[i] ? consumer(nodes, nn, l->swtch[i], 1, 0, 0, "identity") : NULL;
+    l->body[i] = l->swtch[i] ? consumer(nodes, nn, l->swtch[i], 1, 0, 0, &gr_op_identity) : NULL;
     l->next[i] = l->merge[i] && l->merge[i]->num_inputs == 2 ? l->merge[i]->inputs[1].node : NULL;
     if (!l->exit[i] || !l->body[i] || !l->next[i] ||
         l->next[i]->op->cf_kind != GR_CF_NEXT_ITERATION)

@@ -56,7 +56,7 @@ static gr_status evaluate(const gr_passes_ctx *c, const gr_node *n, gr_tensor *o
     goto done;
   }
   gr_graph_set_seed(t, gr_graph_seed(c->g));
-  const gr_op_def *const_op = gr_ops_find("const");
+  const gr_op_def *const_op = &gr_op_const;
   for (int i = 0; i < n->num_inputs && st == GR_OK; i++) {
     char name[64];
     snprintf(name, sizeof name, "fold_input_%d", i);

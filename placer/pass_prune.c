@@ -30,14 +30,12 @@ static const gr_node *rep_of(const gr_passes_ctx *c, const gr_node *n) {
   return gr_graph_node(c->g, c->rep[n->id]);
 }
 
-/* "var" and "slot*" string attrs name the variables an op reads or updates
- * (the session initialises them before the step). */
+/* The variables an op reads or updates (gr_attr_names_variable), which the
+ * session initialises before the step. */
 static void need_variables(walk *w, const gr_node *n) {
   for (int a = 0; a < n->num_attrs; a++) {
     const gr_attr *at = &n->attrs[a];
-    if (at->value.type != GR_ATTR_STRING ||
-        (strcmp(at->name, "var") != 0 && strncmp(at->name, "slot", 4) != 0))
-      continue;
+    if (!gr_attr_names_variable(at)) continue;
     const gr_node *v = gr_graph_find_node(w->c->g, at->value.s);
     if (!v) continue;
     need(w, v, GR_PASSES_CUT);

@@ -148,7 +148,7 @@ static gr_status copy_graph(gr_passes_ctx *c, gr_graph **result) {
               malloc(sizeof(gr_node *) * (size_t)max_ctrl),
               malloc(sizeof(patch) * ((size_t)back + 1)),
               0,
-              gr_ops_find("const"),
+              &gr_op_const,
               gr_ops_find("placeholder")};
   gr_status st = GR_OK;
   if (!k.out || !k.copy || !k.in || !k.ctrl || !k.patches) {

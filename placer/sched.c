@@ -643,59 +643,47 @@ static void copy_out(const sched *s, gr_place_result *r) {
   memcpy(r->start, s->st, sizeof(double) * (size_t)s->n);
 }
 
-static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const gr_place_options *o,
-                          gr_place_result *r, gr_error *err) {
-  memset(r, 0, sizeof *r);
-  int n = pg->num_nodes, D = c->num_devices;
-  if (D < 1)
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "placer: the cluster has no devices");
-  GR_TRY(gr_place_graph_check(pg, D, err));
-  gr_place_options opts = o ? *o : (gr_place_options){0};
-  sched s;
-  void *block = NULL;
+/* The result's arrays for n nodes on D devices (cand_finish when recording);
+ * false when out of memory. */
+static bool alloc_result(gr_place_result *r, int n, int D, bool record) {
   size_t sn = (size_t)n + 1;
-  int *cand_dev = NULL;
-  bool ok = sched_init(&s, pg, c, &block) && compute_order(&s) && build_pinned_successors(&s);
   r->device = malloc(sn * sizeof(int));
   r->start = malloc(sn * sizeof(double));
   r->finish = malloc(sn * sizeof(double));
   r->reason = calloc(2 * sn, 1);
   r->cause = malloc(sn * sizeof(int));
-  cand_dev = malloc(sn * sizeof(int));
-  if (opts.record) {
+  if (record) {
     r->cand_finish = malloc(sn * (size_t)D * sizeof(double));
     if (r->cand_finish)
       for (size_t i = 0; i < sn * (size_t)D; i++) r->cand_finish[i] = INFINITY;
   }
-  if (!ok || !r->device || !r->start || !r->finish || !r->reason || !r->cause || !cand_dev ||
-      (opts.record && !r->cand_finish)) {
-    sched_free(&s, block);
-    free(cand_dev);
-    gr_place_result_free(r);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory (%d nodes)", n);
-  }
-  /* Every group needs an allowed device. */
-  for (int v = 0; v < n; v++) {
+  return r->device && r->start && r->finish && r->reason && r->cause && (!record || r->cand_finish);
+}
+
+/* Every group needs an allowed device. */
+static gr_status check_allowed(const gr_place_graph *pg, int D, gr_error *err) {
+  for (int v = 0; v < pg->num_nodes; v++) {
     int set = pg->allow[pg->group[v]], k = 0;
     while (k < D && !gr_place_allowed(pg, set, k)) k++;
-    if (k == D) {
-      sched_free(&s, block);
-      free(cand_dev);
-      gr_place_result_free(r);
+    if (k == D)
       return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                           "placer: node %d: no device satisfies its group's constraints", v);
-    }
   }
-  r->num_devices = D;
-  /* Greedy variants, the faster by the simulation kept (ties: the first):
-   * with consumer affinity, and plain earliest finish. (Judging devices
-   * without link contention, as HEFT does, was tried as a third and almost
-   * never won.) Large graphs run the two at once on two threads. */
+  return GR_OK;
+}
+
+/* Greedy variants, the faster by the simulation kept (ties: the first):
+ * with consumer affinity, and plain earliest finish. (Judging devices
+ * without link contention, as HEFT does, was tried as a third and almost
+ * never won.) Large graphs run the two at once on two threads. */
+static void place_greedy(sched *s, const gr_place_options *opts, gr_place_result *r) {
   static const double weights[] = {1, 0};
+  int n = s->n;
+  size_t sn = (size_t)n + 1;
   double times[2] = {0, 0};
   sched s2;
   void *block2 = NULL;
-  bool two = !opts.record && n >= 50000 && sched_clone(&s2, &s, &block2);
+  bool two = !opts->record && n >= 50000 && sched_clone(&s2, s, &block2);
   if (two) {
     pthread_t th;
     s2.aff_weight = weights[1];
@@ -703,32 +691,32 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
     if (pthread_create(&th, NULL, run_variant, &job) != 0) {
       two = false;
     } else {
-      s.aff_weight = weights[0];
-      times[0] = run(&s, NULL, r->reason, NULL);
+      s->aff_weight = weights[0];
+      times[0] = run(s, NULL, r->reason, NULL);
       pthread_join(th, NULL);
       times[1] = job.t;
     }
   }
   if (!two) {
-    s.aff_weight = weights[0];
-    times[0] = run(&s, NULL, r->reason, r->cand_finish);
+    s->aff_weight = weights[0];
+    times[0] = run(s, NULL, r->reason, r->cand_finish);
     r->greedy_time = times[0];
-    r->cross_bytes = s.cross;
-    copy_out(&s, r);
-    memcpy(r->cause, s.cause, sizeof(int) * (size_t)n);
-    if (!opts.record) { /* one variant keeps the recorded comparisons consistent */
-      s.aff_weight = weights[1];
-      times[1] = run(&s, NULL, r->reason + sn, NULL);
+    r->cross_bytes = s->cross;
+    copy_out(s, r);
+    memcpy(r->cause, s->cause, sizeof(int) * (size_t)n);
+    if (!opts->record) { /* one variant keeps the recorded comparisons consistent */
+      s->aff_weight = weights[1];
+      times[1] = run(s, NULL, r->reason + sn, NULL);
       if (times[1] < times[0]) {
         r->greedy_time = times[1];
-        r->cross_bytes = s.cross;
-        copy_out(&s, r);
-        memcpy(r->cause, s.cause, sizeof(int) * (size_t)n);
+        r->cross_bytes = s->cross;
+        copy_out(s, r);
+        memcpy(r->cause, s->cause, sizeof(int) * (size_t)n);
         memcpy(r->reason, r->reason + sn, (size_t)n);
       }
     }
   } else {
-    const sched *w = times[1] < times[0] ? &s2 : &s;
+    const sched *w = times[1] < times[0] ? &s2 : s;
     r->greedy_time = times[1] < times[0] ? times[1] : times[0];
     r->cross_bytes = w->cross;
     copy_out(w, r);
@@ -740,26 +728,35 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
     free(s2.gin);
   }
   r->step_time = r->greedy_time;
-  /* The locality placement (locality.c), kept when the simulation rates it
-   * faster: on wide graphs with costly transfers contiguous blocks beat
-   * node-by-node earliest finish. */
+}
+
+/* The locality placement (locality.c), kept when the simulation rates it
+ * faster: on wide graphs with costly transfers contiguous blocks beat
+ * node-by-node earliest finish. cand_dev: room for a device per node. */
+static void try_locality(const gr_place_graph *pg, const gr_cluster *c, sched *s, int *cand_dev,
+                         gr_place_result *r) {
   r->locality_time = INFINITY;
-  if (!opts.no_fallback && gr_place_locality(pg, c, s.deferred, cand_dev)) {
-    r->locality_time = run(&s, cand_dev, NULL, NULL);
-    if (r->locality_time < r->step_time) {
-      r->step_time = r->locality_time;
-      r->by_locality = true;
-      r->cross_bytes = s.cross;
-      copy_out(&s, r);
-      for (int v = 0; v < n; v++)
-        if (r->reason[v] == GR_PLACE_CHOSEN)
-          r->reason[v] = GR_PLACE_LOCALITY;
-        else if (r->reason[v] == GR_PLACE_CONSUMER)
-          r->cause[v] = s.cause[v];
-    }
+  if (!gr_place_locality(pg, c, s->deferred, cand_dev)) return;
+  r->locality_time = run(s, cand_dev, NULL, NULL);
+  if (r->locality_time < r->step_time) {
+    r->step_time = r->locality_time;
+    r->by_locality = true;
+    r->cross_bytes = s->cross;
+    copy_out(s, r);
+    for (int v = 0; v < s->n; v++)
+      if (r->reason[v] == GR_PLACE_CHOSEN)
+        r->reason[v] = GR_PLACE_LOCALITY;
+      else if (r->reason[v] == GR_PLACE_CONSUMER)
+        r->cause[v] = s->cause[v];
   }
-  /* Baselines: everything on one device b, pinned groups where pinned. One b
-   * per distinct device kind unless pins make the place matter. */
+}
+
+/* Baselines: everything on one device b, pinned groups where pinned. One b
+ * per distinct device kind unless pins make the place matter. The best is
+ * kept, and replaces the placement when it is faster (unless no_fallback). */
+static void try_baselines(const gr_place_graph *pg, const gr_cluster *c, sched *s, int *cand_dev,
+                          bool no_fallback, gr_place_result *r) {
+  int n = s->n, D = c->num_devices;
   r->baseline_time = INFINITY;
   r->baseline_device = -1;
   for (int b = 0; b < D; b++) {
@@ -776,16 +773,16 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
         for (k = 0; k < D && !gr_place_allowed(pg, set, k); k++) {}
       cand_dev[v] = k;
     }
-    double t = run(&s, cand_dev, NULL, NULL);
+    double t = run(s, cand_dev, NULL, NULL);
     if (t < r->baseline_time) {
       r->baseline_time = t;
       r->baseline_device = b;
-      if (!opts.no_fallback && t < r->step_time) {
+      if (!no_fallback && t < r->step_time) {
         r->step_time = t;
         r->fell_back = true;
         r->by_locality = false;
-        r->cross_bytes = s.cross;
-        copy_out(&s, r);
+        r->cross_bytes = s->cross;
+        copy_out(s, r);
       }
     }
   }
@@ -794,6 +791,39 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
       if (r->reason[v] == GR_PLACE_CHOSEN || r->reason[v] == GR_PLACE_CONSUMER ||
           r->reason[v] == GR_PLACE_LOCALITY)
         r->reason[v] = GR_PLACE_FALLBACK;
+}
+
+/* Places every node: the greedy variants, then the locality placement and
+ * the single-device baselines where the simulation rates them faster. */
+static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const gr_place_options *o,
+                          gr_place_result *r, gr_error *err) {
+  memset(r, 0, sizeof *r);
+  int n = pg->num_nodes, D = c->num_devices;
+  if (D < 1)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "placer: the cluster has no devices");
+  GR_TRY(gr_place_graph_check(pg, D, err));
+  gr_place_options opts = o ? *o : (gr_place_options){0};
+  sched s;
+  void *block = NULL;
+  bool ok = sched_init(&s, pg, c, &block) && compute_order(&s) && build_pinned_successors(&s);
+  ok = alloc_result(r, n, D, opts.record) && ok;
+  int *cand_dev = malloc(((size_t)n + 1) * sizeof(int));
+  gr_status st = !ok || !cand_dev ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED,
+                                                 "placer: out of memory (%d nodes)", n)
+                                  : check_allowed(pg, D, err);
+  if (st != GR_OK) {
+    sched_free(&s, block);
+    free(cand_dev);
+    gr_place_result_free(r);
+    return st;
+  }
+  r->num_devices = D;
+  place_greedy(&s, &opts, r);
+  if (opts.no_fallback)
+    r->locality_time = INFINITY;
+  else
+    try_locality(pg, c, &s, cand_dev, r);
+  try_baselines(pg, c, &s, cand_dev, opts.no_fallback, r);
   sched_free(&s, block);
   free(cand_dev);
   return GR_OK;

@@ -4,15 +4,28 @@
  *
  *   static void test_add(void) { GR_CHECK_EQ_INT(1 + 1, 2); }
  *   int main(void) { GR_RUN(test_add); return gr_test_finish(); }
- */
+ *
+ * One case by name: GR_TEST_CASE=test_add build/tests/unit/test_x (or
+ * GR_TEST_CASE=test_add ctest -R test_x); the others are skipped, and a name
+ * that matches no case fails. */
 #ifndef GR_TEST_H
 #define GR_TEST_H
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-static int gr_test_checks_failed_, gr_test_passed_, gr_test_failed_;
+static int gr_test_checks_failed_, gr_test_passed_, gr_test_failed_, gr_test_matched_;
+
+/* Whether case `name` runs: every case, or only the one GR_TEST_CASE names. */
+static inline int gr_test_selected_(const char *name) {
+  const char *want = getenv("GR_TEST_CASE");
+  if (!want || !*want) return 1;
+  if (strcmp(want, name) != 0) return 0;
+  gr_test_matched_++;
+  return 1;
+}
 
 #define GR_CHECK(cond)                                                                             \
   do {                                                                                             \
@@ -59,6 +72,7 @@ static int gr_test_checks_failed_, gr_test_passed_, gr_test_failed_;
 
 #define GR_RUN(fn)                                                                                 \
   do {                                                                                             \
+    if (!gr_test_selected_(#fn)) break;                                                            \
     int before_ = gr_test_checks_failed_;                                                          \
     fn();                                                                                          \
     if (gr_test_checks_failed_ == before_) {                                                       \
@@ -70,6 +84,11 @@ static int gr_test_checks_failed_, gr_test_passed_, gr_test_failed_;
   } while (0)
 
 static inline int gr_test_finish(void) {
+  const char *want = getenv("GR_TEST_CASE");
+  if (want && *want && !gr_test_matched_) {
+    fprintf(stderr, "no test case named '%s' (GR_TEST_CASE)\n", want);
+    return 1;
+  }
   printf("%d passed, %d failed\n", gr_test_passed_, gr_test_failed_);
   return gr_test_failed_ ? 1 : 0;
 }
