@@ -92,6 +92,13 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
     }
     if (n == 0) break;
   }
+  for (int i = 0; i < ms->num_waiting; i++) { /* steps that used it must end too */
+    rpc_group *g = ms->waiting[i];
+    pthread_mutex_lock(&g->mu);
+    g->losses++;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+  }
   size_t gone = gr_map_count(&t->abandoned); /* no answer comes now */
   gr_map_free(&t->abandoned);
   gr_map_init(&t->abandoned, GR_MAP_U64);
@@ -187,6 +194,11 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
                         bool (*on_done)(void *, rpc *), void *arg) {
   char *seen = calloc((size_t)n + 1, 1);
   bool stop = false;
+  pthread_mutex_lock(&ms->mu);
+  bool listed = ms->num_waiting < (int)(sizeof ms->waiting / sizeof ms->waiting[0]);
+  if (listed) ms->waiting[ms->num_waiting++] = g;
+  pthread_mutex_unlock(&ms->mu);
+  int losses = 0;
   pthread_mutex_lock(&g->mu);
   for (;;) {
     for (int i = 0; i < n && !stop; i++)
@@ -196,6 +208,12 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
         if (on_done) stop = on_done(arg, &rs[i]);
         pthread_mutex_lock(&g->mu);
       }
+    if (!stop && g->losses != losses && g->outstanding > 0) { /* a task was lost */
+      losses = g->losses;
+      pthread_mutex_unlock(&g->mu);
+      if (on_done) stop = on_done(arg, NULL);
+      pthread_mutex_lock(&g->mu);
+    }
     if (g->outstanding == 0) break;
     if (stop) {
       pthread_mutex_unlock(&g->mu);
@@ -217,6 +235,13 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
     }
   }
   pthread_mutex_unlock(&g->mu);
+  pthread_mutex_lock(&ms->mu);
+  for (int i = 0; listed && i < ms->num_waiting; i++)
+    if (ms->waiting[i] == g) {
+      ms->waiting[i] = ms->waiting[--ms->num_waiting];
+      break;
+    }
+  pthread_mutex_unlock(&ms->mu);
   for (int i = 0; i < n; i++) { /* past the deadline: late answers are dropped */
     gr_error e;
     gr_error_set(&e, GR_ERR_DEADLINE_EXCEEDED,
@@ -238,6 +263,7 @@ void gr_rpc_group_init(rpc_group *g) {
   pthread_mutex_init(&g->mu, NULL);
   pthread_cond_init(&g->cv, NULL);
   g->outstanding = 0;
+  g->losses = 0;
 }
 void gr_rpc_group_destroy(rpc_group *g) {
   pthread_mutex_destroy(&g->mu);

@@ -11,6 +11,7 @@ typedef struct rpc_group {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int outstanding;
+  int losses; /* tasks lost while the group was waited for (gr_master_wait_all) */
 } rpc_group;
 
 typedef struct rpc { /* one request in flight */
@@ -54,6 +55,10 @@ struct gr_master {
   int abandoned;
   int64_t abandoned_deadline_ms;
   pthread_cond_t abandoned_cv;
+  /* the groups being waited for (under mu): a lost task wakes them all, as
+   * a step whose part on that task has already answered must still end */
+  rpc_group *waiting[64];
+  int num_waiting;
 };
 
 /* A new request id. */
@@ -65,7 +70,9 @@ void gr_master_start(gr_master *ms, int k, gr_outmsg *msg, rpc *r, rpc_group *g)
  * not done by the deadline fail with GR_ERR_DEADLINE_EXCEEDED. When on_done
  * returns true, the wait ends at once: the requests not done yet fail with
  * GR_ERR_CANCELLED and are abandoned (gr_master_drain awaits their answers
- * until deadline_ms, or 60 s when it is 0). */
+ * until deadline_ms, or 60 s when it is 0). When a task is lost while the
+ * wait goes on, on_done(arg, NULL) runs (the step may have used it even if
+ * its own request is answered). */
 void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t deadline_ms,
                         bool (*on_done)(void *, rpc *), void *arg);
 /* Waits (bounded) until every abandoned request has been answered or its

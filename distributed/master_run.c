@@ -192,14 +192,23 @@ typedef struct step_ctx {
  * sends anything else. */
 static bool on_step_done(void *arg, rpc *r) {
   step_ctx *x = arg;
-  bool stop = r->code != GR_OK && r->lost;
-  if (r->code == GR_OK || x->aborted) return stop;
+  int lost = -1;
+  if (!r) { /* a task was lost: one of this step's, even if its part answered already? */
+    pthread_mutex_lock(&x->ms->mu);
+    for (int i = 0; i < x->p->n && lost < 0; i++)
+      if (x->ms->tasks[x->p->t[i].task].lost) lost = x->p->t[i].task;
+    pthread_mutex_unlock(&x->ms->mu);
+    if (lost < 0) return false;
+  }
+  bool stop = !r || (r->code != GR_OK && r->lost);
+  if ((r && r->code == GR_OK) || x->aborted) return stop;
   x->aborted = true;
   char msg[GR_ERROR_MSG_MAX];
-  snprintf(msg, sizeof msg, "step aborted: %s failed", x->ms->tasks[r->task].name);
+  snprintf(msg, sizeof msg, "step aborted: %s %s", x->ms->tasks[r ? r->task : lost].name,
+           r ? "failed" : "was lost");
   for (int i = 0; i < x->p->n; i++) {
     /* the failed task's own step ended, unless it timed out (then it too) */
-    if (&x->rs[i] == r && r->code != GR_ERR_DEADLINE_EXCEEDED) continue;
+    if (r && &x->rs[i] == r && r->code != GR_ERR_DEADLINE_EXCEEDED) continue;
     gr_outmsg *m = gr_outmsg_new(GR_MSG_ABORT, 3);
     if (!m) continue;
     gr_outmsg_u64(m, "run", x->run_id);
