@@ -279,6 +279,19 @@ static bool prefetch_matches(const batch_state *s, const batch_args *a, int64_t 
   return true;
 }
 
+/* Only data whose buffer never changes is worth making ahead: constants
+ * and files (read once per executor), not variables or placeholders, whose
+ * values may change in place between steps. */
+static bool inputs_are_fixed(const gr_node *n) {
+  for (int i = 1; i < n->num_inputs; i++) {
+    const gr_node *p = n->inputs[i].node;
+    if (p->num_inputs > 0 || (p->op->flags & (GR_OP_VARIABLE | GR_OP_PLACEHOLDER)) ||
+        !(p->op->flags & (GR_OP_CONSTANT | GR_OP_STATEFUL)))
+      return false;
+  }
+  return true;
+}
+
 static batch_state *batch_state_of(gr_kernel_ctx *ctx) {
   if (!*ctx->state) {
     batch_state *s = calloc(1, sizeof *s);
@@ -345,7 +358,8 @@ static gr_status batch_kernel(gr_kernel_ctx *ctx) {
     ctx->outputs[i] = made[i];
   }
   /* the next step's batch, on a pool thread, while this step runs */
-  bool prefetch = st == GR_OK && ctx->pool && gr_threadpool_size(ctx->pool) > 0;
+  bool prefetch =
+      st == GR_OK && ctx->pool && gr_threadpool_size(ctx->pool) > 0 && inputs_are_fixed(ctx->node);
   pthread_mutex_lock(&s->mu);
   if (prefetch) {
     s->pre_args = a;

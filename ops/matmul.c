@@ -113,13 +113,10 @@ double gr_ops_gemm_split_flops(void) {
   return split_flops;
 }
 
-int gr_ops_gemm_chunks(int threads, int64_t m, int64_t n, int64_t k) {
+int gr_ops_gemm_chunks(int64_t m, int64_t n, int64_t k) {
   double flops = 2.0 * (double)m * (double)n * (double)k;
   int64_t wide = m > n ? m : n;
-  if (threads < 2 || blas_threads > 1 || flops < gr_ops_gemm_split_flops() || wide < 32) return 1;
-  int64_t chunks = threads;
-  if (chunks > wide / 16) chunks = wide / 16;
-  return (int)chunks;
+  return blas_threads > 1 || flops < gr_ops_gemm_split_flops() || wide < 32 ? 1 : 2;
 }
 
 void gr_ops_gemm(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tensor *B, bool ta, bool tb,
@@ -137,7 +134,7 @@ void gr_ops_gemm(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tensor *B, boo
     return;
   }
   gemm_split g = {A, B, ta, tb, m >= n, m, n, k, 1, 0, alpha, beta, c};
-  g.chunks = gr_ops_gemm_chunks(gr_kernel_parallel_threads(ctx), m, n, k);
+  g.chunks = gr_ops_gemm_chunks(m, n, k);
   int wide = g.by_rows ? m : n;
   g.step = g.chunks > 1 ? (wide / g.chunks + 15) / 16 * 16 : wide;
   if (g.chunks > 1) g.chunks = (wide + g.step - 1) / g.step;
