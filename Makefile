@@ -6,7 +6,7 @@
 #                          local cluster (graphrun launch)
 #   make test              build and run the whole ctest suite
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
-#   make bench-NAME        build and run one benchmark (executor, matmul, mlp, conv, transfer,
+#   make bench-NAME        build and run one benchmark (executor, matmul, mlp, train, conv, transfer,
 #                          recovery, ...; docs/benchmarks.md)
 #   make fuzz-dsl          libFuzzer on the DSL front end (clang), FUZZ_SECONDS=60
 #   make fuzz-graph        libFuzzer on serialized-graph decoding (clang)
