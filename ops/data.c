@@ -127,6 +127,7 @@ typedef struct batch_state {
   enum { PRE_NONE, PRE_QUEUED, PRE_RUNNING, PRE_DONE } pre;
   int queued;     /* prefetch tasks in the pool's queue */
   bool in_kernel; /* a kernel call works on perm and rows_of_batch */
+  bool orphaned;  /* freed by the executor: the last task destroys it */
   int64_t pre_step;
   gr_status pre_status;
   batch_args pre_args;
@@ -137,11 +138,7 @@ static void release_all(gr_tensor *t, int n) {
   for (int i = 0; i < n; i++) gr_tensor_release(&t[i]);
 }
 
-static void batch_state_free(void *p) {
-  batch_state *s = p;
-  pthread_mutex_lock(&s->mu);
-  while (s->queued > 0 || s->pre == PRE_RUNNING) pthread_cond_wait(&s->cv, &s->mu);
-  pthread_mutex_unlock(&s->mu);
+static void destroy(batch_state *s) {
   release_all(s->out, s->pre_args.n);
   release_all(s->pre_args.xs, s->pre_args.n);
   pthread_cond_destroy(&s->cv);
@@ -149,6 +146,19 @@ static void batch_state_free(void *p) {
   free(s->perm);
   free(s->rows_of_batch);
   free(s);
+}
+
+/* The executor is done with the node. A prefetch task still queued or
+ * running frees the state when it ends (the pool runs every queued task,
+ * also when it is freed), so this never waits for the pool: it may be
+ * called on a pool thread. */
+static void batch_state_free(void *p) {
+  batch_state *s = p;
+  pthread_mutex_lock(&s->mu);
+  bool later = s->queued > 0 || s->pre == PRE_RUNNING;
+  s->orphaned = later;
+  pthread_mutex_unlock(&s->mu);
+  if (!later) destroy(s);
 }
 
 static gr_status batch_shape(gr_shape_ctx *ctx) {
@@ -246,9 +256,11 @@ static void prefetch_task(void *arg) {
   batch_state *s = arg;
   pthread_mutex_lock(&s->mu);
   s->queued--;
-  if (s->pre != PRE_QUEUED || s->in_kernel) {
+  if (s->orphaned || s->pre != PRE_QUEUED || s->in_kernel) {
+    bool last = s->orphaned && s->queued == 0 && s->pre != PRE_RUNNING;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    if (last) destroy(s);
     return;
   }
   s->pre = PRE_RUNNING;
@@ -261,8 +273,10 @@ static void prefetch_task(void *arg) {
   if (st == GR_OK)
     for (int i = 0; i < s->pre_args.n; i++) s->out[i] = out[i];
   s->pre = PRE_DONE;
+  bool last = s->orphaned && s->queued == 0;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
+  if (last) destroy(s);
 }
 
 /* Is the prefetched batch the one asked for: the same step and inputs? */
