@@ -32,8 +32,9 @@
 
 #include "bench_util.h"
 
-#define DATA_DIR     "/usr/share/datasets/fashion-mnist"
-#define TRACED_STEPS 64
+#define DATA_DIR       "/usr/share/datasets/fashion-mnist"
+#define TRACED_STEPS   64
+#define GR_SPLIT_MFLOP 8.0 /* GR_OPS_GEMM_SPLIT_FLOPS (ops/ops_internal.h), shown */
 
 typedef struct result {
   double seconds, loss, acc; /* seconds < 0: not measured */
@@ -132,6 +133,65 @@ static result run_gr(int threads, long steps, breakdown *bd) {
   return r;
 }
 
+/* The products of the MLP's step at batch 128 and 32 {m, n, k, transpose_a}. */
+static const int products[][4] = {{128, 256, 784, 0}, {784, 256, 128, 1}, {128, 256, 256, 0},
+                                  {256, 256, 128, 1}, {32, 256, 784, 0},  {784, 256, 32, 1},
+                                  {32, 256, 256, 0},  {256, 256, 32, 1},  {128, 10, 256, 0}};
+enum { NUM_PRODUCTS = sizeof products / sizeof products[0] };
+
+/* --products (run as a child, with GRAPHRUN_SPLIT_FLOPS set by the parent):
+ * the median microseconds of each product as a matmul node in a session of
+ * `threads` inter-op threads, one per line. */
+static int time_products(int threads) {
+  for (int p = 0; p < NUM_PRODUCTS; p++) {
+    int m = products[p][0], n = products[p][1], k = products[p][2], ta = products[p][3];
+    gr_graph *g = gr_graph_new();
+    gr_output a = gr_zeros(g, GR_F32, (gr_shape){2, {ta ? k : m, ta ? m : k}});
+    gr_output b = gr_zeros(g, GR_F32, (gr_shape){2, {k, n}});
+    gr_output y = gr_reduce_sum(g, gr_matmul(g, a, b, ta, false), NULL, 0, false);
+    gr_error err;
+    gr_session_options o = {.inter_op_threads = threads};
+    gr_session *s = gr_session_new(g, &o, &err);
+    double t[201];
+    for (int i = -20; i < 201; i++) {
+      gr_tensor out;
+      double t0 = bench_now();
+      if (!s || gr_session_run(s, NULL, 0, &y, 1, &out, NULL, 0, &err) != GR_OK)
+        die("product", &err);
+      if (i >= 0) t[i] = bench_now() - t0;
+      gr_tensor_release(&out);
+    }
+    printf("%.2f\n", 1e6 * bench_median(t, 201));
+    gr_session_free(s);
+    gr_graph_free(g);
+  }
+  return 0;
+}
+
+/* Times the products in children: 1 thread, and 2 threads unsplit and split. */
+static void compare_products(const char *self) {
+  double us[3][NUM_PRODUCTS];
+  const char *how[3] = {"1e18 %s --products 1", "1e18 %s --products 2", "0 %s --products 2"};
+  for (int c = 0; c < 3; c++) {
+    char cmd[1200], fmt[64];
+    snprintf(fmt, sizeof fmt, "GRAPHRUN_SPLIT_FLOPS=%s", how[c]);
+    snprintf(cmd, sizeof cmd, fmt, self);
+    FILE *f = popen(cmd, "r");
+    for (int p = 0; p < NUM_PRODUCTS; p++)
+      if (!f || fscanf(f, "%lf", &us[c][p]) != 1) us[c][p] = -1;
+    if (f) pclose(f);
+  }
+  printf("  the step's products as matmul nodes (median us; a product is split from %.0f MFLOP):\n",
+         GR_SPLIT_MFLOP);
+  for (int p = 0; p < NUM_PRODUCTS; p++) {
+    const int *d = products[p];
+    printf("    %4dx%4dx%4d%s %5.1f MFLOP: 1 thread %7.1f, 2 threads whole %7.1f, halves %7.1f "
+           "(x%.2f)\n",
+           d[0], d[1], d[2], d[3] ? "^T" : "  ", 2e-6 * d[0] * d[1] * d[2], us[0][p], us[1][p],
+           us[2][p], us[2][p] > 0 ? us[1][p] / us[2][p] : 0);
+  }
+}
+
 /* Runs cmd and parses its output with fn; r.seconds = -1 when it fails. */
 static result run_child(const char *cmd, int (*fn)(const char *line, result *r)) {
   result r = {-1, 0, 0};
@@ -199,6 +259,7 @@ static void print_breakdown(const char *what, const breakdown *b, const result *
 }
 
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--products") == 0) return time_products(atoi(argv[2]));
   bool smoke = bench_is_smoke(argc, argv), torch_all = true;
   long steps = smoke ? 20 : 2345;
   for (int i = 1; i < argc; i++) {
@@ -233,6 +294,7 @@ int main(int argc, char **argv) {
   result g1c = steps < 200 ? g1 : run_gr(1, 200, NULL);
   printf("  reruns with 1 thread: loss after %ld steps %.9g and %.9g (%s)\n",
          steps < 200 ? steps : 200, g1b.loss, g1c.loss, g1b.loss == g1c.loss ? "equal" : "DIFFER");
+  if (!smoke) compare_products(argv[0]);
   print_breakdown("graphrun .gr, 1 thread", &b1, &g1, steps);
   print_breakdown("graphrun .gr, defaults", &bd, &gd, steps);
   double best_g = g1.seconds, best_t = -1;
