@@ -58,8 +58,8 @@ gr_status gr_ops_gemm_dims(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tens
   return GR_OK;
 }
 
-/* One BLAS call: C[m, n] = alpha op(A) op(B) + beta C, ldc n0; a, b, c are
- * the first elements this call reads and writes. */
+/* One BLAS call: C[m, n] = alpha op(A) op(B) + beta C (C's rows ldc apart);
+ * a, b, c point at the first elements this call reads and writes. */
 static void blas_gemm(gr_dtype dt, bool ta, bool tb, int m, int n, int k, double alpha,
                       const void *a, int lda, const void *b, int ldb, double beta, void *c,
                       int ldc) {
@@ -116,7 +116,10 @@ double gr_ops_gemm_split_flops(void) {
 int gr_ops_gemm_chunks(int64_t m, int64_t n, int64_t k) {
   double flops = 2.0 * (double)m * (double)n * (double)k;
   int64_t wide = m > n ? m : n;
-  return blas_threads > 1 || flops < gr_ops_gemm_split_flops() || wide < 32 ? 1 : 2;
+  return __atomic_load_n(&blas_threads, __ATOMIC_RELAXED) > 1 ||
+                 flops < gr_ops_gemm_split_flops() || wide < 32
+             ? 1
+             : 2;
 }
 
 void gr_ops_gemm(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tensor *B, bool ta, bool tb,
@@ -231,5 +234,6 @@ gr_output gr_matmul(gr_graph *g, gr_output a, gr_output b, bool transpose_a, boo
 void gr_ops_set_intra_op_threads(int threads) {
   if (threads <= 0) return;
   openblas_set_num_threads(threads);
-  blas_threads = threads; /* BLAS threads of its own: no split over the inter-op threads */
+  /* BLAS threads of its own: no split over the inter-op threads */
+  __atomic_store_n(&blas_threads, threads, __ATOMIC_RELAXED);
 }
