@@ -91,7 +91,7 @@ void gr_kernel_parallel(gr_kernel_ctx *ctx, int n, void (*fn)(void *arg, int chu
   __atomic_store_n(&j->next, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&j->finished, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&j->refs, 1 + helpers, __ATOMIC_RELEASE);
-  for (int k = 0; k < helpers; k++) gr_threadpool_schedule(ctx->pool, task, j);
+  for (int k = 0; k < helpers; k++) gr_threadpool_schedule_first(ctx->pool, task, j);
   run_chunks(j);
   /* only chunks other threads have started remain: they are short, so spin
    * a little before sleeping */

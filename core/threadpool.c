@@ -112,7 +112,8 @@ int gr_threadpool_size(const gr_threadpool *p) {
   return p ? p->n : 0;
 }
 
-void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg) {
+/* Queues fn(arg) at the back, or at the front when first. */
+static void enqueue(gr_threadpool *p, void (*fn)(void *), void *arg, bool first) {
   if (!p || p->n == 0) {
     fn(arg);
     return;
@@ -132,8 +133,21 @@ void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg) {
     p->cap = cap;
     p->head = 0;
   }
-  p->q[(p->head + p->count) % p->cap] = (task){fn, arg};
+  if (first) {
+    p->head = (p->head + p->cap - 1) % p->cap;
+    p->q[p->head] = (task){fn, arg};
+  } else {
+    p->q[(p->head + p->count) % p->cap] = (task){fn, arg};
+  }
   __atomic_store_n(&p->count, p->count + 1, __ATOMIC_RELAXED);
   if (p->sleepers > 0) pthread_cond_signal(&p->cv); /* a watching worker sees it */
   pthread_mutex_unlock(&p->mu);
+}
+
+void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg) {
+  enqueue(p, fn, arg, false);
+}
+
+void gr_threadpool_schedule_first(gr_threadpool *p, void (*fn)(void *), void *arg) {
+  enqueue(p, fn, arg, true);
 }

@@ -8,9 +8,12 @@
  *     it would make itself: byte for byte the same as a one-thread session
  *     for steps in order, repeated, jumping back and forth and across epochs;
  *   - a training loop whose products are split and whose batches are made
- *     ahead ends with the same weights, bit for bit, with 1 and 2 threads. */
+ *     ahead ends with the same weights, bit for bit, with 1 and 2 threads;
+ *   - gr_kernel_parallel runs every chunk exactly once, with and without
+ *     pool threads, and a task scheduled first runs before those queued. */
 #include <graphrun.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,7 +185,76 @@ static void test_training_threads(void) {
   }
 }
 
+static void count_chunk(void *arg, int i) {
+  __atomic_add_fetch(&((int *)arg)[i], 1, __ATOMIC_RELAXED);
+}
+
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int open, started;
+  char order[8];
+  int n;
+} gate;
+
+static void wait_gate(void *arg) { /* holds the pool's thread until opened */
+  gate *g = arg;
+  pthread_mutex_lock(&g->mu);
+  g->started = 1;
+  pthread_cond_broadcast(&g->cv);
+  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+static void mark(gate *g, char c) {
+  pthread_mutex_lock(&g->mu);
+  g->order[g->n++] = c;
+  pthread_mutex_unlock(&g->mu);
+}
+static void mark_a(void *arg) {
+  mark(arg, 'a');
+}
+static void mark_b(void *arg) {
+  mark(arg, 'b');
+}
+
+static void test_parallel_chunks(void) {
+  for (int threads = 0; threads <= 2; threads++) {
+    gr_threadpool *pool = threads ? gr_threadpool_new(threads) : NULL;
+    gr_kernel_ctx ctx = {.pool = pool};
+    GR_CHECK_EQ_INT(gr_kernel_parallel_threads(&ctx), threads + 1);
+    for (int rep = 0; rep < 300; rep++) {
+      int n = 1 + rep % 9, seen[9] = {0};
+      gr_kernel_parallel(&ctx, n, count_chunk, seen);
+      for (int i = 0; i < n; i++)
+        GR_CHECK_MSG(seen[i] == 1, "%d pool threads, %d chunks: chunk %d ran %d times", threads, n,
+                     i, seen[i]);
+    }
+    gr_threadpool_free(pool);
+  }
+  /* one worker, held: b scheduled first after a runs before it */
+  gr_threadpool *pool = gr_threadpool_new(1);
+  gate g = {.n = 0};
+  pthread_mutex_init(&g.mu, NULL);
+  pthread_cond_init(&g.cv, NULL);
+  gr_threadpool_schedule(pool, wait_gate, &g);
+  pthread_mutex_lock(&g.mu);
+  while (!g.started) pthread_cond_wait(&g.cv, &g.mu);
+  pthread_mutex_unlock(&g.mu);
+  gr_threadpool_schedule(pool, mark_a, &g);
+  gr_threadpool_schedule_first(pool, mark_b, &g);
+  pthread_mutex_lock(&g.mu);
+  g.open = 1;
+  pthread_cond_broadcast(&g.cv);
+  pthread_mutex_unlock(&g.mu);
+  gr_threadpool_free(pool); /* runs what is queued, joins */
+  GR_CHECK_EQ_INT(g.n, 2);
+  GR_CHECK(g.order[0] == 'b' && g.order[1] == 'a');
+  pthread_cond_destroy(&g.cv);
+  pthread_mutex_destroy(&g.mu);
+}
+
 int main(void) {
+  GR_RUN(test_parallel_chunks);
   GR_RUN(test_split_products);
   GR_RUN(test_prefetched_batches);
   GR_RUN(test_training_threads);
