@@ -115,7 +115,10 @@ typedef struct batch_args {
  * on a pool thread while step s runs (the step reads the global step, which
  * the train op increments): the next call takes it when it asks for s + 1
  * with the same inputs, and makes its own otherwise. A batch is a pure
- * function of (seed, step, inputs), so the values are the same either way. */
+ * function of (seed, step, inputs), so the values are the same either way.
+ * The kernel allocates the tensors the task fills, every step at the same
+ * point, so the buffer pool sees the same demand each step and a steady
+ * loop allocates nothing from the system. */
 typedef struct batch_state {
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -131,7 +134,8 @@ typedef struct batch_state {
   int64_t pre_step;
   gr_status pre_status;
   batch_args pre_args;
-  gr_tensor out[GR_MAX_OUTPUTS];
+  gr_tensor out[GR_MAX_OUTPUTS]; /* nout tensors the prefetch fills */
+  int nout;
 } batch_state;
 
 static void release_all(gr_tensor *t, int n) {
@@ -139,7 +143,7 @@ static void release_all(gr_tensor *t, int n) {
 }
 
 static void destroy(batch_state *s) {
-  release_all(s->out, s->pre_args.n);
+  release_all(s->out, s->nout);
   release_all(s->pre_args.xs, s->pre_args.n);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
@@ -211,10 +215,36 @@ static void permute(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, bool
   }
 }
 
-/* Makes the batch of `step` into out[0..a->n) (allocated here). One thread
- * at a time per state: a prefetch task in PRE_RUNNING, or a kernel call
- * (in_kernel) while no task runs. */
-static gr_status make_batch(batch_state *s, const batch_args *a, int64_t step, gr_tensor *out,
+/* Allocates the tensors of one batch into out[0..a->n). */
+static gr_status alloc_batch(const batch_args *a, gr_tensor *out, gr_error *err) {
+  for (int i = 0; i < a->n; i++) {
+    gr_shape os = a->xs[i].shape;
+    os.dims[0] = a->b;
+    gr_status st = gr_tensor_alloc(&out[i], a->xs[i].dtype, &os, err);
+    if (st != GR_OK) {
+      release_all(out, i);
+      return st;
+    }
+  }
+  return GR_OK;
+}
+
+/* Do the n tensors of out have the dtypes and shapes of a's batch? */
+static bool fits_batch(const gr_tensor *out, int n, const batch_args *a) {
+  if (n != a->n) return false;
+  for (int i = 0; i < n; i++) {
+    gr_shape os = a->xs[i].shape;
+    os.dims[0] = a->b;
+    if (!out[i].buf || out[i].dtype != a->xs[i].dtype || !gr_shape_equal(&out[i].shape, &os))
+      return false;
+  }
+  return true;
+}
+
+/* Fills out[0..a->n) (allocated by alloc_batch) with the batch of `step`.
+ * One thread at a time per state: a prefetch task in PRE_RUNNING, or a
+ * kernel call (in_kernel) while no task runs. */
+static gr_status fill_batch(batch_state *s, const batch_args *a, int64_t step, gr_tensor *out,
                             gr_error *err) {
   int64_t per_epoch = a->count / a->b, epoch = step / per_epoch, first = (step % per_epoch) * a->b;
   if (s->epoch != epoch || s->count != a->count || !s->perm) {
@@ -235,13 +265,6 @@ static gr_status make_batch(batch_state *s, const batch_args *a, int64_t step, g
     s->rows_of_batch[j] = a->shard + a->shards * s->perm[first + j];
   for (int i = 0; i < a->n; i++) {
     const gr_tensor *x = &a->xs[i];
-    gr_shape os = x->shape;
-    os.dims[0] = a->b;
-    gr_status st = gr_tensor_alloc(&out[i], x->dtype, &os, err);
-    if (st != GR_OK) {
-      release_all(out, i);
-      return st;
-    }
     size_t row = a->rows ? gr_tensor_num_bytes(x) / (size_t)a->rows : 0;
     for (int64_t j = 0; j < a->b; j++)
       memcpy((char *)gr_tensor_data(&out[i]) + (size_t)j * row,
@@ -266,12 +289,9 @@ static void prefetch_task(void *arg) {
   s->pre = PRE_RUNNING;
   pthread_mutex_unlock(&s->mu);
   gr_error err;
-  gr_tensor out[GR_MAX_OUTPUTS];
-  gr_status st = make_batch(s, &s->pre_args, s->pre_step, out, &err);
+  gr_status st = fill_batch(s, &s->pre_args, s->pre_step, s->out, &err);
   pthread_mutex_lock(&s->mu);
   s->pre_status = st;
-  if (st == GR_OK)
-    for (int i = 0; i < s->pre_args.n; i++) s->out[i] = out[i];
   s->pre = PRE_DONE;
   bool last = s->orphaned && s->queued == 0;
   pthread_cond_broadcast(&s->cv);
@@ -352,30 +372,39 @@ static gr_status batch_kernel(gr_kernel_ctx *ctx) {
   while (s->in_kernel || s->pre == PRE_RUNNING) pthread_cond_wait(&s->cv, &s->mu);
   bool hit = prefetch_matches(s, &a, step);
   gr_tensor made[GR_MAX_OUTPUTS];
-  int nprev = s->pre == PRE_DONE ? s->pre_args.n : 0;
-  for (int i = 0; i < nprev; i++) {
+  int nmade = s->nout;
+  for (int i = 0; i < nmade; i++) {
     made[i] = s->out[i];
     s->out[i] = gr_tensor_empty();
   }
+  s->nout = 0;
   release_all(s->pre_args.xs, s->pre_args.n);
   s->pre = PRE_NONE;
   s->pre_args.n = 0;
   s->in_kernel = true;
   pthread_mutex_unlock(&s->mu);
   gr_status st = GR_OK;
-  if (!hit) {
-    release_all(made, nprev);
-    st = make_batch(s, &a, step, made, ctx->err);
+  if (!hit) { /* the tensors meant for the prefetch serve, when they fit */
+    if (!fits_batch(made, nmade, &a)) {
+      release_all(made, nmade);
+      st = alloc_batch(&a, made, ctx->err);
+    }
+    if (st == GR_OK && (st = fill_batch(s, &a, step, made, ctx->err)) != GR_OK)
+      release_all(made, a.n);
   }
   for (int i = 0; st == GR_OK && i < a.n; i++) { /* hand the references over */
     gr_tensor_release(&ctx->outputs[i]);
     ctx->outputs[i] = made[i];
   }
   /* the next step's batch, on a pool thread, while this step runs */
-  bool prefetch =
-      st == GR_OK && ctx->pool && gr_threadpool_size(ctx->pool) > 0 && inputs_are_fixed(ctx->node);
+  gr_tensor next[GR_MAX_OUTPUTS];
+  gr_error aerr;
+  bool prefetch = st == GR_OK && ctx->pool && gr_threadpool_size(ctx->pool) > 0 &&
+                  inputs_are_fixed(ctx->node) && alloc_batch(&a, next, &aerr) == GR_OK;
   pthread_mutex_lock(&s->mu);
   if (prefetch) {
+    for (int i = 0; i < a.n; i++) s->out[i] = next[i];
+    s->nout = a.n;
     s->pre_args = a;
     for (int i = 0; i < a.n; i++) gr_tensor_ref(&s->pre_args.xs[i], &a.xs[i]);
     s->pre_step = step + 1;

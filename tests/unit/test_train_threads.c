@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gr_test.h"
 #include "test_util.h"
@@ -105,6 +106,7 @@ static void batches(int threads, const int64_t *steps, int n, gr_tensor *out /* 
                                0, &err),
                 err);
     gr_tensor_release(&sv);
+    if (threads > 1) usleep(2000); /* time for the next batch to be made ahead */
   }
   gr_session_free(s);
   gr_graph_free(g);
