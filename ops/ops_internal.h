@@ -161,10 +161,12 @@ int gr_ops_gemm_chunks(int64_t m, int64_t n, int64_t k);
 /* The smallest product (2 m n k flops) that is split: GR_OPS_GEMM_SPLIT_FLOPS,
  * or the environment's GRAPHRUN_SPLIT_FLOPS (read once). */
 double gr_ops_gemm_split_flops(void);
-/* Measured with make bench-train on 2 cores (docs/benchmarks.md): two
- * threads on halves beat one BLAS call from about this size up (waking a
- * pool thread, ~10-30 us, is paid back), while two halves in turn on one
- * thread cost 0-4% more than one call. */
+/* From measurements on the 2-core machine, under load (docs/benchmarks.md,
+ * bench-train): two halves on two threads ran the step's products from 12.8
+ * MFLOP up 1.45-1.96 times faster than one call, and waking a pool thread
+ * (~10-30 us) is paid back from a few MFLOP; two halves in turn on one
+ * thread cost 0-4% more than one call. make bench-train prints the per
+ * product table that confirms or moves it on an idle machine. */
 #define GR_OPS_GEMM_SPLIT_FLOPS 8e6
 /* The cost of op(A) op(B) for a node whose A and B are inputs first and
  * first + 1 (attrs transpose_a, transpose_b; unknown dims count as 1). */
