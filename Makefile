@@ -78,11 +78,10 @@ demo: build
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
-# bench-mlp, bench-conv and bench-train compare with PyTorch, which they install
-# (Debian's python3-torch).
+# bench-mlp compares with PyTorch, which it installs (Debian's python3-torch).
+bench-train: EXTRA_PACKAGES = python3-torch
 bench-mlp: EXTRA_PACKAGES = python3-torch
 bench-conv: EXTRA_PACKAGES = python3-torch
-bench-train: EXTRA_PACKAGES = python3-torch
 bench-%: build
 	@cmake --build $(BUILD_DIR) --target bench_$* -j $(JOBS) >/dev/null
 	@$(BUILD_DIR)/tests/bench/bench_$*
