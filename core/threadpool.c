@@ -21,17 +21,6 @@ struct gr_threadpool {
   pthread_t *threads;
 };
 
-/* How long an idle worker watches the queue before it sleeps: about 40 us,
- * so that the tasks of one step (halves of products, ready nodes) find it
- * awake instead of paying a wake-up each (10-50 us on a virtual machine). */
-enum { SPIN_ROUNDS = 2000 };
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 int gr_num_cores(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
@@ -41,14 +30,6 @@ static void *worker(void *arg) {
   gr_threadpool *p = arg;
   pthread_mutex_lock(&p->mu);
   for (;;) {
-    if (!p->count && !p->stop) { /* watch a little before sleeping */
-      pthread_mutex_unlock(&p->mu);
-      for (int i = 0; i < SPIN_ROUNDS && !__atomic_load_n(&p->count, __ATOMIC_RELAXED) &&
-                      !__atomic_load_n(&p->stop, __ATOMIC_RELAXED);
-           i++)
-        cpu_relax();
-      pthread_mutex_lock(&p->mu);
-    }
     while (!p->count && !p->stop) {
       p->sleepers++;
       pthread_cond_wait(&p->cv, &p->mu);
@@ -140,7 +121,7 @@ static void enqueue(gr_threadpool *p, void (*fn)(void *), void *arg, bool first)
     p->q[(p->head + p->count) % p->cap] = (task){fn, arg};
   }
   __atomic_store_n(&p->count, p->count + 1, __ATOMIC_RELAXED);
-  if (p->sleepers > 0) pthread_cond_signal(&p->cv); /* a watching worker sees it */
+  if (p->sleepers > 0) pthread_cond_signal(&p->cv); /* a busy worker finds it anyway */
   pthread_mutex_unlock(&p->mu);
 }
 
