@@ -6,7 +6,7 @@
 #                          local cluster (graphrun launch)
 #   make test              build and run the whole ctest suite
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
-#   make bench-NAME        build and run one benchmark (executor, matmul, mlp, conv, transfer,
+#   make bench-NAME        build and run one benchmark (executor, matmul, mlp, train, conv, transfer,
 #                          recovery, ...; docs/benchmarks.md)
 #   make soak-recovery     100 kills of random tasks of a training cluster (the suite runs 20)
 #   make fuzz-dsl          libFuzzer on the DSL front end (clang), FUZZ_SECONDS=60
@@ -81,6 +81,7 @@ test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # bench-mlp compares with PyTorch, which it installs (Debian's python3-torch).
+bench-train: EXTRA_PACKAGES = python3-torch
 bench-mlp: EXTRA_PACKAGES = python3-torch
 bench-conv: EXTRA_PACKAGES = python3-torch
 bench-parallel: EXTRA_PACKAGES = python3-torch

@@ -295,6 +295,7 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
                               .step = st->step,
                               .state = &e->states[i],
                               .err = &ac->err,
+                              .pool = e->pool,
                               .exec_private = ac};
     pthread_mutex_lock(&st->mu);
     if (st->num_asyncs == st->cap_asyncs) {
@@ -322,6 +323,7 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
                        .step = st->step,
                        .state = &e->states[i],
                        .err = &kerr,
+                       .pool = e->pool,
                        .exec_private = NULL};
   if (st->step->trace) st->starts[i] = gr_trace_now_ns();
   gr_watch_begin_kernel(st->step->watch);

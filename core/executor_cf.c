@@ -614,6 +614,7 @@ static void run_token(cf_run *r, token tok) {
                              .frame_name = tok.f->path ? tok.f->path : "",
                              .frame_parent_len = tok.f->parent_len,
                              .iteration = tok.iter,
+                             .pool = e->pool,
                              .exec_private = a};
     cf_unlock(r);
     a->start_ns = r->step->trace ? gr_trace_now_ns() : 0;
@@ -648,7 +649,8 @@ static void run_token(cf_run *r, token tok) {
                          .err = &kerr,
                          .frame_name = tok.f->path ? tok.f->path : "",
                          .frame_parent_len = tok.f->parent_len,
-                         .iteration = tok.iter};
+                         .iteration = tok.iter,
+                         .pool = e->pool};
     cf_unlock(r);
     if (r->step->trace) start_ns = gr_trace_now_ns();
     gr_watch_begin_kernel(r->step->watch);

@@ -221,6 +221,9 @@ struct gr_kernel_ctx {
    * frame instance and its iteration ("outer:3"; 0 for a top-level loop):
    * two loops run in the same outer iteration share it. */
   int frame_parent_len;
+  /* The executor's inter-op thread pool (NULL: none, as in constant
+   * folding): gr_kernel_parallel spreads a kernel's chunks over it. */
+  struct gr_threadpool *pool;
   /* executor internals (async completion) */
   void *exec_private;
 };
@@ -240,6 +243,17 @@ gr_status gr_kernel_error(gr_kernel_ctx *ctx, gr_status code, const char *fmt, .
     __attribute__((format(printf, 3, 4)));
 /* Async kernels only: report completion exactly once, from any thread. */
 void gr_kernel_done(gr_kernel_ctx *ctx, gr_status status);
+/* Runs fn(arg, i) for every chunk i in [0, n) and returns when all are done:
+ * the calling thread and the idle threads of the executor's inter-op pool
+ * share them; a chunk nobody else has started runs on the calling thread,
+ * so a busy pool costs only the split. Which thread runs a chunk varies; what
+ * a chunk computes must not (split work by a rule that depends on the sizes
+ * and gr_kernel_parallel_threads only, never on timing), so a step gives the
+ * same bits whatever the schedule. Chunks must not block on each other. */
+void gr_kernel_parallel(gr_kernel_ctx *ctx, int n, void (*fn)(void *arg, int chunk), void *arg);
+/* The threads gr_kernel_parallel may use: 1 + the pool's threads (fixed for an
+ * executor: the session's inter-op threads). */
+int gr_kernel_parallel_threads(const gr_kernel_ctx *ctx);
 
 /* ---- variables (resources owned by a session) ---------------------------- */
 

@@ -55,9 +55,12 @@ typedef struct gr_remote_runner {
 } gr_remote_runner;
 
 typedef struct gr_session_options {
-  int inter_op_threads; /* threads running independent nodes; 0: number of cores */
-  int intra_op_threads; /* threads inside one op (BLAS); 0: 1, so the two never
-                           oversubscribe the cores */
+  int inter_op_threads; /* threads running independent nodes, and the halves of a
+                           large matrix product (ops: gr_ops_gemm); 0: number of
+                           cores. Results are the same bits with any count */
+  int intra_op_threads; /* BLAS threads of its own inside one op; 0: 1, so the two
+                           never oversubscribe the cores (> 1: products are not
+                           split over the inter-op threads) */
   int num_devices;      /* CPU devices /job:localhost/replica:0/task:0/device:CPU:K; 0: 1 */
   const char *const *device_names; /* not NULL: the num_devices devices by full name
                                       ("/job:worker/replica:0/task:1/device:CPU:0"), each

@@ -15,6 +15,10 @@ void gr_threadpool_free(gr_threadpool *p);
 /* Queues fn(arg). With a pool of 0 threads, runs it inline. Never fails
  * (grows the queue; runs inline if out of memory). */
 void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg);
+/* As schedule, but ahead of everything queued: for work someone waits on
+ * now (the other half of a product), not for work that can wait (a batch
+ * made ahead). */
+void gr_threadpool_schedule_first(gr_threadpool *p, void (*fn)(void *), void *arg);
 int gr_threadpool_size(const gr_threadpool *p);
 /* Number of online CPU cores (at least 1). */
 int gr_num_cores(void);

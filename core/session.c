@@ -14,6 +14,7 @@
 #include "core/gr_map.h"
 
 #define GR_INIT_DEPTH_MAX 16
+#define GR_LAST_EPS_MAX   16
 
 typedef struct prepared {
   gr_executor *exec;    /* the step's nodes are on one device */
@@ -43,6 +44,11 @@ struct gr_session {
   char **soft_noted;    /* specs soft placement has reported (under mu) */
   int num_soft_noted;
   int64_t last_sends, last_bytes; /* the latest step's transfers (atomics) */
+  /* the latest run's endpoints and what they prepared (under mu): a loop
+   * that runs one signature finds it without building its key */
+  prepared *last;
+  int last_nf, last_nx, last_nt;
+  gr_output last_eps[GR_LAST_EPS_MAX];
 };
 
 static void (*intra_op_hook)(int);
@@ -610,17 +616,38 @@ gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_fe
   return st;
 }
 
-gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_feeds,
-                                const gr_output *fetches, int num_fetches, gr_tensor *results,
-                                const gr_output *targets, int num_targets, gr_step_trace *trace,
-                                gr_error *err) {
-  if (num_fetches > 0 && !results)
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run: bad argument arrays");
-  for (int i = 0; i < num_fetches; i++) results[i] = gr_tensor_empty();
-  GR_TRY(check_args(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets, err));
-  const gr_error *ge = gr_graph_error(s->graph);
-  if (ge) return gr_error_set(err, ge->code, "the graph has a build error: %s", ge->msg);
+/* Are these the endpoints of the latest run (s->mu held)? */
+static bool is_last(const gr_session *s, const gr_feed *feeds, int nf, const gr_output *fetches,
+                    int nx, const gr_output *targets, int nt) {
+  if (!s->last || nf != s->last_nf || nx != s->last_nx || nt != s->last_nt) return false;
+  const gr_output *e = s->last_eps;
+  for (int i = 0; i < nf; i++, e++)
+    if (feeds[i].output.node != e->node || feeds[i].output.index != e->index) return false;
+  for (int i = 0; i < nx; i++, e++)
+    if (fetches[i].node != e->node || fetches[i].index != e->index) return false;
+  for (int i = 0; i < nt; i++, e++)
+    if (targets[i].node != e->node) return false;
+  return true;
+}
 
+/* Remembers p as the latest run's (s->mu held); runs with many endpoints
+ * always go through the cache. */
+static void set_last(gr_session *s, prepared *p, const gr_feed *feeds, int nf,
+                     const gr_output *fetches, int nx, const gr_output *targets, int nt) {
+  if (nf + nx + nt > GR_LAST_EPS_MAX) return;
+  gr_output *e = s->last_eps;
+  for (int i = 0; i < nf; i++) *e++ = feeds[i].output;
+  for (int i = 0; i < nx; i++) *e++ = fetches[i];
+  for (int i = 0; i < nt; i++) *e++ = (gr_output){targets[i].node, 0};
+  s->last_nf = nf, s->last_nx = nx, s->last_nt = nt;
+  s->last = p;
+}
+
+/* The prepared executor of a signature: from the cache, or prepared now and
+ * cached (prepared entries live as long as the session). */
+static gr_status find_prepared(gr_session *s, const gr_feed *feeds, int num_feeds,
+                               const gr_output *fetches, int num_fetches, const gr_output *targets,
+                               int num_targets, prepared **out, gr_error *err) {
   char *key = signature(feeds, num_feeds, fetches, num_fetches, targets, num_targets);
   if (!key) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   pthread_mutex_lock(&s->mu);
@@ -655,6 +682,30 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
     }
   }
   free(key);
+  pthread_mutex_lock(&s->mu);
+  set_last(s, p, feeds, num_feeds, fetches, num_fetches, targets, num_targets);
+  pthread_mutex_unlock(&s->mu);
+  *out = p;
+  return GR_OK;
+}
+
+gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_feeds,
+                                const gr_output *fetches, int num_fetches, gr_tensor *results,
+                                const gr_output *targets, int num_targets, gr_step_trace *trace,
+                                gr_error *err) {
+  if (num_fetches > 0 && !results)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run: bad argument arrays");
+  for (int i = 0; i < num_fetches; i++) results[i] = gr_tensor_empty();
+  GR_TRY(check_args(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets, err));
+  const gr_error *ge = gr_graph_error(s->graph);
+  if (ge) return gr_error_set(err, ge->code, "the graph has a build error: %s", ge->msg);
+
+  pthread_mutex_lock(&s->mu);
+  prepared *p =
+      is_last(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets) ? s->last : NULL;
+  pthread_mutex_unlock(&s->mu);
+  if (!p)
+    GR_TRY(find_prepared(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets, &p, err));
   if (!__atomic_load_n(&p->vars_ready, __ATOMIC_ACQUIRE) && p->num_vars) {
     GR_TRY(init_vars(s, p->vars, p->num_vars, err));
     __atomic_store_n(&p->vars_ready, 1, __ATOMIC_RELEASE);

@@ -34,6 +34,7 @@ struct gr_watchdog {
   int64_t timeout_ms;
   bool stop;
   gr_step_watch *steps;
+  gr_step_watch *spare; /* ended steps' watches, reused (a steady loop allocates none) */
 };
 
 static double now_s(void) {
@@ -227,16 +228,37 @@ void gr_watchdog_free(gr_watchdog *d) {
   pthread_mutex_unlock(&d->mu);
   pthread_join(d->thread, NULL);
   GR_ASSERT(d->steps == NULL);
+  while (d->spare) {
+    gr_step_watch *w = d->spare;
+    d->spare = w->next;
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+  }
   pthread_cond_destroy(&d->cv);
   pthread_mutex_destroy(&d->mu);
   free(d);
 }
 
 gr_step_watch *gr_watchdog_begin_step(gr_watchdog *d) {
-  gr_step_watch *w = calloc(1, sizeof *w);
-  if (!w) return NULL;
-  pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
+  pthread_mutex_lock(&d->mu);
+  gr_step_watch *w = d->spare;
+  if (w) d->spare = w->next;
+  pthread_mutex_unlock(&d->mu);
+  if (w) { /* mu and cv stay initialised; the rest starts over */
+    w->prev = w->next = NULL;
+    w->progress = w->seen = 0;
+    w->running = w->firing = 0;
+    w->waits = w->waits_tail = NULL;
+    w->runs = NULL;
+    w->rv = NULL;
+    w->fired = false;
+    w->err = w->own = (gr_error){GR_OK, ""};
+  } else {
+    if (!(w = calloc(1, sizeof *w))) return NULL;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+  }
   w->since = now_s();
   pthread_mutex_lock(&d->mu);
   w->next = d->steps;
@@ -266,9 +288,10 @@ gr_status gr_watchdog_end_step(gr_watchdog *d, gr_step_watch *w, gr_status st, g
     if (err) *err = *cause;
   }
   pthread_mutex_unlock(&w->mu);
-  pthread_cond_destroy(&w->cv);
-  pthread_mutex_destroy(&w->mu);
-  free(w);
+  pthread_mutex_lock(&d->mu); /* kept for the next step */
+  w->next = d->spare;
+  d->spare = w;
+  pthread_mutex_unlock(&d->mu);
   return st;
 }
 

@@ -17,6 +17,7 @@ struct gr_threadpool {
   size_t cap, head, count;
   bool stop;
   int n;
+  int sleepers; /* workers waiting on cv (under mu) */
   pthread_t *threads;
 };
 
@@ -29,11 +30,15 @@ static void *worker(void *arg) {
   gr_threadpool *p = arg;
   pthread_mutex_lock(&p->mu);
   for (;;) {
-    while (!p->count && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+    while (!p->count && !p->stop) {
+      p->sleepers++;
+      pthread_cond_wait(&p->cv, &p->mu);
+      p->sleepers--;
+    }
     if (!p->count && p->stop) break;
     task t = p->q[p->head];
     p->head = (p->head + 1) % p->cap;
-    p->count--;
+    __atomic_store_n(&p->count, p->count - 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&p->mu);
     t.fn(t.arg);
     pthread_mutex_lock(&p->mu);
@@ -66,7 +71,7 @@ gr_threadpool *gr_threadpool_new(int num_threads) {
 void gr_threadpool_free(gr_threadpool *p) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);
-  p->stop = true;
+  __atomic_store_n(&p->stop, true, __ATOMIC_RELAXED);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
   for (int i = 0; i < p->n; i++) pthread_join(p->threads[i], NULL);
@@ -88,7 +93,8 @@ int gr_threadpool_size(const gr_threadpool *p) {
   return p ? p->n : 0;
 }
 
-void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg) {
+/* Queues fn(arg) at the back, or at the front when first. */
+static void enqueue(gr_threadpool *p, void (*fn)(void *), void *arg, bool first) {
   if (!p || p->n == 0) {
     fn(arg);
     return;
@@ -108,8 +114,21 @@ void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg) {
     p->cap = cap;
     p->head = 0;
   }
-  p->q[(p->head + p->count) % p->cap] = (task){fn, arg};
-  p->count++;
-  pthread_cond_signal(&p->cv);
+  if (first) {
+    p->head = (p->head + p->cap - 1) % p->cap;
+    p->q[p->head] = (task){fn, arg};
+  } else {
+    p->q[(p->head + p->count) % p->cap] = (task){fn, arg};
+  }
+  __atomic_store_n(&p->count, p->count + 1, __ATOMIC_RELAXED);
+  if (p->sleepers > 0) pthread_cond_signal(&p->cv); /* a busy worker finds it anyway */
   pthread_mutex_unlock(&p->mu);
+}
+
+void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg) {
+  enqueue(p, fn, arg, false);
+}
+
+void gr_threadpool_schedule_first(gr_threadpool *p, void (*fn)(void *), void *arg) {
+  enqueue(p, fn, arg, true);
 }

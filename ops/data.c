@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/gr_threadpool.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
@@ -101,18 +102,67 @@ gr_output gr_read_npy(gr_graph *g, const char *path) {
 
 /* ---- batch --------------------------------------------------------------------------------- */
 
+/* What one batch is made of: the step's rows of every input. */
+typedef struct batch_args {
+  int64_t b, shards, shard, count, rows;
+  uint64_t seed;
+  bool shuffle;
+  int n;                        /* inputs after the step */
+  gr_tensor xs[GR_MAX_OUTPUTS]; /* references while a prefetch runs */
+} batch_args;
+
+/* Per executor node. With inter-op threads, the batch of step s + 1 is made
+ * on a pool thread while step s runs (the step reads the global step, which
+ * the train op increments): the next call takes it when it asks for s + 1
+ * with the same inputs, and makes its own otherwise. A batch is a pure
+ * function of (seed, step, inputs), so the values are the same either way.
+ * The kernel allocates the tensors the task fills, every step at the same
+ * point, so the buffer pool sees the same demand each step and a steady
+ * loop allocates nothing from the system. */
 typedef struct batch_state {
   pthread_mutex_t mu;
+  pthread_cond_t cv;
   int64_t epoch; /* of perm; -1 none */
   int64_t count; /* examples in this shard */
   int64_t *perm;
+  int64_t *rows_of_batch, rows_cap; /* scratch */
+  /* the prefetch (under mu) */
+  enum { PRE_NONE, PRE_QUEUED, PRE_RUNNING, PRE_DONE } pre;
+  int queued;     /* prefetch tasks in the pool's queue */
+  bool in_kernel; /* a kernel call works on perm and rows_of_batch */
+  bool orphaned;  /* freed by the executor: the last task destroys it */
+  int64_t pre_step;
+  gr_status pre_status;
+  batch_args pre_args;
+  gr_tensor out[GR_MAX_OUTPUTS]; /* nout tensors the prefetch fills */
+  int nout;
 } batch_state;
 
-static void batch_state_free(void *p) {
-  batch_state *s = p;
+static void release_all(gr_tensor *t, int n) {
+  for (int i = 0; i < n; i++) gr_tensor_release(&t[i]);
+}
+
+static void destroy(batch_state *s) {
+  release_all(s->out, s->nout);
+  release_all(s->pre_args.xs, s->pre_args.n);
+  pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
   free(s->perm);
+  free(s->rows_of_batch);
   free(s);
+}
+
+/* The executor is done with the node. A prefetch task still queued or
+ * running frees the state when it ends (the pool runs every queued task,
+ * also when it is freed), so this never waits for the pool: it may be
+ * called on a pool thread. */
+static void batch_state_free(void *p) {
+  batch_state *s = p;
+  pthread_mutex_lock(&s->mu);
+  bool later = s->queued > 0 || s->pre == PRE_RUNNING;
+  s->orphaned = later;
+  pthread_mutex_unlock(&s->mu);
+  if (!later) destroy(s);
 }
 
 static gr_status batch_shape(gr_shape_ctx *ctx) {
@@ -165,68 +215,206 @@ static void permute(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, bool
   }
 }
 
-static gr_status batch_kernel(gr_kernel_ctx *ctx) {
-  const gr_node *nd = ctx->node;
-  int64_t b = gr_node_attr_int(nd, "batch_size", 1), shards = gr_node_attr_int(nd, "num_shards", 1);
-  int64_t shard = gr_node_attr_int(nd, "shard_index", 0);
-  uint64_t seed = (uint64_t)gr_node_attr_int(nd, "seed", 0) ^ ctx->step->seed;
-  bool shuffle = gr_node_attr_bool(nd, "shuffle", true);
-  int64_t step = (int64_t)gr_tensor_get_f64(&ctx->inputs[0], 0);
-  if (ctx->inputs[0].dtype == GR_I64) step = *(const int64_t *)gr_tensor_data(&ctx->inputs[0]);
-  if (step < 0)
-    return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "step %lld is negative", (long long)step);
-  int64_t rows = ctx->inputs[1].shape.dims[0];
-  for (int i = 2; i < ctx->num_inputs; i++)
-    if (ctx->inputs[i].shape.dims[0] != rows)
-      return gr_kernel_error(ctx, GR_ERR_SHAPE, "inputs have %lld and %lld rows", (long long)rows,
-                             (long long)ctx->inputs[i].shape.dims[0]);
-  int64_t count = rows > shard ? (rows - shard + shards - 1) / shards : 0;
-  if (count < b)
-    return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "batch_size %lld > %lld rows in shard",
-                           (long long)b, (long long)count);
-  int64_t per_epoch = count / b, epoch = step / per_epoch, first = (step % per_epoch) * b;
+/* Allocates the tensors of one batch into out[0..a->n). */
+static gr_status alloc_batch(const batch_args *a, gr_tensor *out, gr_error *err) {
+  for (int i = 0; i < a->n; i++) {
+    gr_shape os = a->xs[i].shape;
+    os.dims[0] = a->b;
+    gr_status st = gr_tensor_alloc(&out[i], a->xs[i].dtype, &os, err);
+    if (st != GR_OK) {
+      release_all(out, i);
+      return st;
+    }
+  }
+  return GR_OK;
+}
+
+/* Do the n tensors of out have the dtypes and shapes of a's batch? */
+static bool fits_batch(const gr_tensor *out, int n, const batch_args *a) {
+  if (n != a->n) return false;
+  for (int i = 0; i < n; i++) {
+    gr_shape os = a->xs[i].shape;
+    os.dims[0] = a->b;
+    if (!out[i].buf || out[i].dtype != a->xs[i].dtype || !gr_shape_equal(&out[i].shape, &os))
+      return false;
+  }
+  return true;
+}
+
+/* Fills out[0..a->n) (allocated by alloc_batch) with the batch of `step`.
+ * One thread at a time per state: a prefetch task in PRE_RUNNING, or a
+ * kernel call (in_kernel) while no task runs. */
+static gr_status fill_batch(batch_state *s, const batch_args *a, int64_t step, gr_tensor *out,
+                            gr_error *err) {
+  int64_t per_epoch = a->count / a->b, epoch = step / per_epoch, first = (step % per_epoch) * a->b;
+  if (s->epoch != epoch || s->count != a->count || !s->perm) {
+    int64_t *p = realloc(s->perm, sizeof(int64_t) * (size_t)a->count);
+    if (!p) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    s->perm = p;
+    s->count = a->count;
+    s->epoch = epoch;
+    permute(s->perm, a->count, a->seed, epoch, a->shuffle);
+  }
+  if (s->rows_cap < a->b) {
+    int64_t *r = realloc(s->rows_of_batch, sizeof(int64_t) * (size_t)a->b);
+    if (!r) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    s->rows_of_batch = r;
+    s->rows_cap = a->b;
+  }
+  for (int64_t j = 0; j < a->b; j++)
+    s->rows_of_batch[j] = a->shard + a->shards * s->perm[first + j];
+  for (int i = 0; i < a->n; i++) {
+    const gr_tensor *x = &a->xs[i];
+    size_t row = a->rows ? gr_tensor_num_bytes(x) / (size_t)a->rows : 0;
+    for (int64_t j = 0; j < a->b; j++)
+      memcpy((char *)gr_tensor_data(&out[i]) + (size_t)j * row,
+             (const char *)gr_tensor_data(x) + (size_t)s->rows_of_batch[j] * row, row);
+  }
+  return GR_OK;
+}
+
+/* Pool task: the batch of s->pre_step, unless the kernel took the job back
+ * before it started (it then made its batch itself). */
+static void prefetch_task(void *arg) {
+  batch_state *s = arg;
+  pthread_mutex_lock(&s->mu);
+  s->queued--;
+  if (s->orphaned || s->pre != PRE_QUEUED || s->in_kernel) {
+    bool last = s->orphaned && s->queued == 0 && s->pre != PRE_RUNNING;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (last) destroy(s);
+    return;
+  }
+  s->pre = PRE_RUNNING;
+  pthread_mutex_unlock(&s->mu);
+  gr_error err;
+  gr_status st = fill_batch(s, &s->pre_args, s->pre_step, s->out, &err);
+  pthread_mutex_lock(&s->mu);
+  s->pre_status = st;
+  s->pre = PRE_DONE;
+  bool last = s->orphaned && s->queued == 0;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  if (last) destroy(s);
+}
+
+/* Is the prefetched batch the one asked for: the same step and inputs? */
+static bool prefetch_matches(const batch_state *s, const batch_args *a, int64_t step) {
+  if (s->pre != PRE_DONE || s->pre_step != step || s->pre_status != GR_OK ||
+      s->pre_args.n != a->n || s->pre_args.seed != a->seed || s->pre_args.shuffle != a->shuffle ||
+      s->pre_args.b != a->b || s->pre_args.shards != a->shards || s->pre_args.shard != a->shard)
+    return false;
+  for (int i = 0; i < a->n; i++)
+    if (s->pre_args.xs[i].buf != a->xs[i].buf || s->pre_args.xs[i].offset != a->xs[i].offset ||
+        s->pre_args.xs[i].dtype != a->xs[i].dtype ||
+        !gr_shape_equal(&s->pre_args.xs[i].shape, &a->xs[i].shape))
+      return false;
+  return true;
+}
+
+/* Only data whose buffer never changes is worth making ahead: constants
+ * and files (read once per executor), not variables or placeholders, whose
+ * values may change in place between steps. */
+static bool inputs_are_fixed(const gr_node *n) {
+  for (int i = 1; i < n->num_inputs; i++) {
+    const gr_node *p = n->inputs[i].node;
+    if (p->num_inputs > 0 || (p->op->flags & (GR_OP_VARIABLE | GR_OP_PLACEHOLDER)) ||
+        !(p->op->flags & (GR_OP_CONSTANT | GR_OP_STATEFUL)))
+      return false;
+  }
+  return true;
+}
+
+static batch_state *batch_state_of(gr_kernel_ctx *ctx) {
   if (!*ctx->state) {
     batch_state *s = calloc(1, sizeof *s);
-    if (!s) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!s) return NULL;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
     s->epoch = -1;
+    s->pre_step = -1;
     void *expected = NULL;
     if (!__atomic_compare_exchange_n(ctx->state, &expected, s, false, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE))
       batch_state_free(s);
   }
-  batch_state *s = *ctx->state;
-  int64_t *rows_of_batch = malloc(sizeof(int64_t) * (size_t)b);
-  if (!rows_of_batch) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  return *ctx->state;
+}
+
+static gr_status batch_kernel(gr_kernel_ctx *ctx) {
+  const gr_node *nd = ctx->node;
+  batch_args a = {.b = gr_node_attr_int(nd, "batch_size", 1),
+                  .shards = gr_node_attr_int(nd, "num_shards", 1),
+                  .shard = gr_node_attr_int(nd, "shard_index", 0),
+                  .seed = (uint64_t)gr_node_attr_int(nd, "seed", 0) ^ ctx->step->seed,
+                  .shuffle = gr_node_attr_bool(nd, "shuffle", true),
+                  .n = ctx->num_inputs - 1};
+  int64_t step = (int64_t)gr_tensor_get_f64(&ctx->inputs[0], 0);
+  if (ctx->inputs[0].dtype == GR_I64) step = *(const int64_t *)gr_tensor_data(&ctx->inputs[0]);
+  if (step < 0)
+    return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "step %lld is negative", (long long)step);
+  a.rows = ctx->inputs[1].shape.dims[0];
+  for (int i = 2; i < ctx->num_inputs; i++)
+    if (ctx->inputs[i].shape.dims[0] != a.rows)
+      return gr_kernel_error(ctx, GR_ERR_SHAPE, "inputs have %lld and %lld rows", (long long)a.rows,
+                             (long long)ctx->inputs[i].shape.dims[0]);
+  a.count = a.rows > a.shard ? (a.rows - a.shard + a.shards - 1) / a.shards : 0;
+  if (a.count < a.b)
+    return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "batch_size %lld > %lld rows in shard",
+                           (long long)a.b, (long long)a.count);
+  for (int i = 0; i < a.n; i++) a.xs[i] = ctx->inputs[i + 1]; /* borrowed */
+  batch_state *s = batch_state_of(ctx);
+  if (!s) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  /* take the prefetch: a task not started yet is called off (never waited
+   * for: it may sit behind this very thread's work), a running one is */
   pthread_mutex_lock(&s->mu);
-  if (s->epoch != epoch || s->count != count) {
-    int64_t *p = realloc(s->perm, sizeof(int64_t) * (size_t)count);
-    if (!p) {
-      pthread_mutex_unlock(&s->mu);
-      free(rows_of_batch);
-      return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    s->perm = p;
-    s->count = count;
-    s->epoch = epoch;
-    permute(s->perm, count, seed, epoch, shuffle);
+  while (s->in_kernel || s->pre == PRE_RUNNING) pthread_cond_wait(&s->cv, &s->mu);
+  bool hit = prefetch_matches(s, &a, step);
+  gr_tensor made[GR_MAX_OUTPUTS];
+  int nmade = s->nout;
+  for (int i = 0; i < nmade; i++) {
+    made[i] = s->out[i];
+    s->out[i] = gr_tensor_empty();
   }
-  for (int64_t j = 0; j < b; j++) rows_of_batch[j] = shard + shards * s->perm[first + j];
+  s->nout = 0;
+  release_all(s->pre_args.xs, s->pre_args.n);
+  s->pre = PRE_NONE;
+  s->pre_args.n = 0;
+  s->in_kernel = true;
   pthread_mutex_unlock(&s->mu);
   gr_status st = GR_OK;
-  for (int i = 1; i < ctx->num_inputs && st == GR_OK; i++) {
-    const gr_tensor *x = &ctx->inputs[i];
-    gr_shape os = x->shape;
-    os.dims[0] = b;
-    gr_tensor *o;
-    st = gr_kernel_alloc_output(ctx, i - 1, x->dtype, &os, &o);
-    if (st != GR_OK) break;
-    size_t row = rows ? gr_tensor_num_bytes(x) / (size_t)rows : 0;
-    for (int64_t j = 0; j < b; j++)
-      memcpy((char *)gr_tensor_data(o) + (size_t)j * row,
-             (const char *)gr_tensor_data(x) + (size_t)rows_of_batch[j] * row, row);
+  if (!hit) { /* the tensors meant for the prefetch serve, when they fit */
+    if (!fits_batch(made, nmade, &a)) {
+      release_all(made, nmade);
+      st = alloc_batch(&a, made, ctx->err);
+    }
+    if (st == GR_OK && (st = fill_batch(s, &a, step, made, ctx->err)) != GR_OK)
+      release_all(made, a.n);
   }
-  free(rows_of_batch);
+  for (int i = 0; st == GR_OK && i < a.n; i++) { /* hand the references over */
+    gr_tensor_release(&ctx->outputs[i]);
+    ctx->outputs[i] = made[i];
+  }
+  /* the next step's batch, on a pool thread, while this step runs */
+  gr_tensor next[GR_MAX_OUTPUTS];
+  gr_error aerr;
+  bool prefetch = st == GR_OK && ctx->pool && gr_threadpool_size(ctx->pool) > 0 &&
+                  inputs_are_fixed(ctx->node) && alloc_batch(&a, next, &aerr) == GR_OK;
+  pthread_mutex_lock(&s->mu);
+  if (prefetch) {
+    for (int i = 0; i < a.n; i++) s->out[i] = next[i];
+    s->nout = a.n;
+    s->pre_args = a;
+    for (int i = 0; i < a.n; i++) gr_tensor_ref(&s->pre_args.xs[i], &a.xs[i]);
+    s->pre_step = step + 1;
+    s->pre = PRE_QUEUED;
+    s->queued++;
+  }
+  s->in_kernel = false;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  if (prefetch) gr_threadpool_schedule(ctx->pool, prefetch_task, s);
   return st;
 }
 

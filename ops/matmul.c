@@ -1,6 +1,8 @@
 /* matmul: rank-2 products on OpenBLAS cblas_sgemm / cblas_dgemm, operating
  * directly on the tensors' memory. */
 #include <cblas.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/gr_ops.h"
@@ -56,8 +58,72 @@ gr_status gr_ops_gemm_dims(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tens
   return GR_OK;
 }
 
-void gr_ops_gemm(const gr_tensor *A, const gr_tensor *B, bool ta, bool tb, const int64_t mnk[3],
-                 double alpha, double beta, void *c) {
+/* One BLAS call: C[m, n] = alpha op(A) op(B) + beta C (C's rows ldc apart);
+ * a, b, c point at the first elements this call reads and writes. */
+static void blas_gemm(gr_dtype dt, bool ta, bool tb, int m, int n, int k, double alpha,
+                      const void *a, int lda, const void *b, int ldb, double beta, void *c,
+                      int ldc) {
+  enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  if (dt == GR_F32)
+    cblas_sgemm(CblasRowMajor, TA, TB, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, TA, TB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* A product split into chunks of rows (by_rows) or columns of C, each a
+ * multiple of 16 wide but the last. */
+typedef struct gemm_split {
+  const gr_tensor *A, *B;
+  bool ta, tb, by_rows;
+  int m, n, k, chunks, step;
+  double alpha, beta;
+  void *c;
+} gemm_split;
+
+static void gemm_chunk(void *arg, int i) {
+  const gemm_split *g = arg;
+  size_t es = gr_dtype_size(g->A->dtype);
+  int lda = (int)g->A->shape.dims[1], ldb = (int)g->B->shape.dims[1];
+  int lo = i * g->step, total = g->by_rows ? g->m : g->n;
+  int len = i == g->chunks - 1 ? total - lo : g->step;
+  const char *a = gr_tensor_data(g->A), *b = gr_tensor_data(g->B);
+  char *c = g->c;
+  if (g->by_rows) /* rows lo.. of op(A) and of C */
+    blas_gemm(g->A->dtype, g->ta, g->tb, len, g->n, g->k, g->alpha,
+              a + es * (g->ta ? (size_t)lo : (size_t)lo * (size_t)lda), lda, b, ldb, g->beta,
+              c + es * (size_t)lo * (size_t)g->n, g->n);
+  else /* columns lo.. of op(B) and of C */
+    blas_gemm(g->A->dtype, g->ta, g->tb, g->m, len, g->k, g->alpha, a, lda,
+              b + es * (g->tb ? (size_t)lo * (size_t)ldb : (size_t)lo), ldb, g->beta,
+              c + es * (size_t)lo, g->n);
+}
+
+static int blas_threads = 1; /* gr_ops_set_intra_op_threads */
+
+static double split_flops = -1;
+static pthread_once_t split_once = PTHREAD_ONCE_INIT;
+static void read_split_flops(void) {
+  const char *v = getenv("GRAPHRUN_SPLIT_FLOPS");
+  char *end;
+  double f = v ? strtod(v, &end) : -1;
+  split_flops = v && end != v && f >= 0 ? f : GR_OPS_GEMM_SPLIT_FLOPS;
+}
+double gr_ops_gemm_split_flops(void) {
+  pthread_once(&split_once, read_split_flops);
+  return split_flops;
+}
+
+int gr_ops_gemm_chunks(int64_t m, int64_t n, int64_t k) {
+  double flops = 2.0 * (double)m * (double)n * (double)k;
+  int64_t wide = m > n ? m : n;
+  return __atomic_load_n(&blas_threads, __ATOMIC_RELAXED) > 1 ||
+                 flops < gr_ops_gemm_split_flops() || wide < 32
+             ? 1
+             : 2;
+}
+
+void gr_ops_gemm(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tensor *B, bool ta, bool tb,
+                 const int64_t mnk[3], double alpha, double beta, void *c) {
   int m = (int)mnk[0], n = (int)mnk[1], k = (int)mnk[2];
   if (m == 0 || n == 0) return;
   if (k == 0) { /* C = beta C */
@@ -70,14 +136,16 @@ void gr_ops_gemm(const gr_tensor *A, const gr_tensor *B, bool ta, bool tb, const
     }
     return;
   }
-  int lda = (int)A->shape.dims[1], ldb = (int)B->shape.dims[1];
-  enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  if (A->dtype == GR_F32)
-    cblas_sgemm(CblasRowMajor, TA, TB, m, n, k, (float)alpha, gr_tensor_data(A), lda,
-                gr_tensor_data(B), ldb, (float)beta, c, n);
+  gemm_split g = {A, B, ta, tb, m >= n, m, n, k, 1, 0, alpha, beta, c};
+  g.chunks = gr_ops_gemm_chunks(m, n, k);
+  int wide = g.by_rows ? m : n;
+  g.step = g.chunks > 1 ? (wide / g.chunks + 15) / 16 * 16 : wide;
+  if (g.chunks > 1) g.chunks = (wide + g.step - 1) / g.step;
+  if (g.chunks > 1)
+    gr_kernel_parallel(ctx, g.chunks, gemm_chunk, &g);
   else
-    cblas_dgemm(CblasRowMajor, TA, TB, m, n, k, alpha, gr_tensor_data(A), lda, gr_tensor_data(B),
-                ldb, beta, c, n);
+    blas_gemm(A->dtype, ta, tb, m, n, k, alpha, gr_tensor_data(A), (int)A->shape.dims[1],
+              gr_tensor_data(B), (int)B->shape.dims[1], beta, c, n);
 }
 
 static gr_status matmul_kernel(gr_kernel_ctx *ctx) {
@@ -89,7 +157,7 @@ static gr_status matmul_kernel(gr_kernel_ctx *ctx) {
   gr_tensor *o;
   gr_shape os = gr_shape_make(2, (int64_t[]){mnk[0], mnk[1]});
   GR_TRY(gr_kernel_alloc_output(ctx, 0, A->dtype, &os, &o));
-  gr_ops_gemm(A, B, ta, tb, mnk, 1.0, 0.0, gr_tensor_data(o));
+  gr_ops_gemm(ctx, A, B, ta, tb, mnk, 1.0, 0.0, gr_tensor_data(o));
   return GR_OK;
 }
 
@@ -164,5 +232,8 @@ gr_output gr_matmul(gr_graph *g, gr_output a, gr_output b, bool transpose_a, boo
 }
 
 void gr_ops_set_intra_op_threads(int threads) {
-  if (threads > 0) openblas_set_num_threads(threads);
+  if (threads <= 0) return;
+  openblas_set_num_threads(threads);
+  /* BLAS threads of its own: no split over the inter-op threads */
+  __atomic_store_n(&blas_threads, threads, __ATOMIC_RELAXED);
 }

@@ -143,12 +143,31 @@ bool gr_bcast_init(gr_bcast *bc, const gr_shape *a, const gr_shape *b, gr_shape 
  * the product's shape. gr_ops_gemm_dims checks A and B are matrices
  * whose op(A) op(B) exists and fits BLAS, and writes its m, n, k (errors
  * through ctx). gr_ops_gemm computes C = alpha op(A) op(B) + beta C into the
- * row-major m x n buffer c (f32 or f64 as A). */
+ * row-major m x n buffer c (f32 or f64 as A). A product of at least
+ * gr_ops_gemm_split_flops() is two BLAS calls, on two halves of the rows or
+ * columns of C (the larger side; the first half a multiple of 16), run by
+ * gr_kernel_parallel: on two threads when the executor has them, else in
+ * turn. The split depends on the sizes only, never on the thread count or
+ * the schedule, so results are the same bits with any number of threads.
+ * With BLAS threads of its own (intra_op_threads > 1) a product is one
+ * call. */
 gr_status gr_ops_gemm_shape(gr_shape_ctx *ctx, int first, gr_shape *out);
 gr_status gr_ops_gemm_dims(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tensor *B, bool ta,
                            bool tb, int64_t mnk[3]);
-void gr_ops_gemm(const gr_tensor *A, const gr_tensor *B, bool ta, bool tb, const int64_t mnk[3],
-                 double alpha, double beta, void *c);
+void gr_ops_gemm(gr_kernel_ctx *ctx, const gr_tensor *A, const gr_tensor *B, bool ta, bool tb,
+                 const int64_t mnk[3], double alpha, double beta, void *c);
+/* The BLAS calls a product of m x n x k is split into: 1 or 2. */
+int gr_ops_gemm_chunks(int64_t m, int64_t n, int64_t k);
+/* The smallest product (2 m n k flops) that is split: GR_OPS_GEMM_SPLIT_FLOPS,
+ * or the environment's GRAPHRUN_SPLIT_FLOPS (read once). */
+double gr_ops_gemm_split_flops(void);
+/* From measurements on the 2-core machine, under load (docs/benchmarks.md,
+ * bench-train): two halves on two threads ran the step's products from 12.8
+ * MFLOP up 1.45-1.96 times faster than one call, and waking a pool thread
+ * (~10-30 us) is paid back from a few MFLOP; two halves in turn on one
+ * thread cost 0-4% more than one call. make bench-train prints the per
+ * product table that confirms or moves it on an idle machine. */
+#define GR_OPS_GEMM_SPLIT_FLOPS 8e6
 /* The cost of op(A) op(B) for a node whose A and B are inputs first and
  * first + 1 (attrs transpose_a, transpose_b; unknown dims count as 1). */
 void gr_ops_gemm_cost(const gr_node *n, int first, gr_cost *c);

@@ -109,7 +109,7 @@ static gr_status apply_sgd_matmul_kernel(gr_kernel_ctx *ctx) {
   locked_vars lv;
   gr_status s = lock_vars(ctx, names, 1, A->dtype, &sh, &lv);
   if (s == GR_OK)
-    gr_ops_gemm(A, B, ta, tb, mnk, -scalar_of(&ctx->inputs[0]), 1.0,
+    gr_ops_gemm(ctx, A, B, ta, tb, mnk, -scalar_of(&ctx->inputs[0]), 1.0,
                 gr_tensor_data(gr_var_value(lv.v[0])));
   unlock_vars(&lv);
   return s;

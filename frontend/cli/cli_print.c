@@ -175,13 +175,19 @@ static void fmt_eta(double s, char *buf, size_t cap) {
 void cli_progress_update(cli_progress *pr, long step, const char *name, bool has_scalar,
                          double value) {
   double now = cli_now(), el = now - pr->start;
+  /* most steps print nothing: decide that before formatting anything */
+  long every = pr->total / 10 > 0 ? pr->total / 10 : 1;
+  if (pr->tty && now - pr->last_print < 0.1 && step < pr->total) return;
+  if (!pr->tty &&
+      ((step - pr->last_line_step < every && now - pr->last_print < 2.0 && step < pr->total) ||
+       step == pr->last_line_step))
+    return;
   double rate = el > 0 ? step / el : 0;
   char eta[32], sc[96] = "";
   fmt_eta(rate > 0 ? (pr->total - step) / rate : 0, eta, sizeof eta);
   if (has_scalar) snprintf(sc, sizeof sc, "  %s=%.6g", name, value);
+  pr->last_print = now;
   if (pr->tty) {
-    if (now - pr->last_print < 0.1 && step < pr->total) return;
-    pr->last_print = now;
     int w = 30, fill = pr->total > 0 ? (int)(w * step / pr->total) : w;
     char bar[40];
     for (int i = 0; i < w; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
@@ -191,11 +197,7 @@ void cli_progress_update(cli_progress *pr, long step, const char *name, bool has
     fflush(pr->out);
     return;
   }
-  long every = pr->total / 10 > 0 ? pr->total / 10 : 1;
-  if (step - pr->last_line_step < every && now - pr->last_print < 2.0 && step < pr->total) return;
-  if (step == pr->last_line_step) return;
   pr->last_line_step = step;
-  pr->last_print = now;
   fprintf(pr->out, "step %ld/%ld  %.1f step/s  ETA %s%s\n", step, pr->total, rate, eta, sc);
   fflush(pr->out);
 }
