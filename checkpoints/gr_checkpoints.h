@@ -74,8 +74,8 @@ const char *gr_ckpt_path(const gr_ckpt *ck);
  * restore, verify) sees a directory as one checkpoint file holding the
  * merged tensors of the shards. Retention (max_to_keep) applies to the
  * manifest; a shard file's rows that no manifest row names are deleted when
- * its task writes its next shard, and the chief removes shard files that no
- * manifest row names. The shard files must be reachable under
+ * its task writes its next shard, and the chief removes the shard files the
+ * manifest named before and names no more (never a file it did not name). The shard files must be reachable under
  * the same path by the tasks and the chief (one host, or a shared file
  * system, as for TensorFlow's checkpoint directory). */
 

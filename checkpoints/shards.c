@@ -3,7 +3,6 @@
  * checkpoint once all its shards are written. Reading merges the shards;
  * retention removes old manifest rows, the shard rows no manifest row names
  * and the shard files left with none. Layout: docs/checkpoints.md. */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -426,19 +425,28 @@ gr_status ckpt_shard_steps(gr_ckpt *manifest, const char *file, int64_t **steps,
   return GR_OK;
 }
 
-/* Removes the shard files of the directory that no manifest row names any
- * more (their rows are gone with retention, or a task of an earlier cluster
- * shape wrote them). A shard's own old rows go when the task writes its
- * next shard (gr_ckpt_save_shard), in that write's transaction. */
-static void remove_unused_shards(gr_ckpt *ck) {
-  DIR *d = opendir(ck->path);
-  if (!d) return;
-  char names[256][208];
+/* The shard files the manifest names now (at most cap; names[i] of 208
+ * bytes): the only files retention may remove later, so a file of the
+ * user's in the directory is never touched. */
+static int named_files(gr_ckpt *ck, char (*names)[208], int cap) {
+  sqlite3_stmt *st;
+  gr_error e;
+  if (ckpt_prepare(ck, "SELECT DISTINCT file FROM shards", &st, &e) != GR_OK) return 0;
   int n = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) && n < 256)
-    if (shard_name_ok(de->d_name)) snprintf(names[n++], sizeof names[0], "%s", de->d_name);
-  closedir(d);
+  while (n < cap && sqlite3_step(st) == SQLITE_ROW) {
+    const char *f = (const char *)sqlite3_column_text(st, 0);
+    if (shard_name_ok(f)) snprintf(names[n++], 208, "%s", f);
+  }
+  sqlite3_finalize(st);
+  return n;
+}
+
+/* Removes the shard files among names[0..n) (files the manifest named
+ * before this commit) that no manifest row names any more: their rows went
+ * with retention, or a task of an earlier cluster shape wrote them. A
+ * shard's own old rows go when its task writes its next shard
+ * (gr_ckpt_save_shard), in that write's transaction. */
+static void remove_unused_shards(gr_ckpt *ck, char (*names)[208], int n) {
   for (int i = 0; i < n; i++) {
     int64_t *steps;
     int ns;
@@ -478,6 +486,8 @@ gr_status gr_ckpt_commit_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *
   char fp[17] = "";
   int num_tensors;
   int64_t total;
+  static _Thread_local char before[256][208];
+  int nbefore = named_files(ck, before, 256);
   gr_status s = check_shards(ck, step, shards, n, stats, fp, &num_tensors, &total, err);
   if (s == GR_OK) s = ckpt_exec(ck, "BEGIN IMMEDIATE", err);
   if (s == GR_OK) {
@@ -486,7 +496,7 @@ gr_status gr_ckpt_commit_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *
     if (s != GR_OK) sqlite3_exec(ck->db, "ROLLBACK", NULL, NULL, NULL);
   }
   free(stats);
-  if (s == GR_OK) remove_unused_shards(ck);
+  if (s == GR_OK) remove_unused_shards(ck, before, nbefore);
   return s;
 }
 

@@ -233,13 +233,17 @@ static int num_rows(const char *path) {
 /* Retention keeps the newest K manifest rows; a shard file holds their rows
  * and the one being written (K + 1 at most: a task deletes its unneeded
  * rows when it writes); a shard file no kept checkpoint needs (the cluster
- * shrank) is removed. */
+ * shrank) is removed, and files the manifest never named stay. */
 static void test_retention(void) {
   const char *dir = tmp("keep");
   gr_ckpt *ck;
   gr_error err;
   gr_ckpt_options o = {.sharded = true, .max_to_keep = 2};
   GR_CHECK_OK(gr_ckpt_open(dir, &o, &ck, &err), err);
+  /* files of the user's in the directory: never the manifest's to remove */
+  write_shard(dir, "mine.ckpt", 1, ps1_vars, 1, 0);
+  FILE *f = fopen(tmp("keep/notes.ckpt"), "w");
+  if (f) fputs("not a checkpoint\n", f), fclose(f);
   for (int64_t step = 1; step <= 3; step++) GR_CHECK_OK(save_two(ck, dir, step, &err), err);
   GR_CHECK_EQ_INT(num_rows(tmp("keep/ps-1.ckpt")), 3);
   /* from step 4 one ps holds everything */
@@ -251,6 +255,8 @@ static void test_retention(void) {
     GR_CHECK_EQ_INT(num_rows(tmp("keep/ps-0.ckpt")), 3);
   }
   GR_CHECK_MSG(!exists(tmp("keep/ps-1.ckpt")), "ps-1.ckpt outlived the checkpoints that need it");
+  GR_CHECK_MSG(exists(tmp("keep/mine.ckpt")) && exists(tmp("keep/notes.ckpt")),
+               "retention removed a file the manifest never named");
   gr_ckpt_info *infos;
   int n;
   GR_CHECK_OK(gr_ckpt_list(ck, &infos, &n, &err), err);
