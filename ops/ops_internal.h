@@ -213,4 +213,8 @@ static inline gr_output gr_grad_scalar(gr_grad_ctx *c, gr_output like, double v)
   return gr_ops_const_scalar(c->graph, like.node->out_dtypes[like.index], v);
 }
 
+/* Every float variable node y depends on, in id order (at most cap in out);
+ * -1 when out of memory. What minimize and sync_replicas train by default. */
+int gr_ops_float_vars(const gr_graph *g, gr_output y, gr_output *out, int cap);
+
 #endif

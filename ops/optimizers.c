@@ -327,7 +327,7 @@ static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, 
 }
 
 /* Every variable node that y depends on (in id order). */
-static int collect_vars(const gr_graph *g, gr_output y, gr_output *out, int cap) {
+int gr_ops_float_vars(const gr_graph *g, gr_output y, gr_output *out, int cap) {
   int total = gr_graph_num_nodes(g), n = 0;
   char *need = calloc((size_t)total + 1, 1);
   int *order = malloc(sizeof(int) * ((size_t)total + 1));
@@ -386,7 +386,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
   gr_output *found = malloc(sizeof *found * (size_t)cap);
   if (!found) return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (!var_list || n == 0) {
-    n = collect_vars(g, loss, found, cap);
+    n = gr_ops_float_vars(g, loss, found, cap);
     if (n <= 0) {
       free(found);
       if (n < 0) return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");

@@ -54,27 +54,6 @@ gr_output gr_accumulator_num_dropped(gr_graph *g, gr_output acc) {
 
 /* ---- sync replicas -------------------------------------------------------------------------- */
 
-/* Every float variable node y depends on (in id order); -1 when out of memory. */
-static int float_vars_of(const gr_graph *g, gr_output y, gr_output *out, int cap) {
-  int total = gr_graph_num_nodes(g), n = 0;
-  char *need = calloc((size_t)total + 1, 1);
-  if (!need) return -1;
-  need[y.node->id] = 1;
-  for (int id = y.node->id; id >= 0; id--) { /* inputs come first in id order */
-    if (!need[id]) continue;
-    gr_node *nd = gr_graph_node(g, id);
-    for (int j = 0; j < nd->num_inputs; j++) need[nd->inputs[j].node->id] = 1;
-    for (int j = 0; j < nd->num_control_inputs; j++) need[nd->control_inputs[j]->id] = 1;
-  }
-  for (int id = 0; id < total && n < cap; id++) {
-    gr_node *nd = gr_graph_node(g, id);
-    if (need[id] && nd->op == &gr_op_variable && gr_dtype_is_float(nd->out_dtypes[0]))
-      out[n++] = (gr_output){nd, 0};
-  }
-  free(need);
-  return n;
-}
-
 typedef struct build {
   gr_graph *g;
   const gr_sync_replicas_options *o;
@@ -233,7 +212,7 @@ gr_status gr_sync_replicas_minimize(gr_graph *g, const gr_sync_replicas_options 
     memcpy(b.vars, var_list, sizeof *var_list * (size_t)n);
     b.n = n;
   } else {
-    b.n = float_vars_of(g, loss, b.vars, cap);
+    b.n = gr_ops_float_vars(g, loss, b.vars, cap);
   }
   gr_status st;
   if (b.n <= 0) {
