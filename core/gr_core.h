@@ -19,6 +19,8 @@
 #include "core/gr_graph.h"
 #include "core/gr_map.h"
 #include "core/gr_op.h"
+#include "core/gr_partition.h"
+#include "core/gr_rendezvous.h"
 #include "core/gr_resource.h"
 #include "core/gr_rng.h"
 #include "core/gr_session.h"
@@ -26,5 +28,6 @@
 #include "core/gr_status.h"
 #include "core/gr_tensor.h"
 #include "core/gr_threadpool.h"
+#include "core/gr_trace.h"
 
 #endif

@@ -34,6 +34,7 @@
 #include "distributed/gr_distributed.h"
 #include "frontend/gr_dsl.h"
 #include "ops/gr_ops.h"
+#include "passes/gr_passes.h"
 #include "placer/gr_placer.h"
 
 /* Registers every op of the engine: core's own (transfers, const, identity,

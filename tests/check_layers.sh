@@ -7,10 +7,19 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 declare -A allowed=(
   [core]="core"
   [ops]="core ops"
+  [passes]="core ops passes"
   [placer]="core ops placer"
   [checkpoints]="core checkpoints"
   [distributed]="core ops placer checkpoints distributed"
-  [frontend]="core ops placer distributed checkpoints frontend"
+  [frontend]="core ops passes placer distributed checkpoints frontend"
+  [frontend/cli]="core ops passes placer distributed checkpoints frontend frontend/cli"
+)
+# Each folder's face is its umbrella header (the one named after the folder,
+# or gr_dsl.h for frontend/) and the gr_*.h headers it includes; every other
+# header of the folder is internal (*_internal.h or without the gr_ prefix).
+declare -A umbrella=(
+  [core]="gr_core.h" [ops]="gr_ops.h" [passes]="gr_passes.h" [placer]="gr_placer.h"
+  [checkpoints]="gr_checkpoints.h" [distributed]="gr_distributed.h" [frontend]="gr_dsl.h"
 )
 fail=0
 for dir in "${!allowed[@]}"; do
@@ -31,6 +40,16 @@ for dir in "${!allowed[@]}"; do
       fail=1
     fi
   done < <(grep -H '#include "' "$root/$dir"/*.[ch] 2>/dev/null)
+done
+for dir in "${!umbrella[@]}"; do
+  face="$root/$dir/${umbrella[$dir]}"
+  for h in "$root/$dir"/gr_*.h; do
+    [ "$h" = "$face" ] && continue
+    if ! grep -q "#include \"$dir/$(basename "$h")\"" "$face"; then
+      echo "faces: $dir/$(basename "$h") is a gr_ header that $dir/${umbrella[$dir]} does not include (include it there, or make it internal)"
+      fail=1
+    fi
+  done
 done
 if [ $fail = 0 ]; then echo "layering: ok"; fi
 exit $fail

@@ -1,4 +1,4 @@
-/* Inside placer/: the state the graph passes share (passes.c drives them and
+/* Inside passes/: the state the graph passes share (passes.c drives them and
  * copies the result; pass_prune.c, pass_cse.c and pass_fold.c fill it in).
  * Every array is indexed by node id of the input graph and owned by the
  * driver. */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "ops/gr_ops.h"
-#include "placer/gr_placer.h"
+#include "passes/gr_passes.h"
 
 /* How much of a node a request needs (mark values, in increasing order). */
 enum {

@@ -1,0 +1,85 @@
+/* passes/: the face header. Graph passes that make a new, smaller graph
+ * for one request before placement (docs/passes.md): pruning to what the
+ * fetches and targets need, common-subexpression elimination, constant
+ * folding. They sit above ops/ (folding runs the ops' kernels) and below
+ * placer/, as TensorFlow's Grappler sits beside its graph, not in its placer.
+ *
+ *   gr_passes_options po = gr_passes_options_default();  // all passes, 1 MiB fold cap
+ *   gr_passes_stats st;
+ *   gr_graph *opt = NULL;
+ *   if (gr_passes_optimize_graph(g, NULL, 0, &loss, 1, &train, 1, &po, &opt, &st, &err) != GR_OK)
+ *     puts(err.msg);
+ *   // run `opt` with the same feeds, fetching and targeting nodes by name
+ *   gr_graph_free(opt);
+ *
+ * Ownership: the new graph is the caller's (gr_graph_free); the input graph
+ * is not changed. */
+#ifndef GR_PASSES_H
+#define GR_PASSES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/gr_core.h"
+
+/* Default largest output (bytes) that constant folding replaces by a constant. */
+#define GR_PASSES_FOLD_MAX_BYTES ((size_t)1 << 20)
+
+typedef struct gr_passes_options {
+  bool no_prune;         /* keep every node, not only those the fetches and targets need */
+  bool no_cse;           /* no common-subexpression elimination */
+  bool no_fold;          /* no constant folding */
+  size_t fold_max_bytes; /* a node is folded only if its output has at most this many bytes */
+} gr_passes_options;
+
+/* Every pass on, fold_max_bytes = GR_PASSES_FOLD_MAX_BYTES. Start from this
+ * rather than {0}: fold_max_bytes 0 folds only empty tensors. */
+gr_passes_options gr_passes_options_default(void);
+
+/* What the passes did. nodes_out = nodes_in - nodes_pruned - nodes_merged -
+ * nodes_unused_after_folding. */
+typedef struct gr_passes_stats {
+  int nodes_in;                   /* nodes of the input graph */
+  int nodes_pruned;               /* not needed by the fetches and targets */
+  int nodes_merged;               /* CSE: duplicates whose consumers now use an equal node */
+  int nodes_folded;               /* evaluated once by the passes (not counting constants) */
+  int nodes_unused_after_folding; /* folded nodes and constants that only folded nodes used */
+  int nodes_out;                  /* nodes of the new graph */
+} gr_passes_stats;
+
+/* Builds a new graph that gives the same results as g for runs with these
+ * feeds, fetches and targets (endpoints of g; a target's index is ignored),
+ * and stores it in *out. g is not changed.
+ *
+ * - Pruning keeps the nodes the fetches and targets need through data and
+ *   control inputs, stopping at fed endpoints, plus what a run needs besides:
+ *   the variables that kept nodes use with their initialisers, and colocation
+ *   targets. A fed node that nothing else needs becomes a placeholder of the
+ *   same name, dtype and shape. With no fetches and no targets, or with
+ *   no_prune, every node is kept.
+ * - CSE replaces a node by an earlier one with the same op, inputs (after
+ *   CSE), attrs, control inputs, devices and colocation. Never for stateful,
+ *   random, variable, placeholder, control-flow, async or transfer ops, nor
+ *   for fed nodes; fetched and target nodes keep their names.
+ * - Constant folding runs each single-output node whose inputs and control
+ *   inputs are all constants (transitively; so never inside a loop or a
+ *   branch) and whose op is pure (not stateful, random, control flow, async
+ *   or transfer) once, with its own kernel, and replaces it by a `const` of
+ *   the same name holding the bit-identical value, unless the output is over
+ *   fold_max_bytes or the node is fed. A node whose kernel fails is left to
+ *   fail at run time. Constants only folded nodes used are then dropped.
+ *
+ * Copies keep names, attrs, devices, colocation and source positions, and
+ * the graph seed; random ops keep their streams (keyed by node name). Nodes
+ * merged by CSE or dropped are gone from the new graph, so look nodes up by
+ * the names of fetches, targets and feeds. o NULL: defaults; stats may be
+ * NULL. Errors (a graph with a build error, endpoints of another graph) name
+ * the node. Ownership: *out is a new graph for the caller (gr_graph_free),
+ * independent of g; NULL on failure. */
+gr_status gr_passes_optimize_graph(const gr_graph *g, const gr_output *feeds, int num_feeds,
+                                   const gr_output *fetches, int num_fetches,
+                                   const gr_output *targets, int num_targets,
+                                   const gr_passes_options *o, gr_graph **out,
+                                   gr_passes_stats *stats, gr_error *err);
+
+#endif

@@ -1,0 +1,185 @@
+/* placer/: the cluster model (tasks, their devices and addresses, links)
+ * and its readers: the cluster file, TensorFlow's ClusterSpec and TF_CONFIG,
+ * Slurm's environment (docs/cluster-specs.md). Part of placer/'s face
+ * (placer/gr_placer.h includes it); distributed/ uses it for addresses.
+ *
+ * Ownership: gr_cluster_new* and the readers return a cluster the caller
+ * frees with gr_cluster_free; the task and device structs it hands out live
+ * as long as the cluster. */
+#ifndef GR_CLUSTER_H
+#define GR_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "core/gr_core.h"
+
+/* ---- cluster model -------------------------------------------------------- */
+
+typedef enum gr_link_kind {
+  GR_LINK_SAME_TASK,  /* two devices of one process */
+  GR_LINK_SAME_HOST,  /* two tasks on one host (loopback) */
+  GR_LINK_CROSS_HOST, /* network */
+  GR_LINK_COUNT
+} gr_link_kind;
+
+typedef struct gr_link {
+  double latency;   /* seconds per transfer */
+  double bandwidth; /* bytes per second, > 0 */
+} gr_link;
+
+typedef struct gr_cluster_device {
+  gr_device_spec spec;           /* full: job, replica 0, task, CPU, id */
+  char name[GR_DEVICE_NAME_MAX]; /* canonical full name */
+  double flops;                  /* flop/s, > 0 */
+  double mem_bandwidth;          /* bytes/s an op reads+writes, > 0 */
+  double overhead;               /* seconds added to every op (dispatch), >= 0 */
+  int task;                      /* index into the cluster's tasks */
+  int host;                      /* index of the task's host */
+} gr_cluster_device;
+
+typedef struct gr_cluster gr_cluster;
+
+/* Limits every form of cluster is checked against. */
+#define GR_CLUSTER_MAX_TASKS   4096
+#define GR_CLUSTER_MAX_DEVICES 65536
+#define GR_CLUSTER_HOST_MAX    254 /* a host name has at most 253 characters */
+#define GR_CLUSTER_ADDRESS_MAX 270 /* "[host]:port" */
+/* The one CPU device a task of a ClusterSpec, TF_CONFIG or Slurm cluster gets
+ * (those forms name no devices): the same defaults as a cluster file's device
+ * without "mem_bandwidth" and "overhead". */
+#define GR_CLUSTER_DEFAULT_FLOPS         1e11
+#define GR_CLUSTER_DEFAULT_MEM_BANDWIDTH 1e10
+#define GR_CLUSTER_DEFAULT_OVERHEAD      1e-6
+
+/* One task: the process /job:JOB/replica:0/task:INDEX. Every pointer is owned
+ * by the cluster and stays valid until the cluster is freed; the struct
+ * itself (what gr_cluster_task_at returns) until the next gr_cluster_add_task
+ * or gr_cluster_add_device. */
+typedef struct gr_cluster_task {
+  const char *job;     /* job name: letters, digits, '_', '-'; starts with a letter */
+  int index;           /* task number within its job */
+  const char *host;    /* host name (IPv6 without brackets); decides the link kinds */
+  int host_id;         /* tasks with the same host_id share a host (= device.host) */
+  const char *address; /* "host:port" or "[v6]:port" to reach the task; NULL when none */
+  int first_device;    /* its devices: first_device .. first_device + num_devices - 1 */
+  int num_devices;
+} gr_cluster_task;
+
+/* Which task of a cluster this process is (TF_CONFIG's "task", Slurm's
+ * SLURM_PROCID). */
+typedef struct gr_cluster_self {
+  char job[GR_DEVICE_JOB_MAX];
+  int index; /* within the job */
+  int task;  /* cluster-wide: gr_cluster_task_at(c, task) */
+} gr_cluster_self;
+
+/* An empty cluster with default links (same task 1 us + 10 GB/s, same host
+ * 20 us + 3 GB/s, cross host 100 us + 1.25 GB/s). NULL when out of memory. */
+gr_cluster *gr_cluster_new(void);
+void gr_cluster_free(gr_cluster *c);
+/* Adds task number <count of tasks of job so far> of `job` on `host` (NULL:
+ * "localhost"); *task_out (may be NULL) gets its cluster-wide task index.
+ * The task has no address (gr_cluster_set_task_address) and no devices yet.
+ * At most GR_CLUSTER_MAX_TASKS tasks. */
+gr_status gr_cluster_add_task(gr_cluster *c, const char *job, const char *host, int *task_out,
+                              gr_error *err);
+/* Adds CPU device number <devices of that task so far> to a task. Devices
+ * stay grouped by task in task order: a device added to a task that is not
+ * the last one with devices moves the devices of later tasks up by one index. */
+gr_status gr_cluster_add_device(gr_cluster *c, int task, double flops, double mem_bandwidth,
+                                double overhead, gr_error *err);
+void gr_cluster_set_link(gr_cluster *c, gr_link_kind kind, gr_link link);
+gr_link gr_cluster_get_link(const gr_cluster *c, gr_link_kind kind);
+/* One job "localhost", one task, n identical CPU devices. */
+gr_cluster *gr_cluster_new_local(int n, double flops, double mem_bandwidth, double overhead);
+
+int gr_cluster_num_tasks(const gr_cluster *c);
+/* Task i (0 .. num_tasks - 1), NULL when out of range; see gr_cluster_task
+ * for how long it stays valid. */
+const gr_cluster_task *gr_cluster_task_at(const gr_cluster *c, int i);
+/* Cluster-wide index of /job:job/task:index, -1 when none. */
+int gr_cluster_find_task(const gr_cluster *c, const char *job, int index);
+/* Sets (address NULL: removes) the address a task is reached at: "host:port"
+ * or "[IPv6]:port", port 1..65535. The cluster keeps a copy. Refused when
+ * malformed or when another task already has it (case-insensitive). */
+gr_status gr_cluster_set_task_address(gr_cluster *c, int task, const char *address, gr_error *err);
+/* Splits an address as gr_cluster_set_task_address checks it: host (IPv6
+ * without brackets) into host[host_cap] (host_cap >= GR_CLUSTER_HOST_MAX is
+ * always enough), the port into *port. Errors quote the address. */
+gr_status gr_cluster_split_address(const char *address, char *host, size_t host_cap, int *port,
+                                   gr_error *err);
+
+int gr_cluster_num_devices(const gr_cluster *c);
+const gr_cluster_device *gr_cluster_device_at(const gr_cluster *c, int i);
+/* Index of the device with this full name (or spec text that matches exactly
+ * one device), -1 when none. */
+int gr_cluster_find_device(const gr_cluster *c, const char *name);
+/* Link between two different devices. */
+gr_link_kind gr_cluster_link_kind(const gr_cluster *c, int a, int b);
+/* Seconds to move `bytes` from device a to b (0 when a == b). */
+double gr_cluster_transfer_time(const gr_cluster *c, int a, int b, double bytes);
+
+/* ---- reading clusters: cluster file, ClusterSpec, TF_CONFIG, Slurm --------- */
+
+/* Reads a cluster from JSON text in any of its forms (docs/cluster-specs.md),
+ * told apart by the top-level object:
+ *   - "jobs" is an object: the cluster file (docs/placement.md), tasks with
+ *     host, optional "address" and devices, plus "links";
+ *   - "cluster" is an object: TF_CONFIG ({"cluster": ClusterSpec, "task":
+ *     {"type": "worker", "index": 1}}); "task" is checked, then dropped (use
+ *     gr_cluster_from_tf_config to keep it);
+ *   - else a TensorFlow ClusterSpec: job name -> list of "host:port"; each
+ *     task gets its address, the address's host and one default CPU device.
+ * A syntax error names `name`:line:column (jansson's position); any other
+ * error names `name`:line:column of the value and its JSON path, e.g.
+ * `c.json:5:40: jobs.worker[1].devices[0].flops: must be > 0`.
+ * name NULL: "<cluster>". Ownership: *out is a new cluster for the caller
+ * (gr_cluster_free); NULL on failure. */
+gr_status gr_cluster_parse_json(const char *text, size_t len, const char *name, gr_cluster **out,
+                                gr_error *err);
+/* gr_cluster_parse_json on a file's contents (at most 16 MiB), named by its path. */
+gr_status gr_cluster_load_json(const char *path, gr_cluster **out, gr_error *err);
+/* Writes the cluster as a cluster file (tasks grouped by job, with their
+ * addresses; numbers in the shortest form that reads back exactly) that
+ * gr_cluster_parse_json reads back as the same cluster. */
+gr_status gr_cluster_write_json(const gr_cluster *c, FILE *f, gr_error *err);
+
+/* TF_CONFIG text ({"cluster": {...}, "task": {"type": T, "index": I}}, as
+ * TensorFlow reads it; "environment", "rpc_layer" and Cloud ML's "job" may be
+ * there and are ignored). "task" is required: "type" must be a job of the
+ * cluster and "index" (default 0) one of its tasks. Errors start with
+ * "TF_CONFIG:line:column:". Ownership: *out as gr_cluster_parse_json; *self
+ * (may be NULL) gets the task this process is. */
+gr_status gr_cluster_from_tf_config(const char *json_text, gr_cluster **out, gr_cluster_self *self,
+                                    gr_error *err);
+/* The same on getenv("TF_CONFIG"); an error when it is not set. */
+gr_status gr_cluster_from_tf_config_env(gr_cluster **out, gr_cluster_self *self, gr_error *err);
+
+/* A cluster from Slurm's view of a job step:
+ *   nodelist: SLURM_JOB_NODELIST syntax, e.g. "node[01-03,07],gpu5,big[1-2]"
+ *             (ranges keep their zero padding; several bracket groups in one
+ *             name expand left to right);
+ *   ntasks, procid: SLURM_NTASKS and this process's SLURM_PROCID;
+ *   jobs: how the ntasks tasks split into jobs, in order, e.g. "ps:1,worker:3";
+ *         one job may leave out its count to take the tasks left over
+ *         ("ps:1,worker"); NULL or "": every task is a "worker";
+ *   base_port: the port of the first task on each node.
+ * Task p (in SLURM_PROCID order) runs on node p mod N (N nodes) at port
+ * base_port + p / N: one task per node in order, wrapping round-robin when
+ * there are more tasks than nodes (run srun with --distribution=cyclic then,
+ * so that Slurm puts the tasks where this says). Each task gets its address
+ * and one default CPU device. Errors name the variable, and for the node list
+ * the column: `SLURM_JOB_NODELIST:1:6: descending range 3-1`. Ownership as
+ * gr_cluster_parse_json; *self (may be NULL) gets task procid. */
+gr_status gr_cluster_from_slurm(const char *nodelist, int procid, int ntasks, const char *jobs,
+                                int base_port, gr_cluster **out, gr_cluster_self *self,
+                                gr_error *err);
+/* The same with nodelist, procid and ntasks from the environment
+ * (SLURM_JOB_NODELIST, SLURM_PROCID, SLURM_NTASKS). When SLURM_NODEID is set,
+ * it must be the node the round-robin order gives this task. */
+gr_status gr_cluster_from_slurm_env(const char *jobs, int base_port, gr_cluster **out,
+                                    gr_cluster_self *self, gr_error *err);
+
+#endif

@@ -1,0 +1,38 @@
+/* placer/: the cost model (static cost of a node, output bytes) and the
+ * measured op profiles kept in SQLite (`graphrun calibrate`). Part of
+ * placer/'s face (placer/gr_placer.h includes it).
+ *
+ * Ownership: gr_profile_db_open returns a database the caller closes with
+ * gr_profile_db_close. */
+#ifndef GR_COST_H
+#define GR_COST_H
+
+#include <stddef.h>
+
+#include "core/gr_core.h"
+
+/* Unknown dims (batch) count as this many in cost estimates. */
+#define GR_COST_DEFAULT_DIM 32
+
+/* Static cost of one execution of n: the op's cost_fn (default: flops =
+ * output elements, bytes = inputs + outputs), with unknown dims taken as
+ * GR_COST_DEFAULT_DIM. */
+gr_cost gr_cost_of_node(const gr_node *n);
+/* Bytes of output i of n (unknown dims as GR_COST_DEFAULT_DIM). */
+double gr_cost_output_bytes(const gr_node *n, int i);
+/* Profile key: "op(dtype[dims],...)" from the op name and the input shapes. */
+void gr_cost_profile_key(const gr_node *n, char *buf, size_t cap);
+
+/* Measured op times, keyed by op kind + input shapes, in a SQLite database
+ * (table op_profiles, see docs/placement.md) that later runs reuse. */
+typedef struct gr_profile_db gr_profile_db;
+/* Opens (creating if needed) the database at path (":memory:" for none). */
+gr_status gr_profile_db_open(const char *path, gr_profile_db **out, gr_error *err);
+void gr_profile_db_close(gr_profile_db *db);
+/* Adds one measured execution time (seconds) to the running average of key. */
+gr_status gr_profile_db_record(gr_profile_db *db, const char *key, double seconds, gr_error *err);
+/* The average and its sample count (0 when unknown). */
+gr_status gr_profile_db_lookup(gr_profile_db *db, const char *key, double *mean_seconds,
+                               int64_t *samples, gr_error *err);
+
+#endif
