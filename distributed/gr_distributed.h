@@ -41,6 +41,7 @@
 #include <stddef.h>
 
 #include "core/gr_core.h"
+#include "placer/gr_placer.h"
 
 #define GR_WIRE_GRAPH_VERSION 1
 #define GR_WIRE_GRAPH_FORMAT  "graphrun.graph"
@@ -146,6 +147,19 @@ const char *const *gr_master_devices(const gr_master *m, int *n);
  * (may be NULL) gives the other options. The master must outlive it. */
 gr_session *gr_master_session_new(gr_master *m, gr_graph *g, const gr_session_options *base,
                                   gr_error *err);
+/* Gives the nodes of g that no pin decides a device of the master's tasks,
+ * before gr_master_session_new (which runs them on the first device
+ * otherwise): GR_PLACE_COST places them with the cost model over a cluster
+ * model of the tasks (their jobs, hosts and devices; default device speeds
+ * and links, as a cluster file without figures gets), GR_PLACE_ROUND_ROBIN
+ * spreads them, GR_PLACE_PINS leaves them. soft: a pin to a device the
+ * cluster lacks goes to a device it has instead of failing. The step's
+ * other preparation (pruning, partitioning, registering) is the session's.
+ *
+ *   gr_master_place_graph(m, g, GR_PLACE_COST, false, &err);
+ *   gr_session *s = gr_master_session_new(m, g, NULL, &err); */
+gr_status gr_master_place_graph(gr_master *m, gr_graph *g, gr_place_mode mode, bool soft,
+                                gr_error *err);
 /* The task names (borrowed) and incarnations, for tests and logs. */
 const char *gr_master_task_name(const gr_master *m, int task);
 uint64_t gr_master_task_incarnation(const gr_master *m, int task);

@@ -42,8 +42,14 @@ static bool cluster_start(cluster *c, int n, bool with_ps, const char *secret) {
     c->addrs[k] = c->addr[k];
     c->n = k + 1;
   }
-  gr_master_options mo = {
-      .num_tasks = n, .addresses = c->addrs, .secret = secret, .step_timeout_ms = 60000};
+  /* these cases check results, not detection: a loaded machine (or ASan)
+   * may starve a task's threads past the default 500 ms of silence */
+  gr_master_options mo = {.num_tasks = n,
+                          .addresses = c->addrs,
+                          .secret = secret,
+                          .step_timeout_ms = 60000,
+                          .heartbeat_ms = 250,
+                          .heartbeat_missed = 12};
   if (gr_master_new(&mo, &c->m, &err) != GR_OK) {
     fprintf(stderr, "master: %s\n", err.msg);
     return false;
@@ -311,11 +317,91 @@ static void test_random_graphs(void) {
   GR_CHECK(crossed > CASES * 7 / 10);
 }
 
+/* Four independent branches of products of a seeded random matrix, summed;
+ * one branch pinned to worker 1 when pin is set (NULL: none). */
+static gr_output branches(gr_graph *g, const char *pin) {
+  gr_output x = gr_random_normal(g, GR_F32, gr_shape_make(2, (int64_t[]){32, 32}), 0, 1, 7);
+  gr_output sum = {0};
+  for (int b = 0; b < 4; b++) {
+    if (b == 3 && pin) gr_graph_push_device_scope(g, pin);
+    gr_output y = gr_tanh(g, gr_matmul(g, x, x, b % 2, false));
+    y = gr_matmul(g, y, x, false, b >= 2);
+    if (b == 3 && pin) gr_graph_pop_device_scope(g);
+    sum = b ? gr_add(g, sum, y) : y;
+  }
+  return gr_reduce_sum(g, sum, NULL, 0, false);
+}
+
+static double run_once(gr_session *s, gr_output y) {
+  gr_error err;
+  gr_tensor out;
+  if (!s || gr_session_run(s, NULL, 0, &y, 1, &out, NULL, 0, &err) != GR_OK) return -1e30;
+  double v = gr_tensor_get_f64(&out, 0);
+  gr_tensor_release(&out);
+  return v;
+}
+
+/* gr_master_place_graph: round-robin spreads the unpinned nodes over every
+ * task, the cost model keeps them on the tasks' devices, pins stay; either
+ * way the step gives the one-process result bit for bit. A pin to a task
+ * the cluster lacks fails, naming it, unless soft. */
+static void test_master_places(void) {
+  gr_graph *lg = gr_graph_new();
+  gr_output ly = branches(lg, NULL);
+  gr_error err;
+  gr_session *ls = gr_session_new(lg, NULL, &err);
+  double want = run_once(ls, ly);
+  gr_session_free(ls);
+  gr_graph_free(lg);
+  cluster c;
+  GR_CHECK(cluster_start(&c, 3, true, NULL));
+  if (!c.m) return cluster_stop(&c);
+  int nd;
+  const char *const *devs = gr_master_devices(c.m, &nd);
+  for (int mode = GR_PLACE_COST; mode <= GR_PLACE_ROUND_ROBIN; mode++) {
+    gr_graph *g = gr_graph_new();
+    gr_output y = branches(g, "/job:worker/task:1");
+    GR_CHECK_OK(gr_master_place_graph(c.m, g, (gr_place_mode)mode, false, &err), err);
+    int used[MAX_TASKS] = {0}, unplaced = 0;
+    for (int i = 0; i < gr_graph_num_nodes(g); i++) {
+      const gr_node *n = gr_graph_node(g, i);
+      if (n->requested_device[0]) {
+        GR_CHECK_STR_CONTAINS(n->requested_device, "/job:worker/task:1");
+        continue;
+      }
+      int d = -1;
+      for (int k = 0; k < nd; k++)
+        if (n->assigned_device && !strcmp(n->assigned_device, devs[k])) d = k;
+      if (d < 0)
+        unplaced++;
+      else
+        used[d]++;
+    }
+    GR_CHECK_EQ_INT(unplaced, 0);
+    if (mode == GR_PLACE_ROUND_ROBIN)
+      for (int k = 0; k < nd; k++) GR_CHECK_MSG(used[k] > 0, "no node on %s", devs[k]);
+    gr_session *s = gr_master_session_new(c.m, g, NULL, &err);
+    GR_CHECK_MSG(s != NULL, "%s", err.msg);
+    double got = run_once(s, y);
+    GR_CHECK_MSG(got == want, "mode %d: %.9g, one process %.9g", mode, got, want);
+    gr_session_free(s);
+    gr_graph_free(g);
+  }
+  gr_graph *g = gr_graph_new();
+  branches(g, "/job:worker/task:7");
+  GR_CHECK(gr_master_place_graph(c.m, g, GR_PLACE_COST, false, &err) != GR_OK);
+  GR_CHECK_STR_CONTAINS(err.msg, "task:7");
+  GR_CHECK_OK(gr_master_place_graph(c.m, g, GR_PLACE_COST, true, &err), err);
+  gr_graph_free(g);
+  cluster_stop(&c);
+}
+
 int main(void) {
   GR_RUN(test_classic);
   GR_RUN(test_variables_live_on_tasks);
   GR_RUN(test_feeds_and_errors);
   GR_RUN(test_frame_ends_a_wakeup);
   GR_RUN(test_random_graphs);
+  GR_RUN(test_master_places);
   return gr_test_finish();
 }
