@@ -181,8 +181,10 @@ static gr_status ring(gr_graph *g, const gr_output *flat, int n, int64_t s, cons
 static gr_status reduce_bucket(gr_graph *g, const gr_output *values, const int *ts, int k, int n,
                                const char *const *dev, gr_reduction op, gr_output *out) {
   int64_t total = 0;
-  for (int i = 0; i < k; i++)
-    total += gr_shape_num_elements(&values[(size_t)ts[i] * (size_t)n].node->out_shapes[0]);
+  for (int i = 0; i < k; i++) {
+    const gr_output *v = &values[(size_t)ts[i] * (size_t)n];
+    total += gr_shape_num_elements(&v->node->out_shapes[v->index]);
+  }
   gr_output *flat = calloc((size_t)n, sizeof *flat), *res = calloc((size_t)n, sizeof *res);
   gr_output *parts = calloc((size_t)k, sizeof *parts);
   if (!flat || !res || !parts) {
