@@ -130,9 +130,14 @@ gr_output gr_moving_average_update(gr_graph *g, gr_output var, const gr_output *
 
 /* ---- replicas ----------------------------------------------------------------------------- */
 
-/* The variable a moving-statistic input reads: the mirrored one for a copy. */
+/* The variable a moving-statistic input reads. */
+static const char *var_of(const gr_node *read) {
+  return gr_node_attr_string(read, "var", read->name);
+}
+
+/* The same, the mirrored one for a copy. */
 static const char *moving_key(const gr_node *read) {
-  const char *var = gr_node_attr_string(read, "var", read->name);
+  const char *var = var_of(read);
   const gr_node *v = read->op == &gr_op_variable ? read : gr_graph_find_node(read->graph, var);
   const char *of = v ? gr_node_attr_string(v, "mirror_of", "") : "";
   return of[0] ? of : var;
@@ -154,9 +159,9 @@ static gr_status update_group(gr_graph *g, gr_node *const *bns, int nb, int in, 
   double mom = gr_node_attr_float(bns[0], "momentum", 0.99);
   gr_status st = GR_OK;
   for (int i = 0; i < nb && st == GR_OK; i++) {
-    const gr_node *copy = bns[i]->inputs[in].node;
-    bool seen = false;
-    for (int j = 0; j < i && !seen; j++) seen = bns[j]->inputs[in].node == copy;
+    const char *copy = var_of(bns[i]->inputs[in].node);
+    bool seen = false; /* the same copy read by other nodes (read_value) */
+    for (int j = 0; j < i && !seen; j++) seen = strcmp(var_of(bns[j]->inputs[in].node), copy) == 0;
     if (seen) continue;
     gr_output u = gr_moving_average_update(g, bns[i]->inputs[in], stats, nb, mom);
     if (!u.node)

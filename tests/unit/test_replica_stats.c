@@ -23,13 +23,16 @@ enum { ROWS = 8, C = 3 };
 
 typedef struct bn_model {
   gr_output gamma, beta, mm, mv;
+  bool read_value; /* the body reads the moving statistics through read_value nodes of its own */
 } bn_model;
 
 /* outputs: the mean of y, the batch mean and variance (batch_norm's 1, 3) */
 static gr_status bn_body(gr_graph *g, void *arg, int replica, const gr_output *in, gr_output *out) {
   bn_model *m = arg;
   (void)replica;
-  gr_output y = gr_batch_norm(g, in[0], m->gamma, m->beta, m->mm, m->mv, true, MOMENTUM, 1e-3);
+  gr_output mm = m->read_value ? gr_read_value(g, m->mm) : m->mm;
+  gr_output mv = m->read_value ? gr_read_value(g, m->mv) : m->mv;
+  gr_output y = gr_batch_norm(g, in[0], m->gamma, m->beta, mm, mv, true, MOMENTUM, 1e-3);
   out[0] = gr_reduce_mean(g, y, NULL, 0, false);
   out[1] = gr_output_at(y, 1);
   out[2] = gr_output_at(y, 3);
@@ -41,6 +44,8 @@ typedef struct bn_run {
   gr_tensor moving[2];   /* after steps */
   gr_tensor copies[2];   /* mirrored: replica 1's copies */
 } bn_run;
+
+static bool read_value_nodes; /* bn_model.read_value */
 
 /* x [ROWS, 2, 2, C] through 2 replicas (n = 2) or 1, the variables on the
  * ps or (mirrored) on worker 0; runs `steps` steps. */
@@ -55,7 +60,7 @@ static bool run_bn(int n, bool mirrored, int steps, bn_run *res) {
   bn_model m = {gr_variable(g, "gamma", gr_ones(g, GR_F32, cs)),
                 gr_variable(g, "beta", gr_zeros(g, GR_F32, cs)),
                 gr_variable(g, "mm", gr_zeros(g, GR_F32, cs)),
-                gr_variable(g, "mv", gr_ones(g, GR_F32, cs))};
+                gr_variable(g, "mv", gr_ones(g, GR_F32, cs)), read_value_nodes};
   gr_graph_pop_device_scope(g);
   gr_output out[3], per[2 * 3];
   gr_replicate_options o = {
@@ -135,13 +140,17 @@ static void direct_stats(int lo, int hi, double *mean, double *var) {
 }
 
 /* One step: moving = 0.9 moving + 0.1 (s0 + s1) / 2, bit for bit (the
- * kernel's double arithmetic, in replica order); each replica's statistics
- * are its own half's. */
+ * kernel's double arithmetic, in replica order), once per variable even
+ * when each replica reads it through a read_value of its own; each
+ * replica's statistics are its own half's. */
 static void test_moving_stats_averaged(void) {
-  for (int mirrored = 0; mirrored < 2; mirrored++) {
+  for (int mode = 0; mode < 3; mode++) { /* ps; mirrored; ps, through read_value nodes */
+    bool mirrored = mode == 1;
+    read_value_nodes = mode == 2;
     bn_run r;
     bool ok = run_bn(2, mirrored, 1, &r);
-    GR_CHECK_MSG(ok, "mirrored %d", mirrored);
+    read_value_nodes = false;
+    GR_CHECK_MSG(ok, "mode %d", mode);
     if (!ok) continue;
     for (int k = 0; k < 2; k++) {
       double mean[C], var[C];
