@@ -106,6 +106,11 @@ gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep);
 gr_status gr_graph_add_control_input_unchecked(gr_graph *g, gr_node *n, gr_node *dep);
 /* Removes dep from n's control inputs (before any session uses the graph). */
 void gr_graph_remove_control_input(gr_node *n, const gr_node *dep);
+/* Sets n's bool, int or float attr a->name (one its op declares) to a->value,
+ * of the attr's type. For graph transforms that change how a node already
+ * built behaves (gr_replicate turns off batch_norm's update_moving). Only
+ * before a session uses the node; shapes are not inferred again. Sticky. */
+gr_status gr_graph_set_attr(gr_graph *g, gr_node *n, const gr_attr *a);
 /* Sets the colocation constraint of n (the name of another node). */
 gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other);
 /* Source position for nodes added from now on ("file:line:col", NULL to clear).

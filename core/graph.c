@@ -809,6 +809,27 @@ void gr_graph_remove_control_input(gr_node *n, const gr_node *dep) {
   n->num_control_inputs = k;
 }
 
+gr_status gr_graph_set_attr(gr_graph *g, gr_node *n, const gr_attr *a) {
+  if (!n || !a || !a->name) return fail(g, GR_ERR_INVALID_ARGUMENT, "set_attr: null node or attr");
+  gr_attr_type t = a->value.type;
+  if (t != GR_ATTR_BOOL && t != GR_ATTR_INT && t != GR_ATTR_FLOAT)
+    return fail(g, GR_ERR_INVALID_ARGUMENT,
+                "set_attr: node '%s': attr '%s' is %s; only bool, int "
+                "and float attrs can be set after a node is built",
+                n->name, a->name, gr_attr_type_name(t));
+  for (int i = 0; i < n->num_attrs; i++) {
+    if (strcmp(n->attrs[i].name, a->name) != 0) continue;
+    if (n->attrs[i].value.type != t)
+      return fail(g, GR_ERR_INVALID_ARGUMENT, "set_attr: node '%s': attr '%s' is %s, not %s",
+                  n->name, a->name, gr_attr_type_name(n->attrs[i].value.type),
+                  gr_attr_type_name(t));
+    n->attrs[i].value = a->value;
+    return GR_OK;
+  }
+  return fail(g, GR_ERR_INVALID_ARGUMENT, "set_attr: node '%s' (op %s) has no attr '%s'", n->name,
+              n->op->name, a->name);
+}
+
 gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other) {
   if (!gr_graph_find_node(g, other))
     return fail(g, GR_ERR_NOT_FOUND, "node '%s': colocate_with names unknown node '%s'", n->name,

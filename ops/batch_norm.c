@@ -3,12 +3,16 @@
  *
  * batch_norm(x, gamma, beta, moving_mean, moving_variance) gives y =
  * gamma (x - mean) rstd + beta with rstd = 1 / sqrt(var + epsilon) and, as
- * outputs 1 and 2, the mean and rstd it used. Training (attr training,
- * default true): mean and var are the batch's (var biased), and the
- * variables that moving_mean and moving_variance read are updated in the
- * same step, moving = momentum moving + (1 - momentum) batch (the variance
- * with Bessel's correction, as TensorFlow and PyTorch). Inference: the
- * moving statistics, nothing updated. Statistics accumulate in double. */
+ * outputs 1 and 2, the mean and rstd it used, and as output 3 the
+ * variance for the moving statistics. Training (attr training, default
+ * true): mean and var are the batch's (var biased; output 3 with Bessel's
+ * correction, as TensorFlow and PyTorch), and the variables that
+ * moving_mean and moving_variance read are updated in the same step,
+ * moving = momentum moving + (1 - momentum) batch, unless attr
+ * update_moving is false: then a moving_average_update does it
+ * (moving_average.c; gr_replicate averages the replicas' statistics so).
+ * Inference: the moving statistics, nothing updated. Statistics
+ * accumulate in double. */
 #include <math.h>
 #include <string.h>
 
@@ -53,7 +57,8 @@ static gr_status batch_norm_shape(gr_shape_ctx *ctx) {
     return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
                           "need epsilon > 0 and 0 <= momentum <= 1, got epsilon %g, momentum %g",
                           eps, mom);
-  if (gr_node_attr_bool(ctx->node, "training", true))
+  if (gr_node_attr_bool(ctx->node, "training", true) &&
+      gr_node_attr_bool(ctx->node, "update_moving", true))
     for (int i = 3; i < 5; i++)
       if (!gr_ops_is_variable_read(ctx->node->inputs[i].node))
         return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
@@ -61,10 +66,10 @@ static gr_status batch_norm_shape(gr_shape_ctx *ctx) {
                               "place); '%s' is a %s",
                               ctx->node->op->input_names[i], ctx->node->inputs[i].node->name,
                               ctx->node->inputs[i].node->op->name);
-  ctx->num_outputs = 3;
-  for (int i = 0; i < 3; i++) ctx->out_dtypes[i] = ctx->in_dtypes[0];
+  ctx->num_outputs = 4;
+  for (int i = 0; i < 4; i++) ctx->out_dtypes[i] = ctx->in_dtypes[0];
   ctx->out_shapes[0] = ctx->in_shapes[0];
-  ctx->out_shapes[1] = ctx->out_shapes[2] = gr_shape_make(1, (int64_t[]){c});
+  ctx->out_shapes[1] = ctx->out_shapes[2] = ctx->out_shapes[3] = gr_shape_make(1, (int64_t[]){c});
   return GR_OK;
 }
 
@@ -92,7 +97,7 @@ static gr_status check_runtime(gr_kernel_ctx *ctx, int first, int64_t *rows, int
 }
 
 /* moving = momentum moving + (1 - momentum) batch, into the variable that
- * input `in` of the node reads (copy on write, as assign_add). */
+ * input `in` of the node reads. */
 static gr_status update_moving(gr_kernel_ctx *ctx, int in, const double *batch, int64_t c) {
   const gr_node *src = ctx->node->inputs[in].node;
   if (!gr_ops_is_variable_read(src))
@@ -100,30 +105,8 @@ static gr_status update_moving(gr_kernel_ctx *ctx, int in, const double *batch, 
                            "in training, input %d must be read from its variable on this device "
                            "(it is '%s'); place batch_norm with its moving statistics",
                            in, src->name);
-  gr_var *v = gr_resource_mgr_get_var(ctx->step->resources, gr_node_attr_string(src, "var", ""));
-  if (!v) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  double mom = gr_node_attr_float(ctx->node, "momentum", 0.99);
-  gr_var_lock(v);
-  gr_tensor *cur = gr_var_value(v);
-  gr_status s = GR_OK;
-  if (!cur->buf || cur->shape.rank != 1 || cur->shape.dims[0] != c ||
-      cur->dtype != ctx->inputs[0].dtype) {
-    s = gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION,
-                        "variable '%s' is not an initialised vector of %lld channels",
-                        gr_var_name(v), (long long)c);
-  } else {
-    gr_tensor fresh = gr_tensor_empty();
-    if (!gr_tensor_is_unique(cur)) s = gr_tensor_alloc(&fresh, cur->dtype, &cur->shape, ctx->err);
-    gr_tensor *out = fresh.buf ? &fresh : cur;
-    for (int64_t j = 0; s == GR_OK && j < c; j++)
-      gr_tensor_set_f64(out, j, mom * gr_tensor_get_f64(cur, j) + (1 - mom) * batch[j]);
-    if (fresh.buf) {
-      gr_tensor_release(cur);
-      *cur = fresh;
-    }
-  }
-  gr_var_unlock(v);
-  return s;
+  return gr_ops_update_moving(ctx, gr_node_attr_string(src, "var", ""),
+                              gr_node_attr_float(ctx->node, "momentum", 0.99), batch, c);
 }
 
 /* mean and the sum of squared deviations (var) per channel of x [rows, c]. */
@@ -183,19 +166,24 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
       rstd[j] = 1.0 / sqrt(var[j] / (double)rows + eps);
       var[j] = rows > 1 ? var[j] / (double)(rows - 1) : var[j];
     }
-    s = update_moving(ctx, 3, mean, c);
-    if (s == GR_OK) s = update_moving(ctx, 4, var, c);
+    if (gr_node_attr_bool(ctx->node, "update_moving", true)) {
+      s = update_moving(ctx, 3, mean, c);
+      if (s == GR_OK) s = update_moving(ctx, 4, var, c);
+    }
   } else {
     for (int64_t j = 0; j < c; j++) {
       mean[j] = gr_tensor_get_f64(&ctx->inputs[3], j);
-      rstd[j] = 1.0 / sqrt(gr_tensor_get_f64(&ctx->inputs[4], j) + eps);
+      var[j] = gr_tensor_get_f64(&ctx->inputs[4], j);
+      rstd[j] = 1.0 / sqrt(var[j] + eps);
     }
   }
-  gr_tensor *Y, *M, *R;
+  gr_tensor *Y, *M, *R, *V;
   gr_shape cs = gr_shape_make(1, (int64_t[]){c});
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 0, X->dtype, &X->shape, &Y);
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 1, X->dtype, &cs, &M);
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 2, X->dtype, &cs, &R);
+  if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 3, X->dtype, &cs, &V);
+  for (int64_t j = 0; s == GR_OK && j < c; j++) gr_tensor_set_f64(V, j, var[j]); /* before APPLY */
   if (s == GR_OK && X->dtype == GR_F32)
     BN_APPLY(float);
   else if (s == GR_OK)
@@ -276,10 +264,10 @@ static gr_status batch_norm_grad_shape(gr_shape_ctx *ctx) {
  * neither do outputs 1 and 2 pass one back (an error if asked). */
 static gr_status batch_norm_grad_fn(gr_grad_ctx *c) {
   gr_graph *g = c->graph;
-  if (c->grads[1].node || c->grads[2].node)
+  if (c->grads[1].node || c->grads[2].node || c->grads[3].node)
     return gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
-                               "gradients: batch_norm node '%s': no gradient through its mean and "
-                               "rstd outputs (1 and 2), only through y",
+                               "gradients: batch_norm node '%s': no gradient through its mean, "
+                               "rstd and variance outputs (1 to 3), only through y",
                                c->node->name);
   gr_output in[5] = {c->grads[0], gr_grad_x(c, 0), gr_grad_x(c, 1), gr_grad_y(c, 1),
                      gr_grad_y(c, 2)};
@@ -347,19 +335,21 @@ static void batch_norm_cost(const gr_node *n, gr_cost *c) {
 static const gr_attr_spec bn_attrs[] = {
     {"training", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = true}},
     {"momentum", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.99}},
-    {"epsilon", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 1e-3}}};
+    {"epsilon", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 1e-3}},
+    {"update_moving", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = true}}};
 
 const gr_op_def gr_op_batch_norm = {
     .name = "batch_norm",
     .doc = "gamma (x - mean) / sqrt(var + epsilon) + beta over the last axis; training: batch "
            "statistics, and the moving_mean / moving_variance variables updated in the step "
-           "(attr momentum); else the moving ones. Outputs y, mean, rstd",
+           "(attr momentum; unless update_moving is false); else the moving ones. Outputs y, "
+           "mean, rstd and the variance (batch: with Bessel's correction)",
     .min_inputs = 5,
     .max_inputs = 5,
     .input_names = (const char *const[]){"x", "gamma", "beta", "moving_mean", "moving_variance"},
-    .num_outputs = 3,
+    .num_outputs = 4,
     .attrs = bn_attrs,
-    .num_attrs = 3,
+    .num_attrs = 4,
     .shape_fn = batch_norm_shape,
     .cost_fn = batch_norm_cost,
     .kernel = batch_norm_kernel,
@@ -375,7 +365,7 @@ const gr_op_def gr_op_batch_norm_grad = {
     .input_names = (const char *const[]){"dy", "x", "gamma", "mean", "rstd"},
     .num_outputs = 3,
     .attrs = bn_attrs,
-    .num_attrs = 3,
+    .num_attrs = 4,
     .shape_fn = batch_norm_grad_shape,
     .cost_fn = batch_norm_cost,
     .kernel = batch_norm_grad_kernel,

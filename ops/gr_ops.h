@@ -181,14 +181,21 @@ gr_output gr_avg_pool(gr_graph *g, gr_output x, const int64_t ksize[2], const in
 gr_output gr_global_avg_pool(gr_graph *g, gr_output x);
 /* [n, ...] -> [n, product of the rest], a view. */
 gr_output gr_flatten(gr_graph *g, gr_output x);
-/* Batch normalization over the last axis: outputs y, mean, rstd
- * (gr_output_at). moving_mean and moving_variance are reads of variables
- * of shape [c]; training uses the batch statistics and updates those
- * variables in the step (moving = momentum moving + (1 - momentum) batch),
- * inference uses them. Keras defaults: momentum 0.99, epsilon 1e-3. */
+/* Batch normalization over the last axis: outputs y, mean, rstd and the
+ * variance (batch: with Bessel's correction) (gr_output_at). moving_mean
+ * and moving_variance are reads of variables of shape [c]; training uses
+ * the batch statistics and updates those variables in the step (moving =
+ * momentum moving + (1 - momentum) batch), inference uses them. Keras
+ * defaults: momentum 0.99, epsilon 1e-3. In gr_replicate's replicas the
+ * replicas' statistics are averaged into one update (gr_replicate). */
 gr_output gr_batch_norm(gr_graph *g, gr_output x, gr_output gamma, gr_output beta,
                         gr_output moving_mean, gr_output moving_variance, bool training,
                         double momentum, double epsilon);
+/* var (a variable read) = momentum var + (1 - momentum) mean(stats[0..n)),
+ * in double, the stats added in order, run where var lives; no outputs
+ * ({node, -1}). What gr_replicate builds for the replicas' batch norms. */
+gr_output gr_moving_average_update(gr_graph *g, gr_output var, const gr_output *stats, int n,
+                                   double momentum);
 /* Training: x times a mask of 1 / (1 - rate) (kept) or 0, counter-based per
  * (seed, node, step, element); else x. Output 1: the mask. */
 gr_output gr_dropout(gr_graph *g, gr_output x, double rate, int64_t seed, bool training);
@@ -427,7 +434,11 @@ typedef struct gr_replicate_options {
  * replica's backward pass runs with its forward pass, and the replicas'
  * contributions to a variable are added where it lives (a parameter
  * server), or all-reduced for mirrored variables. The body must not make
- * variables. */
+ * variables. Batch norms in training normalise each replica's slice with
+ * its own statistics; their moving statistics are updated once per step,
+ * where each variable (and each mirrored copy) lives, with the mean of the
+ * replicas' statistics (moving_average_update), and the outputs wait for
+ * those updates. */
 gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_output *inputs,
                        int num_inputs, gr_replica_fn fn, void *arg, int num_outputs,
                        gr_output *outputs);

@@ -127,6 +127,8 @@
   /* batch_norm.c */                                                                               \
   X(batch_norm)                                                                                    \
   X(batch_norm_grad)                                                                               \
+  /* moving_average.c */                                                                           \
+  X(moving_average_update)                                                                         \
   /* dropout.c */                                                                                  \
   X(dropout)                                                                                       \
   /* image_augment.c */                                                                            \

@@ -47,6 +47,20 @@ gr_output gr_ops_variable_with(gr_graph *g, const char *name, gr_output initial_
 int gr_ops_add_mirrors(const gr_graph *g, gr_output *vars, int n, int cap);
 gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, gr_output *grads);
 
+/* Batch norm's moving statistics (moving_average.c). Sets the variable var
+ * (on this kernel's device) to momentum var + (1 - momentum) batch[0..c)
+ * (copy on write, under the variable's lock). */
+gr_status gr_ops_update_moving(gr_kernel_ctx *ctx, const char *var, double momentum,
+                               const double *batch, int64_t c);
+/* For gr_replicate: the training batch norms among nodes [first, last) (the
+ * replicas' bodies) leave their moving statistics to new
+ * moving_average_update nodes, which average the replicas' statistics per
+ * moving variable (and per copy of a mirrored one) where it lives.
+ * *updates (malloc'd, the caller frees; NULL when none): those nodes, for the
+ * replicas' outputs to wait on. */
+gr_status gr_ops_replicas_moving_stats(gr_graph *g, int first, int last, gr_output **updates,
+                                       int *num_updates);
+
 gr_output gr_ops_build(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
                        int num_inputs, const gr_attr *attrs, int num_attrs);
 

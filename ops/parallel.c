@@ -181,8 +181,10 @@ static gr_status ring(gr_graph *g, const gr_output *flat, int n, int64_t s, cons
 static gr_status reduce_bucket(gr_graph *g, const gr_output *values, const int *ts, int k, int n,
                                const char *const *dev, gr_reduction op, gr_output *out) {
   int64_t total = 0;
-  for (int i = 0; i < k; i++)
-    total += gr_shape_num_elements(&values[(size_t)ts[i] * (size_t)n].node->out_shapes[0]);
+  for (int i = 0; i < k; i++) {
+    const gr_output *v = &values[(size_t)ts[i] * (size_t)n];
+    total += gr_shape_num_elements(&v->node->out_shapes[v->index]);
+  }
   gr_output *flat = calloc((size_t)n, sizeof *flat), *res = calloc((size_t)n, sizeof *res);
   gr_output *parts = calloc((size_t)k, sizeof *parts);
   if (!flat || !res || !parts) {
@@ -488,6 +490,14 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
     if (st == GR_OK && o->mirror_variables && k > 0)
       st = mirror_reads(g, first, lo, hi, k, o->devices[k], &mm);
   }
+  /* the replicas' batch norms: one update of each moving statistic, which
+   * the outputs wait for (moving_average.c) */
+  gr_output *updates = NULL;
+  int nupd = 0;
+  if (st == GR_OK)
+    st = gr_ops_replicas_moving_stats(g, first, gr_graph_num_nodes(g), &updates, &nupd);
+  bool deps = st == GR_OK && nupd > 0 && gr_graph_push_control_deps(g, updates, nupd) == GR_OK;
+  if (st == GR_OK && nupd > 0 && !deps) st = gr_graph_error(g)->code;
   /* the mean over the replicas of each output */
   for (int j = 0; j < num_outputs && st == GR_OK; j++) {
     gr_output *each = calloc((size_t)n, sizeof *each);
@@ -497,7 +507,7 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
     }
     for (int k = 0; k < n; k++) each[k] = outs[(size_t)k * (size_t)num_outputs + j];
     if (n == 1) {
-      outputs[j] = each[0];
+      outputs[j] = nupd ? gr_identity(g, each[0]) : each[0];
     } else {
       snprintf(name, sizeof name, "%s_sum", scope);
       gr_output sum = gr_op(g, "add_n", name, each, n, NULL, 0);
@@ -508,6 +518,8 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
     free(each);
     if (gr_graph_error(g)) st = gr_graph_error(g)->code;
   }
+  if (deps) gr_graph_pop_control_deps(g);
+  free(updates);
   if (st == GR_OK && o->per_replica)
     memcpy(o->per_replica, outs, sizeof *outs * (size_t)n * (size_t)num_outputs);
   if (st != GR_OK)

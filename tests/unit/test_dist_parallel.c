@@ -4,6 +4,8 @@
  * within 1e-5 and the same bits on a rerun; allreduce.gr on 2 and 3 workers
  * keeps every worker's copy equal after every step; model_parallel.gr
  * (2 tasks, 4 micro-batches) trains as fashion_mlp.gr within 1e-5;
+ * fashion_cnn_sync.gr (ps + 2 workers, batch norm) trains to the same bits
+ * on a rerun, in one process and resumed from a checkpoint;
  * mapreduce_mean.gr gives the mean of the 100 million numbers computed
  * directly; a ring all-reduce over 3 tasks gives exact sums; a task killed
  * in the middle of all-reduces fails the run, without a hang. */
@@ -52,14 +54,16 @@ static void example(char *buf, size_t cap, const char *name) {
 static const char *const weight_files[] = {"layer1/w1", "layer1/b1", "layer2/w2",
                                            "layer2/b2", "layer3/w3", "layer3/b3"};
 
-/* The largest difference between the weights in dirs a and b (-1: missing). */
-static double weights_diff(const char *a, const char *b, bool *same_bits) {
+/* The largest difference between the tensors files[0..n) in dirs a and b
+ * (-1: missing). */
+static double weights_diff(const char *a, const char *b, const char *const *files, int n,
+                           bool *same_bits) {
   double worst = 0;
   *same_bits = true;
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < n; i++) {
     char pa[PATH_MAX], pb[PATH_MAX];
-    snprintf(pa, sizeof pa, "%s/%s.npy", a, weight_files[i]);
-    snprintf(pb, sizeof pb, "%s/%s.npy", b, weight_files[i]);
+    snprintf(pa, sizeof pa, "%s/%s.npy", a, files[i]);
+    snprintf(pb, sizeof pb, "%s/%s.npy", b, files[i]);
     gr_tensor ta, tb;
     gr_error err;
     if (gr_data_load_npy(pa, &ta, &err) != GR_OK) return fprintf(stderr, "%s\n", err.msg), -1;
@@ -115,7 +119,7 @@ static double diff_to(const char *dir, const char *other, bool *same) {
   snprintf(a, sizeof a, "%s/%s", tmp, dir);
   snprintf(b, sizeof b, "%s", other[0] == '/' ? other : "");
   if (other[0] != '/') snprintf(b, sizeof b, "%s/%s", tmp, other);
-  return weights_diff(a, b, same);
+  return weights_diff(a, b, weight_files, 6, same);
 }
 
 static void test_sync_replicas(void) {
@@ -188,6 +192,107 @@ static void test_model_parallel(void) {
   printf("model_parallel: 4 micro-batches on 2 tasks: weights differ from one process by %.3g\n",
          d);
   GR_CHECK_MSG(d >= 0 && d <= 1e-5, "%g", d);
+}
+
+/* ---- the CNN with batch norm, ps + 2 workers --------------------------------------------------
+ */
+
+enum { CNN_STEPS = 6 };
+#define CNN_FETCH                                                                                  \
+  "conv_bn_vars/w,conv_bn_vars/moving_mean,conv_bn_vars/moving_variance,conv_bn_vars_1/w,"         \
+  "conv_bn_vars_1/moving_mean,conv_bn_vars_1/moving_variance,dense_vars/w,dense_vars_1/b,loss"
+static const char *const cnn_files[] = {"conv_bn_vars/w",
+                                        "conv_bn_vars/moving_mean",
+                                        "conv_bn_vars/moving_variance",
+                                        "conv_bn_vars_1/w",
+                                        "conv_bn_vars_1/moving_mean",
+                                        "conv_bn_vars_1/moving_variance",
+                                        "dense_vars/w",
+                                        "dense_vars_1/b"};
+enum { CNN_FILES = sizeof cnn_files / sizeof *cnn_files };
+
+/* examples/fashion_cnn_sync.gr for `steps` steps into tmp/dir: on a
+ * launched cluster of 1 ps and 2 workers, or (cluster false) in one process
+ * with --soft-placement; extra: one more argument pair or NULL. Its loss. */
+static double cnn_run(bool cluster, int steps, const char *dir, const char *flag,
+                      const char *value) {
+  char file[PATH_MAX], st[16], out[PATH_MAX + 16];
+  example(file, sizeof file, "fashion_cnn_sync.gr");
+  snprintf(st, sizeof st, "%d", steps);
+  snprintf(out, sizeof out, "%s/%s", tmp, dir);
+  char *argv[32];
+  int n = 0;
+  argv[n++] = "graphrun";
+  if (cluster) {
+    char *const head[] = {"launch", "--ps", "1", "--workers", "2"};
+    for (size_t i = 0; i < sizeof head / sizeof *head; i++) argv[n++] = head[i];
+  } else {
+    argv[n++] = "run";
+  }
+  argv[n++] = file;
+  if (!cluster) argv[n++] = "--soft-placement";
+  char *const tail[] = {"--steps", st,        "--fetch",   CNN_FETCH, "--out",       out,
+                        "--json",  "--quiet", "--timeout", "60",      "--heartbeat", LENIENT};
+  for (size_t i = 0; i < sizeof tail / sizeof *tail; i++) argv[n++] = tail[i];
+  if (flag) argv[n++] = (char *)flag, argv[n++] = (char *)value;
+  argv[n] = NULL;
+  gt_proc p;
+  int code = run(&p, argv, 300);
+  GR_CHECK_MSG(code == 0, "%s", p.buf);
+  return code == 0 ? json_scalar(p.buf, "loss") : NAN;
+}
+
+static bool cnn_same(const char *a, const char *b) {
+  char pa[PATH_MAX + 16], pb[PATH_MAX + 16];
+  snprintf(pa, sizeof pa, "%s/%s", tmp, a);
+  snprintf(pb, sizeof pb, "%s/%s", tmp, b);
+  bool same;
+  return weights_diff(pa, pb, cnn_files, CNN_FILES, &same) == 0 && same;
+}
+
+/* The .npy file tmp/dir/name: all of it differs from `initial`. */
+static bool all_moved(const char *dir, const char *name, double initial) {
+  char path[PATH_MAX + 64];
+  snprintf(path, sizeof path, "%s/%s/%s.npy", tmp, dir, name);
+  gr_tensor t;
+  gr_error err;
+  if (gr_data_load_npy(path, &t, &err) != GR_OK) return fprintf(stderr, "%s\n", err.msg), false;
+  bool moved = gr_tensor_num_elements(&t) > 0;
+  for (int64_t i = 0; i < gr_tensor_num_elements(&t); i++)
+    moved = moved && isfinite(gr_tensor_get_f64(&t, i)) && gr_tensor_get_f64(&t, i) != initial;
+  gr_tensor_release(&t);
+  return moved;
+}
+
+/* The CNN with batch norm, dropout and flips in two replicas on two workers,
+ * its variables on the ps: the loss falls, a rerun gives the same bits, and
+ * so do the same replicas in one process (the moving statistics included,
+ * each updated once per step on the ps from the mean of the replicas'
+ * statistics: test_replica_stats.c checks the arithmetic), and a run
+ * resumed from a checkpoint. */
+static void test_cnn_sync(void) {
+  double t0 = gt_now();
+  double first = cnn_run(false, 1, "cnn_step1", NULL, NULL);
+  double loss = cnn_run(true, CNN_STEPS, "cnn1", NULL, NULL);
+  double t1 = gt_now();
+  cnn_run(true, CNN_STEPS, "cnn2", NULL, NULL);
+  cnn_run(false, CNN_STEPS, "cnn_one", NULL, NULL);
+  char ckpt[PATH_MAX + 16];
+  snprintf(ckpt, sizeof ckpt, "%s/cnn_ckpt", tmp);
+  cnn_run(true, CNN_STEPS / 2, "cnn_half", "--ckpt", ckpt);
+  cnn_run(true, CNN_STEPS, "cnn_resumed", "--ckpt", ckpt);
+  printf("cnn_sync: loss %.4f after 1 step, %.4f after %d (a cluster run: %.1f s)\n", first, loss,
+         CNN_STEPS, t1 - t0);
+  GR_CHECK_MSG(loss < first, "%g after %d steps, %g after 1", loss, CNN_STEPS, first);
+  GR_CHECK_MSG(cnn_same("cnn1", "cnn2"), "a rerun gives other weights");
+  GR_CHECK_MSG(cnn_same("cnn1", "cnn_one"), "one process gives other weights");
+  GR_CHECK_MSG(cnn_same("cnn1", "cnn_resumed"), "a resumed run gives other weights");
+  for (int layer = 0; layer < 2; layer++) {
+    char m[64], v[64];
+    snprintf(m, sizeof m, "conv_bn_vars%s/moving_mean", layer ? "_1" : "");
+    snprintf(v, sizeof v, "conv_bn_vars%s/moving_variance", layer ? "_1" : "");
+    GR_CHECK_MSG(all_moved("cnn1", m, 0) && all_moved("cnn1", v, 1), "%s, %s did not move", m, v);
+  }
 }
 
 /* The mean of every random_uniform of the example, drawn here from the
@@ -324,6 +429,7 @@ int main(void) {
   GR_RUN(test_sync_replicas);
   GR_RUN(test_allreduce);
   GR_RUN(test_model_parallel);
+  GR_RUN(test_cnn_sync);
   GR_RUN(test_mapreduce_mean);
   GR_RUN(test_all_reduce_on_cluster);
   GR_RUN(test_kill_mid_reduce);

@@ -147,6 +147,19 @@ static void test_control_deps_and_attrs(void) {
   GR_CHECK(strcmp(gr_shape_str(&m.node->out_shapes[0], b2), "[3, 5]") == 0);
   /* int attrs are accepted where floats are expected */
   GR_CHECK(gr_graph_error(g) == NULL);
+  /* a scalar attr set after the node is built; other attrs and types refused */
+  gr_attr tb = gr_attr_bool("transpose_b", true), ta = gr_attr_int("transpose_a", 1);
+  gr_attr nope = gr_attr_bool("nope", true), str = gr_attr_string("transpose_a", "x");
+  GR_CHECK(gr_graph_set_attr(g, m.node, &tb) == GR_OK);
+  GR_CHECK(gr_node_attr_bool(m.node, "transpose_b", false) == true);
+  GR_CHECK(gr_graph_set_attr(g, m.node, &ta) != GR_OK);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "attr 'transpose_a' is bool, not int");
+  gr_graph_clear_error(g);
+  GR_CHECK(gr_graph_set_attr(g, m.node, &nope) != GR_OK);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "has no attr 'nope'");
+  gr_graph_clear_error(g);
+  GR_CHECK(gr_graph_set_attr(g, m.node, &str) != GR_OK);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "only bool, int and float");
   gr_graph_free(g);
 }
 

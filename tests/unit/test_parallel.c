@@ -295,6 +295,40 @@ static void test_all_reduce_fused(void) {
   gr_graph_free(g);
 }
 
+/* Fused values that are outputs other than 0 of their nodes (as batch
+ * norm's gradients of gamma and beta are): the buffer is cut by each
+ * value's own shape. */
+static void test_all_reduce_other_outputs(void) {
+  gr_graph *g = gr_graph_new();
+  gr_shape cs = gr_shape_make(1, (int64_t[]){3});
+  gr_output v[2 * 2], out[2 * 2];
+  for (int d = 0; d < 2; d++) {
+    gr_graph_push_device_scope(g, worker_names[d]);
+    gr_output x = gr_fill(g, GR_F32, gr_shape_make(2, (int64_t[]){4, 3}), d + 1.0);
+    gr_output mm = gr_fill(g, GR_F32, cs, d + 2.0), one = gr_ones(g, GR_F32, cs);
+    gr_output y = gr_batch_norm(g, x, one, one, mm, one, false, 0.9, 1e-3); /* y [4, 3] */
+    v[0 * 2 + d] = gr_output_at(y, 1);                                      /* mean: mm */
+    v[1 * 2 + d] = gr_output_at(y, 2); /* rstd: 1 / sqrt(1 + 1e-3) */
+    gr_graph_pop_device_scope(g);
+  }
+  GR_CHECK(gr_all_reduce_n(g, v, 2, 2, NULL, GR_REDUCE_SUM, 1024, out) == GR_OK);
+  gr_error err;
+  gr_session *s = named_session(g, worker_names, 2, &err);
+  gr_tensor r[4];
+  GR_CHECK(s && gr_session_run(s, NULL, 0, out, 4, r, NULL, 0, &err) == GR_OK);
+  if (s) {
+    for (int i = 0; i < 4; i++) {
+      GR_CHECK(gr_shape_equal(&r[i].shape, &cs));
+      for (int64_t k = 0; k < 3; k++)
+        GR_CHECK(gr_tensor_get_f64(&r[i], k) ==
+                 (i < 2 ? 2.0 + 3.0 : 2.0 * (float)(1 / sqrt(1 + 1e-3))));
+      gr_tensor_release(&r[i]);
+    }
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 static void test_all_reduce_errors(void) {
   gr_graph *g = gr_graph_new();
   gr_output a = gr_placeholder(g, "a", GR_F32, gr_shape_make(1, (int64_t[]){-1}));
@@ -617,6 +651,7 @@ int main(void) {
   GR_RUN(test_all_reduce_sizes);
   GR_RUN(test_all_reduce_large);
   GR_RUN(test_all_reduce_fused);
+  GR_RUN(test_all_reduce_other_outputs);
   GR_RUN(test_all_reduce_errors);
   GR_RUN(test_all_reduce_gradient);
   GR_RUN(test_replicas_train_like_one);
