@@ -394,9 +394,12 @@ static gr_status call_def(gr_dsl_program *p, const dsl_stmt *def, const dsl_expr
   p->ret = out;
   p->returned = false;
   p->block_depth = 0;
+  size_t saved_path;
+  dsl_layers_enter_def(p, def->str, e->pos, &saved_path);
   p->call_depth++;
   gr_status st = dsl_lower_block(p, &def->block);
   p->call_depth--;
+  dsl_layers_leave_def(p, saved_path);
   p->frame = saved;
   p->ret = saved_ret;
   p->returned = false;

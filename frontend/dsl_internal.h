@@ -362,7 +362,23 @@ struct gr_dsl_program {
   dsl_value *ret; /* set by `return` inside a def */
   bool returned;
   char loc[512];
+  /* opts.record_layers (dsl_layers.c): the bindings, the defs being called
+   * ("cnn/conv_block") and where the outermost of those calls is */
+  gr_dsl_layer *layers;
+  int nlayers, caplayers;
+  char def_path[512];
+  size_t def_path_len;
+  dsl_pos layer_call;
 };
+
+/* ---- recorded bindings (dsl_layers.c), with opts.record_layers ------------ */
+
+/* Around the lowering of a def's body called at `call`: *saved restores. */
+void dsl_layers_enter_def(gr_dsl_program *p, const char *def, dsl_pos call, size_t *saved);
+void dsl_layers_leave_def(gr_dsl_program *p, size_t saved);
+/* After statement s bound its names: records those bound to tensors. n0:
+ * the graph's node count before s, l0: the layer count before s. */
+gr_status dsl_layers_record(gr_dsl_program *p, const dsl_stmt *s, int n0, int l0);
 
 /* A variable read made in an open control_dependencies block (deps_depth). */
 typedef struct dsl_fresh_read {

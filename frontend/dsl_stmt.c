@@ -121,7 +121,7 @@ static gr_status bind_named(gr_dsl_program *p, const char *name, dsl_pos pos, ds
   return bind_checked(p, name, pos, v, NULL, checked);
 }
 
-static gr_status lower_bind(gr_dsl_program *p, const dsl_stmt *s) {
+static gr_status bind_stmt(gr_dsl_program *p, const dsl_stmt *s) {
   for (int i = 0; i < s->nnames; i++) {
     dsl_binding *old = dsl_frame_find_local(p->frame, s->names[i]);
     if (old) return bind(p, s->names[i], s->name_pos[i], NULL, NULL); /* the error */
@@ -157,6 +157,14 @@ static gr_status lower_bind(gr_dsl_program *p, const dsl_stmt *s) {
     GR_TRY(bind_named(p, s->names[i], s->name_pos[i], at, &item, n0, false));
   }
   return GR_OK;
+}
+
+/* With opts.record_layers, the bindings are recorded (dsl_layers.c). */
+static gr_status lower_bind(gr_dsl_program *p, const dsl_stmt *s) {
+  if (!p->opts.record_layers) return bind_stmt(p, s);
+  int n0 = gr_graph_num_nodes(p->g), l0 = p->nlayers;
+  GR_TRY(bind_stmt(p, s));
+  return dsl_layers_record(p, s, n0, l0);
 }
 
 /* Output tensors of a value (a tensor or a tuple/list of them), appended to outs. */

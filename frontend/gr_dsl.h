@@ -45,6 +45,9 @@ typedef struct gr_dsl_options {
    * training: graphrun run --job worker --task I), for task_index(); 0 when
    * not given */
   int task_index;
+  /* record every `name = expr` binding of a tensor (gr_dsl_layer_at), for
+   * graphrun check --layers; off: nothing is recorded, nothing costs */
+  bool record_layers;
 } gr_dsl_options;
 
 /* Reads, parses and lowers a file into g. opts may be NULL. A serialized
@@ -77,6 +80,23 @@ int gr_dsl_num_fetches(const gr_dsl_program *p);
 const char *gr_dsl_fetch_name(const gr_dsl_program *p, int i);
 int gr_dsl_num_targets(const gr_dsl_program *p);
 const char *gr_dsl_target_name(const gr_dsl_program *p, int i);
+
+/* A binding recorded with gr_dsl_options.record_layers: one per name of a
+ * `name = expr` statement whose value is a tensor, in the order lowered;
+ * statements inside defs once per call. Strings live in the program. */
+typedef struct gr_dsl_layer {
+  const char *path; /* the defs called on the way and the name: "logits", "cnn/h1" */
+  const char *file; /* the statement, as its source is named */
+  int line;
+  const char *call_file; /* inside a def: the top-level call that led here; else the */
+  int call_line;         /* statement itself */
+  gr_output value;
+  /* elements of the variables the statement made, not counting those of
+   * the bindings nested in it (a def's); on the first name of a statement */
+  int64_t params;
+} gr_dsl_layer;
+int gr_dsl_num_layers(const gr_dsl_program *p);
+const gr_dsl_layer *gr_dsl_layer_at(const gr_dsl_program *p, int i);
 
 /* Serializes the program's graph with its top-level tensor names, fetches
  * and targets into *data (malloc'd, the caller frees), *size bytes: what

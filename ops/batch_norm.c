@@ -1,5 +1,6 @@
 /* Fused batch normalization over the last axis (channels of NHWC, or the
- * features of [n, c]): batch_norm and its gradient batch_norm_grad.
+ * features of [n, c]; with data_format NCHW over axis 1, computed on a
+ * channels-last copy): batch_norm and its gradient batch_norm_grad.
  *
  * batch_norm(x, gamma, beta, moving_mean, moving_variance) gives y =
  * gamma (x - mean) rstd + beta with rstd = 1 / sqrt(var + epsilon) and, as
@@ -16,20 +17,25 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/conv_internal.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
 /* ---- shapes --------------------------------------------------------------------------- */
 
-/* x rank >= 2 with c channels last; the other inputs (from `first`) [c]. */
-static gr_status channel_inputs(gr_shape_ctx *ctx, int first, int *c_out) {
-  const gr_shape *x = &ctx->in_shapes[0];
+/* x (input xi) rank >= 2 with c channels last (NCHW: at axis 1); the
+ * other inputs (from `first`) [c]. */
+static gr_status channel_inputs(gr_shape_ctx *ctx, int xi, int first, int *c_out) {
+  const gr_shape *x = &ctx->in_shapes[xi];
   char xs[GR_SHAPE_STR_MAX], ps[GR_SHAPE_STR_MAX];
+  gr_data_format f;
+  gr_status st = gr_layout_read_format(ctx->node, &f, xs, sizeof xs);
+  if (st != GR_OK) return gr_shape_error(ctx, st, "%s", xs);
   if (x->rank >= 0 && x->rank < 2)
     return gr_shape_error(ctx, GR_ERR_SHAPE,
-                          "input 'x' must have rank >= 2 (channels last), got shape %s",
-                          gr_shape_str(x, xs));
-  int64_t c = x->rank >= 2 ? x->dims[x->rank - 1] : -1;
+                          "input 'x' must have rank >= 2 (channels %s), got shape %s",
+                          f == GR_FORMAT_NCHW ? "at axis 1: NCHW" : "last", gr_shape_str(x, xs));
+  int64_t c = x->rank >= 2 ? x->dims[gr_layout_channel_axis(f, x->rank)] : -1;
   for (int i = first; i < ctx->num_inputs; i++) {
     const gr_shape *p = &ctx->in_shapes[i];
     const char *nm = ctx->node->op->input_names[i];
@@ -38,8 +44,9 @@ static gr_status channel_inputs(gr_shape_ctx *ctx, int first, int *c_out) {
                             gr_shape_str(p, ps));
     if (p->rank == 1 && c >= 0 && p->dims[0] >= 0 && p->dims[0] != c)
       return gr_shape_error(ctx, GR_ERR_SHAPE,
-                            "channel mismatch: input '%s' %s but x %s has %lld channels", nm,
-                            gr_shape_str(p, ps), gr_shape_str(x, xs), (long long)c);
+                            "channel mismatch: input '%s' %s but x %s%s has %lld channels", nm,
+                            gr_shape_str(p, ps), gr_shape_str(x, xs),
+                            f == GR_FORMAT_NCHW ? " (NCHW)" : "", (long long)c);
     if (p->rank == 1 && c < 0) c = p->dims[0];
   }
   *c_out = (int)c;
@@ -50,7 +57,7 @@ static gr_status batch_norm_shape(gr_shape_ctx *ctx) {
   GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   for (int i = 1; i < 5; i++) GR_TRY(gr_shape_check_same_dtype(ctx, 0, i));
   int c;
-  GR_TRY(channel_inputs(ctx, 1, &c));
+  GR_TRY(channel_inputs(ctx, 0, 1, &c));
   double eps = gr_node_attr_float(ctx->node, "epsilon", 1e-3);
   double mom = gr_node_attr_float(ctx->node, "momentum", 0.99);
   if (!(eps > 0) || !(mom >= 0 && mom <= 1))
@@ -75,16 +82,22 @@ static gr_status batch_norm_shape(gr_shape_ctx *ctx) {
 
 /* ---- kernels ----------------------------------------------------------------------------- */
 
-/* Runtime check: x rank >= 2, inputs [first, n) all [c], one float dtype. */
-static gr_status check_runtime(gr_kernel_ctx *ctx, int first, int64_t *rows, int64_t *c) {
-  const gr_tensor *X = &ctx->inputs[0];
+/* Runtime check: x (input xi) rank >= 2, inputs [first, n) all [c], one
+ * float dtype; then the inputs in xs (bits) channels last into k. */
+static gr_status check_runtime(gr_kernel_ctx *ctx, int xi, int first, unsigned xs, int64_t *rows,
+                               int64_t *c, gr_layout_kernel *k) {
+  const gr_tensor *X = &ctx->inputs[xi];
+  gr_data_format f;
+  char msg[256];
+  if (gr_layout_read_format(ctx->node, &f, msg, sizeof msg) != GR_OK)
+    return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "%s", msg);
   char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
   if (X->shape.rank < 2)
     return gr_kernel_error(ctx, GR_ERR_SHAPE, "x must have rank >= 2, got shape %s",
                            gr_shape_str(&X->shape, a));
   if (X->dtype != GR_F32 && X->dtype != GR_F64)
     return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));
-  *c = X->shape.dims[X->shape.rank - 1];
+  *c = X->shape.dims[gr_layout_channel_axis(f, X->shape.rank)];
   *rows = *c ? gr_tensor_num_elements(X) / *c : 0;
   for (int i = first; i < ctx->num_inputs; i++) {
     const gr_tensor *p = &ctx->inputs[i];
@@ -93,7 +106,7 @@ static gr_status check_runtime(gr_kernel_ctx *ctx, int first, int64_t *rows, int
                              gr_dtype_name(p->dtype), gr_shape_str(&p->shape, a),
                              gr_dtype_name(X->dtype), gr_shape_str(&X->shape, b));
   }
-  return GR_OK;
+  return gr_layout_begin(ctx, f, xs, k);
 }
 
 /* moving = momentum moving + (1 - momentum) batch, into the variable that
@@ -141,21 +154,26 @@ static gr_status update_moving(gr_kernel_ctx *ctx, int in, const double *batch, 
         y[r * c + j] = (T)((double)x[r * c + j] * scale[j] + shift[j]);                            \
   } while (0)
 
+/* NCHW: on a channels-last copy of x, y computed channels last and copied
+ * back (gr_layout_begin). */
 static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
   int64_t rows, c;
-  GR_TRY(check_runtime(ctx, 1, &rows, &c));
-  const gr_tensor *X = &ctx->inputs[0];
+  gr_layout_kernel lk;
+  GR_TRY(check_runtime(ctx, 0, 1, 1u, &rows, &c, &lk));
+  const gr_tensor *X = &lk.in[0];
   bool training = gr_node_attr_bool(ctx->node, "training", true);
   double eps = gr_node_attr_float(ctx->node, "epsilon", 1e-3);
   gr_tensor scratch;
   gr_shape ss = gr_shape_make(1, (int64_t[]){4 * c + 1});
-  GR_TRY(gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err));
+  if (gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err) != GR_OK)
+    return gr_layout_end(&lk, ctx->err->code);
   double *mean = gr_tensor_data(&scratch), *var = mean + c, *rstd = var + c;
   gr_status s = GR_OK;
   if (training) {
     if (rows < 1) {
       gr_tensor_release(&scratch);
-      return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "training needs a non-empty batch");
+      return gr_layout_end(
+          &lk, gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "training needs a non-empty batch"));
     }
     memset(mean, 0, sizeof(double) * (size_t)(2 * c));
     if (X->dtype == GR_F32)
@@ -179,7 +197,8 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
   }
   gr_tensor *Y, *M, *R, *V;
   gr_shape cs = gr_shape_make(1, (int64_t[]){c});
-  if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 0, X->dtype, &X->shape, &Y);
+  if (s == GR_OK)
+    s = gr_layout_alloc_output(ctx, &lk, 0, X->dtype, &ctx->inputs[0].shape, true, &Y);
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 1, X->dtype, &cs, &M);
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 2, X->dtype, &cs, &R);
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 3, X->dtype, &cs, &V);
@@ -189,7 +208,7 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
   else if (s == GR_OK)
     BN_APPLY(double);
   gr_tensor_release(&scratch);
-  return s;
+  return gr_layout_end(&lk, s);
 }
 
 /* batch_norm_grad(dy, x, gamma, mean, rstd) -> dx, dgamma, dbeta with
@@ -198,7 +217,7 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
  * gamma rstd dy. */
 #define BN_GRAD(T)                                                                                 \
   do {                                                                                             \
-    const T *dy = gr_tensor_data(&ctx->inputs[0]), *x = gr_tensor_data(&ctx->inputs[1]);           \
+    const T *dy = gr_tensor_data(&lk.in[0]), *x = gr_tensor_data(&lk.in[1]);                       \
     const T *gm = gr_tensor_data(&ctx->inputs[2]), *mu = gr_tensor_data(&ctx->inputs[3]);          \
     const T *rs = gr_tensor_data(&ctx->inputs[4]);                                                 \
     T *dx = gr_tensor_data(DX), *dg = gr_tensor_data(DG), *db = gr_tensor_data(DB);                \
@@ -221,36 +240,39 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
       }                                                                                            \
   } while (0)
 
+/* NCHW: as batch_norm_kernel, on channels-last copies of dy and x. */
 static gr_status batch_norm_grad_kernel(gr_kernel_ctx *ctx) {
-  int64_t rows, c;
-  GR_TRY(check_runtime(ctx, 2, &rows, &c));
   const gr_tensor *DY = &ctx->inputs[0], *X = &ctx->inputs[1];
   if (!gr_shape_equal(&DY->shape, &X->shape) || DY->dtype != X->dtype) {
     char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
     return gr_kernel_error(ctx, GR_ERR_SHAPE, "dy %s and x %s differ", gr_shape_str(&DY->shape, a),
                            gr_shape_str(&X->shape, b));
   }
+  int64_t rows, c;
+  gr_layout_kernel lk;
+  GR_TRY(check_runtime(ctx, 1, 2, 3u, &rows, &c, &lk));
   bool training = gr_node_attr_bool(ctx->node, "training", true);
-  gr_tensor *DX, *DG, *DB, scratch;
+  gr_tensor *DX, *DG, *DB, scratch = gr_tensor_empty();
   gr_shape cs = gr_shape_make(1, (int64_t[]){c}), ss = gr_shape_make(1, (int64_t[]){2 * c + 1});
-  GR_TRY(gr_kernel_alloc_output(ctx, 0, X->dtype, &X->shape, &DX));
-  GR_TRY(gr_kernel_alloc_output(ctx, 1, X->dtype, &cs, &DG));
-  GR_TRY(gr_kernel_alloc_output(ctx, 2, X->dtype, &cs, &DB));
-  GR_TRY(gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err));
+  gr_status s = gr_layout_alloc_output(ctx, &lk, 0, X->dtype, &X->shape, true, &DX);
+  if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 1, X->dtype, &cs, &DG);
+  if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 2, X->dtype, &cs, &DB);
+  if (s == GR_OK) s = gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err);
+  if (s != GR_OK) return gr_layout_end(&lk, s);
   double *acc = gr_tensor_data(&scratch);
   if (X->dtype == GR_F32)
     BN_GRAD(float);
   else
     BN_GRAD(double);
   gr_tensor_release(&scratch);
-  return GR_OK;
+  return gr_layout_end(&lk, GR_OK);
 }
 
 static gr_status batch_norm_grad_shape(gr_shape_ctx *ctx) {
   GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   for (int i = 1; i < 5; i++) GR_TRY(gr_shape_check_same_dtype(ctx, 0, i));
   int c;
-  GR_TRY(channel_inputs(ctx, 2, &c));
+  GR_TRY(channel_inputs(ctx, 1, 2, &c));
   ctx->num_outputs = 3;
   for (int i = 0; i < 3; i++) ctx->out_dtypes[i] = ctx->in_dtypes[0];
   ctx->out_shapes[0] = ctx->in_shapes[1];
@@ -282,17 +304,30 @@ static gr_status batch_norm_grad_fn(gr_grad_ctx *c) {
  * (in training with the batch statistics recomputed from x, so mean and
  * rstd need no gradient), differentiated by gr_gradients against the
  * incoming gradients. Slower than the fused op, but only gradients of
- * gradients use it. */
+ * gradients use it. NCHW: on dy and x transposed channels last. */
 static gr_status batch_norm_grad_grad(gr_grad_ctx *c) {
   gr_graph *g = c->graph;
-  gr_output dy = gr_grad_x(c, 0), x = gr_grad_x(c, 1), gamma = gr_grad_x(c, 2);
+  gr_output dy0 = gr_grad_x(c, 0), x0 = gr_grad_x(c, 1), gamma = gr_grad_x(c, 2);
+  gr_output dy = dy0, x = x0;
   int rank = x.node->out_shapes[x.index].rank;
   if (rank < 2)
     return gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
                                "gradients: batch_norm_grad node '%s' needs x of known rank",
                                c->node->name);
-  int64_t axes[GR_MAX_RANK];
+  int64_t axes[GR_MAX_RANK], to_last[GR_MAX_RANK], to_first[GR_MAX_RANK];
   for (int i = 0; i < rank - 1; i++) axes[i] = i;
+  gr_data_format fmt;
+  char msg[128];
+  bool nchw =
+      gr_layout_read_format(c->node, &fmt, msg, sizeof msg) == GR_OK && fmt == GR_FORMAT_NCHW;
+  if (nchw) { /* [n, c, rest] <-> [n, rest, c] */
+    for (int i = 0; i < rank; i++) {
+      to_last[i] = i == 0 ? 0 : i == rank - 1 ? 1 : i + 1;
+      to_first[i] = i == 0 ? 0 : i == 1 ? rank - 1 : i - 1;
+    }
+    dy = gr_transpose(g, dy, to_last, rank);
+    x = gr_transpose(g, x, to_last, rank);
+  }
   bool training = gr_node_attr_bool(c->node, "training", true);
   gr_output mean, rstd;
   if (training) {
@@ -314,13 +349,14 @@ static gr_status batch_norm_grad_grad(gr_grad_ctx *c) {
     d = gr_sub(g, gr_sub(g, dy, gr_reduce_mean(g, dy, axes, rank - 1, false)),
                gr_mul(g, xhat, gr_reduce_mean(g, gr_mul(g, dy, xhat), axes, rank - 1, false)));
   f[0] = gr_mul(g, gr_mul(g, gamma, rstd), d);
+  if (nchw) f[0] = gr_transpose(g, f[0], to_first, rank);
   gr_output terms[3];
   int nt = 0;
   for (int i = 0; i < 3; i++)
     if (c->grads[i].node)
       terms[nt++] = gr_reduce_sum(g, gr_mul(g, f[i], c->grads[i]), NULL, 0, false);
   gr_output s = nt == 1 ? terms[0] : gr_add_n(g, terms, nt);
-  gr_output wrt[3] = {dy, x, gamma};
+  gr_output wrt[3] = {dy0, x0, gamma};
   return gr_gradients(g, &s, 1, wrt, 3, NULL, true, c->dinputs);
 }
 
@@ -330,26 +366,30 @@ static void batch_norm_cost(const gr_node *n, gr_cost *c) {
   for (int i = 0; i < x->rank; i++) e *= x->dims[i] < 0 ? 1 : (double)x->dims[i];
   c->flops = 8 * e;
   c->bytes = 3 * e * (double)gr_dtype_size(n->out_dtypes[0]);
+  bool grad = n->op == &gr_op_batch_norm_grad;
+  gr_layout_add_cost(n, (grad ? 3u : 1u) | GR_LAYOUT_OUTPUT, c);
 }
 
 static const gr_attr_spec bn_attrs[] = {
     {"training", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = true}},
     {"momentum", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.99}},
     {"epsilon", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 1e-3}},
-    {"update_moving", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = true}}};
+    {"update_moving", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = true}},
+    GR_DATA_FORMAT_ATTR};
 
 const gr_op_def gr_op_batch_norm = {
     .name = "batch_norm",
-    .doc = "gamma (x - mean) / sqrt(var + epsilon) + beta over the last axis; training: batch "
-           "statistics, and the moving_mean / moving_variance variables updated in the step "
-           "(attr momentum; unless update_moving is false); else the moving ones. Outputs y, "
-           "mean, rstd and the variance (batch: with Bessel's correction)",
+    .doc = "gamma (x - mean) / sqrt(var + epsilon) + beta over the last axis (data_format "
+           "NCHW: axis 1); training: batch statistics, and the moving_mean / moving_variance "
+           "variables updated in the step (attr momentum; unless update_moving is false); else "
+           "the moving ones. Outputs y, mean, rstd and the variance (batch: with Bessel's "
+           "correction)",
     .min_inputs = 5,
     .max_inputs = 5,
     .input_names = (const char *const[]){"x", "gamma", "beta", "moving_mean", "moving_variance"},
     .num_outputs = 4,
     .attrs = bn_attrs,
-    .num_attrs = 4,
+    .num_attrs = (int)(sizeof bn_attrs / sizeof bn_attrs[0]),
     .shape_fn = batch_norm_shape,
     .cost_fn = batch_norm_cost,
     .kernel = batch_norm_kernel,
@@ -365,7 +405,7 @@ const gr_op_def gr_op_batch_norm_grad = {
     .input_names = (const char *const[]){"dy", "x", "gamma", "mean", "rstd"},
     .num_outputs = 3,
     .attrs = bn_attrs,
-    .num_attrs = 4,
+    .num_attrs = (int)(sizeof bn_attrs / sizeof bn_attrs[0]),
     .shape_fn = batch_norm_grad_shape,
     .cost_fn = batch_norm_cost,
     .kernel = batch_norm_grad_kernel,
@@ -373,9 +413,10 @@ const gr_op_def gr_op_batch_norm_grad = {
 
 gr_output gr_batch_norm(gr_graph *g, gr_output x, gr_output gamma, gr_output beta,
                         gr_output moving_mean, gr_output moving_variance, bool training,
-                        double momentum, double epsilon) {
+                        double momentum, double epsilon, const char *data_format) {
   gr_output in[5] = {x, gamma, beta, moving_mean, moving_variance};
-  gr_attr at[3] = {gr_attr_bool("training", training), gr_attr_float("momentum", momentum),
-                   gr_attr_float("epsilon", epsilon)};
-  return gr_ops_build(g, "batch_norm", NULL, in, 5, at, 3);
+  gr_attr at[4] = {gr_attr_bool("training", training), gr_attr_float("momentum", momentum),
+                   gr_attr_float("epsilon", epsilon),
+                   gr_attr_string("data_format", data_format ? data_format : "NHWC")};
+  return gr_ops_build(g, "batch_norm", NULL, in, 5, at, 4);
 }

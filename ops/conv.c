@@ -1,9 +1,11 @@
-/* 2-D convolution, NHWC, filters [kh, kw, c / groups, out_c]: conv2d, its
+/* 2-D convolution, NHWC (or NCHW: data_format), filters [kh, kw, c /
+ * groups, out_c] in both: conv2d, its
  * two gradients conv2d_backprop_input and conv2d_backprop_filter, and
  * conv2d_transpose (the input gradient as a layer). All four run on one
  * im2col (gr_conv_cols) and OpenBLAS gemm, tiled over output positions so
  * the im2col buffer stays small; a 1x1 stride-1 unpadded conv skips im2col.
- * Each is linear in each input, so their gradients are these ops again. */
+ * Each is linear in each input, so their gradients are these ops again.
+ * An NCHW node runs the same code between transposed copies. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,35 +15,53 @@
 
 /* ---- shapes ------------------------------------------------------------------------ */
 
+/* An image shape of unknown sizes but batch n and c channels in a's format. */
+static gr_shape image_shape(const gr_conv_attrs *a, int64_t n, int64_t c) {
+  gr_shape s = gr_shape_make(4, (int64_t[]){n, -1, -1, -1});
+  s.dims[gr_layout_axes(a->format).c] = c;
+  return s;
+}
+
+/* " (NCHW)" after an input shape in messages ("" for NHWC). */
+static const char *fmt_note(const gr_conv_attrs *a) {
+  return a->format == GR_FORMAT_NCHW ? " (NCHW)" : "";
+}
+
+/* Error unless s is of unknown rank or rank 4 (what: "input", "filter ..."). */
+static gr_status check_rank4(const gr_conv_attrs *a, const gr_shape *s, const char *what, char *msg,
+                             size_t cap) {
+  char b[GR_SHAPE_STR_MAX];
+  if (s->rank < 0 || s->rank == 4) return GR_OK;
+  if (what)
+    snprintf(msg, cap, "filter must have rank 4 %s, got shape %s", what, gr_shape_str(s, b));
+  else
+    snprintf(msg, cap, "input must have rank 4 (%s), got shape %s",
+             gr_layout_format_name(a->format), gr_shape_str(s, b));
+  return GR_ERR_SHAPE;
+}
+
 /* The output of conv2d(x, f) (dims may be unknown), checking ranks,
- * channels and groups; errors into msg. */
+ * channels and groups; errors into msg. x and the output in a's format,
+ * f HWIO in both. */
 static gr_status conv_out_shape(const gr_conv_attrs *a0, const gr_shape *x, const gr_shape *f,
                                 gr_shape *out, char *msg, size_t cap) {
   char xs[GR_SHAPE_STR_MAX], fs[GR_SHAPE_STR_MAX];
-  if (x->rank >= 0 && x->rank != 4) {
-    snprintf(msg, cap, "input must have rank 4 (NHWC), got shape %s", gr_shape_str(x, xs));
-    return GR_ERR_SHAPE;
-  }
-  if (f->rank >= 0 && f->rank != 4) {
-    snprintf(msg, cap, "filter must have rank 4 [kh, kw, in_c / groups, out_c], got shape %s",
-             gr_shape_str(f, fs));
-    return GR_ERR_SHAPE;
-  }
-  *out = gr_shape_make(4, (int64_t[]){-1, -1, -1, -1});
-  if (x->rank == 4) out->dims[0] = x->dims[0];
-  if (f->rank == 4) out->dims[3] = f->dims[3];
+  gr_image_axes ax = gr_layout_axes(a0->format);
+  GR_TRY(check_rank4(a0, x, NULL, msg, cap));
+  GR_TRY(check_rank4(a0, f, "[kh, kw, in_c / groups, out_c]", msg, cap));
+  *out = image_shape(a0, x->rank == 4 ? x->dims[0] : -1, f->rank == 4 ? f->dims[3] : -1);
   if (x->rank != 4 || f->rank != 4) return GR_OK;
-  int64_t gs = a0->groups, c = x->dims[3], fc = f->dims[2], oc = f->dims[3];
+  int64_t gs = a0->groups, c = x->dims[ax.c], fc = f->dims[2], oc = f->dims[3];
   if (c >= 0 && fc >= 0 && c != fc * gs) {
     if (gs > 1)
       snprintf(msg, cap,
-               "channel mismatch: input %s has %lld channels but filter %s takes %lld per group "
-               "in %lld groups",
-               gr_shape_str(x, xs), (long long)c, gr_shape_str(f, fs), (long long)fc,
+               "channel mismatch: input %s%s has %lld channels but filter %s takes %lld per "
+               "group in %lld groups",
+               gr_shape_str(x, xs), fmt_note(a0), (long long)c, gr_shape_str(f, fs), (long long)fc,
                (long long)gs);
     else
-      snprintf(msg, cap, "channel mismatch: input %s has %lld channels but filter %s takes %lld",
-               gr_shape_str(x, xs), (long long)c, gr_shape_str(f, fs), (long long)fc);
+      snprintf(msg, cap, "channel mismatch: input %s%s has %lld channels but filter %s takes %lld",
+               gr_shape_str(x, xs), fmt_note(a0), (long long)c, gr_shape_str(f, fs), (long long)fc);
     return GR_ERR_SHAPE;
   }
   if (oc >= 0 && oc % gs != 0) {
@@ -58,7 +78,8 @@ static gr_status conv_out_shape(const gr_conv_attrs *a0, const gr_shape *x, cons
   if (a.kh < 0 || a.kw < 0) return GR_OK;
   int64_t pb;
   for (int axis = 0; axis < 2; axis++) {
-    gr_status s = gr_conv_out_dim(&a, axis, x->dims[1 + axis], &out->dims[1 + axis], &pb, msg, cap);
+    gr_status s =
+        gr_conv_out_dim(&a, axis, x->dims[ax.h + axis], &out->dims[ax.h + axis], &pb, msg, cap);
     if (s != GR_OK) {
       size_t len = strlen(msg);
       snprintf(msg + len, cap - len, " (input %s, filter %s)", gr_shape_str(x, xs),
@@ -101,31 +122,25 @@ static gr_status conv_shapes(const gr_node *n, const gr_shape *in, gr_shape *out
     }
     case CONV_TRANSPOSE: { /* x, filter [kh, kw, out_c / groups, in_c] */
       const gr_shape *x = &in[0], *f = &in[1];
-      if (x->rank >= 0 && x->rank != 4) {
-        snprintf(msg, cap, "input must have rank 4 (NHWC), got shape %s", gr_shape_str(x, b1));
-        return GR_ERR_SHAPE;
-      }
-      if (f->rank >= 0 && f->rank != 4) {
-        snprintf(msg, cap, "filter must have rank 4 [kh, kw, out_c / groups, in_c], got shape %s",
-                 gr_shape_str(f, b1));
-        return GR_ERR_SHAPE;
-      }
-      *out = gr_shape_make(4, (int64_t[]){-1, -1, -1, -1});
+      gr_image_axes ax = gr_layout_axes(a.format);
+      GR_TRY(check_rank4(&a, x, NULL, msg, cap));
+      GR_TRY(check_rank4(&a, f, "[kh, kw, out_c / groups, in_c]", msg, cap));
+      *out = image_shape(&a, -1, -1);
       if (x->rank != 4 || f->rank != 4) return GR_OK;
-      if (x->dims[3] >= 0 && f->dims[3] >= 0 && x->dims[3] != f->dims[3]) {
-        snprintf(msg, cap, "channel mismatch: input %s has %lld channels but filter %s gives %lld",
-                 gr_shape_str(x, b1), (long long)x->dims[3], gr_shape_str(f, b2),
+      if (x->dims[ax.c] >= 0 && f->dims[3] >= 0 && x->dims[ax.c] != f->dims[3]) {
+        snprintf(msg, cap,
+                 "channel mismatch: input %s%s has %lld channels but filter %s gives %lld",
+                 gr_shape_str(x, b1), fmt_note(&a), (long long)x->dims[ax.c], gr_shape_str(f, b2),
                  (long long)f->dims[3]);
         return GR_ERR_SHAPE;
       }
       a.kh = f->dims[0], a.kw = f->dims[1];
-      out->dims[0] = x->dims[0];
-      out->dims[3] = f->dims[2] < 0 ? -1 : f->dims[2] * a.groups;
+      *out = image_shape(&a, x->dims[0], f->dims[2] < 0 ? -1 : f->dims[2] * a.groups);
       for (int axis = 0; axis < 2; axis++) {
-        int64_t in = x->dims[1 + axis];
+        int64_t in = x->dims[ax.h + axis];
         if (a.kh < 0 || a.kw < 0 || in < 0) continue;
-        out->dims[1 + axis] = gr_conv_in_dim(&a, axis, in);
-        if (out->dims[1 + axis] < 1) {
+        out->dims[ax.h + axis] = gr_conv_in_dim(&a, axis, in);
+        if (out->dims[ax.h + axis] < 1) {
           snprintf(msg, cap, "the padding leaves no output (input %s, filter %s)",
                    gr_shape_str(x, b1), gr_shape_str(f, b2));
           return GR_ERR_INVALID_ARGUMENT;
@@ -196,42 +211,54 @@ static gr_status conv_compute(gr_kernel_ctx *ctx, const gr_conv_geom *g, gr_dtyp
   return GR_OK;
 }
 
+/* The inputs of each kind that are images (the rest are filters). */
+static unsigned image_inputs(conv_kind k) {
+  return k == CONV_BP_INPUT ? 5u : k == CONV_BP_FILTER ? 3u : 1u;
+}
+
+/* An NCHW node runs the NHWC code on transposed copies (gr_layout_begin). */
 static gr_status conv_kernel(gr_kernel_ctx *ctx) {
   conv_kind k = kind_of(ctx->node);
-  const gr_tensor *in = ctx->inputs;
   gr_shape shapes[3], out;
   char msg[512];
   gr_status s;
   GR_TRY(gr_window_kernel_shapes(ctx, conv_shapes, shapes, &out));
-  gr_dtype dt = in[0].dtype;
-  /* the conv2d whose x and filter these are */
-  const gr_shape *xs = k == CONV_FWD || k == CONV_BP_FILTER ? &shapes[0]
-                       : k == CONV_BP_INPUT                 ? &shapes[2]
-                                                            : &out;
-  const gr_shape *fs = k == CONV_BP_FILTER ? &shapes[2] : &shapes[1];
+  gr_dtype dt = ctx->inputs[0].dtype;
   gr_conv_attrs a;
   if (gr_conv_read_attrs(ctx->node, false, &a, msg, sizeof msg) != GR_OK)
     return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "%s", msg);
+  /* the conv2d whose x and filter these are, channels last */
+  gr_shape xs = gr_layout_shape_to_nhwc(k == CONV_FWD || k == CONV_BP_FILTER ? &shapes[0]
+                                        : k == CONV_BP_INPUT                 ? &shapes[2]
+                                                                             : &out,
+                                        a.format);
+  const gr_shape *fs = k == CONV_BP_FILTER ? &shapes[2] : &shapes[1];
   a.kh = fs->dims[0], a.kw = fs->dims[1];
   gr_conv_geom g;
-  if ((s = gr_conv_geom_make(&a, xs->dims, &g, msg, sizeof msg)) != GR_OK)
+  if ((s = gr_conv_geom_make(&a, xs.dims, &g, msg, sizeof msg)) != GR_OK)
     return gr_kernel_error(ctx, s, "%s", msg);
   g.oc = fs->dims[3];
   if (g.n * g.oh * g.ow > INT32_MAX || g.kh * g.kw * g.c > INT32_MAX || g.oc > INT32_MAX)
     return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "convolution too large for BLAS");
+  gr_layout_kernel lk;
+  GR_TRY(gr_layout_begin(ctx, a.format, image_inputs(k), &lk));
   gr_tensor *o;
-  GR_TRY(gr_kernel_alloc_output(ctx, 0, dt, &out, &o));
-  void *od = gr_tensor_data(o), *a0 = gr_tensor_data(&in[0]), *a1 = gr_tensor_data(&in[1]);
+  s = gr_layout_alloc_output(ctx, &lk, 0, dt, &out, k != CONV_BP_FILTER, &o);
+  if (s != GR_OK) return gr_layout_end(&lk, s);
+  void *od = gr_tensor_data(o), *a0 = gr_tensor_data(&lk.in[0]), *a1 = gr_tensor_data(&lk.in[1]);
   switch (k) {
     case CONV_FWD:
-      return conv_compute(ctx, &g, dt, CONV_FWD, a0, a1, od);
+      s = conv_compute(ctx, &g, dt, CONV_FWD, a0, a1, od);
+      break;
     case CONV_BP_INPUT:
     case CONV_TRANSPOSE:
-      return conv_compute(ctx, &g, dt, CONV_BP_INPUT, od, a1, a0);
+      s = conv_compute(ctx, &g, dt, CONV_BP_INPUT, od, a1, a0);
+      break;
     case CONV_BP_FILTER:
-      return conv_compute(ctx, &g, dt, CONV_BP_FILTER, a0, od, a1);
+      s = conv_compute(ctx, &g, dt, CONV_BP_FILTER, a0, od, a1);
+      break;
   }
-  return GR_OK;
+  return gr_layout_end(&lk, s);
 }
 
 /* 2 flops per multiply-add: elements of the positions-side tensor (input
@@ -256,6 +283,7 @@ static void conv_cost(const gr_node *n, gr_cost *c) {
   }
   c->flops = 2 * e * w;
   c->bytes = (bytes + e) * (double)gr_dtype_size(n->out_dtypes[0]);
+  gr_layout_add_cost(n, image_inputs(k) | (k != CONV_BP_FILTER ? GR_LAYOUT_OUTPUT : 0), c);
 }
 
 /* ---- gradients ----------------------------------------------------------------------- */
@@ -306,7 +334,8 @@ static gr_status transpose_grad(gr_grad_ctx *c) {
 DEFINE_CONV(conv2d,
             "2-D convolution of x [n, h, w, c] with filter [kh, kw, c / groups, out_c] (attrs "
             "strides, padding SAME/VALID/EXPLICIT, explicit_paddings [t, b, l, r], dilations, "
-            "groups; groups = c: depthwise)",
+            "groups; groups = c: depthwise; data_format NHWC or NCHW: x [n, c, h, w], the "
+            "filter unchanged)",
             2, NAMES2("x", "filter"), conv2d_grad)
 DEFINE_CONV(conv2d_backprop_input,
             "the gradient of conv2d with respect to x (shaped like `like`) for dy", 3,
@@ -337,12 +366,13 @@ static gr_output build_conv(gr_graph *g, const char *op, gr_output x, gr_output 
   int64_t dil[2] = {o->dilations[0] ? o->dilations[0] : 1, o->dilations[1] ? o->dilations[1] : 1};
   bool expl =
       o->padding && (strcmp(o->padding, "EXPLICIT") == 0 || strcmp(o->padding, "explicit") == 0);
-  gr_attr at[5] = {gr_attr_ints("strides", 2, strides),
+  gr_attr at[6] = {gr_attr_ints("strides", 2, strides),
                    gr_attr_string("padding", o->padding ? o->padding : "VALID"),
                    gr_attr_ints("explicit_paddings", expl ? 4 : 0, o->explicit_paddings),
                    gr_attr_ints("dilations", 2, dil),
-                   gr_attr_int("groups", o->groups ? o->groups : 1)};
-  return gr_ops_build(g, op, NULL, (gr_output[]){x, f}, 2, at, 5);
+                   gr_attr_int("groups", o->groups ? o->groups : 1),
+                   gr_attr_string("data_format", o->data_format ? o->data_format : "NHWC")};
+  return gr_ops_build(g, op, NULL, (gr_output[]){x, f}, 2, at, 6);
 }
 
 gr_output gr_conv2d(gr_graph *g, gr_output x, gr_output filter, const gr_conv_options *opt) {

@@ -24,22 +24,25 @@
     }                                                                                              \
   }
 
-const gr_attr_spec gr_conv_attr_specs[5] = {
+const gr_attr_spec gr_conv_attr_specs[6] = {
     EMPTY_INTS("strides"),
     PADDING_ATTR,
     EMPTY_INTS("explicit_paddings"),
     EMPTY_INTS("dilations"),
-    {"groups", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 1}}};
+    {"groups", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 1}},
+    GR_DATA_FORMAT_ATTR};
 
-const gr_attr_spec gr_pool_attr_specs[4] = {{"ksize", GR_ATTR_INTS, true, {0}},
+const gr_attr_spec gr_pool_attr_specs[5] = {{"ksize", GR_ATTR_INTS, true, {0}},
                                             EMPTY_INTS("strides"),
                                             PADDING_ATTR,
-                                            EMPTY_INTS("explicit_paddings")};
+                                            EMPTY_INTS("explicit_paddings"),
+                                            GR_DATA_FORMAT_ATTR};
 
 /* A (height, width) pair from an int-list attr: [] gives dflt, [k] both,
- * [h, w], or TensorFlow's [1, h, w, 1]; every value must be >= 1. */
-static gr_status read_pair(const gr_node *n, const char *name, const int64_t dflt[2],
-                           int64_t out[2], char *msg, size_t cap) {
+ * [h, w], or TensorFlow's [1, h, w, 1] (NCHW: [1, 1, h, w]); every value
+ * must be >= 1. */
+static gr_status read_pair(const gr_node *n, const char *name, gr_data_format f,
+                           const int64_t dflt[2], int64_t out[2], char *msg, size_t cap) {
   const gr_attr_value *v = gr_node_attr(n, name);
   int cnt = v && v->type == GR_ATTR_INTS ? v->ints.n : 0;
   const int64_t *p = cnt ? v->ints.v : NULL;
@@ -49,12 +52,13 @@ static gr_status read_pair(const gr_node *n, const char *name, const int64_t dfl
     out[0] = out[1] = p[0];
   } else if (cnt == 2) {
     out[0] = p[0], out[1] = p[1];
-  } else if (cnt == 4 && p[0] == 1 && p[3] == 1) {
+  } else if (cnt == 4 && f == GR_FORMAT_NHWC && p[0] == 1 && p[3] == 1) {
     out[0] = p[1], out[1] = p[2];
+  } else if (cnt == 4 && f == GR_FORMAT_NCHW && p[0] == 1 && p[1] == 1) {
+    out[0] = p[2], out[1] = p[3];
   } else {
-    snprintf(msg, cap,
-             "attr '%s' must have 1, 2 or 4 values ([1, h, w, 1]) for NHWC, got %d values", name,
-             cnt);
+    snprintf(msg, cap, "attr '%s' must have 1, 2 or 4 values (%s) for %s, got %d values", name,
+             f == GR_FORMAT_NCHW ? "[1, 1, h, w]" : "[1, h, w, 1]", gr_layout_format_name(f), cnt);
     return GR_ERR_INVALID_ARGUMENT;
   }
   if (out[0] < 1 || out[1] < 1) {
@@ -69,9 +73,11 @@ gr_status gr_conv_read_attrs(const gr_node *n, bool pool, gr_conv_attrs *a, char
   memset(a, 0, sizeof *a);
   const int64_t ones[2] = {1, 1};
   int64_t k[2] = {1, 1}, s[2], d[2] = {1, 1};
-  if (pool) GR_TRY(read_pair(n, "ksize", ones, k, msg, cap));
-  GR_TRY(read_pair(n, "strides", pool ? k : ones, s, msg, cap));
-  if (!pool) GR_TRY(read_pair(n, "dilations", ones, d, msg, cap));
+  GR_TRY(gr_layout_read_format(n, &a->format, msg, cap));
+  gr_data_format f = a->format;
+  if (pool) GR_TRY(read_pair(n, "ksize", f, ones, k, msg, cap));
+  GR_TRY(read_pair(n, "strides", f, pool ? k : ones, s, msg, cap));
+  if (!pool) GR_TRY(read_pair(n, "dilations", f, ones, d, msg, cap));
   a->kh = k[0], a->kw = k[1], a->sh = s[0], a->sw = s[1], a->dh = d[0], a->dw = d[1];
   a->groups = pool ? 1 : gr_node_attr_int(n, "groups", 1);
   if (a->groups < 1) {
@@ -274,22 +280,22 @@ gr_status gr_window_kernel_shapes(gr_kernel_ctx *ctx, gr_window_shapes_fn shapes
   return s == GR_OK ? GR_OK : gr_kernel_error(ctx, s, "%s", msg);
 }
 
-gr_status gr_ops_check_images(gr_shape_ctx *ctx) {
+gr_status gr_ops_check_images(gr_shape_ctx *ctx, gr_data_format f) {
   GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
   const gr_shape *x = &ctx->in_shapes[0];
   char xs[GR_SHAPE_STR_MAX];
   if (x->rank >= 0 && x->rank != 4)
-    return gr_shape_error(ctx, GR_ERR_SHAPE, "input must have rank 4 (NHWC), got shape %s",
-                          gr_shape_str(x, xs));
+    return gr_shape_error(ctx, GR_ERR_SHAPE, "input must have rank 4 (%s), got shape %s",
+                          gr_layout_format_name(f), gr_shape_str(x, xs));
   return GR_OK;
 }
 
-gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx) {
+gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx, gr_data_format f) {
   const gr_tensor *X = &ctx->inputs[0];
   char xs[GR_SHAPE_STR_MAX];
   if (X->shape.rank != 4)
-    return gr_kernel_error(ctx, GR_ERR_SHAPE, "input must have rank 4 (NHWC), got shape %s",
-                           gr_shape_str(&X->shape, xs));
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "input must have rank 4 (%s), got shape %s",
+                           gr_layout_format_name(f), gr_shape_str(&X->shape, xs));
   if (X->dtype != GR_F32 && X->dtype != GR_F64)
     return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));
   return GR_OK;

@@ -1,7 +1,8 @@
 /* Window geometry shared by the convolution and pooling ops (NHWC): attrs
  * (strides, padding, explicit_paddings, dilations, ksize), output sizes,
  * the im2col copy used by conv2d and both its gradients, and a strided
- * gemm. Internal to ops/. */
+ * gemm; data formats (attr data_format, NHWC or NCHW) and the copies that
+ * let the NHWC kernels serve NCHW nodes (conv_layout.c). Internal to ops/. */
 #ifndef GR_CONV_INTERNAL_H
 #define GR_CONV_INTERNAL_H
 
@@ -9,6 +10,9 @@
 #include <stdint.h>
 
 #include "core/gr_core.h"
+
+/* The layout of an image batch: [n, h, w, c] or [n, c, h, w]. */
+typedef enum gr_data_format { GR_FORMAT_NHWC, GR_FORMAT_NCHW } gr_data_format;
 
 typedef enum gr_conv_padding {
   GR_CONV_PAD_VALID,
@@ -23,6 +27,7 @@ typedef struct gr_conv_attrs {
   gr_conv_padding padding;
   int64_t pads[4]; /* explicit: top, bottom, left, right */
   int64_t groups;
+  gr_data_format format;
 } gr_conv_attrs;
 
 /* One window op on an NHWC input: sizes, output sizes and the padding
@@ -35,8 +40,10 @@ typedef struct gr_conv_geom {
   int64_t groups, oc; /* conv: groups, output channels */
 } gr_conv_geom;
 
-/* Reads attrs strides, dilations, padding, explicit_paddings, groups and
- * (pool) ksize of node n. Errors: a message in msg, a status returned. */
+/* Reads attrs strides, dilations, padding, explicit_paddings, groups,
+ * data_format and (pool) ksize of node n (4-value strides / ksize /
+ * dilations in the format's order: [1, h, w, 1] or [1, 1, h, w]). Errors: a message in msg, a
+ * status returned. */
 gr_status gr_conv_read_attrs(const gr_node *n, bool pool, gr_conv_attrs *a, char *msg, size_t cap);
 
 /* The output size of one spatial axis of `in` elements (-1: unknown, gives
@@ -95,10 +102,10 @@ gr_status gr_window_shape_fn(gr_shape_ctx *ctx, gr_window_shapes_fn shapes);
 gr_status gr_window_kernel_shapes(gr_kernel_ctx *ctx, gr_window_shapes_fn shapes,
                                   gr_shape *in_shapes, gr_shape *out);
 
-/* Input 0 is a float image batch [n, h, w, c] (or of unknown rank): for
- * shape functions, and for kernels against the runtime tensor. */
-gr_status gr_ops_check_images(gr_shape_ctx *ctx);
-gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx);
+/* Input 0 is a float image batch of rank 4 in format f (or of unknown
+ * rank): for shape functions, and for kernels against the runtime tensor. */
+gr_status gr_ops_check_images(gr_shape_ctx *ctx, gr_data_format f);
+gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx, gr_data_format f);
 
 /* Defines const gr_op_def gr_op_NAME for a window op of N inputs (NAMES: a
  * parenthesized const char *const[] literal). */
@@ -117,8 +124,63 @@ gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx);
                                   .grad_fn = GRAD,                                                 \
                                   .flags = GR_OP_EXPENSIVE};
 
-/* Attr specs shared by the window ops (conv_attrs.c). */
-extern const gr_attr_spec gr_conv_attr_specs[5];
-extern const gr_attr_spec gr_pool_attr_specs[4];
+/* Attr specs shared by the window ops (conv_geom.c). */
+extern const gr_attr_spec gr_conv_attr_specs[6];
+extern const gr_attr_spec gr_pool_attr_specs[5];
+/* The data_format attr ("NHWC" default, or "NCHW"), for the other image
+ * ops' attr lists. */
+#define GR_DATA_FORMAT_ATTR                                                                        \
+  {                                                                                                \
+    "data_format", GR_ATTR_STRING, false, {                                                        \
+      .type = GR_ATTR_STRING, .s = "NHWC"                                                          \
+    }                                                                                              \
+  }
+
+/* ---- data formats (conv_layout.c) ---------------------------------------------- */
+
+/* The axes of height, width and channels in a rank-4 image of a format. */
+typedef struct gr_image_axes {
+  int h, w, c;
+} gr_image_axes;
+
+/* Reads attr data_format of n; anything but "NHWC" and "NCHW" is an error
+ * (message in msg). */
+gr_status gr_layout_read_format(const gr_node *n, gr_data_format *f, char *msg, size_t cap);
+const char *gr_layout_format_name(gr_data_format f);
+gr_image_axes gr_layout_axes(gr_data_format f);
+/* The channel axis of a rank-`rank` tensor (rank >= 2): NHWC the last, NCHW 1. */
+int gr_layout_channel_axis(gr_data_format f, int rank);
+/* A shape of format f as channels-last (NCHW: axis 1 moved to the end), and
+ * back; NHWC shapes and ranks below 2 are returned as they are. */
+gr_shape gr_layout_shape_to_nhwc(const gr_shape *s, gr_data_format f);
+gr_shape gr_layout_shape_from_nhwc(const gr_shape *s, gr_data_format f);
+
+/* A kernel of an NCHW node run by NHWC code: gr_layout_begin gives in[i]
+ * as channels-last (for the inputs whose bit is set in `images`, a
+ * transposed copy; else a view of ctx->inputs[i]); gr_layout_alloc_output
+ * allocates output i in the node's format and, for an image of an NCHW
+ * node, returns a channels-last scratch to compute into instead;
+ * gr_layout_end copies the scratches into the outputs (when s is GR_OK)
+ * and frees the copies. For an NHWC node all of it is free. */
+#define GR_LAYOUT_MAX_IO 5
+#define GR_LAYOUT_OUTPUT (1u << 31) /* in `images` of gr_layout_add_cost: output 0 */
+typedef struct gr_layout_kernel {
+  bool nchw;
+  int num_inputs;
+  gr_tensor in[GR_LAYOUT_MAX_IO];
+  bool owned[GR_LAYOUT_MAX_IO];        /* in[i] is a copy */
+  gr_tensor scratch[GR_LAYOUT_MAX_IO]; /* channels-last outputs */
+  gr_tensor *dest[GR_LAYOUT_MAX_IO];   /* where they go */
+} gr_layout_kernel;
+/* Errors: the status (ctx->err set); nothing to release then. */
+gr_status gr_layout_begin(gr_kernel_ctx *ctx, gr_data_format f, unsigned images,
+                          gr_layout_kernel *k);
+gr_status gr_layout_alloc_output(gr_kernel_ctx *ctx, gr_layout_kernel *k, int i, gr_dtype dt,
+                                 const gr_shape *shape, bool image, gr_tensor **out);
+/* Returns s. */
+gr_status gr_layout_end(gr_layout_kernel *k, gr_status s);
+/* Adds the bytes of the NCHW copies (inputs in `images`, output 0 with
+ * GR_LAYOUT_OUTPUT) to an NCHW node's cost; nothing for NHWC. */
+void gr_layout_add_cost(const gr_node *n, unsigned images, gr_cost *c);
 
 #endif

@@ -152,17 +152,20 @@ gr_output gr_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labe
  * labels [batch] (i32/i64; out of range is an error naming the row). */
 gr_output gr_sparse_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels);
 
-/* ---- convolutional networks, NHWC (conv.c, pool.c, batch_norm.c, dropout.c,
- * image_augment.c) ------------------------------------------------------------ */
+/* ---- convolutional networks, NHWC or NCHW (conv.c, pool.c, batch_norm.c,
+ * dropout.c, image_augment.c) ------------------------------------------------- */
 
 /* Convolution options; zeros mean the defaults: strides and dilations 1,
  * padding "VALID" ("SAME", or "EXPLICIT" with explicit_paddings = top,
- * bottom, left, right), groups 1 (groups = channels: depthwise). */
+ * bottom, left, right), groups 1 (groups = channels: depthwise),
+ * data_format "NHWC" (or "NCHW": images [n, c, h, w]; filters stay
+ * [kh, kw, in, out]). */
 typedef struct gr_conv_options {
   int64_t strides[2], dilations[2];
   const char *padding;
   int64_t explicit_paddings[4];
   int64_t groups;
+  const char *data_format;
 } gr_conv_options;
 /* x [n, h, w, c] conv filter [kh, kw, c / groups, out_c] -> [n, oh, ow, out_c]
  * (im2col + gemm on OpenBLAS). opt NULL: the defaults. */
@@ -172,25 +175,27 @@ gr_output gr_conv2d(gr_graph *g, gr_output x, gr_output filter, const gr_conv_op
 gr_output gr_conv2d_transpose(gr_graph *g, gr_output x, gr_output filter,
                               const gr_conv_options *opt);
 /* Max / mean over ksize windows of x [n, h, w, c]; strides NULL (or 0):
- * ksize; padding "VALID" (NULL) or "SAME" (padding not counted in means). */
+ * ksize; padding "VALID" (NULL) or "SAME" (padding not counted in means);
+ * data_format "NHWC" (NULL) or "NCHW" (x [n, c, h, w]). */
 gr_output gr_max_pool(gr_graph *g, gr_output x, const int64_t ksize[2], const int64_t strides[2],
-                      const char *padding);
+                      const char *padding, const char *data_format);
 gr_output gr_avg_pool(gr_graph *g, gr_output x, const int64_t ksize[2], const int64_t strides[2],
-                      const char *padding);
-/* Mean over h and w: [n, h, w, c] -> [n, c]. */
-gr_output gr_global_avg_pool(gr_graph *g, gr_output x);
+                      const char *padding, const char *data_format);
+/* Mean over h and w: [n, h, w, c] -> [n, c]; data_format as for the pools. */
+gr_output gr_global_avg_pool(gr_graph *g, gr_output x, const char *data_format);
 /* [n, ...] -> [n, product of the rest], a view. */
 gr_output gr_flatten(gr_graph *g, gr_output x);
-/* Batch normalization over the last axis: outputs y, mean, rstd and the
- * variance (batch: with Bessel's correction) (gr_output_at). moving_mean
- * and moving_variance are reads of variables of shape [c]; training uses
- * the batch statistics and updates those variables in the step (moving =
- * momentum moving + (1 - momentum) batch), inference uses them. Keras
- * defaults: momentum 0.99, epsilon 1e-3. In gr_replicate's replicas the
- * replicas' statistics are averaged into one update (gr_replicate). */
+/* Batch normalization over the last axis (data_format "NCHW": axis 1;
+ * NULL: "NHWC"): outputs y, mean, rstd and the variance (batch: with
+ * Bessel's correction) (gr_output_at). moving_mean and moving_variance are
+ * reads of variables of shape [c]; training uses the batch statistics and
+ * updates those variables in the step (moving = momentum moving + (1 -
+ * momentum) batch), inference uses them. Keras defaults: momentum 0.99,
+ * epsilon 1e-3. In gr_replicate's replicas the replicas' statistics are
+ * averaged into one update (gr_replicate). */
 gr_output gr_batch_norm(gr_graph *g, gr_output x, gr_output gamma, gr_output beta,
                         gr_output moving_mean, gr_output moving_variance, bool training,
-                        double momentum, double epsilon);
+                        double momentum, double epsilon, const char *data_format);
 /* var (a variable read) = momentum var + (1 - momentum) mean(stats[0..n)),
  * in double, the stats added in order, run where var lives; no outputs
  * ({node, -1}). What gr_replicate builds for the replicas' batch norms. */

@@ -18,7 +18,7 @@ typedef enum aug_kind { AUG_FLIP, AUG_CROP, AUG_BRIGHTNESS, AUG_CONTRAST } aug_k
 static aug_kind kind_of(const gr_node *n);
 
 static gr_status aug_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_images(ctx));
+  GR_TRY(gr_ops_check_images(ctx, GR_FORMAT_NHWC));
   const gr_node *n = ctx->node;
   switch (kind_of(n)) {
     case AUG_CROP:
@@ -91,7 +91,7 @@ AUG_IMAGE(float)
 AUG_IMAGE(double)
 
 static gr_status aug_kernel(gr_kernel_ctx *ctx) {
-  GR_TRY(gr_ops_kernel_check_images(ctx));
+  GR_TRY(gr_ops_kernel_check_images(ctx, GR_FORMAT_NHWC));
   const gr_tensor *X = &ctx->inputs[0];
   gr_tensor *o;
   GR_TRY(gr_kernel_alloc_output(ctx, 0, X->dtype, &X->shape, &o));

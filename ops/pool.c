@@ -1,9 +1,9 @@
-/* Pooling, NHWC: max_pool and avg_pool (attrs ksize, strides, padding
- * SAME/VALID/EXPLICIT; averages count only the elements inside the input,
- * as TensorFlow), their gradients max_pool_grad and avg_pool_grad, the
- * gradient of max_pool_grad (max_pool_grad_grad: picks the values at each
- * window's maximum), global_avg_pool and flatten. The five window ops run
- * one loop over the windows (pool_run). */
+/* Pooling, NHWC (or NCHW, attr data_format: the same loops between
+ * transposed copies; global_avg_pool indexes NCHW directly): max_pool and avg_pool (attrs ksize,
+ * strides, padding SAME/VALID/EXPLICIT; averages count only the elements inside the input, as
+ * TensorFlow), their gradients max_pool_grad and avg_pool_grad, the gradient of max_pool_grad
+ * (max_pool_grad_grad: picks the values at each window's maximum), global_avg_pool and flatten. The
+ * five window ops run one loop over the windows (pool_run). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,15 +31,18 @@ static gr_status pooled_shape(const gr_node *n, const gr_shape *x, gr_shape *out
   gr_conv_attrs a;
   GR_TRY(gr_conv_read_attrs(n, true, &a, msg, cap));
   if (x->rank >= 0 && x->rank != 4) {
-    snprintf(msg, cap, "input must have rank 4 (NHWC), got shape %s", gr_shape_str(x, xs));
+    snprintf(msg, cap, "input must have rank 4 (%s), got shape %s", gr_layout_format_name(a.format),
+             gr_shape_str(x, xs));
     return GR_ERR_SHAPE;
   }
   *out = gr_shape_make(4, (int64_t[]){-1, -1, -1, -1});
   if (x->rank < 0) return GR_OK;
-  out->dims[0] = x->dims[0], out->dims[3] = x->dims[3];
+  gr_image_axes ax = gr_layout_axes(a.format);
+  out->dims[0] = x->dims[0], out->dims[ax.c] = x->dims[ax.c];
   int64_t pb;
   for (int axis = 0; axis < 2; axis++) {
-    gr_status s = gr_conv_out_dim(&a, axis, x->dims[1 + axis], &out->dims[1 + axis], &pb, msg, cap);
+    gr_status s =
+        gr_conv_out_dim(&a, axis, x->dims[ax.h + axis], &out->dims[ax.h + axis], &pb, msg, cap);
     if (s != GR_OK) {
       size_t len = strlen(msg);
       snprintf(msg + len, cap - len, " (input %s, ksize [%lld, %lld])", gr_shape_str(x, xs),
@@ -138,28 +141,34 @@ static gr_status pool_shape_fn(gr_shape_ctx *ctx) {
 POOL_RUN(float)
 POOL_RUN(double)
 
+/* An NCHW node runs the NHWC loop on transposed copies (gr_layout_begin). */
 static gr_status pool_kernel(gr_kernel_ctx *ctx) {
   pool_mode m = mode_of(ctx->node);
-  const gr_tensor *in = ctx->inputs;
   gr_shape shapes[2], out;
   char msg[512];
   gr_status s;
   GR_TRY(gr_window_kernel_shapes(ctx, pool_shapes, shapes, &out));
-  gr_dtype dt = in[0].dtype;
+  gr_dtype dt = ctx->inputs[0].dtype;
   int xi, yi;
   roles(m, &xi, &yi);
   gr_conv_attrs a;
   gr_conv_geom g;
-  if ((s = gr_conv_read_attrs(ctx->node, true, &a, msg, sizeof msg)) != GR_OK ||
-      (s = gr_conv_geom_make(&a, shapes[xi].dims, &g, msg, sizeof msg)) != GR_OK)
+  if ((s = gr_conv_read_attrs(ctx->node, true, &a, msg, sizeof msg)) != GR_OK)
     return gr_kernel_error(ctx, s, "%s", msg);
+  gr_shape xs = gr_layout_shape_to_nhwc(&shapes[xi], a.format);
+  if ((s = gr_conv_geom_make(&a, xs.dims, &g, msg, sizeof msg)) != GR_OK)
+    return gr_kernel_error(ctx, s, "%s", msg);
+  gr_layout_kernel lk;
+  GR_TRY(gr_layout_begin(ctx, a.format, 3u, &lk));
+  const gr_tensor *in = lk.in;
   gr_tensor *o, scratch;
-  GR_TRY(gr_kernel_alloc_output(ctx, 0, dt, &out, &o));
+  if ((s = gr_layout_alloc_output(ctx, &lk, 0, dt, &out, true, &o)) != GR_OK)
+    return gr_layout_end(&lk, s);
   if (m == POOL_MAX_BACK || m == POOL_AVG_BACK)
     memset(gr_tensor_data(o), 0, (size_t)gr_tensor_num_elements(o) * gr_dtype_size(dt));
   /* best (c values) and arg (c int64) in one buffer */
   gr_shape ss = gr_shape_make(1, (int64_t[]){2 * (g.c > 0 ? g.c : 1)});
-  GR_TRY(gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err));
+  if ((s = gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err)) != GR_OK) return gr_layout_end(&lk, s);
   double *sc = gr_tensor_data(&scratch);
   const void *x = gr_tensor_data(&in[xi]);
   const void *v = m == POOL_MAX || m == POOL_AVG ? NULL : gr_tensor_data(&in[xi == 0 ? 1 : 0]);
@@ -168,7 +177,7 @@ static gr_status pool_kernel(gr_kernel_ctx *ctx) {
   else
     pool_run_double(&g, m, x, v, gr_tensor_data(o), sc, (int64_t *)(sc + g.c));
   gr_tensor_release(&scratch);
-  return GR_OK;
+  return gr_layout_end(&lk, GR_OK);
 }
 
 /* A few flops per element of each window. */
@@ -182,6 +191,7 @@ static void pool_cost(const gr_node *n, gr_cost *c) {
       gr_conv_read_attrs(n, true, &a, msg, sizeof msg) == GR_OK ? (double)(a.kh * a.kw) : 1;
   c->flops = 2 * e * win;
   c->bytes = 2 * e * win * (double)gr_dtype_size(n->out_dtypes[0]);
+  gr_layout_add_cost(n, 3u | GR_LAYOUT_OUTPUT, c);
 }
 
 /* ---- gradients ----------------------------------------------------------------------------- */
@@ -222,7 +232,8 @@ static gr_status max_pool_pick_grad_fn(gr_grad_ctx *c) {
 #define PNAMES2(A, B) ((const char *const[]){A, B})
 DEFINE_POOL(max_pool,
             "maximum over windows of x [n, h, w, c] (attrs ksize, strides (default ksize), "
-            "padding SAME/VALID/EXPLICIT); the gradient goes to the first maximum",
+            "padding SAME/VALID/EXPLICIT, data_format NHWC or NCHW: x [n, c, h, w]); the "
+            "gradient goes to the first maximum",
             1, PNAMES1("x"), max_pool_grad_fn)
 DEFINE_POOL(avg_pool,
             "mean over windows of x [n, h, w, c] (attrs as max_pool); padding is not counted", 1,
@@ -248,16 +259,27 @@ static pool_mode mode_of(const gr_node *n) {
 /* ---- global_avg_pool, flatten -----------------------------------------------------------------
  */
 
+/* The data format of a global_avg_pool node (errors from shape functions). */
+static gr_status gap_format(gr_shape_ctx *ctx, gr_data_format *f) {
+  char msg[256];
+  gr_status s = gr_layout_read_format(ctx->node, f, msg, sizeof msg);
+  return s == GR_OK ? GR_OK : gr_shape_error(ctx, s, "%s", msg);
+}
+
 static gr_status global_avg_pool_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_ops_check_images(ctx));
+  gr_data_format f;
+  GR_TRY(gap_format(ctx, &f));
+  GR_TRY(gr_ops_check_images(ctx, f));
   const gr_shape *x = &ctx->in_shapes[0];
+  int c = gr_layout_axes(f).c;
   ctx->num_outputs = 1;
   ctx->out_dtypes[0] = ctx->in_dtypes[0];
   ctx->out_shapes[0] =
-      gr_shape_make(2, (int64_t[]){x->rank < 0 ? -1 : x->dims[0], x->rank < 0 ? -1 : x->dims[3]});
+      gr_shape_make(2, (int64_t[]){x->rank < 0 ? -1 : x->dims[0], x->rank < 0 ? -1 : x->dims[c]});
   return GR_OK;
 }
 
+/* x [n, h * w, c] (ps = ch, cs = 1) or [n, c, h * w] (ps = 1, cs = hw). */
 #define GAP_LOOP(T)                                                                                \
   do {                                                                                             \
     const T *x = gr_tensor_data(X);                                                                \
@@ -265,15 +287,24 @@ static gr_status global_avg_pool_shape(gr_shape_ctx *ctx) {
     for (int64_t b = 0; b < n; b++)                                                                \
       for (int64_t c = 0; c < ch; c++) {                                                           \
         double s = 0;                                                                              \
-        for (int64_t p = 0; p < hw; p++) s += (double)x[(b * hw + p) * ch + c];                    \
+        const T *xb = x + b * hw * ch + c * cs;                                                    \
+        for (int64_t p = 0; p < hw; p++) s += (double)xb[p * ps];                                  \
         y[b * ch + c] = (T)(hw ? s / (double)hw : 0);                                              \
       }                                                                                            \
   } while (0)
 
+/* Indexes either format directly: no copies. */
 static gr_status global_avg_pool_kernel(gr_kernel_ctx *ctx) {
-  GR_TRY(gr_ops_kernel_check_images(ctx));
+  gr_data_format f;
+  char msg[256];
+  if (gr_layout_read_format(ctx->node, &f, msg, sizeof msg) != GR_OK)
+    return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "%s", msg);
+  GR_TRY(gr_ops_kernel_check_images(ctx, f));
   const gr_tensor *X = &ctx->inputs[0];
-  int64_t n = X->shape.dims[0], hw = X->shape.dims[1] * X->shape.dims[2], ch = X->shape.dims[3];
+  gr_image_axes ax = gr_layout_axes(f);
+  int64_t n = X->shape.dims[0], hw = X->shape.dims[ax.h] * X->shape.dims[ax.w];
+  int64_t ch = X->shape.dims[ax.c];
+  int64_t ps = f == GR_FORMAT_NCHW ? 1 : ch, cs = f == GR_FORMAT_NCHW ? hw : 1;
   gr_shape os = gr_shape_make(2, (int64_t[]){n, ch});
   gr_tensor *o;
   GR_TRY(gr_kernel_alloc_output(ctx, 0, X->dtype, &os, &o));
@@ -285,18 +316,35 @@ static gr_status global_avg_pool_kernel(gr_kernel_ctx *ctx) {
 }
 
 static gr_status global_avg_pool_grad(gr_grad_ctx *c) {
-  static const int64_t hw[2] = {1, 2};
+  gr_data_format f;
+  char msg[256];
+  if (gr_layout_read_format(c->node, &f, msg, sizeof msg) != GR_OK) f = GR_FORMAT_NHWC;
+  gr_image_axes ax = gr_layout_axes(f);
+  const int64_t hw[2] = {ax.h, ax.w};
   c->dinputs[0] = gr_broadcast_like(c->graph, c->grads[0], gr_grad_x(c, 0), hw, 2, false, true);
   return GR_OK;
 }
 
+static void global_avg_pool_cost(const gr_node *n, gr_cost *c) {
+  const gr_shape *x = &n->inputs[0].node->out_shapes[n->inputs[0].index];
+  int64_t e = gr_shape_num_elements(x);
+  c->flops = e > 0 ? (double)e : 0;
+  c->bytes = c->flops * (double)gr_dtype_size(n->out_dtypes[0]);
+}
+
+static const gr_attr_spec gap_attrs[] = {GR_DATA_FORMAT_ATTR};
+
 const gr_op_def gr_op_global_avg_pool = {.name = "global_avg_pool",
-                                         .doc = "mean over h and w of x [n, h, w, c] -> [n, c]",
+                                         .doc = "mean over h and w of x [n, h, w, c] -> [n, c] "
+                                                "(data_format NCHW: x [n, c, h, w])",
                                          .min_inputs = 1,
                                          .max_inputs = 1,
                                          .input_names = (const char *const[]){"x"},
                                          .num_outputs = 1,
+                                         .attrs = gap_attrs,
+                                         .num_attrs = 1,
                                          .shape_fn = global_avg_pool_shape,
+                                         .cost_fn = global_avg_pool_cost,
                                          .kernel = global_avg_pool_kernel,
                                          .grad_fn = global_avg_pool_grad};
 
@@ -346,24 +394,27 @@ const gr_op_def gr_op_flatten = {.name = "flatten",
  */
 
 static gr_output build_pool(gr_graph *g, const char *op, gr_output x, const int64_t ksize[2],
-                            const int64_t strides[2], const char *padding) {
+                            const int64_t strides[2], const char *padding,
+                            const char *data_format) {
   int64_t s[2] = {strides && strides[0] ? strides[0] : ksize[0],
                   strides && strides[1] ? strides[1] : ksize[1]};
-  gr_attr at[3] = {gr_attr_ints("ksize", 2, ksize), gr_attr_ints("strides", 2, s),
-                   gr_attr_string("padding", padding ? padding : "VALID")};
-  return gr_ops_build(g, op, NULL, &x, 1, at, 3);
+  gr_attr at[4] = {gr_attr_ints("ksize", 2, ksize), gr_attr_ints("strides", 2, s),
+                   gr_attr_string("padding", padding ? padding : "VALID"),
+                   gr_attr_string("data_format", data_format ? data_format : "NHWC")};
+  return gr_ops_build(g, op, NULL, &x, 1, at, 4);
 }
 
 gr_output gr_max_pool(gr_graph *g, gr_output x, const int64_t ksize[2], const int64_t strides[2],
-                      const char *padding) {
-  return build_pool(g, "max_pool", x, ksize, strides, padding);
+                      const char *padding, const char *data_format) {
+  return build_pool(g, "max_pool", x, ksize, strides, padding, data_format);
 }
 gr_output gr_avg_pool(gr_graph *g, gr_output x, const int64_t ksize[2], const int64_t strides[2],
-                      const char *padding) {
-  return build_pool(g, "avg_pool", x, ksize, strides, padding);
+                      const char *padding, const char *data_format) {
+  return build_pool(g, "avg_pool", x, ksize, strides, padding, data_format);
 }
-gr_output gr_global_avg_pool(gr_graph *g, gr_output x) {
-  return gr_ops_build(g, "global_avg_pool", NULL, &x, 1, NULL, 0);
+gr_output gr_global_avg_pool(gr_graph *g, gr_output x, const char *data_format) {
+  gr_attr at = gr_attr_string("data_format", data_format ? data_format : "NHWC");
+  return gr_ops_build(g, "global_avg_pool", NULL, &x, 1, &at, 1);
 }
 gr_output gr_flatten(gr_graph *g, gr_output x) {
   return gr_ops_build(g, "flatten", NULL, &x, 1, NULL, 0);

@@ -22,8 +22,9 @@ int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **
   return cli_load_graph_on(cmd, path, seed, NULL, NULL, 0, g, p);
 }
 
-int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr_cluster *cluster,
-                      const char *device, int task_index, gr_graph **g, gr_dsl_program **p) {
+/* What cli_load_graph, _on and _with do: DSL options o, device as for _on. */
+static int load_graph(const char *cmd, const char *path, uint64_t seed, const gr_dsl_options *o,
+                      const char *device, gr_graph **g, gr_dsl_program **p) {
   *g = gr_graph_new();
   *p = NULL;
   if (!*g) {
@@ -32,13 +33,12 @@ int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr
   }
   gr_graph_set_seed(*g, seed);
   gr_error err;
-  gr_dsl_options o = {.cluster = cluster, .task_index = task_index};
   /* the program's default device (TensorFlow's `with tf.device(...)` around a
    * worker's model); its pins and device functions nest inside */
   gr_status st = GR_OK;
   if (device && (st = gr_graph_push_device_scope(*g, device)) != GR_OK)
     gr_error_set(&err, st, "device '%s': %s", device, gr_graph_error(*g)->msg);
-  if (st == GR_OK) st = gr_dsl_load_file(path, *g, &o, p, &err);
+  if (st == GR_OK) st = gr_dsl_load_file(path, *g, o, p, &err);
   if (device) gr_graph_pop_device_scope(*g);
   if (st != GR_OK) {
     if (strstr(err.msg, ": error: "))
@@ -52,6 +52,17 @@ int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr
     return GR_EXIT_USAGE;
   }
   return GR_EXIT_OK;
+}
+
+int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr_cluster *cluster,
+                      const char *device, int task_index, gr_graph **g, gr_dsl_program **p) {
+  gr_dsl_options o = {.cluster = cluster, .task_index = task_index};
+  return load_graph(cmd, path, seed, &o, device, g, p);
+}
+
+int cli_load_graph_with(const char *cmd, const char *path, const gr_dsl_options *o, gr_graph **g,
+                        gr_dsl_program **p) {
+  return load_graph(cmd, path, 0, o, NULL, g, p);
 }
 
 int cli_split_names(char *s, const char **names, int n) {

@@ -21,6 +21,9 @@ int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **
  * it (between-graph training); task_index: what task_index() gives. */
 int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr_cluster *cluster,
                       const char *device, int task_index, gr_graph **g, gr_dsl_program **p);
+/* The same with DSL options o (borrowed; e.g. record_layers), seed 0. */
+int cli_load_graph_with(const char *cmd, const char *path, const gr_dsl_options *o, gr_graph **g,
+                        gr_dsl_program **p);
 
 /* Most names one --fetch, --target, ... list holds. */
 #define CLI_MAX_NAMES 64

@@ -1,6 +1,7 @@
 /* graphrun check FILE.gr: parse, build and shape-check; print node and op
  * counts; with --stats, what the graph passes (prune, CSE, constant folding)
- * remove for the file's fetches and targets. */
+ * remove for the file's fetches and targets; with --layers, each binding's
+ * op, dtype, shape and parameters (as Keras' model.summary()). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +22,14 @@ static int by_count(const void *a, const void *b) {
 static void usage(FILE *f) {
   fprintf(
       f,
-      "usage: graphrun check FILE.gr [--stats [--fetch A,B] [--target T,U]\n"
+      "usage: graphrun check FILE.gr [--layers] [--stats [--fetch A,B] [--target T,U]\n"
       "                              [--no-prune] [--no-cse] [--no-fold] [--fold-max-bytes N]]\n\n"
       "Parses FILE.gr, builds its graph with shape inference and prints the number of nodes\n"
       "and of nodes per op. Errors are reported as file:line:col with the source line.\n"
+      "  --layers            also list every `name = expr` binding of a tensor in the order\n"
+      "                      built (inside defs once per call, as def/name), with where its\n"
+      "                      top-level statement is, the op that made it, dtype, shape (? for\n"
+      "                      unknown dims) and the elements of the variables it made\n"
       "  --stats             also run the graph passes and say what each removed: nodes not\n"
       "                      needed by the fetches and targets (pruned), duplicates merged\n"
       "                      by CSE, nodes folded into constants (see docs/passes.md)\n"
@@ -65,6 +70,36 @@ static int sinks(const gr_graph *g, gr_output *out) {
     if (!used[i]) out[k++] = (gr_output){gr_graph_node(g, i), 0};
   free(used);
   return k;
+}
+
+/* The recorded bindings as a table, and the sum of their parameters. */
+static void print_layers(const gr_dsl_program *p) {
+  int n = gr_dsl_num_layers(p), wn = 4, wa = 2, wo = 2;
+  char at[600], shape[GR_SHAPE_STR_MAX];
+  for (int i = 0; i < n; i++) {
+    const gr_dsl_layer *l = gr_dsl_layer_at(p, i);
+    int a = snprintf(at, sizeof at, "%s:%d", l->call_file, l->call_line);
+    int pl = (int)strlen(l->path), ol = (int)strlen(l->value.node->op->name);
+    wn = pl > wn ? (pl < 48 ? pl : 48) : wn;
+    wa = a > wa ? (a < 48 ? a : 48) : wa;
+    wo = ol > wo ? ol : wo;
+  }
+  printf("layers (the file's bindings in the order built):\n");
+  printf("  %-*s  %-*s  %-*s  %-5s  %-20s  %s\n", wn, "name", wa, "at", wo, "op", "dtype", "shape",
+         "params");
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    const gr_dsl_layer *l = gr_dsl_layer_at(p, i);
+    const gr_node *nd = l->value.node;
+    bool out = l->value.index >= 0 && l->value.index < nd->num_outputs; /* else no_op's */
+    snprintf(at, sizeof at, "%s:%d", l->call_file, l->call_line);
+    printf("  %-*s  %-*s  %-*s  %-5s  %-20s  %lld\n", wn, l->path, wa, at, wo, nd->op->name,
+           out ? gr_dtype_name(nd->out_dtypes[l->value.index]) : "-",
+           out ? gr_shape_str(&nd->out_shapes[l->value.index], shape) : "-", (long long)l->params);
+    total += l->params;
+  }
+  printf("%d binding%s, %lld params in the variables they made\n", n, n == 1 ? "" : "s",
+         (long long)total);
 }
 
 static void print_names(const char *what, const char *const *names, int n) {
@@ -123,7 +158,7 @@ done:
 int gr_cmd_check(int argc, char **argv) {
   const char *file = NULL, *fetch_names[CLI_MAX_NAMES], *target_names[CLI_MAX_NAMES];
   int nfetch = 0, ntarget = 0;
-  bool stats = false;
+  bool stats = false, layers = false;
   gr_passes_options po = gr_passes_options_default();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -133,6 +168,8 @@ int gr_cmd_check(int argc, char **argv) {
       return GR_EXIT_OK;
     } else if (strcmp(a, "--stats") == 0) {
       stats = true;
+    } else if (strcmp(a, "--layers") == 0) {
+      layers = true;
     } else if (strcmp(a, "--no-prune") == 0) {
       po.no_prune = true;
     } else if (strcmp(a, "--no-cse") == 0) {
@@ -171,7 +208,8 @@ int gr_cmd_check(int argc, char **argv) {
   }
   gr_graph *g;
   gr_dsl_program *p;
-  int rc = cli_load_graph("check", file, 0, &g, &p);
+  gr_dsl_options o = {.record_layers = layers};
+  int rc = cli_load_graph_with("check", file, &o, &g, &p);
   if (rc != GR_EXIT_OK) return rc;
   op_count *c = calloc((size_t)gr_graph_num_nodes(g) + 1, sizeof *c);
   if (!c) {
@@ -179,6 +217,7 @@ int gr_cmd_check(int argc, char **argv) {
     rc = GR_EXIT_FAILURE;
   } else {
     print_op_counts(file, g, c);
+    if (layers) print_layers(p);
     if (stats) rc = print_pass_stats(g, p, fetch_names, nfetch, target_names, ntarget, &po);
     free(c);
   }

@@ -123,8 +123,8 @@ static gr_output block(gr_graph *g, gr_output x, int cin, int cout, int seed) {
   snprintf(nm, sizeof nm, "var%d", seed);
   gr_output mv = gr_variable(g, nm, gr_ones(g, GR_F32, cs));
   gr_output c = gr_conv2d(g, x, w, &(gr_conv_options){.padding = "SAME"});
-  gr_output y = gr_relu(g, gr_batch_norm(g, c, gm, bt, mm, mv, true, 0.99, 1e-3));
-  return gr_max_pool(g, y, (int64_t[]){2, 2}, NULL, "SAME");
+  gr_output y = gr_relu(g, gr_batch_norm(g, c, gm, bt, mm, mv, true, 0.99, 1e-3, NULL));
+  return gr_max_pool(g, y, (int64_t[]){2, 2}, NULL, "SAME", NULL);
 }
 
 static gr_output dense(gr_graph *g, gr_output x, int nin, int nout, int seed) {

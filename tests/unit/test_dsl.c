@@ -140,6 +140,51 @@ static void test_defs(void) {
                 12, 0);
 }
 
+/* gr_dsl_options.record_layers: the bindings in the order lowered, inside
+ * defs once per call under the def's name, with both positions and the
+ * variables' elements where they are made; nothing without the option. */
+static void test_recorded_layers(void) {
+  const char *src = "def dense(x, n) {\n"
+                    "  w = variable(ones([dim(x, 1), n]))\n"
+                    "  b = variable(zeros([n]))\n"
+                    "  return relu(x @ w + b)\n"
+                    "}\n"
+                    "x = ones([2, 3])\n"
+                    "h1, h2 = dense(x, 4), 7\n"
+                    "dense(h1, 1)\n";
+  for (int rec = 0; rec < 2; rec++) {
+    gr_graph *g = gr_graph_new();
+    gr_dsl_program *p = NULL;
+    gr_error err;
+    gr_dsl_options o = {.record_layers = rec};
+    GR_CHECK_OK(gr_dsl_load_string("t.gr", src, g, &o, &p, &err), err);
+    if (!rec) {
+      GR_CHECK_EQ_INT(gr_dsl_num_layers(p), 0);
+    } else {
+      static const struct {
+        const char *path;
+        int line, call_line;
+        int64_t params;
+      } want[] = {{"x", 6, 6, 0},  {"dense/w", 2, 7, 12}, {"dense/b", 3, 7, 4}, {"h1", 7, 7, 0},
+                  {"h2", 7, 7, 0}, {"dense/w", 2, 8, 4},  {"dense/b", 3, 8, 1}};
+      GR_CHECK_EQ_INT(gr_dsl_num_layers(p), (int)(sizeof want / sizeof want[0]));
+      for (int i = 0; i < gr_dsl_num_layers(p) && i < (int)(sizeof want / sizeof want[0]); i++) {
+        const gr_dsl_layer *l = gr_dsl_layer_at(p, i);
+        GR_CHECK_MSG(strcmp(l->path, want[i].path) == 0, "layer %d is %s", i, l->path);
+        GR_CHECK_EQ_INT(l->line, want[i].line);
+        GR_CHECK_EQ_INT(l->call_line, want[i].call_line);
+        GR_CHECK_EQ_INT(l->params, want[i].params);
+        GR_CHECK(strcmp(l->file, "t.gr") == 0 && strcmp(l->call_file, "t.gr") == 0);
+      }
+      const gr_dsl_layer *h1 = gr_dsl_layer_at(p, 3);
+      GR_CHECK(h1 && strcmp(h1->value.node->op->name, "relu") == 0);
+      GR_CHECK(gr_dsl_layer_at(p, 7) == NULL && gr_dsl_layer_at(p, -1) == NULL);
+    }
+    gr_dsl_program_free(p);
+    gr_graph_free(g);
+  }
+}
+
 static void test_unpack_and_alias(void) {
   gr_dsl_program *p = NULL;
   gr_graph *g = load("a, b = split([1, 2, 3, 4], 2)\nc = b\nd = 5\n", &p);
@@ -292,6 +337,7 @@ int main(void) {
   GR_RUN(test_scopes_and_devices);
   GR_RUN(test_colocate_and_deps);
   GR_RUN(test_defs);
+  GR_RUN(test_recorded_layers);
   GR_RUN(test_unpack_and_alias);
   GR_RUN(test_imports);
   GR_RUN(test_paths_relative_to_their_file);

@@ -1,7 +1,7 @@
 /* Tests of ops/batch_norm.c and ops/dropout.c: batch_norm in training
  * (batch statistics, moving averages updated in the step) and inference
  * (moving statistics, nothing updated) against a double reference,
- * gradients by finite differences, bad input; dropout's keep rate,
+ * gradients by finite differences, NCHW against NHWC, bad input; dropout's keep rate,
  * scaling, determinism per (seed, step), identity at inference and its
  * gradient. */
 #include <math.h>
@@ -28,7 +28,7 @@ static bn_graph bn_build(const gr_tensor *x, const gr_tensor *gamma, const gr_te
   b.mm = gr_variable(b.g, "mm", gr_const(b.g, mm0));
   b.mv = gr_variable(b.g, "mv", gr_const(b.g, mv0));
   b.y = gr_batch_norm(b.g, b.x, gr_const(b.g, gamma), gr_const(b.g, beta), b.mm, b.mv, training,
-                      0.9, 1e-3);
+                      0.9, 1e-3, NULL);
   return b;
 }
 
@@ -107,28 +107,93 @@ static void test_batch_norm_training_and_inference(void) {
   }
 }
 
+typedef struct bn_arg {
+  bool training;
+  const char *data_format; /* NULL: NHWC */
+} bn_arg;
+
 /* x, gamma, beta differentiated; moving statistics in variables. */
 static gr_output build_bn(gr_graph *g, const gr_output *x, void *arg) {
-  bool training = *(bool *)arg;
+  const bn_arg *a = arg;
   gr_shape cs = x[1].node->out_shapes[0];
-  gr_output mm = gr_variable(g, "mm", gr_random_uniform(g, GR_F64, cs, -1, 1, 3));
-  gr_output mv = gr_variable(g, "mv", gr_random_uniform(g, GR_F64, cs, 0.5, 2, 4));
-  return gr_batch_norm(g, x[0], x[1], x[2], mm, mv, training, 0.9, 1e-3);
+  gr_dtype dt = x[0].node->out_dtypes[x[0].index];
+  gr_output mm = gr_variable(g, "mm", gr_random_uniform(g, dt, cs, -1, 1, 3));
+  gr_output mv = gr_variable(g, "mv", gr_random_uniform(g, dt, cs, 0.5, 2, 4));
+  return gr_batch_norm(g, x[0], x[1], x[2], mm, mv, a->training, 0.9, 1e-3, a->data_format);
 }
 
+/* y, mean, rstd, the moving statistics after the step, and the gradients
+ * of sum(y * y * r) for x and gamma (r: a fixed random tensor like x). */
+static void bn_outputs(const gr_tensor *in, const gr_tensor *r, const bn_arg *a, gr_tensor *out) {
+  gr_graph *g = gr_graph_new();
+  gr_output x[3], rr = gr_const(g, r);
+  gr_feed f[3];
+  for (int i = 0; i < 3; i++) {
+    char nm[8];
+    snprintf(nm, sizeof nm, "in%d", i);
+    x[i] = gr_placeholder(g, nm, in[i].dtype, in[i].shape);
+    f[i] = (gr_feed){x[i], &in[i]};
+  }
+  gr_output y = build_bn(g, x, (void *)a), d[2];
+  gr_output s = gr_reduce_sum(g, gr_mul(g, gr_mul(g, y, y), rr), NULL, 0, false);
+  gr_gradients(g, &s, 1, x, 2, NULL, false, d);
+  gr_output fetch[5] = {y, gr_output_at(y, 1), gr_output_at(y, 2), d[0], d[1]};
+  gr_error err;
+  gr_session *sess = gr_session_new(g, NULL, &err);
+  GR_CHECK(sess != NULL);
+  if (sess) GR_CHECK_OK(gr_session_run(sess, f, 3, fetch, 5, out, NULL, 0, &err), err);
+  gr_session_free(sess);
+  gr_graph_free(g);
+}
+
+/* NCHW against NHWC on the same data transposed: batch_norm and
+ * batch_norm_grad run on channels-last copies, so y, the statistics and
+ * the gradients agree bit for bit (training and inference, f32 and f64,
+ * rank 4 and rank 3). */
+static void test_batch_norm_nchw_matches_nhwc(void) {
+  gr_shape shapes[2] = {gr_shape_make(4, (int64_t[]){3, 5, 4, 6}),
+                        gr_shape_make(3, (int64_t[]){4, 7, 3})};
+  for (int t = 0; t < 4; t++) {
+    gr_dtype dt = t % 2 ? GR_F64 : GR_F32;
+    gr_shape xs = shapes[t / 2];
+    gr_shape cs = gr_shape_make(1, (int64_t[]){xs.dims[xs.rank - 1]});
+    gr_tensor in[3] = {gt_random(&rng, dt, xs, -3, 5), gt_random(&rng, dt, cs, 0.5, 2),
+                       gt_random(&rng, dt, cs, -1, 1)};
+    gr_tensor r = gt_random(&rng, dt, xs, -1, 1);
+    gr_tensor int_[3] = {gt_move_channels(&in[0], true), in[1], in[2]};
+    gr_tensor rt = gt_move_channels(&r, true);
+    for (int training = 0; training < 2; training++) {
+      gr_tensor a[5] = {{0}}, b[5] = {{0}};
+      bn_outputs(in, &r, &(bn_arg){training, NULL}, a);
+      bn_outputs(int_, &rt, &(bn_arg){training, "NCHW"}, b);
+      for (int i = 0; i < 5 && a[i].buf && b[i].buf; i++) {
+        gr_tensor back = i == 0 || i == 3 ? gt_move_channels(&b[i], false) : b[i];
+        GR_CHECK_MSG(gt_bit_equal(&back, &a[i]), "output %d, case %d, training %d", i, t, training);
+        if (i == 0 || i == 3) gr_tensor_release(&back);
+      }
+      for (int i = 0; i < 5; i++) gr_tensor_release(&a[i]), gr_tensor_release(&b[i]);
+    }
+    for (int i = 0; i < 3; i++) gr_tensor_release(&in[i]);
+    gr_tensor_release(&int_[0]), gr_tensor_release(&r), gr_tensor_release(&rt);
+  }
+}
+
+/* NHWC, and NCHW (the channels at axis 1; second derivatives through
+ * the transposes of batch_norm_grad's gradient). */
 static void test_batch_norm_gradients(void) {
-  for (int t = 0; t < 2; t++) {
-    bool training = t;
+  for (int t = 0; t < 4; t++) {
+    bn_arg a = {t % 2, t < 2 ? NULL : "NCHW"};
     gr_shape xs[2] = {gr_shape_make(4, (int64_t[]){3, 4, 3, 5}),
                       gr_shape_make(2, (int64_t[]){6, 4})};
     for (int k = 0; k < 2; k++) {
-      int64_t c = xs[k].dims[xs[k].rank - 1];
+      int64_t c = xs[k].dims[a.data_format ? 1 : xs[k].rank - 1];
       gr_shape cs = gr_shape_make(1, (int64_t[]){c});
       gr_tensor in[3] = {gt_random(&rng, GR_F64, xs[k], -2, 2), gt_random(&rng, GR_F64, cs, 0.5, 2),
                          gt_random(&rng, GR_F64, cs, -1, 1)};
       for (int order = 1; order <= 2; order++)
-        GR_CHECK_MSG(gt_check_gradient("batch_norm", build_bn, &training, in, 3, order, 40, 1e-6),
-                     "training %d shape %d order %d", t, k, order);
+        GR_CHECK_MSG(gt_check_gradient("batch_norm", build_bn, &a, in, 3, order, 40, 1e-6),
+                     "training %d %s shape %d order %d", a.training,
+                     a.data_format ? "NCHW" : "NHWC", k, order);
       for (int i = 0; i < 3; i++) gr_tensor_release(&in[i]);
     }
   }
@@ -140,18 +205,21 @@ static void test_batch_norm_errors(void) {
     gr_shape x, gamma;
     bool var, training;
     double eps, mom;
-    const char *sub;
+    const char *data_format, *sub;
   } bad[] = {
-      {x4, c3, false, true, 1e-3, 0.9,
+      {x4, c3, false, true, 1e-3, 0.9, "NHWC",
        "in training, input 'moving_mean' must be a variable (it is updated in place)"},
-      {x4, gr_shape_make(1, (int64_t[]){4}), true, true, 1e-3, 0.9,
+      {x4, gr_shape_make(1, (int64_t[]){4}), true, true, 1e-3, 0.9, "NHWC",
        "channel mismatch: input 'gamma' [4] but x [2, 4, 4, 3] has 3 channels"},
-      {gr_shape_make(1, (int64_t[]){3}), c3, true, true, 1e-3, 0.9,
+      {gr_shape_make(1, (int64_t[]){3}), c3, true, true, 1e-3, 0.9, "NHWC",
        "input 'x' must have rank >= 2 (channels last), got shape [3]"},
-      {x4, gr_shape_make(2, (int64_t[]){1, 3}), true, false, 1e-3, 0.9,
+      {x4, gr_shape_make(2, (int64_t[]){1, 3}), true, false, 1e-3, 0.9, "NHWC",
        "input 'gamma' must have rank 1, got shape [1, 3]"},
-      {x4, c3, true, true, 0, 0.9, "need epsilon > 0 and 0 <= momentum <= 1"},
-      {x4, c3, true, true, 1e-3, 1.5, "momentum 1.5"},
+      {x4, c3, true, true, 0, 0.9, "NHWC", "need epsilon > 0 and 0 <= momentum <= 1"},
+      {x4, c3, true, true, 1e-3, 1.5, "NHWC", "momentum 1.5"},
+      {x4, c3, true, true, 1e-3, 0.9, "NCHW",
+       "channel mismatch: input 'gamma' [3] but x [2, 4, 4, 3] (NCHW) has 4 channels"},
+      {x4, c3, true, true, 1e-3, 0.9, "HWCN", "unknown data_format 'HWCN' (expected NHWC or NCHW)"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     gr_graph *g = gr_graph_new();
@@ -162,9 +230,10 @@ static void test_batch_norm_errors(void) {
                               : gr_placeholder(g, "mm", GR_F32, c3);
     gr_output mv = gr_variable(g, "mv", gr_ones(g, GR_F32, c3));
     gr_output in[5] = {x, gm, bt, mm, mv};
-    gr_attr at[3] = {gr_attr_bool("training", bad[i].training),
-                     gr_attr_float("epsilon", bad[i].eps), gr_attr_float("momentum", bad[i].mom)};
-    gr_output y = gr_op(g, "batch_norm", "bn", in, 5, at, 3);
+    gr_attr at[4] = {gr_attr_bool("training", bad[i].training),
+                     gr_attr_float("epsilon", bad[i].eps), gr_attr_float("momentum", bad[i].mom),
+                     gr_attr_string("data_format", bad[i].data_format)};
+    gr_output y = gr_op(g, "batch_norm", "bn", in, 5, at, 4);
     const gr_error *e = gr_graph_error(g);
     GR_CHECK_MSG(!y.node && e, "case %zu", i);
     if (e) {
@@ -278,6 +347,7 @@ static void test_dropout_gradient_and_errors(void) {
 
 int main(void) {
   GR_RUN(test_batch_norm_training_and_inference);
+  GR_RUN(test_batch_norm_nchw_matches_nhwc);
   GR_RUN(test_batch_norm_gradients);
   GR_RUN(test_batch_norm_errors);
   GR_RUN(test_dropout_rate_and_determinism);

@@ -1,6 +1,6 @@
 /* Tests of ops/conv.c: conv2d and conv2d_transpose against a plain double
- * reference on random shapes (odd sizes, strides larger than the kernel,
- * padding larger than the kernel, batch 1, 1x1 kernels, dilations, groups,
+ * reference on random shapes (NHWC; NCHW against NHWC on transposed data) (odd sizes, strides
+ * larger than the kernel, padding larger than the kernel, batch 1, 1x1 kernels, dilations, groups,
  * depthwise, channels 1, 3 and 64, several im2col tiles), their gradients
  * (and the gradients of the gradient ops) by finite differences, and errors
  * for bad input naming the node and the shapes. */
@@ -59,18 +59,27 @@ static void ref_conv(const conv_case *k, const gr_tensor *x, const gr_tensor *f,
         }
 }
 
-static gr_conv_options opts_of(const conv_case *k) {
-  gr_conv_options o = {{k->sh, k->sw}, {k->dh, k->dw}, k->pad, {0}, k->groups};
+static gr_conv_options opts_of(const conv_case *k, const char *data_format) {
+  gr_conv_options o = {{k->sh, k->sw}, {k->dh, k->dw}, k->pad, {0}, k->groups, data_format};
   memcpy(o.explicit_paddings, k->pads, sizeof o.explicit_paddings);
   return o;
 }
 
 static gr_output build_conv(gr_graph *g, const gr_output *x, void *arg) {
-  gr_conv_options o = opts_of(arg);
+  gr_conv_options o = opts_of(arg, NULL);
   return gr_conv2d(g, x[0], x[1], &o);
 }
 static gr_output build_transpose(gr_graph *g, const gr_output *x, void *arg) {
-  gr_conv_options o = opts_of(arg);
+  gr_conv_options o = opts_of(arg, NULL);
+  return gr_conv2d_transpose(g, x[0], x[1], &o);
+}
+/* The same in NCHW (x [n, c, h, w]; the filter as in NHWC). */
+static gr_output build_conv_nchw(gr_graph *g, const gr_output *x, void *arg) {
+  gr_conv_options o = opts_of(arg, "NCHW");
+  return gr_conv2d(g, x[0], x[1], &o);
+}
+static gr_output build_transpose_nchw(gr_graph *g, const gr_output *x, void *arg) {
+  gr_conv_options o = opts_of(arg, "NCHW");
   return gr_conv2d_transpose(g, x[0], x[1], &o);
 }
 
@@ -217,6 +226,72 @@ static void test_conv2d_gradients(void) {
     if (run(build_transpose, &k, (gr_tensor[]){y, f}, 2, &probe, &err) == GR_OK)
       GR_CHECK_MSG(gt_check_gradient(what, build_transpose, &k, (gr_tensor[]){y, f}, 2, 1 + (p % 2),
                                      30, 1e-6),
+                   "%s", what);
+    gr_tensor_release(&probe);
+    gr_tensor_release(&x), gr_tensor_release(&f), gr_tensor_release(&y);
+  }
+}
+
+/* NCHW against NHWC on the same data transposed: the NCHW kernels run the
+ * NHWC code on transposed copies, so the outputs must be bit-identical
+ * (f32 and f64), for every case, conv2d and conv2d_transpose. */
+static void test_conv2d_nchw_matches_nhwc(void) {
+  int compared = 0;
+  for (int ci = 0; ci < NCASES; ci++) {
+    const conv_case *k = &cases[ci];
+    gr_dtype dt = ci % 2 ? GR_F64 : GR_F32;
+    for (int tr = 0; tr < 2; tr++) {
+      int64_t oh, ow, pb;
+      ref_dim(k, 0, k->h, &oh, &pb);
+      ref_dim(k, 1, k->w, &ow, &pb);
+      int64_t xs[4] = {k->n, tr ? oh : k->h, tr ? ow : k->w, tr ? k->oc : k->c};
+      gr_tensor x = gt_random(&rng, dt, gr_shape_make(4, xs), -1, 1);
+      gr_tensor f = random_filter(k, dt), xt = gt_move_channels(&x, true);
+      gr_tensor y = gr_tensor_empty(), yt = gr_tensor_empty();
+      gr_error err, err2;
+      gr_status s1 =
+          run(tr ? build_transpose : build_conv, (void *)k, (gr_tensor[]){x, f}, 2, &y, &err);
+      gr_status s2 = run(tr ? build_transpose_nchw : build_conv_nchw, (void *)k,
+                         (gr_tensor[]){xt, f}, 2, &yt, &err2);
+      GR_CHECK_MSG(s1 == s2, "case %d transpose %d: NHWC %d, NCHW %d", ci, tr, s1, s2);
+      if (s1 == GR_OK && s2 == GR_OK) {
+        gr_tensor back = gt_move_channels(&yt, false);
+        GR_CHECK_MSG(gt_bit_equal(&back, &y), "case %d transpose %d", ci, tr);
+        compared++;
+        gr_tensor_release(&back);
+      }
+      gr_tensor_release(&x), gr_tensor_release(&f), gr_tensor_release(&xt);
+      gr_tensor_release(&y), gr_tensor_release(&yt);
+    }
+  }
+  GR_CHECK_MSG(compared >= NCASES + 7, "compared %d", compared);
+}
+
+/* Gradients of conv2d and conv2d_transpose in NCHW by finite differences
+ * (through the NCHW conv2d_backprop_input / _filter). */
+static void test_conv2d_nchw_gradients(void) {
+  static const int pick[] = {0, 2, 5, 8, 9};
+  for (size_t p = 0; p < sizeof pick / sizeof pick[0]; p++) {
+    const conv_case *k = &cases[pick[p]];
+    gr_tensor x =
+        gt_random(&rng, GR_F64, gr_shape_make(4, (int64_t[]){k->n, k->c, k->h, k->w}), -1, 1);
+    gr_tensor f = random_filter(k, GR_F64);
+    char what[64];
+    snprintf(what, sizeof what, "conv2d NCHW case %d", pick[p]);
+    GR_CHECK_MSG(gt_check_gradient(what, build_conv_nchw, (void *)k, (gr_tensor[]){x, f}, 2,
+                                   1 + (p == 0), 30, 1e-6),
+                 "%s", what);
+    int64_t oh, ow, pb;
+    ref_dim(k, 0, k->h, &oh, &pb);
+    ref_dim(k, 1, k->w, &ow, &pb);
+    gr_tensor y =
+        gt_random(&rng, GR_F64, gr_shape_make(4, (int64_t[]){k->n, k->oc, oh, ow}), -1, 1);
+    gr_tensor probe = gr_tensor_empty();
+    gr_error err;
+    snprintf(what, sizeof what, "conv2d_transpose NCHW case %d", pick[p]);
+    if (run(build_transpose_nchw, (void *)k, (gr_tensor[]){y, f}, 2, &probe, &err) == GR_OK)
+      GR_CHECK_MSG(gt_check_gradient(what, build_transpose_nchw, (void *)k, (gr_tensor[]){y, f}, 2,
+                                     1, 30, 1e-6),
                    "%s", what);
     gr_tensor_release(&probe);
     gr_tensor_release(&x), gr_tensor_release(&f), gr_tensor_release(&y);
@@ -425,6 +500,77 @@ static void test_conv2d_errors(void) {
     expect_build_error(&cases_bad[i]);
 }
 
+/* data_format: unknown names, channels read from axis 1 in NCHW (the
+ * messages show the shapes as given), NCHW-ordered 4-value strides. */
+static void test_conv2d_format_errors(void) {
+  static const int64_t s4[] = {1, 2, 2, 1};
+  const bad cases_bad[] = {
+      {{2, 8, 8, 3},
+       {3, 3, 3, 8},
+       4,
+       4,
+       "conv2d",
+       {gr_attr_string("data_format", "NWHC")},
+       1,
+       0,
+       "unknown data_format 'NWHC' (expected NHWC or NCHW)"},
+      {{2, 8, 8, 3},
+       {3, 3, 3, 8},
+       4,
+       4,
+       "conv2d",
+       {gr_attr_string("data_format", "NCHW")},
+       1,
+       0,
+       "channel mismatch: input [2, 8, 8, 3] (NCHW) has 8 channels but filter [3, 3, 3, 8] "
+       "takes 3"},
+      {{2, 3, 8, 8},
+       {3, 3, 3, 8},
+       4,
+       4,
+       "conv2d_transpose",
+       {gr_attr_string("data_format", "NCHW")},
+       1,
+       0,
+       "channel mismatch: input [2, 3, 8, 8] (NCHW) has 3 channels but filter [3, 3, 3, 8] "
+       "gives 8"},
+      {{2, 3, 8, 8},
+       {3, 3, 3, 8},
+       4,
+       4,
+       "conv2d",
+       {gr_attr_string("data_format", "NCHW"), gr_attr_ints("strides", 4, s4)},
+       2,
+       0,
+       "attr 'strides' must have 1, 2 or 4 values ([1, 1, h, w]) for NCHW, got 4 values"},
+      {{2, 3, 8},
+       {3, 3, 3, 8},
+       3,
+       4,
+       "conv2d",
+       {gr_attr_string("data_format", "NCHW")},
+       1,
+       0,
+       "input must have rank 4 (NCHW), got shape [2, 3, 8]"},
+  };
+  for (size_t i = 0; i < sizeof cases_bad / sizeof cases_bad[0]; i++)
+    expect_build_error(&cases_bad[i]);
+  /* NCHW strides [1, 1, h, w] are accepted: [2, 3, 8, 8] stride 2 -> [2, 8, 4, 4] */
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_make(4, (int64_t[]){2, 3, 8, 8}));
+  gr_output f = gr_placeholder(g, "f", GR_F32, gr_shape_make(4, (int64_t[]){3, 3, 3, 8}));
+  gr_attr at[3] = {gr_attr_string("data_format", "NCHW"),
+                   gr_attr_ints("strides", 4, (int64_t[]){1, 1, 2, 2}),
+                   gr_attr_string("padding", "SAME")};
+  gr_output y = gr_op(g, "conv2d", "c", (gr_output[]){x, f}, 2, at, 3);
+  GR_CHECK(y.node);
+  if (y.node) {
+    gr_shape want = gr_shape_make(4, (int64_t[]){2, 8, 4, 4});
+    GR_CHECK(gr_shape_equal(&y.node->out_shapes[0], &want));
+  }
+  gr_graph_free(g);
+}
+
 /* Shapes known only at run time: the kernel reports the mismatch, naming
  * the node and the shapes. */
 static void test_conv2d_runtime_error(void) {
@@ -451,8 +597,11 @@ int main(void) {
   GR_RUN(test_conv2d_f64_and_transpose);
   GR_RUN(test_conv2d_tiles);
   GR_RUN(test_conv2d_gradients);
+  GR_RUN(test_conv2d_nchw_matches_nhwc);
+  GR_RUN(test_conv2d_nchw_gradients);
   GR_RUN(test_conv2d_unknown_dims);
   GR_RUN(test_conv2d_errors);
+  GR_RUN(test_conv2d_format_errors);
   GR_RUN(test_conv2d_runtime_error);
   return gr_test_finish();
 }

@@ -306,7 +306,7 @@ static void test_all_reduce_other_outputs(void) {
     gr_graph_push_device_scope(g, worker_names[d]);
     gr_output x = gr_fill(g, GR_F32, gr_shape_make(2, (int64_t[]){4, 3}), d + 1.0);
     gr_output mm = gr_fill(g, GR_F32, cs, d + 2.0), one = gr_ones(g, GR_F32, cs);
-    gr_output y = gr_batch_norm(g, x, one, one, mm, one, false, 0.9, 1e-3); /* y [4, 3] */
+    gr_output y = gr_batch_norm(g, x, one, one, mm, one, false, 0.9, 1e-3, NULL); /* y [4, 3] */
     v[0 * 2 + d] = gr_output_at(y, 1);                                      /* mean: mm */
     v[1 * 2 + d] = gr_output_at(y, 2); /* rstd: 1 / sqrt(1 + 1e-3) */
     gr_graph_pop_device_scope(g);

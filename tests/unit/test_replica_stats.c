@@ -32,7 +32,7 @@ static gr_status bn_body(gr_graph *g, void *arg, int replica, const gr_output *i
   (void)replica;
   gr_output mm = m->read_value ? gr_read_value(g, m->mm) : m->mm;
   gr_output mv = m->read_value ? gr_read_value(g, m->mv) : m->mv;
-  gr_output y = gr_batch_norm(g, in[0], m->gamma, m->beta, mm, mv, true, MOMENTUM, 1e-3);
+  gr_output y = gr_batch_norm(g, in[0], m->gamma, m->beta, mm, mv, true, MOMENTUM, 1e-3, NULL);
   out[0] = gr_reduce_mean(g, y, NULL, 0, false);
   out[1] = gr_output_at(y, 1);
   out[2] = gr_output_at(y, 3);

@@ -149,6 +149,26 @@ void gt_unravel(const gr_shape *s, int64_t flat, int64_t *idx) {
   }
 }
 
+gr_tensor gt_move_channels(const gr_tensor *t, bool to_nchw) {
+  int r = t->shape.rank, from = to_nchw ? r - 1 : 1, to = to_nchw ? 1 : r - 1;
+  gr_shape s = t->shape;
+  int64_t perm[GR_MAX_RANK]; /* axis i of the result is axis perm[i] of t */
+  for (int i = 0, j = 0; i < r; i++) perm[i] = i == to ? from : (j += j == from, j++);
+  for (int i = 0; i < r; i++) s.dims[i] = t->shape.dims[perm[i]];
+  gr_tensor out = gt_zeros(t->dtype, s);
+  int64_t idx[GR_MAX_RANK], st[GR_MAX_RANK];
+  gt_strides(&t->shape, st);
+  size_t es = gr_dtype_size(t->dtype);
+  for (int64_t e = 0; e < gr_tensor_num_elements(&out); e++) {
+    gt_unravel(&s, e, idx);
+    int64_t src = 0;
+    for (int i = 0; i < r; i++) src += idx[i] * st[perm[i]];
+    memcpy((char *)gr_tensor_data(&out) + (size_t)e * es,
+           (const char *)gr_tensor_data(t) + (size_t)src * es, es);
+  }
+  return out;
+}
+
 long gt_rss_kib(void) {
   FILE *f = fopen("/proc/self/statm", "r");
   long pages = 0, resident = 0;

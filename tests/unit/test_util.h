@@ -124,5 +124,9 @@ void gt_window_dim(int64_t in, int64_t k, int64_t s, int64_t d, const char *pad,
 void gt_strides(const gr_shape *s, int64_t *strides);
 /* Flat index -> multi-index for a shape. */
 void gt_unravel(const gr_shape *s, int64_t flat, int64_t *idx);
+/* A copy of t (rank >= 2) with its last axis moved to axis 1 (to_nchw:
+ * NHWC -> NCHW), or axis 1 moved last (NCHW -> NHWC); written
+ * independently of ops/. */
+gr_tensor gt_move_channels(const gr_tensor *t, bool to_nchw);
 
 #endif
