@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 
@@ -55,11 +56,23 @@ static int place_for_dot(gr_graph *g, const char *cluster_path) {
   return GR_EXIT_OK;
 }
 
+enum { F_NO_SHAPES = 256, F_PLACED, F_CLUSTER };
+
+static const struct option dot_flags[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"no-shapes", no_argument, NULL, F_NO_SHAPES},
+    {"placed", no_argument, NULL, F_PLACED},
+    {"cluster", required_argument, NULL, F_CLUSTER},
+    {0},
+};
+
 int gr_cmd_dot(int argc, char **argv) {
   const char *file = NULL, *cluster = NULL;
   bool shapes = true, placed = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+  cli_opts po;
+  cli_opts_start(&po, "dot", argc, argv, dot_flags, "h", CLI_OPTS_ANY_ORDER);
+  for (int c; (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
+    if (c == 'h') {
       printf("usage: graphrun dot FILE.gr [--no-shapes] [--placed --cluster C.json]\n\nPrints "
              "the graph of FILE.gr in Graphviz DOT: one box per node (name and op), clusters "
              "per name\nscope, fill colour per device, data edges labelled with their shape, "
@@ -67,28 +80,20 @@ int gr_cmd_dot(int argc, char **argv) {
              "        colour by the device the placer assigns on --cluster C.json\n\nExample: "
              "graphrun dot model.gr | dot -Tsvg > model.svg\n");
       return GR_EXIT_OK;
-    }
-    if (strcmp(argv[i], "--no-shapes") == 0) {
+    } else if (c == F_NO_SHAPES) {
       shapes = false;
-      continue;
-    }
-    if (strcmp(argv[i], "--placed") == 0) {
+    } else if (c == F_PLACED) {
       placed = true;
-      continue;
-    }
-    if (strcmp(argv[i], "--cluster") == 0) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "graphrun dot: --cluster needs a file (try --help)\n");
-        return GR_EXIT_USAGE;
-      }
-      cluster = argv[++i];
-      continue;
-    }
-    if ((argv[i][0] == '-' && argv[i][1]) || file) {
-      fprintf(stderr, "graphrun dot: unexpected argument '%s' (try --help)\n", argv[i]);
+    } else if (c == F_CLUSTER) {
+      cluster = po.arg;
+    } else if (c == CLI_OPTS_ARG && !file) {
+      file = po.arg;
+    } else if (c == CLI_OPTS_ARG) {
+      fprintf(stderr, "graphrun dot: unexpected argument '%s' (try --help)\n", po.arg);
+      return GR_EXIT_USAGE;
+    } else {
       return GR_EXIT_USAGE;
     }
-    file = argv[i];
   }
   if (!file) {
     fprintf(stderr, "usage: graphrun dot FILE.gr\n");
