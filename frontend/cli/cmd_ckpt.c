@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "checkpoints/gr_checkpoints.h"
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 
@@ -397,6 +398,14 @@ static int cmd_export(gr_ckpt *ck, int64_t step, const char *dir, char **names, 
 
 /* ---- dispatch ------------------------------------------------------------------------ */
 
+enum { F_STEP = 256, F_OUT, F_OTHER, F_FULL };
+
+static const struct option ckpt_flags[] = {
+    {"help", no_argument, NULL, 'h'},        {"step", required_argument, NULL, F_STEP},
+    {"out", required_argument, NULL, F_OUT}, {"other", required_argument, NULL, F_OTHER},
+    {"full", no_argument, NULL, F_FULL},     {0},
+};
+
 int gr_cmd_ckpt(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage_text, stderr);
@@ -418,24 +427,23 @@ int gr_cmd_ckpt(int argc, char **argv) {
   int npos = 0;
   if (!pos) return GR_EXIT_FAILURE;
   int rc = -1;
-  for (int i = 2; i < argc && rc < 0; i++) {
-    const char *a = argv[i];
-    bool needs = !strcmp(a, "--step") || !strcmp(a, "--out") || !strcmp(a, "--other");
-    if (needs && i + 1 >= argc)
-      rc = usage_error("%s needs a value", a);
-    else if (!strcmp(a, "--step")) {
-      if (!parse_step(argv[++i], &step)) rc = usage_error("bad step '%s'", argv[i]);
+  cli_opts po;
+  cli_opts_start(&po, "ckpt", argc - 1, argv + 1, ckpt_flags, "h", CLI_OPTS_NUMBERS);
+  for (int c; rc < 0 && (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
+    if (c == F_STEP) {
+      if (!parse_step(po.arg, &step)) rc = cli_opt_bad(&po, "a step number (-1: the newest)");
       has_step = true;
-    } else if (!strcmp(a, "--out"))
-      out_dir = argv[++i];
-    else if (!strcmp(a, "--other"))
-      other = argv[++i];
-    else if (!strcmp(a, "--full"))
+    } else if (c == F_OUT) {
+      out_dir = po.arg, has_out = true;
+    } else if (c == F_OTHER) {
+      other = po.arg;
+    } else if (c == F_FULL) {
       full = true;
-    else if (a[0] == '-' && a[1] == '-')
-      rc = usage_error("unknown option '%s'", a);
-    else
-      pos[npos++] = argv[i];
+    } else if (c == CLI_OPTS_ARG) {
+      pos[npos++] = po.arg;
+    } else {
+      rc = GR_EXIT_USAGE;
+    }
   }
   if (rc < 0 && npos < 1) rc = usage_error("%s needs a checkpoint file PATH", cmd);
   bool want_step = !strcmp(cmd, "ls") || !strcmp(cmd, "show") || !strcmp(cmd, "export");
