@@ -46,6 +46,9 @@ typedef struct cli_recovery {
   gr_ckpt *ck; /* NULL: a worker that is not the chief (it waits for the chief) */
   gr_graph *g;
   const cli_worker *self;
+  /* every variable of the session has a value (after the first save; a
+   * recovery's new session clears it): saves skip initialising them */
+  bool vars_ready;
 } cli_recovery;
 
 enum { CLI_RECOVERED, CLI_NOT_RECOVERABLE, CLI_RECOVERY_FAILED };
@@ -65,10 +68,10 @@ long cli_run_steps_done(gr_ckpt *ck);
  * then. An exit code (messages printed); *ck is the caller's to close. */
 int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool remote, gr_session *s,
                             gr_graph *g, gr_ckpt **ck, long *done);
-/* Saves the variables after steps_done steps (a file, or on a cluster each
- * task's shard and the manifest). */
-gr_status cli_run_save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_done,
-                                  bool remote, gr_error *err);
+/* Saves the variables after steps_done steps into r->ck (a file, or on a
+ * cluster each task's shard and the manifest). */
+gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_done, bool remote,
+                                  gr_error *err);
 /* On a cluster with a checkpoint that has none yet: saves the first one,
  * which a lost task restarts from (a task lost before it is waited for).
  * *s and *m may change (a recovery). An exit code (messages printed). */

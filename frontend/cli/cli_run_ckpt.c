@@ -44,11 +44,12 @@ int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool re
   return GR_EXIT_OK;
 }
 
-gr_status cli_run_save_checkpoint(gr_ckpt *ck, gr_session *s, gr_graph *g, long steps_done,
-                                  bool remote, gr_error *err) {
+gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_done, bool remote,
+                                  gr_error *err) {
   char meta[64];
   snprintf(meta, sizeof meta, "{\"steps_done\": %ld}", steps_done);
-  return remote ? cli_save_remote(ck, s, g, meta, err) : gr_ckpt_save_session(ck, s, g, meta, err);
+  return remote ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, err)
+                : gr_ckpt_save_session(r->ck, s, r->g, meta, err);
 }
 
 int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master **m, gr_session **s,
@@ -57,6 +58,7 @@ int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master 
       r->failures >= r->max_failures)
     return CLI_NOT_RECOVERABLE;
   r->failures++;
+  r->vars_ready = false; /* a new session */
   fprintf(stderr,
           "graphrun run: %s failed: %s\ngraphrun run: recovering (%ld of at most %ld): waiting "
           "up to %.0f s for every task, then %s%s\n",
@@ -78,7 +80,7 @@ int cli_run_save_first(cli_recovery *r, gr_master **m, gr_session **s) {
   gr_error err;
   if (gr_ckpt_latest_step(r->ck, &latest, &err) != GR_ERR_NOT_FOUND) return GR_EXIT_OK;
   for (;;) { /* the checkpoint a lost task restarts from; a task lost before it is waited for */
-    if (cli_run_save_checkpoint(r->ck, *s, r->g, 0, true, &err) == GR_OK) return GR_EXIT_OK;
+    if (cli_run_save_checkpoint(r, *s, 0, true, &err) == GR_OK) return GR_EXIT_OK;
     int how = cli_run_recover(r, "saving the first checkpoint", &err, m, s, &latest);
     if (how == CLI_NOT_RECOVERABLE)
       fprintf(stderr, "graphrun run: saving the first checkpoint: %s\n", err.msg);

@@ -164,9 +164,16 @@ static int start_checkpoint(cli_run_state *r) {
       (rc = cli_run_open_checkpoint(o->ckpt_path, (int)o->keep, o->no_restore, r->master != NULL,
                                     r->s, r->g, &r->ck, &r->done_steps)) != GR_EXIT_OK)
     return rc;
-  r->rec =
-      (cli_recovery){r->cluster, r->cluster_from, r->secret, o->ckpt_path, &r->opts, o->recovery_s,
-                     0,          o->max_failures, r->ck,     r->g,         &r->self};
+  r->rec = (cli_recovery){.cluster = r->cluster,
+                          .from = r->cluster_from,
+                          .secret = r->secret,
+                          .ckpt_path = o->ckpt_path,
+                          .opts = &r->opts,
+                          .timeout_s = o->recovery_s,
+                          .max_failures = o->max_failures,
+                          .ck = r->ck,
+                          .g = r->g,
+                          .self = &r->self};
   gr_error err;
   if (r->self.on && !r->self.chief &&
       cli_wait_for_chief(r->s, &r->self, o->recovery_s, o->quiet, &err) != GR_OK) {
@@ -194,7 +201,7 @@ static gr_status run_step(cli_run_state *r, long st, bool saving, bool *in_save,
                         k < o->nfetch ? gr_tensor_get_f64(&r->results[k], 0) : 0);
   }
   *in_save = saving;
-  return saving ? cli_run_save_checkpoint(r->ck, r->s, r->g, st, r->master != NULL, err) : GR_OK;
+  return saving ? cli_run_save_checkpoint(&r->rec, r->s, st, r->master != NULL, err) : GR_OK;
 }
 
 /* Step st (or the checkpoint after it) failed with err: on a cluster with
