@@ -281,7 +281,11 @@ int gr_cmd_run(int argc, char **argv) {
     return GR_EXIT_FAILURE;
   }
   int rc = cli_run_parse_options(argc, argv, &r->o);
-  if (rc == CLI_RUN_GO) rc = load_program(r);
+  if (rc != CLI_RUN_GO) { /* --help, or a usage error */
+    free_run(r);
+    return rc;
+  }
+  rc = load_program(r);
   if (rc == GR_EXIT_OK) rc = resolve_names(r);
   if (rc == GR_EXIT_OK) rc = load_feeds(r);
   if (rc == GR_EXIT_OK) rc = place_nodes(r);

@@ -5,6 +5,7 @@
  * exit 2 with a message naming the flag (with a "did you mean" hint when a
  * flag is close). Each case runs the graphrun binary of this build in a
  * temporary directory. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,10 +124,36 @@ static void test_bad_number(void) {
                     "graphrun launch: --workers wants an integer in [1, 32], got '99'", NULL);
 }
 
+/* --help (and -h) print the command's usage on stdout and exit 0; after
+ * the file too, for the commands that take one. */
+static void test_help(void) {
+  const struct {
+    const char *cmd;
+    bool file;
+  } cmds[] = {{"run", true},     {"check", true},  {"export", true},     {"dot", true},
+              {"place", true},   {"ckpt", false},  {"calibrate", false}, {"ops", false},
+              {"server", false}, {"launch", false}};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    char args[64], want[64];
+    snprintf(want, sizeof want, "usage: graphrun %s ", cmds[i].cmd);
+    for (int form = 0; form < (cmds[i].file ? 3 : 2); form++) {
+      snprintf(args, sizeof args,
+               form == 0   ? "%s --help"
+               : form == 1 ? "%s -h"
+                           : "%s t.gr --help",
+               cmds[i].cmd);
+      int rc = gt_cli_run(dir, args, out, sizeof out);
+      GR_CHECK_MSG(rc == 0, "'%s' exits %d:\n%s", args, rc, out);
+      GR_CHECK_MSG(strncmp(out, want, strlen(want)) == 0, "'%s' prints:\n%s", args, out);
+    }
+  }
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/gr_test_cli_options_XXXXXX");
   if (!mkdtemp(dir)) return 1;
   setup_files();
+  GR_RUN(test_help);
   GR_RUN(test_equals_form);
   GR_RUN(test_unknown_flag);
   GR_RUN(test_missing_value);
