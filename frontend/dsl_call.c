@@ -173,23 +173,6 @@ static bool accepts(const gr_attr_spec *spec, const dsl_value *v) {
   }
 }
 
-/* Edit distance for "did you mean" hints. */
-static int edit_distance(const char *a, const char *b) {
-  int la = (int)strlen(a), lb = (int)strlen(b);
-  if (la > 40 || lb > 40) return 99;
-  int d[41][41];
-  for (int i = 0; i <= la; i++) d[i][0] = i;
-  for (int j = 0; j <= lb; j++) d[0][j] = j;
-  for (int i = 1; i <= la; i++)
-    for (int j = 1; j <= lb; j++) {
-      int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
-      d[i][j] = c;
-    }
-  return d[la][lb];
-}
-
 /* ---- generic op calls ----------------------------------------------------------------- */
 
 static const gr_attr_spec *find_spec(const gr_op_def *op, const char *name) {
@@ -864,11 +847,11 @@ static const char *closest_name(const char *name) {
   const char *best = NULL;
   int bd = 3;
   for (int i = 0; i < gr_op_registry_count(); i++) {
-    int d = edit_distance(name, gr_op_registry_at(i)->name);
+    int d = gr_dsl_edit_distance(name, gr_op_registry_at(i)->name);
     if (d < bd) bd = d, best = gr_op_registry_at(i)->name;
   }
   for (int i = 0; i < NUM_BUILTINS; i++) {
-    int d = edit_distance(name, builtins[i].name);
+    int d = gr_dsl_edit_distance(name, builtins[i].name);
     if (d < bd) bd = d, best = builtins[i].name;
   }
   return best;

@@ -72,6 +72,10 @@ gr_graph *gr_dsl_graph(const gr_dsl_program *p);
 /* Prints the table of the DSL's built-in functions (not ops) as Markdown,
  * as docs/dsl.md shows it (the suite checks that it does). */
 void gr_dsl_print_builtins(FILE *out);
+/* The edit distance (insertions, deletions, substitutions) between a and b,
+ * for "did you mean" hints: of op names here, of flags in the graphrun
+ * tool; 99 when either is longer than 40 characters. */
+int gr_dsl_edit_distance(const char *a, const char *b);
 
 /* Default fetches (`fetch a, b`) and targets (`target train`) declared in the
  * file, in order; when no `fetch` is declared the last top-level binding is

@@ -249,7 +249,7 @@ static void free_shards(shard_save *sh, int n) {
 }
 
 gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta,
-                          gr_error *err) {
+                          bool *vars_ready, gr_error *err) {
   shard_save *sh;
   int n;
   gr_status st = plan_shards(s, g, &sh, &n, err);
@@ -261,9 +261,11 @@ gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *m
     st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   /* each task writes its shard at this step (one run; the step counter is
    * kept); the save nodes read the tasks' containers, so variables no run
-   * has used yet are initialised first, as a run using them would */
+   * has used yet are initialised first, as a run using them would (once a
+   * session: then they all have values) */
   int64_t step = gr_session_step(s);
-  if (st == GR_OK) st = gr_session_init_variables(s, err);
+  if (st == GR_OK && !*vars_ready && (st = gr_session_init_variables(s, err)) == GR_OK)
+    *vars_ready = true;
   gr_tensor at = gr_tensor_scalar_i64(step);
   for (int i = 0; st == GR_OK && i < n; i++) {
     feeds[i] = (gr_feed){sh[i].step, &at};

@@ -40,7 +40,11 @@ gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret,
  * adds an assign from a placeholder next to each variable (as TensorFlow's
  * Saver), so each task receives its variables wherever they live now. The
  * nodes are added to g once and found again after a recovery. */
-gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta, gr_error *err);
+/* *vars_ready: the caller's note that every variable of s has a value;
+ * while false (a new session) the save first initialises the variables
+ * that have none, which costs a request per variable and task, and sets it. */
+gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta,
+                          bool *vars_ready, gr_error *err);
 gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
                              gr_error *err);
 

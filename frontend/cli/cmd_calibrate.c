@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "placer/gr_placer.h"
@@ -203,13 +204,22 @@ out:
   return ok;
 }
 
+enum { F_QUICK = 256, F_OUT, F_DEVICES, F_JOB };
+
+static const struct option calibrate_flags[] = {
+    {"help", no_argument, NULL, 'h'},        {"quick", no_argument, NULL, F_QUICK},
+    {"out", required_argument, NULL, F_OUT}, {"devices", required_argument, NULL, F_DEVICES},
+    {"job", required_argument, NULL, F_JOB}, {0},
+};
+
 int gr_cmd_calibrate(int argc, char **argv) {
   const char *out_path = NULL, *job = "localhost";
   long devices = sysconf(_SC_NPROCESSORS_ONLN);
   bool quick = false;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+  cli_opts po;
+  cli_opts_start(&po, "calibrate", argc, argv, calibrate_flags, "h", CLI_OPTS_ANY_ORDER);
+  for (int c; (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
+    if (c == 'h') {
       printf("usage: graphrun calibrate [--out FILE] [--devices N] [--job NAME] [--quick]\n\n"
              "Measures this machine (matmul flop/s on one thread, memcpy bandwidth, per-op\n"
              "overhead, loopback TCP latency and bandwidth) and writes a cluster file for\n"
@@ -219,29 +229,17 @@ int gr_cmd_calibrate(int argc, char **argv) {
              "  --out FILE   write the file there (default: stdout)\n"
              "  --quick      smaller measurements (less accurate, for tests)\n");
       return GR_EXIT_OK;
-    } else if (strcmp(a, "--quick") == 0) {
+    } else if (c == F_QUICK) {
       quick = true;
-    } else if ((strcmp(a, "--out") == 0 || strcmp(a, "--devices") == 0 ||
-                strcmp(a, "--job") == 0)) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "graphrun calibrate: %s needs a value (try --help)\n", a);
-        return GR_EXIT_USAGE;
-      }
-      const char *v = argv[++i];
-      if (strcmp(a, "--out") == 0) {
-        out_path = v;
-      } else if (strcmp(a, "--job") == 0) {
-        job = v;
-      } else {
-        char *end;
-        devices = strtol(v, &end, 10);
-        if (*end || end == v || devices < 1 || devices > 4096) {
-          fprintf(stderr, "graphrun calibrate: --devices '%s' is not an integer in [1, 4096]\n", v);
-          return GR_EXIT_USAGE;
-        }
-      }
+    } else if (c == F_OUT) {
+      out_path = po.arg;
+    } else if (c == F_JOB) {
+      job = po.arg;
+    } else if (c == F_DEVICES) {
+      if (!cli_opt_long(&po, 1, 4096, &devices)) return GR_EXIT_USAGE;
     } else {
-      fprintf(stderr, "graphrun calibrate: unexpected argument '%s' (try --help)\n", a);
+      if (c == CLI_OPTS_ARG)
+        fprintf(stderr, "graphrun calibrate: unexpected argument '%s' (try --help)\n", po.arg);
       return GR_EXIT_USAGE;
     }
   }

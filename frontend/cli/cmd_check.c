@@ -2,10 +2,10 @@
  * counts; with --stats, what the graph passes (prune, CSE, constant folding)
  * remove for the file's fetches and targets; with --layers, each binding's
  * op, dtype, shape and parameters (as Keras' model.summary()). */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 
@@ -155,46 +155,66 @@ done:
   return rc;
 }
 
+enum {
+  F_STATS = 256,
+  F_LAYERS,
+  F_NO_PRUNE,
+  F_NO_CSE,
+  F_NO_FOLD,
+  F_FETCH,
+  F_TARGET,
+  F_FOLD_MAX_BYTES
+};
+
+static const struct option check_flags[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"stats", no_argument, NULL, F_STATS},
+    {"layers", no_argument, NULL, F_LAYERS},
+    {"no-prune", no_argument, NULL, F_NO_PRUNE},
+    {"no-cse", no_argument, NULL, F_NO_CSE},
+    {"no-fold", no_argument, NULL, F_NO_FOLD},
+    {"fetch", required_argument, NULL, F_FETCH},
+    {"target", required_argument, NULL, F_TARGET},
+    {"fold-max-bytes", required_argument, NULL, F_FOLD_MAX_BYTES},
+    {0},
+};
+
 int gr_cmd_check(int argc, char **argv) {
   const char *file = NULL, *fetch_names[CLI_MAX_NAMES], *target_names[CLI_MAX_NAMES];
   int nfetch = 0, ntarget = 0;
   bool stats = false, layers = false;
   gr_passes_options po = gr_passes_options_default();
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    bool has_val = i + 1 < argc;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+  cli_opts opts;
+  cli_opts_start(&opts, "check", argc, argv, check_flags, "h", CLI_OPTS_ANY_ORDER);
+  for (int c; (c = cli_opts_next(&opts)) != CLI_OPTS_END;) {
+    if (c == 'h') {
       usage(stdout);
       return GR_EXIT_OK;
-    } else if (strcmp(a, "--stats") == 0) {
+    } else if (c == F_STATS) {
       stats = true;
-    } else if (strcmp(a, "--layers") == 0) {
+    } else if (c == F_LAYERS) {
       layers = true;
-    } else if (strcmp(a, "--no-prune") == 0) {
+    } else if (c == F_NO_PRUNE) {
       po.no_prune = true;
-    } else if (strcmp(a, "--no-cse") == 0) {
+    } else if (c == F_NO_CSE) {
       po.no_cse = true;
-    } else if (strcmp(a, "--no-fold") == 0) {
+    } else if (c == F_NO_FOLD) {
       po.no_fold = true;
-    } else if (strcmp(a, "--fetch") == 0 && has_val) {
-      nfetch = cli_split_names(argv[++i], fetch_names, nfetch);
-    } else if (strcmp(a, "--target") == 0 && has_val) {
-      ntarget = cli_split_names(argv[++i], target_names, ntarget);
-    } else if (strcmp(a, "--fold-max-bytes") == 0 && has_val) {
-      char *end;
-      errno = 0;
-      unsigned long long v = strtoull(argv[++i], &end, 10);
-      if (errno || end == argv[i] || *end || argv[i][0] == '-') {
-        fprintf(stderr, "graphrun check: --fold-max-bytes wants a byte count, got '%s'\n", argv[i]);
-        return GR_EXIT_USAGE;
-      }
+    } else if (c == F_FETCH) {
+      nfetch = cli_split_names(opts.arg, fetch_names, nfetch);
+    } else if (c == F_TARGET) {
+      ntarget = cli_split_names(opts.arg, target_names, ntarget);
+    } else if (c == F_FOLD_MAX_BYTES) {
+      uint64_t v;
+      if (!cli_parse_u64(opts.arg, &v)) return cli_opt_bad(&opts, "a byte count");
       po.fold_max_bytes = (size_t)v;
-    } else if ((a[0] == '-' && a[1]) || file) {
-      fprintf(stderr, "graphrun check: unexpected argument or missing value '%s' (try --help)\n",
-              a);
+    } else if (c == CLI_OPTS_ARG && !file) {
+      file = opts.arg;
+    } else if (c == CLI_OPTS_ARG) {
+      fprintf(stderr, "graphrun check: unexpected argument '%s' (try --help)\n", opts.arg);
       return GR_EXIT_USAGE;
     } else {
-      file = a;
+      return GR_EXIT_USAGE;
     }
   }
   if (!file) {

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "checkpoints/gr_checkpoints.h"
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 
@@ -397,6 +398,117 @@ static int cmd_export(gr_ckpt *ck, int64_t step, const char *dir, char **names, 
 
 /* ---- dispatch ------------------------------------------------------------------------ */
 
+enum { F_STEP = 256, F_OUT, F_OTHER, F_FULL };
+
+static const struct option ckpt_flags[] = {
+    {"help", no_argument, NULL, 'h'},        {"step", required_argument, NULL, F_STEP},
+    {"out", required_argument, NULL, F_OUT}, {"other", required_argument, NULL, F_OTHER},
+    {"full", no_argument, NULL, F_FULL},     {0},
+};
+
+/* One ckpt command's arguments. */
+typedef struct ckpt_args {
+  const char *cmd; /* ls, show, diff, verify, export */
+  const char *out_dir, *other;
+  int64_t step, sa, sb; /* --step; diff's steps A and B */
+  bool has_step, full, has_out;
+  char **pos; /* the positional arguments: PATH first */
+  int npos;
+} ckpt_args;
+
+/* Returned while the command goes on. */
+#define CKPT_GO (-1)
+
+/* The flags and arguments after the command's name (argv[1]). */
+static int parse_args(int argc, char **argv, ckpt_args *a) {
+  cli_opts po;
+  cli_opts_start(&po, "ckpt", argc - 1, argv + 1, ckpt_flags, "h", CLI_OPTS_NUMBERS);
+  for (int c; (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
+    if (c == F_STEP) {
+      if (!parse_step(po.arg, &a->step)) return cli_opt_bad(&po, "a step number (-1: the newest)");
+      a->has_step = true;
+    } else if (c == F_OUT) {
+      a->out_dir = po.arg, a->has_out = true;
+    } else if (c == F_OTHER) {
+      a->other = po.arg;
+    } else if (c == F_FULL) {
+      a->full = true;
+    } else if (c == CLI_OPTS_ARG) {
+      a->pos[a->npos++] = po.arg;
+    } else {
+      return GR_EXIT_USAGE;
+    }
+  }
+  return CKPT_GO;
+}
+
+/* Which flags and how many arguments the command takes; diff's steps. */
+static int check_args(ckpt_args *a) {
+  const char *cmd = a->cmd;
+  char **pos = a->pos;
+  int npos = a->npos;
+  if (npos < 1) return usage_error("%s needs a checkpoint file PATH", cmd);
+  bool want_step = !strcmp(cmd, "ls") || !strcmp(cmd, "show") || !strcmp(cmd, "export");
+  if (a->has_step && !want_step) return usage_error("%s takes no --step", cmd);
+  if (a->full && strcmp(cmd, "show")) return usage_error("%s takes no --full", cmd);
+  if (a->other && strcmp(cmd, "diff")) return usage_error("%s takes no --other", cmd);
+  if (a->has_out && strcmp(cmd, "export")) return usage_error("%s takes no --out", cmd);
+  if (!strcmp(cmd, "show") && npos != 2) return usage_error("%s needs PATH and a tensor NAME", cmd);
+  if ((!strcmp(cmd, "ls") || !strcmp(cmd, "verify")) && npos != 1)
+    return usage_error("unexpected argument '%s'", pos[npos - 1]);
+  if (strcmp(cmd, "diff")) return CKPT_GO;
+  if (npos > 3) return usage_error("unexpected argument '%s'", pos[3]);
+  if (npos >= 2 && !parse_step(pos[1], &a->sa)) return usage_error("bad step '%s'", pos[1]);
+  if (npos >= 3 && !parse_step(pos[2], &a->sb)) return usage_error("bad step '%s'", pos[2]);
+  if (npos == 2 && !a->other) return usage_error("diff needs two steps A B (got only %s)", pos[1]);
+  return CKPT_GO;
+}
+
+/* diff PATH without steps: the two newest checkpoints of ck. */
+static int newest_two(gr_ckpt *ck, ckpt_args *a) {
+  gr_ckpt_info *c;
+  int n, rc = CKPT_GO;
+  gr_error err;
+  if (gr_ckpt_list(ck, &c, &n, &err) != GR_OK) return fail(&err);
+  if (n < 2) {
+    fprintf(stderr, "graphrun ckpt diff: '%s' holds %d checkpoint%s; give --other PATH2\n",
+            a->pos[0], n, n == 1 ? "" : "s");
+    rc = GR_EXIT_USAGE;
+  } else {
+    a->sa = c[n - 2].step;
+    a->sb = c[n - 1].step;
+  }
+  gr_ckpt_infos_free(c, n);
+  return rc;
+}
+
+/* The command on the open files (ck2: diff's other file, or NULL). */
+static int dispatch(const ckpt_args *a, gr_ckpt *ck, gr_ckpt *ck2) {
+  const char *cmd = a->cmd;
+  if (!strcmp(cmd, "ls")) return cmd_ls(ck, a->has_step, a->step);
+  if (!strcmp(cmd, "show")) return cmd_show(ck, a->pos[1], a->step, a->full);
+  if (!strcmp(cmd, "diff")) return cmd_diff(ck, a->sa, ck2 ? ck2 : ck, a->sb);
+  if (!strcmp(cmd, "verify")) return cmd_verify(ck);
+  return cmd_export(ck, a->step, a->out_dir, a->pos + 1, a->npos - 1);
+}
+
+/* Opens PATH (and diff's other file) and runs the command. */
+static int run_ckpt_command(ckpt_args *a) {
+  int rc = CKPT_GO;
+  const char *cmd = a->cmd;
+  gr_ckpt *ck = open_ro(a->pos[0], &rc), *ck2 = NULL;
+  if (rc == CKPT_GO && !strcmp(cmd, "diff")) {
+    if (a->other)
+      ck2 = open_ro(a->other, &rc);
+    else if (a->npos == 1)
+      rc = newest_two(ck, a);
+  }
+  if (rc == CKPT_GO) rc = dispatch(a, ck, ck2);
+  gr_ckpt_close(ck);
+  gr_ckpt_close(ck2);
+  return rc;
+}
+
 int gr_cmd_ckpt(int argc, char **argv) {
   if (argc < 2) {
     fputs(usage_text, stderr);
@@ -411,89 +523,11 @@ int gr_cmd_ckpt(int argc, char **argv) {
   if (strcmp(cmd, "ls") && strcmp(cmd, "show") && strcmp(cmd, "diff") && strcmp(cmd, "verify") &&
       strcmp(cmd, "export"))
     return usage_error("unknown command '%s'", cmd);
-  int64_t step = -1;
-  bool has_step = false, full = false, has_out = false;
-  const char *out_dir = ".", *other = NULL;
-  char **pos = calloc((size_t)argc, sizeof *pos);
-  int npos = 0;
-  if (!pos) return GR_EXIT_FAILURE;
-  int rc = -1;
-  for (int i = 2; i < argc && rc < 0; i++) {
-    const char *a = argv[i];
-    bool needs = !strcmp(a, "--step") || !strcmp(a, "--out") || !strcmp(a, "--other");
-    if (needs && i + 1 >= argc)
-      rc = usage_error("%s needs a value", a);
-    else if (!strcmp(a, "--step")) {
-      if (!parse_step(argv[++i], &step)) rc = usage_error("bad step '%s'", argv[i]);
-      has_step = true;
-    } else if (!strcmp(a, "--out"))
-      out_dir = argv[++i];
-    else if (!strcmp(a, "--other"))
-      other = argv[++i];
-    else if (!strcmp(a, "--full"))
-      full = true;
-    else if (a[0] == '-' && a[1] == '-')
-      rc = usage_error("unknown option '%s'", a);
-    else
-      pos[npos++] = argv[i];
-  }
-  if (rc < 0 && npos < 1) rc = usage_error("%s needs a checkpoint file PATH", cmd);
-  bool want_step = !strcmp(cmd, "ls") || !strcmp(cmd, "show") || !strcmp(cmd, "export");
-  if (rc < 0 && has_step && !want_step) rc = usage_error("%s takes no --step", cmd);
-  if (rc < 0 && full && strcmp(cmd, "show")) rc = usage_error("%s takes no --full", cmd);
-  if (rc < 0 && other && strcmp(cmd, "diff")) rc = usage_error("%s takes no --other", cmd);
-  if (rc < 0 && has_out && strcmp(cmd, "export")) rc = usage_error("%s takes no --out", cmd);
-  if (rc < 0 && !strcmp(cmd, "show") && npos != 2)
-    rc = usage_error("%s needs PATH and a tensor NAME", cmd);
-  if (rc < 0 && (!strcmp(cmd, "ls") || !strcmp(cmd, "verify")) && npos != 1)
-    rc = usage_error("unexpected argument '%s'", pos[npos - 1]);
-  int64_t sa = -1, sb = -1;
-  if (rc < 0 && !strcmp(cmd, "diff")) {
-    if (npos > 3)
-      rc = usage_error("unexpected argument '%s'", pos[3]);
-    else if (npos >= 2 && !parse_step(pos[1], &sa))
-      rc = usage_error("bad step '%s'", pos[1]);
-    else if (npos >= 3 && !parse_step(pos[2], &sb))
-      rc = usage_error("bad step '%s'", pos[2]);
-    else if (npos == 2 && !other)
-      rc = usage_error("diff needs two steps A B (got only %s)", pos[1]);
-  }
-  gr_ckpt *ck = NULL, *ck2 = NULL;
-  if (rc < 0) ck = open_ro(pos[0], &rc);
-  if (rc < 0 && !strcmp(cmd, "diff")) {
-    if (other) {
-      ck2 = open_ro(other, &rc);
-    } else if (npos == 1) { /* the two newest */
-      gr_ckpt_info *c;
-      int n;
-      gr_error err;
-      if (gr_ckpt_list(ck, &c, &n, &err) != GR_OK)
-        rc = fail(&err);
-      else if (n < 2) {
-        fprintf(stderr, "graphrun ckpt diff: '%s' holds %d checkpoint%s; give --other PATH2\n",
-                pos[0], n, n == 1 ? "" : "s");
-        rc = GR_EXIT_USAGE;
-      } else {
-        sa = c[n - 2].step;
-        sb = c[n - 1].step;
-      }
-      gr_ckpt_infos_free(c, n);
-    }
-  }
-  if (rc < 0) {
-    if (!strcmp(cmd, "ls"))
-      rc = cmd_ls(ck, has_step, step);
-    else if (!strcmp(cmd, "show"))
-      rc = cmd_show(ck, pos[1], step, full);
-    else if (!strcmp(cmd, "diff"))
-      rc = cmd_diff(ck, sa, ck2 ? ck2 : ck, sb);
-    else if (!strcmp(cmd, "verify"))
-      rc = cmd_verify(ck);
-    else
-      rc = cmd_export(ck, step, out_dir, pos + 1, npos - 1);
-  }
-  gr_ckpt_close(ck);
-  gr_ckpt_close(ck2);
-  free(pos);
+  ckpt_args a = {.cmd = cmd, .out_dir = ".", .step = -1, .sa = -1, .sb = -1};
+  if (!(a.pos = calloc((size_t)argc, sizeof *a.pos))) return GR_EXIT_FAILURE;
+  int rc = parse_args(argc, argv, &a);
+  if (rc == CKPT_GO) rc = check_args(&a);
+  if (rc == CKPT_GO) rc = run_ckpt_command(&a);
+  free(a.pos);
   return rc;
 }

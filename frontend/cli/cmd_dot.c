@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 
@@ -55,119 +56,135 @@ static int place_for_dot(gr_graph *g, const char *cluster_path) {
   return GR_EXIT_OK;
 }
 
-int gr_cmd_dot(int argc, char **argv) {
-  const char *file = NULL, *cluster = NULL;
-  bool shapes = true, placed = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      printf("usage: graphrun dot FILE.gr [--no-shapes] [--placed --cluster C.json]\n\nPrints "
-             "the graph of FILE.gr in Graphviz DOT: one box per node (name and op), clusters "
-             "per name\nscope, fill colour per device, data edges labelled with their shape, "
-             "control edges dashed.\n  --no-shapes       no shape labels on edges\n  --placed  "
-             "        colour by the device the placer assigns on --cluster C.json\n\nExample: "
-             "graphrun dot model.gr | dot -Tsvg > model.svg\n");
+enum { F_NO_SHAPES = 256, F_PLACED, F_CLUSTER };
+
+static const struct option dot_flags[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"no-shapes", no_argument, NULL, F_NO_SHAPES},
+    {"placed", no_argument, NULL, F_PLACED},
+    {"cluster", required_argument, NULL, F_CLUSTER},
+    {0},
+};
+
+typedef struct dot_options {
+  const char *file, *cluster;
+  bool shapes, placed;
+} dot_options;
+
+static void usage(void) {
+  printf("usage: graphrun dot FILE.gr [--no-shapes] [--placed --cluster C.json]\n\nPrints "
+         "the graph of FILE.gr in Graphviz DOT: one box per node (name and op), clusters "
+         "per name\nscope, fill colour per device, data edges labelled with their shape, "
+         "control edges dashed.\n  --no-shapes       no shape labels on edges\n  --placed  "
+         "        colour by the device the placer assigns on --cluster C.json\n\nExample: "
+         "graphrun dot model.gr | dot -Tsvg > model.svg\n");
+}
+
+/* Returned by parse_options when the command goes on. */
+#define DOT_GO (-1)
+
+/* DOT_GO, or the exit code after --help or an error (printed). */
+static int parse_options(int argc, char **argv, dot_options *o) {
+  *o = (dot_options){.shapes = true};
+  cli_opts po;
+  cli_opts_start(&po, "dot", argc, argv, dot_flags, "h", CLI_OPTS_ANY_ORDER);
+  for (int c; (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
+    if (c == 'h') {
+      usage();
       return GR_EXIT_OK;
-    }
-    if (strcmp(argv[i], "--no-shapes") == 0) {
-      shapes = false;
-      continue;
-    }
-    if (strcmp(argv[i], "--placed") == 0) {
-      placed = true;
-      continue;
-    }
-    if (strcmp(argv[i], "--cluster") == 0) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "graphrun dot: --cluster needs a file (try --help)\n");
-        return GR_EXIT_USAGE;
-      }
-      cluster = argv[++i];
-      continue;
-    }
-    if ((argv[i][0] == '-' && argv[i][1]) || file) {
-      fprintf(stderr, "graphrun dot: unexpected argument '%s' (try --help)\n", argv[i]);
+    } else if (c == F_NO_SHAPES) {
+      o->shapes = false;
+    } else if (c == F_PLACED) {
+      o->placed = true;
+    } else if (c == F_CLUSTER) {
+      o->cluster = po.arg;
+    } else if (c == CLI_OPTS_ARG && !o->file) {
+      o->file = po.arg;
+    } else if (c == CLI_OPTS_ARG) {
+      fprintf(stderr, "graphrun dot: unexpected argument '%s' (try --help)\n", po.arg);
+      return GR_EXIT_USAGE;
+    } else {
       return GR_EXIT_USAGE;
     }
-    file = argv[i];
   }
-  if (!file) {
+  if (!o->file) {
     fprintf(stderr, "usage: graphrun dot FILE.gr\n");
     return GR_EXIT_USAGE;
   }
-  gr_graph *g;
-  gr_dsl_program *p;
-  if (placed != (cluster != NULL)) {
+  if (o->placed != (o->cluster != NULL)) {
     fprintf(stderr, "graphrun dot: --placed and --cluster C.json go together (try --help)\n");
     return GR_EXIT_USAGE;
   }
-  int rc = cli_load_graph("dot", file, 0, &g, &p);
-  if (rc != GR_EXIT_OK) return rc;
-  if (placed && (rc = place_for_dot(g, cluster)) != GR_EXIT_OK) {
-    gr_dsl_program_free(p);
-    gr_graph_free(g);
-    return rc;
+  return DOT_GO;
+}
+
+/* The scope clusters open while printing nodes in scope order: open is the
+ * scope prefix, depth how many components it has. */
+typedef struct scopes {
+  char open[1024];
+  int depth, next_id;
+} scopes;
+
+/* Closes and opens clusters until the open scope is name's first sl bytes. */
+static void enter_scope(scopes *sc, const char *name, size_t sl) {
+  /* close clusters until `open` is a component prefix of this scope */
+  while (sc->depth > 0) {
+    size_t ol = strlen(sc->open);
+    if (ol <= sl && strncmp(sc->open, name, ol) == 0 && (ol == sl || name[ol] == '/')) break;
+    char *last = strrchr(sc->open, '/');
+    if (last)
+      *last = '\0';
+    else
+      sc->open[0] = '\0';
+    sc->depth--;
+    printf("%*s}\n", 2 * sc->depth + 2, "");
   }
-  int n = gr_graph_num_nodes(g);
-  gr_node **nodes = malloc(sizeof(gr_node *) * (size_t)(n + 1));
-  const char *devices[NPAL];
-  int ndev = 0;
-  if (!nodes) {
-    fprintf(stderr, "graphrun dot: out of memory\n");
-    rc = GR_EXIT_FAILURE;
-    goto out;
+  /* open the remaining components */
+  while (strlen(sc->open) < sl) {
+    size_t ol = strlen(sc->open);
+    size_t start = ol ? ol + 1 : 0;
+    const char *end = memchr(name + start, '/', sl - start);
+    size_t el = end ? (size_t)(end - name) : sl;
+    printf("%*ssubgraph cluster_%d {\n%*slabel=\"%.*s\"; style=\"rounded\"; color=\"#888888\";\n",
+           2 * sc->depth + 2, "", sc->next_id++, 2 * sc->depth + 4, "", (int)(el - start),
+           name + start);
+    memcpy(sc->open, name, el);
+    sc->open[el] = '\0';
+    sc->depth++;
   }
-  for (int i = 0; i < n; i++) nodes[i] = gr_graph_node(g, i);
-  qsort(nodes, (size_t)n, sizeof *nodes, scope_cmp);
-  printf("digraph graphrun {\n  rankdir=BT;\n  node [shape=box, style=\"rounded,filled\", "
-         "fontname=\"Helvetica\", fontsize=10, fillcolor=\"#eeeeee\"];\n  edge [fontsize=8, "
-         "fontname=\"Helvetica\"];\n");
-  /* open clusters: the scope prefix currently open, component by component */
-  char open[1024] = "";
-  int depth = 0, cluster_id = 0;
+}
+
+/* The palette index of dev (a new one for a device not seen yet, the last
+ * when the palette is used up), or -1 for no device. */
+static int device_colour(const char *dev, const char **devices, int *ndev) {
+  if (!*dev) return -1;
+  int color = -1;
+  for (int k = 0; k < *ndev; k++)
+    if (strcmp(devices[k], dev) == 0) color = k;
+  if (color < 0 && *ndev < NPAL) devices[color = (*ndev)++] = dev;
+  return color < 0 ? NPAL - 1 : color;
+}
+
+/* Every node, in clusters by scope, filled with its device's colour. */
+static void print_nodes(gr_node **nodes, int n, const char **devices, int *ndev) {
+  scopes sc = {"", 0, 0};
   for (int i = 0; i < n; i++) {
     const gr_node *nd = nodes[i];
     const char *slash = strrchr(nd->name, '/');
     size_t sl = slash ? (size_t)(slash - nd->name) : 0;
-    if (sl >= sizeof open) sl = 0;
-    /* close clusters until `open` is a component prefix of this scope */
-    while (depth > 0) {
-      size_t ol = strlen(open);
-      if (ol <= sl && strncmp(open, nd->name, ol) == 0 && (ol == sl || nd->name[ol] == '/')) break;
-      char *last = strrchr(open, '/');
-      if (last)
-        *last = '\0';
-      else
-        open[0] = '\0';
-      depth--;
-      printf("%*s}\n", 2 * depth + 2, "");
-    }
-    /* open the remaining components */
-    while (strlen(open) < sl) {
-      size_t ol = strlen(open);
-      size_t start = ol ? ol + 1 : 0;
-      const char *end = memchr(nd->name + start, '/', sl - start);
-      size_t el = end ? (size_t)(end - nd->name) : sl;
-      printf("%*ssubgraph cluster_%d {\n%*slabel=\"%.*s\"; style=\"rounded\"; color=\"#888888\";\n",
-             2 * depth + 2, "", cluster_id++, 2 * depth + 4, "", (int)(el - start),
-             nd->name + start);
-      memcpy(open, nd->name, el);
-      open[el] = '\0';
-      depth++;
-    }
-    const char *dev = device_of(nd);
-    int color = -1;
-    if (*dev) {
-      for (int k = 0; k < ndev; k++)
-        if (strcmp(devices[k], dev) == 0) color = k;
-      if (color < 0 && ndev < NPAL) devices[color = ndev++] = dev;
-      if (color < 0) color = NPAL - 1;
-    }
-    printf("%*s\"%s\" [label=\"%s\\n%s\"%s%s%s];\n", 2 * depth + 2, "", nd->name,
+    if (sl >= sizeof sc.open) sl = 0;
+    enter_scope(&sc, nd->name, sl);
+    int color = device_colour(device_of(nd), devices, ndev);
+    printf("%*s\"%s\" [label=\"%s\\n%s\"%s%s%s];\n", 2 * sc.depth + 2, "", nd->name,
            slash ? slash + 1 : nd->name, nd->op->name, color >= 0 ? ", fillcolor=\"" : "",
            color >= 0 ? palette[color] : "", color >= 0 ? "\"" : "");
   }
-  while (depth-- > 0) printf("%*s}\n", 2 * depth + 2, "");
-  for (int i = 0; i < n; i++) {
+  while (sc.depth-- > 0) printf("%*s}\n", 2 * sc.depth + 2, "");
+}
+
+/* Data edges (labelled with dtype and shape unless !shapes), control edges dashed. */
+static void print_edges(const gr_graph *g, bool shapes) {
+  for (int i = 0; i < gr_graph_num_nodes(g); i++) {
     const gr_node *nd = gr_graph_node(g, i);
     for (int k = 0; k < nd->num_inputs; k++) {
       gr_output in = nd->inputs[k];
@@ -182,18 +199,50 @@ int gr_cmd_dot(int argc, char **argv) {
     for (int k = 0; k < nd->num_control_inputs; k++)
       printf("  \"%s\" -> \"%s\" [style=dashed];\n", nd->control_inputs[k]->name, nd->name);
   }
-  if (ndev) {
-    printf("  subgraph cluster_legend {\n    label=\"devices\"; style=\"rounded\";\n");
-    for (int k = 0; k < ndev; k++) {
-      printf("    \"legend_%d\" [label=\"", k);
-      put_escaped(stdout, devices[k]);
-      printf("\", fillcolor=\"%s\"];\n", palette[k]);
-    }
-    printf("  }\n");
+}
+
+static void print_legend(const char **devices, int ndev) {
+  if (!ndev) return;
+  printf("  subgraph cluster_legend {\n    label=\"devices\"; style=\"rounded\";\n");
+  for (int k = 0; k < ndev; k++) {
+    printf("    \"legend_%d\" [label=\"", k);
+    put_escaped(stdout, devices[k]);
+    printf("\", fillcolor=\"%s\"];\n", palette[k]);
   }
+  printf("  }\n");
+}
+
+/* The whole DOT text of g. */
+static int print_dot(gr_graph *g, bool shapes) {
+  int n = gr_graph_num_nodes(g);
+  gr_node **nodes = malloc(sizeof(gr_node *) * (size_t)(n + 1));
+  if (!nodes) {
+    fprintf(stderr, "graphrun dot: out of memory\n");
+    return GR_EXIT_FAILURE;
+  }
+  for (int i = 0; i < n; i++) nodes[i] = gr_graph_node(g, i);
+  qsort(nodes, (size_t)n, sizeof *nodes, scope_cmp);
+  printf("digraph graphrun {\n  rankdir=BT;\n  node [shape=box, style=\"rounded,filled\", "
+         "fontname=\"Helvetica\", fontsize=10, fillcolor=\"#eeeeee\"];\n  edge [fontsize=8, "
+         "fontname=\"Helvetica\"];\n");
+  const char *devices[NPAL];
+  int ndev = 0;
+  print_nodes(nodes, n, devices, &ndev);
+  print_edges(g, shapes);
+  print_legend(devices, ndev);
   printf("}\n");
-out:
   free(nodes);
+  return GR_EXIT_OK;
+}
+
+int gr_cmd_dot(int argc, char **argv) {
+  dot_options o;
+  int rc = parse_options(argc, argv, &o);
+  if (rc != DOT_GO) return rc;
+  gr_graph *g;
+  gr_dsl_program *p;
+  if ((rc = cli_load_graph("dot", o.file, 0, &g, &p)) != GR_EXIT_OK) return rc;
+  if (!o.placed || (rc = place_for_dot(g, o.cluster)) == GR_EXIT_OK) rc = print_dot(g, o.shapes);
   gr_dsl_program_free(p);
   gr_graph_free(g);
   return rc;

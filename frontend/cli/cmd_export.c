@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 
@@ -39,32 +40,35 @@ static int write_atomically(const char *path, const void *data, size_t size) {
   return ok ? GR_EXIT_OK : GR_EXIT_FAILURE;
 }
 
+enum { F_SEED = 256 };
+
+static const struct option export_flags[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"out", required_argument, NULL, 'o'},
+    {"seed", required_argument, NULL, F_SEED},
+    {0},
+};
+
 int gr_cmd_export(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
   uint64_t seed = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+  cli_opts po;
+  cli_opts_start(&po, "export", argc, argv, export_flags, "ho:", CLI_OPTS_ANY_ORDER);
+  for (int c; (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
+    if (c == 'h') {
       usage(stdout);
       return GR_EXIT_OK;
-    } else if ((strcmp(a, "-o") == 0 || strcmp(a, "--out") == 0) && i + 1 < argc) {
-      out = argv[++i];
-    } else if (strcmp(a, "--seed") == 0 && i + 1 < argc) {
-      char *end;
-      seed = strtoull(argv[++i], &end, 10);
-      if (*end || !argv[i][0] || argv[i][0] == '-') {
-        fprintf(stderr, "graphrun export: --seed wants a non-negative integer, not '%s'\n",
-                argv[i]);
-        return GR_EXIT_USAGE;
-      }
-    } else if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "graphrun export: unknown or incomplete option '%s'\n", a);
-      usage(stderr);
+    } else if (c == 'o') {
+      out = po.arg;
+    } else if (c == F_SEED) {
+      if (!cli_opt_u64(&po, &seed)) return GR_EXIT_USAGE;
+    } else if (c == CLI_OPTS_ARG && !in) {
+      in = po.arg;
+    } else if (c == CLI_OPTS_ARG) {
+      fprintf(stderr, "graphrun export: one input file, not '%s' too\n", po.arg);
       return GR_EXIT_USAGE;
-    } else if (!in) {
-      in = a;
     } else {
-      fprintf(stderr, "graphrun export: one input file, not '%s' too\n", a);
+      usage(stderr);
       return GR_EXIT_USAGE;
     }
   }

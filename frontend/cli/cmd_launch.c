@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli_cluster.h"
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 
@@ -326,60 +327,134 @@ static bool supervise(task *ts, int n, const char *secret_file, int threads, lon
   return true;
 }
 
-int gr_cmd_launch(int argc, char **argv) {
-  long ps = 1, workers = 2, restarts = 3, threads = 1;
-  const char *spec = NULL;
-  bool quiet = false, sized = false, between = false;
-  int i = 1;
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    bool v = i + 1 < argc;
-    char *end;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+typedef struct launch_options {
+  long ps, workers, restarts, threads;
+  const char *spec;
+  bool quiet, sized, between;
+  int cmd; /* argv[cmd..]: what to run */
+} launch_options;
+
+enum { F_PS = 256, F_WORKERS, F_RESTARTS, F_THREADS, F_CLUSTER, F_QUIET, F_BETWEEN };
+
+static const struct option launch_flags[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"ps", required_argument, NULL, F_PS},
+    {"workers", required_argument, NULL, F_WORKERS},
+    {"restarts", required_argument, NULL, F_RESTARTS},
+    {"threads", required_argument, NULL, F_THREADS},
+    {"cluster", required_argument, NULL, F_CLUSTER},
+    {"quiet", no_argument, NULL, F_QUIET},
+    {"between-graph", no_argument, NULL, F_BETWEEN},
+    {0},
+};
+
+/* Returned by parse_options when the launch goes on. */
+#define LAUNCH_GO (-1)
+
+/* launch's own flags, up to the first argument or "--". LAUNCH_GO, or the
+ * exit code after --help or an error (printed). */
+static int parse_options(int argc, char **argv, launch_options *o) {
+  *o = (launch_options){.ps = 1, .workers = 2, .restarts = 3, .threads = 1};
+  cli_opts po;
+  cli_opts_start(&po, "launch", argc, argv, launch_flags, "h", CLI_OPTS_STOP_AT_ARG);
+  for (int c; (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
+    bool ok = true;
+    if (c == 'h') {
       usage(stdout);
       return GR_EXIT_OK;
-    } else if (!strcmp(a, "--")) {
-      i++;
-      break;
-    } else if ((!strcmp(a, "--ps") || !strcmp(a, "--workers") || !strcmp(a, "--restarts") ||
-                !strcmp(a, "--threads")) &&
-               v) {
-      long x = strtol(argv[++i], &end, 10);
-      long lo = !strcmp(a, "--workers") ? 1 : 0, hi = !strcmp(a, "--restarts") ? 1000000 : 32;
-      if (*end || end == argv[i] || x < lo || x > hi) {
-        fprintf(stderr, "graphrun launch: %s wants an integer in [%ld, %ld], got '%s'\n", a, lo, hi,
-                argv[i]);
-        return GR_EXIT_USAGE;
-      }
-      if (a[2] == 'p')
-        ps = x, sized = true;
-      else if (a[2] == 'w')
-        workers = x, sized = true;
-      else if (a[2] == 'r')
-        restarts = x;
-      else
-        threads = x;
-    } else if (!strcmp(a, "--cluster") && v) {
-      spec = argv[++i];
-    } else if (!strcmp(a, "--quiet")) {
-      quiet = true;
-    } else if (!strcmp(a, "--between-graph")) {
-      between = true;
-    } else if (a[0] == '-') {
-      fprintf(stderr, "graphrun launch: unknown option or missing value: '%s' (try --help)\n", a);
-      return GR_EXIT_USAGE;
+    } else if (c == F_PS) {
+      ok = cli_opt_long(&po, 0, 32, &o->ps), o->sized = true;
+    } else if (c == F_WORKERS) {
+      ok = cli_opt_long(&po, 1, 32, &o->workers), o->sized = true;
+    } else if (c == F_RESTARTS) {
+      ok = cli_opt_long(&po, 0, 1000000, &o->restarts);
+    } else if (c == F_THREADS) {
+      ok = cli_opt_long(&po, 0, 32, &o->threads);
+    } else if (c == F_CLUSTER) {
+      o->spec = po.arg;
+    } else if (c == F_QUIET) {
+      o->quiet = true;
+    } else if (c == F_BETWEEN) {
+      o->between = true;
     } else {
-      break;
+      return GR_EXIT_USAGE;
     }
+    if (!ok) return GR_EXIT_USAGE;
   }
-  if (i >= argc) {
+  o->cmd = po.rest;
+  if (o->cmd >= argc) {
     fprintf(stderr, "graphrun launch: what to run? a FILE.gr or -- COMMAND (try --help)\n");
     return GR_EXIT_USAGE;
   }
-  if (spec && sized) {
+  if (o->spec && o->sized) {
     fprintf(stderr, "graphrun launch: --cluster or --ps/--workers, not both\n");
     return GR_EXIT_USAGE;
   }
+  return LAUNCH_GO;
+}
+
+/* Until the command (each, with --between-graph) ends, a signal comes or a
+ * task dies too often: prints the tasks' output and restarts dead tasks.
+ * The exit code: the command's (the first that failed), else 128 + the
+ * signal, else GR_EXIT_FAILURE. */
+static int supervise_until_done(task *ts, int n, pid_t *cmds, int ncmds, const char *secret_file,
+                                const launch_options *o) {
+  int rc = GR_EXIT_FAILURE;
+  for (int running = ncmds;;) {
+    int status;
+    bool failed = false;
+    for (int c = 0; c < ncmds; c++)
+      if (cmds[c] > 0 && waitpid(cmds[c], &status, WNOHANG) == cmds[c]) {
+        cmds[c] = 0;
+        running--;
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code != 0 || running == 0) rc = code;
+        failed |= code != 0;
+      }
+    if (failed || running == 0) return rc; /* the first failure ends the others */
+    if (got_signal) {
+      fprintf(stderr, "graphrun launch: signal %d: stopping the cluster\n", (int)got_signal);
+      return 128 + got_signal;
+    }
+    if (!supervise(ts, n, secret_file, (int)o->threads, o->restarts)) return rc;
+    struct pollfd pf[MAX_TASKS];
+    int np = 0, who[MAX_TASKS];
+    for (int k = 0; k < n; k++)
+      if (ts[k].out >= 0)
+        pf[np] = (struct pollfd){.fd = ts[k].out, .events = POLLIN}, who[np++] = k;
+    if (poll(pf, (nfds_t)np, 50) > 0)
+      for (int k = 0; k < np; k++)
+        if (pf[k].revents) drain(&ts[who[k]], o->quiet);
+  }
+}
+
+/* Starts the tasks, exports the cluster and secret, and starts the command
+ * (with --between-graph one per worker): *ncmds of them in cmds. false: the
+ * cluster could not start (reported). */
+static bool start_cluster(task *ts, int n, const char *secret_file, const launch_options *o,
+                          char **cmd, int ncmd, pid_t *cmds, int *ncmds) {
+  if (!start_tasks(ts, n, secret_file, (int)o->threads, o->quiet) || !export_cluster(ts, n) ||
+      setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0)
+    return false;
+  if (!o->quiet) {
+    fprintf(stderr, "graphrun launch: %d tasks ready:", n);
+    for (int k = 0; k < n; k++)
+      fprintf(stderr, " %s:%d=127.0.0.1:%d(pid %d)", ts[k].job, ts[k].index, ts[k].port,
+              (int)ts[k].pid);
+    fprintf(stderr, "\n");
+  }
+  for (int k = 0; k < n && (o->between || *ncmds == 0); k++) {
+    if (o->between && strcmp(ts[k].job, "worker") != 0) continue;
+    if ((cmds[*ncmds] = run_command(cmd, ncmd, o->between ? ts[k].index : -1)) < 0) return false;
+    (*ncmds)++;
+  }
+  return true;
+}
+
+int gr_cmd_launch(int argc, char **argv) {
+  launch_options o;
+  int rc = parse_options(argc, argv, &o);
+  if (rc != LAUNCH_GO) return rc;
   ssize_t sl = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
   if (sl <= 0) {
     fprintf(stderr, "graphrun launch: cannot find the graphrun executable\n");
@@ -388,8 +463,7 @@ int gr_cmd_launch(int argc, char **argv) {
   self_exe[sl] = '\0';
   task ts[MAX_TASKS];
   int n;
-  int rc = plan_tasks(spec, ps, workers, ts, &n);
-  if (rc != GR_EXIT_OK) return rc;
+  if ((rc = plan_tasks(o.spec, o.ps, o.workers, ts, &n)) != GR_EXIT_OK) return rc;
   char secret_file[4096];
   if (!write_secret(secret_file, sizeof secret_file)) {
     fprintf(stderr, "graphrun launch: cannot write a secret file: %s\n", strerror(errno));
@@ -403,50 +477,8 @@ int gr_cmd_launch(int argc, char **argv) {
   pid_t cmds[MAX_TASKS] = {0};
   int ncmds = 0;
   rc = GR_EXIT_FAILURE;
-  if (!start_tasks(ts, n, secret_file, (int)threads, quiet) || !export_cluster(ts, n) ||
-      setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0)
-    goto done;
-  if (!quiet) {
-    fprintf(stderr, "graphrun launch: %d tasks ready:", n);
-    for (int k = 0; k < n; k++)
-      fprintf(stderr, " %s:%d=127.0.0.1:%d(pid %d)", ts[k].job, ts[k].index, ts[k].port,
-              (int)ts[k].pid);
-    fprintf(stderr, "\n");
-  }
-  /* one command, or with --between-graph one per worker */
-  for (int k = 0; k < n && (between || ncmds == 0); k++) {
-    if (between && strcmp(ts[k].job, "worker") != 0) continue;
-    if ((cmds[ncmds] = run_command(argv + i, argc - i, between ? ts[k].index : -1)) < 0) goto done;
-    ncmds++;
-  }
-  for (int running = ncmds;;) {
-    int status;
-    bool failed = false;
-    for (int c = 0; c < ncmds; c++)
-      if (cmds[c] > 0 && waitpid(cmds[c], &status, WNOHANG) == cmds[c]) {
-        cmds[c] = 0;
-        running--;
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code != 0 || running == 0) rc = code;
-        failed |= code != 0;
-      }
-    if (failed || running == 0) break; /* the first failure ends the others */
-    if (got_signal) {
-      fprintf(stderr, "graphrun launch: signal %d: stopping the cluster\n", (int)got_signal);
-      rc = 128 + got_signal;
-      break;
-    }
-    if (!supervise(ts, n, secret_file, (int)threads, restarts)) break;
-    struct pollfd pf[MAX_TASKS];
-    int np = 0, who[MAX_TASKS];
-    for (int k = 0; k < n; k++)
-      if (ts[k].out >= 0)
-        pf[np] = (struct pollfd){.fd = ts[k].out, .events = POLLIN}, who[np++] = k;
-    if (poll(pf, (nfds_t)np, 50) > 0)
-      for (int k = 0; k < np; k++)
-        if (pf[k].revents) drain(&ts[who[k]], quiet);
-  }
-done:
+  if (start_cluster(ts, n, secret_file, &o, argv + o.cmd, argc - o.cmd, cmds, &ncmds))
+    rc = supervise_until_done(ts, n, cmds, ncmds, secret_file, &o);
   stop_all(ts, n, cmds, ncmds);
   unlink(secret_file);
   return rc;

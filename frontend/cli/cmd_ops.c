@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "commands.h"
 
 static void attr_default(const gr_attr_spec *a, char *buf, size_t cap) {
@@ -73,18 +74,30 @@ static const char *gradient_str(const gr_op_def *op) {
   }
 }
 
+enum { F_MARKDOWN = 256 };
+
+static const struct option ops_flags[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"markdown", no_argument, NULL, F_MARKDOWN},
+    {0},
+};
+
 int gr_cmd_ops(int argc, char **argv) {
   int markdown = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--markdown") == 0) {
+  cli_opts po;
+  cli_opts_start(&po, "ops", argc, argv, ops_flags, "h", CLI_OPTS_ANY_ORDER);
+  for (int c; (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
+    if (c == F_MARKDOWN) {
       markdown = 1;
-    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    } else if (c == 'h') {
       printf("usage: graphrun ops [--markdown]\n\nLists every registered op with its inputs, attrs "
              "(type and default) and a one-line description.\n  --markdown  print the op "
              "reference as a Markdown page\n");
       return GR_EXIT_OK;
+    } else if (c == CLI_OPTS_ARG) {
+      fprintf(stderr, "graphrun ops: unexpected argument '%s' (try --help)\n", po.arg);
+      return GR_EXIT_USAGE;
     } else {
-      fprintf(stderr, "graphrun ops: unknown option '%s' (try --help)\n", argv[i]);
       return GR_EXIT_USAGE;
     }
   }

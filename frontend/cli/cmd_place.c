@@ -2,9 +2,9 @@
  * graph file on a cluster with the simulated greedy placer and print each
  * node's device (and, with --explain, why), the predicted step time and the
  * bytes crossing devices. */
-#include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "placer/gr_placer.h"
@@ -24,44 +24,46 @@ static void usage(FILE *f) {
              "Exit codes: 0 ok, 1 runtime failure, 2 error in the input files or flags.\n");
 }
 
+enum { F_EXPLAIN = 256, F_SOFT, F_CLUSTER, F_PROFILES, F_MIN_SAMPLES };
+
+static const struct option place_flags[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"explain", no_argument, NULL, F_EXPLAIN},
+    {"soft", no_argument, NULL, F_SOFT},
+    {"cluster", required_argument, NULL, F_CLUSTER},
+    {"profiles", required_argument, NULL, F_PROFILES},
+    {"min-samples", required_argument, NULL, F_MIN_SAMPLES},
+    {0},
+};
+
 int gr_cmd_place(int argc, char **argv) {
   const char *file = NULL, *cluster_path = NULL, *profiles = NULL;
   gr_placer_options o = gr_placer_options_default();
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+  cli_opts po;
+  cli_opts_start(&po, "place", argc, argv, place_flags, "h", CLI_OPTS_ANY_ORDER);
+  for (int c; (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
+    long k;
+    if (c == 'h') {
       usage(stdout);
       return GR_EXIT_OK;
-    } else if (strcmp(a, "--explain") == 0) {
+    } else if (c == F_EXPLAIN) {
       o.explain = true;
-    } else if (strcmp(a, "--soft") == 0) {
+    } else if (c == F_SOFT) {
       o.soft_placement = true;
-    } else if (strcmp(a, "--cluster") == 0 || strcmp(a, "--profiles") == 0 ||
-               strcmp(a, "--min-samples") == 0) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "graphrun place: %s needs a value (try --help)\n", a);
-        return GR_EXIT_USAGE;
-      }
-      const char *v = argv[++i];
-      if (strcmp(a, "--cluster") == 0) {
-        cluster_path = v;
-      } else if (strcmp(a, "--profiles") == 0) {
-        profiles = v;
-      } else {
-        char *end;
-        long k = strtol(v, &end, 10);
-        if (*end || end == v || k < 1 || k > 1000000) {
-          fprintf(stderr, "graphrun place: --min-samples '%s' is not an integer in [1, 1000000]\n",
-                  v);
-          return GR_EXIT_USAGE;
-        }
-        o.min_samples = (int)k;
-      }
-    } else if ((a[0] == '-' && a[1]) || file) {
-      fprintf(stderr, "graphrun place: unexpected argument '%s' (try --help)\n", a);
+    } else if (c == F_CLUSTER) {
+      cluster_path = po.arg;
+    } else if (c == F_PROFILES) {
+      profiles = po.arg;
+    } else if (c == F_MIN_SAMPLES) {
+      if (!cli_opt_long(&po, 1, 1000000, &k)) return GR_EXIT_USAGE;
+      o.min_samples = (int)k;
+    } else if (c == CLI_OPTS_ARG && !file) {
+      file = po.arg;
+    } else if (c == CLI_OPTS_ARG) {
+      fprintf(stderr, "graphrun place: unexpected argument '%s' (try --help)\n", po.arg);
       return GR_EXIT_USAGE;
     } else {
-      file = a;
+      return GR_EXIT_USAGE;
     }
   }
   if (!file || !cluster_path) {

@@ -1,11 +1,11 @@
 /* graphrun server: one task of a cluster, serving until SIGINT or SIGTERM. */
-#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli_cluster.h"
+#include "cli_options.h"
 #include "commands.h"
 
 static void usage(FILE *f) {
@@ -31,15 +31,6 @@ static void usage(FILE *f) {
 static volatile sig_atomic_t stop_signal;
 static void on_signal(int sig) {
   stop_signal = sig;
-}
-
-static bool parse_int(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
 }
 
 /* The task's address in the cluster spec, or NULL; with TF_CONFIG or Slurm
@@ -72,48 +63,54 @@ static const char *cluster_address(const char *spec, const char **job, long *tas
   return addr;
 }
 
+enum { F_JOB = 256, F_TASK, F_DEVICES, F_THREADS, F_BIND, F_CLUSTER, F_SECRET, F_QUIET };
+
+static const struct option server_flags[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"job", required_argument, NULL, F_JOB},
+    {"task", required_argument, NULL, F_TASK},
+    {"devices", required_argument, NULL, F_DEVICES},
+    {"threads", required_argument, NULL, F_THREADS},
+    {"bind", required_argument, NULL, F_BIND},
+    {"cluster", required_argument, NULL, F_CLUSTER},
+    {"secret-file", required_argument, NULL, F_SECRET},
+    {"quiet", no_argument, NULL, F_QUIET},
+    {0},
+};
+
 int gr_cmd_server(int argc, char **argv) {
   const char *job = "", *bind = NULL, *spec = NULL, *secret_file = NULL;
   long task = 0, devices = 1, threads = 0;
   bool quiet = false;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    bool v = i + 1 < argc;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+  cli_opts po;
+  cli_opts_start(&po, "server", argc, argv, server_flags, "h", CLI_OPTS_ANY_ORDER);
+  for (int c; (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
+    bool ok = true;
+    if (c == 'h') {
       usage(stdout);
       return GR_EXIT_OK;
-    } else if (!strcmp(a, "--job") && v) {
-      job = argv[++i];
-    } else if (!strcmp(a, "--task") && v) {
-      if (!parse_int(argv[++i], 0, 65535, &task)) {
-        fprintf(stderr, "graphrun server: --task wants an integer in [0, 65535], got '%s'\n",
-                argv[i]);
-        return GR_EXIT_USAGE;
-      }
-    } else if (!strcmp(a, "--devices") && v) {
-      if (!parse_int(argv[++i], 1, 64, &devices)) {
-        fprintf(stderr, "graphrun server: --devices wants an integer in [1, 64], got '%s'\n",
-                argv[i]);
-        return GR_EXIT_USAGE;
-      }
-    } else if (!strcmp(a, "--threads") && v) {
-      if (!parse_int(argv[++i], 0, 1024, &threads)) {
-        fprintf(stderr, "graphrun server: --threads wants an integer in [0, 1024], got '%s'\n",
-                argv[i]);
-        return GR_EXIT_USAGE;
-      }
-    } else if (!strcmp(a, "--bind") && v) {
-      bind = argv[++i];
-    } else if (!strcmp(a, "--cluster") && v) {
-      spec = argv[++i];
-    } else if (!strcmp(a, "--secret-file") && v) {
-      secret_file = argv[++i];
-    } else if (!strcmp(a, "--quiet")) {
+    } else if (c == F_JOB) {
+      job = po.arg;
+    } else if (c == F_TASK) {
+      ok = cli_opt_long(&po, 0, 65535, &task);
+    } else if (c == F_DEVICES) {
+      ok = cli_opt_long(&po, 1, 64, &devices);
+    } else if (c == F_THREADS) {
+      ok = cli_opt_long(&po, 0, 1024, &threads);
+    } else if (c == F_BIND) {
+      bind = po.arg;
+    } else if (c == F_CLUSTER) {
+      spec = po.arg;
+    } else if (c == F_SECRET) {
+      secret_file = po.arg;
+    } else if (c == F_QUIET) {
       quiet = true;
     } else {
-      fprintf(stderr, "graphrun server: unknown option or missing value: '%s' (try --help)\n", a);
+      if (c == CLI_OPTS_ARG)
+        fprintf(stderr, "graphrun server: unexpected argument '%s' (try --help)\n", po.arg);
       return GR_EXIT_USAGE;
     }
+    if (!ok) return GR_EXIT_USAGE;
   }
   gr_error err;
   char addr[300];

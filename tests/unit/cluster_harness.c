@@ -118,50 +118,77 @@ void gt_cluster_stop(gt_cluster *c) {
   c->dir[0] = '\0';
 }
 
+/* The strings of the recovery test's run flags. */
+typedef struct mlp_args {
+  char file[PATH_MAX], ckpt[PATH_MAX], out[PATH_MAX], steps[16], every[16];
+} mlp_args;
+
+/* recovery_mlp.gr and the run flags every recovery test gives, into argv
+ * (strings in m); returns how many. */
+static int mlp_argv(mlp_args *m, const char *dir, const char *name, int steps, int save_every,
+                    const char **argv) {
+  snprintf(m->file, sizeof m->file, "%s/tests/data/recovery_mlp.gr", GR_SOURCE_DIR);
+  const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+  snprintf(m->ckpt, sizeof m->ckpt, "%s/ckpt_%s", dir, base);
+  if (name[0] == '/')
+    snprintf(m->out, sizeof m->out, "%s", name);
+  else
+    snprintf(m->out, sizeof m->out, "%s/%s", dir, name);
+  snprintf(m->steps, sizeof m->steps, "%d", steps);
+  snprintf(m->every, sizeof m->every, "%d", save_every);
+  const char *args[] = {m->file,
+                        "--steps",
+                        m->steps,
+                        "--ckpt",
+                        m->ckpt,
+                        "--save-every",
+                        m->every,
+                        "--out",
+                        m->out,
+                        "--eval",
+                        "w1,b1,w2,b2,w3,b3",
+                        "--timeout",
+                        "30",
+                        "--recovery-timeout",
+                        "30"};
+  int n = (int)(sizeof args / sizeof args[0]);
+  memcpy(argv, args, sizeof args);
+  return n;
+}
+
+/* Appends the NULL-terminated list to argv at *a (up to cap entries). */
+static void append_args(const char **argv, int *a, int cap, const char *const *list) {
+  for (int i = 0; list && list[i] && *a < cap; i++) argv[(*a)++] = list[i];
+}
+
 void gt_cluster_run_mlp(const gt_cluster *c, gt_proc *p, const char *name, int steps,
                         int save_every, const char *const *extra) {
-  char file[PATH_MAX], ckpt[PATH_MAX], out[PATH_MAX], n[16], ckname[80], every[16];
-  snprintf(every, sizeof every, "%d", save_every);
-  snprintf(file, sizeof file, "%s/tests/data/recovery_mlp.gr", GR_SOURCE_DIR);
-  const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
-  snprintf(ckname, sizeof ckname, "ckpt_%s", base);
-  gt_cluster_path(c, ckname, ckpt, sizeof ckpt);
-  if (name[0] == '/')
-    snprintf(out, sizeof out, "%s", name);
-  else
-    gt_cluster_path(c, name, out, sizeof out);
-  snprintf(n, sizeof n, "%d", steps);
-  const char *argv[70] = {"graphrun",
-                          "run",
-                          file,
-                          "--cluster",
-                          c->spec,
-                          "--secret-file",
-                          c->secret,
-                          "--steps",
-                          n,
-                          "--ckpt",
-                          ckpt,
-                          "--save-every",
-                          every,
-                          "--out",
-                          out,
-                          "--eval",
-                          "w1,b1,w2,b2,w3,b3",
-                          "--timeout",
-                          "30",
-                          "--recovery-timeout",
-                          "30",
-                          "--max-failures",
-                          "50"};
-  int a = 23;
-  for (int i = 0; extra && extra[i] && a < 62; i++) argv[a++] = extra[i];
+  mlp_args m;
+  const char *argv[70] = {"graphrun", "run"};
+  int a = 2;
+  a += mlp_argv(&m, c->dir, name, steps, save_every, argv + a);
+  append_args(argv, &a, 62,
+              (const char *const[]){"--cluster", c->spec, "--secret-file", c->secret,
+                                    "--max-failures", "50", NULL});
+  append_args(argv, &a, 62, extra);
   argv[a] = NULL;
   if (c->client_netns[0]) { /* ip netns exec NS graphrun ... */
     memmove(argv + 4, argv, sizeof(char *) * (size_t)(a + 1));
     argv[0] = "/usr/sbin/ip", argv[1] = "netns", argv[2] = "exec", argv[3] = c->client_netns;
     argv[4] = gt_graphrun_exe();
   }
+  gt_proc_start(p, (char *const *)argv);
+}
+
+void gt_launch_run_mlp(gt_proc *p, const char *dir, const char *name, int steps, int save_every,
+                       const char *const *launch_flags, const char *const *extra) {
+  mlp_args m;
+  const char *argv[70] = {"graphrun", "launch"};
+  int a = 2;
+  append_args(argv, &a, 40, launch_flags);
+  a += mlp_argv(&m, dir, name, steps, save_every, argv + a);
+  append_args(argv, &a, 68, extra);
+  argv[a] = NULL;
   gt_proc_start(p, (char *const *)argv);
 }
 

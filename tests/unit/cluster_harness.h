@@ -63,6 +63,12 @@ void gt_cluster_path(const gt_cluster *c, const char *name, char *buf, size_t ca
  * NULL. */
 void gt_cluster_run_mlp(const gt_cluster *c, gt_proc *p, const char *name, int steps,
                         int save_every, const char *const *extra);
+/* The same training under `graphrun launch LAUNCH_FLAGS... FILE RUN_FLAGS...`
+ * (both lists NULL-terminated or NULL) instead of against a gt_cluster:
+ * launch starts and restarts the tasks; checkpoints and weights go into
+ * dir as above, no --cluster, and no --max-failures unless extra gives it. */
+void gt_launch_run_mlp(gt_proc *p, const char *dir, const char *name, int steps, int save_every,
+                       const char *const *launch_flags, const char *const *extra);
 /* The weights written into directories a and b are equal byte for byte;
  * prints what differs. */
 bool gt_same_weights(const char *a, const char *b);

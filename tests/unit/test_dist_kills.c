@@ -39,38 +39,10 @@ static double detect_ms[1000], recover_ms[1000];
 static int nkills;
 
 static void start_run(gt_proc *p, const char *name) {
-  char file[PATH_MAX], ckpt[PATH_MAX], out[PATH_MAX], steps[16], every[16];
-  snprintf(file, sizeof file, "%s/tests/data/recovery_mlp.gr", GR_SOURCE_DIR);
-  snprintf(ckpt, sizeof ckpt, "%s/ckpt_%s", dir, name);
-  snprintf(out, sizeof out, "%s/%s", dir, name);
-  snprintf(steps, sizeof steps, "%d", STEPS);
-  snprintf(every, sizeof every, "%d", SAVE_EVERY);
-  gt_proc_start(p, (char *[]){"graphrun",
-                              "launch",
-                              "--ps",
-                              "2",
-                              "--workers",
-                              "2",
-                              "--restarts",
-                              "1000",
-                              file,
-                              "--steps",
-                              steps,
-                              "--ckpt",
-                              ckpt,
-                              "--save-every",
-                              every,
-                              "--out",
-                              out,
-                              "--eval",
-                              "w1,b1,w2,b2,w3,b3",
-                              "--timeout",
-                              "30",
-                              "--recovery-timeout",
-                              "30",
-                              "--max-failures",
-                              "1000",
-                              NULL});
+  gt_launch_run_mlp(
+      p, dir, name, STEPS, SAVE_EVERY,
+      (const char *const[]){"--ps", "2", "--workers", "2", "--restarts", "1000", NULL},
+      (const char *const[]){"--max-failures", "1000", NULL});
 }
 
 /* The task's current pid: launch names it when ready and at each restart. */

@@ -1,0 +1,89 @@
+/* graphrun run: checkpoints (open and restore, save, the first save on a
+ * cluster) and recovery from a lost task by restoring the newest one. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_run.h"
+#include "commands.h"
+
+long cli_run_steps_done(gr_ckpt *ck) {
+  gr_ckpt_info *infos = NULL;
+  int n = 0;
+  long done = 0;
+  gr_error err;
+  if (gr_ckpt_list(ck, &infos, &n, &err) == GR_OK && n > 0 && infos[n - 1].metadata) {
+    const char *m = strstr(infos[n - 1].metadata, "\"steps_done\":");
+    if (m) done = strtol(m + 14, NULL, 10);
+  }
+  gr_ckpt_infos_free(infos, n);
+  return done;
+}
+
+int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool remote, gr_session *s,
+                            gr_graph *g, gr_ckpt **ck, long *done) {
+  gr_error err;
+  /* on a cluster a directory: each task saves its shard, the manifest commits them */
+  gr_ckpt_options o = {.max_to_keep = keep, .sharded = remote};
+  if (gr_ckpt_open(path, &o, ck, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: --ckpt: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  *done = 0;
+  if (no_restore) return GR_EXIT_OK;
+  int64_t step;
+  gr_status st = remote ? cli_restore_remote(*ck, s, g, &step, &err)
+                        : gr_ckpt_restore_latest(*ck, s, g, &step, &err);
+  if (st == GR_ERR_NOT_FOUND) return GR_EXIT_OK;
+  if (st != GR_OK) {
+    fprintf(stderr, "graphrun run: restoring %s: %s\n(use --no-restore to start fresh)\n", path,
+            err.msg);
+    return GR_EXIT_FAILURE;
+  }
+  *done = cli_run_steps_done(*ck);
+  fprintf(stderr, "graphrun run: restored %s (%ld steps done)\n", path, *done);
+  return GR_EXIT_OK;
+}
+
+gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_done, bool remote,
+                                  gr_error *err) {
+  char meta[64];
+  snprintf(meta, sizeof meta, "{\"steps_done\": %ld}", steps_done);
+  return remote ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, err)
+                : gr_ckpt_save_session(r->ck, s, r->g, meta, err);
+}
+
+int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master **m, gr_session **s,
+                    int64_t *at) {
+  if ((err->code != GR_ERR_UNAVAILABLE && err->code != GR_ERR_ABORTED) ||
+      r->failures >= r->max_failures)
+    return CLI_NOT_RECOVERABLE;
+  r->failures++;
+  r->vars_ready = false; /* a new session */
+  fprintf(stderr,
+          "graphrun run: %s failed: %s\ngraphrun run: recovering (%ld of at most %ld): waiting "
+          "up to %.0f s for every task, then %s%s\n",
+          what, err->msg, r->failures, r->max_failures, r->timeout_s,
+          r->ck ? "restoring " : "for the chief to restore the shared variables",
+          r->ck ? r->ckpt_path : "");
+  gr_status st = cli_recover(r->cluster, r->from, r->secret, r->opts->step_timeout_ms,
+                             (int)(r->timeout_s * 1000), r->g, r->opts, r->ck, m, s, at, err);
+  if (st == GR_OK && !r->ck) st = cli_wait_for_chief(*s, r->self, r->timeout_s, false, err);
+  if (st != GR_OK) {
+    fprintf(stderr, "graphrun run: recovery failed: %s\n", err->msg);
+    return CLI_RECOVERY_FAILED;
+  }
+  return CLI_RECOVERED;
+}
+
+int cli_run_save_first(cli_recovery *r, gr_master **m, gr_session **s) {
+  int64_t latest;
+  gr_error err;
+  if (gr_ckpt_latest_step(r->ck, &latest, &err) != GR_ERR_NOT_FOUND) return GR_EXIT_OK;
+  for (;;) { /* the checkpoint a lost task restarts from; a task lost before it is waited for */
+    if (cli_run_save_checkpoint(r, *s, 0, true, &err) == GR_OK) return GR_EXIT_OK;
+    int how = cli_run_recover(r, "saving the first checkpoint", &err, m, s, &latest);
+    if (how == CLI_NOT_RECOVERABLE)
+      fprintf(stderr, "graphrun run: saving the first checkpoint: %s\n", err.msg);
+    if (how != CLI_RECOVERED) return GR_EXIT_FAILURE;
+  }
+}
