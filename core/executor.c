@@ -263,6 +263,30 @@ static void make_ready(run_state *st, int i, ready_stack *rs, int *inline_expens
     schedule_shared(st, i);
 }
 
+/* Adds ac to the live async invocations; false when out of memory. */
+static bool track_async(run_state *st, async_ctx *ac) {
+  pthread_mutex_lock(&st->mu);
+  if (st->num_asyncs == st->cap_asyncs) {
+    int cap = st->cap_asyncs ? st->cap_asyncs * 2 : 16;
+    async_ctx **a = realloc(st->asyncs, sizeof *a * (size_t)cap);
+    if (!a) {
+      pthread_mutex_unlock(&st->mu);
+      return false;
+    }
+    st->asyncs = a;
+    st->cap_asyncs = cap;
+  }
+  st->asyncs[st->num_asyncs++] = ac;
+  pthread_mutex_unlock(&st->mu);
+  return true;
+}
+
+static void finish_node_oom(run_state *st, int i, ready_stack *rs) {
+  gr_error oom;
+  gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  finish_node(st, i, oom.code, &oom, rs);
+}
+
 static void start_node(run_state *st, int i, ready_stack *rs) {
   gr_executor *e = st->e;
   exec_node *en = &e->nodes[i];
@@ -279,9 +303,7 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
   if (en->async) {
     async_ctx *ac = calloc(1, sizeof *ac);
     if (!ac) {
-      gr_error oom;
-      gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-      finish_node(st, i, oom.code, &oom, rs);
+      finish_node_oom(st, i, rs);
       return;
     }
     ac->hdr = (async_hdr){static_done, static_on_cancel};
@@ -297,16 +319,11 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
                               .err = &ac->err,
                               .pool = e->pool,
                               .exec_private = ac};
-    pthread_mutex_lock(&st->mu);
-    if (st->num_asyncs == st->cap_asyncs) {
-      int cap = st->cap_asyncs ? st->cap_asyncs * 2 : 16;
-      async_ctx **a = realloc(st->asyncs, sizeof *a * (size_t)cap);
-      GR_ASSERT(a != NULL);
-      st->asyncs = a;
-      st->cap_asyncs = cap;
+    if (!track_async(st, ac)) {
+      free(ac);
+      finish_node_oom(st, i, rs);
+      return;
     }
-    st->asyncs[st->num_asyncs++] = ac;
-    pthread_mutex_unlock(&st->mu);
     if (st->step->trace) st->starts[i] = gr_trace_now_ns();
     gr_watch_begin_wait(st->step->watch, &ac->wait, en->node, "", 0);
     gr_status s = en->kernel(&ac->ctx);

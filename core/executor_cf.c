@@ -98,11 +98,13 @@ static inline void cf_unlock(cf_run *r) {
   if (!r->single) pthread_mutex_unlock(&r->mu);
 }
 
+/* Lock held (or a single-threaded run). */
 static bool oom(cf_run *r) {
   if (r->status == GR_OK) {
     r->status = GR_ERR_RESOURCE_EXHAUSTED;
     snprintf(r->err.msg, sizeof r->err.msg, "out of memory in a loop");
     r->err.code = r->status;
+    pthread_cond_broadcast(&r->cv); /* the run's thread stops the other devices */
   }
   r->cancelled = 1;
   return false;
@@ -166,7 +168,7 @@ static void push_token(cf_run *r, int node, frame_inst *f, int64_t t) {
   iter_of(f, t, r->p->frames[f->def].par_iters)->outstanding++;
 }
 
-static void start_iteration(cf_run *r, frame_inst *f, int64_t t);
+static bool start_iteration(cf_run *r, frame_inst *f, int64_t t);
 static void check_iteration(cf_run *r, frame_inst *f, int64_t t);
 
 /* Delivers a value (or deadness) to input slot `slot` of node d in (f, t). */
@@ -174,6 +176,11 @@ static void deliver(cf_run *r, frame_inst *f, int64_t t, int d, int slot, gr_ten
                     bool is_ctrl) {
   struct cf_plan *p = r->p;
   iter_state *it = iter_of(f, t, p->frames[f->def].par_iters);
+  if (!it) { /* its start ran out of memory, which cancelled the run */
+    GR_ASSERT(r->cancelled);
+    if (v) gr_tensor_release(v);
+    return;
+  }
   int l = p->node_local[d];
   if (r->e->nodes[d].cf_kind == GR_CF_MERGE && !is_ctrl) {
     if (it->fired[l]) { /* a late input after the merge fired */
@@ -282,8 +289,10 @@ static void route(cf_run *r, frame_inst *f, int64_t t, int src, unsigned char mo
   if (t + 1 < f->next_iter) {
     deliver(r, f, t + 1, d, slot, v, false, false);
   } else if (t + 1 < f->first_live + fd->par_iters && f->ndefer == 0) {
-    start_iteration(r, f, t + 1);
-    deliver(r, f, t + 1, d, slot, v, false, false);
+    if (start_iteration(r, f, t + 1))
+      deliver(r, f, t + 1, d, slot, v, false, false);
+    else
+      gr_tensor_release(v);
   } else { /* too many live iterations: wait */
     if (f->ndefer == f->capdefer) {
       int cap = f->capdefer ? f->capdefer * 2 : 4;
@@ -346,13 +355,11 @@ static void propagate(cf_run *r, int i, frame_inst *f, int64_t t, gr_tensor *out
     route(r, f, t, i, p->ctrl_mode[k], e->ctrl_dsts[k], 0, NULL, node_dead, true, false);
 }
 
-static void start_iteration(cf_run *r, frame_inst *f, int64_t t) {
+/* False when out of memory (the run is cancelled then). */
+static bool start_iteration(cf_run *r, frame_inst *f, int64_t t) {
   int par = r->p->frames[f->def].par_iters;
   iter_state *it = iter_new(r, f->def);
-  if (!it) {
-    oom(r);
-    return;
-  }
+  if (!it) return oom(r);
   f->ring[t % par] = it;
   f->next_iter = t + 1;
   /* loop invariants reach every iteration */
@@ -360,6 +367,7 @@ static void start_iteration(cf_run *r, frame_inst *f, int64_t t) {
   for (int c = 0; c < f->nconsts; c++)
     propagate(r, f->consts[c].node, f, t, f->consts[c].value, 0, f->consts[c].dead, true);
   it->outstanding--;
+  return true;
 }
 
 static void frame_done(cf_run *r, frame_inst *f) {
@@ -421,7 +429,7 @@ static void check_iteration(cf_run *r, frame_inst *f, int64_t t) {
     deferred d = f->defer[0];
     if (d.iter >= f->next_iter) { /* its iteration has yet to start: is there room? */
       if (f->next_iter >= f->first_live + fd->par_iters) break;
-      start_iteration(r, f, d.iter);
+      if (!start_iteration(r, f, d.iter)) break; /* cancelled; the value is freed with f */
     }
     memmove(f->defer, f->defer + 1, sizeof(deferred) * (size_t)(f->ndefer - 1));
     f->ndefer--;
@@ -465,7 +473,8 @@ typedef struct cf_async {
   gr_watch_wait wait; /* a step with a timeout */
 } cf_async;
 
-/* Finishes a token: outputs propagate, inputs are dropped. Lock held. */
+/* Finishes a token: outputs propagate, inputs are dropped. Lock held. ins
+ * and outs may be NULL when s is an error (a kernel that never started). */
 static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_tensor *ins,
                          gr_tensor *outs, uint64_t dead_mask, bool dead, int64_t start_ns) {
   exec_node *en = &r->e->nodes[tok.node];
@@ -527,8 +536,10 @@ static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_t
     }
   }
   propagate(r, tok.node, tok.f, tok.iter, outs, dead_mask, dead, false);
-  for (int k = 0; k < en->num_outputs; k++) gr_tensor_release(&outs[k]);
-  for (int k = 0; k < en->num_inputs; k++) gr_tensor_release(&ins[k]);
+  if (outs)
+    for (int k = 0; k < en->num_outputs; k++) gr_tensor_release(&outs[k]);
+  if (ins)
+    for (int k = 0; k < en->num_inputs; k++) gr_tensor_release(&ins[k]);
   iter_state *it = iter_of(tok.f, tok.iter, p->frames[tok.f->def].par_iters);
   it->outstanding--;
   r->outstanding--;
@@ -581,13 +592,16 @@ static void run_token(cf_run *r, token tok) {
   if (en->num_inputs > 16 || en->num_outputs > 16 || en->async) {
     cf_async *a = calloc(1, sizeof *a);
     if (!a || en->num_inputs > 16 || en->num_outputs > 16) {
+      bool no_memory = !a;
       free(a);
       gr_error ke;
-      gr_error_set(&ke, GR_ERR_UNIMPLEMENTED,
-                   "nodes with more than 16 inputs or outputs are not "
-                   "supported inside control flow yet");
-      gr_tensor none[1];
-      finish_token(r, tok, ke.code, &ke, none, none, 0, true, -1);
+      if (no_memory)
+        gr_error_set(&ke, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      else
+        gr_error_set(&ke, GR_ERR_UNIMPLEMENTED,
+                     "nodes with more than 16 inputs or outputs are not "
+                     "supported inside control flow yet");
+      finish_token(r, tok, ke.code, &ke, NULL, NULL, 0, true, -1); /* inputs stay in the slots */
       return;
     }
     a->hdr = (async_hdr){cf_done, cf_on_cancel};

@@ -153,6 +153,11 @@ int gr_graph_num_nodes(const gr_graph *g);
 gr_node *gr_graph_node(const gr_graph *g, int id);
 
 /* Scopes. Pushes return GR_OK or an error (also recorded in the graph).
+ * A failed push pushes nothing; code that builds on and checks the graph's
+ * error once (as the builders do) may still pop it: once the graph holds
+ * an error, a pop with nothing left to pop does nothing, so pops may
+ * outnumber the pushes that succeeded (scopes do not matter any more then:
+ * the graph is not runnable).
  * A name scope nests inside the current one; one starting with '/' is
  * absolute ("/" is the top level). */
 gr_status gr_graph_push_name_scope(gr_graph *g, const char *scope);

@@ -856,6 +856,7 @@ gr_status gr_graph_push_name_scope(gr_graph *g, const char *scope) {
 }
 
 void gr_graph_pop_name_scope(gr_graph *g) {
+  if (!g->num_name_scopes && g->has_error) return; /* after a failed push: see gr_graph.h */
   GR_ASSERT(g->num_name_scopes > 0);
   g->num_name_scopes--;
 }
@@ -902,6 +903,7 @@ gr_status gr_graph_push_device_fn(gr_graph *g, gr_device_fn fn, void *arg) {
 }
 
 void gr_graph_pop_device_scope(gr_graph *g) {
+  if (!g->num_device_scopes && g->has_error) return; /* after a failed push: see gr_graph.h */
   GR_ASSERT(g->num_device_scopes > 0);
   g->num_device_scopes--;
 }
@@ -990,6 +992,7 @@ int gr_graph_topo_order_stable(const gr_graph *g, int *order) {
 }
 
 void gr_graph_pop_control_deps(gr_graph *g) {
+  if (!g->num_ctrl && g->has_error) return; /* after a failed push: see gr_graph.h */
   GR_ASSERT(g->num_ctrl > 0);
   g->num_ctrl--;
 }

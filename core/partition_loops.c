@@ -130,7 +130,11 @@ gr_status gr_part_add_loop_heads(pctx *c) {
         trigger.node = c->frames[fi->parent].ctl_merge[d];
         GR_ASSERT(trigger.node);
       } else {
-        gr_attr v = gr_attr_tensor("value", gr_tensor_scalar_i32(0));
+        gr_tensor zero;
+        gr_shape scalar = gr_shape_scalar();
+        if (gr_tensor_from_data(&zero, GR_I32, &scalar, &(int32_t){0}, NULL) != GR_OK)
+          return gr_part_oom(c);
+        gr_attr v = gr_attr_tensor("value", zero);
         trigger.node = loop_node(c, d, fi, "trigger", &gr_op_const, NULL, 0, &v, 1);
         gr_tensor_release(&v.value.tensor);
       }

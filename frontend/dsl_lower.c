@@ -18,7 +18,9 @@ bool dsl_frame_init(dsl_frame *f, size_t cap, dsl_frame *parent, dsl_arena *aren
   f->cap = cap;
   gr_idmap_init(&f->index);
   f->list = malloc(sizeof *f->list * cap);
-  return f->list && gr_idmap_reserve(&f->index, cap);
+  if (f->list && gr_idmap_reserve(&f->index, cap)) return true;
+  dsl_frame_free(f); /* nothing half made for the caller to free */
+  return false;
 }
 
 void dsl_frame_free(dsl_frame *f) {

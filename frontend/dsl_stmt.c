@@ -283,6 +283,17 @@ static gr_status read_file(const char *path, char **text, size_t *len, gr_error 
   return GR_OK;
 }
 
+/* Adds a copy of real to the files imported (each is lowered once); false
+ * when out of memory, with p unchanged. */
+static bool remember_import(gr_dsl_program *p, const char *real) {
+  char **ni = realloc(p->imported, sizeof(char *) * (size_t)(p->nimported + 1));
+  if (!ni) return false;
+  p->imported = ni;
+  if (!(ni[p->nimported] = strdup(real))) return false;
+  p->nimported++;
+  return true;
+}
+
 static gr_status lower_import(gr_dsl_program *p, const dsl_stmt *s) {
   if (p->opts.no_imports)
     return dsl_error(p->err, GR_ERR_FAILED_PRECONDITION, s->pos, "imports are disabled here");
@@ -311,14 +322,11 @@ static gr_status lower_import(gr_dsl_program *p, const dsl_stmt *s) {
       free(path);
       return GR_OK;
     }
-  char **ni = realloc(p->imported, sizeof(char *) * (size_t)(p->nimported + 1));
-  if (!ni) {
+  if (!remember_import(p, real)) {
     free(text);
     free(path);
     return oom(p);
   }
-  p->imported = ni;
-  p->imported[p->nimported++] = strdup(real);
   dsl_source *src = dsl_add_source(p, path, text, len, true);
   free(path);
   if (!src) return oom(p);
@@ -443,9 +451,9 @@ static gr_status load(const char *name, const char *text, size_t len, gr_graph *
   if (opts) p->opts = *opts;
   p->frame = &p->globals;
   p->err = err;
-  if (real) {
-    p->imported = malloc(sizeof(char *));
-    if (p->imported) p->imported[p->nimported++] = strdup(real);
+  if (real && !remember_import(p, real)) {
+    gr_dsl_program_free(p);
+    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
   gr_status st;
   dsl_source *src = NULL;

@@ -79,10 +79,7 @@ gr_output gr_const_i32(gr_graph *g, int32_t v) {
   return gr_ops_const_scalar(g, GR_I32, v);
 }
 gr_output gr_const_i64(gr_graph *g, int64_t v) {
-  gr_tensor t = gr_tensor_scalar_i64(v);
-  gr_output o = gr_const(g, &t);
-  gr_tensor_release(&t);
-  return o;
+  return gr_const_data(g, GR_I64, gr_shape_scalar(), &v);
 }
 
 gr_output gr_const_data(gr_graph *g, gr_dtype dtype, gr_shape shape, const void *data) {
