@@ -1,8 +1,9 @@
 /* Multi-device steps: one executor per partition, run concurrently (device 0
  * on the calling thread, the others on the plan's runner threads), meeting
  * in a per-step rendezvous. gr_device_plan_run blocks those threads in
- * gr_executor_run; gr_device_plan_run_async only starts the runs there and
- * counts the partitions done. */
+ * gr_executor_run; gr_device_plan_run_async starts every device's
+ * gr_executor_run_async on the calling thread and counts the partitions
+ * done. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +196,12 @@ static void step_start(gr_device_plan *p, const gr_tensor *feed_values, gr_tenso
   }
   pthread_mutex_init(&r->mu, NULL);
   if (step->watch) gr_watch_set_rendezvous(step->watch, rv); /* a stall aborts it */
+  if (!blocking) { /* each start returns soon; and the step's end may free the plan (its
+                     owner's last reference), which must not happen on the plan's own threads */
+    part_run *parts = r->parts; /* r may be gone after the last start */
+    for (int k = 0; k < n; k++) run_part(&parts[k]);
+    return;
+  }
   part_run *first = &r->parts[0];
   for (int k = 1; k < n; k++) gr_threadpool_schedule(p->runners, run_part, &r->parts[k]);
   run_part(first);
