@@ -1,7 +1,14 @@
 /* Running an executor (the static path; graphs with control flow run in
  * executor_cf.c): per-run state recycled across runs, ready nodes run inline
  * or through the shared queue, async kernels, cancellation, fetches; and the
- * kernel-context helpers. Building one is in executor_build.c. */
+ * kernel-context helpers. Building one is in executor_build.c.
+ *
+ * Every run is asynchronous: whoever works on a run holds it (st->tasks: the
+ * thread that started it, each queued pool task, each async completion in
+ * progress, a firing watchdog); the thread that drops the last hold after
+ * the last node finished calls the run's done callback. gr_executor_run
+ * starts a run whose calling thread keeps its hold, helps drain the shared
+ * queue and finishes the run itself. */
 #include "core/gr_executor.h"
 #include "core/executor_internal.h"
 #include "core/gr_trace.h"
@@ -43,8 +50,12 @@ struct run_state {
   gr_tensor *fetch_out;
   const gr_step_info *step;
   int remaining; /* nodes not yet finished (atomic) */
-  int tasks;     /* pool tasks that still hold st (under mu) */
+  int tasks;     /* threads and pool tasks that still hold st (under mu) */
   int cancelled; /* atomic */
+  bool waiting;  /* gr_executor_run: the caller helps, holds st and finishes it */
+  bool finished; /* the last hold was dropped (under mu) */
+  gr_executor_done_fn done;
+  void *done_arg;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   gr_status status;
@@ -171,12 +182,26 @@ static void record_error(run_state *st, int i, gr_status code, const gr_error *k
   cancel_run_locked(st, NULL);
 }
 
-/* The step's watchdog found the step stalled (gr_watch_run.cancel). */
-static void watchdog_cancel(void *arg, const gr_error *why, gr_error *own) {
+static void task_done(run_state *st);
+
+/* The step's watchdog found the step stalled (gr_watch_run.cancel). It holds
+ * the run until watchdog_release, so that the run never finishes (and leaves
+ * the watch) on the watchdog's thread while it fires. */
+static bool watchdog_cancel(void *arg, const gr_error *why, gr_error *own) {
   run_state *st = arg;
   pthread_mutex_lock(&st->mu);
   if (st->status != GR_OK) *own = st->err;
+  if (st->finished) { /* leaving the watch on another thread: done already */
+    pthread_mutex_unlock(&st->mu);
+    return false;
+  }
+  st->tasks++;
   cancel_run_locked(st, why);
+  return true;
+}
+
+static void watchdog_release(void *arg) {
+  task_done(arg);
 }
 
 static void push_shared(run_state *st, int i) {
@@ -218,14 +243,62 @@ static void static_done(async_hdr *h, gr_status status);
 static void static_on_cancel(async_hdr *h, void (*fn)(void *), void *arg);
 static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, ready_stack *rs);
 
-/* A pool task or async completion is done with st. Only the end of the run
- * needs to wake the run's own thread (new shared work wakes it when pushed):
- * waking it for every completion cost a futex round trip per transfer. */
+/* The last hold is gone and every node finished: leaves the watch, settles
+ * the status and fetches, recycles st and calls done (st is gone then). */
+static void finish_run(run_state *st) {
+  gr_executor *e = st->e;
+  gr_watch_detach_run(st->step->watch, &st->watch_run);
+  gr_status s = st->status;
+  gr_error err = {GR_OK, ""};
+  if (s != GR_OK) {
+    err = st->err;
+    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&st->fetch_out[k]);
+  } else {
+    for (int k = 0; k < e->num_fetches; k++)
+      if (!st->fetch_out[k].buf) {
+        s = gr_error_set(&err, GR_ERR_INTERNAL, "fetch %d produced no value", k);
+        break;
+      }
+  }
+  gr_executor_done_fn done = st->done;
+  void *arg = st->done_arg;
+  release_state(e, st);
+  done(arg, s, &err);
+}
+
+/* A thread or pool task is done with st; the last one finishes the run. Only
+ * the end of the run needs to wake a waiting caller (new shared work wakes
+ * it when pushed): waking it for every completion cost a futex round trip
+ * per transfer. */
 static void task_done(run_state *st) {
   pthread_mutex_lock(&st->mu);
-  if (--st->tasks == 0 && __atomic_load_n(&st->remaining, __ATOMIC_ACQUIRE) == 0)
-    pthread_cond_broadcast(&st->cv);
+  int left = --st->tasks;
+  bool all_ran = __atomic_load_n(&st->remaining, __ATOMIC_ACQUIRE) == 0;
+  bool finish = left == 0 && all_ran && !st->finished;
+  if (finish) st->finished = true;
+  if (left == 1 && all_ran && st->waiting) pthread_cond_broadcast(&st->cv);
   pthread_mutex_unlock(&st->mu);
+  if (finish) finish_run(st);
+}
+
+/* Runs what is in the shared queue on this thread until it is empty. */
+static void drain_shared(run_state *st) {
+  int local[256];
+  ready_stack rs = {local, 0, 256};
+  for (;;) {
+    pthread_mutex_lock(&st->mu);
+    int i = pop_shared_locked(st);
+    pthread_mutex_unlock(&st->mu);
+    if (i < 0) return;
+    process(st, i, &rs);
+  }
+}
+
+/* A completion's deferred share of a run without threads (gr_exec_defer). */
+static void drain_deferred(void *arg) {
+  run_state *st = arg;
+  drain_shared(st);
+  task_done(st);
 }
 
 static void drain_task(void *arg) {
@@ -394,16 +467,26 @@ static void static_done(async_hdr *h, gr_status status) {
   finish_node(st, node, status, &err, &rs);
   /* A completion may arrive inside another executor's work on this thread (a
    * Send handing its value to a waiting Recv): run the ready nodes inline a
-   * few levels deep, then hand them to this run's own threads, so that a
-   * chain of transfers cannot grow the stack without bound. */
+   * few levels deep, then hand them to this run's pool or waiting caller (or,
+   * with neither, to this thread's outermost completion), so that a chain of
+   * transfers cannot grow the stack without bound. */
+  bool helpers = st->e->pool_size > 0 || st->waiting;
   if (gr_exec_done_depth < GR_DONE_INLINE_DEPTH) {
     gr_exec_done_depth++;
     while (rs.n > 0) process(st, rs.v[--rs.n], &rs);
+    if (!helpers) drain_shared(st); /* what overflowed rs */
     gr_exec_done_depth--;
-  } else {
+  } else if (helpers) {
     while (rs.n > 0) schedule_shared(st, rs.v[--rs.n]);
+  } else {
+    while (rs.n > 0) push_shared(st, rs.v[--rs.n]);
+    pthread_mutex_lock(&st->mu);
+    st->tasks++;
+    pthread_mutex_unlock(&st->mu);
+    gr_exec_defer(drain_deferred, st);
   }
   task_done(st);
+  if (gr_exec_done_depth == 0) gr_exec_run_deferred();
 }
 
 static void static_on_cancel(async_hdr *h, void (*fn)(void *), void *arg) {
@@ -495,9 +578,8 @@ static void process(run_state *st, int first, ready_stack *rs) {
   while (rs->n > 0) start_node(st, rs->v[--rs->n], rs);
 }
 
-gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                          const gr_step_info *step, gr_error *err) {
-  for (int k = 0; k < e->num_fetches; k++) fetch_out[k] = gr_tensor_empty();
+/* Checks the feeds against the graph; fills err on the first bad one. */
+static gr_status check_feeds(const gr_executor *e, const gr_tensor *feed_values, gr_error *err) {
   for (int k = 0; k < e->num_feeds; k++) {
     const gr_tensor *v = &feed_values[k];
     gr_output f = e->feeds[k];
@@ -524,9 +606,20 @@ gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tenso
                           gr_shape_str(&f.node->out_shapes[f.index], b));
     }
   }
-  if (e->cf) return gr_cf_run(e, feed_values, fetch_out, step, err);
+  return GR_OK;
+}
+
+/* The static path's run: the calling thread holds the run, starts the roots
+ * and drains the shared queue; then it lets go (wait false) or goes on
+ * helping until only its own hold is left and finishes the run (wait true). */
+static void static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                         const gr_step_info *step, gr_executor_done_fn done, void *arg, bool wait) {
   run_state *st = acquire_state(e);
-  if (!st) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!st) {
+    gr_error oom;
+    done(arg, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    return;
+  }
   for (int i = 0; i < e->num_nodes; i++) st->pending[i] = e->nodes[i].initial_pending;
   st->feed_values = feed_values;
   st->fetch_out = fetch_out;
@@ -534,10 +627,14 @@ gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tenso
   st->remaining = e->num_nodes;
   st->cancelled = 0;
   st->status = GR_OK;
-  st->tasks = 0;
+  st->tasks = 1; /* this thread's hold */
+  st->waiting = wait;
+  st->finished = false;
+  st->done = done;
+  st->done_arg = arg;
   st->qhead = st->qcount = 0;
   st->num_asyncs = 0;
-  st->watch_run = (gr_watch_run){.cancel = watchdog_cancel, .arg = st};
+  st->watch_run = (gr_watch_run){.cancel = watchdog_cancel, .release = watchdog_release, .arg = st};
   gr_watch_attach_run(step->watch, &st->watch_run);
 
   ready_stack rs = {st->stack, 0, e->num_nodes + 1};
@@ -555,7 +652,8 @@ gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tenso
     for (int r = e->num_roots - 1; r >= 0; r--)
       if (e->nodes[e->roots[r]].async) rs.v[rs.n++] = e->roots[r];
     while (rs.n > 0) start_node(st, rs.v[--rs.n], &rs);
-    /* help drain the shared queue, then wait for pool tasks and async kernels */
+    /* help drain the shared queue; a waiting caller then waits for pool
+     * tasks and async kernels (and drains what they queue) */
     pthread_mutex_lock(&st->mu);
     for (;;) {
       int i = pop_shared_locked(st);
@@ -565,25 +663,84 @@ gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tenso
         pthread_mutex_lock(&st->mu);
         continue;
       }
-      if (__atomic_load_n(&st->remaining, __ATOMIC_ACQUIRE) == 0 && st->tasks == 0) break;
+      if (!wait || (__atomic_load_n(&st->remaining, __ATOMIC_ACQUIRE) == 0 && st->tasks == 1))
+        break;
       pthread_cond_wait(&st->cv, &st->mu);
     }
     pthread_mutex_unlock(&st->mu);
   }
-  gr_watch_detach_run(step->watch, &st->watch_run);
-  gr_status s = st->status;
-  if (s != GR_OK) {
-    if (err) *err = st->err;
-    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&fetch_out[k]);
-  } else {
-    for (int k = 0; k < e->num_fetches; k++)
-      if (!fetch_out[k].buf) {
-        s = gr_error_set(err, GR_ERR_INTERNAL, "fetch %d produced no value", k);
-        break;
-      }
+  task_done(st); /* with wait, the last hold: the run finishes here */
+}
+
+static void start_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                      const gr_step_info *step, gr_executor_done_fn done, void *arg, bool wait) {
+  for (int k = 0; k < e->num_fetches; k++) fetch_out[k] = gr_tensor_empty();
+  gr_error err;
+  if (check_feeds(e, feed_values, &err) != GR_OK) {
+    done(arg, err.code, &err);
+    return;
   }
-  release_state(e, st);
-  return s;
+  if (e->cf)
+    gr_cf_run_start(e, feed_values, fetch_out, step, done, arg, wait);
+  else
+    static_start(e, feed_values, fetch_out, step, done, arg, wait);
+}
+
+void gr_executor_run_async(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                           const gr_step_info *step, gr_executor_done_fn done, void *arg) {
+  start_run(e, feed_values, fetch_out, step, done, arg, false);
+}
+
+typedef struct sync_result {
+  gr_status status;
+  gr_error *err;
+} sync_result;
+
+static void sync_done(void *arg, gr_status status, const gr_error *err) {
+  sync_result *r = arg;
+  r->status = status;
+  if (status != GR_OK && r->err) *r->err = *err;
+}
+
+gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                          const gr_step_info *step, gr_error *err) {
+  sync_result r = {GR_OK, err};
+  start_run(e, feed_values, fetch_out, step, sync_done, &r, true); /* done before it returns */
+  return r.status;
+}
+
+/* ---- deferred completions ------------------------------------------------------------ */
+
+typedef struct deferred_work {
+  void (*fn)(void *);
+  void *arg;
+  struct deferred_work *next;
+} deferred_work;
+
+static _Thread_local deferred_work *deferred_head, *deferred_tail;
+
+void gr_exec_defer(void (*fn)(void *), void *arg) {
+  deferred_work *w = malloc(sizeof *w);
+  GR_ASSERT(w != NULL);
+  *w = (deferred_work){fn, arg, NULL};
+  if (deferred_tail)
+    deferred_tail->next = w;
+  else
+    deferred_head = w;
+  deferred_tail = w;
+}
+
+void gr_exec_run_deferred(void) {
+  GR_ASSERT(gr_exec_done_depth == 0);
+  while (deferred_head) {
+    deferred_work *w = deferred_head;
+    deferred_head = w->next;
+    if (!deferred_head) deferred_tail = NULL;
+    gr_exec_done_depth = 1; /* as inside a completion: deeper ones defer again */
+    w->fn(w->arg);
+    gr_exec_done_depth = 0;
+    free(w);
+  }
 }
 
 /* ---- kernel context helpers ---------------------------------------------- */

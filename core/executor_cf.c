@@ -15,7 +15,10 @@
  * send a dead value to the parent when the frame finishes.
  *
  * One mutex per run guards frames, iterations and the ready queue; kernels
- * run outside it. */
+ * run outside it. As on the static path (executor.c), every run is
+ * asynchronous: the threads and pool tasks working on it hold it (tasks),
+ * and the one that drops the last hold after the last token finished
+ * calls the run's done callback. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +88,12 @@ typedef struct cf_run {
   gr_tensor *fetch_out;
   const gr_step_info *step;
   int cancelled;
-  bool single; /* one thread and no async kernels: nothing to lock against */
+  bool single;          /* one thread and no async kernels: nothing to lock against */
+  bool waiting;         /* gr_executor_run: the caller helps, holds the run and finishes it */
+  bool finished;        /* the last hold was dropped */
+  bool stopped_devices; /* the step's rendezvous was aborted after a failure */
+  gr_executor_done_fn done;
+  void *done_arg;
   gr_status status;
   gr_error err;
   gr_watch_run watch_run; /* a step with a timeout (core/step_watch_internal.h) */
@@ -443,6 +451,7 @@ static bool is_expensive(cf_run *r, int node) {
 }
 
 static void run_token(cf_run *r, token tok);
+static void cf_finish(cf_run *r);
 
 static void drain(cf_run *r) {
   while (r->qcount > 0) {
@@ -453,13 +462,32 @@ static void drain(cf_run *r) {
   }
 }
 
+/* Drops a hold on the run (lock held on entry, released on return); the
+ * last one finishes it. A failed run first aborts the step's rendezvous:
+ * receives still waiting would wait for ever for devices this one no
+ * longer feeds. */
+static void cf_put(cf_run *r) {
+  if (r->cancelled && r->step->rendezvous && !r->stopped_devices) {
+    r->stopped_devices = true;
+    cf_unlock(r);
+    gr_rendezvous_abort(r->step->rendezvous, GR_ERR_CANCELLED,
+                        "the step was cancelled on another device");
+    cf_lock(r);
+  }
+  r->tasks--;
+  if (r->waiting && (r->qcount > 0 || (r->outstanding == 0 && r->tasks == 1)))
+    pthread_cond_broadcast(&r->cv);
+  bool finish = r->tasks == 0 && r->outstanding == 0 && !r->finished;
+  if (finish) r->finished = true;
+  cf_unlock(r);
+  if (finish) cf_finish(r);
+}
+
 static void pool_task(void *arg) {
   cf_run *r = arg;
   cf_lock(r);
   drain(r);
-  r->tasks--;
-  if (r->qcount > 0 || (r->outstanding == 0 && r->tasks == 0)) pthread_cond_broadcast(&r->cv);
-  cf_unlock(r);
+  cf_put(r);
 }
 
 typedef struct cf_async {
@@ -555,16 +583,23 @@ static void cf_done(async_hdr *h, gr_status s) {
   r->tasks++;
   finish_token(r, a->tok, s, &a->err, a->ins, a->outs, a->ctx.dead_outputs, a->ctx.dead,
                a->start_ns);
-  if (gr_exec_done_depth < GR_DONE_INLINE_DEPTH) { /* else the run's thread drains */
+  free(a);
+  /* inline a few levels deep (executor.c's static_done says why), then hand
+   * the queue to the pool, the waiting caller, or this thread's outermost
+   * completion */
+  if (gr_exec_done_depth < GR_DONE_INLINE_DEPTH) {
     gr_exec_done_depth++;
     drain(r);
     gr_exec_done_depth--;
+  } else if (r->qcount > 0 && r->e->pool_size > 0) {
+    r->tasks++;
+    gr_threadpool_schedule(r->e->pool, pool_task, r);
+  } else if (r->qcount > 0 && !r->waiting) {
+    r->tasks++;
+    gr_exec_defer(pool_task, r);
   }
-  r->tasks--;
-  if (r->qcount > 0 || (r->outstanding == 0 && r->tasks == 0)) /* else nothing to wake for */
-    pthread_cond_broadcast(&r->cv);
-  cf_unlock(r);
-  free(a);
+  cf_put(r);
+  if (gr_exec_done_depth == 0) gr_exec_run_deferred();
 }
 
 static void cf_on_cancel(async_hdr *h, void (*fn)(void *), void *arg) {
@@ -677,126 +712,150 @@ static void run_token(cf_run *r, token tok) {
   finish_token(r, tok, s, &kerr, ins, outs, dead_mask, dead, start_ns);
 }
 
-/* The step's watchdog found the step stalled: stop it as a kernel error would. */
-static void cf_watchdog_cancel(void *arg, const gr_error *why, gr_error *own) {
+/* The step's watchdog found the step stalled: stop it as a kernel error
+ * would. It holds the run until cf_watchdog_release (gr_watch_run). */
+static bool cf_watchdog_cancel(void *arg, const gr_error *why, gr_error *own) {
   cf_run *r = arg;
   cf_lock(r);
   if (r->status != GR_OK) *own = r->err;
+  if (r->finished) {
+    cf_unlock(r);
+    return false;
+  }
   if (r->status == GR_OK) r->status = why->code, r->err = *why;
   r->cancelled = 1;
+  r->tasks++;
   pthread_cond_broadcast(&r->cv);
   cf_unlock(r);
+  return true;
 }
 
-gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                    const gr_step_info *step, gr_error *err) {
-  struct cf_plan *p = e->cf;
-  cf_run r;
-  memset(&r, 0, sizeof r);
-  r.e = e;
-  r.p = p;
-  r.feeds = feed_values;
-  r.fetch_out = fetch_out;
-  r.step = step;
-  r.single = e->pool_size == 0;
-  for (int i = 0; i < e->num_nodes && r.single; i++)
-    if (e->nodes[i].async) r.single = false;
-  pthread_mutex_init(&r.mu, NULL);
-  pthread_cond_init(&r.cv, NULL);
-  r.qcap = 64;
-  r.q = malloc(sizeof(token) * (size_t)r.qcap);
-  r.free_iters = calloc((size_t)p->num_frames, sizeof(iter_state *));
-  frame_inst *root = calloc(1, sizeof *root);
-  if (root) {
-    root->ring = calloc(1, sizeof(iter_state *));
-    root->exit_live = calloc((size_t)p->frames[0].num_nodes + 1, 1);
-  }
-  gr_status status = GR_OK;
-  if (!r.q || !r.free_iters || !root || !root->ring || !root->exit_live) {
-    status = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto out;
-  }
-  r.root = root;
-  cf_lock(&r);
-  root->ring[0] = iter_new(&r, 0);
-  if (!root->ring[0]) {
-    cf_unlock(&r);
-    status = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto out;
-  }
-  root->next_iter = 1;
-  r.watch_run = (gr_watch_run){.cancel = cf_watchdog_cancel, .arg = &r};
-  if (!r.single) { /* a single-threaded run without async kernels cannot stall */
-    cf_unlock(&r);
-    gr_watch_attach_run(step->watch, &r.watch_run);
-    cf_lock(&r);
-  }
-  for (int k = 0; k < e->num_roots; k++) push_token(&r, e->roots[k], root, 0);
-  bool stopped_devices = false;
-  for (;;) {
-    if (r.qcount > 0) {
-      token tok = r.q[r.qhead];
-      r.qhead = (r.qhead + 1) % r.qcap;
-      r.qcount--;
-      if (e->pool_size > 0 && is_expensive(&r, tok.node) && r.qcount > 0) {
-        r.tasks++; /* let a pool thread help with what is queued behind */
-        gr_threadpool_schedule(e->pool, pool_task, &r);
-      }
-      run_token(&r, tok);
-      continue;
-    }
-    if (r.outstanding == 0 && r.tasks == 0) break;
-    if (r.cancelled && step->rendezvous && !stopped_devices) {
-      /* receives still waiting would wait for ever for devices this one no longer feeds */
-      stopped_devices = true;
-      cf_unlock(&r);
-      gr_rendezvous_abort(step->rendezvous, GR_ERR_CANCELLED,
-                          "the step was cancelled on another device");
-      cf_lock(&r);
-      continue;
-    }
-    if (r.single) { /* nothing queued, nothing running, nobody else to wait for */
-      GR_ASSERT(r.outstanding == 0);
-      break;
-    }
-    pthread_cond_wait(&r.cv, &r.mu);
-  }
-  cf_unlock(&r);
-  if (!r.single) gr_watch_detach_run(step->watch, &r.watch_run);
-  status = r.status;
-  if (status != GR_OK && err) *err = r.err;
-  while (r.frames) { /* frames left by a cancelled step */
-    frame_inst *f = r.frames;
-    r.frames = f->next;
+static void cf_watchdog_release(void *arg) {
+  cf_run *r = arg;
+  cf_lock(r);
+  cf_put(r);
+}
+
+/* Frees r (and what a cancelled step left of its frames) and calls its done. */
+static void cf_free_run(cf_run *r, gr_status status, gr_error *err) {
+  struct cf_plan *p = r->p;
+  gr_executor *e = r->e;
+  frame_inst *root = r->root;
+  while (r->frames) { /* frames left by a cancelled step */
+    frame_inst *f = r->frames;
+    r->frames = f->next;
     for (int64_t t = f->first_live; t < f->next_iter; t++)
       if (f->ring[t % p->frames[f->def].par_iters])
-        iter_free(&r, f->def, f->ring[t % p->frames[f->def].par_iters]);
+        iter_free(r, f->def, f->ring[t % p->frames[f->def].par_iters]);
     for (int c = 0; c < f->nconsts; c++) gr_tensor_release(&f->consts[c].value[0]);
     for (int d = 0; d < f->ndefer; d++) gr_tensor_release(&f->defer[d].value);
     free(f->consts), free(f->defer), free(f->ring), free(f->exit_live), free(f->path), free(f);
   }
-  iter_free(&r, 0, root->ring[0]);
-out:
+  if (root && root->ring && root->ring[0]) iter_free(r, 0, root->ring[0]);
   if (status != GR_OK)
-    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&fetch_out[k]);
+    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&r->fetch_out[k]);
   else
     for (int k = 0; k < e->num_fetches; k++)
-      if (!fetch_out[k].buf) {
+      if (!r->fetch_out[k].buf) {
         status = gr_error_set(err, GR_ERR_INTERNAL, "fetch %d produced no value", k);
         break;
       }
-  if (r.free_iters)
+  if (r->free_iters)
     for (int d = 0; d < p->num_frames; d++)
-      while (r.free_iters[d]) {
-        iter_state *it = r.free_iters[d];
-        r.free_iters[d] = it->next_free;
+      while (r->free_iters[d]) {
+        iter_state *it = r->free_iters[d];
+        r->free_iters[d] = it->next_free;
         free(it->slots), free(it->pending), free(it->dead), free(it->fired), free(it->dead_in);
         free(it);
       }
-  free(r.free_iters);
+  free(r->free_iters);
   if (root) free(root->ring), free(root->exit_live), free(root);
-  free(r.q);
-  pthread_mutex_destroy(&r.mu);
-  pthread_cond_destroy(&r.cv);
-  return status;
+  free(r->q);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+  gr_executor_done_fn done = r->done;
+  void *arg = r->done_arg;
+  free(r);
+  done(arg, status, err);
+}
+
+/* The last hold is gone and every token finished. */
+static void cf_finish(cf_run *r) {
+  if (!r->single) gr_watch_detach_run(r->step->watch, &r->watch_run);
+  gr_error err = {GR_OK, ""};
+  if (r->status != GR_OK) err = r->err;
+  cf_free_run(r, r->status, &err);
+}
+
+void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                     const gr_step_info *step, gr_executor_done_fn done, void *arg, bool wait) {
+  struct cf_plan *p = e->cf;
+  cf_run *r = calloc(1, sizeof *r);
+  if (!r) {
+    gr_error oom;
+    done(arg, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    return;
+  }
+  r->e = e;
+  r->p = p;
+  r->feeds = feed_values;
+  r->fetch_out = fetch_out;
+  r->step = step;
+  r->done = done;
+  r->done_arg = arg;
+  r->waiting = wait;
+  r->tasks = 1; /* this thread's hold */
+  r->single = e->pool_size == 0;
+  for (int i = 0; i < e->num_nodes && r->single; i++)
+    if (e->nodes[i].async) r->single = false;
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  r->qcap = 64;
+  r->q = malloc(sizeof(token) * (size_t)r->qcap);
+  r->free_iters = calloc((size_t)p->num_frames, sizeof(iter_state *));
+  frame_inst *root = r->root = calloc(1, sizeof *root);
+  if (root) {
+    root->ring = calloc(1, sizeof(iter_state *));
+    root->exit_live = calloc((size_t)p->frames[0].num_nodes + 1, 1);
+  }
+  if (r->q && r->free_iters && root && root->ring && root->exit_live)
+    root->ring[0] = iter_new(r, 0);
+  if (!root || !root->ring || !root->ring[0]) {
+    gr_error oom;
+    cf_free_run(r, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    return;
+  }
+  root->next_iter = 1;
+  r->watch_run =
+      (gr_watch_run){.cancel = cf_watchdog_cancel, .release = cf_watchdog_release, .arg = r};
+  /* a single-threaded run without async kernels cannot stall */
+  if (!r->single) gr_watch_attach_run(step->watch, &r->watch_run);
+  cf_lock(r);
+  for (int k = 0; k < e->num_roots; k++) push_token(r, e->roots[k], root, 0);
+  for (;;) {
+    if (r->qcount > 0) {
+      token tok = r->q[r->qhead];
+      r->qhead = (r->qhead + 1) % r->qcap;
+      r->qcount--;
+      if (e->pool_size > 0 && is_expensive(r, tok.node) && r->qcount > 0) {
+        r->tasks++; /* let a pool thread help with what is queued behind */
+        gr_threadpool_schedule(e->pool, pool_task, r);
+      }
+      run_token(r, tok);
+      continue;
+    }
+    if (!wait || (r->outstanding == 0 && r->tasks == 1)) break;
+    if (r->cancelled && step->rendezvous && !r->stopped_devices) {
+      /* receives still waiting would wait for ever for devices this one no longer feeds */
+      r->stopped_devices = true;
+      cf_unlock(r);
+      gr_rendezvous_abort(step->rendezvous, GR_ERR_CANCELLED,
+                          "the step was cancelled on another device");
+      cf_lock(r);
+      continue;
+    }
+    GR_ASSERT(!r->single); /* single: nothing queued, nothing running, nobody else */
+    pthread_cond_wait(&r->cv, &r->mu);
+  }
+  cf_put(r); /* with wait, the last hold: the run finishes here */
 }

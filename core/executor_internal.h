@@ -61,13 +61,24 @@ typedef struct async_hdr {
 enum { GR_DONE_INLINE_DEPTH = 8 };
 extern _Thread_local int gr_exec_done_depth;
 
+/* A run with no pool threads and no caller waiting for it has nobody to
+ * hand those nodes to: the completion defers fn(arg) (which drains the run)
+ * to the outermost completion on its thread, which calls
+ * gr_exec_run_deferred when it returns to depth 0. fn must hold the run. */
+void gr_exec_defer(void (*fn)(void *), void *arg);
+/* Runs what was deferred on this thread (call at depth 0). */
+void gr_exec_run_deferred(void);
+
 /* Control flow (executor_cf.c): frames and iterations. */
 struct cf_plan;
 /* Assigns frames to nodes and checks the loop structure; e->cf on success. */
 gr_status gr_cf_plan_new(gr_executor *e, gr_error *err);
 void gr_cf_plan_free(struct cf_plan *p);
-gr_status gr_cf_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                    const gr_step_info *step, gr_error *err);
+/* Starts a run of a graph with control flow (gr_executor_run_async). wait:
+ * the calling thread helps and waits, and done is called on it before this
+ * returns (gr_executor_run). */
+void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                     const gr_step_info *step, gr_executor_done_fn done, void *arg, bool wait);
 
 /* Adds a trace event for node n (a step with a trace) that started at start_ns
  * and produced outs[0..nout) just now. */

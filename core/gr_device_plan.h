@@ -8,6 +8,7 @@
  *   gr_device_plan_new_from(parts, pool, &plan, &err);   // takes parts
  *   gr_step_info step = {.step_id = 7, .resources = rm};  // rendezvous NULL: a fresh local one
  *   gr_device_plan_run(plan, feed_values, fetch_out, &step, NULL, &err);
+ *   gr_device_plan_run_async(plan, feed_values, fetch_out, &step, NULL, on_done, arg);
  *   gr_device_plan_free(plan);
  *
  * Feeds and fetches are indexed as the caller's: partition k's feed i is
@@ -42,6 +43,14 @@ void gr_device_plan_free(gr_device_plan *p);
  * fetches (the largest fetch_index + 1). */
 gr_status gr_device_plan_run(gr_device_plan *p, const gr_tensor *feed_values, gr_tensor *fetch_out,
                              const gr_step_info *step, gr_transfer_stats *stats, gr_error *err);
+/* The same without waiting (gr_executor_run_async per device): done(arg,
+ * status, err) is called once, on whichever thread finishes the last
+ * device (possibly this one before the call returns), after fetch_out and
+ * *stats are filled. feed_values, fetch_out, *stats and step->rendezvous are
+ * borrowed until then; *step is copied. */
+void gr_device_plan_run_async(gr_device_plan *p, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                              const gr_step_info *step, gr_transfer_stats *stats,
+                              gr_executor_done_fn done, void *arg);
 const gr_partitions *gr_device_plan_partitions(const gr_device_plan *p);
 /* Number of caller fetches the plan fills (largest fetch_index + 1). */
 int gr_device_plan_num_fetches(const gr_device_plan *p);

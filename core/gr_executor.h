@@ -14,6 +14,8 @@
  *   gr_tensor out;
  *   gr_executor_run(ex, &feed_value, &out, &step, &err);
  *   gr_tensor_release(&out);
+ *   gr_executor_run_async(ex, &feed_value, &out, &step, on_done, arg); // returns at once
+ *   ... on_done(arg, status, err) runs once, on some thread; out is filled ...
  *   gr_executor_free(ex);
  *
  * Ownership: the executor borrows the nodes (their graph must outlive it) and
@@ -37,9 +39,29 @@ void gr_executor_free(gr_executor *e);
 
 /* Runs one step. feed_values[i] feeds feeds[i] (checked against its dtype and
  * inferred shape); fetch_out[i] receives fetches[i]. Thread-safe: several runs
- * of one executor may proceed at once. */
+ * of one executor may proceed at once. The calling thread runs nodes too
+ * until the step is done: it is gr_executor_run_async and a wait. */
 gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
                           const gr_step_info *step, gr_error *err);
+
+/* The end of an asynchronous run: status and, when it is not GR_OK, err
+ * (valid during the call only). */
+typedef void (*gr_executor_done_fn)(void *arg, gr_status status, const gr_error *err);
+
+/* Starts one step and returns without waiting for it. The calling thread
+ * runs the nodes that are ready at once (and, with a pool of 0 threads, all
+ * that become ready while it does); later nodes run on the executor's pool,
+ * or, with a pool of 0 threads, on the thread that completes the async
+ * kernel they wait for (a _send on another device's thread, a pushed
+ * tensor's pool thread). done(arg, status, err) is called exactly once, on
+ * whichever thread finishes last (possibly this one before the call
+ * returns): after every node has finished, fetch_out is filled (released
+ * again on failure) and no pool task holds the run. feed_values, fetch_out
+ * and *step are borrowed until done is called. Errors (bad feeds, out of
+ * memory, a kernel's error, a cancellation by the step's rendezvous abort or
+ * its watchdog) arrive through done, never as a return value. */
+void gr_executor_run_async(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                           const gr_step_info *step, gr_executor_done_fn done, void *arg);
 
 /* Async kernels: registers fn(arg) to run if the step is cancelled before the
  * kernel calls gr_kernel_done. At most one per kernel invocation. */

@@ -1,6 +1,9 @@
 /* Multi-device steps: one executor per partition, run concurrently (device 0
  * on the calling thread, the others on the plan's runner threads), meeting
- * in a per-step rendezvous. */
+ * in a per-step rendezvous. gr_device_plan_run blocks those threads in
+ * gr_executor_run; gr_device_plan_run_async starts every device's
+ * gr_executor_run_async on the calling thread and counts the partitions
+ * done. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,101 +78,169 @@ const gr_partitions *gr_device_plan_partitions(const gr_device_plan *p) {
   return p->parts;
 }
 
+/* One step over every partition: each partition's executor runs with its
+ * own done (part_done); the last one to finish ends the step (step_finish). */
+typedef struct part_run {
+  struct step_run *r;
+  int k;
+  bool blocking;        /* gr_device_plan_run: gr_executor_run on a runner or the caller */
+  gr_tensor *fv, *outs; /* this partition's feeds and fetches */
+} part_run;
+
 typedef struct step_run {
   gr_device_plan *plan;
   const gr_tensor *feed_values;
   gr_tensor *fetch_out;
   gr_step_info step;
+  bool own_rv;
+  gr_transfer_stats *stats;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int remaining;
+  int remaining; /* partitions still running (under mu) */
   gr_status status;
   gr_error err;
+  gr_executor_done_fn done;
+  void *done_arg;
+  part_run *parts;
 } step_run;
 
-typedef struct part_arg {
-  step_run *r;
-  int k;
-} part_arg;
+static void step_finish(step_run *r) {
+  if (r->step.watch) gr_watch_set_rendezvous(r->step.watch, NULL);
+  if (r->status != GR_OK)
+    for (int i = 0; i < r->plan->num_fetches; i++) gr_tensor_release(&r->fetch_out[i]);
+  if (r->stats) *r->stats = gr_rendezvous_stats(r->step.rendezvous);
+  if (r->own_rv) gr_rendezvous_free(r->step.rendezvous);
+  gr_executor_done_fn done = r->done;
+  void *arg = r->done_arg;
+  gr_status status = r->status;
+  gr_error err = r->err;
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+  done(arg, status, &err);
+}
 
-static void run_part(step_run *r, int k) {
-  gr_partition *pt = &r->plan->parts->parts[k];
-  enum { SMALL = 16 };
-  gr_tensor fv_small[SMALL], out_small[SMALL];
-  gr_tensor *fv =
-      pt->num_feeds <= SMALL ? fv_small : malloc(sizeof(gr_tensor) * (size_t)pt->num_feeds);
-  gr_tensor *outs =
-      pt->num_fetches <= SMALL ? out_small : malloc(sizeof(gr_tensor) * (size_t)pt->num_fetches);
-  gr_error e;
-  gr_status st;
-  if (!fv || !outs) {
-    st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  } else {
-    for (int i = 0; i < pt->num_feeds; i++) fv[i] = r->feed_values[pt->feed_index[i]];
-    st = gr_executor_run(r->plan->execs[k], fv, outs, &r->step, &e);
-  }
+static void part_done(void *arg, gr_status st, const gr_error *e) {
+  part_run *pr = arg;
+  step_run *r = pr->r;
+  gr_partition *pt = &r->plan->parts->parts[pr->k];
   if (st == GR_OK) {
-    for (int i = 0; i < pt->num_fetches; i++) r->fetch_out[pt->fetch_index[i]] = outs[i];
+    for (int i = 0; i < pt->num_fetches; i++) r->fetch_out[pt->fetch_index[i]] = pr->outs[i];
   } else {
     /* stop every other device's step: their pending receives fail */
     char msg[GR_ERROR_MSG_MAX];
     snprintf(msg, sizeof msg, "step aborted: device '%s' failed", pt->device);
     gr_rendezvous_abort(r->step.rendezvous, GR_ERR_CANCELLED, msg);
   }
-  if (fv != fv_small) free(fv);
-  if (outs != out_small) free(outs);
   pthread_mutex_lock(&r->mu);
   /* the cause wins over the cancellations it caused */
   if (st != GR_OK &&
       (r->status == GR_OK || (r->status == GR_ERR_CANCELLED && st != GR_ERR_CANCELLED))) {
     r->status = st;
-    r->err = e;
+    r->err = *e;
   }
-  if (--r->remaining == 0) pthread_cond_broadcast(&r->cv);
+  bool last = --r->remaining == 0;
   pthread_mutex_unlock(&r->mu);
+  if (last) step_finish(r);
 }
 
-static void run_part_closure(void *arg) {
-  part_arg *a = arg;
-  run_part(a->r, a->k);
+static void run_part(void *arg) {
+  part_run *pr = arg;
+  step_run *r = pr->r;
+  gr_partition *pt = &r->plan->parts->parts[pr->k];
+  for (int i = 0; i < pt->num_feeds; i++) pr->fv[i] = r->feed_values[pt->feed_index[i]];
+  gr_executor *ex = r->plan->execs[pr->k];
+  if (pr->blocking) {
+    gr_error e;
+    gr_status st = gr_executor_run(ex, pr->fv, pr->outs, &r->step, &e);
+    part_done(pr, st, &e);
+  } else {
+    gr_executor_run_async(ex, pr->fv, pr->outs, &r->step, part_done, pr); /* r may be gone */
+  }
+}
+
+/* Starts the step: partitions beyond the first on the plan's runner threads,
+ * the first on this one. */
+static void step_start(gr_device_plan *p, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                       const gr_step_info *step, gr_transfer_stats *stats, bool blocking,
+                       gr_executor_done_fn done, void *arg) {
+  int n = p->parts->num_parts;
+  for (int i = 0; i < p->num_fetches; i++) fetch_out[i] = gr_tensor_empty();
+  size_t tensors = 0;
+  for (int k = 0; k < n; k++)
+    tensors += (size_t)p->parts->parts[k].num_feeds + (size_t)p->parts->parts[k].num_fetches;
+  /* one allocation: the step, its partitions, their feed and fetch slots */
+  step_run *r =
+      calloc(1, sizeof *r + sizeof(part_run) * (size_t)n + sizeof(gr_tensor) * (tensors + 1));
+  gr_rendezvous *rv = step->rendezvous;
+  if (r && !rv) rv = gr_rendezvous_new();
+  if (!r || !rv) {
+    free(r);
+    gr_error oom;
+    done(arg, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    return;
+  }
+  *r = (step_run){.plan = p,
+                  .feed_values = feed_values,
+                  .fetch_out = fetch_out,
+                  .step = *step,
+                  .own_rv = !step->rendezvous,
+                  .stats = stats,
+                  .remaining = n,
+                  .done = done,
+                  .done_arg = arg,
+                  .parts = (part_run *)(r + 1)};
+  r->step.rendezvous = rv;
+  gr_tensor *slot = (gr_tensor *)(r->parts + n);
+  for (int k = 0; k < n; k++) {
+    r->parts[k] = (part_run){r, k, blocking, slot, slot + p->parts->parts[k].num_feeds};
+    slot += p->parts->parts[k].num_feeds + p->parts->parts[k].num_fetches;
+  }
+  pthread_mutex_init(&r->mu, NULL);
+  if (step->watch) gr_watch_set_rendezvous(step->watch, rv); /* a stall aborts it */
+  if (!blocking) { /* each start returns soon; and the step's end may free the plan (its
+                     owner's last reference), which must not happen on the plan's own threads */
+    part_run *parts = r->parts; /* r may be gone after the last start */
+    for (int k = 0; k < n; k++) run_part(&parts[k]);
+    return;
+  }
+  part_run *first = &r->parts[0];
+  for (int k = 1; k < n; k++) gr_threadpool_schedule(p->runners, run_part, &r->parts[k]);
+  run_part(first);
+}
+
+typedef struct step_wait {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  gr_status status;
+  gr_error *err;
+} step_wait;
+
+static void step_signal(void *arg, gr_status status, const gr_error *err) {
+  step_wait *w = arg;
+  pthread_mutex_lock(&w->mu);
+  w->status = status;
+  if (status != GR_OK && w->err) *w->err = *err;
+  w->done = true;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
 }
 
 gr_status gr_device_plan_run(gr_device_plan *p, const gr_tensor *feed_values, gr_tensor *fetch_out,
                              const gr_step_info *step, gr_transfer_stats *stats, gr_error *err) {
-  int n = p->parts->num_parts;
-  int nx = p->num_fetches;
-  for (int i = 0; i < nx; i++) fetch_out[i] = gr_tensor_empty();
-  step_run r = {
-      .plan = p, .feed_values = feed_values, .fetch_out = fetch_out, .step = *step, .remaining = n};
-  bool own_rv = !step->rendezvous;
-  if (own_rv) r.step.rendezvous = gr_rendezvous_new();
-  part_arg small[8];
-  part_arg *args = n <= 8 ? small : malloc(sizeof(part_arg) * (size_t)n);
-  if (!r.step.rendezvous || !args) {
-    if (own_rv) gr_rendezvous_free(r.step.rendezvous);
-    if (args != small) free(args);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  pthread_mutex_init(&r.mu, NULL);
-  pthread_cond_init(&r.cv, NULL);
-  if (step->watch) gr_watch_set_rendezvous(step->watch, r.step.rendezvous); /* a stall aborts it */
-  for (int k = 1; k < n; k++) {
-    args[k] = (part_arg){&r, k};
-    gr_threadpool_schedule(p->runners, run_part_closure, &args[k]);
-  }
-  run_part(&r, 0);
-  pthread_mutex_lock(&r.mu);
-  while (r.remaining > 0) pthread_cond_wait(&r.cv, &r.mu);
-  pthread_mutex_unlock(&r.mu);
-  if (step->watch) gr_watch_set_rendezvous(step->watch, NULL);
-  if (r.status != GR_OK) {
-    for (int i = 0; i < nx; i++) gr_tensor_release(&fetch_out[i]);
-    if (err) *err = r.err;
-  }
-  pthread_mutex_destroy(&r.mu);
-  pthread_cond_destroy(&r.cv);
-  if (stats) *stats = gr_rendezvous_stats(r.step.rendezvous);
-  if (own_rv) gr_rendezvous_free(r.step.rendezvous);
-  if (args != small) free(args);
-  return r.status;
+  step_wait w = {.err = err};
+  pthread_mutex_init(&w.mu, NULL);
+  pthread_cond_init(&w.cv, NULL);
+  step_start(p, feed_values, fetch_out, step, stats, true, step_signal, &w);
+  pthread_mutex_lock(&w.mu);
+  while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
+  pthread_mutex_unlock(&w.mu);
+  pthread_mutex_destroy(&w.mu);
+  pthread_cond_destroy(&w.cv);
+  return w.status;
+}
+
+void gr_device_plan_run_async(gr_device_plan *p, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                              const gr_step_info *step, gr_transfer_stats *stats,
+                              gr_executor_done_fn done, void *arg) {
+  step_start(p, feed_values, fetch_out, step, stats, false, done, arg);
 }

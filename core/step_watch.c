@@ -123,10 +123,15 @@ static void fire(gr_watchdog *d, gr_step_watch *w) {
   /* the runs first, so that what they had failed with before is told apart
    * from the receives that the abort fails */
   gr_error own = {GR_OK, ""};
+  gr_watch_run *cancelled = NULL;
   for (gr_watch_run *r = w->runs; r; r = r->next) {
     gr_error e = {GR_OK, ""};
-    r->cancel(r->arg, &why, &e);
+    bool held = r->cancel(r->arg, &why, &e);
     if (own.code == GR_OK && e.code != GR_OK && e.code != GR_ERR_CANCELLED) own = e;
+    if (held) {
+      r->fired_next = cancelled;
+      cancelled = r;
+    }
   }
   if (rv) gr_rendezvous_abort(rv, why.code, why.msg);
   /* kernels still waiting get their kept cancel callbacks, a batch at a time */
@@ -151,6 +156,13 @@ static void fire(gr_watchdog *d, gr_step_watch *w) {
   w->firing--;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
+  /* the runs held themselves open while it fired: a release may finish one
+   * (which leaves the watch, and may end the step: w is not touched after) */
+  while (cancelled) {
+    gr_watch_run *r = cancelled;
+    cancelled = r->fired_next;
+    r->release(r->arg);
+  }
   pthread_mutex_lock(&d->mu);
 }
 
@@ -358,7 +370,9 @@ void gr_watch_attach_run(gr_step_watch *w, gr_watch_run *r) {
   gr_error why = w->err;
   pthread_mutex_unlock(&w->mu);
   gr_error own;
-  if (fired) r->cancel(r->arg, &why, &own); /* it has just started: no error of its own */
+  if (fired) { /* it has just started: no error of its own */
+    if (r->cancel(r->arg, &why, &own)) r->release(r->arg);
+  }
 }
 
 void gr_watch_detach_run(gr_step_watch *w, gr_watch_run *r) {

@@ -53,9 +53,15 @@ typedef struct gr_watch_run {
   struct gr_watch_run *prev, *next;
   /* Fails the run with *why and cancels its async kernels; when the run had
    * failed already (a kernel error that then left the step waiting), copies
-   * that error into *own instead. Called from the watchdog thread. */
-  void (*cancel)(void *arg, const gr_error *why, gr_error *own);
+   * that error into *own instead. Called from the watchdog thread. Returns
+   * true when the run holds itself open until release(arg): then it cannot
+   * finish, and leave the watch, on the watchdog's thread while it fires. */
+  bool (*cancel)(void *arg, const gr_error *why, gr_error *own);
+  /* Called after a cancel that returned true, once the watchdog has stopped
+   * firing; the run may finish in it. */
+  void (*release)(void *arg);
   void *arg;
+  struct gr_watch_run *fired_next; /* the watchdog's list of runs to release */
 } gr_watch_run;
 
 /* timeout_ms > 0. NULL when out of memory or the thread cannot start. */

@@ -1,6 +1,7 @@
 /* The server: one task of a cluster. It listens, answers GET_STATUS on the
  * network thread, and hands registrations, steps, pushed tensors and aborts
- * to its worker threads (no kernel work on the network thread). */
+ * to its worker threads (no kernel work on the network thread). A step
+ * holds no thread while it waits: its RUN is answered from its completion. */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -266,8 +267,10 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
       if (!j) break;
       gr_conn_ref(c);
       *j = (job){s, c, m};
-      bool blocking = m->h.type == GR_MSG_RUN || m->h.type == GR_MSG_REGISTER;
-      gr_threadpool_schedule(blocking ? s->run_pool : s->work_pool, run_job, j);
+      /* a step does not hold a thread while it runs (its completion answers):
+       * only a registration, which dials peers, blocks */
+      bool blocking = m->h.type == GR_MSG_REGISTER;
+      gr_threadpool_schedule(blocking ? s->register_pool : s->work_pool, run_job, j);
       return;
     }
     default:
@@ -371,6 +374,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   if (!s) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   s->o = *o;
   pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->stopped, NULL);
   gr_map_init(&s->graphs, GR_MAP_U64);
   gr_map_init(&s->steps, GR_MAP_U64);
   s->parked_max = (size_t)1 << 30;
@@ -384,12 +388,12 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   s->resources = gr_resource_mgr_new();
   int threads = o->inter_op_threads ? o->inter_op_threads : gr_num_cores();
   gr_ops_set_intra_op_threads(o->intra_op_threads > 0 ? o->intra_op_threads : 1);
-  s->run_pool = gr_threadpool_new(16);
+  s->register_pool = gr_threadpool_new(4);
   s->work_pool = gr_threadpool_new(2);
   s->exec_pool = gr_threadpool_new(threads > 1 ? threads - 1 : 0);
   gr_status st = GR_OK;
-  if (!s->devices || (o->secret && !s->secret) || !s->resources || !s->run_pool || !s->work_pool ||
-      !s->exec_pool)
+  if (!s->devices || (o->secret && !s->secret) || !s->resources || !s->register_pool ||
+      !s->work_pool || !s->exec_pool)
     st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int k = 0; k < s->num_devices && st == GR_OK; k++) {
     char name[GR_TASK_NAME_MAX + 32];
@@ -416,8 +420,11 @@ void gr_server_free(gr_server *s) {
   gr_listener_free(s->listener);
   gr_loop_free(s->loop); /* closes connections: running steps' pushes fail */
   gr_server_steps_abort_all(s);
-  gr_threadpool_free(s->run_pool);
-  gr_threadpool_free(s->work_pool);
+  gr_threadpool_free(s->register_pool);
+  gr_threadpool_free(s->work_pool); /* a RUN queued here starts and sees its connection closed */
+  pthread_mutex_lock(&s->mu);       /* the aborted steps finish on the executors' threads */
+  while (s->steps_running > 0) pthread_cond_wait(&s->stopped, &s->mu);
+  pthread_mutex_unlock(&s->mu);
   void *v;
   for (size_t pos = 0; gr_map_next(&s->graphs, &pos, NULL, &v);) gr_server_registered_unref(v);
   gr_map_free(&s->graphs);
@@ -431,7 +438,20 @@ void gr_server_free(gr_server *s) {
   free(s->devices);
   free(s->secret);
   pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->stopped);
   free(s);
+}
+
+void gr_server_step_began(gr_server *s) {
+  pthread_mutex_lock(&s->mu);
+  s->steps_running++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gr_server_step_ended(gr_server *s) {
+  pthread_mutex_lock(&s->mu);
+  if (--s->steps_running == 0) pthread_cond_broadcast(&s->stopped);
+  pthread_mutex_unlock(&s->mu);
 }
 
 int gr_server_port(const gr_server *s) {

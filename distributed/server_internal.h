@@ -41,9 +41,9 @@ struct gr_server {
   char *secret;
   gr_loop *loop;
   gr_listener *listener;
-  gr_threadpool *run_pool;  /* registrations and steps (they block) */
-  gr_threadpool *work_pool; /* pushed tensors and aborts (they do not) */
-  gr_threadpool *exec_pool; /* the executors' inter-op threads */
+  gr_threadpool *register_pool; /* registrations (they dial peers, which blocks) */
+  gr_threadpool *work_pool;     /* steps' starts, pushed tensors and aborts (no waits) */
+  gr_threadpool *exec_pool;     /* the executors' inter-op threads */
   gr_resource_mgr *resources;
   pthread_mutex_t mu; /* everything below */
   gr_map graphs;      /* handle -> registered */
@@ -56,6 +56,8 @@ struct gr_server {
   uint64_t step_seq; /* creation order of step states (the oldest parked is evicted) */
   size_t parked_bytes, parked_max;
   int64_t sessions;
+  int steps_running;      /* RUNs started and not yet answered */
+  pthread_cond_t stopped; /* steps_running fell to 0 */
 };
 
 /* Responds to request id on c: code GR_OK with `extra` more map entries the
@@ -70,7 +72,13 @@ void gr_server_log(const gr_server *s, const char *fmt, ...) __attribute__((form
 /* The task part of a full device name ("/job:w/replica:0/task:1"). */
 void gr_task_of_device(const char *device, char *out, size_t cap);
 
-/* Handlers on the server's pools; each takes m and a reference to c. */
+/* A RUN began / was answered: gr_server_free waits until none is left. */
+void gr_server_step_began(gr_server *s);
+void gr_server_step_ended(gr_server *s);
+
+/* Handlers on the server's pools; each takes m and a reference to c.
+ * gr_server_run only starts the step; its completion answers, on the
+ * thread that finishes it. */
 void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m);

@@ -98,14 +98,18 @@ static void state_abort(gr_server *s, step_state *t, gr_status code, const char 
 }
 
 void gr_server_steps_abort_all(gr_server *s) {
-  pthread_mutex_lock(&s->mu);
-  void *v;
-  for (size_t pos = 0; gr_map_next(&s->steps, &pos, NULL, &v);) {
-    step_state *t = v;
-    t->aborted = true;
-    gr_rendezvous_abort(t->local, GR_ERR_CANCELLED, "the server is shutting down");
+  for (;;) { /* one at a time, without s->mu: an aborted step may end (and answer) inline */
+    pthread_mutex_lock(&s->mu);
+    step_state *t = NULL;
+    void *v;
+    for (size_t pos = 0; !t && gr_map_next(&s->steps, &pos, NULL, &v);)
+      if (!((step_state *)v)->aborted) t = v;
+    if (t) t->refs++;
+    pthread_mutex_unlock(&s->mu);
+    if (!t) return;
+    state_abort(s, t, GR_ERR_CANCELLED, "the server is shutting down");
+    state_unref(s, t);
   }
-  pthread_mutex_unlock(&s->mu);
 }
 
 void gr_server_steps_abort_of(gr_server *s, gr_conn *c, const gr_error *why) {
@@ -304,96 +308,149 @@ static gr_outmsg *run_response(uint64_t id, gr_status st, const gr_error *e, gr_
   return m;
 }
 
-void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
-  int64_t t0 = gr_trace_now_ns();
-  run_args a = {0};
-  gr_error e;
-  gr_status st = gr_msg_u64(&m->msg.root, "id", &a.id, &e);
-  if (st == GR_OK) st = run_args_of(m, &a, &e);
-  if (st == GR_OK && a.inc != s->incarnation)
-    st = gr_error_set(&e, GR_ERR_ABORTED,
+/* A RUN in flight: started on a worker thread, answered from the step's
+ * completion on whichever thread finishes it (gr_conn_send is thread-safe). */
+typedef struct server_run {
+  gr_server *s;
+  gr_conn *c; /* a reference */
+  gr_inmsg *m;
+  int64_t t0;
+  run_args a;
+  registered *r; /* a reference */
+  step_state *t; /* a reference */
+  bool mine;     /* this RUN started the step (not a repeated one) */
+  gr_tensor *feeds, *fetches;
+  int nf, nx;
+  gr_rendezvous *rv;
+  gr_step_trace *trace;
+  gr_step_info step;
+  gr_transfer_stats moved;
+} server_run;
+
+/* The step ended (or never started): forget it, answer, free. */
+static void run_end(server_run *x, gr_status st, const gr_error *e) {
+  gr_server *s = x->s;
+  gr_step_stacks_free(x->step.stacks);
+  gr_rendezvous_free(x->rv);
+  if (x->t) {
+    if (x->mine) state_finish(s, x->t); /* a repeated RUN leaves the running one's state alone */
+    state_unref(s, x->t);
+  }
+  for (int i = 0; x->feeds && i < x->nf; i++) gr_tensor_release(&x->feeds[i]);
+  free(x->feeds);
+  gr_inmsg_free(x->m);
+  gr_outmsg *resp = run_response(x->a.id, st, e, x->fetches, x->nx, x->moved, x->trace, x->t0);
+  gr_step_trace_free(x->trace); /* its events point at the plan's nodes: packed already */
+  for (int i = 0; x->fetches && i < x->nx; i++) gr_tensor_release(&x->fetches[i]);
+  free(x->fetches);
+  gr_server_registered_unref(x->r);
+  if (resp) gr_conn_send(x->c, resp, NULL);
+  gr_conn_unref(x->c);
+  free(x);
+  gr_server_step_ended(s);
+}
+
+static void run_done(void *arg, gr_status st, const gr_error *err) {
+  run_end(arg, st, err);
+}
+
+/* Checks a RUN and starts its step; errors are answered at once. */
+static void run_start(server_run *x, gr_error *e) {
+  gr_server *s = x->s;
+  gr_inmsg *m = x->m;
+  run_args *a = &x->a;
+  gr_status st = gr_msg_u64(&m->msg.root, "id", &a->id, e);
+  if (st == GR_OK) st = run_args_of(m, a, e);
+  if (st == GR_OK && a->inc != s->incarnation)
+    st = gr_error_set(e, GR_ERR_ABORTED,
                       "%s restarted (incarnation %016llx, the master knew %016llx): register "
                       "the graph again",
-                      s->task, (unsigned long long)s->incarnation, (unsigned long long)a.inc);
-  registered *r = NULL;
+                      s->task, (unsigned long long)s->incarnation, (unsigned long long)a->inc);
   if (st == GR_OK) {
     pthread_mutex_lock(&s->mu);
-    r = gr_map_get_u64(&s->graphs, a.handle);
-    if (r) __atomic_add_fetch(&r->refs, 1, __ATOMIC_ACQ_REL);
+    x->r = gr_map_get_u64(&s->graphs, a->handle);
+    if (x->r) __atomic_add_fetch(&x->r->refs, 1, __ATOMIC_ACQ_REL);
     pthread_mutex_unlock(&s->mu);
-    if (!r)
-      st = gr_error_set(&e, GR_ERR_NOT_FOUND,
+    if (!x->r)
+      st = gr_error_set(e, GR_ERR_NOT_FOUND,
                         "%s has no graph %llu (registered by another "
                         "master, or deregistered)",
-                        s->task, (unsigned long long)a.handle);
+                        s->task, (unsigned long long)a->handle);
   }
-  int nf = r ? r->num_feeds : 0, nx = r ? gr_device_plan_num_fetches(r->plan) : 0;
-  gr_tensor *feeds = calloc((size_t)nf + 1, sizeof *feeds);
-  gr_tensor *fetches = calloc((size_t)nx + 1, sizeof *fetches);
-  if (st == GR_OK && (!feeds || !fetches))
-    st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  if (st == GR_OK) st = feeds_of(m, a.feeds, feeds, nf, &e);
+  registered *r = x->r;
+  x->nf = r ? r->num_feeds : 0;
+  x->nx = r ? gr_device_plan_num_fetches(r->plan) : 0;
+  x->feeds = calloc((size_t)x->nf + 1, sizeof *x->feeds);
+  x->fetches = calloc((size_t)x->nx + 1, sizeof *x->fetches);
+  if (st == GR_OK && (!x->feeds || !x->fetches))
+    st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK) st = feeds_of(m, a->feeds, x->feeds, x->nf, e);
   bool full = false;
-  step_state *t = st == GR_OK ? state_get(s, a.run_id, &full) : NULL;
+  step_state *t = x->t = st == GR_OK ? state_get(s, a->run_id, &full) : NULL;
   if (st == GR_OK && !t && full)
-    st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED,
+    st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED,
                       "%s has %d steps open already (running, or holding values pushed for them)",
                       s->task, GR_SERVER_MAX_STEPS);
   else if (st == GR_OK && !t)
-    st = gr_error_set(&e, GR_ERR_ALREADY_EXISTS, "step %016llx ran here already (a repeated RUN)",
-                      (unsigned long long)a.run_id);
+    st = gr_error_set(e, GR_ERR_ALREADY_EXISTS, "step %016llx ran here already (a repeated RUN)",
+                      (unsigned long long)a->run_id);
   push_rv *prv = NULL;
-  gr_rendezvous *rv = NULL;
-  bool mine = false; /* this RUN started the step (not a repeated one) */
   if (st == GR_OK) {
     pthread_mutex_lock(&s->mu);
     bool again = t->started;
-    mine = !again;
+    x->mine = !again;
     t->started = true;
-    if (!again) t->owner = c;
+    if (!again) t->owner = x->c;
     s->parked_bytes -= t->parked;
     t->parked = 0;
     pthread_mutex_unlock(&s->mu);
     if (again)
-      st = gr_error_set(&e, GR_ERR_ALREADY_EXISTS, "step %016llx is running here already",
-                        (unsigned long long)a.run_id);
-    else if (!gr_conn_is_open(c)) /* closed before the owner was set: nobody waits for it */
+      st = gr_error_set(e, GR_ERR_ALREADY_EXISTS, "step %016llx is running here already",
+                        (unsigned long long)a->run_id);
+    else if (!gr_conn_is_open(x->c)) /* closed before the owner was set: nobody waits for it */
       state_abort(s, t, GR_ERR_CANCELLED, "the connection that ran the step closed");
   }
   if (st == GR_OK &&
-      (!(prv = malloc(sizeof *prv)) || !(rv = gr_rendezvous_new_with(&push_ops, prv)))) {
+      (!(prv = malloc(sizeof *prv)) || !(x->rv = gr_rendezvous_new_with(&push_ops, prv)))) {
     free(prv);
-    st = gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
-  gr_transfer_stats moved = {0, 0};
-  gr_step_trace *trace = st == GR_OK && a.trace ? gr_step_trace_new() : NULL;
+  x->trace = st == GR_OK && a->trace ? gr_step_trace_new() : NULL;
   if (st == GR_OK) {
     *prv = (push_rv){s, t};
-    gr_step_info step = {.step_id = (int64_t)a.step,
-                         .seed = a.seed,
-                         .resources = s->resources,
-                         .stacks = r->uses_stacks ? gr_step_stacks_new() : NULL,
-                         .rendezvous = rv,
-                         .trace = trace};
-    st = r->uses_stacks && !step.stacks
-             ? gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory")
-             : gr_device_plan_run(r->plan, feeds, fetches, &step, &moved, &e);
-    gr_step_stacks_free(step.stacks);
-    gr_rendezvous_free(rv);
+    x->step = (gr_step_info){.step_id = (int64_t)a->step,
+                             .seed = a->seed,
+                             .resources = s->resources,
+                             .stacks = r->uses_stacks ? gr_step_stacks_new() : NULL,
+                             .rendezvous = x->rv,
+                             .trace = x->trace};
+    if (r->uses_stacks && !x->step.stacks)
+      st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
-  if (t) {
-    if (mine) state_finish(s, t); /* a repeated RUN leaves the running one's state alone */
-    state_unref(s, t);
+  if (st != GR_OK) {
+    run_end(x, st, e);
+    return;
   }
-  for (int i = 0; feeds && i < nf; i++) gr_tensor_release(&feeds[i]);
-  free(feeds);
-  gr_inmsg_free(m);
-  gr_outmsg *resp = run_response(a.id, st, &e, fetches, nx, moved, trace, t0);
-  gr_step_trace_free(trace); /* its events point at the plan's nodes: packed already */
-  for (int i = 0; fetches && i < nx; i++) gr_tensor_release(&fetches[i]);
-  free(fetches);
-  gr_server_registered_unref(r);
-  if (resp) gr_conn_send(c, resp, NULL);
+  /* no thread waits for the step: its completion answers */
+  gr_device_plan_run_async(r->plan, x->feeds, x->fetches, &x->step, &x->moved, run_done, x);
+}
+
+void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
+  server_run *x = calloc(1, sizeof *x);
+  gr_error e;
+  if (!x) {
+    uint64_t id;
+    if (gr_msg_u64(&m->msg.root, "id", &id, NULL) == GR_OK) {
+      gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", s->task);
+      gr_server_respond_error(c, id, &e);
+    }
+    gr_inmsg_free(m);
+    return;
+  }
+  gr_conn_ref(c);
+  *x = (server_run){.s = s, .c = c, .m = m, .t0 = gr_trace_now_ns()};
+  gr_server_step_began(s);
+  run_start(x, &e);
 }
 
 /* ---- pushed tensors and aborts -------------------------------------------------------- */
