@@ -50,6 +50,201 @@ static bool node_is_fed(const gr_output *feeds, int num_feeds, const gr_node *d)
   return false;
 }
 
+/* What building an executor works on; index_of maps a graph node id to its
+ * executor index (-1: not run here). */
+typedef struct build {
+  gr_executor *e;
+  gr_node *const *nodes;
+  const gr_output *feeds;
+  int num_nodes, num_feeds, max_id;
+  int *index_of;
+  raw_edge *raw;
+  int nraw, capraw;
+  bool has_cf;
+  gr_error *err;
+} build;
+
+static gr_status oom(build *b) {
+  return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* The executor's arrays and the node id -> index map. */
+static gr_status alloc_arrays(build *b, const gr_output *fetches, int num_fetches) {
+  gr_executor *e = b->e;
+  e->nodes = calloc((size_t)e->num_nodes + 1, sizeof *e->nodes);
+  e->feeds = malloc(sizeof(gr_output) * (size_t)(b->num_feeds + 1));
+  e->fetches = malloc(sizeof(gr_output) * (size_t)(num_fetches + 1));
+  e->states = calloc((size_t)b->num_nodes + 1, sizeof(void *));
+  e->roots = malloc(sizeof(int) * ((size_t)e->num_nodes + 1));
+  for (int i = 0; i < b->num_nodes; i++)
+    if (b->nodes[i]->id + 1 > b->max_id) b->max_id = b->nodes[i]->id + 1;
+  b->index_of = malloc(sizeof(int) * ((size_t)b->max_id + 1));
+  if (!e->nodes || !e->feeds || !e->fetches || !e->states || !e->roots || !b->index_of)
+    return oom(b);
+  if (b->num_feeds) memcpy(e->feeds, b->feeds, sizeof(gr_output) * (size_t)b->num_feeds);
+  if (num_fetches) memcpy(e->fetches, fetches, sizeof(gr_output) * (size_t)num_fetches);
+  for (int i = 0; i < b->max_id; i++) b->index_of[i] = -1;
+  for (int i = 0; i < b->num_nodes; i++) b->index_of[b->nodes[i]->id] = i;
+  return GR_OK;
+}
+
+/* One exec_node per node and per feed: kernel, flags, input and output slots. */
+static gr_status fill_nodes(build *b) {
+  gr_executor *e = b->e;
+  int slot = 0, oslot = 0;
+  for (int i = 0; i < b->num_nodes; i++) {
+    exec_node *en = &e->nodes[i];
+    gr_node *n = b->nodes[i];
+    en->node = n;
+    en->kernel = n->op->kernel;
+    en->feed_index = -1;
+    en->num_inputs = n->num_inputs;
+    en->input_base = slot;
+    en->num_outputs = n->num_outputs;
+    en->output_base = oslot;
+    en->async = (n->op->flags & GR_OP_ASYNC) != 0;
+    en->cf_kind = (unsigned char)n->op->cf_kind;
+    /* a Recv that may deliver a dead value needs the deadness-aware run path */
+    if (en->cf_kind != GR_CF_NONE ||
+        ((n->op->flags & GR_OP_TRANSFER) && gr_node_attr_bool(n, "may_be_dead", false)))
+      b->has_cf = true;
+    en->expensive = (n->op->flags & GR_OP_EXPENSIVE) || node_flops(n) > GR_EXPENSIVE_FLOPS;
+    if (!en->kernel)
+      return gr_error_set(b->err, GR_ERR_UNIMPLEMENTED, "node '%s' (op %s) has no kernel", n->name,
+                          n->op->name);
+    slot += n->num_inputs;
+    oslot += n->num_outputs;
+  }
+  for (int k = 0; k < b->num_feeds; k++) {
+    exec_node *en = &e->nodes[b->num_nodes + k];
+    en->feed_index = k;
+    en->num_outputs = 1;
+    en->output_base = oslot++;
+    const gr_output *f = &b->feeds[k];
+    if (!f->node || f->index < 0 || f->index >= f->node->num_outputs)
+      return gr_error_set(b->err, GR_ERR_INVALID_ARGUMENT, "feed %d is not a valid output", k);
+  }
+  e->num_slots = slot;
+  e->num_out_slots = oslot;
+  return GR_OK;
+}
+
+static gr_status add_raw(build *b, int src, int src_output, int dst, int dst_slot) {
+  if (b->nraw == b->capraw) {
+    int cap = b->capraw ? b->capraw * 2 : 256;
+    raw_edge *r = realloc(b->raw, sizeof *r * (size_t)cap);
+    if (!r) return oom(b);
+    b->raw = r;
+    b->capraw = cap;
+  }
+  b->raw[b->nraw++] = (raw_edge){src, src_output, dst, dst_slot};
+  return GR_OK;
+}
+
+/* Executor index of the producer of src: a feed's source, or its node's. */
+static int source_of(const build *b, gr_output src, int *feed) {
+  *feed = endpoint_index(b->feeds, b->num_feeds, src);
+  if (*feed >= 0) return b->num_nodes + *feed;
+  return src.node && src.node->id < b->max_id ? b->index_of[src.node->id] : -1;
+}
+
+/* Data edges (into input slots) and fetch sinks (dst -1), as raw edges. */
+static gr_status collect_data_edges(build *b, const gr_output *fetches, int num_fetches) {
+  for (int i = 0; i < b->num_nodes; i++) {
+    gr_node *n = b->nodes[i];
+    for (int j = 0; j < n->num_inputs; j++) {
+      int f, si = source_of(b, n->inputs[j], &f);
+      if (si < 0)
+        return gr_error_set(b->err, GR_ERR_INTERNAL, "node '%s': input '%s' is neither run nor fed",
+                            n->name, n->inputs[j].node->name);
+      gr_status st =
+          add_raw(b, si, f >= 0 ? 0 : n->inputs[j].index, i, b->e->nodes[i].input_base + j);
+      if (st != GR_OK) return st;
+      b->e->nodes[i].initial_pending++;
+    }
+  }
+  for (int k = 0; k < num_fetches; k++) {
+    gr_output src = fetches[k];
+    int f, si = source_of(b, src, &f);
+    if (si < 0 || (f < 0 && (src.index < 0 || src.index >= src.node->num_outputs)))
+      return gr_error_set(b->err, GR_ERR_INVALID_ARGUMENT,
+                          "fetch %d ('%s') is not produced by this step", k,
+                          src.node ? src.node->name : "null");
+    gr_status st = add_raw(b, si, f >= 0 ? 0 : src.index, -1, k);
+    if (st != GR_OK) return st;
+  }
+  return GR_OK;
+}
+
+/* The edge table: raw edges sorted by source output, each source's range,
+ * and which edge of an output is its last (that one moves the reference). */
+static gr_status build_edge_table(build *b) {
+  gr_executor *e = b->e;
+  raw_edge *raw = b->raw;
+  int nraw = b->nraw;
+  if (nraw) qsort(raw, (size_t)nraw, sizeof *raw, cmp_raw_edge);
+  e->edges = malloc(sizeof(exec_edge) * ((size_t)nraw + 1));
+  if (!e->edges) return oom(b);
+  for (int i = 0; i < e->num_nodes; i++) e->nodes[i].edge_begin = e->nodes[i].edge_end = 0;
+  for (int k = 0; k < nraw; k++) {
+    exec_edge *ed = &e->edges[k];
+    ed->src_output = raw[k].src_output;
+    ed->dst = raw[k].dst;
+    ed->dst_slot = raw[k].dst_slot;
+    ed->move =
+        k + 1 == nraw || raw[k + 1].src != raw[k].src || raw[k + 1].src_output != raw[k].src_output;
+    exec_node *src = &e->nodes[raw[k].src];
+    if (k == 0 || raw[k - 1].src != raw[k].src) src->edge_begin = k;
+    src->edge_end = k + 1;
+  }
+  return GR_OK;
+}
+
+/* Control successors of each node, as ranges of ctrl_dsts; a control input
+ * on a fed node is satisfied by the feed. */
+static gr_status build_control_edges(build *b) {
+  gr_executor *e = b->e;
+  int *count = calloc((size_t)e->num_nodes + 1, sizeof(int));
+  if (!count) return oom(b);
+  int nctrl = 0;
+  for (int i = 0; i < b->num_nodes; i++) {
+    gr_node *n = b->nodes[i];
+    for (int j = 0; j < n->num_control_inputs; j++) {
+      gr_node *d = n->control_inputs[j];
+      int di = d->id < b->max_id ? b->index_of[d->id] : -1;
+      if (di < 0 && node_is_fed(b->feeds, b->num_feeds, d)) continue;
+      if (di < 0) {
+        free(count);
+        return gr_error_set(b->err, GR_ERR_INTERNAL, "node '%s': control input '%s' is not run",
+                            n->name, d->name);
+      }
+      count[di]++;
+      nctrl++;
+      e->nodes[i].initial_pending++;
+    }
+  }
+  e->ctrl_dsts = malloc(sizeof(int) * ((size_t)nctrl + 1));
+  if (!e->ctrl_dsts) {
+    free(count);
+    return oom(b);
+  }
+  int pos = 0;
+  for (int i = 0; i < e->num_nodes; i++) {
+    e->nodes[i].ctrl_begin = e->nodes[i].ctrl_end = pos;
+    pos += count[i];
+  }
+  free(count);
+  for (int i = 0; i < b->num_nodes; i++) {
+    gr_node *n = b->nodes[i];
+    for (int j = 0; j < n->num_control_inputs; j++) {
+      const gr_node *d = n->control_inputs[j];
+      int di = d->id < b->max_id ? b->index_of[d->id] : -1;
+      if (di >= 0) e->ctrl_dsts[e->nodes[di].ctrl_end++] = i; /* else fed */
+    }
+  }
+  return GR_OK;
+}
+
 gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output *feeds,
                           int num_feeds, const gr_output *fetches, int num_fetches,
                           gr_threadpool *pool, gr_executor **out, gr_error *err) {
@@ -63,184 +258,26 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
   e->num_nodes = num_nodes + num_feeds;
   e->num_feeds = num_feeds;
   e->num_fetches = num_fetches;
-  e->nodes = calloc((size_t)e->num_nodes + 1, sizeof *e->nodes);
-  e->feeds = malloc(sizeof(gr_output) * (size_t)(num_feeds + 1));
-  e->fetches = malloc(sizeof(gr_output) * (size_t)(num_fetches + 1));
-  e->states = calloc((size_t)num_nodes + 1, sizeof(void *));
-  e->roots = malloc(sizeof(int) * ((size_t)e->num_nodes + 1));
-  gr_status s = GR_OK;
-  raw_edge *raw = NULL;
-  int nraw = 0, capraw = 0;
-  int *ctrl_count = NULL;
-  /* graph node id -> exec index */
-  int max_id = 0;
-  for (int i = 0; i < num_nodes; i++)
-    if (nodes[i]->id + 1 > max_id) max_id = nodes[i]->id + 1;
-  int *index_of = malloc(sizeof(int) * ((size_t)max_id + 1));
-  if (!e->nodes || !e->feeds || !e->fetches || !e->states || !e->roots || !index_of) {
-    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto fail;
-  }
-  if (num_feeds) memcpy(e->feeds, feeds, sizeof(gr_output) * (size_t)num_feeds);
-  if (num_fetches) memcpy(e->fetches, fetches, sizeof(gr_output) * (size_t)num_fetches);
-  for (int i = 0; i < max_id; i++) index_of[i] = -1;
-  for (int i = 0; i < num_nodes; i++) index_of[nodes[i]->id] = i;
-
-  int slot = 0, oslot = 0;
-  bool has_cf = false;
-  for (int i = 0; i < num_nodes; i++) {
-    exec_node *en = &e->nodes[i];
-    gr_node *n = nodes[i];
-    en->node = n;
-    en->kernel = n->op->kernel;
-    en->feed_index = -1;
-    en->num_inputs = n->num_inputs;
-    en->input_base = slot;
-    en->num_outputs = n->num_outputs;
-    en->output_base = oslot;
-    en->async = (n->op->flags & GR_OP_ASYNC) != 0;
-    en->cf_kind = (unsigned char)n->op->cf_kind;
-    /* a Recv that may deliver a dead value needs the deadness-aware run path */
-    if (en->cf_kind != GR_CF_NONE ||
-        ((n->op->flags & GR_OP_TRANSFER) && gr_node_attr_bool(n, "may_be_dead", false)))
-      has_cf = true;
-    en->expensive = (n->op->flags & GR_OP_EXPENSIVE) || node_flops(n) > GR_EXPENSIVE_FLOPS;
-    if (!en->kernel) {
-      s = gr_error_set(err, GR_ERR_UNIMPLEMENTED, "node '%s' (op %s) has no kernel", n->name,
-                       n->op->name);
-      goto fail;
-    }
-    slot += n->num_inputs;
-    oslot += n->num_outputs;
-  }
-  for (int k = 0; k < num_feeds; k++) {
-    exec_node *en = &e->nodes[num_nodes + k];
-    en->feed_index = k;
-    en->num_outputs = 1;
-    en->output_base = oslot++;
-    if (!feeds[k].node || feeds[k].index < 0 || feeds[k].index >= feeds[k].node->num_outputs) {
-      s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed %d is not a valid output", k);
-      goto fail;
-    }
-  }
-  e->num_slots = slot;
-  e->num_out_slots = oslot;
-
-#define ADD_RAW(S, SO, D, DS)                                                                      \
-  do {                                                                                             \
-    if (nraw == capraw) {                                                                          \
-      capraw = capraw ? capraw * 2 : 256;                                                          \
-      raw_edge *r_ = realloc(raw, sizeof *raw * (size_t)capraw);                                   \
-      if (!r_) {                                                                                   \
-        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");                         \
-        goto fail;                                                                                 \
-      }                                                                                            \
-      raw = r_;                                                                                    \
-    }                                                                                              \
-    raw[nraw++] = (raw_edge){S, SO, D, DS};                                                        \
-  } while (0)
-
-  /* data edges */
-  for (int i = 0; i < num_nodes; i++) {
-    gr_node *n = nodes[i];
-    for (int j = 0; j < n->num_inputs; j++) {
-      gr_output src = n->inputs[j];
-      int f = endpoint_index(feeds, num_feeds, src);
-      int si = f >= 0 ? num_nodes + f : (src.node->id < max_id ? index_of[src.node->id] : -1);
-      if (si < 0) {
-        s = gr_error_set(err, GR_ERR_INTERNAL, "node '%s': input '%s' is neither run nor fed",
-                         n->name, src.node->name);
-        goto fail;
-      }
-      ADD_RAW(si, f >= 0 ? 0 : src.index, i, e->nodes[i].input_base + j);
-      e->nodes[i].initial_pending++;
-    }
-  }
-  for (int k = 0; k < num_fetches; k++) {
-    gr_output src = fetches[k];
-    int f = endpoint_index(feeds, num_feeds, src);
-    int si =
-        f >= 0 ? num_nodes + f : (src.node && src.node->id < max_id ? index_of[src.node->id] : -1);
-    if (si < 0 || (f < 0 && (src.index < 0 || src.index >= src.node->num_outputs))) {
-      s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "fetch %d ('%s') is not produced by this step",
-                       k, src.node ? src.node->name : "null");
-      goto fail;
-    }
-    ADD_RAW(si, f >= 0 ? 0 : src.index, -1, k);
-  }
-  if (nraw) qsort(raw, (size_t)nraw, sizeof *raw, cmp_raw_edge);
-  e->edges = malloc(sizeof(exec_edge) * ((size_t)nraw + 1));
-  if (!e->edges) {
-    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto fail;
-  }
-  for (int i = 0; i < e->num_nodes; i++) e->nodes[i].edge_begin = e->nodes[i].edge_end = 0;
-  for (int k = 0; k < nraw; k++) {
-    exec_edge *ed = &e->edges[k];
-    ed->src_output = raw[k].src_output;
-    ed->dst = raw[k].dst;
-    ed->dst_slot = raw[k].dst_slot;
-    ed->move =
-        k + 1 == nraw || raw[k + 1].src != raw[k].src || raw[k + 1].src_output != raw[k].src_output;
-    exec_node *src = &e->nodes[raw[k].src];
-    if (k == 0 || raw[k - 1].src != raw[k].src) src->edge_begin = k;
-    src->edge_end = k + 1;
-  }
-
-  /* control edges */
-  ctrl_count = calloc((size_t)e->num_nodes + 1, sizeof(int));
-  int nctrl = 0;
-  if (!ctrl_count) {
-    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto fail;
-  }
-  for (int i = 0; i < num_nodes; i++) {
-    gr_node *n = nodes[i];
-    for (int j = 0; j < n->num_control_inputs; j++) {
-      gr_node *d = n->control_inputs[j];
-      int di = d->id < max_id ? index_of[d->id] : -1;
-      if (di < 0 && node_is_fed(feeds, num_feeds, d)) continue; /* satisfied by the feed */
-      if (di < 0) {
-        s = gr_error_set(err, GR_ERR_INTERNAL, "node '%s': control input '%s' is not run", n->name,
-                         d->name);
-        goto fail;
-      }
-      ctrl_count[di]++;
-      nctrl++;
-      e->nodes[i].initial_pending++;
-    }
-  }
-  e->ctrl_dsts = malloc(sizeof(int) * ((size_t)nctrl + 1));
-  if (!e->ctrl_dsts) {
-    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto fail;
-  }
-  int pos = 0;
-  for (int i = 0; i < e->num_nodes; i++) {
-    e->nodes[i].ctrl_begin = e->nodes[i].ctrl_end = pos;
-    pos += ctrl_count[i];
-  }
-  for (int i = 0; i < num_nodes; i++) {
-    gr_node *n = nodes[i];
-    for (int j = 0; j < n->num_control_inputs; j++) {
-      const gr_node *d = n->control_inputs[j];
-      int di = d->id < max_id ? index_of[d->id] : -1;
-      if (di >= 0) e->ctrl_dsts[e->nodes[di].ctrl_end++] = i; /* else fed */
-    }
-  }
-  for (int i = 0; i < e->num_nodes; i++)
+  build b = {.e = e,
+             .nodes = nodes,
+             .feeds = feeds,
+             .num_nodes = num_nodes,
+             .num_feeds = num_feeds,
+             .err = err};
+  gr_status s = alloc_arrays(&b, fetches, num_fetches);
+  if (s == GR_OK) s = fill_nodes(&b);
+  if (s == GR_OK) s = collect_data_edges(&b, fetches, num_fetches);
+  if (s == GR_OK) s = build_edge_table(&b);
+  if (s == GR_OK) s = build_control_edges(&b);
+  for (int i = 0; s == GR_OK && i < e->num_nodes; i++)
     if (e->nodes[i].initial_pending == 0) e->roots[e->num_roots++] = i;
-
-  if (has_cf && (s = gr_cf_plan_new(e, err)) != GR_OK) goto fail;
-  free(raw);
-  free(ctrl_count);
-  free(index_of);
+  if (s == GR_OK && b.has_cf) s = gr_cf_plan_new(e, err);
+  free(b.raw);
+  free(b.index_of);
+  if (s != GR_OK) {
+    gr_executor_free(e);
+    return s;
+  }
   *out = e;
   return GR_OK;
-fail:
-  free(raw);
-  free(ctrl_count);
-  free(index_of);
-  gr_executor_free(e);
-  return s;
 }
