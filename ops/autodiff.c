@@ -306,11 +306,8 @@ static gr_status node_group(walk *w, gr_node *n, const ad_reverse *rv) {
   return st;
 }
 
-gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
-                       const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs,
-                       const char *base, const ad_reverse *rv) {
-  for (int i = 0; i < nx; i++) dxs[i] = (gr_output){NULL, 0};
-  if (gr_graph_error(g)) return gr_graph_error(g)->code;
+/* Every y and x is a valid output, every y a float one. */
+static gr_status check_ends(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx) {
   for (int i = 0; i < ny; i++)
     if (!ys[i].node || ys[i].index < 0 || ys[i].index >= ys[i].node->num_outputs)
       return fail(g, GR_ERR_INVALID_ARGUMENT, "gradients: y %d is not a valid output", i);
@@ -322,128 +319,140 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
       return fail(g, GR_ERR_DTYPE,
                   "gradients: y '%s' has dtype %s; only f32/f64 can be differentiated",
                   ys[i].node->name, gr_dtype_name(ys[i].node->out_dtypes[ys[i].index]));
-  walk w;
-  ad_pushes pushes = {NULL, 0};
-  memset(&w, 0, sizeof w);
-  w.g = g;
-  w.total = gr_graph_num_nodes(g);
-  w.from_x = calloc((size_t)w.total + 1, 1);
-  w.to_y = calloc((size_t)w.total + 1, 1);
-  w.out_base = malloc(sizeof(int) * ((size_t)w.total + 1));
-  w.order = malloc(sizeof(int) * ((size_t)w.total + 1));
-  gr_status st = GR_OK;
-  if (!w.from_x || !w.to_y || !w.out_base || !w.order ||
-      gr_graph_topo_order(g, w.order) != w.total ||
-      ad_frames_compute(g, w.order, w.total, &w.fr) != GR_OK) {
-    st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
-  w.base = -1;
-  for (int k = 0; k < w.fr.n && base; k++)
-    if (strcmp(w.fr.name[k], base) == 0) w.base = k;
+  return GR_OK;
+}
+
+/* The walk's arrays, the topological order, the loop frames, and the frame
+ * being differentiated: base's, or the ys' (all in one frame). */
+static gr_status walk_start(walk *w, gr_graph *g, const gr_output *ys, int ny, const char *base) {
+  memset(w, 0, sizeof *w);
+  w->g = g;
+  w->total = gr_graph_num_nodes(g);
+  w->from_x = calloc((size_t)w->total + 1, 1);
+  w->to_y = calloc((size_t)w->total + 1, 1);
+  w->out_base = malloc(sizeof(int) * ((size_t)w->total + 1));
+  w->order = malloc(sizeof(int) * ((size_t)w->total + 1));
+  if (!w->from_x || !w->to_y || !w->out_base || !w->order ||
+      gr_graph_topo_order(g, w->order) != w->total ||
+      ad_frames_compute(g, w->order, w->total, &w->fr) != GR_OK)
+    return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  w->base = -1;
+  for (int k = 0; k < w->fr.n && base; k++)
+    if (strcmp(w->fr.name[k], base) == 0) w->base = k;
   if (!base) { /* the frame of the ys: inside a loop body, per iteration */
-    w.base = ad_out_frame(&w.fr, ys[0].node);
-    for (int i = 1; i < ny && st == GR_OK; i++)
-      if (ad_out_frame(&w.fr, ys[i].node) != w.base)
-        st = fail(g, GR_ERR_INVALID_ARGUMENT,
-                  "gradients: y '%s' is in %s%s but y '%s' is in %s%s: differentiate values of "
-                  "one loop body (or of the top level) together",
-                  ys[0].node->name, w.base ? "loop " : "the top level", w.fr.name[w.base],
-                  ys[i].node->name, ad_out_frame(&w.fr, ys[i].node) ? "loop " : "the top level",
-                  w.fr.name[ad_out_frame(&w.fr, ys[i].node)]);
-    if (st != GR_OK) goto done;
+    w->base = ad_out_frame(&w->fr, ys[0].node);
+    for (int i = 1; i < ny; i++) {
+      int f = ad_out_frame(&w->fr, ys[i].node);
+      if (f != w->base)
+        return fail(g, GR_ERR_INVALID_ARGUMENT,
+                    "gradients: y '%s' is in %s%s but y '%s' is in %s%s: differentiate values of "
+                    "one loop body (or of the top level) together",
+                    ys[0].node->name, w->base ? "loop " : "the top level", w->fr.name[w->base],
+                    ys[i].node->name, f ? "loop " : "the top level", w->fr.name[f]);
+    }
   }
-  if (w.base < 0) {
-    st = fail(g, GR_ERR_INTERNAL, "gradients: no loop frame '%s'", base);
-    goto done;
-  }
-  /* forward from xs and back from ys over float edges, in topological order */
-  for (int i = 0; i < nx; i++) w.from_x[xs[i].node->id] = 1;
-  if (ad_pushes_collect(g, w.total, &pushes) != GR_OK) {
-    st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
-  /* loop back edges (merge <- next_iteration) go against the order: repeat
-   * until nothing changes (one more pass per level of loop nesting); so do
-   * stacks (a pop carries what its push took) */
+  if (w->base < 0) return fail(g, GR_ERR_INTERNAL, "gradients: no loop frame '%s'", base);
+  return GR_OK;
+}
+
+/* from_x: forward from the xs over float edges, in topological order. Loop
+ * back edges (merge <- next_iteration) go against the order: repeat until
+ * nothing changes (one more pass per level of loop nesting); so do stacks
+ * (a pop carries what its push took). */
+static void mark_from_x(walk *w, const gr_output *xs, int nx, const ad_pushes *pushes) {
+  for (int i = 0; i < nx; i++) w->from_x[xs[i].node->id] = 1;
   for (bool changed = true; changed;) {
     changed = false;
-    for (int k = 0; k < w.total; k++) {
-      gr_node *n = gr_graph_node(g, w.order[k]);
-      const gr_node *push = w.from_x[n->id] ? NULL : ad_pushes_match(&pushes, n);
-      if (push && w.from_x[push->inputs[0].node->id] &&
+    for (int k = 0; k < w->total; k++) {
+      gr_node *n = gr_graph_node(w->g, w->order[k]);
+      const gr_node *push = w->from_x[n->id] ? NULL : ad_pushes_match(pushes, n);
+      if (push && w->from_x[push->inputs[0].node->id] &&
           float_edge(push->inputs[0].node, push->inputs[0].index)) {
-        w.from_x[n->id] = 1;
+        w->from_x[n->id] = 1;
         changed = true;
       }
-      for (int j = 0; j < n->num_inputs && !w.from_x[n->id]; j++) {
+      for (int j = 0; j < n->num_inputs && !w->from_x[n->id]; j++) {
         const gr_node *p = n->inputs[j].node;
         /* not around the loop being differentiated: there the body's inputs are the xs */
-        if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w.fr.of_node[p->id] == w.base) continue;
-        if (w.from_x[p->id] && float_edge(p, n->inputs[j].index)) {
-          w.from_x[n->id] = 1;
+        if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w->fr.of_node[p->id] == w->base) continue;
+        if (w->from_x[p->id] && float_edge(p, n->inputs[j].index)) {
+          w->from_x[n->id] = 1;
           changed = true;
         }
       }
     }
   }
-  for (int i = 0; i < ny; i++) w.to_y[ys[i].node->id] = 1;
-  /* back from the ys the same way: a back edge reaches a body that comes
-   * earlier in the order (a loop invariant computed outside the loop and
-   * used only in its body is on the path through it) */
+}
+
+/* to_y: back from the ys the same way: a back edge reaches a body that
+ * comes earlier in the order (a loop invariant computed outside the loop
+ * and used only in its body is on the path through it). */
+static void mark_to_y(walk *w, const gr_output *ys, int ny) {
+  for (int i = 0; i < ny; i++) w->to_y[ys[i].node->id] = 1;
   for (bool changed = true; changed;) {
     changed = false;
-    for (int k = w.total - 1; k >= 0; k--) {
-      gr_node *n = gr_graph_node(g, w.order[k]);
-      if (!w.to_y[n->id]) continue;
+    for (int k = w->total - 1; k >= 0; k--) {
+      gr_node *n = gr_graph_node(w->g, w->order[k]);
+      if (!w->to_y[n->id]) continue;
       for (int j = 0; j < n->num_inputs; j++) {
         const gr_node *p = n->inputs[j].node;
-        if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w.fr.of_node[p->id] == w.base) continue;
-        if (!w.to_y[p->id] && float_edge(p, n->inputs[j].index)) {
-          w.to_y[p->id] = 1;
+        if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w->fr.of_node[p->id] == w->base) continue;
+        if (!w->to_y[p->id] && float_edge(p, n->inputs[j].index)) {
+          w->to_y[p->id] = 1;
           changed = true;
         }
       }
     }
   }
-  st = ad_refuse_loop_gradients(g, &w.fr, &pushes, w.from_x, w.to_y, w.base);
-  if (st != GR_OK) goto done;
-  for (int id = 0; id < w.total; id++) {
-    w.out_base[id] = w.nout;
-    w.nout += gr_graph_node(g, id)->num_outputs;
+}
+
+/* Seeds the ys' gradients and builds the gradient of every group (a node,
+ * or a whole loop) on a path from the xs to the ys, in reverse topological
+ * order of the groups. */
+static gr_status backprop(walk *w, const gr_output *ys, int ny, const gr_output *grad_ys,
+                          const ad_reverse *rv) {
+  gr_graph *g = w->g;
+  for (int id = 0; id < w->total; id++) {
+    w->out_base[id] = w->nout;
+    w->nout += gr_graph_node(g, id)->num_outputs;
   }
-  w.grads = calloc((size_t)w.nout + 1, sizeof *w.grads);
-  int ngroups = w.grads ? group_sort(&w) : -1;
-  if (ngroups < 0) {
-    st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
+  w->grads = calloc((size_t)w->nout + 1, sizeof *w->grads);
+  int ngroups = w->grads ? group_sort(w) : -1;
+  if (ngroups < 0) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st = GR_OK;
   for (int i = 0; i < ny && st == GR_OK; i++) {
     gr_output seed = grad_ys && grad_ys[i].node ? grad_ys[i] : gr_ones_like(g, ys[i]);
-    if (!seed.node || !push(&w.grads[w.out_base[ys[i].node->id] + ys[i].index], seed))
+    if (!seed.node || !push(&w->grads[w->out_base[ys[i].node->id] + ys[i].index], seed))
       st = gr_graph_error(g) ? gr_graph_error(g)->code : fail(g, GR_ERR_RESOURCE_EXHAUSTED, "oom");
   }
-  /* reverse topological order of the groups on a path from xs to ys */
   for (int k = ngroups - 1; k >= 0 && st == GR_OK; k--) {
-    int gi = w.group_order[k];
-    if (gi >= w.total) { /* a loop: on the path when one of its exits is */
-      int frame = gi - w.total;
+    int gi = w->group_order[k];
+    if (gi >= w->total) { /* a loop: on the path when one of its exits is */
+      int frame = gi - w->total;
       bool on = false;
-      for (int id = 0; id < w.total && !on; id++) {
+      for (int id = 0; id < w->total && !on; id++) {
         gr_node *n = gr_graph_node(g, id);
-        on =
-            n->op->cf_kind == GR_CF_EXIT && w.fr.of_node[id] == frame && w.from_x[id] && w.to_y[id];
+        on = n->op->cf_kind == GR_CF_EXIT && w->fr.of_node[id] == frame && w->from_x[id] &&
+             w->to_y[id];
       }
-      if (on) st = loop_group(&w, frame, rv);
+      if (on) st = loop_group(w, frame, rv);
       continue;
     }
-    if (!w.from_x[gi] || !w.to_y[gi]) continue;
-    if (w.fr.of_node[gi] != w.base)
+    if (!w->from_x[gi] || !w->to_y[gi]) continue;
+    if (w->fr.of_node[gi] != w->base)
       continue; /* not ours (outside the frame being differentiated) */
-    st = node_group(&w, gr_graph_node(g, gi), rv);
+    st = node_group(w, gr_graph_node(g, gi), rv);
   }
-  for (int i = 0; i < nx && st == GR_OK; i++) {
-    contrib *c = &w.grads[w.out_base[xs[i].node->id] + xs[i].index];
+  return st;
+}
+
+/* dxs[i]: the sum of x i's contributions (zeros, or {NULL} when
+ * null_for_unconnected, for an x the ys do not depend on). */
+static void sum_dxs(walk *w, const gr_output *xs, int nx, bool null_for_unconnected,
+                    gr_output *dxs) {
+  gr_graph *g = w->g;
+  for (int i = 0; i < nx; i++) {
+    contrib *c = &w->grads[w->out_base[xs[i].node->id] + xs[i].index];
     char scope[600];
     snprintf(scope, sizeof scope, "/gradients/%s_grad", xs[i].node->name);
     gr_graph_push_name_scope(g, scope);
@@ -461,8 +470,28 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
         gr_graph_set_colocation(g, n, xs[i].node->name);
     }
   }
-  if (gr_graph_error(g)) st = gr_graph_error(g)->code;
-done:
+}
+
+gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
+                       const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs,
+                       const char *base, const ad_reverse *rv) {
+  for (int i = 0; i < nx; i++) dxs[i] = (gr_output){NULL, 0};
+  if (gr_graph_error(g)) return gr_graph_error(g)->code;
+  gr_status st = check_ends(g, ys, ny, xs, nx);
+  if (st != GR_OK) return st;
+  walk w;
+  ad_pushes pushes = {NULL, 0};
+  st = walk_start(&w, g, ys, ny, base);
+  if (st == GR_OK && ad_pushes_collect(g, w.total, &pushes) != GR_OK)
+    st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK) {
+    mark_from_x(&w, xs, nx, &pushes);
+    mark_to_y(&w, ys, ny);
+    st = ad_refuse_loop_gradients(g, &w.fr, &pushes, w.from_x, w.to_y, w.base);
+  }
+  if (st == GR_OK) st = backprop(&w, ys, ny, grad_ys, rv);
+  if (st == GR_OK) sum_dxs(&w, xs, nx, null_for_unconnected, dxs);
+  if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
   walk_free(&w);
   ad_pushes_free(&pushes);
   if (st != GR_OK)
