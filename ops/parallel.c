@@ -406,13 +406,10 @@ static gr_status mirror_reads(gr_graph *g, int first, int lo, int hi, int k, con
 
 /* ---- replicas ------------------------------------------------------------------------------ */
 
-gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_output *inputs,
-                       int num_inputs, gr_replica_fn fn, void *arg, int num_outputs,
-                       gr_output *outputs) {
-  if (gr_graph_error(g)) return gr_graph_error(g)->code;
-  int n = o ? o->num_replicas : 0;
-  const char *scope = o && o->scope && o->scope[0] ? o->scope : "replica";
-  for (int j = 0; j < num_outputs; j++) outputs[j] = (gr_output){NULL, 0};
+/* The options and every input's axis 0 (split equally over n replicas). */
+static gr_status check_replicate(gr_graph *g, const gr_replicate_options *o, int n,
+                                 const gr_output *inputs, int num_inputs, gr_replica_fn fn,
+                                 int num_outputs) {
   if (n < 1 || n > GR_REPLICATE_MAX)
     return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
                                "replicate: the number of replicas must be "
@@ -443,89 +440,130 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
                                  inputs[i].node->name, gr_shape_str(sh, b), (long long)sh->dims[0],
                                  n);
   }
-  size_t nio = (size_t)n * (size_t)(num_inputs + 1) + (size_t)n * (size_t)num_outputs;
-  gr_output *mem = calloc(nio, sizeof *mem);
-  mirror_map mm = {0};
-  if (!mem) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  gr_output *slices = mem, *outs = mem + (size_t)n * (size_t)(num_inputs + 1);
-  gr_status st = GR_OK;
+  return GR_OK;
+}
+
+/* What building the replicas works on: slices[k * num_inputs + i] is
+ * replica k's part of input i, outs[k * num_outputs + j] its output j. */
+typedef struct replicas {
+  gr_graph *g;
+  const gr_replicate_options *o;
+  int n, num_inputs, num_outputs;
+  const char *scope;
+  gr_output *slices, *outs;
+  int first; /* the first node id of the replicas */
+  mirror_map mm;
+} replicas;
+
+/* Replica k: the body in name scope SCOPE_k (and the replica's device
+ * scope), then checks of what it made. */
+static gr_status build_replica(replicas *r, int k, gr_replica_fn fn, void *arg) {
+  gr_graph *g = r->g;
+  const gr_replicate_options *o = r->o;
   char name[128];
-  for (int i = 0; i < num_inputs && st == GR_OK; i++) {
-    gr_output parts = n == 1 ? inputs[i] : gr_split(g, inputs[i], n, 0);
-    for (int k = 0; k < n; k++)
-      slices[(size_t)k * (size_t)num_inputs + i] =
-          gr_output_at(parts, n == 1 ? inputs[i].index : k);
-    if (gr_graph_error(g)) st = gr_graph_error(g)->code;
-  }
-  int first = gr_graph_num_nodes(g);
-  for (int k = 0; k < n && st == GR_OK; k++) {
-    snprintf(name, sizeof name, "%s_%d", scope, k);
-    if ((st = gr_graph_push_name_scope(g, name)) != GR_OK) break;
-    if (o->devices && (st = gr_graph_push_device_scope(g, o->devices[k])) != GR_OK) {
-      gr_graph_pop_name_scope(g);
-      break;
-    }
-    int lo = gr_graph_num_nodes(g);
-    gr_output *mine = outs + (size_t)k * (size_t)num_outputs;
-    st = fn(g, arg, k, slices + (size_t)k * (size_t)num_inputs, mine);
-    if (o->devices) gr_graph_pop_device_scope(g);
+  snprintf(name, sizeof name, "%s_%d", r->scope, k);
+  gr_status st = gr_graph_push_name_scope(g, name);
+  if (st != GR_OK) return st;
+  if (o->devices && (st = gr_graph_push_device_scope(g, o->devices[k])) != GR_OK) {
     gr_graph_pop_name_scope(g);
-    if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
-    if (st != GR_OK) break;
-    int hi = gr_graph_num_nodes(g);
-    for (int id = lo; id < hi && st == GR_OK; id++)
-      if (is_variable(gr_graph_node(g, id)))
-        st = gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+    return st;
+  }
+  int lo = gr_graph_num_nodes(g);
+  gr_output *mine = r->outs + (size_t)k * (size_t)r->num_outputs;
+  st = fn(g, arg, k, r->slices + (size_t)k * (size_t)r->num_inputs, mine);
+  if (o->devices) gr_graph_pop_device_scope(g);
+  gr_graph_pop_name_scope(g);
+  if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
+  if (st != GR_OK) return st;
+  int hi = gr_graph_num_nodes(g);
+  for (int id = lo; id < hi; id++)
+    if (is_variable(gr_graph_node(g, id)))
+      return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
                                  "replicate: replica %d makes variable '%s': make the model's "
                                  "variables before the replicas, which all read them",
                                  k, gr_graph_node(g, id)->name);
-    for (int j = 0; j < num_outputs && st == GR_OK; j++) {
-      gr_output y = mine[j];
-      if (!y.node || y.index < 0 || !gr_dtype_is_float(y.node->out_dtypes[y.index]))
-        st = gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+  for (int j = 0; j < r->num_outputs; j++) {
+    gr_output y = mine[j];
+    if (!y.node || y.index < 0 || !gr_dtype_is_float(y.node->out_dtypes[y.index]))
+      return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
                                  "replicate: output %d of replica %d must be an f32 or f64 "
                                  "tensor (the outputs are averaged over the replicas)",
                                  j, k);
-    }
-    if (st == GR_OK && o->mirror_variables && k > 0)
-      st = mirror_reads(g, first, lo, hi, k, o->devices[k], &mm);
   }
+  if (o->mirror_variables && k > 0)
+    return mirror_reads(g, r->first, lo, hi, k, o->devices[k], &r->mm);
+  return GR_OK;
+}
+
+/* outputs[j]: the mean over the replicas of their output j (with one
+ * replica, itself; behind an identity when it must wait for updates). */
+static gr_status mean_outputs(replicas *r, bool wait, gr_output *outputs) {
+  gr_graph *g = r->g;
+  int n = r->n;
+  gr_output *each = calloc((size_t)n, sizeof *each);
+  if (!each) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  char name[128];
+  for (int j = 0; j < r->num_outputs && !gr_graph_error(g); j++) {
+    for (int k = 0; k < n; k++) each[k] = r->outs[(size_t)k * (size_t)r->num_outputs + j];
+    if (n == 1) {
+      outputs[j] = wait ? gr_identity(g, each[0]) : each[0];
+      continue;
+    }
+    snprintf(name, sizeof name, "%s_sum", r->scope);
+    gr_output sum = gr_op(g, "add_n", name, each, n, NULL, 0);
+    gr_output count = gr_ops_const_scalar(g, sum.node ? sum.node->out_dtypes[0] : GR_F32, n);
+    snprintf(name, sizeof name, "%s_mean", r->scope);
+    outputs[j] = gr_op(g, "div", name, (gr_output[]){sum, count}, 2, NULL, 0);
+  }
+  free(each);
+  return gr_graph_error(g) ? gr_graph_error(g)->code : GR_OK;
+}
+
+gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_output *inputs,
+                       int num_inputs, gr_replica_fn fn, void *arg, int num_outputs,
+                       gr_output *outputs) {
+  if (gr_graph_error(g)) return gr_graph_error(g)->code;
+  int n = o ? o->num_replicas : 0;
+  for (int j = 0; j < num_outputs; j++) outputs[j] = (gr_output){NULL, 0};
+  gr_status st = check_replicate(g, o, n, inputs, num_inputs, fn, num_outputs);
+  if (st != GR_OK) return st;
+  replicas r = {.g = g,
+                .o = o,
+                .n = n,
+                .num_inputs = num_inputs,
+                .num_outputs = num_outputs,
+                .scope = o->scope && o->scope[0] ? o->scope : "replica"};
+  size_t nio = (size_t)n * (size_t)(num_inputs + 1) + (size_t)n * (size_t)num_outputs;
+  gr_output *mem = calloc(nio, sizeof *mem);
+  if (!mem) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  r.slices = mem;
+  r.outs = mem + (size_t)n * (size_t)(num_inputs + 1);
+  for (int i = 0; i < num_inputs && st == GR_OK; i++) {
+    gr_output parts = n == 1 ? inputs[i] : gr_split(g, inputs[i], n, 0);
+    for (int k = 0; k < n; k++)
+      r.slices[(size_t)k * (size_t)num_inputs + i] =
+          gr_output_at(parts, n == 1 ? inputs[i].index : k);
+    if (gr_graph_error(g)) st = gr_graph_error(g)->code;
+  }
+  r.first = gr_graph_num_nodes(g);
+  for (int k = 0; k < n && st == GR_OK; k++) st = build_replica(&r, k, fn, arg);
   /* the replicas' batch norms: one update of each moving statistic, which
    * the outputs wait for (moving_average.c) */
   gr_output *updates = NULL;
   int nupd = 0;
   if (st == GR_OK)
-    st = gr_ops_replicas_moving_stats(g, first, gr_graph_num_nodes(g), &updates, &nupd);
+    st = gr_ops_replicas_moving_stats(g, r.first, gr_graph_num_nodes(g), &updates, &nupd);
   bool deps = st == GR_OK && nupd > 0 && gr_graph_push_control_deps(g, updates, nupd) == GR_OK;
   if (st == GR_OK && nupd > 0 && !deps) st = gr_graph_error(g)->code;
-  /* the mean over the replicas of each output */
-  for (int j = 0; j < num_outputs && st == GR_OK; j++) {
-    gr_output *each = calloc((size_t)n, sizeof *each);
-    if (!each) {
-      st = gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-      break;
-    }
-    for (int k = 0; k < n; k++) each[k] = outs[(size_t)k * (size_t)num_outputs + j];
-    if (n == 1) {
-      outputs[j] = nupd ? gr_identity(g, each[0]) : each[0];
-    } else {
-      snprintf(name, sizeof name, "%s_sum", scope);
-      gr_output sum = gr_op(g, "add_n", name, each, n, NULL, 0);
-      gr_output count = gr_ops_const_scalar(g, sum.node ? sum.node->out_dtypes[0] : GR_F32, n);
-      snprintf(name, sizeof name, "%s_mean", scope);
-      outputs[j] = gr_op(g, "div", name, (gr_output[]){sum, count}, 2, NULL, 0);
-    }
-    free(each);
-    if (gr_graph_error(g)) st = gr_graph_error(g)->code;
-  }
+  if (st == GR_OK) st = mean_outputs(&r, nupd > 0, outputs);
   if (deps) gr_graph_pop_control_deps(g);
   free(updates);
   if (st == GR_OK && o->per_replica)
-    memcpy(o->per_replica, outs, sizeof *outs * (size_t)n * (size_t)num_outputs);
+    memcpy(o->per_replica, r.outs, sizeof *r.outs * (size_t)n * (size_t)num_outputs);
   if (st != GR_OK)
     for (int j = 0; j < num_outputs; j++) outputs[j] = (gr_output){NULL, 0};
-  free(mm.from);
-  free(mm.to);
+  free(r.mm.from);
+  free(r.mm.to);
   free(mem);
   return st;
 }
