@@ -55,3 +55,10 @@ void dsl_tensor_value(dsl_value *out, gr_output o) {
   out->has_t = true;
   out->t = o;
 }
+
+dsl_bargs dsl_bargs_make(gr_dsl_program *p, const char *fn, const dsl_expr *e, dsl_value *v,
+                         int nargs) {
+  dsl_bargs a = {.p = p, .e = e, .fn = fn, .v = v, .n = nargs};
+  while (a.npos < nargs && !e->call.args[a.npos].name) a.npos++;
+  return a;
+}

@@ -438,6 +438,9 @@ typedef struct dsl_bargs {
   int n, npos; /* all, positional (they come first) */
 } dsl_bargs;
 /* The index of keyword argument `name`, -1 when not given. */
+/* The arguments of call e of built-in fn: v[0..nargs), the positional ones first. */
+dsl_bargs dsl_bargs_make(gr_dsl_program *p, const char *fn, const dsl_expr *e, dsl_value *v,
+                         int nargs);
 int dsl_bargs_kw(const dsl_bargs *a, const char *name);
 /* Error unless every keyword argument is in allowed (NULL-terminated). */
 gr_status dsl_bargs_only_keywords(const dsl_bargs *a, const char *const *allowed);
