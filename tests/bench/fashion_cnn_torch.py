@@ -3,7 +3,7 @@
 crop-with-padding augmentation, two conv 3x3 + batch norm (momentum 0.9 in
 Keras terms) + ReLU + max pool blocks, dropout 0.3, dense 128, dense 10),
 Adam 1e-3, batch 128, 468 steps an epoch, one thread; prints the test
-accuracy after each epoch. Usage: fashion_cnn_torch.py [EPOCHS] [CROP_PADDING]"""
+accuracy after each epoch. Usage: fashion_cnn_torch.py [EPOCHS] [CROP_PADDING] [SEED] [BLOCKS]"""
 import gzip
 import sys
 
@@ -23,17 +23,25 @@ def main():
     epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     pad = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     torch.set_num_threads(1)
-    torch.manual_seed(0)
+    torch.manual_seed(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
     xtr = torch.from_numpy(idx("train-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28).copy())
     ytr = torch.from_numpy(idx("train-labels-idx1-ubyte.gz", 8).astype(np.int64))
     xte = torch.from_numpy(idx("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28).copy())
     yte = torch.from_numpy(idx("t10k-labels-idx1-ubyte.gz", 8).astype(np.int64))
     xtr, xte = xtr.float() / 255, xte.float() / 255
+    blocks = int(sys.argv[4]) if len(sys.argv) > 4 else 2
+    chans = [1, 32, 64, 128][:blocks + 1]
+    layers = []
+    for cin, cout in zip(chans, chans[1:]):
+        # MaxPool2d(ceil_mode=True) is TensorFlow's SAME pooling: 7x7 -> 4x4
+        layers += [nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+                   nn.BatchNorm2d(cout, momentum=0.1), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True)]
+    side = 28
+    for _ in range(blocks):
+        side = (side + 1) // 2
     model = nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32, momentum=0.1), nn.ReLU(),
-        nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1, bias=False),
-        nn.BatchNorm2d(64, momentum=0.1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-        nn.Dropout(0.3), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+        *layers, nn.Flatten(), nn.Dropout(0.3), nn.Linear(side * side * chans[-1], 128), nn.ReLU(),
+        nn.Linear(128, 10))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     for e in range(epochs):
