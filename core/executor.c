@@ -184,24 +184,37 @@ static void record_error(run_state *st, int i, gr_status code, const gr_error *k
 
 static void task_done(run_state *st);
 
-/* The step's watchdog found the step stalled (gr_watch_run.cancel). It holds
- * the run until watchdog_release, so that the run never finishes (and leaves
- * the watch) on the watchdog's thread while it fires. */
+/* The step's watchdog found the step stalled (gr_watch_run.cancel). It
+ * fails the run and holds it until watchdog_release, so that the run never
+ * finishes (and leaves the watch) on the watchdog's thread while it fires.
+ * The async kernels' cancel callbacks wait for the release too: one may
+ * abort the step's rendezvous, which can finish another run of the step on
+ * this thread, whose leaving the watch would wait for this firing to end. A
+ * run whose nodes have all finished is not failed: it is done but for its
+ * last holds. */
 static bool watchdog_cancel(void *arg, const gr_error *why, gr_error *own) {
   run_state *st = arg;
   pthread_mutex_lock(&st->mu);
   if (st->status != GR_OK) *own = st->err;
-  if (st->finished) { /* leaving the watch on another thread: done already */
+  if (st->finished || __atomic_load_n(&st->remaining, __ATOMIC_ACQUIRE) == 0) {
     pthread_mutex_unlock(&st->mu);
     return false;
   }
   st->tasks++;
-  cancel_run_locked(st, why);
+  if (st->status == GR_OK) {
+    st->status = why->code;
+    st->err = *why;
+  }
+  __atomic_store_n(&st->cancelled, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&st->mu);
   return true;
 }
 
 static void watchdog_release(void *arg) {
-  task_done(arg);
+  run_state *st = arg;
+  pthread_mutex_lock(&st->mu);
+  cancel_run_locked(st, NULL); /* the kernels' cancel callbacks; unlocks */
+  task_done(st);
 }
 
 static void push_shared(run_state *st, int i) {

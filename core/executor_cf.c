@@ -578,6 +578,7 @@ static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_t
 static void cf_done(async_hdr *h, gr_status s) {
   cf_async *a = (cf_async *)h;
   cf_run *r = a->r;
+  gr_threadpool *pool = NULL; /* where the queue goes after the unlock */
   gr_watch_end_wait(r->step->watch, &a->wait);
   cf_lock(r);
   r->tasks++;
@@ -592,13 +593,14 @@ static void cf_done(async_hdr *h, gr_status s) {
     drain(r);
     gr_exec_done_depth--;
   } else if (r->qcount > 0 && r->e->pool_size > 0) {
-    r->tasks++;
-    gr_threadpool_schedule(r->e->pool, pool_task, r);
+    r->tasks++; /* scheduled after the unlock: out of memory, the pool runs it inline */
+    pool = r->e->pool;
   } else if (r->qcount > 0 && !r->waiting) {
     r->tasks++;
     gr_exec_defer(pool_task, r);
   }
   cf_put(r);
+  if (pool) gr_threadpool_schedule(pool, pool_task, r);
   if (gr_exec_done_depth == 0) gr_exec_run_deferred();
 }
 
@@ -718,7 +720,7 @@ static bool cf_watchdog_cancel(void *arg, const gr_error *why, gr_error *own) {
   cf_run *r = arg;
   cf_lock(r);
   if (r->status != GR_OK) *own = r->err;
-  if (r->finished) {
+  if (r->finished || r->outstanding == 0) { /* done but for its last holds */
     cf_unlock(r);
     return false;
   }
@@ -839,7 +841,9 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
       r->qcount--;
       if (e->pool_size > 0 && is_expensive(r, tok.node) && r->qcount > 0) {
         r->tasks++; /* let a pool thread help with what is queued behind */
+        cf_unlock(r); /* out of memory, the pool runs pool_task inline */
         gr_threadpool_schedule(e->pool, pool_task, r);
+        cf_lock(r);
       }
       run_token(r, tok);
       continue;
