@@ -22,6 +22,8 @@ static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static gr_kernel_ctx *gate_waiting[MAX_WAITING];
 static int gate_n;
 static int gate_cancels;
+static bool gate_cancel_opens_all; /* a cancel also completes every other waiting kernel */
+static int gate_open(void);
 
 static void gate_cancel(void *arg) {
   gr_kernel_ctx *ctx = arg;
@@ -35,6 +37,7 @@ static void gate_cancel(void *arg) {
   if (found) gate_cancels++;
   pthread_mutex_unlock(&gate_mu);
   if (found) gr_kernel_done(ctx, GR_ERR_CANCELLED);
+  if (found && gate_cancel_opens_all) gate_open();
 }
 
 static gr_status gate_kernel(gr_kernel_ctx *ctx) {
@@ -337,6 +340,54 @@ static void test_watchdog_through_done(void) {
   gr_watchdog_free(d);
 }
 
+/* Two runs of one step, each waiting at one gate, whose cancel completes
+ * the other's kernel (as a receive's cancel aborts the step's rendezvous,
+ * failing the other partitions' receives). The watchdog must not finish a
+ * run on its own thread while it fires: that run's leaving the watch would
+ * wait for the firing to end (it hung so before the fix). */
+static void test_watchdog_two_runs_of_a_step(void) {
+  gr_watchdog *d = gr_watchdog_new(100);
+  GR_CHECK(d != NULL);
+  gate_cancel_opens_all = true;
+  gr_graph *g[2];
+  gr_executor *ex[2];
+  run r[2];
+  gr_step_watch *watch = gr_watchdog_begin_step(d);
+  for (int k = 0; k < 2; k++) {
+    g[k] = gr_graph_new();
+    gr_output x = gr_placeholder(g[k], "x", GR_F32, gr_shape_scalar());
+    gr_output y =
+        gr_add(g[k], gr_op(g[k], "test_gate", NULL, &x, 1, NULL, 0), gr_const_f32(g[k], 1));
+    ex[k] = executor_of(g[k], x, y, NULL);
+    r[k] = (run){.feed = gr_tensor_scalar_f32(1)};
+    r[k].step.watch = watch;
+  }
+  for (int k = 0; k < 2; k++)
+    gr_executor_run_async(ex[k], &r[k].feed, &r[k].out, &r[k].step, on_done, &r[k]);
+  double end = now_s() + 10;
+  while ((__atomic_load_n(&r[0].calls, __ATOMIC_SEQ_CST) == 0 ||
+          __atomic_load_n(&r[1].calls, __ATOMIC_SEQ_CST) == 0) &&
+         now_s() < end)
+    usleep(1000);
+  usleep(2000);
+  bool ended = r[0].calls == 1 && r[1].calls == 1;
+  GR_CHECK_MSG(ended, "done calls %d and %d: the watchdog hung", r[0].calls, r[1].calls);
+  gate_cancel_opens_all = false;
+  if (!ended) return; /* the watchdog thread is stuck: ending the step would hang the test */
+  for (int k = 0; k < 2; k++)
+    GR_CHECK_MSG(r[k].status == GR_ERR_DEADLINE_EXCEEDED, "run %d: %s", k,
+                 gr_status_name(r[k].status));
+  gr_error err = r[0].err;
+  GR_CHECK(gr_watchdog_end_step(d, watch, r[0].status, &err) == GR_ERR_DEADLINE_EXCEEDED);
+  GR_CHECK_EQ_INT(gate_count(), 0);
+  for (int k = 0; k < 2; k++) {
+    gr_tensor_release(&r[k].feed);
+    gr_executor_free(ex[k]);
+    gr_graph_free(g[k]);
+  }
+  gr_watchdog_free(d);
+}
+
 static volatile bool opener_stop;
 static void *opener_loop(void *arg) {
   (void)arg;
@@ -384,6 +435,7 @@ int main(void) {
   GR_RUN(test_cf_concurrent);
   GR_RUN(test_errors_through_done);
   GR_RUN(test_watchdog_through_done);
+  GR_RUN(test_watchdog_two_runs_of_a_step);
   GR_RUN(test_sync_wrapper);
   return gr_test_finish();
 }
