@@ -12,57 +12,19 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-/* A copy of x made inside the graph (x + 0, or x or false), so the op under
- * test receives a buffer it holds alone and may run in place. */
-static gr_output fresh_copy(gr_graph *g, gr_output x, gr_dtype dt) {
-  static const uint64_t zero = 0;
-  gr_output z = gr_const_data(g, dt, gr_shape_scalar(), &zero);
-  return dt == GR_BOOL ? gr_logical_or(g, x, z) : gr_add(g, x, z);
-}
-
 /* Runs op on n inputs fed through placeholders of shapes ph (NULL: the
- * inputs' own shapes); with fresh, each input is first copied in the graph.
- * *out receives output 0 (release it); *inferred (if not NULL) the shape
- * inference result. Returns the build or run status. */
+ * inputs' own shapes); with fresh, each input is first copied in the graph
+ * (gt_run_op_fresh). */
 static gr_status run_op(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
                         const gr_attr *at, int na, bool fresh, gr_tensor *out, gr_shape *inferred,
                         gr_error *err) {
-  gr_graph *g = gr_graph_new();
-  gr_output xs[8];
-  gr_feed feeds[8];
-  for (int i = 0; i < n; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "in%d", i);
-    gr_output p = gr_placeholder(g, name, in[i].dtype, ph ? ph[i] : in[i].shape);
-    feeds[i] = (gr_feed){p, &in[i]};
-    xs[i] = fresh ? fresh_copy(g, p, in[i].dtype) : p;
-  }
-  gr_output o = gr_op(g, op, NULL, xs, n, at, na);
-  gr_status s;
-  if (gr_graph_error(g)) {
-    *err = *gr_graph_error(g);
-    s = err->code;
-  } else {
-    if (inferred) *inferred = o.node->out_shapes[o.index];
-    gr_session *sess = gr_session_new(g, NULL, err);
-    s = sess ? gr_session_run(sess, feeds, n, &o, 1, out, NULL, 0, err) : err->code;
-    gr_session_free(sess);
-  }
-  gr_graph_free(g);
-  return s;
+  return gt_run_op_fresh(op, in, n, ph, at, na, fresh ? n : 0, out, inferred, err);
 }
 
-/* Expects op to fail with code and a message naming the node. */
+/* Expects op to fail with code and a message naming the node (and sub). */
 static void expect_error(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
                          const gr_attr *at, int na, gr_status code, const char *sub) {
-  gr_error err = {0};
-  gr_tensor out = gr_tensor_empty();
-  gr_status s = run_op(op, in, n, ph, at, na, false, &out, NULL, &err);
-  GR_CHECK_MSG(s == code, "%s: got %s (%s), want %s", op, gr_status_name(s), err.msg,
-               gr_status_name(code));
-  GR_CHECK_STR_CONTAINS(err.msg, "node '");
-  if (sub) GR_CHECK_STR_CONTAINS(err.msg, sub);
-  gr_tensor_release(&out);
+  GR_CHECK(gt_op_fails(op, in, n, ph, at, na, code, sub));
 }
 
 /* Same dtype, shape and bytes. */

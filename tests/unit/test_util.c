@@ -97,6 +97,104 @@ gr_status gt_run_op(const char *op, const gr_tensor *inputs, int n, const gr_att
   return s;
 }
 
+int64_t gt_get_int(const gr_tensor *t, int64_t i) {
+  if (t->dtype == GR_I64) return ((const int64_t *)gr_tensor_data(t))[i];
+  return gr_dtype_is_float(t->dtype) ? 0 : (int64_t)gr_tensor_get_f64(t, i);
+}
+
+void gt_set_wrapped(gr_tensor *t, int64_t i, uint64_t v) {
+  switch (t->dtype) {
+    case GR_I64:
+      ((int64_t *)gr_tensor_data(t))[i] = (int64_t)v;
+      break;
+    case GR_I32:
+      gr_tensor_set_f64(t, i, (int32_t)(uint32_t)v);
+      break;
+    case GR_U8:
+      gr_tensor_set_f64(t, i, (uint8_t)v);
+      break;
+    case GR_BOOL:
+      gr_tensor_set_f64(t, i, (double)(v & 1));
+      break;
+    default:
+      break;
+  }
+}
+
+gr_status gt_run1(const char *op, const gr_tensor *x, const gr_attr *a, int na, gr_tensor *out,
+                  gr_error *err) {
+  *out = gr_tensor_empty();
+  gr_error_clear(err);
+  return gt_run_op(op, x, 1, a, na, out, 1, err);
+}
+
+gr_status gt_run1_unknown(const char *op, const gr_tensor *x, bool rank_known, const gr_attr *a,
+                          int na, gr_tensor *out, gr_error *err) {
+  gr_shape s = gr_shape_unknown();
+  if (rank_known) {
+    s = x->shape;
+    for (int i = 0; i < s.rank; i++) s.dims[i] = -1;
+  }
+  *out = gr_tensor_empty();
+  gr_error_clear(err);
+  return gt_run_op_fresh(op, x, 1, &s, a, na, 0, out, NULL, err);
+}
+
+/* A copy of x made inside the graph (x + 0, or x or false). */
+static gr_output gt_fresh_copy(gr_graph *g, gr_output x, gr_dtype dt) {
+  static const uint64_t zero = 0;
+  gr_output z = gr_const_data(g, dt, gr_shape_scalar(), &zero);
+  return dt == GR_BOOL ? gr_logical_or(g, x, z) : gr_add(g, x, z);
+}
+
+gr_status gt_run_op_fresh(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
+                          const gr_attr *at, int na, int fresh, gr_tensor *out, gr_shape *inferred,
+                          gr_error *err) {
+  gr_graph *g = gr_graph_new();
+  gr_output xs[16];
+  gr_feed feeds[16];
+  for (int i = 0; i < n && i < 16; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    gr_output p = gr_placeholder(g, name, in[i].dtype, ph ? ph[i] : in[i].shape);
+    feeds[i] = (gr_feed){p, &in[i]};
+    xs[i] = i < fresh ? gt_fresh_copy(g, p, in[i].dtype) : p;
+  }
+  gr_output o = gr_op(g, op, NULL, xs, n, at, na);
+  gr_status s;
+  if (gr_graph_error(g)) {
+    *err = *gr_graph_error(g);
+    s = err->code;
+  } else {
+    if (inferred) *inferred = o.node->out_shapes[o.index];
+    gr_session *sess = gr_session_new(g, NULL, err);
+    s = sess ? gr_session_run(sess, feeds, n, &o, 1, out, NULL, 0, err) : err->code;
+    gr_session_free(sess);
+  }
+  gr_graph_free(g);
+  return s;
+}
+
+bool gt_op_fails(const char *op, const gr_tensor *in, int n, const gr_shape *ph, const gr_attr *at,
+                 int na, gr_status code, const char *sub) {
+  gr_error err = {0};
+  gr_tensor out = gr_tensor_empty();
+  gr_status s = gt_run_op_fresh(op, in, n, ph, at, na, 0, &out, NULL, &err);
+  gr_tensor_release(&out);
+  bool ok = true;
+  if (s != code) {
+    fprintf(stderr, "  %s: got %s (%s), want %s\n", op, gr_status_name(s), err.msg,
+            gr_status_name(code));
+    ok = false;
+  }
+  if (!strstr(err.msg, "node '") || (sub && !strstr(err.msg, sub))) {
+    fprintf(stderr, "  %s: '%s' does not name the node or contain '%s'\n", op, err.msg,
+            sub ? sub : "");
+    ok = false;
+  }
+  return ok;
+}
+
 static bool same_shape(const gr_tensor *got, const gr_tensor *want) {
   if (got->dtype != want->dtype) {
     fprintf(stderr, "  dtype %s, want %s\n", gr_dtype_name(got->dtype), gr_dtype_name(want->dtype));

@@ -36,6 +36,35 @@ bool gt_near(const gr_tensor *got, const gr_tensor *want, double rtol, double at
 /* Same shape, every element equal (as doubles). */
 bool gt_equal(const gr_tensor *got, const gr_tensor *want);
 
+/* Integer element i of t, exact for i64 (bool, u8, i32 through
+ * gr_tensor_get_f64; 0 for float dtypes). */
+int64_t gt_get_int(const gr_tensor *t, int64_t i);
+/* Stores v truncated to t's integer dtype (two's complement wrap; bool: the
+ * low bit); float dtypes are left alone. */
+void gt_set_wrapped(gr_tensor *t, int64_t i, uint64_t v);
+
+/* gt_run_op with one input and one output: *out is cleared (then holds the
+ * result when GR_OK) and err cleared first. */
+gr_status gt_run1(const char *op, const gr_tensor *x, const gr_attr *a, int na, gr_tensor *out,
+                  gr_error *err);
+/* Like gt_run1, but the placeholder has unknown dims (rank_known) or unknown
+ * rank, so only the kernel sees the shape. */
+gr_status gt_run1_unknown(const char *op, const gr_tensor *x, bool rank_known, const gr_attr *a,
+                          int na, gr_tensor *out, gr_error *err);
+/* Runs op on n (<= 16) inputs fed through placeholders of shapes ph (NULL:
+ * the inputs' own shapes); the first `fresh` inputs are first copied in the
+ * graph (x + 0, or x or false for bool), so the op receives a buffer it
+ * holds alone and may run in place. *out receives output 0 (release it);
+ * *inferred (if not NULL) the shape inference result. Returns the build or
+ * run status. */
+gr_status gt_run_op_fresh(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
+                          const gr_attr *at, int na, int fresh, gr_tensor *out, gr_shape *inferred,
+                          gr_error *err);
+/* Whether gt_run_op_fresh (no fresh copies) fails with code and a message
+ * naming the node (and containing sub, if not NULL); prints why not. */
+bool gt_op_fails(const char *op, const gr_tensor *in, int n, const gr_shape *ph, const gr_attr *at,
+                 int na, gr_status code, const char *sub);
+
 /* Resident memory of this process in KiB (from /proc/self/statm; 0 if unknown). */
 long gt_rss_kib(void);
 
