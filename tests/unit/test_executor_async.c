@@ -68,23 +68,12 @@ static int gate_count(void) {
   return n;
 }
 
-static const gr_op_def test_gate = {.name = "test_gate",
-                                    .min_inputs = 1,
-                                    .max_inputs = 1,
-                                    .num_outputs = 1,
-                                    .shape_fn = gr_shape_fn_unchanged,
-                                    .kernel = gate_kernel,
-                                    .flags = GR_OP_ASYNC};
+static const gr_op_def test_gate = GT_UNARY_OP_DEF("test_gate", gate_kernel, NULL, 0, GR_OP_ASYNC);
 
 static gr_status fail_kernel(gr_kernel_ctx *ctx) {
   return gr_kernel_error(ctx, GR_ERR_ABORTED, "failed on purpose");
 }
-static const gr_op_def test_fail = {.name = "test_fail_now",
-                                    .min_inputs = 1,
-                                    .max_inputs = 1,
-                                    .num_outputs = 1,
-                                    .shape_fn = gr_shape_fn_unchanged,
-                                    .kernel = fail_kernel};
+static const gr_op_def test_fail = GT_UNARY_OP_DEF("test_fail_now", fail_kernel, NULL, 0, 0);
 
 /* ---- runs and their done ------------------------------------------------------- */
 

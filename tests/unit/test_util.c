@@ -195,6 +195,22 @@ bool gt_op_fails(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
   return ok;
 }
 
+static int gt_blocked;
+static void gt_cancel_block(void *arg) {
+  gr_kernel_done(arg, GR_ERR_CANCELLED);
+}
+gr_status gt_block_kernel(gr_kernel_ctx *ctx) {
+  __atomic_fetch_add(&gt_blocked, 1, __ATOMIC_SEQ_CST);
+  gr_kernel_on_cancel(ctx, gt_cancel_block, ctx);
+  return GR_OK;
+}
+int gt_block_started(void) {
+  return __atomic_load_n(&gt_blocked, __ATOMIC_SEQ_CST);
+}
+void gt_block_reset(void) {
+  __atomic_store_n(&gt_blocked, 0, __ATOMIC_SEQ_CST);
+}
+
 static bool same_shape(const gr_tensor *got, const gr_tensor *want) {
   if (got->dtype != want->dtype) {
     fprintf(stderr, "  dtype %s, want %s\n", gr_dtype_name(got->dtype), gr_dtype_name(want->dtype));

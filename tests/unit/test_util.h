@@ -65,6 +65,22 @@ gr_status gt_run_op_fresh(const char *op, const gr_tensor *in, int n, const gr_s
 bool gt_op_fails(const char *op, const gr_tensor *in, int n, const gr_shape *ph, const gr_attr *at,
                  int na, gr_status code, const char *sub);
 
+/* A test-only op definition of one input and one output of the input's
+ * shape: static const gr_op_def op = GT_UNARY_OP_DEF("test_x", kernel,
+ * attrs, num_attrs, flags); (attrs may be NULL with 0). */
+#define GT_UNARY_OP_DEF(op_name, op_kernel, op_attrs, op_num_attrs, op_flags)                      \
+  {                                                                                                \
+    .name = (op_name), .min_inputs = 1, .max_inputs = 1, .num_outputs = 1, .attrs = (op_attrs),    \
+    .num_attrs = (op_num_attrs), .shape_fn = gr_shape_fn_unchanged, .kernel = (op_kernel),         \
+    .flags = (op_flags)                                                                            \
+  }
+/* An async kernel that never completes on its own: only cancellation ends
+ * it (with GR_ERR_CANCELLED). gt_block_started counts the calls since
+ * gt_block_reset. */
+gr_status gt_block_kernel(gr_kernel_ctx *ctx);
+int gt_block_started(void);
+void gt_block_reset(void);
+
 /* Resident memory of this process in KiB (from /proc/self/statm; 0 if unknown). */
 long gt_rss_kib(void);
 
