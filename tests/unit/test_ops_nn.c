@@ -39,12 +39,6 @@ static void expect_error(const char *op, const gr_tensor *in, int n, const gr_sh
   GR_CHECK(gt_op_fails(op, in, n, ph, NULL, 0, code, sub));
 }
 
-static gr_shape rand_shape(gt_rng *r, int rank, int lo, int hi) {
-  gr_shape s = gr_shape_make(rank, NULL);
-  for (int i = 0; i < rank; i++) s.dims[i] = gt_int(r, lo, hi);
-  return s;
-}
-
 static gr_tensor alloc_t(gr_dtype dt, gr_shape s) {
   gr_tensor t;
   gr_error err;
@@ -90,7 +84,7 @@ static void test_activations(void) {
         if (c == 6) /* extremes: no overflow to NaN */
           x = gt_make(float_dts[d], shape1(10), specials);
         else
-          x = gt_random(&r, float_dts[d], rand_shape(&r, c % 5, c == 5 ? 0 : 1, 6), -20, 20);
+          x = gt_random(&r, float_dts[d], gt_shape_in(&r, c % 5, c == 5 ? 0 : 1, 6), -20, 20);
         gr_tensor want = alloc_t(float_dts[d], x.shape);
         for (int64_t i = 0; i < gr_tensor_num_elements(&x); i++)
           gr_tensor_set_f64(&want, i, ref_act(op, gr_tensor_get_f64(&x, i)));
@@ -125,7 +119,7 @@ static void test_softmax(void) {
       for (int c = 0; c < 8; c++) {
         gr_dtype dt = float_dts[d];
         /* rank 1..4; case 6: a zero-size batch dim, case 7: zero classes */
-        gr_shape s = rand_shape(&r, 1 + c % 4, 1, 7);
+        gr_shape s = gt_shape_in(&r, 1 + c % 4, 1, 7);
         if (c == 6) s = shape2(0, 4);
         if (c == 7) s = shape2(3, 0);
         double span = c % 2 ? 1000 : 10; /* large logits must not overflow */
@@ -196,7 +190,7 @@ static void test_bias_add(void) {
   static const gr_dtype dts[] = {GR_F32, GR_F64, GR_I32, GR_I64, GR_U8};
   for (int c = 0; c < 30; c++) {
     gr_dtype dt = dts[c % 5];
-    gr_shape s = rand_shape(&r, 1 + c % 4, 1, 6);
+    gr_shape s = gt_shape_in(&r, 1 + c % 4, 1, 6);
     if (c == 25) s = shape2(0, 3);
     if (c == 26) s = shape2(4, 0);
     int64_t k = s.dims[s.rank - 1];

@@ -43,13 +43,6 @@ static bool same_bits(const gr_tensor *got, const gr_tensor *want) {
   return true;
 }
 
-/* A random shape of rank r with dims in [lo, hi]. */
-static gr_shape rand_shape(gt_rng *r, int rank, int lo, int hi) {
-  gr_shape s = gr_shape_make(rank, NULL);
-  for (int i = 0; i < rank; i++) s.dims[i] = gt_int(r, lo, hi);
-  return s;
-}
-
 static gr_tensor alloc_t(gr_dtype dt, gr_shape s) {
   gr_tensor t;
   gr_error err;
@@ -119,7 +112,7 @@ static void test_unary_float(void) {
     for (int d = 0; d < 2; d++)
       for (int c = 0; c < 6; c++) {
         /* rank 0..4; case 5 has a zero-size dim */
-        gr_shape s = rand_shape(&r, c % 5, c == 5 ? 0 : 1, 5);
+        gr_shape s = gt_shape_in(&r, c % 5, c == 5 ? 0 : 1, 5);
         bool pos = op == U_LOG || op == U_SQRT;
         gr_tensor x = gt_random(&r, dts[d], s, pos ? 0.01 : -6, pos ? 50 : 6);
         gr_tensor want = alloc_t(dts[d], s);
@@ -162,7 +155,7 @@ static void test_unary_int_wrap(void) {
   for (int k = 0; k < 3; k++)
     for (int d = 0; d < 3; d++)
       for (int c = 0; c < 4; c++) {
-        gr_shape s = rand_shape(&r, 1 + c % 3, 1, 9);
+        gr_shape s = gt_shape_in(&r, 1 + c % 3, 1, 9);
         gr_tensor x = rand_int_full(&r, dts[d], s), want = alloc_t(dts[d], s);
         int64_t n = gr_tensor_num_elements(&x);
         for (int64_t i = 0; i < n; i++) {
@@ -204,7 +197,7 @@ static void test_unary_int_wrap(void) {
 static void test_logical_not(void) {
   gt_rng r = {303};
   for (int c = 0; c < 5; c++) {
-    gr_shape s = rand_shape(&r, c, c == 4 ? 0 : 1, 6);
+    gr_shape s = gt_shape_in(&r, c, c == 4 ? 0 : 1, 6);
     gr_tensor x = gt_random(&r, GR_BOOL, s, 0, 1), want = alloc_t(GR_BOOL, s);
     for (int64_t i = 0; i < gr_tensor_num_elements(&x); i++)
       ((bool *)gr_tensor_data(&want))[i] = gr_tensor_get_f64(&x, i) == 0;
@@ -418,7 +411,7 @@ static void test_select(void) {
   gt_rng r = {505};
   for (int c = 0; c < 60; c++) {
     gr_dtype dt = all_dts[c % 6];
-    gr_shape full = rand_shape(&r, (int)gt_int(&r, 0, 4), c % 10 == 9 ? 0 : 1, 4);
+    gr_shape full = gt_shape_in(&r, (int)gt_int(&r, 0, 4), c % 10 == 9 ? 0 : 1, 4);
     gr_shape sh[3];
     for (int k = 0; k < 3; k++) sh[k] = operand_shape(&r, &full);
     if (c % 4 == 0) sh[1] = full; /* a has the output's shape: may run in place */
@@ -495,7 +488,7 @@ static void test_add_n(void) {
   for (int c = 0; c < 40; c++) {
     gr_dtype dt = dts[c % 5];
     int n = 1 + (int)gt_int(&r, 0, 5);
-    gr_shape s = rand_shape(&r, (int)gt_int(&r, 0, 3), c % 10 == 7 ? 0 : 1, 5);
+    gr_shape s = gt_shape_in(&r, (int)gt_int(&r, 0, 3), c % 10 == 7 ? 0 : 1, 5);
     gr_tensor in[6];
     for (int i = 0; i < n; i++)
       in[i] = gr_dtype_is_float(dt) ? gt_random(&r, dt, s, -10, 10) : rand_int_full(&r, dt, s);

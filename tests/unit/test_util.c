@@ -211,6 +211,34 @@ void gt_block_reset(void) {
   __atomic_store_n(&gt_blocked, 0, __ATOMIC_SEQ_CST);
 }
 
+bool gt_build_failed(gr_output o, gr_graph *g, gr_status code, const char *text) {
+  const gr_error *e = gr_graph_error(g);
+  bool ok = o.node == NULL && e != NULL;
+  if (!ok) fprintf(stderr, "  the build %s\n", e ? "made a node" : "did not fail");
+  if (!e) return false;
+  if (e->code != code || !strstr(e->msg, "node '") || !strstr(e->msg, text)) {
+    fprintf(stderr, "  got %s: %s (want %s, naming the node and '%s')\n", gr_status_name(e->code),
+            e->msg, gr_status_name(code), text);
+    ok = false;
+  }
+  gr_graph_clear_error(g);
+  return ok;
+}
+
+gr_shape gt_shape_in(gt_rng *r, int rank, int64_t lo, int64_t hi) {
+  gr_shape s = gr_shape_make(rank, NULL);
+  for (int i = 0; i < rank; i++) s.dims[i] = gt_int(r, lo, hi);
+  return s;
+}
+
+const char *gt_path_in(const char *dir, const char *name) {
+  static char buf[8][128];
+  static int k;
+  char *p = buf[k++ % 8];
+  snprintf(p, 128, "%s/%s", dir, name);
+  return p;
+}
+
 static bool same_shape(const gr_tensor *got, const gr_tensor *want) {
   if (got->dtype != want->dtype) {
     fprintf(stderr, "  dtype %s, want %s\n", gr_dtype_name(got->dtype), gr_dtype_name(want->dtype));

@@ -81,6 +81,14 @@ gr_status gt_block_kernel(gr_kernel_ctx *ctx);
 int gt_block_started(void);
 void gt_block_reset(void);
 
+/* Whether building o failed with code and a message naming the node and
+ * containing text (prints why not); clears the graph's error. */
+bool gt_build_failed(gr_output o, gr_graph *g, gr_status code, const char *text);
+/* A random shape of the given rank with dims in [lo, hi]. */
+gr_shape gt_shape_in(gt_rng *r, int rank, int64_t lo, int64_t hi);
+/* "dir/name" in one of 8 static buffers used in turn (valid until 8 more calls). */
+const char *gt_path_in(const char *dir, const char *name);
+
 /* Resident memory of this process in KiB (from /proc/self/statm; 0 if unknown). */
 long gt_rss_kib(void);
 
