@@ -13,6 +13,7 @@
 #include "core/gr_executor.h"
 #include "core/step_watch_internal.h"
 #include "gr_test.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 /* ---- a gate: an async identity that completes when the test opens it -------- */
@@ -102,21 +103,15 @@ static void on_done(void *arg, gr_status status, const gr_error *err) {
   pthread_mutex_unlock(&done_mu);
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Opens the gate from this thread until `want` runs are done (10 s at most). */
 static bool open_until_done(int want) {
-  double end = now_s() + 10;
+  double end = gt_now() + 10;
   for (;;) {
     pthread_mutex_lock(&done_mu);
     int got = done_total;
     pthread_mutex_unlock(&done_mu);
     if (got >= want) return true;
-    if (now_s() > end) return false;
+    if (gt_now() > end) return false;
     if (gate_open() == 0) usleep(200);
   }
 }
@@ -275,8 +270,8 @@ static void test_errors_through_done(void) {
     gate_cancels = 0;
     done_total = 0;
     gr_executor_run_async(ex, &r.feed, &r.out, &r.step, on_done, &r);
-    double end = now_s() + 10;
-    while (__atomic_load_n(&r.calls, __ATOMIC_SEQ_CST) == 0 && now_s() < end) usleep(200);
+    double end = gt_now() + 10;
+    while (__atomic_load_n(&r.calls, __ATOMIC_SEQ_CST) == 0 && gt_now() < end) usleep(200);
     usleep(2000);
     GR_CHECK_EQ_INT(r.calls, 1);
     GR_CHECK(r.status == GR_ERR_ABORTED);
@@ -308,8 +303,8 @@ static void test_watchdog_through_done(void) {
       r.step.watch = gr_watchdog_begin_step(d);
       gate_cancels = 0;
       gr_executor_run_async(ex, &r.feed, &r.out, &r.step, on_done, &r);
-      double end = now_s() + 10;
-      while (__atomic_load_n(&r.calls, __ATOMIC_SEQ_CST) == 0 && now_s() < end) usleep(1000);
+      double end = gt_now() + 10;
+      while (__atomic_load_n(&r.calls, __ATOMIC_SEQ_CST) == 0 && gt_now() < end) usleep(1000);
       usleep(2000);
       GR_CHECK_EQ_INT(r.calls, 1);
       gr_error err = r.err;
@@ -329,8 +324,8 @@ static void test_watchdog_through_done(void) {
 static volatile bool opener_stop;
 static void *opener_loop(void *arg) {
   (void)arg;
-  double end = now_s() + 10;
-  while (!opener_stop && now_s() < end)
+  double end = gt_now() + 10;
+  while (!opener_stop && gt_now() < end)
     if (gate_open() == 0) usleep(200);
   return NULL;
 }

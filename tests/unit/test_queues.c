@@ -15,15 +15,10 @@
 
 #include "gr_dsl.h"
 #include "gr_test.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 #define TIMEOUT_MS 10000
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static gr_session *session_on(gr_graph *g, gr_resource_mgr *m, int timeout_ms, gr_error *err) {
   gr_session_options o = {.inter_op_threads = 2, .resources = m, .step_timeout_ms = timeout_ms};
@@ -171,14 +166,14 @@ static void *bg_run(void *arg) {
     b->st = dequeue_f32(b->s, b->t, &b->value, &b->err);
   else
     b->st = enqueue_f32(b->s, b->t, b->value, &b->err);
-  b->t_end = now_s();
+  b->t_end = gt_now();
   __atomic_store_n(&b->finished, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
 static bool wait_finished(bg *b, double seconds) {
-  double end = now_s() + seconds;
-  while (!__atomic_load_n(&b->finished, __ATOMIC_ACQUIRE) && now_s() < end) usleep(1000);
+  double end = gt_now() + seconds;
+  while (!__atomic_load_n(&b->finished, __ATOMIC_ACQUIRE) && gt_now() < end) usleep(1000);
   return __atomic_load_n(&b->finished, __ATOMIC_ACQUIRE);
 }
 
@@ -202,7 +197,7 @@ static void test_dequeue_waits_for_other_session(void) {
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
   double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
   GR_CHECK_MSG(cpu < 0.05, "waiting used %.3f s of CPU in 0.2 s", cpu);
-  double t0 = now_s();
+  double t0 = gt_now();
   GR_CHECK(enqueue_f32(sb, &b, 42.0f, &err) == GR_OK);
   GR_CHECK(wait_finished(&d, 5));
   pthread_join(th, NULL);
@@ -333,10 +328,10 @@ static void test_abort_wakes_dequeue(void) {
   GR_CHECK_MSG(bad.node != NULL, "%s", graph_msg(t.g));
   gr_error err;
   gr_session *s = session_on(t.g, NULL, 300, &err);
-  double t0 = now_s();
+  double t0 = gt_now();
   float v;
   gr_status st = dequeue_f32(s, &t, &v, &err);
-  double dt = now_s() - t0;
+  double dt = gt_now() - t0;
   GR_CHECK_EQ_INT(st, GR_ERR_DEADLINE_EXCEEDED);
   GR_CHECK_STR_CONTAINS(err.msg, "queue_dequeue");
   GR_CHECK_MSG(dt < 5.0, "the timeout took %.2f s", dt);
@@ -347,9 +342,9 @@ static void test_abort_wakes_dequeue(void) {
   gr_feed f = {idx, &it};
   gr_output fetch[2] = {t.deq, bad};
   gr_tensor outs[2];
-  t0 = now_s();
+  t0 = gt_now();
   st = gr_session_run(s, &f, 1, fetch, 2, outs, NULL, 0, &err);
-  dt = now_s() - t0;
+  dt = gt_now() - t0;
   GR_CHECK(st != GR_OK);
   GR_CHECK_STR_CONTAINS(err.msg, "gather");
   GR_CHECK_MSG(dt < 0.25, "the cancelled step took %.3f s", dt);

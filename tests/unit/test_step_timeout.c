@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gr_test.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 /* An async kernel that never completes on its own: only cancellation ends it. */
@@ -32,12 +33,6 @@ static gr_status fail_kernel(gr_kernel_ctx *ctx) {
 static const gr_op_def test_fail =
     GT_UNARY_OP_DEF("test_fail", fail_kernel, NULL, 0, GR_OP_STATEFUL);
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static gr_session *session(gr_graph *g, int devices, int threads, int timeout_ms) {
   gr_session_options o = {
       .num_devices = devices, .inter_op_threads = threads, .step_timeout_ms = timeout_ms};
@@ -50,9 +45,9 @@ static gr_session *session(gr_graph *g, int devices, int threads, int timeout_ms
 /* Runs fetch; returns the status, the message in err and the seconds taken. */
 static gr_status run1(gr_session *s, gr_output fetch, gr_error *err, double *secs) {
   gr_tensor out;
-  double t0 = now_s();
+  double t0 = gt_now();
   gr_status st = gr_session_run(s, NULL, 0, &fetch, 1, &out, NULL, 0, err);
-  *secs = now_s() - t0;
+  *secs = gt_now() - t0;
   if (st == GR_OK) gr_tensor_release(&out);
   return st;
 }

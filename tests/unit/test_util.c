@@ -438,6 +438,16 @@ void gt_remove_tree(const char *path) {
   nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+bool gt_cli_expect(const char *dir, const char *args, int code, const char *want, char *out,
+                   size_t cap) {
+  int rc = gt_cli_run(dir, args, out, cap);
+  bool ok = rc == code && (!want || strstr(out, want));
+  if (!ok)
+    fprintf(stderr, "  graphrun %s: exit %d (want %d)%s%s%s, output:\n%s\n", args, rc, code,
+            want ? ", want '" : "", want ? want : "", want ? "'" : "", out);
+  return ok;
+}
+
 void gt_write_file(const char *dir, const char *name, const char *text) {
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/%s", dir, name);

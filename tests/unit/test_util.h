@@ -129,6 +129,10 @@ bool gt_bit_equal(const gr_tensor *got, const gr_tensor *want);
  * in dir, its stdout and stderr into out (at most cap - 1 bytes, NUL
  * terminated); returns its exit code, -1 when it did not exit. */
 int gt_cli_run(const char *dir, const char *args, char *out, size_t cap);
+/* gt_cli_run, then whether `graphrun ARGS` exited with code and (want not
+ * NULL) its output holds want; prints what differs. */
+bool gt_cli_expect(const char *dir, const char *args, int code, const char *want, char *out,
+                   size_t cap);
 /* Writes text to dir/name (aborts the test when it cannot). */
 void gt_write_file(const char *dir, const char *name, const char *text);
 /* Removes path and, for a directory, everything in it (like rm -rf). */
