@@ -56,13 +56,7 @@ static void expect_build_error(gr_output o, gr_graph *g, gr_status code, const c
 }
 
 static void check_shape(gr_output o, gr_dtype dt, gr_shape want) {
-  GR_CHECK(o.node != NULL);
-  if (!o.node) return;
-  char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
-  const gr_shape *got = &o.node->out_shapes[o.index];
-  GR_CHECK_MSG(gr_shape_equal(got, &want), "%s: %s vs %s", o.node->name, gr_shape_str(got, a),
-               gr_shape_str(&want, b));
-  GR_CHECK_EQ_INT(o.node->out_dtypes[o.index], dt);
+  GR_CHECK(gt_inferred(o, dt, want));
 }
 
 /* A random shape whose dims are 1..max, with a 0 dim now and then. */

@@ -252,18 +252,24 @@ static void test_deterministic_order(void) {
 
 /* ---- edge cases ------------------------------------------------------------------------------ */
 
-/* Expects op(x, axes) to give exactly the values want (as doubles). */
-static void expect_values(const char *op, gr_dtype dt, gr_shape s, const double *xv, int n,
-                          const int64_t *axes, gr_shape ws, const double *wv) {
-  gr_tensor x = gt_make(dt, s, xv), out, want = gt_make(dt, ws, wv);
-  gr_attr a = gr_attr_ints("axes", n, axes);
+/* Expects op(x) with attr a to give exactly the values want (dtype wt, as doubles). */
+static void expect_exact(const char *op, gr_dtype dt, gr_shape s, const double *xv,
+                         const gr_attr *a, gr_dtype wt, gr_shape ws, const double *wv) {
+  gr_tensor x = gt_make(dt, s, xv), out, want = gt_make(wt, ws, wv);
   gr_error err;
-  gr_status st = gt_run1(op, &x, &a, 1, &out, &err);
+  gr_status st = gt_run1(op, &x, a, 1, &out, &err);
   GR_CHECK_OK(st, err);
   GR_CHECK_MSG(st == GR_OK && gt_equal(&out, &want), "%s", op);
   gr_tensor_release(&x);
   gr_tensor_release(&out);
   gr_tensor_release(&want);
+}
+
+/* Expects op(x, axes) to give exactly the values want (as doubles). */
+static void expect_values(const char *op, gr_dtype dt, gr_shape s, const double *xv, int n,
+                          const int64_t *axes, gr_shape ws, const double *wv) {
+  gr_attr a = gr_attr_ints("axes", n, axes);
+  expect_exact(op, dt, s, xv, &a, dt, ws, wv);
 }
 
 static void expect_run_error(const char *op, const gr_tensor *x, const gr_attr *a, int na,
@@ -446,15 +452,8 @@ static void test_random_arg(void) {
 
 static void expect_arg(const char *op, gr_dtype dt, gr_shape s, const double *xv, int64_t axis,
                        gr_shape ws, const double *wv) {
-  gr_tensor x = gt_make(dt, s, xv), out, want = gt_make(GR_I64, ws, wv);
   gr_attr a = gr_attr_int("axis", axis);
-  gr_error err;
-  gr_status st = gt_run1(op, &x, &a, 1, &out, &err);
-  GR_CHECK_OK(st, err);
-  GR_CHECK_MSG(st == GR_OK && gt_equal(&out, &want), "%s", op);
-  gr_tensor_release(&x);
-  gr_tensor_release(&out);
-  gr_tensor_release(&want);
+  expect_exact(op, dt, s, xv, &a, GR_I64, ws, wv);
 }
 
 static void test_arg_cases(void) {
@@ -482,13 +481,7 @@ static void test_arg_cases(void) {
 /* ---- shapes, builders, errors ------------------------------------------------------------- */
 
 static void check_shape(gr_output o, gr_dtype dt, gr_shape want) {
-  GR_CHECK(o.node != NULL);
-  if (!o.node) return;
-  char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
-  const gr_shape *got = &o.node->out_shapes[o.index];
-  GR_CHECK_MSG(gr_shape_equal(got, &want), "%s: %s vs %s", o.node->name, gr_shape_str(got, a),
-               gr_shape_str(&want, b));
-  GR_CHECK_EQ_INT(o.node->out_dtypes[o.index], dt);
+  GR_CHECK(gt_inferred(o, dt, want));
 }
 
 static void test_shape_inference(void) {

@@ -225,6 +225,21 @@ bool gt_build_failed(gr_output o, gr_graph *g, gr_status code, const char *text)
   return ok;
 }
 
+bool gt_inferred(gr_output o, gr_dtype dt, gr_shape want) {
+  if (!o.node) {
+    fprintf(stderr, "  no node\n");
+    return false;
+  }
+  char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+  const gr_shape *got = &o.node->out_shapes[o.index];
+  gr_dtype got_dt = o.node->out_dtypes[o.index];
+  bool ok = gr_shape_equal(got, &want) && got_dt == dt;
+  if (!ok)
+    fprintf(stderr, "  %s: %s %s vs %s %s\n", o.node->name, gr_dtype_name(got_dt),
+            gr_shape_str(got, a), gr_dtype_name(dt), gr_shape_str(&want, b));
+  return ok;
+}
+
 gr_shape gt_shape_in(gt_rng *r, int rank, int64_t lo, int64_t hi) {
   gr_shape s = gr_shape_make(rank, NULL);
   for (int i = 0; i < rank; i++) s.dims[i] = gt_int(r, lo, hi);

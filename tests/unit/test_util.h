@@ -84,6 +84,9 @@ void gt_block_reset(void);
 /* Whether building o failed with code and a message naming the node and
  * containing text (prints why not); clears the graph's error. */
 bool gt_build_failed(gr_output o, gr_graph *g, gr_status code, const char *text);
+/* Whether node output o exists with dtype dt and inferred shape want
+ * (prints the difference). */
+bool gt_inferred(gr_output o, gr_dtype dt, gr_shape want);
 /* A random shape of the given rank with dims in [lo, hi]. */
 gr_shape gt_shape_in(gt_rng *r, int rank, int64_t lo, int64_t hi);
 /* "dir/name" in one of 8 static buffers used in turn (valid until 8 more calls). */
