@@ -123,6 +123,26 @@ static void fill(gt_rng *r, gr_tensor *t, vmode m) {
 
 /* ---- reference -------------------------------------------------------------------- */
 
+/* A comparison's result from the order of x and y (c: -1, 0 or 1);
+ * unordered (a NaN): only not_equal holds. */
+static bool compared(opid op, int c, bool unordered) {
+  if (unordered) return op == NE;
+  switch (op) {
+    case EQ:
+      return c == 0;
+    case NE:
+      return c != 0;
+    case LT:
+      return c < 0;
+    case LE:
+      return c <= 0;
+    case GT:
+      return c > 0;
+    default:
+      return c >= 0;
+  }
+}
+
 static double ref_float(opid op, double x, double y) {
   switch (op) {
     case ADD:
@@ -140,17 +160,12 @@ static double ref_float(opid op, double x, double y) {
     case MIN:
       return isnan(x) || isnan(y) ? NAN : x < y ? x : y;
     case EQ:
-      return x == y;
     case NE:
-      return x != y;
     case LT:
-      return x < y;
     case LE:
-      return x <= y;
     case GT:
-      return x > y;
     case GE:
-      return x >= y;
+      return compared(op, (x > y) - (x < y), isnan(x) || isnan(y));
     case AND:
       return x != 0 && y != 0;
     default:
@@ -186,17 +201,12 @@ static int64_t ref_int(opid op, gr_dtype dt, int64_t x, int64_t y, bool *zero) {
     case MIN:
       return x < y ? x : y;
     case EQ:
-      return x == y;
     case NE:
-      return x != y;
     case LT:
-      return x < y;
     case LE:
-      return x <= y;
     case GT:
-      return x > y;
     case GE:
-      return x >= y;
+      return compared(op, (x > y) - (x < y), false);
     case AND:
       return x && y;
     default:
