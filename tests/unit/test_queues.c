@@ -177,6 +177,13 @@ static bool wait_finished(bg *b, double seconds) {
   return __atomic_load_n(&b->finished, __ATOMIC_ACQUIRE);
 }
 
+/* Starts d in thread *th; whether it is still waiting 100 ms later. */
+static bool started_waiting(bg *d, pthread_t *th) {
+  pthread_create(th, NULL, bg_run, d);
+  usleep(100 * 1000);
+  return !d->finished;
+}
+
 /* Two sessions (two clients) on one container share queue "q": a dequeue
  * in one waits, without a thread spinning, until the other enqueues. */
 static void test_dequeue_waits_for_other_session(void) {
@@ -188,9 +195,7 @@ static void test_dequeue_waits_for_other_session(void) {
   gr_session *sa = session_on(a.g, m, TIMEOUT_MS, &err), *sb = session_on(b.g, m, TIMEOUT_MS, &err);
   bg d = {.s = sa, .t = &a, .op = 0};
   pthread_t th;
-  pthread_create(&th, NULL, bg_run, &d);
-  usleep(100 * 1000);
-  GR_CHECK_MSG(!d.finished, "the dequeue did not wait");
+  GR_CHECK_MSG(started_waiting(&d, &th), "the dequeue did not wait");
   struct timespec c0, c1;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
   usleep(200 * 1000);
@@ -221,9 +226,7 @@ static void test_capacity_blocks_enqueue(void) {
   GR_CHECK(enqueue_f32(s1, &t, 2, &err) == GR_OK);
   bg e = {.s = s2, .t = &t, .op = 1, .value = 3};
   pthread_t th;
-  pthread_create(&th, NULL, bg_run, &e);
-  usleep(100 * 1000);
-  GR_CHECK_MSG(!e.finished, "the enqueue into a full queue did not wait");
+  GR_CHECK_MSG(started_waiting(&e, &th), "the enqueue into a full queue did not wait");
   GR_CHECK_EQ_INT(size_of(s1, &t), 2);
   float v = 0;
   GR_CHECK(dequeue_f32(s1, &t, &v, &err) == GR_OK);
@@ -250,17 +253,13 @@ static void test_close(void) {
   /* a waiting dequeue is woken by close: closed and empty is out of range */
   bg d = {.s = s2, .t = &t, .op = 0};
   pthread_t th;
-  pthread_create(&th, NULL, bg_run, &d);
-  usleep(100 * 1000);
-  GR_CHECK(!d.finished);
+  GR_CHECK_MSG(started_waiting(&d, &th), "it did not wait");
   GR_CHECK(enqueue_f32(s, &t, 5, &err) == GR_OK); /* served to the waiter */
   GR_CHECK(wait_finished(&d, 5));
   pthread_join(th, NULL);
   GR_CHECK(d.st == GR_OK && (int)d.value == 5);
   d = (bg){.s = s2, .t = &t, .op = 0};
-  pthread_create(&th, NULL, bg_run, &d);
-  usleep(100 * 1000);
-  GR_CHECK(!d.finished);
+  GR_CHECK_MSG(started_waiting(&d, &th), "it did not wait");
   GR_CHECK(enqueue_f32(s, &t, 6, &err) == GR_OK);
   GR_CHECK(wait_finished(&d, 5));
   pthread_join(th, NULL);
@@ -304,9 +303,7 @@ static void test_close_wakes_dequeue(void) {
   gr_session *s = session_on(t.g, m, TIMEOUT_MS, &err), *s2 = session_on(t.g, m, TIMEOUT_MS, &err);
   bg d = {.s = s2, .t = &t, .op = 0};
   pthread_t th;
-  pthread_create(&th, NULL, bg_run, &d);
-  usleep(100 * 1000);
-  GR_CHECK(!d.finished);
+  GR_CHECK_MSG(started_waiting(&d, &th), "it did not wait");
   GR_CHECK(gr_session_run(s, NULL, 0, NULL, 0, NULL, &t.close, 1, &err) == GR_OK);
   GR_CHECK(wait_finished(&d, 5));
   pthread_join(th, NULL);
