@@ -177,6 +177,24 @@ static bool wait_finished(bg *b, double seconds) {
   return __atomic_load_n(&b->finished, __ATOMIC_ACQUIRE);
 }
 
+/* Queue graph t (capacity as for qgraph_make) and two sessions on it, two
+ * clients sharing one container (returned; two_clients_free ends all). */
+static gr_resource_mgr *two_clients(qgraph *t, int capacity, gr_session **s1, gr_session **s2,
+                                    gr_error *err) {
+  gr_resource_mgr *m = gr_resource_mgr_new();
+  qgraph_make(t, capacity);
+  *s1 = session_on(t->g, m, TIMEOUT_MS, err);
+  *s2 = session_on(t->g, m, TIMEOUT_MS, err);
+  return m;
+}
+
+static void two_clients_free(gr_resource_mgr *m, qgraph *t, gr_session *s1, gr_session *s2) {
+  gr_session_free(s1);
+  gr_session_free(s2);
+  gr_graph_free(t->g);
+  gr_resource_mgr_free(m);
+}
+
 /* Starts d in thread *th; whether it is still waiting 100 ms later. */
 static bool started_waiting(bg *d, pthread_t *th) {
   pthread_create(th, NULL, bg_run, d);
@@ -217,11 +235,10 @@ static void test_dequeue_waits_for_other_session(void) {
 }
 
 static void test_capacity_blocks_enqueue(void) {
-  gr_resource_mgr *m = gr_resource_mgr_new();
   qgraph t;
-  qgraph_make(&t, 2);
+  gr_session *s1, *s2;
   gr_error err;
-  gr_session *s1 = session_on(t.g, m, TIMEOUT_MS, &err), *s2 = session_on(t.g, m, TIMEOUT_MS, &err);
+  gr_resource_mgr *m = two_clients(&t, 2, &s1, &s2, &err);
   GR_CHECK(enqueue_f32(s1, &t, 1, &err) == GR_OK);
   GR_CHECK(enqueue_f32(s1, &t, 2, &err) == GR_OK);
   bg e = {.s = s2, .t = &t, .op = 1, .value = 3};
@@ -238,18 +255,14 @@ static void test_capacity_blocks_enqueue(void) {
   GR_CHECK_EQ_INT((int)v, 2);
   GR_CHECK(dequeue_f32(s1, &t, &v, &err) == GR_OK);
   GR_CHECK_EQ_INT((int)v, 3);
-  gr_session_free(s1);
-  gr_session_free(s2);
-  gr_graph_free(t.g);
-  gr_resource_mgr_free(m);
+  two_clients_free(m, &t, s1, s2);
 }
 
 static void test_close(void) {
-  gr_resource_mgr *m = gr_resource_mgr_new();
   qgraph t;
-  qgraph_make(&t, -1);
+  gr_session *s, *s2;
   gr_error err;
-  gr_session *s = session_on(t.g, m, TIMEOUT_MS, &err), *s2 = session_on(t.g, m, TIMEOUT_MS, &err);
+  gr_resource_mgr *m = two_clients(&t, -1, &s, &s2, &err);
   /* a waiting dequeue is woken by close: closed and empty is out of range */
   bg d = {.s = s2, .t = &t, .op = 0};
   pthread_t th;
@@ -288,19 +301,15 @@ static void test_close(void) {
   GR_CHECK_EQ_INT(st, GR_ERR_CANCELLED);
   GR_CHECK_STR_CONTAINS(err.msg, "queue 'q' is closed");
   GR_CHECK_STR_CONTAINS(err.msg, "queue_enqueue");
-  gr_session_free(s);
-  gr_session_free(s2);
-  gr_graph_free(t.g);
-  gr_resource_mgr_free(m);
+  two_clients_free(m, &t, s, s2);
 }
 
 /* A dequeue waiting when close comes is woken with out of range. */
 static void test_close_wakes_dequeue(void) {
-  gr_resource_mgr *m = gr_resource_mgr_new();
   qgraph t;
-  qgraph_make(&t, -1);
+  gr_session *s, *s2;
   gr_error err;
-  gr_session *s = session_on(t.g, m, TIMEOUT_MS, &err), *s2 = session_on(t.g, m, TIMEOUT_MS, &err);
+  gr_resource_mgr *m = two_clients(&t, -1, &s, &s2, &err);
   bg d = {.s = s2, .t = &t, .op = 0};
   pthread_t th;
   GR_CHECK_MSG(started_waiting(&d, &th), "it did not wait");
@@ -309,10 +318,7 @@ static void test_close_wakes_dequeue(void) {
   pthread_join(th, NULL);
   GR_CHECK_EQ_INT(d.st, GR_ERR_OUT_OF_RANGE);
   GR_CHECK_STR_CONTAINS(d.err.msg, "closed");
-  gr_session_free(s);
-  gr_session_free(s2);
-  gr_graph_free(t.g);
-  gr_resource_mgr_free(m);
+  two_clients_free(m, &t, s, s2);
 }
 
 /* The step timeout's watchdog cancels a dequeue that nobody will serve;
