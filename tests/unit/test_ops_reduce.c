@@ -383,33 +383,31 @@ static void test_integer_semantics(void) {
 
 /* ---- argmax / argmin --------------------------------------------------------------------- */
 
+/* Walks x in element order (gt_unravel), so along the axis each output
+ * cell sees its candidates first to last: the first extreme wins, and the
+ * first NaN wins for good. */
 static gr_tensor ref_arg(bool is_min, const gr_tensor *x, int ax) {
   gr_shape os = gr_shape_make(0, NULL);
-  int64_t outer = 1, inner = 1, n = x->shape.dims[ax];
-  for (int i = 0; i < x->shape.rank; i++) {
-    if (i == ax) continue;
-    os.dims[os.rank++] = x->shape.dims[i];
-    if (i < ax)
-      outer *= x->shape.dims[i];
-    else
-      inner *= x->shape.dims[i];
-  }
-  gr_tensor out = gt_zeros(GR_I64, os);
-  int64_t *y = gr_tensor_data(&out);
-  for (int64_t o = 0; o < outer; o++)
-    for (int64_t j = 0; j < inner; j++) {
-      int64_t best = -1;
-      double bv = 0;
-      for (int64_t i = 0; i < n; i++) {
-        double v = gr_tensor_get_f64(x, (o * n + i) * inner + j);
-        if (best >= 0 && isnan(bv)) break;
-        if (best < 0 || isnan(v) || (is_min ? v < bv : v > bv)) {
-          best = i;
-          bv = v;
-        }
-      }
-      y[o * inner + j] = best;
+  for (int i = 0; i < x->shape.rank; i++)
+    if (i != ax) os.dims[os.rank++] = x->shape.dims[i];
+  gr_tensor out = gt_zeros(GR_I64, os), best = gt_zeros(GR_F64, os);
+  int64_t *y = gr_tensor_data(&out), ostr[GR_MAX_RANK], idx[GR_MAX_RANK];
+  double *bv = gr_tensor_data(&best);
+  gt_strides(&os, ostr);
+  for (int64_t o = 0; o < gr_tensor_num_elements(&out); o++) y[o] = -1;
+  for (int64_t e = 0; e < gr_tensor_num_elements(x); e++) {
+    gt_unravel(&x->shape, e, idx);
+    int64_t o = 0;
+    for (int i = 0, k = 0; i < x->shape.rank; i++)
+      if (i != ax) o += idx[i] * ostr[k++];
+    double v = gr_tensor_get_f64(x, e);
+    if (y[o] >= 0 && isnan(bv[o])) continue;
+    if (y[o] < 0 || isnan(v) || (is_min ? v < bv[o] : v > bv[o])) {
+      y[o] = idx[ax];
+      bv[o] = v;
     }
+  }
+  gr_tensor_release(&best);
   return out;
 }
 
