@@ -568,6 +568,17 @@ static void expect_response(const bytes *req, uint64_t id, gr_status code, const
 }
 
 /* A RUN map's first entries: id, handle, inc, step, run, seed (6 of entries). */
+/* Frames the map m (and body) as a message of type, expects the response
+ * (id, code, want) and frees m. */
+static void expect_map_response(mp *m, int type, const void *body, size_t bl, uint64_t id,
+                                gr_status code, const char *want) {
+  bytes f = {0};
+  frame(&f, type, m, body, bl);
+  expect_response(&f, id, code, want, NULL);
+  b_free(&f);
+  mp_free(m);
+}
+
 static void run_map(mp *m, uint32_t entries, uint64_t id, uint64_t handle, uint64_t inc,
                     uint64_t run) {
   msgpack_pack_map(&m->pk, entries);
@@ -1104,12 +1115,8 @@ static void test_run_field_wrong_type(void) {
   mp_u64(&m, "seed", 1);
   mp_str(&m, "feeds");
   msgpack_pack_array(&m.pk, 0);
-  bytes f = {0};
-  frame(&f, GR_MSG_RUN, &m, NULL, 0);
-  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT,
-                  "field 'handle' must be an unsigned integer, not a string", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, NULL, 0, 3, GR_ERR_INVALID_ARGUMENT,
+                      "field 'handle' must be an unsigned integer, not a string");
   /* a float for the step, a bool for the run */
   mp_init(&m);
   msgpack_pack_map(&m.pk, 7);
@@ -1123,11 +1130,8 @@ static void test_run_field_wrong_type(void) {
   mp_u64(&m, "seed", 1);
   mp_str(&m, "feeds");
   msgpack_pack_array(&m.pk, 0);
-  frame(&f, GR_MSG_RUN, &m, NULL, 0);
-  expect_response(&f, 4, GR_ERR_INVALID_ARGUMENT,
-                  "field 'step' must be an unsigned integer, not a float", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, NULL, 0, 4, GR_ERR_INVALID_ARGUMENT,
+                      "field 'step' must be an unsigned integer, not a float");
   CHECK_SERVING();
 }
 
@@ -1142,11 +1146,8 @@ static void test_run_missing_field(void) {
   mp_u64(&m, "run", next_run++);
   mp_str(&m, "feeds");
   msgpack_pack_array(&m.pk, 0);
-  bytes f = {0};
-  frame(&f, GR_MSG_RUN, &m, NULL, 0);
-  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT, "field 'seed' is missing", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, NULL, 0, 3, GR_ERR_INVALID_ARGUMENT,
+                      "field 'seed' is missing");
   CHECK_SERVING();
 }
 
@@ -1174,12 +1175,8 @@ static void test_arrays_too_long(void) {
   mp_str(&m, "names");
   msgpack_pack_array(&m.pk, (1u << 20) + 1);
   for (uint32_t i = 0; i < (1u << 20) + 1; i++) msgpack_pack_nil(&m.pk);
-  bytes f = {0};
-  frame(&f, GR_MSG_VARS, &m, NULL, 0);
-  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT,
-                  "field 'names' has 1048577 items (at most 1048576)", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_VARS, NULL, 0, 3, GR_ERR_INVALID_ARGUMENT,
+                      "field 'names' has 1048577 items (at most 1048576)");
   mp_init(&m);
   msgpack_pack_map(&m.pk, 4);
   mp_u64(&m, "id", 4);
@@ -1189,10 +1186,8 @@ static void test_arrays_too_long(void) {
   mp_str(&m, "parts");
   msgpack_pack_array(&m.pk, 65);
   for (int i = 0; i < 65; i++) msgpack_pack_nil(&m.pk);
-  frame(&f, GR_MSG_REGISTER, &m, NULL, 0);
-  expect_response(&f, 4, GR_ERR_INVALID_ARGUMENT, "field 'parts' has 65 items (at most 64)", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_REGISTER, NULL, 0, 4, GR_ERR_INVALID_ARGUMENT,
+                      "field 'parts' has 65 items (at most 64)");
   CHECK_SERVING();
 }
 
@@ -1276,7 +1271,6 @@ static void test_empty_strings(void) {
 }
 
 static void test_tensor_bool_byte_2(void) {
-  bytes f = {0};
   mp m;
   mp_init(&m);
   run_map(&m, 7, 9, handle_a, inc0, next_run++);
@@ -1286,15 +1280,12 @@ static void test_tensor_bool_byte_2(void) {
   msgpack_pack_int(&m.pk, 0);
   pk_tensor(&m.pk, "bool", 1, (int64_t[]){3}, 0, 3);
   uint8_t body[64] = {1, 0, 2};
-  frame(&f, GR_MSG_RUN, &m, body, sizeof body);
-  expect_response(&f, 9, GR_ERR_INVALID_ARGUMENT, "bool tensor holds byte 2", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, body, sizeof body, 9, GR_ERR_INVALID_ARGUMENT,
+                      "bool tensor holds byte 2");
   CHECK_SERVING();
 }
 
 static void test_feed_not_a_tensor(void) {
-  bytes f = {0};
   mp m;
   mp_init(&m);
   run_map(&m, 7, 9, handle_a, inc0, next_run++);
@@ -1303,11 +1294,8 @@ static void test_feed_not_a_tensor(void) {
   msgpack_pack_array(&m.pk, 2);
   msgpack_pack_int(&m.pk, 0);
   gr_pack_str(&m.pk, "float32");
-  frame(&f, GR_MSG_RUN, &m, NULL, 0);
-  expect_response(&f, 9, GR_ERR_INVALID_ARGUMENT,
-                  "a tensor must be [dtype, dims, offset, bytes] or nil", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, NULL, 0, 9, GR_ERR_INVALID_ARGUMENT,
+                      "a tensor must be [dtype, dims, offset, bytes] or nil");
   CHECK_SERVING();
 }
 
@@ -1322,7 +1310,6 @@ static void test_feeds_malformed(void) {
                {2, GR_ERR_INVALID_ARGUMENT, "feed 0 is given twice"},
                {3, GR_ERR_INVALID_ARGUMENT, "feed 0 must be [index, tensor]"}};
   for (int i = 0; i < 4; i++) {
-    bytes f = {0};
     mp m;
     mp_init(&m);
     run_map(&m, 7, 9, handle_a, inc0, next_run++);
@@ -1339,10 +1326,7 @@ static void test_feeds_malformed(void) {
         pk_tensor(pk, "float32", 1, (int64_t[]){3}, 0, 12);
       if (w == 3) msgpack_pack_nil(pk);
     }
-    frame(&f, GR_MSG_RUN, &m, (uint8_t[64]){0}, 64);
-    expect_response(&f, 9, cases[i].code, cases[i].want, NULL);
-    b_free(&f);
-    mp_free(&m);
+    expect_map_response(&m, GR_MSG_RUN, (uint8_t[64]){0}, 64, 9, cases[i].code, cases[i].want);
   }
   CHECK_SERVING();
 }
@@ -1350,16 +1334,13 @@ static void test_feeds_malformed(void) {
 /* ---- requests that name the wrong things --------------------------------- */
 
 static void test_run_unknown_handle(void) {
-  bytes f = {0};
   mp m;
   mp_init(&m);
   run_map(&m, 7, 9, 987654321, inc0, next_run++);
   mp_str(&m, "feeds");
   msgpack_pack_array(&m.pk, 0);
-  frame(&f, GR_MSG_RUN, &m, NULL, 0);
-  expect_response(&f, 9, GR_ERR_NOT_FOUND, TASK0 " has no graph 987654321", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, NULL, 0, 9, GR_ERR_NOT_FOUND,
+                      TASK0 " has no graph 987654321");
   CHECK_SERVING();
 }
 
