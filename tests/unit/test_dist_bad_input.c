@@ -590,17 +590,23 @@ static void run_map(mp *m, uint32_t entries, uint64_t id, uint64_t handle, uint6
   mp_u64(m, "seed", 7);
 }
 
+/* Starts m as a RUN map of graph a (id, run) whose feeds are one [0, ...]
+ * pair: the caller packs the tensor descriptor. */
+static void feed0_run_a(mp *m, uint64_t id, uint64_t run) {
+  mp_init(m);
+  run_map(m, 7, id, handle_a, inc0, run);
+  mp_str(m, "feeds");
+  msgpack_pack_array(&m->pk, 1);
+  msgpack_pack_array(&m->pk, 2);
+  msgpack_pack_int(&m->pk, 0);
+}
+
 /* A RUN of graph a whose one feed is [0, tensor descriptor] with a body of
  * body_len bytes holding the floats 1, 2, 3 at offset 0 (bool: 1, 1, 0). */
 static void run_a_frame(bytes *out, uint64_t id, uint64_t run, const char *dtype, int rank,
                         const int64_t *dims, int64_t off, int64_t nbytes, size_t body_len) {
   mp m;
-  mp_init(&m);
-  run_map(&m, 7, id, handle_a, inc0, run);
-  mp_str(&m, "feeds");
-  msgpack_pack_array(&m.pk, 1);
-  msgpack_pack_array(&m.pk, 2);
-  msgpack_pack_int(&m.pk, 0);
+  feed0_run_a(&m, id, run);
   pk_tensor(&m.pk, dtype, rank, dims, off, nbytes);
   bytes body = {0};
   float v[3] = {1, 2, 3};
@@ -1272,12 +1278,7 @@ static void test_empty_strings(void) {
 
 static void test_tensor_bool_byte_2(void) {
   mp m;
-  mp_init(&m);
-  run_map(&m, 7, 9, handle_a, inc0, next_run++);
-  mp_str(&m, "feeds");
-  msgpack_pack_array(&m.pk, 1);
-  msgpack_pack_array(&m.pk, 2);
-  msgpack_pack_int(&m.pk, 0);
+  feed0_run_a(&m, 9, next_run++);
   pk_tensor(&m.pk, "bool", 1, (int64_t[]){3}, 0, 3);
   uint8_t body[64] = {1, 0, 2};
   expect_map_response(&m, GR_MSG_RUN, body, sizeof body, 9, GR_ERR_INVALID_ARGUMENT,
@@ -1287,12 +1288,7 @@ static void test_tensor_bool_byte_2(void) {
 
 static void test_feed_not_a_tensor(void) {
   mp m;
-  mp_init(&m);
-  run_map(&m, 7, 9, handle_a, inc0, next_run++);
-  mp_str(&m, "feeds");
-  msgpack_pack_array(&m.pk, 1);
-  msgpack_pack_array(&m.pk, 2);
-  msgpack_pack_int(&m.pk, 0);
+  feed0_run_a(&m, 9, next_run++);
   gr_pack_str(&m.pk, "float32");
   expect_map_response(&m, GR_MSG_RUN, NULL, 0, 9, GR_ERR_INVALID_ARGUMENT,
                       "a tensor must be [dtype, dims, offset, bytes] or nil");
