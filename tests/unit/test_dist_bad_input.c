@@ -666,20 +666,27 @@ static void run_b_frame(bytes *out, uint64_t id, uint64_t run) {
   mp_free(&m);
 }
 
+/* Starts m as the map of a live TENSOR push for run under key, as from
+ * at incarnation inc, of a float32 scalar said to have nbytes bytes. */
+static void push_map(mp *m, uint64_t run, const char *key, const char *from, uint64_t inc,
+                     int64_t nbytes) {
+  mp_init(m);
+  msgpack_pack_map(&m->pk, 6);
+  mp_u64(m, "run", run);
+  mp_kstr(m, "key", key);
+  mp_kstr(m, "from", from);
+  mp_u64(m, "inc", inc);
+  mp_str(m, "dead");
+  msgpack_pack_false(&m->pk);
+  mp_str(m, "value");
+  pk_tensor(&m->pk, "float32", 0, NULL, 0, nbytes);
+}
+
 /* A TENSOR push of the float v for run under key, as from at incarnation inc. */
 static void push_frame(bytes *out, uint64_t run, const char *key, const char *from, uint64_t inc,
                        float v) {
   mp m;
-  mp_init(&m);
-  msgpack_pack_map(&m.pk, 6);
-  mp_u64(&m, "run", run);
-  mp_kstr(&m, "key", key);
-  mp_kstr(&m, "from", from);
-  mp_u64(&m, "inc", inc);
-  mp_str(&m, "dead");
-  msgpack_pack_false(&m.pk);
-  mp_str(&m, "value");
-  pk_tensor(&m.pk, "float32", 0, NULL, 0, 4);
+  push_map(&m, run, key, from, inc, 4);
   uint8_t body[64] = {0};
   memcpy(body, &v, sizeof v);
   frame(out, GR_MSG_TENSOR, &m, body, sizeof body);
@@ -1651,16 +1658,7 @@ static void test_push_bad_tensor(void) {
   GR_CHECK(rc_send(&c, f.p, f.n));
   b_free(&f);
   mp m;
-  mp_init(&m);
-  msgpack_pack_map(&m.pk, 6);
-  mp_u64(&m, "run", run);
-  mp_kstr(&m, "key", key_b);
-  mp_kstr(&m, "from", TASK1);
-  mp_u64(&m, "inc", PEER_INC);
-  mp_str(&m, "dead");
-  msgpack_pack_false(&m.pk);
-  mp_str(&m, "value");
-  pk_tensor(&m.pk, "float32", 0, NULL, 0, 8);
+  push_map(&m, run, key_b, TASK1, PEER_INC, 8);
   frame(&f, GR_MSG_TENSOR, &m, (uint8_t[64]){0}, 64);
   mp_free(&m);
   GR_CHECK(rc_send(&p, f.p, f.n));
