@@ -1573,6 +1573,21 @@ static void test_repeated_run_while_running(void) {
   CHECK_SERVING();
 }
 
+/* Opens c and p, starts step run of graph b on c and sends on p the push
+ * of the float v for it (push_frame: key, from, inc). */
+static void start_b_with_push(rc *c, rc *p, uint64_t run, const char *key, const char *from,
+                              uint64_t inc, float v) {
+  GR_CHECK(rc_open(c));
+  GR_CHECK(rc_open(p));
+  bytes f = {0};
+  run_b_frame(&f, 1, run);
+  GR_CHECK(rc_send(c, f.p, f.n));
+  b_free(&f);
+  push_frame(&f, run, key, from, inc, v);
+  GR_CHECK(rc_send(p, f.p, f.n));
+  b_free(&f);
+}
+
 /* ---- pushed tensors ------------------------------------------------------ */
 
 /* A step of graph b runs; a bad push for it must be refused (logged, naming
@@ -1582,15 +1597,7 @@ static void push_refused(const char *key, const char *from, uint64_t inc, const 
                          const char *want_run) {
   uint64_t run = next_run++;
   rc c, p;
-  GR_CHECK(rc_open(&c));
-  GR_CHECK(rc_open(&p));
-  bytes f = {0};
-  run_b_frame(&f, 1, run);
-  GR_CHECK(rc_send(&c, f.p, f.n));
-  b_free(&f);
-  push_frame(&f, run, key, from, inc, 3);
-  GR_CHECK(rc_send(&p, f.p, f.n));
-  b_free(&f);
+  start_b_with_push(&c, &p, run, key, from, inc, 3);
   char line[1024];
   snprintf(line, sizeof line, want_log, p.me);
   CHECK_LOG(line);
@@ -1720,15 +1727,7 @@ static void test_disconnect_during_steps(void) {
   /* a step of graph b still runs to the end with its push */
   uint64_t run = next_run++;
   rc c, p;
-  GR_CHECK(rc_open(&c));
-  GR_CHECK(rc_open(&p));
-  bytes f = {0};
-  run_b_frame(&f, 1, run);
-  GR_CHECK(rc_send(&c, f.p, f.n));
-  b_free(&f);
-  push_frame(&f, run, key_b, TASK1, PEER_INC, 5);
-  GR_CHECK(rc_send(&p, f.p, f.n));
-  b_free(&f);
+  start_b_with_push(&c, &p, run, key_b, TASK1, PEER_INC, 5);
   resp r;
   GR_CHECK(rc_response(&c, &r));
   GR_CHECK_MSG(r.code == 0, "%s", r.msg);
