@@ -144,6 +144,7 @@ static bool compared(opid op, int c, bool unordered) {
 }
 
 static double ref_float(opid op, double x, double y) {
+  if (ops[op].k == COMPARE) return compared(op, (x > y) - (x < y), isnan(x) || isnan(y));
   switch (op) {
     case ADD:
       return x + y;
@@ -159,13 +160,6 @@ static double ref_float(opid op, double x, double y) {
       return isnan(x) || isnan(y) ? NAN : x > y ? x : y;
     case MIN:
       return isnan(x) || isnan(y) ? NAN : x < y ? x : y;
-    case EQ:
-    case NE:
-    case LT:
-    case LE:
-    case GT:
-    case GE:
-      return compared(op, (x > y) - (x < y), isnan(x) || isnan(y));
     case AND:
       return x != 0 && y != 0;
     default:
@@ -175,6 +169,7 @@ static double ref_float(opid op, double x, double y) {
 
 /* Exact integer reference; *zero set on division by zero. */
 static int64_t ref_int(opid op, gr_dtype dt, int64_t x, int64_t y, bool *zero) {
+  if (ops[op].k == COMPARE) return compared(op, (x > y) - (x < y), false);
   uint64_t ux = (uint64_t)x, uy = (uint64_t)y;
   switch (op) {
     case ADD:
@@ -200,13 +195,6 @@ static int64_t ref_int(opid op, gr_dtype dt, int64_t x, int64_t y, bool *zero) {
       return x > y ? x : y;
     case MIN:
       return x < y ? x : y;
-    case EQ:
-    case NE:
-    case LT:
-    case LE:
-    case GT:
-    case GE:
-      return compared(op, (x > y) - (x < y), false);
     case AND:
       return x && y;
     default:

@@ -175,6 +175,15 @@ gr_status gt_run_op_fresh(const char *op, const gr_tensor *in, int n, const gr_s
   return s;
 }
 
+gr_status gt_run_graph(gr_graph *g, const gr_output *fetches, int n, gr_tensor *outs,
+                       gr_error *err) {
+  gr_session *s = gr_session_new(g, NULL, err);
+  if (!s) return err->code;
+  gr_status st = gr_session_run(s, NULL, 0, fetches, n, outs, NULL, 0, err);
+  gr_session_free(s);
+  return st;
+}
+
 bool gt_op_fails(const char *op, const gr_tensor *in, int n, const gr_shape *ph, const gr_attr *at,
                  int na, gr_status code, const char *sub) {
   gr_error err = {0};

@@ -60,6 +60,10 @@ gr_status gt_run1_unknown(const char *op, const gr_tensor *x, bool rank_known, c
 gr_status gt_run_op_fresh(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
                           const gr_attr *at, int na, int fresh, gr_tensor *out, gr_shape *inferred,
                           gr_error *err);
+/* Runs the fetches of g on a plain session (gr_session_new with no
+ * options) and frees it; outs: one per fetch (each holds a reference). */
+gr_status gt_run_graph(gr_graph *g, const gr_output *fetches, int n, gr_tensor *outs,
+                       gr_error *err);
 /* Whether gt_run_op_fresh (no fresh copies) fails with code and a message
  * naming the node (and containing sub, if not NULL); prints why not. */
 bool gt_op_fails(const char *op, const gr_tensor *in, int n, const gr_shape *ph, const gr_attr *at,
