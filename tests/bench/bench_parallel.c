@@ -48,88 +48,21 @@
 
 #include "bench_util.h"
 
-#define BATCH        128
-#define MAX_ROUNDS   5
-#define MAX_CHILDREN 8
+#define BATCH      128
+#define MAX_ROUNDS 5
 
 /* ---- children: servers (forked) and commands (fork + exec) ----------------------------- */
 
-static pid_t children[MAX_CHILDREN];
-static int num_children;
-
-static void stop_children(void) {
-  for (int i = 0; i < num_children; i++)
-    if (children[i] > 0) kill(children[i], SIGKILL);
-  for (int i = 0; i < num_children; i++)
-    if (children[i] > 0) waitpid(children[i], NULL, 0);
-  num_children = 0;
-}
-
 static char tmp_dir[64];
 
+/* after the children are stopped (bench_start) */
 static void cleanup(void) {
-  stop_children();
   if (tmp_dir[0]) {
     char p[128];
     snprintf(p, sizeof p, "%s/init", tmp_dir);
     unlink(p);
     rmdir(tmp_dir);
   }
-}
-
-static void on_signal(int sig) {
-  cleanup();
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-static void die(const char *what, const char *msg) {
-  fprintf(stderr, "bench_parallel: %s: %s\n", what, msg ? msg : strerror(errno));
-  exit(1); /* cleanup runs at exit */
-}
-
-static void forget_child(pid_t pid) {
-  for (int i = 0; i < num_children; i++)
-    if (children[i] == pid) children[i] = children[--num_children];
-}
-
-typedef struct server_child {
-  int task, port_w;
-} server_child;
-
-/* A forked server task; exits when the parent is gone (EOF on life). */
-static pid_t spawn_server(int task, int life_r, int life_w, int *port) {
-  int pp[2];
-  if (pipe2(pp, O_CLOEXEC) != 0) die("pipe", NULL);
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0) die("fork", NULL);
-  if (pid == 0) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    close(life_w);
-    num_children = 0;
-    tmp_dir[0] = '\0';
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    gr_server_options o = {.job = "worker", .task = task, .inter_op_threads = 1, .quiet = true};
-    gr_server *srv;
-    gr_error err;
-    int p = -1;
-    if (gr_server_new(&o, &srv, &err) != GR_OK)
-      fprintf(stderr, "bench_parallel: task %d: %s\n", task, err.msg);
-    else
-      p = gr_server_port(srv);
-    if (write(pp[1], &p, sizeof p) != sizeof p || p < 0) _exit(1);
-    char c;
-    while (read(life_r, &c, 1) < 0 && errno == EINTR) {}
-    _exit(0);
-  }
-  children[num_children++] = pid;
-  close(pp[1]);
-  if (read(pp[0], port, sizeof *port) != sizeof *port || *port <= 0)
-    die("server task", "did not start");
-  close(pp[0]);
-  return pid;
 }
 
 /* Runs n commands at once, each with stdout and stderr into out[i] (cap
@@ -144,9 +77,9 @@ static int run_commands(int n, char *const *argv[], char **out, size_t cap, doub
   fflush(NULL);
   for (int i = 0; i < n; i++) {
     int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) die("pipe", NULL);
+    if (pipe2(p, O_CLOEXEC) != 0) bench_die("pipe", NULL);
     pid[i] = fork();
-    if (pid[i] < 0) die("fork", NULL);
+    if (pid[i] < 0) bench_die("fork", NULL);
     if (pid[i] == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       dup2(p[1], 1);
@@ -154,7 +87,7 @@ static int run_commands(int n, char *const *argv[], char **out, size_t cap, doub
       execv(argv[i][0], argv[i]);
       _exit(127);
     }
-    children[num_children++] = pid[i];
+    bench_add_child(pid[i]);
     close(p[1]);
     fd[i] = p[0];
     len[i] = 0;
@@ -205,7 +138,7 @@ static int run_commands(int n, char *const *argv[], char **out, size_t cap, doub
       if (!done[i] && waitpid(pid[i], &status[i], WNOHANG) == pid[i]) {
         done[i] = true;
         alive--;
-        forget_child(pid[i]);
+        bench_forget_child(pid[i]);
       }
     if (term_at && bench_now() > term_at + 10) break; /* pipes held open by grandchildren */
   }
@@ -215,7 +148,7 @@ static int run_commands(int n, char *const *argv[], char **out, size_t cap, doub
     if (!done[i]) {
       kill(pid[i], SIGKILL);
       waitpid(pid[i], &status[i], 0);
-      forget_child(pid[i]);
+      bench_forget_child(pid[i]);
     }
     if (!WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0) rc = -1;
   }
@@ -230,14 +163,15 @@ static gr_session *master_session(gr_master *m, gr_graph *g) {
   gr_error err;
   gr_session_options o = {.intra_op_threads = 1, .step_timeout_ms = 120000};
   gr_session *s = gr_master_session_new(m, g, &o, &err);
-  if (!s) die("session", err.msg);
+  if (!s) bench_die("session", err.msg);
   return s;
 }
 
 static void run_steps(gr_session *s, const gr_output *targets, int nt, int steps) {
   gr_error err;
   for (int k = 0; k < steps; k++)
-    if (gr_session_run(s, NULL, 0, NULL, 0, NULL, targets, nt, &err) != GR_OK) die("step", err.msg);
+    if (gr_session_run(s, NULL, 0, NULL, 0, NULL, targets, nt, &err) != GR_OK)
+      bench_die("step", err.msg);
 }
 
 /* one reduce per step; the median seconds of `steps` steps */
@@ -264,18 +198,18 @@ static gr_graph *allreduce_graph(int64_t elems, gr_output out[2]) {
     gr_graph_pop_device_scope(g);
   }
   if (gr_all_reduce(g, v, 2, specs, GR_REDUCE_SUM, out) != GR_OK || gr_graph_error(g))
-    die("all_reduce graph", gr_graph_error(g) ? gr_graph_error(g)->msg : "failed");
+    bench_die("all_reduce graph", gr_graph_error(g) ? gr_graph_error(g)->msg : "failed");
   return g;
 }
 
 static char *read_text(const char *path) {
   FILE *f = fopen(path, "rb");
-  if (!f) die(path, NULL);
+  if (!f) bench_die(path, NULL);
   fseek(f, 0, SEEK_END);
   long n = ftell(f);
   fseek(f, 0, SEEK_SET);
   char *s = malloc((size_t)n + 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) die(path, "short read");
+  if (fread(s, 1, (size_t)n, f) != (size_t)n) bench_die(path, "short read");
   s[n] = '\0';
   fclose(f);
   return s;
@@ -286,7 +220,7 @@ static char *variant(const char *name, const char *from, const char *to) {
   char path[512];
   snprintf(path, sizeof path, "%s/examples/%s", GR_SOURCE_DIR, name);
   char *s = read_text(path), *at = strstr(s, from);
-  if (!at) die(name, "the text the benchmark changes is not in the file");
+  if (!at) bench_die(name, "the text the benchmark changes is not in the file");
   size_t a = (size_t)(at - s), fl = strlen(from), tl = strlen(to), sl = strlen(s);
   char *r = malloc(sl - fl + tl + 1);
   memcpy(r, s, a);
@@ -313,8 +247,8 @@ static void program_load(program *pr, const char *name, const char *text, gr_mas
   gr_error err;
   pr->g = gr_graph_new();
   pr->p = NULL;
-  if (gr_dsl_load_string(name, text, pr->g, NULL, &pr->p, &err) != GR_OK) die(name, err.msg);
-  if (!gr_dsl_lookup(pr->p, "train", &pr->train)) die(name, "no `train`");
+  if (gr_dsl_load_string(name, text, pr->g, NULL, &pr->p, &err) != GR_OK) bench_die(name, err.msg);
+  if (!gr_dsl_lookup(pr->p, "train", &pr->train)) bench_die(name, "no `train`");
   if (m) {
     pr->s = master_session(m, pr->g);
   } else {
@@ -323,7 +257,7 @@ static void program_load(program *pr, const char *name, const char *text, gr_mas
                             .soft_placement = true, /* the file's pins to worker 0 */
                             .log_fn = quiet_note};
     pr->s = gr_session_new(pr->g, &o, &err);
-    if (!pr->s) die(name, err.msg);
+    if (!pr->s) bench_die(name, err.msg);
   }
 }
 
@@ -416,30 +350,27 @@ int main(int argc, char **argv) {
   int ar_steps[2] = {smoke ? 3 : 20, smoke ? 3 : 8};
   int mlp_steps = smoke ? 3 : 150, pipe_steps = smoke ? 3 : 100, async_steps = smoke ? 5 : 300;
 
-  atexit(cleanup);
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
-  signal(SIGPIPE, SIG_IGN);
+  bench_start("bench_parallel", cleanup);
   setenv("OPENBLAS_NUM_THREADS", "1", 1); /* for the commands this starts */
   setenv("OMP_NUM_THREADS", "1", 1);
   snprintf(tmp_dir, sizeof tmp_dir, "/tmp/bench_parallel.XXXXXX");
-  if (!mkdtemp(tmp_dir)) die("mkdtemp", NULL);
+  if (!mkdtemp(tmp_dir)) bench_die("mkdtemp", NULL);
 
   char graphrun[600], async_file[600];
   ssize_t len = readlink("/proc/self/exe", graphrun, sizeof graphrun - 32);
-  if (len <= 0) die("/proc/self/exe", NULL);
+  if (len <= 0) bench_die("/proc/self/exe", NULL);
   graphrun[len] = '\0';
   strcpy(strrchr(graphrun, '/') + 1, "../../graphrun"); /* build/tests/bench -> build */
-  if (access(graphrun, X_OK) != 0) die(graphrun, NULL);
+  if (access(graphrun, X_OK) != 0) bench_die(graphrun, NULL);
   snprintf(async_file, sizeof async_file, "%s/examples/ps_async.gr", GR_SOURCE_DIR);
 
   /* the servers first, while this process has no threads of its own */
   int life[2], port[2];
-  if (pipe2(life, O_CLOEXEC) != 0) die("pipe", NULL);
+  if (pipe2(life, O_CLOEXEC) != 0) bench_die("pipe", NULL);
   char addr[2][64], cluster[256];
   const char *addrs[2];
   for (int k = 0; k < 2; k++) {
-    spawn_server(k, life[0], life[1], &port[k]);
+    bench_spawn_server(k, life[0], life[1], &port[k]);
     snprintf(addr[k], sizeof addr[k], "127.0.0.1:%d", port[k]);
     addrs[k] = addr[k];
   }
@@ -447,7 +378,7 @@ int main(int argc, char **argv) {
   gr_error err;
   gr_master_options mo = {.num_tasks = 2, .addresses = addrs, .step_timeout_ms = 120000};
   gr_master *m;
-  if (gr_master_new(&mo, &m, &err) != GR_OK) die("master", err.msg);
+  if (gr_master_new(&mo, &m, &err) != GR_OK) bench_die("master", err.msg);
 
   /* the graphs, loaded once */
   gr_output ar_out[2][2];
@@ -460,7 +391,8 @@ int main(int argc, char **argv) {
   char *sync_text = variant("allreduce.gr", "batch_size=64 * workers", "batch_size=128 * workers");
   char *mp4_text = read_text(GR_SOURCE_DIR "/examples/model_parallel.gr");
   char *mp1_text = variant("model_parallel.gr", "micro_batches(4,", "micro_batches(1,");
-  if (!strstr(mp4_text, "micro_batches(4,")) die("model_parallel.gr", "no micro_batches(4, ...)");
+  if (!strstr(mp4_text, "micro_batches(4,"))
+    bench_die("model_parallel.gr", "no micro_batches(4, ...)");
   program sync2, sync1, mp1, mp4;
   snprintf(cluster, sizeof cluster, "{\"worker\": [\"%s\", \"%s\"]}", addr[0], addr[1]);
   setenv("GRAPHRUN_CLUSTER", cluster, 1); /* num_tasks("worker") = 2 */

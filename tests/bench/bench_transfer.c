@@ -63,28 +63,6 @@
 
 enum { TASKS = 2 };
 
-static pid_t children[TASKS + 1];
-static int num_children;
-
-static void stop_children(void) {
-  for (int i = 0; i < num_children; i++)
-    if (children[i] > 0) kill(children[i], SIGKILL);
-  for (int i = 0; i < num_children; i++)
-    if (children[i] > 0) waitpid(children[i], NULL, 0);
-  num_children = 0;
-}
-
-static void on_signal(int sig) {
-  stop_children();
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-static void die(const char *what, const char *msg) {
-  fprintf(stderr, "bench_transfer: %s: %s\n", what, msg ? msg : strerror(errno));
-  exit(1); /* stop_children runs at exit */
-}
-
 /* CPU seconds that the threads of process pid have run (from Linux's
  * /proc/PID/task/TID/schedstat, nanoseconds); 0 when unavailable. Threads
  * that ended are not counted (the servers' threads live as long as they). */
@@ -109,43 +87,6 @@ static double cpu_seconds(pid_t pid) {
 
 /* ---- children ---------------------------------------------------------------- */
 
-/* Forks a child that runs fn(arg, life) and exits; life reads EOF once the
- * parent is gone. */
-static void spawn(int life_r, int life_w, void (*fn)(void *arg, int life), void *arg) {
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0) die("fork", NULL);
-  if (pid == 0) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    close(life_w);
-    num_children = 0; /* the parent's to stop, not this one's */
-    fn(arg, life_r);
-    _exit(0);
-  }
-  children[num_children++] = pid;
-}
-
-typedef struct server_child {
-  int task, port_w;
-} server_child;
-
-static void server_main(void *arg, int life) {
-  server_child *sc = arg;
-  gr_server_options o = {.job = "worker", .task = sc->task, .inter_op_threads = 1, .quiet = true};
-  gr_server *srv;
-  gr_error err;
-  int port = -1;
-  if (gr_server_new(&o, &srv, &err) != GR_OK)
-    fprintf(stderr, "bench_transfer: task %d: %s\n", sc->task, err.msg);
-  else
-    port = gr_server_port(srv);
-  if (write(sc->port_w, &port, sizeof port) != sizeof port || port < 0) _exit(1);
-  char c;
-  while (read(life, &c, 1) < 0 && errno == EINTR) {}
-  _exit(0); /* no teardown: the process ends */
-}
-
 /* read() or write() until n bytes, at most chunk (0: any) per call; a
  * non-blocking fd waits in poll(). */
 static void read_chunks(int fd, void *p, size_t n, size_t chunk) {
@@ -158,7 +99,7 @@ static void read_chunks(int fd, void *p, size_t n, size_t chunk) {
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) die("raw read", r == 0 ? "the peer closed the connection" : NULL);
+    if (r <= 0) bench_die("raw read", r == 0 ? "the peer closed the connection" : NULL);
     got += (size_t)r;
   }
 }
@@ -173,7 +114,7 @@ static void write_chunks(int fd, const void *p, size_t n, size_t chunk) {
       continue;
     }
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) die("raw write", NULL);
+    if (w <= 0) bench_die("raw write", NULL);
     done += (size_t)w;
   }
 }
@@ -227,13 +168,14 @@ static void handoff_on_read(evutil_socket_t fd, short what, void *arg) { /* loop
 
 static handoff *handoff_new(int fd, bool initiator) {
   handoff *h = calloc(1, sizeof *h);
-  if (!h) die("hand-off", "out of memory");
+  if (!h) bench_die("hand-off", "out of memory");
   h->fd = fd;
   h->initiator = initiator;
   h->pool = gr_threadpool_new(1);
   h->base = event_base_new();
   h->ev = h->base ? event_new(h->base, fd, EV_READ | EV_PERSIST, handoff_on_read, h) : NULL;
-  if (!h->pool || !h->ev || event_add(h->ev, NULL) != 0) die("hand-off", "libevent setup failed");
+  if (!h->pool || !h->ev || event_add(h->ev, NULL) != 0)
+    bench_die("hand-off", "libevent setup failed");
   return h;
 }
 
@@ -297,7 +239,7 @@ static int raw_listen(int *port) {
   socklen_t al = sizeof a;
   if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0 ||
       getsockname(fd, (struct sockaddr *)&a, &al) != 0)
-    die("raw listen", NULL);
+    bench_die("raw listen", NULL);
   *port = ntohs(a.sin_port);
   return fd;
 }
@@ -307,7 +249,7 @@ static int raw_connect(int port, const raw_cmd *c) {
   struct sockaddr_in a = {.sin_family = AF_INET,
                           .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) die("raw connect", NULL);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) bench_die("raw connect", NULL);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   write_all(fd, c, sizeof *c);
@@ -320,7 +262,7 @@ static int raw_connect(int port, const raw_cmd *c) {
  * (as an event loop does), else blocking calls. */
 static void raw_bulk(int port, size_t bytes, size_t chunk, bool nonblocking, int reps, double *t) {
   char *buf = malloc(bytes);
-  if (!buf) die("raw buffer", "out of memory");
+  if (!buf) bench_die("raw buffer", "out of memory");
   memset(buf, 1, bytes);
   raw_cmd c = {nonblocking ? 3 : 1, bytes, (uint64_t)reps + 1, chunk};
   int fd = raw_connect(port, &c);
@@ -346,7 +288,7 @@ static double raw_pingpong(int port, int n, int batches, double *cpu) {
   uint64_t v = 0;
   double cpu0 = 0;
   for (int b = -1; b < batches; b++) {
-    if (b == 0) cpu0 = cpu_seconds(getpid()) + cpu_seconds(children[TASKS]);
+    if (b == 0) cpu0 = cpu_seconds(getpid()) + cpu_seconds(bench_children[TASKS]);
     double t0 = bench_now();
     for (int i = 0; i < n; i++) {
       write_all(fd, &v, 8);
@@ -356,7 +298,7 @@ static double raw_pingpong(int port, int n, int batches, double *cpu) {
     double dt = (bench_now() - t0) / n;
     if (b >= 0 && dt < best) best = dt;
   }
-  *cpu += cpu_seconds(getpid()) + cpu_seconds(children[TASKS]) - cpu0;
+  *cpu += cpu_seconds(getpid()) + cpu_seconds(bench_children[TASKS]) - cpu0;
   close(fd);
   return best;
 }
@@ -400,22 +342,23 @@ static gr_output trivial_on(gr_graph *g, int task) {
  * (may be NULL), the last step's transfers to *moved (may be NULL). */
 static double tasks_cpu(void) {
   double sum = 0;
-  for (int k = 0; k < TASKS; k++) sum += cpu_seconds(children[k]);
+  for (int k = 0; k < TASKS; k++) sum += cpu_seconds(bench_children[k]);
   return sum;
 }
 
 static void time_steps(gr_master *m, gr_graph *g, gr_output *fetch, int nf, int reps, double *t,
                        gr_tensor *first, gr_transfer_stats *moved, double *cpu) {
-  if (gr_graph_error(g)) die("graph", gr_graph_error(g)->msg);
+  if (gr_graph_error(g)) bench_die("graph", gr_graph_error(g)->msg);
   gr_error err;
   gr_session *s = gr_master_session_new(m, g, NULL, &err);
-  if (!s) die("session", err.msg);
+  if (!s) bench_die("session", err.msg);
   gr_tensor out[4];
   double cpu0 = 0;
   for (int i = -2; i < reps; i++) {
     if (i == 0 && cpu) cpu0 = tasks_cpu();
     double t0 = bench_now();
-    if (gr_session_run(s, NULL, 0, fetch, nf, out, NULL, 0, &err) != GR_OK) die("step", err.msg);
+    if (gr_session_run(s, NULL, 0, fetch, nf, out, NULL, 0, &err) != GR_OK)
+      bench_die("step", err.msg);
     double dt = bench_now() - t0;
     if (i >= 0 && t) t[i] = dt;
     for (int k = 0; k < nf; k++) {
@@ -513,37 +456,28 @@ int main(int argc, char **argv) {
   int step_reps = smoke ? 5 : 500;
   int64_t loop_iters = smoke ? 20 : 500;
 
-  atexit(stop_children);
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
-  signal(SIGPIPE, SIG_IGN);
+  bench_start("bench_transfer", NULL);
 
   /* the children first, while this process has no threads of its own */
   int life[2];
-  if (pipe2(life, O_CLOEXEC) != 0) die("pipe", NULL);
+  if (pipe2(life, O_CLOEXEC) != 0) bench_die("pipe", NULL);
   char addr[TASKS][64];
   const char *addrs[TASKS];
   for (int k = 0; k < TASKS; k++) {
-    int pp[2], port = -1;
-    if (pipe2(pp, O_CLOEXEC) != 0) die("pipe", NULL);
-    server_child sc = {k, pp[1]};
-    spawn(life[0], life[1], server_main, &sc);
-    close(pp[1]);
-    if (read(pp[0], &port, sizeof port) != sizeof port || port <= 0)
-      die("server task", "did not start");
-    close(pp[0]);
+    int port = -1;
+    bench_spawn_server(k, life[0], life[1], &port);
     snprintf(addr[k], sizeof addr[k], "127.0.0.1:%d", port);
     addrs[k] = addr[k];
   }
   int raw_port, ls = raw_listen(&raw_port);
-  spawn(life[0], life[1], peer_main, &ls);
+  bench_spawn(life[0], life[1], peer_main, &ls);
   close(ls);
   close(life[0]); /* life[1] stays open until this process ends */
 
   gr_error err;
   gr_master_options mo = {.num_tasks = TASKS, .addresses = addrs, .step_timeout_ms = 120000};
   gr_master *m;
-  if (gr_master_new(&mo, &m, &err) != GR_OK) die("master", err.msg);
+  if (gr_master_new(&mo, &m, &err) != GR_OK) bench_die("master", err.msg);
 
   /* 1. bulk: the variable read on task 1 vs on task 0, alternating rounds
    * with the raw anchor's two forms */
@@ -555,9 +489,9 @@ int main(int argc, char **argv) {
   time_steps(m, gs0, fs0, 2, 1, NULL, &sum0, NULL, NULL); /* initialises the variable on task 0 */
   time_steps(m, gs1, fs1, 2, 1, NULL, &sum1, &moved, NULL);
   if (moved.sends != 1 || (size_t)moved.bytes != bytes)
-    die("bulk", "the step did not move the tensor in one transfer");
+    bench_die("bulk", "the step did not move the tensor in one transfer");
   if (gr_tensor_get_f64(&sum1, 0) != gr_tensor_get_f64(&sum0, 0))
-    die("bulk", "the received tensor's sum differs from the sender's");
+    bench_die("bulk", "the received tensor's sum differs from the sender's");
   int rounds = smoke ? 1 : 3, nb = rounds * bulk_reps;
   double *tx = calloc((size_t)nb, sizeof *tx), *tb = calloc((size_t)nb, sizeof *tb);
   /* the raw anchor in three forms; the fastest is the anchor */
@@ -607,7 +541,7 @@ int main(int argc, char **argv) {
     t = handoff_pingpong(raw_port, hops_rt, rtt_reps);
     ho_best = t < ho_best ? t : ho_best;
     time_steps(m, gc, fc, 2, rtt_reps, tc + r * rtt_reps, NULL, &moved, &cpu_c);
-    if (moved.sends != 2 * hops_rt) die("chain", "unexpected number of transfers");
+    if (moved.sends != 2 * hops_rt) bench_die("chain", "unexpected number of transfers");
     time_steps(m, g1, f1, 2, rtt_reps, t1 + r * rtt_reps, NULL, NULL, &cpu_1);
   }
   double c_best = best_of(tc, nr), one_best = best_of(t1, nr);
@@ -654,6 +588,6 @@ int main(int argc, char **argv) {
   gr_graph *gs[] = {gx, gb, gs1, gs0, gc, g1, gl, ge};
   for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) gr_graph_free(gs[i]);
   gr_master_free(m);
-  stop_children();
+  bench_stop_children();
   return 0;
 }

@@ -3,6 +3,7 @@
 #define GR_BENCH_UTIL_H
 
 #include <stdlib.h>
+#include <sys/types.h>
 #include <string.h>
 #include <time.h>
 
@@ -27,5 +28,29 @@ static inline double bench_median(double *v, int n) {
 static inline int bench_is_smoke(int argc, char **argv) {
   return argc > 1 && strcmp(argv[1], "--smoke") == 0;
 }
+
+/* ---- child processes (bench_util.c) ------------------------------------------------------ */
+
+/* The children this process forked (killed and reaped at exit, on SIGINT
+ * and SIGTERM, and by bench_die). */
+enum { BENCH_MAX_CHILDREN = 8 };
+extern pid_t bench_children[BENCH_MAX_CHILDREN];
+extern int bench_num_children;
+void bench_add_child(pid_t pid);
+/* Drops pid from the list (it was reaped). */
+void bench_forget_child(pid_t pid);
+/* Kills and reaps every child. */
+void bench_stop_children(void);
+/* Names the program for bench_die's messages; at exit and on SIGINT/SIGTERM
+ * stops the children, then calls cleanup (if not NULL); ignores SIGPIPE. */
+void bench_start(const char *name, void (*cleanup)(void));
+/* Prints "NAME: what: msg" (msg NULL: strerror(errno)) and exits 1. */
+void bench_die(const char *what, const char *msg);
+/* Forks a child (killed when this process dies) that runs fn(arg, life)
+ * and exits; life reads EOF once the parent is gone. */
+pid_t bench_spawn(int life_r, int life_w, void (*fn)(void *arg, int life), void *arg);
+/* A forked server task /job:worker/task:N (one inter-op thread, quiet);
+ * *port gets its port. It lives until EOF on life_r. */
+pid_t bench_spawn_server(int task, int life_r, int life_w, int *port);
 
 #endif

@@ -15,11 +15,7 @@
 static char dir[64];
 
 static const char *tmp_path(const char *name) {
-  static char buf[8][128];
-  static int k;
-  char *p = buf[k++ % 8];
-  snprintf(p, 128, "%s/%s", dir, name);
-  return p;
+  return gt_path_in(dir, name);
 }
 
 static gr_ckpt *open_ck(const char *path, int keep, int64_t every) {

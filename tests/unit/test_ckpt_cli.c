@@ -20,6 +20,12 @@ static int run(const char *args) {
   return gt_cli_run(dir, args, out_buf, sizeof out_buf);
 }
 
+/* Runs `graphrun ARGS`; checks its exit code and (want not NULL) that its
+ * output holds want (gt_cli_expect). */
+static void expect(const char *args, int code, const char *want) {
+  GR_CHECK(gt_cli_expect(dir, args, code, want, out_buf, sizeof out_buf));
+}
+
 static void make_file(void) {
   gr_ckpt *ck;
   gr_error err;
@@ -38,49 +44,37 @@ static void make_file(void) {
 }
 
 static void test_ls_show(void) {
-  GR_CHECK_EQ_INT(run("ckpt --help"), 0);
-  GR_CHECK_STR_CONTAINS(out_buf, "usage: graphrun ckpt");
-  GR_CHECK_EQ_INT(run("ckpt ls ck.db"), 0);
-  GR_CHECK_STR_CONTAINS(out_buf, "        10  ");
+  expect("ckpt --help", 0, "usage: graphrun ckpt");
+  expect("ckpt ls ck.db", 0, "        10  ");
   GR_CHECK_STR_CONTAINS(out_buf, "        20  ");
   GR_CHECK_STR_CONTAINS(out_buf, "{\"run\": \"cli\"}");
-  GR_CHECK_EQ_INT(run("ckpt ls ck.db --step 10"), 0);
-  GR_CHECK_STR_CONTAINS(out_buf, "layer1/w");
+  expect("ckpt ls ck.db --step 10", 0, "layer1/w");
   GR_CHECK_STR_CONTAINS(out_buf, "[40, 30]");
-  GR_CHECK_EQ_INT(run("ckpt show ck.db layer1/w --step 10"), 0);
-  GR_CHECK_STR_CONTAINS(out_buf, "layer1/w: f32 [40, 30]");
+  expect("ckpt show ck.db layer1/w --step 10", 0, "layer1/w: f32 [40, 30]");
   GR_CHECK_STR_CONTAINS(out_buf, "[[   0.   0.5    1. ...  13.5   14.  14.5]"); /* shortened */
   GR_CHECK_STR_CONTAINS(out_buf, " ...,\n");
-  GR_CHECK_EQ_INT(run("ckpt show ck.db bias"), 0);
-  GR_CHECK_STR_CONTAINS(out_buf, "step 20");
+  expect("ckpt show ck.db bias", 0, "step 20");
   GR_CHECK_STR_CONTAINS(out_buf, "\n200\n");
-  GR_CHECK_EQ_INT(run("ckpt show ck.db nope"), 2);
-  GR_CHECK_STR_CONTAINS(out_buf, "no tensor named 'nope'");
-  GR_CHECK_EQ_INT(run("ckpt show ck.db bias --step 99"), 2);
-  GR_CHECK_STR_CONTAINS(out_buf, "no checkpoint at step 99");
-  GR_CHECK_EQ_INT(run("ckpt show ck.db"), 2);
-  GR_CHECK_EQ_INT(run("ckpt ls ck.db --bogus"), 2);
-  GR_CHECK_STR_CONTAINS(out_buf, "unknown option '--bogus'");
-  GR_CHECK_EQ_INT(run("ckpt frob ck.db"), 2);
-  GR_CHECK_EQ_INT(run("ckpt ls"), 2);
+  expect("ckpt show ck.db nope", 2, "no tensor named 'nope'");
+  expect("ckpt show ck.db bias --step 99", 2, "no checkpoint at step 99");
+  expect("ckpt show ck.db", 2, NULL);
+  expect("ckpt ls ck.db --bogus", 2, "unknown option '--bogus'");
+  expect("ckpt frob ck.db", 2, NULL);
+  expect("ckpt ls", 2, NULL);
 }
 
 static void test_diff(void) {
-  GR_CHECK_EQ_INT(run("ckpt diff ck.db"), 1); /* the two newest differ */
-  GR_CHECK_STR_CONTAINS(out_buf, "~ bias: 1 of 1 elements differ");
+  expect("ckpt diff ck.db", 1, "~ bias: 1 of 1 elements differ"); /* the two newest differ */
   GR_CHECK_STR_CONTAINS(out_buf, "~ layer1/w: 1 of 1200 elements differ, max |a-b| = 1");
-  GR_CHECK_EQ_INT(run("ckpt diff ck.db 10 10"), 0);
-  GR_CHECK_STR_CONTAINS(out_buf, "2 tensors identical, 0 differ");
-  GR_CHECK_EQ_INT(run("ckpt diff ck.db 10 --other ck.db"), 1);
-  GR_CHECK_EQ_INT(run("ckpt diff ck.db 10 77"), 2);
-  GR_CHECK_EQ_INT(run("ckpt diff ck.db x y"), 2);
+  expect("ckpt diff ck.db 10 10", 0, "2 tensors identical, 0 differ");
+  expect("ckpt diff ck.db 10 --other ck.db", 1, NULL);
+  expect("ckpt diff ck.db 10 77", 2, NULL);
+  expect("ckpt diff ck.db x y", 2, NULL);
 }
 
 static void test_verify(void) {
-  GR_CHECK_EQ_INT(run("ckpt verify ck.db"), 0);
-  GR_CHECK_STR_CONTAINS(out_buf, "ok (integrity_check ok, 4 tensors checked)");
-  GR_CHECK_EQ_INT(run("ckpt verify missing.db"), 2);
-  GR_CHECK_STR_CONTAINS(out_buf, "does not exist");
+  expect("ckpt verify ck.db", 0, "ok (integrity_check ok, 4 tensors checked)");
+  expect("ckpt verify missing.db", 2, "does not exist");
   char path[160];
   snprintf(path, sizeof path, "%s/notes.txt", dir);
   FILE *f = fopen(path, "w");
@@ -88,8 +82,7 @@ static void test_verify(void) {
     fputs("not a database\n", f);
     fclose(f);
   }
-  GR_CHECK_EQ_INT(run("ckpt verify notes.txt"), 2);
-  GR_CHECK_STR_CONTAINS(out_buf, "is not a SQLite database");
+  expect("ckpt verify notes.txt", 2, "is not a SQLite database");
   /* damage one float of layer1/w at step 20 (0.5 * 1000 = 500.0f) */
   char cmd[512];
   snprintf(cmd, sizeof cmd, "cp %s %s/bad.db", ck_path, dir);
@@ -109,8 +102,7 @@ static void test_verify(void) {
     fwrite(&bad, 4, 1, f);
   }
   fclose(f);
-  GR_CHECK_EQ_INT(run("ckpt verify bad.db"), 1);
-  GR_CHECK_STR_CONTAINS(out_buf, "tensor 'layer1/w' fails its checksum");
+  expect("ckpt verify bad.db", 1, "tensor 'layer1/w' fails its checksum");
   /* the damaged copy is in one of the two checkpoints: exactly one show fails */
   int a = run("ckpt show bad.db layer1/w --step 10"),
       b = run("ckpt show bad.db layer1/w --step 20");
@@ -118,14 +110,14 @@ static void test_verify(void) {
 }
 
 static void test_export(void) {
-  GR_CHECK_EQ_INT(run("ckpt export ck.db --step 10 --out ."), 0);
+  expect("ckpt export ck.db --step 10 --out .", 0, NULL);
   struct stat sb;
   char path[160];
   snprintf(path, sizeof path, "%s/layer1/w.npy", dir);
   GR_CHECK(stat(path, &sb) == 0 && sb.st_size == 128 + 1200 * 4);
   snprintf(path, sizeof path, "%s/bias.npy", dir);
   GR_CHECK(stat(path, &sb) == 0 && sb.st_size == 128 + 8);
-  GR_CHECK_EQ_INT(run("ckpt export ck.db --out nowhere"), 2);
+  expect("ckpt export ck.db --out nowhere", 2, NULL);
   /* a tensor named to escape the output directory is refused */
   gr_ckpt *ck;
   gr_error err;
@@ -138,8 +130,7 @@ static void test_export(void) {
   gr_ckpt_close(ck);
   snprintf(path, sizeof path, "%s/sub", dir);
   mkdir(path, 0755);
-  GR_CHECK_EQ_INT(run("ckpt export evil.db --out sub"), 1);
-  GR_CHECK_STR_CONTAINS(out_buf, "'../escaped' is not a safe file path");
+  expect("ckpt export evil.db --out sub", 1, "'../escaped' is not a safe file path");
   snprintf(path, sizeof path, "%s/escaped.npy", dir);
   GR_CHECK(stat(path, &sb) != 0);
   snprintf(path, sizeof path, "%s/sub/fine.npy", dir);

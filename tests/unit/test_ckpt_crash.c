@@ -33,6 +33,7 @@
 
 #include "checkpoints/gr_checkpoints.h"
 #include "gr_test.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 static char dir[64], path[128], journal[140];
@@ -187,12 +188,6 @@ static bool journal_left(void) {
   return false;
 }
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void test_kill_at_random_instants(void) {
   /* a new seed each run (printed; GR_TEST_SEED=N repeats one) */
   gt_rng r = {getenv("GR_TEST_SEED") ? strtoull(getenv("GR_TEST_SEED"), NULL, 10)
@@ -201,13 +196,13 @@ static void test_kill_at_random_instants(void) {
   /* calibration: how long do start-up and one save take here? */
   int fd;
   int64_t calib_saves = 0, first;
-  double t0 = now();
+  double t0 = gt_now();
   pid_t pid0 = spawn(0, &fd);
   GR_CHECK(pid0 > 0);
   if (pid0 <= 0) return;
   bool started = read(fd, &first, sizeof first) == sizeof first;
   GR_CHECK_MSG(started, "the calibration child saved nothing");
-  double startup = now() - t0;
+  double startup = gt_now() - t0;
   calib_saves += started;
   struct timespec cal = {0, 300 * 1000000L};
   nanosleep(&cal, NULL);

@@ -19,11 +19,7 @@
 static char dir[64];
 
 static const char *tmp_path(const char *name) {
-  static char buf[8][128];
-  static int k;
-  char *p = buf[k++ % 8];
-  snprintf(p, 128, "%s/%s", dir, name);
-  return p;
+  return gt_path_in(dir, name);
 }
 
 static void write_file(const char *path, const void *data, size_t n) {

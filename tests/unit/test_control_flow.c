@@ -253,13 +253,8 @@ static gr_status slow_kernel(gr_kernel_ctx *ctx) {
   gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
   return GR_OK;
 }
-static const gr_op_def slow_op = {.name = "test_slow",
-                                  .min_inputs = 1,
-                                  .max_inputs = 1,
-                                  .num_outputs = 1,
-                                  .shape_fn = gr_shape_fn_unchanged,
-                                  .kernel = slow_kernel,
-                                  .flags = GR_OP_EXPENSIVE};
+static const gr_op_def slow_op =
+    GT_UNARY_OP_DEF("test_slow", slow_kernel, NULL, 0, GR_OP_EXPENSIVE);
 static gr_output par_cond(gr_graph *g, void *a, const gr_output *v) {
   return gr_less(g, v[0], gr_const_i64(g, 8));
 }

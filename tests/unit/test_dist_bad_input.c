@@ -568,6 +568,17 @@ static void expect_response(const bytes *req, uint64_t id, gr_status code, const
 }
 
 /* A RUN map's first entries: id, handle, inc, step, run, seed (6 of entries). */
+/* Frames the map m (and body) as a message of type, expects the response
+ * (id, code, want) and frees m. */
+static void expect_map_response(mp *m, int type, const void *body, size_t bl, uint64_t id,
+                                gr_status code, const char *want) {
+  bytes f = {0};
+  frame(&f, type, m, body, bl);
+  expect_response(&f, id, code, want, NULL);
+  b_free(&f);
+  mp_free(m);
+}
+
 static void run_map(mp *m, uint32_t entries, uint64_t id, uint64_t handle, uint64_t inc,
                     uint64_t run) {
   msgpack_pack_map(&m->pk, entries);
@@ -579,17 +590,23 @@ static void run_map(mp *m, uint32_t entries, uint64_t id, uint64_t handle, uint6
   mp_u64(m, "seed", 7);
 }
 
+/* Starts m as a RUN map of graph a (id, run) whose feeds are one [0, ...]
+ * pair: the caller packs the tensor descriptor. */
+static void feed0_run_a(mp *m, uint64_t id, uint64_t run) {
+  mp_init(m);
+  run_map(m, 7, id, handle_a, inc0, run);
+  mp_str(m, "feeds");
+  msgpack_pack_array(&m->pk, 1);
+  msgpack_pack_array(&m->pk, 2);
+  msgpack_pack_int(&m->pk, 0);
+}
+
 /* A RUN of graph a whose one feed is [0, tensor descriptor] with a body of
  * body_len bytes holding the floats 1, 2, 3 at offset 0 (bool: 1, 1, 0). */
 static void run_a_frame(bytes *out, uint64_t id, uint64_t run, const char *dtype, int rank,
                         const int64_t *dims, int64_t off, int64_t nbytes, size_t body_len) {
   mp m;
-  mp_init(&m);
-  run_map(&m, 7, id, handle_a, inc0, run);
-  mp_str(&m, "feeds");
-  msgpack_pack_array(&m.pk, 1);
-  msgpack_pack_array(&m.pk, 2);
-  msgpack_pack_int(&m.pk, 0);
+  feed0_run_a(&m, id, run);
   pk_tensor(&m.pk, dtype, rank, dims, off, nbytes);
   bytes body = {0};
   float v[3] = {1, 2, 3};
@@ -649,20 +666,27 @@ static void run_b_frame(bytes *out, uint64_t id, uint64_t run) {
   mp_free(&m);
 }
 
+/* Starts m as the map of a live TENSOR push for run under key, as from
+ * at incarnation inc, of a float32 scalar said to have nbytes bytes. */
+static void push_map(mp *m, uint64_t run, const char *key, const char *from, uint64_t inc,
+                     int64_t nbytes) {
+  mp_init(m);
+  msgpack_pack_map(&m->pk, 6);
+  mp_u64(m, "run", run);
+  mp_kstr(m, "key", key);
+  mp_kstr(m, "from", from);
+  mp_u64(m, "inc", inc);
+  mp_str(m, "dead");
+  msgpack_pack_false(&m->pk);
+  mp_str(m, "value");
+  pk_tensor(&m->pk, "float32", 0, NULL, 0, nbytes);
+}
+
 /* A TENSOR push of the float v for run under key, as from at incarnation inc. */
 static void push_frame(bytes *out, uint64_t run, const char *key, const char *from, uint64_t inc,
                        float v) {
   mp m;
-  mp_init(&m);
-  msgpack_pack_map(&m.pk, 6);
-  mp_u64(&m, "run", run);
-  mp_kstr(&m, "key", key);
-  mp_kstr(&m, "from", from);
-  mp_u64(&m, "inc", inc);
-  mp_str(&m, "dead");
-  msgpack_pack_false(&m.pk);
-  mp_str(&m, "value");
-  pk_tensor(&m.pk, "float32", 0, NULL, 0, 4);
+  push_map(&m, run, key, from, inc, 4);
   uint8_t body[64] = {0};
   memcpy(body, &v, sizeof v);
   frame(out, GR_MSG_TENSOR, &m, body, sizeof body);
@@ -1104,12 +1128,8 @@ static void test_run_field_wrong_type(void) {
   mp_u64(&m, "seed", 1);
   mp_str(&m, "feeds");
   msgpack_pack_array(&m.pk, 0);
-  bytes f = {0};
-  frame(&f, GR_MSG_RUN, &m, NULL, 0);
-  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT,
-                  "field 'handle' must be an unsigned integer, not a string", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, NULL, 0, 3, GR_ERR_INVALID_ARGUMENT,
+                      "field 'handle' must be an unsigned integer, not a string");
   /* a float for the step, a bool for the run */
   mp_init(&m);
   msgpack_pack_map(&m.pk, 7);
@@ -1123,11 +1143,8 @@ static void test_run_field_wrong_type(void) {
   mp_u64(&m, "seed", 1);
   mp_str(&m, "feeds");
   msgpack_pack_array(&m.pk, 0);
-  frame(&f, GR_MSG_RUN, &m, NULL, 0);
-  expect_response(&f, 4, GR_ERR_INVALID_ARGUMENT,
-                  "field 'step' must be an unsigned integer, not a float", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, NULL, 0, 4, GR_ERR_INVALID_ARGUMENT,
+                      "field 'step' must be an unsigned integer, not a float");
   CHECK_SERVING();
 }
 
@@ -1142,11 +1159,8 @@ static void test_run_missing_field(void) {
   mp_u64(&m, "run", next_run++);
   mp_str(&m, "feeds");
   msgpack_pack_array(&m.pk, 0);
-  bytes f = {0};
-  frame(&f, GR_MSG_RUN, &m, NULL, 0);
-  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT, "field 'seed' is missing", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, NULL, 0, 3, GR_ERR_INVALID_ARGUMENT,
+                      "field 'seed' is missing");
   CHECK_SERVING();
 }
 
@@ -1174,12 +1188,8 @@ static void test_arrays_too_long(void) {
   mp_str(&m, "names");
   msgpack_pack_array(&m.pk, (1u << 20) + 1);
   for (uint32_t i = 0; i < (1u << 20) + 1; i++) msgpack_pack_nil(&m.pk);
-  bytes f = {0};
-  frame(&f, GR_MSG_VARS, &m, NULL, 0);
-  expect_response(&f, 3, GR_ERR_INVALID_ARGUMENT,
-                  "field 'names' has 1048577 items (at most 1048576)", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_VARS, NULL, 0, 3, GR_ERR_INVALID_ARGUMENT,
+                      "field 'names' has 1048577 items (at most 1048576)");
   mp_init(&m);
   msgpack_pack_map(&m.pk, 4);
   mp_u64(&m, "id", 4);
@@ -1189,10 +1199,8 @@ static void test_arrays_too_long(void) {
   mp_str(&m, "parts");
   msgpack_pack_array(&m.pk, 65);
   for (int i = 0; i < 65; i++) msgpack_pack_nil(&m.pk);
-  frame(&f, GR_MSG_REGISTER, &m, NULL, 0);
-  expect_response(&f, 4, GR_ERR_INVALID_ARGUMENT, "field 'parts' has 65 items (at most 64)", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_REGISTER, NULL, 0, 4, GR_ERR_INVALID_ARGUMENT,
+                      "field 'parts' has 65 items (at most 64)");
   CHECK_SERVING();
 }
 
@@ -1276,38 +1284,21 @@ static void test_empty_strings(void) {
 }
 
 static void test_tensor_bool_byte_2(void) {
-  bytes f = {0};
   mp m;
-  mp_init(&m);
-  run_map(&m, 7, 9, handle_a, inc0, next_run++);
-  mp_str(&m, "feeds");
-  msgpack_pack_array(&m.pk, 1);
-  msgpack_pack_array(&m.pk, 2);
-  msgpack_pack_int(&m.pk, 0);
+  feed0_run_a(&m, 9, next_run++);
   pk_tensor(&m.pk, "bool", 1, (int64_t[]){3}, 0, 3);
   uint8_t body[64] = {1, 0, 2};
-  frame(&f, GR_MSG_RUN, &m, body, sizeof body);
-  expect_response(&f, 9, GR_ERR_INVALID_ARGUMENT, "bool tensor holds byte 2", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, body, sizeof body, 9, GR_ERR_INVALID_ARGUMENT,
+                      "bool tensor holds byte 2");
   CHECK_SERVING();
 }
 
 static void test_feed_not_a_tensor(void) {
-  bytes f = {0};
   mp m;
-  mp_init(&m);
-  run_map(&m, 7, 9, handle_a, inc0, next_run++);
-  mp_str(&m, "feeds");
-  msgpack_pack_array(&m.pk, 1);
-  msgpack_pack_array(&m.pk, 2);
-  msgpack_pack_int(&m.pk, 0);
+  feed0_run_a(&m, 9, next_run++);
   gr_pack_str(&m.pk, "float32");
-  frame(&f, GR_MSG_RUN, &m, NULL, 0);
-  expect_response(&f, 9, GR_ERR_INVALID_ARGUMENT,
-                  "a tensor must be [dtype, dims, offset, bytes] or nil", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, NULL, 0, 9, GR_ERR_INVALID_ARGUMENT,
+                      "a tensor must be [dtype, dims, offset, bytes] or nil");
   CHECK_SERVING();
 }
 
@@ -1322,7 +1313,6 @@ static void test_feeds_malformed(void) {
                {2, GR_ERR_INVALID_ARGUMENT, "feed 0 is given twice"},
                {3, GR_ERR_INVALID_ARGUMENT, "feed 0 must be [index, tensor]"}};
   for (int i = 0; i < 4; i++) {
-    bytes f = {0};
     mp m;
     mp_init(&m);
     run_map(&m, 7, 9, handle_a, inc0, next_run++);
@@ -1339,10 +1329,7 @@ static void test_feeds_malformed(void) {
         pk_tensor(pk, "float32", 1, (int64_t[]){3}, 0, 12);
       if (w == 3) msgpack_pack_nil(pk);
     }
-    frame(&f, GR_MSG_RUN, &m, (uint8_t[64]){0}, 64);
-    expect_response(&f, 9, cases[i].code, cases[i].want, NULL);
-    b_free(&f);
-    mp_free(&m);
+    expect_map_response(&m, GR_MSG_RUN, (uint8_t[64]){0}, 64, 9, cases[i].code, cases[i].want);
   }
   CHECK_SERVING();
 }
@@ -1350,16 +1337,13 @@ static void test_feeds_malformed(void) {
 /* ---- requests that name the wrong things --------------------------------- */
 
 static void test_run_unknown_handle(void) {
-  bytes f = {0};
   mp m;
   mp_init(&m);
   run_map(&m, 7, 9, 987654321, inc0, next_run++);
   mp_str(&m, "feeds");
   msgpack_pack_array(&m.pk, 0);
-  frame(&f, GR_MSG_RUN, &m, NULL, 0);
-  expect_response(&f, 9, GR_ERR_NOT_FOUND, TASK0 " has no graph 987654321", NULL);
-  b_free(&f);
-  mp_free(&m);
+  expect_map_response(&m, GR_MSG_RUN, NULL, 0, 9, GR_ERR_NOT_FOUND,
+                      TASK0 " has no graph 987654321");
   CHECK_SERVING();
 }
 
@@ -1589,6 +1573,21 @@ static void test_repeated_run_while_running(void) {
   CHECK_SERVING();
 }
 
+/* Opens c and p, starts step run of graph b on c and sends on p the push
+ * of the float v for it (push_frame: key, from, inc). */
+static void start_b_with_push(rc *c, rc *p, uint64_t run, const char *key, const char *from,
+                              uint64_t inc, float v) {
+  GR_CHECK(rc_open(c));
+  GR_CHECK(rc_open(p));
+  bytes f = {0};
+  run_b_frame(&f, 1, run);
+  GR_CHECK(rc_send(c, f.p, f.n));
+  b_free(&f);
+  push_frame(&f, run, key, from, inc, v);
+  GR_CHECK(rc_send(p, f.p, f.n));
+  b_free(&f);
+}
+
 /* ---- pushed tensors ------------------------------------------------------ */
 
 /* A step of graph b runs; a bad push for it must be refused (logged, naming
@@ -1598,15 +1597,7 @@ static void push_refused(const char *key, const char *from, uint64_t inc, const 
                          const char *want_run) {
   uint64_t run = next_run++;
   rc c, p;
-  GR_CHECK(rc_open(&c));
-  GR_CHECK(rc_open(&p));
-  bytes f = {0};
-  run_b_frame(&f, 1, run);
-  GR_CHECK(rc_send(&c, f.p, f.n));
-  b_free(&f);
-  push_frame(&f, run, key, from, inc, 3);
-  GR_CHECK(rc_send(&p, f.p, f.n));
-  b_free(&f);
+  start_b_with_push(&c, &p, run, key, from, inc, 3);
   char line[1024];
   snprintf(line, sizeof line, want_log, p.me);
   CHECK_LOG(line);
@@ -1674,16 +1665,7 @@ static void test_push_bad_tensor(void) {
   GR_CHECK(rc_send(&c, f.p, f.n));
   b_free(&f);
   mp m;
-  mp_init(&m);
-  msgpack_pack_map(&m.pk, 6);
-  mp_u64(&m, "run", run);
-  mp_kstr(&m, "key", key_b);
-  mp_kstr(&m, "from", TASK1);
-  mp_u64(&m, "inc", PEER_INC);
-  mp_str(&m, "dead");
-  msgpack_pack_false(&m.pk);
-  mp_str(&m, "value");
-  pk_tensor(&m.pk, "float32", 0, NULL, 0, 8);
+  push_map(&m, run, key_b, TASK1, PEER_INC, 8);
   frame(&f, GR_MSG_TENSOR, &m, (uint8_t[64]){0}, 64);
   mp_free(&m);
   GR_CHECK(rc_send(&p, f.p, f.n));
@@ -1745,15 +1727,7 @@ static void test_disconnect_during_steps(void) {
   /* a step of graph b still runs to the end with its push */
   uint64_t run = next_run++;
   rc c, p;
-  GR_CHECK(rc_open(&c));
-  GR_CHECK(rc_open(&p));
-  bytes f = {0};
-  run_b_frame(&f, 1, run);
-  GR_CHECK(rc_send(&c, f.p, f.n));
-  b_free(&f);
-  push_frame(&f, run, key_b, TASK1, PEER_INC, 5);
-  GR_CHECK(rc_send(&p, f.p, f.n));
-  b_free(&f);
+  start_b_with_push(&c, &p, run, key_b, TASK1, PEER_INC, 5);
   resp r;
   GR_CHECK(rc_response(&c, &r));
   GR_CHECK_MSG(r.code == 0, "%s", r.msg);

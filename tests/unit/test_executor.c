@@ -45,47 +45,19 @@ static gr_status async_delay_kernel(gr_kernel_ctx *ctx) {
 
 static const gr_attr_spec delay_attrs[] = {
     {"micros", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 1000}}};
-static const gr_op_def test_async_delay = {.name = "test_async_delay",
-                                           .min_inputs = 1,
-                                           .max_inputs = 1,
-                                           .num_outputs = 1,
-                                           .attrs = delay_attrs,
-                                           .num_attrs = 1,
-                                           .shape_fn = gr_shape_fn_unchanged,
-                                           .kernel = async_delay_kernel,
-                                           .flags = GR_OP_ASYNC};
+static const gr_op_def test_async_delay =
+    GT_UNARY_OP_DEF("test_async_delay", async_delay_kernel, delay_attrs, 1, GR_OP_ASYNC);
 
-/* never completes on its own: only cancellation ends it */
-static void cancel_it(void *arg) {
-  gr_kernel_done(arg, GR_ERR_CANCELLED);
-}
-static int blocked_started;
-static gr_status block_kernel(gr_kernel_ctx *ctx) {
-  __atomic_fetch_add(&blocked_started, 1, __ATOMIC_SEQ_CST);
-  gr_kernel_on_cancel(ctx, cancel_it, ctx);
-  return GR_OK;
-}
-static const gr_op_def test_block = {.name = "test_block",
-                                     .min_inputs = 1,
-                                     .max_inputs = 1,
-                                     .num_outputs = 1,
-                                     .shape_fn = gr_shape_fn_unchanged,
-                                     .kernel = block_kernel,
-                                     .flags = GR_OP_ASYNC};
+/* never completes on its own: only cancellation ends it (gt_block_kernel) */
+static const gr_op_def test_block =
+    GT_UNARY_OP_DEF("test_block", gt_block_kernel, NULL, 0, GR_OP_ASYNC);
 
 /* fails after attr "micros" */
 static gr_status fail_kernel(gr_kernel_ctx *ctx) {
   usleep((useconds_t)gr_node_attr_int(ctx->node, "micros", 0));
   return gr_kernel_error(ctx, GR_ERR_ABORTED, "failed on purpose");
 }
-static const gr_op_def test_fail = {.name = "test_fail",
-                                    .min_inputs = 1,
-                                    .max_inputs = 1,
-                                    .num_outputs = 1,
-                                    .attrs = delay_attrs,
-                                    .num_attrs = 1,
-                                    .shape_fn = gr_shape_fn_unchanged,
-                                    .kernel = fail_kernel};
+static const gr_op_def test_fail = GT_UNARY_OP_DEF("test_fail", fail_kernel, delay_attrs, 1, 0);
 
 /* sleeps and records how many run at once */
 static gr_status busy_kernel(gr_kernel_ctx *ctx) {
@@ -95,13 +67,8 @@ static gr_status busy_kernel(gr_kernel_ctx *ctx) {
   gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
   return GR_OK;
 }
-static const gr_op_def test_busy = {.name = "test_busy",
-                                    .min_inputs = 1,
-                                    .max_inputs = 1,
-                                    .num_outputs = 1,
-                                    .shape_fn = gr_shape_fn_unchanged,
-                                    .kernel = busy_kernel,
-                                    .flags = GR_OP_EXPENSIVE};
+static const gr_op_def test_busy =
+    GT_UNARY_OP_DEF("test_busy", busy_kernel, NULL, 0, GR_OP_EXPENSIVE);
 
 static void register_test_ops(void) {
   gr_error err;
@@ -153,12 +120,12 @@ static void test_cancel_pending_async(void) {
   gr_session *s = gr_session_new(g, NULL, &err);
   gr_tensor xv = gr_tensor_scalar_f32(1), out;
   gr_feed f = {x, &xv};
-  blocked_started = 0;
+  gt_block_reset();
   /* without cancellation this would hang */
   GR_CHECK(gr_session_run(s, &f, 1, &sum, 1, &out, NULL, 0, &err) == GR_ERR_ABORTED);
   GR_CHECK_STR_CONTAINS(err.msg, "node 'breaks'");
   GR_CHECK_STR_CONTAINS(err.msg, "failed on purpose");
-  GR_CHECK_EQ_INT(blocked_started, 1);
+  GR_CHECK_EQ_INT(gt_block_started(), 1);
   gr_tensor_release(&xv);
   gr_session_free(s);
   gr_graph_free(g);

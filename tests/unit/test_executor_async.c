@@ -13,6 +13,7 @@
 #include "core/gr_executor.h"
 #include "core/step_watch_internal.h"
 #include "gr_test.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 /* ---- a gate: an async identity that completes when the test opens it -------- */
@@ -71,23 +72,12 @@ static int gate_count(void) {
   return n;
 }
 
-static const gr_op_def test_gate = {.name = "test_gate",
-                                    .min_inputs = 1,
-                                    .max_inputs = 1,
-                                    .num_outputs = 1,
-                                    .shape_fn = gr_shape_fn_unchanged,
-                                    .kernel = gate_kernel,
-                                    .flags = GR_OP_ASYNC};
+static const gr_op_def test_gate = GT_UNARY_OP_DEF("test_gate", gate_kernel, NULL, 0, GR_OP_ASYNC);
 
 static gr_status fail_kernel(gr_kernel_ctx *ctx) {
   return gr_kernel_error(ctx, GR_ERR_ABORTED, "failed on purpose");
 }
-static const gr_op_def test_fail = {.name = "test_fail_now",
-                                    .min_inputs = 1,
-                                    .max_inputs = 1,
-                                    .num_outputs = 1,
-                                    .shape_fn = gr_shape_fn_unchanged,
-                                    .kernel = fail_kernel};
+static const gr_op_def test_fail = GT_UNARY_OP_DEF("test_fail_now", fail_kernel, NULL, 0, 0);
 
 /* ---- runs and their done ------------------------------------------------------- */
 
@@ -116,21 +106,15 @@ static void on_done(void *arg, gr_status status, const gr_error *err) {
   pthread_mutex_unlock(&done_mu);
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Opens the gate from this thread until `want` runs are done (10 s at most). */
 static bool open_until_done(int want) {
-  double end = now_s() + 10;
+  double end = gt_now() + 10;
   for (;;) {
     pthread_mutex_lock(&done_mu);
     int got = done_total;
     pthread_mutex_unlock(&done_mu);
     if (got >= want) return true;
-    if (now_s() > end) return false;
+    if (gt_now() > end) return false;
     if (gate_open() == 0) usleep(200);
   }
 }
@@ -289,8 +273,8 @@ static void test_errors_through_done(void) {
     gate_cancels = 0;
     done_total = 0;
     gr_executor_run_async(ex, &r.feed, &r.out, &r.step, on_done, &r);
-    double end = now_s() + 10;
-    while (__atomic_load_n(&r.calls, __ATOMIC_SEQ_CST) == 0 && now_s() < end) usleep(200);
+    double end = gt_now() + 10;
+    while (__atomic_load_n(&r.calls, __ATOMIC_SEQ_CST) == 0 && gt_now() < end) usleep(200);
     usleep(2000);
     GR_CHECK_EQ_INT(r.calls, 1);
     GR_CHECK(r.status == GR_ERR_ABORTED);
@@ -322,8 +306,8 @@ static void test_watchdog_through_done(void) {
       r.step.watch = gr_watchdog_begin_step(d);
       gate_cancels = 0;
       gr_executor_run_async(ex, &r.feed, &r.out, &r.step, on_done, &r);
-      double end = now_s() + 10;
-      while (__atomic_load_n(&r.calls, __ATOMIC_SEQ_CST) == 0 && now_s() < end) usleep(1000);
+      double end = gt_now() + 10;
+      while (__atomic_load_n(&r.calls, __ATOMIC_SEQ_CST) == 0 && gt_now() < end) usleep(1000);
       usleep(2000);
       GR_CHECK_EQ_INT(r.calls, 1);
       gr_error err = r.err;
@@ -391,8 +375,8 @@ static void test_watchdog_two_runs_of_a_step(void) {
 static volatile bool opener_stop;
 static void *opener_loop(void *arg) {
   (void)arg;
-  double end = now_s() + 10;
-  while (!opener_stop && now_s() < end)
+  double end = gt_now() + 10;
+  while (!opener_stop && gt_now() < end)
     if (gate_open() == 0) usleep(200);
   return NULL;
 }

@@ -47,42 +47,6 @@ static bool op_accepts(opid op, gr_dtype dt) {
 
 /* ---- raw element access (exact for i64) ----------------------------------------- */
 
-static int64_t get_int(const gr_tensor *t, int64_t i) {
-  const void *p = gr_tensor_data(t);
-  switch (t->dtype) {
-    case GR_I32:
-      return ((const int32_t *)p)[i];
-    case GR_I64:
-      return ((const int64_t *)p)[i];
-    case GR_U8:
-      return ((const uint8_t *)p)[i];
-    case GR_BOOL:
-      return ((const bool *)p)[i];
-    default:
-      return 0;
-  }
-}
-
-static void set_int(gr_tensor *t, int64_t i, uint64_t v) {
-  void *p = gr_tensor_data(t);
-  switch (t->dtype) {
-    case GR_I32:
-      ((int32_t *)p)[i] = (int32_t)(uint32_t)v;
-      break;
-    case GR_I64:
-      ((int64_t *)p)[i] = (int64_t)v;
-      break;
-    case GR_U8:
-      ((uint8_t *)p)[i] = (uint8_t)v;
-      break;
-    case GR_BOOL:
-      ((bool *)p)[i] = v & 1;
-      break;
-    default:
-      break;
-  }
-}
-
 /* Reduces v to the dtype's range, as wrap-around does. */
 static int64_t wrap(gr_dtype dt, uint64_t v) {
   switch (dt) {
@@ -153,13 +117,34 @@ static void fill(gt_rng *r, gr_tensor *t, vmode m) {
         v = (uint64_t)gt_int(r, u8 ? 0 : -100, 100);
         break;
     }
-    set_int(t, i, v);
+    gt_set_wrapped(t, i, v);
   }
 }
 
 /* ---- reference -------------------------------------------------------------------- */
 
+/* A comparison's result from the order of x and y (c: -1, 0 or 1);
+ * unordered (a NaN): only not_equal holds. */
+static bool compared(opid op, int c, bool unordered) {
+  if (unordered) return op == NE;
+  switch (op) {
+    case EQ:
+      return c == 0;
+    case NE:
+      return c != 0;
+    case LT:
+      return c < 0;
+    case LE:
+      return c <= 0;
+    case GT:
+      return c > 0;
+    default:
+      return c >= 0;
+  }
+}
+
 static double ref_float(opid op, double x, double y) {
+  if (ops[op].k == COMPARE) return compared(op, (x > y) - (x < y), isnan(x) || isnan(y));
   switch (op) {
     case ADD:
       return x + y;
@@ -175,18 +160,6 @@ static double ref_float(opid op, double x, double y) {
       return isnan(x) || isnan(y) ? NAN : x > y ? x : y;
     case MIN:
       return isnan(x) || isnan(y) ? NAN : x < y ? x : y;
-    case EQ:
-      return x == y;
-    case NE:
-      return x != y;
-    case LT:
-      return x < y;
-    case LE:
-      return x <= y;
-    case GT:
-      return x > y;
-    case GE:
-      return x >= y;
     case AND:
       return x != 0 && y != 0;
     default:
@@ -196,6 +169,7 @@ static double ref_float(opid op, double x, double y) {
 
 /* Exact integer reference; *zero set on division by zero. */
 static int64_t ref_int(opid op, gr_dtype dt, int64_t x, int64_t y, bool *zero) {
+  if (ops[op].k == COMPARE) return compared(op, (x > y) - (x < y), false);
   uint64_t ux = (uint64_t)x, uy = (uint64_t)y;
   switch (op) {
     case ADD:
@@ -221,18 +195,6 @@ static int64_t ref_int(opid op, gr_dtype dt, int64_t x, int64_t y, bool *zero) {
       return x > y ? x : y;
     case MIN:
       return x < y ? x : y;
-    case EQ:
-      return x == y;
-    case NE:
-      return x != y;
-    case LT:
-      return x < y;
-    case LE:
-      return x <= y;
-    case GT:
-      return x > y;
-    case GE:
-      return x >= y;
     case AND:
       return x && y;
     default:
@@ -277,8 +239,8 @@ static gr_tensor reference(opid op, const gr_tensor *a, const gr_tensor *b, bool
       double v = ref_float(op, gr_tensor_get_f64(a, ia), gr_tensor_get_f64(b, ib));
       gr_tensor_set_f64(&w, i, v);
     } else {
-      int64_t v = ref_int(op, a->dtype, get_int(a, ia), get_int(b, ib), zero);
-      set_int(&w, i, (uint64_t)v);
+      int64_t v = ref_int(op, a->dtype, gt_get_int(a, ia), gt_get_int(b, ib), zero);
+      gt_set_wrapped(&w, i, (uint64_t)v);
     }
   }
   return w;
@@ -425,8 +387,8 @@ static gr_status run_ints(opid op, gr_dtype dt, int n, const int64_t *xa, const 
   gr_shape s = gr_shape_make(1, (int64_t[]){n});
   gr_tensor a = gt_zeros(dt, s), b = gt_zeros(dt, s);
   for (int i = 0; i < n; i++) {
-    set_int(&a, i, (uint64_t)xa[i]);
-    set_int(&b, i, (uint64_t)xb[i]);
+    gt_set_wrapped(&a, i, (uint64_t)xa[i]);
+    gt_set_wrapped(&b, i, (uint64_t)xb[i]);
   }
   gr_status st = run_bin(op, &a, &b, s, s, out, NULL, err);
   gr_tensor_release(&a);
@@ -441,8 +403,8 @@ static void expect_ints(opid op, gr_dtype dt, int n, const int64_t *xa, const in
   GR_CHECK_OK(run_ints(op, dt, n, xa, xb, &out, &err), err);
   if (!out.buf) return;
   for (int i = 0; i < n; i++)
-    GR_CHECK_MSG(get_int(&out, i) == want[i], "%s %s [%d]: %lld, want %lld", ops[op].name,
-                 gr_dtype_name(dt), i, (long long)get_int(&out, i), (long long)want[i]);
+    GR_CHECK_MSG(gt_get_int(&out, i) == want[i], "%s %s [%d]: %lld, want %lld", ops[op].name,
+                 gr_dtype_name(dt), i, (long long)gt_get_int(&out, i), (long long)want[i]);
   gr_tensor_release(&out);
 }
 

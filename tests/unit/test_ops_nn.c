@@ -11,42 +11,12 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-/* A copy of x made inside the graph (x + 0), so the op under test receives a
- * buffer it holds alone and may run in place. */
-static gr_output fresh_copy(gr_graph *g, gr_output x, gr_dtype dt) {
-  static const uint64_t zero = 0;
-  return gr_add(g, x, gr_const_data(g, dt, gr_shape_scalar(), &zero));
-}
-
 /* Runs op on n inputs fed through placeholders of shapes ph (NULL: the
- * inputs' own shapes); with fresh, input 0 is first copied in the graph.
- * *out receives output 0 (release it); *inferred (if not NULL) the shape
- * inference result. Returns the build or run status. */
+ * inputs' own shapes); with fresh, input 0 is first copied in the graph
+ * (gt_run_op_fresh). */
 static gr_status run_op(const char *op, const gr_tensor *in, int n, const gr_shape *ph, bool fresh,
                         gr_tensor *out, gr_shape *inferred, gr_error *err) {
-  gr_graph *g = gr_graph_new();
-  gr_output xs[4];
-  gr_feed feeds[4];
-  for (int i = 0; i < n; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "in%d", i);
-    gr_output p = gr_placeholder(g, name, in[i].dtype, ph ? ph[i] : in[i].shape);
-    feeds[i] = (gr_feed){p, &in[i]};
-    xs[i] = fresh && i == 0 ? fresh_copy(g, p, in[i].dtype) : p;
-  }
-  gr_output o = gr_op(g, op, NULL, xs, n, NULL, 0);
-  gr_status s;
-  if (gr_graph_error(g)) {
-    *err = *gr_graph_error(g);
-    s = err->code;
-  } else {
-    if (inferred) *inferred = o.node->out_shapes[o.index];
-    gr_session *sess = gr_session_new(g, NULL, err);
-    s = sess ? gr_session_run(sess, feeds, n, &o, 1, out, NULL, 0, err) : err->code;
-    gr_session_free(sess);
-  }
-  gr_graph_free(g);
-  return s;
+  return gt_run_op_fresh(op, in, n, ph, NULL, 0, fresh ? 1 : 0, out, inferred, err);
 }
 
 /* Runs and compares with want (|got - want| <= atol + rtol |want|), plain and in place. */
@@ -66,20 +36,7 @@ static void check_op(const char *op, const gr_tensor *in, int n, const gr_tensor
 /* Expects op to fail with code and a message naming the node (and sub). */
 static void expect_error(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
                          gr_status code, const char *sub) {
-  gr_error err = {0};
-  gr_tensor out = gr_tensor_empty();
-  gr_status s = run_op(op, in, n, ph, false, &out, NULL, &err);
-  GR_CHECK_MSG(s == code, "%s: got %s (%s), want %s", op, gr_status_name(s), err.msg,
-               gr_status_name(code));
-  GR_CHECK_STR_CONTAINS(err.msg, "node '");
-  if (sub) GR_CHECK_STR_CONTAINS(err.msg, sub);
-  gr_tensor_release(&out);
-}
-
-static gr_shape rand_shape(gt_rng *r, int rank, int lo, int hi) {
-  gr_shape s = gr_shape_make(rank, NULL);
-  for (int i = 0; i < rank; i++) s.dims[i] = gt_int(r, lo, hi);
-  return s;
+  GR_CHECK(gt_op_fails(op, in, n, ph, NULL, 0, code, sub));
 }
 
 static gr_tensor alloc_t(gr_dtype dt, gr_shape s) {
@@ -127,7 +84,7 @@ static void test_activations(void) {
         if (c == 6) /* extremes: no overflow to NaN */
           x = gt_make(float_dts[d], shape1(10), specials);
         else
-          x = gt_random(&r, float_dts[d], rand_shape(&r, c % 5, c == 5 ? 0 : 1, 6), -20, 20);
+          x = gt_random(&r, float_dts[d], gt_shape_in(&r, c % 5, c == 5 ? 0 : 1, 6), -20, 20);
         gr_tensor want = alloc_t(float_dts[d], x.shape);
         for (int64_t i = 0; i < gr_tensor_num_elements(&x); i++)
           gr_tensor_set_f64(&want, i, ref_act(op, gr_tensor_get_f64(&x, i)));
@@ -162,7 +119,7 @@ static void test_softmax(void) {
       for (int c = 0; c < 8; c++) {
         gr_dtype dt = float_dts[d];
         /* rank 1..4; case 6: a zero-size batch dim, case 7: zero classes */
-        gr_shape s = rand_shape(&r, 1 + c % 4, 1, 7);
+        gr_shape s = gt_shape_in(&r, 1 + c % 4, 1, 7);
         if (c == 6) s = shape2(0, 4);
         if (c == 7) s = shape2(3, 0);
         double span = c % 2 ? 1000 : 10; /* large logits must not overflow */
@@ -233,7 +190,7 @@ static void test_bias_add(void) {
   static const gr_dtype dts[] = {GR_F32, GR_F64, GR_I32, GR_I64, GR_U8};
   for (int c = 0; c < 30; c++) {
     gr_dtype dt = dts[c % 5];
-    gr_shape s = rand_shape(&r, 1 + c % 4, 1, 6);
+    gr_shape s = gt_shape_in(&r, 1 + c % 4, 1, 6);
     if (c == 25) s = shape2(0, 3);
     if (c == 26) s = shape2(4, 0);
     int64_t k = s.dims[s.rank - 1];
@@ -463,16 +420,14 @@ static void test_builders(void) {
                             {lse - 2, NAN}};
   GR_CHECK(gr_graph_error(g) == NULL);
   gr_error err;
-  gr_session *s = gr_session_new(g, NULL, &err);
   gr_tensor res[8];
-  GR_CHECK_OK(gr_session_run(s, NULL, 0, outs, 8, res, NULL, 0, &err), err);
+  GR_CHECK_OK(gt_run_graph(g, outs, 8, res, &err), err);
   for (int i = 0; i < 8; i++) {
     GR_CHECK(strcmp(outs[i].node->op->name, ops[i]) == 0);
     for (int j = 0; j < gr_tensor_num_elements(&res[i]); j++)
       GR_CHECK_NEAR(gr_tensor_get_f64(&res[i], j), want[i][j], 1e-12);
     gr_tensor_release(&res[i]);
   }
-  gr_session_free(s);
   gr_graph_free(g);
 }
 

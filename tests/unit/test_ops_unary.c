@@ -12,57 +12,19 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-/* A copy of x made inside the graph (x + 0, or x or false), so the op under
- * test receives a buffer it holds alone and may run in place. */
-static gr_output fresh_copy(gr_graph *g, gr_output x, gr_dtype dt) {
-  static const uint64_t zero = 0;
-  gr_output z = gr_const_data(g, dt, gr_shape_scalar(), &zero);
-  return dt == GR_BOOL ? gr_logical_or(g, x, z) : gr_add(g, x, z);
-}
-
 /* Runs op on n inputs fed through placeholders of shapes ph (NULL: the
- * inputs' own shapes); with fresh, each input is first copied in the graph.
- * *out receives output 0 (release it); *inferred (if not NULL) the shape
- * inference result. Returns the build or run status. */
+ * inputs' own shapes); with fresh, each input is first copied in the graph
+ * (gt_run_op_fresh). */
 static gr_status run_op(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
                         const gr_attr *at, int na, bool fresh, gr_tensor *out, gr_shape *inferred,
                         gr_error *err) {
-  gr_graph *g = gr_graph_new();
-  gr_output xs[8];
-  gr_feed feeds[8];
-  for (int i = 0; i < n; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "in%d", i);
-    gr_output p = gr_placeholder(g, name, in[i].dtype, ph ? ph[i] : in[i].shape);
-    feeds[i] = (gr_feed){p, &in[i]};
-    xs[i] = fresh ? fresh_copy(g, p, in[i].dtype) : p;
-  }
-  gr_output o = gr_op(g, op, NULL, xs, n, at, na);
-  gr_status s;
-  if (gr_graph_error(g)) {
-    *err = *gr_graph_error(g);
-    s = err->code;
-  } else {
-    if (inferred) *inferred = o.node->out_shapes[o.index];
-    gr_session *sess = gr_session_new(g, NULL, err);
-    s = sess ? gr_session_run(sess, feeds, n, &o, 1, out, NULL, 0, err) : err->code;
-    gr_session_free(sess);
-  }
-  gr_graph_free(g);
-  return s;
+  return gt_run_op_fresh(op, in, n, ph, at, na, fresh ? n : 0, out, inferred, err);
 }
 
-/* Expects op to fail with code and a message naming the node. */
+/* Expects op to fail with code and a message naming the node (and sub). */
 static void expect_error(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
                          const gr_attr *at, int na, gr_status code, const char *sub) {
-  gr_error err = {0};
-  gr_tensor out = gr_tensor_empty();
-  gr_status s = run_op(op, in, n, ph, at, na, false, &out, NULL, &err);
-  GR_CHECK_MSG(s == code, "%s: got %s (%s), want %s", op, gr_status_name(s), err.msg,
-               gr_status_name(code));
-  GR_CHECK_STR_CONTAINS(err.msg, "node '");
-  if (sub) GR_CHECK_STR_CONTAINS(err.msg, sub);
-  gr_tensor_release(&out);
+  GR_CHECK(gt_op_fails(op, in, n, ph, at, na, code, sub));
 }
 
 /* Same dtype, shape and bytes. */
@@ -79,13 +41,6 @@ static bool same_bits(const gr_tensor *got, const gr_tensor *want) {
       return false;
     }
   return true;
-}
-
-/* A random shape of rank r with dims in [lo, hi]. */
-static gr_shape rand_shape(gt_rng *r, int rank, int lo, int hi) {
-  gr_shape s = gr_shape_make(rank, NULL);
-  for (int i = 0; i < rank; i++) s.dims[i] = gt_int(r, lo, hi);
-  return s;
 }
 
 static gr_tensor alloc_t(gr_dtype dt, gr_shape s) {
@@ -157,7 +112,7 @@ static void test_unary_float(void) {
     for (int d = 0; d < 2; d++)
       for (int c = 0; c < 6; c++) {
         /* rank 0..4; case 5 has a zero-size dim */
-        gr_shape s = rand_shape(&r, c % 5, c == 5 ? 0 : 1, 5);
+        gr_shape s = gt_shape_in(&r, c % 5, c == 5 ? 0 : 1, 5);
         bool pos = op == U_LOG || op == U_SQRT;
         gr_tensor x = gt_random(&r, dts[d], s, pos ? 0.01 : -6, pos ? 50 : 6);
         gr_tensor want = alloc_t(dts[d], s);
@@ -200,7 +155,7 @@ static void test_unary_int_wrap(void) {
   for (int k = 0; k < 3; k++)
     for (int d = 0; d < 3; d++)
       for (int c = 0; c < 4; c++) {
-        gr_shape s = rand_shape(&r, 1 + c % 3, 1, 9);
+        gr_shape s = gt_shape_in(&r, 1 + c % 3, 1, 9);
         gr_tensor x = rand_int_full(&r, dts[d], s), want = alloc_t(dts[d], s);
         int64_t n = gr_tensor_num_elements(&x);
         for (int64_t i = 0; i < n; i++) {
@@ -242,7 +197,7 @@ static void test_unary_int_wrap(void) {
 static void test_logical_not(void) {
   gt_rng r = {303};
   for (int c = 0; c < 5; c++) {
-    gr_shape s = rand_shape(&r, c, c == 4 ? 0 : 1, 6);
+    gr_shape s = gt_shape_in(&r, c, c == 4 ? 0 : 1, 6);
     gr_tensor x = gt_random(&r, GR_BOOL, s, 0, 1), want = alloc_t(GR_BOOL, s);
     for (int64_t i = 0; i < gr_tensor_num_elements(&x); i++)
       ((bool *)gr_tensor_data(&want))[i] = gr_tensor_get_f64(&x, i) == 0;
@@ -456,7 +411,7 @@ static void test_select(void) {
   gt_rng r = {505};
   for (int c = 0; c < 60; c++) {
     gr_dtype dt = all_dts[c % 6];
-    gr_shape full = rand_shape(&r, (int)gt_int(&r, 0, 4), c % 10 == 9 ? 0 : 1, 4);
+    gr_shape full = gt_shape_in(&r, (int)gt_int(&r, 0, 4), c % 10 == 9 ? 0 : 1, 4);
     gr_shape sh[3];
     for (int k = 0; k < 3; k++) sh[k] = operand_shape(&r, &full);
     if (c % 4 == 0) sh[1] = full; /* a has the output's shape: may run in place */
@@ -533,7 +488,7 @@ static void test_add_n(void) {
   for (int c = 0; c < 40; c++) {
     gr_dtype dt = dts[c % 5];
     int n = 1 + (int)gt_int(&r, 0, 5);
-    gr_shape s = rand_shape(&r, (int)gt_int(&r, 0, 3), c % 10 == 7 ? 0 : 1, 5);
+    gr_shape s = gt_shape_in(&r, (int)gt_int(&r, 0, 3), c % 10 == 7 ? 0 : 1, 5);
     gr_tensor in[6];
     for (int i = 0; i < n; i++)
       in[i] = gr_dtype_is_float(dt) ? gt_random(&r, dt, s, -10, 10) : rand_int_full(&r, dt, s);
@@ -612,15 +567,13 @@ static void test_builders(void) {
   const char *ops[] = {"neg", "abs", "exp", "sqrt", "square", "cast", "select", "add_n"};
   GR_CHECK(gr_graph_error(g) == NULL);
   gr_error err;
-  gr_session *s = gr_session_new(g, NULL, &err);
   gr_tensor res[8];
-  GR_CHECK_OK(gr_session_run(s, NULL, 0, outs, 8, res, NULL, 0, &err), err);
+  GR_CHECK_OK(gt_run_graph(g, outs, 8, res, &err), err);
   for (int i = 0; i < 8; i++) {
     GR_CHECK_STR_CONTAINS(outs[i].node->op->name, ops[i]);
     for (int j = 0; j < 2; j++) GR_CHECK_NEAR(gr_tensor_get_f64(&res[i], j), want[i][j], 1e-12);
     gr_tensor_release(&res[i]);
   }
-  gr_session_free(s);
   gr_graph_free(g);
 }
 

@@ -15,15 +15,10 @@
 
 #include "gr_dsl.h"
 #include "gr_test.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 #define TIMEOUT_MS 10000
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static gr_session *session_on(gr_graph *g, gr_resource_mgr *m, int timeout_ms, gr_error *err) {
   gr_session_options o = {.inter_op_threads = 2, .resources = m, .step_timeout_ms = timeout_ms};
@@ -171,15 +166,40 @@ static void *bg_run(void *arg) {
     b->st = dequeue_f32(b->s, b->t, &b->value, &b->err);
   else
     b->st = enqueue_f32(b->s, b->t, b->value, &b->err);
-  b->t_end = now_s();
+  b->t_end = gt_now();
   __atomic_store_n(&b->finished, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
 static bool wait_finished(bg *b, double seconds) {
-  double end = now_s() + seconds;
-  while (!__atomic_load_n(&b->finished, __ATOMIC_ACQUIRE) && now_s() < end) usleep(1000);
+  double end = gt_now() + seconds;
+  while (!__atomic_load_n(&b->finished, __ATOMIC_ACQUIRE) && gt_now() < end) usleep(1000);
   return __atomic_load_n(&b->finished, __ATOMIC_ACQUIRE);
+}
+
+/* Queue graph t (capacity as for qgraph_make) and two sessions on it, two
+ * clients sharing one container (returned; two_clients_free ends all). */
+static gr_resource_mgr *two_clients(qgraph *t, int capacity, gr_session **s1, gr_session **s2,
+                                    gr_error *err) {
+  gr_resource_mgr *m = gr_resource_mgr_new();
+  qgraph_make(t, capacity);
+  *s1 = session_on(t->g, m, TIMEOUT_MS, err);
+  *s2 = session_on(t->g, m, TIMEOUT_MS, err);
+  return m;
+}
+
+static void two_clients_free(gr_resource_mgr *m, qgraph *t, gr_session *s1, gr_session *s2) {
+  gr_session_free(s1);
+  gr_session_free(s2);
+  gr_graph_free(t->g);
+  gr_resource_mgr_free(m);
+}
+
+/* Starts d in thread *th; whether it is still waiting 100 ms later. */
+static bool started_waiting(bg *d, pthread_t *th) {
+  pthread_create(th, NULL, bg_run, d);
+  usleep(100 * 1000);
+  return !d->finished;
 }
 
 /* Two sessions (two clients) on one container share queue "q": a dequeue
@@ -193,16 +213,14 @@ static void test_dequeue_waits_for_other_session(void) {
   gr_session *sa = session_on(a.g, m, TIMEOUT_MS, &err), *sb = session_on(b.g, m, TIMEOUT_MS, &err);
   bg d = {.s = sa, .t = &a, .op = 0};
   pthread_t th;
-  pthread_create(&th, NULL, bg_run, &d);
-  usleep(100 * 1000);
-  GR_CHECK_MSG(!d.finished, "the dequeue did not wait");
+  GR_CHECK_MSG(started_waiting(&d, &th), "the dequeue did not wait");
   struct timespec c0, c1;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
   usleep(200 * 1000);
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
   double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
   GR_CHECK_MSG(cpu < 0.05, "waiting used %.3f s of CPU in 0.2 s", cpu);
-  double t0 = now_s();
+  double t0 = gt_now();
   GR_CHECK(enqueue_f32(sb, &b, 42.0f, &err) == GR_OK);
   GR_CHECK(wait_finished(&d, 5));
   pthread_join(th, NULL);
@@ -217,18 +235,15 @@ static void test_dequeue_waits_for_other_session(void) {
 }
 
 static void test_capacity_blocks_enqueue(void) {
-  gr_resource_mgr *m = gr_resource_mgr_new();
   qgraph t;
-  qgraph_make(&t, 2);
+  gr_session *s1, *s2;
   gr_error err;
-  gr_session *s1 = session_on(t.g, m, TIMEOUT_MS, &err), *s2 = session_on(t.g, m, TIMEOUT_MS, &err);
+  gr_resource_mgr *m = two_clients(&t, 2, &s1, &s2, &err);
   GR_CHECK(enqueue_f32(s1, &t, 1, &err) == GR_OK);
   GR_CHECK(enqueue_f32(s1, &t, 2, &err) == GR_OK);
   bg e = {.s = s2, .t = &t, .op = 1, .value = 3};
   pthread_t th;
-  pthread_create(&th, NULL, bg_run, &e);
-  usleep(100 * 1000);
-  GR_CHECK_MSG(!e.finished, "the enqueue into a full queue did not wait");
+  GR_CHECK_MSG(started_waiting(&e, &th), "the enqueue into a full queue did not wait");
   GR_CHECK_EQ_INT(size_of(s1, &t), 2);
   float v = 0;
   GR_CHECK(dequeue_f32(s1, &t, &v, &err) == GR_OK);
@@ -240,32 +255,24 @@ static void test_capacity_blocks_enqueue(void) {
   GR_CHECK_EQ_INT((int)v, 2);
   GR_CHECK(dequeue_f32(s1, &t, &v, &err) == GR_OK);
   GR_CHECK_EQ_INT((int)v, 3);
-  gr_session_free(s1);
-  gr_session_free(s2);
-  gr_graph_free(t.g);
-  gr_resource_mgr_free(m);
+  two_clients_free(m, &t, s1, s2);
 }
 
 static void test_close(void) {
-  gr_resource_mgr *m = gr_resource_mgr_new();
   qgraph t;
-  qgraph_make(&t, -1);
+  gr_session *s, *s2;
   gr_error err;
-  gr_session *s = session_on(t.g, m, TIMEOUT_MS, &err), *s2 = session_on(t.g, m, TIMEOUT_MS, &err);
+  gr_resource_mgr *m = two_clients(&t, -1, &s, &s2, &err);
   /* a waiting dequeue is woken by close: closed and empty is out of range */
   bg d = {.s = s2, .t = &t, .op = 0};
   pthread_t th;
-  pthread_create(&th, NULL, bg_run, &d);
-  usleep(100 * 1000);
-  GR_CHECK(!d.finished);
+  GR_CHECK_MSG(started_waiting(&d, &th), "it did not wait");
   GR_CHECK(enqueue_f32(s, &t, 5, &err) == GR_OK); /* served to the waiter */
   GR_CHECK(wait_finished(&d, 5));
   pthread_join(th, NULL);
   GR_CHECK(d.st == GR_OK && (int)d.value == 5);
   d = (bg){.s = s2, .t = &t, .op = 0};
-  pthread_create(&th, NULL, bg_run, &d);
-  usleep(100 * 1000);
-  GR_CHECK(!d.finished);
+  GR_CHECK_MSG(started_waiting(&d, &th), "it did not wait");
   GR_CHECK(enqueue_f32(s, &t, 6, &err) == GR_OK);
   GR_CHECK(wait_finished(&d, 5));
   pthread_join(th, NULL);
@@ -294,33 +301,24 @@ static void test_close(void) {
   GR_CHECK_EQ_INT(st, GR_ERR_CANCELLED);
   GR_CHECK_STR_CONTAINS(err.msg, "queue 'q' is closed");
   GR_CHECK_STR_CONTAINS(err.msg, "queue_enqueue");
-  gr_session_free(s);
-  gr_session_free(s2);
-  gr_graph_free(t.g);
-  gr_resource_mgr_free(m);
+  two_clients_free(m, &t, s, s2);
 }
 
 /* A dequeue waiting when close comes is woken with out of range. */
 static void test_close_wakes_dequeue(void) {
-  gr_resource_mgr *m = gr_resource_mgr_new();
   qgraph t;
-  qgraph_make(&t, -1);
+  gr_session *s, *s2;
   gr_error err;
-  gr_session *s = session_on(t.g, m, TIMEOUT_MS, &err), *s2 = session_on(t.g, m, TIMEOUT_MS, &err);
+  gr_resource_mgr *m = two_clients(&t, -1, &s, &s2, &err);
   bg d = {.s = s2, .t = &t, .op = 0};
   pthread_t th;
-  pthread_create(&th, NULL, bg_run, &d);
-  usleep(100 * 1000);
-  GR_CHECK(!d.finished);
+  GR_CHECK_MSG(started_waiting(&d, &th), "it did not wait");
   GR_CHECK(gr_session_run(s, NULL, 0, NULL, 0, NULL, &t.close, 1, &err) == GR_OK);
   GR_CHECK(wait_finished(&d, 5));
   pthread_join(th, NULL);
   GR_CHECK_EQ_INT(d.st, GR_ERR_OUT_OF_RANGE);
   GR_CHECK_STR_CONTAINS(d.err.msg, "closed");
-  gr_session_free(s);
-  gr_session_free(s2);
-  gr_graph_free(t.g);
-  gr_resource_mgr_free(m);
+  two_clients_free(m, &t, s, s2);
 }
 
 /* The step timeout's watchdog cancels a dequeue that nobody will serve;
@@ -333,10 +331,10 @@ static void test_abort_wakes_dequeue(void) {
   GR_CHECK_MSG(bad.node != NULL, "%s", graph_msg(t.g));
   gr_error err;
   gr_session *s = session_on(t.g, NULL, 300, &err);
-  double t0 = now_s();
+  double t0 = gt_now();
   float v;
   gr_status st = dequeue_f32(s, &t, &v, &err);
-  double dt = now_s() - t0;
+  double dt = gt_now() - t0;
   GR_CHECK_EQ_INT(st, GR_ERR_DEADLINE_EXCEEDED);
   GR_CHECK_STR_CONTAINS(err.msg, "queue_dequeue");
   GR_CHECK_MSG(dt < 5.0, "the timeout took %.2f s", dt);
@@ -347,9 +345,9 @@ static void test_abort_wakes_dequeue(void) {
   gr_feed f = {idx, &it};
   gr_output fetch[2] = {t.deq, bad};
   gr_tensor outs[2];
-  t0 = now_s();
+  t0 = gt_now();
   st = gr_session_run(s, &f, 1, fetch, 2, outs, NULL, 0, &err);
-  dt = now_s() - t0;
+  dt = gt_now() - t0;
   GR_CHECK(st != GR_OK);
   GR_CHECK_STR_CONTAINS(err.msg, "gather");
   GR_CHECK_MSG(dt < 0.25, "the cancelled step took %.3f s", dt);

@@ -10,18 +10,15 @@
 #include <unistd.h>
 
 #include "gr_test.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 static char dir[64], out[32768];
 
-static int run(const char *args) {
-  return gt_cli_run(dir, args, out, sizeof out);
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+/* Runs `graphrun ARGS`; checks its exit code and (want not NULL) that its
+ * output holds want (gt_cli_expect). */
+static void expect(const char *args, int code, const char *want) {
+  GR_CHECK(gt_cli_expect(dir, args, code, want, out, sizeof out));
 }
 
 /* ---- --timeout ----------------------------------------------------------------------- */
@@ -34,23 +31,21 @@ static void test_timeout(void) {
                 "          recv_device=\"/job:localhost/replica:0/task:0/device:CPU:0\")\n"
                 "device \"/device:CPU:1\" { z = const(1.0) + 1.0 }\n"
                 "y = x + z\n");
-  double t0 = now_s();
-  GR_CHECK_EQ_INT(run("run deadlock.gr --devices 2 --timeout 0.3"), 1);
-  GR_CHECK_MSG(now_s() - t0 < 10, "took %.1f s", now_s() - t0);
+  double t0 = gt_now();
+  expect("run deadlock.gr --devices 2 --timeout 0.3", 1, NULL);
+  GR_CHECK_MSG(gt_now() - t0 < 10, "took %.1f s", gt_now() - t0);
   GR_CHECK_STR_CONTAINS(out, "graphrun run: step 1: no progress for 0.3 s (the step timeout)");
   GR_CHECK_STR_CONTAINS(out, "still pending: 'x' on /job:localhost/replica:0/task:0/device:CPU:0 "
                              "(waiting for 'x:0' from "
                              "/job:localhost/replica:0/task:0/device:CPU:1)");
   /* a step that keeps computing for longer than the timeout is not cut off */
   gt_write_file(dir, "long.gr", "n = while (i = const(0, i32); i < 400000) { i = i + 1 }\n");
-  t0 = now_s();
-  GR_CHECK_EQ_INT(run("run long.gr --timeout 0.02"), 0);
-  GR_CHECK_STR_CONTAINS(out, "n = 400000");
-  fprintf(stderr, "  (a %.2f s step ran with a 0.02 s timeout)\n", now_s() - t0);
-  GR_CHECK_EQ_INT(run("run long.gr --timeout 0"), 0);
-  GR_CHECK_EQ_INT(run("run long.gr --timeout -1"), 2);
-  GR_CHECK_STR_CONTAINS(out, "--timeout wants seconds in [0, ");
-  GR_CHECK_EQ_INT(run("run long.gr --timeout soon"), 2);
+  t0 = gt_now();
+  expect("run long.gr --timeout 0.02", 0, "n = 400000");
+  fprintf(stderr, "  (a %.2f s step ran with a 0.02 s timeout)\n", gt_now() - t0);
+  expect("run long.gr --timeout 0", 0, NULL);
+  expect("run long.gr --timeout -1", 2, "--timeout wants seconds in [0, ");
+  expect("run long.gr --timeout soon", 2, NULL);
 }
 
 /* ---- run-time errors name the .gr position; input errors exit 2 ----------------------- */
@@ -61,36 +56,33 @@ static void test_errors(void) {
                 "idx = const([5], i32)\n"
                 "y = gather(x, idx)\n"
                 "z = x * 2.0\n");
-  GR_CHECK_EQ_INT(run("run gather.gr --feed x=1,2 --fetch y"), 1);
-  GR_CHECK_STR_CONTAINS(out, "gather.gr:3:5: step 1: node 'y' (op gather): indices[0] = 5 is out "
-                             "of range");
-  GR_CHECK_EQ_INT(run("run gather.gr --feed x=1,2 --fetch z --eval y"), 1);
-  GR_CHECK_STR_CONTAINS(out, "gather.gr:3:5: --eval: node 'y' (op gather)");
+  expect("run gather.gr --feed x=1,2 --fetch y", 1,
+         "gather.gr:3:5: step 1: node 'y' (op gather): indices[0] = 5 is out "
+         "of range");
+  expect("run gather.gr --feed x=1,2 --fetch z --eval y", 1,
+         "gather.gr:3:5: --eval: node 'y' (op gather)");
   /* in a loop split over two devices: the position, the loop and the iteration */
   gt_write_file(dir, "loop.gr",
                 "p = const([1.0, 2.0])\n"
                 "r = while (i = const(0, i32); i < 5) {\n"
                 "  i = i + 1 + cast(reduce_sum(gather(p, reshape(i, [1]))), i32) * 0\n"
                 "}\n");
-  double t0 = now_s();
-  GR_CHECK_EQ_INT(run("run loop.gr --devices 2 --placement round-robin"), 1);
-  GR_CHECK_MSG(now_s() - t0 < 10, "took %.1f s", now_s() - t0);
+  double t0 = gt_now();
+  expect("run loop.gr --devices 2 --placement round-robin", 1, NULL);
+  GR_CHECK_MSG(gt_now() - t0 < 10, "took %.1f s", gt_now() - t0);
   GR_CHECK_STR_CONTAINS(out, "loop.gr:3:31: step 1: node 'while/gather' (op gather) in loop ");
   GR_CHECK_STR_CONTAINS(out, " iteration 2: indices[0] = 2 is out of range");
   /* input errors: exit 2, before anything runs */
-  GR_CHECK_EQ_INT(run("run gather.gr --fetch z"), 2);
-  GR_CHECK_STR_CONTAINS(out, "graphrun run: placeholder 'x' must be fed: it is needed by 'z'");
+  expect("run gather.gr --fetch z", 2,
+         "graphrun run: placeholder 'x' must be fed: it is needed by 'z'");
   GR_CHECK_STR_CONTAINS(out, "--feed NAME=1,2,3");
-  GR_CHECK_EQ_INT(run("run gather.gr --fetch z --feed x=1 --eval y"), 2); /* x: [?], 1: [] */
-  GR_CHECK_STR_CONTAINS(out, "--feed x: the value has shape [], 'x' wants [?]");
-  GR_CHECK_EQ_INT(run("run gather.gr --fetch z --feed x=1,2 --feed x=3,4"), 2);
-  GR_CHECK_STR_CONTAINS(out, "graphrun run: 'x' is fed twice");
-  GR_CHECK_EQ_INT(run("run gather.gr --fetch z --feed x=missing.csv"), 2);
-  GR_CHECK_STR_CONTAINS(out, "--feed x: cannot open 'missing.csv'");
-  GR_CHECK_EQ_INT(run("run gather.gr --fetch z --feed x"), 2);
-  GR_CHECK_EQ_INT(run("run gather.gr --fetch nope --feed x=1,2"), 2);
-  GR_CHECK_EQ_INT(run("run gather.gr --fetch z --feed x=1,2 --eval nope"), 2);
-  GR_CHECK_STR_CONTAINS(out, "cannot evaluate 'nope'");
+  expect("run gather.gr --fetch z --feed x=1 --eval y", 2,
+         "--feed x: the value has shape [], 'x' wants [?]"); /* x: [?], 1: [] */
+  expect("run gather.gr --fetch z --feed x=1,2 --feed x=3,4", 2, "graphrun run: 'x' is fed twice");
+  expect("run gather.gr --fetch z --feed x=missing.csv", 2, "--feed x: cannot open 'missing.csv'");
+  expect("run gather.gr --fetch z --feed x", 2, NULL);
+  expect("run gather.gr --fetch nope --feed x=1,2", 2, NULL);
+  expect("run gather.gr --fetch z --feed x=1,2 --eval nope", 2, "cannot evaluate 'nope'");
 }
 
 /* ---- --soft-placement --------------------------------------------------------------- */
@@ -99,18 +91,15 @@ static void test_soft_placement(void) {
   gt_write_file(dir, "pinned.gr",
                 "device \"/job:worker/task:1\" { a = const([1.0, 2.0]) * 3.0 }\n"
                 "device \"/device:CPU:3\" { b = a + 1.0 }\n");
-  GR_CHECK_EQ_INT(run("run pinned.gr"), 1);
-  GR_CHECK_STR_CONTAINS(out, "device spec '/job:worker/task:1' matches no device of this session");
+  expect("run pinned.gr", 1, "device spec '/job:worker/task:1' matches no device of this session");
   GR_CHECK_STR_CONTAINS(out, "graphrun run --soft-placement");
-  GR_CHECK_EQ_INT(run("run pinned.gr --soft-placement --devices 2"), 0);
-  GR_CHECK_STR_CONTAINS(out, "b = f32[2]\n[4. 7.]");
+  expect("run pinned.gr --soft-placement --devices 2", 0, "b = f32[2]\n[4. 7.]");
   GR_CHECK_STR_CONTAINS(out, "graphrun run: note: soft placement: no device of this session "
                              "matches '/job:worker/task:1'");
   GR_CHECK_STR_CONTAINS(out, "matches '/device:CPU:3'");
-  GR_CHECK_EQ_INT(run("run pinned.gr --devices 2 --placement cost"), 2);
-  GR_CHECK_STR_CONTAINS(out, "(--soft-placement runs it on a local device instead)");
-  GR_CHECK_EQ_INT(run("run pinned.gr --devices 2 --placement cost --soft-placement"), 0);
-  GR_CHECK_STR_CONTAINS(out, "b = f32[2]\n[4. 7.]");
+  expect("run pinned.gr --devices 2 --placement cost", 2,
+         "(--soft-placement runs it on a local device instead)");
+  expect("run pinned.gr --devices 2 --placement cost --soft-placement", 0, "b = f32[2]\n[4. 7.]");
 }
 
 /* ---- training-only files, --json, --out, inline feeds -------------------------------- */
@@ -122,24 +111,20 @@ static void test_training_only(void) {
                 "loss = reduce_sum(square(w - const([1.0, 2.0])))\n"
                 "train = minimize(loss, sgd(0.1))\n"
                 "target train\n");
-  GR_CHECK_EQ_INT(run("run train.gr"), 0);
-  GR_CHECK_STR_CONTAINS(out, "graphrun run: 1 step run, nothing fetched");
-  GR_CHECK_EQ_INT(run("run train.gr --eval w --json"), 0); /* one step: w = 0.2 * [1, 2] */
-  GR_CHECK_STR_CONTAINS(out, "{\"w\": {\"dtype\": \"f32\", \"shape\": [2], \"data\": [0.2, 0.4]}}");
-  GR_CHECK_EQ_INT(run("run train.gr --steps 100 --quiet --eval loss"), 0);
-  GR_CHECK_STR_CONTAINS(out, "loss = ");
+  expect("run train.gr", 0, "graphrun run: 1 step run, nothing fetched");
+  expect("run train.gr --eval w --json", 0,
+         "{\"w\": {\"dtype\": \"f32\", \"shape\": [2], \"data\": [0.2, 0.4]}}"); /* one step: w =
+                                                                                    0.2 * [1, 2] */
+  expect("run train.gr --steps 100 --quiet --eval loss", 0, "loss = ");
   GR_CHECK(strstr(out, "loss = 0.0") != NULL || strstr(out, "e-") != NULL);
   /* no `target` either: the train op bound last runs as the target */
   gt_write_file(dir, "train2.gr",
                 "w = variable(zeros([2]))\n"
                 "train = minimize(reduce_sum(square(w - const([1.0, 2.0]))), sgd(0.1))\n");
-  GR_CHECK_EQ_INT(run("run train2.gr --eval w --json"), 0);
-  GR_CHECK_STR_CONTAINS(out, "\"data\": [0.2, 0.4]}}");
-  GR_CHECK_EQ_INT(run("check train.gr --stats"), 0);
-  GR_CHECK_STR_CONTAINS(out, "graph passes, fetches: none; targets: train");
+  expect("run train2.gr --eval w --json", 0, "\"data\": [0.2, 0.4]}}");
+  expect("check train.gr --stats", 0, "graph passes, fetches: none; targets: train");
   /* an explicit --fetch of a value-less op stays an error */
-  GR_CHECK_EQ_INT(run("run train.gr --fetch train"), 2);
-  GR_CHECK_STR_CONTAINS(out, "cannot fetch 'train': it has no outputs (use --target)");
+  expect("run train.gr --fetch train", 2, "cannot fetch 'train': it has no outputs (use --target)");
 }
 
 static void test_json(void) {
@@ -151,7 +136,7 @@ static void test_json(void) {
                 "big = const(9007199254740992, i64) + const(1, i64)\n"
                 "flag = const([1.0, 2.0]) > 1.5\n"
                 "fetch a, b, third, f, big, flag\n");
-  GR_CHECK_EQ_INT(run("run values.gr --json"), 0);
+  expect("run values.gr --json", 0, NULL);
   GR_CHECK_STR_CONTAINS(out,
                         "\"a\": {\"dtype\": \"f64\", \"shape\": [4], \"data\": [0, 1, -1, 0.1]}");
   GR_CHECK_STR_CONTAINS(out, "\"data\": [\"NaN\", \"Infinity\", \"-Infinity\", \"Infinity\"]");
@@ -163,8 +148,7 @@ static void test_json(void) {
   /* the f64 text reads back to the same bits */
   const char *t = strstr(out, "0.3333333333333333");
   GR_CHECK(t && strtod(t, NULL) == 1.0 / 3.0);
-  GR_CHECK_EQ_INT(run("run values.gr"), 0);
-  GR_CHECK_STR_CONTAINS(out, "big = 9007199254740993\n");
+  expect("run values.gr", 0, "big = 9007199254740993\n");
 }
 
 /* Reads dir/name and checks it holds want (same dtype, shape and bits; any NaN for a NaN). */
@@ -188,8 +172,8 @@ static void check_npy(const char *name, const gr_tensor *want) {
 }
 
 static void test_out_npy(void) {
-  GR_CHECK_EQ_INT(run("run values.gr --out npys --fetch a,b,third,big --eval flag"), 0);
-  GR_CHECK_STR_CONTAINS(out, "graphrun run: wrote 5 .npy files to npys");
+  expect("run values.gr --out npys --fetch a,b,third,big --eval flag", 0,
+         "graphrun run: wrote 5 .npy files to npys");
   double a[4] = {0, 1, -1, 0.1}, b[4] = {NAN, INFINITY, -INFINITY, INFINITY}, third = 1.0 / 3.0;
   int64_t big = 9007199254740993LL;
   unsigned char flag[2] = {0, 1};
@@ -211,25 +195,23 @@ static void test_out_npy(void) {
   gt_write_file(dir, "scoped.gr",
                 "x = placeholder(f32, [?])\n"
                 "scope \"layer1\" { y = x * 2.0 }\n");
-  GR_CHECK_EQ_INT(run("run scoped.gr --feed x=1,2,3 --fetch layer1/y --out npys --quiet"), 0);
-  GR_CHECK_EQ_INT(run("run scoped.gr --feed x=npys/layer1/y.npy --fetch layer1/y"), 0);
-  GR_CHECK_STR_CONTAINS(out, "layer1/y = f32[3]\n[ 4.  8. 12.]");
-  GR_CHECK_EQ_INT(run("run scoped.gr --feed x=5 --fetch layer1/y"), 2); /* a scalar for a vector */
+  expect("run scoped.gr --feed x=1,2,3 --fetch layer1/y --out npys --quiet", 0, NULL);
+  expect("run scoped.gr --feed x=npys/layer1/y.npy --fetch layer1/y", 0,
+         "layer1/y = f32[3]\n[ 4.  8. 12.]");
+  expect("run scoped.gr --feed x=5 --fetch layer1/y", 2, NULL); /* a scalar for a vector */
   gt_write_file(dir, "scalar.gr", "s = placeholder(i32, [])\nt = s * 3\n");
-  GR_CHECK_EQ_INT(run("run scalar.gr --feed s=5"), 0);
-  GR_CHECK_STR_CONTAINS(out, "t = 15\n");
-  GR_CHECK_EQ_INT(run("run values.gr --out values.gr/sub"), 2); /* not a directory */
+  expect("run scalar.gr --feed s=5", 0, "t = 15\n");
+  expect("run values.gr --out values.gr/sub", 2, NULL); /* not a directory */
 }
 
 static void test_threads_limit(void) {
   gt_write_file(dir, "tiny.gr", "y = const(2.0) * 3.0\n");
-  GR_CHECK_EQ_INT(run("run tiny.gr --threads 100000"), 2);
-  GR_CHECK_STR_CONTAINS(out, "--threads wants an integer in [0, 1024] (a session runs at most 1024 "
-                             "inter-op threads; 0: one per core, ");
+  expect("run tiny.gr --threads 100000", 2,
+         "--threads wants an integer in [0, 1024] (a session runs at most 1024 "
+         "inter-op threads; 0: one per core, ");
   GR_CHECK_STR_CONTAINS(out, "got '100000'");
-  GR_CHECK_EQ_INT(run("run tiny.gr --threads 1024"), 0);
-  GR_CHECK_STR_CONTAINS(out, "y = 6.0");
-  GR_CHECK_EQ_INT(run("run tiny.gr --threads -1"), 2);
+  expect("run tiny.gr --threads 1024", 0, "y = 6.0");
+  expect("run tiny.gr --threads -1", 2, NULL);
 }
 
 int main(void) {

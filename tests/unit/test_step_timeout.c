@@ -9,23 +9,12 @@
 #include <unistd.h>
 
 #include "gr_test.h"
+#include "test_proc.h"
 #include "test_util.h"
 
 /* An async kernel that never completes on its own: only cancellation ends it. */
-static void cancel_block(void *arg) {
-  gr_kernel_done(arg, GR_ERR_CANCELLED);
-}
-static gr_status block_kernel(gr_kernel_ctx *ctx) {
-  gr_kernel_on_cancel(ctx, cancel_block, ctx);
-  return GR_OK;
-}
-static const gr_op_def test_block = {.name = "test_block",
-                                     .min_inputs = 1,
-                                     .max_inputs = 1,
-                                     .num_outputs = 1,
-                                     .shape_fn = gr_shape_fn_unchanged,
-                                     .kernel = block_kernel,
-                                     .flags = GR_OP_ASYNC | GR_OP_STATEFUL};
+static const gr_op_def test_block =
+    GT_UNARY_OP_DEF("test_block", gt_block_kernel, NULL, 0, GR_OP_ASYNC | GR_OP_STATEFUL);
 
 /* A synchronous kernel that computes (sleeps) for attr "millis". */
 static gr_status sleep_kernel(gr_kernel_ctx *ctx) {
@@ -35,32 +24,14 @@ static gr_status sleep_kernel(gr_kernel_ctx *ctx) {
 }
 static const gr_attr_spec sleep_attrs[] = {
     {"millis", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
-static const gr_op_def test_sleep = {.name = "test_sleep",
-                                     .min_inputs = 1,
-                                     .max_inputs = 1,
-                                     .num_outputs = 1,
-                                     .attrs = sleep_attrs,
-                                     .num_attrs = 1,
-                                     .shape_fn = gr_shape_fn_unchanged,
-                                     .kernel = sleep_kernel,
-                                     .flags = GR_OP_STATEFUL};
+static const gr_op_def test_sleep =
+    GT_UNARY_OP_DEF("test_sleep", sleep_kernel, sleep_attrs, 1, GR_OP_STATEFUL);
 
 static gr_status fail_kernel(gr_kernel_ctx *ctx) {
   return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "failed on purpose");
 }
-static const gr_op_def test_fail = {.name = "test_fail",
-                                    .min_inputs = 1,
-                                    .max_inputs = 1,
-                                    .num_outputs = 1,
-                                    .shape_fn = gr_shape_fn_unchanged,
-                                    .kernel = fail_kernel,
-                                    .flags = GR_OP_STATEFUL};
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static const gr_op_def test_fail =
+    GT_UNARY_OP_DEF("test_fail", fail_kernel, NULL, 0, GR_OP_STATEFUL);
 
 static gr_session *session(gr_graph *g, int devices, int threads, int timeout_ms) {
   gr_session_options o = {
@@ -74,9 +45,9 @@ static gr_session *session(gr_graph *g, int devices, int threads, int timeout_ms
 /* Runs fetch; returns the status, the message in err and the seconds taken. */
 static gr_status run1(gr_session *s, gr_output fetch, gr_error *err, double *secs) {
   gr_tensor out;
-  double t0 = now_s();
+  double t0 = gt_now();
   gr_status st = gr_session_run(s, NULL, 0, &fetch, 1, &out, NULL, 0, err);
-  *secs = now_s() - t0;
+  *secs = gt_now() - t0;
   if (st == GR_OK) gr_tensor_release(&out);
   return st;
 }

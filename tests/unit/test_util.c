@@ -97,6 +97,172 @@ gr_status gt_run_op(const char *op, const gr_tensor *inputs, int n, const gr_att
   return s;
 }
 
+int64_t gt_get_int(const gr_tensor *t, int64_t i) {
+  if (t->dtype == GR_I64) return ((const int64_t *)gr_tensor_data(t))[i];
+  return gr_dtype_is_float(t->dtype) ? 0 : (int64_t)gr_tensor_get_f64(t, i);
+}
+
+void gt_set_wrapped(gr_tensor *t, int64_t i, uint64_t v) {
+  switch (t->dtype) {
+    case GR_I64:
+      ((int64_t *)gr_tensor_data(t))[i] = (int64_t)v;
+      break;
+    case GR_I32:
+      gr_tensor_set_f64(t, i, (int32_t)(uint32_t)v);
+      break;
+    case GR_U8:
+      gr_tensor_set_f64(t, i, (uint8_t)v);
+      break;
+    case GR_BOOL:
+      gr_tensor_set_f64(t, i, (double)(v & 1));
+      break;
+    default:
+      break;
+  }
+}
+
+gr_status gt_run1(const char *op, const gr_tensor *x, const gr_attr *a, int na, gr_tensor *out,
+                  gr_error *err) {
+  *out = gr_tensor_empty();
+  gr_error_clear(err);
+  return gt_run_op(op, x, 1, a, na, out, 1, err);
+}
+
+gr_status gt_run1_unknown(const char *op, const gr_tensor *x, bool rank_known, const gr_attr *a,
+                          int na, gr_tensor *out, gr_error *err) {
+  gr_shape s = gr_shape_unknown();
+  if (rank_known) {
+    s = x->shape;
+    for (int i = 0; i < s.rank; i++) s.dims[i] = -1;
+  }
+  *out = gr_tensor_empty();
+  gr_error_clear(err);
+  return gt_run_op_fresh(op, x, 1, &s, a, na, 0, out, NULL, err);
+}
+
+/* A copy of x made inside the graph (x + 0, or x or false). */
+static gr_output gt_fresh_copy(gr_graph *g, gr_output x, gr_dtype dt) {
+  static const uint64_t zero = 0;
+  gr_output z = gr_const_data(g, dt, gr_shape_scalar(), &zero);
+  return dt == GR_BOOL ? gr_logical_or(g, x, z) : gr_add(g, x, z);
+}
+
+gr_status gt_run_op_fresh(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
+                          const gr_attr *at, int na, int fresh, gr_tensor *out, gr_shape *inferred,
+                          gr_error *err) {
+  gr_graph *g = gr_graph_new();
+  gr_output xs[16];
+  gr_feed feeds[16];
+  for (int i = 0; i < n && i < 16; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    gr_output p = gr_placeholder(g, name, in[i].dtype, ph ? ph[i] : in[i].shape);
+    feeds[i] = (gr_feed){p, &in[i]};
+    xs[i] = i < fresh ? gt_fresh_copy(g, p, in[i].dtype) : p;
+  }
+  gr_output o = gr_op(g, op, NULL, xs, n, at, na);
+  gr_status s;
+  if (gr_graph_error(g)) {
+    *err = *gr_graph_error(g);
+    s = err->code;
+  } else {
+    if (inferred) *inferred = o.node->out_shapes[o.index];
+    gr_session *sess = gr_session_new(g, NULL, err);
+    s = sess ? gr_session_run(sess, feeds, n, &o, 1, out, NULL, 0, err) : err->code;
+    gr_session_free(sess);
+  }
+  gr_graph_free(g);
+  return s;
+}
+
+gr_status gt_run_graph(gr_graph *g, const gr_output *fetches, int n, gr_tensor *outs,
+                       gr_error *err) {
+  gr_session *s = gr_session_new(g, NULL, err);
+  if (!s) return err->code;
+  gr_status st = gr_session_run(s, NULL, 0, fetches, n, outs, NULL, 0, err);
+  gr_session_free(s);
+  return st;
+}
+
+bool gt_op_fails(const char *op, const gr_tensor *in, int n, const gr_shape *ph, const gr_attr *at,
+                 int na, gr_status code, const char *sub) {
+  gr_error err = {0};
+  gr_tensor out = gr_tensor_empty();
+  gr_status s = gt_run_op_fresh(op, in, n, ph, at, na, 0, &out, NULL, &err);
+  gr_tensor_release(&out);
+  bool ok = true;
+  if (s != code) {
+    fprintf(stderr, "  %s: got %s (%s), want %s\n", op, gr_status_name(s), err.msg,
+            gr_status_name(code));
+    ok = false;
+  }
+  if (!strstr(err.msg, "node '") || (sub && !strstr(err.msg, sub))) {
+    fprintf(stderr, "  %s: '%s' does not name the node or contain '%s'\n", op, err.msg,
+            sub ? sub : "");
+    ok = false;
+  }
+  return ok;
+}
+
+static int gt_blocked;
+static void gt_cancel_block(void *arg) {
+  gr_kernel_done(arg, GR_ERR_CANCELLED);
+}
+gr_status gt_block_kernel(gr_kernel_ctx *ctx) {
+  __atomic_fetch_add(&gt_blocked, 1, __ATOMIC_SEQ_CST);
+  gr_kernel_on_cancel(ctx, gt_cancel_block, ctx);
+  return GR_OK;
+}
+int gt_block_started(void) {
+  return __atomic_load_n(&gt_blocked, __ATOMIC_SEQ_CST);
+}
+void gt_block_reset(void) {
+  __atomic_store_n(&gt_blocked, 0, __ATOMIC_SEQ_CST);
+}
+
+bool gt_build_failed(gr_output o, gr_graph *g, gr_status code, const char *text) {
+  const gr_error *e = gr_graph_error(g);
+  bool ok = o.node == NULL && e != NULL;
+  if (!ok) fprintf(stderr, "  the build %s\n", e ? "made a node" : "did not fail");
+  if (!e) return false;
+  if (e->code != code || !strstr(e->msg, "node '") || !strstr(e->msg, text)) {
+    fprintf(stderr, "  got %s: %s (want %s, naming the node and '%s')\n", gr_status_name(e->code),
+            e->msg, gr_status_name(code), text);
+    ok = false;
+  }
+  gr_graph_clear_error(g);
+  return ok;
+}
+
+bool gt_inferred(gr_output o, gr_dtype dt, gr_shape want) {
+  if (!o.node) {
+    fprintf(stderr, "  no node\n");
+    return false;
+  }
+  char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+  const gr_shape *got = &o.node->out_shapes[o.index];
+  gr_dtype got_dt = o.node->out_dtypes[o.index];
+  bool ok = gr_shape_equal(got, &want) && got_dt == dt;
+  if (!ok)
+    fprintf(stderr, "  %s: %s %s vs %s %s\n", o.node->name, gr_dtype_name(got_dt),
+            gr_shape_str(got, a), gr_dtype_name(dt), gr_shape_str(&want, b));
+  return ok;
+}
+
+gr_shape gt_shape_in(gt_rng *r, int rank, int64_t lo, int64_t hi) {
+  gr_shape s = gr_shape_make(rank, NULL);
+  for (int i = 0; i < rank; i++) s.dims[i] = gt_int(r, lo, hi);
+  return s;
+}
+
+const char *gt_path_in(const char *dir, const char *name) {
+  static char buf[8][128];
+  static int k;
+  char *p = buf[k++ % 8];
+  snprintf(p, 128, "%s/%s", dir, name);
+  return p;
+}
+
 static bool same_shape(const gr_tensor *got, const gr_tensor *want) {
   if (got->dtype != want->dtype) {
     fprintf(stderr, "  dtype %s, want %s\n", gr_dtype_name(got->dtype), gr_dtype_name(want->dtype));
@@ -294,6 +460,16 @@ static int remove_one(const char *path, const struct stat *sb, int flag, struct 
 
 void gt_remove_tree(const char *path) {
   nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+bool gt_cli_expect(const char *dir, const char *args, int code, const char *want, char *out,
+                   size_t cap) {
+  int rc = gt_cli_run(dir, args, out, cap);
+  bool ok = rc == code && (!want || strstr(out, want));
+  if (!ok)
+    fprintf(stderr, "  graphrun %s: exit %d (want %d)%s%s%s, output:\n%s\n", args, rc, code,
+            want ? ", want '" : "", want ? want : "", want ? "'" : "", out);
+  return ok;
 }
 
 void gt_write_file(const char *dir, const char *name, const char *text) {

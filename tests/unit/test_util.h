@@ -36,6 +36,66 @@ bool gt_near(const gr_tensor *got, const gr_tensor *want, double rtol, double at
 /* Same shape, every element equal (as doubles). */
 bool gt_equal(const gr_tensor *got, const gr_tensor *want);
 
+/* Integer element i of t, exact for i64 (bool, u8, i32 through
+ * gr_tensor_get_f64; 0 for float dtypes). */
+int64_t gt_get_int(const gr_tensor *t, int64_t i);
+/* Stores v truncated to t's integer dtype (two's complement wrap; bool: the
+ * low bit); float dtypes are left alone. */
+void gt_set_wrapped(gr_tensor *t, int64_t i, uint64_t v);
+
+/* gt_run_op with one input and one output: *out is cleared (then holds the
+ * result when GR_OK) and err cleared first. */
+gr_status gt_run1(const char *op, const gr_tensor *x, const gr_attr *a, int na, gr_tensor *out,
+                  gr_error *err);
+/* Like gt_run1, but the placeholder has unknown dims (rank_known) or unknown
+ * rank, so only the kernel sees the shape. */
+gr_status gt_run1_unknown(const char *op, const gr_tensor *x, bool rank_known, const gr_attr *a,
+                          int na, gr_tensor *out, gr_error *err);
+/* Runs op on n (<= 16) inputs fed through placeholders of shapes ph (NULL:
+ * the inputs' own shapes); the first `fresh` inputs are first copied in the
+ * graph (x + 0, or x or false for bool), so the op receives a buffer it
+ * holds alone and may run in place. *out receives output 0 (release it);
+ * *inferred (if not NULL) the shape inference result. Returns the build or
+ * run status. */
+gr_status gt_run_op_fresh(const char *op, const gr_tensor *in, int n, const gr_shape *ph,
+                          const gr_attr *at, int na, int fresh, gr_tensor *out, gr_shape *inferred,
+                          gr_error *err);
+/* Runs the fetches of g on a plain session (gr_session_new with no
+ * options) and frees it; outs: one per fetch (each holds a reference). */
+gr_status gt_run_graph(gr_graph *g, const gr_output *fetches, int n, gr_tensor *outs,
+                       gr_error *err);
+/* Whether gt_run_op_fresh (no fresh copies) fails with code and a message
+ * naming the node (and containing sub, if not NULL); prints why not. */
+bool gt_op_fails(const char *op, const gr_tensor *in, int n, const gr_shape *ph, const gr_attr *at,
+                 int na, gr_status code, const char *sub);
+
+/* A test-only op definition of one input and one output of the input's
+ * shape: static const gr_op_def op = GT_UNARY_OP_DEF("test_x", kernel,
+ * attrs, num_attrs, flags); (attrs may be NULL with 0). */
+#define GT_UNARY_OP_DEF(op_name, op_kernel, op_attrs, op_num_attrs, op_flags)                      \
+  {                                                                                                \
+    .name = (op_name), .min_inputs = 1, .max_inputs = 1, .num_outputs = 1, .attrs = (op_attrs),    \
+    .num_attrs = (op_num_attrs), .shape_fn = gr_shape_fn_unchanged, .kernel = (op_kernel),         \
+    .flags = (op_flags)                                                                            \
+  }
+/* An async kernel that never completes on its own: only cancellation ends
+ * it (with GR_ERR_CANCELLED). gt_block_started counts the calls since
+ * gt_block_reset. */
+gr_status gt_block_kernel(gr_kernel_ctx *ctx);
+int gt_block_started(void);
+void gt_block_reset(void);
+
+/* Whether building o failed with code and a message naming the node and
+ * containing text (prints why not); clears the graph's error. */
+bool gt_build_failed(gr_output o, gr_graph *g, gr_status code, const char *text);
+/* Whether node output o exists with dtype dt and inferred shape want
+ * (prints the difference). */
+bool gt_inferred(gr_output o, gr_dtype dt, gr_shape want);
+/* A random shape of the given rank with dims in [lo, hi]. */
+gr_shape gt_shape_in(gt_rng *r, int rank, int64_t lo, int64_t hi);
+/* "dir/name" in one of 8 static buffers used in turn (valid until 8 more calls). */
+const char *gt_path_in(const char *dir, const char *name);
+
 /* Resident memory of this process in KiB (from /proc/self/statm; 0 if unknown). */
 long gt_rss_kib(void);
 
@@ -76,6 +136,10 @@ bool gt_bit_equal(const gr_tensor *got, const gr_tensor *want);
  * in dir, its stdout and stderr into out (at most cap - 1 bytes, NUL
  * terminated); returns its exit code, -1 when it did not exit. */
 int gt_cli_run(const char *dir, const char *args, char *out, size_t cap);
+/* gt_cli_run, then whether `graphrun ARGS` exited with code and (want not
+ * NULL) its output holds want; prints what differs. */
+bool gt_cli_expect(const char *dir, const char *args, int code, const char *want, char *out,
+                   size_t cap);
 /* Writes text to dir/name (aborts the test when it cannot). */
 void gt_write_file(const char *dir, const char *name, const char *text);
 /* Removes path and, for a directory, everything in it (like rm -rf). */

@@ -1,0 +1,113 @@
+/* Process helpers for the benchmarks that fork server tasks (bench_util.h). */
+#include "bench_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <graphrun.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+pid_t bench_children[BENCH_MAX_CHILDREN];
+int bench_num_children;
+static const char *bench_name = "bench";
+static void (*bench_hook)(void);
+
+void bench_stop_children(void) {
+  for (int i = 0; i < bench_num_children; i++)
+    if (bench_children[i] > 0) kill(bench_children[i], SIGKILL);
+  for (int i = 0; i < bench_num_children; i++)
+    if (bench_children[i] > 0) waitpid(bench_children[i], NULL, 0);
+  bench_num_children = 0;
+}
+
+void bench_add_child(pid_t pid) {
+  if (bench_num_children == BENCH_MAX_CHILDREN) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    bench_die("fork", "too many children");
+  }
+  bench_children[bench_num_children++] = pid;
+}
+
+void bench_forget_child(pid_t pid) {
+  for (int i = 0; i < bench_num_children; i++)
+    if (bench_children[i] == pid) bench_children[i] = bench_children[--bench_num_children];
+}
+
+static void bench_cleanup(void) {
+  bench_stop_children();
+  if (bench_hook) bench_hook();
+}
+
+static void bench_on_signal(int sig) {
+  bench_cleanup();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void bench_start(const char *name, void (*cleanup)(void)) {
+  bench_name = name;
+  bench_hook = cleanup;
+  atexit(bench_cleanup);
+  signal(SIGINT, bench_on_signal);
+  signal(SIGTERM, bench_on_signal);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+void bench_die(const char *what, const char *msg) {
+  fprintf(stderr, "%s: %s: %s\n", bench_name, what, msg ? msg : strerror(errno));
+  exit(1); /* the cleanup runs at exit */
+}
+
+pid_t bench_spawn(int life_r, int life_w, void (*fn)(void *arg, int life), void *arg) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) bench_die("fork", NULL);
+  if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    close(life_w);
+    bench_num_children = 0; /* the parent's to stop, not this one's */
+    bench_hook = NULL;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    fn(arg, life_r);
+    _exit(0);
+  }
+  bench_add_child(pid);
+  return pid;
+}
+
+typedef struct server_child {
+  int task, port_w;
+} server_child;
+
+static void server_main(void *arg, int life) {
+  server_child *sc = arg;
+  gr_server_options o = {.job = "worker", .task = sc->task, .inter_op_threads = 1, .quiet = true};
+  gr_server *srv;
+  gr_error err;
+  int port = -1;
+  if (gr_server_new(&o, &srv, &err) != GR_OK)
+    fprintf(stderr, "%s: task %d: %s\n", bench_name, sc->task, err.msg);
+  else
+    port = gr_server_port(srv);
+  if (write(sc->port_w, &port, sizeof port) != sizeof port || port < 0) _exit(1);
+  char c;
+  while (read(life, &c, 1) < 0 && errno == EINTR) {}
+  _exit(0); /* no teardown: the process ends */
+}
+
+pid_t bench_spawn_server(int task, int life_r, int life_w, int *port) {
+  int pp[2];
+  if (pipe2(pp, O_CLOEXEC) != 0) bench_die("pipe", NULL);
+  server_child sc = {task, pp[1]};
+  pid_t pid = bench_spawn(life_r, life_w, server_main, &sc);
+  close(pp[1]);
+  if (read(pp[0], port, sizeof *port) != sizeof *port || *port <= 0)
+    bench_die("server task", "did not start");
+  close(pp[0]);
+  return pid;
+}
