@@ -348,10 +348,10 @@ static void test_watchdog_two_runs_of_a_step(void) {
   }
   for (int k = 0; k < 2; k++)
     gr_executor_run_async(ex[k], &r[k].feed, &r[k].out, &r[k].step, on_done, &r[k]);
-  double end = now_s() + 10;
+  double end = gt_now() + 10;
   while ((__atomic_load_n(&r[0].calls, __ATOMIC_SEQ_CST) == 0 ||
           __atomic_load_n(&r[1].calls, __ATOMIC_SEQ_CST) == 0) &&
-         now_s() < end)
+         gt_now() < end)
     usleep(1000);
   usleep(2000);
   bool ended = r[0].calls == 1 && r[1].calls == 1;
