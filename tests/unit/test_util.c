@@ -64,17 +64,24 @@ gr_tensor gt_zeros(gr_dtype dtype, gr_shape shape) {
   return t;
 }
 
+/* Placeholders in0, in1, ... for the inputs (of shape ph[i], or the
+ * input's own when ph is NULL), each fed its input. */
+static void feed_placeholders(gr_graph *g, const gr_tensor *in, int n, const gr_shape *ph,
+                              gr_output *p, gr_feed *feeds) {
+  for (int i = 0; i < n && i < 16; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    p[i] = gr_placeholder(g, name, in[i].dtype, ph ? ph[i] : in[i].shape);
+    feeds[i] = (gr_feed){p[i], &in[i]};
+  }
+}
+
 gr_status gt_run_op(const char *op, const gr_tensor *inputs, int n, const gr_attr *attrs, int na,
                     gr_tensor *outs, int nout, gr_error *err) {
   gr_graph *g = gr_graph_new();
   gr_output in[16];
   gr_feed feeds[16];
-  for (int i = 0; i < n && i < 16; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "in%d", i);
-    in[i] = gr_placeholder(g, name, inputs[i].dtype, inputs[i].shape);
-    feeds[i] = (gr_feed){in[i], &inputs[i]};
-  }
+  feed_placeholders(g, inputs, n, NULL, in, feeds);
   gr_output o = gr_op(g, op, NULL, in, n, attrs, na);
   gr_status s;
   if (gr_graph_error(g)) {
@@ -153,13 +160,8 @@ gr_status gt_run_op_fresh(const char *op, const gr_tensor *in, int n, const gr_s
   gr_graph *g = gr_graph_new();
   gr_output xs[16];
   gr_feed feeds[16];
-  for (int i = 0; i < n && i < 16; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "in%d", i);
-    gr_output p = gr_placeholder(g, name, in[i].dtype, ph ? ph[i] : in[i].shape);
-    feeds[i] = (gr_feed){p, &in[i]};
-    xs[i] = i < fresh ? gt_fresh_copy(g, p, in[i].dtype) : p;
-  }
+  feed_placeholders(g, in, n, ph, xs, feeds);
+  for (int i = 0; i < n && i < fresh && i < 16; i++) xs[i] = gt_fresh_copy(g, xs[i], in[i].dtype);
   gr_output o = gr_op(g, op, NULL, xs, n, at, na);
   gr_status s;
   if (gr_graph_error(g)) {
