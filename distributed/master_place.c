@@ -18,19 +18,6 @@ static int task_of(const gr_master *ms, const char *job, int index) {
   return -1;
 }
 
-/* Adds task k (job, its host, its devices) as the cluster's next task. */
-static gr_status add_task(gr_cluster *c, const task *t, const char *job, gr_error *err) {
-  char host[GR_CLUSTER_HOST_MAX + 1];
-  int port, index;
-  gr_status st = gr_cluster_split_address(t->address, host, sizeof host, &port, err);
-  if (st == GR_OK) st = gr_cluster_add_task(c, job, host, &index, err);
-  if (st == GR_OK) st = gr_cluster_set_task_address(c, index, t->address, err);
-  for (int d = 0; st == GR_OK && d < t->num_devices; d++)
-    st = gr_cluster_add_device(c, index, GR_CLUSTER_DEFAULT_FLOPS, GR_CLUSTER_DEFAULT_MEM_BANDWIDTH,
-                               GR_CLUSTER_DEFAULT_OVERHEAD, err);
-  return st;
-}
-
 /* The cluster model: jobs in the order the master lists their devices, each
  * job's tasks by index (0, 1, ... without gaps: the cluster model numbers
  * them so). */
@@ -48,7 +35,8 @@ static gr_status cluster_of(const gr_master *ms, gr_cluster **out, gr_error *err
       int t = task_of(ms, first.job, i);
       if (t < 0) break;
       added[t] = true;
-      st = add_task(c, &ms->tasks[t], first.job, err);
+      st = gr_cluster_add_task_at(c, first.job, ms->tasks[t].address, ms->tasks[t].num_devices,
+                                  NULL, err);
     }
     if (st == GR_OK && !added[k])
       st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,

@@ -223,3 +223,17 @@ double gr_cluster_transfer_time(const gr_cluster *c, int a, int b, double bytes)
   const gr_link *l = &c->links[gr_cluster_link_kind(c, a, b)];
   return l->latency + bytes / l->bandwidth;
 }
+
+gr_status gr_cluster_add_task_at(gr_cluster *c, const char *job, const char *address,
+                                 int num_devices, int *task_out, gr_error *err) {
+  char host[GR_CLUSTER_HOST_MAX + 1];
+  int port, t;
+  gr_status s = gr_cluster_split_address(address, host, sizeof host, &port, err);
+  if (s == GR_OK) s = gr_cluster_add_task(c, job, host, &t, err);
+  if (s == GR_OK) s = gr_cluster_set_task_address(c, t, address, err);
+  for (int d = 0; s == GR_OK && d < num_devices; d++)
+    s = gr_cluster_add_device(c, t, GR_CLUSTER_DEFAULT_FLOPS, GR_CLUSTER_DEFAULT_MEM_BANDWIDTH,
+                              GR_CLUSTER_DEFAULT_OVERHEAD, err);
+  if (s == GR_OK && task_out) *task_out = t;
+  return s;
+}

@@ -26,14 +26,10 @@ static gr_status read_job(gr_jreader *r, gr_cluster *c, const char *job, const j
     GR_TRY(gr_jreader_want(r, a, JSON_STRING, "a task's address (\"host:port\")"));
     const char *address = json_string_value(a);
     char host[GR_CLUSTER_HOST_MAX];
-    int port, t;
+    int port;
     if (gr_cluster_address_problem(address, host, sizeof host, &port, why, sizeof why))
       return gr_jreader_fail(r, "%s", why);
-    gr_status s = gr_cluster_add_task(c, job, host, &t, r->err);
-    if (s == GR_OK) s = gr_cluster_set_task_address(c, t, address, r->err);
-    if (s == GR_OK)
-      s = gr_cluster_add_device(c, t, GR_CLUSTER_DEFAULT_FLOPS, GR_CLUSTER_DEFAULT_MEM_BANDWIDTH,
-                                GR_CLUSTER_DEFAULT_OVERHEAD, r->err);
+    gr_status s = gr_cluster_add_task_at(c, job, address, 1, NULL, r->err);
     if (s != GR_OK) return gr_jreader_wrap(r, s);
     gr_jreader_pop(r);
   }

@@ -90,6 +90,12 @@ gr_status gr_cluster_add_task(gr_cluster *c, const char *job, const char *host, 
  * the last one with devices moves the devices of later tasks up by one index. */
 gr_status gr_cluster_add_device(gr_cluster *c, int task, double flops, double mem_bandwidth,
                                 double overhead, gr_error *err);
+/* Adds the next task of `job` at address "host:port" (checked as
+ * gr_cluster_set_task_address checks it; the host is the task's host) with
+ * num_devices CPU devices of the default figures (GR_CLUSTER_DEFAULT_*);
+ * *task_out (may be NULL) gets its index. */
+gr_status gr_cluster_add_task_at(gr_cluster *c, const char *job, const char *address,
+                                 int num_devices, int *task_out, gr_error *err);
 void gr_cluster_set_link(gr_cluster *c, gr_link_kind kind, gr_link link);
 gr_link gr_cluster_get_link(const gr_cluster *c, gr_link_kind kind);
 /* One job "localhost", one task, n identical CPU devices. */
