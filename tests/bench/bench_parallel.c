@@ -21,19 +21,28 @@
  *       run) vs PyTorch DDP (Gloo) on two processes; examples/s.
  *   sync_scaling  the same file in one process (one worker, batch 128,
  *       a session with one inter-op thread): 2-worker examples/s / 1-worker.
+ *   sync_floor, sync_nocomm  what two cores allow (parallel_floor.h): two
+ *       forked processes each run that one-worker step, with a raw-socket
+ *       ring all-reduce of the MLP's gradient bytes after every step
+ *       (sync_floor) or without (sync_nocomm); 2 x one-worker step time /
+ *       the pair's step time.
  *   async_eps  graphrun launch --ps 1 --workers 2 --between-graph
  *       examples/ps_async.gr:
  *       worker 0's "N steps in S s" x 128 x 2.
  *   pipeline_speedup  examples/model_parallel.gr (layer 1 on task 0,
  *       layers 2-3 on task 1) with micro_batches(1, ...) vs its own
  *       micro_batches(4, ...): time per global batch of 128, M=1 / M=4.
+ *   pipeline_bound  M=1's time / the busier task's kernel time in an M=4
+ *       step (from step traces): the speedup if the M=4 step took no
+ *       longer than its busier stage's kernels.
  *
  * Every child (servers, Python, launch) is killed and reaped on every
  * path; every wait has a deadline. --smoke: small sizes, few steps, no
  * PyTorch (its figures print as nan).
  *
  * Last line: parallel: allreduce_vs_gloo=A sync_vs_ddp=B sync_scaling=C
- *            async_eps=D pipeline_speedup=E */
+ *            async_eps=D pipeline_speedup=E sync_floor=F sync_nocomm=G
+ *            pipeline_bound=H */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,8 +56,11 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "parallel_floor.h"
 
-#define BATCH      128
+#define BATCH 128
+/* the MLP 784-256-256-10's parameters: the floats a sync step all-reduces */
+#define MLP_PARAMS (784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10)
 #define MAX_ROUNDS 5
 
 /* ---- children: servers (forked) and commands (fork + exec) ----------------------------- */
@@ -274,6 +286,48 @@ static double time_train(program *pr, int steps) {
   return (bench_now() - t0) / steps;
 }
 
+/* Seconds of kernels the busier task runs in a step (median over `steps`
+ * traced steps; receives wait, so they do not count): a split step cannot
+ * end before its busier task has run its kernels. */
+static double busier_task_s(program *pr, int steps) {
+  gr_step_trace *t = gr_step_trace_new();
+  double v[64];
+  gr_error err;
+  if (!t) bench_die("trace", "out of memory");
+  if (steps > 64) steps = 64;
+  for (int k = 0; k < steps; k++) {
+    gr_step_trace_clear(t);
+    if (gr_session_run_traced(pr->s, NULL, 0, NULL, 0, NULL, &pr->train, 1, t, &err) != GR_OK)
+      bench_die("traced step", err.msg);
+    double busy[2] = {0, 0};
+    for (int i = 0; i < gr_step_trace_count(t); i++) {
+      const gr_trace_event *e = gr_step_trace_event(t, i);
+      const char *dev = e->node->assigned_device;
+      if (!strcmp(e->node->op->name, "_recv")) continue;
+      busy[dev && strstr(dev, "task:1")] += 1e-9 * (double)(e->end_ns - e->start_ns);
+    }
+    v[k] = fmax(busy[0], busy[1]);
+  }
+  gr_step_trace_free(t);
+  return bench_median(v, steps);
+}
+
+/* the floor pair's step (parallel_floor.h): the one-worker program, loaded
+ * in each forked process */
+static void *floor_setup(void) {
+  program *pr = malloc(sizeof *pr);
+  char *text = variant("allreduce.gr", "batch_size=64 * workers", "batch_size=128 * workers");
+  if (!pr) bench_die("floor pair", "out of memory");
+  program_load(pr, "allreduce.gr (one worker, floor pair)", text, NULL);
+  free(text);
+  return pr;
+}
+
+static void floor_step(void *ctx) {
+  program *pr = ctx;
+  run_steps(pr->s, &pr->train, 1, 1);
+}
+
 /* ---- PyTorch ------------------------------------------------------------------------ */
 
 typedef struct torch_figures {
@@ -374,9 +428,15 @@ int main(int argc, char **argv) {
     snprintf(addr[k], sizeof addr[k], "127.0.0.1:%d", port[k]);
     addrs[k] = addr[k];
   }
+  floor_pair *fp = floor_pair_spawn(life[0], life[1], MLP_PARAMS, floor_setup, floor_step);
   close(life[0]);
   gr_error err;
-  gr_master_options mo = {.num_tasks = 2, .addresses = addrs, .step_timeout_ms = 120000};
+  /* no recovery here: a task starved by a loaded machine is slow, not lost */
+  gr_master_options mo = {.num_tasks = 2,
+                          .addresses = addrs,
+                          .step_timeout_ms = 120000,
+                          .heartbeat_ms = 250,
+                          .heartbeat_missed = 40};
   gr_master *m;
   if (gr_master_new(&mo, &m, &err) != GR_OK) bench_die("master", err.msg);
 
@@ -413,6 +473,8 @@ int main(int argc, char **argv) {
   double ar_gbps[2][MAX_ROUNDS], gloo_gbps[2][MAX_ROUNDS], ar_ratio[2][MAX_ROUNDS];
   double sync_eps[MAX_ROUNDS], one_eps[MAX_ROUNDS], ddp_eps[MAX_ROUNDS], ddp_ratio[MAX_ROUNDS];
   double scaling[MAX_ROUNDS], async_eps[MAX_ROUNDS], mp_s[2][MAX_ROUNDS], speedup[MAX_ROUNDS];
+  double floor_sc[MAX_ROUNDS], nocomm_sc[MAX_ROUNDS], pipe_bound[MAX_ROUNDS];
+  floor_pair_run(fp, 5, true); /* warm-up: the children load the program */
   for (int r = 0; r < rounds; r++) {
     torch_figures tf = {{NAN, NAN}, NAN};
     if (torch_ok && !run_torch(ar_steps[0], ar_steps[1], mlp_steps, &tf)) torch_ok = false;
@@ -426,16 +488,21 @@ int main(int argc, char **argv) {
     ddp_eps[r] = 2 * BATCH / tf.ddp_s;
     ddp_ratio[r] = sync_eps[r] / ddp_eps[r];
     scaling[r] = sync_eps[r] / one_eps[r];
+    nocomm_sc[r] = 2 * BATCH / one_eps[r] / floor_pair_run(fp, mlp_steps, false);
+    floor_sc[r] = 2 * BATCH / one_eps[r] / floor_pair_run(fp, mlp_steps, true);
     for (int k = 0; k < 2; k++) { /* M=1, M=4, M=1, M=4 */
       mp_s[0][r] = (k ? mp_s[0][r] : 0) + time_train(&mp1, pipe_steps) / 2;
       mp_s[1][r] = (k ? mp_s[1][r] : 0) + time_train(&mp4, pipe_steps) / 2;
     }
     speedup[r] = mp_s[0][r] / mp_s[1][r];
+    pipe_bound[r] = mp_s[0][r] / busier_task_s(&mp4, smoke ? 3 : 20);
     async_eps[r] = run_async(graphrun, async_file, async_steps);
     printf("round %d: all-reduce %.2f / %.2f GB/s (Gloo %.2f / %.2f); sync x2 %.0f examples/s "
-           "(DDP %.0f, one worker %.0f); async %.0f; pipeline M=1 %.2f ms, M=4 %.2f ms\n",
+           "(DDP %.0f, one worker %.0f; floor pair x%.2f, without exchange x%.2f); async %.0f; "
+           "pipeline M=1 %.2f ms, M=4 %.2f ms (bound x%.2f)\n",
            r, ar_gbps[0][r], ar_gbps[1][r], gloo_gbps[0][r], gloo_gbps[1][r], sync_eps[r],
-           ddp_eps[r], one_eps[r], async_eps[r], mp_s[0][r] * 1e3, mp_s[1][r] * 1e3);
+           ddp_eps[r], one_eps[r], floor_sc[r], nocomm_sc[r], async_eps[r], mp_s[0][r] * 1e3,
+           mp_s[1][r] * 1e3, pipe_bound[r]);
     fflush(stdout);
   }
   int n = rounds;
@@ -455,11 +522,15 @@ int main(int argc, char **argv) {
   range("allreduce_vs_gloo 64 MiB", ar_ratio[1], n, "");
   range("sync_vs_ddp", ddp_ratio, n, "");
   range("sync_scaling", scaling, n, "");
+  range("sync_floor (raw-socket pair)", floor_sc, n, "");
+  range("sync_nocomm (pair, no exchange)", nocomm_sc, n, "");
   range("pipeline_speedup", speedup, n, "");
+  range("pipeline_bound (busier stage)", pipe_bound, n, "");
   double avg = fmin(med(ar_ratio[0], n), med(ar_ratio[1], n));
   printf("parallel: allreduce_vs_gloo=%.2f sync_vs_ddp=%.2f sync_scaling=%.2f async_eps=%.0f "
-         "pipeline_speedup=%.2f\n",
-         avg, med(ddp_ratio, n), med(scaling, n), med(async_eps, n), med(speedup, n));
+         "pipeline_speedup=%.2f sync_floor=%.2f sync_nocomm=%.2f pipeline_bound=%.2f\n",
+         avg, med(ddp_ratio, n), med(scaling, n), med(async_eps, n), med(speedup, n),
+         med(floor_sc, n), med(nocomm_sc, n), med(pipe_bound, n));
 
   program_free(&sync1);
   program_free(&sync2);
@@ -470,6 +541,7 @@ int main(int argc, char **argv) {
     gr_graph_free(ar_g[i]);
   }
   gr_master_free(m);
+  floor_pair_free(fp);
   free(sync_text), free(mp1_text), free(mp4_text);
   return 0;
 }

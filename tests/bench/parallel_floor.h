@@ -1,0 +1,37 @@
+/* What two cores allow for synchronous training, measured without graphrun's
+ * runtime (bench_parallel's sync_floor and sync_nocomm figures).
+ *
+ * Two forked processes each run the one-worker training step in their own
+ * process (a step function the caller gives) and, when asked, follow every
+ * step with a ring all-reduce (sum) of a float buffer of the model's size
+ * over one raw loopback TCP connection between them: reduce-scatter, then
+ * all-gather, each rank sending half the buffer in each phase, as the
+ * runtime's ring does for two workers. So the pair's step time is the
+ * step's compute on two shared cores plus the least the kernel's sockets
+ * cost for the same bytes, with no overlap of the two.
+ *
+ * Spawn the pair before the calling process starts threads (it forks). */
+#ifndef GR_BENCH_PARALLEL_FLOOR_H
+#define GR_BENCH_PARALLEL_FLOOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct floor_pair floor_pair;
+
+/* Forks the two processes (children of bench_util, killed with the
+ * parent). setup() runs once in each child before its first steps and
+ * returns the step's context; step(ctx) runs one training step. floats: the
+ * all-reduced buffer's length. */
+floor_pair *floor_pair_spawn(int life_r, int life_w, size_t floats, void *(*setup)(void),
+                             void (*step)(void *ctx));
+
+/* Runs `steps` steps in both processes at once (each with the ring
+ * exchange after it when exchange is true) and returns the seconds per
+ * step of the slower process. */
+double floor_pair_run(floor_pair *fp, int steps, bool exchange);
+
+/* Closes the command pipes (the children exit) and frees fp. */
+void floor_pair_free(floor_pair *fp);
+
+#endif
