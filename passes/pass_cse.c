@@ -164,7 +164,7 @@ static bool same_as(const void *ctx, uint32_t id, const void *key) {
 }
 
 static bool takes_part(const gr_passes_ctx *c, const gr_node *n) {
-  return c->mark[n->id] >= GR_PASSES_CUT && !c->fed[n->id] && !gr_passes_op_is_opaque(n->op);
+  return c->mark[n->id] >= GR_PRUNE_NEEDED && !c->fed[n->id] && !gr_passes_op_is_opaque(n->op);
 }
 
 gr_status gr_passes_cse(gr_passes_ctx *c, int *merged) {

@@ -45,7 +45,7 @@ static gr_status check_endpoints(const gr_graph *g, const char *what, const gr_o
 
 static int count_kept(const gr_passes_ctx *c) {
   int k = 0;
-  for (int v = 0; v < c->n; v++) k += c->mark[v] != GR_PASSES_UNUSED && c->rep[v] == v;
+  for (int v = 0; v < c->n; v++) k += c->mark[v] != GR_PRUNE_UNUSED && c->rep[v] == v;
   return k;
 }
 
@@ -158,10 +158,10 @@ static gr_status copy_graph(gr_passes_ctx *c, gr_graph **result) {
   gr_graph_set_seed(k.out, gr_graph_seed(c->g));
   for (int i = 0; i < c->n && st == GR_OK; i++) {
     const gr_node *n = gr_graph_node(c->g, c->order[i]);
-    if (c->mark[n->id] == GR_PASSES_UNUSED || c->rep[n->id] != n->id) continue;
-    gr_output o = c->mark[n->id] == GR_PASSES_FED ? copy_stand_in(&k, n)
-                  : c->folded[n->id]              ? copy_folded(&k, n)
-                                                  : copy_node(&k, n);
+    if (c->mark[n->id] == GR_PRUNE_UNUSED || c->rep[n->id] != n->id) continue;
+    gr_output o = c->mark[n->id] == GR_PRUNE_FED ? copy_stand_in(&k, n)
+                  : c->folded[n->id]             ? copy_folded(&k, n)
+                                                 : copy_node(&k, n);
     if (!o.node) {
       const gr_error *ge = gr_graph_error(k.out);
       if (c->err->code == GR_OK)
