@@ -25,7 +25,7 @@ static gr_status add_op(const gr_op_def *op, gr_error *err) {
   } else if (!old) {
     if (num_sorted == cap_sorted) {
       int cap = cap_sorted ? cap_sorted * 2 : 128;
-      const gr_op_def **p = realloc(sorted, sizeof *p * (size_t)cap);
+      const gr_op_def **p = gr_realloc_array(sorted, (size_t)cap, sizeof *p);
       if (!p) {
         pthread_mutex_unlock(&registry_mu);
         return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");

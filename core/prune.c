@@ -85,7 +85,7 @@ static void visit(walk *w, const gr_node *n) {
 gr_status gr_graph_mark_needed(const gr_graph *g, const gr_prune_request *r, unsigned char *mark,
                                int *parent, gr_error *err) {
   size_t n = (size_t)gr_graph_num_nodes(g);
-  walk w = {g, r, mark, parent, calloc(n + 1, 1), malloc(sizeof(int) * (2 * n + 1)), 0};
+  walk w = {g, r, mark, parent, calloc(n + 1, 1), gr_alloc_array(2 * n + 1, sizeof(int)), 0};
   if (!w.fed || !w.stack) {
     free(w.fed);
     free(w.stack);

@@ -241,7 +241,8 @@ static void note_soft(gr_session *s, const gr_node *node, const char *request, i
   bool seen = false;
   for (int i = 0; i < s->num_soft_noted && !seen; i++) seen = !strcmp(s->soft_noted[i], request);
   char **more =
-      seen ? NULL : realloc(s->soft_noted, sizeof(char *) * (size_t)(s->num_soft_noted + 1));
+      seen ? NULL
+           : gr_realloc_array(s->soft_noted, (size_t)(s->num_soft_noted + 1), sizeof(char *));
   if (more) {
     s->soft_noted = more;
     if ((more[s->num_soft_noted] = strdup(request))) s->num_soft_noted++;
@@ -348,9 +349,9 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
   gr_graph *g = s->graph;
   int total = gr_graph_num_nodes(g);
   unsigned char *needed = calloc((size_t)total + 1, 1);
-  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
-  gr_node **nodes = malloc(sizeof(gr_node *) * ((size_t)total + 1));
-  gr_output *feed_eps = malloc(sizeof(gr_output) * ((size_t)nf + 1));
+  int *parent = gr_alloc_array((size_t)total + 1, sizeof(int));
+  gr_node **nodes = gr_alloc_array((size_t)total + 1, sizeof(gr_node *));
+  gr_output *feed_eps = gr_alloc_array((size_t)nf + 1, sizeof(gr_output));
   prepared *p = calloc(1, sizeof *p);
   gr_status st = GR_OK;
   if (!needed || !parent || !nodes || !feed_eps || !p) {
@@ -374,7 +375,7 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
   }
   int num_used = 0;
   if ((st = assign_devices(s, nodes, nn, &num_used, err)) != GR_OK) goto done;
-  p->vars = malloc(sizeof(gr_node *) * ((size_t)nvars + 1));
+  p->vars = gr_alloc_array((size_t)nvars + 1, sizeof(gr_node *));
   if (!p->vars) {
     st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
@@ -434,7 +435,7 @@ static gr_status add_initializer(gr_session *s, const char *name, const char *de
                            : " and has no initialiser");
   if (l->n == l->cap) {
     int cap = l->cap ? l->cap * 2 : 16;
-    gr_output *more = realloc(l->v, sizeof(gr_output) * (size_t)cap);
+    gr_output *more = gr_realloc_array(l->v, (size_t)cap, sizeof(gr_output));
     if (!more) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     l->v = more;
     l->cap = cap;
@@ -479,7 +480,7 @@ static gr_status init_vars(gr_session *s, gr_node **vars, int n, gr_error *err) 
 
 gr_status gr_session_init_variables(gr_session *s, gr_error *err) {
   int total = gr_graph_num_nodes(s->graph);
-  gr_node **vars = malloc(sizeof(gr_node *) * ((size_t)total + 1));
+  gr_node **vars = gr_alloc_array((size_t)total + 1, sizeof(gr_node *));
   if (!vars) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   int n = 0;
   for (int i = 0; i < total; i++) {
@@ -562,8 +563,8 @@ gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_fe
   GR_TRY(check_args(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets, err));
   int total = gr_graph_num_nodes(s->graph);
   unsigned char *needed = calloc((size_t)total + 1, 1);
-  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
-  gr_output *feed_eps = malloc(sizeof(gr_output) * ((size_t)num_feeds + 1));
+  int *parent = gr_alloc_array((size_t)total + 1, sizeof(int));
+  gr_output *feed_eps = gr_alloc_array((size_t)num_feeds + 1, sizeof(gr_output));
   gr_status st = GR_OK;
   if (!needed || !parent || !feed_eps) {
     st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
@@ -678,7 +679,7 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
     __atomic_store_n(&p->vars_ready, 1, __ATOMIC_RELEASE);
   }
   gr_tensor fv_small[8];
-  gr_tensor *fv = num_feeds <= 8 ? fv_small : malloc(sizeof(gr_tensor) * (size_t)num_feeds);
+  gr_tensor *fv = num_feeds <= 8 ? fv_small : gr_alloc_array((size_t)num_feeds, sizeof(gr_tensor));
   if (!fv) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int i = 0; i < num_feeds; i++) fv[i] = *feeds[i].value;
   gr_transfer_stats moved = {0, 0};
