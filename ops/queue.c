@@ -192,7 +192,7 @@ static bool push_item(gr_queue *q, gr_tensor *item) {
   int nc = q->spec.ncomp;
   if (q->count == q->cap_slots) {
     int64_t cap = q->cap_slots ? q->cap_slots * 2 : 16;
-    gr_tensor *r = malloc(sizeof *r * (size_t)(cap * nc));
+    gr_tensor *r = gr_alloc_array((size_t)(cap * nc), sizeof *r);
     if (!r) return false;
     for (int64_t e = 0; e < q->count; e++)
       memcpy(r + e * nc, q->ring + ((q->head + e) % q->cap_slots) * nc, sizeof *r * (size_t)nc);

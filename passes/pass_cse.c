@@ -174,8 +174,8 @@ gr_status gr_passes_cse(gr_passes_ctx *c, int *merged) {
     if (gr_graph_node(c->g, i)->num_control_inputs > max_ctrl)
       max_ctrl = gr_graph_node(c->g, i)->num_control_inputs;
   cse s = {.c = c,
-           .ctrl = malloc(sizeof(int) * (size_t)max_ctrl),
-           .ctrl_other = malloc(sizeof(int) * (size_t)max_ctrl)};
+           .ctrl = gr_alloc_array((size_t)max_ctrl, sizeof(int)),
+           .ctrl_other = gr_alloc_array((size_t)max_ctrl, sizeof(int))};
   gr_idmap_init(&s.table);
   gr_status st = GR_OK;
   if (!s.ctrl || !s.ctrl_other) {

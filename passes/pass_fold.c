@@ -46,8 +46,8 @@ static bool foldable(const gr_passes_ctx *c, const gr_node *n, size_t max_bytes)
  * function fails: left to the run); other codes are failures of the pass. */
 static gr_status evaluate(const gr_passes_ctx *c, const gr_node *n, gr_tensor *out) {
   gr_graph *t = gr_graph_new();
-  gr_output *in = malloc(sizeof(gr_output) * ((size_t)n->num_inputs + 1));
-  gr_node **nodes = malloc(sizeof(gr_node *) * ((size_t)n->num_inputs + 2));
+  gr_output *in = gr_alloc_array((size_t)n->num_inputs + 1, sizeof(gr_output));
+  gr_node **nodes = gr_alloc_array((size_t)n->num_inputs + 2, sizeof(gr_node *));
   gr_executor *ex = NULL;
   gr_status st = GR_OK;
   gr_error e;

@@ -144,9 +144,9 @@ static gr_status copy_graph(gr_passes_ctx *c, gr_graph **result) {
   copier k = {c,
               gr_graph_new(),
               calloc((size_t)c->n + 1, sizeof(gr_node *)),
-              malloc(sizeof(gr_output) * (size_t)max_in),
-              malloc(sizeof(gr_node *) * (size_t)max_ctrl),
-              malloc(sizeof(patch) * ((size_t)back + 1)),
+              gr_alloc_array((size_t)max_in, sizeof(gr_output)),
+              gr_alloc_array((size_t)max_ctrl, sizeof(gr_node *)),
+              gr_alloc_array((size_t)back + 1, sizeof(patch)),
               0,
               &gr_op_const,
               gr_ops_find("placeholder")};
@@ -202,8 +202,8 @@ typedef struct arrays {
 
 static bool alloc_arrays(arrays *a, int n) {
   size_t m = (size_t)n + 1;
-  a->order = malloc(sizeof(int) * m);
-  a->rep = malloc(sizeof(int) * m);
+  a->order = gr_alloc_array(m, sizeof(int));
+  a->rep = gr_alloc_array(m, sizeof(int));
   a->fed = calloc(m, 1);
   a->protect = calloc(m, 1);
   a->mark = calloc(m, 1);
