@@ -133,9 +133,9 @@ gr_status ckpt_restore_graph(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_graph *
   /* cvars: what to read (vars, with the parts to take from their whole
    * replaced by it); from[i]: vars[i]'s whole in cvars or -1; offs[i]:
    * its first row */
-  gr_ckpt_var *cvars = malloc(sizeof *cvars * ((size_t)n + 1));
-  int *from = malloc(sizeof *from * ((size_t)n + 1));
-  int64_t *offs = malloc(sizeof *offs * ((size_t)n + 1));
+  gr_ckpt_var *cvars = gr_alloc_array((size_t)n + 1, sizeof *cvars);
+  int *from = gr_alloc_array((size_t)n + 1, sizeof *from);
+  int64_t *offs = gr_alloc_array((size_t)n + 1, sizeof *offs);
   gr_resource_mgr *tmp = gr_resource_mgr_new();
   gr_status s = cvars && from && offs && tmp
                     ? GR_OK

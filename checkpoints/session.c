@@ -15,7 +15,7 @@ gr_status gr_ckpt_graph_vars(const gr_graph *g, gr_ckpt_var **out, int *n, gr_er
   *out = NULL;
   *n = 0;
   int total = gr_graph_num_nodes(g);
-  gr_ckpt_var *v = malloc(sizeof *v * ((size_t)total + 1));
+  gr_ckpt_var *v = gr_alloc_array((size_t)total + 1, sizeof *v);
   if (!v) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   int cnt = 0;
   for (int i = 0; i < total; i++) {
@@ -158,7 +158,7 @@ gr_status gr_ckpt_restore_vars(gr_ckpt *ck, gr_session *s, const gr_graph *g, in
   gr_ckpt_var *all;
   int na;
   GR_TRY(gr_ckpt_graph_vars(g, &all, &na, err));
-  gr_ckpt_var *pick = malloc(sizeof *pick * ((size_t)n + 1));
+  gr_ckpt_var *pick = gr_alloc_array((size_t)n + 1, sizeof *pick);
   gr_status st = pick ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int i = 0; st == GR_OK && i < n; i++) {
     gr_ckpt_var key = {names[i], GR_F32, {0}};
