@@ -224,7 +224,7 @@ static gr_status attr_of(dec *d, const msgpack_object *o, gr_attr *a) {
 static gr_status add_patch(dec *d, int input, int src, int index) {
   if (d->num_patches == d->cap_patches) {
     int cap = d->cap_patches ? 2 * d->cap_patches : 16;
-    patch *p = realloc(d->patches, sizeof *p * (size_t)cap);
+    patch *p = gr_realloc_array(d->patches, (size_t)cap, sizeof *p);
     if (!p) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     d->patches = p;
     d->cap_patches = cap;
@@ -280,7 +280,7 @@ static gr_status node_inputs(dec *d, const msgpack_object *m, gr_node *fake, nod
       s->in[j] = s->in[first_before];
     }
   GR_TRY(field(d, m, "ctrl", MSGPACK_OBJECT_ARRAY, false, &ctrl));
-  s->ctrl = malloc(sizeof *s->ctrl * ((size_t)ctrl->via.array.size + 1));
+  s->ctrl = gr_alloc_array((size_t)ctrl->via.array.size + 1, sizeof *s->ctrl);
   if (!s->ctrl) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   fake->num_control_inputs = 0;
   for (uint32_t j = 0; j < ctrl->via.array.size; j++) {
@@ -356,7 +356,7 @@ static gr_status apply_patches(dec *d) {
     if (st != GR_OK) return fail(d, "%s", gr_graph_error(d->g)->msg);
   }
   d->at = -1;
-  int *order = malloc(sizeof(int) * ((size_t)d->num_nodes + 1));
+  int *order = gr_alloc_array((size_t)d->num_nodes + 1, sizeof(int));
   if (!order) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   int got = gr_graph_topo_order_stable(d->g, order);
   free(order);

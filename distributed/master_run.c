@@ -91,7 +91,7 @@ static void deregister(gr_master *ms, int task, uint64_t handle) {
 }
 
 static gr_status add_feeds(task_plan *tp, const gr_partition *pt, gr_error *err) {
-  int *more = realloc(tp->feeds, sizeof(int) * (size_t)(tp->num_feeds + pt->num_feeds + 1));
+  int *more = gr_realloc_array(tp->feeds, (size_t)(tp->num_feeds + pt->num_feeds + 1), sizeof(int));
   if (!more) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   tp->feeds = more;
   for (int i = 0; i < pt->num_feeds; i++) {

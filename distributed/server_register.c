@@ -46,8 +46,8 @@ static gr_status endpoints(gr_graph *g, const msgpack_object *arr, gr_output **e
   if (arr->type != MSGPACK_OBJECT_ARRAY || arr->via.array.size > (1u << 20))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feeds and fetches must be arrays");
   uint32_t n = arr->via.array.size;
-  *eps = malloc(sizeof **eps * (n + 1));
-  *index = malloc(sizeof **index * (n + 1));
+  *eps = gr_alloc_array(n + 1, sizeof **eps);
+  *index = gr_alloc_array(n + 1, sizeof **index);
   if (!*eps || !*index) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t i = 0; i < n; i++)
     GR_TRY(endpoint(g, &arr->via.array.ptr[i], &(*eps)[i], &(*index)[i], 1 << 20, err));
@@ -88,7 +88,7 @@ static gr_status part_of(gr_server *s, const msgpack_object *o, const gr_inmsg *
   GR_TRY(endpoints(p->graph, &f[4], &p->fetches, &p->fetch_index, &p->num_fetches, err));
   /* every node runs but the feeds' stand-ins; ids are a topological order */
   int total = gr_graph_num_nodes(p->graph);
-  p->nodes = malloc(sizeof *p->nodes * ((size_t)total + 1));
+  p->nodes = gr_alloc_array((size_t)total + 1, sizeof *p->nodes);
   if (!p->nodes) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int id = 0; id < total; id++) {
     gr_node *n = gr_graph_node(p->graph, id);
@@ -128,7 +128,7 @@ static gr_status peers_of(gr_server *s, const msgpack_object_array *arr, gr_erro
     }
     if (!p && s->num_peers == s->cap_peers) {
       int cap = s->cap_peers ? 2 * s->cap_peers : 8;
-      peer *more = cap <= MAX_PEERS ? realloc(s->peers, sizeof *more * (size_t)cap) : NULL;
+      peer *more = cap <= MAX_PEERS ? gr_realloc_array(s->peers, (size_t)cap, sizeof *more) : NULL;
       if (!more) {
         pthread_mutex_unlock(&s->mu);
         return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "too many peers");

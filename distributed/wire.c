@@ -423,7 +423,7 @@ void gr_outmsg_bin(gr_outmsg *m, const char *key, const void *p, size_t n) {
 static piece *add_piece(gr_outmsg *m) {
   if (m->num_pieces == m->cap_pieces) {
     int cap = m->cap_pieces ? 2 * m->cap_pieces : 4;
-    piece *more = realloc(m->pieces, sizeof *more * (size_t)cap);
+    piece *more = gr_realloc_array(m->pieces, (size_t)cap, sizeof *more);
     if (!more) return NULL;
     m->pieces = more;
     m->cap_pieces = cap;
@@ -487,7 +487,7 @@ gr_status gr_outmsg_finish(gr_outmsg *m, struct iovec **iov, int *n, size_t *tot
                        .body_len = (uint32_t)m->body_len};
   gr_wire_put_frame_header((uint8_t *)m->sb.data, &h);
   free(m->iov);
-  m->iov = malloc(sizeof *m->iov * (size_t)(1 + 2 * m->num_pieces));
+  m->iov = gr_alloc_array((size_t)(1 + 2 * m->num_pieces), sizeof *m->iov);
   if (!m->iov) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   int k = 0;
   m->iov[k++] = (struct iovec){m->sb.data, m->sb.size};

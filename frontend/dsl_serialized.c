@@ -15,8 +15,8 @@ gr_status gr_dsl_export(const gr_dsl_program *p, void **data, size_t *size, gr_e
                        .num_fetches = p->nfetch,
                        .targets = (const char **)p->targets,
                        .num_targets = p->ntarget};
-  nm.names = malloc(sizeof *nm.names * (f->count + 1));
-  nm.outputs = malloc(sizeof *nm.outputs * (f->count + 1));
+  nm.names = gr_alloc_array(f->count + 1, sizeof *nm.names);
+  nm.outputs = gr_alloc_array(f->count + 1, sizeof *nm.outputs);
   if (!nm.names || !nm.outputs) {
     free(nm.names), free(nm.outputs);
     return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");

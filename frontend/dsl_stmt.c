@@ -286,7 +286,7 @@ static gr_status read_file(const char *path, char **text, size_t *len, gr_error 
 /* Adds a copy of real to the files imported (each is lowered once); false
  * when out of memory, with p unchanged. */
 static bool remember_import(gr_dsl_program *p, const char *real) {
-  char **ni = realloc(p->imported, sizeof(char *) * (size_t)(p->nimported + 1));
+  char **ni = gr_realloc_array(p->imported, (size_t)(p->nimported + 1), sizeof(char *));
   if (!ni) return false;
   p->imported = ni;
   if (!(ni[p->nimported] = strdup(real))) return false;
