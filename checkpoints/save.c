@@ -51,7 +51,7 @@ gr_status ckpt_apply_retention(gr_ckpt *ck, gr_error *err) {
       cap = cap ? 2 * cap : 16;
       int64_t *nd_ = gr_realloc_array(doomed, cap, sizeof *doomed);
       if (!nd_) {
-        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        s = gr_error_set_oom(err);
         break;
       }
       doomed = nd_;
@@ -123,7 +123,7 @@ static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, 
   if (ckpt_find(ck, step, &old_id, NULL, &ignore) == GR_OK)
     GR_TRY(ckpt_delete_checkpoint(ck, old_id, err));
   gr_ckpt_var *vars = gr_alloc_array((size_t)n + 1, sizeof *vars);
-  if (!vars) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!vars) return gr_error_set_oom(err);
   for (int i = 0; i < n; i++) {
     vars[i] = (gr_ckpt_var){t[i].name, t[i].value->dtype, t[i].value->shape};
     total += (int64_t)gr_tensor_num_bytes(t[i].value);

@@ -369,7 +369,7 @@ static bool track_async(run_state *st, async_ctx *ac) {
 
 static void finish_node_oom(run_state *st, int i, ready_stack *rs) {
   gr_error oom;
-  gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_error_set_oom(&oom);
   finish_node(st, i, oom.code, &oom, rs);
 }
 
@@ -630,7 +630,7 @@ static void static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor
   run_state *st = acquire_state(e);
   if (!st) {
     gr_error oom;
-    done(arg, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    done(arg, gr_error_set_oom(&oom), &oom);
     return;
   }
   for (int i = 0; i < e->num_nodes; i++) st->pending[i] = e->nodes[i].initial_pending;

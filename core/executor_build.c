@@ -65,7 +65,7 @@ typedef struct build {
 } build;
 
 static gr_status oom(build *b) {
-  return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  return gr_error_set_oom(b->err);
 }
 
 /* The executor's arrays and the node id -> index map. */
@@ -250,7 +250,7 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
                           gr_threadpool *pool, gr_executor **out, gr_error *err) {
   *out = NULL;
   gr_executor *e = calloc(1, sizeof *e);
-  if (!e) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!e) return gr_error_set_oom(err);
   pthread_mutex_init(&e->mu, NULL);
   e->pool = pool;
   e->pool_size = gr_threadpool_size(pool);

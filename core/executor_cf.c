@@ -633,7 +633,7 @@ static void run_token(cf_run *r, token tok) {
       free(a);
       gr_error ke;
       if (no_memory)
-        gr_error_set(&ke, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        gr_error_set_oom(&ke);
       else
         gr_error_set(&ke, GR_ERR_UNIMPLEMENTED,
                      "nodes with more than 16 inputs or outputs are not "
@@ -795,7 +795,7 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
   cf_run *r = calloc(1, sizeof *r);
   if (!r) {
     gr_error oom;
-    done(arg, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    done(arg, gr_error_set_oom(&oom), &oom);
     return;
   }
   r->e = e;
@@ -824,7 +824,7 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
     root->ring[0] = iter_new(r, 0);
   if (!root || !root->ring || !root->ring[0]) {
     gr_error oom;
-    cf_free_run(r, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    cf_free_run(r, gr_error_set_oom(&oom), &oom);
     return;
   }
   root->next_iter = 1;

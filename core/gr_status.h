@@ -58,7 +58,7 @@ gr_status gr_error_set(gr_error *err, gr_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 gr_status gr_error_setv(gr_error *err, gr_status code, const char *fmt, va_list ap);
 
-/* gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"): the one
+/* gr_error_set_oom(err): the one
  * message of a failed allocation; returns GR_ERR_RESOURCE_EXHAUSTED. */
 gr_status gr_error_set_oom(gr_error *err);
 

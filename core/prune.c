@@ -89,7 +89,7 @@ gr_status gr_graph_mark_needed(const gr_graph *g, const gr_prune_request *r, uns
   if (!w.fed || !w.stack) {
     free(w.fed);
     free(w.stack);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   memset(mark, GR_PRUNE_UNUSED, n);
   for (int i = 0; i < r->num_feeds; i++) w.fed[r->feeds[i].node->id] = 1;

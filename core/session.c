@@ -269,7 +269,7 @@ static void note_soft(gr_session *s, const gr_node *node, const char *request, i
 static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int *num_used,
                                 gr_error *err) {
   char *used = calloc((size_t)s->opts.num_devices, 1);
-  if (!used) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!used) return gr_error_set_oom(err);
   *num_used = 0;
   for (int i = 0; i < n; i++) {
     gr_node *node = nodes[i];
@@ -355,7 +355,7 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
   prepared *p = calloc(1, sizeof *p);
   gr_status st = GR_OK;
   if (!needed || !parent || !nodes || !feed_eps || !p) {
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(err);
     goto done;
   }
   for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
@@ -377,7 +377,7 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
   if ((st = assign_devices(s, nodes, nn, &num_used, err)) != GR_OK) goto done;
   p->vars = gr_alloc_array((size_t)nvars + 1, sizeof(gr_node *));
   if (!p->vars) {
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(err);
     goto done;
   }
   for (int i = 0; i < nn; i++)
@@ -436,7 +436,7 @@ static gr_status add_initializer(gr_session *s, const char *name, const char *de
   if (l->n == l->cap) {
     int cap = l->cap ? l->cap * 2 : 16;
     gr_output *more = gr_realloc_array(l->v, (size_t)cap, sizeof(gr_output));
-    if (!more) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!more) return gr_error_set_oom(err);
     l->v = more;
     l->cap = cap;
   }
@@ -481,7 +481,7 @@ static gr_status init_vars(gr_session *s, gr_node **vars, int n, gr_error *err) 
 gr_status gr_session_init_variables(gr_session *s, gr_error *err) {
   int total = gr_graph_num_nodes(s->graph);
   gr_node **vars = gr_alloc_array((size_t)total + 1, sizeof(gr_node *));
-  if (!vars) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!vars) return gr_error_set_oom(err);
   int n = 0;
   for (int i = 0; i < total; i++) {
     gr_node *node = gr_graph_node(s->graph, i);
@@ -567,7 +567,7 @@ gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_fe
   gr_output *feed_eps = gr_alloc_array((size_t)num_feeds + 1, sizeof(gr_output));
   gr_status st = GR_OK;
   if (!needed || !parent || !feed_eps) {
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(err);
   } else {
     for (int i = 0; i < num_feeds; i++) feed_eps[i] = feeds[i].output;
     st = mark_needed(s->graph, feed_eps, num_feeds, fetches, num_fetches, targets, num_targets,
@@ -617,7 +617,7 @@ static gr_status find_prepared(gr_session *s, const gr_feed *feeds, int num_feed
                                const gr_output *fetches, int num_fetches, const gr_output *targets,
                                int num_targets, prepared **out, gr_error *err) {
   char *key = signature(feeds, num_feeds, fetches, num_fetches, targets, num_targets);
-  if (!key) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!key) return gr_error_set_oom(err);
   pthread_mutex_lock(&s->mu);
   prepared *p = gr_map_get_str(&s->cache, key);
   pthread_mutex_unlock(&s->mu);
@@ -646,7 +646,7 @@ static gr_status find_prepared(gr_session *s, const gr_feed *feeds, int num_feed
     if (p != np) prepared_free(s, np);
     if (!p) {
       free(key);
-      return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      return gr_error_set_oom(err);
     }
   }
   free(key);
@@ -680,7 +680,7 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
   }
   gr_tensor fv_small[8];
   gr_tensor *fv = num_feeds <= 8 ? fv_small : gr_alloc_array((size_t)num_feeds, sizeof(gr_tensor));
-  if (!fv) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!fv) return gr_error_set_oom(err);
   for (int i = 0; i < num_feeds; i++) fv[i] = *feeds[i].value;
   gr_transfer_stats moved = {0, 0};
   gr_step_info step = {.step_id = initialising ? __atomic_load_n(&s->step, __ATOMIC_RELAXED)
@@ -691,7 +691,7 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
                        .trace = trace,
                        .watch = s->watchdog ? gr_watchdog_begin_step(s->watchdog) : NULL};
   gr_status st = (!step.stacks && p->uses_stacks) || (s->watchdog && !step.watch)
-                     ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory")
+                     ? gr_error_set_oom(err)
                  : p->remote_plan ? s->opts.remote->run(s->opts.remote->self, p->remote_plan, fv,
                                                         results, &step, &moved, err)
                  : p->plan        ? gr_device_plan_run(p->plan, fv, results, &step, &moved, err)

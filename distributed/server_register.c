@@ -48,7 +48,7 @@ static gr_status endpoints(gr_graph *g, const msgpack_object *arr, gr_output **e
   uint32_t n = arr->via.array.size;
   *eps = gr_alloc_array(n + 1, sizeof **eps);
   *index = gr_alloc_array(n + 1, sizeof **index);
-  if (!*eps || !*index) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!*eps || !*index) return gr_error_set_oom(err);
   for (uint32_t i = 0; i < n; i++)
     GR_TRY(endpoint(g, &arr->via.array.ptr[i], &(*eps)[i], &(*index)[i], 1 << 20, err));
   *num = (int)n;
@@ -89,7 +89,7 @@ static gr_status part_of(gr_server *s, const msgpack_object *o, const gr_inmsg *
   /* every node runs but the feeds' stand-ins; ids are a topological order */
   int total = gr_graph_num_nodes(p->graph);
   p->nodes = gr_alloc_array((size_t)total + 1, sizeof *p->nodes);
-  if (!p->nodes) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!p->nodes) return gr_error_set_oom(err);
   for (int id = 0; id < total; id++) {
     gr_node *n = gr_graph_node(p->graph, id);
     bool fed = false;
@@ -208,11 +208,11 @@ static gr_status do_register(gr_server *s, const gr_conn *c, const gr_inmsg *in,
   if (parts->size == 0) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "no partitions");
   GR_TRY(peers_of(s, peers, err));
   gr_partitions *ps = calloc(1, sizeof *ps);
-  gr_status st = ps ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st = ps ? GR_OK : gr_error_set_oom(err);
   if (st == GR_OK && !(ps->parts = calloc(parts->size, sizeof *ps->parts)))
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(err);
   registered *r = st == GR_OK ? calloc(1, sizeof *r) : NULL;
-  if (st == GR_OK && !r) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && !r) st = gr_error_set_oom(err);
   if (r) r->refs = 1;
   for (uint32_t k = 0; k < parts->size && st == GR_OK; k++) {
     ps->num_parts++;
@@ -240,7 +240,7 @@ static gr_status do_register(gr_server *s, const gr_conn *c, const gr_inmsg *in,
   pthread_mutex_unlock(&s->mu);
   if (!ok) {
     gr_server_registered_unref(r);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   *handle = r->handle;
   return GR_OK;

@@ -302,7 +302,7 @@ static gr_status eval_binary(gr_dsl_program *p, const dsl_expr *e, const char *n
   int n = 0;
   for (const dsl_expr *q = e; q->kind == E_BINARY; q = q->bin.a) n++;
   if (n > 16 && !(spine = dsl_alloc(&p->temp, sizeof *spine * (size_t)n)))
-    return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(p->err);
   int k = n;
   for (const dsl_expr *q = e; q->kind == E_BINARY; q = q->bin.a) spine[--k] = q;
   dsl_value acc;
@@ -446,7 +446,7 @@ static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, ds
       out->kind = e->kind == E_LIST ? V_LIST : V_TUPLE;
       out->list.n = e->list.n;
       out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(e->list.n + 1));
-      if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      if (!out->list.items) return gr_error_set_oom(p->err);
       int64_t leaves = 0;
       for (int i = 0; i < e->list.n; i++) {
         dsl_value *it = &out->list.items[i];

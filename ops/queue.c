@@ -124,7 +124,7 @@ typedef struct make_arg {
 static gr_status queue_make(void *arg, void **obj, gr_error *err) {
   make_arg *a = arg;
   gr_queue *q = calloc(1, sizeof *q);
-  if (!q) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!q) return gr_error_set_oom(err);
   char what[160];
   snprintf(what, sizeof what, "queue '%s'", a->name);
   gr_wait_owner_init(&q->owner, queue_destroy, take_waiter, what);

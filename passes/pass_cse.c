@@ -179,7 +179,7 @@ gr_status gr_passes_cse(gr_passes_ctx *c, int *merged) {
   gr_idmap_init(&s.table);
   gr_status st = GR_OK;
   if (!s.ctrl || !s.ctrl_other) {
-    st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(c->err);
     goto done;
   }
   for (int k = 0; k < c->n; k++) {
@@ -189,7 +189,7 @@ gr_status gr_passes_cse(gr_passes_ctx *c, int *merged) {
     int64_t found = gr_idmap_find(&s.table, h, n, same_as, &s);
     if (found < 0) {
       if (!gr_idmap_insert(&s.table, h, (uint32_t)n->id)) {
-        st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        st = gr_error_set_oom(c->err);
         goto done;
       }
     } else if (!c->protect[n->id]) {

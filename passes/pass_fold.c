@@ -52,7 +52,7 @@ static gr_status evaluate(const gr_passes_ctx *c, const gr_node *n, gr_tensor *o
   gr_status st = GR_OK;
   gr_error e;
   if (!t || !in || !nodes) {
-    st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(c->err);
     goto done;
   }
   gr_graph_set_seed(t, gr_graph_seed(c->g));
@@ -126,7 +126,7 @@ gr_status gr_passes_fold(gr_passes_ctx *c, size_t max_bytes, int *folded) {
   uses u = {calloc((size_t)c->n + 1, sizeof(int)), calloc((size_t)c->n + 1, 1)};
   gr_status st = GR_OK;
   if (!u.left || !u.stays) {
-    st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(c->err);
     goto done;
   }
   count_uses(c, &u);

@@ -152,7 +152,7 @@ static gr_status copy_graph(gr_passes_ctx *c, gr_graph **result) {
               gr_ops_find("placeholder")};
   gr_status st = GR_OK;
   if (!k.out || !k.copy || !k.in || !k.ctrl || !k.patches) {
-    st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(c->err);
     goto done;
   }
   gr_graph_set_seed(k.out, gr_graph_seed(c->g));
@@ -241,8 +241,7 @@ static void find_protected(gr_passes_ctx *c) {
 static gr_status run_passes(gr_passes_ctx *c, const gr_passes_options *o, gr_graph **out,
                             gr_passes_stats *stats) {
   for (int v = 0; v < c->n; v++) c->rep[v] = v;
-  if (gr_graph_topo_order(c->g, c->order) != c->n)
-    return gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (gr_graph_topo_order(c->g, c->order) != c->n) return gr_error_set_oom(c->err);
   find_protected(c);
   GR_TRY(gr_passes_mark(c));
   stats->nodes_pruned = c->n - count_kept(c);
@@ -279,7 +278,7 @@ gr_status gr_passes_optimize_graph(const gr_graph *g, const gr_output *feeds, in
   arrays a = {0};
   gr_status st = GR_OK;
   if (!alloc_arrays(&a, n)) {
-    st = gr_error_set(&local_err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(&local_err);
   } else {
     gr_passes_ctx c = {.g = g,
                        .n = n,

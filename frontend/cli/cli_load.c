@@ -179,7 +179,7 @@ static gr_status read_csv(const char *path, const unsigned char *d, size_t len, 
                           "and CSV is text)",
                           path, i, d[i]);
   char *text = malloc(len + 1);
-  if (!text) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!text) return gr_error_set_oom(err);
   memcpy(text, d, len);
   text[len] = '\0';
   size_t cap = 1024, n = 0;
@@ -229,7 +229,7 @@ static gr_status read_csv(const char *path, const unsigned char *d, size_t len, 
     rows++;
   }
   free(text);
-  if (!vals) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!vals) return gr_error_set_oom(err);
   if (st == GR_OK && rows == 0) st = gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': no numbers", path);
   if (st == GR_OK) {
     gr_shape s = cols == 1 ? (gr_shape){1, {rows}} : (gr_shape){2, {rows, cols}};
