@@ -24,9 +24,9 @@ gr_status gr_ckpt_list(gr_ckpt *ck, gr_ckpt_info **out, int *n, gr_error *err) {
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (cnt == cap) {
       cap = cap ? 2 * cap : 16;
-      gr_ckpt_info *nv = realloc(v, sizeof *v * (size_t)cap);
+      gr_ckpt_info *nv = gr_realloc_array(v, (size_t)cap, sizeof *v);
       if (!nv) {
-        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        s = gr_error_set_oom(err);
         break;
       }
       v = nv;
@@ -43,7 +43,7 @@ gr_status gr_ckpt_list(gr_ckpt *ck, gr_ckpt_info **out, int *n, gr_error *err) {
     const char *m = (const char *)sqlite3_column_text(st, 6);
     i->metadata = strdup(m ? m : "{}");
     if (!i->metadata) {
-      s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      s = gr_error_set_oom(err);
       break;
     }
   }
@@ -87,12 +87,12 @@ gr_status ckpt_list_rows(gr_ckpt *ck, int64_t ck_id, gr_ckpt_tensor_info **out, 
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (cnt == cap) {
       cap = cap ? 2 * cap : 16;
-      gr_ckpt_tensor_info *nv = realloc(v, sizeof *v * (size_t)cap);
+      gr_ckpt_tensor_info *nv = gr_realloc_array(v, (size_t)cap, sizeof *v);
       if (nv) v = nv;
-      int64_t *ni = nv ? realloc(vid, sizeof *vid * (size_t)cap) : NULL;
+      int64_t *ni = nv ? gr_realloc_array(vid, (size_t)cap, sizeof *vid) : NULL;
       if (ni) vid = ni;
       if (!nv || !ni) {
-        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        s = gr_error_set_oom(err);
         break;
       }
     }
@@ -103,7 +103,7 @@ gr_status ckpt_list_rows(gr_ckpt *ck, int64_t ck_id, gr_ckpt_tensor_info **out, 
     if (s != GR_OK) break;
     vid[cnt] = sqlite3_column_int64(st, 0);
     if (!(v[cnt].name = strdup(name))) {
-      s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      s = gr_error_set_oom(err);
       break;
     }
     cnt++;
@@ -311,7 +311,7 @@ gr_status ckpt_set_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, gr_tens
                           gr_error *err) {
   for (int i = 0; i < n; i++) {
     gr_var *v = gr_resource_mgr_get_var(mgr, vars[i].name);
-    if (!v) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!v) return gr_error_set_oom(err);
     gr_var_lock(v);
     gr_tensor *cur = gr_var_value(v);
     gr_tensor_release(cur);
@@ -332,10 +332,10 @@ gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var
   char missing[300] = "", extra[300] = "", differ[400] = "";
   int nmiss = 0, nextra = 0, ndiff = 0;
   char *used = calloc((size_t)ni + 1, 1);
-  int *which = malloc(sizeof(int) * ((size_t)n + 1));
+  int *which = gr_alloc_array((size_t)n + 1, sizeof(int));
   gr_tensor *vals = calloc((size_t)n + 1, sizeof *vals);
   gr_status s = GR_OK;
-  if (!used || !which || !vals) s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!used || !which || !vals) s = gr_error_set_oom(err);
   for (int i = 0; s == GR_OK && i < n; i++) {
     int k;
     const gr_ckpt_tensor_info *t = find_info(infos, ni, vars[i].name, &k);

@@ -34,7 +34,7 @@ gr_status ckpt_join_parts(const gr_graph *g, const gr_ckpt_var *vars, const gr_t
                           gr_error *err) {
   *nout = *nwholes = 0;
   char *done = calloc((size_t)n + 1, 1);
-  if (!done) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!done) return gr_error_set_oom(err);
   gr_status s = GR_OK;
   for (int i = 0; s == GR_OK && i < n; i++) {
     if (done[i]) continue;
@@ -90,7 +90,7 @@ static gr_status move_values(gr_resource_mgr *tmp, gr_resource_mgr *mgr, const g
                              int n, const gr_ckpt_var *cvars, const int *from, const int64_t *offs,
                              gr_error *err) {
   gr_tensor *vals = calloc((size_t)n + 1, sizeof *vals);
-  if (!vals) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!vals) return gr_error_set_oom(err);
   gr_status s = GR_OK;
   for (int i = 0; s == GR_OK && i < n; i++) {
     const char *src = from[i] >= 0 ? cvars[from[i]].name : vars[i].name;
@@ -133,13 +133,11 @@ gr_status ckpt_restore_graph(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_graph *
   /* cvars: what to read (vars, with the parts to take from their whole
    * replaced by it); from[i]: vars[i]'s whole in cvars or -1; offs[i]:
    * its first row */
-  gr_ckpt_var *cvars = malloc(sizeof *cvars * ((size_t)n + 1));
-  int *from = malloc(sizeof *from * ((size_t)n + 1));
-  int64_t *offs = malloc(sizeof *offs * ((size_t)n + 1));
+  gr_ckpt_var *cvars = gr_alloc_array((size_t)n + 1, sizeof *cvars);
+  int *from = gr_alloc_array((size_t)n + 1, sizeof *from);
+  int64_t *offs = gr_alloc_array((size_t)n + 1, sizeof *offs);
   gr_resource_mgr *tmp = gr_resource_mgr_new();
-  gr_status s = cvars && from && offs && tmp
-                    ? GR_OK
-                    : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status s = cvars && from && offs && tmp ? GR_OK : gr_error_set_oom(err);
   int nc = 0;
   for (int i = 0; s == GR_OK && i < n; i++) {
     int64_t off;

@@ -49,9 +49,9 @@ gr_status ckpt_apply_retention(gr_ckpt *ck, gr_error *err) {
     if (ck->opts.keep_every_n_steps > 0 && step % ck->opts.keep_every_n_steps == 0) continue;
     if (nd == cap) {
       cap = cap ? 2 * cap : 16;
-      int64_t *nd_ = realloc(doomed, cap * sizeof *doomed);
+      int64_t *nd_ = gr_realloc_array(doomed, cap, sizeof *doomed);
       if (!nd_) {
-        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        s = gr_error_set_oom(err);
         break;
       }
       doomed = nd_;
@@ -122,8 +122,8 @@ static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, 
   gr_error ignore;
   if (ckpt_find(ck, step, &old_id, NULL, &ignore) == GR_OK)
     GR_TRY(ckpt_delete_checkpoint(ck, old_id, err));
-  gr_ckpt_var *vars = malloc(sizeof *vars * ((size_t)n + 1));
-  if (!vars) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_ckpt_var *vars = gr_alloc_array((size_t)n + 1, sizeof *vars);
+  if (!vars) return gr_error_set_oom(err);
   for (int i = 0; i < n; i++) {
     vars[i] = (gr_ckpt_var){t[i].name, t[i].value->dtype, t[i].value->shape};
     total += (int64_t)gr_tensor_num_bytes(t[i].value);

@@ -15,8 +15,8 @@ gr_status gr_ckpt_graph_vars(const gr_graph *g, gr_ckpt_var **out, int *n, gr_er
   *out = NULL;
   *n = 0;
   int total = gr_graph_num_nodes(g);
-  gr_ckpt_var *v = malloc(sizeof *v * ((size_t)total + 1));
-  if (!v) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_ckpt_var *v = gr_alloc_array((size_t)total + 1, sizeof *v);
+  if (!v) return gr_error_set_oom(err);
   int cnt = 0;
   for (int i = 0; i < total; i++) {
     const gr_node *node = gr_graph_node(g, i);
@@ -68,7 +68,7 @@ gr_status ckpt_collect_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, int
   for (int i = 0; i < n; i++) out[i] = gr_tensor_empty();
   for (int i = 0; i < n; i++) {
     gr_var *v = gr_resource_mgr_get_var(mgr, vars[i].name);
-    if (!v) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!v) return gr_error_set_oom(err);
     gr_var_lock(v);
     gr_tensor *t = gr_var_value(v);
     if (t->buf) gr_tensor_ref(&out[i], t);
@@ -108,11 +108,11 @@ gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
   gr_ckpt_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
   char *meta = merge_meta(metadata_json, gr_graph_seed(g));
   gr_status st = GR_OK;
-  if (!vals || !ts || !meta) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!vals || !ts || !meta) st = gr_error_set_oom(err);
   if (st == GR_OK) st = ckpt_collect_values(gr_session_resources(s), vars, n, vals, err);
   gr_tensor *wholes = calloc((size_t)n + 1, sizeof *wholes);
   int nt = 0, nw = 0;
-  if (st == GR_OK && !wholes) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && !wholes) st = gr_error_set_oom(err);
   if (st == GR_OK) st = ckpt_join_parts(g, vars, vals, n, ts, &nt, wholes, &nw, err);
   if (st == GR_OK) st = gr_ckpt_save_tensors(ck, gr_session_step(s), ts, nt, meta, err);
   for (int i = 0; vals && i < n; i++) gr_tensor_release(&vals[i]);
@@ -158,8 +158,8 @@ gr_status gr_ckpt_restore_vars(gr_ckpt *ck, gr_session *s, const gr_graph *g, in
   gr_ckpt_var *all;
   int na;
   GR_TRY(gr_ckpt_graph_vars(g, &all, &na, err));
-  gr_ckpt_var *pick = malloc(sizeof *pick * ((size_t)n + 1));
-  gr_status st = pick ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_ckpt_var *pick = gr_alloc_array((size_t)n + 1, sizeof *pick);
+  gr_status st = pick ? GR_OK : gr_error_set_oom(err);
   for (int i = 0; st == GR_OK && i < n; i++) {
     gr_ckpt_var key = {names[i], GR_F32, {0}};
     const gr_ckpt_var *f = names[i] ? bsearch(&key, all, (size_t)na, sizeof *all, cmp_var) : NULL;

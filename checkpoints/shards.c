@@ -60,15 +60,15 @@ gr_status ckpt_shard(gr_ckpt *ck, const char *name, bool writable, gr_ckpt **out
                         strerror(errno));
   if (ck->num_shards == ck->cap_shards) {
     int cap = ck->cap_shards ? 2 * ck->cap_shards : 8;
-    gr_ckpt **s = realloc(ck->shards, sizeof *s * (size_t)cap);
+    gr_ckpt **s = gr_realloc_array(ck->shards, (size_t)cap, sizeof *s);
     if (s) ck->shards = s;
-    char **nm = s ? realloc(ck->shard_names, sizeof *nm * (size_t)cap) : NULL;
+    char **nm = s ? gr_realloc_array(ck->shard_names, (size_t)cap, sizeof *nm) : NULL;
     if (nm) ck->shard_names = nm;
-    if (!s || !nm) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!s || !nm) return gr_error_set_oom(err);
     ck->cap_shards = cap;
   }
   char *copy = strdup(name);
-  if (!copy) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!copy) return gr_error_set_oom(err);
   gr_ckpt_options o = {.read_only = ck->opts.read_only};
   gr_ckpt *sh;
   gr_status s = gr_ckpt_open(path, &o, &sh, err);
@@ -138,11 +138,11 @@ static gr_status merge_add(merged *m, gr_ckpt *file, gr_ckpt_tensor_info *infos,
   if (m->n + n > m->cap) {
     int cap = m->cap ? m->cap : 16;
     while (cap < m->n + n) cap *= 2;
-    gr_ckpt_tensor_info *ni = realloc(m->infos, sizeof *ni * (size_t)cap);
+    gr_ckpt_tensor_info *ni = gr_realloc_array(m->infos, (size_t)cap, sizeof *ni);
     if (ni) m->infos = ni;
-    ckpt_loc *nl = ni ? realloc(m->locs, sizeof *nl * (size_t)cap) : NULL;
+    ckpt_loc *nl = ni ? gr_realloc_array(m->locs, (size_t)cap, sizeof *nl) : NULL;
     if (nl) m->locs = nl;
-    if (!ni || !nl) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!ni || !nl) return gr_error_set_oom(err);
     m->cap = cap;
   }
   for (int i = 0; i < n; i++) {
@@ -159,12 +159,12 @@ static int cmp_index_name(const void *a, const void *b, void *arg) {
 
 /* Sorts m by name; a name twice is an error naming both files. */
 static gr_status merge_sort(gr_ckpt *ck, int64_t step, merged *m, gr_error *err) {
-  int *idx = malloc(sizeof *idx * ((size_t)m->n + 1));
-  gr_ckpt_tensor_info *si = malloc(sizeof *si * ((size_t)m->n + 1));
-  ckpt_loc *sl = malloc(sizeof *sl * ((size_t)m->n + 1));
+  int *idx = gr_alloc_array((size_t)m->n + 1, sizeof *idx);
+  gr_ckpt_tensor_info *si = gr_alloc_array((size_t)m->n + 1, sizeof *si);
+  ckpt_loc *sl = gr_alloc_array((size_t)m->n + 1, sizeof *sl);
   if (!idx || !si || !sl) {
     free(idx), free(si), free(sl);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   for (int i = 0; i < m->n; i++) idx[i] = i;
   qsort_r(idx, (size_t)m->n, sizeof *idx, cmp_index_name, m->infos);
@@ -202,9 +202,9 @@ static gr_status shard_refs(gr_ckpt *ck, int64_t ck_id, shard_ref **out, int *n,
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (cnt == cap) {
       cap = cap ? 2 * cap : 8;
-      shard_ref *nv = realloc(v, sizeof *v * (size_t)cap);
+      shard_ref *nv = gr_realloc_array(v, (size_t)cap, sizeof *v);
       if (!nv) {
-        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        s = gr_error_set_oom(err);
         break;
       }
       v = nv;
@@ -293,8 +293,8 @@ gr_status ckpt_tensors_at(gr_ckpt *ck, int64_t step, gr_ckpt_tensor_info **infos
   if (!ck->sharded) {
     int64_t *ids;
     GR_TRY(ckpt_list_rows(ck, id, &m.infos, &ids, &m.n, err));
-    m.locs = malloc(sizeof *m.locs * ((size_t)m.n + 1));
-    if (!m.locs) s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    m.locs = gr_alloc_array((size_t)m.n + 1, sizeof *m.locs);
+    if (!m.locs) s = gr_error_set_oom(err);
     for (int i = 0; s == GR_OK && i < m.n; i++) m.locs[i] = (ckpt_loc){ck, ids[i]};
     free(ids);
   } else {
@@ -342,9 +342,9 @@ static gr_status check_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *sh
   }
   if (s == GR_OK) s = merge_sort(ck, step, &m, err);
   if (s == GR_OK) {
-    gr_ckpt_var *vars = malloc(sizeof *vars * ((size_t)m.n + 1));
+    gr_ckpt_var *vars = gr_alloc_array((size_t)m.n + 1, sizeof *vars);
     if (!vars) {
-      s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      s = gr_error_set_oom(err);
     } else {
       for (int i = 0; i < m.n; i++)
         vars[i] = (gr_ckpt_var){m.infos[i].name, m.infos[i].dtype, m.infos[i].shape};
@@ -405,9 +405,9 @@ gr_status ckpt_shard_steps(gr_ckpt *manifest, const char *file, int64_t **steps,
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (cnt == cap) {
       cap = cap ? 2 * cap : 16;
-      int64_t *nv = realloc(v, sizeof *v * (size_t)cap);
+      int64_t *nv = gr_realloc_array(v, (size_t)cap, sizeof *v);
       if (!nv) {
-        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        s = gr_error_set_oom(err);
         break;
       }
       v = nv;
@@ -482,7 +482,7 @@ gr_status gr_ckpt_commit_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *
   const char *meta = metadata_json ? metadata_json : "{}";
   GR_TRY(ckpt_check_meta(ck, meta, err));
   shard_stat *stats = calloc((size_t)n, sizeof *stats);
-  if (!stats) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!stats) return gr_error_set_oom(err);
   char fp[17] = "";
   int num_tensors;
   int64_t total;
@@ -521,9 +521,9 @@ gr_status gr_ckpt_list_shards(gr_ckpt *ck, int64_t step, gr_ckpt_shard_info **ou
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (cnt == cap) {
       cap = cap ? 2 * cap : 8;
-      gr_ckpt_shard_info *nv = realloc(v, sizeof *v * (size_t)cap);
+      gr_ckpt_shard_info *nv = gr_realloc_array(v, (size_t)cap, sizeof *v);
       if (!nv) {
-        s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        s = gr_error_set_oom(err);
         break;
       }
       v = nv;
@@ -539,7 +539,7 @@ gr_status gr_ckpt_list_shards(gr_ckpt *ck, int64_t step, gr_ckpt_shard_info **ou
     i->num_tensors = sqlite3_column_int(st, 3);
     i->total_bytes = sqlite3_column_int64(st, 4);
     if (!i->file || !i->task) {
-      s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      s = gr_error_set_oom(err);
       break;
     }
   }

@@ -249,7 +249,7 @@ gr_status gr_ckpt_open(const char *path, const gr_ckpt_options *opts, gr_ckpt **
   char *abs = dir ? realpath(path, NULL) : NULL;
   if (!ck || !(ck->path = abs ? abs : strdup(path))) {
     free(ck);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   ck->opts = o;
   ck->sharded = dir;

@@ -30,7 +30,7 @@ static void check_checkpoint(gr_ckpt *ck, const gr_ckpt_info *c, problems *p, in
     return;
   }
   int64_t total = 0;
-  gr_ckpt_var *vars = malloc(sizeof *vars * ((size_t)n + 1));
+  gr_ckpt_var *vars = gr_alloc_array((size_t)n + 1, sizeof *vars);
   for (int i = 0; i < n; i++) {
     gr_tensor t;
     if (gr_ckpt_read_tensor(ck, c->step, infos[i].name, &t, &e) != GR_OK)

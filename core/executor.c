@@ -118,11 +118,11 @@ static run_state *acquire_state(gr_executor *e) {
   pthread_cond_init(&st->cv, NULL);
   st->slots = calloc((size_t)e->num_slots + 1, sizeof(gr_tensor));
   st->outputs = calloc((size_t)e->num_out_slots + 1, sizeof(gr_tensor));
-  st->pending = malloc(sizeof(int) * ((size_t)e->num_nodes + 1));
-  st->stack = malloc(sizeof(int) * ((size_t)e->num_nodes + 1));
+  st->pending = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
+  st->stack = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
   st->qcap = e->num_nodes + 1;
-  st->queue = malloc(sizeof(int) * (size_t)st->qcap);
-  st->starts = malloc(sizeof(int64_t) * ((size_t)e->num_nodes + 1));
+  st->queue = gr_alloc_array((size_t)st->qcap, sizeof(int));
+  st->starts = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int64_t));
   if (!st->slots || !st->outputs || !st->pending || !st->stack || !st->queue || !st->starts) {
     run_state_free(st);
     return NULL;
@@ -221,7 +221,7 @@ static void push_shared(run_state *st, int i) {
   pthread_mutex_lock(&st->mu);
   if (st->qcount == st->qcap) {
     int cap = st->qcap * 2;
-    int *q = malloc(sizeof(int) * (size_t)cap);
+    int *q = gr_alloc_array((size_t)cap, sizeof(int));
     GR_ASSERT(q != NULL);
     for (int k = 0; k < st->qcount; k++) q[k] = st->queue[(st->qhead + k) % st->qcap];
     free(st->queue);
@@ -354,7 +354,7 @@ static bool track_async(run_state *st, async_ctx *ac) {
   pthread_mutex_lock(&st->mu);
   if (st->num_asyncs == st->cap_asyncs) {
     int cap = st->cap_asyncs ? st->cap_asyncs * 2 : 16;
-    async_ctx **a = realloc(st->asyncs, sizeof *a * (size_t)cap);
+    async_ctx **a = gr_realloc_array(st->asyncs, (size_t)cap, sizeof *a);
     if (!a) {
       pthread_mutex_unlock(&st->mu);
       return false;
@@ -369,7 +369,7 @@ static bool track_async(run_state *st, async_ctx *ac) {
 
 static void finish_node_oom(run_state *st, int i, ready_stack *rs) {
   gr_error oom;
-  gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_error_set_oom(&oom);
   finish_node(st, i, oom.code, &oom, rs);
 }
 
@@ -630,7 +630,7 @@ static void static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor
   run_state *st = acquire_state(e);
   if (!st) {
     gr_error oom;
-    done(arg, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    done(arg, gr_error_set_oom(&oom), &oom);
     return;
   }
   for (int i = 0; i < e->num_nodes; i++) st->pending[i] = e->nodes[i].initial_pending;

@@ -65,20 +65,20 @@ typedef struct build {
 } build;
 
 static gr_status oom(build *b) {
-  return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  return gr_error_set_oom(b->err);
 }
 
 /* The executor's arrays and the node id -> index map. */
 static gr_status alloc_arrays(build *b, const gr_output *fetches, int num_fetches) {
   gr_executor *e = b->e;
   e->nodes = calloc((size_t)e->num_nodes + 1, sizeof *e->nodes);
-  e->feeds = malloc(sizeof(gr_output) * (size_t)(b->num_feeds + 1));
-  e->fetches = malloc(sizeof(gr_output) * (size_t)(num_fetches + 1));
+  e->feeds = gr_alloc_array((size_t)(b->num_feeds + 1), sizeof(gr_output));
+  e->fetches = gr_alloc_array((size_t)(num_fetches + 1), sizeof(gr_output));
   e->states = calloc((size_t)b->num_nodes + 1, sizeof(void *));
-  e->roots = malloc(sizeof(int) * ((size_t)e->num_nodes + 1));
+  e->roots = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
   for (int i = 0; i < b->num_nodes; i++)
     if (b->nodes[i]->id + 1 > b->max_id) b->max_id = b->nodes[i]->id + 1;
-  b->index_of = malloc(sizeof(int) * ((size_t)b->max_id + 1));
+  b->index_of = gr_alloc_array((size_t)b->max_id + 1, sizeof(int));
   if (!e->nodes || !e->feeds || !e->fetches || !e->states || !e->roots || !b->index_of)
     return oom(b);
   if (b->num_feeds) memcpy(e->feeds, b->feeds, sizeof(gr_output) * (size_t)b->num_feeds);
@@ -132,7 +132,7 @@ static gr_status fill_nodes(build *b) {
 static gr_status add_raw(build *b, int src, int src_output, int dst, int dst_slot) {
   if (b->nraw == b->capraw) {
     int cap = b->capraw ? b->capraw * 2 : 256;
-    raw_edge *r = realloc(b->raw, sizeof *r * (size_t)cap);
+    raw_edge *r = gr_realloc_array(b->raw, (size_t)cap, sizeof *r);
     if (!r) return oom(b);
     b->raw = r;
     b->capraw = cap;
@@ -183,7 +183,7 @@ static gr_status build_edge_table(build *b) {
   raw_edge *raw = b->raw;
   int nraw = b->nraw;
   if (nraw) qsort(raw, (size_t)nraw, sizeof *raw, cmp_raw_edge);
-  e->edges = malloc(sizeof(exec_edge) * ((size_t)nraw + 1));
+  e->edges = gr_alloc_array((size_t)nraw + 1, sizeof(exec_edge));
   if (!e->edges) return oom(b);
   for (int i = 0; i < e->num_nodes; i++) e->nodes[i].edge_begin = e->nodes[i].edge_end = 0;
   for (int k = 0; k < nraw; k++) {
@@ -223,7 +223,7 @@ static gr_status build_control_edges(build *b) {
       e->nodes[i].initial_pending++;
     }
   }
-  e->ctrl_dsts = malloc(sizeof(int) * ((size_t)nctrl + 1));
+  e->ctrl_dsts = gr_alloc_array((size_t)nctrl + 1, sizeof(int));
   if (!e->ctrl_dsts) {
     free(count);
     return oom(b);
@@ -250,7 +250,7 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
                           gr_threadpool *pool, gr_executor **out, gr_error *err) {
   *out = NULL;
   gr_executor *e = calloc(1, sizeof *e);
-  if (!e) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!e) return gr_error_set_oom(err);
   pthread_mutex_init(&e->mu, NULL);
   e->pool = pool;
   e->pool_size = gr_threadpool_size(pool);

@@ -127,10 +127,10 @@ static iter_state *iter_new(cf_run *r, int def) {
     it = calloc(1, sizeof *it);
     if (!it) return NULL;
     it->slots = calloc((size_t)fd->num_slots + 1, sizeof(gr_tensor));
-    it->pending = malloc(sizeof(int) * ((size_t)fd->num_nodes + 1));
+    it->pending = gr_alloc_array((size_t)fd->num_nodes + 1, sizeof(int));
     it->dead = malloc((size_t)fd->num_nodes + 1);
     it->fired = malloc((size_t)fd->num_nodes + 1);
-    it->dead_in = malloc(sizeof(int) * ((size_t)fd->num_nodes + 1));
+    it->dead_in = gr_alloc_array((size_t)fd->num_nodes + 1, sizeof(int));
     if (!it->slots || !it->pending || !it->dead || !it->fired || !it->dead_in) {
       free(it->slots), free(it->pending), free(it->dead), free(it->fired), free(it->dead_in);
       free(it);
@@ -159,7 +159,7 @@ static iter_state *iter_of(frame_inst *f, int64_t t, int par) {
 static void push_token(cf_run *r, int node, frame_inst *f, int64_t t) {
   if (r->qcount == r->qcap) {
     int64_t cap = r->qcap * 2;
-    token *q = malloc(sizeof(token) * (size_t)cap);
+    token *q = gr_alloc_array((size_t)cap, sizeof(token));
     if (!q) {
       oom(r);
       return;
@@ -304,7 +304,7 @@ static void route(cf_run *r, frame_inst *f, int64_t t, int src, unsigned char mo
   } else { /* too many live iterations: wait */
     if (f->ndefer == f->capdefer) {
       int cap = f->capdefer ? f->capdefer * 2 : 4;
-      deferred *dq = realloc(f->defer, sizeof *dq * (size_t)cap);
+      deferred *dq = gr_realloc_array(f->defer, (size_t)cap, sizeof *dq);
       if (!dq) {
         gr_tensor_release(v);
         oom(r);
@@ -546,7 +546,7 @@ static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_t
     frame_inst *f = tok.f;
     if (f->nconsts == f->capconsts) {
       int cap = f->capconsts ? f->capconsts * 2 : 4;
-      const_val *cv = realloc(f->consts, sizeof *cv * (size_t)cap);
+      const_val *cv = gr_realloc_array(f->consts, (size_t)cap, sizeof *cv);
       if (cv) {
         f->consts = cv;
         f->capconsts = cap;
@@ -633,7 +633,7 @@ static void run_token(cf_run *r, token tok) {
       free(a);
       gr_error ke;
       if (no_memory)
-        gr_error_set(&ke, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        gr_error_set_oom(&ke);
       else
         gr_error_set(&ke, GR_ERR_UNIMPLEMENTED,
                      "nodes with more than 16 inputs or outputs are not "
@@ -795,7 +795,7 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
   cf_run *r = calloc(1, sizeof *r);
   if (!r) {
     gr_error oom;
-    done(arg, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    done(arg, gr_error_set_oom(&oom), &oom);
     return;
   }
   r->e = e;
@@ -813,7 +813,7 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
   pthread_mutex_init(&r->mu, NULL);
   pthread_cond_init(&r->cv, NULL);
   r->qcap = 64;
-  r->q = malloc(sizeof(token) * (size_t)r->qcap);
+  r->q = gr_alloc_array((size_t)r->qcap, sizeof(token));
   r->free_iters = calloc((size_t)p->num_frames, sizeof(iter_state *));
   frame_inst *root = r->root = calloc(1, sizeof *root);
   if (root) {
@@ -824,7 +824,7 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
     root->ring[0] = iter_new(r, 0);
   if (!root || !root->ring || !root->ring[0]) {
     gr_error oom;
-    cf_free_run(r, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    cf_free_run(r, gr_error_set_oom(&oom), &oom);
     return;
   }
   root->next_iter = 1;

@@ -10,6 +10,7 @@
 #ifndef GR_CORE_H
 #define GR_CORE_H
 
+#include "core/gr_alloc.h"
 #include "core/gr_attr.h"
 #include "core/gr_buffer.h"
 #include "core/gr_device.h"

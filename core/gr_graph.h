@@ -144,6 +144,47 @@ typedef void (*gr_topo_emit_fn)(void *acc, int src, int dst);
 typedef void (*gr_topo_edges_fn)(const void *ctx, gr_topo_emit_fn emit, void *acc);
 int gr_topo_sort(int n, gr_topo_edges_fn edges, const void *ctx, const unsigned char *skip,
                  int *order);
+/* What a request needs (gr_graph_mark_needed): the one pruning walk, which
+ * the session (the nodes a step runs) and the graph passes (the nodes a
+ * smaller graph keeps) share with different options. Marks, in increasing
+ * order: */
+enum {
+  GR_PRUNE_UNUSED = 0,
+  GR_PRUNE_FED = 1,    /* only its fed output is used: a placeholder may stand in */
+  GR_PRUNE_NEEDED = 2, /* needed; its fed inputs come from the feeds */
+  GR_PRUNE_FULL = 3,   /* needed by a variable initialiser, which runs without feeds */
+};
+typedef struct gr_prune_request {
+  const gr_output *feeds, *fetches, *targets; /* endpoints; a target's index is ignored */
+  int num_feeds, num_fetches, num_targets;
+  bool all_roots; /* every node (through rep) is a root instead of the fetches and targets */
+  /* A control input on a node with a fed output is satisfied by the feed and
+   * not walked (the session); else it is needed like any input. */
+  bool feeds_cut_control;
+  /* The producer of a fed endpoint (a fed fetch or input) is marked
+   * GR_PRUNE_FED when it has one output and is not a placeholder, else
+   * GR_PRUNE_NEEDED (it must stay whole), instead of being left unmarked. */
+  bool keep_fed_producers;
+  /* A GR_OP_VARIABLE node keeps the variables it names
+   * (gr_attr_names_variable; GR_PRUNE_NEEDED) and their initialisers with
+   * what they need (GR_PRUNE_FULL: feeds are not used, as the session runs
+   * initialisers without them). */
+  bool keep_variables;
+  bool keep_colocated;            /* a kept node keeps its colocation target (NEEDED) */
+  const int *rep;                 /* NULL, or per node id the node standing for it (CSE) */
+  const unsigned char *no_inputs; /* NULL, or per node id: its inputs are not walked (folded) */
+} gr_prune_request;
+/* Fills mark[0..n) (n nodes of g) with GR_PRUNE_* for request r, walking back
+ * from the roots (the unfed fetches and the targets; with keep_fed_producers
+ * also the fed fetches) through data and control inputs, and stopping at fed
+ * endpoints in a GR_PRUNE_NEEDED walk. parent may be NULL, or room for n:
+ * for each marked node the node whose walk first marked it, -1 for a root;
+ * entries of unmarked nodes are left as they were. The walk is depth first
+ * on a stack: a node taken pushes its colocation target, its inputs in
+ * order, its control inputs, then its variables. Returns GR_OK, or
+ * GR_ERR_RESOURCE_EXHAUSTED "out of memory" (mark is then unspecified). */
+gr_status gr_graph_mark_needed(const gr_graph *g, const gr_prune_request *r, unsigned char *mark,
+                               int *parent, gr_error *err);
 /* The same order, stable: for a graph whose ids are already such an order
  * it is the identity, so an order taken twice is the same (serialization
  * writes nodes in it). Returns n; -1 if out of memory; -2 when the inputs

@@ -13,6 +13,8 @@
 
 #include <stdarg.h>
 
+#include "core/gr_alloc.h" /* the checked allocations whose failure gr_error_set_oom reports */
+
 /* X(enum, name) — the one table of codes. */
 #define GR_STATUS_LIST(X)                                                                          \
   X(GR_OK, "ok")                                                                                   \
@@ -55,6 +57,10 @@ const char *gr_status_name(gr_status code);
 gr_status gr_error_set(gr_error *err, gr_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 gr_status gr_error_setv(gr_error *err, gr_status code, const char *fmt, va_list ap);
+
+/* gr_error_set_oom(err): the one
+ * message of a failed allocation; returns GR_ERR_RESOURCE_EXHAUSTED. */
+gr_status gr_error_set_oom(gr_error *err);
 
 /* Prepend "prefix: " to an existing message (for adding context on the way up). */
 void gr_error_prefix(gr_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

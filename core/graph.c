@@ -267,7 +267,7 @@ static gr_shape *shared_shape(gr_graph *g, const gr_shape *s) {
   if (set->count == GR_SHAPE_SET_MAX) return c;
   if (set->count == set->cap) {
     int cap = set->cap ? set->cap * 2 : 64;
-    gr_shape **list = realloc(set->list, sizeof *list * (size_t)cap);
+    gr_shape **list = gr_realloc_array(set->list, (size_t)cap, sizeof *list);
     if (!list) return c;
     set->list = list;
     set->cap = cap;
@@ -589,7 +589,7 @@ done:
 static bool commit_node(gr_graph *g, gr_node *n, uint64_t hash) {
   if (g->num_nodes == g->cap_nodes) {
     int cap = g->cap_nodes ? g->cap_nodes * 2 : 256;
-    gr_node **nodes = realloc(g->nodes, sizeof(gr_node *) * (size_t)cap);
+    gr_node **nodes = gr_realloc_array(g->nodes, (size_t)cap, sizeof(gr_node *));
     if (!nodes) {
       fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
       return false;
@@ -648,13 +648,15 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
   gr_shape in_shapes_small[SMALL_IO];
   const gr_tensor *in_values_small[SMALL_IO];
   gr_dtype in_dtypes_small[SMALL_IO];
-  gr_dtype *in_dtypes =
-      num_inputs < SMALL_IO ? in_dtypes_small : malloc(sizeof(gr_dtype) * (size_t)(num_inputs + 1));
-  gr_shape *in_shapes =
-      num_inputs < SMALL_IO ? in_shapes_small : malloc(sizeof(gr_shape) * (size_t)(num_inputs + 1));
+  gr_dtype *in_dtypes = num_inputs < SMALL_IO
+                            ? in_dtypes_small
+                            : gr_alloc_array((size_t)(num_inputs + 1), sizeof(gr_dtype));
+  gr_shape *in_shapes = num_inputs < SMALL_IO
+                            ? in_shapes_small
+                            : gr_alloc_array((size_t)(num_inputs + 1), sizeof(gr_shape));
   const gr_tensor **in_values = num_inputs < SMALL_IO
                                     ? in_values_small
-                                    : malloc(sizeof(gr_tensor *) * (size_t)(num_inputs + 1));
+                                    : gr_alloc_array((size_t)(num_inputs + 1), sizeof(gr_tensor *));
   gr_output result = null_output();
   if (!in_dtypes || !in_shapes || !in_values) {
     fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
@@ -753,7 +755,7 @@ gr_status gr_graph_set_input(gr_graph *g, gr_node *n, int i, gr_output value) {
 static bool reaches(const gr_graph *g, const gr_node *from, const gr_node *target) {
   if (from == target) return true;
   char *seen = calloc((size_t)g->num_nodes + 1, 1);
-  int *stack = malloc(sizeof(int) * ((size_t)g->num_nodes + 1));
+  int *stack = gr_alloc_array((size_t)g->num_nodes + 1, sizeof(int));
   bool found = false;
   if (!seen || !stack) {
     free(seen);
@@ -956,7 +958,7 @@ int gr_graph_topo_order(const gr_graph *g, int *order) {
 int gr_graph_topo_order_stable(const gr_graph *g, int *order) {
   int n = g->num_nodes, k = 0;
   char *state = calloc((size_t)n + 1, 1);
-  int(*stack)[2] = malloc(sizeof *stack * ((size_t)n + 1));
+  int(*stack)[2] = gr_alloc_array((size_t)n + 1, sizeof *stack);
   if (!state || !stack) {
     free(state), free(stack);
     return -1;

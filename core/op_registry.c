@@ -25,17 +25,17 @@ static gr_status add_op(const gr_op_def *op, gr_error *err) {
   } else if (!old) {
     if (num_sorted == cap_sorted) {
       int cap = cap_sorted ? cap_sorted * 2 : 128;
-      const gr_op_def **p = realloc(sorted, sizeof *p * (size_t)cap);
+      const gr_op_def **p = gr_realloc_array(sorted, (size_t)cap, sizeof *p);
       if (!p) {
         pthread_mutex_unlock(&registry_mu);
-        return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        return gr_error_set_oom(err);
       }
       sorted = p;
       cap_sorted = cap;
     }
     if (!gr_map_put_str(&registry, op->name, (void *)op)) {
       pthread_mutex_unlock(&registry_mu);
-      return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      return gr_error_set_oom(err);
     }
     int i = num_sorted++;
     while (i > 0 && strcmp(sorted[i - 1]->name, op->name) > 0) {
@@ -92,7 +92,7 @@ gr_status gr_op_registry_add_gradient(const gr_op_def *op, gr_grad_fn fn, gr_err
   bool added;
   void **slot = gr_map_slot_u64(&added_gradients, (uint64_t)(uintptr_t)op, &added);
   if (!slot)
-    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    s = gr_error_set_oom(err);
   else if (!added && *slot != (void *)fn)
     s = gr_error_set(err, GR_ERR_ALREADY_EXISTS, "op '%s' already has a gradient", op->name);
   else

@@ -26,7 +26,7 @@
  * devices: partition.c). */
 static gr_status settle_structure(pctx *c) {
   unsigned char *moved = calloc((size_t)c->n + 1, 1);
-  int *use_dev = malloc(sizeof(int) * ((size_t)c->n + 1)); /* per enter: a consumer's device */
+  int *use_dev = gr_alloc_array((size_t)c->n + 1, sizeof(int)); /* per enter: a consumer's device */
   unsigned char *local_use = calloc((size_t)c->n + 1, 1);
   if (!moved || !use_dev || !local_use) {
     free(moved), free(use_dev), free(local_use);

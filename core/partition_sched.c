@@ -43,7 +43,7 @@ static int cmp_cand(const void *a, const void *b) {
 gr_status gr_part_schedule_recvs(pctx *c) {
   int n = c->n;
   int64_t *geft = calloc((size_t)n + 1, sizeof(int64_t)),
-          *glst = malloc(sizeof(int64_t) * ((size_t)n + 1));
+          *glst = gr_alloc_array((size_t)n + 1, sizeof(int64_t));
   int *cstart = calloc((size_t)n + 2, sizeof(int)), *fill = calloc((size_t)n + 1, sizeof(int));
   unsigned char *maybe_dead = calloc((size_t)n + 1, 1);
   int *cons = NULL, edges = 0;
@@ -65,7 +65,7 @@ gr_status gr_part_schedule_recvs(pctx *c) {
     }
     if (pass == 0) {
       for (int i = 0; i < n; i++) cstart[i + 1] += cstart[i];
-      if (!(cons = malloc(sizeof(int) * ((size_t)edges + 1)))) goto oom;
+      if (!(cons = gr_alloc_array((size_t)edges + 1, sizeof(int)))) goto oom;
     }
   }
   /* The whole step's ALAP start times. Every node starts strictly after its
@@ -100,7 +100,7 @@ gr_status gr_part_schedule_recvs(pctx *c) {
       if (glst[cons[e]] < finish) finish = glst[cons[e]];
     glst[i] = finish - cost_ns(c->nodes[i]);
   }
-  cand *cs = malloc(sizeof(cand) * ((size_t)n + 1));
+  cand *cs = gr_alloc_array((size_t)n + 1, sizeof(cand));
   if (!cs) goto oom;
   for (int d = 0; d < c->ps->num_parts && st == GR_OK; d++) {
     gr_graph *g = c->ps->parts[d].graph;

@@ -139,7 +139,7 @@ gr_status gr_resource_mgr_lookup_or_create(gr_resource_mgr *m, const char *name,
         free(o);
         o = NULL;
         kind->free(obj);
-        st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        st = gr_error_set_oom(err);
       }
     }
   }

@@ -201,18 +201,6 @@ static char *signature(const gr_feed *feeds, int nf, const gr_output *fetches, i
   return k;
 }
 
-static bool is_fed(const gr_feed *feeds, int nf, gr_output o) {
-  for (int i = 0; i < nf; i++)
-    if (feeds[i].output.node == o.node && feeds[i].output.index == o.index) return true;
-  return false;
-}
-
-static bool node_is_fed(const gr_feed *feeds, int nf, const gr_node *n) {
-  for (int i = 0; i < nf; i++)
-    if (feeds[i].output.node == n) return true;
-  return false;
-}
-
 static gr_status check_endpoint(gr_session *s, gr_output o, const char *what, int i,
                                 gr_error *err) {
   if (!o.node) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s %d is a null output", what, i);
@@ -253,7 +241,8 @@ static void note_soft(gr_session *s, const gr_node *node, const char *request, i
   bool seen = false;
   for (int i = 0; i < s->num_soft_noted && !seen; i++) seen = !strcmp(s->soft_noted[i], request);
   char **more =
-      seen ? NULL : realloc(s->soft_noted, sizeof(char *) * (size_t)(s->num_soft_noted + 1));
+      seen ? NULL
+           : gr_realloc_array(s->soft_noted, (size_t)(s->num_soft_noted + 1), sizeof(char *));
   if (more) {
     s->soft_noted = more;
     if ((more[s->num_soft_noted] = strdup(request))) s->num_soft_noted++;
@@ -280,7 +269,7 @@ static void note_soft(gr_session *s, const gr_node *node, const char *request, i
 static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int *num_used,
                                 gr_error *err) {
   char *used = calloc((size_t)s->opts.num_devices, 1);
-  if (!used) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!used) return gr_error_set_oom(err);
   *num_used = 0;
   for (int i = 0; i < n; i++) {
     gr_node *node = nodes[i];
@@ -329,41 +318,20 @@ gr_status gr_session_place_nodes(gr_session *s, gr_node *const *nodes, int n, gr
 }
 
 /* Marks needed[id] for every node the fetches and targets need, walking
- * back through data and control inputs and stopping at fed endpoints;
- * parent[id]: the node that needs it (-1: fetched or a target). stack: room
- * for every node. */
-static void mark_needed(gr_graph *g, const gr_feed *feeds, int nf, const gr_output *fetches, int nx,
-                        const gr_output *targets, int nt, char *needed, int *parent, int *stack) {
-  int sp = 0;
-  for (int i = 0; i < nx; i++)
-    if (!is_fed(feeds, nf, fetches[i]) && !needed[fetches[i].node->id]) {
-      needed[fetches[i].node->id] = 1;
-      parent[fetches[i].node->id] = -1;
-      stack[sp++] = fetches[i].node->id;
-    }
-  for (int i = 0; i < nt; i++)
-    if (!needed[targets[i].node->id]) {
-      needed[targets[i].node->id] = 1;
-      parent[targets[i].node->id] = -1;
-      stack[sp++] = targets[i].node->id;
-    }
-  while (sp > 0) {
-    gr_node *n = gr_graph_node(g, stack[--sp]);
-    for (int j = 0; j < n->num_inputs; j++) {
-      gr_output in = n->inputs[j];
-      if (is_fed(feeds, nf, in) || needed[in.node->id]) continue;
-      needed[in.node->id] = 1;
-      parent[in.node->id] = n->id;
-      stack[sp++] = in.node->id;
-    }
-    for (int j = 0; j < n->num_control_inputs; j++) {
-      gr_node *d = n->control_inputs[j];
-      if (needed[d->id] || node_is_fed(feeds, nf, d)) continue; /* the feed satisfies it */
-      needed[d->id] = 1;
-      parent[d->id] = n->id;
-      stack[sp++] = d->id;
-    }
-  }
+ * back through data and control inputs and stopping at fed endpoints (a
+ * control input on a fed node is satisfied by the feed); parent[id]: the
+ * node that needs it (-1: fetched or a target). feed_eps: the fed endpoints. */
+static gr_status mark_needed(const gr_graph *g, const gr_output *feed_eps, int nf,
+                             const gr_output *fetches, int nx, const gr_output *targets, int nt,
+                             unsigned char *needed, int *parent, gr_error *err) {
+  gr_prune_request r = {.feeds = feed_eps,
+                        .fetches = fetches,
+                        .targets = targets,
+                        .num_feeds = nf,
+                        .num_fetches = nx,
+                        .num_targets = nt,
+                        .feeds_cut_control = true};
+  return gr_graph_mark_needed(g, &r, needed, parent, err);
 }
 
 /* The error for a needed placeholder n that is not fed. */
@@ -380,18 +348,19 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
                          int nx, const gr_output *targets, int nt, prepared **out, gr_error *err) {
   gr_graph *g = s->graph;
   int total = gr_graph_num_nodes(g);
-  char *needed = calloc((size_t)total + 1, 1);
-  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
-  int *stack = malloc(sizeof(int) * ((size_t)total + 1));
-  gr_node **nodes = malloc(sizeof(gr_node *) * ((size_t)total + 1));
-  gr_output *feed_eps = malloc(sizeof(gr_output) * ((size_t)nf + 1));
+  unsigned char *needed = calloc((size_t)total + 1, 1);
+  int *parent = gr_alloc_array((size_t)total + 1, sizeof(int));
+  gr_node **nodes = gr_alloc_array((size_t)total + 1, sizeof(gr_node *));
+  gr_output *feed_eps = gr_alloc_array((size_t)nf + 1, sizeof(gr_output));
   prepared *p = calloc(1, sizeof *p);
   gr_status st = GR_OK;
-  if (!needed || !parent || !stack || !nodes || !feed_eps || !p) {
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!needed || !parent || !nodes || !feed_eps || !p) {
+    st = gr_error_set_oom(err);
     goto done;
   }
-  mark_needed(g, feeds, nf, fetches, nx, targets, nt, needed, parent, stack);
+  for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
+  if ((st = mark_needed(g, feed_eps, nf, fetches, nx, targets, nt, needed, parent, err)) != GR_OK)
+    goto done;
   int nn = 0, nvars = 0;
   for (int id = 0; id < total; id++) {
     if (!needed[id]) continue;
@@ -406,14 +375,13 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
   }
   int num_used = 0;
   if ((st = assign_devices(s, nodes, nn, &num_used, err)) != GR_OK) goto done;
-  p->vars = malloc(sizeof(gr_node *) * ((size_t)nvars + 1));
+  p->vars = gr_alloc_array((size_t)nvars + 1, sizeof(gr_node *));
   if (!p->vars) {
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(err);
     goto done;
   }
   for (int i = 0; i < nn; i++)
     if (nodes[i]->op->flags & GR_OP_VARIABLE) p->vars[p->num_vars++] = nodes[i];
-  for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
   gr_partition_options po = {.incarnation = s->incarnation,
                              .schedule_recvs = s->opts.schedule_recvs};
   if (s->opts.remote) {
@@ -428,7 +396,6 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
 done:
   free(needed);
   free(parent);
-  free(stack);
   free(nodes);
   free(feed_eps);
   if (st != GR_OK) {
@@ -468,8 +435,8 @@ static gr_status add_initializer(gr_session *s, const char *name, const char *de
                            : " and has no initialiser");
   if (l->n == l->cap) {
     int cap = l->cap ? l->cap * 2 : 16;
-    gr_output *more = realloc(l->v, sizeof(gr_output) * (size_t)cap);
-    if (!more) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    gr_output *more = gr_realloc_array(l->v, (size_t)cap, sizeof(gr_output));
+    if (!more) return gr_error_set_oom(err);
     l->v = more;
     l->cap = cap;
   }
@@ -513,8 +480,8 @@ static gr_status init_vars(gr_session *s, gr_node **vars, int n, gr_error *err) 
 
 gr_status gr_session_init_variables(gr_session *s, gr_error *err) {
   int total = gr_graph_num_nodes(s->graph);
-  gr_node **vars = malloc(sizeof(gr_node *) * ((size_t)total + 1));
-  if (!vars) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_node **vars = gr_alloc_array((size_t)total + 1, sizeof(gr_node *));
+  if (!vars) return gr_error_set_oom(err);
   int n = 0;
   for (int i = 0; i < total; i++) {
     gr_node *node = gr_graph_node(s->graph, i);
@@ -595,15 +562,16 @@ gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_fe
                                  const gr_output *targets, int num_targets, gr_error *err) {
   GR_TRY(check_args(s, feeds, num_feeds, fetches, num_fetches, targets, num_targets, err));
   int total = gr_graph_num_nodes(s->graph);
-  char *needed = calloc((size_t)total + 1, 1);
-  int *parent = malloc(sizeof(int) * ((size_t)total + 1));
-  int *stack = malloc(sizeof(int) * ((size_t)total + 1));
+  unsigned char *needed = calloc((size_t)total + 1, 1);
+  int *parent = gr_alloc_array((size_t)total + 1, sizeof(int));
+  gr_output *feed_eps = gr_alloc_array((size_t)num_feeds + 1, sizeof(gr_output));
   gr_status st = GR_OK;
-  if (!needed || !parent || !stack) {
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!needed || !parent || !feed_eps) {
+    st = gr_error_set_oom(err);
   } else {
-    mark_needed(s->graph, feeds, num_feeds, fetches, num_fetches, targets, num_targets, needed,
-                parent, stack);
+    for (int i = 0; i < num_feeds; i++) feed_eps[i] = feeds[i].output;
+    st = mark_needed(s->graph, feed_eps, num_feeds, fetches, num_fetches, targets, num_targets,
+                     needed, parent, err);
     for (int id = 0; id < total && st == GR_OK; id++) {
       gr_node *n = gr_graph_node(s->graph, id);
       if (needed[id] && (n->op->flags & GR_OP_PLACEHOLDER))
@@ -612,7 +580,7 @@ gr_status gr_session_check_feeds(gr_session *s, const gr_feed *feeds, int num_fe
   }
   free(needed);
   free(parent);
-  free(stack);
+  free(feed_eps);
   return st;
 }
 
@@ -649,7 +617,7 @@ static gr_status find_prepared(gr_session *s, const gr_feed *feeds, int num_feed
                                const gr_output *fetches, int num_fetches, const gr_output *targets,
                                int num_targets, prepared **out, gr_error *err) {
   char *key = signature(feeds, num_feeds, fetches, num_fetches, targets, num_targets);
-  if (!key) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!key) return gr_error_set_oom(err);
   pthread_mutex_lock(&s->mu);
   prepared *p = gr_map_get_str(&s->cache, key);
   pthread_mutex_unlock(&s->mu);
@@ -678,7 +646,7 @@ static gr_status find_prepared(gr_session *s, const gr_feed *feeds, int num_feed
     if (p != np) prepared_free(s, np);
     if (!p) {
       free(key);
-      return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      return gr_error_set_oom(err);
     }
   }
   free(key);
@@ -711,8 +679,8 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
     __atomic_store_n(&p->vars_ready, 1, __ATOMIC_RELEASE);
   }
   gr_tensor fv_small[8];
-  gr_tensor *fv = num_feeds <= 8 ? fv_small : malloc(sizeof(gr_tensor) * (size_t)num_feeds);
-  if (!fv) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_tensor *fv = num_feeds <= 8 ? fv_small : gr_alloc_array((size_t)num_feeds, sizeof(gr_tensor));
+  if (!fv) return gr_error_set_oom(err);
   for (int i = 0; i < num_feeds; i++) fv[i] = *feeds[i].value;
   gr_transfer_stats moved = {0, 0};
   gr_step_info step = {.step_id = initialising ? __atomic_load_n(&s->step, __ATOMIC_RELAXED)
@@ -723,7 +691,7 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
                        .trace = trace,
                        .watch = s->watchdog ? gr_watchdog_begin_step(s->watchdog) : NULL};
   gr_status st = (!step.stacks && p->uses_stacks) || (s->watchdog && !step.watch)
-                     ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory")
+                     ? gr_error_set_oom(err)
                  : p->remote_plan ? s->opts.remote->run(s->opts.remote->self, p->remote_plan, fv,
                                                         results, &step, &moved, err)
                  : p->plan        ? gr_device_plan_run(p->plan, fv, results, &step, &moved, err)

@@ -37,14 +37,14 @@ gr_status gr_device_plan_new_from(gr_partitions *parts, gr_threadpool *pool, gr_
   gr_device_plan *p = calloc(1, sizeof *p);
   if (!p) {
     gr_partitions_free(parts);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   p->parts = parts;
   gr_status st = GR_OK;
   int n = parts->num_parts;
   p->execs = calloc((size_t)n + 1, sizeof *p->execs);
   p->runners = gr_threadpool_new(n > 1 ? n - 1 : 0);
-  if (!p->execs || !p->runners) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!p->execs || !p->runners) st = gr_error_set_oom(err);
   for (int k = 0; k < n && st == GR_OK; k++) {
     gr_partition *pt = &parts->parts[k];
     for (int i = 0; i < pt->num_fetches; i++)
@@ -175,7 +175,7 @@ static void step_start(gr_device_plan *p, const gr_tensor *feed_values, gr_tenso
   if (!r || !rv) {
     free(r);
     gr_error oom;
-    done(arg, gr_error_set(&oom, GR_ERR_RESOURCE_EXHAUSTED, "out of memory"), &oom);
+    done(arg, gr_error_set_oom(&oom), &oom);
     return;
   }
   *r = (step_run){.plan = p,

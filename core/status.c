@@ -31,6 +31,10 @@ gr_status gr_error_set(gr_error *err, gr_status code, const char *fmt, ...) {
   return code;
 }
 
+gr_status gr_error_set_oom(gr_error *err) {
+  return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+}
+
 void gr_error_prefix(gr_error *err, const char *fmt, ...) {
   if (!err) return;
   char prefix[GR_ERROR_MSG_MAX];

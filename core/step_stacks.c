@@ -61,7 +61,7 @@ gr_status gr_step_stack_push(gr_step_stacks *s, const char *name, const gr_tenso
   gr_status r = GR_OK;
   if (st && st->n == st->cap) {
     int64_t cap = st->cap ? st->cap * 2 : 16;
-    gr_tensor *v = realloc(st->v, sizeof *v * (size_t)cap);
+    gr_tensor *v = gr_realloc_array(st->v, (size_t)cap, sizeof *v);
     if (v) {
       st->v = v;
       st->cap = cap;

@@ -148,7 +148,7 @@ void gr_tensor_set_f64(gr_tensor *t, int64_t i, double v) {
 gr_tensor *gr_tensor_new(gr_dtype dtype, const gr_shape *shape, const void *data, gr_error *err) {
   gr_tensor *t = malloc(sizeof *t);
   if (!t) {
-    gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    gr_error_set_oom(err);
     return NULL;
   }
   gr_status s = data ? gr_tensor_from_data(t, dtype, shape, data, err)

@@ -1,4 +1,5 @@
 #include "core/gr_threadpool.h"
+#include "core/gr_alloc.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -53,7 +54,7 @@ gr_threadpool *gr_threadpool_new(int num_threads) {
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   p->cap = 256;
-  p->q = malloc(sizeof(task) * p->cap);
+  p->q = gr_alloc_array(p->cap, sizeof(task));
   p->threads = calloc((size_t)(num_threads > 0 ? num_threads : 1), sizeof(pthread_t));
   if (!p->q || !p->threads) {
     free(p->q);
@@ -102,7 +103,7 @@ static void enqueue(gr_threadpool *p, void (*fn)(void *), void *arg, bool first)
   pthread_mutex_lock(&p->mu);
   if (p->count == p->cap) {
     size_t cap = p->cap * 2;
-    task *q = malloc(sizeof(task) * cap);
+    task *q = gr_alloc_array(cap, sizeof(task));
     if (!q) {
       pthread_mutex_unlock(&p->mu);
       fn(arg);

@@ -31,12 +31,12 @@ static void place_edge(void *acc, int src, int dst) {
 
 int gr_topo_sort(int n, gr_topo_edges_fn edges, const void *ctx, const unsigned char *skip,
                  int *order) {
-  succ_lists s = {calloc((size_t)n + 1, sizeof(int)), malloc(sizeof(int) * ((size_t)n + 2)), NULL,
-                  calloc((size_t)n + 1, sizeof(int)), 0};
+  succ_lists s = {calloc((size_t)n + 1, sizeof(int)), gr_alloc_array((size_t)n + 2, sizeof(int)),
+                  NULL, calloc((size_t)n + 1, sizeof(int)), 0};
   int head = 0, tail = -1;
   if (!s.cnt || !s.start || !s.indeg) goto out;
   edges(ctx, count_edge, &s);
-  s.succ = malloc(sizeof(int) * (s.edges + 1));
+  s.succ = gr_alloc_array(s.edges + 1, sizeof(int));
   if (!s.succ) goto out;
   s.start[0] = 0;
   for (int i = 0; i < n; i++) s.start[i + 1] = s.start[i] + s.cnt[i];

@@ -28,7 +28,7 @@ void gr_step_trace_add(gr_step_trace *t, const gr_trace_event *e) {
   pthread_mutex_lock(&t->mu);
   if (t->n == t->cap) {
     int cap = t->cap ? t->cap * 2 : 256;
-    gr_trace_event *more = realloc(t->ev, sizeof *more * (size_t)cap);
+    gr_trace_event *more = gr_realloc_array(t->ev, (size_t)cap, sizeof *more);
     if (!more) {
       pthread_mutex_unlock(&t->mu);
       return;

@@ -81,7 +81,7 @@ static gr_status str_copy(dec *d, const msgpack_object *o, const char **out) {
   size_t n = o->via.str.size; /* msgpack-c gives "" a NULL pointer */
   if (n && memchr(o->via.str.ptr, '\0', n)) return fail(d, "a string holds a NUL byte");
   char *s = gr_graph_alloc(d->g, n + 1);
-  if (!s) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) return gr_error_set_oom(d->err);
   if (n) memcpy(s, o->via.str.ptr, n);
   s[o->via.str.size] = '\0';
   *out = s;
@@ -157,7 +157,7 @@ static gr_status list_of(dec *d, const msgpack_object *o, bool floats, gr_attr_v
   if (o->type != MSGPACK_OBJECT_ARRAY) return fail(d, "%s, want a list", gr_msg_kind_name(o));
   int n = (int)o->via.array.size;
   void *mem = gr_graph_alloc(d->g, sizeof(double) * ((size_t)n + 1));
-  if (!mem) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!mem) return gr_error_set_oom(d->err);
   for (int i = 0; i < n; i++) {
     const msgpack_object *e = &o->via.array.ptr[i];
     if (floats && e->type != MSGPACK_OBJECT_FLOAT64 && e->type != MSGPACK_OBJECT_FLOAT32)
@@ -224,8 +224,8 @@ static gr_status attr_of(dec *d, const msgpack_object *o, gr_attr *a) {
 static gr_status add_patch(dec *d, int input, int src, int index) {
   if (d->num_patches == d->cap_patches) {
     int cap = d->cap_patches ? 2 * d->cap_patches : 16;
-    patch *p = realloc(d->patches, sizeof *p * (size_t)cap);
-    if (!p) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    patch *p = gr_realloc_array(d->patches, (size_t)cap, sizeof *p);
+    if (!p) return gr_error_set_oom(d->err);
     d->patches = p;
     d->cap_patches = cap;
   }
@@ -252,7 +252,7 @@ static gr_status node_inputs(dec *d, const msgpack_object *m, gr_node *fake, nod
   GR_TRY(field(d, m, "in", MSGPACK_OBJECT_ARRAY, false, &in));
   fake->num_inputs = (int)in->via.array.size;
   s->in = calloc((size_t)fake->num_inputs + 1, sizeof *s->in);
-  if (!s->in) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!s->in) return gr_error_set_oom(d->err);
   int first_before = -1;
   for (int j = 0; j < fake->num_inputs; j++) {
     const msgpack_object *e = &in->via.array.ptr[j];
@@ -280,8 +280,8 @@ static gr_status node_inputs(dec *d, const msgpack_object *m, gr_node *fake, nod
       s->in[j] = s->in[first_before];
     }
   GR_TRY(field(d, m, "ctrl", MSGPACK_OBJECT_ARRAY, false, &ctrl));
-  s->ctrl = malloc(sizeof *s->ctrl * ((size_t)ctrl->via.array.size + 1));
-  if (!s->ctrl) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  s->ctrl = gr_alloc_array((size_t)ctrl->via.array.size + 1, sizeof *s->ctrl);
+  if (!s->ctrl) return gr_error_set_oom(d->err);
   fake->num_control_inputs = 0;
   for (uint32_t j = 0; j < ctrl->via.array.size; j++) {
     int64_t src = 0;
@@ -317,7 +317,7 @@ static gr_status node_of(dec *d, const msgpack_object *m) {
   if (st == GR_OK) st = field(d, m, "attrs", MSGPACK_OBJECT_ARRAY, false, &o);
   if (st == GR_OK) {
     s.attrs = calloc((size_t)o->via.array.size + 1, sizeof *s.attrs);
-    if (!s.attrs) st = gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!s.attrs) st = gr_error_set_oom(d->err);
   }
   for (uint32_t i = 0; st == GR_OK && i < o->via.array.size; i++) {
     st = attr_of(d, &o->via.array.ptr[i], &s.attrs[i]);
@@ -356,11 +356,11 @@ static gr_status apply_patches(dec *d) {
     if (st != GR_OK) return fail(d, "%s", gr_graph_error(d->g)->msg);
   }
   d->at = -1;
-  int *order = malloc(sizeof(int) * ((size_t)d->num_nodes + 1));
-  if (!order) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  int *order = gr_alloc_array((size_t)d->num_nodes + 1, sizeof(int));
+  if (!order) return gr_error_set_oom(d->err);
   int got = gr_graph_topo_order_stable(d->g, order);
   free(order);
-  if (got == -1) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (got == -1) return gr_error_set_oom(d->err);
   d->what = "nodes";
   if (got != d->num_nodes) return fail(d, "the inputs form a cycle that is not a loop");
   return GR_OK;
@@ -371,7 +371,7 @@ static gr_status strs_of(dec *d, const msgpack_object *m, const char *key, const
   const msgpack_object *o;
   GR_TRY(field(d, m, key, MSGPACK_OBJECT_ARRAY, false, &o));
   *out = calloc((size_t)o->via.array.size + 1, sizeof **out);
-  if (!*out) return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!*out) return gr_error_set_oom(d->err);
   for (*n = 0; *n < (int)o->via.array.size; (*n)++)
     GR_TRY(str_copy(d, &o->via.array.ptr[*n], &(*out)[*n]));
   return GR_OK;
@@ -383,8 +383,7 @@ static gr_status names_of(dec *d, const msgpack_object *top, gr_graph_names *nm)
   uint32_t n = o->via.array.size;
   nm->names = calloc((size_t)n + 1, sizeof *nm->names);
   nm->outputs = calloc((size_t)n + 1, sizeof *nm->outputs);
-  if (!nm->names || !nm->outputs)
-    return gr_error_set(d->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!nm->names || !nm->outputs) return gr_error_set_oom(d->err);
   for (nm->num_names = 0; nm->num_names < (int)n; nm->num_names++) {
     const msgpack_object *e = &o->via.array.ptr[nm->num_names];
     int64_t id = 0, index = 0;

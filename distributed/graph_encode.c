@@ -151,7 +151,8 @@ gr_status gr_wire_encode_graph(const gr_graph *g, const gr_graph_names *names, v
   /* nodes in a stable topological order: a value rerouted after its
    * consumer was built (through a switch or an enter) comes before it */
   int n = gr_graph_num_nodes(g);
-  int *order = malloc(sizeof(int) * ((size_t)n + 1)), *pos = malloc(sizeof(int) * ((size_t)n + 1));
+  int *order = gr_alloc_array((size_t)n + 1, sizeof(int)),
+      *pos = gr_alloc_array((size_t)n + 1, sizeof(int));
   int got = order && pos ? gr_graph_topo_order_stable(g, order) : -1;
   if (got != n) {
     free(order), free(pos);

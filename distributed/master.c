@@ -279,14 +279,13 @@ static gr_status status_of(gr_master *ms, task *t, gr_inmsg *m, gr_error *err) {
   GR_TRY(gr_msg_array(&m->msg.root, "devices", 64, &devs, err));
   if (devs->size == 0) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "no devices");
   t->devices = calloc(devs->size, sizeof *t->devices);
-  if (!t->devices) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!t->devices) return gr_error_set_oom(err);
   for (uint32_t i = 0; i < devs->size; i++) {
     const char *p;
     size_t n;
     GR_TRY(gr_msg_item_str(&devs->ptr[i], "device", &p, &n, err));
     char task_of[GR_TASK_NAME_MAX];
-    if (!(t->devices[i] = strndup(p, n)))
-      return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!(t->devices[i] = strndup(p, n))) return gr_error_set_oom(err);
     t->num_devices++;
     gr_task_of_device(t->devices[i], task_of, sizeof task_of);
     gr_device_spec spec;
@@ -327,7 +326,7 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   if (!o || o->num_tasks <= 0 || o->num_tasks > 4096 || !o->addresses)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "master: 1 to 4096 task addresses needed");
   gr_master *ms = calloc(1, sizeof *ms);
-  if (!ms) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!ms) return gr_error_set_oom(err);
   ms->o = *o;
   if (!ms->o.connect_timeout_ms) ms->o.connect_timeout_ms = 10000;
   if (!ms->o.heartbeat_ms) ms->o.heartbeat_ms = 100;
@@ -338,9 +337,8 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   ms->o.secret = ms->secret;
   ms->o.addresses = NULL;
   ms->tasks = calloc((size_t)o->num_tasks, sizeof *ms->tasks);
-  gr_status st = ms->tasks && (!o->secret || ms->secret)
-                     ? gr_loop_new(&ms->loop, err)
-                     : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st =
+      ms->tasks && (!o->secret || ms->secret) ? gr_loop_new(&ms->loop, err) : gr_error_set_oom(err);
   gr_conn_handler h = {on_message, on_close, ms, NULL};
   for (int k = 0; k < o->num_tasks && st == GR_OK; k++) {
     task *t = &ms->tasks[k];
@@ -358,11 +356,11 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   rpc_group g;
   gr_rpc_group_init(&g);
   rpc *rs = st == GR_OK ? calloc((size_t)ms->num_tasks, sizeof *rs) : NULL;
-  if (st == GR_OK && !rs) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && !rs) st = gr_error_set_oom(err);
   for (int k = 0; k < ms->num_tasks && st == GR_OK; k++) {
     gr_outmsg *m = gr_outmsg_new(GR_MSG_GET_STATUS, 1);
     if (!m) {
-      st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      st = gr_error_set_oom(err);
       break;
     }
     rs[k].id = gr_master_new_id(ms);
@@ -390,7 +388,7 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
     ms->num_devices += ms->tasks[k].num_devices;
   }
   if (st == GR_OK && !(ms->device_names = calloc((size_t)ms->num_devices, sizeof(char *))))
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(err);
   /* devices in job order: the chief's, the workers', the others', the ps'
    * last, so that unpinned nodes run where TensorFlow runs them (the first
    * device: the chief's, else worker 0's) */

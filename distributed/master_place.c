@@ -23,10 +23,10 @@ static int task_of(const gr_master *ms, const char *job, int index) {
  * them so). */
 static gr_status cluster_of(const gr_master *ms, gr_cluster **out, gr_error *err) {
   gr_cluster *c = gr_cluster_new();
-  if (!c) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!c) return gr_error_set_oom(err);
   gr_status st = GR_OK;
   bool *added = calloc((size_t)ms->num_tasks + 1, sizeof *added);
-  if (!added) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!added) st = gr_error_set_oom(err);
   for (int k = 0; st == GR_OK && k < ms->num_tasks; k++) {
     gr_device_spec first;
     st = gr_device_spec_parse(ms->tasks[k].name, &first, err);

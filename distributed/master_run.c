@@ -46,7 +46,7 @@ static gr_status register_msg(gr_master *ms, int k, gr_partitions *parts, const 
   int np = 0;
   for (int p = 0; p < parts->num_parts; p++) np += part_task[p] == k;
   gr_outmsg *m = gr_outmsg_new(GR_MSG_REGISTER, 4);
-  if (!m) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!m) return gr_error_set_oom(err);
   msgpack_packer *pk = gr_outmsg_packer(m);
   gr_outmsg_u64(m, "id", id);
   gr_outmsg_u64(m, "inc", ms->tasks[k].incarnation);
@@ -91,8 +91,8 @@ static void deregister(gr_master *ms, int task, uint64_t handle) {
 }
 
 static gr_status add_feeds(task_plan *tp, const gr_partition *pt, gr_error *err) {
-  int *more = realloc(tp->feeds, sizeof(int) * (size_t)(tp->num_feeds + pt->num_feeds + 1));
-  if (!more) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  int *more = gr_realloc_array(tp->feeds, (size_t)(tp->num_feeds + pt->num_feeds + 1), sizeof(int));
+  if (!more) return gr_error_set_oom(err);
   tp->feeds = more;
   for (int i = 0; i < pt->num_feeds; i++) {
     bool seen = false;
@@ -113,7 +113,7 @@ static gr_status prepare(void *self, gr_partitions *parts, void **out, gr_error 
   gr_status st =
       part_task && used && p && rs && (p->t = calloc((size_t)ms->num_tasks, sizeof *p->t))
           ? GR_OK
-          : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+          : gr_error_set_oom(err);
   for (int k = 0; k < parts->num_parts && st == GR_OK; k++) {
     part_task[k] = gr_master_task_of(ms, parts->parts[k].device);
     if (part_task[k] < 0)
@@ -309,7 +309,7 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
   GR_TRY(gr_auth_random(&x.run_id, sizeof x.run_id, err));
   gr_master_drain(ms); /* the previous step has ended on every task */
   rpc *rs = calloc((size_t)p->n, sizeof *rs);
-  if (!rs) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!rs) return gr_error_set_oom(err);
   x.rs = rs;
   rpc_group g;
   gr_rpc_group_init(&g);
@@ -319,7 +319,7 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
     rs[i].id = gr_master_new_id(ms);
     gr_outmsg *m = run_msg(ms, &p->t[i], feed_values, step, x.run_id, rs[i].id, err);
     if (!m) {
-      st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      st = gr_error_set_oom(err);
       break;
     }
     gr_master_start(ms, p->t[i].task, m, &rs[i], &g);
@@ -373,7 +373,7 @@ static gr_status var_initialized(void *self, const char *name, const char *devic
   gr_master_drain(ms);
   int only = device ? gr_master_task_of(ms, device) : -1; /* -1: ask every task */
   rpc *rs = calloc((size_t)ms->num_tasks, sizeof *rs);
-  if (!rs) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!rs) return gr_error_set_oom(err);
   rpc_group g;
   gr_rpc_group_init(&g);
   int n = 0;
@@ -391,7 +391,7 @@ static gr_status var_initialized(void *self, const char *name, const char *devic
   }
   gr_master_wait_all(ms, &g, rs, n, gr_wire_now_ms() + ms->o.connect_timeout_ms, NULL, NULL);
   gr_rpc_group_destroy(&g);
-  gr_status st = n == want ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st = n == want ? GR_OK : gr_error_set_oom(err);
   for (int i = 0; i < n; i++) {
     const msgpack_object_array *init;
     gr_error e;

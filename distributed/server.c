@@ -371,7 +371,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
                         "127.0.0.1)",
                         bind);
   gr_server *s = calloc(1, sizeof *s);
-  if (!s) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) return gr_error_set_oom(err);
   s->o = *o;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->stopped, NULL);
@@ -394,7 +394,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   gr_status st = GR_OK;
   if (!s->devices || (o->secret && !s->secret) || !s->resources || !s->register_pool ||
       !s->work_pool || !s->exec_pool)
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(err);
   for (int k = 0; k < s->num_devices && st == GR_OK; k++) {
     char name[GR_TASK_NAME_MAX + 32];
     snprintf(name, sizeof name, "%s/device:CPU:%d", s->task, k);

@@ -46,9 +46,9 @@ static gr_status endpoints(gr_graph *g, const msgpack_object *arr, gr_output **e
   if (arr->type != MSGPACK_OBJECT_ARRAY || arr->via.array.size > (1u << 20))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feeds and fetches must be arrays");
   uint32_t n = arr->via.array.size;
-  *eps = malloc(sizeof **eps * (n + 1));
-  *index = malloc(sizeof **index * (n + 1));
-  if (!*eps || !*index) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  *eps = gr_alloc_array(n + 1, sizeof **eps);
+  *index = gr_alloc_array(n + 1, sizeof **index);
+  if (!*eps || !*index) return gr_error_set_oom(err);
   for (uint32_t i = 0; i < n; i++)
     GR_TRY(endpoint(g, &arr->via.array.ptr[i], &(*eps)[i], &(*index)[i], 1 << 20, err));
   *num = (int)n;
@@ -88,8 +88,8 @@ static gr_status part_of(gr_server *s, const msgpack_object *o, const gr_inmsg *
   GR_TRY(endpoints(p->graph, &f[4], &p->fetches, &p->fetch_index, &p->num_fetches, err));
   /* every node runs but the feeds' stand-ins; ids are a topological order */
   int total = gr_graph_num_nodes(p->graph);
-  p->nodes = malloc(sizeof *p->nodes * ((size_t)total + 1));
-  if (!p->nodes) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  p->nodes = gr_alloc_array((size_t)total + 1, sizeof *p->nodes);
+  if (!p->nodes) return gr_error_set_oom(err);
   for (int id = 0; id < total; id++) {
     gr_node *n = gr_graph_node(p->graph, id);
     bool fed = false;
@@ -128,7 +128,7 @@ static gr_status peers_of(gr_server *s, const msgpack_object_array *arr, gr_erro
     }
     if (!p && s->num_peers == s->cap_peers) {
       int cap = s->cap_peers ? 2 * s->cap_peers : 8;
-      peer *more = cap <= MAX_PEERS ? realloc(s->peers, sizeof *more * (size_t)cap) : NULL;
+      peer *more = cap <= MAX_PEERS ? gr_realloc_array(s->peers, (size_t)cap, sizeof *more) : NULL;
       if (!more) {
         pthread_mutex_unlock(&s->mu);
         return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "too many peers");
@@ -208,11 +208,11 @@ static gr_status do_register(gr_server *s, const gr_conn *c, const gr_inmsg *in,
   if (parts->size == 0) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "no partitions");
   GR_TRY(peers_of(s, peers, err));
   gr_partitions *ps = calloc(1, sizeof *ps);
-  gr_status st = ps ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st = ps ? GR_OK : gr_error_set_oom(err);
   if (st == GR_OK && !(ps->parts = calloc(parts->size, sizeof *ps->parts)))
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(err);
   registered *r = st == GR_OK ? calloc(1, sizeof *r) : NULL;
-  if (st == GR_OK && !r) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && !r) st = gr_error_set_oom(err);
   if (r) r->refs = 1;
   for (uint32_t k = 0; k < parts->size && st == GR_OK; k++) {
     ps->num_parts++;
@@ -240,7 +240,7 @@ static gr_status do_register(gr_server *s, const gr_conn *c, const gr_inmsg *in,
   pthread_mutex_unlock(&s->mu);
   if (!ok) {
     gr_server_registered_unref(r);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   *handle = r->handle;
   return GR_OK;

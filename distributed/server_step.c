@@ -173,7 +173,7 @@ static gr_status rv_send(void *self, const char *key, const gr_tensor *value, bo
   pthread_mutex_unlock(&s->mu);
   if (!c) return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s has no connection to %s", s->task, task);
   gr_outmsg *m = gr_outmsg_new(GR_MSG_TENSOR, 6);
-  gr_status st = m ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st = m ? GR_OK : gr_error_set_oom(err);
   if (st == GR_OK) {
     gr_outmsg_u64(m, "run", r->t->run_id);
     gr_outmsg_str(m, "key", key);
@@ -382,8 +382,7 @@ static void run_start(server_run *x, gr_error *e) {
   x->nx = r ? gr_device_plan_num_fetches(r->plan) : 0;
   x->feeds = calloc((size_t)x->nf + 1, sizeof *x->feeds);
   x->fetches = calloc((size_t)x->nx + 1, sizeof *x->fetches);
-  if (st == GR_OK && (!x->feeds || !x->fetches))
-    st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && (!x->feeds || !x->fetches)) st = gr_error_set_oom(e);
   if (st == GR_OK) st = feeds_of(m, a->feeds, x->feeds, x->nf, e);
   bool full = false;
   step_state *t = x->t = st == GR_OK ? state_get(s, a->run_id, &full) : NULL;
@@ -413,7 +412,7 @@ static void run_start(server_run *x, gr_error *e) {
   if (st == GR_OK &&
       (!(prv = malloc(sizeof *prv)) || !(x->rv = gr_rendezvous_new_with(&push_ops, prv)))) {
     free(prv);
-    st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(e);
   }
   x->trace = st == GR_OK && a->trace ? gr_step_trace_new() : NULL;
   if (st == GR_OK) {
@@ -424,8 +423,7 @@ static void run_start(server_run *x, gr_error *e) {
                              .stacks = r->uses_stacks ? gr_step_stacks_new() : NULL,
                              .rendezvous = x->rv,
                              .trace = x->trace};
-    if (r->uses_stacks && !x->step.stacks)
-      st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (r->uses_stacks && !x->step.stacks) st = gr_error_set_oom(e);
   }
   if (st != GR_OK) {
     run_end(x, st, e);

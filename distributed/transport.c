@@ -68,7 +68,7 @@ gr_status gr_loop_new(gr_loop **out, gr_error *err) {
   *out = NULL;
   pthread_once(&threads_once, use_threads);
   gr_loop *l = calloc(1, sizeof *l);
-  if (!l) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!l) return gr_error_set_oom(err);
   pthread_mutex_init(&l->mu, NULL);
   atomic_init(&l->stop, 0);
   l->base = event_base_new();
@@ -125,7 +125,7 @@ static void run_call(evutil_socket_t fd, short what, void *arg) {
 
 gr_status gr_loop_call(gr_loop *l, void (*fn)(void *arg), void *arg, gr_error *err) {
   call *c = malloc(sizeof *c);
-  if (!c) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!c) return gr_error_set_oom(err);
   *c = (call){fn, arg};
   struct timeval now = {0, 0};
   if (event_base_once(l->base, -1, EV_TIMEOUT, run_call, c, &now) != 0) {
@@ -143,7 +143,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
 gr_status gr_loop_every(gr_loop *l, int period_ms, void (*fn)(void *arg), void *arg,
                         gr_error *err) {
   timer *t = calloc(1, sizeof *t);
-  if (!t) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!t) return gr_error_set_oom(err);
   t->fn = fn;
   t->arg = arg;
   t->ev = event_new(l->base, -1, EV_PERSIST, on_timer, t);
@@ -203,7 +203,7 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
   gr_conn *c = calloc(1, sizeof *c);
   if (!c) {
     close(fd);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   atomic_init(&c->refs, is_server ? 1 : 2); /* the loop's (and a dialer's) */
   pthread_mutex_init(&c->mu, NULL);
@@ -229,7 +229,7 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
     if (c->timer) event_free(c->timer);
     close(fd);
     gr_conn_unref(c);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   pthread_mutex_lock(&l->mu);
   c->next = l->conns;
@@ -374,7 +374,7 @@ gr_status gr_conn_send(gr_conn *c, gr_outmsg *msg, gr_error *err) {
   size_t total;
   gr_status st = gr_outmsg_finish(msg, &iov, &n, &total, err);
   wq_item *it = st == GR_OK ? malloc(sizeof *it) : NULL;
-  if (st == GR_OK && !it) st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && !it) st = gr_error_set_oom(err);
   if (st != GR_OK) {
     gr_outmsg_free(msg);
     return st;

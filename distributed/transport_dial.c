@@ -82,7 +82,7 @@ struct gr_listener {
 
 static gr_status send_hello(gr_conn *c, gr_error *err) {
   gr_outmsg *m = gr_outmsg_new(GR_MSG_HELLO, c->secret ? 2 : 1);
-  if (!m) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!m) return gr_error_set_oom(err);
   gr_outmsg_bool(m, "auth", c->secret != NULL);
   if (c->secret) {
     if (gr_auth_random(c->nonce, GR_AUTH_NONCE, err) != GR_OK) {
@@ -131,7 +131,7 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *se
   if (!ls || (secret && !(ls->secret = strdup(secret)))) {
     freeaddrinfo(ai);
     free(ls);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   ls->loop = l;
   ls->h = *handler;
@@ -196,7 +196,7 @@ gr_status gr_conn_server_auth(gr_conn *c, gr_inmsg *m, gr_error *err) {
     return gr_error_set(err, GR_ERR_UNAUTHENTICATED, "wrong secret (authentication failed)");
   gr_auth_mac(c->secret, "server", nonce, c->nonce, mine);
   gr_outmsg *ok = gr_outmsg_new(GR_MSG_AUTH_OK, 1);
-  if (!ok) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!ok) return gr_error_set_oom(err);
   gr_outmsg_bin(ok, "mac", mine, GR_AUTH_MAC);
   c->authed = true;
   return gr_conn_send(c, ok, err);
@@ -296,7 +296,7 @@ static gr_status client_handshake(int fd, const char *address, const char *secre
   uint8_t mac[GR_AUTH_MAC];
   gr_auth_mac(secret, "client", snonce, cnonce, mac);
   gr_outmsg *m = gr_outmsg_new(GR_MSG_AUTH, 2);
-  if (!m) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!m) return gr_error_set_oom(err);
   gr_outmsg_bin(m, "nonce", cnonce, GR_AUTH_NONCE);
   gr_outmsg_bin(m, "mac", mac, GR_AUTH_MAC);
   GR_TRY(write_all(fd, m, deadline, address, err));

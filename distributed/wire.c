@@ -76,14 +76,13 @@ gr_status gr_wire_parse_frame_header(const uint8_t in[GR_WIRE_HEADER_SIZE], size
 gr_status gr_msg_parse(gr_msg *m, const void *data, size_t len, gr_error *err) {
   m->has_zone = false;
   GR_TRY(gr_wire_check_msgpack(data, len, 6, err));
-  if (!msgpack_zone_init(&m->zone, 2048))
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!msgpack_zone_init(&m->zone, 2048)) return gr_error_set_oom(err);
   m->has_zone = true;
   /* msgpack-c's objects point into the bytes they came from: keep a copy */
   char *copy = msgpack_zone_malloc(&m->zone, len ? len : 1);
   if (!copy) {
     gr_msg_free(m);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   memcpy(copy, data, len);
   size_t off = 0;
@@ -423,7 +422,7 @@ void gr_outmsg_bin(gr_outmsg *m, const char *key, const void *p, size_t n) {
 static piece *add_piece(gr_outmsg *m) {
   if (m->num_pieces == m->cap_pieces) {
     int cap = m->cap_pieces ? 2 * m->cap_pieces : 4;
-    piece *more = realloc(m->pieces, sizeof *more * (size_t)cap);
+    piece *more = gr_realloc_array(m->pieces, (size_t)cap, sizeof *more);
     if (!more) return NULL;
     m->pieces = more;
     m->cap_pieces = cap;
@@ -459,7 +458,7 @@ gr_status gr_outmsg_pack_tensor(gr_outmsg *m, const gr_tensor *t, bool dead, gr_
   size_t off = m->body_len;
   if (bytes > 0) {
     off = gr_outmsg_add_body(m, gr_tensor_data(t), bytes, NULL);
-    if (m->failed) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (m->failed) return gr_error_set_oom(err);
     gr_buffer_retain(t->buf);
     m->pieces[m->num_pieces - 1].ref = t->buf;
   }
@@ -487,8 +486,8 @@ gr_status gr_outmsg_finish(gr_outmsg *m, struct iovec **iov, int *n, size_t *tot
                        .body_len = (uint32_t)m->body_len};
   gr_wire_put_frame_header((uint8_t *)m->sb.data, &h);
   free(m->iov);
-  m->iov = malloc(sizeof *m->iov * (size_t)(1 + 2 * m->num_pieces));
-  if (!m->iov) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  m->iov = gr_alloc_array((size_t)(1 + 2 * m->num_pieces), sizeof *m->iov);
+  if (!m->iov) return gr_error_set_oom(err);
   int k = 0;
   m->iov[k++] = (struct iovec){m->sb.data, m->sb.size};
   for (int i = 0; i < m->num_pieces; i++) {

@@ -103,7 +103,7 @@ static int branch(cond_ctx *c, const dsl_block *b, const char *side, gr_output *
   if (c->failed) return 0;
   dsl_frame frame, *saved = c->p->frame;
   if (!dsl_frame_init(&frame, 16, saved, &c->p->temp)) {
-    gr_error_set(c->p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    gr_error_set_oom(c->p->err);
     c->failed = true;
     return 0;
   }
@@ -147,7 +147,7 @@ static gr_status tensors_value(gr_dsl_program *p, const gr_output *t, int n, dsl
   out->list.n = n;
   out->list.leaves = n;
   out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(n + 1));
-  if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!out->list.items) return gr_error_set_oom(p->err);
   for (int k = 0; k < n; k++) {
     out->list.items[k].kind = V_TENSOR;
     out->list.items[k].has_t = true;
@@ -165,7 +165,7 @@ gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) {
   GR_TRY(dsl_to_tensor_like(p, &pv, e->cond.pred->pos, GR_BOOL, "the condition", NULL, &pred));
   cond_ctx *c = dsl_alloc(&p->temp, sizeof *c);
   gr_output *o = dsl_alloc(&p->temp, sizeof(gr_output) * GR_COND_MAX_OUTPUTS);
-  if (!c || !o) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!c || !o) return gr_error_set_oom(p->err);
   c->p = p;
   c->e = e;
   int n = 0;
@@ -197,7 +197,7 @@ static gr_output cond_fn(gr_graph *g, void *arg, const gr_output *vars) {
   dsl_frame f;
   if (c->failed) return r;
   if (!bind_vars(c, &f, vars)) {
-    gr_error_set(c->p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    gr_error_set_oom(c->p->err);
     c->failed = true;
   } else {
     dsl_frame *saved = c->p->frame;
@@ -244,7 +244,7 @@ static void body_fn(gr_graph *g, void *arg, const gr_output *vars, gr_output *ne
   dsl_frame f, body;
   memset(&body, 0, sizeof body);
   if (!bind_vars(c, &f, vars) || !dsl_frame_init(&body, 16, &f, &c->p->temp)) {
-    gr_error_set(c->p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    gr_error_set_oom(c->p->err);
     c->failed = true;
   } else {
     dsl_frame *saved = c->p->frame;
@@ -274,7 +274,7 @@ gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) 
         return dsl_error(p->err, GR_ERR_ALREADY_EXISTS, e->loop.vars[k].pos,
                          "loop variable '%s' given twice", e->loop.vars[k].name);
   gr_output *vars = dsl_alloc(&p->temp, sizeof(gr_output) * (size_t)(n + 1));
-  if (!vars) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!vars) return gr_error_set_oom(p->err);
   for (int k = 0; k < n; k++) {
     dsl_value v;
     GR_TRY(dsl_eval(p, e->loop.vars[k].init, NULL, &v));

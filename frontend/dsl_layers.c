@@ -34,7 +34,7 @@ static gr_status push_layer(gr_dsl_program *p, const gr_dsl_layer *l) {
   if (p->nlayers == p->caplayers) {
     int cap = p->caplayers ? 2 * p->caplayers : 64;
     gr_dsl_layer *a = dsl_alloc(&p->persist, sizeof *a * (size_t)cap);
-    if (!a) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!a) return gr_error_set_oom(p->err);
     if (p->nlayers) memcpy(a, p->layers, sizeof *a * (size_t)p->nlayers);
     p->layers = a, p->caplayers = cap;
   }
@@ -51,7 +51,7 @@ gr_status dsl_layers_record(gr_dsl_program *p, const dsl_stmt *s, int n0, int l0
     if (!b || !b->v.has_t || !b->v.t.node) continue;
     size_t n = strlen(s->names[i]);
     char *path = dsl_alloc(&p->persist, p->def_path_len + n + 1);
-    if (!path) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (!path) return gr_error_set_oom(p->err);
     memcpy(path, p->def_path, p->def_path_len);
     memcpy(path + p->def_path_len, s->names[i], n);
     dsl_pos call = in_def ? p->layer_call : s->pos;

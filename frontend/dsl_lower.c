@@ -17,7 +17,7 @@ bool dsl_frame_init(dsl_frame *f, size_t cap, dsl_frame *parent, dsl_arena *aren
   f->count = 0;
   f->cap = cap;
   gr_idmap_init(&f->index);
-  f->list = malloc(sizeof *f->list * cap);
+  f->list = gr_alloc_array(cap, sizeof *f->list);
   if (f->list && gr_idmap_reserve(&f->index, cap)) return true;
   dsl_frame_free(f); /* nothing half made for the caller to free */
   return false;
@@ -57,7 +57,7 @@ dsl_binding *dsl_frame_lookup(const dsl_frame *f, const char *name) {
 dsl_binding *dsl_frame_insert(dsl_frame *f, const char *name) {
   if (f->count == f->cap) {
     size_t cap = f->cap ? f->cap * 2 : 16;
-    dsl_binding **list = realloc(f->list, sizeof *list * cap);
+    dsl_binding **list = gr_realloc_array(f->list, cap, sizeof *list);
     if (!list) return NULL;
     f->list = list;
     f->cap = cap;
@@ -302,7 +302,7 @@ static gr_status eval_binary(gr_dsl_program *p, const dsl_expr *e, const char *n
   int n = 0;
   for (const dsl_expr *q = e; q->kind == E_BINARY; q = q->bin.a) n++;
   if (n > 16 && !(spine = dsl_alloc(&p->temp, sizeof *spine * (size_t)n)))
-    return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(p->err);
   int k = n;
   for (const dsl_expr *q = e; q->kind == E_BINARY; q = q->bin.a) spine[--k] = q;
   dsl_value acc;
@@ -365,7 +365,7 @@ static gr_status fresh_read(gr_dsl_program *p, const dsl_expr *e, dsl_value *out
     }
   if (p->nfresh == p->capfresh) {
     int cap = p->capfresh ? p->capfresh * 2 : 8;
-    dsl_fresh_read *f = realloc(p->fresh, sizeof *f * (size_t)cap);
+    dsl_fresh_read *f = gr_realloc_array(p->fresh, (size_t)cap, sizeof *f);
     if (!f) return dsl_error(p->err, GR_ERR_RESOURCE_EXHAUSTED, e->pos, "out of memory");
     p->fresh = f;
     p->capfresh = cap;
@@ -446,7 +446,7 @@ static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, ds
       out->kind = e->kind == E_LIST ? V_LIST : V_TUPLE;
       out->list.n = e->list.n;
       out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(e->list.n + 1));
-      if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      if (!out->list.items) return gr_error_set_oom(p->err);
       int64_t leaves = 0;
       for (int i = 0; i < e->list.n; i++) {
         dsl_value *it = &out->list.items[i];

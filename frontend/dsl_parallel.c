@@ -33,7 +33,7 @@ bool dsl_takes_block(const char *name) {
 }
 
 static gr_status oom(gr_dsl_program *p) {
-  return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  return gr_error_set_oom(p->err);
 }
 
 /* ---- arguments ---------------------------------------------------------------------------- */

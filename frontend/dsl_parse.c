@@ -200,7 +200,7 @@ static bool parse_call_block(P *ps, dsl_expr *call) {
   if (TOK.kind != T_LBRACE || !dsl_takes_block(call->call.name)) return true;
   call->call.block = dsl_alloc(ps->arena, sizeof *call->call.block);
   if (!call->call.block) {
-    gr_error_set(ps->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    gr_error_set_oom(ps->err);
     return false;
   }
   return parse_block(ps, call->call.block);

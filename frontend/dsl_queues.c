@@ -26,7 +26,7 @@ static gr_status outputs_value(gr_dsl_program *p, const gr_output *o, int n, dsl
   out->kind = V_TUPLE;
   out->list.n = n;
   if (!(out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)n)))
-    return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(p->err);
   for (int i = 0; i < n; i++) dsl_tensor_value(&out->list.items[i], o[i]);
   return GR_OK;
 }

@@ -15,11 +15,11 @@ gr_status gr_dsl_export(const gr_dsl_program *p, void **data, size_t *size, gr_e
                        .num_fetches = p->nfetch,
                        .targets = (const char **)p->targets,
                        .num_targets = p->ntarget};
-  nm.names = malloc(sizeof *nm.names * (f->count + 1));
-  nm.outputs = malloc(sizeof *nm.outputs * (f->count + 1));
+  nm.names = gr_alloc_array(f->count + 1, sizeof *nm.names);
+  nm.outputs = gr_alloc_array(f->count + 1, sizeof *nm.outputs);
   if (!nm.names || !nm.outputs) {
     free(nm.names), free(nm.outputs);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   for (size_t i = 0; i < f->count; i++) { /* in the order they were bound */
     const dsl_binding *b = f->list[i];
@@ -47,7 +47,7 @@ gr_status dsl_load_serialized(gr_dsl_program *p, const char *name, const void *d
     const char *key = dsl_strndup(&p->persist, nm.names[i], strlen(nm.names[i]));
     dsl_binding *b = key ? dsl_frame_insert(&p->globals, key) : NULL;
     if (!b) {
-      st = gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      st = gr_error_set_oom(p->err);
       break;
     }
     memset(&b->v, 0, sizeof b->v);

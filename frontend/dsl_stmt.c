@@ -12,7 +12,7 @@
 #define MAX_SOURCE_BYTES (1u << 30)
 
 static gr_status oom(gr_dsl_program *p) {
-  return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  return gr_error_set_oom(p->err);
 }
 
 dsl_source *dsl_add_source(gr_dsl_program *p, const char *name, const char *text, size_t len,
@@ -286,7 +286,7 @@ static gr_status read_file(const char *path, char **text, size_t *len, gr_error 
 /* Adds a copy of real to the files imported (each is lowered once); false
  * when out of memory, with p unchanged. */
 static bool remember_import(gr_dsl_program *p, const char *real) {
-  char **ni = realloc(p->imported, sizeof(char *) * (size_t)(p->nimported + 1));
+  char **ni = gr_realloc_array(p->imported, (size_t)(p->nimported + 1), sizeof(char *));
   if (!ni) return false;
   p->imported = ni;
   if (!(ni[p->nimported] = strdup(real))) return false;
@@ -445,7 +445,7 @@ static gr_status load(const char *name, const char *text, size_t len, gr_graph *
       !dsl_frame_init(&p->scopes_used, 16, NULL, &p->persist)) {
     if (p) dsl_frame_free(&p->globals);
     free(p);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   p->g = g;
   if (opts) p->opts = *opts;
@@ -453,14 +453,14 @@ static gr_status load(const char *name, const char *text, size_t len, gr_graph *
   p->err = err;
   if (real && !remember_import(p, real)) {
     gr_dsl_program_free(p);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   gr_status st;
   dsl_source *src = NULL;
   if (gr_wire_is_graph(text, len))
     st = dsl_load_serialized(p, name ? name : "<input>", text, len);
   else if (!(src = dsl_add_source(p, name ? name : "<input>", text, len, false)))
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(err);
   else
     st = dsl_lower_source(p, src);
   for (dsl_source *s = p->sources; s; s = s->next) { /* the texts are read only until here */

@@ -88,7 +88,7 @@ typedef struct make_arg {
 static gr_status accum_make(void *arg, void **obj, gr_error *err) {
   make_arg *m = arg;
   accum *a = calloc(1, sizeof *a);
-  if (!a) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!a) return gr_error_set_oom(err);
   char what[160];
   snprintf(what, sizeof what, "accumulator '%s'", m->name);
   gr_wait_owner_init(&a->owner, accum_destroy, take_waiter_fn, what);

@@ -26,7 +26,7 @@ gr_status ad_pushes_collect(const gr_graph *g, int total, ad_pushes *p) {
   for (int id = 0; id < total; id++)
     if (gr_graph_node(g, id)->op == &gr_op_stack_push) p->n++;
   if (p->n == 0) return GR_OK;
-  p->v = malloc(sizeof(gr_node *) * (size_t)p->n);
+  p->v = gr_alloc_array((size_t)p->n, sizeof(gr_node *));
   if (!p->v) return GR_ERR_RESOURCE_EXHAUSTED;
   int k = 0;
   for (int id = 0; id < total; id++) {

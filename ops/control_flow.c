@@ -126,7 +126,7 @@ static void reroute(gr_graph *g, int first, int end, int skip_lo, int skip_hi,
         if (!inside.node) goto done;
         if (ncaps == cap) {
           cap = cap ? cap * 2 : 8;
-          capture *c2 = realloc(caps, sizeof *c2 * (size_t)cap);
+          capture *c2 = gr_realloc_array(caps, (size_t)cap, sizeof *c2);
           if (!c2) goto done;
           caps = c2;
         }
@@ -348,7 +348,7 @@ static void reroute_control(gr_graph *g, int first, int end, int skip_lo, int sk
         if (!inside) break;
         if (ncaps == cap) {
           cap = cap ? cap * 2 : 8;
-          capture *c2 = realloc(caps, sizeof *c2 * (size_t)cap);
+          capture *c2 = gr_realloc_array(caps, (size_t)cap, sizeof *c2);
           if (!c2) {
             gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "while_loop: out of memory");
             break;

@@ -248,16 +248,16 @@ static gr_status fill_batch(batch_state *s, const batch_args *a, int64_t step, g
                             gr_error *err) {
   int64_t per_epoch = a->count / a->b, epoch = step / per_epoch, first = (step % per_epoch) * a->b;
   if (s->epoch != epoch || s->count != a->count || !s->perm) {
-    int64_t *p = realloc(s->perm, sizeof(int64_t) * (size_t)a->count);
-    if (!p) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    int64_t *p = gr_realloc_array(s->perm, (size_t)a->count, sizeof(int64_t));
+    if (!p) return gr_error_set_oom(err);
     s->perm = p;
     s->count = a->count;
     s->epoch = epoch;
     permute(s->perm, a->count, a->seed, epoch, a->shuffle);
   }
   if (s->rows_cap < a->b) {
-    int64_t *r = realloc(s->rows_of_batch, sizeof(int64_t) * (size_t)a->b);
-    if (!r) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    int64_t *r = gr_realloc_array(s->rows_of_batch, (size_t)a->b, sizeof(int64_t));
+    if (!r) return gr_error_set_oom(err);
     s->rows_of_batch = r;
     s->rows_cap = a->b;
   }

@@ -173,7 +173,7 @@ static gr_status npy_header(gzFile f, const char *path, gr_dtype *dt, gr_shape *
   }
   if (hlen > 65536) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: header too long", path);
   char *h = calloc(hlen + 1, 1);
-  if (!h) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!h) return gr_error_set_oom(err);
   gr_status s = GR_OK;
   if (gzread(f, h, (unsigned)hlen) != (int)hlen) {
     s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: header truncated", path);

@@ -56,7 +56,7 @@ static int depth_of(gr_graph *g, int lo, int hi, int *depth, int id) {
 }
 
 int *gr_loop_depths(gr_graph *g, int lo, int hi) {
-  int *depth = malloc(sizeof(int) * ((size_t)(hi - lo) + 1));
+  int *depth = gr_alloc_array((size_t)(hi - lo) + 1, sizeof(int));
   if (!depth) return NULL;
   for (int i = 0; i < hi - lo; i++) depth[i] = INT_MIN;
   for (int id = lo; id < hi; id++) depth_of(g, lo, hi, depth, id);
@@ -70,7 +70,7 @@ static bool reads_updated_var(gr_graph *g, int lo, int hi, const gr_node *n) {
 }
 
 gr_status gr_loop_order_updates(gr_graph *g, int lo, int hi, const gr_output *next_iters, int n) {
-  int *depth = malloc(sizeof(int) * ((size_t)(hi - lo) + 1));
+  int *depth = gr_alloc_array((size_t)(hi - lo) + 1, sizeof(int));
   if (!depth) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "while_loop: out of memory");
   for (int i = 0; i < hi - lo; i++) depth[i] = INT_MIN;
   bool updates = false, nested = false;

@@ -330,7 +330,7 @@ static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, 
 int gr_ops_float_vars(const gr_graph *g, gr_output y, gr_output *out, int cap) {
   int total = gr_graph_num_nodes(g), n = 0;
   char *need = calloc((size_t)total + 1, 1);
-  int *order = malloc(sizeof(int) * ((size_t)total + 1));
+  int *order = gr_alloc_array((size_t)total + 1, sizeof(int));
   if (!need || !order || gr_graph_topo_order(g, order) != total) {
     free(need);
     free(order);
@@ -383,7 +383,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
                        "minimize: learning rate must be positive and finite");
   /* the variables, and the mirrors of mirrored ones (a replica's copies) */
   int cap = gr_graph_num_nodes(g) + n + 1;
-  gr_output *found = malloc(sizeof *found * (size_t)cap);
+  gr_output *found = gr_alloc_array((size_t)cap, sizeof *found);
   if (!found) return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   if (!var_list || n == 0) {
     n = gr_ops_float_vars(g, loss, found, cap);

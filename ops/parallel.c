@@ -386,9 +386,9 @@ static gr_status mirror_reads(gr_graph *g, int first, int lo, int hi, int k, con
       if (m == mm->n) {
         if (mm->n == mm->cap) {
           int cap = mm->cap ? mm->cap * 2 : 16;
-          const gr_node **f = realloc(mm->from, sizeof *f * (size_t)cap);
+          const gr_node **f = gr_realloc_array(mm->from, (size_t)cap, sizeof *f);
           if (f) mm->from = f;
-          gr_output *t = f ? realloc(mm->to, sizeof *t * (size_t)cap) : NULL;
+          gr_output *t = f ? gr_realloc_array(mm->to, (size_t)cap, sizeof *t) : NULL;
           if (!t) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
           mm->to = t;
           mm->cap = cap;
@@ -590,13 +590,13 @@ int gr_ops_add_mirrors(const gr_graph *g, gr_output *vars, int n, int cap) {
 
 gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, gr_output *grads) {
   /* groups: a variable and its mirrors, in replica order (node ids) */
-  int *group = malloc(sizeof(int) * ((size_t)n + 1)),
-      *members = malloc(sizeof(int) * ((size_t)n + 1));
+  int *group = gr_alloc_array((size_t)n + 1, sizeof(int)),
+      *members = gr_alloc_array((size_t)n + 1, sizeof(int));
   char *done = calloc((size_t)n + 1, 1);
   gr_output *vals = calloc((size_t)n + 1, sizeof *vals),
             *outs = calloc((size_t)n + 1, sizeof *outs);
   const char **dev = calloc((size_t)n + 1, sizeof *dev);
-  int *order = malloc(sizeof(int) * ((size_t)n + 1));
+  int *order = gr_alloc_array((size_t)n + 1, sizeof(int));
   gr_status st = GR_OK;
   if (!group || !members || !done || !vals || !outs || !dev || !order) {
     st = gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");

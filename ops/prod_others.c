@@ -99,7 +99,7 @@ static gr_status prod_others_kernel(gr_kernel_ctx *ctx) {
   /* kept and reduced offsets, the group's factors, suffix products, the prefix */
   size_t words = (size_t)nk + (size_t)nr + (size_t)nr * (size_t)(m + 1) +
                  ((size_t)nr + 1) * (size_t)nc + (size_t)nc;
-  char *scratch = malloc(words * 8);
+  char *scratch = gr_alloc_array(words, 8);
   if (!scratch) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   int64_t *koff = (int64_t *)scratch, *roff = koff + nk;
   double *fac = (double *)(roff + nr), *suf = fac + nr * (m + 1), *pre = suf + (nr + 1) * nc;

@@ -124,7 +124,7 @@ typedef struct make_arg {
 static gr_status queue_make(void *arg, void **obj, gr_error *err) {
   make_arg *a = arg;
   gr_queue *q = calloc(1, sizeof *q);
-  if (!q) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!q) return gr_error_set_oom(err);
   char what[160];
   snprintf(what, sizeof what, "queue '%s'", a->name);
   gr_wait_owner_init(&q->owner, queue_destroy, take_waiter, what);
@@ -192,7 +192,7 @@ static bool push_item(gr_queue *q, gr_tensor *item) {
   int nc = q->spec.ncomp;
   if (q->count == q->cap_slots) {
     int64_t cap = q->cap_slots ? q->cap_slots * 2 : 16;
-    gr_tensor *r = malloc(sizeof *r * (size_t)(cap * nc));
+    gr_tensor *r = gr_alloc_array((size_t)(cap * nc), sizeof *r);
     if (!r) return false;
     for (int64_t e = 0; e < q->count; e++)
       memcpy(r + e * nc, q->ring + ((q->head + e) % q->cap_slots) * nc, sizeof *r * (size_t)nc);

@@ -48,7 +48,7 @@ static gr_node *consumer(gr_node **nodes, int n, const gr_node *of, int idx, int
 gr_status ad_loop_find(gr_graph *g, const ad_frames *f, int frame, int total, ad_loop *l) {
   memset(l, 0, sizeof *l);
   l->frame = frame;
-  gr_node **nodes = malloc(sizeof(gr_node *) * ((size_t)total + 1));
+  gr_node **nodes = gr_alloc_array((size_t)total + 1, sizeof(gr_node *));
   int nn = 0;
   if (!nodes) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int id = 0; id < total; id++)
@@ -119,7 +119,7 @@ typedef struct rev {
 static bool add_pop(rev *r, gr_node *p) {
   if (r->npops == r->cappops) {
     int cap = r->cappops ? r->cappops * 2 : 8;
-    gr_node **v = realloc(r->pops, sizeof *v * (size_t)cap);
+    gr_node **v = gr_realloc_array(r->pops, (size_t)cap, sizeof *v);
     if (!v) return false;
     r->pops = v;
     r->cappops = cap;
@@ -185,10 +185,10 @@ static gr_output remap(void *arg, gr_output fwd) {
     if (r->fwd[k].node == n && r->fwd[k].index == fwd.index) return r->pop[k];
   if (r->nmap == r->capmap) {
     int cap = r->capmap ? r->capmap * 2 : 8;
-    gr_output *a = realloc(r->fwd, sizeof *a * (size_t)cap), *b;
+    gr_output *a = gr_realloc_array(r->fwd, (size_t)cap, sizeof *a), *b;
     if (!a) return (gr_output){NULL, 0};
     r->fwd = a;
-    b = realloc(r->pop, sizeof *b * (size_t)cap);
+    b = gr_realloc_array(r->pop, (size_t)cap, sizeof *b);
     if (!b) return (gr_output){NULL, 0};
     r->pop = b;
     r->capmap = cap;

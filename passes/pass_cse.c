@@ -164,7 +164,7 @@ static bool same_as(const void *ctx, uint32_t id, const void *key) {
 }
 
 static bool takes_part(const gr_passes_ctx *c, const gr_node *n) {
-  return c->mark[n->id] >= GR_PASSES_CUT && !c->fed[n->id] && !gr_passes_op_is_opaque(n->op);
+  return c->mark[n->id] >= GR_PRUNE_NEEDED && !c->fed[n->id] && !gr_passes_op_is_opaque(n->op);
 }
 
 gr_status gr_passes_cse(gr_passes_ctx *c, int *merged) {
@@ -174,12 +174,12 @@ gr_status gr_passes_cse(gr_passes_ctx *c, int *merged) {
     if (gr_graph_node(c->g, i)->num_control_inputs > max_ctrl)
       max_ctrl = gr_graph_node(c->g, i)->num_control_inputs;
   cse s = {.c = c,
-           .ctrl = malloc(sizeof(int) * (size_t)max_ctrl),
-           .ctrl_other = malloc(sizeof(int) * (size_t)max_ctrl)};
+           .ctrl = gr_alloc_array((size_t)max_ctrl, sizeof(int)),
+           .ctrl_other = gr_alloc_array((size_t)max_ctrl, sizeof(int))};
   gr_idmap_init(&s.table);
   gr_status st = GR_OK;
   if (!s.ctrl || !s.ctrl_other) {
-    st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(c->err);
     goto done;
   }
   for (int k = 0; k < c->n; k++) {
@@ -189,7 +189,7 @@ gr_status gr_passes_cse(gr_passes_ctx *c, int *merged) {
     int64_t found = gr_idmap_find(&s.table, h, n, same_as, &s);
     if (found < 0) {
       if (!gr_idmap_insert(&s.table, h, (uint32_t)n->id)) {
-        st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        st = gr_error_set_oom(c->err);
         goto done;
       }
     } else if (!c->protect[n->id]) {

@@ -27,7 +27,7 @@ static const gr_node *rep_of(const gr_passes_ctx *c, const gr_node *n) {
 }
 
 static bool foldable(const gr_passes_ctx *c, const gr_node *n, size_t max_bytes) {
-  if (c->mark[n->id] < GR_PASSES_CUT || c->rep[n->id] != n->id || c->fed[n->id] ||
+  if (c->mark[n->id] < GR_PRUNE_NEEDED || c->rep[n->id] != n->id || c->fed[n->id] ||
       (n->op->flags & GR_OP_CONSTANT) || gr_passes_op_is_opaque(n->op) || !n->op->kernel ||
       n->num_outputs != 1)
     return false;
@@ -46,13 +46,13 @@ static bool foldable(const gr_passes_ctx *c, const gr_node *n, size_t max_bytes)
  * function fails: left to the run); other codes are failures of the pass. */
 static gr_status evaluate(const gr_passes_ctx *c, const gr_node *n, gr_tensor *out) {
   gr_graph *t = gr_graph_new();
-  gr_output *in = malloc(sizeof(gr_output) * ((size_t)n->num_inputs + 1));
-  gr_node **nodes = malloc(sizeof(gr_node *) * ((size_t)n->num_inputs + 2));
+  gr_output *in = gr_alloc_array((size_t)n->num_inputs + 1, sizeof(gr_output));
+  gr_node **nodes = gr_alloc_array((size_t)n->num_inputs + 2, sizeof(gr_node *));
   gr_executor *ex = NULL;
   gr_status st = GR_OK;
   gr_error e;
   if (!t || !in || !nodes) {
-    st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(c->err);
     goto done;
   }
   gr_graph_set_seed(t, gr_graph_seed(c->g));
@@ -103,7 +103,7 @@ static void count_uses(const gr_passes_ctx *c, uses *u) {
   for (int v = 0; v < c->n; v++) {
     const gr_node *n = gr_graph_node(c->g, v);
     u->stays[v] = c->keep_all || c->protect[v];
-    if (c->mark[v] < GR_PASSES_CUT || c->rep[v] != v) continue;
+    if (c->mark[v] < GR_PRUNE_NEEDED || c->rep[v] != v) continue;
     for (int i = 0; i < n->num_inputs; i++) u->left[c->rep[n->inputs[i].node->id]]++;
     for (int i = 0; i < n->num_control_inputs; i++) u->left[c->rep[n->control_inputs[i]->id]]++;
   }
@@ -126,13 +126,13 @@ gr_status gr_passes_fold(gr_passes_ctx *c, size_t max_bytes, int *folded) {
   uses u = {calloc((size_t)c->n + 1, sizeof(int)), calloc((size_t)c->n + 1, 1)};
   gr_status st = GR_OK;
   if (!u.left || !u.stays) {
-    st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(c->err);
     goto done;
   }
   count_uses(c, &u);
   for (int k = 0; k < c->n && st == GR_OK; k++) {
     const gr_node *n = gr_graph_node(c->g, c->order[k]);
-    if (c->mark[n->id] < GR_PASSES_CUT || c->rep[n->id] != n->id) continue;
+    if (c->mark[n->id] < GR_PRUNE_NEEDED || c->rep[n->id] != n->id) continue;
     if (foldable(c, n, max_bytes)) {
       gr_tensor v = gr_tensor_empty();
       st = evaluate(c, n, &v);

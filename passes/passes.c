@@ -45,7 +45,7 @@ static gr_status check_endpoints(const gr_graph *g, const char *what, const gr_o
 
 static int count_kept(const gr_passes_ctx *c) {
   int k = 0;
-  for (int v = 0; v < c->n; v++) k += c->mark[v] != GR_PASSES_UNUSED && c->rep[v] == v;
+  for (int v = 0; v < c->n; v++) k += c->mark[v] != GR_PRUNE_UNUSED && c->rep[v] == v;
   return k;
 }
 
@@ -144,24 +144,24 @@ static gr_status copy_graph(gr_passes_ctx *c, gr_graph **result) {
   copier k = {c,
               gr_graph_new(),
               calloc((size_t)c->n + 1, sizeof(gr_node *)),
-              malloc(sizeof(gr_output) * (size_t)max_in),
-              malloc(sizeof(gr_node *) * (size_t)max_ctrl),
-              malloc(sizeof(patch) * ((size_t)back + 1)),
+              gr_alloc_array((size_t)max_in, sizeof(gr_output)),
+              gr_alloc_array((size_t)max_ctrl, sizeof(gr_node *)),
+              gr_alloc_array((size_t)back + 1, sizeof(patch)),
               0,
               &gr_op_const,
               gr_ops_find("placeholder")};
   gr_status st = GR_OK;
   if (!k.out || !k.copy || !k.in || !k.ctrl || !k.patches) {
-    st = gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(c->err);
     goto done;
   }
   gr_graph_set_seed(k.out, gr_graph_seed(c->g));
   for (int i = 0; i < c->n && st == GR_OK; i++) {
     const gr_node *n = gr_graph_node(c->g, c->order[i]);
-    if (c->mark[n->id] == GR_PASSES_UNUSED || c->rep[n->id] != n->id) continue;
-    gr_output o = c->mark[n->id] == GR_PASSES_FED ? copy_stand_in(&k, n)
-                  : c->folded[n->id]              ? copy_folded(&k, n)
-                                                  : copy_node(&k, n);
+    if (c->mark[n->id] == GR_PRUNE_UNUSED || c->rep[n->id] != n->id) continue;
+    gr_output o = c->mark[n->id] == GR_PRUNE_FED ? copy_stand_in(&k, n)
+                  : c->folded[n->id]             ? copy_folded(&k, n)
+                                                 : copy_node(&k, n);
     if (!o.node) {
       const gr_error *ge = gr_graph_error(k.out);
       if (c->err->code == GR_OK)
@@ -202,8 +202,8 @@ typedef struct arrays {
 
 static bool alloc_arrays(arrays *a, int n) {
   size_t m = (size_t)n + 1;
-  a->order = malloc(sizeof(int) * m);
-  a->rep = malloc(sizeof(int) * m);
+  a->order = gr_alloc_array(m, sizeof(int));
+  a->rep = gr_alloc_array(m, sizeof(int));
   a->fed = calloc(m, 1);
   a->protect = calloc(m, 1);
   a->mark = calloc(m, 1);
@@ -241,8 +241,7 @@ static void find_protected(gr_passes_ctx *c) {
 static gr_status run_passes(gr_passes_ctx *c, const gr_passes_options *o, gr_graph **out,
                             gr_passes_stats *stats) {
   for (int v = 0; v < c->n; v++) c->rep[v] = v;
-  if (gr_graph_topo_order(c->g, c->order) != c->n)
-    return gr_error_set(c->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (gr_graph_topo_order(c->g, c->order) != c->n) return gr_error_set_oom(c->err);
   find_protected(c);
   GR_TRY(gr_passes_mark(c));
   stats->nodes_pruned = c->n - count_kept(c);
@@ -279,7 +278,7 @@ gr_status gr_passes_optimize_graph(const gr_graph *g, const gr_output *feeds, in
   arrays a = {0};
   gr_status st = GR_OK;
   if (!alloc_arrays(&a, n)) {
-    st = gr_error_set(&local_err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    st = gr_error_set_oom(&local_err);
   } else {
     gr_passes_ctx c = {.g = g,
                        .n = n,

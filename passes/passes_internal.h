@@ -10,14 +10,6 @@
 #include "ops/gr_ops.h"
 #include "passes/gr_passes.h"
 
-/* How much of a node a request needs (mark values, in increasing order). */
-enum {
-  GR_PASSES_UNUSED = 0,
-  GR_PASSES_FED = 1,  /* only its fed output is used: a placeholder stands in */
-  GR_PASSES_CUT = 2,  /* needed; its fed inputs come from the feeds */
-  GR_PASSES_FULL = 3, /* needed by a variable initialiser, which runs without feeds */
-};
-
 typedef struct gr_passes_ctx {
   const gr_graph *g;
   int n;      /* nodes of g */
@@ -27,7 +19,7 @@ typedef struct gr_passes_ctx {
   bool keep_all;    /* every node is a root (no pruning) */
   uint8_t *fed;     /* some output of the node is fed */
   uint8_t *protect; /* fetched, a target or a colocation target: keeps its name */
-  uint8_t *mark;    /* GR_PASSES_* from gr_passes_mark */
+  uint8_t *mark;    /* GR_PRUNE_* from gr_passes_mark */
   int *rep;         /* CSE: the node that replaces this one (itself when none) */
   uint8_t *folded;  /* replaced by a constant */
   gr_tensor *value; /* the folded value (one reference) while a consumer may need it */

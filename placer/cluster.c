@@ -36,7 +36,7 @@ static bool grow(void **p, int *cap, int need, size_t elem) {
   if (need <= *cap) return true;
   int ncap = *cap ? *cap * 2 : 8;
   while (ncap < need) ncap *= 2;
-  void *q = realloc(*p, elem * (size_t)ncap);
+  void *q = gr_realloc_array(*p, (size_t)ncap, elem);
   if (!q) return false;
   *p = q;
   *cap = ncap;

@@ -300,7 +300,7 @@ gr_status gr_cluster_from_slurm(const char *nodelist, int procid, int ntasks, co
                         base_port);
   if (!jobs || !*jobs) jobs = "worker";
   job_count *jc = calloc((size_t)ntasks, sizeof *jc);
-  char(*nodes)[GR_CLUSTER_HOST_MAX] = malloc(sizeof *nodes * (size_t)ntasks);
+  char(*nodes)[GR_CLUSTER_HOST_MAX] = gr_alloc_array((size_t)ntasks, sizeof *nodes);
   gr_cluster *c = gr_cluster_new();
   int njobs = 0, nnodes = 0;
   gr_status s = GR_OK;

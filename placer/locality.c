@@ -33,10 +33,13 @@
 bool gr_place_locality(const gr_place_graph *pg, const gr_cluster *c, const uint8_t *skip,
                        int *device) {
   int n = pg->num_nodes, D = c->num_devices;
-  int *level = malloc(sizeof(int) * ((size_t)n + 1)), *by_level = malloc(sizeof(int) * (size_t)n);
-  int *count = calloc((size_t)n + 2, sizeof(int)), *gdev = malloc(sizeof(int) * ((size_t)n + 1));
+  int *level = gr_alloc_array((size_t)n + 1, sizeof(int)),
+      *by_level = gr_alloc_array((size_t)n, sizeof(int));
+  int *count = calloc((size_t)n + 2, sizeof(int)),
+      *gdev = gr_alloc_array((size_t)n + 1, sizeof(int));
   int *load = calloc((size_t)D, sizeof(int)), *vstamp = calloc((size_t)D, sizeof(int));
-  double *share = malloc(sizeof(double) * (size_t)D), *vote = malloc(sizeof(double) * (size_t)D);
+  double *share = gr_alloc_array((size_t)D, sizeof(double)),
+         *vote = gr_alloc_array((size_t)D, sizeof(double));
   bool ok = level && by_level && count && gdev && load && vstamp && share && vote;
   if (ok) {
     double total = 0;

@@ -16,12 +16,12 @@ gr_status gr_place_graph_init(gr_place_graph *pg, int n, int e, gr_error *err) {
   pg->num_edges = e;
   pg->flops = calloc(sn + 1, sizeof(double));
   pg->bytes = calloc(sn + 1, sizeof(double));
-  pg->seconds = malloc((sn + 1) * sizeof(double));
+  pg->seconds = gr_alloc_array(sn + 1, sizeof(double));
   pg->in_off = calloc(sn + 1, sizeof(int));
   pg->in_src = calloc(se + 1, sizeof(int));
   pg->in_bytes = calloc(se + 1, sizeof(double));
-  pg->group = malloc((sn + 1) * sizeof(int));
-  pg->allow = malloc((sn + 1) * sizeof(int));
+  pg->group = gr_alloc_array(sn + 1, sizeof(int));
+  pg->allow = gr_alloc_array(sn + 1, sizeof(int));
   if (!pg->flops || !pg->bytes || !pg->seconds || !pg->in_off || !pg->in_src || !pg->in_bytes ||
       !pg->group || !pg->allow) {
     gr_place_graph_free(pg);
@@ -53,8 +53,8 @@ int gr_place_graph_add_allow_set(gr_place_graph *pg, int num_devices, const int 
   if (words < 1) words = 1;
   if (pg->allow_words && pg->allow_words != words) return -1;
   pg->allow_words = words;
-  uint64_t *bits =
-      realloc(pg->allow_bits, sizeof(uint64_t) * (size_t)words * (size_t)(pg->num_allow_sets + 1));
+  uint64_t *bits = gr_realloc_array(
+      pg->allow_bits, (size_t)words * (size_t)(pg->num_allow_sets + 1), sizeof(uint64_t));
   if (!bits) return -1;
   pg->allow_bits = bits;
   uint64_t *set = bits + (size_t)words * (size_t)pg->num_allow_sets;

@@ -89,7 +89,7 @@ typedef struct build {
 static int new_set(build *b) {
   if (b->nsets == b->capsets) {
     int cap = b->capsets ? b->capsets * 2 : 16;
-    uint64_t *s = realloc(b->sets, sizeof(uint64_t) * (size_t)b->words * (size_t)cap);
+    uint64_t *s = gr_realloc_array(b->sets, (size_t)b->words * (size_t)cap, sizeof(uint64_t));
     if (!s) return -1;
     b->sets = s;
     uint8_t *soft = realloc(b->soft, (size_t)cap);
@@ -215,8 +215,9 @@ static gr_status join_groups(build *b) {
  * group; pinning spreads a loop over devices on purpose. */
 static gr_status join_loops(build *b, const int *order) {
   int n = b->n;
-  int *depth = malloc(sizeof(int) * ((size_t)n + 1)), *top = malloc(sizeof(int) * ((size_t)n + 1));
-  int *anchor = malloc(sizeof(int) * ((size_t)n + 1));
+  int *depth = gr_alloc_array((size_t)n + 1, sizeof(int)),
+      *top = gr_alloc_array((size_t)n + 1, sizeof(int));
+  int *anchor = gr_alloc_array((size_t)n + 1, sizeof(int));
   gr_map frames;
   gr_map_init(&frames, GR_MAP_STR);
   gr_status st = GR_OK;
@@ -313,7 +314,7 @@ static gr_status fill_graph(build *b, const int *order, const int *gset) {
     memcpy(pg->allow_bits + (size_t)idx * (size_t)b->words, set_bits(b, s),
            sizeof(uint64_t) * (size_t)b->words);
   }
-  int *rep = malloc(sizeof(int) * ((size_t)n + 1));
+  int *rep = gr_alloc_array((size_t)n + 1, sizeof(int));
   if (!rep) return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
   for (int i = 0; i < n; i++) rep[i] = n;
   for (int i = 0; i < n; i++) {
@@ -380,18 +381,18 @@ gr_status gr_placer_place(gr_graph *g, const gr_cluster *c, const gr_placer_opti
              .words = (c->num_devices + 63) / 64,
              .err = err};
   size_t sn = (size_t)n + 1;
-  int *order = malloc(sn * sizeof(int)), *gset = malloc(sn * sizeof(int)),
-      *gpinner = malloc(sn * sizeof(int));
-  b.parent = malloc(sn * sizeof(int));
-  b.pin_set = malloc(sn * sizeof(int));
+  int *order = gr_alloc_array(sn, sizeof(int)), *gset = gr_alloc_array(sn, sizeof(int)),
+      *gpinner = gr_alloc_array(sn, sizeof(int));
+  b.parent = gr_alloc_array(sn, sizeof(int));
+  b.pin_set = gr_alloc_array(sn, sizeof(int));
   gr_status s = GR_OK;
   if (!p || !order || !gset || !gpinner || !b.parent || !b.pin_set) goto oom;
   p->graph = g;
   p->cluster = c;
   p->n = n;
   p->explain = o.explain;
-  p->pos = malloc(sn * sizeof(int));
-  p->node_at = malloc(sn * sizeof(gr_node *));
+  p->pos = gr_alloc_array(sn, sizeof(int));
+  p->node_at = gr_alloc_array(sn, sizeof(gr_node *));
   p->pin_ignored = calloc(sn, 1);
   p->dev_names = calloc((size_t)c->num_devices, sizeof(char *));
   if (!p->pos || !p->node_at || !p->pin_ignored || !p->dev_names) goto oom;

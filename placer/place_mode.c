@@ -30,13 +30,13 @@ gr_status gr_placer_assign(gr_graph *g, const gr_cluster *c, int devices, gr_pla
       gr_device_spec d = gr_device_spec_local_cpu(i % nd);
       n->assigned_device = gr_graph_strdup(g, c ? gr_cluster_device_at(c, i % nd)->name
                                                 : gr_device_spec_str(&d, name));
-      if (!n->assigned_device) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      if (!n->assigned_device) return gr_error_set_oom(err);
     }
     return GR_OK;
   }
   /* the cost model on the cluster's devices, or this process's (static estimates) */
   gr_cluster *local = c ? NULL : gr_cluster_new_local(devices, 1e10, 1e10, 1e-6);
-  if (!c && !local) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!c && !local) return gr_error_set_oom(err);
   gr_placer_options o = gr_placer_options_default();
   o.soft_placement = soft;
   gr_status st = gr_placer_place(g, c ? c : local, &o, NULL, err);

@@ -278,7 +278,7 @@ static bool sched_init(sched *s, const gr_place_graph *pg, const gr_cluster *c, 
   for (int v = 0; v < n; v++)
     if (pg->in_off[v + 1] - pg->in_off[v] > maxin) maxin = pg->in_off[v + 1] - pg->in_off[v];
   s->maxin = maxin;
-  s->gin = malloc(sizeof(gin) * (size_t)maxin);
+  s->gin = gr_alloc_array((size_t)maxin, sizeof(gin));
   if (!s->gin) return false;
   /* Out-edges (consumers) of every node. */
   size_t se = (size_t)pg->num_edges + 1;
@@ -486,7 +486,7 @@ static bool build_pinned_successors(sched *s) {
   const gr_place_graph *pg = s->pg;
   int n = s->n, D = s->D, count = 0;
   if (!pg->num_allow_sets) return true;
-  int *single = malloc(sizeof(int) * (size_t)(pg->num_allow_sets + 1));
+  int *single = gr_alloc_array((size_t)(pg->num_allow_sets + 1), sizeof(int));
   if (!single) return false;
   for (int a = 0; a < pg->num_allow_sets; a++) {
     single[a] = -1;
@@ -499,8 +499,8 @@ static bool build_pinned_successors(sched *s) {
   for (int v = 0; v < n; v++)
     if (PIN_OF(v) >= 0) count += pg->in_off[v + 1] - pg->in_off[v];
   s->ps_off = calloc((size_t)n + 2, sizeof(int));
-  s->ps_dev = malloc(sizeof(int) * ((size_t)count + 1));
-  s->ps_bytes = malloc(sizeof(double) * ((size_t)count + 1));
+  s->ps_dev = gr_alloc_array((size_t)count + 1, sizeof(int));
+  s->ps_bytes = gr_alloc_array((size_t)count + 1, sizeof(double));
   if (!s->ps_off || !s->ps_dev || !s->ps_bytes) {
     free(single);
     return false;
@@ -509,7 +509,7 @@ static bool build_pinned_successors(sched *s) {
     if (PIN_OF(v) >= 0)
       for (int e = pg->in_off[v]; e < pg->in_off[v + 1]; e++) s->ps_off[pg->in_src[e] + 1]++;
   for (int v = 0; v < n; v++) s->ps_off[v + 1] += s->ps_off[v];
-  int *fill = malloc(sizeof(int) * ((size_t)n + 1));
+  int *fill = gr_alloc_array((size_t)n + 1, sizeof(int));
   if (!fill) {
     free(single);
     return false;
@@ -549,7 +549,7 @@ static bool sched_clone(sched *dst, const sched *src, void **block) {
                  4 * (sn * sizeof(int) + 64) + (sn * sizeof(double) + 64) +
                  (sn * sizeof(nstate) + 64);
   char *p = *block = big_alloc(total);
-  dst->gin = malloc(sizeof(gin) * (size_t)src->maxin);
+  dst->gin = gr_alloc_array((size_t)src->maxin, sizeof(gin));
   if (!p || !dst->gin) {
     free(*block);
     free(dst->gin);
@@ -602,7 +602,7 @@ double gr_place_simulate(const gr_place_graph *pg, const gr_cluster *c, const in
 
 double gr_place_lower_bound(const gr_place_graph *pg, const gr_cluster *c) {
   int n = pg->num_nodes, D = c->num_devices;
-  double *cp = malloc(sizeof(double) * ((size_t)n + 1)), work = 0, crit = 0;
+  double *cp = gr_alloc_array((size_t)n + 1, sizeof(double)), work = 0, crit = 0;
   if (!cp) return 0;
   for (int v = 0; v < n; v++) {
     double t = INFINITY;
@@ -647,13 +647,13 @@ static void copy_out(const sched *s, gr_place_result *r) {
  * false when out of memory. */
 static bool alloc_result(gr_place_result *r, int n, int D, bool record) {
   size_t sn = (size_t)n + 1;
-  r->device = malloc(sn * sizeof(int));
-  r->start = malloc(sn * sizeof(double));
-  r->finish = malloc(sn * sizeof(double));
+  r->device = gr_alloc_array(sn, sizeof(int));
+  r->start = gr_alloc_array(sn, sizeof(double));
+  r->finish = gr_alloc_array(sn, sizeof(double));
   r->reason = calloc(2 * sn, 1);
-  r->cause = malloc(sn * sizeof(int));
+  r->cause = gr_alloc_array(sn, sizeof(int));
   if (record) {
-    r->cand_finish = malloc(sn * (size_t)D * sizeof(double));
+    r->cand_finish = gr_alloc_array(sn * (size_t)D, sizeof(double));
     if (r->cand_finish)
       for (size_t i = 0; i < sn * (size_t)D; i++) r->cand_finish[i] = INFINITY;
   }
@@ -807,7 +807,7 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
   void *block = NULL;
   bool ok = sched_init(&s, pg, c, &block) && compute_order(&s) && build_pinned_successors(&s);
   ok = alloc_result(r, n, D, opts.record) && ok;
-  int *cand_dev = malloc(((size_t)n + 1) * sizeof(int));
+  int *cand_dev = gr_alloc_array((size_t)n + 1, sizeof(int));
   gr_status st = !ok || !cand_dev ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED,
                                                  "placer: out of memory (%d nodes)", n)
                                   : check_allowed(pg, D, err);

@@ -33,7 +33,7 @@ gr_status cli_read_secret(const char *path, char **out, gr_error *err) {
                         "secret file %s: want 1 to %d bytes of text (no NUL)", path,
                         GR_CLI_SECRET_MAX);
   buf[n] = '\0';
-  if (!(*out = strdup(buf))) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!(*out = strdup(buf))) return gr_error_set_oom(err);
   return GR_OK;
 }
 
@@ -110,7 +110,7 @@ gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret,
   *out = NULL;
   int n = gr_cluster_num_tasks(c);
   const char **addrs = calloc((size_t)n + 1, sizeof *addrs);
-  if (!addrs) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!addrs) return gr_error_set_oom(err);
   for (int k = 0; k < n; k++) {
     const gr_cluster_task *t = gr_cluster_task_at(c, k);
     if (!t->address) {
@@ -148,7 +148,7 @@ static gr_status var_nodes(gr_graph *g, gr_output **out, const char ***names, in
   if (!*out || !*names) {
     free(vars);
     free(*out), free(*names);
-    return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return gr_error_set_oom(err);
   }
   *n = 0;
   for (int i = 0; i < nv; i++) {
@@ -208,7 +208,7 @@ static gr_status plan_shards(gr_session *s, gr_graph *g, shard_save **out, int *
   GR_TRY(var_nodes(g, &vars, &names, &n, err));
   shard_save *sh = calloc((size_t)n + 1, sizeof *sh);
   int ns = 0;
-  gr_status st = sh ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st = sh ? GR_OK : gr_error_set_oom(err);
   /* where the session runs each variable (a run would decide the same) */
   for (int i = 0; st == GR_OK && i < n; i++) st = gr_session_place_nodes(s, &vars[i].node, 1, err);
   for (int i = 0; st == GR_OK && i < n; i++) {
@@ -229,7 +229,7 @@ static gr_status plan_shards(gr_session *s, gr_graph *g, shard_save **out, int *
       snprintf(sh[k].task, sizeof sh[k].task, "/job:%s/task:%d", d.job, d.task);
       sh[k].device = dev;
       if (!(sh[k].vars = calloc((size_t)n, sizeof *sh[k].vars))) {
-        st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+        st = gr_error_set_oom(err);
         break;
       }
       ns++;
@@ -257,8 +257,7 @@ gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *m
   gr_feed *feeds = calloc((size_t)n + 1, sizeof *feeds);
   gr_output *saves = calloc((size_t)n + 1, sizeof *saves);
   gr_ckpt_shard *shards = calloc((size_t)n + 1, sizeof *shards);
-  if (st == GR_OK && (!feeds || !saves || !shards))
-    st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && (!feeds || !saves || !shards)) st = gr_error_set_oom(err);
   /* each task writes its shard at this step (one run; the step counter is
    * kept); the save nodes read the tasks' containers, so variables no run
    * has used yet are initialised first, as a run using them would (once a

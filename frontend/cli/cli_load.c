@@ -125,7 +125,7 @@ static gr_status slurp(const char *path, unsigned char **data, size_t *len, gr_e
         gzclose(f);
         return gr_error_set(err, GR_ERR_OUT_OF_RANGE, "'%s' is larger than 4 GiB", path);
       }
-      unsigned char *nb = realloc(buf, cap * 2);
+      unsigned char *nb = gr_realloc_array(buf, cap, 2);
       if (!nb) {
         free(buf);
         buf = NULL;
@@ -179,11 +179,11 @@ static gr_status read_csv(const char *path, const unsigned char *d, size_t len, 
                           "and CSV is text)",
                           path, i, d[i]);
   char *text = malloc(len + 1);
-  if (!text) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!text) return gr_error_set_oom(err);
   memcpy(text, d, len);
   text[len] = '\0';
   size_t cap = 1024, n = 0;
-  double *vals = malloc(cap * sizeof *vals);
+  double *vals = gr_alloc_array(cap, sizeof *vals);
   long rows = 0, cols = -1, line = 0;
   char *save = NULL;
   gr_status st = GR_OK;
@@ -204,7 +204,7 @@ static gr_status read_csv(const char *path, const unsigned char *d, size_t len, 
         break;
       }
       if (n == cap) {
-        double *nv = realloc(vals, cap * 2 * sizeof *vals);
+        double *nv = gr_realloc_array(vals, cap * 2, sizeof *vals);
         if (!nv) {
           free(vals);
           vals = NULL;
@@ -229,7 +229,7 @@ static gr_status read_csv(const char *path, const unsigned char *d, size_t len, 
     rows++;
   }
   free(text);
-  if (!vals) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (!vals) return gr_error_set_oom(err);
   if (st == GR_OK && rows == 0) st = gr_error_set(err, GR_ERR_DATA_LOSS, "'%s': no numbers", path);
   if (st == GR_OK) {
     gr_shape s = cols == 1 ? (gr_shape){1, {rows}} : (gr_shape){2, {rows, cols}};

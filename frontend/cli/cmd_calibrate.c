@@ -44,7 +44,7 @@ static double measure_flops(int n, int reps, gr_error *err) {
   gr_session *s = gr_session_new(g, &o, err);
   if (!s) goto out_b;
   gr_feed feeds[2] = {{a, &ta}, {b, &tb}};
-  double *t = malloc(sizeof(double) * (size_t)reps);
+  double *t = gr_alloc_array((size_t)reps, sizeof(double));
   if (!t) goto out_s;
   int k;
   for (k = 0; k < reps; k++) {

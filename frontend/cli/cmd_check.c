@@ -113,8 +113,8 @@ static int print_pass_stats(gr_graph *g, gr_dsl_program *p, const char **fetch_n
                             const char **target_names, int ntarget, const gr_passes_options *o) {
   cli_default_names(p, fetch_names, &nfetch, target_names, &ntarget);
   int n = gr_graph_num_nodes(g);
-  gr_output *fetches = malloc(sizeof(gr_output) * ((size_t)nfetch + 1));
-  gr_output *targets = malloc(sizeof(gr_output) * ((size_t)(ntarget ? ntarget : n) + 1));
+  gr_output *fetches = gr_alloc_array((size_t)nfetch + 1, sizeof(gr_output));
+  gr_output *targets = gr_alloc_array((size_t)(ntarget ? ntarget : n) + 1, sizeof(gr_output));
   int rc = GR_EXIT_FAILURE;
   if (!fetches || !targets) {
     fprintf(stderr, "graphrun check: out of memory\n");

@@ -215,7 +215,7 @@ static void print_legend(const char **devices, int ndev) {
 /* The whole DOT text of g. */
 static int print_dot(gr_graph *g, bool shapes) {
   int n = gr_graph_num_nodes(g);
-  gr_node **nodes = malloc(sizeof(gr_node *) * (size_t)(n + 1));
+  gr_node **nodes = gr_alloc_array((size_t)(n + 1), sizeof(gr_node *));
   if (!nodes) {
     fprintf(stderr, "graphrun dot: out of memory\n");
     return GR_EXIT_FAILURE;

@@ -591,6 +591,35 @@ static void test_checkpoint(void) {
   rmdir(dir);
 }
 
+/* gr_alloc_array and gr_realloc_array: a count times a size that does not
+ * fit in a size_t is refused without calling the allocator (and leaves a
+ * reallocated block as it was); otherwise they call malloc and realloc,
+ * whose injected failures they return. */
+static void test_array_overflow(void) {
+  int *p = gr_alloc_array(4, sizeof *p);
+  GR_CHECK(p != NULL);
+  if (!p) return;
+  p[3] = 7;
+  arm(0);
+  GR_CHECK(gr_alloc_array(SIZE_MAX / 2 + 1, 2) == NULL);
+  GR_CHECK(gr_alloc_array(2, SIZE_MAX) == NULL);
+  GR_CHECK(gr_realloc_array(p, SIZE_MAX / sizeof *p + 1, sizeof *p) == NULL);
+  GR_CHECK_EQ_INT(atomic_load(&alloc_calls), 0);
+  GR_CHECK_EQ_INT(p[3], 7);
+  arm(1);
+  GR_CHECK(gr_realloc_array(p, 8, sizeof *p) == NULL); /* the injected failure */
+  void *r = gr_alloc_array(4, 4);
+  GR_CHECK(r != NULL);
+  GR_CHECK_EQ_INT(atomic_load(&alloc_calls), 2);
+  GR_CHECK_EQ_INT(atomic_load(&injected), 1);
+  disarm();
+  free(r);
+  int *q = gr_realloc_array(p, 8, sizeof *p);
+  GR_CHECK(q != NULL);
+  if (q) GR_CHECK_EQ_INT(q[3], 7);
+  free(q ? q : p);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   trap_on_failure = getenv("GR_ALLOC_FAIL_TRAP") != NULL;
@@ -599,6 +628,7 @@ int main(void) {
   gr_init();
   gr_buffer_pool_set_limit(
       0); /* every released buffer goes back to libc: the live count is exact */
+  GR_RUN(test_array_overflow);
   GR_RUN(test_graph_build);
   GR_RUN(test_dsl_file);
   GR_RUN(test_dsl_inline);
