@@ -35,6 +35,16 @@ gr_output gr_op(gr_graph *g, const char *op, const char *name, const gr_output *
 gr_output gr_name(gr_graph *g, gr_output o, const char *name);
 /* Threads used inside one op (OpenBLAS). Sessions call it from their options. */
 void gr_ops_set_intra_op_threads(int threads);
+/* The kernel set OpenBLAS chose at load time ("SkylakeX", "Haswell",
+ * "Prescott", ...; a static string). */
+const char *gr_ops_blas_core(void);
+/* When OpenBLAS runs narrower kernels than this CPU has (an OpenBLAS older
+ * than the CPU model falls back to its generic "Prescott" kernels) and
+ * OPENBLAS_CORETYPE is not set: the value of OPENBLAS_CORETYPE that uses the
+ * CPU's widest vectors ("SkylakeX" for AVX-512, "Haswell" for AVX2).
+ * NULL otherwise. OpenBLAS reads the variable when it is loaded, so it must
+ * be set before the program starts. */
+const char *gr_ops_blas_suggested_core(void);
 
 /* ---- basic (basic.c) ------------------------------------------------------- */
 

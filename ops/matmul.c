@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
@@ -236,4 +237,40 @@ void gr_ops_set_intra_op_threads(int threads) {
   openblas_set_num_threads(threads);
   /* BLAS threads of its own: no split over the inter-op threads */
   __atomic_store_n(&blas_threads, threads, __ATOMIC_RELAXED);
+}
+
+/* Kernel sets by the widest vectors they use: 2 AVX2, 3 AVX-512; anything
+ * else (Prescott, Nehalem, Sandybridge, ...) counts as 1. */
+static int core_width(const char *core) {
+  static const char *const avx512[] = {"skylakex", "cooperlake", "sapphirerapids"};
+  static const char *const avx2[] = {"haswell", "zen", "skylake", "excavator"};
+  for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
+    if (strcasecmp(core, avx512[i]) == 0) return 3;
+  for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
+    if (strcasecmp(core, avx2[i]) == 0) return 2;
+  return 1;
+}
+
+static int cpu_width(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return 3;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+#endif
+  return 1;
+}
+
+const char *gr_ops_blas_core(void) {
+  const char *core = openblas_get_corename();
+  return core ? core : "unknown";
+}
+
+const char *gr_ops_blas_suggested_core(void) {
+  const char *set = getenv("OPENBLAS_CORETYPE");
+  if (set && *set) return NULL; /* the user's choice */
+  int have = core_width(gr_ops_blas_core()), can = cpu_width();
+  if (have >= can) return NULL;
+  return can == 3 ? "SkylakeX" : "Haswell";
 }

@@ -212,6 +212,20 @@ static const struct option calibrate_flags[] = {
     {"job", required_argument, NULL, F_JOB}, {0},
 };
 
+/* Which OpenBLAS kernels measured the flop/s, and a hint when they are
+ * narrower than the CPU's vectors. */
+static void blas_note(void) {
+  const char *better = gr_ops_blas_suggested_core();
+  fprintf(stderr, "calibrate: OpenBLAS runs its %s kernels\n", gr_ops_blas_core());
+  if (better)
+    fprintf(stderr,
+            "calibrate: note: this CPU has wider vectors than those kernels use (this OpenBLAS\n"
+            "  does not know the CPU model and fell back to generic kernels): start graphrun,\n"
+            "  and every program that uses OpenBLAS, with OPENBLAS_CORETYPE=%s in the\n"
+            "  environment for faster matrix products (docs/training.md)\n",
+            better);
+}
+
 int gr_cmd_calibrate(int argc, char **argv) {
   const char *out_path = NULL, *job = "localhost";
   long devices = sysconf(_SC_NPROCESSORS_ONLN);
@@ -286,6 +300,7 @@ int gr_cmd_calibrate(int argc, char **argv) {
           flops / 1e9, overhead * 1e6, copy_bw / 1e9, lat * 1e6, net_bw / 1e9,
           gr_cluster_get_link(c, GR_LINK_CROSS_HOST).latency * 1e6,
           gr_cluster_get_link(c, GR_LINK_CROSS_HOST).bandwidth / 1e9);
+  blas_note();
   FILE *f = out_path ? fopen(out_path, "w") : stdout;
   if (!f) {
     fprintf(stderr, "graphrun calibrate: cannot write '%s': %s\n", out_path, strerror(errno));

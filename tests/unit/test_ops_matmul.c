@@ -3,6 +3,7 @@
  * zero-size), partly unknown shapes, and build and run errors. */
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 #include "gr_test.h"
 #include "test_util.h"
@@ -254,7 +255,24 @@ static void test_runtime_errors(void) {
   gr_tensor_release(&a3);
 }
 
+/* The kernel set is named; a user's OPENBLAS_CORETYPE is never second-guessed. */
+static void test_blas_core(void) {
+  const char *core = gr_ops_blas_core();
+  GR_CHECK(core && core[0]);
+  const char *old = getenv("OPENBLAS_CORETYPE");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+  GR_CHECK(gr_ops_blas_suggested_core() == NULL);
+  unsetenv("OPENBLAS_CORETYPE");
+  const char *s = gr_ops_blas_suggested_core(); /* NULL, or a kernel set this OpenBLAS has */
+  GR_CHECK(s == NULL || strcmp(s, "SkylakeX") == 0 || strcmp(s, "Haswell") == 0);
+  GR_CHECK(s == NULL || strcasecmp(s, core) != 0);
+  if (saved) setenv("OPENBLAS_CORETYPE", saved, 1);
+  free(saved);
+}
+
 int main(void) {
+  GR_RUN(test_blas_core);
   GR_RUN(test_random_products);
   GR_RUN(test_known_values);
   GR_RUN(test_zero_sizes);
