@@ -7,7 +7,7 @@
 #   make test              build and run the whole ctest suite
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
 #   make bench-NAME        build and run one benchmark (executor, matmul, mlp, train, conv, transfer,
-#                          recovery, ...; docs/benchmarks.md)
+#                          recovery, ...; docs/benchmarks.md); ARGS="..." passes it flags
 #   make soak-recovery     100 kills of random tasks of a training cluster (the suite runs 20)
 #   make fuzz-dsl          libFuzzer on the DSL front end (clang), FUZZ_SECONDS=60
 #   make fuzz-graph        libFuzzer on serialized-graph decoding (clang)
@@ -87,7 +87,7 @@ bench-conv: EXTRA_PACKAGES = python3-torch
 bench-parallel: EXTRA_PACKAGES = python3-torch
 bench-%: build
 	@cmake --build $(BUILD_DIR) --target bench_$* -j $(JOBS) >/dev/null
-	@$(BUILD_DIR)/tests/bench/bench_$*
+	@$(BUILD_DIR)/tests/bench/bench_$* $(ARGS)
 
 # checkpoint crash test with 1,000 SIGKILLs (the suite runs 200)
 soak-ckpt: build

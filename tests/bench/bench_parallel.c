@@ -37,8 +37,14 @@
  *       longer than its busier stage's kernels.
  *
  * Every child (servers, Python, launch) is killed and reaped on every
- * path; every wait has a deadline. --smoke: small sizes, few steps, no
- * PyTorch (its figures print as nan).
+ * path; every wait has a deadline.
+ *
+ *   bench_parallel [--smoke] [--only PART,...] [--rounds N] [--breakdown]
+ *
+ * --smoke: small sizes, few steps, no PyTorch (its figures print as nan).
+ * --only: some of the parts allreduce, sync, pipeline, async (the others
+ * print as nan). --rounds: 1-5 (default 5). --breakdown: after each round,
+ * where a step of the sync and model-parallel programs goes (step traces).
  *
  * Last line: parallel: allreduce_vs_gloo=A sync_vs_ddp=B sync_scaling=C
  *            async_eps=D pipeline_speedup=E sync_floor=F sync_nocomm=G
@@ -383,6 +389,50 @@ static double run_async(const char *graphrun, const char *file, int steps) {
   exit(1);
 }
 
+/* ---- where a step goes ------------------------------------------------------------------ */
+
+/* From `steps` traced steps (median of each figure): per task, the seconds
+ * of kernels it ran (receives wait, so they do not count; sends do), and
+ * the step's span (first kernel start to last kernel end over both tasks)
+ * against the wall time of the whole run call, traced and not. */
+static void step_breakdown(const char *what, program *pr, int steps) {
+  gr_step_trace *t = gr_step_trace_new();
+  double busy[2][64], span[64], wall[64];
+  gr_error err;
+  if (!t) bench_die("trace", "out of memory");
+  if (steps > 64) steps = 64;
+  for (int k = 0; k < steps; k++) {
+    gr_step_trace_clear(t);
+    double w0 = bench_now();
+    if (gr_session_run_traced(pr->s, NULL, 0, NULL, 0, NULL, &pr->train, 1, t, &err) != GR_OK)
+      bench_die("traced step", err.msg);
+    wall[k] = bench_now() - w0;
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    busy[0][k] = busy[1][k] = 0;
+    for (int i = 0; i < gr_step_trace_count(t); i++) {
+      const gr_trace_event *e = gr_step_trace_event(t, i);
+      const char *dev = e->node->assigned_device;
+      if (e->start_ns < first) first = e->start_ns;
+      if (e->end_ns > last) last = e->end_ns;
+      if (!strcmp(e->node->op->name, "_recv")) continue;
+      busy[dev && strstr(dev, "task:1")][k] += 1e-9 * (double)(e->end_ns - e->start_ns);
+    }
+    span[k] = 1e-9 * (double)(last - first);
+  }
+  gr_step_trace_free(t);
+  double b0 = bench_median(busy[0], steps), b1 = bench_median(busy[1], steps);
+  double sp = bench_median(span, steps), wl = bench_median(wall, steps);
+  double plain[64];
+  for (int k = 0; k < steps; k++) {
+    double w0 = bench_now();
+    run_steps(pr->s, &pr->train, 1, 1);
+    plain[k] = bench_now() - w0;
+  }
+  printf("  %s, a step (median of %d): %.2f ms untraced; traced %.2f ms, span %.2f ms, kernels "
+         "task 0 %.2f ms, task 1 %.2f ms\n",
+         what, steps, bench_median(plain, steps) * 1e3, wl * 1e3, sp * 1e3, b0 * 1e3, b1 * 1e3);
+}
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 static void range(const char *what, double *v, int n, const char *unit) {
@@ -397,28 +447,96 @@ static double med(const double *v, int n) {
   return bench_median(c, n);
 }
 
-int main(int argc, char **argv) {
-  bool smoke = bench_is_smoke(argc, argv);
-  int rounds = smoke ? 1 : 5;
-  int64_t sizes[2] = {smoke ? (64 << 10) : (4 << 20), smoke ? (1 << 20) : (64 << 20)}; /* bytes */
-  int ar_steps[2] = {smoke ? 3 : 20, smoke ? 3 : 8};
-  int mlp_steps = smoke ? 3 : 150, pipe_steps = smoke ? 3 : 100, async_steps = smoke ? 5 : 300;
+/* The parts of the benchmark (--only takes a comma-separated list). */
+enum { P_ALLREDUCE, P_SYNC, P_PIPELINE, P_ASYNC, P_COUNT };
+static const char *const part_names[P_COUNT] = {"allreduce", "sync", "pipeline", "async"};
 
-  bench_start("bench_parallel", cleanup);
-  setenv("OPENBLAS_NUM_THREADS", "1", 1); /* for the commands this starts */
-  setenv("OMP_NUM_THREADS", "1", 1);
-  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/bench_parallel.XXXXXX");
-  if (!mkdtemp(tmp_dir)) bench_die("mkdtemp", NULL);
+typedef struct config {
+  bool smoke, part[P_COUNT], breakdown;
+  int rounds;
+  int64_t sizes[2]; /* all-reduce bytes */
+  int ar_steps[2], mlp_steps, pipe_steps, async_steps;
+} config;
 
+static void usage(void) {
+  fprintf(stderr, "usage: bench_parallel [--smoke] [--only PART,...] [--rounds N] [--breakdown]\n"
+                  "  PART: allreduce, sync, pipeline, async (default: all)\n");
+  exit(2);
+}
+
+static config parse_args(int argc, char **argv) {
+  config c = {.rounds = 5};
+  for (int p = 0; p < P_COUNT; p++) c.part[p] = true;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--smoke")) {
+      c.smoke = true;
+    } else if (!strcmp(argv[i], "--breakdown")) {
+      c.breakdown = true;
+    } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+      c.rounds = atoi(argv[++i]);
+      if (c.rounds < 1 || c.rounds > MAX_ROUNDS) usage();
+    } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+      for (int p = 0; p < P_COUNT; p++) c.part[p] = false;
+      char list[256];
+      snprintf(list, sizeof list, "%s", argv[++i]);
+      for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int p = 0;
+        while (p < P_COUNT && strcmp(tok, part_names[p])) p++;
+        if (p == P_COUNT) {
+          fprintf(stderr, "bench_parallel: unknown part '%s'\n", tok);
+          usage();
+        }
+        c.part[p] = true;
+      }
+    } else {
+      usage();
+    }
+  }
+  if (c.smoke) c.rounds = 1;
+  c.sizes[0] = c.smoke ? (64 << 10) : (4 << 20);
+  c.sizes[1] = c.smoke ? (1 << 20) : (64 << 20);
+  c.ar_steps[0] = c.smoke ? 3 : 20;
+  c.ar_steps[1] = c.smoke ? 3 : 8;
+  c.mlp_steps = c.smoke ? 3 : 150;
+  c.pipe_steps = c.smoke ? 3 : 100;
+  c.async_steps = c.smoke ? 5 : 300;
+  return c;
+}
+
+/* Everything the rounds use: the master of the two server tasks, the
+ * floor pair, and the programs, loaded once. */
+typedef struct bench {
+  config c;
   char graphrun[600], async_file[600];
-  ssize_t len = readlink("/proc/self/exe", graphrun, sizeof graphrun - 32);
-  if (len <= 0) bench_die("/proc/self/exe", NULL);
-  graphrun[len] = '\0';
-  strcpy(strrchr(graphrun, '/') + 1, "../../graphrun"); /* build/tests/bench -> build */
-  if (access(graphrun, X_OK) != 0) bench_die(graphrun, NULL);
-  snprintf(async_file, sizeof async_file, "%s/examples/ps_async.gr", GR_SOURCE_DIR);
+  gr_master *m;
+  floor_pair *fp;
+  gr_graph *ar_g[2];
+  gr_session *ar_s[2];
+  gr_output ar_out[2][2];
+  char *sync_text, *mp1_text, *mp4_text;
+  program sync2, sync1, mp1, mp4;
+} bench;
 
-  /* the servers first, while this process has no threads of its own */
+/* Figures of every round (NAN where a part did not run). */
+typedef struct figures {
+  double ar_gbps[2][MAX_ROUNDS], gloo_gbps[2][MAX_ROUNDS], ar_ratio[2][MAX_ROUNDS];
+  double sync_eps[MAX_ROUNDS], one_eps[MAX_ROUNDS], ddp_eps[MAX_ROUNDS], ddp_ratio[MAX_ROUNDS];
+  double scaling[MAX_ROUNDS], async_eps[MAX_ROUNDS], mp_s[2][MAX_ROUNDS], speedup[MAX_ROUNDS];
+  double floor_sc[MAX_ROUNDS], nocomm_sc[MAX_ROUNDS], pipe_bound[MAX_ROUNDS];
+} figures;
+
+static void find_graphrun(bench *b) {
+  ssize_t len = readlink("/proc/self/exe", b->graphrun, sizeof b->graphrun - 32);
+  if (len <= 0) bench_die("/proc/self/exe", NULL);
+  b->graphrun[len] = '\0';
+  strcpy(strrchr(b->graphrun, '/') + 1, "../../graphrun"); /* build/tests/bench -> build */
+  if (access(b->graphrun, X_OK) != 0) bench_die(b->graphrun, NULL);
+  snprintf(b->async_file, sizeof b->async_file, "%s/examples/ps_async.gr", GR_SOURCE_DIR);
+}
+
+/* The servers and the floor pair first, while this process has no threads
+ * of its own; then the master and the programs, and a warm-up. */
+static void bench_setup(bench *b) {
   int life[2], port[2];
   if (pipe2(life, O_CLOEXEC) != 0) bench_die("pipe", NULL);
   char addr[2][64], cluster[256];
@@ -428,7 +546,8 @@ int main(int argc, char **argv) {
     snprintf(addr[k], sizeof addr[k], "127.0.0.1:%d", port[k]);
     addrs[k] = addr[k];
   }
-  floor_pair *fp = floor_pair_spawn(life[0], life[1], MLP_PARAMS, floor_setup, floor_step);
+  if (b->c.part[P_SYNC])
+    b->fp = floor_pair_spawn(life[0], life[1], MLP_PARAMS, floor_setup, floor_step);
   close(life[0]);
   gr_error err;
   /* no recovery here: a task starved by a loaded machine is slow, not lost */
@@ -437,111 +556,136 @@ int main(int argc, char **argv) {
                           .step_timeout_ms = 120000,
                           .heartbeat_ms = 250,
                           .heartbeat_missed = 40};
-  gr_master *m;
-  if (gr_master_new(&mo, &m, &err) != GR_OK) bench_die("master", err.msg);
-
-  /* the graphs, loaded once */
-  gr_output ar_out[2][2];
-  gr_graph *ar_g[2];
-  gr_session *ar_s[2];
-  for (int i = 0; i < 2; i++) {
-    ar_g[i] = allreduce_graph(sizes[i] / 4, ar_out[i]);
-    ar_s[i] = master_session(m, ar_g[i]);
+  if (gr_master_new(&mo, &b->m, &err) != GR_OK) bench_die("master", err.msg);
+  for (int i = 0; i < 2 && b->c.part[P_ALLREDUCE]; i++) {
+    b->ar_g[i] = allreduce_graph(b->c.sizes[i] / 4, b->ar_out[i]);
+    b->ar_s[i] = master_session(b->m, b->ar_g[i]);
+    run_steps(b->ar_s[i], b->ar_out[i], 2, 2); /* warm-up: registration */
   }
-  char *sync_text = variant("allreduce.gr", "batch_size=64 * workers", "batch_size=128 * workers");
-  char *mp4_text = read_text(GR_SOURCE_DIR "/examples/model_parallel.gr");
-  char *mp1_text = variant("model_parallel.gr", "micro_batches(4,", "micro_batches(1,");
-  if (!strstr(mp4_text, "micro_batches(4,"))
+  b->sync_text = variant("allreduce.gr", "batch_size=64 * workers", "batch_size=128 * workers");
+  b->mp4_text = read_text(GR_SOURCE_DIR "/examples/model_parallel.gr");
+  b->mp1_text = variant("model_parallel.gr", "micro_batches(4,", "micro_batches(1,");
+  if (!strstr(b->mp4_text, "micro_batches(4,"))
     bench_die("model_parallel.gr", "no micro_batches(4, ...)");
-  program sync2, sync1, mp1, mp4;
   snprintf(cluster, sizeof cluster, "{\"worker\": [\"%s\", \"%s\"]}", addr[0], addr[1]);
   setenv("GRAPHRUN_CLUSTER", cluster, 1); /* num_tasks("worker") = 2 */
-  program_load(&sync2, "allreduce.gr (batch 128 per worker)", sync_text, m);
-  program_load(&mp1, "model_parallel.gr (M=1)", mp1_text, m);
-  program_load(&mp4, "model_parallel.gr", mp4_text, m);
-  unsetenv("GRAPHRUN_CLUSTER"); /* one worker, in this process */
-  program_load(&sync1, "allreduce.gr (one worker)", sync_text, NULL);
-
-  /* warm-up: registration, variables, the first steps */
-  for (int i = 0; i < 2; i++) run_steps(ar_s[i], ar_out[i], 2, 2);
-  double t0 =
-      time_train(&sync2, 5) + time_train(&sync1, 5) + time_train(&mp1, 5) + time_train(&mp4, 5);
-  (void)t0;
-
-  bool torch_ok = !smoke;
-  if (smoke) printf("smoke run: PyTorch (Gloo, DDP) not run; its figures print as nan\n");
-  double ar_gbps[2][MAX_ROUNDS], gloo_gbps[2][MAX_ROUNDS], ar_ratio[2][MAX_ROUNDS];
-  double sync_eps[MAX_ROUNDS], one_eps[MAX_ROUNDS], ddp_eps[MAX_ROUNDS], ddp_ratio[MAX_ROUNDS];
-  double scaling[MAX_ROUNDS], async_eps[MAX_ROUNDS], mp_s[2][MAX_ROUNDS], speedup[MAX_ROUNDS];
-  double floor_sc[MAX_ROUNDS], nocomm_sc[MAX_ROUNDS], pipe_bound[MAX_ROUNDS];
-  floor_pair_run(fp, 5, true); /* warm-up: the children load the program */
-  for (int r = 0; r < rounds; r++) {
-    torch_figures tf = {{NAN, NAN}, NAN};
-    if (torch_ok && !run_torch(ar_steps[0], ar_steps[1], mlp_steps, &tf)) torch_ok = false;
-    for (int i = 0; i < 2; i++) {
-      ar_gbps[i][r] = (double)sizes[i] / median_step(ar_s[i], ar_out[i], 2, ar_steps[i]) / 1e9;
-      gloo_gbps[i][r] = (double)sizes[i] / tf.ar_s[i] / 1e9;
-      ar_ratio[i][r] = ar_gbps[i][r] / gloo_gbps[i][r];
-    }
-    one_eps[r] = BATCH / time_train(&sync1, mlp_steps);
-    sync_eps[r] = 2 * BATCH / time_train(&sync2, mlp_steps);
-    ddp_eps[r] = 2 * BATCH / tf.ddp_s;
-    ddp_ratio[r] = sync_eps[r] / ddp_eps[r];
-    scaling[r] = sync_eps[r] / one_eps[r];
-    nocomm_sc[r] = 2 * BATCH / one_eps[r] / floor_pair_run(fp, mlp_steps, false);
-    floor_sc[r] = 2 * BATCH / one_eps[r] / floor_pair_run(fp, mlp_steps, true);
-    for (int k = 0; k < 2; k++) { /* M=1, M=4, M=1, M=4 */
-      mp_s[0][r] = (k ? mp_s[0][r] : 0) + time_train(&mp1, pipe_steps) / 2;
-      mp_s[1][r] = (k ? mp_s[1][r] : 0) + time_train(&mp4, pipe_steps) / 2;
-    }
-    speedup[r] = mp_s[0][r] / mp_s[1][r];
-    pipe_bound[r] = mp_s[0][r] / busier_task_s(&mp4, smoke ? 3 : 20);
-    async_eps[r] = run_async(graphrun, async_file, async_steps);
-    printf("round %d: all-reduce %.2f / %.2f GB/s (Gloo %.2f / %.2f); sync x2 %.0f examples/s "
-           "(DDP %.0f, one worker %.0f; floor pair x%.2f, without exchange x%.2f); async %.0f; "
-           "pipeline M=1 %.2f ms, M=4 %.2f ms (bound x%.2f)\n",
-           r, ar_gbps[0][r], ar_gbps[1][r], gloo_gbps[0][r], gloo_gbps[1][r], sync_eps[r],
-           ddp_eps[r], one_eps[r], floor_sc[r], nocomm_sc[r], async_eps[r], mp_s[0][r] * 1e3,
-           mp_s[1][r] * 1e3, pipe_bound[r]);
-    fflush(stdout);
+  if (b->c.part[P_SYNC])
+    program_load(&b->sync2, "allreduce.gr (batch 128 per worker)", b->sync_text, b->m);
+  if (b->c.part[P_PIPELINE]) {
+    program_load(&b->mp1, "model_parallel.gr (M=1)", b->mp1_text, b->m);
+    program_load(&b->mp4, "model_parallel.gr", b->mp4_text, b->m);
   }
-  int n = rounds;
+  unsetenv("GRAPHRUN_CLUSTER"); /* one worker, in this process */
+  if (b->c.part[P_SYNC]) {
+    program_load(&b->sync1, "allreduce.gr (one worker)", b->sync_text, NULL);
+    time_train(&b->sync2, 5), time_train(&b->sync1, 5); /* warm-up */
+    floor_pair_run(b->fp, 5, true);                     /* warm-up: the children load the program */
+  }
+  if (b->c.part[P_PIPELINE]) time_train(&b->mp1, 5), time_train(&b->mp4, 5);
+}
+
+static void bench_teardown(bench *b) {
+  if (b->c.part[P_SYNC]) program_free(&b->sync1), program_free(&b->sync2);
+  if (b->c.part[P_PIPELINE]) program_free(&b->mp1), program_free(&b->mp4);
+  for (int i = 0; i < 2 && b->c.part[P_ALLREDUCE]; i++) {
+    gr_session_free(b->ar_s[i]);
+    gr_graph_free(b->ar_g[i]);
+  }
+  gr_master_free(b->m);
+  if (b->fp) floor_pair_free(b->fp);
+  free(b->sync_text), free(b->mp1_text), free(b->mp4_text);
+}
+
+/* One round: PyTorch first, then graphrun, part by part. */
+static void bench_round(bench *b, int r, bool *torch_ok, figures *f) {
+  const config *c = &b->c;
+  torch_figures tf = {{NAN, NAN}, NAN};
+  if (*torch_ok && !run_torch(c->ar_steps[0], c->ar_steps[1], c->mlp_steps, &tf)) *torch_ok = false;
+  for (int i = 0; i < 2; i++) {
+    f->ar_gbps[i][r] =
+        !c->part[P_ALLREDUCE]
+            ? NAN
+            : (double)c->sizes[i] / median_step(b->ar_s[i], b->ar_out[i], 2, c->ar_steps[i]) / 1e9;
+    f->gloo_gbps[i][r] = (double)c->sizes[i] / tf.ar_s[i] / 1e9;
+    f->ar_ratio[i][r] = f->ar_gbps[i][r] / f->gloo_gbps[i][r];
+  }
+  f->one_eps[r] = f->sync_eps[r] = f->nocomm_sc[r] = f->floor_sc[r] = NAN;
+  if (c->part[P_SYNC]) {
+    f->one_eps[r] = BATCH / time_train(&b->sync1, c->mlp_steps);
+    f->sync_eps[r] = 2 * BATCH / time_train(&b->sync2, c->mlp_steps);
+    f->nocomm_sc[r] = 2 * BATCH / f->one_eps[r] / floor_pair_run(b->fp, c->mlp_steps, false);
+    f->floor_sc[r] = 2 * BATCH / f->one_eps[r] / floor_pair_run(b->fp, c->mlp_steps, true);
+    if (c->breakdown) step_breakdown("sync MLP x2", &b->sync2, 20);
+  }
+  f->ddp_eps[r] = 2 * BATCH / tf.ddp_s;
+  f->ddp_ratio[r] = f->sync_eps[r] / f->ddp_eps[r];
+  f->scaling[r] = f->sync_eps[r] / f->one_eps[r];
+  f->mp_s[0][r] = f->mp_s[1][r] = f->pipe_bound[r] = NAN;
+  if (c->part[P_PIPELINE]) {
+    for (int k = 0; k < 2; k++) { /* M=1, M=4, M=1, M=4 */
+      f->mp_s[0][r] = (k ? f->mp_s[0][r] : 0) + time_train(&b->mp1, c->pipe_steps) / 2;
+      f->mp_s[1][r] = (k ? f->mp_s[1][r] : 0) + time_train(&b->mp4, c->pipe_steps) / 2;
+    }
+    f->pipe_bound[r] = f->mp_s[0][r] / busier_task_s(&b->mp4, c->smoke ? 3 : 20);
+    if (c->breakdown) {
+      step_breakdown("model parallel M=1", &b->mp1, 20);
+      step_breakdown("model parallel M=4", &b->mp4, 20);
+    }
+  }
+  f->speedup[r] = f->mp_s[0][r] / f->mp_s[1][r];
+  f->async_eps[r] = c->part[P_ASYNC] ? run_async(b->graphrun, b->async_file, c->async_steps) : NAN;
+  printf("round %d: all-reduce %.2f / %.2f GB/s (Gloo %.2f / %.2f); sync x2 %.0f examples/s "
+         "(DDP %.0f, one worker %.0f; floor pair x%.2f, without exchange x%.2f); async %.0f; "
+         "pipeline M=1 %.2f ms, M=4 %.2f ms (bound x%.2f)\n",
+         r, f->ar_gbps[0][r], f->ar_gbps[1][r], f->gloo_gbps[0][r], f->gloo_gbps[1][r],
+         f->sync_eps[r], f->ddp_eps[r], f->one_eps[r], f->floor_sc[r], f->nocomm_sc[r],
+         f->async_eps[r], f->mp_s[0][r] * 1e3, f->mp_s[1][r] * 1e3, f->pipe_bound[r]);
+  fflush(stdout);
+}
+
+static void report(figures *f, int n) {
   printf("over %d rounds (PyTorch, then graphrun, in each):\n", n);
-  range("all-reduce 4 MiB, graphrun", ar_gbps[0], n, "GB/s");
-  range("all-reduce 4 MiB, Gloo", gloo_gbps[0], n, "GB/s");
-  range("all-reduce 64 MiB, graphrun", ar_gbps[1], n, "GB/s");
-  range("all-reduce 64 MiB, Gloo", gloo_gbps[1], n, "GB/s");
-  range("sync MLP x2 (ring), graphrun", sync_eps, n, "examples/s");
-  range("sync MLP x2, PyTorch DDP", ddp_eps, n, "examples/s");
-  range("MLP one worker, graphrun", one_eps, n, "examples/s");
-  range("async ps, 2 workers", async_eps, n, "examples/s");
-  for (int r = 0; r < n; r++) mp_s[0][r] *= 1e3, mp_s[1][r] *= 1e3;
-  range("model parallel M=1", mp_s[0], n, "ms/batch");
-  range("model parallel M=4", mp_s[1], n, "ms/batch");
-  range("allreduce_vs_gloo 4 MiB", ar_ratio[0], n, "");
-  range("allreduce_vs_gloo 64 MiB", ar_ratio[1], n, "");
-  range("sync_vs_ddp", ddp_ratio, n, "");
-  range("sync_scaling", scaling, n, "");
-  range("sync_floor (raw-socket pair)", floor_sc, n, "");
-  range("sync_nocomm (pair, no exchange)", nocomm_sc, n, "");
-  range("pipeline_speedup", speedup, n, "");
-  range("pipeline_bound (busier stage)", pipe_bound, n, "");
-  double avg = fmin(med(ar_ratio[0], n), med(ar_ratio[1], n));
+  range("all-reduce 4 MiB, graphrun", f->ar_gbps[0], n, "GB/s");
+  range("all-reduce 4 MiB, Gloo", f->gloo_gbps[0], n, "GB/s");
+  range("all-reduce 64 MiB, graphrun", f->ar_gbps[1], n, "GB/s");
+  range("all-reduce 64 MiB, Gloo", f->gloo_gbps[1], n, "GB/s");
+  range("sync MLP x2 (ring), graphrun", f->sync_eps, n, "examples/s");
+  range("sync MLP x2, PyTorch DDP", f->ddp_eps, n, "examples/s");
+  range("MLP one worker, graphrun", f->one_eps, n, "examples/s");
+  range("async ps, 2 workers", f->async_eps, n, "examples/s");
+  for (int r = 0; r < n; r++) f->mp_s[0][r] *= 1e3, f->mp_s[1][r] *= 1e3;
+  range("model parallel M=1", f->mp_s[0], n, "ms/batch");
+  range("model parallel M=4", f->mp_s[1], n, "ms/batch");
+  range("allreduce_vs_gloo 4 MiB", f->ar_ratio[0], n, "");
+  range("allreduce_vs_gloo 64 MiB", f->ar_ratio[1], n, "");
+  range("sync_vs_ddp", f->ddp_ratio, n, "");
+  range("sync_scaling", f->scaling, n, "");
+  range("sync_floor (raw-socket pair)", f->floor_sc, n, "");
+  range("sync_nocomm (pair, no exchange)", f->nocomm_sc, n, "");
+  range("pipeline_speedup", f->speedup, n, "");
+  range("pipeline_bound (busier stage)", f->pipe_bound, n, "");
+  double avg = fmin(med(f->ar_ratio[0], n), med(f->ar_ratio[1], n));
   printf("parallel: allreduce_vs_gloo=%.2f sync_vs_ddp=%.2f sync_scaling=%.2f async_eps=%.0f "
          "pipeline_speedup=%.2f sync_floor=%.2f sync_nocomm=%.2f pipeline_bound=%.2f\n",
-         avg, med(ddp_ratio, n), med(scaling, n), med(async_eps, n), med(speedup, n),
-         med(floor_sc, n), med(nocomm_sc, n), med(pipe_bound, n));
+         avg, med(f->ddp_ratio, n), med(f->scaling, n), med(f->async_eps, n), med(f->speedup, n),
+         med(f->floor_sc, n), med(f->nocomm_sc, n), med(f->pipe_bound, n));
+}
 
-  program_free(&sync1);
-  program_free(&sync2);
-  program_free(&mp1);
-  program_free(&mp4);
-  for (int i = 0; i < 2; i++) {
-    gr_session_free(ar_s[i]);
-    gr_graph_free(ar_g[i]);
-  }
-  gr_master_free(m);
-  floor_pair_free(fp);
-  free(sync_text), free(mp1_text), free(mp4_text);
+int main(int argc, char **argv) {
+  static bench b;
+  static figures f;
+  b.c = parse_args(argc, argv);
+  bench_start("bench_parallel", cleanup);
+  setenv("OPENBLAS_NUM_THREADS", "1", 1); /* for the commands this starts */
+  setenv("OMP_NUM_THREADS", "1", 1);
+  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/bench_parallel.XXXXXX");
+  if (!mkdtemp(tmp_dir)) bench_die("mkdtemp", NULL);
+  find_graphrun(&b);
+  bench_setup(&b);
+  bool torch_ok = !b.c.smoke && (b.c.part[P_ALLREDUCE] || b.c.part[P_SYNC]);
+  if (b.c.smoke) printf("smoke run: PyTorch (Gloo, DDP) not run; its figures print as nan\n");
+  for (int r = 0; r < b.c.rounds; r++) bench_round(&b, r, &torch_ok, &f);
+  report(&f, b.c.rounds);
+  bench_teardown(&b);
   return 0;
 }
