@@ -149,6 +149,7 @@ typedef struct walk {
   contrib *grads;
   ad_frames fr;
   int base;
+  bool no_control_flow; /* no control-flow op among the nodes differentiated */
 } walk;
 
 static void walk_free(walk *w) {
@@ -286,7 +287,8 @@ static gr_status node_group(walk *w, gr_node *n, const ad_reverse *rv) {
                          .grads = og,
                          .dinputs = din,
                          .remap = rv ? rv->remap : NULL,
-                         .remap_arg = rv ? rv->arg : NULL};
+                         .remap_arg = rv ? rv->arg : NULL,
+                         .static_shapes = w->no_control_flow && !rv};
       st = gr_op_registry_find_gradient(n->op)(&ctx);
       if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
       if (st != GR_OK && !gr_graph_error(g))
@@ -352,6 +354,9 @@ static gr_status walk_start(walk *w, gr_graph *g, const gr_output *ys, int ny, c
     }
   }
   if (w->base < 0) return fail(g, GR_ERR_INTERNAL, "gradients: no loop frame '%s'", base);
+  w->no_control_flow = true;
+  for (int id = 0; id < w->total && w->no_control_flow; id++)
+    w->no_control_flow = gr_graph_node(g, id)->op->cf_kind == GR_CF_NONE;
   return GR_OK;
 }
 
@@ -406,6 +411,18 @@ static void mark_to_y(walk *w, const gr_output *ys, int ny) {
   }
 }
 
+/* The default seed dy/dy: ones shaped as y. In a graph without control
+ * flow and with y's shape known, a constant: it does not wait for y's
+ * value, so the backward pass of a part of y (a micro-batch's loss in a
+ * mean over micro-batches) starts as soon as that part is computed.
+ * Otherwise ones_like(y): a loop's gradient pops what the forward loop
+ * pushed, and only y's value says that loop is done. */
+static gr_output ones_seed(walk *w, gr_output y) {
+  const gr_shape *sh = &y.node->out_shapes[y.index];
+  if (!w->no_control_flow || gr_shape_num_elements(sh) < 0) return gr_ones_like(w->g, y);
+  return gr_ones(w->g, y.node->out_dtypes[y.index], *sh);
+}
+
 /* Seeds the ys' gradients and builds the gradient of every group (a node,
  * or a whole loop) on a path from the xs to the ys, in reverse topological
  * order of the groups. */
@@ -421,7 +438,9 @@ static gr_status backprop(walk *w, const gr_output *ys, int ny, const gr_output 
   if (ngroups < 0) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   gr_status st = GR_OK;
   for (int i = 0; i < ny && st == GR_OK; i++) {
-    gr_output seed = grad_ys && grad_ys[i].node ? grad_ys[i] : gr_ones_like(g, ys[i]);
+    int first_id = gr_graph_num_nodes(g);
+    gr_output seed = grad_ys && grad_ys[i].node ? grad_ys[i] : ones_seed(w, ys[i]);
+    colocate_new(g, first_id, ys[i].node); /* the seed starts where y is */
     if (!seed.node || !push(&w->grads[w->out_base[ys[i].node->id] + ys[i].index], seed))
       st = gr_graph_error(g) ? gr_graph_error(g)->code : fail(g, GR_ERR_RESOURCE_EXHAUSTED, "oom");
   }

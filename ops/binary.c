@@ -289,27 +289,28 @@ LOGICAL_OP(logical_or, ||)
  * broadcasting). Comparisons and logical ops give bools: no gradient. */
 
 static gr_status add_grad(gr_grad_ctx *c) {
-  c->dinputs[0] = gr_sum_like(c->graph, c->grads[0], gr_grad_x(c, 0));
-  c->dinputs[1] = gr_sum_like(c->graph, c->grads[0], gr_grad_x(c, 1));
+  c->dinputs[0] = gr_grad_sum_like(c, c->grads[0], gr_grad_x(c, 0));
+  c->dinputs[1] = gr_grad_sum_like(c, c->grads[0], gr_grad_x(c, 1));
   return GR_OK;
 }
 static gr_status sub_grad(gr_grad_ctx *c) {
-  c->dinputs[0] = gr_sum_like(c->graph, c->grads[0], gr_grad_x(c, 0));
-  c->dinputs[1] = gr_sum_like(c->graph, gr_neg(c->graph, c->grads[0]), gr_grad_x(c, 1));
+  c->dinputs[0] = gr_grad_sum_like(c, c->grads[0], gr_grad_x(c, 0));
+  c->dinputs[1] = gr_grad_sum_like(c, gr_neg(c->graph, c->grads[0]), gr_grad_x(c, 1));
   return GR_OK;
 }
 static gr_status mul_grad(gr_grad_ctx *c) {
   gr_graph *g = c->graph;
   gr_output a = gr_grad_x(c, 0), b = gr_grad_x(c, 1), dy = c->grads[0];
-  c->dinputs[0] = gr_sum_like(g, gr_mul(g, dy, b), a);
-  c->dinputs[1] = gr_sum_like(g, gr_mul(g, dy, a), b);
+  c->dinputs[0] = gr_grad_sum_like(c, gr_mul(g, dy, b), a);
+  c->dinputs[1] = gr_grad_sum_like(c, gr_mul(g, dy, a), b);
   return GR_OK;
 }
 static gr_status div_grad(gr_grad_ctx *c) {
   gr_graph *g = c->graph;
   gr_output a = gr_grad_x(c, 0), b = gr_grad_x(c, 1), y = gr_grad_y(c, 0), dy = c->grads[0];
-  c->dinputs[0] = gr_sum_like(g, gr_div(g, dy, b), a);
-  c->dinputs[1] = gr_sum_like(g, gr_neg(g, gr_div(g, gr_mul(g, dy, y), b)), b); /* -dy a / b^2 */
+  c->dinputs[0] = gr_grad_sum_like(c, gr_div(g, dy, b), a);
+  c->dinputs[1] =
+      gr_grad_sum_like(c, gr_neg(g, gr_div(g, gr_mul(g, dy, y), b)), b); /* -dy a / b^2 */
   return GR_OK;
 }
 /* d/da = dy b a^(b-1) with the base taken as 1 where b == 0, so that x ** 0
@@ -321,18 +322,18 @@ static gr_status pow_grad(gr_grad_ctx *c) {
   gr_output zero = gr_grad_scalar(c, a, 0), one = gr_grad_scalar(c, a, 1);
   gr_output base = gr_select(g, gr_equal(g, b, zero), one, a);
   gr_output slope = gr_mul(g, b, gr_pow(g, base, gr_sub(g, b, one)));
-  c->dinputs[0] = gr_sum_like(g, gr_mul(g, dy, slope), a);
+  c->dinputs[0] = gr_grad_sum_like(c, gr_mul(g, dy, slope), a);
   gr_output pos = gr_greater(g, a, zero);
   gr_output dyy_loga = gr_mul(g, dy, gr_mul(g, y, gr_log(g, gr_select(g, pos, a, one))));
-  c->dinputs[1] = gr_sum_like(g, gr_select(g, pos, dyy_loga, zero), b);
+  c->dinputs[1] = gr_grad_sum_like(c, gr_select(g, pos, dyy_loga, zero), b);
   return GR_OK;
 }
 /* The gradient goes to a where mask holds, else to b (ties go to a). */
 static gr_status select_between(gr_grad_ctx *c, gr_output mask) {
   gr_graph *g = c->graph;
   gr_output dy = c->grads[0], zeros = gr_zeros_like(g, dy);
-  c->dinputs[0] = gr_sum_like(g, gr_select(g, mask, dy, zeros), gr_grad_x(c, 0));
-  c->dinputs[1] = gr_sum_like(g, gr_select(g, mask, zeros, dy), gr_grad_x(c, 1));
+  c->dinputs[0] = gr_grad_sum_like(c, gr_select(g, mask, dy, zeros), gr_grad_x(c, 0));
+  c->dinputs[1] = gr_grad_sum_like(c, gr_select(g, mask, zeros, dy), gr_grad_x(c, 1));
   return GR_OK;
 }
 static gr_status maximum_grad(gr_grad_ctx *c) {

@@ -333,12 +333,21 @@ struct gr_grad_ctx {
    * forward values only through gr_grad_x / gr_grad_y, which apply it. */
   gr_output (*remap)(void *arg, gr_output forward);
   void *remap_arg;
+  /* True when the graph differentiated has no control flow: a gradient may
+   * then take a shape known when the graph is built instead of waiting for
+   * a forward value for its runtime shape (gr_grad_sum_like). */
+  bool static_shapes;
 };
 typedef struct gr_grad_ctx gr_grad_ctx;
 
 /* Helper ops used by gradients (grad_ops.c). */
 /* grad summed down to the runtime shape of `like` (undoes broadcasting). */
 gr_output gr_sum_like(gr_graph *g, gr_output grad, gr_output like);
+/* The same in a gradient function: grad itself when c->static_shapes and
+ * both shapes are known and equal, so the gradient does not wait for
+ * like's value (a micro-batch's backward pass does not wait for the other
+ * micro-batches' forward passes). */
+gr_output gr_grad_sum_like(const gr_grad_ctx *c, gr_output grad, gr_output like);
 /* y (the result of reducing `like` over axes, with or without keepdims)
  * broadcast back to like's runtime shape; divided by the number of reduced
  * elements when mean. */

@@ -91,6 +91,17 @@ gr_output gr_sum_like(gr_graph *g, gr_output grad, gr_output like) {
   return gr_ops_build(g, "sum_like", NULL, in, 2, NULL, 0);
 }
 
+gr_output gr_grad_sum_like(const gr_grad_ctx *c, gr_output grad, gr_output like) {
+  if (c->static_shapes && grad.node && like.node) {
+    const gr_shape *gs = &grad.node->out_shapes[grad.index];
+    const gr_shape *ls = &like.node->out_shapes[like.index];
+    if (gr_shape_num_elements(gs) >= 0 && gr_shape_equal(gs, ls) &&
+        grad.node->out_dtypes[grad.index] == like.node->out_dtypes[like.index])
+      return grad;
+  }
+  return gr_sum_like(c->graph, grad, like);
+}
+
 /* ---- broadcast_to_like, broadcast_like ------------------------------------------------ */
 
 /* o = Y (viewed with shape ys) broadcast onto o's shape, times scale. */

@@ -509,11 +509,19 @@ static gr_status mean_outputs(replicas *r, bool wait, gr_output *outputs) {
       outputs[j] = wait ? gr_identity(g, each[0]) : each[0];
       continue;
     }
+    /* where every replica's output is (micro-batches of one stage): the
+     * mean is made there, so its gradient starts there too, without a
+     * round trip to the default device between forward and backward */
+    const char *dev = each[0].node->requested_device;
+    for (int k = 1; k < n && dev[0]; k++)
+      if (strcmp(each[k].node->requested_device, dev) != 0) dev = "";
+    if (dev[0] && gr_graph_push_device_scope(g, dev) != GR_OK) break;
     snprintf(name, sizeof name, "%s_sum", r->scope);
     gr_output sum = gr_op(g, "add_n", name, each, n, NULL, 0);
     gr_output count = gr_ops_const_scalar(g, sum.node ? sum.node->out_dtypes[0] : GR_F32, n);
     snprintf(name, sizeof name, "%s_mean", r->scope);
     outputs[j] = gr_op(g, "div", name, (gr_output[]){sum, count}, 2, NULL, 0);
+    if (dev[0]) gr_graph_pop_device_scope(g);
   }
   free(each);
   return gr_graph_error(g) ? gr_graph_error(g)->code : GR_OK;
