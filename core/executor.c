@@ -245,11 +245,36 @@ static int pop_shared_locked(run_state *st) {
   return i;
 }
 
-/* A small per-thread ready stack; overflow spills into the shared queue. */
+/* A small per-thread ready stack; overflow spills into the shared queue.
+ * Cheap nodes run before the expensive ones this thread keeps: a cheap node
+ * is often a send or the step towards one, and another device waits for it
+ * while an expensive kernel runs here (a replica's loss gradient queued
+ * behind this replica's whole backward pass). v[0..n) holds the cheap
+ * ones, v[cap - nx..cap) the expensive ones; each is a stack. */
 typedef struct ready_stack {
   int *v;
-  int n, cap;
+  int n, nx, cap;
 } ready_stack;
+
+static void schedule_shared(run_state *st, int i);
+
+static void rs_push(run_state *st, ready_stack *rs, int i) {
+  if (rs->n + rs->nx >= rs->cap) {
+    schedule_shared(st, i);
+  } else if (st->e->nodes[i].expensive) {
+    rs->nx++;
+    rs->v[rs->cap - rs->nx] = i;
+  } else {
+    rs->v[rs->n++] = i;
+  }
+}
+
+/* The next node to run, -1 when none. */
+static int rs_pop(ready_stack *rs) {
+  if (rs->n > 0) return rs->v[--rs->n];
+  if (rs->nx > 0) return rs->v[rs->cap - rs->nx--];
+  return -1;
+}
 
 static void process(run_state *st, int first, ready_stack *rs);
 static void static_done(async_hdr *h, gr_status status);
@@ -297,7 +322,7 @@ static void task_done(run_state *st) {
 /* Runs what is in the shared queue on this thread until it is empty. */
 static void drain_shared(run_state *st) {
   int local[256];
-  ready_stack rs = {local, 0, 256};
+  ready_stack rs = {local, 0, 0, 256};
   for (;;) {
     pthread_mutex_lock(&st->mu);
     int i = pop_shared_locked(st);
@@ -321,7 +346,7 @@ static void drain_task(void *arg) {
   pthread_mutex_unlock(&st->mu);
   if (i >= 0) {
     int local[256];
-    ready_stack rs = {local, 0, 256};
+    ready_stack rs = {local, 0, 0, 256};
     process(st, i, &rs);
   }
   task_done(st);
@@ -343,10 +368,7 @@ static void make_ready(run_state *st, int i, ready_stack *rs, int *inline_expens
     schedule_shared(st, i);
     return;
   }
-  if (rs->n < rs->cap)
-    rs->v[rs->n++] = i;
-  else
-    schedule_shared(st, i);
+  rs_push(st, rs, i);
 }
 
 /* Adds ac to the live async invocations; false when out of memory. */
@@ -471,7 +493,7 @@ static void static_done(async_hdr *h, gr_status status) {
   st->tasks++; /* keeps the run alive until this thread is done with it */
   pthread_mutex_unlock(&st->mu);
   int local[256];
-  ready_stack rs = {local, 0, 256};
+  ready_stack rs = {local, 0, 0, 256};
   int node = ac->node;
   gr_error err = ac->err;
   if (status == GR_OK && ac->ctx.dead) /* only the control-flow path carries deadness */
@@ -486,13 +508,13 @@ static void static_done(async_hdr *h, gr_status status) {
   bool helpers = st->e->pool_size > 0 || st->waiting;
   if (gr_exec_done_depth < GR_DONE_INLINE_DEPTH) {
     gr_exec_done_depth++;
-    while (rs.n > 0) process(st, rs.v[--rs.n], &rs);
+    for (int i; (i = rs_pop(&rs)) >= 0;) process(st, i, &rs);
     if (!helpers) drain_shared(st); /* what overflowed rs */
     gr_exec_done_depth--;
   } else if (helpers) {
-    while (rs.n > 0) schedule_shared(st, rs.v[--rs.n]);
+    for (int i; (i = rs_pop(&rs)) >= 0;) schedule_shared(st, i);
   } else {
-    while (rs.n > 0) push_shared(st, rs.v[--rs.n]);
+    for (int i; (i = rs_pop(&rs)) >= 0;) push_shared(st, i);
     pthread_mutex_lock(&st->mu);
     st->tasks++;
     pthread_mutex_unlock(&st->mu);
@@ -573,12 +595,7 @@ static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, 
     if (__atomic_sub_fetch(&st->pending[d], 1, __ATOMIC_ACQ_REL) == 0)
       make_ready(st, d, rs, &inline_expensive);
   }
-  if (inline_expensive >= 0) {
-    if (rs->n < rs->cap)
-      rs->v[rs->n++] = inline_expensive;
-    else
-      schedule_shared(st, inline_expensive);
-  }
+  if (inline_expensive >= 0) rs_push(st, rs, inline_expensive);
   if (__atomic_sub_fetch(&st->remaining, 1, __ATOMIC_ACQ_REL) == 0) {
     pthread_mutex_lock(&st->mu);
     pthread_cond_broadcast(&st->cv);
@@ -588,7 +605,7 @@ static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, 
 
 static void process(run_state *st, int first, ready_stack *rs) {
   start_node(st, first, rs);
-  while (rs->n > 0) start_node(st, rs->v[--rs->n], rs);
+  for (int i; (i = rs_pop(rs)) >= 0;) start_node(st, i, rs);
 }
 
 /* Checks the feeds against the graph; fills err on the first bad one. */
@@ -650,7 +667,7 @@ static void static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor
   st->watch_run = (gr_watch_run){.cancel = watchdog_cancel, .release = watchdog_release, .arg = st};
   gr_watch_attach_run(step->watch, &st->watch_run);
 
-  ready_stack rs = {st->stack, 0, e->num_nodes + 1};
+  ready_stack rs = {st->stack, 0, 0, e->num_nodes + 1};
   if (e->num_nodes > 0) {
     for (int r = e->num_roots - 1; r >= 0; r--) {
       int i = e->roots[r];
@@ -658,13 +675,13 @@ static void static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor
       if (e->nodes[i].expensive && e->pool_size > 0 && r > 0)
         schedule_shared(st, i);
       else
-        rs.v[rs.n++] = i;
+        rs_push(st, &rs, i);
     }
     /* async roots (receives) on top: they start at once and wait without a
      * thread, so their values can arrive while the rest runs */
     for (int r = e->num_roots - 1; r >= 0; r--)
-      if (e->nodes[e->roots[r]].async) rs.v[rs.n++] = e->roots[r];
-    while (rs.n > 0) start_node(st, rs.v[--rs.n], &rs);
+      if (e->nodes[e->roots[r]].async) rs_push(st, &rs, e->roots[r]);
+    for (int i; (i = rs_pop(&rs)) >= 0;) start_node(st, i, &rs);
     /* help drain the shared queue; a waiting caller then waits for pool
      * tasks and async kernels (and drains what they queue) */
     pthread_mutex_lock(&st->mu);

@@ -4,7 +4,8 @@
  * lists, feed sources and fetch sinks), then run per step. Ready nodes run
  * inline on the calling thread when cheap; expensive ones (GR_OP_EXPENSIVE or
  * large cost) go to a shared queue that the inter-op thread pool and the
- * calling thread drain. Async kernels complete through gr_kernel_done. A
+ * calling thread drain, but for one that the thread keeps and runs after
+ * the cheap ones that are ready (sends go out before a long product). Async kernels complete through gr_kernel_done. A
  * node's first error cancels the step: remaining kernels are skipped, pending
  * async kernels get their cancel callback, and the error (naming the node) is
  * returned.

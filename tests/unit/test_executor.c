@@ -259,8 +259,47 @@ static void test_steady_state_allocates_nothing(void) {
   gr_graph_free(g);
 }
 
+/* On one thread, ready cheap nodes run before a ready expensive one: a
+ * cheap node is often a send another device waits for. x feeds a chain of
+ * three negs (made first) and an expensive node (made second, so the plain
+ * last-in-first-out order would run it first). */
+static void test_cheap_before_expensive(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_scalar());
+  gr_output c = gr_neg(g, gr_neg(g, gr_neg(g, x)));
+  gr_output b = gr_op(g, "test_busy", "busy", &x, 1, NULL, 0);
+  gr_session_options o = {.inter_op_threads = 1, .intra_op_threads = 1};
+  gr_error err;
+  gr_session *s = gr_session_new(g, &o, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  gr_step_trace *t = gr_step_trace_new();
+  gr_tensor xv = gr_tensor_scalar_f32(2), out[2];
+  gr_feed f = {x, &xv};
+  if (s && t &&
+      gr_session_run_traced(s, &f, 1, (gr_output[]){c, b}, 2, out, NULL, 0, t, &err) == GR_OK) {
+    int64_t busy_start = -1, last_neg_start = -1;
+    for (int i = 0; i < gr_step_trace_count(t); i++) {
+      const gr_trace_event *e = gr_step_trace_event(t, i);
+      if (e->node == b.node) busy_start = e->start_ns;
+      if (e->node == c.node) last_neg_start = e->start_ns;
+    }
+    GR_CHECK(busy_start >= 0 && last_neg_start >= 0);
+    GR_CHECK_MSG(last_neg_start < busy_start, "the cheap chain ran after the expensive node");
+    GR_CHECK_NEAR(gr_tensor_get_f64(&out[0], 0), -2, 0);
+    gr_tensor_release(&out[0]);
+    gr_tensor_release(&out[1]);
+  } else {
+    GR_CHECK_MSG(false, "run failed: %s", err.msg);
+  }
+  gr_tensor_release(&xv);
+  gr_step_trace_free(t);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 int main(void) {
   register_test_ops();
+  GR_RUN(test_cheap_before_expensive);
   GR_RUN(test_async_chain);
   GR_RUN(test_cancel_pending_async);
   GR_RUN(test_inter_op_parallelism);
