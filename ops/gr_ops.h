@@ -410,6 +410,9 @@ typedef enum gr_reduction { GR_REDUCE_SUM, GR_REDUCE_MEAN } gr_reduction;
 /* Small tensors at most this big are fused into one buffer by gr_minimize's
  * all-reduce of mirrored variables' gradients. */
 #define GR_ALL_REDUCE_FUSE_BYTES (256 * 1024)
+/* A ring's chunks travel in pieces of at most this many bytes, each its own
+ * send, so that adding one piece overlaps sending the next. */
+#define GR_ALL_REDUCE_PIECE_BYTES (2 * 1024 * 1024)
 /* Ring all-reduce: values[d] (one per device, same dtype and fully known
  * shape) on devices[d] (NULL, or a NULL entry: the device of values[d]);
  * out[d], on devices[d], gets the sum (or mean) of all, the same bits on

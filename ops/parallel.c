@@ -93,7 +93,75 @@ static gr_output flat_shape_of(gr_graph *g, gr_output x) {
  * device. Chunk c (s / n elements, one more for the first s % n) is added
  * around the ring starting at device c, so after n - 1 rounds device
  * (c - 1) mod n holds its total (reduce-scatter); the totals then go
- * around the ring once more (all-gather), copied, not added again. */
+ * around the ring once more (all-gather), copied, not added again. Each
+ * chunk travels in pieces of at most GR_ALL_REDUCE_PIECE_BYTES, each its
+ * own send: a device adds a piece while the next is still on the wire,
+ * and passes on a total while the next is still being added. */
+typedef struct ring_plan {
+  int n, np;          /* devices, pieces */
+  int64_t *off, *len; /* per piece, in flat order */
+  int *chunk;         /* per piece: the chunk it is part of */
+  gr_output *acc;     /* acc[d * np + p]: device d's value of piece p */
+} ring_plan;
+
+static void ring_plan_free(ring_plan *rp) {
+  free(rp->off), free(rp->len), free(rp->chunk), free(rp->acc);
+}
+
+static gr_status ring_plan_make(gr_graph *g, int n, int64_t s, int64_t elem_bytes, ring_plan *rp) {
+  int64_t piece = GR_ALL_REDUCE_PIECE_BYTES / (elem_bytes > 0 ? elem_bytes : 1);
+  if (piece < 1) piece = 1;
+  int64_t np = 0;
+  for (int c = 0; c < n; c++) {
+    int64_t lc = s / n + (c < s % n);
+    np += lc ? (lc + piece - 1) / piece : 0;
+  }
+  memset(rp, 0, sizeof *rp);
+  rp->n = n;
+  rp->np = (int)np;
+  rp->off = gr_alloc_array((size_t)np + 1, sizeof *rp->off);
+  rp->len = gr_alloc_array((size_t)np + 1, sizeof *rp->len);
+  rp->chunk = gr_alloc_array((size_t)np + 1, sizeof *rp->chunk);
+  rp->acc = np <= INT32_MAX / n ? calloc((size_t)n * (size_t)np + 1, sizeof *rp->acc) : NULL;
+  if (!rp->off || !rp->len || !rp->chunk || !rp->acc) {
+    ring_plan_free(rp);
+    return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  int64_t at = 0;
+  int p = 0;
+  for (int c = 0; c < n; c++)
+    for (int64_t left = s / n + (c < s % n); left > 0; p++) {
+      rp->off[p] = at;
+      rp->len[p] = left < piece ? left : piece;
+      rp->chunk[p] = c;
+      at += rp->len[p];
+      left -= rp->len[p];
+    }
+  return GR_OK;
+}
+
+#define ACC(rp, d, p) (rp)->acc[(size_t)(d) * (size_t)(rp)->np + (size_t)(p)]
+
+/* One phase around the ring: in round r device d passes on its value of
+ * each piece of chunk (d + shift - r) mod n to device d + 1, which adds it
+ * to its own (add) or takes it (the all-gather). */
+static gr_status ring_phase(gr_graph *g, ring_plan *rp, const char *const *dev, int shift,
+                            bool add) {
+  int n = rp->n;
+  gr_status st = GR_OK;
+  for (int r = 0; r < n - 1 && st == GR_OK; r++)
+    for (int d = 0; d < n && st == GR_OK; d++) {
+      int c = ((d + shift - r) % n + n) % n, to = (d + 1) % n;
+      if ((st = on(g, dev[to])) != GR_OK) break;
+      for (int p = 0; p < rp->np; p++)
+        if (rp->chunk[p] == c)
+          ACC(rp, to, p) =
+              add ? gr_add(g, ACC(rp, d, p), ACC(rp, to, p)) : gr_identity(g, ACC(rp, d, p));
+      gr_graph_pop_device_scope(g);
+    }
+  return st;
+}
+
 static gr_status ring(gr_graph *g, const gr_output *flat, int n, int64_t s, const char *const *dev,
                       gr_reduction op, gr_output *res) {
   if (n == 1 || s == 0) {
@@ -104,76 +172,44 @@ static gr_status ring(gr_graph *g, const gr_output *flat, int n, int64_t s, cons
     }
     return gr_graph_error(g) ? gr_graph_error(g)->code : GR_OK;
   }
-  size_t nn = (size_t)n * (size_t)n;
-  gr_output *acc = calloc(nn, sizeof *acc);
-  int64_t *off = calloc((size_t)n + 1, sizeof *off), *len = calloc((size_t)n, sizeof *len);
-  if (!acc || !off || !len) {
-    free(acc), free(off), free(len);
-    return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  for (int c = 0; c < n; c++) {
-    len[c] = s / n + (c < s % n);
-    off[c + 1] = off[c] + len[c];
-  }
-#define ACC(d, c) acc[(size_t)(d) * (size_t)n + (size_t)(c)]
+  ring_plan rp;
+  gr_dtype dt = flat[0].node->out_dtypes[flat[0].index];
+  GR_TRY(ring_plan_make(g, n, s, (int64_t)gr_dtype_size(dt), &rp));
   gr_status st = GR_OK;
   for (int d = 0; d < n && st == GR_OK; d++) {
     if ((st = on(g, dev[d])) != GR_OK) break;
     gr_graph_push_name_scope(g, "chunk");
-    for (int c = 0; c < n; c++)
-      if (len[c]) ACC(d, c) = gr_slice(g, flat[d], &off[c], &len[c], 1);
+    for (int p = 0; p < rp.np; p++)
+      ACC(&rp, d, p) = gr_slice(g, flat[d], &rp.off[p], &rp.len[p], 1);
     gr_graph_pop_name_scope(g);
     gr_graph_pop_device_scope(g);
   }
   /* reduce-scatter: in round r device d sends chunk d - r to d + 1, which adds its own */
   gr_graph_push_name_scope(g, "reduce_scatter");
-  for (int r = 0; r < n - 1 && st == GR_OK; r++)
-    for (int d = 0; d < n && st == GR_OK; d++) {
-      int c = ((d - r) % n + n) % n, to = (d + 1) % n;
-      if (!len[c]) continue;
-      if ((st = on(g, dev[to])) != GR_OK) break;
-      ACC(to, c) = gr_add(g, ACC(d, c), ACC(to, c));
-      gr_graph_pop_device_scope(g);
-    }
+  if (st == GR_OK) st = ring_phase(g, &rp, dev, 0, true);
   gr_graph_pop_name_scope(g);
   /* the owner of chunk c, device c - 1, holds its total */
-  if (op == GR_REDUCE_MEAN && st == GR_OK)
-    for (int c = 0; c < n && st == GR_OK; c++) {
-      int owner = (c + n - 1) % n;
-      if (!len[c]) continue;
-      if ((st = on(g, dev[owner])) != GR_OK) break;
-      gr_output count = gr_ops_const_scalar(g, ACC(owner, c).node->out_dtypes[0], (double)n);
-      ACC(owner, c) = gr_div(g, ACC(owner, c), count);
-      gr_graph_pop_device_scope(g);
-    }
-  /* all-gather: in round r device d passes chunk d + 1 - r on to d + 1 */
-  gr_graph_push_name_scope(g, "all_gather");
-  for (int r = 0; r < n - 1 && st == GR_OK; r++)
-    for (int d = 0; d < n && st == GR_OK; d++) {
-      int c = ((d + 1 - r) % n + n) % n, to = (d + 1) % n;
-      if (!len[c]) continue;
-      if ((st = on(g, dev[to])) != GR_OK) break;
-      ACC(to, c) = gr_identity(g, ACC(d, c));
-      gr_graph_pop_device_scope(g);
-    }
-  gr_graph_pop_name_scope(g);
-  gr_output *parts = calloc((size_t)n, sizeof *parts);
-  if (!parts && st == GR_OK)
-    st = gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  for (int d = 0; d < n && st == GR_OK; d++) {
-    int np = 0;
-    for (int c = 0; c < n; c++)
-      if (len[c]) parts[np++] = ACC(d, c);
-    if ((st = on(g, dev[d])) != GR_OK) break;
-    res[d] = np == 1 ? gr_identity(g, parts[0]) : gr_concat(g, parts, np, 0);
+  for (int p = 0; p < rp.np && op == GR_REDUCE_MEAN && st == GR_OK; p++) {
+    int owner = (rp.chunk[p] + n - 1) % n;
+    if ((st = on(g, dev[owner])) != GR_OK) break;
+    gr_output count = gr_ops_const_scalar(g, dt, (double)n);
+    ACC(&rp, owner, p) = gr_div(g, ACC(&rp, owner, p), count);
     gr_graph_pop_device_scope(g);
   }
-#undef ACC
-  free(parts);
-  free(acc), free(off), free(len);
+  /* all-gather: in round r device d passes chunk d + 1 - r on to d + 1 */
+  gr_graph_push_name_scope(g, "all_gather");
+  if (st == GR_OK) st = ring_phase(g, &rp, dev, 1, false);
+  gr_graph_pop_name_scope(g);
+  for (int d = 0; d < n && st == GR_OK; d++) {
+    if ((st = on(g, dev[d])) != GR_OK) break;
+    res[d] = rp.np == 1 ? gr_identity(g, ACC(&rp, d, 0)) : gr_concat(g, &ACC(&rp, d, 0), rp.np, 0);
+    gr_graph_pop_device_scope(g);
+  }
+  ring_plan_free(&rp);
   if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
   return st;
 }
+#undef ACC
 
 /* The tensors ts[0..k) (indices into values, one tensor per device each)
  * all-reduced as one buffer: flattened and concatenated on each device,
