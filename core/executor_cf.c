@@ -233,7 +233,7 @@ static frame_inst *find_child(cf_run *r, frame_inst *parent, int64_t t, int def)
     free(f);
     return NULL;
   }
-  const char *name = r->p->frames[def].name;
+  const char *name = r->p->fr.frames[def].name;
   if (parent->path) {
     size_t len = strlen(parent->path) + strlen(name) + 24;
     f->path = malloc(len);
@@ -277,7 +277,7 @@ static void route(cf_run *r, frame_inst *f, int64_t t, int src, unsigned char mo
     f = f->parent;
   }
   if (mode & MODE_ENTER) {
-    frame_inst *c = find_child(r, f, t, p->node_frame[d]);
+    frame_inst *c = find_child(r, f, t, p->fr.of_node[d]);
     if (!c) {
       if (v) gr_tensor_release(v);
       oom(r);
@@ -383,7 +383,7 @@ static void frame_done(cf_run *r, frame_inst *f) {
   gr_executor *e = r->e;
   /* exits that never carried a live value send a dead one */
   for (int i = 0; i < e->num_nodes; i++)
-    if (p->node_frame[i] == f->def && e->nodes[i].cf_kind == GR_CF_EXIT &&
+    if (p->fr.of_node[i] == f->def && e->nodes[i].cf_kind == GR_CF_EXIT &&
         !f->exit_live[p->node_local[i]]) {
       for (int k = e->nodes[i].ctrl_begin; k < e->nodes[i].ctrl_end; k++)
         route(r, f, 0, i, p->ctrl_mode[k], e->ctrl_dsts[k], 0, NULL, true, true, true);
@@ -524,12 +524,11 @@ static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_t
   if (s != GR_OK) {
     if (r->status == GR_OK) {
       const gr_node *n = en->node;
-      frame_def *fd = &p->frames[tok.f->def];
       if (tok.f->def != 0)
         snprintf(r->err.msg, sizeof r->err.msg,
                  "%s%snode '%s' (op %s) in loop '%s' iteration %lld: %s",
                  n->source_loc ? n->source_loc : "", n->source_loc ? ": " : "", n->name,
-                 n->op->name, fd->name, (long long)tok.iter, kerr->msg);
+                 n->op->name, p->fr.frames[tok.f->def].name, (long long)tok.iter, kerr->msg);
       else
         snprintf(r->err.msg, sizeof r->err.msg, "%s%snode '%s' (op %s): %s",
                  n->source_loc ? n->source_loc : "", n->source_loc ? ": " : "", n->name,
@@ -763,7 +762,7 @@ static void cf_free_run(cf_run *r, gr_status status, gr_error *err) {
         break;
       }
   if (r->free_iters)
-    for (int d = 0; d < p->num_frames; d++)
+    for (int d = 0; d < p->fr.num_frames; d++)
       while (r->free_iters[d]) {
         iter_state *it = r->free_iters[d];
         r->free_iters[d] = it->next_free;
@@ -814,7 +813,7 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
   pthread_cond_init(&r->cv, NULL);
   r->qcap = 64;
   r->q = gr_alloc_array((size_t)r->qcap, sizeof(token));
-  r->free_iters = calloc((size_t)p->num_frames, sizeof(iter_state *));
+  r->free_iters = calloc((size_t)p->fr.num_frames, sizeof(iter_state *));
   frame_inst *root = r->root = calloc(1, sizeof *root);
   if (root) {
     root->ring = calloc(1, sizeof(iter_state *));
@@ -840,7 +839,7 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
       r->qhead = (r->qhead + 1) % r->qcap;
       r->qcount--;
       if (e->pool_size > 0 && is_expensive(r, tok.node) && r->qcount > 0) {
-        r->tasks++; /* let a pool thread help with what is queued behind */
+        r->tasks++;   /* let a pool thread help with what is queued behind */
         cf_unlock(r); /* out of memory, the pool runs pool_task inline */
         gr_threadpool_schedule(e->pool, pool_task, r);
         cf_lock(r);

@@ -6,6 +6,7 @@
 #define GR_EXECUTOR_CF_INTERNAL_H
 
 #include "core/executor_internal.h"
+#include "core/gr_frames.h"
 
 /* How an edge (data or control) moves a value between frames: bits, since
  * an exit may feed another loop's enter (out of one frame, into a sibling).
@@ -20,9 +21,9 @@ static inline unsigned char gr_cf_edge_mode(int src_kind, int dst_kind) {
                          (dst_kind == GR_CF_ENTER ? MODE_ENTER : 0));
 }
 
+/* What the executor knows of a loop frame besides its place in the tree
+ * (cf_plan.fr). */
 typedef struct frame_def {
-  int parent; /* -1: the root frame */
-  const char *name;
   int par_iters;
   int num_nodes, num_slots;
   int num_enters; /* edges into its enters (data and control): a frame
@@ -30,10 +31,10 @@ typedef struct frame_def {
 } frame_def;
 
 struct cf_plan {
-  int num_frames, cap_frames;
-  frame_def *frames;
-  int *node_frame, *node_local; /* per exec node */
-  int *slot_local;              /* per absolute input slot */
+  gr_frames fr;      /* the frame tree and each exec node's frame (fr.of_node) */
+  frame_def *frames; /* per frame of fr */
+  int *node_local;   /* per exec node */
+  int *slot_local;   /* per absolute input slot */
   unsigned char *edge_mode, *ctrl_mode;
   int *merge_fwd, *merge_back; /* per exec node: inputs from outside / from next_iteration */
   int *local_pending;          /* per exec node: data + control inputs */

@@ -17,6 +17,7 @@
 #include "core/gr_dtype.h"
 #include "core/gr_device_plan.h"
 #include "core/gr_executor.h"
+#include "core/gr_frames.h"
 #include "core/gr_graph.h"
 #include "core/gr_map.h"
 #include "core/gr_op.h"

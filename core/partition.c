@@ -54,51 +54,39 @@ static gr_status topo_sort(pctx *c) {
   return GR_OK;
 }
 
-static int child_frame(pctx *c, int parent, const char *name) {
-  for (int f = 1; f < c->num_frames; f++)
-    if (c->frames[f].parent == parent && strcmp(c->frames[f].name, name) == 0) return f;
-  if (c->num_frames == c->cap_frames) {
-    int cap = c->cap_frames * 2;
-    frame_info *more = realloc(c->frames, sizeof *more * (size_t)cap);
-    if (!more) return -1;
-    c->frames = more;
-    c->cap_frames = cap;
+static const gr_node *part_node(const void *ctx, int i) {
+  return ((const pctx *)ctx)->nodes[i];
+}
+
+/* The inputs that place a node: data inputs but loop back edges (fed
+ * values live at the top level), then control inputs, from nodes of the set. */
+static void part_inputs(const void *ctx, int i, gr_frames_emit_fn emit, void *acc) {
+  const pctx *c = ctx;
+  const gr_node *nd = c->nodes[i];
+  for (int j = 0; j < nd->num_inputs; j++) {
+    if (gr_part_back_edge(nd, j)) continue;
+    int s = gr_part_pos(c, nd->inputs[j].node);
+    if (s >= 0)
+      emit(acc, s, false);
+    else if (fed_index(c, nd->inputs[j]) >= 0)
+      emit(acc, GR_FRAMES_TOP_LEVEL, false);
   }
-  int f = c->num_frames++;
-  c->frames[f] = (frame_info){.parent = parent, .name = name, .loop_cond = -1, .parallel = 10};
-  return f;
+  for (int j = 0; j < nd->num_control_inputs; j++) {
+    int s = gr_part_pos(c, nd->control_inputs[j]);
+    if (s >= 0) emit(acc, s, true);
+  }
 }
 
-int gr_part_out_frame(const pctx *c, int p) {
-  int f = c->frame[p];
-  return c->nodes[p]->op->cf_kind == GR_CF_EXIT && f > 0 ? c->frames[f].parent : f;
-}
-
-/* Frames as the control-flow executor sees them: from the first data input
- * (entering a child frame at an enter), else a control input, else the top. */
+/* Frames as the control-flow executor sees them (GR_FRAMES_FIRST_INPUT),
+ * and the partitioner's own state of each. */
 static gr_status assign_frames(pctx *c) {
-  for (int oi = 0; oi < c->n; oi++) {
-    int i = c->order[oi];
-    const gr_node *nd = c->nodes[i];
-    int f = -1;
-    for (int j = 0; j < nd->num_inputs && f < 0; j++) {
-      if (gr_part_back_edge(nd, j)) continue;
-      int s = gr_part_pos(c, nd->inputs[j].node);
-      if (s >= 0)
-        f = gr_part_out_frame(c, s);
-      else if (fed_index(c, nd->inputs[j]) >= 0)
-        f = 0; /* fed values live at the top level */
-    }
-    if (f >= 0 && nd->op->cf_kind == GR_CF_ENTER) {
-      f = child_frame(c, f, gr_node_attr_string(nd, "frame_name", nd->name));
-      if (f < 0) return gr_part_oom(c);
-    }
-    for (int j = 0; j < nd->num_control_inputs && f < 0; j++) {
-      int s = gr_part_pos(c, nd->control_inputs[j]);
-      if (s >= 0) f = gr_part_out_frame(c, s);
-    }
-    c->frame[i] = f < 0 ? 0 : f;
-  }
+  if (gr_frames_init(&c->fr, GR_FRAMES_FIRST_INPUT, c->n) != GR_OK ||
+      gr_frames_assign_nodes(&c->fr, c->order, part_node, part_inputs, c) != GR_OK)
+    return gr_part_oom(c);
+  c->frames = gr_alloc_array((size_t)c->fr.num_frames, sizeof *c->frames);
+  if (!c->frames) return gr_part_oom(c);
+  for (int f = 0; f < c->fr.num_frames; f++)
+    c->frames[f] = (frame_info){.loop_cond = -1, .parallel = f ? 10 : 1};
   return GR_OK;
 }
 
@@ -108,21 +96,19 @@ static gr_status assign_frames(pctx *c) {
 static gr_status check_frames(pctx *c) {
   for (int i = 0; i < c->n; i++) {
     const gr_node *nd = c->nodes[i];
-    int want =
-        nd->op->cf_kind == GR_CF_ENTER && c->frame[i] ? c->frames[c->frame[i]].parent : c->frame[i];
     for (int j = 0; j < nd->num_inputs + nd->num_control_inputs; j++) {
       bool data = j < nd->num_inputs;
       const gr_node *src = gr_node_predecessor(nd, j);
       int s = gr_part_pos(c, src);
-      if (s < 0 || (data && gr_part_back_edge(nd, j))) continue;
-      int got = gr_part_out_frame(c, s);
-      if (got != want)
-        return gr_error_set(c->err, GR_ERR_INVALID_ARGUMENT,
-                            "node '%s' (%s%s) uses '%s' (%s%s): a value must enter a loop "
-                            "through an enter node and leave it through an exit",
-                            nd->name, want ? "in loop " : "at the top level",
-                            want ? c->frames[want].name : "", src->name,
-                            got ? "in loop " : "at the top level", got ? c->frames[got].name : "");
+      if (s < 0 || (data && gr_part_back_edge(nd, j)) || gr_frames_check_edge(&c->fr, s, i))
+        continue;
+      int want = gr_frames_input_frame(&c->fr, i), got = gr_frames_output_frame(&c->fr, s);
+      return gr_error_set(c->err, GR_ERR_INVALID_ARGUMENT,
+                          "node '%s' (%s%s) uses '%s' (%s%s): a value must enter a loop "
+                          "through an enter node and leave it through an exit",
+                          nd->name, want ? "in loop " : "at the top level",
+                          want ? c->fr.frames[want].name : "", src->name,
+                          got ? "in loop " : "at the top level", got ? c->fr.frames[got].name : "");
     }
   }
   return GR_OK;
@@ -209,7 +195,7 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
   if (snd.node) snd.node->assigned_device = src->device;
   /* Inside a loop the Recv runs in every iteration of its frame on this
    * device: the frame's control loop here drives it. */
-  int f = gr_part_out_frame(c, s);
+  int f = gr_frames_output_frame(&c->fr, s);
   if (r && f == 0 && c->o->schedule_recvs &&
       !gr_map_put_u64(&c->recv_src, (uint64_t)(uintptr_t)r, (void *)(intptr_t)(s + 1)))
     return NULL;
@@ -456,23 +442,18 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
     if (nodes[i]->id + 1 > c.max_id) c.max_id = nodes[i]->id + 1;
   c.pos_of = malloc(sizeof(int) * ((size_t)c.max_id + 1));
   c.order = malloc(sizeof(int) * ((size_t)num_nodes + 1));
-  c.frame = calloc((size_t)num_nodes + 1, sizeof(int));
   c.dev = calloc((size_t)num_nodes + 1, sizeof(int));
   c.devs = malloc(sizeof(char *) * ((size_t)num_nodes + 1));
   c.copy = calloc((size_t)num_nodes + 1, sizeof(gr_node *));
-  c.cap_frames = 8;
   gr_map_init(&c.recvs, GR_MAP_U64), gr_map_init(&c.dups, GR_MAP_U64);
   gr_map_init(&c.standins, GR_MAP_U64), gr_map_init(&c.recv_src, GR_MAP_U64);
-  c.frames = malloc(sizeof(frame_info) * (size_t)c.cap_frames);
   c.ps = calloc(1, sizeof *c.ps);
   gr_status st = GR_OK;
-  if (!c.pos_of || !c.order || !c.frame || !c.dev || !c.devs || !c.copy || !c.frames || !c.ps) {
+  if (!c.pos_of || !c.order || !c.dev || !c.devs || !c.copy || !c.ps) {
     st = gr_part_oom(&c);
   } else {
     for (int i = 0; i < c.max_id; i++) c.pos_of[i] = 0;
     for (int i = 0; i < num_nodes; i++) c.pos_of[nodes[i]->id] = i;
-    c.frames[0] = (frame_info){.parent = -1, .name = "", .loop_cond = -1, .parallel = 1};
-    c.num_frames = 1;
     st = build(&c, fetches, num_fetches);
   }
   if (st == GR_OK) {
@@ -480,10 +461,11 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
   } else {
     gr_partitions_free(c.ps);
   }
-  free(c.pos_of), free(c.order), free(c.frame), free(c.dev), free(c.devs), free(c.copy);
-  for (int f = 0; c.frames && f < c.num_frames; f++)
+  free(c.pos_of), free(c.order), free(c.dev), free(c.devs), free(c.copy);
+  for (int f = 0; c.frames && f < c.fr.num_frames; f++)
     free(c.frames[f].ctl_merge), free(c.frames[f].ctl_pivot);
   free(c.frames), free(c.span);
+  gr_frames_free(&c.fr);
   gr_map_free(&c.recvs), gr_map_free(&c.dups), gr_map_free(&c.standins);
   gr_map_free(&c.recv_src);
   return st;

@@ -4,12 +4,13 @@
 #ifndef GR_PARTITION_INTERNAL_H
 #define GR_PARTITION_INTERNAL_H
 
+#include "core/gr_frames.h"
 #include "core/gr_map.h"
 #include "core/gr_partition.h"
 
+/* What the partitioner knows of a loop frame besides its place in the tree
+ * (pctx.fr; parents come before children). */
 typedef struct frame_info {
-  int parent; /* -1 for the top level (frame 0); parents come before children */
-  const char *name;
   int loop_cond;       /* position of the frame's loop_cond node, -1 if none */
   int parallel;        /* parallel_iterations of its enters */
   int num_devs;        /* devices the frame spans (its nested frames included) */
@@ -26,12 +27,11 @@ typedef struct pctx {
   gr_error *err;
   int *pos_of; /* node id -> position in nodes, -1 when not in the set */
   int max_id;
-  int *order; /* topological, loop back edges ignored */
-  int *frame; /* per position */
-  frame_info *frames;
-  int num_frames, cap_frames;
-  int *dev;          /* per position: partition index */
-  const char **devs; /* partition index -> device name (borrowed from the nodes) */
+  int *order;         /* topological, loop back edges ignored */
+  gr_frames fr;       /* the frame of each position (gr_frames_output_frame: of its outputs) */
+  frame_info *frames; /* per frame of fr */
+  int *dev;           /* per position: partition index */
+  const char **devs;  /* partition index -> device name (borrowed from the nodes) */
   int num_devs;
   unsigned char *span; /* [frame * num_devs + device]: the frame has nodes there */
   gr_node **copy;      /* per position: the copy in its partition */
@@ -49,8 +49,6 @@ gr_status gr_part_graph_error(pctx *c, gr_graph *g);
 int gr_part_pos(const pctx *c, const gr_node *n);
 /* Is input j of n the back edge of a loop (merge <- next_iteration)? */
 bool gr_part_back_edge(const gr_node *n, int j);
-/* The frame the outputs of the node at position p live in (an exit's: the parent). */
-int gr_part_out_frame(const pctx *c, int p);
 /* The _recv on partition d of output `index` (-1: the control edge) of the
  * node at position s, with its _send; NULL when out of memory. */
 gr_node *gr_part_recv_of(pctx *c, int s, int index, int d);

@@ -73,12 +73,12 @@ static gr_status settle_structure(pctx *c) {
 
 gr_status gr_part_settle_loops(pctx *c) {
   GR_TRY(settle_structure(c));
-  if (c->num_frames <= 1) return GR_OK;
+  if (c->fr.num_frames <= 1) return GR_OK;
   int nd = c->num_devs;
-  c->span = calloc((size_t)c->num_frames * (size_t)nd, 1);
+  c->span = calloc((size_t)c->fr.num_frames * (size_t)nd, 1);
   if (!c->span) return gr_part_oom(c);
   for (int i = 0; i < c->n; i++) {
-    int f = c->frame[i];
+    int f = c->fr.of_node[i];
     if (!f) continue;
     c->span[(size_t)f * (size_t)nd + (size_t)c->dev[i]] = 1;
     const gr_node *n = c->nodes[i];
@@ -87,37 +87,36 @@ gr_status gr_part_settle_loops(pctx *c) {
       c->frames[f].parallel = (int)gr_node_attr_int(n, "parallel_iterations", 10);
   }
   /* a nested frame's devices are its parent's too (children follow parents) */
-  for (int f = c->num_frames - 1; f > 0; f--) {
-    int p = c->frames[f].parent;
+  for (int f = c->fr.num_frames - 1; f > 0; f--) {
+    int p = c->fr.frames[f].parent;
     for (int d = 0; d < nd; d++) {
       unsigned char in = c->span[(size_t)f * (size_t)nd + (size_t)d];
       c->frames[f].num_devs += in;
       if (p > 0) c->span[(size_t)p * (size_t)nd + (size_t)d] |= in;
     }
   }
-  for (int f = 1; f < c->num_frames; f++)
+  for (int f = 1; f < c->fr.num_frames; f++)
     if (c->frames[f].num_devs > 1 && c->frames[f].loop_cond < 0)
       return gr_error_set(c->err, GR_ERR_INVALID_ARGUMENT,
                           "loop '%s' spans %d devices but has no loop_cond node to drive "
                           "them; build it with while_loop or pin it to one device",
-                          c->frames[f].name, c->frames[f].num_devs);
+                          c->fr.frames[f].name, c->frames[f].num_devs);
   return GR_OK;
 }
 
-/* Adds node "_loop/FRAME/what" of the control loop of fi to partition d. */
-static gr_node *loop_node(pctx *c, int d, const frame_info *fi, const char *what,
-                          const gr_op_def *op, const gr_output *in, int nin, const gr_attr *a,
-                          int na) {
+/* Adds node "_loop/FRAME/what" of the control loop of frame f to partition d. */
+static gr_node *loop_node(pctx *c, int d, int f, const char *what, const gr_op_def *op,
+                          const gr_output *in, int nin, const gr_attr *a, int na) {
   gr_partition *p = &c->ps->parts[d];
   char name[160];
-  snprintf(name, sizeof name, "_loop/%.100s/%s", fi->name, what);
+  snprintf(name, sizeof name, "_loop/%.100s/%s", c->fr.frames[f].name, what);
   gr_node *n = gr_graph_add_node(p->graph, op, name, in, nin, a, na).node;
   if (n) n->assigned_device = p->device;
   return n;
 }
 
 gr_status gr_part_add_loop_heads(pctx *c) {
-  for (int f = 1; f < c->num_frames; f++) {
+  for (int f = 1; f < c->fr.num_frames; f++) {
     frame_info *fi = &c->frames[f];
     if (fi->num_devs < 2) continue;
     fi->ctl_merge = calloc((size_t)c->num_devs, sizeof(gr_node *));
@@ -126,8 +125,9 @@ gr_status gr_part_add_loop_heads(pctx *c) {
       if (!c->span[(size_t)f * (size_t)c->num_devs + (size_t)d]) continue;
       gr_graph *g = c->ps->parts[d].graph;
       gr_output trigger = {NULL, 0};
-      if (fi->parent > 0) {
-        trigger.node = c->frames[fi->parent].ctl_merge[d];
+      int parent = c->fr.frames[f].parent;
+      if (parent > 0) {
+        trigger.node = c->frames[parent].ctl_merge[d];
         GR_ASSERT(trigger.node);
       } else {
         gr_tensor zero;
@@ -135,15 +135,16 @@ gr_status gr_part_add_loop_heads(pctx *c) {
         if (gr_tensor_from_data(&zero, GR_I32, &scalar, &(int32_t){0}, NULL) != GR_OK)
           return gr_part_oom(c);
         gr_attr v = gr_attr_tensor("value", zero);
-        trigger.node = loop_node(c, d, fi, "trigger", &gr_op_const, NULL, 0, &v, 1);
+        trigger.node = loop_node(c, d, f, "trigger", &gr_op_const, NULL, 0, &v, 1);
         gr_tensor_release(&v.value.tensor);
       }
-      gr_attr a[] = {gr_attr_string("frame_name", fi->name), gr_attr_bool("is_constant", false),
+      gr_attr a[] = {gr_attr_string("frame_name", c->fr.frames[f].name),
+                     gr_attr_bool("is_constant", false),
                      gr_attr_int("parallel_iterations", fi->parallel)};
       gr_output e = {
-          trigger.node ? loop_node(c, d, fi, "enter", &gr_op_enter, &trigger, 1, a, 3) : NULL, 0};
+          trigger.node ? loop_node(c, d, f, "enter", &gr_op_enter, &trigger, 1, a, 3) : NULL, 0};
       fi->ctl_merge[d] =
-          e.node ? loop_node(c, d, fi, "merge", &gr_op_merge, (gr_output[]){e, e}, 2, NULL, 0)
+          e.node ? loop_node(c, d, f, "merge", &gr_op_merge, (gr_output[]){e, e}, 2, NULL, 0)
                  : NULL;
       if (!fi->ctl_merge[d]) return gr_part_graph_error(c, g);
       c->ps->num_control_loops++;
@@ -153,7 +154,7 @@ gr_status gr_part_add_loop_heads(pctx *c) {
 }
 
 static bool is_body_pivot(const pctx *c, int s) {
-  int f = c->frame[s];
+  int f = c->fr.of_node[s];
   const gr_node *n = c->nodes[s];
   if (f <= 0 || !c->frames[f].ctl_merge || n->op != &gr_op_identity || n->num_inputs != 1 ||
       n->inputs[0].index != 1)
@@ -162,13 +163,14 @@ static bool is_body_pivot(const pctx *c, int s) {
   if (sw->op->cf_kind != GR_CF_SWITCH || sw->num_inputs != 2) return false;
   int m = gr_part_pos(c, sw->inputs[0].node), lc = gr_part_pos(c, sw->inputs[1].node);
   return lc >= 0 && lc == c->frames[f].loop_cond && m >= 0 &&
-         c->nodes[m]->op->cf_kind == GR_CF_MERGE && c->frame[m] == f;
+         c->nodes[m]->op->cf_kind == GR_CF_MERGE && c->fr.of_node[m] == f;
 }
 
 gr_node *gr_part_loop_pivot(pctx *c, int s, int d, gr_status *st) {
   *st = GR_OK;
   if (!is_body_pivot(c, s)) return NULL;
-  frame_info *fi = &c->frames[c->frame[s]];
+  int f = c->fr.of_node[s];
+  frame_info *fi = &c->frames[f];
   if (!fi->ctl_merge[d]) return NULL;
   if (!fi->ctl_pivot && !(fi->ctl_pivot = calloc((size_t)c->num_devs, sizeof(gr_node *)))) {
     *st = gr_part_oom(c);
@@ -176,15 +178,15 @@ gr_node *gr_part_loop_pivot(pctx *c, int s, int d, gr_status *st) {
   }
   if (!fi->ctl_pivot[d]) {
     /* its input becomes the control loop's switch (true side) with the tail */
-    fi->ctl_pivot[d] = loop_node(c, d, fi, "pivot", &gr_op_identity,
-                                 &(gr_output){fi->ctl_merge[d], 0}, 1, NULL, 0);
+    fi->ctl_pivot[d] =
+        loop_node(c, d, f, "pivot", &gr_op_identity, &(gr_output){fi->ctl_merge[d], 0}, 1, NULL, 0);
     if (!fi->ctl_pivot[d]) *st = gr_part_graph_error(c, c->ps->parts[d].graph);
   }
   return fi->ctl_pivot[d];
 }
 
 gr_status gr_part_add_loop_tails(pctx *c) {
-  for (int f = 1; f < c->num_frames; f++) {
+  for (int f = 1; f < c->fr.num_frames; f++) {
     frame_info *fi = &c->frames[f];
     if (!fi->ctl_merge) continue;
     int lc = fi->loop_cond;
@@ -196,9 +198,9 @@ gr_status gr_part_add_loop_tails(pctx *c) {
       if (!pred.node)
         return gr_part_graph_error(c, gr_graph_error(g) ? g : c->ps->parts[c->dev[lc]].graph);
       gr_output s = {
-          loop_node(c, d, fi, "switch", &gr_op_switch, (gr_output[]){{m, 0}, pred}, 2, NULL, 0), 1};
+          loop_node(c, d, f, "switch", &gr_op_switch, (gr_output[]){{m, 0}, pred}, 2, NULL, 0), 1};
       if (!s.node) return gr_part_graph_error(c, g);
-      gr_output nx = {loop_node(c, d, fi, "next_iteration", &gr_op_next_iteration, &s, 1, NULL, 0),
+      gr_output nx = {loop_node(c, d, f, "next_iteration", &gr_op_next_iteration, &s, 1, NULL, 0),
                       0};
       if (!nx.node || gr_graph_set_input(g, m, 1, nx) != GR_OK) return gr_part_graph_error(c, g);
       if (fi->ctl_pivot && fi->ctl_pivot[d] &&

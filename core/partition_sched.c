@@ -106,7 +106,7 @@ gr_status gr_part_schedule_recvs(pctx *c) {
     gr_graph *g = c->ps->parts[d].graph;
     int nc = 0;
     for (int i = 0; i < n; i++)
-      if (c->dev[i] == d && c->copy[i] && gr_part_out_frame(c, i) == 0 && !maybe_dead[i])
+      if (c->dev[i] == d && c->copy[i] && gr_frames_output_frame(&c->fr, i) == 0 && !maybe_dead[i])
         cs[nc++] = (cand){geft[i], i};
     qsort(cs, (size_t)nc, sizeof *cs, cmp_cand);
     for (int r = 0; r < gr_graph_num_nodes(g) && st == GR_OK; r++) {

@@ -55,87 +55,14 @@ static void colocate_new(gr_graph *g, int first_id, const gr_node *fwd) {
 
 /* ---- loop frames ---------------------------------------------------------------------- */
 
-void ad_frames_free(ad_frames *f) {
-  free(f->name);
-  free(f->parent);
-  free(f->of_node);
-  memset(f, 0, sizeof *f);
-}
-
-static int frame_depth(const ad_frames *f, int fr) {
-  int d = 0;
-  for (; fr > 0; fr = f->parent[fr]) d++;
-  return d;
-}
-
-/* The frame `name` inside `parent`. A frame is one per name: while a loop
- * body is being built (gradients() inside it), a loop nested in the body
- * has enters from the body and enters of values from outside the body (its
- * own captures, rerouted into the body only when the body is done), so
- * its parent is the deepest of their frames. */
-static int frame_child(ad_frames *f, int parent, const char *name) {
-  for (int k = 1; k < f->n; k++) {
-    if (strcmp(f->name[k], name) != 0) continue;
-    bool inside_k = false; /* parent is k or inside it: not a parent for k */
-    for (int a = parent; a > 0 && !inside_k; a = f->parent[a]) inside_k = a == k;
-    if (!inside_k && frame_depth(f, parent) > frame_depth(f, f->parent[k])) f->parent[k] = parent;
-    return k;
-  }
-  if (f->n == f->cap) {
-    int cap = f->cap * 2;
-    const char **nm = realloc(f->name, sizeof *nm * (size_t)cap);
-    if (nm) f->name = nm;
-    int *pa = realloc(f->parent, sizeof *pa * (size_t)cap);
-    if (pa) f->parent = pa;
-    if (!nm || !pa) return -1;
-    f->cap = cap;
-  }
-  f->name[f->n] = name;
-  f->parent[f->n] = parent;
-  return f->n++;
-}
-
-int ad_out_frame(const ad_frames *f, const gr_node *n) {
-  int fr = f->of_node[n->id];
-  return n->op->cf_kind == GR_CF_EXIT && fr > 0 ? f->parent[fr] : fr;
-}
-
-gr_status ad_frames_compute(const gr_graph *g, const int *order, int total, ad_frames *f) {
-  memset(f, 0, sizeof *f);
-  f->cap = 8;
-  f->name = malloc(sizeof(char *) * 8);
-  f->parent = malloc(sizeof(int) * 8);
-  f->of_node = calloc((size_t)total + 1, sizeof(int));
-  if (!f->name || !f->parent || !f->of_node) return GR_ERR_RESOURCE_EXHAUSTED;
-  f->name[0] = "";
-  f->parent[0] = -1;
-  f->n = 1;
-  f->total = total;
-  for (int k = 0; k < total; k++) {
-    const gr_node *n = gr_graph_node(g, order[k]);
-    /* the deepest frame among its inputs: while a loop body is being built
-     * (gradients() inside it), its nodes still read outside values
-     * directly, and it is their loop-side inputs that place them */
-    int fr = 0, depth = 0;
-    for (int j = 0; j < n->num_inputs + n->num_control_inputs; j++) {
-      const gr_node *p = gr_node_predecessor(n, j);
-      if (p->id >= total) continue;
-      int pf = ad_out_frame(f, p), d = 0;
-      for (int a = pf; a > 0; a = f->parent[a]) d++;
-      if (j == 0 || d > depth) fr = pf, depth = d;
-      if (n->op->cf_kind == GR_CF_ENTER) break; /* an enter nests in its input's frame */
-    }
-    if (n->op->cf_kind == GR_CF_ENTER && n->num_inputs > 0)
-      fr = frame_child(f, fr, gr_node_attr_string(n, "frame_name", n->name));
-    if (fr < 0) return GR_ERR_RESOURCE_EXHAUSTED;
-    f->of_node[n->id] = fr;
-  }
-  return GR_OK;
+gr_status ad_frames_compute(const gr_graph *g, const int *order, int total, gr_frames *f) {
+  GR_TRY(gr_frames_init(f, GR_FRAMES_DEEPEST_INPUT, total));
+  return gr_frames_assign_graph(f, g, order);
 }
 
 /* The frame directly inside `base` that contains frame fr, or -1 when fr is base. */
-static int child_of_base(const ad_frames *f, int fr, int base) {
-  while (fr >= 0 && fr != base && f->parent[fr] != base) fr = f->parent[fr];
+static int child_of_base(const gr_frames *f, int fr, int base) {
+  while (fr >= 0 && fr != base && f->frames[fr].parent != base) fr = f->frames[fr].parent;
   return fr == base || fr < 0 ? -1 : fr;
 }
 
@@ -147,7 +74,7 @@ typedef struct walk {
   int *order, *out_base, *group_order;
   char *from_x, *to_y;
   contrib *grads;
-  ad_frames fr;
+  gr_frames fr;
   int base;
   bool no_control_flow; /* no control-flow op among the nodes differentiated */
 } walk;
@@ -160,7 +87,7 @@ static void walk_free(walk *w) {
   free(w->group_order);
   free(w->from_x);
   free(w->to_y);
-  ad_frames_free(&w->fr);
+  gr_frames_free(&w->fr);
 }
 
 typedef struct group_edges_ctx {
@@ -186,7 +113,7 @@ static void group_edges(const void *ctx, gr_topo_emit_fn emit, void *acc) {
  * group (id total + frame). Fills w->group_order with the groups in a
  * topological order; returns their count or -1. */
 static int group_sort(walk *w) {
-  int ng = w->total + w->fr.n, count = -1;
+  int ng = w->total + w->fr.num_frames, count = -1;
   int *gid = malloc(sizeof(int) * ((size_t)w->total + 1));
   unsigned char *unused = malloc((size_t)ng + 1);
   w->group_order = malloc(sizeof(int) * ((size_t)ng + 1));
@@ -339,18 +266,19 @@ static gr_status walk_start(walk *w, gr_graph *g, const gr_output *ys, int ny, c
       ad_frames_compute(g, w->order, w->total, &w->fr) != GR_OK)
     return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   w->base = -1;
-  for (int k = 0; k < w->fr.n && base; k++)
-    if (strcmp(w->fr.name[k], base) == 0) w->base = k;
+  for (int k = 0; k < w->fr.num_frames && base; k++)
+    if (strcmp(w->fr.frames[k].name, base) == 0) w->base = k;
   if (!base) { /* the frame of the ys: inside a loop body, per iteration */
-    w->base = ad_out_frame(&w->fr, ys[0].node);
+    w->base = gr_frames_output_frame(&w->fr, ys[0].node->id);
     for (int i = 1; i < ny; i++) {
-      int f = ad_out_frame(&w->fr, ys[i].node);
+      int f = gr_frames_output_frame(&w->fr, ys[i].node->id);
       if (f != w->base)
         return fail(g, GR_ERR_INVALID_ARGUMENT,
                     "gradients: y '%s' is in %s%s but y '%s' is in %s%s: differentiate values of "
                     "one loop body (or of the top level) together",
-                    ys[0].node->name, w->base ? "loop " : "the top level", w->fr.name[w->base],
-                    ys[i].node->name, f ? "loop " : "the top level", w->fr.name[f]);
+                    ys[0].node->name, w->base ? "loop " : "the top level",
+                    w->fr.frames[w->base].name, ys[i].node->name, f ? "loop " : "the top level",
+                    w->fr.frames[f].name);
     }
   }
   if (w->base < 0) return fail(g, GR_ERR_INTERNAL, "gradients: no loop frame '%s'", base);

@@ -5,17 +5,10 @@
 
 #include "ops/gr_ops.h"
 
-/* Loop frames of a graph's nodes, from the frame_name of enter nodes. */
-typedef struct ad_frames {
-  int n, cap;
-  const char **name; /* per frame; frame 0 is the top level ("") */
-  int *parent;       /* per frame; -1 for frame 0 */
-  int *of_node;      /* per node id */
-  int total;         /* nodes of_node covers (ids below) */
-} ad_frames;
-
-gr_status ad_frames_compute(const gr_graph *g, const int *order, int total, ad_frames *f);
-void ad_frames_free(ad_frames *f);
+/* Loop frames of the graph's nodes 0..total-1 (order: topological),
+ * by the deepest-input rule (gr_frames.h). The caller frees f with
+ * gr_frames_free, also on an error (GR_ERR_RESOURCE_EXHAUSTED). */
+gr_status ad_frames_compute(const gr_graph *g, const int *order, int total, gr_frames *f);
 
 /* One while loop as gr_while_loop builds it. */
 typedef struct ad_loop {
@@ -27,11 +20,8 @@ typedef struct ad_loop {
 } ad_loop;
 
 /* Finds the loop structure of frame `frame`; an error names what is missing. */
-gr_status ad_loop_find(gr_graph *g, const ad_frames *f, int frame, int total, ad_loop *loop);
+gr_status ad_loop_find(gr_graph *g, const gr_frames *f, int frame, int total, ad_loop *loop);
 void ad_loop_free(ad_loop *loop);
-
-/* The frame a node's output lives in: its own, or its loop's parent for an exit. */
-int ad_out_frame(const ad_frames *f, const gr_node *n);
 
 /* The stack_push nodes among ids [0, total), to find a pop's push
  * (autodiff_stacks.c). */
@@ -48,7 +38,7 @@ const gr_node *ad_pushes_match(const ad_pushes *p, const gr_node *pop);
  * from the xs to the ys (from_x and to_y per node id): its value is a
  * loop's forward value read back by that loop's gradient, and a gradient
  * of it would be lost (second order through a loop). */
-gr_status ad_refuse_loop_gradients(gr_graph *g, const ad_frames *f, const ad_pushes *p,
+gr_status ad_refuse_loop_gradients(gr_graph *g, const gr_frames *f, const ad_pushes *p,
                                    const char *from_x, const char *to_y, int base);
 
 /* A gradient built inside the reverse loop of a while loop (while_grad.c):
@@ -67,7 +57,7 @@ typedef struct ad_reverse {
  * the invariants' outside values (d_inv[j]; only where want_inv[j]). outer:
  * the reverse loop of an enclosing loop that this one is built in, or NULL
  * (the reverse loop runs where the forward one ran). */
-gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *loop,
+gr_status ad_while_gradient(gr_graph *g, const gr_frames *f, const ad_loop *loop,
                             const gr_output *d_exits, const bool *want_inv, gr_output *d_init,
                             gr_output *d_inv, const ad_reverse *outer);
 

@@ -58,17 +58,17 @@ const gr_node *ad_pushes_match(const ad_pushes *p, const gr_node *pop) {
   return NULL;
 }
 
-gr_status ad_refuse_loop_gradients(gr_graph *g, const ad_frames *f, const ad_pushes *p,
+gr_status ad_refuse_loop_gradients(gr_graph *g, const gr_frames *f, const ad_pushes *p,
                                    const char *from_x, const char *to_y, int base) {
-  for (int id = 0; id < f->total && p->n; id++) {
+  for (int id = 0; id < f->num_nodes && p->n; id++) {
     const gr_node *n = gr_graph_node(g, id);
     if (!from_x[id] || !to_y[id]) continue;
     const gr_node *push = ad_pushes_match(p, n);
     if (!push) continue;
     int fr = f->of_node[id];
-    while (fr >= 0 && fr != base) fr = f->parent[fr];
+    while (fr >= 0 && fr != base) fr = f->frames[fr].parent;
     if (fr != base) continue; /* outside the frame differentiated: a constant of it */
-    const char *loop = push->id < f->total ? f->name[f->of_node[push->id]] : "";
+    const char *loop = push->id < f->num_nodes ? f->frames[f->of_node[push->id]].name : "";
     return gr_graph_set_errorf(
         g, GR_ERR_UNIMPLEMENTED,
         "gradients: the value differentiated depends on the gradient of loop '%s', which "

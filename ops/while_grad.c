@@ -45,7 +45,7 @@ static gr_node *consumer(gr_node **nodes, int n, const gr_node *of, int idx, int
   return NULL;
 }
 
-gr_status ad_loop_find(gr_graph *g, const ad_frames *f, int frame, int total, ad_loop *l) {
+gr_status ad_loop_find(gr_graph *g, const gr_frames *f, int frame, int total, ad_loop *l) {
   memset(l, 0, sizeof *l);
   l->frame = frame;
   gr_node **nodes = gr_alloc_array((size_t)total + 1, sizeof(gr_node *));
@@ -82,12 +82,12 @@ gr_status ad_loop_find(gr_graph *g, const ad_frames *f, int frame, int total, ad
       st = gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
                                "gradients: loop '%s' is not shaped as gr_while_loop builds loops "
                                "(enter '%s'); cannot differentiate it",
-                               f->name[frame], e->name);
+                               f->frames[frame].name, e->name);
     l->n++;
   }
   if (st == GR_OK && l->n == 0)
     st = gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED, "gradients: loop '%s' has no loop variables",
-                             f->name[frame]);
+                             f->frames[frame].name);
   free(nodes);
   if (st != GR_OK) ad_loop_free(l);
   return st;
@@ -97,7 +97,7 @@ gr_status ad_loop_find(gr_graph *g, const ad_frames *f, int frame, int total, ad
 
 typedef struct rev {
   gr_graph *g;
-  const ad_frames *fr;
+  const gr_frames *fr;
   const ad_loop *loop;
   const ad_reverse *outer; /* the enclosing reverse loop, or NULL */
   int total;               /* nodes that existed when the frames were computed */
@@ -178,7 +178,7 @@ static gr_output remap(void *arg, gr_output fwd) {
   rev *r = arg;
   gr_node *n = fwd.node;
   if (!n || n->id >= r->total) return fwd; /* built for the gradient */
-  if (ad_out_frame(r->fr, n) != r->loop->frame) return outer_value(r, fwd);
+  if (gr_frames_output_frame(r->fr, n->id) != r->loop->frame) return outer_value(r, fwd);
   if (n->op->cf_kind == GR_CF_ENTER && gr_node_attr_bool(n, "is_constant", false))
     return outer_value(r, n->inputs[0]); /* an invariant: its outside value */
   for (int k = 0; k < r->nmap; k++)
@@ -194,7 +194,8 @@ static gr_output remap(void *arg, gr_output fwd) {
     r->capmap = cap;
   }
   char stack[300];
-  snprintf(stack, sizeof stack, "%s/grad_stack_%d", r->fr->name[r->loop->frame], r->serial++);
+  snprintf(stack, sizeof stack, "%s/grad_stack_%d", r->fr->frames[r->loop->frame].name,
+           r->serial++);
   gr_output p = stack_pair(r, fwd, stack);
   if (!p.node) return p;
   r->fwd[r->nmap] = fwd;
@@ -230,8 +231,8 @@ static void rev_body(gr_graph *g, void *arg, const gr_output *vars, gr_output *n
     xs[k] = (gr_output){l->body[r->fvar[k]], 0};
   }
   for (int k = 0; k < r->nw; k++) xs[r->nf + k] = (gr_output){l->invariant[r->winv[k]], 0};
-  if (!name.node ||
-      ad_gradients(g, ys, r->nf, xs, nx, vars, true, d, r->fr->name[l->frame], &self) != GR_OK)
+  if (!name.node || ad_gradients(g, ys, r->nf, xs, nx, vars, true, d, r->fr->frames[l->frame].name,
+                                 &self) != GR_OK)
     goto out;
   for (int k = 0; k < r->nf; k++) next[k] = d[k].node ? d[k] : gr_zeros_like(g, vars[k]);
   for (int k = 0; k < r->nw; k++) {
@@ -252,7 +253,7 @@ out:
   free(d);
 }
 
-gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *l,
+gr_status ad_while_gradient(gr_graph *g, const gr_frames *f, const ad_loop *l,
                             const gr_output *d_exits, const bool *want_inv, gr_output *d_init,
                             gr_output *d_inv, const ad_reverse *outer) {
   rev r;
@@ -261,7 +262,7 @@ gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *l,
   r.fr = f;
   r.loop = l;
   r.outer = outer;
-  r.total = f->total;
+  r.total = f->num_nodes;
   r.fvar = calloc((size_t)l->n + 1, sizeof(int));
   r.winv = calloc((size_t)l->m + 1, sizeof(int));
   gr_output *vars = calloc((size_t)(l->n + l->m) + 1, sizeof *vars);
@@ -275,7 +276,7 @@ gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *l,
   for (int j = 0; j < l->m; j++)
     if (want_inv[j]) r.winv[r.nw++] = j;
   if (r.nf == 0) goto out; /* nothing differentiable flows around the loop */
-  snprintf(r.count_stack, sizeof r.count_stack, "%s/grad_count_%d", f->name[l->frame],
+  snprintf(r.count_stack, sizeof r.count_stack, "%s/grad_count_%d", f->frames[l->frame].name,
            gr_graph_num_nodes(g));
   r.serial = gr_graph_num_nodes(g);
   /* one count push per forward iteration that ran the body: its name, the
@@ -298,7 +299,7 @@ gr_status ad_while_gradient(gr_graph *g, const ad_frames *f, const ad_loop *l,
   for (int k = 0; k < r.nw; k++)
     vars[r.nf + k] = gr_zeros_like(g, outer_value(&r, l->invariant[r.winv[k]]->inputs[0]));
   char scope[300];
-  snprintf(scope, sizeof scope, "/gradients/%s_grad", f->name[l->frame]);
+  snprintf(scope, sizeof scope, "/gradients/%s_grad", f->frames[l->frame].name);
   gr_graph_push_name_scope(g, scope);
   /* one iteration at a time: pops must follow pushes in reverse order */
   st = gr_while_loop(g, rev_cond, rev_body, &r, r.nf + r.nw, vars, 1);

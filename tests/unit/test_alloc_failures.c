@@ -5,7 +5,8 @@
  * and two training steps on one device, on a control-flow program, on two
  * devices (partitioning, send/recv) and with a while loop split over two
  * devices (partitioned control loops); checkpoint save and restore into a
- * file in a temporary directory. Each runs again and again with its Nth
+ * file in a temporary directory; and the loop frames of a graph nested 12
+ * deep, by both rules (core/gr_frames.h). Each runs again and again with its Nth
  * allocation failing, N = 1, 2, ... until a run sees no injected failure,
  * twice: failing only the Nth allocation (a transient failure), then every
  * allocation from the Nth on (memory stays short). At every N the calls
@@ -523,6 +524,77 @@ static void test_partitioned_loop_run(void) {
                &ctx);
 }
 
+/* ---- loop frames (core/gr_frames.h), by both rules ------------------------------- */
+
+enum { FRAMES_DEEP = 12 }; /* past the tree's first capacity (8 frames) */
+
+typedef struct frames_ctx {
+  gr_graph *g;
+  int *order, n, deepest; /* deepest: a node in the innermost frame */
+  gr_frames fr[2];
+} frames_ctx;
+
+/* FRAMES_DEEP nested loops (an enter each, an exit each on the way out) and
+ * a node inside the innermost placed by a control input only. */
+static void frames_setup(void *c) {
+  frames_ctx *f = c;
+  f->g = gr_graph_new();
+  gr_output v = gr_const_i64(f->g, 1);
+  char name[16];
+  for (int k = 0; k < FRAMES_DEEP; k++) {
+    snprintf(name, sizeof name, "f%d", k);
+    gr_attr a = gr_attr_string("frame_name", name);
+    v = gr_graph_add_node(f->g, &gr_op_enter, NULL, &v, 1, &a, 1);
+  }
+  gr_output inner = gr_const_i64(f->g, 2);
+  GR_CHECK(gr_graph_add_control_input(f->g, inner.node, v.node) == GR_OK);
+  f->deepest = inner.node->id;
+  for (int k = 0; k < FRAMES_DEEP; k++)
+    v = gr_graph_add_node(f->g, &gr_op_exit, NULL, &v, 1, NULL, 0);
+  gr_identity(f->g, v);
+  GR_CHECK(gr_graph_error(f->g) == NULL);
+  f->n = gr_graph_num_nodes(f->g);
+  f->order = gr_alloc_array((size_t)f->n, sizeof *f->order);
+  GR_CHECK(f->order && gr_graph_topo_order(f->g, f->order) == f->n);
+}
+
+static gr_status frames_body(void *c, gr_error *err) {
+  frames_ctx *f = c;
+  for (int r = 0; r < 2; r++) {
+    gr_status st =
+        gr_frames_init(&f->fr[r], r ? GR_FRAMES_DEEPEST_INPUT : GR_FRAMES_FIRST_INPUT, f->n);
+    if (st == GR_OK) st = gr_frames_assign_graph(&f->fr[r], f->g, f->order);
+    if (st != GR_OK) return gr_error_set(err, st, "out of memory");
+  }
+  return GR_OK;
+}
+
+static int frames_check(void *c) {
+  frames_ctx *f = c;
+  int ok = 1;
+  for (int r = 0; r < 2; r++) {
+    const gr_frames *fr = &f->fr[r];
+    ok &= fr->num_frames == FRAMES_DEEP + 1 &&
+          gr_frames_get_depth(fr, fr->of_node[f->deepest]) == FRAMES_DEEP &&
+          fr->of_node[f->n - 1] == 0;
+  }
+  return ok;
+}
+
+static void frames_teardown(void *c) {
+  frames_ctx *f = c;
+  gr_frames_free(&f->fr[0]), gr_frames_free(&f->fr[1]);
+  free(f->order);
+  gr_graph_free(f->g);
+  f->order = NULL, f->g = NULL;
+}
+
+static void test_frames(void) {
+  frames_ctx ctx = {0};
+  run_scenario(&(scenario){"frames", frames_setup, frames_body, frames_check, frames_teardown},
+               &ctx);
+}
+
 /* ---- checkpoint save and restore ------------------------------------------------- */
 
 typedef struct ckpt_ctx {
@@ -637,6 +709,7 @@ int main(void) {
   GR_RUN(test_control_flow_run);
   GR_RUN(test_partitioned_run);
   GR_RUN(test_partitioned_loop_run);
+  GR_RUN(test_frames);
   GR_RUN(test_checkpoint);
   return gr_test_finish();
 }

@@ -324,6 +324,26 @@ static void test_loop_errors(void) {
   gr_graph_free(g);
 }
 
+/* An exit outside any loop whose value is used is an error that says so
+ * (it was "out of memory" when the plan gave its output no frame). */
+static void test_exit_outside_loop(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_const_i32(g, 1);
+  gr_output ex = gr_graph_add_node(g, &gr_op_exit, "stray_exit", &x, 1, NULL, 0);
+  gr_output y = gr_add(g, ex, x);
+  gr_session *s = session(g, 1);
+  gr_status st;
+  gr_error err;
+  fetch1(s, NULL, 0, y, &st, &err);
+  GR_CHECK(st == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "'stray_exit' is an exit outside any loop");
+  fetch1(s, NULL, 0, ex, &st, &err);
+  GR_CHECK(st == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "'stray_exit' is an exit outside any loop");
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 /* ---- cond */
 typedef struct branch_args {
   gr_output x, var;
@@ -556,6 +576,7 @@ int main(void) {
   GR_RUN(test_million_iterations_flat_memory);
   GR_RUN(test_parallel_iterations);
   GR_RUN(test_loop_errors);
+  GR_RUN(test_exit_outside_loop);
   GR_RUN(test_cond_side_effects);
   GR_RUN(test_nested_cond_deadness);
   GR_RUN(test_cond_gradient);
