@@ -56,6 +56,12 @@ void dsl_tensor_value(dsl_value *out, gr_output o) {
   out->t = o;
 }
 
+void dsl_int_value(dsl_value *out, int64_t i) {
+  memset(out, 0, sizeof *out);
+  out->kind = V_NUM;
+  out->num = (dsl_num){.v = (double)i, .i = i, .is_int = true};
+}
+
 dsl_bargs dsl_bargs_make(gr_dsl_program *p, const char *fn, const dsl_expr *e, dsl_value *v,
                          int nargs) {
   dsl_bargs a = {.p = p, .e = e, .fn = fn, .v = v, .n = nargs};

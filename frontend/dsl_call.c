@@ -665,11 +665,7 @@ static gr_status bi_dim(gr_dsl_program *p, const char *fn, const dsl_expr *e, co
   if (s->dims[ax] < 0)
     return dsl_error(p->err, GR_ERR_SHAPE, e->pos, "dim: dim %d of '%s' is unknown ('?')", ax,
                      x.node->name);
-  memset(out, 0, sizeof *out);
-  out->kind = V_NUM;
-  out->num.is_int = true;
-  out->num.i = s->dims[ax];
-  out->num.v = (double)s->dims[ax];
+  dsl_int_value(out, s->dims[ax]);
   return GR_OK;
 }
 

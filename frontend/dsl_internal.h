@@ -192,15 +192,19 @@ typedef struct dsl_loopvar {
   dsl_expr *init;
 } dsl_loopvar;
 
+/* A number: v, and i when is_int (an integer literal or the result of
+ * integer arithmetic). */
+typedef struct dsl_num {
+  double v;
+  int64_t i;
+  bool is_int;
+} dsl_num;
+
 struct dsl_expr {
   dsl_expr_kind kind;
   dsl_pos pos;
   union {
-    struct {
-      double v;
-      int64_t i;
-      bool is_int;
-    } num;
+    dsl_num num;
     const char *str; /* E_STR, E_IDENT */
     bool b;
     struct {
@@ -299,11 +303,7 @@ struct dsl_value {
   bool multi;  /* t is output 0 of an op with several outputs, which `a, b = ...` unpacks */
   gr_output t; /* when has_t */
   union {
-    struct {
-      double v;
-      int64_t i;
-      bool is_int;
-    } num;
+    dsl_num num;
     struct {
       const char *str;
       const dsl_source *str_src; /* where a string literal is written (NULL: elsewhere) */
@@ -450,6 +450,8 @@ gr_status dsl_bargs_string(const dsl_bargs *a, int i, const char *what, const ch
 gr_status dsl_bargs_bool(const dsl_bargs *a, int i, const char *what, bool *out);
 /* *out = the tensor o (a value of kind V_TENSOR). */
 void dsl_tensor_value(dsl_value *out, gr_output o);
+/* *out = the integer i (a value of kind V_NUM). */
+void dsl_int_value(dsl_value *out, int64_t i);
 /* A built-in function of the DSL (not an op), called as fn: gets the call e,
  * its evaluated arguments v[0..nargs), the name it is bound to (NULL: none)
  * and fills *out. The table of built-ins is in dsl_call.c. */

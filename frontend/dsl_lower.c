@@ -423,9 +423,7 @@ static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, ds
   switch (e->kind) {
     case E_NUM:
       out->kind = V_NUM;
-      out->num.v = e->num.v;
-      out->num.i = e->num.i;
-      out->num.is_int = e->num.is_int;
+      out->num = e->num;
       return GR_OK;
     case E_STR:
       out->kind = V_STR;

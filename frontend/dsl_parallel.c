@@ -344,11 +344,7 @@ static gr_status num_tasks(const dsl_bargs *a, dsl_value *out) {
       count += strcmp(gr_cluster_task_at(c, i)->job, job) == 0;
   }
   gr_cluster_free(mine);
-  memset(out, 0, sizeof *out);
-  out->kind = V_NUM;
-  out->num.is_int = true;
-  out->num.i = count;
-  out->num.v = (double)count;
+  dsl_int_value(out, count);
   return GR_OK;
 }
 
@@ -360,11 +356,7 @@ static gr_status task_index(const dsl_bargs *a, dsl_value *out) {
   if (a->n)
     return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
                      "task_index takes no arguments");
-  memset(out, 0, sizeof *out);
-  out->kind = V_NUM;
-  out->num.is_int = true;
-  out->num.i = a->p->opts.task_index;
-  out->num.v = (double)a->p->opts.task_index;
+  dsl_int_value(out, a->p->opts.task_index);
   return GR_OK;
 }
 
