@@ -458,6 +458,14 @@ void dsl_int_value(dsl_value *out, int64_t i);
 typedef gr_status dsl_builtin_handler(gr_dsl_program *p, const char *fn, const dsl_expr *e,
                                       const char *name, dsl_value *v, int nargs, dsl_value *out);
 typedef dsl_builtin_handler *dsl_builtin_fn;
+/* Defines the handler dsl_builtin_NAME as CALL, an expression of the call's
+ * arguments `a` (a dsl_bargs), the bound `name` and `out`. */
+#define DSL_BUILTIN(NAME, CALL)                                                                    \
+  gr_status dsl_builtin_##NAME(gr_dsl_program *p, const char *fn, const dsl_expr *e,               \
+                               const char *name, dsl_value *v, int nargs, dsl_value *out) {        \
+    dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);                                              \
+    return CALL;                                                                                   \
+  }
 /* The queue, accumulator and sync-replicas built-ins (dsl_queues.c); the
  * queue ones have the names of the ops they build. */
 extern dsl_builtin_handler dsl_builtin_fifo_queue, dsl_builtin_queue_enqueue,

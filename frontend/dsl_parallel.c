@@ -362,48 +362,19 @@ static gr_status task_index(const dsl_bargs *a, dsl_value *out) {
 
 /* ---- the handlers of the built-in table (dsl_call.c) ------------------------------------- */
 
-gr_status dsl_builtin_ps_variables(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                   const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return ps_variables(&a, name, out);
-}
+DSL_BUILTIN(ps_variables, ps_variables(&a, name, out))
 
-gr_status dsl_builtin_replicas(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                               const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return replicas(&a, name, false, out);
-}
+DSL_BUILTIN(replicas, replicas(&a, name, false, out))
 
-gr_status dsl_builtin_micro_batches(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return replicas(&a, name, true, out);
-}
+DSL_BUILTIN(micro_batches, replicas(&a, name, true, out))
 
-gr_status dsl_builtin_all_reduce(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return all_reduce(&a, out);
-}
+DSL_BUILTIN(all_reduce, all_reduce(&a, out))
 
-gr_status dsl_builtin_num_tasks(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return num_tasks(&a, out);
-}
+DSL_BUILTIN(num_tasks, num_tasks(&a, out))
 
-gr_status dsl_builtin_task_index(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return task_index(&a, out);
-}
+DSL_BUILTIN(task_index, task_index(&a, out))
 
-gr_status dsl_builtin_partitioned_variable(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                           const char *name, dsl_value *v, int nargs,
-                                           dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return partitioned_variable(&a, name, out);
-}
+DSL_BUILTIN(partitioned_variable, partitioned_variable(&a, name, out))
 
 gr_status dsl_builtin_mirror_spread(gr_dsl_program *p, const char *fn, const dsl_expr *e,
                                     const char *name, dsl_value *v, int nargs, dsl_value *out) {

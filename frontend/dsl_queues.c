@@ -211,52 +211,18 @@ static gr_status sync_replicas(const dsl_bargs *a, dsl_value *out) {
 
 /* ---- the handlers of the built-in table (dsl_call.c) ------------------------------------- */
 
-gr_status dsl_builtin_fifo_queue(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return fifo_queue(&a, name, out);
-}
+DSL_BUILTIN(fifo_queue, fifo_queue(&a, name, out))
 
-gr_status dsl_builtin_queue_enqueue(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return enqueue(&a, false, out);
-}
+DSL_BUILTIN(queue_enqueue, enqueue(&a, false, out))
 
-gr_status dsl_builtin_queue_enqueue_many(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                         const char *name, dsl_value *v, int nargs,
-                                         dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return enqueue(&a, true, out);
-}
+DSL_BUILTIN(queue_enqueue_many, enqueue(&a, true, out))
 
-gr_status dsl_builtin_queue_dequeue(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return dequeue(&a, false, out);
-}
+DSL_BUILTIN(queue_dequeue, dequeue(&a, false, out))
 
-gr_status dsl_builtin_queue_dequeue_many(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                         const char *name, dsl_value *v, int nargs,
-                                         dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return dequeue(&a, true, out);
-}
+DSL_BUILTIN(queue_dequeue_many, dequeue(&a, true, out))
 
-gr_status dsl_builtin_queue_close(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                  const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return close_or_size(&a, true, out);
-}
+DSL_BUILTIN(queue_close, close_or_size(&a, true, out))
 
-gr_status dsl_builtin_queue_size(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return close_or_size(&a, false, out);
-}
+DSL_BUILTIN(queue_size, close_or_size(&a, false, out))
 
-gr_status dsl_builtin_sync_replicas(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return sync_replicas(&a, out);
-}
+DSL_BUILTIN(sync_replicas, sync_replicas(&a, out))
