@@ -41,6 +41,21 @@ gr_status dsl_bargs_string(const dsl_bargs *a, int i, const char *what, const ch
   return GR_OK;
 }
 
+gr_status dsl_bargs_choice(const dsl_bargs *a, const char *kw, const char *const *choices,
+                           const char *want, int *index) {
+  int i = dsl_bargs_kw(a, kw);
+  if (i < 0) return GR_OK;
+  const char *s = "";
+  GR_TRY(dsl_bargs_string(a, i, kw, &s));
+  for (int k = 0; choices[k]; k++)
+    if (strcmp(s, choices[k]) == 0) {
+      *index = k;
+      return GR_OK;
+    }
+  return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
+                   "%s: %s \"%s\": want %s", a->fn, kw, s, want);
+}
+
 gr_status dsl_bargs_bool(const dsl_bargs *a, int i, const char *what, bool *out) {
   if (a->v[i].kind != V_BOOL)
     return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,

@@ -448,6 +448,11 @@ gr_status dsl_bargs_int(const dsl_bargs *a, int i, const char *what, int64_t lo,
                         int64_t *out);
 gr_status dsl_bargs_string(const dsl_bargs *a, int i, const char *what, const char **out);
 gr_status dsl_bargs_bool(const dsl_bargs *a, int i, const char *what, bool *out);
+/* Keyword argument kw, when given: a string that must be one of choices
+ * (NULL-terminated), whose position goes to *index; the error says `want`
+ * ("\"sum\" or \"mean\""). */
+gr_status dsl_bargs_choice(const dsl_bargs *a, const char *kw, const char *const *choices,
+                           const char *want, int *index);
 /* *out = the tensor o (a value of kind V_TENSOR). */
 void dsl_tensor_value(dsl_value *out, gr_output o);
 /* *out = the integer i (a value of kind V_NUM). */

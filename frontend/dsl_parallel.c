@@ -60,19 +60,11 @@ static gr_status ps_variables(const dsl_bargs *a, const char *name, dsl_value *o
                      "ps_variables(...) { ... } is a scope and has no value to bind to '%s'", name);
   int64_t num_ps = 0;
   GR_TRY(dsl_bargs_int(a, 0, "the number of ps tasks", 1, GR_PS_MAX_TASKS, &num_ps));
-  gr_ps_strategy strategy = GR_PS_ROUND_ROBIN;
-  int si = dsl_bargs_kw(a, "strategy");
-  if (si >= 0) {
-    const char *s = "";
-    GR_TRY(dsl_bargs_string(a, si, "strategy", &s));
-    if (strcmp(s, "greedy") == 0)
-      strategy = GR_PS_GREEDY_BYTES;
-    else if (strcmp(s, "round_robin") != 0)
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[si].pos,
-                       "ps_variables: strategy \"%s\": want \"round_robin\" or \"greedy\" (by "
-                       "bytes)",
-                       s);
-  }
+  static const char *const strategies[] = {"round_robin", "greedy", NULL};
+  int greedy = 0;
+  GR_TRY(dsl_bargs_choice(a, "strategy", strategies, "\"round_robin\" or \"greedy\" (by bytes)",
+                          &greedy));
+  gr_ps_strategy strategy = greedy ? GR_PS_GREEDY_BYTES : GR_PS_ROUND_ROBIN;
   dsl_set_loc(p, a->e->pos);
   if (gr_graph_push_ps_placement(p->g, (int)num_ps, strategy) != GR_OK)
     return dsl_check_graph(p, a->e->pos);
@@ -250,17 +242,10 @@ static gr_status all_reduce(const dsl_bargs *a, dsl_value *out) {
   gr_dsl_program *p = a->p;
   static const char *const allowed[] = {"op", NULL};
   GR_TRY(dsl_bargs_only_keywords(a, allowed));
-  gr_reduction op = GR_REDUCE_SUM;
-  int oi = dsl_bargs_kw(a, "op");
-  if (oi >= 0) {
-    const char *s = "";
-    GR_TRY(dsl_bargs_string(a, oi, "op", &s));
-    if (strcmp(s, "mean") == 0)
-      op = GR_REDUCE_MEAN;
-    else if (strcmp(s, "sum") != 0)
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[oi].pos,
-                       "all_reduce: op \"%s\": want \"sum\" or \"mean\"", s);
-  }
+  static const char *const ops[] = {"sum", "mean", NULL};
+  int mean = 0;
+  GR_TRY(dsl_bargs_choice(a, "op", ops, "\"sum\" or \"mean\"", &mean));
+  gr_reduction op = mean ? GR_REDUCE_MEAN : GR_REDUCE_SUM;
   int n = a->npos;
   if (n < 1)
     return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
