@@ -421,9 +421,7 @@ static void test_kill_mid_reduce(void) {
 int main(void) {
   snprintf(exe, sizeof exe, "%s", gt_graphrun_exe());
   if (!mkdtemp(tmp)) return 1;
-  signal(SIGPIPE, SIG_IGN);
-  unsetenv("GRAPHRUN_CLUSTER");
-  unsetenv("GRAPHRUN_SECRET_FILE");
+  gt_proc_isolate();
   double t0 = gt_now();
   reference();
   GR_RUN(test_sync_replicas);
