@@ -488,27 +488,44 @@ bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs
   return gt_dsl_run_on(src, names, devices, outs, NULL);
 }
 
+/* Looks up the comma-separated names of p into out (at most 16); false,
+ * with the message printed, when one is missing. */
+static bool lookup_names(gr_dsl_program *p, const char *names, gr_output *out, int *n) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", names);
+  *n = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && *n < 16;
+       tok = strtok_r(NULL, ",", &save))
+    if (!gr_dsl_lookup(p, tok, &out[(*n)++])) {
+      fprintf(stderr, "no name %s\n", tok);
+      return false;
+    }
+  return true;
+}
+
 bool gt_dsl_run_on(const char *src, const char *names, int devices, gr_tensor *outs,
                    int64_t *sends) {
+  return gt_dsl_run_fed(src, names, devices, NULL, NULL, NULL, NULL, outs, sends);
+}
+
+bool gt_dsl_run_fed(const char *src, const char *names, int devices, const char *feeds,
+                    const gr_tensor *values, gt_graph_fn *prepare, void *arg, gr_tensor *outs,
+                    int64_t *sends) {
   gr_graph *g = gr_graph_new();
   gr_dsl_program *p = NULL;
   gr_error err;
-  gr_output fetch[16];
-  int n = 0;
+  gr_output fetch[16], fed[16];
+  gr_feed fd[16];
+  int n = 0, nf = 0;
   bool ok = false;
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", names);
   if (gr_dsl_load_string("t.gr", src, g, NULL, &p, &err) != GR_OK) {
     fprintf(stderr, "load failed: %s\n", err.msg);
     goto done;
   }
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < 16;
-       tok = strtok_r(NULL, ",", &save))
-    if (!gr_dsl_lookup(p, tok, &fetch[n++])) {
-      fprintf(stderr, "no name %s\n", tok);
-      goto done;
-    }
-  ok = gt_run_on(g, devices, NULL, 0, fetch, n, outs, sends);
+  if (!lookup_names(p, names, fetch, &n) || (feeds && !lookup_names(p, feeds, fed, &nf))) goto done;
+  for (int i = 0; i < nf; i++) fd[i] = (gr_feed){fed[i], &values[i]};
+  if (prepare) prepare(g, arg);
+  ok = gt_run_on(g, devices, fd, nf, fetch, n, outs, sends);
 done:
   gr_dsl_program_free(p);
   gr_graph_free(g);

@@ -154,6 +154,14 @@ bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs
 /* As gt_dsl_run; *sends (if not NULL) as for gt_run_on. */
 bool gt_dsl_run_on(const char *src, const char *names, int devices, gr_tensor *outs,
                    int64_t *sends);
+/* Something done to a loaded graph before it runs. */
+typedef void gt_graph_fn(gr_graph *g, void *arg);
+/* As gt_dsl_run_on, feeding the names `feeds` (comma-separated; NULL: none)
+ * with values[0..), and calling prepare(g, arg) (prepare may be NULL) on the
+ * loaded graph before it is spread and run. At most 16 names and feeds. */
+bool gt_dsl_run_fed(const char *src, const char *names, int devices, const char *feeds,
+                    const gr_tensor *values, gt_graph_fn *prepare, void *arg, gr_tensor *outs,
+                    int64_t *sends);
 /* The first element of one name's value, NAN on failure. */
 double gt_dsl_value(const char *src, const char *name);
 /* Loads DSL text that must fail; the message into err (false if it loaded). */
