@@ -71,6 +71,23 @@ void dsl_tensor_value(dsl_value *out, gr_output o) {
   out->t = o;
 }
 
+gr_status dsl_tensors_value(gr_dsl_program *p, const gr_output *t, int n, dsl_value *out) {
+  if (n != 1) return dsl_tuple_value(p, t, n, out);
+  dsl_tensor_value(out, t[0]);
+  return GR_OK;
+}
+
+gr_status dsl_tuple_value(gr_dsl_program *p, const gr_output *t, int n, dsl_value *out) {
+  memset(out, 0, sizeof *out);
+  out->kind = V_TUPLE;
+  out->list.n = n;
+  out->list.leaves = n;
+  out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(n + 1));
+  if (!out->list.items) return gr_error_set_oom(p->err);
+  for (int k = 0; k < n; k++) dsl_tensor_value(&out->list.items[k], t[k]);
+  return GR_OK;
+}
+
 void dsl_int_value(dsl_value *out, int64_t i) {
   memset(out, 0, sizeof *out);
   out->kind = V_NUM;

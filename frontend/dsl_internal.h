@@ -455,6 +455,10 @@ gr_status dsl_bargs_choice(const dsl_bargs *a, const char *kw, const char *const
                            const char *want, int *index);
 /* *out = the tensor o (a value of kind V_TENSOR). */
 void dsl_tensor_value(dsl_value *out, gr_output o);
+/* *out = the tuple of the n tensors t (its items in p's temp arena). */
+gr_status dsl_tuple_value(gr_dsl_program *p, const gr_output *t, int n, dsl_value *out);
+/* *out = the tensor t[0] when n is 1, else the tuple of the n tensors t. */
+gr_status dsl_tensors_value(gr_dsl_program *p, const gr_output *t, int n, dsl_value *out);
 /* *out = the integer i (a value of kind V_NUM). */
 void dsl_int_value(dsl_value *out, int64_t i);
 /* A built-in function of the DSL (not an op), called as fn: gets the call e,

@@ -228,12 +228,7 @@ static gr_status replicas(const dsl_bargs *a, const char *name, bool micro, dsl_
     dsl_tensor_value(out, o1);
     return GR_OK;
   }
-  memset(out, 0, sizeof *out);
-  out->kind = V_TUPLE;
-  out->list.n = c.nout;
-  if (!(out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)c.nout))) return oom(p);
-  for (int j = 0; j < c.nout; j++) dsl_tensor_value(&out->list.items[j], outs[j]);
-  return GR_OK;
+  return dsl_tuple_value(p, outs, c.nout, out);
 }
 
 /* ---- all_reduce(x0, x1, ..., op="sum") ---------------------------------------------------- */
@@ -257,16 +252,7 @@ static gr_status all_reduce(const dsl_bargs *a, dsl_value *out) {
   dsl_set_loc(p, a->e->pos);
   gr_all_reduce(p->g, xs, n, NULL, op, xs + n);
   GR_TRY(dsl_check_graph(p, a->e->pos));
-  if (n == 1) {
-    dsl_tensor_value(out, xs[1]);
-    return GR_OK;
-  }
-  memset(out, 0, sizeof *out);
-  out->kind = V_TUPLE;
-  out->list.n = n;
-  if (!(out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)n))) return oom(p);
-  for (int i = 0; i < n; i++) dsl_tensor_value(&out->list.items[i], xs[n + i]);
-  return GR_OK;
+  return dsl_tensors_value(p, xs + n, n, out);
 }
 
 /* ---- w = partitioned_variable(initial_value, parts=K) -------------------------------------- */
