@@ -558,11 +558,11 @@ static gr_output gt_weighted_sum(gr_graph *g, gr_output y, gt_rng *r) {
   return s;
 }
 
-static double gt_eval(gr_session *s, const gr_feed *f, int n, gr_output o) {
+double gt_run_scalar(gr_session *s, const gr_feed *f, int n, gr_output o) {
   gr_tensor t;
   gr_error err;
   if (gr_session_run(s, f, n, &o, 1, &t, NULL, 0, &err) != GR_OK) {
-    fprintf(stderr, "gradient check: run: %s\n", err.msg);
+    fprintf(stderr, "run: %s\n", err.msg);
     return NAN;
   }
   double v = gr_tensor_get_f64(&t, 0);
@@ -629,9 +629,9 @@ bool gt_check_gradient_on(const char *what, gt_build_fn build, void *arg, const 
     for (int64_t e = (int64_t)(gt_next(&r) % (uint64_t)step); e < ne && ok; e += step) {
       double x0 = gr_tensor_get_f64(t, e);
       gr_tensor_set_f64(t, e, x0 + eps);
-      double lp = gt_eval(sess, f, n, loss);
+      double lp = gt_run_scalar(sess, f, n, loss);
       gr_tensor_set_f64(t, e, x0 - eps);
-      double lm = gt_eval(sess, f, n, loss);
+      double lm = gt_run_scalar(sess, f, n, loss);
       gr_tensor_set_f64(t, e, x0);
       double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[k], e);
       if (!(fabs(num - ana) <= tol + tol * fabs(num))) {
