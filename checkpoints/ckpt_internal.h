@@ -38,6 +38,23 @@ gr_status ckpt_sql_error(gr_ckpt *ck, int rc, gr_error *err, const char *what);
 gr_status ckpt_exec(gr_ckpt *ck, const char *sql, gr_error *err);
 gr_status ckpt_prepare(gr_ckpt *ck, const char *sql, sqlite3_stmt **st, gr_error *err);
 
+/* The array v of *cap elements of `size` bytes with room for element i: v
+ * itself, or v moved to twice the capacity (16 at first); NULL when out of
+ * memory (v and *cap unchanged). */
+void *ckpt_reserve(void *v, int i, int *cap, size_t size);
+/* Fills element i (zeroed, of the size given to ckpt_collect_rows) from
+ * the current row of st. On failure it may leave allocations in elem: the
+ * caller of ckpt_collect_rows frees them with the rest. */
+typedef gr_status ckpt_row_fn(gr_ckpt *ck, sqlite3_stmt *st, void *elem, int i, void *arg,
+                              gr_error *err);
+/* Steps st (prepared and bound; finalized here) through its rows: each
+ * adds an element of `size` bytes to the malloc'd array *out (*n of them),
+ * which row fills. An element counts from when row is called, so on
+ * failure the caller frees (*out)[0..*n), elements row failed on included.
+ * what names the listing in an SQLite error. */
+gr_status ckpt_collect_rows(gr_ckpt *ck, sqlite3_stmt *st, const char *what, size_t size,
+                            ckpt_row_fn *row, void *arg, void **out, int *n, gr_error *err);
+
 /* The checkpoint at step (-1: the newest, i.e. the last written). Fills id
  * and the actual step. GR_ERR_NOT_FOUND naming the file when there is none. */
 gr_status ckpt_find(gr_ckpt *ck, int64_t step, int64_t *id, int64_t *step_out, gr_error *err);

@@ -10,6 +10,21 @@
 
 #include "checkpoints/ckpt_internal.h"
 
+static gr_status info_row(gr_ckpt *ck, sqlite3_stmt *st, void *elem, int i, void *arg,
+                          gr_error *err) {
+  gr_ckpt_info *info = elem;
+  info->id = sqlite3_column_int64(st, 0);
+  info->step = sqlite3_column_int64(st, 1);
+  info->time = sqlite3_column_double(st, 2);
+  const char *fp = (const char *)sqlite3_column_text(st, 3);
+  snprintf(info->fingerprint, sizeof info->fingerprint, "%s", fp ? fp : "");
+  info->num_tensors = sqlite3_column_int(st, 4);
+  info->total_bytes = sqlite3_column_int64(st, 5);
+  const char *m = (const char *)sqlite3_column_text(st, 6);
+  info->metadata = strdup(m ? m : "{}");
+  return info->metadata ? GR_OK : gr_error_set_oom(err);
+}
+
 gr_status gr_ckpt_list(gr_ckpt *ck, gr_ckpt_info **out, int *n, gr_error *err) {
   *out = NULL;
   *n = 0;
@@ -18,37 +33,10 @@ gr_status gr_ckpt_list(gr_ckpt *ck, gr_ckpt_info **out, int *n, gr_error *err) {
                       "SELECT id, step, time, fingerprint, num_tensors, total_bytes, metadata "
                       "FROM checkpoints ORDER BY id",
                       &st, err));
-  gr_ckpt_info *v = NULL;
-  int cnt = 0, cap = 0, rc;
-  gr_status s = GR_OK;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (cnt == cap) {
-      cap = cap ? 2 * cap : 16;
-      gr_ckpt_info *nv = gr_realloc_array(v, (size_t)cap, sizeof *v);
-      if (!nv) {
-        s = gr_error_set_oom(err);
-        break;
-      }
-      v = nv;
-    }
-    gr_ckpt_info *i = &v[cnt++];
-    memset(i, 0, sizeof *i);
-    i->id = sqlite3_column_int64(st, 0);
-    i->step = sqlite3_column_int64(st, 1);
-    i->time = sqlite3_column_double(st, 2);
-    const char *fp = (const char *)sqlite3_column_text(st, 3);
-    snprintf(i->fingerprint, sizeof i->fingerprint, "%s", fp ? fp : "");
-    i->num_tensors = sqlite3_column_int(st, 4);
-    i->total_bytes = sqlite3_column_int64(st, 5);
-    const char *m = (const char *)sqlite3_column_text(st, 6);
-    i->metadata = strdup(m ? m : "{}");
-    if (!i->metadata) {
-      s = gr_error_set_oom(err);
-      break;
-    }
-  }
-  if (s == GR_OK && rc != SQLITE_DONE) s = ckpt_sql_error(ck, rc, err, "listing checkpoints");
-  sqlite3_finalize(st);
+  void *v;
+  int cnt;
+  gr_status s =
+      ckpt_collect_rows(ck, st, "listing checkpoints", sizeof **out, info_row, NULL, &v, &cnt, err);
   if (s != GR_OK) {
     gr_ckpt_infos_free(v, cnt);
     return s;
@@ -68,6 +56,27 @@ gr_status gr_ckpt_latest_step(gr_ckpt *ck, int64_t *step, gr_error *err) {
   return ckpt_find(ck, -1, &id, step, err);
 }
 
+/* The tensors.id of each tensor row, as ckpt_list_rows collects them. */
+typedef struct row_ids {
+  int64_t *v;
+  int cap;
+} row_ids;
+
+static gr_status tensor_row(gr_ckpt *ck, sqlite3_stmt *st, void *elem, int i, void *arg,
+                            gr_error *err) {
+  row_ids *ids = arg;
+  int64_t *nv = ckpt_reserve(ids->v, i, &ids->cap, sizeof *ids->v);
+  if (!nv) return gr_error_set_oom(err);
+  ids->v = nv;
+  ids->v[i] = sqlite3_column_int64(st, 0);
+  gr_ckpt_tensor_info *info = elem;
+  const char *name = (const char *)sqlite3_column_text(st, 1);
+  GR_TRY(ckpt_parse_tensor_row(
+      ck, name, (const char *)sqlite3_column_text(st, 2), (const char *)sqlite3_column_text(st, 3),
+      sqlite3_column_int64(st, 4), (const char *)sqlite3_column_text(st, 5), info, err));
+  return (info->name = strdup(name)) ? GR_OK : gr_error_set_oom(err);
+}
+
 /* Tensor rows of checkpoint id, with their tensors.id in ids (may be NULL). */
 gr_status ckpt_list_rows(gr_ckpt *ck, int64_t ck_id, gr_ckpt_tensor_info **out, int64_t **ids,
                          int *n, gr_error *err) {
@@ -80,47 +89,22 @@ gr_status ckpt_list_rows(gr_ckpt *ck, int64_t ck_id, gr_ckpt_tensor_info **out, 
                       "WHERE checkpoint_id = ?1 ORDER BY name",
                       &st, err));
   sqlite3_bind_int64(st, 1, ck_id);
-  gr_ckpt_tensor_info *v = NULL;
-  int64_t *vid = NULL;
-  int cnt = 0, cap = 0, rc;
-  gr_status s = GR_OK;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (cnt == cap) {
-      cap = cap ? 2 * cap : 16;
-      gr_ckpt_tensor_info *nv = gr_realloc_array(v, (size_t)cap, sizeof *v);
-      if (nv) v = nv;
-      int64_t *ni = nv ? gr_realloc_array(vid, (size_t)cap, sizeof *vid) : NULL;
-      if (ni) vid = ni;
-      if (!nv || !ni) {
-        s = gr_error_set_oom(err);
-        break;
-      }
-    }
-    const char *name = (const char *)sqlite3_column_text(st, 1);
-    s = ckpt_parse_tensor_row(ck, name, (const char *)sqlite3_column_text(st, 2),
-                              (const char *)sqlite3_column_text(st, 3), sqlite3_column_int64(st, 4),
-                              (const char *)sqlite3_column_text(st, 5), &v[cnt], err);
-    if (s != GR_OK) break;
-    vid[cnt] = sqlite3_column_int64(st, 0);
-    if (!(v[cnt].name = strdup(name))) {
-      s = gr_error_set_oom(err);
-      break;
-    }
-    cnt++;
-  }
-  if (s == GR_OK && rc != SQLITE_DONE) s = ckpt_sql_error(ck, rc, err, "listing tensors");
-  sqlite3_finalize(st);
+  void *v;
+  int cnt;
+  row_ids rid = {NULL, 0};
+  gr_status s =
+      ckpt_collect_rows(ck, st, "listing tensors", sizeof **out, tensor_row, &rid, &v, &cnt, err);
   if (s != GR_OK) {
     gr_ckpt_tensor_infos_free(v, cnt);
-    free(vid);
+    free(rid.v);
     return s;
   }
   *out = v;
   *n = cnt;
   if (ids)
-    *ids = vid;
+    *ids = rid.v;
   else
-    free(vid);
+    free(rid.v);
   return GR_OK;
 }
 

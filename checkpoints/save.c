@@ -40,27 +40,23 @@ gr_status ckpt_apply_retention(gr_ckpt *ck, gr_error *err) {
   sqlite3_stmt *st;
   GR_TRY(ckpt_prepare(ck, "SELECT id, step FROM checkpoints ORDER BY id DESC", &st, err));
   int64_t *doomed = NULL;
-  size_t nd = 0, cap = 0;
-  int rank = 0, rc;
+  int nd = 0, cap = 0, rank = 0, rc;
   gr_status s = GR_OK;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0), step = sqlite3_column_int64(st, 1);
     if (rank++ < ck->opts.max_to_keep) continue;
     if (ck->opts.keep_every_n_steps > 0 && step % ck->opts.keep_every_n_steps == 0) continue;
-    if (nd == cap) {
-      cap = cap ? 2 * cap : 16;
-      int64_t *nd_ = gr_realloc_array(doomed, cap, sizeof *doomed);
-      if (!nd_) {
-        s = gr_error_set_oom(err);
-        break;
-      }
-      doomed = nd_;
+    int64_t *more = ckpt_reserve(doomed, nd, &cap, sizeof *doomed);
+    if (!more) {
+      s = gr_error_set_oom(err);
+      break;
     }
+    doomed = more;
     doomed[nd++] = id;
   }
   if (s == GR_OK && rc != SQLITE_DONE) s = ckpt_sql_error(ck, rc, err, "listing checkpoints");
   sqlite3_finalize(st);
-  for (size_t i = 0; s == GR_OK && i < nd; i++) s = ckpt_delete_checkpoint(ck, doomed[i], err);
+  for (int i = 0; s == GR_OK && i < nd; i++) s = ckpt_delete_checkpoint(ck, doomed[i], err);
   free(doomed);
   return s;
 }

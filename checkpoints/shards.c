@@ -188,6 +188,23 @@ typedef struct shard_ref {
   char file[208], task[GR_DEVICE_NAME_MAX], fp[17];
 } shard_ref;
 
+static gr_status shard_ref_row(gr_ckpt *ck, sqlite3_stmt *st, void *elem, int i, void *arg,
+                               gr_error *err) {
+  shard_ref *r = elem;
+  const char *f = (const char *)sqlite3_column_text(st, 0);
+  const char *t = (const char *)sqlite3_column_text(st, 1);
+  const char *fp = (const char *)sqlite3_column_text(st, 2);
+  if (!shard_name_ok(f))
+    return gr_error_set(err, GR_ERR_DATA_LOSS,
+                        "checkpoint directory '%s': the manifest names a shard '%s', which is not "
+                        "a shard file name (damaged manifest?)",
+                        ck->path, f ? f : "(null)");
+  snprintf(r->file, sizeof r->file, "%s", f);
+  snprintf(r->task, sizeof r->task, "%s", t ? t : "?");
+  snprintf(r->fp, sizeof r->fp, "%s", fp ? fp : "");
+  return GR_OK;
+}
+
 static gr_status shard_refs(gr_ckpt *ck, int64_t ck_id, shard_ref **out, int *n, gr_error *err) {
   *out = NULL;
   *n = 0;
@@ -196,36 +213,10 @@ static gr_status shard_refs(gr_ckpt *ck, int64_t ck_id, shard_ref **out, int *n,
       ck, "SELECT file, task, fingerprint FROM shards WHERE checkpoint_id = ?1 ORDER BY file", &st,
       err));
   sqlite3_bind_int64(st, 1, ck_id);
-  shard_ref *v = NULL;
-  int cnt = 0, cap = 0, rc;
-  gr_status s = GR_OK;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (cnt == cap) {
-      cap = cap ? 2 * cap : 8;
-      shard_ref *nv = gr_realloc_array(v, (size_t)cap, sizeof *v);
-      if (!nv) {
-        s = gr_error_set_oom(err);
-        break;
-      }
-      v = nv;
-    }
-    const char *f = (const char *)sqlite3_column_text(st, 0);
-    const char *t = (const char *)sqlite3_column_text(st, 1);
-    const char *fp = (const char *)sqlite3_column_text(st, 2);
-    if (!shard_name_ok(f)) {
-      s = gr_error_set(err, GR_ERR_DATA_LOSS,
-                       "checkpoint directory '%s': the manifest names a shard '%s', which is not "
-                       "a shard file name (damaged manifest?)",
-                       ck->path, f ? f : "(null)");
-      break;
-    }
-    snprintf(v[cnt].file, sizeof v[cnt].file, "%s", f);
-    snprintf(v[cnt].task, sizeof v[cnt].task, "%s", t ? t : "?");
-    snprintf(v[cnt].fp, sizeof v[cnt].fp, "%s", fp ? fp : "");
-    cnt++;
-  }
-  if (s == GR_OK && rc != SQLITE_DONE) s = ckpt_sql_error(ck, rc, err, "listing shards");
-  sqlite3_finalize(st);
+  void *v;
+  int cnt;
+  gr_status s =
+      ckpt_collect_rows(ck, st, "listing shards", sizeof **out, shard_ref_row, NULL, &v, &cnt, err);
   if (s != GR_OK) {
     free(v);
     return s;
@@ -389,6 +380,12 @@ static gr_status write_manifest(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *
   return s;
 }
 
+static gr_status step_row(gr_ckpt *ck, sqlite3_stmt *st, void *elem, int i, void *arg,
+                          gr_error *err) {
+  *(int64_t *)elem = sqlite3_column_int64(st, 0);
+  return GR_OK;
+}
+
 gr_status ckpt_shard_steps(gr_ckpt *manifest, const char *file, int64_t **steps, int *n,
                            gr_error *err) {
   *steps = NULL;
@@ -399,23 +396,10 @@ gr_status ckpt_shard_steps(gr_ckpt *manifest, const char *file, int64_t **steps,
                       "WHERE s.file = ?1",
                       &st, err));
   sqlite3_bind_text(st, 1, file, -1, SQLITE_STATIC);
-  int64_t *v = NULL;
-  int cnt = 0, cap = 0, rc;
-  gr_status s = GR_OK;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (cnt == cap) {
-      cap = cap ? 2 * cap : 16;
-      int64_t *nv = gr_realloc_array(v, (size_t)cap, sizeof *v);
-      if (!nv) {
-        s = gr_error_set_oom(err);
-        break;
-      }
-      v = nv;
-    }
-    v[cnt++] = sqlite3_column_int64(st, 0);
-  }
-  if (s == GR_OK && rc != SQLITE_DONE) s = ckpt_sql_error(manifest, rc, err, "listing shards");
-  sqlite3_finalize(st);
+  void *v;
+  int cnt;
+  gr_status s = ckpt_collect_rows(manifest, st, "listing shards", sizeof **steps, step_row, NULL,
+                                  &v, &cnt, err);
   if (s != GR_OK) {
     free(v);
     return s;
@@ -502,6 +486,20 @@ gr_status gr_ckpt_commit_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *
 
 /* ---- listing ---------------------------------------------------------------------- */
 
+static gr_status shard_info_row(gr_ckpt *ck, sqlite3_stmt *st, void *elem, int i, void *arg,
+                                gr_error *err) {
+  gr_ckpt_shard_info *info = elem;
+  const char *f = (const char *)sqlite3_column_text(st, 0);
+  const char *t = (const char *)sqlite3_column_text(st, 1);
+  const char *fp = (const char *)sqlite3_column_text(st, 2);
+  info->file = strdup(f ? f : "");
+  info->task = strdup(t ? t : "");
+  snprintf(info->fingerprint, sizeof info->fingerprint, "%s", fp ? fp : "");
+  info->num_tensors = sqlite3_column_int(st, 3);
+  info->total_bytes = sqlite3_column_int64(st, 4);
+  return info->file && info->task ? GR_OK : gr_error_set_oom(err);
+}
+
 gr_status gr_ckpt_list_shards(gr_ckpt *ck, int64_t step, gr_ckpt_shard_info **out, int *n,
                               gr_error *err) {
   *out = NULL;
@@ -515,36 +513,10 @@ gr_status gr_ckpt_list_shards(gr_ckpt *ck, int64_t step, gr_ckpt_shard_info **ou
                       "WHERE checkpoint_id = ?1 ORDER BY file",
                       &st, err));
   sqlite3_bind_int64(st, 1, id);
-  gr_ckpt_shard_info *v = NULL;
-  int cnt = 0, cap = 0, rc;
-  gr_status s = GR_OK;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (cnt == cap) {
-      cap = cap ? 2 * cap : 8;
-      gr_ckpt_shard_info *nv = gr_realloc_array(v, (size_t)cap, sizeof *v);
-      if (!nv) {
-        s = gr_error_set_oom(err);
-        break;
-      }
-      v = nv;
-    }
-    gr_ckpt_shard_info *i = &v[cnt++];
-    memset(i, 0, sizeof *i);
-    const char *f = (const char *)sqlite3_column_text(st, 0);
-    const char *t = (const char *)sqlite3_column_text(st, 1);
-    const char *fp = (const char *)sqlite3_column_text(st, 2);
-    i->file = strdup(f ? f : "");
-    i->task = strdup(t ? t : "");
-    snprintf(i->fingerprint, sizeof i->fingerprint, "%s", fp ? fp : "");
-    i->num_tensors = sqlite3_column_int(st, 3);
-    i->total_bytes = sqlite3_column_int64(st, 4);
-    if (!i->file || !i->task) {
-      s = gr_error_set_oom(err);
-      break;
-    }
-  }
-  if (s == GR_OK && rc != SQLITE_DONE) s = ckpt_sql_error(ck, rc, err, "listing shards");
-  sqlite3_finalize(st);
+  void *v;
+  int cnt;
+  gr_status s = ckpt_collect_rows(ck, st, "listing shards", sizeof **out, shard_info_row, NULL, &v,
+                                  &cnt, err);
   if (s != GR_OK) {
     gr_ckpt_shard_infos_free(v, cnt);
     return s;

@@ -91,6 +91,38 @@ gr_status ckpt_prepare(gr_ckpt *ck, const char *sql, sqlite3_stmt **st, gr_error
   return GR_OK;
 }
 
+void *ckpt_reserve(void *v, int i, int *cap, size_t size) {
+  if (i < *cap) return v;
+  int ncap = *cap ? 2 * *cap : 16;
+  void *nv = gr_realloc_array(v, (size_t)ncap, size);
+  if (nv) *cap = ncap;
+  return nv;
+}
+
+gr_status ckpt_collect_rows(gr_ckpt *ck, sqlite3_stmt *st, const char *what, size_t size,
+                            ckpt_row_fn *row, void *arg, void **out, int *n, gr_error *err) {
+  char *v = NULL;
+  int cnt = 0, cap = 0, rc;
+  gr_status s = GR_OK;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    char *nv = ckpt_reserve(v, cnt, &cap, size);
+    if (!nv) {
+      s = gr_error_set_oom(err);
+      break;
+    }
+    v = nv;
+    void *elem = v + (size_t)cnt * size;
+    memset(elem, 0, size);
+    cnt++;
+    if ((s = row(ck, st, elem, cnt - 1, arg, err)) != GR_OK) break;
+  }
+  if (s == GR_OK && rc != SQLITE_DONE) s = ckpt_sql_error(ck, rc, err, what);
+  sqlite3_finalize(st);
+  *out = v;
+  *n = cnt;
+  return s;
+}
+
 /* Runs a one-integer query. */
 static gr_status query_int(gr_ckpt *ck, const char *sql, int64_t *out, gr_error *err) {
   sqlite3_stmt *st;

@@ -21,14 +21,6 @@ typedef struct call_args {
   int n;
 } call_args;
 
-static gr_status new_tensor_value(dsl_value *out, gr_output o) {
-  memset(out, 0, sizeof *out);
-  out->kind = V_TENSOR;
-  out->has_t = true;
-  out->t = o;
-  return GR_OK;
-}
-
 /* ---- attrs from compile-time values ------------------------------------------------ */
 
 static bool as_int(const dsl_value *v, int64_t *out) {
@@ -283,7 +275,7 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
   dsl_set_loc(p, e->pos);
   gr_output o = gr_graph_add_node(p->g, op, name, inputs, ni, attrs, na);
   GR_TRY(dsl_check_graph(p, e->pos));
-  new_tensor_value(out, o);
+  dsl_tensor_value(out, o);
   out->multi = o.node && o.node->num_outputs > 1; /* a, b = split(x, 2) */
   return GR_OK;
 }
@@ -520,7 +512,8 @@ static gr_status tensor_result(gr_dsl_program *p, dsl_pos pos, const char *name,
       GR_TRY(dsl_check_graph(p, pos));
     }
   }
-  return new_tensor_value(out, o);
+  dsl_tensor_value(out, o);
+  return GR_OK;
 }
 
 /* The handlers of the built-ins table below (dsl_builtin_fn). */
@@ -585,7 +578,7 @@ static gr_status bi_global_step(gr_dsl_program *p, const char *fn, const dsl_exp
   call_args ca = {e, v, n}, *a = &ca;
   GR_TRY(nargs(p, a, fn, 0, 0));
   dsl_set_loc(p, e->pos);
-  GR_TRY(new_tensor_value(out, gr_global_step(p->g)));
+  dsl_tensor_value(out, gr_global_step(p->g));
   return dsl_check_graph(p, e->pos);
 }
 
@@ -595,7 +588,7 @@ static gr_status bi_group(gr_dsl_program *p, const char *fn, const dsl_expr *e, 
   gr_output deps[MAX_ARGS];
   for (int i = 0; i < a->n; i++) GR_TRY(want_tensor(p, a, i, GR_DTYPE_INVALID, &deps[i]));
   dsl_set_loc(p, e->pos);
-  GR_TRY(new_tensor_value(out, gr_group(p->g, name, deps, a->n)));
+  dsl_tensor_value(out, gr_group(p->g, name, deps, a->n));
   return dsl_check_graph(p, e->pos);
 }
 
@@ -665,11 +658,7 @@ static gr_status bi_dim(gr_dsl_program *p, const char *fn, const dsl_expr *e, co
   if (s->dims[ax] < 0)
     return dsl_error(p->err, GR_ERR_SHAPE, e->pos, "dim: dim %d of '%s' is unknown ('?')", ax,
                      x.node->name);
-  memset(out, 0, sizeof *out);
-  out->kind = V_NUM;
-  out->num.is_int = true;
-  out->num.i = s->dims[ax];
-  out->num.v = (double)s->dims[ax];
+  dsl_int_value(out, s->dims[ax]);
   return GR_OK;
 }
 
@@ -694,14 +683,11 @@ static gr_status bi_gradients(gr_dsl_program *p, const char *fn, const dsl_expr 
   dsl_set_loc(p, pos);
   if (gr_gradients(p->g, ys, ny, xs, nx, NULL, false, dxs) != GR_OK || gr_graph_error(p->g))
     return dsl_check_graph(p, pos);
-  if (single) return new_tensor_value(out, dxs[0]);
-  memset(out, 0, sizeof *out);
-  out->kind = V_TUPLE;
-  out->list.n = nx;
-  out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(nx + 1));
-  if (!out->list.items) return gr_error_set(p->err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  for (int k = 0; k < nx; k++) new_tensor_value(&out->list.items[k], dxs[k]);
-  return GR_OK;
+  if (single) {
+    dsl_tensor_value(out, dxs[0]);
+    return GR_OK;
+  }
+  return dsl_tuple_value(p, dxs, nx, out);
 }
 
 static gr_status bi_minimize(gr_dsl_program *p, const char *fn, const dsl_expr *e, const char *name,

@@ -134,28 +134,6 @@ static int else_fn(gr_graph *g, void *arg, gr_output *outs, int max) {
   return branch(c, &c->e->cond.else_block, "else", outs, max);
 }
 
-/* One tensor when the branches give one value, else a tuple of them. */
-static gr_status tensors_value(gr_dsl_program *p, const gr_output *t, int n, dsl_value *out) {
-  memset(out, 0, sizeof *out);
-  if (n == 1) {
-    out->kind = V_TENSOR;
-    out->has_t = true;
-    out->t = t[0];
-    return GR_OK;
-  }
-  out->kind = V_TUPLE;
-  out->list.n = n;
-  out->list.leaves = n;
-  out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)(n + 1));
-  if (!out->list.items) return gr_error_set_oom(p->err);
-  for (int k = 0; k < n; k++) {
-    out->list.items[k].kind = V_TENSOR;
-    out->list.items[k].has_t = true;
-    out->list.items[k].t = t[k];
-  }
-  return GR_OK;
-}
-
 gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) {
   if (!gr_cond_tuple)
     return dsl_error(p->err, GR_ERR_UNIMPLEMENTED, e->pos, "'cond' is not available in this build");
@@ -173,7 +151,7 @@ gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) {
   gr_status st = gr_cond_tuple(p->g, pred, then_fn, else_fn, c, &n, o);
   if (c->failed) return p->err->code;
   if (st != GR_OK || gr_graph_error(p->g)) return dsl_check_graph(p, e->pos);
-  return tensors_value(p, o, n, out);
+  return dsl_tensors_value(p, o, n, out);
 }
 
 /* A frame binding the loop variables to vars. */
@@ -182,9 +160,7 @@ static bool bind_vars(flow_ctx *c, dsl_frame *f, const gr_output *vars) {
   for (int k = 0; k < c->e->loop.nvars; k++) {
     dsl_binding *b = dsl_frame_insert(f, c->e->loop.vars[k].name);
     if (!b) return false;
-    b->v.kind = V_TENSOR;
-    b->v.has_t = true;
-    b->v.t = vars[k];
+    dsl_tensor_value(&b->v, vars[k]);
     b->pos = c->e->loop.vars[k].pos;
   }
   return true;
@@ -285,5 +261,5 @@ gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out) 
   gr_status st = gr_while_loop(p->g, cond_fn, body_fn, &c, n, vars, 0);
   if (c.failed) return p->err->code;
   if (st != GR_OK || gr_graph_error(p->g)) return dsl_check_graph(p, e->pos);
-  return tensors_value(p, vars, n, out);
+  return dsl_tensors_value(p, vars, n, out);
 }

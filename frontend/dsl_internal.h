@@ -192,15 +192,19 @@ typedef struct dsl_loopvar {
   dsl_expr *init;
 } dsl_loopvar;
 
+/* A number: v, and i when is_int (an integer literal or the result of
+ * integer arithmetic). */
+typedef struct dsl_num {
+  double v;
+  int64_t i;
+  bool is_int;
+} dsl_num;
+
 struct dsl_expr {
   dsl_expr_kind kind;
   dsl_pos pos;
   union {
-    struct {
-      double v;
-      int64_t i;
-      bool is_int;
-    } num;
+    dsl_num num;
     const char *str; /* E_STR, E_IDENT */
     bool b;
     struct {
@@ -299,11 +303,7 @@ struct dsl_value {
   bool multi;  /* t is output 0 of an op with several outputs, which `a, b = ...` unpacks */
   gr_output t; /* when has_t */
   union {
-    struct {
-      double v;
-      int64_t i;
-      bool is_int;
-    } num;
+    dsl_num num;
     struct {
       const char *str;
       const dsl_source *str_src; /* where a string literal is written (NULL: elsewhere) */
@@ -448,14 +448,33 @@ gr_status dsl_bargs_int(const dsl_bargs *a, int i, const char *what, int64_t lo,
                         int64_t *out);
 gr_status dsl_bargs_string(const dsl_bargs *a, int i, const char *what, const char **out);
 gr_status dsl_bargs_bool(const dsl_bargs *a, int i, const char *what, bool *out);
+/* Keyword argument kw, when given: a string that must be one of choices
+ * (NULL-terminated), whose position goes to *index; the error says `want`
+ * ("\"sum\" or \"mean\""). */
+gr_status dsl_bargs_choice(const dsl_bargs *a, const char *kw, const char *const *choices,
+                           const char *want, int *index);
 /* *out = the tensor o (a value of kind V_TENSOR). */
 void dsl_tensor_value(dsl_value *out, gr_output o);
+/* *out = the tuple of the n tensors t (its items in p's temp arena). */
+gr_status dsl_tuple_value(gr_dsl_program *p, const gr_output *t, int n, dsl_value *out);
+/* *out = the tensor t[0] when n is 1, else the tuple of the n tensors t. */
+gr_status dsl_tensors_value(gr_dsl_program *p, const gr_output *t, int n, dsl_value *out);
+/* *out = the integer i (a value of kind V_NUM). */
+void dsl_int_value(dsl_value *out, int64_t i);
 /* A built-in function of the DSL (not an op), called as fn: gets the call e,
  * its evaluated arguments v[0..nargs), the name it is bound to (NULL: none)
  * and fills *out. The table of built-ins is in dsl_call.c. */
 typedef gr_status dsl_builtin_handler(gr_dsl_program *p, const char *fn, const dsl_expr *e,
                                       const char *name, dsl_value *v, int nargs, dsl_value *out);
 typedef dsl_builtin_handler *dsl_builtin_fn;
+/* Defines the handler dsl_builtin_NAME as CALL, an expression of the call's
+ * arguments `a` (a dsl_bargs), the bound `name` and `out`. */
+#define DSL_BUILTIN(NAME, CALL)                                                                    \
+  gr_status dsl_builtin_##NAME(gr_dsl_program *p, const char *fn, const dsl_expr *e,               \
+                               const char *name, dsl_value *v, int nargs, dsl_value *out) {        \
+    dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);                                              \
+    return CALL;                                                                                   \
+  }
 /* The queue, accumulator and sync-replicas built-ins (dsl_queues.c); the
  * queue ones have the names of the ops they build. */
 extern dsl_builtin_handler dsl_builtin_fifo_queue, dsl_builtin_queue_enqueue,

@@ -346,10 +346,7 @@ static gr_status eval_unary(gr_dsl_program *p, const dsl_expr *e, const char *na
   dsl_set_loc(p, e->pos);
   gr_output o = gr_op(p->g, neg ? "neg" : "logical_not", name, &x, 1, NULL, 0);
   GR_TRY(dsl_check_graph(p, e->pos));
-  memset(out, 0, sizeof *out);
-  out->kind = V_TENSOR;
-  out->has_t = true;
-  out->t = o;
+  dsl_tensor_value(out, o);
   return GR_OK;
 }
 
@@ -423,9 +420,7 @@ static gr_status eval(gr_dsl_program *p, const dsl_expr *e, const char *name, ds
   switch (e->kind) {
     case E_NUM:
       out->kind = V_NUM;
-      out->num.v = e->num.v;
-      out->num.i = e->num.i;
-      out->num.is_int = e->num.is_int;
+      out->num = e->num;
       return GR_OK;
     case E_STR:
       out->kind = V_STR;

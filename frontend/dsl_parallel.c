@@ -60,19 +60,11 @@ static gr_status ps_variables(const dsl_bargs *a, const char *name, dsl_value *o
                      "ps_variables(...) { ... } is a scope and has no value to bind to '%s'", name);
   int64_t num_ps = 0;
   GR_TRY(dsl_bargs_int(a, 0, "the number of ps tasks", 1, GR_PS_MAX_TASKS, &num_ps));
-  gr_ps_strategy strategy = GR_PS_ROUND_ROBIN;
-  int si = dsl_bargs_kw(a, "strategy");
-  if (si >= 0) {
-    const char *s = "";
-    GR_TRY(dsl_bargs_string(a, si, "strategy", &s));
-    if (strcmp(s, "greedy") == 0)
-      strategy = GR_PS_GREEDY_BYTES;
-    else if (strcmp(s, "round_robin") != 0)
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[si].pos,
-                       "ps_variables: strategy \"%s\": want \"round_robin\" or \"greedy\" (by "
-                       "bytes)",
-                       s);
-  }
+  static const char *const strategies[] = {"round_robin", "greedy", NULL};
+  int greedy = 0;
+  GR_TRY(dsl_bargs_choice(a, "strategy", strategies, "\"round_robin\" or \"greedy\" (by bytes)",
+                          &greedy));
+  gr_ps_strategy strategy = greedy ? GR_PS_GREEDY_BYTES : GR_PS_ROUND_ROBIN;
   dsl_set_loc(p, a->e->pos);
   if (gr_graph_push_ps_placement(p->g, (int)num_ps, strategy) != GR_OK)
     return dsl_check_graph(p, a->e->pos);
@@ -236,12 +228,7 @@ static gr_status replicas(const dsl_bargs *a, const char *name, bool micro, dsl_
     dsl_tensor_value(out, o1);
     return GR_OK;
   }
-  memset(out, 0, sizeof *out);
-  out->kind = V_TUPLE;
-  out->list.n = c.nout;
-  if (!(out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)c.nout))) return oom(p);
-  for (int j = 0; j < c.nout; j++) dsl_tensor_value(&out->list.items[j], outs[j]);
-  return GR_OK;
+  return dsl_tuple_value(p, outs, c.nout, out);
 }
 
 /* ---- all_reduce(x0, x1, ..., op="sum") ---------------------------------------------------- */
@@ -250,17 +237,10 @@ static gr_status all_reduce(const dsl_bargs *a, dsl_value *out) {
   gr_dsl_program *p = a->p;
   static const char *const allowed[] = {"op", NULL};
   GR_TRY(dsl_bargs_only_keywords(a, allowed));
-  gr_reduction op = GR_REDUCE_SUM;
-  int oi = dsl_bargs_kw(a, "op");
-  if (oi >= 0) {
-    const char *s = "";
-    GR_TRY(dsl_bargs_string(a, oi, "op", &s));
-    if (strcmp(s, "mean") == 0)
-      op = GR_REDUCE_MEAN;
-    else if (strcmp(s, "sum") != 0)
-      return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[oi].pos,
-                       "all_reduce: op \"%s\": want \"sum\" or \"mean\"", s);
-  }
+  static const char *const ops[] = {"sum", "mean", NULL};
+  int mean = 0;
+  GR_TRY(dsl_bargs_choice(a, "op", ops, "\"sum\" or \"mean\"", &mean));
+  gr_reduction op = mean ? GR_REDUCE_MEAN : GR_REDUCE_SUM;
   int n = a->npos;
   if (n < 1)
     return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
@@ -272,16 +252,7 @@ static gr_status all_reduce(const dsl_bargs *a, dsl_value *out) {
   dsl_set_loc(p, a->e->pos);
   gr_all_reduce(p->g, xs, n, NULL, op, xs + n);
   GR_TRY(dsl_check_graph(p, a->e->pos));
-  if (n == 1) {
-    dsl_tensor_value(out, xs[1]);
-    return GR_OK;
-  }
-  memset(out, 0, sizeof *out);
-  out->kind = V_TUPLE;
-  out->list.n = n;
-  if (!(out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)n))) return oom(p);
-  for (int i = 0; i < n; i++) dsl_tensor_value(&out->list.items[i], xs[n + i]);
-  return GR_OK;
+  return dsl_tensors_value(p, xs + n, n, out);
 }
 
 /* ---- w = partitioned_variable(initial_value, parts=K) -------------------------------------- */
@@ -344,11 +315,7 @@ static gr_status num_tasks(const dsl_bargs *a, dsl_value *out) {
       count += strcmp(gr_cluster_task_at(c, i)->job, job) == 0;
   }
   gr_cluster_free(mine);
-  memset(out, 0, sizeof *out);
-  out->kind = V_NUM;
-  out->num.is_int = true;
-  out->num.i = count;
-  out->num.v = (double)count;
+  dsl_int_value(out, count);
   return GR_OK;
 }
 
@@ -360,58 +327,25 @@ static gr_status task_index(const dsl_bargs *a, dsl_value *out) {
   if (a->n)
     return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
                      "task_index takes no arguments");
-  memset(out, 0, sizeof *out);
-  out->kind = V_NUM;
-  out->num.is_int = true;
-  out->num.i = a->p->opts.task_index;
-  out->num.v = (double)a->p->opts.task_index;
+  dsl_int_value(out, a->p->opts.task_index);
   return GR_OK;
 }
 
 /* ---- the handlers of the built-in table (dsl_call.c) ------------------------------------- */
 
-gr_status dsl_builtin_ps_variables(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                   const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return ps_variables(&a, name, out);
-}
+DSL_BUILTIN(ps_variables, ps_variables(&a, name, out))
 
-gr_status dsl_builtin_replicas(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                               const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return replicas(&a, name, false, out);
-}
+DSL_BUILTIN(replicas, replicas(&a, name, false, out))
 
-gr_status dsl_builtin_micro_batches(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return replicas(&a, name, true, out);
-}
+DSL_BUILTIN(micro_batches, replicas(&a, name, true, out))
 
-gr_status dsl_builtin_all_reduce(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return all_reduce(&a, out);
-}
+DSL_BUILTIN(all_reduce, all_reduce(&a, out))
 
-gr_status dsl_builtin_num_tasks(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return num_tasks(&a, out);
-}
+DSL_BUILTIN(num_tasks, num_tasks(&a, out))
 
-gr_status dsl_builtin_task_index(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return task_index(&a, out);
-}
+DSL_BUILTIN(task_index, task_index(&a, out))
 
-gr_status dsl_builtin_partitioned_variable(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                           const char *name, dsl_value *v, int nargs,
-                                           dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return partitioned_variable(&a, name, out);
-}
+DSL_BUILTIN(partitioned_variable, partitioned_variable(&a, name, out))
 
 gr_status dsl_builtin_mirror_spread(gr_dsl_program *p, const char *fn, const dsl_expr *e,
                                     const char *name, dsl_value *v, int nargs, dsl_value *out) {

@@ -16,21 +16,6 @@
 
 #include "dsl_internal.h"
 
-/* One tensor, or a tuple of the n outputs. */
-static gr_status outputs_value(gr_dsl_program *p, const gr_output *o, int n, dsl_value *out) {
-  if (n == 1) {
-    dsl_tensor_value(out, o[0]);
-    return GR_OK;
-  }
-  memset(out, 0, sizeof *out);
-  out->kind = V_TUPLE;
-  out->list.n = n;
-  if (!(out->list.items = dsl_alloc(&p->temp, sizeof(dsl_value) * (size_t)n)))
-    return gr_error_set_oom(p->err);
-  for (int i = 0; i < n; i++) dsl_tensor_value(&out->list.items[i], o[i]);
-  return GR_OK;
-}
-
 static gr_status bad(const dsl_bargs *a, int i, const char *what) {
   return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos, "%s: %s", a->fn,
                    what);
@@ -149,7 +134,7 @@ static gr_status dequeue(const dsl_bargs *a, bool many, dsl_value *out) {
   else
     gr_queue_dequeue(p->g, q, o);
   GR_TRY(dsl_check_graph(p, a->e->pos));
-  return outputs_value(p, o, o[0].node->num_outputs, out);
+  return dsl_tensors_value(p, o, o[0].node->num_outputs, out);
 }
 
 static gr_status close_or_size(const dsl_bargs *a, bool close, dsl_value *out) {
@@ -206,57 +191,23 @@ static gr_status sync_replicas(const dsl_bargs *a, dsl_value *out) {
   gr_sync_replicas r;
   gr_sync_replicas_minimize(p->g, &o, loss, NULL, 0, &r);
   GR_TRY(dsl_check_graph(p, a->e->pos));
-  return outputs_value(p, (gr_output[]){r.train, r.chief_update, r.num_dropped}, 3, out);
+  return dsl_tensors_value(p, (gr_output[]){r.train, r.chief_update, r.num_dropped}, 3, out);
 }
 
 /* ---- the handlers of the built-in table (dsl_call.c) ------------------------------------- */
 
-gr_status dsl_builtin_fifo_queue(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return fifo_queue(&a, name, out);
-}
+DSL_BUILTIN(fifo_queue, fifo_queue(&a, name, out))
 
-gr_status dsl_builtin_queue_enqueue(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return enqueue(&a, false, out);
-}
+DSL_BUILTIN(queue_enqueue, enqueue(&a, false, out))
 
-gr_status dsl_builtin_queue_enqueue_many(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                         const char *name, dsl_value *v, int nargs,
-                                         dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return enqueue(&a, true, out);
-}
+DSL_BUILTIN(queue_enqueue_many, enqueue(&a, true, out))
 
-gr_status dsl_builtin_queue_dequeue(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return dequeue(&a, false, out);
-}
+DSL_BUILTIN(queue_dequeue, dequeue(&a, false, out))
 
-gr_status dsl_builtin_queue_dequeue_many(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                         const char *name, dsl_value *v, int nargs,
-                                         dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return dequeue(&a, true, out);
-}
+DSL_BUILTIN(queue_dequeue_many, dequeue(&a, true, out))
 
-gr_status dsl_builtin_queue_close(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                  const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return close_or_size(&a, true, out);
-}
+DSL_BUILTIN(queue_close, close_or_size(&a, true, out))
 
-gr_status dsl_builtin_queue_size(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                 const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return close_or_size(&a, false, out);
-}
+DSL_BUILTIN(queue_size, close_or_size(&a, false, out))
 
-gr_status dsl_builtin_sync_replicas(gr_dsl_program *p, const char *fn, const dsl_expr *e,
-                                    const char *name, dsl_value *v, int nargs, dsl_value *out) {
-  dsl_bargs a = dsl_bargs_make(p, fn, e, v, nargs);
-  return sync_replicas(&a, out);
-}
+DSL_BUILTIN(sync_replicas, sync_replicas(&a, out))

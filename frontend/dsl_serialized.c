@@ -50,10 +50,7 @@ gr_status dsl_load_serialized(gr_dsl_program *p, const char *name, const void *d
       st = gr_error_set_oom(p->err);
       break;
     }
-    memset(&b->v, 0, sizeof b->v);
-    b->v.kind = V_TENSOR;
-    b->v.has_t = true;
-    b->v.t = nm.outputs[i];
+    dsl_tensor_value(&b->v, nm.outputs[i]);
     b->pos = (dsl_pos){0};
     b->def = NULL;
   }

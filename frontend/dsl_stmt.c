@@ -148,10 +148,7 @@ static gr_status bind_stmt(gr_dsl_program *p, const dsl_stmt *s) {
     if (v.kind == V_TUPLE) {
       item = v.list.items[i];
     } else {
-      memset(&item, 0, sizeof item);
-      item.kind = V_TENSOR;
-      item.has_t = true;
-      item.t = gr_output_at(v.t, i);
+      dsl_tensor_value(&item, gr_output_at(v.t, i));
     }
     dsl_pos at = s->expr->kind == E_TUPLE ? s->expr->list.items[i]->pos : s->expr->pos;
     GR_TRY(bind_named(p, s->names[i], s->name_pos[i], at, &item, n0, false));

@@ -59,7 +59,22 @@ static gr_status binary_prepare(gr_kernel_ctx *ctx, gr_dtype out_dtype, gr_bcast
 #define FMAXNAN(a, b)               (((a) > (b) || (a) != (a)) ? (a) : (b))
 #define FMINNAN(a, b)               (((a) < (b) || (a) != (a)) ? (a) : (b))
 
-/* Defines KERNEL for an arithmetic op with per-dtype element expressions. */
+/* One case of a kernel's dtype switch: a and b are the inputs as const T *,
+ * r the output as RT *; the statement (the last argument) runs for each
+ * element, with x = a[ia] and y = b[ib], and sets r[io]. Needs pa, pb, po
+ * (the data) and the gr_bcast bc. */
+#define BIN_CASE(DT, T, RT, ...)                                                                   \
+  case DT: {                                                                                       \
+    const T *a = pa, *b = pb;                                                                      \
+    RT *r = po;                                                                                    \
+    GR_BCAST_FOR(&bc, ia, ib, io, {                                                                \
+      T x = a[ia], y = b[ib];                                                                      \
+      __VA_ARGS__;                                                                                 \
+    });                                                                                            \
+    break;                                                                                         \
+  }
+
+/* Defines KERNEL for an arithmetic op with per-dtype element statements. */
 #define ARITH_OP(NAME, EF, ED, EI32, EI64, EU8)                                                    \
   static gr_status NAME##_kernel(gr_kernel_ctx *ctx) {                                             \
     gr_bcast bc;                                                                                   \
@@ -69,51 +84,11 @@ static gr_status binary_prepare(gr_kernel_ctx *ctx, gr_dtype out_dtype, gr_bcast
     const void *pa = gr_tensor_data(A), *pb = gr_tensor_data(B);                                   \
     void *po = gr_tensor_data(o);                                                                  \
     switch (A->dtype) {                                                                            \
-      case GR_F32: {                                                                               \
-        const float *a = pa, *b = pb;                                                              \
-        float *r = po;                                                                             \
-        GR_BCAST_FOR(&bc, ia, ib, io, {                                                            \
-          float x = a[ia], y = b[ib];                                                              \
-          r[io] = EF;                                                                              \
-        });                                                                                        \
-        break;                                                                                     \
-      }                                                                                            \
-      case GR_F64: {                                                                               \
-        const double *a = pa, *b = pb;                                                             \
-        double *r = po;                                                                            \
-        GR_BCAST_FOR(&bc, ia, ib, io, {                                                            \
-          double x = a[ia], y = b[ib];                                                             \
-          r[io] = ED;                                                                              \
-        });                                                                                        \
-        break;                                                                                     \
-      }                                                                                            \
-      case GR_I32: {                                                                               \
-        const int32_t *a = pa, *b = pb;                                                            \
-        int32_t *r = po;                                                                           \
-        GR_BCAST_FOR(&bc, ia, ib, io, {                                                            \
-          int32_t x = a[ia], y = b[ib];                                                            \
-          EI32;                                                                                    \
-        });                                                                                        \
-        break;                                                                                     \
-      }                                                                                            \
-      case GR_I64: {                                                                               \
-        const int64_t *a = pa, *b = pb;                                                            \
-        int64_t *r = po;                                                                           \
-        GR_BCAST_FOR(&bc, ia, ib, io, {                                                            \
-          int64_t x = a[ia], y = b[ib];                                                            \
-          EI64;                                                                                    \
-        });                                                                                        \
-        break;                                                                                     \
-      }                                                                                            \
-      case GR_U8: {                                                                                \
-        const uint8_t *a = pa, *b = pb;                                                            \
-        uint8_t *r = po;                                                                           \
-        GR_BCAST_FOR(&bc, ia, ib, io, {                                                            \
-          uint8_t x = a[ia], y = b[ib];                                                            \
-          EU8;                                                                                     \
-        });                                                                                        \
-        break;                                                                                     \
-      }                                                                                            \
+      BIN_CASE(GR_F32, float, float, r[io] = EF)                                                   \
+      BIN_CASE(GR_F64, double, double, r[io] = ED)                                                 \
+      BIN_CASE(GR_I32, int32_t, int32_t, EI32)                                                     \
+      BIN_CASE(GR_I64, int64_t, int64_t, EI64)                                                     \
+      BIN_CASE(GR_U8, uint8_t, uint8_t, EU8)                                                       \
       default:                                                                                     \
         return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype");                            \
     }                                                                                              \
@@ -145,17 +120,23 @@ ARITH_OP(minimum, FMINNAN(x, y), FMINNAN(x, y), r[io] = x < y ? x : y, r[io] = x
 ARITH_OP(pow, powf(x, y), pow(x, y), r[io] = (int32_t)ipow_i64(x, y), r[io] = ipow_i64(x, y),
          r[io] = (uint8_t)ipow_i64(x, y))
 
-/* Integer division: truncating, by zero is an error, INT_MIN / -1 wraps. */
-#define IDIV(T, MINV)                                                                              \
+/* Integer division: truncating; by zero sets the flag zero (an error) and
+ * stores 0; for signed T, INT_MIN / -1 wraps. */
+#define DIV_OR_ZERO(T)                                                                             \
   do {                                                                                             \
     if (y == 0) {                                                                                  \
       zero = true;                                                                                 \
       r[io] = 0;                                                                                   \
-    } else if (y == -1) {                                                                          \
-      r[io] = x == MINV ? x : (T)-x;                                                               \
     } else {                                                                                       \
       r[io] = (T)(x / y);                                                                          \
     }                                                                                              \
+  } while (0)
+#define IDIV(T, MINV)                                                                              \
+  do {                                                                                             \
+    if (y == -1)                                                                                   \
+      r[io] = x == MINV ? x : (T)-x;                                                               \
+    else                                                                                           \
+      DIV_OR_ZERO(T);                                                                              \
   } while (0)
 
 static gr_status div_kernel(gr_kernel_ctx *ctx) {
@@ -167,50 +148,11 @@ static gr_status div_kernel(gr_kernel_ctx *ctx) {
   void *po = gr_tensor_data(o);
   bool zero = false;
   switch (A->dtype) {
-    case GR_F32: {
-      const float *a = pa, *b = pb;
-      float *r = po;
-      GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] / b[ib]);
-      break;
-    }
-    case GR_F64: {
-      const double *a = pa, *b = pb;
-      double *r = po;
-      GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] / b[ib]);
-      break;
-    }
-    case GR_I32: {
-      const int32_t *a = pa, *b = pb;
-      int32_t *r = po;
-      GR_BCAST_FOR(&bc, ia, ib, io, {
-        int32_t x = a[ia], y = b[ib];
-        IDIV(int32_t, INT32_MIN);
-      });
-      break;
-    }
-    case GR_I64: {
-      const int64_t *a = pa, *b = pb;
-      int64_t *r = po;
-      GR_BCAST_FOR(&bc, ia, ib, io, {
-        int64_t x = a[ia], y = b[ib];
-        IDIV(int64_t, INT64_MIN);
-      });
-      break;
-    }
-    case GR_U8: {
-      const uint8_t *a = pa, *b = pb;
-      uint8_t *r = po;
-      GR_BCAST_FOR(&bc, ia, ib, io, {
-        uint8_t x = a[ia], y = b[ib];
-        if (y == 0) {
-          zero = true;
-          r[io] = 0;
-        } else {
-          r[io] = (uint8_t)(x / y);
-        }
-      });
-      break;
-    }
+    BIN_CASE(GR_F32, float, float, r[io] = x / y)
+    BIN_CASE(GR_F64, double, double, r[io] = x / y)
+    BIN_CASE(GR_I32, int32_t, int32_t, IDIV(int32_t, INT32_MIN))
+    BIN_CASE(GR_I64, int64_t, int64_t, IDIV(int64_t, INT64_MIN))
+    BIN_CASE(GR_U8, uint8_t, uint8_t, DIV_OR_ZERO(uint8_t))
     default:
       return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype");
   }
@@ -225,39 +167,15 @@ static gr_status div_kernel(gr_kernel_ctx *ctx) {
     gr_tensor *o;                                                                                  \
     const gr_tensor *A = &ctx->inputs[0], *B = &ctx->inputs[1];                                    \
     GR_TRY(binary_prepare(ctx, GR_BOOL, &bc, &o));                                                 \
-    bool *r = gr_tensor_data(o);                                                                   \
+    void *po = gr_tensor_data(o);                                                                  \
     const void *pa = gr_tensor_data(A), *pb = gr_tensor_data(B);                                   \
     switch (A->dtype) {                                                                            \
-      case GR_F32: {                                                                               \
-        const float *a = pa, *b = pb;                                                              \
-        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
-        break;                                                                                     \
-      }                                                                                            \
-      case GR_F64: {                                                                               \
-        const double *a = pa, *b = pb;                                                             \
-        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
-        break;                                                                                     \
-      }                                                                                            \
-      case GR_I32: {                                                                               \
-        const int32_t *a = pa, *b = pb;                                                            \
-        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
-        break;                                                                                     \
-      }                                                                                            \
-      case GR_I64: {                                                                               \
-        const int64_t *a = pa, *b = pb;                                                            \
-        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
-        break;                                                                                     \
-      }                                                                                            \
-      case GR_U8: {                                                                                \
-        const uint8_t *a = pa, *b = pb;                                                            \
-        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
-        break;                                                                                     \
-      }                                                                                            \
-      case GR_BOOL: {                                                                              \
-        const bool *a = pa, *b = pb;                                                               \
-        GR_BCAST_FOR(&bc, ia, ib, io, r[io] = a[ia] OP b[ib]);                                     \
-        break;                                                                                     \
-      }                                                                                            \
+      BIN_CASE(GR_F32, float, bool, r[io] = x OP y)                                                \
+      BIN_CASE(GR_F64, double, bool, r[io] = x OP y)                                               \
+      BIN_CASE(GR_I32, int32_t, bool, r[io] = x OP y)                                              \
+      BIN_CASE(GR_I64, int64_t, bool, r[io] = x OP y)                                              \
+      BIN_CASE(GR_U8, uint8_t, bool, r[io] = x OP y)                                               \
+      BIN_CASE(GR_BOOL, bool, bool, r[io] = x OP y)                                                \
       default:                                                                                     \
         return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype");                            \
     }                                                                                              \

@@ -326,28 +326,27 @@ static gr_status transpose_grad(gr_grad_ctx *c) {
   return GR_OK;
 }
 
-#define DEFINE_CONV(NAME, DOC, N, NAMES, GRAD)                                                     \
-  GR_WINDOW_OP(NAME, DOC, N, NAMES, gr_conv_attr_specs, conv_shape_fn, conv_cost, conv_kernel, GRAD)
+#define DEFINE_CONV(NAME, DOC, GRAD, ...)                                                          \
+  GR_WINDOW_OP(NAME, DOC, gr_conv_attr_specs, conv_shape_fn, conv_cost, conv_kernel, GRAD,         \
+               __VA_ARGS__)
 
-#define NAMES2(A, B)    ((const char *const[]){A, B})
-#define NAMES3(A, B, C) ((const char *const[]){A, B, C})
 DEFINE_CONV(conv2d,
             "2-D convolution of x [n, h, w, c] with filter [kh, kw, c / groups, out_c] (attrs "
             "strides, padding SAME/VALID/EXPLICIT, explicit_paddings [t, b, l, r], dilations, "
             "groups; groups = c: depthwise; data_format NHWC or NCHW: x [n, c, h, w], the "
             "filter unchanged)",
-            2, NAMES2("x", "filter"), conv2d_grad)
+            conv2d_grad, "x", "filter")
 DEFINE_CONV(conv2d_backprop_input,
-            "the gradient of conv2d with respect to x (shaped like `like`) for dy", 3,
-            NAMES3("dy", "filter", "like"), bp_input_grad)
+            "the gradient of conv2d with respect to x (shaped like `like`) for dy", bp_input_grad,
+            "dy", "filter", "like")
 DEFINE_CONV(conv2d_backprop_filter,
-            "the gradient of conv2d with respect to the filter (shaped like `like`) for dy", 3,
-            NAMES3("x", "dy", "like"), bp_filter_grad)
+            "the gradient of conv2d with respect to the filter (shaped like `like`) for dy",
+            bp_filter_grad, "x", "dy", "like")
 DEFINE_CONV(conv2d_transpose,
             "transposed convolution of x [n, h, w, in_c] with filter [kh, kw, out_c / groups, "
             "in_c]: the gradient of conv2d as a layer (output h: SAME h * stride, VALID (h - 1) * "
             "stride + dilated kernel)",
-            2, NAMES2("x", "filter"), transpose_grad)
+            transpose_grad, "x", "filter")
 
 static conv_kind kind_of(const gr_node *n) {
   return n->op == &gr_op_conv2d                   ? CONV_FWD

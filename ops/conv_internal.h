@@ -107,14 +107,14 @@ gr_status gr_window_kernel_shapes(gr_kernel_ctx *ctx, gr_window_shapes_fn shapes
 gr_status gr_ops_check_images(gr_shape_ctx *ctx, gr_data_format f);
 gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx, gr_data_format f);
 
-/* Defines const gr_op_def gr_op_NAME for a window op of N inputs (NAMES: a
- * parenthesized const char *const[] literal). */
-#define GR_WINDOW_OP(NAME, DOC, N, NAMES, ATTRS, SHAPE, COST, KERNEL, GRAD)                        \
+/* Defines const gr_op_def gr_op_NAME for a window op whose inputs are named
+ * by the last arguments ("x", "filter"). */
+#define GR_WINDOW_OP(NAME, DOC, ATTRS, SHAPE, COST, KERNEL, GRAD, ...)                             \
   const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
                                   .doc = DOC,                                                      \
-                                  .min_inputs = N,                                                 \
-                                  .max_inputs = N,                                                 \
-                                  .input_names = NAMES,                                            \
+                                  .min_inputs = GR_WINDOW_NUM_INPUTS(__VA_ARGS__),                 \
+                                  .max_inputs = GR_WINDOW_NUM_INPUTS(__VA_ARGS__),                 \
+                                  .input_names = (const char *const[]){__VA_ARGS__},               \
                                   .num_outputs = 1,                                                \
                                   .attrs = ATTRS,                                                  \
                                   .num_attrs = sizeof ATTRS / sizeof ATTRS[0],                     \
@@ -123,6 +123,8 @@ gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx, gr_data_format f);
                                   .kernel = KERNEL,                                                \
                                   .grad_fn = GRAD,                                                 \
                                   .flags = GR_OP_EXPENSIVE};
+#define GR_WINDOW_NUM_INPUTS(...)                                                                  \
+  (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
 
 /* Attr specs shared by the window ops (conv_geom.c). */
 extern const gr_attr_spec gr_conv_attr_specs[6];

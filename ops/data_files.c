@@ -75,63 +75,44 @@ static gr_status idx_header(gzFile f, const char *path, gr_dtype *dt, int *src_s
   return GR_OK;
 }
 
-gr_status gr_data_idx_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err) {
-  gzFile f = gzopen(path, "rb");
-  if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "%s: cannot open", path);
-  int src;
-  gr_status s = idx_header(f, path, dtype, &src, shape, err);
-  gzclose(f);
-  return s;
-}
-
-gr_status gr_data_load_idx(const char *path, gr_tensor *out, gr_error *err) {
-  *out = gr_tensor_empty();
-  gzFile f = gzopen(path, "rb");
-  if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "%s: cannot open", path);
-  gzbuffer(f, 1 << 17);
-  gr_dtype dt;
-  int src;
-  gr_shape shape;
-  gr_status s = idx_header(f, path, &dt, &src, &shape, err);
-  if (s == GR_OK) s = gr_tensor_alloc(out, dt, &shape, err);
-  if (s == GR_OK) {
-    int64_t n = gr_tensor_num_elements(out);
-    size_t bytes = (size_t)n * (size_t)src;
-    unsigned char *raw = src == (int)gr_dtype_size(dt) ? gr_tensor_data(out) : malloc(bytes + 1);
-    if (!raw) {
-      s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", path);
-    } else if (!read_all(f, raw, bytes)) {
-      s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated: fewer than %zu data bytes", path,
-                       bytes);
-    } else {
-      /* big-endian source -> host order in the tensor's dtype */
-      for (int64_t i = 0; i < n; i++) {
-        const unsigned char *p = raw + i * src;
-        switch (src) {
-          case 1:
-            if (dt == GR_I32) ((int32_t *)gr_tensor_data(out))[i] = (int8_t)p[0];
-            break;
-          case 2:
-            ((int32_t *)gr_tensor_data(out))[i] = (int16_t)(p[0] << 8 | p[1]);
-            break;
-          case 4: {
-            uint32_t u = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-            memcpy((char *)gr_tensor_data(out) + i * 4, &u, 4);
-            break;
-          }
-          case 8: {
-            uint64_t u = 0;
-            for (int b = 0; b < 8; b++) u = u << 8 | p[b];
-            memcpy((char *)gr_tensor_data(out) + i * 8, &u, 8);
-            break;
-          }
+/* Converts the IDX data (big-endian, src_size bytes an element) into out. */
+static gr_status idx_body(gzFile f, const char *path, int src, gr_tensor *out, gr_error *err) {
+  gr_status s = GR_OK;
+  gr_dtype dt = out->dtype;
+  int64_t n = gr_tensor_num_elements(out);
+  size_t bytes = (size_t)n * (size_t)src;
+  unsigned char *raw = src == (int)gr_dtype_size(dt) ? gr_tensor_data(out) : malloc(bytes + 1);
+  if (!raw) {
+    s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", path);
+  } else if (!read_all(f, raw, bytes)) {
+    s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated: fewer than %zu data bytes", path,
+                     bytes);
+  } else {
+    /* big-endian source -> host order in the tensor's dtype */
+    for (int64_t i = 0; i < n; i++) {
+      const unsigned char *p = raw + i * src;
+      switch (src) {
+        case 1:
+          if (dt == GR_I32) ((int32_t *)gr_tensor_data(out))[i] = (int8_t)p[0];
+          break;
+        case 2:
+          ((int32_t *)gr_tensor_data(out))[i] = (int16_t)(p[0] << 8 | p[1]);
+          break;
+        case 4: {
+          uint32_t u = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+          memcpy((char *)gr_tensor_data(out) + i * 4, &u, 4);
+          break;
+        }
+        case 8: {
+          uint64_t u = 0;
+          for (int b = 0; b < 8; b++) u = u << 8 | p[b];
+          memcpy((char *)gr_tensor_data(out) + i * 8, &u, 8);
+          break;
         }
       }
     }
-    if (raw && raw != gr_tensor_data(out)) free(raw);
   }
-  gzclose(f);
-  if (s != GR_OK) gr_tensor_release(out);
+  if (raw && raw != gr_tensor_data(out)) free(raw);
   return s;
 }
 
@@ -160,8 +141,8 @@ static void npy_quoted(const char *v, char *out, size_t cap) {
   out[n] = '\0';
 }
 
-static gr_status npy_header(gzFile f, const char *path, gr_dtype *dt, gr_shape *shape,
-                            gr_error *err) {
+static gr_status npy_header(gzFile f, const char *path, gr_dtype *dt, int *src_size,
+                            gr_shape *shape, gr_error *err) {
   unsigned char m[10];
   if (gzread(f, m, 10) != 10 || memcmp(m, "\x93NUMPY", 6) != 0)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: not a .npy file (bad magic)", path);
@@ -235,42 +216,68 @@ static gr_status npy_header(gzFile f, const char *path, gr_dtype *dt, gr_shape *
     }
     p = end;
   }
+  *src_size = (int)gr_dtype_size(*dt);
 done:
   free(h);
   return s;
 }
 
-gr_status gr_data_npy_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err) {
+/* Reads the .npy data (little-endian, as the tensor holds it) into out. */
+static gr_status npy_body(gzFile f, const char *path, int src, gr_tensor *out, gr_error *err) {
+  size_t bytes = gr_tensor_num_bytes(out);
+  if (!read_all(f, gr_tensor_data(out), bytes))
+    return gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated: fewer than %zu data bytes", path,
+                        bytes);
+  if (out->dtype == GR_BOOL)
+    for (size_t i = 0; i < bytes; i++)
+      if (((unsigned char *)gr_tensor_data(out))[i] > 1)
+        return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: bool element %zu is not 0 or 1",
+                            path, i);
+  return GR_OK;
+}
+
+/* ---- both formats ------------------------------------------------------------------------ */
+
+/* A format's header reader: the dtype and shape of the tensor and the bytes
+ * an element takes in the file (src_size); and its data reader, into a
+ * tensor of that dtype and shape. */
+typedef gr_status header_fn(gzFile f, const char *path, gr_dtype *dt, int *src_size,
+                            gr_shape *shape, gr_error *err);
+typedef gr_status body_fn(gzFile f, const char *path, int src_size, gr_tensor *out, gr_error *err);
+
+/* Opens path and reads its header into *dt and *shape (or, when NULL,
+ * locals); with body (not NULL) also the data, into *out (allocated here;
+ * empty on failure). */
+static gr_status read_file(const char *path, header_fn *header, body_fn *body, gr_dtype *dt,
+                           gr_shape *shape, gr_tensor *out, gr_error *err) {
+  gr_dtype dt_;
+  gr_shape shape_;
+  if (!dt) dt = &dt_;
+  if (!shape) shape = &shape_;
+  if (out) *out = gr_tensor_empty();
   gzFile f = gzopen(path, "rb");
   if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "%s: cannot open", path);
-  gr_status s = npy_header(f, path, dtype, shape, err);
+  if (body) gzbuffer(f, 1 << 17);
+  int src;
+  gr_status s = header(f, path, dt, &src, shape, err);
+  if (s == GR_OK && body) {
+    s = gr_tensor_alloc(out, *dt, shape, err);
+    if (s == GR_OK) s = body(f, path, src, out, err);
+    if (s != GR_OK) gr_tensor_release(out);
+  }
   gzclose(f);
   return s;
 }
 
+gr_status gr_data_idx_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err) {
+  return read_file(path, idx_header, NULL, dtype, shape, NULL, err);
+}
+gr_status gr_data_load_idx(const char *path, gr_tensor *out, gr_error *err) {
+  return read_file(path, idx_header, idx_body, NULL, NULL, out, err);
+}
+gr_status gr_data_npy_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err) {
+  return read_file(path, npy_header, NULL, dtype, shape, NULL, err);
+}
 gr_status gr_data_load_npy(const char *path, gr_tensor *out, gr_error *err) {
-  *out = gr_tensor_empty();
-  gzFile f = gzopen(path, "rb");
-  if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "%s: cannot open", path);
-  gzbuffer(f, 1 << 17);
-  gr_dtype dt;
-  gr_shape shape;
-  gr_status s = npy_header(f, path, &dt, &shape, err);
-  if (s == GR_OK) s = gr_tensor_alloc(out, dt, &shape, err);
-  if (s == GR_OK) {
-    size_t bytes = gr_tensor_num_bytes(out);
-    if (!read_all(f, gr_tensor_data(out), bytes))
-      s = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: truncated: fewer than %zu data bytes", path,
-                       bytes);
-    else if (dt == GR_BOOL)
-      for (size_t i = 0; i < bytes; i++)
-        if (((unsigned char *)gr_tensor_data(out))[i] > 1) {
-          s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: bool element %zu is not 0 or 1", path,
-                           i);
-          break;
-        }
-  }
-  gzclose(f);
-  if (s != GR_OK) gr_tensor_release(out);
-  return s;
+  return read_file(path, npy_header, npy_body, NULL, NULL, out, err);
 }

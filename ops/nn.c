@@ -23,49 +23,9 @@ static float sigmoid_f(float x) {
   return e / (1.0f + e);
 }
 
-static gr_status float_unary_shape(gr_shape_ctx *ctx) {
-  GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
-  return gr_shape_fn_unchanged(ctx);
-}
-
 /* Kernel, op def and builder of a float elementwise op (in place when possible). */
 #define DEFINE_ACTIVATION(NAME, DOC, EF, ED)                                                       \
-  static gr_status NAME##_kernel(gr_kernel_ctx *ctx) {                                             \
-    const gr_tensor *X = &ctx->inputs[0];                                                          \
-    if (!gr_dtype_is_float(X->dtype))                                                              \
-      return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));  \
-    gr_tensor *o;                                                                                  \
-    GR_TRY(gr_kernel_forward_or_alloc(ctx, 0, 0, X->dtype, &X->shape, &o));                        \
-    int64_t n = gr_tensor_num_elements(X);                                                         \
-    if (X->dtype == GR_F32) {                                                                      \
-      const float *a = gr_tensor_data(X);                                                          \
-      float *r = gr_tensor_data(o);                                                                \
-      for (int64_t i = 0; i < n; i++) {                                                            \
-        float x = a[i];                                                                            \
-        r[i] = EF;                                                                                 \
-      }                                                                                            \
-    } else {                                                                                       \
-      const double *a = gr_tensor_data(X);                                                         \
-      double *r = gr_tensor_data(o);                                                               \
-      for (int64_t i = 0; i < n; i++) {                                                            \
-        double x = a[i];                                                                           \
-        r[i] = ED;                                                                                 \
-      }                                                                                            \
-    }                                                                                              \
-    return GR_OK;                                                                                  \
-  }                                                                                                \
-  const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
-                                  .doc = DOC,                                                      \
-                                  .min_inputs = 1,                                                 \
-                                  .max_inputs = 1,                                                 \
-                                  .input_names = x_names,                                          \
-                                  .num_outputs = 1,                                                \
-                                  .shape_fn = float_unary_shape,                                   \
-                                  .kernel = NAME##_kernel,                                         \
-                                  .grad_fn = NAME##_grad};                                         \
-  gr_output gr_##NAME(gr_graph *g, gr_output x) {                                                  \
-    return gr_ops_build(g, #NAME, NULL, &x, 1, NULL, 0);                                           \
-  }
+  GR_DEFINE_UNARY_OP(NAME, GR_DT_FLOAT, DOC, EF, ED, x, x, x, x, NAME##_grad, 0)
 
 static gr_status relu_grad_fn(gr_grad_ctx *c) {
   c->dinputs[0] = gr_relu_grad(c->graph, c->grads[0], gr_grad_y(c, 0));

@@ -151,6 +151,72 @@ bool gr_bcast_init(gr_bcast *bc, const gr_shape *a, const gr_shape *b, gr_shape 
     }                                                                                              \
   } while (0)
 
+/* out[i] = EXPR(x) over n elements of type T (out may alias in). */
+#define GR_UNARY_LOOP(T, EXPR)                                                                     \
+  do {                                                                                             \
+    const T *a_ = pin;                                                                             \
+    T *r_ = pout;                                                                                  \
+    for (int64_t i_ = 0; i_ < n; i_++) {                                                           \
+      T x = a_[i_];                                                                                \
+      r_[i_] = (T)(EXPR);                                                                          \
+    }                                                                                              \
+  } while (0)
+
+/* Shape fn, kernel (in place when it can), op def and builder of a
+ * one-input elementwise op that keeps dtype and shape, for the dtypes in
+ * MASK (unary.c, nn.c); the per-dtype expressions of x of the dtypes outside
+ * MASK are never run. Needs the file's x_names, {"x"}. */
+#define GR_DEFINE_UNARY_OP(NAME, MASK, DOC, EF, ED, EI32, EI64, EU8, EB, GRAD_FN, FLAGS)           \
+  static gr_status NAME##_shape(gr_shape_ctx *ctx) {                                               \
+    GR_TRY(gr_shape_check_dtype(ctx, 0, MASK));                                                    \
+    return gr_shape_fn_unchanged(ctx);                                                             \
+  }                                                                                                \
+  static gr_status NAME##_kernel(gr_kernel_ctx *ctx) {                                             \
+    const gr_tensor *X = &ctx->inputs[0];                                                          \
+    if (!((MASK)&GR_DT_BIT(X->dtype)))                                                             \
+      return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));  \
+    gr_tensor *o;                                                                                  \
+    GR_TRY(gr_kernel_forward_or_alloc(ctx, 0, 0, X->dtype, &X->shape, &o));                        \
+    int64_t n = gr_tensor_num_elements(X);                                                         \
+    const void *pin = gr_tensor_data(X);                                                           \
+    void *pout = gr_tensor_data(o);                                                                \
+    switch (X->dtype) {                                                                            \
+      case GR_F32:                                                                                 \
+        GR_UNARY_LOOP(float, EF);                                                                  \
+        break;                                                                                     \
+      case GR_F64:                                                                                 \
+        GR_UNARY_LOOP(double, ED);                                                                 \
+        break;                                                                                     \
+      case GR_I32:                                                                                 \
+        GR_UNARY_LOOP(int32_t, EI32);                                                              \
+        break;                                                                                     \
+      case GR_I64:                                                                                 \
+        GR_UNARY_LOOP(int64_t, EI64);                                                              \
+        break;                                                                                     \
+      case GR_U8:                                                                                  \
+        GR_UNARY_LOOP(uint8_t, EU8);                                                               \
+        break;                                                                                     \
+      case GR_BOOL:                                                                                \
+        GR_UNARY_LOOP(bool, EB);                                                                   \
+        break;                                                                                     \
+      default:                                                                                     \
+        break;                                                                                     \
+    }                                                                                              \
+    return GR_OK;                                                                                  \
+  }                                                                                                \
+  const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
+                                  .doc = DOC,                                                      \
+                                  .min_inputs = 1,                                                 \
+                                  .max_inputs = 1,                                                 \
+                                  .input_names = x_names,                                          \
+                                  .num_outputs = 1,                                                \
+                                  .shape_fn = NAME##_shape,                                        \
+                                  .kernel = NAME##_kernel,                                         \
+                                  .grad_fn = GRAD_FN,                                              \
+                                  .flags = FLAGS};                                                 \
+  gr_output gr_##NAME(gr_graph *g, gr_output x) {                                                  \
+    return gr_ops_build(g, #NAME, NULL, &x, 1, NULL, 0);                                           \
+  }
 /* Matrix products (matmul.c). gr_ops_gemm_shape checks, at build time, that
  * inputs first and first + 1 are float matrices (or of unknown rank) of one
  * dtype whose op(A) op(B) exists (attrs transpose_a, transpose_b) and writes

@@ -225,28 +225,27 @@ static gr_status max_pool_pick_grad_fn(gr_grad_ctx *c) {
   return GR_OK;
 }
 
-#define DEFINE_POOL(NAME, DOC, N, NAMES, GRAD)                                                     \
-  GR_WINDOW_OP(NAME, DOC, N, NAMES, gr_pool_attr_specs, pool_shape_fn, pool_cost, pool_kernel, GRAD)
+#define DEFINE_POOL(NAME, DOC, GRAD, ...)                                                          \
+  GR_WINDOW_OP(NAME, DOC, gr_pool_attr_specs, pool_shape_fn, pool_cost, pool_kernel, GRAD,         \
+               __VA_ARGS__)
 
-#define PNAMES1(A)    ((const char *const[]){A})
-#define PNAMES2(A, B) ((const char *const[]){A, B})
 DEFINE_POOL(max_pool,
             "maximum over windows of x [n, h, w, c] (attrs ksize, strides (default ksize), "
             "padding SAME/VALID/EXPLICIT, data_format NHWC or NCHW: x [n, c, h, w]); the "
             "gradient goes to the first maximum",
-            1, PNAMES1("x"), max_pool_grad_fn)
+            max_pool_grad_fn, "x")
 DEFINE_POOL(avg_pool,
-            "mean over windows of x [n, h, w, c] (attrs as max_pool); padding is not counted", 1,
-            PNAMES1("x"), avg_pool_grad_fn)
-DEFINE_POOL(max_pool_grad, "the gradient of max_pool: dy added at each window's first maximum", 2,
-            PNAMES2("x", "dy"), max_pool_grad_grad_fn)
+            "mean over windows of x [n, h, w, c] (attrs as max_pool); padding is not counted",
+            avg_pool_grad_fn, "x")
+DEFINE_POOL(max_pool_grad, "the gradient of max_pool: dy added at each window's first maximum",
+            max_pool_grad_grad_fn, "x", "dy")
 DEFINE_POOL(avg_pool_grad,
-            "the gradient of avg_pool: dy spread over each window (shaped like `like`)", 2,
-            PNAMES2("dy", "like"), avg_pool_grad_grad_fn)
+            "the gradient of avg_pool: dy spread over each window (shaped like `like`)",
+            avg_pool_grad_grad_fn, "dy", "like")
 DEFINE_POOL(max_pool_grad_grad,
             "g (shaped like x) at each window's first maximum of x: the gradient of "
             "max_pool_grad",
-            2, PNAMES2("x", "g"), max_pool_pick_grad_fn)
+            max_pool_pick_grad_fn, "x", "g")
 
 static pool_mode mode_of(const gr_node *n) {
   return n->op == &gr_op_max_pool        ? POOL_MAX

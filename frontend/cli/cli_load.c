@@ -111,6 +111,17 @@ int cli_lookup_names(const char *cmd, const gr_dsl_program *p, const char *const
 
 #define MAX_FEED_BYTES (4ull << 30)
 
+/* The array p of *cap elements of `size` bytes moved to twice the
+ * capacity; NULL, with p freed, when out of memory. */
+static void *double_or_free(void *p, size_t *cap, size_t size) {
+  void *np = gr_realloc_array(p, *cap * 2, size);
+  if (!np)
+    free(p);
+  else
+    *cap *= 2;
+  return np;
+}
+
 /* The whole file, decompressed when gzip (gzread passes plain files through). */
 static gr_status slurp(const char *path, unsigned char **data, size_t *len, gr_error *err) {
   gzFile f = gzopen(path, "rb");
@@ -125,14 +136,7 @@ static gr_status slurp(const char *path, unsigned char **data, size_t *len, gr_e
         gzclose(f);
         return gr_error_set(err, GR_ERR_OUT_OF_RANGE, "'%s' is larger than 4 GiB", path);
       }
-      unsigned char *nb = gr_realloc_array(buf, cap, 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
+      if (!(buf = double_or_free(buf, &cap, 1))) break;
     }
     int r = gzread(f, buf + n, (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n));
     if (r < 0) {
@@ -204,14 +208,7 @@ static gr_status read_csv(const char *path, const unsigned char *d, size_t len, 
         break;
       }
       if (n == cap) {
-        double *nv = gr_realloc_array(vals, cap * 2, sizeof *vals);
-        if (!nv) {
-          free(vals);
-          vals = NULL;
-          break;
-        }
-        vals = nv;
-        cap *= 2;
+        if (!(vals = double_or_free(vals, &cap, sizeof *vals))) break;
       }
       vals[n++] = v;
       c++;

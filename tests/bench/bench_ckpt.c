@@ -200,9 +200,7 @@ int main(int argc, char **argv) {
   gr_graph_free(g);
   unlink(raw_path);
   unlink(ck_path);
-  char rm[600];
-  snprintf(rm, sizeof rm, "rm -rf %s", dir_path);
-  if (system(rm) != 0) fprintf(stderr, "bench_ckpt: could not remove %s\n", dir_path);
+  bench_remove_tree("bench_ckpt", dir_path);
   printf("ckpt: save_pct_of_raw=%.0f restore_gbps=%.2f sharded_pct_of_raw=%.0f\n", 100.0 * w / sv,
          bytes / rs / 1e9, 100.0 * w / sh);
   return 0;

@@ -209,9 +209,7 @@ int main(int argc, char **argv) {
   free(A);
   free(B);
   free(C);
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0) fprintf(stderr, "bench_mlp: could not remove %s\n", dir);
+  bench_remove_tree("bench_mlp", dir);
   printf("mlp: ratio_b32=%.2f ratio_b128=%.2f floor_b32=%.2f floor_b128=%.2f\n", ratio[0], ratio[1],
          floor[0], floor[1]);
   return 0;

@@ -205,9 +205,7 @@ out:
   while (waitpid(launch, &status, WNOHANG) == 0 && bench_now() < end) usleep(20000);
   kill(-launch, SIGKILL);
   waitpid(launch, &status, 0);
-  char rm[128];
-  snprintf(rm, sizeof rm, "rm -rf %s", ckpt);
-  if (system(rm) != 0) fprintf(stderr, "bench_recovery: could not remove %s\n", ckpt);
+  bench_remove_tree("bench_recovery", ckpt);
   if (done < kills) return 1;
   qsort(detect, (size_t)done, sizeof *detect, cmp);
   qsort(floor_ms, (size_t)nfloor, sizeof *floor_ms, cmp);

@@ -1,9 +1,10 @@
-/* Process helpers for the benchmarks that fork server tasks (bench_util.h). */
+/* Helpers of the benchmarks (bench_util.h): child processes, removing a tree. */
 #include "bench_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <graphrun.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/prctl.h>
@@ -46,6 +47,12 @@ static void bench_on_signal(int sig) {
   bench_cleanup();
   signal(sig, SIG_DFL);
   raise(sig);
+}
+
+void bench_remove_tree(const char *who, const char *path) {
+  char cmd[PATH_MAX + 16];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", path);
+  if (system(cmd) != 0) fprintf(stderr, "%s: could not remove %s\n", who, path);
 }
 
 void bench_start(const char *name, void (*cleanup)(void)) {

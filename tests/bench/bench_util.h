@@ -24,6 +24,10 @@ static inline double bench_median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Removes path and all below it (rm -rf); on failure says so on stderr as
+ * "WHO: could not remove PATH" (bench_util.c). */
+void bench_remove_tree(const char *who, const char *path);
+
 /* --smoke: run a tiny configuration (used by the test suite). */
 static inline int bench_is_smoke(int argc, char **argv) {
   return argc > 1 && strcmp(argv[1], "--smoke") == 0;

@@ -3,10 +3,11 @@
 Adam 1e-3) of the CNN of examples/fashion_cnn.gr on random data, one
 thread. Usage: conv_torch.py BATCH STEPS; prints the median ms per step."""
 import sys
-import time
 
 import torch
 from torch import nn
+
+from torch_steps import median_step_ms
 
 
 def main():
@@ -21,17 +22,8 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     x = torch.rand(b, 1, 28, 28)
     y = torch.randint(0, 10, (b,))
-    times = []
-    for s in range(steps + 2):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        if s >= 2:
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    print(f"ms_per_step={1e3 * times[len(times) // 2]:.4f}")
+    _, ms = median_step_ms(model, opt, loss_fn, x, y, steps, warmup=2)
+    print(f"ms_per_step={ms:.4f}")
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 ReLU, softmax cross-entropy, SGD 0.1) on the same data and initial weights,
 one thread. Prints the loss of the first step and the median ms per step."""
 import sys
-import time
 
 import numpy as np
 import torch
+
+from torch_steps import median_step_ms
 
 
 def main():
@@ -23,20 +24,8 @@ def main():
     model = torch.nn.Sequential(layers[0], torch.nn.ReLU(), layers[1], torch.nn.ReLU(), layers[2])
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = torch.nn.CrossEntropyLoss()
-    times, first = [], None
-    for s in range(steps + 3):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        dt = time.perf_counter() - t0
-        if first is None:
-            first = loss.item()
-        if s >= 3:
-            times.append(dt)
-    times.sort()
-    print(f"first_loss={first:.6f} ms_per_step={1e3 * times[len(times) // 2]:.4f}")
+    first, ms = median_step_ms(model, opt, loss_fn, x, y, steps, warmup=3)
+    print(f"first_loss={first:.6f} ms_per_step={ms:.4f}")
 
 
 if __name__ == "__main__":

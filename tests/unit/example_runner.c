@@ -79,19 +79,55 @@ gr_status gt_example_run(const gt_example *ex, gr_graph *g, int steps,
   return st;
 }
 
-int gt_for_each_example(void (*fn)(const char *path, const char *file)) {
+bool gt_example_agree(const gt_example *ex, gr_graph *g, const char *file, const char *what,
+                      gr_status *st) {
+  enum { STEPS = 2 };
+  gr_tensor want[STEPS][GT_EX_MAX], got[STEPS][GT_EX_MAX];
+  gr_error err, err2;
+  gr_status a = gt_example_run(ex, ex->g, STEPS, want, &err);
+  gr_status b = g ? gt_example_run(ex, g, STEPS, got, &err2) : a + 1;
+  bool ok = a == b && (a == GR_OK || strcmp(err.msg, err2.msg) == 0);
+  if (!ok)
+    fprintf(stderr, "%s: '%s' vs %s '%s'\n", file, a ? err.msg : "ok", what,
+            !g  ? "(none)"
+            : b ? err2.msg
+                : "ok");
+  for (int s = 0; s < STEPS; s++)
+    for (int k = 0; k < ex->nx; k++) {
+      if (a == GR_OK && b == GR_OK && !gt_same_bits(&want[s][k], &got[s][k])) {
+        fprintf(stderr, "%s step %d fetch '%s': %s differs\n", file, s, ex->fetch[k].node->name,
+                what);
+        ok = false;
+      }
+      if (a == GR_OK) gr_tensor_release(&want[s][k]);
+      if (b == GR_OK) gr_tensor_release(&got[s][k]);
+    }
+  *st = a;
+  return ok;
+}
+
+int gt_for_each_example(void (*fn)(const gt_example *ex, const char *file)) {
   const char *dir = GR_SOURCE_DIR "/examples";
   DIR *dp = opendir(dir);
   if (!dp) return -1;
   int n = 0;
+  bool all_loaded = true;
   for (struct dirent *e; (e = readdir(dp));) {
     size_t len = strlen(e->d_name);
     if (len < 4 || strcmp(e->d_name + len - 3, ".gr") != 0) continue;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    fn(path, e->d_name);
+    gt_example ex;
+    gr_error err;
+    if (!gt_example_load(path, &ex, &err)) {
+      fprintf(stderr, "%s: %s\n", e->d_name, err.msg);
+      all_loaded = false;
+      continue;
+    }
+    fn(&ex, e->d_name);
+    gt_example_free(&ex);
     n++;
   }
   closedir(dp);
-  return n;
+  return all_loaded ? n : -1;
 }

@@ -39,9 +39,18 @@ void gt_example_free(gt_example *ex);
 gr_status gt_example_run(const gt_example *ex, gr_graph *g, int steps,
                          gr_tensor results[][GT_EX_MAX], gr_error *err);
 
-/* Calls fn(path, file name) for every examples/NAME.gr of the source tree;
- * returns how many (-1 when the folder cannot be read). */
-int gt_for_each_example(void (*fn)(const char *path, const char *file));
+/* Runs 2 steps of ex on ex->g and on g (NULL: a graph that could not be
+ * made, which fails) and compares them: both fail with the same code and
+ * message, or both give the same bits for every fetch at every step. false,
+ * with the difference printed (naming file, and g as `what`), when they
+ * differ. *st: the status of the run on ex->g. */
+bool gt_example_agree(const gt_example *ex, gr_graph *g, const char *file, const char *what,
+                      gr_status *st);
+
+/* Calls fn(ex, file name) for every examples/NAME.gr of the source tree,
+ * loaded (and freed afterwards); returns how many, or -1 when the folder
+ * cannot be read or an example does not load (its error printed). */
+int gt_for_each_example(void (*fn)(const gt_example *ex, const char *file));
 
 /* The endpoint of g with o's node name and index. */
 gr_output gt_same_in(const gr_graph *g, gr_output o);

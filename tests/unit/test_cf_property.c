@@ -1237,37 +1237,18 @@ static void reduce_program(uint64_t seed) {
  * the program has them, and fetches the f64 scalar `name`. */
 static bool run_named(const char *src, int devices, const double *feeds, int nfeeds,
                       const char *name, double *out) {
-  gr_graph *g = gr_graph_new();
-  gr_dsl_program *dp = NULL;
-  gr_error err = {0};
-  bool ok = false;
-  gr_output y, in[2];
-  gr_tensor ft[2], res = gr_tensor_empty();
-  gr_feed fd[2];
-  if (gr_dsl_load_string("case.gr", src, g, NULL, &dp, &err) != GR_OK) {
-    fprintf(stderr, "load: %s\n", err.msg);
-    goto out;
-  }
-  if (!gr_dsl_lookup(dp, name, &y)) abort();
-  for (int i = 0; i < nfeeds; i++) {
-    char nm[8];
-    snprintf(nm, sizeof nm, "s%d", i);
-    if (!gr_dsl_lookup(dp, nm, &in[i])) abort();
-    ft[i] = gt_make(GR_F64, gr_shape_scalar(), &feeds[i]);
-    fd[i] = (gr_feed){in[i], &ft[i]};
-  }
-  if (devices > 1) gt_spread(g, devices);
-  gr_session *s = gt_session(g, devices, 2);
-  if (gr_session_run(s, fd, nfeeds, &y, 1, &res, NULL, 0, &err) != GR_OK)
-    fprintf(stderr, "run on %d device(s): %s\n", devices, err.msg);
-  else
-    ok = true, *out = gr_tensor_get_f64(&res, 0);
-  gr_tensor_release(&res);
+  gr_tensor ft[2] = {gr_tensor_empty(), gr_tensor_empty()}, res;
+  for (int i = 0; i < nfeeds; i++) ft[i] = gt_make(GR_F64, gr_shape_scalar(), &feeds[i]);
+  bool ok = gt_dsl_run_fed(src, name, devices,
+                           nfeeds == 2 ? "s0,s1"
+                           : nfeeds    ? "s0"
+                                       : NULL,
+                           ft, NULL, NULL, &res, NULL);
   for (int i = 0; i < nfeeds; i++) gr_tensor_release(&ft[i]);
-  gr_session_free(s);
-out:
-  gr_dsl_program_free(dp);
-  gr_graph_free(g);
+  if (ok) {
+    *out = gr_tensor_get_f64(&res, 0);
+    gr_tensor_release(&res);
+  }
   return ok;
 }
 

@@ -439,8 +439,6 @@ int main(void) {
   GR_RUN(test_session_save_restore_and_mismatch);
   GR_RUN(test_save_and_restore_ops);
   GR_RUN(test_npy_export);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  gt_remove_tree(dir);
   return gr_test_finish();
 }

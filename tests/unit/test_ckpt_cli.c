@@ -146,8 +146,6 @@ int main(void) {
   GR_RUN(test_diff);
   GR_RUN(test_verify);
   GR_RUN(test_export);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  gt_remove_tree(dir);
   return gr_test_finish();
 }

@@ -262,8 +262,6 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/%s", dir, sharded ? "crash_dir" : "crash.db");
   snprintf(journal, sizeof journal, "%s-journal", path);
   GR_RUN(test_kill_at_random_instants);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  gt_remove_tree(dir);
   return gr_test_finish();
 }

@@ -310,8 +310,6 @@ int main(void) {
   GR_RUN(test_tampered_rows);
   GR_RUN(test_random_corruption_never_crashes);
   for (int i = 0; i < 3; i++) gr_tensor_release(&vals[i]);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  gt_remove_tree(dir);
   return gr_test_finish();
 }

@@ -184,8 +184,6 @@ int main(void) {
   GR_RUN(test_resume_c_api);
   GR_RUN(test_resume_ops);
   release4(reference);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  gt_remove_tree(dir);
   return gr_test_finish();
 }

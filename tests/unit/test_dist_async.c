@@ -148,9 +148,7 @@ static void test_bad_flags(void) {
 }
 
 int main(void) {
-  signal(SIGPIPE, SIG_IGN);
-  unsetenv("GRAPHRUN_CLUSTER");
-  unsetenv("GRAPHRUN_SECRET_FILE");
+  gt_proc_isolate();
   snprintf(file, sizeof file, "%s/tests/data/async_mlp.gr", GR_SOURCE_DIR);
   GR_RUN(test_bad_flags);
   GR_RUN(test_every_update_lands);

@@ -273,9 +273,7 @@ static void test_recovery_bit_identical(void) {
 
 int main(void) {
   snprintf(exe, sizeof exe, "%s", gt_graphrun_exe());
-  signal(SIGPIPE, SIG_IGN);
-  unsetenv("GRAPHRUN_CLUSTER");
-  unsetenv("GRAPHRUN_SECRET_FILE");
+  gt_proc_isolate();
   GR_RUN(test_launch_runs_a_graph);
   GR_RUN(test_launch_environment);
   GR_RUN(test_no_orphans);

@@ -301,9 +301,7 @@ int main(int argc, char **argv) {
   if (kills_wanted < 1 || kills_wanted > 1000) return 2;
   printf("%d kills, seed %llu (test_dist_kills %d %llu repeats this run)\n", kills_wanted, rng,
          kills_wanted, rng);
-  signal(SIGPIPE, SIG_IGN);
-  unsetenv("GRAPHRUN_CLUSTER");
-  unsetenv("GRAPHRUN_SECRET_FILE");
+  gt_proc_isolate();
   snprintf(dir, sizeof dir, "/tmp/gr_kills_XXXXXX");
   if (!mkdtemp(dir)) return 1;
   double t0 = gt_now();

@@ -175,9 +175,7 @@ static void test_cut_link(void) {
 
 int main(void) {
   pid = (int)getpid();
-  signal(SIGPIPE, SIG_IGN);
-  unsetenv("GRAPHRUN_CLUSTER");
-  unsetenv("GRAPHRUN_SECRET_FILE");
+  gt_proc_isolate();
   char probe[32];
   snprintf(probe, sizeof probe, "grt%dprobe", pid);
   if (geteuid() != 0 || access(IP, X_OK) != 0 || ip("netns add %s", probe) != 0) {

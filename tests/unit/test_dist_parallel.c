@@ -421,9 +421,7 @@ static void test_kill_mid_reduce(void) {
 int main(void) {
   snprintf(exe, sizeof exe, "%s", gt_graphrun_exe());
   if (!mkdtemp(tmp)) return 1;
-  signal(SIGPIPE, SIG_IGN);
-  unsetenv("GRAPHRUN_CLUSTER");
-  unsetenv("GRAPHRUN_SECRET_FILE");
+  gt_proc_isolate();
   double t0 = gt_now();
   reference();
   GR_RUN(test_sync_replicas);
@@ -434,8 +432,6 @@ int main(void) {
   GR_RUN(test_all_reduce_on_cluster);
   GR_RUN(test_kill_mid_reduce);
   printf("%.1f s\n", gt_now() - t0);
-  char cmd[sizeof tmp + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+  gt_remove_tree(tmp);
   return gr_test_finish();
 }

@@ -37,18 +37,6 @@ static gr_tensor make_input(const spec *s, int i) {
   return t;
 }
 
-static double run_loss(gr_session *sess, gr_feed *f, int n, gr_output loss) {
-  gr_tensor out;
-  gr_error err;
-  if (gr_session_run(sess, f, n, &loss, 1, &out, NULL, 0, &err) != GR_OK) {
-    fprintf(stderr, "run: %s\n", err.msg);
-    return NAN;
-  }
-  double v = gr_tensor_get_f64(&out, 0);
-  gr_tensor_release(&out);
-  return v;
-}
-
 /* sum(y * R) for a random R of y's (known) shape. */
 static gr_output random_weighted_sum(gr_graph *g, gr_output y) {
   gr_tensor r = gt_random(&rng, GR_F64, y.node->out_shapes[y.index], -1, 1);
@@ -133,9 +121,9 @@ static void check_order(const char *name, const spec *s, build_fn build, int ord
       for (int64_t e = 0; e < gr_tensor_num_elements(t) && !bad; e++) {
         double x0 = gr_tensor_get_f64(&orig, e);
         gr_tensor_set_f64(t, e, x0 + eps);
-        double lp = run_loss(sess, f, s->n, loss);
+        double lp = gt_run_scalar(sess, f, s->n, loss);
         gr_tensor_set_f64(t, e, x0 - eps);
-        double lm = run_loss(sess, f, s->n, loss);
+        double lm = gt_run_scalar(sess, f, s->n, loss);
         gr_tensor_set_f64(t, e, x0);
         double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[d][k], e);
         if (!(fabs(num - ana) <= 1e-5 + 1e-4 * fabs(num))) {

@@ -15,69 +15,39 @@
 #include "test_util.h"
 
 /* The forward loops (those not already one iteration at a time, as reverse
- * loops are) run `par` iterations at once. */
-static void set_parallel(gr_graph *g, int par) {
+ * loops are) run *(int *)par iterations at once. */
+static void set_parallel(gr_graph *g, void *par) {
   for (int i = 0; i < gr_graph_num_nodes(g); i++) {
     gr_node *nd = gr_graph_node(g, i);
     if (strcmp(nd->op->name, "enter") != 0) continue;
     for (int a = 0; a < nd->num_attrs; a++)
       if (strcmp(nd->attrs[a].name, "parallel_iterations") == 0 && nd->attrs[a].value.i != 1)
-        nd->attrs[a].value.i = par;
+        nd->attrs[a].value.i = *(int *)par;
   }
 }
 
-/* Runs `src` with placeholder x fed the f64 scalar x0 and fetches the
+/* Runs `src` with placeholder x fed the f64 scalar x0 and fetches the f64
  * scalars `names` (comma-separated, at most 4) into out. */
 static bool run_prog(const char *src, int devices, int par, double x0, const char *names,
                      double *out, char *msg) {
-  gr_graph *g = gr_graph_new();
-  gr_dsl_program *p = NULL;
-  gr_error err = {0};
-  gr_output fetch[4], x;
-  gr_tensor res[4];
-  int nf = 0;
-  bool ok = false;
-  if (gr_dsl_load_string("t.gr", src, g, NULL, &p, &err) != GR_OK) {
-    snprintf(msg, 512, "load: %s", err.msg);
-    goto out;
-  }
-  char buf[64];
-  snprintf(buf, sizeof buf, "%s", names);
-  for (char *t = strtok(buf, ","); t && nf < 4; t = strtok(NULL, ",")) {
-    if (!gr_dsl_lookup(p, t, &fetch[nf])) {
-      snprintf(msg, 512, "no binding '%s'", t);
-      goto out;
-    }
-    res[nf++] = gr_tensor_empty();
-  }
-  if (!gr_dsl_lookup(p, "x", &x)) {
-    snprintf(msg, 512, "no placeholder x");
-    goto out;
-  }
-  set_parallel(g, par);
-  if (devices > 1) gt_spread(g, devices);
-  gr_session *s = gt_session(g, devices, 2);
-  gr_tensor ft = gt_make(GR_F64, gr_shape_scalar(), &x0);
-  gr_feed fd = {x, &ft};
-  if (gr_session_run(s, &fd, 1, fetch, nf, res, NULL, 0, &err) != GR_OK) {
-    snprintf(msg, 512, "run: %s", err.msg);
-  } else {
-    ok = true;
-    for (int k = 0; k < nf; k++) {
-      if (res[k].dtype != GR_F64) {
-        snprintf(msg, 512, "fetch %d is not f64", k);
-        ok = false;
-      } else {
-        out[k] = *(const double *)gr_tensor_data(&res[k]);
-      }
-    }
-  }
-  for (int k = 0; k < nf; k++) gr_tensor_release(&res[k]);
+  int nf = 1;
+  for (const char *c = names; *c; c++) nf += *c == ',';
+  gr_tensor ft = gt_make(GR_F64, gr_shape_scalar(), &x0), res[4];
+  bool ok = gt_dsl_run_fed(src, names, devices, "x", &ft, set_parallel, &par, res, NULL);
   gr_tensor_release(&ft);
-  gr_session_free(s);
-out:
-  gr_dsl_program_free(p);
-  gr_graph_free(g);
+  if (!ok) {
+    snprintf(msg, 512, "load or run failed (above)");
+    return false;
+  }
+  for (int k = 0; k < nf; k++) {
+    if (res[k].dtype != GR_F64) {
+      snprintf(msg, 512, "fetch %d is not f64", k);
+      ok = false;
+    } else {
+      out[k] = *(const double *)gr_tensor_data(&res[k]);
+    }
+    gr_tensor_release(&res[k]);
+  }
   return ok;
 }
 

@@ -16,39 +16,16 @@
  * (scalar), feeding `feed` (a node name, or NULL) with the f32 scalar fv. */
 static bool run_prog(const char *src, int devices, const char *name, const char *feed, double fv,
                      double *out, char *msg) {
-  gr_graph *g = gr_graph_new();
-  gr_dsl_program *p = NULL;
-  gr_error err = {0};
-  bool ok = false;
-  if (gr_dsl_load_string("t.gr", src, g, NULL, &p, &err) != GR_OK) {
-    snprintf(msg, 512, "load: %s", err.msg);
-    goto out;
-  }
-  gr_output y, x;
-  if (!gr_dsl_lookup(p, name, &y) || (feed && !gr_dsl_lookup(p, feed, &x))) {
-    snprintf(msg, 512, "no binding '%s'", name);
-    goto out;
-  }
-  if (devices > 1) gt_spread(g, devices);
-  gr_session *s = gt_session(g, devices, 2);
-  gr_tensor ft = gt_make(GR_F32, gr_shape_scalar(), &fv), res = gr_tensor_empty();
-  gr_feed fd = {feed ? x : (gr_output){NULL, 0}, &ft};
-  if (gr_session_run(s, &fd, feed ? 1 : 0, &y, 1, &res, NULL, 0, &err) != GR_OK) {
-    snprintf(msg, 512, "run: %s", err.msg);
-  } else {
-    const gr_tensor *t = &res;
-    *out = t->dtype == GR_F32   ? *(const float *)gr_tensor_data(t)
-           : t->dtype == GR_I32 ? *(const int32_t *)gr_tensor_data(t)
-                                : *(const double *)gr_tensor_data(t);
-    ok = true;
-  }
-  gr_tensor_release(&res);
+  gr_tensor ft = gt_make(GR_F32, gr_shape_scalar(), &fv), res;
+  bool ok = gt_dsl_run_fed(src, name, devices, feed, &ft, NULL, NULL, &res, NULL);
   gr_tensor_release(&ft);
-  gr_session_free(s);
-out:
-  gr_dsl_program_free(p);
-  gr_graph_free(g);
-  return ok;
+  if (!ok) {
+    snprintf(msg, 512, "load or run failed (above)");
+    return false;
+  }
+  *out = gr_tensor_get_f64(&res, 0);
+  gr_tensor_release(&res);
+  return true;
 }
 
 /* The value of `name` on 1 and 3 devices: both equal `want` (relative 1e-6). */

@@ -54,18 +54,19 @@ static int64_t run_check(gr_graph *g, int devices, int threads, const gr_output 
 
 /* ---- a loop whose body spans 3 devices ------------------------------------- */
 
-typedef struct span_arg {
+/* The argument of a loop of counter v[0] up to limit, with weights w. */
+typedef struct loop_arg {
   gr_output limit, w;
   bool pinned;
-} span_arg;
+} loop_arg;
 
-static gr_output span_cond(gr_graph *g, void *p, const gr_output *v) {
-  return gr_less(g, v[0], ((span_arg *)p)->limit);
+static gr_output below_limit(gr_graph *g, void *p, const gr_output *v) {
+  return gr_less(g, v[0], ((loop_arg *)p)->limit);
 }
 /* i + 1 and x * tanh(x W) with the matmul on device 1, the tanh on device 2,
  * the rest (and the predicate) on device 0. */
 static void span_body(gr_graph *g, void *p, const gr_output *v, gr_output *next) {
-  span_arg *a = p;
+  loop_arg *a = p;
   next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
   if (a->pinned) gt_pin(g, 1);
   gr_output m = gr_matmul(g, v[1], a->w, false, false);
@@ -80,9 +81,9 @@ static gr_graph *span_graph(int iters, bool pinned, gr_output *out) {
   if (pinned) gt_pin(g, 0);
   gr_tensor wv = gt_random(&(gt_rng){5}, GR_F32, (gr_shape){2, {4, 4}}, -1, 1);
   gr_tensor xv = gt_random(&(gt_rng){6}, GR_F32, (gr_shape){2, {3, 4}}, -1, 1);
-  span_arg a = {gr_const_i64(g, iters), gr_variable(g, "w", gr_const(g, &wv)), pinned};
+  loop_arg a = {gr_const_i64(g, iters), gr_variable(g, "w", gr_const(g, &wv)), pinned};
   gr_output v[2] = {gr_const_i64(g, 0), gr_const(g, &xv)};
-  GR_CHECK(gr_while_loop(g, span_cond, span_body, &a, 2, v, 0) == GR_OK);
+  GR_CHECK(gr_while_loop(g, below_limit, span_body, &a, 2, v, 0) == GR_OK);
   if (pinned) gr_graph_pop_device_scope(g);
   gr_tensor_release(&wv);
   gr_tensor_release(&xv);
@@ -153,17 +154,9 @@ typedef struct nest_arg {
   bool pinned;
 } nest_arg;
 
-typedef struct inner_arg {
-  gr_output limit, w;
-  bool pinned;
-} inner_arg;
-
-static gr_output inner_cond(gr_graph *g, void *p, const gr_output *v) {
-  return gr_less(g, v[0], ((inner_arg *)p)->limit);
-}
 /* y = 0.5 * tanh(y W): the matmul and tanh on device 1, the scaling on 2 */
 static void inner_body(gr_graph *g, void *p, const gr_output *v, gr_output *next) {
-  inner_arg *a = p;
+  loop_arg *a = p;
   next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
   if (a->pinned) gt_pin(g, 1);
   gr_output t = gr_tanh(g, gr_matmul(g, v[1], a->w, false, false));
@@ -179,9 +172,9 @@ static gr_output outer_cond(gr_graph *g, void *p, const gr_output *v) {
 static void outer_body(gr_graph *g, void *p, const gr_output *v, gr_output *next) {
   nest_arg *a = p;
   next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
-  inner_arg ia = {next[0], a->w, a->pinned};
+  loop_arg ia = {next[0], a->w, a->pinned};
   gr_output iv[2] = {gr_const_i64(g, 0), gr_add(g, v[1], gr_const_f32(g, 1))};
-  GR_CHECK(gr_while_loop(g, inner_cond, inner_body, &ia, 2, iv, 0) == GR_OK);
+  GR_CHECK(gr_while_loop(g, below_limit, inner_body, &ia, 2, iv, 0) == GR_OK);
   next[1] = iv[1];
 }
 
@@ -290,20 +283,13 @@ static void test_cond_branches_on_other_devices(void) {
 
 /* ---- a long loop, a small window, two devices ------------------------------- */
 
-typedef struct ping_arg {
-  gr_output limit;
-  int devs;
-} ping_arg;
-static gr_output ping_cond(gr_graph *g, void *p, const gr_output *v) {
-  return gr_less(g, v[0], ((ping_arg *)p)->limit);
-}
 /* each of the three values moves to the other device and back every iteration */
 static void ping_body(gr_graph *g, void *p, const gr_output *v, gr_output *next) {
-  ping_arg *a = p;
+  loop_arg *a = p;
   next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
-  if (a->devs > 1) gt_pin(g, 1);
+  if (a->pinned) gt_pin(g, 1);
   gr_output u = gr_add(g, gr_mul(g, v[1], gr_const_f32(g, 0.999f)), v[2]);
-  if (a->devs > 1) gr_graph_pop_device_scope(g);
+  if (a->pinned) gr_graph_pop_device_scope(g);
   next[1] = gr_sub(g, u, gr_const_f32(g, 0.001f));
   next[2] = gr_tanh(g, u);
 }
@@ -314,9 +300,9 @@ static void test_long_loop_small_window(void) {
     for (int par = 1; par <= 10; par += 9) {
       gr_graph *g = gr_graph_new();
       if (devs > 1) gt_pin(g, 0);
-      ping_arg a = {gr_const_i64(g, 2000), devs};
+      loop_arg a = {.limit = gr_const_i64(g, 2000), .pinned = devs > 1};
       gr_output v[3] = {gr_const_i64(g, 0), gr_const_f32(g, 0.5f), gr_const_f32(g, -0.25f)};
-      GR_CHECK(gr_while_loop(g, ping_cond, ping_body, &a, 3, v, par) == GR_OK);
+      GR_CHECK(gr_while_loop(g, below_limit, ping_body, &a, 3, v, par) == GR_OK);
       if (devs > 1) gr_graph_pop_device_scope(g);
       int64_t sends = run_check(g, devs, 2, &v[1], 1, &want, devs == 1 && par == 1);
       /* the predicate, v1 and v2 to device 1 and u back */

@@ -173,6 +173,30 @@ static double urand(void) {
   return (double)(rs >> 11) * 0x1.0p-53;
 }
 
+/* A layered graph of n nodes in rows of w: node (l, i) computes
+ * scale * (0.5 to 1.5) flops and reads, for each d of ds[0..nd), node
+ * (l - 1, i + d) around the row, an edge of `bytes` bytes (0: as many as
+ * the producer's flops). */
+static void layered(gr_place_graph *pg, int w, int n, double scale, const int *ds, int nd,
+                    double bytes) {
+  gr_error err;
+  GR_CHECK_OK(gr_place_graph_init(pg, n, 3 * n, &err), err);
+  int e = 0;
+  for (int v = 0; v < n; v++) {
+    pg->flops[v] = scale * (0.5 + urand());
+    pg->in_off[v] = e;
+    if (v >= w) {
+      int l = v / w - 1, i = v % w;
+      for (int k = 0; k < nd; k++) {
+        int u = l * w + (i + ds[k] + w) % w;
+        pg->in_src[e] = u, pg->in_bytes[e++] = bytes ? bytes : pg->flops[u];
+      }
+    }
+  }
+  pg->in_off[n] = e;
+  pg->num_edges = e;
+}
+
 /* Random DAGs, random costs, random pins and groups, heterogeneous devices. */
 static void test_random_dags_property(void) {
   int worse = 0, below_lb = 0, mismatch = 0, nondet = 0, by_locality = 0;
@@ -265,21 +289,7 @@ static void test_locality_strips(void) {
   enum { W = 16, L = 40, N = W * L, D = 8 };
   gr_place_graph pg;
   gr_error err;
-  GR_CHECK_OK(gr_place_graph_init(&pg, N, 3 * N, &err), err);
-  int e = 0;
-  for (int v = 0; v < N; v++) {
-    pg.flops[v] = 1e6 * (0.5 + urand());
-    pg.in_off[v] = e;
-    if (v >= W) {
-      int l = v / W - 1, i = v % W;
-      for (int di = -1; di <= 1; di++) {
-        int u = l * W + (i + di + W) % W;
-        pg.in_src[e] = u, pg.in_bytes[e++] = pg.flops[u]; /* 1 GB/s: as long as u's compute */
-      }
-    }
-  }
-  pg.in_off[N] = e;
-  pg.num_edges = e;
+  layered(&pg, W, N, 1e6, (const int[]){-1, 0, 1}, 3, 0); /* 1 GB/s: as long as u's compute */
   gr_cluster *c = cluster(D, 1e-6, 1e9);
   gr_place_result r;
   GR_CHECK_OK(gr_place_schedule(&pg, c, NULL, &r, &err), err);
@@ -340,19 +350,7 @@ static void test_large_graph(void) {
   enum { W = 16, N = 60000 };
   gr_place_graph pg;
   gr_error err;
-  GR_CHECK_OK(gr_place_graph_init(&pg, N, 3 * N, &err), err);
-  int e = 0;
-  for (int v = 0; v < N; v++) {
-    pg.flops[v] = 1e5 * (0.5 + urand());
-    pg.in_off[v] = e;
-    if (v >= W) {
-      int l = v / W - 1, i = v % W;
-      pg.in_src[e] = l * W + i, pg.in_bytes[e++] = 1e4;
-      pg.in_src[e] = l * W + (i + 1) % W, pg.in_bytes[e++] = 1e4;
-    }
-  }
-  pg.in_off[N] = e;
-  pg.num_edges = e;
+  layered(&pg, W, N, 1e5, (const int[]){0, 1}, 2, 1e4);
   gr_cluster *c = cluster(4, 1e-6, 1e9);
   gr_place_result r, r2;
   GR_CHECK_OK(gr_place_schedule(&pg, c, NULL, &r, &err), err);

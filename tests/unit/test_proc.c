@@ -18,6 +18,12 @@ double gt_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+void gt_proc_isolate(void) {
+  signal(SIGPIPE, SIG_IGN);
+  unsetenv("GRAPHRUN_CLUSTER");
+  unsetenv("GRAPHRUN_SECRET_FILE");
+}
+
 const char *gt_graphrun_exe(void) {
   static char exe[PATH_MAX];
   if (!exe[0]) {

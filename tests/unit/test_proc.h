@@ -36,5 +36,10 @@ void gt_proc_finish(gt_proc *p);
 /* Its exit code, or 128 + the signal that ended it. */
 int gt_proc_exit_code(const gt_proc *p);
 double gt_now(void);
+/* For a test of graphrun processes, at its start: SIGPIPE ignored (a write
+ * to a process that died is an error, not the test's end), and no
+ * GRAPHRUN_CLUSTER or GRAPHRUN_SECRET_FILE of the caller's environment
+ * passed on to the processes it starts. */
+void gt_proc_isolate(void);
 
 #endif

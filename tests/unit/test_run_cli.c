@@ -224,8 +224,6 @@ int main(void) {
   GR_RUN(test_json);
   GR_RUN(test_out_npy);
   GR_RUN(test_threads_limit);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  gt_remove_tree(dir);
   return gr_test_finish();
 }

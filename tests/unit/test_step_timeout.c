@@ -189,35 +189,38 @@ static void fail_on_cpu1_body(gr_graph *g, void *a, const gr_output *v, gr_outpu
   next[0] = gr_add(g, f, gr_const_f32(g, 1));
 }
 
+/* Runs the loop `while (v < 3) v = body(v)` from v = 0 on `devices` devices
+ * with a step timeout of timeout_ms; returns the status, the message in
+ * err and the seconds taken. */
+static gr_status run_loop(gr_loop_body_fn body, int devices, int timeout_ms, gr_error *err,
+                          double *secs) {
+  gr_graph *g = gr_graph_new();
+  gr_output v[1] = {gr_const_f32(g, 0)};
+  GR_CHECK(gr_while_loop(g, loop_cond, body, NULL, 1, v, 0) == GR_OK);
+  gr_session *s = session(g, devices, 2, timeout_ms);
+  gr_status st = run1(s, v[0], err, secs);
+  gr_session_free(s);
+  gr_graph_free(g);
+  return st;
+}
+
 /* A kernel error inside a loop split over two devices stops the other
  * device's receives at once (it used to leave them waiting for ever). */
 static void test_loop_error_on_two_devices(void) {
-  gr_graph *g = gr_graph_new();
-  gr_output v[1] = {gr_const_f32(g, 0)};
-  GR_CHECK(gr_while_loop(g, loop_cond, fail_on_cpu1_body, NULL, 1, v, 0) == GR_OK);
-  gr_session *s = session(g, 2, 2, 30000);
   gr_error err;
   double secs;
-  GR_CHECK(run1(s, v[0], &err, &secs) == GR_ERR_OUT_OF_RANGE);
+  GR_CHECK(run_loop(fail_on_cpu1_body, 2, 30000, &err, &secs) == GR_ERR_OUT_OF_RANGE);
   GR_CHECK_STR_CONTAINS(err.msg, "fails' (op test_fail) in loop ");
   GR_CHECK_MSG(secs < 5, "took %.2f s", secs);
-  gr_session_free(s);
-  gr_graph_free(g);
 }
 
 static void test_blocked_in_loop(void) {
-  gr_graph *g = gr_graph_new();
-  gr_output v[1] = {gr_const_f32(g, 0)};
-  GR_CHECK(gr_while_loop(g, loop_cond, block_body, NULL, 1, v, 0) == GR_OK);
-  gr_session *s = session(g, 1, 2, 200);
   gr_error err;
   double secs;
-  GR_CHECK(run1(s, v[0], &err, &secs) == GR_ERR_DEADLINE_EXCEEDED);
+  GR_CHECK(run_loop(block_body, 1, 200, &err, &secs) == GR_ERR_DEADLINE_EXCEEDED);
   GR_CHECK_STR_CONTAINS(err.msg, "loop_blocker' (op test_block) on ");
   GR_CHECK_STR_CONTAINS(err.msg, "iteration 0 (its asynchronous kernel has not completed)");
   GR_CHECK_MSG(secs < 5, "took %.2f s", secs);
-  gr_session_free(s);
-  gr_graph_free(g);
 }
 
 /* Kernels that compute for longer than the timeout are progress: neither one

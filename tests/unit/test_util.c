@@ -488,27 +488,44 @@ bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs
   return gt_dsl_run_on(src, names, devices, outs, NULL);
 }
 
+/* Looks up the comma-separated names of p into out (at most 16); false,
+ * with the message printed, when one is missing. */
+static bool lookup_names(gr_dsl_program *p, const char *names, gr_output *out, int *n) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", names);
+  *n = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && *n < 16;
+       tok = strtok_r(NULL, ",", &save))
+    if (!gr_dsl_lookup(p, tok, &out[(*n)++])) {
+      fprintf(stderr, "no name %s\n", tok);
+      return false;
+    }
+  return true;
+}
+
 bool gt_dsl_run_on(const char *src, const char *names, int devices, gr_tensor *outs,
                    int64_t *sends) {
+  return gt_dsl_run_fed(src, names, devices, NULL, NULL, NULL, NULL, outs, sends);
+}
+
+bool gt_dsl_run_fed(const char *src, const char *names, int devices, const char *feeds,
+                    const gr_tensor *values, gt_graph_fn *prepare, void *arg, gr_tensor *outs,
+                    int64_t *sends) {
   gr_graph *g = gr_graph_new();
   gr_dsl_program *p = NULL;
   gr_error err;
-  gr_output fetch[16];
-  int n = 0;
+  gr_output fetch[16], fed[16];
+  gr_feed fd[16];
+  int n = 0, nf = 0;
   bool ok = false;
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", names);
   if (gr_dsl_load_string("t.gr", src, g, NULL, &p, &err) != GR_OK) {
     fprintf(stderr, "load failed: %s\n", err.msg);
     goto done;
   }
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < 16;
-       tok = strtok_r(NULL, ",", &save))
-    if (!gr_dsl_lookup(p, tok, &fetch[n++])) {
-      fprintf(stderr, "no name %s\n", tok);
-      goto done;
-    }
-  ok = gt_run_on(g, devices, NULL, 0, fetch, n, outs, sends);
+  if (!lookup_names(p, names, fetch, &n) || (feeds && !lookup_names(p, feeds, fed, &nf))) goto done;
+  for (int i = 0; i < nf; i++) fd[i] = (gr_feed){fed[i], &values[i]};
+  if (prepare) prepare(g, arg);
+  ok = gt_run_on(g, devices, fd, nf, fetch, n, outs, sends);
 done:
   gr_dsl_program_free(p);
   gr_graph_free(g);
@@ -541,11 +558,11 @@ static gr_output gt_weighted_sum(gr_graph *g, gr_output y, gt_rng *r) {
   return s;
 }
 
-static double gt_eval(gr_session *s, const gr_feed *f, int n, gr_output o) {
+double gt_run_scalar(gr_session *s, const gr_feed *f, int n, gr_output o) {
   gr_tensor t;
   gr_error err;
   if (gr_session_run(s, f, n, &o, 1, &t, NULL, 0, &err) != GR_OK) {
-    fprintf(stderr, "gradient check: run: %s\n", err.msg);
+    fprintf(stderr, "run: %s\n", err.msg);
     return NAN;
   }
   double v = gr_tensor_get_f64(&t, 0);
@@ -612,9 +629,9 @@ bool gt_check_gradient_on(const char *what, gt_build_fn build, void *arg, const 
     for (int64_t e = (int64_t)(gt_next(&r) % (uint64_t)step); e < ne && ok; e += step) {
       double x0 = gr_tensor_get_f64(t, e);
       gr_tensor_set_f64(t, e, x0 + eps);
-      double lp = gt_eval(sess, f, n, loss);
+      double lp = gt_run_scalar(sess, f, n, loss);
       gr_tensor_set_f64(t, e, x0 - eps);
-      double lm = gt_eval(sess, f, n, loss);
+      double lm = gt_run_scalar(sess, f, n, loss);
       gr_tensor_set_f64(t, e, x0);
       double num = (lp - lm) / (2 * eps), ana = gr_tensor_get_f64(&grads[k], e);
       if (!(fabs(num - ana) <= tol + tol * fabs(num))) {

@@ -154,10 +154,21 @@ bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs
 /* As gt_dsl_run; *sends (if not NULL) as for gt_run_on. */
 bool gt_dsl_run_on(const char *src, const char *names, int devices, gr_tensor *outs,
                    int64_t *sends);
+/* Something done to a loaded graph before it runs. */
+typedef void gt_graph_fn(gr_graph *g, void *arg);
+/* As gt_dsl_run_on, feeding the names `feeds` (comma-separated; NULL: none)
+ * with values[0..), and calling prepare(g, arg) (prepare may be NULL) on the
+ * loaded graph before it is spread and run. At most 16 names and feeds. */
+bool gt_dsl_run_fed(const char *src, const char *names, int devices, const char *feeds,
+                    const gr_tensor *values, gt_graph_fn *prepare, void *arg, gr_tensor *outs,
+                    int64_t *sends);
 /* The first element of one name's value, NAN on failure. */
 double gt_dsl_value(const char *src, const char *name);
 /* Loads DSL text that must fail; the message into err (false if it loaded). */
 bool gt_dsl_error(const char *src, gr_error *err);
+/* Runs s with the feeds f[0..n) and returns element 0 of o's value as f64;
+ * NAN, with the message printed, when the run fails. */
+double gt_run_scalar(gr_session *s, const gr_feed *f, int n, gr_output o);
 
 /* Gradient checks by central differences. build makes y from the
  * placeholders x[0..n) (fed with inputs; only f64 ones are differentiated);
