@@ -25,7 +25,7 @@ static int64_t variable_elements(const gr_graph *g, int n0, int n1) {
   int64_t e = 0;
   for (int i = n0; i < n1; i++) {
     const gr_node *n = gr_graph_node(g, i);
-    if (strcmp(n->op->name, "variable") == 0) e += gr_shape_num_elements(&n->out_shapes[0]);
+    if (gr_ops_is_variable(n)) e += gr_shape_num_elements(&n->out_shapes[0]);
   }
   return e;
 }

@@ -233,6 +233,8 @@ gr_output gr_variable(gr_graph *g, const char *name, gr_output initial_value);
 gr_output gr_read_value(gr_graph *g, gr_output var);
 /* Is n a read of a variable (gr_variable or gr_read_value)? */
 bool gr_ops_is_variable_read(const gr_node *n);
+/* Is n a variable itself (a gr_variable node)? */
+bool gr_ops_is_variable(const gr_node *n);
 /* var: a gr_variable output. Each returns the new value. */
 gr_output gr_assign(gr_graph *g, gr_output var, gr_output value);
 gr_output gr_assign_add(gr_graph *g, gr_output var, gr_output delta);

@@ -323,6 +323,10 @@ bool gr_ops_is_variable_read(const gr_node *n) {
   return n->op == &gr_op_variable || n->op == &gr_op_read_value;
 }
 
+bool gr_ops_is_variable(const gr_node *n) {
+  return n->op == &gr_op_variable;
+}
+
 gr_output gr_assign(gr_graph *g, gr_output var, gr_output value) {
   return build_update(g, "assign", var, value);
 }
