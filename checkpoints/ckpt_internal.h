@@ -54,6 +54,13 @@ gr_status ckpt_parse_tensor_row(gr_ckpt *ck, const char *name, const char *dtype
  * new tensor, checking sizes and checksum. */
 gr_status ckpt_read_tensor_id(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
                               int64_t step, gr_tensor *out, gr_error *err);
+/* Its two steps: is all its data there (before its size is trusted for an
+ * allocation), and reading it into dst (info->nbytes bytes), checking the
+ * chunks and the checksum. */
+gr_status ckpt_check_data(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
+                          int64_t step, gr_error *err);
+gr_status ckpt_read_data(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
+                         int64_t step, unsigned char *dst, gr_error *err);
 
 /* Every tensor of the checkpoint at step (-1: newest), sorted by name, with
  * where each lives (*locs; may be NULL) and the actual step. For a
@@ -91,11 +98,13 @@ gr_status ckpt_shard(gr_ckpt *ck, const char *name, bool writable, gr_ckpt **out
 /* Runs PRAGMA integrity_check, calling problem(arg, line) per problem. */
 void ckpt_integrity(gr_ckpt *ck, void (*problem)(void *arg, const char *msg), void *arg);
 
-/* Restores vars (names, dtypes and shapes expected) into mgr from the
- * checkpoint at step (-1 newest). strict: the checkpoint must hold exactly
- * these variables (else an error listing the differences). */
-gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var *vars, int n,
-                            int64_t step, bool strict, int64_t *step_out, gr_error *err);
+/* Reads vars (names, dtypes and shapes expected) from the checkpoint at
+ * step (-1 newest) into vals[0..n) (one new reference each; all empty on
+ * error), checking every variable before reading any. strict: the
+ * checkpoint must hold exactly these variables (else an error listing the
+ * differences). */
+gr_status ckpt_read_vars(gr_ckpt *ck, const gr_ckpt_var *vars, int n, int64_t step, bool strict,
+                         gr_tensor *vals, int64_t *step_out, gr_error *err);
 /* Sets the variables vars[0..n) of mgr to vals[0..n), moving the
  * references out of vals (each left empty). */
 gr_status ckpt_set_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, gr_tensor *vals, int n,
@@ -113,12 +122,20 @@ gr_status ckpt_collect_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, int
 gr_status ckpt_join_parts(const gr_graph *g, const gr_ckpt_var *vars, const gr_tensor *vals, int n,
                           gr_ckpt_tensor *out, int *nout, gr_tensor *wholes, int *nwholes,
                           gr_error *err);
-/* Restoring vars of g (as ckpt_restore_into): a part of a partitioned
- * variable is restored from its whole (the checkpoint's tensor of the
- * whole's name, sliced) when the checkpoint holds the whole or lacks the
- * part, so a checkpoint restores into any number of parts. */
+/* Reading vars of g (as ckpt_read_vars): a part of a partitioned
+ * variable is read from its whole (the checkpoint's tensor of the whole's
+ * name, sliced) when the checkpoint holds the whole or lacks the part, so
+ * a checkpoint restores into any number of parts. */
+gr_status ckpt_read_graph_vars(gr_ckpt *ck, const gr_graph *g, const gr_ckpt_var *vars, int n,
+                               int64_t step, bool strict, gr_tensor *vals, int64_t *step_out,
+                               gr_error *err);
+/* Restoring them into mgr: read, then set (nothing changes on error). */
 gr_status ckpt_restore_graph(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_graph *g,
                              const gr_ckpt_var *vars, int n, int64_t step, bool strict,
                              int64_t *step_out, gr_error *err);
+/* The whole that variable `name` of g is a part of (its attr
+ * partition_of; "" if none, or g NULL), with its first row and the
+ * whole's shape. */
+const char *ckpt_part_of(const gr_graph *g, const char *name, int64_t *offset, gr_shape *full);
 
 #endif

@@ -75,9 +75,10 @@ const char *gr_ckpt_path(const gr_ckpt *ck);
  * merged tensors of the shards. Retention (max_to_keep) applies to the
  * manifest; a shard file's rows that no manifest row names are deleted when
  * its task writes its next shard, and the chief removes the shard files the
- * manifest named before and names no more (never a file it did not name). The shard files must be reachable under
- * the same path by the tasks and the chief (one host, or a shared file
- * system, as for TensorFlow's checkpoint directory). */
+ * manifest named before and names no more (never a file it did not
+ * name). The shard files must be reachable under the same path by the
+ * tasks and the chief (one host, or a shared file system, as for
+ * TensorFlow's checkpoint directory). */
 
 bool gr_ckpt_is_sharded(const gr_ckpt *ck);
 /* "JOB-TASK.ckpt", the shard file name of a task. */
@@ -157,6 +158,14 @@ gr_status gr_ckpt_restore_step(gr_ckpt *ck, gr_session *s, const gr_graph *g, in
  * from the checkpoint at step (-1: newest). Leaves the session step alone. */
 gr_status gr_ckpt_restore_vars(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
                                const char *const *names, int n, gr_error *err);
+
+/* Reads the named variables of g (checked against g's dtype and shape)
+ * from the checkpoint at step (-1: newest) into out[0..n), one new
+ * reference each, as gr_ckpt_restore_vars would set them: a part of a
+ * partitioned variable is sliced from its whole. *step_out (may be NULL):
+ * the checkpoint's step. On error every out[i] is empty. */
+gr_status gr_ckpt_read_vars(gr_ckpt *ck, int64_t step, const gr_graph *g, const char *const *names,
+                            int n, gr_tensor *out, int64_t *step_out, gr_error *err);
 
 /* ---- inspection --------------------------------------------------------------- */
 
