@@ -26,11 +26,38 @@ struct gr_ckpt {
 /* The shard file a sharded gr_ckpt_save_tensors writes (one process's shard). */
 #define CKPT_LOCAL_SHARD "local.ckpt"
 
-/* Where a listed tensor lives: the file that holds it and its tensors.id. */
+/* The schema version of a file as created (one that holds slices is
+ * made GR_CKPT_SCHEMA_VERSION when its first slice is written). */
+#define CKPT_BASE_VERSION 1
+
+/* A tensors row that is a slice of a larger tensor (slices.c): where it
+ * lives, its own row, and what it is a slice of. */
+typedef struct ckpt_slice {
+  gr_ckpt *file;
+  int64_t tensor_id;
+  gr_ckpt_tensor_info info; /* its own row: its own name, the shape of its rows */
+  char *whole;              /* the tensor it is a slice of */
+  gr_shape full_shape;
+  int64_t first_row;
+} ckpt_slice;
+
+/* A growing list of slices (each owning its info.name and whole). */
+typedef struct ckpt_slices {
+  ckpt_slice *v;
+  int n, cap;
+} ckpt_slices;
+
+/* Where a listed tensor lives: the file that holds it and its tensors.id;
+ * a whole assembled from slices (a partitioned variable of a sharded
+ * checkpoint) has file NULL and its slices (owned), in row order. */
 typedef struct ckpt_loc {
   gr_ckpt *file;
   int64_t tensor_id;
+  ckpt_slice *slices;
+  int num_slices;
 } ckpt_loc;
+/* Frees locs[0..n) and their slices. */
+void ckpt_locs_free(ckpt_loc *locs, int n);
 
 /* Maps a SQLite result code to a status and fills err with
  * "checkpoint file 'PATH': WHAT: sqlite message". */
@@ -61,12 +88,18 @@ gr_status ckpt_check_data(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_i
                           int64_t step, gr_error *err);
 gr_status ckpt_read_data(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
                          int64_t step, unsigned char *dst, gr_error *err);
+/* Reads a listed tensor (info, loc: from ckpt_tensors_at) into a new
+ * tensor: from its file, or assembled from its slices. */
+gr_status ckpt_read_loc(const ckpt_loc *loc, const gr_ckpt_tensor_info *info, int64_t step,
+                        gr_tensor *out, gr_error *err);
 
 /* Every tensor of the checkpoint at step (-1: newest), sorted by name, with
  * where each lives (*locs; may be NULL) and the actual step. For a
- * directory: the merged tensors of the checkpoint's shards; a missing
- * shard file or shard row, or a name in two shards, is GR_ERR_DATA_LOSS
- * naming the shard. *infos and *locs are malloc'd. */
+ * directory: the merged tensors of the checkpoint's shards, each whole of
+ * slices assembled; a missing shard file or shard row, a name in two
+ * shards, or slices that do not cover their whole exactly is
+ * GR_ERR_DATA_LOSS naming the shards. *infos is malloc'd, *locs too
+ * (ckpt_locs_free). A file's own listing shows slices by their own names. */
 gr_status ckpt_tensors_at(gr_ckpt *ck, int64_t step, gr_ckpt_tensor_info **infos, ckpt_loc **locs,
                           int *n, int64_t *actual, gr_error *err);
 /* The tensor rows of one checkpoint (by checkpoints.id) of a file. */
@@ -85,8 +118,9 @@ gr_status ckpt_apply_retention(gr_ckpt *ck, gr_error *err);
  * transaction. A shard (nkeep >= 0) also deletes there its rows of earlier
  * steps that are not in keep[0..nkeep) (the steps the manifest names it
  * for): a shard's retention, in its own write. */
-gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
-                          const char *meta, const int64_t *keep, int nkeep, gr_error *err);
+gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors,
+                          const gr_ckpt_slice *slices, int n, const char *meta, const int64_t *keep,
+                          int nkeep, gr_error *err);
 /* The steps whose manifest rows name shard `file` (*steps malloc'd). */
 gr_status ckpt_shard_steps(gr_ckpt *manifest, const char *file, int64_t **steps, int *n,
                            gr_error *err);
@@ -137,5 +171,34 @@ gr_status ckpt_restore_graph(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_graph *
  * partition_of; "" if none, or g NULL), with its first row and the
  * whole's shape. */
 const char *ckpt_part_of(const gr_graph *g, const char *name, int64_t *offset, gr_shape *full);
+
+/* Slices (slices.c). Does ck's file have the slices table? */
+gr_status ckpt_has_slices(gr_ckpt *ck, bool *has, gr_error *err);
+/* Inside the caller's write transaction: creates the slices table (and
+ * makes the file's schema version GR_CKPT_SCHEMA_VERSION), then records
+ * tensor row tensor_id as the slice sl. */
+gr_status ckpt_prepare_slices(gr_ckpt *ck, gr_error *err);
+gr_status ckpt_insert_slice(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_slice *sl, gr_error *err);
+/* Do rows [first_row, first_row + shape->dims[0]) of shape `shape` fit a
+ * whole of shape full (rank >= 1 and equal, the other dims, the rows
+ * inside)? */
+bool ckpt_slice_fits(const gr_shape *shape, const gr_shape *full, int64_t first_row);
+/* Is the slice sl a fit for value (rank, other dims, rows inside)?
+ * GR_ERR_INVALID_ARGUMENT naming the tensor when not. */
+gr_status ckpt_check_slice(const char *name, const gr_tensor *value, const gr_ckpt_slice *sl,
+                           gr_error *err);
+/* Moves the rows of checkpoint ck_id of file (infos, ids: *n rows sorted
+ * by name, as ckpt_list_rows gives) that are slices into out, compacting
+ * infos and ids. */
+gr_status ckpt_take_slices(gr_ckpt *file, int64_t ck_id, gr_ckpt_tensor_info *infos, int64_t *ids,
+                           int *n, ckpt_slices *out, gr_error *err);
+void ckpt_slices_free(ckpt_slices *sl);
+/* One listed tensor per whole of the slices in sl (of checkpoint directory
+ * ck at step), each checked to cover its whole's rows exactly once: new
+ * arrays *infos and *locs of *n entries. Empties sl (the locs take its
+ * slices). GR_ERR_DATA_LOSS naming the whole and the shards when the
+ * slices do not fit together. */
+gr_status ckpt_assemble(gr_ckpt *ck, int64_t step, ckpt_slices *sl, gr_ckpt_tensor_info **infos,
+                        ckpt_loc **locs, int *n, gr_error *err);
 
 #endif

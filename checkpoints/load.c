@@ -237,13 +237,13 @@ static gr_status read_sharded(gr_ckpt *ck, int64_t step, const char *name, gr_te
   int64_t actual;
   GR_TRY(ckpt_tensors_at(ck, step, &infos, &locs, &n, &actual, err));
   const gr_ckpt_tensor_info *t = find_info(infos, n, name, &k);
-  gr_status s = t ? ckpt_read_tensor_id(locs[k].file, locs[k].tensor_id, t, actual, out, err)
+  gr_status s = t ? ckpt_read_loc(&locs[k], t, actual, out, err)
                   : gr_error_set(err, GR_ERR_NOT_FOUND,
                                  "checkpoint directory '%s': the checkpoint at step %" PRId64
                                  " has no tensor named '%s'",
                                  ck->path, actual, name);
   gr_ckpt_tensor_infos_free(infos, n);
-  free(locs);
+  ckpt_locs_free(locs, n);
   return s;
 }
 
@@ -384,13 +384,12 @@ gr_status ckpt_read_vars(gr_ckpt *ck, const gr_ckpt_var *vars, int n, int64_t st
         differ);
   /* read everything first, so a damaged tensor leaves the variables untouched */
   for (int i = 0; s == GR_OK && i < n; i++)
-    s = ckpt_read_tensor_id(locs[which[i]].file, locs[which[i]].tensor_id, &infos[which[i]], actual,
-                            &vals[i], err);
+    s = ckpt_read_loc(&locs[which[i]], &infos[which[i]], actual, &vals[i], err);
   if (s != GR_OK)
     for (int i = 0; i < n; i++) gr_tensor_release(&vals[i]);
   free(which);
   free(used);
-  free(locs);
+  ckpt_locs_free(locs, ni);
   gr_ckpt_tensor_infos_free(infos, ni);
   if (s == GR_OK && step_out) *step_out = actual;
   return s;

@@ -3,8 +3,10 @@
  * full shape (the parts concatenated along axis 0), so a checkpoint does
  * not depend on how many parts (ps tasks) wrote it: `graphrun ckpt
  * ls/show/export` see NAME, and a restore slices NAME into the parts of the
- * graph it restores into, however many. A part saved under its own name (a
- * task's shard, which holds only its parts) restores by that name. */
+ * graph it restores into, however many. A task's shard, which holds only
+ * its parts, writes each as a slice of NAME (slices.c), and readers of the
+ * sharded checkpoint see NAME whole. A part saved under its own name alone
+ * (a shard written before slices existed) restores by that name. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,8 +49,7 @@ gr_status ckpt_join_parts(const gr_graph *g, const gr_ckpt_var *vars, const gr_t
       gr_shape f2 = {0};
       if (strcmp(ckpt_part_of(g, vars[j].name, &o2, &f2), of) != 0) continue;
       whole = gr_shape_equal(&f2, &full) && vals[j].dtype == vals[i].dtype &&
-              vals[j].shape.rank == full.rank && o2 >= 0 &&
-              o2 + vals[j].shape.dims[0] <= full.dims[0];
+              ckpt_slice_fits(&vals[j].shape, &full, o2);
       rows += vals[j].shape.dims[0];
     }
     if (!whole || rows != full.dims[0]) {
@@ -91,6 +92,11 @@ static gr_status slice_values(const gr_ckpt_var *vars, int n, const gr_tensor *c
       gr_tensor_ref(&vals[i], t);
       continue;
     }
+    if (!ckpt_slice_fits(&vars[i].shape, &t->shape, offs[i]))
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "restore: variable '%s' does not fit the whole it is a part of (its "
+                          "attrs partition_offset and full_shape)",
+                          vars[i].name);
     GR_TRY(gr_tensor_alloc(&vals[i], vars[i].dtype, &vars[i].shape, err));
     size_t rb = row_bytes(t->dtype, &t->shape);
     if (gr_tensor_num_bytes(&vals[i]))
