@@ -171,6 +171,14 @@ gr_status ckpt_restore_graph(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_graph *
  * partition_of; "" if none, or g NULL), with its first row and the
  * whole's shape. */
 const char *ckpt_part_of(const gr_graph *g, const char *name, int64_t *offset, gr_shape *full);
+/* A slice as the `slices` attr of a save node writes it, one line per
+ * variable: "FIRST_ROW [DIMS] WHOLE", "" for a variable that is not a
+ * part. ckpt_slice_spec appends variable `name` of g's to buf (of cap
+ * bytes, at *len; false when it does not fit); ckpt_parse_slice_spec
+ * reads the line [line, line + len) (whole: points into it, which must
+ * stay; a line that ends right after it) into out. */
+bool ckpt_slice_spec(const gr_graph *g, const char *name, char *buf, size_t cap, size_t *len);
+bool ckpt_parse_slice_spec(char *line, size_t len, gr_ckpt_slice *out);
 
 /* Slices (slices.c). Does ck's file have the slices table? */
 gr_status ckpt_has_slices(gr_ckpt *ck, bool *has, gr_error *err);

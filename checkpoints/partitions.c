@@ -4,9 +4,13 @@
  * not depend on how many parts (ps tasks) wrote it: `graphrun ckpt
  * ls/show/export` see NAME, and a restore slices NAME into the parts of the
  * graph it restores into, however many. A task's shard, which holds only
- * its parts, writes each as a slice of NAME (slices.c), and readers of the
- * sharded checkpoint see NAME whole. A part saved under its own name alone
- * (a shard written before slices existed) restores by that name. */
+ * its parts, writes each as a slice of NAME (slices.c; the save node's
+ * attr `slices`, by ckpt_slice_spec), and readers of the sharded
+ * checkpoint see NAME whole. A part saved under its own name alone (a
+ * shard written before slices existed) restores by that name. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +25,41 @@ const char *ckpt_part_of(const gr_graph *g, const char *name, int64_t *offset, g
   *offset = gr_node_attr_int(n, "partition_offset", 0);
   *full = fs->shape;
   return of;
+}
+
+bool ckpt_slice_spec(const gr_graph *g, const char *name, char *buf, size_t cap, size_t *len) {
+  int64_t off = 0;
+  gr_shape full = {0};
+  const char *of = ckpt_part_of(g, name, &off, &full);
+  char shape[GR_MAX_RANK * 21 + 4];
+  ckpt_shape_to_text(&full, shape, sizeof shape);
+  size_t n = *len;
+  int w = of[0] ? snprintf(buf + n, n < cap ? cap - n : 0, "%" PRId64 " %s %s", off, shape, of)
+                : snprintf(buf + n, n < cap ? cap - n : 0, "%s", "");
+  if (w < 0 || n + (size_t)w >= cap) return false;
+  *len = n + (size_t)w;
+  return true;
+}
+
+bool ckpt_parse_slice_spec(char *line, size_t len, gr_ckpt_slice *out) {
+  *out = (gr_ckpt_slice){0};
+  if (len == 0) return true; /* not a slice */
+  char *end;
+  errno = 0;
+  long long first = strtoll(line, &end, 10);
+  if (end == line || errno || first < 0 || *end != ' ' || end[1] != '[') return false;
+  char *shape = end + 1, *close = memchr(shape, ']', len - (size_t)(shape - line));
+  if (!close || close[1] != ' ' || close + 2 >= line + len) return false;
+  char text[GR_MAX_RANK * 21 + 4];
+  size_t sl = (size_t)(close + 1 - shape);
+  if (sl >= sizeof text) return false;
+  memcpy(text, shape, sl);
+  text[sl] = '\0';
+  if (!ckpt_shape_from_text(text, &out->full_shape) || out->full_shape.rank < 1) return false;
+  out->first_row = first;
+  out->whole = close + 2;
+  line[len] = '\0';
+  return true;
 }
 
 static size_t row_bytes(gr_dtype dt, const gr_shape *s) {
