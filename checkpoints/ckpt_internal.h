@@ -26,11 +26,38 @@ struct gr_ckpt {
 /* The shard file a sharded gr_ckpt_save_tensors writes (one process's shard). */
 #define CKPT_LOCAL_SHARD "local.ckpt"
 
-/* Where a listed tensor lives: the file that holds it and its tensors.id. */
+/* The schema version of a file as created (one that holds slices is
+ * made GR_CKPT_SCHEMA_VERSION when its first slice is written). */
+#define CKPT_BASE_VERSION 1
+
+/* A tensors row that is a slice of a larger tensor (slices.c): where it
+ * lives, its own row, and what it is a slice of. */
+typedef struct ckpt_slice {
+  gr_ckpt *file;
+  int64_t tensor_id;
+  gr_ckpt_tensor_info info; /* its own row: its own name, the shape of its rows */
+  char *whole;              /* the tensor it is a slice of */
+  gr_shape full_shape;
+  int64_t first_row;
+} ckpt_slice;
+
+/* A growing list of slices (each owning its info.name and whole). */
+typedef struct ckpt_slices {
+  ckpt_slice *v;
+  int n, cap;
+} ckpt_slices;
+
+/* Where a listed tensor lives: the file that holds it and its tensors.id;
+ * a whole assembled from slices (a partitioned variable of a sharded
+ * checkpoint) has file NULL and its slices (owned), in row order. */
 typedef struct ckpt_loc {
   gr_ckpt *file;
   int64_t tensor_id;
+  ckpt_slice *slices;
+  int num_slices;
 } ckpt_loc;
+/* Frees locs[0..n) and their slices. */
+void ckpt_locs_free(ckpt_loc *locs, int n);
 
 /* Maps a SQLite result code to a status and fills err with
  * "checkpoint file 'PATH': WHAT: sqlite message". */
@@ -71,12 +98,25 @@ gr_status ckpt_parse_tensor_row(gr_ckpt *ck, const char *name, const char *dtype
  * new tensor, checking sizes and checksum. */
 gr_status ckpt_read_tensor_id(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
                               int64_t step, gr_tensor *out, gr_error *err);
+/* Its two steps: is all its data there (before its size is trusted for an
+ * allocation), and reading it into dst (info->nbytes bytes), checking the
+ * chunks and the checksum. */
+gr_status ckpt_check_data(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
+                          int64_t step, gr_error *err);
+gr_status ckpt_read_data(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
+                         int64_t step, unsigned char *dst, gr_error *err);
+/* Reads a listed tensor (info, loc: from ckpt_tensors_at) into a new
+ * tensor: from its file, or assembled from its slices. */
+gr_status ckpt_read_loc(const ckpt_loc *loc, const gr_ckpt_tensor_info *info, int64_t step,
+                        gr_tensor *out, gr_error *err);
 
 /* Every tensor of the checkpoint at step (-1: newest), sorted by name, with
  * where each lives (*locs; may be NULL) and the actual step. For a
- * directory: the merged tensors of the checkpoint's shards; a missing
- * shard file or shard row, or a name in two shards, is GR_ERR_DATA_LOSS
- * naming the shard. *infos and *locs are malloc'd. */
+ * directory: the merged tensors of the checkpoint's shards, each whole of
+ * slices assembled; a missing shard file or shard row, a name in two
+ * shards, or slices that do not cover their whole exactly is
+ * GR_ERR_DATA_LOSS naming the shards. *infos is malloc'd, *locs too
+ * (ckpt_locs_free). A file's own listing shows slices by their own names. */
 gr_status ckpt_tensors_at(gr_ckpt *ck, int64_t step, gr_ckpt_tensor_info **infos, ckpt_loc **locs,
                           int *n, int64_t *actual, gr_error *err);
 /* The tensor rows of one checkpoint (by checkpoints.id) of a file. */
@@ -95,8 +135,9 @@ gr_status ckpt_apply_retention(gr_ckpt *ck, gr_error *err);
  * transaction. A shard (nkeep >= 0) also deletes there its rows of earlier
  * steps that are not in keep[0..nkeep) (the steps the manifest names it
  * for): a shard's retention, in its own write. */
-gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
-                          const char *meta, const int64_t *keep, int nkeep, gr_error *err);
+gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors,
+                          const gr_ckpt_slice *slices, int n, const char *meta, const int64_t *keep,
+                          int nkeep, gr_error *err);
 /* The steps whose manifest rows name shard `file` (*steps malloc'd). */
 gr_status ckpt_shard_steps(gr_ckpt *manifest, const char *file, int64_t **steps, int *n,
                            gr_error *err);
@@ -108,11 +149,13 @@ gr_status ckpt_shard(gr_ckpt *ck, const char *name, bool writable, gr_ckpt **out
 /* Runs PRAGMA integrity_check, calling problem(arg, line) per problem. */
 void ckpt_integrity(gr_ckpt *ck, void (*problem)(void *arg, const char *msg), void *arg);
 
-/* Restores vars (names, dtypes and shapes expected) into mgr from the
- * checkpoint at step (-1 newest). strict: the checkpoint must hold exactly
- * these variables (else an error listing the differences). */
-gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var *vars, int n,
-                            int64_t step, bool strict, int64_t *step_out, gr_error *err);
+/* Reads vars (names, dtypes and shapes expected) from the checkpoint at
+ * step (-1 newest) into vals[0..n) (one new reference each; all empty on
+ * error), checking every variable before reading any. strict: the
+ * checkpoint must hold exactly these variables (else an error listing the
+ * differences). */
+gr_status ckpt_read_vars(gr_ckpt *ck, const gr_ckpt_var *vars, int n, int64_t step, bool strict,
+                         gr_tensor *vals, int64_t *step_out, gr_error *err);
 /* Sets the variables vars[0..n) of mgr to vals[0..n), moving the
  * references out of vals (each left empty). */
 gr_status ckpt_set_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, gr_tensor *vals, int n,
@@ -130,12 +173,57 @@ gr_status ckpt_collect_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, int
 gr_status ckpt_join_parts(const gr_graph *g, const gr_ckpt_var *vars, const gr_tensor *vals, int n,
                           gr_ckpt_tensor *out, int *nout, gr_tensor *wholes, int *nwholes,
                           gr_error *err);
-/* Restoring vars of g (as ckpt_restore_into): a part of a partitioned
- * variable is restored from its whole (the checkpoint's tensor of the
- * whole's name, sliced) when the checkpoint holds the whole or lacks the
- * part, so a checkpoint restores into any number of parts. */
+/* Reading vars of g (as ckpt_read_vars): a part of a partitioned
+ * variable is read from its whole (the checkpoint's tensor of the whole's
+ * name, sliced) when the checkpoint holds the whole or lacks the part, so
+ * a checkpoint restores into any number of parts. */
+gr_status ckpt_read_graph_vars(gr_ckpt *ck, const gr_graph *g, const gr_ckpt_var *vars, int n,
+                               int64_t step, bool strict, gr_tensor *vals, int64_t *step_out,
+                               gr_error *err);
+/* Restoring them into mgr: read, then set (nothing changes on error). */
 gr_status ckpt_restore_graph(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_graph *g,
                              const gr_ckpt_var *vars, int n, int64_t step, bool strict,
                              int64_t *step_out, gr_error *err);
+/* The whole that variable `name` of g is a part of (its attr
+ * partition_of; "" if none, or g NULL), with its first row and the
+ * whole's shape. */
+const char *ckpt_part_of(const gr_graph *g, const char *name, int64_t *offset, gr_shape *full);
+/* A slice as the `slices` attr of a save node writes it, one line per
+ * variable: "FIRST_ROW [DIMS] WHOLE", "" for a variable that is not a
+ * part. ckpt_slice_spec appends variable `name` of g's to buf (of cap
+ * bytes, at *len; false when it does not fit); ckpt_parse_slice_spec
+ * reads the line [line, line + len) (whole: points into it, which must
+ * stay; a line that ends right after it) into out. */
+bool ckpt_slice_spec(const gr_graph *g, const char *name, char *buf, size_t cap, size_t *len);
+bool ckpt_parse_slice_spec(char *line, size_t len, gr_ckpt_slice *out);
+
+/* Slices (slices.c). Does ck's file have the slices table? */
+gr_status ckpt_has_slices(gr_ckpt *ck, bool *has, gr_error *err);
+/* Inside the caller's write transaction: creates the slices table (and
+ * makes the file's schema version GR_CKPT_SCHEMA_VERSION), then records
+ * tensor row tensor_id as the slice sl. */
+gr_status ckpt_prepare_slices(gr_ckpt *ck, gr_error *err);
+gr_status ckpt_insert_slice(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_slice *sl, gr_error *err);
+/* Do rows [first_row, first_row + shape->dims[0]) of shape `shape` fit a
+ * whole of shape full (rank >= 1 and equal, the other dims, the rows
+ * inside)? */
+bool ckpt_slice_fits(const gr_shape *shape, const gr_shape *full, int64_t first_row);
+/* Is the slice sl a fit for value (rank, other dims, rows inside)?
+ * GR_ERR_INVALID_ARGUMENT naming the tensor when not. */
+gr_status ckpt_check_slice(const char *name, const gr_tensor *value, const gr_ckpt_slice *sl,
+                           gr_error *err);
+/* Moves the rows of checkpoint ck_id of file (infos, ids: *n rows sorted
+ * by name, as ckpt_list_rows gives) that are slices into out, compacting
+ * infos and ids. */
+gr_status ckpt_take_slices(gr_ckpt *file, int64_t ck_id, gr_ckpt_tensor_info *infos, int64_t *ids,
+                           int *n, ckpt_slices *out, gr_error *err);
+void ckpt_slices_free(ckpt_slices *sl);
+/* One listed tensor per whole of the slices in sl (of checkpoint directory
+ * ck at step), each checked to cover its whole's rows exactly once: new
+ * arrays *infos and *locs of *n entries. Empties sl (the locs take its
+ * slices). GR_ERR_DATA_LOSS naming the whole and the shards when the
+ * slices do not fit together. */
+gr_status ckpt_assemble(gr_ckpt *ck, int64_t step, ckpt_slices *sl, gr_ckpt_tensor_info **infos,
+                        ckpt_loc **locs, int *n, gr_error *err);
 
 #endif

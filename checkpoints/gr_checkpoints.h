@@ -38,7 +38,12 @@
 
 #include "core/gr_core.h"
 
-#define GR_CKPT_SCHEMA_VERSION 1
+/* The newest schema version this graphrun reads. A file is written as
+ * version 1 unless it holds slices (a shard with parts of partitioned
+ * variables, gr_ckpt_save_shard_slices): the write that stores its first
+ * slice adds the slices table and makes it version 2, so an older graphrun
+ * refuses it rather than misread it. */
+#define GR_CKPT_SCHEMA_VERSION 2
 /* PRAGMA application_id of a checkpoint file ("GRCK"). */
 #define GR_CKPT_APPLICATION_ID 0x4752434B
 /* Largest data row: tensors are split into chunks of at most this size. */
@@ -75,9 +80,17 @@ const char *gr_ckpt_path(const gr_ckpt *ck);
  * merged tensors of the shards. Retention (max_to_keep) applies to the
  * manifest; a shard file's rows that no manifest row names are deleted when
  * its task writes its next shard, and the chief removes the shard files the
- * manifest named before and names no more (never a file it did not name). The shard files must be reachable under
- * the same path by the tasks and the chief (one host, or a shared file
- * system, as for TensorFlow's checkpoint directory). */
+ * manifest named before and names no more (never a file it did not
+ * name). The shard files must be reachable under the same path by the
+ * tasks and the chief (one host, or a shared file system, as for
+ * TensorFlow's checkpoint directory).
+ *
+ * A partitioned variable NAME whose parts live on several tasks is saved
+ * as slices (TensorFlow's save-slice info): each task's shard holds its
+ * parts, each recorded as rows [first_row, first_row + rows) of NAME of
+ * shape full_shape, and every reader of the directory sees NAME whole,
+ * assembled from its slices in the shards (which must cover every row of
+ * NAME exactly once: else GR_ERR_DATA_LOSS naming NAME and the shards). */
 
 bool gr_ckpt_is_sharded(const gr_ckpt *ck);
 /* "JOB-TASK.ckpt", the shard file name of a task. */
@@ -91,11 +104,11 @@ typedef struct gr_ckpt_shard {
 } gr_ckpt_shard;
 
 /* Commits the checkpoint at step whose shards were written (each holds a
- * checkpoint at step): checks every shard is there and no tensor name is
- * in two, writes the manifest row in one transaction, then applies
- * retention to the manifest and the shards. metadata_json as for
- * gr_ckpt_save_tensors. A missing shard is GR_ERR_DATA_LOSS naming it, and
- * nothing is committed. */
+ * checkpoint at step): checks every shard is there, no tensor name is in
+ * two and the slices of each partitioned variable cover it, writes the
+ * manifest row in one transaction, then applies retention to the manifest
+ * and the shards. metadata_json as for gr_ckpt_save_tensors. A missing shard is GR_ERR_DATA_LOSS
+ * naming it, and nothing is committed. */
 gr_status gr_ckpt_commit_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *shards, int n,
                                 const char *metadata_json, gr_error *err);
 
@@ -139,6 +152,25 @@ gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
 gr_status gr_ckpt_save_shard(const char *path, int64_t step, const gr_ckpt_tensor *tensors, int n,
                              gr_error *err);
 
+/* Where a tensor of a shard sits in a larger one: rows [first_row,
+ * first_row + rows) along axis 0 (rows: the tensor's dims[0]) of the
+ * tensor `whole` of shape full_shape; its other dims and its rank are
+ * full_shape's. A part of a partitioned variable: whole is the variable's
+ * name (the part's attrs partition_of, partition_offset, full_shape). */
+typedef struct gr_ckpt_slice {
+  const char *whole; /* NULL: the tensor is not a slice */
+  gr_shape full_shape;
+  int64_t first_row;
+} gr_ckpt_slice;
+
+/* gr_ckpt_save_shard where tensors[i] is a slice as slices[i] says (slices
+ * may be NULL: none is). A slice is stored under its own name
+ * (tensors[i].name, e.g. NAME/part_K) with its slice info; readers of the
+ * sharded checkpoint see its whole instead. A slice that does not fit its
+ * whole is GR_ERR_INVALID_ARGUMENT naming it, and nothing is written. */
+gr_status gr_ckpt_save_shard_slices(const char *path, int64_t step, const gr_ckpt_tensor *tensors,
+                                    const gr_ckpt_slice *slices, int n, gr_error *err);
+
 /* ---- restoring ------------------------------------------------------------ */
 
 /* Restores every variable of g into session s from the newest checkpoint,
@@ -157,6 +189,13 @@ gr_status gr_ckpt_restore_step(gr_ckpt *ck, gr_session *s, const gr_graph *g, in
  * from the checkpoint at step (-1: newest). Leaves the session step alone. */
 gr_status gr_ckpt_restore_vars(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
                                const char *const *names, int n, gr_error *err);
+/* Reads the named variables of g (checked against g's dtype and shape)
+ * from the checkpoint at step (-1: newest) into out[0..n), one new
+ * reference each, as gr_ckpt_restore_vars would set them: a part of a
+ * partitioned variable is sliced from its whole. *step_out (may be NULL):
+ * the checkpoint's step. On error every out[i] is empty. */
+gr_status gr_ckpt_read_vars(gr_ckpt *ck, int64_t step, const gr_graph *g, const char *const *names,
+                            int n, gr_tensor *out, int64_t *step_out, gr_error *err);
 
 /* ---- inspection --------------------------------------------------------------- */
 
@@ -175,7 +214,9 @@ typedef struct gr_ckpt_tensor_info {
   gr_dtype dtype;
   gr_shape shape;
   int64_t nbytes;
-  uint64_t checksum; /* XXH64 (seed 0) of the tensor's bytes */
+  uint64_t checksum; /* XXH64 (seed 0) of the tensor's bytes; of a whole assembled from
+                      * slices (a sharded checkpoint): XXH64 of its slices' checksums as
+                      * 16 hex digits each, in row order */
 } gr_ckpt_tensor_info;
 
 /* Every checkpoint, oldest first. */
@@ -188,7 +229,8 @@ gr_status gr_ckpt_list_tensors(gr_ckpt *ck, int64_t step, gr_ckpt_tensor_info **
                                gr_error *err);
 void gr_ckpt_tensor_infos_free(gr_ckpt_tensor_info *infos, int n);
 /* Reads one tensor (step -1: newest) into a new tensor; checks its size and
- * checksum (GR_ERR_DATA_LOSS naming it when they do not match). */
+ * checksum (GR_ERR_DATA_LOSS naming it when they do not match; a whole
+ * assembled from slices: each slice's). */
 gr_status gr_ckpt_read_tensor(gr_ckpt *ck, int64_t step, const char *name, gr_tensor *out,
                               gr_error *err);
 

@@ -118,10 +118,8 @@ void gr_ckpt_tensor_infos_free(gr_ckpt_tensor_info *infos, int n) {
   free(infos);
 }
 
-gr_status ckpt_read_tensor_id(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
-                              int64_t step, gr_tensor *out, gr_error *err) {
-  *out = gr_tensor_empty();
-  /* the data must be there before its size is trusted for an allocation */
+gr_status ckpt_check_data(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
+                          int64_t step, gr_error *err) {
   sqlite3_stmt *st;
   GR_TRY(ckpt_prepare(ck, "SELECT coalesce(sum(length(data)), 0) FROM chunks WHERE tensor_id = ?1",
                       &st, err));
@@ -139,14 +137,16 @@ gr_status ckpt_read_tensor_id(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tens
                         "checkpoint file '%s', step %" PRId64 ": tensor '%s' has %" PRId64
                         " bytes of data, expected %" PRId64,
                         ck->path, step, info->name, present, info->nbytes);
-  GR_TRY(gr_tensor_alloc(out, info->dtype, &info->shape, err));
-  unsigned char *dst = gr_tensor_data(out);
-  gr_status s = ckpt_prepare(
-      ck, "SELECT id, seq, length(data) FROM chunks WHERE tensor_id = ?1 ORDER BY seq", &st, err);
-  if (s != GR_OK) {
-    gr_tensor_release(out);
-    return s;
-  }
+  return GR_OK;
+}
+
+gr_status ckpt_read_data(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
+                         int64_t step, unsigned char *dst, gr_error *err) {
+  sqlite3_stmt *st;
+  int rc = SQLITE_DONE;
+  GR_TRY(ckpt_prepare(
+      ck, "SELECT id, seq, length(data) FROM chunks WHERE tensor_id = ?1 ORDER BY seq", &st, err));
+  gr_status s = GR_OK;
   sqlite3_bind_int64(st, 1, tensor_id);
   gr_ckpt_hasher h;
   gr_ckpt_hash_init(&h);
@@ -194,6 +194,16 @@ gr_status ckpt_read_tensor_id(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tens
                      "checkpoint file '%s', step %" PRId64 ": tensor '%s' fails its checksum "
                      "(stored %016" PRIx64 ", data %016" PRIx64 "): the data is damaged",
                      ck->path, step, info->name, info->checksum, gr_ckpt_hash_final(&h));
+  return s;
+}
+
+gr_status ckpt_read_tensor_id(gr_ckpt *ck, int64_t tensor_id, const gr_ckpt_tensor_info *info,
+                              int64_t step, gr_tensor *out, gr_error *err) {
+  *out = gr_tensor_empty();
+  /* the data must be there before its size is trusted for an allocation */
+  GR_TRY(ckpt_check_data(ck, tensor_id, info, step, err));
+  GR_TRY(gr_tensor_alloc(out, info->dtype, &info->shape, err));
+  gr_status s = ckpt_read_data(ck, tensor_id, info, step, gr_tensor_data(out), err);
   if (s != GR_OK) gr_tensor_release(out);
   return s;
 }
@@ -211,13 +221,13 @@ static gr_status read_sharded(gr_ckpt *ck, int64_t step, const char *name, gr_te
   int64_t actual;
   GR_TRY(ckpt_tensors_at(ck, step, &infos, &locs, &n, &actual, err));
   const gr_ckpt_tensor_info *t = find_info(infos, n, name, &k);
-  gr_status s = t ? ckpt_read_tensor_id(locs[k].file, locs[k].tensor_id, t, actual, out, err)
+  gr_status s = t ? ckpt_read_loc(&locs[k], t, actual, out, err)
                   : gr_error_set(err, GR_ERR_NOT_FOUND,
                                  "checkpoint directory '%s': the checkpoint at step %" PRId64
                                  " has no tensor named '%s'",
                                  ck->path, actual, name);
   gr_ckpt_tensor_infos_free(infos, n);
-  free(locs);
+  ckpt_locs_free(locs, n);
   return s;
 }
 
@@ -306,8 +316,9 @@ gr_status ckpt_set_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, gr_tens
   return GR_OK;
 }
 
-gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var *vars, int n,
-                            int64_t step, bool strict, int64_t *step_out, gr_error *err) {
+gr_status ckpt_read_vars(gr_ckpt *ck, const gr_ckpt_var *vars, int n, int64_t step, bool strict,
+                         gr_tensor *vals, int64_t *step_out, gr_error *err) {
+  for (int i = 0; i < n; i++) vals[i] = gr_tensor_empty();
   int64_t actual;
   gr_ckpt_tensor_info *infos;
   ckpt_loc *locs;
@@ -317,9 +328,8 @@ gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var
   int nmiss = 0, nextra = 0, ndiff = 0;
   char *used = calloc((size_t)ni + 1, 1);
   int *which = gr_alloc_array((size_t)n + 1, sizeof(int));
-  gr_tensor *vals = calloc((size_t)n + 1, sizeof *vals);
   gr_status s = GR_OK;
-  if (!used || !which || !vals) s = gr_error_set_oom(err);
+  if (!used || !which) s = gr_error_set_oom(err);
   for (int i = 0; s == GR_OK && i < n; i++) {
     int k;
     const gr_ckpt_tensor_info *t = find_info(infos, ni, vars[i].name, &k);
@@ -358,14 +368,12 @@ gr_status ckpt_restore_into(gr_ckpt *ck, gr_resource_mgr *mgr, const gr_ckpt_var
         differ);
   /* read everything first, so a damaged tensor leaves the variables untouched */
   for (int i = 0; s == GR_OK && i < n; i++)
-    s = ckpt_read_tensor_id(locs[which[i]].file, locs[which[i]].tensor_id, &infos[which[i]], actual,
-                            &vals[i], err);
-  if (s == GR_OK) s = ckpt_set_values(mgr, vars, vals, n, err);
-  for (int i = 0; vals && i < n; i++) gr_tensor_release(&vals[i]);
-  free(vals);
+    s = ckpt_read_loc(&locs[which[i]], &infos[which[i]], actual, &vals[i], err);
+  if (s != GR_OK)
+    for (int i = 0; i < n; i++) gr_tensor_release(&vals[i]);
   free(which);
   free(used);
-  free(locs);
+  ckpt_locs_free(locs, ni);
   gr_ckpt_tensor_infos_free(infos, ni);
   if (s == GR_OK && step_out) *step_out = actual;
   return s;

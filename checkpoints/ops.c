@@ -75,6 +75,52 @@ static gr_status set_step_output(gr_kernel_ctx *ctx, int64_t step) {
   return GR_OK;
 }
 
+/* The slice info of vars[0..n) for a task's shard: *out (n entries, NULL
+ * when none is a part) and *text (what their wholes point into), both
+ * malloc'd. From the node's attr slices (one line per variable of attr
+ * vars, made by gr_save_at from the variable nodes, which a task's
+ * partition does not hold), else from the graph's variable nodes. */
+static gr_status node_slices(gr_kernel_ctx *ctx, const gr_ckpt_var *vars, int n,
+                             gr_ckpt_slice **out, char **text) {
+  *out = NULL;
+  *text = NULL;
+  const char *spec = gr_node_attr_string(ctx->node, "slices", "");
+  gr_ckpt_slice *sl = calloc((size_t)n + 1, sizeof *sl);
+  char *t = strdup(spec);
+  if (!sl || !t) {
+    free(sl), free(t);
+    return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  bool ok = true, any = false;
+  if (!spec[0]) {
+    for (int i = 0; i < n; i++) {
+      int64_t off;
+      gr_shape full;
+      const char *of = ckpt_part_of(ctx->node->graph, vars[i].name, &off, &full);
+      if (of[0]) sl[i] = (gr_ckpt_slice){of, full, off}, any = true;
+    }
+  } else {
+    char *p = t;
+    for (int k = 0; ok && k < n; k++) {
+      size_t l = strcspn(p, "\n");
+      bool last = p[l] == '\0';
+      ok = ckpt_parse_slice_spec(p, l, &sl[k]) && last == (k == n - 1);
+      any |= sl[k].whole != NULL;
+      p += l + !last;
+    }
+  }
+  if (!ok || !any) {
+    free(sl), free(t);
+    return ok ? GR_OK
+              : gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                                "attr slices is not one line (FIRST_ROW [DIMS] WHOLE, or empty) "
+                                "per variable of attr vars");
+  }
+  *out = sl;
+  *text = t;
+  return GR_OK;
+}
+
 static gr_status save_kernel(gr_kernel_ctx *ctx) {
   gr_ckpt_var *vars;
   int n;
@@ -95,8 +141,13 @@ static gr_status save_kernel(gr_kernel_ctx *ctx) {
   gr_tensor *wholes = calloc((size_t)n + 1, sizeof *wholes);
   int nt = n, nw = 0;
   if (s == GR_OK && !wholes) s = gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  if (s == GR_OK && ctx->num_inputs > 0) { /* a task's shard of a sharded checkpoint */
-    s = gr_ckpt_save_shard(path, step, ts, n, ctx->err);
+  if (s == GR_OK && ctx->num_inputs > 0) { /* a task's shard: its parts as slices */
+    gr_ckpt_slice *sl = NULL;
+    char *text = NULL;
+    s = node_slices(ctx, vars, n, &sl, &text);
+    if (s == GR_OK) s = gr_ckpt_save_shard_slices(path, step, ts, sl, n, ctx->err);
+    free(sl);
+    free(text);
   } else if (s == GR_OK) { /* partitioned variables whole */
     s = ckpt_join_parts(ctx->node->graph, vars, vals, n, ts, &nt, wholes, &nw, ctx->err);
     char meta[64];
@@ -137,7 +188,8 @@ static const gr_attr_spec save_attrs[] = {
     {"path", GR_ATTR_STRING, true, {0}},
     {"vars", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
     {"max_to_keep", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
-    {"keep_every_n_steps", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
+    {"keep_every_n_steps", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
+    {"slices", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}}};
 
 static const gr_attr_spec restore_attrs[] = {
     {"path", GR_ATTR_STRING, true, {0}},
@@ -148,13 +200,15 @@ const gr_op_def gr_op_save = {
     .name = "save",
     .doc = "writes variables (attr vars, newline-separated; \"\": all) to the checkpoint file "
            "at attr path, at the step given as input (optional; default the run's step + 1); "
-           "returns the step recorded",
+           "with a step, a task's shard, its parts of partitioned variables as slices (attr "
+           "slices: a line \"FIRST_ROW [DIMS] WHOLE\" or \"\" per variable); returns the step "
+           "recorded",
     .min_inputs = 0,
     .max_inputs = 1,
     .input_names = (const char *const[]){"step"},
     .num_outputs = 1,
     .attrs = save_attrs,
-    .num_attrs = 4,
+    .num_attrs = 5,
     .shape_fn = step_scalar_shape,
     .kernel = save_kernel,
     .flags = GR_OP_STATEFUL | GR_OP_EXPENSIVE | GR_OP_NO_GRADIENT};
@@ -238,13 +292,46 @@ gr_output gr_save(gr_graph *g, const char *path, const gr_output *vars, int n, i
   return gr_graph_add_node(g, &gr_op_save, NULL, NULL, 0, a, 4);
 }
 
+/* The attr slices of a shard's save node: a line per variable of
+ * vars[0..n) (ckpt_slice_spec), in g's arena; NULL when none is a part. */
+static const char *slice_list(gr_graph *g, const gr_output *vars, int n, bool *ok) {
+  *ok = true;
+  size_t cap = 1;
+  bool any = false;
+  for (int i = 0; i < n; i++) {
+    int64_t off;
+    gr_shape full;
+    const char *of = ckpt_part_of(g, gr_node_attr_string(vars[i].node, "var", ""), &off, &full);
+    cap += strlen(of) + GR_MAX_RANK * 21 + 32;
+    any |= of[0] != '\0';
+  }
+  if (!any) return NULL;
+  char *buf = malloc(cap);
+  size_t len = 0;
+  for (int i = 0; buf && i < n; i++) {
+    if (i) buf[len++] = '\n';
+    buf[len] = '\0';
+    ckpt_slice_spec(g, gr_node_attr_string(vars[i].node, "var", ""), buf, cap, &len);
+  }
+  const char *s = buf ? gr_graph_strdup(g, buf) : NULL;
+  free(buf);
+  if (!s) {
+    fail(g, GR_ERR_RESOURCE_EXHAUSTED, "save", "out of memory");
+    *ok = false;
+  }
+  return s;
+}
+
 gr_output gr_save_at(gr_graph *g, const char *path, const gr_output *vars, int n, gr_output step) {
   gr_ckpt_register_ops();
   bool ok;
   const char *list = var_list(g, "save", vars, n, &ok);
   if (!ok || !step.node) return (gr_output){NULL, 0};
-  gr_attr a[] = {gr_attr_string("path", path ? path : ""), gr_attr_string("vars", list)};
-  return gr_graph_add_node(g, &gr_op_save, NULL, &step, 1, a, 2);
+  const char *slices = slice_list(g, vars, n, &ok);
+  if (!ok) return (gr_output){NULL, 0};
+  gr_attr a[] = {gr_attr_string("path", path ? path : ""), gr_attr_string("vars", list),
+                 gr_attr_string("slices", slices ? slices : "")};
+  return gr_graph_add_node(g, &gr_op_save, NULL, &step, 1, a, slices ? 3 : 2);
 }
 
 gr_output gr_restore(gr_graph *g, const char *path, const gr_output *vars, int n, int64_t step) {

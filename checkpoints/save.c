@@ -19,10 +19,13 @@ static gr_status step_done(gr_ckpt *ck, sqlite3_stmt *st, const char *what, gr_e
 
 gr_status ckpt_delete_checkpoint(gr_ckpt *ck, int64_t id, gr_error *err) {
   static const char *const sql[] = {
+      "DELETE FROM slices WHERE tensor_id IN (SELECT id FROM tensors WHERE checkpoint_id = ?1)",
       "DELETE FROM chunks WHERE tensor_id IN (SELECT id FROM tensors WHERE checkpoint_id = ?1)",
       "DELETE FROM tensors WHERE checkpoint_id = ?1", "DELETE FROM checkpoints WHERE id = ?1",
       "DELETE FROM shards WHERE checkpoint_id = ?1"};
-  for (int i = 0; i < (ck->sharded ? 4 : 3); i++) {
+  bool slices;
+  GR_TRY(ckpt_has_slices(ck, &slices, err));
+  for (int i = slices ? 0 : 1; i < (ck->sharded ? 5 : 4); i++) {
     sqlite3_stmt *st;
     GR_TRY(ckpt_prepare(ck, sql[i], &st, err));
     sqlite3_bind_int64(st, 1, id);
@@ -61,8 +64,8 @@ gr_status ckpt_apply_retention(gr_ckpt *ck, gr_error *err) {
   return s;
 }
 
-static gr_status check_inputs(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, int n,
-                              gr_error *err) {
+static gr_status check_inputs(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t,
+                              const gr_ckpt_slice *slices, int n, gr_error *err) {
   if (ck->opts.read_only)
     return gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
                         "checkpoint file '%s' was opened read-only", ck->path);
@@ -82,6 +85,7 @@ static gr_status check_inputs(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t
       if (strcmp(t[i].name, t[j].name) == 0)
         return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint: tensor '%s' given twice",
                             t[i].name);
+    if (slices && slices[i].whole) GR_TRY(ckpt_check_slice(t[i].name, t[i].value, &slices[i], err));
   }
   return GR_OK;
 }
@@ -112,8 +116,8 @@ gr_status ckpt_insert_checkpoint(gr_ckpt *ck, int64_t step, const char *fp, int 
   return s;
 }
 
-static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, int n,
-                            const char *meta, gr_error *err) {
+static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t,
+                            const gr_ckpt_slice *slices, int n, const char *meta, gr_error *err) {
   int64_t old_id, total = 0;
   gr_error ignore;
   if (ckpt_find(ck, step, &old_id, NULL, &ignore) == GR_OK)
@@ -131,6 +135,9 @@ static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, 
   int64_t ck_id = 0;
   sqlite3_stmt *ins_t = NULL, *ins_c = NULL;
   gr_status s = ckpt_insert_checkpoint(ck, step, fp, n, total, meta, &ck_id, err);
+  bool any_slice = false;
+  for (int i = 0; slices && i < n; i++) any_slice |= slices[i].whole != NULL;
+  if (s == GR_OK && any_slice) s = ckpt_prepare_slices(ck, err);
   if (s == GR_OK)
     s = ckpt_prepare(ck,
                      "INSERT INTO tensors(checkpoint_id, name, dtype, shape, nbytes, checksum) "
@@ -154,6 +161,7 @@ static gr_status write_rows(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *t, 
     sqlite3_bind_text(ins_t, 6, sum, -1, SQLITE_TRANSIENT);
     s = step_done(ck, ins_t, "writing a tensor row", err);
     int64_t t_id = sqlite3_last_insert_rowid(ck->db);
+    if (s == GR_OK && slices && slices[i].whole) s = ckpt_insert_slice(ck, t_id, &slices[i], err);
     size_t off = 0;
     for (int64_t seq = 0; s == GR_OK && (off < nbytes || seq == 0); seq++) {
       size_t len = nbytes - off < GR_CKPT_CHUNK_BYTES ? nbytes - off : GR_CKPT_CHUNK_BYTES;
@@ -207,10 +215,11 @@ static gr_status prune_rows(gr_ckpt *ck, int64_t step, const int64_t *keep, int 
   return GR_OK;
 }
 
-gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
-                          const char *meta, const int64_t *keep, int nkeep, gr_error *err) {
+gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors,
+                          const gr_ckpt_slice *slices, int n, const char *meta, const int64_t *keep,
+                          int nkeep, gr_error *err) {
   GR_TRY(ckpt_exec(ck, "BEGIN IMMEDIATE", err));
-  gr_status s = write_rows(ck, step, tensors, n, meta, err);
+  gr_status s = write_rows(ck, step, tensors, slices, n, meta, err);
   if (s == GR_OK && nkeep >= 0) s = prune_rows(ck, step, keep, nkeep, err);
   if (s == GR_OK) s = ckpt_exec(ck, "COMMIT", err);
   if (s != GR_OK) sqlite3_exec(ck->db, "ROLLBACK", NULL, NULL, NULL);
@@ -219,17 +228,17 @@ gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tenso
 
 gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
                                const char *metadata_json, gr_error *err) {
-  GR_TRY(check_inputs(ck, step, tensors, n, err));
+  GR_TRY(check_inputs(ck, step, tensors, NULL, n, err));
   const char *meta = metadata_json ? metadata_json : "{}";
   GR_TRY(ckpt_check_meta(ck, meta, err));
-  if (!ck->sharded) return ckpt_write_file(ck, step, tensors, n, meta, NULL, -1, err);
+  if (!ck->sharded) return ckpt_write_file(ck, step, tensors, NULL, n, meta, NULL, -1, err);
   /* a directory: this process's shard, then the manifest */
   gr_ckpt *shard;
   int64_t *keep;
   int nkeep;
   GR_TRY(ckpt_shard(ck, CKPT_LOCAL_SHARD, true, &shard, err));
   GR_TRY(ckpt_shard_steps(ck, CKPT_LOCAL_SHARD, &keep, &nkeep, err));
-  gr_status s = ckpt_write_file(shard, step, tensors, n, "{}", keep, nkeep, err);
+  gr_status s = ckpt_write_file(shard, step, tensors, NULL, n, "{}", keep, nkeep, err);
   free(keep);
   GR_TRY(s);
   gr_ckpt_shard one = {CKPT_LOCAL_SHARD, "this process"};
@@ -238,6 +247,11 @@ gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *
 
 gr_status gr_ckpt_save_shard(const char *path, int64_t step, const gr_ckpt_tensor *tensors, int n,
                              gr_error *err) {
+  return gr_ckpt_save_shard_slices(path, step, tensors, NULL, n, err);
+}
+
+gr_status gr_ckpt_save_shard_slices(const char *path, int64_t step, const gr_ckpt_tensor *tensors,
+                                    const gr_ckpt_slice *slices, int n, gr_error *err) {
   if (!path || !*path)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint path is empty");
   /* the steps the manifest beside it names this shard for: kept */
@@ -261,8 +275,8 @@ gr_status gr_ckpt_save_shard(const char *path, int64_t step, const gr_ckpt_tenso
   gr_ckpt_close(manifest);
   gr_ckpt *ck;
   gr_status s = gr_ckpt_open(path, NULL, &ck, err);
-  if (s == GR_OK) s = check_inputs(ck, step, tensors, n, err);
-  if (s == GR_OK) s = ckpt_write_file(ck, step, tensors, n, "{}", keep, nkeep, err);
+  if (s == GR_OK) s = check_inputs(ck, step, tensors, slices, n, err);
+  if (s == GR_OK) s = ckpt_write_file(ck, step, tensors, slices, n, "{}", keep, nkeep, err);
   gr_ckpt_close(ck);
   free(keep);
   return s;

@@ -153,13 +153,16 @@ gr_status gr_ckpt_restore_step(gr_ckpt *ck, gr_session *s, const gr_graph *g, in
   return restore(ck, s, g, step, NULL, err);
 }
 
-gr_status gr_ckpt_restore_vars(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
-                               const char *const *names, int n, gr_error *err) {
+/* The variables of g named names[0..n) (*pick, malloc'd; their names
+ * point into the graph). */
+static gr_status pick_vars(const gr_graph *g, const char *const *names, int n, gr_ckpt_var **pick,
+                           gr_error *err) {
   gr_ckpt_var *all;
   int na;
+  *pick = NULL;
   GR_TRY(gr_ckpt_graph_vars(g, &all, &na, err));
-  gr_ckpt_var *pick = gr_alloc_array((size_t)n + 1, sizeof *pick);
-  gr_status st = pick ? GR_OK : gr_error_set_oom(err);
+  gr_ckpt_var *v = gr_alloc_array((size_t)n + 1, sizeof *v);
+  gr_status st = v ? GR_OK : gr_error_set_oom(err);
   for (int i = 0; st == GR_OK && i < n; i++) {
     gr_ckpt_var key = {names[i], GR_F32, {0}};
     const gr_ckpt_var *f = names[i] ? bsearch(&key, all, (size_t)na, sizeof *all, cmp_var) : NULL;
@@ -167,11 +170,33 @@ gr_status gr_ckpt_restore_vars(gr_ckpt *ck, gr_session *s, const gr_graph *g, in
       st = gr_error_set(err, GR_ERR_NOT_FOUND, "restore: the graph has no variable named '%s'",
                         names[i] ? names[i] : "(null)");
     else
-      pick[i] = *f;
+      v[i] = *f;
   }
-  if (st == GR_OK)
-    st = ckpt_restore_graph(ck, gr_session_resources(s), g, pick, n, step, false, NULL, err);
-  free(pick);
   free(all);
+  if (st != GR_OK) {
+    free(v);
+    return st;
+  }
+  *pick = v;
+  return GR_OK;
+}
+
+gr_status gr_ckpt_restore_vars(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
+                               const char *const *names, int n, gr_error *err) {
+  gr_ckpt_var *pick;
+  GR_TRY(pick_vars(g, names, n, &pick, err));
+  gr_status st =
+      ckpt_restore_graph(ck, gr_session_resources(s), g, pick, n, step, false, NULL, err);
+  free(pick);
+  return st;
+}
+
+gr_status gr_ckpt_read_vars(gr_ckpt *ck, int64_t step, const gr_graph *g, const char *const *names,
+                            int n, gr_tensor *out, int64_t *step_out, gr_error *err) {
+  for (int i = 0; i < n; i++) out[i] = gr_tensor_empty();
+  gr_ckpt_var *pick;
+  GR_TRY(pick_vars(g, names, n, &pick, err));
+  gr_status st = ckpt_read_graph_vars(ck, g, pick, n, step, false, out, step_out, err);
+  free(pick);
   return st;
 }

@@ -127,14 +127,25 @@ static gr_status shard_row(gr_ckpt *sh, int64_t step, int64_t *id, char fp[17], 
 
 /* ---- the merged view ---------------------------------------------------------- */
 
+/* The tensors of a checkpoint's shards: whole ones (infos, locs), and
+ * slices, assembled into their wholes by merge_finish. */
 typedef struct merged {
   gr_ckpt_tensor_info *infos;
   ckpt_loc *locs;
   int n, cap;
+  ckpt_slices slices;
 } merged;
 
+static void merge_free(merged *m) {
+  gr_ckpt_tensor_infos_free(m->infos, m->n);
+  ckpt_locs_free(m->locs, m->n);
+  ckpt_slices_free(&m->slices);
+}
+
+/* Appends infos[0..n) (their names now m's) at locs (or, locs NULL, in
+ * file at tensors.id ids[i]). */
 static gr_status merge_add(merged *m, gr_ckpt *file, gr_ckpt_tensor_info *infos, int64_t *ids,
-                           int n, gr_error *err) {
+                           const ckpt_loc *locs, int n, gr_error *err) {
   if (m->n + n > m->cap) {
     int cap = m->cap ? m->cap : 16;
     while (cap < m->n + n) cap *= 2;
@@ -147,7 +158,7 @@ static gr_status merge_add(merged *m, gr_ckpt *file, gr_ckpt_tensor_info *infos,
   }
   for (int i = 0; i < n; i++) {
     m->infos[m->n] = infos[i];
-    m->locs[m->n++] = (ckpt_loc){file, ids[i]};
+    m->locs[m->n++] = locs ? locs[i] : (ckpt_loc){file, ids[i], NULL, 0};
   }
   return GR_OK;
 }
@@ -174,13 +185,41 @@ static gr_status merge_sort(gr_ckpt *ck, int64_t step, merged *m, gr_error *err)
   free(m->locs);
   m->infos = si;
   m->locs = sl;
-  for (int i = 1; i < m->n; i++)
-    if (strcmp(si[i - 1].name, si[i].name) == 0)
+  for (int i = 1; i < m->n; i++) {
+    if (strcmp(si[i - 1].name, si[i].name) != 0) continue;
+    const ckpt_loc *a = &sl[i - 1], *b = &sl[i];
+    if (a->file && b->file)
       return gr_error_set(err, GR_ERR_DATA_LOSS,
                           "checkpoint directory '%s', step %" PRId64
                           ": tensor '%s' is in two shards, '%s' and '%s'",
-                          ck->path, step, si[i].name, sl[i - 1].file->path, sl[i].file->path);
+                          ck->path, step, si[i].name, a->file->path, b->file->path);
+    if (!a->file) a = b, b = &sl[i - 1]; /* a: the tensor, b: the slices */
+    return gr_error_set(err, GR_ERR_DATA_LOSS,
+                        "checkpoint directory '%s', step %" PRId64
+                        ": '%s' is both a tensor in shard '%s' and a partitioned variable whose "
+                        "slices are in shards (one: '%s')",
+                        ck->path, step, si[i].name, a->file ? a->file->path : "?",
+                        b->slices[0].file->path);
+  }
   return GR_OK;
+}
+
+/* Assembles the wholes of m's slices into m, then sorts m by name (an
+ * error for a name twice). */
+static gr_status merge_finish(gr_ckpt *ck, int64_t step, merged *m, gr_error *err) {
+  gr_ckpt_tensor_info *infos;
+  ckpt_loc *locs;
+  int n;
+  GR_TRY(ckpt_assemble(ck, step, &m->slices, &infos, &locs, &n, err));
+  gr_status s = merge_add(m, NULL, infos, NULL, locs, n, err);
+  if (s != GR_OK) {
+    gr_ckpt_tensor_infos_free(infos, n);
+    ckpt_locs_free(locs, n);
+    return s;
+  }
+  free(infos); /* their names and slices now m's */
+  free(locs);
+  return merge_sort(ck, step, m, err);
 }
 
 /* The shards of a manifest row as (file, task, fingerprint). */
@@ -261,7 +300,8 @@ static gr_status add_shard(gr_ckpt *ck, const char *file, const char *task, int6
   int64_t *ids;
   int n;
   GR_TRY(ckpt_list_rows(sh, id, &infos, &ids, &n, err));
-  s = merge_add(m, sh, infos, ids, n, err);
+  s = ckpt_take_slices(sh, id, infos, ids, &n, &m->slices, err);
+  if (s == GR_OK) s = merge_add(m, sh, infos, ids, NULL, n, err);
   if (s != GR_OK) {
     gr_ckpt_tensor_infos_free(infos, n);
   } else {
@@ -286,7 +326,7 @@ gr_status ckpt_tensors_at(gr_ckpt *ck, int64_t step, gr_ckpt_tensor_info **infos
     GR_TRY(ckpt_list_rows(ck, id, &m.infos, &ids, &m.n, err));
     m.locs = gr_alloc_array((size_t)m.n + 1, sizeof *m.locs);
     if (!m.locs) s = gr_error_set_oom(err);
-    for (int i = 0; s == GR_OK && i < m.n; i++) m.locs[i] = (ckpt_loc){ck, ids[i]};
+    for (int i = 0; s == GR_OK && i < m.n; i++) m.locs[i] = (ckpt_loc){ck, ids[i], NULL, 0};
     free(ids);
   } else {
     shard_ref *refs;
@@ -296,11 +336,10 @@ gr_status ckpt_tensors_at(gr_ckpt *ck, int64_t step, gr_ckpt_tensor_info **infos
     for (int i = 0; s == GR_OK && i < nr; i++)
       s = add_shard(ck, refs[i].file, refs[i].task, at, refs[i].fp, &m, &stat, err);
     free(refs);
-    if (s == GR_OK) s = merge_sort(ck, at, &m, err);
+    if (s == GR_OK) s = merge_finish(ck, at, &m, err);
   }
   if (s != GR_OK) {
-    gr_ckpt_tensor_infos_free(m.infos, m.n);
-    free(m.locs);
+    merge_free(&m);
     return s;
   }
   *infos = m.infos;
@@ -308,7 +347,7 @@ gr_status ckpt_tensors_at(gr_ckpt *ck, int64_t step, gr_ckpt_tensor_info **infos
   if (locs)
     *locs = m.locs;
   else
-    free(m.locs);
+    ckpt_locs_free(m.locs, m.n);
   return GR_OK;
 }
 
@@ -322,17 +361,18 @@ static gr_status check_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *sh
   *num_tensors = 0;
   *total = 0;
   for (int i = 0; s == GR_OK && i < n; i++) {
-    for (int j = 0; j < i; j++)
+    for (int j = 0; s == GR_OK && j < i; j++)
       if (strcmp(shards[i].file, shards[j].file) == 0)
-        return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "shard file '%s' is given twice",
-                            shards[i].file);
-    s = add_shard(ck, shards[i].file, shards[i].task ? shards[i].task : shards[i].file, step, NULL,
-                  &m, &stats[i], err);
-    *num_tensors += stats[i].num_tensors;
+        s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "shard file '%s' is given twice",
+                         shards[i].file);
+    if (s == GR_OK)
+      s = add_shard(ck, shards[i].file, shards[i].task ? shards[i].task : shards[i].file, step,
+                    NULL, &m, &stats[i], err);
     *total += stats[i].total;
   }
-  if (s == GR_OK) s = merge_sort(ck, step, &m, err);
-  if (s == GR_OK) {
+  if (s == GR_OK) s = merge_finish(ck, step, &m, err);
+  if (s == GR_OK) { /* the merged tensors, the wholes of slices counted once */
+    *num_tensors = m.n;
     gr_ckpt_var *vars = gr_alloc_array((size_t)m.n + 1, sizeof *vars);
     if (!vars) {
       s = gr_error_set_oom(err);
@@ -343,8 +383,7 @@ static gr_status check_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *sh
       free(vars);
     }
   }
-  gr_ckpt_tensor_infos_free(m.infos, m.n);
-  free(m.locs);
+  merge_free(&m);
   return s;
 }
 

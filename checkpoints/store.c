@@ -37,7 +37,7 @@ static const char schema_sql[] =
     " data BLOB NOT NULL,"
     " UNIQUE(tensor_id, seq));"
     "INSERT OR IGNORE INTO meta VALUES('format', 'graphrun checkpoints');"
-    "INSERT OR IGNORE INTO meta VALUES('schema_version', '1');";
+    "INSERT OR IGNORE INTO meta VALUES('schema_version', '1');"; /* CKPT_BASE_VERSION */
 
 gr_status ckpt_sql_error(gr_ckpt *ck, int rc, gr_error *err, const char *what) {
   int prim = rc & 0xff;
@@ -160,7 +160,7 @@ static gr_status check_or_create(gr_ckpt *ck, bool empty, gr_error *err) {
     if (s == GR_OK) {
       char sql[96];
       snprintf(sql, sizeof sql, "PRAGMA application_id=%d; PRAGMA user_version=%d",
-               GR_CKPT_APPLICATION_ID, GR_CKPT_SCHEMA_VERSION);
+               GR_CKPT_APPLICATION_ID, CKPT_BASE_VERSION);
       s = ckpt_exec(ck, sql, err);
     }
     if (s == GR_OK) s = ckpt_exec(ck, "COMMIT", err);

@@ -124,16 +124,20 @@ gr_status gr_ckpt_verify(gr_ckpt *ck, void (*report)(void *arg, const char *prob
   /* rows that belong to no checkpoint (never written by graphrun) */
   static const char *const orphans[] = {
       "SELECT count(*) FROM tensors WHERE checkpoint_id NOT IN (SELECT id FROM checkpoints)",
-      "SELECT count(*) FROM chunks WHERE tensor_id NOT IN (SELECT id FROM tensors)"};
-  for (int i = 0; i < 2; i++) {
+      "SELECT count(*) FROM chunks WHERE tensor_id NOT IN (SELECT id FROM tensors)",
+      "SELECT count(*) FROM slices WHERE tensor_id NOT IN (SELECT id FROM tensors)"};
+  static const char *const what[][2] = {
+      {"tensors", "checkpoint"}, {"chunks", "tensor"}, {"slices", "tensor"}};
+  bool slices = false;
+  if (ckpt_has_slices(ck, &slices, &e) != GR_OK) problem(&p, e.msg);
+  for (int i = 0; i < (slices ? 3 : 2); i++) {
     if (ckpt_prepare(ck, orphans[i], &st, &e) != GR_OK) {
       problem(&p, e.msg);
       continue;
     }
     if ((rc = sqlite3_step(st)) == SQLITE_ROW && sqlite3_column_int64(st, 0) > 0) {
       snprintf(msg, sizeof msg, "%" PRId64 " %s rows belong to no %s",
-               (int64_t)sqlite3_column_int64(st, 0), i ? "chunks" : "tensors",
-               i ? "tensor" : "checkpoint");
+               (int64_t)sqlite3_column_int64(st, 0), what[i][0], what[i][1]);
       problem(&p, msg);
     } else if (rc != SQLITE_ROW) {
       ckpt_sql_error(ck, rc, &e, "looking for orphan rows");

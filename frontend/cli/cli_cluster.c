@@ -296,12 +296,12 @@ gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *s
   gr_output *assigns = calloc((size_t)n + 1, sizeof *assigns);
   gr_status st =
       vals && feeds && assigns ? GR_OK : gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "oom");
+  /* each variable's value, a part of a partitioned variable sliced from its whole */
   int loaded = 0;
+  if (st == GR_OK && (st = gr_ckpt_read_vars(ck, step, g, names, n, vals, NULL, err)) == GR_OK)
+    loaded = n;
   /* restore ops, as TensorFlow's Saver adds: assign(v, placeholder) next to v */
   for (int i = 0; st == GR_OK && i < n; i++) {
-    st = gr_ckpt_read_tensor(ck, step, names[i], &vals[i], err);
-    if (st != GR_OK) break;
-    loaded++;
     /* made once; a later recovery finds them */
     char pname[512], aname[520];
     snprintf(pname, sizeof pname, "_restore/%s", names[i]);

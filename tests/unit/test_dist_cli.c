@@ -271,6 +271,86 @@ static void test_recovery_bit_identical(void) {
   recover_after_killing("worker:0=", want, true); /* SIGSTOP, then SIGCONT */
 }
 
+/* `graphrun HEAD... FILE --steps STEPS --json --quiet [--ckpt CKPT
+ * --save-every 10]` (head: "run ..." or "launch ..."); its loss line into
+ * loss, and its output holds `restored` (not NULL). */
+static void run_partitioned(const char *const *head, int nhead, const char *file, const char *steps,
+                            const char *ckpt, const char *restored, char *loss, size_t cap) {
+  char *argv[24];
+  int n = 0;
+  argv[n++] = "graphrun";
+  for (int i = 0; i < nhead; i++) argv[n++] = (char *)head[i];
+  char *tail[] = {(char *)file, "--steps", (char *)steps, "--json", "--quiet"};
+  for (size_t i = 0; i < sizeof tail / sizeof *tail; i++) argv[n++] = tail[i];
+  if (ckpt)
+    argv[n++] = "--ckpt", argv[n++] = (char *)ckpt, argv[n++] = "--save-every", argv[n++] = "10";
+  argv[n] = NULL;
+  gt_proc p;
+  gt_proc_start(&p, argv);
+  GR_CHECK_MSG(gt_proc_wait(&p, NULL, 120), "no end: %s", p.buf);
+  gt_proc_finish(&p);
+  GR_CHECK_MSG(gt_proc_exit_code(&p) == 0, "%s", p.buf);
+  GR_CHECK_MSG(json_loss(p.buf, loss, cap), "%s", p.buf);
+  if (restored) GR_CHECK_STR_CONTAINS(p.buf, restored);
+}
+
+/* dir/name: src with its line "  w1 = ..." replaced by w1_line. */
+static void write_variant(const char *dir, const char *name, const char *src, const char *w1_line) {
+  const char *at = strstr(src, "  w1 = "), *end = at ? strchr(at, '\n') : NULL;
+  GR_CHECK(end != NULL);
+  char text[4096];
+  if (end) snprintf(text, sizeof text, "%.*s%s%s", (int)(at - src), src, w1_line, end);
+  gt_write_file(dir, name, end ? text : "");
+}
+
+/* A variable in 3 parts over 2 ps tasks, checkpointed by the cluster: each
+ * ps's shard holds its parts as slices and the directory holds w1 whole;
+ * training resumed from it with w1 in 2 parts on the cluster, then as a
+ * plain variable in one process, ends bit for bit where an uninterrupted
+ * one-process run does. */
+static void test_partitioned_checkpoint(void) {
+  char three[PATH_MAX], two[PATH_MAX + 32], plain[PATH_MAX + 32],
+      dir[] = "/tmp/gr_part_ckpt_XXXXXX";
+  snprintf(three, sizeof three, "%s/tests/data/partitioned_mlp.gr", GR_SOURCE_DIR);
+  GR_CHECK(mkdtemp(dir) != NULL);
+  FILE *f = fopen(three, "r");
+  char src[4096];
+  size_t len = f ? fread(src, 1, sizeof src - 1, f) : 0;
+  if (f) fclose(f);
+  src[len] = '\0';
+  write_variant(dir, "two.gr", src,
+                "  w1 = partitioned_variable(glorot_uniform([8, 16], seed=0), parts=2)");
+  write_variant(dir, "plain.gr", src, "  w1 = variable(glorot_uniform([8, 16], seed=0))");
+  snprintf(two, sizeof two, "%s/two.gr", dir);
+  snprintf(plain, sizeof plain, "%s/plain.gr", dir);
+  char want[256], got[256], ckpt[PATH_MAX + 32];
+  const char *local[] = {"run", "--soft-placement"};
+  const char *cluster[] = {"launch", "--ps", "2", "--workers", "1"};
+  run_partitioned(local, 2, three, "40", NULL, NULL, want, sizeof want);
+  snprintf(ckpt, sizeof ckpt, "%s/ck", dir);
+  run_partitioned(cluster, 5, three, "20", ckpt, NULL, got, sizeof got);
+  gr_ckpt *ck;
+  gr_error err;
+  gr_ckpt_options ro = {.read_only = true};
+  GR_CHECK_OK(gr_ckpt_open(ckpt, &ro, &ck, &err), err);
+  gr_ckpt_tensor_info *t;
+  int n = 0;
+  GR_CHECK_OK(gr_ckpt_list_tensors(ck, 20, &t, &n, &err), err);
+  GR_CHECK(n == 3 && !strcmp(t[1].name, "w1") && t[1].shape.dims[0] == 8 &&
+           t[1].shape.dims[1] == 16);
+  gr_ckpt_tensor_infos_free(t, n);
+  gr_ckpt_shard_info *sh;
+  GR_CHECK_OK(gr_ckpt_list_shards(ck, 20, &sh, &n, &err), err);
+  GR_CHECK(n == 2 && sh[0].num_tensors == 3 && sh[1].num_tensors == 2); /* parts 0, 2; part 1 */
+  gr_ckpt_shard_infos_free(sh, n);
+  GR_CHECK_OK(gr_ckpt_verify(ck, NULL, NULL, NULL, &err), err);
+  gr_ckpt_close(ck);
+  run_partitioned(cluster, 5, two, "30", ckpt, "(20 steps done)", got, sizeof got);
+  run_partitioned(local, 2, plain, "40", ckpt, "(30 steps done)", got, sizeof got);
+  GR_CHECK_MSG(!strcmp(got, want), "%s vs %s", got, want);
+  gt_remove_tree(dir);
+}
+
 int main(void) {
   snprintf(exe, sizeof exe, "%s", gt_graphrun_exe());
   gt_proc_isolate();
@@ -280,5 +360,6 @@ int main(void) {
   GR_RUN(test_restart_after_kill);
   GR_RUN(test_server_refusals);
   GR_RUN(test_recovery_bit_identical);
+  GR_RUN(test_partitioned_checkpoint);
   return gr_test_finish();
 }
