@@ -269,14 +269,25 @@ static void rs_push(run_state *st, ready_stack *rs, int i) {
   }
 }
 
-/* The next node to run, -1 when none. */
-static int rs_pop(ready_stack *rs) {
+/* The next node to run, -1 when none: a cheap one, else an urgent
+ * expensive one (its output goes to a send), else the last expensive one. */
+static int rs_pop(const run_state *st, ready_stack *rs) {
   if (rs->n > 0) return rs->v[--rs->n];
-  if (rs->nx > 0) return rs->v[rs->cap - rs->nx--];
-  return -1;
+  if (rs->nx == 0) return -1;
+  int *top = &rs->v[rs->cap - rs->nx];
+  for (int k = 0; k < rs->nx; k++)
+    if (st->e->nodes[top[k]].urgent) {
+      int i = top[k];
+      top[k] = top[0];
+      top[0] = i;
+      break;
+    }
+  rs->nx--;
+  return top[0];
 }
 
 static void process(run_state *st, int first, ready_stack *rs);
+static void run_cheap_here(run_state *st, ready_stack *rs);
 static void static_done(async_hdr *h, gr_status status);
 static void static_on_cancel(async_hdr *h, void (*fn)(void *), void *arg);
 static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, ready_stack *rs);
@@ -360,10 +371,16 @@ static void schedule_shared(run_state *st, int i) {
 static void make_ready(run_state *st, int i, ready_stack *rs, int *inline_expensive) {
   exec_node *en = &st->e->nodes[i];
   if (en->expensive && st->e->pool_size > 0) {
-    /* keep one expensive node for this thread, hand the others out */
+    /* keep one expensive node for this thread (an urgent one if any: its
+     * output goes to another device), hand the others out */
     if (*inline_expensive < 0) {
       *inline_expensive = i;
       return;
+    }
+    if (en->urgent && !st->e->nodes[*inline_expensive].urgent) {
+      int kept = *inline_expensive;
+      *inline_expensive = i;
+      i = kept;
     }
     schedule_shared(st, i);
     return;
@@ -504,17 +521,21 @@ static void static_done(async_hdr *h, gr_status status) {
    * Send handing its value to a waiting Recv): run the ready nodes inline a
    * few levels deep, then hand them to this run's pool or waiting caller (or,
    * with neither, to this thread's outermost completion), so that a chain of
-   * transfers cannot grow the stack without bound. */
+   * transfers cannot grow the stack without bound. Only cheap ones run here
+   * when the run has threads of its own: this thread (a server's network
+   * work, another device's executor) is not one of them, and a product run
+   * on it would compete with them for the cores. */
   bool helpers = st->e->pool_size > 0 || st->waiting;
   if (gr_exec_done_depth < GR_DONE_INLINE_DEPTH) {
     gr_exec_done_depth++;
-    for (int i; (i = rs_pop(&rs)) >= 0;) process(st, i, &rs);
+    if (helpers) run_cheap_here(st, &rs);
+    for (int i; (i = rs_pop(st, &rs)) >= 0;) process(st, i, &rs);
     if (!helpers) drain_shared(st); /* what overflowed rs */
     gr_exec_done_depth--;
   } else if (helpers) {
-    for (int i; (i = rs_pop(&rs)) >= 0;) schedule_shared(st, i);
+    for (int i; (i = rs_pop(st, &rs)) >= 0;) schedule_shared(st, i);
   } else {
-    for (int i; (i = rs_pop(&rs)) >= 0;) push_shared(st, i);
+    for (int i; (i = rs_pop(st, &rs)) >= 0;) push_shared(st, i);
     pthread_mutex_lock(&st->mu);
     st->tasks++;
     pthread_mutex_unlock(&st->mu);
@@ -605,7 +626,18 @@ static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, 
 
 static void process(run_state *st, int first, ready_stack *rs) {
   start_node(st, first, rs);
-  for (int i; (i = rs_pop(rs)) >= 0;) start_node(st, i, rs);
+  for (int i; (i = rs_pop(st, rs)) >= 0;) start_node(st, i, rs);
+}
+
+/* On a thread that is not one of the run's own (a completion's, or the
+ * caller of an asynchronous run): the ready cheap nodes run here, and the
+ * expensive ones go to the run's pool (or its waiting caller). A product
+ * run here would compete with the run's inter-op threads for the cores:
+ * a server task with one inter-op thread ran two products at once, one on
+ * a thread that had only delivered a tensor. */
+static void run_cheap_here(run_state *st, ready_stack *rs) {
+  while (rs->n > 0) start_node(st, rs->v[--rs->n], rs);
+  for (int i; (i = rs_pop(st, rs)) >= 0;) schedule_shared(st, i);
 }
 
 /* Checks the feeds against the graph; fills err on the first bad one. */
@@ -681,11 +713,13 @@ static void static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor
      * thread, so their values can arrive while the rest runs */
     for (int r = e->num_roots - 1; r >= 0; r--)
       if (e->nodes[e->roots[r]].async) rs_push(st, &rs, e->roots[r]);
-    for (int i; (i = rs_pop(&rs)) >= 0;) start_node(st, i, &rs);
+    bool foreign = !wait && e->pool_size > 0; /* the pool runs the step */
+    if (foreign) run_cheap_here(st, &rs);
+    for (int i; (i = rs_pop(st, &rs)) >= 0;) start_node(st, i, &rs);
     /* help drain the shared queue; a waiting caller then waits for pool
      * tasks and async kernels (and drains what they queue) */
     pthread_mutex_lock(&st->mu);
-    for (;;) {
+    for (; !foreign;) {
       int i = pop_shared_locked(st);
       if (i >= 0) {
         pthread_mutex_unlock(&st->mu);

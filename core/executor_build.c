@@ -196,6 +196,10 @@ static gr_status build_edge_table(build *b) {
     exec_node *src = &e->nodes[raw[k].src];
     if (k == 0 || raw[k - 1].src != raw[k].src) src->edge_begin = k;
     src->edge_end = k + 1;
+    /* another device waits for what a send passes on: run its producer first */
+    const gr_op_def *dop = ed->dst >= 0 && ed->dst < b->num_nodes ? b->nodes[ed->dst]->op : NULL;
+    if (src->expensive && dop && (dop->flags & GR_OP_TRANSFER) && !(dop->flags & GR_OP_ASYNC))
+      src->urgent = 1;
   }
   return GR_OK;
 }

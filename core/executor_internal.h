@@ -25,6 +25,7 @@ typedef struct exec_node {
   int initial_pending;
   int feed_index; /* >= 0 for feed sources */
   unsigned char expensive, async;
+  unsigned char urgent; /* expensive, and a send to another device takes its output */
   unsigned char cf_kind; /* gr_cf_kind of the op */
 } exec_node;
 

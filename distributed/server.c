@@ -390,7 +390,9 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   gr_ops_set_intra_op_threads(o->intra_op_threads > 0 ? o->intra_op_threads : 1);
   s->register_pool = gr_threadpool_new(4);
   s->work_pool = gr_threadpool_new(2);
-  s->exec_pool = gr_threadpool_new(threads > 1 ? threads - 1 : 0);
+  /* the steps' kernels run on these threads only (a RUN or a tensor's
+   * arrival runs cheap nodes on its work thread and hands the rest here) */
+  s->exec_pool = gr_threadpool_new(threads);
   gr_status st = GR_OK;
   if (!s->devices || (o->secret && !s->secret) || !s->resources || !s->register_pool ||
       !s->work_pool || !s->exec_pool)

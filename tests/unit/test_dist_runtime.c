@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "distributed/transport_internal.h"
 #include "gr_test.h"
@@ -23,8 +24,10 @@ typedef struct cluster {
   gr_master *m;
 } cluster;
 
-/* n tasks: /job:ps/task:0 first when with_ps, the rest /job:worker/task:k. */
-static bool cluster_start(cluster *c, int n, bool with_ps, const char *secret) {
+/* n tasks: /job:ps/task:0 first when with_ps, the rest /job:worker/task:k,
+ * each with `threads` inter-op threads. */
+static bool cluster_start_threads(cluster *c, int n, bool with_ps, const char *secret,
+                                  int threads) {
   memset(c, 0, sizeof *c);
   gr_error err;
   for (int k = 0; k < n; k++) {
@@ -32,7 +35,7 @@ static bool cluster_start(cluster *c, int n, bool with_ps, const char *secret) {
     gr_server_options o = {.job = ps ? "ps" : "worker",
                            .task = with_ps && !ps ? k - 1 : k,
                            .secret = secret,
-                           .inter_op_threads = 2,
+                           .inter_op_threads = threads,
                            .quiet = true};
     if (gr_server_new(&o, &c->srv[k], &err) != GR_OK) {
       fprintf(stderr, "server: %s\n", err.msg);
@@ -55,6 +58,10 @@ static bool cluster_start(cluster *c, int n, bool with_ps, const char *secret) {
     return false;
   }
   return true;
+}
+
+static bool cluster_start(cluster *c, int n, bool with_ps, const char *secret) {
+  return cluster_start_threads(c, n, with_ps, secret, 2);
 }
 
 static void cluster_stop(cluster *c) {
@@ -396,7 +403,70 @@ static void test_master_places(void) {
   cluster_stop(&c);
 }
 
+/* sleeps and records how many run at once (an expensive op) */
+static gr_status busy_kernel(gr_kernel_ctx *ctx) {
+  gt_gauge_enter();
+  usleep(20000);
+  gt_gauge_leave();
+  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
+  return GR_OK;
+}
+static const gr_op_def test_busy =
+    GT_UNARY_OP_DEF("test_busy", busy_kernel, NULL, 0, GR_OP_EXPENSIVE);
+
+/* sleeps, uncounted (the other task's kernel) */
+static gr_status sleep_kernel(gr_kernel_ctx *ctx) {
+  usleep(20000);
+  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
+  return GR_OK;
+}
+static const gr_op_def test_sleep =
+    GT_UNARY_OP_DEF("test_sleep", sleep_kernel, NULL, 0, GR_OP_EXPENSIVE);
+
+/* A task with one inter-op thread runs one kernel at a time. Worker 0 runs
+ * a chain of two sleeping kernels on b, which worker 1 sends at once, while
+ * a, which worker 1 sends after its own sleeping kernel, arrives: the node
+ * that a makes ready waits for the chain instead of running on the thread
+ * that delivered a. So two tasks with one thread each need two cores, no
+ * more. */
+static void test_one_thread_per_task(void) {
+  gr_error err;
+  gr_op_registry_add(&test_busy, &err);
+  gr_op_registry_add(&test_sleep, &err);
+  cluster c;
+  GR_CHECK(cluster_start_threads(&c, 2, false, NULL, 1));
+  if (!c.m) return cluster_stop(&c);
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_device_scope(g, "/job:worker/task:1");
+  gr_output one = gr_const_f32(g, 1);
+  gr_output a = gr_op(g, "test_sleep", "late_a", &one, 1, NULL, 0), b = gr_const_f32(g, 2);
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope(g, "/job:worker/task:0");
+  gr_output ya = gr_op(g, "test_busy", "busy_a", &a, 1, NULL, 0);
+  gr_output yb = gr_op(g, "test_busy", "busy_b", &b, 1, NULL, 0);
+  yb = gr_op(g, "test_busy", "busy_b2", &yb, 1, NULL, 0);
+  gr_output y = gr_add(g, ya, yb);
+  gr_graph_pop_device_scope(g);
+  gr_session *s = gr_master_session_new(c.m, g, NULL, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  for (int step = 0; s && step < 4; step++) {
+    gt_gauge_reset();
+    gr_tensor out;
+    gr_status st = gr_session_run(s, NULL, 0, &y, 1, &out, NULL, 0, &err);
+    GR_CHECK_OK(st, err);
+    if (st != GR_OK) break;
+    GR_CHECK_NEAR(gr_tensor_get_f64(&out, 0), 3, 0);
+    gr_tensor_release(&out);
+    GR_CHECK_MSG(gt_gauge_max() == 1, "step %d: %d kernels ran at once on a one-thread task", step,
+                 gt_gauge_max());
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+  cluster_stop(&c);
+}
+
 int main(void) {
+  GR_RUN(test_one_thread_per_task);
   GR_RUN(test_classic);
   GR_RUN(test_variables_live_on_tasks);
   GR_RUN(test_feeds_and_errors);
