@@ -38,11 +38,57 @@ static bool push(contrib *c, gr_output o) {
   return true;
 }
 
-/* The sum of the contributions, or a null output when there are none. */
-static gr_output total(gr_graph *g, const contrib *c) {
+/* Contributions that are all products op(a_k) op(b_k) with the same
+ * transposes on one device (a weight's gradient from each micro-batch, or
+ * from each use of a shared weight) sum to one product over the operands
+ * concatenated along the contracted dimension: sum_k a_k^T b_k = A^T B.
+ * One product of M rows instead of K products and a K-way add, when the
+ * K outputs (K p q elements) outweigh the operands copied (M (p + q)).
+ * Made with the first product's colocation, so it runs where they would
+ * have. A null output when the contributions are not such products. */
+static gr_output fused_products(gr_graph *g, const contrib *c) {
+  const gr_node *m0 = c->v[0].node;
+  if (m0->op != &gr_op_matmul || m0->out_shapes[0].rank != 2) return (gr_output){NULL, 0};
+  bool ta = gr_node_attr_bool(m0, "transpose_a", false);
+  bool tb = gr_node_attr_bool(m0, "transpose_b", false);
+  const char *dev = gr_graph_resolve_device(g, m0);
+  int64_t rows = 0, p = m0->out_shapes[0].dims[0], q = m0->out_shapes[0].dims[1];
+  for (int k = 0; k < c->n; k++) {
+    const gr_node *m = c->v[k].node;
+    if (m->op != &gr_op_matmul || c->v[k].index != 0 ||
+        gr_node_attr_bool(m, "transpose_a", false) != ta ||
+        gr_node_attr_bool(m, "transpose_b", false) != tb || m->out_dtypes[0] != m0->out_dtypes[0] ||
+        strcmp(gr_graph_resolve_device(g, m), dev) != 0)
+      return (gr_output){NULL, 0};
+    const gr_shape *a = &m->inputs[0].node->out_shapes[m->inputs[0].index];
+    if (a->rank != 2 || a->dims[ta ? 0 : 1] < 0) return (gr_output){NULL, 0};
+    rows += a->dims[ta ? 0 : 1];
+  }
+  if (p < 0 || q < 0 || (double)c->n * (double)p * (double)q < (double)rows * (double)(p + q))
+    return (gr_output){NULL, 0};
+  gr_output *a = calloc((size_t)c->n, sizeof *a), *b = calloc((size_t)c->n, sizeof *b);
+  gr_output r = {NULL, 0};
+  if (a && b) {
+    for (int k = 0; k < c->n; k++) a[k] = c->v[k].node->inputs[0], b[k] = c->v[k].node->inputs[1];
+    int first = gr_graph_num_nodes(g);
+    r = gr_matmul(g, gr_concat(g, a, c->n, ta ? 0 : 1), gr_concat(g, b, c->n, tb ? 1 : 0), ta, tb);
+    for (int id = first; r.node && id < gr_graph_num_nodes(g); id++)
+      gr_graph_set_colocation(g, gr_graph_node(g, id),
+                              m0->colocate_with ? m0->colocate_with : m0->name);
+  } else {
+    gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  free(a), free(b);
+  return r;
+}
+
+/* The sum of the contributions, or a null output when there are none;
+ * products fused (fused_products) when fuse (a graph without control flow). */
+static gr_output total(gr_graph *g, const contrib *c, bool fuse) {
   if (c->n == 0) return (gr_output){NULL, 0};
   if (c->n == 1) return c->v[0];
-  return gr_add_n(g, c->v, c->n);
+  gr_output fused = fuse ? fused_products(g, c) : (gr_output){NULL, 0};
+  return fused.node || gr_graph_error(g) ? fused : gr_add_n(g, c->v, c->n);
 }
 
 /* Nodes from first_id on were built for `fwd`: colocate them with it. */
@@ -147,7 +193,7 @@ static gr_status loop_group(walk *w, int frame, const ad_reverse *rv) {
     goto out;
   }
   for (int i = 0; i < loop.n; i++) {
-    d_exits[i] = total(g, &w->grads[w->out_base[loop.exit[i]->id]]);
+    d_exits[i] = total(g, &w->grads[w->out_base[loop.exit[i]->id]], false);
     if (d_exits[i].node) any = true;
   }
   for (int j = 0; j < loop.m; j++) {
@@ -198,7 +244,7 @@ static gr_status node_group(walk *w, gr_node *n, const ad_reverse *rv) {
   gr_graph_push_name_scope(g, scope);
   bool any = false;
   for (int k = 0; k < n->num_outputs; k++) {
-    og[k] = total(g, &w->grads[w->out_base[id] + k]);
+    og[k] = total(g, &w->grads[w->out_base[id] + k], w->no_control_flow);
     if (og[k].node) any = true;
   }
   gr_op_gradient kind = gr_op_classify_gradient(n->op);
@@ -404,7 +450,7 @@ static void sum_dxs(walk *w, const gr_output *xs, int nx, bool null_for_unconnec
     snprintf(scope, sizeof scope, "/gradients/%s_grad", xs[i].node->name);
     gr_graph_push_name_scope(g, scope);
     int first_id = gr_graph_num_nodes(g);
-    dxs[i] = total(g, c);
+    dxs[i] = total(g, c, w->no_control_flow);
     if (!dxs[i].node && !null_for_unconnected) dxs[i] = gr_zeros_like(g, xs[i]);
     gr_graph_pop_name_scope(g);
     /* the sum of several contributions runs with x (as TensorFlow's

@@ -684,7 +684,65 @@ static void test_unconnected_and_errors(void) {
   gr_graph_free(g);
 }
 
+/* A weight shared by K products (micro-batches, uses of a shared layer):
+ * its gradient's K products are summed as one product over the operands
+ * concatenated along the contracted dimension. x[0] is the weight W, x[1..4]
+ * the four operands; left: y_k = x_k @ W (dW = x_k^T dy_k), else
+ * y_k = W @ x_k (dW = dy_k x_k^T). */
+static bool shared_left;
+static gr_output b_shared_weight(gr_graph *g, const gr_output *x, void *arg) {
+  (void)arg;
+  gr_output y[4];
+  for (int k = 0; k < 4; k++)
+    y[k] = shared_left ? gr_matmul(g, x[1 + k], x[0], false, false)
+                       : gr_matmul(g, x[0], x[1 + k], false, false);
+  return gr_add_n(g, y, 4);
+}
+
+/* "OP/INPUT_OP" of the gradient of the weight (p x q) shared by four
+ * products of `rows` rows each. */
+typedef struct op_pair {
+  char s[64];
+} op_pair;
+static op_pair shared_weight_gradient(int64_t p, int64_t q, int64_t rows) {
+  gr_graph *g = gr_graph_new();
+  gr_output x[5];
+  x[0] = gr_placeholder(g, "w", GR_F64, gr_shape_make(2, (int64_t[]){p, q}));
+  for (int k = 1; k < 5; k++)
+    x[k] = gr_placeholder(g, NULL, GR_F64,
+                          shared_left ? gr_shape_make(2, (int64_t[]){rows, p})
+                                      : gr_shape_make(2, (int64_t[]){q, rows}));
+  gr_output y = gr_reduce_sum(g, b_shared_weight(g, x, NULL), NULL, 0, false), dw;
+  GR_CHECK(gr_gradients(g, &y, 1, &x[0], 1, NULL, false, &dw) == GR_OK);
+  op_pair r;
+  const gr_node *n = dw.node;
+  snprintf(r.s, sizeof r.s, "%s/%s", n ? n->op->name : "none",
+           n && n->num_inputs ? n->inputs[0].node->op->name : "-");
+  gr_graph_free(g);
+  return r;
+}
+
+static void test_shared_weight_products(void) {
+  for (int left = 0; left < 2; left++) {
+    shared_left = left;
+    /* 4 contributions of 16 x 16 from 4 rows each: one product over 16 rows */
+    GR_CHECK_STR_CONTAINS(shared_weight_gradient(16, 16, 4).s, "matmul/concat");
+    /* 4 contributions of 1 x 1 from 64 rows each: concatenating costs more */
+    GR_CHECK_STR_CONTAINS(shared_weight_gradient(1, 1, 64).s, "add_n/");
+    gr_tensor in[5];
+    in[0] = gt_random(&rng, GR_F64, gr_shape_make(2, (int64_t[]){6, 5}), -1, 1);
+    for (int k = 1; k < 5; k++)
+      in[k] = gt_random(
+          &rng, GR_F64,
+          left ? gr_shape_make(2, (int64_t[]){3, 6}) : gr_shape_make(2, (int64_t[]){5, 3}), -1, 1);
+    GR_CHECK(gt_check_gradient(left ? "shared weight, x @ W" : "shared weight, W @ x",
+                               b_shared_weight, NULL, in, 5, 1, 30, 1e-6));
+    for (int k = 0; k < 5; k++) gr_tensor_release(&in[k]);
+  }
+}
+
 int main(void) {
+  GR_RUN(test_shared_weight_products);
   GR_RUN(test_binary);
   GR_RUN(test_unary);
   GR_RUN(test_select_add_n);
