@@ -27,9 +27,13 @@
  *   A: graphrun's test accuracy (.gr, 1 thread; every graphrun run is checked
  *      to reach the same loss and accuracy bit for bit at equal thread count) */
 #include <graphrun.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bench_util.h"
 
@@ -83,55 +87,84 @@ static void die(const char *what, const gr_error *err) {
 }
 
 /* examples/fashion_mlp.gr as `graphrun run FILE --steps N --eval accuracy
- * --seed 1 --threads T` runs it. */
-static result run_gr(int threads, long steps, breakdown *bd) {
-  gr_graph *g = gr_graph_new();
-  gr_graph_set_seed(g, 1);
-  gr_dsl_program *p = NULL;
-  gr_error err;
-  if (gr_dsl_load_file(GR_SOURCE_DIR "/examples/fashion_mlp.gr", g, NULL, &p, &err) != GR_OK)
-    die("loading examples/fashion_mlp.gr", &err);
+ * --seed 1 --threads T` runs it, a slice of steps at a time. */
+typedef struct trainer {
+  gr_graph *g;
+  gr_dsl_program *p;
+  gr_session *s;
   gr_output loss, train, accuracy;
-  if (!gr_dsl_lookup(p, "loss", &loss) || !gr_dsl_lookup(p, "train", &train) ||
-      !gr_dsl_lookup(p, "accuracy", &accuracy)) {
+  gr_step_trace *trace;
+  long done, steps; /* steps run, steps in all (the last TRACED_STEPS are traced) */
+  double seconds;   /* of the steps after the first */
+  result r;
+} trainer;
+
+static void trainer_start(trainer *t, int threads, long steps) {
+  memset(t, 0, sizeof *t);
+  t->steps = steps;
+  t->g = gr_graph_new();
+  gr_graph_set_seed(t->g, 1);
+  gr_error err;
+  if (gr_dsl_load_file(GR_SOURCE_DIR "/examples/fashion_mlp.gr", t->g, NULL, &t->p, &err) != GR_OK)
+    die("loading examples/fashion_mlp.gr", &err);
+  if (!gr_dsl_lookup(t->p, "loss", &t->loss) || !gr_dsl_lookup(t->p, "train", &t->train) ||
+      !gr_dsl_lookup(t->p, "accuracy", &t->accuracy)) {
     fprintf(stderr, "bench_train: fashion_mlp.gr binds no loss, train or accuracy\n");
     exit(1);
   }
   gr_session_options o = {.inter_op_threads = threads, .num_devices = 1, .step_timeout_ms = 300000};
-  gr_session *s = gr_session_new(g, &o, &err);
-  if (!s) die("gr_session_new", &err);
-  if (gr_session_check_feeds(s, NULL, 0, &loss, 1, &train, 1, &err) != GR_OK)
+  if (!(t->s = gr_session_new(t->g, &o, &err))) die("gr_session_new", &err);
+  if (gr_session_check_feeds(t->s, NULL, 0, &t->loss, 1, &t->train, 1, &err) != GR_OK)
     die("checking the step", &err);
-  gr_step_trace *trace = gr_step_trace_new();
-  result r = {0, 0, 0};
+  if (!(t->trace = gr_step_trace_new())) die("trace", &(gr_error){GR_ERR_RESOURCE_EXHAUSTED, ""});
+}
+
+/* Runs n more steps (the first step of all is not timed); returns their seconds. */
+static double trainer_run(trainer *t, long n, breakdown *bd) {
+  gr_error err;
   double t0 = 0, shown = 0, last_show = 0;
-  for (long st = 1; st <= steps; st++) {
-    if (st == 2) t0 = bench_now();
-    bool traced = bd && st >= 2 && steps - st < TRACED_STEPS;
+  for (long k = 0; k < n && t->done < t->steps; k++) {
+    long st = ++t->done;
+    if (st == 2 || (k == 0 && st > 2)) t0 = bench_now();
+    bool traced = bd && st >= 2 && t->steps - st < TRACED_STEPS;
     gr_tensor lv;
-    if (traced) gr_step_trace_clear(trace);
-    if (gr_session_run_traced(s, NULL, 0, &loss, 1, &lv, &train, 1, traced ? trace : NULL, &err) !=
-        GR_OK)
+    if (traced) gr_step_trace_clear(t->trace);
+    if (gr_session_run_traced(t->s, NULL, 0, &t->loss, 1, &lv, &t->train, 1,
+                              traced ? t->trace : NULL, &err) != GR_OK)
       die("step", &err);
-    if (traced) add_trace(bd, trace);
+    if (traced) add_trace(bd, t->trace);
     /* what the progress display does every step: read the scalar and the clock */
     double now = bench_now();
-    r.loss = gr_tensor_get_f64(&lv, 0);
-    if (now - last_show >= 0.1) last_show = now, shown = r.loss;
+    t->r.loss = gr_tensor_get_f64(&lv, 0);
+    if (now - last_show >= 0.1) last_show = now, shown = t->r.loss;
     gr_tensor_release(&lv);
   }
   (void)shown;
-  r.seconds = steps > 1 ? bench_now() - t0 : 0;
+  double sec = t0 > 0 ? bench_now() - t0 : 0;
+  t->seconds += sec;
+  return sec;
+}
+
+static result trainer_finish(trainer *t) {
+  gr_error err;
   gr_tensor acc;
-  if (gr_session_run(s, NULL, 0, &accuracy, 1, &acc, NULL, 0, &err) != GR_OK)
+  if (gr_session_run(t->s, NULL, 0, &t->accuracy, 1, &acc, NULL, 0, &err) != GR_OK)
     die("evaluating", &err);
-  r.acc = gr_tensor_get_f64(&acc, 0);
+  t->r.acc = gr_tensor_get_f64(&acc, 0);
+  t->r.seconds = t->steps > 1 ? t->seconds : 0;
   gr_tensor_release(&acc);
-  gr_step_trace_free(trace);
-  gr_session_free(s);
-  gr_dsl_program_free(p);
-  gr_graph_free(g);
-  return r;
+  gr_step_trace_free(t->trace);
+  gr_session_free(t->s);
+  gr_dsl_program_free(t->p);
+  gr_graph_free(t->g);
+  return t->r;
+}
+
+static result run_gr(int threads, long steps, breakdown *bd) {
+  trainer t;
+  trainer_start(&t, threads, steps);
+  trainer_run(&t, steps, bd);
+  return trainer_finish(&t);
 }
 
 /* The products of the MLP's step at batch 128 and 32 {m, n, k, transpose_a}. */
@@ -235,6 +268,70 @@ static result run_torch(int threads, long steps) {
   return run_child(cmd, parse_torch);
 }
 
+/* PyTorch at 1 thread as a child serving slices of steps (train_torch.py
+ * ... serve), so that its slices interleave with graphrun's. */
+typedef struct torch_child {
+  pid_t pid;
+  FILE *in, *out;
+} torch_child;
+
+static bool torch_start(torch_child *c, int threads, long steps) {
+  int to[2], from[2];
+  *c = (torch_child){-1, NULL, NULL};
+  if (pipe(to) != 0 || pipe(from) != 0) return false;
+  char th[16], st[32], script[600];
+  snprintf(th, sizeof th, "%d", threads);
+  snprintf(st, sizeof st, "%ld", steps);
+  snprintf(script, sizeof script, "%s/train_torch.py", GR_BENCH_DIR);
+  fflush(NULL);
+  c->pid = fork();
+  if (c->pid < 0) {
+    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+    return false;
+  }
+  if (c->pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(to[0], 0);
+    dup2(from[1], 1);
+    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+    setenv("OMP_NUM_THREADS", th, 1);
+    execl("/usr/bin/python3", "python3", script, DATA_DIR, th, st, "1", "serve", (char *)NULL);
+    _exit(127);
+  }
+  bench_add_child(c->pid);
+  close(to[0]), close(from[1]);
+  c->in = fdopen(to[1], "w");
+  c->out = fdopen(from[0], "r");
+  return true; /* a failed fdopen shows as a failed run */
+}
+
+/* Runs n more steps; their seconds, or -1 when the child failed. */
+static double torch_run(torch_child *c, long n) {
+  char line[256];
+  long got;
+  double sec;
+  if (!c->in || !c->out || fprintf(c->in, "%ld\n", n) < 0 || fflush(c->in) != 0) return -1;
+  while (fgets(line, sizeof line, c->out))
+    if (sscanf(line, "ran %ld %lf", &got, &sec) == 2) return sec;
+  return -1;
+}
+
+static result torch_finish(torch_child *c) {
+  result r = {-1, 0, 0};
+  if (c->in) fclose(c->in); /* end of input: the child evaluates and prints its result */
+  char line[512];
+  int got = 0;
+  while (c->out && fgets(line, sizeof line, c->out)) got |= parse_torch(line, &r);
+  if (c->out) fclose(c->out);
+  int status = 0;
+  if (c->pid > 0) {
+    waitpid(c->pid, &status, 0);
+    bench_forget_child(c->pid);
+  }
+  if (got != 3 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) r.seconds = -1;
+  return r;
+}
+
 static void print_result(const char *what, long steps, result r) {
   if (r.seconds < 0) {
     printf("  %-34s not measured\n", what);
@@ -275,13 +372,41 @@ int main(int argc, char **argv) {
          "the training loop after its first step\n",
          steps, cores);
   breakdown b1 = {0}, bd = {0};
-  /* alternate the engines, so that a change of load hits both */
-  result g1 = run_gr(1, steps, &b1);
+  /* graphrun at 1 thread, PyTorch at 1 thread and graphrun with its
+   * defaults train side by side, a slice of steps each in turn, so that a
+   * change of the machine's speed (a shared host's neighbours) hits all
+   * three; each figure is the sum of its slices */
+  enum { SLICES = 5 };
+  trainer tg1, tgd;
+  torch_child tc = {-1, NULL, NULL};
+  trainer_start(&tg1, 1, steps);
+  trainer_start(&tgd, 0, steps);
+  bool torch_started = !smoke && torch_start(&tc, 1, steps), torch_ok = torch_started;
+  double slice_ratio[SLICES];
+  int nslices = 0;
+  for (int k = 0; k < SLICES; k++) {
+    long n = steps / SLICES + (k == SLICES - 1 ? steps % SLICES : 0);
+    double sg = trainer_run(&tg1, n, &b1);
+    double st = torch_ok ? torch_run(&tc, n) : -1;
+    trainer_run(&tgd, n, &bd);
+    if (torch_ok && st <= 0) torch_ok = false;
+    if (torch_ok) slice_ratio[nslices++] = sg / st;
+  }
+  result g1 = trainer_finish(&tg1), gd = trainer_finish(&tgd);
+  result t1 = torch_started ? torch_finish(&tc) : (result){-1, 0, 0};
+  if (!torch_ok) t1.seconds = -1;
   print_result("graphrun .gr, 1 thread", steps, g1);
-  result t1 = smoke ? (result){-1, 0, 0} : run_torch(1, steps);
   print_result("PyTorch, 1 thread", steps, t1);
-  result gd = run_gr(0, steps, &bd);
   print_result("graphrun .gr, defaults", steps, gd);
+  if (nslices > 0) {
+    double lo = slice_ratio[0], hi = slice_ratio[0];
+    for (int k = 1; k < nslices; k++)
+      lo = slice_ratio[k] < lo ? slice_ratio[k] : lo,
+      hi = slice_ratio[k] > hi ? slice_ratio[k] : hi;
+    printf("  (the three ran in %d interleaved slices; graphrun 1 thread / PyTorch 1 thread per "
+           "slice: %.2f-%.2f)\n",
+           nslices, lo, hi);
+  }
   result ta = smoke || !torch_all ? (result){-1, 0, 0} : run_torch(cores, steps);
   char what[64];
   snprintf(what, sizeof what, "PyTorch, %d threads", cores);

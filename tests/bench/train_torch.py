@@ -5,7 +5,12 @@ steps with the shuffling rule of examples/fashion_mlp.gr: 60000 // 128 = 468
 batches per epoch, the rows of epoch e in a permutation drawn from
 (seed, e), the last partial batch of an epoch left out.
 
-    train_torch.py DATA_DIR THREADS STEPS SEED
+    train_torch.py DATA_DIR THREADS STEPS SEED [serve]
+
+With serve, it runs a number of steps for each line read from stdin (a
+slice), answers "ran N SECONDS" for each, and ends at end of input: a
+caller interleaves the engines' slices, so that a change of the machine's
+speed hits both.
 
 The images become f32 in [0, 1] once, before the loop (as a PyTorch user
 writes it); each step gathers its rows, runs forward, backward and the
@@ -32,6 +37,7 @@ def read_idx(path):
 
 def main():
     d, threads, steps, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    serve = len(sys.argv) > 5 and sys.argv[5] == "serve"
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     x = torch.from_numpy(read_idx(f"{d}/train-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255)
@@ -46,21 +52,38 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = torch.nn.CrossEntropyLoss()
     per_epoch = x.shape[0] // BATCH
-    perm, perm_epoch, total, t0 = None, -1, 0.0, None
-    for s in range(steps):
-        if s == 1:
-            t0 = time.perf_counter()
+    state = {"perm": None, "epoch": -1, "loss": 0.0}
+
+    def step(s):
         epoch = s // per_epoch
-        if epoch != perm_epoch:
+        if epoch != state["epoch"]:
             g = torch.Generator().manual_seed(seed * 1000003 + epoch)
-            perm, perm_epoch = torch.randperm(x.shape[0], generator=g), epoch
-        rows = perm[(s % per_epoch) * BATCH:(s % per_epoch + 1) * BATCH]
+            state["perm"], state["epoch"] = torch.randperm(x.shape[0], generator=g), epoch
+        rows = state["perm"][(s % per_epoch) * BATCH:(s % per_epoch + 1) * BATCH]
         opt.zero_grad()
         loss = loss_fn(model(x[rows]), y[rows])
         loss.backward()
         opt.step()
-        total = loss.item()
-    seconds = time.perf_counter() - t0 if t0 is not None else 0.0
+        state["loss"] = loss.item()
+
+    def run(first, n):  # steps first..first+n-1; seconds of those after step 0
+        t0 = None
+        for s in range(first, min(first + n, steps)):
+            if s >= 1 and t0 is None:
+                t0 = time.perf_counter()
+            step(s)
+        return time.perf_counter() - t0 if t0 is not None else 0.0
+
+    seconds, done = 0.0, 0
+    if serve:  # slices of steps on request, so that a caller can interleave engines
+        for line in sys.stdin:
+            n = int(line)
+            sec = run(done, n)
+            done, seconds = min(done + n, steps), seconds + sec
+            print(f"ran {n} {sec:.6f}", flush=True)
+    else:
+        seconds = run(0, steps)
+    total = state["loss"]
     with torch.no_grad():
         acc = (model(tx).argmax(1) == ty).float().mean().item()
     print(f"seconds={seconds:.4f} steps={steps} loss={total:.6f} acc={acc:.4f} threads={threads}")
