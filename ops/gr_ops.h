@@ -132,6 +132,11 @@ gr_output gr_ones_like(gr_graph *g, gr_output x);
 /* ---- indexing and combining (array_index.c) -------------------------------- */
 
 gr_output gr_concat(gr_graph *g, const gr_output *xs, int n, int64_t axis);
+/* pieces[0..n) (1-D, one dtype) joined in order, each copied into the
+ * result by its own node as soon as it is there (assemble.c): a concat that
+ * does not wait for the last piece to start copying. Its nodes must run on
+ * one device: build it under a device scope that names one. */
+gr_output gr_assemble(gr_graph *g, const gr_output *pieces, int n);
 /* num_split equal parts along axis: outputs 0..num_split-1 (gr_output_at). */
 gr_output gr_split(gr_graph *g, gr_output x, int num_split, int64_t axis);
 /* size[i] -1: to the end of dim i. */

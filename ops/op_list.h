@@ -60,6 +60,10 @@
   X(fill)                                                                                          \
   X(zeros_like)                                                                                    \
   X(ones_like)                                                                                     \
+  /* assemble.c */                                                                                 \
+  X(assemble_buffer)                                                                               \
+  X(assemble_put)                                                                                  \
+  X(assemble)                                                                                      \
   /* array_index.c */                                                                              \
   X(concat)                                                                                        \
   X(split)                                                                                         \

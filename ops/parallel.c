@@ -174,6 +174,8 @@ static gr_status ring(gr_graph *g, const gr_output *flat, int n, int64_t s, cons
   }
   ring_plan rp;
   gr_dtype dt = flat[0].node->out_dtypes[flat[0].index];
+  bool pinned = true;
+  for (int d = 0; d < n; d++) pinned = pinned && dev[d] && dev[d][0];
   GR_TRY(ring_plan_make(g, n, s, (int64_t)gr_dtype_size(dt), &rp));
   gr_status st = GR_OK;
   for (int d = 0; d < n && st == GR_OK; d++) {
@@ -202,7 +204,11 @@ static gr_status ring(gr_graph *g, const gr_output *flat, int n, int64_t s, cons
   gr_graph_pop_name_scope(g);
   for (int d = 0; d < n && st == GR_OK; d++) {
     if ((st = on(g, dev[d])) != GR_OK) break;
-    res[d] = rp.np == 1 ? gr_identity(g, ACC(&rp, d, 0)) : gr_concat(g, &ACC(&rp, d, 0), rp.np, 0);
+    /* pinned devices: the pieces are copied in as they arrive (gr_assemble
+     * needs its nodes on one device); else concatenated at the end */
+    res[d] = rp.np == 1 ? gr_identity(g, ACC(&rp, d, 0))
+             : pinned   ? gr_assemble(g, &ACC(&rp, d, 0), rp.np)
+                        : gr_concat(g, &ACC(&rp, d, 0), rp.np, 0);
     gr_graph_pop_device_scope(g);
   }
   ring_plan_free(&rp);

@@ -308,7 +308,7 @@ static void test_all_reduce_other_outputs(void) {
     gr_output x = gr_fill(g, GR_F32, gr_shape_make(2, (int64_t[]){4, 3}), d + 1.0);
     gr_output mm = gr_fill(g, GR_F32, cs, d + 2.0), one = gr_ones(g, GR_F32, cs);
     gr_output y = gr_batch_norm(g, x, one, one, mm, one, false, 0.9, 1e-3, NULL); /* y [4, 3] */
-    v[0 * 2 + d] = gr_output_at(y, 1);                                      /* mean: mm */
+    v[0 * 2 + d] = gr_output_at(y, 1);                                            /* mean: mm */
     v[1 * 2 + d] = gr_output_at(y, 2); /* rstd: 1 / sqrt(1 + 1e-3) */
     gr_graph_pop_device_scope(g);
   }
@@ -372,6 +372,65 @@ static void test_all_reduce_gradient(void) {
                                   1e-7, 3));
   }
   for (int d = 0; d < 3; d++) gr_tensor_release(&x[d]);
+}
+
+/* ---- assemble: a concat that copies each piece in as it arrives ---------------------------- */
+
+static gr_output assembled(gr_graph *g, const gr_output *x, void *arg) {
+  (void)arg;
+  gr_graph_push_device_scope(g, gt_device_name(0)); /* its nodes on one device */
+  gr_output flat[3];
+  for (int i = 0; i < 3; i++) flat[i] = gr_reshape(g, x[i], gr_shape_make(1, (int64_t[]){-1}));
+  gr_output y = gr_assemble(g, flat, 3);
+  gr_graph_pop_device_scope(g);
+  return y;
+}
+
+static void test_assemble(void) {
+  gt_rng r = {7};
+  gr_tensor x[3];
+  int64_t rows[3] = {2, 0, 3};
+  for (int i = 0; i < 3; i++)
+    x[i] = gt_random(&r, GR_F64, gr_shape_make(2, (int64_t[]){rows[i], 4}), -1, 1);
+  /* the same bits as a concat, every run, and its gradient by central differences */
+  gr_graph *g = gr_graph_new();
+  gr_output ph[3], flat[3];
+  for (int i = 0; i < 3; i++) {
+    ph[i] = gr_placeholder(g, NULL, GR_F64, x[i].shape);
+    flat[i] = gr_reshape(g, ph[i], gr_shape_make(1, (int64_t[]){-1}));
+  }
+  gr_output y[2] = {assembled(g, ph, NULL), gr_concat(g, flat, 3, 0)};
+  gr_error err;
+  gr_session *s = gr_session_new(g, NULL, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  gr_feed f[3] = {{ph[0], &x[0]}, {ph[1], &x[1]}, {ph[2], &x[2]}};
+  for (int run = 0; s && run < 3; run++) {
+    gr_tensor out[2];
+    GR_CHECK_OK(gr_session_run(s, f, 3, y, 2, out, NULL, 0, &err), err);
+    if (!out[0].buf) break;
+    GR_CHECK_EQ_INT(gr_tensor_num_elements(&out[0]), 20);
+    GR_CHECK(gt_bit_equal(&out[0], &out[1]));
+    gr_tensor_release(&out[0]);
+    gr_tensor_release(&out[1]);
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+  GR_CHECK(gt_check_gradient("assemble", assembled, NULL, x, 3, 1, 20, 1e-7));
+  /* a put writes only into an assemble_buffer: never into another tensor */
+  g = gr_graph_new();
+  gr_output v = gr_const_f64(g, 1), one = gr_reshape(g, v, gr_shape_make(1, (int64_t[]){1}));
+  gr_node *put = gr_op(g, "assemble_put", NULL, (gr_output[]){one, one}, 2,
+                       (gr_attr[]){gr_attr_int("offset", 0)}, 1)
+                     .node;
+  gr_output after = gr_identity(g, one);
+  GR_CHECK(put && gr_graph_add_control_input(g, after.node, put) == GR_OK);
+  s = gr_session_new(g, NULL, &err);
+  gr_tensor o;
+  GR_CHECK(s && gr_session_run(s, NULL, 0, &after, 1, &o, NULL, 0, &err) != GR_OK);
+  GR_CHECK_STR_CONTAINS(err.msg, "writes only into an assemble_buffer");
+  gr_session_free(s);
+  gr_graph_free(g);
+  for (int i = 0; i < 3; i++) gr_tensor_release(&x[i]);
 }
 
 /* ---- replicas ------------------------------------------------------------------------------- */
@@ -655,6 +714,7 @@ int main(void) {
   GR_RUN(test_all_reduce_other_outputs);
   GR_RUN(test_all_reduce_errors);
   GR_RUN(test_all_reduce_gradient);
+  GR_RUN(test_assemble);
   GR_RUN(test_replicas_train_like_one);
   GR_RUN(test_replicas_errors);
   GR_RUN(test_mirrors_shared);
