@@ -45,7 +45,8 @@ static bool push(contrib *c, gr_output o) {
  * One product of M rows instead of K products and a K-way add, when the
  * K outputs (K p q elements) outweigh the operands copied (M (p + q)).
  * Made with the first product's colocation, so it runs where they would
- * have. A null output when the contributions are not such products. */
+ * have, and only when every operand is made on that device too. A null
+ * output when the contributions are not such products. */
 static gr_output fused_products(gr_graph *g, const contrib *c) {
   const gr_node *m0 = c->v[0].node;
   if (m0->op != &gr_op_matmul || m0->out_shapes[0].rank != 2) return (gr_output){NULL, 0};
@@ -62,6 +63,12 @@ static gr_output fused_products(gr_graph *g, const contrib *c) {
       return (gr_output){NULL, 0};
     const gr_shape *a = &m->inputs[0].node->out_shapes[m->inputs[0].index];
     if (a->rank != 2 || a->dims[ta ? 0 : 1] < 0) return (gr_output){NULL, 0};
+    /* operands from another device (a pipeline's stages): the products run
+     * as each arrives, filling the wait for the next; one product would
+     * wait for the last */
+    for (int j = 0; j < 2; j++)
+      if (strcmp(gr_graph_resolve_device(g, m->inputs[j].node), dev) != 0)
+        return (gr_output){NULL, 0};
     rows += a->dims[ta ? 0 : 1];
   }
   if (p < 0 || q < 0 || (double)c->n * (double)p * (double)q < (double)rows * (double)(p + q))

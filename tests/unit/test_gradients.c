@@ -686,7 +686,8 @@ static void test_unconnected_and_errors(void) {
 
 /* A weight shared by K products (micro-batches, uses of a shared layer):
  * its gradient's K products are summed as one product over the operands
- * concatenated along the contracted dimension. x[0] is the weight W, x[1..4]
+ * concatenated along the contracted dimension, when they are all made on
+ * one device. x[0] is the weight W, x[1..4]
  * the four operands; left: y_k = x_k @ W (dW = x_k^T dy_k), else
  * y_k = W @ x_k (dW = dy_k x_k^T). */
 static bool shared_left;
@@ -704,14 +705,16 @@ static gr_output b_shared_weight(gr_graph *g, const gr_output *x, void *arg) {
 typedef struct op_pair {
   char s[64];
 } op_pair;
-static op_pair shared_weight_gradient(int64_t p, int64_t q, int64_t rows) {
+static op_pair shared_weight_gradient(int64_t p, int64_t q, int64_t rows, const char *operands) {
   gr_graph *g = gr_graph_new();
   gr_output x[5];
   x[0] = gr_placeholder(g, "w", GR_F64, gr_shape_make(2, (int64_t[]){p, q}));
+  if (operands) gr_graph_push_device_scope(g, operands);
   for (int k = 1; k < 5; k++)
     x[k] = gr_placeholder(g, NULL, GR_F64,
                           shared_left ? gr_shape_make(2, (int64_t[]){rows, p})
                                       : gr_shape_make(2, (int64_t[]){q, rows}));
+  if (operands) gr_graph_pop_device_scope(g);
   gr_output y = gr_reduce_sum(g, b_shared_weight(g, x, NULL), NULL, 0, false), dw;
   GR_CHECK(gr_gradients(g, &y, 1, &x[0], 1, NULL, false, &dw) == GR_OK);
   op_pair r;
@@ -726,9 +729,12 @@ static void test_shared_weight_products(void) {
   for (int left = 0; left < 2; left++) {
     shared_left = left;
     /* 4 contributions of 16 x 16 from 4 rows each: one product over 16 rows */
-    GR_CHECK_STR_CONTAINS(shared_weight_gradient(16, 16, 4).s, "matmul/concat");
+    GR_CHECK_STR_CONTAINS(shared_weight_gradient(16, 16, 4, NULL).s, "matmul/concat");
     /* 4 contributions of 1 x 1 from 64 rows each: concatenating costs more */
-    GR_CHECK_STR_CONTAINS(shared_weight_gradient(1, 1, 64).s, "add_n/");
+    GR_CHECK_STR_CONTAINS(shared_weight_gradient(1, 1, 64, NULL).s, "add_n/");
+    /* operands from another device (stages of a pipeline): each product runs
+     * as its operand arrives */
+    GR_CHECK_STR_CONTAINS(shared_weight_gradient(16, 16, 4, gt_device_name(1)).s, "add_n/");
     gr_tensor in[5];
     in[0] = gt_random(&rng, GR_F64, gr_shape_make(2, (int64_t[]){6, 5}), -1, 1);
     for (int k = 1; k < 5; k++)
