@@ -38,50 +38,66 @@ static bool push(contrib *c, gr_output o) {
   return true;
 }
 
-/* Contributions that are all products op(a_k) op(b_k) with the same
- * transposes on one device (a weight's gradient from each micro-batch, or
- * from each use of a shared weight) sum to one product over the operands
- * concatenated along the contracted dimension: sum_k a_k^T b_k = A^T B.
- * One product of M rows instead of K products and a K-way add, when the
- * K outputs (K p q elements) outweigh the operands copied (M (p + q)).
- * Made with the first product's colocation, so it runs where they would
- * have, and only when every operand is made on that device too. A null
- * output when the contributions are not such products. */
-static gr_output fused_products(gr_graph *g, const contrib *c) {
+/* Contributions that are all products op(a_k) op(b_k) of one shape with
+ * the same transposes on one device: a weight's gradient from each
+ * micro-batch, or from each use of a shared weight. */
+typedef struct products {
+  bool ta, tb;
+  bool remote;  /* some operand is made on another device (a pipeline's stages) */
+  int64_t rows; /* the contracted rows of all products (-1: unknown) */
+} products;
+
+static bool like_products(gr_graph *g, const contrib *c, products *pr) {
   const gr_node *m0 = c->v[0].node;
-  if (m0->op != &gr_op_matmul || m0->out_shapes[0].rank != 2) return (gr_output){NULL, 0};
-  bool ta = gr_node_attr_bool(m0, "transpose_a", false);
-  bool tb = gr_node_attr_bool(m0, "transpose_b", false);
+  if (m0->op != &gr_op_matmul || m0->out_shapes[0].rank != 2) return false;
+  *pr = (products){gr_node_attr_bool(m0, "transpose_a", false),
+                   gr_node_attr_bool(m0, "transpose_b", false), false, 0};
   const char *dev = gr_graph_resolve_device(g, m0);
-  int64_t rows = 0, p = m0->out_shapes[0].dims[0], q = m0->out_shapes[0].dims[1];
   for (int k = 0; k < c->n; k++) {
     const gr_node *m = c->v[k].node;
     if (m->op != &gr_op_matmul || c->v[k].index != 0 ||
-        gr_node_attr_bool(m, "transpose_a", false) != ta ||
-        gr_node_attr_bool(m, "transpose_b", false) != tb || m->out_dtypes[0] != m0->out_dtypes[0] ||
+        gr_node_attr_bool(m, "transpose_a", false) != pr->ta ||
+        gr_node_attr_bool(m, "transpose_b", false) != pr->tb ||
+        m->out_dtypes[0] != m0->out_dtypes[0] ||
+        !gr_shape_equal(&m->out_shapes[0], &m0->out_shapes[0]) ||
         strcmp(gr_graph_resolve_device(g, m), dev) != 0)
-      return (gr_output){NULL, 0};
-    const gr_shape *a = &m->inputs[0].node->out_shapes[m->inputs[0].index];
-    if (a->rank != 2 || a->dims[ta ? 0 : 1] < 0) return (gr_output){NULL, 0};
-    /* operands from another device (a pipeline's stages): the products run
-     * as each arrives, filling the wait for the next; one product would
-     * wait for the last */
+      return false;
     for (int j = 0; j < 2; j++)
-      if (strcmp(gr_graph_resolve_device(g, m->inputs[j].node), dev) != 0)
-        return (gr_output){NULL, 0};
-    rows += a->dims[ta ? 0 : 1];
+      if (strcmp(gr_graph_resolve_device(g, m->inputs[j].node), dev) != 0) pr->remote = true;
+    const gr_shape *a = &m->inputs[0].node->out_shapes[m->inputs[0].index];
+    int64_t r = a->rank == 2 ? a->dims[pr->ta ? 0 : 1] : -1;
+    pr->rows = r < 0 || pr->rows < 0 ? -1 : pr->rows + r;
   }
-  if (p < 0 || q < 0 || (double)c->n * (double)p * (double)q < (double)rows * (double)(p + q))
+  return true;
+}
+
+/* Nodes from first_id on: colocated with product m0, so they run where the
+ * products would have. */
+static void colocate_with_product(gr_graph *g, int first_id, const gr_node *m0) {
+  for (int id = first_id; id < gr_graph_num_nodes(g); id++)
+    gr_graph_set_colocation(g, gr_graph_node(g, id),
+                            m0->colocate_with ? m0->colocate_with : m0->name);
+}
+
+/* All operands local: the products sum to one product over the operands
+ * concatenated along the contracted dimension, sum_k a_k^T b_k = A^T B:
+ * one product of M rows instead of K products and a K-way add, when the K
+ * outputs (K p q elements) outweigh the operands copied (M (p + q)). A
+ * null output when that costs more. */
+static gr_output fused_products(gr_graph *g, const contrib *c, const products *pr) {
+  const gr_node *m0 = c->v[0].node;
+  int64_t p = m0->out_shapes[0].dims[0], q = m0->out_shapes[0].dims[1];
+  if (p < 0 || q < 0 || pr->rows < 0 ||
+      (double)c->n * (double)p * (double)q < (double)pr->rows * (double)(p + q))
     return (gr_output){NULL, 0};
   gr_output *a = calloc((size_t)c->n, sizeof *a), *b = calloc((size_t)c->n, sizeof *b);
   gr_output r = {NULL, 0};
   if (a && b) {
     for (int k = 0; k < c->n; k++) a[k] = c->v[k].node->inputs[0], b[k] = c->v[k].node->inputs[1];
     int first = gr_graph_num_nodes(g);
-    r = gr_matmul(g, gr_concat(g, a, c->n, ta ? 0 : 1), gr_concat(g, b, c->n, tb ? 1 : 0), ta, tb);
-    for (int id = first; r.node && id < gr_graph_num_nodes(g); id++)
-      gr_graph_set_colocation(g, gr_graph_node(g, id),
-                              m0->colocate_with ? m0->colocate_with : m0->name);
+    r = gr_matmul(g, gr_concat(g, a, c->n, pr->ta ? 0 : 1), gr_concat(g, b, c->n, pr->tb ? 1 : 0),
+                  pr->ta, pr->tb);
+    if (r.node) colocate_with_product(g, first, m0);
   } else {
     gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
@@ -89,13 +105,54 @@ static gr_output fused_products(gr_graph *g, const contrib *c) {
   return r;
 }
 
-/* The sum of the contributions, or a null output when there are none;
- * products fused (fused_products) when fuse (a graph without control flow). */
+/* The smallest node id among a product's operands: in a pipeline, the
+ * forward activation of its micro-batch, made in micro-batch order, which
+ * is the order their backward passes run in. */
+static int operand_order(const gr_node *m) {
+  int a = m->inputs[0].node->id, b = m->inputs[1].node->id;
+  return a < b ? a : b;
+}
+
+/* Operands from another device: one product would wait for the last
+ * micro-batch, so each product runs as its operands arrive, added into one
+ * buffer: a chain p_1 + op(a_2) op(b_2) + ... of matmul_add in operand
+ * order, instead of K buffers and an add_n after the last. */
+static gr_output chained_products(gr_graph *g, const contrib *c, const products *pr) {
+  int *ord = gr_alloc_array((size_t)c->n, sizeof *ord);
+  if (!ord) {
+    gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return (gr_output){NULL, 0};
+  }
+  for (int k = 0; k < c->n; k++) { /* insertion sort: K is the number of micro-batches */
+    int j = k;
+    while (j > 0 && operand_order(c->v[ord[j - 1]].node) > operand_order(c->v[k].node)) {
+      ord[j] = ord[j - 1];
+      j--;
+    }
+    ord[j] = k;
+  }
+  int first = gr_graph_num_nodes(g);
+  gr_output acc = c->v[ord[0]];
+  for (int k = 1; k < c->n && acc.node; k++) {
+    const gr_node *m = c->v[ord[k]].node; /* left without consumers: a run prunes it */
+    acc = gr_matmul_add(g, acc, m->inputs[0], m->inputs[1], pr->ta, pr->tb);
+  }
+  if (acc.node) colocate_with_product(g, first, c->v[0].node);
+  free(ord);
+  return acc;
+}
+
+/* The sum of the contributions, or a null output when there are none. In a
+ * graph without control flow (fuse), products are fused (all operands
+ * local) or chained (some from another device); an add_n otherwise. */
 static gr_output total(gr_graph *g, const contrib *c, bool fuse) {
   if (c->n == 0) return (gr_output){NULL, 0};
   if (c->n == 1) return c->v[0];
-  gr_output fused = fuse ? fused_products(g, c) : (gr_output){NULL, 0};
-  return fused.node || gr_graph_error(g) ? fused : gr_add_n(g, c->v, c->n);
+  products pr;
+  gr_output r = {NULL, 0};
+  if (fuse && like_products(g, c, &pr))
+    r = pr.remote ? chained_products(g, c, &pr) : fused_products(g, c, &pr);
+  return r.node || gr_graph_error(g) ? r : gr_add_n(g, c->v, c->n);
 }
 
 /* Nodes from first_id on were built for `fwd`: colocate them with it. */

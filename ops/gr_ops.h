@@ -99,6 +99,10 @@ gr_output gr_add_n(gr_graph *g, const gr_output *xs, int n);
 
 /* Rank-2 product op(a) @ op(b), on cblas_sgemm / cblas_dgemm (f32, f64). */
 gr_output gr_matmul(gr_graph *g, gr_output a, gr_output b, bool transpose_a, bool transpose_b);
+/* c + op(a) @ op(b), one gemm adding into c's buffer when the node holds
+ * its only reference (a copy of c otherwise). */
+gr_output gr_matmul_add(gr_graph *g, gr_output c, gr_output a, gr_output b, bool transpose_a,
+                        bool transpose_b);
 
 /* ---- reductions (reduce.c) -------------------------------------------------- */
 

@@ -182,29 +182,34 @@ static void matmul_cost(const gr_node *n, gr_cost *c) {
   gr_ops_gemm_cost(n, 0, c);
 }
 
-/* C = op(A) op(B), G = dC:
+/* C = op(A) op(B) (A, B: inputs first and first + 1), G = dC:
  *   A B:     dA = G B^T,     dB = A^T G
  *   A^T B:   dA = B G^T,     dB = A G
  *   A B^T:   dA = G B,       dB = G^T A
  *   A^T B^T: dA = B^T G^T,   dB = G^T A^T */
-static gr_status matmul_grad(gr_grad_ctx *c) {
+static void product_grads(gr_grad_ctx *c, int first) {
   gr_graph *g = c->graph;
-  gr_output a = gr_grad_x(c, 0), b = gr_grad_x(c, 1), dy = c->grads[0];
+  gr_output a = gr_grad_x(c, first), b = gr_grad_x(c, first + 1), dy = c->grads[0];
+  gr_output *da = &c->dinputs[first], *db = &c->dinputs[first + 1];
   bool ta = gr_node_attr_bool(c->node, "transpose_a", false);
   bool tb = gr_node_attr_bool(c->node, "transpose_b", false);
   if (!ta && !tb) {
-    c->dinputs[0] = gr_matmul(g, dy, b, false, true);
-    c->dinputs[1] = gr_matmul(g, a, dy, true, false);
+    *da = gr_matmul(g, dy, b, false, true);
+    *db = gr_matmul(g, a, dy, true, false);
   } else if (ta && !tb) {
-    c->dinputs[0] = gr_matmul(g, b, dy, false, true);
-    c->dinputs[1] = gr_matmul(g, a, dy, false, false);
+    *da = gr_matmul(g, b, dy, false, true);
+    *db = gr_matmul(g, a, dy, false, false);
   } else if (!ta && tb) {
-    c->dinputs[0] = gr_matmul(g, dy, b, false, false);
-    c->dinputs[1] = gr_matmul(g, dy, a, true, false);
+    *da = gr_matmul(g, dy, b, false, false);
+    *db = gr_matmul(g, dy, a, true, false);
   } else {
-    c->dinputs[0] = gr_matmul(g, b, dy, true, true);
-    c->dinputs[1] = gr_matmul(g, dy, a, true, true);
+    *da = gr_matmul(g, b, dy, true, true);
+    *db = gr_matmul(g, dy, a, true, true);
   }
+}
+
+static gr_status matmul_grad(gr_grad_ctx *c) {
+  product_grads(c, 0);
   return GR_OK;
 }
 
@@ -230,6 +235,91 @@ gr_output gr_matmul(gr_graph *g, gr_output a, gr_output b, bool transpose_a, boo
   gr_attr at[2] = {gr_attr_bool("transpose_a", transpose_a),
                    gr_attr_bool("transpose_b", transpose_b)};
   return gr_ops_build(g, "matmul", NULL, in, 2, at, 2);
+}
+
+/* ---- matmul_add: c + op(a) op(b) ------------------------------------------------------
+ * One gemm with beta = 1 into c's buffer (taken over when this node holds
+ * the only reference, else copied): autodiff chains a weight's gradient
+ * products through it (ops/autodiff.c), so each product adds into one
+ * buffer instead of writing a buffer of its own for an add_n. */
+
+static gr_status matmul_add_shape(gr_shape_ctx *ctx) {
+  gr_shape prod;
+  GR_TRY(gr_ops_gemm_shape(ctx, 1, &prod));
+  GR_TRY(gr_shape_check_same_dtype(ctx, 0, 1));
+  const gr_shape *c = &ctx->in_shapes[0];
+  if (c->rank >= 0) {
+    GR_TRY(gr_shape_check_rank(ctx, 0, 2));
+    for (int i = 0; i < 2; i++)
+      if (c->dims[i] >= 0 && prod.dims[i] >= 0 && c->dims[i] != prod.dims[i]) {
+        char x[GR_SHAPE_STR_MAX], y[GR_SHAPE_STR_MAX];
+        return gr_shape_error(ctx, GR_ERR_SHAPE, "the addend is %s, the product %s",
+                              gr_shape_str(c, x), gr_shape_str(&prod, y));
+      }
+    for (int i = 0; i < 2; i++)
+      if (prod.dims[i] < 0) prod.dims[i] = c->dims[i];
+  }
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = ctx->in_dtypes[0];
+  ctx->out_shapes[0] = prod;
+  return GR_OK;
+}
+
+static gr_status matmul_add_kernel(gr_kernel_ctx *ctx) {
+  const gr_tensor *C = &ctx->inputs[0], *A = &ctx->inputs[1], *B = &ctx->inputs[2];
+  bool ta = gr_node_attr_bool(ctx->node, "transpose_a", false);
+  bool tb = gr_node_attr_bool(ctx->node, "transpose_b", false);
+  int64_t mnk[3];
+  GR_TRY(gr_ops_gemm_dims(ctx, A, B, ta, tb, mnk));
+  gr_shape os = gr_shape_make(2, (int64_t[]){mnk[0], mnk[1]});
+  if (!gr_shape_equal(&C->shape, &os)) {
+    char x[GR_SHAPE_STR_MAX], y[GR_SHAPE_STR_MAX];
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "the addend is %s, the product %s",
+                           gr_shape_str(&C->shape, x), gr_shape_str(&os, y));
+  }
+  const void *c_data = gr_tensor_data(C); /* before the kernel may take C over */
+  gr_tensor *o;
+  GR_TRY(gr_kernel_forward_or_alloc(ctx, 0, 0, A->dtype, &os, &o));
+  if (gr_tensor_data(o) != c_data)
+    memcpy(gr_tensor_data(o), c_data, (size_t)gr_shape_num_elements(&os) * gr_dtype_size(A->dtype));
+  gr_ops_gemm(ctx, A, B, ta, tb, mnk, 1.0, 1.0, gr_tensor_data(o));
+  return GR_OK;
+}
+
+static void matmul_add_cost(const gr_node *n, gr_cost *c) {
+  gr_ops_gemm_cost(n, 1, c);
+  const gr_shape *s = &n->inputs[0].node->out_shapes[n->inputs[0].index];
+  int64_t k = gr_shape_num_elements(s);
+  if (k > 0) c->bytes += (double)k * (double)gr_dtype_size(n->out_dtypes[0]);
+}
+
+/* d c = G; a and b as in matmul */
+static gr_status matmul_add_grad(gr_grad_ctx *c) {
+  c->dinputs[0] = c->grads[0];
+  product_grads(c, 1);
+  return GR_OK;
+}
+
+const gr_op_def gr_op_matmul_add = {
+    .name = "matmul_add",
+    .doc = "c + op(a) op(b), adding into c's buffer when it can (attrs transpose_a, transpose_b)",
+    .min_inputs = 3,
+    .max_inputs = 3,
+    .input_names = (const char *const[]){"c", "a", "b"},
+    .num_outputs = 1,
+    .attrs = matmul_attrs,
+    .num_attrs = 2,
+    .shape_fn = matmul_add_shape,
+    .cost_fn = matmul_add_cost,
+    .kernel = matmul_add_kernel,
+    .grad_fn = matmul_add_grad};
+
+gr_output gr_matmul_add(gr_graph *g, gr_output c, gr_output a, gr_output b, bool transpose_a,
+                        bool transpose_b) {
+  gr_output in[3] = {c, a, b};
+  gr_attr at[2] = {gr_attr_bool("transpose_a", transpose_a),
+                   gr_attr_bool("transpose_b", transpose_b)};
+  return gr_ops_build(g, "matmul_add", NULL, in, 3, at, 2);
 }
 
 void gr_ops_set_intra_op_threads(int threads) {

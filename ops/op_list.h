@@ -43,6 +43,7 @@
   X(add_n)                                                                                         \
   /* matmul.c */                                                                                   \
   X(matmul)                                                                                        \
+  X(matmul_add)                                                                                    \
   /* reduce.c */                                                                                   \
   X(reduce_sum)                                                                                    \
   X(reduce_mean)                                                                                   \

@@ -395,9 +395,40 @@ static double run_async(const char *graphrun, const char *file, int steps) {
  * of kernels it ran (receives wait, so they do not count; sends do), and
  * the step's span (first kernel start to last kernel end over both tasks)
  * against the wall time of the whole run call, traced and not. */
+/* The delivery times of a step's transfers between tasks (a receive's end
+ * - its send's end, both CLOCK_MONOTONIC on one machine), appended to d
+ * (at most cap); returns the new count. */
+static int deliveries(const gr_step_trace *t, double *d, int n, int cap) {
+  int count = gr_step_trace_count(t);
+  for (int i = 0; i < count && n < cap; i++) {
+    const gr_trace_event *r = gr_step_trace_event(t, i);
+    if (strcmp(r->node->op->name, "_recv") != 0) continue;
+    const char *tn = gr_node_attr_string(r->node, "tensor_name", "");
+    const char *sd = gr_node_attr_string(r->node, "send_device", "");
+    for (int j = 0; j < count; j++) {
+      const gr_trace_event *s = gr_step_trace_event(t, j);
+      if (strcmp(s->node->op->name, "_send") != 0 || s->iteration != r->iteration ||
+          strcmp(gr_node_attr_string(s->node, "tensor_name", ""), tn) != 0 ||
+          strcmp(gr_node_attr_string(s->node, "send_device", ""), sd) != 0)
+        continue;
+      d[n++] = 1e-9 * (double)(r->end_ns - s->end_ns);
+      break;
+    }
+  }
+  return n;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 static void step_breakdown(const char *what, program *pr, int steps) {
   gr_step_trace *t = gr_step_trace_new();
-  double busy[2][64], span[64], wall[64];
+  enum { MAX_DELIVERIES = 4096 };
+  double busy[2][64], span[64], wall[64], *deliv = malloc(MAX_DELIVERIES * sizeof *deliv);
+  int nd = 0;
+  if (!deliv) bench_die("trace", "out of memory");
   gr_error err;
   if (!t) bench_die("trace", "out of memory");
   if (steps > 64) steps = 64;
@@ -418,6 +449,7 @@ static void step_breakdown(const char *what, program *pr, int steps) {
       busy[dev && strstr(dev, "task:1")][k] += 1e-9 * (double)(e->end_ns - e->start_ns);
     }
     span[k] = 1e-9 * (double)(last - first);
+    nd = deliveries(t, deliv, nd, MAX_DELIVERIES);
   }
   gr_step_trace_free(t);
   double b0 = bench_median(busy[0], steps), b1 = bench_median(busy[1], steps);
@@ -431,6 +463,13 @@ static void step_breakdown(const char *what, program *pr, int steps) {
   printf("  %s, a step (median of %d): %.2f ms untraced; traced %.2f ms, span %.2f ms, kernels "
          "task 0 %.2f ms, task 1 %.2f ms\n",
          what, steps, bench_median(plain, steps) * 1e3, wl * 1e3, sp * 1e3, b0 * 1e3, b1 * 1e3);
+  if (nd > 0) {
+    qsort(deliv, (size_t)nd, sizeof *deliv, cmp_double);
+    printf("    %d transfers between the tasks: delivered (receive end - send end) median %.0f us, "
+           "p90 %.0f us, max %.0f us\n",
+           nd, deliv[nd / 2] * 1e6, deliv[nd * 9 / 10] * 1e6, deliv[nd - 1] * 1e6);
+  }
+  free(deliv);
 }
 
 /* ---- main ------------------------------------------------------------------------------ */

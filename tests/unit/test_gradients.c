@@ -204,6 +204,7 @@ B2(b_mm_nn, gr_matmul(g, x[0], x[1], false, false))
 B2(b_mm_tn, gr_matmul(g, x[0], x[1], true, false))
 B2(b_mm_nt, gr_matmul(g, x[0], x[1], false, true))
 B2(b_mm_tt, gr_matmul(g, x[0], x[1], true, true))
+B2(b_mm_add, gr_matmul_add(g, x[0], x[1], x[2], s->k & 1, s->k & 2))
 B2(b_relu, gr_relu(g, x[0]))
 B2(b_sigmoid, gr_sigmoid(g, x[0]))
 B2(b_tanh, gr_tanh(g, x[0]))
@@ -325,6 +326,10 @@ static void test_matmul(void) {
     gr_shape b = t & 2 ? (gr_shape){2, {n, k}} : (gr_shape){2, {k, n}};
     spec s = floats(2, (gr_shape[]){a, b}, -1, 1);
     check(names[t], &s, f[t]);
+    /* matmul_add: c + op(a) op(b), the same transposes */
+    spec sa = floats(3, (gr_shape[]){{2, {m, n}}, a, b}, -1, 1);
+    sa.k = t;
+    check("matmul_add", &sa, b_mm_add);
   }
 }
 static void test_reductions(void) {
@@ -732,9 +737,10 @@ static void test_shared_weight_products(void) {
     GR_CHECK_STR_CONTAINS(shared_weight_gradient(16, 16, 4, NULL).s, "matmul/concat");
     /* 4 contributions of 1 x 1 from 64 rows each: concatenating costs more */
     GR_CHECK_STR_CONTAINS(shared_weight_gradient(1, 1, 64, NULL).s, "add_n/");
-    /* operands from another device (stages of a pipeline): each product runs
-     * as its operand arrives */
-    GR_CHECK_STR_CONTAINS(shared_weight_gradient(16, 16, 4, gt_device_name(1)).s, "add_n/");
+    /* operands from another device (stages of a pipeline): each product is
+     * added into one buffer as its operands arrive, in their order */
+    GR_CHECK_STR_CONTAINS(shared_weight_gradient(16, 16, 4, gt_device_name(1)).s,
+                          "matmul_add/matmul_add");
     gr_tensor in[5];
     in[0] = gt_random(&rng, GR_F64, gr_shape_make(2, (int64_t[]){6, 5}), -1, 1);
     for (int k = 1; k < 5; k++)
@@ -747,8 +753,69 @@ static void test_shared_weight_products(void) {
   }
 }
 
+/* The chain of a pipeline's weight gradient (operands on another device):
+ * matmul_add links in the order the operands were made, and the value of
+ * the K products' sum, run on two devices. */
+static void test_chained_products(void) {
+  enum { K = 4, ROWS = 3, P = 5, Q = 6 };
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_device_scope(g, gt_device_name(0));
+  gr_output w = gr_variable(g, "w", gr_zeros(g, GR_F64, gr_shape_make(2, (int64_t[]){P, Q})));
+  gr_graph_pop_device_scope(g);
+  gr_output x[K], y[K];
+  gr_tensor xv[K], dyv[K];
+  gr_feed f[2 * K];
+  gr_output dy[K];
+  for (int k = 0; k < K; k++) {
+    gr_graph_push_device_scope(g, gt_device_name(1));
+    x[k] = gr_placeholder(g, NULL, GR_F64, gr_shape_make(2, (int64_t[]){ROWS, P}));
+    dy[k] = gr_placeholder(g, NULL, GR_F64, gr_shape_make(2, (int64_t[]){ROWS, Q}));
+    gr_graph_pop_device_scope(g);
+    xv[k] = gt_random(&rng, GR_F64, x[k].node->out_shapes[0], -1, 1);
+    dyv[k] = gt_random(&rng, GR_F64, dy[k].node->out_shapes[0], -1, 1);
+    f[2 * k] = (gr_feed){x[k], &xv[k]};
+    f[2 * k + 1] = (gr_feed){dy[k], &dyv[k]};
+  }
+  /* the products in reverse order, so the chain's order is the walk's doing */
+  for (int k = K - 1; k >= 0; k--) {
+    gr_graph_push_device_scope(g, gt_device_name(0));
+    y[k] = gr_matmul(g, x[k], w, false, false);
+    gr_graph_pop_device_scope(g);
+  }
+  gr_output dw;
+  GR_CHECK(gr_gradients(g, y, K, &w, 1, dy, false, &dw) == GR_OK);
+  /* dw = ((x_0^T dy_0 + x_1^T dy_1) + ...): the last link adds x_{K-1} */
+  const gr_node *n = dw.node;
+  for (int k = K - 1; k > 0; k--) {
+    GR_CHECK_MSG(n && strcmp(n->op->name, "matmul_add") == 0, "link %d: %s", k,
+                 n ? n->op->name : "none");
+    if (!n || strcmp(n->op->name, "matmul_add") != 0) break;
+    GR_CHECK(n->inputs[1].node == x[k].node);
+    n = n->inputs[0].node;
+  }
+  GR_CHECK(n && strcmp(n->op->name, "matmul") == 0 && n->inputs[0].node == x[0].node);
+  gr_error err;
+  gr_session *sess = gt_session(g, 2, 2);
+  gr_tensor got = gr_tensor_empty();
+  gr_status st = gr_session_run(sess, f, 2 * K, &dw, 1, &got, NULL, 0, &err);
+  GR_CHECK_MSG(st == GR_OK, "%s", err.msg);
+  for (int i = 0; st == GR_OK && i < P; i++)
+    for (int j = 0; j < Q; j++) {
+      double want = 0;
+      for (int k = 0; k < K; k++)
+        for (int r = 0; r < ROWS; r++)
+          want += gr_tensor_get_f64(&xv[k], r * P + i) * gr_tensor_get_f64(&dyv[k], r * Q + j);
+      GR_CHECK(fabs(gr_tensor_get_f64(&got, i * Q + j) - want) < 1e-12);
+    }
+  gr_tensor_release(&got);
+  for (int k = 0; k < K; k++) gr_tensor_release(&xv[k]), gr_tensor_release(&dyv[k]);
+  gr_session_free(sess);
+  gr_graph_free(g);
+}
+
 int main(void) {
   GR_RUN(test_shared_weight_products);
+  GR_RUN(test_chained_products);
   GR_RUN(test_binary);
   GR_RUN(test_unary);
   GR_RUN(test_select_add_n);
