@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/executor_cf_internal.h"
+#include "core/gr_threadpool.h"
 #include "core/gr_trace.h"
 
 /* ---- run state ---------------------------------------------------------------------- */
@@ -90,6 +91,7 @@ typedef struct cf_run {
   int cancelled;
   bool single;          /* one thread and no async kernels: nothing to lock against */
   bool waiting;         /* gr_executor_run: the caller helps, holds the run and finishes it */
+  pthread_t caller;     /* that caller (with waiting) */
   bool finished;        /* the last hold was dropped */
   bool stopped_devices; /* the step's rendezvous was aborted after a failure */
   gr_executor_done_fn done;
@@ -586,8 +588,12 @@ static void cf_done(async_hdr *h, gr_status s) {
   free(a);
   /* inline a few levels deep (executor.c's static_done says why), then hand
    * the queue to the pool, the waiting caller, or this thread's outermost
-   * completion */
-  if (gr_exec_done_depth < GR_DONE_INLINE_DEPTH) {
+   * completion. A thread that is neither the pool's nor the waiting
+   * caller (a network thread delivering a tensor) runs no kernels: a task
+   * runs them on its inter-op threads only. */
+  bool helper = r->e->pool_size == 0 || gr_threadpool_current() == r->e->pool ||
+                (r->waiting && pthread_equal(pthread_self(), r->caller));
+  if (helper && gr_exec_done_depth < GR_DONE_INLINE_DEPTH) {
     gr_exec_done_depth++;
     drain(r);
     gr_exec_done_depth--;
@@ -805,6 +811,7 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
   r->done = done;
   r->done_arg = arg;
   r->waiting = wait;
+  r->caller = pthread_self();
   r->tasks = 1; /* this thread's hold */
   r->single = e->pool_size == 0;
   for (int i = 0; i < e->num_nodes && r->single; i++)
@@ -833,7 +840,16 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
   if (!r->single) gr_watch_attach_run(step->watch, &r->watch_run);
   cf_lock(r);
   for (int k = 0; k < e->num_roots; k++) push_token(r, e->roots[k], root, 0);
-  for (;;) {
+  /* a caller that does not wait and is not the pool's (a task's RUN)
+   * runs no kernels: the pool takes the queue */
+  bool hand_over = !wait && e->pool_size > 0 && gr_threadpool_current() != e->pool;
+  if (hand_over && r->qcount > 0) {
+    r->tasks++;
+    cf_unlock(r); /* out of memory, the pool runs pool_task inline */
+    gr_threadpool_schedule(e->pool, pool_task, r);
+    cf_lock(r);
+  }
+  for (; !hand_over;) {
     if (r->qcount > 0) {
       token tok = r->q[r->qhead];
       r->qhead = (r->qhead + 1) % r->qcap;

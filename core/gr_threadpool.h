@@ -20,6 +20,11 @@ void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg);
  * made ahead). */
 void gr_threadpool_schedule_first(gr_threadpool *p, void (*fn)(void *), void *arg);
 int gr_threadpool_size(const gr_threadpool *p);
+/* Names the pool's threads (at most 15 characters; longer is cut) for
+ * top -H, perf and gdb. */
+void gr_threadpool_set_name(gr_threadpool *p, const char *name);
+/* The pool whose worker calls it, NULL on any other thread. */
+gr_threadpool *gr_threadpool_current(void);
 /* Number of online CPU cores (at least 1). */
 int gr_num_cores(void);
 

@@ -108,6 +108,7 @@ gr_session *gr_session_new(gr_graph *g, const gr_session_options *opts, gr_error
   gr_map_init(&s->cache, GR_MAP_STR);
   /* the calling thread runs nodes too, so the pool has one thread fewer */
   s->pool = gr_threadpool_new(o.inter_op_threads - 1);
+  gr_threadpool_set_name(s->pool, "gr-inter-op");
   s->resources = o.resources ? gr_resource_mgr_ref(o.resources) : gr_resource_mgr_new();
   s->devices = calloc((size_t)o.num_devices, sizeof *s->devices);
   s->device_names = calloc((size_t)o.num_devices, sizeof(char *));

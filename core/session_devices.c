@@ -44,6 +44,7 @@ gr_status gr_device_plan_new_from(gr_partitions *parts, gr_threadpool *pool, gr_
   int n = parts->num_parts;
   p->execs = calloc((size_t)n + 1, sizeof *p->execs);
   p->runners = gr_threadpool_new(n > 1 ? n - 1 : 0);
+  gr_threadpool_set_name(p->runners, "gr-devices");
   if (!p->execs || !p->runners) st = gr_error_set_oom(err);
   for (int k = 0; k < n && st == GR_OK; k++) {
     gr_partition *pt = &parts->parts[k];

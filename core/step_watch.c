@@ -181,6 +181,7 @@ static double stall_limit(gr_step_watch *w, double timeout) {
 
 static void *watch_loop(void *arg) {
   gr_watchdog *d = arg;
+  pthread_setname_np(pthread_self(), "gr-watchdog");
   double timeout = (double)d->timeout_ms / 1000.0;
   /* look often enough that a stall is noticed within ~1/8 of the timeout */
   int64_t tick_ms = d->timeout_ms / 8;

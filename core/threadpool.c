@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -27,8 +28,15 @@ int gr_num_cores(void) {
   return n > 0 ? (int)n : 1;
 }
 
+static _Thread_local gr_threadpool *current;
+
+gr_threadpool *gr_threadpool_current(void) {
+  return current;
+}
+
 static void *worker(void *arg) {
   gr_threadpool *p = arg;
+  current = p;
   pthread_mutex_lock(&p->mu);
   for (;;) {
     while (!p->count && !p->stop) {
@@ -46,6 +54,12 @@ static void *worker(void *arg) {
   }
   pthread_mutex_unlock(&p->mu);
   return NULL;
+}
+
+void gr_threadpool_set_name(gr_threadpool *p, const char *name) {
+  char cut[16];
+  snprintf(cut, sizeof cut, "%s", name);
+  for (int i = 0; p && i < p->n; i++) pthread_setname_np(p->threads[i], cut);
 }
 
 gr_threadpool *gr_threadpool_new(int num_threads) {

@@ -120,9 +120,6 @@ static void run_job(void *arg) {
     case GR_MSG_RUN:
       gr_server_run(s, j->c, j->m);
       break;
-    case GR_MSG_TENSOR:
-      gr_server_push(s, j->c, j->m);
-      break;
     case GR_MSG_ABORT:
       gr_server_abort(s, j->c, j->m);
       break;
@@ -257,11 +254,16 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
       get_status(s, c, id);
       gr_inmsg_free(m);
       return;
+    case GR_MSG_TENSOR:
+      /* delivered here, without a hop to the work pool: it blocks nowhere,
+       * and the executors run what it makes ready on the inter-op threads
+       * (only cheap nodes, such as the sends that pass it on, run here) */
+      gr_server_push(s, c, m);
+      return;
     case GR_MSG_RUN:
     case GR_MSG_REGISTER:
     case GR_MSG_VARS:
     case GR_MSG_DEREGISTER:
-    case GR_MSG_TENSOR:
     case GR_MSG_ABORT: {
       job *j = malloc(sizeof *j);
       if (!j) break;
@@ -393,6 +395,9 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   /* the steps' kernels run on these threads only (a RUN or a tensor's
    * arrival runs cheap nodes on its work thread and hands the rest here) */
   s->exec_pool = gr_threadpool_new(threads);
+  gr_threadpool_set_name(s->register_pool, "gr-register");
+  gr_threadpool_set_name(s->work_pool, "gr-work");
+  gr_threadpool_set_name(s->exec_pool, "gr-exec");
   gr_status st = GR_OK;
   if (!s->devices || (o->secret && !s->secret) || !s->resources || !s->register_pool ||
       !s->work_pool || !s->exec_pool)

@@ -52,6 +52,7 @@ static void use_threads(void) {
 
 static void *loop_main(void *arg) {
   gr_loop *l = arg;
+  pthread_setname_np(pthread_self(), "gr-net");
   while (!atomic_load(&l->stop)) event_base_loop(l->base, EVLOOP_NO_EXIT_ON_EMPTY);
   return NULL;
 }

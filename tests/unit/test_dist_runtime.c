@@ -423,12 +423,24 @@ static gr_status sleep_kernel(gr_kernel_ctx *ctx) {
 static const gr_op_def test_sleep =
     GT_UNARY_OP_DEF("test_sleep", sleep_kernel, NULL, 0, GR_OP_EXPENSIVE);
 
+/* the loop of the control-flow variant: i < 2; b = test_busy(b) */
+static gr_output two_rounds(gr_graph *g, void *arg, const gr_output *v) {
+  (void)arg;
+  return gr_less(g, v[0], gr_const_i64(g, 2));
+}
+static void busy_round(gr_graph *g, void *arg, const gr_output *v, gr_output *next) {
+  (void)arg;
+  next[0] = gr_add(g, v[0], gr_const_i64(g, 1));
+  next[1] = gr_op(g, "test_busy", NULL, &v[1], 1, NULL, 0);
+}
+
 /* A task with one inter-op thread runs one kernel at a time. Worker 0 runs
  * a chain of two sleeping kernels on b, which worker 1 sends at once, while
  * a, which worker 1 sends after its own sleeping kernel, arrives: the node
  * that a makes ready waits for the chain instead of running on the thread
  * that delivered a. So two tasks with one thread each need two cores, no
- * more. */
+ * more. The same with the chain in a while loop (the control-flow
+ * executor). */
 static void test_one_thread_per_task(void) {
   gr_error err;
   gr_op_registry_add(&test_busy, &err);
@@ -446,10 +458,15 @@ static void test_one_thread_per_task(void) {
   gr_output yb = gr_op(g, "test_busy", "busy_b", &b, 1, NULL, 0);
   yb = gr_op(g, "test_busy", "busy_b2", &yb, 1, NULL, 0);
   gr_output y = gr_add(g, ya, yb);
+  /* the same in a loop: b through test_busy twice */
+  gr_output lv[2] = {gr_const_i64(g, 0), b};
+  GR_CHECK(gr_while_loop(g, two_rounds, busy_round, NULL, 2, lv, 1) == GR_OK);
+  gr_output y_loop = gr_add(g, ya, lv[1]);
   gr_graph_pop_device_scope(g);
   gr_session *s = gr_master_session_new(c.m, g, NULL, &err);
   GR_CHECK_MSG(s != NULL, "%s", err.msg);
-  for (int step = 0; s && step < 4; step++) {
+  for (int step = 0; s && step < 8; step++) {
+    if (step == 4) y = y_loop;
     gt_gauge_reset();
     gr_tensor out;
     gr_status st = gr_session_run(s, NULL, 0, &y, 1, &out, NULL, 0, &err);
