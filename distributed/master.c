@@ -299,15 +299,22 @@ static gr_status status_of(gr_master *ms, task *t, gr_inmsg *m, gr_error *err) {
 
 /* Every heartbeat period (network thread): a task silent for `missed`
  * periods is lost (a stopped process keeps its connection open: only
- * silence shows it); one silent for a period is pinged. */
+ * silence shows it); one silent for a period is pinged. Silence counts
+ * only against pings this thread sent: when the client itself is starved
+ * of CPU (a loaded machine), its ticks and pings are late, and a task
+ * that was never asked, or whose answer waits unread in the socket, is not
+ * silent. */
 static void heartbeat_tick(void *arg) {
   gr_master *ms = arg;
   int64_t limit = (int64_t)ms->o.heartbeat_ms * ms->o.heartbeat_missed;
   for (int k = 0; k < ms->num_tasks; k++) {
     task *t = &ms->tasks[k];
     if (t->lost || !t->conn) continue;
+    int64_t rx = gr_conn_last_rx_ms(t->conn);
+    if (rx != t->rx_ms) t->rx_ms = rx, t->pings = 0;
     int64_t idle = gr_conn_idle_ms(t->conn);
-    if (idle > limit) {
+    /* the first silent period comes before the first ping */
+    if (idle > limit && t->pings >= ms->o.heartbeat_missed - 1 && !gr_conn_has_unread(t->conn)) {
       char why[256];
       snprintf(why, sizeof why, "no answer for %lld ms (heartbeats every %d ms)", (long long)idle,
                ms->o.heartbeat_ms);
@@ -317,6 +324,7 @@ static void heartbeat_tick(void *arg) {
       if (!m) continue;
       gr_outmsg_u64(m, "id", 0); /* its response matches no request: nothing waits on it */
       gr_conn_send(t->conn, m, NULL);
+      t->pings++;
     }
   }
 }

@@ -36,6 +36,10 @@ typedef struct task {
   gr_map abandoned; /* ids of step requests left unanswered -> the master (under its mu) */
   bool lost;
   char lost_why[GR_ERROR_MSG_MAX];
+  /* heartbeats (network thread): pings sent since bytes last arrived, at
+   * rx_ms */
+  int pings;
+  int64_t rx_ms;
 } task;
 
 struct gr_master {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -312,7 +313,16 @@ void gr_conn_fail(gr_conn *c, gr_status code, const char *why) {
 }
 
 int64_t gr_conn_idle_ms(const gr_conn *c) {
-  return gr_wire_now_ms() - __atomic_load_n(&c->last_rx_ms, __ATOMIC_RELAXED);
+  return gr_wire_now_ms() - gr_conn_last_rx_ms(c);
+}
+
+int64_t gr_conn_last_rx_ms(const gr_conn *c) {
+  return __atomic_load_n(&c->last_rx_ms, __ATOMIC_RELAXED);
+}
+
+bool gr_conn_has_unread(const gr_conn *c) {
+  int n = 0;
+  return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
 }
 
 static void fail_later(gr_conn *c, gr_status code, const char *why) {

@@ -93,6 +93,12 @@ void gr_conn_fail(gr_conn *c, gr_status code, const char *why);
 /* Milliseconds since bytes last arrived on the connection (or since it
  * was made). */
 int64_t gr_conn_idle_ms(const gr_conn *c);
+/* When bytes last arrived (gr_wire_now_ms clock; when it was made before
+ * any did). */
+int64_t gr_conn_last_rx_ms(const gr_conn *c);
+/* Bytes have arrived that the loop has not read yet (the loop thread was
+ * busy or starved): the peer is not silent. */
+bool gr_conn_has_unread(const gr_conn *c);
 /* Runs fn(arg) on the loop thread every period_ms until the loop is freed. */
 gr_status gr_loop_every(gr_loop *l, int period_ms, void (*fn)(void *arg), void *arg, gr_error *err);
 void gr_conn_ref(gr_conn *c);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "distributed/master_internal.h"
 #include "distributed/transport_internal.h"
 #include "gr_test.h"
 #include "random_graph.h"
@@ -482,7 +483,48 @@ static void test_one_thread_per_task(void) {
   cluster_stop(&c);
 }
 
+static void stall_800ms(void *arg) {
+  (void)arg;
+  usleep(800 * 1000);
+}
+
+/* The client's own network thread starved of CPU (a loaded machine): its
+ * heartbeat ticks and pings come late, and a task that was never asked is
+ * not silent. The default heartbeats (100 ms, 5 periods) used to declare
+ * the task lost at the first tick after an 800 ms stall. */
+static void test_starved_client(void) {
+  gr_error err;
+  gr_server *srv;
+  gr_server_options so = {.job = "worker", .task = 0, .inter_op_threads = 1, .quiet = true};
+  GR_CHECK_OK(gr_server_new(&so, &srv, &err), err);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", gr_server_port(srv));
+  const char *addrs[1] = {addr};
+  gr_master_options mo = {.num_tasks = 1, .addresses = addrs, .step_timeout_ms = 60000};
+  gr_master *m = NULL;
+  GR_CHECK_OK(gr_master_new(&mo, &m, &err), err);
+  gr_graph *g = gr_graph_new();
+  gr_output y = gr_add(g, gr_const_f32(g, 1), gr_const_f32(g, 2));
+  gr_session *s = m ? gr_master_session_new(m, g, NULL, &err) : NULL;
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  for (int round = 0; s && round < 3; round++) {
+    gr_tensor out;
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, &y, 1, &out, NULL, 0, &err), err);
+    gr_tensor_release(&out);
+    GR_CHECK_OK(gr_loop_call(m->loop, stall_800ms, NULL, &err), err);
+    usleep(1000 * 1000); /* the stall, then a few ticks */
+    gr_status st = gr_session_run(s, NULL, 0, &y, 1, &out, NULL, 0, &err);
+    GR_CHECK_MSG(st == GR_OK, "round %d: %s", round, err.msg);
+    if (st == GR_OK) gr_tensor_release(&out);
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+  gr_master_free(m);
+  gr_server_free(srv);
+}
+
 int main(void) {
+  GR_RUN(test_starved_client);
   GR_RUN(test_one_thread_per_task);
   GR_RUN(test_classic);
   GR_RUN(test_variables_live_on_tasks);
