@@ -11,6 +11,7 @@
  * queue and finishes the run itself. */
 #include "core/gr_executor.h"
 #include "core/executor_internal.h"
+#include "core/gr_threadpool.h"
 #include "core/gr_trace.h"
 
 #include <pthread.h>
@@ -49,11 +50,12 @@ struct run_state {
   const gr_tensor *feed_values;
   gr_tensor *fetch_out;
   const gr_step_info *step;
-  int remaining; /* nodes not yet finished (atomic) */
-  int tasks;     /* threads and pool tasks that still hold st (under mu) */
-  int cancelled; /* atomic */
-  bool waiting;  /* gr_executor_run: the caller helps, holds st and finishes it */
-  bool finished; /* the last hold was dropped (under mu) */
+  int remaining;    /* nodes not yet finished (atomic) */
+  int tasks;        /* threads and pool tasks that still hold st (under mu) */
+  int cancelled;    /* atomic */
+  bool waiting;     /* gr_executor_run: the caller helps, holds st and finishes it */
+  pthread_t caller; /* that caller (with waiting) */
+  bool finished;    /* the last hold was dropped (under mu) */
   gr_executor_done_fn done;
   void *done_arg;
   pthread_mutex_t mu;
@@ -629,14 +631,29 @@ static void process(run_state *st, int first, ready_stack *rs) {
   for (int i; (i = rs_pop(st, rs)) >= 0;) start_node(st, i, rs);
 }
 
-/* On a thread that is not one of the run's own (a completion's, or the
- * caller of an asynchronous run): the ready cheap nodes run here, and the
- * expensive ones go to the run's pool (or its waiting caller). A product
- * run here would compete with the run's inter-op threads for the cores:
- * a server task with one inter-op thread ran two products at once, one on
- * a thread that had only delivered a tensor. */
+/* A thread of the run's own: its pool's, or its waiting caller. */
+static bool own_thread(const run_state *st) {
+  return (st->e->pool_size > 0 && gr_threadpool_current() == st->e->pool) ||
+         (st->waiting && pthread_equal(pthread_self(), st->caller));
+}
+
+/* From a completion or the caller of an asynchronous run: the ready cheap
+ * nodes run here, and the expensive ones go to the run's pool (or its
+ * waiting caller). A product run here would compete with the run's
+ * inter-op threads for the cores: a server task with one inter-op thread
+ * ran two products at once, one on a thread that had only delivered a
+ * tensor. On a thread that is not the run's own (a server's network
+ * thread), only light nodes run: a copy of unknown or large size (a ring's
+ * piece put in place, a concatenation) would hold up every connection. */
 static void run_cheap_here(run_state *st, ready_stack *rs) {
-  while (rs->n > 0) start_node(st, rs->v[--rs->n], rs);
+  bool own = own_thread(st);
+  while (rs->n > 0) {
+    int i = rs->v[--rs->n];
+    if (own || st->e->nodes[i].light)
+      start_node(st, i, rs);
+    else
+      schedule_shared(st, i);
+  }
   for (int i; (i = rs_pop(st, rs)) >= 0;) schedule_shared(st, i);
 }
 
@@ -691,6 +708,7 @@ static void static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor
   st->status = GR_OK;
   st->tasks = 1; /* this thread's hold */
   st->waiting = wait;
+  st->caller = pthread_self();
   st->finished = false;
   st->done = done;
   st->done_arg = arg;

@@ -10,6 +10,25 @@
 
 /* Nodes whose static cost exceeds this many flops go to the shared queue. */
 #define GR_EXPENSIVE_FLOPS 32768.0
+/* what a light node may read and write (executor_internal.h) */
+#define GR_LIGHT_BYTES (256.0 * 1024)
+
+/* The bytes of n's inputs and outputs, or -1 when a shape is not fully known. */
+static double node_bytes(const gr_node *n) {
+  double b = 0;
+  for (int i = 0; i < n->num_inputs; i++) {
+    const gr_node *p = n->inputs[i].node;
+    int64_t k = gr_shape_num_elements(&p->out_shapes[n->inputs[i].index]);
+    if (k < 0 || !gr_shape_is_fully_known(&p->out_shapes[n->inputs[i].index])) return -1;
+    b += (double)k * (double)gr_dtype_size(p->out_dtypes[n->inputs[i].index]);
+  }
+  for (int i = 0; i < n->num_outputs; i++) {
+    int64_t k = gr_shape_num_elements(&n->out_shapes[i]);
+    if (k < 0 || !gr_shape_is_fully_known(&n->out_shapes[i])) return -1;
+    b += (double)k * (double)gr_dtype_size(n->out_dtypes[i]);
+  }
+  return b;
+}
 
 static double node_flops(const gr_node *n) {
   if (n->op->cost_fn) {
@@ -109,6 +128,9 @@ static gr_status fill_nodes(build *b) {
         ((n->op->flags & GR_OP_TRANSFER) && gr_node_attr_bool(n, "may_be_dead", false)))
       b->has_cf = true;
     en->expensive = (n->op->flags & GR_OP_EXPENSIVE) || node_flops(n) > GR_EXPENSIVE_FLOPS;
+    double bytes = node_bytes(n);
+    en->light = (n->op->flags & GR_OP_TRANSFER) ||
+                (!en->expensive && bytes >= 0 && bytes <= GR_LIGHT_BYTES);
     if (!en->kernel)
       return gr_error_set(b->err, GR_ERR_UNIMPLEMENTED, "node '%s' (op %s) has no kernel", n->name,
                           n->op->name);

@@ -26,6 +26,11 @@ typedef struct exec_node {
   int feed_index; /* >= 0 for feed sources */
   unsigned char expensive, async;
   unsigned char urgent; /* expensive, and a send to another device takes its output */
+  /* may run on a thread that is not the run's own (a server's network
+   * thread delivering a tensor): a transfer, or a node whose inputs and
+   * outputs have known shapes and few bytes (GR_LIGHT_BYTES) and which is
+   * not expensive. A node of unknown size may be a large copy. */
+  unsigned char light;
   unsigned char cf_kind; /* gr_cf_kind of the op */
 } exec_node;
 

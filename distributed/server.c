@@ -1,7 +1,10 @@
-/* The server: one task of a cluster. It listens, answers GET_STATUS on the
- * network thread, and hands registrations, steps, pushed tensors and aborts
- * to its worker threads (no kernel work on the network thread). A step
- * holds no thread while it waits: its RUN is answered from its completion. */
+/* The server: one task of a cluster. It listens, answers GET_STATUS and
+ * heartbeats and takes pushed tensors on the network thread, and hands
+ * registrations, steps and aborts to its worker threads. The network
+ * thread runs only transfers and small nodes of known size that a pushed
+ * tensor makes ready (core/executor.c run_cheap_here); the rest runs on
+ * the inter-op threads. A step holds no thread while it waits: its RUN is
+ * answered from its completion. */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -257,7 +260,8 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     case GR_MSG_TENSOR:
       /* delivered here, without a hop to the work pool: it blocks nowhere,
        * and the executors run what it makes ready on the inter-op threads
-       * (only cheap nodes, such as the sends that pass it on, run here) */
+       * (only transfers and small nodes of known size, such as a send that
+       * passes it on, run here) */
       gr_server_push(s, c, m);
       return;
     case GR_MSG_RUN:

@@ -97,7 +97,8 @@ int64_t gr_conn_idle_ms(const gr_conn *c);
  * any did). */
 int64_t gr_conn_last_rx_ms(const gr_conn *c);
 /* Bytes have arrived that the loop has not read yet (the loop thread was
- * busy or starved): the peer is not silent. */
+ * busy or starved): the peer is not silent. Loop thread only (the
+ * connection is not closed under it). */
 bool gr_conn_has_unread(const gr_conn *c);
 /* Runs fn(arg) on the loop thread every period_ms until the loop is freed. */
 gr_status gr_loop_every(gr_loop *l, int period_ms, void (*fn)(void *arg), void *arg, gr_error *err);

@@ -4,6 +4,7 @@
  * random graphs (conds, loops spanning tasks, nested loops) pinned to tasks
  * equal to one device bit for bit. Separate processes: test_dist_cli. */
 #include <graphrun.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -483,6 +484,61 @@ static void test_one_thread_per_task(void) {
   cluster_stop(&c);
 }
 
+/* records whether it ran on a server's network thread (a copy of a size
+ * nobody knows: not expensive by its flops) */
+static int on_network_thread, runs;
+static gr_status where_kernel(gr_kernel_ctx *ctx) {
+  char name[16] = "";
+  pthread_getname_np(pthread_self(), name, sizeof name);
+  __atomic_add_fetch(&runs, 1, __ATOMIC_RELAXED);
+  if (!strcmp(name, "gr-net")) __atomic_add_fetch(&on_network_thread, 1, __ATOMIC_RELAXED);
+  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
+  return GR_OK;
+}
+static const gr_op_def test_where = GT_UNARY_OP_DEF("test_where", where_kernel, NULL, 0, 0);
+
+/* A node that a pushed tensor makes ready runs on the network thread only
+ * when it is a transfer or known to be small: here the tensor's shape is
+ * unknown when the graph is built (a ring's piece, a slice of a fed
+ * batch), so the node could be a large copy and goes to the inter-op
+ * thread. A small node of known shape may run where the tensor arrived. */
+static void test_network_thread_runs_light_nodes(void) {
+  gr_error err;
+  gr_op_registry_add(&test_where, &err);
+  cluster c;
+  GR_CHECK(cluster_start_threads(&c, 2, false, NULL, 1));
+  if (!c.m) return cluster_stop(&c);
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_device_scope(g, "/job:worker/task:1");
+  gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_make(1, (int64_t[]){-1}));
+  gr_output twice = gr_add(g, x, x);
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope(g, "/job:worker/task:0");
+  gr_output y = gr_op(g, "test_where", "where", &twice, 1, NULL, 0);
+  gr_graph_pop_device_scope(g);
+  gr_session *s = gr_master_session_new(c.m, g, NULL, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  gr_tensor xv = gr_tensor_empty();
+  GR_CHECK_OK(gr_tensor_alloc(&xv, GR_F32, &(gr_shape){1, {4}}, &err), err);
+  for (int i = 0; i < 4; i++) gr_tensor_set_f64(&xv, i, i);
+  gr_feed f = {x, &xv};
+  for (int step = 0; s && step < 20; step++) {
+    gr_tensor out;
+    gr_status st = gr_session_run(s, &f, 1, &y, 1, &out, NULL, 0, &err);
+    GR_CHECK_OK(st, err);
+    if (st != GR_OK) break;
+    GR_CHECK_NEAR(gr_tensor_get_f64(&out, 3), 6, 0);
+    gr_tensor_release(&out);
+  }
+  GR_CHECK_EQ_INT(runs, 20);
+  GR_CHECK_MSG(on_network_thread == 0, "%d of %d runs on the network thread", on_network_thread,
+               runs);
+  gr_tensor_release(&xv);
+  gr_session_free(s);
+  gr_graph_free(g);
+  cluster_stop(&c);
+}
+
 static void stall_800ms(void *arg) {
   (void)arg;
   usleep(800 * 1000);
@@ -524,6 +580,7 @@ static void test_starved_client(void) {
 }
 
 int main(void) {
+  GR_RUN(test_network_thread_runs_light_nodes);
   GR_RUN(test_starved_client);
   GR_RUN(test_one_thread_per_task);
   GR_RUN(test_classic);
