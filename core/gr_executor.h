@@ -5,7 +5,10 @@
  * inline on the calling thread when cheap; expensive ones (GR_OP_EXPENSIVE or
  * large cost) go to a shared queue that the inter-op thread pool and the
  * calling thread drain, but for one that the thread keeps and runs after
- * the cheap ones that are ready (sends go out before a long product). Async kernels complete through gr_kernel_done. A
+ * the cheap ones that are ready (sends go out before a long product). A
+ * thread that is not the run's own (a server's network thread completing
+ * a receive) runs only light nodes: transfers, and small nodes of known
+ * size. Async kernels complete through gr_kernel_done. A
  * node's first error cancels the step: remaining kernels are skipped, pending
  * async kernels get their cancel callback, and the error (naming the node) is
  * returned.
