@@ -11,7 +11,6 @@
  * queue and finishes the run itself. */
 #include "core/gr_executor.h"
 #include "core/executor_internal.h"
-#include "core/gr_threadpool.h"
 #include "core/gr_trace.h"
 
 #include <pthread.h>
@@ -631,12 +630,6 @@ static void process(run_state *st, int first, ready_stack *rs) {
   for (int i; (i = rs_pop(st, rs)) >= 0;) start_node(st, i, rs);
 }
 
-/* A thread of the run's own: its pool's, or its waiting caller. */
-static bool own_thread(const run_state *st) {
-  return (st->e->pool_size > 0 && gr_threadpool_current() == st->e->pool) ||
-         (st->waiting && pthread_equal(pthread_self(), st->caller));
-}
-
 /* From a completion or the caller of an asynchronous run: the ready cheap
  * nodes run here, and the expensive ones go to the run's pool (or its
  * waiting caller). A product run here would compete with the run's
@@ -646,7 +639,7 @@ static bool own_thread(const run_state *st) {
  * thread), only light nodes run: a copy of unknown or large size (a ring's
  * piece put in place, a concatenation) would hold up every connection. */
 static void run_cheap_here(run_state *st, ready_stack *rs) {
-  bool own = own_thread(st);
+  bool own = gr_exec_own_thread(st->e, st->waiting, st->caller);
   while (rs->n > 0) {
     int i = rs->v[--rs->n];
     if (own || st->e->nodes[i].light)

@@ -13,19 +13,22 @@
 /* what a light node may read and write (executor_internal.h) */
 #define GR_LIGHT_BYTES (256.0 * 1024)
 
+/* The bytes of output o, or -1 when its shape is not fully known. */
+static double output_bytes(gr_output o) {
+  const gr_shape *s = &o.node->out_shapes[o.index];
+  return gr_shape_is_fully_known(s)
+             ? (double)gr_shape_num_elements(s) * (double)gr_dtype_size(o.node->out_dtypes[o.index])
+             : -1;
+}
+
 /* The bytes of n's inputs and outputs, or -1 when a shape is not fully known. */
 static double node_bytes(const gr_node *n) {
   double b = 0;
-  for (int i = 0; i < n->num_inputs; i++) {
-    const gr_node *p = n->inputs[i].node;
-    int64_t k = gr_shape_num_elements(&p->out_shapes[n->inputs[i].index]);
-    if (k < 0 || !gr_shape_is_fully_known(&p->out_shapes[n->inputs[i].index])) return -1;
-    b += (double)k * (double)gr_dtype_size(p->out_dtypes[n->inputs[i].index]);
-  }
-  for (int i = 0; i < n->num_outputs; i++) {
-    int64_t k = gr_shape_num_elements(&n->out_shapes[i]);
-    if (k < 0 || !gr_shape_is_fully_known(&n->out_shapes[i])) return -1;
-    b += (double)k * (double)gr_dtype_size(n->out_dtypes[i]);
+  for (int i = 0; i < n->num_inputs + n->num_outputs; i++) {
+    double k = output_bytes(i < n->num_inputs ? n->inputs[i]
+                                              : (gr_output){(gr_node *)n, i - n->num_inputs});
+    if (k < 0) return -1;
+    b += k;
   }
   return b;
 }

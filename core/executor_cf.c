@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "core/executor_cf_internal.h"
-#include "core/gr_threadpool.h"
 #include "core/gr_trace.h"
 
 /* ---- run state ---------------------------------------------------------------------- */
@@ -591,8 +590,7 @@ static void cf_done(async_hdr *h, gr_status s) {
    * completion. A thread that is neither the pool's nor the waiting
    * caller (a network thread delivering a tensor) runs no kernels: a task
    * runs them on its inter-op threads only. */
-  bool helper = r->e->pool_size == 0 || gr_threadpool_current() == r->e->pool ||
-                (r->waiting && pthread_equal(pthread_self(), r->caller));
+  bool helper = r->e->pool_size == 0 || gr_exec_own_thread(r->e, r->waiting, r->caller);
   if (helper && gr_exec_done_depth < GR_DONE_INLINE_DEPTH) {
     gr_exec_done_depth++;
     drain(r);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "core/gr_executor.h"
+#include "core/gr_threadpool.h"
 #include "core/step_watch_internal.h"
 
 typedef struct exec_edge {
@@ -52,6 +53,15 @@ struct gr_executor {
   struct run_state *free_states;
   struct cf_plan *cf; /* set when the graph has control flow */
 };
+
+/* A thread of a run's own (both run paths): e's pool's, or the run's
+ * caller when it waits for the run. Other threads (a server's network
+ * thread completing a receive, another device's thread) run only light
+ * nodes of the run (exec_node). */
+static inline bool gr_exec_own_thread(const gr_executor *e, bool waiting, pthread_t caller) {
+  return (e->pool_size > 0 && gr_threadpool_current() == e->pool) ||
+         (waiting && pthread_equal(pthread_self(), caller));
+}
 
 /* The first member of every run path's async-kernel context
  * (ctx->exec_private), so gr_kernel_done / gr_kernel_on_cancel dispatch. */

@@ -405,17 +405,6 @@ static void test_master_places(void) {
   cluster_stop(&c);
 }
 
-/* sleeps and records how many run at once (an expensive op) */
-static gr_status busy_kernel(gr_kernel_ctx *ctx) {
-  gt_gauge_enter();
-  usleep(20000);
-  gt_gauge_leave();
-  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
-  return GR_OK;
-}
-static const gr_op_def test_busy =
-    GT_UNARY_OP_DEF("test_busy", busy_kernel, NULL, 0, GR_OP_EXPENSIVE);
-
 /* sleeps, uncounted (the other task's kernel) */
 static gr_status sleep_kernel(gr_kernel_ctx *ctx) {
   usleep(20000);
@@ -445,7 +434,7 @@ static void busy_round(gr_graph *g, void *arg, const gr_output *v, gr_output *ne
  * executor). */
 static void test_one_thread_per_task(void) {
   gr_error err;
-  gr_op_registry_add(&test_busy, &err);
+  gr_op_registry_add(&gt_busy_op, &err);
   gr_op_registry_add(&test_sleep, &err);
   cluster c;
   GR_CHECK(cluster_start_threads(&c, 2, false, NULL, 1));

@@ -59,24 +59,13 @@ static gr_status fail_kernel(gr_kernel_ctx *ctx) {
 }
 static const gr_op_def test_fail = GT_UNARY_OP_DEF("test_fail", fail_kernel, delay_attrs, 1, 0);
 
-/* sleeps and records how many run at once */
-static gr_status busy_kernel(gr_kernel_ctx *ctx) {
-  gt_gauge_enter();
-  usleep(20000);
-  gt_gauge_leave();
-  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
-  return GR_OK;
-}
-static const gr_op_def test_busy =
-    GT_UNARY_OP_DEF("test_busy", busy_kernel, NULL, 0, GR_OP_EXPENSIVE);
-
 static void register_test_ops(void) {
   gr_error err;
   gr_ops_register_all();
   gr_op_registry_add(&test_async_delay, &err);
   gr_op_registry_add(&test_block, &err);
   gr_op_registry_add(&test_fail, &err);
-  gr_op_registry_add(&test_busy, &err);
+  gr_op_registry_add(&gt_busy_op, &err);
 }
 
 /* ---- tests -------------------------------------------------------------------- */

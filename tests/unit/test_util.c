@@ -364,6 +364,15 @@ int gt_gauge_max(void) {
   return __atomic_load_n(&gauge_max, __ATOMIC_SEQ_CST);
 }
 
+static gr_status busy_kernel(gr_kernel_ctx *ctx) {
+  gt_gauge_enter();
+  usleep(20000);
+  gt_gauge_leave();
+  gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
+  return GR_OK;
+}
+const gr_op_def gt_busy_op = GT_UNARY_OP_DEF("test_busy", busy_kernel, NULL, 0, GR_OP_EXPENSIVE);
+
 static const char *pin_format = "/device:CPU:%d";
 void gt_set_pin_format(const char *fmt) {
   pin_format = fmt ? fmt : "/device:CPU:%d";

@@ -105,6 +105,9 @@ void gt_gauge_reset(void);
 void gt_gauge_enter(void);
 void gt_gauge_leave(void);
 int gt_gauge_max(void);
+/* "test_busy": an expensive unary op whose kernel sleeps 20 ms inside the
+ * gauge and passes its input on (register it with gr_op_registry_add). */
+extern const gr_op_def gt_busy_op;
 
 /* The spec gt_pin pushes for device k: a printf format of one int (NULL:
  * "/device:CPU:%d"; a cluster test: "/job:worker/task:%d"). */
