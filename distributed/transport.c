@@ -354,7 +354,9 @@ static int flush_locked(gr_conn *c) {
     ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
-      return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : errno;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      if (!c->write_errno) c->write_errno = errno;
+      return errno;
     }
     c->queued -= (size_t)w;
     size_t left = (size_t)w;
@@ -612,6 +614,13 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
     char why[160];
     bool between = c->rstate == READ_HEADER && c->stage_len == c->stage_pos;
+    /* a reset that a send met first (under mu: a send in flight has stored
+     * it); a peer that closed cleanly gives a send EPIPE instead */
+    if (r == 0) {
+      pthread_mutex_lock(&c->mu);
+      if (c->write_errno == ECONNRESET) r = -1, errno = ECONNRESET;
+      pthread_mutex_unlock(&c->mu);
+    }
     if (r == 0)
       snprintf(why, sizeof why, "%s closed the connection%s", c->peer,
                between ? "" : " in the middle of a frame");

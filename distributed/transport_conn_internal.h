@@ -56,6 +56,10 @@ struct gr_conn {
   gr_buffer *body;
   size_t body_got;
   int64_t last_rx_ms; /* when bytes last arrived (atomic) */
+  /* the errno of the first failed write (under mu; 0: none): a reset that
+   * a send met first consumed the socket's error, and the read then sees
+   * only the end of the stream */
+  int write_errno;
   /* the server side of authentication */
   bool is_server, authed;
   char *secret;
