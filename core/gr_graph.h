@@ -50,6 +50,8 @@ struct gr_node {
   const char *requested_device; /* "" when none; merged from device scopes */
   const char *assigned_device;  /* NULL until placed */
   const char *colocate_with;    /* node name or NULL */
+  bool colocate_hint;           /* colocate_with is a preference, not a group (a gradient with
+                                   its forward op: a pin wins; core/gr_colocation.h) */
   const char *source_loc;       /* "file:line:col" when built from DSL, else NULL */
   gr_graph *graph;
 };
@@ -111,8 +113,13 @@ void gr_graph_remove_control_input(gr_node *n, const gr_node *dep);
  * built behaves (gr_replicate turns off batch_norm's update_moving). Only
  * before a session uses the node; shapes are not inferred again. Sticky. */
 gr_status gr_graph_set_attr(gr_graph *g, gr_node *n, const gr_attr *a);
-/* Sets the colocation constraint of n (the name of another node). */
+/* Sets the colocation constraint of n (the name of another node): n joins
+ * other's colocation group (core/gr_colocation.h). */
 gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other);
+/* A colocation hint instead: n runs where other runs unless a pin of its own
+ * (or a placement mode) says otherwise; it joins no group. For the gradient
+ * nodes autodiff builds for a forward op. */
+gr_status gr_graph_set_colocation_hint(gr_graph *g, gr_node *n, const char *other);
 /* Source position for nodes added from now on ("file:line:col", NULL to clear).
  * Shape errors are prefixed with it. */
 void gr_graph_set_source_loc(gr_graph *g, const char *loc);

@@ -636,6 +636,7 @@ static gr_output add_node(gr_graph *g, const gr_op_def *op, const char *name,
     n->source_loc = g->source_loc = shared_str(g, &g->last_loc, copy_of->source_loc);
     n->assigned_device = shared_str(g, &g->last_assigned, copy_of->assigned_device);
     n->colocate_with = shared_str(g, &g->last_colocate, copy_of->colocate_with);
+    n->colocate_hint = copy_of->colocate_hint && copy_of->colocate_with;
   }
   if (!check_input_count(g, n, op, num_inputs)) {
     g->source_loc = saved_loc;
@@ -837,6 +838,13 @@ gr_status gr_graph_set_colocation(gr_graph *g, gr_node *n, const char *other) {
     return fail(g, GR_ERR_NOT_FOUND, "node '%s': colocate_with names unknown node '%s'", n->name,
                 other);
   n->colocate_with = gr_arena_strdup(&g->arena, other);
+  n->colocate_hint = false;
+  return GR_OK;
+}
+
+gr_status gr_graph_set_colocation_hint(gr_graph *g, gr_node *n, const char *other) {
+  GR_TRY(gr_graph_set_colocation(g, n, other));
+  n->colocate_hint = true;
   return GR_OK;
 }
 

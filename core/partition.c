@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/gr_colocation.h"
 #include "core/transfer_internal.h"
 
 /* ---- the pass ------------------------------------------------------------------ */
@@ -454,7 +455,8 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
   } else {
     for (int i = 0; i < c.max_id; i++) c.pos_of[i] = 0;
     for (int i = 0; i < num_nodes; i++) c.pos_of[nodes[i]->id] = i;
-    st = build(&c, fetches, num_fetches);
+    st = gr_colocation_check(nodes, num_nodes, err);
+    if (st == GR_OK) st = build(&c, fetches, num_fetches);
   }
   if (st == GR_OK) {
     *out = c.ps;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/gr_colocation.h"
 #include "core/gr_executor.h"
 #include "core/gr_rng.h"
 #include "core/gr_resource.h"
@@ -261,48 +262,83 @@ static void note_soft(gr_session *s, const gr_node *node, const char *request, i
     fprintf(stderr, "graphrun: note: %s\n", msg);
 }
 
-/* Resolves each needed node's device: a device assigned already (by the
- * placer) that is one of the session's and satisfies the node's spec stays;
- * otherwise the first session device that the requested (or colocated)
- * spec matches; with none, soft placement picks one (soft_device) or it is
- * an error.
+/* The session device for a node whose request is spec: the one the placer
+ * assigned it when that is a session device the spec allows (have >= 0),
+ * else the first that the spec matches; with none, soft placement picks one
+ * (soft_device) or it is an error. -1 after an error. */
+static int device_for(gr_session *s, gr_node *node, const gr_device_spec *spec, int have,
+                      gr_error *err) {
+  if (have >= 0 && gr_device_spec_matches(spec, &s->devices[have])) return have;
+  int k = 0;
+  while (k < s->opts.num_devices && !gr_device_spec_matches(spec, &s->devices[k])) k++;
+  if (k < s->opts.num_devices) return k;
+  char request[GR_DEVICE_NAME_MAX];
+  gr_device_spec_str(spec, request);
+  if (s->opts.soft_placement) {
+    k = soft_device(s, node, spec);
+    note_soft(s, node, request, k);
+    return k;
+  }
+  char list[512];
+  size_t m = 0;
+  for (int d = 0; d < s->opts.num_devices && m < sizeof list - 1; d++)
+    m += (size_t)snprintf(list + m, sizeof list - m, "%s%s", d ? ", " : "", s->device_names[d]);
+  gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+               "node '%s': device spec '%s' matches no device of this session "
+               "(devices: %s); soft placement would run it on one of them "
+               "(graphrun run --soft-placement; gr_session_options.soft_placement)",
+               node->name, request, list);
+  return -1;
+}
+
+/* Per group of several members (by its first member's id): the device of its
+ * first member that the placer put on a session device the group's request
+ * allows, -1 when none. One pass over the graph, so a group gets one device
+ * whatever subset of it a step runs. */
+static int *group_devices(gr_session *s, const gr_colocation *col) {
+  int total = col->num_nodes;
+  int *dev = gr_alloc_array((size_t)total + 1, sizeof(int));
+  if (!dev) return NULL;
+  for (int id = 0; id < total; id++) dev[id] = -2; /* not seen */
+  for (int id = 0; id < total; id++) {
+    int r = col->group[id];
+    if (col->size[id] < 2 || dev[r] >= 0) continue;
+    gr_device_spec spec = gr_colocation_spec(col, s->graph, id);
+    int k = device_named(s, gr_graph_node(s->graph, id)->assigned_device);
+    dev[r] = k >= 0 && gr_device_spec_matches(&spec, &s->devices[k]) ? k : -1;
+  }
+  return dev;
+}
+
+/* Resolves each needed node's device. A colocation group (core/gr_colocation.h)
+ * runs on one device: its first member's placed device, when the group's
+ * request allows it, else the first the request matches. A node alone keeps
+ * the device the placer assigned it when its request (its own pin, else that
+ * of the node its hint names) allows it, else the first such device. With
+ * none, soft placement picks one (soft_device) or it is an error.
  * *num_used: how many different devices the nodes use. */
 static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int *num_used,
                                 gr_error *err) {
+  gr_colocation col;
+  GR_TRY(gr_colocation_compute(s->graph, s->opts.soft_placement, &col, err));
   char *used = calloc((size_t)s->opts.num_devices, 1);
-  if (!used) return gr_error_set_oom(err);
+  int *gdev = group_devices(s, &col);
+  gr_status st = GR_OK;
+  if (!used || !gdev) st = gr_error_set_oom(err);
   *num_used = 0;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n && st == GR_OK; i++) {
     gr_node *node = nodes[i];
-    gr_device_spec spec;
-    const char *request = gr_graph_resolve_device(s->graph, node);
-    if (gr_device_spec_parse(request, &spec, err) != GR_OK) {
-      gr_error_prefix(err, "node '%s'", node->name);
-      free(used);
-      return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+    gr_device_spec spec = gr_colocation_spec(&col, s->graph, node->id);
+    int r = col.group[node->id], k;
+    if (col.size[node->id] > 1) {
+      if (gdev[r] < 0) gdev[r] = device_for(s, node, &spec, -1, err);
+      k = gdev[r];
+    } else {
+      k = device_for(s, node, &spec, device_named(s, node->assigned_device), err);
     }
-    int k = device_named(s, node->assigned_device);
-    if (k >= 0 && gr_device_spec_matches(&spec, &s->devices[k])) {
-      if (!used[k]) ++*num_used;
-      used[k] = 1;
-      continue;
-    }
-    k = 0;
-    while (k < s->opts.num_devices && !gr_device_spec_matches(&spec, &s->devices[k])) k++;
-    if (k == s->opts.num_devices && s->opts.soft_placement) {
-      k = soft_device(s, node, &spec);
-      note_soft(s, node, request, k);
-    } else if (k == s->opts.num_devices) {
-      char list[512];
-      size_t m = 0;
-      for (int d = 0; d < s->opts.num_devices && m < sizeof list - 1; d++)
-        m += (size_t)snprintf(list + m, sizeof list - m, "%s%s", d ? ", " : "", s->device_names[d]);
-      free(used);
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                          "node '%s': device spec '%s' matches no device of this session "
-                          "(devices: %s); soft placement would run it on one of them "
-                          "(graphrun run --soft-placement; gr_session_options.soft_placement)",
-                          node->name, request, list);
+    if (k < 0) {
+      st = err ? err->code : GR_ERR_INVALID_ARGUMENT;
+      break;
     }
     if (!used[k]) ++*num_used;
     used[k] = 1;
@@ -310,7 +346,9 @@ static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int
       node->assigned_device = gr_graph_strdup(s->graph, s->device_names[k]);
   }
   free(used);
-  return GR_OK;
+  free(gdev);
+  gr_colocation_free(&col);
+  return st;
 }
 
 gr_status gr_session_place_nodes(gr_session *s, gr_node *const *nodes, int n, gr_error *err) {

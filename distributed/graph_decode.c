@@ -311,6 +311,10 @@ static gr_status node_of(dec *d, const msgpack_object *m) {
   GR_TRY(str_copy(d, o, &fake.requested_device));
   GR_TRY(opt_str(d, m, "assigned", &fake.assigned_device));
   GR_TRY(opt_str(d, m, "colocate", &fake.colocate_with));
+  if (map_get(m, "hint")) {
+    GR_TRY(field(d, m, "hint", MSGPACK_OBJECT_BOOLEAN, false, &o));
+    fake.colocate_hint = o->via.boolean && fake.colocate_with;
+  }
   GR_TRY(opt_str(d, m, "loc", &fake.source_loc));
   node_scratch s = {0};
   gr_status st = node_inputs(d, m, &fake, &s);

@@ -74,7 +74,7 @@ static void pack_attr(msgpack_packer *pk, const gr_attr *a) {
 }
 
 static void pack_node(msgpack_packer *pk, const gr_node *n, const int *pos) {
-  msgpack_pack_map(pk, 9);
+  msgpack_pack_map(pk, n->colocate_hint ? 10 : 9);
   pack_str(pk, "name");
   pack_str(pk, n->name);
   pack_str(pk, "op");
@@ -99,6 +99,10 @@ static void pack_node(msgpack_packer *pk, const gr_node *n, const int *pos) {
   pack_opt_str(pk, n->assigned_device);
   pack_str(pk, "colocate");
   pack_opt_str(pk, n->colocate_with);
+  if (n->colocate_hint) { /* colocate is a preference: no group (written only when set) */
+    pack_str(pk, "hint");
+    msgpack_pack_true(pk);
+  }
   pack_str(pk, "loc");
   pack_opt_str(pk, n->source_loc);
 }

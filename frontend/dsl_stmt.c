@@ -214,9 +214,13 @@ static gr_status lower_scoped_block(gr_dsl_program *p, const dsl_stmt *s) {
       return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, s->args[0]->pos,
                        "colocate_with needs a node, got a %s", dsl_vkind_name(v.kind));
     int n0 = gr_graph_num_nodes(p->g);
+    /* as TensorFlow's colocate_with: the enclosing device scopes do not
+     * apply inside (a pin written inside the block does, and must agree) */
+    if (gr_graph_push_device_scope_reset(p->g, "") != GR_OK) return dsl_check_graph(p, s->pos);
     p->block_depth++;
     st = dsl_lower_block(p, &s->block);
     p->block_depth--;
+    gr_graph_pop_device_scope(p->g);
     GR_TRY(st);
     for (int i = n0; i < gr_graph_num_nodes(p->g); i++)
       if (gr_graph_set_colocation(p->g, gr_graph_node(p->g, i), v.t.node->name) != GR_OK)

@@ -4,7 +4,7 @@
  * consumers send to one output (add_n). A while loop is differentiated as a
  * unit by a reverse loop (while_grad.c): the walk orders each loop's nodes
  * as one group, so every consumer of every exit is done before the loop.
- * Gradient nodes are colocated with their forward node and live under the
+ * Gradient nodes carry a colocation hint to their forward node and live under the
  * name scope "gradients/". */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,8 +75,8 @@ static bool like_products(gr_graph *g, const contrib *c, products *pr) {
  * products would have. */
 static void colocate_with_product(gr_graph *g, int first_id, const gr_node *m0) {
   for (int id = first_id; id < gr_graph_num_nodes(g); id++)
-    gr_graph_set_colocation(g, gr_graph_node(g, id),
-                            m0->colocate_with ? m0->colocate_with : m0->name);
+    gr_graph_set_colocation_hint(g, gr_graph_node(g, id),
+                                 m0->colocate_with ? m0->colocate_with : m0->name);
 }
 
 /* All operands local: the products sum to one product over the operands
@@ -159,7 +159,7 @@ static gr_output total(gr_graph *g, const contrib *c, bool fuse) {
 static void colocate_new(gr_graph *g, int first_id, const gr_node *fwd) {
   for (int id = first_id; id < gr_graph_num_nodes(g); id++) {
     gr_node *n = gr_graph_node(g, id);
-    if (!n->colocate_with) gr_graph_set_colocation(g, n, fwd->name);
+    if (!n->colocate_with) gr_graph_set_colocation_hint(g, n, fwd->name);
   }
 }
 
@@ -524,7 +524,7 @@ static void sum_dxs(walk *w, const gr_output *xs, int nx, bool null_for_unconnec
     for (int id = first_id; id < gr_graph_num_nodes(g); id++) {
       gr_node *n = gr_graph_node(g, id);
       if (!n->colocate_with && !n->requested_device[0])
-        gr_graph_set_colocation(g, n, xs[i].node->name);
+        gr_graph_set_colocation_hint(g, n, xs[i].node->name);
     }
   }
 }

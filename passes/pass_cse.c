@@ -133,7 +133,7 @@ static uint64_t hash_node(cse *s, const gr_node *n) {
   }
   h = mix_str(h, n->requested_device);
   h = mix_str(h, n->assigned_device);
-  return mix_str(h, n->colocate_with);
+  return mix_str(h, n->colocate_with) ^ (uint64_t)n->colocate_hint;
 }
 
 static bool same_node(cse *s, const gr_node *a, const gr_node *b) {
@@ -141,7 +141,7 @@ static bool same_node(cse *s, const gr_node *a, const gr_node *b) {
   if (a->op != b->op || a->num_inputs != b->num_inputs || a->num_attrs != b->num_attrs ||
       !same_str(a->requested_device, b->requested_device) ||
       !same_str(a->assigned_device, b->assigned_device) ||
-      !same_str(a->colocate_with, b->colocate_with))
+      !same_str(a->colocate_with, b->colocate_with) || a->colocate_hint != b->colocate_hint)
     return false;
   for (int i = 0; i < a->num_inputs; i++)
     if (c->rep[a->inputs[i].node->id] != c->rep[b->inputs[i].node->id] ||

@@ -111,7 +111,9 @@ void gr_placement_explain(const gr_placement *p, FILE *f) {
             fmt_time(r->finish[k], t2));
     switch ((gr_place_reason)r->reason[k]) {
       case GR_PLACE_PINNED:
-        if (v->requested_device[0])
+        if (p->follows[v->id])
+          fprintf(f, "pinned through the resource it uses");
+        else if (v->requested_device[0])
           fprintf(f, "pinned '%s'", v->requested_device);
         else
           fprintf(f, "pinned through its colocation group");
@@ -153,6 +155,8 @@ void gr_placement_explain(const gr_placement *p, FILE *f) {
     }
     if (p->pin_ignored[v->id])
       fprintf(f, " (pin '%s' ignored: soft placement)", v->requested_device);
+    else if (p->follows[v->id] && v->requested_device[0])
+      fprintf(f, " (pin '%s' ignored: it follows the resource it uses)", v->requested_device);
     fprintf(f, "\n");
   }
   fprintf(f,

@@ -21,26 +21,6 @@ static int map_get_or_put(gr_map *m, const char *key, int val) {
   return (int)(intptr_t)*v;
 }
 
-/* ---- union-find ------------------------------------------------------------ */
-
-static int uf_find(int *parent, int x) {
-  while (parent[x] != x) {
-    parent[x] = parent[parent[x]];
-    x = parent[x];
-  }
-  return x;
-}
-
-static void uf_union(int *parent, int a, int b) {
-  a = uf_find(parent, a);
-  b = uf_find(parent, b);
-  if (a == b) return;
-  if (a < b)
-    parent[b] = a;
-  else
-    parent[a] = b;
-}
-
 /* ---- helpers ------------------------------------------------------------------ */
 
 static void device_list(const gr_cluster *c, char *buf, size_t cap) {
@@ -59,17 +39,6 @@ static bool kernel_available(const gr_node *n, const gr_cluster_device *d) {
   return n->op->kernel != NULL && strcmp(d->spec.type, "CPU") == 0;
 }
 
-static const char *why_colocated(const gr_node *n, char *buf, size_t cap) {
-  const char *var = gr_node_attr_string(n, "var", NULL);
-  if (n->colocate_with)
-    snprintf(buf, cap, "colocate_with '%s'", n->colocate_with);
-  else if (var)
-    snprintf(buf, cap, "variable '%s'", var);
-  else
-    snprintf(buf, cap, "its colocation group");
-  return buf;
-}
-
 /* ---- constraints ------------------------------------------------------------------ */
 
 typedef struct build {
@@ -78,10 +47,11 @@ typedef struct build {
   const gr_placer_options *o;
   gr_placement *p;
   int n, D, words;
-  int *parent;    /* union-find over node ids */
-  int *pin_set;   /* per node id: allowed-set bitset index (-1 none) */
-  uint64_t *sets; /* bitsets, words each */
-  uint8_t *soft;  /* per set: made from a pin that soft placement dropped */
+  int *parent;       /* union-find over node ids */
+  int *pin_set;      /* per node id: allowed-set bitset index (-1 none) */
+  gr_colocation col; /* the graph's colocation groups */
+  uint64_t *sets;    /* bitsets, words each */
+  uint8_t *soft;     /* per set: made from a pin that soft placement dropped */
   int nsets, capsets;
   gr_error *err;
 } build;
@@ -131,6 +101,11 @@ static gr_status resolve_pins(build *b) {
                         v->name, v->op->name);
       break;
     }
+    if (b->col.follows[i] || b->col.dropped[i]) { /* follows its group: the pin is not its own */
+      b->p->pin_ignored[i] = b->col.dropped[i];
+      b->p->follows[i] = b->col.follows[i];
+      continue;
+    }
     if (!*req) continue;
     int k = map_get_or_put(&specs, req, b->nsets);
     if (k == -2) goto oom;
@@ -178,34 +153,42 @@ oom:
   return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
 }
 
-/* Colocation: nodes sharing attr "var", and colocate_with. */
+/* Colocation: the graph's groups (core/gr_colocation.h) as the union-find
+ * start (a group's root is its first member, as uf_union keeps it). */
 static gr_status join_groups(build *b) {
-  gr_map vars;
-  gr_map_init(&vars, GR_MAP_STR);
-  for (int i = 0; i < b->n; i++) b->parent[i] = i;
+  GR_TRY(gr_colocation_compute(b->g, b->o->soft_placement, &b->col, b->err));
+  for (int i = 0; i < b->n; i++) b->parent[i] = b->col.group[i];
+  return GR_OK;
+}
+
+/* Colocation hints (a gradient with its forward op) join the hinted node's
+ * group to its target's when the two groups' pins allow a common device;
+ * otherwise the hint is dropped (a pin wins over a hint). */
+static gr_status join_hints(build *b, int *gset, int *gpinner) {
   for (int i = 0; i < b->n; i++) {
     gr_node *v = gr_graph_node(b->g, i);
-    const char *var = gr_node_attr_string(v, "var", NULL);
-    if (var) {
-      int first = map_get_or_put(&vars, var, i);
-      if (first == -2) {
-        gr_map_free(&vars);
+    if (!v->colocate_with || !v->colocate_hint) continue;
+    gr_node *t = gr_graph_find_node(b->g, v->colocate_with);
+    if (!t) continue;
+    int ra = gr_colocation_find(b->parent, i), rb = gr_colocation_find(b->parent, t->id);
+    if (ra == rb) continue;
+    int sa = gset[ra], sb = gset[rb], s = sa < 0 ? sb : sa;
+    if (sa >= 0 && sb >= 0) {
+      if ((s = new_set(b)) < 0)
         return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
+      for (int w = 0; w < b->words; w++)
+        set_bits(b, s)[w] = set_bits(b, sa)[w] & set_bits(b, sb)[w];
+      if (set_empty(b, s)) {
+        b->nsets--;
+        continue;
       }
-      uf_union(b->parent, first, i);
     }
-    if (v->colocate_with) {
-      gr_node *o = gr_graph_find_node(b->g, v->colocate_with);
-      if (!o) {
-        gr_map_free(&vars);
-        return gr_error_set(b->err, GR_ERR_NOT_FOUND,
-                            "node '%s': colocate_with names '%s', which is not a node of the graph",
-                            v->name, v->colocate_with);
-      }
-      uf_union(b->parent, o->id, i);
-    }
+    int pinner = gpinner[ra] >= 0 ? gpinner[ra] : gpinner[rb];
+    gr_colocation_union(b->parent, ra, rb);
+    int r = gr_colocation_find(b->parent, ra);
+    gset[r] = s;
+    gpinner[r] = pinner;
   }
-  gr_map_free(&vars);
   return GR_OK;
 }
 
@@ -242,12 +225,11 @@ static gr_status join_loops(build *b, const int *order) {
     }
     depth[i] = d;
     top[i] = t;
-    if (t < 0 || v->requested_device[0] || v->colocate_with || gr_node_attr_string(v, "var", NULL))
-      continue;
+    if (t < 0 || v->requested_device[0] || v->colocate_with || b->col.size[i] > 1) continue;
     if (anchor[t] < 0)
       anchor[t] = i;
     else
-      uf_union(b->parent, anchor[t], i);
+      gr_colocation_union(b->parent, anchor[t], i);
   }
   goto done;
 oom:
@@ -263,7 +245,7 @@ static gr_status group_sets(build *b, int *gset, int *gpinner) {
   for (int i = 0; i < b->n; i++) gset[i] = -1, gpinner[i] = -1;
   for (int i = 0; i < b->n; i++) {
     if (b->pin_set[i] < 0) continue;
-    int r = uf_find(b->parent, i);
+    int r = gr_colocation_find(b->parent, i);
     if (gset[r] < 0) {
       gset[r] = b->pin_set[i];
       gpinner[r] = i;
@@ -277,11 +259,14 @@ static gr_status group_sets(build *b, int *gset, int *gpinner) {
       gr_node *a = gr_graph_node(b->g, gpinner[r]), *v = gr_graph_node(b->g, i);
       if (!b->o->soft_placement) {
         char why[256];
+        gr_colocation_why(v, why, sizeof why);
+        if (!why[0]) gr_colocation_why(a, why, sizeof why);
         return gr_error_set(b->err, GR_ERR_INVALID_ARGUMENT,
                             "colocation conflict: node '%s' (device '%s') and node '%s' (device "
-                            "'%s') must share a device (%s) but no device matches both specs",
+                            "'%s') must share a device (%s) but no device of the cluster "
+                            "matches both specs",
                             a->name, a->requested_device, v->name, v->requested_device,
-                            why_colocated(v, why, sizeof why));
+                            why[0] ? why : "one colocation group");
       }
       b->p->pin_ignored[i] = 1; /* soft: the first pin in the group wins */
       b->nsets--;
@@ -318,7 +303,7 @@ static gr_status fill_graph(build *b, const int *order, const int *gset) {
   if (!rep) return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
   for (int i = 0; i < n; i++) rep[i] = n;
   for (int i = 0; i < n; i++) {
-    int r = uf_find(b->parent, i);
+    int r = gr_colocation_find(b->parent, i);
     if (pos[i] < rep[r]) rep[r] = pos[i];
   }
   e = 0;
@@ -342,7 +327,7 @@ static gr_status fill_graph(build *b, const int *order, const int *gset) {
         b->p->profiled++;
       }
     }
-    int r = uf_find(b->parent, order[k]);
+    int r = gr_colocation_find(b->parent, order[k]);
     pg->group[k] = rep[r];
     pg->allow[k] = gset[r];
     pg->in_off[k] = e;
@@ -394,8 +379,9 @@ gr_status gr_placer_place(gr_graph *g, const gr_cluster *c, const gr_placer_opti
   p->pos = gr_alloc_array(sn, sizeof(int));
   p->node_at = gr_alloc_array(sn, sizeof(gr_node *));
   p->pin_ignored = calloc(sn, 1);
+  p->follows = calloc(sn, 1);
   p->dev_names = calloc((size_t)c->num_devices, sizeof(char *));
-  if (!p->pos || !p->node_at || !p->pin_ignored || !p->dev_names) goto oom;
+  if (!p->pos || !p->node_at || !p->pin_ignored || !p->follows || !p->dev_names) goto oom;
   /* loop back edges (merge <- next_iteration) are not ordering constraints */
   int sorted = gr_graph_topo_order(g, order);
   if (sorted != n) {
@@ -405,10 +391,11 @@ gr_status gr_placer_place(gr_graph *g, const gr_cluster *c, const gr_placer_opti
                                   "is not a loop's back edge");
     goto done;
   }
-  if ((s = resolve_pins(&b)) != GR_OK) goto done;
   if ((s = join_groups(&b)) != GR_OK) goto done;
+  if ((s = resolve_pins(&b)) != GR_OK) goto done;
   if ((s = join_loops(&b, order)) != GR_OK) goto done;
   if ((s = group_sets(&b, gset, gpinner)) != GR_OK) goto done;
+  if ((s = join_hints(&b, gset, gpinner)) != GR_OK) goto done;
   if ((s = fill_graph(&b, order, gset)) != GR_OK) goto done;
   gr_place_options po = {.record = o.explain};
   if ((s = gr_place_schedule(&p->pg, c, &po, &p->r, err)) != GR_OK) goto done;
@@ -431,6 +418,7 @@ done:
   free(b.pin_set);
   free(b.sets);
   free(b.soft);
+  gr_colocation_free(&b.col);
   if (s != GR_OK || !out) {
     gr_placement_free(p);
     return s;
@@ -446,6 +434,7 @@ void gr_placement_free(gr_placement *p) {
   free(p->pos);
   free(p->node_at);
   free(p->pin_ignored);
+  free(p->follows);
   free(p->dev_names);
   free(p);
 }

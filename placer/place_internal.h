@@ -14,6 +14,7 @@ struct gr_placement {
   int *pos;               /* node id -> index in pg */
   gr_node **node_at;      /* index in pg -> node */
   uint8_t *pin_ignored;   /* per node id: its pin was dropped by soft placement */
+  uint8_t *follows;       /* per node id: it follows the resource it uses (its pin is not its own) */
   const char **dev_names; /* per device: the graph-owned name string (or NULL) */
   int profiled;           /* nodes whose time came from the profile database */
 };

@@ -16,24 +16,34 @@ bool gr_place_mode_parse(const char *text, gr_place_mode *out) {
   return false;
 }
 
+/* Node i on device i mod the device count, a colocation group with its
+ * first member; nodes and groups a pin decides are left to the session. */
+static gr_status round_robin(gr_graph *g, const gr_cluster *c, int devices, bool soft,
+                             gr_error *err) {
+  int nd = c ? gr_cluster_num_devices(c) : devices;
+  gr_colocation col;
+  GR_TRY(gr_colocation_compute(g, soft, &col, err));
+  gr_status st = GR_OK;
+  for (int i = 0; i < gr_graph_num_nodes(g) && st == GR_OK; i++) {
+    gr_node *n = gr_graph_node(g, i);
+    int r = col.group[i];
+    if (col.size[i] > 1 ? col.spec_index[r] >= 0 : n->requested_device[0] != '\0') continue;
+    char name[GR_DEVICE_NAME_MAX];
+    gr_device_spec d = gr_device_spec_local_cpu(r % nd);
+    n->assigned_device = gr_graph_strdup(g, c ? gr_cluster_device_at(c, r % nd)->name
+                                              : gr_device_spec_str(&d, name));
+    if (!n->assigned_device) st = gr_error_set_oom(err);
+  }
+  gr_colocation_free(&col);
+  return st;
+}
+
 gr_status gr_placer_assign(gr_graph *g, const gr_cluster *c, int devices, gr_place_mode mode,
                            bool soft, gr_error *err) {
   if (!c && devices < 1)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "placement: %d devices", devices);
   if (mode == GR_PLACE_PINS) return GR_OK; /* the session puts them on its first device */
-  if (mode == GR_PLACE_ROUND_ROBIN) {
-    int nd = c ? gr_cluster_num_devices(c) : devices;
-    for (int i = 0; i < gr_graph_num_nodes(g); i++) {
-      gr_node *n = gr_graph_node(g, i);
-      if (n->requested_device[0]) continue;
-      char name[GR_DEVICE_NAME_MAX];
-      gr_device_spec d = gr_device_spec_local_cpu(i % nd);
-      n->assigned_device = gr_graph_strdup(g, c ? gr_cluster_device_at(c, i % nd)->name
-                                                : gr_device_spec_str(&d, name));
-      if (!n->assigned_device) return gr_error_set_oom(err);
-    }
-    return GR_OK;
-  }
+  if (mode == GR_PLACE_ROUND_ROBIN) return round_robin(g, c, devices, soft, err);
   /* the cost model on the cluster's devices, or this process's (static estimates) */
   gr_cluster *local = c ? NULL : gr_cluster_new_local(devices, 1e10, 1e10, 1e-6);
   if (!c && !local) return gr_error_set_oom(err);

@@ -210,7 +210,11 @@ static gr_status plan_shards(gr_session *s, gr_graph *g, shard_save **out, int *
   int ns = 0;
   gr_status st = sh ? GR_OK : gr_error_set_oom(err);
   /* where the session runs each variable (a run would decide the same) */
-  for (int i = 0; st == GR_OK && i < n; i++) st = gr_session_place_nodes(s, &vars[i].node, 1, err);
+  gr_node **nodes = gr_alloc_array((size_t)n + 1, sizeof *nodes);
+  if (st == GR_OK && !nodes) st = gr_error_set_oom(err);
+  for (int i = 0; st == GR_OK && i < n; i++) nodes[i] = vars[i].node;
+  if (st == GR_OK) st = gr_session_place_nodes(s, nodes, n, err);
+  free(nodes);
   for (int i = 0; st == GR_OK && i < n; i++) {
     const char *dev = vars[i].node->assigned_device;
     gr_device_spec d;

@@ -126,20 +126,47 @@ static void test_unsatisfiable_pin(void) {
   gr_cluster_free(c);
 }
 
-static void test_conflict(void) {
+/* An op that uses a variable follows it whatever device scope it was built
+ * in (TensorFlow's colocation of resource ops); one rule for the placer and
+ * the session's pins. */
+static void test_resource_user_follows(void) {
   gr_cluster *c = cluster();
   model m = build("/job:ps", NULL, "/job:worker/task:0");
+  gr_placer_options o = gr_placer_options_default();
+  o.explain = true;
+  gr_placement *p = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_placer_place(m.g, c, &o, &p, &err), err);
+  GR_CHECK(strcmp(m.upd1.node->assigned_device, PS) == 0);
+  GR_CHECK(strcmp(gr_graph_find_node(m.g, "w1/init")->assigned_device, PS) == 0);
+  char *text = explain_text(p);
+  GR_CHECK_STR_CONTAINS(text, "pin '/job:worker/task:0' ignored: it follows the resource it uses");
+  free(text);
+  gr_placement_free(p);
+  gr_graph_free(m.g);
+  gr_cluster_free(c);
+}
+
+/* Two explicit requests that cannot both hold: a colocate_with and a pin on
+ * the same op that contradicts the group's. An error naming both, or under
+ * soft placement the first pin wins. */
+static void test_conflict(void) {
+  gr_cluster *c = cluster();
+  model m = build("/job:ps", NULL, NULL);
+  gr_graph_push_device_scope(m.g, "/job:worker/task:0");
+  gr_output q = gr_neg(m.g, m.x);
+  gr_graph_pop_device_scope(m.g);
+  GR_CHECK_OK(gr_graph_set_colocation(m.g, q.node, "w1"), *gr_graph_error(m.g));
   gr_error err;
   GR_CHECK(gr_placer_place(m.g, c, NULL, NULL, &err) == GR_ERR_INVALID_ARGUMENT);
   GR_CHECK_STR_CONTAINS(err.msg, "colocation conflict");
-  GR_CHECK_STR_CONTAINS(err.msg, "node 'w1/init' (device '/job:ps')");
-  GR_CHECK_STR_CONTAINS(err.msg, m.upd1.node->name);
-  GR_CHECK_STR_CONTAINS(err.msg, "'/job:worker/task:0'");
-  GR_CHECK_STR_CONTAINS(err.msg, "variable 'w1'");
+  GR_CHECK_STR_CONTAINS(err.msg, "node 'w1' (device '/job:ps')");
+  GR_CHECK_STR_CONTAINS(err.msg, "node 'neg' (device '/job:worker/task:0')");
+  GR_CHECK_STR_CONTAINS(err.msg, "colocate_with 'w1'");
   gr_placer_options o = gr_placer_options_default();
   o.soft_placement = true;
   GR_CHECK_OK(gr_placer_place(m.g, c, &o, NULL, &err), err);
-  GR_CHECK(strcmp(m.upd1.node->assigned_device, PS) == 0); /* the first pin wins */
+  GR_CHECK(strcmp(q.node->assigned_device, PS) == 0); /* the first pin wins */
   gr_graph_free(m.g);
   gr_cluster_free(c);
 }
@@ -477,6 +504,7 @@ int main(void) {
   GR_RUN(test_pins_exact);
   GR_RUN(test_locality_explained);
   GR_RUN(test_unsatisfiable_pin);
+  GR_RUN(test_resource_user_follows);
   GR_RUN(test_conflict);
   GR_RUN(test_malformed_pin);
   GR_RUN(test_colocate_with_and_explain);
