@@ -1,4 +1,4 @@
-/* Parallel training as graph construction (DESIGN.md §5, "Parallelism"):
+/* Parallel training as graph construction (docs/strategies.md):
  * variables on parameter servers (a device function, as TensorFlow's
  * replica_device_setter), in-graph replicas of a model on slices of a batch
  * (synchronous data parallelism; also micro-batches for model parallelism),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Dependencies point down (DESIGN.md §1): each folder may include project
+# Dependencies point down (docs/internals.md, "Folders"): each folder may include project
 # headers only from itself and the folders below it, and only through their
 # face headers (gr_*.h) when crossing a folder boundary.
 set -u

@@ -34,7 +34,7 @@
  *
  * rtt_floor: the design's floor for the round trip, against the same raw
  * anchor: the same 8-byte ping-pong, but each end reads on a libevent loop
- * thread and answers from a pool thread, as a task must (DESIGN.md §5: no
+ * thread and answers from a pool thread, as a task must (docs/distributed.md: no
  * kernel work on the loop thread): one wake-up in epoll and one hand-off
  * per hop, nothing else. rtt_ratio / rtt_floor is graphrun's own cost.
  *
@@ -137,7 +137,7 @@ typedef struct raw_cmd {
 /* ---- the design's floor for a round trip ------------------------------------
  * A task reads frames on its event-loop thread (libevent, epoll) and runs
  * what they carry on a pool thread: no kernel work on the loop thread
- * (DESIGN.md §5). Any runtime built that way pays, per hop, the loop
+ * (docs/distributed.md). Any runtime built that way pays, per hop, the loop
  * thread's wake-up in epoll, the hand-off to a pool thread (a
  * gr_threadpool, as a server's work pool) and that thread's write. The
  * hand-off ping-pong does only that, on both ends, with 8-byte messages. */

@@ -1,4 +1,4 @@
-/* Bad input against a real server (distributed/, DESIGN.md §5 "Wire",
+/* Bad input against a real server (distributed/, docs/distributed.md "Wire",
  * "Security", "Errors"): servers started in this process on ephemeral
  * loopback ports, raw sockets that send arbitrary bytes, and after every
  * case a well-behaved client (a raw GET_STATUS round trip and a gr_master
