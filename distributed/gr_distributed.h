@@ -1,5 +1,5 @@
 /* distributed/: the face header. Tasks in separate processes
- * docs/distributed.md): the server (one task: a worker service on a TCP
+ * (docs/distributed.md): the server (one task: a worker service on a TCP
  * port), the master (a client's view of a cluster, which a session runs its
  * steps through) and the serialized graph they exchange.
  *
