@@ -24,8 +24,8 @@ static int load_program(cli_run_state *r) {
     o->ckpt_path = NULL, o->save_every = 0, o->no_restore = false;
   if (rc != GR_EXIT_OK) return rc;
   return cli_load_graph_on("run", o->file, (uint64_t)o->seed, r->cluster,
-                           r->self.on ? r->self.device : NULL, r->self.on ? r->self.task : 0, &r->g,
-                           &r->p);
+                           r->self.on ? r->self.device : NULL, r->self.on ? r->self.job : NULL,
+                           r->self.on ? r->self.task : 0, &r->g, &r->p);
 }
 
 /* The fetch, target and eval names (the file's by default) as outputs. */
