@@ -160,6 +160,25 @@ gr_session *gr_master_session_new(gr_master *m, gr_graph *g, const gr_session_op
  *   gr_session *s = gr_master_session_new(m, g, NULL, &err); */
 gr_status gr_master_place_graph(gr_master *m, gr_graph *g, gr_place_mode mode, bool soft,
                                 gr_error *err);
+/* A lease: a named mark one task's server keeps for the client that took
+ * it while that client's connection lives. Taking it again through
+ * another connection replaces the holder; when the holder's connection
+ * closes (its process ended, killed or not) the lease ends. Any client
+ * may look at it. The between-graph chief holds one on its own task, so
+ * the workers that wait for it learn at once that it has ended. */
+typedef struct gr_lease_state {
+  bool held;            /* a live connection holds it */
+  uint64_t taken;       /* times taken since that server started (0: never) */
+  int64_t ended_ms_ago; /* not held, taken > 0: ms since the last holder's connection closed */
+  char holder[257];     /* the description of the holder (the last one when not held) */
+} gr_lease_state;
+
+/* Takes the lease `name` (1 to 128 bytes) on task k of m, describing its
+ * holder as `holder` (at most 256 bytes; NULL: only look at it), and gives
+ * its state then. Bounded by the master's connect timeout. */
+gr_status gr_master_lease(gr_master *m, int task, const char *name, const char *holder,
+                          gr_lease_state *out, gr_error *err);
+
 /* The task names (borrowed) and incarnations, for tests and logs. */
 const char *gr_master_task_name(const gr_master *m, int task);
 uint64_t gr_master_task_incarnation(const gr_master *m, int task);

@@ -1,5 +1,5 @@
-/* The server: one task of a cluster. It listens, answers GET_STATUS and
- * heartbeats and takes pushed tensors on the network thread, and hands
+/* The server: one task of a cluster. It listens, answers GET_STATUS,
+ * LEASE and heartbeats and takes pushed tensors on the network thread, and hands
  * registrations, steps and aborts to its worker threads. The network
  * thread runs only transfers and small nodes of known size that a pushed
  * tensor makes ready (core/executor.c run_cheap_here); the rest runs on
@@ -157,7 +157,7 @@ typedef struct conn_state {
 
 static bool is_request(int type) {
   return type == GR_MSG_GET_STATUS || type == GR_MSG_REGISTER || type == GR_MSG_RUN ||
-         type == GR_MSG_VARS || type == GR_MSG_DEREGISTER;
+         type == GR_MSG_VARS || type == GR_MSG_DEREGISTER || type == GR_MSG_LEASE;
 }
 
 /* Records request id on the connection; an error when it was seen already
@@ -257,6 +257,10 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
       get_status(s, c, id);
       gr_inmsg_free(m);
       return;
+    case GR_MSG_LEASE: /* a table lookup: answered here, in order with the connection's close */
+      gr_server_lease(s, c, m, id);
+      gr_inmsg_free(m);
+      return;
     case GR_MSG_TENSOR:
       /* delivered here, without a hop to the work pool: it blocks nowhere,
        * and the executors run what it makes ready on the inter-op threads
@@ -307,6 +311,7 @@ static void abort_steps_of(void *arg) {
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server *s = arg;
   gr_server_drop_graphs_of(s, c); /* the client is gone: so are its graphs */
+  gr_server_leases_drop_of(s, c); /* and its leases */
   conn_state *cs = gr_conn_user(c);
   if (cs && cs->ran) { /* its running steps would wait for a master that is gone */
     closed *x = malloc(sizeof *x);
@@ -445,6 +450,7 @@ void gr_server_free(gr_server *s) {
   free(s->peers);
   gr_threadpool_free(s->exec_pool);
   gr_resource_mgr_free(s->resources);
+  free(s->leases);
   for (int k = 0; s->devices && k < s->num_devices; k++) free(s->devices[k]);
   free(s->devices);
   free(s->secret);

@@ -31,6 +31,11 @@ typedef struct registered { /* the partitions a master registered */
 
 typedef struct step_state step_state;
 
+#define GR_SERVER_MAX_LEASES 64  /* lease names a task keeps (server_lease.c) */
+#define GR_LEASE_NAME_MAX    128 /* bytes of a lease's name */
+#define GR_LEASE_HOLDER_MAX  256 /* bytes of its holder's description */
+typedef struct gr_lease gr_lease;
+
 struct gr_server {
   gr_server_options o;
   char task[GR_TASK_NAME_MAX]; /* "/job:worker/replica:0/task:1" */
@@ -58,6 +63,8 @@ struct gr_server {
   int64_t sessions;
   int steps_running;      /* RUNs started and not yet answered */
   pthread_cond_t stopped; /* steps_running fell to 0 */
+  gr_lease *leases;       /* network thread only (server_lease.c) */
+  int num_leases;
 };
 
 /* Responds to request id on c: code GR_OK with `extra` more map entries the
@@ -93,6 +100,11 @@ void gr_server_steps_abort_of(gr_server *s, gr_conn *c, const gr_error *why);
 /* Aborts every step (the server stops): running steps return. */
 void gr_server_steps_abort_all(gr_server *s);
 void gr_server_steps_free(gr_server *s);
+/* LEASE request id on c (network thread): takes or looks at a lease and
+ * answers with its state. */
+void gr_server_lease(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id);
+/* The leases c holds end (network thread; c closed). */
+void gr_server_leases_drop_of(gr_server *s, const gr_conn *c);
 /* The peer of that task name (under s->mu), NULL when unknown. */
 peer *gr_server_find_peer(gr_server *s, const char *task);
 

@@ -807,6 +807,15 @@ static const dsl_builtin builtins[] = {
      "this client's task index: I under `graphrun run --job J --task I` (between-graph "
      "training, one client per worker), else 0",
      false},
+    {"num_replicas", dsl_builtin_num_replicas, "`num_replicas()`",
+     "the clients that train in between-graph training: the cluster's `chief` and `worker` "
+     "tasks (1 without a cluster)",
+     false},
+    {"replica_index", dsl_builtin_replica_index, "`replica_index()`",
+     "this client's place among them: 0 for the chief, I + 1 for worker I (I without a "
+     "`chief` job); `batch(step * num_replicas() + replica_index(), ...)` gives each client its "
+     "own shard",
+     false},
     {"partitioned_variable", dsl_builtin_partitioned_variable,
      "`w = partitioned_variable(init, parts=K)`",
      "a variable split along axis 0 into `w/part_0` .. `w/part_{K-1}` (inside `ps_variables`: "

@@ -482,10 +482,12 @@ extern dsl_builtin_handler dsl_builtin_fifo_queue, dsl_builtin_queue_enqueue,
     dsl_builtin_queue_close, dsl_builtin_queue_size, dsl_builtin_sync_replicas;
 /* The parallel-training built-ins (dsl_parallel.c): ps_variables, replicas
  * and micro_batches, which take a block (e->call.block), and all_reduce,
- * num_tasks, task_index, partitioned_variable and mirror_spread. */
+ * num_tasks, task_index, num_replicas, replica_index, partitioned_variable
+ * and mirror_spread. */
 extern dsl_builtin_handler dsl_builtin_ps_variables, dsl_builtin_replicas,
     dsl_builtin_micro_batches, dsl_builtin_all_reduce, dsl_builtin_num_tasks,
-    dsl_builtin_task_index, dsl_builtin_partitioned_variable, dsl_builtin_mirror_spread;
+    dsl_builtin_task_index, dsl_builtin_num_replicas, dsl_builtin_replica_index,
+    dsl_builtin_partitioned_variable, dsl_builtin_mirror_spread;
 gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 /* A source for text[0..len), which is not copied: owned (a malloc'd text the

@@ -8,6 +8,7 @@
  *   a, b = all_reduce(x0, x1, op="mean")            a ring over the inputs' devices
  *   n = num_tasks("worker")                          the cluster's count, at load time
  *   i = task_index()                                 this client's task (run --task I)
+ *   n, i = num_replicas(), replica_index()           the training clients, and this one
  *   spread = mirror_spread()                         max |copy - variable|
  *   w = partitioned_variable(init, parts=2)          w/part_K split along axis 0
  *
@@ -280,7 +281,33 @@ static gr_status partitioned_variable(const dsl_bargs *a, const char *name, dsl_
   return GR_OK;
 }
 
-/* ---- num_tasks(job, default=1) ------------------------------------------------------------ */
+/* ---- num_tasks(job, default=1), num_replicas() ------------------------------------------ */
+
+/* The cluster the program runs on: the options', else GRAPHRUN_CLUSTER's
+ * (*mine: to free), else none (*c NULL). */
+static gr_status program_cluster(const dsl_bargs *a, const char *fn, const gr_cluster **c,
+                                 gr_cluster **mine) {
+  *c = a->p->opts.cluster;
+  *mine = NULL;
+  const char *env = getenv("GRAPHRUN_CLUSTER");
+  if (*c || !env || !*env) return GR_OK;
+  gr_error e;
+  const char *t = env;
+  while (*t == ' ' || *t == '\t' || *t == '\n') t++;
+  gr_status st = *t == '{' ? gr_cluster_parse_json(env, strlen(env), "GRAPHRUN_CLUSTER", mine, &e)
+                           : gr_cluster_load_json(env, mine, &e);
+  if (st != GR_OK)
+    return dsl_error(a->p->err, st, a->e->pos, "%s: GRAPHRUN_CLUSTER: %s", fn, e.msg);
+  *c = *mine;
+  return GR_OK;
+}
+
+static int64_t count_job(const gr_cluster *c, const char *job) {
+  int64_t n = 0;
+  for (int i = 0; i < gr_cluster_num_tasks(c); i++)
+    n += strcmp(gr_cluster_task_at(c, i)->job, job) == 0;
+  return n;
+}
 
 static gr_status num_tasks(const dsl_bargs *a, dsl_value *out) {
   gr_dsl_program *p = a->p;
@@ -294,40 +321,56 @@ static gr_status num_tasks(const dsl_bargs *a, dsl_value *out) {
   int64_t dflt = 1;
   int di = dsl_bargs_kw(a, "default");
   if (di >= 0) GR_TRY(dsl_bargs_int(a, di, "default", 0, GR_REPLICATE_MAX, &dflt));
-  const gr_cluster *c = p->opts.cluster;
-  gr_cluster *mine = NULL;
-  const char *env = getenv("GRAPHRUN_CLUSTER");
-  if (!c && env && *env) {
-    gr_error e;
-    const char *t = env;
-    while (*t == ' ' || *t == '\t' || *t == '\n') t++;
-    gr_status st = *t == '{'
-                       ? gr_cluster_parse_json(env, strlen(env), "GRAPHRUN_CLUSTER", &mine, &e)
-                       : gr_cluster_load_json(env, &mine, &e);
-    if (st != GR_OK)
-      return dsl_error(p->err, st, a->e->pos, "num_tasks: GRAPHRUN_CLUSTER: %s", e.msg);
-    c = mine;
-  }
-  int64_t count = dflt;
-  if (c) {
-    count = 0;
-    for (int i = 0; i < gr_cluster_num_tasks(c); i++)
-      count += strcmp(gr_cluster_task_at(c, i)->job, job) == 0;
-  }
+  const gr_cluster *c;
+  gr_cluster *mine;
+  GR_TRY(program_cluster(a, "num_tasks", &c, &mine));
+  dsl_int_value(out, c ? count_job(c, job) : dflt);
   gr_cluster_free(mine);
-  dsl_int_value(out, count);
   return GR_OK;
 }
 
-/* ---- task_index() --------------------------------------------------------------------------- */
+/* The clients that train in between-graph training: the chief's (it
+ * trains its share, as TensorFlow's chief worker) and the workers'; 1
+ * without a cluster. */
+static gr_status num_replicas(const dsl_bargs *a, dsl_value *out) {
+  if (a->n)
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "num_replicas takes no arguments");
+  const gr_cluster *c;
+  gr_cluster *mine;
+  GR_TRY(program_cluster(a, "num_replicas", &c, &mine));
+  dsl_int_value(out, c ? count_job(c, "chief") + count_job(c, "worker") : 1);
+  gr_cluster_free(mine);
+  return GR_OK;
+}
 
-/* This client's task index (graphrun run --task I; 0 without): which shard
- * of the data a worker reads in between-graph training. */
+/* ---- task_index(), replica_index() ---------------------------------------------------------- */
+
+/* This client's task index (graphrun run --task I; 0 without). */
 static gr_status task_index(const dsl_bargs *a, dsl_value *out) {
   if (a->n)
     return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
                      "task_index takes no arguments");
   dsl_int_value(out, a->p->opts.task_index);
+  return GR_OK;
+}
+
+/* This client's place among num_replicas(): the chief 0, worker I after
+ * the chief (I + 1 with a chief, else I); which shard of the data it reads. */
+static gr_status replica_index(const dsl_bargs *a, dsl_value *out) {
+  if (a->n)
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
+                     "replica_index takes no arguments");
+  int64_t i = a->p->opts.task_index;
+  const char *job = a->p->opts.job;
+  if (job && !strcmp(job, "worker")) {
+    const gr_cluster *c;
+    gr_cluster *mine;
+    GR_TRY(program_cluster(a, "replica_index", &c, &mine));
+    if (c) i += count_job(c, "chief");
+    gr_cluster_free(mine);
+  }
+  dsl_int_value(out, i);
   return GR_OK;
 }
 
@@ -344,6 +387,10 @@ DSL_BUILTIN(all_reduce, all_reduce(&a, out))
 DSL_BUILTIN(num_tasks, num_tasks(&a, out))
 
 DSL_BUILTIN(task_index, task_index(&a, out))
+
+DSL_BUILTIN(num_replicas, num_replicas(&a, out))
+
+DSL_BUILTIN(replica_index, replica_index(&a, out))
 
 DSL_BUILTIN(partitioned_variable, partitioned_variable(&a, name, out))
 

@@ -42,8 +42,9 @@ typedef struct gr_dsl_options {
    * graphrun launch sets), else none */
   const struct gr_cluster *cluster;
   /* this client's task when each worker runs its own client (between-graph
-   * training: graphrun run --job worker --task I), for task_index(); 0 when
-   * not given */
+   * training: graphrun run --job worker --task I), for task_index() and
+   * replica_index(); job NULL and 0 when not given */
+  const char *job;
   int task_index;
   /* record every `name = expr` binding of a tensor (gr_dsl_layer_at), for
    * graphrun check --layers; off: nothing is recorded, nothing costs */

@@ -57,23 +57,41 @@ gr_status cli_recover(const gr_cluster *c, const char *from, const char *secret,
                       int recovery_ms, gr_graph *g, const gr_session_options *opts, gr_ckpt *ck,
                       gr_master **master, gr_session **s, int64_t *step, gr_error *err);
 
-/* This process as one worker of between-graph training (cli_worker.c). */
+/* This process as one client of between-graph training (cli_worker.c). */
 typedef struct cli_worker {
   bool on;    /* --job and --task given */
   bool chief; /* the "chief" job's task, else /job:worker/task:0 */
   char job[64];
   int task;
   char device[GR_DEVICE_NAME_MAX]; /* "/job:worker/task:1": the program's default device */
+  /* the chief's task, "/job:chief/replica:0/task:0" (else worker 0's): the
+   * chief holds its lease there while its process lives */
+  char chief_task[GR_DEVICE_NAME_MAX];
+  char chief_job[64];
+  double started;   /* cli_now() at setup: a chief that ended before is not this run's */
+  gr_master *lease; /* the chief's: a connection to its own task holding the lease */
 } cli_worker;
+
+/* The lease the between-graph chief holds on its own task. */
+#define CLI_CHIEF_LEASE "chief"
 
 /* From --job and --task (job NULL and task -1: not given): checks them
  * against the cluster c. An exit
  * code (messages printed). */
 int cli_worker_setup(cli_worker *w, const char *job, long task, const gr_cluster *c);
+/* The chief (else nothing): takes its lease on its own task of c through
+ * a connection of its own (without heartbeats, so that only the end of
+ * this process, or of that task, ends it), or, holding one already, takes
+ * it again (after a recovery: a restarted task forgot it). */
+gr_status cli_chief_hold(cli_worker *w, const gr_cluster *c, const char *secret, gr_error *err);
+/* Closes the chief's lease connection (its lease ends). */
+void cli_worker_free(cli_worker *w);
 /* A worker that is not the chief: waits (polling every 50 ms, at most
  * timeout_s) until every variable that does not live on its own task has a
- * value, i.e. the chief has initialised or restored the shared ones. */
-gr_status cli_wait_for_chief(gr_session *s, const cli_worker *w, double timeout_s, bool quiet,
-                             gr_error *err);
+ * value, i.e. the chief has initialised or restored the shared ones. Fails
+ * as soon as the chief's lease on its task (looked at through m) shows that
+ * the chief's process ended after this one started, naming it. */
+gr_status cli_wait_for_chief(gr_session *s, gr_master *m, const cli_worker *w, double timeout_s,
+                             bool quiet, gr_error *err);
 
 #endif

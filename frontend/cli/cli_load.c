@@ -19,7 +19,7 @@ double cli_now(void) {
 
 int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **g,
                    gr_dsl_program **p) {
-  return cli_load_graph_on(cmd, path, seed, NULL, NULL, 0, g, p);
+  return cli_load_graph_on(cmd, path, seed, NULL, NULL, NULL, 0, g, p);
 }
 
 /* What cli_load_graph, _on and _with do: DSL options o, device as for _on. */
@@ -55,8 +55,9 @@ static int load_graph(const char *cmd, const char *path, uint64_t seed, const gr
 }
 
 int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr_cluster *cluster,
-                      const char *device, int task_index, gr_graph **g, gr_dsl_program **p) {
-  gr_dsl_options o = {.cluster = cluster, .task_index = task_index};
+                      const char *device, const char *job, int task_index, gr_graph **g,
+                      gr_dsl_program **p) {
+  gr_dsl_options o = {.cluster = cluster, .job = job, .task_index = task_index};
   return load_graph(cmd, path, seed, &o, device, g, p);
 }
 

@@ -45,7 +45,7 @@ typedef struct cli_recovery {
   long failures, max_failures;
   gr_ckpt *ck; /* NULL: a worker that is not the chief (it waits for the chief) */
   gr_graph *g;
-  const cli_worker *self;
+  cli_worker *self; /* the chief's lease is taken again after a recovery */
   /* every variable of the session has a value (after the first save; a
    * recovery's new session clears it): saves skip initialising them */
   bool vars_ready;

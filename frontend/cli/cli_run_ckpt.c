@@ -67,7 +67,12 @@ int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master 
           r->ck ? r->ckpt_path : "");
   gr_status st = cli_recover(r->cluster, r->from, r->secret, r->opts->step_timeout_ms,
                              (int)(r->timeout_s * 1000), r->g, r->opts, r->ck, m, s, at, err);
-  if (st == GR_OK && !r->ck) st = cli_wait_for_chief(*s, r->self, r->timeout_s, false, err);
+  /* the chief takes its lease again if its task was restarted (without
+   * it, training goes on: only the workers' early notice of its end is lost) */
+  gr_error lerr;
+  if (st == GR_OK && cli_chief_hold(r->self, r->cluster, r->secret, &lerr) != GR_OK)
+    fprintf(stderr, "graphrun run: note: %s\n", lerr.msg);
+  if (st == GR_OK && !r->ck) st = cli_wait_for_chief(*s, *m, r->self, r->timeout_s, false, err);
   if (st != GR_OK) {
     fprintf(stderr, "graphrun run: recovery failed: %s\n", err->msg);
     return CLI_RECOVERY_FAILED;

@@ -18,9 +18,11 @@ int cli_load_graph(const char *cmd, const char *path, uint64_t seed, gr_graph **
 /* The same for a program that runs on cluster (borrowed; NULL: as above,
  * GRAPHRUN_CLUSTER's if set): what num_tasks("worker") counts. device (NULL:
  * none): a device scope around the whole program, for the worker that runs
- * it (between-graph training); task_index: what task_index() gives. */
+ * it (between-graph training); job (NULL: none) and task_index: this
+ * client's task, what task_index() and replica_index() give. */
 int cli_load_graph_on(const char *cmd, const char *path, uint64_t seed, const gr_cluster *cluster,
-                      const char *device, int task_index, gr_graph **g, gr_dsl_program **p);
+                      const char *device, const char *job, int task_index, gr_graph **g,
+                      gr_dsl_program **p);
 /* The same with DSL options o (borrowed; e.g. record_layers), seed 0. */
 int cli_load_graph_with(const char *cmd, const char *path, const gr_dsl_options *o, gr_graph **g,
                         gr_dsl_program **p);

@@ -37,12 +37,14 @@ static void usage(FILE *f) {
           "  --restarts K       restarts per task before giving up (default 3; 0: none); the\n"
           "                     delay doubles from 0.1 s while a task keeps dying within 10 s\n"
           "  --threads T        executor threads per task (default 1: the tasks share the cores)\n"
-          "  --between-graph    run the command once per worker, as that worker's own client\n"
-          "                     (adds --job worker --task K; worker 0 is the chief, the others\n"
-          "                     run with --quiet): asynchronous data parallelism\n"
+          "  --between-graph    run the command once per chief and worker task, as that task's\n"
+          "                     own client (adds --job J --task K; TF_CONFIG names its task):\n"
+          "                     asynchronous data parallelism. The chief (the `chief` job's task,\n"
+          "                     else worker 0) initialises, restores and saves the variables and\n"
+          "                     trains its share; the others wait for it and run with --quiet\n"
           "  --quiet            no task output but errors\n\n"
-          "Exit code: the command's (with --between-graph: the first that failed, else 0); 1 if\n"
-          "the cluster could not start or a task died too often.\n");
+          "Exit code: the command's (with --between-graph: the first client's that failed, else\n"
+          "0); 1 if the cluster could not start or a task died too often.\n");
 }
 
 typedef struct task {
@@ -187,7 +189,24 @@ static int plan_tasks(const char *spec, long ps, long workers, task *ts, int *n)
   return GR_EXIT_OK;
 }
 
-/* GRAPHRUN_CLUSTER as a ClusterSpec, TF_CONFIG with the client as worker 0. */
+/* The between-graph chief: the "chief" job's task, else worker 0. */
+static bool is_chief(const task *ts, int n, const task *t) {
+  bool has_chief = false;
+  for (int i = 0; i < n; i++) has_chief |= !strcmp(ts[i].job, "chief");
+  return t->index == 0 && !strcmp(t->job, has_chief ? "chief" : "worker");
+}
+
+/* TF_CONFIG: the cluster of GRAPHRUN_CLUSTER and this process as task job:index. */
+static bool set_tf_config(const char *job, int index) {
+  const char *spec = getenv("GRAPHRUN_CLUSTER");
+  char tf[8600];
+  int m = snprintf(tf, sizeof tf, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}",
+                   spec ? spec : "{}", job, index);
+  return m > 0 && (size_t)m < sizeof tf && setenv("TF_CONFIG", tf, 1) == 0;
+}
+
+/* GRAPHRUN_CLUSTER as a ClusterSpec, TF_CONFIG with the client as the chief
+ * (chief 0 when the cluster has one, else worker 0). */
 static bool export_cluster(const task *ts, int n) {
   char spec[8192];
   size_t m = 0;
@@ -202,11 +221,10 @@ static bool export_cluster(const task *ts, int n) {
       m += (size_t)snprintf(spec + m, sizeof spec - m, "]");
   }
   m += (size_t)snprintf(spec + m, sizeof spec - m, "}");
-  if (m >= sizeof spec) return false;
-  char tf[8400];
-  snprintf(tf, sizeof tf, "{\"cluster\": %s, \"task\": {\"type\": \"worker\", \"index\": 0}}",
-           spec);
-  return setenv("GRAPHRUN_CLUSTER", spec, 1) == 0 && setenv("TF_CONFIG", tf, 1) == 0;
+  if (m >= sizeof spec || setenv("GRAPHRUN_CLUSTER", spec, 1) != 0) return false;
+  for (int i = 0; i < n; i++)
+    if (is_chief(ts, n, &ts[i])) return set_tf_config(ts[i].job, ts[i].index);
+  return set_tf_config("worker", 0);
 }
 
 static bool write_secret(char *path, size_t cap) {
@@ -226,12 +244,14 @@ static bool write_secret(char *path, size_t cap) {
   return ok;
 }
 
-/* Runs the command; worker >= 0: as that worker's own client (between-graph:
- * --job worker --task K added, --quiet for all but the chief). */
-static pid_t run_command(char **cmd, int ncmd, int worker) {
+/* Runs the command; client not NULL: as that task's own client (between-
+ * graph: --job J --task K added, and --quiet unless it is the chief;
+ * TF_CONFIG names its task). */
+static pid_t run_command(char **cmd, int ncmd, const task *client, bool chief) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (client) set_tf_config(client->job, client->index);
   char **args = calloc((size_t)ncmd + 8, sizeof *args);
   char task[16];
   if (!args) _exit(127);
@@ -243,13 +263,13 @@ static pid_t run_command(char **cmd, int ncmd, int worker) {
     args[n++] = "run";
   }
   for (int i = 0; i < ncmd; i++) args[n++] = cmd[i];
-  if (worker >= 0) {
-    snprintf(task, sizeof task, "%d", worker);
+  if (client) {
+    snprintf(task, sizeof task, "%d", client->index);
     args[n++] = "--job";
-    args[n++] = "worker";
+    args[n++] = (char *)client->job;
     args[n++] = "--task";
     args[n++] = task;
-    if (worker > 0) args[n++] = "--quiet";
+    if (!chief) args[n++] = "--quiet";
   }
   if (graph || !strcmp(cmd[0], "graphrun"))
     execv(self_exe, args);
@@ -393,22 +413,38 @@ static int parse_options(int argc, char **argv, launch_options *o) {
   return LAUNCH_GO;
 }
 
+/* A between-graph client that failed: which, and how. */
+static void say_failed(const task *client, pid_t pid, int status, bool chief) {
+  char how[64];
+  if (WIFSIGNALED(status))
+    snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
+  else
+    snprintf(how, sizeof how, "exited with code %d", WEXITSTATUS(status));
+  fprintf(stderr, "graphrun launch: the client of %s:%d (pid %d%s) %s; stopping the others\n",
+          client->job, client->index, (int)pid, chief ? ", the chief" : "", how);
+}
+
 /* Until the command (each, with --between-graph) ends, a signal comes or a
  * task dies too often: prints the tasks' output and restarts dead tasks.
- * The exit code: the command's (the first that failed), else 128 + the
- * signal, else GR_EXIT_FAILURE. */
-static int supervise_until_done(task *ts, int n, pid_t *cmds, int ncmds, const char *secret_file,
-                                const launch_options *o) {
+ * clients[c]: the task whose client cmds[c] is (between-graph), else NULL;
+ * the chief's comes first. The exit code: the command's (the first that
+ * failed, in that order among those found ended together: a worker that
+ * fails because the chief ended reports after it), else 128 + the signal,
+ * else GR_EXIT_FAILURE. */
+static int supervise_until_done(task *ts, int n, pid_t *cmds, const task *const *clients, int ncmds,
+                                const char *secret_file, const launch_options *o) {
   int rc = GR_EXIT_FAILURE;
   for (int running = ncmds;;) {
     int status;
     bool failed = false;
     for (int c = 0; c < ncmds; c++)
       if (cmds[c] > 0 && waitpid(cmds[c], &status, WNOHANG) == cmds[c]) {
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code != 0 && !failed && clients[c])
+          say_failed(clients[c], cmds[c], status, is_chief(ts, n, clients[c]));
         cmds[c] = 0;
         running--;
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code != 0 || running == 0) rc = code;
+        if ((code != 0 && !failed) || (running == 0 && !failed)) rc = code;
         failed |= code != 0;
       }
     if (failed || running == 0) return rc; /* the first failure ends the others */
@@ -429,10 +465,11 @@ static int supervise_until_done(task *ts, int n, pid_t *cmds, int ncmds, const c
 }
 
 /* Starts the tasks, exports the cluster and secret, and starts the command
- * (with --between-graph one per worker): *ncmds of them in cmds. false: the
- * cluster could not start (reported). */
+ * (with --between-graph one per chief and worker task, the chief's first):
+ * *ncmds of them in cmds, clients[c] the task of cmds[c] (NULL: not
+ * between-graph). false: the cluster could not start (reported). */
 static bool start_cluster(task *ts, int n, const char *secret_file, const launch_options *o,
-                          char **cmd, int ncmd, pid_t *cmds, int *ncmds) {
+                          char **cmd, int ncmd, pid_t *cmds, const task **clients, int *ncmds) {
   if (!start_tasks(ts, n, secret_file, (int)o->threads, o->quiet) || !export_cluster(ts, n) ||
       setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0)
     return false;
@@ -443,10 +480,30 @@ static bool start_cluster(task *ts, int n, const char *secret_file, const launch
               (int)ts[k].pid);
     fprintf(stderr, "\n");
   }
-  for (int k = 0; k < n && (o->between || *ncmds == 0); k++) {
-    if (o->between && strcmp(ts[k].job, "worker") != 0) continue;
-    if ((cmds[*ncmds] = run_command(cmd, ncmd, o->between ? ts[k].index : -1)) < 0) return false;
-    (*ncmds)++;
+  if (!o->between) {
+    clients[0] = NULL;
+    return (cmds[(*ncmds)++] = run_command(cmd, ncmd, NULL, false)) > 0;
+  }
+  static const char *const jobs[] = {"chief", "worker"}; /* the chief's client first */
+  for (int j = 0; j < 2; j++)
+    for (int k = 0; k < n; k++) {
+      if (strcmp(ts[k].job, jobs[j]) != 0) continue;
+      clients[*ncmds] = &ts[k];
+      if ((cmds[*ncmds] = run_command(cmd, ncmd, &ts[k], is_chief(ts, n, &ts[k]))) < 0)
+        return false;
+      (*ncmds)++;
+    }
+  if (*ncmds == 0) {
+    fprintf(stderr, "graphrun launch: --between-graph: the cluster has no chief or worker task "
+                    "to run a client for\n");
+    return false;
+  }
+  if (!o->quiet) {
+    fprintf(stderr, "graphrun launch: %d clients:", *ncmds);
+    for (int c = 0; c < *ncmds; c++)
+      fprintf(stderr, " %s:%d(pid %d)%s", clients[c]->job, clients[c]->index, (int)cmds[c],
+              is_chief(ts, n, clients[c]) ? "(chief)" : "");
+    fprintf(stderr, "\n");
   }
   return true;
 }
@@ -475,10 +532,11 @@ int gr_cmd_launch(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   pid_t cmds[MAX_TASKS] = {0};
+  const task *clients[MAX_TASKS] = {0};
   int ncmds = 0;
   rc = GR_EXIT_FAILURE;
-  if (start_cluster(ts, n, secret_file, &o, argv + o.cmd, argc - o.cmd, cmds, &ncmds))
-    rc = supervise_until_done(ts, n, cmds, ncmds, secret_file, &o);
+  if (start_cluster(ts, n, secret_file, &o, argv + o.cmd, argc - o.cmd, cmds, clients, &ncmds))
+    rc = supervise_until_done(ts, n, cmds, clients, ncmds, secret_file, &o);
   stop_all(ts, n, cmds, ncmds);
   unlink(secret_file);
   return rc;

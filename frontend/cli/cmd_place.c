@@ -87,7 +87,7 @@ int gr_cmd_place(int argc, char **argv) {
   gr_graph *g = NULL;
   gr_dsl_program *p = NULL;
   /* with the cluster: the program may ask it (num_tasks("worker")) */
-  int rc = cli_load_graph_on("place", file, 0, c, NULL, 0, &g, &p);
+  int rc = cli_load_graph_on("place", file, 0, c, NULL, NULL, 0, &g, &p);
   if (rc == GR_EXIT_OK) {
     gr_placement *pl = NULL;
     gr_status s = gr_placer_place(g, c, &o, &pl, &err);

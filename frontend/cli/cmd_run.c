@@ -24,8 +24,8 @@ static int load_program(cli_run_state *r) {
     o->ckpt_path = NULL, o->save_every = 0, o->no_restore = false;
   if (rc != GR_EXIT_OK) return rc;
   return cli_load_graph_on("run", o->file, (uint64_t)o->seed, r->cluster,
-                           r->self.on ? r->self.device : NULL, r->self.on ? r->self.task : 0, &r->g,
-                           &r->p);
+                           r->self.on ? r->self.device : NULL, r->self.on ? r->self.job : NULL,
+                           r->self.on ? r->self.task : 0, &r->g, &r->p);
 }
 
 /* The fetch, target and eval names (the file's by default) as outputs. */
@@ -112,13 +112,15 @@ static gr_session_options session_options(const cli_run_options *o) {
                                                      : (int)(o->timeout_s * 1000.0 + 0.5)};
 }
 
-/* On a cluster, a master connected to its tasks. */
+/* On a cluster, a master connected to its tasks; the between-graph chief
+ * holds its lease (cli_worker.c) from then on. */
 static int connect_cluster(cli_run_state *r) {
   gr_error err;
   if (!r->cluster) return GR_EXIT_OK;
   if (cli_read_secret(r->o.secret_file, &r->secret, &err) != GR_OK ||
       cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms, &r->master,
-                  &err) != GR_OK) {
+                  &err) != GR_OK ||
+      cli_chief_hold(&r->self, r->cluster, r->secret, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     return GR_EXIT_FAILURE;
   }
@@ -176,7 +178,7 @@ static int start_checkpoint(cli_run_state *r) {
                           .self = &r->self};
   gr_error err;
   if (r->self.on && !r->self.chief &&
-      cli_wait_for_chief(r->s, &r->self, o->recovery_s, o->quiet, &err) != GR_OK) {
+      cli_wait_for_chief(r->s, r->master, &r->self, o->recovery_s, o->quiet, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     return GR_EXIT_FAILURE;
   }
@@ -267,6 +269,7 @@ static void free_run(cli_run_state *r) {
   gr_ckpt_close(r->ck);
   gr_session_free(r->s);
   gr_master_free(r->master);
+  cli_worker_free(&r->self); /* last: the chief's lease ends with this connection */
   gr_cluster_free(r->cluster);
   free(r->secret);
   gr_dsl_program_free(r->p);

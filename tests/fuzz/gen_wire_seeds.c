@@ -165,6 +165,13 @@ int main(int argc, char **argv) {
   gr_outmsg_u64(m, "handle", 1);
   emit("deregister", m);
 
+  m = gr_outmsg_new(GR_MSG_LEASE, 4);
+  gr_outmsg_u64(m, "id", 7);
+  gr_outmsg_str(m, "name", "chief");
+  gr_outmsg_bool(m, "take", true);
+  gr_outmsg_str(m, "holder", "/job:chief/task:0, pid 4242 on node1");
+  emit("lease", m);
+
   /* REGISTER: one partition, x (fed) * x + 1, its graph in the body */
   gr_graph *g = gr_graph_new();
   gr_output px = gr_placeholder(g, "x", GR_F32, gr_shape_make(1, (int64_t[]){3}));

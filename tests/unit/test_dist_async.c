@@ -19,16 +19,6 @@
 
 static char file[PATH_MAX];
 
-/* The values printed as "NAME = V" in the output, at most cap of them. */
-static int values_of(const char *out, const char *name, double *v, int cap) {
-  char key[64];
-  snprintf(key, sizeof key, "\n%s = ", name);
-  int n = 0;
-  for (const char *at = strstr(out, key); at && n < cap; at = strstr(at + 1, key))
-    v[n++] = atof(at + strlen(key));
-  return n;
-}
-
 static double max_of(const double *v, int n) {
   double m = -1;
   for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
@@ -46,11 +36,11 @@ static void test_every_update_lands(void) {
   gt_proc_finish(&p);
   GR_CHECK_MSG(gt_proc_exit_code(&p) == 0, "exit %d:\n%s", gt_proc_exit_code(&p), p.buf);
   double u[4], loss[4];
-  int n = values_of(p.buf, "updates", u, 4);
+  int n = gt_output_values(p.buf, "updates", u, 4);
   GR_CHECK_MSG(n == 2, "%d clients printed updates:\n%s", n, p.buf);
   GR_CHECK_MSG(max_of(u, n) == 100, "the last client saw %g updates, not 100:\n%s", max_of(u, n),
                p.buf);
-  GR_CHECK_MSG(values_of(p.buf, "loss", loss, 4) == 2, "%s", p.buf);
+  GR_CHECK_MSG(gt_output_values(p.buf, "loss", loss, 4) == 2, "%s", p.buf);
 }
 
 /* Worker 1's client starts first and waits for the chief to give the shared
@@ -69,7 +59,7 @@ static void test_worker_waits_for_chief(void) {
   GR_CHECK_MSG(gt_proc_exit_code(&p) == 0, "exit %d:\n%s", gt_proc_exit_code(&p), p.buf);
   GR_CHECK_STR_CONTAINS(p.buf, "/job:worker/task:1 waits for the chief to initialise or restore");
   double u[4];
-  int n = values_of(p.buf, "updates", u, 4);
+  int n = gt_output_values(p.buf, "updates", u, 4);
   GR_CHECK_MSG(n == 2 && max_of(u, n) == 40, "%s", p.buf);
 }
 
@@ -95,7 +85,7 @@ static void test_recovery(void) {
   GR_CHECK_STR_CONTAINS(p.buf, "then restoring ");                               /* the chief */
   GR_CHECK_STR_CONTAINS(p.buf, "for the chief to restore the shared variables"); /* worker 1 */
   double u[4];
-  GR_CHECK_MSG(values_of(p.buf, "updates", u, 4) == 2, "%s", p.buf);
+  GR_CHECK_MSG(gt_output_values(p.buf, "updates", u, 4) == 2, "%s", p.buf);
   gt_remove_tree(dir);
 }
 
@@ -115,7 +105,7 @@ static void test_example(void) {
   gt_proc_finish(&p);
   GR_CHECK_MSG(gt_proc_exit_code(&p) == 0, "exit %d:\n%s", gt_proc_exit_code(&p), p.buf);
   double acc[4];
-  int n = values_of(p.buf, "accuracy", acc, 4);
+  int n = gt_output_values(p.buf, "accuracy", acc, 4);
   GR_CHECK_MSG(n == 2 && max_of(acc, n) >= 0.85, "accuracy %g:\n%s", n ? max_of(acc, n) : -1,
                p.buf);
 }

@@ -1204,6 +1204,50 @@ static void test_arrays_too_long(void) {
   CHECK_SERVING();
 }
 
+/* A LEASE map: id, name, take, holder. */
+static void lease_map(mp *m, uint64_t id, const char *name, bool take, const char *holder) {
+  mp_init(m);
+  msgpack_pack_map(&m->pk, 4);
+  mp_u64(m, "id", id);
+  mp_kstr(m, "name", name);
+  mp_str(m, "take");
+  if (take)
+    msgpack_pack_true(&m->pk);
+  else
+    msgpack_pack_false(&m->pk);
+  mp_kstr(m, "holder", holder);
+}
+
+/* A LEASE request with a field missing, of the wrong type or too long:
+ * answered with an error naming the field. */
+static void test_lease_bad_fields(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 3);
+  mp_u64(&m, "id", 3);
+  mp_kstr(&m, "name", "chief");
+  mp_kstr(&m, "holder", "me");
+  expect_map_response(&m, GR_MSG_LEASE, NULL, 0, 3, GR_ERR_INVALID_ARGUMENT,
+                      "field 'take' is missing");
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 3);
+  mp_u64(&m, "id", 4);
+  mp_u64(&m, "name", 7);
+  mp_kstr(&m, "holder", "me");
+  expect_map_response(&m, GR_MSG_LEASE, NULL, 0, 4, GR_ERR_INVALID_ARGUMENT,
+                      "field 'name' must be a string");
+  char name[200];
+  memset(name, 'n', sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+  lease_map(&m, 5, name, false, "");
+  expect_map_response(&m, GR_MSG_LEASE, NULL, 0, 5, GR_ERR_INVALID_ARGUMENT,
+                      "field 'name' is longer than");
+  lease_map(&m, 6, "", true, "me");
+  expect_map_response(&m, GR_MSG_LEASE, NULL, 0, 6, GR_ERR_INVALID_ARGUMENT,
+                      "a lease needs a name");
+  CHECK_SERVING();
+}
+
 /* ---- tensors ------------------------------------------------------------- */
 
 static void expect_run_a_refused(const char *dtype, int rank, const int64_t *dims, int64_t off,
@@ -2016,6 +2060,7 @@ int main(void) {
     CASE(test_run_missing_field);
     CASE(test_run_feeds_not_an_array);
     CASE(test_arrays_too_long);
+    CASE(test_lease_bad_fields);
     CASE(test_run_good);
     CASE(test_tensor_bytes_do_not_match_shape);
     CASE(test_tensor_offset_not_aligned);

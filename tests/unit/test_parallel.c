@@ -703,6 +703,53 @@ static void test_num_tasks_from_env(void) {
   unsetenv("GRAPHRUN_CLUSTER");
 }
 
+/* The length of z = zeros([EXPR]) loaded as job:task (job NULL: no --job),
+ * -1 when it does not load. */
+static int64_t dsl_len_as(const char *expr, const char *job, int task) {
+  char src[256];
+  snprintf(src, sizeof src, "z = zeros([%s])\n", expr);
+  gr_dsl_options o = {.job = job, .task_index = task};
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  gr_error err;
+  gr_output z;
+  int64_t n = -1;
+  if (gr_dsl_load_string("t.gr", src, g, &o, &p, &err) == GR_OK && gr_dsl_lookup(p, "z", &z))
+    n = z.node->out_shapes[0].dims[0];
+  else
+    fprintf(stderr, "%s: %s\n", expr, err.msg);
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+  return n;
+}
+
+/* num_replicas() counts the chief and the workers; replica_index() puts
+ * the chief first, so that every client reads its own shard. */
+static void test_replica_index(void) {
+  unsetenv("GRAPHRUN_CLUSTER");
+  GR_CHECK_EQ_INT(dsl_len_as("num_replicas()", NULL, 0), 1); /* no cluster: one process */
+  GR_CHECK_EQ_INT(dsl_len_as("replica_index() + 1", "worker", 2), 3);
+  setenv("GRAPHRUN_CLUSTER",
+         "{\"chief\": [\"127.0.0.1:1\"], \"ps\": [\"127.0.0.1:2\"], \"worker\": "
+         "[\"127.0.0.1:3\", \"127.0.0.1:4\"]}",
+         1);
+  GR_CHECK_EQ_INT(dsl_len_as("num_replicas()", "worker", 1), 3);
+  GR_CHECK_EQ_INT(dsl_len_as("replica_index() + 1", "chief", 0), 1);
+  GR_CHECK_EQ_INT(dsl_len_as("replica_index() + 1", "worker", 0), 2);
+  GR_CHECK_EQ_INT(dsl_len_as("replica_index() + 1", "worker", 1), 3);
+  GR_CHECK_EQ_INT(dsl_len_as("task_index() + 1", "worker", 1), 2); /* the task's own index */
+  setenv("GRAPHRUN_CLUSTER", "{\"ps\": [\"127.0.0.1:2\"], \"worker\": [\"127.0.0.1:3\"]}", 1);
+  GR_CHECK_EQ_INT(dsl_len_as("num_replicas()", "worker", 0), 1);
+  GR_CHECK_EQ_INT(dsl_len_as("replica_index() + 1", "worker", 0), 1);
+  gr_error err;
+  GR_CHECK(gt_dsl_error("n = replica_index(1)\n", &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "replica_index takes no arguments");
+  setenv("GRAPHRUN_CLUSTER", "{\"worker\": 3}", 1);
+  GR_CHECK(gt_dsl_error("n = num_replicas()\n", &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "num_replicas: GRAPHRUN_CLUSTER:");
+  unsetenv("GRAPHRUN_CLUSTER");
+}
+
 int main(void) {
   unsetenv("GRAPHRUN_CLUSTER");
   GR_RUN(test_ps_round_robin_and_slots);
@@ -718,6 +765,7 @@ int main(void) {
   GR_RUN(test_replicas_train_like_one);
   GR_RUN(test_replicas_errors);
   GR_RUN(test_mirrors_shared);
+  GR_RUN(test_replica_index);
   GR_RUN(test_dsl_forms);
   GR_RUN(test_dsl_errors);
   GR_RUN(test_num_tasks_from_env);

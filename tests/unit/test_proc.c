@@ -18,6 +18,15 @@ double gt_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+int gt_output_values(const char *out, const char *name, double *v, int cap) {
+  char key[128];
+  snprintf(key, sizeof key, "\n%s = ", name);
+  int n = 0;
+  for (const char *at = strstr(out, key); at && n < cap; at = strstr(at + 1, key))
+    v[n++] = atof(at + strlen(key));
+  return n;
+}
+
 void gt_proc_isolate(void) {
   signal(SIGPIPE, SIG_IGN);
   unsetenv("GRAPHRUN_CLUSTER");

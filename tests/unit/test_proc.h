@@ -35,6 +35,9 @@ bool gt_proc_wait_line(gt_proc *p, const char *want, double seconds);
 void gt_proc_finish(gt_proc *p);
 /* Its exit code, or 128 + the signal that ended it. */
 int gt_proc_exit_code(const gt_proc *p);
+/* The values a run printed as "NAME = V" lines in out, at most cap of them
+ * into v; how many. */
+int gt_output_values(const char *out, const char *name, double *v, int cap);
 double gt_now(void);
 /* For a test of graphrun processes, at its start: SIGPIPE ignored (a write
  * to a process that died is an error, not the test's end), and no
