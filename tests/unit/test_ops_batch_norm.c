@@ -3,9 +3,11 @@
  * their own, bit for bit from the double statistics) and inference (moving
  * statistics, nothing updated) against a double reference, the moving
  * statistics on another device than the batch norm giving the bits of one
- * device, gradients by finite differences (on one device and spread over
- * two), NCHW against NHWC, bad input; dropout's keep rate, scaling,
- * determinism per (seed, step), identity at inference and its gradient. */
+ * device, updates once per iteration in a while loop, gradients by finite
+ * differences (on one device and spread over two), NCHW against NHWC, bad
+ * input, a serialized graph without updates refused; dropout's keep rate,
+ * scaling, determinism per (seed, step), identity at inference and its
+ * gradient. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -461,6 +463,47 @@ static void test_batch_norm_errors(void) {
   }
 }
 
+/* A training batch norm in a while loop (a .gr file) updates its moving
+ * statistics once per iteration, before the next iteration reads the
+ * normalised value, on one device and spread over two (the same bits):
+ * after 3 iterations at momentum 0.5 the moving mean holds 1/8 of x0's
+ * mean (the later batches, normalised, have mean 0) and the moving
+ * variance the formula of the three batches' variances. */
+static void test_batch_norm_in_a_loop(void) {
+  const char *src = "x0 = random_normal([8, 3], seed=1)\n"
+                    "mm = variable(zeros([3]))\n"
+                    "mv = variable(ones([3]))\n"
+                    "g = variable(ones([3]))\n"
+                    "i, x = while (i = const(0, i64), x = x0; i < 3) {\n"
+                    "  x = batch_norm(x, g, zeros([3]), mm, mv, momentum=0.5) * 1.5\n"
+                    "  i = i + 1\n"
+                    "}\n"
+                    "loss = reduce_sum(x * x * x)\n"
+                    "dg = gradients(loss, g)\n"
+                    "control_dependencies(x) { mm1 = read_value(mm); mv1 = read_value(mv) }\n";
+  gr_tensor one[5], two[5];
+  bool ok1 = gt_dsl_run(src, "x0,mm1,mv1,loss,dg", 1, one);
+  bool ok2 = gt_dsl_run(src, "x0,mm1,mv1,loss,dg", 2, two);
+  GR_CHECK(ok1 && ok2);
+  for (int i = 0; ok1 && ok2 && i < 5; i++) GR_CHECK_MSG(gt_bit_equal(&two[i], &one[i]), "%d", i);
+  if (ok1) {
+    double mean[3], var[3];
+    kernel_stats(&one[0], 3, mean, var);
+    for (int j = 0; j < 3; j++) {
+      double b = var[j] * 7 / 8;                   /* biased */
+      double v1 = 2.25 * 8.0 / 7 * b / (b + 1e-3); /* 1.5 x0's normalised rows, Bessel */
+      double v2 = 2.25 * 8.0 / 7 * (v1 * 7 / 8) / (v1 * 7 / 8 + 1e-3);
+      double want_v = 0.5 * (0.5 * (0.5 * 1 + 0.5 * var[j]) + 0.5 * v1) + 0.5 * v2;
+      GR_CHECK_NEAR(gr_tensor_get_f64(&one[1], j), mean[j] / 8, 1e-6);
+      GR_CHECK_NEAR(gr_tensor_get_f64(&one[2], j), want_v, 1e-5);
+    }
+  }
+  for (int i = 0; i < 5; i++) {
+    if (ok1) gr_tensor_release(&one[i]);
+    if (ok2) gr_tensor_release(&two[i]);
+  }
+}
+
 /* A serialized graph whose training batch norm has no updates (as a .grb
  * written before they were nodes of their own, or made by hand) is refused
  * when loaded, naming the node; the same graph with gr_batch_norm loads. */
@@ -603,6 +646,7 @@ int main(void) {
   GR_RUN(test_batch_norm_training_and_inference);
   GR_RUN(test_batch_norm_update_nodes);
   GR_RUN(test_batch_norm_moving_stats_on_another_device);
+  GR_RUN(test_batch_norm_in_a_loop);
   GR_RUN(test_batch_norm_nchw_matches_nhwc);
   GR_RUN(test_batch_norm_gradients);
   GR_RUN(test_batch_norm_errors);
