@@ -233,7 +233,8 @@ gr_output gr_batch_norm(gr_graph *g, gr_output x, gr_output gamma, gr_output bet
 gr_status gr_check_batch_norm_updates(const gr_graph *g, gr_error *err);
 /* var (a variable read) = momentum var + (1 - momentum) mean(stats[0..n)),
  * in double, the stats added in order, run where var lives; no outputs
- * ({node, -1}). What gr_replicate builds for the replicas' batch norms. */
+ * ({node, -1}). What gr_batch_norm builds for each moving statistic (stats:
+ * its f64 statistic), and gr_replicate for the replicas' batch norms. */
 gr_output gr_moving_average_update(gr_graph *g, gr_output var, const gr_output *stats, int n,
                                    double momentum);
 /* Training: x times a mask of 1 / (1 - rate) (kept) or 0, counter-based per
