@@ -115,7 +115,8 @@ static const gr_attr_spec mau_attrs[] = {
 const gr_op_def gr_op_moving_average_update = {
     .name = "moving_average_update",
     .doc = "sets the variable (attr var) to momentum var + (1 - momentum) mean(stats), in double, "
-           "adding the stats in input order (batch norm's moving statistics over replicas)",
+           "adding the stats in input order (batch norm's moving statistics: its own, or the mean "
+           "of replicas')",
     .min_inputs = 1,
     .max_inputs = GR_REPLICATE_MAX,
     .input_names = (const char *const[]){"stats"},
