@@ -273,7 +273,7 @@ static gr_status call_op(gr_dsl_program *p, const gr_op_def *op, const dsl_expr 
     return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, e->pos, "op %s takes %d input%s, got %d",
                      op->name, op->min_inputs, op->min_inputs == 1 ? "" : "s", ni);
   dsl_set_loc(p, e->pos);
-  gr_output o = gr_graph_add_node(p->g, op, name, inputs, ni, attrs, na);
+  gr_output o = gr_op(p->g, op->name, name, inputs, ni, attrs, na); /* batch_norm: its updates */
   GR_TRY(dsl_check_graph(p, e->pos));
   dsl_tensor_value(out, o);
   out->multi = o.node && o.node->num_outputs > 1; /* a, b = split(x, 2) */

@@ -38,6 +38,8 @@ gr_status dsl_load_serialized(gr_dsl_program *p, const char *name, const void *d
   if (gr_wire_decode_graph(data, len, p->g, &nm, &e) != GR_OK)
     return gr_error_set(p->err, e.code, "%s: %s", name, e.msg);
   gr_status st = GR_OK;
+  if (gr_check_batch_norm_updates(p->g, &e) != GR_OK)
+    st = gr_error_set(p->err, e.code, "%s: serialized graph: %s", name, e.msg);
   for (int i = 0; i < nm.num_names && st == GR_OK; i++) {
     if (dsl_frame_find_local(&p->globals, nm.names[i])) {
       st = gr_error_set(p->err, GR_ERR_INVALID_ARGUMENT, "%s: serialized graph: name '%s' twice",

@@ -1,5 +1,6 @@
-/* Basic ops: placeholder, no_op (and group); the builders of const and
- * identity (defined in core/base_ops.c) and identity's gradient. */
+/* Basic ops: placeholder, no_op (and group), identity_n; the builders of
+ * const and identity (defined in core/base_ops.c) and identity's gradient;
+ * gr_op, the builder of any op by name. */
 #include <string.h>
 
 #include "ops/gr_ops.h"
@@ -38,6 +39,43 @@ gr_status gr_ops_grad_identity(gr_grad_ctx *c) {
   return GR_OK;
 }
 
+/* ---- identity_n ----------------------------------------------------------------- */
+
+/* Its inputs as its outputs, unchanged (no copy): with control inputs, a
+ * tuple of values that is ready only after those nodes ran (what
+ * gr_batch_norm returns: its outputs wait for the moving-statistics
+ * updates). */
+static gr_status identity_n_shape(gr_shape_ctx *ctx) {
+  ctx->num_outputs = ctx->num_inputs;
+  for (int i = 0; i < ctx->num_inputs; i++) {
+    ctx->out_dtypes[i] = ctx->in_dtypes[i];
+    ctx->out_shapes[i] = ctx->in_shapes[i];
+  }
+  return GR_OK;
+}
+
+static gr_status identity_n_kernel(gr_kernel_ctx *ctx) {
+  for (int i = 0; i < ctx->num_inputs; i++) gr_kernel_set_output(ctx, i, &ctx->inputs[i]);
+  return GR_OK;
+}
+
+static gr_status identity_n_grad(gr_grad_ctx *c) {
+  for (int i = 0; i < c->node->num_inputs; i++) c->dinputs[i] = c->grads[i];
+  return GR_OK;
+}
+
+const gr_op_def gr_op_identity_n = {.name = "identity_n",
+                                    .doc = "its inputs, unchanged (no copy), as its outputs: with "
+                                           "control inputs, values that wait for other nodes",
+                                    .min_inputs = 1,
+                                    .max_inputs = GR_MAX_OUTPUTS,
+                                    .input_names = (const char *const[]){"xs"},
+                                    .num_outputs = -1,
+                                    .shape_fn = identity_n_shape,
+                                    .cost_fn = gr_cost_fn_free,
+                                    .kernel = identity_n_kernel,
+                                    .grad_fn = identity_n_grad};
+
 /* ---- no_op -------------------------------------------------------------------- */
 
 static gr_status no_op_kernel(gr_kernel_ctx *ctx) {
@@ -55,6 +93,8 @@ const gr_op_def gr_op_no_op = {.name = "no_op",
 
 gr_output gr_op(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
                 int num_inputs, const gr_attr *attrs, int num_attrs) {
+  if (op && strcmp(op, "batch_norm") == 0) /* with its moving-statistics updates */
+    return gr_ops_batch_norm_build(g, name, inputs, num_inputs, attrs, num_attrs);
   return gr_ops_build(g, op, name, inputs, num_inputs, attrs, num_attrs);
 }
 
@@ -101,6 +141,10 @@ gr_output gr_placeholder(gr_graph *g, const char *name, gr_dtype dtype, gr_shape
 
 gr_output gr_identity(gr_graph *g, gr_output x) {
   return gr_ops_build(g, "identity", NULL, &x, 1, NULL, 0);
+}
+
+gr_output gr_identity_n(gr_graph *g, const gr_output *xs, int n) {
+  return gr_ops_build(g, "identity_n", NULL, xs, n, NULL, 0);
 }
 
 gr_output gr_no_op(gr_graph *g, const char *name) {

@@ -4,16 +4,15 @@
  *
  * batch_norm(x, gamma, beta, moving_mean, moving_variance) gives y =
  * gamma (x - mean) rstd + beta with rstd = 1 / sqrt(var + epsilon) and, as
- * outputs 1 and 2, the mean and rstd it used, and as output 3 the
- * variance for the moving statistics. Training (attr training, default
- * true): mean and var are the batch's (var biased; output 3 with Bessel's
- * correction, as TensorFlow and PyTorch), and the variables that
- * moving_mean and moving_variance read are updated in the same step,
- * moving = momentum moving + (1 - momentum) batch, unless attr
- * update_moving is false: then a moving_average_update does it
- * (moving_average.c; gr_replicate averages the replicas' statistics so).
- * Inference: the moving statistics, nothing updated. Statistics
- * accumulate in double. */
+ * outputs 1 and 2, the mean and rstd it used, as output 3 the variance for
+ * the moving statistics, and as outputs 4 and 5 that mean and variance in
+ * f64 (what the updates of the moving statistics read). Training (attr
+ * training, default true): mean and var are the batch's (var biased; output
+ * 3 with Bessel's correction, as TensorFlow and PyTorch). Inference: the
+ * moving statistics. Statistics accumulate in double. The op itself writes
+ * no state: in training the moving statistics are updated by
+ * moving_average_update nodes that its builders add beside it, where the
+ * variables live (moving_average.c). */
 #include <math.h>
 #include <string.h>
 
@@ -64,19 +63,11 @@ static gr_status batch_norm_shape(gr_shape_ctx *ctx) {
     return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
                           "need epsilon > 0 and 0 <= momentum <= 1, got epsilon %g, momentum %g",
                           eps, mom);
-  if (gr_node_attr_bool(ctx->node, "training", true) &&
-      gr_node_attr_bool(ctx->node, "update_moving", true))
-    for (int i = 3; i < 5; i++)
-      if (!gr_ops_is_variable_read(ctx->node->inputs[i].node))
-        return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
-                              "in training, input '%s' must be a variable (it is updated in "
-                              "place); '%s' is a %s",
-                              ctx->node->op->input_names[i], ctx->node->inputs[i].node->name,
-                              ctx->node->inputs[i].node->op->name);
-  ctx->num_outputs = 4;
-  for (int i = 0; i < 4; i++) ctx->out_dtypes[i] = ctx->in_dtypes[0];
-  ctx->out_shapes[0] = ctx->in_shapes[0];
-  ctx->out_shapes[1] = ctx->out_shapes[2] = ctx->out_shapes[3] = gr_shape_make(1, (int64_t[]){c});
+  ctx->num_outputs = 6;
+  for (int i = 0; i < 6; i++) {
+    ctx->out_dtypes[i] = i < 4 ? ctx->in_dtypes[0] : GR_F64;
+    ctx->out_shapes[i] = i ? gr_shape_make(1, (int64_t[]){c}) : ctx->in_shapes[0];
+  }
   return GR_OK;
 }
 
@@ -107,19 +98,6 @@ static gr_status check_runtime(gr_kernel_ctx *ctx, int xi, int first, unsigned x
                              gr_dtype_name(X->dtype), gr_shape_str(&X->shape, b));
   }
   return gr_layout_begin(ctx, f, xs, k);
-}
-
-/* moving = momentum moving + (1 - momentum) batch, into the variable that
- * input `in` of the node reads. */
-static gr_status update_moving(gr_kernel_ctx *ctx, int in, const double *batch, int64_t c) {
-  const gr_node *src = ctx->node->inputs[in].node;
-  if (!gr_ops_is_variable_read(src))
-    return gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION,
-                           "in training, input %d must be read from its variable on this device "
-                           "(it is '%s'); place batch_norm with its moving statistics",
-                           in, src->name);
-  return gr_ops_update_moving(ctx, gr_node_attr_string(src, "var", ""),
-                              gr_node_attr_float(ctx->node, "momentum", 0.99), batch, c);
 }
 
 /* mean and the sum of squared deviations (var) per channel of x [rows, c]. */
@@ -168,7 +146,6 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
   if (gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err) != GR_OK)
     return gr_layout_end(&lk, ctx->err->code);
   double *mean = gr_tensor_data(&scratch), *var = mean + c, *rstd = var + c;
-  gr_status s = GR_OK;
   if (training) {
     if (rows < 1) {
       gr_tensor_release(&scratch);
@@ -184,10 +161,6 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
       rstd[j] = 1.0 / sqrt(var[j] / (double)rows + eps);
       var[j] = rows > 1 ? var[j] / (double)(rows - 1) : var[j];
     }
-    if (gr_node_attr_bool(ctx->node, "update_moving", true)) {
-      s = update_moving(ctx, 3, mean, c);
-      if (s == GR_OK) s = update_moving(ctx, 4, var, c);
-    }
   } else {
     for (int64_t j = 0; j < c; j++) {
       mean[j] = gr_tensor_get_f64(&ctx->inputs[3], j);
@@ -195,14 +168,21 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
       rstd[j] = 1.0 / sqrt(var[j] + eps);
     }
   }
-  gr_tensor *Y, *M, *R, *V;
+  gr_tensor *Y, *M, *R, *V, *M64, *V64;
   gr_shape cs = gr_shape_make(1, (int64_t[]){c});
-  if (s == GR_OK)
-    s = gr_layout_alloc_output(ctx, &lk, 0, X->dtype, &ctx->inputs[0].shape, true, &Y);
+  gr_status s = gr_layout_alloc_output(ctx, &lk, 0, X->dtype, &ctx->inputs[0].shape, true, &Y);
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 1, X->dtype, &cs, &M);
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 2, X->dtype, &cs, &R);
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 3, X->dtype, &cs, &V);
-  for (int64_t j = 0; s == GR_OK && j < c; j++) gr_tensor_set_f64(V, j, var[j]); /* before APPLY */
+  if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 4, GR_F64, &cs, &M64);
+  if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 5, GR_F64, &cs, &V64);
+  if (s == GR_OK) { /* before APPLY, which reuses var */
+    double *m64 = gr_tensor_data(M64), *v64 = gr_tensor_data(V64);
+    for (int64_t j = 0; j < c; j++) {
+      m64[j] = mean[j], v64[j] = var[j];
+      gr_tensor_set_f64(V, j, var[j]);
+    }
+  }
   if (s == GR_OK && X->dtype == GR_F32)
     BN_APPLY(float);
   else if (s == GR_OK)
@@ -283,14 +263,15 @@ static gr_status batch_norm_grad_shape(gr_shape_ctx *ctx) {
 /* ---- gradient ----------------------------------------------------------------------------- */
 
 /* The moving statistics get no gradient (they are state, not parameters);
- * neither do outputs 1 and 2 pass one back (an error if asked). */
+ * neither do outputs 1 to 5 pass one back (an error if asked). */
 static gr_status batch_norm_grad_fn(gr_grad_ctx *c) {
   gr_graph *g = c->graph;
-  if (c->grads[1].node || c->grads[2].node || c->grads[3].node)
-    return gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
-                               "gradients: batch_norm node '%s': no gradient through its mean, "
-                               "rstd and variance outputs (1 to 3), only through y",
-                               c->node->name);
+  for (int i = 1; i < 6; i++)
+    if (c->grads[i].node)
+      return gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
+                                 "gradients: batch_norm node '%s': no gradient through its mean, "
+                                 "rstd and variance outputs (1 to 5), only through y",
+                                 c->node->name);
   gr_output in[5] = {c->grads[0], gr_grad_x(c, 0), gr_grad_x(c, 1), gr_grad_y(c, 1),
                      gr_grad_y(c, 2)};
   gr_output d = gr_ops_build(g, "batch_norm_grad", NULL, in, 5, c->node->attrs, c->node->num_attrs);
@@ -380,21 +361,22 @@ static const gr_attr_spec bn_attrs[] = {
 const gr_op_def gr_op_batch_norm = {
     .name = "batch_norm",
     .doc = "gamma (x - mean) / sqrt(var + epsilon) + beta over the last axis (data_format "
-           "NCHW: axis 1); training: batch statistics, and the moving_mean / moving_variance "
-           "variables updated in the step (attr momentum; unless update_moving is false); else "
-           "the moving ones. Outputs y, mean, rstd and the variance (batch: with Bessel's "
-           "correction)",
+           "NCHW: axis 1); training: batch statistics, else the moving ones. Outputs y, mean, "
+           "rstd, the variance (batch: with Bessel's correction), and that mean and variance in "
+           "f64. Built in training (unless update_moving is false), it comes with a "
+           "moving_average_update of each moving variable (attr momentum), where the variable "
+           "lives, and its outputs wait for them (behind an identity_n)",
     .min_inputs = 5,
     .max_inputs = 5,
     .input_names = (const char *const[]){"x", "gamma", "beta", "moving_mean", "moving_variance"},
-    .num_outputs = 4,
+    .num_outputs = 6,
     .attrs = bn_attrs,
     .num_attrs = (int)(sizeof bn_attrs / sizeof bn_attrs[0]),
     .shape_fn = batch_norm_shape,
     .cost_fn = batch_norm_cost,
     .kernel = batch_norm_kernel,
     .grad_fn = batch_norm_grad_fn,
-    .flags = GR_OP_STATEFUL | GR_OP_UPDATES | GR_OP_EXPENSIVE};
+    .flags = GR_OP_EXPENSIVE};
 
 const gr_op_def gr_op_batch_norm_grad = {
     .name = "batch_norm_grad",
@@ -418,5 +400,5 @@ gr_output gr_batch_norm(gr_graph *g, gr_output x, gr_output gamma, gr_output bet
   gr_attr at[4] = {gr_attr_bool("training", training), gr_attr_float("momentum", momentum),
                    gr_attr_float("epsilon", epsilon),
                    gr_attr_string("data_format", data_format ? data_format : "NHWC")};
-  return gr_ops_build(g, "batch_norm", NULL, in, 5, at, 4);
+  return gr_ops_batch_norm_build(g, NULL, in, 5, at, 4);
 }

@@ -28,7 +28,8 @@
 void gr_ops_register_all(void);
 /* An op by name, NULL when unknown. */
 const gr_op_def *gr_ops_find(const char *name);
-/* Adds a node of op `op`, named `name` (NULL: the op name). */
+/* Adds a node of op `op`, named `name` (NULL: the op name). "batch_norm"
+ * comes with the updates of its moving statistics (gr_batch_norm). */
 gr_output gr_op(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
                 int num_inputs, const gr_attr *attrs, int num_attrs);
 /* Renames the node behind o (scope kept); duplicate names are an error. */
@@ -58,6 +59,9 @@ gr_output gr_const_data(gr_graph *g, gr_dtype dtype, gr_shape shape, const void 
 /* shape may have unknown dims (-1) or unknown rank. */
 gr_output gr_placeholder(gr_graph *g, const char *name, gr_dtype dtype, gr_shape shape);
 gr_output gr_identity(gr_graph *g, gr_output x);
+/* xs[0..n) unchanged as outputs 0..n-1 of one node (gr_output_at): with
+ * control dependencies around it, values that wait for other nodes. */
+gr_output gr_identity_n(gr_graph *g, const gr_output *xs, int n);
 gr_output gr_no_op(gr_graph *g, const char *name);
 /* A no_op with control inputs on every dep: run it to run them all. */
 gr_output gr_group(gr_graph *g, const char *name, const gr_output *deps, int n);
@@ -205,19 +209,32 @@ gr_output gr_global_avg_pool(gr_graph *g, gr_output x, const char *data_format);
 /* [n, ...] -> [n, product of the rest], a view. */
 gr_output gr_flatten(gr_graph *g, gr_output x);
 /* Batch normalization over the last axis (data_format "NCHW": axis 1;
- * NULL: "NHWC"): outputs y, mean, rstd and the variance (batch: with
- * Bessel's correction) (gr_output_at). moving_mean and moving_variance are
- * reads of variables of shape [c]; training uses the batch statistics and
- * updates those variables in the step (moving = momentum moving + (1 -
- * momentum) batch), inference uses them. Keras defaults: momentum 0.99,
- * epsilon 1e-3. In gr_replicate's replicas the replicas' statistics are
- * averaged into one update (gr_replicate). */
+ * NULL: "NHWC"): outputs y, mean, rstd, the variance (batch: with Bessel's
+ * correction), and that mean and variance in f64 (gr_output_at).
+ * moving_mean and moving_variance are reads of variables of shape [c];
+ * inference uses them. Training uses the batch statistics, computed where
+ * the batch norm runs, and updates those variables in the step (moving =
+ * momentum moving + (1 - momentum) batch, in double) by one
+ * moving_average_update each, which runs where its variable lives (another
+ * device, a ps task): the result is then output 0 of an identity_n of the
+ * batch_norm node's outputs that waits for both updates (named as the
+ * batch norm; the batch_norm node is NAME/batch_norm), so computing
+ * anything from it updates them. Keras defaults: momentum 0.99, epsilon
+ * 1e-3. In gr_replicate's replicas the replicas' statistics are averaged
+ * into one update (gr_replicate). gr_op(g, "batch_norm", ...) builds the
+ * same (attr update_moving false: no updates). */
 gr_output gr_batch_norm(gr_graph *g, gr_output x, gr_output gamma, gr_output beta,
                         gr_output moving_mean, gr_output moving_variance, bool training,
                         double momentum, double epsilon, const char *data_format);
+/* For a graph read back (a .grb file, made by another version or by
+ * hand): an error naming the first batch_norm in training with
+ * update_moving whose statistics no moving_average_update reads (nothing
+ * would update its moving statistics); GR_OK when there is none. */
+gr_status gr_check_batch_norm_updates(const gr_graph *g, gr_error *err);
 /* var (a variable read) = momentum var + (1 - momentum) mean(stats[0..n)),
  * in double, the stats added in order, run where var lives; no outputs
- * ({node, -1}). What gr_replicate builds for the replicas' batch norms. */
+ * ({node, -1}). What gr_batch_norm builds for each moving statistic (stats:
+ * its f64 statistic), and gr_replicate for the replicas' batch norms. */
 gr_output gr_moving_average_update(gr_graph *g, gr_output var, const gr_output *stats, int n,
                                    double momentum);
 /* Training: x times a mask of 1 / (1 - rate) (kept) or 0, counter-based per
@@ -476,7 +493,8 @@ typedef struct gr_replicate_options {
  * its own statistics; their moving statistics are updated once per step,
  * where each variable (and each mirrored copy) lives, with the mean of the
  * replicas' statistics (moving_average_update), and the outputs wait for
- * those updates. */
+ * those updates (the body's batch norms, built by fn on the calling
+ * thread, make none of their own). */
 gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_output *inputs,
                        int num_inputs, gr_replica_fn fn, void *arg, int num_outputs,
                        gr_output *outputs);

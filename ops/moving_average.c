@@ -1,22 +1,30 @@
-/* Moving statistics of batch norm across replicas.
+/* Batch norm's moving statistics: the updates that keep them, built beside
+ * every batch norm in training.
  *
  * moving_average_update(stat_0, ..., stat_{n-1}) sets the variable named by
  * attr var to momentum var + (1 - momentum) mean_k(stat_k), in double,
- * adding the stats in input order: the update of Keras' BatchNormalization
- * under MirroredStrategy (a MEAN-aggregated assign of every replica's
- * statistics), done once, where the variable lives.
+ * adding the stats in input order. Its attr var makes it run where the
+ * variable lives, whatever device the batch norm runs on (TensorFlow's
+ * assign_moving_average, colocated with its variable): batch statistics
+ * are computed where the batch is, and only they travel to the variable.
  *
- * gr_ops_replicas_moving_stats is what gr_replicate does with the batch
- * norms of its replicas (parallel.c): each replica normalises with the
- * statistics of its own slice of the batch, but the replicas do not update
- * the moving statistics themselves (a replica's device need not hold them:
- * a worker, with the variables on a ps); their batch norms get
- * update_moving = false, and one moving_average_update per moving variable
- * (per copy, with mirrored variables) averages the replicas' batch means
- * and variances (each with Bessel's correction over the replica's rows) in
- * replica order. The replicas' mean output waits for those updates, so a
- * step that computes the loss updates the moving statistics, as it does
- * without replicas. */
+ * One rule, two cases:
+ * - a batch norm (gr_ops_batch_norm_build: gr_batch_norm, gr_op and the
+ *   .gr call) in training gets one update per moving variable from its own
+ *   statistics, in f64 (outputs 4 and 5: the double values the kernel
+ *   computed), and its outputs come through an identity_n that waits for
+ *   both updates, so a step that computes anything from it updates the
+ *   moving statistics;
+ * - the batch norms of gr_replicate's replicas (parallel.c) are built
+ *   without updates; gr_ops_replicas_moving_stats then makes one update per
+ *   moving variable (per copy, with mirrored variables) that averages the
+ *   replicas' batch means and variances (outputs 1 and 3, each with
+ *   Bessel's correction over the replica's rows) in replica order: Keras'
+ *   BatchNormalization under MirroredStrategy (a MEAN-aggregated assign),
+ *   and the replicas' mean outputs wait for those updates.
+ * The thread that builds replicas marks the graph for that while it builds
+ * them (gr_ops_replicas_enter: a thread-local, so builds on other threads
+ * are not affected). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +39,12 @@ gr_status gr_ops_update_moving(gr_kernel_ctx *ctx, const char *var, double momen
   gr_var_lock(v);
   gr_tensor *cur = gr_var_value(v);
   gr_status s = GR_OK;
+  gr_dtype st = ctx->inputs[0].dtype; /* the variable's, or f64 */
   if (!cur->buf || cur->shape.rank != 1 || cur->shape.dims[0] != c ||
-      cur->dtype != ctx->inputs[0].dtype) {
+      (cur->dtype != st && st != GR_F64)) {
     s = gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION,
-                        "variable '%s' is not an initialised vector of %lld channels",
-                        gr_var_name(v), (long long)c);
+                        "variable '%s' is not an initialised vector of %lld channels (of %s)",
+                        gr_var_name(v), (long long)c, gr_dtype_name(st));
   } else {
     gr_tensor fresh = gr_tensor_empty();
     if (!gr_tensor_is_unique(cur)) s = gr_tensor_alloc(&fresh, cur->dtype, &cur->shape, ctx->err);
@@ -106,7 +115,8 @@ static const gr_attr_spec mau_attrs[] = {
 const gr_op_def gr_op_moving_average_update = {
     .name = "moving_average_update",
     .doc = "sets the variable (attr var) to momentum var + (1 - momentum) mean(stats), in double, "
-           "adding the stats in input order (batch norm's moving statistics over replicas)",
+           "adding the stats in input order (batch norm's moving statistics: its own, or the mean "
+           "of replicas')",
     .min_inputs = 1,
     .max_inputs = GR_REPLICATE_MAX,
     .input_names = (const char *const[]){"stats"},
@@ -117,15 +127,142 @@ const gr_op_def gr_op_moving_average_update = {
     .kernel = moving_average_update_kernel,
     .flags = GR_OP_STATEFUL | GR_OP_VARIABLE | GR_OP_UPDATES | GR_OP_NO_GRADIENT};
 
-gr_output gr_moving_average_update(gr_graph *g, gr_output var, const gr_output *stats, int n,
-                                   double momentum) {
+static gr_output build_update(gr_graph *g, const char *name, gr_output var, const gr_output *stats,
+                              int n, double momentum) {
   if (!var.node) return var;
   if (!gr_ops_is_variable_read(var.node))
     return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "moving_average_update: '%s' is not a variable",
                        var.node->name);
   gr_attr at[2] = {gr_attr_string("var", gr_node_attr_string(var.node, "var", var.node->name)),
                    gr_attr_float("momentum", momentum)};
-  return gr_ops_build(g, "moving_average_update", NULL, stats, n, at, 2);
+  return gr_ops_build(g, "moving_average_update", name, stats, n, at, 2);
+}
+
+gr_output gr_moving_average_update(gr_graph *g, gr_output var, const gr_output *stats, int n,
+                                   double momentum) {
+  return build_update(g, NULL, var, stats, n, momentum);
+}
+
+/* ---- a batch norm with its updates ---------------------------------------------------------- */
+
+static _Thread_local const gr_graph *replicas_of; /* the graph whose replicas this thread builds */
+
+const gr_graph *gr_ops_replicas_enter(const gr_graph *g) {
+  const gr_graph *prev = replicas_of;
+  replicas_of = g;
+  return prev;
+}
+
+void gr_ops_replicas_leave(const gr_graph *prev) {
+  replicas_of = prev;
+}
+
+/* In training the moving statistics (inputs 3 and 4) must be variable
+ * reads: their updates name the variables. */
+static gr_status check_moving_inputs(gr_graph *g, const gr_node *bn) {
+  for (int i = 3; i < 5; i++)
+    if (!gr_ops_is_variable_read(bn->inputs[i].node))
+      return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                                 "node '%s' (op batch_norm): in training, input '%s' must be read "
+                                 "from a variable (its update in the step names the variable); "
+                                 "'%s' is a %s",
+                                 bn->name, bn->op->input_names[i], bn->inputs[i].node->name,
+                                 bn->inputs[i].node->op->name);
+  return GR_OK;
+}
+
+/* The updates of bn's moving statistics from its f64 statistics (outputs
+ * 4 and 5), named F/update_moving_mean and F/update_moving_variance (F:
+ * bn's name), in no device scope of their own: attr var puts them with
+ * their variable. */
+static gr_status build_updates(gr_graph *g, gr_node *bn, gr_output ups[2]) {
+  static const char *const names[2] = {"update_moving_mean", "update_moving_variance"};
+  char *scope = gr_graph_alloc(g, strlen(bn->name) + 2);
+  if (!scope) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  sprintf(scope, "/%s", bn->name);
+  if (gr_graph_push_name_scope(g, scope) != GR_OK) return gr_graph_error(g)->code;
+  if (gr_graph_push_device_scope_reset(g, "") == GR_OK) {
+    double momentum = gr_node_attr_float(bn, "momentum", 0.99);
+    for (int i = 0; i < 2; i++)
+      ups[i] = build_update(g, names[i], bn->inputs[3 + i], &(gr_output){bn, 4 + i}, 1, momentum);
+    gr_graph_pop_device_scope(g);
+  }
+  gr_graph_pop_name_scope(g);
+  return gr_graph_error(g) ? gr_graph_error(g)->code : GR_OK;
+}
+
+/* Renames bn F to F/batch_norm (F/batch_norm_K if taken); the name F
+ * into full (graph-owned). */
+static gr_status move_into_own_scope(gr_graph *g, gr_node *bn, const char **full) {
+  size_t n = strlen(bn->name);
+  const char *slash = strrchr(bn->name, '/'), *last = slash ? slash + 1 : bn->name;
+  char *f = gr_graph_strdup(g, bn->name),
+       *inner = gr_graph_alloc(g, n - (size_t)(last - bn->name) + 32),
+       *taken = gr_graph_alloc(g, n + 32);
+  if (!f || !inner || !taken)
+    return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int k = 0;; k++) {
+    sprintf(inner, k ? "%s/batch_norm_%d" : "%s/batch_norm", last, k);
+    sprintf(taken, "%s/%s", f, inner + strlen(last) + 1);
+    if (!gr_graph_find_node(g, taken)) break;
+  }
+  *full = f;
+  return gr_graph_rename(g, (gr_output){bn, 0}, inner).node ? GR_OK : gr_graph_error(g)->code;
+}
+
+gr_output gr_ops_batch_norm_build(gr_graph *g, const char *name, const gr_output *inputs,
+                                  int num_inputs, const gr_attr *attrs, int num_attrs) {
+  gr_output bn = gr_ops_build(g, "batch_norm", name, inputs, num_inputs, attrs, num_attrs);
+  if (!bn.node || !gr_node_attr_bool(bn.node, "training", true) ||
+      !gr_node_attr_bool(bn.node, "update_moving", true))
+    return bn;
+  if (check_moving_inputs(g, bn.node) != GR_OK) return (gr_output){NULL, 0};
+  if (replicas_of == g) return bn; /* gr_replicate makes the updates */
+  gr_output ups[2];
+  const char *full = NULL;
+  if (build_updates(g, bn.node, ups) != GR_OK || move_into_own_scope(g, bn.node, &full) != GR_OK)
+    return (gr_output){NULL, 0};
+  /* the identity_n takes bn's old name F, in F's scope */
+  const char *slash = strrchr(full, '/');
+  char *outer = gr_graph_alloc(g, strlen(full) + 2);
+  if (!outer) return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  sprintf(outer, "/%.*s", slash ? (int)(slash - full) : 0, full);
+  gr_output outs[6], y = {NULL, 0};
+  for (int i = 0; i < 6; i++) outs[i] = gr_output_at(bn, i);
+  if (gr_graph_push_name_scope(g, outer) == GR_OK) {
+    if (gr_graph_push_control_deps(g, ups, 2) == GR_OK) {
+      y = gr_ops_build(g, "identity_n", slash ? slash + 1 : full, outs, 6, NULL, 0);
+      gr_graph_pop_control_deps(g);
+    }
+    gr_graph_pop_name_scope(g);
+  }
+  if (y.node && gr_graph_set_colocation(g, y.node, bn.node->name) != GR_OK) y.node = NULL;
+  return y.node ? y : (gr_output){NULL, 0};
+}
+
+gr_status gr_check_batch_norm_updates(const gr_graph *g, gr_error *err) {
+  int n = gr_graph_num_nodes(g);
+  unsigned char *updated = calloc((size_t)n + 1, 1);
+  if (!updated) return gr_error_set_oom(err);
+  for (int id = 0; id < n; id++) {
+    const gr_node *u = gr_graph_node(g, id);
+    for (int i = 0; u->op == &gr_op_moving_average_update && i < u->num_inputs; i++)
+      if (u->inputs[i].node->op == &gr_op_batch_norm) updated[u->inputs[i].node->id] = 1;
+  }
+  gr_status st = GR_OK;
+  for (int id = 0; id < n && st == GR_OK; id++) {
+    const gr_node *bn = gr_graph_node(g, id);
+    if (bn->op == &gr_op_batch_norm && !updated[id] && gr_node_attr_bool(bn, "training", true) &&
+        gr_node_attr_bool(bn, "update_moving", true))
+      st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "batch norm '%s' trains with update_moving, but no "
+                        "moving_average_update reads its statistics, so nothing would update "
+                        "its moving statistics (a graph exported before they were updated by "
+                        "nodes of their own? export it again from its .gr file)",
+                        bn->name);
+  }
+  free(updated);
+  return st;
 }
 
 /* ---- replicas ----------------------------------------------------------------------------- */

@@ -14,6 +14,7 @@
   /* basic.c */                                                                                    \
   X(placeholder)                                                                                   \
   X(no_op)                                                                                         \
+  X(identity_n)                                                                                    \
   /* binary.c */                                                                                   \
   X(add)                                                                                           \
   X(sub)                                                                                           \

@@ -52,6 +52,21 @@ gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, g
  * (copy on write, under the variable's lock). */
 gr_status gr_ops_update_moving(gr_kernel_ctx *ctx, const char *var, double momentum,
                                const double *batch, int64_t c);
+/* A batch_norm node (gr_op's, gr_batch_norm's, the .gr call's) and, in
+ * training with update_moving, the moving_average_update of each moving
+ * statistic, where its variable lives, from the node's f64 statistics; then
+ * its 6 outputs come through an identity_n that waits for both updates,
+ * named as the batch norm would be (which becomes NAME/batch_norm). In
+ * gr_replicate's replicas the batch norm alone (the replicas' updates are
+ * gr_ops_replicas_moving_stats'). */
+gr_output gr_ops_batch_norm_build(gr_graph *g, const char *name, const gr_output *inputs,
+                                  int num_inputs, const gr_attr *attrs, int num_attrs);
+/* gr_replicate builds its replicas between these two calls, on one thread:
+ * the batch norms built on that thread in g then make no updates of their
+ * own. enter returns the graph marked before, for leave to restore
+ * (nesting). */
+const gr_graph *gr_ops_replicas_enter(const gr_graph *g);
+void gr_ops_replicas_leave(const gr_graph *prev);
 /* For gr_replicate: the training batch norms among nodes [first, last) (the
  * replicas' bodies) leave their moving statistics to new
  * moving_average_update nodes, which average the replicas' statistics per

@@ -596,7 +596,9 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
     if (gr_graph_error(g)) st = gr_graph_error(g)->code;
   }
   r.first = gr_graph_num_nodes(g);
+  const gr_graph *outer = gr_ops_replicas_enter(g); /* their batch norms: no updates of their own */
   for (int k = 0; k < n && st == GR_OK; k++) st = build_replica(&r, k, fn, arg);
+  gr_ops_replicas_leave(outer);
   /* the replicas' batch norms: one update of each moving statistic, which
    * the outputs wait for (moving_average.c) */
   gr_output *updates = NULL;

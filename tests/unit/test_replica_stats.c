@@ -2,8 +2,9 @@
  * process whose devices carry cluster names (the partitions run as on a
  * cluster): the moving statistics get one update per step, on the device of
  * their variable, from the mean of the replicas' batch statistics (and the
- * same update on every copy of mirrored ones); a single replica keeps
- * batch_norm's own update; dropout and flips draw other numbers in each
+ * same update on every copy of mirrored ones), the replicas' batch norms
+ * making none of their own; a single replica gets the same update from
+ * the whole batch; dropout and flips draw other numbers in each
  * replica, the same on a rerun. The cluster run of the CNN is
  * test_dist_cnn.c. */
 #include <math.h>
