@@ -8,14 +8,11 @@
  * it, instead of waiting out --recovery-timeout; launch reports a failed
  * chief as its exit code; without a chief job worker 0 is the chief.
  * Every process is bounded in time and reaped. */
-#include <arpa/inet.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <graphrun.h>
@@ -26,30 +23,12 @@
 
 static char file[PATH_MAX];
 
-/* n free loopback ports (bound at once, then released for launch to bind). */
-static bool free_ports(int *ports, int n) {
-  int fds[8];
-  bool ok = n <= 8;
-  for (int i = 0; i < n && ok; i++) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-    ok = fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&a, sizeof a) == 0 &&
-         getsockname(fds[i], (struct sockaddr *)&a, &len) == 0;
-    ports[i] = ntohs(a.sin_port);
-    if (!ok && fds[i] >= 0) close(fds[i]);
-    if (!ok) n = i;
-  }
-  for (int i = 0; i < n; i++) close(fds[i]);
-  return ok;
-}
-
 /* TF_CONFIG as a thesis writes it: a chief, 2 workers and a ps on free
  * loopback ports, this process as worker 0 (launch --cluster env reads the
  * cluster and ignores the task). */
 static void set_tf_config(void) {
   int p[4];
-  GR_CHECK(free_ports(p, 4));
+  GR_CHECK(gt_free_ports(p, 4));
   char tf[512];
   snprintf(tf, sizeof tf,
            "{\"cluster\": {\"chief\": [\"localhost:%d\"], \"worker\": [\"localhost:%d\", "

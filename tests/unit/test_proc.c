@@ -1,7 +1,10 @@
 /* gt_proc: processes for tests of the graphrun command (test_proc.h). */
 #include "test_proc.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -109,4 +112,21 @@ void gt_proc_finish(gt_proc *p) {
 
 int gt_proc_exit_code(const gt_proc *p) {
   return WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128 + WTERMSIG(p->status);
+}
+
+bool gt_free_ports(int *ports, int n) {
+  int fds[8];
+  bool ok = n <= 8;
+  for (int i = 0; i < n && ok; i++) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+    ok = fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&a, sizeof a) == 0 &&
+         getsockname(fds[i], (struct sockaddr *)&a, &len) == 0;
+    ports[i] = ntohs(a.sin_port);
+    if (!ok && fds[i] >= 0) close(fds[i]);
+    if (!ok) n = i;
+  }
+  for (int i = 0; i < n; i++) close(fds[i]);
+  return ok;
 }

@@ -39,6 +39,9 @@ int gt_proc_exit_code(const gt_proc *p);
  * into v; how many. */
 int gt_output_values(const char *out, const char *name, double *v, int cap);
 double gt_now(void);
+/* n (at most 8) free loopback ports: bound at once, then released for a
+ * cluster to bind (another process may take one meanwhile: retry then). */
+bool gt_free_ports(int *ports, int n);
 /* For a test of graphrun processes, at its start: SIGPIPE ignored (a write
  * to a process that died is an error, not the test's end), and no
  * GRAPHRUN_CLUSTER or GRAPHRUN_SECRET_FILE of the caller's environment
