@@ -398,10 +398,19 @@ static gr_status walk_start(walk *w, gr_graph *g, const gr_output *ys, int ny, c
   return GR_OK;
 }
 
+/* Whether no gradient flows back through n (stop_gradient, zeros_like, a
+ * stack op, ...): the path from the xs to the ys does not run through it,
+ * so a loop's gradient behind one (its stack pops) is off the path. */
+static bool stops(const gr_node *n) {
+  return (n->op->flags & GR_OP_NO_GRADIENT) &&
+         gr_op_classify_gradient(n->op) == GR_OP_GRADIENT_STOPS;
+}
+
 /* from_x: forward from the xs over float edges, in topological order. Loop
  * back edges (merge <- next_iteration) go against the order: repeat until
  * nothing changes (one more pass per level of loop nesting); so do stacks
- * (a pop carries what its push took). */
+ * (a pop carries what its push took). Not through an op without a
+ * gradient (stops) but for an x itself. */
 static void mark_from_x(walk *w, const gr_output *xs, int nx, const ad_pushes *pushes) {
   for (int i = 0; i < nx; i++) w->from_x[xs[i].node->id] = 1;
   for (bool changed = true; changed;) {
@@ -414,7 +423,7 @@ static void mark_from_x(walk *w, const gr_output *xs, int nx, const ad_pushes *p
         w->from_x[n->id] = 1;
         changed = true;
       }
-      for (int j = 0; j < n->num_inputs && !w->from_x[n->id]; j++) {
+      for (int j = 0; j < n->num_inputs && !w->from_x[n->id] && !stops(n); j++) {
         const gr_node *p = n->inputs[j].node;
         /* not around the loop being differentiated: there the body's inputs are the xs */
         if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w->fr.of_node[p->id] == w->base) continue;
@@ -429,14 +438,15 @@ static void mark_from_x(walk *w, const gr_output *xs, int nx, const ad_pushes *p
 
 /* to_y: back from the ys the same way: a back edge reaches a body that
  * comes earlier in the order (a loop invariant computed outside the loop
- * and used only in its body is on the path through it). */
+ * and used only in its body is on the path through it). Not back through
+ * an op without a gradient (stops). */
 static void mark_to_y(walk *w, const gr_output *ys, int ny) {
   for (int i = 0; i < ny; i++) w->to_y[ys[i].node->id] = 1;
   for (bool changed = true; changed;) {
     changed = false;
     for (int k = w->total - 1; k >= 0; k--) {
       gr_node *n = gr_graph_node(w->g, w->order[k]);
-      if (!w->to_y[n->id]) continue;
+      if (!w->to_y[n->id] || stops(n)) continue;
       for (int j = 0; j < n->num_inputs; j++) {
         const gr_node *p = n->inputs[j].node;
         if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w->fr.of_node[p->id] == w->base) continue;

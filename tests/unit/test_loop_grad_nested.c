@@ -448,6 +448,58 @@ static void test_second_order_refused(void) {
                 9, 1e-5);
 }
 
+/* stop_gradient (or any op without a gradient) on the path from a loop's
+ * gradient cuts it: no gradient flows through the stack pops, so a second
+ * gradient is not second order through the loop (it was refused). */
+static void test_stop_gradient_on_loop_gradient(void) {
+  /* TensorFlow's testStopGradOnWhileGrad: rx = 2 y^6 (6 iterations), so
+   * d(y^2 + rx + stop(drx/dy))/dy = 2 y + 12 y^5 = 388 at y = 2 */
+  const char *tf = "x = const(2.0)\n"
+                   "y = const(2.0)\n"
+                   "rx = while (x = x; x < 100.0) { x = x * y }\n"
+                   "rg = stop_gradient(gradients(rx, y))\n"
+                   "r = square(y) + rx + rg\n"
+                   "d = gradients(r, y)\n";
+  GR_CHECK_NEAR(gt_dsl_value(tf, "d"), 388, 0);
+  /* by central differences: the stopped term adds nothing to the gradient */
+  check_grad("a stopped loop gradient in the value differentiated",
+             "x = placeholder(f64, [])\n"
+             "i, a = while (i = 0, a = x; i < 4) { a = tanh(a) * x + a * 0.5\n i = i + 1 }\n"
+             "r = square(x) + a\n"
+             "g = gradients(r + stop_gradient(gradients(a, x)), x)\n",
+             0.8);
+  /* two loop gradients, one stopped: the other is still second order */
+  const char *two = "x = const(2.0)\n"
+                    "y = const(2.0)\n"
+                    "rx = while (x = x; x < 100.0) { x = x * y }\n"
+                    "ra = while (x = x; x < 50.0) { x = x * y * y }\n"
+                    "ga = stop_gradient(gradients(rx, y))\n"
+                    "gb = gradients(ra, y)\n"
+                    "r = square(y) + rx + ga + %s\n"
+                    "d = gradients(r, y)\n";
+  char src[600];
+  gr_error err = {0};
+  snprintf(src, sizeof src, two, "gb");
+  GR_CHECK(gt_dsl_error(src, &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:8:5: error: gradients: the value differentiated depends "
+                                 "on the gradient of loop 'while_");
+  GR_CHECK(strstr(err.msg, "loop 'while_2'") == NULL); /* not rx's loop: its gradient is stopped */
+  /* both stopped (or behind zeros_like, another op without a gradient):
+   * ra = 2 y^6 (3 iterations), d = 2 y + 12 y^5 + gb * 12 y^5 */
+  snprintf(src, sizeof src, two, "stop_gradient(gb) * ra + zeros_like(gb)");
+  GR_CHECK_NEAR(gt_dsl_value(src, "d"), 4 + 384 + 384.0 * 384, 0);
+  /* the stop on the other side, between y and the loop: the stacked values
+   * do not depend on y along a path a gradient takes, d = 2 y */
+  GR_CHECK_NEAR(gt_dsl_value("x = const(2.0)\n"
+                             "y = const(2.0)\n"
+                             "ys = stop_gradient(y)\n"
+                             "rx = while (x = x; x < 100.0) { x = x * ys }\n"
+                             "r = square(y) + gradients(rx, ys)\n"
+                             "d = gradients(r, y)\n",
+                             "d"),
+                4, 0);
+}
+
 int main(void) {
   GR_RUN(test_two_levels);
   GR_RUN(test_inner_loops_at_once);
@@ -461,5 +513,6 @@ int main(void) {
   GR_RUN(test_invariant_from_outside);
   GR_RUN(test_random_nests);
   GR_RUN(test_second_order_refused);
+  GR_RUN(test_stop_gradient_on_loop_gradient);
   return gr_test_finish();
 }
