@@ -459,6 +459,40 @@ static void mark_to_y(walk *w, const gr_output *ys, int ny) {
   }
 }
 
+/* A gradients() in a loop body differentiates within one iteration. Its
+ * path may run through the frames around the body (a loop invariant
+ * computed outside the loop, as TensorFlow's testCallGradInLoop): those
+ * values are constants of the iteration, and their gradients are built in
+ * the body with them. It may not come out of another loop (that loop's
+ * reverse loop would run in every iteration of this one, popping stacks
+ * pushed once) nor through the initial value of one of this loop's
+ * variables (that gradient would go through every earlier iteration, which
+ * TensorFlow refuses too). Loops nested in the body are differentiated as
+ * units. */
+static gr_status check_body_paths(walk *w) {
+  const gr_frames *f = &w->fr;
+  for (int id = 0; id < w->total && w->base > 0; id++) {
+    if (!w->from_x[id] || !w->to_y[id]) continue;
+    const gr_node *n = gr_graph_node(w->g, id);
+    int fr = f->of_node[id];
+    if (n->op->cf_kind == GR_CF_EXIT && fr != w->base && child_of_base(f, fr, w->base) < 0)
+      return fail(w->g, GR_ERR_UNIMPLEMENTED,
+                  "gradients: in loop '%s', the value differentiated depends on the xs through "
+                  "loop '%s', which is outside it (node '%s'); a gradient taken in a loop body "
+                  "cannot go back through another loop: take that gradient outside the loop",
+                  f->frames[w->base].name, f->frames[fr].name, n->name);
+    if (n->op->cf_kind == GR_CF_ENTER && fr == w->base &&
+        !gr_node_attr_bool(n, "is_constant", false))
+      return fail(w->g, GR_ERR_UNIMPLEMENTED,
+                  "gradients: in loop '%s', the value differentiated depends on the xs through "
+                  "the initial value of a loop variable (node '%s'); a gradient taken in a loop "
+                  "body goes through the body's values and the values it uses from outside, not "
+                  "through a loop variable's initial value (as in TensorFlow)",
+                  f->frames[w->base].name, n->name);
+  }
+  return GR_OK;
+}
+
 /* The default seed dy/dy: ones shaped as y. In a graph without control
  * flow and with y's shape known, a constant: it does not wait for y's
  * value, so the backward pass of a part of y (a micro-batch's loss in a
@@ -506,8 +540,10 @@ static gr_status backprop(walk *w, const gr_output *ys, int ny, const gr_output 
       continue;
     }
     if (!w->from_x[gi] || !w->to_y[gi]) continue;
-    if (w->fr.of_node[gi] != w->base)
-      continue; /* not ours (outside the frame being differentiated) */
+    /* in a reverse loop, values from outside the forward loop are read
+     * through remap and are no node of this walk; a gradients() in a loop
+     * body differentiates the enclosing frames' nodes too (check_body_paths) */
+    if (rv && w->fr.of_node[gi] != w->base) continue;
     st = node_group(w, gr_graph_node(g, gi), rv);
   }
   return st;
@@ -556,6 +592,7 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
     mark_to_y(&w, ys, ny);
     st = ad_refuse_loop_gradients(g, &w.fr, &pushes, w.from_x, w.to_y, w.base);
   }
+  if (st == GR_OK && !rv) st = check_body_paths(&w);
   if (st == GR_OK) st = backprop(&w, ys, ny, grad_ys, rv);
   if (st == GR_OK) sum_dxs(&w, xs, nx, null_for_unconnected, dxs);
   if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;

@@ -448,6 +448,87 @@ static void test_second_order_refused(void) {
                 9, 1e-5);
 }
 
+/* gradients() in a loop body of values computed outside the loop from the
+ * xs: the path runs through the enclosing frames, whose nodes are
+ * differentiated in the body (they were skipped, and the gradient was 0). */
+static void test_gradient_in_body_through_outside(void) {
+  /* TensorFlow's testCallGradInLoop (control_flow_ops_py_test.py): d sum(data)
+   * / d params = 12 params = 60 per iteration, 600 after ten */
+  GR_CHECK_NEAR(gt_dsl_value("i0 = const(0, i32)\n"
+                             "params = const(5.0)\n"
+                             "params_1 = square(params)\n"
+                             "i, x = while (i = i0, x = const(0.0); i < 10) {\n"
+                             "  data = const([1.0, 2.0, 3.0]) * params_1\n"
+                             "  x = x + gradients(data, params)\n"
+                             "  i = i + 1\n"
+                             "}\n",
+                             "x"),
+                600, 0);
+  /* the same gradient by central differences of the function it differentiates */
+  check_grad("gradients() in a body of a value computed outside the loop",
+             "x = placeholder(f64, [])\n"
+             "p = tanh(x) * x + 0.5\n"
+             "r = reduce_sum(const([1.0, 2.0, 3.0], f64) * p * p)\n"
+             "i, s = while (i = 0, s = const(0.0, f64); i < 10) {\n"
+             "  data = const([1.0, 2.0, 3.0], f64) * p * p\n"
+             "  s = s + gradients(data, x)\n"
+             "  i = i + 1\n"
+             "}\n"
+             "g = s / 10.0\n",
+             0.7);
+  /* in an inner loop, through a value of the outer body (z) and one from
+   * outside both loops (p); ds/dx sums d(z^2)/dx = 8 z p p' over 2 x 3 iterations */
+  check_grad("gradients() in an inner body through the outer body and the top level",
+             "x = placeholder(f64, [])\n"
+             "p = x * x + tanh(x)\n"
+             "r = square(p * 2.0)\n"
+             "i, s = while (i = 0, s = const(0.0, f64); i < 3) {\n"
+             "  z = p * 2.0\n"
+             "  j, t = while (j = 0, t = const(0.0, f64); j < 2) {\n"
+             "    t = t + gradients(z * z, x)\n"
+             "    j = j + 1\n"
+             "  }\n"
+             "  s = s + t\n"
+             "  i = i + 1\n"
+             "}\n"
+             "g = s / 6.0\n",
+             0.6);
+  /* the gradient of a loop whose body takes such a gradient: second order
+   * through gradient nodes built in the body (s = 10 * 12 x * x) */
+  double g = check_grad("the gradient of a loop that takes gradients() in its body",
+                        "x = placeholder(f64, [])\n"
+                        "q = square(x)\n"
+                        "i, r = while (i = 0, s = const(0.0, f64); i < 10) {\n"
+                        "  data = const([1.0, 2.0, 3.0], f64) * q\n"
+                        "  s = s + gradients(data, x) * x\n"
+                        "  i = i + 1\n"
+                        "}\n"
+                        "g = gradients(r, x)\n",
+                        5);
+  GR_CHECK_NEAR(g, 240 * 5, 1e-9);
+  /* refused, where the gradient is written: through another loop (its
+   * reverse loop would run in every iteration of this one, popping stacks
+   * pushed once), and through a loop variable's initial value */
+  gr_error err = {0};
+  GR_CHECK(gt_dsl_error("p = const(5.0)\n"
+                        "r = while (r = p; r < 100.0) { r = r * p }\n"
+                        "i, x = while (i = 0, x = 0.0; i < 3) {\n"
+                        "  x = x + gradients(r * 2.0, p)\n"
+                        "  i = i + 1\n"
+                        "}\n",
+                        &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:4:11: error: gradients: in loop 'while_");
+  GR_CHECK_STR_CONTAINS(err.msg, "depends on the xs through loop 'while_1', which is outside it");
+  GR_CHECK(gt_dsl_error("p = const(5.0)\n"
+                        "i, x = while (i = 0, x = p; i < 3) {\n"
+                        "  x = x + gradients(x * 2.0, p)\n"
+                        "  i = i + 1\n"
+                        "}\n",
+                        &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:3:11: error: gradients: in loop 'while_");
+  GR_CHECK_STR_CONTAINS(err.msg, "through the initial value of a loop variable");
+}
+
 /* stop_gradient (or any op without a gradient) on the path from a loop's
  * gradient cuts it: no gradient flows through the stack pops, so a second
  * gradient is not second order through the loop (it was refused). */
@@ -513,6 +594,7 @@ int main(void) {
   GR_RUN(test_invariant_from_outside);
   GR_RUN(test_random_nests);
   GR_RUN(test_second_order_refused);
+  GR_RUN(test_gradient_in_body_through_outside);
   GR_RUN(test_stop_gradient_on_loop_gradient);
   return gr_test_finish();
 }
