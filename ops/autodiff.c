@@ -345,20 +345,33 @@ static gr_status node_group(walk *w, gr_node *n, const ad_reverse *rv) {
   return st;
 }
 
-/* Every y and x is a valid output, every y a float one. */
+/* Every y and x is a valid output. */
 static gr_status check_ends(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx) {
+  if (ny < 0 || nx < 0)
+    return fail(g, GR_ERR_INVALID_ARGUMENT, "gradients: %d ys and %d xs", ny, nx);
   for (int i = 0; i < ny; i++)
     if (!ys[i].node || ys[i].index < 0 || ys[i].index >= ys[i].node->num_outputs)
       return fail(g, GR_ERR_INVALID_ARGUMENT, "gradients: y %d is not a valid output", i);
   for (int i = 0; i < nx; i++)
     if (!xs[i].node || xs[i].index < 0 || xs[i].index >= xs[i].node->num_outputs)
       return fail(g, GR_ERR_INVALID_ARGUMENT, "gradients: x %d is not a valid output", i);
-  for (int i = 0; i < ny; i++)
-    if (!float_edge(ys[i].node, ys[i].index))
-      return fail(g, GR_ERR_DTYPE,
-                  "gradients: y '%s' has dtype %s; only f32/f64 can be differentiated",
-                  ys[i].node->name, gr_dtype_name(ys[i].node->out_dtypes[ys[i].index]));
   return GR_OK;
+}
+
+/* The float ys into fys and their seeds into fseed (null: ones); returns
+ * how many. As in TensorFlow, an integer or bool y contributes nothing:
+ * no gradient flows back from it into a float value (integer and bool
+ * edges carry none), so gradients([i, f], x) is d f / dx, and with no
+ * float y every x is unconnected. */
+static int float_ys(const gr_output *ys, int ny, const gr_output *grad_ys, gr_output *fys,
+                    gr_output *fseed) {
+  int n = 0;
+  for (int i = 0; i < ny; i++)
+    if (float_edge(ys[i].node, ys[i].index)) {
+      fys[n] = ys[i];
+      fseed[n++] = grad_ys ? grad_ys[i] : (gr_output){NULL, 0};
+    }
+  return n;
 }
 
 /* The walk's arrays, the topological order, the loop frames, and the frame
@@ -554,8 +567,9 @@ static gr_status backprop(walk *w, const gr_output *ys, int ny, const gr_output 
 static void sum_dxs(walk *w, const gr_output *xs, int nx, bool null_for_unconnected,
                     gr_output *dxs) {
   gr_graph *g = w->g;
+  contrib none = {NULL, 0, 0};
   for (int i = 0; i < nx; i++) {
-    contrib *c = &w->grads[w->out_base[xs[i].node->id] + xs[i].index];
+    contrib *c = w->grads ? &w->grads[w->out_base[xs[i].node->id] + xs[i].index] : &none;
     char scope[600];
     snprintf(scope, sizeof scope, "/gradients/%s_grad", xs[i].node->name);
     gr_graph_push_name_scope(g, scope);
@@ -583,21 +597,31 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
   gr_status st = check_ends(g, ys, ny, xs, nx);
   if (st != GR_OK) return st;
   walk w;
+  memset(&w, 0, sizeof w); /* no float y: no walk, every x unconnected */
+  w.g = g;
   ad_pushes pushes = {NULL, 0};
-  st = walk_start(&w, g, ys, ny, base);
-  if (st == GR_OK && ad_pushes_collect(g, w.total, &pushes) != GR_OK)
-    st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  if (st == GR_OK) {
-    mark_from_x(&w, xs, nx, &pushes);
-    mark_to_y(&w, ys, ny);
-    st = ad_refuse_loop_gradients(g, &w.fr, &pushes, w.from_x, w.to_y, w.base);
+  gr_output *fys = calloc((size_t)ny + 1, sizeof *fys),
+            *fseed = calloc((size_t)ny + 1, sizeof *fseed);
+  int nf = fys && fseed ? float_ys(ys, ny, grad_ys, fys, fseed) : 0;
+  if (!fys || !fseed) st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && nf > 0) {
+    st = walk_start(&w, g, fys, nf, base);
+    if (st == GR_OK && ad_pushes_collect(g, w.total, &pushes) != GR_OK)
+      st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (st == GR_OK) {
+      mark_from_x(&w, xs, nx, &pushes);
+      mark_to_y(&w, fys, nf);
+      st = ad_refuse_loop_gradients(g, &w.fr, &pushes, w.from_x, w.to_y, w.base);
+    }
+    if (st == GR_OK && !rv) st = check_body_paths(&w);
+    if (st == GR_OK) st = backprop(&w, fys, nf, fseed, rv);
   }
-  if (st == GR_OK && !rv) st = check_body_paths(&w);
-  if (st == GR_OK) st = backprop(&w, ys, ny, grad_ys, rv);
   if (st == GR_OK) sum_dxs(&w, xs, nx, null_for_unconnected, dxs);
   if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
   walk_free(&w);
   ad_pushes_free(&pushes);
+  free(fys);
+  free(fseed);
   if (st != GR_OK)
     for (int i = 0; i < nx; i++) dxs[i] = (gr_output){NULL, 0};
   return st;
