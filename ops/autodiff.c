@@ -345,20 +345,33 @@ static gr_status node_group(walk *w, gr_node *n, const ad_reverse *rv) {
   return st;
 }
 
-/* Every y and x is a valid output, every y a float one. */
+/* Every y and x is a valid output. */
 static gr_status check_ends(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx) {
+  if (ny < 0 || nx < 0)
+    return fail(g, GR_ERR_INVALID_ARGUMENT, "gradients: %d ys and %d xs", ny, nx);
   for (int i = 0; i < ny; i++)
     if (!ys[i].node || ys[i].index < 0 || ys[i].index >= ys[i].node->num_outputs)
       return fail(g, GR_ERR_INVALID_ARGUMENT, "gradients: y %d is not a valid output", i);
   for (int i = 0; i < nx; i++)
     if (!xs[i].node || xs[i].index < 0 || xs[i].index >= xs[i].node->num_outputs)
       return fail(g, GR_ERR_INVALID_ARGUMENT, "gradients: x %d is not a valid output", i);
-  for (int i = 0; i < ny; i++)
-    if (!float_edge(ys[i].node, ys[i].index))
-      return fail(g, GR_ERR_DTYPE,
-                  "gradients: y '%s' has dtype %s; only f32/f64 can be differentiated",
-                  ys[i].node->name, gr_dtype_name(ys[i].node->out_dtypes[ys[i].index]));
   return GR_OK;
+}
+
+/* The float ys into fys and their seeds into fseed (null: ones); returns
+ * how many. As in TensorFlow, an integer or bool y contributes nothing:
+ * no gradient flows back from it into a float value (integer and bool
+ * edges carry none), so gradients([i, f], x) is d f / dx, and with no
+ * float y every x is unconnected. */
+static int float_ys(const gr_output *ys, int ny, const gr_output *grad_ys, gr_output *fys,
+                    gr_output *fseed) {
+  int n = 0;
+  for (int i = 0; i < ny; i++)
+    if (float_edge(ys[i].node, ys[i].index)) {
+      fys[n] = ys[i];
+      fseed[n++] = grad_ys ? grad_ys[i] : (gr_output){NULL, 0};
+    }
+  return n;
 }
 
 /* The walk's arrays, the topological order, the loop frames, and the frame
@@ -398,10 +411,19 @@ static gr_status walk_start(walk *w, gr_graph *g, const gr_output *ys, int ny, c
   return GR_OK;
 }
 
+/* Whether no gradient flows back through n (stop_gradient, zeros_like, a
+ * stack op, ...): the path from the xs to the ys does not run through it,
+ * so a loop's gradient behind one (its stack pops) is off the path. */
+static bool stops(const gr_node *n) {
+  return (n->op->flags & GR_OP_NO_GRADIENT) &&
+         gr_op_classify_gradient(n->op) == GR_OP_GRADIENT_STOPS;
+}
+
 /* from_x: forward from the xs over float edges, in topological order. Loop
  * back edges (merge <- next_iteration) go against the order: repeat until
  * nothing changes (one more pass per level of loop nesting); so do stacks
- * (a pop carries what its push took). */
+ * (a pop carries what its push took). Not through an op without a
+ * gradient (stops) but for an x itself. */
 static void mark_from_x(walk *w, const gr_output *xs, int nx, const ad_pushes *pushes) {
   for (int i = 0; i < nx; i++) w->from_x[xs[i].node->id] = 1;
   for (bool changed = true; changed;) {
@@ -414,7 +436,7 @@ static void mark_from_x(walk *w, const gr_output *xs, int nx, const ad_pushes *p
         w->from_x[n->id] = 1;
         changed = true;
       }
-      for (int j = 0; j < n->num_inputs && !w->from_x[n->id]; j++) {
+      for (int j = 0; j < n->num_inputs && !w->from_x[n->id] && !stops(n); j++) {
         const gr_node *p = n->inputs[j].node;
         /* not around the loop being differentiated: there the body's inputs are the xs */
         if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w->fr.of_node[p->id] == w->base) continue;
@@ -429,14 +451,15 @@ static void mark_from_x(walk *w, const gr_output *xs, int nx, const ad_pushes *p
 
 /* to_y: back from the ys the same way: a back edge reaches a body that
  * comes earlier in the order (a loop invariant computed outside the loop
- * and used only in its body is on the path through it). */
+ * and used only in its body is on the path through it). Not back through
+ * an op without a gradient (stops). */
 static void mark_to_y(walk *w, const gr_output *ys, int ny) {
   for (int i = 0; i < ny; i++) w->to_y[ys[i].node->id] = 1;
   for (bool changed = true; changed;) {
     changed = false;
     for (int k = w->total - 1; k >= 0; k--) {
       gr_node *n = gr_graph_node(w->g, w->order[k]);
-      if (!w->to_y[n->id]) continue;
+      if (!w->to_y[n->id] || stops(n)) continue;
       for (int j = 0; j < n->num_inputs; j++) {
         const gr_node *p = n->inputs[j].node;
         if (p->op->cf_kind == GR_CF_NEXT_ITERATION && w->fr.of_node[p->id] == w->base) continue;
@@ -447,6 +470,40 @@ static void mark_to_y(walk *w, const gr_output *ys, int ny) {
       }
     }
   }
+}
+
+/* A gradients() in a loop body differentiates within one iteration. Its
+ * path may run through the frames around the body (a loop invariant
+ * computed outside the loop, as TensorFlow's testCallGradInLoop): those
+ * values are constants of the iteration, and their gradients are built in
+ * the body with them. It may not come out of another loop (that loop's
+ * reverse loop would run in every iteration of this one, popping stacks
+ * pushed once) nor through the initial value of one of this loop's
+ * variables (that gradient would go through every earlier iteration, which
+ * TensorFlow refuses too). Loops nested in the body are differentiated as
+ * units. */
+static gr_status check_body_paths(walk *w) {
+  const gr_frames *f = &w->fr;
+  for (int id = 0; id < w->total && w->base > 0; id++) {
+    if (!w->from_x[id] || !w->to_y[id]) continue;
+    const gr_node *n = gr_graph_node(w->g, id);
+    int fr = f->of_node[id];
+    if (n->op->cf_kind == GR_CF_EXIT && fr != w->base && child_of_base(f, fr, w->base) < 0)
+      return fail(w->g, GR_ERR_UNIMPLEMENTED,
+                  "gradients: in loop '%s', the value differentiated depends on the xs through "
+                  "loop '%s', which is outside it (node '%s'); a gradient taken in a loop body "
+                  "cannot go back through another loop: take that gradient outside the loop",
+                  f->frames[w->base].name, f->frames[fr].name, n->name);
+    if (n->op->cf_kind == GR_CF_ENTER && fr == w->base &&
+        !gr_node_attr_bool(n, "is_constant", false))
+      return fail(w->g, GR_ERR_UNIMPLEMENTED,
+                  "gradients: in loop '%s', the value differentiated depends on the xs through "
+                  "the initial value of a loop variable (node '%s'); a gradient taken in a loop "
+                  "body goes through the body's values and the values it uses from outside, not "
+                  "through a loop variable's initial value (as in TensorFlow)",
+                  f->frames[w->base].name, n->name);
+  }
+  return GR_OK;
 }
 
 /* The default seed dy/dy: ones shaped as y. In a graph without control
@@ -496,8 +553,10 @@ static gr_status backprop(walk *w, const gr_output *ys, int ny, const gr_output 
       continue;
     }
     if (!w->from_x[gi] || !w->to_y[gi]) continue;
-    if (w->fr.of_node[gi] != w->base)
-      continue; /* not ours (outside the frame being differentiated) */
+    /* in a reverse loop, values from outside the forward loop are read
+     * through remap and are no node of this walk; a gradients() in a loop
+     * body differentiates the enclosing frames' nodes too (check_body_paths) */
+    if (rv && w->fr.of_node[gi] != w->base) continue;
     st = node_group(w, gr_graph_node(g, gi), rv);
   }
   return st;
@@ -508,8 +567,9 @@ static gr_status backprop(walk *w, const gr_output *ys, int ny, const gr_output 
 static void sum_dxs(walk *w, const gr_output *xs, int nx, bool null_for_unconnected,
                     gr_output *dxs) {
   gr_graph *g = w->g;
+  contrib none = {NULL, 0, 0};
   for (int i = 0; i < nx; i++) {
-    contrib *c = &w->grads[w->out_base[xs[i].node->id] + xs[i].index];
+    contrib *c = w->grads ? &w->grads[w->out_base[xs[i].node->id] + xs[i].index] : &none;
     char scope[600];
     snprintf(scope, sizeof scope, "/gradients/%s_grad", xs[i].node->name);
     gr_graph_push_name_scope(g, scope);
@@ -537,20 +597,31 @@ gr_status ad_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output
   gr_status st = check_ends(g, ys, ny, xs, nx);
   if (st != GR_OK) return st;
   walk w;
+  memset(&w, 0, sizeof w); /* no float y: no walk, every x unconnected */
+  w.g = g;
   ad_pushes pushes = {NULL, 0};
-  st = walk_start(&w, g, ys, ny, base);
-  if (st == GR_OK && ad_pushes_collect(g, w.total, &pushes) != GR_OK)
-    st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  if (st == GR_OK) {
-    mark_from_x(&w, xs, nx, &pushes);
-    mark_to_y(&w, ys, ny);
-    st = ad_refuse_loop_gradients(g, &w.fr, &pushes, w.from_x, w.to_y, w.base);
+  gr_output *fys = calloc((size_t)ny + 1, sizeof *fys),
+            *fseed = calloc((size_t)ny + 1, sizeof *fseed);
+  int nf = fys && fseed ? float_ys(ys, ny, grad_ys, fys, fseed) : 0;
+  if (!fys || !fseed) st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && nf > 0) {
+    st = walk_start(&w, g, fys, nf, base);
+    if (st == GR_OK && ad_pushes_collect(g, w.total, &pushes) != GR_OK)
+      st = fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    if (st == GR_OK) {
+      mark_from_x(&w, xs, nx, &pushes);
+      mark_to_y(&w, fys, nf);
+      st = ad_refuse_loop_gradients(g, &w.fr, &pushes, w.from_x, w.to_y, w.base);
+    }
+    if (st == GR_OK && !rv) st = check_body_paths(&w);
+    if (st == GR_OK) st = backprop(&w, fys, nf, fseed, rv);
   }
-  if (st == GR_OK) st = backprop(&w, ys, ny, grad_ys, rv);
   if (st == GR_OK) sum_dxs(&w, xs, nx, null_for_unconnected, dxs);
   if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
   walk_free(&w);
   ad_pushes_free(&pushes);
+  free(fys);
+  free(fseed);
   if (st != GR_OK)
     for (int i = 0; i < nx; i++) dxs[i] = (gr_output){NULL, 0};
   return st;

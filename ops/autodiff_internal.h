@@ -35,9 +35,10 @@ void ad_pushes_free(ad_pushes *p);
 /* The push of pop's stack, or NULL (pop is not a stack_pop, or no push). */
 const gr_node *ad_pushes_match(const ad_pushes *p, const gr_node *pop);
 /* An error when a stack_pop in frame base (or nested in it) is on a path
- * from the xs to the ys (from_x and to_y per node id): its value is a
- * loop's forward value read back by that loop's gradient, and a gradient
- * of it would be lost (second order through a loop). */
+ * from the xs to the ys (from_x and to_y per node id; to_y does not go
+ * back through an op without a gradient, such as stop_gradient): its value
+ * is a loop's forward value read back by that loop's gradient, and a
+ * gradient of it would be lost (second order through a loop). */
 gr_status ad_refuse_loop_gradients(gr_graph *g, const gr_frames *f, const ad_pushes *p,
                                    const char *from_x, const char *to_y, int base);
 

@@ -341,7 +341,9 @@ gr_status gr_while_loop(gr_graph *g, gr_loop_cond_fn cond_fn, gr_loop_body_fn bo
  * ys through each op's gradient function and summing the contributions of
  * several consumers. grad_ys: NULL, or one seed gradient per y (default: ones).
  * An x that the ys do not depend on gets zeros, or a null output when
- * null_for_unconnected. Gradient nodes are colocated with their forward node
+ * null_for_unconnected. Only float edges carry gradients, so an integer or
+ * bool y contributes nothing (as in TensorFlow), and an integer x is
+ * unconnected. Gradient nodes are colocated with their forward node
  * and named "gradients/...". Returns the graph's error status. */
 gr_status gr_gradients(gr_graph *g, const gr_output *ys, int ny, const gr_output *xs, int nx,
                        const gr_output *grad_ys, bool null_for_unconnected, gr_output *dxs);

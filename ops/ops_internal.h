@@ -311,5 +311,9 @@ static inline gr_output gr_grad_scalar(gr_grad_ctx *c, gr_output like, double v)
 /* Every float variable node y depends on, in id order (at most cap in out);
  * -1 when out of memory. What minimize and sync_replicas train by default. */
 int gr_ops_float_vars(const gr_graph *g, gr_output y, gr_output *out, int cap);
+/* An error (GR_ERR_DTYPE) naming fn and the loss unless loss is f32/f64:
+ * gradients() takes an integer y as contributing nothing, so minimizing
+ * one would silently train nothing (TensorFlow's optimizers refuse it too). */
+gr_status gr_ops_check_loss(gr_graph *g, const char *fn, gr_output loss);
 
 #endif

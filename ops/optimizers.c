@@ -374,9 +374,18 @@ static const gr_node *fusable_matmul(const gr_graph *g, const gr_node *var, gr_o
   return strcmp(gr_graph_resolve_device(g, m), gr_graph_resolve_device(g, var)) == 0 ? m : NULL;
 }
 
+gr_status gr_ops_check_loss(gr_graph *g, const char *fn, gr_output loss) {
+  gr_dtype dt = loss.node->out_dtypes[loss.index];
+  if (gr_dtype_is_float(dt)) return GR_OK;
+  return gr_graph_set_errorf(g, GR_ERR_DTYPE,
+                             "%s: loss '%s' has dtype %s; only an f32/f64 loss can be minimized",
+                             fn, loss.node->name, gr_dtype_name(dt));
+}
+
 gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
                       const gr_output *var_list, int n) {
   if (!loss.node) return loss;
+  if (gr_ops_check_loss(g, "minimize", loss) != GR_OK) return (gr_output){NULL, 0};
   if (!opt) return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "minimize: no optimizer");
   if (!(opt->learning_rate > 0) || !isfinite(opt->learning_rate))
     return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,

@@ -188,6 +188,7 @@ gr_status gr_sync_replicas_minimize(gr_graph *g, const gr_sync_replicas_options 
                                     const gr_output *var_list, int n, gr_sync_replicas *out) {
   memset(out, 0, sizeof *out);
   if (!loss.node) return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "sync_replicas: no loss");
+  GR_TRY(gr_ops_check_loss(g, "sync_replicas", loss));
   if (!o || o->replicas_to_aggregate < 1 || o->total_num_replicas < 0 || o->init_tokens < 0 ||
       (o->total_num_replicas && o->total_num_replicas < o->replicas_to_aggregate) ||
       o->worker_index < 0)

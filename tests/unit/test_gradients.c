@@ -662,10 +662,12 @@ static void test_unconnected_and_errors(void) {
   gr_output z = gr_reduce_sum(g, gr_mul(g, gr_stop_gradient(g, a), b), NULL, 0, false);
   GR_CHECK(gr_gradients(g, &z, 1, &a, 1, NULL, true, d) == GR_OK);
   GR_CHECK(d[0].node == NULL);
-  /* differentiating an integer output is an error naming it */
+  /* an integer y carries no gradient (as TensorFlow): a is unconnected */
   gr_output i = gr_name(g, gr_argmax(g, a, 0), "best");
-  GR_CHECK(gr_gradients(g, &i, 1, &a, 1, NULL, false, d) == GR_ERR_DTYPE);
-  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "'best'");
+  GR_CHECK(gr_gradients(g, &i, 1, &a, 1, NULL, false, d) == GR_OK);
+  GR_CHECK(d[0].node && strcmp(d[0].node->op->name, "zeros_like") == 0);
+  GR_CHECK(gr_gradients(g, &i, 1, &a, 1, NULL, true, d) == GR_OK && d[0].node == NULL);
+  GR_CHECK(gr_graph_error(g) == NULL);
   gr_graph_free(g);
   /* an op without a gradient on the path names the op and node */
   g = gr_graph_new();
@@ -686,6 +688,78 @@ static void test_unconnected_and_errors(void) {
   y = gr_reduce_sum(g, d1, NULL, 0, false);
   GR_CHECK(gr_gradients(g, &y, 1, &a, 1, NULL, false, d) == GR_ERR_UNIMPLEMENTED);
   GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "'seed_store'");
+  gr_graph_free(g);
+}
+
+/* Integer and bool ys (TensorFlow's rule, gradients_util.py: only float
+ * edges carry a gradient back, so such a y reaches no x): they contribute
+ * nothing, next to float ys or alone. They were refused. */
+static void test_integer_ys(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output a = gr_placeholder(g, "a", GR_F64, (gr_shape){1, {3}});
+  gr_output f = gr_reduce_sum(g, gr_mul(g, gr_tanh(g, a), a), NULL, 0, false);
+  gr_output best = gr_argmax(g, a, 0), small = gr_less(g, a, gr_const_f64(g, 0.5));
+  gr_output asint = gr_cast(g, a, GR_I32),
+            n = gr_cast(g, gr_reduce_sum(g, a, NULL, 0, false), GR_I64);
+  gr_output mixed[5] = {best, f, small, asint, n}, ints[4] = {best, small, asint, n};
+  gr_output seeds[5] = {gr_const_i64(g, 7), {NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}};
+  gr_output d[4], none[2];
+  GR_CHECK(gr_gradients(g, mixed, 5, &a, 1, NULL, false, &d[0]) == GR_OK);
+  GR_CHECK(gr_gradients(g, mixed, 5, &a, 1, seeds, false, &d[1]) == GR_OK); /* seed 7 ignored */
+  GR_CHECK(gr_gradients(g, &f, 1, &a, 1, NULL, false, &d[2]) == GR_OK);
+  /* no float y: every x unconnected (zeros, or null); also with no y at all */
+  GR_CHECK(gr_gradients(g, ints, 4, &a, 1, NULL, false, &d[3]) == GR_OK);
+  GR_CHECK(d[3].node && strcmp(d[3].node->op->name, "zeros_like") == 0);
+  GR_CHECK(gr_gradients(g, ints, 4, (gr_output[]){a, asint}, 2, NULL, true, none) == GR_OK);
+  GR_CHECK(none[0].node == NULL && none[1].node == NULL);
+  GR_CHECK(gr_gradients(g, NULL, 0, &a, 1, NULL, true, none) == GR_OK && none[0].node == NULL);
+  /* an integer x is unconnected too (TensorFlow returns None for it) */
+  GR_CHECK(gr_gradients(g, mixed, 5, &asint, 1, NULL, true, none) == GR_OK && !none[0].node);
+  GR_CHECK(gr_graph_error(g) == NULL);
+  gr_error err = {0};
+  gr_session *sess = gt_session(g, 1, 1);
+  double av[3] = {0.3, -0.8, 1.1};
+  gr_tensor at = gt_make(GR_F64, (gr_shape){1, {3}}, av), out[4], fl[2];
+  gr_feed feed = {a, &at};
+  GR_CHECK_OK(gr_session_run(sess, &feed, 1, d, 4, out, NULL, 0, &err), err);
+  GR_CHECK(gt_bit_equal(&out[0], &out[2]) && gt_bit_equal(&out[1], &out[2]));
+  /* d f / d a by central differences */
+  for (int e = 0; e < 3 && !err.msg[0]; e++) {
+    const double h = 1e-6, x0 = av[e];
+    for (int k = 0; k < 2; k++) {
+      gr_tensor_set_f64(&at, e, k ? x0 - h : x0 + h);
+      GR_CHECK_OK(gr_session_run(sess, &feed, 1, &f, 1, &fl[k], NULL, 0, &err), err);
+    }
+    gr_tensor_set_f64(&at, e, x0);
+    double fd = (gr_tensor_get_f64(&fl[0], 0) - gr_tensor_get_f64(&fl[1], 0)) / (2 * h);
+    GR_CHECK_NEAR(gr_tensor_get_f64(&out[0], e), fd, 1e-6);
+    GR_CHECK_NEAR(gr_tensor_get_f64(&out[3], e), 0, 0);
+    gr_tensor_release(&fl[0]), gr_tensor_release(&fl[1]);
+  }
+  for (int k = 0; k < 4; k++) gr_tensor_release(&out[k]);
+  gr_tensor_release(&at);
+  gr_session_free(sess);
+  gr_graph_free(g);
+  /* the same in a graph file; minimizing an integer loss stays an error,
+   * as TensorFlow's optimizers raise one */
+  GR_CHECK_NEAR(gt_dsl_value("x = const(3.0)\n"
+                             "d = gradients([cast(x, i32), x * x], x)\n",
+                             "d"),
+                6, 0);
+  GR_CHECK(gt_dsl_error("x = variable(3.0)\n"
+                        "l = cast(x * x, i32)\n"
+                        "t = minimize(l, sgd(0.1))\n",
+                        &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:3:5: error: minimize: loss 'l' has dtype i32; only an "
+                                 "f32/f64 loss can be minimized");
+  g = gr_graph_new();
+  gr_output v = gr_variable(g, "v", gr_const_f64(g, 3));
+  gr_sync_replicas_options o = {.optimizer = {.kind = GR_OPT_SGD, .learning_rate = 0.5},
+                                .replicas_to_aggregate = 1};
+  gr_sync_replicas sr;
+  GR_CHECK(gr_sync_replicas_minimize(g, &o, gr_name(g, gr_cast(g, v, GR_I64), "il"), NULL, 0,
+                                     &sr) == GR_ERR_DTYPE);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "sync_replicas: loss 'il' has dtype i64");
   gr_graph_free(g);
 }
 
@@ -829,5 +903,6 @@ int main(void) {
   GR_RUN(test_mlp_hessian_vector_products);
   GR_RUN(test_every_op_decides);
   GR_RUN(test_unconnected_and_errors);
+  GR_RUN(test_integer_ys);
   return gr_test_finish();
 }

@@ -448,6 +448,139 @@ static void test_second_order_refused(void) {
                 9, 1e-5);
 }
 
+/* gradients() in a loop body of values computed outside the loop from the
+ * xs: the path runs through the enclosing frames, whose nodes are
+ * differentiated in the body (they were skipped, and the gradient was 0). */
+static void test_gradient_in_body_through_outside(void) {
+  /* TensorFlow's testCallGradInLoop (control_flow_ops_py_test.py): d sum(data)
+   * / d params = 12 params = 60 per iteration, 600 after ten */
+  GR_CHECK_NEAR(gt_dsl_value("i0 = const(0, i32)\n"
+                             "params = const(5.0)\n"
+                             "params_1 = square(params)\n"
+                             "i, x = while (i = i0, x = const(0.0); i < 10) {\n"
+                             "  data = const([1.0, 2.0, 3.0]) * params_1\n"
+                             "  x = x + gradients(data, params)\n"
+                             "  i = i + 1\n"
+                             "}\n",
+                             "x"),
+                600, 0);
+  /* the same gradient by central differences of the function it differentiates */
+  check_grad("gradients() in a body of a value computed outside the loop",
+             "x = placeholder(f64, [])\n"
+             "p = tanh(x) * x + 0.5\n"
+             "r = reduce_sum(const([1.0, 2.0, 3.0], f64) * p * p)\n"
+             "i, s = while (i = 0, s = const(0.0, f64); i < 10) {\n"
+             "  data = const([1.0, 2.0, 3.0], f64) * p * p\n"
+             "  s = s + gradients(data, x)\n"
+             "  i = i + 1\n"
+             "}\n"
+             "g = s / 10.0\n",
+             0.7);
+  /* in an inner loop, through a value of the outer body (z) and one from
+   * outside both loops (p); ds/dx sums d(z^2)/dx = 8 z p p' over 2 x 3 iterations */
+  check_grad("gradients() in an inner body through the outer body and the top level",
+             "x = placeholder(f64, [])\n"
+             "p = x * x + tanh(x)\n"
+             "r = square(p * 2.0)\n"
+             "i, s = while (i = 0, s = const(0.0, f64); i < 3) {\n"
+             "  z = p * 2.0\n"
+             "  j, t = while (j = 0, t = const(0.0, f64); j < 2) {\n"
+             "    t = t + gradients(z * z, x)\n"
+             "    j = j + 1\n"
+             "  }\n"
+             "  s = s + t\n"
+             "  i = i + 1\n"
+             "}\n"
+             "g = s / 6.0\n",
+             0.6);
+  /* the gradient of a loop whose body takes such a gradient: second order
+   * through gradient nodes built in the body (s = 10 * 12 x * x) */
+  double g = check_grad("the gradient of a loop that takes gradients() in its body",
+                        "x = placeholder(f64, [])\n"
+                        "q = square(x)\n"
+                        "i, r = while (i = 0, s = const(0.0, f64); i < 10) {\n"
+                        "  data = const([1.0, 2.0, 3.0], f64) * q\n"
+                        "  s = s + gradients(data, x) * x\n"
+                        "  i = i + 1\n"
+                        "}\n"
+                        "g = gradients(r, x)\n",
+                        5);
+  GR_CHECK_NEAR(g, 240 * 5, 1e-9);
+  /* refused, where the gradient is written: through another loop (its
+   * reverse loop would run in every iteration of this one, popping stacks
+   * pushed once), and through a loop variable's initial value */
+  gr_error err = {0};
+  GR_CHECK(gt_dsl_error("p = const(5.0)\n"
+                        "r = while (r = p; r < 100.0) { r = r * p }\n"
+                        "i, x = while (i = 0, x = 0.0; i < 3) {\n"
+                        "  x = x + gradients(r * 2.0, p)\n"
+                        "  i = i + 1\n"
+                        "}\n",
+                        &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:4:11: error: gradients: in loop 'while_");
+  GR_CHECK_STR_CONTAINS(err.msg, "depends on the xs through loop 'while_1', which is outside it");
+  GR_CHECK(gt_dsl_error("p = const(5.0)\n"
+                        "i, x = while (i = 0, x = p; i < 3) {\n"
+                        "  x = x + gradients(x * 2.0, p)\n"
+                        "  i = i + 1\n"
+                        "}\n",
+                        &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:3:11: error: gradients: in loop 'while_");
+  GR_CHECK_STR_CONTAINS(err.msg, "through the initial value of a loop variable");
+}
+
+/* stop_gradient (or any op without a gradient) on the path from a loop's
+ * gradient cuts it: no gradient flows through the stack pops, so a second
+ * gradient is not second order through the loop (it was refused). */
+static void test_stop_gradient_on_loop_gradient(void) {
+  /* TensorFlow's testStopGradOnWhileGrad: rx = 2 y^6 (6 iterations), so
+   * d(y^2 + rx + stop(drx/dy))/dy = 2 y + 12 y^5 = 388 at y = 2 */
+  const char *tf = "x = const(2.0)\n"
+                   "y = const(2.0)\n"
+                   "rx = while (x = x; x < 100.0) { x = x * y }\n"
+                   "rg = stop_gradient(gradients(rx, y))\n"
+                   "r = square(y) + rx + rg\n"
+                   "d = gradients(r, y)\n";
+  GR_CHECK_NEAR(gt_dsl_value(tf, "d"), 388, 0);
+  /* by central differences: the stopped term adds nothing to the gradient */
+  check_grad("a stopped loop gradient in the value differentiated",
+             "x = placeholder(f64, [])\n"
+             "i, a = while (i = 0, a = x; i < 4) { a = tanh(a) * x + a * 0.5\n i = i + 1 }\n"
+             "r = square(x) + a\n"
+             "g = gradients(r + stop_gradient(gradients(a, x)), x)\n",
+             0.8);
+  /* two loop gradients, one stopped: the other is still second order */
+  const char *two = "x = const(2.0)\n"
+                    "y = const(2.0)\n"
+                    "rx = while (x = x; x < 100.0) { x = x * y }\n"
+                    "ra = while (x = x; x < 50.0) { x = x * y * y }\n"
+                    "ga = stop_gradient(gradients(rx, y))\n"
+                    "gb = gradients(ra, y)\n"
+                    "r = square(y) + rx + ga + %s\n"
+                    "d = gradients(r, y)\n";
+  char src[600];
+  gr_error err = {0};
+  snprintf(src, sizeof src, two, "gb");
+  GR_CHECK(gt_dsl_error(src, &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "t.gr:8:5: error: gradients: the value differentiated depends "
+                                 "on the gradient of loop 'while_");
+  GR_CHECK(strstr(err.msg, "loop 'while_2'") == NULL); /* not rx's loop: its gradient is stopped */
+  /* both stopped (or behind zeros_like, another op without a gradient):
+   * ra = 2 y^6 (3 iterations), d = 2 y + 12 y^5 + gb * 12 y^5 */
+  snprintf(src, sizeof src, two, "stop_gradient(gb) * ra + zeros_like(gb)");
+  GR_CHECK_NEAR(gt_dsl_value(src, "d"), 4 + 384 + 384.0 * 384, 0);
+  /* the stop on the other side, between y and the loop: the stacked values
+   * do not depend on y along a path a gradient takes, d = 2 y */
+  GR_CHECK_NEAR(gt_dsl_value("x = const(2.0)\n"
+                             "y = const(2.0)\n"
+                             "ys = stop_gradient(y)\n"
+                             "rx = while (x = x; x < 100.0) { x = x * ys }\n"
+                             "r = square(y) + gradients(rx, ys)\n"
+                             "d = gradients(r, y)\n",
+                             "d"),
+                4, 0);
+}
+
 int main(void) {
   GR_RUN(test_two_levels);
   GR_RUN(test_inner_loops_at_once);
@@ -461,5 +594,7 @@ int main(void) {
   GR_RUN(test_invariant_from_outside);
   GR_RUN(test_random_nests);
   GR_RUN(test_second_order_refused);
+  GR_RUN(test_gradient_in_body_through_outside);
+  GR_RUN(test_stop_gradient_on_loop_gradient);
   return gr_test_finish();
 }
