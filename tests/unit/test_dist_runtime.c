@@ -187,9 +187,14 @@ static void test_variables_live_on_tasks(void) {
     gr_session_free(s);
     gr_graph_free(g);
   }
-  gr_var *var = gr_resource_mgr_find_var(gr_server_resources(c.srv[0]), "counter");
+  /* in the master's private container, on the ps alone */
+  gr_resource_mgr *on_ps = gr_server_container(c.srv[0], gr_master_container(c.m));
+  gr_resource_mgr *on_worker = gr_server_container(c.srv[1], gr_master_container(c.m));
+  gr_var *var = on_ps ? gr_resource_mgr_find_var(on_ps, "counter") : NULL;
   GR_CHECK(var != NULL && gr_var_is_initialized(var));
-  GR_CHECK(gr_resource_mgr_find_var(gr_server_resources(c.srv[1]), "counter") == NULL);
+  GR_CHECK(on_worker && gr_resource_mgr_find_var(on_worker, "counter") == NULL);
+  gr_resource_mgr_free(on_ps);
+  gr_resource_mgr_free(on_worker);
   cluster_stop(&c);
 }
 
