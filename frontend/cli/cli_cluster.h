@@ -29,6 +29,10 @@ gr_status cli_load_cluster_self(const char *spec, gr_cluster **out, gr_cluster_s
  * silent for ms is pinged, and lost after `missed` silent periods (0: the
  * defaults, 100 ms and 5). */
 void cli_set_heartbeat(int ms, int missed);
+/* The container of the masters cli_connect makes from now on (NULL: each
+ * its own private one; else a name, kept, shared by every client naming
+ * it). */
+void cli_set_container(const char *name);
 /* A master connected to every task of c (each needs an address). */
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       gr_master **out, gr_error *err);

@@ -39,7 +39,8 @@ static void usage(FILE *f) {
           "  --threads T        executor threads per task (default 1: the tasks share the cores)\n"
           "  --between-graph    run the command once per worker, as that worker's own client\n"
           "                     (adds --job worker --task K; worker 0 is the chief, the others\n"
-          "                     run with --quiet): asynchronous data parallelism\n"
+          "                     run with --quiet): asynchronous data parallelism; the clients\n"
+          "                     share their variables (GRAPHRUN_CONTAINER=between-graph)\n"
           "  --quiet            no task output but errors\n\n"
           "Exit code: the command's (with --between-graph: the first that failed, else 0); 1 if\n"
           "the cluster could not start or a task died too often.\n");
@@ -244,6 +245,7 @@ static pid_t run_command(char **cmd, int ncmd, int worker) {
   }
   for (int i = 0; i < ncmd; i++) args[n++] = cmd[i];
   if (worker >= 0) {
+    setenv("GRAPHRUN_CONTAINER", "between-graph", 0); /* the clients share their variables */
     snprintf(task, sizeof task, "%d", worker);
     args[n++] = "--job";
     args[n++] = "worker";
