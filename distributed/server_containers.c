@@ -80,7 +80,10 @@ gr_status gr_server_container_get(gr_server *s, gr_conn *c, const msgpack_object
   char name[GR_CONTAINER_NAME_MAX + 1];
   bool priv;
   *out = NULL;
-  GR_TRY(read_name(root, name, &priv, err));
+  if (read_name(root, name, &priv, err) != GR_OK) {
+    gr_server_log(s, "refused a request from %s: %s", gr_conn_peer(c), err ? err->msg : "");
+    return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+  }
   container *fresh = create ? calloc(1, sizeof *fresh) : NULL;
   if (fresh && !(fresh->rm = gr_resource_mgr_new())) {
     free(fresh);
@@ -120,6 +123,8 @@ gr_status gr_server_container_get(gr_server *s, gr_conn *c, const msgpack_object
     gr_resource_mgr_free(fresh->rm);
     free(fresh);
   }
+  if (st == GR_ERR_FAILED_PRECONDITION) /* another client's private container */
+    gr_server_log(s, "refused a request from %s: %s", gr_conn_peer(c), err ? err->msg : "");
   return st;
 }
 
@@ -180,6 +185,7 @@ void gr_server_reset(gr_server *s, gr_conn *c, gr_inmsg *m) {
   }
   gr_inmsg_free(m);
   if (st != GR_OK) {
+    gr_server_log(s, "refused a reset from %s: %s", gr_conn_peer(c), e.msg);
     gr_error_prefix(&e, "%s: reset", s->task);
     gr_server_respond_error(c, id, &e);
     return;

@@ -1529,6 +1529,8 @@ static void test_bad_container_names(void) {
     b_free(&f);
   }
   GR_CHECK(gr_server_container(srv, "a/b") == NULL);
+  CHECK_LOG("refused a request from 127.0.0.1:"); /* the server names the peer */
+  CHECK_LOG(": field 'container': 'a b' is not a container name");
   mp m;
   mp_init(&m);
   msgpack_pack_map(&m.pk, 5);
@@ -1604,6 +1606,7 @@ static void test_private_container(void) {
   msgpack_pack_true(&m.pk);
   expect_map_response(&m, GR_MSG_VARS, NULL, 0, 5, GR_ERR_FAILED_PRECONDITION,
                       "is private to another client");
+  CHECK_LOG(": container '_run.0123456789abcdef' is private to another client");
   rc_close(&a);
   GR_CHECK_MSG(container_is(name, false), "the private container outlived its client");
   CHECK_SERVING();

@@ -37,12 +37,14 @@ static int run_to_end(gt_proc *p, const char *const *argv) {
   return gt_proc_exit_code(p);
 }
 
-/* `graphrun run recovery_mlp.gr --steps STEPS --json --quiet` on the
- * servers, then `more` (NULL-terminated, may be NULL). */
-static void start_mlp(gt_proc *p, const char *steps, const char *const *more) {
-  const char *argv[32] = {"graphrun", "run",     mlp,   "--cluster", cl.spec,  "--secret-file",
-                          cl.secret,  "--steps", steps, "--json",    "--quiet"};
-  int n = 11;
+/* `graphrun run recovery_mlp.gr --steps STEPS --json` on the servers
+ * (--quiet unless progress: its "step N/STEPS" lines), then `more`
+ * (NULL-terminated, may be NULL). */
+static void start_mlp(gt_proc *p, const char *steps, bool progress, const char *const *more) {
+  const char *argv[32] = {"graphrun",      "run",     mlp,       "--cluster", cl.spec,
+                          "--secret-file", cl.secret, "--steps", steps,       "--json"};
+  int n = 10;
+  if (!progress) argv[n++] = "--quiet";
   for (int i = 0; more && more[i] && n < 31; i++) argv[n++] = more[i];
   argv[n] = NULL;
   gt_proc_start(p, (char *const *)argv);
@@ -115,7 +117,7 @@ static void test_second_run_starts_fresh(void) {
       {"--ckpt", ck1, NULL}, {NULL}, {"--ckpt", ck2, "--no-restore", NULL}};
   for (int i = 0; i < 3; i++) {
     gt_proc p;
-    start_mlp(&p, "60", runs[i]);
+    start_mlp(&p, "60", false, runs[i]);
     finish_mlp(&p, got, sizeof got);
     GR_CHECK_MSG(!strcmp(got, want), "run %d on the same servers: %s, one process: %s", i + 1, got,
                  want);
@@ -127,13 +129,17 @@ static void test_second_run_starts_fresh(void) {
 /* Two clients training at once on the same servers: each its own result. */
 static void test_two_clients_at_once(void) {
   char want[256], got[2][256];
-  local_loss("300", want, sizeof want);
+  local_loss("1000", want, sizeof want);
   gt_proc p[2];
-  start_mlp(&p[0], "300", NULL);
-  start_mlp(&p[1], "300", NULL);
-  /* the first is still training when the second starts (300 steps take
-   * seconds, starting a process milliseconds) */
-  GR_CHECK_MSG(!strstr(p[0].buf, "{\"loss\""), "the first client ended before the second began");
+  start_mlp(&p[0], "1000", true, NULL);
+  /* its first progress line ("step N/1000  ..."): it has trained */
+  GR_CHECK_MSG(gt_proc_wait_line(&p[0], "/1000  ", 120), "%s", p[0].buf);
+  start_mlp(&p[1], "1000", true, NULL);
+  GR_CHECK_MSG(gt_proc_wait_line(&p[1], "/1000  ", 120), "%s", p[1].buf);
+  /* both trained at once: the first had not finished when the second had
+   * trained too */
+  gt_proc_wait(&p[0], "\x01", 0);
+  GR_CHECK_MSG(!strstr(p[0].buf, "1000 steps in "), "the first ended first:\n%s", p[0].buf);
   for (int k = 0; k < 2; k++) {
     finish_mlp(&p[k], got[k], sizeof got[k]);
     GR_CHECK_MSG(!strcmp(got[k], want), "client %d: %s, one process: %s", k, got[k], want);
