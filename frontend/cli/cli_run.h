@@ -110,8 +110,9 @@ typedef struct cli_run_state {
  * --task need one) and sets it for the masters this process connects.
  * An exit code (messages printed). */
 int cli_run_pick_container(cli_run_state *r);
-/* Connected: --no-restore with a named container resets it on the tasks,
- * so the run starts from initial values. An exit code. */
+/* Connected, with a named container: says so (unless --quiet), and with
+ * --no-restore resets it on the tasks, so the run starts from initial
+ * values. An exit code. */
 int cli_run_fresh_container(cli_run_state *r);
 
 /* --out DIR made now if missing, and --trace's file tried, so a bad path

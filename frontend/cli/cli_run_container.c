@@ -34,7 +34,13 @@ int cli_run_pick_container(cli_run_state *r) {
 
 int cli_run_fresh_container(cli_run_state *r) {
   const cli_run_options *o = &r->o;
-  if (!r->master || !o->container || !o->no_restore) return GR_EXIT_OK;
+  if (!r->master || !o->container) return GR_EXIT_OK;
+  if (!o->quiet)
+    fprintf(stderr,
+            "graphrun run: the variables live in the shared container '%s' on the tasks (kept "
+            "after the run, until graphrun reset)\n",
+            o->container);
+  if (!o->no_restore) return GR_EXIT_OK;
   int dropped;
   gr_error err;
   if (gr_master_reset(r->master, o->container, &dropped, &err) != GR_OK) {

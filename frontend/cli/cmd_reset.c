@@ -18,7 +18,8 @@ static void usage(FILE *f) {
              "                     GRAPHRUN_CLUSTER)\n"
              "  --container NAME   only this container (default: every shared container)\n"
              "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n"
-             "  --timeout S        wait at most S seconds for each task to answer (default 10)\n"
+             "  --timeout S        give up connecting to a task after S seconds (default and\n"
+             "                     at most 10)\n"
              "  --quiet            print nothing when it worked\n\n"
              "Exit codes: 0 ok, 1 a task could not be reached or refused, 2 usage error.\n");
 }
@@ -66,7 +67,7 @@ static int parse(int argc, char **argv, reset_options *o) {
         o->secret_file = po.arg;
         break;
       case F_TIMEOUT:
-        if (!cli_opt_seconds(&po, 3600, &o->timeout_s)) return GR_EXIT_USAGE;
+        if (!cli_opt_seconds(&po, 10, &o->timeout_s)) return GR_EXIT_USAGE;
         break;
       case F_QUIET:
         o->quiet = true;
