@@ -364,8 +364,9 @@ gr_status cli_recover(const gr_cluster *c, const char *from, const char *secret,
   if (!ck) return GR_OK; /* a worker that is not the chief: the chief restores */
   int64_t latest;
   if (gr_ckpt_latest_step(ck, &latest, err) == GR_ERR_NOT_FOUND) {
-    /* lost before the first checkpoint: nothing trained yet, so the tasks
-     * that lived hold their initial values and the others initialise anew */
+    /* lost before the first checkpoint: nothing trained yet, so the
+     * variables initialise anew (the new master's private container) or
+     * hold their initial values (a named one that lived) */
     *step = -1;
     return GR_OK;
   }
