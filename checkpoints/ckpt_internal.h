@@ -16,6 +16,8 @@ struct gr_ckpt {
   char *path;
   gr_ckpt_options opts;
   bool sharded;
+  char *lock_path; /* the writer lock held (opts.lock), and its descriptor */
+  int lock_fd;
   gr_ckpt **shards; /* open shard files, by file name (shard_names) */
   char **shard_names;
   int num_shards, cap_shards;
@@ -58,6 +60,11 @@ typedef struct ckpt_loc {
 } ckpt_loc;
 /* Frees locs[0..n) and their slices. */
 void ckpt_locs_free(ckpt_loc *locs, int n);
+
+/* The writer lock (lock.c): takes it for ck, whose path and sharded are
+ * set (a directory exists); ckpt_unlock drops it (none held: nothing). */
+gr_status ckpt_lock(gr_ckpt *ck, gr_error *err);
+void ckpt_unlock(gr_ckpt *ck);
 
 /* Maps a SQLite result code to a status and fills err with
  * "checkpoint file 'PATH': WHAT: sqlite message". */

@@ -57,6 +57,13 @@ typedef struct gr_ckpt_options {
   bool read_only;             /* open an existing file for reading only (inspection) */
   bool sharded; /* path is a directory of shards with a manifest (created when missing);
                  * an existing directory is opened as one whatever this says */
+  bool lock;    /* one writer at a time: hold the checkpoint's writer lock until
+                 * gr_ckpt_close (flock on PATH.lock, for a directory DIR/writer.lock,
+                 * holding the writer's host and pid). While another gr_ckpt holds it (in
+                 * any process; across hosts where the file system has locks), open fails
+                 * with GR_ERR_UNAVAILABLE naming that holder's host and pid. The
+                 * lock dies with its process: a lock file left by a killed writer does not
+                 * block. Not with read_only. */
 } gr_ckpt_options;
 
 /* Opens (and unless read_only, creates) a checkpoint file. A missing file

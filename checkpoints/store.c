@@ -246,6 +246,9 @@ gr_status gr_ckpt_open(const char *path, const gr_ckpt_options *opts, gr_ckpt **
   if (o.max_to_keep < 0 || o.keep_every_n_steps < 0)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "checkpoint options: max_to_keep and keep_every_n_steps must be >= 0");
+  if (o.lock && o.read_only)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "checkpoint options: the writer lock is for writers, not read_only");
   struct stat sb;
   bool exists = stat(path, &sb) == 0;
   bool dir = exists ? S_ISDIR(sb.st_mode) : o.sharded;
@@ -285,7 +288,9 @@ gr_status gr_ckpt_open(const char *path, const gr_ckpt_options *opts, gr_ckpt **
   }
   ck->opts = o;
   ck->sharded = dir;
-  gr_status s = open_db(ck, db, exists, exists && sb.st_size == 0, err);
+  /* before the file is touched: a second writer leaves it alone */
+  gr_status s = o.lock ? ckpt_lock(ck, err) : GR_OK;
+  if (s == GR_OK) s = open_db(ck, db, exists, exists && sb.st_size == 0, err);
   if (s != GR_OK) {
     gr_ckpt_close(ck);
     return s;
@@ -303,6 +308,7 @@ void gr_ckpt_close(gr_ckpt *ck) {
   free(ck->shards);
   free(ck->shard_names);
   sqlite3_close_v2(ck->db);
+  ckpt_unlock(ck); /* after the file is closed */
   free(ck->path);
   free(ck);
 }

@@ -1,8 +1,8 @@
 /* Resource containers: the variables (by name) that sessions read and
  * update. A session makes its own unless its options name one; a container
  * given to several sessions is shared, so two clients that name the same
- * variable see one value, and it outlives them (a server task keeps one for
- * all the sessions its clients open, as TensorFlow 1's containers).
+ * variable see one value, and it outlives them (a server task keeps one per
+ * client and one per shared name, as TensorFlow 1's containers).
  *
  *   gr_resource_mgr *vars = gr_resource_mgr_new();
  *   gr_session_options o = {.resources = vars};

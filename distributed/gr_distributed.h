@@ -110,15 +110,31 @@ typedef struct gr_server_options {
 } gr_server_options;
 
 /* Starts serving (a network thread and worker threads). The server picks a
- * random non-zero incarnation; it keeps one variable container for every
- * master that registers graphs with it. */
+ * random non-zero incarnation. Its variables (and queues, accumulators)
+ * live in containers, as TensorFlow 1's: each master names the container
+ * its graphs use when it registers them. A master's private container (the
+ * default) is dropped when the master's connection closes; a shared one
+ * (gr_master_options.container) lives until a reset (gr_master_reset) or
+ * the server stops. */
 gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *err);
 /* Stops serving: closes connections (running steps fail) and frees. */
 void gr_server_free(gr_server *s);
 int gr_server_port(const gr_server *s);
 const char *gr_server_task_name(const gr_server *s); /* "/job:worker/replica:0/task:1" */
 uint64_t gr_server_incarnation(const gr_server *s);
-gr_resource_mgr *gr_server_resources(gr_server *s); /* borrowed */
+/* The container of that name (a master's private one: gr_master_container),
+ * a new reference (gr_resource_mgr_free), or NULL when the task has none. */
+gr_resource_mgr *gr_server_container(gr_server *s, const char *name);
+/* How many containers the task holds (private and shared). */
+int gr_server_num_containers(gr_server *s);
+
+/* Container names: 1 to GR_CONTAINER_NAME_MAX letters, digits, '_', '-' and
+ * '.'. A name a user gives starts with a letter or a digit: a leading '_'
+ * is kept for the masters' private containers ("_run.<16 hex digits>"). */
+#define GR_CONTAINER_NAME_MAX 64
+/* GR_OK when name is a container name a user may give; else an error
+ * saying what is wrong with it. */
+gr_status gr_container_check_name(const char *name, gr_error *err);
 
 /* ---- the master: a client's view of a cluster ------------------------------ */
 
@@ -133,6 +149,13 @@ typedef struct gr_master_options {
   int heartbeat_ms;             /* a task silent this long is pinged; 0: 100; < 0: never */
   int heartbeat_missed;         /* silent for this many intervals: the task is lost (its
                                    requests fail at once, naming it); 0: 5 */
+  const char *container;        /* NULL: the variables (queues, accumulators) of this master's
+                                   graphs live in a private container on each task, its own,
+                                   dropped when the master disconnects (gr_master_free, or
+                                   a lost connection): every master starts from initial
+                                   values. A name (gr_container_check_name): the shared
+                                   container of that name, which every master naming it
+                                   uses, kept on the tasks until gr_master_reset */
 } gr_master_options;
 
 /* Connects to every task and asks for its name, devices and incarnation.
@@ -182,5 +205,15 @@ gr_status gr_master_lease(gr_master *m, int task, const char *name, const char *
 /* The task names (borrowed) and incarnations, for tests and logs. */
 const char *gr_master_task_name(const gr_master *m, int task);
 uint64_t gr_master_task_incarnation(const gr_master *m, int task);
+/* The container the master's graphs use on the tasks: the name its options
+ * gave, else its private one's ("_run.1f0c..."). Borrowed. */
+const char *gr_master_container(const gr_master *m);
+/* Drops the shared container `container` (NULL: every shared container) on
+ * every task, as TensorFlow's Session.reset: its variables, queues and
+ * accumulators are gone, and a master whose graphs use it finds its next
+ * step failing with GR_ERR_ABORTED ("... was reset"). Private containers
+ * are left alone (they go with their masters). *dropped (may be NULL): how
+ * many containers the tasks dropped, summed. */
+gr_status gr_master_reset(gr_master *m, const char *container, int *dropped, gr_error *err);
 
 #endif

@@ -329,6 +329,29 @@ static void heartbeat_tick(void *arg) {
   }
 }
 
+/* The container the master's graphs use: the one named, else a private
+ * one of a random name ("_run." and 16 hex digits). */
+static gr_status container_of(gr_master *ms, const char *name, gr_error *err) {
+  if (name) {
+    if (gr_container_check_name(name, err) != GR_OK) {
+      gr_error_prefix(err, "master");
+      return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+    }
+    snprintf(ms->container, sizeof ms->container, "%s", name);
+    return GR_OK;
+  }
+  uint64_t r;
+  GR_TRY(gr_auth_random(&r, sizeof r, err));
+  snprintf(ms->container, sizeof ms->container, "_run.%016llx", (unsigned long long)r);
+  ms->private_container = true;
+  return GR_OK;
+}
+
+void gr_master_pack_container(const gr_master *ms, gr_outmsg *m) {
+  gr_outmsg_str(m, "container", ms->container);
+  gr_outmsg_bool(m, "private", ms->private_container);
+}
+
 gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *err) {
   *out = NULL;
   if (!o || o->num_tasks <= 0 || o->num_tasks > 4096 || !o->addresses)
@@ -344,9 +367,11 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   ms->secret = o->secret ? strdup(o->secret) : NULL;
   ms->o.secret = ms->secret;
   ms->o.addresses = NULL;
+  ms->o.container = NULL;
   ms->tasks = calloc((size_t)o->num_tasks, sizeof *ms->tasks);
-  gr_status st =
-      ms->tasks && (!o->secret || ms->secret) ? gr_loop_new(&ms->loop, err) : gr_error_set_oom(err);
+  gr_status st = ms->tasks && (!o->secret || ms->secret) ? container_of(ms, o->container, err)
+                                                         : gr_error_set_oom(err);
+  if (st == GR_OK) st = gr_loop_new(&ms->loop, err);
   gr_conn_handler h = {on_message, on_close, ms, NULL};
   for (int k = 0; k < o->num_tasks && st == GR_OK; k++) {
     task *t = &ms->tasks[k];
@@ -449,6 +474,9 @@ const char *gr_master_task_name(const gr_master *ms, int k) {
 }
 uint64_t gr_master_task_incarnation(const gr_master *ms, int k) {
   return k >= 0 && k < ms->num_tasks ? ms->tasks[k].incarnation : 0;
+}
+const char *gr_master_container(const gr_master *ms) {
+  return ms->container;
 }
 
 int gr_master_task_of(const gr_master *ms, const char *device) {

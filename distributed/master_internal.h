@@ -45,6 +45,8 @@ typedef struct task {
 struct gr_master {
   gr_master_options o;
   char *secret;
+  char container[GR_CONTAINER_NAME_MAX + 1]; /* its graphs' container on the tasks */
+  bool private_container;                    /* its own (no name in the options) */
   gr_loop *loop;
   task *tasks;
   int num_tasks;
@@ -86,5 +88,8 @@ void gr_rpc_group_init(rpc_group *g);
 void gr_rpc_group_destroy(rpc_group *g);
 /* The task index of a full device name, -1 when none. */
 int gr_master_task_of(const gr_master *ms, const char *device);
+/* Adds the fields `container` and `private` (two map entries) to m: the
+ * container a REGISTER or VARS is about. */
+void gr_master_pack_container(const gr_master *ms, gr_outmsg *m);
 
 #endif

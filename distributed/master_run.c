@@ -45,11 +45,12 @@ static gr_status register_msg(gr_master *ms, int k, gr_partitions *parts, const 
                               gr_outmsg **out, uint64_t id, gr_error *err) {
   int np = 0;
   for (int p = 0; p < parts->num_parts; p++) np += part_task[p] == k;
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_REGISTER, 4);
+  gr_outmsg *m = gr_outmsg_new(GR_MSG_REGISTER, 6);
   if (!m) return gr_error_set_oom(err);
   msgpack_packer *pk = gr_outmsg_packer(m);
   gr_outmsg_u64(m, "id", id);
   gr_outmsg_u64(m, "inc", ms->tasks[k].incarnation);
+  gr_master_pack_container(ms, m);
   gr_outmsg_key(m, "peers");
   msgpack_pack_array(pk, (size_t)ms->num_tasks);
   for (int j = 0; j < ms->num_tasks; j++) {
@@ -380,10 +381,11 @@ static gr_status var_initialized(void *self, const char *name, const char *devic
   int want = only >= 0 ? 1 : ms->num_tasks;
   for (int k = 0; k < ms->num_tasks; k++) {
     if (only >= 0 && k != only) continue;
-    gr_outmsg *m = gr_outmsg_new(GR_MSG_VARS, 2);
+    gr_outmsg *m = gr_outmsg_new(GR_MSG_VARS, 4);
     if (!m) break;
     rs[n].id = gr_master_new_id(ms);
     gr_outmsg_u64(m, "id", rs[n].id);
+    gr_master_pack_container(ms, m);
     gr_outmsg_key(m, "names");
     msgpack_pack_array(gr_outmsg_packer(m), 1);
     gr_pack_str(gr_outmsg_packer(m), name);

@@ -78,15 +78,22 @@ static void get_status(gr_server *s, gr_conn *c, uint64_t id) {
   gr_conn_send(c, m, NULL);
 }
 
+/* Which of the named variables have values in the container the request
+ * names (none when the task has no such container yet). */
 static void vars(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id) {
   const msgpack_object_array *names;
   gr_error e;
-  if (gr_msg_array(&in->msg.root, "names", 1 << 20, &names, &e) != GR_OK) {
+  container *k = NULL;
+  if (gr_msg_array(&in->msg.root, "names", 1 << 20, &names, &e) != GR_OK ||
+      gr_server_container_get(s, c, &in->msg.root, false, &k, &e) != GR_OK) {
     gr_server_respond_error(c, id, &e);
     return;
   }
   gr_outmsg *m = gr_server_response(id, 1, NULL);
-  if (!m) return;
+  if (!m) {
+    gr_server_container_unref(k);
+    return;
+  }
   gr_outmsg_key(m, "init");
   msgpack_pack_array(gr_outmsg_packer(m), names->size);
   for (uint32_t i = 0; i < names->size; i++) {
@@ -98,13 +105,14 @@ static void vars(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id) {
     if (ok) {
       memcpy(name, p, n);
       name[n] = '\0';
-      v = gr_resource_mgr_find_var(s->resources, name);
+      v = k ? gr_resource_mgr_find_var(k->rm, name) : NULL;
     }
     if (v && gr_var_is_initialized(v))
       msgpack_pack_true(gr_outmsg_packer(m));
     else
       msgpack_pack_false(gr_outmsg_packer(m));
   }
+  gr_server_container_unref(k);
   gr_conn_send(c, m, NULL);
 }
 
@@ -136,6 +144,9 @@ static void run_job(void *arg) {
     case GR_MSG_DEREGISTER:
       gr_server_deregister(s, j->c, j->m);
       break;
+    case GR_MSG_RESET:
+      gr_server_reset(s, j->c, j->m);
+      break;
     default:
       gr_inmsg_free(j->m);
       break;
@@ -157,7 +168,8 @@ typedef struct conn_state {
 
 static bool is_request(int type) {
   return type == GR_MSG_GET_STATUS || type == GR_MSG_REGISTER || type == GR_MSG_RUN ||
-         type == GR_MSG_VARS || type == GR_MSG_DEREGISTER || type == GR_MSG_LEASE;
+         type == GR_MSG_VARS || type == GR_MSG_DEREGISTER || type == GR_MSG_LEASE ||
+         type == GR_MSG_RESET;
 }
 
 /* Records request id on the connection; an error when it was seen already
@@ -272,6 +284,7 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     case GR_MSG_REGISTER:
     case GR_MSG_VARS:
     case GR_MSG_DEREGISTER:
+    case GR_MSG_RESET:
     case GR_MSG_ABORT: {
       job *j = malloc(sizeof *j);
       if (!j) break;
@@ -310,8 +323,9 @@ static void abort_steps_of(void *arg) {
 
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server *s = arg;
-  gr_server_drop_graphs_of(s, c); /* the client is gone: so are its graphs */
-  gr_server_leases_drop_of(s, c); /* and its leases */
+  gr_server_drop_graphs_of(s, c);     /* the client is gone: so are its graphs */
+  gr_server_leases_drop_of(s, c);     /* and its leases */
+  gr_server_containers_drop_of(s, c); /* and its private containers */
   conn_state *cs = gr_conn_user(c);
   if (cs && cs->ran) { /* its running steps would wait for a master that is gone */
     closed *x = malloc(sizeof *x);
@@ -386,6 +400,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   s->o = *o;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->stopped, NULL);
+  gr_map_init(&s->containers, GR_MAP_STR);
   gr_map_init(&s->graphs, GR_MAP_U64);
   gr_map_init(&s->steps, GR_MAP_U64);
   s->parked_max = (size_t)1 << 30;
@@ -396,7 +411,6 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   s->o.secret = s->secret;
   s->o.bind = NULL;
   s->o.job = NULL;
-  s->resources = gr_resource_mgr_new();
   int threads = o->inter_op_threads ? o->inter_op_threads : gr_num_cores();
   gr_ops_set_intra_op_threads(o->intra_op_threads > 0 ? o->intra_op_threads : 1);
   s->register_pool = gr_threadpool_new(4);
@@ -408,8 +422,8 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   gr_threadpool_set_name(s->work_pool, "gr-work");
   gr_threadpool_set_name(s->exec_pool, "gr-exec");
   gr_status st = GR_OK;
-  if (!s->devices || (o->secret && !s->secret) || !s->resources || !s->register_pool ||
-      !s->work_pool || !s->exec_pool)
+  if (!s->devices || (o->secret && !s->secret) || !s->register_pool || !s->work_pool ||
+      !s->exec_pool)
     st = gr_error_set_oom(err);
   for (int k = 0; k < s->num_devices && st == GR_OK; k++) {
     char name[GR_TASK_NAME_MAX + 32];
@@ -449,7 +463,7 @@ void gr_server_free(gr_server *s) {
   for (int i = 0; i < s->num_peers; i++) gr_conn_unref(s->peers[i].conn);
   free(s->peers);
   gr_threadpool_free(s->exec_pool);
-  gr_resource_mgr_free(s->resources);
+  gr_server_containers_free(s); /* after the graphs, which hold theirs */
   free(s->leases);
   for (int k = 0; s->devices && k < s->num_devices; k++) free(s->devices[k]);
   free(s->devices);
@@ -479,7 +493,4 @@ const char *gr_server_task_name(const gr_server *s) {
 }
 uint64_t gr_server_incarnation(const gr_server *s) {
   return s->incarnation;
-}
-gr_resource_mgr *gr_server_resources(gr_server *s) {
-  return s->resources;
 }

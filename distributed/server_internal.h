@@ -20,6 +20,17 @@ typedef struct peer { /* another task, as a registration named it */
   gr_conn *conn; /* outgoing, for pushes; NULL until dialed */
 } peer;
 
+/* A container (server_containers.c): the variables, queues and
+ * accumulators of the graphs registered with it. */
+typedef struct container {
+  char name[GR_CONTAINER_NAME_MAX + 1];
+  bool is_private;      /* a master's own: dropped when its connection closes */
+  bool dropped;         /* out of the server's map (reset, or its owner gone; under s->mu) */
+  const gr_conn *owner; /* private: the connection that made it (identity only) */
+  gr_resource_mgr *rm;
+  int refs; /* the server's map's and each registered graph's (atomic) */
+} container;
+
 typedef struct registered { /* the partitions a master registered */
   uint64_t handle;
   gr_device_plan *plan;
@@ -27,6 +38,7 @@ typedef struct registered { /* the partitions a master registered */
   bool uses_stacks;
   int refs;             /* the server's map's and each running step's (atomic) */
   const gr_conn *owner; /* the client connection that registered it (identity only) */
+  container *box;       /* where its steps' variables live (a reference) */
 } registered;
 
 typedef struct step_state step_state;
@@ -49,9 +61,9 @@ struct gr_server {
   gr_threadpool *register_pool; /* registrations (they dial peers, which blocks) */
   gr_threadpool *work_pool;     /* steps' starts, pushed tensors and aborts (no waits) */
   gr_threadpool *exec_pool;     /* the executors' inter-op threads */
-  gr_resource_mgr *resources;
-  pthread_mutex_t mu; /* everything below */
-  gr_map graphs;      /* handle -> registered */
+  pthread_mutex_t mu;           /* everything below */
+  gr_map containers;            /* name -> container */
+  gr_map graphs;                /* handle -> registered */
   uint64_t next_handle;
   peer *peers;
   int num_peers, cap_peers;
@@ -107,5 +119,25 @@ void gr_server_lease(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id);
 void gr_server_leases_drop_of(gr_server *s, const gr_conn *c);
 /* The peer of that task name (under s->mu), NULL when unknown. */
 peer *gr_server_find_peer(gr_server *s, const char *task);
+
+/* ---- containers (server_containers.c) ---- */
+
+/* Is [p, p + n) a container name (user: one a user may give, which starts
+ * with a letter or digit)? */
+bool gr_container_name_ok(const char *p, size_t n, bool user);
+/* The container a request from c names in its fields `container` (the
+ * name) and `private` (a bool), with a reference for the caller
+ * (gr_server_container_unref). create: made when missing, a private one
+ * owned by c (refused once c has closed); else *out is NULL when there is
+ * none. Errors name the field; a private container is c's alone. */
+gr_status gr_server_container_get(gr_server *s, gr_conn *c, const msgpack_object *root, bool create,
+                                  container **out, gr_error *err);
+void gr_server_container_unref(container *k);
+/* Drops the private containers c owned (it closed). */
+void gr_server_containers_drop_of(gr_server *s, const gr_conn *c);
+/* RESET (a worker thread): drops one shared container, or all; answers with
+ * how many. Takes m. */
+void gr_server_reset(gr_server *s, gr_conn *c, gr_inmsg *m);
+void gr_server_containers_free(gr_server *s);
 
 #endif

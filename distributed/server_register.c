@@ -14,6 +14,7 @@
 void gr_server_registered_unref(registered *r) {
   if (!r || __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   gr_device_plan_free(r->plan);
+  gr_server_container_unref(r->box);
   free(r);
 }
 
@@ -192,7 +193,7 @@ static gr_status dial_peers(gr_server *s, gr_partitions *ps, gr_error *err) {
   return GR_OK;
 }
 
-static gr_status do_register(gr_server *s, const gr_conn *c, const gr_inmsg *in, uint64_t *handle,
+static gr_status do_register(gr_server *s, gr_conn *c, const gr_inmsg *in, uint64_t *handle,
                              gr_error *err) {
   const msgpack_object *root = &in->msg.root;
   uint64_t inc;
@@ -224,6 +225,7 @@ static gr_status do_register(gr_server *s, const gr_conn *c, const gr_inmsg *in,
       if (ps->parts[k].nodes[i]->op->flags & GR_OP_STEP_STACKS) r->uses_stacks = true;
   }
   if (st == GR_OK) st = dial_peers(s, ps, err);
+  if (st == GR_OK) st = gr_server_container_get(s, c, root, true, &r->box, err);
   if (st == GR_OK) {
     st = gr_device_plan_new_from(ps, s->exec_pool, &r->plan, err);
     ps = NULL;
@@ -236,11 +238,14 @@ static gr_status do_register(gr_server *s, const gr_conn *c, const gr_inmsg *in,
   pthread_mutex_lock(&s->mu);
   r->handle = ++s->next_handle;
   r->owner = c;
-  bool ok = gr_map_put_u64(&s->graphs, r->handle, r);
+  /* a client that closed has had its graphs dropped: this one would stay */
+  bool open = gr_conn_is_open(c);
+  bool ok = open && gr_map_put_u64(&s->graphs, r->handle, r);
   pthread_mutex_unlock(&s->mu);
   if (!ok) {
     gr_server_registered_unref(r);
-    return gr_error_set_oom(err);
+    return open ? gr_error_set_oom(err)
+                : gr_error_set(err, GR_ERR_CANCELLED, "the client's connection closed");
   }
   *handle = r->handle;
   return GR_OK;

@@ -377,6 +377,16 @@ static void run_start(server_run *x, gr_error *e) {
                         "master, or deregistered)",
                         s->task, (unsigned long long)a->handle);
   }
+  if (st == GR_OK) {
+    pthread_mutex_lock(&s->mu);
+    bool dropped = x->r->box->dropped;
+    pthread_mutex_unlock(&s->mu);
+    if (dropped) /* a recovery registers again, into a new container */
+      st = gr_error_set(e, GR_ERR_ABORTED,
+                        "%s: container '%s' was reset (graphrun reset, or a client's "
+                        "--no-restore): its variables are gone",
+                        s->task, x->r->box->name);
+  }
   registered *r = x->r;
   x->nf = r ? r->num_feeds : 0;
   x->nx = r ? gr_device_plan_num_fetches(r->plan) : 0;
@@ -419,7 +429,7 @@ static void run_start(server_run *x, gr_error *e) {
     *prv = (push_rv){s, t};
     x->step = (gr_step_info){.step_id = (int64_t)a->step,
                              .seed = a->seed,
-                             .resources = s->resources,
+                             .resources = r->box->rm,
                              .stacks = r->uses_stacks ? gr_step_stacks_new() : NULL,
                              .rendezvous = x->rv,
                              .trace = x->trace};

@@ -35,7 +35,7 @@
 
 #include "core/gr_core.h"
 
-#define GR_WIRE_VERSION     1
+#define GR_WIRE_VERSION     2 /* 2: REGISTER and VARS name a container; RESET */
 #define GR_WIRE_HEADER_SIZE 16
 #define GR_WIRE_ALIGN       64
 #define GR_WIRE_MAX_TENSORS 4096 /* tensors in one message */
@@ -54,7 +54,8 @@
   X(GR_MSG_TENSOR, "tensor", 65536, 0xffffffffu)       /* a pushed tensor, one way */              \
   X(GR_MSG_RESPONSE, "response", 1 << 24, 0xffffffffu) /* to any request, by id */                 \
   X(GR_MSG_HEARTBEAT, "heartbeat", 64, 0)              /* master -> task: answered at once */      \
-  X(GR_MSG_LEASE, "lease", 1024, 0)                    /* take or look at a named lease */
+  X(GR_MSG_LEASE, "lease", 1024, 0)                    /* take or look at a named lease */ \
+  X(GR_MSG_RESET, "reset", 256, 0)                     /* drop shared containers */
 
 typedef enum gr_msg_type {
   GR_MSG_NONE = 0,

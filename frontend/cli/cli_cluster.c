@@ -105,6 +105,13 @@ void cli_set_heartbeat(int ms, int missed) {
   heartbeat_missed = missed;
 }
 
+/* --container: this process's, for every master it connects (a recovery's too) */
+static const char *container;
+
+void cli_set_container(const char *name) {
+  container = name;
+}
+
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       gr_master **out, gr_error *err) {
   *out = NULL;
@@ -129,7 +136,8 @@ gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret,
                               timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms : 10000,
                           .step_timeout_ms = timeout_ms,
                           .heartbeat_ms = heartbeat_ms,
-                          .heartbeat_missed = heartbeat_missed};
+                          .heartbeat_missed = heartbeat_missed,
+                          .container = container};
   gr_status st = gr_master_new(&mo, out, err);
   free(addrs);
   return st;
@@ -360,8 +368,9 @@ gr_status cli_recover(const gr_cluster *c, const char *from, const char *secret,
   if (!ck) return GR_OK; /* a worker that is not the chief: the chief restores */
   int64_t latest;
   if (gr_ckpt_latest_step(ck, &latest, err) == GR_ERR_NOT_FOUND) {
-    /* lost before the first checkpoint: nothing trained yet, so the tasks
-     * that lived hold their initial values and the others initialise anew */
+    /* lost before the first checkpoint: nothing trained yet, so the
+     * variables initialise anew (the new master's private container) or
+     * hold their initial values (a named one that lived) */
     *step = -1;
     return GR_OK;
   }

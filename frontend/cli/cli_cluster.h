@@ -29,6 +29,10 @@ gr_status cli_load_cluster_self(const char *spec, gr_cluster **out, gr_cluster_s
  * silent for ms is pinged, and lost after `missed` silent periods (0: the
  * defaults, 100 ms and 5). */
 void cli_set_heartbeat(int ms, int missed);
+/* The container of the masters cli_connect makes from now on (NULL: each
+ * its own private one; else a name, kept, shared by every client naming
+ * it). */
+void cli_set_container(const char *name);
 /* A master connected to every task of c (each needs an address). */
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       gr_master **out, gr_error *err);
@@ -70,15 +74,17 @@ typedef struct cli_worker {
   char chief_job[64];
   double started;   /* cli_now() at setup: a chief that ended before is not this run's */
   gr_master *lease; /* the chief's: a connection to its own task holding the lease */
+  /* the lease the chief holds on its own task: "chief/CONTAINER", so that
+   * clients of other shared containers on the same servers have their own */
+  char lease_name[96];
 } cli_worker;
-
-/* The lease the between-graph chief holds on its own task. */
-#define CLI_CHIEF_LEASE "chief"
 
 /* From --job and --task (job NULL and task -1: not given): checks them
  * against the cluster c. An exit
  * code (messages printed). */
 int cli_worker_setup(cli_worker *w, const char *job, long task, const gr_cluster *c);
+/* The shared container the between-graph clients use (names the lease). */
+void cli_worker_set_container(cli_worker *w, const char *container);
 /* The chief (else nothing): takes its lease on its own task of c through
  * a connection of its own (without heartbeats, so that only the end of
  * this process, or of that task, ends it), or, holding one already, takes

@@ -26,6 +26,8 @@ typedef struct cli_run_options {
   bool json, quiet, no_restore, schedule_recvs, soft;
   const char *ckpt_path, *trace_path, *out_dir;
   const char *cluster_spec, *secret_file, *job;
+  const char *container;   /* --container, else GRAPHRUN_CONTAINER; NULL: a private one */
+  bool container_from_env; /* it came from GRAPHRUN_CONTAINER */
 } cli_run_options;
 
 /* Returned by cli_run_parse_options when the run goes on. */
@@ -102,6 +104,16 @@ typedef struct cli_run_state {
   cli_progress pr;
   bool show; /* the progress display is on */
 } cli_run_state;
+
+/* The container of a cluster run's variables on the tasks (cli_run_container.c):
+ * checks --container against the rest (it needs a cluster; --job and
+ * --task need one) and sets it for the masters this process connects.
+ * An exit code (messages printed). */
+int cli_run_pick_container(cli_run_state *r);
+/* Connected, with a named container: says so (unless --quiet), and with
+ * --no-restore resets it on the tasks, so the run starts from initial
+ * values. An exit code. */
+int cli_run_fresh_container(cli_run_state *r);
 
 /* --out DIR made now if missing, and --trace's file tried, so a bad path
  * fails before the run; *trace: a new trace when --trace is given. An exit

@@ -23,10 +23,11 @@ int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool re
                             gr_graph *g, gr_ckpt **ck, long *done) {
   gr_error err;
   /* on a cluster a directory: each task saves its shard, the manifest commits them */
-  gr_ckpt_options o = {.max_to_keep = keep, .sharded = remote};
+  /* one writer at a time: a second run on the same path is refused, naming the first */
+  gr_ckpt_options o = {.max_to_keep = keep, .sharded = remote, .lock = true};
   if (gr_ckpt_open(path, &o, ck, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: --ckpt: %s\n", err.msg);
-    return GR_EXIT_USAGE;
+    return err.code == GR_ERR_UNAVAILABLE ? GR_EXIT_FAILURE : GR_EXIT_USAGE;
   }
   *done = 0;
   if (no_restore) return GR_EXIT_OK;

@@ -1,6 +1,7 @@
 /* graphrun run: its flags (--help's text and their parsing into
  * cli_run_options). */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli_options.h"
@@ -52,7 +53,8 @@ static void usage(FILE *f) {
          "                     and a manifest commits them (docs/checkpoints.md)\n"
          "  --save-every N     save every N steps (default: only at the end)\n"
          "  --keep K           keep the newest K checkpoints (default 5; 0 keeps all)\n"
-         "  --no-restore       start fresh even if PATH has checkpoints\n"
+         "  --no-restore       start fresh even if PATH has checkpoints (a --container\n"
+         "                     is reset first: its variables start from initial values)\n"
          "  --cluster C        run on a cluster's tasks (graphrun server processes): C is a\n"
          "                     JSON cluster file or text (ClusterSpec, TF_CONFIG or the placer's\n"
          "                     form, with host:port addresses), 'env' for TF_CONFIG, or\n"
@@ -60,12 +62,18 @@ static void usage(FILE *f) {
          "                     (default: GRAPHRUN_CLUSTER, which graphrun launch sets; unpinned\n"
          "                     nodes run on the chief's or worker 0's device)\n"
          "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n"
+         "  --container NAME   keep the variables (queues, accumulators) in the tasks' shared\n"
+         "                     container NAME: every client naming it uses them, and they\n"
+         "                     stay on the tasks after the run until `graphrun reset`\n"
+         "                     (default: GRAPHRUN_CONTAINER, set by launch --between-graph;\n"
+         "                     else this run's own container, dropped when it ends)\n"
          "  --job J --task I   between-graph training: run as this task's own client; the\n"
          "                     program's default device is /job:J/task:I, task_index() is I;\n"
          "                     the chief (job 'chief', else worker 0) initialises, restores and\n"
          "                     saves the shared variables and trains its share (--ckpt is the\n"
          "                     chief's; the others ignore it), the others wait for them and\n"
-         "                     fail at once if the chief's process ends first\n"
+         "                     fail at once if the chief's process ends first; every client\n"
+         "                     needs the same --container\n"
          "  --recovery-timeout S  with --cluster and --ckpt, a lost or restarted task is\n"
          "                     waited for up to S seconds (default 60), then the run restores\n"
          "                     the newest checkpoint and goes on from it\n"
@@ -84,6 +92,7 @@ enum {
   F_TIMEOUT,
   F_CLUSTER,
   F_SECRET,
+  F_CONTAINER,
   F_HEARTBEAT,
   F_JOB,
   F_TASK,
@@ -115,6 +124,7 @@ static const struct option flags[] = {
     {"timeout", required_argument, NULL, F_TIMEOUT},
     {"cluster", required_argument, NULL, F_CLUSTER},
     {"secret-file", required_argument, NULL, F_SECRET},
+    {"container", required_argument, NULL, F_CONTAINER},
     {"heartbeat", required_argument, NULL, F_HEARTBEAT},
     {"job", required_argument, NULL, F_JOB},
     {"task", required_argument, NULL, F_TASK},
@@ -248,6 +258,14 @@ static int set_cluster_flag(const cli_opts *po, int c, cli_run_options *o) {
     case F_SECRET:
       o->secret_file = po->arg;
       break;
+    case F_CONTAINER:
+      if (gr_container_check_name(po->arg, NULL) != GR_OK)
+        return cli_opt_bad(po,
+                           "a container name: 1 to %d letters, digits, '_', '-' or '.', "
+                           "starting with a letter or a digit",
+                           GR_CONTAINER_NAME_MAX);
+      o->container = po->arg;
+      break;
     case F_HEARTBEAT:
       return set_heartbeat(po);
     case F_JOB:
@@ -304,6 +322,16 @@ int cli_run_parse_options(int argc, char **argv, cli_run_options *o) {
   if (!o->ckpt_path && (o->save_every || o->no_restore)) {
     fprintf(stderr, "graphrun run: --save-every and --no-restore need --ckpt PATH\n");
     return GR_EXIT_USAGE;
+  }
+  const char *env = getenv("GRAPHRUN_CONTAINER");
+  if (!o->container && env && *env) {
+    gr_error err;
+    if (gr_container_check_name(env, &err) != GR_OK) {
+      fprintf(stderr, "graphrun run: GRAPHRUN_CONTAINER: %s\n", err.msg);
+      return GR_EXIT_USAGE;
+    }
+    o->container = env;
+    o->container_from_env = true;
   }
   return CLI_RUN_GO;
 }

@@ -6,7 +6,7 @@
  * the other workers wait until they have values.
  *
  * The chief holds a lease on its own task while its process lives
- * (CLI_CHIEF_LEASE, through a connection of its own: its recoveries, which
+ * ("chief/CONTAINER", through a connection of its own: its recoveries, which
  * reconnect everything else, keep it). A waiting worker looks at that
  * lease with each poll, so a chief that ended (crashed, killed, or done
  * without giving the variables values) is reported within the poll, not
@@ -47,7 +47,13 @@ int cli_worker_setup(cli_worker *w, const char *job, long task, const gr_cluster
   snprintf(w->chief_job, sizeof w->chief_job, "%s", has_chief ? "chief" : "worker");
   snprintf(w->chief_task, sizeof w->chief_task, "/job:%s/replica:0/task:0", w->chief_job);
   w->chief = strcmp(job, w->chief_job) == 0 && task == 0;
+  cli_worker_set_container(w, NULL);
   return GR_EXIT_OK;
+}
+
+void cli_worker_set_container(cli_worker *w, const char *container) {
+  snprintf(w->lease_name, sizeof w->lease_name, "chief%s%s", container ? "/" : "",
+           container ? container : "");
 }
 
 gr_status cli_chief_hold(cli_worker *w, const gr_cluster *c, const char *secret, gr_error *err) {
@@ -56,7 +62,7 @@ gr_status cli_chief_hold(cli_worker *w, const gr_cluster *c, const char *secret,
   gethostname(host, sizeof host - 1);
   snprintf(holder, sizeof holder, "%s, pid %d on %.200s", w->device, (int)getpid(), host);
   gr_lease_state ls;
-  if (w->lease && gr_master_lease(w->lease, 0, CLI_CHIEF_LEASE, holder, &ls, err) == GR_OK)
+  if (w->lease && gr_master_lease(w->lease, 0, w->lease_name, holder, &ls, err) == GR_OK)
     return GR_OK;
   gr_master_free(w->lease); /* its task was restarted (or is not there yet): connect anew */
   w->lease = NULL;
@@ -67,7 +73,7 @@ gr_status cli_chief_hold(cli_worker *w, const gr_cluster *c, const char *secret,
   /* no heartbeats: a busy task's slow answer must not end the lease */
   gr_master_options mo = {.num_tasks = 1, .addresses = &addr, .secret = secret, .heartbeat_ms = -1};
   gr_status st = gr_master_new(&mo, &w->lease, err);
-  if (st == GR_OK) st = gr_master_lease(w->lease, 0, CLI_CHIEF_LEASE, holder, &ls, err);
+  if (st == GR_OK) st = gr_master_lease(w->lease, 0, w->lease_name, holder, &ls, err);
   if (st != GR_OK) gr_error_prefix(err, "holding the chief's lease on %s", w->device);
   return st;
 }
@@ -97,7 +103,7 @@ gr_status cli_wait_for_chief(gr_session *s, gr_master *m, const cli_worker *w, d
      * the variables decide, and the next look */
     gr_lease_state ls = {.held = true};
     gr_error lerr;
-    if (k < 0 || gr_master_lease(m, k, CLI_CHIEF_LEASE, NULL, &ls, &lerr) != GR_OK)
+    if (k < 0 || gr_master_lease(m, k, w->lease_name, NULL, &ls, &lerr) != GR_OK)
       ls = (gr_lease_state){.held = true};
     const char *missing;
     GR_TRY(gr_session_find_uninitialized(s, w->device, &missing, err));

@@ -41,7 +41,9 @@ static void usage(FILE *f) {
           "                     own client (adds --job J --task K; TF_CONFIG names its task):\n"
           "                     asynchronous data parallelism. The chief (the `chief` job's task,\n"
           "                     else worker 0) initialises, restores and saves the variables and\n"
-          "                     trains its share; the others wait for it and run with --quiet\n"
+          "                     trains its share; the others wait for it and run with --quiet;\n"
+          "                     the clients share their variables\n"
+          "                     (GRAPHRUN_CONTAINER=between-graph)\n"
           "  --quiet            no task output but errors\n\n"
           "Exit code: the command's (with --between-graph: the first client's that failed, else\n"
           "0); 1 if the cluster could not start or a task died too often.\n");
@@ -264,6 +266,7 @@ static pid_t run_command(char **cmd, int ncmd, const task *client, bool chief) {
   }
   for (int i = 0; i < ncmd; i++) args[n++] = cmd[i];
   if (client) {
+    setenv("GRAPHRUN_CONTAINER", "between-graph", 0); /* the clients share their variables */
     snprintf(task, sizeof task, "%d", client->index);
     args[n++] = "--job";
     args[n++] = (char *)client->job;

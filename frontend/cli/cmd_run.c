@@ -116,7 +116,9 @@ static gr_session_options session_options(const cli_run_options *o) {
  * holds its lease (cli_worker.c) from then on. */
 static int connect_cluster(cli_run_state *r) {
   gr_error err;
-  if (!r->cluster) return GR_EXIT_OK;
+  int rc = cli_run_pick_container(r); /* the tasks' container of the variables */
+  if (rc != GR_EXIT_OK || !r->cluster) return rc;
+  cli_worker_set_container(&r->self, r->o.container);
   if (cli_read_secret(r->o.secret_file, &r->secret, &err) != GR_OK ||
       cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms, &r->master,
                   &err) != GR_OK ||
@@ -130,7 +132,7 @@ static int connect_cluster(cli_run_state *r) {
     fprintf(stderr, "graphrun run: cluster of %d tasks (%s), %d devices\n",
             gr_cluster_num_tasks(r->cluster), r->cluster_from, nd);
   }
-  return GR_EXIT_OK;
+  return cli_run_fresh_container(r); /* --no-restore with a shared one */
 }
 
 /* The session (local, or a master's) and a check of the feeds against it:

@@ -20,7 +20,8 @@
   X(calibrate, "measure this machine and write a cluster file for the placer")                     \
   X(ops, "list the registered ops with their inputs and attrs")                                    \
   X(server, "serve one task of a cluster (a worker or parameter server process)")                  \
-  X(launch, "start a local cluster of server processes and run a graph or command on it")
+  X(launch, "start a local cluster of server processes and run a graph or command on it")          \
+  X(reset, "clear the shared variable containers of a cluster's server tasks")
 
 #define GR_X_CMD_DECL(name, summary) int gr_cmd_##name(int argc, char **argv);
 GR_COMMAND_LIST(GR_X_CMD_DECL)

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "distributed/gr_distributed.h"
+#include "distributed/server_internal.h"
 #include "distributed/wire_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -94,10 +95,10 @@ static void tensors_in(const msgpack_object *o, gr_buffer *body, size_t body_len
 
 /* The typed readers on the keys the messages use. */
 static void fields(const msgpack_object *root) {
-  static const char *const keys[] = {"id",    "run",   "handle",  "inc",   "step",    "seed",
-                                     "code",  "key",   "from",    "msg",   "task",    "dead",
-                                     "auth",  "nonce", "mac",     "feeds", "fetches", "parts",
-                                     "peers", "names", "devices", "value", "sends",   "bytes"};
+  static const char *const keys[] = {
+      "id",    "run",   "handle",  "inc",   "step",  "seed",  "code",      "key",     "from",
+      "msg",   "task",  "dead",    "auth",  "nonce", "mac",   "feeds",     "fetches", "parts",
+      "peers", "names", "devices", "value", "sends", "bytes", "container", "private", "dropped"};
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
     uint64_t u;
     int64_t i;
@@ -112,7 +113,7 @@ static void fields(const msgpack_object *root) {
     gr_msg_i64(root, keys[k], -5, 1 << 20, &i, &err);
     gr_msg_bool(root, keys[k], &b, &err);
     gr_msg_str(root, keys[k], s, sizeof s, &err);
-    gr_msg_strv(root, keys[k], &sv, &sl, &err);
+    if (gr_msg_strv(root, keys[k], &sv, &sl, &err) == GR_OK) gr_container_name_ok(sv, sl, false);
     gr_msg_bin(root, keys[k], GR_AUTH_NONCE, &bin, &err);
     if (gr_msg_array(root, keys[k], 1 << 20, &arr, &err) == GR_OK)
       for (uint32_t j = 0; j < arr->size; j++) {

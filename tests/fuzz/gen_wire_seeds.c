@@ -152,13 +152,20 @@ int main(int argc, char **argv) {
   gr_outmsg_str(m, "msg", "step aborted");
   emit("abort", m);
 
-  m = gr_outmsg_new(GR_MSG_VARS, 2);
+  m = gr_outmsg_new(GR_MSG_VARS, 4);
   gr_outmsg_u64(m, "id", 4);
   gr_outmsg_key(m, "names");
   msgpack_pack_array(gr_outmsg_packer(m), 2);
   gr_pack_str(gr_outmsg_packer(m), "w");
   gr_pack_str(gr_outmsg_packer(m), "dense/b");
+  gr_outmsg_str(m, "container", "_run.0123456789abcdef");
+  gr_outmsg_bool(m, "private", true);
   emit("vars", m);
+
+  m = gr_outmsg_new(GR_MSG_RESET, 2);
+  gr_outmsg_u64(m, "id", 7);
+  gr_outmsg_str(m, "container", "shared");
+  emit("reset", m);
 
   m = gr_outmsg_new(GR_MSG_DEREGISTER, 2);
   gr_outmsg_u64(m, "id", 5);
@@ -183,9 +190,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   write_file("graph", data, size);
-  m = gr_outmsg_new(GR_MSG_REGISTER, 4);
+  m = gr_outmsg_new(GR_MSG_REGISTER, 6);
   gr_outmsg_u64(m, "id", 6);
   gr_outmsg_u64(m, "inc", 0x1234567890abcdefull);
+  gr_outmsg_str(m, "container", "shared");
+  gr_outmsg_bool(m, "private", false);
   gr_outmsg_key(m, "peers");
   msgpack_packer *pk = gr_outmsg_packer(m);
   msgpack_pack_array(pk, 1);

@@ -220,6 +220,15 @@ bool gt_same_weights(const char *a, const char *b) {
   return same;
 }
 
+bool gt_json_loss(const char *out, char *buf, size_t cap) {
+  const char *l = strstr(out, "{\"loss\"");
+  const char *e = l ? strchr(l, '}') : NULL;
+  if (!e || (size_t)(e - l) >= cap) return false;
+  memcpy(buf, l, (size_t)(e - l));
+  buf[e - l] = '\0';
+  return true;
+}
+
 const char *gt_find_after(const gt_proc *p, size_t from, const char *want) {
   return from <= p->len ? strstr(p->buf + from, want) : NULL;
 }

@@ -78,6 +78,10 @@ double gt_wait_line_after(gt_proc *p, size_t from, const char *want, double sinc
 /* Where line `want` (after offset from) appears in p's output, or NULL. */
 const char *gt_find_after(const gt_proc *p, size_t from, const char *want);
 
+/* The loss of a `graphrun run --json` output (its "{\"loss\": ..." up to
+ * the first '}') into buf; false when there is none. */
+bool gt_json_loss(const char *out, char *buf, size_t cap);
+
 /* A uniform random integer in [lo, hi] from the test's seeded stream. */
 int gt_rand_between(unsigned long long *state, int lo, int hi);
 

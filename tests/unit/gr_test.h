@@ -90,7 +90,10 @@ static inline int gr_test_finish(void) {
     return 1;
   }
   printf("%d passed, %d failed\n", gr_test_passed_, gr_test_failed_);
-  return gr_test_failed_ ? 1 : 0;
+  /* a check that failed outside every case (a program's setup) fails it too */
+  if (!gr_test_failed_ && gr_test_checks_failed_)
+    fprintf(stderr, "%d checks failed outside the test cases\n", gr_test_checks_failed_);
+  return gr_test_failed_ || gr_test_checks_failed_ ? 1 : 0;
 }
 
 #endif

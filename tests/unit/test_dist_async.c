@@ -44,12 +44,15 @@ static void test_every_update_lands(void) {
 }
 
 /* Worker 1's client starts first and waits for the chief to give the shared
- * variables their values; then both train. */
+ * variables their values; then both train (sharing them through one named
+ * container). */
 static void test_worker_waits_for_chief(void) {
   char script[3 * PATH_MAX + 512];
   snprintf(script, sizeof script,
-           "%s run %s --job worker --task 1 --steps 20 --eval updates & sleep 1; "
-           "%s run %s --job worker --task 0 --steps 20 --eval updates --quiet; wait",
+           "%s run %s --job worker --task 1 --container async --steps 20 --eval updates & "
+           "sleep 1; "
+           "%s run %s --job worker --task 0 --container async --steps 20 --eval updates --quiet; "
+           "wait",
            gt_graphrun_exe(), file, gt_graphrun_exe(), file);
   gt_proc p;
   gt_proc_start(&p, (char *[]){"graphrun", "launch", "--quiet", "--ps", "1", "--workers", "2", "--",

@@ -590,23 +590,28 @@ static void run_map(mp *m, uint32_t entries, uint64_t id, uint64_t handle, uint6
   mp_u64(m, "seed", 7);
 }
 
-/* Starts m as a RUN map of graph a (id, run) whose feeds are one [0, ...]
- * pair: the caller packs the tensor descriptor. */
-static void feed0_run_a(mp *m, uint64_t id, uint64_t run) {
+/* Starts m as a RUN map of graph a registered as handle (id, run) whose
+ * feeds are one [0, ...] pair: the caller packs the tensor descriptor. */
+static void feed0_run(mp *m, uint64_t id, uint64_t run, uint64_t handle) {
   mp_init(m);
-  run_map(m, 7, id, handle_a, inc0, run);
+  run_map(m, 7, id, handle, inc0, run);
   mp_str(m, "feeds");
   msgpack_pack_array(&m->pk, 1);
   msgpack_pack_array(&m->pk, 2);
   msgpack_pack_int(&m->pk, 0);
 }
 
-/* A RUN of graph a whose one feed is [0, tensor descriptor] with a body of
- * body_len bytes holding the floats 1, 2, 3 at offset 0 (bool: 1, 1, 0). */
-static void run_a_frame(bytes *out, uint64_t id, uint64_t run, const char *dtype, int rank,
-                        const int64_t *dims, int64_t off, int64_t nbytes, size_t body_len) {
+static void feed0_run_a(mp *m, uint64_t id, uint64_t run) {
+  feed0_run(m, id, run, handle_a);
+}
+
+/* A RUN of graph a (as handle) whose one feed is [0, tensor descriptor]
+ * with a body of body_len bytes holding the floats 1, 2, 3 at offset 0
+ * (bool: 1, 1, 0). */
+static void run_frame(bytes *out, uint64_t handle, uint64_t id, uint64_t run, const char *dtype,
+                      int rank, const int64_t *dims, int64_t off, int64_t nbytes, size_t body_len) {
   mp m;
-  feed0_run_a(&m, id, run);
+  feed0_run(&m, id, run, handle);
   pk_tensor(&m.pk, dtype, rank, dims, off, nbytes);
   bytes body = {0};
   float v[3] = {1, 2, 3};
@@ -615,6 +620,11 @@ static void run_a_frame(bytes *out, uint64_t id, uint64_t run, const char *dtype
   frame(out, GR_MSG_RUN, &m, body.p, body_len);
   b_free(&body);
   mp_free(&m);
+}
+
+static void run_a_frame(bytes *out, uint64_t id, uint64_t run, const char *dtype, int rank,
+                        const int64_t *dims, int64_t off, int64_t nbytes, size_t body_len) {
+  run_frame(out, handle_a, id, run, dtype, rank, dims, off, nbytes, body_len);
 }
 
 /* A well-formed RUN of graph a: x = {1, 2, 3}. */
@@ -720,15 +730,21 @@ static void pk_part(msgpack_packer *pk, const char *device, const part *p, size_
   msgpack_pack_int(pk, 0);
 }
 
-/* REGISTER {id, inc, peers: [task 1], parts: [p on device]} with p's graph
- * as the body. */
-static void register_frame(bytes *out, uint64_t id, uint64_t inc, const char *device,
-                           const part *p) {
+/* REGISTER {id, inc, container, private, peers: [task 1], parts: [p on
+ * device]} with p's graph as the body. */
+static void register_frame_in(bytes *out, uint64_t id, uint64_t inc, const char *device,
+                              const part *p, const char *container, bool priv) {
   mp m;
   mp_init(&m);
-  msgpack_pack_map(&m.pk, 4);
+  msgpack_pack_map(&m.pk, 6);
   mp_u64(&m, "id", id);
   mp_u64(&m, "inc", inc);
+  mp_kstr(&m, "container", container);
+  mp_str(&m, "private");
+  if (priv)
+    msgpack_pack_true(&m.pk);
+  else
+    msgpack_pack_false(&m.pk);
   mp_str(&m, "peers");
   msgpack_pack_array(&m.pk, 1);
   msgpack_pack_array(&m.pk, 3);
@@ -740,6 +756,12 @@ static void register_frame(bytes *out, uint64_t id, uint64_t inc, const char *de
   pk_part(&m.pk, device, p, 0);
   frame(out, GR_MSG_REGISTER, &m, p->graph, p->size);
   mp_free(&m);
+}
+
+/* The same into the shared container "bad-input" that the cases use. */
+static void register_frame(bytes *out, uint64_t id, uint64_t inc, const char *device,
+                           const part *p) {
+  register_frame_in(out, id, inc, device, p, "bad-input", false);
 }
 
 static part part_a, part_b;
@@ -802,10 +824,10 @@ static bool make_part_b(part *p) {
 static rc reg_conn = {.fd = -1};
 
 /* Registers p on srv over reg_conn (request id: id); its handle (0 on failure). */
-static uint64_t register_part(const part *p, uint64_t id) {
+static uint64_t register_part_in(const part *p, uint64_t id, const char *container) {
   if (reg_conn.fd < 0 && !rc_open(&reg_conn)) return 0;
   bytes b = {0};
-  register_frame(&b, id, inc0, DEV0, p);
+  register_frame_in(&b, id, inc0, DEV0, p, container, false);
   resp r;
   uint64_t handle = 0;
   gr_error err;
@@ -815,6 +837,10 @@ static uint64_t register_part(const part *p, uint64_t id) {
   }
   b_free(&b);
   return handle;
+}
+
+static uint64_t register_part(const part *p, uint64_t id) {
+  return register_part_in(p, id, "bad-input");
 }
 
 /* ---- frames cut short ---------------------------------------------------- */
@@ -912,14 +938,14 @@ static void test_unknown_version(void) {
     status_frame(&f, 1);
     f.p[4] = (uint8_t)v;
     char want[128];
-    snprintf(want, sizeof want, "wire version %d, this build speaks version 1", v);
+    snprintf(want, sizeof want, "wire version %d, this build speaks version 2", v);
     expect_bad_frame(f.p, f.n, want);
     b_free(&f);
   }
   bytes f = {0};
   status_frame(&f, 1);
-  f.p[4] = 2;
-  expect_bad_frame(f.p, f.n, "wire version 2, this build speaks version 1");
+  f.p[4] = 1; /* before containers: its REGISTER would name none */
+  expect_bad_frame(f.p, f.n, "wire version 1, this build speaks version 2");
   b_free(&f);
   CHECK_SERVING();
 }
@@ -1510,6 +1536,175 @@ static void test_register_bad_endpoints(void) {
 
 /* ---- duplicates ---------------------------------------------------------- */
 
+/* ---- containers ------------------------------------------------------------ */
+
+/* Starts m as a VARS map {id, names: ["v"], ...} of 4 entries: the caller
+ * packs the container's two. */
+static void vars_map(mp *m, uint64_t id) {
+  mp_init(m);
+  msgpack_pack_map(&m->pk, 4);
+  mp_u64(m, "id", id);
+  mp_str(m, "names");
+  msgpack_pack_array(&m->pk, 1);
+  gr_pack_str(&m->pk, "v");
+}
+
+/* A REGISTER with a container name that is not one, not a string or
+ * without its `private` field is refused naming the field, and makes no
+ * container; so are a VARS and a RESET with a bad name. */
+static void test_bad_container_names(void) {
+  char long_name[80];
+  memset(long_name, 'x', 65);
+  long_name[65] = '\0';
+  const char *bad[] = {"", "a b", "ctl\x01", long_name, "caf\xc3\xa9", "a/b"};
+  const char *shown[] = {"''",
+                         "'a b'",
+                         "'ctl?'",
+                         "'xxxx",
+                         "'caf?"
+                         "?'",
+                         "'a/b'"};
+  for (int i = 0; i < 6; i++) {
+    bytes f = {0};
+    register_frame_in(&f, 2, inc0, DEV0, &part_a, bad[i], false);
+    char want[160];
+    snprintf(want, sizeof want, "registering a graph: field 'container': %s", shown[i]);
+    expect_response(&f, 2, GR_ERR_INVALID_ARGUMENT, want, NULL);
+    b_free(&f);
+  }
+  GR_CHECK(gr_server_container(srv, "a/b") == NULL);
+  CHECK_LOG("refused a request from 127.0.0.1:"); /* the server names the peer */
+  CHECK_LOG(": field 'container': 'a b' is not a container name");
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 5);
+  mp_u64(&m, "id", 4);
+  mp_u64(&m, "inc", inc0);
+  mp_kstr(&m, "container", "no-private-field");
+  mp_str(&m, "peers");
+  msgpack_pack_array(&m.pk, 0);
+  mp_str(&m, "parts");
+  msgpack_pack_array(&m.pk, 1);
+  pk_part(&m.pk, DEV0, &part_a, 0);
+  expect_map_response(&m, GR_MSG_REGISTER, part_a.graph, part_a.size, 4, GR_ERR_INVALID_ARGUMENT,
+                      "field 'private' is missing");
+  GR_CHECK(gr_server_container(srv, "no-private-field") == NULL);
+  vars_map(&m, 5);
+  mp_u64(&m, "container", 7);
+  mp_str(&m, "private");
+  msgpack_pack_false(&m.pk);
+  expect_map_response(&m, GR_MSG_VARS, NULL, 0, 5, GR_ERR_INVALID_ARGUMENT,
+                      "field 'container' must be a string, not an integer");
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 2);
+  mp_u64(&m, "id", 6);
+  mp_kstr(&m, "container", "a b");
+  expect_map_response(&m, GR_MSG_RESET, NULL, 0, 6, GR_ERR_INVALID_ARGUMENT,
+                      TASK0 ": reset: field 'container': 'a b' is not a container name");
+  CHECK_SERVING();
+}
+
+/* Waits (at most 10 s) until srv has a container of that name or none. */
+static bool container_is(const char *name, bool there) {
+  for (int64_t end = gr_wire_now_ms() + TIMEOUT_MS;;) {
+    gr_resource_mgr *rm = gr_server_container(srv, name);
+    gr_resource_mgr_free(rm);
+    if ((rm != NULL) == there) return true;
+    if (gr_wire_now_ms() > end) return false;
+    usleep(10000);
+  }
+}
+
+/* A private container is its client's alone (another connection may not
+ * register with it, ask its variables or take its name for a shared one),
+ * and goes when its client's connection closes. */
+static void test_private_container(void) {
+  const char *name = "_run.0123456789abcdef";
+  rc a;
+  GR_CHECK(rc_open(&a));
+  if (a.fd < 0) return;
+  bytes f = {0};
+  register_frame_in(&f, 1, inc0, DEV0, &part_a, name, true);
+  resp r;
+  GR_CHECK(rc_send(&a, f.p, f.n) && rc_response(&a, &r));
+  GR_CHECK_MSG(r.code == 0, "%s", r.msg);
+  inframe_free(&r.f);
+  b_free(&f);
+  GR_CHECK(container_is(name, true));
+  register_frame_in(&f, 2, inc0, DEV0, &part_a, name, true);
+  expect_response(&f, 2, GR_ERR_FAILED_PRECONDITION,
+                  "container '_run.0123456789abcdef' is private to another client", NULL);
+  b_free(&f);
+  register_frame_in(&f, 3, inc0, DEV0, &part_a, name, false);
+  expect_response(&f, 3, GR_ERR_FAILED_PRECONDITION,
+                  "container '_run.0123456789abcdef' is another client's private container", NULL);
+  b_free(&f);
+  register_frame_in(&f, 4, inc0, DEV0, &part_a, "bad-input", true);
+  expect_response(&f, 4, GR_ERR_FAILED_PRECONDITION, "container 'bad-input' is shared, not private",
+                  NULL);
+  b_free(&f);
+  mp m;
+  vars_map(&m, 5);
+  mp_kstr(&m, "container", name);
+  mp_str(&m, "private");
+  msgpack_pack_true(&m.pk);
+  expect_map_response(&m, GR_MSG_VARS, NULL, 0, 5, GR_ERR_FAILED_PRECONDITION,
+                      "is private to another client");
+  CHECK_LOG(": container '_run.0123456789abcdef' is private to another client");
+  rc_close(&a);
+  GR_CHECK_MSG(container_is(name, false), "the private container outlived its client");
+  CHECK_SERVING();
+}
+
+/* RESET: a shared container dropped (the graphs registered with it refuse
+ * their RUNs, naming it), one that does not exist (none dropped), then
+ * every shared container (the cases' own is registered again). */
+static void test_reset(void) {
+  uint64_t h = register_part_in(&part_a, 101, "to-reset");
+  GR_CHECK(h != 0);
+  bytes f = {0};
+  resp r;
+  run_frame(&f, h, 9, next_run++, "float32", 1, (int64_t[]){3}, 0, 12, 64);
+  expect_response(&f, 9, GR_OK, NULL, &r);
+  GR_CHECK(fetch_a_ok(&r));
+  inframe_free(&r.f);
+  b_free(&f);
+  const char *names[] = {"to-reset", "no-such", ""};
+  uint64_t want[] = {1, 0, 1};
+  for (int i = 0; i < 3; i++) {
+    mp m;
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    mp_u64(&m, "id", 6);
+    mp_kstr(&m, "container", names[i]);
+    frame(&f, GR_MSG_RESET, &m, NULL, 0);
+    mp_free(&m);
+    expect_response(&f, 6, GR_OK, NULL, &r);
+    uint64_t dropped = 99;
+    gr_error err;
+    GR_CHECK_OK(gr_msg_u64(&r.f.m.root, "dropped", &dropped, &err), err);
+    GR_CHECK_MSG(dropped == want[i], "reset '%s': %llu dropped", names[i],
+                 (unsigned long long)dropped);
+    inframe_free(&r.f);
+    b_free(&f);
+    char line[128];
+    snprintf(line, sizeof line, "%s%s%s: %llu dropped", i < 2 ? "reset container '" : "",
+             i < 2 ? names[i] : "reset every shared container", i < 2 ? "'" : "",
+             (unsigned long long)want[i]);
+    CHECK_LOG(line);
+    if (i == 0) {
+      run_frame(&f, h, 9, next_run++, "float32", 1, (int64_t[]){3}, 0, 12, 64);
+      expect_response(&f, 9, GR_ERR_ABORTED, TASK0 ": container 'to-reset' was reset", NULL);
+      b_free(&f);
+    }
+  }
+  GR_CHECK(container_is("bad-input", false));
+  handle_a = register_part(&part_a, 102);
+  handle_b = register_part(&part_b, 103);
+  GR_CHECK(handle_a && handle_b);
+  CHECK_SERVING();
+}
+
 /* The same request id twice on a connection: the second is refused. */
 static void test_duplicate_request_id(void) {
   rc c;
@@ -2079,6 +2274,9 @@ int main(void) {
     CASE(test_register_device_of_another_task);
     CASE(test_register_stale_incarnation);
     CASE(test_register_bad_endpoints);
+    CASE(test_bad_container_names);
+    CASE(test_private_container);
+    CASE(test_reset);
     CASE(test_duplicate_request_id);
     CASE(test_repeated_run_after_it_finished);
     CASE(test_repeated_run_while_running);

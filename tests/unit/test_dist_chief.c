@@ -147,13 +147,15 @@ static void chief_crash_by_hand(const char *const *cluster, const char *chief_jo
            "D=%s\n"
            "for k in 1 2; do\n"
            "  w=$((k - 1)); [ %s = worker ] && w=$k\n"
-           "  ('%s' run '%s' --job worker --task $w --steps 20 --recovery-timeout 300 "
+           "  ('%s' run '%s' --job worker --task $w --container hand --steps 20 "
+           "--recovery-timeout 300 "
            "> $D/w$k.log 2>&1; echo \"worker $w exited with $?\" >> $D/w$k.log) &\n"
            "done\n"
            "i=0; until grep -q 'waits for the chief' $D/w1.log 2>/dev/null && "
            "grep -q 'waits for the chief' $D/w2.log 2>/dev/null; do\n"
            "  i=$((i + 1)); [ $i -gt 1200 ] && break; sleep 0.1; done\n"
-           "'%s' run '%s' --job %s --task 0 --steps 20 --ckpt /proc/no/such/dir &\n"
+           "'%s' run '%s' --job %s --task 0 --container hand --steps 20 "
+           "--ckpt /proc/no/such/dir &\n"
            "echo \"chief pid $!\"; wait $!; echo \"chief exited with $?\"\n"
            "wait; cat $D/w1.log $D/w2.log\n",
            dir, chief_job, exe, file, exe, file, chief_job);
@@ -208,10 +210,12 @@ static void test_chief_killed_before_a_restore(void) {
   const char *exe = gt_graphrun_exe();
   char script[4 * PATH_MAX + 1024];
   snprintf(script, sizeof script,
-           "'%s' run '%s' --job chief --task 0 --steps 1000000 --ckpt %s/ck --save-every 100 "
+           "'%s' run '%s' --job chief --task 0 --container hand --steps 1000000 --ckpt %s/ck "
+           "--save-every 100 "
            "--timeout 60 &\n"
            "echo \"chief pid $!\"\n"
-           "for w in 0 1; do ('%s' run '%s' --job worker --task $w --steps 1000000 --quiet "
+           "for w in 0 1; do ('%s' run '%s' --job worker --task $w --container hand "
+           "--steps 1000000 --quiet "
            "--timeout 60 --recovery-timeout 300; echo \"worker $w exited with $?\") & done\n"
            "wait\n",
            exe, file, dir, exe, file);

@@ -18,6 +18,7 @@
 
 #include <graphrun.h>
 
+#include "cluster_harness.h" /* gt_json_loss */
 #include "gr_test.h"
 #include "test_proc.h"
 #include "test_util.h"
@@ -183,16 +184,6 @@ static void test_server_refusals(void) {
   unlink(sa), unlink(sb), rmdir(dir);
 }
 
-/* The loss line of a --json run's output. */
-static bool json_loss(const char *out, char *buf, size_t cap) {
-  const char *l = strstr(out, "{\"loss\"");
-  const char *e = l ? strchr(l, '}') : NULL;
-  if (!e || (size_t)(e - l) >= cap) return false;
-  memcpy(buf, l, (size_t)(e - l));
-  buf[e - l] = '\0';
-  return true;
-}
-
 /* The checkpoint directory of a cluster run that ended at step `last`:
  * the ps wrote its shard of the layers' variables and worker 0 its shard
  * (the global step lives with the chief), the manifest committed them, and
@@ -250,8 +241,8 @@ static void recover_after_killing(const char *victim, const char *want, bool sto
   GR_CHECK_STR_CONTAINS(p.buf, stop ? "): no answer for " : "killed by signal 9; restarting it");
   GR_CHECK_STR_CONTAINS(p.buf, "graphrun run: recovered in ");
   char got[256];
-  GR_CHECK_MSG(json_loss(p.buf, got, sizeof got) && !strcmp(got, want), "%s vs %s\n%s", got, want,
-               p.buf);
+  GR_CHECK_MSG(gt_json_loss(p.buf, got, sizeof got) && !strcmp(got, want), "%s vs %s\n%s", got,
+               want, p.buf);
   check_sharded(ckpt, 800);
   gt_remove_tree(ckpt);
 }
@@ -264,7 +255,7 @@ static void test_recovery_bit_identical(void) {
                                  "--json", "--quiet", NULL});
   GR_CHECK(gt_proc_wait(&ref, NULL, 120));
   gt_proc_finish(&ref);
-  GR_CHECK(json_loss(ref.buf, want, sizeof want));
+  GR_CHECK(gt_json_loss(ref.buf, want, sizeof want));
   recover_after_killing("worker:1=", want, false);
   recover_after_killing("ps:0=", want,
                         false); /* the variables' task: restored from the checkpoint */
@@ -290,7 +281,7 @@ static void run_partitioned(const char *const *head, int nhead, const char *file
   GR_CHECK_MSG(gt_proc_wait(&p, NULL, 120), "no end: %s", p.buf);
   gt_proc_finish(&p);
   GR_CHECK_MSG(gt_proc_exit_code(&p) == 0, "%s", p.buf);
-  GR_CHECK_MSG(json_loss(p.buf, loss, cap), "%s", p.buf);
+  GR_CHECK_MSG(gt_json_loss(p.buf, loss, cap), "%s", p.buf);
   if (restored) GR_CHECK_STR_CONTAINS(p.buf, restored);
 }
 

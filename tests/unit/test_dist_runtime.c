@@ -187,9 +187,134 @@ static void test_variables_live_on_tasks(void) {
     gr_session_free(s);
     gr_graph_free(g);
   }
-  gr_var *var = gr_resource_mgr_find_var(gr_server_resources(c.srv[0]), "counter");
+  /* in the master's private container, on the ps alone */
+  gr_resource_mgr *on_ps = gr_server_container(c.srv[0], gr_master_container(c.m));
+  gr_resource_mgr *on_worker = gr_server_container(c.srv[1], gr_master_container(c.m));
+  gr_var *var = on_ps ? gr_resource_mgr_find_var(on_ps, "counter") : NULL;
   GR_CHECK(var != NULL && gr_var_is_initialized(var));
-  GR_CHECK(gr_resource_mgr_find_var(gr_server_resources(c.srv[1]), "counter") == NULL);
+  GR_CHECK(on_worker && gr_resource_mgr_find_var(on_worker, "counter") == NULL);
+  gr_resource_mgr_free(on_ps);
+  gr_resource_mgr_free(on_worker);
+  cluster_stop(&c);
+}
+
+/* A master of c's tasks whose graphs use the container `name` (NULL: one
+ * of its own). */
+static gr_master *master_of(const cluster *c, const char *name) {
+  gr_master_options mo = {.num_tasks = c->n,
+                          .addresses = c->addrs,
+                          .step_timeout_ms = 60000,
+                          .heartbeat_ms = 250,
+                          .heartbeat_missed = 12,
+                          .container = name};
+  gr_master *m = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_master_new(&mo, &m, &err), err);
+  return m;
+}
+
+/* A counter on the ps task, bumped by one per step: its graph. */
+typedef struct counter {
+  gr_graph *g;
+  gr_output inc;
+  gr_session *s;
+} counter;
+
+static void counter_open(counter *k, gr_master *m) {
+  k->g = gr_graph_new();
+  gr_graph_push_device_scope(k->g, "/job:ps/task:0");
+  gr_output v = gr_variable(k->g, "counter", gr_const_f32(k->g, 0));
+  gr_graph_pop_device_scope(k->g);
+  k->inc = gr_assign_add(k->g, v, gr_const_f32(k->g, 1));
+  gr_error err;
+  k->s = m ? gr_master_session_new(m, k->g, NULL, &err) : NULL;
+  GR_CHECK_MSG(k->s != NULL, "%s", m ? err.msg : "no master");
+}
+
+/* n steps; the last value, -1 when a step failed (*st, *err: why). */
+static double counter_bump(counter *k, int n, gr_status *st, gr_error *err) {
+  double last = -1;
+  *st = k->s ? GR_OK : GR_ERR_INTERNAL;
+  for (int i = 0; i < n && *st == GR_OK; i++) {
+    gr_tensor out;
+    *st = gr_session_run(k->s, NULL, 0, &k->inc, 1, &out, NULL, 0, err);
+    last = *st == GR_OK ? gr_tensor_get_f64(&out, 0) : -1;
+    if (*st == GR_OK) gr_tensor_release(&out);
+  }
+  return last;
+}
+
+static void counter_close(counter *k) {
+  gr_session_free(k->s);
+  gr_graph_free(k->g);
+}
+
+/* A new session of m, n steps: the last value. */
+static double bump_once(gr_master *m, int n) {
+  counter k;
+  counter_open(&k, m);
+  gr_status st;
+  gr_error err = {0};
+  double v = counter_bump(&k, n, &st, &err);
+  GR_CHECK_MSG(st == GR_OK, "%s", err.msg);
+  counter_close(&k);
+  return v;
+}
+
+/* Waits (at most 10 s) until task k of c holds n containers. */
+static bool containers_become(const cluster *c, int k, int n) {
+  for (int64_t end = gr_wire_now_ms() + 10000; gr_wire_now_ms() < end; usleep(5000))
+    if (gr_server_num_containers(c->srv[k]) == n) return true;
+  return false;
+}
+
+/* Containers from C: a master without a name has its own container on the
+ * tasks (a new master starts from initial values), which goes when the
+ * master does; masters naming one share it, and gr_master_reset drops it:
+ * a session still using it fails its next step (GR_ERR_ABORTED, naming
+ * it), a new one starts over, and a named one outlives its masters. */
+static void test_containers(void) {
+  cluster c;
+  GR_CHECK(cluster_start(&c, 2, true, NULL));
+  if (!c.m) return cluster_stop(&c);
+  GR_CHECK_NEAR(bump_once(c.m, 3), 3, 0);
+  gr_master *own = master_of(&c, NULL);
+  GR_CHECK(own && strncmp(gr_master_container(own), "_run.", 5) == 0 &&
+           strcmp(gr_master_container(own), gr_master_container(c.m)) != 0);
+  GR_CHECK_NEAR(bump_once(own, 2), 2, 0); /* not the first master's 3 */
+  GR_CHECK_NEAR(bump_once(c.m, 1), 4, 0); /* whose variable is untouched */
+  GR_CHECK_EQ_INT(gr_server_num_containers(c.srv[0]), 2);
+  gr_master_free(own); /* its connections close: the task drops its container */
+  GR_CHECK_MSG(containers_become(&c, 0, 1), "%d containers", gr_server_num_containers(c.srv[0]));
+  gr_master *a = master_of(&c, "team"), *b = master_of(&c, "team");
+  GR_CHECK(a && b && !strcmp(gr_master_container(a), "team"));
+  counter ka;
+  counter_open(&ka, a);
+  gr_status st;
+  gr_error err = {0};
+  GR_CHECK_NEAR(counter_bump(&ka, 2, &st, &err), 2, 0);
+  GR_CHECK_NEAR(b ? bump_once(b, 3) : -1, 5, 0); /* shared */
+  int dropped = 0;
+  GR_CHECK_OK(b ? gr_master_reset(b, "team", &dropped, &err) : GR_ERR_INTERNAL, err);
+  GR_CHECK_MSG(dropped >= 1, "%d dropped", dropped);
+  counter_bump(&ka, 1, &st, &err); /* a's session uses the dropped container */
+  GR_CHECK_EQ_INT(st, GR_ERR_ABORTED);
+  GR_CHECK_STR_CONTAINS(err.msg, "container 'team' was reset");
+  counter_close(&ka);
+  GR_CHECK_NEAR(a ? bump_once(a, 1) : -1, 1, 0); /* a new session: a new container */
+  GR_CHECK_EQ_INT(b ? gr_master_reset(b, "no way", NULL, &err) : GR_ERR_INTERNAL,
+                  GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "reset: container name 'no way'");
+  gr_master_options bad = {.num_tasks = c.n, .addresses = c.addrs, .container = "_run.1"};
+  gr_master *none = NULL;
+  GR_CHECK_EQ_INT(gr_master_new(&bad, &none, &err), GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "master: container name '_run.1': want 1 to 64 letters");
+  gr_master_free(a);
+  gr_master_free(b);
+  gr_resource_mgr *team = gr_server_container(c.srv[0], "team"); /* outlives its masters */
+  gr_var *v = team ? gr_resource_mgr_find_var(team, "counter") : NULL;
+  GR_CHECK(v && gr_var_is_initialized(v) && gr_tensor_get_f64(gr_var_value(v), 0) == 1);
+  gr_resource_mgr_free(team);
   cluster_stop(&c);
 }
 
@@ -574,6 +699,7 @@ int main(void) {
   GR_RUN(test_one_thread_per_task);
   GR_RUN(test_classic);
   GR_RUN(test_variables_live_on_tasks);
+  GR_RUN(test_containers);
   GR_RUN(test_feeds_and_errors);
   GR_RUN(test_frame_ends_a_wakeup);
   GR_RUN(test_random_graphs);
