@@ -44,6 +44,7 @@ typedef struct gen {
   int workers;
   bool pins;
   bool no_vars;      /* inside control_dependencies: a variable named would be read anew */
+  int pinned;        /* device blocks open around what is emitted now */
   unsigned used;     /* D_* of the operands since the last reset */
   const char *scope; /* the program's name scope */
 } gen;
@@ -360,11 +361,13 @@ static bool open_pin(gen *g) {
   else
     emit(g, "device \"/job:worker/task:%d\" {", k);
   g->indent++;
+  g->pinned++;
   g->p->features |= GT_PF_PINS;
   return true;
 }
 static void close_block(gen *g, bool opened) {
   if (!opened) return;
+  g->pinned--;
   g->indent--;
   emit(g, "}");
 }
@@ -560,9 +563,12 @@ static void body_gradient(gen *g) {
   g->p->features |= GT_PF_BODY_GRAD;
 }
 
-/* A value made in a colocate_with block: with value x. */
+/* A value made in a colocate_with block: with value x. Not inside a device
+ * block: a pin and a colocation that exclude each other are the program's
+ * error (docs/placement.md), which the cost placer rightly refuses. */
 static void colocated(gen *g, int x, const char *prefix) {
   char a[EXPR], n[24];
+  if (g->pinned) return;
   operand(g, K_M, a);
   fresh(g, prefix, n);
   emit(g, "colocate_with(%s) { %s = tanh(%s) * 0.5 }", g->v[x].name, n, a);

@@ -31,24 +31,25 @@
  * each other's state; per-run containers will make the scope unnecessary.
  *
  * test_examples runs every .gr file of examples/ and tests/data/ with
- * fetches or targets the same way (2 steps, round-robin and random pins),
- * each on a cluster of its own (they name their variables alike).
+ * fetches or targets the same way (2 steps; round-robin, random pins, and
+ * half random pins with round-robin or the cost model), each on a fresh
+ * cluster of 2 ps and 2 workers (the files name their variables alike;
+ * recovery_mlp.gr spreads its variables over 2 ps) with soft placement
+ * (scopes.gr pins /job:localhost).
  *
- * Reproduce:
+ * Reproduce (docs/placement.md#how-placements-are-tested):
  *   GR_DIFF_SEED=<seed> build/tests/unit/test_dist_placement_diff
  *       runs that program with its placement, prints the program, its nodes
  *       with their devices, and what differs (GR_DIFF_PLACEMENT=<name>: another)
+ *   GR_DIFF_REDUCE=<seed>: leaves out statements while it fails the same way
+ *   GR_DIFF_FILE=<file.gr> with GR_DIFF_SEED: that program, the seed's placement
  *   GR_DIFF_N=<n> GR_DIFF_BASE=<first seed>: another series
  *   GR_DIFF_DUMP=<dir>: every failing program as <dir>/seed<S>_<placement>.gr
  *       (with the commands that reproduce it) and its nodes as .nodes
  *   make soak-placement SEEDS=<first>:<count> (default 0:100000): the soak,
  *       progress every 1000 programs, failures dumped into build/placement_failures
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,8 @@
 #define MAX_OUT      256
 #define PS           1
 #define WORKERS      3
+#define FILE_PS      2 /* the files' cluster: recovery_mlp.gr's ps_variables(2) */
+#define FILE_WORKERS 2
 #define MAX_FAMILIES 128
 #define SHOW_FAILED  3 /* programs printed in full per run */
 
@@ -107,7 +110,7 @@ static uint64_t mix(uint64_t x) {
 }
 
 static int step_timeout_ms(void) {
-  return env_int("GR_DIFF_TIMEOUT_MS", 20000);
+  return env_int("GR_DIFF_TIMEOUT_MS", 10000); /* steps take milliseconds */
 }
 
 /* ---- the cluster: graphrun server processes and a master ------------------------------ */
@@ -119,17 +122,32 @@ typedef struct cluster {
   bool up;
 } cluster;
 
+/* Reads what the servers printed so far (their pipes must not fill up). */
+static void cluster_drain(cluster *k) {
+  for (int i = 0; i < k->c.n; i++)
+    if (!k->c.srv[i].done) gt_proc_wait(&k->c.srv[i], "\x01", 0.001);
+}
+
+/* Stops the servers; a sanitizer's report in their output fails the test. */
 static void cluster_down(cluster *k) {
   gr_master_free(k->m);
   k->m = NULL;
+  if (k->up) cluster_drain(k);
+  for (int i = 0; k->up && i < k->c.n; i++) {
+    const char *buf = k->c.srv[i].buf, *bad = strstr(buf, "runtime error:");
+    if (!bad) bad = strstr(buf, "Sanitizer");
+    GR_CHECK_MSG(!bad, "%s printed: %.2000s", k->c.task[i], bad);
+  }
   if (k->up || k->c.n) gt_cluster_stop(&k->c);
   k->up = false;
 }
 
-static bool cluster_up(cluster *k) {
+/* ps and workers: the random programs' cluster is PS and WORKERS; the
+ * files' has a second ps (ps_variables(2)). */
+static bool cluster_up(cluster *k, int ps, int workers) {
   memset(k, 0, sizeof *k);
   if (!gt_cluster_start(&k->c, &(gt_cluster_options){
-                                   .ps = PS, .workers = WORKERS, .threads = 2, .quiet = true})) {
+                                   .ps = ps, .workers = workers, .threads = 2, .quiet = true})) {
     cluster_down(k);
     return false;
   }
@@ -168,12 +186,6 @@ static const char *cluster_dead(cluster *k) {
   return NULL;
 }
 
-/* Reads what the servers printed so far (their pipes must not fill up). */
-static void cluster_drain(cluster *k) {
-  for (int i = 0; i < k->c.n; i++)
-    if (!k->c.srv[i].done) gt_proc_wait(&k->c.srv[i], "\x01", 0.001);
-}
-
 /* ---- pins: a device function giving nodes random device specs ---------------------------- */
 
 typedef struct pins {
@@ -185,13 +197,13 @@ typedef struct pins {
 
 /* Specs of the cluster's devices: full names, partial ones, and a few it
  * lacks (soft placement puts those on a device it has). */
-static void pins_init(pins *p, uint64_t seed, int percent) {
+static void pins_init(pins *p, uint64_t seed, int percent, int ps, int workers) {
   memset(p, 0, sizeof *p);
   p->seed = mix(seed ^ 0x5eed);
   p->percent = percent;
-  for (int t = 0; t < PS; t++)
+  for (int t = 0; t < ps; t++)
     snprintf(p->spec[p->n++], sizeof p->spec[0], "/job:ps/replica:0/task:%d/device:CPU:0", t);
-  for (int t = 0; t < WORKERS; t++) {
+  for (int t = 0; t < workers; t++) {
     snprintf(p->spec[p->n++], sizeof p->spec[0], "/job:worker/replica:0/task:%d/device:CPU:0", t);
     snprintf(p->spec[p->n++], sizeof p->spec[0], "/job:worker/task:%d", t);
   }
@@ -301,9 +313,9 @@ static bool load(run *r, const char *path, const char *text, const pins *pn, int
 
 /* Places (on a cluster) and runs the loaded program: its steps, then every
  * variable. m NULL: one process, one device. */
-static bool execute(run *r, gr_master *m, placement pl, bool recvs, int threads) {
+static bool execute(run *r, gr_master *m, placement pl, bool soft, bool recvs, int threads) {
   gr_error err;
-  bool soft = pl >= PL_RANDOM_PINS || !m;
+  soft = soft || !m;
   if (m) {
     gr_place_mode mode = pl == PL_ROUND_ROBIN || pl == PL_SOME_PINS_RR ? GR_PLACE_ROUND_ROBIN
                          : pl == PL_COST || pl == PL_SOME_PINS_COST    ? GR_PLACE_COST
@@ -524,18 +536,18 @@ static void run_pair(cluster *k, const char *file, const char *text, const pins 
   run want;
   int steps = env_int("GR_DIFF_STEPS", STEPS); /* fewer, to see when a difference starts */
   steps = steps < 1 || steps > STEPS ? STEPS : steps;
-  if (!load(&want, file, text, use, steps) || !execute(&want, NULL, PL_PINS, false, 0)) {
+  if (!load(&want, file, text, use, steps) || !execute(&want, NULL, PL_PINS, true, false, 0)) {
     v->oracle_failed = true;
     snprintf(what, sizeof what, "one process: %s: %s", want.stage, want.msg);
   } else if (!load(got, file, text, use, steps)) {
     snprintf(what, sizeof what, "load: %s", got->msg);
   } else if (!k->m) {
-    v->ok =
-        execute(got, NULL, PL_PINS, false, 1) && !differs(&want, got, what, sizeof what, verbose);
+    v->ok = execute(got, NULL, PL_PINS, true, false, 1) &&
+            !differs(&want, got, what, sizeof what, verbose);
     if (!v->ok && !what[0])
       snprintf(what, sizeof what, "one process, 1 thread: %s: %s", got->stage, got->msg);
     v->oracle_failed = !v->ok;
-  } else if (!execute(got, k->m, pl, recvs, 0)) {
+  } else if (!execute(got, k->m, pl, pl >= PL_RANDOM_PINS, recvs, 0)) {
     v->refused = strcmp(got->stage, "step") != 0 && strcmp(got->stage, "variables") != 0;
     if (got->step >= 0)
       snprintf(what, sizeof what, "%s %d: %s", got->stage, got->step, got->msg);
@@ -571,7 +583,7 @@ static void case_make(case_ *c, uint64_t seed) {
   snprintf(c->scope, sizeof c->scope, "s%llu_%d", (unsigned long long)seed, (int)c->pl);
   snprintf(c->file, sizeof c->file, "s%llu.gr", (unsigned long long)seed);
   gt_program_make(seed, c->scope, WORKERS, &c->p);
-  pins_init(&c->pn, seed, c->pl == PL_RANDOM_PINS ? 100 : 50);
+  pins_init(&c->pn, seed, c->pl == PL_RANDOM_PINS ? 100 : 50, PS, WORKERS);
   c->use = c->pl >= PL_RANDOM_PINS ? &c->pn : NULL;
 }
 
@@ -590,6 +602,23 @@ static void print_program(const case_ *c, const char *text, const run *got, cons
 static bool check_program(cluster *k, stats *st, uint64_t seed, bool verbose) {
   case_ c;
   case_make(&c, seed);
+  const char *own = getenv("GR_DIFF_FILE"); /* a program of one's own, seed's placement and pins */
+  if (own && *own) {
+    FILE *f = fopen(own, "r");
+    char *text = calloc(1, 1 << 20);
+    if (!f || !text || !fread(text, 1, (1 << 20) - 1, f)) {
+      GR_CHECK_MSG(false, "cannot read GR_DIFF_FILE %s", own);
+      if (f) fclose(f);
+      free(text);
+      gt_program_free(&c.p);
+      return false;
+    }
+    fclose(f);
+    free(c.p.text);
+    c.p.text = text;
+    c.p.features = 0;
+    snprintf(c.file, sizeof c.file, "%s", strrchr(own, '/') ? strrchr(own, '/') + 1 : own);
+  }
   verdict v;
   run got;
   run_pair(k, c.file, c.p.text, c.use, c.pl, c.recvs, verbose, &v, &got);
@@ -678,7 +707,7 @@ static bool try_candidate(cluster *k, const case_ *c, char *cand, const char *ke
   }
   if (v.dead) { /* go on with a fresh cluster */
     cluster_down(k);
-    if (!cluster_up(k)) abort();
+    if (!cluster_up(k, PS, WORKERS)) abort();
   }
   return same;
 }
@@ -782,7 +811,7 @@ static void run_series(stats *st, uint64_t first, int n, int restart, int progre
   bool local = env_int("GR_DIFF_LOCAL", 0); /* the generator's check: no cluster */
   if (local) {
     memset(&k, 0, sizeof k);
-  } else if (!cluster_up(&k)) {
+  } else if (!cluster_up(&k, PS, WORKERS)) {
     GR_CHECK_MSG(false, "the cluster did not start");
     return;
   }
@@ -790,7 +819,7 @@ static void run_series(stats *st, uint64_t first, int n, int restart, int progre
   for (int i = 0; i < n; i++) {
     if (!local && ((restart && i && i % restart == 0) || cluster_dead(&k))) {
       cluster_down(&k);
-      if (!cluster_up(&k)) {
+      if (!cluster_up(&k, PS, WORKERS)) {
         GR_CHECK_MSG(false, "the cluster did not restart after program %d", i);
         return;
       }
@@ -807,7 +836,7 @@ static void run_series(stats *st, uint64_t first, int n, int restart, int progre
   print_stats(st, gt_now() - t0);
 }
 
-/* 1,000 random programs (200 under the sanitizers), each on the placement
+/* 1,000 random programs (500 under the sanitizers), each on the placement
  * its seed picks. */
 static void test_random_programs(void) {
   static stats st;
@@ -819,7 +848,7 @@ static void test_random_programs(void) {
     bool local = env_int("GR_DIFF_LOCAL", 0);
     if (local)
       memset(&k, 0, sizeof k);
-    else if (!cluster_up(&k)) {
+    else if (!cluster_up(&k, PS, WORKERS)) {
       GR_CHECK_MSG(false, "the cluster did not start");
       return;
     }
@@ -830,7 +859,7 @@ static void test_random_programs(void) {
   const char *one = getenv("GR_DIFF_SEED");
   if (one && *one) {
     cluster k;
-    if (!cluster_up(&k)) {
+    if (!cluster_up(&k, PS, WORKERS)) {
       GR_CHECK_MSG(false, "the cluster did not start");
       return;
     }
@@ -838,7 +867,7 @@ static void test_random_programs(void) {
     cluster_down(&k);
     return;
   }
-  int n = env_int("GR_DIFF_N", SANITIZED ? 200 : 1000);
+  int n = env_int("GR_DIFF_N", SANITIZED ? 500 : 1000);
   uint64_t base = (uint64_t)env_int("GR_DIFF_BASE", 0);
   if (SANITIZED) printf("placement diff: sanitizer build: %d programs (1000 without)\n", n);
   run_series(&st, base, n, 0, 250);
@@ -864,12 +893,12 @@ static const char *excluded(const char *name) {
  * variables alike, and some use global_step). */
 static void check_file(const char *path, const char *name, placement pl, uint64_t seed) {
   cluster k;
-  if (!cluster_up(&k)) {
+  if (!cluster_up(&k, FILE_PS, FILE_WORKERS)) {
     GR_CHECK_MSG(false, "%s: the cluster did not start", name);
     return;
   }
   pins pn;
-  pins_init(&pn, seed, pl == PL_RANDOM_PINS ? 100 : 50);
+  pins_init(&pn, seed, pl == PL_RANDOM_PINS ? 100 : 50, FILE_PS, FILE_WORKERS);
   const pins *use = pl >= PL_RANDOM_PINS ? &pn : NULL;
   run want, got;
   memset(&got, 0, sizeof got);
@@ -879,9 +908,9 @@ static void check_file(const char *path, const char *name, placement pl, uint64_
     snprintf(what, sizeof what, "load: %s", want.msg);
   } else if (!want.nx && !want.nt) {
     ok = true; /* a library of defs */
-  } else if (!execute(&want, NULL, PL_PINS, false, 0)) {
+  } else if (!execute(&want, NULL, PL_PINS, true, false, 0)) {
     snprintf(what, sizeof what, "one process: %s: %s", want.stage, want.msg);
-  } else if (!load(&got, path, NULL, use, 2) || !execute(&got, k.m, pl, false, 0)) {
+  } else if (!load(&got, path, NULL, use, 2) || !execute(&got, k.m, pl, true, false, 0)) {
     snprintf(what, sizeof what, "%s: %s", got.stage, got.msg);
   } else {
     ok = !differs(&want, &got, what, sizeof what, false);
@@ -909,7 +938,8 @@ static void check_dir(const char *dir, int *files) {
     }
     uint64_t seed = mix((uint64_t)(*files)++);
     check_file(path, name, PL_ROUND_ROBIN, seed);
-    check_file(path, name, seed % 2 ? PL_RANDOM_PINS : PL_SOME_PINS_COST, seed);
+    check_file(path, name, PL_RANDOM_PINS, seed);
+    check_file(path, name, seed % 2 ? PL_SOME_PINS_RR : PL_SOME_PINS_COST, seed);
   }
   pclose(ls);
 }
