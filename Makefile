@@ -104,7 +104,8 @@ soak-recovery: build
 
 # placement differential test over 100,000 random programs (the suite runs 1,000):
 # SEEDS=FIRST:COUNT picks the series; each failure prints its seed, placement and what
-# differs, and is dumped as a .gr file (and its nodes) into $(BUILD_DIR)/placement_failures/;
+# differs; the first 5 of each family are dumped as .gr files (and their nodes) into
+# $(BUILD_DIR)/placement_failures/;
 # GR_DIFF_SEED=N $(BUILD_DIR)/tests/unit/test_dist_placement_diff reruns one (docs/placement.md)
 SEEDS ?= 0:100000
 soak-placement: build

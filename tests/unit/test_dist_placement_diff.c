@@ -6,7 +6,8 @@
  * norm, queues, an accumulator, counters updated with assign...) run for 3
  * steps (their fetches, and their train op) and once more fetching every
  * variable, in one process and over a cluster of `graphrun server`
- * processes (1 ps, 3 workers, started once and shared by every program),
+ * processes (1 ps, 3 workers, worker 0 with two devices; started once and
+ * shared by every program),
  * placed one of these ways (by seed):
  *
  *   pins                     only the program's own device blocks; the rest on the first device
@@ -44,12 +45,14 @@
  *   GR_DIFF_REDUCE=<seed>: leaves out statements while it fails the same way
  *   GR_DIFF_FILE=<file.gr> with GR_DIFF_SEED: that program, the seed's placement
  *   GR_DIFF_N=<n> GR_DIFF_BASE=<first seed>: another series
- *   GR_DIFF_DUMP=<dir>: every failing program as <dir>/seed<S>_<placement>.gr
- *       (with the commands that reproduce it) and its nodes as .nodes
+ *   GR_DIFF_DUMP=<dir>: the first 5 failing programs of each family as
+ *       <dir>/seed<S>_<placement>.gr (with the commands that reproduce it)
+ *       and their nodes as .nodes
  *   make soak-placement SEEDS=<first>:<count> (default 0:100000): the soak,
  *       progress every 1000 programs, failures dumped into build/placement_failures
  */
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,14 +78,15 @@
 #define SANITIZED 0
 #endif
 
-#define STEPS        3
-#define MAX_OUT      256
-#define PS           1
-#define WORKERS      3
-#define FILE_PS      2 /* the files' cluster: recovery_mlp.gr's ps_variables(2) */
-#define FILE_WORKERS 2
-#define MAX_FAMILIES 128
-#define SHOW_FAILED  3 /* programs printed in full per run */
+#define STEPS            3
+#define MAX_OUT          256
+#define PS               1
+#define WORKERS          3
+#define FILE_PS          2 /* the files' cluster: recovery_mlp.gr's ps_variables(2) */
+#define FILE_WORKERS     2
+#define MAX_FAMILIES     128
+#define SHOW_FAILED      3 /* programs printed in full per run */
+#define DUMPS_PER_FAMILY 5
 
 typedef enum {
   PL_PINS,
@@ -124,8 +128,11 @@ typedef struct cluster {
 
 /* Reads what the servers printed so far (their pipes must not fill up). */
 static void cluster_drain(cluster *k) {
-  for (int i = 0; i < k->c.n; i++)
-    if (!k->c.srv[i].done) gt_proc_wait(&k->c.srv[i], "\x01", 0.001);
+  for (int i = 0; i < k->c.n; i++) {
+    gt_proc *p = &k->c.srv[i];
+    for (struct pollfd pf = {.fd = p->out, .events = POLLIN}; p->out >= 0 && poll(&pf, 1, 0) > 0;)
+      gt_proc_wait(p, "\x01", 0.001); /* reads what is there (a closed pipe: the end) */
+  }
 }
 
 /* Stops the servers; a sanitizer's report in their output fails the test. */
@@ -146,8 +153,10 @@ static void cluster_down(cluster *k) {
  * files' has a second ps (ps_variables(2)). */
 static bool cluster_up(cluster *k, int ps, int workers) {
   memset(k, 0, sizeof *k);
-  if (!gt_cluster_start(&k->c, &(gt_cluster_options){
-                                   .ps = ps, .workers = workers, .threads = 2, .quiet = true})) {
+  /* worker 0 has two devices: partitions inside a task as well as across */
+  gt_cluster_options o = {.ps = ps, .workers = workers, .threads = 2, .quiet = true};
+  o.devices[ps] = 2;
+  if (!gt_cluster_start(&k->c, &o)) {
     cluster_down(k);
     return false;
   }
@@ -207,6 +216,7 @@ static void pins_init(pins *p, uint64_t seed, int percent, int ps, int workers) 
     snprintf(p->spec[p->n++], sizeof p->spec[0], "/job:worker/replica:0/task:%d/device:CPU:0", t);
     snprintf(p->spec[p->n++], sizeof p->spec[0], "/job:worker/task:%d", t);
   }
+  snprintf(p->spec[p->n++], sizeof p->spec[0], "/job:worker/replica:0/task:0/device:CPU:1");
   static const char *const more[] = {"/job:ps/task:0",     "/job:ps",           "/job:worker",
                                      "/job:worker/task:7", "/job:chief/task:0", "/device:CPU:1"};
   for (size_t i = 0; i < sizeof more / sizeof *more; i++)
@@ -448,21 +458,20 @@ static void family_key(const char *what, char *key, size_t cap) {
   if (strlen(key) > 160) key[160] = '\0';
 }
 
-static void add_family(stats *st, const char *what, uint64_t seed, placement pl) {
+/* Counts a failure in its family; returns how many the family has now. */
+static int add_family(stats *st, const char *what, uint64_t seed, placement pl) {
   char key[200];
   family_key(what, key, sizeof key);
   for (int i = 0; i < st->nfam; i++)
-    if (!strcmp(st->fam[i].key, key)) {
-      st->fam[i].count++;
-      return;
-    }
-  if (st->nfam == MAX_FAMILIES) return;
+    if (!strcmp(st->fam[i].key, key)) return ++st->fam[i].count;
+  if (st->nfam == MAX_FAMILIES) return 1;
   family *f = &st->fam[st->nfam++];
   snprintf(f->key, sizeof f->key, "%s", key);
   snprintf(f->example, sizeof f->example, "%s", what);
   f->count = 1;
   f->first_seed = seed;
   f->first_pl = pl;
+  return 1;
 }
 
 /* Node name, op, the device asked for and the device assigned, one a line. */
@@ -522,6 +531,7 @@ typedef struct verdict {
   bool oracle_failed; /* the one-process run failed */
   bool refused;       /* the cluster would not place, prepare or partition it */
   const char *dead;   /* a server that ended (crashed), or NULL */
+  bool lost;          /* the master lost a task (GR_ERR_UNAVAILABLE): start the cluster anew */
   char what[1600];    /* why not ok: one line */
 } verdict;
 
@@ -549,6 +559,7 @@ static void run_pair(cluster *k, const char *file, const char *text, const pins 
     v->oracle_failed = !v->ok;
   } else if (!execute(got, k->m, pl, pl >= PL_RANDOM_PINS, recvs, 0)) {
     v->refused = strcmp(got->stage, "step") != 0 && strcmp(got->stage, "variables") != 0;
+    v->lost = got->st == GR_ERR_UNAVAILABLE;
     if (got->step >= 0)
       snprintf(what, sizeof what, "%s %d: %s", got->stage, got->step, got->msg);
     else
@@ -599,7 +610,7 @@ static void print_program(const case_ *c, const char *text, const run *got, cons
 
 /* Runs program `seed` in one process and on the cluster; true when they
  * agree. verbose: print the program and its nodes whatever the outcome. */
-static bool check_program(cluster *k, stats *st, uint64_t seed, bool verbose) {
+static bool check_program(cluster *k, stats *st, uint64_t seed, bool verbose, bool *restart) {
   case_ c;
   case_make(&c, seed);
   const char *own = getenv("GR_DIFF_FILE"); /* a program of one's own, seed's placement and pins */
@@ -636,7 +647,7 @@ static bool check_program(cluster *k, stats *st, uint64_t seed, bool verbose) {
     st->by_pl[c.pl][1]++;
     for (int i = 0; i < GT_PF_COUNT; i++)
       if (c.p.features & (1u << i)) st->by_feature[i][1]++;
-    add_family(st, v.what, seed, c.pl);
+    int in_family = add_family(st, v.what, seed, c.pl);
     fprintf(stderr, "FAIL seed %llu placement %s%s: %s\n", (unsigned long long)seed, pl_names[c.pl],
             c.recvs ? " (schedule_recvs)" : "", v.what);
     for (int i = 0; v.dead && i < k->c.n; i++)
@@ -646,7 +657,7 @@ static bool check_program(cluster *k, stats *st, uint64_t seed, bool verbose) {
         fprintf(stderr, "---- the output of %s (exit %d) ----\n%s\n----\n", v.dead,
                 gt_proc_exit_code(&k->c.srv[i]), k->c.srv[i].buf + (len > 3000 ? len - 3000 : 0));
       }
-    dump_failure(st, seed, c.pl, c.recvs, &c.p, &got, v.what);
+    if (in_family <= DUMPS_PER_FAMILY) dump_failure(st, seed, c.pl, c.recvs, &c.p, &got, v.what);
     if (st->shown < SHOW_FAILED && !verbose) {
       st->shown++;
       fprintf(stderr, "---- program (seed %llu) ----\n%s----\n", (unsigned long long)seed,
@@ -654,6 +665,7 @@ static bool check_program(cluster *k, stats *st, uint64_t seed, bool verbose) {
     }
   }
   if (verbose) print_program(&c, c.p.text, &got, &v);
+  if (restart) *restart = v.dead || v.lost;
   run_free(&got);
   gt_program_free(&c.p);
   return v.ok;
@@ -705,7 +717,7 @@ static bool try_candidate(cluster *k, const case_ *c, char *cand, const char *ke
   } else {
     free(cand);
   }
-  if (v.dead) { /* go on with a fresh cluster */
+  if (v.dead || v.lost) { /* go on with a fresh cluster */
     cluster_down(k);
     if (!cluster_up(k, PS, WORKERS)) abort();
   }
@@ -816,15 +828,16 @@ static void run_series(stats *st, uint64_t first, int n, int restart, int progre
     return;
   }
   double t0 = gt_now();
+  bool fresh = false; /* a server died or the master lost one */
   for (int i = 0; i < n; i++) {
-    if (!local && ((restart && i && i % restart == 0) || cluster_dead(&k))) {
+    if (!local && ((restart && i && i % restart == 0) || fresh)) {
       cluster_down(&k);
       if (!cluster_up(&k, PS, WORKERS)) {
         GR_CHECK_MSG(false, "the cluster did not restart after program %d", i);
         return;
       }
     }
-    check_program(&k, st, first + (uint64_t)i, false);
+    check_program(&k, st, first + (uint64_t)i, false, &fresh);
     if (!local && i % 200 == 199) cluster_drain(&k);
     if (progress && (i + 1) % progress == 0) {
       printf("placement diff: %d/%d programs, %d failed, %.0f s\n", i + 1, n, st->failed,
@@ -863,7 +876,7 @@ static void test_random_programs(void) {
       GR_CHECK_MSG(false, "the cluster did not start");
       return;
     }
-    GR_CHECK(check_program(&k, &st, strtoull(one, NULL, 10), true));
+    GR_CHECK(check_program(&k, &st, strtoull(one, NULL, 10), true, NULL));
     cluster_down(&k);
     return;
   }
@@ -892,6 +905,7 @@ static const char *excluded(const char *name) {
 /* One file on one placement, on a fresh cluster (files name their
  * variables alike, and some use global_step). */
 static void check_file(const char *path, const char *name, placement pl, uint64_t seed) {
+  double t0 = gt_now();
   cluster k;
   if (!cluster_up(&k, FILE_PS, FILE_WORKERS)) {
     GR_CHECK_MSG(false, "%s: the cluster did not start", name);
@@ -915,7 +929,7 @@ static void check_file(const char *path, const char *name, placement pl, uint64_
   } else {
     ok = !differs(&want, &got, what, sizeof what, false);
   }
-  printf("  %-26s %-24s %s\n", name, pl_names[pl], ok ? "agrees" : what);
+  printf("  %-26s %-24s %5.1f s  %s\n", name, pl_names[pl], gt_now() - t0, ok ? "agrees" : what);
   GR_CHECK_MSG(ok, "%s on %s: %s", name, pl_names[pl], what);
   run_free(&want);
   run_free(&got);
