@@ -114,7 +114,9 @@ static uint64_t mix(uint64_t x) {
 }
 
 static int step_timeout_ms(void) {
-  return env_int("GR_DIFF_TIMEOUT_MS", 10000); /* steps take milliseconds */
+  /* steps take milliseconds; a loaded machine, a sanitizer and a loop spread
+   * over every task (a transfer per iteration) make that seconds */
+  return env_int("GR_DIFF_TIMEOUT_MS", 60000);
 }
 
 /* ---- the cluster: graphrun server processes and a master ------------------------------ */
@@ -414,7 +416,7 @@ typedef struct family {
 } family;
 
 typedef struct stats {
-  int programs, agreed, failed, oracle_failed, refused, crashed;
+  int programs, agreed, failed, oracle_failed, refused, crashed, timed_out;
   int by_pl[PL_KINDS][2];         /* run, failed */
   int by_feature[GT_PF_COUNT][2]; /* programs with it, failed */
   family fam[MAX_FAMILIES];
@@ -532,6 +534,7 @@ typedef struct verdict {
   bool refused;       /* the cluster would not place, prepare or partition it */
   const char *dead;   /* a server that ended (crashed), or NULL */
   bool lost;          /* the master lost a task (GR_ERR_UNAVAILABLE): start the cluster anew */
+  bool timed_out;     /* a step passed its deadline (GR_ERR_DEADLINE_EXCEEDED) */
   char what[1600];    /* why not ok: one line */
 } verdict;
 
@@ -560,6 +563,7 @@ static void run_pair(cluster *k, const char *file, const char *text, const pins 
   } else if (!execute(got, k->m, pl, pl >= PL_RANDOM_PINS, recvs, 0)) {
     v->refused = strcmp(got->stage, "step") != 0 && strcmp(got->stage, "variables") != 0;
     v->lost = got->st == GR_ERR_UNAVAILABLE;
+    v->timed_out = got->st == GR_ERR_DEADLINE_EXCEEDED;
     if (got->step >= 0)
       snprintf(what, sizeof what, "%s %d: %s", got->stage, got->step, got->msg);
     else
@@ -644,6 +648,7 @@ static bool check_program(cluster *k, stats *st, uint64_t seed, bool verbose, bo
     st->oracle_failed += v.oracle_failed;
     st->refused += v.refused;
     st->crashed += v.dead != NULL;
+    st->timed_out += v.timed_out;
     st->by_pl[c.pl][1]++;
     for (int i = 0; i < GT_PF_COUNT; i++)
       if (c.p.features & (1u << i)) st->by_feature[i][1]++;
@@ -799,9 +804,9 @@ static void reduce_program(cluster *k, uint64_t seed) {
 
 static void print_stats(const stats *st, double seconds) {
   printf("placement diff: %d programs, %d agree, %d fail (%d in one process: the generator's "
-         "or the engine's, %d refused, %d server crashes); %.1f s\n",
+         "or the engine's, %d refused, %d server crashes, %d past the step deadline); %.1f s\n",
          st->programs, st->agreed, st->failed, st->oracle_failed, st->refused, st->crashed,
-         seconds);
+         st->timed_out, seconds);
   printf("  by placement (run / failed):");
   for (int i = 0; i < PL_KINDS; i++)
     printf(" %s %d/%d", pl_names[i], st->by_pl[i][0], st->by_pl[i][1]);
@@ -817,8 +822,11 @@ static void print_stats(const stats *st, double seconds) {
 }
 
 /* Programs first .. first + n - 1 on one cluster (restarted when a server
- * died, and every `restart` programs); progress every `progress`. */
-static void run_series(stats *st, uint64_t first, int n, int restart, int progress) {
+ * died, and every `restart` programs); progress every `progress`; stops
+ * after max_timeouts steps passed their deadline (0: never), each of which
+ * costs a whole deadline. */
+static void run_series(stats *st, uint64_t first, int n, int restart, int progress,
+                       int max_timeouts) {
   cluster k;
   bool local = env_int("GR_DIFF_LOCAL", 0); /* the generator's check: no cluster */
   if (local) {
@@ -838,6 +846,12 @@ static void run_series(stats *st, uint64_t first, int n, int restart, int progre
       }
     }
     check_program(&k, st, first + (uint64_t)i, false, &fresh);
+    if (max_timeouts && st->timed_out >= max_timeouts) {
+      printf("placement diff: stopped after %d programs: %d steps passed their deadline\n", i + 1,
+             st->timed_out);
+      GR_CHECK_MSG(false, "%d programs hung until the step deadline", st->timed_out);
+      break;
+    }
     if (!local && i % 200 == 199) cluster_drain(&k);
     if (progress && (i + 1) % progress == 0) {
       printf("placement diff: %d/%d programs, %d failed, %.0f s\n", i + 1, n, st->failed,
@@ -883,7 +897,7 @@ static void test_random_programs(void) {
   int n = env_int("GR_DIFF_N", SANITIZED ? 500 : 1000);
   uint64_t base = (uint64_t)env_int("GR_DIFF_BASE", 0);
   if (SANITIZED) printf("placement diff: sanitizer build: %d programs (1000 without)\n", n);
-  run_series(&st, base, n, 0, 250);
+  run_series(&st, base, n, 0, 250, env_int("GR_DIFF_MAX_TIMEOUTS", 3));
   GR_CHECK_MSG(st.failed == 0, "%d of %d programs differ or fail on the cluster", st.failed,
                st.programs);
 }
@@ -980,7 +994,7 @@ int main(int argc, char **argv) {
     st.dump_dir = getenv("GR_DIFF_DUMP") ? getenv("GR_DIFF_DUMP") : "placement_failures";
     printf("placement soak: seeds %llu to %llu; failures dumped into %s/\n",
            (unsigned long long)first, (unsigned long long)(first + (uint64_t)n - 1), st.dump_dir);
-    run_series(&st, first, n, 5000, 1000);
+    run_series(&st, first, n, 5000, 1000, 0);
     return st.failed ? 1 : 0;
   }
   GR_RUN(test_random_programs);
