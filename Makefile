@@ -9,6 +9,8 @@
 #   make bench-NAME        build and run one benchmark (executor, matmul, mlp, train, conv, transfer,
 #                          recovery, ...; docs/benchmarks.md); ARGS="..." passes it flags
 #   make soak-recovery     100 kills of random tasks of a training cluster (the suite runs 20)
+#   make soak-placement    100,000 random programs on random placements of a cluster, compared
+#                          with one process (the suite runs 1,000); SEEDS=FIRST:COUNT
 #   make fuzz-dsl          libFuzzer on the DSL front end (clang), FUZZ_SECONDS=60
 #   make fuzz-graph        libFuzzer on serialized-graph decoding (clang)
 #   make fuzz-wire         libFuzzer on wire frames, messages, tensors and graphs (clang)
@@ -32,7 +34,7 @@ DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire soak-ckpt \
-        soak-recovery format clean
+        soak-recovery soak-placement format clean
 
 all: build
 
@@ -99,6 +101,16 @@ soak-ckpt: build
 soak-recovery: build
 	@cmake --build $(BUILD_DIR) --target test_dist_kills -j $(JOBS) >/dev/null
 	@$(BUILD_DIR)/tests/unit/test_dist_kills 100 $(SEED)
+
+# placement differential test over 100,000 random programs (the suite runs 1,000):
+# SEEDS=FIRST:COUNT picks the series; each failure prints its seed, placement and what
+# differs; the first 5 of each family are dumped as .gr files (and their nodes) into
+# $(BUILD_DIR)/placement_failures/;
+# GR_DIFF_SEED=N $(BUILD_DIR)/tests/unit/test_dist_placement_diff reruns one (docs/placement.md)
+SEEDS ?= 0:100000
+soak-placement: build
+	@cmake --build $(BUILD_DIR) --target test_dist_placement_diff -j $(JOBS) >/dev/null
+	@cd $(BUILD_DIR) && tests/unit/test_dist_placement_diff soak $(subst :, ,$(SEEDS))
 
 # fuzz-dsl (the .gr front end), fuzz-graph (serialized graphs) and fuzz-wire
 # (frames, messages, tensor descriptors and graphs) build in build-fuzz/ with

@@ -59,8 +59,10 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
     snprintf(c->name[k], sizeof c->name[k], "/job:%s/replica:0/task:%d", ps ? "ps" : "worker",
              index);
     const char *host = o->host[k] ? o->host[k] : "127.0.0.1";
-    char idx[16], bind[80];
+    char idx[16], bind[80], threads[16], devices[16];
     snprintf(idx, sizeof idx, "%d", index);
+    snprintf(threads, sizeof threads, "%d", o->threads > 0 ? o->threads : 1);
+    snprintf(devices, sizeof devices, "%d", o->devices[k] > 0 ? o->devices[k] : 1);
     snprintf(bind, sizeof bind, "%s:0", host);
     char *argv[20];
     int a = 0;
@@ -73,8 +75,21 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
     } else {
       argv[a++] = "graphrun";
     }
-    char *rest[] = {"server",    "--job", ps ? "ps" : "worker", "--task",  idx, "--bind", bind,
-                    "--threads", "1",     "--secret-file",      c->secret, NULL};
+    char *rest[] = {"server",
+                    "--job",
+                    ps ? "ps" : "worker",
+                    "--task",
+                    idx,
+                    "--bind",
+                    bind,
+                    "--threads",
+                    threads,
+                    "--devices",
+                    devices,
+                    "--secret-file",
+                    c->secret,
+                    o->quiet ? "--quiet" : NULL,
+                    NULL};
     for (int i = 0; rest[i]; i++) argv[a++] = rest[i];
     argv[a] = NULL;
     gt_proc_start(&c->srv[k], argv);

@@ -31,6 +31,9 @@ typedef struct gt_cluster_options {
   const char *netns[GT_MAX_TASKS]; /* task k runs in this namespace (ip netns exec) */
   const char *host[GT_MAX_TASKS];  /* and listens there (default 127.0.0.1) */
   const char *client_netns;        /* where gt_cluster_run_mlp runs the client (ip netns exec) */
+  int threads;                     /* each server's --threads (0: 1) */
+  int devices[GT_MAX_TASKS];       /* task k's --devices (0: 1) */
+  bool quiet;                      /* servers log no line per connection (--quiet) */
 } gt_cluster_options;
 
 typedef struct gt_cluster {

@@ -16,8 +16,7 @@ bool gt_same_bits(const gr_tensor *a, const gr_tensor *b) {
          memcmp(gr_tensor_data(a), gr_tensor_data(b), gr_tensor_num_bytes(a)) == 0;
 }
 
-/* A deterministic value for a placeholder (unknown dims: 5; integers: 0..9). */
-static gr_tensor feed_value(const gr_node *n, gt_rng *r) {
+gr_tensor gt_placeholder_value(const gr_node *n, gt_rng *r) {
   gr_shape s = n->out_shapes[0];
   if (s.rank < 0) s = gr_shape_scalar();
   for (int i = 0; i < s.rank; i++)
@@ -45,7 +44,7 @@ bool gt_example_load(const char *path, gt_example *ex, gr_error *err) {
   for (int i = 0; i < gr_graph_num_nodes(ex->g) && ex->nf < GT_EX_MAX; i++) {
     const gr_node *n = gr_graph_node(ex->g, i);
     if (!(n->op->flags & GR_OP_PLACEHOLDER)) continue;
-    ex->values[ex->nf] = feed_value(n, &r);
+    ex->values[ex->nf] = gt_placeholder_value(n, &r);
     ex->feeds[ex->nf] = (gr_feed){{(gr_node *)n, 0}, &ex->values[ex->nf]};
     ex->nf++;
   }

@@ -16,6 +16,8 @@
 #include <graphrun.h>
 #include <stdbool.h>
 
+#include "test_util.h"
+
 #define GT_EX_MAX 16
 
 typedef struct gt_example {
@@ -51,6 +53,10 @@ bool gt_example_agree(const gt_example *ex, gr_graph *g, const char *file, const
  * loaded (and freed afterwards); returns how many, or -1 when the folder
  * cannot be read or an example does not load (its error printed). */
 int gt_for_each_example(void (*fn)(const gt_example *ex, const char *file));
+
+/* A deterministic value for placeholder n, drawn from r (unknown dims: 5;
+ * integers: 0..9; floats in [-1, 1]). */
+gr_tensor gt_placeholder_value(const gr_node *n, gt_rng *r);
 
 /* The endpoint of g with o's node name and index. */
 gr_output gt_same_in(const gr_graph *g, gr_output o);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,9 +53,13 @@ void gt_proc_start(gt_proc *p, char *const argv[]) {
   const char *exe = gt_graphrun_exe();
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) abort();
+  pid_t parent = getpid();
   p->pid = fork();
   if (p->pid == 0) {
     setpgid(0, 0); /* its own group: the test can kill everything it started */
+    /* and it ends with the test, even when the test is killed (a ctest timeout) */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     execv(strcmp(argv[0], "graphrun") ? argv[0] : exe, argv);

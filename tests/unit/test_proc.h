@@ -25,7 +25,9 @@ typedef struct gt_proc {
 
 /* The built graphrun executable (build/graphrun, found from the test's own path). */
 const char *gt_graphrun_exe(void);
-/* Starts argv in a process group of its own; argv[0] "graphrun": the built one. */
+/* Starts argv in a process group of its own; argv[0] "graphrun": the built one.
+ * It is killed when the test process ends, however it ends (call from the
+ * main thread: the signal follows the thread that started it). */
 void gt_proc_start(gt_proc *p, char *const argv[]);
 /* Reads its output until `want` appears (NULL: until it exits) or seconds pass. */
 bool gt_proc_wait(gt_proc *p, const char *want, double seconds);
