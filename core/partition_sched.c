@@ -13,7 +13,11 @@
  * For Recv R the chosen node X finishes at or before R's ALAP start, as late
  * as possible, and cannot depend on the value R carries (its ALAP start in
  * the whole step is no later than that of R's source: see below), so no
- * device can wait for itself. Loops are left alone. */
+ * device can wait for itself. A loop's exits depend on every iteration of
+ * its body, through the back edge the order leaves out: the nodes of a
+ * loop frame start before its exits in these estimates (alap_starts), or a
+ * node after the loop could look independent of an invariant the loop
+ * receives. Receives inside loops are left alone. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -38,6 +42,55 @@ typedef struct cand {
 static int cmp_cand(const void *a, const void *b) {
   const cand *x = a, *y = b;
   return x->eft < y->eft ? -1 : x->eft > y->eft ? 1 : x->pos - y->pos;
+}
+
+/* The ALAP start of every node (glst), from its consumers' and the step's
+ * span. A loop's exit depends on every iteration of its body, which the
+ * order (without back edges) does not show: a node of a loop frame must
+ * also start before the frame's exits (and those of the frames around it)
+ * can, or a node after the loop could look independent of a value the
+ * loop needs. The frames' bounds come from their exits' starts, which the
+ * bounds of the frames around them lower: passes until nothing changes
+ * (at most one per nesting level, and one more). */
+static gr_status alap_starts(pctx *c, const int *cstart, const int *cons, int64_t span,
+                             int64_t *glst) {
+  int nf = c->fr.num_frames, n = c->n;
+  int64_t *bound = gr_alloc_array((size_t)nf + 1, sizeof(int64_t));
+  if (!bound) return GR_ERR_RESOURCE_EXHAUSTED;
+  for (int f = 0; f < nf; f++) bound[f] = INT64_MAX;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int k = n - 1; k >= 0; k--) {
+      int i = c->order[k];
+      int64_t finish = span;
+      for (int e = cstart[i]; e < cstart[i + 1]; e++)
+        if (glst[cons[e]] < finish) finish = glst[cons[e]];
+      int f = gr_frames_output_frame(&c->fr, i); /* an enter's: its loop; an exit's: outside */
+      if (f > 0 && bound[f] < finish) finish = bound[f];
+      glst[i] = finish - cost_ns(c->nodes[i]);
+    }
+    /* each frame: before its exits and before the bound of its parent
+     * (parents come before children) */
+    int64_t *next = gr_alloc_array((size_t)nf + 1, sizeof(int64_t));
+    if (!next) {
+      free(bound);
+      return GR_ERR_RESOURCE_EXHAUSTED;
+    }
+    for (int f = 0; f < nf; f++) next[f] = INT64_MAX;
+    for (int i = 0; i < n; i++)
+      if (c->nodes[i]->op->cf_kind == GR_CF_EXIT && c->fr.of_node[i] > 0 &&
+          glst[i] < next[c->fr.of_node[i]])
+        next[c->fr.of_node[i]] = glst[i];
+    for (int f = 1; f < nf; f++) {
+      int p = c->fr.frames[f].parent;
+      if (p > 0 && next[p] < next[f]) next[f] = next[p];
+      changed |= next[f] != bound[f];
+      bound[f] = next[f];
+    }
+    free(next);
+  }
+  free(bound);
+  return GR_OK;
 }
 
 gr_status gr_part_schedule_recvs(pctx *c) {
@@ -93,13 +146,7 @@ gr_status gr_part_schedule_recvs(pctx *c) {
     geft[i] = start + cost_ns(v);
     if (geft[i] > span) span = geft[i];
   }
-  for (int k = n - 1; k >= 0; k--) {
-    int i = c->order[k];
-    int64_t finish = span;
-    for (int e = cstart[i]; e < cstart[i + 1]; e++)
-      if (glst[cons[e]] < finish) finish = glst[cons[e]];
-    glst[i] = finish - cost_ns(c->nodes[i]);
-  }
+  if (alap_starts(c, cstart, cons, span, glst) != GR_OK) goto oom;
   cand *cs = gr_alloc_array((size_t)n + 1, sizeof(cand));
   if (!cs) goto oom;
   for (int d = 0; d < c->ps->num_parts && st == GR_OK; d++) {
