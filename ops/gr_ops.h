@@ -168,11 +168,11 @@ gr_output gr_softmax(gr_graph *g, gr_output x);
 gr_output gr_log_softmax(gr_graph *g, gr_output x);
 /* x [..., c] + bias [c]. */
 gr_output gr_bias_add(gr_graph *g, gr_output x, gr_output bias);
-/* Per-example loss [batch] from logits [batch, classes] and a probability
- * distribution labels [batch, classes]. */
+/* Per-example loss [...] from logits [..., classes] and a probability
+ * distribution labels [..., classes] (any rank >= 1). */
 gr_output gr_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels);
-/* Per-example loss [batch] from logits [batch, classes] and class indices
- * labels [batch] (i32/i64; out of range is an error naming the row). */
+/* Per-example loss [...] from logits [..., classes] and class indices
+ * labels [...] (i32/i64; out of range is an error naming the row). */
 gr_output gr_sparse_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels);
 
 /* ---- convolutional networks, NHWC or NCHW (conv.c, pool.c, batch_norm.c,
