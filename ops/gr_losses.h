@@ -107,11 +107,12 @@ gr_output gr_in_top_k(gr_graph *g, gr_output predictions, gr_output targets, int
  * -1e-7, 1/(T-1), ..., (T-2)/(T-1), 1 + 1e-7; an example with prediction p
  * counts as positive at threshold t when p > t; the ROC curve (recall
  * against the false-positive rate) summed by trapezoids. Predictions must
- * lie in [0, 1] (from_logits: the sigmoid is taken first); labels are
- * weights y of a positive and 1 - y of a negative (0 and 1 as usual, any
- * dtype). The examples of y_true and y_pred (the same number of elements)
- * are flattened, as Keras' multi_label=false. */
-/* f64 [4, T]: the weighted counts of true positives, false positives, true
+ * lie in [0, 1], else the step fails naming the element (as tf.keras 2
+ * asserts; Keras 3 clips them); from_logits: the sigmoid is taken first. A
+ * label that is not 0 is a positive (any dtype; Keras casts to bool). The
+ * examples of y_true and y_pred (the same number of elements) are
+ * flattened, as Keras' multi_label=false. */
+/* f64 [4, T]: the counts of true positives, false positives, true
  * negatives and false negatives at each threshold. */
 gr_output gr_auc_confusion(gr_graph *g, gr_output y_true, gr_output y_pred, int64_t num_thresholds);
 /* The AUC (f32 scalar) of counts [4, T] (gr_auc_confusion's, or their sum

@@ -190,7 +190,7 @@ static gr_status auc_confusion_kernel(gr_kernel_ctx *ctx) {
                              (double)p, (long long)i);
     float b = ceilf(p * (float)(t - 1)) - 1.0f;
     int64_t k = b > 0 ? (int64_t)b : 0;
-    double y = gr_tensor_get_f64(L, i);
+    double y = gr_tensor_get_f64(L, i) != 0; /* Keras: cast(cast(y, bool), ...) */
     tp[k] += y;
     fp[k] += 1 - y;
     pos += y;
@@ -214,8 +214,8 @@ const gr_op_def gr_op_auc_confusion = {
     .name = "auc_confusion",
     .doc = "f64 [4, T]: true positives, false positives, true negatives and false negatives of "
            "predictions in [0, 1] (rounded to f32) at Keras' T = attr num_thresholds thresholds "
-           "-1e-7, 1/(T-1), ..., 1 + 1e-7 (positive: above the threshold), each label y counting "
-           "y as a positive and 1 - y as a negative",
+           "-1e-7, 1/(T-1), ..., 1 + 1e-7 (positive: above the threshold), a label that is not 0 "
+           "counting as a positive",
     .min_inputs = 2,
     .max_inputs = 2,
     .input_names = (const char *const[]){"labels", "predictions"},

@@ -247,10 +247,12 @@ static void test_in_top_k_op(void) {
 /* ---- AUC ------------------------------------------------------------------------------------ */
 
 /* Keras' AUC from its definition: thresholds -1e-7, i/(T-1) (as f32), 1 +
- * 1e-7; positive where p > t; weights y and 1 - y; trapezoids of recall
- * over the false-positive rate, 0 / 0 as 0. */
-static double ref_auc(const double *y, const double *p, int64_t n, int64_t t) {
+ * 1e-7; positive where p > t; a label not 0 is a positive; trapezoids of
+ * recall over the false-positive rate, 0 / 0 as 0. */
+static double ref_auc(const double *labels, const double *p, int64_t n, int64_t t) {
   double *tp = calloc((size_t)t, sizeof *tp), *fp = calloc((size_t)t, sizeof *fp), pos = 0, neg = 0;
+  double *y = malloc(sizeof *y * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) y[i] = labels[i] != 0;
   for (int64_t j = 0; j < t; j++) {
     double th = j == 0       ? -1e-7
                 : j == t - 1 ? 1 + 1e-7
@@ -265,7 +267,7 @@ static double ref_auc(const double *y, const double *p, int64_t n, int64_t t) {
     double f0 = neg ? fp[j] / neg : 0, f1 = neg ? fp[j + 1] / neg : 0;
     auc += (f0 - f1) * (r0 + r1) / 2;
   }
-  free(tp), free(fp);
+  free(tp), free(fp), free(y);
   return auc;
 }
 
@@ -287,7 +289,8 @@ static void test_auc_against_reference(void) {
     gr_dtype ldt = round % 4 == 3 ? GR_F32 : round % 4 == 2 ? GR_BOOL : GR_I64;
     double *y = malloc(sizeof *y * (size_t)n), *p = malloc(sizeof *p * (size_t)n);
     for (int64_t i = 0; i < n; i++) {
-      y[i] = ldt == GR_F32 ? gt_uniform(&r, 0, 1) : (double)gt_int(&r, 0, 1); /* soft labels too */
+      /* labels 0, 1, or (f32) any value: not 0 is a positive */
+      y[i] = ldt == GR_F32 && i % 3 ? gt_uniform(&r, 0, 1) : (double)gt_int(&r, 0, 1);
       p[i] = clear_prediction(&r, t);
       if (i % 7 == 3) p[i] = (double)gt_int(&r, 0, 1); /* 0 and 1 exactly */
       if (round % 6 == 1 && i % 5 == 0) p[i] = 0.5;    /* on T = 3's middle threshold */
