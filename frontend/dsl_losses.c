@@ -88,7 +88,7 @@ static gr_status option(const dsl_bargs *a, const char *param, int i, options *o
   if (strcmp(param, "threshold") == 0) return number(a, i, param, &o->threshold);
   if (strcmp(param, "k") == 0) return dsl_bargs_int(a, i, param, 1, INT32_MAX, &o->k);
   if (strcmp(param, "num_thresholds") == 0)
-    return dsl_bargs_int(a, i, param, 2, 1 << 24, &o->num_thresholds);
+    return dsl_bargs_int(a, i, param, 2, 1 << 20, &o->num_thresholds);
   if (strcmp(param, "name") == 0) return dsl_bargs_string(a, i, param, &o->name);
   const char *s = "";
   GR_TRY(dsl_bargs_string(a, i, param, &s));

@@ -201,9 +201,10 @@ static gr_output clip_eps(gr_graph *g, gr_output p) {
 }
 
 /* y_pred made by a node of op `op` (sigmoid, softmax) with from_logits
- * false: that node's input, its logits (Keras on TensorFlow, _get_logits). */
+ * false: *logits = that node's input (Keras on TensorFlow, _get_logits),
+ * taken before any change of rank. */
 static bool logits_of(gr_output y_pred, const gr_op_def *op, gr_output *logits) {
-  if (y_pred.node->op != op || y_pred.index != 0) return false;
+  if (!y_pred.node || y_pred.node->op != op || y_pred.index != 0) return false;
   *logits = y_pred.node->inputs[0];
   return true;
 }
@@ -217,11 +218,12 @@ static bool bad_reduction(gr_graph *g, const char *fn, gr_loss_reduction r) {
 gr_output gr_binary_crossentropy(gr_graph *g, gr_output y_true, gr_output y_pred, bool from_logits,
                                  gr_loss_reduction reduction) {
   const char *fn = "binary_crossentropy";
+  from_logits = from_logits || logits_of(y_pred, &gr_op_sigmoid, &y_pred);
   if (bad_reduction(g, fn, reduction) || !loss_inputs(g, fn, &y_true, &y_pred))
     return (gr_output){NULL, 0};
-  gr_output logits = y_pred, e;
-  if (from_logits || logits_of(y_pred, &gr_op_sigmoid, &logits)) {
-    e = gr_sigmoid_cross_entropy(g, logits, y_true);
+  gr_output e;
+  if (from_logits) {
+    e = gr_sigmoid_cross_entropy(g, y_pred, y_true);
   } else { /* -(y log p + (1 - y) log(1 - p)), p clipped, as Keras */
     gr_output p = clip_eps(g, y_pred), one = scalar_like(g, y_pred, 1);
     gr_output pos = gr_mul(g, y_true, gr_log(g, p));
@@ -234,11 +236,12 @@ gr_output gr_binary_crossentropy(gr_graph *g, gr_output y_true, gr_output y_pred
 gr_output gr_categorical_crossentropy(gr_graph *g, gr_output y_true, gr_output y_pred,
                                       bool from_logits, gr_loss_reduction reduction) {
   const char *fn = "categorical_crossentropy";
+  from_logits = from_logits || logits_of(y_pred, &gr_op_softmax, &y_pred);
   if (bad_reduction(g, fn, reduction) || !loss_inputs(g, fn, &y_true, &y_pred))
     return (gr_output){NULL, 0};
-  gr_output logits = y_pred, per;
-  if (from_logits || logits_of(y_pred, &gr_op_softmax, &logits)) {
-    per = gr_softmax_cross_entropy(g, logits, y_true);
+  gr_output per;
+  if (from_logits) {
+    per = gr_softmax_cross_entropy(g, y_pred, y_true);
   } else { /* p / sum(p), clipped, then -sum(y log p), as Keras */
     int64_t last = -1;
     gr_output p = gr_div(g, y_pred, gr_reduce_sum(g, y_pred, &last, 1, true));

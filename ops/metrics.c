@@ -139,7 +139,7 @@ gr_output gr_in_top_k(gr_graph *g, gr_output predictions, gr_output targets, int
 
 /* ---- auc_confusion, auc_from_confusion ----------------------------------------------- */
 
-#define AUC_MAX_THRESHOLDS (1 << 24) /* T - 1 exact in f32, as the buckets need */
+#define AUC_MAX_THRESHOLDS (1 << 20) /* counts of 32 MiB; T - 1 is exact in f32 */
 
 static gr_status auc_confusion_shape(gr_shape_ctx *ctx) {
   GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_ALL));

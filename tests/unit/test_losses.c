@@ -308,6 +308,14 @@ static void test_extreme_logits(void) {
     for (int i = 0; i < 4; i++) GR_CHECK_NEAR(gr_tensor_get_f64(&got, i), want[i], 1e-3);
     gr_tensor_release(&got);
   }
+  /* the sigmoid is found before labels [4, 1] make predictions [4] [4, 1] */
+  gr_tensor z1 =
+      gt_make(GR_F32, gr_shape_make(1, (int64_t[]){4}), (double[]){1e4, -1e4, -100, 100});
+  loss_case act = {L_BINARY, false, true, GR_LOSS_NONE, 1};
+  gr_tensor got1;
+  GR_CHECK(run_loss(&act, &y, &z1, &got1));
+  for (int i = 0; i < 4; i++) GR_CHECK_NEAR(gr_tensor_get_f64(&got1, i), want[i], 1e-3);
+  gr_tensor_release(&got1), gr_tensor_release(&z1);
   /* the clipped form saturates at -log(1e-7 in f32) */
   gr_tensor p = gt_make(GR_F32, s, (double[]){1, 0, 0, 1});
   loss_case c = {L_BINARY, false, false, GR_LOSS_NONE, 1};
