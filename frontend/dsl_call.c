@@ -516,6 +516,11 @@ static gr_status tensor_result(gr_dsl_program *p, dsl_pos pos, const char *name,
   return GR_OK;
 }
 
+gr_status dsl_tensor_result(gr_dsl_program *p, dsl_pos pos, const char *name, gr_output o,
+                            dsl_value *out) {
+  return tensor_result(p, pos, name, o, out);
+}
+
 /* The handlers of the built-ins table below (dsl_builtin_fn). */
 
 static gr_status bi_optimizer(gr_dsl_program *p, const char *fn, const dsl_expr *e,
@@ -821,6 +826,44 @@ static const dsl_builtin builtins[] = {
      "a variable split along axis 0 into `w/part_0` .. `w/part_{K-1}` (inside `ps_variables`: "
      "spread over the ps tasks); `w` is their concatenation, trained and checkpointed as one "
      "([strategies.md](strategies.md#partitioned-variables))",
+     false},
+    /* Keras' losses and metrics (dsl_losses.c) */
+    {"binary_crossentropy", dsl_builtin_loss_or_metric,
+     "`binary_crossentropy(y_true, y_pred, from_logits=false, reduction=\"sum_over_batch_size\")`, "
+     "`categorical_crossentropy(...)`, `sparse_categorical_crossentropy(...)` (the same "
+     "arguments)",
+     "Keras' cross-entropy losses: the mean over the batch (`reduction=\"sum\"`, `\"none\"`: per "
+     "example); from probabilities clipped to [1e-7, 1 - 1e-7], or from logits, stable for any "
+     "logit ([training.md](training.md#losses-and-metrics))",
+     false},
+    {"categorical_crossentropy", dsl_builtin_loss_or_metric, NULL, NULL, false},
+    {"sparse_categorical_crossentropy", dsl_builtin_loss_or_metric, NULL, NULL, false},
+    {"mean_squared_error", dsl_builtin_loss_or_metric,
+     "`mean_squared_error(y_true, y_pred, reduction=...)`, `huber(y_true, y_pred, delta=1.0, "
+     "reduction=...)`",
+     "Keras' regression losses, reduced as above", false},
+    {"huber", dsl_builtin_loss_or_metric, NULL, NULL, false},
+    {"accuracy", dsl_builtin_loss_or_metric,
+     "`accuracy(y_true, y_pred)`, `binary_accuracy(y_true, y_pred, threshold=0.5)`, "
+     "`categorical_accuracy(y_true, y_pred)`, `sparse_categorical_accuracy(y_true, y_pred)`, "
+     "`top_k_categorical_accuracy(y_true, y_pred, k=5)`, "
+     "`sparse_top_k_categorical_accuracy(y_true, "
+     "y_pred, k=5)`",
+     "Keras' accuracies of the batch (f32); labels of any integer dtype", false},
+    {"binary_accuracy", dsl_builtin_loss_or_metric, NULL, NULL, false},
+    {"categorical_accuracy", dsl_builtin_loss_or_metric, NULL, NULL, false},
+    {"sparse_categorical_accuracy", dsl_builtin_loss_or_metric, NULL, NULL, false},
+    {"top_k_categorical_accuracy", dsl_builtin_loss_or_metric, NULL, NULL, false},
+    {"sparse_top_k_categorical_accuracy", dsl_builtin_loss_or_metric, NULL, NULL, false},
+    {"auc", dsl_builtin_loss_or_metric,
+     "`auc(y_true, y_pred, num_thresholds=200, from_logits=false)`",
+     "Keras' AUC (ROC, trapezoids) of the batch (f32)", false},
+    {"streaming_auc", dsl_builtin_loss_or_metric,
+     "`value, update, reset = streaming_auc(y_true, y_pred, num_thresholds=200, "
+     "from_logits=false, name=...)`",
+     "the AUC over many batches, its counts in a variable (named by `name`, else "
+     "`streaming_auc`): `update` adds a batch and gives the AUC so far, `value` reads it, `reset` "
+     "zeroes the counts",
      false},
     {"fifo_queue", dsl_builtin_fifo_queue, NULL, NULL, true},
     {"queue_enqueue", dsl_builtin_queue_enqueue, NULL, NULL, true},

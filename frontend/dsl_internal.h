@@ -488,6 +488,13 @@ extern dsl_builtin_handler dsl_builtin_ps_variables, dsl_builtin_replicas,
     dsl_builtin_micro_batches, dsl_builtin_all_reduce, dsl_builtin_num_tasks,
     dsl_builtin_task_index, dsl_builtin_num_replicas, dsl_builtin_replica_index,
     dsl_builtin_partitioned_variable, dsl_builtin_mirror_spread;
+/* Keras' losses and metrics (dsl_losses.c): one handler for every name. */
+extern dsl_builtin_handler dsl_builtin_loss_or_metric;
+/* The end of a built-in that makes a tensor o (dsl_call.c): the graph's
+ * error if any, else *out = o, its node renamed to the binding name
+ * (name NULL: kept). */
+gr_status dsl_tensor_result(gr_dsl_program *p, dsl_pos pos, const char *name, gr_output o,
+                            dsl_value *out);
 gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 gr_status dsl_lower_while(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);
 /* A source for text[0..len), which is not copied: owned (a malloc'd text the

@@ -389,6 +389,36 @@ static gr_status shape_kernel(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+/* ---- size ------------------------------------------------------------------------------ */
+
+static gr_status size_shape(gr_shape_ctx *ctx) {
+  gr_dtype dt = gr_node_attr_dtype(ctx->node, "dtype", GR_I64);
+  if (dt != GR_I32 && dt != GR_I64)
+    return gr_shape_error(ctx, GR_ERR_DTYPE, "attr dtype must be i32 or i64, got %s",
+                          gr_dtype_name(dt));
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = dt;
+  ctx->out_shapes[0] = gr_shape_scalar();
+  return GR_OK;
+}
+
+static gr_status size_kernel(gr_kernel_ctx *ctx) {
+  int64_t n = gr_tensor_num_elements(&ctx->inputs[0]);
+  gr_dtype dt = gr_node_attr_dtype(ctx->node, "dtype", GR_I64);
+  if (dt == GR_I32 && n > INT32_MAX)
+    return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE,
+                           "x has %lld elements, more than an i32 holds: use dtype i64",
+                           (long long)n);
+  gr_tensor *o;
+  gr_shape s = gr_shape_scalar();
+  GR_TRY(gr_kernel_alloc_output(ctx, 0, dt, &s, &o));
+  if (dt == GR_I32)
+    *(int32_t *)gr_tensor_data(o) = (int32_t)n;
+  else
+    *(int64_t *)gr_tensor_data(o) = n;
+  return GR_OK;
+}
+
 /* ---- fill, zeros_like, ones_like ------------------------------------------------------- */
 
 /* Sets every element of t to v (representable in t's dtype: checked by callers). */
@@ -582,6 +612,22 @@ const gr_op_def gr_op_shape = {.name = "shape",
                                .kernel = shape_kernel,
                                .flags = GR_OP_NO_GRADIENT};
 
+static const gr_attr_spec size_attrs[] = {
+    {"dtype", GR_ATTR_DTYPE, false, {.type = GR_ATTR_DTYPE, .dtype = GR_I64}}};
+const gr_op_def gr_op_size = {.name = "size",
+                              .doc = "the number of elements of x at run time, a scalar of attr "
+                                     "dtype (i64, or i32: an error beyond its range), as tf.size",
+                              .min_inputs = 1,
+                              .max_inputs = 1,
+                              .input_names = x_name,
+                              .num_outputs = 1,
+                              .attrs = size_attrs,
+                              .num_attrs = 1,
+                              .shape_fn = size_shape,
+                              .cost_fn = gr_cost_fn_free,
+                              .kernel = size_kernel,
+                              .flags = GR_OP_NO_GRADIENT};
+
 static const gr_attr_spec fill_attrs[] = {
     {"dtype", GR_ATTR_DTYPE, false, {.type = GR_ATTR_DTYPE, .dtype = GR_F32}},
     {"shape", GR_ATTR_SHAPE, true, {0}},
@@ -638,6 +684,10 @@ gr_output gr_squeeze(gr_graph *g, gr_output x, const int64_t *axes, int n) {
 
 gr_output gr_shape_of(gr_graph *g, gr_output x) {
   return gr_ops_build(g, "shape", NULL, &x, 1, NULL, 0);
+}
+gr_output gr_size(gr_graph *g, gr_output x, gr_dtype dtype) {
+  gr_attr a = gr_attr_dtype("dtype", dtype);
+  return gr_ops_build(g, "size", NULL, &x, 1, &a, 1);
 }
 
 gr_output gr_fill(gr_graph *g, gr_dtype dtype, gr_shape shape, double value) {

@@ -131,6 +131,8 @@ gr_output gr_expand_dims(gr_graph *g, gr_output x, int64_t axis);
 gr_output gr_squeeze(gr_graph *g, gr_output x, const int64_t *axes, int n);
 /* The shape of x as an i64 vector (op "shape"). */
 gr_output gr_shape_of(gr_graph *g, gr_output x);
+/* The number of elements of x at run time, a scalar of dtype i64 or i32 (tf.size). */
+gr_output gr_size(gr_graph *g, gr_output x, gr_dtype dtype);
 gr_output gr_fill(gr_graph *g, gr_dtype dtype, gr_shape shape, double value);
 gr_output gr_zeros(gr_graph *g, gr_dtype dtype, gr_shape shape);
 gr_output gr_ones(gr_graph *g, gr_dtype dtype, gr_shape shape);
@@ -168,11 +170,12 @@ gr_output gr_softmax(gr_graph *g, gr_output x);
 gr_output gr_log_softmax(gr_graph *g, gr_output x);
 /* x [..., c] + bias [c]. */
 gr_output gr_bias_add(gr_graph *g, gr_output x, gr_output bias);
-/* Per-example loss [batch] from logits [batch, classes] and a probability
- * distribution labels [batch, classes]. */
+/* Per-example loss [...] from logits [..., classes] and a probability
+ * distribution labels [..., classes] (any rank >= 1). Keras' losses:
+ * ops/gr_losses.h. */
 gr_output gr_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels);
-/* Per-example loss [batch] from logits [batch, classes] and class indices
- * labels [batch] (i32/i64; out of range is an error naming the row). */
+/* Per-example loss [...] from logits [..., classes] and class indices
+ * labels [...] (i32/i64; out of range is an error naming the row). */
 gr_output gr_sparse_softmax_cross_entropy(gr_graph *g, gr_output logits, gr_output labels);
 
 /* ---- convolutional networks, NHWC or NCHW (conv.c, pool.c, batch_norm.c,
@@ -505,6 +508,7 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
  * control dependencies on a train op, after its updates. */
 gr_output gr_mirror_spread(gr_graph *g);
 
+#include "ops/gr_losses.h"
 #include "ops/gr_ops_partitioned.h"
 #include "ops/gr_ops_sync.h"
 

@@ -288,25 +288,41 @@ static gr_status xent_shape(gr_shape_ctx *ctx, bool sparse) {
     GR_TRY(gr_shape_check_same_dtype(ctx, 0, 1));
   const gr_shape *lg = &ctx->in_shapes[0], *lb = &ctx->in_shapes[1];
   char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
-  if (lg->rank >= 0 && lg->rank != 2)
-    return gr_shape_error(ctx, GR_ERR_SHAPE, "logits must have rank 2 [batch, classes], got %s",
-                          gr_shape_str(lg, a));
-  int want = sparse ? 1 : 2;
-  if (lb->rank >= 0 && lb->rank != want)
-    return gr_shape_error(ctx, GR_ERR_SHAPE, "labels must have rank %d (%s), got %s", want,
-                          sparse ? "[batch]" : "[batch, classes]", gr_shape_str(lb, b));
-  int64_t batch = lg->rank == 2 ? lg->dims[0] : -1;
-  bool ok = lb->rank < 0 || merge_dim(&batch, lb->dims[0]);
-  if (ok && !sparse && lg->rank == 2 && lb->rank == 2) {
-    int64_t classes = lg->dims[1];
-    ok = merge_dim(&classes, lb->dims[1]);
+  if (lg->rank == 0)
+    return gr_shape_error(ctx, GR_ERR_SHAPE,
+                          "logits must have rank >= 1 [..., classes], got a scalar");
+  if (!sparse && lb->rank == 0)
+    return gr_shape_error(ctx, GR_ERR_SHAPE,
+                          "labels must have rank >= 1 [..., classes], got a scalar");
+  if (lg->rank > 0 && lb->rank >= 0) {
+    int want = sparse ? lg->rank - 1 : lg->rank;
+    if (lb->rank != want)
+      return gr_shape_error(ctx, GR_ERR_SHAPE, "labels must have rank %d (%s), got %s", want,
+                            sparse ? "the logits' shape without the classes" : "that of the logits",
+                            gr_shape_str(lb, b));
+  }
+  /* the loss has the logits' shape without the last axis */
+  gr_shape out = gr_shape_unknown();
+  if (lg->rank > 0) {
+    out.rank = lg->rank - 1;
+    for (int d = 0; d < out.rank; d++) out.dims[d] = lg->dims[d];
+  } else if (lb->rank >= 0) {
+    out.rank = sparse ? lb->rank : lb->rank - 1;
+    for (int d = 0; d < out.rank; d++) out.dims[d] = GR_DIM_UNKNOWN;
+  }
+  bool ok = true;
+  if (lb->rank >= 0 && out.rank >= 0)
+    for (int d = 0; d < out.rank; d++) ok = ok && merge_dim(&out.dims[d], lb->dims[d]);
+  if (ok && !sparse && lg->rank > 0 && lb->rank == lg->rank) {
+    int64_t classes = lg->dims[lg->rank - 1];
+    ok = merge_dim(&classes, lb->dims[lb->rank - 1]);
   }
   if (!ok)
     return gr_shape_error(ctx, GR_ERR_SHAPE, "logits %s and labels %s do not match",
                           gr_shape_str(lg, a), gr_shape_str(lb, b));
   ctx->num_outputs = 1;
   ctx->out_dtypes[0] = ctx->in_dtypes[0];
-  ctx->out_shapes[0] = gr_shape_make(1, (int64_t[]){batch});
+  ctx->out_shapes[0] = out;
   return GR_OK;
 }
 static gr_status dense_xent_shape(gr_shape_ctx *ctx) {
@@ -329,19 +345,25 @@ static gr_status sparse_xent_shape(gr_shape_ctx *ctx) {
 LSE_FN(float)
 LSE_FN(double)
 
-/* Checks logits [batch, classes] and labels (rank lrank, matching batch and,
- * when dense, classes); allocates the loss [batch]. */
-static gr_status xent_prepare(gr_kernel_ctx *ctx, int lrank, gr_tensor **out) {
+/* Checks logits [..., classes] and labels (the logits' shape, or without
+ * the classes when sparse); allocates the loss (the logits' shape without
+ * the classes) and sets *rows (its elements) and *c (the classes). */
+static gr_status xent_prepare(gr_kernel_ctx *ctx, bool sparse, gr_tensor **out, int64_t *rows,
+                              int64_t *c) {
   const gr_tensor *L = &ctx->inputs[0], *Y = &ctx->inputs[1];
   char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
   if (!gr_dtype_is_float(L->dtype))
     return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(L->dtype));
-  bool ok = L->shape.rank == 2 && Y->shape.rank == lrank && Y->shape.dims[0] == L->shape.dims[0];
-  if (ok && lrank == 2) ok = Y->shape.dims[1] == L->shape.dims[1];
+  int r = L->shape.rank;
+  bool ok = r >= 1 && Y->shape.rank == (sparse ? r - 1 : r);
+  for (int d = 0; ok && d < Y->shape.rank; d++) ok = Y->shape.dims[d] == L->shape.dims[d];
   if (!ok)
     return gr_kernel_error(ctx, GR_ERR_SHAPE, "logits %s and labels %s do not match",
                            gr_shape_str(&L->shape, a), gr_shape_str(&Y->shape, b));
-  gr_shape os = gr_shape_make(1, (int64_t[]){L->shape.dims[0]});
+  gr_shape os = L->shape;
+  os.rank = r - 1;
+  *c = L->shape.dims[r - 1];
+  *rows = gr_shape_num_elements(&os);
   return gr_kernel_alloc_output(ctx, 0, L->dtype, &os, out);
 }
 
@@ -368,8 +390,8 @@ static gr_status softmax_cross_entropy_kernel(gr_kernel_ctx *ctx) {
   if (ctx->inputs[1].dtype != L->dtype)
     return gr_kernel_error(ctx, GR_ERR_DTYPE, "labels must have the dtype of logits");
   gr_tensor *o;
-  GR_TRY(xent_prepare(ctx, 2, &o));
-  int64_t batch = L->shape.dims[0], c = L->shape.dims[1];
+  int64_t batch, c;
+  GR_TRY(xent_prepare(ctx, false, &o, &batch, &c));
   if (L->dtype == GR_F32)
     DENSE_XENT(float);
   else
@@ -404,8 +426,8 @@ static gr_status sparse_softmax_cross_entropy_kernel(gr_kernel_ctx *ctx) {
     return gr_kernel_error(ctx, GR_ERR_DTYPE, "labels must be i32 or i64, got %s",
                            gr_dtype_name(Y->dtype));
   gr_tensor *o;
-  GR_TRY(xent_prepare(ctx, 1, &o));
-  int64_t batch = L->shape.dims[0], c = L->shape.dims[1];
+  int64_t batch, c;
+  GR_TRY(xent_prepare(ctx, true, &o, &batch, &c));
   if (L->dtype == GR_F32)
     SPARSE_XENT(float);
   else
@@ -433,7 +455,8 @@ static gr_status sparse_softmax_cross_entropy_grad_fn(gr_grad_ctx *c) {
 
 const gr_op_def gr_op_softmax_cross_entropy = {
     .name = "softmax_cross_entropy",
-    .doc = "per-example -sum(labels * log_softmax(logits)) over [batch, classes]",
+    .doc = "per-example -sum(labels * log_softmax(logits)) over the last axis of [..., classes] "
+           "(labels: the same shape); the loss has the shape without classes",
     .min_inputs = 2,
     .max_inputs = 2,
     .input_names = (const char *const[]){"logits", "labels"},
@@ -445,7 +468,8 @@ const gr_op_def gr_op_softmax_cross_entropy = {
 
 const gr_op_def gr_op_sparse_softmax_cross_entropy = {
     .name = "sparse_softmax_cross_entropy",
-    .doc = "per-example -log_softmax(logits)[label], labels [batch] i32/i64",
+    .doc = "per-example -log_softmax(logits)[label] of logits [..., classes], labels i32/i64 of "
+           "the shape without classes (out of range: an error naming the row)",
     .min_inputs = 2,
     .max_inputs = 2,
     .input_names = (const char *const[]){"logits", "labels"},

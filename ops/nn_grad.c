@@ -100,10 +100,11 @@ static gr_status sxg_shape(gr_shape_ctx *ctx) {
 
 static gr_status sxg_kernel(gr_kernel_ctx *ctx) {
   const gr_tensor *L = &ctx->inputs[0], *Y = &ctx->inputs[1], *D = &ctx->inputs[2];
-  if (L->shape.rank != 2 || Y->shape.rank != 1 || D->shape.rank != 1 ||
-      Y->shape.dims[0] != L->shape.dims[0] || D->shape.dims[0] != L->shape.dims[0])
-    return gr_kernel_error(ctx, GR_ERR_SHAPE, "logits, labels and dloss do not match");
-  int64_t batch = L->shape.dims[0], c = L->shape.dims[1];
+  int r = L->shape.rank;
+  bool ok = r >= 1 && Y->shape.rank == r - 1 && gr_shape_equal(&Y->shape, &D->shape);
+  for (int d = 0; ok && d < r - 1; d++) ok = Y->shape.dims[d] == L->shape.dims[d];
+  if (!ok) return gr_kernel_error(ctx, GR_ERR_SHAPE, "logits, labels and dloss do not match");
+  int64_t batch = gr_tensor_num_elements(Y), c = L->shape.dims[r - 1];
   gr_tensor *o;
   GR_TRY(gr_kernel_alloc_output(ctx, 0, L->dtype, &L->shape, &o));
   if (c == 0) return GR_OK;

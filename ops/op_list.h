@@ -59,6 +59,7 @@
   X(expand_dims)                                                                                   \
   X(squeeze)                                                                                       \
   X(shape)                                                                                         \
+  X(size)                                                                                          \
   X(fill)                                                                                          \
   X(zeros_like)                                                                                    \
   X(ones_like)                                                                                     \
@@ -106,6 +107,12 @@
   /* nn_grad.c */                                                                                  \
   X(relu_grad)                                                                                     \
   X(sparse_softmax_cross_entropy_grad)                                                             \
+  /* losses.c */                                                                                   \
+  X(sigmoid_cross_entropy)                                                                         \
+  /* metrics.c */                                                                                  \
+  X(in_top_k)                                                                                      \
+  X(auc_confusion)                                                                                 \
+  X(auc_from_confusion)                                                                            \
   /* optimizers.c */                                                                               \
   X(apply_sgd)                                                                                     \
   X(apply_sgd_matmul)                                                                              \

@@ -268,6 +268,18 @@ static double ref_xent_row(const gr_tensor *x, const gr_tensor *y, int64_t row, 
   return loss;
 }
 
+/* The loss's shape in case c: [] (logits [k]), [b] or [b, 2] (logits of rank 3). */
+static gr_shape xent_loss_shape(int c, int64_t b) {
+  switch (c % 4) {
+    case 1:
+      return gr_shape_scalar();
+    case 3:
+      return shape2(b, 2);
+    default:
+      return shape1(b);
+  }
+}
+
 static void test_softmax_cross_entropy(void) {
   gt_rng r = {44};
   for (int d = 0; d < 2; d++)
@@ -277,17 +289,20 @@ static void test_softmax_cross_entropy(void) {
       if (c == 8) b = 0;
       if (c == 9) k = 0;
       double span = c % 3 == 2 ? 1000 : 8;
-      gr_tensor in[2] = {gt_random(&r, dt, shape2(b, k), -span, span),
-                         gt_random(&r, dt, shape2(b, k), 0, 1)};
+      /* any rank >= 1: [k], [b, k], [b, 2, k] */
+      gr_shape os = xent_loss_shape(c, b), ls = os;
+      ls.dims[ls.rank++] = k;
+      int64_t rows = gr_shape_num_elements(&os);
+      gr_tensor in[2] = {gt_random(&r, dt, ls, -span, span), gt_random(&r, dt, ls, 0, 1)};
       if (c % 2 == 0) /* proper distributions on even cases, arbitrary weights on odd */
-        for (int64_t i = 0; i < b; i++) {
+        for (int64_t i = 0; i < rows; i++) {
           double s = 0;
           for (int64_t j = 0; j < k; j++) s += gr_tensor_get_f64(&in[1], i * k + j);
           for (int64_t j = 0; j < k; j++)
             gr_tensor_set_f64(&in[1], i * k + j, gr_tensor_get_f64(&in[1], i * k + j) / s);
         }
-      gr_tensor want = alloc_t(dt, shape1(b));
-      for (int64_t i = 0; i < b; i++)
+      gr_tensor want = alloc_t(dt, os);
+      for (int64_t i = 0; i < rows; i++)
         gr_tensor_set_f64(&want, i, ref_xent_row(&in[0], &in[1], i, k));
       check_op("softmax_cross_entropy", in, 2, &want, rtol_of(dt), 1e-9, gr_dtype_name(dt), c);
       gr_tensor_release(&in[0]);
@@ -303,12 +318,15 @@ static void test_sparse_softmax_cross_entropy(void) {
       gr_dtype dt = float_dts[d], lt = c % 2 ? GR_I64 : GR_I32;
       int64_t b = c == 11 ? 0 : gt_int(&r, 1, 9), k = gt_int(&r, 1, 12);
       double span = c % 3 == 2 ? 1000 : 8;
-      gr_tensor in[2] = {gt_random(&r, dt, shape2(b, k), -span, span),
-                         gt_random(&r, lt, shape1(b), 0, (double)(k - 1))};
-      gr_tensor onehot = gt_zeros(dt, shape2(b, k)), want = alloc_t(dt, shape1(b));
-      for (int64_t i = 0; i < b; i++)
+      gr_shape os = xent_loss_shape(c, b), ls = os;
+      ls.dims[ls.rank++] = k;
+      int64_t rows = gr_shape_num_elements(&os);
+      gr_tensor in[2] = {gt_random(&r, dt, ls, -span, span),
+                         gt_random(&r, lt, os, 0, (double)(k - 1))};
+      gr_tensor onehot = gt_zeros(dt, ls), want = alloc_t(dt, os);
+      for (int64_t i = 0; i < rows; i++)
         gr_tensor_set_f64(&onehot, i * k + (int64_t)gr_tensor_get_f64(&in[1], i), 1.0);
-      for (int64_t i = 0; i < b; i++)
+      for (int64_t i = 0; i < rows; i++)
         gr_tensor_set_f64(&want, i, ref_xent_row(&in[0], &onehot, i, k));
       check_op("sparse_softmax_cross_entropy", in, 2, &want, rtol_of(dt), 1e-9, gr_dtype_name(dt),
                c);
@@ -370,7 +388,12 @@ static void test_xent_shapes_and_errors(void) {
   expect_error(d, (gr_tensor[]){x, y64}, 2, NULL, GR_ERR_DTYPE, "f64");
   expect_error(d, (gr_tensor[]){xi, xi}, 2, NULL, GR_ERR_DTYPE, "i32");
   expect_error(d, (gr_tensor[]){x, y6}, 2, NULL, GR_ERR_SHAPE, "[4, 6]");
-  expect_error(d, (gr_tensor[]){x3, x3}, 2, NULL, GR_ERR_SHAPE, "rank 2");
+  gr_tensor xs = gt_zeros(GR_F32, gr_shape_scalar()), ls = gt_zeros(GR_I32, gr_shape_scalar());
+  expect_error(d, (gr_tensor[]){xs, xs}, 2, NULL, GR_ERR_SHAPE, "rank >= 1");
+  expect_error(s, (gr_tensor[]){xs, ls}, 2, NULL, GR_ERR_SHAPE, "rank >= 1");
+  expect_error(s, (gr_tensor[]){x3, l}, 2, NULL, GR_ERR_SHAPE, "rank 2");
+  gr_tensor_release(&xs);
+  gr_tensor_release(&ls);
   gr_shape pd[2] = {shape2(-1, -1), shape2(-1, -1)};
   expect_error(d, (gr_tensor[]){x, y6}, 2, pd, GR_ERR_SHAPE, "do not match");
   expect_error(s, (gr_tensor[]){x, l}, 2, NULL, GR_ERR_OUT_OF_RANGE, "label 7 at row 2");

@@ -556,6 +556,13 @@ bool gt_dsl_error(const char *src, gr_error *err) {
   return failed;
 }
 
+bool gt_dsl_fails_with(const char *src, const char *text) {
+  gr_error err = {0};
+  if (gt_dsl_error(src, &err) && strstr(err.msg, text)) return true;
+  fprintf(stderr, "'%s': want an error with '%s', got '%s'\n", src, text, err.msg);
+  return false;
+}
+
 /* ---- gradient checks -------------------------------------------------------------- */
 
 #define GT_GRAD_MAX_INPUTS 8

@@ -169,6 +169,9 @@ bool gt_dsl_run_fed(const char *src, const char *names, int devices, const char 
 double gt_dsl_value(const char *src, const char *name);
 /* Loads DSL text that must fail; the message into err (false if it loaded). */
 bool gt_dsl_error(const char *src, gr_error *err);
+/* Whether DSL text fails to load with a message containing text (prints
+ * what it got otherwise). */
+bool gt_dsl_fails_with(const char *src, const char *text);
 /* Runs s with the feeds f[0..n) and returns element 0 of o's value as f64;
  * NAN, with the message printed, when the run fails. */
 double gt_run_scalar(gr_session *s, const gr_feed *f, int n, gr_output o);
