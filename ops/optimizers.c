@@ -307,16 +307,24 @@ static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, 
   char scope[512];
   snprintf(scope, sizeof scope, "/%s", vname);
   if (gr_graph_push_name_scope(g, scope) != GR_OK) return NULL;
+  /* and out of reach of the enclosing control dependencies (TensorFlow's
+   * init_scope): initialising a slot must not run the loss it trains */
+  if (gr_graph_push_no_control_deps(g) != GR_OK) {
+    gr_graph_pop_name_scope(g);
+    return NULL;
+  }
   /* made with the variable's device, out of reach of the enclosing device
    * scopes and functions (a ps placement must not count a slot as a
    * variable of its own) */
   if (gr_graph_push_device_scope_reset(g, gr_graph_resolve_device(g, var)) != GR_OK) {
+    gr_graph_pop_control_deps(g);
     gr_graph_pop_name_scope(g);
     return NULL;
   }
   gr_shape sh = scalar ? gr_shape_scalar() : var->out_shapes[0];
   gr_output s = gr_variable(g, slot, gr_zeros(g, var->out_dtypes[0], sh));
   gr_graph_pop_device_scope(g);
+  gr_graph_pop_control_deps(g);
   gr_graph_pop_name_scope(g);
   if (!s.node) return NULL;
   /* a slot lives with its variable (its update reads both there), whatever
@@ -328,21 +336,24 @@ static const char *make_slot(gr_graph *g, const gr_node *var, const char *slot, 
 
 /* Every variable node that y depends on (in id order). */
 int gr_ops_float_vars(const gr_graph *g, gr_output y, gr_output *out, int cap) {
-  int total = gr_graph_num_nodes(g), n = 0;
+  int total = gr_graph_num_nodes(g), n = 0, top = 0;
   char *need = calloc((size_t)total + 1, 1);
-  int *order = gr_alloc_array((size_t)total + 1, sizeof(int));
-  if (!need || !order || gr_graph_topo_order(g, order) != total) {
+  int *stack = gr_alloc_array((size_t)total + 1, sizeof(int));
+  if (!need || !stack) {
     free(need);
-    free(order);
+    free(stack);
     return -1;
   }
+  /* every input, a loop's back edge (merge <- next_iteration) too: a
+   * variable read only in a loop's body is one y depends on */
   need[y.node->id] = 1;
-  for (int k = total - 1; k >= 0; k--) {
-    int id = order[k];
-    if (!need[id]) continue;
-    gr_node *nd = gr_graph_node(g, id);
-    for (int j = 0; j < nd->num_inputs; j++) need[nd->inputs[j].node->id] = 1;
-    for (int j = 0; j < nd->num_control_inputs; j++) need[nd->control_inputs[j]->id] = 1;
+  stack[top++] = y.node->id;
+  while (top > 0) {
+    gr_node *nd = gr_graph_node(g, stack[--top]);
+    for (int j = 0; j < nd->num_inputs + nd->num_control_inputs; j++) {
+      int p = gr_node_predecessor(nd, j)->id;
+      if (!need[p]) need[p] = 1, stack[top++] = p;
+    }
   }
   for (int id = 0; id < total && n < cap; id++) {
     gr_node *nd = gr_graph_node(g, id);
@@ -350,7 +361,7 @@ int gr_ops_float_vars(const gr_graph *g, gr_output y, gr_output *out, int cap) {
       out[n++] = (gr_output){nd, 0};
   }
   free(need);
-  free(order);
+  free(stack);
   return n;
 }
 

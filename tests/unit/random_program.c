@@ -728,10 +728,10 @@ static void batch_norm_block(gen *g) {
 /* The loss of 1 to 3 visible values (at least one depending on a trained
  * variable) and its minimize. Every update waits for the loss (the
  * gradients start from ones_like(loss)), so for every read of a variable
- * it updates (the variable's one node, which the loss reads). Not inside
- * control_dependencies(loss): the slots' initialisers would inherit the
- * dependency, and initialising them would run the loss (batch norm's
- * update, a counter's) once more. */
+ * it updates (the variable's one node, which the loss reads). In a quarter
+ * of the programs inside control_dependencies(loss) as well: the slots and
+ * their initialisers stay out of it (initialising them must not run the
+ * loss, batch norm's update or a counter's, once more). */
 static void training(gen *g) {
   char terms[4 * EXPR] = "";
   size_t len = 0;
@@ -778,7 +778,10 @@ static void training(gen *g) {
       break;
   }
   snprintf(ob, sizeof ob, "%s", opt);
-  emit(g, "train = minimize(loss, %s)", ob);
+  if (rnd(g, 0, 3) == 0)
+    emit(g, "control_dependencies(loss) { train = minimize(loss, %s) }", ob);
+  else
+    emit(g, "train = minimize(loss, %s)", ob);
   snprintf(g->p->target, sizeof g->p->target, "train");
   g->p->features |= GT_PF_TRAIN;
 }

@@ -360,6 +360,63 @@ static void test_slots_and_sums_follow_the_variable(void) {
   }
 }
 
+/* Runs a .gr text's `train` target once and returns the f64 value of each
+ * name in vals (after the step). */
+static void train_once(const char *text, const char *const *names, int n, double *vals) {
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_dsl_load_string("t.gr", text, g, NULL, &p, &err), err);
+  gr_session *s = p ? gr_session_new(g, NULL, &err) : NULL;
+  gr_output train, o;
+  GR_CHECK(s && gr_dsl_lookup(p, "train", &train));
+  if (s) GR_CHECK_OK(gr_session_run(s, NULL, 0, NULL, 0, NULL, &train, 1, &err), err);
+  for (int i = 0; s && i < n; i++) {
+    gr_tensor t;
+    GR_CHECK(gr_dsl_lookup(p, names[i], &o));
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, &o, 1, &t, NULL, 0, &err), err);
+    vals[i] = gr_tensor_get_f64(&t, 0);
+    gr_tensor_release(&t);
+  }
+  gr_session_free(s);
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+}
+
+/* A variable read only inside a loop's body is trained too: minimize finds
+ * it through the loop's back edge. loss = w^3 v (the loop multiplies by w
+ * three times): d/dw = 3 w^2 v = 12, d/dv = w^3 = 8. */
+static void test_minimize_finds_loop_variables(void) {
+  double got[2];
+  train_once(
+      "w = variable(const(2.0, f64))\n"
+      "v = variable(const(1.0, f64))\n"
+      "i, r = while (i = const(0, i32), x = const(1.0, f64); i < 3) { i = i + 1; x = x * w }\n"
+      "loss = r * v\n"
+      "train = minimize(loss, sgd(0.01))\n",
+      (const char *const[]){"w", "v"}, 2, got);
+  GR_CHECK_MSG(got[0] == 2.0 - 0.01 * 12 && got[1] == 1.0 - 0.01 * 8, "w %.17g, v %.17g", got[0],
+               got[1]);
+}
+
+/* Slots are made outside the enclosing control dependencies (TensorFlow's
+ * init_scope): initialising them does not run the loss a second time, so a
+ * batch norm's moving mean is updated once in the first step. */
+static void test_slots_outside_control_dependencies(void) {
+  double got[2];
+  train_once("x = const([[1.0], [3.0]], f64)\n"
+             "gamma = variable(ones([1], f64))\n"
+             "mm = variable(zeros([1], f64))\n"
+             "mv = variable(ones([1], f64))\n"
+             "y, mean, rstd, var, m64, v64 = batch_norm(x, gamma, zeros([1], f64), mm, mv, "
+             "momentum=0.9)\n"
+             "loss = reduce_mean(square(y))\n"
+             "control_dependencies(loss) { train = minimize(loss, momentum(0.05, momentum=0.9)) }\n"
+             "m = reduce_sum(mm)\n",
+             (const char *const[]){"m"}, 1, got);
+  GR_CHECK_MSG(fabs(got[0] - 0.2) < 1e-12, "moving mean %.17g, want 0.1 * 2 (one update)", got[0]);
+}
+
 int main(void) {
   GR_RUN(test_sgd);
   GR_RUN(test_momentum);
@@ -371,5 +428,7 @@ int main(void) {
   GR_RUN(test_fusion_follows_colocation);
   GR_RUN(test_sgd_matmul_errors);
   GR_RUN(test_slots_and_sums_follow_the_variable);
+  GR_RUN(test_minimize_finds_loop_variables);
+  GR_RUN(test_slots_outside_control_dependencies);
   return gr_test_finish();
 }
