@@ -15,8 +15,9 @@
  * [zx, 0, (w - 1)(1 - zx)/2, 0, zy, (h - 1)(1 - zy)/2]) and read it with
  * interpolation "bilinear" or "nearest"; a point outside the image is
  * mapped back by fill_mode "reflect" (d c b a | a b c d | d c b a, the
- * default), "wrap" (a b c d | a b c d), "nearest" (the edge pixel) or
- * read as fill_value ("constant"). Output 1 of random_rotation is each
+ * default), "wrap" (a b c d | a b c d) or "nearest" (the edge pixel); with
+ * "constant" the pixels outside that it reads are fill_value (as
+ * TensorFlow's ImageProjectiveTransformV3). Output 1 of random_rotation is each
  * image's angle in radians [n], of random_zoom its zooms (1 + d) [n, 2]
  * (height, width).
  *
