@@ -384,6 +384,11 @@ struct gr_dsl_program {
   dsl_frame *layer_frame;
   dsl_frame top_layer_frame;
   dsl_frame layers_made;
+  /* the defs being called (outermost first), and for each def that made
+   * layers, whether as a model called at the top level or as a part */
+  const char *keras_defs[64];
+  int nkeras_defs;
+  dsl_frame def_kinds;
 };
 
 /* ---- recorded bindings (dsl_layers.c), with opts.record_layers ------------ */
@@ -402,6 +407,7 @@ gr_status dsl_layers_record(gr_dsl_program *p, const dsl_stmt *s, int n0, int l0
 typedef struct dsl_keras_saved {
   size_t var_scope_len;
   int too_deep;
+  int ndefs;
   dsl_frame *frame;
   dsl_frame *own; /* the frame entered (freed on leave), NULL when none */
 } dsl_keras_saved;

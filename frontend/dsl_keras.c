@@ -40,6 +40,11 @@ gr_status dsl_keras_init(gr_dsl_program *p) {
     dsl_frame_free(&p->top_layer_frame);
     return oom(p);
   }
+  if (!dsl_frame_init(&p->def_kinds, 16, NULL, &p->persist)) {
+    dsl_frame_free(&p->top_layer_frame);
+    dsl_frame_free(&p->layers_made);
+    return oom(p);
+  }
   p->layer_frame = &p->top_layer_frame;
   return GR_OK;
 }
@@ -47,6 +52,7 @@ gr_status dsl_keras_init(gr_dsl_program *p) {
 void dsl_keras_free(gr_dsl_program *p) {
   dsl_frame_free(&p->top_layer_frame);
   dsl_frame_free(&p->layers_made);
+  dsl_frame_free(&p->def_kinds);
 }
 
 /* The variable scope with `part` appended ("" joins nothing). A scope too
@@ -119,6 +125,7 @@ static gr_status reach_once(gr_dsl_program *p, const char *path, const char *wha
 }
 
 static void save(const gr_dsl_program *p, dsl_keras_saved *s) {
+  s->ndefs = p->nkeras_defs;
   s->var_scope_len = p->var_scope_len;
   s->too_deep = p->var_scope_too_deep;
   s->frame = p->layer_frame;
@@ -138,6 +145,8 @@ gr_status dsl_keras_enter_def(gr_dsl_program *p, const char *def, const char *na
                               dsl_keras_saved *saved) {
   save(p, saved);
   char inst[256], path[600];
+  if (p->nkeras_defs < (int)(sizeof p->keras_defs / sizeof p->keras_defs[0]))
+    p->keras_defs[p->nkeras_defs++] = def;
   if (p->call_depth == 0) { /* a top-level call: the def's one instance */
     snprintf(inst, sizeof inst, "%s", def);
   } else {
@@ -171,6 +180,7 @@ gr_status dsl_keras_enter_replica(gr_dsl_program *p, dsl_keras_saved *saved) {
 }
 
 void dsl_keras_leave(gr_dsl_program *p, const dsl_keras_saved *saved) {
+  p->nkeras_defs = saved->ndefs;
   p->var_scope_len = saved->var_scope_len;
   p->var_scope_too_deep = saved->too_deep;
   p->var_scope[p->var_scope_len] = '\0';
@@ -347,6 +357,35 @@ static gr_status seed_arg(const largs *l, int k, int64_t *out) {
 
 /* ---- the layer's path, its record, its result ---------------------------------------------- */
 
+/* A new layer at path, made inside the defs being called: each of them
+ * makes layers either as a model called at the top level (one set, shared
+ * by its calls) or as a part of another def's calls (a set per call),
+ * never both: that would be two sets of variables where one was meant. */
+static gr_status one_kind_of_instance(gr_dsl_program *p, const char *path, dsl_pos pos) {
+  for (int i = 0; i < p->nkeras_defs; i++) {
+    const char *def = p->keras_defs[i];
+    bool top = i == 0;
+    dsl_binding *b = dsl_frame_find_local(&p->def_kinds, def);
+    if (!b) {
+      char *first = dsl_strndup(&p->persist, path, strlen(path));
+      if (!first || !(b = dsl_frame_insert(&p->def_kinds, def))) return oom(p);
+      b->v.kind = V_STR, b->v.str = first, b->v.multi = top,
+      b->pos = pos; /* multi: made at the top */
+      continue;
+    }
+    if (b->v.multi == top) continue;
+    const char *as_model = top ? path : b->v.str, *as_part = top ? b->v.str : path;
+    dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, pos,
+              "def '%s' makes layers both as a model called at the top level ('%s') and as a "
+              "part of another def's call ('%s'): two sets of variables. Call the model at the "
+              "top level only and give its output to the other def (docs/dsl.md#layers)",
+              def, as_model, as_part);
+    dsl_error_note(p->err, b->pos, "the other");
+    return p->err->code;
+  }
+  return GR_OK;
+}
+
 /* The layer's path (name kw at k_name, else the binding, else numbered);
  * made or reused: *reuse. config describes the layer for the check that a
  * reused layer is the same. */
@@ -382,6 +421,7 @@ static gr_status layer_path(const largs *l, int k_name, const char *kind, const 
     *reuse = GR_LAYER_REUSE;
     return GR_OK;
   }
+  GR_TRY(one_kind_of_instance(p, path, pos));
   char *key = dsl_strndup(&p->persist, path, strlen(path));
   char *desc = dsl_strndup(&p->persist, full, strlen(full));
   if (!key || !desc || !(made = dsl_frame_insert(&p->layers_made, key))) return oom(p);

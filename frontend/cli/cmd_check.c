@@ -126,15 +126,18 @@ static bool print_layers(const gr_dsl_program *p, const gr_graph *g) {
   }
   int64_t e[GR_VAR_STEP + 1];
   if (!count_roles(g, e)) return false;
-  char b1[32], b2[32], b3[32];
+  char b1[32];
   printf("%d binding%s\n", n, n == 1 ? "" : "s");
   printf("Total params: %s\n", thousands(e[GR_VAR_TRAINABLE] + e[GR_VAR_NON_TRAINABLE], b1));
   printf("Trainable params: %s\n", thousands(e[GR_VAR_TRAINABLE], b1));
   printf("Non-trainable params: %s\n", thousands(e[GR_VAR_NON_TRAINABLE], b1));
-  if (e[GR_VAR_SLOT] || e[GR_VAR_COPY] || e[GR_VAR_STEP])
-    printf("Not parameters: %s in optimizer slots, %s in mirrored copies, %s in the global step\n",
-           thousands(e[GR_VAR_SLOT], b1), thousands(e[GR_VAR_COPY], b2),
-           thousands(e[GR_VAR_STEP], b3));
+  static const char *const what[] = {[GR_VAR_SLOT] = "in optimizer slots",
+                                     [GR_VAR_COPY] = "in mirrored copies",
+                                     [GR_VAR_STEP] = "in the global step"};
+  const char *sep = "Not parameters: ";
+  for (int r = GR_VAR_SLOT; r <= GR_VAR_STEP; r++)
+    if (e[r]) printf("%s%s %s", sep, thousands(e[r], b1), what[r]), sep = ", ";
+  if (sep[0] == ',') printf("\n");
   return true;
 }
 
