@@ -1,7 +1,8 @@
 /* graphrun check FILE.gr: parse, build and shape-check; print node and op
  * counts; with --stats, what the graph passes (prune, CSE, constant folding)
  * remove for the file's fetches and targets; with --layers, each binding's
- * op, dtype, shape and parameters (as Keras' model.summary()). */
+ * op or layer, dtype, shape and parameters, and the parameter counts of
+ * Keras' model.summary(). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,8 +29,10 @@ static void usage(FILE *f) {
       "and of nodes per op. Errors are reported as file:line:col with the source line.\n"
       "  --layers            also list every `name = expr` binding of a tensor in the order\n"
       "                      built (inside defs once per call, as def/name), with where its\n"
-      "                      top-level statement is, the op that made it, dtype, shape (? for\n"
-      "                      unknown dims) and the elements of the variables it made\n"
+      "                      top-level statement is, the op or layer that made it, dtype,\n"
+      "                      shape (? for unknown dims) and the parameters it made; then the\n"
+      "                      total, trainable and non-trainable parameters, as Keras'\n"
+      "                      model.summary() (optimizer slots are not parameters)\n"
       "  --stats             also run the graph passes and say what each removed: nodes not\n"
       "                      needed by the fetches and targets (pruned), duplicates merged\n"
       "                      by CSE, nodes folded into constants (see docs/passes.md)\n"
