@@ -389,6 +389,7 @@ struct gr_dsl_program {
   const char *keras_defs[64];
   int nkeras_defs;
   dsl_frame def_kinds;
+  int loop_depth; /* while bodies being lowered */
 };
 
 /* ---- recorded bindings (dsl_layers.c), with opts.record_layers ------------ */

@@ -14,7 +14,14 @@
  * makes the layer; every later call with that path reuses its variables
  * and must have the same configuration. Within one instance (a def call,
  * a replica's body, the top level) a path may be reached once: reaching
- * it again would silently share, so it is an error. */
+ * it again would silently share, so it is an error; and a def makes
+ * layers either as a top-level model or as a part of other defs' calls,
+ * never both (two sets where one was meant).
+ *
+ * State lives in the program (dsl_internal.h): the frames of counters and
+ * reached paths are per instance (the top level's in the persistent
+ * arena, a call's or a replica's in the statement's temp arena, freed on
+ * leaving it); single-threaded, as all of the DSL's lowering. */
 #include <stdio.h>
 #include <string.h>
 
@@ -421,6 +428,12 @@ static gr_status layer_path(const largs *l, int k_name, const char *kind, const 
     *reuse = GR_LAYER_REUSE;
     return GR_OK;
   }
+  if (p->loop_depth)
+    return dsl_error(p->err, GR_ERR_UNIMPLEMENTED, pos,
+                     "layer '%s' would be made inside a while loop's body, which cannot make "
+                     "variables: call it once before the loop (the training pass), and the loop "
+                     "applies the same layer",
+                     path);
   GR_TRY(one_kind_of_instance(p, path, pos));
   char *key = dsl_strndup(&p->persist, path, strlen(path));
   char *desc = dsl_strndup(&p->persist, full, strlen(full));

@@ -124,6 +124,17 @@ static void test_model_called_twice(void) {
   GR_CHECK(gt_dsl_run_fed(src, "logits,again,train_logits", 1, "x", &xv, NULL, NULL, o, NULL));
   GR_CHECK(gt_bit_equal(&o[0], &o[1]));
   for (int i = 0; i < 3; i++) gr_tensor_release(&o[i]);
+  /* first called in a cond branch: the variables are made outside it, and
+   * a call outside the cond applies them */
+  const char *in_cond = "x = ones([3, 4])\n"
+                        "p = placeholder(bool, [])\n"
+                        "def model(x) { return dense(x, 2, activation=\"tanh\") }\n"
+                        "y = cond(p) { model(x) } else { model(x * 2) }\n"
+                        "direct = model(x)\n";
+  gr_tensor pv = gt_make(GR_BOOL, gr_shape_make(0, NULL), (double[]){1});
+  GR_CHECK(gt_dsl_run_fed(in_cond, "y,direct", 1, "p", &pv, NULL, NULL, o, NULL));
+  GR_CHECK(gt_bit_equal(&o[0], &o[1]));
+  gr_tensor_release(&o[0]), gr_tensor_release(&o[1]), gr_tensor_release(&pv);
   /* augmentation off in inference: the input itself */
   const char *aug = "x = placeholder(f32, [2, 6, 6, 1])\n"
                     "r = random_rotation(x, 0.2, training=false)\n"
@@ -170,10 +181,11 @@ static void test_reuse_errors(void) {
                e3, 2);
   const char *e4[] = {"t.gr:2:54: error: layer 'f/h' is made twice in this call",
                       "t.gr:2:23: note: the first"};
-  expect_error("def f(x) {\n"
-               "  return cond(true) { dense(x, 2, name=\"h\") } else { dense(x, 2, name=\"h\") } }\n"
-               "y = f(placeholder(f32, [?, 3]))\n",
-               e4, 2);
+  expect_error(
+      "def f(x) {\n"
+      "  return cond(true) { dense(x, 2, name=\"h\") } else { dense(x, 2, name=\"h\") } }\n"
+      "y = f(placeholder(f32, [?, 3]))\n",
+      e4, 2);
   /* a model called at the top level and inside another def: two sets */
   const char *e5[] = {"t.gr:2:33: error: def 'model' makes layers both as a model called at the "
                       "top level ('model/dense') and as a part of another def's call "
@@ -187,6 +199,17 @@ static void test_reuse_errors(void) {
                "}\n"
                "loss = loss_of(x)\n",
                e5, 3);
+  /* first made in a while loop's body: refused (a loop cannot make variables) */
+  const char *e6[] = {"t.gr:2:23: error: layer 'model/dense' would be made inside a while loop's "
+                      "body",
+                      "t.gr:4:22: note: in this call of 'model'"};
+  expect_error("x = ones([4, 3])\n"
+               "def model(x) { return dense(x, 2) }\n"
+               "i, s = while (i = const(0, i64), s = const(0.0, f32); i < 3) {\n"
+               "  s = s + reduce_sum(model(x))\n"
+               "  i = i + 1\n"
+               "}\n",
+               e6, 2);
   /* arguments */
   struct {
     const char *src, *want;
