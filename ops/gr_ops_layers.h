@@ -33,7 +33,8 @@
  * Inside a gr_replicate body that puts it outside the replicas: it is
  * placed where the scopes outside the replicas put it (ps tasks; replica
  * 0's device with mirrored variables, whose copies the other replicas
- * read), and every replica reuses it. Weights take x's dtype (f32 or
+ * read), and every replica reuses it. A loop cannot make variables: build
+ * a layer before a gr_while_loop whose body applies it. Weights take x's dtype (f32 or
  * f64); the initialisers' random values are keyed by the variable's name
  * and o->seed (docs/training.md#layers). Errors name the layer and are the
  * graph's (the null output is returned). */
