@@ -118,9 +118,12 @@ gr_status gr_device_spec_parse(const char *text, gr_device_spec *out, gr_error *
 #undef KEY
     p += len;
   }
-  if (s.type[0] && strcmp(s.type, "CPU") != 0)
+  /* GPU parses (TensorFlow programs name GPUs): no device of this build
+   * matches it, so a node pinned there runs only with soft placement */
+  if (s.type[0] && strcmp(s.type, "CPU") != 0 && strcmp(s.type, "GPU") != 0)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        "device spec '%s': unknown device type '%s' (this build has CPU only)",
+                        "device spec '%s': unknown device type '%s' (this build has CPU only; "
+                        "GPU pins run on a CPU with soft placement)",
                         text, s.type);
   *out = s;
   return GR_OK;

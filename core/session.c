@@ -237,25 +237,35 @@ static int soft_device(const gr_session *s, const gr_node *node, const gr_device
   return 0;
 }
 
-/* Tells the user, once per spec and session, that soft placement moved it. */
-static void note_soft(gr_session *s, const gr_node *node, const char *request, int k) {
+/* Tells the user, once per spec and session, that soft placement moved it;
+ * once for every GPU pin (this build has CPUs only). */
+static void note_soft(gr_session *s, const gr_node *node, const gr_device_spec *spec,
+                      const char *request, int k) {
+  bool gpu = strcmp(spec->type, "GPU") == 0;
+  const char *key = gpu ? "GPU" : request;
   pthread_mutex_lock(&s->mu);
   bool seen = false;
-  for (int i = 0; i < s->num_soft_noted && !seen; i++) seen = !strcmp(s->soft_noted[i], request);
+  for (int i = 0; i < s->num_soft_noted && !seen; i++) seen = !strcmp(s->soft_noted[i], key);
   char **more =
       seen ? NULL
            : gr_realloc_array(s->soft_noted, (size_t)(s->num_soft_noted + 1), sizeof(char *));
   if (more) {
     s->soft_noted = more;
-    if ((more[s->num_soft_noted] = strdup(request))) s->num_soft_noted++;
+    if ((more[s->num_soft_noted] = strdup(key))) s->num_soft_noted++;
   }
   pthread_mutex_unlock(&s->mu);
   if (seen) return;
   char msg[GR_ERROR_MSG_MAX];
-  snprintf(msg, sizeof msg,
-           "soft placement: no device of this session matches '%s': the nodes pinned there run "
-           "on this session's devices ('%s' on %s)",
-           request, node->name, s->device_names[k]);
+  if (gpu)
+    snprintf(msg, sizeof msg,
+             "soft placement: this build has no GPU: the nodes pinned to GPUs run on this "
+             "session's CPUs (the first: '%s', pinned to '%s', on %s)",
+             node->name, request, s->device_names[k]);
+  else
+    snprintf(msg, sizeof msg,
+             "soft placement: no device of this session matches '%s': the nodes pinned there run "
+             "on this session's devices ('%s' on %s)",
+             request, node->name, s->device_names[k]);
   if (s->opts.log_fn)
     s->opts.log_fn(s->opts.log_arg, msg);
   else
@@ -276,8 +286,16 @@ static int device_for(gr_session *s, gr_node *node, const gr_device_spec *spec, 
   gr_device_spec_str(spec, request);
   if (s->opts.soft_placement) {
     k = soft_device(s, node, spec);
-    note_soft(s, node, request, k);
+    note_soft(s, node, spec, request, k);
     return k;
+  }
+  if (strcmp(spec->type, "GPU") == 0) {
+    gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                 "node '%s' is pinned to '%s', but this build has no GPU; soft placement runs GPU "
+                 "pins on a CPU, as TensorFlow's allow_soft_placement (graphrun run "
+                 "--soft-placement; gr_session_options.soft_placement)",
+                 node->name, request);
+    return -1;
   }
   char list[512];
   size_t m = 0;

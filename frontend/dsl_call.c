@@ -370,11 +370,14 @@ static gr_status call_def(gr_dsl_program *p, const dsl_stmt *def, const dsl_expr
   p->returned = false;
   p->block_depth = 0;
   size_t saved_path;
+  dsl_keras_saved keras;
+  gr_status st = dsl_keras_enter_def(p, def->str, name, e->pos, &keras);
   dsl_layers_enter_def(p, def->str, e->pos, &saved_path);
   p->call_depth++;
-  gr_status st = dsl_lower_block(p, &def->block);
+  if (st == GR_OK) st = dsl_lower_block(p, &def->block);
   p->call_depth--;
   dsl_layers_leave_def(p, saved_path);
+  dsl_keras_leave(p, &keras);
   p->frame = saved;
   p->ret = saved_ret;
   p->returned = false;
@@ -519,6 +522,12 @@ static gr_status tensor_result(gr_dsl_program *p, dsl_pos pos, const char *name,
 gr_status dsl_tensor_result(gr_dsl_program *p, dsl_pos pos, const char *name, gr_output o,
                             dsl_value *out) {
   return tensor_result(p, pos, name, o, out);
+}
+
+gr_status dsl_call_as_op(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *v,
+                         int nargs, dsl_value *out) {
+  call_args a = {e, v, nargs};
+  return call_op(p, gr_ops_find(e->call.name), e, name, &a, out);
 }
 
 /* The handlers of the built-ins table below (dsl_builtin_fn). */
@@ -872,6 +881,46 @@ static const dsl_builtin builtins[] = {
     {"queue_dequeue_many", dsl_builtin_queue_dequeue_many, NULL, NULL, true},
     {"queue_close", dsl_builtin_queue_close, NULL, NULL, true},
     {"queue_size", dsl_builtin_queue_size, NULL, NULL, true},
+    /* Keras-style layers (dsl_keras.c; docs/dsl.md#layers) */
+    {"dense", dsl_builtin_dense, "`dense(x, units, activation=\"linear\", use_bias=true)`",
+     "a layer: `activation(x @ kernel + bias)`, variables PATH/kernel (glorot_uniform), "
+     "PATH/bias (zeros); PATH: the binding, or `name=`, in the variable scope "
+     "([layers](#layers))",
+     false},
+    {"conv2d", dsl_builtin_conv2d,
+     "`conv2d(x, filters, kernel_size, strides=1, padding=\"valid\", activation, use_bias)`",
+     "a Conv2D layer (PATH/kernel, PATH/bias); `conv2d(x, w, ...)` with a filter tensor `w` is "
+     "the op",
+     true},
+    {"separable_conv2d", dsl_builtin_separable_conv2d,
+     "`separable_conv2d(x, filters, kernel_size, strides, padding, depth_multiplier=1, ...)`",
+     "a depthwise then a 1x1 convolution (PATH/depthwise_kernel, PATH/pointwise_kernel, "
+     "PATH/bias)",
+     false},
+    {"batch_norm", dsl_builtin_batch_norm,
+     "`batch_norm(x, momentum=0.99, epsilon=0.001, training=true)`",
+     "a BatchNormalization layer over the last axis (PATH/gamma, PATH/beta trained; "
+     "PATH/moving_mean, PATH/moving_variance updated in training); with gamma, beta, ... "
+     "given, the op",
+     true},
+    {"max_pool2d", dsl_builtin_max_pool2d,
+     "`max_pool2d(x, pool_size=2, strides=pool_size, padding=\"valid\")`, `avg_pool2d(...)`",
+     "pooling layers (the ops `max_pool`, `avg_pool`)", false},
+    {"avg_pool2d", dsl_builtin_avg_pool2d, NULL, NULL, false},
+    {"global_avg_pool2d", dsl_builtin_global_avg_pool2d, "`global_avg_pool2d(x)`",
+     "the mean over height and width: `[n, h, w, c]` to `[n, c]`", false},
+    {"rescaling", dsl_builtin_rescaling, "`rescaling(x, scale, offset=0)`", "`x * scale + offset`",
+     false},
+    {"random_flip", dsl_builtin_random_flip,
+     "`random_flip(x, mode=\"horizontal_and_vertical\")`, `random_rotation(x, factor, "
+     "fill_mode=\"reflect\", interpolation=\"bilinear\", fill_value=0)`, `random_zoom(x, "
+     "height_factor, width_factor, ...)`, `random_contrast(x, factor)`",
+     "augmentation layers (also `seed=`, `training=true`): in training the op of that name "
+     "([ops.md](ops.md)), else `x` itself; `random_contrast` with `lower=`, `upper=` is the op",
+     true},
+    {"random_rotation", dsl_builtin_random_rotation, NULL, NULL, true},
+    {"random_zoom", dsl_builtin_random_zoom, NULL, NULL, true},
+    {"random_contrast", dsl_builtin_random_contrast, NULL, NULL, true},
 };
 #define NUM_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
 

@@ -226,7 +226,9 @@ static void body_fn(gr_graph *g, void *arg, const gr_output *vars, gr_output *ne
     dsl_frame *saved = c->p->frame;
     int nfresh = c->p->nfresh;
     c->p->frame = &body;
+    c->p->loop_depth++; /* a layer's first call may not be here (dsl_keras.c) */
     if (dsl_lower_block(c->p, &c->e->loop.body) != GR_OK) c->failed = true;
+    c->p->loop_depth--;
     c->p->frame = saved;
     c->p->nfresh = nfresh; /* reads made in the loop stay in it */
     for (int k = 0; k < c->e->loop.nvars && !c->failed; k++) {

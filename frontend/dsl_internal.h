@@ -369,6 +369,27 @@ struct gr_dsl_program {
   char def_path[512];
   size_t def_path_len;
   dsl_pos layer_call;
+  /* the layer that made the value being bound, for the recording: its
+   * node and kind ("dense", ...) (dsl_keras.c) */
+  const gr_node *layer_node;
+  const char *layer_kind;
+  /* Keras-style layers (dsl_keras.c): the variable scope (the path of a
+   * layer's variables: scope blocks and def instances), the counters of
+   * unnamed layers and def instances and the layers used in the current
+   * instance (a frame per def call and replica body), and every layer
+   * made so far (path -> its configuration, where it was made) */
+  char var_scope[512];
+  size_t var_scope_len;
+  int var_scope_too_deep; /* parts that did not fit */
+  dsl_frame *layer_frame;
+  dsl_frame top_layer_frame;
+  dsl_frame layers_made;
+  /* the defs being called (outermost first), and for each def that made
+   * layers, whether as a model called at the top level or as a part */
+  const char *keras_defs[64];
+  int nkeras_defs;
+  dsl_frame def_kinds;
+  int loop_depth; /* while bodies being lowered */
 };
 
 /* ---- recorded bindings (dsl_layers.c), with opts.record_layers ------------ */
@@ -380,6 +401,31 @@ void dsl_layers_leave_def(gr_dsl_program *p, size_t saved);
  * the graph's node count before s, l0: the layer count before s. */
 gr_status dsl_layers_record(gr_dsl_program *p, const dsl_stmt *s, int n0, int l0);
 
+/* ---- Keras-style layers (dsl_keras.c) ----------------------------------- */
+
+/* What a def call, a scope block or a replica's body changes in the
+ * layers' naming; restored by the matching leave. */
+typedef struct dsl_keras_saved {
+  size_t var_scope_len;
+  int too_deep;
+  int ndefs;
+  dsl_frame *frame;
+  dsl_frame *own; /* the frame entered (freed on leave), NULL when none */
+} dsl_keras_saved;
+gr_status dsl_keras_init(gr_dsl_program *p);
+void dsl_keras_free(gr_dsl_program *p);
+/* A call of def `def` bound to `name` (NULL: unbound) at pos: its layers'
+ * variables go under its instance path (the def's name at the top level;
+ * inside a def, the binding, else the def's name numbered per call). */
+gr_status dsl_keras_enter_def(gr_dsl_program *p, const char *def, const char *name, dsl_pos pos,
+                              dsl_keras_saved *saved);
+/* `scope "s" { ... }`: s joins the variable scope. */
+gr_status dsl_keras_enter_scope(gr_dsl_program *p, const char *scope, dsl_pos pos,
+                                dsl_keras_saved *saved);
+/* A replica's (or micro-batch's) body: its layers are the replicas' shared
+ * ones, reached once per replica. */
+gr_status dsl_keras_enter_replica(gr_dsl_program *p, dsl_keras_saved *saved);
+void dsl_keras_leave(gr_dsl_program *p, const dsl_keras_saved *saved);
 /* A variable read made in an open control_dependencies block (deps_depth). */
 typedef struct dsl_fresh_read {
   int depth;
@@ -490,9 +536,18 @@ extern dsl_builtin_handler dsl_builtin_ps_variables, dsl_builtin_replicas,
     dsl_builtin_partitioned_variable, dsl_builtin_mirror_spread;
 /* Keras' losses and metrics (dsl_losses.c): one handler for every name. */
 extern dsl_builtin_handler dsl_builtin_loss_or_metric;
-/* The end of a built-in that makes a tensor o (dsl_call.c): the graph's
- * error if any, else *out = o, its node renamed to the binding name
- * (name NULL: kept). */
+/* The layer built-ins (dense, conv2d, batch_norm, max_pool2d, ...). conv2d,
+ * batch_norm and random_contrast also build their op when called as the op
+ * (conv2d(x, w), batch_norm(x, gamma, beta, mean, variance), ...). */
+extern dsl_builtin_handler dsl_builtin_dense, dsl_builtin_conv2d, dsl_builtin_separable_conv2d,
+    dsl_builtin_batch_norm, dsl_builtin_max_pool2d, dsl_builtin_avg_pool2d,
+    dsl_builtin_global_avg_pool2d, dsl_builtin_rescaling, dsl_builtin_random_flip,
+    dsl_builtin_random_rotation, dsl_builtin_random_zoom, dsl_builtin_random_contrast;
+/* For built-ins named like an op: the call e as a plain op call (dsl_call.c). */
+gr_status dsl_call_as_op(gr_dsl_program *p, const dsl_expr *e, const char *name, dsl_value *v,
+                         int nargs, dsl_value *out);
+/* The end of a built-in that made tensor o: the graph's error if any, else
+ * o renamed to the binding `name` (NULL: kept) (dsl_call.c). */
 gr_status dsl_tensor_result(gr_dsl_program *p, dsl_pos pos, const char *name, gr_output o,
                             dsl_value *out);
 gr_status dsl_lower_cond(gr_dsl_program *p, const dsl_expr *e, dsl_value *out);

@@ -1,6 +1,7 @@
 /* Recorded bindings (gr_dsl_options.record_layers, graphrun check
  * --layers): each `name = expr` statement that binds a tensor, with its def
  * path, source positions and the size of the variables it made. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "dsl_internal.h"
@@ -20,13 +21,17 @@ void dsl_layers_leave_def(gr_dsl_program *p, size_t saved) {
   p->def_path_len = saved;
 }
 
-/* Elements of the variables among nodes [n0, n1). */
+/* Elements of the model's variables among nodes [n0, n1): not optimizer
+ * slots, mirrored copies or the global step. -1 when out of memory. */
 static int64_t variable_elements(const gr_graph *g, int n0, int n1) {
+  unsigned char *roles = malloc((size_t)(n1 - n0) + 1);
+  if (!roles) return -1;
+  gr_variable_roles(g, n0, n1, roles);
   int64_t e = 0;
-  for (int i = n0; i < n1; i++) {
-    const gr_node *n = gr_graph_node(g, i);
-    if (gr_ops_is_variable(n)) e += gr_shape_num_elements(&n->out_shapes[0]);
-  }
+  for (int i = n0; i < n1; i++)
+    if (roles[i - n0] == GR_VAR_TRAINABLE || roles[i - n0] == GR_VAR_NON_TRAINABLE)
+      e += gr_shape_num_elements(&gr_graph_node(g, i)->out_shapes[0]);
+  free(roles);
   return e;
 }
 
@@ -44,6 +49,7 @@ static gr_status push_layer(gr_dsl_program *p, const gr_dsl_layer *l) {
 
 gr_status dsl_layers_record(gr_dsl_program *p, const dsl_stmt *s, int n0, int l0) {
   int64_t params = variable_elements(p->g, n0, gr_graph_num_nodes(p->g));
+  if (params < 0) return gr_error_set_oom(p->err);
   for (int i = l0; i < p->nlayers; i++) params -= p->layers[i].params; /* nested statements' */
   bool in_def = p->call_depth > 0;
   for (int i = 0; i < s->nnames; i++) {
@@ -55,8 +61,9 @@ gr_status dsl_layers_record(gr_dsl_program *p, const dsl_stmt *s, int n0, int l0
     memcpy(path, p->def_path, p->def_path_len);
     memcpy(path + p->def_path_len, s->names[i], n);
     dsl_pos call = in_def ? p->layer_call : s->pos;
+    const char *kind = b->v.t.node == p->layer_node ? p->layer_kind : NULL;
     gr_dsl_layer l = {path,      s->pos.src->name, s->pos.line, call.src->name,
-                      call.line, b->v.t,           params};
+                      call.line, b->v.t,           params,      kind};
     GR_TRY(push_layer(p, &l));
     params = 0;
   }

@@ -115,9 +115,13 @@ static gr_status rep_body(gr_graph *g, void *arg, int k, const gr_output *inputs
   int nfresh = p->nfresh;
   dsl_value v;
   const dsl_stmt *last = NULL;
+  dsl_keras_saved keras; /* the layers are the replicas' shared ones */
+  gr_status kst = dsl_keras_enter_replica(p, &keras);
+  if (st == GR_OK) st = kst;
   p->block_depth++;
   if (st == GR_OK) st = dsl_block_value(p, a->e->call.block, &v, &last);
   p->block_depth--;
+  dsl_keras_leave(p, &keras);
   if (st == GR_OK) {
     int have = v.kind == V_TUPLE ? v.list.n : 1;
     if (have != c->nout)

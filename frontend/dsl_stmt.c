@@ -199,9 +199,12 @@ static gr_status lower_scoped_block(gr_dsl_program *p, const dsl_stmt *s) {
     } else if (gr_graph_push_name_scope(p->g, v.str) != GR_OK) {
       return dsl_check_graph(p, s->expr->pos);
     }
+    dsl_keras_saved keras;
+    st = dsl_keras_enter_scope(p, s->kind == S_SCOPE ? v.str : "", s->expr->pos, &keras);
     p->block_depth++;
-    st = dsl_lower_block(p, &s->block);
+    if (st == GR_OK) st = dsl_lower_block(p, &s->block);
     p->block_depth--;
+    dsl_keras_leave(p, &keras);
     if (s->kind == S_DEVICE)
       gr_graph_pop_device_scope(p->g);
     else
@@ -452,6 +455,12 @@ static gr_status load(const char *name, const char *text, size_t len, gr_graph *
   if (opts) p->opts = *opts;
   p->frame = &p->globals;
   p->err = err;
+  if (dsl_keras_init(p) != GR_OK) {
+    dsl_frame_free(&p->globals);
+    dsl_frame_free(&p->scopes_used);
+    free(p);
+    return err->code;
+  }
   if (real && !remember_import(p, real)) {
     gr_dsl_program_free(p);
     return gr_error_set_oom(err);
@@ -517,6 +526,7 @@ void gr_dsl_program_free(gr_dsl_program *p) {
   free(p->fresh);
   dsl_frame_free(&p->globals);
   dsl_frame_free(&p->scopes_used);
+  dsl_keras_free(p);
   dsl_arena_free(&p->temp);
   dsl_arena_free(&p->persist);
   free(p);

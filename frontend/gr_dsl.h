@@ -97,8 +97,13 @@ typedef struct gr_dsl_layer {
   int call_line;         /* statement itself */
   gr_output value;
   /* elements of the variables the statement made, not counting those of
-   * the bindings nested in it (a def's); on the first name of a statement */
+   * the bindings nested in it (a def's), nor optimizer slots, mirrored
+   * copies or the global step (gr_variable_roles); on the first name of a
+   * statement */
   int64_t params;
+  /* the layer built-in that made value ("dense", "conv2d", ...: Keras'
+   * layer type), NULL when an op or a def did */
+  const char *layer;
 } gr_dsl_layer;
 int gr_dsl_num_layers(const gr_dsl_program *p);
 const gr_dsl_layer *gr_dsl_layer_at(const gr_dsl_program *p, int i);

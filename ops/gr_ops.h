@@ -494,7 +494,11 @@ typedef struct gr_replicate_options {
  * replica's backward pass runs with its forward pass, and the replicas'
  * contributions to a variable are added where it lives (a parameter
  * server), or all-reduced for mirrored variables. The body must not make
- * variables. Batch norms in training normalise each replica's slice with
+ * variables in its name scope; one made under an absolute name scope (a
+ * layer's: gr_ops_layers.h) counts as made before the replicas: it goes
+ * where the device scopes outside the replicas put it (with
+ * mirror_variables, on devices[0]), and replicas after the one that made
+ * it read their copies. Batch norms in training normalise each replica's slice with
  * its own statistics; their moving statistics are updated once per step,
  * where each variable (and each mirrored copy) lives, with the mean of the
  * replicas' statistics (moving_average_update), and the outputs wait for
@@ -509,6 +513,7 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
 gr_output gr_mirror_spread(gr_graph *g);
 
 #include "ops/gr_losses.h"
+#include "ops/gr_ops_layers.h"
 #include "ops/gr_ops_partitioned.h"
 #include "ops/gr_ops_sync.h"
 

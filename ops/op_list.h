@@ -149,6 +149,10 @@
   X(random_crop)                                                                                   \
   X(random_brightness)                                                                             \
   X(random_contrast)                                                                               \
+  /* image_transform.c */                                                                          \
+  X(random_flip)                                                                                   \
+  X(random_rotation)                                                                               \
+  X(random_zoom)                                                                                   \
   /* stack_ops.c */                                                                                \
   X(stack_push)                                                                                    \
   X(stack_pop)                                                                                     \

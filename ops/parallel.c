@@ -405,15 +405,15 @@ typedef struct mirror_map {
 } mirror_map;
 
 /* Replica k's body, nodes [lo, hi): inputs read from variables made
- * before the replicas (ids < first) are routed to replica k's copies. */
-static gr_status mirror_reads(gr_graph *g, int first, int lo, int hi, int k, const char *dev,
-                              mirror_map *mm) {
+ * before its body (before the replicas, or a layer's made by an earlier
+ * replica: ids < lo) are routed to replica k's copies. */
+static gr_status mirror_reads(gr_graph *g, int lo, int hi, int k, const char *dev, mirror_map *mm) {
   mm->n = 0;
   for (int id = lo; id < hi; id++) {
     gr_node *nd = gr_graph_node(g, id);
     const char *var = gr_node_attr_string(nd, "var", "");
     const gr_node *named = var[0] ? gr_graph_find_node(g, var) : NULL;
-    if (named && named->id < first && !is_variable(nd))
+    if (named && named->id < lo && !is_variable(nd))
       return gr_graph_set_errorf(g, GR_ERR_UNIMPLEMENTED,
                                  "replicate: node '%s' (op %s) of replica %d uses variable '%s' "
                                  "by name; with mirrored variables a replica's body may only "
@@ -422,7 +422,7 @@ static gr_status mirror_reads(gr_graph *g, int first, int lo, int hi, int k, con
                                  nd->name, nd->op->name, k, var);
     for (int j = 0; j < nd->num_inputs; j++) {
       const gr_node *src = nd->inputs[j].node;
-      if (src->id >= first || !is_variable(src) || !gr_dtype_is_float(src->out_dtypes[0])) continue;
+      if (src->id >= lo || !is_variable(src) || !gr_dtype_is_float(src->out_dtypes[0])) continue;
       int m = 0;
       while (m < mm->n && mm->from[m] != src) m++;
       if (m == mm->n) {
@@ -497,16 +497,61 @@ typedef struct replicas {
   mirror_map mm;
 } replicas;
 
+/* The device of a node of replica k: the replica's device merged over what
+ * the scopes outside give, as a device scope would; but a variable the
+ * body makes outside its name scope (a layer's, gr_ops_layers.h) stays
+ * where the scopes outside the replicas put it (a ps task), unless the
+ * variables are mirrored: then on replica 0's device, as TensorFlow's
+ * MirroredStrategy keeps its primary copy. */
+typedef struct replica_device {
+  gr_device_spec dev;
+  bool keep_variables;
+  char buf[GR_DEVICE_NAME_MAX];
+} replica_device;
+
+static const char *replica_device_fn(gr_graph *g, const gr_node *n, const char *spec, void *arg) {
+  replica_device *d = arg;
+  if (d->keep_variables && is_variable(n)) return spec;
+  gr_device_spec outer;
+  gr_error e;
+  if (gr_device_spec_parse(spec, &outer, &e) != GR_OK) {
+    gr_graph_set_error(g, &e);
+    return NULL;
+  }
+  gr_device_spec merged = gr_device_spec_merge(&outer, &d->dev);
+  return gr_device_spec_str(&merged, d->buf);
+}
+
+/* Is variable v, made by a replica's body, named outside every replica's
+ * name scope (OUTER/SCOPE_i/...)? Then the replicas share it. */
+static bool made_outside(const replicas *r, const char *outer, const gr_node *v) {
+  size_t lo = strlen(outer), ls = strlen(r->scope);
+  const char *rest = v->name;
+  if (lo) {
+    if (strncmp(rest, outer, lo) != 0 || rest[lo] != '/') return true;
+    rest += lo + 1;
+  }
+  if (strncmp(rest, r->scope, ls) != 0 || rest[ls] != '_') return true;
+  rest += ls + 1;
+  while (*rest >= '0' && *rest <= '9') rest++;
+  return *rest != '/';
+}
+
 /* Replica k: the body in name scope SCOPE_k (and the replica's device
  * scope), then checks of what it made. */
 static gr_status build_replica(replicas *r, int k, gr_replica_fn fn, void *arg) {
   gr_graph *g = r->g;
   const gr_replicate_options *o = r->o;
   char name[128];
+  const char *outer = gr_graph_name_scope(g);
   snprintf(name, sizeof name, "%s_%d", r->scope, k);
+  replica_device dev = {.keep_variables = !o->mirror_variables};
+  gr_error e;
+  if (o->devices && gr_device_spec_parse(o->devices[k], &dev.dev, &e) != GR_OK)
+    return gr_graph_set_error(g, &e);
   gr_status st = gr_graph_push_name_scope(g, name);
   if (st != GR_OK) return st;
-  if (o->devices && (st = gr_graph_push_device_scope(g, o->devices[k])) != GR_OK) {
+  if (o->devices && (st = gr_graph_push_device_fn(g, replica_device_fn, &dev)) != GR_OK) {
     gr_graph_pop_name_scope(g);
     return st;
   }
@@ -519,10 +564,11 @@ static gr_status build_replica(replicas *r, int k, gr_replica_fn fn, void *arg) 
   if (st != GR_OK) return st;
   int hi = gr_graph_num_nodes(g);
   for (int id = lo; id < hi; id++)
-    if (is_variable(gr_graph_node(g, id)))
+    if (is_variable(gr_graph_node(g, id)) && !made_outside(r, outer, gr_graph_node(g, id)))
       return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
                                  "replicate: replica %d makes variable '%s': make the model's "
-                                 "variables before the replicas, which all read them",
+                                 "variables before the replicas, which all read them (or with "
+                                 "layers, which make theirs outside the replicas)",
                                  k, gr_graph_node(g, id)->name);
   for (int j = 0; j < r->num_outputs; j++) {
     gr_output y = mine[j];
@@ -532,8 +578,7 @@ static gr_status build_replica(replicas *r, int k, gr_replica_fn fn, void *arg) 
                                  "tensor (the outputs are averaged over the replicas)",
                                  j, k);
   }
-  if (o->mirror_variables && k > 0)
-    return mirror_reads(g, r->first, lo, hi, k, o->devices[k], &r->mm);
+  if (o->mirror_variables && k > 0) return mirror_reads(g, lo, hi, k, o->devices[k], &r->mm);
   return GR_OK;
 }
 

@@ -1,7 +1,8 @@
 /* graphrun check FILE.gr: parse, build and shape-check; print node and op
  * counts; with --stats, what the graph passes (prune, CSE, constant folding)
  * remove for the file's fetches and targets; with --layers, each binding's
- * op, dtype, shape and parameters (as Keras' model.summary()). */
+ * op or layer, dtype, shape and parameters, and the parameter counts of
+ * Keras' model.summary(). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,8 +29,10 @@ static void usage(FILE *f) {
       "and of nodes per op. Errors are reported as file:line:col with the source line.\n"
       "  --layers            also list every `name = expr` binding of a tensor in the order\n"
       "                      built (inside defs once per call, as def/name), with where its\n"
-      "                      top-level statement is, the op that made it, dtype, shape (? for\n"
-      "                      unknown dims) and the elements of the variables it made\n"
+      "                      top-level statement is, the op or layer that made it, dtype,\n"
+      "                      shape (? for unknown dims) and the parameters it made; then the\n"
+      "                      total, trainable and non-trainable parameters, as Keras'\n"
+      "                      model.summary() (optimizer slots are not parameters)\n"
       "  --stats             also run the graph passes and say what each removed: nodes not\n"
       "                      needed by the fetches and targets (pruned), duplicates merged\n"
       "                      by CSE, nodes folded into constants (see docs/passes.md)\n"
@@ -72,14 +75,41 @@ static int sinks(const gr_graph *g, gr_output *out) {
   return k;
 }
 
-/* The recorded bindings as a table, and the sum of their parameters. */
-static void print_layers(const gr_dsl_program *p) {
+/* n with thousands separators, as Keras prints counts: 269,322. */
+static const char *thousands(int64_t n, char *buf) {
+  char digits[32];
+  int len = snprintf(digits, sizeof digits, "%lld", (long long)(n < 0 ? -n : n)), k = 0;
+  if (n < 0) buf[k++] = '-';
+  for (int i = 0; i < len; i++) {
+    if (i && (len - i) % 3 == 0) buf[k++] = ',';
+    buf[k++] = digits[i];
+  }
+  buf[k] = '\0';
+  return buf;
+}
+
+/* The graph's variables by role (gr_variable_roles): elements[role]. */
+static bool count_roles(const gr_graph *g, int64_t elements[GR_VAR_STEP + 1]) {
+  int n = gr_graph_num_nodes(g);
+  unsigned char *roles = malloc((size_t)n + 1);
+  if (!roles) return false;
+  gr_variable_roles(g, 0, n, roles);
+  memset(elements, 0, sizeof(int64_t) * (GR_VAR_STEP + 1));
+  for (int i = 0; i < n; i++)
+    if (roles[i] != GR_VAR_NONE)
+      elements[roles[i]] += gr_shape_num_elements(&gr_graph_node(g, i)->out_shapes[0]);
+  free(roles);
+  return true;
+}
+
+/* The recorded bindings as a table, then the parameters as Keras' model.summary() counts them. */
+static bool print_layers(const gr_dsl_program *p, const gr_graph *g) {
   int n = gr_dsl_num_layers(p), wn = 4, wa = 2, wo = 2;
   char at[600], shape[GR_SHAPE_STR_MAX];
   for (int i = 0; i < n; i++) {
     const gr_dsl_layer *l = gr_dsl_layer_at(p, i);
     int a = snprintf(at, sizeof at, "%s:%d", l->call_file, l->call_line);
-    int pl = (int)strlen(l->path), ol = (int)strlen(l->value.node->op->name);
+    int pl = (int)strlen(l->path), ol = (int)strlen(l->layer ? l->layer : l->value.node->op->name);
     wn = pl > wn ? (pl < 48 ? pl : 48) : wn;
     wa = a > wa ? (a < 48 ? a : 48) : wa;
     wo = ol > wo ? ol : wo;
@@ -87,19 +117,31 @@ static void print_layers(const gr_dsl_program *p) {
   printf("layers (the file's bindings in the order built):\n");
   printf("  %-*s  %-*s  %-*s  %-5s  %-20s  %s\n", wn, "name", wa, "at", wo, "op", "dtype", "shape",
          "params");
-  int64_t total = 0;
   for (int i = 0; i < n; i++) {
     const gr_dsl_layer *l = gr_dsl_layer_at(p, i);
     const gr_node *nd = l->value.node;
     bool out = l->value.index >= 0 && l->value.index < nd->num_outputs; /* else no_op's */
     snprintf(at, sizeof at, "%s:%d", l->call_file, l->call_line);
-    printf("  %-*s  %-*s  %-*s  %-5s  %-20s  %lld\n", wn, l->path, wa, at, wo, nd->op->name,
+    printf("  %-*s  %-*s  %-*s  %-5s  %-20s  %lld\n", wn, l->path, wa, at, wo,
+           l->layer ? l->layer : nd->op->name,
            out ? gr_dtype_name(nd->out_dtypes[l->value.index]) : "-",
            out ? gr_shape_str(&nd->out_shapes[l->value.index], shape) : "-", (long long)l->params);
-    total += l->params;
   }
-  printf("%d binding%s, %lld params in the variables they made\n", n, n == 1 ? "" : "s",
-         (long long)total);
+  int64_t e[GR_VAR_STEP + 1];
+  if (!count_roles(g, e)) return false;
+  char b1[32];
+  printf("%d binding%s\n", n, n == 1 ? "" : "s");
+  printf("Total params: %s\n", thousands(e[GR_VAR_TRAINABLE] + e[GR_VAR_NON_TRAINABLE], b1));
+  printf("Trainable params: %s\n", thousands(e[GR_VAR_TRAINABLE], b1));
+  printf("Non-trainable params: %s\n", thousands(e[GR_VAR_NON_TRAINABLE], b1));
+  static const char *const what[] = {[GR_VAR_SLOT] = "in optimizer slots",
+                                     [GR_VAR_COPY] = "in mirrored copies",
+                                     [GR_VAR_STEP] = "in the global step"};
+  const char *sep = "Not parameters: ";
+  for (int r = GR_VAR_SLOT; r <= GR_VAR_STEP; r++)
+    if (e[r]) printf("%s%s %s", sep, thousands(e[r], b1), what[r]), sep = ", ";
+  if (sep[0] == ',') printf("\n");
+  return true;
 }
 
 static void print_names(const char *what, const char *const *names, int n) {
@@ -237,8 +279,12 @@ int gr_cmd_check(int argc, char **argv) {
     rc = GR_EXIT_FAILURE;
   } else {
     print_op_counts(file, g, c);
-    if (layers) print_layers(p);
-    if (stats) rc = print_pass_stats(g, p, fetch_names, nfetch, target_names, ntarget, &po);
+    if (layers && !print_layers(p, g)) {
+      fprintf(stderr, "graphrun check: out of memory\n");
+      rc = GR_EXIT_FAILURE;
+    }
+    if (stats && rc == GR_EXIT_OK)
+      rc = print_pass_stats(g, p, fetch_names, nfetch, target_names, ntarget, &po);
     free(c);
   }
   gr_dsl_program_free(p);

@@ -1,7 +1,10 @@
 /* `graphrun check --layers`: the bindings of examples/fashion_cnn.gr with
  * the shapes of the CNN's layers, and of a small file with a def called
  * twice (def paths, call sites, parameters, unknown dims, NCHW); the
- * listing is off without the flag. Runs the graphrun binary of this build. */
+ * listing is off without the flag; Keras' model.summary() counts for an MLP
+ * and a CNN of layer built-ins (total, trainable, non-trainable; optimizer
+ * slots and the global step not parameters). Runs the graphrun binary of
+ * this build. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +88,7 @@ static void test_fashion_cnn(void) {
     expect_binding(layers[i].name, k, "fashion_cnn.gr:", layers[i].op, layers[i].test, "0");
   }
   /* variables: counted where made (in the def), not again where unpacked;
-   * train's are Adam's slots */
+   * train makes Adam's slots, which are not parameters */
   const want_binding more[] = {
       {"logits", 0, "fashion_cnn.gr:", "add", "f32    [128, 10]", "0"},
       {"conv_bn_vars/w", 0, "fashion_cnn.gr:", "variable", "[3, 3, 1, 32]", "288"},
@@ -93,7 +96,7 @@ static void test_fashion_cnn(void) {
       {"c1w", 0, "fashion_cnn.gr:", "variable", "[3, 3, 1, 32]", "0"},
       {"dense_vars/w", 0, "fashion_cnn.gr:", "variable", "[3136, 128]", "401408"},
       {"images", 0, "fashion_cnn.gr:", "batch", "u8     [128, 28, 28]", "0"},
-      {"train", 0, "fashion_cnn.gr:", "no_op", "-      -", NULL},
+      {"train", 0, "fashion_cnn.gr:", "no_op", "-      -", "0"}, /* slots: no parameters */
   };
   expect_bindings(more, sizeof more / sizeof more[0]);
   /* the two passes are told apart by their call sites */
@@ -133,7 +136,9 @@ static void test_inline(void) {
   };
   expect_bindings(want, sizeof want / sizeof want[0]);
   GR_CHECK(!strstr(out, "\n  s ")); /* a string binds no tensor */
-  GR_CHECK_STR_CONTAINS(out, "\n10 bindings, 396 params in the variables they made\n");
+  GR_CHECK_STR_CONTAINS(out, "\n10 bindings\nTotal params: 396\nTrainable params: 396\n"
+                             "Non-trainable params: 0\n");
+  GR_CHECK(!strstr(out, "Not parameters"));
   /* the order is the order built: x, block/w, block/h, h1, ... */
   const char *px = strstr(out, "\n  x "), *pw = strstr(out, "\n  block/w "),
              *ph1 = strstr(out, "\n  h1 ");
@@ -151,11 +156,82 @@ static void test_inline(void) {
   GR_CHECK(!strstr(out, "layers ("));
 }
 
+/* Keras' model.summary() numbers for models written with the layer
+ * built-ins: Dense(784 -> 256) is 200,960 parameters, the MLP 269,322;
+ * batch norm's moving statistics are non-trainable; Adam's slots and the
+ * global step are not parameters. */
+static void test_keras_summary(void) {
+  gt_write_file(dir, "mlp.gr",
+                "x = placeholder(f32, [?, 784])\n"
+                "y = placeholder(i64, [?])\n"
+                "h1 = dense(x, 256, activation=\"relu\")\n"
+                "h2 = dense(h1, 256, activation=\"relu\")\n"
+                "logits = dense(h2, 10)\n"
+                "step = global_step()\n"
+                "train = minimize(reduce_mean(sparse_softmax_cross_entropy(logits, y)), adam())\n");
+  GR_CHECK_EQ_INT(run("check mlp.gr --layers"), 0);
+  const want_binding mlp[] = {
+      {"h1", 0, "mlp.gr:3 ", "dense", "f32    [?, 256]", "200960"},
+      {"h2", 0, "mlp.gr:4 ", "dense", "f32    [?, 256]", "65792"},
+      {"logits", 0, "mlp.gr:5 ", "dense", "f32    [?, 10]", "2570"},
+      {"step", 0, "mlp.gr:6 ", "variable", "i64    []", "0"},
+      {"train", 0, "mlp.gr:7 ", "no_op", "-      -", "0"},
+  };
+  expect_bindings(mlp, sizeof mlp / sizeof mlp[0]);
+  GR_CHECK_STR_CONTAINS(out, "\nTotal params: 269,322\nTrainable params: 269,322\n"
+                             "Non-trainable params: 0\n"
+                             "Not parameters: 538,650 in optimizer slots, 1 in the global step\n");
+  gt_write_file(dir, "cnn.gr",
+                "x = placeholder(f32, [?, 28, 28, 1])\n"
+                "def model(x, training) {\n"
+                "  a = random_flip(x, mode=\"horizontal\", training=training)\n"
+                "  c1 = conv2d(a, 32, 3, padding=\"same\")\n"
+                "  b1 = batch_norm(c1, training=training)\n"
+                "  p1 = max_pool2d(relu(b1))\n"
+                "  c2 = conv2d(p1, 64, 3)\n"
+                "  b2 = batch_norm(c2, training=training)\n"
+                "  p2 = max_pool2d(relu(b2))\n"
+                "  s = separable_conv2d(p2, 128, 3, padding=\"same\", activation=\"relu\")\n"
+                "  g = global_avg_pool2d(s)\n"
+                "  return dense(dropout(g, 0.5, training=training), 10)\n"
+                "}\n"
+                "logits = model(x, true)\n"
+                "test_logits = model(x, false)\n");
+  GR_CHECK_EQ_INT(run("check cnn.gr --layers"), 0);
+  const want_binding cnn[] = {
+      {"model/a", 0, "cnn.gr:14 ", "random_flip", "f32    [?, 28, 28, 1]", "0"},
+      {"model/c1", 0, "cnn.gr:14 ", "conv2d", "f32    [?, 28, 28, 32]", "320"},
+      {"model/b1", 0, "cnn.gr:14 ", "batch_norm", "f32    [?, 28, 28, 32]", "128"},
+      {"model/p1", 0, "cnn.gr:14 ", "max_pool2d", "f32    [?, 14, 14, 32]", "0"},
+      {"model/c2", 0, "cnn.gr:14 ", "conv2d", "f32    [?, 12, 12, 64]", "18496"},
+      {"model/b2", 0, "cnn.gr:14 ", "batch_norm", "f32    [?, 12, 12, 64]", "256"},
+      {"model/p2", 0, "cnn.gr:14 ", "max_pool2d", "f32    [?, 6, 6, 64]", "0"},
+      {"model/s", 0, "cnn.gr:14 ", "separable_conv2d", "f32    [?, 6, 6, 128]", "8896"},
+      {"model/g", 0, "cnn.gr:14 ", "global_avg_pool2d", "f32    [?, 128]", "0"},
+      {"logits", 0, "cnn.gr:14 ", "dense", "f32    [?, 10]", "1290"},
+      /* the test pass applies the same layers: no new parameters */
+      {"model/a", 1, "cnn.gr:15 ", "identity", "f32    [?, 28, 28, 1]", "0"},
+      {"model/c1", 1, "cnn.gr:15 ", "conv2d", "f32    [?, 28, 28, 32]", "0"},
+      {"test_logits", 0, "cnn.gr:15 ", "dense", "f32    [?, 10]", "0"},
+  };
+  expect_bindings(cnn, sizeof cnn / sizeof cnn[0]);
+  GR_CHECK_STR_CONTAINS(out, "\nTotal params: 29,386\nTrainable params: 29,194\n"
+                             "Non-trainable params: 192\n");
+  /* the CNN example: Adam's slots and the step are not parameters */
+  char args[512];
+  snprintf(args, sizeof args, "check %s/examples/fashion_cnn.gr --layers", GR_SOURCE_DIR);
+  GR_CHECK_EQ_INT(run(args), 0);
+  GR_CHECK_STR_CONTAINS(out, "\nTotal params: 421,930\nTrainable params: 421,738\n"
+                             "Non-trainable params: 192\n"
+                             "Not parameters: 843,486 in optimizer slots, 1 in the global step\n");
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/gr_test_check_cli_XXXXXX");
   if (!mkdtemp(dir)) return 1;
   GR_RUN(test_fashion_cnn);
   GR_RUN(test_inline);
+  GR_RUN(test_keras_summary);
   gt_remove_tree(dir);
   return gr_test_finish();
 }

@@ -55,8 +55,8 @@ static void test_parse_malformed(void) {
       "/device:CPU",              /* no id */
       "/device:CPU:",             /* empty id */
       "/device::0",               /* empty type */
-      "/device:GPU:0",            /* no such type in this build */
-      "/gpu:0",                   /* legacy form, unknown type */
+      "/device:TPU:0",            /* no such type */
+      "/tpu:0",                   /* not a legacy form */
       "/device:CPU:0/cpu:1",      /* two devices */
       "/host:3",                  /* unknown component */
       "/job",                     /* no colon */
@@ -95,8 +95,26 @@ static void test_merge_and_match(void) {
   GR_CHECK(gr_device_spec_matches(&other, &dev));
 }
 
+/* GPU pins parse, as TensorFlow programs write them, and match no device
+ * of this build (a session runs them on a CPU only with soft placement:
+ * test_session's test_gpu_pins). */
+static void test_gpu_specs(void) {
+  gr_device_spec a, b;
+  gr_error err;
+  char buf[GR_DEVICE_NAME_MAX];
+  GR_CHECK_OK(gr_device_spec_parse("/gpu:1", &a, &err), err);
+  GR_CHECK(strcmp(gr_device_spec_str(&a, buf), "/device:GPU:1") == 0);
+  GR_CHECK_OK(gr_device_spec_parse("/job:worker/task:0/device:gpu:0", &b, &err), err);
+  GR_CHECK(strcmp(gr_device_spec_str(&b, buf), "/job:worker/task:0/device:GPU:0") == 0);
+  gr_device_spec cpu = gr_device_spec_local_cpu(1);
+  GR_CHECK(!gr_device_spec_matches(&a, &cpu));
+  GR_CHECK(gr_device_spec_parse("/device:TPU:0", &a, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "unknown device type 'TPU'");
+}
+
 int main(void) {
   GR_RUN(test_parse_valid);
+  GR_RUN(test_gpu_specs);
   GR_RUN(test_parse_malformed);
   GR_RUN(test_merge_and_match);
   return gr_test_finish();

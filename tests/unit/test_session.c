@@ -308,6 +308,43 @@ static void test_soft_placement(void) {
   gr_graph_free(g);
 }
 
+/* GPU pins (/gpu:N, /device:GPU:N, as TensorFlow programs write them):
+ * without soft placement an error that names the option; with it they run
+ * on the CPUs with one note for all of them, whatever the GPU index. */
+static void test_gpu_pins(void) {
+  gr_graph *g = gr_graph_new();
+  GR_CHECK_OK(gr_graph_push_device_scope(g, "/gpu:0"), *gr_graph_error(g));
+  gr_output a = gr_name(g, gr_const_f32(g, 2), "a");
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope(g, "/job:localhost/device:GPU:1");
+  gr_output b = gr_name(g, gr_mul(g, a, gr_const_f32(g, 3)), "b");
+  gr_graph_pop_device_scope(g);
+  GR_CHECK(gr_graph_error(g) == NULL);
+  gr_error err;
+  gr_tensor out;
+  gr_session_options o = {.num_devices = 2};
+  gr_session *s = gr_session_new(g, &o, &err);
+  GR_CHECK(gr_session_run(s, NULL, 0, &b, 1, &out, NULL, 0, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "is pinned to '/device:GPU:");
+  GR_CHECK_STR_CONTAINS(err.msg, "this build has no GPU; soft placement runs GPU pins on a CPU");
+  GR_CHECK_STR_CONTAINS(err.msg, "graphrun run --soft-placement");
+  gr_session_free(s);
+  notes ns = {0, ""};
+  o = (gr_session_options){
+      .num_devices = 2, .soft_placement = true, .log_fn = take_note, .log_arg = &ns};
+  s = gr_session_new(g, &o, &err);
+  GR_CHECK_OK(gr_session_run(s, NULL, 0, &b, 1, &out, NULL, 0, &err), err);
+  GR_CHECK_NEAR(gr_tensor_get_f64(&out, 0), 6, 0);
+  gr_tensor_release(&out);
+  GR_CHECK_EQ_INT(ns.n, 1); /* one note for both GPUs */
+  GR_CHECK_STR_CONTAINS(ns.last, "this build has no GPU: the nodes pinned to GPUs run on this "
+                                 "session's CPUs");
+  GR_CHECK(strstr(a.node->assigned_device, "/device:CPU:") != NULL);
+  GR_CHECK(strstr(b.node->assigned_device, "/device:CPU:") != NULL);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 /* A run with nothing to feed, fetch or run does nothing, twice (the second
  * from the cache of prepared runs), without reading past its signature. */
 static void test_empty_run(void) {
@@ -371,6 +408,7 @@ int main(void) {
   GR_RUN(test_failing_kernel_cancels);
   GR_RUN(test_devices);
   GR_RUN(test_soft_placement);
+  GR_RUN(test_gpu_pins);
   GR_RUN(test_threads_agree);
   return gr_test_finish();
 }
