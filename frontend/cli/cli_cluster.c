@@ -68,23 +68,23 @@ int cli_opt_cluster_id(const cli_opts *po, const char **out) {
 }
 
 gr_status cli_cluster_id(const char *flag, const gr_cluster *c, char out[GR_CLUSTER_ID_MAX + 1],
-                         const char **from, gr_error *err) {
-  const char *env = getenv("GRAPHRUN_CLUSTER_ID"), *job = getenv("SLURM_JOB_ID"),
-             *step = getenv("SLURM_STEP_ID");
+                         gr_error *err) {
+  const char *from, *env = getenv("GRAPHRUN_CLUSTER_ID"), *job = getenv("SLURM_JOB_ID"),
+                    *step = getenv("SLURM_STEP_ID");
   char slurm[2 * GR_CLUSTER_ID_MAX];
   const char *id;
   if (flag) {
-    *from = "--cluster-id", id = flag;
+    from = "--cluster-id", id = flag;
   } else if (env && *env) {
-    *from = "GRAPHRUN_CLUSTER_ID", id = env;
+    from = "GRAPHRUN_CLUSTER_ID", id = env;
   } else if (job && *job) { /* a Slurm job (step): its ids */
-    *from = "SLURM_JOB_ID and SLURM_STEP_ID";
+    from = "SLURM_JOB_ID and SLURM_STEP_ID";
     bool with_step = step && *step;
     snprintf(slurm, sizeof slurm, "slurm-%.*s%s%.*s", GR_CLUSTER_ID_MAX, job, with_step ? "." : "",
              GR_CLUSTER_ID_MAX, with_step ? step : "");
     id = slurm;
   } else if (c) {
-    *from = "the cluster spec";
+    from = "the cluster spec";
     return gr_cluster_spec_id(c, out, err);
   } else {
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
@@ -93,7 +93,7 @@ gr_status cli_cluster_id(const char *flag, const gr_cluster *c, char out[GR_CLUS
                         "same");
   }
   if (gr_cluster_id_check(id, err) != GR_OK) {
-    gr_error_prefix(err, "%s", *from);
+    gr_error_prefix(err, "%s", from);
     return err ? err->code : GR_ERR_INVALID_ARGUMENT;
   }
   snprintf(out, GR_CLUSTER_ID_MAX + 1, "%s", id);
@@ -186,8 +186,7 @@ void cli_set_identity(const char *cluster_id, bool insecure_ok) {
 
 gr_status cli_master_identity(const gr_cluster *c, const char *secret, gr_master_options *mo,
                               char id[GR_CLUSTER_ID_MAX + 1], gr_error *err) {
-  const char *from;
-  GR_TRY(cli_cluster_id(cluster_id_flag, c, id, &from, err));
+  GR_TRY(cli_cluster_id(cluster_id_flag, c, id, err));
   mo->secret = secret;
   mo->insecure = insecure;
   mo->cluster_id = id;

@@ -20,9 +20,9 @@ gr_status cli_read_secret(const char *path, bool insecure, char **out, gr_error 
  * flag (--cluster-id; NULL: not given), else GRAPHRUN_CLUSTER_ID (set by
  * graphrun launch), else Slurm's job and step ids ("slurm-JOB.STEP"), else
  * derived from the cluster c (gr_cluster_spec_id; c NULL: an error saying
- * how to name one). *from: which of these, for messages. */
+ * how to name one). */
 gr_status cli_cluster_id(const char *flag, const gr_cluster *c, char out[GR_CLUSTER_ID_MAX + 1],
-                         const char **from, gr_error *err);
+                         gr_error *err);
 /* --cluster-id's value (po->arg) checked into *out: GR_EXIT_OK, else the
  * usage error (printed). */
 struct cli_opts;

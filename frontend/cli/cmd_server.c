@@ -100,7 +100,6 @@ typedef struct server_setup {
   long task;
   bool insecure;
   char addr[300], id[GR_CLUSTER_ID_MAX + 1];
-  const char *id_from; /* where the id came from */
   char *secret;
 } server_setup;
 
@@ -123,7 +122,7 @@ static int setup(server_setup *o) {
     fprintf(stderr, "graphrun server: --job is required (try --help)\n");
     failed = true;
   } else if (cli_read_secret(o->secret_file, o->insecure, &o->secret, &err) != GR_OK ||
-             cli_cluster_id(o->cluster_id, c, o->id, &o->id_from, &err) != GR_OK) {
+             cli_cluster_id(o->cluster_id, c, o->id, &err) != GR_OK) {
     fprintf(stderr, "graphrun server: %s\n", err.msg);
     failed = true;
   }
