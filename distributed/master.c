@@ -356,9 +356,24 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   *out = NULL;
   if (!o || o->num_tasks <= 0 || o->num_tasks > 4096 || !o->addresses)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "master: 1 to 4096 task addresses needed");
+  size_t n = o->secret ? strlen(o->secret) : 0;
+  if (o->secret && (n < GR_SECRET_MIN || n > GR_SECRET_MAX))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "master: the secret is %zu bytes, want %d to %d", n, GR_SECRET_MIN,
+                        GR_SECRET_MAX);
+  if (!o->secret && !o->insecure)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "master: no secret: servers require the cluster's shared secret "
+                        "(gr_master_options.secret; insecure talks to servers without one)");
+  if (o->cluster_id && *o->cluster_id && gr_cluster_id_check(o->cluster_id, err) != GR_OK) {
+    gr_error_prefix(err, "master");
+    return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+  }
   gr_master *ms = calloc(1, sizeof *ms);
   if (!ms) return gr_error_set_oom(err);
   ms->o = *o;
+  snprintf(ms->cluster, sizeof ms->cluster, "%s", o->cluster_id ? o->cluster_id : "");
+  ms->o.cluster_id = ms->cluster;
   if (!ms->o.connect_timeout_ms) ms->o.connect_timeout_ms = 10000;
   if (!ms->o.heartbeat_ms) ms->o.heartbeat_ms = 100;
   if (ms->o.heartbeat_missed <= 0) ms->o.heartbeat_missed = 5;
@@ -379,8 +394,8 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
     gr_map_init(&t->pending, GR_MAP_U64);
     gr_map_init(&t->abandoned, GR_MAP_U64);
     snprintf(t->address, sizeof t->address, "%s", o->addresses[k] ? o->addresses[k] : "");
-    st =
-        gr_conn_dial(ms->loop, t->address, ms->secret, ms->o.connect_timeout_ms, &h, &t->conn, err);
+    st = gr_conn_dial(ms->loop, t->address, ms->secret, ms->cluster, ms->o.connect_timeout_ms, &h,
+                      &t->conn, err);
     if (st != GR_OK) break;
     gr_conn_set_user(t->conn, t);
     /* a handler may run before set_user: dial's handshake is done, but no

@@ -44,7 +44,8 @@ typedef struct task {
 
 struct gr_master {
   gr_master_options o;
-  char *secret;
+  char *secret;                              /* NULL: insecure */
+  char cluster[GR_CLUSTER_ID_MAX + 1];       /* its cluster id ("": none) */
   char container[GR_CONTAINER_NAME_MAX + 1]; /* its graphs' container on the tasks */
   bool private_container;                    /* its own (no name in the options) */
   gr_loop *loop;

@@ -373,6 +373,33 @@ static bool valid_job(const char *job) {
   return true;
 }
 
+/* The options' secret, insecure and cluster id. */
+static gr_status check_identity(const gr_server_options *o, const char *bind, const char *host,
+                                gr_error *err) {
+  size_t n = o->secret ? strlen(o->secret) : 0;
+  if (o->secret && (n < GR_SECRET_MIN || n > GR_SECRET_MAX))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: the secret is %zu bytes, want %d to %d (head -c 32 /dev/urandom "
+                        "| xxd -p makes one)",
+                        n, GR_SECRET_MIN, GR_SECRET_MAX);
+  if (!o->secret && !o->insecure)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: no secret: every server requires the cluster's shared secret "
+                        "(give --secret-file FILE; a loopback server without authentication "
+                        "needs --insecure)");
+  if (o->insecure && !is_loopback(host))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: refusing to listen on %s insecure: an insecure server listens on "
+                        "loopback only (bind 127.0.0.1 or [::1]); anyone who reaches it could "
+                        "run code in this process (give --secret-file FILE instead)",
+                        bind);
+  if (o->cluster_id && *o->cluster_id && gr_cluster_id_check(o->cluster_id, err) != GR_OK) {
+    gr_error_prefix(err, "server");
+    return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+  }
+  return GR_OK;
+}
+
 gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *err) {
   *out = NULL;
   if (!o || !valid_job(o->job))
@@ -386,15 +413,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   char host[256];
   int port;
   GR_TRY(gr_parse_address(bind, host, sizeof host, &port, err));
-  if (o->secret && (!*o->secret || strlen(o->secret) > GR_SECRET_MAX))
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "server: the secret must be 1 to %d bytes",
-                        GR_SECRET_MAX);
-  if (!o->secret && !is_loopback(host))
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        "server: refusing to listen on %s without a secret: anyone who reaches "
-                        "it could run code in this process (give --secret-file, or bind "
-                        "127.0.0.1)",
-                        bind);
+  GR_TRY(check_identity(o, bind, host, err));
   gr_server *s = calloc(1, sizeof *s);
   if (!s) return gr_error_set_oom(err);
   s->o = *o;
@@ -409,6 +428,8 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   s->devices = calloc((size_t)s->num_devices, sizeof *s->devices);
   s->secret = o->secret ? strdup(o->secret) : NULL;
   s->o.secret = s->secret;
+  snprintf(s->cluster, sizeof s->cluster, "%s", o->cluster_id ? o->cluster_id : "");
+  s->o.cluster_id = s->cluster;
   s->o.bind = NULL;
   s->o.job = NULL;
   int threads = o->inter_op_threads ? o->inter_op_threads : gr_num_cores();
@@ -435,12 +456,17 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   if (st == GR_OK) st = gr_loop_new(&s->loop, err);
   gr_conn_handler h = {on_message, on_close, s, transport_log};
   if (st == GR_OK)
-    st = gr_listener_new(s->loop, host, port, s->secret, &h, &s->listener, &s->port, err);
+    st = gr_listener_new(s->loop, host, port, s->secret, s->cluster, &h, &s->listener, &s->port,
+                         err);
   if (st != GR_OK) {
     gr_error_prefix(err, "server %s", s->task);
     gr_server_free(s);
     return st;
   }
+  if (!s->secret)
+    gr_server_log(s, "warning: insecure: no secret, no authentication: any local user can "
+                     "connect, run any graph in this process (so read any file it can read) "
+                     "and use its clients' shared containers");
   *out = s;
   return GR_OK;
 }

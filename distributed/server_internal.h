@@ -55,7 +55,8 @@ struct gr_server {
   int num_devices;
   uint64_t incarnation;
   int port;
-  char *secret;
+  char *secret;                        /* NULL: insecure */
+  char cluster[GR_CLUSTER_ID_MAX + 1]; /* its cluster id ("": none) */
   gr_loop *loop;
   gr_listener *listener;
   gr_threadpool *register_pool; /* registrations (they dial peers, which blocks) */
@@ -125,6 +126,9 @@ peer *gr_server_find_peer(gr_server *s, const char *task);
 /* Is [p, p + n) a container name (user: one a user may give, which starts
  * with a letter or digit)? */
 bool gr_container_name_ok(const char *p, size_t n, bool user);
+/* A name from a user or a peer (a container's, a cluster id), fit to print:
+ * at most 64 bytes ("..." after), anything but printable ASCII as '?'. */
+const char *gr_printable_name(const char *p, size_t n, char out[GR_CONTAINER_NAME_MAX + 4]);
 /* The container a request from c names in its fields `container` (the
  * name) and `private` (a bool), with a reference for the caller
  * (gr_server_container_unref). create: made when missing, a private one

@@ -181,7 +181,7 @@ static gr_status dial_peers(gr_server *s, gr_partitions *ps, gr_error *err) {
       if (!need) continue;
       gr_conn *c;
       gr_conn_handler h = {on_peer_message, on_peer_close, s, NULL};
-      GR_TRY(gr_conn_dial(s->loop, address, s->secret, 10000, &h, &c, err));
+      GR_TRY(gr_conn_dial(s->loop, address, s->secret, s->cluster, 10000, &h, &c, err));
       pthread_mutex_lock(&s->mu);
       p = gr_server_find_peer(s, task);
       gr_conn *old = p->conn;

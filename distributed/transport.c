@@ -214,7 +214,7 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
   snprintf(c->peer, sizeof c->peer, "%s", peer);
   c->h = *h;
   c->is_server = is_server;
-  c->authed = !is_server || !secret;
+  c->authed = !is_server; /* a server's peer authenticates first (with or without a secret) */
   c->stage_cap = 65536;
   c->last_rx_ms = gr_wire_now_ms();
   c->stage = malloc(c->stage_cap);
@@ -474,14 +474,8 @@ static void deliver(gr_conn *c) {
   c->in = NULL;
   m->body = c->body;
   c->body = NULL;
-  if (!c->authed) {
-    gr_error e;
-    if (gr_conn_server_auth(c, m, &e) != GR_OK) {
-      gr_inmsg_free(m);
-      bad_peer(c, &e);
-      return;
-    }
-    gr_inmsg_free(m);
+  if (!c->authed) { /* the peer's AUTH (transport_dial.c): refused, it closes c */
+    gr_conn_server_auth(c, m);
     return;
   }
   c->h.on_message(c->h.arg, c, m);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "distributed/handshake_internal.h"
 #include "distributed/transport_internal.h"
 
 #define GR_AUTH_READ_MAX   256   /* bytes read from a peer before it authenticates */
@@ -60,10 +61,12 @@ struct gr_conn {
    * a send met first consumed the socket's error, and the read then sees
    * only the end of the stream */
   int write_errno;
-  /* the server side of authentication */
+  /* the server side of the handshake (handshake_internal.h): until the
+   * peer's AUTH is accepted a server's connection is not authed */
   bool is_server, authed;
-  char *secret;
-  uint8_t nonce[GR_AUTH_NONCE];
+  char *secret;                        /* NULL: an insecure server */
+  char cluster[GR_CLUSTER_ID_MAX + 1]; /* the server's cluster id ("": none) */
+  uint8_t nonce[GR_AUTH_NONCE];        /* its HELLO's */
   size_t pre_auth;
 };
 
@@ -76,8 +79,10 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
 void gr_conn_log(const gr_conn_handler *h, const char *line);
 /* Closes now (loop thread, or any thread once the loop has stopped). */
 void gr_conn_close_now(gr_conn *c, gr_status code, const char *why);
-/* The server's check of an AUTH frame; sends AUTH_OK and marks c authed. */
-gr_status gr_conn_server_auth(gr_conn *c, gr_inmsg *m, gr_error *err);
+/* The server's side of the handshake: checks the peer's AUTH frame (takes
+ * m), then sends AUTH_OK and marks c authed, or logs the refusal naming the
+ * peer ("refused 127.0.0.1:40522: a client of cluster ...") and closes c. */
+void gr_conn_server_auth(gr_conn *c, gr_inmsg *m);
 void gr_conn_arm_handshake_timer(gr_conn *c);
 /* Frees every listener of a stopped loop. */
 void gr_listeners_free_all(gr_loop *l);

@@ -1,6 +1,7 @@
 /* Making connections: listening and accepting (with the server side of the
  * handshake), dialing with retries, and the client side of the handshake
- * (blocking, with a deadline, before the loop takes the socket). */
+ * (blocking, with a deadline, before the loop takes the socket). The
+ * handshake's messages and checks are handshake.c's. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/listener.h>
@@ -77,21 +78,13 @@ struct gr_listener {
   struct evconnlistener *ev;
   gr_conn_handler h;
   char *secret;
+  char cluster[GR_CLUSTER_ID_MAX + 1];
   gr_listener *next;
 };
 
 static gr_status send_hello(gr_conn *c, gr_error *err) {
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_HELLO, c->secret ? 2 : 1);
-  if (!m) return gr_error_set_oom(err);
-  gr_outmsg_bool(m, "auth", c->secret != NULL);
-  if (c->secret) {
-    if (gr_auth_random(c->nonce, GR_AUTH_NONCE, err) != GR_OK) {
-      gr_outmsg_free(m);
-      return err->code;
-    }
-    gr_outmsg_bin(m, "nonce", c->nonce, GR_AUTH_NONCE);
-  }
-  return gr_conn_send(c, m, err);
+  gr_outmsg *m = gr_hello_new(c->secret, c->cluster, c->nonce, err);
+  return m ? gr_conn_send(c, m, err) : err->code;
 }
 
 static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sockaddr *sa, int len,
@@ -107,16 +100,17 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
     gr_conn_log(&ls->h, line);
     return;
   }
+  snprintf(c->cluster, sizeof c->cluster, "%s", ls->cluster);
   if (send_hello(c, &e) != GR_OK) {
     gr_conn_close_now(c, e.code, e.msg);
     return;
   }
-  if (ls->secret) gr_conn_arm_handshake_timer(c);
+  gr_conn_arm_handshake_timer(c); /* every peer answers with AUTH, secret or not */
 }
 
 gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *secret,
-                          const gr_conn_handler *handler, gr_listener **out, int *port_out,
-                          gr_error *err) {
+                          const char *cluster, const gr_conn_handler *handler, gr_listener **out,
+                          int *port_out, gr_error *err) {
   *out = NULL;
   struct addrinfo hints = {
       .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -135,6 +129,7 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *se
   }
   ls->loop = l;
   ls->h = *handler;
+  snprintf(ls->cluster, sizeof ls->cluster, "%s", cluster ? cluster : "");
   ls->ev = evconnlistener_new_bind(l->base, on_accept, ls,
                                    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
                                        LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_THREADSAFE,
@@ -186,20 +181,20 @@ void gr_listeners_free_all(gr_loop *l) {
   }
 }
 
-gr_status gr_conn_server_auth(gr_conn *c, gr_inmsg *m, gr_error *err) {
-  const void *nonce, *mac;
-  GR_TRY(gr_msg_bin(&m->msg.root, "nonce", GR_AUTH_NONCE, &nonce, err));
-  GR_TRY(gr_msg_bin(&m->msg.root, "mac", GR_AUTH_MAC, &mac, err));
-  uint8_t want[GR_AUTH_MAC], mine[GR_AUTH_MAC];
-  gr_auth_mac(c->secret, "client", c->nonce, nonce, want);
-  if (!gr_auth_equal(want, mac))
-    return gr_error_set(err, GR_ERR_UNAUTHENTICATED, "wrong secret (authentication failed)");
-  gr_auth_mac(c->secret, "server", nonce, c->nonce, mine);
-  gr_outmsg *ok = gr_outmsg_new(GR_MSG_AUTH_OK, 1);
-  if (!ok) return gr_error_set_oom(err);
-  gr_outmsg_bin(ok, "mac", mine, GR_AUTH_MAC);
-  c->authed = true;
-  return gr_conn_send(c, ok, err);
+void gr_conn_server_auth(gr_conn *c, gr_inmsg *m) {
+  gr_outmsg *ok;
+  gr_error e;
+  gr_status st = gr_hs_server_check(c->secret, c->cluster, c->nonce, &m->msg, &ok, &e);
+  gr_inmsg_free(m);
+  if (st == GR_OK) {
+    c->authed = true;
+    gr_conn_send(c, ok, NULL); /* a failed write closes c */
+    return;
+  }
+  char line[GR_ERROR_MSG_MAX + 160];
+  snprintf(line, sizeof line, "refused %s: %s; closing that connection", c->peer, e.msg);
+  gr_conn_log(&c->h, line);
+  gr_conn_close_now(c, e.code, e.msg);
 }
 
 /* ---- the client side ----------------------------------------------------------- */
@@ -237,7 +232,16 @@ static gr_status read_frame(int fd, gr_msg_type want, int64_t deadline, const ch
   uint8_t hb[GR_WIRE_HEADER_SIZE], map[256];
   gr_frame_header h;
   GR_TRY(read_exact(fd, hb, sizeof hb, deadline, address, err));
-  GR_TRY(gr_wire_parse_frame_header(hb, 0, &h, err));
+  if (gr_wire_parse_frame_header(hb, 0, &h, err) != GR_OK) {
+    if (err && err->code == GR_ERR_UNIMPLEMENTED) /* another version of graphrun */
+      gr_error_set(err, GR_ERR_UNIMPLEMENTED,
+                   "%s speaks wire version %u, this graphrun speaks version %d: run the same "
+                   "graphrun version on every task and client",
+                   address, hb[4], GR_WIRE_VERSION);
+    else
+      gr_error_prefix(err, "%s", address);
+    return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+  }
   if (h.type != want || h.header_len > sizeof map)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s sent a %s frame, want %s", address,
                         gr_msg_type_name(h.type), gr_msg_type_name(want));
@@ -266,53 +270,24 @@ static gr_status write_all(int fd, gr_outmsg *m, int64_t deadline, const char *a
   return st;
 }
 
-static gr_status client_handshake(int fd, const char *address, const char *secret, int64_t deadline,
-                                  gr_error *err) {
-  gr_msg hello;
+static gr_status client_handshake(int fd, const char *address, const char *secret,
+                                  const char *cluster, int64_t deadline, gr_error *err) {
+  gr_hs_client hs = {.secret = secret, .cluster = cluster, .address = address};
+  gr_msg hello, ok;
+  gr_outmsg *auth;
   GR_TRY(read_frame(fd, GR_MSG_HELLO, deadline, address, &hello, err));
-  bool auth = false;
-  const void *sn = NULL;
-  uint8_t snonce[GR_AUTH_NONCE], cnonce[GR_AUTH_NONCE];
-  gr_status st = gr_msg_bool(&hello.root, "auth", &auth, err);
-  if (st == GR_OK && auth) st = gr_msg_bin(&hello.root, "nonce", GR_AUTH_NONCE, &sn, err);
-  if (st == GR_OK && auth) memcpy(snonce, sn, GR_AUTH_NONCE);
+  gr_status st = gr_hs_client_answer(&hs, &hello, &auth, err);
   gr_msg_free(&hello);
-  if (st != GR_OK) {
-    gr_error_prefix(err, "%s: hello", address);
-    return st;
-  }
-  if (auth && !secret)
-    return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
-                        "%s requires a secret (graphrun --secret-file FILE, or "
-                        "GRAPHRUN_SECRET_FILE)",
-                        address);
-  if (!auth && secret)
-    return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
-                        "%s does not authenticate, but this process has a secret: refusing to "
-                        "talk to a server that cannot prove it knows it",
-                        address);
-  if (!auth) return GR_OK;
-  GR_TRY(gr_auth_random(cnonce, GR_AUTH_NONCE, err));
-  uint8_t mac[GR_AUTH_MAC];
-  gr_auth_mac(secret, "client", snonce, cnonce, mac);
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_AUTH, 2);
-  if (!m) return gr_error_set_oom(err);
-  gr_outmsg_bin(m, "nonce", cnonce, GR_AUTH_NONCE);
-  gr_outmsg_bin(m, "mac", mac, GR_AUTH_MAC);
-  GR_TRY(write_all(fd, m, deadline, address, err));
-  gr_msg ok;
+  if (st != GR_OK) return st;
+  GR_TRY(write_all(fd, auth, deadline, address, err));
   gr_error e;
-  if (read_frame(fd, GR_MSG_AUTH_OK, deadline, address, &ok, &e) != GR_OK)
+  if (read_frame(fd, GR_MSG_AUTH_OK, deadline, address, &ok, &e) != GR_OK) {
+    if (!hs.auth) return gr_error_set(err, e.code, "%s", e.msg);
     return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
                         "%s refused this process's secret (a different secret?): %s", address,
                         e.msg);
-  const void *smac;
-  uint8_t want[GR_AUTH_MAC];
-  gr_auth_mac(secret, "server", cnonce, snonce, want);
-  st = gr_msg_bin(&ok.root, "mac", GR_AUTH_MAC, &smac, err);
-  if (st == GR_OK && !gr_auth_equal(want, smac))
-    st = gr_error_set(err, GR_ERR_UNAUTHENTICATED,
-                      "%s does not know this process's secret (authentication failed)", address);
+  }
+  st = gr_hs_client_check(&hs, &ok, err);
   gr_msg_free(&ok);
   return st;
 }
@@ -339,8 +314,9 @@ fail:;
   return -1;
 }
 
-gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, int timeout_ms,
-                       const gr_conn_handler *handler, gr_conn **out, gr_error *err) {
+gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, const char *cluster,
+                       int timeout_ms, const gr_conn_handler *handler, gr_conn **out,
+                       gr_error *err) {
   *out = NULL;
   char host[256];
   int port;
@@ -369,7 +345,7 @@ gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, int 
   if (fd < 0)
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot connect to %s within %d ms: %s", address,
                         timeout_ms, strerror(last ? last : ETIMEDOUT));
-  gr_status st = client_handshake(fd, address, secret, deadline, err);
+  gr_status st = client_handshake(fd, address, secret, cluster, deadline, err);
   if (st != GR_OK) {
     close(fd);
     return st;

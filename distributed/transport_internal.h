@@ -3,9 +3,9 @@
  *
  *   gr_loop *loop;  gr_loop_new(&loop, &err);
  *   gr_listener *l; int port;
- *   gr_listener_new(loop, "127.0.0.1", 0, secret, &handler, &l, &port, &err);   // a server
+ *   gr_listener_new(loop, "127.0.0.1", 0, secret, "exp1", &handler, &l, &port, &err); // a server
  *   gr_conn *c;
- *   gr_conn_dial(loop, "127.0.0.1:4000", secret, 5000, &handler, &c, &err);     // a client
+ *   gr_conn_dial(loop, "127.0.0.1:4000", secret, "exp1", 5000, &handler, &c, &err);   // a client
  *   gr_conn_send(c, msg, &err);         // any thread; takes msg
  *   ... handler.on_message(arg, c, in) runs on the loop thread per frame ...
  *   gr_conn_close(c); gr_conn_unref(c);
@@ -19,13 +19,16 @@
  * and written by the loop when the socket is writable. Queued bytes are
  * bounded: a peer that stops reading is disconnected.
  *
- * Authentication (with a secret): the server sends HELLO with a nonce, the
- * client answers AUTH with its nonce and HMAC(secret, "client" | server
- * nonce | client nonce), the server checks it and answers AUTH_OK with
- * HMAC(secret, "server" | client nonce | server nonce), which the client
+ * The handshake (handshake_internal.h): at accept the server sends HELLO
+ * (whether it authenticates, its cluster id, a nonce); the client checks
+ * the cluster id and answers AUTH (its cluster id; with a secret its nonce
+ * and HMAC(secret, "client" | server nonce | client nonce | both ids));
+ * the server checks it and answers AUTH_OK (with a secret its HMAC(secret,
+ * "server" | client nonce | server nonce | both ids)), which the client
  * checks. Until then a server reads at most 256 bytes from the peer and
- * only an AUTH frame. Without a secret HELLO says so and the connection is
- * ready; a client with a secret refuses a server without one.
+ * only an AUTH frame, for at most 10 s. A peer of another cluster, with
+ * another secret, or with none when one is needed, is refused (a server
+ * logs it, naming the peer; a client's error names the server's address).
  *
  * Internal to distributed/. */
 #ifndef GR_TRANSPORT_INTERNAL_H
@@ -69,18 +72,23 @@ void gr_loop_free(gr_loop *l);
 gr_status gr_loop_call(gr_loop *l, void (*fn)(void *arg), void *arg, gr_error *err);
 
 /* Listens on host:port (port 0: a free one, *port_out gets it). Accepted
- * connections use handler; secret (NULL: none) is copied. */
+ * connections use handler once their peer passed the handshake against
+ * secret (NULL: none, an insecure server) and cluster (the server's cluster
+ * id; NULL: none); both are copied. */
 gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *secret,
-                          const gr_conn_handler *handler, gr_listener **out, int *port_out,
-                          gr_error *err);
+                          const char *cluster, const gr_conn_handler *handler, gr_listener **out,
+                          int *port_out, gr_error *err);
 void gr_listener_free(gr_listener *ls);
 
 /* Connects to "host:port" with retries (backoff 10 ms doubling to 500 ms)
- * until timeout_ms, authenticates (secret NULL: the server must not ask
- * for one) and hands the connection to the loop. *out holds one reference
- * for the caller. Errors name the address. */
-gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, int timeout_ms,
-                       const gr_conn_handler *handler, gr_conn **out, gr_error *err);
+ * until timeout_ms, passes the handshake as a member of cluster (NULL:
+ * none) knowing secret (NULL: the server must not ask for one) and hands
+ * the connection to the loop. *out holds one reference for the caller.
+ * Errors name the address; a refusal in the handshake is
+ * GR_ERR_UNAUTHENTICATED. */
+gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, const char *cluster,
+                       int timeout_ms, const gr_conn_handler *handler, gr_conn **out,
+                       gr_error *err);
 
 /* Sends a message (any thread). Takes msg, also on failure
  * (GR_ERR_UNAVAILABLE once the connection is closed). */

@@ -26,6 +26,8 @@ typedef struct cli_run_options {
   bool json, quiet, no_restore, schedule_recvs, soft;
   const char *ckpt_path, *trace_path, *out_dir;
   const char *cluster_spec, *secret_file, *job;
+  const char *cluster_id;  /* --cluster-id (NULL: the default, cli_cluster_id) */
+  bool insecure;           /* --insecure */
   const char *container;   /* --container, else GRAPHRUN_CONTAINER; NULL: a private one */
   bool container_from_env; /* it came from GRAPHRUN_CONTAINER */
 } cli_run_options;

@@ -61,7 +61,12 @@ static void usage(FILE *f) {
          "                     'slurm[:JOBS][@PORT]' for Slurm's variables\n"
          "                     (default: GRAPHRUN_CLUSTER, which graphrun launch sets; unpinned\n"
          "                     nodes run on the chief's or worker 0's device)\n"
-         "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n"
+         "  --secret-file F    the cluster's shared secret, mode 0600 (default:\n"
+         "                     GRAPHRUN_SECRET_FILE, which graphrun launch sets); required\n"
+         "  --cluster-id ID    the cluster's id: a task of another cluster is refused\n"
+         "                     (default: GRAPHRUN_CLUSTER_ID, set by graphrun launch, else\n"
+         "                     Slurm's job and step ids, else derived from the cluster spec)\n"
+         "  --insecure         no secret: talk to servers started with --insecure\n"
          "  --container NAME   keep the variables (queues, accumulators) in the tasks' shared\n"
          "                     container NAME: every client naming it uses them, and they\n"
          "                     stay on the tasks after the run until `graphrun reset`\n"
@@ -92,6 +97,8 @@ enum {
   F_TIMEOUT,
   F_CLUSTER,
   F_SECRET,
+  F_CLUSTER_ID,
+  F_INSECURE,
   F_CONTAINER,
   F_HEARTBEAT,
   F_JOB,
@@ -124,6 +131,8 @@ static const struct option flags[] = {
     {"timeout", required_argument, NULL, F_TIMEOUT},
     {"cluster", required_argument, NULL, F_CLUSTER},
     {"secret-file", required_argument, NULL, F_SECRET},
+    {"cluster-id", required_argument, NULL, F_CLUSTER_ID},
+    {"insecure", no_argument, NULL, F_INSECURE},
     {"container", required_argument, NULL, F_CONTAINER},
     {"heartbeat", required_argument, NULL, F_HEARTBEAT},
     {"job", required_argument, NULL, F_JOB},
@@ -257,6 +266,11 @@ static int set_cluster_flag(const cli_opts *po, int c, cli_run_options *o) {
       break;
     case F_SECRET:
       o->secret_file = po->arg;
+      break;
+    case F_CLUSTER_ID:
+      return cli_opt_cluster_id(po, &o->cluster_id);
+    case F_INSECURE:
+      o->insecure = true;
       break;
     case F_CONTAINER:
       if (gr_container_check_name(po->arg, NULL) != GR_OK)

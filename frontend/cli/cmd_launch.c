@@ -1,7 +1,8 @@
 /* graphrun launch: a local cluster of `graphrun server` processes on free
- * loopback ports, a generated secret, each task's output prefixed with its
- * name, a graph or command run against it (GRAPHRUN_CLUSTER, TF_CONFIG,
- * GRAPHRUN_SECRET_FILE), tasks that die restarted (bounded, with backoff),
+ * loopback ports, a generated secret and cluster id (a random nonce of this
+ * launch), each task's output prefixed with its name, a graph or command
+ * run against it (GRAPHRUN_CLUSTER, TF_CONFIG, GRAPHRUN_SECRET_FILE,
+ * GRAPHRUN_CLUSTER_ID), tasks that die restarted (bounded, with backoff),
  * and every process stopped at exit or Ctrl-C. */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,9 +27,10 @@ static void usage(FILE *f) {
           "usage: graphrun launch [options] [--] FILE.gr [run options]\n"
           "       graphrun launch [options] -- COMMAND [ARGS...]\n\n"
           "Starts a local cluster (one `graphrun server` process per task on free loopback\n"
-          "ports, with a generated shared secret), waits until every task answers, then runs\n"
-          "`graphrun run FILE.gr --cluster ...` or any command with the cluster in\n"
-          "GRAPHRUN_CLUSTER and TF_CONFIG and the secret in GRAPHRUN_SECRET_FILE. Each task's\n"
+          "ports, with a generated shared secret and cluster id), waits until every task\n"
+          "answers, then runs `graphrun run FILE.gr --cluster ...` or any command with the\n"
+          "cluster in GRAPHRUN_CLUSTER and TF_CONFIG, the secret in GRAPHRUN_SECRET_FILE and the\n"
+          "cluster id in GRAPHRUN_CLUSTER_ID (another launch's servers refuse it). Each task's\n"
           "output is prefixed with its name. A task that dies is restarted on its port; every\n"
           "process stops when the command ends or on Ctrl-C.\n\n"
           "  --ps N             parameter server tasks /job:ps/task:K (default 1)\n"
@@ -68,6 +70,8 @@ static void on_signal(int sig) {
 }
 
 static char self_exe[4096];
+/* This launch's cluster id: "launch-" and 16 random hex digits */
+static char cluster_id[32];
 
 /* Starts task t's server (port 0: a free one). */
 static bool spawn(task *t, const char *secret_file, int threads) {
@@ -86,9 +90,21 @@ static bool spawn(task *t, const char *secret_file, int threads) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans, even if launch is killed */
     dup2(fds[1], 1);
     dup2(fds[1], 2);
-    char *args[] = {"graphrun",  "server", "--job", t->job,          "--task",
-                    idx,         "--bind", bind,    "--secret-file", (char *)secret_file,
-                    "--threads", th,       NULL};
+    char *args[] = {"graphrun",
+                    "server",
+                    "--job",
+                    t->job,
+                    "--task",
+                    idx,
+                    "--bind",
+                    bind,
+                    "--secret-file",
+                    (char *)secret_file,
+                    "--cluster-id",
+                    cluster_id,
+                    "--threads",
+                    th,
+                    NULL};
     execv(self_exe, args);
     _exit(127);
   }
@@ -229,18 +245,23 @@ static bool export_cluster(const task *ts, int n) {
   return set_tf_config("worker", 0);
 }
 
+/* n random bytes from the kernel as 2n hex digits into hex (2n + 1 bytes). */
+static bool random_hex(char *hex, size_t n) {
+  unsigned char raw[64];
+  int ur = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  bool ok = n <= sizeof raw && ur >= 0 && read(ur, raw, n) == (ssize_t)n;
+  if (ur >= 0) close(ur);
+  for (size_t i = 0; ok && i < n; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+  return ok;
+}
+
 static bool write_secret(char *path, size_t cap) {
   const char *dir = getenv("TMPDIR");
   snprintf(path, cap, "%s/graphrun-secret-XXXXXX", dir && *dir ? dir : "/tmp");
   int fd = mkstemp(path); /* mode 0600 */
   if (fd < 0) return false;
-  unsigned char raw[32];
-  int ur = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  bool ok = ur >= 0 && read(ur, raw, sizeof raw) == (ssize_t)sizeof raw;
-  if (ur >= 0) close(ur);
   char hex[65];
-  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-  ok = ok && write(fd, hex, 64) == 64;
+  bool ok = random_hex(hex, 32) && write(fd, hex, 64) == 64;
   close(fd);
   if (!ok) unlink(path);
   return ok;
@@ -474,10 +495,11 @@ static int supervise_until_done(task *ts, int n, pid_t *cmds, const task *const 
 static bool start_cluster(task *ts, int n, const char *secret_file, const launch_options *o,
                           char **cmd, int ncmd, pid_t *cmds, const task **clients, int *ncmds) {
   if (!start_tasks(ts, n, secret_file, (int)o->threads, o->quiet) || !export_cluster(ts, n) ||
-      setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0)
+      setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0 ||
+      setenv("GRAPHRUN_CLUSTER_ID", cluster_id, 1) != 0)
     return false;
   if (!o->quiet) {
-    fprintf(stderr, "graphrun launch: %d tasks ready:", n);
+    fprintf(stderr, "graphrun launch: %d tasks ready (cluster %s):", n, cluster_id);
     for (int k = 0; k < n; k++)
       fprintf(stderr, " %s:%d=127.0.0.1:%d(pid %d)", ts[k].job, ts[k].index, ts[k].port,
               (int)ts[k].pid);
@@ -524,7 +546,12 @@ int gr_cmd_launch(int argc, char **argv) {
   task ts[MAX_TASKS];
   int n;
   if ((rc = plan_tasks(o.spec, o.ps, o.workers, ts, &n)) != GR_EXIT_OK) return rc;
-  char secret_file[4096];
+  char secret_file[4096], nonce[17];
+  if (!random_hex(nonce, 8)) {
+    fprintf(stderr, "graphrun launch: no random bytes for the cluster id: %s\n", strerror(errno));
+    return GR_EXIT_FAILURE;
+  }
+  snprintf(cluster_id, sizeof cluster_id, "launch-%s", nonce);
   if (!write_secret(secret_file, sizeof secret_file)) {
     fprintf(stderr, "graphrun launch: cannot write a secret file: %s\n", strerror(errno));
     return GR_EXIT_FAILURE;

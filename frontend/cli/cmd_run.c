@@ -119,8 +119,12 @@ static int connect_cluster(cli_run_state *r) {
   int rc = cli_run_pick_container(r); /* the tasks' container of the variables */
   if (rc != GR_EXIT_OK || !r->cluster) return rc;
   cli_worker_set_container(&r->self, r->o.container);
-  if (cli_read_secret(r->o.secret_file, &r->secret, &err) != GR_OK ||
-      cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms, &r->master,
+  cli_set_identity(r->o.cluster_id, r->o.insecure);
+  if (cli_read_secret(r->o.secret_file, r->o.insecure, &r->secret, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  if (cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms, &r->master,
                   &err) != GR_OK ||
       cli_chief_hold(&r->self, r->cluster, r->secret, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);

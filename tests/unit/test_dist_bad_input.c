@@ -8,8 +8,10 @@
  *
  * Every wait is bounded (poll with deadlines). The transport's limits
  * (gr_transport_set_limits) are lowered only inside the cases that need
- * it and restored after. Two servers: /job:worker/task:0 without a secret
- * and /job:ps/task:0 with one. */
+ * it and restored after. Two servers of the cluster CLUSTER:
+ * /job:worker/task:0 started insecure (no secret: the wire is what these
+ * cases are about) and /job:ps/task:0 with a secret, which the cases on the
+ * handshake use (a peer of another cluster, a tampered cluster id). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +31,7 @@
 
 #define TIMEOUT_MS 10000
 #define SECRET     "bad-input-secret"
+#define CLUSTER    "bad-input"
 #define TASK0      "/job:worker/replica:0/task:0"
 #define DEV0       TASK0 "/device:CPU:0"
 #define TASK1      "/job:worker/replica:0/task:1" /* a peer that is not running */
@@ -363,8 +366,7 @@ static bool rc_read_frame(rc *c, inframe *f) {
 }
 
 /* Connects and reads the server's HELLO. */
-static bool rc_open_ex(rc *c, int p, bool *auth, uint8_t nonce[GR_AUTH_NONCE]) {
-  if (!rc_connect(c, p, 0)) return false;
+static bool rc_hello(rc *c, bool *auth, uint8_t nonce[GR_AUTH_NONCE]) {
   inframe f;
   gr_error err;
   if (!rc_read_frame(c, &f)) return rc_close(c), false;
@@ -377,40 +379,61 @@ static bool rc_open_ex(rc *c, int p, bool *auth, uint8_t nonce[GR_AUTH_NONCE]) {
   return ok;
 }
 
-/* A connection to srv, past its HELLO (no authentication). */
-static bool rc_open(rc *c) {
-  bool auth = true;
-  uint8_t nonce[GR_AUTH_NONCE];
-  return rc_open_ex(c, port, &auth, nonce) && !auth;
+static bool rc_open_ex(rc *c, int p, bool *auth, uint8_t nonce[GR_AUTH_NONCE]) {
+  return rc_connect(c, p, 0) && rc_hello(c, auth, nonce);
 }
 
-/* An AUTH frame answering the server's nonce with secret. */
-static void auth_frame(bytes *out, const char *secret, const uint8_t snonce[GR_AUTH_NONCE]) {
-  uint8_t cnonce[GR_AUTH_NONCE], mac[GR_AUTH_MAC];
-  for (int i = 0; i < GR_AUTH_NONCE; i++) cnonce[i] = (uint8_t)(i * 7 + 1);
-  gr_auth_mac(secret, "client", snonce, cnonce, mac);
+/* An AUTH frame of the fields given: cluster (NULL: left out), a nonce of
+ * nonce_len bytes (0: left out), mac (NULL: left out). */
+static void auth_fields(bytes *out, const char *cluster, const uint8_t *nonce, size_t nonce_len,
+                        const uint8_t *mac) {
   mp m;
   mp_init(&m);
-  msgpack_pack_map(&m.pk, 2);
-  mp_str(&m, "nonce");
-  msgpack_pack_bin(&m.pk, GR_AUTH_NONCE);
-  msgpack_pack_bin_body(&m.pk, cnonce, GR_AUTH_NONCE);
-  mp_str(&m, "mac");
-  msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
-  msgpack_pack_bin_body(&m.pk, mac, GR_AUTH_MAC);
+  msgpack_pack_map(&m.pk, (cluster != NULL) + (nonce_len > 0) + (mac != NULL));
+  if (cluster) {
+    mp_str(&m, "cluster");
+    mp_str(&m, cluster);
+  }
+  if (nonce_len) {
+    mp_str(&m, "nonce");
+    msgpack_pack_bin(&m.pk, nonce_len);
+    msgpack_pack_bin_body(&m.pk, nonce, nonce_len);
+  }
+  if (mac) {
+    mp_str(&m, "mac");
+    msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
+    msgpack_pack_bin_body(&m.pk, mac, GR_AUTH_MAC);
+  }
   frame(out, GR_MSG_AUTH, &m, NULL, 0);
   mp_free(&m);
 }
 
-/* A connection to srv_secret, authenticated. */
-static bool rc_open_auth(rc *c) {
-  bool auth = false;
+/* An AUTH frame answering a HELLO that said cluster `seen` (and snonce)
+ * as a client of cluster `claimed`: with a secret, its MAC over both ids;
+ * without, the cluster alone (to an insecure server). */
+static void auth_frame_ex(bytes *out, const char *secret, const uint8_t snonce[GR_AUTH_NONCE],
+                          const char *seen, const char *claimed) {
+  uint8_t cnonce[GR_AUTH_NONCE], mac[GR_AUTH_MAC];
+  for (int i = 0; i < GR_AUTH_NONCE; i++) cnonce[i] = (uint8_t)(i * 7 + 1);
+  if (secret) gr_auth_mac(secret, "client", snonce, cnonce, seen, claimed, mac);
+  auth_fields(out, claimed, cnonce, secret ? GR_AUTH_NONCE : 0, secret ? mac : NULL);
+}
+
+/* An AUTH frame answering the server's nonce with secret, of CLUSTER. */
+static void auth_frame(bytes *out, const char *secret, const uint8_t snonce[GR_AUTH_NONCE]) {
+  auth_frame_ex(out, secret, snonce, CLUSTER, CLUSTER);
+}
+
+/* The handshake on a connection to the server on port p: srv's without a
+ * secret, srv_secret's authenticated. */
+static bool rc_handshake(rc *c, int p) {
+  bool auth = p == port;
   uint8_t nonce[GR_AUTH_NONCE];
-  if (!rc_open_ex(c, port_secret, &auth, nonce)) return false;
+  if (!rc_hello(c, &auth, nonce)) return false;
   bytes a = {0};
-  auth_frame(&a, SECRET, nonce);
+  auth_frame(&a, p == port ? NULL : SECRET, nonce);
   inframe f;
-  bool ok = auth && rc_send(c, a.p, a.n) && rc_read_frame(c, &f);
+  bool ok = auth == (p != port) && rc_send(c, a.p, a.n) && rc_read_frame(c, &f);
   b_free(&a);
   if (ok) {
     ok = f.h.type == GR_MSG_AUTH_OK;
@@ -418,6 +441,16 @@ static bool rc_open_auth(rc *c) {
   }
   if (!ok) rc_close(c);
   return ok;
+}
+
+/* A connection to the server on port p, past the handshake. */
+static bool rc_open_on(rc *c, int p) {
+  return rc_connect(c, p, 0) && rc_handshake(c, p);
+}
+
+/* A connection to srv, past the handshake (no authentication). */
+static bool rc_open(rc *c) {
+  return rc_open_on(c, port);
 }
 
 /* A RESPONSE: its id, code and message (code 0: msg ""); f keeps the rest. */
@@ -446,7 +479,7 @@ static bool rc_response(rc *c, resp *r) {
 /* A raw GET_STATUS round trip on a new connection. */
 static bool serving_raw(int p) {
   rc c;
-  if (p == port ? !rc_open(&c) : !rc_open_auth(&c)) {
+  if (!rc_open_on(&c, p)) {
     fprintf(stderr, "serving_raw: cannot connect\n");
     return false;
   }
@@ -476,6 +509,8 @@ static bool serving_master(int p) {
   gr_master_options mo = {.num_tasks = 1,
                           .addresses = addrs,
                           .secret = p == port ? NULL : SECRET,
+                          .insecure = p == port,
+                          .cluster_id = CLUSTER,
                           .connect_timeout_ms = TIMEOUT_MS,
                           .step_timeout_ms = TIMEOUT_MS};
   gr_master *m;
@@ -932,21 +967,19 @@ static void test_http_request(void) { /* someone points a browser at the port */
   CHECK_SERVING();
 }
 
+/* 0 and 255; 1: before containers, 2: before cluster ids */
 static void test_unknown_version(void) {
-  for (int v = 0; v < 256; v += 255) { /* 0 and 255 */
+  const int versions[] = {0, 255, 1, 2};
+  for (int i = 0; i < 4; i++) {
     bytes f = {0};
     status_frame(&f, 1);
-    f.p[4] = (uint8_t)v;
+    f.p[4] = (uint8_t)versions[i];
     char want[128];
-    snprintf(want, sizeof want, "wire version %d, this build speaks version 2", v);
+    snprintf(want, sizeof want, "wire version %d, this build speaks version %d", versions[i],
+             GR_WIRE_VERSION);
     expect_bad_frame(f.p, f.n, want);
     b_free(&f);
   }
-  bytes f = {0};
-  status_frame(&f, 1);
-  f.p[4] = 1; /* before containers: its REGISTER would name none */
-  expect_bad_frame(f.p, f.n, "wire version 1, this build speaks version 2");
-  b_free(&f);
   CHECK_SERVING();
 }
 
@@ -994,7 +1027,7 @@ static const struct header_case {
     {false, GR_MSG_GET_STATUS, 3, 1, 0, "get_status frame: body of 1 bytes is over the limit of 0"},
     {false, GR_MSG_ABORT, 3, 0x80000000u, 0,
      "abort frame: body of 2147483648 bytes is over the limit of 0"},
-    {true, GR_MSG_AUTH, 129, 0, 129, "auth frame: header of 129 bytes (must be 1 to 128)"},
+    {true, GR_MSG_AUTH, 241, 0, 241, "auth frame: header of 241 bytes (must be 1 to 240)"},
     {true, GR_MSG_AUTH, 100, 1 << 20, 0,
      "auth frame: body of 1048576 bytes is over the limit of 0"},
     /* a RUN (16 MiB header allowed once authenticated) */
@@ -1981,7 +2014,8 @@ static void test_disconnect_during_steps(void) {
 static void test_client_stops_reading(void) {
   gr_transport_set_limits(64 * 1024, 0xffffffffu);
   rc c;
-  GR_CHECK(rc_connect(&c, port, 4096)); /* a small receive buffer: the server's queue fills */
+  /* a small receive buffer: the server's queue fills */
+  GR_CHECK(rc_connect(&c, port, 4096) && rc_handshake(&c, port));
   bool closed = false;
   uint64_t id = 1;
   for (int round = 0; round < 100 && !closed; round++) { /* at most 2,000,000 requests */
@@ -2047,25 +2081,40 @@ static void test_bad_abort(void) {
   CHECK_SERVING();
 }
 
-/* ---- authentication ------------------------------------------------------ */
+/* ---- the handshake ------------------------------------------------------- */
 
-/* Sends bytes to the server with a secret before authenticating: it must
- * log "bad frame from ME: want" and close. */
-static void expect_refused_unauthenticated(const void *p, size_t n, const char *want) {
+/* Sends bytes to the server on port p after its HELLO, before the handshake
+ * ends: it must log "WHAT ME: want" ("bad frame from" for a frame it cannot
+ * read, "refused" for an AUTH it does not accept) and close. */
+static void expect_refused_on(int p, const void *b, size_t n, const char *what, const char *want) {
   rc c;
   bool auth = false;
   uint8_t nonce[GR_AUTH_NONCE];
-  GR_CHECK(rc_open_ex(&c, port_secret, &auth, nonce));
+  GR_CHECK(rc_open_ex(&c, p, &auth, nonce));
   if (c.fd < 0) return;
-  GR_CHECK(auth);
-  expect_logged_close(&c, p, n, "bad frame", want);
+  GR_CHECK(auth == (p == port_secret));
+  rc_send(&c, b, n); /* may fail once the server closed */
+  char line[1024];
+  snprintf(line, sizeof line, "%s %s: %s", what, c.me, want);
+  CHECK_LOG(line);
+  GR_CHECK(rc_closed(&c));
+  rc_close(&c);
 }
 
+/* The same to the server with a secret, for a frame it cannot read. */
+static void expect_refused_unauthenticated(const void *p, size_t n, const char *want) {
+  expect_refused_on(port_secret, p, n, "bad frame from", want);
+}
+
+/* Every peer answers HELLO with AUTH, also to a server without a secret:
+ * a request first is refused. */
 static void test_request_before_auth(void) {
   bytes f = {0};
   status_frame(&f, 1);
   expect_refused_unauthenticated(f.p, f.n, "a get_status frame before authentication");
+  expect_refused_on(port, f.p, f.n, "bad frame from", "a get_status frame before authentication");
   b_free(&f);
+  CHECK_SERVING();
   CHECK_SERVING_SECRET();
 }
 
@@ -2089,58 +2138,112 @@ static void test_garbage_before_auth(void) {
   CHECK_SERVING_SECRET();
 }
 
+/* An AUTH of the entries given, zeros for their bytes. */
+static void auth_map(bytes *f, const char *cluster, size_t nonce_len, bool mac) {
+  uint8_t zeros[GR_AUTH_NONCE] = {0};
+  auth_fields(f, cluster, zeros, nonce_len, mac ? zeros : NULL);
+}
+
 static void test_auth_malformed(void) {
-  uint8_t nonce[GR_AUTH_NONCE] = {0};
-  bytes f = {0};
-  mp m;
-  mp_init(&m);
-  msgpack_pack_map(&m.pk, 1);
-  mp_str(&m, "mac");
-  msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
-  msgpack_pack_bin_body(&m.pk, nonce, GR_AUTH_MAC);
-  frame(&f, GR_MSG_AUTH, &m, NULL, 0);
-  expect_refused_unauthenticated(f.p, f.n, "field 'nonce' is missing");
-  b_free(&f);
-  mp_free(&m);
-  mp_init(&m);
-  msgpack_pack_map(&m.pk, 2);
-  mp_str(&m, "nonce");
-  msgpack_pack_bin(&m.pk, 31);
-  msgpack_pack_bin_body(&m.pk, nonce, 31);
-  mp_str(&m, "mac");
-  msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
-  msgpack_pack_bin_body(&m.pk, nonce, GR_AUTH_MAC);
-  frame(&f, GR_MSG_AUTH, &m, NULL, 0);
-  expect_refused_unauthenticated(f.p, f.n, "field 'nonce' must be 32 bytes of binary");
-  b_free(&f);
-  mp_free(&m);
+  static const struct {
+    const char *cluster;
+    size_t nonce;
+    bool mac, secret;
+    const char *want;
+  } cases[] = {
+      {NULL, 32, true, true, "field 'cluster' is missing"},
+      {NULL, 0, false, false, "field 'cluster' is missing"},
+      {CLUSTER, 0, true, true, "field 'nonce' is missing"},
+      {CLUSTER, 31, true, true, "field 'nonce' must be 32 bytes of binary"},
+      {CLUSTER, 32, false, true, "field 'mac' is missing"},
+      {"a b", 32, true, true, "field 'cluster': 'a b' is not a cluster id"},
+      {"\x01x", 0, false, false, "field 'cluster': '?x' is not a cluster id"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bytes f = {0};
+    auth_map(&f, cases[i].cluster, cases[i].nonce, cases[i].mac);
+    expect_refused_on(cases[i].secret ? port_secret : port, f.p, f.n, "refused", cases[i].want);
+    b_free(&f);
+  }
+  CHECK_SERVING();
   CHECK_SERVING_SECRET();
 }
 
-/* An AUTH frame with a MAC made with another secret. */
-static void test_auth_wrong_mac(void) {
+/* An AUTH answering a fresh HELLO of the server on port p, made by
+ * auth_frame_ex(secret, its nonce, seen, claimed): the server must log
+ * "refused ME: want" and close. */
+static void expect_auth_refused_ex(int p, const char *secret, const char *seen, const char *claimed,
+                                   bool alter_id, const char *want) {
   rc c;
   bool auth = false;
   uint8_t nonce[GR_AUTH_NONCE];
-  GR_CHECK(rc_open_ex(&c, port_secret, &auth, nonce));
+  GR_CHECK(rc_open_ex(&c, p, &auth, nonce));
+  if (c.fd < 0) return;
   bytes f = {0};
-  auth_frame(&f, "another secret", nonce);
+  auth_frame_ex(&f, secret, nonce, seen, claimed);
+  const char *at = memmem(f.p, f.n, claimed, strlen(claimed));
+  if (alter_id) GR_CHECK(at != NULL && strlen(claimed) > 0);
+  if (alter_id && at) f.p[at - (const char *)f.p] ^= 0x20; /* changed on the way: "Bad-input" */
   GR_CHECK(rc_send(&c, f.p, f.n));
-  char line[256];
-  snprintf(line, sizeof line, "bad frame from %s: wrong secret (authentication failed)", c.me);
+  char line[512];
+  snprintf(line, sizeof line, "refused %s: %s; closing that connection", c.me, want);
   CHECK_LOG(line);
   GR_CHECK(rc_closed(&c));
   rc_close(&c);
   b_free(&f);
+}
+
+static void expect_auth_refused(int p, const char *secret, const char *seen, const char *claimed,
+                                const char *want) {
+  expect_auth_refused_ex(p, secret, seen, claimed, false, want);
+}
+
+/* An AUTH frame with a MAC made with another secret. */
+static void test_auth_wrong_mac(void) {
+  expect_auth_refused(port_secret, "another secret!!", CLUSTER, CLUSTER,
+                      "wrong secret (authentication failed: another secret, or the handshake was "
+                      "altered on the way)");
   CHECK_SERVING_SECRET();
 }
 
-static gr_status master_with(int p, const char *secret, gr_error *err) {
+/* A client of another cluster that knows the secret (one that does not
+ * check the HELLO's cluster itself): the server refuses it, naming both
+ * ids; so does a server without a secret. */
+static void test_auth_other_cluster(void) {
+  const char *want = "a client of cluster 'job-b', this server's is '" CLUSTER "': another job's "
+                     "client?";
+  expect_auth_refused(port_secret, SECRET, CLUSTER, "job-b", want);
+  expect_auth_refused(port, NULL, CLUSTER, "job-b", want);
+  expect_auth_refused(port, NULL, CLUSTER, "",
+                      "a client of cluster none, this server's is '" CLUSTER "': another job's "
+                      "client?");
+  CHECK_SERVING();
+  CHECK_SERVING_SECRET();
+}
+
+/* The cluster ids are covered by the MACs: a HELLO whose id was changed on
+ * the way (the client saw job-b, its own, and answered as a client of
+ * job-b), or an AUTH whose id was changed after the client made its MAC,
+ * fails the server's check of the MAC. */
+static void test_auth_tampered_cluster(void) {
+  const char *want = "wrong secret (authentication failed: another secret, or the handshake was "
+                     "altered on the way)";
+  expect_auth_refused(port_secret, SECRET, "job-b", "job-b", want);          /* the HELLO's id */
+  expect_auth_refused_ex(port_secret, SECRET, CLUSTER, CLUSTER, true, want); /* the AUTH's */
+  CHECK_SERVING_SECRET();
+}
+
+static gr_status master_with(int p, const char *secret, bool insecure, const char *cluster,
+                             gr_error *err) {
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", p);
   const char *addrs[] = {addr};
-  gr_master_options mo = {
-      .num_tasks = 1, .addresses = addrs, .secret = secret, .connect_timeout_ms = TIMEOUT_MS};
+  gr_master_options mo = {.num_tasks = 1,
+                          .addresses = addrs,
+                          .secret = secret,
+                          .insecure = insecure,
+                          .cluster_id = cluster,
+                          .connect_timeout_ms = TIMEOUT_MS};
   gr_master *m = NULL;
   gr_status st = gr_master_new(&mo, &m, err);
   gr_master_free(m);
@@ -2149,19 +2252,27 @@ static gr_status master_with(int p, const char *secret, gr_error *err) {
 
 static void test_master_wrong_secret(void) {
   gr_error err;
-  gr_status st = master_with(port_secret, "not the secret", &err);
+  gr_status st = master_with(port_secret, "not the secret!!", false, CLUSTER, &err);
   GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
   char want[128];
   snprintf(want, sizeof want, "127.0.0.1:%d refused this process's secret (a different secret?)",
            port_secret);
   GR_CHECK_STR_CONTAINS(err.msg, want);
-  CHECK_LOG(": wrong secret (authentication failed); closing that connection");
+  CHECK_LOG(": wrong secret (authentication failed: another secret, or the handshake was altered "
+            "on the way); closing that connection");
   CHECK_SERVING_SECRET();
 }
 
 static void test_master_without_secret(void) {
   gr_error err;
-  gr_status st = master_with(port_secret, NULL, &err);
+  /* a master without a secret must say it means it */
+  GR_CHECK_EQ_INT(master_with(port_secret, NULL, false, CLUSTER, &err), GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "master: no secret: servers require the cluster's shared secret");
+  GR_CHECK_EQ_INT(master_with(port_secret, "short secret", false, CLUSTER, &err),
+                  GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "master: the secret is 12 bytes, want 16 to 256");
+  /* then the server asks for one */
+  gr_status st = master_with(port_secret, NULL, true, CLUSTER, &err);
   GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
   char want[128];
   snprintf(want, sizeof want, "127.0.0.1:%d requires a secret", port_secret);
@@ -2171,46 +2282,142 @@ static void test_master_without_secret(void) {
 
 static void test_master_secret_server_without(void) {
   gr_error err;
-  gr_status st = master_with(port, SECRET, &err);
+  gr_status st = master_with(port, SECRET, false, CLUSTER, &err);
   GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
   char want[160];
-  snprintf(want, sizeof want, "127.0.0.1:%d does not authenticate, but this process has a secret",
+  snprintf(want, sizeof want,
+           "127.0.0.1:%d does not authenticate (an insecure server), but this "
+           "process has a secret",
            port);
   GR_CHECK_STR_CONTAINS(err.msg, want);
   CHECK_SERVING();
 }
 
+/* A master of another cluster refuses the server when it reads its HELLO,
+ * naming both ids and the address, and sends it nothing: the server logs
+ * no session. */
+static void test_master_other_cluster(void) {
+  int ports[] = {port_secret, port};
+  for (int i = 0; i < 2; i++) {
+    gr_error err;
+    gr_status st = master_with(ports[i], i ? NULL : SECRET, i == 1, "job-b", &err);
+    GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
+    char want[256];
+    snprintf(want, sizeof want,
+             "127.0.0.1:%d belongs to cluster '" CLUSTER "', this client's is 'job-b': another "
+             "job's server on this port?",
+             ports[i]);
+    GR_CHECK_STR_CONTAINS(err.msg, want);
+    GR_CHECK_EQ_INT(master_with(ports[i], i ? NULL : SECRET, i == 1, NULL, &err),
+                    GR_ERR_UNAUTHENTICATED);
+    GR_CHECK_STR_CONTAINS(err.msg, "this client's is none");
+  }
+  GR_CHECK(!log_has("session from"));
+  CHECK_SERVING();
+  CHECK_SERVING_SECRET();
+}
+
+/* A server of another version of graphrun (a thread of this test that
+ * answers with a HELLO of wire version 2): the client names it and both
+ * versions. */
+static void *old_server(void *arg) {
+  int ls = *(int *)arg, fd = accept(ls, NULL, NULL);
+  if (fd < 0) return NULL;
+  bytes f = {0};
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 1);
+  mp_str(&m, "auth");
+  msgpack_pack_false(&m.pk);
+  frame(&f, GR_MSG_HELLO, &m, NULL, 0);
+  f.p[4] = 2;
+  if (write(fd, f.p, f.n) < 0) perror("old_server");
+  char buf[64];
+  while (read(fd, buf, sizeof buf) > 0) { /* until the client closes */
+  }
+  close(fd);
+  b_free(&f);
+  mp_free(&m);
+  return NULL;
+}
+
+static void test_server_of_another_version(void) {
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  GR_CHECK(ls >= 0 && bind(ls, (struct sockaddr *)&a, sizeof a) == 0 && listen(ls, 1) == 0 &&
+           getsockname(ls, (struct sockaddr *)&a, &al) == 0);
+  pthread_t th;
+  GR_CHECK(pthread_create(&th, NULL, old_server, &ls) == 0);
+  gr_error err;
+  int p = ntohs(a.sin_port);
+  GR_CHECK_EQ_INT(master_with(p, SECRET, false, CLUSTER, &err), GR_ERR_UNIMPLEMENTED);
+  char want[160];
+  snprintf(want, sizeof want, "127.0.0.1:%d speaks wire version 2, this graphrun speaks version %d",
+           p, GR_WIRE_VERSION);
+  GR_CHECK_STR_CONTAINS(err.msg, want);
+  pthread_join(th, NULL);
+  close(ls);
+}
+
 /* ---- server options ------------------------------------------------------ */
 
-static void test_nonloopback_without_secret(void) {
+static void expect_server_refused(const gr_server_options *o, const char *want) {
+  gr_server *s = NULL;
+  gr_error err;
+  GR_CHECK_EQ_INT(gr_server_new(o, &s, &err), GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK(s == NULL);
+  GR_CHECK_STR_CONTAINS(err.msg, want);
+  gr_server_free(s);
+}
+
+static void test_server_identity_options(void) {
+  gr_server_options o = {.job = "worker", .task = 9, .quiet = true, .log_fn = log_hook};
+  expect_server_refused(&o, "server: no secret: every server requires the cluster's shared secret");
   const char *binds[] = {"0.0.0.0:0", "[::]:0"};
-  for (int i = 0; i < 2; i++) {
-    gr_server_options o = {.job = "worker", .task = 9, .bind = binds[i], .quiet = true};
-    gr_server *s = NULL;
-    gr_error err;
-    GR_CHECK_EQ_INT(gr_server_new(&o, &s, &err), GR_ERR_INVALID_ARGUMENT);
-    GR_CHECK(s == NULL);
-    char want[128];
-    snprintf(want, sizeof want, "server: refusing to listen on %s without a secret", binds[i]);
-    GR_CHECK_STR_CONTAINS(err.msg, want);
-  }
+  for (int i = 0; i < 2; i++)
+    for (int with_secret = 0; with_secret < 2; with_secret++) {
+      o.bind = binds[i];
+      o.insecure = true;
+      o.secret = with_secret ? SECRET : NULL;
+      char want[128];
+      snprintf(want, sizeof want, "server: refusing to listen on %s insecure", binds[i]);
+      expect_server_refused(&o, want);
+    }
+  o = (gr_server_options){.job = "worker", .task = 9, .secret = "fifteen bytes!!", .quiet = true};
+  expect_server_refused(&o, "server: the secret is 15 bytes, want 16 to 256");
+  o.secret = SECRET;
+  o.cluster_id = "a b";
+  expect_server_refused(&o, "server: cluster id 'a b': want 1 to 64 letters, digits");
+  /* an insecure server on loopback starts, and says what that means */
+  o = (gr_server_options){
+      .job = "worker", .task = 9, .insecure = true, .quiet = true, .log_fn = log_hook};
+  gr_server *s = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_server_new(&o, &s, &err), err);
+  GR_CHECK(log_has("/job:worker/replica:0/task:9: warning: insecure: no secret, no "
+                   "authentication: any local user can connect, run any graph"));
+  gr_server_free(s);
   CHECK_SERVING();
 }
 
 /* ---- main ---------------------------------------------------------------- */
 
+/* The two servers of CLUSTER: srv insecure, srv_secret with SECRET. */
 static bool setup(void) {
-  gr_error err;
-  gr_server_options o = {.job = "worker", .task = 0, .inter_op_threads = 2, .log_fn = log_hook};
-  if (gr_server_new(&o, &srv, &err) != GR_OK) {
-    fprintf(stderr, "server: %s\n", err.msg);
-    return false;
-  }
-  gr_server_options os = {
-      .job = "ps", .task = 0, .secret = SECRET, .inter_op_threads = 2, .log_fn = log_hook};
-  if (gr_server_new(&os, &srv_secret, &err) != GR_OK) {
-    fprintf(stderr, "server: %s\n", err.msg);
-    return false;
+  for (int with_secret = 0; with_secret < 2; with_secret++) {
+    gr_server_options o = {.job = with_secret ? "ps" : "worker",
+                           .task = 0,
+                           .secret = with_secret ? SECRET : NULL,
+                           .insecure = !with_secret,
+                           .cluster_id = CLUSTER,
+                           .inter_op_threads = 2,
+                           .log_fn = log_hook};
+    gr_error err;
+    if (gr_server_new(&o, with_secret ? &srv_secret : &srv, &err) != GR_OK) {
+      fprintf(stderr, "server: %s\n", err.msg);
+      return false;
+    }
   }
   port = gr_server_port(srv);
   port_secret = gr_server_port(srv_secret);
@@ -2294,10 +2501,14 @@ int main(void) {
     CASE(test_garbage_before_auth);
     CASE(test_auth_malformed);
     CASE(test_auth_wrong_mac);
+    CASE(test_auth_other_cluster);
+    CASE(test_auth_tampered_cluster);
     CASE(test_master_wrong_secret);
     CASE(test_master_without_secret);
     CASE(test_master_secret_server_without);
-    CASE(test_nonloopback_without_secret);
+    CASE(test_master_other_cluster);
+    CASE(test_server_of_another_version);
+    CASE(test_server_identity_options);
   }
   if (reg_conn.fd >= 0) rc_close(&reg_conn);
   gr_server_free(srv);
