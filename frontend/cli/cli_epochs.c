@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli_epochs.h"
@@ -236,6 +237,7 @@ int cli_epochs_setup(cli_run_state *r) {
     return GR_EXIT_USAGE;
   }
   o->steps = ep->epochs * ep->spe;
+  if (o->logdir) mkdir(o->logdir, 0755); /* now: --ckpt may name a file in it (errors: at open) */
   bool chief = !r->self.on || r->self.chief; /* the others validate, log and keep nothing */
   ep->stopping = o->early_stop != NULL;
   ep->keeping = o->keep_best && o->ckpt_path;
@@ -252,7 +254,7 @@ int cli_epochs_setup(cli_run_state *r) {
       (o->keep_best && (rc = parse_watch("--keep-best", o->keep_best, false, &ep->best))) ||
       (o->keep_best && (rc = check_metric(r, ep, "--keep-best", ep->best.name))))
     return rc;
-  if (!chief) ep->nval = 0, ep->has_lr = false, ep->nvars = 0;
+  if (!chief) ep->nval = 0, ep->has_lr = false, ep->nvars = 0, ep->stopping = false;
   return GR_EXIT_OK;
 }
 
