@@ -59,8 +59,8 @@ static bool has_word(const char *s, const char *w) {
   return strstr(s, w) != NULL;
 }
 
-/* "M[,patience=P][,min_delta=D][,mode=min|max]" into w (keys allowed: those
- * of `keys`). */
+/* "M[,patience=P][,min_delta=D][,mode=min|max]" into w (only mode=
+ * unless stop_keys). */
 static int parse_watch(const char *flag, const char *spec, bool stop_keys, watch *w) {
   char buf[512];
   snprintf(buf, sizeof buf, "%s", spec);
@@ -135,8 +135,9 @@ static unsigned char *needed_nodes(const cli_run_state *r) {
 
 /* From the `batch` ops a step reads: the steps of one pass over their data
  * (the op's own epoch: rows of its shard / batch_size, the rest dropped).
- * -1 when there is none, -2 when they disagree (said). */
-static long data_steps(const cli_run_state *r, const unsigned char *mark, long *batch) {
+ * -1 when there is none, -2 when they disagree or their rows are unknown
+ * (said unless quiet: --steps-per-epoch is given). */
+static long data_steps(const cli_run_state *r, const unsigned char *mark, bool quiet, long *batch) {
   long spe = -1;
   const gr_node *first = NULL;
   for (int i = 0; i < gr_graph_num_nodes(r->g); i++) {
@@ -147,6 +148,7 @@ static long data_steps(const cli_run_state *r, const unsigned char *mark, long *
     int64_t b = gr_node_attr_int(n, "batch_size", 1), shards = gr_node_attr_int(n, "num_shards", 1),
             shard = gr_node_attr_int(n, "shard_index", 0);
     if (rows < 0) {
+      if (quiet) return -2;
       fprintf(stderr,
               "graphrun run: --epochs: the rows of the data of '%s' are not known before the "
               "run; give --steps-per-epoch S\n",
@@ -155,6 +157,7 @@ static long data_steps(const cli_run_state *r, const unsigned char *mark, long *
     }
     long s = (long)((rows - shard + shards - 1) / shards / b);
     if (first && s != spe) {
+      if (quiet) return -2;
       fprintf(stderr,
               "graphrun run: --epochs: the batch ops '%s' (%ld steps a pass) and '%s' (%ld) "
               "disagree on an epoch; give --steps-per-epoch S\n",
@@ -219,11 +222,12 @@ int cli_epochs_setup(cli_run_state *r) {
   }
   ep->epochs = o->epochs;
   ep->batch = -1;
-  long from_data = data_steps(r, mark, &ep->batch);
+  bool given = o->steps_per_epoch > 0;
+  long from_data = data_steps(r, mark, given, &ep->batch);
   int rc = resolve_validate(r, ep);
   if (rc == GR_EXIT_OK) find_trained(r, ep, mark);
   free(mark);
-  if (rc != GR_EXIT_OK || from_data == -2) return GR_EXIT_USAGE;
+  if (rc != GR_EXIT_OK || (from_data == -2 && !given)) return GR_EXIT_USAGE;
   ep->spe = o->steps_per_epoch ? o->steps_per_epoch : from_data;
   if (ep->spe < 1) {
     fprintf(stderr, "graphrun run: --epochs: %s; give --steps-per-epoch S\n",
@@ -399,8 +403,10 @@ static gr_status record(cli_run_state *r, long epoch, long st, const epoch_value
   if (nv && gr_session_run(r->s, NULL, 0, ep->vars, nv, vals, NULL, 0, err) != GR_OK) nv = 0;
   char *trace = NULL;
   size_t tlen = 0;
-  FILE *f = ep->trace && gr_step_trace_count(ep->trace) ? open_memstream(&trace, &tlen) : NULL;
-  if (f && (cli_write_trace_to(f, ep->trace) | fclose(f)) != 0) {
+  /* the last step's is --trace's when given (cmd_run.c) */
+  const gr_step_trace *t = st == r->o.steps && r->trace ? r->trace : ep->trace;
+  FILE *f = t && gr_step_trace_count(t) ? open_memstream(&trace, &tlen) : NULL;
+  if (f && (cli_write_trace_to(f, t) | fclose(f)) != 0) {
     free(trace);
     trace = NULL;
   }

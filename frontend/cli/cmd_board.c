@@ -115,8 +115,9 @@ static int parse_options(int argc, char **argv, board_options *o) {
   }
   struct stat sb;
   if (stat(o->dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    bool exists = stat(o->dir, &sb) == 0;
     fprintf(stderr, "graphrun board: %s: %s\n", o->dir,
-            errno == 0 || !stat(o->dir, &sb) ? "not a directory" : strerror(errno));
+            exists ? "not a directory" : strerror(errno));
     return GR_EXIT_USAGE;
   }
   return -1;

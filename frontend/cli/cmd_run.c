@@ -196,7 +196,7 @@ static gr_status run_step(cli_run_state *r, long st, bool saving, bool *in_save,
   *in_save = false;
   gr_status ok = gr_session_run_traced(
       r->s, r->feeds, o->nfeed, r->fetches, o->nfetch, r->results, r->targets, o->ntarget,
-      st == o->steps ? r->trace : cli_epochs_trace_for(r->ep, st), err);
+      st == o->steps && r->trace ? r->trace : cli_epochs_trace_for(r->ep, st), err);
   if (ok != GR_OK) return ok;
   r->moved = gr_session_last_transfers(r->s); /* before a checkpoint's own step */
   if (r->show) {

@@ -74,6 +74,8 @@ static void test_epoch_lines_and_history(void) {
   GR_CHECK(query(db, "SELECT json_extract(buckets, '$[0]') FROM histograms WHERE epoch = 2") == 1);
   GR_CHECK(query(db, "SELECT count(*) FROM traces WHERE run = 1 AND trace LIKE '%traceEvents%'") ==
            5);
+  /* each its own epoch's (the times differ), the last one's too */
+  GR_CHECK(query(db, "SELECT count(DISTINCT trace) FROM traces WHERE run = 1") == 5);
   GR_CHECK(query(db, "SELECT count(*) FROM graphs WHERE dot LIKE 'digraph%train%'") == 1);
   GR_CHECK(query(db, "SELECT count(*) FROM nodes WHERE name = 'train' AND op = 'no_op'") == 1);
   GR_CHECK(query(db, "SELECT count(*) FROM runs WHERE status = 'done' AND epochs_done = 5 AND "
