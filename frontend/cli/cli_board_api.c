@@ -2,7 +2,7 @@
  * (query_only), turns one SELECT into JSON with SQLite's JSON functions
  * (so names and commands are escaped by SQLite) and answers it; the
  * graph is laid out and drawn as SVG with Graphviz's library (cgraph + gvc,
- * the "dot" layout), once per run. */
+ * the "dot" layout) in a child process, once per run. */
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
 #include <graphviz/cgraph.h>
@@ -10,6 +10,8 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli_board.h"
 
@@ -99,6 +101,32 @@ static int keep_gv_error(char *msg) {
   return 0;
 }
 
+/* In a child process (Graphviz 2.43's gvFreeLayout frees twice on some
+ * graphs with clusters, and a bad graph could crash it): lays dot out,
+ * writes 'S' and the SVG, or 'E' and a message, to fd, and ends without
+ * freeing. */
+static void draw_in_child(const char *dot, int fd) {
+  agseterr(AGERR);
+  agseterrf(keep_gv_error);
+  GVC_t *gvc = gvContext();
+  Agraph_t *g = gvc ? agmemread(dot) : NULL;
+  char *svg = NULL;
+  unsigned int len = 0;
+  bool ok =
+      g && gvLayout(gvc, g, "dot") == 0 && gvRenderData(gvc, g, "svg", &svg, &len) == 0 && svg;
+  char msg[300];
+  snprintf(msg, sizeof msg, "E%s",
+           gv_error[0] ? gv_error
+           : !gvc      ? "no context"
+           : !g        ? "bad DOT"
+                       : "layout failed");
+  const char *out = ok ? svg : msg;
+  size_t n = ok ? len : strlen(msg);
+  if (ok && write(fd, "S", 1) != 1) _exit(1);
+  for (ssize_t w; n > 0 && (w = write(fd, out, n)) > 0; out += w, n -= (size_t)w) {}
+  _exit(0);
+}
+
 /* The run's DOT text drawn as SVG (cached). */
 static cli_board_svg *draw_graph(cli_board *b, long long run) {
   for (cli_board_svg *s = b->svgs; s; s = s->next)
@@ -120,26 +148,34 @@ static cli_board_svg *draw_graph(cli_board *b, long long run) {
     free(s);
     return NULL; /* not written yet: asked again later */
   }
-  gv_error[0] = '\0';
-  agseterr(AGERR);
-  agseterrf(keep_gv_error);
-  GVC_t *gvc = gvContext();
-  Agraph_t *g = gvc ? agmemread(dot) : NULL;
-  char *svg = NULL;
-  unsigned int len = 0;
-  if (g && gvLayout(gvc, g, "dot") == 0) {
-    if (gvRenderData(gvc, g, "svg", &svg, &len) == 0 && svg) s->svg = strndup(svg, len);
-    gvFreeRenderData(svg);
-    gvFreeLayout(gvc, g);
+  int fds[2];
+  pid_t pid = pipe(fds) == 0 ? fork() : -1;
+  if (pid == 0) {
+    close(fds[0]);
+    draw_in_child(dot, fds[1]);
   }
-  if (!s->svg)
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&buf, &len);
+  if (pid > 0) {
+    close(fds[1]);
+    char chunk[65536];
+    for (ssize_t r; mem && (r = read(fds[0], chunk, sizeof chunk)) > 0;)
+      fwrite(chunk, 1, (size_t)r, mem);
+    close(fds[0]);
+  }
+  int status = 0;
+  bool exited = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status);
+  if (mem) fclose(mem);
+  if (exited && buf && len > 1 && buf[0] == 'S')
+    s->svg = strndup(buf + 1, len - 1);
+  else
     snprintf(s->err, sizeof s->err, "graphviz could not draw the graph of run %lld: %s", run,
-             gv_error[0] ? gv_error
-             : !gvc      ? "no context"
-             : !g        ? "bad DOT"
-                         : "layout failed");
-  if (g) agclose(g);
-  if (gvc) gvFreeContext(gvc);
+             exited && buf && len > 1 ? buf + 1
+             : pid < 0                ? "cannot start a process"
+             : WIFSIGNALED(status)    ? strsignal(WTERMSIG(status))
+                                      : "no answer");
+  free(buf);
   free(dot);
   s->next = b->svgs;
   b->svgs = s;

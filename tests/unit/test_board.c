@@ -213,6 +213,24 @@ static void test_live_updates(void) {
   free(dom);
 }
 
+/* The Fashion-MNIST MLP's graph: scopes in scopes, the gradients' too
+ * (Graphviz 2.43 frees its layout twice: the board draws in a child). */
+static void test_mlp_graph(void) {
+  char logs[128];
+  snprintf(logs, sizeof logs, "%s/logs", dir);
+  char args[512];
+  snprintf(args, sizeof args,
+           "run " GR_SOURCE_DIR "/examples/fashion_mlp.gr --epochs 1 --steps-per-epoch 2 "
+           "--logdir %s --quiet",
+           logs);
+  GR_CHECK(gt_cli_expect(dir, args, 0, NULL, out, sizeof out));
+  char host[64];
+  snprintf(host, sizeof host, "127.0.0.1:%d", port);
+  GR_CHECK_EQ_INT(http_get("/api/graph.svg?run=3", host), 200);
+  GR_CHECK_STR_CONTAINS(out, "<g id=\"clust1\" class=\"cluster\">");
+  GR_CHECK_EQ_INT(http_get("/api/runs", host), 200); /* still serving */
+}
+
 int main(void) {
   if (!find_chromium()) {
     printf("test_board: skipped: no chromium (make test installs Debian's chromium)\n");
@@ -226,6 +244,7 @@ int main(void) {
     GR_RUN(test_api);
     GR_RUN(test_finished_run);
     GR_RUN(test_live_updates);
+    GR_RUN(test_mlp_graph);
   }
   gt_proc_finish(&board);
   gt_remove_tree(dir);
