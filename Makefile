@@ -30,7 +30,7 @@ endif
 # Debian packages the build needs (checked with dpkg, installed with apt-get).
 DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
                 libmsgpack-dev libxxhash-dev libjansson-dev libssl-dev libsqlite3-dev zlib1g-dev \
-                sqlite3 dataset-fashion-mnist
+                sqlite3 dataset-fashion-mnist libgraphviz-dev libjs-chart.js
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire soak-ckpt \
@@ -81,6 +81,9 @@ demo: build
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# the suite opens `graphrun board`'s page in headless Chromium (tests/unit/test_board.c)
+test: EXTRA_PACKAGES = chromium
 
 # bench-mlp compares with PyTorch, which it installs (Debian's python3-torch).
 bench-train: EXTRA_PACKAGES = python3-torch

@@ -379,8 +379,14 @@ gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *m
 
 gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
                              gr_error *err) {
-  int64_t step;
-  GR_TRY(gr_ckpt_latest_step(ck, &step, err));
+  *step_out = -1;
+  return cli_restore_remote_at(ck, s, g, step_out, err);
+}
+
+gr_status cli_restore_remote_at(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
+                                gr_error *err) {
+  int64_t step = *step_out;
+  if (step < 0) GR_TRY(gr_ckpt_latest_step(ck, &step, err));
   gr_output *vars;
   const char **names;
   int n;

@@ -72,6 +72,9 @@ gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *m
                           bool *vars_ready, gr_error *err);
 gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
                              gr_error *err);
+/* The same for the checkpoint of step *step_out (-1: the newest). */
+gr_status cli_restore_remote_at(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
+                                gr_error *err);
 
 /* After a task was lost: frees *s and *master, connects again (retrying
  * until recovery_ms: graphrun launch or a supervisor restarts the task), makes
