@@ -26,6 +26,8 @@ static void usage(FILE *f) {
              "                     peers authenticate with HMAC-SHA256 before anything else\n"
              "  --devices N        CPU devices (default 1)\n"
              "  --threads T        executor threads (default: number of cores)\n"
+             "  --max-connections N  accepted connections open at once (default: from the\n"
+             "                     descriptor limit, ulimit -n, less a quarter for files)\n"
              "  --quiet            no line per connection\n\n"
              "Exit codes: 0 stopped by a signal, 1 runtime failure, 2 usage error.\n");
 }
@@ -65,7 +67,17 @@ static const char *cluster_address(const char *spec, const char **job, long *tas
   return addr;
 }
 
-enum { F_JOB = 256, F_TASK, F_DEVICES, F_THREADS, F_BIND, F_CLUSTER, F_SECRET, F_QUIET };
+enum {
+  F_JOB = 256,
+  F_TASK,
+  F_DEVICES,
+  F_THREADS,
+  F_BIND,
+  F_CLUSTER,
+  F_SECRET,
+  F_QUIET,
+  F_MAX_CONNS
+};
 
 static const struct option server_flags[] = {
     {"help", no_argument, NULL, 'h'},
@@ -77,12 +89,13 @@ static const struct option server_flags[] = {
     {"cluster", required_argument, NULL, F_CLUSTER},
     {"secret-file", required_argument, NULL, F_SECRET},
     {"quiet", no_argument, NULL, F_QUIET},
+    {"max-connections", required_argument, NULL, F_MAX_CONNS},
     {0},
 };
 
 int gr_cmd_server(int argc, char **argv) {
   const char *job = "", *bind = NULL, *spec = NULL, *secret_file = NULL;
-  long task = 0, devices = 1, threads = 0;
+  long task = 0, devices = 1, threads = 0, max_conns = 0;
   bool quiet = false;
   cli_opts po;
   cli_opts_start(&po, "server", argc, argv, server_flags, "h", CLI_OPTS_ANY_ORDER);
@@ -107,6 +120,8 @@ int gr_cmd_server(int argc, char **argv) {
       secret_file = po.arg;
     } else if (c == F_QUIET) {
       quiet = true;
+    } else if (c == F_MAX_CONNS) {
+      ok = cli_opt_long(&po, 1, 1 << 20, &max_conns);
     } else {
       if (c == CLI_OPTS_ARG)
         fprintf(stderr, "graphrun server: unexpected argument '%s' (try --help)\n", po.arg);
@@ -139,7 +154,8 @@ int gr_cmd_server(int argc, char **argv) {
                          .secret = secret,
                          .num_devices = (int)devices,
                          .inter_op_threads = (int)threads,
-                         .quiet = quiet};
+                         .quiet = quiet,
+                         .max_connections = (int)max_conns};
   gr_server *srv;
   if (gr_server_new(&o, &srv, &err) != GR_OK) {
     fprintf(stderr, "graphrun server: %s\n", err.msg);
