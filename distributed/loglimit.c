@@ -1,5 +1,6 @@
 /* Rate-limited log lines (loglimit_internal.h): per kind, a fixed window
- * of `burst` lines, then a count of what was left out. */
+ * of `burst` lines, then a count of what was left out; all kinds together
+ * at most TOTAL_BURSTS bursts a window. */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,6 +9,7 @@
 
 #define DEFAULT_BURST     10
 #define DEFAULT_WINDOW_MS 10000
+#define TOTAL_BURSTS      3
 
 static int rate_burst = DEFAULT_BURST, rate_window_ms = DEFAULT_WINDOW_MS;
 
@@ -21,6 +23,7 @@ void gr_loglimit_set_rate(int burst, int window_ms) {
 void gr_loglimit_init(gr_loglimit *ll) {
   memset(ll, 0, sizeof *ll);
   pthread_mutex_init(&ll->mu, NULL);
+  ll->start_ms = gr_wire_now_ms();
 }
 
 void gr_loglimit_destroy(gr_loglimit *ll) {
@@ -59,9 +62,11 @@ void gr_loglimit_emit(gr_loglimit *ll, const void *key, const char *line, gr_log
   pthread_mutex_lock(&ll->mu);
   gr_loglimit_kind *k = kind_of(ll, key, now);
   roll(k, now, window, summary, sizeof summary);
-  bool pass = burst <= 0 || k->passed < burst;
+  if (now - ll->start_ms >= window) ll->start_ms = now, ll->passed = 0;
+  bool pass = burst <= 0 || (k->passed < burst && ll->passed < TOTAL_BURSTS * burst);
   if (pass) {
     k->passed++;
+    ll->passed++;
   } else {
     k->dropped++;
     snprintf(k->sample, sizeof k->sample, "%s", line);

@@ -12,7 +12,8 @@
  *   // "12345 more lines like this were suppressed in the last 10 s: bad frame from ..."
  *   gr_loglimit_destroy(&ll);
  *
- * So one kind writes at most burst + 1 lines per window. Thread-safe (a
+ * So one kind writes at most burst + 1 lines per window, and all kinds
+ * together at most 3 * burst lines and a summary per kind. Thread-safe (a
  * mutex); write_line runs without it held. Internal to distributed/. */
 #ifndef GR_LOGLIMIT_INTERNAL_H
 #define GR_LOGLIMIT_INTERNAL_H
@@ -33,6 +34,8 @@ typedef struct gr_loglimit_kind {
 
 typedef struct gr_loglimit {
   pthread_mutex_t mu;
+  int64_t start_ms; /* the window of all kinds together began */
+  int passed;       /* lines of all kinds written in it */
   int n;
   gr_loglimit_kind kinds[GR_LOGLIMIT_KINDS];
 } gr_loglimit;
