@@ -31,7 +31,8 @@
  * peer can exhaust the server:
  * - Connections: a listener keeps at most max_conns accepted connections
  *   (default from RLIMIT_NOFILE). At the limit a new one takes the place of
- *   the oldest that has not finished its handshake, else it is closed. When
+ *   the oldest that has not finished its handshake in a second, else it is
+ *   closed. When
  *   accept() fails for want of descriptors (EMFILE, ENFILE), the pending
  *   connection is accepted and closed with a spare descriptor kept for that
  *   and the listener pauses 250 ms: no busy loop.
