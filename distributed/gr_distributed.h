@@ -142,6 +142,11 @@ typedef struct gr_server_options {
    * server's threads (possibly at once). NULL: "graphrun: LINE\n" on stderr. */
   void (*log_fn)(void *arg, const char *line);
   void *log_arg;
+  /* Accepted connections open at once (docs/distributed.md, "Limits"); past
+   * it a new one takes the place of the oldest still in its handshake, or
+   * is refused. 0: from the descriptor limit (RLIMIT_NOFILE less a quarter,
+   * at least 64, kept for the server's own files), at most 16384. */
+  int max_connections;
 } gr_server_options;
 
 /* Starts serving (a network thread and worker threads). The server picks a

@@ -40,8 +40,10 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   }
   if (m->h.type != GR_MSG_RESPONSE || gr_msg_u64(&m->msg.root, "id", &id, &e) != GR_OK ||
       gr_msg_u64(&m->msg.root, "code", &code, &e) != GR_OK) {
-    fprintf(stderr, "graphrun: master: a bad %s frame from %s\n", gr_msg_type_name(m->h.type),
-            t->name);
+    char line[GR_TASK_NAME_MAX + 64];
+    snprintf(line, sizeof line, "master: a bad %s frame from %s", gr_msg_type_name(m->h.type),
+             t->name);
+    gr_conn_log_peer(c, "master: bad frame", line);
     gr_inmsg_free(m);
     return;
   }

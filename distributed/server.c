@@ -23,26 +23,35 @@ void gr_task_of_device(const char *device, char *out, size_t cap) {
   out[n] = '\0';
 }
 
-static void emit(const gr_server *s, const char *line) {
+/* Writes "TASK: line". */
+static void emit(void *arg, const char *line) {
+  const gr_server *s = arg;
+  char full[2 * GR_ERROR_MSG_MAX];
+  snprintf(full, sizeof full, "%s: %s", s->task, line);
   if (s->o.log_fn)
-    s->o.log_fn(s->o.log_arg, line);
+    s->o.log_fn(s->o.log_arg, full);
   else
-    fprintf(stderr, "graphrun: %s\n", line);
+    fprintf(stderr, "graphrun: %s\n", full);
 }
 
 void gr_server_log(const gr_server *s, const char *fmt, ...) {
   char line[2 * GR_ERROR_MSG_MAX];
-  int n = snprintf(line, sizeof line, "%s: ", s->task);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  emit(s, line);
+  gr_loglimit_emit(s->logs, fmt, line, emit, (void *)s);
 }
 
-/* The transport's lines (a bad frame from a peer): prefixed with the task. */
+/* The transport's lines (a bad frame from a peer; rate-limited there). */
 static void transport_log(void *arg, const char *line) {
-  gr_server_log(arg, "%s", line);
+  emit(arg, line);
+}
+
+/* Every second: the summaries of the log lines left out. */
+static void flush_logs(void *arg) {
+  gr_server *s = arg;
+  gr_loglimit_flush(s->logs, emit, s);
 }
 
 gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e) {
@@ -409,6 +418,9 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
       o->inter_op_threads < 0 || o->inter_op_threads > 1024)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "server: task must be 0 to 65535, devices 0 to 64, threads 0 to 1024");
+  if (o->max_connections < 0)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: max_connections must be 0 (from the descriptor limit) or more");
   const char *bind = o->bind ? o->bind : "127.0.0.1:0";
   char host[256];
   int port;
@@ -430,6 +442,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   s->o.secret = s->secret;
   snprintf(s->cluster, sizeof s->cluster, "%s", o->cluster_id ? o->cluster_id : "");
   s->o.cluster_id = s->cluster;
+  if ((s->logs = malloc(sizeof *s->logs))) gr_loglimit_init(s->logs);
   s->o.bind = NULL;
   s->o.job = NULL;
   int threads = o->inter_op_threads ? o->inter_op_threads : gr_num_cores();
@@ -443,7 +456,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   gr_threadpool_set_name(s->work_pool, "gr-work");
   gr_threadpool_set_name(s->exec_pool, "gr-exec");
   gr_status st = GR_OK;
-  if (!s->devices || (o->secret && !s->secret) || !s->register_pool || !s->work_pool ||
+  if (!s->devices || (o->secret && !s->secret) || !s->logs || !s->register_pool || !s->work_pool ||
       !s->exec_pool)
     st = gr_error_set_oom(err);
   for (int k = 0; k < s->num_devices && st == GR_OK; k++) {
@@ -458,6 +471,8 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   if (st == GR_OK)
     st = gr_listener_new(s->loop, host, port, s->secret, s->cluster, &h, &s->listener, &s->port,
                          err);
+  if (st == GR_OK) gr_listener_set_max_conns(s->listener, o->max_connections);
+  if (st == GR_OK) st = gr_loop_every(s->loop, 1000, flush_logs, s, err);
   if (st != GR_OK) {
     gr_error_prefix(err, "server %s", s->task);
     gr_server_free(s);
@@ -494,6 +509,11 @@ void gr_server_free(gr_server *s) {
   for (int k = 0; s->devices && k < s->num_devices; k++) free(s->devices[k]);
   free(s->devices);
   free(s->secret);
+  if (s->logs) {
+    gr_loglimit_flush(s->logs, emit, s);
+    gr_loglimit_destroy(s->logs);
+    free(s->logs);
+  }
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->stopped);
   free(s);

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "distributed/gr_distributed.h"
+#include "distributed/loglimit_internal.h"
 #include "distributed/transport_internal.h"
 
 #define GR_TASK_NAME_MAX    96
@@ -59,6 +60,7 @@ struct gr_server {
   char cluster[GR_CLUSTER_ID_MAX + 1]; /* its cluster id ("": none) */
   gr_loop *loop;
   gr_listener *listener;
+  gr_loglimit *logs;            /* gr_server_log's lines, rate-limited per call site (format) */
   gr_threadpool *register_pool; /* registrations (they dial peers, which blocks) */
   gr_threadpool *work_pool;     /* steps' starts, pushed tensors and aborts (no waits) */
   gr_threadpool *exec_pool;     /* the executors' inter-op threads */
@@ -86,7 +88,9 @@ struct gr_server {
 gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e);
 void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e);
 
-/* A log line "TASK: ..." through the options' log_fn (stderr when NULL). */
+/* A log line "TASK: ..." through the options' log_fn (stderr when NULL),
+ * rate-limited per format (a peer can cause most of them): at most 10
+ * lines of one format per 10 s, then a count of those left out. */
 void gr_server_log(const gr_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The task part of a full device name ("/job:w/replica:0/task:1"). */

@@ -1,9 +1,11 @@
 /* Making connections: listening and accepting (with the server side of the
- * handshake), dialing with retries, and the client side of the handshake
- * (blocking, with a deadline, before the loop takes the socket). The
- * handshake's messages and checks are handshake.c's. */
+ * handshake, within the connection limit, pausing when out of descriptors),
+ * dialing with retries, and the client side of the handshake (blocking,
+ * with a deadline, before the loop takes the socket). The handshake's
+ * messages and checks are handshake.c's. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <event2/event.h>
 #include <event2/listener.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -73,12 +75,17 @@ static void peer_name(const struct sockaddr *sa, char *out, size_t cap) {
 
 /* ---- the server side ----------------------------------------------------------- */
 
+#define ACCEPT_PAUSE_MS 250 /* accept() out of descriptors: the listener rests this long */
+
 struct gr_listener {
   gr_loop *loop;
   struct evconnlistener *ev;
   gr_conn_handler h;
   char *secret;
   char cluster[GR_CLUSTER_ID_MAX + 1];
+  int max_conns;        /* accepted connections open at once (loop thread reads it) */
+  int spare;            /* a descriptor kept to accept and close with when out of them */
+  struct event *resume; /* ends a pause */
   gr_listener *next;
 };
 
@@ -92,20 +99,58 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
   gr_listener *ls = arg;
   char peer[80];
   peer_name(sa, peer, sizeof peer);
+  if (!gr_conn_admit(ls->loop, __atomic_load_n(&ls->max_conns, __ATOMIC_RELAXED), peer)) {
+    close(fd);
+    return;
+  }
   gr_conn *c;
   gr_error e;
   if (gr_conn_attach(ls->loop, fd, peer, true, ls->secret, &ls->h, &c, &e) != GR_OK) {
-    char line[GR_ERROR_MSG_MAX + 96];
-    snprintf(line, sizeof line, "accepting %s: %s", peer, e.msg);
-    gr_conn_log(&ls->h, line);
+    gr_loop_log(ls->loop, "accept", "accepting %s: %s", peer, e.msg);
     return;
   }
   snprintf(c->cluster, sizeof c->cluster, "%s", ls->cluster);
-  if (send_hello(c, &e) != GR_OK) {
-    gr_conn_close_now(c, e.code, e.msg);
-    return;
+  if (send_hello(c, &e) != GR_OK) gr_conn_close_now(c, e.code, e.msg);
+}
+
+/* accept() failed (not for a reason worth retrying at once: EMFILE, ENFILE,
+ * ENOBUFS ...). Out of descriptors, room is made by closing a connection
+ * still in its handshake; with none, the pending connection is accepted
+ * with the spare descriptor and closed, so that the backlog does not keep
+ * the listener readable, and the listener rests ACCEPT_PAUSE_MS: not a busy
+ * loop (libevent's own handling logs a line per attempt). */
+static void on_accept_error(struct evconnlistener *ev, void *arg) {
+  int err = EVUTIL_SOCKET_ERROR();
+  gr_listener *ls = arg;
+  bool no_fds = err == EMFILE || err == ENFILE;
+  if (no_fds && gr_make_room(ls->loop, strerror(err))) return; /* accepts again at once */
+  if (no_fds && ls->spare >= 0) {
+    close(ls->spare);
+    int fd = accept(evconnlistener_get_fd(ev), NULL, NULL);
+    if (fd >= 0) close(fd);
+    ls->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
   }
-  gr_conn_arm_handshake_timer(c); /* every peer answers with AUTH, secret or not */
+  gr_transport_note_fd_pause();
+  pthread_mutex_lock(&ls->loop->mu);
+  int open_conns = ls->loop->accepted;
+  pthread_mutex_unlock(&ls->loop->mu);
+  gr_loop_log(ls->loop, "accept",
+              "cannot accept connections: %s (%d accepted connections open): refusing new "
+              "ones for %d ms",
+              strerror(err), open_conns, ACCEPT_PAUSE_MS);
+  evconnlistener_disable(ev);
+  struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
+  event_add(ls->resume, &tv);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg) {
+  gr_listener *ls = arg;
+  if (ls->spare < 0) ls->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  evconnlistener_enable(ls->ev);
+}
+
+void gr_listener_set_max_conns(gr_listener *ls, int max) {
+  __atomic_store_n(&ls->max_conns, max > 0 ? max : gr_default_max_conns(), __ATOMIC_RELAXED);
 }
 
 gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *secret,
@@ -130,18 +175,25 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *se
   ls->loop = l;
   ls->h = *handler;
   snprintf(ls->cluster, sizeof ls->cluster, "%s", cluster ? cluster : "");
-  ls->ev = evconnlistener_new_bind(l->base, on_accept, ls,
-                                   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
-                                       LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_THREADSAFE,
-                                   128, ai->ai_addr, (int)ai->ai_addrlen);
+  ls->max_conns = gr_default_max_conns();
+  ls->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ls->resume = event_new(l->base, -1, 0, on_resume, ls);
+  ls->ev = !ls->resume ? NULL
+                       : evconnlistener_new_bind(l->base, on_accept, ls,
+                                                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+                                                     LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_THREADSAFE,
+                                                 128, ai->ai_addr, (int)ai->ai_addrlen);
   int e = errno;
   freeaddrinfo(ai);
   if (!ls->ev) {
+    if (ls->resume) event_free(ls->resume);
+    if (ls->spare >= 0) close(ls->spare);
     free(ls->secret);
     free(ls);
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot listen on %s:%d: %s", host, port,
                         strerror(e));
   }
+  evconnlistener_set_error_cb(ls->ev, on_accept_error);
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   getsockname(evconnlistener_get_fd(ls->ev), (struct sockaddr *)&ss, &sl);
@@ -150,6 +202,7 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *se
   pthread_mutex_lock(&l->mu);
   ls->next = l->listeners;
   l->listeners = ls;
+  l->log_to = ls->h; /* the transport's lines about its connections */
   pthread_mutex_unlock(&l->mu);
   *out = ls;
   return GR_OK;
@@ -157,10 +210,30 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *se
 
 static void listener_free_now(gr_listener *ls) {
   evconnlistener_free(ls->ev);
+  event_free(ls->resume);
+  if (ls->spare >= 0) close(ls->spare);
   free(ls->secret);
   free(ls);
 }
 
+typedef struct free_call {
+  gr_listener *ls;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+} free_call;
+
+static void free_on_loop(void *arg) {
+  free_call *f = arg;
+  listener_free_now(f->ls);
+  pthread_mutex_lock(&f->mu);
+  f->done = true;
+  pthread_cond_signal(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Freed on the loop thread, where its callbacks (accepting, resuming after
+ * a pause) run: none of them runs during or after. */
 void gr_listener_free(gr_listener *ls) {
   if (!ls) return;
   gr_loop *l = ls->loop;
@@ -169,8 +242,19 @@ void gr_listener_free(gr_listener *ls) {
   while (*p && *p != ls) p = &(*p)->next;
   if (*p) *p = ls->next;
   pthread_mutex_unlock(&l->mu);
-  evconnlistener_disable(ls->ev);
-  listener_free_now(ls);
+  free_call f = {.ls = ls};
+  pthread_mutex_init(&f.mu, NULL);
+  pthread_cond_init(&f.cv, NULL);
+  if (pthread_equal(pthread_self(), l->thread) ||
+      gr_loop_call(l, free_on_loop, &f, NULL) != GR_OK) {
+    listener_free_now(ls);
+  } else {
+    pthread_mutex_lock(&f.mu);
+    while (!f.done) pthread_cond_wait(&f.cv, &f.mu);
+    pthread_mutex_unlock(&f.mu);
+  }
+  pthread_mutex_destroy(&f.mu);
+  pthread_cond_destroy(&f.cv);
 }
 
 void gr_listeners_free_all(gr_loop *l) {
@@ -188,12 +272,13 @@ void gr_conn_server_auth(gr_conn *c, gr_inmsg *m) {
   gr_inmsg_free(m);
   if (st == GR_OK) {
     c->authed = true;
+    gr_conn_set_ready(c);
     gr_conn_send(c, ok, NULL); /* a failed write closes c */
     return;
   }
   char line[GR_ERROR_MSG_MAX + 160];
   snprintf(line, sizeof line, "refused %s: %s; closing that connection", c->peer, e.msg);
-  gr_conn_log(&c->h, line);
+  gr_conn_log_peer(c, "refused", line);
   gr_conn_close_now(c, e.code, e.msg);
 }
 

@@ -30,6 +30,29 @@
  * another secret, or with none when one is needed, is refused (a server
  * logs it, naming the peer; a client's error names the server's address).
  *
+ * Bounds (transport_limits.c; docs/distributed.md, "Limits"), so that no
+ * peer can exhaust the server:
+ * - Connections: a listener keeps at most max_conns accepted connections
+ *   (default from RLIMIT_NOFILE). At the limit a new one takes the place of
+ *   the oldest that has not finished its handshake in a second, else it is
+ *   closed. When
+ *   accept() fails for want of descriptors (EMFILE, ENFILE), the pending
+ *   connection is accepted and closed with a spare descriptor kept for that
+ *   and the listener pauses 250 ms: no busy loop.
+ * - Deadlines: an accepted connection has 10 s for its handshake (its
+ *   AUTH, with or without a secret), then is closed after 60 s without a
+ *   byte. A dialed connection
+ *   keeps itself alive: silent for 15 s, it sends a HEARTBEAT (which the
+ *   server answers; nothing waits for the answer), and one at once when it
+ *   is made, so a quiet connection (a lease, a peer between steps) lives.
+ * - Receive memory: a frame body grows as its bytes arrive (doubling), not
+ *   to the size its header announces; the bytes the loop's connections
+ *   hold for frames in progress stay within a budget (1 GiB): a connection
+ *   that wants more waits, not reading, until another frees some, except
+ *   one at a time, which may go past it (a frame larger than the budget
+ *   still arrives).
+ * - Log lines a peer causes are rate-limited per kind (loglimit_internal.h).
+ *
  * Internal to distributed/. */
 #ifndef GR_TRANSPORT_INTERNAL_H
 #define GR_TRANSPORT_INTERNAL_H
@@ -125,6 +148,31 @@ void gr_transport_set_limits(size_t max_queued, size_t max_body);
 /* read() calls per readable event before the loop moves on (for tests;
  * 0: the default, 64). */
 void gr_transport_set_read_rounds(int rounds);
+
+/* Deadlines (for tests; 0: the default): an accepted connection's handshake
+ * (10000 ms) and idle deadline (60000 ms; < 0: none), a dialed one's
+ * keepalive (15000 ms). */
+void gr_transport_set_deadlines(int handshake_ms, int idle_ms, int keepalive_ms);
+/* The receive memory a loop's connections may hold for frames in progress
+ * (for tests; 0: the default, 1 GiB); loops made after the call. */
+void gr_transport_set_budget(size_t bytes);
+/* At most max accepted connections (0: gr_default_max_conns()). */
+void gr_listener_set_max_conns(gr_listener *ls, int max);
+/* A line about something c's peer did wrong, rate-limited per kind (a
+ * static string) with the loop's other such lines; to the handler's log of
+ * the loop's listener, or stderr. Loop thread. */
+void gr_conn_log_peer(gr_conn *c, const char *kind, const char *line);
+/* What the bounds did, summed over every loop of the process (tests). */
+typedef struct gr_transport_stats {
+  int64_t rx_held;    /* receive memory held now */
+  int64_t rx_paused;  /* connections waiting for the budget now */
+  int64_t refused;    /* connections closed at the limit */
+  int64_t evicted;    /* connections closed to make room */
+  int64_t fd_pauses;  /* accept() out of descriptors: paused */
+  int64_t deadlines;  /* connections closed at a handshake or idle deadline */
+  int64_t keepalives; /* keepalives sent */
+} gr_transport_stats;
+void gr_transport_get_stats(gr_transport_stats *out);
 
 /* Splits "host:port" ("[::1]:5000" for IPv6) into host and port. */
 gr_status gr_parse_address(const char *address, char *host, size_t host_cap, int *port,

@@ -32,6 +32,8 @@ static void usage(FILE *f) {
              "                     any graph as you); loopback only, warns at every start\n"
              "  --devices N        CPU devices (default 1)\n"
              "  --threads T        executor threads (default: number of cores)\n"
+             "  --max-connections N  accepted connections open at once (default: from the\n"
+             "                     descriptor limit, ulimit -n, less a quarter for files)\n"
              "  --quiet            no line per connection\n\n"
              "Exit codes: 0 stopped by a signal, 1 runtime failure, 2 usage error.\n");
 }
@@ -75,7 +77,8 @@ enum {
   F_SECRET,
   F_CLUSTER_ID,
   F_INSECURE,
-  F_QUIET
+  F_QUIET,
+  F_MAX_CONNS
 };
 
 static const struct option server_flags[] = {
@@ -90,6 +93,7 @@ static const struct option server_flags[] = {
     {"cluster-id", required_argument, NULL, F_CLUSTER_ID},
     {"insecure", no_argument, NULL, F_INSECURE},
     {"quiet", no_argument, NULL, F_QUIET},
+    {"max-connections", required_argument, NULL, F_MAX_CONNS},
     {0},
 };
 
@@ -133,7 +137,7 @@ static int setup(server_setup *o) {
 
 int gr_cmd_server(int argc, char **argv) {
   server_setup o = {.job = NULL};
-  long devices = 1, threads = 0;
+  long devices = 1, threads = 0, max_conns = 0;
   bool quiet = false;
   cli_opts po;
   cli_opts_start(&po, "server", argc, argv, server_flags, "h", CLI_OPTS_ANY_ORDER);
@@ -162,6 +166,8 @@ int gr_cmd_server(int argc, char **argv) {
       o.insecure = true;
     } else if (c == F_QUIET) {
       quiet = true;
+    } else if (c == F_MAX_CONNS) {
+      ok = cli_opt_long(&po, 1, 1 << 20, &max_conns);
     } else {
       if (c == CLI_OPTS_ARG)
         fprintf(stderr, "graphrun server: unexpected argument '%s' (try --help)\n", po.arg);
@@ -183,7 +189,8 @@ int gr_cmd_server(int argc, char **argv) {
                           .cluster_id = o.id,
                           .num_devices = (int)devices,
                           .inter_op_threads = (int)threads,
-                          .quiet = quiet};
+                          .quiet = quiet,
+                          .max_connections = (int)max_conns};
   gr_server *srv;
   if (gr_server_new(&so, &srv, &err) != GR_OK) {
     fprintf(stderr, "graphrun server: %s\n", err.msg);

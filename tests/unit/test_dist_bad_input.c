@@ -11,7 +11,10 @@
  * it and restored after. Two servers of the cluster CLUSTER:
  * /job:worker/task:0 started insecure (no secret: the wire is what these
  * cases are about) and /job:ps/task:0 with a secret, which the cases on the
- * handshake use (a peer of another cluster, a tampered cluster id). */
+ * handshake use (a peer of another cluster, a tampered cluster id). Every
+ * case asserts its own log line, so the log's rate limit is off here, and
+ * so is the idle deadline (the registering connection stays open, silent,
+ * through the whole run); both are tested in test_dist_hostile.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "distributed/loglimit_internal.h"
 #include "distributed/transport_internal.h"
 #include "distributed/wire_internal.h"
 #include "gr_test.h"
@@ -2437,6 +2441,8 @@ static bool setup(void) {
 
 int main(void) {
   int64_t start = gr_wire_now_ms();
+  gr_loglimit_set_rate(-1, 0);          /* every line: the cases look for theirs */
+  gr_transport_set_deadlines(0, -1, 0); /* no idle deadline: reg_conn waits silent */
   bool ok = setup();
   GR_CHECK(ok);
   int num_cases = 0;
