@@ -15,8 +15,9 @@
 struct step_state {
   uint64_t run_id, seq;
   gr_rendezvous *local;
-  gr_conn *owner; /* the connection its RUN came over (not a reference; under s->mu) */
-  int refs;       /* under s->mu */
+  gr_step_watch *cancel; /* the step's cancellation: an abort ends it however it waits */
+  gr_conn *owner;        /* the connection its RUN came over (not a reference; under s->mu) */
+  int refs;              /* under s->mu */
   bool started, aborted;
   size_t parked;          /* bytes that arrived before the step started */
   int64_t sends, bytes;   /* pushed to other tasks (atomics) */
@@ -27,6 +28,7 @@ static void state_unref_locked(gr_server *s, step_state *t) {
   if (--t->refs > 0) return;
   s->parked_bytes -= t->parked;
   gr_rendezvous_free(t->local);
+  gr_step_watch_free(t->cancel);
   free(t);
 }
 
@@ -68,8 +70,10 @@ static step_state *state_get(gr_server *s, uint64_t run_id, bool *full) {
     t->run_id = run_id;
     t->seq = ++s->step_seq;
     t->refs = 1; /* the map's */
-    if (!(t->local = gr_rendezvous_new()) || !gr_map_put_u64(&s->steps, run_id, t)) {
+    if (!(t->local = gr_rendezvous_new()) || !(t->cancel = gr_step_watch_new()) ||
+        !gr_map_put_u64(&s->steps, run_id, t)) {
       gr_rendezvous_free(t->local);
+      gr_step_watch_free(t->cancel);
       free(t);
       t = NULL;
     }
@@ -90,11 +94,14 @@ static void state_finish(gr_server *s, step_state *t) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Ends the step however it waits: its receives fail (the rendezvous), and
+ * its runs and parked kernels (a dequeue) are cancelled (its watch). */
 static void state_abort(gr_server *s, step_state *t, gr_status code, const char *msg) {
   pthread_mutex_lock(&s->mu);
   t->aborted = true;
   pthread_mutex_unlock(&s->mu);
   gr_rendezvous_abort(t->local, code, msg);
+  gr_step_cancel(t->cancel, code, msg);
 }
 
 void gr_server_steps_abort_all(gr_server *s) {
@@ -344,7 +351,9 @@ static void run_end(server_run *x, gr_status st, const gr_error *e) {
   for (int i = 0; x->fetches && i < x->nx; i++) gr_tensor_release(&x->fetches[i]);
   free(x->fetches);
   gr_server_registered_unref(x->r);
-  if (resp) gr_conn_send(x->c, resp, NULL);
+  /* answered whatever happens: a response that cannot be packed or sent (out
+   * of memory, over the wire's limits) becomes an error naming why */
+  gr_server_answer(x->c, x->a.id, resp, st != GR_OK ? e : NULL);
   gr_conn_unref(x->c);
   free(x);
   gr_server_step_ended(s);
@@ -432,7 +441,8 @@ static void run_start(server_run *x, gr_error *e) {
                              .resources = r->box->rm,
                              .stacks = r->uses_stacks ? gr_step_stacks_new() : NULL,
                              .rendezvous = x->rv,
-                             .trace = x->trace};
+                             .trace = x->trace,
+                             .watch = t->cancel};
     if (r->uses_stacks && !x->step.stacks) st = gr_error_set_oom(e);
   }
   if (st != GR_OK) {
