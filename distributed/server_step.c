@@ -56,16 +56,19 @@ static bool evict_parked_locked(gr_server *s) {
   return true;
 }
 
+/* Why state_get found no state. */
+typedef enum { STATE_DONE, STATE_FULL, STATE_OOM } no_state;
+
 /* The state of run_id with a reference for the caller; NULL when the step
- * finished here already (late values are dropped; *full false) or too many
- * are open (*full true). */
-static step_state *state_get(gr_server *s, uint64_t run_id, bool *full) {
+ * finished here already (late values are dropped), too many are open or
+ * memory is short (*why says which). */
+static step_state *state_get(gr_server *s, uint64_t run_id, no_state *why) {
   pthread_mutex_lock(&s->mu);
   step_state *t = gr_map_get_u64(&s->steps, run_id);
   bool done = false, room = true;
   for (int i = 0; i < 256 && !t && !done; i++) done = s->finished[i] == run_id && run_id;
   if (!t && !done && s->steps.count >= GR_SERVER_MAX_STEPS) room = evict_parked_locked(s);
-  if (full) *full = !t && !done && !room;
+  if (why) *why = done ? STATE_DONE : !room ? STATE_FULL : STATE_OOM;
   if (!t && !done && room && (t = calloc(1, sizeof *t))) {
     t->run_id = run_id;
     t->seq = ++s->step_seq;
@@ -403,12 +406,14 @@ static void run_start(server_run *x, gr_error *e) {
   x->fetches = calloc((size_t)x->nx + 1, sizeof *x->fetches);
   if (st == GR_OK && (!x->feeds || !x->fetches)) st = gr_error_set_oom(e);
   if (st == GR_OK) st = feeds_of(m, a->feeds, x->feeds, x->nf, e);
-  bool full = false;
-  step_state *t = x->t = st == GR_OK ? state_get(s, a->run_id, &full) : NULL;
-  if (st == GR_OK && !t && full)
+  no_state why = STATE_DONE;
+  step_state *t = x->t = st == GR_OK ? state_get(s, a->run_id, &why) : NULL;
+  if (st == GR_OK && !t && why == STATE_FULL)
     st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED,
                       "%s has %d steps open already (running, or holding values pushed for them)",
                       s->task, GR_SERVER_MAX_STEPS);
+  else if (st == GR_OK && !t && why == STATE_OOM)
+    st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", s->task);
   else if (st == GR_OK && !t)
     st = gr_error_set(e, GR_ERR_ALREADY_EXISTS, "step %016llx ran here already (a repeated RUN)",
                       (unsigned long long)a->run_id);

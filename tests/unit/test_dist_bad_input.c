@@ -819,6 +819,38 @@ static bool make_part_b(part *p) {
   return ok;
 }
 
+/* Graph c: a = 1 + 2 on DEV0, sent to b = a + 10 on task 1 (not running:
+ * its address in the registrations refuses connections). DEV0's partition
+ * pushes a to task 1, so registering it dials task 1. */
+static bool make_part_c(part *p) {
+  gr_graph *g = gr_graph_new();
+  gr_output a = gr_add(g, gr_const_f32(g, 1), gr_const_f32(g, 2));
+  gr_output b = gr_add(g, a, gr_const_f32(g, 10));
+  int n = gr_graph_num_nodes(g);
+  gr_node **nodes = calloc((size_t)n, sizeof *nodes);
+  for (int i = 0; i < n; i++) {
+    nodes[i] = gr_graph_node(g, i);
+    nodes[i]->assigned_device = i <= a.node->id ? DEV0 : DEV1;
+  }
+  gr_partition_options po = {.incarnation = KEY_INC};
+  gr_partitions *ps = NULL;
+  gr_error err;
+  gr_output fetches[2] = {a, b};
+  bool ok = gr_partition_graph(nodes, n, NULL, 0, fetches, 2, &po, &ps, &err) == GR_OK;
+  if (!ok) fprintf(stderr, "graph c: %s\n", err.msg);
+  for (int k = 0; ok && k < ps->num_parts; k++) {
+    gr_partition *pt = &ps->parts[k];
+    if (strcmp(pt->device, DEV0) != 0) continue;
+    p->feed[0] = '\0';
+    snprintf(p->fetch, sizeof p->fetch, "%s", pt->fetches[0].node->name);
+    ok = gr_wire_encode_graph(pt->graph, NULL, &p->graph, &p->size, &err) == GR_OK;
+  }
+  gr_partitions_free(ps);
+  free(nodes);
+  gr_graph_free(g);
+  return ok && p->graph;
+}
+
 /* The connection the graphs were registered over: a server drops the
  * graphs of a client whose connection closes, so it stays open. */
 static rc reg_conn = {.fd = -1};
@@ -841,6 +873,67 @@ static uint64_t register_part_in(const part *p, uint64_t id, const char *contain
 
 static uint64_t register_part(const part *p, uint64_t id) {
   return register_part_in(p, id, "bad-input");
+}
+
+/* ---- registrations that wait for their peers ----------------------------- */
+
+/* Five registrations whose sends push to a task that refuses connections
+ * (more than the server's four register threads): each waits for its dial
+ * (retried for 10 s), without a thread. Meanwhile another client registers
+ * a graph and runs a step, answered while all five still wait (when a
+ * registration dialed on a register thread, the fifth and this one queued
+ * behind four dials); then each of the five is answered with the dial's
+ * error. */
+static void test_registrations_do_not_wait_for_dials(void) {
+  enum { SLOW = 5 };
+  part pc = {0};
+  GR_CHECK(make_part_c(&pc));
+  rc slow[SLOW];
+  for (int i = 0; i < SLOW; i++) {
+    slow[i].fd = -1;
+    bytes b = {0};
+    register_frame_in(&b, 600 + (uint64_t)i, inc0, DEV0, &pc, "bad-input", false);
+    GR_CHECK(pc.graph && rc_open(&slow[i]) && rc_send(&slow[i], b.p, b.n));
+    b_free(&b);
+  }
+  rc fast;
+  GR_CHECK(rc_open(&fast));
+  bytes b = {0};
+  register_frame(&b, 700, inc0, DEV0, &part_a);
+  resp r;
+  uint64_t handle = 0;
+  gr_error err;
+  GR_CHECK(rc_send(&fast, b.p, b.n) && rc_response(&fast, &r));
+  b_free(&b);
+  if (r.f.m.has_zone) {
+    GR_CHECK_MSG(r.code == 0 && gr_msg_u64(&r.f.m.root, "handle", &handle, &err) == GR_OK, "%s",
+                 r.msg);
+    inframe_free(&r.f);
+  }
+  run_frame(&b, handle, 701, next_run++, "float32", 1, (int64_t[]){3}, 0, 12, 64);
+  GR_CHECK(rc_send(&fast, b.p, b.n) && rc_response(&fast, &r));
+  b_free(&b);
+  if (r.f.m.has_zone) {
+    GR_CHECK_MSG(fetch_a_ok(&r), "the step of graph a: %s", r.msg);
+    inframe_free(&r.f);
+  }
+  for (int i = 0; i < SLOW; i++) /* none answered yet: their dials go on */
+    GR_CHECK_MSG(!rc_poll(&slow[i], POLLIN, gr_wire_now_ms() + 1),
+                 "registration %d was answered before the step of another client", i);
+  for (int i = 0; i < SLOW; i++) {
+    GR_CHECK(rc_poll(&slow[i], POLLIN, gr_wire_now_ms() + 60000));
+    GR_CHECK(rc_response(&slow[i], &r));
+    if (!r.f.m.has_zone) continue;
+    GR_CHECK_EQ_INT(r.id, 600 + i);
+    GR_CHECK_EQ_INT(r.code, GR_ERR_UNAVAILABLE);
+    GR_CHECK_STR_CONTAINS(r.msg, TASK0 ": registering a graph: dialing " TASK1
+                                       ": cannot connect to 127.0.0.1:1 within 10000 ms");
+    inframe_free(&r.f);
+    rc_close(&slow[i]);
+  }
+  rc_close(&fast);
+  free(pc.graph);
+  CHECK_SERVING();
 }
 
 /* ---- frames cut short ---------------------------------------------------- */
@@ -1059,6 +1152,14 @@ static const struct map_case {
     {GR_MSG_GET_STATUS, BYTES(0x81, 0xdb, 0x10, 0x00, 0x00, 0x00, 'i', 'd'),
      "get_status frame: msgpack: a length of 268435456 bytes at byte 6 runs past the end (2 "
      "left)"},
+    /* a key given twice: the reader would take whichever it looked at first */
+    {GR_MSG_GET_STATUS, BYTES(0x82, 0xa2, 'i', 'd', 0x01, 0xa2, 'i', 'd', 0x02),
+     "get_status frame: msgpack: a map gives key 'id' twice (again at byte 5)"},
+    {GR_MSG_GET_STATUS, BYTES(0x82, 0xa2, 'i', 'd', 0x01, 0xd9, 0x02, 'i', 'd', 0x02), /* str 8 */
+     "get_status frame: msgpack: a map gives key 'id' twice (again at byte 5)"},
+    {GR_MSG_RUN,
+     BYTES(0x82, 0xa2, 'i', 'd', 0x01, 0xa1, 'f', 0x82, 0xa1, 'k', 0xc0, 0xa1, 'k', 0xc0),
+     "run frame: msgpack: a map gives key 'k' twice (again at byte 11)"},
 };
 
 static void test_bad_maps(void) {
@@ -1068,6 +1169,25 @@ static void test_bad_maps(void) {
     expect_bad_frame(f.p, f.n, map_cases[i].want);
     b_free(&f);
   }
+  CHECK_SERVING();
+}
+
+/* A map of 40 keys (sorted, not compared pairwise) that gives "k17" twice. */
+static void test_duplicate_key_in_a_big_map(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 41);
+  mp_u64(&m, "id", 5);
+  for (int i = 0; i < 40; i++) {
+    char k[8];
+    snprintf(k, sizeof k, "k%d", i == 39 ? 17 : i);
+    mp_u64(&m, k, (uint64_t)i);
+  }
+  bytes f = {0};
+  frame(&f, GR_MSG_VARS, &m, NULL, 0);
+  expect_bad_frame(f.p, f.n, "vars frame: msgpack: a map gives key 'k17' twice (again at byte");
+  b_free(&f);
+  mp_free(&m);
   CHECK_SERVING();
 }
 
@@ -1414,6 +1534,31 @@ static void test_run_unknown_handle(void) {
   msgpack_pack_array(&m.pk, 0);
   expect_map_response(&m, GR_MSG_RUN, NULL, 0, 9, GR_ERR_NOT_FOUND,
                       TASK0 " has no graph 987654321");
+  CHECK_SERVING();
+}
+
+/* A DEREGISTER is answered like any request: an unknown handle, and one
+ * another client registered (which it may not drop), with an error. */
+static void test_deregister_unknown_handle(void) {
+  const uint64_t handles[2] = {987654321, handle_a};
+  for (int i = 0; i < 2; i++) {
+    mp m;
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    mp_u64(&m, "id", 11);
+    mp_u64(&m, "handle", handles[i]);
+    char want[128];
+    snprintf(want, sizeof want, TASK0 " has no graph %llu of this client",
+             (unsigned long long)handles[i]);
+    expect_map_response(&m, GR_MSG_DEREGISTER, NULL, 0, 11, GR_ERR_NOT_FOUND, want);
+  }
+  bytes f = {0}; /* graph a is still there */
+  good_run_a(&f, 12, next_run++);
+  resp r;
+  expect_response(&f, 12, GR_OK, NULL, &r);
+  GR_CHECK(fetch_a_ok(&r));
+  inframe_free(&r.f);
+  b_free(&f);
   CHECK_SERVING();
 }
 
@@ -2247,6 +2392,7 @@ int main(void) {
     CASE(test_header_limits);
     CASE(test_body_over_max);
     CASE(test_bad_maps);
+    CASE(test_duplicate_key_in_a_big_map);
     CASE(test_msgpack_too_deep);
     CASE(test_id_wrong_type);
     CASE(test_id_negative);
@@ -2269,6 +2415,8 @@ int main(void) {
     CASE(test_feeds_malformed);
     CASE(test_run_unknown_handle);
     CASE(test_run_stale_incarnation);
+    CASE(test_deregister_unknown_handle);
+    CASE(test_registrations_do_not_wait_for_dials);
     CASE(test_register_malformed_graph);
     CASE(test_register_graph_outside_body);
     CASE(test_register_device_of_another_task);
