@@ -359,7 +359,9 @@ static bool write_secret(char *path, size_t cap, int *fd, bool *file) {
 static pid_t run_command(char **cmd, int ncmd, const task *client, bool chief) {
   pid_t pid = fork();
   if (pid > 0) { /* the commands' group: the first command's (set on both sides: no race) */
-    if (setpgid(pid, cmd_pgid ? cmd_pgid : pid) == 0 && !cmd_pgid) {
+    /* fails (EACCES) when the child has exec'd already: it had set it itself */
+    setpgid(pid, cmd_pgid ? cmd_pgid : pid);
+    if (!cmd_pgid) {
       cmd_pgid = pid;
       tell_guardian((int32_t)pid);
       /* at a terminal, the commands read it as launch would */
