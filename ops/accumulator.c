@@ -2,7 +2,9 @@
  * resource container, shared by name: `accumulator` makes (or finds) one
  * and outputs its handle (u8, the name); accumulator_apply_grad adds a
  * gradient computed at a local step, or drops it (and counts it) when the
- * step is older than the accumulator's; accumulator_take_grad waits until
+ * step is older than the accumulator's (accumulator_apply_grads: a
+ * gradient to each of several accumulators, all or none, under all their
+ * locks at once); accumulator_take_grad waits until
  * at least n gradients are in, outputs their mean, empties the accumulator
  * and advances its step by one; accumulator_set_global_step raises the
  * step; accumulator_num_accumulated and accumulator_num_dropped count.
