@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "distributed/server_internal.h" /* a server's finished-step list (one case) */
 #include "distributed/transport_internal.h"
 #include "distributed/wire_internal.h"
 #include "gr_test.h"
@@ -1922,6 +1923,40 @@ static void test_repeated_run_after_it_finished(void) {
   CHECK_SERVING();
 }
 
+/* The same after 2^31 steps: the server's position in its list of finished
+ * steps (set here, as no test runs 2^31 steps) goes past INT32_MAX. As a
+ * signed int it overflowed there (undefined behaviour; in practice a
+ * negative index that wrote outside the list, and the step was not
+ * remembered: its RUN was taken again). */
+static void test_repeated_run_after_2_31_steps(void) {
+  pthread_mutex_lock(&srv->mu);
+  uint32_t saved = srv->finished_pos;
+  srv->finished_pos = INT32_MAX - 1;
+  pthread_mutex_unlock(&srv->mu);
+  uint64_t run = 0;
+  for (int i = 0; i < 4; i++) { /* past INT32_MAX, to a slot that was negative */
+    run = next_run++;
+    bytes f = {0};
+    good_run_a(&f, 1, run);
+    resp r;
+    expect_response(&f, 1, GR_OK, NULL, &r);
+    GR_CHECK(fetch_a_ok(&r));
+    inframe_free(&r.f);
+    b_free(&f);
+  }
+  bytes f = {0};
+  good_run_a(&f, 2, run);
+  char want[128];
+  snprintf(want, sizeof want, "step %016llx ran here already (a repeated RUN)",
+           (unsigned long long)run);
+  expect_response(&f, 2, GR_ERR_ALREADY_EXISTS, want, NULL);
+  b_free(&f);
+  pthread_mutex_lock(&srv->mu);
+  srv->finished_pos = saved;
+  pthread_mutex_unlock(&srv->mu);
+  CHECK_SERVING();
+}
+
 /* Two RUNs of one step at once: one waits for task 1's push, the other is
  * refused at once; the push then completes the first (the positive push). */
 static void test_repeated_run_while_running(void) {
@@ -2427,6 +2462,7 @@ int main(void) {
     CASE(test_reset);
     CASE(test_duplicate_request_id);
     CASE(test_repeated_run_after_it_finished);
+    CASE(test_repeated_run_after_2_31_steps);
     CASE(test_repeated_run_while_running);
     CASE(test_push_key_for_other_tasks);
     CASE(test_push_stale_incarnation);
