@@ -781,9 +781,11 @@ static bool make_part_a(part *p) {
   return ok;
 }
 
-/* Graph b: a = 1 + 2 on task 1 (not running: the test pushes its value),
- * b = a + 10 on DEV0. DEV0's partition receives a. */
-static bool make_part_b(part *p) {
+/* a = 1 + 2 on dev_a and b = a + 10 on dev_b, partitioned with fetches b
+ * (and a first, when fetch_a); p: DEV0's partition, serialized, with its
+ * first fetch; on_part (may be NULL) sees that partition first. */
+static bool make_two_device_part(part *p, const char *dev_a, const char *dev_b, bool fetch_a,
+                                 void (*on_part)(const gr_partition *pt)) {
   gr_graph *g = gr_graph_new();
   gr_output a = gr_add(g, gr_const_f32(g, 1), gr_const_f32(g, 2));
   gr_output b = gr_add(g, a, gr_const_f32(g, 10));
@@ -791,57 +793,19 @@ static bool make_part_b(part *p) {
   gr_node **nodes = calloc((size_t)n, sizeof *nodes);
   for (int i = 0; i < n; i++) {
     nodes[i] = gr_graph_node(g, i);
-    nodes[i]->assigned_device = i <= a.node->id ? DEV1 : DEV0;
-  }
-  gr_partition_options po = {.incarnation = KEY_INC};
-  gr_partitions *ps = NULL;
-  gr_error err;
-  bool ok = gr_partition_graph(nodes, n, NULL, 0, &b, 1, &po, &ps, &err) == GR_OK;
-  if (!ok) fprintf(stderr, "graph b: %s\n", err.msg);
-  for (int k = 0; ok && k < ps->num_parts; k++) {
-    gr_partition *pt = &ps->parts[k];
-    if (strcmp(pt->device, DEV0) != 0) continue;
-    for (int id = 0; id < gr_graph_num_nodes(pt->graph); id++) {
-      gr_node *nd = gr_graph_node(pt->graph, id);
-      if (!strcmp(nd->op->name, "_recv"))
-        snprintf(
-            key_b, sizeof key_b, "%s;%016llx;%s;%s;:0", gr_node_attr_string(nd, "send_device", ""),
-            (unsigned long long)gr_node_attr_int(nd, "incarnation", 0),
-            gr_node_attr_string(nd, "recv_device", ""), gr_node_attr_string(nd, "tensor_name", ""));
-    }
-    p->feed[0] = '\0';
-    snprintf(p->fetch, sizeof p->fetch, "%s", pt->fetches[0].node->name);
-    ok = gr_wire_encode_graph(pt->graph, NULL, &p->graph, &p->size, &err) == GR_OK;
-  }
-  ok = ok && key_b[0];
-  gr_partitions_free(ps);
-  free(nodes);
-  gr_graph_free(g);
-  return ok;
-}
-
-/* Graph c: a = 1 + 2 on DEV0, sent to b = a + 10 on task 1 (not running:
- * its address in the registrations refuses connections). DEV0's partition
- * pushes a to task 1, so registering it dials task 1. */
-static bool make_part_c(part *p) {
-  gr_graph *g = gr_graph_new();
-  gr_output a = gr_add(g, gr_const_f32(g, 1), gr_const_f32(g, 2));
-  gr_output b = gr_add(g, a, gr_const_f32(g, 10));
-  int n = gr_graph_num_nodes(g);
-  gr_node **nodes = calloc((size_t)n, sizeof *nodes);
-  for (int i = 0; i < n; i++) {
-    nodes[i] = gr_graph_node(g, i);
-    nodes[i]->assigned_device = i <= a.node->id ? DEV0 : DEV1;
+    nodes[i]->assigned_device = i <= a.node->id ? dev_a : dev_b;
   }
   gr_partition_options po = {.incarnation = KEY_INC};
   gr_partitions *ps = NULL;
   gr_error err;
   gr_output fetches[2] = {a, b};
-  bool ok = gr_partition_graph(nodes, n, NULL, 0, fetches, 2, &po, &ps, &err) == GR_OK;
-  if (!ok) fprintf(stderr, "graph c: %s\n", err.msg);
+  bool ok = gr_partition_graph(nodes, n, NULL, 0, fetch_a ? fetches : fetches + 1, fetch_a ? 2 : 1,
+                               &po, &ps, &err) == GR_OK;
+  if (!ok) fprintf(stderr, "two-device graph: %s\n", err.msg);
   for (int k = 0; ok && k < ps->num_parts; k++) {
     gr_partition *pt = &ps->parts[k];
     if (strcmp(pt->device, DEV0) != 0) continue;
+    if (on_part) on_part(pt);
     p->feed[0] = '\0';
     snprintf(p->fetch, sizeof p->fetch, "%s", pt->fetches[0].node->name);
     ok = gr_wire_encode_graph(pt->graph, NULL, &p->graph, &p->size, &err) == GR_OK;
@@ -850,6 +814,31 @@ static bool make_part_c(part *p) {
   free(nodes);
   gr_graph_free(g);
   return ok && p->graph;
+}
+
+/* key_b: the key of the _recv of DEV0's partition pt. */
+static void note_recv_key(const gr_partition *pt) {
+  for (int id = 0; id < gr_graph_num_nodes(pt->graph); id++) {
+    gr_node *nd = gr_graph_node(pt->graph, id);
+    if (!strcmp(nd->op->name, "_recv"))
+      snprintf(
+          key_b, sizeof key_b, "%s;%016llx;%s;%s;:0", gr_node_attr_string(nd, "send_device", ""),
+          (unsigned long long)gr_node_attr_int(nd, "incarnation", 0),
+          gr_node_attr_string(nd, "recv_device", ""), gr_node_attr_string(nd, "tensor_name", ""));
+  }
+}
+
+/* Graph b: a = 1 + 2 on task 1 (not running: the test pushes its value),
+ * b = a + 10 on DEV0. DEV0's partition receives a. */
+static bool make_part_b(part *p) {
+  return make_two_device_part(p, DEV1, DEV0, false, note_recv_key) && key_b[0];
+}
+
+/* Graph c: a = 1 + 2 on DEV0, sent to b = a + 10 on task 1 (not running:
+ * its address in the registrations refuses connections). DEV0's partition
+ * pushes a to task 1, so registering it dials task 1. */
+static bool make_part_c(part *p) {
+  return make_two_device_part(p, DEV0, DEV1, true, NULL);
 }
 
 /* The connection the graphs were registered over: a server drops the
@@ -1406,15 +1395,21 @@ static void expect_run_a_refused(const char *dtype, int rank, const int64_t *dim
   b_free(&f);
 }
 
-/* The positive case first: the same frame with good values runs. */
-static void test_run_good(void) {
+/* A good RUN of graph a (request id, run id) on a new connection is
+ * answered with its fetch. */
+static void expect_good_run_a(uint64_t id, uint64_t run) {
   bytes f = {0};
-  good_run_a(&f, 9, next_run++);
+  good_run_a(&f, id, run);
   resp r;
-  expect_response(&f, 9, GR_OK, NULL, &r);
+  expect_response(&f, id, GR_OK, NULL, &r);
   GR_CHECK(fetch_a_ok(&r));
   inframe_free(&r.f);
   b_free(&f);
+}
+
+/* The positive case first: the same frame with good values runs. */
+static void test_run_good(void) {
+  expect_good_run_a(9, next_run++);
   CHECK_SERVING();
 }
 
@@ -1553,13 +1548,7 @@ static void test_deregister_unknown_handle(void) {
              (unsigned long long)handles[i]);
     expect_map_response(&m, GR_MSG_DEREGISTER, NULL, 0, 11, GR_ERR_NOT_FOUND, want);
   }
-  bytes f = {0}; /* graph a is still there */
-  good_run_a(&f, 12, next_run++);
-  resp r;
-  expect_response(&f, 12, GR_OK, NULL, &r);
-  GR_CHECK(fetch_a_ok(&r));
-  inframe_free(&r.f);
-  b_free(&f);
+  expect_good_run_a(12, next_run++); /* graph a is still there */
   CHECK_SERVING();
 }
 
@@ -1934,16 +1923,8 @@ static void test_repeated_run_after_2_31_steps(void) {
   srv->finished_pos = INT32_MAX - 1;
   pthread_mutex_unlock(&srv->mu);
   uint64_t run = 0;
-  for (int i = 0; i < 4; i++) { /* past INT32_MAX, to a slot that was negative */
-    run = next_run++;
-    bytes f = {0};
-    good_run_a(&f, 1, run);
-    resp r;
-    expect_response(&f, 1, GR_OK, NULL, &r);
-    GR_CHECK(fetch_a_ok(&r));
-    inframe_free(&r.f);
-    b_free(&f);
-  }
+  for (int i = 0; i < 4; i++) /* past INT32_MAX, to a slot that was negative */
+    expect_good_run_a(1, run = next_run++);
   bytes f = {0};
   good_run_a(&f, 2, run);
   char want[128];
