@@ -143,8 +143,9 @@ static gr_status fake_run(fake *f, run_mode mode, int n, gr_tensor *results, gr_
 static void test_fetch_index_out_of_range(void) {
   fake f;
   if (!fake_start(&f)) return;
-  gr_tensor out[8];
-  for (int i = 0; i < 8; i++) out[i] = gr_tensor_scalar_f32(-1);
+  gr_tensor out[8]; /* out[0] is the run's (it clears it); the others are canaries */
+  out[0] = gr_tensor_empty();
+  for (int i = 1; i < 8; i++) out[i] = gr_tensor_scalar_f32(-1);
   gr_tensor canary = out[5];
   gr_error err;
   gr_status st = fake_run(&f, RUN_BAD_INDEX, 1, out, &err);

@@ -487,6 +487,7 @@ static void test_apply_grads_all_or_nothing(void) {
       gr_tensor_release(&c[i]);
     }
   }
+  gr_tensor_release(&zero);
   gr_session_free(s);
   gr_graph_free(g);
 }
