@@ -236,19 +236,26 @@ static void *dial_main(void *arg) {
   gr_conn *c = NULL, *old = NULL;
   gr_error e;
   gr_conn_handler h = {on_peer_message, on_peer_close, s, NULL};
-  gr_status st = gr_conn_dial(s->loop, d->address, s->secret, 10000, &h, &c, &e);
-  if (st != GR_OK) gr_error_prefix(&e, "dialing %s", d->task);
-  pthread_mutex_lock(&s->mu);
-  peer *p = gr_server_find_peer(s, d->task);
+  gr_status st;
+  peer *p;
+  for (;;) {
+    st = gr_conn_dial(s->loop, d->address, s->secret, 10000, &h, &c, &e);
+    if (st != GR_OK) gr_error_prefix(&e, "dialing %s", d->task);
+    pthread_mutex_lock(&s->mu);
+    p = gr_server_find_peer(s, d->task);
+    if (!p || !strcmp(p->address, d->address)) break; /* under s->mu */
+    /* a later registration moved the task (it restarted elsewhere): its
+     * waiters want the new address */
+    snprintf(d->address, sizeof d->address, "%s", p->address);
+    pthread_mutex_unlock(&s->mu);
+    if (c) gr_conn_close(c), gr_conn_unref(c), c = NULL;
+  }
   reg_wait **waiters = p ? p->waiters : NULL;
   int n = p ? p->num_waiters : 0;
   if (p) {
     p->waiters = NULL;
     p->num_waiters = p->cap_waiters = 0;
     p->dialing = false;
-    if (st == GR_OK && strcmp(p->address, d->address) != 0) /* a later registration moved it */
-      st = gr_error_set(&e, GR_ERR_ABORTED, "%s moved to %s while it was dialed at %s", d->task,
-                        p->address, d->address);
     if (st == GR_OK) old = p->conn, p->conn = c, c = NULL;
   }
   int done = 0;
