@@ -19,8 +19,6 @@
 #ifndef GR_CANCEL_H
 #define GR_CANCEL_H
 
-#include <stdbool.h>
-
 #include "core/gr_status.h"
 
 typedef struct gr_step_watch gr_step_watch;
@@ -30,8 +28,6 @@ typedef struct gr_step_watch gr_step_watch;
 gr_step_watch *gr_step_watch_new(void);
 /* Cancels the step with code and msg; later calls do nothing. */
 void gr_step_cancel(gr_step_watch *w, gr_status code, const char *msg);
-/* Has the step been cancelled? */
-bool gr_step_cancelled(gr_step_watch *w);
 /* Frees w (NULL is ignored); the step's runs have ended. */
 void gr_step_watch_free(gr_step_watch *w);
 

@@ -202,13 +202,6 @@ void gr_step_cancel(gr_step_watch *w, gr_status code, const char *msg) {
   cancel_fired(w, &why, rv);
 }
 
-bool gr_step_cancelled(gr_step_watch *w) {
-  pthread_mutex_lock(&w->mu);
-  bool fired = w->fired;
-  pthread_mutex_unlock(&w->mu);
-  return fired;
-}
-
 void gr_step_watch_free(gr_step_watch *w) {
   if (!w) return;
   pthread_mutex_lock(&w->mu);
