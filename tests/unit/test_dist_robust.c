@@ -10,7 +10,9 @@
  *   a task they used is lost: every one ends with the loss;
  * - a step waiting in a dequeue on a task ends when the master aborts it
  *   (another task's kernel failed), and when its server shuts down: the
- *   abort used to reach only the step's receives.
+ *   abort used to reach only the step's receives;
+ * - a traced step whose answer is over the wire's limits is answered with
+ *   an error saying so (it used to be dropped: the client waited forever).
  *
  * Every wait is bounded: a step that does not end fails the test (which
  * then exits at once, as the threads still hold what it would free). */
@@ -382,6 +384,59 @@ static void test_shutdown_ends_a_dequeue(void) {
   gr_master_free(m);
 }
 
+/* while (i < n) i = i + 1, under a long name scope: every traced event
+ * names a node of some 200 bytes. */
+static gr_output count_cond(gr_graph *g, void *arg, const gr_output *v) {
+  return gr_less(g, v[0], gr_const_f32(g, (float)*(int *)arg));
+}
+static void count_body(gr_graph *g, void *arg, const gr_output *v, gr_output *next) {
+  (void)arg;
+  next[0] = gr_add(g, v[0], gr_const_f32(g, 1));
+}
+
+/* A traced step whose events do not fit in a RUN's answer (its map is at
+ * most 16 MiB): the task answers with an error saying so (it used to send
+ * nothing, and a client without a step timeout waited forever). */
+static void test_answer_over_the_wire_limits(void) {
+  gr_server *srv = server_on(0);
+  gr_master *m = srv ? master_on(&srv, 1, WAIT_S * 1000) : NULL; /* bounds the old hang */
+  if (!m) return;
+  gr_graph *g = gr_graph_new();
+  char scope[201];
+  memset(scope, 'n', 200), scope[200] = '\0';
+  gr_graph_push_device_scope(g, "/job:worker/task:0");
+  gr_graph_push_name_scope(g, scope);
+  int n = 8000; /* some 20 MB of events */
+  gr_output v[1] = {gr_const_f32(g, 0)};
+  GR_CHECK(gr_while_loop(g, count_cond, count_body, &n, 1, v, 1) == GR_OK);
+  gr_graph_pop_name_scope(g);
+  gr_graph_pop_device_scope(g);
+  gr_error err;
+  gr_session *s = gr_master_session_new(m, g, NULL, &err);
+  GR_CHECK_MSG(s != NULL, "%s", err.msg);
+  if (s) {
+    gr_tensor out;
+    gr_step_trace *t = gr_step_trace_new();
+    gr_status st = gr_session_run_traced(s, NULL, 0, v, 1, &out, NULL, 0, t, &err);
+    GR_CHECK_EQ_INT(st, GR_ERR_RESOURCE_EXHAUSTED);
+    GR_CHECK_STR_CONTAINS(err.msg, "the answer could not be sent");
+    GR_CHECK_STR_CONTAINS(err.msg, "over the wire's limits");
+    printf("a traced step too large to answer: %s\n", err.msg);
+    if (st == GR_OK) gr_tensor_release(&out);
+    gr_step_trace_free(t);
+    st = gr_session_run(s, NULL, 0, v, 1, &out, NULL, 0, &err); /* untraced, it fits */
+    GR_CHECK_OK(st, err);
+    if (st == GR_OK) {
+      GR_CHECK(gr_tensor_get_f64(&out, 0) == n);
+      gr_tensor_release(&out);
+    }
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+  gr_master_free(m);
+  gr_server_free(srv);
+}
+
 int main(void) {
   gr_init();
   GR_RUN(test_fetch_index_out_of_range);
@@ -389,5 +444,6 @@ int main(void) {
   GR_RUN(test_lost_task_wakes_every_step);
   GR_RUN(test_abort_ends_a_dequeue);
   GR_RUN(test_shutdown_ends_a_dequeue);
+  GR_RUN(test_answer_over_the_wire_limits);
   return gr_test_finish();
 }
