@@ -94,8 +94,7 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
     }
     if (n == 0) break;
   }
-  for (int i = 0; i < ms->num_waiting; i++) { /* steps that used it must end too */
-    rpc_group *g = ms->waiting[i];
+  for (rpc_group *g = ms->waiting; g; g = g->wnext) { /* steps that used it must end too */
     pthread_mutex_lock(&g->mu);
     g->losses++;
     pthread_cond_broadcast(&g->cv);
@@ -178,14 +177,23 @@ void gr_master_drain(gr_master *ms) {
       ms->abandoned = 0;
       break;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += left / 1000;
-    ts.tv_nsec += (left % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-    pthread_cond_timedwait(&ms->abandoned_cv, &ms->mu, &ts);
+    gr_master_cond_wait_until(&ms->abandoned_cv, &ms->mu, ms->abandoned_deadline_ms);
   }
   pthread_mutex_unlock(&ms->mu);
+}
+
+void gr_master_cond_init(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+}
+
+void gr_master_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline_ms) {
+  /* gr_wire_now_ms is CLOCK_MONOTONIC in ms: the same clock as cv's */
+  struct timespec ts = {.tv_sec = deadline_ms / 1000, .tv_nsec = (deadline_ms % 1000) * 1000000};
+  pthread_cond_timedwait(cv, mu, &ts);
 }
 
 /* Waits for every request of g, until deadline_ms (0: none). on_done(arg,
@@ -196,9 +204,11 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
                         bool (*on_done)(void *, rpc *), void *arg) {
   char *seen = calloc((size_t)n + 1, 1);
   bool stop = false;
-  pthread_mutex_lock(&ms->mu);
-  bool listed = ms->num_waiting < (int)(sizeof ms->waiting / sizeof ms->waiting[0]);
-  if (listed) ms->waiting[ms->num_waiting++] = g;
+  pthread_mutex_lock(&ms->mu); /* listed, however many wait: a lost task wakes every one */
+  g->wprev = NULL;
+  g->wnext = ms->waiting;
+  if (ms->waiting) ms->waiting->wprev = g;
+  ms->waiting = g;
   pthread_mutex_unlock(&ms->mu);
   int losses = 0;
   pthread_mutex_lock(&g->mu);
@@ -224,25 +234,19 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
       break;
     }
     if (deadline_ms > 0) {
-      int64_t left = deadline_ms - gr_wire_now_ms();
-      if (left <= 0) break;
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_sec += left / 1000;
-      ts.tv_nsec += (left % 1000) * 1000000;
-      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-      pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+      if (deadline_ms - gr_wire_now_ms() <= 0) break;
+      gr_master_cond_wait_until(&g->cv, &g->mu, deadline_ms);
     } else {
       pthread_cond_wait(&g->cv, &g->mu);
     }
   }
   pthread_mutex_unlock(&g->mu);
   pthread_mutex_lock(&ms->mu);
-  for (int i = 0; listed && i < ms->num_waiting; i++)
-    if (ms->waiting[i] == g) {
-      ms->waiting[i] = ms->waiting[--ms->num_waiting];
-      break;
-    }
+  if (g->wprev)
+    g->wprev->wnext = g->wnext;
+  else
+    ms->waiting = g->wnext;
+  if (g->wnext) g->wnext->wprev = g->wprev;
   pthread_mutex_unlock(&ms->mu);
   for (int i = 0; i < n; i++) { /* past the deadline: late answers are dropped */
     gr_error e;
@@ -263,9 +267,10 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
 
 void gr_rpc_group_init(rpc_group *g) {
   pthread_mutex_init(&g->mu, NULL);
-  pthread_cond_init(&g->cv, NULL);
+  gr_master_cond_init(&g->cv);
   g->outstanding = 0;
   g->losses = 0;
+  g->wprev = g->wnext = NULL;
 }
 void gr_rpc_group_destroy(rpc_group *g) {
   pthread_mutex_destroy(&g->mu);
@@ -380,7 +385,7 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   if (!ms->o.heartbeat_ms) ms->o.heartbeat_ms = 100;
   if (ms->o.heartbeat_missed <= 0) ms->o.heartbeat_missed = 5;
   pthread_mutex_init(&ms->mu, NULL);
-  pthread_cond_init(&ms->abandoned_cv, NULL);
+  gr_master_cond_init(&ms->abandoned_cv);
   ms->secret = o->secret ? strdup(o->secret) : NULL;
   ms->o.secret = ms->secret;
   ms->o.addresses = NULL;

@@ -64,8 +64,26 @@ gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e) {
 }
 
 void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e) {
+  gr_server_answer(c, id, NULL, e);
+}
+
+void gr_server_answer(gr_conn *c, uint64_t id, gr_outmsg *resp, const gr_error *e) {
+  gr_error why;
+  if (resp) {
+    gr_status st = gr_conn_send(c, resp, &why);
+    /* GR_ERR_UNAVAILABLE: the connection is closed or failing, which the peer sees */
+    if (st == GR_OK || st == GR_ERR_UNAVAILABLE) return;
+    gr_error_prefix(&why, "the answer could not be sent"); /* over the wire's limits, or oom */
+    e = &why;
+  } else if (!e) {
+    gr_error_set(&why, GR_ERR_RESOURCE_EXHAUSTED, "out of memory building the answer");
+    e = &why;
+  }
   gr_outmsg *m = gr_server_response(id, 0, e);
-  if (m) gr_conn_send(c, m, NULL);
+  gr_status st = m ? gr_conn_send(c, m, NULL) : GR_ERR_RESOURCE_EXHAUSTED;
+  if (st == GR_OK || st == GR_ERR_UNAVAILABLE) return;
+  /* not even an error fits: the peer's requests on c fail with the connection */
+  gr_conn_fail(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory answering a request");
 }
 
 peer *gr_server_find_peer(gr_server *s, const char *task) {
@@ -78,13 +96,14 @@ peer *gr_server_find_peer(gr_server *s, const char *task) {
 
 static void get_status(gr_server *s, gr_conn *c, uint64_t id) {
   gr_outmsg *m = gr_server_response(id, 3, NULL);
-  if (!m) return;
-  gr_outmsg_str(m, "task", s->task);
-  gr_outmsg_u64(m, "inc", s->incarnation);
-  gr_outmsg_key(m, "devices");
-  msgpack_pack_array(gr_outmsg_packer(m), (size_t)s->num_devices);
-  for (int i = 0; i < s->num_devices; i++) gr_pack_str(gr_outmsg_packer(m), s->devices[i]);
-  gr_conn_send(c, m, NULL);
+  if (m) {
+    gr_outmsg_str(m, "task", s->task);
+    gr_outmsg_u64(m, "inc", s->incarnation);
+    gr_outmsg_key(m, "devices");
+    msgpack_pack_array(gr_outmsg_packer(m), (size_t)s->num_devices);
+    for (int i = 0; i < s->num_devices; i++) gr_pack_str(gr_outmsg_packer(m), s->devices[i]);
+  }
+  gr_server_answer(c, id, m, NULL);
 }
 
 /* Which of the named variables have values in the container the request
@@ -101,6 +120,7 @@ static void vars(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id) {
   gr_outmsg *m = gr_server_response(id, 1, NULL);
   if (!m) {
     gr_server_container_unref(k);
+    gr_server_answer(c, id, NULL, NULL);
     return;
   }
   gr_outmsg_key(m, "init");
@@ -122,7 +142,7 @@ static void vars(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id) {
       msgpack_pack_false(gr_outmsg_packer(m));
   }
   gr_server_container_unref(k);
-  gr_conn_send(c, m, NULL);
+  gr_server_answer(c, id, m, NULL);
 }
 
 typedef struct job {
@@ -252,7 +272,7 @@ static bool check_request(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *id) {
 
 static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   gr_server *s = arg;
-  uint64_t id;
+  uint64_t id = 0;
   conn_state *cs = gr_conn_user(c);
   if (!cs && (cs = calloc(1, sizeof *cs))) gr_conn_set_user(c, cs);
   if (cs && !cs->logged && m->h.type != GR_MSG_TENSOR && m->h.type != GR_MSG_HEARTBEAT) {
@@ -296,13 +316,20 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     case GR_MSG_RESET:
     case GR_MSG_ABORT: {
       job *j = malloc(sizeof *j);
-      if (!j) break;
+      if (!j) { /* a request is answered (an abort is not one) */
+        gr_error e;
+        gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory taking a %s request",
+                     s->task, gr_msg_type_name(m->h.type));
+        if (m->h.type != GR_MSG_ABORT) gr_server_answer(c, id, NULL, &e);
+        break;
+      }
       gr_conn_ref(c);
       *j = (job){s, c, m};
-      /* a step does not hold a thread while it runs (its completion answers):
-       * only a registration, which dials peers, blocks */
-      bool blocking = m->h.type == GR_MSG_REGISTER;
-      gr_threadpool_schedule(blocking ? s->register_pool : s->work_pool, run_job, j);
+      /* a step does not hold a thread while it runs (its completion answers);
+       * a registration decodes and builds executors (long, not blocking: its
+       * peers are dialed by threads of their own) */
+      bool long_job = m->h.type == GR_MSG_REGISTER;
+      gr_threadpool_schedule(long_job ? s->register_pool : s->work_pool, run_job, j);
       return;
     }
     default:
@@ -489,9 +516,10 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
 void gr_server_free(gr_server *s) {
   if (!s) return;
   gr_listener_free(s->listener);
-  gr_loop_free(s->loop); /* closes connections: running steps' pushes fail */
+  gr_threadpool_free(s->register_pool); /* no registration starts a dial after this */
+  gr_server_dials_wait(s);              /* the dials use the loop: they end first (bounded) */
+  gr_loop_free(s->loop);                /* closes connections: running steps' pushes fail */
   gr_server_steps_abort_all(s);
-  gr_threadpool_free(s->register_pool);
   gr_threadpool_free(s->work_pool); /* a RUN queued here starts and sees its connection closed */
   pthread_mutex_lock(&s->mu);       /* the aborted steps finish on the executors' threads */
   while (s->steps_running > 0) pthread_cond_wait(&s->stopped, &s->mu);
@@ -501,7 +529,7 @@ void gr_server_free(gr_server *s) {
   gr_map_free(&s->graphs);
   gr_server_steps_free(s);
   gr_map_free(&s->steps);
-  for (int i = 0; i < s->num_peers; i++) gr_conn_unref(s->peers[i].conn);
+  for (int i = 0; i < s->num_peers; i++) gr_conn_unref(s->peers[i].conn), free(s->peers[i].waiters);
   free(s->peers);
   gr_threadpool_free(s->exec_pool);
   gr_server_containers_free(s); /* after the graphs, which hold theirs */

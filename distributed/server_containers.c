@@ -193,9 +193,8 @@ void gr_server_reset(gr_server *s, gr_conn *c, gr_inmsg *m) {
     gr_server_log(s, "%s reset %s%s%s: %d dropped", gr_conn_peer(c),
                   n ? "container '" : "every shared container", name, n ? "'" : "", dropped);
   gr_outmsg *r = gr_server_response(id, 1, NULL);
-  if (!r) return;
-  gr_outmsg_u64(r, "dropped", (uint64_t)dropped);
-  gr_conn_send(c, r, NULL);
+  if (r) gr_outmsg_u64(r, "dropped", (uint64_t)dropped);
+  gr_server_answer(c, id, r, NULL);
 }
 
 void gr_server_containers_free(gr_server *s) {

@@ -14,11 +14,16 @@
 #define GR_SERVER_MAX_STEPS 4096  /* step states (running or parked) at once */
 #define GR_SERVER_ID_WINDOW 65536 /* request ids a connection remembers */
 
+typedef struct reg_wait reg_wait;
+
 typedef struct peer { /* another task, as a registration named it */
   char name[GR_TASK_NAME_MAX];
   char address[128];
   uint64_t incarnation;
-  gr_conn *conn; /* outgoing, for pushes; NULL until dialed */
+  gr_conn *conn;      /* outgoing, for pushes; NULL until dialed */
+  bool dialing;       /* a dial thread connects to it (server_register.c) */
+  reg_wait **waiters; /* registrations that wait for that dial */
+  int num_waiters, cap_waiters;
 } peer;
 
 /* A container (server_containers.c): the variables, queues and
@@ -61,7 +66,7 @@ struct gr_server {
   gr_loop *loop;
   gr_listener *listener;
   gr_loglimit *logs;            /* gr_server_log's lines, rate-limited per call site (format) */
-  gr_threadpool *register_pool; /* registrations (they dial peers, which blocks) */
+  gr_threadpool *register_pool; /* registrations (decoding, building executors) */
   gr_threadpool *work_pool;     /* steps' starts, pushed tensors and aborts (no waits) */
   gr_threadpool *exec_pool;     /* the executors' inter-op threads */
   pthread_mutex_t mu;           /* everything below */
@@ -72,12 +77,13 @@ struct gr_server {
   int num_peers, cap_peers;
   gr_map steps;           /* run id -> step_state */
   uint64_t finished[256]; /* recently finished run ids: late pushes are dropped */
-  int finished_pos;
-  uint64_t step_seq; /* creation order of step states (the oldest parked is evicted) */
+  uint32_t finished_pos;  /* the next slot, mod 256 (unsigned: wraps, as 256 divides 2^32) */
+  uint64_t step_seq;      /* creation order of step states (the oldest parked is evicted) */
   size_t parked_bytes, parked_max;
   int64_t sessions;
   int steps_running;      /* RUNs started and not yet answered */
-  pthread_cond_t stopped; /* steps_running fell to 0 */
+  pthread_cond_t stopped; /* steps_running fell to 0, or dials did */
+  int dials;              /* dial threads running (server_register.c) */
   gr_lease *leases;       /* network thread only (server_lease.c) */
   int num_leases;
 };
@@ -87,6 +93,12 @@ struct gr_server {
  * or an error (sent here; returns NULL). */
 gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e);
 void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e);
+/* Answers request id on c, always: sends resp (taken; from
+ * gr_server_response), or an error answer when resp is NULL (e; NULL: it
+ * could not be built, out of memory) or cannot be sent (over the wire's
+ * limits, out of memory); when not even that can be sent, fails c, so that
+ * the peer's requests on it fail rather than wait forever. */
+void gr_server_answer(gr_conn *c, uint64_t id, gr_outmsg *resp, const gr_error *e);
 
 /* A log line "TASK: ..." through the options' log_fn (stderr when NULL),
  * rate-limited per format (a peer can cause most of them): at most 10
@@ -107,6 +119,8 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_register(gr_server *s, gr_conn *c, gr_inmsg *m);
+/* Waits until no dial thread runs (no registration starts one any more). */
+void gr_server_dials_wait(gr_server *s);
 /* Drops the graphs a client registered through c (it disconnected). */
 void gr_server_drop_graphs_of(gr_server *s, const gr_conn *c);
 void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m);

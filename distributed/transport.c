@@ -334,9 +334,21 @@ bool gr_conn_has_unread(const gr_conn *c) {
   return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
 }
 
+/* Out of memory to close it from the loop: shuts the socket down, which
+ * the loop sees as the peer's end (no allocation; under c->mu, so the fd
+ * is not closed and reused meanwhile). The peer learns of it either way. */
+static void fail_without_memory(gr_conn *c) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->closed) shutdown(c->fd, SHUT_RDWR);
+  pthread_mutex_unlock(&c->mu);
+}
+
 static void fail_later(gr_conn *c, gr_status code, const char *why) {
   fail_call *f = malloc(sizeof *f);
-  if (!f) return;
+  if (!f) {
+    fail_without_memory(c);
+    return;
+  }
   gr_conn_ref(c);
   f->c = c;
   f->code = code;
@@ -344,6 +356,7 @@ static void fail_later(gr_conn *c, gr_status code, const char *why) {
   if (gr_loop_call(c->loop, fail_now, f, NULL) != GR_OK) {
     gr_conn_unref(c);
     free(f);
+    fail_without_memory(c);
   }
 }
 

@@ -169,6 +169,7 @@
   /* accumulator.c */                                                                              \
   X(accumulator)                                                                                   \
   X(accumulator_apply_grad)                                                                        \
+  X(accumulator_apply_grads)                                                                       \
   X(accumulator_take_grad)                                                                         \
   X(accumulator_set_global_step)                                                                   \
   X(accumulator_num_accumulated)                                                                   \

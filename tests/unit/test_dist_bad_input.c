@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "distributed/loglimit_internal.h"
+#include "distributed/server_internal.h" /* a server's finished-step list (one case) */
 #include "distributed/transport_internal.h"
 #include "distributed/wire_internal.h"
 #include "gr_test.h"
@@ -819,9 +820,11 @@ static bool make_part_a(part *p) {
   return ok;
 }
 
-/* Graph b: a = 1 + 2 on task 1 (not running: the test pushes its value),
- * b = a + 10 on DEV0. DEV0's partition receives a. */
-static bool make_part_b(part *p) {
+/* a = 1 + 2 on dev_a and b = a + 10 on dev_b, partitioned with fetches b
+ * (and a first, when fetch_a); p: DEV0's partition, serialized, with its
+ * first fetch; on_part (may be NULL) sees that partition first. */
+static bool make_two_device_part(part *p, const char *dev_a, const char *dev_b, bool fetch_a,
+                                 void (*on_part)(const gr_partition *pt)) {
   gr_graph *g = gr_graph_new();
   gr_output a = gr_add(g, gr_const_f32(g, 1), gr_const_f32(g, 2));
   gr_output b = gr_add(g, a, gr_const_f32(g, 10));
@@ -829,33 +832,52 @@ static bool make_part_b(part *p) {
   gr_node **nodes = calloc((size_t)n, sizeof *nodes);
   for (int i = 0; i < n; i++) {
     nodes[i] = gr_graph_node(g, i);
-    nodes[i]->assigned_device = i <= a.node->id ? DEV1 : DEV0;
+    nodes[i]->assigned_device = i <= a.node->id ? dev_a : dev_b;
   }
   gr_partition_options po = {.incarnation = KEY_INC};
   gr_partitions *ps = NULL;
   gr_error err;
-  bool ok = gr_partition_graph(nodes, n, NULL, 0, &b, 1, &po, &ps, &err) == GR_OK;
-  if (!ok) fprintf(stderr, "graph b: %s\n", err.msg);
+  gr_output fetches[2] = {a, b};
+  bool ok = gr_partition_graph(nodes, n, NULL, 0, fetch_a ? fetches : fetches + 1, fetch_a ? 2 : 1,
+                               &po, &ps, &err) == GR_OK;
+  if (!ok) fprintf(stderr, "two-device graph: %s\n", err.msg);
   for (int k = 0; ok && k < ps->num_parts; k++) {
     gr_partition *pt = &ps->parts[k];
     if (strcmp(pt->device, DEV0) != 0) continue;
-    for (int id = 0; id < gr_graph_num_nodes(pt->graph); id++) {
-      gr_node *nd = gr_graph_node(pt->graph, id);
-      if (!strcmp(nd->op->name, "_recv"))
-        snprintf(
-            key_b, sizeof key_b, "%s;%016llx;%s;%s;:0", gr_node_attr_string(nd, "send_device", ""),
-            (unsigned long long)gr_node_attr_int(nd, "incarnation", 0),
-            gr_node_attr_string(nd, "recv_device", ""), gr_node_attr_string(nd, "tensor_name", ""));
-    }
+    if (on_part) on_part(pt);
     p->feed[0] = '\0';
     snprintf(p->fetch, sizeof p->fetch, "%s", pt->fetches[0].node->name);
     ok = gr_wire_encode_graph(pt->graph, NULL, &p->graph, &p->size, &err) == GR_OK;
   }
-  ok = ok && key_b[0];
   gr_partitions_free(ps);
   free(nodes);
   gr_graph_free(g);
-  return ok;
+  return ok && p->graph;
+}
+
+/* key_b: the key of the _recv of DEV0's partition pt. */
+static void note_recv_key(const gr_partition *pt) {
+  for (int id = 0; id < gr_graph_num_nodes(pt->graph); id++) {
+    gr_node *nd = gr_graph_node(pt->graph, id);
+    if (!strcmp(nd->op->name, "_recv"))
+      snprintf(
+          key_b, sizeof key_b, "%s;%016llx;%s;%s;:0", gr_node_attr_string(nd, "send_device", ""),
+          (unsigned long long)gr_node_attr_int(nd, "incarnation", 0),
+          gr_node_attr_string(nd, "recv_device", ""), gr_node_attr_string(nd, "tensor_name", ""));
+  }
+}
+
+/* Graph b: a = 1 + 2 on task 1 (not running: the test pushes its value),
+ * b = a + 10 on DEV0. DEV0's partition receives a. */
+static bool make_part_b(part *p) {
+  return make_two_device_part(p, DEV1, DEV0, false, note_recv_key) && key_b[0];
+}
+
+/* Graph c: a = 1 + 2 on DEV0, sent to b = a + 10 on task 1 (not running:
+ * its address in the registrations refuses connections). DEV0's partition
+ * pushes a to task 1, so registering it dials task 1. */
+static bool make_part_c(part *p) {
+  return make_two_device_part(p, DEV0, DEV1, true, NULL);
 }
 
 /* The connection the graphs were registered over: a server drops the
@@ -880,6 +902,67 @@ static uint64_t register_part_in(const part *p, uint64_t id, const char *contain
 
 static uint64_t register_part(const part *p, uint64_t id) {
   return register_part_in(p, id, "bad-input");
+}
+
+/* ---- registrations that wait for their peers ----------------------------- */
+
+/* Five registrations whose sends push to a task that refuses connections
+ * (more than the server's four register threads): each waits for its dial
+ * (retried for 10 s), without a thread. Meanwhile another client registers
+ * a graph and runs a step, answered while all five still wait (when a
+ * registration dialed on a register thread, the fifth and this one queued
+ * behind four dials); then each of the five is answered with the dial's
+ * error. */
+static void test_registrations_do_not_wait_for_dials(void) {
+  enum { SLOW = 5 };
+  part pc = {0};
+  GR_CHECK(make_part_c(&pc));
+  rc slow[SLOW];
+  for (int i = 0; i < SLOW; i++) {
+    slow[i].fd = -1;
+    bytes b = {0};
+    register_frame_in(&b, 600 + (uint64_t)i, inc0, DEV0, &pc, "bad-input", false);
+    GR_CHECK(pc.graph && rc_open(&slow[i]) && rc_send(&slow[i], b.p, b.n));
+    b_free(&b);
+  }
+  rc fast;
+  GR_CHECK(rc_open(&fast));
+  bytes b = {0};
+  register_frame(&b, 700, inc0, DEV0, &part_a);
+  resp r;
+  uint64_t handle = 0;
+  gr_error err;
+  GR_CHECK(rc_send(&fast, b.p, b.n) && rc_response(&fast, &r));
+  b_free(&b);
+  if (r.f.m.has_zone) {
+    GR_CHECK_MSG(r.code == 0 && gr_msg_u64(&r.f.m.root, "handle", &handle, &err) == GR_OK, "%s",
+                 r.msg);
+    inframe_free(&r.f);
+  }
+  run_frame(&b, handle, 701, next_run++, "float32", 1, (int64_t[]){3}, 0, 12, 64);
+  GR_CHECK(rc_send(&fast, b.p, b.n) && rc_response(&fast, &r));
+  b_free(&b);
+  if (r.f.m.has_zone) {
+    GR_CHECK_MSG(fetch_a_ok(&r), "the step of graph a: %s", r.msg);
+    inframe_free(&r.f);
+  }
+  for (int i = 0; i < SLOW; i++) /* none answered yet: their dials go on */
+    GR_CHECK_MSG(!rc_poll(&slow[i], POLLIN, gr_wire_now_ms() + 1),
+                 "registration %d was answered before the step of another client", i);
+  for (int i = 0; i < SLOW; i++) {
+    GR_CHECK(rc_poll(&slow[i], POLLIN, gr_wire_now_ms() + 60000));
+    GR_CHECK(rc_response(&slow[i], &r));
+    if (!r.f.m.has_zone) continue;
+    GR_CHECK_EQ_INT(r.id, 600 + i);
+    GR_CHECK_EQ_INT(r.code, GR_ERR_UNAVAILABLE);
+    GR_CHECK_STR_CONTAINS(r.msg, TASK0 ": registering a graph: dialing " TASK1
+                                       ": cannot connect to 127.0.0.1:1 within 10000 ms");
+    inframe_free(&r.f);
+    rc_close(&slow[i]);
+  }
+  rc_close(&fast);
+  free(pc.graph);
+  CHECK_SERVING();
 }
 
 /* ---- frames cut short ---------------------------------------------------- */
@@ -1096,6 +1179,14 @@ static const struct map_case {
     {GR_MSG_GET_STATUS, BYTES(0x81, 0xdb, 0x10, 0x00, 0x00, 0x00, 'i', 'd'),
      "get_status frame: msgpack: a length of 268435456 bytes at byte 6 runs past the end (2 "
      "left)"},
+    /* a key given twice: the reader would take whichever it looked at first */
+    {GR_MSG_GET_STATUS, BYTES(0x82, 0xa2, 'i', 'd', 0x01, 0xa2, 'i', 'd', 0x02),
+     "get_status frame: msgpack: a map gives key 'id' twice (again at byte 5)"},
+    {GR_MSG_GET_STATUS, BYTES(0x82, 0xa2, 'i', 'd', 0x01, 0xd9, 0x02, 'i', 'd', 0x02), /* str 8 */
+     "get_status frame: msgpack: a map gives key 'id' twice (again at byte 5)"},
+    {GR_MSG_RUN,
+     BYTES(0x82, 0xa2, 'i', 'd', 0x01, 0xa1, 'f', 0x82, 0xa1, 'k', 0xc0, 0xa1, 'k', 0xc0),
+     "run frame: msgpack: a map gives key 'k' twice (again at byte 11)"},
 };
 
 static void test_bad_maps(void) {
@@ -1105,6 +1196,25 @@ static void test_bad_maps(void) {
     expect_bad_frame(f.p, f.n, map_cases[i].want);
     b_free(&f);
   }
+  CHECK_SERVING();
+}
+
+/* A map of 40 keys (sorted, not compared pairwise) that gives "k17" twice. */
+static void test_duplicate_key_in_a_big_map(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 41);
+  mp_u64(&m, "id", 5);
+  for (int i = 0; i < 40; i++) {
+    char k[8];
+    snprintf(k, sizeof k, "k%d", i == 39 ? 17 : i);
+    mp_u64(&m, k, (uint64_t)i);
+  }
+  bytes f = {0};
+  frame(&f, GR_MSG_VARS, &m, NULL, 0);
+  expect_bad_frame(f.p, f.n, "vars frame: msgpack: a map gives key 'k17' twice (again at byte");
+  b_free(&f);
+  mp_free(&m);
   CHECK_SERVING();
 }
 
@@ -1322,15 +1432,21 @@ static void expect_run_a_refused(const char *dtype, int rank, const int64_t *dim
   b_free(&f);
 }
 
-/* The positive case first: the same frame with good values runs. */
-static void test_run_good(void) {
+/* A good RUN of graph a (request id, run id) on a new connection is
+ * answered with its fetch. */
+static void expect_good_run_a(uint64_t id, uint64_t run) {
   bytes f = {0};
-  good_run_a(&f, 9, next_run++);
+  good_run_a(&f, id, run);
   resp r;
-  expect_response(&f, 9, GR_OK, NULL, &r);
+  expect_response(&f, id, GR_OK, NULL, &r);
   GR_CHECK(fetch_a_ok(&r));
   inframe_free(&r.f);
   b_free(&f);
+}
+
+/* The positive case first: the same frame with good values runs. */
+static void test_run_good(void) {
+  expect_good_run_a(9, next_run++);
   CHECK_SERVING();
 }
 
@@ -1451,6 +1567,25 @@ static void test_run_unknown_handle(void) {
   msgpack_pack_array(&m.pk, 0);
   expect_map_response(&m, GR_MSG_RUN, NULL, 0, 9, GR_ERR_NOT_FOUND,
                       TASK0 " has no graph 987654321");
+  CHECK_SERVING();
+}
+
+/* A DEREGISTER is answered like any request: an unknown handle, and one
+ * another client registered (which it may not drop), with an error. */
+static void test_deregister_unknown_handle(void) {
+  const uint64_t handles[2] = {987654321, handle_a};
+  for (int i = 0; i < 2; i++) {
+    mp m;
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    mp_u64(&m, "id", 11);
+    mp_u64(&m, "handle", handles[i]);
+    char want[128];
+    snprintf(want, sizeof want, TASK0 " has no graph %llu of this client",
+             (unsigned long long)handles[i]);
+    expect_map_response(&m, GR_MSG_DEREGISTER, NULL, 0, 11, GR_ERR_NOT_FOUND, want);
+  }
+  expect_good_run_a(12, next_run++); /* graph a is still there */
   CHECK_SERVING();
 }
 
@@ -1811,6 +1946,32 @@ static void test_repeated_run_after_it_finished(void) {
            (unsigned long long)run);
   expect_response(&f, 2, GR_ERR_ALREADY_EXISTS, want, NULL);
   b_free(&f);
+  CHECK_SERVING();
+}
+
+/* The same after 2^31 steps: the server's position in its list of finished
+ * steps (set here, as no test runs 2^31 steps) goes past INT32_MAX. As a
+ * signed int it overflowed there (undefined behaviour; in practice a
+ * negative index that wrote outside the list, and the step was not
+ * remembered: its RUN was taken again). */
+static void test_repeated_run_after_2_31_steps(void) {
+  pthread_mutex_lock(&srv->mu);
+  uint32_t saved = srv->finished_pos;
+  srv->finished_pos = INT32_MAX - 1;
+  pthread_mutex_unlock(&srv->mu);
+  uint64_t run = 0;
+  for (int i = 0; i < 4; i++) /* past INT32_MAX, to a slot that was negative */
+    expect_good_run_a(1, run = next_run++);
+  bytes f = {0};
+  good_run_a(&f, 2, run);
+  char want[128];
+  snprintf(want, sizeof want, "step %016llx ran here already (a repeated RUN)",
+           (unsigned long long)run);
+  expect_response(&f, 2, GR_ERR_ALREADY_EXISTS, want, NULL);
+  b_free(&f);
+  pthread_mutex_lock(&srv->mu);
+  srv->finished_pos = saved;
+  pthread_mutex_unlock(&srv->mu);
   CHECK_SERVING();
 }
 
@@ -2460,6 +2621,7 @@ int main(void) {
     CASE(test_header_limits);
     CASE(test_body_over_max);
     CASE(test_bad_maps);
+    CASE(test_duplicate_key_in_a_big_map);
     CASE(test_msgpack_too_deep);
     CASE(test_id_wrong_type);
     CASE(test_id_negative);
@@ -2482,6 +2644,8 @@ int main(void) {
     CASE(test_feeds_malformed);
     CASE(test_run_unknown_handle);
     CASE(test_run_stale_incarnation);
+    CASE(test_deregister_unknown_handle);
+    CASE(test_registrations_do_not_wait_for_dials);
     CASE(test_register_malformed_graph);
     CASE(test_register_graph_outside_body);
     CASE(test_register_device_of_another_task);
@@ -2492,6 +2656,7 @@ int main(void) {
     CASE(test_reset);
     CASE(test_duplicate_request_id);
     CASE(test_repeated_run_after_it_finished);
+    CASE(test_repeated_run_after_2_31_steps);
     CASE(test_repeated_run_while_running);
     CASE(test_push_key_for_other_tasks);
     CASE(test_push_stale_incarnation);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -112,6 +113,67 @@ static void test_no_orphans(void) {
 }
 
 /* A task killed with SIGKILL is restarted on its port; the graph runs. */
+/* Reaps every child this process has that ended (orphans it adopted as a
+ * subreaper, and p's launch once p is finished). */
+static void reap_ended(void) {
+  while (waitpid(-1, NULL, WNOHANG) > 0) {}
+}
+
+/* gone(), reaping pid first when it is this process's child (a subreaper's). */
+static bool ended(pid_t pid) {
+  reap_ended();
+  return gone(pid);
+}
+
+/* launch killed with SIGKILL (it can run no code) leaves nothing behind:
+ * its task, its command, what the command started (a shell's background
+ * sleep), and no secret in a file (TMPDIR stays empty; the secret's name
+ * stops resolving). The test adopts orphans (PR_SET_CHILD_SUBREAPER), so
+ * that a process left behind is seen, killed and reaped here. */
+static void test_launch_killed_leaves_nothing(void) {
+  char tmp[] = "/tmp/gr_launch_kill_XXXXXX";
+  GR_CHECK(mkdtemp(tmp));
+  const char *old_tmpdir = getenv("TMPDIR");
+  char saved[PATH_MAX] = "";
+  if (old_tmpdir) snprintf(saved, sizeof saved, "%s", old_tmpdir);
+  setenv("TMPDIR", tmp, 1);
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  gt_proc p;
+  gt_proc_start(
+      &p, (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "1", "--", "/bin/sh", "-c",
+                     "echo \"S=$GRAPHRUN_SECRET_FILE.\"; sleep 300 & echo \"C=$!.\"; wait", NULL});
+  if (old_tmpdir)
+    setenv("TMPDIR", saved, 1);
+  else
+    unsetenv("TMPDIR");
+  GR_CHECK_MSG(gt_proc_wait_line(&p, "C=", 30), "%s", p.buf);
+  char secret[PATH_MAX] = "";
+  const char *s = strstr(p.buf, "S="), *c = strstr(p.buf, "C=");
+  if (s) sscanf(s + 2, "%4095[^.\n]", secret);
+  pid_t child = c ? (pid_t)atoi(c + 2) : 0, worker = task_pid(&p, "worker:0=");
+  struct stat sb;
+  GR_CHECK_MSG(secret[0] && stat(secret, &sb) == 0, "the secret '%s' is not there", secret);
+  GR_CHECK(child > 0 && !gone(child) && worker > 0 && !gone(worker));
+  kill(p.pid, SIGKILL); /* launch alone: not its group, which gt_proc_finish would kill */
+  waitpid(p.pid, &p.status, 0);
+  p.done = true;
+  gt_proc_finish(&p);
+  double until = gt_now() + 20;
+  while (gt_now() < until && !(ended(child) && ended(worker) && stat(secret, &sb) != 0))
+    usleep(20000);
+  GR_CHECK_MSG(ended(child), "the command's child %d outlived launch", (int)child);
+  GR_CHECK_MSG(ended(worker), "the task %d outlived launch", (int)worker);
+  GR_CHECK_MSG(secret[0] && stat(secret, &sb) != 0, "the secret %s outlived launch", secret);
+  char leftover[PATH_MAX + 32];
+  snprintf(leftover, sizeof leftover, "rmdir %s 2>/dev/null", tmp);
+  GR_CHECK_MSG(system(leftover) == 0, "launch left files in its TMPDIR %s", tmp);
+  if (child > 0 && !gone(child)) kill(child, SIGKILL); /* what the failure left */
+  until = gt_now() + 10;                               /* the guardian and the orphans it killed */
+  while (gt_now() < until && (waitpid(-1, NULL, WNOHANG) >= 0 || errno != ECHILD)) usleep(20000);
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  gt_remove_tree(tmp);
+}
+
 static void test_restart_after_kill(void) {
   gt_proc p;
   char script[PATH_MAX * 2 + 64];
@@ -296,6 +358,7 @@ int main(void) {
   GR_RUN(test_launch_runs_a_graph);
   GR_RUN(test_launch_environment);
   GR_RUN(test_no_orphans);
+  GR_RUN(test_launch_killed_leaves_nothing);
   GR_RUN(test_restart_after_kill);
   GR_RUN(test_recovery_bit_identical);
   GR_RUN(test_partitioned_checkpoint);
