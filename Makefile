@@ -30,7 +30,7 @@ endif
 # Debian packages the build needs (checked with dpkg, installed with apt-get).
 DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
                 libmsgpack-dev libxxhash-dev libjansson-dev libssl-dev libsqlite3-dev zlib1g-dev \
-                sqlite3 dataset-fashion-mnist
+                libpng-dev libjpeg62-turbo-dev libjpeg-turbo-progs sqlite3 dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire soak-ckpt \

@@ -490,6 +490,9 @@ extern dsl_builtin_handler dsl_builtin_ps_variables, dsl_builtin_replicas,
     dsl_builtin_partitioned_variable, dsl_builtin_mirror_spread;
 /* Keras' losses and metrics (dsl_losses.c): one handler for every name. */
 extern dsl_builtin_handler dsl_builtin_loss_or_metric;
+/* Folders of images (dsl_images.c): image_folder, and one handler for
+ * class_names, num_classes, num_images, num_batches and skipped_images. */
+extern dsl_builtin_handler dsl_builtin_image_folder, dsl_builtin_image_folder_info;
 /* The end of a built-in that makes a tensor o (dsl_call.c): the graph's
  * error if any, else *out = o, its node renamed to the binding name
  * (name NULL: kept). */
