@@ -15,7 +15,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
-#include "ops/gr_images.h"
+#include "ops/image_internal.h"
 
 #define MAX_FILE_BYTES ((size_t)1 << 30)
 
@@ -36,16 +36,15 @@ static bool valid_channels(int c) {
 typedef struct png_src {
   const unsigned char *data;
   size_t len, pos;
-  char msg[200]; /* libpng's error message */
+  char msg[GR_PNG_MSG_MAX]; /* libpng's error message */
 } png_src;
 
-static void png_error_fn(png_structp png, png_const_charp msg) {
-  png_src *s = png_get_error_ptr(png);
-  snprintf(s->msg, sizeof s->msg, "%s", msg);
+void gr_png_error_fn(png_structp png, png_const_charp msg) {
+  snprintf(png_get_error_ptr(png), GR_PNG_MSG_MAX, "%s", msg);
   png_longjmp(png, 1);
 }
 
-static void png_warning_fn(png_structp png, png_const_charp msg) {
+void gr_png_warning_fn(png_structp png, png_const_charp msg) {
   (void)png, (void)msg; /* benign (an ancillary chunk dropped, ...) */
 }
 
@@ -86,7 +85,7 @@ static gr_status decode_png(const void *data, size_t len, int channels, int64_t 
   png_bytep *volatile rows = NULL;
   gr_status volatile st = GR_OK;
   png_structp png =
-      png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_error_fn, png_warning_fn);
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, src.msg, gr_png_error_fn, gr_png_warning_fn);
   png_infop info = png ? png_create_info_struct(png) : NULL;
   if (!png || !info) {
     png_destroy_read_struct(png ? &png : NULL, NULL, NULL);

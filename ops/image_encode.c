@@ -11,7 +11,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
-#include "ops/gr_images.h"
+#include "ops/image_internal.h"
 
 static gr_status check_image(const gr_image *img, const char *path, gr_error *err) {
   if (!img || !img->pixels || img->height < 1 || img->width < 1 || img->height > 0x7fffffff ||
@@ -21,23 +21,10 @@ static gr_status check_image(const gr_image *img, const char *path, gr_error *er
   return GR_OK;
 }
 
-typedef struct png_out {
-  char msg[200];
-} png_out;
-
-static void png_err(png_structp png, png_const_charp msg) {
-  png_out *o = png_get_error_ptr(png);
-  snprintf(o->msg, sizeof o->msg, "%s", msg);
-  png_longjmp(png, 1);
-}
-
-static void png_warn(png_structp png, png_const_charp msg) {
-  (void)png, (void)msg;
-}
-
 static bool write_png(FILE *f, const gr_image *img, char *msg, size_t cap) {
-  png_out o = {{0}};
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &o, png_err, png_warn);
+  char pmsg[GR_PNG_MSG_MAX] = "";
+  png_structp png =
+      png_create_write_struct(PNG_LIBPNG_VER_STRING, pmsg, gr_png_error_fn, gr_png_warning_fn);
   png_infop info = png ? png_create_info_struct(png) : NULL;
   if (!png || !info) {
     png_destroy_write_struct(png ? &png : NULL, NULL);
@@ -46,7 +33,7 @@ static bool write_png(FILE *f, const gr_image *img, char *msg, size_t cap) {
   }
   if (setjmp(png_jmpbuf(png))) {
     png_destroy_write_struct(&png, &info);
-    snprintf(msg, cap, "%s", o.msg);
+    snprintf(msg, cap, "%s", pmsg);
     return false;
   }
   static const int types[] = {0, PNG_COLOR_TYPE_GRAY, 0, PNG_COLOR_TYPE_RGB,

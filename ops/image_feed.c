@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/gr_ops.h"
 #include "ops/image_internal.h"
+#include "ops/ops_internal.h"
 
 #define EPOCH_STREAM 0x65706f6368ull /* "epoch" */
 #define FLIP_STREAM  0x666c6970ull   /* "flip" */
@@ -95,7 +97,7 @@ static perm_ref *perm_get(gr_image_feed *f, int64_t e, gr_error *err) {
   }
   p->epoch = e;
   p->refs = 2; /* the cache's and the caller's */
-  if (p->idx) gr_image_permute(p->idx, f->c.count, f->c.seed, EPOCH_STREAM, (uint64_t)e);
+  if (p->idx) gr_ops_permute(p->idx, f->c.count, f->c.seed, EPOCH_STREAM, (uint64_t)e);
   int old = !f->perms[0] ? 0 : !f->perms[1] ? 1 : f->perms[0]->epoch < f->perms[1]->epoch ? 0 : 1;
   perm_release(f->perms[old]);
   f->perms[old] = p;

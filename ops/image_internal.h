@@ -6,7 +6,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <png.h>
+
 #include "ops/gr_images.h"
+
+/* libpng's error and warning callbacks (image_decode.c): the error pointer
+ * is a char[GR_PNG_MSG_MAX] that gets the message before the longjmp;
+ * warnings are ignored. */
+#define GR_PNG_MSG_MAX 200
+void gr_png_error_fn(png_structp png, png_const_charp msg);
+void gr_png_warning_fn(png_structp png, png_const_charp msg);
 
 /* A folder of class sub-folders, as Keras' index_directory lists it: the
  * sub-folders (not starting with '.') in sorted order are the classes;
@@ -50,8 +59,6 @@ int64_t gr_image_subset_count(int64_t n, const gr_image_subset_spec *s);
 /* Its files, in their order (count entries into *out, malloc'd). */
 gr_status gr_image_subset_files(int64_t n, const gr_image_subset_spec *s, int64_t **out,
                                 gr_error *err);
-/* Fisher-Yates permutation of 0..n-1 keyed by (seed, stream, counter). */
-void gr_image_permute(int64_t *perm, int64_t n, uint64_t seed, uint64_t stream, uint64_t counter);
 
 /* ---- the batches of one node (image_feed.c) ----------------------------------------- */
 

@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ops/gr_ops.h"
 #include "ops/image_internal.h"
+#include "ops/ops_internal.h"
 
 #define MAX_DEPTH 64
 #define MAX_FILES ((int64_t)1 << 26)
@@ -309,20 +311,6 @@ gr_status gr_image_list_dir(const char *dir, gr_image_list *out, gr_error *err) 
 
 /* ---- the subset of one node -------------------------------------------------------------- */
 
-void gr_image_permute(int64_t *perm, int64_t n, uint64_t seed, uint64_t stream, uint64_t counter) {
-  for (int64_t i = 0; i < n; i++) perm[i] = i;
-  gr_rng r = gr_rng_make(seed, stream, counter);
-  for (int64_t i = n - 1; i > 0; i--) {
-    uint32_t w[4];
-    gr_rng_block(&r, (uint64_t)i, w);
-    uint64_t x = (uint64_t)w[0] << 32 | w[1];
-    int64_t j = (int64_t)(x % (uint64_t)(i + 1));
-    int64_t t = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
-  }
-}
-
 /* The split: [lo, hi) of the ordered files. */
 static void split_range(int64_t n, const gr_image_subset_spec *s, int64_t *lo, int64_t *hi) {
   int64_t val = s->subset ? (int64_t)(s->validation_split * (double)n) : 0;
@@ -350,7 +338,7 @@ gr_status gr_image_subset_files(int64_t n, const gr_image_subset_spec *s, int64_
     return gr_error_set_oom(err);
   }
   if (s->shuffle)
-    gr_image_permute(order, n, s->seed, SPLIT_STREAM, 0);
+    gr_ops_permute(order, n, s->seed, SPLIT_STREAM, 0);
   else
     for (int64_t i = 0; i < n; i++) order[i] = i;
   int64_t lo, hi;
