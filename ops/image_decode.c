@@ -153,9 +153,24 @@ static void jpeg_emit_fn(j_common_ptr cinfo, int level) {
   cinfo->err->format_message(cinfo, e->msg);
 }
 
+/* A progressive JPEG may hold any number of scans, each a pass over the
+ * whole image: a small hostile file could keep a thread busy for minutes.
+ * More than MAX_SCANS (libjpeg-turbo's own fuzzers' limit) is an error. */
+#define MAX_SCANS 500
+
+static void jpeg_progress_fn(j_common_ptr cinfo) {
+  j_decompress_ptr d = (j_decompress_ptr)cinfo;
+  if (cinfo->is_decompressor && d->input_scan_number > MAX_SCANS) {
+    jpeg_err *e = (jpeg_err *)cinfo->err;
+    snprintf(e->msg, sizeof e->msg, "more than %d progressive scans", MAX_SCANS);
+    longjmp(e->jump, 1);
+  }
+}
+
 static gr_status decode_jpeg(const void *data, size_t len, int channels, int64_t max_pixels,
                              gr_image *out, gr_error *err) {
   struct jpeg_decompress_struct cinfo;
+  struct jpeg_progress_mgr progress = {.progress_monitor = jpeg_progress_fn};
   jpeg_err jerr;
   uint8_t *volatile pixels = NULL;
   gr_status volatile st = GR_OK;
@@ -171,6 +186,7 @@ static gr_status decode_jpeg(const void *data, size_t len, int channels, int64_t
     goto done;
   }
   jpeg_create_decompress(&cinfo);
+  cinfo.progress = &progress;
   jpeg_mem_src(&cinfo, data, (unsigned long)len);
   jpeg_read_header(&cinfo, TRUE);
   int64_t w = cinfo.image_width, h = cinfo.image_height;

@@ -157,7 +157,7 @@ static void mark_bad(gr_image_feed *f, int64_t i, const char *why) {
  * when the file cannot be read. */
 static bool load(gr_image_feed *f, slot *s, int64_t j, int64_t i) {
   if (__atomic_load_n(&f->file_state[i], __ATOMIC_ACQUIRE) == FILE_BAD) return false;
-  char path[4200];
+  char path[8300]; /* the listing keeps folder and relative path under 4096 each */
   snprintf(path, sizeof path, "%s/%s", f->root, gr_image_list_path(&f->c.list, i));
   gr_image img;
   gr_error err;
