@@ -21,13 +21,13 @@ int main(int argc, char **argv) {
       char path[4096];
       gr_error err;
       snprintf(path, sizeof path, "%s/seed_%d.png", argv[1], n);
-      if (gr_image_write_png(path, &img, &err) != GR_OK) return fprintf(stderr, "%s\n", err.msg), 1;
-      if (channels[c] != 4) {
+      gr_status st = gr_image_write_png(path, &img, &err);
+      if (st == GR_OK && channels[c] != 4) {
         snprintf(path, sizeof path, "%s/seed_%d.jpg", argv[1], n);
-        if (gr_image_write_jpeg(path, &img, 50 + 20 * s, &err) != GR_OK)
-          return fprintf(stderr, "%s\n", err.msg), 1;
+        st = gr_image_write_jpeg(path, &img, 50 + 15 * s, &err);
       }
       free(img.pixels);
+      if (st != GR_OK) return fprintf(stderr, "%s\n", err.msg), 1;
       n++;
     }
   return 0;
