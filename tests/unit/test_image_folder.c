@@ -14,6 +14,7 @@
  * listing kept by a serialized graph. */
 #include <graphrun.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +320,59 @@ static void test_deterministic(void) {
   collect(folder, &o, 1, in_order, 12, &d, &ld);
   GR_CHECK(d && (ld != la || memcmp(a, d, la) != 0));
   free(a), free(b), free(c), free(d);
+}
+
+/* Steps of one session run at once, asking for batches that share slots
+ * (batch k lives in slot k % 2 with prefetch 1): each gets its batch. */
+typedef struct conc {
+  run *r;
+  int first;
+  char *bytes[12];
+} conc;
+
+static void *conc_thread(void *p) {
+  conc *c = p;
+  for (int i = 0; i < 12; i++) {
+    int64_t k = (c->first + 5 * i) % 12;
+    gr_tensor t[3];
+    gr_error err;
+    c->bytes[k] = NULL;
+    if (batch(c->r, k, t, &err) != GR_OK) continue;
+    size_t n = gr_tensor_num_bytes(&t[0]);
+    c->bytes[k] = malloc(n);
+    memcpy(c->bytes[k], gr_tensor_data(&t[0]), n);
+    release3(t);
+  }
+  return NULL;
+}
+
+static void test_concurrent_steps(void) {
+  gr_image_folder_options o = opts(3);
+  o.seed = 4, o.prefetch = 1, o.threads = 2;
+  char *want;
+  size_t len;
+  int64_t ks[12];
+  for (int i = 0; i < 12; i++) ks[i] = i;
+  collect(folder, &o, 0, ks, 12, &want, &len);
+  run r;
+  if (!want || !start(&r, folder, &o, 0)) return free(want);
+  conc c[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    c[i] = (conc){.r = &r, .first = i};
+    pthread_create(&th[i], NULL, conc_thread, &c[i]);
+  }
+  size_t per = len / 12 - 3 * sizeof(int32_t); /* the images of a batch, without labels */
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    for (int k = 0; k < 12; k++) {
+      GR_CHECK_MSG(c[i].bytes[k] && !memcmp(c[i].bytes[k], want + k * (len / 12), per),
+                   "thread %d, batch %d", i, k);
+      free(c[i].bytes[k]);
+    }
+  }
+  stop(&r);
+  free(want);
 }
 
 /* The ids of the whole subset (batch 1, one epoch). */
@@ -849,6 +903,7 @@ int main(void) {
   GR_RUN(test_listing_order);
   GR_RUN(test_epochs_and_labels);
   GR_RUN(test_deterministic);
+  GR_RUN(test_concurrent_steps);
   GR_RUN(test_validation_split);
   GR_RUN(test_label_modes_and_errors);
   GR_RUN(test_folder_changed);
