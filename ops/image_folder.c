@@ -5,7 +5,6 @@
  * from the attrs alone and a serialized graph carries them without the
  * folder. The kernel lists the folder again when it first runs, checks the
  * fingerprint and hands out batches of its gr_image_feed (image_feed.c). */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
