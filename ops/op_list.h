@@ -122,6 +122,8 @@
   X(read_idx)                                                                                      \
   X(read_npy)                                                                                      \
   X(batch)                                                                                         \
+  /* image_folder.c */                                                                             \
+  X(image_folder)                                                                                  \
   /* control_flow.c */                                                                             \
   X(control_trigger)                                                                               \
   /* conv.c */                                                                                     \
