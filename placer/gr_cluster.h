@@ -1,6 +1,6 @@
 /* placer/: the cluster model (tasks, their devices and addresses, links)
  * and its readers: the cluster file, TensorFlow's ClusterSpec and TF_CONFIG,
- * Slurm's environment (docs/cluster-specs.md). Part of placer/'s face
+ * Slurm's environment (docs/distributed.md, "Cluster specs"). Part of placer/'s face
  * (placer/gr_placer.h includes it); distributed/ uses it for addresses.
  *
  * Ownership: gr_cluster_new* and the readers return a cluster the caller
@@ -129,7 +129,7 @@ double gr_cluster_transfer_time(const gr_cluster *c, int a, int b, double bytes)
 
 /* ---- reading clusters: cluster file, ClusterSpec, TF_CONFIG, Slurm --------- */
 
-/* Reads a cluster from JSON text in any of its forms (docs/cluster-specs.md),
+/* Reads a cluster from JSON text in any of its forms (docs/distributed.md, "Cluster specs"),
  * told apart by the top-level object:
  *   - "jobs" is an object: the cluster file (docs/placement.md), tasks with
  *     host, optional "address" and devices, plus "links";

@@ -1,4 +1,4 @@
-/* Every form a cluster is read from (docs/cluster-specs.md): the cluster file
+/* Every form a cluster is read from (docs/distributed.md, "Cluster specs"): the cluster file
  * with task addresses, TensorFlow's ClusterSpec and TF_CONFIG, and Slurm's
  * node list; the task accessors; round trips through gr_cluster_write_json;
  * and malformed input of each form, whose message must say where. */
