@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Dependencies point down (docs/internals.md, "Folders"): each folder may include project
 # headers only from itself and the folders below it, and only through their
-# face headers (gr_*.h) when crossing a folder boundary.
+# face headers (gr_*.h) when crossing a folder boundary. With the build's
+# object folder as $1, the calls between a folder's files are checked too.
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
 declare -A allowed=(
@@ -51,5 +52,41 @@ for dir in "${!umbrella[@]}"; do
     fi
   done
 done
+# Files call down, not around (with the build's object folder as $1): inside
+# each group below, the calls between files (from the objects' symbols) form
+# no circle; and the DSL's parser (dsl_lex, dsl_parse) calls no later stage.
+objs="${1:-}"
+calls() { # calls DIR REGEX: "caller callee" for the files of DIR matching REGEX
+  local d="$objs/$1" o f
+  for o in "$d"/*.c.o; do
+    f="$(basename "$o" .c.o)"
+    grep -qE "^($2)\$" <<<"$f" || continue
+    nm --defined-only -g "$o" | awk -v f="$f" 'NF == 3 {print "D", $3, f}'
+    nm -u "$o" | awk -v f="$f" '{print "U", $2, f}'
+  done | awk '$1 == "D" {d[$2] = $3} $1 == "U" {u[n++] = $2 " " $3}
+    END {for (i = 0; i < n; i++) {split(u[i], a, " "); if ((a[1] in d) && d[a[1]] != a[2]) print a[2], d[a[1]]}}' |
+    sort -u
+}
+if [ -n "$objs" ]; then
+  for group in "core:exec_core|executor.*" "frontend:dsl_.*"; do
+    dir="${group%%:*}"
+    files="${group#*:}"
+    if [ "$dir" = frontend ]; then # the parser's stage only
+      while read -r a b; do
+        case "$a" in dsl_lex | dsl_parse) ;; *) continue ;; esac
+        case "$b" in dsl_lex | dsl_parse) continue ;; esac
+        echo "circles: frontend/$a.c (the parser) calls frontend/$b.c, a later stage"
+        fail=1
+      done < <(calls "$dir" "$files")
+      continue
+    fi
+    loop="$(calls "$dir" "$files" | tsort 2>&1 >/dev/null | grep -v 'input contains a loop' |
+      sed 's/^tsort: //' | tr '\n' ' ')"
+    if [ -n "$loop" ]; then
+      echo "circles: $dir/ files call each other in a circle: $loop"
+      fail=1
+    fi
+  done
+fi
 if [ $fail = 0 ]; then echo "layering: ok"; fi
 exit $fail
