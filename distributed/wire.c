@@ -23,6 +23,12 @@ const char *gr_msg_type_name(int type) {
   return type > GR_MSG_NONE && type < GR_MSG_COUNT ? types[type].name : "unknown";
 }
 
+void gr_msg_type_limits(int type, uint32_t *header_max, uint32_t *body_max) {
+  bool known = type > GR_MSG_NONE && type < GR_MSG_COUNT;
+  *header_max = known ? types[type].header_max : 0;
+  *body_max = known ? types[type].body_max : 0;
+}
+
 static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
@@ -237,6 +243,30 @@ gr_status gr_msg_str(const msgpack_object *map, const char *key, char *buf, size
                         cap - 1);
   memcpy(buf, s, n);
   buf[n] = '\0';
+  return GR_OK;
+}
+
+void *gr_msg_zalloc(gr_msg *m, size_t n) {
+  return m->has_zone ? msgpack_zone_malloc(&m->zone, n ? n : 1) : NULL;
+}
+
+const char *gr_msg_zdup(gr_msg *m, const char *p, size_t n) {
+  char *s = n + 1 > n ? gr_msg_zalloc(m, n + 1) : NULL;
+  if (!s) return NULL;
+  if (n) memcpy(s, p, n);
+  s[n] = '\0';
+  return s;
+}
+
+gr_status gr_msg_strz(gr_msg *m, const msgpack_object *map, const char *key, size_t max,
+                      const char **out, gr_error *err) {
+  const char *s = NULL;
+  size_t n = 0;
+  GR_TRY(gr_msg_strv(map, key, &s, &n, err));
+  if (n > max)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "field '%s' is longer than %zu bytes", key,
+                        max);
+  if (!(*out = gr_msg_zdup(m, s, n))) return gr_error_set_oom(err);
   return GR_OK;
 }
 

@@ -68,6 +68,9 @@ typedef enum gr_msg_type {
 } gr_msg_type;
 
 const char *gr_msg_type_name(int type); /* "tensor"; "unknown" out of range */
+/* The type's limits (GR_MSG_LIST): bytes of its map and of its body; 0, 0
+ * out of range. */
+void gr_msg_type_limits(int type, uint32_t *header_max, uint32_t *body_max);
 
 typedef struct gr_frame_header {
   uint8_t version, type;
@@ -109,6 +112,14 @@ gr_status gr_msg_str(const msgpack_object *map, const char *key, char *buf, size
 /* A string as a pointer into the message (not NUL-terminated) and length. */
 gr_status gr_msg_strv(const msgpack_object *map, const char *key, const char **s, size_t *len,
                       gr_error *err);
+/* A string of at most max bytes without NUL, as a NUL-terminated copy in
+ * m's zone (freed with m). */
+gr_status gr_msg_strz(gr_msg *m, const msgpack_object *map, const char *key, size_t max,
+                      const char **out, gr_error *err);
+/* n bytes of m's zone (freed with m; n 0: a valid pointer), NULL when out of
+ * memory; gr_msg_zdup: a NUL-terminated copy of p[0, n). */
+void *gr_msg_zalloc(gr_msg *m, size_t n);
+const char *gr_msg_zdup(gr_msg *m, const char *p, size_t n);
 gr_status gr_msg_bin(const msgpack_object *map, const char *key, size_t want, const void **out,
                      gr_error *err);
 /* An array of at most max items. */
