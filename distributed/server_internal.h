@@ -8,9 +8,9 @@
 
 #include "distributed/gr_distributed.h"
 #include "distributed/loglimit_internal.h"
+#include "distributed/msg_internal.h"
 #include "distributed/transport_internal.h"
 
-#define GR_TASK_NAME_MAX    96
 #define GR_SERVER_MAX_STEPS 4096  /* step states (running or parked) at once */
 #define GR_SERVER_ID_WINDOW 65536 /* request ids a connection remembers */
 
@@ -49,9 +49,7 @@ typedef struct registered { /* the partitions a master registered */
 
 typedef struct step_state step_state;
 
-#define GR_SERVER_MAX_LEASES 64  /* lease names a task keeps (server_lease.c) */
-#define GR_LEASE_NAME_MAX    128 /* bytes of a lease's name */
-#define GR_LEASE_HOLDER_MAX  256 /* bytes of its holder's description */
+#define GR_SERVER_MAX_LEASES 64 /* lease names a task keeps (server_lease.c) */
 typedef struct gr_lease gr_lease;
 
 struct gr_server {

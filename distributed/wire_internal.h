@@ -18,9 +18,13 @@
  * range when it is read (gr_msg_u64 ...). Tensors in a body start at
  * 64-byte offsets, so a received tensor is a view of the body's buffer.
  *
- *   gr_outmsg *m = gr_outmsg_new(GR_MSG_TENSOR, 5);       // a map of 5 entries
+ * Each kind of message is packed and read by its own file with these
+ * building blocks (msg_internal.h: msg_run.c, msg_tensor.c, ...):
+ *
+ *   gr_outmsg *m = gr_outmsg_new(GR_MSG_TENSOR, 6);       // a map of 6 entries
  *   gr_outmsg_str(m, "key", key); ...
- *   gr_outmsg_tensor(m, "value", &t);                       // by reference
+ *   gr_outmsg_key(m, "value");
+ *   gr_outmsg_pack_tensor(m, &t, false, &err);              // by reference
  *   gr_conn_send(conn, m, &err);                            // takes m
  *
  * Internal to distributed/. */

@@ -1,0 +1,115 @@
+/* Typed messages: one struct per kind of message (and per request's
+ * answer), packed and unpacked side by side in one file per kind
+ * (msg_run.c, msg_register.c, ...), with the kind's fields as data
+ * (gr_msg_spec) that tests/unit/test_wire_docs.c checks docs/distributed.md's
+ * "Wire format" tables against. Only the msg_*.c files (and handshake.c,
+ * for hello, auth and auth_ok) name a message's keys.
+ *
+ *   // master                                   // server, on a worker thread
+ *   gr_run_req q = {.id = id, .handle = h, ...};
+ *   gr_outmsg *m = gr_run_req_pack(&q);
+ *   gr_conn_send(conn, m, &err);                gr_run_req q;
+ *                                               gr_run_req_unpack(in, &q, &err);
+ *                                               gr_run_req_feeds(in, &q, values, n, &err);
+ *
+ * Packing: gr_<kind>_pack(&x) returns the message (taken by gr_conn_send),
+ * NULL only when out of memory. x's pointers are borrowed for the call;
+ * tensors go into the body by reference (retained until the message is
+ * written or freed), a register's graph bytes are taken. A response is
+ * packed with the request's id: gr_<kind>_resp_pack(id, &x); an error or
+ * an answer without results is gr_response_pack(id, e).
+ *
+ * Unpacking: gr_<kind>_unpack(in, &x, err) checks every field's type and
+ * range in a fixed order (the first bad one is the error) and the items of
+ * its lists, then fills x (a register's or vars' container: the server's
+ * gr_container_ref_unpack);
+ * errors name the field ("field 'seed' is missing", "field 'name' is
+ * longer than 128 bytes") or the item ("a peer must be [task, address,
+ * inc]"). Ownership: numbers and flags are copied; strings and lists are
+ * NUL-terminated copies and arrays in the message's zone, tensors are views
+ * of its body, and a few lists stay msgpack objects of the message (a
+ * run's feeds and fetches, a pushed value: read by gr_run_req_feeds,
+ * gr_run_resp_fetches, gr_tensor_msg_value once the receiver knows their
+ * bounds): all borrowed from in, valid until gr_inmsg_free(in). What needs
+ * the receiver's state (an incarnation, a handle, a device of the task,
+ * the graph a name is in) is the caller's to check.
+ *
+ * Threads: none kept; a message is packed or unpacked by one thread.
+ * Internal to distributed/. */
+#ifndef GR_MSG_INTERNAL_H
+#define GR_MSG_INTERNAL_H
+
+#include "distributed/transport_internal.h"
+#include "distributed/wire_internal.h"
+
+#define GR_TASK_NAME_MAX      96         /* a task's name, with its NUL */
+#define GR_LEASE_NAME_MAX     128        /* bytes of a lease's name */
+#define GR_LEASE_HOLDER_MAX   256        /* bytes of its holder's description */
+#define GR_STATUS_MAX_DEVICES 64         /* devices a task names in get_status */
+#define GR_MSG_MAX_ITEMS      (1u << 20) /* items of a feeds, fetches or names list */
+#define GR_REGISTER_MAX_PARTS 64         /* partitions in one register */
+#define GR_REGISTER_MAX_PEERS 4096       /* tasks a register names */
+
+/* ---- each kind's fields, as data ------------------------------------------- */
+
+typedef struct gr_msg_field {
+  const char *name;
+  const char *when; /* NULL: always there; else when it is (as the docs say) */
+} gr_msg_field;
+
+typedef struct gr_msg_spec {
+  gr_msg_type type;
+  const char *direction; /* who sends it to whom, as the docs' table says */
+  const gr_msg_field *fields;
+  int num_fields;
+  /* a request's answer: the response's fields besides id and code */
+  const gr_msg_field *results;
+  int num_results; /* -1: not answered (one way, or the handshake) */
+} gr_msg_spec;
+
+#define GR_MSG_FIELDS(a) (a), (int)(sizeof(a) / sizeof *(a))
+
+/* The spec of a kind of GR_MSG_LIST (every kind has one); NULL otherwise. */
+const gr_msg_spec *gr_msg_spec_of(int type);
+
+/* ---- fields several kinds share (msg_common.c) ------------------------------ */
+
+/* The id of any request (the server checks it before anything else). */
+gr_status gr_request_id(const gr_inmsg *in, uint64_t *id, gr_error *err);
+
+/* The container a register or vars names: fields `container` and `private`. */
+typedef struct gr_container_ref {
+  const char *name; /* 1 to GR_CONTAINER_NAME_MAX letters, digits, '_', '-', '.' */
+  bool is_private;  /* the asking connection's own */
+} gr_container_ref;
+void gr_container_ref_pack(gr_outmsg *m, const gr_container_ref *c); /* two fields */
+/* The field `container` alone: a container's name, or "" when all (every
+ * shared container, for a reset). */
+gr_status gr_container_field(gr_inmsg *in, bool all, const char **out, gr_error *err);
+/* Read by the server when it resolves the container (after the request's
+ * other fields and lists, as before), not by gr_register_req_unpack or
+ * gr_vars_req_unpack: its refusals are logged naming the peer. */
+gr_status gr_container_ref_unpack(gr_inmsg *in, gr_container_ref *out, gr_error *err);
+
+/* ---- response (msg_response.c): every request's answer ----------------------- */
+
+typedef struct gr_response {
+  uint64_t id;    /* the request's */
+  gr_status code; /* GR_OK, or the error: an unknown code is GR_ERR_INTERNAL */
+  gr_error error; /* when code is not GR_OK: its message ("?" when unreadable) */
+} gr_response;
+extern const gr_msg_spec gr_response_spec;
+
+/* The answer to request id without results: GR_OK (e NULL) or the error e. */
+gr_outmsg *gr_response_pack(uint64_t id, const gr_error *e);
+/* A GR_OK answer whose `results` fields the caller packs next (msg_*.c). */
+gr_outmsg *gr_response_begin(uint64_t id, uint32_t results);
+/* Its id and code (the results are the request kind's: gr_*_resp_unpack). */
+gr_status gr_response_unpack(const gr_inmsg *in, gr_response *out, gr_error *err);
+
+/* ---- hello, auth, auth_ok: packed and read in handshake.c (handshake_internal.h);
+ * their fields as data in msg_common.c ------------------------------------------- */
+
+extern const gr_msg_spec gr_hello_spec, gr_auth_spec, gr_auth_ok_spec;
+
+#endif
