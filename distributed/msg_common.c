@@ -50,10 +50,12 @@ const gr_msg_spec gr_auth_ok_spec = {GR_MSG_AUTH_OK, "server → peer", GR_MSG_F
                                      NULL, -1};
 
 static const gr_msg_spec *const specs[GR_MSG_COUNT] = {
-    [GR_MSG_HELLO] = &gr_hello_spec,       /* above */
-    [GR_MSG_AUTH] = &gr_auth_spec,         /* above */
-    [GR_MSG_AUTH_OK] = &gr_auth_ok_spec,   /* above */
-    [GR_MSG_RESPONSE] = &gr_response_spec, /* msg_response.c */
+    [GR_MSG_HELLO] = &gr_hello_spec,           /* above */
+    [GR_MSG_AUTH] = &gr_auth_spec,             /* above */
+    [GR_MSG_AUTH_OK] = &gr_auth_ok_spec,       /* above */
+    [GR_MSG_GET_STATUS] = &gr_get_status_spec, /* msg_status.c */
+    [GR_MSG_RESPONSE] = &gr_response_spec,     /* msg_response.c */
+    [GR_MSG_HEARTBEAT] = &gr_heartbeat_spec,   /* msg_status.c */
 };
 
 const gr_msg_spec *gr_msg_spec_of(int type) {

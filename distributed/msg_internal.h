@@ -107,6 +107,31 @@ gr_outmsg *gr_response_begin(uint64_t id, uint32_t results);
 /* Its id and code (the results are the request kind's: gr_*_resp_unpack). */
 gr_status gr_response_unpack(const gr_inmsg *in, gr_response *out, gr_error *err);
 
+/* ---- get_status and heartbeat (msg_status.c) ---------------------------------- */
+
+typedef struct gr_get_status_req {
+  uint64_t id;
+} gr_get_status_req;
+typedef struct gr_get_status_resp {
+  const char *task;           /* "/job:worker/replica:0/task:1" (under GR_TASK_NAME_MAX) */
+  uint64_t inc;               /* its incarnation */
+  const char *const *devices; /* 1 to GR_STATUS_MAX_DEVICES device names */
+  int num_devices;
+} gr_get_status_resp;
+extern const gr_msg_spec gr_get_status_spec;
+gr_outmsg *gr_get_status_req_pack(const gr_get_status_req *q);
+gr_status gr_get_status_req_unpack(const gr_inmsg *in, gr_get_status_req *out, gr_error *err);
+gr_outmsg *gr_get_status_resp_pack(uint64_t id, const gr_get_status_resp *r);
+gr_status gr_get_status_resp_unpack(gr_inmsg *in, gr_get_status_resp *out, gr_error *err);
+
+/* Answered at once on the server's network thread, without results. */
+typedef struct gr_heartbeat_req {
+  uint64_t id; /* 0: its answer matches no request, so nothing waits on it */
+} gr_heartbeat_req;
+extern const gr_msg_spec gr_heartbeat_spec;
+gr_outmsg *gr_heartbeat_req_pack(const gr_heartbeat_req *q);
+gr_status gr_heartbeat_req_unpack(const gr_inmsg *in, gr_heartbeat_req *out, gr_error *err);
+
 /* ---- hello, auth, auth_ok: packed and read in handshake.c (handshake_internal.h);
  * their fields as data in msg_common.c ------------------------------------------- */
 
