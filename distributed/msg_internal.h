@@ -132,6 +132,50 @@ extern const gr_msg_spec gr_heartbeat_spec;
 gr_outmsg *gr_heartbeat_req_pack(const gr_heartbeat_req *q);
 gr_status gr_heartbeat_req_unpack(const gr_inmsg *in, gr_heartbeat_req *out, gr_error *err);
 
+/* ---- register (msg_register.c) -------------------------------------------- */
+
+typedef struct gr_register_peer { /* a task of the cluster: [task, address, inc] */
+  const char *task;               /* under GR_TASK_NAME_MAX bytes, not empty */
+  const char *address;            /* under 128 bytes */
+  uint64_t inc;                   /* the incarnation the master knows */
+} gr_register_peer;
+
+typedef struct gr_register_endpoint { /* [node, output, index] */
+  const char *node;                   /* under 1024 bytes */
+  int output;                         /* 0 to GR_MAX_OUTPUTS */
+  int index;                          /* the caller's feed or fetch (0 to GR_MSG_MAX_ITEMS) */
+} gr_register_endpoint;
+
+typedef struct gr_register_part { /* [device, offset, bytes, feeds, fetches] */
+  const char *device;
+  /* the serialized graph (gr_wire_encode_graph): pack takes it (free()d
+   * with the message, also when the pack fails); unpacked, it is a view
+   * of the body */
+  const void *graph;
+  size_t graph_size;
+  const gr_register_endpoint *feeds, *fetches;
+  int num_feeds, num_fetches;
+} gr_register_part;
+
+typedef struct gr_register_req {
+  uint64_t id;
+  uint64_t inc;                  /* the incarnation of the task it registers with */
+  gr_container_ref container;    /* packed; unpacked by gr_container_ref_unpack */
+  const gr_register_peer *peers; /* every task (at most GR_REGISTER_MAX_PEERS) */
+  int num_peers;
+  const gr_register_part *parts; /* this task's (1 to GR_REGISTER_MAX_PARTS) */
+  int num_parts;
+} gr_register_req;
+typedef struct gr_register_resp {
+  uint64_t handle; /* what RUN and DEREGISTER name */
+} gr_register_resp;
+extern const gr_msg_spec gr_register_spec;
+gr_outmsg *gr_register_req_pack(const gr_register_req *q);
+/* Errors in a partition are prefixed "partition K". */
+gr_status gr_register_req_unpack(gr_inmsg *in, gr_register_req *out, gr_error *err);
+gr_outmsg *gr_register_resp_pack(uint64_t id, const gr_register_resp *r);
+gr_status gr_register_resp_unpack(const gr_inmsg *in, gr_register_resp *out, gr_error *err);
+
 /* ---- hello, auth, auth_ok: packed and read in handshake.c (handshake_internal.h);
  * their fields as data in msg_common.c ------------------------------------------- */
 
