@@ -176,6 +176,63 @@ gr_status gr_register_req_unpack(gr_inmsg *in, gr_register_req *out, gr_error *e
 gr_outmsg *gr_register_resp_pack(uint64_t id, const gr_register_resp *r);
 gr_status gr_register_resp_unpack(const gr_inmsg *in, gr_register_resp *out, gr_error *err);
 
+/* ---- run (msg_run.c) ---------------------------------------------------------- */
+
+typedef struct gr_run_req {
+  uint64_t id, handle;
+  uint64_t inc; /* the incarnation the graph was registered with */
+  uint64_t step, run, seed;
+  bool trace; /* the task records the step's events (sent only when true) */
+  /* the feeds [[index, tensor]...]: packed from feeds[i] (the caller's
+   * index) and values[feeds[i]] (by reference); unpacked as feed_items,
+   * borrowed from the message, which gr_run_req_feeds reads */
+  const int *feeds;
+  int num_feeds;
+  const gr_tensor *values;
+  const msgpack_object_array *feed_items;
+} gr_run_req;
+
+typedef struct gr_run_event { /* a traced node run: [device, node, iteration, start, end, bytes] */
+  const char *device;         /* under GR_DEVICE_NAME_MAX bytes */
+  const char *node;           /* under 1024 bytes */
+  int64_t iteration;
+  int64_t start_ns, end_ns; /* since the task's t0 */
+  int64_t bytes;            /* 0 or more */
+} gr_run_event;
+
+typedef struct gr_run_resp {
+  /* the fetches [[index, tensor]...]: packed from the num_fetches slots
+   * of fetches that hold a value (by reference); unpacked as fetch_items,
+   * which gr_run_resp_fetches reads */
+  const gr_tensor *fetches;
+  int num_fetches;
+  const msgpack_object_array *fetch_items;
+  int64_t sends, bytes; /* pushed to other tasks (0 or more) */
+  /* packed from trace (NULL: none; times since trace_t0); unpacked as
+   * events: the well-formed ones (a bad event is skipped, as a trace is
+   * only shown) */
+  const gr_step_trace *trace;
+  int64_t trace_t0;
+  gr_run_event *events;
+  int num_events;
+} gr_run_resp;
+extern const gr_msg_spec gr_run_spec;
+gr_outmsg *gr_run_req_pack(const gr_run_req *q);
+gr_status gr_run_req_unpack(const gr_inmsg *in, gr_run_req *out, gr_error *err);
+/* The feeds into values[0, num): each index in range and given once, each
+ * tensor alive (a view of in's body, one new reference; what was filled
+ * before an error is the caller's to release). */
+gr_status gr_run_req_feeds(const gr_inmsg *in, const gr_run_req *q, gr_tensor *values, int num,
+                           gr_error *err);
+gr_outmsg *gr_run_resp_pack(uint64_t id, const gr_run_resp *r);
+/* At most max_fetches fetches (the request's). */
+gr_status gr_run_resp_unpack(gr_inmsg *in, uint32_t max_fetches, gr_run_resp *out, gr_error *err);
+/* The fetches into out[0, num): each index one of the mine[0, num_mine)
+ * the request asked for, each given once, every one given (what was
+ * filled is the caller's to release, also on an error). */
+gr_status gr_run_resp_fetches(const gr_inmsg *in, const gr_run_resp *r, const int *mine,
+                              int num_mine, int num, gr_tensor *out, gr_error *err);
+
 /* ---- hello, auth, auth_ok: packed and read in handshake.c (handshake_internal.h);
  * their fields as data in msg_common.c ------------------------------------------- */
 
