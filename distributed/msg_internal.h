@@ -233,6 +233,26 @@ gr_status gr_run_resp_unpack(gr_inmsg *in, uint32_t max_fetches, gr_run_resp *ou
 gr_status gr_run_resp_fetches(const gr_inmsg *in, const gr_run_resp *r, const int *mine,
                               int num_mine, int num, gr_tensor *out, gr_error *err);
 
+/* ---- tensor (msg_tensor.c): a pushed value, one way --------------------------- */
+
+typedef struct gr_tensor_msg {
+  uint64_t run;     /* the step (unpack sets it first: a bad push aborts its step) */
+  const char *key;  /* the rendezvous key (under 1024 bytes) */
+  const char *from; /* the sending task (under GR_TASK_NAME_MAX bytes) */
+  uint64_t inc;     /* the sender's incarnation */
+  bool dead;
+  /* packed from value (NULL or empty: none); unpacked as value_item,
+   * borrowed from the message, which gr_tensor_msg_value reads */
+  const gr_tensor *value;
+  const msgpack_object *value_item;
+} gr_tensor_msg;
+extern const gr_msg_spec gr_tensor_spec;
+gr_outmsg *gr_tensor_msg_pack(const gr_tensor_msg *t);
+gr_status gr_tensor_msg_unpack(gr_inmsg *in, gr_tensor_msg *out, gr_error *err);
+/* The value: a view of in's body (one new reference), empty when none. */
+gr_status gr_tensor_msg_value(const gr_inmsg *in, const gr_tensor_msg *t, gr_tensor *out,
+                              gr_error *err);
+
 /* ---- hello, auth, auth_ok: packed and read in handshake.c (handshake_internal.h);
  * their fields as data in msg_common.c ------------------------------------------- */
 
