@@ -253,6 +253,17 @@ gr_status gr_tensor_msg_unpack(gr_inmsg *in, gr_tensor_msg *out, gr_error *err);
 gr_status gr_tensor_msg_value(const gr_inmsg *in, const gr_tensor_msg *t, gr_tensor *out,
                               gr_error *err);
 
+/* ---- abort (msg_abort.c): ends a step, one way ---------------------------------- */
+
+typedef struct gr_abort_msg {
+  uint64_t run;
+  gr_status code;  /* unpacked: an unknown code or GR_OK is GR_ERR_CANCELLED */
+  const char *msg; /* under 512 bytes */
+} gr_abort_msg;
+extern const gr_msg_spec gr_abort_spec;
+gr_outmsg *gr_abort_msg_pack(const gr_abort_msg *a);
+gr_status gr_abort_msg_unpack(gr_inmsg *in, gr_abort_msg *out, gr_error *err);
+
 /* ---- hello, auth, auth_ok: packed and read in handshake.c (handshake_internal.h);
  * their fields as data in msg_common.c ------------------------------------------- */
 
