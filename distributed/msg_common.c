@@ -57,6 +57,7 @@ static const gr_msg_spec *const specs[GR_MSG_COUNT] = {
     [GR_MSG_REGISTER] = &gr_register_spec,     /* msg_register.c */
     [GR_MSG_RUN] = &gr_run_spec,               /* msg_run.c */
     [GR_MSG_ABORT] = &gr_abort_spec,           /* msg_abort.c */
+    [GR_MSG_VARS] = &gr_vars_spec,             /* msg_vars.c */
     [GR_MSG_TENSOR] = &gr_tensor_spec,         /* msg_tensor.c */
     [GR_MSG_RESPONSE] = &gr_response_spec,     /* msg_response.c */
     [GR_MSG_HEARTBEAT] = &gr_heartbeat_spec,   /* msg_status.c */

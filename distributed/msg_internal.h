@@ -264,6 +264,26 @@ extern const gr_msg_spec gr_abort_spec;
 gr_outmsg *gr_abort_msg_pack(const gr_abort_msg *a);
 gr_status gr_abort_msg_unpack(gr_inmsg *in, gr_abort_msg *out, gr_error *err);
 
+/* ---- vars (msg_vars.c) ---------------------------------------------------------- */
+
+typedef struct gr_vars_req {
+  uint64_t id;
+  const char *const *names; /* at most GR_MSG_MAX_ITEMS; unpacked: NULL for an item
+                               that is not a string under 1024 bytes (answered false) */
+  int num_names;
+  gr_container_ref container; /* packed; unpacked by gr_container_ref_unpack */
+} gr_vars_req;
+typedef struct gr_vars_resp {
+  const bool *init; /* per name: it has a value (unpacked: an item not a bool is false) */
+  int num_init;
+} gr_vars_resp;
+extern const gr_msg_spec gr_vars_spec;
+gr_outmsg *gr_vars_req_pack(const gr_vars_req *q);
+gr_status gr_vars_req_unpack(gr_inmsg *in, gr_vars_req *out, gr_error *err);
+gr_outmsg *gr_vars_resp_pack(uint64_t id, const gr_vars_resp *r);
+/* At most max items. */
+gr_status gr_vars_resp_unpack(gr_inmsg *in, uint32_t max, gr_vars_resp *out, gr_error *err);
+
 /* ---- hello, auth, auth_ok: packed and read in handshake.c (handshake_internal.h);
  * their fields as data in msg_common.c ------------------------------------------- */
 
