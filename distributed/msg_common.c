@@ -58,6 +58,7 @@ static const gr_msg_spec *const specs[GR_MSG_COUNT] = {
     [GR_MSG_RUN] = &gr_run_spec,               /* msg_run.c */
     [GR_MSG_ABORT] = &gr_abort_spec,           /* msg_abort.c */
     [GR_MSG_VARS] = &gr_vars_spec,             /* msg_vars.c */
+    [GR_MSG_DEREGISTER] = &gr_deregister_spec, /* msg_deregister.c */
     [GR_MSG_TENSOR] = &gr_tensor_spec,         /* msg_tensor.c */
     [GR_MSG_RESPONSE] = &gr_response_spec,     /* msg_response.c */
     [GR_MSG_HEARTBEAT] = &gr_heartbeat_spec,   /* msg_status.c */

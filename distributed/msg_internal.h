@@ -284,6 +284,15 @@ gr_outmsg *gr_vars_resp_pack(uint64_t id, const gr_vars_resp *r);
 /* At most max items. */
 gr_status gr_vars_resp_unpack(gr_inmsg *in, uint32_t max, gr_vars_resp *out, gr_error *err);
 
+/* ---- deregister (msg_deregister.c): answered without results -------------------- */
+
+typedef struct gr_deregister_req {
+  uint64_t id, handle;
+} gr_deregister_req;
+extern const gr_msg_spec gr_deregister_spec;
+gr_outmsg *gr_deregister_req_pack(const gr_deregister_req *q);
+gr_status gr_deregister_req_unpack(const gr_inmsg *in, gr_deregister_req *out, gr_error *err);
+
 /* ---- hello, auth, auth_ok: packed and read in handshake.c (handshake_internal.h);
  * their fields as data in msg_common.c ------------------------------------------- */
 
