@@ -293,6 +293,26 @@ extern const gr_msg_spec gr_deregister_spec;
 gr_outmsg *gr_deregister_req_pack(const gr_deregister_req *q);
 gr_status gr_deregister_req_unpack(const gr_inmsg *in, gr_deregister_req *out, gr_error *err);
 
+/* ---- lease (msg_lease.c) ------------------------------------------------------ */
+
+typedef struct gr_lease_req {
+  uint64_t id;
+  const char *name;   /* 1 to GR_LEASE_NAME_MAX bytes */
+  bool take;          /* take it (else only look at it) */
+  const char *holder; /* at most GR_LEASE_HOLDER_MAX bytes ("" when only looking) */
+} gr_lease_req;
+typedef struct gr_lease_resp {
+  bool held;          /* a live connection holds it */
+  uint64_t taken;     /* times taken since the server started */
+  uint64_t ago;       /* ms since its last holder's connection closed (0 when held) */
+  const char *holder; /* at most GR_LEASE_HOLDER_MAX bytes */
+} gr_lease_resp;
+extern const gr_msg_spec gr_lease_spec;
+gr_outmsg *gr_lease_req_pack(const gr_lease_req *q);
+gr_status gr_lease_req_unpack(gr_inmsg *in, gr_lease_req *out, gr_error *err);
+gr_outmsg *gr_lease_resp_pack(uint64_t id, const gr_lease_resp *r);
+gr_status gr_lease_resp_unpack(gr_inmsg *in, gr_lease_resp *out, gr_error *err);
+
 /* ---- hello, auth, auth_ok: packed and read in handshake.c (handshake_internal.h);
  * their fields as data in msg_common.c ------------------------------------------- */
 
