@@ -63,6 +63,7 @@ static const gr_msg_spec *const specs[GR_MSG_COUNT] = {
     [GR_MSG_RESPONSE] = &gr_response_spec,     /* msg_response.c */
     [GR_MSG_HEARTBEAT] = &gr_heartbeat_spec,   /* msg_status.c */
     [GR_MSG_LEASE] = &gr_lease_spec,           /* msg_lease.c */
+    [GR_MSG_RESET] = &gr_reset_spec,           /* msg_reset.c */
 };
 
 const gr_msg_spec *gr_msg_spec_of(int type) {

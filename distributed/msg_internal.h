@@ -313,6 +313,21 @@ gr_status gr_lease_req_unpack(gr_inmsg *in, gr_lease_req *out, gr_error *err);
 gr_outmsg *gr_lease_resp_pack(uint64_t id, const gr_lease_resp *r);
 gr_status gr_lease_resp_unpack(gr_inmsg *in, gr_lease_resp *out, gr_error *err);
 
+/* ---- reset (msg_reset.c) ------------------------------------------------------ */
+
+typedef struct gr_reset_req {
+  uint64_t id;
+  const char *container; /* a shared container's name; "": every shared one */
+} gr_reset_req;
+typedef struct gr_reset_resp {
+  uint64_t dropped; /* containers dropped */
+} gr_reset_resp;
+extern const gr_msg_spec gr_reset_spec;
+gr_outmsg *gr_reset_req_pack(const gr_reset_req *q);
+gr_status gr_reset_req_unpack(gr_inmsg *in, gr_reset_req *out, gr_error *err);
+gr_outmsg *gr_reset_resp_pack(uint64_t id, const gr_reset_resp *r);
+gr_status gr_reset_resp_unpack(const gr_inmsg *in, gr_reset_resp *out, gr_error *err);
+
 /* ---- hello, auth, auth_ok: packed and read in handshake.c (handshake_internal.h);
  * their fields as data in msg_common.c ------------------------------------------- */
 
