@@ -54,15 +54,6 @@ static void flush_logs(void *arg) {
   gr_loglimit_flush(s->logs, emit, s);
 }
 
-gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e) {
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_RESPONSE, 2 + (e ? 1 : extra));
-  if (!m) return NULL;
-  gr_outmsg_u64(m, "id", id);
-  gr_outmsg_u64(m, "code", e ? (uint64_t)e->code : 0);
-  if (e) gr_outmsg_str(m, "msg", e->msg);
-  return m;
-}
-
 void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e) {
   gr_server_answer(c, id, NULL, e);
 }
@@ -79,7 +70,7 @@ void gr_server_answer(gr_conn *c, uint64_t id, gr_outmsg *resp, const gr_error *
     gr_error_set(&why, GR_ERR_RESOURCE_EXHAUSTED, "out of memory building the answer");
     e = &why;
   }
-  gr_outmsg *m = gr_server_response(id, 0, e);
+  gr_outmsg *m = gr_response_pack(id, e);
   gr_status st = m ? gr_conn_send(c, m, NULL) : GR_ERR_RESOURCE_EXHAUSTED;
   if (st == GR_OK || st == GR_ERR_UNAVAILABLE) return;
   /* not even an error fits: the peer's requests on c fail with the connection */
@@ -95,54 +86,30 @@ peer *gr_server_find_peer(gr_server *s, const char *task) {
 /* ---- requests ----------------------------------------------------------------- */
 
 static void get_status(gr_server *s, gr_conn *c, uint64_t id) {
-  gr_outmsg *m = gr_server_response(id, 3, NULL);
-  if (m) {
-    gr_outmsg_str(m, "task", s->task);
-    gr_outmsg_u64(m, "inc", s->incarnation);
-    gr_outmsg_key(m, "devices");
-    msgpack_pack_array(gr_outmsg_packer(m), (size_t)s->num_devices);
-    for (int i = 0; i < s->num_devices; i++) gr_pack_str(gr_outmsg_packer(m), s->devices[i]);
-  }
-  gr_server_answer(c, id, m, NULL);
+  gr_get_status_resp r = {s->task, s->incarnation, (const char *const *)s->devices, s->num_devices};
+  gr_server_answer(c, id, gr_get_status_resp_pack(id, &r), NULL);
 }
 
 /* Which of the named variables have values in the container the request
  * names (none when the task has no such container yet). */
-static void vars(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id) {
-  const msgpack_object_array *names;
+static void vars(gr_server *s, gr_conn *c, gr_inmsg *in) {
+  gr_vars_req q;
   gr_error e;
   container *k = NULL;
-  if (gr_msg_array(&in->msg.root, "names", 1 << 20, &names, &e) != GR_OK ||
-      gr_server_container_get(s, c, &in->msg.root, false, &k, &e) != GR_OK) {
-    gr_server_respond_error(c, id, &e);
+  if (gr_vars_req_unpack(in, &q, &e) != GR_OK ||
+      gr_server_container_get(s, c, in, false, &k, &e) != GR_OK) {
+    gr_server_respond_error(c, q.id, &e);
     return;
   }
-  gr_outmsg *m = gr_server_response(id, 1, NULL);
-  if (!m) {
-    gr_server_container_unref(k);
-    gr_server_answer(c, id, NULL, NULL);
-    return;
-  }
-  gr_outmsg_key(m, "init");
-  msgpack_pack_array(gr_outmsg_packer(m), names->size);
-  for (uint32_t i = 0; i < names->size; i++) {
-    char name[1024];
-    const char *p;
-    size_t n;
-    bool ok = gr_msg_item_str(&names->ptr[i], "name", &p, &n, &e) == GR_OK && n < sizeof name;
-    gr_var *v = NULL;
-    if (ok) {
-      memcpy(name, p, n);
-      name[n] = '\0';
-      v = k ? gr_resource_mgr_find_var(k->rm, name) : NULL;
-    }
-    if (v && gr_var_is_initialized(v))
-      msgpack_pack_true(gr_outmsg_packer(m));
-    else
-      msgpack_pack_false(gr_outmsg_packer(m));
+  bool *init = calloc((size_t)q.num_names + 1, sizeof *init);
+  for (int i = 0; init && i < q.num_names; i++) {
+    gr_var *v = k && q.names[i] ? gr_resource_mgr_find_var(k->rm, q.names[i]) : NULL;
+    init[i] = v && gr_var_is_initialized(v);
   }
   gr_server_container_unref(k);
-  gr_server_answer(c, id, m, NULL);
+  gr_vars_resp r = {init, q.num_names};
+  gr_server_answer(c, q.id, init ? gr_vars_resp_pack(q.id, &r) : NULL, NULL);
+  free(init);
 }
 
 typedef struct job {
@@ -154,8 +121,6 @@ typedef struct job {
 static void run_job(void *arg) {
   job *j = arg;
   gr_server *s = j->s;
-  uint64_t id = 0;
-  gr_error e;
   switch (j->m->h.type) {
     case GR_MSG_RUN:
       gr_server_run(s, j->c, j->m);
@@ -167,7 +132,7 @@ static void run_job(void *arg) {
       gr_server_register(s, j->c, j->m);
       break;
     case GR_MSG_VARS:
-      if (gr_msg_u64(&j->m->msg.root, "id", &id, &e) == GR_OK) vars(s, j->c, j->m, id);
+      vars(s, j->c, j->m);
       gr_inmsg_free(j->m);
       break;
     case GR_MSG_DEREGISTER:
@@ -252,7 +217,7 @@ static bool check_request(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *id) {
     gr_inmsg_free(m);
     return false;
   }
-  if (gr_msg_u64(&m->msg.root, "id", id, &e) != GR_OK) {
+  if (gr_request_id(m, id, &e) != GR_OK) {
     gr_server_log(s, "bad request from %s: %s frame: %s; closing that connection", gr_conn_peer(c),
                   gr_msg_type_name(m->h.type), e.msg);
     cs->closing = true;
@@ -287,9 +252,9 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   if (m->h.type == GR_MSG_RUN) ((conn_state *)gr_conn_user(c))->ran = true;
   switch (m->h.type) {
     case GR_MSG_HEARTBEAT: { /* answered at once, here: the master sees that we live */
-      gr_outmsg *r = gr_msg_u64(&m->msg.root, "id", &id, NULL) == GR_OK
-                         ? gr_server_response(id, 0, NULL)
-                         : NULL;
+      gr_heartbeat_req q;
+      gr_outmsg *r =
+          gr_heartbeat_req_unpack(m, &q, NULL) == GR_OK ? gr_response_pack(q.id, NULL) : NULL;
       if (r) gr_conn_send(c, r, NULL);
       gr_inmsg_free(m);
       return;

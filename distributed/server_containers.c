@@ -48,37 +48,17 @@ gr_status gr_container_check_name(const char *name, gr_error *err) {
                       gr_printable_name(name, n, shown), GR_CONTAINER_NAME_MAX);
 }
 
-/* The fields `container` and `private` of a request. */
-static gr_status read_name(const msgpack_object *root, char name[GR_CONTAINER_NAME_MAX + 1],
-                           bool *is_private, gr_error *err) {
-  const char *p;
-  size_t n;
-  GR_TRY(gr_msg_strv(root, "container", &p, &n, err));
-  if (!gr_container_name_ok(p, n, false)) {
-    char shown[GR_CONTAINER_NAME_MAX + 4];
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        "field 'container': '%s' is not a container name (1 to %d letters, "
-                        "digits, '_', '-' or '.')",
-                        gr_printable_name(p, n, shown), GR_CONTAINER_NAME_MAX);
-  }
-  GR_TRY(gr_msg_bool(root, "private", is_private, err));
-  memcpy(name, p, n);
-  name[n] = '\0';
-  return GR_OK;
-}
-
 void gr_server_container_unref(container *k) {
   if (!k || __atomic_sub_fetch(&k->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   gr_resource_mgr_free(k->rm);
   free(k);
 }
 
-gr_status gr_server_container_get(gr_server *s, gr_conn *c, const msgpack_object *root, bool create,
+gr_status gr_server_container_get(gr_server *s, gr_conn *c, gr_inmsg *in, bool create,
                                   container **out, gr_error *err) {
-  char name[GR_CONTAINER_NAME_MAX + 1];
-  bool priv;
+  gr_container_ref ref;
   *out = NULL;
-  if (read_name(root, name, &priv, err) != GR_OK) {
+  if (gr_container_ref_unpack(in, &ref, err) != GR_OK) {
     gr_server_log(s, "refused a request from %s: %s", gr_conn_peer(c), err ? err->msg : "");
     return err ? err->code : GR_ERR_INVALID_ARGUMENT;
   }
@@ -89,6 +69,8 @@ gr_status gr_server_container_get(gr_server *s, gr_conn *c, const msgpack_object
   }
   if (create && !fresh) return gr_error_set_oom(err);
   gr_status st = GR_OK;
+  const char *name = ref.name;
+  bool priv = ref.is_private;
   pthread_mutex_lock(&s->mu);
   container *k = gr_map_get_str(&s->containers, name);
   if (k && k->is_private != priv)
@@ -164,37 +146,24 @@ void gr_server_containers_drop_of(gr_server *s, const gr_conn *c) {
 
 void gr_server_reset(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
-  uint64_t id = 0;
-  const char *p = "";
-  size_t n = 0;
+  gr_reset_req q;
   char name[GR_CONTAINER_NAME_MAX + 1] = "";
-  gr_status st = gr_msg_u64(&m->msg.root, "id", &id, &e);
-  if (st == GR_OK) st = gr_msg_strv(&m->msg.root, "container", &p, &n, &e);
-  if (st == GR_OK && n > 0 && !gr_container_name_ok(p, n, false)) {
-    char shown[GR_CONTAINER_NAME_MAX + 4];
-    st = gr_error_set(&e, GR_ERR_INVALID_ARGUMENT,
-                      "field 'container': '%s' is not a container name (1 to %d letters, digits, "
-                      "'_', '-' or '.'; \"\": every shared container)",
-                      gr_printable_name(p, n, shown), GR_CONTAINER_NAME_MAX);
-  }
-  if (st == GR_OK) {
-    memcpy(name, p, n); /* p points into m */
-    name[n] = '\0';
-  }
+  gr_status st = gr_reset_req_unpack(m, &q, &e);
+  if (st == GR_OK) snprintf(name, sizeof name, "%s", q.container); /* q points into m */
   gr_inmsg_free(m);
   if (st != GR_OK) {
     gr_server_log(s, "refused a reset from %s: %s", gr_conn_peer(c), e.msg);
     gr_error_prefix(&e, "%s: reset", s->task);
-    gr_server_respond_error(c, id, &e);
+    gr_server_respond_error(c, q.id, &e);
     return;
   }
   int dropped = drop_where(s, shared_named, name);
   if (!s->o.quiet)
     gr_server_log(s, "%s reset %s%s%s: %d dropped", gr_conn_peer(c),
-                  n ? "container '" : "every shared container", name, n ? "'" : "", dropped);
-  gr_outmsg *r = gr_server_response(id, 1, NULL);
-  if (r) gr_outmsg_u64(r, "dropped", (uint64_t)dropped);
-  gr_server_answer(c, id, r, NULL);
+                  name[0] ? "container '" : "every shared container", name, name[0] ? "'" : "",
+                  dropped);
+  gr_reset_resp r = {(uint64_t)dropped};
+  gr_server_answer(c, q.id, gr_reset_resp_pack(q.id, &r), NULL);
 }
 
 void gr_server_containers_free(gr_server *s) {

@@ -86,13 +86,10 @@ struct gr_server {
   int num_leases;
 };
 
-/* Responds to request id on c: code GR_OK with `extra` more map entries the
- * caller packs into the returned message before sending it (gr_conn_send),
- * or an error (sent here; returns NULL). */
-gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e);
+/* Answers request id on c with the error e (gr_server_answer). */
 void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e);
 /* Answers request id on c, always: sends resp (taken; from
- * gr_server_response), or an error answer when resp is NULL (e; NULL: it
+ * a gr_*_resp_pack or gr_response_pack), or an error answer when resp is NULL (e; NULL: it
  * could not be built, out of memory) or cannot be sent (over the wire's
  * limits, out of memory); when not even that can be sent, fails c, so that
  * the peer's requests on it fail rather than wait forever. */
@@ -145,12 +142,11 @@ bool gr_container_name_ok(const char *p, size_t n, bool user);
 /* A name from a user or a peer (a container's, a cluster id), fit to print:
  * at most 64 bytes ("..." after), anything but printable ASCII as '?'. */
 const char *gr_printable_name(const char *p, size_t n, char out[GR_CONTAINER_NAME_MAX + 4]);
-/* The container a request from c names in its fields `container` (the
- * name) and `private` (a bool), with a reference for the caller
- * (gr_server_container_unref). create: made when missing, a private one
- * owned by c (refused once c has closed); else *out is NULL when there is
- * none. Errors name the field; a private container is c's alone. */
-gr_status gr_server_container_get(gr_server *s, gr_conn *c, const msgpack_object *root, bool create,
+/* The container a request in from c names (gr_container_ref_unpack), with a reference for the
+ * caller (gr_server_container_unref). create: made when missing, a private one owned by c (refused
+ * once c has closed); else *out is NULL when there is none. Errors name the field; a private
+ * container is c's alone. */
+gr_status gr_server_container_get(gr_server *s, gr_conn *c, gr_inmsg *in, bool create,
                                   container **out, gr_error *err);
 void gr_server_container_unref(container *k);
 /* Drops the private containers c owned (it closed). */

@@ -47,41 +47,29 @@ static gr_lease *find_or_add(gr_server *s, const char *name) {
 }
 
 void gr_server_lease(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id) {
-  const msgpack_object *root = &in->msg.root;
-  char name[GR_LEASE_NAME_MAX + 1], holder[GR_LEASE_HOLDER_MAX + 1];
-  bool take;
+  gr_lease_req q;
   gr_error e;
-  if (gr_msg_str(root, "name", name, sizeof name, &e) != GR_OK ||
-      gr_msg_bool(root, "take", &take, &e) != GR_OK ||
-      gr_msg_str(root, "holder", holder, sizeof holder, &e) != GR_OK) {
+  if (gr_lease_req_unpack(in, &q, &e) != GR_OK) {
     gr_server_respond_error(c, id, &e);
     return;
   }
-  if (!name[0]) {
-    gr_error_set(&e, GR_ERR_INVALID_ARGUMENT, "field 'name': a lease needs a name");
-    gr_server_respond_error(c, id, &e);
-    return;
-  }
-  gr_lease *l = find_or_add(s, name);
+  gr_lease *l = find_or_add(s, q.name);
   if (!l) {
     gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "%d leases are held on this task already",
                  GR_SERVER_MAX_LEASES);
     gr_server_respond_error(c, id, &e);
     return;
   }
-  if (take) {
+  if (q.take) {
     if (l->conn != c) l->taken++; /* a new holder (the one before, if any, is replaced) */
     l->conn = c;
-    snprintf(l->holder, sizeof l->holder, "%s", holder);
+    snprintf(l->holder, sizeof l->holder, "%s", q.holder);
   }
-  gr_outmsg *m = gr_server_response(id, 4, NULL);
-  if (m) {
-    gr_outmsg_bool(m, "held", l->conn != NULL);
-    gr_outmsg_u64(m, "taken", l->taken);
-    gr_outmsg_u64(m, "ago", !l->conn && l->taken ? (uint64_t)(gr_wire_now_ms() - l->ended_ms) : 0);
-    gr_outmsg_str(m, "holder", l->holder);
-  }
-  gr_server_answer(c, id, m, NULL);
+  gr_lease_resp r = {.held = l->conn != NULL,
+                     .taken = l->taken,
+                     .ago = !l->conn && l->taken ? (uint64_t)(gr_wire_now_ms() - l->ended_ms) : 0,
+                     .holder = l->holder};
+  gr_server_answer(c, id, gr_lease_resp_pack(id, &r), NULL);
 }
 
 void gr_server_leases_drop_of(gr_server *s, const gr_conn *c) {

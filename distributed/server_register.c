@@ -8,9 +8,6 @@
 
 #include "distributed/server_internal.h"
 
-#define MAX_PARTS 64
-#define MAX_PEERS 4096
-
 void gr_server_registered_unref(registered *r) {
   if (!r || __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   gr_device_plan_free(r->plan);
@@ -18,75 +15,37 @@ void gr_server_registered_unref(registered *r) {
   free(r);
 }
 
-/* Finds "name" (an output `index` of it) in g; errors name the part. */
-static gr_status endpoint(gr_graph *g, const msgpack_object *o, gr_output *out, int *caller,
-                          int max_caller, gr_error *err) {
-  if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3)
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "an endpoint must be [node, output, index]");
-  const char *name;
-  size_t n;
-  int64_t idx, ci;
-  GR_TRY(gr_msg_item_str(&o->via.array.ptr[0], "endpoint node", &name, &n, err));
-  GR_TRY(gr_msg_item_i64(&o->via.array.ptr[1], "endpoint output", 0, GR_MAX_OUTPUTS, &idx, err));
-  GR_TRY(gr_msg_item_i64(&o->via.array.ptr[2], "endpoint index", 0, max_caller, &ci, err));
-  char buf[1024];
-  if (n >= sizeof buf) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "endpoint name too long");
-  memcpy(buf, name, n);
-  buf[n] = '\0';
-  gr_node *node = gr_graph_find_node(g, buf);
-  if (!node || idx >= node->num_outputs)
-    return gr_error_set(err, GR_ERR_NOT_FOUND, "endpoint '%s:%d' is not in the graph", buf,
-                        (int)idx);
-  *out = (gr_output){node, (int)idx};
-  *caller = (int)ci;
-  return GR_OK;
-}
-
-static gr_status endpoints(gr_graph *g, const msgpack_object *arr, gr_output **eps, int **index,
-                           int *num, gr_error *err) {
-  if (arr->type != MSGPACK_OBJECT_ARRAY || arr->via.array.size > (1u << 20))
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feeds and fetches must be arrays");
-  uint32_t n = arr->via.array.size;
-  *eps = gr_alloc_array(n + 1, sizeof **eps);
-  *index = gr_alloc_array(n + 1, sizeof **index);
+/* The endpoints of a partition's graph g. */
+static gr_status endpoints(gr_graph *g, const gr_register_endpoint *in, int n, gr_output **eps,
+                           int **index, int *num, gr_error *err) {
+  *eps = gr_alloc_array((size_t)n + 1, sizeof **eps);
+  *index = gr_alloc_array((size_t)n + 1, sizeof **index);
   if (!*eps || !*index) return gr_error_set_oom(err);
-  for (uint32_t i = 0; i < n; i++)
-    GR_TRY(endpoint(g, &arr->via.array.ptr[i], &(*eps)[i], &(*index)[i], 1 << 20, err));
-  *num = (int)n;
+  for (int i = 0; i < n; i++) {
+    gr_node *node = gr_graph_find_node(g, in[i].node);
+    if (!node || in[i].output >= node->num_outputs)
+      return gr_error_set(err, GR_ERR_NOT_FOUND, "endpoint '%s:%d' is not in the graph", in[i].node,
+                          in[i].output);
+    (*eps)[i] = (gr_output){node, in[i].output};
+    (*index)[i] = in[i].index;
+  }
+  *num = n;
   return GR_OK;
 }
 
-static bool is_device(const gr_server *s, const char *d, size_t n) {
-  for (int k = 0; k < s->num_devices; k++)
-    if (strlen(s->devices[k]) == n && !memcmp(s->devices[k], d, n)) return true;
-  return false;
-}
-
-/* One partition: [device, graph offset, graph bytes, feeds, fetches]. */
-static gr_status part_of(gr_server *s, const msgpack_object *o, const gr_inmsg *in, gr_partition *p,
-                         gr_error *err) {
-  if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 5)
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        "a partition must be [device, offset, bytes, feeds, fetches]");
-  const msgpack_object *f = o->via.array.ptr;
-  const char *dev;
-  size_t dl;
-  int64_t off, len;
-  GR_TRY(gr_msg_item_str(&f[0], "partition device", &dev, &dl, err));
-  if (!is_device(s, dev, dl))
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "device '%.*s' is not a device of %s",
-                        (int)dl, dev, s->task);
-  size_t body = in->h.body_len;
-  GR_TRY(gr_msg_item_i64(&f[1], "graph offset", 0, (int64_t)body, &off, err));
-  GR_TRY(gr_msg_item_i64(&f[2], "graph bytes", 0, (int64_t)body - off, &len, err));
-  for (int k = 0; k < s->num_devices; k++)
-    if (strlen(s->devices[k]) == dl && !memcmp(s->devices[k], dev, dl)) p->device = s->devices[k];
+/* One partition: its graph decoded on one of this task's devices. */
+static gr_status part_of(gr_server *s, const gr_register_part *in, gr_partition *p, gr_error *err) {
+  for (int k = 0; k < s->num_devices && !p->device; k++)
+    if (!strcmp(s->devices[k], in->device)) p->device = s->devices[k];
+  if (!p->device)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "device '%s' is not a device of %s",
+                        in->device, s->task);
   if (!(p->graph = gr_graph_new())) return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "oom");
-  /* no body (body_len 0): the partition's graph is 0 bytes, which does not decode */
-  const char *data = in->body ? (const char *)in->body->data + off : "";
-  GR_TRY(gr_wire_decode_graph(data, (size_t)len, p->graph, NULL, err));
-  GR_TRY(endpoints(p->graph, &f[3], &p->feeds, &p->feed_index, &p->num_feeds, err));
-  GR_TRY(endpoints(p->graph, &f[4], &p->fetches, &p->fetch_index, &p->num_fetches, err));
+  GR_TRY(gr_wire_decode_graph(in->graph, in->graph_size, p->graph, NULL, err));
+  GR_TRY(
+      endpoints(p->graph, in->feeds, in->num_feeds, &p->feeds, &p->feed_index, &p->num_feeds, err));
+  GR_TRY(endpoints(p->graph, in->fetches, in->num_fetches, &p->fetches, &p->fetch_index,
+                   &p->num_fetches, err));
   /* every node runs but the feeds' stand-ins; ids are a topological order */
   int total = gr_graph_num_nodes(p->graph);
   p->nodes = gr_alloc_array((size_t)total + 1, sizeof *p->nodes);
@@ -103,22 +62,10 @@ static gr_status part_of(gr_server *s, const msgpack_object *o, const gr_inmsg *
 
 /* Adds or updates the tasks this registration names; dials the ones its
  * partitions push to (outside s->mu: dialing blocks). */
-static gr_status peers_of(gr_server *s, const msgpack_object_array *arr, gr_error *err) {
-  for (uint32_t i = 0; i < arr->size; i++) {
-    const msgpack_object *o = &arr->ptr[i];
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3 ||
-        o->via.array.ptr[2].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "a peer must be [task, address, inc]");
-    const char *name, *addr;
-    size_t nl, al;
-    GR_TRY(gr_msg_item_str(&o->via.array.ptr[0], "peer task", &name, &nl, err));
-    GR_TRY(gr_msg_item_str(&o->via.array.ptr[1], "peer address", &addr, &al, err));
-    if (nl == 0 || nl >= GR_TASK_NAME_MAX || al >= 128)
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "peer name or address too long");
-    char task[GR_TASK_NAME_MAX], address[128];
-    memcpy(task, name, nl), task[nl] = '\0';
-    memcpy(address, addr, al), address[al] = '\0';
-    uint64_t inc = o->via.array.ptr[2].via.u64;
+static gr_status peers_of(gr_server *s, const gr_register_peer *peers, int n, gr_error *err) {
+  for (int i = 0; i < n; i++) {
+    const char *task = peers[i].task, *address = peers[i].address;
+    uint64_t inc = peers[i].inc;
     if (!strcmp(task, s->task)) continue;
     pthread_mutex_lock(&s->mu);
     peer *p = gr_server_find_peer(s, task);
@@ -129,7 +76,9 @@ static gr_status peers_of(gr_server *s, const msgpack_object_array *arr, gr_erro
     }
     if (!p && s->num_peers == s->cap_peers) {
       int cap = s->cap_peers ? 2 * s->cap_peers : 8;
-      peer *more = cap <= MAX_PEERS ? gr_realloc_array(s->peers, (size_t)cap, sizeof *more) : NULL;
+      peer *more = cap <= GR_REGISTER_MAX_PEERS
+                       ? gr_realloc_array(s->peers, (size_t)cap, sizeof *more)
+                       : NULL;
       if (!more) {
         pthread_mutex_unlock(&s->mu);
         return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "too many peers");
@@ -203,11 +152,10 @@ static void reg_complete(reg_wait *w) {
   }
   gr_server_registered_unref(r);
   gr_outmsg *resp = NULL;
-  if (st == GR_OK) {
-    if ((resp = gr_server_response(w->id, 1, NULL))) gr_outmsg_u64(resp, "handle", handle);
-  } else {
+  if (st == GR_OK)
+    resp = gr_register_resp_pack(w->id, &(gr_register_resp){handle});
+  else
     gr_error_prefix(&e, "%s: registering a graph", s->task);
-  }
   gr_server_answer(w->c, w->id, resp, st == GR_OK ? NULL : &e);
   gr_conn_unref(w->c);
   free(w);
@@ -376,41 +324,34 @@ static void await_peers(gr_server *s, reg_wait *w, const gr_partitions *ps) {
   if (last) reg_complete(w);
 }
 
-/* Checks and builds a registration: its peers noted, its partitions decoded
- * and their executors built (no dial). */
-static gr_status build_registration(gr_server *s, gr_conn *c, const gr_inmsg *in, registered **out,
-                                    gr_error *err) {
-  const msgpack_object *root = &in->msg.root;
-  uint64_t inc;
-  const msgpack_object_array *parts, *peers;
+/* Checks and builds a registration (q, unpacked from in): its peers noted,
+ * its partitions decoded and their executors built (no dial). */
+static gr_status build_registration(gr_server *s, gr_conn *c, gr_inmsg *in,
+                                    const gr_register_req *q, registered **out, gr_error *err) {
   *out = NULL;
-  GR_TRY(gr_msg_u64(root, "inc", &inc, err));
-  if (inc != s->incarnation)
+  if (q->inc != s->incarnation)
     return gr_error_set(err, GR_ERR_ABORTED,
                         "%s restarted: the master registers for incarnation %016llx, this is "
                         "%016llx",
-                        s->task, (unsigned long long)inc, (unsigned long long)s->incarnation);
-  GR_TRY(gr_msg_array(root, "peers", MAX_PEERS, &peers, err));
-  GR_TRY(gr_msg_array(root, "parts", MAX_PARTS, &parts, err));
-  if (parts->size == 0) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "no partitions");
-  GR_TRY(peers_of(s, peers, err));
+                        s->task, (unsigned long long)q->inc, (unsigned long long)s->incarnation);
+  GR_TRY(peers_of(s, q->peers, q->num_peers, err));
   gr_partitions *ps = calloc(1, sizeof *ps);
   gr_status st = ps ? GR_OK : gr_error_set_oom(err);
-  if (st == GR_OK && !(ps->parts = calloc(parts->size, sizeof *ps->parts)))
+  if (st == GR_OK && !(ps->parts = calloc((size_t)q->num_parts, sizeof *ps->parts)))
     st = gr_error_set_oom(err);
   registered *r = st == GR_OK ? calloc(1, sizeof *r) : NULL;
   if (st == GR_OK && !r) st = gr_error_set_oom(err);
   if (r) r->refs = 1;
-  for (uint32_t k = 0; k < parts->size && st == GR_OK; k++) {
+  for (int k = 0; k < q->num_parts && st == GR_OK; k++) {
     ps->num_parts++;
-    st = part_of(s, &parts->ptr[k], in, &ps->parts[k], err);
-    if (st != GR_OK) gr_error_prefix(err, "partition %u", k);
+    st = part_of(s, &q->parts[k], &ps->parts[k], err);
+    if (st != GR_OK) gr_error_prefix(err, "partition %d", k);
     for (int i = 0; st == GR_OK && i < ps->parts[k].num_feeds; i++)
       if (ps->parts[k].feed_index[i] >= r->num_feeds) r->num_feeds = ps->parts[k].feed_index[i] + 1;
     for (int i = 0; st == GR_OK && i < ps->parts[k].num_nodes; i++)
       if (ps->parts[k].nodes[i]->op->flags & GR_OP_STEP_STACKS) r->uses_stacks = true;
   }
-  if (st == GR_OK) st = gr_server_container_get(s, c, root, true, &r->box, err);
+  if (st == GR_OK) st = gr_server_container_get(s, c, in, true, &r->box, err);
   if (st == GR_OK) {
     st = gr_device_plan_new_from(ps, s->exec_pool, &r->plan, err);
     ps = NULL;
@@ -428,11 +369,12 @@ static gr_status build_registration(gr_server *s, gr_conn *c, const gr_inmsg *in
  * without this thread; answered with its handle once they are up. */
 void gr_server_register(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
-  uint64_t id = 0;
+  gr_register_req q;
   registered *r = NULL;
-  gr_status st = gr_msg_u64(&m->msg.root, "id", &id, &e);
-  if (st == GR_OK) st = build_registration(s, c, m, &r, &e);
-  gr_inmsg_free(m);
+  gr_status st = gr_register_req_unpack(m, &q, &e);
+  if (st == GR_OK) st = build_registration(s, c, m, &q, &r, &e);
+  uint64_t id = q.id;
+  gr_inmsg_free(m); /* q points into m */
   reg_wait *w = st == GR_OK ? calloc(1, sizeof *w) : NULL;
   if (st == GR_OK && !w) st = gr_error_set_oom(&e);
   if (st != GR_OK) {
@@ -453,8 +395,10 @@ void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
   uint64_t id = 0, handle = 0;
   registered *r = NULL;
-  gr_status st = gr_msg_u64(&m->msg.root, "id", &id, &e);
-  if (st == GR_OK) st = gr_msg_u64(&m->msg.root, "handle", &handle, &e);
+  gr_deregister_req q;
+  gr_status st = gr_deregister_req_unpack(m, &q, &e);
+  id = q.id;
+  handle = q.handle;
   gr_inmsg_free(m);
   if (st == GR_OK) {
     pthread_mutex_lock(&s->mu);
@@ -471,8 +415,7 @@ void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m) {
                         s->task, (unsigned long long)handle);
   }
   gr_server_registered_unref(r); /* a step running it holds a reference */
-  gr_server_answer(c, id, st == GR_OK ? gr_server_response(id, 0, NULL) : NULL,
-                   st == GR_OK ? NULL : &e);
+  gr_server_answer(c, id, st == GR_OK ? gr_response_pack(id, NULL) : NULL, st == GR_OK ? NULL : &e);
 }
 
 void gr_server_drop_graphs_of(gr_server *s, const gr_conn *c) {

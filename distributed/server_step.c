@@ -182,26 +182,15 @@ static gr_status rv_send(void *self, const char *key, const gr_tensor *value, bo
   if (c) gr_conn_ref(c);
   pthread_mutex_unlock(&s->mu);
   if (!c) return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s has no connection to %s", s->task, task);
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_TENSOR, 6);
-  gr_status st = m ? GR_OK : gr_error_set_oom(err);
-  if (st == GR_OK) {
-    gr_outmsg_u64(m, "run", r->t->run_id);
-    gr_outmsg_str(m, "key", key);
-    gr_outmsg_str(m, "from", s->task);
-    gr_outmsg_u64(m, "inc", s->incarnation);
-    gr_outmsg_bool(m, "dead", dead);
-    gr_outmsg_key(m, "value");
-    st = gr_outmsg_pack_tensor(m, dead || !value || gr_tensor_is_empty(value) ? NULL : value, false,
-                               err);
-  }
+  gr_tensor_msg tm = {r->t->run_id, key, s->task, s->incarnation, dead, value, NULL};
+  gr_outmsg *m = gr_tensor_msg_pack(&tm);
+  gr_status st = m ? GR_OK : gr_error_set_oom(err); /* only memory can fail it */
   if (st == GR_OK) {
     __atomic_add_fetch(&r->t->sends, 1, __ATOMIC_RELAXED);
     if (!dead && value)
       __atomic_add_fetch(&r->t->bytes, (int64_t)gr_tensor_num_bytes(value), __ATOMIC_RELAXED);
     st = gr_conn_send(c, m, err); /* takes m */
     if (st != GR_OK) gr_error_prefix(err, "%s pushing '%s' to %s", s->task, key, task);
-  } else {
-    gr_outmsg_free(m);
   }
   gr_conn_unref(c);
   return st;
@@ -237,87 +226,6 @@ static const gr_rendezvous_ops push_ops = {rv_send,        rv_recv,  rv_abort,
 
 /* ---- RUN -------------------------------------------------------------------------- */
 
-typedef struct run_args {
-  uint64_t id, handle, inc, step, run_id, seed;
-  const msgpack_object_array *feeds;
-  bool trace;
-} run_args;
-
-static gr_status run_args_of(const gr_inmsg *in, run_args *a, gr_error *err) {
-  const msgpack_object *root = &in->msg.root;
-  GR_TRY(gr_msg_u64(root, "handle", &a->handle, err));
-  GR_TRY(gr_msg_u64(root, "inc", &a->inc, err));
-  GR_TRY(gr_msg_u64(root, "step", &a->step, err));
-  GR_TRY(gr_msg_u64(root, "run", &a->run_id, err));
-  GR_TRY(gr_msg_u64(root, "seed", &a->seed, err));
-  const msgpack_object *tr = gr_msg_get(root, "trace");
-  a->trace = tr && tr->type == MSGPACK_OBJECT_BOOLEAN && tr->via.boolean;
-  return gr_msg_array(root, "feeds", 1 << 20, &a->feeds, err);
-}
-
-/* Feeds: [[caller index, tensor]...] into values (num slots). */
-static gr_status feeds_of(const gr_inmsg *in, const msgpack_object_array *arr, gr_tensor *values,
-                          int num, gr_error *err) {
-  for (uint32_t i = 0; i < arr->size; i++) {
-    const msgpack_object *o = &arr->ptr[i];
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2)
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed %u must be [index, tensor]", i);
-    int64_t k;
-    bool dead;
-    GR_TRY(gr_msg_item_i64(&o->via.array.ptr[0], "feed index", 0, num - 1, &k, err));
-    if (!gr_tensor_is_empty(&values[k]))
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed %lld is given twice", (long long)k);
-    GR_TRY(gr_msg_tensor(&o->via.array.ptr[1], in->body, in->h.body_len, &values[k], &dead, err));
-    if (dead)
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed %lld has no value", (long long)k);
-  }
-  return GR_OK;
-}
-
-/* The trace's events as [[device, node, iteration, start, end, bytes]...],
- * times in ns since t0 (this task's clock). */
-static void pack_trace(gr_outmsg *m, const gr_step_trace *t, int64_t t0) {
-  msgpack_packer *pk = gr_outmsg_packer(m);
-  int n = gr_step_trace_count(t);
-  gr_outmsg_key(m, "trace");
-  msgpack_pack_array(pk, (size_t)n);
-  for (int i = 0; i < n; i++) {
-    const gr_trace_event *e = gr_step_trace_event(t, i);
-    msgpack_pack_array(pk, 6);
-    gr_pack_str(pk, e->node->assigned_device ? e->node->assigned_device : "");
-    gr_pack_str(pk, e->node->name);
-    msgpack_pack_int64(pk, e->iteration);
-    msgpack_pack_int64(pk, e->start_ns - t0);
-    msgpack_pack_int64(pk, e->end_ns - t0);
-    msgpack_pack_int64(pk, e->out_bytes);
-  }
-}
-
-static gr_outmsg *run_response(uint64_t id, gr_status st, const gr_error *e, gr_tensor *fetches,
-                               int n, gr_transfer_stats moved, const gr_step_trace *trace,
-                               int64_t t0) {
-  if (st != GR_OK) return gr_server_response(id, 0, e);
-  int filled = 0;
-  for (int i = 0; i < n; i++) filled += !gr_tensor_is_empty(&fetches[i]);
-  gr_outmsg *m = gr_server_response(id, trace ? 4 : 3, NULL);
-  if (!m) return NULL;
-  gr_outmsg_key(m, "fetches");
-  msgpack_pack_array(gr_outmsg_packer(m), (size_t)filled);
-  for (int i = 0; i < n; i++) {
-    if (gr_tensor_is_empty(&fetches[i])) continue;
-    msgpack_pack_array(gr_outmsg_packer(m), 2);
-    msgpack_pack_int(gr_outmsg_packer(m), i);
-    if (gr_outmsg_pack_tensor(m, &fetches[i], false, NULL) != GR_OK) {
-      gr_outmsg_free(m);
-      return NULL;
-    }
-  }
-  gr_outmsg_i64(m, "sends", moved.sends);
-  gr_outmsg_i64(m, "bytes", moved.bytes);
-  if (trace) pack_trace(m, trace, t0);
-  return m;
-}
-
 /* A RUN in flight: started on a worker thread, answered from the step's
  * completion on whichever thread finishes it (gr_conn_send is thread-safe). */
 typedef struct server_run {
@@ -325,7 +233,7 @@ typedef struct server_run {
   gr_conn *c; /* a reference */
   gr_inmsg *m;
   int64_t t0;
-  run_args a;
+  gr_run_req q;  /* its feed_items point into m */
   registered *r; /* a reference */
   step_state *t; /* a reference */
   bool mine;     /* this RUN started the step (not a repeated one) */
@@ -349,14 +257,20 @@ static void run_end(server_run *x, gr_status st, const gr_error *e) {
   for (int i = 0; x->feeds && i < x->nf; i++) gr_tensor_release(&x->feeds[i]);
   free(x->feeds);
   gr_inmsg_free(x->m);
-  gr_outmsg *resp = run_response(x->a.id, st, e, x->fetches, x->nx, x->moved, x->trace, x->t0);
+  gr_run_resp rr = {.fetches = x->fetches,
+                    .num_fetches = x->nx,
+                    .sends = x->moved.sends,
+                    .bytes = x->moved.bytes,
+                    .trace = x->trace,
+                    .trace_t0 = x->t0};
+  gr_outmsg *resp = st != GR_OK ? gr_response_pack(x->q.id, e) : gr_run_resp_pack(x->q.id, &rr);
   gr_step_trace_free(x->trace); /* its events point at the plan's nodes: packed already */
   for (int i = 0; x->fetches && i < x->nx; i++) gr_tensor_release(&x->fetches[i]);
   free(x->fetches);
   gr_server_registered_unref(x->r);
   /* answered whatever happens: a response that cannot be packed or sent (out
    * of memory, over the wire's limits) becomes an error naming why */
-  gr_server_answer(x->c, x->a.id, resp, st != GR_OK ? e : NULL);
+  gr_server_answer(x->c, x->q.id, resp, st != GR_OK ? e : NULL);
   gr_conn_unref(x->c);
   free(x);
   gr_server_step_ended(s);
@@ -370,9 +284,8 @@ static void run_done(void *arg, gr_status st, const gr_error *err) {
 static void run_start(server_run *x, gr_error *e) {
   gr_server *s = x->s;
   gr_inmsg *m = x->m;
-  run_args *a = &x->a;
-  gr_status st = gr_msg_u64(&m->msg.root, "id", &a->id, e);
-  if (st == GR_OK) st = run_args_of(m, a, e);
+  gr_run_req *a = &x->q;
+  gr_status st = gr_run_req_unpack(m, a, e);
   if (st == GR_OK && a->inc != s->incarnation)
     st = gr_error_set(e, GR_ERR_ABORTED,
                       "%s restarted (incarnation %016llx, the master knew %016llx): register "
@@ -405,9 +318,9 @@ static void run_start(server_run *x, gr_error *e) {
   x->feeds = calloc((size_t)x->nf + 1, sizeof *x->feeds);
   x->fetches = calloc((size_t)x->nx + 1, sizeof *x->fetches);
   if (st == GR_OK && (!x->feeds || !x->fetches)) st = gr_error_set_oom(e);
-  if (st == GR_OK) st = feeds_of(m, a->feeds, x->feeds, x->nf, e);
+  if (st == GR_OK) st = gr_run_req_feeds(m, a, x->feeds, x->nf, e);
   no_state why = STATE_DONE;
-  step_state *t = x->t = st == GR_OK ? state_get(s, a->run_id, &why) : NULL;
+  step_state *t = x->t = st == GR_OK ? state_get(s, a->run, &why) : NULL;
   if (st == GR_OK && !t && why == STATE_FULL)
     st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED,
                       "%s has %d steps open already (running, or holding values pushed for them)",
@@ -416,7 +329,7 @@ static void run_start(server_run *x, gr_error *e) {
     st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", s->task);
   else if (st == GR_OK && !t)
     st = gr_error_set(e, GR_ERR_ALREADY_EXISTS, "step %016llx ran here already (a repeated RUN)",
-                      (unsigned long long)a->run_id);
+                      (unsigned long long)a->run);
   push_rv *prv = NULL;
   if (st == GR_OK) {
     pthread_mutex_lock(&s->mu);
@@ -429,7 +342,7 @@ static void run_start(server_run *x, gr_error *e) {
     pthread_mutex_unlock(&s->mu);
     if (again)
       st = gr_error_set(e, GR_ERR_ALREADY_EXISTS, "step %016llx is running here already",
-                        (unsigned long long)a->run_id);
+                        (unsigned long long)a->run);
     else if (!gr_conn_is_open(x->c)) /* closed before the owner was set: nobody waits for it */
       state_abort(s, t, GR_ERR_CANCELLED, "the connection that ran the step closed");
   }
@@ -463,7 +376,7 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
   if (!x) {
     uint64_t id;
-    if (gr_msg_u64(&m->msg.root, "id", &id, NULL) == GR_OK) {
+    if (gr_request_id(m, &id, NULL) == GR_OK) {
       gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", s->task);
       gr_server_respond_error(c, id, &e);
     }
@@ -487,19 +400,14 @@ static bool own_device(const gr_server *s, const gr_device_spec *d) {
 }
 
 /* Checks a push and hands its value to the step; errors abort the step. */
-static gr_status push(gr_server *s, gr_conn *c, const gr_inmsg *m, uint64_t *run_id,
-                      gr_error *err) {
-  const msgpack_object *root = &m->msg.root;
-  char key[1024], from[GR_TASK_NAME_MAX];
-  uint64_t inc;
-  bool dead;
-  GR_TRY(gr_msg_u64(root, "run", run_id, err));
-  GR_TRY(gr_msg_str(root, "key", key, sizeof key, err));
-  GR_TRY(gr_msg_str(root, "from", from, sizeof from, err));
-  GR_TRY(gr_msg_u64(root, "inc", &inc, err));
-  GR_TRY(gr_msg_bool(root, "dead", &dead, err));
-  const msgpack_object *vo = gr_msg_get(root, "value");
-  if (!vo) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "field 'value' is missing");
+static gr_status push(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *run_id, gr_error *err) {
+  gr_tensor_msg q;
+  gr_status st = gr_tensor_msg_unpack(m, &q, err);
+  *run_id = q.run; /* a bad push aborts its step */
+  GR_TRY(st);
+  const char *key = q.key, *from = q.from;
+  uint64_t inc = q.inc;
+  bool dead = q.dead;
   gr_rendezvous_key k;
   GR_TRY(gr_rendezvous_parse_key(key, &k, err));
   char src_task[GR_TASK_NAME_MAX], buf[GR_DEVICE_NAME_MAX];
@@ -523,8 +431,7 @@ static gr_status push(gr_server *s, gr_conn *c, const gr_inmsg *m, uint64_t *run
                         "%016llx: %s restarted)",
                         s->task, from, (unsigned long long)inc, (unsigned long long)known, from);
   gr_tensor v = gr_tensor_empty();
-  bool nil_dead;
-  GR_TRY(gr_msg_tensor(vo, m->body, m->h.body_len, &v, &nil_dead, err));
+  GR_TRY(gr_tensor_msg_value(m, &q, &v, err));
   step_state *t = state_get(s, *run_id, NULL);
   if (!t) { /* the step finished here, or too many are open: drop it */
     gr_tensor_release(&v);
@@ -538,7 +445,6 @@ static gr_status push(gr_server *s, gr_conn *c, const gr_inmsg *m, uint64_t *run
     s->parked_bytes += bytes;
   }
   pthread_mutex_unlock(&s->mu);
-  gr_status st = GR_OK;
   if (over) {
     st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED,
                       "%s: tensors from %s for a step that has not started here exceed %zu bytes",
@@ -571,15 +477,11 @@ void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m) {
 
 void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
-  uint64_t run_id, code;
-  char msg[512];
-  if (gr_msg_u64(&m->msg.root, "run", &run_id, &e) == GR_OK &&
-      gr_msg_u64(&m->msg.root, "code", &code, &e) == GR_OK &&
-      gr_msg_str(&m->msg.root, "msg", msg, sizeof msg, &e) == GR_OK) {
-    step_state *t = state_get(s, run_id, NULL);
+  gr_abort_msg a;
+  if (gr_abort_msg_unpack(m, &a, &e) == GR_OK) {
+    step_state *t = state_get(s, a.run, NULL);
     if (t) {
-      state_abort(s, t, code > 0 && code < GR_STATUS_COUNT ? (gr_status)code : GR_ERR_CANCELLED,
-                  msg);
+      state_abort(s, t, a.code, a.msg);
       state_unref(s, t);
     }
   } else {
