@@ -32,14 +32,13 @@ static void finish(rpc *r, gr_status code, const gr_error *e, gr_inmsg *resp) {
 static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   gr_master *ms = arg;
   task *t = gr_conn_user(c);
+  gr_response a;
   gr_error e;
-  uint64_t id, code;
   if (!t) { /* before gr_master_new attached it: nothing was asked yet */
     gr_inmsg_free(m);
     return;
   }
-  if (m->h.type != GR_MSG_RESPONSE || gr_msg_u64(&m->msg.root, "id", &id, &e) != GR_OK ||
-      gr_msg_u64(&m->msg.root, "code", &code, &e) != GR_OK) {
+  if (m->h.type != GR_MSG_RESPONSE || gr_response_unpack(m, &a, &e) != GR_OK) {
     char line[GR_TASK_NAME_MAX + 64];
     snprintf(line, sizeof line, "master: a bad %s frame from %s", gr_msg_type_name(m->h.type),
              t->name);
@@ -47,11 +46,7 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     gr_inmsg_free(m);
     return;
   }
-  if (code != 0) {
-    char msg[GR_ERROR_MSG_MAX];
-    if (gr_msg_str(&m->msg.root, "msg", msg, sizeof msg, &e) != GR_OK)
-      snprintf(msg, sizeof msg, "?");
-    gr_error_set(&e, code < GR_STATUS_COUNT ? (gr_status)code : GR_ERR_INTERNAL, "%s", msg);
+  if (a.code != GR_OK) {
     gr_inmsg_free(m);
     m = NULL;
   }
@@ -59,12 +54,12 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
    * what is still pending under the same lock, so no completion can reach
    * a request whose waiter has returned */
   pthread_mutex_lock(&ms->mu);
-  rpc *r = gr_map_get_u64(&t->pending, id);
+  rpc *r = gr_map_get_u64(&t->pending, a.id);
   if (r) {
-    gr_map_remove_u64(&t->pending, id);
-    finish(r, code ? e.code : GR_OK, code ? &e : NULL, m);
-  } else if (gr_map_get_u64(&t->abandoned, id)) { /* a step's late answer: its step ended */
-    gr_map_remove_u64(&t->abandoned, id);
+    gr_map_remove_u64(&t->pending, a.id);
+    finish(r, a.code, a.code != GR_OK ? &a.error : NULL, m);
+  } else if (gr_map_get_u64(&t->abandoned, a.id)) { /* a step's late answer: its step ended */
+    gr_map_remove_u64(&t->abandoned, a.id);
     if (--ms->abandoned == 0) pthread_cond_broadcast(&ms->abandoned_cv);
   }
   pthread_mutex_unlock(&ms->mu);
@@ -280,19 +275,15 @@ void gr_rpc_group_destroy(rpc_group *g) {
 /* ---- connecting -------------------------------------------------------------------- */
 
 static gr_status status_of(gr_master *ms, task *t, gr_inmsg *m, gr_error *err) {
-  const msgpack_object_array *devs;
-  GR_TRY(gr_msg_str(&m->msg.root, "task", t->name, sizeof t->name, err));
-  GR_TRY(gr_msg_u64(&m->msg.root, "inc", &t->incarnation, err));
-  GR_TRY(gr_msg_array(&m->msg.root, "devices", 64, &devs, err));
-  if (devs->size == 0) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "no devices");
-  t->devices = calloc(devs->size, sizeof *t->devices);
+  gr_get_status_resp r;
+  GR_TRY(gr_get_status_resp_unpack(m, &r, err));
+  snprintf(t->name, sizeof t->name, "%s", r.task);
+  t->incarnation = r.inc;
+  t->devices = calloc((size_t)r.num_devices, sizeof *t->devices);
   if (!t->devices) return gr_error_set_oom(err);
-  for (uint32_t i = 0; i < devs->size; i++) {
-    const char *p;
-    size_t n;
-    GR_TRY(gr_msg_item_str(&devs->ptr[i], "device", &p, &n, err));
+  for (int i = 0; i < r.num_devices; i++) {
     char task_of[GR_TASK_NAME_MAX];
-    if (!(t->devices[i] = strndup(p, n))) return gr_error_set_oom(err);
+    if (!(t->devices[i] = strdup(r.devices[i]))) return gr_error_set_oom(err);
     t->num_devices++;
     gr_task_of_device(t->devices[i], task_of, sizeof task_of);
     gr_device_spec spec;
@@ -327,9 +318,8 @@ static void heartbeat_tick(void *arg) {
                ms->o.heartbeat_ms);
       gr_conn_fail(t->conn, GR_ERR_UNAVAILABLE, why);
     } else if (idle >= ms->o.heartbeat_ms) {
-      gr_outmsg *m = gr_outmsg_new(GR_MSG_HEARTBEAT, 1);
+      gr_outmsg *m = gr_heartbeat_req_pack(&(gr_heartbeat_req){0});
       if (!m) continue;
-      gr_outmsg_u64(m, "id", 0); /* its response matches no request: nothing waits on it */
       gr_conn_send(t->conn, m, NULL);
       t->pings++;
     }
@@ -354,9 +344,8 @@ static gr_status container_of(gr_master *ms, const char *name, gr_error *err) {
   return GR_OK;
 }
 
-void gr_master_pack_container(const gr_master *ms, gr_outmsg *m) {
-  gr_outmsg_str(m, "container", ms->container);
-  gr_outmsg_bool(m, "private", ms->private_container);
+gr_container_ref gr_master_container_ref(const gr_master *ms) {
+  return (gr_container_ref){ms->container, ms->private_container};
 }
 
 gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *err) {
@@ -413,13 +402,12 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   rpc *rs = st == GR_OK ? calloc((size_t)ms->num_tasks, sizeof *rs) : NULL;
   if (st == GR_OK && !rs) st = gr_error_set_oom(err);
   for (int k = 0; k < ms->num_tasks && st == GR_OK; k++) {
-    gr_outmsg *m = gr_outmsg_new(GR_MSG_GET_STATUS, 1);
+    rs[k].id = gr_master_new_id(ms);
+    gr_outmsg *m = gr_get_status_req_pack(&(gr_get_status_req){rs[k].id});
     if (!m) {
       st = gr_error_set_oom(err);
       break;
     }
-    rs[k].id = gr_master_new_id(ms);
-    gr_outmsg_u64(m, "id", rs[k].id);
     gr_master_start(ms, k, m, &rs[k], &g);
   }
   if (st == GR_OK)

@@ -97,8 +97,7 @@ void gr_master_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t 
 void gr_rpc_group_destroy(rpc_group *g);
 /* The task index of a full device name, -1 when none. */
 int gr_master_task_of(const gr_master *ms, const char *device);
-/* Adds the fields `container` and `private` (two map entries) to m: the
- * container a REGISTER or VARS is about. */
-void gr_master_pack_container(const gr_master *ms, gr_outmsg *m);
+/* The container a REGISTER or VARS names (borrowed from ms). */
+gr_container_ref gr_master_container_ref(const gr_master *ms);
 
 #endif

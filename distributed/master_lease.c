@@ -1,18 +1,18 @@
 /* The master's side of leases (gr_master_lease): one LEASE request to one
  * task, answered with the lease's state (server_lease.c keeps them). */
+#include <stdio.h>
 #include <string.h>
 
 #include "distributed/gr_distributed.h"
 #include "distributed/master_internal.h"
 
-static gr_status read_state(const gr_inmsg *resp, gr_lease_state *out, gr_error *err) {
-  const msgpack_object *root = &resp->msg.root;
-  uint64_t ago;
-  GR_TRY(gr_msg_bool(root, "held", &out->held, err));
-  GR_TRY(gr_msg_u64(root, "taken", &out->taken, err));
-  GR_TRY(gr_msg_u64(root, "ago", &ago, err));
-  GR_TRY(gr_msg_str(root, "holder", out->holder, sizeof out->holder, err));
-  out->ended_ms_ago = ago > INT64_MAX ? INT64_MAX : (int64_t)ago;
+static gr_status read_state(gr_inmsg *resp, gr_lease_state *out, gr_error *err) {
+  gr_lease_resp r;
+  GR_TRY(gr_lease_resp_unpack(resp, &r, err));
+  out->held = r.held;
+  out->taken = r.taken;
+  out->ended_ms_ago = r.ago > INT64_MAX ? INT64_MAX : (int64_t)r.ago;
+  snprintf(out->holder, sizeof out->holder, "%s", r.holder);
   return GR_OK;
 }
 
@@ -25,13 +25,10 @@ gr_status gr_master_lease(gr_master *ms, int k, const char *name, const char *ho
                         "lease: want a task of the master, a name of 1 to %d bytes and a holder "
                         "of at most %d",
                         GR_LEASE_NAME_MAX, GR_LEASE_HOLDER_MAX);
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_LEASE, 4);
-  if (!m) return gr_error_set_oom(err);
   rpc r = {.id = gr_master_new_id(ms)};
-  gr_outmsg_u64(m, "id", r.id);
-  gr_outmsg_str(m, "name", name);
-  gr_outmsg_bool(m, "take", holder != NULL);
-  gr_outmsg_str(m, "holder", holder ? holder : "");
+  gr_outmsg *m =
+      gr_lease_req_pack(&(gr_lease_req){r.id, name, holder != NULL, holder ? holder : ""});
+  if (!m) return gr_error_set_oom(err);
   rpc_group g;
   gr_rpc_group_init(&g);
   gr_master_start(ms, k, m, &r, &g);

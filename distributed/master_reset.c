@@ -21,23 +21,22 @@ gr_status gr_master_reset(gr_master *ms, const char *container, int *dropped, gr
   gr_status st = GR_OK;
   int n = 0;
   for (int k = 0; k < ms->num_tasks; k++) {
-    gr_outmsg *m = gr_outmsg_new(GR_MSG_RESET, 2);
+    rs[n].id = gr_master_new_id(ms);
+    gr_outmsg *m = gr_reset_req_pack(&(gr_reset_req){rs[n].id, container ? container : ""});
     if (!m) {
       st = gr_error_set_oom(err);
       break;
     }
-    rs[n].id = gr_master_new_id(ms);
-    gr_outmsg_u64(m, "id", rs[n].id);
-    gr_outmsg_str(m, "container", container ? container : "");
     gr_master_start(ms, k, m, &rs[n++], &g);
   }
   gr_master_wait_all(ms, &g, rs, n, gr_wire_now_ms() + RESET_TIMEOUT_MS, NULL, NULL);
   gr_rpc_group_destroy(&g);
   for (int i = 0; i < n; i++) {
     gr_error e;
-    uint64_t d = 0;
-    if (rs[i].code == GR_OK && gr_msg_u64(&rs[i].resp->msg.root, "dropped", &d, &e) != GR_OK)
+    gr_reset_resp r = {0};
+    if (rs[i].code == GR_OK && gr_reset_resp_unpack(rs[i].resp, &r, &e) != GR_OK)
       rs[i].code = e.code, rs[i].err = e;
+    uint64_t d = r.dropped;
     if (rs[i].code == GR_OK && dropped) *dropped += (int)(d > 1000000 ? 1000000 : d);
     if (rs[i].code != GR_OK && st == GR_OK) {
       st = rs[i].code;

@@ -33,70 +33,78 @@ static void plan_free(mplan *p) {
   free(p);
 }
 
-static void pack_endpoints(msgpack_packer *pk, const gr_output *eps, const int *index, int n) {
-  msgpack_pack_array(pk, (size_t)n);
-  for (int i = 0; i < n; i++) {
-    msgpack_pack_array(pk, 3);
-    gr_pack_str(pk, eps[i].node->name);
-    msgpack_pack_int(pk, eps[i].index);
-    msgpack_pack_int(pk, index[i]);
+/* The endpoints of a partition's feeds or fetches, for a REGISTER. */
+static gr_register_endpoint *endpoints_of(const gr_output *eps, const int *index, int n) {
+  gr_register_endpoint *out = gr_alloc_array((size_t)n + 1, sizeof *out);
+  for (int i = 0; out && i < n; i++)
+    out[i] = (gr_register_endpoint){eps[i].node->name, eps[i].index, index[i]};
+  return out;
+}
+
+static void free_parts(gr_register_part *rp, int n) {
+  for (int i = 0; rp && i < n; i++) {
+    free((void *)rp[i].feeds);
+    free((void *)rp[i].fetches);
   }
+  free(rp);
 }
 
 /* The REGISTER message of task k: every task as a peer, its partitions. */
 static gr_status register_msg(gr_master *ms, int k, gr_partitions *parts, const int *part_task,
                               gr_outmsg **out, uint64_t id, gr_error *err) {
-  int np = 0;
-  for (int p = 0; p < parts->num_parts; p++) np += part_task[p] == k;
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_REGISTER, 6);
-  if (!m) return gr_error_set_oom(err);
-  msgpack_packer *pk = gr_outmsg_packer(m);
-  gr_outmsg_u64(m, "id", id);
-  gr_outmsg_u64(m, "inc", ms->tasks[k].incarnation);
-  gr_master_pack_container(ms, m);
-  gr_outmsg_key(m, "peers");
-  msgpack_pack_array(pk, (size_t)ms->num_tasks);
-  for (int j = 0; j < ms->num_tasks; j++) {
-    msgpack_pack_array(pk, 3);
-    gr_pack_str(pk, ms->tasks[j].name);
-    gr_pack_str(pk, ms->tasks[j].address);
-    msgpack_pack_uint64(pk, ms->tasks[j].incarnation);
-  }
-  gr_outmsg_key(m, "parts");
-  msgpack_pack_array(pk, (size_t)np);
-  for (int p = 0; p < parts->num_parts; p++) {
+  gr_register_req q = {.id = id,
+                       .inc = ms->tasks[k].incarnation,
+                       .container = gr_master_container_ref(ms),
+                       .num_peers = ms->num_tasks};
+  gr_register_peer *peers = gr_alloc_array((size_t)ms->num_tasks, sizeof *peers);
+  gr_register_part *rp = calloc((size_t)parts->num_parts + 1, sizeof *rp);
+  gr_status st = peers && rp ? GR_OK : gr_error_set_oom(err);
+  for (int j = 0; j < ms->num_tasks && st == GR_OK; j++)
+    peers[j] = (gr_register_peer){.task = ms->tasks[j].name,
+                                  .address = ms->tasks[j].address,
+                                  .inc = ms->tasks[j].incarnation};
+  for (int p = 0; p < parts->num_parts && st == GR_OK; p++) {
     if (part_task[p] != k) continue;
     gr_partition *pt = &parts->parts[p];
     void *data;
     size_t size;
     if (gr_wire_encode_graph(pt->graph, NULL, &data, &size, err) != GR_OK) {
-      gr_outmsg_free(m);
       gr_error_prefix(err, "serializing the partition of %s", pt->device);
-      return err ? err->code : GR_ERR_INTERNAL;
+      st = err ? err->code : GR_ERR_INTERNAL;
+      break;
     }
-    size_t off = gr_outmsg_add_body(m, data, size, data);
-    msgpack_pack_array(pk, 5);
-    gr_pack_str(pk, pt->device);
-    msgpack_pack_uint64(pk, off);
-    msgpack_pack_uint64(pk, size);
-    pack_endpoints(pk, pt->feeds, pt->feed_index, pt->num_feeds);
-    pack_endpoints(pk, pt->fetches, pt->fetch_index, pt->num_fetches);
+    gr_register_part *r = &rp[q.num_parts++];
+    *r = (gr_register_part){.device = pt->device,
+                            .graph = data,
+                            .graph_size = size,
+                            .feeds = endpoints_of(pt->feeds, pt->feed_index, pt->num_feeds),
+                            .num_feeds = pt->num_feeds,
+                            .fetches = endpoints_of(pt->fetches, pt->fetch_index, pt->num_fetches),
+                            .num_fetches = pt->num_fetches};
+    if (!r->feeds || !r->fetches) st = gr_error_set_oom(err);
   }
-  *out = m;
-  return GR_OK;
+  *out = NULL;
+  if (st == GR_OK) {
+    q.peers = peers;
+    q.parts = rp;
+    if (!(*out = gr_register_req_pack(&q))) st = gr_error_set_oom(err); /* it took the graphs */
+  } else {
+    for (int i = 0; i < q.num_parts; i++) free((void *)rp[i].graph);
+  }
+  free_parts(rp, q.num_parts);
+  free(peers);
+  return st;
 }
 
 /* Drops a graph on a task without waiting; its answer is awaited (bounded)
  * by gr_master_drain like an abandoned request's, so that the master never
  * closes a connection with an answer unread (the task would see a reset). */
 static void deregister(gr_master *ms, int k, uint64_t handle) {
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_DEREGISTER, 2);
-  if (!m) return;
   task *t = &ms->tasks[k];
   uint64_t id = gr_master_new_id(ms);
+  gr_outmsg *m = gr_deregister_req_pack(&(gr_deregister_req){id, handle});
+  if (!m) return;
   int64_t deadline = gr_wire_now_ms() + ms->o.connect_timeout_ms;
-  gr_outmsg_u64(m, "id", id);
-  gr_outmsg_u64(m, "handle", handle);
   pthread_mutex_lock(&ms->mu);
   if (!t->lost && gr_map_put_u64(&t->abandoned, id, ms)) {
     ms->abandoned++;
@@ -166,9 +174,11 @@ static gr_status prepare(void *self, gr_partitions *parts, void **out, gr_error 
   gr_rpc_group_destroy(&g);
   for (int i = 0; i < n; i++) {
     gr_error e;
-    if (rs[i].code == GR_OK &&
-        gr_msg_u64(&rs[i].resp->msg.root, "handle", &p->t[i].handle, &e) != GR_OK)
+    gr_register_resp r;
+    if (rs[i].code == GR_OK && gr_register_resp_unpack(rs[i].resp, &r, &e) != GR_OK)
       rs[i].code = e.code, rs[i].err = e;
+    else if (rs[i].code == GR_OK)
+      p->t[i].handle = r.handle;
     if (rs[i].code != GR_OK && st == GR_OK) {
       st = rs[i].code;
       if (err) *err = rs[i].err;
@@ -234,115 +244,65 @@ static bool on_step_done(void *arg, rpc *r) {
   for (int i = 0; i < x->p->n; i++) {
     /* the failed task's own step ended, unless it timed out (then it too) */
     if (r && &x->rs[i] == r && r->code != GR_ERR_DEADLINE_EXCEEDED) continue;
-    gr_outmsg *m = gr_outmsg_new(GR_MSG_ABORT, 3);
+    gr_outmsg *m = gr_abort_msg_pack(&(gr_abort_msg){x->run_id, GR_ERR_CANCELLED, msg});
     if (!m) continue;
-    gr_outmsg_u64(m, "run", x->run_id);
-    gr_outmsg_u64(m, "code", GR_ERR_CANCELLED);
-    gr_outmsg_str(m, "msg", msg);
     gr_conn_send(x->ms->tasks[x->p->t[i].task].conn, m, NULL);
   }
   return stop;
 }
 
 static gr_outmsg *run_msg(gr_master *ms, const task_plan *tp, const gr_tensor *feed_values,
-                          const gr_step_info *step, uint64_t run_id, uint64_t id, gr_error *err) {
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_RUN, step->trace ? 8 : 7);
-  if (!m) return NULL;
-  if (step->trace) gr_outmsg_bool(m, "trace", true);
-  gr_outmsg_u64(m, "id", id);
-  gr_outmsg_u64(m, "handle", tp->handle);
-  gr_outmsg_u64(m, "inc", ms->tasks[tp->task].incarnation);
-  gr_outmsg_u64(m, "step", (uint64_t)step->step_id);
-  gr_outmsg_u64(m, "run", run_id);
-  gr_outmsg_u64(m, "seed", step->seed);
-  gr_outmsg_key(m, "feeds");
-  msgpack_pack_array(gr_outmsg_packer(m), (size_t)tp->num_feeds);
-  for (int i = 0; i < tp->num_feeds; i++) {
-    msgpack_pack_array(gr_outmsg_packer(m), 2);
-    msgpack_pack_int(gr_outmsg_packer(m), tp->feeds[i]);
-    if (gr_outmsg_pack_tensor(m, &feed_values[tp->feeds[i]], false, err) != GR_OK) {
-      gr_outmsg_free(m);
-      return NULL;
-    }
-  }
-  return m;
+                          const gr_step_info *step, uint64_t run_id, uint64_t id) {
+  gr_run_req q = {.id = id,
+                  .handle = tp->handle,
+                  .inc = ms->tasks[tp->task].incarnation,
+                  .step = (uint64_t)step->step_id,
+                  .run = run_id,
+                  .seed = step->seed,
+                  .trace = step->trace != NULL,
+                  .feeds = tp->feeds,
+                  .num_feeds = tp->num_feeds,
+                  .values = feed_values};
+  return gr_run_req_pack(&q);
 }
 
 /* A traced step's events from task response r, onto the client's copies of
  * the partitions' nodes; times shifted from the task's clock to ours by
  * when the request was sent (off by at most the network latency). */
-static void take_trace(const mplan *p, rpc *r, int64_t sent_ns, gr_step_trace *trace) {
-  const msgpack_object *tr = gr_msg_get(&r->resp->msg.root, "trace");
-  if (!tr || tr->type != MSGPACK_OBJECT_ARRAY) return;
-  for (uint32_t i = 0; i < tr->via.array.size; i++) {
-    const msgpack_object *o = &tr->via.array.ptr[i];
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 6) continue;
-    const msgpack_object *f = o->via.array.ptr;
-    const char *dev, *name;
-    size_t dl, nl;
-    int64_t it, t0, t1, bytes;
-    char d[GR_DEVICE_NAME_MAX], n[1024];
-    if (gr_msg_item_str(&f[0], "device", &dev, &dl, NULL) != GR_OK ||
-        gr_msg_item_str(&f[1], "node", &name, &nl, NULL) != GR_OK || dl >= sizeof d ||
-        nl >= sizeof n || gr_msg_item_i64(&f[2], "", INT64_MIN, INT64_MAX, &it, NULL) != GR_OK ||
-        gr_msg_item_i64(&f[3], "", INT64_MIN, INT64_MAX, &t0, NULL) != GR_OK ||
-        gr_msg_item_i64(&f[4], "", INT64_MIN, INT64_MAX, &t1, NULL) != GR_OK ||
-        gr_msg_item_i64(&f[5], "", 0, INT64_MAX, &bytes, NULL) != GR_OK)
-      continue;
-    memcpy(d, dev, dl), d[dl] = '\0';
-    memcpy(n, name, nl), n[nl] = '\0';
+static void take_trace(const mplan *p, const gr_run_resp *r, int64_t sent_ns,
+                       gr_step_trace *trace) {
+  for (int i = 0; i < r->num_events; i++) {
+    const gr_run_event *e = &r->events[i];
     for (int k = 0; k < p->parts->num_parts; k++) {
-      if (strcmp(p->parts->parts[k].device, d) != 0) continue;
-      const gr_node *node = gr_graph_find_node(p->parts->parts[k].graph, n);
+      if (strcmp(p->parts->parts[k].device, e->device) != 0) continue;
+      const gr_node *node = gr_graph_find_node(p->parts->parts[k].graph, e->node);
       if (node)
-        gr_step_trace_add(trace, &(gr_trace_event){node, it, sent_ns + t0, sent_ns + t1, bytes});
+        gr_step_trace_add(trace, &(gr_trace_event){node, e->iteration, sent_ns + e->start_ns,
+                                                   sent_ns + e->end_ns, e->bytes});
       break;
     }
   }
 }
 
-/* The fetches and transfer counts of task plan tp's successful response r:
- * each of tp's fetches exactly once, each an index of the caller's array
- * of p->num_fetches (a response is a peer's input: an index outside what
- * the task was asked for is an error, never a write out of bounds). Errors
- * name the task; what was filled is released by the caller. */
+/* The fetches and transfer counts of task plan tp's successful response
+ * (unpacked into *out): each of tp's fetches exactly once, each an index of
+ * the caller's array of p->num_fetches (a response is a peer's input: an
+ * index outside what the task was asked for is an error, never a write out
+ * of bounds). Errors name the task; what was filled is released by the
+ * caller. */
 static gr_status take_fetches(const gr_master *ms, const mplan *p, const task_plan *tp, rpc *r,
-                              gr_tensor *fetch_out, gr_transfer_stats *moved, gr_error *err) {
-  const msgpack_object_array *fx;
-  const msgpack_object *root = &r->resp->msg.root;
-  const char *name = ms->tasks[tp->task].name;
-  int64_t sends = 0, bytes = 0;
-  gr_status st = gr_msg_array(root, "fetches", (uint32_t)tp->num_fetches, &fx, err);
-  if (st == GR_OK) st = gr_msg_i64(root, "sends", 0, INT64_MAX, &sends, err);
-  if (st == GR_OK) st = gr_msg_i64(root, "bytes", 0, INT64_MAX, &bytes, err);
-  for (uint32_t i = 0; st == GR_OK && i < fx->size; i++) {
-    const msgpack_object *o = &fx->ptr[i];
-    int64_t k;
-    bool dead, mine = false;
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2) {
-      st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "fetch %u must be [index, tensor]", i);
-      break;
-    }
-    st = gr_msg_item_i64(&o->via.array.ptr[0], "fetch index", 0, p->num_fetches - 1, &k, err);
-    for (int j = 0; st == GR_OK && j < tp->num_fetches && !mine; j++) mine = tp->fetches[j] == k;
-    if (st == GR_OK && (!mine || !gr_tensor_is_empty(&fetch_out[k])))
-      st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        mine ? "fetch %lld is given twice"
-                             : "fetch %lld is not one it was asked for",
-                        (long long)k);
-    if (st == GR_OK)
-      st = gr_msg_tensor(&o->via.array.ptr[1], r->resp->body, r->resp->h.body_len, &fetch_out[k],
-                         &dead, err);
-  }
-  for (int j = 0; st == GR_OK && j < tp->num_fetches; j++)
-    if (gr_tensor_is_empty(&fetch_out[tp->fetches[j]]))
-      st = gr_error_set(err, GR_ERR_INTERNAL, "fetch %d produced no value", tp->fetches[j]);
+                              gr_run_resp *out, gr_tensor *fetch_out, gr_transfer_stats *moved,
+                              gr_error *err) {
+  gr_status st = gr_run_resp_unpack(r->resp, (uint32_t)tp->num_fetches, out, err);
+  if (st == GR_OK)
+    st = gr_run_resp_fetches(r->resp, out, tp->fetches, tp->num_fetches, p->num_fetches, fetch_out,
+                             err);
   if (st != GR_OK) {
-    gr_error_prefix(err, "a bad answer from %s", name);
+    gr_error_prefix(err, "a bad answer from %s", ms->tasks[tp->task].name);
     return st;
   }
-  moved->sends += sends;
-  moved->bytes += bytes;
+  moved->sends += out->sends;
+  moved->bytes += out->bytes;
   return GR_OK;
 }
 
@@ -354,7 +314,12 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
   GR_TRY(gr_auth_random(&x.run_id, sizeof x.run_id, err));
   gr_master_drain(ms); /* the previous step has ended on every task */
   rpc *rs = calloc((size_t)p->n, sizeof *rs);
-  if (!rs) return gr_error_set_oom(err);
+  gr_run_resp *rr = calloc((size_t)p->n, sizeof *rr);
+  if (!rs || !rr) {
+    free(rs);
+    free(rr);
+    return gr_error_set_oom(err);
+  }
   x.rs = rs;
   rpc_group g;
   gr_rpc_group_init(&g);
@@ -362,7 +327,7 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
   int64_t sent_ns = gr_trace_now_ns();
   for (int i = 0; i < p->n; i++) {
     rs[i].id = gr_master_new_id(ms);
-    gr_outmsg *m = run_msg(ms, &p->t[i], feed_values, step, x.run_id, rs[i].id, err);
+    gr_outmsg *m = run_msg(ms, &p->t[i], feed_values, step, x.run_id, rs[i].id);
     if (!m) {
       st = gr_error_set_oom(err);
       break;
@@ -402,13 +367,14 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
     pthread_mutex_unlock(&ms->mu);
   }
   for (int i = 0; i < started && st == GR_OK; i++)
-    st = take_fetches(ms, p, &p->t[i], &rs[i], fetch_out, &moved, err);
+    st = take_fetches(ms, p, &p->t[i], &rs[i], &rr[i], fetch_out, &moved, err);
   if (st != GR_OK) /* what a failed step filled is not the caller's */
     for (int k = 0; k < p->num_fetches; k++) gr_tensor_release(&fetch_out[k]);
   for (int i = 0; i < started && st == GR_OK && step->trace; i++)
-    take_trace(p, &rs[i], sent_ns, step->trace);
-  for (int i = 0; i < started; i++) gr_inmsg_free(rs[i].resp);
+    take_trace(p, &rr[i], sent_ns, step->trace);
+  for (int i = 0; i < started; i++) gr_inmsg_free(rs[i].resp); /* rr points into them */
   free(rs);
+  free(rr);
   if (stats) *stats = moved;
   return st;
 }
@@ -427,30 +393,23 @@ static gr_status var_initialized(void *self, const char *name, const char *devic
   int want = only >= 0 ? 1 : ms->num_tasks;
   for (int k = 0; k < ms->num_tasks; k++) {
     if (only >= 0 && k != only) continue;
-    gr_outmsg *m = gr_outmsg_new(GR_MSG_VARS, 4);
-    if (!m) break;
     rs[n].id = gr_master_new_id(ms);
-    gr_outmsg_u64(m, "id", rs[n].id);
-    gr_master_pack_container(ms, m);
-    gr_outmsg_key(m, "names");
-    msgpack_pack_array(gr_outmsg_packer(m), 1);
-    gr_pack_str(gr_outmsg_packer(m), name);
+    gr_vars_req q = {rs[n].id, &name, 1, gr_master_container_ref(ms)};
+    gr_outmsg *m = gr_vars_req_pack(&q);
+    if (!m) break;
     gr_master_start(ms, k, m, &rs[n++], &g);
   }
   gr_master_wait_all(ms, &g, rs, n, gr_wire_now_ms() + ms->o.connect_timeout_ms, NULL, NULL);
   gr_rpc_group_destroy(&g);
   gr_status st = n == want ? GR_OK : gr_error_set_oom(err);
   for (int i = 0; i < n; i++) {
-    const msgpack_object_array *init;
-    gr_error e;
+    gr_vars_resp r;
     if (rs[i].code != GR_OK && st == GR_OK) {
       st = rs[i].code;
       if (err) *err = rs[i].err;
-    } else if (rs[i].code == GR_OK &&
-               gr_msg_array(&rs[i].resp->msg.root, "init", 1, &init, &e) == GR_OK &&
-               init->size == 1 && init->ptr[0].type == MSGPACK_OBJECT_BOOLEAN &&
-               init->ptr[0].via.boolean) {
-      *out = true;
+    } else if (rs[i].code == GR_OK && gr_vars_resp_unpack(rs[i].resp, 1, &r, NULL) == GR_OK &&
+               r.num_init == 1 && r.init[0]) {
+      *out = true; /* a bad answer reads as "no value" */
     }
     gr_inmsg_free(rs[i].resp);
   }
