@@ -4,25 +4,10 @@
 #include <stdlib.h>
 
 #include "gr_test.h"
-
-static char *read_all(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-    free(s);
-    s = NULL;
-  }
-  if (s) s[n] = '\0';
-  fclose(f);
-  return s;
-}
+#include "test_util.h"
 
 static void test_docs_show_the_builtin_table(void) {
-  char *doc = read_all(GR_SOURCE_DIR "/docs/dsl.md");
+  char *doc = gt_read_file(GR_SOURCE_DIR "/docs/dsl.md");
   GR_CHECK(doc != NULL);
   char *table = NULL;
   size_t len = 0;

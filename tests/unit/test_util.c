@@ -493,6 +493,22 @@ void gt_write_file(const char *dir, const char *name, const char *text) {
   }
 }
 
+char *gt_read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+    free(s);
+    s = NULL;
+  }
+  if (s) s[n] = '\0';
+  fclose(f);
+  return s;
+}
+
 bool gt_dsl_run(const char *src, const char *names, int devices, gr_tensor *outs) {
   return gt_dsl_run_on(src, names, devices, outs, NULL);
 }

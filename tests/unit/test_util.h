@@ -145,6 +145,9 @@ bool gt_cli_expect(const char *dir, const char *args, int code, const char *want
                    size_t cap);
 /* Writes text to dir/name (aborts the test when it cannot). */
 void gt_write_file(const char *dir, const char *name, const char *text);
+/* The whole file at path, NUL-terminated (free() it); NULL when it cannot be
+ * read. */
+char *gt_read_file(const char *path);
 /* Removes path and, for a directory, everything in it (like rm -rf). */
 void gt_remove_tree(const char *path);
 /* Loads DSL text (as file "t.gr"), runs the names (comma-separated, e.g.
