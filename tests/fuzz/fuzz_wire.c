@@ -6,7 +6,10 @@
  * descriptor over the body (gr_msg_tensor), the handshake's checks on a
  * HELLO, AUTH or AUTH_OK (handshake_internal.h), and for a REGISTER frame
  * the serialized graphs of its body (gr_wire_decode_graph, also on input that is
- * not a frame but a graph). A tensor that decodes must survive a round trip
+ * not a frame but a graph); the typed readers of the frame's kind
+ * (msg_internal.h: its unpack and its lists' readers, or for a response
+ * every request's), whose views must lie in the frame. A tensor that
+ * decodes must survive a round trip
  * through a frame of its own (gr_outmsg_pack_tensor, gr_outmsg_finish and
  * back) with the same dtype, shape and bytes.
  *
@@ -17,6 +20,7 @@
 
 #include "distributed/gr_distributed.h"
 #include "distributed/handshake_internal.h"
+#include "distributed/msg_internal.h"
 #include "distributed/server_internal.h"
 #include "distributed/wire_internal.h"
 
@@ -146,6 +150,84 @@ static void parts(const msgpack_object *root, const gr_buffer *body, size_t body
   }
 }
 
+static void release_all(gr_tensor *v, int n) {
+  for (int i = 0; i < n; i++) gr_tensor_release(&v[i]);
+}
+
+/* A request as the server reads it, with its lists (a run of 4 feeds). */
+static void typed_request(gr_inmsg *in) {
+  gr_error err;
+  gr_container_ref c;
+  gr_tensor v[4] = {gr_tensor_empty(), gr_tensor_empty(), gr_tensor_empty(), gr_tensor_empty()};
+  switch (in->h.type) {
+    case GR_MSG_REGISTER: {
+      gr_register_req q;
+      if (gr_register_req_unpack(in, &q, &err) != GR_OK) break;
+      for (int k = 0; k < q.num_parts; k++) { /* a graph is a view of the body */
+        const char *g = q.parts[k].graph, *b = in->body ? (const char *)in->body->data : "";
+        if (g < b || g + q.parts[k].graph_size > b + in->h.body_len) abort();
+      }
+      gr_container_ref_unpack(in, &c, &err);
+      break;
+    }
+    case GR_MSG_RUN: {
+      gr_run_req q;
+      if (gr_run_req_unpack(in, &q, &err) == GR_OK) gr_run_req_feeds(in, &q, v, 4, &err);
+      release_all(v, 4);
+      break;
+    }
+    case GR_MSG_TENSOR: {
+      gr_tensor_msg t;
+      if (gr_tensor_msg_unpack(in, &t, &err) == GR_OK) gr_tensor_msg_value(in, &t, &v[0], &err);
+      release_all(v, 1);
+      break;
+    }
+    case GR_MSG_VARS: {
+      gr_vars_req q;
+      if (gr_vars_req_unpack(in, &q, &err) == GR_OK) gr_container_ref_unpack(in, &c, &err);
+      break;
+    }
+    case GR_MSG_ABORT:
+      gr_abort_msg_unpack(in, &(gr_abort_msg){0}, &err);
+      break;
+    case GR_MSG_DEREGISTER:
+      gr_deregister_req_unpack(in, &(gr_deregister_req){0}, &err);
+      break;
+    case GR_MSG_LEASE:
+      gr_lease_req_unpack(in, &(gr_lease_req){0}, &err);
+      break;
+    case GR_MSG_RESET:
+      gr_reset_req_unpack(in, &(gr_reset_req){0}, &err);
+      break;
+    case GR_MSG_GET_STATUS:
+      gr_get_status_req_unpack(in, &(gr_get_status_req){0}, &err);
+      break;
+    case GR_MSG_HEARTBEAT:
+      gr_heartbeat_req_unpack(in, &(gr_heartbeat_req){0}, &err);
+      break;
+    default:
+      break;
+  }
+}
+
+/* A response as the master reads it: as the answer to each kind of request
+ * (a run of 4 fetches, all asked for). */
+static void typed_response(gr_inmsg *in) {
+  gr_error err;
+  gr_response a;
+  gr_run_resp r;
+  gr_tensor v[4] = {gr_tensor_empty(), gr_tensor_empty(), gr_tensor_empty(), gr_tensor_empty()};
+  gr_response_unpack(in, &a, &err);
+  gr_get_status_resp_unpack(in, &(gr_get_status_resp){0}, &err);
+  gr_register_resp_unpack(in, &(gr_register_resp){0}, &err);
+  if (gr_run_resp_unpack(in, 4, &r, &err) == GR_OK)
+    gr_run_resp_fetches(in, &r, (const int[]){0, 1, 2, 3}, 4, 4, v, &err);
+  release_all(v, 4);
+  gr_vars_resp_unpack(in, 1 << 20, &(gr_vars_resp){0}, &err);
+  gr_lease_resp_unpack(in, &(gr_lease_resp){0}, &err);
+  gr_reset_resp_unpack(in, &(gr_reset_resp){0}, &err);
+}
+
 /* A handshake message, checked as its receiver checks it (with a secret
  * and without); an AUTH may only pass with a MAC of the secret. */
 static void handshake(int type, const gr_msg *m) {
@@ -170,34 +252,40 @@ static void handshake(int type, const gr_msg *m) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 1 << 16) return 0;
-  gr_frame_header h;
+  gr_inmsg in = {0}; /* on the stack: its parts are freed here */
   gr_error err;
   if (size < GR_WIRE_HEADER_SIZE ||
-      gr_wire_parse_frame_header(data, (size_t)1 << 16, &h, &err) != GR_OK) {
+      gr_wire_parse_frame_header(data, (size_t)1 << 16, &in.h, &err) != GR_OK) {
     if (gr_wire_is_graph(data, size)) graph(data, size);
     return 0;
   }
   size_t rest = size - GR_WIRE_HEADER_SIZE;
-  if (h.header_len > rest) return 0; /* cut short: the transport waits for more */
-  gr_msg m;
-  if (gr_msg_parse(&m, data + GR_WIRE_HEADER_SIZE, h.header_len, &err) != GR_OK) return 0;
-  gr_msg_kind_name(&m.root);
-  size_t body_len = rest - h.header_len;
-  if (body_len > h.body_len) body_len = h.body_len;
+  if (in.h.header_len > rest) return 0; /* cut short: the transport waits for more */
+  gr_msg *m = &in.msg;
+  if (gr_msg_parse(m, data + GR_WIRE_HEADER_SIZE, in.h.header_len, &err) != GR_OK) return 0;
+  gr_msg_kind_name(&m->root);
+  size_t body_len = rest - in.h.header_len;
+  if (body_len > in.h.body_len) body_len = in.h.body_len;
   gr_buffer *body = body_len ? gr_buffer_alloc(body_len) : NULL;
-  if (body) memcpy(body->data, data + GR_WIRE_HEADER_SIZE + h.header_len, body_len);
+  if (body) memcpy(body->data, data + GR_WIRE_HEADER_SIZE + in.h.header_len, body_len);
   if (body_len && !body) {
-    gr_msg_free(&m);
+    gr_msg_free(m);
     return 0;
   }
-  fields(&m.root);
-  handshake(h.type, &m);
-  tensors_in(&m.root, body, body_len, 0);
-  if (h.type == GR_MSG_REGISTER) {
-    parts(&m.root, body, body_len);
+  in.body = body;
+  in.h.body_len = (uint32_t)body_len; /* the bytes there are */
+  fields(&m->root);
+  handshake(in.h.type, m);
+  if (in.h.type == GR_MSG_RESPONSE)
+    typed_response(&in);
+  else
+    typed_request(&in);
+  tensors_in(&m->root, body, body_len, 0);
+  if (in.h.type == GR_MSG_REGISTER) {
+    parts(&m->root, body, body_len);
     if (body) graph(body->data, body_len);
   }
-  gr_msg_free(&m);
+  gr_msg_free(m);
   gr_buffer_release(body);
   return 0;
 }

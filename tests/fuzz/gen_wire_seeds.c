@@ -1,6 +1,7 @@
 /* Writes the seed corpus of fuzz_wire.c: valid frames of each kind, built
- * with the wire's own builder (gr_outmsg) so the seeds follow the format
- * when it changes, plus one bare serialized graph.
+ * by the kinds' own packers (msg_internal.h, and handshake_internal.h for
+ * the handshake's) so the seeds follow the format when it changes, plus
+ * one bare serialized graph.
  *
  *   gen_wire_seeds DIR        writes DIR/NN-KIND.bin
  *
@@ -11,7 +12,7 @@
 
 #include "distributed/gr_distributed.h"
 #include "distributed/handshake_internal.h"
-#include "distributed/wire_internal.h"
+#include "distributed/msg_internal.h"
 #include "ops/gr_ops.h"
 
 static const char *dir;
@@ -32,8 +33,8 @@ static void emit(const char *kind, gr_outmsg *m) {
   struct iovec *iov;
   int n;
   size_t total;
-  gr_error err;
-  if (gr_outmsg_finish(m, &iov, &n, &total, &err) != GR_OK) {
+  gr_error err = {.msg = "out of memory"};
+  if (!m || gr_outmsg_finish(m, &iov, &n, &total, &err) != GR_OK) {
     fprintf(stderr, "gen_wire_seeds: %s: %s\n", kind, err.msg);
     exit(1);
   }
@@ -64,129 +65,98 @@ int main(int argc, char **argv) {
   gr_error err;
   const char *task = "/job:worker/replica:0/task:0",
              *dev = "/job:worker/replica:0/task:0/device:CPU:0";
-  uint8_t nonce[GR_AUTH_NONCE] = {1, 2, 3};
+  uint8_t nonce[GR_AUTH_NONCE];
 
   /* the handshake, with a secret and without (handshake_internal.h) */
-  uint8_t hello_nonce[GR_AUTH_NONCE];
-  gr_outmsg *m = gr_hello_new("seed-secret-of-16+", "seed-cluster", hello_nonce, &err);
-  emit("hello", m);
-  emit("hello_insecure", gr_hello_new(NULL, "seed-cluster", hello_nonce, &err));
+  const char *secret = "seed-secret-of-16+";
+  for (int secure = 1; secure >= 0; secure--) {
+    const char *sec = secure ? secret : NULL;
+    gr_outmsg *hello = gr_hello_new(sec, "seed-cluster", nonce, &err), *auth, *ok;
+    gr_msg hm, am;
+    gr_hs_client hs = {.secret = sec, .cluster = "seed-cluster", .address = "seed:1"};
+    struct iovec *iov;
+    int n;
+    size_t total;
+    if (!hello || gr_outmsg_finish(hello, &iov, &n, &total, &err) != GR_OK ||
+        gr_msg_parse(&hm, (char *)iov[0].iov_base + GR_WIRE_HEADER_SIZE,
+                     iov[0].iov_len - GR_WIRE_HEADER_SIZE, &err) != GR_OK ||
+        gr_hs_client_answer(&hs, &hm, &auth, &err) != GR_OK ||
+        gr_outmsg_finish(auth, &iov, &n, &total, &err) != GR_OK ||
+        gr_msg_parse(&am, (char *)iov[0].iov_base + GR_WIRE_HEADER_SIZE,
+                     iov[0].iov_len - GR_WIRE_HEADER_SIZE, &err) != GR_OK ||
+        gr_hs_server_check(sec, "seed-cluster", nonce, &am, &ok, &err) != GR_OK) {
+      fprintf(stderr, "gen_wire_seeds: the handshake: %s\n", err.msg);
+      return 1;
+    }
+    emit(secure ? "hello" : "hello_insecure", hello);
+    emit(secure ? "auth" : "auth_insecure", auth);
+    emit(secure ? "auth_ok" : "auth_ok_insecure", ok);
+    gr_msg_free(&hm);
+    gr_msg_free(&am);
+  }
 
-  m = gr_outmsg_new(GR_MSG_AUTH, 3);
-  gr_outmsg_str(m, "cluster", "seed-cluster");
-  gr_outmsg_bin(m, "nonce", nonce, sizeof nonce);
-  gr_outmsg_bin(m, "mac", nonce, sizeof nonce);
-  emit("auth", m);
-  m = gr_outmsg_new(GR_MSG_AUTH, 1);
-  gr_outmsg_str(m, "cluster", "seed-cluster");
-  emit("auth_insecure", m);
-  m = gr_outmsg_new(GR_MSG_AUTH_OK, 1);
-  gr_outmsg_bin(m, "mac", nonce, sizeof nonce);
-  emit("auth_ok", m);
+  emit("get_status", gr_get_status_req_pack(&(gr_get_status_req){1}));
+  emit("status_response",
+       gr_get_status_resp_pack(1, &(gr_get_status_resp){task, 0x1234567890abcdefull, &dev, 1}));
+  emit("heartbeat", gr_heartbeat_req_pack(&(gr_heartbeat_req){0}));
+  emit("heartbeat_response", gr_response_pack(0, NULL));
 
-  m = gr_outmsg_new(GR_MSG_GET_STATUS, 1);
-  gr_outmsg_u64(m, "id", 1);
-  emit("get_status", m);
-
-  m = gr_outmsg_new(GR_MSG_RESPONSE, 5);
-  gr_outmsg_u64(m, "id", 1);
-  gr_outmsg_u64(m, "code", 0);
-  gr_outmsg_str(m, "task", task);
-  gr_outmsg_u64(m, "inc", 0x1234567890abcdefull);
-  gr_outmsg_key(m, "devices");
-  msgpack_pack_array(gr_outmsg_packer(m), 1);
-  gr_pack_str(gr_outmsg_packer(m), dev);
-  emit("status_response", m);
-
-  /* RUN with two feeds: float32 [3] and int32 [2, 2] */
+  /* RUN with two feeds: float32 [3] and int32 [2, 2], traced */
   gr_tensor x = tensor(GR_F32, 1, (int64_t[]){3}, (float[]){1, 2, 3});
   gr_tensor y = tensor(GR_I32, 2, (int64_t[]){2, 2}, (int32_t[]){1, -2, 3, -4});
-  m = gr_outmsg_new(GR_MSG_RUN, 7);
-  gr_outmsg_u64(m, "id", 2);
-  gr_outmsg_u64(m, "handle", 1);
-  gr_outmsg_u64(m, "inc", 0x1234567890abcdefull);
-  gr_outmsg_u64(m, "step", 3);
-  gr_outmsg_u64(m, "run", 0xfeedull);
-  gr_outmsg_u64(m, "seed", 7);
-  gr_outmsg_key(m, "feeds");
-  msgpack_pack_array(gr_outmsg_packer(m), 2);
-  msgpack_pack_array(gr_outmsg_packer(m), 2);
-  msgpack_pack_int(gr_outmsg_packer(m), 0);
-  gr_outmsg_pack_tensor(m, &x, false, &err);
-  msgpack_pack_array(gr_outmsg_packer(m), 2);
-  msgpack_pack_int(gr_outmsg_packer(m), 1);
-  gr_outmsg_pack_tensor(m, &y, false, &err);
-  emit("run", m);
+  gr_tensor values[2] = {x, y};
+  emit("run", gr_run_req_pack(&(gr_run_req){.id = 2,
+                                            .handle = 1,
+                                            .inc = 0x1234567890abcdefull,
+                                            .step = 3,
+                                            .run = 0xfeedull,
+                                            .seed = 7,
+                                            .trace = true,
+                                            .feeds = (const int[]){0, 1},
+                                            .num_feeds = 2,
+                                            .values = values}));
 
-  /* a RUN response: fetches (a bool, a dead one) and transfer counts */
+  /* a RUN response: fetches (a bool; slot 1 empty), transfer counts, a trace */
   gr_tensor b = tensor(GR_BOOL, 1, (int64_t[]){3}, (bool[]){true, false, true});
-  m = gr_outmsg_new(GR_MSG_RESPONSE, 5);
-  gr_outmsg_u64(m, "id", 2);
-  gr_outmsg_u64(m, "code", 0);
-  gr_outmsg_key(m, "fetches");
-  msgpack_pack_array(gr_outmsg_packer(m), 2);
-  msgpack_pack_array(gr_outmsg_packer(m), 2);
-  msgpack_pack_int(gr_outmsg_packer(m), 0);
-  gr_outmsg_pack_tensor(m, &b, false, &err);
-  msgpack_pack_array(gr_outmsg_packer(m), 2);
-  msgpack_pack_int(gr_outmsg_packer(m), 1);
-  gr_outmsg_pack_tensor(m, &x, true, &err);
-  gr_outmsg_i64(m, "sends", 2);
-  gr_outmsg_i64(m, "bytes", 16);
-  emit("run_response", m);
+  gr_tensor fetches[3] = {b, gr_tensor_empty(), x};
+  gr_node node = {.name = "y", .assigned_device = dev};
+  gr_step_trace *trace = gr_step_trace_new();
+  if (!trace) return 1;
+  gr_step_trace_add(trace, &(gr_trace_event){&node, 0, 100, 250, 12});
+  emit("run_response", gr_run_resp_pack(2, &(gr_run_resp){.fetches = fetches,
+                                                          .num_fetches = 3,
+                                                          .sends = 2,
+                                                          .bytes = 16,
+                                                          .trace = trace,
+                                                          .trace_t0 = 50}));
+  gr_step_trace_free(trace);
 
-  m = gr_outmsg_new(GR_MSG_RESPONSE, 3);
-  gr_outmsg_u64(m, "id", 3);
-  gr_outmsg_u64(m, "code", 3);
-  gr_outmsg_str(m, "msg", "/job:worker/replica:0/task:0: something failed");
-  emit("error_response", m);
+  gr_error failed;
+  gr_error_set(&failed, GR_ERR_INVALID_ARGUMENT, "%s: something failed", task);
+  emit("error_response", gr_response_pack(3, &failed));
 
   /* a pushed tensor: a float64 scalar */
   gr_tensor s = tensor(GR_F64, 0, NULL, (double[]){2.5});
-  m = gr_outmsg_new(GR_MSG_TENSOR, 6);
-  gr_outmsg_u64(m, "run", 0xfeedull);
-  gr_outmsg_str(m, "key",
-                "/job:worker/replica:0/task:1/device:CPU:0;0123456789abcdef;"
-                "/job:worker/replica:0/task:0/device:CPU:0;a:0;:0");
-  gr_outmsg_str(m, "from", "/job:worker/replica:0/task:1");
-  gr_outmsg_u64(m, "inc", 0x1111ull);
-  gr_outmsg_bool(m, "dead", false);
-  gr_outmsg_key(m, "value");
-  gr_outmsg_pack_tensor(m, &s, false, &err);
-  emit("tensor", m);
+  emit("tensor", gr_tensor_msg_pack(&(gr_tensor_msg){
+                     .run = 0xfeedull,
+                     .key = "/job:worker/replica:0/task:1/device:CPU:0;0123456789abcdef;"
+                            "/job:worker/replica:0/task:0/device:CPU:0;a:0;:0",
+                     .from = "/job:worker/replica:0/task:1",
+                     .inc = 0x1111ull,
+                     .value = &s}));
 
-  m = gr_outmsg_new(GR_MSG_ABORT, 3);
-  gr_outmsg_u64(m, "run", 0xfeedull);
-  gr_outmsg_u64(m, "code", 1);
-  gr_outmsg_str(m, "msg", "step aborted");
-  emit("abort", m);
+  emit("abort", gr_abort_msg_pack(&(gr_abort_msg){0xfeedull, GR_ERR_CANCELLED, "step aborted"}));
 
-  m = gr_outmsg_new(GR_MSG_VARS, 4);
-  gr_outmsg_u64(m, "id", 4);
-  gr_outmsg_key(m, "names");
-  msgpack_pack_array(gr_outmsg_packer(m), 2);
-  gr_pack_str(gr_outmsg_packer(m), "w");
-  gr_pack_str(gr_outmsg_packer(m), "dense/b");
-  gr_outmsg_str(m, "container", "_run.0123456789abcdef");
-  gr_outmsg_bool(m, "private", true);
-  emit("vars", m);
-
-  m = gr_outmsg_new(GR_MSG_RESET, 2);
-  gr_outmsg_u64(m, "id", 7);
-  gr_outmsg_str(m, "container", "shared");
-  emit("reset", m);
-
-  m = gr_outmsg_new(GR_MSG_DEREGISTER, 2);
-  gr_outmsg_u64(m, "id", 5);
-  gr_outmsg_u64(m, "handle", 1);
-  emit("deregister", m);
-
-  m = gr_outmsg_new(GR_MSG_LEASE, 4);
-  gr_outmsg_u64(m, "id", 7);
-  gr_outmsg_str(m, "name", "chief");
-  gr_outmsg_bool(m, "take", true);
-  gr_outmsg_str(m, "holder", "/job:chief/task:0, pid 4242 on node1");
-  emit("lease", m);
+  const char *names[] = {"w", "dense/b"};
+  emit("vars", gr_vars_req_pack(&(gr_vars_req){4, names, 2, {"_run.0123456789abcdef", true}}));
+  emit("vars_response", gr_vars_resp_pack(4, &(gr_vars_resp){(const bool[]){true, false}, 2}));
+  emit("reset", gr_reset_req_pack(&(gr_reset_req){7, "shared"}));
+  emit("reset_response", gr_reset_resp_pack(7, &(gr_reset_resp){1}));
+  emit("deregister", gr_deregister_req_pack(&(gr_deregister_req){5, 1}));
+  emit("lease", gr_lease_req_pack(
+                    &(gr_lease_req){8, "chief", true, "/job:chief/task:0, pid 4242 on node1"}));
+  emit("lease_response",
+       gr_lease_resp_pack(8, &(gr_lease_resp){true, 1, 0, "/job:chief/task:0, pid 4242 on node1"}));
 
   /* REGISTER: one partition, x (fed) * x + 1, its graph in the body */
   gr_graph *g = gr_graph_new();
@@ -199,36 +169,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   write_file("graph", data, size);
-  m = gr_outmsg_new(GR_MSG_REGISTER, 6);
-  gr_outmsg_u64(m, "id", 6);
-  gr_outmsg_u64(m, "inc", 0x1234567890abcdefull);
-  gr_outmsg_str(m, "container", "shared");
-  gr_outmsg_bool(m, "private", false);
-  gr_outmsg_key(m, "peers");
-  msgpack_packer *pk = gr_outmsg_packer(m);
-  msgpack_pack_array(pk, 1);
-  msgpack_pack_array(pk, 3);
-  gr_pack_str(pk, "/job:worker/replica:0/task:1");
-  gr_pack_str(pk, "127.0.0.1:2223");
-  msgpack_pack_uint64(pk, 0x1111ull);
-  gr_outmsg_key(m, "parts");
-  msgpack_pack_array(pk, 1);
-  size_t off = gr_outmsg_add_body(m, data, size, data); /* the message frees data */
-  msgpack_pack_array(pk, 5);
-  gr_pack_str(pk, dev);
-  msgpack_pack_uint64(pk, off);
-  msgpack_pack_uint64(pk, size);
-  msgpack_pack_array(pk, 1);
-  msgpack_pack_array(pk, 3);
-  gr_pack_str(pk, px.node->name);
-  msgpack_pack_int(pk, 0);
-  msgpack_pack_int(pk, 0);
-  msgpack_pack_array(pk, 1);
-  msgpack_pack_array(pk, 3);
-  gr_pack_str(pk, py.node->name);
-  msgpack_pack_int(pk, 0);
-  msgpack_pack_int(pk, 0);
-  emit("register", m);
+  gr_register_peer peer = {"/job:worker/replica:0/task:1", "127.0.0.1:2223", 0x1111ull};
+  gr_register_endpoint feed = {px.node->name, 0, 0}, fetch = {py.node->name, 0, 0};
+  gr_register_part part = {dev, data, size, &feed, &fetch, 1, 1}; /* the message takes data */
+  emit("register", gr_register_req_pack(&(gr_register_req){
+                       6, 0x1234567890abcdefull, {"shared", false}, &peer, 1, &part, 1}));
+  emit("register_response", gr_register_resp_pack(6, &(gr_register_resp){1}));
   gr_graph_free(g);
 
   gr_tensor_release(&x);
