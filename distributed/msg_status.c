@@ -10,7 +10,7 @@ const gr_msg_spec gr_get_status_spec = {GR_MSG_GET_STATUS, "client → task",
                                         GR_MSG_FIELDS(status_results)};
 
 static const gr_msg_field heartbeat_fields[] = {{"id", NULL}};
-const gr_msg_spec gr_heartbeat_spec = {GR_MSG_HEARTBEAT, "client → task",
+const gr_msg_spec gr_heartbeat_spec = {GR_MSG_HEARTBEAT, "peer → server",
                                        GR_MSG_FIELDS(heartbeat_fields), NULL, 0};
 
 /* A request of one field, its id. */

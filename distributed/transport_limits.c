@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "distributed/msg_internal.h"
 #include "distributed/transport_conn_internal.h"
 
 #define DEFAULT_HANDSHAKE_MS 10000
@@ -197,11 +198,8 @@ static void keepalive(gr_conn *c, int64_t now) {
   int period = gr_keepalive_ms();
   int64_t tx = __atomic_load_n(&c->last_tx_ms, __ATOMIC_RELAXED);
   if (tx == 0 || now - tx >= period) {
-    gr_outmsg *m = gr_outmsg_new(GR_MSG_HEARTBEAT, 1);
-    if (m) {
-      gr_outmsg_u64(m, "id", 0);
-      if (gr_conn_send(c, m, NULL) == GR_OK) STAT_ADD(keepalives, 1);
-    }
+    gr_outmsg *m = gr_heartbeat_req_pack(&(gr_heartbeat_req){0});
+    if (m && gr_conn_send(c, m, NULL) == GR_OK) STAT_ADD(keepalives, 1);
     tx = now;
   }
   arm(c, period - (now - tx));

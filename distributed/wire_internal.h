@@ -59,7 +59,7 @@
   X(GR_MSG_DEREGISTER, "deregister", 256, 0)           /* a handle */                              \
   X(GR_MSG_TENSOR, "tensor", 65536, 0xffffffffu)       /* a pushed tensor, one way */              \
   X(GR_MSG_RESPONSE, "response", 1 << 24, 0xffffffffu) /* to any request, by id */                 \
-  X(GR_MSG_HEARTBEAT, "heartbeat", 64, 0)              /* master -> task: answered at once */      \
+  X(GR_MSG_HEARTBEAT, "heartbeat", 64, 0)              /* peer -> server: answered at once */      \
   X(GR_MSG_LEASE, "lease", 1024, 0)                    /* take or look at a named lease */         \
   X(GR_MSG_RESET, "reset", 256, 0)                     /* drop shared containers */
 
