@@ -5,6 +5,7 @@
  * epoch's line, writes its rows into the run database (cli_rundb.c), marks
  * the best checkpoint (--keep-best) and decides on stopping (--early-stop).
  * All on the thread of `graphrun run`. */
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -428,7 +429,7 @@ static gr_status record(cli_run_state *r, long epoch, long st, const epoch_value
 
 /* Whether value improves on w's best (the first value always does). */
 static bool improves(const watch *w, double value) {
-  if (isnan(value)) return false;
+  if (!isfinite(value)) return false;
   if (!w->have) return true;
   return w->sign > 0 ? value > w->best + w->min_delta : value < w->best - w->min_delta;
 }
@@ -447,11 +448,13 @@ static int keep_best(cli_run_state *r, long epoch, long st, const epoch_values *
     fprintf(stderr, "graphrun run: --keep-best: %s\n", err.msg);
     return GR_EXIT_FAILURE;
   }
-  char meta[512];
-  snprintf(meta, sizeof meta,
-           "{\"epoch\": %ld, \"best\": \"%s\", \"value\": %.17g, \"keep\": true}", epoch, w->name,
-           value);
-  gr_status s = gr_ckpt_patch_metadata(r->ck, ckpt_step, meta, &err);
+  json_t *doc = json_pack("{s:I, s:s, s:f, s:b}", "epoch", (json_int_t)epoch, "best", w->name,
+                          "value", value, "keep", 1);
+  char *meta = doc ? json_dumps(doc, JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(doc);
+  gr_status s =
+      meta ? gr_ckpt_patch_metadata(r->ck, ckpt_step, meta, &err) : gr_error_set_oom(&err);
+  free(meta);
   if (s == GR_OK && w->have && w->best_ckpt_step != ckpt_step &&
       gr_ckpt_patch_metadata(r->ck, w->best_ckpt_step,
                              "{\"epoch\": null, \"best\": null, \"value\": null, \"keep\": null}",
@@ -579,10 +582,9 @@ int64_t cli_epochs_best_step(gr_ckpt *ck, long *steps_done) {
     return -1;
   }
   for (int i = n - 1; i >= 0 && step < 0; i--) {
-    const char *m = infos[i].metadata, *d = m ? strstr(m, "\"steps_done\":") : NULL;
-    if (!m || !strstr(m, "\"best\":")) continue;
+    if (!cli_meta_has(infos[i].metadata, "best")) continue;
     step = infos[i].step;
-    *steps_done = d ? strtol(d + 13, NULL, 10) : 0;
+    *steps_done = cli_meta_long(infos[i].metadata, "steps_done");
   }
   gr_ckpt_infos_free(infos, n);
   if (step < 0)

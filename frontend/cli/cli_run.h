@@ -73,6 +73,10 @@ int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master 
                     int64_t *at);
 
 /* The steps of `graphrun run` done when the newest checkpoint was saved. */
+/* A checkpoint's metadata (JSON text, or NULL): its member key as an
+ * integer (0 when missing or not a number), whether it has a non-null key. */
+long cli_meta_long(const char *meta, const char *key);
+bool cli_meta_has(const char *meta, const char *key);
 long cli_run_steps_done(gr_ckpt *ck);
 /* Opens the checkpoint file (a directory of shards when remote) and, unless
  * no_restore, restores its newest checkpoint (best: the one marked best,

@@ -20,6 +20,7 @@
  *   fails, a 0600 file in TMPDIR, which the guardian removes. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -311,32 +312,38 @@ static bool is_chief(const task *ts, int n, const task *t) {
   return t->index == 0 && !strcmp(t->job, has_chief ? "chief" : "worker");
 }
 
+/* Sets environment variable name to doc's JSON text; takes doc (NULL: out of memory). */
+static bool setenv_json(const char *name, json_t *doc) {
+  char *text = doc ? json_dumps(doc, 0) : NULL;
+  bool ok = text && setenv(name, text, 1) == 0;
+  free(text);
+  json_decref(doc);
+  return ok;
+}
+
 /* TF_CONFIG: the cluster of GRAPHRUN_CLUSTER and this process as task job:index. */
 static bool set_tf_config(const char *job, int index) {
   const char *spec = getenv("GRAPHRUN_CLUSTER");
-  char tf[8600];
-  int m = snprintf(tf, sizeof tf, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}",
-                   spec ? spec : "{}", job, index);
-  return m > 0 && (size_t)m < sizeof tf && setenv("TF_CONFIG", tf, 1) == 0;
+  json_t *cluster = spec ? json_loads(spec, 0, NULL) : json_object();
+  return cluster && setenv_json("TF_CONFIG", json_pack("{s:o, s:{s:s, s:i}}", "cluster", cluster,
+                                                       "task", "type", job, "index", index));
 }
 
 /* GRAPHRUN_CLUSTER as a ClusterSpec, TF_CONFIG with the client as the chief
  * (chief 0 when the cluster has one, else worker 0). */
 static bool export_cluster(const task *ts, int n) {
-  char spec[8192];
-  size_t m = 0;
-  m += (size_t)snprintf(spec + m, sizeof spec - m, "{");
-  for (int i = 0; i < n; i++) {
-    bool first_of_job = i == 0 || strcmp(ts[i - 1].job, ts[i].job) != 0;
-    if (first_of_job)
-      m += (size_t)snprintf(spec + m, sizeof spec - m, "%s\"%s\": [", i ? ", " : "", ts[i].job);
-    m += (size_t)snprintf(spec + m, sizeof spec - m, "%s\"127.0.0.1:%d\"", first_of_job ? "" : ", ",
-                          ts[i].port);
-    if (i + 1 == n || strcmp(ts[i + 1].job, ts[i].job) != 0)
-      m += (size_t)snprintf(spec + m, sizeof spec - m, "]");
+  json_t *spec = json_object();
+  for (int i = 0; spec && i < n; i++) {
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ts[i].port);
+    json_t *job = json_object_get(spec, ts[i].job);
+    if (!job && json_object_set_new(spec, ts[i].job, job = json_array()) != 0) job = NULL;
+    if (!job || json_array_append_new(job, json_string(addr)) != 0) {
+      json_decref(spec);
+      return false;
+    }
   }
-  m += (size_t)snprintf(spec + m, sizeof spec - m, "}");
-  if (m >= sizeof spec || setenv("GRAPHRUN_CLUSTER", spec, 1) != 0) return false;
+  if (!setenv_json("GRAPHRUN_CLUSTER", spec)) return false;
   for (int i = 0; i < n; i++)
     if (is_chief(ts, n, &ts[i])) return set_tf_config(ts[i].job, ts[i].index);
   return set_tf_config("worker", 0);

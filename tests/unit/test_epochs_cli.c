@@ -112,7 +112,7 @@ static void test_keep_best(void) {
          NULL);
   /* the newest checkpoint and the best (epoch 3, kept though --keep 1) */
   expect("ckpt ls c.ckpt", 0,
-         "\"steps_done\":12,\"epoch\":3,\"best\":\"val_m\",\"value\":0,"
+         "\"steps_done\":12,\"epoch\":3,\"best\":\"val_m\",\"value\":0.0,"
          "\"keep\":true}");
   GR_CHECK_STR_CONTAINS(out, "\"steps_done\": 20}");
   GR_CHECK(query("runs.db", "SELECT best_epoch FROM runs WHERE best_metric = 'val_m'") == 3);
