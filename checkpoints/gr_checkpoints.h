@@ -279,8 +279,6 @@ gr_status gr_ckpt_graph_vars(const gr_graph *g, gr_ckpt_var **out, int *n, gr_er
 /* Fingerprint of sorted (name, dtype, shape) triples: what a checkpoint records. */
 uint64_t gr_ckpt_fingerprint(const gr_ckpt_var *vars, int n);
 
-/* Writes t as a NumPy .npy file (format 1.0, little-endian, C order). */
-gr_status gr_ckpt_write_npy(const gr_tensor *t, const char *path, gr_error *err);
 
 /* ---- ops ------------------------------------------------------------------------------ */
 
