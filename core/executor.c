@@ -9,7 +9,7 @@
  * the last node finished calls the run's done callback. A run started with
  * wait keeps the calling thread's hold: it helps drain the shared queue and
  * finishes the run itself (gr_executor_run). */
-#include "core/gr_executor.h"
+#include "core/executor.h"
 #include "core/executor_internal.h"
 #include "core/gr_trace.h"
 

@@ -9,8 +9,8 @@
 
 #include <pthread.h>
 
-#include "core/gr_executor.h"
-#include "core/gr_threadpool.h"
+#include "core/executor.h"
+#include "core/threadpool.h"
 #include "core/step_watch_internal.h"
 
 typedef struct exec_edge {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/arena_internal.h"
-#include "core/gr_map.h"
+#include "core/map.h"
 
 #define GR_SCOPE_MAX 64
 

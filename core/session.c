@@ -8,12 +8,13 @@
 #include <time.h>
 
 #include "core/gr_colocation.h"
-#include "core/gr_executor.h"
+#include "core/executor.h"
 #include "core/gr_rng.h"
 #include "core/gr_resource.h"
-#include "core/gr_device_plan.h"
+#include "core/device_plan.h"
+#include "core/session_remote.h"
 #include "core/step_watch_internal.h"
-#include "core/gr_map.h"
+#include "core/map.h"
 
 #define GR_INIT_DEPTH_MAX 16
 #define GR_LAST_EPS_MAX   16

@@ -1,4 +1,4 @@
-#include "core/gr_threadpool.h"
+#include "core/threadpool.h"
 #include "core/gr_alloc.h"
 
 #include <pthread.h>

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 
+#include "core/core_engine.h"
 #include "distributed/gr_distributed.h"
 #include "distributed/loglimit_internal.h"
 #include "distributed/transport_internal.h"

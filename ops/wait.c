@@ -1,8 +1,7 @@
 /* Parked kernels and step cancellation (wait_internal.h). */
 #include <stdlib.h>
 
-#include "core/gr_executor.h"
-#include "core/gr_map.h"
+#include "core/core_engine.h"
 #include <stdio.h>
 
 #include "ops/gr_ops.h"

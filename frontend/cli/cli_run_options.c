@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "cli_epochs.h"
 #include "cli_options.h"
 #include "cli_run.h"

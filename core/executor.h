@@ -28,7 +28,7 @@
 #define GR_EXECUTOR_H
 
 #include "core/gr_graph.h"
-#include "core/gr_threadpool.h"
+#include "core/threadpool.h"
 
 typedef struct gr_executor gr_executor;
 
