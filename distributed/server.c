@@ -1,10 +1,9 @@
-/* The server: one task of a cluster. It listens, answers GET_STATUS,
- * LEASE and heartbeats and takes pushed tensors on the network thread, and hands
- * registrations, steps and aborts to its worker threads. The network
- * thread runs only transfers and small nodes of known size that a pushed
- * tensor makes ready (core/executor.c run_cheap_here); the rest runs on
- * the inter-op threads. A step holds no thread while it waits: its RUN is
- * answered from its completion. */
+/* The server: one task of a cluster. Setting it up and stopping it, and
+ * the dispatch of every frame that arrives (on_message): GET_STATUS, LEASE
+ * and heartbeats are answered, and pushed tensors delivered, where they
+ * arrive; registrations go to the register threads, the other requests to
+ * the work threads (run_job). Which thread runs what, and the locks:
+ * docs/internals.md, "Threads and locks". */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -303,10 +302,8 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
       gr_inmsg_free(m);
       return;
     case GR_MSG_TENSOR:
-      /* delivered here, without a hop to the work pool: it blocks nowhere,
-       * and the executors run what it makes ready on the inter-op threads
-       * (only transfers and small nodes of known size, such as a send that
-       * passes it on, run here) */
+      /* delivered here, without a hop to the work pool: it blocks nowhere
+       * (what it makes ready: docs/internals.md, "Threads and locks") */
       gr_server_push(s, c, m);
       return;
     case GR_MSG_RUN:
@@ -476,8 +473,8 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   gr_ops_set_intra_op_threads(o->intra_op_threads > 0 ? o->intra_op_threads : 1);
   s->register_pool = gr_threadpool_new(4);
   s->work_pool = gr_threadpool_new(2);
-  /* the steps' kernels run on these threads only (a RUN or a tensor's
-   * arrival runs cheap nodes on its work thread and hands the rest here) */
+  /* the steps' kernels: light nodes may also run where a value arrives
+   * (docs/internals.md, "Threads and locks") */
   s->exec_pool = gr_threadpool_new(threads);
   gr_threadpool_set_name(s->register_pool, "gr-register");
   gr_threadpool_set_name(s->work_pool, "gr-work");

@@ -1,5 +1,8 @@
-/* The server (worker service) shared between server.c (setup, dispatch,
- * registration) and server_step.c (steps and the push rendezvous).
+/* The server (worker service), shared between its files: server.c (setup,
+ * dispatch), server_register.c (registration, dialing peers),
+ * server_step.c (steps and the push rendezvous), server_containers.c and
+ * server_lease.c. Which thread runs what, which lock guards which field
+ * and the lock order: docs/internals.md, "Threads and locks".
  * Internal to distributed/. */
 #ifndef GR_SERVER_INTERNAL_H
 #define GR_SERVER_INTERNAL_H
