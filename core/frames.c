@@ -1,4 +1,4 @@
-/* Loop frames (gr_frames.h): the frame tree and the assignment walk that
+/* Loop frames (frames.h): the frame tree and the assignment walk that
  * the partitioner, the executor's plan and autodiff share. */
 #include "core/frames.h"
 
