@@ -2,7 +2,8 @@
  * checkpoints, distributed, frontend) and the tests use of core beyond its
  * public API (core/gr_core.h). Not installed: the engine's hash maps,
  * thread pool, executor, partitioner, control-flow frames, device plans and
- * the remote-runner seam of sessions. */
+ * the remote-runner seam of sessions, and the invariant checks of debug
+ * and sanitizer builds. */
 #ifndef GR_CORE_ENGINE_H
 #define GR_CORE_ENGINE_H
 
@@ -10,6 +11,7 @@
 #include "core/executor.h"
 #include "core/frames.h"
 #include "core/gr_core.h"
+#include "core/invariants.h"
 #include "core/map.h"
 #include "core/partition.h"
 #include "core/session_remote.h"

@@ -26,6 +26,7 @@ struct step_state {
 };
 
 static void state_unref_locked(gr_server *s, step_state *t) {
+  GR_ASSERT_HELD(&s->mu);
   if (--t->refs > 0) return;
   s->parked_bytes -= t->parked;
   gr_rendezvous_free(t->local);
@@ -44,6 +45,7 @@ static void state_unref(gr_server *s, step_state *t) {
  * (values pushed or an abort for a step whose RUN never came: a master that
  * died, or a peer's mistake), as if it had finished. */
 static bool evict_parked_locked(gr_server *s) {
+  GR_ASSERT_HELD(&s->mu);
   step_state *old = NULL;
   void *v;
   for (size_t pos = 0; gr_map_next(&s->steps, &pos, NULL, &v);) {
