@@ -130,7 +130,6 @@ static bool top_is(const char *file, const char *cls) {
 }
 
 static void test_export_and_predict(void) {
-  gt_write_file(dir, "m.gr", model_src);
   GR_CHECK(gt_cli_expect(dir, "run m.gr --steps 60 --ckpt c.db --quiet", 0, NULL, out, sizeof out));
   GR_CHECK(gt_cli_expect(
       dir, "export m.gr --inference --ckpt c.db --output probs --input val_x -o m.grb", 0,
@@ -255,15 +254,26 @@ static void test_freeze_errors(void) {
   GR_CHECK(access(gt_path_in(dir, "w.grb"), F_OK) != 0); /* nothing written */
 }
 
+/* --epochs reads an epoch's steps off the image folder: 36 training
+ * pictures in batches of 8 are 4 steps. */
+static void test_epochs_of_folder(void) {
+  GR_CHECK(gt_cli_expect(dir, "run m.gr --epochs 3 --ckpt e.db", 0, "epoch 3/3  loss ", out,
+                         sizeof out));
+  GR_CHECK(gt_cli_expect(dir, "ckpt ls e.db", 0, "\"steps_done\": 12}", out, sizeof out));
+  GR_CHECK_STR_CONTAINS(out, "\"steps_done\": 4}");
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/gr_test_export_predict_XXXXXX");
   if (!mkdtemp(dir)) return 1;
   make_folder();
   make_held_out();
+  gt_write_file(dir, "m.gr", model_src);
   GR_RUN(test_export_and_predict);
   GR_RUN(test_bad_images);
   GR_RUN(test_placeholder_model);
   GR_RUN(test_freeze_errors);
+  GR_RUN(test_epochs_of_folder);
   if (!getenv("GR_TEST_KEEP")) gt_remove_tree(dir);
   return gr_test_finish();
 }
