@@ -115,6 +115,12 @@ static int find_output(model *m, const char *name) {
             gr_shape_str(s, b));
     return GR_EXIT_USAGE;
   }
+  int64_t k = s->rank == 2 ? s->dims[1] : 1; /* one unit: two classes */
+  if (m->num_classes > 0 && k >= 0 && (k < 2 ? 2 : k) != m->num_classes)
+    fprintf(stderr,
+            "graphrun " CMD ": note: the model names %d classes, output '%s' gives %lld: they "
+            "are numbered\n",
+            m->num_classes, name, (long long)(k < 2 ? 2 : k));
   const gr_node *n = m->output.node;
   while (n->op == &gr_op_identity && n->num_inputs == 1) n = n->inputs[0].node;
   m->probabilities = strcmp(n->op->name, "softmax") == 0 || strcmp(n->op->name, "sigmoid") == 0;
@@ -178,12 +184,6 @@ static int run_batch(const model *m, gr_session *s, gr_tensor *x, const char *co
     fprintf(stderr, "graphrun " CMD ": the output has %lld rows for %d pictures\n",
             (long long)(out.shape.rank ? out.shape.dims[0] : 0), n);
     rc = GR_EXIT_FAILURE;
-  }
-  static bool noted;
-  if (rc == GR_EXIT_OK && m->classes && !noted && (k < 2 ? 2 : k) != m->num_classes) {
-    fprintf(stderr, "graphrun " CMD ": note: the model names %d classes, its output gives %lld\n",
-            m->num_classes, (long long)(k < 2 ? 2 : k));
-    noted = true;
   }
   for (int i = 0; rc == GR_EXIT_OK && i < n; i++)
     print_row(m, files[i], p, probabilities(m, &out, i, p), top);
