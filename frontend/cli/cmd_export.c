@@ -13,28 +13,30 @@
 #include "commands.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: graphrun export FILE.gr -o OUT.grb [--seed N]\n"
-             "       graphrun export FILE.gr --inference [--ckpt PATH] --output NAME[,NAME]\n"
-             "                       [--input NAME] [--step N] -o OUT.grb\n\n"
-             "Builds FILE.gr and writes its graph as a serialized graph (msgpack, format in\n"
-             "docs/distributed.md): every node with its op, attrs (constants included), inputs,\n"
-             "devices and source position, plus the file's names, `fetch` and `target`.\n"
-             "`graphrun run|check|dot|place OUT.grb` read it like the .gr file, with the same\n"
-             "results bit for bit; the graph's seed is the one it was exported with.\n"
-             "With --inference it writes the inference graph of the outputs instead: only the\n"
-             "nodes they need from their input, each variable a constant of its value in the\n"
-             "checkpoint, no devices; an image_folder input becomes an image_input (its size,\n"
-             "color mode and class names) that `graphrun predict OUT.grb IMAGE...` feeds.\n"
-             "  -o, --out OUT.grb  where to write (required; replaced atomically)\n"
-             "  --seed N           the graph's seed for random ops (default 0)\n"
-             "  --inference        write the frozen inference graph of --output\n"
-             "  --ckpt PATH        the checkpoint file (or directory) the variables' values\n"
-             "                     come from (needed when the outputs read variables)\n"
-             "  --step N           its checkpoint at step N (default: the newest)\n"
-             "  --output A,B       the model's outputs, built with training=false\n"
-             "  --input NAME       the model's input (default: the one placeholder or\n"
-             "                     image_folder the outputs read); a batch of any size\n"
-             "Exit codes: 0 ok, 1 runtime failure, 2 error in the file or flags.\n");
+  fprintf(
+      f,
+      "usage: graphrun export FILE.gr -o OUT.grb [--seed N]\n"
+      "       graphrun export FILE.gr --inference [--ckpt PATH [--step N]] --output NAME[,NAME]\n"
+      "                       [--input NAME] -o OUT.grb\n\n"
+      "Builds FILE.gr and writes its graph as a serialized graph (msgpack, format in\n"
+      "docs/distributed.md): every node with its op, attrs (constants included), inputs,\n"
+      "devices and source position, plus the file's names, `fetch` and `target`.\n"
+      "`graphrun run|check|dot|place OUT.grb` read it like the .gr file, with the same\n"
+      "results bit for bit; the graph's seed is the one it was exported with.\n"
+      "With --inference it writes the inference graph of the outputs instead: only the\n"
+      "nodes they need from their input, each variable a constant of its value in the\n"
+      "checkpoint, no devices; an image_folder input becomes an image_input (its size,\n"
+      "color mode and class names) that `graphrun predict OUT.grb IMAGE...` feeds.\n"
+      "  -o, --out OUT.grb  where to write (required; replaced atomically)\n"
+      "  --seed N           the graph's seed for random ops (default 0)\n"
+      "  --inference        write the frozen inference graph of --output\n"
+      "  --ckpt PATH        the checkpoint file (or directory) the variables' values\n"
+      "                     come from (needed when the outputs read variables)\n"
+      "  --step N           its checkpoint at step N (default: the newest)\n"
+      "  --output A,B       the model's outputs, built with training=false\n"
+      "  --input NAME       the model's input (default: the one placeholder or\n"
+      "                     image_folder the outputs read); a batch of any size\n"
+      "Exit codes: 0 ok, 1 runtime failure, 2 error in the file or flags.\n");
 }
 
 /* Writes data to path through a temporary file and a rename, so a failed
@@ -79,6 +81,10 @@ static int check_inference_flags(bool inference, const cli_freeze_options *f, lo
                                       : NULL;
   if (!inference && lone) {
     fprintf(stderr, "graphrun export: %s goes with --inference\n", lone);
+    return GR_EXIT_USAGE;
+  }
+  if (step >= 0 && !f->ckpt_path) {
+    fprintf(stderr, "graphrun export: --step goes with --ckpt\n");
     return GR_EXIT_USAGE;
   }
   return GR_EXIT_OK;

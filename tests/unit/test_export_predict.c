@@ -245,6 +245,11 @@ static void test_freeze_errors(void) {
                          out, sizeof out));
   GR_CHECK(gt_cli_expect(dir, "export m.gr --inference --output probs -o w.grb", 2,
                          "give --ckpt PATH", out, sizeof out));
+  GR_CHECK(gt_cli_expect(dir, "export m.gr --inference --step 3 --output probs -o w.grb", 2,
+                         "--step goes with --ckpt", out, sizeof out));
+  GR_CHECK(gt_cli_expect(dir,
+                         "export m.gr --inference --ckpt c.db --step 7 --output probs -o w.grb", 2,
+                         "c.db' has no checkpoint at step 7", out, sizeof out));
   /* a checkpoint without the model's variables: another file's */
   gt_write_file(dir, "other.gr", "w = variable(zeros([2]))\ny = w + 1\n");
   GR_CHECK(gt_cli_expect(dir, "run other.gr --ckpt o.db --quiet", 0, NULL, out, sizeof out));
