@@ -377,6 +377,24 @@ static gr_status client_handshake(int fd, const char *address, const char *secre
   return st;
 }
 
+/* What a failed connect means, for its message: whether anything
+ * listened (refused) or anything answered (timed out). */
+static const char *why_no_connection(int e) {
+  switch (e) {
+    case ECONNREFUSED:
+      return "nothing listens there (connection refused: the task is not up yet, has died, or "
+             "listens on another port or address)";
+    case ETIMEDOUT:
+      return "nothing answered (connection timed out: the host is down or unreachable, or a "
+             "firewall drops the packets)";
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+      return "no route to that host (host or network unreachable)";
+    default:
+      return strerror(e);
+  }
+}
+
 /* One connection attempt; -1 with errno on failure. */
 static int connect_once(const struct addrinfo *ai, int64_t deadline) {
   int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
@@ -429,7 +447,7 @@ gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, cons
   freeaddrinfo(ai);
   if (fd < 0)
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot connect to %s within %d ms: %s", address,
-                        timeout_ms, strerror(last ? last : ETIMEDOUT));
+                        timeout_ms, why_no_connection(last ? last : ETIMEDOUT));
   gr_status st = client_handshake(fd, address, secret, cluster, deadline, err);
   if (st != GR_OK) {
     close(fd);
