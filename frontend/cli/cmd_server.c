@@ -2,6 +2,7 @@
  * (or, with --exit-with-client, until its clients are gone); with
  * --restarts K, restarted in place when it dies (cli_supervise.c). Which
  * task, where it listens and its cluster: cli_server_setup.c. */
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,7 @@ typedef struct server_run {
   long devices, threads, blas_threads, max_conns, restarts;
   double exit_with_client; /* seconds; < 0: off */
   bool quiet;
+  pid_t launcher; /* a launcher's task ends with it (srun's slurmstepd, mpirun; 0: none) */
 } server_run;
 
 /* Until a signal, or its clients are gone (--exit-with-client). */
@@ -127,6 +129,11 @@ static void serve_until_done(gr_server *srv, const server_run *r) {
       if (!r->quiet)
         fprintf(stderr, "graphrun server: %s stopping (signal %d)\n", gr_server_task_name(srv),
                 (int)stop_signal);
+      return;
+    }
+    if (r->launcher > 1 && kill(r->launcher, 0) != 0 && errno == ESRCH) {
+      fprintf(stderr, "graphrun server: %s stopping: its launcher (pid %d) ended\n",
+              gr_server_task_name(srv), (int)r->launcher);
       return;
     }
     if (r->exit_with_client >= 0) {
@@ -271,6 +278,7 @@ int gr_cmd_server(int argc, char **argv) {
     if (c < 0 || !take_flag(&r, c, &po)) return GR_EXIT_USAGE;
   }
   int rc = cli_server_setup(&r.s);
+  if (r.s.publish) r.launcher = getppid(); /* slurmstepd, mpirun or orted */
   if (rc == GR_EXIT_OK && r.restarts > 0) {
     char what[GR_DEVICE_NAME_MAX];
     snprintf(what, sizeof what, "/job:%s/replica:0/task:%ld", r.s.job, r.s.task);
