@@ -405,8 +405,10 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
       gr_server_steps_abort_of(s, c, why);
     }
   }
-  /* a peer that closes between frames is done; anything else is worth a line */
-  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK)
+  /* a peer that closes between frames is done, one that sent nothing was a
+   * probe (a readiness check of the port); anything else is worth a line */
+  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK &&
+      !gr_conn_sent_nothing(c))
     gr_server_log(s, "connection from %s ended: %s", gr_conn_peer(c), why->msg);
   free(cs);
   gr_conn_set_user(c, NULL);

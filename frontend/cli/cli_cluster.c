@@ -169,6 +169,13 @@ void cli_set_container(const char *name) {
   container = name;
 }
 
+/* --connect-timeout: the next cli_connect's bound (0: the default) */
+static int connect_ms;
+
+void cli_set_connect_timeout(int ms) {
+  connect_ms = ms;
+}
+
 /* --cluster-id and --insecure: this process's, for every master it connects */
 static const char *cluster_id_flag;
 static bool insecure;
@@ -215,8 +222,9 @@ gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret,
                           .addresses = addrs,
                           .task_names = name_of,
                           /* a short --timeout also bounds connecting */
-                          .connect_timeout_ms =
-                              timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms : 10000,
+                          .connect_timeout_ms = connect_ms > 0                         ? connect_ms
+                                                : timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms
+                                                                                       : 10000,
                           .step_timeout_ms = timeout_ms,
                           .heartbeat_ms = heartbeat_ms,
                           .heartbeat_missed = heartbeat_missed,

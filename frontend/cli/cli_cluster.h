@@ -62,6 +62,9 @@ void cli_set_heartbeat(int ms, int missed);
  * its own private one; else a name, kept, shared by every client naming
  * it). */
 void cli_set_container(const char *name);
+/* The bound of the next cli_connect's connecting (ms; 0: the default, at most
+ * 10 s), for a run's first connect to tasks that start later. */
+void cli_set_connect_timeout(int ms);
 /* A master connected to every task of c (each needs an address), with the
  * secret and this process's cluster id for c (cli_set_identity). */
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,

@@ -86,6 +86,8 @@ static void usage(FILE *f) {
          "                     chief's; the others ignore it), the others wait for them and\n"
          "                     fail at once if the chief's process ends first; every client\n"
          "                     needs the same --container\n"
+         "  --connect-timeout S  wait up to S seconds for every task to answer at the start\n"
+         "                     (default 10; tasks that a scheduler starts later: longer)\n"
          "  --recovery-timeout S  with --cluster and --ckpt, a lost or restarted task is\n"
          "                     waited for up to S seconds (default 60), then the run restores\n"
          "                     the newest checkpoint and goes on from it\n"
@@ -114,6 +116,7 @@ enum {
   F_RECOVERY,
   F_MAX_FAILURES,
   F_RENDEZVOUS,
+  F_CONNECT_TIMEOUT,
   F_OUT,
   F_TRACE,
   F_DEVICES,
@@ -149,6 +152,7 @@ static const struct option flags[] = {
     {"recovery-timeout", required_argument, NULL, F_RECOVERY},
     {"max-failures", required_argument, NULL, F_MAX_FAILURES},
     {"rendezvous", required_argument, NULL, F_RENDEZVOUS},
+    {"connect-timeout", required_argument, NULL, F_CONNECT_TIMEOUT},
     {"out", required_argument, NULL, F_OUT},
     {"trace", required_argument, NULL, F_TRACE},
     {"devices", required_argument, NULL, F_DEVICES},
@@ -308,6 +312,8 @@ static int set_cluster_flag(const cli_opts *po, int c, cli_run_options *o) {
     case F_RENDEZVOUS:
       cli_set_rendezvous(po->arg);
       break;
+    case F_CONNECT_TIMEOUT:
+      return cli_opt_seconds(po, MAX_TIMEOUT_S, &o->connect_s) ? GR_EXIT_OK : GR_EXIT_USAGE;
     default:
       return NOT_MINE;
   }
