@@ -111,7 +111,7 @@ static int from_launcher(server_setup *o, const cli_launcher *l, gr_error *err) 
   cli_launch_task t;
   if (cli_launcher_task(l, &t, err) != GR_OK ||
       cli_rendezvous_dir(l, o->rdv, sizeof o->rdv, err) != GR_OK) {
-    fprintf(stderr, "graphrun server: --cluster %s: %s\n", o->spec, err->msg);
+    fprintf(stderr, "graphrun server: %s\n", err->msg);
     return GR_EXIT_USAGE;
   }
   if (o->job && (strcmp(o->job, t.job) != 0 || o->task != t.index)) {

@@ -111,6 +111,20 @@ static void test_tf_config(void) {
                                     "here, a loopback address");
   GR_CHECK_STR_CONTAINS(srv[0].buf, "the other hosts could not reach it. Listen on every interface "
                                     "with --bind 0.0.0.0:2222");
+  /* nothing listens yet: refused, naming the task and its address; a host
+   * whose link is down: nothing answers */
+  gt_proc cl;
+  char *client_env[] = {env_tf[1], env_secret, NULL};
+  char *early[] = {"run", basics, "--cluster", "env", "--timeout", "2", NULL};
+  rc = run_in(&cl, net.client, client_env, early);
+  GR_CHECK_MSG(rc == 1, "exit %d:\n%s", rc, cl.buf);
+  GR_CHECK_STR_CONTAINS(cl.buf, "graphrun run: /job:ps/task:0: cannot connect to node0:2222 "
+                                "within 2000 ms: nothing listens there (connection refused");
+  GR_CHECK(gt_ip("-n %s link set b0 down", net.sw) == 0);
+  rc = run_in(&cl, net.client, client_env, early);
+  GR_CHECK(gt_ip("-n %s link set b0 up", net.sw) == 0);
+  GR_CHECK_STR_CONTAINS(cl.buf, "graphrun run: /job:ps/task:0: cannot connect to node0:2222 "
+                                "within 2000 ms: nothing answered (connection timed out");
   /* on every interface, as TensorFlow's servers */
   for (int k = 0; k < NT; k++) {
     char *env[] = {env_tf[k], env_secret, NULL};
@@ -121,10 +135,8 @@ static void test_tf_config(void) {
   for (int k = 0; k < NT; k++)
     up = gt_proc_wait_line(&srv[k], "listening on 0.0.0.0:2222", 30) && up;
   GR_CHECK_MSG(up, "the servers did not start:\n%s\n%s\n%s", srv[0].buf, srv[1].buf, srv[2].buf);
-  char *client_env[] = {env_tf[1], env_secret, NULL};
   if (up) check_client(client_env, "env");
   /* "localhost" in a cluster spanning hosts: each host would read it as itself */
-  gt_proc cl;
   char *local_args[] = {
       "run", basics, "--cluster",
       "{\"ps\": [\"localhost:2222\"], \"worker\": [\"node1:2222\", \"node2:2222\"]}", NULL};
