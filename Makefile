@@ -37,8 +37,8 @@ DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
                 libgraphviz-dev libjs-chart.js
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build demo test test-slurm test-mpi bench-% fuzz-dsl fuzz-graph fuzz-wire \
-        fuzz-image soak-ckpt soak-recovery soak-placement format clean
+.PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire fuzz-image soak-ckpt \
+        soak-recovery soak-placement format clean test-slurm test-mpi
 
 all: build
 
