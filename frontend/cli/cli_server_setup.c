@@ -215,9 +215,9 @@ void cli_server_entry(server_setup *o, int port, int devices) {
 }
 
 void cli_server_set_port(server_setup *o, int port) {
-  char host[GR_CLUSTER_HOST_MAX];
+  char host[GR_CLUSTER_HOST_MAX] = "127.0.0.1"; /* the default bind's */
   int old;
-  if (!o->bind || !split_host_port(o->bind, host, sizeof host, &old)) return;
+  if (o->bind && !split_host_port(o->bind, host, sizeof host, &old)) return;
   join_address(o->bind_buf, sizeof o->bind_buf, host, port);
   o->bind = o->bind_buf;
 }
