@@ -91,9 +91,16 @@ bool cli_slurm_alive(cli_slurm_step *s, int *status) {
 
 gr_status cli_slurm_wait(cli_slurm_step *s, double seconds, volatile sig_atomic_t *stop,
                          gr_cluster **out, gr_error *err) {
-  double deadline = cli_now() + seconds;
+  double start = cli_now(), deadline = start + seconds;
   int status;
+  bool told = false;
   for (;;) {
+    if (!told && cli_now() - start > 5) { /* srun may wait for the job's resources */
+      fprintf(stderr,
+              "graphrun launch: waiting for the servers' step to start (srun; rendezvous %s)\n",
+              s->dir);
+      told = true;
+    }
     gr_status st = cli_rendezvous_wait(s->dir, 0.2, out, err);
     if (st == GR_OK) break;
     if (st != GR_ERR_DEADLINE_EXCEEDED) return st;

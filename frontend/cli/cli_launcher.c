@@ -48,9 +48,11 @@ static int env_int(const char *var) {
   return v && *v && !*end && x >= 0 && x <= 1000000000L ? (int)x : -1;
 }
 
+/* Its node's name as Slurm's node list says it, unless that name does not
+ * resolve (NodeName is not always a host name): the host's name then. */
 static void host_name(char *out, size_t cap) {
   const char *node = getenv("SLURMD_NODENAME");
-  if (node && *node)
+  if (node && *node && cli_host_resolve_kind(node, NULL, 0) != CLI_HOST_UNRESOLVED)
     snprintf(out, cap, "%s", node);
   else if (gethostname(out, cap) != 0)
     snprintf(out, cap, "localhost");
