@@ -197,7 +197,7 @@ gr_status cli_launcher_cluster(const cli_launcher *l, bool layout_only, gr_clust
   cli_rendezvous_use(dir);
   snprintf(from_buf, sizeof from_buf, "the rendezvous %s", dir);
   *from = from_buf;
-  GR_TRY(cli_rendezvous_wait(dir, 120, out, err));
+  GR_TRY(cli_rendezvous_wait(dir, cli_rendezvous_wait_s(), out, err));
   gr_status s = check_jobs(l, *out, dir, err);
   if (s != GR_OK) {
     gr_cluster_free(*out);

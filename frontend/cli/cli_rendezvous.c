@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,16 @@ static char in_use_buf[4096];
 
 void cli_set_rendezvous(const char *dir) {
   rendezvous_flag = dir;
+}
+
+static double wait_s = 120;
+
+void cli_set_rendezvous_wait(double seconds) {
+  wait_s = seconds > 0 ? seconds : 120;
+}
+
+double cli_rendezvous_wait_s(void) {
+  return wait_s;
 }
 
 void cli_rendezvous_use(const char *dir) {
@@ -122,41 +133,54 @@ gr_status cli_rendezvous_publish(const char *dir, const cli_rdv_entry *e, gr_err
   return GR_OK;
 }
 
+/* The fields of an entry: "key value" lines after the first. */
+typedef struct field {
+  const char *key;
+  size_t offset, size; /* size 0: an int */
+} field;
+
+static const field fields[] = {
+    {"job", offsetof(cli_rdv_entry, job), sizeof((cli_rdv_entry *)0)->job},
+    {"address", offsetof(cli_rdv_entry, address), sizeof((cli_rdv_entry *)0)->address},
+    {"launch", offsetof(cli_rdv_entry, launch), sizeof((cli_rdv_entry *)0)->launch},
+    {"host", offsetof(cli_rdv_entry, host), sizeof((cli_rdv_entry *)0)->host},
+    {"index", offsetof(cli_rdv_entry, index), 0},
+    {"rank", offsetof(cli_rdv_entry, rank), 0},
+    {"ntasks", offsetof(cli_rdv_entry, ntasks), 0},
+    {"devices", offsetof(cli_rdv_entry, devices), 0},
+};
+#define NUM_FIELDS ((int)(sizeof fields / sizeof *fields))
+
 /* Reads one entry; false (with why) when it is not a whole, valid one. */
 static bool read_entry(const char *path, cli_rdv_entry *e, char *why, size_t cap) {
   FILE *f = fopen(path, "r");
   if (!f) return snprintf(why, cap, "%s", strerror(errno)), false;
   memset(e, 0, sizeof *e);
-  e->rank = e->index = e->ntasks = -1;
   char line[512];
-  int n = 0, seen = 0;
+  int seen = 0;
   bool ok = fgets(line, sizeof line, f) && !strncmp(line, RDV_MAGIC, strlen(RDV_MAGIC));
-  if (!ok) snprintf(why, cap, "line 1: not a rendezvous entry");
+  if (!ok) snprintf(why, cap, "line 1: not a graphrun rendezvous entry");
   while (ok && fgets(line, sizeof line, f)) {
-    n++;
     line[strcspn(line, "\n")] = '\0';
     char *v = strchr(line, ' ');
     if (!v) continue;
     *v++ = '\0';
-#define FIELD_STR(k) else if (!strcmp(line, #k) && ++seen) snprintf(e->k, sizeof e->k, "%s", v)
-#define FIELD_INT(k) else if (!strcmp(line, #k) && ++seen) e->k = atoi(v)
-    if (0) {}
-    FIELD_STR(job);
-    FIELD_STR(address);
-    FIELD_STR(launch);
-    FIELD_STR(host);
-    FIELD_INT(index);
-    FIELD_INT(rank);
-    FIELD_INT(ntasks);
-    FIELD_INT(devices);
-    else if (!strcmp(line, "pid")) e->pid = atol(v);
-#undef FIELD_STR
-#undef FIELD_INT
+    if (!strcmp(line, "pid")) e->pid = atol(v);
+    for (int k = 0; k < NUM_FIELDS; k++) {
+      if (strcmp(line, fields[k].key) != 0) continue;
+      char *to = (char *)e + fields[k].offset;
+      if (fields[k].size)
+        snprintf(to, fields[k].size, "%s", v);
+      else
+        *(int *)to = atoi(v);
+      seen |= 1 << k;
+    }
   }
   fclose(f);
-  if (ok && (seen < 8 || e->rank < 0 || e->ntasks < 1 || e->rank >= e->ntasks || e->index < 0 ||
-             !e->address[0] || e->devices < 1))
-    ok = false, snprintf(why, cap, "line %d: an incomplete entry", n + 1);
+  if (ok && (seen != (1 << NUM_FIELDS) - 1 || e->rank < 0 || e->ntasks < 1 ||
+             e->rank >= e->ntasks || e->index < 0 || !e->address[0] || e->devices < 1))
+    ok = false,
+    snprintf(why, cap, "an incomplete entry (job, index, rank < ntasks, devices, address)");
   return ok;
 }
 
@@ -183,6 +207,7 @@ typedef struct scan {
   int ntasks;
   char launch[64];
   double newest;
+  char bad[400]; /* an entry that could not be read, and why ("": none) */
 } scan;
 
 /* Reads dir's entries into s: those of the launch of the newest entry. */
@@ -200,7 +225,11 @@ static gr_status scan_dir(const char *dir, scan *s, gr_error *err) {
     struct stat sb;
     cli_rdv_entry e;
     snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    if (stat(path, &sb) != 0 || !read_entry(path, &e, why, sizeof why)) continue;
+    if (stat(path, &sb) != 0) continue;
+    if (!read_entry(path, &e, why, sizeof why)) {
+      snprintf(s->bad, sizeof s->bad, "; %s: %s (not read)", de->d_name, why);
+      continue;
+    }
     double t = (double)sb.st_mtim.tv_sec + sb.st_mtim.tv_nsec * 1e-9;
     if (t >= s->newest) {
       s->newest = t;
@@ -273,14 +302,14 @@ gr_status cli_rendezvous_wait(const char *dir, double seconds, gr_cluster **out,
           if (!s.have[r]) m += (size_t)snprintf(missing + m, sizeof missing - m, " %d", r);
         if (s.ntasks)
           st = gr_error_set(err, GR_ERR_DEADLINE_EXCEEDED,
-                            "rendezvous %s: after %.0f s, %d of the %d tasks of %s have not said "
-                            "where they listen (ranks%s): did they start?",
-                            dir, seconds, s.ntasks - have, s.ntasks, s.launch, missing);
+                            "rendezvous %s: after %.3g s, %d of the %d tasks of %s have not said "
+                            "where they listen (ranks%s): did they start?%s",
+                            dir, seconds, s.ntasks - have, s.ntasks, s.launch, missing, s.bad);
         else
           st = gr_error_set(err, GR_ERR_DEADLINE_EXCEEDED,
-                            "rendezvous %s: after %.0f s no task has said where it listens: are "
-                            "the servers running, with the same rendezvous?",
-                            dir, seconds);
+                            "rendezvous %s: after %.3g s no task has said where it listens: are "
+                            "the servers running, with the same rendezvous?%s",
+                            dir, seconds, s.bad);
       }
       free(s.e), free(s.have);
       return st;

@@ -71,6 +71,9 @@ gr_status cli_launcher_cluster(const cli_launcher *l, bool layout_only, gr_clust
 /* --rendezvous DIR of this process (NULL: GRAPHRUN_RENDEZVOUS, else the
  * launcher's default). */
 void cli_set_rendezvous(const char *dir);
+/* How long a client waits at the rendezvous (seconds; 0: 120). */
+void cli_set_rendezvous_wait(double seconds);
+double cli_rendezvous_wait_s(void);
 /* The rendezvous directory for launcher l into dir[cap], made (mode 0700)
  * when missing; refused when others may write it (they could change the
  * addresses and read the secret). MPI has no default: an error says to give

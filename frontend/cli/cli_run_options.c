@@ -87,7 +87,8 @@ static void usage(FILE *f) {
          "                     fail at once if the chief's process ends first; every client\n"
          "                     needs the same --container\n"
          "  --connect-timeout S  wait up to S seconds for every task to answer at the start\n"
-         "                     (default 10; tasks that a scheduler starts later: longer)\n"
+         "                     (default 10; at a rendezvous 120; tasks that a scheduler\n"
+         "                     starts later: longer)\n"
          "  --recovery-timeout S  with --cluster and --ckpt, a lost or restarted task is\n"
          "                     waited for up to S seconds (default 60), then the run restores\n"
          "                     the newest checkpoint and goes on from it\n"
@@ -312,8 +313,10 @@ static int set_cluster_flag(const cli_opts *po, int c, cli_run_options *o) {
     case F_RENDEZVOUS:
       cli_set_rendezvous(po->arg);
       break;
-    case F_CONNECT_TIMEOUT:
-      return cli_opt_seconds(po, MAX_TIMEOUT_S, &o->connect_s) ? GR_EXIT_OK : GR_EXIT_USAGE;
+    case F_CONNECT_TIMEOUT: /* at the rendezvous too */
+      if (!cli_opt_seconds(po, MAX_TIMEOUT_S, &o->connect_s)) return GR_EXIT_USAGE;
+      cli_set_rendezvous_wait(o->connect_s);
+      break;
     default:
       return NOT_MINE;
   }

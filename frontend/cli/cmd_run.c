@@ -129,8 +129,7 @@ static int connect_cluster(cli_run_state *r) {
   gr_status st = cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms,
                              &r->master, &err);
   cli_set_connect_timeout(0);
-  if (st != GR_OK ||
-      cli_chief_hold(&r->self, r->cluster, r->secret, &err) != GR_OK) {
+  if (st != GR_OK || cli_chief_hold(&r->self, r->cluster, r->secret, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     return GR_EXIT_FAILURE;
   }

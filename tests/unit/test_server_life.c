@@ -3,7 +3,8 @@
  * port it listened on, and SIGTERM stops it cleanly (exit 0) with its
  * supervisor; --exit-with-client stops it once its client's run is over,
  * not before (a connection that only probes the port counts for nothing,
- * and is not logged); a rendezvous that others may write is refused. */
+ * and is not logged); a rendezvous that others may write is refused, and
+ * one where no task says where it listens is given up on, bounded. */
 #include <arpa/inet.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -120,6 +121,23 @@ static void test_rendezvous_private(void) {
   unsetenv("OMPI_COMM_WORLD_SIZE");
 }
 
+/* A client that finds no task at the rendezvous says so, bounded, and names
+ * what it could not read there. */
+static void test_rendezvous_empty(void) {
+  char rdv[PATH_MAX + 16], out[8192], args[2 * PATH_MAX];
+  snprintf(rdv, sizeof rdv, "%s/empty", dir);
+  mkdir(rdv, 0700);
+  gt_write_file(rdv, "junk.task", "not an entry\n");
+  snprintf(args, sizeof args, "run %s --cluster mpi --rendezvous %s --connect-timeout 0.5", basics,
+           rdv);
+  GR_CHECK(gt_cli_expect(dir, args, 2,
+                         "no task has said where it listens: are the servers running, "
+                         "with the same rendezvous?; junk.task: line 1: not a graphrun "
+                         "rendezvous entry (not read)",
+                         out, sizeof out));
+  GR_CHECK_STR_CONTAINS(out, "after 0.5 s no task");
+}
+
 int main(void) {
   gt_proc_isolate();
   snprintf(dir, sizeof dir, "/tmp/gr_life_%d", (int)getpid());
@@ -132,6 +150,7 @@ int main(void) {
   GR_RUN(test_restarts_in_place);
   GR_RUN(test_exit_with_client);
   GR_RUN(test_rendezvous_private);
+  GR_RUN(test_rendezvous_empty);
   gt_remove_tree(dir);
   return gr_test_finish();
 }
