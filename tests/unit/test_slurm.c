@@ -66,10 +66,11 @@ static void write_text(const char *path, const char *text, mode_t mode) {
   chmod(path, mode);
 }
 
+/* The file's text (at most 1 MiB), until the next call; "" when missing. */
 static char *read_text(const char *path) {
+  static char none[1], *buf;
   FILE *f = fopen(path, "r");
-  if (!f) return calloc(1, 1);
-  static char *buf;
+  if (!f) return none;
   free(buf);
   buf = calloc(1, 1 << 20);
   size_t n = fread(buf, 1, (1 << 20) - 1, f);
