@@ -405,10 +405,11 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
       gr_server_steps_abort_of(s, c, why);
     }
   }
-  /* a peer that closes between frames is done, one that sent nothing was a
-   * probe (a readiness check of the port); anything else is worth a line */
-  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK &&
-      !gr_conn_sent_nothing(c))
+  /* a peer that closes between frames is done, one that went away having
+   * sent nothing was a probe (a readiness check of the port); anything else
+   * (one the handshake deadline closed, too) is worth a line */
+  bool probe = gr_conn_sent_nothing(c) && why->code != GR_ERR_DEADLINE_EXCEEDED;
+  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK && !probe)
     gr_server_log(s, "connection from %s ended: %s", gr_conn_peer(c), why->msg);
   free(cs);
   gr_conn_set_user(c, NULL);

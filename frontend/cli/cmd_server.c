@@ -182,6 +182,12 @@ static int serve(void *arg, int port_fd) {
   char *colon = strrchr(host, ':');
   if (colon) *colon = '\0'; /* the host part, as given ("[::1]" keeps its brackets) */
   int port = gr_server_port(srv);
+  if (port_fd >= 0) { /* the supervisor knows it before anyone sees it listening */
+    if (write(port_fd, &port, sizeof port) != (ssize_t)sizeof port) {
+      /* the supervisor is gone: it dies with it */
+    }
+    close(port_fd);
+  }
   cli_server_entry(o, port, (int)r->devices);
   char reached[340] = "";
   if (o->reach[0]) snprintf(reached, sizeof reached, ", reached at %s", o->entry.address);
@@ -194,12 +200,6 @@ static int serve(void *arg, int port_fd) {
   if (o->publish && cli_rendezvous_publish(o->rdv, &o->entry, &err) != GR_OK) {
     fprintf(stderr, "graphrun server: %s\n", err.msg);
     rc = GR_EXIT_FAILURE;
-  }
-  if (port_fd >= 0) {
-    if (write(port_fd, &port, sizeof port) != (ssize_t)sizeof port) {
-      /* the supervisor is gone: it dies with it */
-    }
-    close(port_fd);
   }
   if (rc == GR_EXIT_OK) serve_until_done(srv, r);
   if (o->publish) cli_rendezvous_withdraw(o->rdv, &o->entry); /* a clean stop */
