@@ -133,20 +133,26 @@ static unsigned char *needed_nodes(const cli_run_state *r) {
   return mark;
 }
 
-/* From the `batch` ops a step reads: the steps of one pass over their data
- * (the op's own epoch: rows of its shard / batch_size, the rest dropped).
- * -1 when there is none, -2 when they disagree or their rows are unknown
- * (said unless quiet: --steps-per-epoch is given). */
+/* From the `batch` and `image_folder` ops a step reads: the steps of one
+ * pass over their data (the op's own epoch: rows or images of its shard /
+ * batch_size, the rest dropped). -1 when there is none, -2 when they
+ * disagree or their rows are unknown (said unless quiet: --steps-per-epoch
+ * is given). */
 static long data_steps(const cli_run_state *r, const unsigned char *mark, bool quiet, long *batch) {
   long spe = -1;
   const gr_node *first = NULL;
   for (int i = 0; i < gr_graph_num_nodes(r->g); i++) {
     const gr_node *n = gr_graph_node(r->g, i);
-    if (!mark[i] || strcmp(n->op->name, "batch") || n->num_inputs < 2) continue;
-    const gr_output x = n->inputs[1];
-    int64_t rows = x.node->out_shapes[x.index].rank > 0 ? x.node->out_shapes[x.index].dims[0] : -1;
-    int64_t b = gr_node_attr_int(n, "batch_size", 1), shards = gr_node_attr_int(n, "num_shards", 1),
-            shard = gr_node_attr_int(n, "shard_index", 0);
+    bool folder = !strcmp(n->op->name, "image_folder");
+    if (!mark[i] || (!folder && (strcmp(n->op->name, "batch") || n->num_inputs < 2))) continue;
+    const gr_output x = folder ? (gr_output){NULL, 0} : n->inputs[1];
+    int64_t rows = folder ? gr_image_folder_num_images((gr_output){(gr_node *)n, 0})
+                   : x.node->out_shapes[x.index].rank > 0 ? x.node->out_shapes[x.index].dims[0]
+                                                          : -1;
+    int64_t b = gr_node_attr_int(n, "batch_size", 1);
+    /* a folder's count is of its shard already */
+    int64_t shards = folder ? 1 : gr_node_attr_int(n, "num_shards", 1),
+            shard = folder ? 0 : gr_node_attr_int(n, "shard_index", 0);
     if (rows < 0) {
       if (quiet) return -2;
       fprintf(stderr,
@@ -231,8 +237,9 @@ int cli_epochs_setup(cli_run_state *r) {
   ep->spe = o->steps_per_epoch ? o->steps_per_epoch : from_data;
   if (ep->spe < 1) {
     fprintf(stderr, "graphrun run: --epochs: %s; give --steps-per-epoch S\n",
-            from_data == 0 ? "the data has fewer rows than a batch"
-                           : "no `batch` op in the step tells the steps of an epoch");
+            from_data == 0
+                ? "the data has fewer rows than a batch"
+                : "no `batch` or `image_folder` op in the step tells the steps of an epoch");
     return GR_EXIT_USAGE;
   }
   if (ep->spe > LONG_MAX / ep->epochs) {

@@ -34,9 +34,12 @@ int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool be
   if (no_restore) return GR_EXIT_OK;
   int64_t step = best ? cli_epochs_best_step(*ck, done) : -1;
   if (best && step < 0) return GR_EXIT_USAGE; /* none marked (said) */
+  /* by name: the checkpoint's tensors this graph has no variable for (an
+   * inference graph: the optimizer's slots, the global step) stay in it */
+  gr_ckpt_restore_options ro = {.at_step = best, .step = step};
+  gr_ckpt_restore_report rep = {.unused = 0};
   gr_status st = remote ? cli_restore_remote_at(*ck, s, g, &step, &err)
-                 : best ? gr_ckpt_restore_step(*ck, s, g, step, &err)
-                        : gr_ckpt_restore_latest(*ck, s, g, &step, &err);
+                        : gr_ckpt_restore(*ck, s, g, &ro, &rep, &err);
   if (st == GR_ERR_NOT_FOUND && !best) return GR_EXIT_OK;
   if (st != GR_OK) {
     fprintf(stderr, "graphrun run: restoring %s: %s\n(use --no-restore to start fresh)\n", path,
@@ -46,6 +49,9 @@ int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool be
   if (!best) *done = cli_run_steps_done(*ck);
   fprintf(stderr, "graphrun run: restored %s%s (%ld steps done)\n", path,
           best ? "'s checkpoint marked best" : "", *done);
+  if (rep.unused)
+    fprintf(stderr, "graphrun run: note: %d tensor%s of the checkpoint not in this graph: %s\n",
+            rep.unused, rep.unused == 1 ? "" : "s", rep.unused_names);
   return GR_EXIT_OK;
 }
 

@@ -155,7 +155,8 @@ static void test_usage_errors(void) {
          "--save-every 3 does not divide the 4 steps of an epoch");
   gt_write_file(dir, "nodata.gr", "w = variable(zeros([]))\ntrain = minimize(w * w, sgd(0.1))\n");
   expect("run nodata.gr --epochs 2", 2,
-         "no `batch` op in the step tells the steps of an epoch; give --steps-per-epoch S");
+         "no `batch` or `image_folder` op in the step tells the steps of an epoch; give "
+         "--steps-per-epoch S");
   expect("run nodata.gr --epochs 2 --steps-per-epoch 5 --quiet", 0, NULL);
 }
 
