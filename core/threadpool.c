@@ -23,11 +23,6 @@ struct gr_threadpool {
   pthread_t *threads;
 };
 
-int gr_num_cores(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
-
 static _Thread_local gr_threadpool *current;
 
 gr_threadpool *gr_threadpool_current(void) {

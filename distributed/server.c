@@ -189,6 +189,7 @@ typedef struct conn_state {
   bool logged;  /* its session line was printed */
   bool closing; /* a bad request: the rest of the connection is ignored */
   bool ran;     /* a RUN came over it: its steps are aborted when it closes */
+  bool client;  /* a request came over it: a client (a master), not a peer task */
   bool any;
   uint64_t top;
   uint64_t seen[GR_SERVER_ID_WINDOW / 64]; /* id x: bit x % GR_SERVER_ID_WINDOW */
@@ -269,6 +270,30 @@ static bool check_request(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *id) {
   return true;
 }
 
+/* A connection's first request makes it a client's, until it closes. */
+static void note_client(gr_server *s, conn_state *cs) {
+  cs->client = true;
+  pthread_mutex_lock(&s->mu);
+  s->clients_open++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void note_client_gone(gr_server *s) {
+  pthread_mutex_lock(&s->mu);
+  s->clients_open--;
+  s->clients_gone_at = gr_wire_now_ms();
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gr_server_client_state(gr_server *s, gr_server_clients *out) {
+  pthread_mutex_lock(&s->mu);
+  out->open = s->clients_open;
+  out->served = s->served;
+  out->idle_ms =
+      s->clients_open > 0 || !s->clients_gone_at ? 0 : gr_wire_now_ms() - s->clients_gone_at;
+  pthread_mutex_unlock(&s->mu);
+}
+
 static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   gr_server *s = arg;
   uint64_t id = 0;
@@ -282,8 +307,14 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     gr_inmsg_free(m);
     return;
   }
+  if (cs && !cs->client && is_request(m->h.type)) note_client(s, cs);
   if (is_request(m->h.type) && !check_request(s, c, m, &id)) return;
   if (m->h.type == GR_MSG_RUN) ((conn_state *)gr_conn_user(c))->ran = true;
+  if (m->h.type == GR_MSG_REGISTER) { /* a run of graphs has begun */
+    pthread_mutex_lock(&s->mu);
+    s->served = true;
+    pthread_mutex_unlock(&s->mu);
+  }
   switch (m->h.type) {
     case GR_MSG_HEARTBEAT: { /* answered at once, here: the master sees that we live */
       gr_outmsg *r = gr_msg_u64(&m->msg.root, "id", &id, NULL) == GR_OK
@@ -360,6 +391,7 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server_leases_drop_of(s, c);     /* and its leases */
   gr_server_containers_drop_of(s, c); /* and its private containers */
   conn_state *cs = gr_conn_user(c);
+  if (cs && cs->client) note_client_gone(s);
   if (cs && cs->ran) { /* its running steps would wait for a master that is gone */
     closed *x = malloc(sizeof *x);
     if (x) {
@@ -370,8 +402,11 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
       gr_server_steps_abort_of(s, c, why);
     }
   }
-  /* a peer that closes between frames is done; anything else is worth a line */
-  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK)
+  /* a peer that closes between frames is done, one that went away having
+   * sent nothing was a probe (a readiness check of the port); anything else
+   * (one the handshake deadline closed, too) is worth a line */
+  bool probe = gr_conn_sent_nothing(c) && why->code != GR_ERR_DEADLINE_EXCEEDED;
+  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK && !probe)
     gr_server_log(s, "connection from %s ended: %s", gr_conn_peer(c), why->msg);
   free(cs);
   gr_conn_set_user(c, NULL);

@@ -90,6 +90,12 @@ struct gr_server {
   int dials;              /* dial threads running (server_register.c) */
   gr_lease *leases;       /* network thread only (server_lease.c) */
   int num_leases;
+  /* its clients (gr_server_client_state), under mu: connections that sent
+   * a request and are open; whether one registered a graph; when the last
+   * closed (gr_wire_now_ms; 0: none yet) */
+  int clients_open;
+  bool served;
+  int64_t clients_gone_at;
 };
 
 /* Responds to request id on c: code GR_OK with `extra` more map entries the

@@ -4,30 +4,44 @@
 #include <stdlib.h>
 
 #include "cli_cluster.h"
+#include "cli_resolve.h"
 #include "cli_options.h"
 #include "commands.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: graphrun reset [--cluster C] [--container NAME] [options]\n\n"
-             "Clears shared containers on a cluster's server tasks (TensorFlow's Session.reset):\n"
-             "the container NAME, or every shared container. Their variables, queues and\n"
-             "accumulators are dropped: the next run naming the container starts from initial\n"
-             "values, and a run still using it fails its next step (\"container 'NAME' was\n"
-             "reset\"). A run's own private container ends with the run; reset leaves it alone.\n\n"
-             "  --cluster C        the cluster (a spec as for graphrun run; default:\n"
-             "                     GRAPHRUN_CLUSTER)\n"
-             "  --container NAME   only this container (default: every shared container)\n"
-             "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n"
-             "  --cluster-id ID    the cluster's id (default: GRAPHRUN_CLUSTER_ID, else Slurm's\n"
-             "                     job and step ids, else derived from the cluster spec)\n"
-             "  --insecure         no secret: talk to servers started with --insecure\n"
-             "  --timeout S        give up connecting to a task after S seconds (default and\n"
-             "                     at most 10)\n"
-             "  --quiet            print nothing when it worked\n\n"
-             "Exit codes: 0 ok, 1 a task could not be reached or refused, 2 usage error.\n");
+  fprintf(f,
+          "usage: graphrun reset [--cluster C] [--container NAME] [options]\n\n"
+          "Clears shared containers on a cluster's server tasks (TensorFlow's Session.reset):\n"
+          "the container NAME, or every shared container. Their variables, queues and\n"
+          "accumulators are dropped: the next run naming the container starts from initial\n"
+          "values, and a run still using it fails its next step (\"container 'NAME' was\n"
+          "reset\"). A run's own private container ends with the run; reset leaves it alone.\n\n"
+          "  --cluster C        the cluster (a spec as for graphrun run; default:\n"
+          "                     GRAPHRUN_CLUSTER)\n"
+          "  --rendezvous DIR   where a launcher's servers said where they listen (default:\n"
+          "                     GRAPHRUN_RENDEZVOUS, else $SLURM_SUBMIT_DIR/.graphrun/slurm-JOB)\n"
+          "  --container NAME   only this container (default: every shared container)\n"
+          "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE,\n"
+          "                     else the rendezvous's)\n"
+          "  --cluster-id ID    the cluster's id (default: GRAPHRUN_CLUSTER_ID, else Slurm's\n"
+          "                     job id, else the rendezvous's, else derived from the spec)\n"
+          "  --insecure         no secret: talk to servers started with --insecure\n"
+          "  --timeout S        give up connecting to a task after S seconds (default and\n"
+          "                     at most 10)\n"
+          "  --quiet            print nothing when it worked\n\n"
+          "Exit codes: 0 ok, 1 a task could not be reached or refused, 2 usage error.\n");
 }
 
-enum { F_CLUSTER = 256, F_CONTAINER, F_SECRET, F_CLUSTER_ID, F_INSECURE, F_TIMEOUT, F_QUIET };
+enum {
+  F_CLUSTER = 256,
+  F_CONTAINER,
+  F_SECRET,
+  F_CLUSTER_ID,
+  F_INSECURE,
+  F_TIMEOUT,
+  F_QUIET,
+  F_RENDEZVOUS
+};
 
 static const struct option reset_flags[] = {
     {"help", no_argument, NULL, 'h'},
@@ -38,6 +52,7 @@ static const struct option reset_flags[] = {
     {"insecure", no_argument, NULL, F_INSECURE},
     {"timeout", required_argument, NULL, F_TIMEOUT},
     {"quiet", no_argument, NULL, F_QUIET},
+    {"rendezvous", required_argument, NULL, F_RENDEZVOUS},
     {0},
 };
 
@@ -82,6 +97,9 @@ static int parse(int argc, char **argv, reset_options *o) {
         break;
       case F_QUIET:
         o->quiet = true;
+        break;
+      case F_RENDEZVOUS:
+        cli_set_rendezvous(po.arg);
         break;
       case CLI_OPTS_ARG:
         fprintf(stderr, "graphrun reset: unexpected argument '%s' (try --help)\n", po.arg);

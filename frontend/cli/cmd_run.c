@@ -155,9 +155,11 @@ static int connect_cluster(cli_run_state *r) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     return GR_EXIT_USAGE;
   }
-  if (cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms, &r->master,
-                  &err) != GR_OK ||
-      cli_chief_hold(&r->self, r->cluster, r->secret, &err) != GR_OK) {
+  cli_set_connect_timeout((int)(r->o.connect_s * 1000)); /* the first connect's; not recovery's */
+  gr_status st = cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms,
+                             &r->master, &err);
+  cli_set_connect_timeout(0);
+  if (st != GR_OK || cli_chief_hold(&r->self, r->cluster, r->secret, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     return GR_EXIT_FAILURE;
   }
