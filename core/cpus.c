@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "core/gr_threadpool.h"
+#include "core/threadpool.h"
 
 /* The cgroup's quota in CPUs, rounded up (0: none): cgroup v2's cpu.max
  * ("max 100000" or "150000 100000"), else v1's cfs quota and period. */
