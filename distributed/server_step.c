@@ -148,7 +148,9 @@ void gr_server_steps_abort_of(gr_server *s, gr_conn *c, const gr_error *why) {
 
 void gr_server_steps_free(gr_server *s) {
   void *v;
+  pthread_mutex_lock(&s->mu); /* no other thread is left: for the lock checks */
   for (size_t pos = 0; gr_map_next(&s->steps, &pos, NULL, &v);) state_unref_locked(s, v);
+  pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- the push rendezvous ----------------------------------------------------------- */
