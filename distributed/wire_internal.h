@@ -174,6 +174,16 @@ gr_status gr_auth_random(void *out, size_t n, gr_error *err);
 void gr_auth_mac(const char *secret, const char *role, const uint8_t a[GR_AUTH_NONCE],
                  const uint8_t b[GR_AUTH_NONCE], const char *server_cluster,
                  const char *client_cluster, uint8_t out[GR_AUTH_MAC]);
+/* The per-frame keys of a connection (frame_mac_internal.h): HKDF-SHA256
+ * with the secret as the input key, the server's then the client's nonce
+ * as the salt, and "graphrun frame keys v1" with both cluster ids
+ * (length-prefixed) as the info; the client-to-server key, then the
+ * server-to-client one. */
+#define GR_AUTH_FRAME_KEYS 64
+gr_status gr_auth_frame_keys(const char *secret, const uint8_t server_nonce[GR_AUTH_NONCE],
+                             const uint8_t client_nonce[GR_AUTH_NONCE], const char *server_cluster,
+                             const char *client_cluster, uint8_t out[GR_AUTH_FRAME_KEYS],
+                             gr_error *err);
 /* Constant-time comparison of two MACs. */
 bool gr_auth_equal(const uint8_t a[GR_AUTH_MAC], const uint8_t b[GR_AUTH_MAC]);
 
