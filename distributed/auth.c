@@ -30,8 +30,8 @@ static size_t put_id(uint8_t *p, const char *id) {
 
 void gr_auth_mac(const char *secret, const char *role, const uint8_t a[GR_AUTH_NONCE],
                  const uint8_t b[GR_AUTH_NONCE], const char *server_cluster,
-                 const char *client_cluster, uint8_t out[GR_AUTH_MAC]) {
-  uint8_t msg[16 + 2 * GR_AUTH_NONCE + 2 * 256];
+                 const char *client_cluster, uint8_t mode, uint8_t out[GR_AUTH_MAC]) {
+  uint8_t msg[16 + 2 * GR_AUTH_NONCE + 2 * 256 + 1];
   size_t rl = strlen(role), n = 16;
   if (rl > 16) rl = 16;
   memset(msg, 0, 16);
@@ -42,6 +42,7 @@ void gr_auth_mac(const char *secret, const char *role, const uint8_t a[GR_AUTH_N
   n += GR_AUTH_NONCE;
   n += put_id(msg + n, server_cluster);
   n += put_id(msg + n, client_cluster);
+  msg[n++] = mode;
   unsigned int len = GR_AUTH_MAC;
   if (!HMAC(EVP_sha256(), secret, (int)strlen(secret), msg, n, out, &len))
     memset(out, 0, GR_AUTH_MAC); /* never equal to a real MAC of the peer's */

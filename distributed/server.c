@@ -453,9 +453,16 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   int port;
   GR_TRY(gr_parse_address(bind, host, sizeof host, &port, err));
   GR_TRY(check_identity(o, bind, host, err));
+  gr_tls *tls;
+  GR_TRY(gr_tls_from_options(o->tls_cert, o->tls_key, o->tls_ca, "server", &tls, err));
   gr_server *s = calloc(1, sizeof *s);
-  if (!s) return gr_error_set_oom(err);
+  if (!s) {
+    gr_tls_unref(tls);
+    return gr_error_set_oom(err);
+  }
   s->o = *o;
+  s->tls = tls;
+  s->o.tls_cert = s->o.tls_key = s->o.tls_ca = NULL;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->stopped, NULL);
   gr_map_init(&s->containers, GR_MAP_STR);
@@ -495,9 +502,9 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
     st = gr_auth_random(&s->incarnation, sizeof s->incarnation, err);
   if (st == GR_OK) st = gr_loop_new(&s->loop, err);
   gr_conn_handler h = {on_message, on_close, s, transport_log};
+  gr_conn_auth auth = {s->secret, s->cluster, s->tls};
   if (st == GR_OK)
-    st = gr_listener_new(s->loop, host, port, s->secret, s->cluster, &h, &s->listener, &s->port,
-                         err);
+    st = gr_listener_new(s->loop, host, port, &auth, &h, &s->listener, &s->port, err);
   if (st == GR_OK) gr_listener_set_max_conns(s->listener, o->max_connections);
   if (st == GR_OK) st = gr_loop_every(s->loop, 1000, flush_logs, s, err);
   if (st != GR_OK) {
@@ -509,6 +516,13 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
     gr_server_log(s, "warning: insecure: no secret, no authentication: any local user can "
                      "connect, run any graph in this process (so read any file it can read) "
                      "and use its clients' shared containers");
+  else if (!s->tls && !is_loopback(host))
+    gr_server_log(s,
+                  "warning: no TLS on %s (not loopback): peers on other hosts must know the "
+                  "secret and every frame carries a MAC, but the traffic is not encrypted "
+                  "(anyone on the path can read tensors and graphs); give --tls-cert, "
+                  "--tls-key and --tls-ca to encrypt it",
+                  host);
   *out = s;
   return GR_OK;
 }
@@ -537,6 +551,7 @@ void gr_server_free(gr_server *s) {
   for (int k = 0; s->devices && k < s->num_devices; k++) free(s->devices[k]);
   free(s->devices);
   free(s->secret);
+  gr_tls_unref(s->tls);
   if (s->logs) {
     gr_loglimit_flush(s->logs, emit, s);
     gr_loglimit_destroy(s->logs);

@@ -8,6 +8,7 @@
 
 #include "distributed/gr_distributed.h"
 #include "distributed/loglimit_internal.h"
+#include "distributed/tls_internal.h"
 #include "distributed/transport_internal.h"
 
 #define GR_TASK_NAME_MAX    96
@@ -63,6 +64,7 @@ struct gr_server {
   int port;
   char *secret;                        /* NULL: insecure */
   char cluster[GR_CLUSTER_ID_MAX + 1]; /* its cluster id ("": none) */
+  gr_tls *tls;                         /* with peers on other hosts (NULL: none) */
   gr_loop *loop;
   gr_listener *listener;
   gr_loglimit *logs;            /* gr_server_log's lines, rate-limited per call site (format) */

@@ -239,7 +239,8 @@ static void *dial_main(void *arg) {
   gr_status st;
   peer *p;
   for (;;) {
-    st = gr_conn_dial(s->loop, d->address, s->secret, s->cluster, 10000, &h, &c, &e);
+    gr_conn_auth auth = {s->secret, s->cluster, s->tls};
+    st = gr_conn_dial(s->loop, d->address, &auth, 10000, &h, &c, &e);
     if (st != GR_OK) gr_error_prefix(&e, "dialing %s", d->task);
     pthread_mutex_lock(&s->mu);
     p = gr_server_find_peer(s, d->task);

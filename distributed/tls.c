@@ -28,6 +28,21 @@ static const char *ossl_reason(char *buf, size_t cap) {
   return buf;
 }
 
+/* The certificate the last verification on this thread refused: "; its
+ * certificate: subject /CN=.., issuer /CN=.." (verify_cb; "" when none). */
+static _Thread_local char refused_cert[320];
+
+static int verify_cb(int ok, X509_STORE_CTX *x) {
+  X509 *leaf = X509_STORE_CTX_get0_cert(x);
+  if (ok || !leaf) return ok;
+  char subject[128], issuer[128];
+  X509_NAME_oneline(X509_get_subject_name(leaf), subject, sizeof subject);
+  X509_NAME_oneline(X509_get_issuer_name(leaf), issuer, sizeof issuer);
+  snprintf(refused_cert, sizeof refused_cert, "; the peer's certificate: subject %s, issuer %s",
+           subject, issuer);
+  return ok;
+}
+
 /* The key file: readable, and not by everyone. */
 static gr_status check_key_file(const char *key, gr_error *err) {
   struct stat sb;
@@ -76,9 +91,15 @@ static gr_status load(SSL_CTX *ctx, const char *cert, const char *key, const cha
                         "intermediate ones)",
                         cert, ossl_reason(why, sizeof why));
   GR_TRY(check_key_file(key, err));
-  if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)
+  if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+    bool other = ERR_GET_REASON(ERR_peek_error()) == X509_R_KEY_VALUES_MISMATCH;
+    ossl_reason(why, sizeof why);
+    if (other)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "TLS key file %s is not the key of the certificate %s", key, cert);
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "TLS key file %s: %s (want a PEM key)", key,
-                        ossl_reason(why, sizeof why));
+                        why);
+  }
   if (SSL_CTX_check_private_key(ctx) != 1)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "TLS key file %s is not the key of the certificate %s: %s", key, cert,
@@ -104,7 +125,7 @@ gr_status gr_tls_new(const char *cert, const char *key, const char *ca, gr_tls *
   SSL_CTX *ctx = t->ctx;
   SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
   /* both sides present a certificate the CA signed */
-  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify_cb);
   /* partial writes: the transport's queue goes on where a write stopped;
    * no tickets or sessions: every connection is a full handshake; an end
    * of stream without close_notify is the peer closing (a task killed) */
@@ -205,10 +226,11 @@ gr_tls_io gr_tls_result(SSL *ssl, int ret, char *why, size_t cap) {
   else if (reason == SSL_R_DECRYPTION_FAILED_OR_BAD_RECORD_MAC)
     hint = ": a record altered on the way";
   if (reason == SSL_R_CERTIFICATE_VERIFY_FAILED && v != X509_V_OK)
-    snprintf(why, cap, "%s (%s)%s", r ? r : "certificate verify failed",
-             X509_verify_cert_error_string(v), hint);
+    snprintf(why, cap, "%s (%s)%s%s", r ? r : "certificate verify failed",
+             X509_verify_cert_error_string(v), hint, refused_cert);
   else
     snprintf(why, cap, "%s%s", r ? r : "a TLS error", hint);
+  refused_cert[0] = '\0';
   ERR_clear_error();
   return GR_TLS_FAILED;
 }
