@@ -74,17 +74,31 @@ static gr_status verify_own(SSL_CTX *ctx, const char *cert, const char *ca, int 
   X509_STORE_CTX_free(vc);
   ERR_clear_error();
   if (ok == 1) return GR_OK;
+  const char *hint =
+      code == X509_V_ERR_INVALID_PURPOSE
+          ? "every task is a TLS server to its clients and a TLS client to its peers: its "
+            "certificate needs both serverAuth and clientAuth, or no extendedKeyUsage"
+          : "the CA of --tls-ca must have signed it, and it must be valid now";
   return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                      "TLS certificate %s does not verify against the CA %s as a TLS %s: %s "
-                      "(every task is a TLS server to its clients and a TLS client to its "
-                      "peers: its certificate needs both serverAuth and clientAuth, or no "
-                      "extendedKeyUsage)",
-                      cert, ca, as, X509_verify_cert_error_string(code));
+                      "TLS certificate %s does not verify against the CA %s as a TLS %s: %s (%s)",
+                      cert, ca, as, X509_verify_cert_error_string(code), hint);
+}
+
+/* A file that can be opened for reading (OpenSSL's errors for one that
+ * cannot say little). */
+static gr_status check_readable(const char *what, const char *path, gr_error *err) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return gr_error_set(err, GR_ERR_NOT_FOUND, "TLS %s file %s: %s", what, path, strerror(errno));
+  fclose(f);
+  return GR_OK;
 }
 
 static gr_status load(SSL_CTX *ctx, const char *cert, const char *key, const char *ca,
                       gr_error *err) {
   char why[256];
+  GR_TRY(check_readable("certificate", cert, err));
+  GR_TRY(check_readable("CA", ca, err));
   if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "TLS certificate file %s: %s (want PEM: the certificate, then any "
@@ -152,8 +166,9 @@ gr_status gr_tls_from_options(const char *cert, const char *key, const char *ca,
   if (!c || !k || !a)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "%s: TLS needs a certificate, its key and the CA (--tls-cert, --tls-key "
-                        "and --tls-ca); missing:%s%s%s",
-                        who, c ? "" : " the certificate", k ? "" : " the key", a ? "" : " the CA");
+                        "and --tls-ca); missing: %s%s%s%s%s",
+                        who, c ? "" : "the certificate", !c && (!k || !a) ? ", " : "",
+                        k ? "" : "the key", !k && !a ? ", " : "", a ? "" : "the CA");
   gr_status st = gr_tls_new(cert, key, ca, out, err);
   if (st != GR_OK) gr_error_prefix(err, "%s", who);
   return st;
