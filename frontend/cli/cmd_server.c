@@ -29,8 +29,9 @@ static void usage(FILE *f) {
              "                     is refused (default: GRAPHRUN_CLUSTER_ID, else Slurm's job\n"
              "                     and step ids, else derived from --cluster's tasks)\n"
              "  --insecure         no secret needed (no authentication: any local user can run\n"
-             "                     any graph as you); loopback only, warns at every start\n"
-             "  --devices N        CPU devices (default 1)\n"
+             "                     any graph as you); loopback only, warns at every start\n");
+  fputs(cli_tls_usage, f);
+  fprintf(f, "  --devices N        CPU devices (default 1)\n"
              "  --threads T        executor threads (default: number of cores)\n"
              "  --max-connections N  accepted connections open at once (default: from the\n"
              "                     descriptor limit, ulimit -n, less a quarter for files)\n"
@@ -78,7 +79,8 @@ enum {
   F_CLUSTER_ID,
   F_INSECURE,
   F_QUIET,
-  F_MAX_CONNS
+  F_MAX_CONNS,
+  F_TLS /* and F_TLS + 1, + 2 */
 };
 
 static const struct option server_flags[] = {
@@ -94,6 +96,7 @@ static const struct option server_flags[] = {
     {"insecure", no_argument, NULL, F_INSECURE},
     {"quiet", no_argument, NULL, F_QUIET},
     {"max-connections", required_argument, NULL, F_MAX_CONNS},
+    CLI_TLS_FLAGS(F_TLS),
     {0},
 };
 
@@ -103,6 +106,7 @@ typedef struct server_setup {
   const char *job, *bind, *spec, *secret_file, *cluster_id;
   long task;
   bool insecure;
+  cli_tls tls;
   char addr[300], id[GR_CLUSTER_ID_MAX + 1];
   char *secret;
 } server_setup;
@@ -168,6 +172,7 @@ int gr_cmd_server(int argc, char **argv) {
       quiet = true;
     } else if (c == F_MAX_CONNS) {
       ok = cli_opt_long(&po, 1, 1 << 20, &max_conns);
+    } else if (cli_tls_flag(c, F_TLS, po.arg, &o.tls)) {
     } else {
       if (c == CLI_OPTS_ARG)
         fprintf(stderr, "graphrun server: unexpected argument '%s' (try --help)\n", po.arg);
@@ -175,6 +180,7 @@ int gr_cmd_server(int argc, char **argv) {
     }
     if (!ok) return GR_EXIT_USAGE;
   }
+  cli_tls_env(&o.tls);
   int rc = setup(&o);
   if (rc != GR_EXIT_OK) {
     free(o.secret);
@@ -187,6 +193,9 @@ int gr_cmd_server(int argc, char **argv) {
                           .secret = o.secret,
                           .insecure = o.insecure,
                           .cluster_id = o.id,
+                          .tls_cert = o.tls.cert,
+                          .tls_key = o.tls.key,
+                          .tls_ca = o.tls.ca,
                           .num_devices = (int)devices,
                           .inter_op_threads = (int)threads,
                           .quiet = quiet,
@@ -206,10 +215,11 @@ int gr_cmd_server(int argc, char **argv) {
   snprintf(host, sizeof host, "%s", so.bind ? so.bind : "127.0.0.1:0");
   char *colon = strrchr(host, ':');
   if (colon) *colon = '\0'; /* the host part, as given ("[::1]" keeps its brackets) */
-  printf("graphrun server: %s listening on %s:%d (incarnation %016llx, cluster %s, %s)\n",
+  printf("graphrun server: %s listening on %s:%d (incarnation %016llx, cluster %s, %s%s)\n",
          gr_server_task_name(srv), host, gr_server_port(srv),
          (unsigned long long)gr_server_incarnation(srv), o.id,
-         o.secret ? "authenticated" : "INSECURE: no authentication");
+         o.secret ? "authenticated" : "INSECURE: no authentication",
+         so.tls_cert && *so.tls_cert ? ", TLS across hosts" : "");
   fflush(stdout);
   while (!stop_signal) pause();
   if (!quiet)
