@@ -65,7 +65,7 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
     snprintf(threads, sizeof threads, "%d", o->threads > 0 ? o->threads : 1);
     snprintf(devices, sizeof devices, "%d", o->devices[k] > 0 ? o->devices[k] : 1);
     snprintf(bind, sizeof bind, "%s:0", host);
-    char *argv[20];
+    char *argv[32];
     int a = 0;
     if (o->netns[k]) {
       argv[a++] = "/usr/sbin/ip";
