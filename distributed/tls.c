@@ -146,6 +146,10 @@ gr_status gr_tls_new(const char *cert, const char *key, const char *ca, gr_tls *
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                             SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET | SSL_OP_IGNORE_UNEXPECTED_EOF);
+  /* reads take what the socket has, several records at once (the transport
+   * asks SSL_has_pending for what it holds) */
+  SSL_CTX_set_read_ahead(ctx, 1);
+  SSL_CTX_set_default_read_buffer_len(ctx, 64 * 1024);
   SSL_CTX_set_num_tickets(ctx, 0);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_max_cert_list(ctx, 64 * 1024); /* a peer's certificates, before it is trusted */
