@@ -6,6 +6,7 @@
 #                          local cluster (graphrun launch)
 #   make test              build and run the whole ctest suite
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
+#   make test-busy         the distributed tests twice at once: each on a busy machine
 #   make bench-NAME        build and run one benchmark (executor, matmul, mlp, train, conv, transfer,
 #                          recovery, ...; docs/benchmarks.md); ARGS="..." passes it flags
 #   make soak-recovery     100 kills of random tasks of a training cluster (the suite runs 20)
@@ -35,7 +36,7 @@ DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
                 libgraphviz-dev libjs-chart.js
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire fuzz-image soak-ckpt \
+.PHONY: all deps configure build demo test test-busy bench-% fuzz-dsl fuzz-graph fuzz-wire fuzz-image soak-ckpt \
         soak-recovery soak-placement format clean
 
 all: build
@@ -83,6 +84,11 @@ demo: build
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# the distributed tests (ctest -R ^test_dist_) twice at once, each pass in its own ctest
+# tree, so that every one runs while the other pass keeps the machine busy (tests/run_busy.sh)
+test-busy: build
+	@tests/run_busy.sh $(BUILD_DIR)
 
 # the suite opens `graphrun board`'s page in headless Chromium (tests/unit/test_board.c)
 test: EXTRA_PACKAGES = chromium
