@@ -58,6 +58,7 @@ typedef struct conn {
   flow f[2]; /* f[GT_DIR_TO_CLIENT]: fd[1] -> fd[0]; f[GT_DIR_TO_TARGET]: fd[0] -> fd[1] */
   bool cut;  /* DROP/TRUNCATE done: FIN sent both ways, input discarded */
   int64_t cut_ms;
+  long seq; /* accepted as the seq-th connection (from 1) */
 } conn;
 
 struct gt_proxy {
@@ -191,7 +192,7 @@ static void accept_one(gt_proxy *p) {
   flow_clear(&c->f[0]);
   flow_clear(&c->f[1]);
   pthread_mutex_lock(&p->mu);
-  p->stats.accepted++;
+  c->seq = ++p->stats.accepted;
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -327,7 +328,7 @@ static void apply(gt_proxy *p, gt_fault f) {
     } else if (f.kind == GT_FAULT_TRUNCATE) {
       c->f[f.dir].armed = true;
       c->f[f.dir].arm_bytes = f.bytes;
-    } else if (f.kind == GT_FAULT_TAMPER) {
+    } else if (f.kind == GT_FAULT_TAMPER && (!f.conn || f.conn == c->seq)) {
       c->f[f.dir].flip_at = (int64_t)c->f[f.dir].in + (f.bytes > 0 ? f.bytes : 0);
     }
   }

@@ -31,7 +31,8 @@
  *   TAMPER     on every open connection, the byte `bytes` bytes after what has
  *              been read so far in direction `dir` (0: the next one) is
  *              forwarded with its lowest bit flipped: a frame (or a TLS
- *              record) altered on the way. Once per connection and fault.
+ *              record) altered on the way. Once per connection and fault;
+ *              `conn` > 0: only on the conn-th connection accepted.
  * gt_proxy_start accepts only loopback targets (127.0.0.0/8);
  * gt_proxy_start_on any IPv4 one (a test's network namespaces). */
 #ifndef GT_FAULT_PROXY_H
@@ -63,6 +64,7 @@ typedef struct gt_fault {
   gt_dir dir;   /* TRUNCATE: whose frame is cut */
   long bytes;   /* TRUNCATE: bytes of the frame forwarded (0: half, at least the header + 1);
                    TAMPER: how far ahead the altered byte is */
+  long conn;    /* TAMPER: only the conn-th connection accepted (from 1; 0: every one) */
 } gt_fault;
 
 /* One step of a schedule: `fault` applies at_ms after gt_proxy_schedule. */
