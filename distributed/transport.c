@@ -268,6 +268,9 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
     gr_conn_unref(c);
     return gr_error_set_oom(err);
   }
+  /* the handshake's reads may have left records in TLS's buffer (asked
+   * before the loop reads through it) */
+  bool pending = ssl && SSL_has_pending(ssl);
   pthread_mutex_lock(&l->mu);
   c->next = l->conns;
   if (l->conns) l->conns->prev = c;
@@ -275,8 +278,7 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
   if (is_server) l->accepted++;
   pthread_mutex_unlock(&l->mu);
   event_add(c->rev, NULL);
-  /* the handshake's reads may have left records in TLS's buffer */
-  if (ssl && SSL_has_pending(ssl)) event_active(c->rev, EV_READ, 0);
+  if (pending) event_active(c->rev, EV_READ, 0);
   gr_conn_limits_start(c);
   *out = c;
   return GR_OK;
@@ -641,6 +643,7 @@ static void frame_done(gr_conn *c) {
 static bool check_tag(gr_conn *c, const uint8_t *p) {
   uint64_t seq = gr_fmac_seq(c->rx_mac);
   if (!gr_fmac_check(c->rx_mac, p)) {
+    if (c->h.on_refused) c->h.on_refused(c->h.arg, c, c->in);
     gr_error e;
     gr_error_set(&e, GR_ERR_UNAUTHENTICATED,
                  "frame %llu after the handshake (%s) fails its MAC: altered, replayed, "
@@ -814,23 +817,30 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
     char why[sizeof c->tls_why + 160];
     bool between = c->rstate == READ_HEADER && c->stage_len == c->stage_pos;
+    int e = r < 0 ? errno : 0;
     /* a reset that a send met first (under mu: a send in flight has stored
      * it); a peer that closed cleanly gives a send EPIPE instead */
     if (r == 0) {
       pthread_mutex_lock(&c->mu);
-      if (c->write_errno == ECONNRESET) r = -1, errno = ECONNRESET;
+      if (c->write_errno == ECONNRESET) r = -1, e = ECONNRESET;
       pthread_mutex_unlock(&c->mu);
     }
+    /* a TLS record refused (altered on the way): as a frame refused */
+    bool refused = r < 0 && e == EPROTO && c->tls_state == TLS_ON;
     if (r == 0)
       snprintf(why, sizeof why, "%s closed the connection%s", c->peer,
                between ? "" : " in the middle of a frame");
-    else if (errno == EPROTO && c->tls_state == TLS_ON) { /* a peer's doing: logged */
+    else if (refused)
       snprintf(why, sizeof why, "TLS with %s failed: %s", c->peer, c->tls_why);
-      if (c->is_server) gr_loop_log(c->loop, "bad frame", "%s; closing that connection", why);
-    } else
-      snprintf(why, sizeof why, "connection reset by %s (%s)", c->peer, strerror(errno));
+    else
+      snprintf(why, sizeof why, "connection reset by %s (%s)", c->peer, strerror(e));
+    if (refused && c->is_server)
+      gr_loop_log(c->loop, "bad frame", "%s; closing that connection", why);
     /* GR_OK: the peer closed cleanly, between frames */
-    gr_conn_close_now(c, r == 0 && between ? GR_OK : GR_ERR_UNAVAILABLE, why);
+    gr_status code = r == 0 && between ? GR_OK
+                     : refused         ? GR_ERR_UNAUTHENTICATED
+                                       : GR_ERR_UNAVAILABLE;
+    gr_conn_close_now(c, code, why);
     break;
   }
   /* TLS may hold decrypted bytes that the socket no longer signals */

@@ -99,6 +99,11 @@ typedef struct gr_conn_handler {
    * newline, on the loop thread. NULL: "graphrun: LINE\n" on stderr. A
    * listener's handler is copied into every connection it accepts. */
   void (*log)(void *arg, const char *line);
+  /* A frame failed its MAC (frame MACs across hosts; loop thread, just
+   * before on_close): m's header and map as they arrived, NOT authentic
+   * (someone on the path may have written them), for failing what waited
+   * for that frame (a step's pushed tensor) and nothing else. NULL: none. */
+  void (*on_refused)(void *arg, gr_conn *c, const gr_inmsg *m);
 } gr_conn_handler;
 
 /* Starts the loop thread. */

@@ -29,6 +29,7 @@
 #include "distributed/transport_internal.h"
 #include "fault_proxy.h"
 #include "gr_test.h"
+#include "test_proc.h" /* gt_now */
 #include "tls_certs.h"
 
 #define SECRET  "tls-test-secret-of-16+"
@@ -106,8 +107,10 @@ static void on_log(void *arg, const char *line) {
   pthread_mutex_unlock(&e->mu);
 }
 
+static void on_log_quiet(void *arg, const char *line) {}
+
 static gr_conn_handler handler(end *e) {
-  return (gr_conn_handler){on_message, on_close, e, on_log};
+  return (gr_conn_handler){on_message, on_close, e, on_log, NULL};
 }
 
 static bool end_start(end *e, bool server, const gr_conn_auth *auth) {
@@ -423,6 +426,77 @@ static void test_tampered_tls(void) {
   gr_tls_unref(t);
 }
 
+/* A tensor one task pushes to another, altered on the way (frame MACs):
+ * the receiving task refuses the frame, and the step that waited for it
+ * fails at once, ABORTED (its master recovers), naming the refusal; not
+ * at the master's step deadline. Tasks: worker 0 holds the data, worker 1
+ * sums it, behind a proxy that alters only its second connection (the
+ * first is the master's; the second worker 0's, which pushes the tensor). */
+static void test_tampered_tensor_aborts_step(void) {
+  gr_transport_set_loopback_remote(true);
+  gr_server *srv[2] = {NULL, NULL};
+  gr_error err;
+  char addr[2][64];
+  gt_proxy *px = NULL;
+  for (int k = 0; k < 2; k++) {
+    gr_server_options so = {.job = "worker",
+                            .task = k,
+                            .secret = SECRET,
+                            .cluster_id = CLUSTER,
+                            .inter_op_threads = 1,
+                            .quiet = true,
+                            .log_fn = on_log_quiet};
+    GR_CHECK_OK(gr_server_new(&so, &srv[k], &err), err);
+    if (!srv[k]) goto out;
+    snprintf(addr[k], sizeof addr[k], "127.0.0.1:%d", gr_server_port(srv[k]));
+  }
+  if (!(px = gt_proxy_start(addr[1]))) goto out;
+  snprintf(addr[1], sizeof addr[1], "127.0.0.1:%d", gt_proxy_port(px));
+  const char *addrs[] = {addr[0], addr[1]};
+  gr_master_options mo = {.num_tasks = 2,
+                          .addresses = addrs,
+                          .secret = SECRET,
+                          .cluster_id = CLUSTER,
+                          .step_timeout_ms = 120000};
+  gr_master *m = NULL;
+  GR_CHECK_OK(gr_master_new(&mo, &m, &err), err);
+  if (!m) goto out;
+  gr_graph *g = gr_graph_new();
+  gr_graph_push_device_scope(g, "/job:worker/task:0");
+  gr_output data = gr_random_uniform(g, GR_F32, (gr_shape){1, {16384}}, -1, 1, 7);
+  gr_graph_pop_device_scope(g);
+  gr_graph_push_device_scope(g, "/job:worker/task:1");
+  gr_output sum = gr_reduce_sum(g, data, NULL, 0, false);
+  gr_graph_pop_device_scope(g);
+  gr_session *s = gr_master_session_new(m, g, NULL, &err);
+  GR_CHECK(s != NULL);
+  gr_tensor out;
+  if (s) GR_CHECK_OK(gr_session_run(s, NULL, 0, &sum, 1, &out, NULL, 0, &err), err);
+  if (s) gr_tensor_release(&out);
+  GR_CHECK_EQ_INT(gt_proxy_get_stats(px).accepted, 2);
+  gt_proxy_fault(
+      px, (gt_fault){.kind = GT_FAULT_TAMPER, .dir = GT_DIR_TO_TARGET, .bytes = 4000, .conn = 2});
+  for (int i = 0; i < WAIT_MS && gt_proxy_get_stats(px).faults == 0; i++) usleep(1000);
+  double t0 = gt_now();
+  gr_status st = s ? gr_session_run(s, NULL, 0, &sum, 1, &out, NULL, 0, &err) : GR_OK;
+  double took = gt_now() - t0;
+  GR_CHECK_MSG(st == GR_ERR_ABORTED, "%s: %s", gr_status_name(st), err.msg);
+  if (st == GR_OK) gr_tensor_release(&out);
+  GR_CHECK_EQ_INT(gt_proxy_get_stats(px).tampered, 1);
+  if (st != GR_OK) {
+    GR_CHECK_STR_CONTAINS(err.msg, "a tensor for this step from 127.0.0.1:");
+    GR_CHECK_STR_CONTAINS(err.msg, "failed its MAC (altered on the way) and was refused");
+    printf("the step: %s (after %.2f s)\n", err.msg, took);
+  }
+  GR_CHECK_MSG(took < 60, "the step failed only after %.1f s (the deadline is 120 s)", took);
+  gr_session_free(s);
+  gr_graph_free(g);
+  gr_master_free(m);
+out:
+  gt_proxy_stop(px);
+  for (int k = 0; k < 2; k++) gr_server_free(srv[k]);
+}
+
 int main(void) {
   if (!gt_certs_make(&K)) {
     gt_certs_remove(&K);
@@ -436,6 +510,7 @@ int main(void) {
   GR_RUN(test_plaintext_refused);
   GR_RUN(test_tampered_macs);
   GR_RUN(test_tampered_tls);
+  GR_RUN(test_tampered_tensor_aborts_step);
   gt_certs_remove(&K);
   return gr_test_finish();
 }
