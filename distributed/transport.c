@@ -403,9 +403,18 @@ static void fail_later(gr_conn *c, gr_status code, const char *why) {
 static int flush_locked(gr_conn *c) {
   while (c->qhead) {
     wq_item *it = c->qhead;
+    if (it->macs && !it->mac_begun) { /* the frame's first bytes go out now */
+      gr_fmac_begin(c->tx_mac);
+      it->mac_begun = true;
+    }
+    if (it->macs && !it->mac_done && it->i >= it->n - 1) { /* all but its tag went out */
+      gr_fmac_end(c->tx_mac, it->tag);
+      it->mac_done = true;
+    }
+    int end = it->macs && !it->mac_done ? it->n - 1 : it->n; /* not a tag not yet computed */
     struct iovec v[64];
     int n = 0;
-    for (int i = it->i; i < it->n && n < 64; i++) v[n++] = it->iov[i];
+    for (int i = it->i; i < end && n < 64; i++) v[n++] = it->iov[i];
     v[0].iov_base = (char *)v[0].iov_base + it->off;
     v[0].iov_len -= it->off;
     ssize_t w;
@@ -426,18 +435,22 @@ static int flush_locked(gr_conn *c) {
     c->queued -= (size_t)w;
     size_t left = (size_t)w;
     while (left > 0 && it->i < it->n) {
-      size_t in_this = it->iov[it->i].iov_len - it->off;
-      if (left >= in_this) {
-        left -= in_this;
+      size_t in_this = it->iov[it->i].iov_len - it->off, take = left < in_this ? left : in_this;
+      if (it->macs && it->i < it->n - 1) /* the bytes the tag covers, as they go (still cached) */
+        gr_fmac_update(c->tx_mac, (const char *)it->iov[it->i].iov_base + it->off, take);
+      left -= take;
+      if (take == in_this) {
         it->i++;
         it->off = 0;
       } else {
-        it->off += left;
-        left = 0;
+        it->off += take;
       }
     }
     while (it->i < it->n && it->iov[it->i].iov_len == 0) it->i++;
-    if (it->i < it->n) return 0; /* the socket is full */
+    /* more of it: its tag, not written for not being computed yet (else the
+     * socket is full, or a TLS write took one record: on_write goes on) */
+    if (it->i < it->n && it->macs && !it->mac_done && it->i == it->n - 1) continue;
+    if (it->i < it->n) return 0;
     c->qhead = it->next;
     if (!c->qhead) c->qtail = NULL;
     gr_outmsg_free(it->msg);
@@ -454,16 +467,15 @@ static void write_failed(const gr_conn *c, int e, char *why, size_t cap) {
     snprintf(why, cap, "writing to %s: %s", c->peer, strerror(e));
 }
 
-/* The frame's MAC, after its bytes (under c->mu, in the order frames are
- * queued: the sequence numbers are theirs). */
-static void add_mac(gr_conn *c, wq_item *it) {
+/* Room for the frame's MAC after its bytes: flush_locked computes it as it
+ * writes them (frames are written in the order they are queued: the
+ * sequence numbers are theirs). Under c->mu. */
+static void add_mac(wq_item *it) {
   memcpy(it->own, it->iov, (size_t)it->n * sizeof *it->iov);
-  gr_fmac_begin(c->tx_mac);
-  for (int i = 0; i < it->n; i++)
-    gr_fmac_update(c->tx_mac, it->iov[i].iov_base, it->iov[i].iov_len);
-  gr_fmac_end(c->tx_mac, it->tag);
   it->own[it->n++] = (struct iovec){it->tag, GR_FMAC_TAG};
   it->iov = it->own;
+  it->macs = true;
+  it->mac_begun = it->mac_done = false;
 }
 
 gr_status gr_conn_send(gr_conn *c, gr_outmsg *msg, gr_error *err) {
@@ -497,7 +509,7 @@ gr_status gr_conn_send(gr_conn *c, gr_outmsg *msg, gr_error *err) {
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s", why);
   }
   if (c->tx_mac) {
-    add_mac(c, it);
+    add_mac(it);
     total += GR_FMAC_TAG;
   }
   bool was_empty = !c->qhead;
@@ -634,8 +646,7 @@ static void frame_done(gr_conn *c) {
     deliver(c);
     return;
   }
-  if (c->in->h.body_len > 0) gr_fmac_update(c->rx_mac, gr_rxbody_data(&c->body), c->in->h.body_len);
-  c->rstate = READ_TAG;
+  c->rstate = READ_TAG; /* the body is in the MAC already (as it arrived) */
 }
 
 /* The frame's tag (at p) against its bytes: delivered, or the peer is
@@ -685,6 +696,7 @@ static bool parse_staged(gr_conn *c) {
       if (take == 0) return true;
       if (!body_fit(c, c->body_got + take)) return false;
       memcpy(gr_rxbody_data(&c->body) + c->body_got, c->stage + c->stage_pos, take);
+      if (c->rx_mac) gr_fmac_update(c->rx_mac, c->stage + c->stage_pos, take);
       c->stage_pos += take;
       c->body_got += take;
       if (c->body_got < c->in->h.body_len) return true;
@@ -768,6 +780,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
         if (!body_fit(c, c->body_got + (unread > 0 ? (size_t)unread : 1))) break;
       }
       r = gr_conn_read(c, gr_rxbody_data(&c->body) + c->body_got, c->body.cap - c->body_got);
+      if (r > 0 && c->rx_mac) /* while the bytes are in the cache */
+        gr_fmac_update(c->rx_mac, gr_rxbody_data(&c->body) + c->body_got, (size_t)r);
       if (r > 0) {
         __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
         c->body_got += (size_t)r;

@@ -73,8 +73,11 @@ typedef struct wq_item { /* a message being written */
   int n, i;          /* iovecs, the first not fully written */
   size_t off;        /* bytes of iov[i] written */
   struct wq_item *next;
-  uint8_t tag[GR_FMAC_TAG]; /* its MAC, on a connection with MACs */
-  struct iovec own[];       /* with MACs: msg's iovecs, then the tag */
+  /* on a connection with MACs: the tag (the last iovec) is computed as the
+   * frame's bytes are written, and written after them */
+  bool macs, mac_begun, mac_done;
+  uint8_t tag[GR_FMAC_TAG];
+  struct iovec own[]; /* with MACs: msg's iovecs, then the tag */
 } wq_item;
 
 enum { READ_HEADER, READ_MAP, READ_BODY, READ_TAG /* the frame's MAC */ };
