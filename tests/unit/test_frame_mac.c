@@ -24,7 +24,7 @@ static void test_keys(void) {
   uint8_t a[GR_AUTH_FRAME_KEYS], b[GR_AUTH_FRAME_KEYS];
   keys(SECRET, sn, "jobA", "jobA", a);
   keys(SECRET, sn, "jobA", "jobA", b);
-  GR_CHECK(!memcmp(a, b, sizeof a)); /* the client's and the server's */
+  GR_CHECK(!memcmp(a, b, sizeof a));                      /* the client's and the server's */
   GR_CHECK(memcmp(a, a + GR_FMAC_KEY, GR_FMAC_KEY) != 0); /* the directions */
   uint8_t other_nonce[GR_AUTH_NONCE] = {1, 2, 4};
   keys(SECRET, other_nonce, "jobA", "jobA", b);
