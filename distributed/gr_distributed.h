@@ -179,6 +179,18 @@ gr_resource_mgr *gr_server_container(gr_server *s, const char *name);
 /* How many containers the task holds (private and shared). */
 int gr_server_num_containers(gr_server *s);
 
+/* The server's clients: connections that sent a request (a master's, a
+ * reset's; not a peer task's pushes, not a connection that only connected,
+ * such as a readiness probe's), for a server that ends with its run
+ * (graphrun server --exit-with-client). */
+typedef struct gr_server_clients {
+  int open;        /* client connections open now */
+  bool served;     /* a client has registered a graph since the server started */
+  int64_t idle_ms; /* since the last client connection closed; 0 while one is open, or
+                      before any */
+} gr_server_clients;
+void gr_server_client_state(gr_server *s, gr_server_clients *out);
+
 /* Container names: 1 to GR_CONTAINER_NAME_MAX letters, digits, '_', '-' and
  * '.'. A name a user gives starts with a letter or a digit: a leading '_'
  * is kept for the masters' private containers ("_run.<16 hex digits>"). */
@@ -193,13 +205,15 @@ typedef struct gr_master gr_master;
 
 typedef struct gr_master_options {
   int num_tasks;
-  const char *const *addresses; /* "host:port" of each task's server */
-  const char *secret;           /* the cluster's shared secret (as the servers'); NULL is
-                                   refused unless insecure */
-  bool insecure;                /* no secret: talks only to servers started insecure */
-  const char *cluster_id;       /* the cluster's id (NULL: none): a task of another cluster
-                                   is refused ("127.0.0.1:2223 belongs to cluster 'a',
-                                   this client's is 'b': ...") */
+  const char *const *addresses;  /* "host:port" of each task's server */
+  const char *const *task_names; /* optional: the task each address should be
+                                    ("/job:worker/task:1"), named in its errors */
+  const char *secret;            /* the cluster's shared secret (as the servers'); NULL is
+                                    refused unless insecure */
+  bool insecure;                 /* no secret: talks only to servers started insecure */
+  const char *cluster_id;        /* the cluster's id (NULL: none): a task of another cluster
+                                    is refused ("127.0.0.1:2223 belongs to cluster 'a',
+                                    this client's is 'b': ...") */
   const char *tls_cert, *tls_key, *tls_ca; /* TLS with tasks on other hosts, as a server's
                                               (gr_server_options): a task that requires it
                                               needs them, and with them a task on another

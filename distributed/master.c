@@ -396,6 +396,7 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   ms->secret = o->secret ? strdup(o->secret) : NULL;
   ms->o.secret = ms->secret;
   ms->o.addresses = NULL;
+  ms->o.task_names = NULL;
   ms->o.container = NULL;
   ms->tasks = calloc((size_t)o->num_tasks, sizeof *ms->tasks);
   gr_status st = ms->tasks && (!o->secret || ms->secret) ? container_of(ms, o->container, err)
@@ -410,7 +411,10 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
     snprintf(t->address, sizeof t->address, "%s", o->addresses[k] ? o->addresses[k] : "");
     gr_conn_auth auth = {ms->secret, ms->cluster, ms->tls};
     st = gr_conn_dial(ms->loop, t->address, &auth, ms->o.connect_timeout_ms, &h, &t->conn, err);
-    if (st != GR_OK) break;
+    if (st != GR_OK) {
+      if (o->task_names && o->task_names[k]) gr_error_prefix(err, "%s", o->task_names[k]);
+      break;
+    }
     gr_conn_set_user(t->conn, t);
     /* a handler may run before set_user: dial's handshake is done, but no
      * request is out yet, so nothing arrives before GET_STATUS */

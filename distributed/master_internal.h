@@ -1,5 +1,8 @@
-/* The master's internals shared by master.c (connections, requests) and
- * master_run.c (the session's remote runner). Internal to distributed/. */
+/* The master's internals shared by master.c (connections, requests),
+ * master_run.c (the session's remote runner), master_lease.c,
+ * master_place.c and master_reset.c. Which thread runs what, which lock
+ * guards which field and the lock order (the master's mu before a group's):
+ * docs/internals.md, "Threads and locks". Internal to distributed/. */
 #ifndef GR_MASTER_INTERNAL_H
 #define GR_MASTER_INTERNAL_H
 

@@ -1,10 +1,9 @@
-/* The server: one task of a cluster. It listens, answers GET_STATUS,
- * LEASE and heartbeats and takes pushed tensors on the network thread, and hands
- * registrations, steps and aborts to its worker threads. The network
- * thread runs only transfers and small nodes of known size that a pushed
- * tensor makes ready (core/executor.c run_cheap_here); the rest runs on
- * the inter-op threads. A step holds no thread while it waits: its RUN is
- * answered from its completion. */
+/* The server: one task of a cluster. Setting it up and stopping it, and
+ * the dispatch of every frame that arrives (on_message): GET_STATUS, LEASE
+ * and heartbeats are answered, and pushed tensors delivered, where they
+ * arrive; registrations go to the register threads, the other requests to
+ * the work threads (run_job). Which thread runs what, and the locks:
+ * docs/internals.md, "Threads and locks". */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -192,6 +191,7 @@ typedef struct conn_state {
   bool ran;     /* a RUN came over it: its steps are aborted when it closes */
   bool pushed;  /* a peer task's: TENSOR frames came over it */
   bool failed;  /* the step of the frame refused on it was failed (on_refused) */
+  bool client;  /* a request came over it: a client (a master), not a peer task */
   bool any;
   uint64_t top;
   uint64_t seen[GR_SERVER_ID_WINDOW / 64]; /* id x: bit x % GR_SERVER_ID_WINDOW */
@@ -272,6 +272,30 @@ static bool check_request(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *id) {
   return true;
 }
 
+/* A connection's first request makes it a client's, until it closes. */
+static void note_client(gr_server *s, conn_state *cs) {
+  cs->client = true;
+  pthread_mutex_lock(&s->mu);
+  s->clients_open++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void note_client_gone(gr_server *s) {
+  pthread_mutex_lock(&s->mu);
+  s->clients_open--;
+  s->clients_gone_at = gr_wire_now_ms();
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gr_server_client_state(gr_server *s, gr_server_clients *out) {
+  pthread_mutex_lock(&s->mu);
+  out->open = s->clients_open;
+  out->served = s->served;
+  out->idle_ms =
+      s->clients_open > 0 || !s->clients_gone_at ? 0 : gr_wire_now_ms() - s->clients_gone_at;
+  pthread_mutex_unlock(&s->mu);
+}
+
 static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   gr_server *s = arg;
   uint64_t id = 0;
@@ -285,8 +309,14 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     gr_inmsg_free(m);
     return;
   }
+  if (cs && !cs->client && is_request(m->h.type)) note_client(s, cs);
   if (is_request(m->h.type) && !check_request(s, c, m, &id)) return;
   if (m->h.type == GR_MSG_RUN) ((conn_state *)gr_conn_user(c))->ran = true;
+  if (m->h.type == GR_MSG_REGISTER) { /* a run of graphs has begun */
+    pthread_mutex_lock(&s->mu);
+    s->served = true;
+    pthread_mutex_unlock(&s->mu);
+  }
   switch (m->h.type) {
     case GR_MSG_HEARTBEAT: { /* answered at once, here: the master sees that we live */
       gr_outmsg *r = gr_msg_u64(&m->msg.root, "id", &id, NULL) == GR_OK
@@ -306,10 +336,8 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
       return;
     case GR_MSG_TENSOR:
       if (cs) cs->pushed = true;
-      /* delivered here, without a hop to the work pool: it blocks nowhere,
-       * and the executors run what it makes ready on the inter-op threads
-       * (only transfers and small nodes of known size, such as a send that
-       * passes it on, run here) */
+      /* delivered here, without a hop to the work pool: it blocks nowhere
+       * (what it makes ready: docs/internals.md, "Threads and locks") */
       gr_server_push(s, c, m);
       return;
     case GR_MSG_RUN:
@@ -411,6 +439,7 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server_leases_drop_of(s, c);     /* and its leases */
   gr_server_containers_drop_of(s, c); /* and its private containers */
   conn_state *cs = gr_conn_user(c);
+  if (cs && cs->client) note_client_gone(s);
   if (cs && cs->ran) { /* its running steps would wait for a master that is gone */
     closed *x = malloc(sizeof *x);
     if (x) {
@@ -424,8 +453,11 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   if (cs && cs->pushed && !cs->failed &&
       (why->code == GR_ERR_UNAUTHENTICATED || why->code == GR_ERR_INVALID_ARGUMENT))
     abort_for_refused(s, c, why);
-  /* a peer that closes between frames is done; anything else is worth a line */
-  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK)
+  /* a peer that closes between frames is done, one that went away having
+   * sent nothing was a probe (a readiness check of the port); anything else
+   * (one the handshake deadline closed, too) is worth a line */
+  bool probe = gr_conn_sent_nothing(c) && why->code != GR_ERR_DEADLINE_EXCEEDED;
+  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK && !probe)
     gr_server_log(s, "connection from %s ended: %s", gr_conn_peer(c), why->msg);
   free(cs);
   gr_conn_set_user(c, NULL);
@@ -534,8 +566,8 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   gr_ops_set_intra_op_threads(o->intra_op_threads > 0 ? o->intra_op_threads : 1);
   s->register_pool = gr_threadpool_new(4);
   s->work_pool = gr_threadpool_new(2);
-  /* the steps' kernels run on these threads only (a RUN or a tensor's
-   * arrival runs cheap nodes on its work thread and hands the rest here) */
+  /* the steps' kernels: light nodes may also run where a value arrives
+   * (docs/internals.md, "Threads and locks") */
   s->exec_pool = gr_threadpool_new(threads);
   gr_threadpool_set_name(s->register_pool, "gr-register");
   gr_threadpool_set_name(s->work_pool, "gr-work");

@@ -1,11 +1,15 @@
-/* The server (worker service) shared between server.c (setup, dispatch,
- * registration) and server_step.c (steps and the push rendezvous).
+/* The server (worker service), shared between its files: server.c (setup,
+ * dispatch), server_register.c (registration, dialing peers),
+ * server_step.c (steps and the push rendezvous), server_containers.c and
+ * server_lease.c. Which thread runs what, which lock guards which field
+ * and the lock order: docs/internals.md, "Threads and locks".
  * Internal to distributed/. */
 #ifndef GR_SERVER_INTERNAL_H
 #define GR_SERVER_INTERNAL_H
 
 #include <pthread.h>
 
+#include "core/core_engine.h"
 #include "distributed/gr_distributed.h"
 #include "distributed/loglimit_internal.h"
 #include "distributed/tls_internal.h"
@@ -88,6 +92,12 @@ struct gr_server {
   int dials;              /* dial threads running (server_register.c) */
   gr_lease *leases;       /* network thread only (server_lease.c) */
   int num_leases;
+  /* its clients (gr_server_client_state), under mu: connections that sent
+   * a request and are open; whether one registered a graph; when the last
+   * closed (gr_wire_now_ms; 0: none yet) */
+  int clients_open;
+  bool served;
+  int64_t clients_gone_at;
 };
 
 /* Responds to request id on c: code GR_OK with `extra` more map entries the

@@ -361,6 +361,10 @@ int64_t gr_conn_idle_ms(const gr_conn *c) {
   return gr_wire_now_ms() - gr_conn_last_rx_ms(c);
 }
 
+bool gr_conn_sent_nothing(const gr_conn *c) {
+  return !c->authed && c->pre_auth == 0;
+}
+
 int64_t gr_conn_last_rx_ms(const gr_conn *c) {
   return __atomic_load_n(&c->last_rx_ms, __ATOMIC_RELAXED);
 }

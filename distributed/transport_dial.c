@@ -493,13 +493,34 @@ static gr_status client_handshake(hs_io *io, gr_hs_client *hs, const gr_conn_aut
   return st;
 }
 
-/* One connection attempt; -1 with errno on failure. */
-static int connect_once(const struct addrinfo *ai, int64_t deadline) {
+/* What a failed connect means, for its message: whether anything
+ * listened (refused) or anything answered (timed out). */
+static const char *why_no_connection(int e) {
+  switch (e) {
+    case ECONNREFUSED:
+      return "nothing listens there (connection refused: the task is not up yet, has died, or "
+             "listens on another port or address)";
+    case ETIMEDOUT:
+      return "nothing answered (connection timed out: the host is down or unreachable, or a "
+             "firewall drops the packets)";
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+      return "no route to that host (host or network unreachable)";
+    default:
+      return strerror(e);
+  }
+}
+
+/* One connection attempt; -1 with errno on failure (*cut: the deadline
+ * ended it before the connection answered either way). */
+static int connect_once(const struct addrinfo *ai, int64_t deadline, bool *cut) {
+  *cut = false;
   int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
   if (fd < 0) return -1;
   if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) return fd;
   if (errno != EINPROGRESS) goto fail;
   if (wait_fd(fd, POLLOUT, deadline) != 0) {
+    *cut = true;
     errno = ETIMEDOUT;
     goto fail;
   }
@@ -533,8 +554,9 @@ gr_status gr_conn_dial(gr_loop *l, const char *address, const gr_conn_auth *auth
   int64_t deadline = gr_wire_now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
   int backoff = 10, fd = -1, last = 0;
   for (int tries = 0; fd < 0 && tries < 100000; tries++) {
-    if ((fd = connect_once(ai, deadline)) >= 0) break;
-    last = errno;
+    bool cut;
+    if ((fd = connect_once(ai, deadline, &cut)) >= 0) break;
+    if (!cut || !last) last = errno; /* an attempt the deadline cut says less than the one before */
     int64_t left = deadline - gr_wire_now_ms();
     if (left <= 0) break;
     struct timespec ts = {0, (long)(backoff < left ? backoff : left) * 1000000L};
@@ -544,7 +566,7 @@ gr_status gr_conn_dial(gr_loop *l, const char *address, const gr_conn_auth *auth
   freeaddrinfo(ai);
   if (fd < 0)
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot connect to %s within %d ms: %s", address,
-                        timeout_ms, strerror(last ? last : ETIMEDOUT));
+                        timeout_ms, why_no_connection(last ? last : ETIMEDOUT));
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   bool remote = getpeername(fd, (struct sockaddr *)&ss, &sl) != 0 ||

@@ -143,6 +143,8 @@ void gr_conn_fail(gr_conn *c, gr_status code, const char *why);
 /* Milliseconds since bytes last arrived on the connection (or since it
  * was made). */
 int64_t gr_conn_idle_ms(const gr_conn *c);
+/* The peer sent not a byte (a port probe's connection; loop thread). */
+bool gr_conn_sent_nothing(const gr_conn *c);
 /* When bytes last arrived (gr_wire_now_ms clock; when it was made before
  * any did). */
 int64_t gr_conn_last_rx_ms(const gr_conn *c);

@@ -4,23 +4,28 @@
 #include <stdlib.h>
 
 #include "cli_cluster.h"
+#include "cli_resolve.h"
 #include "cli_options.h"
 #include "commands.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: graphrun reset [--cluster C] [--container NAME] [options]\n\n"
-             "Clears shared containers on a cluster's server tasks (TensorFlow's Session.reset):\n"
-             "the container NAME, or every shared container. Their variables, queues and\n"
-             "accumulators are dropped: the next run naming the container starts from initial\n"
-             "values, and a run still using it fails its next step (\"container 'NAME' was\n"
-             "reset\"). A run's own private container ends with the run; reset leaves it alone.\n\n"
-             "  --cluster C        the cluster (a spec as for graphrun run; default:\n"
-             "                     GRAPHRUN_CLUSTER)\n"
-             "  --container NAME   only this container (default: every shared container)\n"
-             "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n"
-             "  --cluster-id ID    the cluster's id (default: GRAPHRUN_CLUSTER_ID, else Slurm's\n"
-             "                     job and step ids, else derived from the cluster spec)\n"
-             "  --insecure         no secret: talk to servers started with --insecure\n");
+  fprintf(f,
+          "usage: graphrun reset [--cluster C] [--container NAME] [options]\n\n"
+          "Clears shared containers on a cluster's server tasks (TensorFlow's Session.reset):\n"
+          "the container NAME, or every shared container. Their variables, queues and\n"
+          "accumulators are dropped: the next run naming the container starts from initial\n"
+          "values, and a run still using it fails its next step (\"container 'NAME' was\n"
+          "reset\"). A run's own private container ends with the run; reset leaves it alone.\n\n"
+          "  --cluster C        the cluster (a spec as for graphrun run; default:\n"
+          "                     GRAPHRUN_CLUSTER)\n"
+          "  --rendezvous DIR   where a launcher's servers said where they listen (default:\n"
+          "                     GRAPHRUN_RENDEZVOUS, else $SLURM_SUBMIT_DIR/.graphrun/slurm-JOB)\n"
+          "  --container NAME   only this container (default: every shared container)\n"
+          "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE,\n"
+          "                     else the rendezvous's)\n"
+          "  --cluster-id ID    the cluster's id (default: GRAPHRUN_CLUSTER_ID, else Slurm's\n"
+          "                     job id, else the rendezvous's, else derived from the spec)\n"
+          "  --insecure         no secret: talk to servers started with --insecure\n");
   fputs(cli_tls_usage, f);
   fprintf(f, "  --timeout S        give up connecting to a task after S seconds (default and\n"
              "                     at most 10)\n"
@@ -36,6 +41,7 @@ enum {
   F_INSECURE,
   F_TIMEOUT,
   F_QUIET,
+  F_RENDEZVOUS,
   F_TLS /* and F_TLS + 1, + 2 */
 };
 
@@ -49,6 +55,7 @@ static const struct option reset_flags[] = {
     {"timeout", required_argument, NULL, F_TIMEOUT},
     {"quiet", no_argument, NULL, F_QUIET},
     CLI_TLS_FLAGS(F_TLS),
+    {"rendezvous", required_argument, NULL, F_RENDEZVOUS},
     {0},
 };
 
@@ -95,6 +102,9 @@ static int parse(int argc, char **argv, reset_options *o) {
         break;
       case F_QUIET:
         o->quiet = true;
+        break;
+      case F_RENDEZVOUS:
+        cli_set_rendezvous(po.arg);
         break;
       case CLI_OPTS_ARG:
         fprintf(stderr, "graphrun reset: unexpected argument '%s' (try --help)\n", po.arg);

@@ -68,6 +68,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/core_engine.h"
 #include "bench_util.h"
 
 enum { TASKS = 2 };

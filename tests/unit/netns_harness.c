@@ -1,4 +1,4 @@
-/* gt_net: hosts made of network namespaces (netns_harness.h). */
+/* Network namespaces as hosts for cluster tests (netns_harness.h). */
 #include "netns_harness.h"
 
 #include <dirent.h>
@@ -10,17 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define IP "/usr/sbin/ip"
-
-static int pid;
-static bool made;
+#include "test_util.h" /* gt_remove_tree */
 
 int gt_ip(const char *fmt, ...) {
   char cmd[512];
-  int n = snprintf(cmd, sizeof cmd, "%s ", IP);
+  int n = snprintf(cmd, sizeof cmd, "%s ", GT_IP);
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(cmd + n, sizeof cmd - (size_t)n, fmt, ap);
@@ -30,23 +28,46 @@ int gt_ip(const char *fmt, ...) {
   return rc == -1 ? -1 : WEXITSTATUS(rc);
 }
 
-static void remove_namespaces(int owner) {
-  char prefix[32];
-  snprintf(prefix, sizeof prefix, "grt%d", owner);
-  DIR *d = opendir("/run/netns");
-  if (!d) return;
-  struct dirent *e;
-  char names[64][64];
-  int n = 0;
-  while ((e = readdir(d)) && n < 64)
-    if (!strncmp(e->d_name, prefix, strlen(prefix)) && strlen(e->d_name) < 64)
-      snprintf(names[n++], sizeof names[0], "%s", e->d_name);
-  closedir(d);
-  for (int i = 0; i < n; i++) gt_ip("netns del %s", names[i]);
+bool gt_netns_available(void) {
+  char probe[32];
+  snprintf(probe, sizeof probe, "grt%dprobe", (int)getpid());
+  if (geteuid() != 0 || access(GT_IP, X_OK) != 0 || gt_ip("netns add %s", probe) != 0) {
+    printf("SKIP: network namespaces are not available here (needs root and %s netns)\n", GT_IP);
+    return false;
+  }
+  gt_ip("netns del %s", probe);
+  return true;
 }
 
-/* Namespaces of earlier runs whose process is gone (killed by a timeout). */
-static void remove_stale(void) {
+/* The namespaces (and their /etc/netns entries) named grt<owner>... */
+static void remove_of(int owner) {
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "grt%d", owner);
+  size_t pl = strlen(prefix);
+  const char *dirs[] = {"/run/netns", "/etc/netns"};
+  for (int k = 0; k < 2; k++) {
+    DIR *d = opendir(dirs[k]);
+    if (!d) continue;
+    struct dirent *e;
+    char names[64][64];
+    int n = 0;
+    while ((e = readdir(d)) && n < 64) /* the owner's own, not grt<owner>N's */
+      if (!strncmp(e->d_name, prefix, pl) && !(e->d_name[pl] >= '0' && e->d_name[pl] <= '9') &&
+          strlen(e->d_name) < 64)
+        snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+    closedir(d);
+    for (int i = 0; i < n; i++) {
+      char path[160];
+      snprintf(path, sizeof path, "/etc/netns/%s", names[i]);
+      if (k == 0)
+        gt_ip("netns del %s", names[i]);
+      else
+        gt_remove_tree(path);
+    }
+  }
+}
+
+void gt_netns_remove_stale(void) {
   DIR *d = opendir("/run/netns");
   if (!d) return;
   struct dirent *e;
@@ -54,71 +75,91 @@ static void remove_stale(void) {
   while ((e = readdir(d)) && n < 64) {
     int owner;
     char rest[32];
-    if (sscanf(e->d_name, "grt%d%31s", &owner, rest) == 2 && owner != pid && kill(owner, 0) != 0 &&
-        errno == ESRCH)
+    if (sscanf(e->d_name, "grt%d%31s", &owner, rest) == 2 && owner != (int)getpid() &&
+        kill(owner, 0) != 0 && errno == ESRCH)
       owners[n++] = owner;
   }
   closedir(d);
-  for (int i = 0; i < n; i++) remove_namespaces(owners[i]);
+  for (int i = 0; i < n; i++) remove_of(owners[i]);
 }
 
-void gt_net_remove(void) {
-  if (made) remove_namespaces(pid);
-  made = false;
+bool gt_netns_make(gt_netns *nn, int n) {
+  int pid = (int)getpid();
+  memset(nn, 0, sizeof *nn);
+  nn->n = n;
+  nn->client_host = "10.213.0.100";
+  snprintf(nn->sw, sizeof nn->sw, "grt%dsw", pid);
+  snprintf(nn->client, sizeof nn->client, "grt%dc", pid);
+  snprintf(nn->spare, sizeof nn->spare, "grt%dx", pid);
+  nn->made = true;
+  bool ok = n <= GT_NETNS_MAX && gt_ip("netns add %s", nn->sw) == 0 &&
+            gt_ip("-n %s link add br0 type bridge", nn->sw) == 0 &&
+            gt_ip("-n %s link set br0 up", nn->sw) == 0;
+  for (int k = 0; k <= n + 1 && ok; k++) { /* the tasks, the client, the spare */
+    char ns[32], addr[32];
+    if (k < n) {
+      snprintf(nn->ns[k], sizeof nn->ns[k], "grt%dt%d", pid, k);
+      snprintf(nn->host[k], sizeof nn->host[k], "10.213.0.%d", k + 1);
+    }
+    snprintf(ns, sizeof ns, "%s", k < n ? nn->ns[k] : k == n ? nn->client : nn->spare);
+    if (k <= n)
+      snprintf(addr, sizeof addr, "10.213.0.%d/24", k < n ? k + 1 : 100);
+    else
+      snprintf(addr, sizeof addr, "%s/24", GT_NETNS_SPARE);
+    /* the link: "e" in ns, "b<k>" on the switch's bridge */
+    ok = gt_ip("netns add %s", ns) == 0 && gt_ip("-n %s link set lo up", ns) == 0 &&
+         gt_ip("-n %s link add e type veth peer name b%d netns %s", ns, k, nn->sw) == 0 &&
+         gt_ip("-n %s addr add %s dev e", ns, addr) == 0 && gt_ip("-n %s link set e up", ns) == 0 &&
+         gt_ip("-n %s link set b%d master br0", nn->sw, k) == 0 &&
+         gt_ip("-n %s link set b%d up", nn->sw, k) == 0;
+  }
+  return ok;
+}
+
+bool gt_netns_hosts(const gt_netns *nn, const char *ns, const char *text) {
+  char path[160];
+  (void)nn;
+  mkdir("/etc/netns", 0755);
+  snprintf(path, sizeof path, "/etc/netns/%s", ns);
+  mkdir(path, 0755);
+  strncat(path, "/hosts", sizeof path - strlen(path) - 1);
+  FILE *f = fopen(path, "w");
+  bool ok = f && fputs(text, f) >= 0;
+  if (f) ok = fclose(f) == 0 && ok;
+  return ok;
+}
+
+void gt_netns_remove(gt_netns *nn) {
+  if (nn->made) remove_of((int)getpid());
+  nn->made = false;
+}
+
+static gt_netns *current; /* removed at exit or on a signal */
+
+static void remove_current(void) {
+  if (current) gt_netns_remove(current);
 }
 
 static void on_signal(int sig) {
-  gt_net_remove();
+  remove_current();
   signal(sig, SIG_DFL);
   raise(sig);
 }
 
-int gt_netns_setup(void) {
-  pid = (int)getpid();
-  char probe[32];
-  snprintf(probe, sizeof probe, "grt%dprobe", pid);
-  if (geteuid() != 0 || access(IP, X_OK) != 0 || gt_ip("netns add %s", probe) != 0) {
-    printf("SKIP: network namespaces are not available here (needs root and %s netns)\n", IP);
+int gt_netns_start(gt_netns *nn, int n, const char *what) {
+  if (!gt_netns_available()) {
+    printf("SKIP: %s did not run\n", what);
     return 77;
   }
-  gt_ip("netns del %s", probe);
-  remove_stale();
-  atexit(gt_net_remove);
+  gt_netns_remove_stale();
+  current = nn;
+  atexit(remove_current);
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
-  return 0;
-}
-
-/* Namespace ns with a veth link "e" at addr/24 to port b<k> of the bridge. */
-static bool join(const gt_net *n, const char *ns, const char *addr, int k) {
-  return gt_ip("netns add %s", ns) == 0 && gt_ip("-n %s link set lo up", ns) == 0 &&
-         gt_ip("-n %s link add e type veth peer name b%d netns %s", ns, k, n->sw) == 0 &&
-         gt_ip("-n %s addr add %s/24 dev e", ns, addr) == 0 &&
-         gt_ip("-n %s link set e up", ns) == 0 &&
-         gt_ip("-n %s link set b%d master br0", n->sw, k) == 0 &&
-         gt_ip("-n %s link set b%d up", n->sw, k) == 0;
-}
-
-bool gt_net_make(gt_net *n, int tasks) {
-  memset(n, 0, sizeof *n);
-  if (tasks > GT_NET_MAX_TASKS) return false;
-  n->tasks = tasks;
-  snprintf(n->sw, sizeof n->sw, "grt%dsw", pid);
-  snprintf(n->client, sizeof n->client, "grt%dc", pid);
-  snprintf(n->spare, sizeof n->spare, "grt%dx", pid);
-  made = true;
-  bool ok = gt_ip("netns add %s", n->sw) == 0 &&
-            gt_ip("-n %s link add br0 type bridge", n->sw) == 0 &&
-            gt_ip("-n %s link set br0 up", n->sw) == 0;
-  for (int k = 0; k < tasks && ok; k++) {
-    snprintf(n->task_ns[k], sizeof n->task_ns[k], "grt%dt%d", pid, k);
-    snprintf(n->host[k], sizeof n->host[k], "10.213.0.%d", k + 1);
-    ok = join(n, n->task_ns[k], n->host[k], k);
-  }
-  ok =
-      ok && join(n, n->client, "10.213.0.100", tasks) && join(n, n->spare, GT_NET_SPARE, tasks + 1);
-  if (!ok) fprintf(stderr, "cannot build the namespaces' network (bridge, veth)\n");
-  return ok;
+  if (gt_netns_make(nn, n)) return 0;
+  gt_netns_remove(nn);
+  fprintf(stderr, "cannot build the namespaces' network (bridge, veth)\n");
+  return 1;
 }
 
 int gt_netns_enter(const char *ns) {

@@ -25,11 +25,11 @@
 #define SAVE_EVERY 50
 
 static int pid;
-static gt_net net;
+static gt_netns net;
 
 static bool start(gt_cluster *c) {
   gt_cluster_options o = {.ps = 2, .workers = 2, .client_netns = net.client};
-  for (int k = 0; k < NT; k++) o.netns[k] = net.task_ns[k], o.host[k] = net.host[k];
+  for (int k = 0; k < NT; k++) o.netns[k] = net.ns[k], o.host[k] = net.host[k];
   return gt_cluster_start(c, &o);
 }
 
@@ -87,15 +87,11 @@ static void test_cut_link(void) {
 int main(void) {
   pid = (int)getpid();
   gt_proc_isolate();
-  int rc = gt_netns_setup();
-  if (rc) return rc; /* the cut-link test did not run */
   double t0 = gt_now();
-  if (!gt_net_make(&net, NT)) {
-    gt_net_remove();
-    return 1;
-  }
+  int rc = gt_netns_start(&net, NT, "the cut-link test");
+  if (rc) return rc;
   GR_RUN(test_cut_link);
-  gt_net_remove();
+  gt_netns_remove(&net);
   printf("netns test: %.1f s\n", gt_now() - t0);
   return gr_test_finish();
 }

@@ -33,7 +33,7 @@
 #define STEPS      300
 #define SAVE_EVERY 50
 
-static gt_net net;
+static gt_netns net;
 static gt_certs K;
 static char ref[PATH_MAX]; /* the weights of the TLS run */
 
@@ -43,7 +43,7 @@ static bool start(gt_cluster *c, bool tls) {
   const char *args[] = {"--tls-cert", K.cert, "--tls-key", K.key, "--tls-ca", K.ca, NULL};
   gt_cluster_options o = {
       .ps = 2, .workers = 2, .client_netns = net.client, .server_args = tls ? args : NULL};
-  for (int k = 0; k < NT; k++) o.netns[k] = net.task_ns[k], o.host[k] = net.host[k];
+  for (int k = 0; k < NT; k++) o.netns[k] = net.ns[k], o.host[k] = net.host[k];
   bool ok = gt_cluster_start(c, &o);
   GR_CHECK_MSG(ok, "no cluster in the namespaces");
   return ok;
@@ -133,12 +133,12 @@ static void tampered(bool tls, const char *want) {
   if (!start(&c, tls)) return gt_cluster_stop(&c);
   int back = gt_netns_enter(net.spare);
   GR_CHECK(back >= 0);
-  gt_proxy *px = back >= 0 ? gt_proxy_start_on(GT_NET_SPARE, c.addr[0]) : NULL;
+  gt_proxy *px = back >= 0 ? gt_proxy_start_on(GT_NETNS_SPARE, c.addr[0]) : NULL;
   gt_netns_leave(back);
   GR_CHECK(px != NULL);
   if (px) {
     char via[64];
-    snprintf(via, sizeof via, "%s:%d", GT_NET_SPARE, gt_proxy_port(px));
+    snprintf(via, sizeof via, "%s:%d", GT_NETNS_SPARE, gt_proxy_port(px));
     gt_cluster_route(&c, 0, via);
     gt_proc run;
     const char *name = tls ? "tamper_tls" : "tamper_macs";
@@ -167,30 +167,30 @@ static void tampered(bool tls, const char *want) {
 }
 
 static void test_tampered_tls(void) {
-  tampered(true, "TLS with " GT_NET_SPARE ":");
+  tampered(true, "TLS with " GT_NETNS_SPARE ":");
 }
 
 static void test_tampered_macs(void) {
-  tampered(false, "bad frame from " GT_NET_SPARE ":");
+  tampered(false, "bad frame from " GT_NETNS_SPARE ":");
 }
 
 int main(void) {
   gt_proc_isolate();
-  int rc = gt_netns_setup();
-  if (rc) return rc; /* the TLS tests across namespaces did not run */
   double t0 = gt_now();
-  snprintf(ref, sizeof ref, "/tmp/gr_netns_tls_ref_%d", (int)getpid());
-  mkdir(ref, 0700);
-  if (!gt_certs_make(&K) || !gt_net_make(&net, NT)) {
+  int rc = gt_netns_start(&net, NT, "the TLS tests across namespaces");
+  if (rc) return rc;
+  if (!gt_certs_make(&K)) {
     gt_certs_remove(&K);
-    gt_net_remove();
+    gt_netns_remove(&net);
     return 1;
   }
+  snprintf(ref, sizeof ref, "/tmp/gr_netns_tls_ref_%d", (int)getpid());
+  mkdir(ref, 0700);
   GR_RUN(test_train_tls_and_macs); /* ref: the other cases compare with it */
   GR_RUN(test_refused_peers);
   GR_RUN(test_tampered_tls);
   GR_RUN(test_tampered_macs);
-  gt_net_remove();
+  gt_netns_remove(&net);
   gt_certs_remove(&K);
   gt_remove_tree(ref);
   printf("netns TLS test: %.1f s\n", gt_now() - t0);

@@ -41,6 +41,7 @@ void gt_proc_isolate(void) {
   unsetenv("GRAPHRUN_TLS_CERT");
   unsetenv("GRAPHRUN_TLS_KEY");
   unsetenv("GRAPHRUN_TLS_CA");
+  unsetenv("GRAPHRUN_RENDEZVOUS");
 }
 
 const char *gt_graphrun_exe(void) {
