@@ -362,7 +362,7 @@ int64_t gr_conn_idle_ms(const gr_conn *c) {
 }
 
 bool gr_conn_sent_nothing(const gr_conn *c) {
-  return !c->authed && c->pre_auth == 0;
+  return !c->authed && c->pre_auth == 0 && !c->tls_heard;
 }
 
 int64_t gr_conn_last_rx_ms(const gr_conn *c) {

@@ -132,6 +132,7 @@ struct gr_conn {
   struct ssl_st *ssl;  /* TLS (NULL: none); every call on it under mu */
   int tls_state;       /* TLS_*: written under mu on the loop thread */
   gr_tls *tls;         /* a server's, until its TLS handshake starts (a reference) */
+  bool tls_heard;      /* a server's: the client's TLS handshake sent bytes (loop thread) */
   bool tls_want_write; /* a TLS read (or handshake) waits for the socket to be writable (mu) */
   uint8_t *gather;     /* GR_TLS_GATHER bytes: small pieces of frames, one TLS record */
   char tls_why[400];   /* why the last TLS call failed (mu) */

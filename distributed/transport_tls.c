@@ -1,9 +1,10 @@
 /* The transport's TLS (docs/security.md, "TLS"): which peers a connection
  * protects, a connection's reads and writes through its SSL, and the
  * server's side of the TLS handshake, which starts once HELLO is out and
- * the client's first TLS bytes arrive. Contexts and certificates are
- * tls.c's. Every call on a connection's SSL is made under its mu: the
- * loop thread reads, any thread writes. */
+ * the client's first TLS bytes arrive (one that closes before sending any,
+ * a port probe, is closed as quietly as without TLS). Contexts and
+ * certificates are tls.c's. Every call on a connection's SSL is made under
+ * its mu: the loop thread reads, any thread writes. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <openssl/ssl.h>
@@ -109,6 +110,7 @@ bool gr_conn_tls_accept(gr_conn *c) {
     return false;
   }
   int ret = SSL_do_handshake(c->ssl);
+  if (BIO_number_read(SSL_get_rbio(c->ssl)) > 0) c->tls_heard = true;
   gr_tls_io io = GR_TLS_FAILED;
   if (ret == 1)
     c->tls_state = TLS_ON;
@@ -123,6 +125,12 @@ bool gr_conn_tls_accept(gr_conn *c) {
     return false;
   }
   if (io == GR_TLS_WANT_READ || io == GR_TLS_WANT_WRITE) return false;
+  if (io == GR_TLS_CLOSED && !c->tls_heard) { /* a port probe: as one without TLS, unlogged */
+    char why[sizeof c->peer + 64];
+    snprintf(why, sizeof why, "%s closed the connection", c->peer);
+    gr_conn_close_now(c, GR_OK, why);
+    return false;
+  }
   char why[sizeof c->tls_why + 160];
   if (io == GR_TLS_CLOSED)
     snprintf(why, sizeof why, "it closed the connection in the TLS handshake");

@@ -47,6 +47,7 @@ typedef struct end {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int got, bad, mode, closed;
+  bool silent;                /* the last closed connection's peer sent nothing */
   char why[GR_ERROR_MSG_MAX]; /* the last close's */
   char log[16384];
   size_t log_len;
@@ -93,6 +94,7 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   end *e = arg;
   pthread_mutex_lock(&e->mu);
   e->closed++;
+  e->silent = gr_conn_sent_nothing(c);
   snprintf(e->why, sizeof e->why, "%s", why->msg);
   pthread_cond_broadcast(&e->cv);
   pthread_mutex_unlock(&e->mu);
@@ -369,6 +371,44 @@ static void test_plaintext_refused(void) {
   gr_tls_unref(good);
 }
 
+/* ---- port probes ------------------------------------------------------------------ */
+
+/* A peer on another host connects to a server and closes, sending `say`
+ * (NULL: nothing). Nothing sent: a port probe (a readiness check), which
+ * the server's log does not mention and its handler sees as one that sent
+ * nothing; anything sent: refused, and logged. */
+static void probe(gr_tls *tls, const char *say) {
+  gr_transport_set_loopback_remote(true);
+  end srv;
+  gr_conn_auth sa = {SECRET, CLUSTER, tls};
+  if (!end_start(&srv, true, &sa)) return;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)srv.port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  GR_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+  if (say) GR_CHECK(write(fd, say, strlen(say)) == (ssize_t)strlen(say));
+  close(fd);
+  GR_CHECK_MSG(wait_for(&srv, closed, NULL), "the server did not see the probe end");
+  end_stop(&srv);
+  GR_CHECK_MSG(srv.silent == !say, "%s: the peer %s", tls ? "TLS" : "MACs",
+               srv.silent ? "sent nothing" : "sent something");
+  if (!say)
+    GR_CHECK_MSG(!strstr(srv.log, "refused"), "%s: the probe was logged:\n%s", tls ? "TLS" : "MACs",
+                 srv.log);
+  else
+    GR_CHECK_MSG(strstr(srv.log, "refused"), "%s: not logged: %s", tls ? "TLS" : "MACs", srv.why);
+}
+
+static void test_probe_unlogged(void) {
+  gr_tls *t = tls_of(K.cert, K.key, K.ca);
+  if (!t) return;
+  probe(t, NULL);
+  probe(NULL, NULL);
+  probe(t, "GET / HTTP/1.0\r\n\r\n");
+  gr_tls_unref(t);
+}
+
 /* ---- a frame altered on the way --------------------------------------------------- */
 
 /* Through a proxy: a first frame passes; then a byte 4000 bytes ahead in
@@ -508,6 +548,7 @@ int main(void) {
   GR_RUN(test_bad_files);
   GR_RUN(test_wrong_ca);
   GR_RUN(test_plaintext_refused);
+  GR_RUN(test_probe_unlogged);
   GR_RUN(test_tampered_macs);
   GR_RUN(test_tampered_tls);
   GR_RUN(test_tampered_tensor_aborts_step);
