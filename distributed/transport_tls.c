@@ -125,10 +125,15 @@ bool gr_conn_tls_accept(gr_conn *c) {
     return false;
   }
   if (io == GR_TLS_WANT_READ || io == GR_TLS_WANT_WRITE) return false;
-  if (io == GR_TLS_CLOSED && !c->tls_heard) { /* a port probe: as one without TLS, unlogged */
-    char why[sizeof c->peer + 64];
-    snprintf(why, sizeof why, "%s closed the connection", c->peer);
-    gr_conn_close_now(c, GR_OK, why);
+  /* gone before a byte of TLS (a port probe; a reset: it left HELLO unread)
+   * ends as without TLS, unlogged */
+  if (!c->tls_heard && (io == GR_TLS_CLOSED || io == GR_TLS_SYSCALL)) {
+    char why[sizeof c->tls_why + 160];
+    if (io == GR_TLS_CLOSED)
+      snprintf(why, sizeof why, "%s closed the connection", c->peer);
+    else
+      snprintf(why, sizeof why, "connection reset by %s (%s)", c->peer, c->tls_why);
+    gr_conn_close_now(c, io == GR_TLS_CLOSED ? GR_OK : GR_ERR_UNAVAILABLE, why);
     return false;
   }
   char why[sizeof c->tls_why + 160];

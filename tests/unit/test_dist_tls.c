@@ -374,10 +374,11 @@ static void test_plaintext_refused(void) {
 /* ---- port probes ------------------------------------------------------------------ */
 
 /* A peer on another host connects to a server and closes, sending `say`
- * (NULL: nothing). Nothing sent: a port probe (a readiness check), which
- * the server's log does not mention and its handler sees as one that sent
- * nothing; anything sent: refused, and logged. */
-static void probe(gr_tls *tls, const char *say) {
+ * (NULL: nothing); reset: once the server's HELLO has arrived, unread (the
+ * close resets the connection). Nothing sent: a port probe (a readiness
+ * check), which the server's log does not mention and its handler sees as
+ * one that sent nothing; anything sent: refused, and logged. */
+static void probe(gr_tls *tls, const char *say, bool reset) {
   gr_transport_set_loopback_remote(true);
   end srv;
   gr_conn_auth sa = {SECRET, CLUSTER, tls};
@@ -388,6 +389,8 @@ static void probe(gr_tls *tls, const char *say) {
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   GR_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
   if (say) GR_CHECK(write(fd, say, strlen(say)) == (ssize_t)strlen(say));
+  struct pollfd hello = {.fd = fd, .events = POLLIN};
+  if (reset) GR_CHECK(poll(&hello, 1, WAIT_MS) == 1);
   close(fd);
   GR_CHECK_MSG(wait_for(&srv, closed, NULL), "the server did not see the probe end");
   end_stop(&srv);
@@ -403,9 +406,11 @@ static void probe(gr_tls *tls, const char *say) {
 static void test_probe_unlogged(void) {
   gr_tls *t = tls_of(K.cert, K.key, K.ca);
   if (!t) return;
-  probe(t, NULL);
-  probe(NULL, NULL);
-  probe(t, "GET / HTTP/1.0\r\n\r\n");
+  for (int reset = 0; reset < 2; reset++) {
+    probe(t, NULL, reset);
+    probe(NULL, NULL, reset);
+  }
+  probe(t, "GET / HTTP/1.0\r\n\r\n", false);
   gr_tls_unref(t);
 }
 
