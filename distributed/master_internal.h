@@ -51,6 +51,7 @@ struct gr_master {
   gr_master_options o;
   char *secret;                              /* NULL: insecure */
   char cluster[GR_CLUSTER_ID_MAX + 1];       /* its cluster id ("": none) */
+  gr_tls *tls;                               /* with tasks on other hosts (NULL: none) */
   char container[GR_CONTAINER_NAME_MAX + 1]; /* its graphs' container on the tasks */
   bool private_container;                    /* its own (no name in the options) */
   gr_loop *loop;

@@ -189,6 +189,8 @@ typedef struct conn_state {
   bool logged;  /* its session line was printed */
   bool closing; /* a bad request: the rest of the connection is ignored */
   bool ran;     /* a RUN came over it: its steps are aborted when it closes */
+  bool pushed;  /* a peer task's: TENSOR frames came over it */
+  bool failed;  /* the step of the frame refused on it was failed (on_refused) */
   bool client;  /* a request came over it: a client (a master), not a peer task */
   bool any;
   uint64_t top;
@@ -333,6 +335,7 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
       gr_inmsg_free(m);
       return;
     case GR_MSG_TENSOR:
+      if (cs) cs->pushed = true;
       /* delivered here, without a hop to the work pool: it blocks nowhere
        * (what it makes ready: docs/internals.md, "Threads and locks") */
       gr_server_push(s, c, m);
@@ -385,6 +388,51 @@ static void abort_steps_of(void *arg) {
   free(x);
 }
 
+/* A frame that failed its MAC: a tensor pushed for step `run` (as the frame
+ * claims) may be the one altered; that step fails at once, open here or
+ * not yet, rather than wait for it (its master recovers). Only a step can
+ * be failed this way, which whoever can alter frames can do anyway. */
+static void on_refused(void *arg, gr_conn *c, const gr_inmsg *m) {
+  gr_server *s = arg;
+  uint64_t run_id;
+  conn_state *cs = gr_conn_user(c);
+  if (m->h.type != GR_MSG_TENSOR || gr_msg_u64(&m->msg.root, "run", &run_id, NULL) != GR_OK) return;
+  if (cs) cs->failed = true;
+  char msg[GR_ERROR_MSG_MAX];
+  snprintf(msg, sizeof msg,
+           "%s: a tensor for this step from %s failed its MAC (altered on the way) and was "
+           "refused",
+           s->task, gr_conn_peer(c));
+  gr_server_step_abort_id(s, run_id, GR_ERR_ABORTED, msg);
+}
+
+typedef struct refused { /* a peer task's frame was refused */
+  gr_server *s;
+  char msg[GR_ERROR_MSG_MAX];
+} refused;
+
+static void abort_open_steps(void *arg) {
+  refused *x = arg;
+  gr_server_steps_abort_open(x->s, GR_ERR_ABORTED, x->msg);
+  free(x);
+}
+
+/* A peer task pushes tensors over c, which closed after something it sent
+ * was refused without saying for which step (a TLS record altered on the
+ * way, bytes that are not a frame): a tensor a step open here waits for
+ * may be the one refused, and no other copy comes. Every open step fails
+ * (ABORTED: its master recovers) rather than wait for it until the
+ * master's deadline. (A step whose RUN comes only later still waits.) */
+static void abort_for_refused(gr_server *s, gr_conn *c, const gr_error *why) {
+  refused *x = malloc(sizeof *x);
+  if (!x) return;
+  x->s = s;
+  snprintf(x->msg, sizeof x->msg,
+           "%s: a tensor for this step may be lost: %s's connection was closed (%s)", s->task,
+           gr_conn_peer(c), why->msg);
+  gr_threadpool_schedule(s->work_pool, abort_open_steps, x); /* aborts run off the loop */
+}
+
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server *s = arg;
   gr_server_drop_graphs_of(s, c);     /* the client is gone: so are its graphs */
@@ -402,6 +450,9 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
       gr_server_steps_abort_of(s, c, why);
     }
   }
+  if (cs && cs->pushed && !cs->failed &&
+      (why->code == GR_ERR_UNAUTHENTICATED || why->code == GR_ERR_INVALID_ARGUMENT))
+    abort_for_refused(s, c, why);
   /* a peer that closes between frames is done, one that went away having
    * sent nothing was a probe (a readiness check of the port); anything else
    * (one the handshake deadline closed, too) is worth a line */
@@ -485,9 +536,16 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   int port;
   GR_TRY(gr_parse_address(bind, host, sizeof host, &port, err));
   GR_TRY(check_identity(o, bind, host, err));
+  gr_tls *tls;
+  GR_TRY(gr_tls_from_options(o->tls_cert, o->tls_key, o->tls_ca, "server", &tls, err));
   gr_server *s = calloc(1, sizeof *s);
-  if (!s) return gr_error_set_oom(err);
+  if (!s) {
+    gr_tls_unref(tls);
+    return gr_error_set_oom(err);
+  }
   s->o = *o;
+  s->tls = tls;
+  s->o.tls_cert = s->o.tls_key = s->o.tls_ca = NULL;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->stopped, NULL);
   gr_map_init(&s->containers, GR_MAP_STR);
@@ -526,10 +584,10 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   while (st == GR_OK && s->incarnation == 0)
     st = gr_auth_random(&s->incarnation, sizeof s->incarnation, err);
   if (st == GR_OK) st = gr_loop_new(&s->loop, err);
-  gr_conn_handler h = {on_message, on_close, s, transport_log};
+  gr_conn_handler h = {on_message, on_close, s, transport_log, on_refused};
+  gr_conn_auth auth = {s->secret, s->cluster, s->tls};
   if (st == GR_OK)
-    st = gr_listener_new(s->loop, host, port, s->secret, s->cluster, &h, &s->listener, &s->port,
-                         err);
+    st = gr_listener_new(s->loop, host, port, &auth, &h, &s->listener, &s->port, err);
   if (st == GR_OK) gr_listener_set_max_conns(s->listener, o->max_connections);
   if (st == GR_OK) st = gr_loop_every(s->loop, 1000, flush_logs, s, err);
   if (st != GR_OK) {
@@ -541,6 +599,13 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
     gr_server_log(s, "warning: insecure: no secret, no authentication: any local user can "
                      "connect, run any graph in this process (so read any file it can read) "
                      "and use its clients' shared containers");
+  else if (!s->tls && !is_loopback(host))
+    gr_server_log(s,
+                  "warning: no TLS on %s (not loopback): peers on other hosts must know the "
+                  "secret and every frame carries a MAC, but the traffic is not encrypted "
+                  "(anyone on the path can read tensors and graphs); give --tls-cert, "
+                  "--tls-key and --tls-ca to encrypt it",
+                  host);
   *out = s;
   return GR_OK;
 }
@@ -569,6 +634,7 @@ void gr_server_free(gr_server *s) {
   for (int k = 0; s->devices && k < s->num_devices; k++) free(s->devices[k]);
   free(s->devices);
   free(s->secret);
+  gr_tls_unref(s->tls);
   if (s->logs) {
     gr_loglimit_flush(s->logs, emit, s);
     gr_loglimit_destroy(s->logs);

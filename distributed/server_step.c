@@ -111,6 +111,10 @@ static void state_abort(gr_server *s, step_state *t, gr_status code, const char 
 }
 
 void gr_server_steps_abort_all(gr_server *s) {
+  gr_server_steps_abort_open(s, GR_ERR_CANCELLED, "the server is shutting down");
+}
+
+void gr_server_steps_abort_open(gr_server *s, gr_status code, const char *msg) {
   for (;;) { /* one at a time, without s->mu: an aborted step may end (and answer) inline */
     pthread_mutex_lock(&s->mu);
     step_state *t = NULL;
@@ -120,7 +124,7 @@ void gr_server_steps_abort_all(gr_server *s) {
     if (t) t->refs++;
     pthread_mutex_unlock(&s->mu);
     if (!t) return;
-    state_abort(s, t, GR_ERR_CANCELLED, "the server is shutting down");
+    state_abort(s, t, code, msg);
     state_unref(s, t);
   }
 }
@@ -561,16 +565,20 @@ static gr_status push(gr_server *s, gr_conn *c, const gr_inmsg *m, uint64_t *run
   return GR_OK; /* the step carries the error */
 }
 
+void gr_server_step_abort_id(gr_server *s, uint64_t run_id, gr_status code, const char *msg) {
+  step_state *t = run_id ? state_get(s, run_id, NULL) : NULL;
+  if (t) {
+    state_abort(s, t, code, msg);
+    state_unref(s, t);
+  }
+}
+
 void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
   uint64_t run_id = 0;
   if (push(s, c, m, &run_id, &e) != GR_OK) {
     gr_server_log(s, "%s", e.msg);
-    step_state *t = run_id ? state_get(s, run_id, NULL) : NULL;
-    if (t) {
-      state_abort(s, t, e.code, e.msg);
-      state_unref(s, t);
-    }
+    gr_server_step_abort_id(s, run_id, e.code, e.msg);
   }
   gr_inmsg_free(m);
 }

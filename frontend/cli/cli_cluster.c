@@ -191,6 +191,7 @@ gr_status cli_master_identity(const gr_cluster *c, const char *secret, gr_master
   mo->secret = secret;
   mo->insecure = insecure;
   mo->cluster_id = id;
+  cli_master_tls(mo);
   return GR_OK;
 }
 

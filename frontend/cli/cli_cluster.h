@@ -32,7 +32,29 @@ int cli_opt_cluster_id(const struct cli_opts *po, const char **out);
 /* --cluster-id (NULL: not given) and --insecure of the masters this process
  * makes from now on (cli_connect, cli_chief_hold). */
 void cli_set_identity(const char *cluster_id, bool insecure);
-/* Fills mo's secret, insecure and cluster_id (into id) for cluster c. */
+/* --tls-cert, --tls-key and --tls-ca (cli_tls.c; docs/security.md, "TLS
+ * between hosts"): PEM files for connections across hosts. A command's
+ * flags: CLI_TLS_FLAGS(F) in its option table (values F, F + 1, F + 2),
+ * cli_tls_flag in its loop, cli_tls_usage in its help. */
+typedef struct cli_tls {
+  const char *cert, *key, *ca; /* NULL: not given */
+} cli_tls;
+#define CLI_TLS_FLAGS(first)                                                                       \
+  {"tls-cert", required_argument, NULL, (first)},                                                  \
+      {"tls-key", required_argument, NULL, (first) + 1}, {                                         \
+    "tls-ca", required_argument, NULL, (first) + 2                                                 \
+  }
+extern const char cli_tls_usage[];
+/* Option c one of the three (first..first + 2): its value into t, true. */
+bool cli_tls_flag(int c, int first, const char *arg, cli_tls *t);
+/* What t lacks from GRAPHRUN_TLS_CERT, GRAPHRUN_TLS_KEY, GRAPHRUN_TLS_CA. */
+void cli_tls_env(cli_tls *t);
+/* The TLS files (and their defaults) of the masters this process makes
+ * from now on; cli_master_identity gives them. */
+void cli_set_tls(const cli_tls *t);
+void cli_master_tls(gr_master_options *mo);
+/* Fills mo's secret, insecure, cluster_id (into id) and TLS files for
+ * cluster c. */
 gr_status cli_master_identity(const gr_cluster *c, const char *secret, gr_master_options *mo,
                               char id[GR_CLUSTER_ID_MAX + 1], gr_error *err);
 

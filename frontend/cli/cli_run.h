@@ -28,6 +28,7 @@ typedef struct cli_run_options {
   const char *cluster_spec, *secret_file, *job;
   const char *cluster_id;  /* --cluster-id (NULL: the default, cli_cluster_id) */
   bool insecure;           /* --insecure */
+  cli_tls tls;             /* --tls-cert, --tls-key, --tls-ca */
   const char *container;   /* --container, else GRAPHRUN_CONTAINER; NULL: a private one */
   bool container_from_env; /* it came from GRAPHRUN_CONTAINER */
   bool steps_given;        /* --steps was given */

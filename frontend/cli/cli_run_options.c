@@ -74,28 +74,30 @@ static void usage(FILE *f) {
          "                     (default: GRAPHRUN_CLUSTER_ID, set by graphrun launch, else\n"
          "                     Slurm's job id, else the rendezvous's, else derived from the\n"
          "                     cluster spec)\n"
-         "  --insecure         no secret: talk to servers started with --insecure\n"
-         "  --container NAME   keep the variables (queues, accumulators) in the tasks' shared\n"
-         "                     container NAME: every client naming it uses them, and they\n"
-         "                     stay on the tasks after the run until `graphrun reset`\n"
-         "                     (default: GRAPHRUN_CONTAINER, set by launch --between-graph;\n"
-         "                     else this run's own container, dropped when it ends)\n"
-         "  --job J --task I   between-graph training: run as this task's own client; the\n"
-         "                     program's default device is /job:J/task:I, task_index() is I;\n"
-         "                     the chief (job 'chief', else worker 0) initialises, restores and\n"
-         "                     saves the shared variables and trains its share (--ckpt is the\n"
-         "                     chief's; the others ignore it), the others wait for them and\n"
-         "                     fail at once if the chief's process ends first; every client\n"
-         "                     needs the same --container\n"
-         "  --connect-timeout S  wait up to S seconds for every task to answer at the start\n"
-         "                     (default 10; at a rendezvous 120; tasks that a scheduler\n"
-         "                     starts later: longer)\n"
-         "  --recovery-timeout S  with --cluster and --ckpt, a lost or restarted task is\n"
-         "                     waited for up to S seconds (default 60), then the run restores\n"
-         "                     the newest checkpoint and goes on from it\n"
-         "  --max-failures K   give up after K recoveries (default 10)\n"
-         "  --heartbeat MS:N   a task silent for MS ms is pinged and lost after N silent\n"
-         "                     periods (default 100:5)\n\n");
+         "  --insecure         no secret: talk to servers started with --insecure\n");
+  fputs(cli_tls_usage, f);
+  fprintf(f,
+          "  --container NAME   keep the variables (queues, accumulators) in the tasks' shared\n"
+          "                     container NAME: every client naming it uses them, and they\n"
+          "                     stay on the tasks after the run until `graphrun reset`\n"
+          "                     (default: GRAPHRUN_CONTAINER, set by launch --between-graph;\n"
+          "                     else this run's own container, dropped when it ends)\n"
+          "  --job J --task I   between-graph training: run as this task's own client; the\n"
+          "                     program's default device is /job:J/task:I, task_index() is I;\n"
+          "                     the chief (job 'chief', else worker 0) initialises, restores and\n"
+          "                     saves the shared variables and trains its share (--ckpt is the\n"
+          "                     chief's; the others ignore it), the others wait for them and\n"
+          "                     fail at once if the chief's process ends first; every client\n"
+          "                     needs the same --container\n"
+          "  --connect-timeout S  wait up to S seconds for every task to answer at the start\n"
+          "                     (default 10; at a rendezvous 120; tasks that a scheduler\n"
+          "                     starts later: longer)\n"
+          "  --recovery-timeout S  with --cluster and --ckpt, a lost or restarted task is\n"
+          "                     waited for up to S seconds (default 60), then the run restores\n"
+          "                     the newest checkpoint and goes on from it\n"
+          "  --max-failures K   give up after K recoveries (default 10)\n"
+          "  --heartbeat MS:N   a task silent for MS ms is pinged and lost after N silent\n"
+          "                     periods (default 100:5)\n\n");
   cli_epochs_usage(f);
   fprintf(f, "\nExit codes: 0 ok, 1 runtime failure, 2 usage or input error.\n");
 }
@@ -133,6 +135,7 @@ enum {
   F_STEPS,
   F_SEED,
   F_THREADS,
+  F_TLS /* and F_TLS + 1, + 2 */
 };
 
 static const struct option flags[] = {
@@ -170,6 +173,7 @@ static const struct option flags[] = {
     {"seed", required_argument, NULL, F_SEED},
     {"threads", required_argument, NULL, F_THREADS},
     CLI_EPOCH_FLAGS,
+    CLI_TLS_FLAGS(F_TLS),
     {0},
 };
 
@@ -289,6 +293,11 @@ static int set_cluster_flag(const cli_opts *po, int c, cli_run_options *o) {
       return cli_opt_cluster_id(po, &o->cluster_id);
     case F_INSECURE:
       o->insecure = true;
+      break;
+    case F_TLS:
+    case F_TLS + 1:
+    case F_TLS + 2:
+      cli_tls_flag(c, F_TLS, po->arg, &o->tls);
       break;
     case F_CONTAINER:
       if (gr_container_check_name(po->arg, NULL) != GR_OK)

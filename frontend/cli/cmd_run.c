@@ -151,6 +151,7 @@ static int connect_cluster(cli_run_state *r) {
   if (rc != GR_EXIT_OK || !r->cluster) return rc;
   cli_worker_set_container(&r->self, r->o.container);
   cli_set_identity(r->o.cluster_id, r->o.insecure);
+  cli_set_tls(&r->o.tls);
   if (cli_read_secret(r->o.secret_file, r->o.insecure, &r->secret, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     return GR_EXIT_USAGE;

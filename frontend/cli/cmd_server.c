@@ -49,21 +49,22 @@ static void usage(FILE *f) {
           "                     is refused (default: GRAPHRUN_CLUSTER_ID, else Slurm's job\n"
           "                     id, else the rendezvous's, else derived from --cluster's tasks)\n"
           "  --insecure         no secret needed (no authentication: any local user can run\n"
-          "                     any graph as you); loopback only, warns at every start\n"
-          "  --exit-with-client[=S]  stop (exit 0) once a client has run graphs here and no\n"
-          "                     client has been connected for S seconds (default 60)\n"
-          "  --restarts K       restart the task in place (same port) when it dies, at most K\n"
-          "                     times, the delay doubling from 0.1 s (default 0)\n"
-          "  --devices N        CPU devices (default 1)\n"
-          "  --threads T        executor threads (default: the CPUs this process may use:\n"
-          "                     affinity, cgroup quota, SLURM_CPUS_PER_TASK)\n"
-          "  --blas-threads N   threads of one matrix product (default 1: a task computes\n"
-          "                     what one process computes, bit for bit)\n"
-          "  --max-connections N  accepted connections open at once (default: from the\n"
-          "                     descriptor limit, ulimit -n, less a quarter for files)\n"
-          "  --quiet            no line per connection\n\n"
-          "Exit codes: 0 stopped by a signal or with its client, 1 runtime failure, 2 usage\n"
-          "error.\n");
+          "                     any graph as you); loopback only, warns at every start\n");
+  fputs(cli_tls_usage, f);
+  fprintf(f, "  --exit-with-client[=S]  stop (exit 0) once a client has run graphs here and no\n"
+             "                     client has been connected for S seconds (default 60)\n"
+             "  --restarts K       restart the task in place (same port) when it dies, at most K\n"
+             "                     times, the delay doubling from 0.1 s (default 0)\n"
+             "  --devices N        CPU devices (default 1)\n"
+             "  --threads T        executor threads (default: the CPUs this process may use:\n"
+             "                     affinity, cgroup quota, SLURM_CPUS_PER_TASK)\n"
+             "  --blas-threads N   threads of one matrix product (default 1: a task computes\n"
+             "                     what one process computes, bit for bit)\n"
+             "  --max-connections N  accepted connections open at once (default: from the\n"
+             "                     descriptor limit, ulimit -n, less a quarter for files)\n"
+             "  --quiet            no line per connection\n\n"
+             "Exit codes: 0 stopped by a signal or with its client, 1 runtime failure, 2 usage\n"
+             "error.\n");
 }
 
 static volatile sig_atomic_t stop_signal;
@@ -88,7 +89,8 @@ enum {
   F_QUIET,
   F_MAX_CONNS,
   F_EXIT_WITH_CLIENT,
-  F_RESTARTS
+  F_RESTARTS,
+  F_TLS /* and F_TLS + 1, + 2 */
 };
 
 static const struct option server_flags[] = {
@@ -110,11 +112,13 @@ static const struct option server_flags[] = {
     {"max-connections", required_argument, NULL, F_MAX_CONNS},
     {"exit-with-client", optional_argument, NULL, F_EXIT_WITH_CLIENT},
     {"restarts", required_argument, NULL, F_RESTARTS},
+    CLI_TLS_FLAGS(F_TLS),
     {0},
 };
 
 typedef struct server_run {
   server_setup s;
+  cli_tls tls; /* --tls-cert, --tls-key, --tls-ca */
   long devices, threads, blas_threads, max_conns, restarts;
   double exit_with_client; /* seconds; < 0: off */
   bool quiet;
@@ -162,6 +166,9 @@ static int serve(void *arg, int port_fd) {
                           .secret = o->secret,
                           .insecure = o->insecure,
                           .cluster_id = o->id,
+                          .tls_cert = r->tls.cert,
+                          .tls_key = r->tls.key,
+                          .tls_ca = r->tls.ca,
                           .num_devices = (int)r->devices,
                           .inter_op_threads = (int)r->threads,
                           .intra_op_threads = (int)r->blas_threads,
@@ -191,10 +198,11 @@ static int serve(void *arg, int port_fd) {
   cli_server_entry(o, port, (int)r->devices);
   char reached[340] = "";
   if (o->reach[0]) snprintf(reached, sizeof reached, ", reached at %s", o->entry.address);
-  printf("graphrun server: %s listening on %s:%d%s (incarnation %016llx, cluster %s, %s)\n",
+  printf("graphrun server: %s listening on %s:%d%s (incarnation %016llx, cluster %s, %s%s)\n",
          gr_server_task_name(srv), host, port, reached,
          (unsigned long long)gr_server_incarnation(srv), o->id,
-         o->secret ? "authenticated" : "INSECURE: no authentication");
+         o->secret ? "authenticated" : "INSECURE: no authentication",
+         so.tls_cert && *so.tls_cert ? ", TLS across hosts" : "");
   fflush(stdout);
   int rc = GR_EXIT_OK;
   if (o->publish && cli_rendezvous_publish(o->rdv, &o->entry, &err) != GR_OK) {
@@ -260,7 +268,7 @@ static bool take_flag(server_run *r, int c, const cli_opts *po) {
     case F_RESTARTS:
       return cli_opt_long(po, 0, 1000000, &r->restarts);
     default:
-      return false;
+      return cli_tls_flag(c, F_TLS, po->arg, &r->tls);
   }
 }
 
@@ -277,6 +285,7 @@ int gr_cmd_server(int argc, char **argv) {
       fprintf(stderr, "graphrun server: unexpected argument '%s' (try --help)\n", po.arg);
     if (c < 0 || !take_flag(&r, c, &po)) return GR_EXIT_USAGE;
   }
+  cli_tls_env(&r.tls);
   int rc = cli_server_setup(&r.s);
   if (r.s.publish) r.launcher = getppid(); /* slurmstepd, mpirun or orted */
   if (rc == GR_EXIT_OK && r.restarts > 0) {

@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -88,18 +90,22 @@ bool gt_netns_make(gt_netns *nn, int n) {
   nn->client_host = "10.213.0.100";
   snprintf(nn->sw, sizeof nn->sw, "grt%dsw", pid);
   snprintf(nn->client, sizeof nn->client, "grt%dc", pid);
+  snprintf(nn->spare, sizeof nn->spare, "grt%dx", pid);
   nn->made = true;
   bool ok = n <= GT_NETNS_MAX && gt_ip("netns add %s", nn->sw) == 0 &&
             gt_ip("-n %s link add br0 type bridge", nn->sw) == 0 &&
             gt_ip("-n %s link set br0 up", nn->sw) == 0;
-  for (int k = 0; k <= n && ok; k++) {
+  for (int k = 0; k <= n + 1 && ok; k++) { /* the tasks, the client, the spare */
     char ns[32], addr[32];
     if (k < n) {
       snprintf(nn->ns[k], sizeof nn->ns[k], "grt%dt%d", pid, k);
       snprintf(nn->host[k], sizeof nn->host[k], "10.213.0.%d", k + 1);
     }
-    snprintf(ns, sizeof ns, "%s", k < n ? nn->ns[k] : nn->client);
-    snprintf(addr, sizeof addr, "10.213.0.%d/24", k < n ? k + 1 : 100);
+    snprintf(ns, sizeof ns, "%s", k < n ? nn->ns[k] : k == n ? nn->client : nn->spare);
+    if (k <= n)
+      snprintf(addr, sizeof addr, "10.213.0.%d/24", k < n ? k + 1 : 100);
+    else
+      snprintf(addr, sizeof addr, "%s/24", GT_NETNS_SPARE);
     /* the link: "e" in ns, "b<k>" on the switch's bridge */
     ok = gt_ip("netns add %s", ns) == 0 && gt_ip("-n %s link set lo up", ns) == 0 &&
          gt_ip("-n %s link add e type veth peer name b%d netns %s", ns, k, nn->sw) == 0 &&
@@ -154,4 +160,21 @@ int gt_netns_start(gt_netns *nn, int n, const char *what) {
   gt_netns_remove(nn);
   fprintf(stderr, "cannot build the namespaces' network (bridge, veth)\n");
   return 1;
+}
+
+int gt_netns_enter(const char *ns) {
+  char path[96];
+  snprintf(path, sizeof path, "/run/netns/%s", ns);
+  int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  int to = open(path, O_RDONLY | O_CLOEXEC);
+  bool ok = self >= 0 && to >= 0 && setns(to, CLONE_NEWNET) == 0;
+  if (to >= 0) close(to);
+  if (!ok && self >= 0) close(self);
+  return ok ? self : -1;
+}
+
+void gt_netns_leave(int fd) {
+  if (fd < 0) return;
+  if (setns(fd, CLONE_NEWNET) != 0) abort(); /* the test would go on in the wrong network */
+  close(fd);
 }

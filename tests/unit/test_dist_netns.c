@@ -7,15 +7,11 @@
  * expects the run to recover and end with the weights of an uncut run, bit
  * for bit.
  *
- * Needs root and `ip netns`; without them it says why and exits 77, which
- * ctest reports as skipped (SKIP_RETURN_CODE), never as passed. The
- * namespaces are named after this process (grt<pid>...) and removed at the
- * end, also when a check fails; namespaces left by a run that was killed
- * are removed by the next run. */
+ * Needs root and `ip netns` (netns_harness.h); without them it says why
+ * and exits 77, which ctest reports as skipped (SKIP_RETURN_CODE), never as
+ * passed. */
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
