@@ -4,7 +4,7 @@
  * kernel-context helpers. The own-thread rule is gr_exec_own_thread
  * (executor_internal.h). Nothing here knows either run path. */
 #include "core/executor_internal.h"
-#include "core/gr_executor.h"
+#include "core/executor.h"
 #include "core/gr_trace.h"
 
 #include <stdarg.h>

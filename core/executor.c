@@ -9,8 +9,9 @@
  * the last node finished calls the run's done callback. A run started with
  * wait keeps the calling thread's hold: it helps drain the shared queue and
  * finishes the run itself (gr_executor_run). */
-#include "core/gr_executor.h"
+#include "core/executor.h"
 #include "core/executor_internal.h"
+#include "core/invariants.h"
 #include "core/gr_trace.h"
 
 #include <pthread.h>
@@ -128,6 +129,7 @@ static void release_state(gr_executor *e, run_state *st) {
  * error is set) and cancels it: every pending async kernel gets its cancel
  * callback. st->mu held on entry, released on return. */
 static void cancel_run_locked(run_state *st, const gr_error *why) {
+  GR_ASSERT_HELD(&st->mu);
   if (why && st->status == GR_OK) {
     st->status = why->code;
     st->err = *why;
@@ -225,6 +227,7 @@ static void push_shared(run_state *st, int i) {
 }
 
 static int pop_shared_locked(run_state *st) {
+  GR_ASSERT_HELD(&st->mu);
   if (!st->qcount) return -1;
   int i = st->queue[st->qhead];
   st->qhead = (st->qhead + 1) % st->qcap;

@@ -3,14 +3,15 @@
  * context helpers), the two run paths on it (executor.c: static graphs;
  * executor_cf.c with executor_cf_plan.c: control flow), and on top
  * executor_run.c (starting a run on the right path, freeing) and
- * executor_build.c. Internal to core. */
+ * executor_build.c. Threads and locks of a run: docs/internals.md,
+ * "Threads and locks". Internal to core. */
 #ifndef GR_EXECUTOR_INTERNAL_H
 #define GR_EXECUTOR_INTERNAL_H
 
 #include <pthread.h>
 
-#include "core/gr_executor.h"
-#include "core/gr_threadpool.h"
+#include "core/executor.h"
+#include "core/threadpool.h"
 #include "core/step_watch_internal.h"
 
 typedef struct exec_edge {
@@ -61,7 +62,8 @@ struct gr_executor {
 /* A thread of a run's own (both run paths): e's pool's, or the run's
  * caller when it waits for the run. Other threads (a server's network
  * thread completing a receive, another device's thread) run only light
- * nodes of the run (exec_node). */
+ * nodes of the run (exec_node) on the static path, and none on the
+ * control-flow path. */
 static inline bool gr_exec_own_thread(const gr_executor *e, bool waiting, pthread_t caller) {
   return (e->pool_size > 0 && gr_threadpool_current() == e->pool) ||
          (waiting && pthread_equal(pthread_self(), caller));

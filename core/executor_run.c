@@ -3,7 +3,7 @@
  * graph on executor.c; both sit on exec_core.c. Building is in
  * executor_build.c. */
 #include "core/executor_internal.h"
-#include "core/gr_executor.h"
+#include "core/executor.h"
 
 #include <stdlib.h>
 

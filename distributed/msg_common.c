@@ -38,14 +38,16 @@ gr_status gr_container_ref_unpack(gr_inmsg *in, gr_container_ref *out, gr_error 
 /* ---- the handshake's kinds (handshake_internal.h)
  * ---------------------------- */
 
-static const gr_msg_field hello_fields[] = {{"auth", NULL}, {"cluster", NULL}, {"nonce", "auth"}};
+static const gr_msg_field hello_fields[] = {
+    {"auth", NULL}, {"cluster", NULL}, {"mode", NULL}, {"nonce", "auth"}};
 static const gr_msg_field auth_fields[] = {
-    {"cluster", NULL}, {"nonce", "authenticating"}, {"mac", "authenticating"}};
+    {"cluster", NULL}, {"mode", NULL}, {"nonce", "authenticating"}, {"mac", "authenticating"}};
 static const gr_msg_field auth_ok_fields[] = {{"mac", "authenticating"}};
 const gr_msg_spec gr_hello_spec = {GR_MSG_HELLO, "server → peer, at accept",
                                    GR_MSG_FIELDS(hello_fields), NULL, -1};
-const gr_msg_spec gr_auth_spec = {GR_MSG_AUTH, "peer → server, always", GR_MSG_FIELDS(auth_fields),
-                                  NULL, -1};
+const gr_msg_spec gr_auth_spec = {GR_MSG_AUTH,
+                                  "peer → server, always (through TLS when `mode` is 1)",
+                                  GR_MSG_FIELDS(auth_fields), NULL, -1};
 const gr_msg_spec gr_auth_ok_spec = {GR_MSG_AUTH_OK, "server → peer", GR_MSG_FIELDS(auth_ok_fields),
                                      NULL, -1};
 

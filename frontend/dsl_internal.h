@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/core_engine.h"
 #include "gr_dsl.h"
 #include "distributed/gr_distributed.h"
 #include "ops/gr_ops.h"

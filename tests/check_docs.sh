@@ -42,30 +42,25 @@ done < <(grep -hoE '(`|^ *(\$ )?)make [a-z][a-z0-9-]*[a-z0-9]' "${docs[@]}" | se
 tracked="$(git ls-files 2>/dev/null || find . -type f -not -path './build*' | sed 's|^\./||')"
 known="$( { echo "$tracked" | sed 's|.*/||'; grep -hoE '[A-Za-z0-9_]+\.c\b' CMakeLists.txt cmake/*; \
   printf '%s\n' prog.c stdio.h stdlib.h; } | sort -u)"
+# (the missing names: comm of the sorted name lists)
 while IFS= read -r n; do
-  case "$n" in *NAME*|_*) continue ;; esac # placeholders: bench_NAME.c, *_internal.h
-  if ! grep -qxF -- "$n" <<<"$known"; then
-    echo "docs: $(grep -lw -- "$n" "${docs[@]}" | head -1) names $n, which is in no folder of the repository"
-    fail=1
-  fi
-done < <(grep -hoE '(^|[^/A-Za-z0-9_.-])[A-Za-z0-9_][A-Za-z0-9_.-]*\.(c|h|md|sh|py)\b' "${docs[@]}" |
-  sed -E 's/^[^A-Za-z0-9_]//' | sort -u)
+  echo "docs: $(grep -lw -- "$n" "${docs[@]}" | head -1) names $n, which is in no folder of the repository"
+  fail=1
+done < <(comm -23 <(grep -hoE '(^|[^/A-Za-z0-9_.-])[A-Za-z0-9_][A-Za-z0-9_.-]*\.(c|h|md|sh|py)\b' "${docs[@]}" |
+  sed -E 's/^[^A-Za-z0-9_]//' | grep -vE 'NAME|^_' | sort -u) <(echo "$known"))
+code="$(grep -E '\.(c|h|sh|txt|cmake)$|Makefile' <<<"$tracked")"
 while IFS= read -r n; do
-  if ! grep -qxF -- "${n##*/}" <<<"$known"; then
-    echo "docs: $(grep -rlw -- "$n" $(grep -E '\.(c|h|sh|txt|cmake)$|Makefile' <<<"$tracked") | head -1) names $n, which is not in the repository"
-    fail=1
-  fi
-done < <(grep -E '\.(c|h|sh|txt|cmake)$|Makefile' <<<"$tracked" | xargs grep -hoE '\b[A-Za-z0-9_/.-]+\.md\b' | sort -u)
+  echo "docs: $(xargs grep -lw -- "$n" <<<"$code" | head -1) names $n, which is not in the repository"
+  fail=1
+done < <(comm -23 <(xargs grep -hoE '\b[A-Za-z0-9_.-]+\.md\b' <<<"$code" | sort -u) <(echo "$known"))
 # function names: every gr_NAME, and every NAME_kernel or NAME_shape (an op's
 # functions), the docs name is defined or declared in the sources (or is a
 # file's name: cmake/gr_embed.cmake); a prefix (gr_attr_) stands for a family.
-srcs="$(grep -E '\.(c|h|cmake)$' <<<"$tracked" | xargs cat)"
+names='\bgr_[a-z0-9_]+\b|\b[a-z][a-z0-9]*(_[a-z0-9]+)*_(kernel|shape)\b'
 while IFS= read -r f; do
-  case "$f" in *_) continue ;; esac
-  if ! grep -qw -- "$f" <<<"$srcs"; then
-    echo "docs: $(grep -lw -- "$f" "${docs[@]}" | head -1) names $f, which is nowhere in the sources"
-    fail=1
-  fi
-done < <(grep -hoE '\bgr_[a-z0-9_]+\b|\b[a-z][a-z0-9]*(_[a-z0-9]+)*_(kernel|shape)\b' "${docs[@]}" | sort -u)
+  echo "docs: $(grep -lw -- "$f" "${docs[@]}" | head -1) names $f, which is nowhere in the sources"
+  fail=1
+done < <(comm -23 <(grep -hoE "$names" "${docs[@]}" | grep -v '_$' | sort -u) \
+  <(grep -E '\.(c|h|cmake)$' <<<"$tracked" | xargs grep -hoE '\b[A-Za-z0-9_]+\b' | sort -u))
 if [ $fail = 0 ]; then echo "docs: ok"; fi
 exit $fail

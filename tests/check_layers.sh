@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Dependencies point down (docs/internals.md, "Folders"): each folder may include project
 # headers only from itself and the folders below it, and only through their
-# face headers (gr_*.h) when crossing a folder boundary. With the build's
+# face headers when crossing a folder boundary: the public face (gr_*.h,
+# installed) or the engine face (FOLDER/FOLDER_engine.h, not installed). With the build's
 # object folder as $1, the calls between a folder's files are checked too.
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -36,8 +37,9 @@ for dir in "${!allowed[@]}"; do
     if [ $ok = 0 ]; then
       echo "layering: $file includes $inc (${dir}/ may use: ${allowed[$dir]})"
       fail=1
-    elif [ "$top" != "$dir" ] && [[ "$(basename "$inc")" != gr_*.h ]]; then
-      echo "layering: $file includes $inc, an internal header of $top/ (use its face header)"
+    elif [ "$top" != "$dir" ] && [[ "$(basename "$inc")" != gr_*.h ]] &&
+      [ "$(basename "$inc")" != "${top}_engine.h" ]; then
+      echo "layering: $file includes $inc, an internal header of $top/ (use its face header, or its engine face ${top}/${top}_engine.h)"
       fail=1
     fi
   done < <(grep -H '#include "' "$root/$dir"/*.[ch] 2>/dev/null)
@@ -68,7 +70,7 @@ calls() { # calls DIR REGEX: "caller callee" for the files of DIR matching REGEX
     sort -u
 }
 if [ -n "$objs" ]; then
-  for group in "core:exec_core|executor.*" "frontend:dsl_.*"; do
+  for group in "core:exec_core|executor.*" "checkpoints:.*" "frontend:dsl_.*"; do
     dir="${group%%:*}"
     files="${group#*:}"
     if [ "$dir" = frontend ]; then # the parser's stage only
@@ -88,5 +90,17 @@ if [ -n "$objs" ]; then
     fi
   done
 fi
+# The installed headers (gr_*.h; the user's API) include only installed
+# headers: an engine header (the engine face, core/core_engine.h, and what it
+# includes) is never installed through one.
+for h in "$root"/*/gr_*.h "$root"/frontend/graphrun.h; do
+  [[ "$h" == *_internal.h ]] && continue
+  while IFS= read -r inc; do
+    if [[ "$(basename "$inc")" != gr_*.h ]]; then
+      echo "installed: ${h#"$root"/} (installed) includes $inc, which is not installed"
+      fail=1
+    fi
+  done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$h")
+done
 if [ $fail = 0 ]; then echo "layering: ok"; fi
 exit $fail

@@ -71,8 +71,9 @@ int main(int argc, char **argv) {
   const char *secret = "seed-secret-of-16+";
   for (int secure = 1; secure >= 0; secure--) {
     const char *sec = secure ? secret : NULL;
-    gr_outmsg *hello = gr_hello_new(sec, "seed-cluster", nonce, &err), *auth, *ok;
+    gr_outmsg *hello = gr_hello_new(sec, "seed-cluster", 0, nonce, &err), *auth, *ok;
     gr_msg hm, am;
+    gr_hs_result res;
     gr_hs_client hs = {.secret = sec, .cluster = "seed-cluster", .address = "seed:1"};
     struct iovec *iov;
     int n;
@@ -84,7 +85,7 @@ int main(int argc, char **argv) {
         gr_outmsg_finish(auth, &iov, &n, &total, &err) != GR_OK ||
         gr_msg_parse(&am, (char *)iov[0].iov_base + GR_WIRE_HEADER_SIZE,
                      iov[0].iov_len - GR_WIRE_HEADER_SIZE, &err) != GR_OK ||
-        gr_hs_server_check(sec, "seed-cluster", nonce, &am, &ok, &err) != GR_OK) {
+        gr_hs_server_check(sec, "seed-cluster", 0, nonce, &am, &ok, &res, &err) != GR_OK) {
       fprintf(stderr, "gen_wire_seeds: the handshake: %s\n", err.msg);
       return 1;
     }
