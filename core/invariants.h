@@ -17,9 +17,13 @@
   GR_ASSERT(pthread_mutex_trylock(mu) != 0 || (pthread_mutex_unlock(mu), 0))
 /* The calling thread is `thread` (a loop thread, say). */
 #define GR_ASSERT_ON_THREAD(thread) GR_ASSERT(pthread_equal(pthread_self(), (thread)))
+/* ... or `unless` holds (the thread has stopped and another took over). */
+#define GR_ASSERT_ON_THREAD_OR(thread, unless)                                                     \
+  GR_ASSERT((unless) || pthread_equal(pthread_self(), (thread)))
 #else
-#define GR_ASSERT_HELD(mu)          ((void)0)
-#define GR_ASSERT_ON_THREAD(thread) ((void)0)
+#define GR_ASSERT_HELD(mu)                     ((void)0)
+#define GR_ASSERT_ON_THREAD(thread)            ((void)0)
+#define GR_ASSERT_ON_THREAD_OR(thread, unless) ((void)0)
 #endif
 
 #endif

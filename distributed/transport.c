@@ -297,6 +297,7 @@ static void drop_queue(gr_conn *c) {
 }
 
 void gr_conn_close_now(gr_conn *c, gr_status code, const char *why) {
+  GR_ASSERT_ON_LOOP(c->loop);
   pthread_mutex_lock(&c->mu);
   if (c->closed) {
     pthread_mutex_unlock(&c->mu);
@@ -405,6 +406,7 @@ static void fail_later(gr_conn *c, gr_status code, const char *why) {
 /* Writes what is queued until done or the socket is full (under c->mu).
  * 0: ok; otherwise errno. */
 static int flush_locked(gr_conn *c) {
+  GR_ASSERT_HELD(&c->mu);
   while (c->qhead) {
     wq_item *it = c->qhead;
     if (it->macs && !it->mac_begun) { /* the frame's first bytes go out now */
@@ -561,6 +563,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
 }
 
 void gr_conn_want_write_locked(gr_conn *c) {
+  GR_ASSERT_HELD(&c->mu);
   c->tls_want_write = true;
   if (!c->wev_armed) {
     c->wev_armed = true;

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "core/core_engine.h" /* GR_ASSERT_ON_LOOP, GR_ASSERT_HELD */
 #include "distributed/frame_mac_internal.h"
 #include "distributed/handshake_internal.h"
 #include "distributed/loglimit_internal.h"
@@ -66,6 +67,11 @@ struct gr_loop {
   gr_conn_handler log_to; /* where they go: a listener's handler (log, arg) */
   struct event *tick;     /* flushes the logs' summaries */
 };
+
+/* The calling thread is l's loop thread, or l has been told to stop
+ * (gr_loop_free's thread then does what the loop thread did). Checked in
+ * debug and sanitizer builds (core/invariants.h). */
+#define GR_ASSERT_ON_LOOP(l) GR_ASSERT_ON_THREAD_OR((l)->thread, atomic_load(&(l)->stop))
 
 typedef struct wq_item { /* a message being written */
   gr_outmsg *msg;

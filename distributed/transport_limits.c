@@ -143,6 +143,7 @@ static gr_conn *oldest_unready(gr_loop *l) {
 }
 
 bool gr_make_room(gr_loop *l, const char *because) {
+  GR_ASSERT_ON_LOOP(l);
   gr_conn *old = oldest_unready(l);
   if (!old) return false;
   char why[300];
@@ -158,6 +159,7 @@ bool gr_make_room(gr_loop *l, const char *because) {
 }
 
 bool gr_conn_admit(gr_loop *l, int max, const char *peer) {
+  GR_ASSERT_ON_LOOP(l);
   pthread_mutex_lock(&l->mu);
   int open = l->accepted;
   pthread_mutex_unlock(&l->mu);
@@ -186,6 +188,7 @@ void gr_conn_limits_start(gr_conn *c) {
 }
 
 void gr_conn_set_ready(gr_conn *c) {
+  GR_ASSERT_ON_LOOP(c->loop);
   if (c->ready) return;
   c->ready = true;
   int idle = gr_idle_ms();
@@ -215,6 +218,7 @@ static void deadline(gr_conn *c, const char *why) {
 }
 
 void gr_conn_on_timer(gr_conn *c) {
+  GR_ASSERT_ON_LOOP(c->loop);
   int64_t now = gr_wire_now_ms();
   char why[200];
   if (!c->is_server) {
@@ -239,12 +243,14 @@ void gr_conn_on_timer(gr_conn *c) {
 /* ---- receive memory ------------------------------------------------------------ */
 
 void gr_rx_charge(gr_conn *c, size_t n) {
+  GR_ASSERT_ON_LOOP(c->loop);
   c->rx_held += n;
   c->loop->rx_held += n;
   STAT_ADD(rx_held, n);
 }
 
 bool gr_rx_reserve(gr_conn *c, size_t n) {
+  GR_ASSERT_ON_LOOP(c->loop);
   gr_loop *l = c->loop;
   bool fits = l->rx_held + n <= l->rx_budget;
   if (fits || !l->rx_over || l->rx_over == c) {
@@ -281,6 +287,7 @@ static void wake(gr_loop *l) {
 }
 
 void gr_rx_release(gr_conn *c, size_t n) {
+  GR_ASSERT_ON_LOOP(c->loop);
   gr_loop *l = c->loop;
   c->rx_held -= n;
   l->rx_held -= n;

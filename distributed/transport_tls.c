@@ -62,6 +62,7 @@ static ssize_t io_failed(gr_conn *c, int ret, bool reading) {
 }
 
 ssize_t gr_conn_tls_write(gr_conn *c, const struct iovec *v, int n) {
+  GR_ASSERT_HELD(&c->mu);
   const void *p = v[0].iov_base;
   size_t len = v[0].iov_len;
   if (len < GR_TLS_GATHER) { /* small pieces: one record, one write */
