@@ -19,6 +19,7 @@
 #include "ops/conv_internal.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
+#include "ops/vec_internal.h"
 
 /* ---- shapes --------------------------------------------------------------------------- */
 
@@ -132,6 +133,108 @@ static gr_status check_runtime(gr_kernel_ctx *ctx, int xi, int first, unsigned x
         y[r * c + j] = (T)((double)x[r * c + j] * scale[j] + shift[j]);                            \
   } while (0)
 
+/* ---- f32: vec_batch_norm.c's passes, split over the inter-op threads ---------------------- */
+
+typedef struct bn_par {
+  const float *x, *dy;
+  int64_t rows, c, br, nb;
+  const double *center; /* stats: the shift; gradient: the mean */
+  double *part;         /* nb blocks of 2c sums */
+  const float *a, *b, *d, *ctr;
+  float *out;
+  bool relu, grad;
+  int chunks;
+} bn_par;
+
+static void bn_sums_chunk(void *arg, int i) {
+  const bn_par *p = arg;
+  int64_t lo, hi;
+  gr_vec_range(p->nb, p->chunks, i, &lo, &hi);
+  for (int64_t k = lo; k < hi; k++) {
+    double *s = p->part + k * 2 * p->c;
+    if (p->grad)
+      gr_vec_bn_grad_block(p->dy, NULL, p->x, p->rows, p->c, p->br, k, p->center, s);
+    else
+      gr_vec_bn_stats_block(p->x, p->rows, p->c, p->br, k, p->center, s);
+  }
+}
+
+static void bn_apply_chunk(void *arg, int i) {
+  const bn_par *p = arg;
+  int64_t lo, hi;
+  gr_vec_range(p->rows, p->chunks, i, &lo, &hi);
+  gr_vec_bn_apply(p->grad ? p->dy : p->x, NULL, p->grad ? p->x : NULL, p->ctr, p->c, p->a, p->b,
+                  p->d, p->relu, p->out, lo, hi);
+}
+
+/* The per-channel sums of p's rows into s[2c]: blocks of rows (a split by
+ * the sizes only) summed on the threads, then added in block order. Needs
+ * scratch for nb * 2c doubles in p->part. */
+static void bn_sums(gr_kernel_ctx *ctx, bn_par *p, double *s) {
+  p->chunks = gr_vec_chunks(ctx, p->nb, (double)(p->rows * p->c) * (p->grad ? 8 : 4));
+  gr_kernel_parallel(ctx, p->chunks, bn_sums_chunk, p);
+  for (int64_t j = 0; j < 2 * p->c; j++) s[j] = 0;
+  for (int64_t k = 0; k < p->nb; k++)
+    for (int64_t j = 0; j < 2 * p->c; j++) s[j] += p->part[k * 2 * p->c + j];
+}
+
+static void bn_apply(gr_kernel_ctx *ctx, bn_par *p) {
+  p->chunks = gr_vec_chunks(ctx, p->rows, (double)(p->rows * p->c) * (p->grad ? 12 : 8));
+  gr_kernel_parallel(ctx, p->chunks, bn_apply_chunk, p);
+}
+
+/* Scratch of n doubles (errors into ctx). */
+static gr_status scratch_f64(gr_kernel_ctx *ctx, int64_t n, gr_tensor *t) {
+  gr_shape s = gr_shape_make(1, (int64_t[]){n > 0 ? n : 1});
+  return gr_tensor_alloc(t, GR_F64, &s, ctx->err);
+}
+
+/* mean and the sum of squared deviations (var) of f32 x [rows, c], rows
+ * >= 1: sums of x - x[0] and their squares, by blocks. */
+static gr_status f32_stats(gr_kernel_ctx *ctx, const gr_tensor *X, int64_t rows, int64_t c,
+                           double *mean, double *var) {
+  const float *x = gr_tensor_data(X);
+  int64_t br = gr_vec_bn_block_rows(rows, c), nb = (rows + br - 1) / br;
+  gr_tensor t;
+  GR_TRY(scratch_f64(ctx, (nb + 2) * 2 * c, &t));
+  double *shift = gr_tensor_data(&t), *s = shift + c, *part = s + 2 * c;
+  for (int64_t j = 0; j < c; j++) shift[j] = (double)x[j];
+  bn_par p = {.x = x, .rows = rows, .c = c, .br = br, .nb = nb, .center = shift, .part = part};
+  bn_sums(ctx, &p, s);
+  for (int64_t j = 0; j < c; j++) {
+    double m = s[j] / (double)rows, v = s[c + j] - m * s[j];
+    mean[j] = shift[j] + m;
+    var[j] = v > 0 ? v : 0;
+  }
+  gr_tensor_release(&t);
+  return GR_OK;
+}
+
+/* y = gamma rstd (x - mean) + beta for f32 x [rows, c], and outputs 1, 2. */
+static gr_status f32_apply(gr_kernel_ctx *ctx, const gr_tensor *X, gr_tensor *Y, int64_t rows,
+                           int64_t c, const double *mean, const double *rstd) {
+  const float *gm = gr_tensor_data(&ctx->inputs[1]), *bt = gr_tensor_data(&ctx->inputs[2]);
+  float *mo = gr_tensor_data(&ctx->outputs[1]), *ro = gr_tensor_data(&ctx->outputs[2]);
+  gr_tensor t;
+  GR_TRY(scratch_f64(ctx, 2 * c, &t));
+  float *a = gr_tensor_data(&t), *ctr = a + c;
+  for (int64_t j = 0; j < c; j++) {
+    mo[j] = (float)mean[j], ro[j] = (float)rstd[j];
+    a[j] = (float)(rstd[j] * (double)gm[j]);
+    ctr[j] = (float)mean[j];
+  }
+  bn_par p = {.x = gr_tensor_data(X),
+              .rows = rows,
+              .c = c,
+              .a = a,
+              .b = bt,
+              .ctr = ctr,
+              .out = gr_tensor_data(Y)};
+  bn_apply(ctx, &p);
+  gr_tensor_release(&t);
+  return GR_OK;
+}
+
 /* NCHW: on a channels-last copy of x, y computed channels last and copied
  * back (gr_layout_begin). */
 static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
@@ -153,10 +256,14 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
           &lk, gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "training needs a non-empty batch"));
     }
     memset(mean, 0, sizeof(double) * (size_t)(2 * c));
-    if (X->dtype == GR_F32)
-      BN_STATS(float);
-    else
+    if (X->dtype == GR_F32) {
+      if (f32_stats(ctx, X, rows, c, mean, var) != GR_OK) {
+        gr_tensor_release(&scratch);
+        return gr_layout_end(&lk, ctx->err->code);
+      }
+    } else {
       BN_STATS(double);
+    }
     for (int64_t j = 0; j < c; j++) {
       rstd[j] = 1.0 / sqrt(var[j] / (double)rows + eps);
       var[j] = rows > 1 ? var[j] / (double)(rows - 1) : var[j];
@@ -184,7 +291,7 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
     }
   }
   if (s == GR_OK && X->dtype == GR_F32)
-    BN_APPLY(float);
+    s = f32_apply(ctx, X, Y, rows, c, mean, rstd);
   else if (s == GR_OK)
     BN_APPLY(double);
   gr_tensor_release(&scratch);
@@ -220,6 +327,43 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
       }                                                                                            \
   } while (0)
 
+/* BN_GRAD for f32: the sums by blocks, then dx = A dy + B (x - mean) + D
+ * in one pass (A = gamma rstd, B = -A rstd dgamma / n, D = -A dbeta / n;
+ * inference: B = D = 0). */
+static gr_status f32_grad(gr_kernel_ctx *ctx, const gr_layout_kernel *lk, gr_tensor *DX,
+                          gr_tensor *DG, gr_tensor *DB, int64_t rows, int64_t c, bool training) {
+  const float *gm = gr_tensor_data(&ctx->inputs[2]), *mu = gr_tensor_data(&ctx->inputs[3]);
+  const float *rs = gr_tensor_data(&ctx->inputs[4]);
+  int64_t br = gr_vec_bn_block_rows(rows, c), nb = rows > 0 ? (rows + br - 1) / br : 0;
+  gr_tensor t;
+  GR_TRY(scratch_f64(ctx, (nb + 5) * 2 * c, &t));
+  double *mean = gr_tensor_data(&t), *s = mean + c, *part = s + 2 * c;
+  float *A = (float *)(part + nb * 2 * c), *B = A + c, *D = B + c, *ctr = D + c;
+  for (int64_t j = 0; j < c; j++) mean[j] = (double)mu[j];
+  bn_par p = {.x = gr_tensor_data(&lk->in[1]),
+              .dy = gr_tensor_data(&lk->in[0]),
+              .rows = rows,
+              .c = c,
+              .br = br,
+              .nb = nb,
+              .center = mean,
+              .part = part,
+              .grad = true};
+  bn_sums(ctx, &p, s);
+  float *dg = gr_tensor_data(DG), *db = gr_tensor_data(DB);
+  for (int64_t j = 0; j < c; j++) {
+    double r = (double)rs[j], k = (double)gm[j] * r, dgam = s[c + j] * r;
+    db[j] = (float)s[j], dg[j] = (float)dgam;
+    A[j] = (float)k, ctr[j] = mu[j];
+    B[j] = training && rows ? (float)(-k * r * dgam / (double)rows) : 0.0f;
+    D[j] = training && rows ? (float)(-k * s[j] / (double)rows) : 0.0f;
+  }
+  p.a = A, p.b = B, p.d = D, p.ctr = ctr, p.out = gr_tensor_data(DX);
+  bn_apply(ctx, &p);
+  gr_tensor_release(&t);
+  return GR_OK;
+}
+
 /* NCHW: as batch_norm_kernel, on channels-last copies of dy and x. */
 static gr_status batch_norm_grad_kernel(gr_kernel_ctx *ctx) {
   const gr_tensor *DY = &ctx->inputs[0], *X = &ctx->inputs[1];
@@ -241,11 +385,11 @@ static gr_status batch_norm_grad_kernel(gr_kernel_ctx *ctx) {
   if (s != GR_OK) return gr_layout_end(&lk, s);
   double *acc = gr_tensor_data(&scratch);
   if (X->dtype == GR_F32)
-    BN_GRAD(float);
+    s = f32_grad(ctx, &lk, DX, DG, DB, rows, c, training);
   else
     BN_GRAD(double);
   gr_tensor_release(&scratch);
-  return gr_layout_end(&lk, GR_OK);
+  return gr_layout_end(&lk, s);
 }
 
 static gr_status batch_norm_grad_shape(gr_shape_ctx *ctx) {

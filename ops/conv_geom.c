@@ -32,11 +32,12 @@ const gr_attr_spec gr_conv_attr_specs[6] = {
     {"groups", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 1}},
     GR_DATA_FORMAT_ATTR};
 
-const gr_attr_spec gr_pool_attr_specs[5] = {{"ksize", GR_ATTR_INTS, true, {0}},
-                                            EMPTY_INTS("strides"),
-                                            PADDING_ATTR,
-                                            EMPTY_INTS("explicit_paddings"),
-                                            GR_DATA_FORMAT_ATTR};
+#define POOL_ATTRS                                                                                 \
+  {"ksize", GR_ATTR_INTS, true, {0}}, EMPTY_INTS("strides"), PADDING_ATTR,                         \
+      EMPTY_INTS("explicit_paddings"), GR_DATA_FORMAT_ATTR
+const gr_attr_spec gr_pool_attr_specs[5] = {POOL_ATTRS};
+const gr_attr_spec gr_pool_grad_attr_specs[6] = {
+    POOL_ATTRS, {"relu", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}}};
 
 /* A (height, width) pair from an int-list attr: [] gives dflt, [k] both,
  * [h, w], or TensorFlow's [1, h, w, 1] (NCHW: [1, 1, h, w]); every value

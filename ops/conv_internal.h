@@ -108,14 +108,15 @@ gr_status gr_ops_check_images(gr_shape_ctx *ctx, gr_data_format f);
 gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx, gr_data_format f);
 
 /* Defines const gr_op_def gr_op_NAME for a window op whose inputs are named
- * by the last arguments ("x", "filter"). */
-#define GR_WINDOW_OP(NAME, DOC, ATTRS, SHAPE, COST, KERNEL, GRAD, ...)                             \
+ * by the last arguments ("x", "filter"). GR_WINDOW_OP_EX: the first
+ * MIN_IN of them are needed, and it has NOUT outputs. */
+#define GR_WINDOW_OP_EX(NAME, DOC, ATTRS, SHAPE, COST, KERNEL, GRAD, MIN_IN, NOUT, ...)            \
   const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
                                   .doc = DOC,                                                      \
-                                  .min_inputs = GR_WINDOW_NUM_INPUTS(__VA_ARGS__),                 \
+                                  .min_inputs = MIN_IN,                                            \
                                   .max_inputs = GR_WINDOW_NUM_INPUTS(__VA_ARGS__),                 \
                                   .input_names = (const char *const[]){__VA_ARGS__},               \
-                                  .num_outputs = 1,                                                \
+                                  .num_outputs = NOUT,                                             \
                                   .attrs = ATTRS,                                                  \
                                   .num_attrs = sizeof ATTRS / sizeof ATTRS[0],                     \
                                   .shape_fn = SHAPE,                                               \
@@ -123,12 +124,17 @@ gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx, gr_data_format f);
                                   .kernel = KERNEL,                                                \
                                   .grad_fn = GRAD,                                                 \
                                   .flags = GR_OP_EXPENSIVE};
+#define GR_WINDOW_OP(NAME, DOC, ATTRS, SHAPE, COST, KERNEL, GRAD, ...)                             \
+  GR_WINDOW_OP_EX(NAME, DOC, ATTRS, SHAPE, COST, KERNEL, GRAD, GR_WINDOW_NUM_INPUTS(__VA_ARGS__),  \
+                  1, __VA_ARGS__)
 #define GR_WINDOW_NUM_INPUTS(...)                                                                  \
   (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
 
 /* Attr specs shared by the window ops (conv_geom.c). */
 extern const gr_attr_spec gr_conv_attr_specs[6];
 extern const gr_attr_spec gr_pool_attr_specs[5];
+/* max_pool_grad's: the pool attrs and relu (bool, default false). */
+extern const gr_attr_spec gr_pool_grad_attr_specs[6];
 /* The data_format attr ("NHWC" default, or "NCHW"), for the other image
  * ops' attr lists. */
 #define GR_DATA_FORMAT_ATTR                                                                        \

@@ -1,4 +1,4 @@
-/* Convolution benchmarks, one thread each:
+/* Convolution benchmarks:
  *
  * 1. conv2d forward, 3x3, 64 -> 64 channels, 28x28, SAME, batch 64, as
  *    GFLOP/s next to raw cblas_sgemm on the same product (m = 64 * 28 * 28,
@@ -8,17 +8,28 @@
  *    conv 3x3 32->64, batch norm, ReLU, max pool; dropout 0.3; dense
  *    3136->128 ReLU; dense 128->10) at batch 64 on random data, in
  *    graphrun and in PyTorch 1.13 (tests/bench/conv_torch.py, Debian
- *    python3-torch, oneDNN inside), and the step's matrix products alone as
- *    raw sgemm (the im2col products of both convs and the dense layers,
+ *    python3-torch, oneDNN inside), at 1 thread each and at 2 (graphrun:
+ *    inter-op threads, which split the large kernels over the batch;
+ *    PyTorch: torch.set_num_threads), and the step's matrix products alone
+ *    as raw sgemm (the im2col products of both convs and the dense layers,
  *    forward and both gradients): no engine doing convolution as im2col on
  *    this BLAS trains faster than that.
+ * 3. Where graphrun's one-thread step goes, per op (median of traced
+ *    steps), against each op's floor: the bytes its nodes read and write
+ *    at the memory bandwidth measured here (a 32 MiB copy), or for the
+ *    products (conv2d and its gradients, matmul) their flops at the raw
+ *    sgemm speed of the step's products, whichever is larger.
  *
- * Last line: conv: ratio_step=R floor=F gflops_conv=G gflops_sgemm=S
- *   R: graphrun step / PyTorch step; F: raw sgemm time / PyTorch step. */
+ * Last line: conv: ratio_step=R ratio_best=B floor=F gflops_conv=G gflops_sgemm=S
+ *                  ops_near_floor=K/N
+ *   R: graphrun step / PyTorch step, 1 thread each; B: the same at each
+ *   engine's best thread count (1 or 2); F: raw sgemm time / PyTorch step;
+ *   K of the N ops of the table within 1.5x of their floor. */
 #include <cblas.h>
 #include <graphrun.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "bench_util.h"
 
@@ -136,7 +147,137 @@ static gr_output dense(gr_graph *g, gr_output x, int nin, int nout, int seed) {
   return gr_bias_add(g, gr_matmul(g, x, w, false, false), b);
 }
 
-static double graphrun_step(int b, int reps) {
+/* ---- 3. per-op table ------------------------------------------------------------------------ */
+
+/* Bytes per second of copying a 32 MiB buffer (read + write counted). */
+static double mem_bandwidth(int smoke) {
+  size_t n = (smoke ? 1u : 32u) << 20;
+  char *a = malloc(n), *b = malloc(n);
+  memset(a, 1, n), memset(b, 2, n);
+  double t[9];
+  for (int r = 0; r < 9; r++) {
+    double t0 = bench_now();
+    memcpy(r % 2 ? a : b, r % 2 ? b : a, n);
+    t[r] = bench_now() - t0;
+  }
+  free(a), free(b);
+  return 2.0 * (double)n / bench_median(t, 9);
+}
+
+static double shape_bytes(const gr_shape *s, gr_dtype dt) {
+  double e = 1;
+  for (int i = 0; i < s->rank; i++) e *= s->dims[i] < 0 ? 1 : (double)s->dims[i];
+  return e * (double)gr_dtype_size(dt);
+}
+
+/* Bytes a node reads (its inputs) and writes (its outputs). */
+static double node_bytes(const gr_node *n) {
+  double b = 0;
+  for (int i = 0; i < n->num_inputs; i++) {
+    const gr_node *p = n->inputs[i].node;
+    b += shape_bytes(&p->out_shapes[n->inputs[i].index], p->out_dtypes[n->inputs[i].index]);
+  }
+  for (int i = 0; i < n->num_outputs; i++) b += shape_bytes(&n->out_shapes[i], n->out_dtypes[i]);
+  return b;
+}
+
+static bool is_product(const char *op) {
+  return strncmp(op, "conv2d", 6) == 0 || strncmp(op, "matmul", 6) == 0 ||
+         strncmp(op, "depthwise", 9) == 0;
+}
+
+enum { MAX_OPS = 64 };
+typedef struct op_row {
+  const char *op;
+  int calls;
+  double ms, floor_ms;
+} op_row;
+
+/* Sums the median node times of `reps` traced steps by op; floors from
+ * bandwidth bw (bytes/s) and the sgemm rate (flop/s). Prints the table;
+ * returns the number of ops within 1.5x of their floor (*total: ops). */
+static int op_table(gr_session *s, const gr_feed *f, gr_output fetch, gr_output target, int reps,
+                    double bw, double rate, int *total) {
+  gr_step_trace *tr = gr_step_trace_new();
+  gr_error err;
+  int nn = 0, cap = 0;
+  const gr_node **nodes = NULL;
+  double *times = NULL; /* [node][rep] */
+  for (int r = 0; r < reps; r++) {
+    gr_tensor out;
+    gr_step_trace_clear(tr);
+    if (gr_session_run_traced(s, f, 2, &fetch, 1, &out, &target, 1, tr, &err) != GR_OK)
+      die("traced run", err.msg);
+    gr_tensor_release(&out);
+    for (int i = 0; i < gr_step_trace_count(tr); i++) {
+      const gr_trace_event *e = gr_step_trace_event(tr, i);
+      int k = 0;
+      while (k < nn && nodes[k] != e->node) k++;
+      if (k == nn) {
+        if (r > 0) continue; /* ran only in a later step */
+        if (nn == cap) {
+          cap = cap ? 2 * cap : 256;
+          nodes = realloc(nodes, sizeof *nodes * (size_t)cap);
+          times = realloc(times, sizeof *times * (size_t)cap * (size_t)reps);
+        }
+        nodes[nn] = e->node;
+        for (int q = 0; q < reps; q++) times[(size_t)nn * (size_t)reps + (size_t)q] = 0;
+        nn++;
+      }
+      times[(size_t)k * (size_t)reps + (size_t)r] += (double)(e->end_ns - e->start_ns) * 1e-6;
+    }
+  }
+  op_row rows[MAX_OPS];
+  int nr = 0;
+  double all = 0;
+  for (int k = 0; k < nn; k++) {
+    const gr_node *n = nodes[k];
+    double ms = bench_median(times + (size_t)k * (size_t)reps, reps);
+    gr_cost c = {0, 0};
+    if (is_product(n->op->name) && n->op->cost_fn) n->op->cost_fn(n, &c);
+    double fl = node_bytes(n) / bw * 1e3, fc = c.flops / rate * 1e3;
+    int j = 0;
+    while (j < nr && strcmp(rows[j].op, n->op->name) != 0) j++;
+    if (j == nr) {
+      if (nr == MAX_OPS) continue;
+      rows[nr++] = (op_row){n->op->name, 0, 0, 0};
+    }
+    rows[j].calls++;
+    rows[j].ms += ms;
+    rows[j].floor_ms += fl > fc ? fl : fc;
+    all += ms;
+  }
+  /* largest first */
+  for (int i = 0; i < nr; i++)
+    for (int j = i + 1; j < nr; j++)
+      if (rows[j].ms > rows[i].ms) {
+        op_row t = rows[i];
+        rows[i] = rows[j], rows[j] = t;
+      }
+  int near = 0, shown = 0;
+  printf("per op, one thread (median of %d traced steps; floor: bytes at %.1f GB/s, products' "
+         "flops at %.1f GFLOP/s):\n",
+         reps, bw / 1e9, rate / 1e9);
+  printf("  %-28s %5s %9s %9s %6s\n", "op", "calls", "ms", "floor ms", "x");
+  for (int i = 0; i < nr; i++) {
+    if (rows[i].ms < 0.05) continue; /* the optimizer's and the loss's scalars */
+    double x = rows[i].floor_ms > 0 ? rows[i].ms / rows[i].floor_ms : 0;
+    shown++;
+    near += x <= 1.5;
+    printf("  %-28s %5d %9.3f %9.3f %6.2f%s\n", rows[i].op, rows[i].calls, rows[i].ms,
+           rows[i].floor_ms, x, x <= 1.5 ? "" : "  (over 1.5x)");
+  }
+  printf("  all ops: %.2f ms\n", all);
+  free(nodes), free(times);
+  gr_step_trace_free(tr);
+  *total = shown;
+  return near;
+}
+
+/* The median step of the example's CNN with `threads` inter-op threads;
+ * with bw > 0 also the per-op table (*near of *total ops near their floor). */
+static double graphrun_step(int b, int reps, int threads, double bw, double rate, int *near,
+                            int *total) {
   gr_graph *g = gr_graph_new();
   gr_tensor xv = random_tensor((gr_shape){4, {b, 28, 28, 1}}, 1), yv;
   gr_error err;
@@ -151,11 +292,12 @@ static double graphrun_step(int b, int reps) {
   gr_optimizer adam = {.kind = GR_OPT_ADAM, .learning_rate = 1e-3};
   gr_output train = gr_minimize(g, &adam, loss, NULL, 0);
   if (gr_graph_error(g)) die("build", gr_graph_error(g)->msg);
-  gr_session *s =
-      gr_session_new(g, &(gr_session_options){.inter_op_threads = 1, .intra_op_threads = 1}, &err);
+  gr_session *s = gr_session_new(
+      g, &(gr_session_options){.inter_op_threads = threads, .intra_op_threads = 1}, &err);
   if (!s) die("session", err.msg);
   gr_feed f[2] = {{x, &xv}, {y, &yv}};
   double t = time_runs(s, f, 2, loss, &train, reps);
+  if (bw > 0) *near = op_table(s, f, loss, train, reps, bw, rate, total);
   gr_session_free(s);
   gr_graph_free(g);
   gr_tensor_release(&xv), gr_tensor_release(&yv);
@@ -164,23 +306,25 @@ static double graphrun_step(int b, int reps) {
 
 /* The step's products as raw sgemm: per layer {m, n, k} of the forward
  * product; backward: the weight gradient (k x n over m) and, except for
- * the first layer, the input gradient (m x k over n). */
-static double floor_seconds(int b, int reps) {
+ * the first layer, the input gradient (m x k over n). *flops: theirs. */
+static double floor_seconds(int b, int reps, double *flops) {
   const int prod[4][3] = {{b * 784, 32, 9}, {b * 196, 64, 288}, {b, 128, 3136}, {b, 10, 128}};
   double t = 0;
+  *flops = 0;
   for (int l = 0; l < 4; l++) {
     int m = prod[l][0], n = prod[l][1], k = prod[l][2];
     t += sgemm_time(m, n, k, false, false, reps);
     t += sgemm_time(k, n, m, true, false, reps);
-    if (l > 0) t += sgemm_time(m, k, n, false, true, reps);
+    *flops += 2 * 2.0 * m * n * k;
+    if (l > 0) t += sgemm_time(m, k, n, false, true, reps), *flops += 2.0 * m * n * k;
   }
   return t;
 }
 
-static double torch_step(int b, int reps) {
+static double torch_step(int b, int reps, int threads) {
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 /usr/bin/python3 %s/conv_torch.py %d %d 2>&1",
-           GR_BENCH_DIR, b, reps);
+  snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%d /usr/bin/python3 %s/conv_torch.py %d %d %d 2>&1",
+           threads, GR_BENCH_DIR, b, reps, threads);
   FILE *p = popen(cmd, "r");
   if (!p) return -1;
   char line[512];
@@ -191,21 +335,32 @@ static double torch_step(int b, int reps) {
   return ms > 0 ? ms / 1e3 : -1;
 }
 
+static double min2(double a, double b) {
+  return a > 0 && (b <= 0 || a < b) ? a : b;
+}
+
 int main(int argc, char **argv) {
   int smoke = bench_is_smoke(argc, argv);
   double gc, gs;
   conv_forward(smoke, &gc, &gs);
-  int b = smoke ? 4 : 64, reps = smoke ? 2 : 20;
-  double tg = graphrun_step(b, reps);
-  double tf = floor_seconds(b, smoke ? 2 : 10);
-  double tt = smoke ? -1 : torch_step(b, reps);
-  printf("CNN train step batch %d: graphrun %.2f ms; its products as raw sgemm %.2f ms", b,
-         tg * 1e3, tf * 1e3);
+  int b = smoke ? 4 : 64, reps = smoke ? 2 : 20, near = 0, total = 0;
+  double flops, tf = floor_seconds(b, smoke ? 2 : 10, &flops);
+  double bw = mem_bandwidth(smoke);
+  double tg = graphrun_step(b, reps, 1, bw, flops / tf, &near, &total);
+  double tg2 = graphrun_step(b, reps, 2, 0, 0, NULL, NULL);
+  double tt = smoke ? -1 : torch_step(b, reps, 1);
+  double tt2 = smoke ? -1 : torch_step(b, reps, 2);
+  printf("CNN train step batch %d: graphrun %.2f ms (2 threads %.2f); its products as raw sgemm "
+         "%.2f ms",
+         b, tg * 1e3, tg2 * 1e3, tf * 1e3);
   if (tt > 0)
-    printf("; PyTorch %.2f ms\n", tt * 1e3);
+    printf("; PyTorch %.2f ms (2 threads %.2f)\n", tt * 1e3, tt2 * 1e3);
   else
     printf("; PyTorch not measured (%s)\n", smoke ? "smoke run" : "install python3-torch");
-  printf("conv: ratio_step=%.2f floor=%.2f gflops_conv=%.1f gflops_sgemm=%.1f\n",
-         tt > 0 ? tg / tt : NAN, tt > 0 ? tf / tt : NAN, gc, gs);
+  double best = min2(tt, tt2);
+  printf("conv: ratio_step=%.2f ratio_best=%.2f floor=%.2f gflops_conv=%.1f gflops_sgemm=%.1f "
+         "ops_near_floor=%d/%d\n",
+         tt > 0 ? tg / tt : NAN, best > 0 ? min2(tg, tg2) / best : NAN, tt > 0 ? tf / tt : NAN, gc,
+         gs, near, total);
   return 0;
 }

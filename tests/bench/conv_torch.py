@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The PyTorch side of bench_conv: one training step (forward, backward,
 Adam 1e-3) of the CNN of examples/fashion_cnn.gr on random data, one
-thread. Usage: conv_torch.py BATCH STEPS; prints the median ms per step."""
+thread (or THREADS). Usage: conv_torch.py BATCH STEPS [THREADS]; prints the median ms
+per step."""
 import sys
 
 import torch
@@ -12,7 +13,7 @@ from torch_steps import median_step_ms
 
 def main():
     b, steps = int(sys.argv[1]), int(sys.argv[2])
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),

@@ -1,0 +1,91 @@
+/* Vectorised f32 kernels of the CNN ops (NHWC, channels innermost), and
+ * how they split over the inter-op threads. Internal to ops/.
+ *
+ * Every loop here runs over channels innermost, each channel's arithmetic
+ * in one fixed order, so the vector width changes nothing: the builds for
+ * AVX-512, AVX2 and plain x86-64 (GR_VEC_CLONES, chosen once per process
+ * by the CPU) give the same bits (the build has no FMA contraction:
+ * -std=c11, -ffp-contract=off). Reductions over rows (batch norm) sum
+ * fixed blocks of rows, then the blocks in order: the split depends on the
+ * sizes only, never on the thread count, so 1, 2 or 3 threads give the
+ * same bits.
+ *
+ * Threads: the kernels are pure functions of their arguments over the
+ * ranges they are given; callers run disjoint ranges on several threads
+ * through gr_kernel_parallel. */
+#ifndef GR_VEC_INTERNAL_H
+#define GR_VEC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ops/conv_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__)
+#define GR_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GR_VEC_CLONES
+#endif
+
+/* How many chunks to split `units` units of `bytes` bytes each into for
+ * ctx's threads: 1 with one thread or little work, else a few per thread
+ * (each at least one unit). Only for work whose result does not depend on
+ * the split. */
+int gr_vec_chunks(const gr_kernel_ctx *ctx, int64_t units, double bytes);
+
+/* The range [*lo, *hi) of chunk i of n over `units` units. */
+static inline void gr_vec_range(int64_t units, int n, int i, int64_t *lo, int64_t *hi) {
+  *lo = units * i / n;
+  *hi = units * (i + 1) / n;
+}
+
+/* ---- pooling (vec_pool.c) ----------------------------------------------------------- */
+
+/* Do no two windows of g share an input element (strides >= window)? Then
+ * the max-pool kernels below apply. */
+bool gr_vec_pool_disjoint(const gr_conv_geom *g);
+
+/* Images [b0, b1): y = the maximum of each window of x and, when arg is not
+ * NULL, arg = the position i * kw + j of its first maximum in the window
+ * (NaN wins and stays; 255 for a window wholly in the padding, whose y is
+ * 0). Needs kh * kw < 255. */
+void gr_vec_max_pool(const gr_conv_geom *g, const float *x, float *y, uint8_t *arg, int64_t b0,
+                     int64_t b1);
+
+/* Images [b0, b1) of the gradient of a disjoint max pool: dx = dy at each
+ * window's first maximum, 0 elsewhere (every element written). The maxima
+ * come from arg (as gr_vec_max_pool gives) or, when arg is NULL, from x.
+ * With relu, a window whose maximum (y, the pooled output, with arg; else
+ * from x) is not > 0 passes nothing: the gradient of max_pool(relu(.))
+ * through the relu. */
+void gr_vec_max_pool_grad(const gr_conv_geom *g, const float *x, const uint8_t *arg, const float *y,
+                          const float *dy, bool relu, float *dx, int64_t b0, int64_t b1);
+
+/* ---- batch norm (vec_batch_norm.c) -------------------------------------------------- */
+
+/* The rows of x [rows, c] are summed in blocks of this many rows (a
+ * function of the sizes), then the blocks in order. */
+int64_t gr_vec_bn_block_rows(int64_t rows, int64_t c);
+
+/* Block k of x [rows, c] (rows [k * br, (k + 1) * br)): s[j] = sum of
+ * (x - shift[j]) and s[c + j] = sum of (x - shift[j])^2 per channel, in
+ * double. */
+void gr_vec_bn_stats_block(const float *x, int64_t rows, int64_t c, int64_t br, int64_t k,
+                           const double *shift, double *s);
+
+/* Block k of the gradient sums: s[j] = sum of dy, s[c + j] = sum of dy (x -
+ * mean[j]), where dy is masked by mask > 0 when mask is not NULL (a fused
+ * relu's output). */
+void gr_vec_bn_grad_block(const float *dy, const float *mask, const float *x, int64_t rows,
+                          int64_t c, int64_t br, int64_t k, const double *mean, double *s);
+
+/* Rows [r0, r1) of [rows, c]: out = a[j] (u - ctr[j]) + b[j], then max(out,
+ * 0) when relu (y of batch norm); with v not NULL, out = a[j] g + b[j] (v
+ * - ctr[j]) + d[j] where g is u, or 0 where mask (not NULL) is not > 0 (dx
+ * of batch norm: u = dy, v = x). out may be u or v (in place). */
+void gr_vec_bn_apply(const float *u, const float *mask, const float *v, const float *ctr, int64_t c,
+                     const float *a, const float *b, const float *d, bool relu, float *out,
+                     int64_t r0, int64_t r1);
+
+#endif
