@@ -88,4 +88,32 @@ void gr_vec_bn_apply(const float *u, const float *mask, const float *v, const fl
                      const float *a, const float *b, const float *d, bool relu, float *out,
                      int64_t r0, int64_t r1);
 
+/* ---- direct convolution (vec_conv.c) ----------------------------------------------- */
+
+/* Is g (f32) a conv the direct kernels below run: a depthwise one (one
+ * input channel per group) or one of at most 4 input channels and one
+ * group, where an im2col product would be too thin? */
+bool gr_vec_conv_direct(const gr_conv_geom *g);
+
+/* Images [b0, b1) of y = conv2d(x, f), f [kh, kw, c / groups, oc]. */
+void gr_vec_conv_fwd(const gr_conv_geom *g, const float *x, const float *f, float *y, int64_t b0,
+                     int64_t b1);
+/* Images [b0, b1) of dx, the input gradient for dy (every element written). */
+void gr_vec_conv_bp_input(const gr_conv_geom *g, const float *dy, const float *f, float *dx,
+                          int64_t b0, int64_t b1);
+/* Of those, convs of one group, at most 4 input channels, 16, 32, 48 or
+ * 64 outputs and windows of at most 128 values run these instead: a few
+ * positions' outputs in vector registers. xp: scratch of
+ * gr_vec_conv_small_scratch floats (an image with its padding). */
+bool gr_vec_conv_small(const gr_conv_geom *g);
+int64_t gr_vec_conv_small_scratch(const gr_conv_geom *g);
+void gr_vec_conv_small_fwd(const gr_conv_geom *g, const float *x, const float *f, float *y,
+                           float *xp, int64_t b0, int64_t b1);
+void gr_vec_conv_small_bp_filter(const gr_conv_geom *g, const float *x, const float *dy, float *df,
+                                 float *xp, int64_t b0, int64_t b1);
+/* df = the filter gradient over images [b0, b1) only (a partial sum; every
+ * element written), positions in order. */
+void gr_vec_conv_bp_filter(const gr_conv_geom *g, const float *x, const float *dy, float *df,
+                           int64_t b0, int64_t b1);
+
 #endif
