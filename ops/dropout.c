@@ -8,6 +8,7 @@
 
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
+#include "ops/vec_internal.h"
 
 static gr_status dropout_shape(gr_shape_ctx *ctx) {
   GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
@@ -22,18 +23,46 @@ static gr_status dropout_shape(gr_shape_ctx *ctx) {
 }
 
 /* Element i is kept when 32-bit word i of the node's stream (word i & 3
- * of Philox block i / 4) is >= rate * 2^32: one block per 4 elements. */
+ * of Philox block i / 4) is >= rate * 2^32: one block per 4 elements.
+ * Blocks are made LANES at a time by philox_lanes, gr_rng_block's rounds
+ * over arrays (the same integers: vector units do them side by side). */
+enum { LANES = 16 };
+
+GR_VEC_CLONES
+static void philox_lanes(const gr_rng *r, uint64_t first, uint32_t out[4][LANES]) {
+  uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
+  for (int l = 0; l < LANES; l++) {
+    uint64_t b = first + (uint64_t)l;
+    c0[l] = (uint32_t)b, c1[l] = (uint32_t)(b >> 32), c2[l] = r->ctr_hi[0], c3[l] = r->ctr_hi[1];
+  }
+  uint32_t k0 = r->key[0], k1 = r->key[1];
+  for (int round = 0; round < 10; round++) {
+    for (int l = 0; l < LANES; l++) {
+      uint64_t p0 = (uint64_t)0xD2511F53u * c0[l], p1 = (uint64_t)0xCD9E8D57u * c2[l];
+      uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[l] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3[l] ^ k1;
+      c1[l] = (uint32_t)p1, c3[l] = (uint32_t)p0, c0[l] = n0, c2[l] = n2;
+    }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  for (int l = 0; l < LANES; l++)
+    out[0][l] = c0[l], out[1][l] = c1[l], out[2][l] = c2[l], out[3][l] = c3[l];
+}
+
 #define DROPOUT_LOOP(T)                                                                            \
   do {                                                                                             \
     const T *x = gr_tensor_data(X);                                                                \
     T *y = Y ? (T *)gr_tensor_data(Y) : NULL, *m = gr_tensor_data(M), sc = (T)scale;               \
     uint64_t thr = (uint64_t)ceil(rate * 4294967296.0);                                            \
-    uint32_t w[4];                                                                                 \
-    for (int64_t i = 0; i < n; i++) {                                                              \
-      if (training && (i & 3) == 0) gr_rng_block(&r, (uint64_t)i >> 2, w);                         \
-      T k = !training || (uint64_t)w[i & 3] >= thr ? sc : (T)0;                                    \
-      m[i] = k;                                                                                    \
-      if (training) y[i] = x[i] * k;                                                               \
+    uint32_t w[4][LANES];                                                                          \
+    for (int64_t i0 = 0; i0 < n; i0 += 4 * LANES) {                                                \
+      int64_t i1 = i0 + 4 * LANES < n ? i0 + 4 * LANES : n;                                        \
+      if (training) philox_lanes(&r, (uint64_t)i0 >> 2, w);                                        \
+      for (int64_t i = i0; i < i1; i++) {                                                          \
+        T k = !training || (uint64_t)w[i & 3][(i - i0) >> 2] >= thr ? sc : (T)0;                   \
+        m[i] = k;                                                                                  \
+        if (training) y[i] = x[i] * k;                                                             \
+      }                                                                                            \
     }                                                                                              \
   } while (0)
 

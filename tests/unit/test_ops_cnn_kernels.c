@@ -6,7 +6,7 @@
  * NCHW); max pooling's argmax output and its gradients (from x, from the
  * argmax, fused with a relu); gradients of the f32 ops by central
  * differences; and a training step of a small CNN giving the same bits
- * with 1, 2 and 3 threads. */
+ * with 1, 2 and 3 threads; dropout's mask against the Philox stream. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -486,10 +486,53 @@ static void test_same_bits_for_1_2_3_threads(void) {
     for (int k = 0; k < n[i]; k++) gr_tensor_release(&t[i][k]);
 }
 
+/* ---- dropout: its mask is the Philox stream's, made 16 blocks at a time --------------- */
+
+/* Element i kept iff word i & 3 of block i / 4 of gr_rng_make(graph seed
+ * ^ attr seed * K, node name, step) is >= rate * 2^32, for a length that is
+ * no multiple of the 64 elements made at once. */
+static void test_dropout_mask_is_the_stream(void) {
+  const int64_t n = 1000;
+  gr_graph *g = gr_graph_new();
+  gr_graph_set_seed(g, 3);
+  gr_tensor xv = gt_zeros(GR_F32, gr_shape_make(1, (int64_t[]){n}));
+  for (int64_t i = 0; i < n; i++) gr_tensor_set_f64(&xv, i, 1 + (double)i);
+  gr_output d = gr_dropout(g, gr_const(g, &xv), 0.3, 5, true);
+  gr_error err;
+  gr_session *s = gr_session_new(g, NULL, &err);
+  GR_CHECK_MSG(s, "%s", err.msg);
+  gr_tensor out[2];
+  int64_t step = s ? gr_session_step(s) : 0;
+  gr_output o[2] = {gr_output_at(d, 0), gr_output_at(d, 1)};
+  if (s && gr_session_run(s, NULL, 0, o, 2, out, NULL, 0, &err) == GR_OK) {
+    gr_rng r = gr_rng_make(3 ^ (5 * 0xD1B54A32D192ED03ull), gr_rng_hash_name(d.node->name),
+                           (uint64_t)step);
+    uint64_t thr = (uint64_t)ceil(0.3 * 4294967296.0);
+    int bad = 0, kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t w[4];
+      gr_rng_block(&r, (uint64_t)i >> 2, w);
+      float k = w[i & 3] >= thr ? (float)(1.0 / 0.7) : 0.0f;
+      kept += k != 0;
+      bad += gr_tensor_get_f64(&out[1], i) != (double)k ||
+             gr_tensor_get_f64(&out[0], i) != (double)((float)(1 + i) * k);
+    }
+    GR_CHECK_MSG(bad == 0, "%d of %lld elements differ from the stream", bad, (long long)n);
+    GR_CHECK(kept > 600 && kept < 800);
+    gr_tensor_release(&out[0]), gr_tensor_release(&out[1]);
+  } else {
+    GR_CHECK_MSG(false, "%s", err.msg);
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+  gr_tensor_release(&xv);
+}
+
 int main(void) {
   GR_RUN(test_conv_against_reference);
   GR_RUN(test_max_pool_argmax_and_gradients);
   GR_RUN(test_f32_finite_differences);
   GR_RUN(test_same_bits_for_1_2_3_threads);
+  GR_RUN(test_dropout_mask_is_the_stream);
   return gr_test_finish();
 }
