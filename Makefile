@@ -28,7 +28,7 @@ else
 endif
 
 # Debian packages the build needs (checked with dpkg, installed with apt-get).
-DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
+DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libdnnl-dev libevent-dev \
                 libmsgpack-dev libxxhash-dev libjansson-dev libssl-dev libsqlite3-dev zlib1g-dev \
                 sqlite3 dataset-fashion-mnist
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -436,6 +436,13 @@ static gr_status conv_kernel(gr_kernel_ctx *ctx) {
   g.oc = fs->dims[3];
   if (g.n * g.oh * g.ow > INT32_MAX || g.kh * g.kw * g.c > INT32_MAX || g.oc > INT32_MAX)
     return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "convolution too large for BLAS");
+  if (dt == GR_F32 && gr_conv_dnnl_applies(&g)) { /* the node's own layout */
+    gr_tensor *o;
+    GR_TRY(gr_kernel_alloc_output(ctx, 0, dt, &out, &o));
+    int mode = k == CONV_FWD ? 0 : k == CONV_BP_FILTER ? 2 : 1;
+    return gr_conv_dnnl(ctx, &g, a.format, mode, gr_tensor_data(&ctx->inputs[0]),
+                        gr_tensor_data(&ctx->inputs[1]), gr_tensor_data(o));
+  }
   gr_layout_kernel lk;
   GR_TRY(gr_layout_begin(ctx, a.format, image_inputs(k), &lk));
   gr_tensor *o;

@@ -144,6 +144,18 @@ extern const gr_attr_spec gr_pool_grad_attr_specs[6];
     }                                                                                              \
   }
 
+/* ---- oneDNN (conv_dnnl.c) ------------------------------------------------------ */
+
+/* Does conv_dnnl run conv g (f32 assumed): one group, more than 4 input
+ * channels, padding that oneDNN takes (none negative), and oneDNN's engine
+ * could be made? */
+bool gr_conv_dnnl_applies(const gr_conv_geom *g);
+/* mode 0: out = y = conv2d(a = x, b = f); 1: out = dx for a = dy, b = f;
+ * 2: out = df for a = x, b = dy. Images in format fmt (g in NHWC terms),
+ * filters HWIO. Errors: ctx's, a status returned. */
+gr_status gr_conv_dnnl(gr_kernel_ctx *ctx, const gr_conv_geom *g, gr_data_format fmt, int mode,
+                       const float *a, const float *b, float *out);
+
 /* ---- data formats (conv_layout.c) ---------------------------------------------- */
 
 /* The axes of height, width and channels in a rank-4 image of a format. */
