@@ -170,12 +170,21 @@ static double shape_bytes(const gr_shape *s, gr_dtype dt) {
   return e * (double)gr_dtype_size(dt);
 }
 
-/* Bytes a node reads (its inputs) and writes (its outputs). */
+/* Bytes a node reads (its inputs) and writes (its outputs); an update of
+ * variables (attrs var, slot_*: an optimizer's) reads and writes each (as
+ * large as the node of its name, else as its largest input). */
 static double node_bytes(const gr_node *n) {
-  double b = 0;
+  double b = 0, most = 0;
   for (int i = 0; i < n->num_inputs; i++) {
     const gr_node *p = n->inputs[i].node;
-    b += shape_bytes(&p->out_shapes[n->inputs[i].index], p->out_dtypes[n->inputs[i].index]);
+    double e = shape_bytes(&p->out_shapes[n->inputs[i].index], p->out_dtypes[n->inputs[i].index]);
+    b += e;
+    most = e > most ? e : most;
+  }
+  for (int i = 0; i < n->num_attrs; i++) {
+    if (!gr_attr_names_variable(&n->attrs[i])) continue;
+    const gr_node *v = gr_graph_find_node(n->graph, n->attrs[i].value.s);
+    b += 2 * (v && v->num_outputs ? shape_bytes(&v->out_shapes[0], v->out_dtypes[0]) : most);
   }
   for (int i = 0; i < n->num_outputs; i++) b += shape_bytes(&n->out_shapes[i], n->out_dtypes[i]);
   return b;
