@@ -378,7 +378,11 @@ static gr_status batch_norm_grad_kernel(gr_kernel_ctx *ctx) {
   bool training = gr_node_attr_bool(ctx->node, "training", true);
   gr_tensor *DX, *DG, *DB, scratch = gr_tensor_empty();
   gr_shape cs = gr_shape_make(1, (int64_t[]){c}), ss = gr_shape_make(1, (int64_t[]){2 * c + 1});
-  gr_status s = gr_layout_alloc_output(ctx, &lk, 0, X->dtype, &X->shape, true, &DX);
+  /* NHWC f32: dx over dy when nothing else holds dy (one pass reads dy and
+   * writes dx, element by element) */
+  gr_status s = !lk.nchw && X->dtype == GR_F32
+                    ? gr_kernel_forward_or_alloc(ctx, 0, 0, X->dtype, &X->shape, &DX)
+                    : gr_layout_alloc_output(ctx, &lk, 0, X->dtype, &X->shape, true, &DX);
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 1, X->dtype, &cs, &DG);
   if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 2, X->dtype, &cs, &DB);
   if (s == GR_OK) s = gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err);
