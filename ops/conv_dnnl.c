@@ -30,9 +30,19 @@ static dnnl_engine_t engine;
 static void (*omp_threads)(int); /* omp_set_num_threads of the OpenMP oneDNN runs on */
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 
+/* Every thread that calls into oneDNN first sets its OpenMP team to one
+ * thread: graphrun splits the work itself, and a process that never starts
+ * an OpenMP worker thread can fork safely (a server task forked after
+ * convolutions ran would otherwise wait forever for workers it does not
+ * have). */
+static void one_omp_thread(void) {
+  if (omp_threads) omp_threads(1);
+}
+
 static void engine_init(void) {
-  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
   *(void **)&omp_threads = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+  one_omp_thread();
+  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
 }
 
 bool gr_conv_dnnl_applies(const gr_conv_geom *g) {
@@ -100,7 +110,7 @@ static void block_run(void *arg, int i) {
   const gr_conv_geom *g = j->g;
   int64_t b0, b1;
   gr_vec_range(g->n, (int)j->blocks, i, &b0, &b1);
-  if (omp_threads) omp_threads(1);
+  one_omp_thread();
   size_t in_img = (size_t)(g->c * g->h * g->w), out_img = (size_t)(g->oc * g->oh * g->ow);
   /* the block's user pointers: image in, image in 2 (filter gradient: dy), out */
   float *pin = (float *)(j->mode == 1 ? j->a + b0 * out_img : j->a + b0 * in_img);
@@ -173,6 +183,7 @@ static dnnl_status_t make_pd(dnnl_job *j, int64_t nb) {
 
 gr_status gr_conv_dnnl(gr_kernel_ctx *ctx, const gr_conv_geom *g, gr_data_format fmt, int mode,
                        const float *a, const float *b, float *out) {
+  one_omp_thread();
   dnnl_job j = {.g = g, .mode = mode, .fmt = fmt, .a = a, .b = b, .out = out};
   j.blocks = g->n < CONV_DNNL_BLOCKS ? g->n : CONV_DNNL_BLOCKS;
   int64_t nb = (g->n + j.blocks - 1) / j.blocks, fsize = g->kh * g->kw * g->c * g->oc;
