@@ -1,11 +1,17 @@
 /* 2-D convolution, NHWC (or NCHW: data_format), filters [kh, kw, c /
- * groups, out_c] in both: conv2d, its
- * two gradients conv2d_backprop_input and conv2d_backprop_filter, and
- * conv2d_transpose (the input gradient as a layer). All four run on one
- * im2col (gr_conv_cols) and OpenBLAS gemm, tiled over output positions so
- * the im2col buffer stays small; a 1x1 stride-1 unpadded conv skips im2col.
- * Each is linear in each input, so their gradients are these ops again.
- * An NCHW node runs the same code between transposed copies. */
+ * groups, out_c] in both: conv2d, its two gradients conv2d_backprop_input
+ * and conv2d_backprop_filter, and conv2d_transpose (the input gradient as
+ * a layer). Each is linear in each input, so their gradients are these ops
+ * again. Three ways to run them:
+ * - f32, one group, more than 4 input channels: oneDNN (conv_dnnl.c), in
+ *   the node's own layout;
+ * - f32 depthwise, or at most 4 input channels: direct kernels
+ *   (vec_conv.c), split over the images;
+ * - the rest: im2col (gr_conv_cols) and OpenBLAS gemm, tiled over output
+ *   positions so the im2col buffer stays small (a 1x1 stride-1 unpadded
+ *   conv skips im2col), the tiles split over the inter-op threads (the
+ *   filter gradient: fixed blocks of tiles summed in order).
+ * The last two run an NCHW node between transposed copies. */
 #include <stdio.h>
 #include <string.h>
 

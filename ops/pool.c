@@ -1,9 +1,12 @@
-/* Pooling, NHWC (or NCHW, attr data_format: the same loops between
- * transposed copies; global_avg_pool indexes NCHW directly): max_pool and avg_pool (attrs ksize,
- * strides, padding SAME/VALID/EXPLICIT; averages count only the elements inside the input, as
- * TensorFlow), their gradients max_pool_grad and avg_pool_grad, the gradient of max_pool_grad
- * (max_pool_grad_grad: picks the values at each window's maximum), global_avg_pool and flatten. The
- * five window ops run one loop over the windows (pool_run). */
+/* Pooling, NHWC (or NCHW, attr data_format: the same loops on each
+ * channel's plane as a one-channel image; global_avg_pool indexes NCHW directly): max_pool and
+ * avg_pool (attrs ksize, strides, padding SAME/VALID/EXPLICIT; averages count only the elements
+ * inside the input, as TensorFlow), their gradients max_pool_grad and avg_pool_grad, the gradient
+ * of max_pool_grad (max_pool_grad_grad: picks the values at each window's maximum), global_avg_pool
+ * and flatten. max_pool also outputs the position of each window's maximum (argmax), which its
+ * gradient reads; a relu followed by max_pool differentiates as one max_pool_grad with attr relu
+ * (gr_ops_fuse_relu_grad). f32 max pools over disjoint windows run vec_pool.c's kernels, split
+ * over the images; the rest of the five window ops run one loop over the windows (pool_run). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -217,8 +220,7 @@ static void relu_mask(const gr_tensor *x, gr_tensor *out) {
 }
 
 /* f32 max pools over disjoint windows run vec_pool.c's kernels, split over
- * images; the rest one generic loop. An NCHW node runs them on transposed
- * copies (gr_layout_begin). */
+ * images; the rest one generic loop. An NCHW node's planes are its images. */
 static gr_status pool_kernel(gr_kernel_ctx *ctx) {
   pool_mode m = mode_of(ctx->node);
   gr_shape shapes[4], out;
@@ -241,12 +243,16 @@ static gr_status pool_kernel(gr_kernel_ctx *ctx) {
   gr_conv_geom g;
   if ((s = gr_conv_read_attrs(ctx->node, true, &a, msg, sizeof msg)) != GR_OK)
     return gr_kernel_error(ctx, s, "%s", msg);
-  gr_shape xs = gr_layout_shape_to_nhwc(&shapes[xi], a.format);
+  /* NCHW [n, c, h, w] is pooled as n * c one-channel images: no copies */
+  const int64_t *d = shapes[xi].dims;
+  gr_shape xs = a.format == GR_FORMAT_NCHW
+                    ? gr_shape_make(4, (int64_t[]){d[0] * d[1], d[2], d[3], 1})
+                    : shapes[xi];
   if ((s = gr_conv_geom_make(&a, xs.dims, &g, msg, sizeof msg)) != GR_OK)
     return gr_kernel_error(ctx, s, "%s", msg);
   bool relu = m == POOL_MAX_BACK && gr_node_attr_bool(ctx->node, "relu", false);
   gr_layout_kernel lk;
-  GR_TRY(gr_layout_begin(ctx, a.format, with_arg ? 15u : 3u, &lk));
+  GR_TRY(gr_layout_begin(ctx, GR_FORMAT_NHWC, with_arg ? 15u : 3u, &lk));
   const gr_tensor *in = lk.in;
   gr_tensor *o, *A = NULL, scratch;
   if ((s = gr_layout_alloc_output(ctx, &lk, 0, dt, &out, true, &o)) != GR_OK)

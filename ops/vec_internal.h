@@ -12,7 +12,8 @@
  *
  * Threads: the kernels are pure functions of their arguments over the
  * ranges they are given; callers run disjoint ranges on several threads
- * through gr_kernel_parallel. */
+ * through gr_kernel_parallel. (Under ASan the clones are left out: one
+ * plain build.) */
 #ifndef GR_VEC_INTERNAL_H
 #define GR_VEC_INTERNAL_H
 

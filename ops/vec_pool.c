@@ -69,6 +69,22 @@ static void window_grad(float *dx, int64_t C, int64_t cn, int64_t w, const int64
     }
 }
 
+/* One channel (an NCHW plane): the window's first maximum (NaN wins and
+ * stays) as a scalar loop; *best its value. 255 for an empty window. */
+static inline uint8_t plane_max(const float *x, int64_t w, const int64_t r[4], int64_t kw,
+                                int64_t wy0, int64_t wx0, float *best) {
+  uint8_t a = 255;
+  float b = 0;
+  for (int64_t iy = r[0]; iy < r[1]; iy++)
+    for (int64_t ix = r[2]; ix < r[3]; ix++) {
+      float v = x[iy * w + ix];
+      if (a == 255 || v > b || (v != v && b == b))
+        b = v, a = (uint8_t)((iy - wy0) * kw + (ix - wx0));
+    }
+  *best = b;
+  return a;
+}
+
 /* The clipped window of output (oy, ox) in r (rows r[0]..r[1], columns
  * r[2]..r[3]) and the unclipped window's first row and column. */
 static void window_of(const gr_conv_geom *g, int64_t oy, int64_t ox, int64_t r[4], int64_t *wy0,
@@ -86,6 +102,17 @@ void gr_vec_max_pool(const gr_conv_geom *g, const float *x, float *y, uint8_t *a
                      int64_t b1) {
   int64_t C = g->c;
   uint8_t scratch[CB];
+  if (C == 1) {
+    for (int64_t b = b0; b < b1; b++)
+      for (int64_t oy = 0; oy < g->oh; oy++)
+        for (int64_t ox = 0; ox < g->ow; ox++) {
+          int64_t r[4], wy0, wx0, o = (b * g->oh + oy) * g->ow + ox;
+          window_of(g, oy, ox, r, &wy0, &wx0);
+          uint8_t a = plane_max(x + b * g->h * g->w, g->w, r, g->kw, wy0, wx0, &y[o]);
+          if (arg) arg[o] = a;
+        }
+    return;
+  }
   for (int64_t b = b0; b < b1; b++) {
     const float *xb = x + b * g->h * g->w * C;
     for (int64_t oy = 0; oy < g->oh; oy++)
@@ -118,6 +145,23 @@ void gr_vec_max_pool_grad(const gr_conv_geom *g, const float *x, const uint8_t *
   float best[CB];
   uint8_t scratch[CB];
   bool full = covers(g);
+  if (C == 1) {
+    if (!full) memset(dx + b0 * per, 0, sizeof(float) * (size_t)((b1 - b0) * per));
+    for (int64_t b = b0; b < b1; b++)
+      for (int64_t oy = 0; oy < g->oh; oy++)
+        for (int64_t ox = 0; ox < g->ow; ox++) {
+          int64_t r[4], wy0, wx0, o = (b * g->oh + oy) * g->ow + ox;
+          window_of(g, oy, ox, r, &wy0, &wx0);
+          float bv = 0;
+          uint8_t a = arg ? arg[o] : plane_max(x + b * per, g->w, r, g->kw, wy0, wx0, &bv);
+          if (arg) bv = relu ? y[o] : 0;
+          float d = relu && !(bv > 0) ? 0.0f : dy[o];
+          for (int64_t iy = r[0]; iy < r[1]; iy++)
+            for (int64_t ix = r[2]; ix < r[3]; ix++)
+              dx[b * per + iy * g->w + ix] = (iy - wy0) * g->kw + (ix - wx0) == a ? d : 0.0f;
+        }
+    return;
+  }
   for (int64_t b = b0; b < b1; b++) {
     const float *xb = x + b * per;
     float *db = dx + b * per;
