@@ -75,9 +75,11 @@ static gr_status batch_norm_shape(gr_shape_ctx *ctx) {
 /* ---- kernels ----------------------------------------------------------------------------- */
 
 /* Runtime check: x (input xi) rank >= 2, inputs [first, n) all [c], one
- * float dtype; then the inputs in xs (bits) channels last into k. */
+ * float dtype; then the inputs in xs (bits) channels last into k, except
+ * for f32 NCHW, which the kernels read as it is: *hw then the size of a
+ * channel's plane (else 0). */
 static gr_status check_runtime(gr_kernel_ctx *ctx, int xi, int first, unsigned xs, int64_t *rows,
-                               int64_t *c, gr_layout_kernel *k) {
+                               int64_t *c, int64_t *hw, gr_layout_kernel *k) {
   const gr_tensor *X = &ctx->inputs[xi];
   gr_data_format f;
   char msg[256];
@@ -91,6 +93,8 @@ static gr_status check_runtime(gr_kernel_ctx *ctx, int xi, int first, unsigned x
     return gr_kernel_error(ctx, GR_ERR_DTYPE, "unsupported dtype %s", gr_dtype_name(X->dtype));
   *c = X->shape.dims[gr_layout_channel_axis(f, X->shape.rank)];
   *rows = *c ? gr_tensor_num_elements(X) / *c : 0;
+  bool planes = f == GR_FORMAT_NCHW && X->dtype == GR_F32;
+  *hw = planes && X->shape.dims[0] ? *rows / X->shape.dims[0] : 0;
   for (int i = first; i < ctx->num_inputs; i++) {
     const gr_tensor *p = &ctx->inputs[i];
     if (p->dtype != X->dtype || p->shape.rank != 1 || p->shape.dims[0] != *c)
@@ -98,7 +102,7 @@ static gr_status check_runtime(gr_kernel_ctx *ctx, int xi, int first, unsigned x
                              gr_dtype_name(p->dtype), gr_shape_str(&p->shape, a),
                              gr_dtype_name(X->dtype), gr_shape_str(&X->shape, b));
   }
-  return gr_layout_begin(ctx, f, xs, k);
+  return gr_layout_begin(ctx, planes ? GR_FORMAT_NHWC : f, xs, k);
 }
 
 /* mean and the sum of squared deviations (var) per channel of x [rows, c]. */
@@ -137,7 +141,8 @@ static gr_status check_runtime(gr_kernel_ctx *ctx, int xi, int first, unsigned x
 
 typedef struct bn_par {
   const float *x, *dy;
-  int64_t rows, c, br, nb;
+  int64_t rows, c, br, nb; /* NCHW (hw > 0): rows are images, blocks of br images */
+  int64_t hw;
   const double *center; /* stats: the shift; gradient: the mean */
   double *part;         /* nb blocks of 2c sums */
   const float *a, *b, *d, *ctr;
@@ -152,7 +157,10 @@ static void bn_sums_chunk(void *arg, int i) {
   gr_vec_range(p->nb, p->chunks, i, &lo, &hi);
   for (int64_t k = lo; k < hi; k++) {
     double *s = p->part + k * 2 * p->c;
-    if (p->grad)
+    int64_t b1 = (k + 1) * p->br < p->rows ? (k + 1) * p->br : p->rows;
+    if (p->hw)
+      gr_vec_bn_plane_sums(p->grad ? p->dy : NULL, p->x, p->c, p->hw, k * p->br, b1, p->center, s);
+    else if (p->grad)
       gr_vec_bn_grad_block(p->dy, NULL, p->x, p->rows, p->c, p->br, k, p->center, s);
     else
       gr_vec_bn_stats_block(p->x, p->rows, p->c, p->br, k, p->center, s);
@@ -163,6 +171,11 @@ static void bn_apply_chunk(void *arg, int i) {
   const bn_par *p = arg;
   int64_t lo, hi;
   gr_vec_range(p->rows, p->chunks, i, &lo, &hi);
+  if (p->hw) {
+    gr_vec_bn_plane_apply(p->grad ? p->dy : p->x, p->grad ? p->x : NULL, p->ctr, p->c, p->hw, p->a,
+                          p->b, p->d, p->out, lo, hi);
+    return;
+  }
   gr_vec_bn_apply(p->grad ? p->dy : p->x, NULL, p->grad ? p->x : NULL, p->ctr, p->c, p->a, p->b,
                   p->d, p->relu, p->out, lo, hi);
 }
@@ -171,7 +184,8 @@ static void bn_apply_chunk(void *arg, int i) {
  * the sizes only) summed on the threads, then added in block order. Needs
  * scratch for nb * 2c doubles in p->part. */
 static void bn_sums(gr_kernel_ctx *ctx, bn_par *p, double *s) {
-  p->chunks = gr_vec_chunks(ctx, p->nb, (double)(p->rows * p->c) * (p->grad ? 8 : 4));
+  double e = (double)(p->rows * p->c) * (double)(p->hw ? p->hw : 1);
+  p->chunks = gr_vec_chunks(ctx, p->nb, e * (p->grad ? 8 : 4));
   gr_kernel_parallel(ctx, p->chunks, bn_sums_chunk, p);
   for (int64_t j = 0; j < 2 * p->c; j++) s[j] = 0;
   for (int64_t k = 0; k < p->nb; k++)
@@ -179,8 +193,20 @@ static void bn_sums(gr_kernel_ctx *ctx, bn_par *p, double *s) {
 }
 
 static void bn_apply(gr_kernel_ctx *ctx, bn_par *p) {
-  p->chunks = gr_vec_chunks(ctx, p->rows, (double)(p->rows * p->c) * (p->grad ? 12 : 8));
+  double e = (double)(p->rows * p->c) * (double)(p->hw ? p->hw : 1);
+  p->chunks = gr_vec_chunks(ctx, p->rows, e * (p->grad ? 12 : 8));
   gr_kernel_parallel(ctx, p->chunks, bn_apply_chunk, p);
+}
+
+/* p's blocks: rows [rows, c] in blocks of gr_vec_bn_block_rows, or (NCHW,
+ * hw > 0: p->rows images) at most 16 blocks of whole images; sizes only. */
+static void bn_blocks(bn_par *p) {
+  if (p->hw) {
+    p->br = (p->rows + 15) / 16 > 1 ? (p->rows + 15) / 16 : 1;
+  } else {
+    p->br = gr_vec_bn_block_rows(p->rows, p->c);
+  }
+  p->nb = p->rows > 0 ? (p->rows + p->br - 1) / p->br : 0;
 }
 
 /* Scratch of n doubles (errors into ctx). */
@@ -192,14 +218,15 @@ static gr_status scratch_f64(gr_kernel_ctx *ctx, int64_t n, gr_tensor *t) {
 /* mean and the sum of squared deviations (var) of f32 x [rows, c], rows
  * >= 1: sums of x - x[0] and their squares, by blocks. */
 static gr_status f32_stats(gr_kernel_ctx *ctx, const gr_tensor *X, int64_t rows, int64_t c,
-                           double *mean, double *var) {
+                           int64_t hw, double *mean, double *var) {
   const float *x = gr_tensor_data(X);
-  int64_t br = gr_vec_bn_block_rows(rows, c), nb = (rows + br - 1) / br;
+  bn_par p = {.x = x, .rows = hw ? rows / hw : rows, .c = c, .hw = hw};
+  bn_blocks(&p);
   gr_tensor t;
-  GR_TRY(scratch_f64(ctx, (nb + 2) * 2 * c, &t));
-  double *shift = gr_tensor_data(&t), *s = shift + c, *part = s + 2 * c;
-  for (int64_t j = 0; j < c; j++) shift[j] = (double)x[j];
-  bn_par p = {.x = x, .rows = rows, .c = c, .br = br, .nb = nb, .center = shift, .part = part};
+  GR_TRY(scratch_f64(ctx, (p.nb + 2) * 2 * c, &t));
+  double *shift = gr_tensor_data(&t), *s = shift + c;
+  for (int64_t j = 0; j < c; j++) shift[j] = (double)x[hw ? j * hw : j];
+  p.center = shift, p.part = s + 2 * c;
   bn_sums(ctx, &p, s);
   for (int64_t j = 0; j < c; j++) {
     double m = s[j] / (double)rows, v = s[c + j] - m * s[j];
@@ -212,7 +239,7 @@ static gr_status f32_stats(gr_kernel_ctx *ctx, const gr_tensor *X, int64_t rows,
 
 /* y = gamma rstd (x - mean) + beta for f32 x [rows, c], and outputs 1, 2. */
 static gr_status f32_apply(gr_kernel_ctx *ctx, const gr_tensor *X, gr_tensor *Y, int64_t rows,
-                           int64_t c, const double *mean, const double *rstd) {
+                           int64_t c, int64_t hw, const double *mean, const double *rstd) {
   const float *gm = gr_tensor_data(&ctx->inputs[1]), *bt = gr_tensor_data(&ctx->inputs[2]);
   float *mo = gr_tensor_data(&ctx->outputs[1]), *ro = gr_tensor_data(&ctx->outputs[2]);
   gr_tensor t;
@@ -224,8 +251,9 @@ static gr_status f32_apply(gr_kernel_ctx *ctx, const gr_tensor *X, gr_tensor *Y,
     ctr[j] = (float)mean[j];
   }
   bn_par p = {.x = gr_tensor_data(X),
-              .rows = rows,
+              .rows = hw ? rows / hw : rows,
               .c = c,
+              .hw = hw,
               .a = a,
               .b = bt,
               .ctr = ctr,
@@ -238,9 +266,9 @@ static gr_status f32_apply(gr_kernel_ctx *ctx, const gr_tensor *X, gr_tensor *Y,
 /* NCHW: on a channels-last copy of x, y computed channels last and copied
  * back (gr_layout_begin). */
 static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
-  int64_t rows, c;
+  int64_t rows, c, hw;
   gr_layout_kernel lk;
-  GR_TRY(check_runtime(ctx, 0, 1, 1u, &rows, &c, &lk));
+  GR_TRY(check_runtime(ctx, 0, 1, 1u, &rows, &c, &hw, &lk));
   const gr_tensor *X = &lk.in[0];
   bool training = gr_node_attr_bool(ctx->node, "training", true);
   double eps = gr_node_attr_float(ctx->node, "epsilon", 1e-3);
@@ -257,7 +285,7 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
     }
     memset(mean, 0, sizeof(double) * (size_t)(2 * c));
     if (X->dtype == GR_F32) {
-      if (f32_stats(ctx, X, rows, c, mean, var) != GR_OK) {
+      if (f32_stats(ctx, X, rows, c, hw, mean, var) != GR_OK) {
         gr_tensor_release(&scratch);
         return gr_layout_end(&lk, ctx->err->code);
       }
@@ -291,7 +319,7 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
     }
   }
   if (s == GR_OK && X->dtype == GR_F32)
-    s = f32_apply(ctx, X, Y, rows, c, mean, rstd);
+    s = f32_apply(ctx, X, Y, rows, c, hw, mean, rstd);
   else if (s == GR_OK)
     BN_APPLY(double);
   gr_tensor_release(&scratch);
@@ -331,24 +359,24 @@ static gr_status batch_norm_kernel(gr_kernel_ctx *ctx) {
  * in one pass (A = gamma rstd, B = -A rstd dgamma / n, D = -A dbeta / n;
  * inference: B = D = 0). */
 static gr_status f32_grad(gr_kernel_ctx *ctx, const gr_layout_kernel *lk, gr_tensor *DX,
-                          gr_tensor *DG, gr_tensor *DB, int64_t rows, int64_t c, bool training) {
+                          gr_tensor *DG, gr_tensor *DB, int64_t rows, int64_t c, int64_t hw,
+                          bool training) {
   const float *gm = gr_tensor_data(&ctx->inputs[2]), *mu = gr_tensor_data(&ctx->inputs[3]);
   const float *rs = gr_tensor_data(&ctx->inputs[4]);
-  int64_t br = gr_vec_bn_block_rows(rows, c), nb = rows > 0 ? (rows + br - 1) / br : 0;
+  bn_par p = {.x = gr_tensor_data(&lk->in[1]),
+              .dy = gr_tensor_data(&lk->in[0]),
+              .rows = hw ? rows / hw : rows,
+              .c = c,
+              .hw = hw,
+              .grad = true};
+  bn_blocks(&p);
+  int64_t nb = p.nb;
   gr_tensor t;
   GR_TRY(scratch_f64(ctx, (nb + 5) * 2 * c, &t));
   double *mean = gr_tensor_data(&t), *s = mean + c, *part = s + 2 * c;
   float *A = (float *)(part + nb * 2 * c), *B = A + c, *D = B + c, *ctr = D + c;
   for (int64_t j = 0; j < c; j++) mean[j] = (double)mu[j];
-  bn_par p = {.x = gr_tensor_data(&lk->in[1]),
-              .dy = gr_tensor_data(&lk->in[0]),
-              .rows = rows,
-              .c = c,
-              .br = br,
-              .nb = nb,
-              .center = mean,
-              .part = part,
-              .grad = true};
+  p.center = mean, p.part = part;
   bn_sums(ctx, &p, s);
   float *dg = gr_tensor_data(DG), *db = gr_tensor_data(DB);
   for (int64_t j = 0; j < c; j++) {
@@ -372,9 +400,9 @@ static gr_status batch_norm_grad_kernel(gr_kernel_ctx *ctx) {
     return gr_kernel_error(ctx, GR_ERR_SHAPE, "dy %s and x %s differ", gr_shape_str(&DY->shape, a),
                            gr_shape_str(&X->shape, b));
   }
-  int64_t rows, c;
+  int64_t rows, c, hw;
   gr_layout_kernel lk;
-  GR_TRY(check_runtime(ctx, 1, 2, 3u, &rows, &c, &lk));
+  GR_TRY(check_runtime(ctx, 1, 2, 3u, &rows, &c, &hw, &lk));
   bool training = gr_node_attr_bool(ctx->node, "training", true);
   gr_tensor *DX, *DG, *DB, scratch = gr_tensor_empty();
   gr_shape cs = gr_shape_make(1, (int64_t[]){c}), ss = gr_shape_make(1, (int64_t[]){2 * c + 1});
@@ -389,7 +417,7 @@ static gr_status batch_norm_grad_kernel(gr_kernel_ctx *ctx) {
   if (s != GR_OK) return gr_layout_end(&lk, s);
   double *acc = gr_tensor_data(&scratch);
   if (X->dtype == GR_F32)
-    s = f32_grad(ctx, &lk, DX, DG, DB, rows, c, training);
+    s = f32_grad(ctx, &lk, DX, DG, DB, rows, c, hw, training);
   else
     BN_GRAD(double);
   gr_tensor_release(&scratch);

@@ -364,10 +364,11 @@ static void test_batch_norm_moving_stats_on_another_device(void) {
   }
 }
 
-/* NCHW against NHWC on the same data transposed: batch_norm and
- * batch_norm_grad run on channels-last copies, so y, the statistics and
- * the gradients agree bit for bit (training and inference, f32 and f64,
- * rank 4 and rank 3). */
+/* NCHW against NHWC on the same data transposed: f64 batch_norm and
+ * batch_norm_grad run on channels-last copies, f32 reads NCHW in place
+ * (sums per channel plane, in another order, exact in double at these
+ * sizes), so y, the statistics and the gradients agree bit for bit
+ * (training and inference, f32 and f64, rank 4 and rank 3). */
 static void test_batch_norm_nchw_matches_nhwc(void) {
   gr_shape shapes[2] = {gr_shape_make(4, (int64_t[]){3, 5, 4, 6}),
                         gr_shape_make(3, (int64_t[]){4, 7, 3})};
