@@ -10,10 +10,12 @@
  *    graphrun and in PyTorch 1.13 (tests/bench/conv_torch.py, Debian
  *    python3-torch, oneDNN inside), at 1 thread each and at 2 (graphrun:
  *    inter-op threads, which split the large kernels over the batch;
- *    PyTorch: torch.set_num_threads), and the step's matrix products alone
- *    as raw sgemm (the im2col products of both convs and the dense layers,
- *    forward and both gradients): no engine doing convolution as im2col on
- *    this BLAS trains faster than that.
+ *    PyTorch: torch.set_num_threads), the four in interleaved slices of 5
+ *    steps (PyTorch serving them from child processes), each figure the
+ *    median over 9 slices of the time per step; and the step's matrix
+ *    products alone as raw sgemm (the im2col products of both convs and
+ *    the dense layers, forward and both gradients): no engine doing
+ *    convolution as im2col on this BLAS trains faster than that.
  * 3. Where graphrun's one-thread step goes, per op (median of traced
  *    steps), against each op's floor: the bytes its nodes read and write
  *    at the memory bandwidth measured here (a 32 MiB copy), or for the
@@ -286,34 +288,54 @@ static int op_table(gr_session *s, const gr_feed *f, gr_output fetch, gr_output 
   return near;
 }
 
-/* The median step of the example's CNN with `threads` inter-op threads;
- * with bw > 0 also the per-op table (*near of *total ops near their floor). */
-static double graphrun_step(int b, int reps, int threads, double bw, double rate, int *near,
-                            int *total) {
-  gr_graph *g = gr_graph_new();
-  gr_tensor xv = random_tensor((gr_shape){4, {b, 28, 28, 1}}, 1), yv;
+/* The example's CNN in a session of `threads` inter-op threads. */
+typedef struct cnn {
+  gr_graph *g;
+  gr_session *s;
+  gr_tensor xv, yv;
+  gr_feed f[2];
+  gr_output loss, train;
+} cnn;
+
+static void cnn_make(cnn *c, int b, int threads) {
   gr_error err;
-  gr_tensor_alloc(&yv, GR_I64, &(gr_shape){1, {b}}, &err);
-  for (int i = 0; i < b; i++) ((int64_t *)gr_tensor_data(&yv))[i] = (int64_t)(rnd() * 10) % 10;
-  gr_output x = gr_placeholder(g, "x", GR_F32, xv.shape);
-  gr_output y = gr_placeholder(g, "y", GR_I64, yv.shape);
+  c->g = gr_graph_new();
+  gr_graph *g = c->g;
+  c->xv = random_tensor((gr_shape){4, {b, 28, 28, 1}}, 1);
+  gr_tensor_alloc(&c->yv, GR_I64, &(gr_shape){1, {b}}, &err);
+  for (int i = 0; i < b; i++) ((int64_t *)gr_tensor_data(&c->yv))[i] = (int64_t)(rnd() * 10) % 10;
+  gr_output x = gr_placeholder(g, "x", GR_F32, c->xv.shape);
+  gr_output y = gr_placeholder(g, "y", GR_I64, c->yv.shape);
   gr_output h = block(g, block(g, x, 1, 32, 1), 32, 64, 2);
   h = gr_dropout(g, gr_flatten(g, h), 0.3, 5, true);
   h = dense(g, gr_relu(g, dense(g, h, 3136, 128, 3)), 128, 10, 4);
-  gr_output loss = gr_reduce_mean(g, gr_sparse_softmax_cross_entropy(g, h, y), NULL, 0, false);
+  c->loss = gr_reduce_mean(g, gr_sparse_softmax_cross_entropy(g, h, y), NULL, 0, false);
   gr_optimizer adam = {.kind = GR_OPT_ADAM, .learning_rate = 1e-3};
-  gr_output train = gr_minimize(g, &adam, loss, NULL, 0);
+  c->train = gr_minimize(g, &adam, c->loss, NULL, 0);
   if (gr_graph_error(g)) die("build", gr_graph_error(g)->msg);
-  gr_session *s = gr_session_new(
+  c->s = gr_session_new(
       g, &(gr_session_options){.inter_op_threads = threads, .intra_op_threads = 1}, &err);
-  if (!s) die("session", err.msg);
-  gr_feed f[2] = {{x, &xv}, {y, &yv}};
-  double t = time_runs(s, f, 2, loss, &train, reps);
-  if (bw > 0) *near = op_table(s, f, loss, train, reps, bw, rate, total);
-  gr_session_free(s);
-  gr_graph_free(g);
-  gr_tensor_release(&xv), gr_tensor_release(&yv);
-  return t;
+  if (!c->s) die("session", err.msg);
+  c->f[0] = (gr_feed){x, &c->xv}, c->f[1] = (gr_feed){y, &c->yv};
+}
+
+/* Seconds of n steps. */
+static double cnn_run(cnn *c, int n) {
+  gr_error err;
+  double t0 = bench_now();
+  for (int i = 0; i < n; i++) {
+    gr_tensor out;
+    if (gr_session_run(c->s, c->f, 2, &c->loss, 1, &out, &c->train, 1, &err) != GR_OK)
+      die("run", err.msg);
+    gr_tensor_release(&out);
+  }
+  return bench_now() - t0;
+}
+
+static void cnn_free(cnn *c) {
+  gr_session_free(c->s);
+  gr_graph_free(c->g);
+  gr_tensor_release(&c->xv), gr_tensor_release(&c->yv);
 }
 
 /* The step's products as raw sgemm: per layer {m, n, k} of the forward
@@ -333,18 +355,19 @@ static double floor_seconds(int b, int reps, double *flops) {
   return t;
 }
 
-static double torch_step(int b, int reps, int threads) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%d /usr/bin/python3 %s/conv_torch.py %d %d %d 2>&1",
-           threads, GR_BENCH_DIR, b, reps, threads);
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  char line[512];
-  double ms = -1;
-  while (fgets(line, sizeof line, p))
-    if (sscanf(line, "ms_per_step=%lf", &ms) != 1) fputs(line, stderr);
-  pclose(p);
-  return ms > 0 ? ms / 1e3 : -1;
+/* PyTorch's side serving slices of steps (conv_torch.py ... serve). */
+static bool torch_start(bench_server *c, int b, int threads) {
+  char py[] = "/usr/bin/python3", script[600], bs[16], th[16], steps[] = "0", serve[] = "serve";
+  snprintf(script, sizeof script, "%s/conv_torch.py", GR_BENCH_DIR);
+  snprintf(bs, sizeof bs, "%d", b);
+  snprintf(th, sizeof th, "%d", threads);
+  char *argv[] = {py, script, bs, steps, th, serve, NULL};
+  return bench_serve_start(c, argv, threads);
+}
+
+static void echo_line(const char *text, void *arg) {
+  (void)arg;
+  fputs(text, stderr);
 }
 
 static double min2(double a, double b) {
@@ -353,18 +376,42 @@ static double min2(double a, double b) {
 
 int main(int argc, char **argv) {
   int smoke = bench_is_smoke(argc, argv);
+  bench_start("bench_conv", NULL);
   double gc, gs;
   conv_forward(smoke, &gc, &gs);
-  int b = smoke ? 4 : 64, reps = smoke ? 2 : 20, near = 0, total = 0;
+  int b = smoke ? 4 : 64, near = 0, total = 0;
   double flops, tf = floor_seconds(b, smoke ? 2 : 10, &flops);
   double bw = mem_bandwidth(smoke);
-  double tg = graphrun_step(b, reps, 1, bw, flops / tf, &near, &total);
-  double tg2 = graphrun_step(b, reps, 2, 0, 0, NULL, NULL);
-  double tt = smoke ? -1 : torch_step(b, reps, 1);
-  double tt2 = smoke ? -1 : torch_step(b, reps, 2);
-  printf("CNN train step batch %d: graphrun %.2f ms (2 threads %.2f); its products as raw sgemm "
-         "%.2f ms",
-         b, tg * 1e3, tg2 * 1e3, tf * 1e3);
+  cnn c1, c2;
+  cnn_make(&c1, b, 1);
+  cnn_make(&c2, b, 2);
+  cnn_run(&c1, 2), cnn_run(&c2, 2); /* warm up */
+  near = op_table(c1.s, c1.f, c1.loss, c1.train, smoke ? 2 : 20, bw, flops / tf, &total);
+  /* graphrun and PyTorch at 1 and 2 threads, a slice of steps each in
+   * turn, so that a change of the machine's speed hits all four; each
+   * figure is the median over the slices of the time per step */
+  enum { ROUNDS = 9, SLICE = 5 };
+  int rounds = smoke ? 1 : ROUNDS, slice = smoke ? 1 : SLICE;
+  bench_server t1 = {-1, NULL, NULL}, t2 = {-1, NULL, NULL};
+  bool torch = !smoke && torch_start(&t1, b, 1) && torch_start(&t2, b, 2);
+  double g1[ROUNDS], g2[ROUNDS], p1[ROUNDS], p2[ROUNDS];
+  for (int r = 0; r < rounds; r++) {
+    g1[r] = cnn_run(&c1, slice) / slice;
+    p1[r] = torch ? bench_serve_run(&t1, slice) / slice : -1;
+    g2[r] = cnn_run(&c2, slice) / slice;
+    p2[r] = torch ? bench_serve_run(&t2, slice) / slice : -1;
+    torch = torch && p1[r] > 0 && p2[r] > 0;
+  }
+  if (!smoke) {
+    torch = bench_serve_finish(&t1, echo_line, NULL) && torch;
+    torch = bench_serve_finish(&t2, echo_line, NULL) && torch;
+  }
+  double tg = bench_median(g1, rounds), tg2 = bench_median(g2, rounds);
+  double tt = torch ? bench_median(p1, rounds) : -1, tt2 = torch ? bench_median(p2, rounds) : -1;
+  cnn_free(&c1), cnn_free(&c2);
+  printf("CNN train step batch %d (median of %d interleaved slices of %d steps): graphrun %.2f ms "
+         "(2 threads %.2f); its products as raw sgemm %.2f ms",
+         b, rounds, slice, tg * 1e3, tg2 * 1e3, tf * 1e3);
   if (tt > 0)
     printf("; PyTorch %.2f ms (2 threads %.2f)\n", tt * 1e3, tt2 * 1e3);
   else
