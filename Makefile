@@ -14,6 +14,7 @@
 #   make fuzz-dsl          libFuzzer on the DSL front end (clang), FUZZ_SECONDS=60
 #   make fuzz-graph        libFuzzer on serialized-graph decoding (clang)
 #   make fuzz-wire         libFuzzer on wire frames, messages, tensors and graphs (clang)
+#   make fuzz-image        libFuzzer on the PNG and JPEG decoders and the resize (clang)
 #   make format            clang-format every source file
 
 MAKEFLAGS += --no-print-directory
@@ -30,10 +31,11 @@ endif
 # Debian packages the build needs (checked with dpkg, installed with apt-get).
 DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libdnnl-dev libevent-dev \
                 libmsgpack-dev libxxhash-dev libjansson-dev libssl-dev libsqlite3-dev zlib1g-dev \
-                sqlite3 dataset-fashion-mnist
+                libpng-dev libjpeg62-turbo-dev libjpeg-turbo-progs sqlite3 dataset-fashion-mnist \
+                libgraphviz-dev libjs-chart.js
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire soak-ckpt \
+.PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire fuzz-image soak-ckpt \
         soak-recovery soak-placement format clean
 
 all: build
@@ -82,6 +84,9 @@ demo: build
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
+# the suite opens `graphrun board`'s page in headless Chromium (tests/unit/test_board.c)
+test: EXTRA_PACKAGES = chromium
+
 # bench-mlp compares with PyTorch, which it installs (Debian's python3-torch).
 bench-train: EXTRA_PACKAGES = python3-torch
 bench-mlp: EXTRA_PACKAGES = python3-torch
@@ -112,12 +117,13 @@ soak-placement: build
 	@cmake --build $(BUILD_DIR) --target test_dist_placement_diff -j $(JOBS) >/dev/null
 	@cd $(BUILD_DIR) && tests/unit/test_dist_placement_diff soak $(subst :, ,$(SEEDS))
 
-# fuzz-dsl (the .gr front end), fuzz-graph (serialized graphs) and fuzz-wire
-# (frames, messages, tensor descriptors and graphs) build in build-fuzz/ with
-# clang and libFuzzer; `make test` needs none of them.
+# fuzz-dsl (the .gr front end), fuzz-graph (serialized graphs), fuzz-wire
+# (frames, messages, tensor descriptors and graphs) and fuzz-image (the PNG and
+# JPEG decoders) build in build-fuzz/ with clang and libFuzzer; `make test`
+# needs none of them.
 FUZZ_SECONDS ?= 60
-fuzz-dsl fuzz-graph fuzz-wire: EXTRA_PACKAGES = clang libclang-rt-14-dev
-fuzz-dsl fuzz-graph fuzz-wire: deps
+fuzz-dsl fuzz-graph fuzz-wire fuzz-image: EXTRA_PACKAGES = clang libclang-rt-14-dev
+fuzz-dsl fuzz-graph fuzz-wire fuzz-image: deps
 	@tests/fuzz/run_fuzz.sh $(@:fuzz-%=%) $(FUZZ_SECONDS)
 
 format:

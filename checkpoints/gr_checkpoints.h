@@ -229,6 +229,13 @@ typedef struct gr_ckpt_tensor_info {
 /* Every checkpoint, oldest first. */
 gr_status gr_ckpt_list(gr_ckpt *ck, gr_ckpt_info **out, int *n, gr_error *err);
 void gr_ckpt_infos_free(gr_ckpt_info *infos, int n);
+/* Merges the JSON object patch into the metadata of the checkpoint at step
+ * (of a directory: its manifest row), as a JSON merge patch (RFC 7396: a
+ * key set to null is removed). A checkpoint whose metadata holds
+ * "keep": true is kept by retention whatever max_to_keep says, and not
+ * counted among the newest (graphrun run --keep-best marks the best epoch's
+ * so). GR_ERR_NOT_FOUND when there is no checkpoint of that step. */
+gr_status gr_ckpt_patch_metadata(gr_ckpt *ck, int64_t step, const char *patch_json, gr_error *err);
 /* The newest step; GR_ERR_NOT_FOUND when there is none. */
 gr_status gr_ckpt_latest_step(gr_ckpt *ck, int64_t *step, gr_error *err);
 /* The tensors of the checkpoint at step (-1: newest), sorted by name. */

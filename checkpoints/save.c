@@ -36,17 +36,22 @@ gr_status ckpt_delete_checkpoint(gr_ckpt *ck, int64_t id, gr_error *err) {
   return GR_OK;
 }
 
-/* Keeps the newest max_to_keep checkpoints (by write order) and those whose
- * step is a multiple of keep_every_n_steps. */
+/* Keeps the newest max_to_keep checkpoints (by write order), those whose
+ * step is a multiple of keep_every_n_steps and those whose metadata says
+ * "keep": true (not counted among the newest). */
 gr_status ckpt_apply_retention(gr_ckpt *ck, gr_error *err) {
   if (ck->opts.max_to_keep <= 0) return GR_OK;
   sqlite3_stmt *st;
-  GR_TRY(ckpt_prepare(ck, "SELECT id, step FROM checkpoints ORDER BY id DESC", &st, err));
+  GR_TRY(ckpt_prepare(ck,
+                      "SELECT id, step, json_extract(metadata, '$.keep') IS 1 FROM checkpoints"
+                      " ORDER BY id DESC",
+                      &st, err));
   int64_t *doomed = NULL;
   int nd = 0, cap = 0, rank = 0, rc;
   gr_status s = GR_OK;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0), step = sqlite3_column_int64(st, 1);
+    if (sqlite3_column_int(st, 2)) continue; /* marked to keep */
     if (rank++ < ck->opts.max_to_keep) continue;
     if (ck->opts.keep_every_n_steps > 0 && step % ck->opts.keep_every_n_steps == 0) continue;
     int64_t *more = ckpt_reserve(doomed, nd, &cap, sizeof *doomed);
@@ -280,4 +285,23 @@ gr_status gr_ckpt_save_shard_slices(const char *path, int64_t step, const gr_ckp
   gr_ckpt_close(ck);
   free(keep);
   return s;
+}
+
+gr_status gr_ckpt_patch_metadata(gr_ckpt *ck, int64_t step, const char *patch_json, gr_error *err) {
+  if (ck->opts.read_only)
+    return gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
+                        "checkpoint %s is open read-only: cannot change metadata", ck->path);
+  GR_TRY(ckpt_check_meta(ck, patch_json, err));
+  sqlite3_stmt *st;
+  GR_TRY(ckpt_prepare(
+      ck, "UPDATE checkpoints SET metadata = json_patch(metadata, ?2) WHERE step = ?1", &st, err));
+  sqlite3_bind_int64(st, 1, step);
+  sqlite3_bind_text(st, 2, patch_json, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(st);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) return ckpt_sql_error(ck, rc, err, "changing metadata");
+  if (sqlite3_changes(ck->db) == 0)
+    return gr_error_set(err, GR_ERR_NOT_FOUND, "checkpoint %s has no checkpoint of step %lld",
+                        ck->path, (long long)step);
+  return GR_OK;
 }

@@ -302,7 +302,6 @@ static void finish_run(run_state *st) {
   gr_error err = {GR_OK, ""};
   if (s != GR_OK) {
     err = st->err;
-    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&st->fetch_out[k]);
   } else {
     for (int k = 0; k < e->num_fetches; k++)
       if (!st->fetch_out[k].buf) {
@@ -310,6 +309,8 @@ static void finish_run(run_state *st) {
         break;
       }
   }
+  if (s != GR_OK) /* also the fetches filled before the missing one */
+    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&st->fetch_out[k]);
   gr_executor_done_fn done = st->done;
   void *arg = st->done_arg;
   release_state(e, st);

@@ -757,14 +757,11 @@ static void cf_free_run(cf_run *r, gr_status status, gr_error *err) {
     free(f->consts), free(f->defer), free(f->ring), free(f->exit_live), free(f->path), free(f);
   }
   if (root && root->ring && root->ring[0]) iter_free(r, 0, root->ring[0]);
-  if (status != GR_OK)
+  for (int k = 0; k < e->num_fetches && status == GR_OK; k++)
+    if (!r->fetch_out[k].buf)
+      status = gr_error_set(err, GR_ERR_INTERNAL, "fetch %d produced no value", k);
+  if (status != GR_OK) /* also the fetches filled before the missing one */
     for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&r->fetch_out[k]);
-  else
-    for (int k = 0; k < e->num_fetches; k++)
-      if (!r->fetch_out[k].buf) {
-        status = gr_error_set(err, GR_ERR_INTERNAL, "fetch %d produced no value", k);
-        break;
-      }
   if (r->free_iters)
     for (int d = 0; d < p->fr.num_frames; d++)
       while (r->free_iters[d]) {

@@ -13,6 +13,7 @@
 #include "core/gr_alloc.h"
 #include "core/gr_attr.h"
 #include "core/gr_buffer.h"
+#include "core/gr_cancel.h"
 #include "core/gr_colocation.h"
 #include "core/gr_device.h"
 #include "core/gr_dtype.h"

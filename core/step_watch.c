@@ -1,6 +1,8 @@
 /* The step watch and the session's watchdog thread (step_watch_internal.h). */
 #include "core/step_watch_internal.h"
 
+#include "core/gr_cancel.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,17 +110,11 @@ static void describe(gr_step_watch *w, int64_t timeout_ms) {
 
 /* ---- the watchdog thread ---------------------------------------------------------------- */
 
-/* Fails and cancels step w. d->mu held on entry and exit, released inside:
- * w stays valid because gr_watchdog_end_step waits while firing. */
-static void fire(gr_watchdog *d, gr_step_watch *w) {
-  pthread_mutex_lock(&w->mu);
-  w->fired = true;
-  w->firing++;
-  describe(w, d->timeout_ms);
-  gr_error why = w->err;
-  gr_rendezvous *rv = w->rv;
-  pthread_mutex_unlock(&w->mu);
-  pthread_mutex_unlock(&d->mu);
+/* Cancels step w with why: its runs, its rendezvous rv, the kept cancel
+ * callbacks of its waiting kernels. The caller set w->fired and counted
+ * itself in w->firing under w->mu; this ends the firing. */
+static void cancel_fired(gr_step_watch *w, const gr_error *whyp, gr_rendezvous *rv) {
+  gr_error why = *whyp;
   /* no run joins or leaves while firing: the list is stable */
   /* the runs first, so that what they had failed with before is told apart
    * from the receives that the abort fails */
@@ -163,7 +159,58 @@ static void fire(gr_watchdog *d, gr_step_watch *w) {
     cancelled = r->fired_next;
     r->release(r->arg);
   }
+}
+
+/* Fails and cancels step w. d->mu held on entry and exit, released inside:
+ * w stays valid because gr_watchdog_end_step waits while firing. */
+static void fire(gr_watchdog *d, gr_step_watch *w) {
+  pthread_mutex_lock(&w->mu);
+  w->fired = true;
+  w->firing++;
+  describe(w, d->timeout_ms);
+  gr_error why = w->err;
+  gr_rendezvous *rv = w->rv;
+  pthread_mutex_unlock(&w->mu);
+  pthread_mutex_unlock(&d->mu);
+  cancel_fired(w, &why, rv);
   pthread_mutex_lock(&d->mu);
+}
+
+/* ---- cancelling from outside (gr_cancel.h) -------------------------------------------- */
+
+gr_step_watch *gr_step_watch_new(void) {
+  gr_step_watch *w = calloc(1, sizeof *w);
+  if (!w) return NULL;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  w->since = now_s();
+  return w;
+}
+
+void gr_step_cancel(gr_step_watch *w, gr_status code, const char *msg) {
+  pthread_mutex_lock(&w->mu);
+  if (w->fired) {
+    pthread_mutex_unlock(&w->mu);
+    return;
+  }
+  w->fired = true;
+  w->firing++;
+  gr_error_set(&w->err, code, "%s", msg);
+  gr_error why = w->err;
+  gr_rendezvous *rv = w->rv;
+  pthread_mutex_unlock(&w->mu);
+  cancel_fired(w, &why, rv);
+}
+
+void gr_step_watch_free(gr_step_watch *w) {
+  if (!w) return;
+  pthread_mutex_lock(&w->mu);
+  while (w->firing) pthread_cond_wait(&w->cv, &w->mu);
+  GR_ASSERT(w->waits == NULL && w->runs == NULL);
+  pthread_mutex_unlock(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
 }
 
 /* How long step w may go without progress. With nodes waiting, the

@@ -3,14 +3,16 @@
  * port), the master (a client's view of a cluster, which a session runs its
  * steps through) and the serialized graph they exchange.
  *
- *   // a task: graphrun server --job worker --task 1
- *   gr_server_options so = {.job = "worker", .task = 1, .bind = "127.0.0.1:0"};
+ *   // a task: graphrun server --job worker --task 1 --secret-file F --cluster-id exp1
+ *   gr_server_options so = {.job = "worker", .task = 1, .bind = "127.0.0.1:0",
+ *                           .secret = secret, .cluster_id = "exp1"};
  *   gr_server *srv;
  *   gr_server_new(&so, &srv, &err);             // serving; gr_server_port(srv)
  *
  *   // a client: a session over the cluster's devices
  *   const char *tasks[] = {"127.0.0.1:2222", "127.0.0.1:2223"};
- *   gr_master_options mo = {.num_tasks = 2, .addresses = tasks};
+ *   gr_master_options mo = {.num_tasks = 2, .addresses = tasks, .secret = secret,
+ *                           .cluster_id = "exp1"};
  *   gr_master *m;
  *   gr_master_new(&mo, &m, &err);               // connects, asks each task its devices
  *   gr_session *s = gr_master_session_new(m, g, NULL, &err);
@@ -86,27 +88,65 @@ bool gr_wire_is_graph(const void *data, size_t size);
  * unpacker allocates at most a few times size. Ext types are refused. */
 gr_status gr_wire_check_msgpack(const void *data, size_t size, int max_depth, gr_error *err);
 
+/* ---- who may talk to a task: the secret and the cluster id ------------------- */
+
+/* Every connection starts with a handshake (docs/distributed.md "Security"):
+ * both sides prove they know the cluster's shared secret (HMAC-SHA256
+ * challenge-response) and name their cluster id, which the MACs cover; a
+ * peer of another cluster is refused, naming both ids. A secret is
+ * GR_SECRET_MIN to GR_SECRET_MAX bytes (no NUL); without one a server or
+ * master must say `insecure` (loopback only, no authentication). */
+#define GR_SECRET_MIN 16
+#define GR_SECRET_MAX 256
+
+/* A cluster id: 1 to GR_CLUSTER_ID_MAX letters, digits, '_', '-' and '.'
+ * (graphrun launch: "launch-" and 16 random hex digits; Slurm:
+ * "slurm-JOB.STEP"; by hand: any name, or gr_cluster_spec_id). NULL or ""
+ * in the options: none, which matches only none. */
+#define GR_CLUSTER_ID_MAX 64
+/* GR_OK when id is a cluster id; else an error saying what is wrong. */
+gr_status gr_cluster_id_check(const char *id, gr_error *err);
+/* The cluster id derived from a cluster's tasks: "spec-" and 32 hex digits
+ * of SHA-256 over each task's job, index and address (compared without
+ * case), in sorted order. Two specs of the same tasks at the same
+ * addresses give the same id whatever their form (cluster file,
+ * ClusterSpec, TF_CONFIG) or order; any other difference gives another. */
+gr_status gr_cluster_spec_id(const gr_cluster *c, char out[GR_CLUSTER_ID_MAX + 1], gr_error *err);
+
 /* ---- the server: one task --------------------------------------------------- */
 
 typedef struct gr_server gr_server;
 
 typedef struct gr_server_options {
-  const char *job;      /* the task's job ("worker", "ps"); required */
-  int task;             /* its index in the job */
-  const char *bind;     /* "host:port" to listen on; port 0: a free port; NULL:
-                           "127.0.0.1:0". A non-loopback host needs a secret. */
-  const char *secret;   /* shared secret (NULL: no authentication, loopback only) */
-  int num_devices;      /* CPU devices /job:J/replica:0/task:T/device:CPU:K; 0: 1 */
-  int inter_op_threads; /* executor threads; 0: number of cores */
-  int intra_op_threads; /* threads inside one op (BLAS); 0: 1, as a session's default, so
-                           a task computes what one process computes, bit for bit */
-  bool quiet;           /* no log line per connection */
+  const char *job;        /* the task's job ("worker", "ps"); required */
+  int task;               /* its index in the job */
+  const char *bind;       /* "host:port" to listen on; port 0: a free port; NULL:
+                             "127.0.0.1:0" */
+  const char *secret;     /* the cluster's shared secret (GR_SECRET_MIN to GR_SECRET_MAX
+                             bytes): every peer must prove it knows it. NULL is refused
+                             unless insecure */
+  bool insecure;          /* allow no secret: no authentication (any local user can run any
+                             graph in this process), a warning logged at start; the bind
+                             must then be loopback (with or without a secret) */
+  const char *cluster_id; /* the cluster this task belongs to (gr_cluster_id_check; NULL:
+                           none): a peer of another cluster is refused at the handshake,
+                           and the log line names both ids and the peer */
+  int num_devices;        /* CPU devices /job:J/replica:0/task:T/device:CPU:K; 0: 1 */
+  int inter_op_threads;   /* executor threads; 0: number of cores */
+  int intra_op_threads;   /* threads inside one op (BLAS); 0: 1, as a session's default, so
+                             a task computes what one process computes, bit for bit */
+  bool quiet;             /* no log line per connection */
   /* Where the server's log lines go (a refused frame or request, naming the
    * peer; a connection that ended; a registration): log_fn(log_arg, line)
    * with one line without "graphrun: " or a newline, from any of the
    * server's threads (possibly at once). NULL: "graphrun: LINE\n" on stderr. */
   void (*log_fn)(void *arg, const char *line);
   void *log_arg;
+  /* Accepted connections open at once (docs/distributed.md, "Limits"); past
+   * it a new one takes the place of the oldest still in its handshake, or
+   * is refused. 0: from the descriptor limit (RLIMIT_NOFILE less a quarter,
+   * at least 64, kept for the server's own files), at most 16384. */
+  int max_connections;
 } gr_server_options;
 
 /* Starts serving (a network thread and worker threads). The server picks a
@@ -143,7 +183,12 @@ typedef struct gr_master gr_master;
 typedef struct gr_master_options {
   int num_tasks;
   const char *const *addresses; /* "host:port" of each task's server */
-  const char *secret;           /* the cluster's shared secret, or NULL */
+  const char *secret;           /* the cluster's shared secret (as the servers'); NULL is
+                                   refused unless insecure */
+  bool insecure;                /* no secret: talks only to servers started insecure */
+  const char *cluster_id;       /* the cluster's id (NULL: none): a task of another cluster
+                                   is refused ("127.0.0.1:2223 belongs to cluster 'a',
+                                   this client's is 'b': ...") */
   int connect_timeout_ms;       /* per task, with retries; 0: 10000 */
   int step_timeout_ms;          /* a step's deadline; 0: none */
   int heartbeat_ms;             /* a task silent this long is pinged; 0: 100; < 0: never */

@@ -40,8 +40,10 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   }
   if (m->h.type != GR_MSG_RESPONSE || gr_msg_u64(&m->msg.root, "id", &id, &e) != GR_OK ||
       gr_msg_u64(&m->msg.root, "code", &code, &e) != GR_OK) {
-    fprintf(stderr, "graphrun: master: a bad %s frame from %s\n", gr_msg_type_name(m->h.type),
-            t->name);
+    char line[GR_TASK_NAME_MAX + 64];
+    snprintf(line, sizeof line, "master: a bad %s frame from %s", gr_msg_type_name(m->h.type),
+             t->name);
+    gr_conn_log_peer(c, "master: bad frame", line);
     gr_inmsg_free(m);
     return;
   }
@@ -92,8 +94,7 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
     }
     if (n == 0) break;
   }
-  for (int i = 0; i < ms->num_waiting; i++) { /* steps that used it must end too */
-    rpc_group *g = ms->waiting[i];
+  for (rpc_group *g = ms->waiting; g; g = g->wnext) { /* steps that used it must end too */
     pthread_mutex_lock(&g->mu);
     g->losses++;
     pthread_cond_broadcast(&g->cv);
@@ -176,14 +177,23 @@ void gr_master_drain(gr_master *ms) {
       ms->abandoned = 0;
       break;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += left / 1000;
-    ts.tv_nsec += (left % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-    pthread_cond_timedwait(&ms->abandoned_cv, &ms->mu, &ts);
+    gr_master_cond_wait_until(&ms->abandoned_cv, &ms->mu, ms->abandoned_deadline_ms);
   }
   pthread_mutex_unlock(&ms->mu);
+}
+
+void gr_master_cond_init(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+}
+
+void gr_master_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline_ms) {
+  /* gr_wire_now_ms is CLOCK_MONOTONIC in ms: the same clock as cv's */
+  struct timespec ts = {.tv_sec = deadline_ms / 1000, .tv_nsec = (deadline_ms % 1000) * 1000000};
+  pthread_cond_timedwait(cv, mu, &ts);
 }
 
 /* Waits for every request of g, until deadline_ms (0: none). on_done(arg,
@@ -194,9 +204,11 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
                         bool (*on_done)(void *, rpc *), void *arg) {
   char *seen = calloc((size_t)n + 1, 1);
   bool stop = false;
-  pthread_mutex_lock(&ms->mu);
-  bool listed = ms->num_waiting < (int)(sizeof ms->waiting / sizeof ms->waiting[0]);
-  if (listed) ms->waiting[ms->num_waiting++] = g;
+  pthread_mutex_lock(&ms->mu); /* listed, however many wait: a lost task wakes every one */
+  g->wprev = NULL;
+  g->wnext = ms->waiting;
+  if (ms->waiting) ms->waiting->wprev = g;
+  ms->waiting = g;
   pthread_mutex_unlock(&ms->mu);
   int losses = 0;
   pthread_mutex_lock(&g->mu);
@@ -222,25 +234,19 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
       break;
     }
     if (deadline_ms > 0) {
-      int64_t left = deadline_ms - gr_wire_now_ms();
-      if (left <= 0) break;
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_sec += left / 1000;
-      ts.tv_nsec += (left % 1000) * 1000000;
-      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-      pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+      if (deadline_ms - gr_wire_now_ms() <= 0) break;
+      gr_master_cond_wait_until(&g->cv, &g->mu, deadline_ms);
     } else {
       pthread_cond_wait(&g->cv, &g->mu);
     }
   }
   pthread_mutex_unlock(&g->mu);
   pthread_mutex_lock(&ms->mu);
-  for (int i = 0; listed && i < ms->num_waiting; i++)
-    if (ms->waiting[i] == g) {
-      ms->waiting[i] = ms->waiting[--ms->num_waiting];
-      break;
-    }
+  if (g->wprev)
+    g->wprev->wnext = g->wnext;
+  else
+    ms->waiting = g->wnext;
+  if (g->wnext) g->wnext->wprev = g->wprev;
   pthread_mutex_unlock(&ms->mu);
   for (int i = 0; i < n; i++) { /* past the deadline: late answers are dropped */
     gr_error e;
@@ -261,9 +267,10 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
 
 void gr_rpc_group_init(rpc_group *g) {
   pthread_mutex_init(&g->mu, NULL);
-  pthread_cond_init(&g->cv, NULL);
+  gr_master_cond_init(&g->cv);
   g->outstanding = 0;
   g->losses = 0;
+  g->wprev = g->wnext = NULL;
 }
 void gr_rpc_group_destroy(rpc_group *g) {
   pthread_mutex_destroy(&g->mu);
@@ -356,14 +363,29 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   *out = NULL;
   if (!o || o->num_tasks <= 0 || o->num_tasks > 4096 || !o->addresses)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "master: 1 to 4096 task addresses needed");
+  size_t n = o->secret ? strlen(o->secret) : 0;
+  if (o->secret && (n < GR_SECRET_MIN || n > GR_SECRET_MAX))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "master: the secret is %zu bytes, want %d to %d", n, GR_SECRET_MIN,
+                        GR_SECRET_MAX);
+  if (!o->secret && !o->insecure)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "master: no secret: servers require the cluster's shared secret "
+                        "(gr_master_options.secret; insecure talks to servers without one)");
+  if (o->cluster_id && *o->cluster_id && gr_cluster_id_check(o->cluster_id, err) != GR_OK) {
+    gr_error_prefix(err, "master");
+    return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+  }
   gr_master *ms = calloc(1, sizeof *ms);
   if (!ms) return gr_error_set_oom(err);
   ms->o = *o;
+  snprintf(ms->cluster, sizeof ms->cluster, "%s", o->cluster_id ? o->cluster_id : "");
+  ms->o.cluster_id = ms->cluster;
   if (!ms->o.connect_timeout_ms) ms->o.connect_timeout_ms = 10000;
   if (!ms->o.heartbeat_ms) ms->o.heartbeat_ms = 100;
   if (ms->o.heartbeat_missed <= 0) ms->o.heartbeat_missed = 5;
   pthread_mutex_init(&ms->mu, NULL);
-  pthread_cond_init(&ms->abandoned_cv, NULL);
+  gr_master_cond_init(&ms->abandoned_cv);
   ms->secret = o->secret ? strdup(o->secret) : NULL;
   ms->o.secret = ms->secret;
   ms->o.addresses = NULL;
@@ -379,8 +401,8 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
     gr_map_init(&t->pending, GR_MAP_U64);
     gr_map_init(&t->abandoned, GR_MAP_U64);
     snprintf(t->address, sizeof t->address, "%s", o->addresses[k] ? o->addresses[k] : "");
-    st =
-        gr_conn_dial(ms->loop, t->address, ms->secret, ms->o.connect_timeout_ms, &h, &t->conn, err);
+    st = gr_conn_dial(ms->loop, t->address, ms->secret, ms->cluster, ms->o.connect_timeout_ms, &h,
+                      &t->conn, err);
     if (st != GR_OK) break;
     gr_conn_set_user(t->conn, t);
     /* a handler may run before set_user: dial's handshake is done, but no

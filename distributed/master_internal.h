@@ -9,9 +9,11 @@
 
 typedef struct rpc_group {
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  pthread_cond_t cv; /* on CLOCK_MONOTONIC, as every deadline (gr_wire_now_ms) */
   int outstanding;
   int losses; /* tasks lost while the group was waited for (gr_master_wait_all) */
+  /* in the master's list of groups being waited for (under its mu) */
+  struct rpc_group *wprev, *wnext;
 } rpc_group;
 
 typedef struct rpc { /* one request in flight */
@@ -44,7 +46,8 @@ typedef struct task {
 
 struct gr_master {
   gr_master_options o;
-  char *secret;
+  char *secret;                              /* NULL: insecure */
+  char cluster[GR_CLUSTER_ID_MAX + 1];       /* its cluster id ("": none) */
   char container[GR_CONTAINER_NAME_MAX + 1]; /* its graphs' container on the tasks */
   bool private_container;                    /* its own (no name in the options) */
   gr_loop *loop;
@@ -60,11 +63,11 @@ struct gr_master {
    * sent to the tasks, so a step never overlaps the previous one */
   int abandoned;
   int64_t abandoned_deadline_ms;
-  pthread_cond_t abandoned_cv;
-  /* the groups being waited for (under mu): a lost task wakes them all, as
-   * a step whose part on that task has already answered must still end */
-  rpc_group *waiting[64];
-  int num_waiting;
+  pthread_cond_t abandoned_cv; /* on CLOCK_MONOTONIC */
+  /* the groups being waited for (under mu), however many: a lost task wakes
+   * them all, as a step whose part on that task has already answered must
+   * still end */
+  rpc_group *waiting;
 };
 
 /* A new request id. */
@@ -85,6 +88,12 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
  * task lost; called before the master sends anything new. */
 void gr_master_drain(gr_master *ms);
 void gr_rpc_group_init(rpc_group *g);
+/* Initialises cv to time its waits on CLOCK_MONOTONIC (the clock of
+ * gr_wire_now_ms): a step of the wall clock neither fires nor stalls them. */
+void gr_master_cond_init(pthread_cond_t *cv);
+/* Waits on cv (made by gr_master_cond_init) at most until deadline_ms of
+ * gr_wire_now_ms. */
+void gr_master_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline_ms);
 void gr_rpc_group_destroy(rpc_group *g);
 /* The task index of a full device name, -1 when none. */
 int gr_master_task_of(const gr_master *ms, const char *device);

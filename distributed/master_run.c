@@ -14,18 +14,21 @@ typedef struct task_plan {
   uint64_t handle;
   int *feeds; /* caller feed indices its partitions read */
   int num_feeds;
+  int *fetches; /* caller fetch indices its partitions fill */
+  int num_fetches;
 } task_plan;
 
 typedef struct mplan {
   task_plan *t;
   int n;
+  int num_fetches;      /* the caller's fetches: the largest fetch_index + 1 */
   gr_partitions *parts; /* kept: a traced step's events point at their nodes */
 } mplan;
 
 static void plan_free(mplan *p) {
   if (!p) return;
   gr_partitions_free(p->parts);
-  for (int i = 0; i < p->n; i++) free(p->t[i].feeds);
+  for (int i = 0; i < p->n; i++) free(p->t[i].feeds), free(p->t[i].fetches);
   free(p->t);
   free(p);
 }
@@ -83,24 +86,45 @@ static gr_status register_msg(gr_master *ms, int k, gr_partitions *parts, const 
   return GR_OK;
 }
 
-static void deregister(gr_master *ms, int task, uint64_t handle) {
+/* Drops a graph on a task without waiting; its answer is awaited (bounded)
+ * by gr_master_drain like an abandoned request's, so that the master never
+ * closes a connection with an answer unread (the task would see a reset). */
+static void deregister(gr_master *ms, int k, uint64_t handle) {
   gr_outmsg *m = gr_outmsg_new(GR_MSG_DEREGISTER, 2);
   if (!m) return;
-  gr_outmsg_u64(m, "id", gr_master_new_id(ms));
+  task *t = &ms->tasks[k];
+  uint64_t id = gr_master_new_id(ms);
+  int64_t deadline = gr_wire_now_ms() + ms->o.connect_timeout_ms;
+  gr_outmsg_u64(m, "id", id);
   gr_outmsg_u64(m, "handle", handle);
-  gr_conn_send(ms->tasks[task].conn, m, NULL);
+  pthread_mutex_lock(&ms->mu);
+  if (!t->lost && gr_map_put_u64(&t->abandoned, id, ms)) {
+    ms->abandoned++;
+    if (deadline > ms->abandoned_deadline_ms) ms->abandoned_deadline_ms = deadline;
+  }
+  pthread_mutex_unlock(&ms->mu);
+  gr_conn_send(t->conn, m, NULL);
 }
 
-static gr_status add_feeds(task_plan *tp, const gr_partition *pt, gr_error *err) {
-  int *more = gr_realloc_array(tp->feeds, (size_t)(tp->num_feeds + pt->num_feeds + 1), sizeof(int));
+/* Adds the caller indices idx[0..n) not in *set yet (of *num) to it. */
+static gr_status add_indices(int **set, int *num, const int *idx, int n, gr_error *err) {
+  int *more = gr_realloc_array(*set, (size_t)(*num + n + 1), sizeof(int));
   if (!more) return gr_error_set_oom(err);
-  tp->feeds = more;
-  for (int i = 0; i < pt->num_feeds; i++) {
+  *set = more;
+  for (int i = 0; i < n; i++) {
     bool seen = false;
-    for (int j = 0; j < tp->num_feeds && !seen; j++) seen = tp->feeds[j] == pt->feed_index[i];
-    if (!seen) tp->feeds[tp->num_feeds++] = pt->feed_index[i];
+    for (int j = 0; j < *num && !seen; j++) seen = more[j] == idx[i];
+    if (!seen) more[(*num)++] = idx[i];
   }
   return GR_OK;
+}
+
+/* The feeds task plan tp's partition pt reads and the fetches it fills. */
+static gr_status add_part(mplan *p, task_plan *tp, const gr_partition *pt, gr_error *err) {
+  for (int i = 0; i < pt->num_fetches; i++)
+    if (pt->fetch_index[i] >= p->num_fetches) p->num_fetches = pt->fetch_index[i] + 1;
+  GR_TRY(add_indices(&tp->feeds, &tp->num_feeds, pt->feed_index, pt->num_feeds, err));
+  return add_indices(&tp->fetches, &tp->num_fetches, pt->fetch_index, pt->num_fetches, err);
 }
 
 static gr_status prepare(void *self, gr_partitions *parts, void **out, gr_error *err) {
@@ -133,7 +157,7 @@ static gr_status prepare(void *self, gr_partitions *parts, void **out, gr_error 
     p->t[n].task = k;
     st = register_msg(ms, k, parts, part_task, &m, rs[n].id, err);
     for (int q = 0; q < parts->num_parts && st == GR_OK; q++)
-      if (part_task[q] == k) st = add_feeds(&p->t[n], &parts->parts[q], err);
+      if (part_task[q] == k) st = add_part(p, &p->t[n], &parts->parts[q], err);
     if (st != GR_OK) break;
     gr_master_start(ms, k, m, &rs[n], &g);
     p->n = ++n;
@@ -277,28 +301,48 @@ static void take_trace(const mplan *p, rpc *r, int64_t sent_ns, gr_step_trace *t
   }
 }
 
-/* The fetches and transfer counts of a successful response. */
-static gr_status take_fetches(rpc *r, gr_tensor *fetch_out, gr_transfer_stats *moved,
-                              gr_error *err) {
+/* The fetches and transfer counts of task plan tp's successful response r:
+ * each of tp's fetches exactly once, each an index of the caller's array
+ * of p->num_fetches (a response is a peer's input: an index outside what
+ * the task was asked for is an error, never a write out of bounds). Errors
+ * name the task; what was filled is released by the caller. */
+static gr_status take_fetches(const gr_master *ms, const mplan *p, const task_plan *tp, rpc *r,
+                              gr_tensor *fetch_out, gr_transfer_stats *moved, gr_error *err) {
   const msgpack_object_array *fx;
   const msgpack_object *root = &r->resp->msg.root;
+  const char *name = ms->tasks[tp->task].name;
   int64_t sends = 0, bytes = 0;
-  GR_TRY(gr_msg_array(root, "fetches", 1 << 20, &fx, err));
-  GR_TRY(gr_msg_i64(root, "sends", 0, INT64_MAX, &sends, err));
-  GR_TRY(gr_msg_i64(root, "bytes", 0, INT64_MAX, &bytes, err));
-  moved->sends += sends;
-  moved->bytes += bytes;
-  for (uint32_t i = 0; i < fx->size; i++) {
+  gr_status st = gr_msg_array(root, "fetches", (uint32_t)tp->num_fetches, &fx, err);
+  if (st == GR_OK) st = gr_msg_i64(root, "sends", 0, INT64_MAX, &sends, err);
+  if (st == GR_OK) st = gr_msg_i64(root, "bytes", 0, INT64_MAX, &bytes, err);
+  for (uint32_t i = 0; st == GR_OK && i < fx->size; i++) {
     const msgpack_object *o = &fx->ptr[i];
     int64_t k;
-    bool dead;
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2)
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "fetch %u must be [index, tensor]", i);
-    GR_TRY(gr_msg_item_i64(&o->via.array.ptr[0], "fetch index", 0, (1 << 20) - 1, &k, err));
-    gr_tensor_release(&fetch_out[k]);
-    GR_TRY(gr_msg_tensor(&o->via.array.ptr[1], r->resp->body, r->resp->h.body_len, &fetch_out[k],
-                         &dead, err));
+    bool dead, mine = false;
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 2) {
+      st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "fetch %u must be [index, tensor]", i);
+      break;
+    }
+    st = gr_msg_item_i64(&o->via.array.ptr[0], "fetch index", 0, p->num_fetches - 1, &k, err);
+    for (int j = 0; st == GR_OK && j < tp->num_fetches && !mine; j++) mine = tp->fetches[j] == k;
+    if (st == GR_OK && (!mine || !gr_tensor_is_empty(&fetch_out[k])))
+      st = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        mine ? "fetch %lld is given twice"
+                             : "fetch %lld is not one it was asked for",
+                        (long long)k);
+    if (st == GR_OK)
+      st = gr_msg_tensor(&o->via.array.ptr[1], r->resp->body, r->resp->h.body_len, &fetch_out[k],
+                         &dead, err);
   }
+  for (int j = 0; st == GR_OK && j < tp->num_fetches; j++)
+    if (gr_tensor_is_empty(&fetch_out[tp->fetches[j]]))
+      st = gr_error_set(err, GR_ERR_INTERNAL, "fetch %d produced no value", tp->fetches[j]);
+  if (st != GR_OK) {
+    gr_error_prefix(err, "a bad answer from %s", name);
+    return st;
+  }
+  moved->sends += sends;
+  moved->bytes += bytes;
   return GR_OK;
 }
 
@@ -358,7 +402,9 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
     pthread_mutex_unlock(&ms->mu);
   }
   for (int i = 0; i < started && st == GR_OK; i++)
-    st = take_fetches(&rs[i], fetch_out, &moved, err);
+    st = take_fetches(ms, p, &p->t[i], &rs[i], fetch_out, &moved, err);
+  if (st != GR_OK) /* what a failed step filled is not the caller's */
+    for (int k = 0; k < p->num_fetches; k++) gr_tensor_release(&fetch_out[k]);
   for (int i = 0; i < started && st == GR_OK && step->trace; i++)
     take_trace(p, &rs[i], sent_ns, step->trace);
   for (int i = 0; i < started; i++) gr_inmsg_free(rs[i].resp);

@@ -1,7 +1,11 @@
 /* gr_wire_check_msgpack: a walk over msgpack bytes that reads only type
  * bytes and lengths (the values are left to msgpack-c), so that counts are
- * checked against the bytes present before msgpack-c allocates for them. */
+ * checked against the bytes present before msgpack-c allocates for them,
+ * and the keys of each map, which must differ. */
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "distributed/gr_distributed.h"
@@ -41,6 +45,84 @@ static gr_status items(walk *w, uint64_t n, int depth, const unsigned char *star
                         (unsigned long long)n, (size_t)(w->p - start), (size_t)(w->end - w->p));
   for (uint64_t i = 0; i < n; i++) GR_TRY(value(w, depth - 1, start));
   return GR_OK;
+}
+
+/* A map's key: a string by its text, any other kind by its bytes. */
+typedef struct key_ref {
+  const unsigned char *p;
+  size_t n;
+  size_t at; /* its offset in the message */
+  int str;
+} key_ref;
+
+static key_ref key_of(const unsigned char *k, const unsigned char *end,
+                      const unsigned char *start) {
+  unsigned t = *k;
+  int head = t >= 0xa0 && t <= 0xbf ? 1 : t == 0xd9 ? 2 : t == 0xda ? 3 : t == 0xdb ? 5 : 0;
+  if (!head) return (key_ref){k, (size_t)(end - k), (size_t)(k - start), 0};
+  return (key_ref){k + head, (size_t)(end - k) - (size_t)head, (size_t)(k - start), 1};
+}
+
+static int key_cmp(const void *a, const void *b) {
+  const key_ref *x = a, *y = b;
+  if (x->str != y->str) return x->str - y->str;
+  if (x->n != y->n) return x->n < y->n ? -1 : 1;
+  int c = x->n ? memcmp(x->p, y->p, x->n) : 0;
+  if (c) return c;
+  return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static bool same_key(const key_ref *x, const key_ref *y) {
+  return x->str == y->str && x->n == y->n && (!x->n || !memcmp(x->p, y->p, x->n));
+}
+
+/* The error for key k given a second time (a readable copy of a string key). */
+static gr_status twice(walk *w, const key_ref *k) {
+  if (!k->str)
+    return gr_error_set(w->err, GR_ERR_INVALID_ARGUMENT,
+                        "msgpack: a map gives a key of %zu bytes twice (again at byte %zu)", k->n,
+                        k->at);
+  char shown[48];
+  size_t n = k->n < sizeof shown - 4 ? k->n : sizeof shown - 4;
+  for (size_t i = 0; i < n; i++) shown[i] = k->p[i] >= 0x20 && k->p[i] < 0x7f ? (char)k->p[i] : '?';
+  snprintf(shown + n, sizeof shown - n, "%s", n < k->n ? "..." : "");
+  return gr_error_set(w->err, GR_ERR_INVALID_ARGUMENT,
+                      "msgpack: a map gives key '%s' twice (again at byte %zu)", shown, k->at);
+}
+
+/* The n pairs of a map: keys and values walked, and no key given twice (a
+ * message whose "id" came twice would mean whichever its reader looked at
+ * first). A few keys are compared pairwise, more are sorted. */
+static gr_status pairs(walk *w, uint64_t n, int depth, const unsigned char *start) {
+  if (depth <= 0)
+    return gr_error_set(w->err, GR_ERR_INVALID_ARGUMENT, "msgpack: nested too deeply at byte %zu",
+                        (size_t)(w->p - start));
+  if (n > (uint64_t)(w->end - w->p) / 2)
+    return gr_error_set(w->err, GR_ERR_INVALID_ARGUMENT,
+                        "msgpack: %llu items at byte %zu, but only %zu bytes follow",
+                        (unsigned long long)(2 * n), (size_t)(w->p - start),
+                        (size_t)(w->end - w->p));
+  enum { FEW = 16 };
+  key_ref few[FEW], *keys = n <= FEW ? few : malloc((size_t)n * sizeof *keys);
+  if (!keys) return gr_error_set_oom(w->err);
+  gr_status st = GR_OK;
+  for (uint64_t i = 0; i < n && st == GR_OK; i++) {
+    const unsigned char *k = w->p;
+    st = value(w, depth - 1, start);
+    if (st != GR_OK) break;
+    keys[i] = key_of(k, w->p, start);
+    if (n <= FEW)
+      for (uint64_t j = 0; j < i && st == GR_OK; j++)
+        if (same_key(&keys[j], &keys[i])) st = twice(w, &keys[i]);
+    if (st == GR_OK) st = value(w, depth - 1, start);
+  }
+  if (st == GR_OK && n > FEW) {
+    qsort(keys, (size_t)n, sizeof *keys, key_cmp); /* equal keys in message order */
+    for (uint64_t i = 1; i < n && st == GR_OK; i++)
+      if (same_key(&keys[i - 1], &keys[i])) st = twice(w, &keys[i]);
+  }
+  if (keys != few) free(keys);
+  return st;
 }
 
 static gr_status value(walk *w, int depth, const unsigned char *start) {
@@ -83,7 +165,7 @@ static gr_status value(walk *w, int depth, const unsigned char *start) {
                                        /* map 16/32 */ 2,
                                        4};
   if (t <= 0x7f || t >= 0xe0) return GR_OK; /* fixints */
-  if (t >= 0x80 && t <= 0x8f) return items(w, 2 * (uint64_t)(t & 0x0f), depth, start);
+  if (t >= 0x80 && t <= 0x8f) return pairs(w, t & 0x0f, depth, start);
   if (t >= 0x90 && t <= 0x9f) return items(w, t & 0x0f, depth, start);
   if (t >= 0xa0 && t <= 0xbf) return skip(w, t & 0x1f, start);
   int n = head[t - 0xc0];
@@ -109,7 +191,7 @@ static gr_status value(walk *w, int depth, const unsigned char *start) {
       return items(w, len, depth, start);
     case 0xde:
     case 0xdf:
-      return items(w, 2 * len, depth, start);
+      return pairs(w, len, depth, start);
     default: /* numbers: the n bytes were the value */
       return GR_OK;
   }

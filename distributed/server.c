@@ -23,26 +23,35 @@ void gr_task_of_device(const char *device, char *out, size_t cap) {
   out[n] = '\0';
 }
 
-static void emit(const gr_server *s, const char *line) {
+/* Writes "TASK: line". */
+static void emit(void *arg, const char *line) {
+  const gr_server *s = arg;
+  char full[2 * GR_ERROR_MSG_MAX];
+  snprintf(full, sizeof full, "%s: %s", s->task, line);
   if (s->o.log_fn)
-    s->o.log_fn(s->o.log_arg, line);
+    s->o.log_fn(s->o.log_arg, full);
   else
-    fprintf(stderr, "graphrun: %s\n", line);
+    fprintf(stderr, "graphrun: %s\n", full);
 }
 
 void gr_server_log(const gr_server *s, const char *fmt, ...) {
   char line[2 * GR_ERROR_MSG_MAX];
-  int n = snprintf(line, sizeof line, "%s: ", s->task);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  emit(s, line);
+  gr_loglimit_emit(s->logs, fmt, line, emit, (void *)s);
 }
 
-/* The transport's lines (a bad frame from a peer): prefixed with the task. */
+/* The transport's lines (a bad frame from a peer; rate-limited there). */
 static void transport_log(void *arg, const char *line) {
-  gr_server_log(arg, "%s", line);
+  emit(arg, line);
+}
+
+/* Every second: the summaries of the log lines left out. */
+static void flush_logs(void *arg) {
+  gr_server *s = arg;
+  gr_loglimit_flush(s->logs, emit, s);
 }
 
 gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e) {
@@ -55,8 +64,26 @@ gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e) {
 }
 
 void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e) {
+  gr_server_answer(c, id, NULL, e);
+}
+
+void gr_server_answer(gr_conn *c, uint64_t id, gr_outmsg *resp, const gr_error *e) {
+  gr_error why;
+  if (resp) {
+    gr_status st = gr_conn_send(c, resp, &why);
+    /* GR_ERR_UNAVAILABLE: the connection is closed or failing, which the peer sees */
+    if (st == GR_OK || st == GR_ERR_UNAVAILABLE) return;
+    gr_error_prefix(&why, "the answer could not be sent"); /* over the wire's limits, or oom */
+    e = &why;
+  } else if (!e) {
+    gr_error_set(&why, GR_ERR_RESOURCE_EXHAUSTED, "out of memory building the answer");
+    e = &why;
+  }
   gr_outmsg *m = gr_server_response(id, 0, e);
-  if (m) gr_conn_send(c, m, NULL);
+  gr_status st = m ? gr_conn_send(c, m, NULL) : GR_ERR_RESOURCE_EXHAUSTED;
+  if (st == GR_OK || st == GR_ERR_UNAVAILABLE) return;
+  /* not even an error fits: the peer's requests on c fail with the connection */
+  gr_conn_fail(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory answering a request");
 }
 
 peer *gr_server_find_peer(gr_server *s, const char *task) {
@@ -69,13 +96,14 @@ peer *gr_server_find_peer(gr_server *s, const char *task) {
 
 static void get_status(gr_server *s, gr_conn *c, uint64_t id) {
   gr_outmsg *m = gr_server_response(id, 3, NULL);
-  if (!m) return;
-  gr_outmsg_str(m, "task", s->task);
-  gr_outmsg_u64(m, "inc", s->incarnation);
-  gr_outmsg_key(m, "devices");
-  msgpack_pack_array(gr_outmsg_packer(m), (size_t)s->num_devices);
-  for (int i = 0; i < s->num_devices; i++) gr_pack_str(gr_outmsg_packer(m), s->devices[i]);
-  gr_conn_send(c, m, NULL);
+  if (m) {
+    gr_outmsg_str(m, "task", s->task);
+    gr_outmsg_u64(m, "inc", s->incarnation);
+    gr_outmsg_key(m, "devices");
+    msgpack_pack_array(gr_outmsg_packer(m), (size_t)s->num_devices);
+    for (int i = 0; i < s->num_devices; i++) gr_pack_str(gr_outmsg_packer(m), s->devices[i]);
+  }
+  gr_server_answer(c, id, m, NULL);
 }
 
 /* Which of the named variables have values in the container the request
@@ -92,6 +120,7 @@ static void vars(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id) {
   gr_outmsg *m = gr_server_response(id, 1, NULL);
   if (!m) {
     gr_server_container_unref(k);
+    gr_server_answer(c, id, NULL, NULL);
     return;
   }
   gr_outmsg_key(m, "init");
@@ -113,7 +142,7 @@ static void vars(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id) {
       msgpack_pack_false(gr_outmsg_packer(m));
   }
   gr_server_container_unref(k);
-  gr_conn_send(c, m, NULL);
+  gr_server_answer(c, id, m, NULL);
 }
 
 typedef struct job {
@@ -243,7 +272,7 @@ static bool check_request(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *id) {
 
 static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   gr_server *s = arg;
-  uint64_t id;
+  uint64_t id = 0;
   conn_state *cs = gr_conn_user(c);
   if (!cs && (cs = calloc(1, sizeof *cs))) gr_conn_set_user(c, cs);
   if (cs && !cs->logged && m->h.type != GR_MSG_TENSOR && m->h.type != GR_MSG_HEARTBEAT) {
@@ -287,13 +316,20 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     case GR_MSG_RESET:
     case GR_MSG_ABORT: {
       job *j = malloc(sizeof *j);
-      if (!j) break;
+      if (!j) { /* a request is answered (an abort is not one) */
+        gr_error e;
+        gr_error_set(&e, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory taking a %s request",
+                     s->task, gr_msg_type_name(m->h.type));
+        if (m->h.type != GR_MSG_ABORT) gr_server_answer(c, id, NULL, &e);
+        break;
+      }
       gr_conn_ref(c);
       *j = (job){s, c, m};
-      /* a step does not hold a thread while it runs (its completion answers):
-       * only a registration, which dials peers, blocks */
-      bool blocking = m->h.type == GR_MSG_REGISTER;
-      gr_threadpool_schedule(blocking ? s->register_pool : s->work_pool, run_job, j);
+      /* a step does not hold a thread while it runs (its completion answers);
+       * a registration decodes and builds executors (long, not blocking: its
+       * peers are dialed by threads of their own) */
+      bool long_job = m->h.type == GR_MSG_REGISTER;
+      gr_threadpool_schedule(long_job ? s->register_pool : s->work_pool, run_job, j);
       return;
     }
     default:
@@ -373,6 +409,33 @@ static bool valid_job(const char *job) {
   return true;
 }
 
+/* The options' secret, insecure and cluster id. */
+static gr_status check_identity(const gr_server_options *o, const char *bind, const char *host,
+                                gr_error *err) {
+  size_t n = o->secret ? strlen(o->secret) : 0;
+  if (o->secret && (n < GR_SECRET_MIN || n > GR_SECRET_MAX))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: the secret is %zu bytes, want %d to %d (head -c 32 /dev/urandom "
+                        "| xxd -p makes one)",
+                        n, GR_SECRET_MIN, GR_SECRET_MAX);
+  if (!o->secret && !o->insecure)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: no secret: every server requires the cluster's shared secret "
+                        "(give --secret-file FILE; a loopback server without authentication "
+                        "needs --insecure)");
+  if (o->insecure && !is_loopback(host))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: refusing to listen on %s insecure: an insecure server listens on "
+                        "loopback only (bind 127.0.0.1 or [::1]); anyone who reaches it could "
+                        "run code in this process (give --secret-file FILE instead)",
+                        bind);
+  if (o->cluster_id && *o->cluster_id && gr_cluster_id_check(o->cluster_id, err) != GR_OK) {
+    gr_error_prefix(err, "server");
+    return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+  }
+  return GR_OK;
+}
+
 gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *err) {
   *out = NULL;
   if (!o || !valid_job(o->job))
@@ -382,19 +445,14 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
       o->inter_op_threads < 0 || o->inter_op_threads > 1024)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "server: task must be 0 to 65535, devices 0 to 64, threads 0 to 1024");
+  if (o->max_connections < 0)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "server: max_connections must be 0 (from the descriptor limit) or more");
   const char *bind = o->bind ? o->bind : "127.0.0.1:0";
   char host[256];
   int port;
   GR_TRY(gr_parse_address(bind, host, sizeof host, &port, err));
-  if (o->secret && (!*o->secret || strlen(o->secret) > GR_SECRET_MAX))
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "server: the secret must be 1 to %d bytes",
-                        GR_SECRET_MAX);
-  if (!o->secret && !is_loopback(host))
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        "server: refusing to listen on %s without a secret: anyone who reaches "
-                        "it could run code in this process (give --secret-file, or bind "
-                        "127.0.0.1)",
-                        bind);
+  GR_TRY(check_identity(o, bind, host, err));
   gr_server *s = calloc(1, sizeof *s);
   if (!s) return gr_error_set_oom(err);
   s->o = *o;
@@ -409,6 +467,9 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   s->devices = calloc((size_t)s->num_devices, sizeof *s->devices);
   s->secret = o->secret ? strdup(o->secret) : NULL;
   s->o.secret = s->secret;
+  snprintf(s->cluster, sizeof s->cluster, "%s", o->cluster_id ? o->cluster_id : "");
+  s->o.cluster_id = s->cluster;
+  if ((s->logs = malloc(sizeof *s->logs))) gr_loglimit_init(s->logs);
   s->o.bind = NULL;
   s->o.job = NULL;
   int threads = o->inter_op_threads ? o->inter_op_threads : gr_num_cores();
@@ -422,7 +483,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   gr_threadpool_set_name(s->work_pool, "gr-work");
   gr_threadpool_set_name(s->exec_pool, "gr-exec");
   gr_status st = GR_OK;
-  if (!s->devices || (o->secret && !s->secret) || !s->register_pool || !s->work_pool ||
+  if (!s->devices || (o->secret && !s->secret) || !s->logs || !s->register_pool || !s->work_pool ||
       !s->exec_pool)
     st = gr_error_set_oom(err);
   for (int k = 0; k < s->num_devices && st == GR_OK; k++) {
@@ -435,12 +496,19 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   if (st == GR_OK) st = gr_loop_new(&s->loop, err);
   gr_conn_handler h = {on_message, on_close, s, transport_log};
   if (st == GR_OK)
-    st = gr_listener_new(s->loop, host, port, s->secret, &h, &s->listener, &s->port, err);
+    st = gr_listener_new(s->loop, host, port, s->secret, s->cluster, &h, &s->listener, &s->port,
+                         err);
+  if (st == GR_OK) gr_listener_set_max_conns(s->listener, o->max_connections);
+  if (st == GR_OK) st = gr_loop_every(s->loop, 1000, flush_logs, s, err);
   if (st != GR_OK) {
     gr_error_prefix(err, "server %s", s->task);
     gr_server_free(s);
     return st;
   }
+  if (!s->secret)
+    gr_server_log(s, "warning: insecure: no secret, no authentication: any local user can "
+                     "connect, run any graph in this process (so read any file it can read) "
+                     "and use its clients' shared containers");
   *out = s;
   return GR_OK;
 }
@@ -448,9 +516,10 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
 void gr_server_free(gr_server *s) {
   if (!s) return;
   gr_listener_free(s->listener);
-  gr_loop_free(s->loop); /* closes connections: running steps' pushes fail */
+  gr_threadpool_free(s->register_pool); /* no registration starts a dial after this */
+  gr_server_dials_wait(s);              /* the dials use the loop: they end first (bounded) */
+  gr_loop_free(s->loop);                /* closes connections: running steps' pushes fail */
   gr_server_steps_abort_all(s);
-  gr_threadpool_free(s->register_pool);
   gr_threadpool_free(s->work_pool); /* a RUN queued here starts and sees its connection closed */
   pthread_mutex_lock(&s->mu);       /* the aborted steps finish on the executors' threads */
   while (s->steps_running > 0) pthread_cond_wait(&s->stopped, &s->mu);
@@ -460,7 +529,7 @@ void gr_server_free(gr_server *s) {
   gr_map_free(&s->graphs);
   gr_server_steps_free(s);
   gr_map_free(&s->steps);
-  for (int i = 0; i < s->num_peers; i++) gr_conn_unref(s->peers[i].conn);
+  for (int i = 0; i < s->num_peers; i++) gr_conn_unref(s->peers[i].conn), free(s->peers[i].waiters);
   free(s->peers);
   gr_threadpool_free(s->exec_pool);
   gr_server_containers_free(s); /* after the graphs, which hold theirs */
@@ -468,6 +537,11 @@ void gr_server_free(gr_server *s) {
   for (int k = 0; s->devices && k < s->num_devices; k++) free(s->devices[k]);
   free(s->devices);
   free(s->secret);
+  if (s->logs) {
+    gr_loglimit_flush(s->logs, emit, s);
+    gr_loglimit_destroy(s->logs);
+    free(s->logs);
+  }
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->stopped);
   free(s);

@@ -30,9 +30,7 @@ bool gr_container_name_ok(const char *p, size_t n, bool user) {
   return true;
 }
 
-/* A name from a user or a peer, fit to print: at most 64 bytes, anything
- * but printable ASCII as '?'. */
-static const char *printable(const char *p, size_t n, char out[GR_CONTAINER_NAME_MAX + 4]) {
+const char *gr_printable_name(const char *p, size_t n, char out[GR_CONTAINER_NAME_MAX + 4]) {
   size_t k = n > GR_CONTAINER_NAME_MAX ? GR_CONTAINER_NAME_MAX : n;
   for (size_t i = 0; i < k; i++) out[i] = p[i] >= ' ' && p[i] <= '~' ? p[i] : '?';
   snprintf(out + k, 4, "%s", k < n ? "..." : "");
@@ -47,7 +45,7 @@ gr_status gr_container_check_name(const char *name, gr_error *err) {
   return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                       "container name '%s': want 1 to %d letters, digits, '_', '-' or '.', "
                       "starting with a letter or a digit",
-                      printable(name, n, shown), GR_CONTAINER_NAME_MAX);
+                      gr_printable_name(name, n, shown), GR_CONTAINER_NAME_MAX);
 }
 
 /* The fields `container` and `private` of a request. */
@@ -61,7 +59,7 @@ static gr_status read_name(const msgpack_object *root, char name[GR_CONTAINER_NA
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "field 'container': '%s' is not a container name (1 to %d letters, "
                         "digits, '_', '-' or '.')",
-                        printable(p, n, shown), GR_CONTAINER_NAME_MAX);
+                        gr_printable_name(p, n, shown), GR_CONTAINER_NAME_MAX);
   }
   GR_TRY(gr_msg_bool(root, "private", is_private, err));
   memcpy(name, p, n);
@@ -177,7 +175,7 @@ void gr_server_reset(gr_server *s, gr_conn *c, gr_inmsg *m) {
     st = gr_error_set(&e, GR_ERR_INVALID_ARGUMENT,
                       "field 'container': '%s' is not a container name (1 to %d letters, digits, "
                       "'_', '-' or '.'; \"\": every shared container)",
-                      printable(p, n, shown), GR_CONTAINER_NAME_MAX);
+                      gr_printable_name(p, n, shown), GR_CONTAINER_NAME_MAX);
   }
   if (st == GR_OK) {
     memcpy(name, p, n); /* p points into m */
@@ -195,9 +193,8 @@ void gr_server_reset(gr_server *s, gr_conn *c, gr_inmsg *m) {
     gr_server_log(s, "%s reset %s%s%s: %d dropped", gr_conn_peer(c),
                   n ? "container '" : "every shared container", name, n ? "'" : "", dropped);
   gr_outmsg *r = gr_server_response(id, 1, NULL);
-  if (!r) return;
-  gr_outmsg_u64(r, "dropped", (uint64_t)dropped);
-  gr_conn_send(c, r, NULL);
+  if (r) gr_outmsg_u64(r, "dropped", (uint64_t)dropped);
+  gr_server_answer(c, id, r, NULL);
 }
 
 void gr_server_containers_free(gr_server *s) {

@@ -7,17 +7,23 @@
 #include <pthread.h>
 
 #include "distributed/gr_distributed.h"
+#include "distributed/loglimit_internal.h"
 #include "distributed/transport_internal.h"
 
 #define GR_TASK_NAME_MAX    96
 #define GR_SERVER_MAX_STEPS 4096  /* step states (running or parked) at once */
 #define GR_SERVER_ID_WINDOW 65536 /* request ids a connection remembers */
 
+typedef struct reg_wait reg_wait;
+
 typedef struct peer { /* another task, as a registration named it */
   char name[GR_TASK_NAME_MAX];
   char address[128];
   uint64_t incarnation;
-  gr_conn *conn; /* outgoing, for pushes; NULL until dialed */
+  gr_conn *conn;      /* outgoing, for pushes; NULL until dialed */
+  bool dialing;       /* a dial thread connects to it (server_register.c) */
+  reg_wait **waiters; /* registrations that wait for that dial */
+  int num_waiters, cap_waiters;
 } peer;
 
 /* A container (server_containers.c): the variables, queues and
@@ -55,10 +61,12 @@ struct gr_server {
   int num_devices;
   uint64_t incarnation;
   int port;
-  char *secret;
+  char *secret;                        /* NULL: insecure */
+  char cluster[GR_CLUSTER_ID_MAX + 1]; /* its cluster id ("": none) */
   gr_loop *loop;
   gr_listener *listener;
-  gr_threadpool *register_pool; /* registrations (they dial peers, which blocks) */
+  gr_loglimit *logs;            /* gr_server_log's lines, rate-limited per call site (format) */
+  gr_threadpool *register_pool; /* registrations (decoding, building executors) */
   gr_threadpool *work_pool;     /* steps' starts, pushed tensors and aborts (no waits) */
   gr_threadpool *exec_pool;     /* the executors' inter-op threads */
   pthread_mutex_t mu;           /* everything below */
@@ -69,12 +77,13 @@ struct gr_server {
   int num_peers, cap_peers;
   gr_map steps;           /* run id -> step_state */
   uint64_t finished[256]; /* recently finished run ids: late pushes are dropped */
-  int finished_pos;
-  uint64_t step_seq; /* creation order of step states (the oldest parked is evicted) */
+  uint32_t finished_pos;  /* the next slot, mod 256 (unsigned: wraps, as 256 divides 2^32) */
+  uint64_t step_seq;      /* creation order of step states (the oldest parked is evicted) */
   size_t parked_bytes, parked_max;
   int64_t sessions;
   int steps_running;      /* RUNs started and not yet answered */
-  pthread_cond_t stopped; /* steps_running fell to 0 */
+  pthread_cond_t stopped; /* steps_running fell to 0, or dials did */
+  int dials;              /* dial threads running (server_register.c) */
   gr_lease *leases;       /* network thread only (server_lease.c) */
   int num_leases;
 };
@@ -84,8 +93,16 @@ struct gr_server {
  * or an error (sent here; returns NULL). */
 gr_outmsg *gr_server_response(uint64_t id, uint32_t extra, const gr_error *e);
 void gr_server_respond_error(gr_conn *c, uint64_t id, const gr_error *e);
+/* Answers request id on c, always: sends resp (taken; from
+ * gr_server_response), or an error answer when resp is NULL (e; NULL: it
+ * could not be built, out of memory) or cannot be sent (over the wire's
+ * limits, out of memory); when not even that can be sent, fails c, so that
+ * the peer's requests on it fail rather than wait forever. */
+void gr_server_answer(gr_conn *c, uint64_t id, gr_outmsg *resp, const gr_error *e);
 
-/* A log line "TASK: ..." through the options' log_fn (stderr when NULL). */
+/* A log line "TASK: ..." through the options' log_fn (stderr when NULL),
+ * rate-limited per format (a peer can cause most of them): at most 10
+ * lines of one format per 10 s, then a count of those left out. */
 void gr_server_log(const gr_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The task part of a full device name ("/job:w/replica:0/task:1"). */
@@ -102,6 +119,8 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_register(gr_server *s, gr_conn *c, gr_inmsg *m);
+/* Waits until no dial thread runs (no registration starts one any more). */
+void gr_server_dials_wait(gr_server *s);
 /* Drops the graphs a client registered through c (it disconnected). */
 void gr_server_drop_graphs_of(gr_server *s, const gr_conn *c);
 void gr_server_deregister(gr_server *s, gr_conn *c, gr_inmsg *m);
@@ -125,6 +144,9 @@ peer *gr_server_find_peer(gr_server *s, const char *task);
 /* Is [p, p + n) a container name (user: one a user may give, which starts
  * with a letter or digit)? */
 bool gr_container_name_ok(const char *p, size_t n, bool user);
+/* A name from a user or a peer (a container's, a cluster id), fit to print:
+ * at most 64 bytes ("..." after), anything but printable ASCII as '?'. */
+const char *gr_printable_name(const char *p, size_t n, char out[GR_CONTAINER_NAME_MAX + 4]);
 /* The container a request from c names in its fields `container` (the
  * name) and `private` (a bool), with a reference for the caller
  * (gr_server_container_unref). create: made when missing, a private one

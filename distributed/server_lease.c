@@ -75,12 +75,13 @@ void gr_server_lease(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id) {
     snprintf(l->holder, sizeof l->holder, "%s", holder);
   }
   gr_outmsg *m = gr_server_response(id, 4, NULL);
-  if (!m) return;
-  gr_outmsg_bool(m, "held", l->conn != NULL);
-  gr_outmsg_u64(m, "taken", l->taken);
-  gr_outmsg_u64(m, "ago", !l->conn && l->taken ? (uint64_t)(gr_wire_now_ms() - l->ended_ms) : 0);
-  gr_outmsg_str(m, "holder", l->holder);
-  gr_conn_send(c, m, NULL);
+  if (m) {
+    gr_outmsg_bool(m, "held", l->conn != NULL);
+    gr_outmsg_u64(m, "taken", l->taken);
+    gr_outmsg_u64(m, "ago", !l->conn && l->taken ? (uint64_t)(gr_wire_now_ms() - l->ended_ms) : 0);
+    gr_outmsg_str(m, "holder", l->holder);
+  }
+  gr_server_answer(c, id, m, NULL);
 }
 
 void gr_server_leases_drop_of(gr_server *s, const gr_conn *c) {

@@ -15,8 +15,9 @@
 struct step_state {
   uint64_t run_id, seq;
   gr_rendezvous *local;
-  gr_conn *owner; /* the connection its RUN came over (not a reference; under s->mu) */
-  int refs;       /* under s->mu */
+  gr_step_watch *cancel; /* the step's cancellation: an abort ends it however it waits */
+  gr_conn *owner;        /* the connection its RUN came over (not a reference; under s->mu) */
+  int refs;              /* under s->mu */
   bool started, aborted;
   size_t parked;          /* bytes that arrived before the step started */
   int64_t sends, bytes;   /* pushed to other tasks (atomics) */
@@ -27,6 +28,7 @@ static void state_unref_locked(gr_server *s, step_state *t) {
   if (--t->refs > 0) return;
   s->parked_bytes -= t->parked;
   gr_rendezvous_free(t->local);
+  gr_step_watch_free(t->cancel);
   free(t);
 }
 
@@ -54,22 +56,27 @@ static bool evict_parked_locked(gr_server *s) {
   return true;
 }
 
+/* Why state_get found no state. */
+typedef enum { STATE_DONE, STATE_FULL, STATE_OOM } no_state;
+
 /* The state of run_id with a reference for the caller; NULL when the step
- * finished here already (late values are dropped; *full false) or too many
- * are open (*full true). */
-static step_state *state_get(gr_server *s, uint64_t run_id, bool *full) {
+ * finished here already (late values are dropped), too many are open or
+ * memory is short (*why says which). */
+static step_state *state_get(gr_server *s, uint64_t run_id, no_state *why) {
   pthread_mutex_lock(&s->mu);
   step_state *t = gr_map_get_u64(&s->steps, run_id);
   bool done = false, room = true;
   for (int i = 0; i < 256 && !t && !done; i++) done = s->finished[i] == run_id && run_id;
   if (!t && !done && s->steps.count >= GR_SERVER_MAX_STEPS) room = evict_parked_locked(s);
-  if (full) *full = !t && !done && !room;
+  if (why) *why = done ? STATE_DONE : !room ? STATE_FULL : STATE_OOM;
   if (!t && !done && room && (t = calloc(1, sizeof *t))) {
     t->run_id = run_id;
     t->seq = ++s->step_seq;
     t->refs = 1; /* the map's */
-    if (!(t->local = gr_rendezvous_new()) || !gr_map_put_u64(&s->steps, run_id, t)) {
+    if (!(t->local = gr_rendezvous_new()) || !(t->cancel = gr_step_watch_new()) ||
+        !gr_map_put_u64(&s->steps, run_id, t)) {
       gr_rendezvous_free(t->local);
+      gr_step_watch_free(t->cancel);
       free(t);
       t = NULL;
     }
@@ -90,11 +97,14 @@ static void state_finish(gr_server *s, step_state *t) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Ends the step however it waits: its receives fail (the rendezvous), and
+ * its runs and parked kernels (a dequeue) are cancelled (its watch). */
 static void state_abort(gr_server *s, step_state *t, gr_status code, const char *msg) {
   pthread_mutex_lock(&s->mu);
   t->aborted = true;
   pthread_mutex_unlock(&s->mu);
   gr_rendezvous_abort(t->local, code, msg);
+  gr_step_cancel(t->cancel, code, msg);
 }
 
 void gr_server_steps_abort_all(gr_server *s) {
@@ -344,7 +354,9 @@ static void run_end(server_run *x, gr_status st, const gr_error *e) {
   for (int i = 0; x->fetches && i < x->nx; i++) gr_tensor_release(&x->fetches[i]);
   free(x->fetches);
   gr_server_registered_unref(x->r);
-  if (resp) gr_conn_send(x->c, resp, NULL);
+  /* answered whatever happens: a response that cannot be packed or sent (out
+   * of memory, over the wire's limits) becomes an error naming why */
+  gr_server_answer(x->c, x->a.id, resp, st != GR_OK ? e : NULL);
   gr_conn_unref(x->c);
   free(x);
   gr_server_step_ended(s);
@@ -394,12 +406,14 @@ static void run_start(server_run *x, gr_error *e) {
   x->fetches = calloc((size_t)x->nx + 1, sizeof *x->fetches);
   if (st == GR_OK && (!x->feeds || !x->fetches)) st = gr_error_set_oom(e);
   if (st == GR_OK) st = feeds_of(m, a->feeds, x->feeds, x->nf, e);
-  bool full = false;
-  step_state *t = x->t = st == GR_OK ? state_get(s, a->run_id, &full) : NULL;
-  if (st == GR_OK && !t && full)
+  no_state why = STATE_DONE;
+  step_state *t = x->t = st == GR_OK ? state_get(s, a->run_id, &why) : NULL;
+  if (st == GR_OK && !t && why == STATE_FULL)
     st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED,
                       "%s has %d steps open already (running, or holding values pushed for them)",
                       s->task, GR_SERVER_MAX_STEPS);
+  else if (st == GR_OK && !t && why == STATE_OOM)
+    st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", s->task);
   else if (st == GR_OK && !t)
     st = gr_error_set(e, GR_ERR_ALREADY_EXISTS, "step %016llx ran here already (a repeated RUN)",
                       (unsigned long long)a->run_id);
@@ -432,7 +446,8 @@ static void run_start(server_run *x, gr_error *e) {
                              .resources = r->box->rm,
                              .stacks = r->uses_stacks ? gr_step_stacks_new() : NULL,
                              .rendezvous = x->rv,
-                             .trace = x->trace};
+                             .trace = x->trace,
+                             .watch = t->cancel};
     if (r->uses_stacks && !x->step.stacks) st = gr_error_set_oom(e);
   }
   if (st != GR_OK) {

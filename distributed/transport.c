@@ -1,6 +1,7 @@
 /* The transport's loop thread and connections: reading frames (bodies
- * straight into pooled buffers), writing with sendmsg from the caller's
- * thread or the loop, the server side of the handshake, closing. */
+ * straight into buffers that grow as their bytes arrive), writing with
+ * sendmsg from the caller's thread or the loop, the server side of the
+ * handshake, closing. */
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -75,7 +76,9 @@ gr_status gr_loop_new(gr_loop **out, gr_error *err) {
   atomic_init(&l->stop, 0);
   l->base = event_base_new();
   l->stop_ev = l->base ? event_new(l->base, -1, 0, on_stop, l) : NULL;
-  if (!l->base || !l->stop_ev || pthread_create(&l->thread, NULL, loop_main, l) != 0) {
+  bool limits = l->stop_ev && gr_loop_limits_init(l, NULL) == GR_OK;
+  if (!limits || pthread_create(&l->thread, NULL, loop_main, l) != 0) {
+    if (limits) gr_loop_limits_free(l);
     if (l->stop_ev) event_free(l->stop_ev);
     if (l->base) event_base_free(l->base);
     pthread_mutex_destroy(&l->mu);
@@ -102,6 +105,7 @@ void gr_loop_free(gr_loop *l) {
     gr_conn_unref(c);
   }
   gr_listeners_free_all(l);
+  gr_loop_limits_free(l);
   event_free(l->stop_ev);
   while (l->timers) {
     timer *t = l->timers;
@@ -173,7 +177,7 @@ void gr_conn_unref(gr_conn *c) {
   pthread_mutex_destroy(&c->mu);
   free(c->stage);
   gr_inmsg_free(c->in); /* a frame cut short by the peer */
-  gr_buffer_release(c->body);
+  gr_rxbody_free(&c->body);
   free(c->secret);
   free(c);
 }
@@ -197,7 +201,7 @@ void *gr_conn_user(const gr_conn *c) {
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
-static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg);
+static void on_conn_timer(evutil_socket_t fd, short what, void *arg);
 
 gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, const char *secret,
                          const gr_conn_handler *h, gr_conn **out, gr_error *err) {
@@ -214,9 +218,10 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
   snprintf(c->peer, sizeof c->peer, "%s", peer);
   c->h = *h;
   c->is_server = is_server;
-  c->authed = !is_server || !secret;
-  c->stage_cap = 65536;
-  c->last_rx_ms = gr_wire_now_ms();
+  c->authed = !is_server; /* a server's peer authenticates first (with or without a secret) */
+  c->ready = !is_server;
+  c->stage_cap = GR_STAGE_MIN; /* grown with traffic, and for a large map as its bytes arrive */
+  c->last_rx_ms = c->born_ms = gr_wire_now_ms();
   c->stage = malloc(c->stage_cap);
   c->secret = secret ? strdup(secret) : NULL;
   evutil_make_socket_nonblocking(fd);
@@ -224,7 +229,7 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   c->rev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_read, c);
   c->wev = event_new(l->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
-  c->timer = event_new(l->base, -1, 0, on_handshake_timeout, c);
+  c->timer = event_new(l->base, -1, 0, on_conn_timer, c);
   if (!c->stage || (secret && !c->secret) || !c->rev || !c->wev || !c->timer) {
     if (c->rev) event_free(c->rev);
     if (c->wev) event_free(c->wev);
@@ -237,8 +242,10 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
   c->next = l->conns;
   if (l->conns) l->conns->prev = c;
   l->conns = c;
+  if (is_server) l->accepted++;
   pthread_mutex_unlock(&l->mu);
   event_add(c->rev, NULL);
+  gr_conn_limits_start(c);
   *out = c;
   return GR_OK;
 }
@@ -273,7 +280,9 @@ void gr_conn_close_now(gr_conn *c, gr_status code, const char *why) {
   if (c->prev) c->prev->next = c->next;
   if (c->next) c->next->prev = c->prev;
   if (l->conns == c) l->conns = c->next;
+  if (c->is_server) l->accepted--;
   pthread_mutex_unlock(&l->mu);
+  gr_rx_drop(c);
   gr_error e;
   gr_error_set(&e, code, "%s", why);
   if (c->h.on_close) c->h.on_close(c->h.arg, c, &e);
@@ -325,9 +334,21 @@ bool gr_conn_has_unread(const gr_conn *c) {
   return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
 }
 
+/* Out of memory to close it from the loop: shuts the socket down, which
+ * the loop sees as the peer's end (no allocation; under c->mu, so the fd
+ * is not closed and reused meanwhile). The peer learns of it either way. */
+static void fail_without_memory(gr_conn *c) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->closed) shutdown(c->fd, SHUT_RDWR);
+  pthread_mutex_unlock(&c->mu);
+}
+
 static void fail_later(gr_conn *c, gr_status code, const char *why) {
   fail_call *f = malloc(sizeof *f);
-  if (!f) return;
+  if (!f) {
+    fail_without_memory(c);
+    return;
+  }
   gr_conn_ref(c);
   f->c = c;
   f->code = code;
@@ -335,6 +356,7 @@ static void fail_later(gr_conn *c, gr_status code, const char *why) {
   if (gr_loop_call(c->loop, fail_now, f, NULL) != GR_OK) {
     gr_conn_unref(c);
     free(f);
+    fail_without_memory(c);
   }
 }
 
@@ -417,6 +439,7 @@ gr_status gr_conn_send(gr_conn *c, gr_outmsg *msg, gr_error *err) {
     c->qhead = it;
   c->qtail = it;
   c->queued += total;
+  __atomic_store_n(&c->last_tx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
   int e = was_empty ? flush_locked(c) : 0;
   if (!e && c->qhead && !c->wev_armed) {
     c->wev_armed = true;
@@ -458,43 +481,96 @@ void gr_conn_log(const gr_conn_handler *h, const char *line) {
 }
 
 /* The peer sent something wrong: log it (naming the peer; a server's side
- * only) and close. */
+ * only, rate-limited) and close. */
 static void bad_peer(gr_conn *c, const gr_error *e) {
-  char why[GR_ERROR_MSG_MAX + 96], line[GR_ERROR_MSG_MAX + 160];
+  char why[GR_ERROR_MSG_MAX + 96];
   snprintf(why, sizeof why, "bad frame from %s: %s", c->peer, e->msg);
-  if (c->is_server) {
-    snprintf(line, sizeof line, "%s; closing that connection", why);
-    gr_conn_log(&c->h, line);
-  }
+  if (c->is_server)
+    gr_loop_log(c->loop, c->authed ? "bad frame" : "bad frame before auth",
+                "%s; closing that connection", why);
   gr_conn_close_now(c, e->code == GR_OK ? GR_ERR_INVALID_ARGUMENT : e->code, why);
+}
+
+/* Makes room in the body for need bytes in all (at most its length), as
+ * they arrive: false when c waits for the receive budget or closed. */
+static bool body_fit(gr_conn *c, size_t need) {
+  size_t len = c->in->h.body_len, had = c->body.cap;
+  if (need > len) need = len;
+  if (had >= need) return true;
+  size_t cap = gr_rxbody_next_cap(had, need, len);
+  if (!gr_rx_reserve(c, cap - had)) return false;
+  gr_error e;
+  if (gr_rxbody_grow(&c->body, cap, c->body_got, &e) != GR_OK) {
+    gr_rx_release(c, cap - had);
+    gr_conn_close_now(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory for a frame body");
+    return false;
+  }
+  return true;
+}
+
+/* Makes room in the staging buffer before a read: doubled (up to
+ * GR_STAGE_MAX) when reads fill it, and for a map larger than it as the
+ * map's bytes arrive. False when c waits for the receive budget or closed. */
+static bool stage_fit(gr_conn *c, size_t want) {
+  size_t cap = c->stage_cap, to = cap;
+  if (c->stage_len == cap && want > cap) /* the map so far fills it */
+    to = 2 * cap < want ? 2 * cap : want;
+  else if (c->stage_hot && cap < GR_STAGE_MAX && c->loop->rx_held + cap <= c->loop->rx_budget)
+    to = 2 * cap;
+  c->stage_hot = false;
+  if (to == cap) return true;
+  if (!gr_rx_reserve(c, to - cap)) return false;
+  uint8_t *more = realloc(c->stage, to);
+  if (!more) {
+    gr_rx_release(c, to - cap);
+    gr_conn_close_now(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    return false;
+  }
+  c->stage = more;
+  c->stage_cap = to;
+  return true;
+}
+
+/* The staging buffer is empty: one grown past GR_STAGE_MAX for a large map
+ * goes back to that. */
+static void stage_trim(gr_conn *c) {
+  if (c->stage_cap <= GR_STAGE_MAX || c->stage_pos != c->stage_len) return;
+  uint8_t *less = realloc(c->stage, GR_STAGE_MAX);
+  if (!less) return;
+  gr_rx_release(c, c->stage_cap - GR_STAGE_MAX);
+  c->stage = less;
+  c->stage_cap = GR_STAGE_MAX;
+  c->stage_len = c->stage_pos = 0;
 }
 
 static void deliver(gr_conn *c) {
   gr_inmsg *m = c->in;
   c->in = NULL;
-  m->body = c->body;
-  c->body = NULL;
-  if (!c->authed) {
-    gr_error e;
-    if (gr_conn_server_auth(c, m, &e) != GR_OK) {
-      gr_inmsg_free(m);
-      bad_peer(c, &e);
-      return;
-    }
+  size_t held = c->body.cap;
+  if (m->h.body_len > 0 && !(m->body = gr_rxbody_finish(&c->body, m->h.body_len))) {
     gr_inmsg_free(m);
+    gr_conn_close_now(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory for a frame body");
+    return;
+  }
+  if (held) gr_rx_release(c, held); /* the body is the message's now */
+  if (!c->authed) {                 /* the peer's AUTH (transport_dial.c): refused, it closes c */
+    gr_conn_server_auth(c, m);
     return;
   }
   c->h.on_message(c->h.arg, c, m);
 }
 
-/* Handles the bytes staged so far; false when the connection closed. */
+/* Handles the bytes staged so far; false when the connection closed or
+ * waits for the receive budget (its reading stops). */
 static bool parse_staged(gr_conn *c) {
   gr_error e;
   for (;;) {
     size_t avail = c->stage_len - c->stage_pos;
     if (c->rstate == READ_BODY) {
       size_t need = c->in->h.body_len - c->body_got, take = avail < need ? avail : need;
-      memcpy((char *)c->body->data + c->body_got, c->stage + c->stage_pos, take);
+      if (take == 0) return true;
+      if (!body_fit(c, c->body_got + take)) return false;
+      memcpy(gr_rxbody_data(&c->body) + c->body_got, c->stage + c->stage_pos, take);
       c->stage_pos += take;
       c->body_got += take;
       if (c->body_got < c->in->h.body_len) return true;
@@ -537,37 +613,43 @@ static bool parse_staged(gr_conn *c) {
       bad_peer(c, &e);
       return false;
     }
-    if (c->in->h.body_len == 0) {
-      c->rstate = READ_HEADER;
+    if (c->authed) gr_conn_set_ready(c); /* without a secret: its first frame's map came */
+    c->body_got = 0;                     /* memory for the body comes as its bytes do */
+    c->rstate = c->in->h.body_len == 0 ? READ_HEADER : READ_BODY;
+    if (c->rstate == READ_HEADER) {
       deliver(c);
       if (!gr_conn_is_open(c)) return false;
-      continue;
     }
-    c->body = gr_buffer_alloc(c->in->h.body_len);
-    if (!c->body) {
-      gr_conn_close_now(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory for a frame body");
-      return false;
-    }
-    c->body_got = 0;
-    c->rstate = READ_BODY;
   }
 }
 
 /* Reads what the socket has, at most read_rounds read() calls per wake-up
  * (then the loop serves other connections; the event fires again). What a
  * read brings is parsed at once: a frame completed by the last read of a
- * wake-up must not wait for more bytes that may never come. */
+ * wake-up must not wait for more bytes that may never come. A connection
+ * woken after waiting for the receive budget first goes on with what it
+ * had staged. */
 static void on_read(evutil_socket_t fd, short what, void *arg) {
   gr_conn *c = arg;
   gr_conn_ref(c);
-  for (int round = 0; round < read_rounds; round++) {
+  bool go = c->stage_pos == c->stage_len || parse_staged(c);
+  for (int round = 0; go && round < read_rounds; round++) {
     ssize_t r;
-    if (c->rstate == READ_BODY) { /* bulk: straight into the body */
-      r = read(fd, (char *)c->body->data + c->body_got, c->in->h.body_len - c->body_got);
+    if (c->rstate == READ_BODY) {       /* bulk: straight into the body */
+      if (c->body_got == c->body.cap) { /* grown by what has arrived (at least doubled) */
+        int unread = 0;
+        ioctl(fd, FIONREAD, &unread);
+        if (!body_fit(c, c->body_got + (unread > 0 ? (size_t)unread : 1))) break;
+      }
+      r = read(fd, gr_rxbody_data(&c->body) + c->body_got, c->body.cap - c->body_got);
       if (r > 0) {
         __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
         c->body_got += (size_t)r;
-        if (!parse_staged(c)) break;
+        if (c->body_got == c->in->h.body_len) {
+          c->rstate = READ_HEADER;
+          deliver(c);
+          if (!gr_conn_is_open(c)) break;
+        }
         continue;
       }
     } else {
@@ -577,15 +659,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
         c->stage_pos = 0;
       }
       size_t want = c->rstate == READ_MAP ? c->in->h.header_len : GR_WIRE_HEADER_SIZE;
-      if (want > c->stage_cap) { /* a large map (a registration) */
-        uint8_t *more = realloc(c->stage, want);
-        if (!more) {
-          gr_conn_close_now(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-          break;
-        }
-        c->stage = more;
-        c->stage_cap = want;
-      }
+      if (!stage_fit(c, want)) break;
       size_t room = c->stage_cap - c->stage_len;
       if (!c->authed) { /* at most GR_AUTH_READ_MAX bytes before authentication */
         size_t left = GR_AUTH_READ_MAX - c->pre_auth;
@@ -603,7 +677,9 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
         __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
         c->stage_len += (size_t)r;
         if (!c->authed) c->pre_auth += (size_t)r;
+        c->stage_hot = (size_t)r == room;
         if (!parse_staged(c)) break;
+        stage_trim(c);
         /* less than there was room for: the socket is empty (for now), and
          * another read() would only say EAGAIN; the event fires again when
          * more arrives */
@@ -633,15 +709,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
   gr_conn_unref(c);
 }
 
-static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg) {
-  gr_conn *c = arg;
-  if (c->authed) return;
-  gr_error e;
-  gr_error_set(&e, GR_ERR_DEADLINE_EXCEEDED, "no authentication within %d ms", GR_AUTH_TIMEOUT_MS);
-  bad_peer(c, &e);
-}
-
-void gr_conn_arm_handshake_timer(gr_conn *c) {
-  struct timeval tv = {GR_AUTH_TIMEOUT_MS / 1000, (GR_AUTH_TIMEOUT_MS % 1000) * 1000};
-  event_add(c->timer, &tv);
+/* The connection's deadline or keepalive (transport_limits.c). */
+static void on_conn_timer(evutil_socket_t fd, short what, void *arg) {
+  gr_conn_on_timer(arg);
 }

@@ -6,13 +6,40 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "distributed/handshake_internal.h"
+#include "distributed/loglimit_internal.h"
 #include "distributed/transport_internal.h"
 
-#define GR_AUTH_READ_MAX   256   /* bytes read from a peer before it authenticates */
-#define GR_AUTH_TIMEOUT_MS 10000 /* time a peer has to authenticate */
+#define GR_AUTH_READ_MAX 256 /* bytes read from a peer before it authenticates */
+
+/* Receive memory (transport_body.c, transport_limits.c). */
+#define GR_RXBODY_FIRST ((size_t)4096)    /* a body's first piece of memory */
+#define GR_RXBODY_SMALL ((size_t)1 << 20) /* larger bodies live in a mapping (mremap) */
+#define GR_STAGE_MIN    ((size_t)4096)    /* a connection's staging buffer at first */
+#define GR_STAGE_MAX    ((size_t)65536)   /* ... grown for traffic (a large map: more) */
 
 struct event_base;
 struct event;
+
+/* A frame body being received: grows as bytes arrive (transport_body.c). */
+typedef struct gr_rxbody {
+  gr_buffer *buf; /* pooled, while at most GR_RXBODY_SMALL */
+  uint8_t *map;   /* an anonymous mapping (page-aligned), once larger */
+  size_t mapped;  /* its bytes */
+  size_t cap;     /* bytes usable */
+} gr_rxbody;
+
+/* The capacity to grow a body of len bytes to, from cap, when need bytes
+ * must fit: doubling (at first GR_RXBODY_FIRST), at least need, at most
+ * len. */
+size_t gr_rxbody_next_cap(size_t cap, size_t need, size_t len);
+/* Grows b to cap bytes, keeping its first used bytes. */
+gr_status gr_rxbody_grow(gr_rxbody *b, size_t cap, size_t used, gr_error *err);
+uint8_t *gr_rxbody_data(const gr_rxbody *b);
+/* The body of len bytes as a 64-byte-aligned buffer (one reference; NULL
+ * when out of memory, b untouched); b is empty after. */
+gr_buffer *gr_rxbody_finish(gr_rxbody *b, size_t len);
+void gr_rxbody_free(gr_rxbody *b);
 
 struct gr_loop {
   struct event_base *base;
@@ -23,6 +50,15 @@ struct gr_loop {
   gr_conn *conns;     /* open connections (a list through prev/next) */
   gr_listener *listeners;
   struct timer *timers;
+  /* bounds (transport_limits.c) */
+  int accepted;           /* accepted connections open (under mu) */
+  size_t rx_held;         /* receive memory its connections hold (loop thread) */
+  size_t rx_budget;       /* ... at most this, but for rx_over */
+  gr_conn *rx_over;       /* the one connection allowed past the budget */
+  gr_conn *rx_wait;       /* connections paused for the budget, first come first */
+  gr_loglimit logs;       /* the transport's lines a peer can cause */
+  gr_conn_handler log_to; /* where they go: a listener's handler (log, arg) */
+  struct event *tick;     /* flushes the logs' summaries */
 };
 
 typedef struct wq_item { /* a message being written */
@@ -52,18 +88,31 @@ struct gr_conn {
   int rstate;
   uint8_t *stage;
   size_t stage_cap, stage_len, stage_pos;
+  bool stage_hot; /* the last read filled it: it may grow */
   gr_inmsg *in;
-  gr_buffer *body;
+  gr_rxbody body;
   size_t body_got;
-  int64_t last_rx_ms; /* when bytes last arrived (atomic) */
+  size_t rx_held;        /* stage_cap + body.cap, counted in the loop's rx_held */
+  bool rx_paused;        /* waiting for the receive budget: not reading */
+  gr_conn *rx_wait_next; /* in loop->rx_wait */
+  int64_t last_rx_ms;    /* when bytes last arrived (atomic) */
+  int64_t last_tx_ms;    /* when a message was last sent (atomic; 0: none yet) */
+  int64_t born_ms;       /* when it was made */
+  /* an accepted connection's handshake is done: authenticated (with a
+   * secret), else its first frame's map has arrived; until then its
+   * deadline is the handshake's, and it may make room for a new one at the
+   * connection limit */
+  bool ready;
   /* the errno of the first failed write (under mu; 0: none): a reset that
    * a send met first consumed the socket's error, and the read then sees
    * only the end of the stream */
   int write_errno;
-  /* the server side of authentication */
+  /* the server side of the handshake (handshake_internal.h): until the
+   * peer's AUTH is accepted a server's connection is not authed */
   bool is_server, authed;
-  char *secret;
-  uint8_t nonce[GR_AUTH_NONCE];
+  char *secret;                        /* NULL: an insecure server */
+  char cluster[GR_CLUSTER_ID_MAX + 1]; /* the server's cluster id ("": none) */
+  uint8_t nonce[GR_AUTH_NONCE];        /* its HELLO's */
   size_t pre_auth;
 };
 
@@ -76,10 +125,56 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
 void gr_conn_log(const gr_conn_handler *h, const char *line);
 /* Closes now (loop thread, or any thread once the loop has stopped). */
 void gr_conn_close_now(gr_conn *c, gr_status code, const char *why);
-/* The server's check of an AUTH frame; sends AUTH_OK and marks c authed. */
-gr_status gr_conn_server_auth(gr_conn *c, gr_inmsg *m, gr_error *err);
-void gr_conn_arm_handshake_timer(gr_conn *c);
+/* The server's side of the handshake: checks the peer's AUTH frame (takes
+ * m), then sends AUTH_OK and marks c authed and ready, or logs the refusal
+ * naming the peer ("refused 127.0.0.1:40522: a client of cluster ...",
+ * rate-limited) and closes c. */
+void gr_conn_server_auth(gr_conn *c, gr_inmsg *m);
 /* Frees every listener of a stopped loop. */
 void gr_listeners_free_all(gr_loop *l);
+
+/* ---- bounds (transport_limits.c) ---- */
+
+/* The transport's line a peer caused, of a kind (a static string), through
+ * the loop's rate limit to log_to (stderr when it has none). */
+void gr_loop_log(gr_loop *l, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Starts and stops the loop's share of the bounds (its log tick). */
+gr_status gr_loop_limits_init(gr_loop *l, gr_error *err);
+void gr_loop_limits_free(gr_loop *l);
+/* The accepted connections' limit from RLIMIT_NOFILE: the descriptors less
+ * a quarter (at least 64) for the process's own files, at least 16, at
+ * most 16384. */
+int gr_default_max_conns(void);
+/* May a new connection from peer be accepted under the limit max? At the
+ * limit, room is made (gr_make_room); false (with a line in the log) when
+ * there is none: the caller closes it. Loop thread. */
+bool gr_conn_admit(gr_loop *l, int max, const char *peer);
+/* Closes the oldest accepted connection that has not finished its
+ * handshake in a second (logged: closed to make room because ...); false
+ * when there is none. Loop thread. */
+bool gr_make_room(gr_loop *l, const char *because);
+/* Arms c's timer: an accepted connection's handshake deadline, a dialed
+ * one's keepalive. */
+void gr_conn_limits_start(gr_conn *c);
+/* c's handshake is done: its idle deadline starts. Loop thread. */
+void gr_conn_set_ready(gr_conn *c);
+/* c's timer fired (loop thread). */
+void gr_conn_on_timer(gr_conn *c);
+/* Receive memory for c (loop thread): gr_rx_charge counts n bytes without
+ * asking; gr_rx_reserve counts them within the loop's budget (or as its one
+ * connection past it) and else pauses c's reading (false) until another
+ * connection frees some; gr_rx_release gives n back and wakes the paused. */
+void gr_rx_charge(gr_conn *c, size_t n);
+bool gr_rx_reserve(gr_conn *c, size_t n);
+void gr_rx_release(gr_conn *c, size_t n);
+/* c closes: everything it held is released, it waits no more. */
+void gr_rx_drop(gr_conn *c);
+/* Counts a pause of accepting (out of descriptors) in the statistics. */
+void gr_transport_note_fd_pause(void);
+/* Current deadlines (gr_transport_set_deadlines). */
+int gr_handshake_ms(void);
+int gr_idle_ms(void);
+int gr_keepalive_ms(void);
 
 #endif

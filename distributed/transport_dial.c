@@ -1,8 +1,11 @@
 /* Making connections: listening and accepting (with the server side of the
- * handshake), dialing with retries, and the client side of the handshake
- * (blocking, with a deadline, before the loop takes the socket). */
+ * handshake, within the connection limit, pausing when out of descriptors),
+ * dialing with retries, and the client side of the handshake (blocking,
+ * with a deadline, before the loop takes the socket). The handshake's
+ * messages and checks are handshake.c's. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <event2/event.h>
 #include <event2/listener.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -72,26 +75,23 @@ static void peer_name(const struct sockaddr *sa, char *out, size_t cap) {
 
 /* ---- the server side ----------------------------------------------------------- */
 
+#define ACCEPT_PAUSE_MS 250 /* accept() out of descriptors: the listener rests this long */
+
 struct gr_listener {
   gr_loop *loop;
   struct evconnlistener *ev;
   gr_conn_handler h;
   char *secret;
+  char cluster[GR_CLUSTER_ID_MAX + 1];
+  int max_conns;        /* accepted connections open at once (loop thread reads it) */
+  int spare;            /* a descriptor kept to accept and close with when out of them */
+  struct event *resume; /* ends a pause */
   gr_listener *next;
 };
 
 static gr_status send_hello(gr_conn *c, gr_error *err) {
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_HELLO, c->secret ? 2 : 1);
-  if (!m) return gr_error_set_oom(err);
-  gr_outmsg_bool(m, "auth", c->secret != NULL);
-  if (c->secret) {
-    if (gr_auth_random(c->nonce, GR_AUTH_NONCE, err) != GR_OK) {
-      gr_outmsg_free(m);
-      return err->code;
-    }
-    gr_outmsg_bin(m, "nonce", c->nonce, GR_AUTH_NONCE);
-  }
-  return gr_conn_send(c, m, err);
+  gr_outmsg *m = gr_hello_new(c->secret, c->cluster, c->nonce, err);
+  return m ? gr_conn_send(c, m, err) : err->code;
 }
 
 static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sockaddr *sa, int len,
@@ -99,24 +99,63 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
   gr_listener *ls = arg;
   char peer[80];
   peer_name(sa, peer, sizeof peer);
+  if (!gr_conn_admit(ls->loop, __atomic_load_n(&ls->max_conns, __ATOMIC_RELAXED), peer)) {
+    close(fd);
+    return;
+  }
   gr_conn *c;
   gr_error e;
   if (gr_conn_attach(ls->loop, fd, peer, true, ls->secret, &ls->h, &c, &e) != GR_OK) {
-    char line[GR_ERROR_MSG_MAX + 96];
-    snprintf(line, sizeof line, "accepting %s: %s", peer, e.msg);
-    gr_conn_log(&ls->h, line);
+    gr_loop_log(ls->loop, "accept", "accepting %s: %s", peer, e.msg);
     return;
   }
-  if (send_hello(c, &e) != GR_OK) {
-    gr_conn_close_now(c, e.code, e.msg);
-    return;
+  snprintf(c->cluster, sizeof c->cluster, "%s", ls->cluster);
+  if (send_hello(c, &e) != GR_OK) gr_conn_close_now(c, e.code, e.msg);
+}
+
+/* accept() failed (not for a reason worth retrying at once: EMFILE, ENFILE,
+ * ENOBUFS ...). Out of descriptors, room is made by closing a connection
+ * still in its handshake; with none, the pending connection is accepted
+ * with the spare descriptor and closed, so that the backlog does not keep
+ * the listener readable, and the listener rests ACCEPT_PAUSE_MS: not a busy
+ * loop (libevent's own handling logs a line per attempt). */
+static void on_accept_error(struct evconnlistener *ev, void *arg) {
+  int err = EVUTIL_SOCKET_ERROR();
+  gr_listener *ls = arg;
+  bool no_fds = err == EMFILE || err == ENFILE;
+  if (no_fds && gr_make_room(ls->loop, strerror(err))) return; /* accepts again at once */
+  if (no_fds && ls->spare >= 0) {
+    close(ls->spare);
+    int fd = accept(evconnlistener_get_fd(ev), NULL, NULL);
+    if (fd >= 0) close(fd);
+    ls->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
   }
-  if (ls->secret) gr_conn_arm_handshake_timer(c);
+  gr_transport_note_fd_pause();
+  pthread_mutex_lock(&ls->loop->mu);
+  int open_conns = ls->loop->accepted;
+  pthread_mutex_unlock(&ls->loop->mu);
+  gr_loop_log(ls->loop, "accept",
+              "cannot accept connections: %s (%d accepted connections open): refusing new "
+              "ones for %d ms",
+              strerror(err), open_conns, ACCEPT_PAUSE_MS);
+  evconnlistener_disable(ev);
+  struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
+  event_add(ls->resume, &tv);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg) {
+  gr_listener *ls = arg;
+  if (ls->spare < 0) ls->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  evconnlistener_enable(ls->ev);
+}
+
+void gr_listener_set_max_conns(gr_listener *ls, int max) {
+  __atomic_store_n(&ls->max_conns, max > 0 ? max : gr_default_max_conns(), __ATOMIC_RELAXED);
 }
 
 gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *secret,
-                          const gr_conn_handler *handler, gr_listener **out, int *port_out,
-                          gr_error *err) {
+                          const char *cluster, const gr_conn_handler *handler, gr_listener **out,
+                          int *port_out, gr_error *err) {
   *out = NULL;
   struct addrinfo hints = {
       .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -135,18 +174,26 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *se
   }
   ls->loop = l;
   ls->h = *handler;
-  ls->ev = evconnlistener_new_bind(l->base, on_accept, ls,
-                                   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
-                                       LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_THREADSAFE,
-                                   128, ai->ai_addr, (int)ai->ai_addrlen);
+  snprintf(ls->cluster, sizeof ls->cluster, "%s", cluster ? cluster : "");
+  ls->max_conns = gr_default_max_conns();
+  ls->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ls->resume = event_new(l->base, -1, 0, on_resume, ls);
+  ls->ev = !ls->resume ? NULL
+                       : evconnlistener_new_bind(l->base, on_accept, ls,
+                                                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+                                                     LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_THREADSAFE,
+                                                 128, ai->ai_addr, (int)ai->ai_addrlen);
   int e = errno;
   freeaddrinfo(ai);
   if (!ls->ev) {
+    if (ls->resume) event_free(ls->resume);
+    if (ls->spare >= 0) close(ls->spare);
     free(ls->secret);
     free(ls);
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot listen on %s:%d: %s", host, port,
                         strerror(e));
   }
+  evconnlistener_set_error_cb(ls->ev, on_accept_error);
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   getsockname(evconnlistener_get_fd(ls->ev), (struct sockaddr *)&ss, &sl);
@@ -155,6 +202,7 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *se
   pthread_mutex_lock(&l->mu);
   ls->next = l->listeners;
   l->listeners = ls;
+  l->log_to = ls->h; /* the transport's lines about its connections */
   pthread_mutex_unlock(&l->mu);
   *out = ls;
   return GR_OK;
@@ -162,10 +210,30 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *se
 
 static void listener_free_now(gr_listener *ls) {
   evconnlistener_free(ls->ev);
+  event_free(ls->resume);
+  if (ls->spare >= 0) close(ls->spare);
   free(ls->secret);
   free(ls);
 }
 
+typedef struct free_call {
+  gr_listener *ls;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+} free_call;
+
+static void free_on_loop(void *arg) {
+  free_call *f = arg;
+  listener_free_now(f->ls);
+  pthread_mutex_lock(&f->mu);
+  f->done = true;
+  pthread_cond_signal(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Freed on the loop thread, where its callbacks (accepting, resuming after
+ * a pause) run: none of them runs during or after. */
 void gr_listener_free(gr_listener *ls) {
   if (!ls) return;
   gr_loop *l = ls->loop;
@@ -174,8 +242,19 @@ void gr_listener_free(gr_listener *ls) {
   while (*p && *p != ls) p = &(*p)->next;
   if (*p) *p = ls->next;
   pthread_mutex_unlock(&l->mu);
-  evconnlistener_disable(ls->ev);
-  listener_free_now(ls);
+  free_call f = {.ls = ls};
+  pthread_mutex_init(&f.mu, NULL);
+  pthread_cond_init(&f.cv, NULL);
+  if (pthread_equal(pthread_self(), l->thread) ||
+      gr_loop_call(l, free_on_loop, &f, NULL) != GR_OK) {
+    listener_free_now(ls);
+  } else {
+    pthread_mutex_lock(&f.mu);
+    while (!f.done) pthread_cond_wait(&f.cv, &f.mu);
+    pthread_mutex_unlock(&f.mu);
+  }
+  pthread_mutex_destroy(&f.mu);
+  pthread_cond_destroy(&f.cv);
 }
 
 void gr_listeners_free_all(gr_loop *l) {
@@ -186,20 +265,21 @@ void gr_listeners_free_all(gr_loop *l) {
   }
 }
 
-gr_status gr_conn_server_auth(gr_conn *c, gr_inmsg *m, gr_error *err) {
-  const void *nonce, *mac;
-  GR_TRY(gr_msg_bin(&m->msg.root, "nonce", GR_AUTH_NONCE, &nonce, err));
-  GR_TRY(gr_msg_bin(&m->msg.root, "mac", GR_AUTH_MAC, &mac, err));
-  uint8_t want[GR_AUTH_MAC], mine[GR_AUTH_MAC];
-  gr_auth_mac(c->secret, "client", c->nonce, nonce, want);
-  if (!gr_auth_equal(want, mac))
-    return gr_error_set(err, GR_ERR_UNAUTHENTICATED, "wrong secret (authentication failed)");
-  gr_auth_mac(c->secret, "server", nonce, c->nonce, mine);
-  gr_outmsg *ok = gr_outmsg_new(GR_MSG_AUTH_OK, 1);
-  if (!ok) return gr_error_set_oom(err);
-  gr_outmsg_bin(ok, "mac", mine, GR_AUTH_MAC);
-  c->authed = true;
-  return gr_conn_send(c, ok, err);
+void gr_conn_server_auth(gr_conn *c, gr_inmsg *m) {
+  gr_outmsg *ok;
+  gr_error e;
+  gr_status st = gr_hs_server_check(c->secret, c->cluster, c->nonce, &m->msg, &ok, &e);
+  gr_inmsg_free(m);
+  if (st == GR_OK) {
+    c->authed = true;
+    gr_conn_set_ready(c);
+    gr_conn_send(c, ok, NULL); /* a failed write closes c */
+    return;
+  }
+  char line[GR_ERROR_MSG_MAX + 160];
+  snprintf(line, sizeof line, "refused %s: %s; closing that connection", c->peer, e.msg);
+  gr_conn_log_peer(c, "refused", line);
+  gr_conn_close_now(c, e.code, e.msg);
 }
 
 /* ---- the client side ----------------------------------------------------------- */
@@ -237,7 +317,16 @@ static gr_status read_frame(int fd, gr_msg_type want, int64_t deadline, const ch
   uint8_t hb[GR_WIRE_HEADER_SIZE], map[256];
   gr_frame_header h;
   GR_TRY(read_exact(fd, hb, sizeof hb, deadline, address, err));
-  GR_TRY(gr_wire_parse_frame_header(hb, 0, &h, err));
+  if (gr_wire_parse_frame_header(hb, 0, &h, err) != GR_OK) {
+    if (err && err->code == GR_ERR_UNIMPLEMENTED) /* another version of graphrun */
+      gr_error_set(err, GR_ERR_UNIMPLEMENTED,
+                   "%s speaks wire version %u, this graphrun speaks version %d: run the same "
+                   "graphrun version on every task and client",
+                   address, hb[4], GR_WIRE_VERSION);
+    else
+      gr_error_prefix(err, "%s", address);
+    return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+  }
   if (h.type != want || h.header_len > sizeof map)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s sent a %s frame, want %s", address,
                         gr_msg_type_name(h.type), gr_msg_type_name(want));
@@ -266,53 +355,24 @@ static gr_status write_all(int fd, gr_outmsg *m, int64_t deadline, const char *a
   return st;
 }
 
-static gr_status client_handshake(int fd, const char *address, const char *secret, int64_t deadline,
-                                  gr_error *err) {
-  gr_msg hello;
+static gr_status client_handshake(int fd, const char *address, const char *secret,
+                                  const char *cluster, int64_t deadline, gr_error *err) {
+  gr_hs_client hs = {.secret = secret, .cluster = cluster, .address = address};
+  gr_msg hello, ok;
+  gr_outmsg *auth;
   GR_TRY(read_frame(fd, GR_MSG_HELLO, deadline, address, &hello, err));
-  bool auth = false;
-  const void *sn = NULL;
-  uint8_t snonce[GR_AUTH_NONCE], cnonce[GR_AUTH_NONCE];
-  gr_status st = gr_msg_bool(&hello.root, "auth", &auth, err);
-  if (st == GR_OK && auth) st = gr_msg_bin(&hello.root, "nonce", GR_AUTH_NONCE, &sn, err);
-  if (st == GR_OK && auth) memcpy(snonce, sn, GR_AUTH_NONCE);
+  gr_status st = gr_hs_client_answer(&hs, &hello, &auth, err);
   gr_msg_free(&hello);
-  if (st != GR_OK) {
-    gr_error_prefix(err, "%s: hello", address);
-    return st;
-  }
-  if (auth && !secret)
-    return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
-                        "%s requires a secret (graphrun --secret-file FILE, or "
-                        "GRAPHRUN_SECRET_FILE)",
-                        address);
-  if (!auth && secret)
-    return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
-                        "%s does not authenticate, but this process has a secret: refusing to "
-                        "talk to a server that cannot prove it knows it",
-                        address);
-  if (!auth) return GR_OK;
-  GR_TRY(gr_auth_random(cnonce, GR_AUTH_NONCE, err));
-  uint8_t mac[GR_AUTH_MAC];
-  gr_auth_mac(secret, "client", snonce, cnonce, mac);
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_AUTH, 2);
-  if (!m) return gr_error_set_oom(err);
-  gr_outmsg_bin(m, "nonce", cnonce, GR_AUTH_NONCE);
-  gr_outmsg_bin(m, "mac", mac, GR_AUTH_MAC);
-  GR_TRY(write_all(fd, m, deadline, address, err));
-  gr_msg ok;
+  if (st != GR_OK) return st;
+  GR_TRY(write_all(fd, auth, deadline, address, err));
   gr_error e;
-  if (read_frame(fd, GR_MSG_AUTH_OK, deadline, address, &ok, &e) != GR_OK)
+  if (read_frame(fd, GR_MSG_AUTH_OK, deadline, address, &ok, &e) != GR_OK) {
+    if (!hs.auth) return gr_error_set(err, e.code, "%s", e.msg);
     return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
                         "%s refused this process's secret (a different secret?): %s", address,
                         e.msg);
-  const void *smac;
-  uint8_t want[GR_AUTH_MAC];
-  gr_auth_mac(secret, "server", cnonce, snonce, want);
-  st = gr_msg_bin(&ok.root, "mac", GR_AUTH_MAC, &smac, err);
-  if (st == GR_OK && !gr_auth_equal(want, smac))
-    st = gr_error_set(err, GR_ERR_UNAUTHENTICATED,
-                      "%s does not know this process's secret (authentication failed)", address);
+  }
+  st = gr_hs_client_check(&hs, &ok, err);
   gr_msg_free(&ok);
   return st;
 }
@@ -339,8 +399,9 @@ fail:;
   return -1;
 }
 
-gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, int timeout_ms,
-                       const gr_conn_handler *handler, gr_conn **out, gr_error *err) {
+gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, const char *cluster,
+                       int timeout_ms, const gr_conn_handler *handler, gr_conn **out,
+                       gr_error *err) {
   *out = NULL;
   char host[256];
   int port;
@@ -369,7 +430,7 @@ gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, int 
   if (fd < 0)
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot connect to %s within %d ms: %s", address,
                         timeout_ms, strerror(last ? last : ETIMEDOUT));
-  gr_status st = client_handshake(fd, address, secret, deadline, err);
+  gr_status st = client_handshake(fd, address, secret, cluster, deadline, err);
   if (st != GR_OK) {
     close(fd);
     return st;

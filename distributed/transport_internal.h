@@ -3,9 +3,9 @@
  *
  *   gr_loop *loop;  gr_loop_new(&loop, &err);
  *   gr_listener *l; int port;
- *   gr_listener_new(loop, "127.0.0.1", 0, secret, &handler, &l, &port, &err);   // a server
+ *   gr_listener_new(loop, "127.0.0.1", 0, secret, "exp1", &handler, &l, &port, &err); // a server
  *   gr_conn *c;
- *   gr_conn_dial(loop, "127.0.0.1:4000", secret, 5000, &handler, &c, &err);     // a client
+ *   gr_conn_dial(loop, "127.0.0.1:4000", secret, "exp1", 5000, &handler, &c, &err);   // a client
  *   gr_conn_send(c, msg, &err);         // any thread; takes msg
  *   ... handler.on_message(arg, c, in) runs on the loop thread per frame ...
  *   gr_conn_close(c); gr_conn_unref(c);
@@ -19,13 +19,39 @@
  * and written by the loop when the socket is writable. Queued bytes are
  * bounded: a peer that stops reading is disconnected.
  *
- * Authentication (with a secret): the server sends HELLO with a nonce, the
- * client answers AUTH with its nonce and HMAC(secret, "client" | server
- * nonce | client nonce), the server checks it and answers AUTH_OK with
- * HMAC(secret, "server" | client nonce | server nonce), which the client
+ * The handshake (handshake_internal.h): at accept the server sends HELLO
+ * (whether it authenticates, its cluster id, a nonce); the client checks
+ * the cluster id and answers AUTH (its cluster id; with a secret its nonce
+ * and HMAC(secret, "client" | server nonce | client nonce | both ids));
+ * the server checks it and answers AUTH_OK (with a secret its HMAC(secret,
+ * "server" | client nonce | server nonce | both ids)), which the client
  * checks. Until then a server reads at most 256 bytes from the peer and
- * only an AUTH frame. Without a secret HELLO says so and the connection is
- * ready; a client with a secret refuses a server without one.
+ * only an AUTH frame, for at most 10 s. A peer of another cluster, with
+ * another secret, or with none when one is needed, is refused (a server
+ * logs it, naming the peer; a client's error names the server's address).
+ *
+ * Bounds (transport_limits.c; docs/distributed.md, "Limits"), so that no
+ * peer can exhaust the server:
+ * - Connections: a listener keeps at most max_conns accepted connections
+ *   (default from RLIMIT_NOFILE). At the limit a new one takes the place of
+ *   the oldest that has not finished its handshake in a second, else it is
+ *   closed. When
+ *   accept() fails for want of descriptors (EMFILE, ENFILE), the pending
+ *   connection is accepted and closed with a spare descriptor kept for that
+ *   and the listener pauses 250 ms: no busy loop.
+ * - Deadlines: an accepted connection has 10 s for its handshake (its
+ *   AUTH, with or without a secret), then is closed after 60 s without a
+ *   byte. A dialed connection
+ *   keeps itself alive: silent for 15 s, it sends a HEARTBEAT (which the
+ *   server answers; nothing waits for the answer), and one at once when it
+ *   is made, so a quiet connection (a lease, a peer between steps) lives.
+ * - Receive memory: a frame body grows as its bytes arrive (doubling), not
+ *   to the size its header announces; the bytes the loop's connections
+ *   hold for frames in progress stay within a budget (1 GiB): a connection
+ *   that wants more waits, not reading, until another frees some, except
+ *   one at a time, which may go past it (a frame larger than the budget
+ *   still arrives).
+ * - Log lines a peer causes are rate-limited per kind (loglimit_internal.h).
  *
  * Internal to distributed/. */
 #ifndef GR_TRANSPORT_INTERNAL_H
@@ -69,18 +95,23 @@ void gr_loop_free(gr_loop *l);
 gr_status gr_loop_call(gr_loop *l, void (*fn)(void *arg), void *arg, gr_error *err);
 
 /* Listens on host:port (port 0: a free one, *port_out gets it). Accepted
- * connections use handler; secret (NULL: none) is copied. */
+ * connections use handler once their peer passed the handshake against
+ * secret (NULL: none, an insecure server) and cluster (the server's cluster
+ * id; NULL: none); both are copied. */
 gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *secret,
-                          const gr_conn_handler *handler, gr_listener **out, int *port_out,
-                          gr_error *err);
+                          const char *cluster, const gr_conn_handler *handler, gr_listener **out,
+                          int *port_out, gr_error *err);
 void gr_listener_free(gr_listener *ls);
 
 /* Connects to "host:port" with retries (backoff 10 ms doubling to 500 ms)
- * until timeout_ms, authenticates (secret NULL: the server must not ask
- * for one) and hands the connection to the loop. *out holds one reference
- * for the caller. Errors name the address. */
-gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, int timeout_ms,
-                       const gr_conn_handler *handler, gr_conn **out, gr_error *err);
+ * until timeout_ms, passes the handshake as a member of cluster (NULL:
+ * none) knowing secret (NULL: the server must not ask for one) and hands
+ * the connection to the loop. *out holds one reference for the caller.
+ * Errors name the address; a refusal in the handshake is
+ * GR_ERR_UNAUTHENTICATED. */
+gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, const char *cluster,
+                       int timeout_ms, const gr_conn_handler *handler, gr_conn **out,
+                       gr_error *err);
 
 /* Sends a message (any thread). Takes msg, also on failure
  * (GR_ERR_UNAVAILABLE once the connection is closed). */
@@ -117,6 +148,31 @@ void gr_transport_set_limits(size_t max_queued, size_t max_body);
 /* read() calls per readable event before the loop moves on (for tests;
  * 0: the default, 64). */
 void gr_transport_set_read_rounds(int rounds);
+
+/* Deadlines (for tests; 0: the default): an accepted connection's handshake
+ * (10000 ms) and idle deadline (60000 ms; < 0: none), a dialed one's
+ * keepalive (15000 ms). */
+void gr_transport_set_deadlines(int handshake_ms, int idle_ms, int keepalive_ms);
+/* The receive memory a loop's connections may hold for frames in progress
+ * (for tests; 0: the default, 1 GiB); loops made after the call. */
+void gr_transport_set_budget(size_t bytes);
+/* At most max accepted connections (0: gr_default_max_conns()). */
+void gr_listener_set_max_conns(gr_listener *ls, int max);
+/* A line about something c's peer did wrong, rate-limited per kind (a
+ * static string) with the loop's other such lines; to the handler's log of
+ * the loop's listener, or stderr. Loop thread. */
+void gr_conn_log_peer(gr_conn *c, const char *kind, const char *line);
+/* What the bounds did, summed over every loop of the process (tests). */
+typedef struct gr_transport_stats {
+  int64_t rx_held;    /* receive memory held now */
+  int64_t rx_paused;  /* connections waiting for the budget now */
+  int64_t refused;    /* connections closed at the limit */
+  int64_t evicted;    /* connections closed to make room */
+  int64_t fd_pauses;  /* accept() out of descriptors: paused */
+  int64_t deadlines;  /* connections closed at a handshake or idle deadline */
+  int64_t keepalives; /* keepalives sent */
+} gr_transport_stats;
+void gr_transport_get_stats(gr_transport_stats *out);
 
 /* Splits "host:port" ("[::1]:5000" for IPv6) into host and port. */
 gr_status gr_parse_address(const char *address, char *host, size_t host_cap, int *port,

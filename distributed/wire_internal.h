@@ -35,16 +35,18 @@
 
 #include "core/gr_core.h"
 
-#define GR_WIRE_VERSION     2 /* 2: REGISTER and VARS name a container; RESET */
+#define GR_WIRE_VERSION                                                                            \
+  3 /* 2: REGISTER and VARS name a container; RESET. 3: the                                        \
+       handshake names the cluster, every client sends AUTH */
 #define GR_WIRE_HEADER_SIZE 16
 #define GR_WIRE_ALIGN       64
 #define GR_WIRE_MAX_TENSORS 4096 /* tensors in one message */
 
 /* X(enum, name, max header bytes, max body bytes) */
 #define GR_MSG_LIST(X)                                                                             \
-  X(GR_MSG_HELLO, "hello", 128, 0)                     /* server -> peer at accept */              \
-  X(GR_MSG_AUTH, "auth", 128, 0)                       /* peer -> server: nonce, mac */            \
-  X(GR_MSG_AUTH_OK, "auth_ok", 128, 0)                 /* server -> peer: mac */                   \
+  X(GR_MSG_HELLO, "hello", 240, 0)                     /* server -> peer at accept */              \
+  X(GR_MSG_AUTH, "auth", 240, 0)                       /* peer -> server: cluster, nonce, mac */   \
+  X(GR_MSG_AUTH_OK, "auth_ok", 240, 0)                 /* server -> peer: mac */                   \
   X(GR_MSG_GET_STATUS, "get_status", 256, 0)           /* -> task, devices, incarnation */         \
   X(GR_MSG_REGISTER, "register", 1 << 24, 0x7fffffff)  /* partitions -> handle */                  \
   X(GR_MSG_RUN, "run", 1 << 24, 0xffffffffu)           /* feeds -> fetches */                      \
@@ -54,7 +56,7 @@
   X(GR_MSG_TENSOR, "tensor", 65536, 0xffffffffu)       /* a pushed tensor, one way */              \
   X(GR_MSG_RESPONSE, "response", 1 << 24, 0xffffffffu) /* to any request, by id */                 \
   X(GR_MSG_HEARTBEAT, "heartbeat", 64, 0)              /* master -> task: answered at once */      \
-  X(GR_MSG_LEASE, "lease", 1024, 0)                    /* take or look at a named lease */ \
+  X(GR_MSG_LEASE, "lease", 1024, 0)                    /* take or look at a named lease */         \
   X(GR_MSG_RESET, "reset", 256, 0)                     /* drop shared containers */
 
 typedef enum gr_msg_type {
@@ -163,13 +165,15 @@ int64_t gr_wire_now_ms(void);
 
 #define GR_AUTH_NONCE 32
 #define GR_AUTH_MAC   32
-#define GR_SECRET_MAX 256
 
 /* Random bytes from the crypto library (never a plain PRNG). */
 gr_status gr_auth_random(void *out, size_t n, gr_error *err);
-/* HMAC-SHA256(secret, role || a || b). */
+/* HMAC-SHA256(secret, role (16 bytes, zero-padded) || a || b || the length
+ * and bytes of the server's cluster id || of the client's): a MAC over the
+ * nonces and both ids (NULL: ""), so that neither can be swapped. */
 void gr_auth_mac(const char *secret, const char *role, const uint8_t a[GR_AUTH_NONCE],
-                 const uint8_t b[GR_AUTH_NONCE], uint8_t out[GR_AUTH_MAC]);
+                 const uint8_t b[GR_AUTH_NONCE], const char *server_cluster,
+                 const char *client_cluster, uint8_t out[GR_AUTH_MAC]);
 /* Constant-time comparison of two MACs. */
 bool gr_auth_equal(const uint8_t a[GR_AUTH_MAC], const uint8_t b[GR_AUTH_MAC]);
 

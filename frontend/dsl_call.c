@@ -874,6 +874,26 @@ static const dsl_builtin builtins[] = {
      "`streaming_auc`): `update` adds a batch and gives the AUC so far, `value` reads it, `reset` "
      "zeroes the counts",
      false},
+    /* folders of images (dsl_images.c) */
+    {"image_folder", dsl_builtin_image_folder,
+     "`images, labels = image_folder(dir, size=[256, 256], batch=32, validation_split=0.2, "
+     "subset=\"training\", seed=1, shuffle=true, color_mode=\"rgb\", label_mode=\"int\", "
+     "step=global_step())`",
+     "batch number `step` of a folder of class sub-folders of PNG and JPEG files, as Keras' "
+     "`image_dataset_from_directory`; `subset=\"both\"` gives four tensors (training, then "
+     "validation, read at `validation_step`) ([training.md](training.md#image-folders))",
+     false},
+    {"class_names", dsl_builtin_image_folder_info,
+     "`class_names(images)`, `num_classes(images)`, `num_images(images)`, "
+     "`num_batches(images)`, `skipped_images(images)`",
+     "of an `image_folder`: its classes (a list of strings, in label order), their number, the "
+     "images of an epoch of its subset (and shard), the batches of an epoch (the rest is "
+     "dropped), and the unreadable files skipped so far (an i64 tensor)",
+     false},
+    {"num_classes", dsl_builtin_image_folder_info, NULL, NULL, false},
+    {"num_images", dsl_builtin_image_folder_info, NULL, NULL, false},
+    {"num_batches", dsl_builtin_image_folder_info, NULL, NULL, false},
+    {"skipped_images", dsl_builtin_image_folder_info, NULL, NULL, false},
     {"fifo_queue", dsl_builtin_fifo_queue, NULL, NULL, true},
     {"queue_enqueue", dsl_builtin_queue_enqueue, NULL, NULL, true},
     {"queue_enqueue_many", dsl_builtin_queue_enqueue_many, NULL, NULL, true},

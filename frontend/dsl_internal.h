@@ -536,6 +536,9 @@ extern dsl_builtin_handler dsl_builtin_ps_variables, dsl_builtin_replicas,
     dsl_builtin_partitioned_variable, dsl_builtin_mirror_spread;
 /* Keras' losses and metrics (dsl_losses.c): one handler for every name. */
 extern dsl_builtin_handler dsl_builtin_loss_or_metric;
+/* Folders of images (dsl_images.c): image_folder, and one handler for
+ * class_names, num_classes, num_images, num_batches and skipped_images. */
+extern dsl_builtin_handler dsl_builtin_image_folder, dsl_builtin_image_folder_info;
 /* The layer built-ins (dense, conv2d, batch_norm, max_pool2d, ...). conv2d,
  * batch_norm and random_contrast also build their op when called as the op
  * (conv2d(x, w), batch_norm(x, gamma, beta, mean, variance), ...). */

@@ -2,11 +2,14 @@
  * resource container, shared by name: `accumulator` makes (or finds) one
  * and outputs its handle (u8, the name); accumulator_apply_grad adds a
  * gradient computed at a local step, or drops it (and counts it) when the
- * step is older than the accumulator's; accumulator_take_grad waits until
+ * step is older than the accumulator's (accumulator_apply_grads: a
+ * gradient to each of several accumulators, all or none, under all their
+ * locks at once); accumulator_take_grad waits until
  * at least n gradients are in, outputs their mean, empties the accumulator
  * and advances its step by one; accumulator_set_global_step raises the
  * step; accumulator_num_accumulated and accumulator_num_dropped count.
  * Gradients are added in the order they arrive, in the accumulator's dtype. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +188,27 @@ static gr_status apply_shape(gr_shape_ctx *ctx) {
   return GR_OK;
 }
 
+static gr_status apply_grads_shape(gr_shape_ctx *ctx) {
+  int n = (ctx->num_inputs - 1) / 2;
+  if (ctx->num_inputs < 3 || ctx->num_inputs % 2 == 0)
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                          "want local_step, n accumulator handles and n grads (n >= 1), got %d "
+                          "inputs",
+                          ctx->num_inputs);
+  GR_TRY(check_scalar_int(ctx, 0, "local_step"));
+  for (int i = 0; i < n; i++) {
+    if (ctx->in_dtypes[1 + i] != GR_U8 || ctx->in_shapes[1 + i].rank != 1)
+      return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                            "input %d must be an accumulator handle (the output of accumulator)",
+                            1 + i);
+    if (!gr_dtype_is_float(ctx->in_dtypes[1 + n + i]))
+      return gr_shape_error(ctx, GR_ERR_DTYPE, "grad %d is %s, not a float", i,
+                            gr_dtype_name(ctx->in_dtypes[1 + n + i]));
+  }
+  ctx->num_outputs = 0;
+  return GR_OK;
+}
+
 static gr_status take_shape(gr_shape_ctx *ctx) {
   GR_TRY(check_handle(ctx));
   GR_TRY(check_scalar_int(ctx, 1, "num_required"));
@@ -265,45 +289,120 @@ static void finish(take_waiter *w) {
   gr_kernel_done(ctx, st);
 }
 
+/* Checks that g fits a (dtype and shape). */
+static gr_status check_grad(gr_kernel_ctx *ctx, const accum *a, const gr_tensor *g) {
+  if (g->dtype == a->dtype && gr_shape_equal(&g->shape, &a->shape)) return GR_OK;
+  char s1[GR_SHAPE_STR_MAX], s2[GR_SHAPE_STR_MAX];
+  return gr_kernel_error(ctx, g->dtype == a->dtype ? GR_ERR_SHAPE : GR_ERR_DTYPE,
+                         "grad is %s %s, %s holds %s %s", gr_dtype_name(g->dtype),
+                         gr_shape_str(&g->shape, s1), a->owner.what, gr_dtype_name(a->dtype),
+                         gr_shape_str(&a->shape, s2));
+}
+
+static int by_address(const void *x, const void *y) {
+  uintptr_t a = (uintptr_t) * (accum *const *)x, b = (uintptr_t) * (accum *const *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Adds the gradients g[i] computed at local step `local` to the n
+ * accumulators as[i], all or none: under every accumulator's lock at once
+ * (taken in address order), they are all dropped (and counted) when the
+ * step is older than any one's, and otherwise all added; what adding
+ * allocates is allocated before anything is added. A take_grad that
+ * runs between two of them sees all of a worker's gradients or none. */
+static gr_status apply_all(gr_kernel_ctx *ctx, accum **as, const gr_tensor *const *g, int n,
+                           int64_t local) {
+  accum **order = gr_alloc_array((size_t)n, sizeof *order);
+  gr_tensor *fresh = calloc((size_t)n, sizeof *fresh); /* new sums, before the adds */
+  take_waiter **served = calloc((size_t)n, sizeof *served);
+  if (!order || !fresh || !served) {
+    free(order), free(fresh), free(served);
+    return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  memcpy(order, as, sizeof *order * (size_t)n);
+  qsort(order, (size_t)n, sizeof *order, by_address);
+  gr_status st = GR_OK;
+  for (int i = 1; i < n && st == GR_OK; i++)
+    if (order[i] == order[i - 1])
+      st = gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "%s is given twice", order[i]->owner.what);
+  if (st != GR_OK) {
+    free(order), free(fresh), free(served);
+    return st;
+  }
+  for (int i = 0; i < n; i++) pthread_mutex_lock(&order[i]->owner.mu);
+  bool stale = false;
+  for (int i = 0; i < n; i++) stale |= local < as[i]->step;
+  for (int i = 0; i < n && !stale && st == GR_OK; i++) {
+    accum *a = as[i];
+    if (a->count == 0) /* the first gradient: a copy of it is the sum */
+      st = gr_tensor_copy(g[i], &fresh[i], ctx->err);
+    else if (!gr_tensor_is_unique(&a->sum)) /* never shared: only this accumulator holds it */
+      st = gr_tensor_copy(&a->sum, &fresh[i], ctx->err);
+  }
+  for (int i = 0; i < n && st == GR_OK; i++) {
+    accum *a = as[i];
+    if (stale) { /* a gradient of an older step: dropped, as TensorFlow does */
+      a->dropped++;
+      continue;
+    }
+    bool first = a->count == 0;
+    if (fresh[i].buf) gr_tensor_release(&a->sum), a->sum = fresh[i], fresh[i] = gr_tensor_empty();
+    int64_t m = first ? 0 : gr_tensor_num_elements(g[i]);
+    if (a->dtype == GR_F32) {
+      float *s = gr_tensor_data(&a->sum);
+      const float *x = gr_tensor_data(g[i]);
+      for (int64_t k = 0; k < m; k++) s[k] += x[k];
+    } else {
+      double *s = gr_tensor_data(&a->sum);
+      const double *x = gr_tensor_data(g[i]);
+      for (int64_t k = 0; k < m; k++) s[k] += x[k];
+    }
+    a->count++;
+    served[i] = serve(a);
+  }
+  for (int i = n - 1; i >= 0; i--) pthread_mutex_unlock(&order[i]->owner.mu);
+  for (int i = 0; i < n; i++) gr_tensor_release(&fresh[i]), finish(served[i]);
+  free(order), free(fresh), free(served);
+  return st;
+}
+
 static gr_status apply_kernel(gr_kernel_ctx *ctx) {
   accum *a = NULL;
   GR_TRY(kernel_accum(ctx, false, &a));
   const gr_tensor *g = &ctx->inputs[2];
-  if (!gr_shape_equal(&g->shape, &a->shape)) {
-    char s1[GR_SHAPE_STR_MAX], s2[GR_SHAPE_STR_MAX];
-    return gr_kernel_error(ctx, GR_ERR_SHAPE, "grad has shape %s, %s holds %s",
-                           gr_shape_str(&g->shape, s1), a->owner.what, gr_shape_str(&a->shape, s2));
-  }
-  int64_t local = int_of(&ctx->inputs[1]);
-  gr_status st = GR_OK;
-  take_waiter *w = NULL;
-  pthread_mutex_lock(&a->owner.mu);
-  if (local < a->step) {
-    a->dropped++; /* a gradient of an older step: dropped, as TensorFlow does */
-  } else if (a->count == 0) {
-    st = gr_tensor_copy(g, &a->sum, ctx->err);
-    if (st == GR_OK) a->count = 1;
-  } else {
-    if (!gr_tensor_is_unique(&a->sum)) { /* never shared: only this accumulator holds it */
-      gr_tensor c;
-      st = gr_tensor_copy(&a->sum, &c, ctx->err);
-      if (st == GR_OK) gr_tensor_release(&a->sum), a->sum = c;
+  GR_TRY(check_grad(ctx, a, g));
+  return apply_all(ctx, &a, &g, 1, int_of(&ctx->inputs[1]));
+}
+
+/* accumulator_apply_grads(local_step, handle_1..handle_n, grad_1..grad_n). */
+static gr_status apply_grads_kernel(gr_kernel_ctx *ctx) {
+  int n = (ctx->num_inputs - 1) / 2;
+  accum **as = gr_alloc_array((size_t)n, sizeof *as);
+  const gr_tensor **gs = gr_alloc_array((size_t)n, sizeof *gs);
+  gr_status st =
+      as && gs ? GR_OK : gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < n && st == GR_OK; i++) {
+    const gr_tensor *h = &ctx->inputs[1 + i];
+    char name[1024];
+    size_t len = (size_t)gr_tensor_num_elements(h);
+    if (len >= sizeof name) {
+      st = gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "handle %d is too long", i);
+      break;
     }
-    int64_t n = gr_tensor_num_elements(g);
-    if (st == GR_OK && a->dtype == GR_F32) {
-      float *s = gr_tensor_data(&a->sum);
-      const float *x = gr_tensor_data(g);
-      for (int64_t i = 0; i < n; i++) s[i] += x[i];
-    } else if (st == GR_OK) {
-      double *s = gr_tensor_data(&a->sum);
-      const double *x = gr_tensor_data(g);
-      for (int64_t i = 0; i < n; i++) s[i] += x[i];
-    }
-    if (st == GR_OK) a->count++;
+    memcpy(name, gr_tensor_data(h), len);
+    name[len] = '\0';
+    as[i] = gr_resource_mgr_find(ctx->step->resources, name, &accum_kind);
+    gs[i] = &ctx->inputs[1 + n + i];
+    if (!as[i])
+      st = gr_kernel_error(ctx, GR_ERR_NOT_FOUND,
+                           "accumulator '%s' is not in this task's container (run its accumulator "
+                           "op first; the accumulators of one apply live on one task)",
+                           name);
+    else
+      st = check_grad(ctx, as[i], gs[i]);
   }
-  if (st == GR_OK) w = serve(a);
-  pthread_mutex_unlock(&a->owner.mu);
-  finish(w);
+  if (st == GR_OK) st = apply_all(ctx, as, gs, n, int_of(&ctx->inputs[0]));
+  free(as), free(gs);
   return st;
 }
 
@@ -405,6 +504,18 @@ ACC_OP(accumulator_apply_grad,
        "local_step is older than the accumulator's step",
        3, ((const char *const[]){"handle", "local_step", "grad"}), 0, apply_shape, apply_kernel,
        ACC_FLAGS | GR_OP_UPDATES)
+const gr_op_def gr_op_accumulator_apply_grads = {
+    .name = "accumulator_apply_grads",
+    .doc = "adds grads 1..n, computed at local_step, to accumulators 1..n (inputs: local_step, n "
+           "handles, n grads), all or none: all are dropped (counted) when local_step is older "
+           "than any accumulator's step; the accumulators must live on one task",
+    .min_inputs = 3,
+    .max_inputs = -1,
+    .input_names = (const char *const[]){"local_step", "handle", "grad"},
+    .num_outputs = 0,
+    .shape_fn = apply_grads_shape,
+    .kernel = apply_grads_kernel,
+    .flags = ACC_FLAGS | GR_OP_UPDATES};
 ACC_OP(accumulator_take_grad,
        "waits for at least num_required gradients, outputs their mean, empties the accumulator "
        "and advances its step",

@@ -199,20 +199,13 @@ static gr_status batch_shape(gr_shape_ctx *ctx) {
   return GR_OK;
 }
 
-/* Fisher-Yates over 0..n-1 with the counter-based generator keyed by (seed, epoch). */
+/* A permutation of 0..n-1 keyed by (seed, epoch), or the identity. */
 static void permute(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {
-  for (int64_t i = 0; i < n; i++) perm[i] = i;
-  if (!shuffle) return;
-  gr_rng r = gr_rng_make(seed, 0x62617463ull /* "batc" */, (uint64_t)epoch);
-  for (int64_t i = n - 1; i > 0; i--) {
-    uint32_t w[4];
-    gr_rng_block(&r, (uint64_t)i, w);
-    uint64_t x = (uint64_t)w[0] << 32 | w[1];
-    int64_t j = (int64_t)(x % (uint64_t)(i + 1));
-    int64_t t = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
+  if (shuffle) {
+    gr_ops_permute(perm, n, seed, 0x62617463ull /* "batc" */, (uint64_t)epoch);
+    return;
   }
+  for (int64_t i = 0; i < n; i++) perm[i] = i;
 }
 
 /* Allocates the tensors of one batch into out[0..a->n). */

@@ -512,6 +512,7 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
  * control dependencies on a train op, after its updates. */
 gr_output gr_mirror_spread(gr_graph *g);
 
+#include "ops/gr_images.h"
 #include "ops/gr_losses.h"
 #include "ops/gr_ops_layers.h"
 #include "ops/gr_ops_partitioned.h"

@@ -51,6 +51,13 @@ gr_output gr_accumulator(gr_graph *g, const char *name, gr_dtype dtype, gr_shape
  * than the accumulator's is dropped and counted. Zero outputs: a target. */
 gr_output gr_accumulator_apply_grad(gr_graph *g, gr_output acc, gr_output local_step,
                                     gr_output grad);
+/* Adds grads[i] to accs[i] (i < n), computed at local_step, all or none:
+ * when local_step is older than any accumulator's step, every one is
+ * dropped and counted, so a take_grad never sees part of them. The
+ * accumulators must live on one task (the op runs where accs[0] does). A
+ * target. */
+gr_output gr_accumulator_apply_grads(gr_graph *g, const gr_output *accs, const gr_output *grads,
+                                     int n, gr_output local_step);
 /* Waits until num_required (i64 scalar) gradients are in; their mean. The
  * accumulator empties and its step advances by one. */
 gr_output gr_accumulator_take_grad(gr_graph *g, gr_output acc, gr_output num_required);
@@ -65,9 +72,10 @@ gr_output gr_accumulator_num_dropped(gr_graph *g, gr_output acc);
 
 /* TensorFlow's SyncReplicasOptimizer, for between-graph training: every
  * worker builds the same model in its own graph and calls this with its
- * worker_index; the variables, the accumulators (one per variable, with
- * it) and the token queue (with global_step) live on the ps and are shared
- * by name. */
+ * worker_index; the variables (on the ps), the accumulators (one per
+ * variable) and the token queue (both with global_step) are shared by
+ * name. A worker's gradients go into the accumulators in one op, all or
+ * none: an update counts a worker's whole contribution or none of it. */
 typedef struct gr_sync_replicas_options {
   gr_optimizer optimizer;
   int replicas_to_aggregate; /* gradients averaged per update */

@@ -97,3 +97,17 @@ gr_output gr_ops_const_scalar(gr_graph *g, gr_dtype dtype, double v) {
   gr_tensor_release(&t);
   return o;
 }
+
+void gr_ops_permute(int64_t *perm, int64_t n, uint64_t seed, uint64_t stream, uint64_t counter) {
+  for (int64_t i = 0; i < n; i++) perm[i] = i;
+  gr_rng r = gr_rng_make(seed, stream, counter);
+  for (int64_t i = n - 1; i > 0; i--) {
+    uint32_t w[4];
+    gr_rng_block(&r, (uint64_t)i, w);
+    uint64_t x = (uint64_t)w[0] << 32 | w[1];
+    int64_t j = (int64_t)(x % (uint64_t)(i + 1));
+    int64_t t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+}

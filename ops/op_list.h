@@ -122,6 +122,8 @@
   X(read_idx)                                                                                      \
   X(read_npy)                                                                                      \
   X(batch)                                                                                         \
+  /* image_folder.c */                                                                             \
+  X(image_folder)                                                                                  \
   /* control_flow.c */                                                                             \
   X(control_trigger)                                                                               \
   /* conv.c */                                                                                     \
@@ -169,6 +171,7 @@
   /* accumulator.c */                                                                              \
   X(accumulator)                                                                                   \
   X(accumulator_apply_grad)                                                                        \
+  X(accumulator_apply_grads)                                                                       \
   X(accumulator_take_grad)                                                                         \
   X(accumulator_set_global_step)                                                                   \
   X(accumulator_num_accumulated)                                                                   \

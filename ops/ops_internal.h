@@ -76,6 +76,11 @@ void gr_ops_replicas_leave(const gr_graph *prev);
 gr_status gr_ops_replicas_moving_stats(gr_graph *g, int first, int last, gr_output **updates,
                                        int *num_updates);
 
+/* A Fisher-Yates permutation of 0..n-1 into perm, keyed by (seed, stream,
+ * counter) with the counter-based generator: the same for the same keys on
+ * any thread (batch's epochs, image_folder's split and epochs). */
+void gr_ops_permute(int64_t *perm, int64_t n, uint64_t seed, uint64_t stream, uint64_t counter);
+
 gr_output gr_ops_build(gr_graph *g, const char *op, const char *name, const gr_output *inputs,
                        int num_inputs, const gr_attr *attrs, int num_attrs);
 

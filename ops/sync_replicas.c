@@ -39,6 +39,34 @@ gr_output gr_accumulator_apply_grad(gr_graph *g, gr_output acc, gr_output local_
                                     gr_output grad) {
   return acc_op(g, acc, "accumulator_apply_grad", (gr_output[]){local_step, grad}, 2);
 }
+gr_output gr_accumulator_apply_grads(gr_graph *g, const gr_output *accs, const gr_output *grads,
+                                     int n, gr_output local_step) {
+  if (n < 1 || !accs || !grads)
+    return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "accumulator_apply_grads: no accumulator");
+  gr_output *in = gr_alloc_array((size_t)(2 * n + 1), sizeof *in);
+  if (!in) return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  in[0] = local_step;
+  gr_output bad = {NULL, 0};
+  for (int i = 0; i < n && !bad.node; i++) {
+    in[1 + i] = accs[i], in[1 + n + i] = grads[i];
+    if (!accs[i].node) bad = accs[i];
+    if (!grads[i].node) bad = grads[i];
+    if (!bad.node && accs[i].node->op != &gr_op_accumulator) {
+      free(in);
+      return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
+                         "accumulator_apply_grads: '%s' is not an accumulator (make one with "
+                         "accumulator)",
+                         accs[i].node->name);
+    }
+  }
+  gr_output o = bad.node || !local_step.node
+                    ? (gr_output){NULL, 0}
+                    : gr_ops_build_colocated(g, accs[0].node, "accumulator_apply_grads", NULL, in,
+                                             2 * n + 1, NULL, 0);
+  free(in);
+  return o;
+}
+
 gr_output gr_accumulator_take_grad(gr_graph *g, gr_output acc, gr_output num_required) {
   return acc_op(g, acc, "accumulator_take_grad", &num_required, 1);
 }
@@ -62,7 +90,10 @@ typedef struct build {
   gr_output gs, tokens_q;
 } build;
 
-/* The worker's part: gradients into the accumulators, then a token. */
+/* The worker's part: its gradients into the accumulators in one op (all
+ * or none: an update never takes part of a worker's gradients, as the
+ * applies of one accumulator at a time allowed when the update came
+ * between them), then a token. */
 static gr_status build_worker(build *b, gr_output loss, gr_sync_replicas *out) {
   gr_graph *g = b->g;
   char name[64];
@@ -73,13 +104,15 @@ static gr_status build_worker(build *b, gr_output loss, gr_sync_replicas *out) {
   if (!out->local_step.node) return GR_ERR_INVALID_ARGUMENT;
   GR_TRY(gr_gradients(g, &loss, 1, b->vars, b->n, NULL, true, b->grads));
   int na = 0;
-  for (int i = 0; i < b->n; i++) {
-    if (!b->grads[i].node) continue;
-    gr_output ap = gr_accumulator_apply_grad(g, b->accs[i], out->local_step, b->grads[i]);
-    if (!ap.node) return GR_ERR_INVALID_ARGUMENT;
-    b->ops[na++] = ap;
-  }
-  GR_TRY(gr_graph_push_control_deps(g, b->ops, na));
+  gr_output *accs = b->ops, *grads = b->ops + b->n; /* reuse: b->ops has room for both */
+  for (int i = 0; i < b->n; i++)
+    if (b->grads[i].node) accs[na] = b->accs[i], grads[na++] = b->grads[i];
+  if (!na)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                               "sync_replicas: the loss depends on no variable");
+  gr_output ap = gr_accumulator_apply_grads(g, accs, grads, na, out->local_step);
+  if (!ap.node) return GR_ERR_INVALID_ARGUMENT;
+  GR_TRY(gr_graph_push_control_deps(g, &ap, 1));
   gr_output token;
   gr_status st = gr_queue_dequeue(g, b->tokens_q, &token);
   gr_graph_pop_control_deps(g);
@@ -159,7 +192,8 @@ static gr_status build_all(build *b, gr_output loss, gr_sync_replicas *out) {
   gr_graph_pop_device_scope(g);
   if (!b->tokens_q.node) return GR_ERR_INVALID_ARGUMENT;
   gr_graph_set_colocation(g, b->tokens_q.node, b->gs.node->name);
-  /* an accumulator per variable, with it */
+  /* an accumulator per variable, all with global_step: a worker's gradients
+   * go into them in one op (all or none), which needs them on one task */
   for (int i = 0; i < b->n; i++) {
     const gr_node *v = b->vars[i].node;
     const char *vname = gr_node_attr_string(v, "var", v->name);
@@ -169,7 +203,7 @@ static gr_status build_all(build *b, gr_output loss, gr_sync_replicas *out) {
     snprintf(an, len, "%s/grad_accum", vname);
     gr_attr a[] = {gr_attr_string("accumulator", an), gr_attr_dtype("dtype", v->out_dtypes[0]),
                    gr_attr_shape("shape", v->out_shapes[0])};
-    b->accs[i] = gr_ops_build_colocated(g, v, "accumulator", NULL, NULL, 0, a, 3);
+    b->accs[i] = gr_ops_build_colocated(g, b->gs.node, "accumulator", NULL, NULL, 0, a, 3);
     if (!b->accs[i].node) return GR_ERR_INVALID_ARGUMENT;
   }
   GR_TRY(build_worker(b, loss, out));
@@ -199,9 +233,9 @@ gr_status gr_sync_replicas_minimize(gr_graph *g, const gr_sync_replicas_options 
         o ? o->replicas_to_aggregate : 0, o ? o->total_num_replicas : 0);
   int cap = gr_graph_num_nodes(g) + n + 1;
   build b = {.g = g, .o = o};
-  b.vars = calloc((size_t)cap * 4, sizeof(gr_output));
+  b.vars = calloc((size_t)cap * 5, sizeof(gr_output));
   if (!b.vars) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  b.grads = b.vars + cap, b.accs = b.grads + cap, b.ops = b.accs + cap;
+  b.grads = b.vars + cap, b.accs = b.grads + cap, b.ops = b.accs + cap; /* ops: 2 cap */
   if (var_list && n > 0) {
     for (int i = 0; i < n; i++)
       if (!var_list[i].node || var_list[i].node->op != &gr_op_variable) {

@@ -11,29 +11,92 @@
 #include "cli_util.h"
 
 #include "cli_cluster.h"
+#include "cli_options.h"
 #include "commands.h"
 #include "placer/gr_placer.h"
 
-gr_status cli_read_secret(const char *path, char **out, gr_error *err) {
+gr_status cli_read_secret(const char *path, bool insecure, char **out, gr_error *err) {
   *out = NULL;
   if (!path) path = getenv("GRAPHRUN_SECRET_FILE");
-  if (!path || !*path) return GR_OK;
+  if ((!path || !*path) && insecure) return GR_OK;
+  if (!path || !*path)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "no secret: a cluster's servers and clients share a secret file "
+                        "(--secret-file FILE, or GRAPHRUN_SECRET_FILE; make one with: head -c 32 "
+                        "/dev/urandom | xxd -p > FILE; chmod 600 FILE); --insecure goes without, "
+                        "on loopback only (any local user could then run code as you)");
   FILE *f = fopen(path, "rb");
   if (!f) return gr_error_set(err, GR_ERR_NOT_FOUND, "secret file %s: %s", path, strerror(errno));
   struct stat sb;
-  if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & 077))
-    fprintf(stderr, "graphrun: warning: secret file %s is readable by other users (chmod 600)\n",
-            path);
-  char buf[GR_CLI_SECRET_MAX + 2];
+  if (fstat(fileno(f), &sb) == 0 && (sb.st_mode & 077)) {
+    if (!insecure) {
+      fclose(f);
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "secret file %s has mode %04o: other users can read or change it; "
+                          "run chmod 600 %s (or give --insecure to use it anyway)",
+                          path, (unsigned)(sb.st_mode & 07777), path);
+    }
+    fprintf(stderr,
+            "graphrun: warning: secret file %s has mode %04o: other users can read it "
+            "(chmod 600 %s); used because of --insecure\n",
+            path, (unsigned)(sb.st_mode & 07777), path);
+  }
+  char buf[GR_SECRET_MAX + 2];
   size_t n = fread(buf, 1, sizeof buf, f);
   fclose(f);
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
-  if (n == 0 || n > GR_CLI_SECRET_MAX || memchr(buf, '\0', n))
+  if (n < GR_SECRET_MIN || n > GR_SECRET_MAX || memchr(buf, '\0', n))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        "secret file %s: want 1 to %d bytes of text (no NUL)", path,
-                        GR_CLI_SECRET_MAX);
+                        "secret file %s: %s; want %d to %d bytes of text (no NUL; head -c 32 "
+                        "/dev/urandom | xxd -p > %s makes one)",
+                        path,
+                        n < GR_SECRET_MIN   ? "too short"
+                        : n > GR_SECRET_MAX ? "too long"
+                                            : "it holds a NUL byte",
+                        GR_SECRET_MIN, GR_SECRET_MAX, path);
   buf[n] = '\0';
   if (!(*out = strdup(buf))) return gr_error_set_oom(err);
+  return GR_OK;
+}
+
+int cli_opt_cluster_id(const cli_opts *po, const char **out) {
+  if (gr_cluster_id_check(po->arg, NULL) != GR_OK)
+    return cli_opt_bad(po, "a cluster id: 1 to %d letters, digits, '_', '-' or '.'",
+                       GR_CLUSTER_ID_MAX);
+  *out = po->arg;
+  return GR_EXIT_OK;
+}
+
+gr_status cli_cluster_id(const char *flag, const gr_cluster *c, char out[GR_CLUSTER_ID_MAX + 1],
+                         gr_error *err) {
+  const char *from, *env = getenv("GRAPHRUN_CLUSTER_ID"), *job = getenv("SLURM_JOB_ID"),
+                    *step = getenv("SLURM_STEP_ID");
+  char slurm[2 * GR_CLUSTER_ID_MAX];
+  const char *id;
+  if (flag) {
+    from = "--cluster-id", id = flag;
+  } else if (env && *env) {
+    from = "GRAPHRUN_CLUSTER_ID", id = env;
+  } else if (job && *job) { /* a Slurm job (step): its ids */
+    from = "SLURM_JOB_ID and SLURM_STEP_ID";
+    bool with_step = step && *step;
+    snprintf(slurm, sizeof slurm, "slurm-%.*s%s%.*s", GR_CLUSTER_ID_MAX, job, with_step ? "." : "",
+             GR_CLUSTER_ID_MAX, with_step ? step : "");
+    id = slurm;
+  } else if (c) {
+    from = "the cluster spec";
+    return gr_cluster_spec_id(c, out, err);
+  } else {
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "which cluster? give --cluster SPEC (the cluster id is derived from its "
+                        "tasks) or --cluster-id ID (or GRAPHRUN_CLUSTER_ID); the clients need the "
+                        "same");
+  }
+  if (gr_cluster_id_check(id, err) != GR_OK) {
+    gr_error_prefix(err, "%s", from);
+    return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+  }
+  snprintf(out, GR_CLUSTER_ID_MAX + 1, "%s", id);
   return GR_OK;
 }
 
@@ -112,6 +175,24 @@ void cli_set_container(const char *name) {
   container = name;
 }
 
+/* --cluster-id and --insecure: this process's, for every master it connects */
+static const char *cluster_id_flag;
+static bool insecure;
+
+void cli_set_identity(const char *cluster_id, bool insecure_ok) {
+  cluster_id_flag = cluster_id;
+  insecure = insecure_ok;
+}
+
+gr_status cli_master_identity(const gr_cluster *c, const char *secret, gr_master_options *mo,
+                              char id[GR_CLUSTER_ID_MAX + 1], gr_error *err) {
+  GR_TRY(cli_cluster_id(cluster_id_flag, c, id, err));
+  mo->secret = secret;
+  mo->insecure = insecure;
+  mo->cluster_id = id;
+  return GR_OK;
+}
+
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       gr_master **out, gr_error *err) {
   *out = NULL;
@@ -128,9 +209,9 @@ gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret,
     }
     addrs[k] = t->address;
   }
+  char id[GR_CLUSTER_ID_MAX + 1];
   gr_master_options mo = {.num_tasks = n,
                           .addresses = addrs,
-                          .secret = secret,
                           /* a short --timeout also bounds connecting */
                           .connect_timeout_ms =
                               timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms : 10000,
@@ -138,7 +219,8 @@ gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret,
                           .heartbeat_ms = heartbeat_ms,
                           .heartbeat_missed = heartbeat_missed,
                           .container = container};
-  gr_status st = gr_master_new(&mo, out, err);
+  gr_status st = cli_master_identity(c, secret, &mo, id, err);
+  if (st == GR_OK) st = gr_master_new(&mo, out, err);
   free(addrs);
   return st;
 }
@@ -297,8 +379,14 @@ gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *m
 
 gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
                              gr_error *err) {
-  int64_t step;
-  GR_TRY(gr_ckpt_latest_step(ck, &step, err));
+  *step_out = -1;
+  return cli_restore_remote_at(ck, s, g, step_out, err);
+}
+
+gr_status cli_restore_remote_at(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
+                                gr_error *err) {
+  int64_t step = *step_out;
+  if (step < 0) GR_TRY(gr_ckpt_latest_step(ck, &step, err));
   gr_output *vars;
   const char **names;
   int n;

@@ -8,11 +8,31 @@
 #include <graphrun.h>
 #include <stdbool.h>
 
-#define GR_CLI_SECRET_MAX 256
+/* The shared secret from path, else the file GRAPHRUN_SECRET_FILE names,
+ * as a new string. Refused, naming the file and the fix: no file at all
+ * unless insecure (then *out is NULL: no authentication); a file that
+ * other users may read or write (mode & 077) unless insecure (then a
+ * warning on stderr); fewer than GR_SECRET_MIN or more than GR_SECRET_MAX
+ * bytes (a final newline not counted). */
+gr_status cli_read_secret(const char *path, bool insecure, char **out, gr_error *err);
 
-/* The shared secret from path, else the file GRAPHRUN_SECRET_FILE names;
- * *out NULL when neither is given (no authentication), else a new string. */
-gr_status cli_read_secret(const char *path, char **out, gr_error *err);
+/* The cluster id of this process (docs/distributed.md#cluster-identity):
+ * flag (--cluster-id; NULL: not given), else GRAPHRUN_CLUSTER_ID (set by
+ * graphrun launch), else Slurm's job and step ids ("slurm-JOB.STEP"), else
+ * derived from the cluster c (gr_cluster_spec_id; c NULL: an error saying
+ * how to name one). */
+gr_status cli_cluster_id(const char *flag, const gr_cluster *c, char out[GR_CLUSTER_ID_MAX + 1],
+                         gr_error *err);
+/* --cluster-id's value (po->arg) checked into *out: GR_EXIT_OK, else the
+ * usage error (printed). */
+struct cli_opts;
+int cli_opt_cluster_id(const struct cli_opts *po, const char **out);
+/* --cluster-id (NULL: not given) and --insecure of the masters this process
+ * makes from now on (cli_connect, cli_chief_hold). */
+void cli_set_identity(const char *cluster_id, bool insecure);
+/* Fills mo's secret, insecure and cluster_id (into id) for cluster c. */
+gr_status cli_master_identity(const gr_cluster *c, const char *secret, gr_master_options *mo,
+                              char id[GR_CLUSTER_ID_MAX + 1], gr_error *err);
 
 /* The cluster of --cluster SPEC: a JSON file in any form the cluster parser
  * reads, JSON text ("{...}"), "env" for TensorFlow's TF_CONFIG, or
@@ -33,7 +53,8 @@ void cli_set_heartbeat(int ms, int missed);
  * its own private one; else a name, kept, shared by every client naming
  * it). */
 void cli_set_container(const char *name);
-/* A master connected to every task of c (each needs an address). */
+/* A master connected to every task of c (each needs an address), with the
+ * secret and this process's cluster id for c (cli_set_identity). */
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       gr_master **out, gr_error *err);
 
@@ -51,6 +72,9 @@ gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *m
                           bool *vars_ready, gr_error *err);
 gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
                              gr_error *err);
+/* The same for the checkpoint of step *step_out (-1: the newest). */
+gr_status cli_restore_remote_at(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
+                                gr_error *err);
 
 /* After a task was lost: frees *s and *master, connects again (retrying
  * until recovery_ms: graphrun launch or a supervisor restarts the task), makes

@@ -26,8 +26,17 @@ typedef struct cli_run_options {
   bool json, quiet, no_restore, schedule_recvs, soft;
   const char *ckpt_path, *trace_path, *out_dir;
   const char *cluster_spec, *secret_file, *job;
+  const char *cluster_id;  /* --cluster-id (NULL: the default, cli_cluster_id) */
+  bool insecure;           /* --insecure */
   const char *container;   /* --container, else GRAPHRUN_CONTAINER; NULL: a private one */
   bool container_from_env; /* it came from GRAPHRUN_CONTAINER */
+  bool steps_given;        /* --steps was given */
+  /* training by epochs (cli_epochs.h): 0 and NULL when not given */
+  long epochs, steps_per_epoch;
+  const char *validate_names[CLI_MAX_NAMES];
+  int nvalidate;
+  const char *early_stop, *keep_best, *logdir;
+  bool restore_best;
 } cli_run_options;
 
 /* Returned by cli_run_parse_options when the run goes on. */
@@ -66,10 +75,11 @@ int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master 
 /* The steps of `graphrun run` done when the newest checkpoint was saved. */
 long cli_run_steps_done(gr_ckpt *ck);
 /* Opens the checkpoint file (a directory of shards when remote) and, unless
- * no_restore, restores its newest checkpoint; *done: the steps already done
- * then. An exit code (messages printed); *ck is the caller's to close. */
-int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool remote, gr_session *s,
-                            gr_graph *g, gr_ckpt **ck, long *done);
+ * no_restore, restores its newest checkpoint (best: the one marked best,
+ * --restore-best); *done: the steps already done then. An exit code
+ * (messages printed); *ck is the caller's to close. */
+int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool best, bool remote,
+                            gr_session *s, gr_graph *g, gr_ckpt **ck, long *done);
 /* Saves the variables after steps_done steps into r->ck (a file, or on a
  * cluster each task's shard and the manifest). */
 gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_done, bool remote,
@@ -102,7 +112,8 @@ typedef struct cli_run_state {
   long done_steps;      /* restored from the checkpoint */
   gr_transfer_stats moved;
   cli_progress pr;
-  bool show; /* the progress display is on */
+  bool show;             /* the progress display is on */
+  struct cli_epochs *ep; /* --epochs (cli_epochs.h), else NULL */
 } cli_run_state;
 
 /* The container of a cluster run's variables on the tasks (cli_run_container.c):

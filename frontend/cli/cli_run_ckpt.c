@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_epochs.h"
 #include "cli_run.h"
 #include "commands.h"
 
@@ -13,14 +14,14 @@ long cli_run_steps_done(gr_ckpt *ck) {
   gr_error err;
   if (gr_ckpt_list(ck, &infos, &n, &err) == GR_OK && n > 0 && infos[n - 1].metadata) {
     const char *m = strstr(infos[n - 1].metadata, "\"steps_done\":");
-    if (m) done = strtol(m + 14, NULL, 10);
+    if (m) done = strtol(m + 13, NULL, 10); /* after the colon, spaces or not */
   }
   gr_ckpt_infos_free(infos, n);
   return done;
 }
 
-int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool remote, gr_session *s,
-                            gr_graph *g, gr_ckpt **ck, long *done) {
+int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool best, bool remote,
+                            gr_session *s, gr_graph *g, gr_ckpt **ck, long *done) {
   gr_error err;
   /* on a cluster a directory: each task saves its shard, the manifest commits them */
   /* one writer at a time: a second run on the same path is refused, naming the first */
@@ -31,17 +32,20 @@ int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool re
   }
   *done = 0;
   if (no_restore) return GR_EXIT_OK;
-  int64_t step;
-  gr_status st = remote ? cli_restore_remote(*ck, s, g, &step, &err)
+  int64_t step = best ? cli_epochs_best_step(*ck, done) : -1;
+  if (best && step < 0) return GR_EXIT_USAGE; /* none marked (said) */
+  gr_status st = remote ? cli_restore_remote_at(*ck, s, g, &step, &err)
+                 : best ? gr_ckpt_restore_step(*ck, s, g, step, &err)
                         : gr_ckpt_restore_latest(*ck, s, g, &step, &err);
-  if (st == GR_ERR_NOT_FOUND) return GR_EXIT_OK;
+  if (st == GR_ERR_NOT_FOUND && !best) return GR_EXIT_OK;
   if (st != GR_OK) {
     fprintf(stderr, "graphrun run: restoring %s: %s\n(use --no-restore to start fresh)\n", path,
             err.msg);
     return GR_EXIT_FAILURE;
   }
-  *done = cli_run_steps_done(*ck);
-  fprintf(stderr, "graphrun run: restored %s (%ld steps done)\n", path, *done);
+  if (!best) *done = cli_run_steps_done(*ck);
+  fprintf(stderr, "graphrun run: restored %s%s (%ld steps done)\n", path,
+          best ? "'s checkpoint marked best" : "", *done);
   return GR_EXIT_OK;
 }
 

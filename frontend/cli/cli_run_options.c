@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_epochs.h"
 #include "cli_options.h"
 #include "cli_run.h"
 #include "commands.h"
@@ -61,7 +62,12 @@ static void usage(FILE *f) {
          "                     'slurm[:JOBS][@PORT]' for Slurm's variables\n"
          "                     (default: GRAPHRUN_CLUSTER, which graphrun launch sets; unpinned\n"
          "                     nodes run on the chief's or worker 0's device)\n"
-         "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n"
+         "  --secret-file F    the cluster's shared secret, mode 0600 (default:\n"
+         "                     GRAPHRUN_SECRET_FILE, which graphrun launch sets); required\n"
+         "  --cluster-id ID    the cluster's id: a task of another cluster is refused\n"
+         "                     (default: GRAPHRUN_CLUSTER_ID, set by graphrun launch, else\n"
+         "                     Slurm's job and step ids, else derived from the cluster spec)\n"
+         "  --insecure         no secret: talk to servers started with --insecure\n"
          "  --container NAME   keep the variables (queues, accumulators) in the tasks' shared\n"
          "                     container NAME: every client naming it uses them, and they\n"
          "                     stay on the tasks after the run until `graphrun reset`\n"
@@ -79,8 +85,9 @@ static void usage(FILE *f) {
          "                     the newest checkpoint and goes on from it\n"
          "  --max-failures K   give up after K recoveries (default 10)\n"
          "  --heartbeat MS:N   a task silent for MS ms is pinged and lost after N silent\n"
-         "                     periods (default 100:5)\n\n"
-         "Exit codes: 0 ok, 1 runtime failure, 2 usage or input error.\n");
+         "                     periods (default 100:5)\n\n");
+  cli_epochs_usage(f);
+  fprintf(f, "\nExit codes: 0 ok, 1 runtime failure, 2 usage or input error.\n");
 }
 
 enum {
@@ -92,6 +99,8 @@ enum {
   F_TIMEOUT,
   F_CLUSTER,
   F_SECRET,
+  F_CLUSTER_ID,
+  F_INSECURE,
   F_CONTAINER,
   F_HEARTBEAT,
   F_JOB,
@@ -124,6 +133,8 @@ static const struct option flags[] = {
     {"timeout", required_argument, NULL, F_TIMEOUT},
     {"cluster", required_argument, NULL, F_CLUSTER},
     {"secret-file", required_argument, NULL, F_SECRET},
+    {"cluster-id", required_argument, NULL, F_CLUSTER_ID},
+    {"insecure", no_argument, NULL, F_INSECURE},
     {"container", required_argument, NULL, F_CONTAINER},
     {"heartbeat", required_argument, NULL, F_HEARTBEAT},
     {"job", required_argument, NULL, F_JOB},
@@ -144,6 +155,7 @@ static const struct option flags[] = {
     {"steps", required_argument, NULL, F_STEPS},
     {"seed", required_argument, NULL, F_SEED},
     {"threads", required_argument, NULL, F_THREADS},
+    CLI_EPOCH_FLAGS,
     {0},
 };
 
@@ -178,6 +190,7 @@ static int set_step_flag(const cli_opts *po, int c, cli_run_options *o) {
     case F_STEPS:
       if (!cli_parse_long(po->arg, 1, LONG_MAX, &o->steps))
         return cli_opt_bad(po, "a positive integer");
+      o->steps_given = true;
       break;
     case F_SEED:
       if (!cli_parse_long(po->arg, 0, LONG_MAX, &o->seed))
@@ -258,6 +271,11 @@ static int set_cluster_flag(const cli_opts *po, int c, cli_run_options *o) {
     case F_SECRET:
       o->secret_file = po->arg;
       break;
+    case F_CLUSTER_ID:
+      return cli_opt_cluster_id(po, &o->cluster_id);
+    case F_INSECURE:
+      o->insecure = true;
+      break;
     case F_CONTAINER:
       if (gr_container_check_name(po->arg, NULL) != GR_OK)
         return cli_opt_bad(po,
@@ -309,8 +327,9 @@ int cli_run_parse_options(int argc, char **argv, cli_run_options *o) {
       return GR_EXIT_USAGE;
     } else if (c == CLI_OPTS_ARG) {
       o->file = po.arg, rc = GR_EXIT_OK;
-    } else if ((rc = set_step_flag(&po, c, o)) == NOT_MINE) {
-      rc = set_cluster_flag(&po, c, o);
+    } else if ((rc = set_step_flag(&po, c, o)) == NOT_MINE &&
+               (rc = set_cluster_flag(&po, c, o)) == NOT_MINE) {
+      rc = cli_epochs_flag(&po, c, o);
     }
     if (rc == NOT_MINE) rc = GR_EXIT_USAGE; /* a flag of the table that no group takes */
     if (rc != GR_EXIT_OK) return rc;
@@ -323,6 +342,7 @@ int cli_run_parse_options(int argc, char **argv, cli_run_options *o) {
     fprintf(stderr, "graphrun run: --save-every and --no-restore need --ckpt PATH\n");
     return GR_EXIT_USAGE;
   }
+  if (cli_epochs_check_options(o) != CLI_RUN_GO) return GR_EXIT_USAGE;
   const char *env = getenv("GRAPHRUN_CONTAINER");
   if (!o->container && env && *env) {
     gr_error err;

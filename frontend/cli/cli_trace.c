@@ -43,6 +43,11 @@ int cli_trace_links(const gr_step_trace *t, cli_link *links, int cap) {
 int cli_write_trace(const char *path, const gr_step_trace *t) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
+  int rc = cli_write_trace_to(f, t);
+  return fclose(f) == 0 ? rc : -1;
+}
+
+int cli_write_trace_to(FILE *f, const gr_step_trace *t) {
   enum { MAX_DEVS = 64 };
   const char *devs[MAX_DEVS];
   int ndev = 0;
@@ -86,5 +91,5 @@ int cli_write_trace(const char *path, const gr_step_trace *t) {
     fprintf(f, ", \"values\": %lld, \"bytes\": %lld}", links[k].values, links[k].bytes);
   }
   fprintf(f, "]}}\n");
-  return fclose(f) == 0 ? 0 : -1;
+  return ferror(f) ? -1 : 0;
 }

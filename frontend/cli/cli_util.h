@@ -91,6 +91,13 @@ double cli_now(void);
 
 /* Writes a step trace as Chrome trace JSON; 0, or -1 (errno set). */
 int cli_write_trace(const char *path, const gr_step_trace *t);
+/* The same into f (0, or -1 when a write failed). */
+int cli_write_trace_to(FILE *f, const gr_step_trace *t);
+/* The graph in Graphviz DOT (graphrun dot): clusters by name scope, a fill
+ * colour per device (assigned, else requested) with a legend, data edges
+ * labelled with dtype and shape (shapes), control edges dashed. An exit
+ * code (GR_EXIT_FAILURE when out of memory, reported). */
+int cli_write_dot(FILE *f, gr_graph *g, bool shapes);
 /* What crossed each link between two devices in a traced step: the values
  * received on `to` from `from` and their bytes (names borrowed from the
  * graph). At most cap links; returns how many. */

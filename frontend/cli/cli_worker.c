@@ -71,8 +71,10 @@ gr_status cli_chief_hold(cli_worker *w, const gr_cluster *c, const char *secret,
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "task %s has no address", w->device);
   const char *addr = t->address;
   /* no heartbeats: a busy task's slow answer must not end the lease */
-  gr_master_options mo = {.num_tasks = 1, .addresses = &addr, .secret = secret, .heartbeat_ms = -1};
-  gr_status st = gr_master_new(&mo, &w->lease, err);
+  gr_master_options mo = {.num_tasks = 1, .addresses = &addr, .heartbeat_ms = -1};
+  char id[GR_CLUSTER_ID_MAX + 1];
+  gr_status st = cli_master_identity(c, secret, &mo, id, err);
+  if (st == GR_OK) st = gr_master_new(&mo, &w->lease, err);
   if (st == GR_OK) st = gr_master_lease(w->lease, 0, w->lease_name, holder, &ls, err);
   if (st != GR_OK) gr_error_prefix(err, "holding the chief's lease on %s", w->device);
   return st;

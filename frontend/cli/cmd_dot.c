@@ -126,7 +126,7 @@ typedef struct scopes {
 } scopes;
 
 /* Closes and opens clusters until the open scope is name's first sl bytes. */
-static void enter_scope(scopes *sc, const char *name, size_t sl) {
+static void enter_scope(FILE *f, scopes *sc, const char *name, size_t sl) {
   /* close clusters until `open` is a component prefix of this scope */
   while (sc->depth > 0) {
     size_t ol = strlen(sc->open);
@@ -137,7 +137,7 @@ static void enter_scope(scopes *sc, const char *name, size_t sl) {
     else
       sc->open[0] = '\0';
     sc->depth--;
-    printf("%*s}\n", 2 * sc->depth + 2, "");
+    fprintf(f, "%*s}\n", 2 * sc->depth + 2, "");
   }
   /* open the remaining components */
   while (strlen(sc->open) < sl) {
@@ -145,9 +145,10 @@ static void enter_scope(scopes *sc, const char *name, size_t sl) {
     size_t start = ol ? ol + 1 : 0;
     const char *end = memchr(name + start, '/', sl - start);
     size_t el = end ? (size_t)(end - name) : sl;
-    printf("%*ssubgraph cluster_%d {\n%*slabel=\"%.*s\"; style=\"rounded\"; color=\"#888888\";\n",
-           2 * sc->depth + 2, "", sc->next_id++, 2 * sc->depth + 4, "", (int)(el - start),
-           name + start);
+    fprintf(f,
+            "%*ssubgraph cluster_%d {\n%*slabel=\"%.*s\"; style=\"rounded\"; color=\"#888888\";\n",
+            2 * sc->depth + 2, "", sc->next_id++, 2 * sc->depth + 4, "", (int)(el - start),
+            name + start);
     memcpy(sc->open, name, el);
     sc->open[el] = '\0';
     sc->depth++;
@@ -166,54 +167,53 @@ static int device_colour(const char *dev, const char **devices, int *ndev) {
 }
 
 /* Every node, in clusters by scope, filled with its device's colour. */
-static void print_nodes(gr_node **nodes, int n, const char **devices, int *ndev) {
+static void print_nodes(FILE *f, gr_node **nodes, int n, const char **devices, int *ndev) {
   scopes sc = {"", 0, 0};
   for (int i = 0; i < n; i++) {
     const gr_node *nd = nodes[i];
     const char *slash = strrchr(nd->name, '/');
     size_t sl = slash ? (size_t)(slash - nd->name) : 0;
     if (sl >= sizeof sc.open) sl = 0;
-    enter_scope(&sc, nd->name, sl);
+    enter_scope(f, &sc, nd->name, sl);
     int color = device_colour(device_of(nd), devices, ndev);
-    printf("%*s\"%s\" [label=\"%s\\n%s\"%s%s%s];\n", 2 * sc.depth + 2, "", nd->name,
-           slash ? slash + 1 : nd->name, nd->op->name, color >= 0 ? ", fillcolor=\"" : "",
-           color >= 0 ? palette[color] : "", color >= 0 ? "\"" : "");
+    fprintf(f, "%*s\"%s\" [label=\"%s\\n%s\"%s%s%s];\n", 2 * sc.depth + 2, "", nd->name,
+            slash ? slash + 1 : nd->name, nd->op->name, color >= 0 ? ", fillcolor=\"" : "",
+            color >= 0 ? palette[color] : "", color >= 0 ? "\"" : "");
   }
-  while (sc.depth-- > 0) printf("%*s}\n", 2 * sc.depth + 2, "");
+  while (sc.depth-- > 0) fprintf(f, "%*s}\n", 2 * sc.depth + 2, "");
 }
 
 /* Data edges (labelled with dtype and shape unless !shapes), control edges dashed. */
-static void print_edges(const gr_graph *g, bool shapes) {
+static void print_edges(FILE *f, const gr_graph *g, bool shapes) {
   for (int i = 0; i < gr_graph_num_nodes(g); i++) {
     const gr_node *nd = gr_graph_node(g, i);
     for (int k = 0; k < nd->num_inputs; k++) {
       gr_output in = nd->inputs[k];
-      printf("  \"%s\" -> \"%s\"", in.node->name, nd->name);
+      fprintf(f, "  \"%s\" -> \"%s\"", in.node->name, nd->name);
       if (shapes && in.index >= 0) {
         char sh[GR_SHAPE_STR_MAX];
-        printf(" [label=\"%s%s\"]", gr_dtype_name(in.node->out_dtypes[in.index]),
-               gr_shape_str(&in.node->out_shapes[in.index], sh));
+        fprintf(f, " [label=\"%s%s\"]", gr_dtype_name(in.node->out_dtypes[in.index]),
+                gr_shape_str(&in.node->out_shapes[in.index], sh));
       }
-      printf(";\n");
+      fprintf(f, ";\n");
     }
     for (int k = 0; k < nd->num_control_inputs; k++)
-      printf("  \"%s\" -> \"%s\" [style=dashed];\n", nd->control_inputs[k]->name, nd->name);
+      fprintf(f, "  \"%s\" -> \"%s\" [style=dashed];\n", nd->control_inputs[k]->name, nd->name);
   }
 }
 
-static void print_legend(const char **devices, int ndev) {
+static void print_legend(FILE *f, const char **devices, int ndev) {
   if (!ndev) return;
-  printf("  subgraph cluster_legend {\n    label=\"devices\"; style=\"rounded\";\n");
+  fprintf(f, "  subgraph cluster_legend {\n    label=\"devices\"; style=\"rounded\";\n");
   for (int k = 0; k < ndev; k++) {
-    printf("    \"legend_%d\" [label=\"", k);
-    put_escaped(stdout, devices[k]);
-    printf("\", fillcolor=\"%s\"];\n", palette[k]);
+    fprintf(f, "    \"legend_%d\" [label=\"", k);
+    put_escaped(f, devices[k]);
+    fprintf(f, "\", fillcolor=\"%s\"];\n", palette[k]);
   }
-  printf("  }\n");
+  fprintf(f, "  }\n");
 }
 
-/* The whole DOT text of g. */
-static int print_dot(gr_graph *g, bool shapes) {
+int cli_write_dot(FILE *f, gr_graph *g, bool shapes) {
   int n = gr_graph_num_nodes(g);
   gr_node **nodes = gr_alloc_array((size_t)(n + 1), sizeof(gr_node *));
   if (!nodes) {
@@ -222,15 +222,15 @@ static int print_dot(gr_graph *g, bool shapes) {
   }
   for (int i = 0; i < n; i++) nodes[i] = gr_graph_node(g, i);
   qsort(nodes, (size_t)n, sizeof *nodes, scope_cmp);
-  printf("digraph graphrun {\n  rankdir=BT;\n  node [shape=box, style=\"rounded,filled\", "
-         "fontname=\"Helvetica\", fontsize=10, fillcolor=\"#eeeeee\"];\n  edge [fontsize=8, "
-         "fontname=\"Helvetica\"];\n");
+  fprintf(f, "digraph graphrun {\n  rankdir=BT;\n  node [shape=box, style=\"rounded,filled\", "
+             "fontname=\"Helvetica\", fontsize=10, fillcolor=\"#eeeeee\"];\n  edge [fontsize=8, "
+             "fontname=\"Helvetica\"];\n");
   const char *devices[NPAL];
   int ndev = 0;
-  print_nodes(nodes, n, devices, &ndev);
-  print_edges(g, shapes);
-  print_legend(devices, ndev);
-  printf("}\n");
+  print_nodes(f, nodes, n, devices, &ndev);
+  print_edges(f, g, shapes);
+  print_legend(f, devices, ndev);
+  fprintf(f, "}\n");
   free(nodes);
   return GR_EXIT_OK;
 }
@@ -242,7 +242,8 @@ int gr_cmd_dot(int argc, char **argv) {
   gr_graph *g;
   gr_dsl_program *p;
   if ((rc = cli_load_graph("dot", o.file, 0, &g, &p)) != GR_EXIT_OK) return rc;
-  if (!o.placed || (rc = place_for_dot(g, o.cluster)) == GR_EXIT_OK) rc = print_dot(g, o.shapes);
+  if (!o.placed || (rc = place_for_dot(g, o.cluster)) == GR_EXIT_OK)
+    rc = cli_write_dot(stdout, g, o.shapes);
   gr_dsl_program_free(p);
   gr_graph_free(g);
   return rc;

@@ -1,15 +1,33 @@
 /* graphrun launch: a local cluster of `graphrun server` processes on free
- * loopback ports, a generated secret, each task's output prefixed with its
- * name, a graph or command run against it (GRAPHRUN_CLUSTER, TF_CONFIG,
- * GRAPHRUN_SECRET_FILE), tasks that die restarted (bounded, with backoff),
- * and every process stopped at exit or Ctrl-C. */
+ * loopback ports, a generated secret and cluster id (a random nonce of this
+ * launch), each task's output prefixed with its name, a graph or command
+ * run against it (GRAPHRUN_CLUSTER, TF_CONFIG, GRAPHRUN_SECRET_FILE,
+ * GRAPHRUN_CLUSTER_ID), tasks that die restarted (bounded, with backoff),
+ * and every process stopped at exit or Ctrl-C.
+ *
+ * What launch leaves when it is killed with SIGKILL (it can run no code
+ * then): nothing.
+ * - The tasks die with it (PR_SET_PDEATHSIG, SIGKILL).
+ * - The commands and every process they start are in one process group of
+ *   their own, which a guardian process kills (SIGTERM, SIGKILL after 3 s):
+ *   the guardian, forked first, in a group of its own and deaf to the
+ *   terminal's signals, reads a pipe whose writing end only launch holds;
+ *   the pipe's end without launch's "done" means launch died. A process
+ *   that leaves the group (setsid) leaves this care too.
+ * - The secret is in no file: a memfd (mode 0600) that launch holds, which
+ *   the tasks and commands open as /proc/LAUNCH_PID/fd/N (the kernel lets
+ *   only the user's processes); it is gone with launch. Where memfd_create
+ *   fails, a 0600 file in TMPDIR, which the guardian removes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,9 +44,10 @@ static void usage(FILE *f) {
           "usage: graphrun launch [options] [--] FILE.gr [run options]\n"
           "       graphrun launch [options] -- COMMAND [ARGS...]\n\n"
           "Starts a local cluster (one `graphrun server` process per task on free loopback\n"
-          "ports, with a generated shared secret), waits until every task answers, then runs\n"
-          "`graphrun run FILE.gr --cluster ...` or any command with the cluster in\n"
-          "GRAPHRUN_CLUSTER and TF_CONFIG and the secret in GRAPHRUN_SECRET_FILE. Each task's\n"
+          "ports, with a generated shared secret and cluster id), waits until every task\n"
+          "answers, then runs `graphrun run FILE.gr --cluster ...` or any command with the\n"
+          "cluster in GRAPHRUN_CLUSTER and TF_CONFIG, the secret in GRAPHRUN_SECRET_FILE and the\n"
+          "cluster id in GRAPHRUN_CLUSTER_ID (another launch's servers refuse it). Each task's\n"
           "output is prefixed with its name. A task that dies is restarted on its port; every\n"
           "process stops when the command ends or on Ctrl-C.\n\n"
           "  --ps N             parameter server tasks /job:ps/task:K (default 1)\n"
@@ -67,7 +86,82 @@ static void on_signal(int sig) {
   got_signal = sig;
 }
 
+/* ---- the guardian: cleanup that outlives launch ---------------------------------- */
+
+static pid_t guard_pid;      /* the guardian (0: none) */
+static int guard_fd = -1;    /* launch's end of its pipe */
+static pid_t cmd_pgid;       /* the commands' process group (0: none yet) */
+static bool terminal_handed; /* the commands' group has the terminal */
+
+/* Until the pipe ends: messages are int32, a process group to kill or 0 for
+ * "done" (launch stopped everything itself). */
+static void guardian_main(int rfd, const char *secret_file) {
+  signal(SIGINT, SIG_IGN), signal(SIGTERM, SIG_IGN), signal(SIGHUP, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN), signal(SIGTSTP, SIG_IGN);
+  setpgid(0, 0); /* not killed with launch's group */
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  for (int fd = 0; fd < 3 && null >= 0; fd++) dup2(null, fd); /* holds no one's output open */
+  pid_t pg = 0;
+  bool done = false;
+  for (;;) {
+    int32_t msg;
+    ssize_t r = read(rfd, &msg, sizeof msg);
+    if (r == (ssize_t)sizeof msg) {
+      if (msg == 0)
+        done = true;
+      else
+        pg = msg;
+    } else if (!(r < 0 && errno == EINTR)) {
+      break;
+    }
+  }
+  if (!done && pg > 0 && kill(-pg, SIGTERM) == 0) {
+    for (int i = 0; i < 150 && kill(-pg, 0) == 0; i++) usleep(20000);
+    kill(-pg, SIGKILL);
+  }
+  if (!done && secret_file) unlink(secret_file);
+  _exit(0);
+}
+
+/* Forks the guardian; false when it cannot start (reported). */
+static bool start_guardian(const char *secret_file, int secret_fd) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return false;
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]), close(fds[1]);
+    return false;
+  }
+  if (pid == 0) {
+    close(fds[1]);
+    if (secret_fd >= 0) close(secret_fd);
+    guardian_main(fds[0], secret_file);
+  }
+  close(fds[0]);
+  guard_pid = pid;
+  guard_fd = fds[1];
+  return true;
+}
+
+static void tell_guardian(int32_t msg) {
+  if (guard_fd >= 0 && write(guard_fd, &msg, sizeof msg) != (ssize_t)sizeof msg) {
+    /* the guardian is gone: nothing to tell */
+  }
+}
+
+/* Everything is stopped: the guardian stands down and is reaped. */
+static void stop_guardian(void) {
+  if (guard_pid <= 0) return;
+  tell_guardian(0);
+  close(guard_fd);
+  guard_fd = -1;
+  waitpid(guard_pid, NULL, 0);
+  guard_pid = 0;
+}
+
 static char self_exe[4096];
+/* This launch's cluster id: "launch-" and 16 random hex digits */
+static char cluster_id[32];
 
 /* Starts task t's server (port 0: a free one). */
 static bool spawn(task *t, const char *secret_file, int threads) {
@@ -86,9 +180,21 @@ static bool spawn(task *t, const char *secret_file, int threads) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphans, even if launch is killed */
     dup2(fds[1], 1);
     dup2(fds[1], 2);
-    char *args[] = {"graphrun",  "server", "--job", t->job,          "--task",
-                    idx,         "--bind", bind,    "--secret-file", (char *)secret_file,
-                    "--threads", th,       NULL};
+    char *args[] = {"graphrun",
+                    "server",
+                    "--job",
+                    t->job,
+                    "--task",
+                    idx,
+                    "--bind",
+                    bind,
+                    "--secret-file",
+                    (char *)secret_file,
+                    "--cluster-id",
+                    cluster_id,
+                    "--threads",
+                    th,
+                    NULL};
     execv(self_exe, args);
     _exit(127);
   }
@@ -129,13 +235,19 @@ static void drain(task *t, bool quiet) {
 }
 
 static void stop_all(task *ts, int n, pid_t *cmds, int ncmds) {
+  if (terminal_handed) { /* the terminal back to launch's group */
+    signal(SIGTTOU, SIG_IGN);
+    tcsetpgrp(0, getpgrp());
+    terminal_handed = false;
+  }
+  if (cmd_pgid > 0) kill(-cmd_pgid, SIGTERM); /* the commands and what they started */
   for (int c = 0; c < ncmds; c++)
     if (cmds[c] > 0) kill(cmds[c], SIGTERM);
   for (int i = 0; i < n; i++)
     if (ts[i].pid > 0) kill(ts[i].pid, SIGTERM);
   double give_up = cli_now() + 3;
   for (;;) {
-    bool alive = false;
+    bool alive = cmd_pgid > 0 && kill(-cmd_pgid, 0) == 0;
     for (int i = 0; i < n; i++)
       if (ts[i].pid > 0 && waitpid(ts[i].pid, NULL, WNOHANG) == ts[i].pid)
         ts[i].pid = 0;
@@ -147,6 +259,7 @@ static void stop_all(task *ts, int n, pid_t *cmds, int ncmds) {
     }
     if (!alive) break;
     if (cli_now() > give_up) {
+      if (cmd_pgid > 0) kill(-cmd_pgid, SIGKILL);
       for (int i = 0; i < n; i++)
         if (ts[i].pid > 0) kill(ts[i].pid, SIGKILL), waitpid(ts[i].pid, NULL, 0), ts[i].pid = 0;
       for (int c = 0; c < ncmds; c++)
@@ -229,20 +342,35 @@ static bool export_cluster(const task *ts, int n) {
   return set_tf_config("worker", 0);
 }
 
-static bool write_secret(char *path, size_t cap) {
-  const char *dir = getenv("TMPDIR");
-  snprintf(path, cap, "%s/graphrun-secret-XXXXXX", dir && *dir ? dir : "/tmp");
-  int fd = mkstemp(path); /* mode 0600 */
-  if (fd < 0) return false;
-  unsigned char raw[32];
+/* n random bytes from the kernel as 2n hex digits into hex (2n + 1 bytes). */
+static bool random_hex(char *hex, size_t n) {
+  unsigned char raw[64];
   int ur = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  bool ok = ur >= 0 && read(ur, raw, sizeof raw) == (ssize_t)sizeof raw;
+  bool ok = n <= sizeof raw && ur >= 0 && read(ur, raw, n) == (ssize_t)n;
   if (ur >= 0) close(ur);
+  for (size_t i = 0; ok && i < n; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+  return ok;
+}
+
+/* A fresh secret: in a memfd that this process keeps open (*fd), named
+ * /proc/PID/fd/N in path (*file false), or else in a 0600 file of TMPDIR
+ * (*file true, *fd -1). */
+static bool write_secret(char *path, size_t cap, int *fd, bool *file) {
+  *file = false;
+  *fd = memfd_create("graphrun-secret", MFD_CLOEXEC);
+  if (*fd >= 0 && fchmod(*fd, 0600) == 0) {
+    snprintf(path, cap, "/proc/%d/fd/%d", (int)getpid(), *fd);
+  } else {
+    if (*fd >= 0) close(*fd);
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, cap, "%s/graphrun-secret-XXXXXX", dir && *dir ? dir : "/tmp");
+    if ((*fd = mkstemp(path)) < 0) return false; /* mode 0600 */
+    *file = true;
+  }
   char hex[65];
-  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-  ok = ok && write(fd, hex, 64) == 64;
-  close(fd);
-  if (!ok) unlink(path);
+  bool ok = random_hex(hex, 32) && write(*fd, hex, 64) == 64;
+  if (*file || !ok) close(*fd), *fd = -1;
+  if (!ok && *file) unlink(path);
   return ok;
 }
 
@@ -251,7 +379,23 @@ static bool write_secret(char *path, size_t cap) {
  * TF_CONFIG names its task). */
 static pid_t run_command(char **cmd, int ncmd, const task *client, bool chief) {
   pid_t pid = fork();
-  if (pid != 0) return pid;
+  if (pid > 0) { /* the commands' group: the first command's (set on both sides: no race) */
+    /* fails (EACCES) when the child has exec'd already: it had set it itself */
+    setpgid(pid, cmd_pgid ? cmd_pgid : pid);
+    if (!cmd_pgid) {
+      cmd_pgid = pid;
+      tell_guardian((int32_t)pid);
+      /* at a terminal, the commands read it as launch would */
+      if (isatty(0) && tcgetpgrp(0) == getpgrp()) {
+        signal(SIGTTOU, SIG_IGN);
+        terminal_handed = tcsetpgrp(0, pid) == 0;
+        signal(SIGTTOU, SIG_DFL);
+      }
+    }
+    return pid;
+  }
+  if (pid < 0) return pid;
+  setpgid(0, cmd_pgid ? cmd_pgid : 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (client) set_tf_config(client->job, client->index);
   char **args = calloc((size_t)ncmd + 8, sizeof *args);
@@ -474,10 +618,11 @@ static int supervise_until_done(task *ts, int n, pid_t *cmds, const task *const 
 static bool start_cluster(task *ts, int n, const char *secret_file, const launch_options *o,
                           char **cmd, int ncmd, pid_t *cmds, const task **clients, int *ncmds) {
   if (!start_tasks(ts, n, secret_file, (int)o->threads, o->quiet) || !export_cluster(ts, n) ||
-      setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0)
+      setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0 ||
+      setenv("GRAPHRUN_CLUSTER_ID", cluster_id, 1) != 0)
     return false;
   if (!o->quiet) {
-    fprintf(stderr, "graphrun launch: %d tasks ready:", n);
+    fprintf(stderr, "graphrun launch: %d tasks ready (cluster %s):", n, cluster_id);
     for (int k = 0; k < n; k++)
       fprintf(stderr, " %s:%d=127.0.0.1:%d(pid %d)", ts[k].job, ts[k].index, ts[k].port,
               (int)ts[k].pid);
@@ -524,9 +669,21 @@ int gr_cmd_launch(int argc, char **argv) {
   task ts[MAX_TASKS];
   int n;
   if ((rc = plan_tasks(o.spec, o.ps, o.workers, ts, &n)) != GR_EXIT_OK) return rc;
-  char secret_file[4096];
-  if (!write_secret(secret_file, sizeof secret_file)) {
+  char secret_file[4096], nonce[17];
+  int secret_fd;
+  bool secret_is_file;
+  if (!random_hex(nonce, 8)) {
+    fprintf(stderr, "graphrun launch: no random bytes for the cluster id: %s\n", strerror(errno));
+    return GR_EXIT_FAILURE;
+  }
+  snprintf(cluster_id, sizeof cluster_id, "launch-%s", nonce);
+  if (!write_secret(secret_file, sizeof secret_file, &secret_fd, &secret_is_file)) {
     fprintf(stderr, "graphrun launch: cannot write a secret file: %s\n", strerror(errno));
+    return GR_EXIT_FAILURE;
+  }
+  if (!start_guardian(secret_is_file ? secret_file : NULL, secret_fd)) {
+    fprintf(stderr, "graphrun launch: cannot start its guardian process: %s\n", strerror(errno));
+    if (secret_is_file) unlink(secret_file);
     return GR_EXIT_FAILURE;
   }
   struct sigaction sa = {.sa_handler = on_signal};
@@ -541,6 +698,8 @@ int gr_cmd_launch(int argc, char **argv) {
   if (start_cluster(ts, n, secret_file, &o, argv + o.cmd, argc - o.cmd, cmds, clients, &ncmds))
     rc = supervise_until_done(ts, n, cmds, clients, ncmds, secret_file, &o);
   stop_all(ts, n, cmds, ncmds);
-  unlink(secret_file);
+  if (secret_is_file) unlink(secret_file);
+  if (secret_fd >= 0) close(secret_fd);
+  stop_guardian();
   return rc;
 }

@@ -18,28 +18,33 @@ static void usage(FILE *f) {
              "                     GRAPHRUN_CLUSTER)\n"
              "  --container NAME   only this container (default: every shared container)\n"
              "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE)\n"
+             "  --cluster-id ID    the cluster's id (default: GRAPHRUN_CLUSTER_ID, else Slurm's\n"
+             "                     job and step ids, else derived from the cluster spec)\n"
+             "  --insecure         no secret: talk to servers started with --insecure\n"
              "  --timeout S        give up connecting to a task after S seconds (default and\n"
              "                     at most 10)\n"
              "  --quiet            print nothing when it worked\n\n"
              "Exit codes: 0 ok, 1 a task could not be reached or refused, 2 usage error.\n");
 }
 
-enum { F_CLUSTER = 256, F_CONTAINER, F_SECRET, F_TIMEOUT, F_QUIET };
+enum { F_CLUSTER = 256, F_CONTAINER, F_SECRET, F_CLUSTER_ID, F_INSECURE, F_TIMEOUT, F_QUIET };
 
 static const struct option reset_flags[] = {
     {"help", no_argument, NULL, 'h'},
     {"cluster", required_argument, NULL, F_CLUSTER},
     {"container", required_argument, NULL, F_CONTAINER},
     {"secret-file", required_argument, NULL, F_SECRET},
+    {"cluster-id", required_argument, NULL, F_CLUSTER_ID},
+    {"insecure", no_argument, NULL, F_INSECURE},
     {"timeout", required_argument, NULL, F_TIMEOUT},
     {"quiet", no_argument, NULL, F_QUIET},
     {0},
 };
 
 typedef struct reset_options {
-  const char *spec, *container, *secret_file;
+  const char *spec, *container, *secret_file, *cluster_id;
   double timeout_s;
-  bool quiet;
+  bool quiet, insecure;
 } reset_options;
 
 /* CLI_OPTS_END when the reset goes on, else the exit code. */
@@ -65,6 +70,12 @@ static int parse(int argc, char **argv, reset_options *o) {
         break;
       case F_SECRET:
         o->secret_file = po.arg;
+        break;
+      case F_CLUSTER_ID:
+        if (cli_opt_cluster_id(&po, &o->cluster_id) != GR_EXIT_OK) return GR_EXIT_USAGE;
+        break;
+      case F_INSECURE:
+        o->insecure = true;
         break;
       case F_TIMEOUT:
         if (!cli_opt_seconds(&po, 10, &o->timeout_s)) return GR_EXIT_USAGE;
@@ -102,8 +113,13 @@ int gr_cmd_reset(int argc, char **argv) {
   int dropped = 0;
   int ms = o.timeout_s > 0 && o.timeout_s < 0.001 ? 1 : (int)(o.timeout_s * 1000 + 0.5);
   rc = GR_EXIT_FAILURE;
-  if (cli_read_secret(o.secret_file, &secret, &err) == GR_OK &&
-      cli_connect(c, from, secret, ms, &m, &err) == GR_OK &&
+  cli_set_identity(o.cluster_id, o.insecure);
+  if (cli_read_secret(o.secret_file, o.insecure, &secret, &err) != GR_OK) {
+    fprintf(stderr, "graphrun reset: %s\n", err.msg);
+    gr_cluster_free(c);
+    return GR_EXIT_USAGE;
+  }
+  if (cli_connect(c, from, secret, ms, &m, &err) == GR_OK &&
       gr_master_reset(m, o.container, &dropped, &err) == GR_OK)
     rc = GR_EXIT_OK;
   if (rc != GR_EXIT_OK)

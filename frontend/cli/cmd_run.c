@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_epochs.h"
 #include "cli_run.h"
 #include "commands.h"
 
@@ -119,8 +120,12 @@ static int connect_cluster(cli_run_state *r) {
   int rc = cli_run_pick_container(r); /* the tasks' container of the variables */
   if (rc != GR_EXIT_OK || !r->cluster) return rc;
   cli_worker_set_container(&r->self, r->o.container);
-  if (cli_read_secret(r->o.secret_file, &r->secret, &err) != GR_OK ||
-      cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms, &r->master,
+  cli_set_identity(r->o.cluster_id, r->o.insecure);
+  if (cli_read_secret(r->o.secret_file, r->o.insecure, &r->secret, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  if (cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms, &r->master,
                   &err) != GR_OK ||
       cli_chief_hold(&r->self, r->cluster, r->secret, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
@@ -164,9 +169,9 @@ static int open_session(cli_run_state *r) {
 static int start_checkpoint(cli_run_state *r) {
   const cli_run_options *o = &r->o;
   int rc;
-  if (o->ckpt_path &&
-      (rc = cli_run_open_checkpoint(o->ckpt_path, (int)o->keep, o->no_restore, r->master != NULL,
-                                    r->s, r->g, &r->ck, &r->done_steps)) != GR_EXIT_OK)
+  if (o->ckpt_path && (rc = cli_run_open_checkpoint(o->ckpt_path, (int)o->keep, o->no_restore,
+                                                    o->restore_best, r->master != NULL, r->s, r->g,
+                                                    &r->ck, &r->done_steps)) != GR_EXIT_OK)
     return rc;
   r->rec = (cli_recovery){.cluster = r->cluster,
                           .from = r->cluster_from,
@@ -193,9 +198,9 @@ static int start_checkpoint(cli_run_state *r) {
 static gr_status run_step(cli_run_state *r, long st, bool saving, bool *in_save, gr_error *err) {
   const cli_run_options *o = &r->o;
   *in_save = false;
-  gr_status ok =
-      gr_session_run_traced(r->s, r->feeds, o->nfeed, r->fetches, o->nfetch, r->results, r->targets,
-                            o->ntarget, st == o->steps ? r->trace : NULL, err);
+  gr_status ok = gr_session_run_traced(
+      r->s, r->feeds, o->nfeed, r->fetches, o->nfetch, r->results, r->targets, o->ntarget,
+      st == o->steps && r->trace ? r->trace : cli_epochs_trace_for(r->ep, st), err);
   if (ok != GR_OK) return ok;
   r->moved = gr_session_last_transfers(r->s); /* before a checkpoint's own step */
   if (r->show) {
@@ -242,7 +247,7 @@ static int step_failed(cli_run_state *r, long st, bool in_save, gr_error *err, l
 static int run_steps(cli_run_state *r) {
   const cli_run_options *o = &r->o;
   gr_error err;
-  r->show = o->steps - r->done_steps > 1 && !o->quiet;
+  r->show = o->steps - r->done_steps > 1 && !o->quiet && !r->ep; /* epochs: their own lines */
   if (r->show) cli_progress_start(&r->pr, o->steps, stderr);
   for (long st = r->done_steps + 1; st <= o->steps; st++) {
     bool saving = r->ck && ((o->save_every && st % o->save_every == 0) || st == o->steps);
@@ -254,10 +259,12 @@ static int run_steps(cli_run_state *r) {
       st = resumed; /* the loop goes on with step resumed + 1 */
       continue;
     }
-    if (saving && !o->quiet && st < o->steps) {
+    if (saving && !o->quiet && st < o->steps && !r->ep) {
       if (r->show && r->pr.tty) fputc('\n', stderr);
       fprintf(stderr, "graphrun run: saved a checkpoint after step %ld to %s\n", st, o->ckpt_path);
     }
+    int erc = r->ep ? cli_epochs_after_step(r, st) : CLI_RUN_GO;
+    if (erc != CLI_RUN_GO) return erc; /* stopped early (the results kept), or failed */
     if (st < o->steps)
       for (int i = 0; i < o->nfetch; i++) gr_tensor_release(&r->results[i]);
   }
@@ -266,6 +273,7 @@ static int run_steps(cli_run_state *r) {
 }
 
 static void free_run(cli_run_state *r) {
+  cli_epochs_free(r->ep);
   gr_step_trace_free(r->trace);
   for (int i = 0; i < r->nloaded; i++) gr_tensor_release(&r->feed_vals[i]);
   gr_ckpt_close(r->ck);
@@ -292,6 +300,7 @@ int gr_cmd_run(int argc, char **argv) {
   }
   rc = load_program(r);
   if (rc == GR_EXIT_OK) rc = resolve_names(r);
+  if (rc == GR_EXIT_OK) rc = cli_epochs_setup(r);
   if (rc == GR_EXIT_OK) rc = load_feeds(r);
   if (rc == GR_EXIT_OK) rc = place_nodes(r);
   if (rc == GR_EXIT_OK) {
@@ -301,7 +310,9 @@ int gr_cmd_run(int argc, char **argv) {
   if (rc == GR_EXIT_OK) rc = connect_cluster(r);
   if (rc == GR_EXIT_OK) rc = open_session(r);
   if (rc == GR_EXIT_OK) rc = start_checkpoint(r);
+  if (rc == GR_EXIT_OK) rc = cli_epochs_start(r, argc, argv);
   if (rc == GR_EXIT_OK) rc = run_steps(r);
+  if (r->ep) cli_epochs_end(r, rc);
   if (rc == GR_EXIT_OK) rc = cli_run_report_step(r);
   if (rc == GR_EXIT_OK) rc = cli_run_print_results(r);
   free_run(r);

@@ -21,11 +21,19 @@ static void usage(FILE *f) {
              "                     task's address there is where it listens; with 'env' the\n"
              "                     task is TF_CONFIG's own (--job and --task may be left out)\n"
              "  --bind HOST:PORT   where to listen (default: the cluster's address, else\n"
-             "                     127.0.0.1:0, a free port). A non-loopback host needs a secret\n"
-             "  --secret-file F    the cluster's shared secret (default: GRAPHRUN_SECRET_FILE);\n"
-             "                     peers authenticate with HMAC-SHA256 before anything else\n"
+             "                     127.0.0.1:0, a free port)\n"
+             "  --secret-file F    the cluster's shared secret, 16 to 256 bytes, mode 0600\n"
+             "                     (default: GRAPHRUN_SECRET_FILE); required: peers prove they\n"
+             "                     know it (HMAC-SHA256) before anything else\n"
+             "  --cluster-id ID    the cluster this task belongs to: a peer of another cluster\n"
+             "                     is refused (default: GRAPHRUN_CLUSTER_ID, else Slurm's job\n"
+             "                     and step ids, else derived from --cluster's tasks)\n"
+             "  --insecure         no secret needed (no authentication: any local user can run\n"
+             "                     any graph as you); loopback only, warns at every start\n"
              "  --devices N        CPU devices (default 1)\n"
              "  --threads T        executor threads (default: number of cores)\n"
+             "  --max-connections N  accepted connections open at once (default: from the\n"
+             "                     descriptor limit, ulimit -n, less a quarter for files)\n"
              "  --quiet            no line per connection\n\n"
              "Exit codes: 0 stopped by a signal, 1 runtime failure, 2 usage error.\n");
 }
@@ -35,37 +43,43 @@ static void on_signal(int sig) {
   stop_signal = sig;
 }
 
-/* The task's address in the cluster spec, or NULL; with TF_CONFIG or Slurm
- * the spec also says which task this is (when --job is not given). */
-static const char *cluster_address(const char *spec, const char **job, long *task, char *buf,
-                                   size_t cap, gr_error *err, bool *failed) {
-  gr_cluster *c = NULL;
-  gr_cluster_self self;
-  bool has_self;
-  const char *from;
-  *failed = cli_load_cluster_self(spec, &c, &self, &has_self, &from, err) != GR_OK;
-  if (*failed || !c) return NULL;
+/* The task's address in the cluster spec c, or NULL; with TF_CONFIG or
+ * Slurm (has_self) the spec also says which task this is (when --job is
+ * not given). */
+static const char *cluster_address(const gr_cluster *c, const char *from, bool has_self,
+                                   const gr_cluster_self *self, const char **job, long *task,
+                                   char *buf, size_t cap, gr_error *err, bool *failed) {
   static char jobbuf[64];
   if (has_self && !*job) {
-    snprintf(jobbuf, sizeof jobbuf, "%s", self.job);
+    snprintf(jobbuf, sizeof jobbuf, "%s", self->job);
     *job = jobbuf;
-    *task = self.index;
+    *task = self->index;
   }
   int k = *job ? gr_cluster_find_task(c, *job, (int)*task) : -1;
-  const char *addr = NULL;
   if (k < 0) {
     gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s has no task /job:%s/task:%ld", from,
                  *job ? *job : "?", *task);
     *failed = true;
-  } else if (gr_cluster_task_at(c, k)->address) {
-    snprintf(buf, cap, "%s", gr_cluster_task_at(c, k)->address);
-    addr = buf;
+    return NULL;
   }
-  gr_cluster_free(c);
-  return addr;
+  if (!gr_cluster_task_at(c, k)->address) return NULL;
+  snprintf(buf, cap, "%s", gr_cluster_task_at(c, k)->address);
+  return buf;
 }
 
-enum { F_JOB = 256, F_TASK, F_DEVICES, F_THREADS, F_BIND, F_CLUSTER, F_SECRET, F_QUIET };
+enum {
+  F_JOB = 256,
+  F_TASK,
+  F_DEVICES,
+  F_THREADS,
+  F_BIND,
+  F_CLUSTER,
+  F_SECRET,
+  F_CLUSTER_ID,
+  F_INSECURE,
+  F_QUIET,
+  F_MAX_CONNS
+};
 
 static const struct option server_flags[] = {
     {"help", no_argument, NULL, 'h'},
@@ -76,13 +90,54 @@ static const struct option server_flags[] = {
     {"bind", required_argument, NULL, F_BIND},
     {"cluster", required_argument, NULL, F_CLUSTER},
     {"secret-file", required_argument, NULL, F_SECRET},
+    {"cluster-id", required_argument, NULL, F_CLUSTER_ID},
+    {"insecure", no_argument, NULL, F_INSECURE},
     {"quiet", no_argument, NULL, F_QUIET},
+    {"max-connections", required_argument, NULL, F_MAX_CONNS},
     {0},
 };
 
+/* Where the task listens, which cluster it belongs to and its secret, from
+ * the flags (and the spec): an exit code, GR_EXIT_OK when it goes on. */
+typedef struct server_setup {
+  const char *job, *bind, *spec, *secret_file, *cluster_id;
+  long task;
+  bool insecure;
+  char addr[300], id[GR_CLUSTER_ID_MAX + 1];
+  char *secret;
+} server_setup;
+
+static int setup(server_setup *o) {
+  gr_error err;
+  gr_cluster *c = NULL;
+  gr_cluster_self self;
+  bool has_self = false, failed = false;
+  const char *from = NULL, *from_cluster = NULL;
+  if (o->spec && cli_load_cluster_self(o->spec, &c, &self, &has_self, &from, &err) != GR_OK) {
+    fprintf(stderr, "graphrun server: --cluster: %s\n", err.msg);
+    return GR_EXIT_USAGE;
+  }
+  if (c)
+    from_cluster = cluster_address(c, from, has_self, &self, &o->job, &o->task, o->addr,
+                                   sizeof o->addr, &err, &failed);
+  if (failed) {
+    fprintf(stderr, "graphrun server: --cluster: %s\n", err.msg);
+  } else if (!o->job) {
+    fprintf(stderr, "graphrun server: --job is required (try --help)\n");
+    failed = true;
+  } else if (cli_read_secret(o->secret_file, o->insecure, &o->secret, &err) != GR_OK ||
+             cli_cluster_id(o->cluster_id, c, o->id, &err) != GR_OK) {
+    fprintf(stderr, "graphrun server: %s\n", err.msg);
+    failed = true;
+  }
+  gr_cluster_free(c);
+  if (!o->bind) o->bind = from_cluster;
+  return failed ? GR_EXIT_USAGE : GR_EXIT_OK;
+}
+
 int gr_cmd_server(int argc, char **argv) {
-  const char *job = "", *bind = NULL, *spec = NULL, *secret_file = NULL;
-  long task = 0, devices = 1, threads = 0;
+  server_setup o = {.job = NULL};
+  long devices = 1, threads = 0, max_conns = 0;
   bool quiet = false;
   cli_opts po;
   cli_opts_start(&po, "server", argc, argv, server_flags, "h", CLI_OPTS_ANY_ORDER);
@@ -92,21 +147,27 @@ int gr_cmd_server(int argc, char **argv) {
       usage(stdout);
       return GR_EXIT_OK;
     } else if (c == F_JOB) {
-      job = po.arg;
+      o.job = *po.arg ? po.arg : NULL;
     } else if (c == F_TASK) {
-      ok = cli_opt_long(&po, 0, 65535, &task);
+      ok = cli_opt_long(&po, 0, 65535, &o.task);
     } else if (c == F_DEVICES) {
       ok = cli_opt_long(&po, 1, 64, &devices);
     } else if (c == F_THREADS) {
       ok = cli_opt_long(&po, 0, 1024, &threads);
     } else if (c == F_BIND) {
-      bind = po.arg;
+      o.bind = po.arg;
     } else if (c == F_CLUSTER) {
-      spec = po.arg;
+      o.spec = po.arg;
     } else if (c == F_SECRET) {
-      secret_file = po.arg;
+      o.secret_file = po.arg;
+    } else if (c == F_CLUSTER_ID) {
+      ok = cli_opt_cluster_id(&po, &o.cluster_id) == GR_EXIT_OK;
+    } else if (c == F_INSECURE) {
+      o.insecure = true;
     } else if (c == F_QUIET) {
       quiet = true;
+    } else if (c == F_MAX_CONNS) {
+      ok = cli_opt_long(&po, 1, 1 << 20, &max_conns);
     } else {
       if (c == CLI_OPTS_ARG)
         fprintf(stderr, "graphrun server: unexpected argument '%s' (try --help)\n", po.arg);
@@ -114,36 +175,26 @@ int gr_cmd_server(int argc, char **argv) {
     }
     if (!ok) return GR_EXIT_USAGE;
   }
+  int rc = setup(&o);
+  if (rc != GR_EXIT_OK) {
+    free(o.secret);
+    return rc;
+  }
   gr_error err;
-  char addr[300];
-  bool failed = false;
-  const char *jobp = *job ? job : NULL;
-  const char *from_cluster =
-      spec ? cluster_address(spec, &jobp, &task, addr, sizeof addr, &err, &failed) : NULL;
-  if (failed) {
-    fprintf(stderr, "graphrun server: --cluster: %s\n", err.msg);
-    return GR_EXIT_USAGE;
-  }
-  if (!jobp) {
-    fprintf(stderr, "graphrun server: --job is required (try --help)\n");
-    return GR_EXIT_USAGE;
-  }
-  char *secret = NULL;
-  if (cli_read_secret(secret_file, &secret, &err) != GR_OK) {
-    fprintf(stderr, "graphrun server: %s\n", err.msg);
-    return GR_EXIT_USAGE;
-  }
-  gr_server_options o = {.job = jobp,
-                         .task = (int)task,
-                         .bind = bind ? bind : from_cluster,
-                         .secret = secret,
-                         .num_devices = (int)devices,
-                         .inter_op_threads = (int)threads,
-                         .quiet = quiet};
+  gr_server_options so = {.job = o.job,
+                          .task = (int)o.task,
+                          .bind = o.bind,
+                          .secret = o.secret,
+                          .insecure = o.insecure,
+                          .cluster_id = o.id,
+                          .num_devices = (int)devices,
+                          .inter_op_threads = (int)threads,
+                          .quiet = quiet,
+                          .max_connections = (int)max_conns};
   gr_server *srv;
-  if (gr_server_new(&o, &srv, &err) != GR_OK) {
+  if (gr_server_new(&so, &srv, &err) != GR_OK) {
     fprintf(stderr, "graphrun server: %s\n", err.msg);
-    free(secret);
+    free(o.secret);
     return err.code == GR_ERR_INVALID_ARGUMENT ? GR_EXIT_USAGE : GR_EXIT_FAILURE;
   }
   struct sigaction sa = {.sa_handler = on_signal};
@@ -152,18 +203,19 @@ int gr_cmd_server(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   char host[300];
-  snprintf(host, sizeof host, "%s", o.bind ? o.bind : "127.0.0.1:0");
+  snprintf(host, sizeof host, "%s", so.bind ? so.bind : "127.0.0.1:0");
   char *colon = strrchr(host, ':');
   if (colon) *colon = '\0'; /* the host part, as given ("[::1]" keeps its brackets) */
-  printf("graphrun server: %s listening on %s:%d (incarnation %016llx%s)\n",
+  printf("graphrun server: %s listening on %s:%d (incarnation %016llx, cluster %s, %s)\n",
          gr_server_task_name(srv), host, gr_server_port(srv),
-         (unsigned long long)gr_server_incarnation(srv), secret ? ", authenticated" : "");
+         (unsigned long long)gr_server_incarnation(srv), o.id,
+         o.secret ? "authenticated" : "INSECURE: no authentication");
   fflush(stdout);
   while (!stop_signal) pause();
   if (!quiet)
     fprintf(stderr, "graphrun server: %s stopping (signal %d)\n", gr_server_task_name(srv),
             (int)stop_signal);
   gr_server_free(srv);
-  free(secret);
+  free(o.secret);
   return GR_EXIT_OK;
 }

@@ -21,7 +21,8 @@
   X(ops, "list the registered ops with their inputs and attrs")                                    \
   X(server, "serve one task of a cluster (a worker or parameter server process)")                  \
   X(launch, "start a local cluster of server processes and run a graph or command on it")          \
-  X(reset, "clear the shared variable containers of a cluster's server tasks")
+  X(reset, "clear the shared variable containers of a cluster's server tasks")                     \
+  X(board, "serve a web page with a log directory's runs: curves, graph, placement, timeline")
 
 #define GR_X_CMD_DECL(name, summary) int gr_cmd_##name(int argc, char **argv);
 GR_COMMAND_LIST(GR_X_CMD_DECL)

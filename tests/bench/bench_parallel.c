@@ -592,6 +592,7 @@ static void bench_setup(bench *b) {
   /* no recovery here: a task starved by a loaded machine is slow, not lost */
   gr_master_options mo = {.num_tasks = 2,
                           .addresses = addrs,
+                          .secret = BENCH_SECRET,
                           .step_timeout_ms = 120000,
                           .heartbeat_ms = 250,
                           .heartbeat_missed = 40};

@@ -475,7 +475,8 @@ int main(int argc, char **argv) {
   close(life[0]); /* life[1] stays open until this process ends */
 
   gr_error err;
-  gr_master_options mo = {.num_tasks = TASKS, .addresses = addrs, .step_timeout_ms = 120000};
+  gr_master_options mo = {
+      .num_tasks = TASKS, .addresses = addrs, .secret = BENCH_SECRET, .step_timeout_ms = 120000};
   gr_master *m;
   if (gr_master_new(&mo, &m, &err) != GR_OK) bench_die("master", err.msg);
 

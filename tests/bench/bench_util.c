@@ -93,7 +93,11 @@ typedef struct server_child {
 
 static void server_main(void *arg, int life) {
   server_child *sc = arg;
-  gr_server_options o = {.job = "worker", .task = sc->task, .inter_op_threads = 1, .quiet = true};
+  gr_server_options o = {.job = "worker",
+                         .task = sc->task,
+                         .secret = BENCH_SECRET,
+                         .inter_op_threads = 1,
+                         .quiet = true};
   gr_server *srv;
   gr_error err;
   int port = -1;

@@ -3,8 +3,9 @@
  * the 16-byte header (gr_wire_parse_frame_header), the msgpack map
  * (gr_msg_parse: the count walk, then msgpack-c), every typed field reader
  * on the keys messages use, every array and nil in the map as a tensor
- * descriptor over the body (gr_msg_tensor), and for a REGISTER frame the
- * serialized graphs of its body (gr_wire_decode_graph, also on input that is
+ * descriptor over the body (gr_msg_tensor), the handshake's checks on a
+ * HELLO, AUTH or AUTH_OK (handshake_internal.h), and for a REGISTER frame
+ * the serialized graphs of its body (gr_wire_decode_graph, also on input that is
  * not a frame but a graph). A tensor that decodes must survive a round trip
  * through a frame of its own (gr_outmsg_pack_tensor, gr_outmsg_finish and
  * back) with the same dtype, shape and bytes.
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "distributed/gr_distributed.h"
+#include "distributed/handshake_internal.h"
 #include "distributed/server_internal.h"
 #include "distributed/wire_internal.h"
 
@@ -96,9 +98,10 @@ static void tensors_in(const msgpack_object *o, gr_buffer *body, size_t body_len
 /* The typed readers on the keys the messages use. */
 static void fields(const msgpack_object *root) {
   static const char *const keys[] = {
-      "id",    "run",   "handle",  "inc",   "step",  "seed",  "code",      "key",     "from",
-      "msg",   "task",  "dead",    "auth",  "nonce", "mac",   "feeds",     "fetches", "parts",
-      "peers", "names", "devices", "value", "sends", "bytes", "container", "private", "dropped"};
+      "id",    "run",   "handle",  "inc",       "step",    "seed",    "code",
+      "key",   "from",  "msg",     "task",      "dead",    "auth",    "nonce",
+      "mac",   "feeds", "fetches", "parts",     "peers",   "names",   "devices",
+      "value", "sends", "bytes",   "container", "private", "dropped", "cluster"};
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
     uint64_t u;
     int64_t i;
@@ -143,6 +146,28 @@ static void parts(const msgpack_object *root, const gr_buffer *body, size_t body
   }
 }
 
+/* A handshake message, checked as its receiver checks it (with a secret
+ * and without); an AUTH may only pass with a MAC of the secret. */
+static void handshake(int type, const gr_msg *m) {
+  static const uint8_t nonce[GR_AUTH_NONCE] = {1, 2, 3};
+  gr_error err;
+  gr_outmsg *out = NULL;
+  for (int secure = 0; secure < 2; secure++) {
+    const char *secret = secure ? "fuzz-secret-of-16+" : NULL;
+    gr_hs_client hs = {
+        .secret = secret, .cluster = "seed-cluster", .address = "fuzz:1", .auth = secure};
+    if (type == GR_MSG_HELLO && gr_hs_client_answer(&hs, m, &out, &err) == GR_OK)
+      gr_outmsg_free(out);
+    if (type == GR_MSG_AUTH_OK && secure && gr_hs_client_check(&hs, m, &err) == GR_OK)
+      abort(); /* a MAC of the secret, guessed */
+    if (type == GR_MSG_AUTH &&
+        gr_hs_server_check(secret, "seed-cluster", nonce, m, &out, &err) == GR_OK) {
+      gr_outmsg_free(out);
+      if (secure) abort(); /* a MAC of the secret, guessed */
+    }
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 1 << 16) return 0;
   gr_frame_header h;
@@ -166,6 +191,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   fields(&m.root);
+  handshake(h.type, &m);
   tensors_in(&m.root, body, body_len, 0);
   if (h.type == GR_MSG_REGISTER) {
     parts(&m.root, body, body_len);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "distributed/gr_distributed.h"
+#include "distributed/handshake_internal.h"
 #include "distributed/wire_internal.h"
 #include "ops/gr_ops.h"
 
@@ -65,15 +66,23 @@ int main(int argc, char **argv) {
              *dev = "/job:worker/replica:0/task:0/device:CPU:0";
   uint8_t nonce[GR_AUTH_NONCE] = {1, 2, 3};
 
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_HELLO, 2);
-  gr_outmsg_bool(m, "auth", true);
-  gr_outmsg_bin(m, "nonce", nonce, sizeof nonce);
+  /* the handshake, with a secret and without (handshake_internal.h) */
+  uint8_t hello_nonce[GR_AUTH_NONCE];
+  gr_outmsg *m = gr_hello_new("seed-secret-of-16+", "seed-cluster", hello_nonce, &err);
   emit("hello", m);
+  emit("hello_insecure", gr_hello_new(NULL, "seed-cluster", hello_nonce, &err));
 
-  m = gr_outmsg_new(GR_MSG_AUTH, 2);
+  m = gr_outmsg_new(GR_MSG_AUTH, 3);
+  gr_outmsg_str(m, "cluster", "seed-cluster");
   gr_outmsg_bin(m, "nonce", nonce, sizeof nonce);
   gr_outmsg_bin(m, "mac", nonce, sizeof nonce);
   emit("auth", m);
+  m = gr_outmsg_new(GR_MSG_AUTH, 1);
+  gr_outmsg_str(m, "cluster", "seed-cluster");
+  emit("auth_insecure", m);
+  m = gr_outmsg_new(GR_MSG_AUTH_OK, 1);
+  gr_outmsg_bin(m, "mac", nonce, sizeof nonce);
+  emit("auth_ok", m);
 
   m = gr_outmsg_new(GR_MSG_GET_STATUS, 1);
   gr_outmsg_u64(m, "id", 1);

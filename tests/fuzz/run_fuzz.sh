@@ -3,7 +3,8 @@
 # and runs one harness for a bounded time: run_fuzz.sh NAME [SECONDS].
 # Fails on any crash, leak or sanitizer report. Seeds: examples/*.gr (dsl),
 # the examples exported as .grb by build/graphrun when it exists (graph),
-# valid frames of every kind written by tests/fuzz/gen_wire_seeds.c (wire).
+# valid frames of every kind written by tests/fuzz/gen_wire_seeds.c (wire),
+# small PNG and JPEG files written by tests/fuzz/gen_image_seeds.c (image).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 name=${1:?harness name, e.g. dsl}
@@ -15,7 +16,7 @@ if [ ! -f $dir/CMakeCache.txt ]; then
         -DBUILD_TESTING=OFF -DCMAKE_C_FLAGS="$flags" >/dev/null
 fi
 cmake --build $dir --target graphrun -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
-libs="$dir/libgraphrun.a $(pkg-config --libs openblas sqlite3 zlib libxxhash jansson libcrypto) \
+libs="$dir/libgraphrun.a $(pkg-config --libs openblas sqlite3 zlib libxxhash jansson libcrypto libpng libjpeg) \
       $(pkg-config --libs libevent libevent_pthreads 2>/dev/null || true) \
       $(pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || true) \
       -lpthread -lm"
@@ -26,6 +27,10 @@ if [ "$name" = wire ]; then
   clang -fsanitize=fuzzer-no-link,address,undefined -g -O1 -I. -Ifrontend \
         tests/fuzz/gen_wire_seeds.c $libs -o $dir/gen_wire_seeds
   $dir/gen_wire_seeds $dir/corpus_$name
+elif [ "$name" = image ]; then
+  clang -fsanitize=fuzzer-no-link,address,undefined -g -O1 -I. -Ifrontend \
+        tests/fuzz/gen_image_seeds.c $libs -o $dir/gen_image_seeds
+  $dir/gen_image_seeds $dir/corpus_$name
 elif [ "$name" = graph ]; then
   for f in examples/*.gr; do
     [ -x build/graphrun ] && build/graphrun export "$f" -o "$dir/corpus_$name/$(basename "$f" .gr).grb" \

@@ -48,6 +48,7 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
     fprintf(stderr, "gt_cluster: cannot write the secret\n");
     return false;
   }
+  snprintf(c->cluster_id, sizeof c->cluster_id, "gt-%d-%ld", (int)getpid(), (long)random());
   c->n = o->ps + o->workers;
   if (c->n > GT_MAX_TASKS) return false;
   if (o->client_netns) snprintf(c->client_netns, sizeof c->client_netns, "%s", o->client_netns);
@@ -64,7 +65,7 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
     snprintf(threads, sizeof threads, "%d", o->threads > 0 ? o->threads : 1);
     snprintf(devices, sizeof devices, "%d", o->devices[k] > 0 ? o->devices[k] : 1);
     snprintf(bind, sizeof bind, "%s:0", host);
-    char *argv[20];
+    char *argv[32];
     int a = 0;
     if (o->netns[k]) {
       argv[a++] = "/usr/sbin/ip";
@@ -88,6 +89,8 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
                     devices,
                     "--secret-file",
                     c->secret,
+                    "--cluster-id",
+                    c->cluster_id,
                     o->quiet ? "--quiet" : NULL,
                     NULL};
     for (int i = 0; rest[i]; i++) argv[a++] = rest[i];
@@ -184,7 +187,7 @@ void gt_cluster_run_mlp(const gt_cluster *c, gt_proc *p, const char *name, int s
   a += mlp_argv(&m, c->dir, name, steps, save_every, argv + a);
   append_args(argv, &a, 62,
               (const char *const[]){"--cluster", c->spec, "--secret-file", c->secret,
-                                    "--max-failures", "50", NULL});
+                                    "--cluster-id", c->cluster_id, "--max-failures", "50", NULL});
   append_args(argv, &a, 62, extra);
   argv[a] = NULL;
   if (c->client_netns[0]) { /* ip netns exec NS graphrun ... */

@@ -40,6 +40,8 @@ typedef struct gt_cluster {
   int n;                 /* tasks: the ps first, then the workers */
   char dir[64];          /* a fresh temporary directory: the secret, checkpoints, outputs */
   char secret[PATH_MAX]; /* the shared secret's file (0600) */
+  char cluster_id[48];   /* the servers' --cluster-id (their spec is known only once they
+                            listen): a client gives the same */
   gt_proc srv[GT_MAX_TASKS];
   bool started[GT_MAX_TASKS];
   char task[GT_MAX_TASKS][16];  /* "ps:0" */
@@ -60,6 +62,7 @@ void gt_cluster_stop(gt_cluster *c);
 void gt_cluster_path(const gt_cluster *c, const char *name, char *buf, size_t cap);
 
 /* Starts `graphrun run tests/data/recovery_mlp.gr` for `steps` steps on c
+ * (--cluster c->spec --secret-file c->secret --cluster-id c->cluster_id)
  * (checkpoints in c->dir/ckpt_NAME every save_every steps, the final weights as
  * .npy files into the directory NAME, in c->dir unless absolute),
  * recovering from lost tasks; `extra`: more arguments (NULL-terminated) or

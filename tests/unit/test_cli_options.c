@@ -130,9 +130,9 @@ static void test_help(void) {
   const struct {
     const char *cmd;
     bool file;
-  } cmds[] = {{"run", true},     {"check", true},  {"export", true},     {"dot", true},
-              {"place", true},   {"ckpt", false},  {"calibrate", false}, {"ops", false},
-              {"server", false}, {"launch", false}};
+  } cmds[] = {{"run", true},     {"check", true},   {"export", true},     {"dot", true},
+              {"place", true},   {"ckpt", false},   {"calibrate", false}, {"ops", false},
+              {"server", false}, {"launch", false}, {"board", false}};
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
     char args[64], want[64];
     snprintf(want, sizeof want, "usage: graphrun %s ", cmds[i].cmd);

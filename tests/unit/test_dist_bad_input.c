@@ -8,8 +8,13 @@
  *
  * Every wait is bounded (poll with deadlines). The transport's limits
  * (gr_transport_set_limits) are lowered only inside the cases that need
- * it and restored after. Two servers: /job:worker/task:0 without a secret
- * and /job:ps/task:0 with one. */
+ * it and restored after. Two servers of the cluster CLUSTER:
+ * /job:worker/task:0 started insecure (no secret: the wire is what these
+ * cases are about) and /job:ps/task:0 with a secret, which the cases on the
+ * handshake use (a peer of another cluster, a tampered cluster id). Every
+ * case asserts its own log line, so the log's rate limit is off here, and
+ * so is the idle deadline (the registering connection stays open, silent,
+ * through the whole run); both are tested in test_dist_hostile.c. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,12 +28,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "distributed/loglimit_internal.h"
+#include "distributed/server_internal.h" /* a server's finished-step list (one case) */
 #include "distributed/transport_internal.h"
 #include "distributed/wire_internal.h"
 #include "gr_test.h"
 
 #define TIMEOUT_MS 10000
 #define SECRET     "bad-input-secret"
+#define CLUSTER    "bad-input"
 #define TASK0      "/job:worker/replica:0/task:0"
 #define DEV0       TASK0 "/device:CPU:0"
 #define TASK1      "/job:worker/replica:0/task:1" /* a peer that is not running */
@@ -363,8 +371,7 @@ static bool rc_read_frame(rc *c, inframe *f) {
 }
 
 /* Connects and reads the server's HELLO. */
-static bool rc_open_ex(rc *c, int p, bool *auth, uint8_t nonce[GR_AUTH_NONCE]) {
-  if (!rc_connect(c, p, 0)) return false;
+static bool rc_hello(rc *c, bool *auth, uint8_t nonce[GR_AUTH_NONCE]) {
   inframe f;
   gr_error err;
   if (!rc_read_frame(c, &f)) return rc_close(c), false;
@@ -377,40 +384,61 @@ static bool rc_open_ex(rc *c, int p, bool *auth, uint8_t nonce[GR_AUTH_NONCE]) {
   return ok;
 }
 
-/* A connection to srv, past its HELLO (no authentication). */
-static bool rc_open(rc *c) {
-  bool auth = true;
-  uint8_t nonce[GR_AUTH_NONCE];
-  return rc_open_ex(c, port, &auth, nonce) && !auth;
+static bool rc_open_ex(rc *c, int p, bool *auth, uint8_t nonce[GR_AUTH_NONCE]) {
+  return rc_connect(c, p, 0) && rc_hello(c, auth, nonce);
 }
 
-/* An AUTH frame answering the server's nonce with secret. */
-static void auth_frame(bytes *out, const char *secret, const uint8_t snonce[GR_AUTH_NONCE]) {
-  uint8_t cnonce[GR_AUTH_NONCE], mac[GR_AUTH_MAC];
-  for (int i = 0; i < GR_AUTH_NONCE; i++) cnonce[i] = (uint8_t)(i * 7 + 1);
-  gr_auth_mac(secret, "client", snonce, cnonce, mac);
+/* An AUTH frame of the fields given: cluster (NULL: left out), a nonce of
+ * nonce_len bytes (0: left out), mac (NULL: left out). */
+static void auth_fields(bytes *out, const char *cluster, const uint8_t *nonce, size_t nonce_len,
+                        const uint8_t *mac) {
   mp m;
   mp_init(&m);
-  msgpack_pack_map(&m.pk, 2);
-  mp_str(&m, "nonce");
-  msgpack_pack_bin(&m.pk, GR_AUTH_NONCE);
-  msgpack_pack_bin_body(&m.pk, cnonce, GR_AUTH_NONCE);
-  mp_str(&m, "mac");
-  msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
-  msgpack_pack_bin_body(&m.pk, mac, GR_AUTH_MAC);
+  msgpack_pack_map(&m.pk, (cluster != NULL) + (nonce_len > 0) + (mac != NULL));
+  if (cluster) {
+    mp_str(&m, "cluster");
+    mp_str(&m, cluster);
+  }
+  if (nonce_len) {
+    mp_str(&m, "nonce");
+    msgpack_pack_bin(&m.pk, nonce_len);
+    msgpack_pack_bin_body(&m.pk, nonce, nonce_len);
+  }
+  if (mac) {
+    mp_str(&m, "mac");
+    msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
+    msgpack_pack_bin_body(&m.pk, mac, GR_AUTH_MAC);
+  }
   frame(out, GR_MSG_AUTH, &m, NULL, 0);
   mp_free(&m);
 }
 
-/* A connection to srv_secret, authenticated. */
-static bool rc_open_auth(rc *c) {
-  bool auth = false;
+/* An AUTH frame answering a HELLO that said cluster `seen` (and snonce)
+ * as a client of cluster `claimed`: with a secret, its MAC over both ids;
+ * without, the cluster alone (to an insecure server). */
+static void auth_frame_ex(bytes *out, const char *secret, const uint8_t snonce[GR_AUTH_NONCE],
+                          const char *seen, const char *claimed) {
+  uint8_t cnonce[GR_AUTH_NONCE], mac[GR_AUTH_MAC];
+  for (int i = 0; i < GR_AUTH_NONCE; i++) cnonce[i] = (uint8_t)(i * 7 + 1);
+  if (secret) gr_auth_mac(secret, "client", snonce, cnonce, seen, claimed, mac);
+  auth_fields(out, claimed, cnonce, secret ? GR_AUTH_NONCE : 0, secret ? mac : NULL);
+}
+
+/* An AUTH frame answering the server's nonce with secret, of CLUSTER. */
+static void auth_frame(bytes *out, const char *secret, const uint8_t snonce[GR_AUTH_NONCE]) {
+  auth_frame_ex(out, secret, snonce, CLUSTER, CLUSTER);
+}
+
+/* The handshake on a connection to the server on port p: srv's without a
+ * secret, srv_secret's authenticated. */
+static bool rc_handshake(rc *c, int p) {
+  bool auth = p == port;
   uint8_t nonce[GR_AUTH_NONCE];
-  if (!rc_open_ex(c, port_secret, &auth, nonce)) return false;
+  if (!rc_hello(c, &auth, nonce)) return false;
   bytes a = {0};
-  auth_frame(&a, SECRET, nonce);
+  auth_frame(&a, p == port ? NULL : SECRET, nonce);
   inframe f;
-  bool ok = auth && rc_send(c, a.p, a.n) && rc_read_frame(c, &f);
+  bool ok = auth == (p != port) && rc_send(c, a.p, a.n) && rc_read_frame(c, &f);
   b_free(&a);
   if (ok) {
     ok = f.h.type == GR_MSG_AUTH_OK;
@@ -418,6 +446,16 @@ static bool rc_open_auth(rc *c) {
   }
   if (!ok) rc_close(c);
   return ok;
+}
+
+/* A connection to the server on port p, past the handshake. */
+static bool rc_open_on(rc *c, int p) {
+  return rc_connect(c, p, 0) && rc_handshake(c, p);
+}
+
+/* A connection to srv, past the handshake (no authentication). */
+static bool rc_open(rc *c) {
+  return rc_open_on(c, port);
 }
 
 /* A RESPONSE: its id, code and message (code 0: msg ""); f keeps the rest. */
@@ -446,7 +484,7 @@ static bool rc_response(rc *c, resp *r) {
 /* A raw GET_STATUS round trip on a new connection. */
 static bool serving_raw(int p) {
   rc c;
-  if (p == port ? !rc_open(&c) : !rc_open_auth(&c)) {
+  if (!rc_open_on(&c, p)) {
     fprintf(stderr, "serving_raw: cannot connect\n");
     return false;
   }
@@ -476,6 +514,8 @@ static bool serving_master(int p) {
   gr_master_options mo = {.num_tasks = 1,
                           .addresses = addrs,
                           .secret = p == port ? NULL : SECRET,
+                          .insecure = p == port,
+                          .cluster_id = CLUSTER,
                           .connect_timeout_ms = TIMEOUT_MS,
                           .step_timeout_ms = TIMEOUT_MS};
   gr_master *m;
@@ -780,9 +820,11 @@ static bool make_part_a(part *p) {
   return ok;
 }
 
-/* Graph b: a = 1 + 2 on task 1 (not running: the test pushes its value),
- * b = a + 10 on DEV0. DEV0's partition receives a. */
-static bool make_part_b(part *p) {
+/* a = 1 + 2 on dev_a and b = a + 10 on dev_b, partitioned with fetches b
+ * (and a first, when fetch_a); p: DEV0's partition, serialized, with its
+ * first fetch; on_part (may be NULL) sees that partition first. */
+static bool make_two_device_part(part *p, const char *dev_a, const char *dev_b, bool fetch_a,
+                                 void (*on_part)(const gr_partition *pt)) {
   gr_graph *g = gr_graph_new();
   gr_output a = gr_add(g, gr_const_f32(g, 1), gr_const_f32(g, 2));
   gr_output b = gr_add(g, a, gr_const_f32(g, 10));
@@ -790,33 +832,52 @@ static bool make_part_b(part *p) {
   gr_node **nodes = calloc((size_t)n, sizeof *nodes);
   for (int i = 0; i < n; i++) {
     nodes[i] = gr_graph_node(g, i);
-    nodes[i]->assigned_device = i <= a.node->id ? DEV1 : DEV0;
+    nodes[i]->assigned_device = i <= a.node->id ? dev_a : dev_b;
   }
   gr_partition_options po = {.incarnation = KEY_INC};
   gr_partitions *ps = NULL;
   gr_error err;
-  bool ok = gr_partition_graph(nodes, n, NULL, 0, &b, 1, &po, &ps, &err) == GR_OK;
-  if (!ok) fprintf(stderr, "graph b: %s\n", err.msg);
+  gr_output fetches[2] = {a, b};
+  bool ok = gr_partition_graph(nodes, n, NULL, 0, fetch_a ? fetches : fetches + 1, fetch_a ? 2 : 1,
+                               &po, &ps, &err) == GR_OK;
+  if (!ok) fprintf(stderr, "two-device graph: %s\n", err.msg);
   for (int k = 0; ok && k < ps->num_parts; k++) {
     gr_partition *pt = &ps->parts[k];
     if (strcmp(pt->device, DEV0) != 0) continue;
-    for (int id = 0; id < gr_graph_num_nodes(pt->graph); id++) {
-      gr_node *nd = gr_graph_node(pt->graph, id);
-      if (!strcmp(nd->op->name, "_recv"))
-        snprintf(
-            key_b, sizeof key_b, "%s;%016llx;%s;%s;:0", gr_node_attr_string(nd, "send_device", ""),
-            (unsigned long long)gr_node_attr_int(nd, "incarnation", 0),
-            gr_node_attr_string(nd, "recv_device", ""), gr_node_attr_string(nd, "tensor_name", ""));
-    }
+    if (on_part) on_part(pt);
     p->feed[0] = '\0';
     snprintf(p->fetch, sizeof p->fetch, "%s", pt->fetches[0].node->name);
     ok = gr_wire_encode_graph(pt->graph, NULL, &p->graph, &p->size, &err) == GR_OK;
   }
-  ok = ok && key_b[0];
   gr_partitions_free(ps);
   free(nodes);
   gr_graph_free(g);
-  return ok;
+  return ok && p->graph;
+}
+
+/* key_b: the key of the _recv of DEV0's partition pt. */
+static void note_recv_key(const gr_partition *pt) {
+  for (int id = 0; id < gr_graph_num_nodes(pt->graph); id++) {
+    gr_node *nd = gr_graph_node(pt->graph, id);
+    if (!strcmp(nd->op->name, "_recv"))
+      snprintf(
+          key_b, sizeof key_b, "%s;%016llx;%s;%s;:0", gr_node_attr_string(nd, "send_device", ""),
+          (unsigned long long)gr_node_attr_int(nd, "incarnation", 0),
+          gr_node_attr_string(nd, "recv_device", ""), gr_node_attr_string(nd, "tensor_name", ""));
+  }
+}
+
+/* Graph b: a = 1 + 2 on task 1 (not running: the test pushes its value),
+ * b = a + 10 on DEV0. DEV0's partition receives a. */
+static bool make_part_b(part *p) {
+  return make_two_device_part(p, DEV1, DEV0, false, note_recv_key) && key_b[0];
+}
+
+/* Graph c: a = 1 + 2 on DEV0, sent to b = a + 10 on task 1 (not running:
+ * its address in the registrations refuses connections). DEV0's partition
+ * pushes a to task 1, so registering it dials task 1. */
+static bool make_part_c(part *p) {
+  return make_two_device_part(p, DEV0, DEV1, true, NULL);
 }
 
 /* The connection the graphs were registered over: a server drops the
@@ -841,6 +902,67 @@ static uint64_t register_part_in(const part *p, uint64_t id, const char *contain
 
 static uint64_t register_part(const part *p, uint64_t id) {
   return register_part_in(p, id, "bad-input");
+}
+
+/* ---- registrations that wait for their peers ----------------------------- */
+
+/* Five registrations whose sends push to a task that refuses connections
+ * (more than the server's four register threads): each waits for its dial
+ * (retried for 10 s), without a thread. Meanwhile another client registers
+ * a graph and runs a step, answered while all five still wait (when a
+ * registration dialed on a register thread, the fifth and this one queued
+ * behind four dials); then each of the five is answered with the dial's
+ * error. */
+static void test_registrations_do_not_wait_for_dials(void) {
+  enum { SLOW = 5 };
+  part pc = {0};
+  GR_CHECK(make_part_c(&pc));
+  rc slow[SLOW];
+  for (int i = 0; i < SLOW; i++) {
+    slow[i].fd = -1;
+    bytes b = {0};
+    register_frame_in(&b, 600 + (uint64_t)i, inc0, DEV0, &pc, "bad-input", false);
+    GR_CHECK(pc.graph && rc_open(&slow[i]) && rc_send(&slow[i], b.p, b.n));
+    b_free(&b);
+  }
+  rc fast;
+  GR_CHECK(rc_open(&fast));
+  bytes b = {0};
+  register_frame(&b, 700, inc0, DEV0, &part_a);
+  resp r;
+  uint64_t handle = 0;
+  gr_error err;
+  GR_CHECK(rc_send(&fast, b.p, b.n) && rc_response(&fast, &r));
+  b_free(&b);
+  if (r.f.m.has_zone) {
+    GR_CHECK_MSG(r.code == 0 && gr_msg_u64(&r.f.m.root, "handle", &handle, &err) == GR_OK, "%s",
+                 r.msg);
+    inframe_free(&r.f);
+  }
+  run_frame(&b, handle, 701, next_run++, "float32", 1, (int64_t[]){3}, 0, 12, 64);
+  GR_CHECK(rc_send(&fast, b.p, b.n) && rc_response(&fast, &r));
+  b_free(&b);
+  if (r.f.m.has_zone) {
+    GR_CHECK_MSG(fetch_a_ok(&r), "the step of graph a: %s", r.msg);
+    inframe_free(&r.f);
+  }
+  for (int i = 0; i < SLOW; i++) /* none answered yet: their dials go on */
+    GR_CHECK_MSG(!rc_poll(&slow[i], POLLIN, gr_wire_now_ms() + 1),
+                 "registration %d was answered before the step of another client", i);
+  for (int i = 0; i < SLOW; i++) {
+    GR_CHECK(rc_poll(&slow[i], POLLIN, gr_wire_now_ms() + 60000));
+    GR_CHECK(rc_response(&slow[i], &r));
+    if (!r.f.m.has_zone) continue;
+    GR_CHECK_EQ_INT(r.id, 600 + i);
+    GR_CHECK_EQ_INT(r.code, GR_ERR_UNAVAILABLE);
+    GR_CHECK_STR_CONTAINS(r.msg, TASK0 ": registering a graph: dialing " TASK1
+                                       ": cannot connect to 127.0.0.1:1 within 10000 ms");
+    inframe_free(&r.f);
+    rc_close(&slow[i]);
+  }
+  rc_close(&fast);
+  free(pc.graph);
+  CHECK_SERVING();
 }
 
 /* ---- frames cut short ---------------------------------------------------- */
@@ -932,21 +1054,19 @@ static void test_http_request(void) { /* someone points a browser at the port */
   CHECK_SERVING();
 }
 
+/* 0 and 255; 1: before containers, 2: before cluster ids */
 static void test_unknown_version(void) {
-  for (int v = 0; v < 256; v += 255) { /* 0 and 255 */
+  const int versions[] = {0, 255, 1, 2};
+  for (int i = 0; i < 4; i++) {
     bytes f = {0};
     status_frame(&f, 1);
-    f.p[4] = (uint8_t)v;
+    f.p[4] = (uint8_t)versions[i];
     char want[128];
-    snprintf(want, sizeof want, "wire version %d, this build speaks version 2", v);
+    snprintf(want, sizeof want, "wire version %d, this build speaks version %d", versions[i],
+             GR_WIRE_VERSION);
     expect_bad_frame(f.p, f.n, want);
     b_free(&f);
   }
-  bytes f = {0};
-  status_frame(&f, 1);
-  f.p[4] = 1; /* before containers: its REGISTER would name none */
-  expect_bad_frame(f.p, f.n, "wire version 1, this build speaks version 2");
-  b_free(&f);
   CHECK_SERVING();
 }
 
@@ -994,7 +1114,7 @@ static const struct header_case {
     {false, GR_MSG_GET_STATUS, 3, 1, 0, "get_status frame: body of 1 bytes is over the limit of 0"},
     {false, GR_MSG_ABORT, 3, 0x80000000u, 0,
      "abort frame: body of 2147483648 bytes is over the limit of 0"},
-    {true, GR_MSG_AUTH, 129, 0, 129, "auth frame: header of 129 bytes (must be 1 to 128)"},
+    {true, GR_MSG_AUTH, 241, 0, 241, "auth frame: header of 241 bytes (must be 1 to 240)"},
     {true, GR_MSG_AUTH, 100, 1 << 20, 0,
      "auth frame: body of 1048576 bytes is over the limit of 0"},
     /* a RUN (16 MiB header allowed once authenticated) */
@@ -1059,6 +1179,14 @@ static const struct map_case {
     {GR_MSG_GET_STATUS, BYTES(0x81, 0xdb, 0x10, 0x00, 0x00, 0x00, 'i', 'd'),
      "get_status frame: msgpack: a length of 268435456 bytes at byte 6 runs past the end (2 "
      "left)"},
+    /* a key given twice: the reader would take whichever it looked at first */
+    {GR_MSG_GET_STATUS, BYTES(0x82, 0xa2, 'i', 'd', 0x01, 0xa2, 'i', 'd', 0x02),
+     "get_status frame: msgpack: a map gives key 'id' twice (again at byte 5)"},
+    {GR_MSG_GET_STATUS, BYTES(0x82, 0xa2, 'i', 'd', 0x01, 0xd9, 0x02, 'i', 'd', 0x02), /* str 8 */
+     "get_status frame: msgpack: a map gives key 'id' twice (again at byte 5)"},
+    {GR_MSG_RUN,
+     BYTES(0x82, 0xa2, 'i', 'd', 0x01, 0xa1, 'f', 0x82, 0xa1, 'k', 0xc0, 0xa1, 'k', 0xc0),
+     "run frame: msgpack: a map gives key 'k' twice (again at byte 11)"},
 };
 
 static void test_bad_maps(void) {
@@ -1068,6 +1196,25 @@ static void test_bad_maps(void) {
     expect_bad_frame(f.p, f.n, map_cases[i].want);
     b_free(&f);
   }
+  CHECK_SERVING();
+}
+
+/* A map of 40 keys (sorted, not compared pairwise) that gives "k17" twice. */
+static void test_duplicate_key_in_a_big_map(void) {
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 41);
+  mp_u64(&m, "id", 5);
+  for (int i = 0; i < 40; i++) {
+    char k[8];
+    snprintf(k, sizeof k, "k%d", i == 39 ? 17 : i);
+    mp_u64(&m, k, (uint64_t)i);
+  }
+  bytes f = {0};
+  frame(&f, GR_MSG_VARS, &m, NULL, 0);
+  expect_bad_frame(f.p, f.n, "vars frame: msgpack: a map gives key 'k17' twice (again at byte");
+  b_free(&f);
+  mp_free(&m);
   CHECK_SERVING();
 }
 
@@ -1285,15 +1432,21 @@ static void expect_run_a_refused(const char *dtype, int rank, const int64_t *dim
   b_free(&f);
 }
 
-/* The positive case first: the same frame with good values runs. */
-static void test_run_good(void) {
+/* A good RUN of graph a (request id, run id) on a new connection is
+ * answered with its fetch. */
+static void expect_good_run_a(uint64_t id, uint64_t run) {
   bytes f = {0};
-  good_run_a(&f, 9, next_run++);
+  good_run_a(&f, id, run);
   resp r;
-  expect_response(&f, 9, GR_OK, NULL, &r);
+  expect_response(&f, id, GR_OK, NULL, &r);
   GR_CHECK(fetch_a_ok(&r));
   inframe_free(&r.f);
   b_free(&f);
+}
+
+/* The positive case first: the same frame with good values runs. */
+static void test_run_good(void) {
+  expect_good_run_a(9, next_run++);
   CHECK_SERVING();
 }
 
@@ -1414,6 +1567,25 @@ static void test_run_unknown_handle(void) {
   msgpack_pack_array(&m.pk, 0);
   expect_map_response(&m, GR_MSG_RUN, NULL, 0, 9, GR_ERR_NOT_FOUND,
                       TASK0 " has no graph 987654321");
+  CHECK_SERVING();
+}
+
+/* A DEREGISTER is answered like any request: an unknown handle, and one
+ * another client registered (which it may not drop), with an error. */
+static void test_deregister_unknown_handle(void) {
+  const uint64_t handles[2] = {987654321, handle_a};
+  for (int i = 0; i < 2; i++) {
+    mp m;
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    mp_u64(&m, "id", 11);
+    mp_u64(&m, "handle", handles[i]);
+    char want[128];
+    snprintf(want, sizeof want, TASK0 " has no graph %llu of this client",
+             (unsigned long long)handles[i]);
+    expect_map_response(&m, GR_MSG_DEREGISTER, NULL, 0, 11, GR_ERR_NOT_FOUND, want);
+  }
+  expect_good_run_a(12, next_run++); /* graph a is still there */
   CHECK_SERVING();
 }
 
@@ -1777,6 +1949,32 @@ static void test_repeated_run_after_it_finished(void) {
   CHECK_SERVING();
 }
 
+/* The same after 2^31 steps: the server's position in its list of finished
+ * steps (set here, as no test runs 2^31 steps) goes past INT32_MAX. As a
+ * signed int it overflowed there (undefined behaviour; in practice a
+ * negative index that wrote outside the list, and the step was not
+ * remembered: its RUN was taken again). */
+static void test_repeated_run_after_2_31_steps(void) {
+  pthread_mutex_lock(&srv->mu);
+  uint32_t saved = srv->finished_pos;
+  srv->finished_pos = INT32_MAX - 1;
+  pthread_mutex_unlock(&srv->mu);
+  uint64_t run = 0;
+  for (int i = 0; i < 4; i++) /* past INT32_MAX, to a slot that was negative */
+    expect_good_run_a(1, run = next_run++);
+  bytes f = {0};
+  good_run_a(&f, 2, run);
+  char want[128];
+  snprintf(want, sizeof want, "step %016llx ran here already (a repeated RUN)",
+           (unsigned long long)run);
+  expect_response(&f, 2, GR_ERR_ALREADY_EXISTS, want, NULL);
+  b_free(&f);
+  pthread_mutex_lock(&srv->mu);
+  srv->finished_pos = saved;
+  pthread_mutex_unlock(&srv->mu);
+  CHECK_SERVING();
+}
+
 /* Two RUNs of one step at once: one waits for task 1's push, the other is
  * refused at once; the push then completes the first (the positive push). */
 static void test_repeated_run_while_running(void) {
@@ -1981,7 +2179,8 @@ static void test_disconnect_during_steps(void) {
 static void test_client_stops_reading(void) {
   gr_transport_set_limits(64 * 1024, 0xffffffffu);
   rc c;
-  GR_CHECK(rc_connect(&c, port, 4096)); /* a small receive buffer: the server's queue fills */
+  /* a small receive buffer: the server's queue fills */
+  GR_CHECK(rc_connect(&c, port, 4096) && rc_handshake(&c, port));
   bool closed = false;
   uint64_t id = 1;
   for (int round = 0; round < 100 && !closed; round++) { /* at most 2,000,000 requests */
@@ -2047,25 +2246,40 @@ static void test_bad_abort(void) {
   CHECK_SERVING();
 }
 
-/* ---- authentication ------------------------------------------------------ */
+/* ---- the handshake ------------------------------------------------------- */
 
-/* Sends bytes to the server with a secret before authenticating: it must
- * log "bad frame from ME: want" and close. */
-static void expect_refused_unauthenticated(const void *p, size_t n, const char *want) {
+/* Sends bytes to the server on port p after its HELLO, before the handshake
+ * ends: it must log "WHAT ME: want" ("bad frame from" for a frame it cannot
+ * read, "refused" for an AUTH it does not accept) and close. */
+static void expect_refused_on(int p, const void *b, size_t n, const char *what, const char *want) {
   rc c;
   bool auth = false;
   uint8_t nonce[GR_AUTH_NONCE];
-  GR_CHECK(rc_open_ex(&c, port_secret, &auth, nonce));
+  GR_CHECK(rc_open_ex(&c, p, &auth, nonce));
   if (c.fd < 0) return;
-  GR_CHECK(auth);
-  expect_logged_close(&c, p, n, "bad frame", want);
+  GR_CHECK(auth == (p == port_secret));
+  rc_send(&c, b, n); /* may fail once the server closed */
+  char line[1024];
+  snprintf(line, sizeof line, "%s %s: %s", what, c.me, want);
+  CHECK_LOG(line);
+  GR_CHECK(rc_closed(&c));
+  rc_close(&c);
 }
 
+/* The same to the server with a secret, for a frame it cannot read. */
+static void expect_refused_unauthenticated(const void *p, size_t n, const char *want) {
+  expect_refused_on(port_secret, p, n, "bad frame from", want);
+}
+
+/* Every peer answers HELLO with AUTH, also to a server without a secret:
+ * a request first is refused. */
 static void test_request_before_auth(void) {
   bytes f = {0};
   status_frame(&f, 1);
   expect_refused_unauthenticated(f.p, f.n, "a get_status frame before authentication");
+  expect_refused_on(port, f.p, f.n, "bad frame from", "a get_status frame before authentication");
   b_free(&f);
+  CHECK_SERVING();
   CHECK_SERVING_SECRET();
 }
 
@@ -2089,58 +2303,112 @@ static void test_garbage_before_auth(void) {
   CHECK_SERVING_SECRET();
 }
 
+/* An AUTH of the entries given, zeros for their bytes. */
+static void auth_map(bytes *f, const char *cluster, size_t nonce_len, bool mac) {
+  uint8_t zeros[GR_AUTH_NONCE] = {0};
+  auth_fields(f, cluster, zeros, nonce_len, mac ? zeros : NULL);
+}
+
 static void test_auth_malformed(void) {
-  uint8_t nonce[GR_AUTH_NONCE] = {0};
-  bytes f = {0};
-  mp m;
-  mp_init(&m);
-  msgpack_pack_map(&m.pk, 1);
-  mp_str(&m, "mac");
-  msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
-  msgpack_pack_bin_body(&m.pk, nonce, GR_AUTH_MAC);
-  frame(&f, GR_MSG_AUTH, &m, NULL, 0);
-  expect_refused_unauthenticated(f.p, f.n, "field 'nonce' is missing");
-  b_free(&f);
-  mp_free(&m);
-  mp_init(&m);
-  msgpack_pack_map(&m.pk, 2);
-  mp_str(&m, "nonce");
-  msgpack_pack_bin(&m.pk, 31);
-  msgpack_pack_bin_body(&m.pk, nonce, 31);
-  mp_str(&m, "mac");
-  msgpack_pack_bin(&m.pk, GR_AUTH_MAC);
-  msgpack_pack_bin_body(&m.pk, nonce, GR_AUTH_MAC);
-  frame(&f, GR_MSG_AUTH, &m, NULL, 0);
-  expect_refused_unauthenticated(f.p, f.n, "field 'nonce' must be 32 bytes of binary");
-  b_free(&f);
-  mp_free(&m);
+  static const struct {
+    const char *cluster;
+    size_t nonce;
+    bool mac, secret;
+    const char *want;
+  } cases[] = {
+      {NULL, 32, true, true, "field 'cluster' is missing"},
+      {NULL, 0, false, false, "field 'cluster' is missing"},
+      {CLUSTER, 0, true, true, "field 'nonce' is missing"},
+      {CLUSTER, 31, true, true, "field 'nonce' must be 32 bytes of binary"},
+      {CLUSTER, 32, false, true, "field 'mac' is missing"},
+      {"a b", 32, true, true, "field 'cluster': 'a b' is not a cluster id"},
+      {"\x01x", 0, false, false, "field 'cluster': '?x' is not a cluster id"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    bytes f = {0};
+    auth_map(&f, cases[i].cluster, cases[i].nonce, cases[i].mac);
+    expect_refused_on(cases[i].secret ? port_secret : port, f.p, f.n, "refused", cases[i].want);
+    b_free(&f);
+  }
+  CHECK_SERVING();
   CHECK_SERVING_SECRET();
 }
 
-/* An AUTH frame with a MAC made with another secret. */
-static void test_auth_wrong_mac(void) {
+/* An AUTH answering a fresh HELLO of the server on port p, made by
+ * auth_frame_ex(secret, its nonce, seen, claimed): the server must log
+ * "refused ME: want" and close. */
+static void expect_auth_refused_ex(int p, const char *secret, const char *seen, const char *claimed,
+                                   bool alter_id, const char *want) {
   rc c;
   bool auth = false;
   uint8_t nonce[GR_AUTH_NONCE];
-  GR_CHECK(rc_open_ex(&c, port_secret, &auth, nonce));
+  GR_CHECK(rc_open_ex(&c, p, &auth, nonce));
+  if (c.fd < 0) return;
   bytes f = {0};
-  auth_frame(&f, "another secret", nonce);
+  auth_frame_ex(&f, secret, nonce, seen, claimed);
+  const char *at = memmem(f.p, f.n, claimed, strlen(claimed));
+  if (alter_id) GR_CHECK(at != NULL && strlen(claimed) > 0);
+  if (alter_id && at) f.p[at - (const char *)f.p] ^= 0x20; /* changed on the way: "Bad-input" */
   GR_CHECK(rc_send(&c, f.p, f.n));
-  char line[256];
-  snprintf(line, sizeof line, "bad frame from %s: wrong secret (authentication failed)", c.me);
+  char line[512];
+  snprintf(line, sizeof line, "refused %s: %s; closing that connection", c.me, want);
   CHECK_LOG(line);
   GR_CHECK(rc_closed(&c));
   rc_close(&c);
   b_free(&f);
+}
+
+static void expect_auth_refused(int p, const char *secret, const char *seen, const char *claimed,
+                                const char *want) {
+  expect_auth_refused_ex(p, secret, seen, claimed, false, want);
+}
+
+/* An AUTH frame with a MAC made with another secret. */
+static void test_auth_wrong_mac(void) {
+  expect_auth_refused(port_secret, "another secret!!", CLUSTER, CLUSTER,
+                      "wrong secret (authentication failed: another secret, or the handshake was "
+                      "altered on the way)");
   CHECK_SERVING_SECRET();
 }
 
-static gr_status master_with(int p, const char *secret, gr_error *err) {
+/* A client of another cluster that knows the secret (one that does not
+ * check the HELLO's cluster itself): the server refuses it, naming both
+ * ids; so does a server without a secret. */
+static void test_auth_other_cluster(void) {
+  const char *want = "a client of cluster 'job-b', this server's is '" CLUSTER "': another job's "
+                     "client?";
+  expect_auth_refused(port_secret, SECRET, CLUSTER, "job-b", want);
+  expect_auth_refused(port, NULL, CLUSTER, "job-b", want);
+  expect_auth_refused(port, NULL, CLUSTER, "",
+                      "a client of cluster none, this server's is '" CLUSTER "': another job's "
+                      "client?");
+  CHECK_SERVING();
+  CHECK_SERVING_SECRET();
+}
+
+/* The cluster ids are covered by the MACs: a HELLO whose id was changed on
+ * the way (the client saw job-b, its own, and answered as a client of
+ * job-b), or an AUTH whose id was changed after the client made its MAC,
+ * fails the server's check of the MAC. */
+static void test_auth_tampered_cluster(void) {
+  const char *want = "wrong secret (authentication failed: another secret, or the handshake was "
+                     "altered on the way)";
+  expect_auth_refused(port_secret, SECRET, "job-b", "job-b", want);          /* the HELLO's id */
+  expect_auth_refused_ex(port_secret, SECRET, CLUSTER, CLUSTER, true, want); /* the AUTH's */
+  CHECK_SERVING_SECRET();
+}
+
+static gr_status master_with(int p, const char *secret, bool insecure, const char *cluster,
+                             gr_error *err) {
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", p);
   const char *addrs[] = {addr};
-  gr_master_options mo = {
-      .num_tasks = 1, .addresses = addrs, .secret = secret, .connect_timeout_ms = TIMEOUT_MS};
+  gr_master_options mo = {.num_tasks = 1,
+                          .addresses = addrs,
+                          .secret = secret,
+                          .insecure = insecure,
+                          .cluster_id = cluster,
+                          .connect_timeout_ms = TIMEOUT_MS};
   gr_master *m = NULL;
   gr_status st = gr_master_new(&mo, &m, err);
   gr_master_free(m);
@@ -2149,19 +2417,27 @@ static gr_status master_with(int p, const char *secret, gr_error *err) {
 
 static void test_master_wrong_secret(void) {
   gr_error err;
-  gr_status st = master_with(port_secret, "not the secret", &err);
+  gr_status st = master_with(port_secret, "not the secret!!", false, CLUSTER, &err);
   GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
   char want[128];
   snprintf(want, sizeof want, "127.0.0.1:%d refused this process's secret (a different secret?)",
            port_secret);
   GR_CHECK_STR_CONTAINS(err.msg, want);
-  CHECK_LOG(": wrong secret (authentication failed); closing that connection");
+  CHECK_LOG(": wrong secret (authentication failed: another secret, or the handshake was altered "
+            "on the way); closing that connection");
   CHECK_SERVING_SECRET();
 }
 
 static void test_master_without_secret(void) {
   gr_error err;
-  gr_status st = master_with(port_secret, NULL, &err);
+  /* a master without a secret must say it means it */
+  GR_CHECK_EQ_INT(master_with(port_secret, NULL, false, CLUSTER, &err), GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "master: no secret: servers require the cluster's shared secret");
+  GR_CHECK_EQ_INT(master_with(port_secret, "short secret", false, CLUSTER, &err),
+                  GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "master: the secret is 12 bytes, want 16 to 256");
+  /* then the server asks for one */
+  gr_status st = master_with(port_secret, NULL, true, CLUSTER, &err);
   GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
   char want[128];
   snprintf(want, sizeof want, "127.0.0.1:%d requires a secret", port_secret);
@@ -2171,46 +2447,142 @@ static void test_master_without_secret(void) {
 
 static void test_master_secret_server_without(void) {
   gr_error err;
-  gr_status st = master_with(port, SECRET, &err);
+  gr_status st = master_with(port, SECRET, false, CLUSTER, &err);
   GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
   char want[160];
-  snprintf(want, sizeof want, "127.0.0.1:%d does not authenticate, but this process has a secret",
+  snprintf(want, sizeof want,
+           "127.0.0.1:%d does not authenticate (an insecure server), but this "
+           "process has a secret",
            port);
   GR_CHECK_STR_CONTAINS(err.msg, want);
   CHECK_SERVING();
 }
 
+/* A master of another cluster refuses the server when it reads its HELLO,
+ * naming both ids and the address, and sends it nothing: the server logs
+ * no session. */
+static void test_master_other_cluster(void) {
+  int ports[] = {port_secret, port};
+  for (int i = 0; i < 2; i++) {
+    gr_error err;
+    gr_status st = master_with(ports[i], i ? NULL : SECRET, i == 1, "job-b", &err);
+    GR_CHECK_EQ_INT(st, GR_ERR_UNAUTHENTICATED);
+    char want[256];
+    snprintf(want, sizeof want,
+             "127.0.0.1:%d belongs to cluster '" CLUSTER "', this client's is 'job-b': another "
+             "job's server on this port?",
+             ports[i]);
+    GR_CHECK_STR_CONTAINS(err.msg, want);
+    GR_CHECK_EQ_INT(master_with(ports[i], i ? NULL : SECRET, i == 1, NULL, &err),
+                    GR_ERR_UNAUTHENTICATED);
+    GR_CHECK_STR_CONTAINS(err.msg, "this client's is none");
+  }
+  GR_CHECK(!log_has("session from"));
+  CHECK_SERVING();
+  CHECK_SERVING_SECRET();
+}
+
+/* A server of another version of graphrun (a thread of this test that
+ * answers with a HELLO of wire version 2): the client names it and both
+ * versions. */
+static void *old_server(void *arg) {
+  int ls = *(int *)arg, fd = accept(ls, NULL, NULL);
+  if (fd < 0) return NULL;
+  bytes f = {0};
+  mp m;
+  mp_init(&m);
+  msgpack_pack_map(&m.pk, 1);
+  mp_str(&m, "auth");
+  msgpack_pack_false(&m.pk);
+  frame(&f, GR_MSG_HELLO, &m, NULL, 0);
+  f.p[4] = 2;
+  if (write(fd, f.p, f.n) < 0) perror("old_server");
+  char buf[64];
+  while (read(fd, buf, sizeof buf) > 0) { /* until the client closes */
+  }
+  close(fd);
+  b_free(&f);
+  mp_free(&m);
+  return NULL;
+}
+
+static void test_server_of_another_version(void) {
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  GR_CHECK(ls >= 0 && bind(ls, (struct sockaddr *)&a, sizeof a) == 0 && listen(ls, 1) == 0 &&
+           getsockname(ls, (struct sockaddr *)&a, &al) == 0);
+  pthread_t th;
+  GR_CHECK(pthread_create(&th, NULL, old_server, &ls) == 0);
+  gr_error err;
+  int p = ntohs(a.sin_port);
+  GR_CHECK_EQ_INT(master_with(p, SECRET, false, CLUSTER, &err), GR_ERR_UNIMPLEMENTED);
+  char want[160];
+  snprintf(want, sizeof want, "127.0.0.1:%d speaks wire version 2, this graphrun speaks version %d",
+           p, GR_WIRE_VERSION);
+  GR_CHECK_STR_CONTAINS(err.msg, want);
+  pthread_join(th, NULL);
+  close(ls);
+}
+
 /* ---- server options ------------------------------------------------------ */
 
-static void test_nonloopback_without_secret(void) {
+static void expect_server_refused(const gr_server_options *o, const char *want) {
+  gr_server *s = NULL;
+  gr_error err;
+  GR_CHECK_EQ_INT(gr_server_new(o, &s, &err), GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK(s == NULL);
+  GR_CHECK_STR_CONTAINS(err.msg, want);
+  gr_server_free(s);
+}
+
+static void test_server_identity_options(void) {
+  gr_server_options o = {.job = "worker", .task = 9, .quiet = true, .log_fn = log_hook};
+  expect_server_refused(&o, "server: no secret: every server requires the cluster's shared secret");
   const char *binds[] = {"0.0.0.0:0", "[::]:0"};
-  for (int i = 0; i < 2; i++) {
-    gr_server_options o = {.job = "worker", .task = 9, .bind = binds[i], .quiet = true};
-    gr_server *s = NULL;
-    gr_error err;
-    GR_CHECK_EQ_INT(gr_server_new(&o, &s, &err), GR_ERR_INVALID_ARGUMENT);
-    GR_CHECK(s == NULL);
-    char want[128];
-    snprintf(want, sizeof want, "server: refusing to listen on %s without a secret", binds[i]);
-    GR_CHECK_STR_CONTAINS(err.msg, want);
-  }
+  for (int i = 0; i < 2; i++)
+    for (int with_secret = 0; with_secret < 2; with_secret++) {
+      o.bind = binds[i];
+      o.insecure = true;
+      o.secret = with_secret ? SECRET : NULL;
+      char want[128];
+      snprintf(want, sizeof want, "server: refusing to listen on %s insecure", binds[i]);
+      expect_server_refused(&o, want);
+    }
+  o = (gr_server_options){.job = "worker", .task = 9, .secret = "fifteen bytes!!", .quiet = true};
+  expect_server_refused(&o, "server: the secret is 15 bytes, want 16 to 256");
+  o.secret = SECRET;
+  o.cluster_id = "a b";
+  expect_server_refused(&o, "server: cluster id 'a b': want 1 to 64 letters, digits");
+  /* an insecure server on loopback starts, and says what that means */
+  o = (gr_server_options){
+      .job = "worker", .task = 9, .insecure = true, .quiet = true, .log_fn = log_hook};
+  gr_server *s = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_server_new(&o, &s, &err), err);
+  GR_CHECK(log_has("/job:worker/replica:0/task:9: warning: insecure: no secret, no "
+                   "authentication: any local user can connect, run any graph"));
+  gr_server_free(s);
   CHECK_SERVING();
 }
 
 /* ---- main ---------------------------------------------------------------- */
 
+/* The two servers of CLUSTER: srv insecure, srv_secret with SECRET. */
 static bool setup(void) {
-  gr_error err;
-  gr_server_options o = {.job = "worker", .task = 0, .inter_op_threads = 2, .log_fn = log_hook};
-  if (gr_server_new(&o, &srv, &err) != GR_OK) {
-    fprintf(stderr, "server: %s\n", err.msg);
-    return false;
-  }
-  gr_server_options os = {
-      .job = "ps", .task = 0, .secret = SECRET, .inter_op_threads = 2, .log_fn = log_hook};
-  if (gr_server_new(&os, &srv_secret, &err) != GR_OK) {
-    fprintf(stderr, "server: %s\n", err.msg);
-    return false;
+  for (int with_secret = 0; with_secret < 2; with_secret++) {
+    gr_server_options o = {.job = with_secret ? "ps" : "worker",
+                           .task = 0,
+                           .secret = with_secret ? SECRET : NULL,
+                           .insecure = !with_secret,
+                           .cluster_id = CLUSTER,
+                           .inter_op_threads = 2,
+                           .log_fn = log_hook};
+    gr_error err;
+    if (gr_server_new(&o, with_secret ? &srv_secret : &srv, &err) != GR_OK) {
+      fprintf(stderr, "server: %s\n", err.msg);
+      return false;
+    }
   }
   port = gr_server_port(srv);
   port_secret = gr_server_port(srv_secret);
@@ -2230,6 +2602,8 @@ static bool setup(void) {
 
 int main(void) {
   int64_t start = gr_wire_now_ms();
+  gr_loglimit_set_rate(-1, 0);          /* every line: the cases look for theirs */
+  gr_transport_set_deadlines(0, -1, 0); /* no idle deadline: reg_conn waits silent */
   bool ok = setup();
   GR_CHECK(ok);
   int num_cases = 0;
@@ -2247,6 +2621,7 @@ int main(void) {
     CASE(test_header_limits);
     CASE(test_body_over_max);
     CASE(test_bad_maps);
+    CASE(test_duplicate_key_in_a_big_map);
     CASE(test_msgpack_too_deep);
     CASE(test_id_wrong_type);
     CASE(test_id_negative);
@@ -2269,6 +2644,8 @@ int main(void) {
     CASE(test_feeds_malformed);
     CASE(test_run_unknown_handle);
     CASE(test_run_stale_incarnation);
+    CASE(test_deregister_unknown_handle);
+    CASE(test_registrations_do_not_wait_for_dials);
     CASE(test_register_malformed_graph);
     CASE(test_register_graph_outside_body);
     CASE(test_register_device_of_another_task);
@@ -2279,6 +2656,7 @@ int main(void) {
     CASE(test_reset);
     CASE(test_duplicate_request_id);
     CASE(test_repeated_run_after_it_finished);
+    CASE(test_repeated_run_after_2_31_steps);
     CASE(test_repeated_run_while_running);
     CASE(test_push_key_for_other_tasks);
     CASE(test_push_stale_incarnation);
@@ -2294,10 +2672,14 @@ int main(void) {
     CASE(test_garbage_before_auth);
     CASE(test_auth_malformed);
     CASE(test_auth_wrong_mac);
+    CASE(test_auth_other_cluster);
+    CASE(test_auth_tampered_cluster);
     CASE(test_master_wrong_secret);
     CASE(test_master_without_secret);
     CASE(test_master_secret_server_without);
-    CASE(test_nonloopback_without_secret);
+    CASE(test_master_other_cluster);
+    CASE(test_server_of_another_version);
+    CASE(test_server_identity_options);
   }
   if (reg_conn.fd >= 0) rc_close(&reg_conn);
   gr_server_free(srv);

@@ -1,8 +1,9 @@
 /* The distributed runtime as separate processes: `graphrun launch` starting
  * `graphrun server` tasks on ephemeral loopback ports, running graphs and
  * commands against them, restarting a task killed with SIGKILL, leaving no
- * process behind after Ctrl-C; servers refusing what they must refuse.
- * Every process this test starts is bounded in time and reaped. */
+ * process behind after Ctrl-C. What servers and clients refuse (secrets,
+ * cluster ids): test_dist_auth. Every process this test starts is bounded
+ * in time and reaped. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -77,6 +79,7 @@ static void test_launch_environment(void) {
   gt_proc_start(&p, (char *[]){"graphrun", "launch", "--workers", "1", "--ps", "0", "--", "/bin/sh",
                                "-c",
                                "echo \"C=$GRAPHRUN_CLUSTER\"; echo \"T=$TF_CONFIG\"; "
+                               "echo \"I=$GRAPHRUN_CLUSTER_ID\"; "
                                "test -s \"$GRAPHRUN_SECRET_FILE\" && echo secret-ok; exit 7",
                                NULL});
   GR_CHECK(gt_proc_wait(&p, NULL, 60));
@@ -85,6 +88,12 @@ static void test_launch_environment(void) {
   GR_CHECK_STR_CONTAINS(p.buf, "C={\"worker\": [\"127.0.0.1:");
   GR_CHECK_STR_CONTAINS(p.buf, "\"task\": {\"type\": \"worker\", \"index\": 0}");
   GR_CHECK_STR_CONTAINS(p.buf, "secret-ok");
+  /* the cluster id launch gave its servers, for its command's clients */
+  const char *id = strstr(p.buf, "I=launch-");
+  GR_CHECK(id != NULL);
+  char want[64];
+  if (id) snprintf(want, sizeof want, "cluster %.23s, authenticated", id + 2);
+  GR_CHECK_STR_CONTAINS(p.buf, want);
 }
 
 /* Ctrl-C (SIGINT) to launch stops every task and the command. */
@@ -104,6 +113,67 @@ static void test_no_orphans(void) {
 }
 
 /* A task killed with SIGKILL is restarted on its port; the graph runs. */
+/* Reaps every child this process has that ended (orphans it adopted as a
+ * subreaper, and p's launch once p is finished). */
+static void reap_ended(void) {
+  while (waitpid(-1, NULL, WNOHANG) > 0) {}
+}
+
+/* gone(), reaping pid first when it is this process's child (a subreaper's). */
+static bool ended(pid_t pid) {
+  reap_ended();
+  return gone(pid);
+}
+
+/* launch killed with SIGKILL (it can run no code) leaves nothing behind:
+ * its task, its command, what the command started (a shell's background
+ * sleep), and no secret in a file (TMPDIR stays empty; the secret's name
+ * stops resolving). The test adopts orphans (PR_SET_CHILD_SUBREAPER), so
+ * that a process left behind is seen, killed and reaped here. */
+static void test_launch_killed_leaves_nothing(void) {
+  char tmp[] = "/tmp/gr_launch_kill_XXXXXX";
+  GR_CHECK(mkdtemp(tmp));
+  const char *old_tmpdir = getenv("TMPDIR");
+  char saved[PATH_MAX] = "";
+  if (old_tmpdir) snprintf(saved, sizeof saved, "%s", old_tmpdir);
+  setenv("TMPDIR", tmp, 1);
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  gt_proc p;
+  gt_proc_start(
+      &p, (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "1", "--", "/bin/sh", "-c",
+                     "echo \"S=$GRAPHRUN_SECRET_FILE.\"; sleep 300 & echo \"C=$!.\"; wait", NULL});
+  if (old_tmpdir)
+    setenv("TMPDIR", saved, 1);
+  else
+    unsetenv("TMPDIR");
+  GR_CHECK_MSG(gt_proc_wait_line(&p, "C=", 30), "%s", p.buf);
+  char secret[PATH_MAX] = "";
+  const char *s = strstr(p.buf, "S="), *c = strstr(p.buf, "C=");
+  if (s) sscanf(s + 2, "%4095[^.\n]", secret);
+  pid_t child = c ? (pid_t)atoi(c + 2) : 0, worker = task_pid(&p, "worker:0=");
+  struct stat sb;
+  GR_CHECK_MSG(secret[0] && stat(secret, &sb) == 0, "the secret '%s' is not there", secret);
+  GR_CHECK(child > 0 && !gone(child) && worker > 0 && !gone(worker));
+  kill(p.pid, SIGKILL); /* launch alone: not its group, which gt_proc_finish would kill */
+  waitpid(p.pid, &p.status, 0);
+  p.done = true;
+  gt_proc_finish(&p);
+  double until = gt_now() + 20;
+  while (gt_now() < until && !(ended(child) && ended(worker) && stat(secret, &sb) != 0))
+    usleep(20000);
+  GR_CHECK_MSG(ended(child), "the command's child %d outlived launch", (int)child);
+  GR_CHECK_MSG(ended(worker), "the task %d outlived launch", (int)worker);
+  GR_CHECK_MSG(secret[0] && stat(secret, &sb) != 0, "the secret %s outlived launch", secret);
+  char leftover[PATH_MAX + 32];
+  snprintf(leftover, sizeof leftover, "rmdir %s 2>/dev/null", tmp);
+  GR_CHECK_MSG(system(leftover) == 0, "launch left files in its TMPDIR %s", tmp);
+  if (child > 0 && !gone(child)) kill(child, SIGKILL); /* what the failure left */
+  until = gt_now() + 10;                               /* the guardian and the orphans it killed */
+  while (gt_now() < until && (waitpid(-1, NULL, WNOHANG) >= 0 || errno != ECHILD)) usleep(20000);
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  gt_remove_tree(tmp);
+}
+
 static void test_restart_after_kill(void) {
   gt_proc p;
   char script[PATH_MAX * 2 + 64];
@@ -122,66 +192,6 @@ static void test_restart_after_kill(void) {
   GR_CHECK_STR_CONTAINS(p.buf, "worker:1 killed by signal 9; restarting it on port");
   GR_CHECK_STR_CONTAINS(p.buf, "y = 238.0");
   GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 0);
-}
-
-static void test_server_refusals(void) {
-  gt_proc p;
-  /* reachable from other hosts without a secret: refused */
-  gt_proc_start(&p,
-                (char *[]){"graphrun", "server", "--job", "worker", "--bind", "0.0.0.0:0", NULL});
-  GR_CHECK(gt_proc_wait(&p, NULL, 20));
-  gt_proc_finish(&p);
-  GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 2);
-  GR_CHECK_STR_CONTAINS(p.buf, "refusing to listen on 0.0.0.0:0 without a secret");
-  /* a client with another secret is refused, naming the server */
-  char dir[] = "/tmp/gr_dist_cli_XXXXXX";
-  GR_CHECK(mkdtemp(dir) != NULL);
-  gt_write_file(dir, "a.secret", "alpha\n");
-  gt_write_file(dir, "b.secret", "beta\n");
-  char sa[PATH_MAX], sb[PATH_MAX], file[PATH_MAX];
-  snprintf(sa, sizeof sa, "%s/a.secret", dir);
-  snprintf(sb, sizeof sb, "%s/b.secret", dir);
-  chmod(sa, 0600);
-  chmod(sb, 0600);
-  snprintf(file, sizeof file, "%s/examples/cluster_basics.gr", GR_SOURCE_DIR);
-  gt_proc srv;
-  gt_proc_start(&srv,
-                (char *[]){"graphrun", "server", "--job", "worker", "--secret-file", sa, NULL});
-  GR_CHECK_MSG(gt_proc_wait(&srv, "listening on 127.0.0.1:", 20), "%s", srv.buf);
-  const char *colon = strstr(srv.buf, "listening on 127.0.0.1:");
-  int port = colon ? atoi(colon + strlen("listening on 127.0.0.1:")) : 0;
-  char spec[128];
-  snprintf(spec, sizeof spec, "{\"worker\": [\"127.0.0.1:%d\"]}", port);
-  gt_proc cl;
-  gt_proc_start(&cl, (char *[]){"graphrun", "run", file, "--cluster", spec, "--secret-file", sb,
-                                "--soft-placement", "--timeout", "10", NULL});
-  GR_CHECK(gt_proc_wait(&cl, NULL, 30));
-  gt_proc_finish(&cl);
-  GR_CHECK_EQ_INT(gt_proc_exit_code(&cl), 1);
-  GR_CHECK_STR_CONTAINS(cl.buf, "refused this process's secret");
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d refused", port);
-  GR_CHECK_STR_CONTAINS(cl.buf, addr); /* names the server */
-  /* no secret at all: the server asks for one */
-  gt_proc_start(&cl,
-                (char *[]){"graphrun", "run", file, "--cluster", spec, "--timeout", "10", NULL});
-  unsetenv("GRAPHRUN_SECRET_FILE");
-  GR_CHECK(gt_proc_wait(&cl, NULL, 30));
-  gt_proc_finish(&cl);
-  GR_CHECK_STR_CONTAINS(cl.buf, "requires a secret");
-  /* the right secret: runs (ps pin soft-placed: this cluster has no ps) */
-  gt_proc_start(&cl, (char *[]){"graphrun", "run", file, "--cluster", spec, "--secret-file", sa,
-                                "--soft-placement", "--timeout", "10", NULL});
-  GR_CHECK(gt_proc_wait(&cl, NULL, 30));
-  gt_proc_finish(&cl);
-  GR_CHECK_MSG(strstr(cl.buf, "y = 238.0") != NULL, "%s", cl.buf);
-  /* the server logged the refused peers and still serves */
-  kill(srv.pid, SIGTERM);
-  GR_CHECK(gt_proc_wait(&srv, NULL, 15));
-  gt_proc_finish(&srv);
-  GR_CHECK_EQ_INT(gt_proc_exit_code(&srv), 0);
-  GR_CHECK_STR_CONTAINS(srv.buf, "wrong secret");
-  unlink(sa), unlink(sb), rmdir(dir);
 }
 
 /* The checkpoint directory of a cluster run that ended at step `last`:
@@ -348,8 +358,8 @@ int main(void) {
   GR_RUN(test_launch_runs_a_graph);
   GR_RUN(test_launch_environment);
   GR_RUN(test_no_orphans);
+  GR_RUN(test_launch_killed_leaves_nothing);
   GR_RUN(test_restart_after_kill);
-  GR_RUN(test_server_refusals);
   GR_RUN(test_recovery_bit_identical);
   GR_RUN(test_partitioned_checkpoint);
   return gr_test_finish();

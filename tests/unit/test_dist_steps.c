@@ -14,6 +14,8 @@
 #include "gr_test.h"
 #include "test_util.h"
 
+#define SECRET "dist-steps-test-secret"
+
 enum { STEPS = 40 };
 
 typedef struct waiter {
@@ -39,14 +41,16 @@ static void *wait_main(void *arg) {
 static void test_more_steps_than_threads(void) {
   gr_error err;
   gr_server *srv = NULL;
-  gr_server_options so = {.job = "worker", .task = 0, .inter_op_threads = 2, .quiet = true};
+  gr_server_options so = {
+      .job = "worker", .task = 0, .secret = SECRET, .inter_op_threads = 2, .quiet = true};
   GR_CHECK_OK(gr_server_new(&so, &srv, &err), err);
   if (!srv) return;
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", gr_server_port(srv));
   const char *addrs[1] = {addr};
   gr_master *m = NULL;
-  gr_master_options mo = {.num_tasks = 1, .addresses = addrs, .step_timeout_ms = 20000};
+  gr_master_options mo = {
+      .num_tasks = 1, .addresses = addrs, .secret = SECRET, .step_timeout_ms = 20000};
   GR_CHECK_OK(gr_master_new(&mo, &m, &err), err);
   gr_graph *g = gr_graph_new();
   gr_graph_push_device_scope(g, "/job:worker/task:0");

@@ -205,6 +205,14 @@ static void test_malformed(void) {
                 "\xa3"
                 "f33",
                 4, "unknown dtype 'f33'");
+  /* a node's map with "name" twice (its "ctrl" renamed): refused before the
+   * decoder could take either */
+  check_patched(data, size,
+                "\xa4"
+                "ctrl",
+                "\xa4"
+                "name",
+                5, "msgpack: a map gives key 'name' twice");
   /* the first node with one input: its source id past the last node */
   unsigned char *copy = malloc(size);
   memcpy(copy, data, size);

@@ -35,6 +35,9 @@ void gt_proc_isolate(void) {
   signal(SIGPIPE, SIG_IGN);
   unsetenv("GRAPHRUN_CLUSTER");
   unsetenv("GRAPHRUN_SECRET_FILE");
+  unsetenv("GRAPHRUN_CLUSTER_ID"); /* and the other sources of a cluster id than the spec */
+  unsetenv("SLURM_JOB_ID");
+  unsetenv("SLURM_STEP_ID");
 }
 
 const char *gt_graphrun_exe(void) {

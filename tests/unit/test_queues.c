@@ -348,9 +348,11 @@ static void test_abort_wakes_dequeue(void) {
   t0 = gt_now();
   st = gr_session_run(s, &f, 1, fetch, 2, outs, NULL, 0, &err);
   dt = gt_now() - t0;
-  GR_CHECK(st != GR_OK);
+  /* the gather's error, not the 300 ms timeout's: the failure cancelled the
+   * dequeue (the bound only ends a hang, also on a busy machine) */
+  GR_CHECK(st != GR_OK && st != GR_ERR_DEADLINE_EXCEEDED);
   GR_CHECK_STR_CONTAINS(err.msg, "gather");
-  GR_CHECK_MSG(dt < 0.25, "the cancelled step took %.3f s", dt);
+  GR_CHECK_MSG(dt < 20, "the cancelled step took %.3f s", dt);
   gr_tensor_release(&it);
   /* still usable */
   GR_CHECK(enqueue_f32(s, &t, 3, &err) == GR_OK);

@@ -42,7 +42,11 @@ static gr_session *session(gr_graph *g, int devices, int threads, int timeout_ms
   return s;
 }
 
-/* Runs fetch; returns the status, the message in err and the seconds taken. */
+/* Runs fetch; returns the status, the message in err and the seconds taken.
+ * The upper bounds the cases put on those seconds (20 s) only end a hang:
+ * they hold on a busy 2-core machine and under ASan. What a case proves
+ * is in the error: the watchdog's message naming the waiting nodes, or a
+ * kernel's own error where only the (longer) timeout would give another. */
 static gr_status run1(gr_session *s, gr_output fetch, gr_error *err, double *secs) {
   gr_tensor out;
   double t0 = gt_now();
@@ -84,7 +88,7 @@ static void test_blocked_async_kernel(void) {
     GR_CHECK_STR_CONTAINS(err.msg, "no progress for 0.2 s");
     GR_CHECK_STR_CONTAINS(err.msg, "still pending: 'blocker' (op test_block) on "
                                    "/job:localhost/replica:0/task:0/device:CPU:0");
-    GR_CHECK_MSG(secs >= 0.19 && secs < 5, "took %.2f s", secs);
+    GR_CHECK_MSG(secs >= 0.19 && secs < 20, "took %.2f s", secs);
     /* the session goes on: another signature runs, the blocked one fails again */
     GR_CHECK_OK(run1(s, ok, &err, &secs), err);
     GR_CHECK(run1(s, y, &err, &secs) == GR_ERR_DEADLINE_EXCEEDED);
@@ -111,7 +115,7 @@ static void test_recv_without_send(void) {
   GR_CHECK_STR_CONTAINS(err.msg, "'lonely_recv' on /job:localhost/replica:0/task:0/device:CPU:0 "
                                  "(waiting for 'x:0' from "
                                  "/job:localhost/replica:0/task:0/device:CPU:1)");
-  GR_CHECK_MSG(secs < 5, "took %.2f s", secs);
+  GR_CHECK_MSG(secs < 20, "took %.2f s", secs);
   gr_session_free(s);
   gr_graph_free(g);
 }
@@ -211,7 +215,7 @@ static void test_loop_error_on_two_devices(void) {
   double secs;
   GR_CHECK(run_loop(fail_on_cpu1_body, 2, 30000, &err, &secs) == GR_ERR_OUT_OF_RANGE);
   GR_CHECK_STR_CONTAINS(err.msg, "fails' (op test_fail) in loop ");
-  GR_CHECK_MSG(secs < 5, "took %.2f s", secs);
+  GR_CHECK_MSG(secs < 20, "took %.2f s", secs);
 }
 
 static void test_blocked_in_loop(void) {
@@ -220,7 +224,7 @@ static void test_blocked_in_loop(void) {
   GR_CHECK(run_loop(block_body, 1, 200, &err, &secs) == GR_ERR_DEADLINE_EXCEEDED);
   GR_CHECK_STR_CONTAINS(err.msg, "loop_blocker' (op test_block) on ");
   GR_CHECK_STR_CONTAINS(err.msg, "iteration 0 (its asynchronous kernel has not completed)");
-  GR_CHECK_MSG(secs < 5, "took %.2f s", secs);
+  GR_CHECK_MSG(secs < 20, "took %.2f s", secs);
 }
 
 /* Kernels that compute for longer than the timeout are progress: neither one

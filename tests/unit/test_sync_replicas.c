@@ -451,6 +451,166 @@ static void test_backup_worker_dropped(void) {
   gr_resource_mgr_free(ps);
 }
 
+/* ---- a worker's contribution: all or nothing ---------------------------------------------- */
+
+/* accumulator_apply_grads adds all of its gradients or drops them all: with
+ * one accumulator's step ahead (its take ran), nothing goes into the other
+ * either, and both count the drop. */
+static void test_apply_grads_all_or_nothing(void) {
+  gr_graph *g = gr_graph_new();
+  gr_shape sh = gr_shape_make(1, (int64_t[]){2});
+  gr_output acc[2] = {gr_accumulator(g, "a/grad_accum", GR_F32, sh),
+                      gr_accumulator(g, "b/grad_accum", GR_F32, sh)};
+  gr_output step = gr_placeholder(g, "step", GR_I64, gr_shape_scalar());
+  gr_tensor gv[2] = {gt_make(GR_F32, sh, (double[]){1, 2}), gt_make(GR_F32, sh, (double[]){3, 4})};
+  gr_output grads[2] = {gr_const(g, &gv[0]), gr_const(g, &gv[1])};
+  gr_tensor_release(&gv[0]), gr_tensor_release(&gv[1]);
+  gr_output apply = gr_accumulator_apply_grads(g, acc, grads, 2, step);
+  gr_output take = gr_accumulator_take_grad(g, acc[0], gr_const_i64(g, 1));
+  gr_output counts[4] = {
+      gr_accumulator_num_accumulated(g, acc[0]), gr_accumulator_num_accumulated(g, acc[1]),
+      gr_accumulator_num_dropped(g, acc[0]), gr_accumulator_num_dropped(g, acc[1])};
+  GR_CHECK_MSG(!gr_graph_error(g), "%s", graph_msg(g));
+  gr_session *s = session_on(g, NULL, TIMEOUT_MS);
+  gr_error err;
+  gr_tensor zero = gr_tensor_scalar_i64(0), t, c[4];
+  gr_feed f = {step, &zero};
+  if (s) {
+    GR_CHECK_OK(gr_session_run(s, &f, 1, NULL, 0, NULL, &apply, 1, &err), err);
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, &take, 1, &t, NULL, 0, &err), err); /* a's step: 1 */
+    gr_tensor_release(&t);
+    GR_CHECK_OK(gr_session_run(s, &f, 1, NULL, 0, NULL, &apply, 1, &err), err); /* stale for a */
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, counts, 4, c, NULL, 0, &err), err);
+    int64_t want[4] = {0, 1, 1, 1}; /* b keeps only the first apply's gradient */
+    for (int i = 0; i < 4; i++) {
+      GR_CHECK_EQ_INT(gt_get_int(&c[i], 0), want[i]);
+      gr_tensor_release(&c[i]);
+    }
+  }
+  gr_tensor_release(&zero);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
+/* Between-graph sync_replicas under load, 3 workers and 2 gradients per
+ * update (a backup worker): worker w's gradient of every variable is 2^w
+ * (loss = c * the sum of all weights, c fed), so an update's mean tells
+ * which workers it took. If it took part of a worker's gradients (some
+ * variables' before the update came, the rest dropped as stale after), the
+ * variables would differ; all of a worker's or none keeps them equal, bit
+ * for bit, round after round. 16 variables, 300 rounds, two busy threads
+ * beside the workers and the chief (the test failed on a busy machine when
+ * a worker's gradients went in one accumulator at a time). */
+enum { AON_VARS = 16, AON_WORKERS = 3, AON_ROUNDS = 300 };
+
+typedef struct aon_worker {
+  gr_graph *g;
+  gr_output c, vars[AON_VARS];
+  gr_sync_replicas sr;
+  gr_session *s, *chief;
+  int index;
+  gr_status st;
+  gr_error err;
+} aon_worker;
+
+static void aon_make(aon_worker *w, gr_resource_mgr *ps, int index) {
+  gr_graph *g = w->g = gr_graph_new();
+  w->index = index;
+  w->c = gr_placeholder(g, "c", GR_F32, gr_shape_scalar());
+  gr_output sum = {NULL, 0};
+  for (int i = 0; i < AON_VARS; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "v%d", i);
+    w->vars[i] = gr_variable(g, name, gr_zeros(g, GR_F32, gr_shape_make(1, (int64_t[]){64})));
+    gr_output r = gr_reduce_sum(g, w->vars[i], NULL, 0, false);
+    sum = sum.node ? gr_add(g, sum, r) : r;
+  }
+  gr_output loss = gr_mul(g, sum, w->c);
+  gr_sync_replicas_options o = {.optimizer = {.kind = GR_OPT_SGD, .learning_rate = 1},
+                                .replicas_to_aggregate = 2,
+                                .total_num_replicas = AON_WORKERS,
+                                .worker_index = index};
+  GR_CHECK(gr_sync_replicas_minimize(g, &o, loss, NULL, 0, &w->sr) == GR_OK);
+  GR_CHECK_MSG(!gr_graph_error(g), "%s", graph_msg(g));
+  w->s = session_on(g, ps, TIMEOUT_MS);
+  w->chief = index == 0 ? session_on(g, ps, TIMEOUT_MS) : NULL;
+}
+
+static void *aon_step(void *arg) {
+  aon_worker *w = arg;
+  gr_tensor c = gr_tensor_scalar_f32((float)(1 << w->index));
+  gr_feed f = {w->c, &c};
+  w->st = gr_session_run(w->s, &f, 1, NULL, 0, NULL, &w->sr.train, 1, &w->err);
+  gr_tensor_release(&c);
+  return NULL;
+}
+
+static void *aon_update(void *arg) {
+  aon_worker *w = arg;
+  w->st = gr_session_run(w->chief, NULL, 0, NULL, 0, NULL, &w->sr.chief_update, 1, &w->err);
+  return NULL;
+}
+
+static volatile int aon_busy;
+static void *aon_spin(void *arg) {
+  volatile double x = 1;
+  while (aon_busy) x = x * 1.0000001 + 1e-9;
+  return NULL;
+}
+
+static void test_contribution_all_or_nothing(void) {
+  gr_resource_mgr *ps = gr_resource_mgr_new();
+  aon_worker w[AON_WORKERS] = {0}, chief;
+  for (int i = 0; i < AON_WORKERS; i++) aon_make(&w[i], ps, i);
+  gr_tensor t[AON_VARS];
+  gr_error err;
+  GR_CHECK_OK(gr_session_run(w[0].s, NULL, 0, w[0].vars, AON_VARS, t, NULL, 0, &err), err);
+  for (int i = 0; i < AON_VARS; i++) gr_tensor_release(&t[i]);
+  aon_busy = 1;
+  pthread_t spin[2];
+  for (int k = 0; k < 2; k++) pthread_create(&spin[k], NULL, aon_spin, NULL);
+  int unequal = 0;
+  for (int r = 0; r < AON_ROUNDS && !unequal; r++) {
+    pthread_t th[AON_WORKERS], ct;
+    chief = w[0];
+    pthread_create(&ct, NULL, aon_update, &chief);
+    for (int i = 0; i < AON_WORKERS; i++) pthread_create(&th[i], NULL, aon_step, &w[i]);
+    for (int i = 0; i < AON_WORKERS; i++) {
+      pthread_join(th[i], NULL);
+      GR_CHECK_MSG(w[i].st == GR_OK, "worker %d: %s", i, w[i].err.msg);
+    }
+    pthread_join(ct, NULL);
+    GR_CHECK_MSG(chief.st == GR_OK, "chief: %s", chief.err.msg);
+    if (gr_session_run(w[0].s, NULL, 0, w[0].vars, AON_VARS, t, NULL, 0, &err) != GR_OK) break;
+    for (int i = 0; i < AON_VARS; i++) {
+      const float *a = gr_tensor_data(&t[0]), *b = gr_tensor_data(&t[i]);
+      for (int k = 0; k < 64; k++) unequal += a[0] != b[k];
+    }
+    if (unequal)
+      fprintf(stderr,
+              "round %d: v0[0] %g, v%d[0] %g: an update took part of a worker's gradients\n", r,
+              (double)((const float *)gr_tensor_data(&t[0]))[0], AON_VARS - 1,
+              (double)((const float *)gr_tensor_data(&t[AON_VARS - 1]))[0]);
+    for (int i = 0; i < AON_VARS; i++) gr_tensor_release(&t[i]);
+  }
+  aon_busy = 0;
+  for (int k = 0; k < 2; k++) pthread_join(spin[k], NULL);
+  GR_CHECK_EQ_INT(unequal, 0);
+  int64_t dropped = 0;
+  gr_tensor d;
+  if (gr_session_run(w[0].s, NULL, 0, &w[0].sr.num_dropped, 1, &d, NULL, 0, &err) == GR_OK)
+    dropped = gt_get_int(&d, 0), gr_tensor_release(&d);
+  GR_CHECK_MSG(dropped % AON_VARS == 0, "dropped %lld", (long long)dropped);
+  printf("all or nothing: %d rounds, %lld gradients dropped as stale (whole workers' sets)\n",
+         AON_ROUNDS, (long long)dropped);
+  for (int i = 0; i < AON_WORKERS; i++) {
+    gr_session_free(w[i].s);
+    if (w[i].chief) gr_session_free(w[i].chief);
+    gr_graph_free(w[i].g);
+  }
+  gr_resource_mgr_free(ps);
+}
+
 typedef struct dsl_bg {
   gr_session *s;
   gr_output train;
@@ -518,6 +678,8 @@ int main(void) {
   GR_RUN(test_accumulator_bad_inputs);
   GR_RUN(test_two_workers_equal_in_graph_replicas);
   GR_RUN(test_backup_worker_dropped);
+  GR_RUN(test_apply_grads_all_or_nothing);
+  GR_RUN(test_contribution_all_or_nothing);
   GR_RUN(test_dsl);
   return gr_test_finish();
 }
