@@ -10,8 +10,11 @@
  * any thread count and in any process on one machine.
  *
  * Threads: oneDNN's engine is made once (thread-safe); each block makes
- * its own stream and memory objects; primitives are shared by the blocks
- * (oneDNN executes a primitive from several threads at once). */
+ * its own stream, memory objects and scratchpad; a convolution primitive
+ * is shared by the blocks, made on the calling thread and executed on the
+ * pool's: oneDNN allows that only with a scratchpad of the caller's
+ * (its own is shared by all primitives of a thread and ties a primitive
+ * to the thread that made it), so every primitive here has one. */
 #include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -74,21 +77,54 @@ static void image_md(const gr_conv_geom *g, gr_data_format f, int64_t n, bool ou
   dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, f == GR_FORMAT_NCHW ? dnnl_nchw : dnnl_nhwc);
 }
 
+/* Attributes asking for a scratchpad of the caller's (*attr NULL on failure). */
+static dnnl_status_t user_scratchpad(dnnl_primitive_attr_t *attr) {
+  dnnl_status_t st = dnnl_primitive_attr_create(attr);
+  if (st == dnnl_success)
+    st = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
+  if (st != dnnl_success) dnnl_primitive_attr_destroy(*attr), *attr = NULL;
+  return st;
+}
+
+/* Executes p (of pd, made with user_scratchpad) with args[0..n) and a
+ * scratchpad of its own on stream s, and waits for it; args has room for
+ * one more. */
+static dnnl_status_t execute(dnnl_primitive_t p, const_dnnl_primitive_desc_t pd, dnnl_stream_t s,
+                             int n, dnnl_exec_arg_t *args) {
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  size_t sz = md ? dnnl_memory_desc_get_size(md) : 0;
+  void *buf = NULL;
+  dnnl_memory_t m = NULL;
+  dnnl_status_t st = dnnl_success;
+  if (sz > 0) {
+    buf = aligned_alloc(64, (sz + 63) / 64 * 64);
+    st = buf ? dnnl_memory_create(&m, md, engine, buf) : dnnl_out_of_memory;
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m};
+  }
+  if (st == dnnl_success) st = dnnl_primitive_execute(p, s, n, args);
+  if (st == dnnl_success) st = dnnl_stream_wait(s);
+  dnnl_memory_destroy(m);
+  free(buf);
+  return st;
+}
+
 /* Executes a reorder from (md_a, pa) to (md_b, pb) on stream s. */
 static dnnl_status_t reorder(dnnl_stream_t s, const dnnl_memory_desc_t *ma, void *pa,
                              const dnnl_memory_desc_t *mb, void *pb) {
+  dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_primitive_t p = NULL;
   dnnl_memory_t a = NULL, b = NULL;
-  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, ma, engine, mb, engine, NULL);
+  dnnl_status_t st = user_scratchpad(&attr);
+  if (st == dnnl_success)
+    st = dnnl_reorder_primitive_desc_create(&pd, ma, engine, mb, engine, attr);
   if (st == dnnl_success) st = dnnl_primitive_create(&p, pd);
   if (st == dnnl_success) st = dnnl_memory_create(&a, ma, engine, pa);
   if (st == dnnl_success) st = dnnl_memory_create(&b, mb, engine, pb);
-  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}};
-  if (st == dnnl_success) st = dnnl_primitive_execute(p, s, 2, args);
-  if (st == dnnl_success) st = dnnl_stream_wait(s);
+  dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}};
+  if (st == dnnl_success) st = execute(p, pd, s, 2, args);
   dnnl_memory_destroy(a), dnnl_memory_destroy(b);
-  dnnl_primitive_destroy(p), dnnl_primitive_desc_destroy(pd);
+  dnnl_primitive_destroy(p), dnnl_primitive_desc_destroy(pd), dnnl_primitive_attr_destroy(attr);
   return st;
 }
 
@@ -139,9 +175,8 @@ static void block_run(void *arg, int i) {
   int ain = j->mode == 1 ? DNNL_ARG_DIFF_DST : DNNL_ARG_SRC;
   int a2 = j->mode == 2 ? DNNL_ARG_DIFF_DST : DNNL_ARG_WEIGHTS;
   int aout = j->mode == 0 ? DNNL_ARG_DST : j->mode == 1 ? DNNL_ARG_DIFF_SRC : DNNL_ARG_DIFF_WEIGHTS;
-  dnnl_exec_arg_t args[3] = {{ain, m[0]}, {a2, m[1]}, {aout, m[2]}};
-  if (st == dnnl_success) st = dnnl_primitive_execute(j->conv, s, 3, args);
-  if (st == dnnl_success) st = dnnl_stream_wait(s);
+  dnnl_exec_arg_t args[4] = {{ain, m[0]}, {a2, m[1]}, {aout, m[2]}};
+  if (st == dnnl_success) st = execute(j->conv, j->pd, s, 3, args);
   if (st == dnnl_success && own[2]) st = reorder(s, mout, own[2], &j->user_out, pout);
   for (int k = 0; k < 3; k++) dnnl_memory_destroy(m[k]), free(own[k]);
   dnnl_stream_destroy(s);
@@ -162,12 +197,16 @@ static dnnl_status_t make_pd(dnnl_job *j, int64_t nb) {
   dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_format_tag_any);
   dnnl_convolution_desc_t fd, bd;
   dnnl_primitive_desc_t fpd = NULL;
-  dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training,
-                                                                dnnl_convolution_direct, &src, &wei,
-                                                                NULL, &dst, strides, dil, pl, pr);
-  if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, NULL, engine, NULL);
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_status_t st = user_scratchpad(&attr);
+  if (st == dnnl_success)
+    st = dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training,
+                                                    dnnl_convolution_direct, &src, &wei, NULL, &dst,
+                                                    strides, dil, pl, pr);
+  if (st == dnnl_success) st = dnnl_primitive_desc_create(&fpd, &fd, attr, engine, NULL);
   if (st != dnnl_success || j->mode == 0) {
     j->pd = fpd;
+    dnnl_primitive_attr_destroy(attr);
     return st;
   }
   if (j->mode == 1)
@@ -176,8 +215,9 @@ static dnnl_status_t make_pd(dnnl_job *j, int64_t nb) {
   else
     st = dnnl_dilated_convolution_backward_weights_desc_init(
         &bd, dnnl_convolution_direct, &src, &wei, NULL, &dst, strides, dil, pl, pr);
-  if (st == dnnl_success) st = dnnl_primitive_desc_create(&j->pd, &bd, NULL, engine, fpd);
+  if (st == dnnl_success) st = dnnl_primitive_desc_create(&j->pd, &bd, attr, engine, fpd);
   dnnl_primitive_desc_destroy(fpd);
+  dnnl_primitive_attr_destroy(attr);
   return st;
 }
 
