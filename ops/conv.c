@@ -166,7 +166,7 @@ static gr_status conv_shapes(const gr_node *n, const gr_shape *in, gr_shape *out
   return GR_OK;
 }
 
-static gr_status conv_shape_fn(gr_shape_ctx *ctx) {
+gr_status gr_conv_shape_fn(gr_shape_ctx *ctx) {
   return gr_window_shape_fn(ctx, conv_shapes);
 }
 
@@ -308,8 +308,9 @@ typedef struct direct_job {
   float *out, *part;
   int64_t blocks;
   int chunks;
-  float *pad;      /* gr_vec_conv_small: a padded image per chunk */
-  int64_t pad_len; /* floats of each */
+  float *pad;                 /* gr_vec_conv_small: a padded image per chunk */
+  int64_t pad_len;            /* floats of each */
+  const gr_conv_epilogue *ep; /* FWD: applied to each chunk's images (NHWC), or NULL */
 } direct_job;
 
 static void direct_chunk(void *arg, int i) {
@@ -323,6 +324,7 @@ static void direct_chunk(void *arg, int i) {
       gr_vec_conv_fwd(j->g, j->a, j->b, j->out, lo, hi);
     else
       gr_vec_conv_bp_input(j->g, j->a, j->b, j->out, lo, hi);
+    if (j->ep) gr_conv_epilogue_apply(j->ep, false, j->out + lo * j->ep->c * j->ep->hw, hi - lo);
     return;
   }
   gr_vec_range(j->blocks, j->chunks, i, &lo, &hi);
@@ -338,8 +340,9 @@ static void direct_chunk(void *arg, int i) {
 }
 
 static gr_status conv_direct(gr_kernel_ctx *ctx, const gr_conv_geom *g, conv_kind mode,
-                             const float *a, const float *b, float *out) {
-  direct_job j = {g, mode, a, b, out, NULL, 1, 1, NULL, 0};
+                             const float *a, const float *b, float *out,
+                             const gr_conv_epilogue *ep) {
+  direct_job j = {g, mode, a, b, out, NULL, 1, 1, NULL, 0, ep};
   int64_t fsize = g->kh * g->kw * (g->c / g->groups) * g->oc;
   double work = (double)(g->n * g->oh * g->ow) * (double)(g->kh * g->kw) * (double)g->oc * 8;
   gr_tensor part = gr_tensor_empty(), pad = gr_tensor_empty();
@@ -418,10 +421,11 @@ static unsigned image_inputs(conv_kind k) {
   return k == CONV_BP_INPUT ? 5u : k == CONV_BP_FILTER ? 3u : 1u;
 }
 
-/* An NCHW node runs the NHWC code on transposed copies (gr_layout_begin). */
-static gr_status conv_kernel(gr_kernel_ctx *ctx) {
-  conv_kind k = kind_of(ctx->node);
-  gr_shape shapes[3], out;
+/* An NCHW node runs the NHWC code on transposed copies (gr_layout_begin).
+ * ep (forward only, or NULL): gets the output's channels and positions,
+ * and is applied to each block of images once it is computed. */
+static gr_status conv_run(gr_kernel_ctx *ctx, conv_kind k, gr_conv_epilogue *ep) {
+  gr_shape shapes[GR_LAYOUT_MAX_IO], out;
   char msg[512];
   gr_status s;
   GR_TRY(gr_window_kernel_shapes(ctx, conv_shapes, shapes, &out));
@@ -442,12 +446,13 @@ static gr_status conv_kernel(gr_kernel_ctx *ctx) {
   g.oc = fs->dims[3];
   if (g.n * g.oh * g.ow > INT32_MAX || g.kh * g.kw * g.c > INT32_MAX || g.oc > INT32_MAX)
     return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "convolution too large for BLAS");
+  if (ep) ep->c = g.oc, ep->hw = g.oh * g.ow;
   if (dt == GR_F32 && gr_conv_dnnl_applies(&g)) { /* the node's own layout */
     gr_tensor *o;
     GR_TRY(gr_kernel_alloc_output(ctx, 0, dt, &out, &o));
     int mode = k == CONV_FWD ? 0 : k == CONV_BP_FILTER ? 2 : 1;
     return gr_conv_dnnl(ctx, &g, a.format, mode, gr_tensor_data(&ctx->inputs[0]),
-                        gr_tensor_data(&ctx->inputs[1]), gr_tensor_data(o));
+                        gr_tensor_data(&ctx->inputs[1]), gr_tensor_data(o), ep);
   }
   gr_layout_kernel lk;
   GR_TRY(gr_layout_begin(ctx, a.format, image_inputs(k), &lk));
@@ -457,11 +462,12 @@ static gr_status conv_kernel(gr_kernel_ctx *ctx) {
   void *od = gr_tensor_data(o), *a0 = gr_tensor_data(&lk.in[0]), *a1 = gr_tensor_data(&lk.in[1]);
   if (dt == GR_F32 && gr_vec_conv_direct(&g)) {
     conv_kind mode = k == CONV_TRANSPOSE ? CONV_BP_INPUT : k;
-    return gr_layout_end(&lk, conv_direct(ctx, &g, mode, a0, a1, od));
+    return gr_layout_end(&lk, conv_direct(ctx, &g, mode, a0, a1, od, ep));
   }
   switch (k) {
     case CONV_FWD:
       s = conv_compute(ctx, &g, dt, CONV_FWD, a0, a1, od);
+      if (s == GR_OK && ep) gr_conv_epilogue_run(ctx, ep, false, od, g.n);
       break;
     case CONV_BP_INPUT:
     case CONV_TRANSPOSE: {
@@ -477,10 +483,18 @@ static gr_status conv_kernel(gr_kernel_ctx *ctx) {
   return gr_layout_end(&lk, s);
 }
 
+static gr_status conv_kernel(gr_kernel_ctx *ctx) {
+  return conv_run(ctx, kind_of(ctx->node), NULL);
+}
+
+gr_status gr_conv_forward_kernel(gr_kernel_ctx *ctx, gr_conv_epilogue *ep) {
+  return conv_run(ctx, CONV_FWD, ep);
+}
+
 /* 2 flops per multiply-add: elements of the positions-side tensor (input
  * di) times the window's kh * kw * (input channels per group) of the
  * filter (input fi; transposed: its dims [0, 1, 2]). */
-static void conv_cost(const gr_node *n, gr_cost *c) {
+void gr_conv_cost(const gr_node *n, gr_cost *c) {
   conv_kind k = kind_of(n);
   int di = k == CONV_FWD ? -1 : k == CONV_BP_FILTER ? 1 : 0, fi = k == CONV_BP_FILTER ? 2 : 1;
   const gr_shape *pos =
@@ -543,7 +557,7 @@ static gr_status transpose_grad(gr_grad_ctx *c) {
 }
 
 #define DEFINE_CONV(NAME, DOC, GRAD, ...)                                                          \
-  GR_WINDOW_OP(NAME, DOC, gr_conv_attr_specs, conv_shape_fn, conv_cost, conv_kernel, GRAD,         \
+  GR_WINDOW_OP(NAME, DOC, gr_conv_attr_specs, gr_conv_shape_fn, gr_conv_cost, conv_kernel, GRAD,   \
                __VA_ARGS__)
 
 DEFINE_CONV(conv2d,
@@ -565,10 +579,10 @@ DEFINE_CONV(conv2d_transpose,
             transpose_grad, "x", "filter")
 
 static conv_kind kind_of(const gr_node *n) {
-  return n->op == &gr_op_conv2d                   ? CONV_FWD
-         : n->op == &gr_op_conv2d_backprop_input  ? CONV_BP_INPUT
-         : n->op == &gr_op_conv2d_backprop_filter ? CONV_BP_FILTER
-                                                  : CONV_TRANSPOSE;
+  return n->op == &gr_op_conv2d || n->op == &gr_op__fused_conv2d ? CONV_FWD
+         : n->op == &gr_op_conv2d_backprop_input                 ? CONV_BP_INPUT
+         : n->op == &gr_op_conv2d_backprop_filter                ? CONV_BP_FILTER
+                                                                 : CONV_TRANSPOSE;
 }
 
 /* ---- builders -------------------------------------------------------------------------- */

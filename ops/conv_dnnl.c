@@ -68,7 +68,8 @@ typedef struct dnnl_job {
   dnnl_primitive_desc_t pd;
   /* user layouts: image in (x or dy), the filter, image out (y or dx) */
   dnnl_memory_desc_t user_in, user_f, user_out, user_in2;
-  dnnl_status_t status; /* the first failure of a block */
+  dnnl_status_t status;       /* the first failure of a block */
+  const gr_conv_epilogue *ep; /* forward: applied to each block's output, or NULL */
 } dnnl_job;
 
 static void image_md(const gr_conv_geom *g, gr_data_format f, int64_t n, bool out,
@@ -178,6 +179,8 @@ static void block_run(void *arg, int i) {
   dnnl_exec_arg_t args[4] = {{ain, m[0]}, {a2, m[1]}, {aout, m[2]}};
   if (st == dnnl_success) st = execute(j->conv, j->pd, s, 3, args);
   if (st == dnnl_success && own[2]) st = reorder(s, mout, own[2], &j->user_out, pout);
+  if (st == dnnl_success && j->ep) /* while the block's output is in the cache */
+    gr_conv_epilogue_apply(j->ep, j->fmt == GR_FORMAT_NCHW, pout, b1 - b0);
   for (int k = 0; k < 3; k++) dnnl_memory_destroy(m[k]), free(own[k]);
   dnnl_stream_destroy(s);
   if (st != dnnl_success) __atomic_store_n(&j->status, st, __ATOMIC_RELAXED);
@@ -222,9 +225,10 @@ static dnnl_status_t make_pd(dnnl_job *j, int64_t nb) {
 }
 
 gr_status gr_conv_dnnl(gr_kernel_ctx *ctx, const gr_conv_geom *g, gr_data_format fmt, int mode,
-                       const float *a, const float *b, float *out) {
+                       const float *a, const float *b, float *out, const gr_conv_epilogue *ep) {
   one_omp_thread();
   dnnl_job j = {.g = g, .mode = mode, .fmt = fmt, .a = a, .b = b, .out = out};
+  j.ep = mode == 0 ? ep : NULL;
   j.blocks = g->n < CONV_DNNL_BLOCKS ? g->n : CONV_DNNL_BLOCKS;
   int64_t nb = (g->n + j.blocks - 1) / j.blocks, fsize = g->kh * g->kw * g->c * g->oc;
   /* blocks of equal size (the last may be smaller: its own primitive) */

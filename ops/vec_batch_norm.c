@@ -90,26 +90,40 @@ void gr_vec_bn_apply(const float *u, const float *mask, const float *v, const fl
 /* Lanes of a plane's running sums (fixed: the order of the additions). */
 #define PL 8
 
+/* The sums of one plane into the lanes s1, s2: G(q) is g at position q. */
+#define PLANE_SUMS(G)                                                                              \
+  do {                                                                                             \
+    int64_t p = 0;                                                                                 \
+    for (; p + PL <= hw; p += PL)                                                                  \
+      for (int l = 0; l < PL; l++) {                                                               \
+        double v = (double)e[p + l] - center[j], g = G(p + l);                                     \
+        s1[l] += g;                                                                                \
+        s2[l] += g * v;                                                                            \
+      }                                                                                            \
+    for (int l = 0; p < hw; p++, l++) {                                                            \
+      double v = (double)e[p] - center[j], g = G(p);                                               \
+      s1[l] += g;                                                                                  \
+      s2[l] += g * v;                                                                              \
+    }                                                                                              \
+  } while (0)
+#define G_X(q)      v
+#define G_DY(q)     (double)d[q]
+#define G_MASKED(q) (m[q] > 0 ? (double)d[q] : 0.0)
+
 GR_VEC_CLONES
-void gr_vec_bn_plane_sums(const float *dy, const float *x, int64_t c, int64_t hw, int64_t b0,
-                          int64_t b1, const double *center, double *s) {
+void gr_vec_bn_plane_sums(const float *dy, const float *mask, const float *x, int64_t c, int64_t hw,
+                          int64_t b0, int64_t b1, const double *center, double *s) {
   for (int64_t j = 0; j < c; j++) {
     double s1[PL] = {0}, s2[PL] = {0};
     for (int64_t b = b0; b < b1; b++) {
-      const float *e = x + (b * c + j) * hw, *d = dy ? dy + (b * c + j) * hw : NULL;
-      int64_t p = 0;
-      for (; p + PL <= hw; p += PL)
-        for (int l = 0; l < PL; l++) {
-          double v = (double)e[p + l] - center[j];
-          double g = d ? (double)d[p + l] : v;
-          s1[l] += g;
-          s2[l] += g * v;
-        }
-      for (int l = 0; p < hw; p++, l++) {
-        double v = (double)e[p] - center[j], g = d ? (double)d[p] : v;
-        s1[l] += g;
-        s2[l] += g * v;
-      }
+      int64_t o = (b * c + j) * hw;
+      const float *e = x + o, *d = dy ? dy + o : NULL, *m = mask ? mask + o : NULL;
+      if (!d)
+        PLANE_SUMS(G_X);
+      else if (m)
+        PLANE_SUMS(G_MASKED);
+      else
+        PLANE_SUMS(G_DY);
     }
     double t1 = 0, t2 = 0;
     for (int l = 0; l < PL; l++) t1 += s1[l], t2 += s2[l];
@@ -118,17 +132,30 @@ void gr_vec_bn_plane_sums(const float *dy, const float *x, int64_t c, int64_t hw
 }
 
 GR_VEC_CLONES
-void gr_vec_bn_plane_apply(const float *u, const float *v, const float *ctr, int64_t c, int64_t hw,
-                           const float *a, const float *b, const float *d, float *out, int64_t b0,
-                           int64_t b1) {
+void gr_vec_bn_plane_apply(const float *u, const float *mask, const float *v, const float *ctr,
+                           int64_t c, int64_t hw, const float *a, const float *b, const float *d,
+                           bool relu, float *out, int64_t b0, int64_t b1) {
   for (int64_t i = b0; i < b1; i++)
     for (int64_t j = 0; j < c; j++) {
-      const float *ur = u + (i * c + j) * hw;
-      float *o = out + (i * c + j) * hw, aj = a[j], bj = b[j], cj = ctr[j];
-      if (v) {
-        const float *vr = v + (i * c + j) * hw;
+      int64_t off = (i * c + j) * hw;
+      const float *ur = u + off;
+      float *o = out + off, aj = a[j], bj = b[j], cj = ctr[j];
+      if (v && mask) {
+        const float *vr = v + off, *m = mask + off;
+        float dj = d[j];
+        for (int64_t p = 0; p < hw; p++) {
+          float g = m[p] > 0 ? ur[p] : 0.0f;
+          o[p] = aj * g + bj * (vr[p] - cj) + dj;
+        }
+      } else if (v) {
+        const float *vr = v + off;
         float dj = d[j];
         for (int64_t p = 0; p < hw; p++) o[p] = aj * ur[p] + bj * (vr[p] - cj) + dj;
+      } else if (relu) {
+        for (int64_t p = 0; p < hw; p++) {
+          float t = aj * (ur[p] - cj) + bj;
+          o[p] = t < 0 ? 0.0f : t;
+        }
       } else {
         for (int64_t p = 0; p < hw; p++) o[p] = aj * (ur[p] - cj) + bj;
       }

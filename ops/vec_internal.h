@@ -91,16 +91,17 @@ void gr_vec_bn_apply(const float *u, const float *mask, const float *v, const fl
 
 /* NCHW x [n, c, hw], images [b0, b1): per channel, s[j] = sum of g and
  * s[c + j] = sum of g (x - center[j]), where g = dy when dy is not NULL
- * (the gradient's sums) and g = x - center[j] when it is (the statistics:
- * sums of the shifted x and of its squares); each plane in 8 lanes added
- * in order at the end. */
-void gr_vec_bn_plane_sums(const float *dy, const float *x, int64_t c, int64_t hw, int64_t b0,
-                          int64_t b1, const double *center, double *s);
-/* NCHW images [b0, b1): out = a[j] (u - ctr[j]) + b[j], or with v, out =
- * a[j] u + b[j] (v - ctr[j]) + d[j], as gr_vec_bn_apply. */
-void gr_vec_bn_plane_apply(const float *u, const float *v, const float *ctr, int64_t c, int64_t hw,
-                           const float *a, const float *b, const float *d, float *out, int64_t b0,
-                           int64_t b1);
+ * (the gradient's sums; 0 where mask, when not NULL, is not > 0) and g =
+ * x - center[j] when it is (the statistics: sums of the shifted x and of
+ * its squares); each plane in 8 lanes added in order at the end. */
+void gr_vec_bn_plane_sums(const float *dy, const float *mask, const float *x, int64_t c, int64_t hw,
+                          int64_t b0, int64_t b1, const double *center, double *s);
+/* NCHW images [b0, b1): out = a[j] (u - ctr[j]) + b[j] (then max(out, 0)
+ * when relu), or with v, out = a[j] g + b[j] (v - ctr[j]) + d[j] with g
+ * as gr_vec_bn_apply's. */
+void gr_vec_bn_plane_apply(const float *u, const float *mask, const float *v, const float *ctr,
+                           int64_t c, int64_t hw, const float *a, const float *b, const float *d,
+                           bool relu, float *out, int64_t b0, int64_t b1);
 
 /* ---- direct convolution (vec_conv.c) ----------------------------------------------- */
 
