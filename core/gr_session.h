@@ -91,6 +91,9 @@ typedef struct gr_session_options {
   gr_resource_mgr *resources;     /* the variables' container (core/gr_resource.h), shared with
                                      other sessions that name it; the session holds a
                                      reference. NULL: a container of its own */
+  bool no_fusion;                 /* run the nodes as built: no rewrite (the graph passes' fusion
+                                     of chains such as conv2d + bias_add + relu into one node, which
+                                     gives the same bits; passes/gr_passes.h) */
 } gr_session_options;
 
 typedef struct gr_feed {
@@ -158,5 +161,18 @@ int gr_session_num_cached(const gr_session *s);
 
 /* Set by the ops layer: applies the intra-op thread count (BLAS threads). */
 void gr_session_set_intra_op_hook(void (*fn)(int threads));
+
+/* Set by gr_init (the graph passes' fusion, gr_passes_fuse_for_step):
+ * given the session's graph and a step's endpoints, a new graph for the
+ * step to run in its place (*out, which the session owns and frees), or
+ * *out NULL to run the graph as it is. The new graph has nodes of the
+ * same names for every endpoint, and the step's results must be the same
+ * bits. Called once per prepared signature, on the step's thread, unless
+ * the session's option no_fusion is set. */
+typedef gr_status (*gr_session_rewrite_fn)(const gr_graph *g, const gr_output *feeds, int nf,
+                                           const gr_output *fetches, int nx,
+                                           const gr_output *targets, int nt, gr_graph **out,
+                                           gr_error *err);
+void gr_session_set_rewrite_hook(gr_session_rewrite_fn fn);
 
 #endif

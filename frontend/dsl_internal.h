@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "gr_dsl.h"
+#include "graphrun.h"
 #include "distributed/gr_distributed.h"
 #include "ops/gr_ops.h"
 
