@@ -6,7 +6,8 @@
  * NCHW); max pooling's argmax output and its gradients (from x, from the
  * argmax, fused with a relu); gradients of the f32 ops by central
  * differences; and a training step of a small CNN giving the same bits
- * with 1, 2 and 3 threads; dropout's mask against the Philox stream. */
+ * with 1, 2 and 3 inter-op threads and with 1, 2 and 3 BLAS threads,
+ * fused or not; dropout's mask against the Philox stream. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,8 +416,10 @@ static void test_f32_finite_differences(void) {
 
 /* Two Adam steps of a CNN large enough that its kernels split (a conv of
  * one input channel, batch norm, relu, max pool, a 3x3 conv on im2col, a
- * depthwise conv, dropout, dense); the loss and every variable after them. */
-static void cnn_steps(int threads, gr_tensor *out, int *nout) {
+ * depthwise conv, dropout, dense); the loss and every variable after them.
+ * threads: inter-op threads (the kernels' split); intra: BLAS threads;
+ * fuse: the sessions' fusion (batch norm + relu, conv + relu). */
+static void cnn_steps(int threads, int intra, bool fuse, gr_tensor *out, int *nout) {
   gr_graph *g = gr_graph_new();
   gr_graph_set_seed(g, 7);
   gr_tensor xv = gt_random(&rng, GR_F32, gr_shape_make(4, (int64_t[]){32, 28, 28, 1}), 0, 1);
@@ -456,7 +459,11 @@ static void cnn_steps(int threads, gr_tensor *out, int *nout) {
   gr_error err;
   gr_session *s = gr_graph_error(g)
                       ? NULL
-                      : gr_session_new(g, &(gr_session_options){.inter_op_threads = threads}, &err);
+                      : gr_session_new(g,
+                                       &(gr_session_options){.inter_op_threads = threads,
+                                                             .intra_op_threads = intra,
+                                                             .no_fusion = !fuse},
+                                       &err);
   GR_CHECK_MSG(s, "%s", gr_graph_error(g) ? gr_graph_error(g)->msg : err.msg);
   gr_output fetch[7] = {loss, w1, w2, w3, wd, gm, mm};
   *nout = 0;
@@ -471,18 +478,27 @@ static void cnn_steps(int threads, gr_tensor *out, int *nout) {
   gr_tensor_release(&xv), gr_tensor_release(&lv);
 }
 
+/* 1, 2 and 3 inter-op threads (the kernels split over them), 2 and 3
+ * intra-op (BLAS) threads, fused or not: the bits of 1 thread unfused. */
 static void test_same_bits_for_1_2_3_threads(void) {
-  gr_tensor t[3][7];
-  int n[3];
-  for (int i = 0; i < 3; i++) {
+  static const struct {
+    int inter, intra;
+    bool fuse;
+  } runs[] = {{1, 1, false}, {2, 1, false}, {3, 1, false}, {1, 1, true},
+              {2, 1, true},  {3, 1, true},  {1, 2, true},  {1, 3, true}};
+  enum { RUNS = sizeof runs / sizeof runs[0] };
+  gr_tensor t[RUNS][7];
+  int n[RUNS];
+  for (int i = 0; i < RUNS; i++) {
     rng = (gt_rng){77}; /* the same data each time */
-    cnn_steps(i + 1, t[i], &n[i]);
+    cnn_steps(runs[i].inter, runs[i].intra, runs[i].fuse, t[i], &n[i]);
+    GR_CHECK_EQ_INT(n[i], 7);
   }
-  GR_CHECK(n[0] == 7 && n[1] == 7 && n[2] == 7);
-  for (int i = 1; i < 3; i++)
+  for (int i = 1; i < RUNS; i++)
     for (int k = 0; k < n[0] && k < n[i]; k++)
-      GR_CHECK_MSG(gt_bit_equal(&t[i][k], &t[0][k]), "%d threads, fetch %d", i + 1, k);
-  for (int i = 0; i < 3; i++)
+      GR_CHECK_MSG(gt_bit_equal(&t[i][k], &t[0][k]), "%d inter-op, %d intra-op threads%s: fetch %d",
+                   runs[i].inter, runs[i].intra, runs[i].fuse ? ", fused" : "", k);
+  for (int i = 0; i < RUNS; i++)
     for (int k = 0; k < n[i]; k++) gr_tensor_release(&t[i][k]);
 }
 
@@ -529,6 +545,7 @@ static void test_dropout_mask_is_the_stream(void) {
 }
 
 int main(void) {
+  gr_init(); /* the sessions' fusion */
   GR_RUN(test_conv_against_reference);
   GR_RUN(test_max_pool_argmax_and_gradients);
   GR_RUN(test_f32_finite_differences);
