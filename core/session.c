@@ -322,9 +322,9 @@ static int device_for(gr_session *s, gr_node *node, const gr_device_spec *spec, 
 
 /* Per group of several members (by its first member's id): the device of its
  * first member that the placer put on a session device the group's request
- * allows, -1 when none. One pass over the graph, so a group gets one device
- * whatever subset of it a step runs. */
-static int *group_devices(gr_session *s, const gr_colocation *col) {
+ * allows, -1 when none. One pass over the graph g, so a group gets one
+ * device whatever subset of it a step runs. */
+static int *group_devices(gr_session *s, const gr_graph *g, const gr_colocation *col) {
   int total = col->num_nodes;
   int *dev = gr_alloc_array((size_t)total + 1, sizeof(int));
   if (!dev) return NULL;
@@ -332,8 +332,8 @@ static int *group_devices(gr_session *s, const gr_colocation *col) {
   for (int id = 0; id < total; id++) {
     int r = col->group[id];
     if (col->size[id] < 2 || dev[r] >= 0) continue;
-    gr_device_spec spec = gr_colocation_spec(col, s->graph, id);
-    int k = device_named(s, gr_graph_node(s->graph, id)->assigned_device);
+    gr_device_spec spec = gr_colocation_spec(col, g, id);
+    int k = device_named(s, gr_graph_node(g, id)->assigned_device);
     dev[r] = k >= 0 && gr_device_spec_matches(&spec, &s->devices[k]) ? k : -1;
   }
   return dev;
@@ -345,19 +345,20 @@ static int *group_devices(gr_session *s, const gr_colocation *col) {
  * the device the placer assigned it when its request (its own pin, else that
  * of the node its hint names) allows it, else the first such device. With
  * none, soft placement picks one (soft_device) or it is an error.
- * *num_used: how many different devices the nodes use. */
-static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int *num_used,
-                                gr_error *err) {
+ * *num_used: how many different devices the nodes use. nodes: of g (the
+ * session's graph, or a step's rewritten one). */
+static gr_status assign_devices(gr_session *s, gr_graph *g, gr_node *const *nodes, int n,
+                                int *num_used, gr_error *err) {
   gr_colocation col;
-  GR_TRY(gr_colocation_compute(s->graph, s->opts.soft_placement, &col, err));
+  GR_TRY(gr_colocation_compute(g, s->opts.soft_placement, &col, err));
   char *used = calloc((size_t)s->opts.num_devices, 1);
-  int *gdev = group_devices(s, &col);
+  int *gdev = group_devices(s, g, &col);
   gr_status st = GR_OK;
   if (!used || !gdev) st = gr_error_set_oom(err);
   *num_used = 0;
   for (int i = 0; i < n && st == GR_OK; i++) {
     gr_node *node = nodes[i];
-    gr_device_spec spec = gr_colocation_spec(&col, s->graph, node->id);
+    gr_device_spec spec = gr_colocation_spec(&col, g, node->id);
     int r = col.group[node->id], k;
     if (col.size[node->id] > 1) {
       if (gdev[r] < 0) gdev[r] = device_for(s, node, &spec, -1, err);
@@ -372,7 +373,7 @@ static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int
     if (!used[k]) ++*num_used;
     used[k] = 1;
     if (!node->assigned_device || strcmp(node->assigned_device, s->device_names[k]) != 0)
-      node->assigned_device = gr_graph_strdup(s->graph, s->device_names[k]);
+      node->assigned_device = gr_graph_strdup(g, s->device_names[k]);
   }
   free(used);
   free(gdev);
@@ -382,7 +383,7 @@ static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int
 
 gr_status gr_session_place_nodes(gr_session *s, gr_node *const *nodes, int n, gr_error *err) {
   int used;
-  return assign_devices(s, nodes, n, &used, err);
+  return assign_devices(s, s->graph, nodes, n, &used, err);
 }
 
 /* Marks needed[id] for every node the fetches and targets need, walking
@@ -496,7 +497,8 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
   }
   if (st != GR_OK) goto done;
   int num_used = 0;
-  if ((st = assign_devices(s, nodes, nn, &num_used, err)) != GR_OK) goto done;
+  if ((st = assign_devices(s, p->graph ? p->graph : g, nodes, nn, &num_used, err)) != GR_OK)
+    goto done;
   p->vars = gr_alloc_array((size_t)nvars + 1, sizeof(gr_node *));
   if (!p->vars) {
     st = gr_error_set_oom(err);
@@ -627,7 +629,7 @@ gr_status gr_session_find_uninitialized(gr_session *s, const char *except, const
     /* the variable nodes themselves: "var" names the node */
     if (!(node->op->flags & GR_OP_VARIABLE) || strcmp(var, node->name) != 0) continue;
     int used;
-    GR_TRY(assign_devices(s, &node, 1, &used, err));
+    GR_TRY(assign_devices(s, s->graph, &node, 1, &used, err));
     int k = device_named(s, node->assigned_device);
     if (except && k >= 0 && gr_device_spec_matches(&skip, &s->devices[k])) continue;
     bool ready = false;

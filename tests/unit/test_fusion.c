@@ -16,6 +16,9 @@
 
 static gt_rng rng = {2024};
 
+/* Local devices of the sessions run() makes. */
+static int run_devices = 1;
+
 static void release_n(gr_tensor *t, int n) {
   for (int i = 0; i < n; i++) gr_tensor_release(&t[i]);
 }
@@ -46,7 +49,8 @@ static bool run(gr_graph *g, bool fuse, int threads, const gr_feed *f, int nf, c
                 int nx, const gr_output *t, int nt, int steps, gr_tensor *out, char *ran,
                 size_t cap) {
   gr_error err;
-  gr_session_options o = {.inter_op_threads = threads, .no_fusion = !fuse};
+  gr_session_options o = {
+      .inter_op_threads = threads, .num_devices = run_devices, .no_fusion = !fuse};
   gr_session *s = gr_session_new(g, &o, &err);
   GR_CHECK_MSG(s, "%s", err.msg);
   if (!s) return false;
@@ -182,7 +186,8 @@ typedef struct cnn {
   gr_output x[9], train;
 } cnn;
 
-static void cnn_make(cnn *m, gr_dtype dt, bool nchw) {
+/* vars_on: the device the variables are pinned to (-1: none). */
+static void cnn_make(cnn *m, gr_dtype dt, bool nchw, int vars_on) {
   int64_t n = 4, h = 8, c = 3, c1 = 6, c2 = 8;
   gr_graph *g = m->g = gr_graph_new();
   gr_graph_set_seed(g, 7);
@@ -196,6 +201,7 @@ static void cnn_make(cnn *m, gr_dtype dt, bool nchw) {
   const char *fmt = nchw ? "NCHW" : "NHWC";
   gr_conv_options co = {.padding = "SAME", .data_format = fmt};
   int64_t w1s[4] = {3, 3, c, c1}, w2s[4] = {3, 3, c1, c2}, wds[2] = {c2 * (h / 2) * (h / 2), 3};
+  if (vars_on >= 0) gt_pin(g, vars_on);
   gr_output w1 =
       gr_variable(g, "w1", gr_random_uniform(g, dt, gr_shape_make(4, w1s), -0.5, 0.5, 1));
   gr_output w2 =
@@ -205,13 +211,17 @@ static void cnn_make(cnn *m, gr_dtype dt, bool nchw) {
   gr_output v[4];
   int64_t cs[2] = {c1, c2};
   static const char *const names[2][4] = {{"g1", "b1", "m1", "v1"}, {"g2", "b2", "m2", "v2"}};
-  gr_output h1 = x;
+  gr_output h1 = x, vb[2][4];
   for (int b = 0; b < 2; b++) {
     gr_shape s = gr_shape_make(1, (int64_t[]){cs[b]});
-    v[0] = gr_variable(g, names[b][0], gr_random_uniform(g, dt, s, 0.5, 1.5, 10 + b));
-    v[1] = gr_variable(g, names[b][1], gr_random_uniform(g, dt, s, -0.5, 0.5, 20 + b));
-    v[2] = gr_variable(g, names[b][2], gr_zeros(g, dt, s));
-    v[3] = gr_variable(g, names[b][3], gr_ones(g, dt, s));
+    vb[b][0] = gr_variable(g, names[b][0], gr_random_uniform(g, dt, s, 0.5, 1.5, 10 + b));
+    vb[b][1] = gr_variable(g, names[b][1], gr_random_uniform(g, dt, s, -0.5, 0.5, 20 + b));
+    vb[b][2] = gr_variable(g, names[b][2], gr_zeros(g, dt, s));
+    vb[b][3] = gr_variable(g, names[b][3], gr_ones(g, dt, s));
+  }
+  if (vars_on >= 0) gr_graph_pop_device_scope(g);
+  for (int b = 0; b < 2; b++) {
+    memcpy(v, vb[b], sizeof v);
     h1 = gr_conv2d(g, h1, b ? w2 : w1, &co);
     h1 = gr_relu(g, gr_batch_norm(g, h1, v[0], v[1], v[2], v[3], true, 0.9, 1e-3, fmt));
     m->x[5 + 2 * b] = v[0], m->x[6 + 2 * b] = v[2];
@@ -235,7 +245,7 @@ static void test_training_fused(void) {
     gr_dtype dt = k == 2 ? GR_F64 : GR_F32;
     bool nchw = k == 1;
     cnn m;
-    cnn_make(&m, dt, nchw);
+    cnn_make(&m, dt, nchw, -1);
     char what[64];
     snprintf(what, sizeof what, "%s %s", gr_dtype_name(dt), nchw ? "NCHW" : "NHWC");
     GR_CHECK_MSG(!gr_graph_error(m.g), "%s: %s", what, gr_graph_error(m.g)->msg);
@@ -276,10 +286,32 @@ static void test_training_fused(void) {
   }
 }
 
+/* The variables on device 1 (a parameter server's place), the rest on
+ * device 0: fused, the step across the two gives the unfused bits. */
+static void test_training_two_devices(void) {
+  cnn m;
+  cnn_make(&m, GR_F32, false, 1);
+  gt_spread(m.g, 2); /* the others round robin: the colocation groups decide */
+  gr_tensor want[9], got[9];
+  run_devices = 2;
+  bool ok = run(m.g, false, 1, m.f, 2, m.x, 9, &m.train, 1, 3, want, NULL, 0);
+  static char ran[1 << 16];
+  ran[0] = '\0';
+  if (ok && run(m.g, true, 2, m.f, 2, m.x, 9, &m.train, 1, 3, got, ran, sizeof ran)) {
+    for (int i = 0; i < 9; i++)
+      GR_CHECK_MSG(gt_bit_equal(&got[i], &want[i]), "two devices: fetch %d", i);
+    release_n(got, 9);
+    GR_CHECK(!strstr(ran, "relu\n"));
+  }
+  run_devices = 1;
+  if (ok) release_n(want, 9);
+  cnn_free(&m);
+}
+
 /* The same bits with 1, 2 and 3 threads, fused. */
 static void test_training_threads(void) {
   cnn m;
-  cnn_make(&m, GR_F32, false);
+  cnn_make(&m, GR_F32, false, -1);
   gr_tensor want[9], got[9];
   if (run(m.g, true, 1, m.f, 2, m.x, 9, &m.train, 1, 3, want, NULL, 0)) {
     for (int threads = 2; threads <= 3; threads++) {
@@ -415,6 +447,7 @@ int main(void) {
   GR_RUN(test_conv_epilogues);
   GR_RUN(test_training_fused);
   GR_RUN(test_training_threads);
+  GR_RUN(test_training_two_devices);
   GR_RUN(test_chains_left_alone);
   GR_RUN(test_fused_op_errors);
   return gr_test_finish();
