@@ -20,8 +20,16 @@
  *    steps), against each op's floor: the bytes its nodes read and write
  *    at the memory bandwidth measured here (a 32 MiB copy), or for the
  *    products (conv2d and its gradients, matmul) their flops at the raw
- *    sgemm speed of the step's products, whichever is larger.
+ *    sgemm speed of the step's products, whichever is larger. The
+ *    sessions fuse (gr_init: batch norm + relu, ...); the step is also
+ *    timed unfused (no_fusion), in the same interleaved slices.
+ * 4. The same table for a separable convolution (Keras' SeparableConv2D:
+ *    a depthwise 3x3 conv, then a pointwise 1x1 conv, 64 -> 128 channels,
+ *    28x28, batch 64), forward and both gradients of each.
  *
+ * Before it: separable: x_floor=X ops_near_floor=K/N; fusion: unfused/fused=U
+ *   X: the separable conv's time over its floor; U: the one-thread step
+ *   unfused over fused.
  * Last line: conv: ratio_step=R ratio_best=B floor=F gflops_conv=G gflops_sgemm=S
  *                  ops_near_floor=K/N
  *   R: graphrun step / PyTorch step, 1 thread each; B: the same at each
@@ -202,16 +210,34 @@ static bool is_product(const char *op) {
 
 enum { MAX_OPS = 64 };
 typedef struct op_row {
-  const char *op;
+  char op[48];
   int calls;
   double ms, floor_ms;
 } op_row;
 
-/* Sums the median node times of `reps` traced steps by op; floors from
- * bandwidth bw (bytes/s) and the sgemm rate (flop/s). Prints the table;
- * returns the number of ops within 1.5x of their floor (*total: ops). */
-static int op_table(gr_session *s, const gr_feed *f, gr_output fetch, gr_output target, int reps,
-                    double bw, double rate, int *total) {
+/* A row's name: the op's, and for a convolution whether it is depthwise
+ * (groups > 1) or pointwise (1x1 filter). */
+static void row_name(const gr_node *n, char *out, size_t cap) {
+  const char *kind = "";
+  if (strstr(n->op->name, "conv2d")) {
+    int fi = strcmp(n->op->name, "conv2d_backprop_filter") == 0 ? 2 : 1;
+    const gr_shape *f = &n->inputs[fi].node->out_shapes[n->inputs[fi].index];
+    if (gr_node_attr_int(n, "groups", 1) > 1)
+      kind = " depthwise";
+    else if (f->rank == 4 && f->dims[0] == 1 && f->dims[1] == 1)
+      kind = " pointwise";
+  }
+  snprintf(out, cap, "%s%s", n->op->name, kind);
+}
+
+/* Sums the median node times of `reps` traced steps (feeds f[0..nf),
+ * fetch, target) by row_name; floors from bandwidth bw (bytes/s) and the
+ * sgemm rate (flop/s), only the convolutions' when convs_only. Prints the
+ * table; returns the number of rows within 1.5x of their floor (*total:
+ * rows; *sum_ms, *sum_floor: their sums, when not NULL). */
+static int op_table(gr_session *s, const gr_feed *f, int nf, gr_output fetch, gr_output target,
+                    int reps, double bw, double rate, bool convs_only, int *total, double *sum_ms,
+                    double *sum_floor) {
   gr_step_trace *tr = gr_step_trace_new();
   gr_error err;
   int nn = 0, cap = 0;
@@ -220,7 +246,7 @@ static int op_table(gr_session *s, const gr_feed *f, gr_output fetch, gr_output 
   for (int r = 0; r < reps; r++) {
     gr_tensor out;
     gr_step_trace_clear(tr);
-    if (gr_session_run_traced(s, f, 2, &fetch, 1, &out, &target, 1, tr, &err) != GR_OK)
+    if (gr_session_run_traced(s, f, nf, &fetch, 1, &out, &target, 1, tr, &err) != GR_OK)
       die("traced run", err.msg);
     gr_tensor_release(&out);
     for (int i = 0; i < gr_step_trace_count(tr); i++) {
@@ -246,15 +272,19 @@ static int op_table(gr_session *s, const gr_feed *f, gr_output fetch, gr_output 
   double all = 0;
   for (int k = 0; k < nn; k++) {
     const gr_node *n = nodes[k];
+    if (convs_only && !strstr(n->op->name, "conv2d")) continue;
     double ms = bench_median(times + (size_t)k * (size_t)reps, reps);
     gr_cost c = {0, 0};
     if (is_product(n->op->name) && n->op->cost_fn) n->op->cost_fn(n, &c);
     double fl = node_bytes(n) / bw * 1e3, fc = c.flops / rate * 1e3;
+    char name[48];
+    row_name(n, name, sizeof name);
     int j = 0;
-    while (j < nr && strcmp(rows[j].op, n->op->name) != 0) j++;
+    while (j < nr && strcmp(rows[j].op, name) != 0) j++;
     if (j == nr) {
       if (nr == MAX_OPS) continue;
-      rows[nr++] = (op_row){n->op->name, 0, 0, 0};
+      rows[nr] = (op_row){"", 0, 0, 0};
+      snprintf(rows[nr++].op, sizeof rows[0].op, "%s", name);
     }
     rows[j].calls++;
     rows[j].ms += ms;
@@ -269,26 +299,31 @@ static int op_table(gr_session *s, const gr_feed *f, gr_output fetch, gr_output 
         rows[i] = rows[j], rows[j] = t;
       }
   int near = 0, shown = 0;
+  double shown_ms = 0, shown_floor = 0;
   printf("per op, one thread (median of %d traced steps; floor: bytes at %.1f GB/s, products' "
          "flops at %.1f GFLOP/s):\n",
          reps, bw / 1e9, rate / 1e9);
-  printf("  %-28s %5s %9s %9s %6s\n", "op", "calls", "ms", "floor ms", "x");
+  printf("  %-34s %5s %9s %9s %6s\n", "op", "calls", "ms", "floor ms", "x");
   for (int i = 0; i < nr; i++) {
     if (rows[i].ms < 0.05) continue; /* the optimizer's and the loss's scalars */
     double x = rows[i].floor_ms > 0 ? rows[i].ms / rows[i].floor_ms : 0;
     shown++;
     near += x <= 1.5;
-    printf("  %-28s %5d %9.3f %9.3f %6.2f%s\n", rows[i].op, rows[i].calls, rows[i].ms,
+    shown_ms += rows[i].ms, shown_floor += rows[i].floor_ms;
+    printf("  %-34s %5d %9.3f %9.3f %6.2f%s\n", rows[i].op, rows[i].calls, rows[i].ms,
            rows[i].floor_ms, x, x <= 1.5 ? "" : "  (over 1.5x)");
   }
   printf("  all ops: %.2f ms\n", all);
   free(nodes), free(times);
   gr_step_trace_free(tr);
   *total = shown;
+  if (sum_ms) *sum_ms = shown_ms;
+  if (sum_floor) *sum_floor = shown_floor;
   return near;
 }
 
-/* The example's CNN in a session of `threads` inter-op threads. */
+/* The example's CNN in a session of `threads` inter-op threads (fused,
+ * unless `plain`). */
 typedef struct cnn {
   gr_graph *g;
   gr_session *s;
@@ -297,7 +332,7 @@ typedef struct cnn {
   gr_output loss, train;
 } cnn;
 
-static void cnn_make(cnn *c, int b, int threads) {
+static void cnn_make(cnn *c, int b, int threads, bool plain) {
   gr_error err;
   c->g = gr_graph_new();
   gr_graph *g = c->g;
@@ -314,7 +349,9 @@ static void cnn_make(cnn *c, int b, int threads) {
   c->train = gr_minimize(g, &adam, c->loss, NULL, 0);
   if (gr_graph_error(g)) die("build", gr_graph_error(g)->msg);
   c->s = gr_session_new(
-      g, &(gr_session_options){.inter_op_threads = threads, .intra_op_threads = 1}, &err);
+      g,
+      &(gr_session_options){.inter_op_threads = threads, .intra_op_threads = 1, .no_fusion = plain},
+      &err);
   if (!c->s) die("session", err.msg);
   c->f[0] = (gr_feed){x, &c->xv}, c->f[1] = (gr_feed){y, &c->yv};
 }
@@ -355,6 +392,47 @@ static double floor_seconds(int b, int reps, double *flops) {
   return t;
 }
 
+/* ---- 4. depthwise and separable convolutions -------------------------------------------- */
+
+/* Keras' SeparableConv2D(128, 3, padding="same") on 64 channels of 28x28
+ * at batch b (a MobileNet block's shape): the depthwise 3x3 conv and the
+ * pointwise 1x1 conv, forward and both gradients of each, one thread; the
+ * per-op table against the floors. *x: the table's time over its floor. */
+static int separable(int smoke, int b, double bw, double rate, int *total, double *x) {
+  gr_graph *g = gr_graph_new();
+  gr_tensor xv = random_tensor((gr_shape){4, {b, 28, 28, 64}}, 1);
+  gr_tensor dv = random_tensor((gr_shape){4, {3, 3, 1, 64}}, 0.3f);
+  gr_tensor pv = random_tensor((gr_shape){4, {1, 1, 64, 128}}, 0.1f);
+  gr_tensor rv = random_tensor((gr_shape){4, {b, 28, 28, 128}}, 1);
+  gr_output in[3] = {gr_placeholder(g, "x", GR_F32, xv.shape),
+                     gr_placeholder(g, "depthwise", GR_F32, dv.shape),
+                     gr_placeholder(g, "pointwise", GR_F32, pv.shape)};
+  gr_conv_options dw = {.padding = "SAME", .groups = 64};
+  gr_output y = gr_conv2d(g, gr_conv2d(g, in[0], in[1], &dw), in[2], NULL);
+  gr_output loss = gr_reduce_sum(g, gr_mul(g, y, gr_const(g, &rv)), NULL, 0, false);
+  gr_output d[3];
+  gr_gradients(g, &loss, 1, in, 3, NULL, false, d);
+  gr_graph_push_control_deps(g, d, 3);
+  gr_output all = gr_no_op(g, "gradients_done");
+  gr_graph_pop_control_deps(g);
+  if (gr_graph_error(g)) die("build", gr_graph_error(g)->msg);
+  gr_error err;
+  gr_session *s =
+      gr_session_new(g, &(gr_session_options){.inter_op_threads = 1, .intra_op_threads = 1}, &err);
+  if (!s) die("session", err.msg);
+  gr_feed f[3] = {{in[0], &xv}, {in[1], &dv}, {in[2], &pv}};
+  printf("separable conv 64->128 3x3 28x28 batch %d (depthwise, pointwise; forward and "
+         "gradients):\n",
+         b);
+  double ms, fl;
+  int near = op_table(s, f, 3, loss, all, smoke ? 2 : 20, bw, rate, true, total, &ms, &fl);
+  *x = fl > 0 ? ms / fl : NAN;
+  gr_session_free(s);
+  gr_graph_free(g);
+  gr_tensor_release(&xv), gr_tensor_release(&dv), gr_tensor_release(&pv), gr_tensor_release(&rv);
+  return near;
+}
+
 /* PyTorch's side serving slices of steps (conv_torch.py ... serve). */
 static bool torch_start(bench_server *c, int b, int threads) {
   char py[] = "/usr/bin/python3", script[600], bs[16], th[16], steps[] = "0", serve[] = "serve";
@@ -377,16 +455,22 @@ static double min2(double a, double b) {
 int main(int argc, char **argv) {
   int smoke = bench_is_smoke(argc, argv);
   bench_start("bench_conv", NULL);
+  gr_init(); /* the sessions fuse (conv2d epilogues, batch norm + relu, ...) */
   double gc, gs;
   conv_forward(smoke, &gc, &gs);
   int b = smoke ? 4 : 64, near = 0, total = 0;
   double flops, tf = floor_seconds(b, smoke ? 2 : 10, &flops);
   double bw = mem_bandwidth(smoke);
-  cnn c1, c2;
-  cnn_make(&c1, b, 1);
-  cnn_make(&c2, b, 2);
-  cnn_run(&c1, 2), cnn_run(&c2, 2); /* warm up */
-  near = op_table(c1.s, c1.f, c1.loss, c1.train, smoke ? 2 : 20, bw, flops / tf, &total);
+  cnn c1, c2, cu;
+  cnn_make(&c1, b, 1, false);
+  cnn_make(&c2, b, 2, false);
+  cnn_make(&cu, b, 1, true);
+  cnn_run(&c1, 2), cnn_run(&c2, 2), cnn_run(&cu, 2); /* warm up */
+  near = op_table(c1.s, c1.f, 2, c1.loss, c1.train, smoke ? 2 : 20, bw, flops / tf, false, &total,
+                  NULL, NULL);
+  int sep_total = 0;
+  double sep_x;
+  int sep_near = separable(smoke, smoke ? 2 : 64, bw, flops / tf, &sep_total, &sep_x);
   /* graphrun and PyTorch at 1 and 2 threads, a slice of steps each in
    * turn, so that a change of the machine's speed hits all four; each
    * figure is the median over the slices of the time per step */
@@ -394,8 +478,9 @@ int main(int argc, char **argv) {
   int rounds = smoke ? 1 : ROUNDS, slice = smoke ? 1 : SLICE;
   bench_server t1 = {-1, NULL, NULL}, t2 = {-1, NULL, NULL};
   bool torch = !smoke && torch_start(&t1, b, 1) && torch_start(&t2, b, 2);
-  double g1[ROUNDS], g2[ROUNDS], p1[ROUNDS], p2[ROUNDS];
+  double g1[ROUNDS], g2[ROUNDS], p1[ROUNDS], p2[ROUNDS], gu[ROUNDS];
   for (int r = 0; r < rounds; r++) {
+    gu[r] = cnn_run(&cu, slice) / slice;
     g1[r] = cnn_run(&c1, slice) / slice;
     p1[r] = torch ? bench_serve_run(&t1, slice) / slice : -1;
     g2[r] = cnn_run(&c2, slice) / slice;
@@ -407,15 +492,18 @@ int main(int argc, char **argv) {
     torch = bench_serve_finish(&t2, echo_line, NULL) && torch;
   }
   double tg = bench_median(g1, rounds), tg2 = bench_median(g2, rounds);
+  double tu = bench_median(gu, rounds);
   double tt = torch ? bench_median(p1, rounds) : -1, tt2 = torch ? bench_median(p2, rounds) : -1;
-  cnn_free(&c1), cnn_free(&c2);
+  cnn_free(&c1), cnn_free(&c2), cnn_free(&cu);
   printf("CNN train step batch %d (median of %d interleaved slices of %d steps): graphrun %.2f ms "
-         "(2 threads %.2f); its products as raw sgemm %.2f ms",
-         b, rounds, slice, tg * 1e3, tg2 * 1e3, tf * 1e3);
+         "(2 threads %.2f; unfused, 1 thread %.2f); its products as raw sgemm %.2f ms",
+         b, rounds, slice, tg * 1e3, tg2 * 1e3, tu * 1e3, tf * 1e3);
   if (tt > 0)
     printf("; PyTorch %.2f ms (2 threads %.2f)\n", tt * 1e3, tt2 * 1e3);
   else
     printf("; PyTorch not measured (%s)\n", smoke ? "smoke run" : "install python3-torch");
+  printf("separable: x_floor=%.2f ops_near_floor=%d/%d; fusion: unfused/fused=%.2f\n", sep_x,
+         sep_near, sep_total, tg > 0 ? tu / tg : NAN);
   double best = min2(tt, tt2);
   printf("conv: ratio_step=%.2f ratio_best=%.2f floor=%.2f gflops_conv=%.1f gflops_sgemm=%.1f "
          "ops_near_floor=%d/%d\n",
