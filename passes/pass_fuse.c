@@ -284,6 +284,16 @@ static gr_status fuse_all(fuser *f) {
   return GR_OK;
 }
 
+bool gr_passes_may_fuse(const gr_graph *g) {
+  const gr_op_def *host[3] = {gr_ops_find("conv2d"), gr_ops_find("batch_norm"),
+                              gr_ops_find("batch_norm_grad")};
+  for (int v = 0; v < gr_graph_num_nodes(g); v++) {
+    const gr_op_def *op = gr_graph_node(g, v)->op;
+    if (op == host[0] || op == host[1] || op == host[2]) return true;
+  }
+  return false;
+}
+
 gr_status gr_passes_fuse(gr_passes_ctx *c, int *fused) {
   *fused = 0;
   fuser f = {.c = c};

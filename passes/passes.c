@@ -374,6 +374,8 @@ gr_status gr_passes_fuse_for_step(const gr_graph *g, const gr_output *feeds, int
                                   const gr_output *fetches, int num_fetches,
                                   const gr_output *targets, int num_targets, gr_graph **out,
                                   gr_error *err) {
+  if (out) *out = NULL;
+  if (g && out && !gr_graph_error(g) && !gr_passes_may_fuse(g)) return GR_OK; /* the common case */
   gr_passes_options o = gr_passes_options_default();
   o.no_cse = o.no_fold = true;
   return optimize(g, feeds, num_feeds, fetches, num_fetches, targets, num_targets, &o, true, out,

@@ -64,6 +64,9 @@ gr_status gr_passes_fold(gr_passes_ctx *c, size_t max_bytes, int *folded);
 /* Sets c->fusion, c->host and c->redirect for needed nodes and unmarks
  * the absorbed ones; *fused gets their number. */
 gr_status gr_passes_fuse(gr_passes_ctx *c, int *fused);
+/* Has g a node that could host a fusion (conv2d, batch_norm,
+ * batch_norm_grad)? Else the pass has nothing to do. */
+bool gr_passes_may_fuse(const gr_graph *g);
 /* The endpoint of the copy standing for o (an endpoint of g): through CSE's
  * replacements and the fusion's redirects. */
 gr_output gr_passes_resolve(const gr_passes_ctx *c, gr_output o);
