@@ -481,8 +481,8 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
   /* the endpoints in one array: feeds, fetches, targets */
   gr_output *feed_eps = eps, *fetch_eps = eps + nf, *target_eps = eps + nf + nx;
   for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
-  memcpy(fetch_eps, fetches, sizeof(gr_output) * (size_t)nx);
-  memcpy(target_eps, targets, sizeof(gr_output) * (size_t)nt);
+  for (int i = 0; i < nx; i++) fetch_eps[i] = fetches[i];
+  for (int i = 0; i < nt; i++) target_eps[i] = targets[i];
   int nn, nvars;
   st = collect(g, feed_eps, nf, fetch_eps, nx, target_eps, nt, nodes, &nn, &nvars, p, err);
   if (st == GR_OK && rewrite_hook && !s->opts.no_fusion) {
