@@ -6,7 +6,8 @@
  * ops' own arithmetic element by element (bias: one f32 add; batch norm:
  * batch_norm's coefficients and gr_vec_bn_apply; relu: x < 0 ? 0 : x),
  * so the fused node gives the bits of the nodes it stands for. f32 only;
- * the pass builds it in a graph that runs, after autodiff (no gradient).
+ * the pass builds it in a graph that runs, after autodiff (its gradient
+ * is an error).
  *
  * Inputs: x, filter, then bias (bias_add) or gamma, beta, moving_mean,
  * moving_variance (batch_norm), all [out_c]. Attrs: conv2d's, fused_ops
@@ -189,12 +190,22 @@ void gr_conv_epilogue_run(gr_kernel_ctx *ctx, const gr_conv_epilogue *e, bool nc
   if (n > 0) gr_kernel_parallel(ctx, j.chunks, epi_chunk, &j);
 }
 
+/* The pass builds it after autodiff, in a graph that runs: differentiate
+ * the graph the user built instead. */
+static gr_status fused_grad(gr_grad_ctx *c) {
+  return gr_graph_set_errorf(c->graph, GR_ERR_UNIMPLEMENTED,
+                             "gradients: node '%s' is a _fused_conv2d, which the fusion pass makes "
+                             "in a graph that runs; differentiate the graph before fusion",
+                             c->node->name);
+}
+
 const gr_op_def gr_op__fused_conv2d = {
     .name = "_fused_conv2d",
     .doc = "conv2d, then fused_ops on its output as each block of images is done: relu, "
            "bias_add (input bias [out_c]; NHWC), batch_norm at inference (inputs gamma, beta, "
            "moving_mean, moving_variance [out_c], attr epsilon), each optionally then relu; "
-           "the same bits as those ops unfused. Made by the fusion pass (f32)",
+           "the same bits as those ops unfused. Made by the fusion pass (f32), after autodiff: its "
+           "gradient is an error",
     .min_inputs = 2,
     .max_inputs = 6,
     .input_names = (const char *const[]){"x", "filter", "bias_or_gamma", "beta", "moving_mean",
@@ -205,4 +216,5 @@ const gr_op_def gr_op__fused_conv2d = {
     .shape_fn = fused_shape,
     .cost_fn = gr_conv_cost,
     .kernel = fused_kernel,
+    .grad_fn = fused_grad,
     .flags = GR_OP_EXPENSIVE};
