@@ -440,6 +440,13 @@ static void test_fused_op_errors(void) {
   GR_CHECK(bn.node && gr_gradients(g, &bn, 1, &xv8, 1, NULL, false, &d) == GR_ERR_UNIMPLEMENTED);
   GR_CHECK(gr_graph_error(g) && strstr(gr_graph_error(g)->msg, "'bnr' has a fused relu"));
   gr_graph_free(g);
+  g = gr_graph_new();
+  x = gr_placeholder(g, "x", GR_F32, gr_shape_make(4, (int64_t[]){1, 4, 4, 8}));
+  f = gr_placeholder(g, "f", GR_F32, gr_shape_make(4, (int64_t[]){3, 3, 8, 4}));
+  gr_output fc = gr_op(g, "_fused_conv2d", "fc", (gr_output[]){x, f}, 2, &relu, 1);
+  GR_CHECK(fc.node && gr_gradients(g, &fc, 1, &x, 1, NULL, false, &d) == GR_ERR_UNIMPLEMENTED);
+  GR_CHECK(gr_graph_error(g) && strstr(gr_graph_error(g)->msg, "node 'fc' is a _fused_conv2d"));
+  gr_graph_free(g);
 }
 
 int main(void) {
