@@ -126,8 +126,10 @@ pid_t bench_spawn_server(int task, int life_r, int life_w, int *port) {
 bool bench_serve_start(bench_server *c, char *const argv[], int threads) {
   int to[2], from[2];
   *c = (bench_server){-1, NULL, NULL};
-  if (pipe(to) != 0) return false;
-  if (pipe(from) != 0) {
+  /* close-on-exec: another child started later must not hold this one's
+   * ends (its stdin would never see the end of input) */
+  if (pipe2(to, O_CLOEXEC) != 0) return false;
+  if (pipe2(from, O_CLOEXEC) != 0) {
     close(to[0]), close(to[1]);
     return false;
   }
