@@ -3,8 +3,8 @@
  * and conv2d_backprop_filter, and conv2d_transpose (the input gradient as
  * a layer). Each is linear in each input, so their gradients are these ops
  * again. Three ways to run them:
- * - f32, one group, more than 4 input channels: oneDNN (conv_dnnl.c), in
- *   the node's own layout;
+ * - f32, one group, more than 4 input channels, not pointwise: oneDNN
+ *   (conv_dnnl.c), in the node's own layout;
  * - f32 depthwise, or at most 4 input channels: direct kernels
  *   (vec_conv.c), split over the images;
  * - the rest: im2col (gr_conv_cols) and OpenBLAS gemm, tiled over output
