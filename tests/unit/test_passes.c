@@ -560,8 +560,8 @@ static void check_example(const gt_example *ex, const char *file) {
   gr_passes_options o = gr_passes_options_default();
   gr_passes_stats ps;
   gr_graph *opt = optimize(ex->g, feed_eps, ex->nf, ex->fetch, ex->nx, ex->target, ex->nt, &o, &ps);
-  printf("%-22s in %4d  pruned %4d  merged %3d  folded %3d  unused %3d  fused %2d  out %4d\n",
-         file, ps.nodes_in, ps.nodes_pruned, ps.nodes_merged, ps.nodes_folded,
+  printf("%-22s in %4d  pruned %4d  merged %3d  folded %3d  unused %3d  fused %2d  out %4d\n", file,
+         ps.nodes_in, ps.nodes_pruned, ps.nodes_merged, ps.nodes_folded,
          ps.nodes_unused_after_folding, ps.nodes_fused, ps.nodes_out);
   gr_status st;
   GR_CHECK_MSG(gt_example_agree(ex, opt, file, "optimised graph", &st), "%s", file);
