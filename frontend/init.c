@@ -4,7 +4,7 @@
 #include "checkpoints/gr_checkpoints.h"
 #include "core/gr_core.h"
 #include "ops/gr_ops.h"
-#include "passes/gr_passes.h"
+#include "passes/passes_engine.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 

@@ -46,8 +46,36 @@ typedef struct gr_passes_ctx {
   int *host;                 /* fusion: the host that absorbed this node, or -1 */
   gr_output *redirect;       /* fusion: for an absorbed node, the endpoint of g with its value */
   gr_error *err;
+  /* The copy (gr_passes_copy): the node standing in for a fed node n
+   * (marked GR_PRUNE_FED; consumers read its output 0), made in out under
+   * n's name; NULL: a placeholder of n's dtype and shape. */
+  gr_output (*stand_in)(void *arg, gr_graph *out, const gr_node *n);
+  void *stand_in_arg;
+  bool no_devices; /* copies without requested or assigned devices, nor colocation */
+  /* NULL, or per node: copied as an `identity` of its input 0 (a node that
+   * passes its input through, as a dropout in inference mode) */
+  const uint8_t *identity;
 } gr_passes_ctx;
 
+/* The per-node arrays of a gr_passes_ctx, n + 1 entries each (value
+ * zeroed); alloc is false when out of memory (free what was made with
+ * gr_passes_arrays_free, which also releases the values). */
+typedef struct gr_passes_arrays {
+  int *order, *rep, *host;
+  uint8_t *fed, *protect, *mark, *folded;
+  gr_tensor *value;
+  gr_passes_fusion **fusion;
+  gr_output *redirect;
+} gr_passes_arrays;
+bool gr_passes_arrays_alloc(gr_passes_arrays *a, int n);
+void gr_passes_arrays_free(gr_passes_arrays *a, int n);
+/* A context of g's n nodes on a's arrays (no feeds, fetches or targets). */
+gr_passes_ctx gr_passes_ctx_of(const gr_graph *g, int n, gr_passes_arrays *a, gr_error *err);
+
+/* Checks that eps[0..n) are endpoints of g (need_output: of an existing
+ * output); errors name what ("feed", "fetch", ...) and the index. */
+gr_status gr_passes_check_endpoints(const gr_graph *g, const char *what, const gr_output *eps,
+                                    int n, bool need_output, gr_error *err);
 /* True when endpoint o is fed. */
 bool gr_passes_is_fed(const gr_passes_ctx *c, gr_output o);
 /* True for ops no pass may merge or evaluate: stateful, random, variable,
@@ -70,5 +98,12 @@ bool gr_passes_may_fuse(const gr_graph *g);
 /* The endpoint of the copy standing for o (an endpoint of g): through CSE's
  * replacements and the fusion's redirects. */
 gr_output gr_passes_resolve(const gr_passes_ctx *c, gr_output o);
+/* Copies the kept nodes (marked, and their own rep) into a new graph *out
+ * in c->order: a fed node by its stand-in, a folded one by a const of its
+ * name holding c->value, one marked c->identity by an identity, a fusion's
+ * host as c->fusion makes it, the others with their inputs through c->rep
+ * and c->redirect (gr_passes_resolve);
+ * loop back edges are patched last. Errors name the node. */
+gr_status gr_passes_copy(gr_passes_ctx *c, gr_graph **out);
 
 #endif

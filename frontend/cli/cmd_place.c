@@ -4,19 +4,23 @@
  * bytes crossing devices. */
 #include <string.h>
 
+#include "cli_cluster.h"
 #include "cli_options.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "placer/gr_placer.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: graphrun place FILE.gr --cluster C.json [--explain] [--soft] [--profiles DB]\n"
+  fprintf(f, "usage: graphrun place FILE.gr --cluster C [--explain] [--soft] [--profiles DB]\n"
              "                              [--min-samples N]\n\n"
-             "Places every node of FILE.gr on the devices of the cluster file C.json (see\n"
-             "docs/placement.md; `graphrun calibrate` writes one for this machine) and prints\n"
-             "each node with its full device name, the predicted step time and the bytes that\n"
-             "cross devices per step.\n"
-             "  --cluster C.json  the cluster: jobs, tasks, devices, link speeds\n"
+             "Places every node of FILE.gr on the devices of the cluster C (see\n"
+             "docs/placement.md; `graphrun calibrate` writes a cluster file for this machine)\n"
+             "and prints each node with its full device name, the predicted step time and the\n"
+             "bytes that cross devices per step.\n"
+             "  --cluster C       the cluster: a cluster file (jobs, tasks, devices, link speeds)\n"
+             "                    or any spec graphrun run takes (ClusterSpec, TF_CONFIG, 'env',\n"
+             "                    slurm[:JOBS]: the Slurm job's or step's layout, mpi[:JOBS]:\n"
+             "                    its rendezvous)\n"
              "  --explain         per node: pinned / colocated with X / the finish times compared\n"
              "  --soft            soft placement: a pin no device satisfies is ignored\n"
              "  --profiles DB     measured op times (SQLite) replace the static estimates\n"
@@ -68,12 +72,15 @@ int gr_cmd_place(int argc, char **argv) {
   }
   if (!file || !cluster_path) {
     fprintf(stderr, "graphrun place: %s (try --help)\n",
-            !file ? "missing FILE.gr" : "missing --cluster C.json");
+            !file ? "missing FILE.gr" : "missing --cluster C");
     return GR_EXIT_USAGE;
   }
   gr_error err;
   gr_cluster *c = NULL;
-  if (gr_cluster_load_json(cluster_path, &c, &err) != GR_OK) {
+  gr_cluster_self self;
+  bool has_self;
+  const char *from;
+  if (cli_load_cluster_for(cluster_path, true, &c, &self, &has_self, &from, &err) != GR_OK) {
     fprintf(stderr, "graphrun place: %s\n", err.msg);
     return GR_EXIT_USAGE;
   }

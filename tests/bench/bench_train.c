@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "bench_util.h"
 
 #define DATA_DIR       "/usr/share/datasets/fashion-mnist"

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gr_test.h"
+#include "passes/passes_engine.h"
 #include "test_util.h"
 
 static gt_rng rng = {2024};
