@@ -32,7 +32,7 @@ else
 endif
 
 # Debian packages the build needs (checked with dpkg, installed with apt-get).
-DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
+DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libdnnl-dev libevent-dev \
                 libmsgpack-dev libxxhash-dev libjansson-dev libssl-dev openssl libsqlite3-dev zlib1g-dev \
                 libpng-dev libjpeg62-turbo-dev libjpeg-turbo-progs sqlite3 dataset-fashion-mnist \
                 libgraphviz-dev libjs-chart.js

@@ -70,6 +70,9 @@ typedef struct gr_session_options {
   gr_resource_mgr *resources; /* the variables' container (core/gr_resource.h), shared with
                                  other sessions that name it; the session holds a
                                  reference. NULL: a container of its own */
+  bool no_fusion; /* run the nodes as built: no rewrite (the graph passes' fusion of chains
+                     such as conv2d + bias_add + relu into one node, which gives the same
+                     bits; docs/passes.md) */
 } gr_session_options;
 
 typedef struct gr_feed {

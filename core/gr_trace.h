@@ -11,8 +11,9 @@
  *   }
  *   gr_step_trace_free(t);
  *
- * Ownership: events point at the nodes that ran (the session's graph or its
- * partitions: valid while the session lives). Adding is thread-safe (the
+ * Ownership: events point at the nodes that ran (the session's graph, the
+ * fused graph a step runs instead, or their partitions: valid while the
+ * session lives). Adding is thread-safe (the
  * executors add from several threads); read the events once the run is over:
  * a pointer from gr_step_trace_event is valid until the next add or clear. */
 #ifndef GR_TRACE_H

@@ -13,6 +13,7 @@
 #include "core/gr_resource.h"
 #include "core/device_plan.h"
 #include "core/session_remote.h"
+#include "core/session_rewrite.h"
 #include "core/step_watch_internal.h"
 #include "core/map.h"
 
@@ -20,6 +21,10 @@
 #define GR_LAST_EPS_MAX   16
 
 typedef struct prepared {
+  gr_graph *graph; /* the rewrite hook's graph the step runs, or NULL: the session's */
+  int *feed_index; /* with graph: the caller's feeds it takes, in order (those of nodes it
+                      has; a fed node nothing needs may be gone) */
+  int num_feeds;
   gr_executor *exec;    /* the step's nodes are on one device */
   gr_device_plan *plan; /* or on several: one executor per device */
   void *remote_plan;    /* or in other processes: the remote runner's */
@@ -57,6 +62,11 @@ struct gr_session {
 static void (*intra_op_hook)(int);
 void gr_session_set_intra_op_hook(void (*fn)(int)) {
   intra_op_hook = fn;
+}
+
+static gr_session_rewrite_fn rewrite_hook;
+void gr_session_set_rewrite_hook(gr_session_rewrite_fn fn) {
+  rewrite_hook = fn;
 }
 
 /* Device k from the options' names: a full device name, not one before it. */
@@ -140,6 +150,8 @@ static void prepared_free(const gr_session *s, prepared *p) {
   if (p->remote_plan) s->opts.remote->free_plan(s->opts.remote->self, p->remote_plan);
   gr_executor_free(p->exec);
   gr_device_plan_free(p->plan);
+  gr_graph_free(p->graph);
+  free(p->feed_index);
   free(p->vars);
   free(p->key);
   free(p);
@@ -313,9 +325,9 @@ static int device_for(gr_session *s, gr_node *node, const gr_device_spec *spec, 
 
 /* Per group of several members (by its first member's id): the device of its
  * first member that the placer put on a session device the group's request
- * allows, -1 when none. One pass over the graph, so a group gets one device
- * whatever subset of it a step runs. */
-static int *group_devices(gr_session *s, const gr_colocation *col) {
+ * allows, -1 when none. One pass over the graph g, so a group gets one
+ * device whatever subset of it a step runs. */
+static int *group_devices(gr_session *s, const gr_graph *g, const gr_colocation *col) {
   int total = col->num_nodes;
   int *dev = gr_alloc_array((size_t)total + 1, sizeof(int));
   if (!dev) return NULL;
@@ -323,8 +335,8 @@ static int *group_devices(gr_session *s, const gr_colocation *col) {
   for (int id = 0; id < total; id++) {
     int r = col->group[id];
     if (col->size[id] < 2 || dev[r] >= 0) continue;
-    gr_device_spec spec = gr_colocation_spec(col, s->graph, id);
-    int k = device_named(s, gr_graph_node(s->graph, id)->assigned_device);
+    gr_device_spec spec = gr_colocation_spec(col, g, id);
+    int k = device_named(s, gr_graph_node(g, id)->assigned_device);
     dev[r] = k >= 0 && gr_device_spec_matches(&spec, &s->devices[k]) ? k : -1;
   }
   return dev;
@@ -336,19 +348,20 @@ static int *group_devices(gr_session *s, const gr_colocation *col) {
  * the device the placer assigned it when its request (its own pin, else that
  * of the node its hint names) allows it, else the first such device. With
  * none, soft placement picks one (soft_device) or it is an error.
- * *num_used: how many different devices the nodes use. */
-static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int *num_used,
-                                gr_error *err) {
+ * *num_used: how many different devices the nodes use. nodes: of g (the
+ * session's graph, or a step's rewritten one). */
+static gr_status assign_devices(gr_session *s, gr_graph *g, gr_node *const *nodes, int n,
+                                int *num_used, gr_error *err) {
   gr_colocation col;
-  GR_TRY(gr_colocation_compute(s->graph, s->opts.soft_placement, &col, err));
+  GR_TRY(gr_colocation_compute(g, s->opts.soft_placement, &col, err));
   char *used = calloc((size_t)s->opts.num_devices, 1);
-  int *gdev = group_devices(s, &col);
+  int *gdev = group_devices(s, g, &col);
   gr_status st = GR_OK;
   if (!used || !gdev) st = gr_error_set_oom(err);
   *num_used = 0;
   for (int i = 0; i < n && st == GR_OK; i++) {
     gr_node *node = nodes[i];
-    gr_device_spec spec = gr_colocation_spec(&col, s->graph, node->id);
+    gr_device_spec spec = gr_colocation_spec(&col, g, node->id);
     int r = col.group[node->id], k;
     if (col.size[node->id] > 1) {
       if (gdev[r] < 0) gdev[r] = device_for(s, node, &spec, -1, err);
@@ -363,7 +376,7 @@ static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int
     if (!used[k]) ++*num_used;
     used[k] = 1;
     if (!node->assigned_device || strcmp(node->assigned_device, s->device_names[k]) != 0)
-      node->assigned_device = gr_graph_strdup(s->graph, s->device_names[k]);
+      node->assigned_device = gr_graph_strdup(g, s->device_names[k]);
   }
   free(used);
   free(gdev);
@@ -373,7 +386,7 @@ static gr_status assign_devices(gr_session *s, gr_node *const *nodes, int n, int
 
 gr_status gr_session_place_nodes(gr_session *s, gr_node *const *nodes, int n, gr_error *err) {
   int used;
-  return assign_devices(s, nodes, n, &used, err);
+  return assign_devices(s, s->graph, nodes, n, &used, err);
 }
 
 /* Marks needed[id] for every node the fetches and targets need, walking
@@ -403,37 +416,92 @@ static gr_status unfed_placeholder(gr_graph *g, const gr_node *n, int parent, gr
                       "placeholder '%s' must be fed: it is fetched or run as a target", n->name);
 }
 
-static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_output *fetches,
-                         int nx, const gr_output *targets, int nt, prepared **out, gr_error *err) {
-  gr_graph *g = s->graph;
+/* The nodes of g a step needs (nodes[0..*nn), by id), checking that every
+ * needed placeholder is fed; counts the variable nodes and notes step
+ * stacks in p. */
+static gr_status collect(gr_graph *g, const gr_output *feed_eps, int nf, const gr_output *fetches,
+                         int nx, const gr_output *targets, int nt, gr_node **nodes, int *nn,
+                         int *nvars, prepared *p, gr_error *err) {
   int total = gr_graph_num_nodes(g);
   unsigned char *needed = calloc((size_t)total + 1, 1);
   int *parent = gr_alloc_array((size_t)total + 1, sizeof(int));
-  gr_node **nodes = gr_alloc_array((size_t)total + 1, sizeof(gr_node *));
-  gr_output *feed_eps = gr_alloc_array((size_t)nf + 1, sizeof(gr_output));
-  prepared *p = calloc(1, sizeof *p);
-  gr_status st = GR_OK;
-  if (!needed || !parent || !nodes || !feed_eps || !p) {
-    st = gr_error_set_oom(err);
-    goto done;
-  }
-  for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
-  if ((st = mark_needed(g, feed_eps, nf, fetches, nx, targets, nt, needed, parent, err)) != GR_OK)
-    goto done;
-  int nn = 0, nvars = 0;
-  for (int id = 0; id < total; id++) {
+  gr_status st = !needed || !parent
+                     ? gr_error_set_oom(err)
+                     : mark_needed(g, feed_eps, nf, fetches, nx, targets, nt, needed, parent, err);
+  *nn = *nvars = 0;
+  for (int id = 0; st == GR_OK && id < total; id++) {
     if (!needed[id]) continue;
     gr_node *n = gr_graph_node(g, id);
     if (n->op->flags & GR_OP_PLACEHOLDER) {
       st = unfed_placeholder(g, n, parent[id], err);
-      goto done;
+      break;
     }
-    if (n->op->flags & GR_OP_VARIABLE) nvars++;
+    if (n->op->flags & GR_OP_VARIABLE) (*nvars)++;
     if (n->op->flags & GR_OP_STEP_STACKS) p->uses_stacks = true;
-    nodes[nn++] = n;
+    nodes[(*nn)++] = n;
   }
+  free(needed);
+  free(parent);
+  return st;
+}
+
+/* The step's endpoints (of the session's graph: nf feeds, then fetches
+ * and targets) as the endpoints of the same names in p->graph, the
+ * rewritten one; feeds of nodes it does not have are dropped (*nf and
+ * p->feed_index say which stay). */
+static gr_status rename_endpoints(prepared *p, gr_output *eps, int *nf, int n, gr_error *err) {
+  p->feed_index = gr_alloc_array((size_t)*nf + 1, sizeof(int));
+  if (!p->feed_index) return gr_error_set_oom(err);
+  int kept = 0;
+  for (int i = 0; i < n; i++) {
+    gr_node *m = gr_graph_find_node(p->graph, eps[i].node->name);
+    if (!m && i >= *nf)
+      return gr_error_set(err, GR_ERR_INTERNAL, "the rewritten graph lost node '%s'",
+                          eps[i].node->name);
+    if (i < *nf && m) {
+      p->feed_index[kept] = i;
+      eps[kept++] = (gr_output){m, eps[i].index};
+    } else if (m) {
+      eps[i].node = m;
+    }
+  }
+  p->num_feeds = *nf = kept;
+  return GR_OK;
+}
+
+static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_output *fetches,
+                         int nx, const gr_output *targets, int nt, prepared **out, gr_error *err) {
+  gr_graph *g = s->graph;
+  int total = gr_graph_num_nodes(g);
+  gr_node **nodes = gr_alloc_array((size_t)total + 1, sizeof(gr_node *));
+  gr_output *eps = gr_alloc_array((size_t)(nf + nx + nt) + 1, sizeof(gr_output));
+  prepared *p = calloc(1, sizeof *p);
+  gr_status st = GR_OK;
+  if (!nodes || !eps || !p) {
+    st = gr_error_set_oom(err);
+    goto done;
+  }
+  /* the endpoints in one array: feeds, fetches, targets */
+  gr_output *feed_eps = eps, *fetch_eps = eps + nf, *target_eps = eps + nf + nx;
+  for (int i = 0; i < nf; i++) feed_eps[i] = feeds[i].output;
+  for (int i = 0; i < nx; i++) fetch_eps[i] = fetches[i];
+  for (int i = 0; i < nt; i++) target_eps[i] = targets[i];
+  int nn, nvars;
+  st = collect(g, feed_eps, nf, fetch_eps, nx, target_eps, nt, nodes, &nn, &nvars, p, err);
+  if (st == GR_OK && rewrite_hook && !s->opts.no_fusion) {
+    /* the graph passes' fusion: a smaller graph of fused nodes, or NULL */
+    st = rewrite_hook(g, feed_eps, nf, fetch_eps, nx, target_eps, nt, &p->graph, err);
+    if (st == GR_OK && p->graph) st = rename_endpoints(p, eps, &nf, nf + nx + nt, err);
+    if (st == GR_OK && p->graph) {
+      p->uses_stacks = false;
+      st = collect(p->graph, feed_eps, nf, fetch_eps, nx, target_eps, nt, nodes, &nn, &nvars, p,
+                   err);
+    }
+  }
+  if (st != GR_OK) goto done;
   int num_used = 0;
-  if ((st = assign_devices(s, nodes, nn, &num_used, err)) != GR_OK) goto done;
+  if ((st = assign_devices(s, p->graph ? p->graph : g, nodes, nn, &num_used, err)) != GR_OK)
+    goto done;
   p->vars = gr_alloc_array((size_t)nvars + 1, sizeof(gr_node *));
   if (!p->vars) {
     st = gr_error_set_oom(err);
@@ -445,18 +513,16 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
                              .schedule_recvs = s->opts.schedule_recvs};
   if (s->opts.remote) {
     gr_partitions *parts;
-    st = gr_partition_graph(nodes, nn, feed_eps, nf, fetches, nx, &po, &parts, err);
+    st = gr_partition_graph(nodes, nn, feed_eps, nf, fetch_eps, nx, &po, &parts, err);
     if (st == GR_OK)
       st = s->opts.remote->prepare(s->opts.remote->self, parts, &p->remote_plan, err);
   } else if (num_used > 1)
-    st = gr_device_plan_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, &po, &p->plan, err);
+    st = gr_device_plan_new(nodes, nn, feed_eps, nf, fetch_eps, nx, s->pool, &po, &p->plan, err);
   else
-    st = gr_executor_new(nodes, nn, feed_eps, nf, fetches, nx, s->pool, &p->exec, err);
+    st = gr_executor_new(nodes, nn, feed_eps, nf, fetch_eps, nx, s->pool, &p->exec, err);
 done:
-  free(needed);
-  free(parent);
   free(nodes);
-  free(feed_eps);
+  free(eps);
   if (st != GR_OK) {
     prepared_free(s, p);
     p = NULL;
@@ -566,7 +632,7 @@ gr_status gr_session_find_uninitialized(gr_session *s, const char *except, const
     /* the variable nodes themselves: "var" names the node */
     if (!(node->op->flags & GR_OP_VARIABLE) || strcmp(var, node->name) != 0) continue;
     int used;
-    GR_TRY(assign_devices(s, &node, 1, &used, err));
+    GR_TRY(assign_devices(s, s->graph, &node, 1, &used, err));
     int k = device_named(s, node->assigned_device);
     if (except && k >= 0 && gr_device_spec_matches(&skip, &s->devices[k])) continue;
     bool ready = false;
@@ -741,6 +807,8 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
   gr_tensor *fv = num_feeds <= 8 ? fv_small : gr_alloc_array((size_t)num_feeds, sizeof(gr_tensor));
   if (!fv) return gr_error_set_oom(err);
   for (int i = 0; i < num_feeds; i++) fv[i] = *feeds[i].value;
+  if (p->feed_index) /* a rewritten graph's feeds */
+    for (int i = 0; i < p->num_feeds; i++) fv[i] = *feeds[p->feed_index[i]].value;
   gr_transfer_stats moved = {0, 0};
   gr_step_info step = {.step_id = initialising ? __atomic_load_n(&s->step, __ATOMIC_RELAXED)
                                                : __atomic_fetch_add(&s->step, 1, __ATOMIC_RELAXED),

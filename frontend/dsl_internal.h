@@ -10,6 +10,7 @@
 
 #include "core/core_engine.h"
 #include "gr_dsl.h"
+#include "graphrun.h"
 #include "distributed/gr_distributed.h"
 #include "ops/gr_ops.h"
 

@@ -443,7 +443,7 @@ static gr_status load(const char *name, const char *text, size_t len, gr_graph *
   gr_error_clear(err);
   if (program) *program = NULL;
   if (!g) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_dsl_load: graph is NULL");
-  gr_ops_register_all();
+  gr_init(); /* the ops, and the sessions' fusion */
   gr_dsl_program *p = calloc(1, sizeof *p);
   if (!p || !dsl_frame_init(&p->globals, globals_cap(text, len), NULL, &p->persist) ||
       !dsl_frame_init(&p->scopes_used, 16, NULL, &p->persist)) {

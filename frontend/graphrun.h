@@ -41,9 +41,14 @@
 
 /* Registers every op of the engine: core's own (transfers, const, identity,
  * control flow), the op list of ops/ with their gradients, and the
- * checkpoint ops. Idempotent and thread-safe. Builders, the DSL and
- * sessions register what they use by themselves; call it before looking ops
- * up by name (gr_op_registry_find) or listing them (gr_op_registry_at). */
+ * checkpoint ops; and turns on the fusion of sessions (passes/gr_passes.h:
+ * from then on a session runs chains such as conv2d + bias_add + relu as
+ * one node, with the same bits; gr_session_options.no_fusion turns it off
+ * per session). Idempotent and thread-safe. Builders, the DSL and sessions
+ * register what they use by themselves, and loading a .gr program calls
+ * it; call it before looking ops up by name (gr_op_registry_find) or
+ * listing them (gr_op_registry_at), and in a program that builds its
+ * graphs in C and wants their sessions fused. */
 void gr_init(void);
 
 #endif

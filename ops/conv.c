@@ -1,17 +1,24 @@
 /* 2-D convolution, NHWC (or NCHW: data_format), filters [kh, kw, c /
- * groups, out_c] in both: conv2d, its
- * two gradients conv2d_backprop_input and conv2d_backprop_filter, and
- * conv2d_transpose (the input gradient as a layer). All four run on one
- * im2col (gr_conv_cols) and OpenBLAS gemm, tiled over output positions so
- * the im2col buffer stays small; a 1x1 stride-1 unpadded conv skips im2col.
- * Each is linear in each input, so their gradients are these ops again.
- * An NCHW node runs the same code between transposed copies. */
+ * groups, out_c] in both: conv2d, its two gradients conv2d_backprop_input
+ * and conv2d_backprop_filter, and conv2d_transpose (the input gradient as
+ * a layer). Each is linear in each input, so their gradients are these ops
+ * again. Three ways to run them:
+ * - f32, one group, more than 4 input channels, not pointwise: oneDNN
+ *   (conv_dnnl.c), in the node's own layout;
+ * - f32 depthwise, or at most 4 input channels: direct kernels
+ *   (vec_conv.c), split over the images;
+ * - the rest: im2col (gr_conv_cols) and OpenBLAS gemm, tiled over output
+ *   positions so the im2col buffer stays small (a 1x1 stride-1 unpadded
+ *   conv skips im2col), the tiles split over the inter-op threads (the
+ *   filter gradient: fixed blocks of tiles summed in order).
+ * The last two run an NCHW node between transposed copies. */
 #include <stdio.h>
 #include <string.h>
 
 #include "ops/conv_internal.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
+#include "ops/vec_internal.h"
 
 /* ---- shapes ------------------------------------------------------------------------ */
 
@@ -159,56 +166,254 @@ static gr_status conv_shapes(const gr_node *n, const gr_shape *in, gr_shape *out
   return GR_OK;
 }
 
-static gr_status conv_shape_fn(gr_shape_ctx *ctx) {
+gr_status gr_conv_shape_fn(gr_shape_ctx *ctx) {
   return gr_window_shape_fn(ctx, conv_shapes);
 }
 
 /* ---- kernels ------------------------------------------------------------------------- */
 
-/* Scratch for one im2col tile of rows x k values. */
-static gr_status tile_alloc(gr_kernel_ctx *ctx, gr_dtype dt, int64_t rows, int64_t k,
-                            gr_tensor *t) {
-  gr_shape s = gr_shape_make(1, (int64_t[]){rows * k > 0 ? rows * k : 1});
-  return gr_tensor_alloc(t, dt, &s, ctx->err);
-}
-
 #define AT(p, dt, off) ((char *)(p) + (size_t)(off)*gr_dtype_size(dt))
 
-/* One pass over the output positions, in tiles, for each group: mode
- * CONV_FWD computes y = conv2d(x, f); CONV_BP_INPUT x = the input gradient
- * for dy in y; CONV_BP_FILTER f = the filter gradient for x and dy in y.
+/* Partial filter gradients of at most this many bytes in all. */
+#define CONV_PART_BYTES ((int64_t)64 << 20)
+/* At most this many blocks of tiles sum a filter gradient. */
+#define CONV_MAX_BLOCKS 16
+
+/* One conv over output positions in tiles of `rows` (vec_internal.h's
+ * rule: the split is a function of the sizes): mode CONV_FWD computes y =
+ * conv2d(x, f); CONV_BP_INPUT x = the input gradient for dy in y (col2im:
+ * one thread); CONV_BP_FILTER f = the filter gradient for x and dy in y,
+ * block k of tiles into part k (k x oc each), added in block order after.
  * Pointwise convs use x itself as the im2col matrix. */
+typedef struct conv_job {
+  const gr_conv_geom *g;
+  gr_dtype dt;
+  conv_kind mode;
+  void *x, *f, *y, *part;
+  int64_t rows, m, k, tiles, blocks;
+  bool pw;
+  gr_tensor *cols; /* one im2col tile per chunk */
+  int chunks;
+} conv_job;
+
+/* Tile t: positions [p0, p1), every group; col: its im2col scratch;
+ * BP_FILTER into fdst (rows oc apart), adding when acc. */
+static void conv_tile(const conv_job *j, int64_t t, void *col, void *fdst, bool acc) {
+  const gr_conv_geom *g = j->g;
+  gr_dtype dt = j->dt;
+  int64_t gs = g->groups, cg = g->c / gs, og = g->oc / gs, k = j->k, oc = g->oc;
+  int64_t p0 = t * j->rows, p1 = p0 + j->rows < j->m ? p0 + j->rows : j->m, np = p1 - p0;
+  for (int64_t gi = 0; gi < gs; gi++) {
+    void *cx = j->pw ? AT(j->x, dt, p0 * g->c + gi * cg) : col;
+    int64_t ld = j->pw ? g->c : k;
+    void *fg = AT(j->f, dt, gi * og), *yg = AT(j->y, dt, p0 * oc + gi * og);
+    if (!j->pw && j->mode != CONV_BP_INPUT)
+      gr_conv_cols(g, dt, j->x, cx, p0, p1, gi * cg, cg, false);
+    if (j->mode == CONV_FWD)
+      gr_conv_gemm(dt, false, false, np, og, k, cx, ld, fg, oc, 0, yg, oc);
+    else if (j->mode == CONV_BP_FILTER)
+      gr_conv_gemm(dt, true, false, k, og, np, cx, ld, yg, oc, acc ? 1 : 0, AT(fdst, dt, gi * og),
+                   oc);
+    else
+      gr_conv_gemm(dt, false, true, np, k, og, yg, oc, fg, oc, 0, cx, ld);
+    if (!j->pw && j->mode == CONV_BP_INPUT)
+      gr_conv_cols(g, dt, j->x, cx, p0, p1, gi * cg, cg, true);
+  }
+}
+
+static void conv_chunk(void *arg, int i) {
+  const conv_job *j = arg;
+  void *col = j->pw ? NULL : gr_tensor_data(&j->cols[i]);
+  int64_t lo, hi;
+  if (j->mode == CONV_BP_FILTER) { /* blocks of tiles */
+    gr_vec_range(j->blocks, j->chunks, i, &lo, &hi);
+    for (int64_t b = lo; b < hi; b++) {
+      void *dst = j->blocks == 1 ? j->f : AT(j->part, j->dt, b * j->k * j->g->oc);
+      int64_t t0, t1;
+      gr_vec_range(j->tiles, (int)j->blocks, (int)b, &t0, &t1);
+      for (int64_t t = t0; t < t1; t++) conv_tile(j, t, col, dst, t > t0);
+    }
+    return;
+  }
+  gr_vec_range(j->tiles, j->chunks, i, &lo, &hi);
+  for (int64_t t = lo; t < hi; t++) conv_tile(j, t, col, NULL, false);
+}
+
+/* f = the sum of the blocks' partial gradients, in block order. */
+static void sum_parts(const conv_job *j) {
+  int64_t n = j->k * j->g->oc;
+  if (j->dt == GR_F32) {
+    float *f = j->f;
+    const float *p = j->part;
+    for (int64_t e = 0; e < n; e++) f[e] = p[e];
+    for (int64_t b = 1; b < j->blocks; b++)
+      for (int64_t e = 0; e < n; e++) f[e] += p[b * n + e];
+  } else {
+    double *f = j->f;
+    const double *p = j->part;
+    for (int64_t e = 0; e < n; e++) f[e] = p[e];
+    for (int64_t b = 1; b < j->blocks; b++)
+      for (int64_t e = 0; e < n; e++) f[e] += p[b * n + e];
+  }
+}
+
 static gr_status conv_compute(gr_kernel_ctx *ctx, const gr_conv_geom *g, gr_dtype dt,
                               conv_kind mode, void *x, void *f, void *y) {
-  int64_t gs = g->groups, cg = g->c / gs, og = g->oc / gs, k = g->kh * g->kw * cg;
-  int64_t m = g->n * g->oh * g->ow, oc = g->oc;
-  bool pw = gr_conv_is_pointwise(g);
-  int64_t rows = pw ? (m > 0 ? m : 1) : gr_conv_tile_rows(k, dt);
-  gr_tensor col = gr_tensor_empty();
-  if (!pw) {
-    GR_TRY(tile_alloc(ctx, dt, rows < m ? rows : m, k, &col));
-    if (mode == CONV_BP_INPUT)
-      memset(x, 0, (size_t)(g->n * g->h * g->w * g->c) * gr_dtype_size(dt));
+  int64_t gs = g->groups, cg = g->c / gs, k = g->kh * g->kw * cg, oc = g->oc;
+  int64_t m = g->n * g->oh * g->ow;
+  size_t es = gr_dtype_size(dt);
+  conv_job j = {.g = g, .dt = dt, .mode = mode, .x = x, .f = f, .y = y, .m = m, .k = k};
+  j.pw = gr_conv_is_pointwise(g);
+  j.rows = gr_conv_tile_rows(k, dt);
+  j.tiles = m > 0 ? (m + j.rows - 1) / j.rows : 0;
+  if (mode == CONV_BP_FILTER) {
+    int64_t most = CONV_PART_BYTES / (k * oc * (int64_t)es > 0 ? k * oc * (int64_t)es : 1);
+    j.blocks = j.tiles < CONV_MAX_BLOCKS ? j.tiles : CONV_MAX_BLOCKS;
+    if (j.blocks > most) j.blocks = most > 1 ? most : 1;
+    if (m == 0) memset(f, 0, (size_t)(k * oc) * es);
   }
-  if (mode == CONV_BP_FILTER && m == 0) memset(f, 0, (size_t)(k * oc) * gr_dtype_size(dt));
-  for (int64_t p0 = 0; p0 < m; p0 += rows) {
-    int64_t p1 = p0 + rows < m ? p0 + rows : m, np = p1 - p0;
-    for (int64_t gi = 0; gi < gs; gi++) {
-      void *cx = pw ? AT(x, dt, p0 * g->c + gi * cg) : gr_tensor_data(&col);
-      int64_t ld = pw ? g->c : k;
-      void *fg = AT(f, dt, gi * og), *yg = AT(y, dt, p0 * oc + gi * og);
-      if (!pw && mode != CONV_BP_INPUT) gr_conv_cols(g, dt, x, cx, p0, p1, gi * cg, cg, false);
-      if (mode == CONV_FWD)
-        gr_conv_gemm(dt, false, false, np, og, k, cx, ld, fg, oc, 0, yg, oc);
-      else if (mode == CONV_BP_FILTER)
-        gr_conv_gemm(dt, true, false, k, og, np, cx, ld, yg, oc, p0 ? 1 : 0, fg, oc);
-      else
-        gr_conv_gemm(dt, false, true, np, k, og, yg, oc, fg, oc, 0, cx, ld);
-      if (!pw && mode == CONV_BP_INPUT) gr_conv_cols(g, dt, x, cx, p0, p1, gi * cg, cg, true);
+  if (mode == CONV_BP_INPUT && !j.pw) memset(x, 0, (size_t)(g->n * g->h * g->w * g->c) * es);
+  int64_t units = mode == CONV_BP_FILTER ? j.blocks : mode == CONV_BP_INPUT ? 1 : j.tiles;
+  double work = (double)m * (double)(k + oc) * (double)es;
+  j.chunks = units ? gr_vec_chunks(ctx, units, work) : 0;
+  gr_tensor part = gr_tensor_empty(), cols[64];
+  if (j.chunks > 64) j.chunks = 64;
+  gr_status s = GR_OK;
+  int made = 0;
+  for (int i = 0; i < j.chunks && !j.pw; i++, made++) {
+    gr_shape cs = gr_shape_make(1, (int64_t[]){(j.rows < m ? j.rows : m) * k});
+    if ((s = gr_tensor_alloc(&cols[i], dt, &cs, ctx->err)) != GR_OK) break;
+  }
+  if (s == GR_OK && mode == CONV_BP_FILTER && j.blocks > 1) {
+    gr_shape ps = gr_shape_make(1, (int64_t[]){j.blocks * k * oc});
+    s = gr_tensor_alloc(&part, dt, &ps, ctx->err);
+    j.part = gr_tensor_data(&part);
+  }
+  j.cols = cols;
+  if (s == GR_OK && j.chunks > 0) {
+    gr_kernel_parallel(ctx, j.chunks, conv_chunk, &j);
+    if (mode == CONV_BP_FILTER && j.blocks > 1) sum_parts(&j);
+  }
+  for (int i = 0; i < made; i++) gr_tensor_release(&cols[i]);
+  gr_tensor_release(&part);
+  return s;
+}
+
+/* vec_conv.c's direct kernels, split over images (the filter gradient: a
+ * partial sum per block of images, a split by the sizes, added in order). */
+typedef struct direct_job {
+  const gr_conv_geom *g;
+  conv_kind mode;
+  const float *a, *b; /* FWD: x, f; BP_INPUT: dy, f; BP_FILTER: x, dy */
+  float *out, *part;
+  int64_t blocks;
+  int chunks;
+  float *pad;                 /* gr_vec_conv_small: a padded image per chunk */
+  int64_t pad_len;            /* floats of each */
+  const gr_conv_epilogue *ep; /* FWD: applied to each chunk's images (NHWC), or NULL */
+} direct_job;
+
+static void direct_chunk(void *arg, int i) {
+  const direct_job *j = arg;
+  int64_t lo, hi, n = j->g->n, fsize = j->g->kh * j->g->kw * (j->g->c / j->g->groups) * j->g->oc;
+  if (j->mode != CONV_BP_FILTER) {
+    gr_vec_range(n, j->chunks, i, &lo, &hi);
+    if (j->mode == CONV_FWD && j->pad)
+      gr_vec_conv_small_fwd(j->g, j->a, j->b, j->out, j->pad + i * j->pad_len, lo, hi);
+    else if (j->mode == CONV_FWD)
+      gr_vec_conv_fwd(j->g, j->a, j->b, j->out, lo, hi);
+    else
+      gr_vec_conv_bp_input(j->g, j->a, j->b, j->out, lo, hi);
+    if (j->ep) gr_conv_epilogue_apply(j->ep, false, j->out + lo * j->ep->c * j->ep->hw, hi - lo);
+    return;
+  }
+  gr_vec_range(j->blocks, j->chunks, i, &lo, &hi);
+  for (int64_t k = lo; k < hi; k++) {
+    int64_t b0, b1;
+    gr_vec_range(n, (int)j->blocks, (int)k, &b0, &b1);
+    float *df = j->blocks == 1 ? j->out : j->part + k * fsize;
+    if (j->pad)
+      gr_vec_conv_small_bp_filter(j->g, j->a, j->b, df, j->pad + i * j->pad_len, b0, b1);
+    else
+      gr_vec_conv_bp_filter(j->g, j->a, j->b, df, b0, b1);
+  }
+}
+
+static gr_status conv_direct(gr_kernel_ctx *ctx, const gr_conv_geom *g, conv_kind mode,
+                             const float *a, const float *b, float *out,
+                             const gr_conv_epilogue *ep) {
+  direct_job j = {g, mode, a, b, out, NULL, 1, 1, NULL, 0, ep};
+  int64_t fsize = g->kh * g->kw * (g->c / g->groups) * g->oc;
+  double work = (double)(g->n * g->oh * g->ow) * (double)(g->kh * g->kw) * (double)g->oc * 8;
+  gr_tensor part = gr_tensor_empty(), pad = gr_tensor_empty();
+  if (mode == CONV_BP_FILTER) {
+    j.blocks = g->n < CONV_MAX_BLOCKS ? g->n : CONV_MAX_BLOCKS;
+    if (j.blocks < 1) {
+      memset(out, 0, sizeof(float) * (size_t)fsize);
+      return GR_OK;
+    }
+    if (j.blocks > 1) {
+      gr_shape ps = gr_shape_make(1, (int64_t[]){j.blocks * fsize});
+      GR_TRY(gr_tensor_alloc(&part, GR_F32, &ps, ctx->err));
+      j.part = gr_tensor_data(&part);
     }
   }
-  gr_tensor_release(&col);
+  j.chunks = gr_vec_chunks(ctx, mode == CONV_BP_FILTER ? j.blocks : g->n, work);
+  if (mode != CONV_BP_INPUT && gr_vec_conv_small(g)) {
+    j.pad_len = gr_vec_conv_small_scratch(g);
+    gr_shape ps = gr_shape_make(1, (int64_t[]){j.chunks * j.pad_len});
+    if (gr_tensor_alloc(&pad, GR_F32, &ps, ctx->err) != GR_OK) {
+      gr_tensor_release(&part);
+      return ctx->err->code;
+    }
+    j.pad = gr_tensor_data(&pad);
+  }
+  if (g->n > 0) gr_kernel_parallel(ctx, j.chunks, direct_chunk, &j);
+  if (j.blocks > 1) {
+    for (int64_t e = 0; e < fsize; e++) out[e] = j.part[e];
+    for (int64_t k = 1; k < j.blocks; k++)
+      for (int64_t e = 0; e < fsize; e++) out[e] += j.part[k * fsize + e];
+  }
+  gr_tensor_release(&part), gr_tensor_release(&pad);
   return GR_OK;
+}
+
+/* The input gradient of a stride-1 conv as a forward conv of dy with the
+ * filter flipped in space and its channels swapped (per group), padded so
+ * the windows line up: im2col gathers, where col2im scatters and adds.
+ * *done false (nothing computed) when the padding does not allow it, or
+ * when it would be a product of fewer than 16 columns (col2im is faster). */
+static gr_status bp_input_flipped(gr_kernel_ctx *ctx, const gr_conv_geom *g, gr_dtype dt, void *dx,
+                                  const void *f, void *dy, bool *done) {
+  *done = false;
+  int64_t ekh = (g->kh - 1) * g->dh + 1, ekw = (g->kw - 1) * g->dw + 1;
+  gr_conv_geom t = *g;
+  t.h = g->oh, t.w = g->ow, t.c = g->oc, t.oh = g->h, t.ow = g->w, t.oc = g->c;
+  t.pt = ekh - 1 - g->pt, t.pl = ekw - 1 - g->pl;
+  if (g->sh != 1 || g->sw != 1 || g->c / g->groups < 16 || t.pt < 0 || t.pl < 0 ||
+      g->h - g->oh - t.pt + ekh - 1 < 0 || g->w - g->ow - t.pl + ekw - 1 < 0)
+    return GR_OK;
+  int64_t gs = g->groups, cg = g->c / gs, og = g->oc / gs, kk = g->kh * g->kw;
+  gr_tensor ft;
+  gr_shape fs = gr_shape_make(1, (int64_t[]){kk * og * g->c > 0 ? kk * og * g->c : 1});
+  GR_TRY(gr_tensor_alloc(&ft, dt, &fs, ctx->err));
+  size_t es = gr_dtype_size(dt);
+  char *w = gr_tensor_data(&ft);
+  const char *src = f;
+  /* w[(i, j, co)][gi * cg + ci] = f[(kh-1-i, kw-1-j, ci)][gi * og + co] */
+  for (int64_t i = 0; i < g->kh; i++)
+    for (int64_t jx = 0; jx < g->kw; jx++) {
+      int64_t r = (g->kh - 1 - i) * g->kw + (g->kw - 1 - jx);
+      for (int64_t gi = 0; gi < gs; gi++)
+        for (int64_t co = 0; co < og; co++)
+          for (int64_t ci = 0; ci < cg; ci++)
+            memcpy(w + (size_t)(((i * g->kw + jx) * og + co) * g->c + gi * cg + ci) * es,
+                   src + (size_t)((r * cg + ci) * g->oc + gi * og + co) * es, es);
+    }
+  gr_status s = conv_compute(ctx, &t, dt, CONV_FWD, dy, w, dx);
+  gr_tensor_release(&ft);
+  *done = s == GR_OK;
+  return s;
 }
 
 /* The inputs of each kind that are images (the rest are filters). */
@@ -216,10 +421,11 @@ static unsigned image_inputs(conv_kind k) {
   return k == CONV_BP_INPUT ? 5u : k == CONV_BP_FILTER ? 3u : 1u;
 }
 
-/* An NCHW node runs the NHWC code on transposed copies (gr_layout_begin). */
-static gr_status conv_kernel(gr_kernel_ctx *ctx) {
-  conv_kind k = kind_of(ctx->node);
-  gr_shape shapes[3], out;
+/* An NCHW node runs the NHWC code on transposed copies (gr_layout_begin).
+ * ep (forward only, or NULL): gets the output's channels and positions,
+ * and is applied to each block of images once it is computed. */
+static gr_status conv_run(gr_kernel_ctx *ctx, conv_kind k, gr_conv_epilogue *ep) {
+  gr_shape shapes[GR_LAYOUT_MAX_IO], out;
   char msg[512];
   gr_status s;
   GR_TRY(gr_window_kernel_shapes(ctx, conv_shapes, shapes, &out));
@@ -240,20 +446,36 @@ static gr_status conv_kernel(gr_kernel_ctx *ctx) {
   g.oc = fs->dims[3];
   if (g.n * g.oh * g.ow > INT32_MAX || g.kh * g.kw * g.c > INT32_MAX || g.oc > INT32_MAX)
     return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "convolution too large for BLAS");
+  if (ep) ep->c = g.oc, ep->hw = g.oh * g.ow;
+  if (dt == GR_F32 && gr_conv_dnnl_applies(&g)) { /* the node's own layout */
+    gr_tensor *o;
+    GR_TRY(gr_kernel_alloc_output(ctx, 0, dt, &out, &o));
+    int mode = k == CONV_FWD ? 0 : k == CONV_BP_FILTER ? 2 : 1;
+    return gr_conv_dnnl(ctx, &g, a.format, mode, gr_tensor_data(&ctx->inputs[0]),
+                        gr_tensor_data(&ctx->inputs[1]), gr_tensor_data(o), ep);
+  }
   gr_layout_kernel lk;
   GR_TRY(gr_layout_begin(ctx, a.format, image_inputs(k), &lk));
   gr_tensor *o;
   s = gr_layout_alloc_output(ctx, &lk, 0, dt, &out, k != CONV_BP_FILTER, &o);
   if (s != GR_OK) return gr_layout_end(&lk, s);
   void *od = gr_tensor_data(o), *a0 = gr_tensor_data(&lk.in[0]), *a1 = gr_tensor_data(&lk.in[1]);
+  if (dt == GR_F32 && gr_vec_conv_direct(&g)) {
+    conv_kind mode = k == CONV_TRANSPOSE ? CONV_BP_INPUT : k;
+    return gr_layout_end(&lk, conv_direct(ctx, &g, mode, a0, a1, od, ep));
+  }
   switch (k) {
     case CONV_FWD:
       s = conv_compute(ctx, &g, dt, CONV_FWD, a0, a1, od);
+      if (s == GR_OK && ep) gr_conv_epilogue_run(ctx, ep, false, od, g.n);
       break;
     case CONV_BP_INPUT:
-    case CONV_TRANSPOSE:
-      s = conv_compute(ctx, &g, dt, CONV_BP_INPUT, od, a1, a0);
+    case CONV_TRANSPOSE: {
+      bool done = false;
+      if (!gr_conv_is_pointwise(&g)) s = bp_input_flipped(ctx, &g, dt, od, a1, a0, &done);
+      if (s == GR_OK && !done) s = conv_compute(ctx, &g, dt, CONV_BP_INPUT, od, a1, a0);
       break;
+    }
     case CONV_BP_FILTER:
       s = conv_compute(ctx, &g, dt, CONV_BP_FILTER, a0, od, a1);
       break;
@@ -261,10 +483,18 @@ static gr_status conv_kernel(gr_kernel_ctx *ctx) {
   return gr_layout_end(&lk, s);
 }
 
+static gr_status conv_kernel(gr_kernel_ctx *ctx) {
+  return conv_run(ctx, kind_of(ctx->node), NULL);
+}
+
+gr_status gr_conv_forward_kernel(gr_kernel_ctx *ctx, gr_conv_epilogue *ep) {
+  return conv_run(ctx, CONV_FWD, ep);
+}
+
 /* 2 flops per multiply-add: elements of the positions-side tensor (input
  * di) times the window's kh * kw * (input channels per group) of the
  * filter (input fi; transposed: its dims [0, 1, 2]). */
-static void conv_cost(const gr_node *n, gr_cost *c) {
+void gr_conv_cost(const gr_node *n, gr_cost *c) {
   conv_kind k = kind_of(n);
   int di = k == CONV_FWD ? -1 : k == CONV_BP_FILTER ? 1 : 0, fi = k == CONV_BP_FILTER ? 2 : 1;
   const gr_shape *pos =
@@ -327,7 +557,7 @@ static gr_status transpose_grad(gr_grad_ctx *c) {
 }
 
 #define DEFINE_CONV(NAME, DOC, GRAD, ...)                                                          \
-  GR_WINDOW_OP(NAME, DOC, gr_conv_attr_specs, conv_shape_fn, conv_cost, conv_kernel, GRAD,         \
+  GR_WINDOW_OP(NAME, DOC, gr_conv_attr_specs, gr_conv_shape_fn, gr_conv_cost, conv_kernel, GRAD,   \
                __VA_ARGS__)
 
 DEFINE_CONV(conv2d,
@@ -349,10 +579,10 @@ DEFINE_CONV(conv2d_transpose,
             transpose_grad, "x", "filter")
 
 static conv_kind kind_of(const gr_node *n) {
-  return n->op == &gr_op_conv2d                   ? CONV_FWD
-         : n->op == &gr_op_conv2d_backprop_input  ? CONV_BP_INPUT
-         : n->op == &gr_op_conv2d_backprop_filter ? CONV_BP_FILTER
-                                                  : CONV_TRANSPOSE;
+  return n->op == &gr_op_conv2d || n->op == &gr_op__fused_conv2d ? CONV_FWD
+         : n->op == &gr_op_conv2d_backprop_input                 ? CONV_BP_INPUT
+         : n->op == &gr_op_conv2d_backprop_filter                ? CONV_BP_FILTER
+                                                                 : CONV_TRANSPOSE;
 }
 
 /* ---- builders -------------------------------------------------------------------------- */

@@ -24,19 +24,21 @@
     }                                                                                              \
   }
 
-const gr_attr_spec gr_conv_attr_specs[6] = {
-    EMPTY_INTS("strides"),
-    PADDING_ATTR,
-    EMPTY_INTS("explicit_paddings"),
-    EMPTY_INTS("dilations"),
-    {"groups", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 1}},
-    GR_DATA_FORMAT_ATTR};
+#define CONV_ATTRS                                                                                 \
+  EMPTY_INTS("strides"), PADDING_ATTR, EMPTY_INTS("explicit_paddings"), EMPTY_INTS("dilations"),   \
+      {"groups", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 1}}, GR_DATA_FORMAT_ATTR
+const gr_attr_spec gr_conv_attr_specs[6] = {CONV_ATTRS};
+const gr_attr_spec gr_fused_conv_attr_specs[8] = {
+    CONV_ATTRS,
+    {"fused_ops", GR_ATTR_STRING, true, {0}},
+    {"epsilon", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 1e-3}}};
 
-const gr_attr_spec gr_pool_attr_specs[5] = {{"ksize", GR_ATTR_INTS, true, {0}},
-                                            EMPTY_INTS("strides"),
-                                            PADDING_ATTR,
-                                            EMPTY_INTS("explicit_paddings"),
-                                            GR_DATA_FORMAT_ATTR};
+#define POOL_ATTRS                                                                                 \
+  {"ksize", GR_ATTR_INTS, true, {0}}, EMPTY_INTS("strides"), PADDING_ATTR,                         \
+      EMPTY_INTS("explicit_paddings"), GR_DATA_FORMAT_ATTR
+const gr_attr_spec gr_pool_attr_specs[5] = {POOL_ATTRS};
+const gr_attr_spec gr_pool_grad_attr_specs[6] = {
+    POOL_ATTRS, {"relu", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}}};
 
 /* A (height, width) pair from an int-list attr: [] gives dflt, [k] both,
  * [h, w], or TensorFlow's [1, h, w, 1] (NCHW: [1, 1, h, w]); every value

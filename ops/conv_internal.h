@@ -108,14 +108,15 @@ gr_status gr_ops_check_images(gr_shape_ctx *ctx, gr_data_format f);
 gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx, gr_data_format f);
 
 /* Defines const gr_op_def gr_op_NAME for a window op whose inputs are named
- * by the last arguments ("x", "filter"). */
-#define GR_WINDOW_OP(NAME, DOC, ATTRS, SHAPE, COST, KERNEL, GRAD, ...)                             \
+ * by the last arguments ("x", "filter"). GR_WINDOW_OP_EX: the first
+ * MIN_IN of them are needed, and it has NOUT outputs. */
+#define GR_WINDOW_OP_EX(NAME, DOC, ATTRS, SHAPE, COST, KERNEL, GRAD, MIN_IN, NOUT, ...)            \
   const gr_op_def gr_op_##NAME = {.name = #NAME,                                                   \
                                   .doc = DOC,                                                      \
-                                  .min_inputs = GR_WINDOW_NUM_INPUTS(__VA_ARGS__),                 \
+                                  .min_inputs = MIN_IN,                                            \
                                   .max_inputs = GR_WINDOW_NUM_INPUTS(__VA_ARGS__),                 \
                                   .input_names = (const char *const[]){__VA_ARGS__},               \
-                                  .num_outputs = 1,                                                \
+                                  .num_outputs = NOUT,                                             \
                                   .attrs = ATTRS,                                                  \
                                   .num_attrs = sizeof ATTRS / sizeof ATTRS[0],                     \
                                   .shape_fn = SHAPE,                                               \
@@ -123,12 +124,20 @@ gr_status gr_ops_kernel_check_images(gr_kernel_ctx *ctx, gr_data_format f);
                                   .kernel = KERNEL,                                                \
                                   .grad_fn = GRAD,                                                 \
                                   .flags = GR_OP_EXPENSIVE};
+#define GR_WINDOW_OP(NAME, DOC, ATTRS, SHAPE, COST, KERNEL, GRAD, ...)                             \
+  GR_WINDOW_OP_EX(NAME, DOC, ATTRS, SHAPE, COST, KERNEL, GRAD, GR_WINDOW_NUM_INPUTS(__VA_ARGS__),  \
+                  1, __VA_ARGS__)
 #define GR_WINDOW_NUM_INPUTS(...)                                                                  \
   (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
 
 /* Attr specs shared by the window ops (conv_geom.c). */
 extern const gr_attr_spec gr_conv_attr_specs[6];
 extern const gr_attr_spec gr_pool_attr_specs[5];
+/* _fused_conv2d's: the conv attrs, fused_ops (string, required) and
+ * epsilon (float, 1e-3). */
+extern const gr_attr_spec gr_fused_conv_attr_specs[8];
+/* max_pool_grad's: the pool attrs and relu (bool, default false). */
+extern const gr_attr_spec gr_pool_grad_attr_specs[6];
 /* The data_format attr ("NHWC" default, or "NCHW"), for the other image
  * ops' attr lists. */
 #define GR_DATA_FORMAT_ATTR                                                                        \
@@ -137,6 +146,56 @@ extern const gr_attr_spec gr_pool_attr_specs[5];
       .type = GR_ATTR_STRING, .s = "NHWC"                                                          \
     }                                                                                              \
   }
+
+/* ---- oneDNN (conv_dnnl.c) ------------------------------------------------------ */
+
+/* Does conv_dnnl run conv g (f32 assumed): one group, more than 4 input
+ * channels, not pointwise (gr_conv_is_pointwise: one sgemm is faster),
+ * padding that oneDNN takes (none negative), and oneDNN's engine could be
+ * made? */
+bool gr_conv_dnnl_applies(const gr_conv_geom *g);
+/* mode 0: out = y = conv2d(a = x, b = f), then ep (when not NULL) on
+ * each block of images; 1: out = dx for a = dy, b = f; 2: out = df for a
+ * = x, b = dy. Images in format fmt (g in NHWC terms), filters HWIO.
+ * Errors: ctx's, a status returned. */
+typedef struct gr_conv_epilogue gr_conv_epilogue;
+gr_status gr_conv_dnnl(gr_kernel_ctx *ctx, const gr_conv_geom *g, gr_data_format fmt, int mode,
+                       const float *a, const float *b, float *out, const gr_conv_epilogue *ep);
+
+/* ---- conv2d's forward with an epilogue (conv.c, conv_fused.c) ------------------ */
+
+/* What _fused_conv2d does to the convolution's output, element by
+ * element, with the arithmetic of the ops it stands for, so the same
+ * bits: y + bias[channel] (bias_add), or a (y - ctr) + b (batch_norm at
+ * inference: a and ctr from gr_ops_bn_affine_f32, b its beta; NULL a:
+ * none), then max(y, 0) when relu (relu). */
+struct gr_conv_epilogue {
+  const float *bias;
+  const float *a, *ctr, *b;
+  bool relu;
+  int64_t c, hw; /* set by gr_conv_forward_kernel: channels, positions per image */
+};
+/* e on images [0, n) at y: channels last, or planes (nchw). */
+void gr_conv_epilogue_apply(const gr_conv_epilogue *e, bool nchw, float *y, int64_t n);
+/* The same split over ctx's threads by images. */
+void gr_conv_epilogue_run(gr_kernel_ctx *ctx, const gr_conv_epilogue *e, bool nchw, float *y,
+                          int64_t n);
+/* conv2d's kernel on ctx (inputs x, filter, then any others, ignored),
+ * with ep (NULL: none) applied to each block of images as it is done. */
+gr_status gr_conv_forward_kernel(gr_kernel_ctx *ctx, gr_conv_epilogue *ep);
+/* conv2d's shape and cost functions (inputs past the filter: of the same
+ * dtype; counted as bytes read). */
+gr_status gr_conv_shape_fn(gr_shape_ctx *ctx);
+void gr_conv_cost(const gr_node *n, gr_cost *c);
+
+/* batch_norm's arithmetic (batch_norm.c), shared with the fused epilogue:
+ * the inference statistics from the moving mean and variance tensors
+ * (rstd = 1 / sqrt(var + eps), in double), and the f32 affine y = a (x -
+ * ctr) + beta with a = gamma rstd and ctr = mean, rounded to f32. */
+void gr_ops_bn_moving_stats(const gr_tensor *mm, const gr_tensor *mv, double eps, int64_t c,
+                            double *mean, double *var, double *rstd);
+void gr_ops_bn_affine_f32(const double *mean, const double *rstd, const float *gamma, int64_t c,
+                          float *a, float *ctr);
 
 /* ---- data formats (conv_layout.c) ---------------------------------------------- */
 
@@ -164,7 +223,7 @@ gr_shape gr_layout_shape_from_nhwc(const gr_shape *s, gr_data_format f);
  * node, returns a channels-last scratch to compute into instead;
  * gr_layout_end copies the scratches into the outputs (when s is GR_OK)
  * and frees the copies. For an NHWC node all of it is free. */
-#define GR_LAYOUT_MAX_IO 5
+#define GR_LAYOUT_MAX_IO 6
 #define GR_LAYOUT_OUTPUT (1u << 31) /* in `images` of gr_layout_add_cost: output 0 */
 typedef struct gr_layout_kernel {
   bool nchw;

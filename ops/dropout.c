@@ -5,9 +5,11 @@
  * resumed run draws the same masks. Output 1 is the mask (0 or the scale):
  * the gradient is dy * mask. At inference y = x (no copy), mask = ones. */
 #include <math.h>
+#include <stdint.h>
 
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
+#include "ops/vec_internal.h"
 
 static gr_status dropout_shape(gr_shape_ctx *ctx) {
   GR_TRY(gr_shape_check_dtype(ctx, 0, GR_DT_FLOAT));
@@ -22,18 +24,58 @@ static gr_status dropout_shape(gr_shape_ctx *ctx) {
 }
 
 /* Element i is kept when 32-bit word i of the node's stream (word i & 3
- * of Philox block i / 4) is >= rate * 2^32: one block per 4 elements. */
+ * of Philox block i / 4) is >= rate * 2^32: one block per 4 elements.
+ * Blocks are made LANES at a time by philox_lanes, gr_rng_block's rounds
+ * over arrays (the same integers: vector units do them side by side),
+ * their words in element order. */
+enum { LANES = 64 };
+
+/* 32-bit values in 64-bit lanes: the products are then single vector
+ * multiplies of the low halves, and 64 lanes keep the rounds' chains of
+ * dependent operations side by side. */
+GR_VEC_CLONES
+static void philox_lanes(const gr_rng *r, uint64_t first, uint32_t out[4 * LANES]) {
+  uint64_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
+  for (int l = 0; l < LANES; l++) {
+    uint64_t b = first + (uint64_t)l;
+    c0[l] = b & 0xFFFFFFFFu, c1[l] = b >> 32, c2[l] = r->ctr_hi[0], c3[l] = r->ctr_hi[1];
+  }
+  uint64_t k0 = r->key[0], k1 = r->key[1];
+  for (int round = 0; round < 10; round++) {
+    for (int l = 0; l < LANES; l++) {
+      uint64_t p0 = 0xD2511F53u * c0[l], p1 = 0xCD9E8D57u * c2[l];
+      uint64_t n0 = (p1 >> 32) ^ c1[l] ^ k0, n2 = (p0 >> 32) ^ c3[l] ^ k1;
+      c1[l] = p1 & 0xFFFFFFFFu, c3[l] = p0 & 0xFFFFFFFFu, c0[l] = n0, c2[l] = n2;
+    }
+    k0 = (k0 + 0x9E3779B9u) & 0xFFFFFFFFu;
+    k1 = (k1 + 0xBB67AE85u) & 0xFFFFFFFFu;
+  }
+  for (int l = 0; l < LANES; l++) {
+    out[4 * l] = (uint32_t)c0[l], out[4 * l + 1] = (uint32_t)c1[l];
+    out[4 * l + 2] = (uint32_t)c2[l], out[4 * l + 3] = (uint32_t)c3[l];
+  }
+}
+
+/* thr <= 2^32 - 1 here (rate * 2^32 rounded up, all dropped above). */
 #define DROPOUT_LOOP(T)                                                                            \
   do {                                                                                             \
     const T *x = gr_tensor_data(X);                                                                \
     T *y = Y ? (T *)gr_tensor_data(Y) : NULL, *m = gr_tensor_data(M), sc = (T)scale;               \
-    uint64_t thr = (uint64_t)ceil(rate * 4294967296.0);                                            \
-    uint32_t w[4];                                                                                 \
-    for (int64_t i = 0; i < n; i++) {                                                              \
-      if (training && (i & 3) == 0) gr_rng_block(&r, (uint64_t)i >> 2, w);                         \
-      T k = !training || (uint64_t)w[i & 3] >= thr ? sc : (T)0;                                    \
-      m[i] = k;                                                                                    \
-      if (training) y[i] = x[i] * k;                                                               \
+    uint64_t t64 = (uint64_t)ceil(rate * 4294967296.0);                                            \
+    uint32_t thr = t64 > UINT32_MAX ? UINT32_MAX : (uint32_t)t64, w[4 * LANES];                    \
+    T keep = t64 > UINT32_MAX ? (T)0 : sc;                                                         \
+    for (int64_t i0 = 0; i0 < n; i0 += 4 * LANES) {                                                \
+      int64_t len = n - i0 < 4 * LANES ? n - i0 : 4 * LANES;                                       \
+      if (!training) {                                                                             \
+        for (int64_t i = 0; i < len; i++) m[i0 + i] = sc;                                          \
+        continue;                                                                                  \
+      }                                                                                            \
+      philox_lanes(&r, (uint64_t)i0 >> 2, w);                                                      \
+      for (int64_t i = 0; i < len; i++) {                                                          \
+        T k = w[i] >= thr ? keep : (T)0;                                                           \
+        m[i0 + i] = k;                                                                             \
+        y[i0 + i] = x[i0 + i] * k;                                                                 \
+      }                                                                                            \
     }                                                                                              \
   } while (0)
 

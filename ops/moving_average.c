@@ -18,7 +18,7 @@
  * - the batch norms of gr_replicate's replicas (parallel.c) are built
  *   without updates; gr_ops_replicas_moving_stats then makes one update per
  *   moving variable (per copy, with mirrored variables) that averages the
- *   replicas' batch means and variances (outputs 1 and 3, each with
+ *   replicas' batch means and variances (outputs 4 and 5, in f64, each with
  *   Bessel's correction over the replica's rows) in replica order: Keras'
  *   BatchNormalization under MirroredStrategy (a MEAN-aggregated assign),
  *   and the replicas' mean outputs wait for those updates.
@@ -287,12 +287,13 @@ static bool is_training_bn(const gr_node *n) {
 
 /* One moving variable (input `in` of the batch norms: 3 the mean, 4 the
  * variance) of the group that bns[0..nb) updates: one update per copy
- * read, from every batch norm's statistic (output 1 or 3), in order. */
+ * read, from every batch norm's statistic in f64 (output 4 or 5, as a
+ * batch norm's own updates read), in order. */
 static gr_status update_group(gr_graph *g, gr_node *const *bns, int nb, int in, gr_output *ups,
                               int *nups) {
   gr_output *stats = calloc((size_t)nb, sizeof *stats);
   if (!stats) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  for (int i = 0; i < nb; i++) stats[i] = (gr_output){bns[i], in == 3 ? 1 : 3};
+  for (int i = 0; i < nb; i++) stats[i] = (gr_output){bns[i], in == 3 ? 4 : 5};
   double mom = gr_node_attr_float(bns[0], "momentum", 0.99);
   gr_status st = GR_OK;
   for (int i = 0; i < nb && st == GR_OK; i++) {

@@ -28,7 +28,7 @@ static float sigmoid_f(float x) {
   GR_DEFINE_UNARY_OP(NAME, GR_DT_FLOAT, DOC, EF, ED, x, x, x, x, NAME##_grad, 0)
 
 static gr_status relu_grad_fn(gr_grad_ctx *c) {
-  c->dinputs[0] = gr_relu_grad(c->graph, c->grads[0], gr_grad_y(c, 0));
+  c->dinputs[0] = gr_ops_fuse_relu_grad(c->graph, c->grads[0], gr_grad_y(c, 0));
   return GR_OK;
 }
 #define relu_grad relu_grad_fn

@@ -133,6 +133,7 @@
   X(conv2d_backprop_input)                                                                         \
   X(conv2d_backprop_filter)                                                                        \
   X(conv2d_transpose)                                                                              \
+  X(_fused_conv2d)                                                                                 \
   /* pool.c */                                                                                     \
   X(max_pool)                                                                                      \
   X(avg_pool)                                                                                      \

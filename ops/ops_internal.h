@@ -297,6 +297,10 @@ static inline gr_output gr_grad_y(const gr_grad_ctx *c, int i) {
 gr_output gr_ops_softmax_backprop(gr_graph *g, gr_output y, gr_output dy);
 /* Fused gradient ops (nn_grad.c). */
 gr_output gr_relu_grad(gr_graph *g, gr_output dy, gr_output y);
+/* The gradient of relu's input for dy, the gradient of its output y: when
+ * dy is a max_pool_grad of y (y pooled, nothing else using y), one
+ * max_pool_grad with attr relu; else relu_grad (pool.c). */
+gr_output gr_ops_fuse_relu_grad(gr_graph *g, gr_output dy, gr_output y);
 gr_output gr_sparse_softmax_cross_entropy_grad(gr_graph *g, gr_output logits, gr_output labels,
                                                gr_output dloss);
 

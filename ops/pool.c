@@ -1,9 +1,12 @@
-/* Pooling, NHWC (or NCHW, attr data_format: the same loops between
- * transposed copies; global_avg_pool indexes NCHW directly): max_pool and avg_pool (attrs ksize,
- * strides, padding SAME/VALID/EXPLICIT; averages count only the elements inside the input, as
- * TensorFlow), their gradients max_pool_grad and avg_pool_grad, the gradient of max_pool_grad
- * (max_pool_grad_grad: picks the values at each window's maximum), global_avg_pool and flatten. The
- * five window ops run one loop over the windows (pool_run). */
+/* Pooling, NHWC (or NCHW, attr data_format: the same loops on each
+ * channel's plane as a one-channel image; global_avg_pool indexes NCHW directly): max_pool and
+ * avg_pool (attrs ksize, strides, padding SAME/VALID/EXPLICIT; averages count only the elements
+ * inside the input, as TensorFlow), their gradients max_pool_grad and avg_pool_grad, the gradient
+ * of max_pool_grad (max_pool_grad_grad: picks the values at each window's maximum), global_avg_pool
+ * and flatten. max_pool also outputs the position of each window's maximum (argmax), which its
+ * gradient reads; a relu followed by max_pool differentiates as one max_pool_grad with attr relu
+ * (gr_ops_fuse_relu_grad). f32 max pools over disjoint windows run vec_pool.c's kernels, split
+ * over the images; the rest of the five window ops run one loop over the windows (pool_run). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 #include "ops/conv_internal.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
+#include "ops/vec_internal.h"
 
 typedef enum pool_mode {
   POOL_MAX,      /* y = max over the window; input x */
@@ -82,18 +86,60 @@ static gr_status pool_shapes(const gr_node *n, const gr_shape *in, gr_shape *out
   return GR_OK;
 }
 
+/* The float inputs of a node (max_pool_grad's optional argmax, input 3,
+ * is u8). */
+static int float_inputs(const gr_shape_ctx *ctx) {
+  return mode_of(ctx->node) == POOL_MAX_BACK && ctx->num_inputs > 3 ? 3 : ctx->num_inputs;
+}
+
+/* max_pool_grad (x, dy, y, argmax): y and argmax are max_pool's outputs
+ * (pooled shape), argmax u8. */
+static gr_status check_argmax_inputs(gr_shape_ctx *ctx) {
+  char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
+  if (ctx->num_inputs == 2) return GR_OK;
+  if (ctx->num_inputs != 4)
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                          "max_pool_grad takes (x, dy) or (x, dy, y, argmax), got %d inputs",
+                          ctx->num_inputs);
+  GR_TRY(gr_shape_check_dtype(ctx, 3, GR_DT_BIT(GR_U8)));
+  for (int i = 2; i < 4; i++)
+    if (!gr_shape_compatible(&ctx->in_shapes[i], &ctx->in_shapes[1]))
+      return gr_shape_error(ctx, GR_ERR_SHAPE, "%s %s does not match dy %s",
+                            i == 2 ? "y" : "argmax", gr_shape_str(&ctx->in_shapes[i], a),
+                            gr_shape_str(&ctx->in_shapes[1], b));
+  return GR_OK;
+}
+
 static gr_status pool_shape_fn(gr_shape_ctx *ctx) {
-  return gr_window_shape_fn(ctx, pool_shapes);
+  if (mode_of(ctx->node) == POOL_MAX_BACK) GR_TRY(check_argmax_inputs(ctx));
+  int all = ctx->num_inputs;
+  ctx->num_inputs = float_inputs(ctx);
+  gr_status s = gr_window_shape_fn(ctx, pool_shapes);
+  ctx->num_inputs = all;
+  if (s != GR_OK || mode_of(ctx->node) != POOL_MAX) return s;
+  ctx->num_outputs = 2; /* y, argmax */
+  ctx->out_dtypes[1] = GR_U8;
+  ctx->out_shapes[1] = ctx->out_shapes[0];
+  return GR_OK;
 }
 
 /* ---- the window loop --------------------------------------------------------------------- */
 
-/* x: the pooled input; v: the other input (dy, or g); out zeroed by the
+/* The position i * kw + j in the window of output (oy, ox) of the element
+ * at flat index e of x (255 when the window is too large for a u8). */
+static uint8_t window_pos(const gr_conv_geom *g, int64_t oy, int64_t ox, int64_t e) {
+  int64_t p = e / g->c, ix = p % g->w, iy = (p / g->w) % g->h;
+  int64_t k = (iy - (oy * g->sh - g->pt)) * g->kw + (ix - (ox * g->sw - g->pl));
+  return g->kh * g->kw < 255 ? (uint8_t)k : 255;
+}
+
+/* x: the pooled input; v: the other input (dy, or g); pos: max_pool's
+ * argmax output (window positions); out zeroed by the
  * caller for the BACK modes. best and arg: scratch of c entries. A window
  * that lies in the padding only gives 0 and takes no gradient. */
 #define POOL_RUN(T)                                                                                \
   static void pool_run_##T(const gr_conv_geom *g, pool_mode m, const T *x, const T *v, T *out,     \
-                           T *best, int64_t *arg) {                                                \
+                           T *best, int64_t *arg, uint8_t *pos) {                                  \
     int64_t C = g->c;                                                                              \
     for (int64_t b = 0; b < g->n; b++)                                                             \
       for (int64_t oy = 0; oy < g->oh; oy++)                                                       \
@@ -111,12 +157,7 @@ static gr_status pool_shape_fn(gr_shape_ctx *ctx) {
           for (int64_t iy = y0; iy < y1; iy++)                                                     \
             for (int64_t ix = x0; ix < x1; ix++) {                                                 \
               int64_t i = ((b * g->h + iy) * g->w + ix) * C;                                       \
-              if (mx && m == POOL_MAX) {                                                           \
-                for (int64_t c = 0; c < C; c++) { /* NaN wins and stays */                         \
-                  T e = x[i + c];                                                                  \
-                  best[c] = e > best[c] || e != e ? e : best[c];                                   \
-                }                                                                                  \
-              } else if (mx) {                                                                     \
+              if (mx) { /* NaN wins and stays */                                                   \
                 for (int64_t c = 0; c < C; c++)                                                    \
                   if (x[i + c] > best[c] || (x[i + c] != x[i + c] && best[c] == best[c]))          \
                     best[c] = x[i + c], arg[c] = i + c;                                            \
@@ -127,9 +168,10 @@ static gr_status pool_shape_fn(gr_shape_ctx *ctx) {
               }                                                                                    \
             }                                                                                      \
           for (int64_t c = 0; c < C && m != POOL_AVG_BACK; c++) {                                  \
-            if (m == POOL_MAX)                                                                     \
+            if (m == POOL_MAX) {                                                                   \
               out[o + c] = best[c];                                                                \
-            else if (m == POOL_AVG)                                                                \
+              pos[o + c] = arg[c] < 0 ? 255 : window_pos(g, oy, ox, arg[c]);                       \
+            } else if (m == POOL_AVG)                                                              \
               out[o + c] = cnt ? best[c] / (T)cnt : 0;                                             \
             else if (m == POOL_MAX_BACK && arg[c] >= 0)                                            \
               out[arg[c]] += v[o + c];                                                             \
@@ -141,41 +183,112 @@ static gr_status pool_shape_fn(gr_shape_ctx *ctx) {
 POOL_RUN(float)
 POOL_RUN(double)
 
-/* An NCHW node runs the NHWC loop on transposed copies (gr_layout_begin). */
+/* The fast kernels' arguments, split over images (vec_pool.c). */
+typedef struct pool_par {
+  const gr_conv_geom *g;
+  pool_mode m;
+  const float *x, *dy, *y;
+  const uint8_t *arg_in;
+  uint8_t *arg_out;
+  float *out;
+  bool relu;
+  int chunks;
+} pool_par;
+
+static void pool_chunk(void *p, int i) {
+  const pool_par *a = p;
+  int64_t b0, b1;
+  gr_vec_range(a->g->n, a->chunks, i, &b0, &b1);
+  if (a->m == POOL_MAX)
+    gr_vec_max_pool(a->g, a->x, a->out, a->arg_out, b0, b1);
+  else
+    gr_vec_max_pool_grad(a->g, a->x, a->arg_in, a->y, a->dy, a->relu, a->out, b0, b1);
+}
+
+/* out = x > 0 ? out : 0 (a fused relu's gradient on the generic path). */
+static void relu_mask(const gr_tensor *x, gr_tensor *out) {
+  int64_t n = gr_tensor_num_elements(out);
+  if (out->dtype == GR_F32) {
+    const float *a = gr_tensor_data(x);
+    float *o = gr_tensor_data(out);
+    for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? o[i] : 0.0f;
+  } else {
+    const double *a = gr_tensor_data(x);
+    double *o = gr_tensor_data(out);
+    for (int64_t i = 0; i < n; i++) o[i] = a[i] > 0 ? o[i] : 0.0;
+  }
+}
+
+/* f32 max pools over disjoint windows run vec_pool.c's kernels, split over
+ * images; the rest one generic loop. An NCHW node's planes are its images. */
 static gr_status pool_kernel(gr_kernel_ctx *ctx) {
   pool_mode m = mode_of(ctx->node);
-  gr_shape shapes[2], out;
+  gr_shape shapes[4], out;
   char msg[512];
   gr_status s;
-  GR_TRY(gr_window_kernel_shapes(ctx, pool_shapes, shapes, &out));
+  int all = ctx->num_inputs, nf = m == POOL_MAX_BACK && all > 3 ? 3 : all;
+  ctx->num_inputs = nf; /* the float inputs */
+  s = gr_window_kernel_shapes(ctx, pool_shapes, shapes, &out);
+  ctx->num_inputs = all;
+  GR_TRY(s);
   gr_dtype dt = ctx->inputs[0].dtype;
+  bool with_arg = m == POOL_MAX_BACK && all == 4;
+  if (with_arg && (ctx->inputs[3].dtype != GR_U8 ||
+                   !gr_shape_equal(&ctx->inputs[3].shape, &ctx->inputs[1].shape) ||
+                   !gr_shape_equal(&ctx->inputs[2].shape, &ctx->inputs[1].shape)))
+    return gr_kernel_error(ctx, GR_ERR_SHAPE, "y and argmax must be u8 and f shaped like dy");
   int xi, yi;
   roles(m, &xi, &yi);
   gr_conv_attrs a;
   gr_conv_geom g;
   if ((s = gr_conv_read_attrs(ctx->node, true, &a, msg, sizeof msg)) != GR_OK)
     return gr_kernel_error(ctx, s, "%s", msg);
-  gr_shape xs = gr_layout_shape_to_nhwc(&shapes[xi], a.format);
+  /* NCHW [n, c, h, w] is pooled as n * c one-channel images: no copies */
+  const int64_t *d = shapes[xi].dims;
+  gr_shape xs = a.format == GR_FORMAT_NCHW
+                    ? gr_shape_make(4, (int64_t[]){d[0] * d[1], d[2], d[3], 1})
+                    : shapes[xi];
   if ((s = gr_conv_geom_make(&a, xs.dims, &g, msg, sizeof msg)) != GR_OK)
     return gr_kernel_error(ctx, s, "%s", msg);
+  bool relu = m == POOL_MAX_BACK && gr_node_attr_bool(ctx->node, "relu", false);
   gr_layout_kernel lk;
-  GR_TRY(gr_layout_begin(ctx, a.format, 3u, &lk));
+  GR_TRY(gr_layout_begin(ctx, GR_FORMAT_NHWC, with_arg ? 15u : 3u, &lk));
   const gr_tensor *in = lk.in;
-  gr_tensor *o, scratch;
+  gr_tensor *o, *A = NULL, scratch;
   if ((s = gr_layout_alloc_output(ctx, &lk, 0, dt, &out, true, &o)) != GR_OK)
     return gr_layout_end(&lk, s);
+  if (m == POOL_MAX && (s = gr_layout_alloc_output(ctx, &lk, 1, GR_U8, &out, true, &A)) != GR_OK)
+    return gr_layout_end(&lk, s);
+  const void *x = gr_tensor_data(&in[xi]);
+  const void *v = m == POOL_MAX || m == POOL_AVG ? NULL : gr_tensor_data(&in[xi == 0 ? 1 : 0]);
+  if (dt == GR_F32 && (m == POOL_MAX || m == POOL_MAX_BACK) && gr_vec_pool_disjoint(&g)) {
+    pool_par p = {&g,
+                  m,
+                  x,
+                  v,
+                  with_arg ? gr_tensor_data(&in[2]) : NULL,
+                  with_arg ? gr_tensor_data(&in[3]) : NULL,
+                  A ? gr_tensor_data(A) : NULL,
+                  gr_tensor_data(o),
+                  relu,
+                  1};
+    double bytes = (double)gr_tensor_num_elements(&in[xi]) * 8;
+    p.chunks = gr_vec_chunks(ctx, g.n, bytes);
+    gr_kernel_parallel(ctx, p.chunks, pool_chunk, &p);
+    return gr_layout_end(&lk, GR_OK);
+  }
   if (m == POOL_MAX_BACK || m == POOL_AVG_BACK)
     memset(gr_tensor_data(o), 0, (size_t)gr_tensor_num_elements(o) * gr_dtype_size(dt));
   /* best (c values) and arg (c int64) in one buffer */
   gr_shape ss = gr_shape_make(1, (int64_t[]){2 * (g.c > 0 ? g.c : 1)});
   if ((s = gr_tensor_alloc(&scratch, GR_F64, &ss, ctx->err)) != GR_OK) return gr_layout_end(&lk, s);
   double *sc = gr_tensor_data(&scratch);
-  const void *x = gr_tensor_data(&in[xi]);
-  const void *v = m == POOL_MAX || m == POOL_AVG ? NULL : gr_tensor_data(&in[xi == 0 ? 1 : 0]);
+  uint8_t *pos = A ? gr_tensor_data(A) : NULL;
   if (dt == GR_F32)
-    pool_run_float(&g, m, x, v, gr_tensor_data(o), (float *)sc, (int64_t *)(sc + g.c));
+    pool_run_float(&g, m, x, v, gr_tensor_data(o), (float *)sc, (int64_t *)(sc + g.c), pos);
   else
-    pool_run_double(&g, m, x, v, gr_tensor_data(o), sc, (int64_t *)(sc + g.c));
+    pool_run_double(&g, m, x, v, gr_tensor_data(o), sc, (int64_t *)(sc + g.c), pos);
+  if (relu) relu_mask(&in[xi], o);
   gr_tensor_release(&scratch);
   return gr_layout_end(&lk, GR_OK);
 }
@@ -196,23 +309,40 @@ static void pool_cost(const gr_node *n, gr_cost *c) {
 
 /* ---- gradients ----------------------------------------------------------------------------- */
 
+/* A pool op with like's pool attrs (not max_pool_grad's relu) and relu
+ * when set; inputs in[0..n). */
+static gr_output pool_build(gr_graph *g, const char *op, const gr_node *like, const gr_output *in,
+                            int n, bool relu) {
+  gr_attr at[8];
+  int na = 0;
+  for (int i = 0; i < like->num_attrs && na < 7; i++)
+    if (strcmp(like->attrs[i].name, "relu") != 0) at[na++] = like->attrs[i];
+  if (relu) at[na++] = gr_attr_bool("relu", true);
+  return gr_ops_build(g, op, NULL, in, n, at, na);
+}
+
 static gr_output pool_like(gr_graph *g, const char *op, const gr_node *like, gr_output a,
                            gr_output b) {
   gr_output in[2] = {a, b};
-  return gr_ops_build(g, op, NULL, in, b.node ? 2 : 1, like->attrs, like->num_attrs);
+  return pool_build(g, op, like, in, b.node ? 2 : 1, false);
 }
 
+/* Through the argmax max_pool kept (its output 1) and its output y. */
 static gr_status max_pool_grad_fn(gr_grad_ctx *c) {
-  c->dinputs[0] = pool_like(c->graph, "max_pool_grad", c->node, gr_grad_x(c, 0), c->grads[0]);
+  gr_output in[4] = {gr_grad_x(c, 0), c->grads[0], gr_grad_y(c, 0), gr_grad_y(c, 1)};
+  c->dinputs[0] = pool_build(c->graph, "max_pool_grad", c->node, in, 4, false);
   return GR_OK;
 }
 static gr_status avg_pool_grad_fn(gr_grad_ctx *c) {
   c->dinputs[0] = pool_like(c->graph, "avg_pool_grad", c->node, c->grads[0], gr_grad_x(c, 0));
   return GR_OK;
 }
-/* Linear in dy: the gradient picks G at the maxima; piecewise constant in x. */
+/* Linear in dy: the gradient picks G at the maxima (with relu, where x >
+ * 0); piecewise constant in x, y and argmax. */
 static gr_status max_pool_grad_grad_fn(gr_grad_ctx *c) {
-  c->dinputs[1] = pool_like(c->graph, "max_pool_grad_grad", c->node, gr_grad_x(c, 0), c->grads[0]);
+  gr_output x = gr_grad_x(c, 0), G = c->grads[0];
+  if (gr_node_attr_bool(c->node, "relu", false)) G = gr_relu_grad(c->graph, G, x);
+  c->dinputs[1] = pool_like(c->graph, "max_pool_grad_grad", c->node, x, G);
   return GR_OK;
 }
 static gr_status avg_pool_grad_grad_fn(gr_grad_ctx *c) {
@@ -225,20 +355,40 @@ static gr_status max_pool_pick_grad_fn(gr_grad_ctx *c) {
   return GR_OK;
 }
 
+gr_output gr_ops_fuse_relu_grad(gr_graph *g, gr_output dy, gr_output y) {
+  const gr_node *p = dy.node;
+  if (p && p->op == &gr_op_max_pool_grad && dy.index == 0 && p->inputs[0].node == y.node &&
+      p->inputs[0].index == y.index && !gr_node_attr_bool(p, "relu", false)) {
+    gr_output in[4];
+    for (int i = 0; i < p->num_inputs; i++) in[i] = p->inputs[i];
+    return pool_build(g, "max_pool_grad", p, in, p->num_inputs, true);
+  }
+  return gr_relu_grad(g, dy, y);
+}
+
 #define DEFINE_POOL(NAME, DOC, GRAD, ...)                                                          \
   GR_WINDOW_OP(NAME, DOC, gr_pool_attr_specs, pool_shape_fn, pool_cost, pool_kernel, GRAD,         \
                __VA_ARGS__)
 
-DEFINE_POOL(max_pool,
-            "maximum over windows of x [n, h, w, c] (attrs ksize, strides (default ksize), "
-            "padding SAME/VALID/EXPLICIT, data_format NHWC or NCHW: x [n, c, h, w]); the "
-            "gradient goes to the first maximum",
-            max_pool_grad_fn, "x")
+GR_WINDOW_OP_EX(max_pool,
+                "maximum over windows of x [n, h, w, c] (attrs ksize, strides (default ksize), "
+                "padding SAME/VALID/EXPLICIT, data_format NHWC or NCHW: x [n, c, h, w]); the "
+                "gradient goes to the first maximum. Output 1 (u8, shaped like y): the position "
+                "i * kw + j of each window's first maximum (255: a window in the padding only, "
+                "or of 255 elements or more), which the gradient reads",
+                gr_pool_attr_specs, pool_shape_fn, pool_cost, pool_kernel, max_pool_grad_fn, 1, 2,
+                "x")
 DEFINE_POOL(avg_pool,
             "mean over windows of x [n, h, w, c] (attrs as max_pool); padding is not counted",
             avg_pool_grad_fn, "x")
-DEFINE_POOL(max_pool_grad, "the gradient of max_pool: dy added at each window's first maximum",
-            max_pool_grad_grad_fn, "x", "dy")
+GR_WINDOW_OP_EX(max_pool_grad,
+                "the gradient of max_pool: dy added at each window's first maximum; inputs (x, "
+                "dy) or (x, dy, y, argmax), y and argmax max_pool's outputs (then the maxima "
+                "are not searched again where windows do not overlap). Attr relu: the gradient "
+                "of max_pool(relu(.)) with respect to the relu's input (nothing where the "
+                "maximum is not > 0); gradients build it for relu followed by max_pool",
+                gr_pool_grad_attr_specs, pool_shape_fn, pool_cost, pool_kernel,
+                max_pool_grad_grad_fn, 2, 1, "x", "dy", "y", "argmax")
 DEFINE_POOL(avg_pool_grad,
             "the gradient of avg_pool: dy spread over each window (shaped like `like`)",
             avg_pool_grad_grad_fn, "dy", "like")

@@ -1,7 +1,8 @@
 /* passes/: the face header. Graph passes that make a new, smaller graph
  * for one request before placement (docs/passes.md): pruning to what the
  * fetches and targets need, common-subexpression elimination, constant
- * folding. They sit above ops/ (folding runs the ops' kernels) and below
+ * folding, fusion of chains of nodes into one; and freezing a trained
+ * graph into an inference graph. They sit above ops/ (folding runs the ops' kernels) and below
  * placer/, as TensorFlow's Grappler sits beside its graph, not in its placer.
  *
  *   gr_passes_options po = gr_passes_options_default();  // all passes, 1 MiB fold cap
@@ -29,6 +30,7 @@ typedef struct gr_passes_options {
   bool no_prune;         /* keep every node, not only those the fetches and targets need */
   bool no_cse;           /* no common-subexpression elimination */
   bool no_fold;          /* no constant folding */
+  bool no_fuse;          /* no fusion of chains of nodes into one */
   size_t fold_max_bytes; /* a node is folded only if its output has at most this many bytes */
 } gr_passes_options;
 
@@ -37,13 +39,14 @@ typedef struct gr_passes_options {
 gr_passes_options gr_passes_options_default(void);
 
 /* What the passes did. nodes_out = nodes_in - nodes_pruned - nodes_merged -
- * nodes_unused_after_folding. */
+ * nodes_unused_after_folding - nodes_fused. */
 typedef struct gr_passes_stats {
   int nodes_in;                   /* nodes of the input graph */
   int nodes_pruned;               /* not needed by the fetches and targets */
   int nodes_merged;               /* CSE: duplicates whose consumers now use an equal node */
   int nodes_folded;               /* evaluated once by the passes (not counting constants) */
   int nodes_unused_after_folding; /* folded nodes and constants that only folded nodes used */
+  int nodes_fused;                /* absorbed into the node before them (fusion) */
   int nodes_out;                  /* nodes of the new graph */
 } gr_passes_stats;
 
@@ -68,6 +71,18 @@ typedef struct gr_passes_stats {
  *   the same name holding the bit-identical value, unless the output is over
  *   fold_max_bytes or the node is fed. A node whose kernel fails is left to
  *   fail at run time. Constants only folded nodes used are then dropped.
+ *
+ * - Fusion (after the others) makes one node of a chain that reads and
+ *   writes one large tensor after another, computing what the chain
+ *   computes, bit for bit: conv2d followed by bias_add (or add of an
+ *   [out_c] vector) or batch_norm at inference, and/or relu, becomes one
+ *   _fused_conv2d; batch_norm followed by relu (also behind the
+ *   identity_n of its updates), batch_norm with relu; relu_grad feeding
+ *   batch_norm_grad, batch_norm_grad with input relu_y. Only where the
+ *   chain alone reads each value: an absorbed node is not fetched, fed,
+ *   a target, a control input, or in a colocation group (a hint on it
+ *   moves to the host), and runs where the host runs. The host keeps its
+ *   name; the absorbed nodes are gone.
  *
  * Copies keep names, attrs, devices, colocation and source positions, and
  * the graph seed; random ops keep their streams (keyed by node name). Nodes

@@ -1,7 +1,8 @@
 /* Graph passes before placement: the driver. Marks what the request needs
  * (pass_prune.c), merges common subexpressions (pass_cse.c), folds constants
- * (pass_fold.c), marks again, then copies what is left into a new graph with
- * gr_graph_copy_node, in topological order, patching loop back edges last. */
+ * (pass_fold.c), marks again, fuses chains of nodes (pass_fuse.c), then
+ * copies what is left into a new graph with gr_graph_copy_node, in
+ * topological order, patching loop back edges last. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,14 +109,45 @@ static gr_output copy_folded(copier *k, const gr_node *n) {
   return gr_graph_copy_node(k->out, &fake, NULL, NULL, 0);
 }
 
-static gr_output copy_node(copier *k, const gr_node *n) {
+/* n as the copy makes it: a fusion's host changed (op, inputs, attrs), a
+ * colocation hint on an absorbed node moved to its host (source_of). */
+static gr_node copy_source(const copier *k, const gr_node *n) {
+  const gr_passes_ctx *c = k->c;
+  gr_node src = source_of(k, n);
+  const gr_passes_fusion *f = c->fusion[n->id];
+  if (f) {
+    src.op = f->op;
+    src.num_inputs = f->num_inputs;
+    src.inputs = (gr_output *)f->in;
+    src.attrs = (gr_attr *)f->attrs;
+    src.num_attrs = f->num_attrs;
+  }
+  const gr_node *t = src.colocate_with ? gr_graph_find_node(c->g, src.colocate_with) : NULL;
+  if (t && c->host[t->id] >= 0) src.colocate_with = gr_graph_node(c->g, c->host[t->id])->name;
+  return src;
+}
+
+/* Adds control input d (a node of g) of the copy to k->ctrl once; false
+ * when it is not copied yet. */
+static bool add_ctrl(copier *k, const gr_node *d, int *nc) {
+  gr_node *cd = k->copy[gr_passes_resolve(k->c, (gr_output){(gr_node *)d, 0}).node->id];
+  if (!cd) return false;
+  for (int j = 0; j < *nc; j++)
+    if (k->ctrl[j] == cd) return true;
+  k->ctrl[(*nc)++] = cd;
+  return true;
+}
+
+static gr_output copy_node(copier *k, const gr_node *n0) {
   gr_passes_ctx *c = k->c;
+  gr_node src = copy_source(k, n0);
+  const gr_node *n = &src;
   int first_done = -1;
   for (int i = 0; i < n->num_inputs; i++) {
-    const gr_node *p = gr_graph_node(c->g, c->rep[n->inputs[i].node->id]);
+    gr_output p = gr_passes_resolve(c, n->inputs[i]);
     /* a stand-in has one output */
-    k->in[i] = (gr_output){k->copy[p->id], c->mark[p->id] == GR_PRUNE_FED ? 0 : n->inputs[i].index};
-    if (k->copy[p->id] && first_done < 0) first_done = i;
+    k->in[i] = (gr_output){k->copy[p.node->id], c->mark[p.node->id] == GR_PRUNE_FED ? 0 : p.index};
+    if (k->copy[p.node->id] && first_done < 0) first_done = i;
   }
   /* a loop's back edge (merge <- next_iteration): a stand-in input of the same
    * node for now, the real one once the producer is copied */
@@ -126,41 +158,39 @@ static gr_output copy_node(copier *k, const gr_node *n) {
                    "graph passes: node '%s': no input is copied before it (a cycle?)", n->name);
       return (gr_output){NULL, 0};
     }
-    k->patches[k->num_patches++] =
-        (patch){NULL, i, gr_graph_node(c->g, c->rep[n->inputs[i].node->id]), n->inputs[i].index};
+    gr_output p = gr_passes_resolve(c, n->inputs[i]);
+    k->patches[k->num_patches++] = (patch){NULL, i, p.node, p.index};
     k->in[i] = k->in[first_done];
   }
   int nc = 0;
-  for (int i = 0; i < n->num_control_inputs; i++) {
-    gr_node *d = k->copy[c->rep[n->control_inputs[i]->id]];
-    if (!d) {
-      gr_error_set(c->err, GR_ERR_INTERNAL,
-                   "graph passes: control input '%s' of '%s' is not copied before it",
-                   n->control_inputs[i]->name, n->name);
-      return (gr_output){NULL, 0};
-    }
-    bool dup = false;
-    for (int j = 0; j < nc && !dup; j++) dup = k->ctrl[j] == d;
-    if (!dup) k->ctrl[nc++] = d;
+  const gr_passes_fusion *f = c->fusion[n0->id];
+  for (int a = -1; a < (f ? f->num_absorbed : 0); a++) {
+    const gr_node *from = a < 0 ? n0 : f->absorbed[a];
+    for (int i = 0; i < from->num_control_inputs; i++)
+      if (!add_ctrl(k, from->control_inputs[i], &nc)) {
+        gr_error_set(c->err, GR_ERR_INTERNAL,
+                     "graph passes: control input '%s' of '%s' is not copied before it",
+                     from->control_inputs[i]->name, from->name);
+        return (gr_output){NULL, 0};
+      }
   }
-  gr_node src = source_of(k, n);
-  if (c->identity && c->identity[n->id]) { /* a pass-through: consumers read output 0 */
+  if (c->identity && c->identity[n0->id]) { /* a pass-through: consumers read output 0 */
     src.op = k->identity_op;
     src.num_inputs = 1;
     src.attrs = NULL;
     src.num_attrs = 0;
   }
-  gr_output o = gr_graph_copy_node(k->out, &src, k->in, k->ctrl, nc);
+  gr_output o = gr_graph_copy_node(k->out, n, k->in, k->ctrl, nc);
   for (int p = k->num_patches - 1; p >= 0 && !k->patches[p].node; p--) k->patches[p].node = o.node;
   return o;
 }
 
 gr_status gr_passes_copy(gr_passes_ctx *c, gr_graph **result) {
-  int max_in = 1, max_ctrl = 1, back = 0;
+  int max_in = GR_FUSE_MAX_INPUTS, max_ctrl = 1, back = 0;
   for (int v = 0; v < c->n; v++) {
     const gr_node *n = gr_graph_node(c->g, v);
     if (n->num_inputs > max_in) max_in = n->num_inputs;
-    if (n->num_control_inputs > max_ctrl) max_ctrl = n->num_control_inputs;
+    max_ctrl += n->num_control_inputs; /* a host takes those of the nodes it absorbs */
     back += n->num_inputs;
   }
   copier k = {c,
@@ -181,6 +211,11 @@ gr_status gr_passes_copy(gr_passes_ctx *c, gr_graph **result) {
   gr_graph_set_seed(k.out, gr_graph_seed(c->g));
   for (int i = 0; i < c->n && st == GR_OK; i++) {
     const gr_node *n = gr_graph_node(c->g, c->order[i]);
+    int h = c->host[n->id];
+    if (h >= 0 && c->fusion[h]->copy_at == n)
+      n = gr_graph_node(c->g, h); /* a host copied in place of its last absorbed node */
+    else if (c->fusion[n->id] && c->fusion[n->id]->copy_at)
+      continue;
     if (c->mark[n->id] == GR_PRUNE_UNUSED || c->rep[n->id] != n->id) continue;
     gr_output o = c->mark[n->id] == GR_PRUNE_FED ? copy_stand_in(&k, n)
                   : c->folded[n->id]             ? copy_folded(&k, n)
@@ -226,7 +261,12 @@ bool gr_passes_arrays_alloc(gr_passes_arrays *a, int n) {
   a->mark = calloc(m, 1);
   a->folded = calloc(m, 1);
   a->value = calloc(m, sizeof(gr_tensor));
-  return a->order && a->rep && a->fed && a->protect && a->mark && a->folded && a->value;
+  a->host = gr_alloc_array(m, sizeof(int));
+  a->fusion = calloc(m, sizeof(gr_passes_fusion *));
+  a->redirect = calloc(m, sizeof(gr_output));
+  for (int v = 0; a->host && v < n; v++) a->host[v] = -1;
+  return a->order && a->rep && a->fed && a->protect && a->mark && a->folded && a->value &&
+         a->host && a->fusion && a->redirect;
 }
 
 gr_passes_ctx gr_passes_ctx_of(const gr_graph *g, int n, gr_passes_arrays *a, gr_error *err) {
@@ -239,12 +279,20 @@ gr_passes_ctx gr_passes_ctx_of(const gr_graph *g, int n, gr_passes_arrays *a, gr
                          .rep = a->rep,
                          .folded = a->folded,
                          .value = a->value,
+                         .fusion = a->fusion,
+                         .host = a->host,
+                         .redirect = a->redirect,
                          .err = err};
 }
 
 void gr_passes_arrays_free(gr_passes_arrays *a, int n) {
   if (a->value)
     for (int i = 0; i < n; i++) gr_tensor_release(&a->value[i]);
+  if (a->fusion)
+    for (int i = 0; i < n; i++) free(a->fusion[i]);
+  free(a->host);
+  free(a->fusion);
+  free(a->redirect);
   free(a->order);
   free(a->rep);
   free(a->fed);
@@ -268,8 +316,9 @@ static void find_protected(gr_passes_ctx *c) {
   }
 }
 
-static gr_status run_passes(gr_passes_ctx *c, const gr_passes_options *o, gr_graph **out,
-                            gr_passes_stats *stats) {
+/* only_if_fused: no copy (*out NULL) when nothing was fused. */
+static gr_status run_passes(gr_passes_ctx *c, const gr_passes_options *o, bool only_if_fused,
+                            gr_graph **out, gr_passes_stats *stats) {
   for (int v = 0; v < c->n; v++) c->rep[v] = v;
   if (gr_graph_topo_order(c->g, c->order) != c->n) return gr_error_set_oom(c->err);
   find_protected(c);
@@ -280,18 +329,19 @@ static gr_status run_passes(gr_passes_ctx *c, const gr_passes_options *o, gr_gra
   if (!o->no_fold) GR_TRY(gr_passes_fold(c, o->fold_max_bytes, &stats->nodes_folded));
   GR_TRY(gr_passes_mark(c)); /* folded nodes no longer need their inputs */
   stats->nodes_unused_after_folding = before_fold - count_kept(c);
+  if (!o->no_fuse) GR_TRY(gr_passes_fuse(c, &stats->nodes_fused));
+  if (only_if_fused && stats->nodes_fused == 0) return GR_OK;
   GR_TRY(gr_passes_copy(c, out));
   stats->nodes_out = gr_graph_num_nodes(*out);
-  GR_ASSERT(stats->nodes_out ==
-            c->n - stats->nodes_pruned - stats->nodes_merged - stats->nodes_unused_after_folding);
+  GR_ASSERT(stats->nodes_out == c->n - stats->nodes_pruned - stats->nodes_merged -
+                                    stats->nodes_unused_after_folding - stats->nodes_fused);
   return GR_OK;
 }
 
-gr_status gr_passes_optimize_graph(const gr_graph *g, const gr_output *feeds, int num_feeds,
-                                   const gr_output *fetches, int num_fetches,
-                                   const gr_output *targets, int num_targets,
-                                   const gr_passes_options *o, gr_graph **out,
-                                   gr_passes_stats *stats, gr_error *err) {
+static gr_status optimize(const gr_graph *g, const gr_output *feeds, int num_feeds,
+                          const gr_output *fetches, int num_fetches, const gr_output *targets,
+                          int num_targets, const gr_passes_options *o, bool only_if_fused,
+                          gr_graph **out, gr_passes_stats *stats, gr_error *err) {
   if (!out) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "graph passes: out is NULL");
   *out = NULL;
   if (!g) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "graph passes: graph is NULL");
@@ -316,7 +366,7 @@ gr_status gr_passes_optimize_graph(const gr_graph *g, const gr_output *feeds, in
     c.targets = targets, c.num_targets = num_targets;
     c.keep_all = opts.no_prune || (num_fetches == 0 && num_targets == 0);
     local_stats.nodes_in = n;
-    st = run_passes(&c, &opts, out, &local_stats);
+    st = run_passes(&c, &opts, only_if_fused, out, &local_stats);
   }
   gr_passes_arrays_free(&a, n);
   if (st != GR_OK) {
@@ -325,4 +375,25 @@ gr_status gr_passes_optimize_graph(const gr_graph *g, const gr_output *feeds, in
   }
   if (stats) *stats = local_stats;
   return GR_OK;
+}
+
+gr_status gr_passes_optimize_graph(const gr_graph *g, const gr_output *feeds, int num_feeds,
+                                   const gr_output *fetches, int num_fetches,
+                                   const gr_output *targets, int num_targets,
+                                   const gr_passes_options *o, gr_graph **out,
+                                   gr_passes_stats *stats, gr_error *err) {
+  return optimize(g, feeds, num_feeds, fetches, num_fetches, targets, num_targets, o, false, out,
+                  stats, err);
+}
+
+gr_status gr_passes_fuse_for_step(const gr_graph *g, const gr_output *feeds, int num_feeds,
+                                  const gr_output *fetches, int num_fetches,
+                                  const gr_output *targets, int num_targets, gr_graph **out,
+                                  gr_error *err) {
+  if (out) *out = NULL;
+  if (g && out && !gr_graph_error(g) && !gr_passes_may_fuse(g)) return GR_OK; /* the common case */
+  gr_passes_options o = gr_passes_options_default();
+  o.no_cse = o.no_fold = true;
+  return optimize(g, feeds, num_feeds, fetches, num_fetches, targets, num_targets, &o, true, out,
+                  NULL, err);
 }

@@ -1,5 +1,6 @@
 /* Inside passes/: the state the graph passes share (passes.c drives them and
- * copies the result; pass_prune.c, pass_cse.c and pass_fold.c fill it in).
+ * copies the result; pass_prune.c, pass_cse.c, pass_fold.c and pass_fuse.c
+ * fill it in).
  * Every array is indexed by node id of the input graph and owned by the
  * driver. */
 #ifndef GR_PASSES_INTERNAL_H
@@ -10,19 +11,40 @@
 #include "ops/gr_ops.h"
 #include "passes/gr_passes.h"
 
+/* How the fusion pass changes a node it keeps (the host): it is copied
+ * as op `op` with inputs in[] (endpoints of g, resolved at the copy) and
+ * attrs[], and also takes the control inputs of the nodes it absorbs. */
+#define GR_FUSE_MAX_INPUTS   6
+#define GR_FUSE_MAX_ATTRS    16
+#define GR_FUSE_MAX_ABSORBED 3
+typedef struct gr_passes_fusion {
+  const gr_op_def *op;
+  gr_output in[GR_FUSE_MAX_INPUTS];
+  int num_inputs;
+  gr_attr attrs[GR_FUSE_MAX_ATTRS];
+  int num_attrs;
+  const gr_node *absorbed[GR_FUSE_MAX_ABSORBED];
+  int num_absorbed;
+  const gr_node *copy_at; /* copied where this absorbed node was (it takes inputs that may come
+                             after its own place), or NULL: at its own place */
+} gr_passes_fusion;
+
 typedef struct gr_passes_ctx {
   const gr_graph *g;
   int n;      /* nodes of g */
   int *order; /* the n node ids, inputs first (loop back edges ignored) */
   const gr_output *feeds, *fetches, *targets;
   int num_feeds, num_fetches, num_targets;
-  bool keep_all;    /* every node is a root (no pruning) */
-  uint8_t *fed;     /* some output of the node is fed */
-  uint8_t *protect; /* fetched, a target or a colocation target: keeps its name */
-  uint8_t *mark;    /* GR_PRUNE_* from gr_passes_mark */
-  int *rep;         /* CSE: the node that replaces this one (itself when none) */
-  uint8_t *folded;  /* replaced by a constant */
-  gr_tensor *value; /* the folded value (one reference) while a consumer may need it */
+  bool keep_all;             /* every node is a root (no pruning) */
+  uint8_t *fed;              /* some output of the node is fed */
+  uint8_t *protect;          /* fetched, a target or a colocation target: keeps its name */
+  uint8_t *mark;             /* GR_PRUNE_* from gr_passes_mark */
+  int *rep;                  /* CSE: the node that replaces this one (itself when none) */
+  uint8_t *folded;           /* replaced by a constant */
+  gr_tensor *value;          /* the folded value (one reference) while a consumer may need it */
+  gr_passes_fusion **fusion; /* fusion: the change of a host (NULL: none; owned) */
+  int *host;                 /* fusion: the host that absorbed this node, or -1 */
+  gr_output *redirect;       /* fusion: for an absorbed node, the endpoint of g with its value */
   gr_error *err;
   /* The copy (gr_passes_copy): the node standing in for a fed node n
    * (marked GR_PRUNE_FED; consumers read its output 0), made in out under
@@ -39,9 +61,11 @@ typedef struct gr_passes_ctx {
  * zeroed); alloc is false when out of memory (free what was made with
  * gr_passes_arrays_free, which also releases the values). */
 typedef struct gr_passes_arrays {
-  int *order, *rep;
+  int *order, *rep, *host;
   uint8_t *fed, *protect, *mark, *folded;
   gr_tensor *value;
+  gr_passes_fusion **fusion;
+  gr_output *redirect;
 } gr_passes_arrays;
 bool gr_passes_arrays_alloc(gr_passes_arrays *a, int n);
 void gr_passes_arrays_free(gr_passes_arrays *a, int n);
@@ -65,10 +89,20 @@ gr_status gr_passes_mark(gr_passes_ctx *c);
 gr_status gr_passes_cse(gr_passes_ctx *c, int *merged);
 /* Sets c->folded and c->value for needed nodes; *folded gets their number. */
 gr_status gr_passes_fold(gr_passes_ctx *c, size_t max_bytes, int *folded);
+/* Sets c->fusion, c->host and c->redirect for needed nodes and unmarks
+ * the absorbed ones; *fused gets their number. */
+gr_status gr_passes_fuse(gr_passes_ctx *c, int *fused);
+/* Has g a node that could host a fusion (conv2d, batch_norm,
+ * batch_norm_grad)? Else the pass has nothing to do. */
+bool gr_passes_may_fuse(const gr_graph *g);
+/* The endpoint of the copy standing for o (an endpoint of g): through CSE's
+ * replacements and the fusion's redirects. */
+gr_output gr_passes_resolve(const gr_passes_ctx *c, gr_output o);
 /* Copies the kept nodes (marked, and their own rep) into a new graph *out
  * in c->order: a fed node by its stand-in, a folded one by a const of its
- * name holding c->value, one marked c->identity by an identity, the others
- * with their inputs through c->rep;
+ * name holding c->value, one marked c->identity by an identity, a fusion's
+ * host as c->fusion makes it, the others with their inputs through c->rep
+ * and c->redirect (gr_passes_resolve);
  * loop back edges are patched last. Errors name the node. */
 gr_status gr_passes_copy(gr_passes_ctx *c, gr_graph **out);
 

@@ -23,7 +23,7 @@ typedef struct cli_run_options {
   long save_every, keep, max_failures, task_index;
   double timeout_s, recovery_s, connect_s; /* connect_s: the first connect's bound (0: 10 s) */
   gr_place_mode placement;
-  bool json, quiet, no_restore, schedule_recvs, soft;
+  bool json, quiet, no_restore, schedule_recvs, soft, no_fusion;
   const char *ckpt_path, *trace_path, *out_dir;
   const char *cluster_spec, *secret_file, *job;
   const char *cluster_id;  /* --cluster-id (NULL: the default, cli_cluster_id) */

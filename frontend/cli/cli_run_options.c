@@ -39,6 +39,8 @@ static void usage(FILE *f) {
          "                     /gpu:0) runs on a local device, with a note, instead of failing\n"
          "  --schedule-recvs   with --devices: start each receive as late as a critical-path\n"
          "                     estimate allows (holds received values for less time)\n"
+         "  --no-fusion        run the nodes as built: no fusion of chains such as conv2d +\n"
+         "                     bias_add + relu into one node (the same bits either way)\n"
          "  --trace PATH       write the last step's node runs (device, start, duration,\n"
          "                     bytes) as a Chrome trace: open in ui.perfetto.dev\n"
          "  --eval A,B         after the last step, run once more fetching A,B only (no\n"
@@ -108,6 +110,7 @@ enum {
   F_NO_RESTORE,
   F_SCHEDULE_RECVS,
   F_SOFT,
+  F_NO_FUSION,
   F_TIMEOUT,
   F_CLUSTER,
   F_SECRET,
@@ -145,6 +148,7 @@ static const struct option flags[] = {
     {"no-restore", no_argument, NULL, F_NO_RESTORE},
     {"schedule-recvs", no_argument, NULL, F_SCHEDULE_RECVS},
     {"soft-placement", no_argument, NULL, F_SOFT},
+    {"no-fusion", no_argument, NULL, F_NO_FUSION},
     {"timeout", required_argument, NULL, F_TIMEOUT},
     {"cluster", required_argument, NULL, F_CLUSTER},
     {"secret-file", required_argument, NULL, F_SECRET},
@@ -242,6 +246,9 @@ static int set_step_flag(const cli_opts *po, int c, cli_run_options *o) {
       break;
     case F_SOFT:
       o->soft = true;
+      break;
+    case F_NO_FUSION:
+      o->no_fusion = true;
       break;
     case F_OUT:
       o->out_dir = po->arg;

@@ -1,5 +1,5 @@
 /* graphrun check FILE.gr: parse, build and shape-check; print node and op
- * counts; with --stats, what the graph passes (prune, CSE, constant folding)
+ * counts; with --stats, what the graph passes (prune, CSE, constant folding, fusion)
  * remove for the file's fetches and targets; with --layers, each binding's
  * op or layer, dtype, shape and parameters, and the parameter counts of
  * Keras' model.summary(). */
@@ -21,28 +21,29 @@ static int by_count(const void *a, const void *b) {
 }
 
 static void usage(FILE *f) {
-  fprintf(
-      f,
-      "usage: graphrun check FILE.gr [--layers] [--stats [--fetch A,B] [--target T,U]\n"
-      "                              [--no-prune] [--no-cse] [--no-fold] [--fold-max-bytes N]]\n\n"
-      "Parses FILE.gr, builds its graph with shape inference and prints the number of nodes\n"
-      "and of nodes per op. Errors are reported as file:line:col with the source line.\n"
-      "  --layers            also list every `name = expr` binding of a tensor in the order\n"
-      "                      built (inside defs once per call, as def/name), with where its\n"
-      "                      top-level statement is, the op or layer that made it, dtype,\n"
-      "                      shape (? for unknown dims) and the parameters it made; then the\n"
-      "                      total, trainable and non-trainable parameters, as Keras'\n"
-      "                      model.summary() (optimizer slots are not parameters)\n"
-      "  --stats             also run the graph passes and say what each removed: nodes not\n"
-      "                      needed by the fetches and targets (pruned), duplicates merged\n"
-      "                      by CSE, nodes folded into constants (see docs/passes.md)\n"
-      "  --fetch A,B         what to keep (default: the file's `fetch` names, else its last\n"
-      "                      binding, as `graphrun run`; a file that binds no names keeps\n"
-      "                      every node without consumers)\n"
-      "  --target T,U        nodes kept for their effect (default: the file's `target` names)\n"
-      "  --no-prune, --no-cse, --no-fold   turn one pass off\n"
-      "  --fold-max-bytes N  largest output folded into a constant (default 1048576)\n"
-      "Exit codes: 0 ok, 1 runtime failure, 2 error in the file or flags.\n");
+  fprintf(f,
+          "usage: graphrun check FILE.gr [--layers] [--stats [--fetch A,B] [--target T,U]\n"
+          "                              [--no-prune] [--no-cse] [--no-fold] [--no-fuse]\n"
+          "                              [--fold-max-bytes N]]\n\n"
+          "Parses FILE.gr, builds its graph with shape inference and prints the number of nodes\n"
+          "and of nodes per op. Errors are reported as file:line:col with the source line.\n"
+          "  --layers            also list every `name = expr` binding of a tensor in the order\n"
+          "                      built (inside defs once per call, as def/name), with where its\n"
+          "                      top-level statement is, the op or layer that made it, dtype,\n"
+          "                      shape (? for unknown dims) and the parameters it made; then the\n"
+          "                      total, trainable and non-trainable parameters, as Keras'\n"
+          "                      model.summary() (optimizer slots are not parameters)\n"
+          "  --stats             also run the graph passes and say what each removed: nodes not\n"
+          "                      needed by the fetches and targets (pruned), duplicates merged\n"
+          "                      by CSE, nodes folded into constants, nodes fused into the\n"
+          "                      node before them (see docs/passes.md)\n"
+          "  --fetch A,B         what to keep (default: the file's `fetch` names, else its last\n"
+          "                      binding, as `graphrun run`; a file that binds no names keeps\n"
+          "                      every node without consumers)\n"
+          "  --target T,U        nodes kept for their effect (default: the file's `target` names)\n"
+          "  --no-prune, --no-cse, --no-fold, --no-fuse   turn one pass off\n"
+          "  --fold-max-bytes N  largest output folded into a constant (default 1048576)\n"
+          "Exit codes: 0 ok, 1 runtime failure, 2 error in the file or flags.\n");
 }
 
 static void print_op_counts(const char *file, const gr_graph *g, op_count *c) {
@@ -188,6 +189,7 @@ static int print_pass_stats(gr_graph *g, gr_dsl_program *p, const char **fetch_n
   printf("  %-28s %d%s\n", "merged by CSE", st.nodes_merged, o->no_cse ? " (off)" : "");
   printf("  %-28s %d%s\n", "folded into constants", st.nodes_folded, o->no_fold ? " (off)" : "");
   printf("  %-28s %d\n", "unused after folding", st.nodes_unused_after_folding);
+  printf("  %-28s %d%s\n", "fused", st.nodes_fused, o->no_fuse ? " (off)" : "");
   printf("  %-28s %d\n", "nodes out", st.nodes_out);
   gr_graph_free(opt);
   rc = GR_EXIT_OK;
@@ -203,6 +205,7 @@ enum {
   F_NO_PRUNE,
   F_NO_CSE,
   F_NO_FOLD,
+  F_NO_FUSE,
   F_FETCH,
   F_TARGET,
   F_FOLD_MAX_BYTES
@@ -215,6 +218,7 @@ static const struct option check_flags[] = {
     {"no-prune", no_argument, NULL, F_NO_PRUNE},
     {"no-cse", no_argument, NULL, F_NO_CSE},
     {"no-fold", no_argument, NULL, F_NO_FOLD},
+    {"no-fuse", no_argument, NULL, F_NO_FUSE},
     {"fetch", required_argument, NULL, F_FETCH},
     {"target", required_argument, NULL, F_TARGET},
     {"fold-max-bytes", required_argument, NULL, F_FOLD_MAX_BYTES},
@@ -242,6 +246,8 @@ int gr_cmd_check(int argc, char **argv) {
       po.no_cse = true;
     } else if (c == F_NO_FOLD) {
       po.no_fold = true;
+    } else if (c == F_NO_FUSE) {
+      po.no_fuse = true;
     } else if (c == F_FETCH) {
       nfetch = cli_split_names(opts.arg, fetch_names, nfetch);
     } else if (c == F_TARGET) {
@@ -263,7 +269,7 @@ int gr_cmd_check(int argc, char **argv) {
     usage(stderr);
     return GR_EXIT_USAGE;
   }
-  if (!stats && (nfetch || ntarget || po.no_prune || po.no_cse || po.no_fold ||
+  if (!stats && (nfetch || ntarget || po.no_prune || po.no_cse || po.no_fold || po.no_fuse ||
                  po.fold_max_bytes != GR_PASSES_FOLD_MAX_BYTES)) {
     fprintf(stderr, "graphrun check: --fetch, --target and the pass options go with --stats\n");
     return GR_EXIT_USAGE;

@@ -136,6 +136,7 @@ static gr_session_options session_options(const cli_run_options *o) {
                               .num_devices = (int)o->devices,
                               .schedule_recvs = o->schedule_recvs,
                               .soft_placement = o->soft,
+                              .no_fusion = o->no_fusion,
                               .log_fn = print_note,
                               /* a sub-millisecond timeout is still a timeout */
                               .step_timeout_ms = o->timeout_s > 0 && o->timeout_s < 0.001

@@ -27,13 +27,9 @@
  *   A: graphrun's test accuracy (.gr, 1 thread; every graphrun run is checked
  *      to reach the same loss and accuracy bit for bit at equal thread count) */
 #include <graphrun.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "core/core_engine.h"
 #include "bench_util.h"
@@ -271,66 +267,31 @@ static result run_torch(int threads, long steps) {
 
 /* PyTorch at 1 thread as a child serving slices of steps (train_torch.py
  * ... serve), so that its slices interleave with graphrun's. */
-typedef struct torch_child {
-  pid_t pid;
-  FILE *in, *out;
-} torch_child;
-
-static bool torch_start(torch_child *c, int threads, long steps) {
-  int to[2], from[2];
-  *c = (torch_child){-1, NULL, NULL};
-  if (pipe(to) != 0 || pipe(from) != 0) return false;
-  char th[16], st[32], script[600];
+static bool torch_start(bench_server *c, int threads, long steps) {
+  char th[16], st[32], script[600], data[] = DATA_DIR, py[] = "/usr/bin/python3", one[] = "1",
+                                    serve[] = "serve";
   snprintf(th, sizeof th, "%d", threads);
   snprintf(st, sizeof st, "%ld", steps);
   snprintf(script, sizeof script, "%s/train_torch.py", GR_BENCH_DIR);
-  fflush(NULL);
-  c->pid = fork();
-  if (c->pid < 0) {
-    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-    return false;
-  }
-  if (c->pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    dup2(to[0], 0);
-    dup2(from[1], 1);
-    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-    setenv("OMP_NUM_THREADS", th, 1);
-    execl("/usr/bin/python3", "python3", script, DATA_DIR, th, st, "1", "serve", (char *)NULL);
-    _exit(127);
-  }
-  bench_add_child(c->pid);
-  close(to[0]), close(from[1]);
-  c->in = fdopen(to[1], "w");
-  c->out = fdopen(from[0], "r");
-  return true; /* a failed fdopen shows as a failed run */
+  char *argv[] = {py, script, data, th, st, one, serve, NULL};
+  return bench_serve_start(c, argv, threads);
 }
 
-/* Runs n more steps; their seconds, or -1 when the child failed. */
-static double torch_run(torch_child *c, long n) {
-  char line[256];
-  long got;
-  double sec;
-  if (!c->in || !c->out || fprintf(c->in, "%ld\n", n) < 0 || fflush(c->in) != 0) return -1;
-  while (fgets(line, sizeof line, c->out))
-    if (sscanf(line, "ran %ld %lf", &got, &sec) == 2) return sec;
-  return -1;
+typedef struct torch_lines {
+  result r;
+  int got;
+} torch_lines;
+
+static void torch_line(const char *text, void *arg) {
+  torch_lines *t = arg;
+  t->got |= parse_torch(text, &t->r);
 }
 
-static result torch_finish(torch_child *c) {
-  result r = {-1, 0, 0};
-  if (c->in) fclose(c->in); /* end of input: the child evaluates and prints its result */
-  char line[512];
-  int got = 0;
-  while (c->out && fgets(line, sizeof line, c->out)) got |= parse_torch(line, &r);
-  if (c->out) fclose(c->out);
-  int status = 0;
-  if (c->pid > 0) {
-    waitpid(c->pid, &status, 0);
-    bench_forget_child(c->pid);
-  }
-  if (got != 3 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) r.seconds = -1;
-  return r;
+static result torch_finish(bench_server *c) {
+  torch_lines t = {{-1, 0, 0}, 0};
+  bool ok = bench_serve_finish(c, torch_line, &t);
+  if (t.got != 3 || !ok) t.r.seconds = -1;
+  return t.r;
 }
 
 static void print_result(const char *what, long steps, result r) {
@@ -379,7 +340,7 @@ int main(int argc, char **argv) {
    * three; each figure is the sum of its slices */
   enum { SLICES = 5 };
   trainer tg1, tgd;
-  torch_child tc = {-1, NULL, NULL};
+  bench_server tc = {-1, NULL, NULL};
   trainer_start(&tg1, 1, steps);
   trainer_start(&tgd, 0, steps);
   bool torch_started = !smoke && torch_start(&tc, 1, steps), torch_ok = torch_started;
@@ -388,7 +349,7 @@ int main(int argc, char **argv) {
   for (int k = 0; k < SLICES; k++) {
     long n = steps / SLICES + (k == SLICES - 1 ? steps % SLICES : 0);
     double sg = trainer_run(&tg1, n, &b1);
-    double st = torch_ok ? torch_run(&tc, n) : -1;
+    double st = torch_ok ? bench_serve_run(&tc, n) : -1;
     trainer_run(&tgd, n, &bd);
     if (torch_ok && st <= 0) torch_ok = false;
     if (torch_ok) slice_ratio[nslices++] = sg / st;

@@ -138,3 +138,62 @@ pid_t bench_spawn_server(int task, int life_r, int life_w, int *port) {
 pid_t bench_spawn_server_remote(int task, int life_r, int life_w, int *port, const bench_tls *tls) {
   return spawn_server(task, life_r, life_w, port, tls);
 }
+
+bool bench_serve_start(bench_server *c, char *const argv[], int threads) {
+  int to[2], from[2];
+  *c = (bench_server){-1, NULL, NULL};
+  /* close-on-exec: another child started later must not hold this one's
+   * ends (its stdin would never see the end of input) */
+  if (pipe2(to, O_CLOEXEC) != 0) return false;
+  if (pipe2(from, O_CLOEXEC) != 0) {
+    close(to[0]), close(to[1]);
+    return false;
+  }
+  char th[16];
+  snprintf(th, sizeof th, "%d", threads);
+  fflush(NULL);
+  c->pid = fork();
+  if (c->pid < 0) {
+    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+    return false;
+  }
+  if (c->pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(to[0], 0);
+    dup2(from[1], 1);
+    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+    setenv("OMP_NUM_THREADS", th, 1);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  bench_add_child(c->pid);
+  close(to[0]), close(from[1]);
+  c->in = fdopen(to[1], "w");
+  c->out = fdopen(from[0], "r");
+  return true; /* a failed fdopen shows as a failed run */
+}
+
+double bench_serve_run(bench_server *c, long n) {
+  char line[256];
+  long got;
+  double sec;
+  if (!c->in || !c->out || fprintf(c->in, "%ld\n", n) < 0 || fflush(c->in) != 0) return -1;
+  while (fgets(line, sizeof line, c->out))
+    if (sscanf(line, "ran %ld %lf", &got, &sec) == 2) return sec;
+  return -1;
+}
+
+bool bench_serve_finish(bench_server *c, void (*line)(const char *text, void *arg), void *arg) {
+  if (c->in) fclose(c->in); /* end of input: the child prints its results */
+  char text[512];
+  while (c->out && fgets(text, sizeof text, c->out))
+    if (line) line(text, arg);
+  if (c->out) fclose(c->out);
+  int status = 0;
+  if (c->pid > 0) {
+    waitpid(c->pid, &status, 0);
+    bench_forget_child(c->pid);
+  }
+  *c = (bench_server){-1, NULL, NULL};
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}

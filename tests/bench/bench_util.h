@@ -2,6 +2,8 @@
 #ifndef GR_BENCH_UTIL_H
 #define GR_BENCH_UTIL_H
 
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
 #include <string.h>
@@ -65,5 +67,24 @@ typedef struct bench_tls {
 pid_t bench_spawn_server_remote(int task, int life_r, int life_w, int *port, const bench_tls *tls);
 /* The shared secret of the benchmarks' servers and masters. */
 #define BENCH_SECRET "graphrun-bench-secret"
+
+/* ---- a child that serves slices of steps (the PyTorch sides) --------------------------- */
+
+/* The child reads a number n per line on stdin, runs n more steps and
+ * answers "ran N SECONDS"; at end of input it prints its results and
+ * exits. Interleaving its slices with graphrun's makes a change of the
+ * machine's speed hit both engines. */
+typedef struct bench_server {
+  pid_t pid;
+  FILE *in, *out;
+} bench_server;
+/* Starts argv (argv[0] the program's path) with OMP_NUM_THREADS=threads,
+ * killed when this process dies; false on failure (nothing to free). */
+bool bench_serve_start(bench_server *c, char *const argv[], int threads);
+/* Asks for n more steps; their seconds, or -1 when the child failed. */
+double bench_serve_run(bench_server *c, long n);
+/* Ends its input, passes each line it prints then to line(text, arg) and
+ * reaps it; true when it exited with 0. */
+bool bench_serve_finish(bench_server *c, void (*line)(const char *text, void *arg), void *arg);
 
 #endif

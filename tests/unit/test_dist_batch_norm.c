@@ -4,9 +4,12 @@
  * launch --ps 1 --workers 2`, real processes, bounded in time and reaped)
  * and on two local devices (the variables on device 1, the batch norm on
  * device 0) to the bits of one process: the loss, the moving statistics
- * and an inference pass that reads them. The traces show where the nodes
- * ran: the batch norm with the batch (the worker, device 0), the updates
- * of its moving statistics with the variables (the ps, device 1). */
+ * and an inference pass that reads them. Each run fuses (the batch norm
+ * with its relu, the inference conv with its batch norm) and gives the
+ * bits of one process that does not (--no-fusion). The traces show where
+ * the nodes ran: the batch norm with the batch (the worker, device 0),
+ * the updates of its moving statistics with the variables (the ps, device
+ * 1). */
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -113,11 +116,14 @@ static void test_ps_batch_norm(void) {
   snprintf(trace_l, sizeof trace_l, "%s/local.json", tmp);
   snprintf(trace_c, sizeof trace_c, "%s/cluster.json", tmp);
   write_local_variant(file, local, sizeof local);
-  static char one[32768], two[32768], cluster[32768];
+  static char one[32768], two[32768], cluster[32768], plain[32768];
   /* one process: the ps pins fall back to the only device */
   bool ok1 = run_json((char *[]){"graphrun", "run", file, "--soft-placement", "--steps", "5",
                                  "--json", "--quiet", NULL},
                       one, sizeof one);
+  bool ok0 = run_json((char *[]){"graphrun", "run", file, "--soft-placement", "--steps", "5",
+                                 "--json", "--quiet", "--no-fusion", NULL},
+                      plain, sizeof plain);
   bool ok2 = run_json((char *[]){"graphrun", "run", local, "--devices", "2", "--steps", "5",
                                  "--json", "--quiet", "--trace", trace_l, NULL},
                       two, sizeof two);
@@ -134,6 +140,7 @@ static void test_ps_batch_norm(void) {
       GR_CHECK_MSG(at && first != i, "%s did not move: %s", i ? "mv" : "mm", one);
     }
   }
+  if (ok0 && ok1) GR_CHECK_MSG(!strcmp(one, plain), "fused:\n%s\nunfused:\n%s", one, plain);
   if (ok1 && ok2) GR_CHECK_MSG(!strcmp(one, two), "two devices:\n%s\none:\n%s", two, one);
   if (ok1 && ok3) GR_CHECK_MSG(!strcmp(one, cluster), "cluster:\n%s\none:\n%s", cluster, one);
   if (ok2) check_trace(trace_l, "device:CPU:0", "device:CPU:1");

@@ -31,7 +31,7 @@ static gr_graph *optimize(gr_graph *g, const gr_output *feeds, int nf, const gr_
     GR_CHECK_EQ_INT(st->nodes_out, gr_graph_num_nodes(out));
     GR_CHECK_EQ_INT(st->nodes_in, gr_graph_num_nodes(g));
     GR_CHECK_EQ_INT(st->nodes_out, st->nodes_in - st->nodes_pruned - st->nodes_merged -
-                                       st->nodes_unused_after_folding);
+                                       st->nodes_unused_after_folding - st->nodes_fused);
   }
   return out;
 }
@@ -560,9 +560,9 @@ static void check_example(const gt_example *ex, const char *file) {
   gr_passes_options o = gr_passes_options_default();
   gr_passes_stats ps;
   gr_graph *opt = optimize(ex->g, feed_eps, ex->nf, ex->fetch, ex->nx, ex->target, ex->nt, &o, &ps);
-  printf("%-22s in %4d  pruned %4d  merged %3d  folded %3d  unused %3d  out %4d\n", file,
+  printf("%-22s in %4d  pruned %4d  merged %3d  folded %3d  unused %3d  fused %2d  out %4d\n", file,
          ps.nodes_in, ps.nodes_pruned, ps.nodes_merged, ps.nodes_folded,
-         ps.nodes_unused_after_folding, ps.nodes_out);
+         ps.nodes_unused_after_folding, ps.nodes_fused, ps.nodes_out);
   gr_status st;
   GR_CHECK_MSG(gt_example_agree(ex, opt, file, "optimised graph", &st), "%s", file);
   if (st != GR_OK) /* placement.gr pins nodes to a cluster's devices: the same error */
