@@ -283,6 +283,16 @@ static gr_status status_of(gr_master *ms, task *t, gr_inmsg *m, gr_error *err) {
   const msgpack_object_array *devs;
   GR_TRY(gr_msg_str(&m->msg.root, "task", t->name, sizeof t->name, err));
   GR_TRY(gr_msg_u64(&m->msg.root, "inc", &t->incarnation, err));
+  /* the placer's figures; an older task does not say them */
+  int64_t x;
+  if (gr_msg_get(&m->msg.root, "threads")) {
+    GR_TRY(gr_msg_i64(&m->msg.root, "threads", 1, 1024, &x, err));
+    t->threads = (int)x;
+  }
+  if (gr_msg_get(&m->msg.root, "cores")) {
+    GR_TRY(gr_msg_i64(&m->msg.root, "cores", 1, 65536, &x, err));
+    t->cores = (int)x;
+  }
   GR_TRY(gr_msg_array(&m->msg.root, "devices", 64, &devs, err));
   if (devs->size == 0) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "no devices");
   t->devices = calloc(devs->size, sizeof *t->devices);
@@ -485,6 +495,22 @@ void gr_master_free(gr_master *ms) {
   pthread_mutex_destroy(&ms->mu);
   pthread_cond_destroy(&ms->abandoned_cv);
   free(ms);
+}
+
+int gr_master_task_threads(const gr_master *ms, int task) {
+  return task >= 0 && task < ms->num_tasks ? ms->tasks[task].threads : 0;
+}
+
+int gr_master_task_cores(const gr_master *ms, int task) {
+  return task >= 0 && task < ms->num_tasks ? ms->tasks[task].cores : 0;
+}
+
+int gr_master_num_tasks(const gr_master *ms) {
+  return ms->num_tasks;
+}
+
+const char *gr_master_task_address(const gr_master *ms, int task) {
+  return task >= 0 && task < ms->num_tasks ? ms->tasks[task].address : NULL;
 }
 
 const char *const *gr_master_devices(const gr_master *ms, int *n) {

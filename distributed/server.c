@@ -95,10 +95,12 @@ peer *gr_server_find_peer(gr_server *s, const char *task) {
 /* ---- requests ----------------------------------------------------------------- */
 
 static void get_status(gr_server *s, gr_conn *c, uint64_t id) {
-  gr_outmsg *m = gr_server_response(id, 3, NULL);
+  gr_outmsg *m = gr_server_response(id, 5, NULL);
   if (m) {
     gr_outmsg_str(m, "task", s->task);
     gr_outmsg_u64(m, "inc", s->incarnation);
+    gr_outmsg_u64(m, "threads", (uint64_t)s->exec_threads);
+    gr_outmsg_u64(m, "cores", (uint64_t)gr_num_cores());
     gr_outmsg_key(m, "devices");
     msgpack_pack_array(gr_outmsg_packer(m), (size_t)s->num_devices);
     for (int i = 0; i < s->num_devices; i++) gr_pack_str(gr_outmsg_packer(m), s->devices[i]);
@@ -479,6 +481,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   /* the steps' kernels run on these threads only (a RUN or a tensor's
    * arrival runs cheap nodes on its work thread and hands the rest here) */
   s->exec_pool = gr_threadpool_new(threads);
+  s->exec_threads = threads;
   gr_threadpool_set_name(s->register_pool, "gr-register");
   gr_threadpool_set_name(s->work_pool, "gr-work");
   gr_threadpool_set_name(s->exec_pool, "gr-exec");

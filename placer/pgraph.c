@@ -22,8 +22,9 @@ gr_status gr_place_graph_init(gr_place_graph *pg, int n, int e, gr_error *err) {
   pg->in_bytes = calloc(se + 1, sizeof(double));
   pg->group = gr_alloc_array(sn + 1, sizeof(int));
   pg->allow = gr_alloc_array(sn + 1, sizeof(int));
+  pg->active = malloc(sn + 1);
   if (!pg->flops || !pg->bytes || !pg->seconds || !pg->in_off || !pg->in_src || !pg->in_bytes ||
-      !pg->group || !pg->allow) {
+      !pg->group || !pg->allow || !pg->active) {
     gr_place_graph_free(pg);
     return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "place graph: out of memory (%d nodes)", n);
   }
@@ -32,6 +33,7 @@ gr_status gr_place_graph_init(gr_place_graph *pg, int n, int e, gr_error *err) {
     pg->group[v] = v;
     pg->allow[v] = -1;
   }
+  memset(pg->active, 1, sn + 1);
   return GR_OK;
 }
 
@@ -44,6 +46,7 @@ void gr_place_graph_free(gr_place_graph *pg) {
   free(pg->in_bytes);
   free(pg->group);
   free(pg->allow);
+  free(pg->active);
   free(pg->allow_bits);
   memset(pg, 0, sizeof *pg);
 }

@@ -193,33 +193,38 @@ gr_status cli_master_identity(const gr_cluster *c, const char *secret, gr_master
   return GR_OK;
 }
 
-gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
-                      gr_master **out, gr_error *err) {
-  *out = NULL;
+gr_status cli_master_options(const gr_cluster *c, const char *from, const char *secret,
+                             int timeout_ms, gr_master_options *mo, const char **addrs,
+                             char id[GR_CLUSTER_ID_MAX + 1], gr_error *err) {
   int n = gr_cluster_num_tasks(c);
-  const char **addrs = calloc((size_t)n + 1, sizeof *addrs);
-  if (!addrs) return gr_error_set_oom(err);
   for (int k = 0; k < n; k++) {
     const gr_cluster_task *t = gr_cluster_task_at(c, k);
-    if (!t->address) {
-      free(addrs);
+    if (!t->address)
       return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                           "%s: task /job:%s/task:%d has no address (host:port) to connect to", from,
                           t->job, t->index);
-    }
     addrs[k] = t->address;
   }
+  *mo = (gr_master_options){.num_tasks = n,
+                            .addresses = addrs,
+                            /* a short --timeout also bounds connecting */
+                            .connect_timeout_ms =
+                                timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms : 10000,
+                            .step_timeout_ms = timeout_ms,
+                            .heartbeat_ms = heartbeat_ms,
+                            .heartbeat_missed = heartbeat_missed,
+                            .container = container};
+  return cli_master_identity(c, secret, mo, id, err);
+}
+
+gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
+                      gr_master **out, gr_error *err) {
+  *out = NULL;
+  const char **addrs = calloc((size_t)gr_cluster_num_tasks(c) + 1, sizeof *addrs);
+  if (!addrs) return gr_error_set_oom(err);
   char id[GR_CLUSTER_ID_MAX + 1];
-  gr_master_options mo = {.num_tasks = n,
-                          .addresses = addrs,
-                          /* a short --timeout also bounds connecting */
-                          .connect_timeout_ms =
-                              timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms : 10000,
-                          .step_timeout_ms = timeout_ms,
-                          .heartbeat_ms = heartbeat_ms,
-                          .heartbeat_missed = heartbeat_missed,
-                          .container = container};
-  gr_status st = cli_master_identity(c, secret, &mo, id, err);
+  gr_master_options mo;
+  gr_status st = cli_master_options(c, from, secret, timeout_ms, &mo, addrs, id, err);
   if (st == GR_OK) st = gr_master_new(&mo, out, err);
   free(addrs);
   return st;

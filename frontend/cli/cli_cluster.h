@@ -53,6 +53,12 @@ void cli_set_heartbeat(int ms, int missed);
  * its own private one; else a name, kept, shared by every client naming
  * it). */
 void cli_set_container(const char *name);
+/* The options of a master of every task of c (each needs an address;
+ * addrs: room for one per task, filled), with the secret and this
+ * process's cluster id for c (cli_set_identity, into id). */
+gr_status cli_master_options(const gr_cluster *c, const char *from, const char *secret,
+                             int timeout_ms, gr_master_options *mo, const char **addrs,
+                             char id[GR_CLUSTER_ID_MAX + 1], gr_error *err);
 /* A master connected to every task of c (each needs an address), with the
  * secret and this process's cluster id for c (cli_set_identity). */
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,

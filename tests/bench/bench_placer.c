@@ -267,7 +267,8 @@ static void run_case(int kind, int n, double ratio, int D, totals *tot) {
     exit(1);
   }
   gr_cluster *c = gr_cluster_new_local(D, RATE, 1e15, 0);
-  for (int k = 0; k < GR_LINK_COUNT; k++) gr_cluster_set_link(c, k, (gr_link){LINK_LAT, LINK_BW});
+  for (int k = 0; k < GR_LINK_COUNT; k++)
+    gr_cluster_set_link(c, k, (gr_link){.latency = LINK_LAT, .bandwidth = LINK_BW});
   gr_place_result r;
   gr_error err;
   struct timespec c0, c1;
@@ -337,7 +338,8 @@ static double inception_floor(int n, double ratio) {
   gr_place_graph pg;
   if (make_graph(G_INCEPTION, n, ratio, &pg) != GR_OK) return 0;
   gr_cluster *c = gr_cluster_new_local(2, RATE, 1e15, 0);
-  for (int k = 0; k < GR_LINK_COUNT; k++) gr_cluster_set_link(c, k, (gr_link){LINK_LAT, LINK_BW});
+  for (int k = 0; k < GR_LINK_COUNT; k++)
+    gr_cluster_set_link(c, k, (gr_link){.latency = LINK_LAT, .bandwidth = LINK_BW});
   double total = 0;
   for (int b0 = 0; b0 + 10 <= n; b0 += 10) {
     double best = INFINITY;

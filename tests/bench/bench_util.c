@@ -88,12 +88,13 @@ pid_t bench_spawn(int life_r, int life_w, void (*fn)(void *arg, int life), void 
 }
 
 typedef struct server_child {
+  const char *job;
   int task, port_w;
 } server_child;
 
 static void server_main(void *arg, int life) {
   server_child *sc = arg;
-  gr_server_options o = {.job = "worker",
+  gr_server_options o = {.job = sc->job,
                          .task = sc->task,
                          .secret = BENCH_SECRET,
                          .inter_op_threads = 1,
@@ -112,9 +113,13 @@ static void server_main(void *arg, int life) {
 }
 
 pid_t bench_spawn_server(int task, int life_r, int life_w, int *port) {
+  return bench_spawn_server_job("worker", task, life_r, life_w, port);
+}
+
+pid_t bench_spawn_server_job(const char *job, int task, int life_r, int life_w, int *port) {
   int pp[2];
   if (pipe2(pp, O_CLOEXEC) != 0) bench_die("pipe", NULL);
-  server_child sc = {task, pp[1]};
+  server_child sc = {job, task, pp[1]};
   pid_t pid = bench_spawn(life_r, life_w, server_main, &sc);
   close(pp[1]);
   if (read(pp[0], port, sizeof *port) != sizeof *port || *port <= 0)
