@@ -98,6 +98,7 @@ uint64_t gr_cost_graph_fingerprint(const gr_graph *g) {
   return h;
 }
 
-void gr_cost_node_key(uint64_t fingerprint, const gr_node *n, char *buf, size_t cap) {
-  snprintf(buf, cap, "node:%016llx:%s", (unsigned long long)fingerprint, n->name);
+void gr_cost_node_key(uint64_t fingerprint, const gr_node *n, bool runs, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s:%016llx:%s", runs ? "runs" : "node", (unsigned long long)fingerprint,
+           n->name);
 }

@@ -203,13 +203,15 @@ static void finish(gr_dataflow *f, int u, double t, int stamp, double *cross) {
       } else {
         gr_link_kind kind = gr_cluster_link_kind(f->c, du, dw);
         const gr_link *l = &f->c->links[kind];
+        /* in a loop, once per iteration both ends run */
+        double times = pg->runs[u] < pg->runs[w] ? pg->runs[u] : pg->runs[w];
         double bytes = pg->in_bytes[f->out_edge[j]], t0 = t;
         if (f->out_free[du] > t0) t0 = f->out_free[du];
         if (f->in_free[dw] > t0) t0 = f->in_free[dw];
-        double end = t0 + bytes / l->bandwidth;
+        double end = t0 + times * bytes / l->bandwidth;
         f->out_free[du] = f->in_free[dw] = end;
-        arr = end + l->latency;
-        *cross += bytes;
+        arr = end + times * l->latency;
+        *cross += times * bytes;
         f->sent_stamp[dw] = stamp, f->sent_arr[dw] = arr;
       }
     }

@@ -29,8 +29,10 @@ void gr_cost_profile_key(const gr_node *n, char *buf, size_t cap);
 uint64_t gr_cost_graph_fingerprint(const gr_graph *g);
 /* Profile key of one node of the graph of that fingerprint:
  * "node:<16 hex digits>:<name>"; its samples are the node's time per step
- * (every run of it in a step: a loop's iterations count). */
-void gr_cost_node_key(uint64_t fingerprint, const gr_node *n, char *buf, size_t cap);
+ * (every run of it in a step: a loop's iterations count). With runs true:
+ * "runs:<16 hex digits>:<name>", the times it runs per step (recorded when
+ * not 1). */
+void gr_cost_node_key(uint64_t fingerprint, const gr_node *n, bool runs, char *buf, size_t cap);
 
 /* Measured op times, keyed by op kind + input shapes, in a SQLite database
  * (table op_profiles, see docs/placement.md) that later runs reuse. */

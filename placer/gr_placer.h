@@ -48,6 +48,8 @@ typedef struct gr_place_graph {
   double *in_bytes; /* per edge: tensor bytes (0 for control edges) */
   int *group;       /* per node: colocation representative (group[v] == v: own group) */
   int *allow;       /* per node: -1 any device, else an allowed-set index */
+  double *runs;     /* per node: how often it runs in a step (a loop's iterations; init: 1);
+                       a transfer between two nodes costs the fewer of their runs times */
   uint8_t *active;  /* per node: 1 in the step that is predicted (its time counts), 0 outside
                        it (placed with its group or inputs afterwards: an evaluation
                        subgraph, a variable's initialiser); init sets every node to 1 */
@@ -56,8 +58,8 @@ typedef struct gr_place_graph {
 } gr_place_graph;
 
 /* Allocates arrays for n nodes and e edges (group[v] = v, allow = -1,
- * seconds = -1, active = 1, others 0); in_off must then be filled by the
- * caller. */
+ * seconds = -1, runs = 1, active = 1, others 0); in_off must then be
+ * filled by the caller. */
 gr_status gr_place_graph_init(gr_place_graph *pg, int n, int e, gr_error *err);
 void gr_place_graph_free(gr_place_graph *pg);
 /* Adds an allowed device set (device indices < num_devices); returns its index or -1 (OOM). */
@@ -158,6 +160,11 @@ void gr_place_result_free(gr_place_result *r);
  * cross_bytes (may be NULL) gets the bytes moved between devices. -1 on OOM. */
 double gr_place_simulate(const gr_place_graph *pg, const gr_cluster *c, const int *device,
                          double *cross_bytes);
+/* The same assignment in the dataflow simulation (gr_place_options.dataflow:
+ * as the executors run a step; nodes outside the step left out; the step
+ * costs of the tasks used added). -1 on OOM. */
+double gr_place_simulate_dataflow(const gr_place_graph *pg, const gr_cluster *c, const int *device,
+                                  double *cross_bytes);
 /* Compute seconds of node v on device d (estimate or measured). */
 double gr_place_node_time(const gr_place_graph *pg, const gr_cluster *c, int v, int d);
 /* max(critical path on the fastest device, total work / number of devices),

@@ -12,9 +12,11 @@
  *     control) that is in one directly, else of its first input in any
  *     layer: x @ w2 + b2 goes with layer2 although x comes from layer1;
  *   - a node without such inputs (data, constants, the global step) is in
- *     the layer "(top level)".
+ *     the first layer: the input pipeline goes with the layer it feeds (a
+ *     graph without variables has the one layer "(top level)").
  *
- * Layers are numbered by first appearance in the order given. */
+ * Layers are numbered by the first appearance of their variables in the
+ * order given. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,20 +83,10 @@ gr_status gr_place_layers(const gr_graph *g, const gr_colocation *col, const int
     }
     if (l < 0) l = any;
     if (l < 0) {
-      if (top < 0 && (top = layer_id(&names, "(top level)", 11, &count)) < 0) {
-        st = gr_error_set_oom(err);
-        break;
-      }
+      if (top < 0) top = count ? 0 : count++; /* the first layer, else "(top level)" */
       l = top;
     }
     layer[id] = l;
-  }
-  /* renumbered by first appearance in order */
-  for (int i = 0; st == GR_OK && i < count; i++) group_layer[i] = -1;
-  for (int k = 0, next = 0; st == GR_OK && k < n; k++) {
-    int *l = &layer[order[k]];
-    if (group_layer[*l] < 0) group_layer[*l] = next++;
-    *l = group_layer[*l];
   }
   free(group_layer);
   free(direct);

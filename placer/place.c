@@ -322,8 +322,11 @@ static gr_status fill_graph(build *b, const int *order, const int *gset) {
       /* the node's own time per step (this graph's), else its op's per run */
       double mean;
       int64_t samples, need = b->o->min_samples > 0 ? b->o->min_samples : 1;
-      gr_cost_node_key(fp, v, key, sizeof key);
+      gr_cost_node_key(fp, v, true, key, sizeof key);
       gr_status st = gr_profile_db_lookup(b->o->profiles, key, &mean, &samples, b->err);
+      if (st == GR_OK && samples >= need && mean >= 1) pg->runs[k] = mean;
+      gr_cost_node_key(fp, v, false, key, sizeof key);
+      if (st == GR_OK) st = gr_profile_db_lookup(b->o->profiles, key, &mean, &samples, b->err);
       if (st == GR_OK && samples < need) {
         gr_cost_profile_key(v, key, sizeof key);
         st = gr_profile_db_lookup(b->o->profiles, key, &mean, &samples, b->err);

@@ -109,12 +109,32 @@ gr_status gr_profile_db_record_step(gr_profile_db *db, gr_graph *g, const gr_fee
     bool ran = false;
     for (int k = 0; k < steps && !ran; k++) ran = per_node[(size_t)k * (size_t)n + (size_t)v] > 0;
     if (!ran) continue;
-    gr_cost_node_key(fp, gr_graph_node(g, v), key, sizeof key);
+    gr_cost_node_key(fp, gr_graph_node(g, v), false, key, sizeof key);
     for (int k = 0; st == GR_OK && k < steps; k++)
       if (wall[k] <= limit)
         st = gr_profile_db_record(db, key, per_node[(size_t)k * (size_t)n + (size_t)v], err);
     recorded++;
   }
+  /* how often a node runs per step, where not once (loops) */
+  int *count = calloc((size_t)n + 1, sizeof(int));
+  uint8_t *loops = calloc((size_t)n + 1, 1);
+  if (st == GR_OK && (!count || !loops)) st = gr_error_set_oom(err);
+  for (int pass = 0; pass < 2; pass++)
+    for (int k = 0; st == GR_OK && k < steps; k++) {
+      if (wall[k] > limit) continue;
+      memset(count, 0, sizeof(int) * (size_t)n);
+      for (int i = 0; i < nruns[k]; i++) count[runs[k][i].node]++;
+      for (int v = 0; st == GR_OK && v < n; v++) {
+        if (pass == 0) {
+          loops[v] |= count[v] > 1;
+        } else if (loops[v]) {
+          gr_cost_node_key(fp, gr_graph_node(g, v), true, key, sizeof key);
+          st = gr_profile_db_record(db, key, count[v], err);
+        }
+      }
+    }
+  free(count);
+  free(loops);
   for (int k = 0; st == GR_OK && k < steps; k++)
     for (int i = 0; st == GR_OK && wall[k] <= limit && i < nruns[k]; i++) {
       gr_cost_profile_key(gr_graph_node(g, runs[k][i].node), key, sizeof key);

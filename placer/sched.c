@@ -759,6 +759,25 @@ double gr_place_simulate(const gr_place_graph *pg, const gr_cluster *c, const in
   return m;
 }
 
+double gr_place_simulate_dataflow(const gr_place_graph *pg, const gr_cluster *c, const int *device,
+                                  double *cross_bytes) {
+  sched s;
+  void *block;
+  double m = -1;
+  int *pos = NULL;
+  gr_dataflow *f = NULL;
+  if (sched_init(&s, pg, c, &block) && compute_order(&s) &&
+      (pos = gr_alloc_array((size_t)s.n + 1, sizeof(int)))) {
+    for (int i = 0; i < s.n; i++) pos[s.order[i]] = i;
+    if ((f = gr_dataflow_new(pg, c, pos, s.deferred, s.sorder)))
+      m = gr_dataflow_run(f, device, cross_bytes, NULL, NULL);
+  }
+  gr_dataflow_free(f);
+  free(pos);
+  sched_free(&s, block);
+  return m;
+}
+
 double gr_place_lower_bound(const gr_place_graph *pg, const gr_cluster *c) {
   int n = pg->num_nodes, D = c->num_devices;
   double *cp = gr_alloc_array((size_t)n + 1, sizeof(double)), work = 0, crit = 0;
