@@ -326,6 +326,7 @@ static void test_mutations(void) {
     }
   }
   GR_CHECK(failed > 0);
+  free(buf);
 }
 
 int main(void) {
