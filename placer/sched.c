@@ -919,6 +919,15 @@ static double rate(sched *s, const int *device, double *cross) {
   return t;
 }
 
+/* Takes the placement rate() just rated as the result: its devices (what
+ * run() resolves; with the rank-order simulation rate() ran it already),
+ * start and finish times and bytes moved. */
+static void adopt(sched *s, const int *device, gr_place_result *r) {
+  if (s->flow) run(s, device, NULL, NULL);
+  r->cross_bytes = s->cross;
+  copy_out(s, r);
+}
+
 /* The locality placement (locality.c), kept when the simulation rates it
  * faster: on wide graphs with costly transfers contiguous blocks beat
  * node-by-node earliest finish. skip: free sources and nodes outside the
@@ -931,8 +940,7 @@ static void try_locality(const gr_place_graph *pg, const gr_cluster *c, sched *s
   if (r->locality_time < r->step_time) {
     r->step_time = r->locality_time;
     r->by_locality = true;
-    run(s, cand_dev, NULL, NULL);
-    copy_out(s, r);
+    adopt(s, cand_dev, r);
     for (int v = 0; v < s->n; v++)
       if (r->reason[v] == GR_PLACE_CHOSEN)
         r->reason[v] = GR_PLACE_LOCALITY;
@@ -969,7 +977,8 @@ static void try_search(const gr_place_graph *pg, const gr_cluster *c, sched *s,
   r->search_time = t;
   if (!(t < r->step_time)) return;
   r->step_time = r->cand_time[GR_PLACE_CAND_COST] = rate(s, dev, NULL);
-  run(s, dev, NULL, NULL);
+  if (s->flow) run(s, dev, NULL, NULL);
+  r->cross_bytes = s->cross;
   for (int v = 0; v < s->n; v++)
     if (s->ns[v].dev != r->device[v] && r->reason[v] != GR_PLACE_COLOCATED &&
         r->reason[v] != GR_PLACE_PINNED)
@@ -992,10 +1001,9 @@ static void choose(sched *s, double min_gain, gr_place_result *r) {
     r->chosen = GR_PLACE_CAND_PINS;
   if (r->chosen == GR_PLACE_CAND_COST) return;
   r->step_time = rate(s, r->cand_device[r->chosen], NULL);
-  run(s, r->cand_device[r->chosen], NULL, NULL);
   r->fell_back = true;
   r->by_locality = false;
-  copy_out(s, r);
+  adopt(s, r->cand_device[r->chosen], r);
   for (int v = 0; v < s->n; v++)
     if (r->reason[v] == GR_PLACE_CHOSEN || r->reason[v] == GR_PLACE_CONSUMER ||
         r->reason[v] == GR_PLACE_LOCALITY || r->reason[v] == GR_PLACE_SEARCH)
@@ -1051,9 +1059,8 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
   if (st == GR_OK && !opts.no_fallback && opts.search_budget > 0 && n < GR_PLACE_SEARCH_MAX_NODES)
     try_search(pg, c, &s, &opts, cand_dev, r);
   if (st == GR_OK && !opts.no_fallback) choose(&s, opts.min_gain, r);
-  if (st == GR_OK) /* the bytes moved, and with the dataflow simulation its times */
-    r->step_time = s.flow ? gr_dataflow_run(s.flow, r->device, &r->cross_bytes, r->start, r->finish)
-                          : rate(&s, r->device, &r->cross_bytes);
+  if (st == GR_OK && s.flow) /* the dataflow simulation's times and bytes */
+    r->step_time = gr_dataflow_run(s.flow, r->device, &r->cross_bytes, r->start, r->finish);
   for (int k = 0; st == GR_OK && opts.resolve_candidates && k < GR_PLACE_CAND_COUNT; k++)
     if (r->cand_device[k]) {
       run(&s, r->cand_device[k], NULL, NULL);
