@@ -287,7 +287,8 @@ typedef struct gr_place_trial {
  * runs as `--placement pins` does: nothing assigned, the session decides.
  * Each distinct placement gets a session, warmed by one step right after
  * its devices are assigned; then gr_place_measure times them in `rounds`
- * rounds, each about budget seconds (by the slowest prediction) and at most
+ * rounds, about budget seconds each (by the slowest prediction; at least 20
+ * steps) and at most
  * max_steps steps (*steps, may be NULL: how many). The placement returned
  * is assigned again at the end. */
 gr_status gr_placement_try(gr_placement *p, const gr_output *fetches, int num_fetches,

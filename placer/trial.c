@@ -64,7 +64,7 @@ gr_status gr_placement_try(gr_placement *p, const gr_output *fetches, int num_fe
   int n = max_steps;
   if (slowest > 0 && budget > 0) {
     double x = budget / slowest;
-    n = x < 8 ? 8 : x > max_steps ? max_steps : (int)x;
+    n = x < 20 ? 20 : x > max_steps ? max_steps : (int)x;
     if (n > max_steps) n = max_steps;
   }
   if (steps) *steps = n;

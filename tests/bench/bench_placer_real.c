@@ -4,29 +4,37 @@
  * 1; forked children, one inter-op thread each, as `graphrun launch` starts
  * them) and this process as the client. First the runtime is calibrated
  * (gr_calibrate_runtime: per-transfer latency, bandwidth and per-task step
- * cost between the tasks), then for each example (fashion_mlp, fashion_cnn,
- * model_parallel, allreduce, rnn):
+ * cost between the tasks; their threads and the host's cores as they say),
+ * then for each example (fashion_mlp, fashion_cnn, model_parallel,
+ * allreduce, rnn), as `graphrun calibrate --cluster C --profiles DB FILE`
+ * and `graphrun place FILE --measure N` do:
  *
  *   - its step (the file's fetches and targets) is profiled in this process
- *     (gr_profile_db_record_step: every node's kernel time per step);
- *   - the cost placer places it on the calibrated cluster model with those
- *     profiles and predicts the step of each candidate: its own placement
- *     (cost), every node on one task (one-task), pins only (pins) and
- *     round-robin by layer (layers);
- *   - each candidate runs on the cluster (pins as `--placement pins` runs:
- *     no devices assigned, the session decides), its steps alternating
- *     with the others' in rounds (gr_place_measure), and its median step is
- *     printed beside the prediction.
+ *     (gr_profile_db_record_step: every node's time per step);
+ *   - its pins-only step runs on the cluster and the tasks' time scale is
+ *     fitted to it (gr_placement_fit_scale);
+ *   - the cost placer places it on the calibrated cluster model and
+ *     predicts the step of each candidate: the placement it returns (cost),
+ *     every node on one task (one-task), pins only (pins) and round-robin by
+ *     layer (layers);
+ *   - each distinct candidate runs on the cluster (pins as `--placement
+ *     pins` runs: no devices assigned), its steps alternating with the
+ *     others' in rounds (gr_placement_try: about --budget seconds each, at
+ *     most --steps steps), and its median step is printed beside the
+ *     prediction. A candidate with the same devices as an earlier one is
+ *     that run, measured once.
  *
  * Last line: placer-real: worst_vs_best=W worst_prediction_error=E
  *   W: over the examples, the worst measured step of the cost placement
  *      over the best measured of one-task, pins and layers (target <= 1.05)
  *   E: over the examples, the worst |predicted - measured| / measured of
  *      the cost placement (target <= 0.25)
- * Also printed: the worst prediction error over every candidate.
+ * Also printed: the worst prediction error over every candidate, the load
+ * average before and after (the machine is shared: figures move with it).
  * --smoke: fashion_mlp and rnn, a few steps (the suite's smoke run).
- * Options: --steps N (timed steps per candidate, default 300), --rounds R
- * (default 6), --only NAME (one example). */
+ * Options: --steps N (most timed steps per candidate, default 2000),
+ * --budget S (seconds per candidate, default 4), --rounds R (default 6),
+ * --only NAME (one example). */
 #include <fcntl.h>
 #include <graphrun.h>
 #include <math.h>
@@ -201,7 +209,7 @@ static void run_example(const char *name, gr_cluster *c, const char *const *addr
 
 int main(int argc, char **argv) {
   bool smoke = bench_is_smoke(argc, argv);
-  int steps = smoke ? 4 : 300, rounds = smoke ? 2 : 6;
+  int steps = smoke ? 4 : 2000, rounds = smoke ? 2 : 6;
   double budget = 4;
   const char *only = NULL;
   for (int i = 1; i < argc; i++) {
