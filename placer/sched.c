@@ -17,72 +17,14 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
-#include "placer_internal.h"
+#include "sched_internal.h"
 
 static void *big_alloc(size_t bytes);
-
-typedef struct gin gin;
-typedef struct nstate {
-  double fin, sarr; /* finish; arrival at sdev */
-  int dev, sdev;    /* device (-1: not yet); last device its output was sent to */
-} nstate;
-typedef struct sched {
-  const gr_place_graph *pg;
-  const gr_cluster *c;
-  int n, D;
-  /* per device; dev_free: when its first thread slot is free (the earliest of
-   * slot_free[slot_off[d] .. slot_off[d + 1] - 1]: one slot per inter-op
-   * thread of its task) */
-  double *inv_flops, *inv_mbw, *ovh, *scale, *dev_free, *out_free, *in_free, *tout;
-  int *task, *host, *tstamp;
-  int *slot_off;
-  double *slot_free;
-  /* per host with a core limit: its cores' free times (core_off as slot_off)
-   * and the earliest of them (host_free); has_cores: some host has a limit */
-  int *core_off;
-  double *core_free, *host_free;
-  bool has_cores;
-  /* per task: the step cost it adds when used, and whether the run uses it */
-  double *task_step, step_base;
-  uint8_t *tused;
-  int ntasks;
-  void *res;         /* the block slot_off .. sorder live in (sched_resources) */
-  gr_dataflow *flow; /* not NULL: placements are rated by the dataflow simulation */
-  int *pos;          /* with flow: per node its position in order */
-  double lat[GR_LINK_COUNT], inv_bw[GR_LINK_COUNT];
-  /* per node */
-  int *order, *mark, *gdev, *gfirst, *cause;
-  double *st;
-  nstate *ns; /* what consumers read of a placed node, in one cache line */
-  uint8_t *deferred;
-  const uint8_t *active; /* per node: in the step (NULL: every node) */
-  int *sorder;           /* the devices in session order (gr_cluster_session_order) */
-  /* pinned successors: CSR of (edge bytes, device) per node */
-  int *ps_off, *ps_dev;
-  double *ps_bytes;
-  /* out-edges: consumer and in-edge index per out-edge */
-  int *out_off, *out_dst, *out_edge;
-  double *aff; /* per device: affinity of the node being placed */
-  int *aff_stamp, *touched;
-  double mean_lat, mean_ibw; /* mean link between distinct devices */
-  double aff_weight;         /* 0: plain earliest finish */
-  int stamp, stamp2, stamp_aff;
-  gin *gin; /* inputs of the node being placed */
-  int ngin, maxin;
-  int *wstamp, stamp_w;    /* per device: warm for the node being placed */
-  double lat_min, ibw_min; /* fastest link: latency, 1 / bandwidth */
-  double last_tin, last_start;
-  double cross;
-} sched;
 
 static inline int link_kind(const sched *s, int a, int b) {
   return s->task[a] == s->task[b]
              ? GR_LINK_SAME_TASK
              : (s->host[a] == s->host[b] ? GR_LINK_SAME_HOST : GR_LINK_CROSS_HOST);
-}
-
-static inline bool active(const sched *s, int v) {
-  return !s->active || s->active[v];
 }
 
 /* When d can start a node: a thread slot of d free and, on a host with a
@@ -322,7 +264,7 @@ static bool sched_resources(sched *s, bool own) {
   return true;
 }
 
-static bool sched_init(sched *s, const gr_place_graph *pg, const gr_cluster *c, void **block) {
+bool gr_sched_init(sched *s, const gr_place_graph *pg, const gr_cluster *c, void **block) {
   memset(s, 0, sizeof *s);
   s->pg = pg;
   s->c = c;
@@ -430,7 +372,7 @@ static void sched_reset(sched *s) {
 }
 
 /* Upward ranks with mean compute time and mean transfer cost, then the order. */
-static bool compute_order(sched *s) {
+bool gr_sched_order(sched *s) {
   const gr_place_graph *pg = s->pg;
   int n = s->n, D = s->D;
   double mf = 0, mb = 0, mo = 0, ms = 0;
@@ -460,7 +402,7 @@ static bool compute_order(sched *s) {
   if (ok) {
     for (int v = n - 1; v >= 0; v--) {
       double t;
-      if (!active(s, v)) { /* outside the step: ranks nothing */
+      if (!gr_sched_active(s, v)) { /* outside the step: ranks nothing */
         rank[v] = 0;
         continue;
       }
@@ -538,7 +480,7 @@ static int follow(sched *s, int v, int *cause) {
 /* Runs the schedule; device NULL: greedy, else fixed. Returns the makespan:
  * the last finish of a node of the step, plus the step costs of the tasks
  * it used (gr_cluster_step_overhead). */
-static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
+double gr_sched_run(sched *s, const int *device, uint8_t *reason, double *cand) {
   const gr_place_graph *pg = s->pg;
   int D = s->D;
   sched_reset(s);
@@ -546,7 +488,7 @@ static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
   for (int i = 0; i < s->n; i++) {
     int v = s->order[i];
     int g = pg->group[v], d;
-    if (!active(s, v)) { /* placed after the step (follow) */
+    if (!gr_sched_active(s, v)) { /* placed after the step (follow) */
       if (device && device[v] >= 0 && s->gdev[g] < 0) s->gdev[g] = device[v], s->gfirst[g] = v;
       continue;
     }
@@ -625,7 +567,7 @@ static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
     int cause, d = device && device[v] >= 0 ? device[v] : follow(s, v, &cause);
     if (!device || device[v] < 0) {
       s->cause[v] = cause;
-      if (reason && !active(s, v)) reason[v] = GR_PLACE_OUTSIDE;
+      if (reason && !gr_sched_active(s, v)) reason[v] = GR_PLACE_OUTSIDE;
     }
     int g = pg->group[v];
     if (s->gdev[g] < 0) s->gdev[g] = d, s->gfirst[g] = v;
@@ -639,7 +581,7 @@ static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
 }
 
 /* Out-edges to nodes whose group is pinned to exactly one device. */
-static bool build_pinned_successors(sched *s) {
+bool gr_sched_pinned_successors(sched *s) {
   const gr_place_graph *pg = s->pg;
   int n = s->n, D = s->D, count = 0;
   if (!pg->num_allow_sets) return true;
@@ -687,7 +629,7 @@ static bool build_pinned_successors(sched *s) {
   return true;
 }
 
-static void sched_free(sched *s, void *block) {
+void gr_sched_free(sched *s, void *block) {
   free(block);
   free(s->res);
   free(s->out_dst);
@@ -700,7 +642,7 @@ static void sched_free(sched *s, void *block) {
 
 /* A second schedule state sharing the read-only arrays of src (order,
  * consumers, device constants), to run a variant on another thread. */
-static bool sched_clone(sched *dst, const sched *src, void **block) {
+bool gr_sched_clone(sched *dst, const sched *src, void **block) {
   *dst = *src;
   size_t sn = (size_t)src->n + 1, sd = (size_t)src->D + 1;
   size_t total = 5 * (sd * sizeof(double) + 64) + 4 * (sd * sizeof(int) + 64) +
@@ -733,29 +675,17 @@ static bool sched_clone(sched *dst, const sched *src, void **block) {
   return true;
 }
 
-typedef struct variant_job {
-  sched *s;
-  uint8_t *reason;
-  double t;
-} variant_job;
-
-static void *run_variant(void *arg) {
-  variant_job *j = arg;
-  j->t = run(j->s, NULL, j->reason, NULL);
-  return NULL;
-}
-
 double gr_place_simulate(const gr_place_graph *pg, const gr_cluster *c, const int *device,
                          double *cross_bytes) {
   sched s;
   void *block;
-  if (!sched_init(&s, pg, c, &block) || !compute_order(&s)) {
-    sched_free(&s, block);
+  if (!gr_sched_init(&s, pg, c, &block) || !gr_sched_order(&s)) {
+    gr_sched_free(&s, block);
     return -1;
   }
-  double m = run(&s, device, NULL, NULL);
+  double m = gr_sched_run(&s, device, NULL, NULL);
   if (cross_bytes) *cross_bytes = s.cross;
-  sched_free(&s, block);
+  gr_sched_free(&s, block);
   return m;
 }
 
@@ -766,7 +696,7 @@ double gr_place_simulate_dataflow(const gr_place_graph *pg, const gr_cluster *c,
   double m = -1;
   int *pos = NULL;
   gr_dataflow *f = NULL;
-  if (sched_init(&s, pg, c, &block) && compute_order(&s) &&
+  if (gr_sched_init(&s, pg, c, &block) && gr_sched_order(&s) &&
       (pos = gr_alloc_array((size_t)s.n + 1, sizeof(int)))) {
     for (int i = 0; i < s.n; i++) pos[s.order[i]] = i;
     if ((f = gr_dataflow_new(pg, c, pos, s.deferred, s.sorder)))
@@ -774,7 +704,7 @@ double gr_place_simulate_dataflow(const gr_place_graph *pg, const gr_cluster *c,
   }
   gr_dataflow_free(f);
   free(pos);
-  sched_free(&s, block);
+  gr_sched_free(&s, block);
   return m;
 }
 
@@ -801,281 +731,4 @@ double gr_place_lower_bound(const gr_place_graph *pg, const gr_cluster *c) {
   }
   free(cp);
   return crit > work / D ? crit : work / D;
-}
-
-void gr_place_result_free(gr_place_result *r) {
-  for (int k = 0; k < GR_PLACE_CAND_COUNT; k++) free(r->cand_device[k]);
-  free(r->device);
-  free(r->start);
-  free(r->finish);
-  free(r->reason);
-  free(r->cause);
-  free(r->cand_finish);
-  memset(r, 0, sizeof *r);
-}
-
-static void copy_out(const sched *s, gr_place_result *r) {
-  for (int v = 0; v < s->n; v++) {
-    r->device[v] = s->ns[v].dev;
-    r->finish[v] = s->ns[v].fin;
-  }
-  memcpy(r->start, s->st, sizeof(double) * (size_t)s->n);
-}
-
-/* The result's arrays for n nodes on D devices (cand_finish when recording);
- * false when out of memory. */
-static bool alloc_result(gr_place_result *r, int n, int D, bool record) {
-  size_t sn = (size_t)n + 1;
-  r->device = gr_alloc_array(sn, sizeof(int));
-  r->start = gr_alloc_array(sn, sizeof(double));
-  r->finish = gr_alloc_array(sn, sizeof(double));
-  r->reason = calloc(2 * sn, 1);
-  r->cause = gr_alloc_array(sn, sizeof(int));
-  if (record) {
-    r->cand_finish = gr_alloc_array(sn * (size_t)D, sizeof(double));
-    if (r->cand_finish)
-      for (size_t i = 0; i < sn * (size_t)D; i++) r->cand_finish[i] = INFINITY;
-  }
-  return r->device && r->start && r->finish && r->reason && r->cause && (!record || r->cand_finish);
-}
-
-/* Every group needs an allowed device. */
-static gr_status check_allowed(const gr_place_graph *pg, int D, gr_error *err) {
-  for (int v = 0; v < pg->num_nodes; v++) {
-    int set = pg->allow[pg->group[v]], k = 0;
-    while (k < D && !gr_place_allowed(pg, set, k)) k++;
-    if (k == D)
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                          "placer: node %d: no device satisfies its group's constraints", v);
-  }
-  return GR_OK;
-}
-
-/* Greedy variants, the faster by the simulation kept (ties: the first):
- * with consumer affinity, and plain earliest finish. (Judging devices
- * without link contention, as HEFT does, was tried as a third and almost
- * never won.) Large graphs run the two at once on two threads. */
-static void place_greedy(sched *s, const gr_place_options *opts, gr_place_result *r) {
-  static const double weights[] = {1, 0};
-  int n = s->n;
-  size_t sn = (size_t)n + 1;
-  double times[2] = {0, 0};
-  sched s2;
-  void *block2 = NULL;
-  bool two = !opts->record && n >= 50000 && sched_clone(&s2, s, &block2);
-  if (two) {
-    pthread_t th;
-    s2.aff_weight = weights[1];
-    variant_job job = {&s2, r->reason + sn, 0};
-    if (pthread_create(&th, NULL, run_variant, &job) != 0) {
-      two = false;
-    } else {
-      s->aff_weight = weights[0];
-      times[0] = run(s, NULL, r->reason, NULL);
-      pthread_join(th, NULL);
-      times[1] = job.t;
-    }
-  }
-  if (!two) {
-    s->aff_weight = weights[0];
-    times[0] = run(s, NULL, r->reason, r->cand_finish);
-    r->greedy_time = times[0];
-    r->cross_bytes = s->cross;
-    copy_out(s, r);
-    memcpy(r->cause, s->cause, sizeof(int) * (size_t)n);
-    if (!opts->record) { /* one variant keeps the recorded comparisons consistent */
-      s->aff_weight = weights[1];
-      times[1] = run(s, NULL, r->reason + sn, NULL);
-      if (times[1] < times[0]) {
-        r->greedy_time = times[1];
-        r->cross_bytes = s->cross;
-        copy_out(s, r);
-        memcpy(r->cause, s->cause, sizeof(int) * (size_t)n);
-        memcpy(r->reason, r->reason + sn, (size_t)n);
-      }
-    }
-  } else {
-    const sched *w = times[1] < times[0] ? &s2 : s;
-    r->greedy_time = times[1] < times[0] ? times[1] : times[0];
-    r->cross_bytes = w->cross;
-    copy_out(w, r);
-    memcpy(r->cause, w->cause, sizeof(int) * (size_t)n);
-    if (w == &s2) memcpy(r->reason, r->reason + sn, (size_t)n);
-  }
-  if (block2) {
-    free(block2);
-    free(s2.gin);
-    free(s2.res);
-  }
-  r->step_time = r->greedy_time;
-}
-
-/* The predicted step of a fixed placement: the dataflow simulation when the
- * options asked for it, else the rank-order one (run). */
-static double rate(sched *s, const int *device, double *cross) {
-  if (s->flow) return gr_dataflow_run(s->flow, device, cross, NULL, NULL);
-  double t = run(s, device, NULL, NULL);
-  if (cross) *cross = s->cross;
-  return t;
-}
-
-/* Takes the placement rate() just rated as the result: its devices (what
- * run() resolves; with the rank-order simulation rate() ran it already),
- * start and finish times and bytes moved. */
-static void adopt(sched *s, const int *device, gr_place_result *r) {
-  if (s->flow) run(s, device, NULL, NULL);
-  r->cross_bytes = s->cross;
-  copy_out(s, r);
-}
-
-/* The locality placement (locality.c), kept when the simulation rates it
- * faster: on wide graphs with costly transfers contiguous blocks beat
- * node-by-node earliest finish. skip: free sources and nodes outside the
- * step; cand_dev: room for a device per node. */
-static void try_locality(const gr_place_graph *pg, const gr_cluster *c, sched *s,
-                         const uint8_t *skip, int *cand_dev, gr_place_result *r) {
-  r->locality_time = INFINITY;
-  if (!gr_place_locality(pg, c, skip, cand_dev)) return;
-  r->locality_time = rate(s, cand_dev, NULL);
-  if (r->locality_time < r->step_time) {
-    r->step_time = r->locality_time;
-    r->by_locality = true;
-    adopt(s, cand_dev, r);
-    for (int v = 0; v < s->n; v++)
-      if (r->reason[v] == GR_PLACE_CHOSEN)
-        r->reason[v] = GR_PLACE_LOCALITY;
-      else if (r->reason[v] == GR_PLACE_CONSUMER || r->reason[v] == GR_PLACE_OUTSIDE)
-        r->cause[v] = s->cause[v];
-  }
-}
-
-double gr_place_sim_run(gr_place_sim *s, const int *device, double *cross) {
-  return rate(s, device, cross);
-}
-
-const uint8_t *gr_place_sim_deferred(const gr_place_sim *s) {
-  return s->deferred;
-}
-
-const int *gr_place_sim_session_order(const gr_place_sim *s) {
-  return s->sorder;
-}
-
-/* The local search from the best placement so far (the cost placement or
- * a candidate's); kept as the cost placement when it is faster. */
-static void try_search(const gr_place_graph *pg, const gr_cluster *c, sched *s,
-                       const gr_place_options *o, int *dev, gr_place_result *r) {
-  gr_place_candidate from = GR_PLACE_CAND_COST;
-  for (int k = 1; k < GR_PLACE_CAND_COUNT; k++)
-    if (r->cand_device[k] && r->cand_time[k] < r->cand_time[from]) from = (gr_place_candidate)k;
-  memcpy(dev, from == GR_PLACE_CAND_COST ? r->device : r->cand_device[from],
-         sizeof(int) * (size_t)s->n);
-  double t = r->cand_time[from];
-  if (!gr_place_search(pg, c, s, o->layer, o->search_budget, dev, &t, &r->search_moves,
-                       &r->search_sims))
-    return;
-  r->search_time = t;
-  if (!(t < r->step_time)) return;
-  r->step_time = r->cand_time[GR_PLACE_CAND_COST] = rate(s, dev, NULL);
-  if (s->flow) run(s, dev, NULL, NULL);
-  r->cross_bytes = s->cross;
-  for (int v = 0; v < s->n; v++)
-    if (s->ns[v].dev != r->device[v] && r->reason[v] != GR_PLACE_COLOCATED &&
-        r->reason[v] != GR_PLACE_PINNED)
-      r->reason[v] = GR_PLACE_SEARCH, r->cause[v] = s->cause[v];
-  memcpy(r->cand_device[GR_PLACE_CAND_COST], dev, sizeof(int) * (size_t)s->n);
-  copy_out(s, r);
-}
-
-/* The best candidate replaces the cost placement when the simulator rates
- * it faster (ties: the cost placement); and pins only, the placement a run
- * gets without asking, stays unless another is rated faster by min_gain. */
-static void choose(sched *s, double min_gain, gr_place_result *r) {
-  r->chosen = GR_PLACE_CAND_COST;
-  for (int k = 1; k < GR_PLACE_CAND_COUNT; k++)
-    if (r->cand_device[k] && r->cand_time[k] < r->cand_time[r->chosen])
-      r->chosen = (gr_place_candidate)k;
-  const int pins = GR_PLACE_CAND_PINS;
-  if (min_gain > 0 && r->cand_device[pins] &&
-      !(r->cand_time[r->chosen] < r->cand_time[pins] * (1 - min_gain)))
-    r->chosen = GR_PLACE_CAND_PINS;
-  if (r->chosen == GR_PLACE_CAND_COST) return;
-  r->step_time = rate(s, r->cand_device[r->chosen], NULL);
-  r->fell_back = true;
-  r->by_locality = false;
-  adopt(s, r->cand_device[r->chosen], r);
-  for (int v = 0; v < s->n; v++)
-    if (r->reason[v] == GR_PLACE_CHOSEN || r->reason[v] == GR_PLACE_CONSUMER ||
-        r->reason[v] == GR_PLACE_LOCALITY || r->reason[v] == GR_PLACE_SEARCH)
-      r->reason[v] = r->chosen == GR_PLACE_CAND_ONE_TASK ? GR_PLACE_FALLBACK : GR_PLACE_CANDIDATE;
-}
-
-/* Places every node: the greedy variants, then the locality placement, the
- * obvious candidates (one task, pins only, by layer) and, when asked, the
- * local search; the fastest by the simulation is returned. */
-static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const gr_place_options *o,
-                          gr_place_result *r, gr_error *err) {
-  memset(r, 0, sizeof *r);
-  int n = pg->num_nodes, D = c->num_devices;
-  if (D < 1)
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "placer: the cluster has no devices");
-  GR_TRY(gr_place_graph_check(pg, D, err));
-  gr_place_options opts = o ? *o : (gr_place_options){0};
-  sched s;
-  void *block = NULL;
-  bool ok = sched_init(&s, pg, c, &block) && compute_order(&s) && build_pinned_successors(&s);
-  ok = alloc_result(r, n, D, opts.record) && ok;
-  int *cand_dev = gr_alloc_array((size_t)n + 1, sizeof(int));
-  uint8_t *skip = malloc((size_t)n + 1);
-  r->cand_device[GR_PLACE_CAND_COST] = gr_alloc_array((size_t)n + 1, sizeof(int));
-  gr_status st =
-      !ok || !cand_dev || !skip || !r->cand_device[GR_PLACE_CAND_COST]
-          ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory (%d nodes)", n)
-          : check_allowed(pg, D, err);
-  for (int k = 0; k < GR_PLACE_CAND_COUNT; k++) r->cand_time[k] = INFINITY;
-  r->search_time = INFINITY;
-  r->baseline_time = INFINITY;
-  r->baseline_device = -1;
-  r->num_devices = D;
-  if (st == GR_OK && opts.dataflow) {
-    s.pos = gr_alloc_array((size_t)n + 1, sizeof(int));
-    for (int i = 0; s.pos && i < n; i++) s.pos[s.order[i]] = i;
-    if (!s.pos || !(s.flow = gr_dataflow_new(pg, c, s.pos, s.deferred, s.sorder)))
-      st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory (%d nodes)", n);
-  }
-  if (st == GR_OK) {
-    for (int v = 0; v < n; v++) skip[v] = s.deferred[v] || !active(&s, v);
-    place_greedy(&s, &opts, r);
-    if (s.flow) r->step_time = r->greedy_time = rate(&s, r->device, NULL);
-    if (opts.no_fallback)
-      r->locality_time = INFINITY;
-    else
-      try_locality(pg, c, &s, skip, cand_dev, r);
-    r->cand_time[GR_PLACE_CAND_COST] = r->step_time;
-    memcpy(r->cand_device[GR_PLACE_CAND_COST], r->device, sizeof(int) * (size_t)n);
-    if (!gr_place_candidates(pg, c, &s, opts.layer, r))
-      st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory (%d nodes)", n);
-  }
-  if (st == GR_OK && !opts.no_fallback && opts.search_budget > 0 && n < GR_PLACE_SEARCH_MAX_NODES)
-    try_search(pg, c, &s, &opts, cand_dev, r);
-  if (st == GR_OK && !opts.no_fallback) choose(&s, opts.min_gain, r);
-  if (st == GR_OK && s.flow) /* the dataflow simulation's times and bytes */
-    r->step_time = gr_dataflow_run(s.flow, r->device, &r->cross_bytes, r->start, r->finish);
-  for (int k = 0; st == GR_OK && opts.resolve_candidates && k < GR_PLACE_CAND_COUNT; k++)
-    if (r->cand_device[k]) {
-      run(&s, r->cand_device[k], NULL, NULL);
-      for (int v = 0; v < n; v++) r->cand_device[k][v] = s.ns[v].dev;
-    }
-  gr_dataflow_free(s.flow);
-  free(s.pos);
-  sched_free(&s, block);
-  free(cand_dev);
-  free(skip);
-  if (st != GR_OK) gr_place_result_free(r);
-  return st;
-}
-
-gr_status gr_place_schedule(const gr_place_graph *pg, const gr_cluster *c,
-                            const gr_place_options *o, gr_place_result *r, gr_error *err) {
-  return schedule(pg, c, o, r, err);
 }
