@@ -1,7 +1,11 @@
 /* placer/: the face header. The cluster model (placer/gr_cluster.h), the
  * cost model with measured profiles (placer/gr_cost.h), placement
  * constraints, and the simulated greedy placer that gives every node of a
- * graph a full device name. Graph passes live in passes/.
+ * graph a full device name: it predicts the step a run executes (the
+ * options' fetches and targets) as the executors run it, compares its
+ * placement with the obvious ones (one task, pins only, by layer) and
+ * returns the fastest; gr_placement_try runs the candidates on a cluster.
+ * Graph passes live in passes/. docs/placement.md.
  *
  *   gr_error err;
  *   gr_cluster *c = NULL;
@@ -16,7 +20,8 @@
  *   gr_cluster_free(c);
  *
  * Ownership: every _new / _load / _place result has one _free. The cluster
- * must outlive placements made with it; the graph owns the assigned device
+ * must outlive placements made with it (and not change while a placement is
+ * made; gr_placement_fit_scale changes it between two); the graph owns the assigned device
  * strings the placer writes (one shared string per device). The lower-level
  * gr_place_graph form (flat arrays, nodes in topological order) is what the
  * placer works on; benchmarks and tests may build it directly. See
