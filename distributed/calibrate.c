@@ -99,18 +99,26 @@ static void bulk_graph(probe *p, const char *a, const char *reader, const char *
 }
 
 /* A small training step on dev (about a millisecond of one thread's work:
- * a 256 x 256 product, its reduction, a variable updated), and a trivial
- * node on `other`: a step that waits as a real one does. */
-static void heavy_graph(probe *p, const char *dev, const char *other, const char *name) {
-  gr_graph *g = p->g = gr_graph_new();
+ * a 256 x 256 product, its reduction, a variable updated). */
+static gr_output heavy_on(gr_graph *g, const char *dev, const char *name) {
   pin(g, dev);
   gr_shape sh = {2, {256, 256}};
   gr_output w = gr_variable(g, name, gr_zeros(g, GR_F32, sh));
   gr_output y =
       gr_reduce_sum(g, gr_matmul(g, gr_zeros(g, GR_F32, sh), w, false, false), NULL, 0, false);
-  p->fetch[p->nfetch++] = gr_assign_add(g, w, gr_mul(g, gr_zeros(g, GR_F32, sh), y));
+  gr_output u = gr_assign_add(g, w, gr_mul(g, gr_zeros(g, GR_F32, sh), y));
   gr_graph_pop_device_scope(g);
-  p->fetch[p->nfetch++] = trivial_on(g, other);
+  return u;
+}
+
+/* That step on dev, and on `other` the same (pair) or a trivial node: a
+ * step that waits as a real one does; two that may run at once. */
+static void heavy_graph(probe *p, const char *dev, const char *other, bool pair, const char *name) {
+  char name2[80];
+  snprintf(name2, sizeof name2, "%s_pair", name);
+  gr_graph *g = p->g = gr_graph_new();
+  p->fetch[p->nfetch++] = heavy_on(g, dev, name);
+  p->fetch[p->nfetch++] = pair ? heavy_on(g, other, name2) : trivial_on(g, other);
 }
 
 /* Runs n more steps of p (its session made on first use: a master's, or
@@ -149,7 +157,17 @@ static void free_probe(probe *p) {
 }
 
 /* The probes of one link (a -> b): steps on a, on a and b; chains; bulk. */
-enum { P_ONE, P_TWO, P_CHAIN_SPLIT, P_CHAIN_ONE, P_BULK_SPLIT, P_BULK_ONE, P_HEAVY, P_COUNT };
+enum {
+  P_ONE,
+  P_TWO,
+  P_CHAIN_SPLIT,
+  P_CHAIN_ONE,
+  P_BULK_SPLIT,
+  P_BULK_ONE,
+  P_HEAVY,
+  P_PAIR,
+  P_COUNT
+};
 
 static void link_probes(probe *p, const char *a, const char *b, int64_t elems, int tag) {
   char n1[64], n2[64], n3[64];
@@ -162,7 +180,8 @@ static void link_probes(probe *p, const char *a, const char *b, int64_t elems, i
   chain_graph(&p[P_CHAIN_ONE], a, NULL, b);
   bulk_graph(&p[P_BULK_SPLIT], a, b, b, elems, n1);
   bulk_graph(&p[P_BULK_ONE], a, a, b, elems, n2);
-  heavy_graph(&p[P_HEAVY], a, a, n3);
+  heavy_graph(&p[P_HEAVY], a, a, false, n3);
+  heavy_graph(&p[P_PAIR], a, b, true, n3);
 }
 
 /* The figures of one link from its probes' medians. */
@@ -177,6 +196,9 @@ static void link_figures(probe *p, double bytes, gr_calibration_link *out) {
   out->step = fmax(0, md[P_TWO] - md[P_ONE]);
   out->base = fmax(0, md[P_ONE] - out->step);
   out->heavy = md[P_HEAVY];
+  /* the two heavy steps at once against one: 2 when they overlap fully */
+  double work = md[P_HEAVY] - md[P_ONE], both = md[P_PAIR] - md[P_TWO];
+  out->parallelism = work > 0 && both > 0 ? fmin(2, fmax(1, 2 * work / both)) : 1;
   out->measured = true;
 }
 
@@ -186,7 +208,7 @@ static gr_status measure(gr_master *const *masters, probe *const *sets, int nset
   for (int r = 0; r < rounds; r++)
     for (int k = 0; k < P_COUNT; k++)
       for (int i = 0; i < nsets; i++) {
-        int n = k == P_BULK_SPLIT || k == P_BULK_ONE || k == P_HEAVY ? (steps + 4) / 5 : steps;
+        int n = k == P_BULK_SPLIT || k == P_BULK_ONE || k >= P_HEAVY ? (steps + 4) / 5 : steps;
         gr_status st = run_probe(masters[i], &sets[i][k], n, err);
         if (st != GR_OK) {
           gr_error_prefix(err, "calibrate: a step of %s",
@@ -262,6 +284,10 @@ gr_status gr_calibrate_runtime(gr_master *m, gr_cluster *c, const gr_calibrate_o
     for (int d = 0; h && d < gr_cluster_num_devices(c); d++)
       if (gr_cluster_task_at(c, gr_cluster_device_at(c, d)->task)->address)
         gr_cluster_set_time_scale(c, d, out->time_scale, NULL);
+    /* two tasks of the client's host that do not run at once (a loaded
+     * machine): one core, whatever the host has */
+    if (tb >= 0 && out->link[GR_LINK_SAME_HOST].parallelism < 1.5)
+      gr_cluster_set_host_cores(c, A->host, 1, NULL);
     for (int k = 0; k < GR_LINK_COUNT; k++) {
       gr_calibration_link *l = &out->link[k];
       if (!l->measured) continue;

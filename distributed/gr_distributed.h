@@ -299,7 +299,8 @@ typedef struct gr_calibration_link {
   double step;               /* seconds the second task adds to a step */
   double base;               /* the one-task step less one task's step */
   double step_one, step_two; /* median steps of a trivial node on one task, on two */
-  double heavy;              /* median step of a few milliseconds of products on one end */
+  double heavy;              /* median step of about a millisecond's work on one end */
+  double parallelism;        /* that work on both ends at once against one end: 1..2 */
 } gr_calibration_link;
 
 typedef struct gr_calibration {
@@ -317,7 +318,9 @@ typedef struct gr_calibration {
  * has such a pair; same_task's step gets the client's own cost per step.
  * *out (required) gets what was measured. The client is taken to run on
  * the host of the session's first device. Every device of a task with an
- * address gets the time scale measured (gr_cluster_device.time_scale).
+ * address gets the time scale measured (gr_cluster_device.time_scale); the
+ * client's host gets one core when its two tasks' work does not overlap
+ * (parallelism < 1.5: a loaded machine).
  * Runs a few hundred steps. */
 gr_status gr_calibrate_runtime(gr_master *m, gr_cluster *c, const gr_calibrate_options *o,
                                gr_calibration *out, gr_error *err);

@@ -283,7 +283,8 @@ typedef struct gr_place_trial {
   double predicted; /* seconds per step */
   double measured;  /* the median step measured */
   double spread;    /* its 75th less its 25th percentile */
-  int same_as;      /* -1, or an earlier candidate with the same devices (measured once) */
+  int same_as;      /* -1, or an earlier candidate that puts the step's nodes on the same
+                       devices (measured once) */
 } gr_place_trial;
 
 /* Runs the step (fetches and targets, as the placement was made for) of

@@ -14,6 +14,14 @@ static gr_place_candidate as_of(const gr_placement *p, int k) {
   return k == GR_PLACE_CAND_COST ? p->r.chosen : (gr_place_candidate)k;
 }
 
+/* Candidates a and b put every node of the step on the same device (the
+ * nodes outside it do not run in the step). */
+static bool same_step(const gr_placement *p, gr_place_candidate a, gr_place_candidate b) {
+  for (int i = 0; i < p->n; i++)
+    if (p->pg.active[i] && p->r.cand_device[a][i] != p->r.cand_device[b][i]) return false;
+  return true;
+}
+
 static void clear_devices(gr_graph *g) {
   for (int i = 0; i < gr_graph_num_nodes(g); i++) gr_graph_node(g, i)->assigned_device = NULL;
 }
@@ -44,9 +52,7 @@ gr_status gr_placement_try(gr_placement *p, const gr_output *fetches, int num_fe
     out[k].predicted = p->r.cand_time[a];
     if (out[k].predicted > slowest) slowest = out[k].predicted;
     for (int j = 0; j < k && out[k].same_as < 0; j++)
-      if (out[j].tried &&
-          !memcmp(p->r.cand_device[a], p->r.cand_device[as_of(p, j)], sizeof(int) * (size_t)p->n))
-        out[k].same_as = j, run_of[k] = run_of[j];
+      if (out[j].tried && same_step(p, a, as_of(p, j))) out[k].same_as = j, run_of[k] = run_of[j];
     if (run_of[k] >= 0) continue;
     if ((st = assign(p, a, err)) != GR_OK) break;
     gr_session *s = o->open(o->arg, p->graph, err);

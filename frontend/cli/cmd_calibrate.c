@@ -200,6 +200,13 @@ static void report(const gr_cluster *c, const gr_calibration *cal, const figures
             kinds[k], l.latency * 1e6, l.bandwidth / 1e9, l.step * 1e6,
             cal->link[k].measured ? "" : " (not measured: no such pair of tasks; the default)");
   }
+  const gr_calibration_link *h = &cal->link[GR_LINK_SAME_HOST];
+  if (h->measured)
+    fprintf(stderr,
+            "calibrate: two tasks' work at once: x%.2f of one (%s); their steps %.3g x this "
+            "process's\n",
+            h->parallelism, h->parallelism < 1.5 ? "the host counts as one core" : "in parallel",
+            cal->time_scale);
 }
 
 /* Profiles each file's step into db; on a cluster (opener not NULL) also

@@ -255,6 +255,8 @@ int main(int argc, char **argv) {
   if (gr_calibrate_runtime(m, c, &co, &cal, &err) != GR_OK) bench_die("calibrate", err.msg);
   gr_master_free(m);
   static const char *const kinds[GR_LINK_COUNT] = {"same task", "same host", "cross host"};
+  printf("# tasks' time scale %.3f, host cores %d\n", gr_cluster_device_at(c, 0)->time_scale,
+         gr_cluster_host_cores(c, 0));
   printf("# calibrated in %.1f s (load average: ", bench_now() - t0);
   double load[3];
   if (getloadavg(load, 3) == 3) printf("%.2f %.2f %.2f)\n", load[0], load[1], load[2]);
@@ -263,8 +265,8 @@ int main(int argc, char **argv) {
     printf("# %-10s latency %6.1f us  bandwidth %6.2f GB/s  step %6.1f us", kinds[k],
            lk.latency * 1e6, lk.bandwidth / 1e9, lk.step * 1e6);
     if (cal.link[k].measured)
-      printf("  (trivial step on one end %.1f us, on both %.1f us)\n", cal.link[k].step_one * 1e6,
-             cal.link[k].step_two * 1e6);
+      printf("  (trivial step on one end %.1f us, on both %.1f us; work on both at once x%.2f)\n",
+             cal.link[k].step_one * 1e6, cal.link[k].step_two * 1e6, cal.link[k].parallelism);
     else
       printf("  (default: not measured)\n");
   }
