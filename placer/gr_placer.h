@@ -260,14 +260,19 @@ typedef struct gr_place_run {
   int num_fetches, num_targets;
 } gr_place_run;
 
+/* Seconds per step of a run: the median, the 10th percentile (a step that
+ * other work on the machine left alone, about) and the spread (the 75th
+ * less the 25th percentile). */
+typedef struct gr_step_stats {
+  double median, low, spread;
+} gr_step_stats;
+
 /* Times the runs' steps: each runs 3 untimed steps, then `rounds` rounds
  * in which each run in turn runs `steps` / `rounds` steps (at least one),
- * so that load that comes and goes touches them alike. median[i] gets run
- * i's median step in seconds, spread[i] (may be NULL) the difference of
- * its 75th and 25th percentiles. A failed step is the error, prefixed with
- * the run's index. */
-gr_status gr_place_measure(const gr_place_run *runs, int n, int steps, int rounds, double *median,
-                           double *spread, gr_error *err);
+ * so that load that comes and goes touches them alike; stats[i] gets run
+ * i's. A failed step is the error, prefixed with the run's index. */
+gr_status gr_place_measure(const gr_place_run *runs, int n, int steps, int rounds,
+                           gr_step_stats *stats, gr_error *err);
 
 /* Trying the candidates of a placement on the runtime: how to open a
  * session of the graph over the cluster (its nodes' assigned devices as
@@ -279,12 +284,11 @@ typedef struct gr_place_opener {
 } gr_place_opener;
 
 typedef struct gr_place_trial {
-  bool tried;       /* placed and measured */
-  double predicted; /* seconds per step */
-  double measured;  /* the median step measured */
-  double spread;    /* its 75th less its 25th percentile */
-  int same_as;      /* -1, or an earlier candidate that puts the step's nodes on the same
-                       devices (measured once) */
+  bool tried;             /* placed and measured */
+  double predicted;       /* seconds per step */
+  gr_step_stats measured; /* the steps measured */
+  int same_as;            /* -1, or an earlier candidate that puts the step's nodes on the same
+                             devices (measured once) */
 } gr_place_trial;
 
 /* Runs the step (fetches and targets, as the placement was made for) of

@@ -26,8 +26,8 @@ static gr_status one_step(const gr_place_run *r, double *t, gr_error *err) {
   return st;
 }
 
-gr_status gr_place_measure(const gr_place_run *runs, int n, int steps, int rounds, double *median,
-                           double *spread, gr_error *err) {
+gr_status gr_place_measure(const gr_place_run *runs, int n, int steps, int rounds,
+                           gr_step_stats *stats, gr_error *err) {
   if (rounds < 1) rounds = 1;
   int per = steps / rounds > 0 ? steps / rounds : 1, total = per * rounds;
   double *t = gr_alloc_array((size_t)n * (size_t)total + 1, sizeof(double));
@@ -46,8 +46,10 @@ gr_status gr_place_measure(const gr_place_run *runs, int n, int steps, int round
     for (i = 0; i < n; i++) {
       double *x = t + (size_t)i * (size_t)total;
       qsort(x, (size_t)total, sizeof *x, cmp_double);
-      median[i] = total % 2 ? x[total / 2] : 0.5 * (x[total / 2 - 1] + x[total / 2]);
-      if (spread) spread[i] = x[(3 * total) / 4] - x[total / 4];
+      stats[i] = (gr_step_stats){.median = total % 2 ? x[total / 2]
+                                                     : 0.5 * (x[total / 2 - 1] + x[total / 2]),
+                                 .low = x[total / 10],
+                                 .spread = x[(3 * total) / 4] - x[total / 4]};
     }
   }
   free(t);

@@ -63,8 +63,8 @@ gr_status gr_placement_try(gr_placement *p, const gr_output *fetches, int num_fe
     runs[nruns] = (gr_place_run){s, fetches, targets, num_fetches, num_targets};
     run_of[k] = nruns++;
     /* prepared with these devices now: the next assignment does not touch it */
-    double t;
-    st = gr_place_measure(&runs[run_of[k]], 1, 1, 1, &t, NULL, err);
+    gr_step_stats t;
+    st = gr_place_measure(&runs[run_of[k]], 1, 1, 1, &t, err);
     if (st != GR_OK) gr_error_prefix(err, "candidate '%s'", gr_place_candidate_name(a));
   }
   int n = max_steps;
@@ -74,10 +74,10 @@ gr_status gr_placement_try(gr_placement *p, const gr_output *fetches, int num_fe
     if (n > max_steps) n = max_steps;
   }
   if (steps) *steps = n;
-  double med[GR_PLACE_CAND_COUNT], spread[GR_PLACE_CAND_COUNT];
-  if (st == GR_OK && nruns) st = gr_place_measure(runs, nruns, n, rounds, med, spread, err);
+  gr_step_stats stats[GR_PLACE_CAND_COUNT];
+  if (st == GR_OK && nruns) st = gr_place_measure(runs, nruns, n, rounds, stats, err);
   for (int k = 0; st == GR_OK && k < GR_PLACE_CAND_COUNT; k++)
-    if (out[k].tried) out[k].measured = med[run_of[k]], out[k].spread = spread[run_of[k]];
+    if (out[k].tried) out[k].measured = stats[run_of[k]];
   for (int i = 0; i < nruns; i++) o->close(o->arg, runs[i].session);
   gr_status restored = assign(p, p->r.chosen, err);
   return st != GR_OK ? st : restored;

@@ -250,7 +250,7 @@ static int profile_files(const calibrate_opts *o, gr_cluster *c, gr_profile_db *
       s = gr_placement_try(pl, st.fetch, st.nf, st.target, st.nt, &op->o, 1u << GR_PLACE_CAND_PINS,
                            (int)o->steps, 2, 1, t, NULL, &err);
     if (rc == GR_EXIT_OK && s == GR_OK)
-      s = gr_placement_fit_scale(pl, c, t[GR_PLACE_CAND_PINS].measured, &f, &err);
+      s = gr_placement_fit_scale(pl, c, t[GR_PLACE_CAND_PINS].measured.median, &f, &err);
     if (rc == GR_EXIT_OK && s == GR_OK)
       gr_cluster_scale_servers(c, 1 / f, NULL); /* undone: the mean below */
     gr_placement_free(pl);
@@ -264,7 +264,7 @@ static int profile_files(const calibrate_opts *o, gr_cluster *c, gr_profile_db *
     fprintf(stderr,
             "calibrate: %s: pins only predicted %.3g ms, measured %.3g ms: time scale x%.3g\n",
             o->files[i], t[GR_PLACE_CAND_PINS].predicted * 1e3,
-            t[GR_PLACE_CAND_PINS].measured * 1e3, f);
+            t[GR_PLACE_CAND_PINS].measured.median * 1e3, f);
     log_sum += log(f);
     fitted++;
   }

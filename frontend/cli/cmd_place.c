@@ -168,8 +168,8 @@ static int measure(const place_opts *a, gr_cluster *c, gr_placement *pl, const c
   for (int k = 0; k < GR_PLACE_CAND_COUNT; k++) {
     if (!t[k].tried) continue;
     printf("%-9s %14.3f %14.3f %+7.1f%%", gr_place_candidate_name((gr_place_candidate)k),
-           t[k].predicted * 1e3, t[k].measured * 1e3,
-           100 * (t[k].predicted - t[k].measured) / t[k].measured);
+           t[k].predicted * 1e3, t[k].measured.median * 1e3,
+           100 * (t[k].predicted - t[k].measured.median) / t[k].measured.median);
     if (k == GR_PLACE_CAND_COST)
       printf("  (%s)", gr_place_candidate_name(gr_placement_chosen(pl)));
     else if (t[k].same_as >= 0)
