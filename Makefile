@@ -6,6 +6,9 @@
 #                          local cluster (graphrun launch)
 #   make test              build and run the whole ctest suite
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
+#   make test-busy         the distributed tests twice at once: each on a busy machine
+#   make test-slurm        graphrun under a real Slurm started by the test (root; in the suite too)
+#   make test-mpi          graphrun servers under Open MPI's mpirun (in the suite too)
 #   make bench-NAME        build and run one benchmark (executor, matmul, mlp, train, conv, transfer,
 #                          recovery, ...; docs/benchmarks.md); ARGS="..." passes it flags
 #   make soak-recovery     100 kills of random tasks of a training cluster (the suite runs 20)
@@ -30,13 +33,13 @@ endif
 
 # Debian packages the build needs (checked with dpkg, installed with apt-get).
 DEB_PACKAGES := gcc make cmake pkg-config libopenblas-dev libevent-dev \
-                libmsgpack-dev libxxhash-dev libjansson-dev libssl-dev libsqlite3-dev zlib1g-dev \
+                libmsgpack-dev libxxhash-dev libjansson-dev libssl-dev openssl libsqlite3-dev zlib1g-dev \
                 libpng-dev libjpeg62-turbo-dev libjpeg-turbo-progs sqlite3 dataset-fashion-mnist \
                 libgraphviz-dev libjs-chart.js
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build demo test bench-% fuzz-dsl fuzz-graph fuzz-wire fuzz-image soak-ckpt \
-        soak-recovery soak-placement format clean
+.PHONY: all deps configure build demo test test-busy bench-% fuzz-dsl fuzz-graph fuzz-wire fuzz-image soak-ckpt \
+        soak-recovery soak-placement format clean test-slurm test-mpi
 
 all: build
 
@@ -84,8 +87,23 @@ demo: build
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
-# the suite opens `graphrun board`'s page in headless Chromium (tests/unit/test_board.c)
-test: EXTRA_PACKAGES = chromium
+# the distributed tests (ctest -R ^test_dist_) twice at once, each pass in its own ctest
+# tree, so that every one runs while the other pass keeps the machine busy (tests/run_busy.sh)
+test-busy: build
+	@tests/run_busy.sh $(BUILD_DIR)
+
+# the suite opens `graphrun board`'s page in headless Chromium (tests/unit/test_board.c), runs
+# jobs under a Slurm it starts (slurm-wlm's daemons and client, and munge: test_slurm.c), servers
+# under mpirun (test_mpi.c) and reads the Kubernetes manifests (python3-yaml: test_kubernetes.c)
+CLUSTER_PACKAGES := slurmctld slurmd slurm-client munge openmpi-bin python3-yaml
+test: EXTRA_PACKAGES = chromium $(CLUSTER_PACKAGES)
+test-slurm test-mpi: EXTRA_PACKAGES = $(CLUSTER_PACKAGES)
+
+test-slurm: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -R '^test_slurm$$' --timeout 900
+
+test-mpi: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -R '^test_mpi$$' --timeout 900
 
 # bench-mlp compares with PyTorch, which it installs (Debian's python3-torch).
 bench-train: EXTRA_PACKAGES = python3-torch

@@ -70,6 +70,8 @@ void ckpt_unlock(gr_ckpt *ck);
  * "checkpoint file 'PATH': WHAT: sqlite message". */
 gr_status ckpt_sql_error(gr_ckpt *ck, int rc, gr_error *err, const char *what);
 gr_status ckpt_exec(gr_ckpt *ck, const char *sql, gr_error *err);
+/* Steps st once (a write) and resets it; an error names what. */
+gr_status ckpt_step_done(gr_ckpt *ck, sqlite3_stmt *st, const char *what, gr_error *err);
 gr_status ckpt_prepare(gr_ckpt *ck, const char *sql, sqlite3_stmt **st, gr_error *err);
 
 /* The array v of *cap elements of `size` bytes with room for element i: v

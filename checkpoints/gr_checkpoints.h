@@ -180,13 +180,55 @@ gr_status gr_ckpt_save_shard_slices(const char *path, int64_t step, const gr_ckp
 
 /* ---- restoring ------------------------------------------------------------ */
 
-/* Restores every variable of g into session s from the newest checkpoint,
- * sets the session step to the checkpoint's and returns it in *step (may be
- * NULL). GR_ERR_NOT_FOUND (and nothing changed) when the file holds no
- * checkpoint. Every variable is checked (present, dtype, shape) before any
- * is changed; a checkpoint of another graph is GR_ERR_FAILED_PRECONDITION
- * listing the mismatched variables; damaged data is GR_ERR_DATA_LOSS naming
- * the tensor. */
+/* Restoring goes by name, into a graph that holds any subset of the
+ * checkpoint's variables: an inference graph without the optimizer's slots
+ * and the global step, a model file without the training file's extras.
+ * The checkpoint's tensors the graph has no variable for stay in the file
+ * (reported); a variable of the graph the checkpoint lacks is an error
+ * naming it when the runs to come need it (by default: every variable of
+ * the graph), else it is left as it was (its initialiser gives it a value
+ * if a later run needs it). */
+typedef struct gr_ckpt_restore_options {
+  bool at_step; /* the checkpoint at `step`; false: the newest */
+  int64_t step;
+  /* The runs the session will make: their fetches and targets (a target's
+   * index is ignored) and the endpoints they feed. Only the variables these
+   * need (gr_graph_mark_needed, with the variables a variable op names)
+   * must be in the checkpoint. num_roots 0: every variable of g. */
+  const gr_output *roots;
+  int num_roots;
+  const gr_output *feeds;
+  int num_feeds;
+} gr_ckpt_restore_options;
+
+/* What a restore did. */
+typedef struct gr_ckpt_restore_report {
+  int64_t step;           /* the checkpoint's step */
+  int restored;           /* variables of g set from it */
+  int not_needed;         /* variables of g it lacks that no run needs: left as they were */
+  int unused;             /* its tensors g has no variable for: left in the file */
+  char unused_names[200]; /* the first of those, ", "-separated, then " and N more" */
+} gr_ckpt_restore_report;
+
+/* Restores into session s every variable of g the checkpoint holds (o may
+ * be NULL: the newest, every variable needed) and sets the session step to
+ * the checkpoint's. GR_ERR_NOT_FOUND (and nothing changed) when the file
+ * holds no checkpoint (of that step). Every variable is checked before any
+ * is changed: a needed variable it lacks, or one whose dtype or shape
+ * differs, is GR_ERR_FAILED_PRECONDITION listing them (and, when it holds
+ * tensors the graph lacks, those: a checkpoint of another graph); damaged
+ * data is GR_ERR_DATA_LOSS naming the tensor. report may be NULL. */
+gr_status gr_ckpt_restore(gr_ckpt *ck, gr_session *s, const gr_graph *g,
+                          const gr_ckpt_restore_options *o, gr_ckpt_restore_report *report,
+                          gr_error *err);
+/* The same check without restoring: *names (malloc'd; the names point into
+ * g), *n of them, the variables of g the restore would set; what a
+ * cluster's client reads (gr_ckpt_read_vars) and assigns on the tasks. */
+gr_status gr_ckpt_restore_plan(gr_ckpt *ck, const gr_graph *g, const gr_ckpt_restore_options *o,
+                               const char ***names, int *n, gr_ckpt_restore_report *report,
+                               gr_error *err);
+/* gr_ckpt_restore from the newest checkpoint, every variable of g needed;
+ * *step (may be NULL): the checkpoint's step. */
 gr_status gr_ckpt_restore_latest(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t *step,
                                  gr_error *err);
 /* The same from the checkpoint at `step` (GR_ERR_NOT_FOUND when none). */
@@ -279,8 +321,6 @@ gr_status gr_ckpt_graph_vars(const gr_graph *g, gr_ckpt_var **out, int *n, gr_er
 /* Fingerprint of sorted (name, dtype, shape) triples: what a checkpoint records. */
 uint64_t gr_ckpt_fingerprint(const gr_ckpt_var *vars, int n);
 
-/* Writes t as a NumPy .npy file (format 1.0, little-endian, C order). */
-gr_status gr_ckpt_write_npy(const gr_tensor *t, const char *path, gr_error *err);
 
 /* ---- ops ------------------------------------------------------------------------------ */
 

@@ -1,5 +1,6 @@
 /* Checkpoints of a session's variables: the variables of a graph, their
- * fingerprint, and saving/restoring them with the session step. */
+ * fingerprint, saving them with the session step and restoring named ones
+ * (restore.c restores a graph's). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,20 +48,6 @@ gr_status gr_ckpt_graph_vars(const gr_graph *g, gr_ckpt_var **out, int *n, gr_er
   *out = v;
   *n = m;
   return GR_OK;
-}
-
-uint64_t gr_ckpt_fingerprint(const gr_ckpt_var *vars, int n) {
-  gr_ckpt_hasher h;
-  gr_ckpt_hash_init(&h);
-  for (int i = 0; i < n; i++) {
-    char shape[GR_MAX_RANK * 21 + 4];
-    ckpt_shape_to_text(&vars[i].shape, shape, sizeof shape);
-    const char *dt = gr_dtype_name(vars[i].dtype);
-    gr_ckpt_hash_update(&h, vars[i].name, strlen(vars[i].name) + 1);
-    gr_ckpt_hash_update(&h, dt, strlen(dt) + 1);
-    gr_ckpt_hash_update(&h, shape, strlen(shape) + 1);
-  }
-  return gr_ckpt_hash_final(&h);
 }
 
 gr_status ckpt_collect_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, int n, gr_tensor *out,
@@ -123,34 +110,6 @@ gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
   free(meta);
   free(vars);
   return st;
-}
-
-static gr_status restore(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
-                         int64_t *step_out, gr_error *err) {
-  gr_ckpt_var *vars;
-  int n;
-  GR_TRY(gr_ckpt_graph_vars(g, &vars, &n, err));
-  int64_t actual = -1;
-  gr_status st =
-      ckpt_restore_graph(ck, gr_session_resources(s), g, vars, n, step, true, &actual, err);
-  free(vars);
-  if (st != GR_OK) return st;
-  gr_session_set_step(s, actual);
-  if (step_out) *step_out = actual;
-  return GR_OK;
-}
-
-gr_status gr_ckpt_restore_latest(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t *step,
-                                 gr_error *err) {
-  return restore(ck, s, g, -1, step, err);
-}
-
-gr_status gr_ckpt_restore_step(gr_ckpt *ck, gr_session *s, const gr_graph *g, int64_t step,
-                               gr_error *err) {
-  if (step < 0)
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint step %" PRId64 " is negative",
-                        step);
-  return restore(ck, s, g, step, NULL, err);
 }
 
 /* The variables of g named names[0..n) (*pick, malloc'd; their names

@@ -408,3 +408,9 @@ gr_status ckpt_parse_tensor_row(gr_ckpt *ck, const char *name, const char *dtype
   out->nbytes = nbytes;
   return GR_OK;
 }
+
+gr_status ckpt_step_done(gr_ckpt *ck, sqlite3_stmt *st, const char *what, gr_error *err) {
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  return rc == SQLITE_DONE || rc == SQLITE_ROW ? GR_OK : ckpt_sql_error(ck, rc, err, what);
+}

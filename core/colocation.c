@@ -7,7 +7,7 @@
 
 #include "core/gr_alloc.h"
 #include "core/gr_colocation.h"
-#include "core/gr_map.h"
+#include "core/map.h"
 #include "core/gr_op.h"
 
 /* ---- resources a node uses ------------------------------------------------------------ */

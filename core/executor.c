@@ -1,16 +1,17 @@
 /* Running an executor (the static path; graphs with control flow run in
  * executor_cf.c): per-run state recycled across runs, ready nodes run inline
- * or through the shared queue, async kernels, cancellation, fetches; and the
- * kernel-context helpers. Building one is in executor_build.c.
+ * or through the shared queue, async kernels, cancellation, fetches. It sits
+ * on exec_core.c; executor_run.c starts its runs (gr_exec_static_start).
  *
  * Every run is asynchronous: whoever works on a run holds it (st->tasks: the
  * thread that started it, each queued pool task, each async completion in
  * progress, a firing watchdog); the thread that drops the last hold after
- * the last node finished calls the run's done callback. gr_executor_run
- * starts a run whose calling thread keeps its hold, helps drain the shared
- * queue and finishes the run itself. */
-#include "core/gr_executor.h"
+ * the last node finished calls the run's done callback. A run started with
+ * wait keeps the calling thread's hold: it helps drain the shared queue and
+ * finishes the run itself (gr_executor_run). */
+#include "core/executor.h"
 #include "core/executor_internal.h"
+#include "core/invariants.h"
 #include "core/gr_trace.h"
 
 #include <pthread.h>
@@ -81,27 +82,13 @@ static void run_state_free(run_state *st) {
   free(st);
 }
 
-void gr_executor_free(gr_executor *e) {
-  if (!e) return;
+void gr_exec_static_free(gr_executor *e) {
   run_state *st = e->free_states;
   while (st) {
     run_state *n = st->next_free;
     run_state_free(st);
     st = n;
   }
-  for (int i = 0; e->states && i < e->num_real; i++)
-    if (e->states[i] && e->nodes[i].node->op->state_free)
-      e->nodes[i].node->op->state_free(e->states[i]);
-  gr_cf_plan_free(e->cf);
-  pthread_mutex_destroy(&e->mu);
-  free(e->nodes);
-  free(e->edges);
-  free(e->ctrl_dsts);
-  free(e->feeds);
-  free(e->fetches);
-  free(e->roots);
-  free(e->states);
-  free(e);
 }
 
 /* ---- run ----------------------------------------------------------------- */
@@ -142,6 +129,7 @@ static void release_state(gr_executor *e, run_state *st) {
  * error is set) and cancels it: every pending async kernel gets its cancel
  * callback. st->mu held on entry, released on return. */
 static void cancel_run_locked(run_state *st, const gr_error *why) {
+  GR_ASSERT_HELD(&st->mu);
   if (why && st->status == GR_OK) {
     st->status = why->code;
     st->err = *why;
@@ -239,6 +227,7 @@ static void push_shared(run_state *st, int i) {
 }
 
 static int pop_shared_locked(run_state *st) {
+  GR_ASSERT_HELD(&st->mu);
   if (!st->qcount) return -1;
   int i = st->queue[st->qhead];
   st->qhead = (st->qhead + 1) % st->qcap;
@@ -476,28 +465,6 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
   finish_node(st, i, s, &kerr, rs);
 }
 
-void gr_kernel_done(gr_kernel_ctx *ctx, gr_status status) {
-  async_hdr *h = ctx->exec_private;
-  GR_ASSERT(h != NULL);
-  h->done(h, status);
-}
-
-void gr_kernel_on_cancel(gr_kernel_ctx *ctx, void (*fn)(void *), void *arg) {
-  async_hdr *h = ctx->exec_private;
-  GR_ASSERT(h != NULL);
-  h->on_cancel(h, fn, arg);
-}
-
-_Thread_local int gr_exec_done_depth;
-
-void gr_exec_trace(const gr_step_info *step, const gr_node *n, int64_t iteration, int64_t start_ns,
-                   const gr_tensor *outs, int nout) {
-  gr_trace_event ev = {n, iteration, start_ns, gr_trace_now_ns(), 0};
-  for (int k = 0; k < nout; k++)
-    if (outs[k].buf) ev.out_bytes += (int64_t)gr_tensor_num_bytes(&outs[k]);
-  gr_step_trace_add(step->trace, &ev);
-}
-
 static void static_done(async_hdr *h, gr_status status) {
   async_ctx *ac = (async_ctx *)h;
   GR_ASSERT(ac != NULL);
@@ -651,42 +618,12 @@ static void run_cheap_here(run_state *st, ready_stack *rs) {
   for (int i; (i = rs_pop(st, rs)) >= 0;) schedule_shared(st, i);
 }
 
-/* Checks the feeds against the graph; fills err on the first bad one. */
-static gr_status check_feeds(const gr_executor *e, const gr_tensor *feed_values, gr_error *err) {
-  for (int k = 0; k < e->num_feeds; k++) {
-    const gr_tensor *v = &feed_values[k];
-    gr_output f = e->feeds[k];
-    gr_dtype want = f.node->out_dtypes[f.index];
-    if (!v->buf)
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "feed for '%s' is an empty tensor",
-                          f.node->name);
-    if (v->dtype != want)
-      return gr_error_set(err, GR_ERR_DTYPE, "feed for '%s' has dtype %s, expected %s",
-                          f.node->name, gr_dtype_name(v->dtype), gr_dtype_name(want));
-    if (v->dtype == GR_BOOL) { /* only 0 and 1 are valid bools: anything else is undefined */
-      const unsigned char *b = gr_tensor_data(v);
-      int64_t n = gr_tensor_num_elements(v);
-      for (int64_t i = 0; i < n; i++)
-        if (b[i] > 1)
-          return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                              "feed for '%s': bool element %lld has byte value %u (must be 0 or 1)",
-                              f.node->name, (long long)i, b[i]);
-    }
-    if (!gr_shape_compatible(&v->shape, &f.node->out_shapes[f.index])) {
-      char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
-      return gr_error_set(err, GR_ERR_SHAPE, "feed for '%s' has shape %s, expected %s",
-                          f.node->name, gr_shape_str(&v->shape, a),
-                          gr_shape_str(&f.node->out_shapes[f.index], b));
-    }
-  }
-  return GR_OK;
-}
-
 /* The static path's run: the calling thread holds the run, starts the roots
  * and drains the shared queue; then it lets go (wait false) or goes on
  * helping until only its own hold is left and finishes the run (wait true). */
-static void static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                         const gr_step_info *step, gr_executor_done_fn done, void *arg, bool wait) {
+void gr_exec_static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                          const gr_step_info *step, gr_executor_done_fn done, void *arg,
+                          bool wait) {
   run_state *st = acquire_state(e);
   if (!st) {
     gr_error oom;
@@ -746,120 +683,4 @@ static void static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor
     pthread_mutex_unlock(&st->mu);
   }
   task_done(st); /* with wait, the last hold: the run finishes here */
-}
-
-static void start_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                      const gr_step_info *step, gr_executor_done_fn done, void *arg, bool wait) {
-  for (int k = 0; k < e->num_fetches; k++) fetch_out[k] = gr_tensor_empty();
-  gr_error err;
-  if (check_feeds(e, feed_values, &err) != GR_OK) {
-    done(arg, err.code, &err);
-    return;
-  }
-  if (e->cf)
-    gr_cf_run_start(e, feed_values, fetch_out, step, done, arg, wait);
-  else
-    static_start(e, feed_values, fetch_out, step, done, arg, wait);
-}
-
-void gr_executor_run_async(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                           const gr_step_info *step, gr_executor_done_fn done, void *arg) {
-  start_run(e, feed_values, fetch_out, step, done, arg, false);
-}
-
-typedef struct sync_result {
-  gr_status status;
-  gr_error *err;
-} sync_result;
-
-static void sync_done(void *arg, gr_status status, const gr_error *err) {
-  sync_result *r = arg;
-  r->status = status;
-  if (status != GR_OK && r->err) *r->err = *err;
-}
-
-gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                          const gr_step_info *step, gr_error *err) {
-  sync_result r = {GR_OK, err};
-  start_run(e, feed_values, fetch_out, step, sync_done, &r, true); /* done before it returns */
-  return r.status;
-}
-
-/* ---- deferred completions ------------------------------------------------------------ */
-
-typedef struct deferred_work {
-  void (*fn)(void *);
-  void *arg;
-  struct deferred_work *next;
-} deferred_work;
-
-static _Thread_local deferred_work *deferred_head, *deferred_tail;
-
-void gr_exec_defer(void (*fn)(void *), void *arg) {
-  deferred_work *w = malloc(sizeof *w);
-  GR_ASSERT(w != NULL);
-  *w = (deferred_work){fn, arg, NULL};
-  if (deferred_tail)
-    deferred_tail->next = w;
-  else
-    deferred_head = w;
-  deferred_tail = w;
-}
-
-void gr_exec_run_deferred(void) {
-  GR_ASSERT(gr_exec_done_depth == 0);
-  while (deferred_head) {
-    deferred_work *w = deferred_head;
-    deferred_head = w->next;
-    if (!deferred_head) deferred_tail = NULL;
-    gr_exec_done_depth = 1; /* as inside a completion: deeper ones defer again */
-    w->fn(w->arg);
-    gr_exec_done_depth = 0;
-    free(w);
-  }
-}
-
-/* ---- kernel context helpers ---------------------------------------------- */
-
-gr_status gr_kernel_alloc_output(gr_kernel_ctx *ctx, int i, gr_dtype dtype, const gr_shape *shape,
-                                 gr_tensor **out) {
-  GR_ASSERT(i >= 0 && i < ctx->num_outputs);
-  gr_tensor *t = &ctx->outputs[i];
-  gr_tensor_release(t);
-  gr_status s = gr_tensor_alloc(t, dtype, shape, ctx->err);
-  *out = t;
-  return s;
-}
-
-gr_status gr_kernel_forward_or_alloc(gr_kernel_ctx *ctx, int in, int i, gr_dtype dtype,
-                                     const gr_shape *shape, gr_tensor **out) {
-  GR_ASSERT(in >= 0 && in < ctx->num_inputs && i >= 0 && i < ctx->num_outputs);
-  gr_tensor *src = &ctx->inputs[in];
-  int64_t n = gr_shape_num_elements(shape);
-  if (gr_tensor_is_unique(src) && n >= 0 &&
-      (size_t)n * gr_dtype_size(dtype) <= src->buf->capacity &&
-      gr_dtype_size(dtype) == gr_dtype_size(src->dtype)) {
-    gr_tensor *t = &ctx->outputs[i];
-    gr_tensor_release(t);
-    gr_tensor_ref(t, src); /* the slot's reference is dropped after the kernel */
-    t->dtype = dtype;
-    t->shape = *shape;
-    *out = t;
-    return GR_OK;
-  }
-  return gr_kernel_alloc_output(ctx, i, dtype, shape, out);
-}
-
-void gr_kernel_set_output(gr_kernel_ctx *ctx, int i, const gr_tensor *t) {
-  GR_ASSERT(i >= 0 && i < ctx->num_outputs);
-  gr_tensor_release(&ctx->outputs[i]);
-  gr_tensor_ref(&ctx->outputs[i], t);
-}
-
-gr_status gr_kernel_error(gr_kernel_ctx *ctx, gr_status code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  gr_error_setv(ctx->err, code, fmt, ap);
-  va_end(ap);
-  return code;
 }

@@ -6,7 +6,7 @@
 #define GR_EXECUTOR_CF_INTERNAL_H
 
 #include "core/executor_internal.h"
-#include "core/gr_frames.h"
+#include "core/frames.h"
 
 /* How an edge (data or control) moves a value between frames: bits, since
  * an exit may feed another loop's enter (out of one frame, into a sibling).

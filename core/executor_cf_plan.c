@@ -1,4 +1,4 @@
-/* The control-flow executor's plan: each node's frame (gr_frames.h, by its
+/* The control-flow executor's plan: each node's frame (frames.h, by its
  * first data input, else a control input), local numbering of nodes and
  * slots per frame, how each edge crosses frames, and the checks that every
  * value enters a loop through an enter and leaves it through an exit. */

@@ -1,12 +1,17 @@
-/* Executor internals shared by the static run path (executor.c) and the
- * control-flow run path (executor_cf.c). Internal to core. */
+/* Executor internals. The files, from the bottom: exec_core.c (what both
+ * run paths share: async dispatch, deferred completions, traces, kernel
+ * context helpers), the two run paths on it (executor.c: static graphs;
+ * executor_cf.c with executor_cf_plan.c: control flow), and on top
+ * executor_run.c (starting a run on the right path, freeing) and
+ * executor_build.c. Threads and locks of a run: docs/internals.md,
+ * "Threads and locks". Internal to core. */
 #ifndef GR_EXECUTOR_INTERNAL_H
 #define GR_EXECUTOR_INTERNAL_H
 
 #include <pthread.h>
 
-#include "core/gr_executor.h"
-#include "core/gr_threadpool.h"
+#include "core/executor.h"
+#include "core/threadpool.h"
 #include "core/step_watch_internal.h"
 
 typedef struct exec_edge {
@@ -57,7 +62,8 @@ struct gr_executor {
 /* A thread of a run's own (both run paths): e's pool's, or the run's
  * caller when it waits for the run. Other threads (a server's network
  * thread completing a receive, another device's thread) run only light
- * nodes of the run (exec_node). */
+ * nodes of the run (exec_node) on the static path, and none on the
+ * control-flow path. */
 static inline bool gr_exec_own_thread(const gr_executor *e, bool waiting, pthread_t caller) {
   return (e->pool_size > 0 && gr_threadpool_current() == e->pool) ||
          (waiting && pthread_equal(pthread_self(), caller));
@@ -84,6 +90,12 @@ extern _Thread_local int gr_exec_done_depth;
 void gr_exec_defer(void (*fn)(void *), void *arg);
 /* Runs what was deferred on this thread (call at depth 0). */
 void gr_exec_run_deferred(void);
+
+/* The static path (executor.c): starts a run of a graph without control
+ * flow (as gr_cf_run_start); frees its recycled run states. */
+void gr_exec_static_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
+                          const gr_step_info *step, gr_executor_done_fn done, void *arg, bool wait);
+void gr_exec_static_free(gr_executor *e);
 
 /* Control flow (executor_cf.c): frames and iterations. */
 struct cf_plan;

@@ -1,6 +1,6 @@
-/* Loop frames (gr_frames.h): the frame tree and the assignment walk that
+/* Loop frames (frames.h): the frame tree and the assignment walk that
  * the partitioner, the executor's plan and autodiff share. */
-#include "core/gr_frames.h"
+#include "core/frames.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,13 +17,8 @@
 #include "core/gr_colocation.h"
 #include "core/gr_device.h"
 #include "core/gr_dtype.h"
-#include "core/gr_device_plan.h"
-#include "core/gr_executor.h"
-#include "core/gr_frames.h"
 #include "core/gr_graph.h"
-#include "core/gr_map.h"
 #include "core/gr_op.h"
-#include "core/gr_partition.h"
 #include "core/gr_rendezvous.h"
 #include "core/gr_resource.h"
 #include "core/gr_rng.h"
@@ -31,7 +26,6 @@
 #include "core/gr_shape.h"
 #include "core/gr_status.h"
 #include "core/gr_tensor.h"
-#include "core/gr_threadpool.h"
 #include "core/gr_trace.h"
 
 #endif

@@ -106,6 +106,9 @@ gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep);
 /* The same without the cycle check (which walks n's ancestors), for graph
  * transforms that know dep cannot depend on n (e.g. n is new). */
 gr_status gr_graph_add_control_input_unchecked(gr_graph *g, gr_node *n, gr_node *dep);
+/* Makes dep n's control input j instead of the one there (a transform that
+ * knows dep cannot depend on n; before any session uses the graph). */
+void gr_graph_replace_control_input(gr_graph *g, gr_node *n, int j, gr_node *dep);
 /* Removes dep from n's control inputs (before any session uses the graph). */
 void gr_graph_remove_control_input(gr_node *n, const gr_node *dep);
 /* Sets n's bool, int or float attr a->name (one its op declares) to a->value,

@@ -27,32 +27,10 @@
 #include <stdint.h>
 
 #include "core/gr_graph.h"
-#include "core/gr_partition.h"
 #include "core/gr_rendezvous.h"
 #include "core/gr_trace.h"
 
 typedef struct gr_session gr_session;
-
-/* A session whose devices live in other processes (the distributed
- * runtime's master, distributed/gr_distributed.h, implements it). The
- * session prunes, assigns devices and partitions as always, then hands each
- * prepared signature's partitions to the runner instead of building
- * executors, and runs its steps through it. Every callback may run on any
- * thread; several runs may be in flight at once. */
-typedef struct gr_remote_runner {
-  void *self;
-  /* Takes parts (also on failure); *plan: the runner's handle for them. */
-  gr_status (*prepare)(void *self, gr_partitions *parts, void **plan, gr_error *err);
-  /* One step, as gr_device_plan_run: feed_values in the caller's order,
-   * fetch_out filled by the partitions' fetch_index (one reference each). */
-  gr_status (*run)(void *self, void *plan, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                   const gr_step_info *step, gr_transfer_stats *stats, gr_error *err);
-  void (*free_plan)(void *self, void *plan);
-  /* Does the variable of this name have a value on the task of `device`
-   * (where the nodes that use it run)? */
-  gr_status (*var_initialized)(void *self, const char *name, const char *device, bool *out,
-                               gr_error *err);
-} gr_remote_runner;
 
 typedef struct gr_session_options {
   int inter_op_threads; /* threads running independent nodes, and the halves of a
@@ -85,12 +63,13 @@ typedef struct gr_session_options {
                                       spec is noted once through log_fn */
   void (*log_fn)(void *arg, const char *msg); /* notes (soft placement); NULL: stderr */
   void *log_arg;
-  const gr_remote_runner *remote; /* not NULL: the devices (device_names) are other
-                                     processes', run through this runner (borrowed; it
-                                     must outlive the session) */
-  gr_resource_mgr *resources;     /* the variables' container (core/gr_resource.h), shared with
-                                     other sessions that name it; the session holds a
-                                     reference. NULL: a container of its own */
+  const struct gr_remote_runner
+      *remote;                /* not NULL: the devices (device_names) are other
+                          processes', run through this runner (borrowed; it
+                          must outlive the session; the engine's, core/session_remote.h) */
+  gr_resource_mgr *resources; /* the variables' container (core/gr_resource.h), shared with
+                                 other sessions that name it; the session holds a
+                                 reference. NULL: a container of its own */
 } gr_session_options;
 
 typedef struct gr_feed {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/arena_internal.h"
-#include "core/gr_map.h"
+#include "core/map.h"
 
 #define GR_SCOPE_MAX 64
 
@@ -52,6 +52,14 @@ struct gr_graph {
   /* the strings copied last, shared by the next node that wants an equal one */
   const char *last_loc, *last_requested, *last_assigned, *last_colocate;
   uint64_t seed;
+  /* a topological order of the nodes (loop back edges aside) while
+   * topo_valid: every edge u -> v has topo[u] < topo[v]. A new node comes
+   * last; an edge that points back makes it stale, and the next cycle check
+   * computes it again (once, O(nodes + edges)), so a control input that
+   * agrees with it is added in O(1) (graph building stays linear). */
+  int64_t *topo;
+  int64_t topo_next;
+  bool topo_valid;
   bool has_error;
   gr_error error;
 };
@@ -64,6 +72,7 @@ gr_graph *gr_graph_new(void) {
   gr_idmap_init(&g->shapes.index);
   gr_map_init(&g->next_suffix, GR_MAP_STR);
   for (int d = 0; d < GR_DTYPE_COUNT; d++) g->dtypes[d] = (gr_dtype)d;
+  g->topo_valid = true;
   return g;
 }
 
@@ -75,6 +84,7 @@ void gr_graph_free(gr_graph *g) {
       if (n->attrs[a].value.type == GR_ATTR_TENSOR) gr_tensor_release(&n->attrs[a].value.tensor);
   }
   free(g->nodes);
+  free(g->topo);
   gr_idmap_free(&g->shapes.index);
   free(g->shapes.list);
   gr_idmap_free(&g->by_name);
@@ -595,6 +605,12 @@ static bool commit_node(gr_graph *g, gr_node *n, uint64_t hash) {
       return false;
     }
     g->nodes = nodes;
+    int64_t *topo = gr_realloc_array(g->topo, (size_t)cap, sizeof *topo);
+    if (!topo) {
+      fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      return false;
+    }
+    g->topo = topo;
     g->cap_nodes = cap;
   }
   if (!gr_idmap_insert(&g->by_name, hash, (uint32_t)g->num_nodes)) {
@@ -602,6 +618,7 @@ static bool commit_node(gr_graph *g, gr_node *n, uint64_t hash) {
     return false;
   }
   n->id = g->num_nodes;
+  g->topo[n->id] = g->topo_next++; /* after every node: its inputs are older */
   g->nodes[g->num_nodes++] = n;
   return true;
 }
@@ -731,6 +748,54 @@ gr_output gr_graph_rename(gr_graph *g, gr_output o, const char *name) {
   return o;
 }
 
+/* The j-th predecessor of v that counts for cycles (a loop's back edge,
+ * merge <- next_iteration, does not), or NULL. */
+static const gr_node *dag_pred(const gr_node *v, int j) {
+  const gr_node *u = gr_node_predecessor(v, j);
+  return j < v->num_inputs && u->op->cf_kind == GR_CF_NEXT_ITERATION ? NULL : u;
+}
+
+/* Computes g->topo again: nodes numbered in a depth-first post-order over
+ * their predecessors (each after all of them). False when out of memory or
+ * when the graph holds a cycle (then topo stays stale). */
+static bool topo_compute(gr_graph *g) {
+  int n = g->num_nodes;
+  int *stack = gr_alloc_array((size_t)n + 1, sizeof *stack),
+      *next = calloc((size_t)n + 1, sizeof *next);
+  char *state = calloc((size_t)n + 1, 1); /* 0 new, 1 on the stack, 2 numbered */
+  bool ok = stack && next && state;
+  int64_t order = 0;
+  for (int r = 0; ok && r < n; r++) {
+    if (state[r]) continue;
+    int sp = 0;
+    stack[sp++] = r;
+    state[r] = 1;
+    while (ok && sp > 0) {
+      const gr_node *v = g->nodes[stack[sp - 1]];
+      int deg = v->num_inputs + v->num_control_inputs;
+      const gr_node *u = NULL;
+      while (next[v->id] < deg && !(u = dag_pred(v, next[v->id]++))) {}
+      if (u && state[u->id] == 1) ok = false; /* a cycle */
+      if (u && state[u->id] == 0) {
+        state[u->id] = 1;
+        stack[sp++] = u->id;
+      } else if (!u) {
+        state[v->id] = 2;
+        g->topo[v->id] = order++;
+        sp--;
+      }
+    }
+  }
+  free(stack), free(next), free(state);
+  if (ok) g->topo_next = order, g->topo_valid = true;
+  return ok;
+}
+
+/* Notes the edge from -> to: one that points back in the order makes it stale. */
+static void note_edge(gr_graph *g, const gr_node *from, const gr_node *to) {
+  if (g->topo[from->id] >= g->topo[to->id]) g->topo_valid = false;
+}
+
 gr_status gr_graph_set_input(gr_graph *g, gr_node *n, int i, gr_output value) {
   if (!n || !value.node) return fail(g, GR_ERR_INVALID_ARGUMENT, "set_input: null node or value");
   if (i < 0 || i >= n->num_inputs)
@@ -747,14 +812,25 @@ gr_status gr_graph_set_input(gr_graph *g, gr_node *n, int i, gr_output value) {
                 gr_dtype_name(a), gr_shape_str(sa, x), value.node->name, gr_dtype_name(b),
                 gr_shape_str(sb, y));
   }
+  if (value.node->op->cf_kind != GR_CF_NEXT_ITERATION) note_edge(g, value.node, n);
   n->inputs[i] = value;
   return GR_OK;
 }
 
+void gr_graph_replace_control_input(gr_graph *g, gr_node *n, int j, gr_node *dep) {
+  GR_ASSERT(j >= 0 && j < n->num_control_inputs && dep->graph == g);
+  note_edge(g, dep, n);
+  n->control_inputs[j] = dep;
+}
+
 /* Does `from` depend on `target` (through inputs and control inputs, loop
- * back edges aside)? */
-static bool reaches(const gr_graph *g, const gr_node *from, const gr_node *target) {
+ * back edges aside)? With a valid order, not when from comes first; else
+ * only nodes between the two are walked. */
+static bool reaches(gr_graph *g, const gr_node *from, const gr_node *target) {
   if (from == target) return true;
+  if (!g->topo_valid) topo_compute(g);
+  int64_t floor = g->topo_valid ? g->topo[target->id] : INT64_MIN;
+  if (g->topo_valid && g->topo[from->id] < floor) return false;
   char *seen = calloc((size_t)g->num_nodes + 1, 1);
   int *stack = gr_alloc_array((size_t)g->num_nodes + 1, sizeof(int));
   bool found = false;
@@ -772,7 +848,7 @@ static bool reaches(const gr_graph *g, const gr_node *from, const gr_node *targe
       const gr_node *u = gr_node_predecessor(v, j);
       if (j < v->num_inputs && u->op->cf_kind == GR_CF_NEXT_ITERATION) continue;
       if (u == target) found = true;
-      if (!seen[u->id]) {
+      if (!seen[u->id] && g->topo[u->id] >= floor) {
         seen[u->id] = 1;
         stack[sp++] = u->id;
       }
@@ -798,6 +874,7 @@ gr_status gr_graph_add_control_input(gr_graph *g, gr_node *n, gr_node *dep) {
 gr_status gr_graph_add_control_input_unchecked(gr_graph *g, gr_node *n, gr_node *dep) {
   gr_node **c = gr_arena_alloc(&g->arena, sizeof(gr_node *) * (size_t)(n->num_control_inputs + 1));
   if (!c) return fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  note_edge(g, dep, n);
   if (n->num_control_inputs)
     memcpy(c, n->control_inputs, sizeof(gr_node *) * (size_t)n->num_control_inputs);
   c[n->num_control_inputs++] = dep;

@@ -1,4 +1,4 @@
-#include "core/gr_map.h"
+#include "core/map.h"
 
 #include "core/arena_internal.h"
 #include "core/gr_status.h"

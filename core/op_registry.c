@@ -7,7 +7,7 @@
 
 #include "core/gr_graph.h"
 #include "core/gr_op.h"
-#include "core/gr_map.h"
+#include "core/map.h"
 #include "core/transfer_internal.h"
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;

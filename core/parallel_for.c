@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "core/gr_op.h"
-#include "core/gr_threadpool.h"
+#include "core/threadpool.h"
 
 typedef struct par_job {
   void (*fn)(void *arg, int chunk);

@@ -1,4 +1,4 @@
-/* The partitioner (see gr_partition.h): devices and loops first, then one
+/* The partitioner (see partition.h): devices and loops first, then one
  * copy pass in topological order that inserts _send/_recv pairs. */
 #include "core/partition_internal.h"
 

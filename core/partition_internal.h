@@ -4,9 +4,9 @@
 #ifndef GR_PARTITION_INTERNAL_H
 #define GR_PARTITION_INTERNAL_H
 
-#include "core/gr_frames.h"
-#include "core/gr_map.h"
-#include "core/gr_partition.h"
+#include "core/frames.h"
+#include "core/map.h"
+#include "core/partition.h"
 
 /* What the partitioner knows of a loop frame besides its place in the tree
  * (pctx.fr; parents come before children). */

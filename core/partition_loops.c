@@ -1,4 +1,4 @@
-/* Loops that span devices (see gr_partition.h).
+/* Loops that span devices (see core/partition.h).
  *
  * A device runs the iterations of a loop frame only if something in that
  * frame on that device starts them. So each device a loop spans gets a small

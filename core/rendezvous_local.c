@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gr_map.h"
+#include "core/map.h"
 
 typedef struct rv_entry {
   struct rv_entry *next; /* in the list of waiters an abort calls */

@@ -5,7 +5,7 @@
 
 #include "core/gr_op.h"
 #include "core/gr_resource.h"
-#include "core/gr_map.h"
+#include "core/map.h"
 
 struct gr_var {
   pthread_mutex_t mu;

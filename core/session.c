@@ -2,17 +2,19 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/gr_colocation.h"
-#include "core/gr_executor.h"
+#include "core/executor.h"
 #include "core/gr_rng.h"
 #include "core/gr_resource.h"
-#include "core/gr_device_plan.h"
+#include "core/device_plan.h"
+#include "core/session_remote.h"
 #include "core/step_watch_internal.h"
-#include "core/gr_map.h"
+#include "core/map.h"
 
 #define GR_INIT_DEPTH_MAX 16
 #define GR_LAST_EPS_MAX   16
@@ -44,7 +46,7 @@ struct gr_session {
   uint64_t incarnation; /* in every rendezvous key of this session */
   char **soft_noted;    /* specs soft placement has reported (under mu) */
   int num_soft_noted;
-  int64_t last_sends, last_bytes; /* the latest step's transfers (atomics) */
+  _Atomic int64_t last_sends, last_bytes; /* the latest step's transfers */
   /* the latest run's endpoints and what they prepared (under mu): a loop
    * that runs one signature finds it without building its key */
   prepared *last;
@@ -174,8 +176,8 @@ int gr_session_num_devices(const gr_session *s) {
   return s->opts.num_devices;
 }
 gr_transfer_stats gr_session_last_transfers(const gr_session *s) {
-  return (gr_transfer_stats){__atomic_load_n(&s->last_sends, __ATOMIC_RELAXED),
-                             __atomic_load_n(&s->last_bytes, __ATOMIC_RELAXED)};
+  return (gr_transfer_stats){atomic_load_explicit(&s->last_sends, memory_order_relaxed),
+                             atomic_load_explicit(&s->last_bytes, memory_order_relaxed)};
 }
 
 int gr_session_num_cached(const gr_session *s) {
@@ -754,8 +756,8 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
                  : p->plan        ? gr_device_plan_run(p->plan, fv, results, &step, &moved, err)
                                   : gr_executor_run(p->exec, fv, results, &step, err);
   if (step.watch) st = gr_watchdog_end_step(s->watchdog, step.watch, st, err);
-  __atomic_store_n(&s->last_sends, moved.sends, __ATOMIC_RELAXED);
-  __atomic_store_n(&s->last_bytes, moved.bytes, __ATOMIC_RELAXED);
+  atomic_store_explicit(&s->last_sends, moved.sends, memory_order_relaxed);
+  atomic_store_explicit(&s->last_bytes, moved.bytes, memory_order_relaxed);
   gr_step_stacks_free(step.stacks);
   if (fv != fv_small) free(fv);
   return st;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gr_device_plan.h"
+#include "core/device_plan.h"
 #include "core/gr_rendezvous.h"
 #include "core/step_watch_internal.h"
 

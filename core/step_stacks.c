@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/gr_op.h"
-#include "core/gr_map.h"
+#include "core/map.h"
 
 typedef struct stack {
   char *name;

@@ -1,4 +1,4 @@
-#include "core/gr_threadpool.h"
+#include "core/threadpool.h"
 #include "core/gr_alloc.h"
 
 #include <pthread.h>
@@ -22,11 +22,6 @@ struct gr_threadpool {
   int sleepers; /* workers waiting on cv (under mu) */
   pthread_t *threads;
 };
-
-int gr_num_cores(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
 
 static _Thread_local gr_threadpool *current;
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gr_executor.h"
+#include "core/executor.h"
 #include "core/gr_graph.h"
 #include "core/gr_op.h"
 #include "core/gr_rendezvous.h"

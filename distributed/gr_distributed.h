@@ -93,7 +93,9 @@ gr_status gr_wire_check_msgpack(const void *data, size_t size, int max_depth, gr
 /* Every connection starts with a handshake (docs/distributed.md "Security"):
  * both sides prove they know the cluster's shared secret (HMAC-SHA256
  * challenge-response) and name their cluster id, which the MACs cover; a
- * peer of another cluster is refused, naming both ids. A secret is
+ * peer of another cluster is refused, naming both ids. Between hosts the
+ * connection then runs over TLS (with certificates: the options' tls_*)
+ * or carries a MAC on every frame (docs/security.md). A secret is
  * GR_SECRET_MIN to GR_SECRET_MAX bytes (no NUL); without one a server or
  * master must say `insecure` (loopback only, no authentication). */
 #define GR_SECRET_MIN 16
@@ -131,11 +133,20 @@ typedef struct gr_server_options {
   const char *cluster_id; /* the cluster this task belongs to (gr_cluster_id_check; NULL:
                            none): a peer of another cluster is refused at the handshake,
                            and the log line names both ids and the peer */
-  int num_devices;        /* CPU devices /job:J/replica:0/task:T/device:CPU:K; 0: 1 */
-  int inter_op_threads;   /* executor threads; 0: number of cores */
-  int intra_op_threads;   /* threads inside one op (BLAS); 0: 1, as a session's default, so
-                             a task computes what one process computes, bit for bit */
-  bool quiet;             /* no log line per connection */
+  /* TLS with peers on other hosts (docs/security.md, "TLS"): PEM files of
+   * this task's certificate, its private key (not readable by others) and
+   * the cluster's CA, which must sign every task's and client's
+   * certificate; all three or none (errors name the file). With them a
+   * peer that is not on loopback must use TLS 1.3 with a certificate the CA
+   * signed (mutual authentication; a plaintext peer is refused); without
+   * them every frame from or to such a peer carries a MAC (authenticated,
+   * not encrypted). Loopback peers stay plaintext. */
+  const char *tls_cert, *tls_key, *tls_ca;
+  int num_devices;      /* CPU devices /job:J/replica:0/task:T/device:CPU:K; 0: 1 */
+  int inter_op_threads; /* executor threads; 0: number of cores */
+  int intra_op_threads; /* threads inside one op (BLAS); 0: 1, as a session's default, so
+                           a task computes what one process computes, bit for bit */
+  bool quiet;           /* no log line per connection */
   /* Where the server's log lines go (a refused frame or request, naming the
    * peer; a connection that ended; a registration): log_fn(log_arg, line)
    * with one line without "graphrun: " or a newline, from any of the
@@ -168,6 +179,18 @@ gr_resource_mgr *gr_server_container(gr_server *s, const char *name);
 /* How many containers the task holds (private and shared). */
 int gr_server_num_containers(gr_server *s);
 
+/* The server's clients: connections that sent a request (a master's, a
+ * reset's; not a peer task's pushes, not a connection that only connected,
+ * such as a readiness probe's), for a server that ends with its run
+ * (graphrun server --exit-with-client). */
+typedef struct gr_server_clients {
+  int open;        /* client connections open now */
+  bool served;     /* a client has registered a graph since the server started */
+  int64_t idle_ms; /* since the last client connection closed; 0 while one is open, or
+                      before any */
+} gr_server_clients;
+void gr_server_client_state(gr_server *s, gr_server_clients *out);
+
 /* Container names: 1 to GR_CONTAINER_NAME_MAX letters, digits, '_', '-' and
  * '.'. A name a user gives starts with a letter or a digit: a leading '_'
  * is kept for the masters' private containers ("_run.<16 hex digits>"). */
@@ -182,25 +205,31 @@ typedef struct gr_master gr_master;
 
 typedef struct gr_master_options {
   int num_tasks;
-  const char *const *addresses; /* "host:port" of each task's server */
-  const char *secret;           /* the cluster's shared secret (as the servers'); NULL is
-                                   refused unless insecure */
-  bool insecure;                /* no secret: talks only to servers started insecure */
-  const char *cluster_id;       /* the cluster's id (NULL: none): a task of another cluster
-                                   is refused ("127.0.0.1:2223 belongs to cluster 'a',
-                                   this client's is 'b': ...") */
-  int connect_timeout_ms;       /* per task, with retries; 0: 10000 */
-  int step_timeout_ms;          /* a step's deadline; 0: none */
-  int heartbeat_ms;             /* a task silent this long is pinged; 0: 100; < 0: never */
-  int heartbeat_missed;         /* silent for this many intervals: the task is lost (its
-                                   requests fail at once, naming it); 0: 5 */
-  const char *container;        /* NULL: the variables (queues, accumulators) of this master's
-                                   graphs live in a private container on each task, its own,
-                                   dropped when the master disconnects (gr_master_free, or
-                                   a lost connection): every master starts from initial
-                                   values. A name (gr_container_check_name): the shared
-                                   container of that name, which every master naming it
-                                   uses, kept on the tasks until gr_master_reset */
+  const char *const *addresses;  /* "host:port" of each task's server */
+  const char *const *task_names; /* optional: the task each address should be
+                                    ("/job:worker/task:1"), named in its errors */
+  const char *secret;            /* the cluster's shared secret (as the servers'); NULL is
+                                    refused unless insecure */
+  bool insecure;                 /* no secret: talks only to servers started insecure */
+  const char *cluster_id;        /* the cluster's id (NULL: none): a task of another cluster
+                                    is refused ("127.0.0.1:2223 belongs to cluster 'a',
+                                    this client's is 'b': ...") */
+  const char *tls_cert, *tls_key, *tls_ca; /* TLS with tasks on other hosts, as a server's
+                                              (gr_server_options): a task that requires it
+                                              needs them, and with them a task on another
+                                              host that does not offer TLS is refused */
+  int connect_timeout_ms;                  /* per task, with retries; 0: 10000 */
+  int step_timeout_ms;                     /* a step's deadline; 0: none */
+  int heartbeat_ms;      /* a task silent this long is pinged; 0: 100; < 0: never */
+  int heartbeat_missed;  /* silent for this many intervals: the task is lost (its
+                            requests fail at once, naming it); 0: 5 */
+  const char *container; /* NULL: the variables (queues, accumulators) of this master's
+                            graphs live in a private container on each task, its own,
+                            dropped when the master disconnects (gr_master_free, or
+                            a lost connection): every master starts from initial
+                            values. A name (gr_container_check_name): the shared
+                            container of that name, which every master naming it
+                            uses, kept on the tasks until gr_master_reset */
 } gr_master_options;
 
 /* Connects to every task and asks for its name, devices and incarnation.

@@ -386,9 +386,16 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
     gr_error_prefix(err, "master");
     return err ? err->code : GR_ERR_INVALID_ARGUMENT;
   }
+  gr_tls *tls;
+  GR_TRY(gr_tls_from_options(o->tls_cert, o->tls_key, o->tls_ca, "master", &tls, err));
   gr_master *ms = calloc(1, sizeof *ms);
-  if (!ms) return gr_error_set_oom(err);
+  if (!ms) {
+    gr_tls_unref(tls);
+    return gr_error_set_oom(err);
+  }
   ms->o = *o;
+  ms->tls = tls;
+  ms->o.tls_cert = ms->o.tls_key = ms->o.tls_ca = NULL;
   snprintf(ms->cluster, sizeof ms->cluster, "%s", o->cluster_id ? o->cluster_id : "");
   ms->o.cluster_id = ms->cluster;
   if (!ms->o.connect_timeout_ms) ms->o.connect_timeout_ms = 10000;
@@ -399,21 +406,25 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   ms->secret = o->secret ? strdup(o->secret) : NULL;
   ms->o.secret = ms->secret;
   ms->o.addresses = NULL;
+  ms->o.task_names = NULL;
   ms->o.container = NULL;
   ms->tasks = calloc((size_t)o->num_tasks, sizeof *ms->tasks);
   gr_status st = ms->tasks && (!o->secret || ms->secret) ? container_of(ms, o->container, err)
                                                          : gr_error_set_oom(err);
   if (st == GR_OK) st = gr_loop_new(&ms->loop, err);
-  gr_conn_handler h = {on_message, on_close, ms, NULL};
+  gr_conn_handler h = {on_message, on_close, ms, NULL, NULL};
   for (int k = 0; k < o->num_tasks && st == GR_OK; k++) {
     task *t = &ms->tasks[k];
     ms->num_tasks++;
     gr_map_init(&t->pending, GR_MAP_U64);
     gr_map_init(&t->abandoned, GR_MAP_U64);
     snprintf(t->address, sizeof t->address, "%s", o->addresses[k] ? o->addresses[k] : "");
-    st = gr_conn_dial(ms->loop, t->address, ms->secret, ms->cluster, ms->o.connect_timeout_ms, &h,
-                      &t->conn, err);
-    if (st != GR_OK) break;
+    gr_conn_auth auth = {ms->secret, ms->cluster, ms->tls};
+    st = gr_conn_dial(ms->loop, t->address, &auth, ms->o.connect_timeout_ms, &h, &t->conn, err);
+    if (st != GR_OK) {
+      if (o->task_names && o->task_names[k]) gr_error_prefix(err, "%s", o->task_names[k]);
+      break;
+    }
     gr_conn_set_user(t->conn, t);
     /* a handler may run before set_user: dial's handshake is done, but no
      * request is out yet, so nothing arrives before GET_STATUS */
@@ -492,6 +503,7 @@ void gr_master_free(gr_master *ms) {
   free(ms->tasks);
   free(ms->device_names);
   free(ms->secret);
+  gr_tls_unref(ms->tls);
   pthread_mutex_destroy(&ms->mu);
   pthread_cond_destroy(&ms->abandoned_cv);
   free(ms);

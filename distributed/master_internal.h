@@ -1,5 +1,8 @@
-/* The master's internals shared by master.c (connections, requests) and
- * master_run.c (the session's remote runner). Internal to distributed/. */
+/* The master's internals shared by master.c (connections, requests),
+ * master_run.c (the session's remote runner), master_lease.c,
+ * master_place.c and master_reset.c. Which thread runs what, which lock
+ * guards which field and the lock order (the master's mu before a group's):
+ * docs/internals.md, "Threads and locks". Internal to distributed/. */
 #ifndef GR_MASTER_INTERNAL_H
 #define GR_MASTER_INTERNAL_H
 
@@ -49,6 +52,7 @@ struct gr_master {
   gr_master_options o;
   char *secret;                              /* NULL: insecure */
   char cluster[GR_CLUSTER_ID_MAX + 1];       /* its cluster id ("": none) */
+  gr_tls *tls;                               /* with tasks on other hosts (NULL: none) */
   char container[GR_CONTAINER_NAME_MAX + 1]; /* its graphs' container on the tasks */
   bool private_container;                    /* its own (no name in the options) */
   gr_loop *loop;

@@ -1,10 +1,9 @@
-/* The server: one task of a cluster. It listens, answers GET_STATUS,
- * LEASE and heartbeats and takes pushed tensors on the network thread, and hands
- * registrations, steps and aborts to its worker threads. The network
- * thread runs only transfers and small nodes of known size that a pushed
- * tensor makes ready (core/executor.c run_cheap_here); the rest runs on
- * the inter-op threads. A step holds no thread while it waits: its RUN is
- * answered from its completion. */
+/* The server: one task of a cluster. Setting it up and stopping it, and
+ * the dispatch of every frame that arrives (on_message): GET_STATUS, LEASE
+ * and heartbeats are answered, and pushed tensors delivered, where they
+ * arrive; registrations go to the register threads, the other requests to
+ * the work threads (run_job). Which thread runs what, and the locks:
+ * docs/internals.md, "Threads and locks". */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -192,6 +191,9 @@ typedef struct conn_state {
   bool logged;  /* its session line was printed */
   bool closing; /* a bad request: the rest of the connection is ignored */
   bool ran;     /* a RUN came over it: its steps are aborted when it closes */
+  bool pushed;  /* a peer task's: TENSOR frames came over it */
+  bool failed;  /* the step of the frame refused on it was failed (on_refused) */
+  bool client;  /* a request came over it: a client (a master), not a peer task */
   bool any;
   uint64_t top;
   uint64_t seen[GR_SERVER_ID_WINDOW / 64]; /* id x: bit x % GR_SERVER_ID_WINDOW */
@@ -272,6 +274,30 @@ static bool check_request(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *id) {
   return true;
 }
 
+/* A connection's first request makes it a client's, until it closes. */
+static void note_client(gr_server *s, conn_state *cs) {
+  cs->client = true;
+  pthread_mutex_lock(&s->mu);
+  s->clients_open++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void note_client_gone(gr_server *s) {
+  pthread_mutex_lock(&s->mu);
+  s->clients_open--;
+  s->clients_gone_at = gr_wire_now_ms();
+  pthread_mutex_unlock(&s->mu);
+}
+
+void gr_server_client_state(gr_server *s, gr_server_clients *out) {
+  pthread_mutex_lock(&s->mu);
+  out->open = s->clients_open;
+  out->served = s->served;
+  out->idle_ms =
+      s->clients_open > 0 || !s->clients_gone_at ? 0 : gr_wire_now_ms() - s->clients_gone_at;
+  pthread_mutex_unlock(&s->mu);
+}
+
 static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   gr_server *s = arg;
   uint64_t id = 0;
@@ -285,8 +311,14 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     gr_inmsg_free(m);
     return;
   }
+  if (cs && !cs->client && is_request(m->h.type)) note_client(s, cs);
   if (is_request(m->h.type) && !check_request(s, c, m, &id)) return;
   if (m->h.type == GR_MSG_RUN) ((conn_state *)gr_conn_user(c))->ran = true;
+  if (m->h.type == GR_MSG_REGISTER) { /* a run of graphs has begun */
+    pthread_mutex_lock(&s->mu);
+    s->served = true;
+    pthread_mutex_unlock(&s->mu);
+  }
   switch (m->h.type) {
     case GR_MSG_HEARTBEAT: { /* answered at once, here: the master sees that we live */
       gr_outmsg *r = gr_msg_u64(&m->msg.root, "id", &id, NULL) == GR_OK
@@ -305,10 +337,9 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
       gr_inmsg_free(m);
       return;
     case GR_MSG_TENSOR:
-      /* delivered here, without a hop to the work pool: it blocks nowhere,
-       * and the executors run what it makes ready on the inter-op threads
-       * (only transfers and small nodes of known size, such as a send that
-       * passes it on, run here) */
+      if (cs) cs->pushed = true;
+      /* delivered here, without a hop to the work pool: it blocks nowhere
+       * (what it makes ready: docs/internals.md, "Threads and locks") */
       gr_server_push(s, c, m);
       return;
     case GR_MSG_RUN:
@@ -359,12 +390,58 @@ static void abort_steps_of(void *arg) {
   free(x);
 }
 
+/* A frame that failed its MAC: a tensor pushed for step `run` (as the frame
+ * claims) may be the one altered; that step fails at once, open here or
+ * not yet, rather than wait for it (its master recovers). Only a step can
+ * be failed this way, which whoever can alter frames can do anyway. */
+static void on_refused(void *arg, gr_conn *c, const gr_inmsg *m) {
+  gr_server *s = arg;
+  uint64_t run_id;
+  conn_state *cs = gr_conn_user(c);
+  if (m->h.type != GR_MSG_TENSOR || gr_msg_u64(&m->msg.root, "run", &run_id, NULL) != GR_OK) return;
+  if (cs) cs->failed = true;
+  char msg[GR_ERROR_MSG_MAX];
+  snprintf(msg, sizeof msg,
+           "%s: a tensor for this step from %s failed its MAC (altered on the way) and was "
+           "refused",
+           s->task, gr_conn_peer(c));
+  gr_server_step_abort_id(s, run_id, GR_ERR_ABORTED, msg);
+}
+
+typedef struct refused { /* a peer task's frame was refused */
+  gr_server *s;
+  char msg[GR_ERROR_MSG_MAX];
+} refused;
+
+static void abort_open_steps(void *arg) {
+  refused *x = arg;
+  gr_server_steps_abort_open(x->s, GR_ERR_ABORTED, x->msg);
+  free(x);
+}
+
+/* A peer task pushes tensors over c, which closed after something it sent
+ * was refused without saying for which step (a TLS record altered on the
+ * way, bytes that are not a frame): a tensor a step open here waits for
+ * may be the one refused, and no other copy comes. Every open step fails
+ * (ABORTED: its master recovers) rather than wait for it until the
+ * master's deadline. (A step whose RUN comes only later still waits.) */
+static void abort_for_refused(gr_server *s, gr_conn *c, const gr_error *why) {
+  refused *x = malloc(sizeof *x);
+  if (!x) return;
+  x->s = s;
+  snprintf(x->msg, sizeof x->msg,
+           "%s: a tensor for this step may be lost: %s's connection was closed (%s)", s->task,
+           gr_conn_peer(c), why->msg);
+  gr_threadpool_schedule(s->work_pool, abort_open_steps, x); /* aborts run off the loop */
+}
+
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
   gr_server *s = arg;
   gr_server_drop_graphs_of(s, c);     /* the client is gone: so are its graphs */
   gr_server_leases_drop_of(s, c);     /* and its leases */
   gr_server_containers_drop_of(s, c); /* and its private containers */
   conn_state *cs = gr_conn_user(c);
+  if (cs && cs->client) note_client_gone(s);
   if (cs && cs->ran) { /* its running steps would wait for a master that is gone */
     closed *x = malloc(sizeof *x);
     if (x) {
@@ -375,8 +452,14 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
       gr_server_steps_abort_of(s, c, why);
     }
   }
-  /* a peer that closes between frames is done; anything else is worth a line */
-  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK)
+  if (cs && cs->pushed && !cs->failed &&
+      (why->code == GR_ERR_UNAUTHENTICATED || why->code == GR_ERR_INVALID_ARGUMENT))
+    abort_for_refused(s, c, why);
+  /* a peer that closes between frames is done, one that went away having
+   * sent nothing was a probe (a readiness check of the port); anything else
+   * (one the handshake deadline closed, too) is worth a line */
+  bool probe = gr_conn_sent_nothing(c) && why->code != GR_ERR_DEADLINE_EXCEEDED;
+  if (!s->o.quiet && why->code != GR_ERR_CANCELLED && why->code != GR_OK && !probe)
     gr_server_log(s, "connection from %s ended: %s", gr_conn_peer(c), why->msg);
   free(cs);
   gr_conn_set_user(c, NULL);
@@ -455,9 +538,16 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   int port;
   GR_TRY(gr_parse_address(bind, host, sizeof host, &port, err));
   GR_TRY(check_identity(o, bind, host, err));
+  gr_tls *tls;
+  GR_TRY(gr_tls_from_options(o->tls_cert, o->tls_key, o->tls_ca, "server", &tls, err));
   gr_server *s = calloc(1, sizeof *s);
-  if (!s) return gr_error_set_oom(err);
+  if (!s) {
+    gr_tls_unref(tls);
+    return gr_error_set_oom(err);
+  }
   s->o = *o;
+  s->tls = tls;
+  s->o.tls_cert = s->o.tls_key = s->o.tls_ca = NULL;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->stopped, NULL);
   gr_map_init(&s->containers, GR_MAP_STR);
@@ -478,8 +568,8 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   gr_ops_set_intra_op_threads(o->intra_op_threads > 0 ? o->intra_op_threads : 1);
   s->register_pool = gr_threadpool_new(4);
   s->work_pool = gr_threadpool_new(2);
-  /* the steps' kernels run on these threads only (a RUN or a tensor's
-   * arrival runs cheap nodes on its work thread and hands the rest here) */
+  /* the steps' kernels: light nodes may also run where a value arrives
+   * (docs/internals.md, "Threads and locks") */
   s->exec_pool = gr_threadpool_new(threads);
   s->exec_threads = threads;
   gr_threadpool_set_name(s->register_pool, "gr-register");
@@ -497,10 +587,10 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   while (st == GR_OK && s->incarnation == 0)
     st = gr_auth_random(&s->incarnation, sizeof s->incarnation, err);
   if (st == GR_OK) st = gr_loop_new(&s->loop, err);
-  gr_conn_handler h = {on_message, on_close, s, transport_log};
+  gr_conn_handler h = {on_message, on_close, s, transport_log, on_refused};
+  gr_conn_auth auth = {s->secret, s->cluster, s->tls};
   if (st == GR_OK)
-    st = gr_listener_new(s->loop, host, port, s->secret, s->cluster, &h, &s->listener, &s->port,
-                         err);
+    st = gr_listener_new(s->loop, host, port, &auth, &h, &s->listener, &s->port, err);
   if (st == GR_OK) gr_listener_set_max_conns(s->listener, o->max_connections);
   if (st == GR_OK) st = gr_loop_every(s->loop, 1000, flush_logs, s, err);
   if (st != GR_OK) {
@@ -512,6 +602,13 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
     gr_server_log(s, "warning: insecure: no secret, no authentication: any local user can "
                      "connect, run any graph in this process (so read any file it can read) "
                      "and use its clients' shared containers");
+  else if (!s->tls && !is_loopback(host))
+    gr_server_log(s,
+                  "warning: no TLS on %s (not loopback): peers on other hosts must know the "
+                  "secret and every frame carries a MAC, but the traffic is not encrypted "
+                  "(anyone on the path can read tensors and graphs); give --tls-cert, "
+                  "--tls-key and --tls-ca to encrypt it",
+                  host);
   *out = s;
   return GR_OK;
 }
@@ -540,6 +637,7 @@ void gr_server_free(gr_server *s) {
   for (int k = 0; s->devices && k < s->num_devices; k++) free(s->devices[k]);
   free(s->devices);
   free(s->secret);
+  gr_tls_unref(s->tls);
   if (s->logs) {
     gr_loglimit_flush(s->logs, emit, s);
     gr_loglimit_destroy(s->logs);

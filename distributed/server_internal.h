@@ -1,13 +1,18 @@
-/* The server (worker service) shared between server.c (setup, dispatch,
- * registration) and server_step.c (steps and the push rendezvous).
+/* The server (worker service), shared between its files: server.c (setup,
+ * dispatch), server_register.c (registration, dialing peers),
+ * server_step.c (steps and the push rendezvous), server_containers.c and
+ * server_lease.c. Which thread runs what, which lock guards which field
+ * and the lock order: docs/internals.md, "Threads and locks".
  * Internal to distributed/. */
 #ifndef GR_SERVER_INTERNAL_H
 #define GR_SERVER_INTERNAL_H
 
 #include <pthread.h>
 
+#include "core/core_engine.h"
 #include "distributed/gr_distributed.h"
 #include "distributed/loglimit_internal.h"
+#include "distributed/tls_internal.h"
 #include "distributed/transport_internal.h"
 
 #define GR_TASK_NAME_MAX    96
@@ -63,6 +68,7 @@ struct gr_server {
   int port;
   char *secret;                        /* NULL: insecure */
   char cluster[GR_CLUSTER_ID_MAX + 1]; /* its cluster id ("": none) */
+  gr_tls *tls;                         /* with peers on other hosts (NULL: none) */
   gr_loop *loop;
   gr_listener *listener;
   gr_loglimit *logs;            /* gr_server_log's lines, rate-limited per call site (format) */
@@ -87,6 +93,12 @@ struct gr_server {
   int dials;              /* dial threads running (server_register.c) */
   gr_lease *leases;       /* network thread only (server_lease.c) */
   int num_leases;
+  /* its clients (gr_server_client_state), under mu: connections that sent
+   * a request and are open; whether one registered a graph; when the last
+   * closed (gr_wire_now_ms; 0: none yet) */
+  int clients_open;
+  bool served;
+  int64_t clients_gone_at;
 };
 
 /* Responds to request id on c: code GR_OK with `extra` more map entries the
@@ -131,6 +143,12 @@ void gr_server_registered_unref(registered *r);
 void gr_server_steps_abort_of(gr_server *s, gr_conn *c, const gr_error *why);
 /* Aborts every step (the server stops): running steps return. */
 void gr_server_steps_abort_all(gr_server *s);
+/* Aborts every step open now with code and msg (a peer's tensor for one of
+ * them may be lost). */
+void gr_server_steps_abort_open(gr_server *s, gr_status code, const char *msg);
+/* Aborts step run_id with code and msg, open or not yet (its RUN, arriving
+ * later, fails at once). */
+void gr_server_step_abort_id(gr_server *s, uint64_t run_id, gr_status code, const char *msg);
 void gr_server_steps_free(gr_server *s);
 /* LEASE request id on c (network thread): takes or looks at a lease and
  * answers with its state. */

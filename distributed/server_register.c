@@ -235,11 +235,12 @@ static void *dial_main(void *arg) {
   gr_server *s = d->s;
   gr_conn *c = NULL, *old = NULL;
   gr_error e;
-  gr_conn_handler h = {on_peer_message, on_peer_close, s, NULL};
+  gr_conn_handler h = {on_peer_message, on_peer_close, s, NULL, NULL};
   gr_status st;
   peer *p;
   for (;;) {
-    st = gr_conn_dial(s->loop, d->address, s->secret, s->cluster, 10000, &h, &c, &e);
+    gr_conn_auth auth = {s->secret, s->cluster, s->tls};
+    st = gr_conn_dial(s->loop, d->address, &auth, 10000, &h, &c, &e);
     if (st != GR_OK) gr_error_prefix(&e, "dialing %s", d->task);
     pthread_mutex_lock(&s->mu);
     p = gr_server_find_peer(s, d->task);

@@ -7,6 +7,7 @@
  * task stores it in its local rendezvous under the same key, also when its
  * own RUN for that step has not started yet (parked, bounded in bytes). */
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,12 +20,13 @@ struct step_state {
   gr_conn *owner;        /* the connection its RUN came over (not a reference; under s->mu) */
   int refs;              /* under s->mu */
   bool started, aborted;
-  size_t parked;          /* bytes that arrived before the step started */
-  int64_t sends, bytes;   /* pushed to other tasks (atomics) */
-  int64_t got, got_bytes; /* pushed here: counted by their sender (atomics) */
+  size_t parked;                  /* bytes that arrived before the step started */
+  _Atomic int64_t sends, bytes;   /* pushed to other tasks */
+  _Atomic int64_t got, got_bytes; /* pushed here: counted by their sender */
 };
 
 static void state_unref_locked(gr_server *s, step_state *t) {
+  GR_ASSERT_HELD(&s->mu);
   if (--t->refs > 0) return;
   s->parked_bytes -= t->parked;
   gr_rendezvous_free(t->local);
@@ -43,6 +45,7 @@ static void state_unref(gr_server *s, step_state *t) {
  * (values pushed or an abort for a step whose RUN never came: a master that
  * died, or a peer's mistake), as if it had finished. */
 static bool evict_parked_locked(gr_server *s) {
+  GR_ASSERT_HELD(&s->mu);
   step_state *old = NULL;
   void *v;
   for (size_t pos = 0; gr_map_next(&s->steps, &pos, NULL, &v);) {
@@ -108,6 +111,10 @@ static void state_abort(gr_server *s, step_state *t, gr_status code, const char 
 }
 
 void gr_server_steps_abort_all(gr_server *s) {
+  gr_server_steps_abort_open(s, GR_ERR_CANCELLED, "the server is shutting down");
+}
+
+void gr_server_steps_abort_open(gr_server *s, gr_status code, const char *msg) {
   for (;;) { /* one at a time, without s->mu: an aborted step may end (and answer) inline */
     pthread_mutex_lock(&s->mu);
     step_state *t = NULL;
@@ -117,7 +124,7 @@ void gr_server_steps_abort_all(gr_server *s) {
     if (t) t->refs++;
     pthread_mutex_unlock(&s->mu);
     if (!t) return;
-    state_abort(s, t, GR_ERR_CANCELLED, "the server is shutting down");
+    state_abort(s, t, code, msg);
     state_unref(s, t);
   }
 }
@@ -145,7 +152,9 @@ void gr_server_steps_abort_of(gr_server *s, gr_conn *c, const gr_error *why) {
 
 void gr_server_steps_free(gr_server *s) {
   void *v;
+  pthread_mutex_lock(&s->mu); /* no other thread is left: for the lock checks */
   for (size_t pos = 0; gr_map_next(&s->steps, &pos, NULL, &v);) state_unref_locked(s, v);
+  pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- the push rendezvous ----------------------------------------------------------- */
@@ -195,9 +204,10 @@ static gr_status rv_send(void *self, const char *key, const gr_tensor *value, bo
                                err);
   }
   if (st == GR_OK) {
-    __atomic_add_fetch(&r->t->sends, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&r->t->sends, 1, memory_order_relaxed);
     if (!dead && value)
-      __atomic_add_fetch(&r->t->bytes, (int64_t)gr_tensor_num_bytes(value), __ATOMIC_RELAXED);
+      atomic_fetch_add_explicit(&r->t->bytes, (int64_t)gr_tensor_num_bytes(value),
+                                memory_order_relaxed);
     st = gr_conn_send(c, m, err); /* takes m */
     if (st != GR_OK) gr_error_prefix(err, "%s pushing '%s' to %s", s->task, key, task);
   } else {
@@ -222,10 +232,10 @@ static int rv_num_pending(void *self) {
 static gr_transfer_stats rv_stats(void *self) {
   push_rv *r = self;
   gr_transfer_stats st = gr_rendezvous_stats(r->t->local);
-  st.sends += __atomic_load_n(&r->t->sends, __ATOMIC_RELAXED) -
-              __atomic_load_n(&r->t->got, __ATOMIC_RELAXED);
-  st.bytes += __atomic_load_n(&r->t->bytes, __ATOMIC_RELAXED) -
-              __atomic_load_n(&r->t->got_bytes, __ATOMIC_RELAXED);
+  st.sends += atomic_load_explicit(&r->t->sends, memory_order_relaxed) -
+              atomic_load_explicit(&r->t->got, memory_order_relaxed);
+  st.bytes += atomic_load_explicit(&r->t->bytes, memory_order_relaxed) -
+              atomic_load_explicit(&r->t->got_bytes, memory_order_relaxed);
   return st;
 }
 static void rv_free(void *self) {
@@ -544,8 +554,8 @@ static gr_status push(gr_server *s, gr_conn *c, const gr_inmsg *m, uint64_t *run
                       "%s: tensors from %s for a step that has not started here exceed %zu bytes",
                       s->task, from, s->parked_max);
   } else {
-    __atomic_add_fetch(&t->got, 1, __ATOMIC_RELAXED);
-    if (!dead) __atomic_add_fetch(&t->got_bytes, (int64_t)bytes, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&t->got, 1, memory_order_relaxed);
+    if (!dead) atomic_fetch_add_explicit(&t->got_bytes, (int64_t)bytes, memory_order_relaxed);
     st = gr_rendezvous_send(t->local, key, gr_tensor_is_empty(&v) ? NULL : &v, dead, err);
     if (st != GR_OK) gr_error_prefix(err, "%s: a tensor from %s", s->task, from);
   }
@@ -555,16 +565,20 @@ static gr_status push(gr_server *s, gr_conn *c, const gr_inmsg *m, uint64_t *run
   return GR_OK; /* the step carries the error */
 }
 
+void gr_server_step_abort_id(gr_server *s, uint64_t run_id, gr_status code, const char *msg) {
+  step_state *t = run_id ? state_get(s, run_id, NULL) : NULL;
+  if (t) {
+    state_abort(s, t, code, msg);
+    state_unref(s, t);
+  }
+}
+
 void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
   uint64_t run_id = 0;
   if (push(s, c, m, &run_id, &e) != GR_OK) {
     gr_server_log(s, "%s", e.msg);
-    step_state *t = run_id ? state_get(s, run_id, NULL) : NULL;
-    if (t) {
-      state_abort(s, t, e.code, e.msg);
-      state_unref(s, t);
-    }
+    gr_server_step_abort_id(s, run_id, e.code, e.msg);
   }
   gr_inmsg_free(m);
 }

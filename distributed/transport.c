@@ -1,11 +1,13 @@
 /* The transport's loop thread and connections: reading frames (bodies
  * straight into buffers that grow as their bytes arrive), writing with
- * sendmsg from the caller's thread or the loop, the server side of the
- * handshake, closing. */
+ * sendmsg from the caller's thread or the loop, through TLS when the
+ * connection has it and checking or adding each frame's MAC when it has
+ * those, the server side of the handshake, closing. */
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -179,6 +181,10 @@ void gr_conn_unref(gr_conn *c) {
   gr_inmsg_free(c->in); /* a frame cut short by the peer */
   gr_rxbody_free(&c->body);
   free(c->secret);
+  gr_tls_unref(c->tls);
+  free(c->gather);
+  gr_fmac_free(c->tx_mac);
+  gr_fmac_free(c->rx_mac);
   free(c);
 }
 
@@ -203,11 +209,29 @@ static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 static void on_conn_timer(evutil_socket_t fd, short what, void *arg);
 
+gr_status gr_conn_start_macs(gr_conn *c, const uint8_t keys[GR_AUTH_FRAME_KEYS], gr_error *err) {
+  /* the first key is the client's to the server */
+  gr_fmac *tx = gr_fmac_new(c->is_server ? keys + GR_FMAC_KEY : keys);
+  gr_fmac *rx = gr_fmac_new(c->is_server ? keys : keys + GR_FMAC_KEY);
+  if (!tx || !rx) {
+    gr_fmac_free(tx);
+    gr_fmac_free(rx);
+    return gr_error_set_oom(err);
+  }
+  pthread_mutex_lock(&c->mu);
+  c->tx_mac = tx;
+  pthread_mutex_unlock(&c->mu);
+  c->rx_mac = rx;
+  return GR_OK;
+}
+
 gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, const char *secret,
-                         const gr_conn_handler *h, gr_conn **out, gr_error *err) {
+                         SSL *ssl, const uint8_t *keys, const gr_conn_handler *h, gr_conn **out,
+                         gr_error *err) {
   *out = NULL;
   gr_conn *c = calloc(1, sizeof *c);
   if (!c) {
+    SSL_free(ssl);
     close(fd);
     return gr_error_set_oom(err);
   }
@@ -224,20 +248,29 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
   c->last_rx_ms = c->born_ms = gr_wire_now_ms();
   c->stage = malloc(c->stage_cap);
   c->secret = secret ? strdup(secret) : NULL;
+  c->ssl = ssl;
+  c->tls_state = ssl ? TLS_ON : TLS_OFF;
+  if (ssl) c->gather = malloc(GR_TLS_GATHER);
+  bool macs_ok = !keys || gr_conn_start_macs(c, keys, NULL) == GR_OK;
   evutil_make_socket_nonblocking(fd);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   c->rev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_read, c);
   c->wev = event_new(l->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
   c->timer = event_new(l->base, -1, 0, on_conn_timer, c);
-  if (!c->stage || (secret && !c->secret) || !c->rev || !c->wev || !c->timer) {
+  if (!c->stage || (secret && !c->secret) || (ssl && !c->gather) || !macs_ok || !c->rev ||
+      !c->wev || !c->timer) {
     if (c->rev) event_free(c->rev);
     if (c->wev) event_free(c->wev);
     if (c->timer) event_free(c->timer);
+    SSL_free(ssl);
     close(fd);
     gr_conn_unref(c);
     return gr_error_set_oom(err);
   }
+  /* the handshake's reads may have left records in TLS's buffer (asked
+   * before the loop reads through it) */
+  bool pending = ssl && SSL_has_pending(ssl);
   pthread_mutex_lock(&l->mu);
   c->next = l->conns;
   if (l->conns) l->conns->prev = c;
@@ -245,6 +278,7 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
   if (is_server) l->accepted++;
   pthread_mutex_unlock(&l->mu);
   event_add(c->rev, NULL);
+  if (pending) event_active(c->rev, EV_READ, 0);
   gr_conn_limits_start(c);
   *out = c;
   return GR_OK;
@@ -270,6 +304,8 @@ void gr_conn_close_now(gr_conn *c, gr_status code, const char *why) {
   }
   c->closed = true;
   drop_queue(c);
+  SSL_free(c->ssl); /* no close_notify: the end of the stream says as much */
+  c->ssl = NULL;
   pthread_mutex_unlock(&c->mu);
   event_free(c->rev);
   event_free(c->wev);
@@ -307,7 +343,7 @@ static void fail_later(gr_conn *c, gr_status code, const char *why);
 typedef struct fail_call {
   gr_conn *c;
   gr_status code;
-  char why[256];
+  char why[512];
 } fail_call;
 
 static void fail_now(void *arg) {
@@ -325,13 +361,17 @@ int64_t gr_conn_idle_ms(const gr_conn *c) {
   return gr_wire_now_ms() - gr_conn_last_rx_ms(c);
 }
 
+bool gr_conn_sent_nothing(const gr_conn *c) {
+  return !c->authed && c->pre_auth == 0 && !c->tls_heard;
+}
+
 int64_t gr_conn_last_rx_ms(const gr_conn *c) {
   return __atomic_load_n(&c->last_rx_ms, __ATOMIC_RELAXED);
 }
 
-bool gr_conn_has_unread(const gr_conn *c) {
+bool gr_conn_has_unread(gr_conn *c) {
   int n = 0;
-  return ioctl(c->fd, FIONREAD, &n) == 0 && n > 0;
+  return gr_conn_tls_pending(c) > 0 || (ioctl(c->fd, FIONREAD, &n) == 0 && n > 0);
 }
 
 /* Out of memory to close it from the loop: shuts the socket down, which
@@ -367,13 +407,29 @@ static void fail_later(gr_conn *c, gr_status code, const char *why) {
 static int flush_locked(gr_conn *c) {
   while (c->qhead) {
     wq_item *it = c->qhead;
+    if (it->macs && !it->mac_begun) { /* the frame's first bytes go out now */
+      gr_fmac_begin(c->tx_mac);
+      it->mac_begun = true;
+    }
+    if (it->macs && !it->mac_done && it->i >= it->n - 1) { /* all but its tag went out */
+      gr_fmac_end(c->tx_mac, it->tag);
+      it->mac_done = true;
+    }
+    int end = it->macs && !it->mac_done ? it->n - 1 : it->n; /* not a tag not yet computed */
     struct iovec v[64];
     int n = 0;
-    for (int i = it->i; i < it->n && n < 64; i++) v[n++] = it->iov[i];
+    for (int i = it->i; i < end && n < 64; i++) v[n++] = it->iov[i];
     v[0].iov_base = (char *)v[0].iov_base + it->off;
     v[0].iov_len -= it->off;
-    struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)n};
-    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    ssize_t w;
+    if (c->tls_state == TLS_ON) {
+      w = gr_conn_tls_write(c, v, n);
+    } else if (c->ssl) { /* its TLS handshake goes on: the frames wait for it */
+      return 0;
+    } else {
+      struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)n};
+      w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    }
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
@@ -383,18 +439,22 @@ static int flush_locked(gr_conn *c) {
     c->queued -= (size_t)w;
     size_t left = (size_t)w;
     while (left > 0 && it->i < it->n) {
-      size_t in_this = it->iov[it->i].iov_len - it->off;
-      if (left >= in_this) {
-        left -= in_this;
+      size_t in_this = it->iov[it->i].iov_len - it->off, take = left < in_this ? left : in_this;
+      if (it->macs && it->i < it->n - 1) /* the bytes the tag covers, as they go (still cached) */
+        gr_fmac_update(c->tx_mac, (const char *)it->iov[it->i].iov_base + it->off, take);
+      left -= take;
+      if (take == in_this) {
         it->i++;
         it->off = 0;
       } else {
-        it->off += left;
-        left = 0;
+        it->off += take;
       }
     }
     while (it->i < it->n && it->iov[it->i].iov_len == 0) it->i++;
-    if (it->i < it->n) return 0; /* the socket is full */
+    /* more of it: its tag, not written for not being computed yet (else the
+     * socket is full, or a TLS write took one record: on_write goes on) */
+    if (it->i < it->n && it->macs && !it->mac_done && it->i == it->n - 1) continue;
+    if (it->i < it->n) return 0;
     c->qhead = it->next;
     if (!c->qhead) c->qtail = NULL;
     gr_outmsg_free(it->msg);
@@ -403,12 +463,32 @@ static int flush_locked(gr_conn *c) {
   return 0;
 }
 
+/* Why a write failed (errno e), naming the peer. */
+static void write_failed(const gr_conn *c, int e, char *why, size_t cap) {
+  if (e == EPROTO && c->tls_why[0])
+    snprintf(why, cap, "writing to %s: TLS: %s", c->peer, c->tls_why);
+  else
+    snprintf(why, cap, "writing to %s: %s", c->peer, strerror(e));
+}
+
+/* Room for the frame's MAC after its bytes: flush_locked computes it as it
+ * writes them (frames are written in the order they are queued: the
+ * sequence numbers are theirs). Under c->mu. */
+static void add_mac(wq_item *it) {
+  memcpy(it->own, it->iov, (size_t)it->n * sizeof *it->iov);
+  it->own[it->n++] = (struct iovec){it->tag, GR_FMAC_TAG};
+  it->iov = it->own;
+  it->macs = true;
+  it->mac_begun = it->mac_done = false;
+}
+
 gr_status gr_conn_send(gr_conn *c, gr_outmsg *msg, gr_error *err) {
   struct iovec *iov;
   int n;
   size_t total;
   gr_status st = gr_outmsg_finish(msg, &iov, &n, &total, err);
-  wq_item *it = st == GR_OK ? malloc(sizeof *it) : NULL;
+  /* room for the iovecs and a MAC, should the connection have MACs */
+  wq_item *it = st == GR_OK ? malloc(sizeof *it + ((size_t)n + 1) * sizeof *iov) : NULL;
   if (st == GR_OK && !it) st = gr_error_set_oom(err);
   if (st != GR_OK) {
     gr_outmsg_free(msg);
@@ -432,6 +512,10 @@ gr_status gr_conn_send(gr_conn *c, gr_outmsg *msg, gr_error *err) {
     fail_later(c, GR_ERR_UNAVAILABLE, why);
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s", why);
   }
+  if (c->tx_mac) {
+    add_mac(it);
+    total += GR_FMAC_TAG;
+  }
   bool was_empty = !c->qhead;
   if (c->qtail)
     c->qtail->next = it;
@@ -445,10 +529,10 @@ gr_status gr_conn_send(gr_conn *c, gr_outmsg *msg, gr_error *err) {
     c->wev_armed = true;
     event_add(c->wev, NULL);
   }
+  char why[sizeof c->tls_why + 96];
+  if (e) write_failed(c, e, why, sizeof why);
   pthread_mutex_unlock(&c->mu);
   if (e) {
-    char why[160];
-    snprintf(why, sizeof why, "writing to %s: %s", c->peer, strerror(e));
     fail_later(c, GR_ERR_UNAVAILABLE, why);
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s", why);
   }
@@ -459,15 +543,28 @@ static void on_write(evutil_socket_t fd, short what, void *arg) {
   gr_conn *c = arg;
   pthread_mutex_lock(&c->mu);
   int e = flush_locked(c);
+  /* a TLS read or handshake waited for this: it goes on */
+  bool wake_read = c->tls_want_write;
+  c->tls_want_write = false;
   if (!e && !c->qhead && c->wev_armed) {
     c->wev_armed = false;
     event_del(c->wev);
   }
+  char why[sizeof c->tls_why + 96];
+  if (e) write_failed(c, e, why, sizeof why);
   pthread_mutex_unlock(&c->mu);
   if (e) {
-    char why[160];
-    snprintf(why, sizeof why, "writing to %s: %s", c->peer, strerror(e));
     gr_conn_close_now(c, GR_ERR_UNAVAILABLE, why);
+    return;
+  }
+  if (wake_read) event_active(c->rev, EV_READ, 0);
+}
+
+void gr_conn_want_write_locked(gr_conn *c) {
+  c->tls_want_write = true;
+  if (!c->wev_armed) {
+    c->wev_armed = true;
+    event_add(c->wev, NULL);
   }
 }
 
@@ -543,6 +640,38 @@ static void stage_trim(gr_conn *c) {
   c->stage_len = c->stage_pos = 0;
 }
 
+static void deliver(gr_conn *c);
+
+/* The frame's bytes are all in: delivered, or on a connection with MACs
+ * its tag is read and checked first. */
+static void frame_done(gr_conn *c) {
+  if (!c->rx_mac) {
+    c->rstate = READ_HEADER;
+    deliver(c);
+    return;
+  }
+  c->rstate = READ_TAG; /* the body is in the MAC already (as it arrived) */
+}
+
+/* The frame's tag (at p) against its bytes: delivered, or the peer is
+ * refused. False when c closed. */
+static bool check_tag(gr_conn *c, const uint8_t *p) {
+  uint64_t seq = gr_fmac_seq(c->rx_mac);
+  if (!gr_fmac_check(c->rx_mac, p)) {
+    if (c->h.on_refused) c->h.on_refused(c->h.arg, c, c->in);
+    gr_error e;
+    gr_error_set(&e, GR_ERR_UNAUTHENTICATED,
+                 "frame %llu after the handshake (%s) fails its MAC: altered, replayed, "
+                 "reordered or injected on the way",
+                 (unsigned long long)seq, gr_msg_type_name(c->in->h.type));
+    bad_peer(c, &e);
+    return false;
+  }
+  c->rstate = READ_HEADER;
+  deliver(c);
+  return gr_conn_is_open(c);
+}
+
 static void deliver(gr_conn *c) {
   gr_inmsg *m = c->in;
   c->in = NULL;
@@ -571,17 +700,24 @@ static bool parse_staged(gr_conn *c) {
       if (take == 0) return true;
       if (!body_fit(c, c->body_got + take)) return false;
       memcpy(gr_rxbody_data(&c->body) + c->body_got, c->stage + c->stage_pos, take);
+      if (c->rx_mac) gr_fmac_update(c->rx_mac, c->stage + c->stage_pos, take);
       c->stage_pos += take;
       c->body_got += take;
       if (c->body_got < c->in->h.body_len) return true;
-      c->rstate = READ_HEADER;
-      deliver(c);
+      frame_done(c);
       if (!gr_conn_is_open(c)) return false;
       continue;
     }
-    size_t want = c->rstate == READ_HEADER ? GR_WIRE_HEADER_SIZE : c->in->h.header_len;
+    size_t want = c->rstate == READ_HEADER ? GR_WIRE_HEADER_SIZE
+                  : c->rstate == READ_TAG  ? GR_FMAC_TAG
+                                           : c->in->h.header_len;
     if (avail < want) return true;
     const uint8_t *p = c->stage + c->stage_pos;
+    if (c->rstate == READ_TAG) {
+      c->stage_pos += want;
+      if (!check_tag(c, p)) return false;
+      continue;
+    }
     if (c->rstate == READ_HEADER) {
       gr_frame_header h;
       if (gr_wire_parse_frame_header(p, max_body, &h, &e) != GR_OK) {
@@ -602,8 +738,13 @@ static bool parse_staged(gr_conn *c) {
       c->in->h = h;
       c->rstate = READ_MAP;
       c->stage_pos += want;
+      if (c->rx_mac) {
+        gr_fmac_begin(c->rx_mac);
+        gr_fmac_update(c->rx_mac, p, want);
+      }
       continue;
     }
+    if (c->rx_mac) gr_fmac_update(c->rx_mac, p, want);
     gr_status st = gr_msg_parse(&c->in->msg, p, want, &e);
     c->stage_pos += want;
     if (st != GR_OK) {
@@ -615,9 +756,9 @@ static bool parse_staged(gr_conn *c) {
     }
     if (c->authed) gr_conn_set_ready(c); /* without a secret: its first frame's map came */
     c->body_got = 0;                     /* memory for the body comes as its bytes do */
-    c->rstate = c->in->h.body_len == 0 ? READ_HEADER : READ_BODY;
-    if (c->rstate == READ_HEADER) {
-      deliver(c);
+    c->rstate = READ_BODY;
+    if (c->in->h.body_len == 0) {
+      frame_done(c);
       if (!gr_conn_is_open(c)) return false;
     }
   }
@@ -631,6 +772,7 @@ static bool parse_staged(gr_conn *c) {
  * had staged. */
 static void on_read(evutil_socket_t fd, short what, void *arg) {
   gr_conn *c = arg;
+  if (c->tls_state == TLS_ACCEPTING && !gr_conn_tls_accept(c)) return; /* waits, or closed */
   gr_conn_ref(c);
   bool go = c->stage_pos == c->stage_len || parse_staged(c);
   for (int round = 0; go && round < read_rounds; round++) {
@@ -641,13 +783,14 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
         ioctl(fd, FIONREAD, &unread);
         if (!body_fit(c, c->body_got + (unread > 0 ? (size_t)unread : 1))) break;
       }
-      r = read(fd, gr_rxbody_data(&c->body) + c->body_got, c->body.cap - c->body_got);
+      r = gr_conn_read(c, gr_rxbody_data(&c->body) + c->body_got, c->body.cap - c->body_got);
+      if (r > 0 && c->rx_mac) /* while the bytes are in the cache */
+        gr_fmac_update(c->rx_mac, gr_rxbody_data(&c->body) + c->body_got, (size_t)r);
       if (r > 0) {
         __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
         c->body_got += (size_t)r;
         if (c->body_got == c->in->h.body_len) {
-          c->rstate = READ_HEADER;
-          deliver(c);
+          frame_done(c);
           if (!gr_conn_is_open(c)) break;
         }
         continue;
@@ -658,7 +801,9 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
         c->stage_len -= c->stage_pos;
         c->stage_pos = 0;
       }
-      size_t want = c->rstate == READ_MAP ? c->in->h.header_len : GR_WIRE_HEADER_SIZE;
+      size_t want = c->rstate == READ_MAP   ? c->in->h.header_len
+                    : c->rstate == READ_TAG ? GR_FMAC_TAG
+                                            : GR_WIRE_HEADER_SIZE;
       if (!stage_fit(c, want)) break;
       size_t room = c->stage_cap - c->stage_len;
       if (!c->authed) { /* at most GR_AUTH_READ_MAX bytes before authentication */
@@ -672,7 +817,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
         }
         if (room > left) room = left;
       }
-      r = read(fd, c->stage + c->stage_len, room);
+      r = gr_conn_read(c, c->stage + c->stage_len, room);
       if (r > 0) {
         __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
         c->stage_len += (size_t)r;
@@ -688,24 +833,37 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
       }
     }
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
-    char why[160];
+    char why[sizeof c->tls_why + 160];
     bool between = c->rstate == READ_HEADER && c->stage_len == c->stage_pos;
+    int e = r < 0 ? errno : 0;
     /* a reset that a send met first (under mu: a send in flight has stored
      * it); a peer that closed cleanly gives a send EPIPE instead */
     if (r == 0) {
       pthread_mutex_lock(&c->mu);
-      if (c->write_errno == ECONNRESET) r = -1, errno = ECONNRESET;
+      if (c->write_errno == ECONNRESET) r = -1, e = ECONNRESET;
       pthread_mutex_unlock(&c->mu);
     }
+    /* a TLS record refused (altered on the way): as a frame refused */
+    bool refused = r < 0 && e == EPROTO && c->tls_state == TLS_ON;
     if (r == 0)
       snprintf(why, sizeof why, "%s closed the connection%s", c->peer,
                between ? "" : " in the middle of a frame");
+    else if (refused)
+      snprintf(why, sizeof why, "TLS with %s failed: %s", c->peer, c->tls_why);
     else
-      snprintf(why, sizeof why, "connection reset by %s (%s)", c->peer, strerror(errno));
+      snprintf(why, sizeof why, "connection reset by %s (%s)", c->peer, strerror(e));
+    if (refused && c->is_server)
+      gr_loop_log(c->loop, "bad frame", "%s; closing that connection", why);
     /* GR_OK: the peer closed cleanly, between frames */
-    gr_conn_close_now(c, r == 0 && between ? GR_OK : GR_ERR_UNAVAILABLE, why);
+    gr_status code = r == 0 && between ? GR_OK
+                     : refused         ? GR_ERR_UNAUTHENTICATED
+                                       : GR_ERR_UNAVAILABLE;
+    gr_conn_close_now(c, code, why);
     break;
   }
+  /* TLS may hold decrypted bytes that the socket no longer signals */
+  if (c->tls_state == TLS_ON && !c->rx_paused && gr_conn_is_open(c) && gr_conn_tls_pending(c))
+    event_active(c->rev, EV_READ, 0);
   gr_conn_unref(c);
 }
 

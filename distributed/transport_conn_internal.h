@@ -5,9 +5,12 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
+#include "distributed/frame_mac_internal.h"
 #include "distributed/handshake_internal.h"
 #include "distributed/loglimit_internal.h"
+#include "distributed/tls_internal.h"
 #include "distributed/transport_internal.h"
 
 #define GR_AUTH_READ_MAX 256 /* bytes read from a peer before it authenticates */
@@ -20,6 +23,9 @@
 
 struct event_base;
 struct event;
+struct ssl_st;
+
+#define GR_TLS_GATHER 16384 /* small pieces of frames go into TLS records of up to this */
 
 /* A frame body being received: grows as bytes arrive (transport_body.c). */
 typedef struct gr_rxbody {
@@ -63,13 +69,20 @@ struct gr_loop {
 
 typedef struct wq_item { /* a message being written */
   gr_outmsg *msg;
-  struct iovec *iov; /* into msg */
+  struct iovec *iov; /* into msg, or own */
   int n, i;          /* iovecs, the first not fully written */
   size_t off;        /* bytes of iov[i] written */
   struct wq_item *next;
+  /* on a connection with MACs: the tag (the last iovec) is computed as the
+   * frame's bytes are written, and written after them */
+  bool macs, mac_begun, mac_done;
+  uint8_t tag[GR_FMAC_TAG];
+  struct iovec own[]; /* with MACs: msg's iovecs, then the tag */
 } wq_item;
 
-enum { READ_HEADER, READ_MAP, READ_BODY };
+enum { READ_HEADER, READ_MAP, READ_BODY, READ_TAG /* the frame's MAC */ };
+
+enum { TLS_OFF, TLS_ACCEPTING /* a server's, until its TLS handshake is done */, TLS_ON };
 
 struct gr_conn {
   gr_loop *loop;
@@ -113,14 +126,60 @@ struct gr_conn {
   char *secret;                        /* NULL: an insecure server */
   char cluster[GR_CLUSTER_ID_MAX + 1]; /* the server's cluster id ("": none) */
   uint8_t nonce[GR_AUTH_NONCE];        /* its HELLO's */
+  uint8_t mode;                        /* what its HELLO required (GR_AUTH_MODE_*) */
   size_t pre_auth;
+  /* protection after the handshake (docs/security.md) */
+  struct ssl_st *ssl;  /* TLS (NULL: none); every call on it under mu */
+  int tls_state;       /* TLS_*: written under mu on the loop thread */
+  gr_tls *tls;         /* a server's, until its TLS handshake starts (a reference) */
+  bool tls_heard;      /* a server's: the client's TLS handshake sent bytes (loop thread) */
+  bool tls_want_write; /* a TLS read (or handshake) waits for the socket to be writable (mu) */
+  uint8_t *gather;     /* GR_TLS_GATHER bytes: small pieces of frames, one TLS record */
+  char tls_why[400];   /* why the last TLS call failed (mu) */
+  gr_fmac *tx_mac;     /* per-frame MACs (NULL: none): the sender's, under mu */
+  gr_fmac *rx_mac;     /* the receiver's, loop thread */
 };
 
 /* A connection over a connected socket fd (taken), registered with the loop.
  * The loop holds a reference; a client connection (!is_server) comes with a
- * second one for the caller. */
+ * second one for the caller, and with its protection from the handshake:
+ * ssl (taken; NULL: none) and the frame keys (NULL: no MACs). */
 gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, const char *secret,
-                         const gr_conn_handler *h, gr_conn **out, gr_error *err);
+                         struct ssl_st *ssl, const uint8_t *keys, const gr_conn_handler *h,
+                         gr_conn **out, gr_error *err);
+/* Starts per-frame MACs on c with the handshake's keys (its role's halves).
+ * Before anything else is sent or received under them. */
+gr_status gr_conn_start_macs(gr_conn *c, const uint8_t keys[GR_AUTH_FRAME_KEYS], gr_error *err);
+/* Closes c refusing its peer in the handshake: logs "refused PEER: why;
+ * closing that connection" (rate-limited). Loop thread. */
+void gr_conn_refuse(gr_conn *c, gr_status code, const char *why);
+
+/* ---- TLS (transport_tls.c) ---- */
+
+struct sockaddr;
+struct iovec;
+/* A peer at sa needs TLS or per-frame MACs: it is not on loopback (or
+ * gr_transport_set_loopback_remote says loopback counts). */
+bool gr_peer_is_remote(const struct sockaddr *sa);
+/* The server's TLS handshake on c goes on as the socket allows: true once
+ * done (reading goes on through TLS), false while it waits or when it
+ * failed (c refused, logged naming the peer, and closed). Loop thread. */
+bool gr_conn_tls_accept(gr_conn *c);
+/* Reads like read(): from the socket, or through TLS once c has it (-1
+ * with errno EPROTO: a TLS error, c->tls_why says which). Loop thread. */
+ssize_t gr_conn_read(gr_conn *c, void *buf, size_t n);
+/* Writes through TLS what the pieces v[0..n) start with: small pieces
+ * gathered into one record, a large one straight from its memory. Bytes
+ * written (one record's), or -1 with errno (EAGAIN: the socket is full;
+ * EPROTO: c->tls_why). A write that must be retried is retried with the
+ * same bytes (the queue has not moved). Under c->mu. */
+ssize_t gr_conn_tls_write(gr_conn *c, const struct iovec *v, int n);
+/* Bytes TLS holds that c has not read (at least 1 for a record it has not
+ * decrypted); 0 without TLS. Takes c->mu. */
+size_t gr_conn_tls_pending(gr_conn *c);
+/* A TLS read or handshake waits until the socket takes bytes: the write
+ * event wakes the read event then (under c->mu). */
+void gr_conn_want_write_locked(gr_conn *c);
 /* A log line of the transport through h->log (stderr when NULL). */
 void gr_conn_log(const gr_conn_handler *h, const char *line);
 /* Closes now (loop thread, or any thread once the loop has stopped). */

@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +85,7 @@ struct gr_listener {
   gr_conn_handler h;
   char *secret;
   char cluster[GR_CLUSTER_ID_MAX + 1];
+  gr_tls *tls;          /* a reference (NULL: no TLS) */
   int max_conns;        /* accepted connections open at once (loop thread reads it) */
   int spare;            /* a descriptor kept to accept and close with when out of them */
   struct event *resume; /* ends a pause */
@@ -90,8 +93,15 @@ struct gr_listener {
 };
 
 static gr_status send_hello(gr_conn *c, gr_error *err) {
-  gr_outmsg *m = gr_hello_new(c->secret, c->cluster, c->nonce, err);
+  gr_outmsg *m = gr_hello_new(c->secret, c->cluster, c->mode, c->nonce, err);
   return m ? gr_conn_send(c, m, err) : err->code;
+}
+
+/* What the server requires of a peer (HELLO's mode): nothing on loopback;
+ * from another host TLS when it has it, else per-frame MACs. */
+static uint8_t required_mode(const gr_listener *ls, const struct sockaddr *sa) {
+  if (!gr_peer_is_remote(sa)) return 0;
+  return ls->tls ? GR_AUTH_MODE_TLS : ls->secret ? GR_AUTH_MODE_MACS : 0;
 }
 
 static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sockaddr *sa, int len,
@@ -105,12 +115,23 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
   }
   gr_conn *c;
   gr_error e;
-  if (gr_conn_attach(ls->loop, fd, peer, true, ls->secret, &ls->h, &c, &e) != GR_OK) {
+  if (gr_conn_attach(ls->loop, fd, peer, true, ls->secret, NULL, NULL, &ls->h, &c, &e) != GR_OK) {
     gr_loop_log(ls->loop, "accept", "accepting %s: %s", peer, e.msg);
     return;
   }
   snprintf(c->cluster, sizeof c->cluster, "%s", ls->cluster);
-  if (send_hello(c, &e) != GR_OK) gr_conn_close_now(c, e.code, e.msg);
+  c->mode = required_mode(ls, sa);
+  if (send_hello(c, &e) != GR_OK) {
+    gr_conn_close_now(c, e.code, e.msg);
+    return;
+  }
+  if (c->mode & GR_AUTH_MODE_TLS) { /* the client's TLS handshake comes next (on_read) */
+    gr_tls_ref(ls->tls);
+    c->tls = ls->tls;
+    pthread_mutex_lock(&c->mu);
+    c->tls_state = TLS_ACCEPTING;
+    pthread_mutex_unlock(&c->mu);
+  }
 }
 
 /* accept() failed (not for a reason worth retrying at once: EMFILE, ENFILE,
@@ -153,9 +174,10 @@ void gr_listener_set_max_conns(gr_listener *ls, int max) {
   __atomic_store_n(&ls->max_conns, max > 0 ? max : gr_default_max_conns(), __ATOMIC_RELAXED);
 }
 
-gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *secret,
-                          const char *cluster, const gr_conn_handler *handler, gr_listener **out,
-                          int *port_out, gr_error *err) {
+gr_status gr_listener_new(gr_loop *l, const char *host, int port, const gr_conn_auth *auth,
+                          const gr_conn_handler *handler, gr_listener **out, int *port_out,
+                          gr_error *err) {
+  const char *secret = auth->secret, *cluster = auth->cluster;
   *out = NULL;
   struct addrinfo hints = {
       .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -174,6 +196,7 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *se
   }
   ls->loop = l;
   ls->h = *handler;
+  if ((ls->tls = auth->tls)) gr_tls_ref(ls->tls);
   snprintf(ls->cluster, sizeof ls->cluster, "%s", cluster ? cluster : "");
   ls->max_conns = gr_default_max_conns();
   ls->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -188,6 +211,7 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *se
   if (!ls->ev) {
     if (ls->resume) event_free(ls->resume);
     if (ls->spare >= 0) close(ls->spare);
+    gr_tls_unref(ls->tls);
     free(ls->secret);
     free(ls);
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot listen on %s:%d: %s", host, port,
@@ -212,6 +236,7 @@ static void listener_free_now(gr_listener *ls) {
   evconnlistener_free(ls->ev);
   event_free(ls->resume);
   if (ls->spare >= 0) close(ls->spare);
+  gr_tls_unref(ls->tls);
   free(ls->secret);
   free(ls);
 }
@@ -265,21 +290,32 @@ void gr_listeners_free_all(gr_loop *l) {
   }
 }
 
+void gr_conn_refuse(gr_conn *c, gr_status code, const char *why) {
+  char line[GR_ERROR_MSG_MAX + 160];
+  snprintf(line, sizeof line, "refused %s: %s; closing that connection", c->peer, why);
+  gr_conn_log_peer(c, "refused", line);
+  gr_conn_close_now(c, code, why);
+}
+
 void gr_conn_server_auth(gr_conn *c, gr_inmsg *m) {
   gr_outmsg *ok;
   gr_error e;
-  gr_status st = gr_hs_server_check(c->secret, c->cluster, c->nonce, &m->msg, &ok, &e);
+  gr_hs_result res;
+  gr_status st =
+      gr_hs_server_check(c->secret, c->cluster, c->mode, c->nonce, &m->msg, &ok, &res, &e);
   gr_inmsg_free(m);
-  if (st == GR_OK) {
-    c->authed = true;
-    gr_conn_set_ready(c);
-    gr_conn_send(c, ok, NULL); /* a failed write closes c */
+  if (st != GR_OK) {
+    gr_conn_refuse(c, e.code, e.msg);
     return;
   }
-  char line[GR_ERROR_MSG_MAX + 160];
-  snprintf(line, sizeof line, "refused %s: %s; closing that connection", c->peer, e.msg);
-  gr_conn_log_peer(c, "refused", line);
-  gr_conn_close_now(c, e.code, e.msg);
+  c->authed = true;
+  gr_conn_set_ready(c);
+  gr_conn_send(c, ok, NULL); /* the last frame without a MAC; a failed write closes c */
+  if (res.mode & GR_AUTH_MODE_MACS) {
+    st = gr_conn_start_macs(c, res.keys, &e);
+    OPENSSL_cleanse(res.keys, sizeof res.keys);
+    if (st != GR_OK) gr_conn_close_now(c, e.code, e.msg);
+  }
 }
 
 /* ---- the client side ----------------------------------------------------------- */
@@ -296,27 +332,67 @@ static int wait_fd(int fd, short events, int64_t deadline) {
   }
 }
 
+/* The client's side of one handshake's connection: plaintext, then through
+ * TLS once ssl is set (blocking calls on a non-blocking socket, each
+ * waiting in poll() until the deadline). */
+typedef struct hs_io {
+  int fd;
+  SSL *ssl;
+  const char *address;
+  int64_t deadline;
+  bool tls_failed; /* the last error was TLS's: */
+  char why[400];   /* what it said */
+} hs_io;
+
+/* A failed SSL call (its return ret) on io: GR_OK when it only waits (and
+ * it waited), else the error, naming the address. */
+static gr_status tls_wait(hs_io *io, int ret, const char *doing, gr_error *err) {
+  char *why = io->why;
+  gr_tls_io r = gr_tls_result(io->ssl, ret, why, sizeof io->why);
+  if (r == GR_TLS_WANT_READ || r == GR_TLS_WANT_WRITE) {
+    if (wait_fd(io->fd, r == GR_TLS_WANT_READ ? POLLIN : POLLOUT, io->deadline) == 0) return GR_OK;
+    return gr_error_set(err, GR_ERR_DEADLINE_EXCEEDED, "%s did not answer in time (%s)",
+                        io->address, doing);
+  }
+  if (r == GR_TLS_CLOSED)
+    return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s closed the connection (%s)", io->address,
+                        doing);
+  io->tls_failed = r == GR_TLS_FAILED;
+  return gr_error_set(err, r == GR_TLS_FAILED ? GR_ERR_UNAUTHENTICATED : GR_ERR_UNAVAILABLE,
+                      "%s: %s: %s", io->address, doing, why);
+}
+
 /* Reads exactly n bytes by the deadline: GR_OK, or an error naming address. */
-static gr_status read_exact(int fd, void *buf, size_t n, int64_t deadline, const char *address,
-                            gr_error *err) {
+static gr_status read_exact(hs_io *io, void *buf, size_t n, gr_error *err) {
   size_t got = 0;
   while (got < n) {
-    if (wait_fd(fd, POLLIN, deadline) != 0)
-      return gr_error_set(err, GR_ERR_DEADLINE_EXCEEDED, "%s did not answer in time", address);
-    ssize_t r = read(fd, (char *)buf + got, n - got);
-    if (r == 0) return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s closed the connection", address);
+    if (io->ssl) {
+      size_t r = 0;
+      int ret = SSL_read_ex(io->ssl, (char *)buf + got, n - got, &r);
+      if (ret == 1)
+        got += r;
+      else
+        GR_TRY(tls_wait(io, ret, "reading through TLS", err));
+      continue;
+    }
+    if (wait_fd(io->fd, POLLIN, io->deadline) != 0)
+      return gr_error_set(err, GR_ERR_DEADLINE_EXCEEDED, "%s did not answer in time", io->address);
+    ssize_t r = read(io->fd, (char *)buf + got, n - got);
+    if (r == 0)
+      return gr_error_set(err, GR_ERR_UNAVAILABLE, "%s closed the connection", io->address);
     if (r < 0 && errno != EINTR && errno != EAGAIN)
-      return gr_error_set(err, GR_ERR_UNAVAILABLE, "reading from %s: %s", address, strerror(errno));
+      return gr_error_set(err, GR_ERR_UNAVAILABLE, "reading from %s: %s", io->address,
+                          strerror(errno));
     if (r > 0) got += (size_t)r;
   }
   return GR_OK;
 }
 
-static gr_status read_frame(int fd, gr_msg_type want, int64_t deadline, const char *address,
-                            gr_msg *m, gr_error *err) {
+static gr_status read_frame(hs_io *io, gr_msg_type want, gr_msg *m, gr_error *err) {
   uint8_t hb[GR_WIRE_HEADER_SIZE], map[256];
   gr_frame_header h;
-  GR_TRY(read_exact(fd, hb, sizeof hb, deadline, address, err));
+  const char *address = io->address;
+  GR_TRY(read_exact(io, hb, sizeof hb, err));
   if (gr_wire_parse_frame_header(hb, 0, &h, err) != GR_OK) {
     if (err && err->code == GR_ERR_UNIMPLEMENTED) /* another version of graphrun */
       gr_error_set(err, GR_ERR_UNIMPLEMENTED,
@@ -330,60 +406,121 @@ static gr_status read_frame(int fd, gr_msg_type want, int64_t deadline, const ch
   if (h.type != want || h.header_len > sizeof map)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s sent a %s frame, want %s", address,
                         gr_msg_type_name(h.type), gr_msg_type_name(want));
-  GR_TRY(read_exact(fd, map, h.header_len, deadline, address, err));
+  GR_TRY(read_exact(io, map, h.header_len, err));
   return gr_msg_parse(m, map, h.header_len, err);
 }
 
-static gr_status write_all(int fd, gr_outmsg *m, int64_t deadline, const char *address,
-                           gr_error *err) {
+static gr_status write_all(hs_io *io, gr_outmsg *m, gr_error *err) {
   struct iovec *iov;
   int n;
   size_t total;
   gr_status st = gr_outmsg_finish(m, &iov, &n, &total, err);
   const char *p = st == GR_OK ? iov[0].iov_base : NULL; /* handshake frames: no body */
   for (size_t done = 0; st == GR_OK && done < total;) {
-    if (wait_fd(fd, POLLOUT, deadline) != 0) {
-      st = gr_error_set(err, GR_ERR_DEADLINE_EXCEEDED, "writing to %s timed out", address);
+    if (io->ssl) {
+      size_t w = 0;
+      int ret = SSL_write_ex(io->ssl, p + done, total - done, &w);
+      if (ret == 1)
+        done += w;
+      else
+        st = tls_wait(io, ret, "writing through TLS", err);
+      continue;
+    }
+    if (wait_fd(io->fd, POLLOUT, io->deadline) != 0) {
+      st = gr_error_set(err, GR_ERR_DEADLINE_EXCEEDED, "writing to %s timed out", io->address);
       break;
     }
-    ssize_t w = send(fd, p + done, total - done, MSG_NOSIGNAL);
+    ssize_t w = send(io->fd, p + done, total - done, MSG_NOSIGNAL);
     if (w < 0 && errno != EINTR && errno != EAGAIN)
-      st = gr_error_set(err, GR_ERR_UNAVAILABLE, "writing to %s: %s", address, strerror(errno));
+      st = gr_error_set(err, GR_ERR_UNAVAILABLE, "writing to %s: %s", io->address, strerror(errno));
     if (w > 0) done += (size_t)w;
   }
   gr_outmsg_free(m);
   return st;
 }
 
-static gr_status client_handshake(int fd, const char *address, const char *secret,
-                                  const char *cluster, int64_t deadline, gr_error *err) {
-  gr_hs_client hs = {.secret = secret, .cluster = cluster, .address = address};
+/* The client's TLS handshake after HELLO, as the server asked. */
+static gr_status tls_connect(hs_io *io, gr_tls *tls, gr_error *err) {
+  if (!(io->ssl = gr_tls_ssl(tls, io->fd, false, err))) return err ? err->code : GR_ERR_INTERNAL;
+  for (;;) {
+    int ret = SSL_connect(io->ssl);
+    if (ret == 1) return GR_OK;
+    if (tls_wait(io, ret, "the TLS handshake", err) != GR_OK) {
+      if (io->tls_failed && err) {
+        char why[GR_ERROR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", err->msg);
+        gr_error_set(err, GR_ERR_UNAUTHENTICATED, "%s (this process trusts the CA %s)", why,
+                     gr_tls_ca_file(tls));
+      }
+      return err ? err->code : GR_ERR_UNAUTHENTICATED;
+    }
+  }
+}
+
+static gr_status client_handshake(hs_io *io, gr_hs_client *hs, const gr_conn_auth *auth,
+                                  gr_error *err) {
   gr_msg hello, ok;
-  gr_outmsg *auth;
-  GR_TRY(read_frame(fd, GR_MSG_HELLO, deadline, address, &hello, err));
-  gr_status st = gr_hs_client_answer(&hs, &hello, &auth, err);
+  gr_outmsg *m;
+  GR_TRY(read_frame(io, GR_MSG_HELLO, &hello, err));
+  gr_status st = gr_hs_client_answer(hs, &hello, &m, err);
   gr_msg_free(&hello);
   if (st != GR_OK) return st;
-  GR_TRY(write_all(fd, auth, deadline, address, err));
+  if ((hs->mode & GR_AUTH_MODE_TLS) && (st = tls_connect(io, auth->tls, err)) != GR_OK) {
+    gr_outmsg_free(m);
+    return st;
+  }
+  st = write_all(io, m, err);
   gr_error e;
-  if (read_frame(fd, GR_MSG_AUTH_OK, deadline, address, &ok, &e) != GR_OK) {
-    if (!hs.auth) return gr_error_set(err, e.code, "%s", e.msg);
+  if (st != GR_OK && io->ssl) { /* a server that refused this end's certificate and closed: its
+                                   alert may wait unread */
+    if (read_frame(io, GR_MSG_AUTH_OK, &ok, &e) == GR_OK) gr_msg_free(&ok);
+    if (io->tls_failed)
+      return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
+                          "%s refused this process's TLS certificate: %s", io->address, io->why);
+  }
+  if (st != GR_OK) return st;
+  if (read_frame(io, GR_MSG_AUTH_OK, &ok, &e) != GR_OK) {
+    if (io->tls_failed) /* TLS 1.3: the server's verdict on this end's certificate comes here */
+      return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
+                          "%s refused this process's TLS certificate: %s", io->address, io->why);
+    if (!hs->auth) return gr_error_set(err, e.code, "%s", e.msg);
     return gr_error_set(err, GR_ERR_UNAUTHENTICATED,
-                        "%s refused this process's secret (a different secret?): %s", address,
+                        "%s refused this process's secret (a different secret?): %s", io->address,
                         e.msg);
   }
-  st = gr_hs_client_check(&hs, &ok, err);
+  st = gr_hs_client_check(hs, &ok, err);
   gr_msg_free(&ok);
   return st;
 }
 
-/* One connection attempt; -1 with errno on failure. */
-static int connect_once(const struct addrinfo *ai, int64_t deadline) {
+/* What a failed connect means, for its message: whether anything
+ * listened (refused) or anything answered (timed out). */
+static const char *why_no_connection(int e) {
+  switch (e) {
+    case ECONNREFUSED:
+      return "nothing listens there (connection refused: the task is not up yet, has died, or "
+             "listens on another port or address)";
+    case ETIMEDOUT:
+      return "nothing answered (connection timed out: the host is down or unreachable, or a "
+             "firewall drops the packets)";
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+      return "no route to that host (host or network unreachable)";
+    default:
+      return strerror(e);
+  }
+}
+
+/* One connection attempt; -1 with errno on failure (*cut: the deadline
+ * ended it before the connection answered either way). */
+static int connect_once(const struct addrinfo *ai, int64_t deadline, bool *cut) {
+  *cut = false;
   int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
   if (fd < 0) return -1;
   if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) return fd;
   if (errno != EINPROGRESS) goto fail;
   if (wait_fd(fd, POLLOUT, deadline) != 0) {
+    *cut = true;
     errno = ETIMEDOUT;
     goto fail;
   }
@@ -399,9 +536,8 @@ fail:;
   return -1;
 }
 
-gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, const char *cluster,
-                       int timeout_ms, const gr_conn_handler *handler, gr_conn **out,
-                       gr_error *err) {
+gr_status gr_conn_dial(gr_loop *l, const char *address, const gr_conn_auth *auth, int timeout_ms,
+                       const gr_conn_handler *handler, gr_conn **out, gr_error *err) {
   *out = NULL;
   char host[256];
   int port;
@@ -418,8 +554,9 @@ gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, cons
   int64_t deadline = gr_wire_now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
   int backoff = 10, fd = -1, last = 0;
   for (int tries = 0; fd < 0 && tries < 100000; tries++) {
-    if ((fd = connect_once(ai, deadline)) >= 0) break;
-    last = errno;
+    bool cut;
+    if ((fd = connect_once(ai, deadline, &cut)) >= 0) break;
+    if (!cut || !last) last = errno; /* an attempt the deadline cut says less than the one before */
     int64_t left = deadline - gr_wire_now_ms();
     if (left <= 0) break;
     struct timespec ts = {0, (long)(backoff < left ? backoff : left) * 1000000L};
@@ -429,14 +566,29 @@ gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, cons
   freeaddrinfo(ai);
   if (fd < 0)
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot connect to %s within %d ms: %s", address,
-                        timeout_ms, strerror(last ? last : ETIMEDOUT));
-  gr_status st = client_handshake(fd, address, secret, cluster, deadline, err);
+                        timeout_ms, why_no_connection(last ? last : ETIMEDOUT));
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  bool remote = getpeername(fd, (struct sockaddr *)&ss, &sl) != 0 ||
+                gr_peer_is_remote((struct sockaddr *)&ss);
+  gr_hs_client hs = {.secret = auth->secret,
+                     .cluster = auth->cluster,
+                     .address = address,
+                     .remote = remote,
+                     .tls = auth->tls != NULL};
+  hs_io io = {.fd = fd, .address = address, .deadline = deadline};
+  gr_status st = client_handshake(&io, &hs, auth, err);
   if (st != GR_OK) {
+    SSL_free(io.ssl);
     close(fd);
+    OPENSSL_cleanse(hs.keys, sizeof hs.keys);
     return st;
   }
-  gr_conn *c;
-  GR_TRY(gr_conn_attach(l, fd, address, false, NULL, handler, &c, err)); /* with our ref */
+  gr_conn *c; /* with our ref */
+  st = gr_conn_attach(l, fd, address, false, NULL, io.ssl,
+                      hs.mode & GR_AUTH_MODE_MACS ? hs.keys : NULL, handler, &c, err);
+  OPENSSL_cleanse(hs.keys, sizeof hs.keys);
+  if (st != GR_OK) return st;
   *out = c;
   return GR_OK;
 }

@@ -3,9 +3,10 @@
  *
  *   gr_loop *loop;  gr_loop_new(&loop, &err);
  *   gr_listener *l; int port;
- *   gr_listener_new(loop, "127.0.0.1", 0, secret, "exp1", &handler, &l, &port, &err); // a server
+ *   gr_conn_auth auth = {secret, "exp1", tls};   // tls: NULL, or gr_tls_new's
+ *   gr_listener_new(loop, "127.0.0.1", 0, &auth, &handler, &l, &port, &err);  // a server
  *   gr_conn *c;
- *   gr_conn_dial(loop, "127.0.0.1:4000", secret, "exp1", 5000, &handler, &c, &err);   // a client
+ *   gr_conn_dial(loop, "127.0.0.1:4000", &auth, 5000, &handler, &c, &err);   // a client
  *   gr_conn_send(c, msg, &err);         // any thread; takes msg
  *   ... handler.on_message(arg, c, in) runs on the loop thread per frame ...
  *   gr_conn_close(c); gr_conn_unref(c);
@@ -26,7 +27,12 @@
  * the server checks it and answers AUTH_OK (with a secret its HMAC(secret,
  * "server" | client nonce | server nonce | both ids)), which the client
  * checks. Until then a server reads at most 256 bytes from the peer and
- * only an AUTH frame, for at most 10 s. A peer of another cluster, with
+ * only an AUTH frame, for at most 10 s. A peer on another host (not
+ * loopback) is protected after HELLO: with TLS configured the rest runs
+ * over TLS 1.3 (transport_tls.c, both sides presenting a certificate of
+ * the cluster's CA), else every frame after AUTH_OK carries a MAC under a
+ * key of the handshake (frame_mac_internal.h), checked before the frame
+ * is delivered. A peer of another cluster, with
  * another secret, or with none when one is needed, is refused (a server
  * logs it, naming the peer; a client's error names the server's address).
  *
@@ -62,6 +68,15 @@
 typedef struct gr_loop gr_loop;
 typedef struct gr_conn gr_conn;
 typedef struct gr_listener gr_listener;
+typedef struct gr_tls gr_tls;
+
+/* Who this end is in the handshake. */
+typedef struct gr_conn_auth {
+  const char *secret;  /* the cluster's secret (NULL: none, an insecure end) */
+  const char *cluster; /* this end's cluster id (NULL: none) */
+  gr_tls *tls;         /* TLS for connections across hosts (NULL: none); referenced by
+                          whoever keeps it (a listener) */
+} gr_conn_auth;
 
 /* A received frame: its header, parsed map and body (one reference, NULL
  * when the body is empty). */
@@ -84,6 +99,11 @@ typedef struct gr_conn_handler {
    * newline, on the loop thread. NULL: "graphrun: LINE\n" on stderr. A
    * listener's handler is copied into every connection it accepts. */
   void (*log)(void *arg, const char *line);
+  /* A frame failed its MAC (frame MACs across hosts; loop thread, just
+   * before on_close): m's header and map as they arrived, NOT authentic
+   * (someone on the path may have written them), for failing what waited
+   * for that frame (a step's pushed tensor) and nothing else. NULL: none. */
+  void (*on_refused)(void *arg, gr_conn *c, const gr_inmsg *m);
 } gr_conn_handler;
 
 /* Starts the loop thread. */
@@ -96,22 +116,21 @@ gr_status gr_loop_call(gr_loop *l, void (*fn)(void *arg), void *arg, gr_error *e
 
 /* Listens on host:port (port 0: a free one, *port_out gets it). Accepted
  * connections use handler once their peer passed the handshake against
- * secret (NULL: none, an insecure server) and cluster (the server's cluster
- * id; NULL: none); both are copied. */
-gr_status gr_listener_new(gr_loop *l, const char *host, int port, const char *secret,
-                          const char *cluster, const gr_conn_handler *handler, gr_listener **out,
-                          int *port_out, gr_error *err);
+ * auth (copied; its tls referenced): with a peer that is not on loopback,
+ * TLS when auth has it, else per-frame MACs (when it has a secret). */
+gr_status gr_listener_new(gr_loop *l, const char *host, int port, const gr_conn_auth *auth,
+                          const gr_conn_handler *handler, gr_listener **out, int *port_out,
+                          gr_error *err);
 void gr_listener_free(gr_listener *ls);
 
 /* Connects to "host:port" with retries (backoff 10 ms doubling to 500 ms)
- * until timeout_ms, passes the handshake as a member of cluster (NULL:
- * none) knowing secret (NULL: the server must not ask for one) and hands
- * the connection to the loop. *out holds one reference for the caller.
- * Errors name the address; a refusal in the handshake is
- * GR_ERR_UNAUTHENTICATED. */
-gr_status gr_conn_dial(gr_loop *l, const char *address, const char *secret, const char *cluster,
-                       int timeout_ms, const gr_conn_handler *handler, gr_conn **out,
-                       gr_error *err);
+ * until timeout_ms, passes the handshake as auth says (a secret NULL: the
+ * server must not ask for one; with a server not on loopback, TLS when
+ * auth has it, else per-frame MACs) and hands the connection to the loop.
+ * *out holds one reference for the caller. Errors name the address; a
+ * refusal in the handshake (TLS's included) is GR_ERR_UNAUTHENTICATED. */
+gr_status gr_conn_dial(gr_loop *l, const char *address, const gr_conn_auth *auth, int timeout_ms,
+                       const gr_conn_handler *handler, gr_conn **out, gr_error *err);
 
 /* Sends a message (any thread). Takes msg, also on failure
  * (GR_ERR_UNAVAILABLE once the connection is closed). */
@@ -124,13 +143,15 @@ void gr_conn_fail(gr_conn *c, gr_status code, const char *why);
 /* Milliseconds since bytes last arrived on the connection (or since it
  * was made). */
 int64_t gr_conn_idle_ms(const gr_conn *c);
+/* The peer sent not a byte (a port probe's connection; loop thread). */
+bool gr_conn_sent_nothing(const gr_conn *c);
 /* When bytes last arrived (gr_wire_now_ms clock; when it was made before
  * any did). */
 int64_t gr_conn_last_rx_ms(const gr_conn *c);
 /* Bytes have arrived that the loop has not read yet (the loop thread was
  * busy or starved): the peer is not silent. Loop thread only (the
  * connection is not closed under it). */
-bool gr_conn_has_unread(const gr_conn *c);
+bool gr_conn_has_unread(gr_conn *c);
 /* Runs fn(arg) on the loop thread every period_ms until the loop is freed. */
 gr_status gr_loop_every(gr_loop *l, int period_ms, void (*fn)(void *arg), void *arg, gr_error *err);
 void gr_conn_ref(gr_conn *c);
@@ -148,6 +169,12 @@ void gr_transport_set_limits(size_t max_queued, size_t max_body);
 /* read() calls per readable event before the loop moves on (for tests;
  * 0: the default, 64). */
 void gr_transport_set_read_rounds(int rounds);
+
+/* Loopback peers count as on another host (for tests and benchmarks; set
+ * before connections are made): TLS or per-frame MACs on them too. */
+void gr_transport_set_loopback_remote(bool on);
+/* How a connection is protected now: GR_AUTH_MODE_TLS, _MACS or 0. */
+int gr_conn_mode(const gr_conn *c);
 
 /* Deadlines (for tests; 0: the default): an accepted connection's handshake
  * (10000 ms) and idle deadline (60000 ms; < 0: none), a dialed one's

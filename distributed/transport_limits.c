@@ -3,9 +3,10 @@
  * deadlines and the dialed side's keepalives, the receive-memory budget
  * with its back-pressure, and the rate-limited log of what peers cause.
  * Everything here runs on the loop thread, but for the settings and the
- * statistics (atomics). */
+ * statistics, which are atomic. */
 #include <event2/event.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -20,9 +21,12 @@
 static int handshake_ms = DEFAULT_HANDSHAKE_MS, idle_ms = DEFAULT_IDLE_MS,
            keepalive_ms = DEFAULT_KEEPALIVE_MS;
 static size_t rx_budget = DEFAULT_BUDGET;
-static gr_transport_stats stats; /* atomics */
+static struct {
+  _Atomic int64_t rx_held, rx_paused, refused, evicted, fd_pauses, deadlines, keepalives;
+} stats; /* gr_transport_stats' fields, counted on the loop thread, read on any */
 
-#define STAT_ADD(field, n) __atomic_add_fetch(&stats.field, (int64_t)(n), __ATOMIC_RELAXED)
+#define STAT_ADD(field, n)                                                                         \
+  atomic_fetch_add_explicit(&stats.field, (int64_t)(n), memory_order_relaxed)
 
 void gr_transport_set_deadlines(int handshake, int idle, int keepalive) {
   __atomic_store_n(&handshake_ms, handshake > 0 ? handshake : DEFAULT_HANDSHAKE_MS,
@@ -46,13 +50,13 @@ void gr_transport_set_budget(size_t bytes) {
 }
 
 void gr_transport_get_stats(gr_transport_stats *out) {
-  out->rx_held = __atomic_load_n(&stats.rx_held, __ATOMIC_RELAXED);
-  out->rx_paused = __atomic_load_n(&stats.rx_paused, __ATOMIC_RELAXED);
-  out->refused = __atomic_load_n(&stats.refused, __ATOMIC_RELAXED);
-  out->evicted = __atomic_load_n(&stats.evicted, __ATOMIC_RELAXED);
-  out->fd_pauses = __atomic_load_n(&stats.fd_pauses, __ATOMIC_RELAXED);
-  out->deadlines = __atomic_load_n(&stats.deadlines, __ATOMIC_RELAXED);
-  out->keepalives = __atomic_load_n(&stats.keepalives, __ATOMIC_RELAXED);
+  out->rx_held = atomic_load_explicit(&stats.rx_held, memory_order_relaxed);
+  out->rx_paused = atomic_load_explicit(&stats.rx_paused, memory_order_relaxed);
+  out->refused = atomic_load_explicit(&stats.refused, memory_order_relaxed);
+  out->evicted = atomic_load_explicit(&stats.evicted, memory_order_relaxed);
+  out->fd_pauses = atomic_load_explicit(&stats.fd_pauses, memory_order_relaxed);
+  out->deadlines = atomic_load_explicit(&stats.deadlines, memory_order_relaxed);
+  out->keepalives = atomic_load_explicit(&stats.keepalives, memory_order_relaxed);
 }
 
 /* ---- the log ------------------------------------------------------------------- */

@@ -36,8 +36,9 @@
 #include "core/gr_core.h"
 
 #define GR_WIRE_VERSION                                                                            \
-  3 /* 2: REGISTER and VARS name a container; RESET. 3: the                                        \
-       handshake names the cluster, every client sends AUTH */
+  4 /* 2: REGISTER and VARS name a container; RESET. 3: the                                        \
+       handshake names the cluster, every client sends AUTH. 4: the                                \
+       handshake's mode: TLS or per-frame MACs across hosts */
 #define GR_WIRE_HEADER_SIZE 16
 #define GR_WIRE_ALIGN       64
 #define GR_WIRE_MAX_TENSORS 4096 /* tensors in one message */
@@ -165,15 +166,31 @@ int64_t gr_wire_now_ms(void);
 
 #define GR_AUTH_NONCE 32
 #define GR_AUTH_MAC   32
+/* A connection's protection after the handshake (docs/security.md), the
+ * `mode` of HELLO (what the server requires) and AUTH (what both use),
+ * covered by both MACs: 0 plaintext (loopback), or one of */
+#define GR_AUTH_MODE_TLS  1 /* TLS, started right after HELLO */
+#define GR_AUTH_MODE_MACS 2 /* every frame after AUTH_OK carries a MAC (frame_mac_internal.h) */
 
 /* Random bytes from the crypto library (never a plain PRNG). */
 gr_status gr_auth_random(void *out, size_t n, gr_error *err);
 /* HMAC-SHA256(secret, role (16 bytes, zero-padded) || a || b || the length
- * and bytes of the server's cluster id || of the client's): a MAC over the
- * nonces and both ids (NULL: ""), so that neither can be swapped. */
+ * and bytes of the server's cluster id || of the client's || mode (one
+ * byte)): a MAC over the nonces, both ids (NULL: "") and the connection's
+ * mode, so that none can be swapped or downgraded. */
 void gr_auth_mac(const char *secret, const char *role, const uint8_t a[GR_AUTH_NONCE],
                  const uint8_t b[GR_AUTH_NONCE], const char *server_cluster,
-                 const char *client_cluster, uint8_t out[GR_AUTH_MAC]);
+                 const char *client_cluster, uint8_t mode, uint8_t out[GR_AUTH_MAC]);
+/* The per-frame keys of a connection (frame_mac_internal.h): HKDF-SHA256
+ * with the secret as the input key, the server's then the client's nonce
+ * as the salt, and "graphrun frame keys v1" with both cluster ids
+ * (length-prefixed) as the info; the client-to-server key, then the
+ * server-to-client one. */
+#define GR_AUTH_FRAME_KEYS 64
+gr_status gr_auth_frame_keys(const char *secret, const uint8_t server_nonce[GR_AUTH_NONCE],
+                             const uint8_t client_nonce[GR_AUTH_NONCE], const char *server_cluster,
+                             const char *client_cluster, uint8_t out[GR_AUTH_FRAME_KEYS],
+                             gr_error *err);
 /* Constant-time comparison of two MACs. */
 bool gr_auth_equal(const uint8_t a[GR_AUTH_MAC], const uint8_t b[GR_AUTH_MAC]);
 

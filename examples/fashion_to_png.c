@@ -3,18 +3,20 @@
  *
  *   build/examples/fashion_to_png DIR N            DIR/footwear/ and DIR/other/
  *   build/examples/fashion_to_png DIR N --all      one sub-folder per class: DIR/t-shirt/, ...
+ *   build/examples/fashion_to_png DIR N --test     from the test set (pictures a model
+ *                                                  trained on the others has not seen)
  *
- * N images of the training set, in its order, each DIR/CLASS/IIIII.png
- * (28 x 28, gray). footwear: sandals, sneakers and ankle boots; other:
- * the rest. Data: the Debian package dataset-fashion-mnist. */
+ * N images of the training set (or the test set), in its order, each
+ * DIR/CLASS/IIIII.png (28 x 28, gray). footwear: sandals, sneakers and
+ * ankle boots; other: the rest. Data: the Debian package
+ * dataset-fashion-mnist. */
 #include <graphrun.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#define IMAGES "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
-#define LABELS "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz"
+#define DATA "/usr/share/datasets/fashion-mnist/"
 
 static const char *const names[10] = {"t-shirt", "trouser", "pullover", "dress", "coat",
                                       "sandal",  "shirt",   "sneaker",  "bag",   "ankle-boot"};
@@ -25,17 +27,27 @@ static int fail(const gr_error *err) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3 || (argc == 4 && strcmp(argv[3], "--all") != 0) || argc > 4) {
-    fprintf(stderr, "usage: fashion_to_png DIR N [--all]\n");
+  bool all = false, test = false, ok = argc >= 3;
+  for (int i = 3; i < argc && ok; i++) {
+    if (strcmp(argv[i], "--all") == 0)
+      all = true;
+    else if (strcmp(argv[i], "--test") == 0)
+      test = true;
+    else
+      ok = false;
+  }
+  if (!ok) {
+    fprintf(stderr, "usage: fashion_to_png DIR N [--all] [--test]\n");
     return 2;
   }
   const char *dir = argv[1];
   long n = strtol(argv[2], NULL, 10);
-  bool all = argc == 4;
   gr_tensor x, y;
   gr_error err;
-  if (gr_data_load_idx(IMAGES, &x, &err) != GR_OK) return fail(&err);
-  if (gr_data_load_idx(LABELS, &y, &err) != GR_OK) return gr_tensor_release(&x), fail(&err);
+  const char *images = test ? DATA "t10k-images-idx3-ubyte.gz" : DATA "train-images-idx3-ubyte.gz";
+  const char *labels = test ? DATA "t10k-labels-idx1-ubyte.gz" : DATA "train-labels-idx1-ubyte.gz";
+  if (gr_data_load_idx(images, &x, &err) != GR_OK) return fail(&err);
+  if (gr_data_load_idx(labels, &y, &err) != GR_OK) return gr_tensor_release(&x), fail(&err);
   if (n < 1 || n > x.shape.dims[0]) {
     fprintf(stderr, "fashion_to_png: N must be from 1 to %lld\n", (long long)x.shape.dims[0]);
     return 2;

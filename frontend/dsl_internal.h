@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/core_engine.h"
 #include "gr_dsl.h"
 #include "distributed/gr_distributed.h"
 #include "ops/gr_ops.h"
@@ -215,7 +216,7 @@ struct dsl_expr {
       const char *name;
       dsl_arg *args;
       int nargs;
-      dsl_block *block; /* a built-in that takes one (dsl_takes_block), else NULL */
+      dsl_block *block; /* a built-in that takes one (dsl_parse.c's list), else NULL */
     } call;
     struct {
       dsl_tok op;
@@ -270,9 +271,6 @@ typedef struct dsl_parser {
   int depth;         /* recursion guard */
   dsl_expr *pending; /* an IDENT already consumed by the statement rule */
 } dsl_parser;
-
-/* Does the built-in `name` take a block (`replicas(2, x) { ... }`)? */
-bool dsl_takes_block(const char *name);
 
 void dsl_parse_init(dsl_parser *ps, const dsl_source *src, dsl_arena *arena, gr_error *err);
 /* The next top-level statement into *out (NULL at end of file). */

@@ -25,14 +25,6 @@
 #include "dsl_internal.h"
 #include "placer/gr_placer.h"
 
-static const char *const block_builtins[] = {"ps_variables", "replicas", "micro_batches"};
-
-bool dsl_takes_block(const char *name) {
-  for (size_t i = 0; i < sizeof block_builtins / sizeof block_builtins[0]; i++)
-    if (strcmp(name, block_builtins[i]) == 0) return true;
-  return false;
-}
-
 static gr_status oom(gr_dsl_program *p) {
   return gr_error_set_oom(p->err);
 }

@@ -193,11 +193,21 @@ static bool parse_call_args(P *ps, dsl_expr *call) {
   return expect_close(ps, T_RPAREN, open, "')'");
 }
 
-/* block_call = IDENT args block, for the built-ins that take a block
- * (dsl_takes_block: `replicas(2, x) { ... }`); the block is optional here
- * and required when lowering, so a missing one is reported by name. */
+/* The built-ins that take a block (`replicas(2, x) { ... }`); lowered by
+ * dsl_parallel.c, which needs the block. The grammar knows their names. */
+static const char *const block_builtins[] = {"ps_variables", "replicas", "micro_batches"};
+
+static bool takes_block(const char *name) {
+  for (size_t i = 0; i < sizeof block_builtins / sizeof block_builtins[0]; i++)
+    if (strcmp(name, block_builtins[i]) == 0) return true;
+  return false;
+}
+
+/* block_call = IDENT args block, for the built-ins that take a block; the
+ * block is optional here and required when lowering, so a missing one is
+ * reported by name. */
 static bool parse_call_block(P *ps, dsl_expr *call) {
-  if (TOK.kind != T_LBRACE || !dsl_takes_block(call->call.name)) return true;
+  if (TOK.kind != T_LBRACE || !takes_block(call->call.name)) return true;
   call->call.block = dsl_alloc(ps->arena, sizeof *call->call.block);
   if (!call->call.block) {
     gr_error_set_oom(ps->err);

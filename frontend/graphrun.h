@@ -24,8 +24,10 @@
  * Build with `cc prog.c $(pkg-config --cflags --libs graphrun)`.
  * Modules: core/gr_core.h (graphs, tensors, sessions), ops/gr_ops.h (the
  * builder functions of every op, gradients, optimizers, control flow),
- * placer/gr_placer.h (cluster model and placement), checkpoints/
- * gr_checkpoints.h (SQLite checkpoints) and frontend/gr_dsl.h (.gr files). */
+ * placer/gr_placer.h (cluster model and placement), passes/gr_passes.h
+ * (graph rewrites before a run), checkpoints/gr_checkpoints.h (SQLite
+ * checkpoints), distributed/gr_distributed.h (servers, the master that
+ * drives a cluster) and frontend/gr_dsl.h (.gr files). */
 #ifndef GRAPHRUN_H
 #define GRAPHRUN_H
 

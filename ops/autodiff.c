@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "ops/autodiff_internal.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"

@@ -3,10 +3,11 @@
 #ifndef GR_AUTODIFF_INTERNAL_H
 #define GR_AUTODIFF_INTERNAL_H
 
+#include "core/core_engine.h"
 #include "ops/gr_ops.h"
 
 /* Loop frames of the graph's nodes 0..total-1 (order: topological),
- * by the deepest-input rule (gr_frames.h). The caller frees f with
+ * by the deepest-input rule (core/frames.h). The caller frees f with
  * gr_frames_free, also on an error (GR_ERR_RESOURCE_EXHAUSTED). */
 gr_status ad_frames_compute(const gr_graph *g, const int *order, int total, gr_frames *f);
 

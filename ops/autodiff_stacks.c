@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "ops/autodiff_internal.h"
 #include "ops/ops_internal.h"
 

@@ -357,7 +357,8 @@ static void reroute_control(gr_graph *g, int first, int end, int skip_lo, int sk
         }
         caps[ncaps++] = (capture){{dep, 0}, {inside, 0}};
       }
-      n->control_inputs[j] = inside; /* same slot: the other control inputs keep their order */
+      /* same slot: the other control inputs keep their order */
+      gr_graph_replace_control_input(g, n, j, inside);
     }
   }
   free(caps);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gr_threadpool.h"
+#include "core/core_engine.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 

@@ -1,8 +1,9 @@
 /* Reading tensors from data files: the IDX format of MNIST and
  * Fashion-MNIST and NumPy .npy files, raw or gzip-compressed (zlib reads
- * plain files through). Used by the
+ * plain files through); and writing .npy files (the one .npy codec). Used by the
  * read_idx / read_npy ops and by the command line's --feed. Every length in a
  * header is checked against a maximum and against the bytes present. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,13 @@ static gr_status idx_body(gzFile f, const char *path, int src, gr_tensor *out, g
 
 /* ---- .npy -------------------------------------------------------------------------------- */
 
+/* The format's dtypes, both ways: the first of a dtype is what is written. */
+static const struct {
+  const char *descr;
+  gr_dtype dt;
+} npy_kinds[] = {{"<f4", GR_F32}, {"<f8", GR_F64}, {"<i4", GR_I32}, {"<i8", GR_I64},
+                 {"|u1", GR_U8},  {"<u1", GR_U8},  {"|b1", GR_BOOL}};
+
 /* Finds 'key': in the header dict and returns a pointer after the colon. */
 static const char *npy_field(const char *h, const char *key) {
   const char *p = strstr(h, key);
@@ -167,17 +175,14 @@ static gr_status npy_header(gzFile f, const char *path, gr_dtype *dt, int *src_s
                      path);
     goto done;
   }
-  static const struct {
-    const char *descr;
-    gr_dtype dt;
-  } kinds[] = {{"'<f4'", GR_F32}, {"'<f8'", GR_F64}, {"'<i4'", GR_I32}, {"'<i8'", GR_I64},
-               {"'|u1'", GR_U8},  {"'<u1'", GR_U8},  {"'|b1'", GR_BOOL}};
   bool found = false;
-  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-    if (strncmp(d, kinds[k].descr, strlen(kinds[k].descr)) == 0) {
-      *dt = kinds[k].dt;
+  for (size_t k = 0; k < sizeof npy_kinds / sizeof npy_kinds[0] && !found; k++) {
+    size_t n = strlen(npy_kinds[k].descr);
+    if (*d == '\'' && strncmp(d + 1, npy_kinds[k].descr, n) == 0 && d[1 + n] == '\'') {
+      *dt = npy_kinds[k].dt;
       found = true;
     }
+  }
   if (!found) {
     char shown[24];
     npy_quoted(d, shown, sizeof shown);
@@ -280,4 +285,34 @@ gr_status gr_data_npy_info(const char *path, gr_dtype *dtype, gr_shape *shape, g
 }
 gr_status gr_data_load_npy(const char *path, gr_tensor *out, gr_error *err) {
   return read_file(path, npy_header, npy_body, NULL, NULL, out, err);
+}
+
+gr_status gr_data_write_npy(const gr_tensor *t, const char *path, gr_error *err) {
+  const char *descr = NULL;
+  for (size_t k = 0; k < sizeof npy_kinds / sizeof npy_kinds[0] && !descr; k++)
+    if (npy_kinds[k].dt == t->dtype) descr = npy_kinds[k].descr;
+  if (!descr)
+    return gr_error_set(err, GR_ERR_DTYPE, "cannot write dtype %s to .npy",
+                        gr_dtype_name(t->dtype));
+  char hdr[512];
+  int n = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+  for (int i = 0; i < t->shape.rank; i++)
+    n += snprintf(hdr + n, sizeof hdr - (size_t)n, "%lld,%s", (long long)t->shape.dims[i],
+                  i + 1 < t->shape.rank ? " " : "");
+  if (t->shape.rank > 1) n--; /* NumPy writes (2, 3), but (2,) for rank 1 */
+  n += snprintf(hdr + n, sizeof hdr - (size_t)n, "), }");
+  /* magic(6) + version(2) + len(2) + header, padded with spaces to a multiple of 64, ending \n */
+  size_t pad = (64 - (10 + (size_t)n + 1) % 64) % 64;
+  memset(hdr + n, ' ', pad);
+  hdr[n + (int)pad] = '\n';
+  unsigned hlen = (unsigned)n + (unsigned)pad + 1;
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, hlen & 0xff, hlen >> 8};
+  FILE *f = fopen(path, "wb");
+  if (!f) return gr_error_set(err, GR_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+  size_t nb = gr_tensor_num_bytes(t);
+  bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, hlen, f) == hlen &&
+            (nb == 0 || fwrite(gr_tensor_data(t), 1, nb, f) == nb);
+  ok = (fclose(f) == 0) && ok;
+  if (!ok) return gr_error_set(err, GR_ERR_IO, "writing '%s' failed: %s", path, strerror(errno));
+  return GR_OK;
 }

@@ -94,14 +94,42 @@ void gr_image_folder_options_init(gr_image_folder_options *o);
  * number (i32/i64 scalar), as for gr_batch. */
 gr_output gr_image_folder(gr_graph *g, gr_output step, const char *dir,
                           const gr_image_folder_options *o);
-/* The class names of the image_folder node behind o (any of its outputs),
- * in label order: *n names, NULL-terminated, in one malloc'd block (one
- * free() releases it). NULL with *n = 0 when o is not an image_folder
- * output or out of memory. */
+/* The class names of the image_folder or image_input node behind o (any
+ * of its outputs), in label order: *n names, NULL-terminated, in one
+ * malloc'd block (one free() releases it); *n is 0 for an image_input
+ * without class names. NULL with *n = 0 when o is not such an output or
+ * out of memory. */
 char **gr_image_folder_class_names(gr_output o, int *n);
 /* The number of images the image_folder node behind o reads per epoch (its
  * subset and shard), from its attrs; -1 when o is not such an output. An
  * epoch is that number divided by the batch size (the rest is dropped). */
 int64_t gr_image_folder_num_images(gr_output o);
+
+/* ---- image_input ---------------------------------------------------------------- */
+
+/* The input of an inference graph (graphrun export --inference, graphrun
+ * predict): a placeholder (GR_OP_PLACEHOLDER: it must be fed) for a batch
+ * of images of pixel values 0..255, that records how pictures are
+ * prepared for the model: shape [?, h, w, c] (or [?, h, w], gray) is the
+ * size they are resized to (gr_image_resize_bilinear, as image_folder
+ * does) and their channels (1 grayscale, 3 rgb, 4 rgba: attr color_mode),
+ * and class_names (one a line, in label order; "" when unknown) the names
+ * of the model's classes. dtype f32 or u8. */
+gr_output gr_image_input(gr_graph *g, const char *name, gr_dtype dtype, gr_shape shape,
+                         const char *class_names);
+/* The pictures node n takes as an input: an image_input node, or a
+ * placeholder of dtype f32 or u8 and shape [?, h, w, c] (c 1, 3 or 4) or
+ * [?, h, w] (gray), h and w known. Sets *height, *width and *channels and
+ * returns true; false (and zeros) when n is neither. */
+bool gr_image_input_geometry(const gr_node *n, int64_t *height, int64_t *width, int *channels);
+/* Reads the picture at path as such an input wants it, as image_folder
+ * prepares its images: decoded into `channels` channels (gr_image_read,
+ * PNG or JPEG; max_pixels <= 0: the default), resized to height x width
+ * (gr_image_resize_bilinear), stored at dst as height * width * channels
+ * elements of dtype (f32: values 0..255; u8: rounded). Errors start with
+ * path (a truncated, corrupt, huge or unreadable file: gr_image_read's);
+ * dst is unspecified then. */
+gr_status gr_image_read_resized(const char *path, int64_t height, int64_t width, int channels,
+                                gr_dtype dtype, int64_t max_pixels, void *dst, gr_error *err);
 
 #endif

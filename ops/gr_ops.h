@@ -291,6 +291,9 @@ gr_status gr_data_idx_info(const char *path, gr_dtype *dtype, gr_shape *shape, g
 /* Reads a .npy file, raw or gzip (little-endian f4 f8 i4 i8 u1 b1, C order). */
 gr_status gr_data_load_npy(const char *path, gr_tensor *out, gr_error *err);
 gr_status gr_data_npy_info(const char *path, gr_dtype *dtype, gr_shape *shape, gr_error *err);
+/* Writes t as a .npy file (format 1.0, little-endian, C order; the dtypes
+ * above). Errors name the file. */
+gr_status gr_data_write_npy(const gr_tensor *t, const char *path, gr_error *err);
 
 /* The contents of an IDX (.gz or raw) or .npy file, read once per session. */
 gr_output gr_read_idx(gr_graph *g, const char *path);

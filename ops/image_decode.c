@@ -284,7 +284,8 @@ static gr_status read_file(const char *path, unsigned char **data, size_t *len, 
     size_t got = fread(buf + n, 1, cap - n, f);
     n += got;
     if (got == 0) {
-      if (ferror(f)) st = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: read error", path);
+      if (ferror(f))
+        st = gr_error_set(err, GR_ERR_DATA_LOSS, "%s: read error: %s", path, strerror(errno));
       break;
     }
   }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "ops/gr_ops.h"
 #include "ops/image_internal.h"
 #include "ops/ops_internal.h"

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "ops/gr_ops.h"
 #include "ops/image_internal.h"
 #include "ops/ops_internal.h"
@@ -312,7 +313,8 @@ gr_output gr_image_folder(gr_graph *g, gr_output step, const char *dir,
 
 char **gr_image_folder_class_names(gr_output o, int *n) {
   *n = 0;
-  if (!o.node || o.node->op != &gr_op_image_folder) return NULL;
+  if (!o.node || (o.node->op != &gr_op_image_folder && o.node->op != &gr_op_image_input))
+    return NULL;
   const char *names = gr_node_attr_string(o.node, "class_names", "");
   int k = count_lines(names);
   size_t len = strlen(names) + 1, ptrs = (size_t)(k + 1) * sizeof(char *);

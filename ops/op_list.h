@@ -124,6 +124,8 @@
   X(batch)                                                                                         \
   /* image_folder.c */                                                                             \
   X(image_folder)                                                                                  \
+  /* image_input.c */                                                                              \
+  X(image_input)                                                                                   \
   /* control_flow.c */                                                                             \
   X(control_trigger)                                                                               \
   /* conv.c */                                                                                     \

@@ -1,8 +1,7 @@
 /* Parked kernels and step cancellation (wait_internal.h). */
 #include <stdlib.h>
 
-#include "core/gr_executor.h"
-#include "core/gr_map.h"
+#include "core/core_engine.h"
 #include <stdio.h>
 
 #include "ops/gr_ops.h"
@@ -80,6 +79,7 @@ void gr_wait_arm(gr_kernel_ctx *ctx, uint64_t id) {
 bool gr_wait_cancelled_locked(uint64_t id) {
   pthread_mutex_lock(&reg_mu);
   entry *e = gr_map_get_u64(&reg, id);
+  if (e) GR_ASSERT_HELD(&e->owner->mu);
   bool c = e && e->cancelled;
   pthread_mutex_unlock(&reg_mu);
   return c;
@@ -88,6 +88,7 @@ bool gr_wait_cancelled_locked(uint64_t id) {
 void gr_wait_unregister(uint64_t id) {
   pthread_mutex_lock(&reg_mu);
   entry *e = gr_map_get_u64(&reg, id);
+  if (e) GR_ASSERT_HELD(&e->owner->mu);
   if (e) gr_map_remove_u64(&reg, id);
   pthread_mutex_unlock(&reg_mu);
   free(e);

@@ -82,4 +82,54 @@ gr_status gr_passes_optimize_graph(const gr_graph *g, const gr_output *feeds, in
                                    const gr_passes_options *o, gr_graph **out,
                                    gr_passes_stats *stats, gr_error *err);
 
+/* ---- freezing: an inference graph ------------------------------------------------ */
+
+/* An input of an inference graph: the endpoint `at` of g (a placeholder,
+ * or the images of an image_folder node) becomes a new node of op `op`
+ * with attrs (its name is at's node's), whose output 0 every kept consumer
+ * of `at` reads. */
+typedef struct gr_freeze_input {
+  gr_output at;
+  const char *op; /* "placeholder", "image_input", ... */
+  const gr_attr *attrs;
+  int num_attrs;
+} gr_freeze_input;
+
+/* Called once with the names of the variables the outputs read (sorted,
+ * each once; they point into g): fills values[0..n) with one new
+ * reference each (the caller's checkpoint), or returns an error (then
+ * every value it set is released by the caller of freeze). */
+typedef gr_status (*gr_freeze_values_fn)(void *arg, const char *const *names, int n,
+                                         gr_tensor *values, gr_error *err);
+
+typedef struct gr_freeze_stats {
+  int nodes_in;  /* of g */
+  int nodes_out; /* of the frozen graph */
+  int variables; /* frozen into constants */
+} gr_freeze_stats;
+
+/* Builds the inference graph of outputs: the nodes of g they need, walking
+ * back from them and stopping at the inputs, copied into a new graph *out
+ * (names, attrs and source positions kept; devices and colocation
+ * dropped: it runs anywhere) with
+ * - each read of a variable (`variable`, `read_value`) replaced by a
+ *   `const` of its name holding the value `values` gives (nothing behind
+ *   a read is kept: its initialiser, the updates it waits for);
+ * - each input replaced by its new node;
+ * - each dropout built with training=false (it passes its input through)
+ *   replaced by an identity.
+ * What is left must be a pure function of the inputs: a kept node that is
+ * stateful (an update of a variable, a batch norm's moving statistics
+ * being updated, dropout and augmentation in training mode, a random op,
+ * a data reader such as image_folder or read_idx, a queue) or a
+ * placeholder other than an input is an error naming it, its source
+ * position and what to do (build the outputs with training=false), and so
+ * is a kept node that reads another output of an input's node (an
+ * image_folder's labels). g is not changed. stats may be NULL.
+ * Ownership: *out is the caller's (gr_graph_free); NULL on failure. */
+gr_status gr_passes_freeze_graph(const gr_graph *g, const gr_freeze_input *inputs, int num_inputs,
+                                 const gr_output *outputs, int num_outputs,
+                                 gr_freeze_values_fn values, void *arg, gr_graph **out,
+                                 gr_freeze_stats *stats, gr_error *err);
+
 #endif

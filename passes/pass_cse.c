@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "passes_internal.h"
 
 static uint64_t mix(uint64_t h, uint64_t v) {

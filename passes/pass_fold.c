@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "passes_internal.h"
 
 /* The value of a constant source, or NULL when n is not one. */

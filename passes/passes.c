@@ -24,8 +24,8 @@ bool gr_passes_op_is_opaque(const gr_op_def *op) {
          op->cf_kind != GR_CF_NONE;
 }
 
-static gr_status check_endpoints(const gr_graph *g, const char *what, const gr_output *eps, int n,
-                                 bool need_output, gr_error *err) {
+gr_status gr_passes_check_endpoints(const gr_graph *g, const char *what, const gr_output *eps,
+                                    int n, bool need_output, gr_error *err) {
   if (n < 0 || (n && !eps))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "graph passes: bad %s array", what);
   for (int i = 0; i < n; i++) {
@@ -66,12 +66,26 @@ typedef struct copier {
   gr_node **ctrl; /* scratch control inputs */
   patch *patches;
   int num_patches;
-  const gr_op_def *const_op, *placeholder_op;
+  const gr_op_def *const_op, *placeholder_op, *identity_op;
 } copier;
 
-/* A placeholder of n's name, dtype and shape (n's only output is fed). */
-static gr_output copy_stand_in(copier *k, const gr_node *n) {
+/* n as copied: without devices and colocation with c->no_devices. */
+static gr_node source_of(const copier *k, const gr_node *n) {
   gr_node fake = *n;
+  if (k->c->no_devices) {
+    fake.requested_device = "";
+    fake.assigned_device = NULL;
+    fake.colocate_with = NULL;
+    fake.colocate_hint = false;
+  }
+  return fake;
+}
+
+/* The stand-in of fed node n: c->stand_in's, else a placeholder of n's
+ * name, dtype and shape (n's only output is fed). */
+static gr_output copy_stand_in(copier *k, const gr_node *n) {
+  if (k->c->stand_in) return k->c->stand_in(k->c->stand_in_arg, k->out, n);
+  gr_node fake = source_of(k, n);
   gr_attr a[2] = {gr_attr_dtype("dtype", n->out_dtypes[0]),
                   gr_attr_shape("shape", n->out_shapes[0])};
   fake.op = k->placeholder_op;
@@ -84,7 +98,7 @@ static gr_output copy_stand_in(copier *k, const gr_node *n) {
 
 /* A const of n's name holding its folded value. */
 static gr_output copy_folded(copier *k, const gr_node *n) {
-  gr_node fake = *n;
+  gr_node fake = source_of(k, n);
   gr_attr a = gr_attr_tensor("value", k->c->value[n->id]);
   GR_ASSERT(a.value.tensor.buf); /* pass_fold keeps the values of nodes still needed */
   fake.op = k->const_op;
@@ -99,7 +113,8 @@ static gr_output copy_node(copier *k, const gr_node *n) {
   int first_done = -1;
   for (int i = 0; i < n->num_inputs; i++) {
     const gr_node *p = gr_graph_node(c->g, c->rep[n->inputs[i].node->id]);
-    k->in[i] = (gr_output){k->copy[p->id], n->inputs[i].index};
+    /* a stand-in has one output */
+    k->in[i] = (gr_output){k->copy[p->id], c->mark[p->id] == GR_PRUNE_FED ? 0 : n->inputs[i].index};
     if (k->copy[p->id] && first_done < 0) first_done = i;
   }
   /* a loop's back edge (merge <- next_iteration): a stand-in input of the same
@@ -128,12 +143,19 @@ static gr_output copy_node(copier *k, const gr_node *n) {
     for (int j = 0; j < nc && !dup; j++) dup = k->ctrl[j] == d;
     if (!dup) k->ctrl[nc++] = d;
   }
-  gr_output o = gr_graph_copy_node(k->out, n, k->in, k->ctrl, nc);
+  gr_node src = source_of(k, n);
+  if (c->identity && c->identity[n->id]) { /* a pass-through: consumers read output 0 */
+    src.op = k->identity_op;
+    src.num_inputs = 1;
+    src.attrs = NULL;
+    src.num_attrs = 0;
+  }
+  gr_output o = gr_graph_copy_node(k->out, &src, k->in, k->ctrl, nc);
   for (int p = k->num_patches - 1; p >= 0 && !k->patches[p].node; p--) k->patches[p].node = o.node;
   return o;
 }
 
-static gr_status copy_graph(gr_passes_ctx *c, gr_graph **result) {
+gr_status gr_passes_copy(gr_passes_ctx *c, gr_graph **result) {
   int max_in = 1, max_ctrl = 1, back = 0;
   for (int v = 0; v < c->n; v++) {
     const gr_node *n = gr_graph_node(c->g, v);
@@ -149,7 +171,8 @@ static gr_status copy_graph(gr_passes_ctx *c, gr_graph **result) {
               gr_alloc_array((size_t)back + 1, sizeof(patch)),
               0,
               &gr_op_const,
-              gr_ops_find("placeholder")};
+              gr_ops_find("placeholder"),
+              gr_ops_find("identity")};
   gr_status st = GR_OK;
   if (!k.out || !k.copy || !k.in || !k.ctrl || !k.patches) {
     st = gr_error_set_oom(c->err);
@@ -194,13 +217,7 @@ done:
 
 /* ---- the driver -------------------------------------------------------------------- */
 
-typedef struct arrays {
-  int *order, *rep;
-  uint8_t *fed, *protect, *mark, *folded;
-  gr_tensor *value;
-} arrays;
-
-static bool alloc_arrays(arrays *a, int n) {
+bool gr_passes_arrays_alloc(gr_passes_arrays *a, int n) {
   size_t m = (size_t)n + 1;
   a->order = gr_alloc_array(m, sizeof(int));
   a->rep = gr_alloc_array(m, sizeof(int));
@@ -212,7 +229,20 @@ static bool alloc_arrays(arrays *a, int n) {
   return a->order && a->rep && a->fed && a->protect && a->mark && a->folded && a->value;
 }
 
-static void free_arrays(arrays *a, int n) {
+gr_passes_ctx gr_passes_ctx_of(const gr_graph *g, int n, gr_passes_arrays *a, gr_error *err) {
+  return (gr_passes_ctx){.g = g,
+                         .n = n,
+                         .order = a->order,
+                         .fed = a->fed,
+                         .protect = a->protect,
+                         .mark = a->mark,
+                         .rep = a->rep,
+                         .folded = a->folded,
+                         .value = a->value,
+                         .err = err};
+}
+
+void gr_passes_arrays_free(gr_passes_arrays *a, int n) {
   if (a->value)
     for (int i = 0; i < n; i++) gr_tensor_release(&a->value[i]);
   free(a->order);
@@ -250,7 +280,7 @@ static gr_status run_passes(gr_passes_ctx *c, const gr_passes_options *o, gr_gra
   if (!o->no_fold) GR_TRY(gr_passes_fold(c, o->fold_max_bytes, &stats->nodes_folded));
   GR_TRY(gr_passes_mark(c)); /* folded nodes no longer need their inputs */
   stats->nodes_unused_after_folding = before_fold - count_kept(c);
-  GR_TRY(copy_graph(c, out));
+  GR_TRY(gr_passes_copy(c, out));
   stats->nodes_out = gr_graph_num_nodes(*out);
   GR_ASSERT(stats->nodes_out ==
             c->n - stats->nodes_pruned - stats->nodes_merged - stats->nodes_unused_after_folding);
@@ -267,40 +297,28 @@ gr_status gr_passes_optimize_graph(const gr_graph *g, const gr_output *feeds, in
   if (!g) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "graph passes: graph is NULL");
   const gr_error *ge = gr_graph_error(g);
   if (ge) return gr_error_set(err, ge->code, "the graph has a build error: %s", ge->msg);
-  GR_TRY(check_endpoints(g, "feed", feeds, num_feeds, true, err));
-  GR_TRY(check_endpoints(g, "fetch", fetches, num_fetches, true, err));
-  GR_TRY(check_endpoints(g, "target", targets, num_targets, false, err));
+  GR_TRY(gr_passes_check_endpoints(g, "feed", feeds, num_feeds, true, err));
+  GR_TRY(gr_passes_check_endpoints(g, "fetch", fetches, num_fetches, true, err));
+  GR_TRY(gr_passes_check_endpoints(g, "target", targets, num_targets, false, err));
   gr_passes_options opts = o ? *o : gr_passes_options_default();
   gr_passes_stats local_stats = {0};
   gr_error local_err;
   gr_error_clear(&local_err);
   int n = gr_graph_num_nodes(g);
-  arrays a = {0};
+  gr_passes_arrays a = {0};
   gr_status st = GR_OK;
-  if (!alloc_arrays(&a, n)) {
+  if (!gr_passes_arrays_alloc(&a, n)) {
     st = gr_error_set_oom(&local_err);
   } else {
-    gr_passes_ctx c = {.g = g,
-                       .n = n,
-                       .order = a.order,
-                       .feeds = feeds,
-                       .fetches = fetches,
-                       .targets = targets,
-                       .num_feeds = num_feeds,
-                       .num_fetches = num_fetches,
-                       .num_targets = num_targets,
-                       .keep_all = opts.no_prune || (num_fetches == 0 && num_targets == 0),
-                       .fed = a.fed,
-                       .protect = a.protect,
-                       .mark = a.mark,
-                       .rep = a.rep,
-                       .folded = a.folded,
-                       .value = a.value,
-                       .err = &local_err};
+    gr_passes_ctx c = gr_passes_ctx_of(g, n, &a, &local_err);
+    c.feeds = feeds, c.num_feeds = num_feeds;
+    c.fetches = fetches, c.num_fetches = num_fetches;
+    c.targets = targets, c.num_targets = num_targets;
+    c.keep_all = opts.no_prune || (num_fetches == 0 && num_targets == 0);
     local_stats.nodes_in = n;
     st = run_passes(&c, &opts, out, &local_stats);
   }
-  free_arrays(&a, n);
+  gr_passes_arrays_free(&a, n);
   if (st != GR_OK) {
     if (err) *err = local_err;
     return st;

@@ -24,8 +24,34 @@ typedef struct gr_passes_ctx {
   uint8_t *folded;  /* replaced by a constant */
   gr_tensor *value; /* the folded value (one reference) while a consumer may need it */
   gr_error *err;
+  /* The copy (gr_passes_copy): the node standing in for a fed node n
+   * (marked GR_PRUNE_FED; consumers read its output 0), made in out under
+   * n's name; NULL: a placeholder of n's dtype and shape. */
+  gr_output (*stand_in)(void *arg, gr_graph *out, const gr_node *n);
+  void *stand_in_arg;
+  bool no_devices; /* copies without requested or assigned devices, nor colocation */
+  /* NULL, or per node: copied as an `identity` of its input 0 (a node that
+   * passes its input through, as a dropout in inference mode) */
+  const uint8_t *identity;
 } gr_passes_ctx;
 
+/* The per-node arrays of a gr_passes_ctx, n + 1 entries each (value
+ * zeroed); alloc is false when out of memory (free what was made with
+ * gr_passes_arrays_free, which also releases the values). */
+typedef struct gr_passes_arrays {
+  int *order, *rep;
+  uint8_t *fed, *protect, *mark, *folded;
+  gr_tensor *value;
+} gr_passes_arrays;
+bool gr_passes_arrays_alloc(gr_passes_arrays *a, int n);
+void gr_passes_arrays_free(gr_passes_arrays *a, int n);
+/* A context of g's n nodes on a's arrays (no feeds, fetches or targets). */
+gr_passes_ctx gr_passes_ctx_of(const gr_graph *g, int n, gr_passes_arrays *a, gr_error *err);
+
+/* Checks that eps[0..n) are endpoints of g (need_output: of an existing
+ * output); errors name what ("feed", "fetch", ...) and the index. */
+gr_status gr_passes_check_endpoints(const gr_graph *g, const char *what, const gr_output *eps,
+                                    int n, bool need_output, gr_error *err);
 /* True when endpoint o is fed. */
 bool gr_passes_is_fed(const gr_passes_ctx *c, gr_output o);
 /* True for ops no pass may merge or evaluate: stateful, random, variable,
@@ -39,5 +65,11 @@ gr_status gr_passes_mark(gr_passes_ctx *c);
 gr_status gr_passes_cse(gr_passes_ctx *c, int *merged);
 /* Sets c->folded and c->value for needed nodes; *folded gets their number. */
 gr_status gr_passes_fold(gr_passes_ctx *c, size_t max_bytes, int *folded);
+/* Copies the kept nodes (marked, and their own rep) into a new graph *out
+ * in c->order: a fed node by its stand-in, a folded one by a const of its
+ * name holding c->value, one marked c->identity by an identity, the others
+ * with their inputs through c->rep;
+ * loop back edges are patched last. Errors name the node. */
+gr_status gr_passes_copy(gr_passes_ctx *c, gr_graph **out);
 
 #endif

@@ -1,7 +1,9 @@
-/* A cluster from Slurm: the node list (SLURM_JOB_NODELIST syntax:
- * "node[01-03,07],gpu5,big[1-2]"), the number of tasks, this task's rank and
- * how the tasks split into jobs ("ps:1,worker:3"). Task p runs on node
- * p mod N at port base_port + p / N. */
+/* A cluster from a Slurm job step's layout: its node list ("node[01-03,07]"),
+ * the tasks of each node ("2(x3),1"), how Slurm numbered the tasks over the
+ * nodes (block, cyclic or plane), how the tasks split into jobs
+ * ("ps:1,worker:3") and their ports: Slurm's reserved ports
+ * (SLURM_STEP_RESV_PORTS) or a base port, each task taking the one of its
+ * local index on its node (as TensorFlow's SlurmClusterResolver). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,277 +11,272 @@
 
 #include "placer_internal.h"
 
-#define NODELIST   "SLURM_JOB_NODELIST"
-#define MAX_DIGITS 9
+typedef struct var_names { /* the variables a layout came from, for messages */
+  const char *nodelist, *tasks_per_node, *ntasks;
+} var_names;
 
-static bool name_char(int c) {
-  return isalnum(c) || c == '.' || c == '-' || c == '_';
+static var_names names_of(const gr_slurm_layout *l) {
+  if (l->job_level)
+    return (var_names){"SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS"};
+  return (var_names){"SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS"};
 }
 
-/* "SLURM_JOB_NODELIST:1:COL: what (in "LIST")" for the character s[i]. */
-static gr_status list_error(gr_error *err, const char *s, size_t i, const char *what,
-                            const char *arg) {
-  char msg[300];
-  snprintf(msg, sizeof msg, what, arg);
-  return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, NODELIST ":1:%zu: %s (in \"%.80s%s\")", i + 1,
-                      msg, s, strlen(s) > 80 ? "..." : "");
-}
-
-static const char *char_text(char c, char *buf) {
-  if (c >= 0x20 && c < 0x7f)
-    snprintf(buf, 16, "'%c'", c);
-  else
-    snprintf(buf, 16, "byte 0x%02x", (unsigned char)c);
-  return buf;
-}
-
-/* Reads 1..MAX_DIGITS digits at s[*i]. */
-static gr_status read_number(const char *s, size_t *i, unsigned long *v, int *width,
-                             gr_error *err) {
+/* A number of 1..9 digits at s[*i], at most max. */
+static bool read_count(const char *s, size_t *i, long max, long *v) {
   size_t start = *i;
-  char b[16];
-  if (!isdigit((unsigned char)s[*i]))
-    return list_error(err, s, *i, "expected a number in the range list, found %s",
-                      s[*i] ? char_text(s[*i], b) : "the end");
   *v = 0;
-  while (isdigit((unsigned char)s[*i])) {
-    if (*i - start == MAX_DIGITS)
-      return list_error(err, s, start, "number longer than 9 digits%s", "");
-    *v = *v * 10 + (unsigned long)(s[*i] - '0');
-    (*i)++;
-  }
-  *width = (int)(*i - start);
-  return GR_OK;
+  while (isdigit((unsigned char)s[*i]) && *i - start < 9) *v = *v * 10 + (s[(*i)++] - '0');
+  return *i > start && !isdigit((unsigned char)s[*i]) && *v <= max;
 }
 
-/* Checks the whole list's syntax before anything is expanded. */
-static gr_status check_list(const char *s, gr_error *err) {
+/* "2(x3),1" (Slurm's SLURM_STEP_TASKS_PER_NODE): counts[0 .. nnodes). */
+static gr_status parse_tasks_per_node(const char *var, const char *s, int *counts, int nnodes,
+                                      int *sum, gr_error *err) {
+  int n = 0;
   size_t i = 0;
-  char b[16];
-  if (!s[0]) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, NODELIST ": empty node list");
+  *sum = 0;
   for (;;) {
-    if (s[i] == ',' || !s[i]) return list_error(err, s, i, "empty node name%s", "");
-    while (s[i] && s[i] != ',') {
-      if (name_char((unsigned char)s[i])) {
-        i++;
-      } else if (s[i] == '[') {
-        size_t open = i++;
-        for (;;) {
-          unsigned long lo, hi;
-          int w;
-          size_t at = i;
-          if (!s[i]) return list_error(err, s, open, "'[' is not closed%s", "");
-          GR_TRY(read_number(s, &i, &lo, &w, err));
-          hi = lo;
-          if (s[i] == '-') {
-            i++;
-            GR_TRY(read_number(s, &i, &hi, &w, err));
-            if (hi < lo) {
-              char r[48];
-              snprintf(r, sizeof r, "%lu-%lu", lo, hi);
-              return list_error(err, s, at, "descending range %s", r);
-            }
-          }
-          if (s[i] == ',') {
-            i++;
-            continue;
-          }
-          if (s[i] == ']') {
-            i++;
-            break;
-          }
-          if (!s[i]) return list_error(err, s, open, "'[' is not closed%s", "");
-          return list_error(err, s, i, "expected ',' or ']' in the range list, found %s",
-                            char_text(s[i], b));
-        }
-      } else if (s[i] == ']') {
-        return list_error(err, s, i, "']' without '['%s", "");
-      } else {
-        return list_error(err, s, i, "bad character %s in a node name", char_text(s[i], b));
-      }
-    }
-    if (!s[i]) return GR_OK;
-    i++; /* ',' */
-  }
-}
-
-typedef struct expansion {
-  const char *s;
-  char (*names)[GR_CLUSTER_HOST_MAX];
-  int n, limit; /* names kept, at most limit */
-  size_t host_start;
-  gr_error *err;
-} expansion;
-
-enum { EXPAND_MORE, EXPAND_FULL, EXPAND_ERROR };
-
-/* Expands the host expression from s[i] (up to ',' or the end) after the
- * prefix name[0 .. len). */
-static int expand(expansion *x, size_t i, char *name, size_t len) {
-  const char *s = x->s;
-  while (s[i] && s[i] != ',' && s[i] != '[') {
-    if (len + 1 >= GR_CLUSTER_HOST_MAX) goto too_long;
-    name[len++] = s[i++];
-  }
-  if (s[i] != '[') {
-    name[len] = '\0';
-    for (int k = 0; k < x->n; k++)
-      if (strcmp(x->names[k], name) == 0) {
-        list_error(x->err, x->s, x->host_start, "node \"%s\" is listed twice", name);
-        return EXPAND_ERROR;
-      }
-    memcpy(x->names[x->n++], name, len + 1);
-    return x->n == x->limit ? EXPAND_FULL : EXPAND_MORE;
-  }
-  size_t j = i + 1, close = i;
-  while (s[close] != ']') close++;
-  while (j < close) {
-    unsigned long lo, hi;
-    int w, wh;
-    read_number(s, &j, &lo, &w, NULL);
-    hi = lo;
-    if (s[j] == '-') {
-      j++;
-      read_number(s, &j, &hi, &wh, NULL);
-    }
-    if (s[j] == ',') j++;
-    for (unsigned long v = lo; v <= hi; v++) {
-      char digits[32];
-      int dn = snprintf(digits, sizeof digits, "%0*lu", w, v);
-      if (len + (size_t)dn >= GR_CLUSTER_HOST_MAX) goto too_long;
-      memcpy(name + len, digits, (size_t)dn);
-      int r = expand(x, close + 1, name, len + (size_t)dn);
-      if (r != EXPAND_MORE) return r;
-    }
-  }
-  return EXPAND_MORE;
-too_long:
-  list_error(x->err, x->s, x->host_start, "node name longer than %s characters", "253");
-  return EXPAND_ERROR;
-}
-
-/* The first `limit` nodes of the list into names; *n gets how many (fewer
- * when the list is shorter). */
-static gr_status expand_list(const char *s, char (*names)[GR_CLUSTER_HOST_MAX], int limit, int *n,
-                             gr_error *err) {
-  GR_TRY(check_list(s, err));
-  expansion x = {.s = s, .names = names, .limit = limit, .err = err};
-  char name[GR_CLUSTER_HOST_MAX];
-  size_t i = 0;
-  for (;;) {
-    x.host_start = i;
-    int r = expand(&x, i, name, 0);
-    if (r == EXPAND_ERROR) return err ? err->code : GR_ERR_INVALID_ARGUMENT;
-    if (r == EXPAND_FULL) break;
-    while (s[i] && s[i] != ',') {
-      if (s[i] == '[')
-        while (s[i] != ']') i++;
+    long v, times = 1;
+    size_t at = i;
+    if (!read_count(s, &i, GR_CLUSTER_MAX_TASKS, &v) || v < 1)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "%s:1:%zu: expected a task count of 1..%d (in \"%.80s\")", var, at + 1,
+                          GR_CLUSTER_MAX_TASKS, s);
+    if (s[i] == '(') {
+      size_t rep = i;
       i++;
+      if (s[i++] != 'x' || !read_count(s, &i, GR_CLUSTER_MAX_TASKS, &times) || times < 1 ||
+          s[i++] != ')')
+        return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                            "%s:1:%zu: expected a repeat \"(xN)\" (in \"%.80s\")", var, rep + 1, s);
+    }
+    for (long k = 0; k < times; k++) {
+      if (n == nnodes)
+        return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                            "%s=\"%.80s\" gives more nodes than the %d of the node list", var, s,
+                            nnodes);
+      counts[n++] = (int)v;
+      *sum += (int)v;
+      if (*sum > GR_CLUSTER_MAX_TASKS)
+        return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s=\"%.80s\": more than %d tasks", var,
+                            s, GR_CLUSTER_MAX_TASKS);
     }
     if (!s[i]) break;
+    if (s[i] != ',')
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "%s:1:%zu: expected ',' between counts (in \"%.80s\")", var, i + 1, s);
     i++;
   }
-  *n = x.n;
+  if (n != nnodes)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "%s=\"%.80s\" gives %d nodes, the node list has %d", var, s, n, nnodes);
   return GR_OK;
 }
 
-/* ---- "ps:1,worker:3" ------------------------------------------------------- */
-
-typedef struct job_count {
-  char name[GR_DEVICE_JOB_MAX];
-  int count; /* -1: the tasks left over */
-} job_count;
-
-static gr_status jobs_error(gr_error *err, const char *jobs, size_t i, const char *what) {
-  return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "slurm jobs \"%.100s\":1:%zu: %s", jobs, i + 1,
-                      what);
-}
-
-static gr_status parse_jobs(const char *jobs, int ntasks, job_count *out, int *njobs,
-                            gr_error *err) {
-  char msg[256], why[256];
-  int n = 0, rest = -1, sum = 0;
+/* "12000-12003,12010" (SLURM_STEP_RESV_PORTS): at most cap ports. */
+static gr_status parse_ports(const char *s, int *ports, int cap, int *n, gr_error *err) {
   size_t i = 0;
+  *n = 0;
   for (;;) {
-    size_t start = i, colon = 0;
-    while (jobs[i] && jobs[i] != ',') {
-      if (jobs[i] == ':' && !colon) colon = i;
+    long lo, hi;
+    size_t at = i;
+    if (!read_count(s, &i, 65535, &lo) || lo < 1)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "SLURM_STEP_RESV_PORTS:1:%zu: expected a port of 1..65535 (in \"%.80s\")",
+                          at + 1, s);
+    hi = lo;
+    if (s[i] == '-') {
       i++;
+      at = i;
+      if (!read_count(s, &i, 65535, &hi) || hi < lo)
+        return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                            "SLURM_STEP_RESV_PORTS:1:%zu: expected a port of %ld..65535 (in "
+                            "\"%.80s\")",
+                            at + 1, lo, s);
     }
-    size_t end = colon ? colon : i;
-    if (end == start) return jobs_error(err, jobs, start, "empty job name");
-    if (n == ntasks) {
-      snprintf(msg, sizeof msg, "more jobs than the %d tasks", ntasks);
-      return jobs_error(err, jobs, start, msg);
-    }
-    job_count *j = &out[n];
-    snprintf(j->name, sizeof j->name, "%.*s", (int)(end - start), jobs + start);
-    if (end - start >= GR_DEVICE_JOB_MAX || gr_cluster_job_problem(j->name, why, sizeof why)) {
-      if (end - start >= GR_DEVICE_JOB_MAX)
-        snprintf(why, sizeof why, "job name longer than %d characters", GR_DEVICE_JOB_MAX - 1);
-      return jobs_error(err, jobs, start, why);
-    }
-    for (int k = 0; k < n; k++)
-      if (strcmp(out[k].name, j->name) == 0) {
-        snprintf(msg, sizeof msg, "job \"%s\" is named twice", j->name);
-        return jobs_error(err, jobs, start, msg);
-      }
-    if (colon) {
-      long v = 0;
-      size_t d = colon + 1;
-      if (d == i) return jobs_error(err, jobs, d, "missing task count after ':'");
-      for (; d < i; d++) {
-        if (!isdigit((unsigned char)jobs[d]))
-          return jobs_error(err, jobs, colon + 1, "the task count is not a number");
-        if (v <= GR_CLUSTER_MAX_TASKS) v = v * 10 + (jobs[d] - '0');
-      }
-      if (v < 1 || v > GR_CLUSTER_MAX_TASKS) {
-        snprintf(msg, sizeof msg, "task count must be in 1..%d", GR_CLUSTER_MAX_TASKS);
-        return jobs_error(err, jobs, colon + 1, msg);
-      }
-      j->count = (int)v;
-      sum += (int)v;
-    } else {
-      if (rest >= 0) return jobs_error(err, jobs, start, "two jobs without a task count");
-      j->count = -1;
-      rest = n;
-    }
-    n++;
-    if (!jobs[i]) break;
+    for (long p = lo; p <= hi && *n < cap; p++) ports[(*n)++] = (int)p;
+    if (!s[i]) return GR_OK;
+    if (s[i] != ',')
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "SLURM_STEP_RESV_PORTS:1:%zu: expected ',' or '-' (in \"%.80s\")", i + 1,
+                          s);
     i++;
   }
-  if (rest >= 0) {
-    if (sum >= ntasks) {
-      snprintf(msg, sizeof msg,
-               "the counted jobs take all %d tasks (SLURM_NTASKS=%d), none are left for \"%s\"",
-               sum, ntasks, out[rest].name);
-      return jobs_error(err, jobs, 0, msg);
-    }
-    out[rest].count = ntasks - sum;
-  } else if (sum != ntasks) {
-    snprintf(msg, sizeof msg, "the jobs have %d tasks, SLURM_NTASKS=%d", sum, ntasks);
-    return jobs_error(err, jobs, 0, msg);
+}
+
+enum { DIST_BLOCK, DIST_CYCLIC, DIST_PLANE };
+
+/* SLURM_DISTRIBUTION's first part (the nodes'; the rest is the sockets'). */
+static gr_status parse_dist(const char *d, int plane_size, int *kind, int *plane, gr_error *err) {
+  size_t n = d ? strcspn(d, ":,") : 0;
+  *plane = plane_size;
+  if (!d || n == 0 || !strncmp(d, "block", n)) {
+    *kind = DIST_BLOCK;
+  } else if (!strncmp(d, "cyclic", n)) {
+    *kind = DIST_CYCLIC;
+  } else if (!strncmp(d, "plane", 5) && (n == 5 || d[5] == '=')) {
+    *kind = DIST_PLANE;
+    if (d[5] == '=') *plane = atoi(d + 6);
+    if (*plane < 1)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "SLURM_DISTRIBUTION=%.40s: the plane size (SLURM_DIST_PLANESIZE) must be "
+                          "1 or more",
+                          d);
+  } else if (!strncmp(d, "arbitrary", n)) {
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "SLURM_DISTRIBUTION=arbitrary: the tasks' nodes come from SLURM_HOSTFILE, "
+                        "which graphrun does not read; leave the port out (--cluster slurm:JOBS) "
+                        "so that the servers and the client meet at a rendezvous");
+  } else {
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "SLURM_DISTRIBUTION=%.40s: unknown distribution (graphrun knows block, "
+                        "cyclic and plane)",
+                        d);
   }
-  *njobs = n;
   return GR_OK;
 }
 
-/* ---- the cluster ------------------------------------------------------------ */
+/* Which node runs each rank and its local index there (SLURM_LOCALID:
+ * the node's tasks in rank order). */
+static void place_ranks(int kind, int plane, const int *counts, int nnodes, int ntasks, int *node,
+                        int *local, int *filled) {
+  int p = 0;
+  memset(filled, 0, (size_t)nnodes * sizeof *filled);
+  while (p < ntasks)
+    for (int i = 0; i < nnodes && p < ntasks; i++) {
+      int room = counts[i] - filled[i];
+      int take = kind == DIST_BLOCK ? room : kind == DIST_CYCLIC ? 1 : plane;
+      if (take > room) take = room;
+      for (int k = 0; k < take; k++, p++) node[p] = i, local[p] = filled[i]++;
+    }
+}
 
-static gr_status build(gr_cluster *c, char (*nodes)[GR_CLUSTER_HOST_MAX], int nnodes,
-                       const job_count *jobs, int njobs, int base_port, gr_error *err) {
+typedef struct layout_work {
+  char (*nodes)[GR_CLUSTER_HOST_MAX];
+  int *counts, *node, *local, *filled; /* per node: counts, filled; per task: node, local */
+  int *ports, *port;                   /* the reserved ports; each task's (0: none) */
+  gr_job_count *jobs;
+} layout_work;
+
+static void work_free(layout_work *w) {
+  free(w->nodes), free(w->counts), free(w->node), free(w->local), free(w->filled);
+  free(w->ports), free(w->port), free(w->jobs);
+}
+
+/* Each task's port (0: none), checked against what the nodes run. */
+static gr_status task_ports(const gr_slurm_layout *l, layout_work *w, int nnodes, int ntasks,
+                            gr_error *err) {
+  int most = 0, busiest = 0;
+  for (int i = 0; i < nnodes; i++)
+    if (w->counts[i] > most) most = w->counts[i], busiest = i;
+  if (l->resv_ports) {
+    int n;
+    GR_TRY(parse_ports(l->resv_ports, w->ports, ntasks + 1, &n, err));
+    if (n < most)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "SLURM_STEP_RESV_PORTS=%.80s reserves %d ports, but node %s runs %d "
+                          "tasks: give srun --resv-ports=%d",
+                          l->resv_ports, n, w->nodes[busiest], most, most);
+    for (int p = 0; p < ntasks; p++) w->port[p] = w->ports[w->local[p]];
+  } else {
+    if (l->base_port < 0 || l->base_port > 65535)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "slurm: base port %d is out of 1..65535",
+                          l->base_port);
+    if (l->base_port > 0 && l->base_port + most - 1 > 65535)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "slurm: %d tasks on %d nodes need ports %d..%d, above 65535", ntasks,
+                          nnodes, l->base_port, l->base_port + most - 1);
+    for (int p = 0; p < ntasks; p++) w->port[p] = l->base_port ? l->base_port + w->local[p] : 0;
+  }
+  return GR_OK;
+}
+
+static gr_status build(gr_cluster *c, const layout_work *w, int njobs, gr_error *err) {
   int p = 0;
   for (int j = 0; j < njobs; j++)
-    for (int k = 0; k < jobs[j].count; k++, p++) {
-      const char *node = nodes[p % nnodes];
-      char address[GR_CLUSTER_ADDRESS_MAX];
-      snprintf(address, sizeof address, "%s:%d", node, base_port + p / nnodes);
+    for (int k = 0; k < w->jobs[j].count; k++, p++) {
+      const char *host = w->nodes[w->node[p]];
       int t;
-      GR_TRY(gr_cluster_add_task(c, jobs[j].name, node, &t, err));
-      GR_TRY(gr_cluster_set_task_address(c, t, address, err));
+      GR_TRY(gr_cluster_add_task(c, w->jobs[j].name, host, &t, err));
+      if (w->port[p]) {
+        char address[GR_CLUSTER_ADDRESS_MAX];
+        snprintf(address, sizeof address, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host,
+                 w->port[p]);
+        GR_TRY(gr_cluster_set_task_address(c, t, address, err));
+      }
       GR_TRY(gr_cluster_add_device(c, t, GR_CLUSTER_DEFAULT_FLOPS, GR_CLUSTER_DEFAULT_MEM_BANDWIDTH,
                                    GR_CLUSTER_DEFAULT_OVERHEAD, err));
     }
+  return GR_OK;
+}
+
+/* The nodes and their task counts: from the list and tasks_per_node, else
+ * ntasks spread as Slurm spreads them (the first nodes one more). */
+static gr_status nodes_and_counts(const gr_slurm_layout *l, const var_names *nm, layout_work *w,
+                                  int *ntasks, int *nnodes, gr_error *err) {
+  int limit = l->tasks_per_node ? GR_CLUSTER_MAX_TASKS : *ntasks;
+  if (!(w->nodes = gr_alloc_array((size_t)limit + 1, sizeof *w->nodes)) ||
+      !(w->counts = gr_alloc_array((size_t)limit + 1, sizeof *w->counts)))
+    return gr_error_set_oom(err);
+  GR_TRY(gr_slurm_nodelist_expand(nm->nodelist, l->nodelist, w->nodes, limit, nnodes, err));
+  if (!l->tasks_per_node) {
+    for (int i = 0; i < *nnodes; i++)
+      w->counts[i] = *ntasks / *nnodes + (i < *ntasks % *nnodes ? 1 : 0);
+    return GR_OK;
+  }
+  int sum;
+  GR_TRY(
+      parse_tasks_per_node(nm->tasks_per_node, l->tasks_per_node, w->counts, *nnodes, &sum, err));
+  if (*ntasks > 0 && sum != *ntasks)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s=\"%.80s\" gives %d tasks, %s=%d",
+                        nm->tasks_per_node, l->tasks_per_node, sum, nm->ntasks, *ntasks);
+  *ntasks = sum;
+  return GR_OK;
+}
+
+gr_status gr_cluster_from_slurm_layout(const gr_slurm_layout *l, int procid, gr_cluster **out,
+                                       gr_cluster_self *self, gr_error *err) {
+  *out = NULL;
+  var_names nm = names_of(l);
+  int ntasks = l->ntasks, nnodes = 0, kind, plane, njobs = 0;
+  if (!l->nodelist)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s: no node list", nm.nodelist);
+  if (ntasks > GR_CLUSTER_MAX_TASKS || (ntasks < 1 && !l->tasks_per_node))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s=%d: must be in 1..%d", nm.ntasks, ntasks,
+                        GR_CLUSTER_MAX_TASKS);
+  GR_TRY(parse_dist(l->distribution, l->plane_size, &kind, &plane, err));
+  layout_work w = {0};
+  gr_status s = nodes_and_counts(l, &nm, &w, &ntasks, &nnodes, err);
+  if (s == GR_OK && (procid < -1 || procid >= ntasks))
+    s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "SLURM_PROCID=%d: must be in 0..%d (%s=%d)",
+                     procid, ntasks - 1, nm.ntasks, ntasks);
+  size_t nt = (size_t)ntasks + 1;
+  if (s == GR_OK &&
+      (!(w.node = calloc(nt, sizeof *w.node)) || !(w.local = calloc(nt, sizeof *w.local)) ||
+       !(w.filled = calloc((size_t)nnodes + 1, sizeof *w.filled)) ||
+       !(w.ports = calloc(nt, sizeof *w.ports)) || !(w.port = calloc(nt, sizeof *w.port)) ||
+       !(w.jobs = calloc(nt, sizeof *w.jobs))))
+    s = gr_error_set_oom(err);
+  if (s == GR_OK) place_ranks(kind, plane, w.counts, nnodes, ntasks, w.node, w.local, w.filled);
+  if (s == GR_OK) s = task_ports(l, &w, nnodes, ntasks, err);
+  gr_jobs_names jn = {"slurm", nm.ntasks};
+  if (s == GR_OK)
+    s = gr_jobs_parse(l->jobs && *l->jobs ? l->jobs : "worker", ntasks, &jn, w.jobs, &njobs, err);
+  gr_cluster *c = s == GR_OK ? gr_cluster_new() : NULL;
+  if (s == GR_OK && !c) s = gr_error_set_oom(err);
+  if (s == GR_OK) s = build(c, &w, njobs, err);
+  work_free(&w);
+  if (s != GR_OK) {
+    gr_cluster_free(c);
+    return s;
+  }
+  if (self && procid >= 0) {
+    const gr_cluster_task *t = gr_cluster_task_at(c, procid);
+    snprintf(self->job, sizeof self->job, "%s", t->job);
+    self->index = t->index;
+    self->task = procid;
+  }
+  *out = c;
   return GR_OK;
 }
 
@@ -287,7 +284,6 @@ gr_status gr_cluster_from_slurm(const char *nodelist, int procid, int ntasks, co
                                 int base_port, gr_cluster **out, gr_cluster_self *self,
                                 gr_error *err) {
   *out = NULL;
-  if (!nodelist) return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, NODELIST ": no node list");
   if (ntasks < 1 || ntasks > GR_CLUSTER_MAX_TASKS)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "SLURM_NTASKS=%d: must be in 1..%d", ntasks,
                         GR_CLUSTER_MAX_TASKS);
@@ -298,79 +294,13 @@ gr_status gr_cluster_from_slurm(const char *nodelist, int procid, int ntasks, co
   if (base_port < 1 || base_port > 65535)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "slurm: base port %d is out of 1..65535",
                         base_port);
-  if (!jobs || !*jobs) jobs = "worker";
-  job_count *jc = calloc((size_t)ntasks, sizeof *jc);
-  char(*nodes)[GR_CLUSTER_HOST_MAX] = gr_alloc_array((size_t)ntasks, sizeof *nodes);
-  gr_cluster *c = gr_cluster_new();
-  int njobs = 0, nnodes = 0;
-  gr_status s = GR_OK;
-  if (!jc || !nodes || !c) s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "slurm: out of memory");
-  if (s == GR_OK) s = expand_list(nodelist, nodes, ntasks, &nnodes, err);
-  if (s == GR_OK) s = parse_jobs(jobs, ntasks, jc, &njobs, err);
-  if (s == GR_OK && base_port + (ntasks - 1) / nnodes > 65535)
-    s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                     "slurm: %d tasks on %d nodes need ports %d..%d, above 65535", ntasks, nnodes,
-                     base_port, base_port + (ntasks - 1) / nnodes);
-  if (s == GR_OK) s = build(c, nodes, nnodes, jc, njobs, base_port, err);
-  free(jc);
-  free(nodes);
-  if (s != GR_OK) {
-    gr_cluster_free(c);
-    return s;
-  }
-  if (self) {
-    const gr_cluster_task *t = gr_cluster_task_at(c, procid);
-    snprintf(self->job, sizeof self->job, "%s", t->job);
-    self->index = t->index;
-    self->task = procid;
-  }
-  *out = c;
-  return GR_OK;
-}
-
-/* A non-negative integer environment variable. */
-static gr_status env_int(const char *var, int *out, gr_error *err) {
-  const char *v = getenv(var);
-  if (!v)
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s is not set (not inside a Slurm job?)",
-                        var);
-  char *end;
-  long x = strtol(v, &end, 10);
-  if (!*v || *end || x < 0 || x > 1000000000L)
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "%s=\"%.40s\" is not a non-negative integer",
-                        var, v);
-  *out = (int)x;
-  return GR_OK;
-}
-
-gr_status gr_cluster_from_slurm_env(const char *jobs, int base_port, gr_cluster **out,
-                                    gr_cluster_self *self, gr_error *err) {
-  *out = NULL;
-  const char *nodelist = getenv(NODELIST);
-  if (!nodelist)
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        NODELIST " is not set (not inside a Slurm job?)");
-  int procid = 0, ntasks = 0, nodeid = 0;
-  GR_TRY(env_int("SLURM_PROCID", &procid, err));
-  GR_TRY(env_int("SLURM_NTASKS", &ntasks, err));
-  gr_cluster_self me;
-  GR_TRY(gr_cluster_from_slurm(nodelist, procid, ntasks, jobs, base_port, out, &me, err));
-  if (getenv("SLURM_NODEID")) {
-    gr_status s = env_int("SLURM_NODEID", &nodeid, err);
-    /* tasks 0 .. N-1 were added on nodes 0 .. N-1 in order, so a task's
-     * host_id is the index of its node in the list */
-    const gr_cluster_task *t = gr_cluster_task_at(*out, procid);
-    if (s == GR_OK && nodeid != t->host_id)
-      s = gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                       "SLURM_NODEID=%d: task %d runs on node %d, but the round-robin order "
-                       "puts it on node %d (%s): start the tasks with srun --distribution=cyclic",
-                       nodeid, procid, nodeid, t->host_id, t->host);
-    if (s != GR_OK) {
-      gr_cluster_free(*out);
-      *out = NULL;
-      return s;
-    }
-  }
-  if (self) *self = me;
-  return GR_OK;
+  /* one task per node in order, wrapping round-robin: Slurm's cyclic
+   * distribution over the tasks spread evenly */
+  gr_slurm_layout l = {.nodelist = nodelist,
+                       .ntasks = ntasks,
+                       .distribution = "cyclic",
+                       .jobs = jobs,
+                       .base_port = base_port,
+                       .job_level = true};
+  return gr_cluster_from_slurm_layout(&l, procid, out, self, err);
 }

@@ -1,6 +1,6 @@
 /* placer/: the cluster model (tasks, their devices and addresses, links)
  * and its readers: the cluster file, TensorFlow's ClusterSpec and TF_CONFIG,
- * Slurm's environment (docs/cluster-specs.md). Part of placer/'s face
+ * Slurm's environment (docs/distributed.md, "Cluster specs"). Part of placer/'s face
  * (placer/gr_placer.h includes it); distributed/ uses it for addresses.
  *
  * Ownership: gr_cluster_new* and the readers return a cluster the caller
@@ -173,7 +173,7 @@ double gr_cluster_transfer_time(const gr_cluster *c, int a, int b, double bytes)
 
 /* ---- reading clusters: cluster file, ClusterSpec, TF_CONFIG, Slurm --------- */
 
-/* Reads a cluster from JSON text in any of its forms (docs/cluster-specs.md),
+/* Reads a cluster from JSON text in any of its forms (docs/distributed.md, "Cluster specs"),
  * told apart by the top-level object:
  *   - "jobs" is an object: the cluster file (docs/placement.md), tasks with
  *     host, optional "address" and devices, plus "links";
@@ -207,28 +207,75 @@ gr_status gr_cluster_from_tf_config(const char *json_text, gr_cluster **out, gr_
 /* The same on getenv("TF_CONFIG"); an error when it is not set. */
 gr_status gr_cluster_from_tf_config_env(gr_cluster **out, gr_cluster_self *self, gr_error *err);
 
-/* A cluster from Slurm's view of a job step:
- *   nodelist: SLURM_JOB_NODELIST syntax, e.g. "node[01-03,07],gpu5,big[1-2]"
- *             (ranges keep their zero padding; several bracket groups in one
- *             name expand left to right);
- *   ntasks, procid: SLURM_NTASKS and this process's SLURM_PROCID;
- *   jobs: how the ntasks tasks split into jobs, in order, e.g. "ps:1,worker:3";
- *         one job may leave out its count to take the tasks left over
- *         ("ps:1,worker"); NULL or "": every task is a "worker";
- *   base_port: the port of the first task on each node.
- * Task p (in SLURM_PROCID order) runs on node p mod N (N nodes) at port
- * base_port + p / N: one task per node in order, wrapping round-robin when
- * there are more tasks than nodes (run srun with --distribution=cyclic then,
- * so that Slurm puts the tasks where this says). Each task gets its address
- * and one default CPU device. Errors name the variable, and for the node list
- * the column: `SLURM_JOB_NODELIST:1:6: descending range 3-1`. Ownership as
- * gr_cluster_parse_json; *self (may be NULL) gets task procid. */
+/* Slurm's node list syntax ("node[01-03,07],gpu5,r[1-2]n[1-2]": names,
+ * bracket ranges and lists keeping the lower bound's zero padding, several
+ * groups in one name expanding left to right, names separated by commas):
+ * the first `limit` names into names[], *n of them. var names the list in
+ * errors (`SLURM_STEP_NODELIST:1:6: descending range 3-1 (in "node[3-1]")`;
+ * NULL: "node list"). A name listed twice is an error. */
+gr_status gr_slurm_nodelist_expand(const char *var, const char *list,
+                                   char (*names)[GR_CLUSTER_HOST_MAX], int limit, int *n,
+                                   gr_error *err);
+
+/* The job and index of task `rank` (0 .. ntasks - 1) when ntasks tasks of a
+ * launcher split into jobs as `jobs` says: "ps:1,worker:3" gives them, in
+ * rank order, to the jobs in turn, one job may leave out its count to take
+ * the rest ("ps:1,worker"); NULL or "": every task is a "worker". launcher
+ * ("slurm", "mpi") and ntasks_var ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+ * name them in errors: `mpi jobs "ps:1,worker:3":1:1: the jobs have 4 tasks,
+ * OMPI_COMM_WORLD_SIZE=5`. */
+gr_status gr_cluster_task_of_rank(const char *jobs, int ntasks, int rank, const char *launcher,
+                                  const char *ntasks_var, char job[GR_DEVICE_JOB_MAX], int *index,
+                                  gr_error *err);
+
+/* How a Slurm job step laid its tasks out (what its tasks read in
+ * SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NUM_TASKS,
+ * SLURM_DISTRIBUTION, SLURM_DIST_PLANESIZE and SLURM_STEP_RESV_PORTS). */
+typedef struct gr_slurm_layout {
+  const char *nodelist;       /* the nodes, gr_slurm_nodelist_expand's syntax */
+  const char *tasks_per_node; /* each node's task count: "2(x3),1" is 2, 2, 2, 1; NULL: the
+                                 ntasks spread as Slurm spreads them by default, over the
+                                 first ntasks nodes, the first nodes one more */
+  int ntasks;                 /* the tasks; 0 with tasks_per_node: its sum */
+  const char *distribution;   /* how ranks go to nodes: "block" (also NULL, Slurm's default:
+                                 node by node), "cyclic" (one per node in turn), "plane" or
+                                 "plane=N" (N at a time, N from plane_size otherwise); a
+                                 ":..." part (within a node) is ignored */
+  int plane_size;
+  const char *jobs;       /* "ps:1,worker:3", as gr_cluster_task_of_rank */
+  const char *resv_ports; /* Slurm's reserved ports ("12000-12003,12010", the same on every
+                             node): a task listens on the one of its local index (its
+                             position among its node's tasks, SLURM_LOCALID); NULL: */
+  int base_port;          /* base_port + its local index; 0: no addresses */
+  bool job_level;         /* the job's variables (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE,
+                             SLURM_NTASKS) rather than the step's: errors name them */
+} gr_slurm_layout;
+
+/* A cluster from a step's layout: task p (in rank order) on its node at its
+ * port, with one default CPU device. *self (may be NULL; procid -1: none)
+ * gets task procid. Errors name the variable (and for lists the column):
+ * `SLURM_STEP_TASKS_PER_NODE="2(x2)" gives 4 tasks, SLURM_STEP_NUM_TASKS=5`,
+ * `SLURM_STEP_RESV_PORTS=12000-12001 reserves 2 ports, but node n1 runs 3
+ * tasks: give srun --resv-ports=3`. Ownership as gr_cluster_parse_json. */
+gr_status gr_cluster_from_slurm_layout(const gr_slurm_layout *l, int procid, gr_cluster **out,
+                                       gr_cluster_self *self, gr_error *err);
+
+/* The layout of the tasks spread evenly, one per node in turn (Slurm's
+ * cyclic distribution): task p on node p mod N (N nodes) at port
+ * base_port + p / N. nodelist, procid and ntasks as SLURM_JOB_NODELIST,
+ * SLURM_PROCID and SLURM_NTASKS; base_port 1..65535. */
 gr_status gr_cluster_from_slurm(const char *nodelist, int procid, int ntasks, const char *jobs,
                                 int base_port, gr_cluster **out, gr_cluster_self *self,
                                 gr_error *err);
-/* The same with nodelist, procid and ntasks from the environment
- * (SLURM_JOB_NODELIST, SLURM_PROCID, SLURM_NTASKS). When SLURM_NODEID is set,
- * it must be the node the round-robin order gives this task. */
+/* The layout Slurm gives this process: inside a task of a job step
+ * (SLURM_STEP_NUM_TASKS is set) the step's variables, else (a batch script,
+ * an salloc shell) the job's (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE,
+ * SLURM_NTASKS); the distribution from SLURM_DISTRIBUTION (block when not
+ * set), the ports from SLURM_STEP_RESV_PORTS, else base_port (0: none).
+ * self NULL: SLURM_PROCID is not read (a client in a batch script is no
+ * task). Else *self gets task SLURM_PROCID, which must run where the layout
+ * puts it: on SLURMD_NODENAME (else node SLURM_NODEID), as task
+ * SLURM_LOCALID of its node. */
 gr_status gr_cluster_from_slurm_env(const char *jobs, int base_port, gr_cluster **out,
                                     gr_cluster_self *self, gr_error *err);
 

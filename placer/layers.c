@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "place_internal.h"
 
 /* The layer number of a name (its first len bytes; by its hash: two names

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "place_internal.h"
 
 gr_placer_options gr_placer_options_default(void) {

@@ -33,6 +33,20 @@ const char *gr_cluster_address_problem(const char *address, char *host, size_t h
  * (BEGIN, COMMIT); errors name it. */
 gr_status gr_profile_db_exec(gr_profile_db *db, const char *sql, gr_error *err);
 
+/* Launchers' jobs (cluster_jobs.c): "ps:1,worker:3" over ntasks tasks. */
+typedef struct gr_job_count {
+  char name[GR_DEVICE_JOB_MAX];
+  int count; /* its tasks (after parsing: the job without a count takes the rest) */
+} gr_job_count;
+typedef struct gr_jobs_names { /* for messages */
+  const char *launcher;        /* "slurm": errors start `slurm jobs "ps:1,worker":1:4:` */
+  const char *ntasks_var;      /* "SLURM_NTASKS": `the jobs have 4 tasks, SLURM_NTASKS=5` */
+} gr_jobs_names;
+/* Parses jobs (at most ntasks of them) into out[*njobs]; the counts add up
+ * to ntasks. Errors give the column. */
+gr_status gr_jobs_parse(const char *jobs, int ntasks, const gr_jobs_names *nm, gr_job_count *out,
+                        int *njobs, gr_error *err);
+
 /* Whether allowed-set `set` (-1: any) of pg contains device d. */
 static inline bool gr_place_allowed(const gr_place_graph *pg, int set, int d) {
   return set < 0 ||

@@ -42,8 +42,8 @@ check fashion_mlp "$ex/fashion_mlp.gr" --steps 20 --eval accuracy
 # a step trace: one complete event per node run, every device named
 "$gr" run "$ex/rnn.gr" --steps 2 --quiet --devices 3 --placement round-robin \
   --trace "$tmp/trace.json" > /dev/null 2>"$tmp/err" || { echo "FAIL trace: $(cat "$tmp/err")"; fail=1; }
-runs=$(grep -c '"ph": "X"' "$tmp/trace.json")
-devs=$(grep -c '"name": "process_name"' "$tmp/trace.json")
+runs=$(grep -o '"ph": "X"' "$tmp/trace.json" | wc -l)
+devs=$(grep -o '"name": "process_name"' "$tmp/trace.json" | wc -l)
 if [ "$runs" -lt 100 ] || [ "$devs" != 3 ]; then
   echo "FAIL trace: $runs node runs on $devs devices"
   fail=1

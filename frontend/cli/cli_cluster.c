@@ -12,6 +12,7 @@
 
 #include "cli_cluster.h"
 #include "cli_options.h"
+#include "cli_resolve.h"
 #include "commands.h"
 #include "placer/gr_placer.h"
 
@@ -19,6 +20,11 @@ gr_status cli_read_secret(const char *path, bool insecure, char **out, gr_error 
   *out = NULL;
   if (!path) path = getenv("GRAPHRUN_SECRET_FILE");
   if ((!path || !*path) && insecure) return GR_OK;
+  char made[4200];
+  if ((!path || !*path) && cli_rendezvous_in_use()) { /* the cluster's, made by the first */
+    GR_TRY(cli_rendezvous_secret_file(cli_rendezvous_in_use(), made, sizeof made, err));
+    path = made;
+  }
   if (!path || !*path)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "no secret: a cluster's servers and clients share a secret file "
@@ -69,19 +75,20 @@ int cli_opt_cluster_id(const cli_opts *po, const char **out) {
 
 gr_status cli_cluster_id(const char *flag, const gr_cluster *c, char out[GR_CLUSTER_ID_MAX + 1],
                          gr_error *err) {
-  const char *from, *env = getenv("GRAPHRUN_CLUSTER_ID"), *job = getenv("SLURM_JOB_ID"),
-                    *step = getenv("SLURM_STEP_ID");
+  const char *from, *env = getenv("GRAPHRUN_CLUSTER_ID"), *job = getenv("SLURM_JOB_ID");
   char slurm[2 * GR_CLUSTER_ID_MAX];
   const char *id;
   if (flag) {
     from = "--cluster-id", id = flag;
   } else if (env && *env) {
     from = "GRAPHRUN_CLUSTER_ID", id = env;
-  } else if (job && *job) { /* a Slurm job (step): its ids */
-    from = "SLURM_JOB_ID and SLURM_STEP_ID";
-    bool with_step = step && *step;
-    snprintf(slurm, sizeof slurm, "slurm-%.*s%s%.*s", GR_CLUSTER_ID_MAX, job, with_step ? "." : "",
-             GR_CLUSTER_ID_MAX, with_step ? step : "");
+  } else if (job && *job) { /* a Slurm job: its id, the same in its steps and its batch script */
+    from = "SLURM_JOB_ID";
+    snprintf(slurm, sizeof slurm, "slurm-%.*s", GR_CLUSTER_ID_MAX, job);
+    id = slurm;
+  } else if (cli_rendezvous_in_use()) { /* the cluster's, made by the first */
+    from = "the rendezvous";
+    GR_TRY(cli_rendezvous_cluster_id(cli_rendezvous_in_use(), slurm, sizeof slurm, err));
     id = slurm;
   } else if (c) {
     from = "the cluster spec";
@@ -100,35 +107,9 @@ gr_status cli_cluster_id(const char *flag, const gr_cluster *c, char out[GR_CLUS
   return GR_OK;
 }
 
-/* "slurm[:JOBS][@PORT]": the cluster of this Slurm job step. */
-static gr_status slurm_cluster(const char *spec, gr_cluster **out, gr_cluster_self *self,
+gr_status cli_load_cluster_for(const char *spec, bool layout_only, gr_cluster **out,
+                               gr_cluster_self *self, bool *has_self, const char **from,
                                gr_error *err) {
-  char jobs[256] = "";
-  long port = 2222;
-  const char *at = strrchr(spec, '@');
-  size_t jl = at ? (size_t)(at - spec) : strlen(spec);
-  if (jl > 5 && spec[5] == ':') {
-    if (jl - 6 >= sizeof jobs)
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "--cluster %s: jobs too long", spec);
-    memcpy(jobs, spec + 6, jl - 6);
-    jobs[jl - 6] = '\0';
-  } else if (jl != 5) {
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        "--cluster '%s': want slurm[:JOBS][@PORT], e.g. slurm:ps:1,worker@2222",
-                        spec);
-  }
-  if (at) {
-    char *end;
-    port = strtol(at + 1, &end, 10);
-    if (*end || end == at + 1 || port < 1 || port > 65535)
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                          "--cluster '%s': the port must be 1 to 65535", spec);
-  }
-  return gr_cluster_from_slurm_env(jobs[0] ? jobs : NULL, (int)port, out, self, err);
-}
-
-gr_status cli_load_cluster_self(const char *spec, gr_cluster **out, gr_cluster_self *self,
-                                bool *has_self, const char **from, gr_error *err) {
   *out = NULL;
   *from = spec;
   *has_self = false;
@@ -137,21 +118,34 @@ gr_status cli_load_cluster_self(const char *spec, gr_cluster **out, gr_cluster_s
     *from = "GRAPHRUN_CLUSTER";
     if (!spec || !*spec) return GR_OK; /* no cluster: a local run */
   }
-  if (!strcmp(spec, "env")) { /* TensorFlow's variable */
+  cli_launcher l;
+  int launcher = cli_launcher_parse(spec, &l, err);
+  gr_status st;
+  if (launcher < 0) return err ? err->code : GR_ERR_INVALID_ARGUMENT;
+  if (launcher > 0) {
+    st = cli_launcher_cluster(&l, layout_only, out, from, err);
+  } else if (!strcmp(spec, "env")) { /* TensorFlow's variable */
     *from = "TF_CONFIG";
     *has_self = true;
-    return gr_cluster_from_tf_config_env(out, self, err);
+    st = gr_cluster_from_tf_config_env(out, self, err);
+  } else {
+    const char *p = spec;
+    while (*p == ' ' || *p == '\n' || *p == '\t') p++;
+    if (*p == '{') /* JSON text */
+      st = gr_cluster_parse_json(spec, strlen(spec), *from == spec ? "--cluster" : *from, out, err);
+    else
+      st = gr_cluster_load_json(spec, out, err);
   }
-  if (!strncmp(spec, "slurm", 5) && (!spec[5] || spec[5] == ':' || spec[5] == '@')) {
-    *from = "Slurm";
-    *has_self = true;
-    return slurm_cluster(spec, out, self, err);
+  if (st == GR_OK && !layout_only && (st = cli_cluster_check_hosts(*out, *from, err)) != GR_OK) {
+    gr_cluster_free(*out);
+    *out = NULL;
   }
-  const char *p = spec;
-  while (*p == ' ' || *p == '\n' || *p == '\t') p++;
-  if (*p == '{') /* JSON text */
-    return gr_cluster_parse_json(spec, strlen(spec), *from == spec ? "--cluster" : *from, out, err);
-  return gr_cluster_load_json(spec, out, err);
+  return st;
+}
+
+gr_status cli_load_cluster_self(const char *spec, gr_cluster **out, gr_cluster_self *self,
+                                bool *has_self, const char **from, gr_error *err) {
+  return cli_load_cluster_for(spec, false, out, self, has_self, from, err);
 }
 
 gr_status cli_load_cluster(const char *spec, gr_cluster **out, const char **from, gr_error *err) {
@@ -175,6 +169,13 @@ void cli_set_container(const char *name) {
   container = name;
 }
 
+/* --connect-timeout: the next cli_connect's bound (0: the default) */
+static int connect_ms;
+
+void cli_set_connect_timeout(int ms) {
+  connect_ms = ms;
+}
+
 /* --cluster-id and --insecure: this process's, for every master it connects */
 static const char *cluster_id_flag;
 static bool insecure;
@@ -190,43 +191,62 @@ gr_status cli_master_identity(const gr_cluster *c, const char *secret, gr_master
   mo->secret = secret;
   mo->insecure = insecure;
   mo->cluster_id = id;
+  cli_master_tls(mo);
   return GR_OK;
 }
 
 gr_status cli_master_options(const gr_cluster *c, const char *from, const char *secret,
-                             int timeout_ms, gr_master_options *mo, const char **addrs,
-                             char id[GR_CLUSTER_ID_MAX + 1], gr_error *err) {
+                             int timeout_ms, cli_master_conf *conf, gr_error *err) {
   int n = gr_cluster_num_tasks(c);
+  *conf = (cli_master_conf){.addrs = calloc((size_t)n + 1, sizeof *conf->addrs),
+                            .names = calloc((size_t)n + 1, sizeof *conf->names),
+                            .name_of = calloc((size_t)n + 1, sizeof *conf->name_of)};
+  if (!conf->addrs || !conf->names || !conf->name_of) {
+    cli_master_conf_free(conf);
+    return gr_error_set_oom(err);
+  }
   for (int k = 0; k < n; k++) {
     const gr_cluster_task *t = gr_cluster_task_at(c, k);
-    if (!t->address)
+    if (!t->address) {
+      cli_master_conf_free(conf);
       return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                           "%s: task /job:%s/task:%d has no address (host:port) to connect to", from,
                           t->job, t->index);
-    addrs[k] = t->address;
+    }
+    conf->addrs[k] = t->address;
+    snprintf(conf->names[k], sizeof conf->names[k], "/job:%s/task:%d", t->job, t->index);
+    conf->name_of[k] = conf->names[k];
   }
-  *mo = (gr_master_options){.num_tasks = n,
-                            .addresses = addrs,
-                            /* a short --timeout also bounds connecting */
-                            .connect_timeout_ms =
-                                timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms : 10000,
-                            .step_timeout_ms = timeout_ms,
-                            .heartbeat_ms = heartbeat_ms,
-                            .heartbeat_missed = heartbeat_missed,
-                            .container = container};
-  return cli_master_identity(c, secret, mo, id, err);
+  conf->mo =
+      (gr_master_options){.num_tasks = n,
+                          .addresses = conf->addrs,
+                          .task_names = conf->name_of,
+                          /* a short --timeout also bounds connecting */
+                          .connect_timeout_ms = connect_ms > 0                         ? connect_ms
+                                                : timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms
+                                                                                       : 10000,
+                          .step_timeout_ms = timeout_ms,
+                          .heartbeat_ms = heartbeat_ms,
+                          .heartbeat_missed = heartbeat_missed,
+                          .container = container};
+  gr_status st = cli_master_identity(c, secret, &conf->mo, conf->id, err);
+  if (st != GR_OK) cli_master_conf_free(conf);
+  return st;
+}
+
+void cli_master_conf_free(cli_master_conf *conf) {
+  free(conf->addrs), free(conf->names), free(conf->name_of);
+  conf->addrs = conf->name_of = NULL;
+  conf->names = NULL;
 }
 
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
                       gr_master **out, gr_error *err) {
   *out = NULL;
-  const char **addrs = calloc((size_t)gr_cluster_num_tasks(c) + 1, sizeof *addrs);
-  if (!addrs) return gr_error_set_oom(err);
-  char id[GR_CLUSTER_ID_MAX + 1];
-  gr_master_options mo;
-  gr_status st = cli_master_options(c, from, secret, timeout_ms, &mo, addrs, id, err);
-  if (st == GR_OK) st = gr_master_new(&mo, out, err);
-  free(addrs);
+  cli_master_conf conf;
+  GR_TRY(cli_master_options(c, from, secret, timeout_ms, &conf, err));
+  gr_status st = gr_master_new(&conf.mo, out, err);
+  cli_master_conf_free(&conf);
   return st;
 }
 

@@ -9,7 +9,8 @@
 #include <stdbool.h>
 
 /* The shared secret from path, else the file GRAPHRUN_SECRET_FILE names,
- * as a new string. Refused, naming the file and the fix: no file at all
+ * else (not insecure) the secret file of the rendezvous in use (made by the
+ * first that asks), as a new string. Refused, naming the file and the fix: no file at all
  * unless insecure (then *out is NULL: no authentication); a file that
  * other users may read or write (mode & 077) unless insecure (then a
  * warning on stderr); fewer than GR_SECRET_MIN or more than GR_SECRET_MAX
@@ -18,9 +19,10 @@ gr_status cli_read_secret(const char *path, bool insecure, char **out, gr_error 
 
 /* The cluster id of this process (docs/distributed.md#cluster-identity):
  * flag (--cluster-id; NULL: not given), else GRAPHRUN_CLUSTER_ID (set by
- * graphrun launch), else Slurm's job and step ids ("slurm-JOB.STEP"), else
- * derived from the cluster c (gr_cluster_spec_id; c NULL: an error saying
- * how to name one). */
+ * graphrun launch), else Slurm's job id ("slurm-JOB": the same in the job's
+ * steps and its batch script), else the rendezvous's in use (made by the
+ * first that asks), else derived from the cluster c (gr_cluster_spec_id; c
+ * NULL: an error saying how to name one). */
 gr_status cli_cluster_id(const char *flag, const gr_cluster *c, char out[GR_CLUSTER_ID_MAX + 1],
                          gr_error *err);
 /* --cluster-id's value (po->arg) checked into *out: GR_EXIT_OK, else the
@@ -30,20 +32,49 @@ int cli_opt_cluster_id(const struct cli_opts *po, const char **out);
 /* --cluster-id (NULL: not given) and --insecure of the masters this process
  * makes from now on (cli_connect, cli_chief_hold). */
 void cli_set_identity(const char *cluster_id, bool insecure);
-/* Fills mo's secret, insecure and cluster_id (into id) for cluster c. */
+/* --tls-cert, --tls-key and --tls-ca (cli_tls.c; docs/security.md, "TLS
+ * between hosts"): PEM files for connections across hosts. A command's
+ * flags: CLI_TLS_FLAGS(F) in its option table (values F, F + 1, F + 2),
+ * cli_tls_flag in its loop, cli_tls_usage in its help. */
+typedef struct cli_tls {
+  const char *cert, *key, *ca; /* NULL: not given */
+} cli_tls;
+#define CLI_TLS_FLAGS(first)                                                                       \
+  {"tls-cert", required_argument, NULL, (first)},                                                  \
+      {"tls-key", required_argument, NULL, (first) + 1}, {                                         \
+    "tls-ca", required_argument, NULL, (first) + 2                                                 \
+  }
+extern const char cli_tls_usage[];
+/* Option c one of the three (first..first + 2): its value into t, true. */
+bool cli_tls_flag(int c, int first, const char *arg, cli_tls *t);
+/* What t lacks from GRAPHRUN_TLS_CERT, GRAPHRUN_TLS_KEY, GRAPHRUN_TLS_CA. */
+void cli_tls_env(cli_tls *t);
+/* The TLS files (and their defaults) of the masters this process makes
+ * from now on; cli_master_identity gives them. */
+void cli_set_tls(const cli_tls *t);
+void cli_master_tls(gr_master_options *mo);
+/* Fills mo's secret, insecure, cluster_id (into id) and TLS files for
+ * cluster c. */
 gr_status cli_master_identity(const gr_cluster *c, const char *secret, gr_master_options *mo,
                               char id[GR_CLUSTER_ID_MAX + 1], gr_error *err);
 
 /* The cluster of --cluster SPEC: a JSON file in any form the cluster parser
- * reads, JSON text ("{...}"), "env" for TensorFlow's TF_CONFIG, or
- * "slurm[:JOBS][@PORT]" for Slurm's variables (JOBS as "ps:1,worker",
- * default all workers; PORT default 2222). spec NULL: the GRAPHRUN_CLUSTER
+ * reads, JSON text ("{...}"), "env" for TensorFlow's TF_CONFIG, or a
+ * launcher's "slurm[:JOBS][@PORT]" or "mpi[:JOBS][@PORT]" (cli_resolve.h:
+ * the step's layout, or the rendezvous). spec NULL: the GRAPHRUN_CLUSTER
  * variable (set by `graphrun launch`), else no cluster (*out NULL, GR_OK).
- * *from: where it came from, for messages. */
+ * *from: where it came from, for messages. A cluster that spans hosts and
+ * names a task by a loopback name is refused (cli_cluster_check_hosts). */
 gr_status cli_load_cluster(const char *spec, gr_cluster **out, const char **from, gr_error *err);
-/* The same, and for TF_CONFIG and Slurm (*has_self) which task this process is. */
+/* The same, and for TF_CONFIG (*has_self) which task this process is. */
 gr_status cli_load_cluster_self(const char *spec, gr_cluster **out, gr_cluster_self *self,
                                 bool *has_self, const char **from, gr_error *err);
+/* The same; layout_only: the tasks and their hosts are enough (graphrun
+ * place): a launcher's cluster comes from its layout, without waiting at
+ * a rendezvous, and without the addresses' checks. */
+gr_status cli_load_cluster_for(const char *spec, bool layout_only, gr_cluster **out,
+                               gr_cluster_self *self, bool *has_self, const char **from,
+                               gr_error *err);
 
 /* The heartbeats of the masters cli_connect makes from now on: a task
  * silent for ms is pinged, and lost after `missed` silent periods (0: the
@@ -53,12 +84,22 @@ void cli_set_heartbeat(int ms, int missed);
  * its own private one; else a name, kept, shared by every client naming
  * it). */
 void cli_set_container(const char *name);
-/* The options of a master of every task of c (each needs an address;
- * addrs: room for one per task, filled), with the secret and this
- * process's cluster id for c (cli_set_identity, into id). */
+/* The bound of the next cli_connect's connecting (ms; 0: the default, at most
+ * 10 s), for a run's first connect to tasks that start later. */
+void cli_set_connect_timeout(int ms);
+/* The options of a master of every task of c (each needs an address), with
+ * the secret and this process's cluster id for c (cli_set_identity), in
+ * conf->mo; conf owns the arrays mo points to (cli_master_conf_free; on an
+ * error nothing is left to free). conf must not move while mo is used. */
+typedef struct cli_master_conf {
+  gr_master_options mo;
+  const char **addrs, **name_of;
+  char (*names)[GR_DEVICE_NAME_MAX];
+  char id[GR_CLUSTER_ID_MAX + 1];
+} cli_master_conf;
 gr_status cli_master_options(const gr_cluster *c, const char *from, const char *secret,
-                             int timeout_ms, gr_master_options *mo, const char **addrs,
-                             char id[GR_CLUSTER_ID_MAX + 1], gr_error *err);
+                             int timeout_ms, cli_master_conf *conf, gr_error *err);
+void cli_master_conf_free(cli_master_conf *conf);
 /* A master connected to every task of c (each needs an address), with the
  * secret and this process's cluster id for c (cli_set_identity). */
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,

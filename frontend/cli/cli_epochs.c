@@ -5,6 +5,7 @@
  * epoch's line, writes its rows into the run database (cli_rundb.c), marks
  * the best checkpoint (--keep-best) and decides on stopping (--early-stop).
  * All on the thread of `graphrun run`. */
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -133,20 +134,26 @@ static unsigned char *needed_nodes(const cli_run_state *r) {
   return mark;
 }
 
-/* From the `batch` ops a step reads: the steps of one pass over their data
- * (the op's own epoch: rows of its shard / batch_size, the rest dropped).
- * -1 when there is none, -2 when they disagree or their rows are unknown
- * (said unless quiet: --steps-per-epoch is given). */
+/* From the `batch` and `image_folder` ops a step reads: the steps of one
+ * pass over their data (the op's own epoch: rows or images of its shard /
+ * batch_size, the rest dropped). -1 when there is none, -2 when they
+ * disagree or their rows are unknown (said unless quiet: --steps-per-epoch
+ * is given). */
 static long data_steps(const cli_run_state *r, const unsigned char *mark, bool quiet, long *batch) {
   long spe = -1;
   const gr_node *first = NULL;
   for (int i = 0; i < gr_graph_num_nodes(r->g); i++) {
     const gr_node *n = gr_graph_node(r->g, i);
-    if (!mark[i] || strcmp(n->op->name, "batch") || n->num_inputs < 2) continue;
-    const gr_output x = n->inputs[1];
-    int64_t rows = x.node->out_shapes[x.index].rank > 0 ? x.node->out_shapes[x.index].dims[0] : -1;
-    int64_t b = gr_node_attr_int(n, "batch_size", 1), shards = gr_node_attr_int(n, "num_shards", 1),
-            shard = gr_node_attr_int(n, "shard_index", 0);
+    bool folder = !strcmp(n->op->name, "image_folder");
+    if (!mark[i] || (!folder && (strcmp(n->op->name, "batch") || n->num_inputs < 2))) continue;
+    const gr_output x = folder ? (gr_output){NULL, 0} : n->inputs[1];
+    int64_t rows = folder ? gr_image_folder_num_images((gr_output){(gr_node *)n, 0})
+                   : x.node->out_shapes[x.index].rank > 0 ? x.node->out_shapes[x.index].dims[0]
+                                                          : -1;
+    int64_t b = gr_node_attr_int(n, "batch_size", 1);
+    /* a folder's count is of its shard already */
+    int64_t shards = folder ? 1 : gr_node_attr_int(n, "num_shards", 1),
+            shard = folder ? 0 : gr_node_attr_int(n, "shard_index", 0);
     if (rows < 0) {
       if (quiet) return -2;
       fprintf(stderr,
@@ -231,8 +238,9 @@ int cli_epochs_setup(cli_run_state *r) {
   ep->spe = o->steps_per_epoch ? o->steps_per_epoch : from_data;
   if (ep->spe < 1) {
     fprintf(stderr, "graphrun run: --epochs: %s; give --steps-per-epoch S\n",
-            from_data == 0 ? "the data has fewer rows than a batch"
-                           : "no `batch` op in the step tells the steps of an epoch");
+            from_data == 0
+                ? "the data has fewer rows than a batch"
+                : "no `batch` or `image_folder` op in the step tells the steps of an epoch");
     return GR_EXIT_USAGE;
   }
   if (ep->spe > LONG_MAX / ep->epochs) {
@@ -428,7 +436,7 @@ static gr_status record(cli_run_state *r, long epoch, long st, const epoch_value
 
 /* Whether value improves on w's best (the first value always does). */
 static bool improves(const watch *w, double value) {
-  if (isnan(value)) return false;
+  if (!isfinite(value)) return false;
   if (!w->have) return true;
   return w->sign > 0 ? value > w->best + w->min_delta : value < w->best - w->min_delta;
 }
@@ -447,11 +455,13 @@ static int keep_best(cli_run_state *r, long epoch, long st, const epoch_values *
     fprintf(stderr, "graphrun run: --keep-best: %s\n", err.msg);
     return GR_EXIT_FAILURE;
   }
-  char meta[512];
-  snprintf(meta, sizeof meta,
-           "{\"epoch\": %ld, \"best\": \"%s\", \"value\": %.17g, \"keep\": true}", epoch, w->name,
-           value);
-  gr_status s = gr_ckpt_patch_metadata(r->ck, ckpt_step, meta, &err);
+  json_t *doc = json_pack("{s:I, s:s, s:f, s:b}", "epoch", (json_int_t)epoch, "best", w->name,
+                          "value", value, "keep", 1);
+  char *meta = doc ? json_dumps(doc, JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(doc);
+  gr_status s =
+      meta ? gr_ckpt_patch_metadata(r->ck, ckpt_step, meta, &err) : gr_error_set_oom(&err);
+  free(meta);
   if (s == GR_OK && w->have && w->best_ckpt_step != ckpt_step &&
       gr_ckpt_patch_metadata(r->ck, w->best_ckpt_step,
                              "{\"epoch\": null, \"best\": null, \"value\": null, \"keep\": null}",
@@ -579,10 +589,9 @@ int64_t cli_epochs_best_step(gr_ckpt *ck, long *steps_done) {
     return -1;
   }
   for (int i = n - 1; i >= 0 && step < 0; i--) {
-    const char *m = infos[i].metadata, *d = m ? strstr(m, "\"steps_done\":") : NULL;
-    if (!m || !strstr(m, "\"best\":")) continue;
+    if (!cli_meta_has(infos[i].metadata, "best")) continue;
     step = infos[i].step;
-    *steps_done = d ? strtol(d + 13, NULL, 10) : 0;
+    *steps_done = cli_meta_long(infos[i].metadata, "steps_done");
   }
   gr_ckpt_infos_free(infos, n);
   if (step < 0)

@@ -254,11 +254,17 @@ static bool parse_inline(const char *s, double *vals, int64_t *n) {
   }
 }
 
+bool cli_is_inline_value(const char *s) {
+  int64_t n;
+  return parse_inline(s, NULL, &n) && access(s, F_OK) != 0;
+}
+
 gr_status cli_read_tensor(const char *path, gr_dtype dtype, gr_tensor *out, gr_error *err) {
   *out = gr_tensor_empty();
   gr_tensor raw;
   int64_t n;
-  if (parse_inline(path, NULL, &n) && access(path, F_OK) != 0) {
+  if (cli_is_inline_value(path)) {
+    parse_inline(path, NULL, &n);
     bool vector = strchr(path, ',') != NULL;
     GR_TRY(gr_tensor_alloc(&raw, GR_F64, &(gr_shape){vector ? 1 : 0, {n}}, err));
     parse_inline(path, gr_tensor_data(&raw), &n);

@@ -21,13 +21,14 @@ typedef struct cli_run_options {
   int nfeed, nfetch, ntarget, neval;
   long steps, seed, threads, devices;
   long save_every, keep, max_failures, task_index;
-  double timeout_s, recovery_s;
+  double timeout_s, recovery_s, connect_s; /* connect_s: the first connect's bound (0: 10 s) */
   gr_place_mode placement;
   bool json, quiet, no_restore, schedule_recvs, soft;
   const char *ckpt_path, *trace_path, *out_dir;
   const char *cluster_spec, *secret_file, *job;
   const char *cluster_id;  /* --cluster-id (NULL: the default, cli_cluster_id) */
   bool insecure;           /* --insecure */
+  cli_tls tls;             /* --tls-cert, --tls-key, --tls-ca */
   const char *container;   /* --container, else GRAPHRUN_CONTAINER; NULL: a private one */
   bool container_from_env; /* it came from GRAPHRUN_CONTAINER */
   bool steps_given;        /* --steps was given */
@@ -73,6 +74,10 @@ int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master 
                     int64_t *at);
 
 /* The steps of `graphrun run` done when the newest checkpoint was saved. */
+/* A checkpoint's metadata (JSON text, or NULL): its member key as an
+ * integer (0 when missing or not a number), whether it has a non-null key. */
+long cli_meta_long(const char *meta, const char *key);
+bool cli_meta_has(const char *meta, const char *key);
 long cli_run_steps_done(gr_ckpt *ck);
 /* Opens the checkpoint file (a directory of shards when remote) and, unless
  * no_restore, restores its newest checkpoint (best: the one marked best,

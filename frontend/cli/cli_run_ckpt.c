@@ -1,5 +1,6 @@
 /* graphrun run: checkpoints (open and restore, save, the first save on a
  * cluster) and recovery from a lost task by restoring the newest one. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,15 +8,32 @@
 #include "cli_run.h"
 #include "commands.h"
 
+static json_t *meta_member(const char *meta, const char *key, json_t **doc) {
+  *doc = meta ? json_loads(meta, 0, NULL) : NULL;
+  return json_object_get(*doc, key);
+}
+
+long cli_meta_long(const char *meta, const char *key) {
+  json_t *doc, *v = meta_member(meta, key, &doc);
+  long n = json_is_integer(v) ? (long)json_integer_value(v) : 0;
+  json_decref(doc);
+  return n;
+}
+
+bool cli_meta_has(const char *meta, const char *key) {
+  json_t *doc, *v = meta_member(meta, key, &doc);
+  bool has = v && !json_is_null(v);
+  json_decref(doc);
+  return has;
+}
+
 long cli_run_steps_done(gr_ckpt *ck) {
   gr_ckpt_info *infos = NULL;
   int n = 0;
   long done = 0;
   gr_error err;
-  if (gr_ckpt_list(ck, &infos, &n, &err) == GR_OK && n > 0 && infos[n - 1].metadata) {
-    const char *m = strstr(infos[n - 1].metadata, "\"steps_done\":");
-    if (m) done = strtol(m + 13, NULL, 10); /* after the colon, spaces or not */
-  }
+  if (gr_ckpt_list(ck, &infos, &n, &err) == GR_OK && n > 0)
+    done = cli_meta_long(infos[n - 1].metadata, "steps_done");
   gr_ckpt_infos_free(infos, n);
   return done;
 }
@@ -34,9 +52,12 @@ int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool be
   if (no_restore) return GR_EXIT_OK;
   int64_t step = best ? cli_epochs_best_step(*ck, done) : -1;
   if (best && step < 0) return GR_EXIT_USAGE; /* none marked (said) */
+  /* by name: the checkpoint's tensors this graph has no variable for (an
+   * inference graph: the optimizer's slots, the global step) stay in it */
+  gr_ckpt_restore_options ro = {.at_step = best, .step = step};
+  gr_ckpt_restore_report rep = {.unused = 0};
   gr_status st = remote ? cli_restore_remote_at(*ck, s, g, &step, &err)
-                 : best ? gr_ckpt_restore_step(*ck, s, g, step, &err)
-                        : gr_ckpt_restore_latest(*ck, s, g, &step, &err);
+                        : gr_ckpt_restore(*ck, s, g, &ro, &rep, &err);
   if (st == GR_ERR_NOT_FOUND && !best) return GR_EXIT_OK;
   if (st != GR_OK) {
     fprintf(stderr, "graphrun run: restoring %s: %s\n(use --no-restore to start fresh)\n", path,
@@ -46,15 +67,22 @@ int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool be
   if (!best) *done = cli_run_steps_done(*ck);
   fprintf(stderr, "graphrun run: restored %s%s (%ld steps done)\n", path,
           best ? "'s checkpoint marked best" : "", *done);
+  if (rep.unused)
+    fprintf(stderr, "graphrun run: note: %d tensor%s of the checkpoint not in this graph: %s\n",
+            rep.unused, rep.unused == 1 ? "" : "s", rep.unused_names);
   return GR_EXIT_OK;
 }
 
 gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_done, bool remote,
                                   gr_error *err) {
-  char meta[64];
-  snprintf(meta, sizeof meta, "{\"steps_done\": %ld}", steps_done);
-  return remote ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, err)
-                : gr_ckpt_save_session(r->ck, s, r->g, meta, err);
+  json_t *doc = json_pack("{s:I}", "steps_done", (json_int_t)steps_done);
+  char *meta = doc ? json_dumps(doc, 0) : NULL;
+  json_decref(doc);
+  if (!meta) return gr_error_set_oom(err);
+  gr_status st = remote ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, err)
+                        : gr_ckpt_save_session(r->ck, s, r->g, meta, err);
+  free(meta);
+  return st;
 }
 
 int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master **m, gr_session **s,

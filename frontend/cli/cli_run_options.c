@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "cli_epochs.h"
 #include "cli_options.h"
+#include "cli_resolve.h"
 #include "cli_run.h"
 #include "commands.h"
 
@@ -58,34 +60,44 @@ static void usage(FILE *f) {
          "                     is reset first: its variables start from initial values)\n"
          "  --cluster C        run on a cluster's tasks (graphrun server processes): C is a\n"
          "                     JSON cluster file or text (ClusterSpec, TF_CONFIG or the placer's\n"
-         "                     form, with host:port addresses), 'env' for TF_CONFIG, or\n"
-         "                     'slurm[:JOBS][@PORT]' for Slurm's variables\n"
-         "                     (default: GRAPHRUN_CLUSTER, which graphrun launch sets; unpinned\n"
-         "                     nodes run on the chief's or worker 0's device)\n"
+         "                     form, with host:port addresses), 'env' for TF_CONFIG, or a\n"
+         "                     launcher's servers: 'slurm[:JOBS][@PORT]' (in a Slurm job: the\n"
+         "                     step's layout, or the rendezvous), 'mpi[:JOBS]' (the\n"
+         "                     rendezvous) (default: GRAPHRUN_CLUSTER, which graphrun launch\n"
+         "                     sets; unpinned nodes run on the chief's or worker 0's device)\n"
+         "  --rendezvous DIR   where a launcher's servers said where they listen (default:\n"
+         "                     GRAPHRUN_RENDEZVOUS, else $SLURM_SUBMIT_DIR/.graphrun/slurm-JOB)\n"
          "  --secret-file F    the cluster's shared secret, mode 0600 (default:\n"
-         "                     GRAPHRUN_SECRET_FILE, which graphrun launch sets); required\n"
+         "                     GRAPHRUN_SECRET_FILE, which graphrun launch sets, else the\n"
+         "                     rendezvous's); required\n"
          "  --cluster-id ID    the cluster's id: a task of another cluster is refused\n"
          "                     (default: GRAPHRUN_CLUSTER_ID, set by graphrun launch, else\n"
-         "                     Slurm's job and step ids, else derived from the cluster spec)\n"
-         "  --insecure         no secret: talk to servers started with --insecure\n"
-         "  --container NAME   keep the variables (queues, accumulators) in the tasks' shared\n"
-         "                     container NAME: every client naming it uses them, and they\n"
-         "                     stay on the tasks after the run until `graphrun reset`\n"
-         "                     (default: GRAPHRUN_CONTAINER, set by launch --between-graph;\n"
-         "                     else this run's own container, dropped when it ends)\n"
-         "  --job J --task I   between-graph training: run as this task's own client; the\n"
-         "                     program's default device is /job:J/task:I, task_index() is I;\n"
-         "                     the chief (job 'chief', else worker 0) initialises, restores and\n"
-         "                     saves the shared variables and trains its share (--ckpt is the\n"
-         "                     chief's; the others ignore it), the others wait for them and\n"
-         "                     fail at once if the chief's process ends first; every client\n"
-         "                     needs the same --container\n"
-         "  --recovery-timeout S  with --cluster and --ckpt, a lost or restarted task is\n"
-         "                     waited for up to S seconds (default 60), then the run restores\n"
-         "                     the newest checkpoint and goes on from it\n"
-         "  --max-failures K   give up after K recoveries (default 10)\n"
-         "  --heartbeat MS:N   a task silent for MS ms is pinged and lost after N silent\n"
-         "                     periods (default 100:5)\n\n");
+         "                     Slurm's job id, else the rendezvous's, else derived from the\n"
+         "                     cluster spec)\n"
+         "  --insecure         no secret: talk to servers started with --insecure\n");
+  fputs(cli_tls_usage, f);
+  fprintf(f,
+          "  --container NAME   keep the variables (queues, accumulators) in the tasks' shared\n"
+          "                     container NAME: every client naming it uses them, and they\n"
+          "                     stay on the tasks after the run until `graphrun reset`\n"
+          "                     (default: GRAPHRUN_CONTAINER, set by launch --between-graph;\n"
+          "                     else this run's own container, dropped when it ends)\n"
+          "  --job J --task I   between-graph training: run as this task's own client; the\n"
+          "                     program's default device is /job:J/task:I, task_index() is I;\n"
+          "                     the chief (job 'chief', else worker 0) initialises, restores and\n"
+          "                     saves the shared variables and trains its share (--ckpt is the\n"
+          "                     chief's; the others ignore it), the others wait for them and\n"
+          "                     fail at once if the chief's process ends first; every client\n"
+          "                     needs the same --container\n"
+          "  --connect-timeout S  wait up to S seconds for every task to answer at the start\n"
+          "                     (default 10; at a rendezvous 120; tasks that a scheduler\n"
+          "                     starts later: longer)\n"
+          "  --recovery-timeout S  with --cluster and --ckpt, a lost or restarted task is\n"
+          "                     waited for up to S seconds (default 60), then the run restores\n"
+          "                     the newest checkpoint and goes on from it\n"
+          "  --max-failures K   give up after K recoveries (default 10)\n"
+          "  --heartbeat MS:N   a task silent for MS ms is pinged and lost after N silent\n"
+          "                     periods (default 100:5)\n\n");
   cli_epochs_usage(f);
   fprintf(f, "\nExit codes: 0 ok, 1 runtime failure, 2 usage or input error.\n");
 }
@@ -107,6 +119,8 @@ enum {
   F_TASK,
   F_RECOVERY,
   F_MAX_FAILURES,
+  F_RENDEZVOUS,
+  F_CONNECT_TIMEOUT,
   F_OUT,
   F_TRACE,
   F_DEVICES,
@@ -121,6 +135,7 @@ enum {
   F_STEPS,
   F_SEED,
   F_THREADS,
+  F_TLS /* and F_TLS + 1, + 2 */
 };
 
 static const struct option flags[] = {
@@ -141,6 +156,8 @@ static const struct option flags[] = {
     {"task", required_argument, NULL, F_TASK},
     {"recovery-timeout", required_argument, NULL, F_RECOVERY},
     {"max-failures", required_argument, NULL, F_MAX_FAILURES},
+    {"rendezvous", required_argument, NULL, F_RENDEZVOUS},
+    {"connect-timeout", required_argument, NULL, F_CONNECT_TIMEOUT},
     {"out", required_argument, NULL, F_OUT},
     {"trace", required_argument, NULL, F_TRACE},
     {"devices", required_argument, NULL, F_DEVICES},
@@ -156,6 +173,7 @@ static const struct option flags[] = {
     {"seed", required_argument, NULL, F_SEED},
     {"threads", required_argument, NULL, F_THREADS},
     CLI_EPOCH_FLAGS,
+    CLI_TLS_FLAGS(F_TLS),
     {0},
 };
 
@@ -276,6 +294,11 @@ static int set_cluster_flag(const cli_opts *po, int c, cli_run_options *o) {
     case F_INSECURE:
       o->insecure = true;
       break;
+    case F_TLS:
+    case F_TLS + 1:
+    case F_TLS + 2:
+      cli_tls_flag(c, F_TLS, po->arg, &o->tls);
+      break;
     case F_CONTAINER:
       if (gr_container_check_name(po->arg, NULL) != GR_OK)
         return cli_opt_bad(po,
@@ -297,6 +320,13 @@ static int set_cluster_flag(const cli_opts *po, int c, cli_run_options *o) {
       return cli_opt_seconds(po, MAX_TIMEOUT_S, &o->recovery_s) ? GR_EXIT_OK : GR_EXIT_USAGE;
     case F_MAX_FAILURES:
       return cli_opt_long(po, 0, 1000000, &o->max_failures) ? GR_EXIT_OK : GR_EXIT_USAGE;
+    case F_RENDEZVOUS:
+      cli_set_rendezvous(po->arg);
+      break;
+    case F_CONNECT_TIMEOUT: /* at the rendezvous too */
+      if (!cli_opt_seconds(po, MAX_TIMEOUT_S, &o->connect_s)) return GR_EXIT_USAGE;
+      cli_set_rendezvous_wait(o->connect_s);
+      break;
     default:
       return NOT_MINE;
   }

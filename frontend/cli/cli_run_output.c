@@ -33,7 +33,7 @@ static int output_results(const char *const *names, const gr_tensor *results, in
     gr_error err;
     if (cli_out_path("run --out", out_dir, names[i], ".npy", &path) != GR_EXIT_OK)
       return GR_EXIT_FAILURE;
-    gr_status st = gr_ckpt_write_npy(&results[i], path, &err);
+    gr_status st = gr_data_write_npy(&results[i], path, &err);
     free(path);
     if (st != GR_OK) {
       fprintf(stderr, "graphrun run: --out: %s\n", err.msg);

@@ -1,23 +1,11 @@
 /* graphrun run --trace: a step trace as a Chrome trace (chrome://tracing,
  * ui.perfetto.dev): one process per device, one complete event per node run,
  * and the bytes each link between devices carried (otherData). */
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli_util.h"
-
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\')
-      fprintf(f, "\\%c", *s);
-    else if ((unsigned char)*s < 0x20)
-      fprintf(f, "\\u%04x", *s);
-    else
-      fputc(*s, f);
-  }
-  fputc('"', f);
-}
 
 int cli_trace_links(const gr_step_trace *t, cli_link *links, int cap) {
   int n = 0;
@@ -47,7 +35,8 @@ int cli_write_trace(const char *path, const gr_step_trace *t) {
   return fclose(f) == 0 ? rc : -1;
 }
 
-int cli_write_trace_to(FILE *f, const gr_step_trace *t) {
+/* The trace as a JSON document (a new reference), or NULL when out of memory. */
+static json_t *trace_json(const gr_step_trace *t) {
   enum { MAX_DEVS = 64 };
   const char *devs[MAX_DEVS];
   int ndev = 0;
@@ -56,40 +45,46 @@ int cli_write_trace_to(FILE *f, const gr_step_trace *t) {
     int64_t s = gr_step_trace_event(t, i)->start_ns;
     if (i == 0 || s < t0) t0 = s;
   }
-  fprintf(f, "{\"traceEvents\": [\n");
-  bool first = true;
-  for (int i = 0; i < gr_step_trace_count(t); i++) {
+  json_t *events = json_array(), *links_j = json_array();
+  bool ok = events && links_j;
+  for (int i = 0; ok && i < gr_step_trace_count(t); i++) {
     const gr_trace_event *e = gr_step_trace_event(t, i);
     const char *dev = e->node->assigned_device ? e->node->assigned_device : "device";
     int pid = 0;
     while (pid < ndev && strcmp(devs[pid], dev) != 0) pid++;
     if (pid == ndev && ndev < MAX_DEVS) {
       devs[ndev++] = dev;
-      fprintf(f, "%s{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"args\": {\"name\": ",
-              first ? "" : ",\n", pid);
-      json_str(f, dev);
-      fprintf(f, "}}");
-      first = false;
+      ok = json_array_append_new(events,
+                                 json_pack("{s:s, s:s, s:i, s:{s:s}}", "ph", "M", "name",
+                                           "process_name", "pid", pid, "args", "name", dev)) == 0;
     }
-    fprintf(f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"name\": ", first ? "" : ",\n", pid);
-    json_str(f, e->node->name);
-    fprintf(f, ", \"cat\": ");
-    json_str(f, e->node->op->name);
-    fprintf(f, ", \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"bytes\": %lld, \"iteration\": %lld}}",
-            (double)(e->start_ns - t0) / 1e3, (double)(e->end_ns - e->start_ns) / 1e3,
-            (long long)e->out_bytes, (long long)e->iteration);
-    first = false;
+    ok = ok && json_array_append_new(
+                   events,
+                   json_pack("{s:s, s:i, s:i, s:s, s:s, s:f, s:f, s:{s:I, s:I}}", "ph", "X", "pid",
+                             pid, "tid", 0, "name", e->node->name, "cat", e->node->op->name, "ts",
+                             (double)(e->start_ns - t0) / 1e3, "dur",
+                             (double)(e->end_ns - e->start_ns) / 1e3, "args", "bytes",
+                             (json_int_t)e->out_bytes, "iteration", (json_int_t)e->iteration)) == 0;
   }
-  fprintf(f, "\n], \"otherData\": {\"bytes_per_link\": [");
   cli_link links[64];
   int nl = cli_trace_links(t, links, 64);
-  for (int k = 0; k < nl; k++) {
-    fprintf(f, "%s\n  {\"from\": ", k ? "," : "");
-    json_str(f, links[k].from);
-    fprintf(f, ", \"to\": ");
-    json_str(f, links[k].to);
-    fprintf(f, ", \"values\": %lld, \"bytes\": %lld}", links[k].values, links[k].bytes);
+  for (int k = 0; ok && k < nl; k++)
+    ok = json_array_append_new(links_j,
+                               json_pack("{s:s, s:s, s:I, s:I}", "from", links[k].from, "to",
+                                         links[k].to, "values", (json_int_t)links[k].values,
+                                         "bytes", (json_int_t)links[k].bytes)) == 0;
+  if (!ok) {
+    json_decref(events);
+    json_decref(links_j);
+    return NULL;
   }
-  fprintf(f, "]}}\n");
-  return ferror(f) ? -1 : 0;
+  return json_pack("{s:o, s:{s:o}}", "traceEvents", events, "otherData", "bytes_per_link", links_j);
+}
+
+int cli_write_trace_to(FILE *f, const gr_step_trace *t) {
+  json_t *doc = trace_json(t);
+  int rc = doc ? json_dumpf(doc, f, JSON_REAL_PRECISION(15)) : -1;
+  json_decref(doc);
+  if (rc == 0) fputc('\n', f);
+  return rc != 0 || ferror(f) ? -1 : 0;
 }

@@ -62,6 +62,8 @@ void cli_print_run_error(const char *cmd, const char *when, const gr_error *err)
  * ("5") and numbers separated by commas a vector ("1,2,3"). The result holds
  * one reference (gr_tensor_release). */
 gr_status cli_read_tensor(const char *path, gr_dtype dtype, gr_tensor *out, gr_error *err);
+/* Whether cli_read_tensor reads s as numbers rather than a file. */
+bool cli_is_inline_value(const char *s);
 
 /* NumPy-like text: "238.0", "[1. 2. 3.]", rows on lines, big tensors shortened
  * with "..." (at most edge items per axis at each end when over threshold). */

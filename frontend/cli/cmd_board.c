@@ -5,6 +5,7 @@
  * step timeline. One thread: libevent's evhttp. Loopback only unless
  * --allow-remote; requests whose Host is not this server's are refused
  * (a page elsewhere cannot read the board through DNS rebinding). */
+#include <jansson.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
@@ -203,10 +204,15 @@ typedef struct poll_wait {
 } poll_wait;
 
 static void answer_version(poll_wait *p, const char *v) {
-  char body[200];
-  snprintf(body, sizeof body, "{\"version\": \"%s\"}", v);
+  json_t *doc = json_pack("{s:s}", "version", v);
+  char *body = doc ? json_dumps(doc, 0) : NULL;
+  json_decref(doc);
   evhttp_connection_set_closecb(evhttp_request_get_connection(p->req), NULL, NULL);
-  cli_board_reply(p->req, 200, "application/json", body, strlen(body));
+  if (body)
+    cli_board_reply(p->req, 200, "application/json", body, strlen(body));
+  else
+    cli_board_reply(p->req, 500, "text/plain", "out of memory", 13);
+  free(body);
   event_free(p->tick);
   free(p);
 }

@@ -297,7 +297,8 @@ int gr_cmd_calibrate(int argc, char **argv) {
   gr_error err;
   gr_cluster *given = NULL, *c = gr_cluster_new(), *pair = NULL;
   const char *from = "the local tasks";
-  char local_secret[65], *secret = NULL, id[GR_CLUSTER_ID_MAX + 1];
+  char local_secret[65], *secret = NULL;
+  cli_master_conf conf = {0};
   cli_tasks tasks = {.life_w = -1};
   gr_master *m = NULL;
   gr_profile_db *db = NULL;
@@ -323,11 +324,10 @@ int gr_cmd_calibrate(int argc, char **argv) {
   if ((rc = measure_machine(o.quick, &fig)) != GR_EXIT_OK) goto out;
   cli_blas_note();
   /* the master, and the cluster model the runtime is measured on */
-  const char *addrs_buf[GR_CLUSTER_MAX_TASKS];
-  gr_master_options mo = {.num_tasks = tasks.n, .addresses = tasks.addrs, .secret = local_secret};
-  gr_status s = GR_OK;
-  if (given) { s = cli_master_options(given, from, secret, 0, &mo, addrs_buf, id, &err); }
-  if (s == GR_OK) s = gr_master_new(&mo, &m, &err);
+  conf.mo =
+      (gr_master_options){.num_tasks = tasks.n, .addresses = tasks.addrs, .secret = local_secret};
+  gr_status s = given ? cli_master_options(given, from, secret, 0, &conf, &err) : GR_OK;
+  if (s == GR_OK) s = gr_master_new(&conf.mo, &m, &err);
   gr_cluster *target = c;
   if (s == GR_OK && given) {
     for (int k = 0; k < gr_cluster_num_tasks(given) && s == GR_OK; k++) {
@@ -363,12 +363,13 @@ int gr_cmd_calibrate(int argc, char **argv) {
       goto out;
     }
     gr_master_opener op;
-    gr_master_opener_init(&op, &mo);
+    gr_master_opener_init(&op, &conf.mo);
     if ((rc = profile_files(&o, c, db, given ? &op : NULL)) != GR_EXIT_OK) goto out;
   }
   rc = write_cluster(c, o.out_path);
 out:
   gr_master_free(m);
+  cli_master_conf_free(&conf);
   cli_tasks_stop(&tasks);
   gr_profile_db_close(db);
   gr_cluster_free(pair);

@@ -369,7 +369,7 @@ static int export_one(gr_ckpt *ck, int64_t step, const char *dir, const char *na
   if (gr_ckpt_read_tensor(ck, step, name, &t, &err) != GR_OK) {
     rc = fail(&err);
   } else {
-    if (gr_ckpt_write_npy(&t, path, &err) != GR_OK)
+    if (gr_data_write_npy(&t, path, &err) != GR_OK)
       rc = fail(&err);
     else
       printf("%s\n", path);

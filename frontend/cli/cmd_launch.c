@@ -20,6 +20,7 @@
  *   fails, a 0600 file in TMPDIR, which the guardian removes. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -33,7 +34,9 @@
 #include <unistd.h>
 
 #include "cli_cluster.h"
+#include "cli_launch.h"
 #include "cli_options.h"
+#include "cli_resolve.h"
 #include "cli_util.h"
 #include "commands.h"
 
@@ -53,9 +56,17 @@ static void usage(FILE *f) {
           "  --ps N             parameter server tasks /job:ps/task:K (default 1)\n"
           "  --workers M        worker tasks /job:worker/task:K (default 2)\n"
           "  --cluster C        the tasks of a cluster spec instead (its loopback ports)\n"
+          "  --slurm            inside a Slurm job (an sbatch script, an salloc shell): the tasks\n"
+          "                     as a job step (srun --ntasks=N graphrun server --cluster\n"
+          "                     slurm:ps:P,worker), on free or reserved ports, met at a\n"
+          "                     rendezvous of this launch's own in $SLURM_SUBMIT_DIR/.graphrun\n"
+          "                     (with the secret); N = --ps + --workers, else SLURM_NTASKS (one\n"
+          "                     ps, the others workers); the step is stopped at the end\n"
           "  --restarts K       restarts per task before giving up (default 3; 0: none); the\n"
-          "                     delay doubles from 0.1 s while a task keeps dying within 10 s\n"
-          "  --threads T        executor threads per task (default 1: the tasks share the cores)\n"
+          "                     delay doubles from 0.1 s while a task keeps dying within 10 s;\n"
+          "                     with --slurm each task restarts itself in place\n"
+          "  --threads T        executor threads per task (default 1: the tasks share the cores;\n"
+          "                     with --slurm the CPUs each task may use)\n"
           "  --between-graph    run the command once per chief and worker task, as that task's\n"
           "                     own client (adds --job J --task K; TF_CONFIG names its task):\n"
           "                     asynchronous data parallelism. The chief (the `chief` job's task,\n"
@@ -70,6 +81,7 @@ static void usage(FILE *f) {
 
 typedef struct task {
   char job[32];
+  char addr[300]; /* where the clients reach it, once it listens */
   int index, port, restarts;
   bool ready; /* it said where it listens */
   pid_t pid;
@@ -160,8 +172,10 @@ static void stop_guardian(void) {
 }
 
 static char self_exe[4096];
-/* This launch's cluster id: "launch-" and 16 random hex digits */
-static char cluster_id[32];
+/* This launch's cluster id: "launch-" and 16 random hex digits (--slurm:
+ * "slurm-JOB-" and 16) */
+static char cluster_id[GR_CLUSTER_ID_MAX + 1];
+static cli_slurm_step slurm_step; /* --slurm's servers */
 
 /* Starts task t's server (port 0: a free one). */
 static bool spawn(task *t, const char *secret_file, int threads) {
@@ -220,10 +234,15 @@ static void drain(task *t, bool quiet) {
   while ((nl = memchr(start, '\n', t->len - (size_t)(start - t->line)))) {
     *nl = '\0';
     const char *on = strstr(start, " listening on ");
-    const char *colon = on ? strrchr(on, ':') : NULL;
-    if (colon) {
-      t->port = atoi(colon + 1);
-      t->ready = true;
+    if (on) { /* "listening on HOST:PORT (..." */
+      char where[300];
+      snprintf(where, sizeof where, "%.*s", (int)strcspn(on + 14, " ,"), on + 14);
+      const char *colon = strrchr(where, ':');
+      if (colon) {
+        t->port = atoi(colon + 1);
+        snprintf(t->addr, sizeof t->addr, "127.0.0.1:%d", t->port);
+        t->ready = true;
+      }
     }
     if (!quiet || strstr(start, "error") || strstr(start, "bad frame"))
       fprintf(stderr, "[%s:%d] %s\n", t->job, t->index, start);
@@ -279,6 +298,14 @@ static int plan_tasks(const char *spec, long ps, long workers, task *ts, int *n)
     gr_cluster *c;
     const char *from;
     gr_error err;
+    cli_launcher l;
+    if (cli_launcher_parse(spec, &l, &err) != 0) {
+      fprintf(stderr,
+              "graphrun launch: --cluster %s: launch starts the tasks itself; inside a "
+              "Slurm job give --slurm\n",
+              spec);
+      return GR_EXIT_USAGE;
+    }
     if (cli_load_cluster(spec, &c, &from, &err) != GR_OK || !c) {
       fprintf(stderr, "graphrun launch: --cluster: %s\n", c ? "" : err.msg);
       return GR_EXIT_USAGE;
@@ -311,45 +338,39 @@ static bool is_chief(const task *ts, int n, const task *t) {
   return t->index == 0 && !strcmp(t->job, has_chief ? "chief" : "worker");
 }
 
+/* Sets environment variable name to doc's JSON text; takes doc (NULL: out of memory). */
+static bool setenv_json(const char *name, json_t *doc) {
+  char *text = doc ? json_dumps(doc, 0) : NULL;
+  bool ok = text && setenv(name, text, 1) == 0;
+  free(text);
+  json_decref(doc);
+  return ok;
+}
+
 /* TF_CONFIG: the cluster of GRAPHRUN_CLUSTER and this process as task job:index. */
 static bool set_tf_config(const char *job, int index) {
   const char *spec = getenv("GRAPHRUN_CLUSTER");
-  char tf[8600];
-  int m = snprintf(tf, sizeof tf, "{\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}",
-                   spec ? spec : "{}", job, index);
-  return m > 0 && (size_t)m < sizeof tf && setenv("TF_CONFIG", tf, 1) == 0;
+  json_t *cluster = spec ? json_loads(spec, 0, NULL) : json_object();
+  return cluster && setenv_json("TF_CONFIG", json_pack("{s:o, s:{s:s, s:i}}", "cluster", cluster,
+                                                       "task", "type", job, "index", index));
 }
 
 /* GRAPHRUN_CLUSTER as a ClusterSpec, TF_CONFIG with the client as the chief
  * (chief 0 when the cluster has one, else worker 0). */
 static bool export_cluster(const task *ts, int n) {
-  char spec[8192];
-  size_t m = 0;
-  m += (size_t)snprintf(spec + m, sizeof spec - m, "{");
-  for (int i = 0; i < n; i++) {
-    bool first_of_job = i == 0 || strcmp(ts[i - 1].job, ts[i].job) != 0;
-    if (first_of_job)
-      m += (size_t)snprintf(spec + m, sizeof spec - m, "%s\"%s\": [", i ? ", " : "", ts[i].job);
-    m += (size_t)snprintf(spec + m, sizeof spec - m, "%s\"127.0.0.1:%d\"", first_of_job ? "" : ", ",
-                          ts[i].port);
-    if (i + 1 == n || strcmp(ts[i + 1].job, ts[i].job) != 0)
-      m += (size_t)snprintf(spec + m, sizeof spec - m, "]");
+  json_t *spec = json_object();
+  for (int i = 0; spec && i < n; i++) {
+    json_t *job = json_object_get(spec, ts[i].job);
+    if (!job && json_object_set_new(spec, ts[i].job, job = json_array()) != 0) job = NULL;
+    if (!job || json_array_append_new(job, json_string(ts[i].addr)) != 0) {
+      json_decref(spec);
+      return false;
+    }
   }
-  m += (size_t)snprintf(spec + m, sizeof spec - m, "}");
-  if (m >= sizeof spec || setenv("GRAPHRUN_CLUSTER", spec, 1) != 0) return false;
+  if (!setenv_json("GRAPHRUN_CLUSTER", spec)) return false;
   for (int i = 0; i < n; i++)
     if (is_chief(ts, n, &ts[i])) return set_tf_config(ts[i].job, ts[i].index);
   return set_tf_config("worker", 0);
-}
-
-/* n random bytes from the kernel as 2n hex digits into hex (2n + 1 bytes). */
-static bool random_hex(char *hex, size_t n) {
-  unsigned char raw[64];
-  int ur = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  bool ok = n <= sizeof raw && ur >= 0 && read(ur, raw, n) == (ssize_t)n;
-  if (ur >= 0) close(ur);
-  for (size_t i = 0; ok && i < n; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-  return ok;
 }
 
 /* A fresh secret: in a memfd that this process keeps open (*fd), named
@@ -368,7 +389,7 @@ static bool write_secret(char *path, size_t cap, int *fd, bool *file) {
     *file = true;
   }
   char hex[65];
-  bool ok = random_hex(hex, 32) && write(*fd, hex, 64) == 64;
+  bool ok = cli_random_hex(hex, 32) && write(*fd, hex, 64) == 64;
   if (*file || !ok) close(*fd), *fd = -1;
   if (!ok && *file) unlink(path);
   return ok;
@@ -497,11 +518,11 @@ static bool supervise(task *ts, int n, const char *secret_file, int threads, lon
 typedef struct launch_options {
   long ps, workers, restarts, threads;
   const char *spec;
-  bool quiet, sized, between;
+  bool quiet, sized, between, slurm, threads_given;
   int cmd; /* argv[cmd..]: what to run */
 } launch_options;
 
-enum { F_PS = 256, F_WORKERS, F_RESTARTS, F_THREADS, F_CLUSTER, F_QUIET, F_BETWEEN };
+enum { F_PS = 256, F_WORKERS, F_RESTARTS, F_THREADS, F_CLUSTER, F_QUIET, F_BETWEEN, F_SLURM };
 
 static const struct option launch_flags[] = {
     {"help", no_argument, NULL, 'h'},
@@ -512,6 +533,7 @@ static const struct option launch_flags[] = {
     {"cluster", required_argument, NULL, F_CLUSTER},
     {"quiet", no_argument, NULL, F_QUIET},
     {"between-graph", no_argument, NULL, F_BETWEEN},
+    {"slurm", no_argument, NULL, F_SLURM},
     {0},
 };
 
@@ -536,13 +558,15 @@ static int parse_options(int argc, char **argv, launch_options *o) {
     } else if (c == F_RESTARTS) {
       ok = cli_opt_long(&po, 0, 1000000, &o->restarts);
     } else if (c == F_THREADS) {
-      ok = cli_opt_long(&po, 0, 32, &o->threads);
+      ok = cli_opt_long(&po, 0, 1024, &o->threads), o->threads_given = true;
     } else if (c == F_CLUSTER) {
       o->spec = po.arg;
     } else if (c == F_QUIET) {
       o->quiet = true;
     } else if (c == F_BETWEEN) {
       o->between = true;
+    } else if (c == F_SLURM) {
+      o->slurm = true;
     } else {
       return GR_EXIT_USAGE;
     }
@@ -553,10 +577,12 @@ static int parse_options(int argc, char **argv, launch_options *o) {
     fprintf(stderr, "graphrun launch: what to run? a FILE.gr or -- COMMAND (try --help)\n");
     return GR_EXIT_USAGE;
   }
-  if (o->spec && o->sized) {
-    fprintf(stderr, "graphrun launch: --cluster or --ps/--workers, not both\n");
+  if (o->spec && (o->sized || o->slurm)) {
+    fprintf(stderr, "graphrun launch: --cluster or %s, not both\n",
+            o->slurm ? "--slurm" : "--ps/--workers");
     return GR_EXIT_USAGE;
   }
+  if (o->slurm && !o->threads_given) o->threads = 0; /* each task's CPUs */
   return LAUNCH_GO;
 }
 
@@ -600,6 +626,10 @@ static int supervise_until_done(task *ts, int n, pid_t *cmds, const task *const 
       return 128 + got_signal;
     }
     if (!supervise(ts, n, secret_file, (int)o->threads, o->restarts)) return rc;
+    if (o->slurm && slurm_step.srun > 0 && !cli_slurm_alive(&slurm_step, &status))
+      fprintf(stderr, "graphrun launch: the servers' srun ended (%s %d)\n",
+              WIFEXITED(status) ? "exit code" : "signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
     struct pollfd pf[MAX_TASKS];
     int np = 0, who[MAX_TASKS];
     for (int k = 0; k < n; k++)
@@ -611,21 +641,52 @@ static int supervise_until_done(task *ts, int n, pid_t *cmds, const task *const 
   }
 }
 
+/* --slurm: the tasks as a step of this Slurm job, until each listens. */
+static bool start_slurm_tasks(task *ts, int n, const launch_options *o) {
+  char jobs[64];
+  int ps = 0;
+  for (int k = 0; k < n; k++) ps += !strcmp(ts[k].job, "ps");
+  snprintf(jobs, sizeof jobs, ps ? "ps:%d,worker" : "worker", ps);
+  cli_slurm_options so = {o->restarts, o->threads, o->quiet};
+  gr_cluster *c;
+  gr_error err;
+  if (!cli_slurm_start(&slurm_step, self_exe, jobs, n, &so)) {
+    fprintf(stderr, "graphrun launch: cannot start srun: %s\n", strerror(errno));
+    return false;
+  }
+  if (cli_slurm_wait(&slurm_step, 120, &got_signal, &c, &err) != GR_OK) {
+    fprintf(stderr, "graphrun launch: %s\n", err.msg);
+    return false;
+  }
+  for (int k = 0; k < n && k < gr_cluster_num_tasks(c); k++) {
+    const gr_cluster_task *t = gr_cluster_task_at(c, k);
+    snprintf(ts[k].addr, sizeof ts[k].addr, "%s", t->address);
+    const char *colon = strrchr(t->address, ':');
+    ts[k].port = colon ? atoi(colon + 1) : 0;
+    ts[k].ready = true;
+  }
+  gr_cluster_free(c);
+  return true;
+}
+
 /* Starts the tasks, exports the cluster and secret, and starts the command
  * (with --between-graph one per chief and worker task, the chief's first):
  * *ncmds of them in cmds, clients[c] the task of cmds[c] (NULL: not
  * between-graph). false: the cluster could not start (reported). */
 static bool start_cluster(task *ts, int n, const char *secret_file, const launch_options *o,
                           char **cmd, int ncmd, pid_t *cmds, const task **clients, int *ncmds) {
-  if (!start_tasks(ts, n, secret_file, (int)o->threads, o->quiet) || !export_cluster(ts, n) ||
-      setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0 ||
+  bool started = o->slurm ? start_slurm_tasks(ts, n, o)
+                          : start_tasks(ts, n, secret_file, (int)o->threads, o->quiet);
+  if (!started || !export_cluster(ts, n) || setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0 ||
       setenv("GRAPHRUN_CLUSTER_ID", cluster_id, 1) != 0)
     return false;
   if (!o->quiet) {
     fprintf(stderr, "graphrun launch: %d tasks ready (cluster %s):", n, cluster_id);
     for (int k = 0; k < n; k++)
-      fprintf(stderr, " %s:%d=127.0.0.1:%d(pid %d)", ts[k].job, ts[k].index, ts[k].port,
-              (int)ts[k].pid);
+      if (ts[k].pid)
+        fprintf(stderr, " %s:%d=%s(pid %d)", ts[k].job, ts[k].index, ts[k].addr, (int)ts[k].pid);
+      else
+        fprintf(stderr, " %s:%d=%s", ts[k].job, ts[k].index, ts[k].addr);
     fprintf(stderr, "\n");
   }
   if (!o->between) {
@@ -668,16 +729,35 @@ int gr_cmd_launch(int argc, char **argv) {
   self_exe[sl] = '\0';
   task ts[MAX_TASKS];
   int n;
+  if (o.slurm && !o.sized) { /* the job's tasks: one ps, the others workers */
+    const char *nt = getenv("SLURM_NTASKS");
+    long all = 0;
+    if (!nt || !cli_parse_long(nt, 1, MAX_TASKS, &all)) {
+      fprintf(stderr, "graphrun launch: --slurm: SLURM_NTASKS is %s: give --ps N --workers M\n",
+              nt ? "not 1 to 64" : "not set");
+      return GR_EXIT_USAGE;
+    }
+    o.ps = all > 1 ? 1 : 0, o.workers = all - o.ps;
+  }
   if ((rc = plan_tasks(o.spec, o.ps, o.workers, ts, &n)) != GR_EXIT_OK) return rc;
   char secret_file[4096], nonce[17];
-  int secret_fd;
-  bool secret_is_file;
-  if (!random_hex(nonce, 8)) {
+  int secret_fd = -1;
+  bool secret_is_file = true;
+  if (!cli_random_hex(nonce, 8)) {
     fprintf(stderr, "graphrun launch: no random bytes for the cluster id: %s\n", strerror(errno));
     return GR_EXIT_FAILURE;
   }
   snprintf(cluster_id, sizeof cluster_id, "launch-%s", nonce);
-  if (!write_secret(secret_file, sizeof secret_file, &secret_fd, &secret_is_file)) {
+  gr_error err;
+  if (o.slurm) { /* the secret in the rendezvous, which every node reads */
+    if (cli_slurm_prepare(&slurm_step, &err) != GR_OK) {
+      fprintf(stderr, "graphrun launch: %s\n", err.msg);
+      cli_slurm_stop(&slurm_step);
+      return GR_EXIT_USAGE;
+    }
+    snprintf(secret_file, sizeof secret_file, "%s", slurm_step.secret);
+    snprintf(cluster_id, sizeof cluster_id, "%s", slurm_step.id);
+  } else if (!write_secret(secret_file, sizeof secret_file, &secret_fd, &secret_is_file)) {
     fprintf(stderr, "graphrun launch: cannot write a secret file: %s\n", strerror(errno));
     return GR_EXIT_FAILURE;
   }
@@ -698,6 +778,7 @@ int gr_cmd_launch(int argc, char **argv) {
   if (start_cluster(ts, n, secret_file, &o, argv + o.cmd, argc - o.cmd, cmds, clients, &ncmds))
     rc = supervise_until_done(ts, n, cmds, clients, ncmds, secret_file, &o);
   stop_all(ts, n, cmds, ncmds);
+  if (o.slurm) cli_slurm_stop(&slurm_step);
   if (secret_is_file) unlink(secret_file);
   if (secret_fd >= 0) close(secret_fd);
   stop_guardian();

@@ -1,4 +1,4 @@
-/* graphrun place FILE.gr --cluster C.json [--explain]: place every node of a
+/* graphrun place FILE.gr --cluster C [--explain]: place every node of a
  * graph file on a cluster with the cost placer and print each node's
  * device (and, with --explain, why), the predicted step time of the step a
  * run executes (the file's fetches and targets), the bytes crossing devices
@@ -17,16 +17,19 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: graphrun place FILE.gr --cluster C.json [--explain] [--soft] [--profiles DB]\n"
+          "usage: graphrun place FILE.gr --cluster C [--explain] [--soft] [--profiles DB]\n"
           "                              [--min-samples N] [--search] [--all] [--min-gain X]\n"
           "                              [--measure N [--secret-file F] [--cluster-id ID]\n"
           "                              [--insecure]]\n\n"
-          "Places every node of FILE.gr on the devices of the cluster file C.json (see\n"
-          "docs/placement.md; `graphrun calibrate` writes one for this machine or a running\n"
-          "cluster) and prints each node with its full device name, the predicted time of the\n"
-          "step a run executes (the file's fetches and targets), the bytes that cross devices\n"
-          "per step and the candidates compared (cost, one-task, pins, layers).\n"
-          "  --cluster C.json  the cluster: jobs, tasks, devices, link speeds, step costs\n"
+          "Places every node of FILE.gr on the devices of the cluster C (see\n"
+          "docs/placement.md; `graphrun calibrate` writes a cluster file for this machine or a\n"
+          "running cluster) and prints each node with its full device name, the predicted time\n"
+          "of the step a run executes (the file's fetches and targets), the bytes that cross\n"
+          "devices per step and the candidates compared (cost, one-task, pins, layers).\n"
+          "  --cluster C       the cluster: a cluster file (jobs, tasks, devices, link speeds,\n"
+          "                    step costs) or any spec graphrun run takes (ClusterSpec,\n"
+          "                    TF_CONFIG, 'env', slurm[:JOBS]: the Slurm job's or step's\n"
+          "                    layout, mpi[:JOBS]: its rendezvous)\n"
           "  --explain         per node: pinned / colocated with X / the finish times compared\n"
           "  --soft            soft placement: a pin no device satisfies is ignored\n"
           "  --profiles DB     measured op times (SQLite) replace the static estimates\n"
@@ -37,7 +40,7 @@ static void usage(FILE *f) {
           "  --min-gain X      pins only stays unless another placement is predicted faster by\n"
           "                    the fraction X (default 0.05; 0: the fastest)\n"
           "  --measure N       run N steps of each candidate on the cluster (its tasks must be\n"
-          "                    running: the file's addresses, the secret of --secret-file or\n"
+          "                    running: their addresses, the secret of --secret-file or\n"
           "                    GRAPHRUN_SECRET_FILE) and print measured beside predicted\n"
           "Exit codes: 0 ok, 1 runtime failure, 2 error in the input files or flags.\n");
 }
@@ -128,7 +131,7 @@ static int parse(int argc, char **argv, place_opts *a) {
   }
   if (!a->file || !a->cluster_path) {
     fprintf(stderr, "graphrun place: %s (try --help)\n",
-            !a->file ? "missing FILE.gr" : "missing --cluster C.json");
+            !a->file ? "missing FILE.gr" : "missing --cluster C");
     return GR_EXIT_USAGE;
   }
   if (!a->measure && (a->secret_file || a->insecure || a->cluster_id)) {
@@ -140,24 +143,23 @@ static int parse(int argc, char **argv, place_opts *a) {
 }
 
 /* Each candidate run on the cluster, measured beside predicted. */
-static int measure(const place_opts *a, gr_cluster *c, gr_placement *pl, const cli_step *st) {
+static int measure(const place_opts *a, gr_cluster *c, const char *from, gr_placement *pl,
+                   const cli_step *st) {
   gr_error err;
-  char *secret = NULL, id[GR_CLUSTER_ID_MAX + 1];
-  const char **addrs = calloc((size_t)gr_cluster_num_tasks(c) + 1, sizeof *addrs);
-  gr_master_options mo;
+  char *secret = NULL;
+  cli_master_conf conf = {0};
   cli_set_identity(a->cluster_id, a->insecure);
-  gr_status s = addrs ? GR_OK : gr_error_set_oom(&err);
-  if (s == GR_OK) s = cli_read_secret(a->secret_file, a->insecure, &secret, &err);
-  if (s == GR_OK) s = cli_master_options(c, a->cluster_path, secret, 0, &mo, addrs, id, &err);
+  gr_status s = cli_read_secret(a->secret_file, a->insecure, &secret, &err);
+  if (s == GR_OK) s = cli_master_options(c, from, secret, 0, &conf, &err);
   gr_place_trial t[GR_PLACE_CAND_COUNT];
   int steps = (int)a->measure;
   if (s == GR_OK) {
     gr_master_opener op;
-    gr_master_opener_init(&op, &mo);
+    gr_master_opener_init(&op, &conf.mo);
     s = gr_placement_try(pl, st->fetch, st->nf, st->target, st->nt, &op.o, ~0u, steps, 0,
                          steps >= 30 ? 3 : 1, t, &steps, &err);
   }
-  free(addrs);
+  cli_master_conf_free(&conf);
   free(secret);
   if (s != GR_OK) {
     fprintf(stderr, "graphrun place: --measure: %s\n", err.msg);
@@ -185,7 +187,12 @@ int gr_cmd_place(int argc, char **argv) {
   if (rc != GR_EXIT_OK) return rc < 0 ? GR_EXIT_OK : rc;
   gr_error err;
   gr_cluster *c = NULL;
-  if (gr_cluster_load_json(a.cluster_path, &c, &err) != GR_OK) {
+  gr_cluster_self self;
+  bool has_self;
+  const char *from;
+  /* --measure connects: the addresses too (a launcher's rendezvous) */
+  if (cli_load_cluster_for(a.cluster_path, !a.measure, &c, &self, &has_self, &from, &err) !=
+      GR_OK) {
     fprintf(stderr, "graphrun place: %s\n", err.msg);
     return GR_EXIT_USAGE;
   }
@@ -227,7 +234,7 @@ int gr_cmd_place(int argc, char **argv) {
       }
       printf("; chosen: %s\n", gr_place_candidate_name(gr_placement_chosen(pl)));
     }
-    if (rc == GR_EXIT_OK && a.measure) rc = measure(&a, c, pl, &st);
+    if (rc == GR_EXIT_OK && a.measure) rc = measure(&a, c, from, pl, &st);
     gr_placement_free(pl);
   }
   gr_dsl_program_free(p);

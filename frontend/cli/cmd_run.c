@@ -50,6 +50,33 @@ static int resolve_names(cli_run_state *r) {
   return GR_EXIT_OK;
 }
 
+/* An inline vector (--feed x=1,2,3) for a placeholder of rows ([?, 3],
+ * [?, 2, 2], or a first dimension of 1): one row of it. The count must be
+ * a row's; anything else is left to the shape check. An exit code. */
+static int inline_row(const char *name, const gr_node *n, const gr_shape *want, gr_tensor *v) {
+  if (v->shape.rank > 1 || want->rank < 2 || (want->dims[0] >= 0 && want->dims[0] != 1))
+    return GR_EXIT_OK;
+  int64_t count = v->shape.rank ? v->shape.dims[0] : 1; /* "5": one number */
+  gr_shape row = *want;
+  row.dims[0] = 1;
+  int64_t k = 1;
+  for (int d = 1; d < want->rank; d++) {
+    if (want->dims[d] < 0) return GR_EXIT_OK; /* the row's size is not known */
+    k *= want->dims[d];
+  }
+  if (count != k) {
+    char b[GR_SHAPE_STR_MAX];
+    fprintf(stderr,
+            "graphrun run: --feed %s: %lld number%s, but one row of '%s' %s has %lld (more rows: "
+            "a CSV or .npy file)\n",
+            name, (long long)count, count == 1 ? "" : "s", n->name, gr_shape_str(want, b),
+            (long long)k);
+    return GR_EXIT_USAGE;
+  }
+  v->shape = row; /* the same elements, in row-major order */
+  return GR_EXIT_OK;
+}
+
 /* Reads each --feed's value, of its placeholder's dtype and shape. */
 static int load_feeds(cli_run_state *r) {
   const cli_run_options *o = &r->o;
@@ -67,6 +94,9 @@ static int load_feeds(cli_run_state *r) {
       return GR_EXIT_USAGE;
     }
     r->nloaded++;
+    if (cli_is_inline_value(o->feed_paths[i]) &&
+        inline_row(o->feed_names[i], out.node, want, v) != GR_EXIT_OK)
+      return GR_EXIT_USAGE;
     if (!gr_shape_compatible(&v->shape, want)) {
       char a[GR_SHAPE_STR_MAX], b[GR_SHAPE_STR_MAX];
       fprintf(stderr, "graphrun run: --feed %s: the value has shape %s, '%s' wants %s\n",
@@ -131,13 +161,16 @@ static int connect_cluster(cli_run_state *r) {
   if (rc != GR_EXIT_OK || !r->cluster) return rc;
   cli_worker_set_container(&r->self, r->o.container);
   cli_set_identity(r->o.cluster_id, r->o.insecure);
+  cli_set_tls(&r->o.tls);
   if (cli_read_secret(r->o.secret_file, r->o.insecure, &r->secret, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     return GR_EXIT_USAGE;
   }
-  if (cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms, &r->master,
-                  &err) != GR_OK ||
-      cli_chief_hold(&r->self, r->cluster, r->secret, &err) != GR_OK) {
+  cli_set_connect_timeout((int)(r->o.connect_s * 1000)); /* the first connect's; not recovery's */
+  gr_status st = cli_connect(r->cluster, r->cluster_from, r->secret, r->opts.step_timeout_ms,
+                             &r->master, &err);
+  cli_set_connect_timeout(0);
+  if (st != GR_OK || cli_chief_hold(&r->self, r->cluster, r->secret, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: %s\n", err.msg);
     return GR_EXIT_FAILURE;
   }

@@ -14,6 +14,7 @@
   X(run, "build a .gr graph file and run it: feeds, fetches, training steps")                      \
   X(check, "parse, build and shape-check a .gr file; print node and op counts")                    \
   X(export, "write a .gr file's graph serialized (.grb), which every command reads like .gr")      \
+  X(predict, "classify PNG and JPEG files with an exported inference graph: top classes")          \
   X(dot, "print the graph of a .gr file in Graphviz DOT (clusters by scope, colours by device)")   \
   X(ckpt, "inspect checkpoint files: ls, show, diff, verify, export as .npy")                      \
   X(place, "place a .gr graph on a cluster file's devices; --explain says why")                    \

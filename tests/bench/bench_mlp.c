@@ -25,7 +25,7 @@ static const int64_t sizes[4] = {784, 256, 256, 10};
 
 static void write_npy(const char *path, const gr_tensor *t) {
   gr_error err;
-  if (gr_ckpt_write_npy(t, path, &err) != GR_OK) {
+  if (gr_data_write_npy(t, path, &err) != GR_OK) {
     fprintf(stderr, "bench_mlp: %s\n", err.msg);
     exit(1);
   }

@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/core_engine.h"
 #include "bench_util.h"
 
 #define DATA_DIR       "/usr/share/datasets/fashion-mnist"

@@ -20,6 +20,14 @@
  * two steps alternate. pct_of_raw = 100 * raw_time / graphrun_time. Once:
  * the sum of the received tensor equals the sum on task 0, bit for bit.
  *
+ * tls_pct_of_raw, mac_pct_of_raw: the same transfer, best of N, between
+ * two more server tasks whose loopback peers count as on another host
+ * (docs/security.md, "Connections across hosts"): over TLS 1.3 (a
+ * certificate of a CA made for the run with the openssl commands of
+ * tests/unit/tls_certs.sh), and with a MAC on every frame (no TLS); each
+ * against the same raw anchor. Once each: the received tensor's sum equals
+ * the sum on task 0, bit for bit.
+ *
  * rtt_ratio: a chain of 2M+1 negations of an 8-byte f32[2] alternating
  * between the tasks (op i on task i % 2): 2M transfers, M round trips per
  * step, each transfer one TENSOR frame with nothing else on the wire; minus
@@ -43,8 +51,9 @@
  *
  * No BLAS runs here (OPENBLAS_CORETYPE and the BLAS threads do not matter).
  *
- * Last line: transfer: pct_of_raw=P rtt_ratio=R rtt_floor=F step_us=S
- * (targets P >= 85, R <= 1.5). --smoke: 1 MiB, a short chain, few steps. */
+ * Last line: transfer: pct_of_raw=P tls_pct_of_raw=T mac_pct_of_raw=M rtt_ratio=R
+ * rtt_floor=F step_us=S (targets P >= 85, R <= 1.5). --smoke: 1 MiB, a short
+ * chain, few steps. */
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -59,6 +68,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/core_engine.h"
 #include "bench_util.h"
 
 enum { TASKS = 2 };
@@ -448,6 +458,71 @@ static double gbps(size_t bytes, double s) {
   return (double)bytes / s / 1e9;
 }
 
+/* ---- across hosts: TLS and frame MACs ------------------------------------------ */
+
+static char cert_dir[64]; /* the run's CA and certificate (removed at exit) */
+
+static void remove_certs(void) {
+  if (cert_dir[0]) bench_remove_tree("bench_transfer", cert_dir);
+}
+
+/* A CA and a certificate it signs (tests/unit/tls_certs.sh), into
+ * cert_dir: node.crt, node.key, ca.crt. */
+static bench_tls make_certs(void) {
+  snprintf(cert_dir, sizeof cert_dir, "/tmp/gr_bench_certs_XXXXXX");
+  if (!mkdtemp(cert_dir)) bench_die("certificates", NULL);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "sh %s/tests/unit/tls_certs.sh %s", GR_SOURCE_DIR, cert_dir);
+  if (system(cmd) != 0) bench_die("certificates", "tests/unit/tls_certs.sh failed (openssl?)");
+  static char cert[128], key[128], ca[128];
+  snprintf(cert, sizeof cert, "%s/node.crt", cert_dir);
+  snprintf(key, sizeof key, "%s/node.key", cert_dir);
+  snprintf(ca, sizeof ca, "%s/ca.crt", cert_dir);
+  return (bench_tls){cert, key, ca};
+}
+
+/* The bulk transfer between the tasks at addrs (protected as across
+ * hosts; tls: its files, NULL: frame MACs): checks the tensor arrives
+ * intact (its sum is sum0's), then rounds x reps of the transfer step and
+ * the step without it, alternating; the transfer's best seconds. */
+static double protected_bulk(const char *const *addrs, const bench_tls *tls, int64_t elems,
+                             const gr_tensor *sum0, int rounds, int reps, const char *what) {
+  gr_master_options mo = {.num_tasks = TASKS,
+                          .addresses = addrs,
+                          .secret = BENCH_SECRET,
+                          .step_timeout_ms = 120000,
+                          .tls_cert = tls ? tls->cert : NULL,
+                          .tls_key = tls ? tls->key : NULL,
+                          .tls_ca = tls ? tls->ca : NULL};
+  gr_master *m;
+  gr_error err;
+  if (gr_master_new(&mo, &m, &err) != GR_OK) bench_die(what, err.msg);
+  gr_output fx[2], fb[2], fs[2];
+  gr_graph *gx = bulk_graph(elems, 1, false, fx), *gb = bulk_graph(elems, 0, false, fb);
+  gr_graph *gs = bulk_graph(elems, 1, true, fs);
+  gr_tensor sum;
+  gr_transfer_stats moved;
+  time_steps(m, gs, fs, 2, 1, NULL, &sum, &moved, NULL);
+  if (moved.sends != 1 || gr_tensor_get_f64(&sum, 0) != gr_tensor_get_f64(sum0, 0))
+    bench_die(what, "the received tensor's sum differs from the sender's");
+  gr_tensor_release(&sum);
+  int n = rounds * reps;
+  double *tx = calloc((size_t)n, sizeof *tx), *tb = calloc((size_t)n, sizeof *tb);
+  for (int r = 0; r < rounds; r++) {
+    time_steps(m, gx, fx, 2, reps, tx + r * reps, NULL, NULL, NULL);
+    time_steps(m, gb, fb, 2, reps, tb + r * reps, NULL, NULL, NULL);
+  }
+  double x = best_of(tx, n), b = best_of(tb, n), xfer = x - b;
+  printf("%.0f MiB f32 task 0 -> task 1 %s, best of %d: step %.3f ms, without the transfer %.3f "
+         "ms: %.3f ms, %.2f GB/s (median step %.3f ms)\n",
+         (double)elems * 4 / (1 << 20), what, n, x * 1e3, b * 1e3, xfer * 1e3,
+         gbps((size_t)elems * 4, xfer), bench_median(tx, n) * 1e3);
+  free(tx), free(tb);
+  gr_graph_free(gx), gr_graph_free(gb), gr_graph_free(gs);
+  gr_master_free(m);
+  return xfer;
+}
+
 int main(int argc, char **argv) {
   bool smoke = bench_is_smoke(argc, argv);
   int64_t elems = smoke ? (1 << 18) : (16 << 20); /* 1 MiB or 64 MiB of f32 */
@@ -456,7 +531,8 @@ int main(int argc, char **argv) {
   int step_reps = smoke ? 5 : 500;
   int64_t loop_iters = smoke ? 20 : 500;
 
-  bench_start("bench_transfer", NULL);
+  bench_start("bench_transfer", remove_certs);
+  bench_tls tls = make_certs();
 
   /* the children first, while this process has no threads of its own */
   int life[2];
@@ -472,6 +548,16 @@ int main(int argc, char **argv) {
   int raw_port, ls = raw_listen(&raw_port);
   bench_spawn(life[0], life[1], peer_main, &ls);
   close(ls);
+  /* two more pairs of tasks, as across hosts: over TLS, and with frame MACs */
+  char paddr[2][TASKS][64];
+  const char *paddrs[2][TASKS];
+  for (int p = 0; p < 2; p++)
+    for (int k = 0; k < TASKS; k++) {
+      int port = -1;
+      bench_spawn_server_remote(k, life[0], life[1], &port, p == 0 ? &tls : &(bench_tls){0});
+      snprintf(paddr[p][k], sizeof paddr[p][k], "127.0.0.1:%d", port);
+      paddrs[p][k] = paddr[p][k];
+    }
   close(life[0]); /* life[1] stays open until this process ends */
 
   gr_error err;
@@ -529,6 +615,10 @@ int main(int argc, char **argv) {
   }
   double pct = 100 * raw_best / xfer;
   free(tx), free(tb);
+  double tls_xfer =
+      protected_bulk(paddrs[0], &tls, elems, &sum0, rounds, bulk_reps, "over TLS 1.3");
+  double mac_xfer =
+      protected_bulk(paddrs[1], NULL, elems, &sum0, rounds, bulk_reps, "with frame MACs");
 
   /* 2. small round trips: the alternating chain vs one task; raw ping-pong */
   gr_output fc[2], f1[2];
@@ -582,8 +672,10 @@ int main(int argc, char **argv) {
   printf("a step of one trivial node on each of 2 tasks: %.1f us median of %d, %.1f us best\n",
          step_med * 1e6, step_reps, step_best * 1e6);
 
-  printf("transfer: pct_of_raw=%.1f rtt_ratio=%.2f rtt_floor=%.2f step_us=%.1f\n", pct,
-         rtt / pp_best, ho_best / pp_best, step_med * 1e6);
+  printf("transfer: pct_of_raw=%.1f tls_pct_of_raw=%.1f mac_pct_of_raw=%.1f rtt_ratio=%.2f "
+         "rtt_floor=%.2f step_us=%.1f\n",
+         pct, 100 * raw_best / tls_xfer, 100 * raw_best / mac_xfer, rtt / pp_best,
+         ho_best / pp_best, step_med * 1e6);
   gr_tensor_release(&sum0);
   gr_tensor_release(&sum1);
   gr_graph *gs[] = {gx, gb, gs1, gs0, gc, g1, gl, ge};

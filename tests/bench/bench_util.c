@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "distributed/transport_internal.h" /* gr_transport_set_loopback_remote */
+
 pid_t bench_children[BENCH_MAX_CHILDREN];
 int bench_num_children;
 static const char *bench_name = "bench";
@@ -90,6 +92,8 @@ pid_t bench_spawn(int life_r, int life_w, void (*fn)(void *arg, int life), void 
 typedef struct server_child {
   const char *job;
   int task, port_w;
+  bool remote; /* loopback counts as another host: TLS (tls) or frame MACs */
+  bench_tls tls;
 } server_child;
 
 static void server_main(void *arg, int life) {
@@ -98,7 +102,11 @@ static void server_main(void *arg, int life) {
                          .task = sc->task,
                          .secret = BENCH_SECRET,
                          .inter_op_threads = 1,
-                         .quiet = true};
+                         .quiet = true,
+                         .tls_cert = sc->tls.cert,
+                         .tls_key = sc->tls.key,
+                         .tls_ca = sc->tls.ca};
+  if (sc->remote) gr_transport_set_loopback_remote(true);
   gr_server *srv;
   gr_error err;
   int port = -1;
@@ -112,18 +120,27 @@ static void server_main(void *arg, int life) {
   _exit(0); /* no teardown: the process ends */
 }
 
-pid_t bench_spawn_server(int task, int life_r, int life_w, int *port) {
-  return bench_spawn_server_job("worker", task, life_r, life_w, port);
-}
-
-pid_t bench_spawn_server_job(const char *job, int task, int life_r, int life_w, int *port) {
+static pid_t spawn_server(const char *job, int task, int life_r, int life_w, int *port,
+                          const bench_tls *tls) {
   int pp[2];
   if (pipe2(pp, O_CLOEXEC) != 0) bench_die("pipe", NULL);
-  server_child sc = {job, task, pp[1]};
+  server_child sc = {job, task, pp[1], tls != NULL, tls ? *tls : (bench_tls){0}};
   pid_t pid = bench_spawn(life_r, life_w, server_main, &sc);
   close(pp[1]);
   if (read(pp[0], port, sizeof *port) != sizeof *port || *port <= 0)
     bench_die("server task", "did not start");
   close(pp[0]);
   return pid;
+}
+
+pid_t bench_spawn_server(int task, int life_r, int life_w, int *port) {
+  return spawn_server("worker", task, life_r, life_w, port, NULL);
+}
+
+pid_t bench_spawn_server_job(const char *job, int task, int life_r, int life_w, int *port) {
+  return spawn_server(job, task, life_r, life_w, port, NULL);
+}
+
+pid_t bench_spawn_server_remote(int task, int life_r, int life_w, int *port, const bench_tls *tls) {
+  return spawn_server("worker", task, life_r, life_w, port, tls);
 }

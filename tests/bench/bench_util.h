@@ -58,6 +58,13 @@ pid_t bench_spawn(int life_r, int life_w, void (*fn)(void *arg, int life), void 
 pid_t bench_spawn_server(int task, int life_r, int life_w, int *port);
 /* The same for /job:JOB/task:N. */
 pid_t bench_spawn_server_job(const char *job, int task, int life_r, int life_w, int *port);
+/* The same, its connections protected as across hosts (its loopback peers
+ * count as on another host, docs/security.md): TLS with cert, key and ca,
+ * or all three NULL: frame MACs. */
+typedef struct bench_tls {
+  const char *cert, *key, *ca;
+} bench_tls;
+pid_t bench_spawn_server_remote(int task, int life_r, int life_w, int *port, const bench_tls *tls);
 /* The shared secret of the benchmarks' servers and masters. */
 #define BENCH_SECRET "graphrun-bench-secret"
 

@@ -152,6 +152,7 @@ static void handshake(int type, const gr_msg *m) {
   static const uint8_t nonce[GR_AUTH_NONCE] = {1, 2, 3};
   gr_error err;
   gr_outmsg *out = NULL;
+  gr_hs_result res;
   for (int secure = 0; secure < 2; secure++) {
     const char *secret = secure ? "fuzz-secret-of-16+" : NULL;
     gr_hs_client hs = {
@@ -161,7 +162,7 @@ static void handshake(int type, const gr_msg *m) {
     if (type == GR_MSG_AUTH_OK && secure && gr_hs_client_check(&hs, m, &err) == GR_OK)
       abort(); /* a MAC of the secret, guessed */
     if (type == GR_MSG_AUTH &&
-        gr_hs_server_check(secret, "seed-cluster", nonce, m, &out, &err) == GR_OK) {
+        gr_hs_server_check(secret, "seed-cluster", 0, nonce, m, &out, &res, &err) == GR_OK) {
       gr_outmsg_free(out);
       if (secure) abort(); /* a MAC of the secret, guessed */
     }

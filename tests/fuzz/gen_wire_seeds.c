@@ -68,9 +68,9 @@ int main(int argc, char **argv) {
 
   /* the handshake, with a secret and without (handshake_internal.h) */
   uint8_t hello_nonce[GR_AUTH_NONCE];
-  gr_outmsg *m = gr_hello_new("seed-secret-of-16+", "seed-cluster", hello_nonce, &err);
+  gr_outmsg *m = gr_hello_new("seed-secret-of-16+", "seed-cluster", 0, hello_nonce, &err);
   emit("hello", m);
-  emit("hello_insecure", gr_hello_new(NULL, "seed-cluster", hello_nonce, &err));
+  emit("hello_insecure", gr_hello_new(NULL, "seed-cluster", 0, hello_nonce, &err));
 
   m = gr_outmsg_new(GR_MSG_AUTH, 3);
   gr_outmsg_str(m, "cluster", "seed-cluster");

@@ -16,7 +16,7 @@ if [ ! -f $dir/CMakeCache.txt ]; then
         -DBUILD_TESTING=OFF -DCMAKE_C_FLAGS="$flags" >/dev/null
 fi
 cmake --build $dir --target graphrun -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
-libs="$dir/libgraphrun.a $(pkg-config --libs openblas sqlite3 zlib libxxhash jansson libcrypto libpng libjpeg) \
+libs="$dir/libgraphrun.a $(pkg-config --libs openblas sqlite3 zlib libxxhash jansson libcrypto libssl libpng libjpeg) \
       $(pkg-config --libs libevent libevent_pthreads 2>/dev/null || true) \
       $(pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || true) \
       -lpthread -lm"

@@ -36,6 +36,18 @@ static bool write_secret(gt_cluster *c) {
   return ok;
 }
 
+/* c->spec: a ClusterSpec of the given addresses. */
+static void build_spec(gt_cluster *c) {
+  size_t m = (size_t)snprintf(c->spec, sizeof c->spec, "{\"ps\": [");
+  for (int k = 0; k < c->ps; k++)
+    m += (size_t)snprintf(c->spec + m, sizeof c->spec - m, "%s\"%s\"", k ? ", " : "", c->given[k]);
+  m += (size_t)snprintf(c->spec + m, sizeof c->spec - m, "], \"worker\": [");
+  for (int k = c->ps; k < c->n; k++)
+    m += (size_t)snprintf(c->spec + m, sizeof c->spec - m, "%s\"%s\"", k > c->ps ? ", " : "",
+                          c->given[k]);
+  snprintf(c->spec + m, sizeof c->spec - m, "]}");
+}
+
 bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
   memset(c, 0, sizeof *c);
   snprintf(c->dir, sizeof c->dir, "/tmp/gr_faults_XXXXXX");
@@ -50,6 +62,7 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
   }
   snprintf(c->cluster_id, sizeof c->cluster_id, "gt-%d-%ld", (int)getpid(), (long)random());
   c->n = o->ps + o->workers;
+  c->ps = o->ps;
   if (c->n > GT_MAX_TASKS) return false;
   if (o->client_netns) snprintf(c->client_netns, sizeof c->client_netns, "%s", o->client_netns);
   const char *exe = gt_graphrun_exe();
@@ -94,6 +107,8 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
                     o->quiet ? "--quiet" : NULL,
                     NULL};
     for (int i = 0; rest[i]; i++) argv[a++] = rest[i];
+    for (int i = 0; o->server_args && o->server_args[i] && i < 8; i++)
+      argv[a++] = (char *)o->server_args[i];
     argv[a] = NULL;
     gt_proc_start(&c->srv[k], argv);
     c->started[k] = true;
@@ -114,15 +129,13 @@ bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o) {
       snprintf(c->given[k], sizeof c->given[k], "127.0.0.1:%d", gt_proxy_port(c->px[k]));
     }
   }
-  size_t m = (size_t)snprintf(c->spec, sizeof c->spec, "{\"ps\": [");
-  for (int k = 0; k < o->ps; k++)
-    m += (size_t)snprintf(c->spec + m, sizeof c->spec - m, "%s\"%s\"", k ? ", " : "", c->given[k]);
-  m += (size_t)snprintf(c->spec + m, sizeof c->spec - m, "], \"worker\": [");
-  for (int k = o->ps; k < c->n; k++)
-    m += (size_t)snprintf(c->spec + m, sizeof c->spec - m, "%s\"%s\"", k > o->ps ? ", " : "",
-                          c->given[k]);
-  snprintf(c->spec + m, sizeof c->spec - m, "]}");
+  build_spec(c);
   return true;
+}
+
+void gt_cluster_route(gt_cluster *c, int k, const char *addr) {
+  snprintf(c->given[k], sizeof c->given[k], "%s", addr);
+  build_spec(c);
 }
 
 void gt_cluster_stop(gt_cluster *c) {

@@ -34,10 +34,12 @@ typedef struct gt_cluster_options {
   int threads;                     /* each server's --threads (0: 1) */
   int devices[GT_MAX_TASKS];       /* task k's --devices (0: 1) */
   bool quiet;                      /* servers log no line per connection (--quiet) */
+  const char *const *server_args;  /* more arguments of every server (NULL-terminated; at most
+                                      8), e.g. --tls-cert F --tls-key F --tls-ca F */
 } gt_cluster_options;
 
 typedef struct gt_cluster {
-  int n;                 /* tasks: the ps first, then the workers */
+  int n, ps;             /* tasks: the ps first, then the workers */
   char dir[64];          /* a fresh temporary directory: the secret, checkpoints, outputs */
   char secret[PATH_MAX]; /* the shared secret's file (0600) */
   char cluster_id[48];   /* the servers' --cluster-id (their spec is known only once they
@@ -58,6 +60,9 @@ typedef struct gt_cluster {
 bool gt_cluster_start(gt_cluster *c, const gt_cluster_options *o);
 /* Kills (SIGKILL) and reaps every server, stops the proxies, removes c->dir. */
 void gt_cluster_stop(gt_cluster *c);
+/* Clients reach task k at addr from now on (a proxy of the test's): the
+ * spec gives it. */
+void gt_cluster_route(gt_cluster *c, int k, const char *addr);
 /* c->dir/name */
 void gt_cluster_path(const gt_cluster *c, const char *name, char *buf, size_t cap);
 

@@ -48,7 +48,8 @@ typedef struct flow { /* one direction: src -> dst */
   bool unframed;       /* not graphrun frames: TRUNCATE cuts at once */
   bool armed;          /* TRUNCATE: cut in the next frame */
   long arm_bytes;
-  int64_t cut_at; /* -1, or the byte offset (of `out`) where the connection is cut */
+  int64_t cut_at;  /* -1, or the byte offset (of `out`) where the connection is cut */
+  int64_t flip_at; /* -1, or the byte offset (of `in`) that TAMPER alters */
 } flow;
 
 typedef struct conn {
@@ -57,6 +58,7 @@ typedef struct conn {
   flow f[2]; /* f[GT_DIR_TO_CLIENT]: fd[1] -> fd[0]; f[GT_DIR_TO_TARGET]: fd[0] -> fd[1] */
   bool cut;  /* DROP/TRUNCATE done: FIN sent both ways, input discarded */
   int64_t cut_ms;
+  long seq; /* accepted as the seq-th connection (from 1) */
 } conn;
 
 struct gt_proxy {
@@ -92,7 +94,8 @@ static int64_t now_ms(void) {
 }
 
 const char *gt_fault_name(gt_fault_kind k) {
-  static const char *const names[] = {"heal", "delay", "drop", "blackhole", "reset", "truncate"};
+  static const char *const names[] = {"heal",  "delay",    "drop",  "blackhole",
+                                      "reset", "truncate", "tamper"};
   return k >= 0 && k < GT_FAULT_KINDS ? names[k] : "?";
 }
 
@@ -134,6 +137,7 @@ static void flow_clear(flow *f) {
   for (chunk *c = f->head, *n; c; c = n) n = c->next, free(c);
   memset(f, 0, sizeof *f);
   f->cut_at = -1;
+  f->flip_at = -1;
 }
 
 static void conn_close(gt_proxy *p, conn *c, bool rst) {
@@ -188,7 +192,7 @@ static void accept_one(gt_proxy *p) {
   flow_clear(&c->f[0]);
   flow_clear(&c->f[1]);
   pthread_mutex_lock(&p->mu);
-  p->stats.accepted++;
+  c->seq = ++p->stats.accepted;
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -251,6 +255,13 @@ static bool flow_read(gt_proxy *p, conn *c, int d, int64_t now) {
     k->next = NULL;
     k->ready_ms = now + (p->mode.kind == GT_FAULT_DELAY ? p->mode.delay_ms : 0);
     track_frames(f, (unsigned char *)k->data, k->len, f->in);
+    if (f->flip_at >= 0 && (uint64_t)f->flip_at < f->in + k->len) {
+      k->data[(uint64_t)f->flip_at - f->in] ^= 0x01;
+      f->flip_at = -1;
+      pthread_mutex_lock(&p->mu);
+      p->stats.tampered++;
+      pthread_mutex_unlock(&p->mu);
+    }
     f->in += k->len;
     f->queued += k->len;
     if (f->tail)
@@ -317,6 +328,8 @@ static void apply(gt_proxy *p, gt_fault f) {
     } else if (f.kind == GT_FAULT_TRUNCATE) {
       c->f[f.dir].armed = true;
       c->f[f.dir].arm_bytes = f.bytes;
+    } else if (f.kind == GT_FAULT_TAMPER && (!f.conn || f.conn == c->seq)) {
+      c->f[f.dir].flip_at = (int64_t)c->f[f.dir].in + (f.bytes > 0 ? f.bytes : 0);
     }
   }
   if (f.kind == GT_FAULT_NONE || f.kind == GT_FAULT_DELAY || f.kind == GT_FAULT_BLACKHOLE) {
@@ -331,8 +344,8 @@ static void apply(gt_proxy *p, gt_fault f) {
   if (f.kind == GT_FAULT_DROP) p->stats.drops += n;
   if (f.kind == GT_FAULT_DELAY)
     logf_locked(p, "delay %d ms", f.delay_ms);
-  else if (f.kind == GT_FAULT_TRUNCATE)
-    logf_locked(p, "truncate (%s, %d connections)",
+  else if (f.kind == GT_FAULT_TRUNCATE || f.kind == GT_FAULT_TAMPER)
+    logf_locked(p, "%s (%s, %d connections)", gt_fault_name(f.kind),
                 f.dir == GT_DIR_TO_CLIENT ? "to the client" : "to the target", n);
   else
     logf_locked(p, "%s (%d connections)", gt_fault_name(f.kind), n);
@@ -482,7 +495,7 @@ static void *run(void *arg) {
 
 /* ---- control --------------------------------------------------------------------- */
 
-gt_proxy *gt_proxy_start(const char *target) {
+static gt_proxy *start(const char *listen_host, const char *target, bool loopback_only) {
   char host[64];
   const char *colon = target ? strrchr(target, ':') : NULL;
   gt_proxy *p = calloc(1, sizeof *p);
@@ -496,7 +509,7 @@ gt_proxy *gt_proxy_start(const char *target) {
   p->target.sin_family = AF_INET;
   p->target.sin_port = htons((uint16_t)atoi(colon + 1));
   if (inet_pton(AF_INET, host, &p->target.sin_addr) != 1 ||
-      (ntohl(p->target.sin_addr.s_addr) >> 24) != 127) {
+      (loopback_only && (ntohl(p->target.sin_addr.s_addr) >> 24) != 127)) {
     fprintf(stderr, "gt_proxy: the target must be a loopback address, got '%s'\n", target);
     free(p);
     return NULL;
@@ -504,6 +517,12 @@ gt_proxy *gt_proxy_start(const char *target) {
   p->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t al = sizeof a;
+  if (listen_host && inet_pton(AF_INET, listen_host, &a.sin_addr) != 1) {
+    fprintf(stderr, "gt_proxy: bad listen address '%s'\n", listen_host);
+    close(p->listen_fd);
+    free(p);
+    return NULL;
+  }
   if (p->listen_fd < 0 || bind(p->listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
       listen(p->listen_fd, 64) != 0 || getsockname(p->listen_fd, (struct sockaddr *)&a, &al) != 0 ||
       pipe2(p->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
@@ -523,6 +542,14 @@ gt_proxy *gt_proxy_start(const char *target) {
     return NULL;
   }
   return p;
+}
+
+gt_proxy *gt_proxy_start(const char *target) {
+  return start(NULL, target, true);
+}
+
+gt_proxy *gt_proxy_start_on(const char *listen_host, const char *target) {
+  return start(listen_host, target, false);
 }
 
 int gt_proxy_port(const gt_proxy *p) {

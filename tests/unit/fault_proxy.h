@@ -28,7 +28,13 @@
  *              direction `dir` is forwarded up to its middle (or `bytes` of
  *              it), then both ends get FIN: the receiver sees the end of the
  *              stream in the middle of a frame. New connections pass.
- * Only loopback targets are accepted (127.0.0.0/8). */
+ *   TAMPER     on every open connection, the byte `bytes` bytes after what has
+ *              been read so far in direction `dir` (0: the next one) is
+ *              forwarded with its lowest bit flipped: a frame (or a TLS
+ *              record) altered on the way. Once per connection and fault;
+ *              `conn` > 0: only on the conn-th connection accepted.
+ * gt_proxy_start accepts only loopback targets (127.0.0.0/8);
+ * gt_proxy_start_on any IPv4 one (a test's network namespaces). */
 #ifndef GT_FAULT_PROXY_H
 #define GT_FAULT_PROXY_H
 
@@ -43,6 +49,7 @@ typedef enum gt_fault_kind {
   GT_FAULT_BLACKHOLE,
   GT_FAULT_RESET,
   GT_FAULT_TRUNCATE,
+  GT_FAULT_TAMPER,
   GT_FAULT_KINDS
 } gt_fault_kind;
 
@@ -55,7 +62,9 @@ typedef struct gt_fault {
   gt_fault_kind kind;
   int delay_ms; /* DELAY */
   gt_dir dir;   /* TRUNCATE: whose frame is cut */
-  long bytes;   /* TRUNCATE: bytes of the frame forwarded (0: half, at least the header + 1) */
+  long bytes;   /* TRUNCATE: bytes of the frame forwarded (0: half, at least the header + 1);
+                   TAMPER: how far ahead the altered byte is */
+  long conn;    /* TAMPER: only the conn-th connection accepted (from 1; 0: every one) */
 } gt_fault;
 
 /* One step of a schedule: `fault` applies at_ms after gt_proxy_schedule. */
@@ -77,6 +86,7 @@ typedef struct gt_proxy_random {
 typedef struct gt_proxy_stats {
   long accepted;                   /* connections */
   long resets, drops, truncations; /* connections cut by each fault */
+  long tampered;                   /* bytes altered (TAMPER) */
   uint64_t to_target, to_client;   /* bytes forwarded */
   long faults;                     /* faults applied (heals not counted) */
 } gt_proxy_stats;
@@ -87,6 +97,9 @@ typedef struct gt_proxy gt_proxy;
  * stderr) when the target is not loopback or a socket or thread fails.
  * Free it with gt_proxy_stop. */
 gt_proxy *gt_proxy_start(const char *target);
+/* A proxy on listen_host:0 (an IPv4 address of this network namespace) to
+ * any IPv4 target; NULL (with a line on stderr) on failure. */
+gt_proxy *gt_proxy_start_on(const char *listen_host, const char *target);
 int gt_proxy_port(const gt_proxy *p);
 /* Applies f now (a schedule or random mode in progress is cancelled). */
 void gt_proxy_fault(gt_proxy *p, gt_fault f);

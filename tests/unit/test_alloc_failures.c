@@ -6,7 +6,7 @@
  * devices (partitioning, send/recv) and with a while loop split over two
  * devices (partitioned control loops); checkpoint save and restore into a
  * file in a temporary directory; and the loop frames of a graph nested 12
- * deep, by both rules (core/gr_frames.h). Each runs again and again with its Nth
+ * deep, by both rules (core/frames.h). Each runs again and again with its Nth
  * allocation failing, N = 1, 2, ... until a run sees no injected failure,
  * twice: failing only the Nth allocation (a transient failure), then every
  * allocation from the Nth on (memory stays short). At every N the calls
@@ -47,6 +47,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/core_engine.h"
 #include "gr_dsl.h"
 #include "gr_test.h"
 #include "test_util.h"
@@ -528,7 +529,7 @@ static void test_partitioned_loop_run(void) {
                &ctx);
 }
 
-/* ---- loop frames (core/gr_frames.h), by both rules ------------------------------- */
+/* ---- loop frames (core/frames.h), by both rules ------------------------------- */
 
 enum { FRAMES_DEEP = 12 }; /* past the tree's first capacity (8 frames) */
 

@@ -1,7 +1,7 @@
 /* Tests of checkpoints/: the checksum (XXH64 reference values), saving and
  * reading tensors of every dtype (empty, scalar, several chunks), retention,
  * replacing a step, listing, restoring a session (and the errors naming the
- * variable), the save and restore ops, and .npy export. */
+ * variable), and the save and restore ops. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -395,40 +395,6 @@ static void test_save_and_restore_ops(void) {
   gr_graph_free(m.g);
 }
 
-static void test_npy_export(void) {
-  gr_tensor t = gt_make(GR_F64, (gr_shape){2, {2, 3}}, (double[]){1, 2, 3, 4, 5, 6});
-  gr_error err;
-  const char *path = tmp_path("t.npy");
-  GR_CHECK_OK(gr_ckpt_write_npy(&t, path, &err), err);
-  FILE *f = fopen(path, "rb");
-  unsigned char buf[256] = {0};
-  size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
-  if (f) fclose(f);
-  GR_CHECK(n == 128 + 48); /* header padded to 128 bytes, then 6 doubles */
-  GR_CHECK(memcmp(buf, "\x93NUMPY\x01\x00", 8) == 0);
-  unsigned hlen = buf[8] | (unsigned)buf[9] << 8;
-  GR_CHECK_EQ_INT((10 + hlen) % 64, 0);
-  GR_CHECK(buf[10 + hlen - 1] == '\n');
-  GR_CHECK_STR_CONTAINS((char *)buf + 10,
-                        "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }");
-  double v;
-  memcpy(&v, buf + 10 + hlen + 5 * 8, 8);
-  GR_CHECK(v == 6);
-  gr_tensor_release(&t);
-  gr_tensor s = gr_tensor_scalar_i32(9),
-            r1 = gt_make(GR_U8, (gr_shape){1, {3}}, (double[]){1, 2, 3});
-  GR_CHECK_OK(gr_ckpt_write_npy(&s, path, &err), err);
-  GR_CHECK_OK(gr_ckpt_write_npy(&r1, tmp_path("r1.npy"), &err), err);
-  f = fopen(tmp_path("r1.npy"), "rb");
-  n = f ? fread(buf, 1, sizeof buf, f) : 0;
-  if (f) fclose(f);
-  buf[n < sizeof buf ? n : sizeof buf - 1] = 0;
-  GR_CHECK_STR_CONTAINS((char *)buf + 10, "'descr': '|u1', 'fortran_order': False, 'shape': (3,)");
-  GR_CHECK(gr_ckpt_write_npy(&s, "/nonexistent-dir/x.npy", &err) == GR_ERR_IO);
-  gr_tensor_release(&s);
-  gr_tensor_release(&r1);
-}
-
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/gr_test_ckpt_XXXXXX");
   if (!mkdtemp(dir)) return 1;
@@ -438,7 +404,6 @@ int main(void) {
   GR_RUN(test_retention);
   GR_RUN(test_session_save_restore_and_mismatch);
   GR_RUN(test_save_and_restore_ops);
-  GR_RUN(test_npy_export);
   gt_remove_tree(dir);
   return gr_test_finish();
 }

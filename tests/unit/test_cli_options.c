@@ -132,7 +132,7 @@ static void test_help(void) {
     bool file;
   } cmds[] = {{"run", true},     {"check", true},   {"export", true},     {"dot", true},
               {"place", true},   {"ckpt", false},   {"calibrate", false}, {"ops", false},
-              {"server", false}, {"launch", false}, {"board", false}};
+              {"server", false}, {"launch", false}, {"board", false},     {"predict", true}};
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
     char args[64], want[64];
     snprintf(want, sizeof want, "usage: graphrun %s ", cmds[i].cmd);

@@ -1,4 +1,4 @@
-/* Every form a cluster is read from (docs/cluster-specs.md): the cluster file
+/* Every form a cluster is read from (docs/distributed.md, "Cluster specs"): the cluster file
  * with task addresses, TensorFlow's ClusterSpec and TF_CONFIG, and Slurm's
  * node list; the task accessors; round trips through gr_cluster_write_json;
  * and malformed input of each form, whose message must say where. */
@@ -432,14 +432,15 @@ static void test_slurm(void) {
   if (c) check_task(c, 3, "worker", 2, "cn2", "cn2:7001");
   GR_CHECK(strcmp(me.job, "worker") == 0 && me.index == 2 && me.task == 3);
   gr_cluster_free(c);
-  /* Slurm put task 3 on node 0 (block distribution): refused, not mis-bound */
+  /* Slurm says it put task 3 on node 0, where the block distribution does
+   * not: refused, not mis-bound */
   setenv("SLURM_NODEID", "0", 1);
   c = (gr_cluster *)1;
   GR_CHECK(gr_cluster_from_slurm_env("ps:1,worker:3", 7000, &c, &me, &err) ==
            GR_ERR_INVALID_ARGUMENT);
   GR_CHECK(c == NULL);
   GR_CHECK_STR_CONTAINS(err.msg, "SLURM_NODEID=0: task 3");
-  GR_CHECK_STR_CONTAINS(err.msg, "--distribution=cyclic");
+  GR_CHECK_STR_CONTAINS(err.msg, "SLURM_DISTRIBUTION=block over the job's nodes");
   failures++;
   unsetenv("SLURM_NODEID");
   setenv("SLURM_PROCID", "x", 1);

@@ -246,9 +246,15 @@ static void test_million_iterations_flat_memory(void) {
 }
 
 /* ---- parallel iterations overlap: a slow op per iteration, independent of the others */
+/* With wait_for_company, a kernel stays until another has entered too (at
+ * most 2 s): iterations that can overlap then do, however loaded the
+ * machine; without, it takes 10 ms. */
+static bool wait_for_company;
 static gr_status slow_kernel(gr_kernel_ctx *ctx) {
   gt_gauge_enter();
-  usleep(10000);
+  for (int waited = 0; waited < 2000 && (waited < 10 || (wait_for_company && gt_gauge_max() < 2));
+       waited++)
+    usleep(1000);
   gt_gauge_leave();
   gr_kernel_set_output(ctx, 0, &ctx->inputs[0]);
   return GR_OK;
@@ -280,7 +286,10 @@ static int max_parallel(int par_iters, int threads) {
 static void test_parallel_iterations(void) {
   gr_error err;
   gr_op_registry_add(&slow_op, &err);
-  int one = max_parallel(1, 4), many = max_parallel(8, 4);
+  int one = max_parallel(1, 4);
+  wait_for_company = true;
+  int many = max_parallel(8, 4);
+  wait_for_company = false;
   GR_CHECK_EQ_INT(one, 1);
   GR_CHECK_MSG(many >= 2, "iterations did not overlap (max %d at once)", many);
 }

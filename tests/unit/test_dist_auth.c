@@ -201,8 +201,8 @@ static void test_client_of_another_cluster(void) {
   char spec[128], want[256];
   int port = start_worker(&srv, "job-a", s, spec);
   snprintf(want, sizeof want,
-           "graphrun run: 127.0.0.1:%d belongs to cluster 'job-a', this client's is 'job-b': "
-           "another job's server on this port?",
+           "graphrun run: /job:worker/task:0: 127.0.0.1:%d belongs to cluster 'job-a', this "
+           "client's is 'job-b': another job's server on this port?",
            port);
   char *flag[] = {
       "graphrun", "run",           basics,    "--cluster",        spec,           "--timeout",
@@ -302,7 +302,7 @@ static void test_two_launches_on_the_same_ports(void) {
       1);
   char want[256];
   snprintf(want, sizeof want,
-           "graphrun run: 127.0.0.1:%d belongs to cluster '%s', this client's "
+           ": 127.0.0.1:%d belongs to cluster '%s', this client's "
            "is 'launch-",
            ports[0], first_id);
   GR_CHECK_STR_CONTAINS(second.buf, want);

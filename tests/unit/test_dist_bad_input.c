@@ -420,7 +420,7 @@ static void auth_frame_ex(bytes *out, const char *secret, const uint8_t snonce[G
                           const char *seen, const char *claimed) {
   uint8_t cnonce[GR_AUTH_NONCE], mac[GR_AUTH_MAC];
   for (int i = 0; i < GR_AUTH_NONCE; i++) cnonce[i] = (uint8_t)(i * 7 + 1);
-  if (secret) gr_auth_mac(secret, "client", snonce, cnonce, seen, claimed, mac);
+  if (secret) gr_auth_mac(secret, "client", snonce, cnonce, seen, claimed, 0, mac);
   auth_fields(out, claimed, cnonce, secret ? GR_AUTH_NONCE : 0, secret ? mac : NULL);
 }
 

@@ -7,6 +7,7 @@
  * and an inference pass that reads them. The traces show where the nodes
  * ran: the batch norm with the batch (the worker, device 0), the updates
  * of its moving statistics with the variables (the ps, device 1). */
+#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,26 +40,31 @@ static bool run_json(char *const argv[], char *json, size_t cap) {
 }
 
 /* The device that ran the node `node` in a trace file (Chrome format, as
- * graphrun writes it: complete events `"pid": P, ... "name": NODE`, one
- * process per device, named by a process_name event), into dev. */
+ * graphrun writes it: a complete event per node run with the pid of its
+ * device, one process per device, named by a process_name event), into dev. */
 static bool traced_device(const char *trace, const char *node, char *dev, size_t cap) {
-  char want[256];
-  snprintf(want, sizeof want, "\"name\": \"%s\", \"cat\"", node);
-  const char *at = strstr(trace, want), *pid = NULL;
-  for (const char *q = at; q && q > trace && !pid; q--)
-    if (*q == '{') pid = strstr(q, "\"pid\": ");
-  if (!pid || pid > at) return false;
-  char meta[128];
-  snprintf(meta, sizeof meta, "\"process_name\", \"pid\": %d, \"args\": {\"name\": \"",
-           atoi(pid + 7));
-  const char *name = strstr(trace, meta);
-  if (!name) return false;
-  name += strlen(meta);
-  const char *end = strchr(name, '"');
-  if (!end || (size_t)(end - name) >= cap) return false;
-  memcpy(dev, name, (size_t)(end - name));
-  dev[end - name] = '\0';
-  return true;
+  json_t *doc = json_loads(trace, 0, NULL);
+  json_t *events = json_object_get(doc, "traceEvents"), *e;
+  json_int_t pid = -1;
+  size_t i;
+  json_array_foreach(events, i, e) {
+    const char *ph = json_string_value(json_object_get(e, "ph")),
+               *name = json_string_value(json_object_get(e, "name"));
+    if (ph && name && !strcmp(ph, "X") && !strcmp(name, node))
+      pid = json_integer_value(json_object_get(e, "pid"));
+  }
+  bool found = false;
+  json_array_foreach(events, i, e) {
+    const char *ph = json_string_value(json_object_get(e, "ph"));
+    const char *d = json_string_value(json_object_get(json_object_get(e, "args"), "name"));
+    if (pid >= 0 && ph && d && !strcmp(ph, "M") &&
+        json_integer_value(json_object_get(e, "pid")) == pid && strlen(d) < cap) {
+      snprintf(dev, cap, "%s", d);
+      found = true;
+    }
+  }
+  json_decref(doc);
+  return found;
 }
 
 /* The trace at path: the batch norm ran on a device whose name holds

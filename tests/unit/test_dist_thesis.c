@@ -101,7 +101,11 @@ static void test_parameter_servers(void) {
        (l = strstr(l, "\"loss\": {\"dtype\": \"f32\", \"shape\": [], \"data\": ")); clients++) {
     l += strlen("\"loss\": {\"dtype\": \"f32\", \"shape\": [], \"data\": ");
     double loss = strtod(l, NULL);
-    GR_CHECK_MSG(isfinite(loss) && loss > 0 && loss < 1.0, "loss %g", loss);
+    /* The last batch's loss after 6 asynchronous steps: an untrained
+     * sigmoid gives ln 2 = 0.69 and one batch wanders around it (1.003 seen
+     * under load, the updates' order being the machine's); a diverged model
+     * gives NaN or far more. */
+    GR_CHECK_MSG(isfinite(loss) && loss > 0 && loss < 2.0, "loss %g", loss);
   }
   GR_CHECK_EQ_INT(clients, 3); /* the chief and two workers */
 }

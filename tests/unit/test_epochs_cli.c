@@ -112,7 +112,7 @@ static void test_keep_best(void) {
          NULL);
   /* the newest checkpoint and the best (epoch 3, kept though --keep 1) */
   expect("ckpt ls c.ckpt", 0,
-         "\"steps_done\":12,\"epoch\":3,\"best\":\"val_m\",\"value\":0,"
+         "\"steps_done\":12,\"epoch\":3,\"best\":\"val_m\",\"value\":0.0,"
          "\"keep\":true}");
   GR_CHECK_STR_CONTAINS(out, "\"steps_done\": 20}");
   GR_CHECK(query("runs.db", "SELECT best_epoch FROM runs WHERE best_metric = 'val_m'") == 3);
@@ -155,7 +155,8 @@ static void test_usage_errors(void) {
          "--save-every 3 does not divide the 4 steps of an epoch");
   gt_write_file(dir, "nodata.gr", "w = variable(zeros([]))\ntrain = minimize(w * w, sgd(0.1))\n");
   expect("run nodata.gr --epochs 2", 2,
-         "no `batch` op in the step tells the steps of an epoch; give --steps-per-epoch S");
+         "no `batch` or `image_folder` op in the step tells the steps of an epoch; give "
+         "--steps-per-epoch S");
   expect("run nodata.gr --epochs 2 --steps-per-epoch 5 --quiet", 0, NULL);
 }
 

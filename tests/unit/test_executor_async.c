@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/gr_executor.h"
+#include "core/executor.h"
 #include "core/step_watch_internal.h"
 #include "gr_test.h"
 #include "test_proc.h"

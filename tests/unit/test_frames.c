@@ -1,9 +1,10 @@
-/* Loop frames (core/gr_frames.h) on small hand-made node sets: nested
+/* Loop frames (core/frames.h) on small hand-made node sets: nested
  * frames and their exits, the lookup of a frame by (parent, name), nodes
  * placed by control inputs only, the first-input and the deepest-input
  * rules (autodiff's frames one per name, moved inside the deepest parent),
  * and the edge check. Its out-of-memory paths run in test_alloc_failures
  * (scenario "frames"). */
+#include "core/core_engine.h"
 #include "core/gr_core.h"
 #include "gr_test.h"
 

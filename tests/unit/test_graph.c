@@ -311,7 +311,39 @@ static void test_many_names_and_shared_data(void) {
   gr_graph_free(g);
 }
 
+/* Control inputs that would close a cycle are refused, also after edges
+ * that point back in the order nodes were made (the cycle check's order is
+ * then computed again); the ones that close none are taken. */
+static void test_control_input_cycles(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output a = gr_const_f32(g, 1), b = gr_neg(g, a), c = gr_neg(g, b);
+  GR_CHECK(gr_graph_add_control_input(g, c.node, a.node) == GR_OK); /* forward */
+  GR_CHECK(gr_graph_add_control_input(g, a.node, c.node) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "would make a cycle");
+  gr_graph_clear_error(g);
+  /* a newer node feeds an older one: the order of making is no longer one */
+  gr_output d = gr_const_f32(g, 2), e = gr_neg(g, d);
+  GR_CHECK_OK(gr_graph_set_input(g, b.node, 0, e), *gr_graph_error(g));
+  GR_CHECK(gr_graph_add_control_input(g, d.node, c.node) == GR_ERR_INVALID_ARGUMENT);
+  gr_graph_clear_error(g);
+  GR_CHECK(gr_graph_add_control_input(g, e.node, b.node) == GR_ERR_INVALID_ARGUMENT);
+  gr_graph_clear_error(g);
+  GR_CHECK(gr_graph_add_control_input(g, a.node, d.node) == GR_OK); /* a is free now */
+  GR_CHECK(gr_graph_add_control_input(g, d.node, a.node) == GR_ERR_INVALID_ARGUMENT);
+  gr_graph_clear_error(g);
+  /* a longer chain, checked both ways after another edge back */
+  gr_output x[40];
+  x[0] = gr_const_f32(g, 3);
+  for (int k = 1; k < 40; k++) x[k] = gr_neg(g, x[k - 1]);
+  GR_CHECK_OK(gr_graph_set_input(g, x[1].node, 0, c), *gr_graph_error(g));
+  GR_CHECK(gr_graph_add_control_input(g, d.node, x[39].node) == GR_ERR_INVALID_ARGUMENT);
+  gr_graph_clear_error(g);
+  GR_CHECK(gr_graph_add_control_input(g, x[39].node, x[0].node) == GR_OK);
+  gr_graph_free(g);
+}
+
 int main(void) {
+  GR_RUN(test_control_input_cycles);
   GR_RUN(test_names_and_scopes);
   GR_RUN(test_device_scopes);
   GR_RUN(test_device_functions);

@@ -59,7 +59,7 @@ static gr_status handshake(const char *s_secret, const char *s_id, const char *c
   size_t len = 0;
   gr_msg hello, auth, ok;
   *who = '?';
-  GR_CHECK(deliver(gr_hello_new(s_secret, s_id, snonce, err), GR_MSG_HELLO, buf, &len, &hello));
+  GR_CHECK(deliver(gr_hello_new(s_secret, s_id, 0, snonce, err), GR_MSG_HELLO, buf, &len, &hello));
   if (change == 1) GR_CHECK(tamper(buf, len, "jobA", "jobB", &hello));
   gr_hs_client hs = {.secret = c_secret, .cluster = c_id, .address = "127.0.0.1:2223"};
   gr_outmsg *out;
@@ -76,7 +76,8 @@ static gr_status handshake(const char *s_secret, const char *s_id, const char *c
     GR_CHECK(gr_msg_parse(&auth, buf + GR_WIRE_HEADER_SIZE, len - GR_WIRE_HEADER_SIZE, err) ==
              GR_OK);
   }
-  st = gr_hs_server_check(s_secret, s_id, snonce, &auth, &out, err);
+  gr_hs_result res;
+  st = gr_hs_server_check(s_secret, s_id, 0, snonce, &auth, &out, &res, err);
   gr_msg_free(&auth);
   if (st != GR_OK) return *who = 's', st;
   GR_CHECK(deliver(out, GR_MSG_AUTH_OK, buf, &len, &ok));
@@ -151,23 +152,133 @@ static void test_replayed_auth_ok(void) {
   size_t len;
   gr_msg hello1, hello2, auth1, auth2, ok1;
   gr_error err;
-  GR_CHECK(deliver(gr_hello_new(SECRET, "jobA", n1, &err), GR_MSG_HELLO, buf, &len, &hello1));
-  GR_CHECK(deliver(gr_hello_new(SECRET, "jobA", n2, &err), GR_MSG_HELLO, buf, &len, &hello2));
+  GR_CHECK(deliver(gr_hello_new(SECRET, "jobA", 0, n1, &err), GR_MSG_HELLO, buf, &len, &hello1));
+  GR_CHECK(deliver(gr_hello_new(SECRET, "jobA", 0, n2, &err), GR_MSG_HELLO, buf, &len, &hello2));
   gr_hs_client a = {.secret = SECRET, .cluster = "jobA", .address = "a:1"}, b = a;
   gr_outmsg *out;
   GR_CHECK_OK(gr_hs_client_answer(&a, &hello1, &out, &err), err);
   GR_CHECK(deliver(out, GR_MSG_AUTH, buf, &len, &auth1));
   GR_CHECK_OK(gr_hs_client_answer(&b, &hello2, &out, &err), err);
   GR_CHECK(deliver(out, GR_MSG_AUTH, buf, &len, &auth2));
-  GR_CHECK_OK(gr_hs_server_check(SECRET, "jobA", n1, &auth1, &out, &err), err);
+  gr_hs_result res;
+  GR_CHECK_OK(gr_hs_server_check(SECRET, "jobA", 0, n1, &auth1, &out, &res, &err), err);
   GR_CHECK(deliver(out, GR_MSG_AUTH_OK, buf, &len, &ok1));
   GR_CHECK_OK(gr_hs_client_check(&a, &ok1, &err), err);
   GR_CHECK_EQ_INT(gr_hs_client_check(&b, &ok1, &err), GR_ERR_UNAUTHENTICATED);
   /* and an AUTH answering another HELLO fails the server's */
-  GR_CHECK_EQ_INT(gr_hs_server_check(SECRET, "jobA", n1, &auth2, &out, &err),
+  GR_CHECK_EQ_INT(gr_hs_server_check(SECRET, "jobA", 0, n1, &auth2, &out, &res, &err),
                   GR_ERR_UNAUTHENTICATED);
   gr_msg_free(&hello1), gr_msg_free(&hello2), gr_msg_free(&auth1), gr_msg_free(&auth2);
   gr_msg_free(&ok1);
+}
+
+/* The mode's byte (the fixint after the key "mode") in a message's bytes
+ * changed on the way from `from` to `to`, parsed again into *m. */
+static bool tamper_mode(uint8_t *buf, size_t len, uint8_t from, uint8_t to, gr_msg *m) {
+  const uint8_t key[] = {0xa4, 'm', 'o', 'd', 'e', from};
+  uint8_t *at = memmem(buf, len, key, sizeof key);
+  gr_error err;
+  if (!at) return false;
+  at[5] = to;
+  gr_msg_free(m);
+  return gr_msg_parse(m, buf + GR_WIRE_HEADER_SIZE, len - GR_WIRE_HEADER_SIZE, &err) == GR_OK;
+}
+
+/* One handshake with modes (GR_AUTH_MODE_*): the server requires s_mode
+ * (as its HELLO says), the client is remote or not and has TLS or not;
+ * change: 1 HELLO's mode becomes hello_to, 2 AUTH's mode becomes auth_to
+ * (its byte altered on the way). Returns the first error's code (*who the
+ * side); with GR_OK, *mode what both use, and both sides' frame keys
+ * must be equal when it has MACs. */
+static gr_status modes(uint8_t s_mode, bool remote, bool tls, int change, uint8_t to, uint8_t *mode,
+                       char *who, gr_error *err) {
+  uint8_t snonce[GR_AUTH_NONCE], buf[512];
+  size_t len = 0;
+  gr_msg hello, auth, ok;
+  *who = '?';
+  GR_CHECK(
+      deliver(gr_hello_new(SECRET, "jobA", s_mode, snonce, err), GR_MSG_HELLO, buf, &len, &hello));
+  if (change == 1) GR_CHECK(tamper_mode(buf, len, s_mode, to, &hello));
+  gr_hs_client hs = {.secret = SECRET,
+                     .cluster = "jobA",
+                     .address = "10.0.0.1:2223",
+                     .remote = remote,
+                     .tls = tls};
+  gr_outmsg *out;
+  gr_status st = gr_hs_client_answer(&hs, &hello, &out, err);
+  gr_msg_free(&hello);
+  if (st != GR_OK) return *who = 'c', st;
+  GR_CHECK(deliver(out, GR_MSG_AUTH, buf, &len, &auth));
+  if (change == 2) GR_CHECK(tamper_mode(buf, len, hs.mode, to, &auth));
+  gr_hs_result res;
+  st = gr_hs_server_check(SECRET, "jobA", s_mode, snonce, &auth, &out, &res, err);
+  gr_msg_free(&auth);
+  if (st != GR_OK) return *who = 's', st;
+  GR_CHECK(deliver(out, GR_MSG_AUTH_OK, buf, &len, &ok));
+  st = gr_hs_client_check(&hs, &ok, err);
+  gr_msg_free(&ok);
+  if (st != GR_OK) return *who = 'c', st;
+  GR_CHECK_EQ_INT(hs.mode, res.mode);
+  if (res.mode & GR_AUTH_MODE_MACS) GR_CHECK(!memcmp(hs.keys, res.keys, GR_AUTH_FRAME_KEYS));
+  *mode = res.mode;
+  return GR_OK;
+}
+
+/* What each side requires of a connection across hosts, and who refuses
+ * a downgrade. */
+static void test_modes(void) {
+  gr_error err;
+  char who;
+  uint8_t mode;
+  const uint8_t T = GR_AUTH_MODE_TLS, M = GR_AUTH_MODE_MACS;
+  static const struct {
+    uint8_t s_mode;
+    bool remote, tls;
+    uint8_t want;
+  } agree[] = {
+      {0, false, false, 0}, /* loopback: plaintext */
+      {0, false, true, 0},  /* ... with TLS on both sides too */
+      {M, false, false, M}, /* the server sees another host: MACs */
+      {0, true, false, M},  /* the client does: MACs */
+      {T, false, true, T},  /* TLS when the server has it */
+      {T, true, true, T},
+  };
+  for (size_t i = 0; i < sizeof agree / sizeof *agree; i++) {
+    gr_status st = modes(agree[i].s_mode, agree[i].remote, agree[i].tls, 0, 0, &mode, &who, &err);
+    GR_CHECK_MSG(st == GR_OK, "case %zu: %c: %s", i, who, err.msg);
+    if (st == GR_OK) GR_CHECK_EQ_INT(mode, agree[i].want);
+  }
+  /* a server that requires TLS, a client without it */
+  GR_CHECK_EQ_INT(modes(T, true, false, 0, 0, &mode, &who, &err), GR_ERR_UNAUTHENTICATED);
+  GR_CHECK_EQ_INT(who, 'c');
+  GR_CHECK_STR_CONTAINS(err.msg, "10.0.0.1:2223 requires TLS");
+  GR_CHECK_STR_CONTAINS(err.msg, "--tls-cert");
+  /* a client with TLS across hosts, a server that does not offer it (or a
+   * HELLO whose TLS was taken out on the way) */
+  GR_CHECK_EQ_INT(modes(M, true, true, 0, 0, &mode, &who, &err), GR_ERR_UNAUTHENTICATED);
+  GR_CHECK_STR_CONTAINS(err.msg, "does not offer TLS");
+  GR_CHECK_EQ_INT(modes(T, true, true, 1, 0, &mode, &who, &err), GR_ERR_UNAUTHENTICATED);
+  GR_CHECK_EQ_INT(who, 'c');
+  /* HELLO's MACs taken out on the way: a client across hosts uses them
+   * anyway; one that is not fails the server's check */
+  GR_CHECK_OK(modes(M, true, false, 1, 0, &mode, &who, &err), err);
+  GR_CHECK_EQ_INT(mode, M);
+  GR_CHECK_EQ_INT(modes(M, false, false, 1, 0, &mode, &who, &err), GR_ERR_UNAUTHENTICATED);
+  GR_CHECK_EQ_INT(who, 's');
+  /* AUTH's mode altered on the way: its MAC fails */
+  GR_CHECK_EQ_INT(modes(M, true, false, 2, 0, &mode, &who, &err), GR_ERR_UNAUTHENTICATED);
+  GR_CHECK_EQ_INT(who, 's');
+  GR_CHECK_STR_CONTAINS(err.msg, "wrong secret");
+  /* MACs without a secret make no sense: refused as a bad field */
+  uint8_t snonce[GR_AUTH_NONCE], buf[512];
+  size_t len;
+  gr_msg hello;
+  GR_CHECK(deliver(gr_hello_new(NULL, "jobA", M, snonce, &err), GR_MSG_HELLO, buf, &len, &hello));
+  gr_hs_client hs = {.cluster = "jobA", .address = "a:1"};
+  gr_outmsg *out;
+  GR_CHECK_EQ_INT(gr_hs_client_answer(&hs, &hello, &out, &err), GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "per-frame MACs without a secret");
+  gr_msg_free(&hello);
 }
 
 static void test_cluster_id_check(void) {
@@ -237,6 +348,7 @@ int main(void) {
   GR_RUN(test_agree);
   GR_RUN(test_refusals);
   GR_RUN(test_replayed_auth_ok);
+  GR_RUN(test_modes);
   GR_RUN(test_cluster_id_check);
   GR_RUN(test_spec_id);
   return gr_test_finish();

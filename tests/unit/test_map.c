@@ -1,4 +1,4 @@
-/* The core hash map (core/gr_map.h): random puts, replacements, removals
+/* The core hash map (core/map.h): random puts, replacements, removals
  * and lookups against a plain array of what must be there, for string and
  * integer keys; iteration sees each entry once; reserve; the id index. */
 #include <stdint.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gr_map.h"
+#include "core/map.h"
 #include "gr_test.h"
 
 enum { NKEYS = 3000, NOPS = 60000 };

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/gr_partition.h"
+#include "core/partition.h"
 #include "placer/gr_placer.h"
 #include "gr_test.h"
 #include "random_graph.h"

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/gr_partition.h"
+#include "core/partition.h"
 #include "gr_test.h"
 #include "test_util.h"
 

@@ -38,6 +38,10 @@ void gt_proc_isolate(void) {
   unsetenv("GRAPHRUN_CLUSTER_ID"); /* and the other sources of a cluster id than the spec */
   unsetenv("SLURM_JOB_ID");
   unsetenv("SLURM_STEP_ID");
+  unsetenv("GRAPHRUN_TLS_CERT");
+  unsetenv("GRAPHRUN_TLS_KEY");
+  unsetenv("GRAPHRUN_TLS_CA");
+  unsetenv("GRAPHRUN_RENDEZVOUS");
 }
 
 const char *gt_graphrun_exe(void) {

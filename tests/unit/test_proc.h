@@ -46,8 +46,9 @@ double gt_now(void);
 bool gt_free_ports(int *ports, int n);
 /* For a test of graphrun processes, at its start: SIGPIPE ignored (a write
  * to a process that died is an error, not the test's end), and no
- * GRAPHRUN_CLUSTER, GRAPHRUN_SECRET_FILE, GRAPHRUN_CLUSTER_ID or Slurm job
- * ids of the caller's environment passed on to the processes it starts. */
+ * GRAPHRUN_CLUSTER, GRAPHRUN_SECRET_FILE, GRAPHRUN_CLUSTER_ID,
+ * GRAPHRUN_RENDEZVOUS, GRAPHRUN_TLS_* or Slurm job ids of the caller's
+ * environment passed on to the processes it starts. */
 void gt_proc_isolate(void);
 
 #endif

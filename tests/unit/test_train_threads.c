@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/core_engine.h"
 #include "gr_test.h"
 #include "test_util.h"
 

@@ -1,3 +1,4 @@
+#include "core/core_engine.h"
 #include "test_util.h"
 
 #include <limits.h>

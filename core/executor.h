@@ -5,13 +5,11 @@
  * inline on the calling thread when cheap; expensive ones (GR_OP_EXPENSIVE or
  * large cost) go to a shared queue that the inter-op thread pool and the
  * calling thread drain, but for one that the thread keeps and runs after
- * the cheap ones that are ready (sends go out before a long product). A
- * thread that is not the run's own (a server's network thread completing
- * a receive) runs only light nodes: transfers, and small nodes of known
- * size. Async kernels complete through gr_kernel_done. A
- * node's first error cancels the step: remaining kernels are skipped, pending
- * async kernels get their cancel callback, and the error (naming the node) is
- * returned.
+ * the cheap ones that are ready (sends go out before a long product). Which
+ * thread may run which node: docs/internals.md, "Threads and locks". Async
+ * kernels complete through gr_kernel_done. A node's first error cancels the
+ * step: remaining kernels are skipped, pending async kernels get their
+ * cancel callback, and the error (naming the node) is returned.
  *
  *   gr_executor *ex;
  *   gr_executor_new(nodes, n, feeds, 1, fetches, 1, pool, &ex, &err);
@@ -28,7 +26,7 @@
 #define GR_EXECUTOR_H
 
 #include "core/gr_graph.h"
-#include "core/gr_threadpool.h"
+#include "core/threadpool.h"
 
 typedef struct gr_executor gr_executor;
 
@@ -53,17 +51,15 @@ gr_status gr_executor_run(gr_executor *e, const gr_tensor *feed_values, gr_tenso
 typedef void (*gr_executor_done_fn)(void *arg, gr_status status, const gr_error *err);
 
 /* Starts one step and returns without waiting for it. The calling thread
- * runs the nodes that are ready at once (and, with a pool of 0 threads, all
- * that become ready while it does); later nodes run on the executor's pool,
- * or, with a pool of 0 threads, on the thread that completes the async
- * kernel they wait for (a _send on another device's thread, a pushed
- * tensor's pool thread). done(arg, status, err) is called exactly once, on
- * whichever thread finishes last (possibly this one before the call
- * returns): after every node has finished, fetch_out is filled (released
- * again on failure) and no pool task holds the run. feed_values, fetch_out
- * and *step are borrowed until done is called. Errors (bad feeds, out of
- * memory, a kernel's error, a cancellation by the step's rendezvous abort or
- * its watchdog) arrive through done, never as a return value. */
+ * runs what is ready at once; later nodes run on the run's own threads
+ * (docs/internals.md, "Threads and locks"). done(arg, status, err) is
+ * called exactly once, on whichever thread finishes last (possibly this
+ * one before the call returns): after every node has finished, fetch_out
+ * is filled (released again on failure) and no pool task holds the run.
+ * feed_values, fetch_out and *step are borrowed until done is called.
+ * Errors (bad feeds, out of memory, a kernel's error, a cancellation by the
+ * step's rendezvous abort or its watchdog) arrive through done, never as a
+ * return value. */
 void gr_executor_run_async(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fetch_out,
                            const gr_step_info *step, gr_executor_done_fn done, void *arg);
 

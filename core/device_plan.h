@@ -17,8 +17,8 @@
 #ifndef GR_DEVICE_PLAN_H
 #define GR_DEVICE_PLAN_H
 
-#include "core/gr_executor.h"
-#include "core/gr_partition.h"
+#include "core/executor.h"
+#include "core/partition.h"
 #include "core/gr_rendezvous.h"
 
 typedef struct gr_device_plan gr_device_plan;

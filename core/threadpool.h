@@ -25,7 +25,10 @@ int gr_threadpool_size(const gr_threadpool *p);
 void gr_threadpool_set_name(gr_threadpool *p, const char *name);
 /* The pool whose worker calls it, NULL on any other thread. */
 gr_threadpool *gr_threadpool_current(void);
-/* Number of online CPU cores (at least 1). */
+/* The CPUs this process may use (at least 1): the online cores, fewer when
+ * the affinity mask, the cgroup's CPU quota or SLURM_CPUS_PER_TASK allow
+ * fewer (core/cpus.c); found at the first call. The default number of
+ * threads of sessions and servers. */
 int gr_num_cores(void);
 
 #endif

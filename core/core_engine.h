@@ -1,0 +1,20 @@
+/* core's engine face: what the engine's other folders (ops, placer, passes,
+ * checkpoints, distributed, frontend) and the tests use of core beyond its
+ * public API (core/gr_core.h). Not installed: the engine's hash maps,
+ * thread pool, executor, partitioner, control-flow frames, device plans and
+ * the remote-runner seam of sessions, and the invariant checks of debug
+ * and sanitizer builds. */
+#ifndef GR_CORE_ENGINE_H
+#define GR_CORE_ENGINE_H
+
+#include "core/device_plan.h"
+#include "core/executor.h"
+#include "core/frames.h"
+#include "core/gr_core.h"
+#include "core/invariants.h"
+#include "core/map.h"
+#include "core/partition.h"
+#include "core/session_remote.h"
+#include "core/threadpool.h"
+
+#endif
