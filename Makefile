@@ -110,9 +110,10 @@ bench-train: EXTRA_PACKAGES = python3-torch
 bench-mlp: EXTRA_PACKAGES = python3-torch
 bench-conv: EXTRA_PACKAGES = python3-torch
 bench-parallel: EXTRA_PACKAGES = python3-torch
+# bench-NAME runs tests/bench/bench_NAME.c (a '-' in NAME is a '_': bench-placer-real)
 bench-%: build
-	@cmake --build $(BUILD_DIR) --target bench_$* -j $(JOBS) >/dev/null
-	@$(BUILD_DIR)/tests/bench/bench_$* $(ARGS)
+	@cmake --build $(BUILD_DIR) --target bench_$(subst -,_,$*) -j $(JOBS) >/dev/null
+	@$(BUILD_DIR)/tests/bench/bench_$(subst -,_,$*) $(ARGS)
 
 # checkpoint crash test with 1,000 SIGKILLs (the suite runs 200)
 soak-ckpt: build

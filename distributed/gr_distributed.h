@@ -257,6 +257,18 @@ gr_session *gr_master_session_new(gr_master *m, gr_graph *g, const gr_session_op
  *   gr_session *s = gr_master_session_new(m, g, NULL, &err); */
 gr_status gr_master_place_graph(gr_master *m, gr_graph *g, gr_place_mode mode, bool soft,
                                 gr_error *err);
+/* Sessions for trying placements (gr_placement_try), each on a master of
+ * its own made with mo (a private container each, unless mo names one):
+ * op->o is the opener. mo and what it points to are borrowed while op is in
+ * use; each session is closed (with its master) by whoever opened it. */
+typedef struct gr_master_opener {
+  gr_place_opener o;
+  gr_master_options mo;
+  gr_master *m[GR_PLACE_CAND_COUNT];
+  gr_session *s[GR_PLACE_CAND_COUNT];
+} gr_master_opener;
+void gr_master_opener_init(gr_master_opener *op, const gr_master_options *mo);
+
 /* A lease: a named mark one task's server keeps for the client that took
  * it while that client's connection lives. Taking it again through
  * another connection replaces the holder; when the holder's connection
@@ -276,6 +288,13 @@ typedef struct gr_lease_state {
 gr_status gr_master_lease(gr_master *m, int task, const char *name, const char *holder,
                           gr_lease_state *out, gr_error *err);
 
+/* The tasks (in the options' order): how many, each one's address
+ * (borrowed), the inter-op threads its executors have and the cores of its
+ * host, as the task said (0: a task that does not say). */
+int gr_master_num_tasks(const gr_master *m);
+const char *gr_master_task_address(const gr_master *m, int task);
+int gr_master_task_threads(const gr_master *m, int task);
+int gr_master_task_cores(const gr_master *m, int task);
 /* The task names (borrowed) and incarnations, for tests and logs. */
 const char *gr_master_task_name(const gr_master *m, int task);
 uint64_t gr_master_task_incarnation(const gr_master *m, int task);
@@ -289,5 +308,50 @@ const char *gr_master_container(const gr_master *m);
  * are left alone (they go with their masters). *dropped (may be NULL): how
  * many containers the tasks dropped, summed. */
 gr_status gr_master_reset(gr_master *m, const char *container, int *dropped, gr_error *err);
+
+/* ---- calibrating the runtime for the placer -------------------------------------
+ * What a transfer and a task cost a step, measured with real steps between
+ * the master's server tasks (and between two devices of this process), for
+ * the cluster model the cost placer predicts with (docs/placement.md, "How
+ * the model is calibrated"; `graphrun calibrate`). */
+
+typedef struct gr_calibrate_options {
+  int steps;         /* steps per measurement and round; 0: 60 */
+  int rounds;        /* rounds, the measurements alternating; 0: 3 */
+  size_t bulk_bytes; /* the tensor the bandwidth is measured with; 0: 4 MiB */
+} gr_calibrate_options;
+
+typedef struct gr_calibration_link {
+  bool measured;             /* the cluster has two ends of this kind */
+  double latency;            /* seconds per transfer (8 bytes) */
+  double bandwidth;          /* bytes per second (0: too fast to tell, left as it was) */
+  double step;               /* seconds the second task adds to a step */
+  double base;               /* the one-task step less one task's step */
+  double step_one, step_two; /* median steps of a trivial node on one task, on two */
+  double heavy;              /* median step of about a millisecond's work on one end */
+  double parallelism;        /* that work on both ends at once against one end: 1..2 */
+} gr_calibration_link;
+
+typedef struct gr_calibration {
+  gr_calibration_link link[GR_LINK_COUNT];
+  double client_step; /* the client's own cost per step (kept as same_task's step) */
+  double time_scale;  /* a task's step against the same in this process (kept as the time
+                         scale of every device of a task with an address) */
+} gr_calibration;
+
+/* Measures the links and step costs of cluster c through master m, whose
+ * tasks are c's in c's order (as a master made from c's addresses), and
+ * writes them into c's links: same_task (two devices of this process),
+ * same_host (the task of the session's first device and another task on
+ * its host) and cross_host (it and a task on another host) when the cluster
+ * has such a pair; same_task's step gets the client's own cost per step.
+ * *out (required) gets what was measured. The client is taken to run on
+ * the host of the session's first device. Every device of a task with an
+ * address gets the time scale measured (gr_cluster_device.time_scale); the
+ * client's host gets one core when its two tasks' work does not overlap
+ * (parallelism < 1.5: a loaded machine).
+ * Runs a few hundred steps. */
+gr_status gr_calibrate_runtime(gr_master *m, gr_cluster *c, const gr_calibrate_options *o,
+                               gr_calibration *out, gr_error *err);
 
 #endif

@@ -279,6 +279,8 @@ static gr_status status_of(gr_master *ms, task *t, gr_inmsg *m, gr_error *err) {
   GR_TRY(gr_get_status_resp_unpack(m, &r, err));
   snprintf(t->name, sizeof t->name, "%s", r.task);
   t->incarnation = r.inc;
+  t->threads = r.threads;
+  t->cores = r.cores;
   t->devices = calloc((size_t)r.num_devices, sizeof *t->devices);
   if (!t->devices) return gr_error_set_oom(err);
   for (int i = 0; i < r.num_devices; i++) {
@@ -485,6 +487,22 @@ void gr_master_free(gr_master *ms) {
   pthread_mutex_destroy(&ms->mu);
   pthread_cond_destroy(&ms->abandoned_cv);
   free(ms);
+}
+
+int gr_master_task_threads(const gr_master *ms, int task) {
+  return task >= 0 && task < ms->num_tasks ? ms->tasks[task].threads : 0;
+}
+
+int gr_master_task_cores(const gr_master *ms, int task) {
+  return task >= 0 && task < ms->num_tasks ? ms->tasks[task].cores : 0;
+}
+
+int gr_master_num_tasks(const gr_master *ms) {
+  return ms->num_tasks;
+}
+
+const char *gr_master_task_address(const gr_master *ms, int task) {
+  return task >= 0 && task < ms->num_tasks ? ms->tasks[task].address : NULL;
 }
 
 const char *const *gr_master_devices(const gr_master *ms, int *n) {

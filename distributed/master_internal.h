@@ -36,6 +36,7 @@ typedef struct task {
   uint64_t incarnation;
   char **devices;
   int num_devices;
+  int threads, cores; /* its inter-op threads and its host's cores (0: not said) */
   gr_conn *conn;
   gr_map pending;   /* id -> rpc (under the master's mu) */
   gr_map abandoned; /* ids of step requests left unanswered -> the master (under its mu) */

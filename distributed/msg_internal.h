@@ -117,6 +117,8 @@ typedef struct gr_get_status_resp {
   uint64_t inc;               /* its incarnation */
   const char *const *devices; /* 1 to GR_STATUS_MAX_DEVICES device names */
   int num_devices;
+  int threads; /* its executor's threads (1 to 1024), for the placer */
+  int cores;   /* its machine's cores (1 to 65536), for the placer */
 } gr_get_status_resp;
 extern const gr_msg_spec gr_get_status_spec;
 gr_outmsg *gr_get_status_req_pack(const gr_get_status_req *q);

@@ -85,7 +85,8 @@ peer *gr_server_find_peer(gr_server *s, const char *task) {
 /* ---- requests ----------------------------------------------------------------- */
 
 static void get_status(gr_server *s, gr_conn *c, uint64_t id) {
-  gr_get_status_resp r = {s->task, s->incarnation, (const char *const *)s->devices, s->num_devices};
+  gr_get_status_resp r = {s->task,        s->incarnation,  (const char *const *)s->devices,
+                          s->num_devices, s->exec_threads, gr_num_cores()};
   gr_server_answer(c, id, gr_get_status_resp_pack(id, &r), NULL);
 }
 
@@ -534,6 +535,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   /* the steps' kernels: light nodes may also run where a value arrives
    * (docs/internals.md, "Threads and locks") */
   s->exec_pool = gr_threadpool_new(threads);
+  s->exec_threads = threads;
   gr_threadpool_set_name(s->register_pool, "gr-register");
   gr_threadpool_set_name(s->work_pool, "gr-work");
   gr_threadpool_set_name(s->exec_pool, "gr-exec");

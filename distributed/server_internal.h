@@ -73,6 +73,7 @@ struct gr_server {
   gr_threadpool *register_pool; /* registrations (decoding, building executors) */
   gr_threadpool *work_pool;     /* steps' starts, pushed tensors and aborts (no waits) */
   gr_threadpool *exec_pool;     /* the executors' inter-op threads */
+  int exec_threads;             /* how many (get_status says, for the placer) */
   pthread_mutex_t mu;           /* everything below */
   gr_map containers;            /* name -> container */
   gr_map graphs;                /* handle -> registered */

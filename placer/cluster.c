@@ -13,9 +13,9 @@
 gr_cluster *gr_cluster_new(void) {
   gr_cluster *c = calloc(1, sizeof *c);
   if (!c) return NULL;
-  c->links[GR_LINK_SAME_TASK] = (gr_link){1e-6, 10e9};
-  c->links[GR_LINK_SAME_HOST] = (gr_link){20e-6, 3e9};
-  c->links[GR_LINK_CROSS_HOST] = (gr_link){100e-6, 1.25e9};
+  c->links[GR_LINK_SAME_TASK] = (gr_link){1e-6, 10e9, 0};
+  c->links[GR_LINK_SAME_HOST] = (gr_link){20e-6, 3e9, 50e-6};
+  c->links[GR_LINK_CROSS_HOST] = (gr_link){100e-6, 1.25e9, 200e-6};
   return c;
 }
 
@@ -23,6 +23,7 @@ void gr_cluster_free(gr_cluster *c) {
   if (!c) return;
   for (int i = 0; i < c->num_hosts; i++) free(c->hosts[i]);
   free(c->hosts);
+  free(c->host_cores);
   for (int t = 0; t < c->num_tasks; t++) {
     free((char *)c->tasks[t].job);
     free((char *)c->tasks[t].address);
@@ -58,7 +59,17 @@ gr_status gr_cluster_add_task(gr_cluster *c, const char *job, const char *host, 
   int h = 0;
   while (h < c->num_hosts && strcmp(c->hosts[h], host) != 0) h++;
   if (h == c->num_hosts) {
+    int cap = c->cap_hosts;
     if (!grow((void **)&c->hosts, &c->cap_hosts, c->num_hosts + 1, sizeof(char *))) goto oom;
+    if (c->cap_hosts != cap) {
+      int *cores = gr_realloc_array(c->host_cores, (size_t)c->cap_hosts, sizeof(int));
+      if (!cores) {
+        c->cap_hosts = cap; /* hosts grew, host_cores did not: grow both again next time */
+        goto oom;
+      }
+      c->host_cores = cores;
+    }
+    c->host_cores[h] = 0;
     c->hosts[h] = strdup(host);
     if (!c->hosts[h]) goto oom;
     c->num_hosts++;
@@ -74,7 +85,8 @@ gr_status gr_cluster_add_task(gr_cluster *c, const char *job, const char *host, 
                                              .host_id = h,
                                              .address = NULL,
                                              .first_device = c->num_devices,
-                                             .num_devices = 0};
+                                             .num_devices = 0,
+                                             .threads = 1};
   if (task_out) *task_out = c->num_tasks;
   c->num_tasks++;
   return GR_OK;
@@ -116,6 +128,7 @@ gr_status gr_cluster_add_device(gr_cluster *c, int task, double flops, double me
   d->flops = flops;
   d->mem_bandwidth = mem_bandwidth;
   d->overhead = overhead;
+  d->time_scale = 1;
   d->task = task;
   d->host = t->host_id;
   return GR_OK;
@@ -123,6 +136,64 @@ gr_status gr_cluster_add_device(gr_cluster *c, int task, double flops, double me
 
 void gr_cluster_set_link(gr_cluster *c, gr_link_kind kind, gr_link link) {
   if ((unsigned)kind < GR_LINK_COUNT) c->links[kind] = link;
+}
+
+gr_status gr_cluster_set_time_scale(gr_cluster *c, int device, double scale, gr_error *err) {
+  if (device < 0 || device >= c->num_devices)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "cluster: no device %d (%d devices)", device,
+                        c->num_devices);
+  if (!(scale > 0) || !isfinite(scale))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "cluster: %s: time_scale must be finite and > 0 (got %g)",
+                        c->devices[device].name, scale);
+  c->devices[device].time_scale = scale;
+  return GR_OK;
+}
+
+gr_status gr_cluster_scale_servers(gr_cluster *c, double factor, gr_error *err) {
+  if (!(factor > 0) || !isfinite(factor))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "cluster: a time scale factor must be finite and > 0 (got %g)", factor);
+  for (int d = 0; d < c->num_devices; d++)
+    if (c->tasks[c->devices[d].task].address) c->devices[d].time_scale *= factor;
+  return GR_OK;
+}
+
+gr_status gr_cluster_set_task_threads(gr_cluster *c, int task, int threads, gr_error *err) {
+  if (task < 0 || task >= c->num_tasks)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "cluster: no task %d (%d tasks)", task,
+                        c->num_tasks);
+  if (threads < 1 || threads > 1024)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "cluster: /job:%s/task:%d: threads must be in [1, 1024] (got %d)",
+                        c->tasks[task].job, c->tasks[task].index, threads);
+  c->tasks[task].threads = threads;
+  return GR_OK;
+}
+
+gr_status gr_cluster_set_host_cores(gr_cluster *c, const char *host, int cores, gr_error *err) {
+  int h = 0;
+  while (h < c->num_hosts && strcmp(c->hosts[h], host ? host : "") != 0) h++;
+  if (h == c->num_hosts)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "cluster: no task is on host \"%s\"",
+                        host ? host : "(null)");
+  if (cores < 0 || cores > 65536)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "cluster: host \"%s\": cores must be in [0, 65536] (got %d)", host, cores);
+  c->host_cores[h] = cores;
+  return GR_OK;
+}
+
+int gr_cluster_host_cores(const gr_cluster *c, int host_id) {
+  return host_id >= 0 && host_id < c->num_hosts ? c->host_cores[host_id] : 0;
+}
+
+int gr_cluster_num_hosts(const gr_cluster *c) {
+  return c->num_hosts;
+}
+
+const char *gr_cluster_host_name(const gr_cluster *c, int host_id) {
+  return host_id >= 0 && host_id < c->num_hosts ? c->hosts[host_id] : NULL;
 }
 
 gr_link gr_cluster_get_link(const gr_cluster *c, gr_link_kind kind) {
@@ -216,6 +287,41 @@ gr_link_kind gr_cluster_link_kind(const gr_cluster *c, int a, int b) {
   if (x->task == y->task) return GR_LINK_SAME_TASK;
   if (x->host == y->host) return GR_LINK_SAME_HOST;
   return GR_LINK_CROSS_HOST;
+}
+
+/* Rank of a job in the session's order: chief, worker, the others, ps. */
+static int job_rank(const char *job) {
+  return !strcmp(job, "chief") ? 0 : !strcmp(job, "worker") ? 1 : !strcmp(job, "ps") ? 3 : 2;
+}
+
+void gr_cluster_session_order(const gr_cluster *c, int *order) {
+  int k = 0;
+  for (int r = 0; r < 4; r++)
+    for (int t = 0; t < c->num_tasks; t++)
+      if (job_rank(c->tasks[t].job) == r)
+        for (int i = 0; i < c->tasks[t].num_devices; i++) order[k++] = c->tasks[t].first_device + i;
+}
+
+/* The host of the session's first device: where the client runs. */
+static int client_host(const gr_cluster *c) {
+  int best = -1, rank = 4;
+  for (int t = 0; t < c->num_tasks; t++)
+    if (c->tasks[t].num_devices > 0 && job_rank(c->tasks[t].job) < rank)
+      rank = job_rank(c->tasks[t].job), best = t;
+  return best < 0 ? -1 : c->tasks[best].host_id;
+}
+
+double gr_cluster_task_step(const gr_cluster *c, int task) {
+  if (task < 0 || task >= c->num_tasks || !c->tasks[task].address) return 0;
+  int h = client_host(c);
+  return c->links[c->tasks[task].host_id == h ? GR_LINK_SAME_HOST : GR_LINK_CROSS_HOST].step;
+}
+
+double gr_cluster_step_overhead(const gr_cluster *c, const bool *used) {
+  double t = c->links[GR_LINK_SAME_TASK].step;
+  for (int k = 0; k < c->num_tasks; k++)
+    if (used[k]) t += gr_cluster_task_step(c, k);
+  return t;
 }
 
 double gr_cluster_transfer_time(const gr_cluster *c, int a, int b, double bytes) {

@@ -46,16 +46,17 @@ static gr_status string_member(gr_jreader *r, const json_t *obj, const char *key
 }
 
 static gr_status read_device(gr_jreader *r, gr_cluster *c, int t, const json_t *dv) {
-  static const char *const keys[] = {"type", "count", "flops", "mem_bandwidth", "overhead"};
+  static const char *const keys[] = {"type",          "count",    "flops",
+                                     "mem_bandwidth", "overhead", "time_scale"};
   GR_TRY(gr_jreader_want(r, dv, JSON_OBJECT, "a device"));
-  GR_TRY(gr_jreader_check_keys(r, dv, keys, 5));
+  GR_TRY(gr_jreader_check_keys(r, dv, keys, 6));
   const char *type;
   GR_TRY(string_member(r, dv, "type", &type));
   if (type && strcmp(type, "CPU") != 0 && strcmp(type, "cpu") != 0) {
     gr_jreader_push_key(r, "type");
     return gr_jreader_fail(r, "unknown device type \"%.40s\" (this build has CPU only)", type);
   }
-  double count = 1, flops, bw, ov;
+  double count = 1, flops, bw, ov, scale;
   const json_t *cv = json_object_get(dv, "count");
   if (cv) {
     gr_jreader_push_key(r, "count");
@@ -68,17 +69,36 @@ static gr_status read_device(gr_jreader *r, gr_cluster *c, int t, const json_t *
   GR_TRY(number(r, dv, "flops", NAN, false, &flops));
   GR_TRY(number(r, dv, "mem_bandwidth", GR_CLUSTER_DEFAULT_MEM_BANDWIDTH, false, &bw));
   GR_TRY(number(r, dv, "overhead", GR_CLUSTER_DEFAULT_OVERHEAD, true, &ov));
+  GR_TRY(number(r, dv, "time_scale", 1, false, &scale));
   for (int k = 0; k < (int)count; k++) {
     gr_status s = gr_cluster_add_device(c, t, flops, bw, ov, r->err);
+    const gr_cluster_task *tk = gr_cluster_task_at(c, t);
+    if (s == GR_OK)
+      s = gr_cluster_set_time_scale(c, tk->first_device + tk->num_devices - 1, scale, r->err);
     if (s != GR_OK) return gr_jreader_wrap(r, s);
   }
   return GR_OK;
 }
 
+/* An optional integer member `key` of obj in [lo, hi]; *out unchanged when absent. */
+static gr_status int_member(gr_jreader *r, const json_t *obj, const char *key, int lo, int hi,
+                            int *out) {
+  const json_t *v = json_object_get(obj, key);
+  if (!v) return GR_OK;
+  gr_jreader_push_key(r, key);
+  GR_TRY(gr_jreader_want(r, v, JSON_REAL, NULL));
+  double x = json_number_value(v);
+  if (!(x >= lo && x <= hi) || x != floor(x))
+    return gr_jreader_fail(r, "must be an integer in [%d, %d]", lo, hi);
+  gr_jreader_pop(r);
+  *out = (int)x;
+  return GR_OK;
+}
+
 static gr_status read_task(gr_jreader *r, gr_cluster *c, const char *job, const json_t *tv) {
-  static const char *const keys[] = {"host", "address", "devices"};
+  static const char *const keys[] = {"host", "address", "devices", "threads"};
   GR_TRY(gr_jreader_want(r, tv, JSON_OBJECT, "a task"));
-  GR_TRY(gr_jreader_check_keys(r, tv, keys, 3));
+  GR_TRY(gr_jreader_check_keys(r, tv, keys, 4));
   const char *host, *address;
   char why[256], addr_host[GR_CLUSTER_HOST_MAX];
   int port;
@@ -95,8 +115,10 @@ static gr_status read_task(gr_jreader *r, gr_cluster *c, const char *job, const 
     }
     if (!host) host = addr_host;
   }
-  int t;
+  int t, threads = 1;
+  GR_TRY(int_member(r, tv, "threads", 1, 1024, &threads));
   gr_status s = gr_cluster_add_task(c, job, host, &t, r->err);
+  if (s == GR_OK) s = gr_cluster_set_task_threads(c, t, threads, r->err);
   if (s != GR_OK) return gr_jreader_wrap(r, s);
   if (address) {
     gr_jreader_push_key(r, "address");
@@ -118,7 +140,7 @@ static gr_status read_task(gr_jreader *r, gr_cluster *c, const char *job, const 
 }
 
 static gr_status read_links(gr_jreader *r, gr_cluster *c, const json_t *links) {
-  static const char *const lkeys[] = {"latency", "bandwidth"};
+  static const char *const lkeys[] = {"latency", "bandwidth", "step"};
   GR_TRY(gr_jreader_want(r, links, JSON_OBJECT, "\"links\""));
   GR_TRY(gr_jreader_check_keys(r, links, link_keys, GR_LINK_COUNT));
   for (int k = 0; k < GR_LINK_COUNT; k++) {
@@ -126,20 +148,43 @@ static gr_status read_links(gr_jreader *r, gr_cluster *c, const json_t *links) {
     if (!lv) continue;
     gr_jreader_push_key(r, link_keys[k]);
     GR_TRY(gr_jreader_want(r, lv, JSON_OBJECT, "a link"));
-    GR_TRY(gr_jreader_check_keys(r, lv, lkeys, 2));
+    GR_TRY(gr_jreader_check_keys(r, lv, lkeys, 3));
     gr_link l = gr_cluster_get_link(c, (gr_link_kind)k);
     GR_TRY(number(r, lv, "latency", l.latency, true, &l.latency));
     GR_TRY(number(r, lv, "bandwidth", l.bandwidth, false, &l.bandwidth));
+    GR_TRY(number(r, lv, "step", l.step, true, &l.step));
     gr_cluster_set_link(c, (gr_link_kind)k, l);
     gr_jreader_pop(r);
   }
   return GR_OK;
 }
 
-/* The cluster file: {"jobs": {job: [task, ...]}, "links": {...}}. */
+/* "hosts": {name: {"cores": N}}, each a host of a task. */
+static gr_status read_hosts(gr_jreader *r, gr_cluster *c, const json_t *hosts) {
+  static const char *const hkeys[] = {"cores"};
+  GR_TRY(gr_jreader_want(r, hosts, JSON_OBJECT, "\"hosts\" (host name -> {\"cores\": N})"));
+  const char *name;
+  json_t *hv;
+  json_object_foreach((json_t *)hosts, name, hv) {
+    gr_jreader_push_key(r, name);
+    GR_TRY(gr_jreader_want(r, hv, JSON_OBJECT, "a host"));
+    GR_TRY(gr_jreader_check_keys(r, hv, hkeys, 1));
+    int cores = 0;
+    GR_TRY(int_member(r, hv, "cores", 0, 65536, &cores));
+    int h = 0;
+    while (h < gr_cluster_num_hosts(c) && strcmp(gr_cluster_host_name(c, h), name) != 0) h++;
+    if (h == gr_cluster_num_hosts(c)) return gr_jreader_fail(r, "no task is on this host");
+    gr_status s = gr_cluster_set_host_cores(c, name, cores, r->err);
+    if (s != GR_OK) return gr_jreader_wrap(r, s);
+    gr_jreader_pop(r);
+  }
+  return GR_OK;
+}
+
+/* The cluster file: {"jobs": {job: [task, ...]}, "links": {...}, "hosts": {...}}. */
 static gr_status read_cluster_file(gr_jreader *r, gr_cluster *c, const json_t *root) {
-  static const char *const keys[] = {"jobs", "links"};
-  GR_TRY(gr_jreader_check_keys(r, root, keys, 2));
+  static const char *const keys[] = {"jobs", "links", "hosts"};
+  GR_TRY(gr_jreader_check_keys(r, root, keys, 3));
   const json_t *jobs = json_object_get(root, "jobs");
   if (!jobs) return gr_jreader_fail(r, "missing \"jobs\" (an object: job name -> list of tasks)");
   gr_jreader_push_key(r, "jobs");
@@ -165,6 +210,12 @@ static gr_status read_cluster_file(gr_jreader *r, gr_cluster *c, const json_t *r
   if (links) {
     gr_jreader_push_key(r, "links");
     GR_TRY(read_links(r, c, links));
+    gr_jreader_pop(r);
+  }
+  const json_t *hosts = json_object_get(root, "hosts");
+  if (hosts) {
+    gr_jreader_push_key(r, "hosts");
+    GR_TRY(read_hosts(r, c, hosts));
     gr_jreader_pop(r);
   }
   return GR_OK;

@@ -23,7 +23,7 @@ static const char *num(double v, char buf[32]) {
 
 static bool same_rates(const gr_cluster_device *a, const gr_cluster_device *b) {
   return a->task == b->task && a->flops == b->flops && a->mem_bandwidth == b->mem_bandwidth &&
-         a->overhead == b->overhead;
+         a->overhead == b->overhead && a->time_scale == b->time_scale;
 }
 
 static void write_task(const gr_cluster *c, const gr_cluster_task *t, FILE *f) {
@@ -37,11 +37,15 @@ static void write_task(const gr_cluster *c, const gr_cluster_task *t, FILE *f) {
     char a[32], b[32], o[32];
     fprintf(f,
             "%s\n        {\"type\": \"CPU\", \"count\": %d, \"flops\": %s, \"mem_bandwidth\": %s, "
-            "\"overhead\": %s}",
+            "\"overhead\": %s",
             d > t->first_device ? "," : "", e - d, num(dv->flops, a), num(dv->mem_bandwidth, b),
             num(dv->overhead, o));
+    if (dv->time_scale != 1) fprintf(f, ", \"time_scale\": %s", num(dv->time_scale, o));
+    fprintf(f, "}");
   }
-  fprintf(f, "]}");
+  fprintf(f, "]");
+  if (t->threads != 1) fprintf(f, ", \"threads\": %d", t->threads);
+  fprintf(f, "}");
 }
 
 gr_status gr_cluster_write_json(const gr_cluster *c, FILE *f, gr_error *err) {
@@ -62,11 +66,19 @@ gr_status gr_cluster_write_json(const gr_cluster *c, FILE *f, gr_error *err) {
   }
   fprintf(f, "\n  },\n  \"links\": {");
   for (int k = 0; k < GR_LINK_COUNT; k++) {
-    char a[32], b[32];
-    fprintf(f, "%s\n    \"%s\": {\"latency\": %s, \"bandwidth\": %s}", k ? "," : "", link_keys[k],
-            num(c->links[k].latency, a), num(c->links[k].bandwidth, b));
+    char a[32], b[32], st[32];
+    fprintf(f, "%s\n    \"%s\": {\"latency\": %s, \"bandwidth\": %s, \"step\": %s}", k ? "," : "",
+            link_keys[k], num(c->links[k].latency, a), num(c->links[k].bandwidth, b),
+            num(c->links[k].step, st));
   }
-  fprintf(f, "\n  }\n}\n");
+  fprintf(f, "\n  }");
+  int nh = 0;
+  for (int h = 0; h < c->num_hosts; h++) {
+    if (!c->host_cores[h]) continue;
+    fprintf(f, "%s\n    \"%s\": {\"cores\": %d}", nh++ ? "," : ",\n  \"hosts\": {", c->hosts[h],
+            c->host_cores[h]);
+  }
+  fprintf(f, "%s\n}\n", nh ? "\n  }" : "");
   if (ferror(f)) return gr_error_set(err, GR_ERR_IO, "cluster: write error");
   return GR_OK;
 }

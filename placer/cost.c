@@ -1,6 +1,7 @@
 /* The static cost model: each op's cost function (or the default) on the
  * inferred shapes, unknown dims counted as GR_COST_DEFAULT_DIM. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,4 +69,36 @@ void gr_cost_profile_key(const gr_node *n, char *buf, size_t cap) {
                           gr_shape_str(&p->out_shapes[k], sh));
   }
   if (m < cap) snprintf(buf + m, cap - m, ")");
+}
+
+/* FNV-1a, 64 bits, over a byte string (and its terminating zero). */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s) {
+  return fnv(h, s, strlen(s) + 1);
+}
+
+uint64_t gr_cost_graph_fingerprint(const gr_graph *g) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < gr_graph_num_nodes(g); i++) {
+    const gr_node *n = gr_graph_node(g, i);
+    h = fnv_str(fnv_str(h, n->name), n->op->name);
+    for (int k = 0; k < n->num_outputs; k++) {
+      char sh[GR_SHAPE_STR_MAX];
+      h = fnv_str(fnv_str(h, gr_dtype_name(n->out_dtypes[k])), gr_shape_str(&n->out_shapes[k], sh));
+    }
+    for (int k = 0; k < n->num_inputs; k++)
+      h = fnv(fnv_str(h, n->inputs[k].node->name), &n->inputs[k].index, sizeof(int));
+    for (int k = 0; k < n->num_control_inputs; k++) h = fnv_str(h, n->control_inputs[k]->name);
+  }
+  return h;
+}
+
+void gr_cost_node_key(uint64_t fingerprint, const gr_node *n, bool runs, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s:%016llx:%s", runs ? "runs" : "node", (unsigned long long)fingerprint,
+           n->name);
 }

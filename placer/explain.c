@@ -94,6 +94,19 @@ out:
   free(vdev);
 }
 
+void gr_placement_print_candidates(const gr_placement *p, FILE *f) {
+  const gr_place_result *r = &p->r;
+  char t[32];
+  fprintf(f, "# candidates (predicted step):");
+  for (int k = 0; k < GR_PLACE_CAND_COUNT; k++)
+    if (isfinite(r->cand_time[k]))
+      fprintf(f, " %s %s%s", gr_place_candidate_name((gr_place_candidate)k),
+              fmt_time(r->cand_time[k], t), (int)r->chosen == k ? " (chosen)" : "");
+  if (isfinite(r->search_time))
+    fprintf(f, "; local search: %d simulations, %d moves kept", r->search_sims, r->search_moves);
+  fprintf(f, "\n");
+}
+
 void gr_placement_explain(const gr_placement *p, FILE *f) {
   const gr_cluster *c = p->cluster;
   const gr_place_result *r = &p->r;
@@ -136,6 +149,19 @@ void gr_placement_explain(const gr_placement *p, FILE *f) {
         fprintf(f, "with most of its inputs: the locality placement was faster (%s vs greedy %s)",
                 fmt_time(r->locality_time, t1), fmt_time(r->greedy_time, t2));
         break;
+      case GR_PLACE_OUTSIDE:
+        fprintf(f, "not in the step: with %s",
+                r->cause[k] >= 0 ? p->node_at[r->cause[k]]->name : "the session's first device");
+        break;
+      case GR_PLACE_SEARCH:
+        fprintf(f, "moved by the local search (its layer or group): %s vs %s before",
+                fmt_time(r->search_time, t1), fmt_time(fmin(r->greedy_time, r->locality_time), t2));
+        break;
+      case GR_PLACE_CANDIDATE:
+        fprintf(f, "the '%s' placement was chosen: %s vs the cost placement's %s",
+                gr_place_candidate_name(r->chosen), fmt_time(r->cand_time[r->chosen], t1),
+                fmt_time(r->cand_time[GR_PLACE_CAND_COST], t2));
+        break;
       case GR_PLACE_CHOSEN:
         fprintf(f, "earliest finish");
         if (r->cand_finish) {
@@ -169,5 +195,6 @@ void gr_placement_explain(const gr_placement *p, FILE *f) {
           : r->by_locality ? " -- locality"
                            : "");
   fprintf(f, "bytes crossing devices: %s per step\n", fmt_bytes(r->cross_bytes, t1));
+  gr_placement_print_candidates(p, f);
   explain_groups(p, f);
 }

@@ -25,8 +25,14 @@ typedef enum gr_link_kind {
 } gr_link_kind;
 
 typedef struct gr_link {
-  double latency;   /* seconds per transfer */
+  double latency;   /* seconds per transfer (message) */
   double bandwidth; /* bytes per second, > 0 */
+  /* Seconds a task adds to every step it takes part in (the client's RUN
+   * and its response) when the client reaches it over this kind of link:
+   * same_host for a server task on the client's host, cross_host for one
+   * elsewhere; same_task is the client's own cost per step, paid once
+   * (docs/placement.md). */
+  double step;
 } gr_link;
 
 typedef struct gr_cluster_device {
@@ -35,6 +41,9 @@ typedef struct gr_cluster_device {
   double flops;                  /* flop/s, > 0 */
   double mem_bandwidth;          /* bytes/s an op reads+writes, > 0 */
   double overhead;               /* seconds added to every op (dispatch), >= 0 */
+  double time_scale;             /* > 0: a node's time here is its measured or estimated
+                                    time times this (1: as measured; a loaded task's
+                                    steps run slower than the process that measured) */
   int task;                      /* index into the cluster's tasks */
   int host;                      /* index of the task's host */
 } gr_cluster_device;
@@ -65,6 +74,7 @@ typedef struct gr_cluster_task {
   const char *address; /* "host:port" or "[v6]:port" to reach the task; NULL when none */
   int first_device;    /* its devices: first_device .. first_device + num_devices - 1 */
   int num_devices;
+  int threads; /* inter-op threads: nodes each of its devices runs at once (default 1) */
 } gr_cluster_task;
 
 /* Which task of a cluster this process is (TF_CONFIG's "task", Slurm's
@@ -76,7 +86,8 @@ typedef struct gr_cluster_self {
 } gr_cluster_self;
 
 /* An empty cluster with default links (same task 1 us + 10 GB/s, same host
- * 20 us + 3 GB/s, cross host 100 us + 1.25 GB/s). NULL when out of memory. */
+ * 20 us + 3 GB/s, cross host 100 us + 1.25 GB/s; step costs 0, 50 us and
+ * 200 us). NULL when out of memory. */
 gr_cluster *gr_cluster_new(void);
 void gr_cluster_free(gr_cluster *c);
 /* Adds task number <count of tasks of job so far> of `job` on `host` (NULL:
@@ -97,6 +108,24 @@ gr_status gr_cluster_add_device(gr_cluster *c, int task, double flops, double me
 gr_status gr_cluster_add_task_at(gr_cluster *c, const char *job, const char *address,
                                  int num_devices, int *task_out, gr_error *err);
 void gr_cluster_set_link(gr_cluster *c, gr_link_kind kind, gr_link link);
+/* A device's time scale (gr_cluster_device.time_scale; > 0, finite). */
+gr_status gr_cluster_set_time_scale(gr_cluster *c, int device, double scale, gr_error *err);
+/* Multiplies the time scale of every device of a task with an address (a
+ * server) by factor (> 0, finite): a prediction of a step on the servers
+ * that came out P for a measured M (step costs S) is fitted by
+ * (M - S) / (P - S). */
+gr_status gr_cluster_scale_servers(gr_cluster *c, double factor, gr_error *err);
+/* Inter-op threads of a task (1..1024): how many nodes each of its devices
+ * runs at once in the simulation (gr_cluster_task.threads). */
+gr_status gr_cluster_set_task_threads(gr_cluster *c, int task, int threads, gr_error *err);
+/* Cores of a host (by name, a host of one of the cluster's tasks; 0: no
+ * limit, the default): how many nodes the devices of all its tasks run at
+ * once in the simulation. */
+gr_status gr_cluster_set_host_cores(gr_cluster *c, const char *host, int cores, gr_error *err);
+/* Cores of host number host_id (gr_cluster_task.host_id); 0: no limit. */
+int gr_cluster_host_cores(const gr_cluster *c, int host_id);
+int gr_cluster_num_hosts(const gr_cluster *c);
+const char *gr_cluster_host_name(const gr_cluster *c, int host_id);
 gr_link gr_cluster_get_link(const gr_cluster *c, gr_link_kind kind);
 /* One job "localhost", one task, n identical CPU devices. */
 gr_cluster *gr_cluster_new_local(int n, double flops, double mem_bandwidth, double overhead);
@@ -124,6 +153,21 @@ const gr_cluster_device *gr_cluster_device_at(const gr_cluster *c, int i);
 int gr_cluster_find_device(const gr_cluster *c, const char *name);
 /* Link between two different devices. */
 gr_link_kind gr_cluster_link_kind(const gr_cluster *c, int a, int b);
+/* The devices in the order a session over the cluster lists them (the
+ * master's: the chief's tasks, the workers', other jobs' in file order, the
+ * ps' last; devices of a task in order) into order[0 .. num_devices - 1].
+ * order[0] is where a session runs the nodes nobody placed, and where the
+ * client is taken to run (its host decides the step costs). */
+void gr_cluster_session_order(const gr_cluster *c, int *order);
+/* Seconds task `task` adds to every step it takes part in: 0 without an
+ * address (devices of the client's own process), else the step cost of the
+ * link from the client's host (the host of the session's first device) to
+ * its host: same_host or cross_host. */
+double gr_cluster_task_step(const gr_cluster *c, int task);
+/* Seconds a step costs beyond its nodes and transfers when it uses the
+ * tasks marked in used[0 .. num_tasks - 1]: same_task.step once, plus
+ * gr_cluster_task_step of each used task. */
+double gr_cluster_step_overhead(const gr_cluster *c, const bool *used);
 /* Seconds to move `bytes` from device a to b (0 when a == b). */
 double gr_cluster_transfer_time(const gr_cluster *c, int a, int b, double bytes);
 

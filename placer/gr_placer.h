@@ -1,7 +1,11 @@
 /* placer/: the face header. The cluster model (placer/gr_cluster.h), the
  * cost model with measured profiles (placer/gr_cost.h), placement
  * constraints, and the simulated greedy placer that gives every node of a
- * graph a full device name. Graph passes live in passes/.
+ * graph a full device name: it predicts the step a run executes (the
+ * options' fetches and targets) as the executors run it, compares its
+ * placement with the obvious ones (one task, pins only, by layer) and
+ * returns the fastest; gr_placement_try runs the candidates on a cluster.
+ * Graph passes live in passes/. docs/placement.md.
  *
  *   gr_error err;
  *   gr_cluster *c = NULL;
@@ -16,7 +20,8 @@
  *   gr_cluster_free(c);
  *
  * Ownership: every _new / _load / _place result has one _free. The cluster
- * must outlive placements made with it; the graph owns the assigned device
+ * must outlive placements made with it (and not change while a placement is
+ * made; gr_placement_fit_scale changes it between two); the graph owns the assigned device
  * strings the placer writes (one shared string per device). The lower-level
  * gr_place_graph form (flat arrays, nodes in topological order) is what the
  * placer works on; benchmarks and tests may build it directly. See
@@ -48,12 +53,18 @@ typedef struct gr_place_graph {
   double *in_bytes; /* per edge: tensor bytes (0 for control edges) */
   int *group;       /* per node: colocation representative (group[v] == v: own group) */
   int *allow;       /* per node: -1 any device, else an allowed-set index */
+  double *runs;     /* per node: how often it runs in a step (a loop's iterations; init: 1);
+                       a transfer between two nodes costs the fewer of their runs times */
+  uint8_t *active;  /* per node: 1 in the step that is predicted (its time counts), 0 outside
+                       it (placed with its group or inputs afterwards: an evaluation
+                       subgraph, a variable's initialiser); init sets every node to 1 */
   int num_allow_sets, allow_words; /* sets are allow_words uint64 words each */
   uint64_t *allow_bits;
 } gr_place_graph;
 
 /* Allocates arrays for n nodes and e edges (group[v] = v, allow = -1,
- * seconds = -1, others 0); in_off must then be filled by the caller. */
+ * seconds = -1, runs = 1, active = 1, others 0); in_off must then be
+ * filled by the caller. */
 gr_status gr_place_graph_init(gr_place_graph *pg, int n, int e, gr_error *err);
 void gr_place_graph_free(gr_place_graph *pg);
 /* Adds an allowed device set (device indices < num_devices); returns its index or -1 (OOM). */
@@ -68,11 +79,53 @@ typedef enum gr_place_reason {
   GR_PLACE_CONSUMER,  /* free source (constant, placeholder): with its first consumer */
   GR_PLACE_FALLBACK,  /* the whole greedy placement lost to a simpler one */
   GR_PLACE_LOCALITY,  /* the locality placement (with most of its inputs) beat the greedy one */
+  GR_PLACE_OUTSIDE,   /* not in the step: with its group, its input or its consumer (cause) */
+  GR_PLACE_SEARCH,    /* the local search moved its unit (layer or colocation group) here */
+  GR_PLACE_CANDIDATE, /* an obvious candidate (one task, pins only, by layer) was faster */
 } gr_place_reason;
+
+/* The placements the cost placer compares in its simulator, the best kept:
+ * its own (greedy, locality, local search) and the obvious ones. */
+typedef enum gr_place_candidate {
+  GR_PLACE_CAND_COST,     /* the cost placer's own */
+  GR_PLACE_CAND_ONE_TASK, /* every node on one device (the best-rated), pinned groups as pinned */
+  GR_PLACE_CAND_PINS,     /* pins only: the rest on the session's first device (--placement pins) */
+  GR_PLACE_CAND_LAYERS,   /* round-robin by layer over the devices in session order, pins kept */
+  GR_PLACE_CAND_COUNT
+} gr_place_candidate;
+/* "cost", "one-task", "pins", "layers". */
+const char *gr_place_candidate_name(gr_place_candidate k);
+
+/* Graphs with fewer nodes than this get the local search when asked. */
+#define GR_PLACE_SEARCH_MAX_NODES 10000
 
 typedef struct gr_place_options {
   bool record;      /* keep per-node finish times per device (for explain) */
   bool no_fallback; /* return the greedy placement even if another candidate is better */
+  /* per node: its layer (numbered from 0 by first appearance; -1 none), for
+   * the round-robin-by-layer candidate and the search's units; NULL: no
+   * layer candidate, units are the colocation groups */
+  const int *layer;
+  /* > 0: after the greedy and locality placements, a local search from the
+   * best placement so far (graphs under GR_PLACE_SEARCH_MAX_NODES nodes):
+   * moves of a whole unit (a layer with the colocation groups it touches, or
+   * a colocation group) to another allowed device, kept when the simulator
+   * rates them faster, at most this many simulations */
+  int search_budget;
+  /* write into cand_device where the simulator put the free sources and
+   * nodes outside the step (they are -1 there otherwise) */
+  bool resolve_candidates;
+  /* rate every placement (greedy, locality, candidates, search) and predict
+   * the step with the dataflow simulation, as the executors run a step:
+   * each device runs any node whose inputs are there, the highest rank
+   * first, on its task's inter-op threads within its host's cores. Off: the
+   * greedy's own rank-order simulation (no back-filling; faster on very
+   * large graphs, what bench-placer rates) */
+  bool dataflow;
+  /* > 0: the pins-only candidate is returned unless another is rated faster
+   * by at least this fraction (the model's error: a placement that moves
+   * nodes must pay for the risk); 0: the fastest wins */
+  double min_gain;
 } gr_place_options;
 
 typedef struct gr_place_result {
@@ -92,6 +145,14 @@ typedef struct gr_place_result {
   /* record only: num_nodes * num_devices finish times (INFINITY: not allowed) */
   double *cand_finish;
   int num_devices;
+  /* the candidates compared: predicted step (INFINITY: not tried) and
+   * device per node (NULL: not tried); chosen: the one returned */
+  double cand_time[GR_PLACE_CAND_COUNT];
+  int *cand_device[GR_PLACE_CAND_COUNT];
+  gr_place_candidate chosen;
+  double search_time; /* the cost placement after the search (INFINITY: no search) */
+  int search_moves;   /* moves the search kept */
+  int search_sims;    /* simulations it ran */
 } gr_place_result;
 
 /* Places pg on c. Deterministic. result is filled (free with gr_place_result_free). */
@@ -104,6 +165,11 @@ void gr_place_result_free(gr_place_result *r);
  * cross_bytes (may be NULL) gets the bytes moved between devices. -1 on OOM. */
 double gr_place_simulate(const gr_place_graph *pg, const gr_cluster *c, const int *device,
                          double *cross_bytes);
+/* The same assignment in the dataflow simulation (gr_place_options.dataflow:
+ * as the executors run a step; nodes outside the step left out; the step
+ * costs of the tasks used added). -1 on OOM. */
+double gr_place_simulate_dataflow(const gr_place_graph *pg, const gr_cluster *c, const int *device,
+                                  double *cross_bytes);
 /* Compute seconds of node v on device d (estimate or measured). */
 double gr_place_node_time(const gr_place_graph *pg, const gr_cluster *c, int v, int d);
 /* max(critical path on the fastest device, total work / number of devices),
@@ -117,7 +183,25 @@ typedef struct gr_placer_options {
   bool explain;            /* keep what gr_placement_explain prints */
   gr_profile_db *profiles; /* measured times (NULL: static estimates only) */
   int min_samples;         /* profiles used once they have this many samples */
+  /* The step the prediction is for: the nodes these fetches and targets
+   * need, the walk stopping at the feeds, as a session prunes a run (all
+   * borrowed, read during the call). None of them: every node. Nodes
+   * outside the step are placed too (with their group, input or consumer)
+   * but cost nothing. */
+  const gr_output *fetches, *targets, *feeds;
+  int num_fetches, num_targets, num_feeds;
+  /* The local search (graphs under GR_PLACE_SEARCH_MAX_NODES nodes) with
+   * at most search_budget simulations (0: GR_PLACE_SEARCH_BUDGET). */
+  bool search;
+  int search_budget;
+  /* the pins-only placement stays unless another is predicted faster by
+   * this fraction (default GR_PLACE_MIN_GAIN; 0: the fastest wins) */
+  double min_gain;
 } gr_placer_options;
+
+#define GR_PLACE_MIN_GAIN 0.05
+
+#define GR_PLACE_SEARCH_BUDGET 4000
 
 gr_placer_options gr_placer_options_default(void);
 
@@ -143,10 +227,92 @@ bool gr_place_mode_parse(const char *text, gr_place_mode *out);
  * soft: a pin no device satisfies is ignored (cost mode). */
 gr_status gr_placer_assign(gr_graph *g, const gr_cluster *c, int devices, gr_place_mode mode,
                            bool soft, gr_error *err);
+/* The same for the step a run executes (cost mode predicts and places for
+ * it; options' fetches, targets and feeds, may be NULL: every node) and
+ * with the options' profiles. */
+gr_status gr_placer_assign_step(gr_graph *g, const gr_cluster *c, int devices, gr_place_mode mode,
+                                const gr_placer_options *o, gr_error *err);
 double gr_placement_step_time(const gr_placement *p);
 double gr_placement_cross_bytes(const gr_placement *p);
 /* Device index (into the cluster) of the node with this id, -1 if not placed. */
 int gr_placement_device_of(const gr_placement *p, int node_id);
+/* The candidates compared (docs/placement.md): the predicted step of
+ * candidate k (INFINITY: not tried), and the one returned. */
+double gr_placement_candidate_time(const gr_placement *p, gr_place_candidate k);
+/* The device index candidate k gives the node with this id (-1: not tried). */
+int gr_placement_candidate_device(const gr_placement *p, gr_place_candidate k, int node_id);
+gr_place_candidate gr_placement_chosen(const gr_placement *p);
+/* The part of candidate k's predicted step that is step costs (the client's
+ * and those of the tasks it uses: gr_cluster_step_overhead); 0 when k was
+ * not tried. */
+double gr_placement_step_costs(const gr_placement *p, gr_place_candidate k);
+/* Writes candidate k's devices to the graph's nodes (assigned_device), as
+ * gr_placer_place writes the chosen one's: to run or measure another
+ * candidate. An error when k was not tried. */
+gr_status gr_placement_apply(gr_placement *p, gr_place_candidate k, gr_error *err);
+/* ---- measuring placements ------------------------------------------------- */
+
+/* One placement to time: a session (local, or a master's on a cluster)
+ * whose graph was placed so, and the step it runs (borrowed). */
+typedef struct gr_place_run {
+  gr_session *session;
+  const gr_output *fetches, *targets;
+  int num_fetches, num_targets;
+} gr_place_run;
+
+/* Seconds per step of a run: the median, the 10th percentile (a step that
+ * other work on the machine left alone, about) and the spread (the 75th
+ * less the 25th percentile). */
+typedef struct gr_step_stats {
+  double median, low, spread;
+} gr_step_stats;
+
+/* Times the runs' steps: each runs 3 untimed steps, then `rounds` rounds
+ * in which each run in turn runs `steps` / `rounds` steps (at least one),
+ * so that load that comes and goes touches them alike; stats[i] gets run
+ * i's. A failed step is the error, prefixed with the run's index. */
+gr_status gr_place_measure(const gr_place_run *runs, int n, int steps, int rounds,
+                           gr_step_stats *stats, gr_error *err);
+
+/* Trying the candidates of a placement on the runtime: how to open a
+ * session of the graph over the cluster (its nodes' assigned devices as
+ * they are: a master's, for a cluster of servers), and close it. */
+typedef struct gr_place_opener {
+  gr_session *(*open)(void *arg, gr_graph *g, gr_error *err);
+  void (*close)(void *arg, gr_session *s);
+  void *arg;
+} gr_place_opener;
+
+typedef struct gr_place_trial {
+  bool tried;             /* placed and measured */
+  double predicted;       /* seconds per step */
+  gr_step_stats measured; /* the steps measured */
+  int same_as;            /* -1, or an earlier candidate that puts the step's nodes on the same
+                             devices (measured once) */
+} gr_place_trial;
+
+/* Runs the step (fetches and targets, as the placement was made for) of
+ * each candidate in mask (bit k: gr_place_candidate k; GR_PLACE_CAND_COST:
+ * the placement returned) on sessions from o, and fills out[k]. Pins only
+ * runs as `--placement pins` does: nothing assigned, the session decides.
+ * Each distinct placement gets a session, warmed by one step right after
+ * its devices are assigned; then gr_place_measure times them in `rounds`
+ * rounds, about budget seconds each (by the slowest prediction; at least 20
+ * steps) and at most
+ * max_steps steps (*steps, may be NULL: how many). The placement returned
+ * is assigned again at the end. */
+gr_status gr_placement_try(gr_placement *p, const gr_output *fetches, int num_fetches,
+                           const gr_output *targets, int num_targets, const gr_place_opener *o,
+                           unsigned mask, int max_steps, double budget, int rounds,
+                           gr_place_trial *out, int *steps, gr_error *err);
+/* Fits the time scale of the cluster's servers (gr_cluster_scale_servers)
+ * to a measured step of the placement's pins-only candidate: measured less
+ * its step costs over predicted less them (clamped to [0.3, 5]); *factor
+ * (may be NULL) gets the factor. c is the cluster p was placed on (place
+ * again to predict with the new scale). */
+gr_status gr_placement_fit_scale(const gr_placement *p, gr_cluster *c, double measured,
+                                 double *factor, gr_error *err);
+
 /* Per node: its device and why; then the predicted step time and the bytes
  * crossing devices. Needs options.explain for the finish-time comparisons. */
 void gr_placement_explain(const gr_placement *p, FILE *f);

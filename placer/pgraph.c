@@ -22,8 +22,10 @@ gr_status gr_place_graph_init(gr_place_graph *pg, int n, int e, gr_error *err) {
   pg->in_bytes = calloc(se + 1, sizeof(double));
   pg->group = gr_alloc_array(sn + 1, sizeof(int));
   pg->allow = gr_alloc_array(sn + 1, sizeof(int));
+  pg->active = malloc(sn + 1);
+  pg->runs = gr_alloc_array(sn + 1, sizeof(double));
   if (!pg->flops || !pg->bytes || !pg->seconds || !pg->in_off || !pg->in_src || !pg->in_bytes ||
-      !pg->group || !pg->allow) {
+      !pg->group || !pg->allow || !pg->active || !pg->runs) {
     gr_place_graph_free(pg);
     return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "place graph: out of memory (%d nodes)", n);
   }
@@ -31,7 +33,9 @@ gr_status gr_place_graph_init(gr_place_graph *pg, int n, int e, gr_error *err) {
     pg->seconds[v] = -1;
     pg->group[v] = v;
     pg->allow[v] = -1;
+    pg->runs[v] = 1;
   }
+  memset(pg->active, 1, sn + 1);
   return GR_OK;
 }
 
@@ -44,6 +48,8 @@ void gr_place_graph_free(gr_place_graph *pg) {
   free(pg->in_bytes);
   free(pg->group);
   free(pg->allow);
+  free(pg->active);
+  free(pg->runs);
   free(pg->allow_bits);
   memset(pg, 0, sizeof *pg);
 }
@@ -87,7 +93,8 @@ gr_status gr_place_graph_check(const gr_place_graph *pg, int num_devices, gr_err
                             v);
     }
     if (!(pg->flops[v] >= 0) || !isfinite(pg->flops[v]) || !(pg->bytes[v] >= 0) ||
-        !isfinite(pg->bytes[v]) || !isfinite(pg->seconds[v]))
+        !isfinite(pg->bytes[v]) || !isfinite(pg->seconds[v]) || !(pg->runs[v] >= 1) ||
+        !isfinite(pg->runs[v]))
       return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "place graph: node %d: bad cost", v);
     int g = pg->group[v];
     if (g < 0 || g >= n || pg->group[g] != g)

@@ -9,8 +9,11 @@
 #include "place_internal.h"
 
 gr_placer_options gr_placer_options_default(void) {
-  return (gr_placer_options){
-      .soft_placement = false, .explain = false, .profiles = NULL, .min_samples = 3};
+  return (gr_placer_options){.soft_placement = false,
+                             .explain = false,
+                             .profiles = NULL,
+                             .min_samples = 3,
+                             .min_gain = GR_PLACE_MIN_GAIN};
 }
 
 /* The value of key in a string -> int map, or inserts val and returns it; -2 on OOM. */
@@ -308,7 +311,8 @@ static gr_status fill_graph(build *b, const int *order, const int *gset) {
     if (pos[i] < rep[r]) rep[r] = pos[i];
   }
   e = 0;
-  char key[512];
+  char key[600];
+  uint64_t fp = b->o->profiles ? gr_cost_graph_fingerprint(b->g) : 0;
   for (int k = 0; k < n; k++) {
     gr_node *v = gr_graph_node(b->g, order[k]);
     b->p->node_at[k] = v;
@@ -316,14 +320,23 @@ static gr_status fill_graph(build *b, const int *order, const int *gset) {
     pg->flops[k] = c.flops;
     pg->bytes[k] = c.bytes;
     if (b->o->profiles) {
+      /* the node's own time per step (this graph's), else its op's per run */
       double mean;
-      int64_t samples;
-      gr_cost_profile_key(v, key, sizeof key);
-      if (gr_profile_db_lookup(b->o->profiles, key, &mean, &samples, b->err) != GR_OK) {
-        free(rep);
-        return b->err ? b->err->code : GR_ERR_IO;
+      int64_t samples, need = b->o->min_samples > 0 ? b->o->min_samples : 1;
+      gr_cost_node_key(fp, v, true, key, sizeof key);
+      gr_status st = gr_profile_db_lookup(b->o->profiles, key, &mean, &samples, b->err);
+      if (st == GR_OK && samples >= need && mean >= 1) pg->runs[k] = mean;
+      gr_cost_node_key(fp, v, false, key, sizeof key);
+      if (st == GR_OK) st = gr_profile_db_lookup(b->o->profiles, key, &mean, &samples, b->err);
+      if (st == GR_OK && samples < need) {
+        gr_cost_profile_key(v, key, sizeof key);
+        st = gr_profile_db_lookup(b->o->profiles, key, &mean, &samples, b->err);
       }
-      if (samples >= (b->o->min_samples > 0 ? b->o->min_samples : 1)) {
+      if (st != GR_OK) {
+        free(rep);
+        return st;
+      }
+      if (samples >= need) {
         pg->seconds[k] = mean;
         b->p->profiled++;
       }
@@ -345,6 +358,27 @@ static gr_status fill_graph(build *b, const int *order, const int *gset) {
   pg->in_off[n] = e;
   free(rep);
   return GR_OK;
+}
+
+/* The step: pg.active marks the nodes the options' fetches and targets
+ * need (the session's pruning walk); without them every node is in it. */
+static gr_status mark_step(build *b, const int *order) {
+  const gr_placer_options *o = b->o;
+  if (!o->num_fetches && !o->num_targets) return GR_OK;
+  unsigned char *mark = calloc((size_t)b->n + 1, 1);
+  if (!mark) return gr_error_set(b->err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
+  gr_prune_request r = {.feeds = o->feeds,
+                        .fetches = o->fetches,
+                        .targets = o->targets,
+                        .num_feeds = o->num_feeds,
+                        .num_fetches = o->num_fetches,
+                        .num_targets = o->num_targets,
+                        .feeds_cut_control = true};
+  gr_status st = gr_graph_mark_needed(b->g, &r, mark, NULL, b->err);
+  for (int k = 0; st == GR_OK && k < b->n; k++)
+    b->p->pg.active[k] = mark[order[k]] != GR_PRUNE_UNUSED;
+  free(mark);
+  return st;
 }
 
 gr_status gr_placer_place(gr_graph *g, const gr_cluster *c, const gr_placer_options *opts,
@@ -398,16 +432,20 @@ gr_status gr_placer_place(gr_graph *g, const gr_cluster *c, const gr_placer_opti
   if ((s = group_sets(&b, gset, gpinner)) != GR_OK) goto done;
   if ((s = join_hints(&b, gset, gpinner)) != GR_OK) goto done;
   if ((s = fill_graph(&b, order, gset)) != GR_OK) goto done;
-  gr_place_options po = {.record = o.explain};
+  if ((s = mark_step(&b, order)) != GR_OK) goto done;
+  /* layers, per node id, then per index of the compact graph (in gpinner's room) */
+  if ((s = gr_place_layers(g, &b.col, order, gset, err)) != GR_OK) goto done;
+  for (int k = 0; k < n; k++) gpinner[k] = gset[order[k]];
+  gr_place_options po = {
+      .record = o.explain,
+      .layer = gpinner,
+      .search_budget =
+          o.search ? (o.search_budget > 0 ? o.search_budget : GR_PLACE_SEARCH_BUDGET) : 0,
+      .resolve_candidates = true,
+      .dataflow = true,
+      .min_gain = o.min_gain};
   if ((s = gr_place_schedule(&p->pg, c, &po, &p->r, err)) != GR_OK) goto done;
-  for (int k = 0; k < n; k++) {
-    int d = p->r.device[k];
-    if (!p->dev_names[d]) {
-      p->dev_names[d] = gr_graph_strdup(g, c->devices[d].name);
-      if (!p->dev_names[d]) goto oom;
-    }
-    p->node_at[k]->assigned_device = p->dev_names[d];
-  }
+  s = gr_placement_apply(p, p->r.chosen, err);
   goto done;
 oom:
   s = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory (%d nodes)", n);
@@ -426,6 +464,49 @@ done:
   }
   *out = p;
   return GR_OK;
+}
+
+gr_status gr_placement_apply(gr_placement *p, gr_place_candidate k, gr_error *err) {
+  if ((unsigned)k >= GR_PLACE_CAND_COUNT || !p->r.cand_device[k])
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "placement: candidate '%s' was not tried",
+                        gr_place_candidate_name(k));
+  const gr_cluster *c = p->cluster;
+  for (int i = 0; i < p->n; i++) {
+    int d = p->r.cand_device[k][i];
+    if (d < 0 || d >= c->num_devices) d = p->r.device[i];
+    if (!p->dev_names[d] && !(p->dev_names[d] = gr_graph_strdup(p->graph, c->devices[d].name)))
+      return gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory");
+    p->node_at[i]->assigned_device = p->dev_names[d];
+  }
+  return GR_OK;
+}
+
+double gr_placement_candidate_time(const gr_placement *p, gr_place_candidate k) {
+  return (unsigned)k < GR_PLACE_CAND_COUNT ? p->r.cand_time[k] : INFINITY;
+}
+
+double gr_placement_step_costs(const gr_placement *p, gr_place_candidate k) {
+  const gr_cluster *c = p->cluster;
+  if ((unsigned)k >= GR_PLACE_CAND_COUNT || !p->r.cand_device[k]) return 0;
+  bool *used = calloc((size_t)c->num_tasks + 1, sizeof *used);
+  if (!used) return 0;
+  for (int i = 0; i < p->n; i++) {
+    int d = p->r.cand_device[k][i];
+    if (p->pg.active[i] && d >= 0 && d < c->num_devices) used[c->devices[d].task] = true;
+  }
+  double t = gr_cluster_step_overhead(c, used);
+  free(used);
+  return t;
+}
+
+int gr_placement_candidate_device(const gr_placement *p, gr_place_candidate k, int node_id) {
+  if ((unsigned)k >= GR_PLACE_CAND_COUNT || !p->r.cand_device[k] || node_id < 0 || node_id >= p->n)
+    return -1;
+  return p->r.cand_device[k][p->pos[node_id]];
+}
+
+gr_place_candidate gr_placement_chosen(const gr_placement *p) {
+  return p->r.chosen;
 }
 
 void gr_placement_free(gr_placement *p) {

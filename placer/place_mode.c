@@ -38,18 +38,24 @@ static gr_status round_robin(gr_graph *g, const gr_cluster *c, int devices, bool
   return st;
 }
 
-gr_status gr_placer_assign(gr_graph *g, const gr_cluster *c, int devices, gr_place_mode mode,
-                           bool soft, gr_error *err) {
+gr_status gr_placer_assign_step(gr_graph *g, const gr_cluster *c, int devices, gr_place_mode mode,
+                                const gr_placer_options *o, gr_error *err) {
+  gr_placer_options opts = o ? *o : gr_placer_options_default();
   if (!c && devices < 1)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "placement: %d devices", devices);
   if (mode == GR_PLACE_PINS) return GR_OK; /* the session puts them on its first device */
-  if (mode == GR_PLACE_ROUND_ROBIN) return round_robin(g, c, devices, soft, err);
+  if (mode == GR_PLACE_ROUND_ROBIN) return round_robin(g, c, devices, opts.soft_placement, err);
   /* the cost model on the cluster's devices, or this process's (static estimates) */
   gr_cluster *local = c ? NULL : gr_cluster_new_local(devices, 1e10, 1e10, 1e-6);
   if (!c && !local) return gr_error_set_oom(err);
-  gr_placer_options o = gr_placer_options_default();
-  o.soft_placement = soft;
-  gr_status st = gr_placer_place(g, c ? c : local, &o, NULL, err);
+  gr_status st = gr_placer_place(g, c ? c : local, &opts, NULL, err);
   gr_cluster_free(local);
   return st;
+}
+
+gr_status gr_placer_assign(gr_graph *g, const gr_cluster *c, int devices, gr_place_mode mode,
+                           bool soft, gr_error *err) {
+  gr_placer_options o = gr_placer_options_default();
+  o.soft_placement = soft;
+  return gr_placer_assign_step(g, c, devices, mode, &o, err);
 }

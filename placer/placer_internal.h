@@ -12,6 +12,7 @@ struct gr_cluster {
   gr_cluster_task *tasks; /* job and address strings owned here */
   int num_tasks, cap_tasks;
   char **hosts;
+  int *host_cores; /* per host: cores (0: no limit); as large as hosts */
   int num_hosts, cap_hosts;
   gr_link links[GR_LINK_COUNT];
 };
@@ -27,6 +28,10 @@ const char *gr_cluster_host_problem(const char *host, char *why, size_t why_cap)
  * host (no brackets) is in host[host_cap] and the port in *port. */
 const char *gr_cluster_address_problem(const char *address, char *host, size_t host_cap, int *port,
                                        char *why, size_t why_cap);
+
+/* Runs one SQL statement without results on the profile database
+ * (BEGIN, COMMIT); errors name it. */
+gr_status gr_profile_db_exec(gr_profile_db *db, const char *sql, gr_error *err);
 
 /* Launchers' jobs (cluster_jobs.c): "ps:1,worker:3" over ntasks tasks. */
 typedef struct gr_job_count {
@@ -56,5 +61,52 @@ static inline bool gr_place_allowed(const gr_place_graph *pg, int set, int d) {
  * false when out of memory. */
 bool gr_place_locality(const gr_place_graph *pg, const gr_cluster *c, const uint8_t *skip,
                        int *device);
+
+/* The simulator of a schedule (sched.c) for the candidates and the search:
+ * a fixed assignment (device per node; -1 for a free source or a node
+ * outside the step: it follows, as in the greedy run) simulated again and
+ * again on the same state. */
+typedef struct sched gr_place_sim;
+/* The makespan of `device` (as gr_place_simulate); *cross (may be NULL): bytes moved. */
+double gr_place_sim_run(gr_place_sim *s, const int *device, double *cross);
+/* Per node: a free source (follows its first consumer). */
+const uint8_t *gr_place_sim_deferred(const gr_place_sim *s);
+/* The devices in session order (gr_cluster_session_order). */
+const int *gr_place_sim_session_order(const gr_place_sim *s);
+
+/* The dataflow simulation of a fixed placement (dataflow.c): devices run
+ * any node whose inputs are there, the highest rank first, on their task's
+ * inter-op threads, within their host's cores. pos: per node its visiting
+ * position (its rank's order: smaller runs first), deferred: free sources,
+ * sorder: the session order (all borrowed, kept while it lives). NULL when
+ * out of memory. */
+typedef struct gr_dataflow gr_dataflow;
+gr_dataflow *gr_dataflow_new(const gr_place_graph *pg, const gr_cluster *c, const int *pos,
+                             const uint8_t *deferred, const int *sorder);
+void gr_dataflow_free(gr_dataflow *f);
+/* The makespan of device (per node; -1 for a free source: with its first
+ * consumer by rank) with the step costs of the tasks used; *cross (may be
+ * NULL) the bytes moved; start and finish (may be NULL) per node (0 for
+ * free sources and nodes outside the step). */
+double gr_dataflow_run(gr_dataflow *f, const int *device, double *cross, double *start,
+                       double *finish);
+
+/* The obvious candidates (candidates.c): one task (each device kind, or
+ * each device of the first 16 when pins make the place matter; the best;
+ * also result->baseline_time and baseline_device), pins only, and round
+ * robin by layer when layer is not NULL. Fills result->cand_time and
+ * cand_device; false when out of memory. */
+bool gr_place_candidates(const gr_place_graph *pg, const gr_cluster *c, gr_place_sim *s,
+                         const int *layer, gr_place_result *result);
+
+/* The local search (search.c): from device (a full assignment) with
+ * makespan *t, moves whole units (a layer joined with the colocation
+ * groups of its nodes; without layers a colocation group) to another
+ * device all their nodes allow, keeping a move when the simulator rates
+ * it faster, in passes over the units until a pass keeps none or `budget`
+ * simulations ran. device and *t get the best found; *moves and *sims
+ * what it did. false when out of memory (device and *t unchanged). */
+bool gr_place_search(const gr_place_graph *pg, const gr_cluster *c, gr_place_sim *s,
+                     const int *layer, int budget, int *device, double *t, int *moves, int *sims);
 
 #endif

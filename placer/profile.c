@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "placer/gr_placer.h"
+#include "placer_internal.h"
 
 struct gr_profile_db {
   sqlite3 *db;
@@ -75,6 +75,11 @@ gr_status gr_profile_db_record(gr_profile_db *p, const char *key, double seconds
   sqlite3_bind_double(p->record, 2, seconds);
   if (sqlite3_step(p->record) != SQLITE_DONE) return db_error(p, err, "record");
   sqlite3_reset(p->record);
+  return GR_OK;
+}
+
+gr_status gr_profile_db_exec(gr_profile_db *p, const char *sql, gr_error *err) {
+  if (sqlite3_exec(p->db, sql, NULL, NULL, NULL) != SQLITE_OK) return db_error(p, err, sql);
   return GR_OK;
 }
 

@@ -17,45 +17,9 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
-#include "placer_internal.h"
+#include "sched_internal.h"
 
 static void *big_alloc(size_t bytes);
-
-typedef struct gin gin;
-typedef struct nstate {
-  double fin, sarr; /* finish; arrival at sdev */
-  int dev, sdev;    /* device (-1: not yet); last device its output was sent to */
-} nstate;
-typedef struct sched {
-  const gr_place_graph *pg;
-  const gr_cluster *c;
-  int n, D;
-  /* per device */
-  double *inv_flops, *inv_mbw, *ovh, *dev_free, *out_free, *in_free, *tout;
-  int *task, *host, *tstamp;
-  double lat[GR_LINK_COUNT], inv_bw[GR_LINK_COUNT];
-  /* per node */
-  int *order, *mark, *gdev, *gfirst, *cause;
-  double *st;
-  nstate *ns; /* what consumers read of a placed node, in one cache line */
-  uint8_t *deferred;
-  /* pinned successors: CSR of (edge bytes, device) per node */
-  int *ps_off, *ps_dev;
-  double *ps_bytes;
-  /* out-edges: consumer and in-edge index per out-edge */
-  int *out_off, *out_dst, *out_edge;
-  double *aff; /* per device: affinity of the node being placed */
-  int *aff_stamp, *touched;
-  double mean_lat, mean_ibw; /* mean link between distinct devices */
-  double aff_weight;         /* 0: plain earliest finish */
-  int stamp, stamp2, stamp_aff;
-  gin *gin; /* inputs of the node being placed */
-  int ngin, maxin;
-  int *wstamp, stamp_w;    /* per device: warm for the node being placed */
-  double lat_min, ibw_min; /* fastest link: latency, 1 / bandwidth */
-  double last_tin, last_start;
-  double cross;
-} sched;
 
 static inline int link_kind(const sched *s, int a, int b) {
   return s->task[a] == s->task[b]
@@ -63,19 +27,53 @@ static inline int link_kind(const sched *s, int a, int b) {
              : (s->host[a] == s->host[b] ? GR_LINK_SAME_HOST : GR_LINK_CROSS_HOST);
 }
 
+/* When d can start a node: a thread slot of d free and, on a host with a
+ * core limit, a core. */
+static inline double dev_ready(const sched *s, int d) {
+  double t = s->dev_free[d];
+  if (s->has_cores && s->host_free[s->host[d]] > t) t = s->host_free[s->host[d]];
+  return t;
+}
+
+/* The slot (of [off, end)) free first. */
+static inline int first_free(const double *t, int off, int end) {
+  int b = off;
+  for (int i = off + 1; i < end; i++)
+    if (t[i] < t[b]) b = i;
+  return b;
+}
+
+/* d runs a node until fin: its first free slot (and its host's first free
+ * core) is taken until then. */
+static void occupy(sched *s, int d, double fin) {
+  int a = s->slot_off[d], b = s->slot_off[d + 1];
+  if (b - a == 1) {
+    s->slot_free[a] = s->dev_free[d] = fin;
+  } else {
+    s->slot_free[first_free(s->slot_free, a, b)] = fin;
+    s->dev_free[d] = s->slot_free[first_free(s->slot_free, a, b)];
+  }
+  int h = s->host[d];
+  if (s->has_cores && s->core_off[h + 1] > s->core_off[h]) {
+    a = s->core_off[h], b = s->core_off[h + 1];
+    s->core_free[first_free(s->core_free, a, b)] = fin;
+    s->host_free[h] = s->core_free[first_free(s->core_free, a, b)];
+  }
+}
+
 static inline double node_time(const sched *s, int v, int d) {
   const gr_place_graph *pg = s->pg;
   if (s->deferred[v]) return 0;
-  if (pg->seconds[v] >= 0) return pg->seconds[v];
+  if (pg->seconds[v] >= 0) return pg->seconds[v] * s->scale[d];
   double a = pg->flops[v] * s->inv_flops[d], b = pg->bytes[v] * s->inv_mbw[d];
-  return (a > b ? a : b) + s->ovh[d];
+  return ((a > b ? a : b) + s->ovh[d]) * s->scale[d];
 }
 
 double gr_place_node_time(const gr_place_graph *pg, const gr_cluster *c, int v, int d) {
   const gr_cluster_device *dv = &c->devices[d];
-  if (pg->seconds[v] >= 0) return pg->seconds[v];
+  if (pg->seconds[v] >= 0) return pg->seconds[v] * dv->time_scale;
   double a = pg->flops[v] / dv->flops, b = pg->bytes[v] / dv->mem_bandwidth;
-  return (a > b ? a : b) + dv->overhead;
+  return ((a > b ? a : b) + dv->overhead) * dv->time_scale;
 }
 
 /* The inputs of the node being placed, read once (distinct producers). */
@@ -129,7 +127,7 @@ static double eval(sched *s, int v, int d) {
     if (r > ready) ready = r;
   }
   s->last_tin = tin;
-  double start = s->dev_free[d] > ready ? s->dev_free[d] : ready;
+  double free = dev_ready(s, d), start = free > ready ? free : ready;
   s->last_start = start;
   return start + node_time(s, v, d);
 }
@@ -141,7 +139,8 @@ static double commit(sched *s, int v, int d) {
   for (int i = 0; i < s->ngin; i++) {
     gin *g = &s->gin[i];
     int u = g->u, du = g->du;
-    if (du < 0) {
+    if (du < 0) { /* a free source comes here; a node outside the step stays */
+      if (!s->deferred[u]) continue;
       s->ns[u].dev = d;
       s->st[u] = s->ns[u].fin = 0;
       s->cause[u] = v;
@@ -156,7 +155,8 @@ static double commit(sched *s, int v, int d) {
   s->st[v] = s->last_start;
   s->ns[v].fin = fin;
   s->ns[v].dev = d;
-  if (!s->deferred[v]) s->dev_free[d] = fin;
+  if (!s->deferred[v]) occupy(s, d, fin);
+  s->tused[s->task[d]] = 1;
   return fin;
 }
 
@@ -224,13 +224,53 @@ static void *carve(char **p, size_t bytes) {
   return r;
 }
 
-static bool sched_init(sched *s, const gr_place_graph *pg, const gr_cluster *c, void **block) {
+/* Thread slots, host cores, task step costs, session order: one block
+ * (s->res). own: only the arrays a run writes (for a clone, which shares
+ * the others with its source). */
+static bool sched_resources(sched *s, bool own) {
+  const gr_cluster *c = s->c;
+  int D = s->D, H = c->num_hosts, T = c->num_tasks, nslots = 0, ncores = 0;
+  for (int d = 0; d < D; d++) nslots += c->tasks[c->devices[d].task].threads;
+  for (int h = 0; h < H; h++) ncores += c->host_cores[h];
+  size_t nd = (size_t)nslots + (size_t)ncores + (size_t)H + (size_t)T + 4;
+  size_t ni = (size_t)D + 1 + (size_t)H + 1 + (size_t)D + 1;
+  char *p = s->res = malloc(nd * sizeof(double) + ni * sizeof(int) + (size_t)T + 8);
+  if (!p) return false;
+  double *x = (double *)p;
+  s->slot_free = x, x += nslots + 1;
+  s->core_free = x, x += ncores + 1;
+  s->host_free = x, x += H + 1;
+  double *task_step = x;
+  int *y = (int *)(p + nd * sizeof(double));
+  s->tused = (uint8_t *)(y + ni);
+  if (!own) return true;
+  s->task_step = task_step;
+  s->slot_off = y, y += D + 1;
+  s->core_off = y, y += H + 1;
+  s->sorder = y;
+  s->ntasks = T;
+  s->slot_off[0] = 0;
+  for (int d = 0; d < D; d++)
+    s->slot_off[d + 1] = s->slot_off[d] + c->tasks[c->devices[d].task].threads;
+  s->core_off[0] = 0;
+  s->has_cores = false;
+  for (int h = 0; h < H; h++) {
+    s->core_off[h + 1] = s->core_off[h] + c->host_cores[h];
+    s->has_cores |= c->host_cores[h] > 0;
+  }
+  for (int t = 0; t < T; t++) s->task_step[t] = gr_cluster_task_step(c, t);
+  s->step_base = c->links[GR_LINK_SAME_TASK].step;
+  gr_cluster_session_order(c, s->sorder);
+  return true;
+}
+
+bool gr_sched_init(sched *s, const gr_place_graph *pg, const gr_cluster *c, void **block) {
   memset(s, 0, sizeof *s);
   s->pg = pg;
   s->c = c;
   int n = s->n = pg->num_nodes, D = s->D = c->num_devices;
   size_t sn = (size_t)n + 1, sd = (size_t)D + 1, total = 0;
-  total += 8 * (sd * sizeof(double) + 64) + 6 * (sd * sizeof(int) + 64);
+  total += 9 * (sd * sizeof(double) + 64) + 6 * (sd * sizeof(int) + 64);
   total += 2 * (sn * sizeof(int) + 64);
   total += 5 * (sn * sizeof(int) + 64) + (sn * sizeof(double) + 64) + (sn * sizeof(nstate) + 64) +
            sn + 64;
@@ -239,6 +279,7 @@ static bool sched_init(sched *s, const gr_place_graph *pg, const gr_cluster *c, 
   s->inv_flops = carve(&p, sd * sizeof(double));
   s->inv_mbw = carve(&p, sd * sizeof(double));
   s->ovh = carve(&p, sd * sizeof(double));
+  s->scale = carve(&p, sd * sizeof(double));
   s->dev_free = carve(&p, sd * sizeof(double));
   s->out_free = carve(&p, sd * sizeof(double));
   s->in_free = carve(&p, sd * sizeof(double));
@@ -264,9 +305,12 @@ static bool sched_init(sched *s, const gr_place_graph *pg, const gr_cluster *c, 
     s->inv_flops[d] = 1.0 / dv->flops;
     s->inv_mbw[d] = 1.0 / dv->mem_bandwidth;
     s->ovh[d] = dv->overhead;
+    s->scale[d] = dv->time_scale;
     s->task[d] = dv->task;
     s->host[d] = dv->host;
   }
+  s->active = pg->active;
+  if (!sched_resources(s, true)) return false;
   s->lat_min = s->ibw_min = INFINITY;
   for (int k = 0; k < GR_LINK_COUNT; k++) {
     s->lat[k] = c->links[k].latency;
@@ -312,6 +356,11 @@ static void sched_reset(sched *s) {
     s->dev_free[d] = s->out_free[d] = s->in_free[d] = 0;
     s->tstamp[d] = s->aff_stamp[d] = s->wstamp[d] = 0;
   }
+  memset(s->slot_free, 0, sizeof(double) * (size_t)s->slot_off[D]);
+  int H = s->c->num_hosts;
+  memset(s->core_free, 0, sizeof(double) * (size_t)s->core_off[H]);
+  memset(s->host_free, 0, sizeof(double) * (size_t)H);
+  memset(s->tused, 0, (size_t)s->ntasks);
   s->stamp_aff = s->stamp_w = 0;
   for (int v = 0; v < n; v++) {
     s->ns[v].dev = s->ns[v].sdev = s->gdev[v] = s->gfirst[v] = s->cause[v] = -1;
@@ -323,12 +372,14 @@ static void sched_reset(sched *s) {
 }
 
 /* Upward ranks with mean compute time and mean transfer cost, then the order. */
-static bool compute_order(sched *s) {
+bool gr_sched_order(sched *s) {
   const gr_place_graph *pg = s->pg;
   int n = s->n, D = s->D;
-  double mf = 0, mb = 0, mo = 0;
-  for (int d = 0; d < D; d++) mf += s->inv_flops[d], mb += s->inv_mbw[d], mo += s->ovh[d];
-  mf /= D, mb /= D, mo /= D;
+  double mf = 0, mb = 0, mo = 0, ms = 0;
+  for (int d = 0; d < D; d++)
+    mf += s->inv_flops[d] * s->scale[d], mb += s->inv_mbw[d] * s->scale[d],
+        mo += s->ovh[d] * s->scale[d], ms += s->scale[d];
+  mf /= D, mb /= D, mo /= D, ms /= D;
   /* Mean link over ordered pairs of distinct devices (sampled when many). */
   double lat = 0, ibw = 0;
   long pairs = 0;
@@ -351,10 +402,14 @@ static bool compute_order(sched *s) {
   if (ok) {
     for (int v = n - 1; v >= 0; v--) {
       double t;
+      if (!gr_sched_active(s, v)) { /* outside the step: ranks nothing */
+        rank[v] = 0;
+        continue;
+      }
       if (s->deferred[v])
         t = 0;
       else if (pg->seconds[v] >= 0)
-        t = pg->seconds[v];
+        t = pg->seconds[v] * ms;
       else {
         double a = pg->flops[v] * mf, b = pg->bytes[v] * mb;
         t = (a > b ? a : b) + mo;
@@ -400,8 +455,32 @@ static int affinity(sched *s, int v) {
   return nt;
 }
 
-/* Runs the schedule; device NULL: greedy, else fixed. Returns the makespan. */
-static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
+/* Where a node the run did not place goes (outside the step, or a free
+ * source nobody in it consumed): with its group, else with its first
+ * placed input, else its first placed consumer, else the first device of
+ * the session order its group allows. */
+static int follow(sched *s, int v, int *cause) {
+  const gr_place_graph *pg = s->pg;
+  int g = pg->group[v], set = pg->allow[g];
+  *cause = -1;
+  if (s->gdev[g] >= 0) return *cause = s->gfirst[g], s->gdev[g];
+  for (int e = pg->in_off[v]; e < pg->in_off[v + 1]; e++) {
+    int u = pg->in_src[e], du = s->ns[u].dev;
+    if (du >= 0 && gr_place_allowed(pg, set, du)) return *cause = u, du;
+  }
+  for (int j = s->out_off[v]; j < s->out_off[v + 1]; j++) {
+    int w = s->out_dst[j], dw = s->ns[w].dev;
+    if (dw >= 0 && gr_place_allowed(pg, set, dw)) return *cause = w, dw;
+  }
+  for (int k = 0; k < s->D; k++)
+    if (gr_place_allowed(pg, set, s->sorder[k])) return s->sorder[k];
+  return 0;
+}
+
+/* Runs the schedule; device NULL: greedy, else fixed. Returns the makespan:
+ * the last finish of a node of the step, plus the step costs of the tasks
+ * it used (gr_cluster_step_overhead). */
+double gr_sched_run(sched *s, const int *device, uint8_t *reason, double *cand) {
   const gr_place_graph *pg = s->pg;
   int D = s->D;
   sched_reset(s);
@@ -409,8 +488,13 @@ static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
   for (int i = 0; i < s->n; i++) {
     int v = s->order[i];
     int g = pg->group[v], d;
+    if (!gr_sched_active(s, v)) { /* placed after the step (follow) */
+      if (device && device[v] >= 0 && s->gdev[g] < 0) s->gdev[g] = device[v], s->gfirst[g] = v;
+      continue;
+    }
     if (device) {
       d = device[v];
+      if (d >= 0 && s->gdev[g] < 0) s->gdev[g] = d, s->gfirst[g] = v;
     } else if (s->gdev[g] >= 0) {
       d = s->gdev[g];
       s->cause[v] = s->gfirst[g];
@@ -444,10 +528,12 @@ static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
           if (warm != (pass == 0)) continue;
           nallowed++;
           if (!warm) {
-            double lb = s->dev_free[k] > rlb ? s->dev_free[k] : rlb;
+            double free = dev_ready(s, k), lb = free > rlb ? free : rlb;
             if (lb + node_time(s, v, k) > best) continue;
           }
           double f = eval(s, v, k), score = f;
+          /* a task the step does not use yet adds its step cost */
+          if (!s->tused[s->task[k]]) score += s->task_step[s->task[k]];
           if (s->aff_stamp[k] == s->stamp_aff) score -= s->aff_weight * s->aff[k];
           /* Look ahead to pinned consumers: their transfer comes after v. */
           if (s->ps_off)
@@ -468,21 +554,34 @@ static double run(sched *s, const int *device, uint8_t *reason, double *cand) {
       s->gfirst[g] = v;
     }
     if (device && s->deferred[v]) { /* d < 0: with its first consumer, as when greedy */
-      if (d >= 0) s->ns[v].dev = d, s->st[v] = s->ns[v].fin = 0;
+      if (d >= 0) s->ns[v].dev = d, s->st[v] = s->ns[v].fin = 0, s->tused[s->task[d]] = 1;
       continue;
     }
     if (device || d != s->gdev[g] || s->gfirst[g] != v) gather(s, v);
     double f = commit(s, v, d);
     if (f > makespan) makespan = f;
   }
-  /* Free sources nobody consumed: the first allowed device. */
-  for (int v = 0; v < s->n; v++)
-    if (s->ns[v].dev < 0) s->ns[v].dev = 0, s->st[v] = s->ns[v].fin = 0;
+  /* Nodes outside the step, free sources nobody consumed: they follow. */
+  for (int v = 0; v < s->n; v++) {
+    if (s->ns[v].dev >= 0) continue;
+    int cause, d = device && device[v] >= 0 ? device[v] : follow(s, v, &cause);
+    if (!device || device[v] < 0) {
+      s->cause[v] = cause;
+      if (reason && !gr_sched_active(s, v)) reason[v] = GR_PLACE_OUTSIDE;
+    }
+    int g = pg->group[v];
+    if (s->gdev[g] < 0) s->gdev[g] = d, s->gfirst[g] = v;
+    s->ns[v].dev = d;
+    s->st[v] = s->ns[v].fin = 0;
+  }
+  makespan += s->step_base;
+  for (int t = 0; t < s->ntasks; t++)
+    if (s->tused[t]) makespan += s->task_step[t];
   return makespan;
 }
 
 /* Out-edges to nodes whose group is pinned to exactly one device. */
-static bool build_pinned_successors(sched *s) {
+bool gr_sched_pinned_successors(sched *s) {
   const gr_place_graph *pg = s->pg;
   int n = s->n, D = s->D, count = 0;
   if (!pg->num_allow_sets) return true;
@@ -530,8 +629,9 @@ static bool build_pinned_successors(sched *s) {
   return true;
 }
 
-static void sched_free(sched *s, void *block) {
+void gr_sched_free(sched *s, void *block) {
   free(block);
+  free(s->res);
   free(s->out_dst);
   free(s->out_edge);
   free(s->gin);
@@ -542,7 +642,7 @@ static void sched_free(sched *s, void *block) {
 
 /* A second schedule state sharing the read-only arrays of src (order,
  * consumers, device constants), to run a variant on another thread. */
-static bool sched_clone(sched *dst, const sched *src, void **block) {
+bool gr_sched_clone(sched *dst, const sched *src, void **block) {
   *dst = *src;
   size_t sn = (size_t)src->n + 1, sd = (size_t)src->D + 1;
   size_t total = 5 * (sd * sizeof(double) + 64) + 4 * (sd * sizeof(int) + 64) +
@@ -550,9 +650,10 @@ static bool sched_clone(sched *dst, const sched *src, void **block) {
                  (sn * sizeof(nstate) + 64);
   char *p = *block = big_alloc(total);
   dst->gin = gr_alloc_array((size_t)src->maxin, sizeof(gin));
-  if (!p || !dst->gin) {
+  if (!p || !dst->gin || !sched_resources(dst, false)) {
     free(*block);
     free(dst->gin);
+    if (p && dst->gin) free(dst->res);
     *block = NULL;
     return false;
   }
@@ -574,29 +675,36 @@ static bool sched_clone(sched *dst, const sched *src, void **block) {
   return true;
 }
 
-typedef struct variant_job {
-  sched *s;
-  uint8_t *reason;
-  double t;
-} variant_job;
-
-static void *run_variant(void *arg) {
-  variant_job *j = arg;
-  j->t = run(j->s, NULL, j->reason, NULL);
-  return NULL;
-}
-
 double gr_place_simulate(const gr_place_graph *pg, const gr_cluster *c, const int *device,
                          double *cross_bytes) {
   sched s;
   void *block;
-  if (!sched_init(&s, pg, c, &block) || !compute_order(&s)) {
-    sched_free(&s, block);
+  if (!gr_sched_init(&s, pg, c, &block) || !gr_sched_order(&s)) {
+    gr_sched_free(&s, block);
     return -1;
   }
-  double m = run(&s, device, NULL, NULL);
+  double m = gr_sched_run(&s, device, NULL, NULL);
   if (cross_bytes) *cross_bytes = s.cross;
-  sched_free(&s, block);
+  gr_sched_free(&s, block);
+  return m;
+}
+
+double gr_place_simulate_dataflow(const gr_place_graph *pg, const gr_cluster *c, const int *device,
+                                  double *cross_bytes) {
+  sched s;
+  void *block;
+  double m = -1;
+  int *pos = NULL;
+  gr_dataflow *f = NULL;
+  if (gr_sched_init(&s, pg, c, &block) && gr_sched_order(&s) &&
+      (pos = gr_alloc_array((size_t)s.n + 1, sizeof(int)))) {
+    for (int i = 0; i < s.n; i++) pos[s.order[i]] = i;
+    if ((f = gr_dataflow_new(pg, c, pos, s.deferred, s.sorder)))
+      m = gr_dataflow_run(f, device, cross_bytes, NULL, NULL);
+  }
+  gr_dataflow_free(f);
+  free(pos);
+  gr_sched_free(&s, block);
   return m;
 }
 
@@ -623,213 +731,4 @@ double gr_place_lower_bound(const gr_place_graph *pg, const gr_cluster *c) {
   }
   free(cp);
   return crit > work / D ? crit : work / D;
-}
-
-void gr_place_result_free(gr_place_result *r) {
-  free(r->device);
-  free(r->start);
-  free(r->finish);
-  free(r->reason);
-  free(r->cause);
-  free(r->cand_finish);
-  memset(r, 0, sizeof *r);
-}
-
-static void copy_out(const sched *s, gr_place_result *r) {
-  for (int v = 0; v < s->n; v++) {
-    r->device[v] = s->ns[v].dev;
-    r->finish[v] = s->ns[v].fin;
-  }
-  memcpy(r->start, s->st, sizeof(double) * (size_t)s->n);
-}
-
-/* The result's arrays for n nodes on D devices (cand_finish when recording);
- * false when out of memory. */
-static bool alloc_result(gr_place_result *r, int n, int D, bool record) {
-  size_t sn = (size_t)n + 1;
-  r->device = gr_alloc_array(sn, sizeof(int));
-  r->start = gr_alloc_array(sn, sizeof(double));
-  r->finish = gr_alloc_array(sn, sizeof(double));
-  r->reason = calloc(2 * sn, 1);
-  r->cause = gr_alloc_array(sn, sizeof(int));
-  if (record) {
-    r->cand_finish = gr_alloc_array(sn * (size_t)D, sizeof(double));
-    if (r->cand_finish)
-      for (size_t i = 0; i < sn * (size_t)D; i++) r->cand_finish[i] = INFINITY;
-  }
-  return r->device && r->start && r->finish && r->reason && r->cause && (!record || r->cand_finish);
-}
-
-/* Every group needs an allowed device. */
-static gr_status check_allowed(const gr_place_graph *pg, int D, gr_error *err) {
-  for (int v = 0; v < pg->num_nodes; v++) {
-    int set = pg->allow[pg->group[v]], k = 0;
-    while (k < D && !gr_place_allowed(pg, set, k)) k++;
-    if (k == D)
-      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                          "placer: node %d: no device satisfies its group's constraints", v);
-  }
-  return GR_OK;
-}
-
-/* Greedy variants, the faster by the simulation kept (ties: the first):
- * with consumer affinity, and plain earliest finish. (Judging devices
- * without link contention, as HEFT does, was tried as a third and almost
- * never won.) Large graphs run the two at once on two threads. */
-static void place_greedy(sched *s, const gr_place_options *opts, gr_place_result *r) {
-  static const double weights[] = {1, 0};
-  int n = s->n;
-  size_t sn = (size_t)n + 1;
-  double times[2] = {0, 0};
-  sched s2;
-  void *block2 = NULL;
-  bool two = !opts->record && n >= 50000 && sched_clone(&s2, s, &block2);
-  if (two) {
-    pthread_t th;
-    s2.aff_weight = weights[1];
-    variant_job job = {&s2, r->reason + sn, 0};
-    if (pthread_create(&th, NULL, run_variant, &job) != 0) {
-      two = false;
-    } else {
-      s->aff_weight = weights[0];
-      times[0] = run(s, NULL, r->reason, NULL);
-      pthread_join(th, NULL);
-      times[1] = job.t;
-    }
-  }
-  if (!two) {
-    s->aff_weight = weights[0];
-    times[0] = run(s, NULL, r->reason, r->cand_finish);
-    r->greedy_time = times[0];
-    r->cross_bytes = s->cross;
-    copy_out(s, r);
-    memcpy(r->cause, s->cause, sizeof(int) * (size_t)n);
-    if (!opts->record) { /* one variant keeps the recorded comparisons consistent */
-      s->aff_weight = weights[1];
-      times[1] = run(s, NULL, r->reason + sn, NULL);
-      if (times[1] < times[0]) {
-        r->greedy_time = times[1];
-        r->cross_bytes = s->cross;
-        copy_out(s, r);
-        memcpy(r->cause, s->cause, sizeof(int) * (size_t)n);
-        memcpy(r->reason, r->reason + sn, (size_t)n);
-      }
-    }
-  } else {
-    const sched *w = times[1] < times[0] ? &s2 : s;
-    r->greedy_time = times[1] < times[0] ? times[1] : times[0];
-    r->cross_bytes = w->cross;
-    copy_out(w, r);
-    memcpy(r->cause, w->cause, sizeof(int) * (size_t)n);
-    if (w == &s2) memcpy(r->reason, r->reason + sn, (size_t)n);
-  }
-  if (block2) {
-    free(block2);
-    free(s2.gin);
-  }
-  r->step_time = r->greedy_time;
-}
-
-/* The locality placement (locality.c), kept when the simulation rates it
- * faster: on wide graphs with costly transfers contiguous blocks beat
- * node-by-node earliest finish. cand_dev: room for a device per node. */
-static void try_locality(const gr_place_graph *pg, const gr_cluster *c, sched *s, int *cand_dev,
-                         gr_place_result *r) {
-  r->locality_time = INFINITY;
-  if (!gr_place_locality(pg, c, s->deferred, cand_dev)) return;
-  r->locality_time = run(s, cand_dev, NULL, NULL);
-  if (r->locality_time < r->step_time) {
-    r->step_time = r->locality_time;
-    r->by_locality = true;
-    r->cross_bytes = s->cross;
-    copy_out(s, r);
-    for (int v = 0; v < s->n; v++)
-      if (r->reason[v] == GR_PLACE_CHOSEN)
-        r->reason[v] = GR_PLACE_LOCALITY;
-      else if (r->reason[v] == GR_PLACE_CONSUMER)
-        r->cause[v] = s->cause[v];
-  }
-}
-
-/* Baselines: everything on one device b, pinned groups where pinned. One b
- * per distinct device kind unless pins make the place matter. The best is
- * kept, and replaces the placement when it is faster (unless no_fallback). */
-static void try_baselines(const gr_place_graph *pg, const gr_cluster *c, sched *s, int *cand_dev,
-                          bool no_fallback, gr_place_result *r) {
-  int n = s->n, D = c->num_devices;
-  r->baseline_time = INFINITY;
-  r->baseline_device = -1;
-  for (int b = 0; b < D; b++) {
-    bool distinct = true;
-    if (!pg->num_allow_sets || b >= 16)
-      for (int a = 0; a < b && distinct; a++)
-        distinct = !(c->devices[a].flops == c->devices[b].flops &&
-                     c->devices[a].mem_bandwidth == c->devices[b].mem_bandwidth &&
-                     c->devices[a].overhead == c->devices[b].overhead);
-    if (!distinct) continue;
-    for (int v = 0; v < n; v++) {
-      int set = pg->allow[pg->group[v]], k = b;
-      if (!gr_place_allowed(pg, set, k))
-        for (k = 0; k < D && !gr_place_allowed(pg, set, k); k++) {}
-      cand_dev[v] = k;
-    }
-    double t = run(s, cand_dev, NULL, NULL);
-    if (t < r->baseline_time) {
-      r->baseline_time = t;
-      r->baseline_device = b;
-      if (!no_fallback && t < r->step_time) {
-        r->step_time = t;
-        r->fell_back = true;
-        r->by_locality = false;
-        r->cross_bytes = s->cross;
-        copy_out(s, r);
-      }
-    }
-  }
-  if (r->fell_back)
-    for (int v = 0; v < n; v++)
-      if (r->reason[v] == GR_PLACE_CHOSEN || r->reason[v] == GR_PLACE_CONSUMER ||
-          r->reason[v] == GR_PLACE_LOCALITY)
-        r->reason[v] = GR_PLACE_FALLBACK;
-}
-
-/* Places every node: the greedy variants, then the locality placement and
- * the single-device baselines where the simulation rates them faster. */
-static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const gr_place_options *o,
-                          gr_place_result *r, gr_error *err) {
-  memset(r, 0, sizeof *r);
-  int n = pg->num_nodes, D = c->num_devices;
-  if (D < 1)
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "placer: the cluster has no devices");
-  GR_TRY(gr_place_graph_check(pg, D, err));
-  gr_place_options opts = o ? *o : (gr_place_options){0};
-  sched s;
-  void *block = NULL;
-  bool ok = sched_init(&s, pg, c, &block) && compute_order(&s) && build_pinned_successors(&s);
-  ok = alloc_result(r, n, D, opts.record) && ok;
-  int *cand_dev = gr_alloc_array((size_t)n + 1, sizeof(int));
-  gr_status st = !ok || !cand_dev ? gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED,
-                                                 "placer: out of memory (%d nodes)", n)
-                                  : check_allowed(pg, D, err);
-  if (st != GR_OK) {
-    sched_free(&s, block);
-    free(cand_dev);
-    gr_place_result_free(r);
-    return st;
-  }
-  r->num_devices = D;
-  place_greedy(&s, &opts, r);
-  if (opts.no_fallback)
-    r->locality_time = INFINITY;
-  else
-    try_locality(pg, c, &s, cand_dev, r);
-  try_baselines(pg, c, &s, cand_dev, opts.no_fallback, r);
-  sched_free(&s, block);
-  free(cand_dev);
-  return GR_OK;
-}
-
-gr_status gr_place_schedule(const gr_place_graph *pg, const gr_cluster *c,
-                            const gr_place_options *o, gr_place_result *r, gr_error *err) {
-  return schedule(pg, c, o, r, err);
 }

@@ -3,7 +3,7 @@
 # and the README exists, every relative link between them leads to a file,
 # and every `make TARGET` they name (in backquotes or as a command line of
 # a code block) is a target of the Makefile (bench-NAME: a benchmark program
-# tests/bench/bench_NAME.c).
+# tests/bench/bench_NAME.c, a '-' in NAME a '_').
 set -u
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root" || exit 1
@@ -29,7 +29,7 @@ for d in "${docs[@]}"; do
 done
 while IFS= read -r t; do
   case "$t" in
-    bench-*) [ -e "tests/bench/bench_${t#bench-}.c" ] && continue ;;
+    bench-*) b="${t#bench-}" && [ -e "tests/bench/bench_${b//-/_}.c" ] && continue ;;
     *) grep -qE "^${t}:|^\.PHONY:.*\b${t}\b" Makefile && continue ;;
   esac
   echo "docs: \`make $t\` is named in $(grep -l -- "make $t" "${docs[@]}" | head -1) but is no target"

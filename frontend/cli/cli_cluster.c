@@ -195,33 +195,32 @@ gr_status cli_master_identity(const gr_cluster *c, const char *secret, gr_master
   return GR_OK;
 }
 
-gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
-                      gr_master **out, gr_error *err) {
-  *out = NULL;
+gr_status cli_master_options(const gr_cluster *c, const char *from, const char *secret,
+                             int timeout_ms, cli_master_conf *conf, gr_error *err) {
   int n = gr_cluster_num_tasks(c);
-  const char **addrs = calloc((size_t)n + 1, sizeof *addrs);
-  char(*names)[GR_DEVICE_NAME_MAX] = calloc((size_t)n + 1, sizeof *names);
-  const char **name_of = calloc((size_t)n + 1, sizeof *name_of);
-  if (!addrs || !names || !name_of) {
-    free(addrs), free(names), free(name_of);
+  *conf = (cli_master_conf){.addrs = calloc((size_t)n + 1, sizeof *conf->addrs),
+                            .names = calloc((size_t)n + 1, sizeof *conf->names),
+                            .name_of = calloc((size_t)n + 1, sizeof *conf->name_of)};
+  if (!conf->addrs || !conf->names || !conf->name_of) {
+    cli_master_conf_free(conf);
     return gr_error_set_oom(err);
   }
   for (int k = 0; k < n; k++) {
     const gr_cluster_task *t = gr_cluster_task_at(c, k);
     if (!t->address) {
-      free(addrs), free(names), free(name_of);
+      cli_master_conf_free(conf);
       return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                           "%s: task /job:%s/task:%d has no address (host:port) to connect to", from,
                           t->job, t->index);
     }
-    addrs[k] = t->address;
-    snprintf(names[k], sizeof names[k], "/job:%s/task:%d", t->job, t->index);
-    name_of[k] = names[k];
+    conf->addrs[k] = t->address;
+    snprintf(conf->names[k], sizeof conf->names[k], "/job:%s/task:%d", t->job, t->index);
+    conf->name_of[k] = conf->names[k];
   }
-  char id[GR_CLUSTER_ID_MAX + 1];
-  gr_master_options mo = {.num_tasks = n,
-                          .addresses = addrs,
-                          .task_names = name_of,
+  conf->mo =
+      (gr_master_options){.num_tasks = n,
+                          .addresses = conf->addrs,
+                          .task_names = conf->name_of,
                           /* a short --timeout also bounds connecting */
                           .connect_timeout_ms = connect_ms > 0                         ? connect_ms
                                                 : timeout_ms > 0 && timeout_ms < 10000 ? timeout_ms
@@ -230,9 +229,24 @@ gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret,
                           .heartbeat_ms = heartbeat_ms,
                           .heartbeat_missed = heartbeat_missed,
                           .container = container};
-  gr_status st = cli_master_identity(c, secret, &mo, id, err);
-  if (st == GR_OK) st = gr_master_new(&mo, out, err);
-  free(addrs), free(names), free(name_of);
+  gr_status st = cli_master_identity(c, secret, &conf->mo, conf->id, err);
+  if (st != GR_OK) cli_master_conf_free(conf);
+  return st;
+}
+
+void cli_master_conf_free(cli_master_conf *conf) {
+  free(conf->addrs), free(conf->names), free(conf->name_of);
+  conf->addrs = conf->name_of = NULL;
+  conf->names = NULL;
+}
+
+gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,
+                      gr_master **out, gr_error *err) {
+  *out = NULL;
+  cli_master_conf conf;
+  GR_TRY(cli_master_options(c, from, secret, timeout_ms, &conf, err));
+  gr_status st = gr_master_new(&conf.mo, out, err);
+  cli_master_conf_free(&conf);
   return st;
 }
 

@@ -87,6 +87,19 @@ void cli_set_container(const char *name);
 /* The bound of the next cli_connect's connecting (ms; 0: the default, at most
  * 10 s), for a run's first connect to tasks that start later. */
 void cli_set_connect_timeout(int ms);
+/* The options of a master of every task of c (each needs an address), with
+ * the secret and this process's cluster id for c (cli_set_identity), in
+ * conf->mo; conf owns the arrays mo points to (cli_master_conf_free; on an
+ * error nothing is left to free). conf must not move while mo is used. */
+typedef struct cli_master_conf {
+  gr_master_options mo;
+  const char **addrs, **name_of;
+  char (*names)[GR_DEVICE_NAME_MAX];
+  char id[GR_CLUSTER_ID_MAX + 1];
+} cli_master_conf;
+gr_status cli_master_options(const gr_cluster *c, const char *from, const char *secret,
+                             int timeout_ms, cli_master_conf *conf, gr_error *err);
+void cli_master_conf_free(cli_master_conf *conf);
 /* A master connected to every task of c (each needs an address), with the
  * secret and this process's cluster id for c (cli_set_identity). */
 gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret, int timeout_ms,

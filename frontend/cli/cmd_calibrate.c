@@ -1,319 +1,380 @@
-/* graphrun calibrate: measures this machine and writes a cluster file for the
- * placer: a matmul op for flop/s, memcpy for memory and same-task bandwidth,
- * a chain of tiny ops for the per-op overhead, a loopback TCP socket pair for
- * same-host latency and bandwidth. Cross-host figures cannot be measured on
- * one machine: defaults are written (and said so on stderr). */
-#include <arpa/inet.h>
+/* graphrun calibrate: measures this machine and the runtime, and writes a
+ * cluster file for the placer (docs/placement.md, "How the model is
+ * calibrated"): the devices' flop/s, per-op overhead and memory bandwidth
+ * (cli_calibrate_machine.c); between real server tasks (two forked here,
+ * or the tasks of a running cluster with --cluster) each link kind's
+ * latency, bandwidth and per-task step cost (gr_calibrate_runtime); with
+ * --profiles, the kernel times of graph files' steps into the profile
+ * database, and on a cluster the tasks' time scale fitted to those steps. */
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
+#include <sys/random.h>
 #include <unistd.h>
 
+#include "cli_calibrate.h"
+#include "cli_cluster.h"
+#include "cli_local_tasks.h"
 #include "cli_options.h"
+#include "cli_place.h"
 #include "cli_util.h"
 #include "commands.h"
-#include "placer/gr_placer.h"
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return v[n / 2];
-}
-
-/* flop/s of the matmul op (n x n, f32, one intra-op thread). */
-static double measure_flops(int n, int reps, gr_error *err) {
-  gr_graph *g = gr_graph_new();
-  gr_shape sh = {2, {n, n}};
-  gr_output a = gr_placeholder(g, "a", GR_F32, sh), b = gr_placeholder(g, "b", GR_F32, sh);
-  gr_output y = gr_matmul(g, a, b, false, false);
-  gr_tensor ta, tb;
-  double result = -1;
-  if (gr_tensor_alloc(&ta, GR_F32, &sh, err) != GR_OK) goto out_graph;
-  if (gr_tensor_alloc(&tb, GR_F32, &sh, err) != GR_OK) goto out_a;
-  float *pa = gr_tensor_data(&ta), *pb = gr_tensor_data(&tb);
-  for (int64_t i = 0; i < (int64_t)n * n; i++) pa[i] = (float)(i % 7) * 0.25f, pb[i] = 1.0f;
-  gr_session_options o = {.inter_op_threads = 1, .intra_op_threads = 1, .num_devices = 1};
-  gr_session *s = gr_session_new(g, &o, err);
-  if (!s) goto out_b;
-  gr_feed feeds[2] = {{a, &ta}, {b, &tb}};
-  double *t = gr_alloc_array((size_t)reps, sizeof(double));
-  if (!t) goto out_s;
-  int k;
-  for (k = 0; k < reps; k++) {
-    gr_tensor out;
-    double t0 = cli_now();
-    if (gr_session_run(s, feeds, 2, &y, 1, &out, NULL, 0, err) != GR_OK) break;
-    t[k] = cli_now() - t0;
-    gr_tensor_release(&out);
-  }
-  if (k == reps) result = 2.0 * n * n * (double)n / median(t, reps);
-  free(t);
-out_s:
-  gr_session_free(s);
-out_b:
-  gr_tensor_release(&tb);
-out_a:
-  gr_tensor_release(&ta);
-out_graph:
-  gr_graph_free(g);
-  return result;
-}
-
-/* Seconds per tiny op: a chain of neg on a scalar. */
-static double measure_overhead(gr_error *err) {
-  enum { N = 2000, REPS = 15 };
-  gr_graph *g = gr_graph_new();
-  gr_output x = gr_const_f32(g, 1);
-  for (int i = 0; i < N; i++) x = gr_neg(g, x);
-  gr_session_options o = {.inter_op_threads = 1, .intra_op_threads = 1, .num_devices = 1};
-  gr_session *s = gr_session_new(g, &o, err);
-  double t[REPS], result = -1;
-  int k = 0;
-  if (s)
-    for (k = 0; k < REPS; k++) {
-      gr_tensor out;
-      double t0 = cli_now();
-      if (gr_session_run(s, NULL, 0, &x, 1, &out, NULL, 0, err) != GR_OK) break;
-      t[k] = (cli_now() - t0) / N;
-      gr_tensor_release(&out);
-    }
-  if (s && k == REPS) result = median(t, REPS);
-  gr_session_free(s);
-  gr_graph_free(g);
-  return result;
-}
-
-/* Bytes per second of memcpy (read + written counts once: a tensor copy). */
-static double measure_memcpy(size_t bytes, int reps, double *small_latency) {
-  char *a = malloc(bytes), *b = malloc(bytes);
-  if (!a || !b) {
-    free(a);
-    free(b);
-    return -1;
-  }
-  memset(a, 1, bytes);
-  memset(b, 2, bytes);
-  double best = 1e30;
-  for (int k = 0; k < reps; k++) {
-    double t0 = cli_now();
-    memcpy(b, a, bytes);
-    double t = cli_now() - t0;
-    if (t < best) best = t;
-    a[k % bytes] = b[(k * 7) % bytes]; /* keep the copies observable */
-  }
-  double t0 = cli_now();
-  for (int k = 0; k < 10000; k++) memcpy(b + (k % 64) * 64, a + (k % 61) * 64, 64);
-  *small_latency = (cli_now() - t0) / 10000;
-  free(a);
-  free(b);
-  return (double)bytes / best;
-}
-
-typedef struct sender {
-  int fd;
-  size_t bytes;
-  int ok;
-} sender;
-
-static void *send_all(void *arg) {
-  sender *s = arg;
-  char *buf = calloc(1, 1 << 20);
-  size_t left = s->bytes;
-  s->ok = buf != NULL;
-  while (buf && left > 0) {
-    ssize_t w = write(s->fd, buf, left < (1u << 20) ? left : (1u << 20));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      s->ok = 0;
-      break;
-    }
-    left -= (size_t)w;
-  }
-  free(buf);
-  return NULL;
-}
-
-static bool full_io(int fd, char *buf, size_t n, bool rd) {
-  while (n > 0) {
-    ssize_t r = rd ? read(fd, buf, n) : write(fd, buf, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    buf += r;
-    n -= (size_t)r;
-  }
-  return true;
-}
-
-/* One-way latency (half a 1-byte round trip) and bandwidth over loopback TCP. */
-static bool measure_loopback(double *latency, double *bandwidth, size_t bulk) {
-  int ls = socket(AF_INET, SOCK_STREAM, 0), a = -1, b = -1;
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof addr;
-  bool ok = false;
-  if (ls < 0 || bind(ls, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(ls, 1) != 0 ||
-      getsockname(ls, (struct sockaddr *)&addr, &len) != 0)
-    goto out;
-  a = socket(AF_INET, SOCK_STREAM, 0);
-  if (a < 0 || connect(a, (struct sockaddr *)&addr, sizeof addr) != 0) goto out;
-  b = accept(ls, NULL, NULL);
-  if (b < 0) goto out;
-  int one = 1;
-  setsockopt(a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  setsockopt(b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  enum { PINGS = 2000 };
-  char c = 'x';
-  double t0 = cli_now();
-  for (int i = 0; i < PINGS; i++)
-    if (!full_io(a, &c, 1, false) || !full_io(b, &c, 1, true) || !full_io(b, &c, 1, false) ||
-        !full_io(a, &c, 1, true))
-      goto out;
-  *latency = (cli_now() - t0) / PINGS / 2;
-  sender s = {a, bulk, 0};
-  pthread_t th;
-  char *buf = malloc(1 << 20);
-  if (!buf) goto out;
-  t0 = cli_now();
-  if (pthread_create(&th, NULL, send_all, &s) != 0) {
-    free(buf);
-    goto out;
-  }
-  size_t got = 0;
-  while (got < bulk) {
-    ssize_t r = read(b, buf, 1 << 20);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  double t = cli_now() - t0;
-  pthread_join(th, NULL);
-  free(buf);
-  *bandwidth = (double)got / t;
-  ok = s.ok && got == bulk;
-out:
-  if (a >= 0) close(a);
-  if (b >= 0) close(b);
-  if (ls >= 0) close(ls);
-  return ok;
-}
-
-enum { F_QUICK = 256, F_OUT, F_DEVICES, F_JOB };
-
-static const struct option calibrate_flags[] = {
-    {"help", no_argument, NULL, 'h'},        {"quick", no_argument, NULL, F_QUICK},
-    {"out", required_argument, NULL, F_OUT}, {"devices", required_argument, NULL, F_DEVICES},
-    {"job", required_argument, NULL, F_JOB}, {0},
+enum {
+  F_QUICK = 256,
+  F_OUT,
+  F_DEVICES,
+  F_JOB,
+  F_CLUSTER,
+  F_SECRET,
+  F_INSECURE,
+  F_CLUSTER_ID,
+  F_PROFILES,
+  F_STEPS
 };
 
-/* Which OpenBLAS kernels measured the flop/s, and a hint when they are
- * narrower than the CPU's vectors. */
-static void blas_note(void) {
-  const char *better = gr_ops_blas_suggested_core();
-  fprintf(stderr, "calibrate: OpenBLAS runs its %s kernels\n", gr_ops_blas_core());
-  if (better)
-    fprintf(stderr,
-            "calibrate: note: this CPU has wider vectors than those kernels use (this OpenBLAS\n"
-            "  does not know the CPU model and fell back to generic kernels): start graphrun,\n"
-            "  and every program that uses OpenBLAS, with OPENBLAS_CORETYPE=%s in the\n"
-            "  environment for faster matrix products (docs/training.md)\n",
-            better);
+static const struct option calibrate_flags[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"quick", no_argument, NULL, F_QUICK},
+    {"out", required_argument, NULL, F_OUT},
+    {"devices", required_argument, NULL, F_DEVICES},
+    {"job", required_argument, NULL, F_JOB},
+    {"cluster", required_argument, NULL, F_CLUSTER},
+    {"secret-file", required_argument, NULL, F_SECRET},
+    {"insecure", no_argument, NULL, F_INSECURE},
+    {"cluster-id", required_argument, NULL, F_CLUSTER_ID},
+    {"profiles", required_argument, NULL, F_PROFILES},
+    {"steps", required_argument, NULL, F_STEPS},
+    {0},
+};
+
+static void usage(void) {
+  printf(
+      "usage: graphrun calibrate [--out FILE] [--devices N] [--job NAME] [--quick]\n"
+      "                          [--cluster C [--secret-file F] [--cluster-id ID] [--insecure]]\n"
+      "                          [--profiles DB [--steps N] FILE.gr ...]\n\n"
+      "Measures this machine and the runtime and writes a cluster file for `graphrun place\n"
+      "--cluster` (format and model: docs/placement.md): each device's matmul flop/s (one\n"
+      "thread), per-op overhead and memory bandwidth; between real server tasks, each link\n"
+      "kind's per-message latency and bandwidth and the cost a task adds to a step (a RUN\n"
+      "and its response). Without --cluster two tasks are started here and the file\n"
+      "describes one task of job NAME (default localhost) with N CPU devices (default: the\n"
+      "cores); with --cluster C (a running cluster: a file, a ClusterSpec, env or slurm, as\n"
+      "graphrun run takes it) it describes C's tasks, with their threads, their hosts'\n"
+      "cores and the time scale of their steps. Links no pair of tasks can measure keep\n"
+      "their defaults (stderr says which).\n"
+      "  --out FILE        write the file there (default: stdout)\n"
+      "  --quick           smaller measurements (less accurate, for tests)\n"
+      "  --profiles DB     time the kernels of each FILE.gr's step (its fetches and\n"
+      "                    targets) in this process into the profile database DB\n"
+      "                    (SQLite; graphrun place --profiles reads it); with --cluster\n"
+      "                    also run each step on the cluster (pins only) and fit the\n"
+      "                    tasks' time scale to it\n"
+      "  --steps N         steps timed per file (default 30; --quick 5)\n"
+      "Exit codes: 0 ok, 1 a measurement failed, 2 error in the flags or files.\n");
 }
 
-int gr_cmd_calibrate(int argc, char **argv) {
-  const char *out_path = NULL, *job = "localhost";
-  long devices = sysconf(_SC_NPROCESSORS_ONLN);
-  bool quick = false;
+typedef struct calibrate_opts {
+  const char *out_path, *job, *cluster_spec, *secret_file, *cluster_id, *profiles;
+  const char *files[CLI_MAX_NAMES];
+  int nfiles;
+  long devices, steps;
+  bool quick, insecure;
+} calibrate_opts;
+
+static int parse(int argc, char **argv, calibrate_opts *o) {
+  *o = (calibrate_opts){.job = "localhost", .devices = sysconf(_SC_NPROCESSORS_ONLN)};
   cli_opts po;
   cli_opts_start(&po, "calibrate", argc, argv, calibrate_flags, "h", CLI_OPTS_ANY_ORDER);
   for (int c; (c = cli_opts_next(&po)) != CLI_OPTS_END;) {
     if (c == 'h') {
-      printf("usage: graphrun calibrate [--out FILE] [--devices N] [--job NAME] [--quick]\n\n"
-             "Measures this machine (matmul flop/s on one thread, memcpy bandwidth, per-op\n"
-             "overhead, loopback TCP latency and bandwidth) and writes a cluster file for\n"
-             "`graphrun place --cluster` (format: docs/placement.md): one task of job NAME\n"
-             "(default localhost) with N CPU devices (default: the number of cores).\n"
-             "Cross-host links cannot be measured here: defaults are written.\n"
-             "  --out FILE   write the file there (default: stdout)\n"
-             "  --quick      smaller measurements (less accurate, for tests)\n");
-      return GR_EXIT_OK;
+      usage();
+      return -1;
     } else if (c == F_QUICK) {
-      quick = true;
+      o->quick = true;
     } else if (c == F_OUT) {
-      out_path = po.arg;
+      o->out_path = po.arg;
     } else if (c == F_JOB) {
-      job = po.arg;
+      o->job = po.arg;
+    } else if (c == F_CLUSTER) {
+      o->cluster_spec = po.arg;
+    } else if (c == F_SECRET) {
+      o->secret_file = po.arg;
+    } else if (c == F_INSECURE) {
+      o->insecure = true;
+    } else if (c == F_CLUSTER_ID) {
+      if (cli_opt_cluster_id(&po, &o->cluster_id) != GR_EXIT_OK) return GR_EXIT_USAGE;
+    } else if (c == F_PROFILES) {
+      o->profiles = po.arg;
     } else if (c == F_DEVICES) {
-      if (!cli_opt_long(&po, 1, 4096, &devices)) return GR_EXIT_USAGE;
+      if (!cli_opt_long(&po, 1, 4096, &o->devices)) return GR_EXIT_USAGE;
+    } else if (c == F_STEPS) {
+      if (!cli_opt_long(&po, 1, 100000, &o->steps)) return GR_EXIT_USAGE;
+    } else if (c == CLI_OPTS_ARG && o->nfiles < CLI_MAX_NAMES) {
+      o->files[o->nfiles++] = po.arg;
     } else {
-      if (c == CLI_OPTS_ARG)
-        fprintf(stderr, "graphrun calibrate: unexpected argument '%s' (try --help)\n", po.arg);
+      if (c == CLI_OPTS_ARG) fprintf(stderr, "graphrun calibrate: too many files\n");
       return GR_EXIT_USAGE;
     }
   }
-  if (devices < 1) devices = 1;
-  gr_error err;
-  gr_cluster *c = gr_cluster_new();
-  int task;
-  if (!c || gr_cluster_add_task(c, job, "localhost", &task, &err) != GR_OK) {
-    fprintf(stderr, "graphrun calibrate: %s\n", c ? err.msg : "out of memory");
-    gr_cluster_free(c);
+  if (o->devices < 1) o->devices = 1;
+  if (!o->steps) o->steps = o->quick ? 5 : 30;
+  if (o->nfiles && !o->profiles) {
+    fprintf(stderr, "graphrun calibrate: FILE.gr is profiled into a database: give --profiles DB "
+                    "(try --help)\n");
     return GR_EXIT_USAGE;
   }
-  double flops = measure_flops(quick ? 128 : 512, quick ? 5 : 15, &err);
-  if (flops <= 0) {
+  if (!o->cluster_spec && (o->secret_file || o->insecure || o->cluster_id)) {
+    fprintf(stderr, "graphrun calibrate: --secret-file, --insecure and --cluster-id are for "
+                    "--cluster (a running cluster)\n");
+    return GR_EXIT_USAGE;
+  }
+  return GR_EXIT_OK;
+}
+
+/* A random secret for the tasks this command starts. */
+static bool random_secret(char out[65]) {
+  unsigned char b[32];
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t r = getrandom(b + got, sizeof b - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    got += (size_t)r;
+  }
+  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+  return true;
+}
+
+/* The device figures of this machine. */
+typedef struct figures {
+  double flops, overhead, copy_bw, small;
+} figures;
+
+static int measure_machine(bool quick, figures *f) {
+  gr_error err;
+  f->flops = cli_measure_flops(quick ? 128 : 512, quick ? 5 : 15, &err);
+  if (f->flops <= 0) {
     fprintf(stderr, "graphrun calibrate: matmul measurement failed: %s\n", err.msg);
-    gr_cluster_free(c);
     return GR_EXIT_FAILURE;
   }
-  double overhead = measure_overhead(&err);
-  if (overhead < 0) {
+  f->overhead = cli_measure_overhead(&err);
+  if (f->overhead < 0) {
     fprintf(stderr, "graphrun calibrate: overhead measurement failed: %s\n", err.msg);
-    gr_cluster_free(c);
     return GR_EXIT_FAILURE;
   }
-  double small, copy_bw = measure_memcpy(quick ? (4u << 20) : (64u << 20), 5, &small);
-  double lat = 0, net_bw = 0;
-  if (copy_bw <= 0 || !measure_loopback(&lat, &net_bw, quick ? (16u << 20) : (256u << 20))) {
-    fprintf(stderr, "graphrun calibrate: memcpy or loopback measurement failed\n");
-    gr_cluster_free(c);
+  f->copy_bw = cli_measure_memcpy(quick ? (4u << 20) : (64u << 20), 5, &f->small);
+  if (f->copy_bw <= 0) {
+    fprintf(stderr, "graphrun calibrate: memcpy measurement failed\n");
     return GR_EXIT_FAILURE;
   }
-  for (long d = 0; d < devices; d++)
-    if (gr_cluster_add_device(c, task, flops, 2 * copy_bw, overhead, &err) != GR_OK) {
-      fprintf(stderr, "graphrun calibrate: %s\n", err.msg);
-      gr_cluster_free(c);
+  return GR_EXIT_OK;
+}
+
+/* Adds task t of `from` (job, host, address) to c with `devices` devices of
+ * the measured figures, the threads and cores master m's task k says. */
+static gr_status add_task(gr_cluster *c, const char *job, const char *host, const char *address,
+                          int devices, const figures *f, const gr_master *m, int k, gr_error *err) {
+  int t;
+  GR_TRY(gr_cluster_add_task(c, job, host, &t, err));
+  if (address) GR_TRY(gr_cluster_set_task_address(c, t, address, err));
+  for (int d = 0; d < devices; d++)
+    GR_TRY(gr_cluster_add_device(c, t, f->flops, 2 * f->copy_bw, f->overhead, err));
+  if (m && gr_master_task_threads(m, k) > 0)
+    GR_TRY(gr_cluster_set_task_threads(c, t, gr_master_task_threads(m, k), err));
+  int cores = m && gr_master_task_cores(m, k) > 0 ? gr_master_task_cores(m, k) : 0;
+  if (!address) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores > 0) GR_TRY(gr_cluster_set_host_cores(c, host, cores, err));
+  return GR_OK;
+}
+
+static void report(const gr_cluster *c, const gr_calibration *cal, const figures *f) {
+  static const char *const kinds[GR_LINK_COUNT] = {"same task", "same host", "cross host"};
+  fprintf(stderr,
+          "calibrate: matmul %.3g Gflop/s per device, op overhead %.3g us, memcpy %.3g GB/s\n",
+          f->flops / 1e9, f->overhead * 1e6, f->copy_bw / 1e9);
+  for (int k = 0; k < GR_LINK_COUNT; k++) {
+    gr_link l = gr_cluster_get_link(c, (gr_link_kind)k);
+    fprintf(stderr, "calibrate: %-10s latency %.3g us, bandwidth %.3g GB/s, step %.3g us%s\n",
+            kinds[k], l.latency * 1e6, l.bandwidth / 1e9, l.step * 1e6,
+            cal->link[k].measured ? "" : " (not measured: no such pair of tasks; the default)");
+  }
+  const gr_calibration_link *h = &cal->link[GR_LINK_SAME_HOST];
+  if (h->measured)
+    fprintf(stderr,
+            "calibrate: two tasks' work at once: x%.2f of one (%s); their steps %.3g x this "
+            "process's\n",
+            h->parallelism, h->parallelism < 1.5 ? "the host counts as one core" : "in parallel",
+            cal->time_scale);
+}
+
+/* Profiles each file's step into db; on a cluster (opener not NULL) also
+ * tries its pins-only placement there and fits the tasks' time scale to the
+ * geometric mean of the files' factors. */
+static int profile_files(const calibrate_opts *o, gr_cluster *c, gr_profile_db *db,
+                         gr_master_opener *op) {
+  double log_sum = 0;
+  int fitted = 0;
+  for (int i = 0; i < o->nfiles; i++) {
+    gr_graph *g = NULL;
+    gr_dsl_program *p = NULL;
+    int rc = cli_load_graph_on("calibrate", o->files[i], 0, c, NULL, NULL, 0, &g, &p);
+    cli_step st;
+    if (rc == GR_EXIT_OK) rc = cli_step_of("calibrate", p, &st);
+    gr_error err;
+    int nodes = 0;
+    if (rc == GR_EXIT_OK &&
+        gr_profile_db_record_step(db, g, NULL, 0, st.fetch, st.nf, st.target, st.nt, (int)o->steps,
+                                  &nodes, &err) != GR_OK) {
+      fprintf(stderr, "graphrun calibrate: %s: %s\n", o->files[i], err.msg);
+      rc = GR_EXIT_FAILURE;
+    }
+    gr_dsl_program_free(p);
+    gr_graph_free(g);
+    if (rc != GR_EXIT_OK) return rc;
+    fprintf(stderr, "calibrate: %s: %d nodes timed\n", o->files[i], nodes);
+    if (!op) continue;
+    /* the step's pins-only placement on the cluster: predicted, run, fitted */
+    rc = cli_load_graph_on("calibrate", o->files[i], 0, c, NULL, NULL, 0, &g, &p);
+    if (rc == GR_EXIT_OK) rc = cli_step_of("calibrate", p, &st);
+    gr_placer_options po = gr_placer_options_default();
+    po.profiles = db;
+    po.min_samples = 1;
+    cli_step_options(&st, &po);
+    gr_placement *pl = NULL;
+    gr_place_trial t[GR_PLACE_CAND_COUNT];
+    double f = 1;
+    gr_status s = rc == GR_EXIT_OK ? gr_placer_place(g, c, &po, &pl, &err) : GR_OK;
+    if (rc == GR_EXIT_OK && s == GR_OK)
+      s = gr_placement_try(pl, st.fetch, st.nf, st.target, st.nt, &op->o, 1u << GR_PLACE_CAND_PINS,
+                           (int)o->steps, 2, 1, t, NULL, &err);
+    if (rc == GR_EXIT_OK && s == GR_OK)
+      s = gr_placement_fit_scale(pl, c, t[GR_PLACE_CAND_PINS].measured.median, &f, &err);
+    if (rc == GR_EXIT_OK && s == GR_OK)
+      gr_cluster_scale_servers(c, 1 / f, NULL); /* undone: the mean below */
+    gr_placement_free(pl);
+    gr_dsl_program_free(p);
+    gr_graph_free(g);
+    if (rc != GR_EXIT_OK) return rc;
+    if (s != GR_OK) {
+      fprintf(stderr, "graphrun calibrate: %s on the cluster: %s\n", o->files[i], err.msg);
       return GR_EXIT_FAILURE;
     }
-  gr_cluster_set_link(c, GR_LINK_SAME_TASK, (gr_link){small > 1e-7 ? small : 1e-7, copy_bw});
-  gr_cluster_set_link(c, GR_LINK_SAME_HOST, (gr_link){lat, net_bw});
-  fprintf(stderr,
-          "calibrate: matmul %.3g Gflop/s per device, op overhead %.3g us, memcpy %.3g GB/s, "
-          "loopback %.3g us / %.3g GB/s; cross-host link left at its default (%.3g us, "
-          "%.3g GB/s)\n",
-          flops / 1e9, overhead * 1e6, copy_bw / 1e9, lat * 1e6, net_bw / 1e9,
-          gr_cluster_get_link(c, GR_LINK_CROSS_HOST).latency * 1e6,
-          gr_cluster_get_link(c, GR_LINK_CROSS_HOST).bandwidth / 1e9);
-  blas_note();
-  FILE *f = out_path ? fopen(out_path, "w") : stdout;
+    fprintf(stderr,
+            "calibrate: %s: pins only predicted %.3g ms, measured %.3g ms: time scale x%.3g\n",
+            o->files[i], t[GR_PLACE_CAND_PINS].predicted * 1e3,
+            t[GR_PLACE_CAND_PINS].measured.median * 1e3, f);
+    log_sum += log(f);
+    fitted++;
+  }
+  if (fitted) gr_cluster_scale_servers(c, exp(log_sum / fitted), NULL);
+  return GR_EXIT_OK;
+}
+
+/* The file: stdout or --out. */
+static int write_cluster(const gr_cluster *c, const char *path) {
+  gr_error err;
+  FILE *f = path ? fopen(path, "w") : stdout;
   if (!f) {
-    fprintf(stderr, "graphrun calibrate: cannot write '%s': %s\n", out_path, strerror(errno));
-    gr_cluster_free(c);
+    fprintf(stderr, "graphrun calibrate: cannot write '%s': %s\n", path, strerror(errno));
     return GR_EXIT_USAGE;
   }
   gr_status s = gr_cluster_write_json(c, f, &err);
-  if (out_path && fclose(f) != 0 && s == GR_OK)
-    s = gr_error_set(&err, GR_ERR_IO, "%s: write error", out_path);
-  gr_cluster_free(c);
+  if (path && fclose(f) != 0 && s == GR_OK)
+    s = gr_error_set(&err, GR_ERR_IO, "%s: write error", path);
   if (s != GR_OK) {
     fprintf(stderr, "graphrun calibrate: %s\n", err.msg);
     return GR_EXIT_FAILURE;
   }
   return GR_EXIT_OK;
+}
+
+int gr_cmd_calibrate(int argc, char **argv) {
+  calibrate_opts o;
+  int rc = parse(argc, argv, &o);
+  if (rc != GR_EXIT_OK) return rc < 0 ? GR_EXIT_OK : rc;
+  gr_error err;
+  gr_cluster *given = NULL, *c = gr_cluster_new(), *pair = NULL;
+  const char *from = "the local tasks";
+  char local_secret[65], *secret = NULL;
+  cli_master_conf conf = {0};
+  cli_tasks tasks = {.life_w = -1};
+  gr_master *m = NULL;
+  gr_profile_db *db = NULL;
+  figures fig;
+  if (!c) return GR_EXIT_FAILURE;
+  if (o.cluster_spec) { /* a running cluster */
+    cli_set_identity(o.cluster_id, o.insecure);
+    if (cli_load_cluster(o.cluster_spec, &given, &from, &err) != GR_OK ||
+        cli_read_secret(o.secret_file, o.insecure, &secret, &err) != GR_OK) {
+      fprintf(stderr, "graphrun calibrate: %s\n", err.msg);
+      rc = GR_EXIT_USAGE;
+      goto out;
+    }
+  } else if (!random_secret(local_secret)) {
+    fprintf(stderr, "graphrun calibrate: no random bytes for the local tasks' secret\n");
+    rc = GR_EXIT_FAILURE;
+    goto out;
+  } else if (cli_tasks_start(&tasks, 2, local_secret, &err) != GR_OK) { /* before any thread */
+    fprintf(stderr, "graphrun calibrate: starting two local tasks: %s\n", err.msg);
+    rc = GR_EXIT_FAILURE;
+    goto out;
+  }
+  if ((rc = measure_machine(o.quick, &fig)) != GR_EXIT_OK) goto out;
+  cli_blas_note();
+  /* the master, and the cluster model the runtime is measured on */
+  conf.mo =
+      (gr_master_options){.num_tasks = tasks.n, .addresses = tasks.addrs, .secret = local_secret};
+  gr_status s = given ? cli_master_options(given, from, secret, 0, &conf, &err) : GR_OK;
+  if (s == GR_OK) s = gr_master_new(&conf.mo, &m, &err);
+  gr_cluster *target = c;
+  if (s == GR_OK && given) {
+    for (int k = 0; k < gr_cluster_num_tasks(given) && s == GR_OK; k++) {
+      const gr_cluster_task *t = gr_cluster_task_at(given, k);
+      s = add_task(c, t->job, t->host, t->address, t->num_devices, &fig, m, k, &err);
+    }
+  } else if (s == GR_OK) {
+    pair = gr_cluster_new();
+    for (int k = 0; k < tasks.n && s == GR_OK; k++)
+      s = pair ? add_task(pair, "worker", "127.0.0.1", tasks.addrs[k], 1, &fig, m, k, &err)
+               : gr_error_set_oom(&err);
+    if (s == GR_OK) s = add_task(c, o.job, "localhost", NULL, (int)o.devices, &fig, NULL, 0, &err);
+    target = pair;
+  }
+  gr_calibration cal;
+  gr_calibrate_options co = {.steps = o.quick ? 10 : 0,
+                             .rounds = o.quick ? 1 : 0,
+                             .bulk_bytes = o.quick ? (size_t)1 << 20 : 0};
+  if (s == GR_OK) s = gr_calibrate_runtime(m, target, &co, &cal, &err);
+  if (s != GR_OK) {
+    fprintf(stderr, "graphrun calibrate: %s: %s\n", from, err.msg);
+    rc = s == GR_ERR_INVALID_ARGUMENT ? GR_EXIT_USAGE : GR_EXIT_FAILURE;
+    goto out;
+  }
+  if (pair) /* the local file: the links measured between the two tasks */
+    for (int k = 0; k < GR_LINK_COUNT; k++)
+      gr_cluster_set_link(c, (gr_link_kind)k, gr_cluster_get_link(pair, (gr_link_kind)k));
+  report(c, &cal, &fig);
+  if (o.profiles) {
+    if (gr_profile_db_open(o.profiles, &db, &err) != GR_OK) {
+      fprintf(stderr, "graphrun calibrate: %s\n", err.msg);
+      rc = GR_EXIT_USAGE;
+      goto out;
+    }
+    gr_master_opener op;
+    gr_master_opener_init(&op, &conf.mo);
+    if ((rc = profile_files(&o, c, db, given ? &op : NULL)) != GR_EXIT_OK) goto out;
+  }
+  rc = write_cluster(c, o.out_path);
+out:
+  gr_master_free(m);
+  cli_master_conf_free(&conf);
+  cli_tasks_stop(&tasks);
+  gr_profile_db_close(db);
+  gr_cluster_free(pair);
+  gr_cluster_free(given);
+  gr_cluster_free(c);
+  free(secret);
+  return rc;
 }

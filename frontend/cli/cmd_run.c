@@ -108,7 +108,8 @@ static int load_feeds(cli_run_state *r) {
   return GR_EXIT_OK;
 }
 
-/* Assigns devices to the nodes that no pin decides, per --placement. */
+/* Assigns devices to the nodes that no pin decides, per --placement; the
+ * cost model predicts the step the run repeats (its fetches and targets). */
 static int place_nodes(const cli_run_state *r) {
   const cli_run_options *o = &r->o;
   gr_error err;
@@ -117,7 +118,16 @@ static int place_nodes(const cli_run_state *r) {
                     "its tasks'\n");
     return GR_EXIT_USAGE;
   }
-  if (gr_placer_assign(r->g, r->cluster, (int)o->devices, o->placement, o->soft, &err) == GR_OK)
+  /* the cost model predicts and places for the step this run repeats */
+  gr_placer_options po = gr_placer_options_default();
+  po.soft_placement = o->soft;
+  po.fetches = r->fetches, po.num_fetches = o->nfetch;
+  po.targets = r->targets, po.num_targets = o->ntarget;
+  po.feeds = NULL, po.num_feeds = 0;
+  gr_output feed_eps[CLI_MAX_NAMES];
+  for (int i = 0; i < o->nfeed; i++) feed_eps[i] = r->feeds[i].output;
+  if (o->nfeed) po.feeds = feed_eps, po.num_feeds = o->nfeed;
+  if (gr_placer_assign_step(r->g, r->cluster, (int)o->devices, o->placement, &po, &err) == GR_OK)
     return GR_EXIT_OK;
   fprintf(stderr, "graphrun run: placement: %s\n", err.msg);
   if (!o->soft && strstr(err.msg, "soft placement is off"))

@@ -90,6 +90,7 @@ pid_t bench_spawn(int life_r, int life_w, void (*fn)(void *arg, int life), void 
 }
 
 typedef struct server_child {
+  const char *job;
   int task, port_w;
   bool remote; /* loopback counts as another host: TLS (tls) or frame MACs */
   bench_tls tls;
@@ -97,7 +98,7 @@ typedef struct server_child {
 
 static void server_main(void *arg, int life) {
   server_child *sc = arg;
-  gr_server_options o = {.job = "worker",
+  gr_server_options o = {.job = sc->job,
                          .task = sc->task,
                          .secret = BENCH_SECRET,
                          .inter_op_threads = 1,
@@ -119,10 +120,11 @@ static void server_main(void *arg, int life) {
   _exit(0); /* no teardown: the process ends */
 }
 
-static pid_t spawn_server(int task, int life_r, int life_w, int *port, const bench_tls *tls) {
+static pid_t spawn_server(const char *job, int task, int life_r, int life_w, int *port,
+                          const bench_tls *tls) {
   int pp[2];
   if (pipe2(pp, O_CLOEXEC) != 0) bench_die("pipe", NULL);
-  server_child sc = {task, pp[1], tls != NULL, tls ? *tls : (bench_tls){0}};
+  server_child sc = {job, task, pp[1], tls != NULL, tls ? *tls : (bench_tls){0}};
   pid_t pid = bench_spawn(life_r, life_w, server_main, &sc);
   close(pp[1]);
   if (read(pp[0], port, sizeof *port) != sizeof *port || *port <= 0)
@@ -132,11 +134,15 @@ static pid_t spawn_server(int task, int life_r, int life_w, int *port, const ben
 }
 
 pid_t bench_spawn_server(int task, int life_r, int life_w, int *port) {
-  return spawn_server(task, life_r, life_w, port, NULL);
+  return spawn_server("worker", task, life_r, life_w, port, NULL);
+}
+
+pid_t bench_spawn_server_job(const char *job, int task, int life_r, int life_w, int *port) {
+  return spawn_server(job, task, life_r, life_w, port, NULL);
 }
 
 pid_t bench_spawn_server_remote(int task, int life_r, int life_w, int *port, const bench_tls *tls) {
-  return spawn_server(task, life_r, life_w, port, tls);
+  return spawn_server("worker", task, life_r, life_w, port, tls);
 }
 
 bool bench_serve_start(bench_server *c, char *const argv[], int threads) {

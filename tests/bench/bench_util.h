@@ -58,6 +58,8 @@ pid_t bench_spawn(int life_r, int life_w, void (*fn)(void *arg, int life), void 
 /* A forked server task /job:worker/task:N (one inter-op thread, quiet);
  * *port gets its port. It lives until EOF on life_r. */
 pid_t bench_spawn_server(int task, int life_r, int life_w, int *port);
+/* The same for /job:JOB/task:N. */
+pid_t bench_spawn_server_job(const char *job, int task, int life_r, int life_w, int *port);
 /* The same, its connections protected as across hosts (its loopback peers
  * count as on another host, docs/security.md): TLS with cert, key and ca,
  * or all three NULL: frame MACs. */

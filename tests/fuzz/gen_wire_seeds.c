@@ -98,7 +98,8 @@ int main(int argc, char **argv) {
 
   emit("get_status", gr_get_status_req_pack(&(gr_get_status_req){1}));
   emit("status_response",
-       gr_get_status_resp_pack(1, &(gr_get_status_resp){task, 0x1234567890abcdefull, &dev, 1}));
+       gr_get_status_resp_pack(1,
+                               &(gr_get_status_resp){task, 0x1234567890abcdefull, &dev, 1, 2, 2}));
   emit("heartbeat", gr_heartbeat_req_pack(&(gr_heartbeat_req){0}));
   emit("heartbeat_response", gr_response_pack(0, NULL));
 

@@ -2,8 +2,9 @@
  * obeys: a resource and every node that uses it run on one device (a
  * variable with its initialiser, reads and updates; a loop gradient's stack
  * with its pushes and pops; a queue with its ops; colocate_with), in the
- * placer's cost and round-robin modes, in a session's pins with soft
- * placement, and checked again by the partitioner. */
+ * placer's cost mode (its local search and every candidate it compares
+ * with) and round-robin mode, in a session's pins with soft placement, and
+ * checked again by the partitioner. */
 #include <graphrun.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +164,80 @@ static void test_every_mode_keeps_groups(void) {
   for (int i = 0; i < 4; i++) gr_tensor_release(&want[i]);
 }
 
+/* Three variables (layers), one in a loop (its gradient's stacks), a queue
+ * and a colocate_with block. */
+static const char *layered = "a = variable(const(3.0))\n"
+                             "b = variable(const(5.0))\n"
+                             "c = variable(const(7.0))\n"
+                             "r = while (x = const(2.0); x < 100.0) { x = x * a }\n"
+                             "lb = b * b * b\n"
+                             "lc = c * c * c\n"
+                             "ga, gv, gc = gradients(r + lb + lc, [a, b, c])\n"
+                             "q = fifo_queue([f32], capacity=4)\n"
+                             "e = queue_enqueue(q, gv)\n"
+                             "control_dependencies(e) { d = queue_dequeue(q) }\n"
+                             "colocate_with(c) { t = c * 2.0 }\n"
+                             "fetch ga, gv, d, t\n";
+
+/* The cost placer's local search and every candidate it compares with (one
+ * task, pins only, by layer), each written to the graph, keep the groups
+ * together and give the one-device bits, on three slow devices: with costly
+ * transfers (where the search keeps a move) and with free ones. */
+static void test_search_and_candidates_keep_groups(void) {
+  gr_graph *g1;
+  gr_dsl_program *p1 = load(layered, &g1);
+  gr_tensor want[4];
+  GR_CHECK(run(g1, p1, 1, want));
+  gr_dsl_program_free(p1);
+  gr_graph_free(g1);
+  for (int trial = 0; trial < 2; trial++) {
+    gr_graph *g;
+    gr_dsl_program *p = load(layered, &g);
+    gr_cluster *c = gr_cluster_new_local(3, 1e6, 1e10, 1e-6);
+    gr_cluster_set_link(c, GR_LINK_SAME_TASK,
+                        (gr_link){.latency = trial ? 1e-9 : 1e-4, .bandwidth = 1e12});
+    gr_placer_options o = gr_placer_options_default();
+    gr_output f[4];
+    const char *names[4] = {"ga", "gv", "d", "t"};
+    for (int i = 0; i < 4; i++) GR_CHECK(gr_dsl_lookup(p, names[i], &f[i]));
+    o.fetches = f, o.num_fetches = 4;
+    o.soft_placement = true, o.search = true, o.min_gain = 0, o.explain = true;
+    gr_placement *pl = NULL;
+    gr_error err;
+    GR_CHECK_OK(gr_placer_place(g, c, &o, &pl, &err), err);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&text, &len);
+    GR_CHECK(mf != NULL);
+    if (mf && pl) gr_placement_explain(pl, mf), fclose(mf);
+    const char *ls = text ? strstr(text, "local search: ") : NULL;
+    int sims = 0, moves = 0;
+    GR_CHECK_MSG(ls && sscanf(ls, "local search: %d simulations, %d moves", &sims, &moves) == 2,
+                 "trial %d: %s", trial, text ? text : "");
+    GR_CHECK_MSG(sims > 0 && (trial || moves > 0), "trial %d: %d simulations, %d moves", trial,
+                 sims, moves);
+    GR_CHECK_MSG(groups_together(g), "trial %d: the placement returned", trial);
+    for (int k = 0; pl && k < GR_PLACE_CAND_COUNT; k++) {
+      GR_CHECK_OK(gr_placement_apply(pl, (gr_place_candidate)k, &err), err);
+      GR_CHECK_MSG(groups_together(g), "trial %d candidate %s", trial,
+                   gr_place_candidate_name((gr_place_candidate)k));
+      gr_tensor got[4];
+      GR_CHECK_MSG(run(g, p, 3, got), "trial %d candidate %d", trial, k);
+      for (int i = 0; i < 4; i++) {
+        GR_CHECK_MSG(gt_bit_equal(&got[i], &want[i]), "trial %d candidate %d fetch %d", trial, k,
+                     i);
+        gr_tensor_release(&got[i]);
+      }
+    }
+    free(text);
+    gr_placement_free(pl);
+    gr_cluster_free(c);
+    gr_dsl_program_free(p);
+    gr_graph_free(g);
+  }
+  for (int i = 0; i < 4; i++) gr_tensor_release(&want[i]);
+}
+
 /* The partitioner refuses a placement that splits a group, naming both
  * nodes and the resource, whoever assigned the devices. */
 static void test_partitioner_refuses_split(void) {
@@ -231,6 +306,7 @@ static void test_colocate_with_block(void) {
 int main(void) {
   GR_RUN(test_groups);
   GR_RUN(test_every_mode_keeps_groups);
+  GR_RUN(test_search_and_candidates_keep_groups);
   GR_RUN(test_partitioner_refuses_split);
   GR_RUN(test_colocate_with_block);
   return gr_test_finish();

@@ -143,17 +143,26 @@ static void test_parse_errors(void) {
             "bad.json:2:54: jobs.w1[1].devices[0].overhead", ">= 0");
 }
 
+/* c written as a cluster file and read back (NULL on failure, checked). */
+static gr_cluster *rewritten(const gr_cluster *c) {
+  char *buf = NULL;
+  size_t len = 0;
+  gr_cluster *d = NULL;
+  gr_error err;
+  FILE *f = open_memstream(&buf, &len);
+  GR_CHECK_OK(gr_cluster_write_json(c, f, &err), err);
+  fclose(f);
+  GR_CHECK_OK(gr_cluster_parse_json(buf, len, "written.json", &d, &err), err);
+  free(buf);
+  return d;
+}
+
 static void test_round_trip(void) {
   gr_cluster *c = NULL, *d = NULL;
   gr_error err;
   GR_CHECK_OK(gr_cluster_parse_json(good, strlen(good), "c.json", &c, &err), err);
   if (!c) return;
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  GR_CHECK_OK(gr_cluster_write_json(c, f, &err), err);
-  fclose(f);
-  GR_CHECK_OK(gr_cluster_parse_json(buf, len, "written.json", &d, &err), err);
+  d = rewritten(c);
   if (d) {
     GR_CHECK_EQ_INT(gr_cluster_num_devices(d), gr_cluster_num_devices(c));
     for (int i = 0; i < gr_cluster_num_devices(c); i++) {
@@ -167,9 +176,87 @@ static void test_round_trip(void) {
       GR_CHECK_NEAR(gr_cluster_get_link(c, k).latency, gr_cluster_get_link(d, k).latency, 1e-11);
     }
   }
-  free(buf);
   gr_cluster_free(c);
   gr_cluster_free(d);
+}
+
+/* What graphrun calibrate measures of the runtime: per link kind the step a
+ * task adds; per task its inter-op threads; per host its cores; per device
+ * its time scale. A file without them (as files were before) reads with the
+ * defaults; each round-trips. */
+static const char *runtime =
+    "{\"jobs\": {\"worker\": [\n"
+    "   {\"host\": \"a\", \"address\": \"a:1\", \"threads\": 2,\n"
+    "    \"devices\": [{\"flops\": 1e9, \"time_scale\": 1.25}]},\n"
+    "   {\"host\": \"b\", \"address\": \"b:1\", \"devices\": [{\"flops\": 1e9}]}]},\n"
+    " \"links\": {\"same_task\": {\"step\": 3e-6}, \"same_host\": {\"step\": 2e-5},\n"
+    "           \"cross_host\": {\"latency\": 1e-4, \"bandwidth\": 1e9, \"step\": 4e-4}},\n"
+    " \"hosts\": {\"a\": {\"cores\": 4}}}\n";
+
+static void test_runtime_figures(void) {
+  gr_cluster *c = NULL, *d = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_cluster_parse_json(runtime, strlen(runtime), "r.json", &c, &err), err);
+  if (!c) return;
+  GR_CHECK_EQ_INT(gr_cluster_task_at(c, 0)->threads, 2);
+  GR_CHECK_EQ_INT(gr_cluster_task_at(c, 1)->threads, 1);
+  GR_CHECK_EQ_INT(gr_cluster_host_cores(c, gr_cluster_task_at(c, 0)->host_id), 4);
+  GR_CHECK_EQ_INT(gr_cluster_host_cores(c, gr_cluster_task_at(c, 1)->host_id), 0);
+  GR_CHECK_NEAR(gr_cluster_device_at(c, 0)->time_scale, 1.25, 0);
+  GR_CHECK_NEAR(gr_cluster_device_at(c, 1)->time_scale, 1, 0);
+  GR_CHECK_NEAR(gr_cluster_get_link(c, GR_LINK_SAME_TASK).step, 3e-6, 0);
+  GR_CHECK_NEAR(gr_cluster_get_link(c, GR_LINK_SAME_TASK).latency, 1e-6, 0); /* default */
+  GR_CHECK_NEAR(gr_cluster_get_link(c, GR_LINK_CROSS_HOST).step, 4e-4, 0);
+  /* the client is on the first worker's host: a's task is same-host, b's cross-host */
+  GR_CHECK_NEAR(gr_cluster_task_step(c, 0), 2e-5, 0);
+  GR_CHECK_NEAR(gr_cluster_task_step(c, 1), 4e-4, 0);
+  d = rewritten(c);
+  if (d) {
+    GR_CHECK_EQ_INT(gr_cluster_task_at(d, 0)->threads, 2);
+    GR_CHECK_EQ_INT(gr_cluster_host_cores(d, gr_cluster_task_at(d, 0)->host_id), 4);
+    GR_CHECK_NEAR(gr_cluster_device_at(d, 0)->time_scale, 1.25, 0);
+    for (int k = 0; k < GR_LINK_COUNT; k++)
+      GR_CHECK_NEAR(gr_cluster_get_link(d, k).step, gr_cluster_get_link(c, k).step, 0);
+  }
+  gr_cluster_free(d);
+  /* a file of the former format: every new figure at its default */
+  GR_CHECK_OK(gr_cluster_parse_json(good, strlen(good), "old.json", &d, &err), err);
+  if (d) {
+    GR_CHECK_EQ_INT(gr_cluster_task_at(d, 1)->threads, 1);
+    GR_CHECK_EQ_INT(gr_cluster_host_cores(d, 0), 0);
+    GR_CHECK_NEAR(gr_cluster_device_at(d, 1)->time_scale, 1, 0);
+    GR_CHECK_NEAR(gr_cluster_get_link(d, GR_LINK_SAME_TASK).step, 0, 0);
+    GR_CHECK_NEAR(gr_cluster_get_link(d, GR_LINK_SAME_HOST).step, 50e-6, 0);
+    GR_CHECK_NEAR(gr_cluster_get_link(d, GR_LINK_CROSS_HOST).step, 200e-6, 0);
+    GR_CHECK_NEAR(gr_cluster_task_step(d, 1), 0, 0); /* no address: no server to reach */
+  }
+  gr_cluster_free(d);
+  /* fitting the servers' time scale multiplies every device of a task with an address */
+  GR_CHECK_OK(gr_cluster_scale_servers(c, 2, &err), err);
+  GR_CHECK_NEAR(gr_cluster_device_at(c, 0)->time_scale, 2.5, 0);
+  GR_CHECK_NEAR(gr_cluster_device_at(c, 1)->time_scale, 2, 0);
+  GR_CHECK(gr_cluster_scale_servers(c, -1, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK(gr_cluster_set_task_threads(c, 0, 0, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "/job:worker/task:0: threads must be in [1, 1024]");
+  GR_CHECK(gr_cluster_set_host_cores(c, "nowhere", 2, &err) == GR_ERR_INVALID_ARGUMENT);
+  GR_CHECK_STR_CONTAINS(err.msg, "no task is on host \"nowhere\"");
+  gr_cluster_free(c);
+  /* the new keys' errors name the value's place */
+  check_bad("{\"jobs\": {\"w\": [{\"threads\": 0, \"devices\": [{\"flops\": 1}]}]}}", "1:29",
+            "jobs.w[0].threads: must be an integer in [1, 1024]");
+  check_bad("{\"jobs\": {\"w\": [{\"threads\": 1.5, \"devices\": [{\"flops\": 1}]}]}}", "1:29",
+            "must be an integer");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1, \"time_scale\": 0}]}]}}", "1:57",
+            "jobs.w[0].devices[0].time_scale: must be > 0 (got 0)");
+  check_bad("{\"jobs\": {\"w\": [{\"devices\": [{\"flops\": 1}]}]}, \"links\": {\"same_host\": "
+            "{\"step\": -1}}}",
+            "bad.json:1:", "links.same_host.step: must be >= 0 (got -1)");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"a\", \"devices\": [{\"flops\": 1}]}]}, \"hosts\": "
+            "{\"b\": {\"cores\": 2}}}",
+            "bad.json:1:", "hosts.b: no task is on this host");
+  check_bad("{\"jobs\": {\"w\": [{\"host\": \"a\", \"devices\": [{\"flops\": 1}]}]}, \"hosts\": "
+            "{\"a\": {\"cpus\": 2}}}",
+            "bad.json:1:", "hosts.a");
 }
 
 static void test_load_file_errors(void) {
@@ -246,6 +333,7 @@ int main(void) {
   GR_RUN(test_parse_good);
   GR_RUN(test_parse_errors);
   GR_RUN(test_round_trip);
+  GR_RUN(test_runtime_figures);
   GR_RUN(test_load_file_errors);
   GR_RUN(test_builder_errors);
   GR_RUN(test_mutations);

@@ -399,7 +399,8 @@ static void test_locality_explained(void) {
   }
   GR_CHECK(!gr_graph_error(g));
   gr_cluster *c = gr_cluster_new_local(4, 1e9, 1e15, 0);
-  for (int k = 0; k < GR_LINK_COUNT; k++) gr_cluster_set_link(c, k, (gr_link){1e-6, 4e9});
+  for (int k = 0; k < GR_LINK_COUNT; k++)
+    gr_cluster_set_link(c, k, (gr_link){.latency = 1e-6, .bandwidth = 4e9});
   gr_placer_options o = gr_placer_options_default();
   o.explain = true;
   gr_placement *p = NULL;

@@ -20,7 +20,7 @@ static gr_cluster *cluster(int n, double latency, double bandwidth) {
     gr_cluster_add_device(c, t, RATE, 1e15, 0, NULL);
   }
   for (int k = 0; k < GR_LINK_COUNT; k++)
-    gr_cluster_set_link(c, (gr_link_kind)k, (gr_link){latency, bandwidth});
+    gr_cluster_set_link(c, (gr_link_kind)k, (gr_link){.latency = latency, .bandwidth = bandwidth});
   return c;
 }
 

@@ -231,12 +231,14 @@ static void test_get_status(void) {
 
   const char *devs[] = {"/job:worker/replica:0/task:1/device:CPU:0",
                         "/job:worker/replica:0/task:1/device:CPU:1"};
-  gr_get_status_resp r = {"/job:worker/replica:0/task:1", 0x1234567890abcdefull, devs, 2}, back;
+  gr_get_status_resp r = {"/job:worker/replica:0/task:1", 0x1234567890abcdefull, devs, 2, 4, 16},
+                     back;
   in = through("get_status response", gr_get_status_resp_pack(7, &r), &gr_get_status_spec, true,
                true, read_status_resp, NULL);
   GR_CHECK_OK(gr_get_status_resp_unpack(in, &back, &err), err);
   GR_CHECK(!strcmp(back.task, r.task) && back.inc == r.inc && back.num_devices == 2 &&
-           !strcmp(back.devices[0], devs[0]) && !strcmp(back.devices[1], devs[1]));
+           !strcmp(back.devices[0], devs[0]) && !strcmp(back.devices[1], devs[1]) &&
+           back.threads == 4 && back.cores == 16);
   gr_inmsg_free(in);
 }
 
@@ -671,10 +673,13 @@ static const struct golden goldens[] = {
                               "726f6d2074686520667574757265"},
     {"get_status", "4752574604040000050000000000000081a2696407"},
     {"get_status response",
-     "47525746040b0000990000000000000085a2696407a4636f646500a47461736bbc2f6a6f623a776f726b65722f726"
-     "5706c6963613a302f7461736b3a31a3696e63cf1234567890abcdefa76465766963657392d9292f6a6f623a776f72"
-     "6b65722f7265706c6963613a302f7461736b3a312f6465766963653a4350553a30d9292f6a6f623a776f726b65722"
-     "f7265706c6963613a302f7461736b3a312f6465766963653a4350553a31"},
+     "47525746040b0000a90000000000000087a2696407a4636f646500a47461736bbc2f6a6f623a776f726b65722f726"
+     "5"
+     "706c6963613a302f7461736b3a31a3696e63cf1234567890abcdefa77468726561647304a5636f72657310a764657"
+     "6"
+     "6963657392d9292f6a6f623a776f726b65722f7265706c6963613a302f7461736b3a312f6465766963653a4350553"
+     "a"
+     "30d9292f6a6f623a776f726b65722f7265706c6963613a302f7461736b3a312f6465766963653a4350553a31"},
     {"heartbeat", "47525746040c0000050000000000000081a2696400"},
     {"register",
      "47525746040500000f0100008000000086a2696409a3696e63cdfeeda9636f6e7461696e6572b55f72756e2e30303"
