@@ -10,15 +10,18 @@
  *
  * On a launched local cluster, examples/allreduce.gr on 3 workers: the
  * checkpoint holds one copy of each weight (one shard, worker 0's, no
- * VAR/replica_K), and a run resumed from it ends bit for bit where an
- * uninterrupted run does, its copies equal to the weights. */
+ * VAR/replica_K), and a run resumed from it, or recovering from a worker
+ * killed mid-run, ends bit for bit where an uninterrupted run does, its
+ * copies equal to the weights. */
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "checkpoints/gr_checkpoints.h"
+#include "cluster_harness.h"
 #include "gr_test.h"
 #include "test_proc.h"
 #include "test_util.h"
@@ -201,32 +204,43 @@ static void test_restore_copies(void) {
 static const char *const weights[] = {"layer1/w1", "layer1/b1", "layer2/w2",
                                       "layer2/b2", "layer3/w3", "layer3/b3"};
 
-/* graphrun launch --workers 3 allreduce.gr --steps STEPS [--ckpt tmp/CKPT]
- * --fetch WEIGHTS,copies --out tmp/OUT: its exit code (0 checked). */
-static int launch(int steps, const char *ckpt, const char *out) {
-  char file[PATH_MAX], st[16], dir[PATH_MAX + 16], ck[PATH_MAX + 16];
+/* Starts graphrun launch --workers 3 allreduce.gr --steps STEPS [--ckpt
+ * tmp/CKPT --save-every EVERY] --fetch WEIGHTS,copies --out tmp/OUT. */
+static void start(gt_proc *p, int steps, const char *ckpt, int every, const char *out) {
+  char file[PATH_MAX], st[16], ev[16], dir[PATH_MAX + 16], ck[PATH_MAX + 16];
   snprintf(file, sizeof file, "%s/examples/allreduce.gr", GR_SOURCE_DIR);
   snprintf(st, sizeof st, "%d", steps);
+  snprintf(ev, sizeof ev, "%d", every);
   snprintf(dir, sizeof dir, "%s/%s", tmp, out);
   snprintf(ck, sizeof ck, "%s/%s", tmp, ckpt ? ckpt : "");
   char *argv[32];
   int n = 0;
-  char *const head[] = {"graphrun",  "launch",  "--workers",
-                        "3",         file,      "--steps",
-                        st,          "--fetch", WEIGHTS ",layer1/w1/replica_2,layer3/b3/replica_1",
-                        "--out",     dir,       "--quiet",
-                        "--timeout", "60",      "--heartbeat",
-                        "250:12"};
+  char *const head[] = {
+      "graphrun", "launch",      "--workers",
+      "3",        file,          "--steps",
+      st,         "--fetch",     WEIGHTS ",layer1/w1/replica_2,layer3/b3/replica_1",
+      "--out",    dir,           "--timeout",
+      "60",       "--heartbeat", "250:12"};
   for (size_t i = 0; i < sizeof head / sizeof *head; i++) argv[n++] = head[i];
   if (ckpt) argv[n++] = "--ckpt", argv[n++] = ck;
+  if (ckpt && every) argv[n++] = "--save-every", argv[n++] = ev;
   argv[n] = NULL;
+  gt_proc_start(p, argv);
+}
+
+/* Waits for the run's end (exit 0 checked): its exit code. */
+static int finish(gt_proc *p, const char *out) {
+  bool ended = gt_proc_wait(p, NULL, 300);
+  gt_proc_finish(p);
+  int code = gt_proc_exit_code(p);
+  GR_CHECK_MSG(ended && code == 0, "launch %s: exit %d:\n%s", out, code, p->buf);
+  return ended ? code : -1;
+}
+
+static int launch(int steps, const char *ckpt, const char *out) {
   gt_proc p;
-  gt_proc_start(&p, argv);
-  bool ended = gt_proc_wait(&p, NULL, 300);
-  gt_proc_finish(&p);
-  int code = gt_proc_exit_code(&p);
-  GR_CHECK_MSG(ended && code == 0, "launch %s: exit %d:\n%s", out, code, p.buf);
-  return code;
+  start(&p, steps, ckpt, 0, out);
+  return finish(&p, out);
 }
 
 static bool load(const char *out, const char *name, gr_tensor *t) {
@@ -286,6 +300,26 @@ static void test_allreduce_saved_once(void) {
   gr_ckpt_close(ck);
 }
 
+/* A worker killed after a checkpoint: the run restores the newest one
+ * (worker 0's shard, every copy set from it) and ends bit for bit where
+ * the uninterrupted run does. */
+static void test_allreduce_recovers(void) {
+  enum { STEPS = 300 };
+  if (launch(STEPS, NULL, "long")) return;
+  gt_proc p;
+  start(&p, STEPS, "rec", 20, "rec");
+  bool saw = gt_wait_line_after(&p, 0, "saved a checkpoint after step 40 ", 0, 120) >= 0;
+  const char *at = strstr(p.buf, " worker:2=127.0.0.1:"), *q = at ? strstr(at, "(pid ") : NULL;
+  pid_t pid = q ? (pid_t)atoi(q + 5) : 0;
+  GR_CHECK_MSG(saw && pid > 0 && kill(pid, SIGKILL) == 0, "no worker 2 to kill:\n%s", p.buf);
+  if (finish(&p, "rec")) return;
+  GR_CHECK_MSG(strstr(p.buf, "recovered in") != NULL, "no recovery:\n%s", p.buf);
+  for (int i = 0; i < 6; i++)
+    GR_CHECK_MSG(same("long", weights[i], "rec", weights[i]), "%s: the recovered run differs",
+                 weights[i]);
+  GR_CHECK(same("rec", "layer1/w1", "rec", "layer1/w1/replica_2"));
+}
+
 int main(void) {
   if (!mkdtemp(tmp)) return 1;
   gt_proc_isolate();
@@ -293,6 +327,7 @@ int main(void) {
   GR_RUN(test_diverged_copy_fails);
   GR_RUN(test_restore_copies);
   GR_RUN(test_allreduce_saved_once);
+  GR_RUN(test_allreduce_recovers);
   gt_remove_tree(tmp);
   return gr_test_finish();
 }
