@@ -130,7 +130,10 @@ static void test_diverged_copy_fails(void) {
   model m = {0};
   gr_error err;
   GR_CHECK_MSG(build(&m, &err), "%s", err.msg);
-  if (!m.s) return gr_graph_free(m.g);
+  if (!m.s) {
+    gr_graph_free(m.g);
+    return;
+  }
   for (int k = 0; k < 3; k++)
     GR_CHECK_OK(gr_session_run(m.s, NULL, 0, NULL, 0, NULL, &m.train, 1, &err), err);
   GR_CHECK_OK(check(&m, &err), err); /* trained copies are equal */
@@ -151,7 +154,10 @@ static void test_restore_copies(void) {
   model m = {0};
   gr_error err;
   GR_CHECK_MSG(build(&m, &err), "%s", err.msg);
-  if (!m.s) return gr_graph_free(m.g);
+  if (!m.s) {
+    gr_graph_free(m.g);
+    return;
+  }
   for (int k = 0; k < 2; k++)
     GR_CHECK_OK(gr_session_run(m.s, NULL, 0, NULL, 0, NULL, &m.train, 1, &err), err);
   gr_tensor vals[NVARS];
