@@ -321,10 +321,32 @@ gr_status gr_ckpt_graph_vars(const gr_graph *g, gr_ckpt_var **out, int *n, gr_er
 /* Fingerprint of sorted (name, dtype, shape) triples: what a checkpoint records. */
 uint64_t gr_ckpt_fingerprint(const gr_ckpt_var *vars, int n);
 
+/* ---- mirrored variables: saved once ------------------------------------------------
+ *
+ * A replica's copy of a mirrored variable (replicas with all_reduce=true:
+ * VAR/replica_K, attr mirror_of VAR) and the variables made under it (its
+ * optimizer slots: VAR/replica_K/adam_m) equal VAR (VAR/adam_m) bit for bit
+ * by construction, so a cluster's checkpoint holds VAR alone: graphrun run
+ * saves no copy, and checks in the same run that each copy's checksum
+ * (gr_ckpt_checksums on its task) is VAR's. Every restore (gr_ckpt_restore*,
+ * gr_ckpt_read_vars) sets a copy the checkpoint has no tensor for from VAR;
+ * a checkpoint that holds the copies (written before) restores them by name. */
+
+/* The variable of g that variable `name` mirrors (VAR for VAR/replica_K,
+ * VAR/adam_m for VAR/replica_K/adam_m), when g has it with the same dtype
+ * and shape; NULL when `name` is no copy. Points into g. */
+const char *gr_ckpt_mirror_source(const gr_graph *g, const char *name);
+/* Checks checksums taken in one run (sums[i]: XXH64 of variable names[i]'s
+ * bytes, taken where[i], a task): a copy whose variable is among the names
+ * too must have its checksum. Else GR_ERR_FAILED_PRECONDITION naming the
+ * variable, the copy, both tasks and both checksums. */
+gr_status gr_ckpt_check_mirrors(const gr_graph *g, const char *const *names,
+                                const char *const *where, const uint64_t *sums, int n,
+                                gr_error *err);
 
 /* ---- ops ------------------------------------------------------------------------------ */
 
-/* Registers the `save` and `restore` ops (idempotent, thread-safe; the
+/* Registers the `save`, `restore` and `checksums` ops (idempotent, thread-safe; the
  * builders call it). */
 void gr_ckpt_register_ops(void);
 
@@ -338,6 +360,11 @@ gr_output gr_save(gr_graph *g, const char *path, const gr_output *vars, int n, i
  * caller feeds, say), and without retention: a task's shard of a sharded
  * checkpoint, which the chief commits with gr_ckpt_commit_shards. */
 gr_output gr_save_at(gr_graph *g, const char *path, const gr_output *vars, int n, gr_output step);
+/* A `checksums` node: when run, the XXH64 (gr_ckpt_hash64, as i64 bits) of
+ * the bytes of each variable in vars held by the session (or, placed on a
+ * task, by the task's container), an i64 vector of n. What a cluster's save
+ * compares across the copies of mirrored variables. */
+gr_output gr_ckpt_checksums(gr_graph *g, const gr_output *vars, int n);
 /* A `restore` node: when run, sets the variables named in vars (n == 0:
  * every variable of the graph) from the checkpoint at step (-1: newest),
  * checking dtypes and shapes. Output: the checkpoint's step (i64), which

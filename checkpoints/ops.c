@@ -1,7 +1,8 @@
-/* The `save` and `restore` ops. Both name their variables in the string
- * attr "vars" (newline-separated; "" = every variable of the graph) and
- * reach the values through the step's resource manager. Each run opens the
- * file, does its work in one transaction, and closes it. */
+/* The `save`, `restore` and `checksums` ops. All three name their
+ * variables in the string attr "vars" (newline-separated; "" = every
+ * variable of the graph; checksums needs names) and reach the values
+ * through the step's resource manager. Each run of save or restore opens
+ * the file, does its work in one transaction, and closes it. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -184,6 +185,36 @@ static gr_status restore_kernel(gr_kernel_ctx *ctx) {
   return s;
 }
 
+/* XXH64 of each named variable's bytes in the step's container. */
+static gr_status checksums_kernel(gr_kernel_ctx *ctx) {
+  gr_ckpt_var *vars;
+  int n;
+  GR_TRY(node_vars(ctx, true, &vars, &n));
+  gr_tensor *vals = calloc((size_t)n + 1, sizeof *vals);
+  gr_status s = vals ? GR_OK : gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (s == GR_OK) s = ckpt_collect_values(ctx->step->resources, vars, n, vals, ctx->err);
+  gr_shape sh = gr_shape_make(1, (int64_t[]){n});
+  gr_tensor *o = NULL;
+  if (s == GR_OK) s = gr_kernel_alloc_output(ctx, 0, GR_I64, &sh, &o);
+  for (int i = 0; s == GR_OK && i < n; i++)
+    ((int64_t *)gr_tensor_data(o))[i] =
+        (int64_t)gr_ckpt_hash64(gr_tensor_data(&vals[i]), gr_tensor_num_bytes(&vals[i]));
+  for (int i = 0; vals && i < n; i++) gr_tensor_release(&vals[i]);
+  free(vals);
+  free(vars);
+  return s;
+}
+
+static gr_status checksums_shape(gr_shape_ctx *ctx) {
+  const char *list = gr_node_attr_string(ctx->node, "vars", "");
+  int64_t n = list[0] != '\0';
+  for (const char *p = list; *p; p++) n += *p == '\n';
+  ctx->num_outputs = 1;
+  ctx->out_dtypes[0] = GR_I64;
+  ctx->out_shapes[0] = gr_shape_make(1, &n);
+  return GR_OK;
+}
+
 static const gr_attr_spec save_attrs[] = {
     {"path", GR_ATTR_STRING, true, {0}},
     {"vars", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
@@ -224,6 +255,19 @@ const gr_op_def gr_op_restore = {
     .kernel = restore_kernel,
     .flags = GR_OP_STATEFUL | GR_OP_EXPENSIVE};
 
+static const gr_attr_spec checksums_attrs[] = {{"vars", GR_ATTR_STRING, true, {0}}};
+
+const gr_op_def gr_op_checksums = {
+    .name = "checksums",
+    .doc = "XXH64 of the bytes of each variable named in attr vars (newline-separated), as "
+           "i64 bits: what a cluster's save compares across the copies of mirrored variables",
+    .num_outputs = 1,
+    .attrs = checksums_attrs,
+    .num_attrs = 1,
+    .shape_fn = checksums_shape,
+    .kernel = checksums_kernel,
+    .flags = GR_OP_STATEFUL | GR_OP_NO_GRADIENT};
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void register_ops(void) {
@@ -231,6 +275,8 @@ static void register_ops(void) {
   /* ours, registered once: a failure is an engine bug */
   if (gr_op_registry_add(&gr_op_save, &err) != GR_OK) gr_assert_fail(err.msg, __FILE__, __LINE__);
   if (gr_op_registry_add(&gr_op_restore, &err) != GR_OK)
+    gr_assert_fail(err.msg, __FILE__, __LINE__);
+  if (gr_op_registry_add(&gr_op_checksums, &err) != GR_OK)
     gr_assert_fail(err.msg, __FILE__, __LINE__);
 }
 
@@ -342,4 +388,17 @@ gr_output gr_restore(gr_graph *g, const char *path, const gr_output *vars, int n
   gr_attr a[] = {gr_attr_string("path", path ? path : ""), gr_attr_string("vars", list),
                  gr_attr_int("step", step)};
   return gr_graph_add_node(g, &gr_op_restore, NULL, NULL, 0, a, 3);
+}
+
+gr_output gr_ckpt_checksums(gr_graph *g, const gr_output *vars, int n) {
+  gr_ckpt_register_ops();
+  bool ok;
+  const char *list = var_list(g, "checksums", vars, n, &ok);
+  if (!ok) return (gr_output){NULL, 0};
+  if (n == 0) {
+    fail(g, GR_ERR_INVALID_ARGUMENT, "checksums", "no variable");
+    return (gr_output){NULL, 0};
+  }
+  gr_attr a[] = {gr_attr_string("vars", list)};
+  return gr_graph_add_node(g, &gr_op_checksums, NULL, NULL, 0, a, 1);
 }

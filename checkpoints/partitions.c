@@ -152,7 +152,8 @@ gr_status ckpt_read_graph_vars(gr_ckpt *ck, const gr_graph *g, const gr_ckpt_var
   for (int i = 0; i < n && !any; i++) {
     int64_t off;
     gr_shape full;
-    any = ckpt_part_of(g, vars[i].name, &off, &full)[0] != '\0';
+    any = ckpt_part_of(g, vars[i].name, &off, &full)[0] != '\0' ||
+          gr_ckpt_mirror_source(g, vars[i].name) != NULL;
   }
   if (!any) return ckpt_read_vars(ck, vars, n, step, strict, vals, step_out, err);
   for (int i = 0; i < n; i++) vals[i] = gr_tensor_empty();
@@ -160,8 +161,9 @@ gr_status ckpt_read_graph_vars(gr_ckpt *ck, const gr_graph *g, const gr_ckpt_var
   int ni;
   GR_TRY(gr_ckpt_list_tensors(ck, step, &infos, &ni, err));
   /* cvars: what to read (vars, with the parts to take from their whole
-   * replaced by it); src[i]: vars[i]'s value or whole in cvars; offs[i]:
-   * its first row in the whole, or -1 */
+   * replaced by it, and the copies of mirrored variables the checkpoint has
+   * no tensor for by the variable they mirror: mirrors.c); src[i]: vars[i]'s
+   * value or whole in cvars; offs[i]: its first row in the whole, or -1 */
   gr_ckpt_var *cvars = gr_alloc_array((size_t)n + 1, sizeof *cvars);
   int *src = gr_alloc_array((size_t)n + 1, sizeof *src);
   int64_t *offs = gr_alloc_array((size_t)n + 1, sizeof *offs);
@@ -172,8 +174,13 @@ gr_status ckpt_read_graph_vars(gr_ckpt *ck, const gr_graph *g, const gr_ckpt_var
     int64_t off;
     gr_shape full;
     const char *of = ckpt_part_of(g, vars[i].name, &off, &full);
+    const char *mirrors = gr_ckpt_mirror_source(g, vars[i].name);
     offs[i] = -1;
-    if (!of[0] || (has_tensor(infos, ni, vars[i].name) && !has_tensor(infos, ni, of))) {
+    if (!of[0] && mirrors && !has_tensor(infos, ni, vars[i].name)) {
+      of = mirrors; /* a copy saved once, as the variable it mirrors */
+      full = vars[i].shape;
+      off = -1;
+    } else if (!of[0] || (has_tensor(infos, ni, vars[i].name) && !has_tensor(infos, ni, of))) {
       src[i] = nc;
       cvars[nc++] = vars[i];
       continue;

@@ -97,7 +97,9 @@ static bool is_needed(const char *const *names, int n, const char *name) {
 }
 
 /* Does the checkpoint hold variable v of g, by its name or (a part of a
- * partitioned variable) its whole's? *at: its row when by name. */
+ * partitioned variable) its whole's, or (a copy of a mirrored variable
+ * saved once) the variable it mirrors, then *whole? *at: its row when by
+ * name. */
 static bool holds(const gr_graph *g, const gr_ckpt_tensor_info *infos, int ni, const char *name,
                   int *at, const char **whole) {
   int64_t off;
@@ -106,7 +108,10 @@ static bool holds(const gr_graph *g, const gr_ckpt_tensor_info *infos, int ni, c
   *whole = ckpt_part_of(g, name, &off, &full);
   if (listed(infos, ni, name, at)) return true;
   int w;
-  return (*whole)[0] && listed(infos, ni, *whole, &w);
+  if ((*whole)[0]) return listed(infos, ni, *whole, &w);
+  const char *mirrors = gr_ckpt_mirror_source(g, name); /* a copy saved once */
+  if (mirrors && listed(infos, ni, mirrors, &w)) *whole = mirrors;
+  return (*whole)[0] != '\0';
 }
 
 typedef struct plan_lists {

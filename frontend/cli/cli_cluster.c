@@ -277,17 +277,37 @@ static gr_status var_nodes(gr_graph *g, gr_output **out, const char ***names, in
 }
 
 /* The save node of one task's shard ("_save/JOB-TASK"), made on first use:
- * every variable on the task, the step fed to "_save/JOB-TASK/step", the
- * file DIR/JOB-TASK.ckpt, placed on the task. */
+ * every variable on the task but the copies of mirrored variables (saved
+ * once, as the variable they mirror), the step fed to "_save/JOB-TASK/step",
+ * the file DIR/JOB-TASK.ckpt, placed on the task; and its checksums of the
+ * copies and the variables they mirror ("_save/JOB-TASK/checksums"),
+ * compared before the commit. */
 typedef struct shard_save {
   char file[96], task[GR_DEVICE_NAME_MAX];
   const char *device;
-  gr_output save, step;
-  gr_output *vars;
-  int n;
+  gr_output save, step, sums;
+  gr_output *vars, *check;
+  int n, ncheck;
 } shard_save;
 
+static gr_status add_checksums_node(gr_graph *g, shard_save *sh, gr_error *err) {
+  char name[200];
+  snprintf(name, sizeof name, "_save/%.*s/checksums", (int)(strlen(sh->file) - 5), sh->file);
+  gr_node *have = gr_graph_find_node(g, name);
+  sh->sums = have ? (gr_output){have, 0} : gr_ckpt_checksums(g, sh->check, sh->ncheck);
+  if (!have && sh->sums.node) sh->sums = gr_graph_rename(g, sh->sums, name);
+  if (!sh->sums.node) {
+    const gr_error *ge = gr_graph_error(g);
+    return gr_error_set(err, ge ? ge->code : GR_ERR_INTERNAL, "checking the copies on %s: %s",
+                        sh->task, ge ? ge->msg : "cannot build the checksums node");
+  }
+  sh->sums.node->assigned_device = gr_graph_strdup(g, sh->device);
+  return GR_OK;
+}
+
 static gr_status add_save_node(gr_ckpt *ck, gr_graph *g, shard_save *sh, gr_error *err) {
+  if (sh->ncheck > 0) GR_TRY(add_checksums_node(g, sh, err));
+  if (sh->n == 0) return GR_OK; /* only copies: no shard */
   char name[160], path[4096];
   snprintf(name, sizeof name, "_save/%.*s", (int)(strlen(sh->file) - 5), sh->file);
   gr_node *have = gr_graph_find_node(g, name);
@@ -330,6 +350,14 @@ static gr_status plan_shards(gr_session *s, gr_graph *g, shard_save **out, int *
   for (int i = 0; st == GR_OK && i < n; i++) nodes[i] = vars[i].node;
   if (st == GR_OK) st = gr_session_place_nodes(s, nodes, n, err);
   free(nodes);
+  /* copies of mirrored variables and the variables they mirror: checked */
+  char *role = calloc((size_t)n + 1, 1); /* 1 a copy, 2 mirrored */
+  if (st == GR_OK && !role) st = gr_error_set_oom(err);
+  for (int i = 0; st == GR_OK && i < n; i++) {
+    const char *src = gr_ckpt_mirror_source(g, names[i]);
+    for (int j = 0; src && j < n; j++)
+      if (strcmp(names[j], src) == 0) role[i] = 1, role[j] |= 2;
+  }
   for (int i = 0; st == GR_OK && i < n; i++) {
     const char *dev = vars[i].node->assigned_device;
     gr_device_spec d;
@@ -347,14 +375,18 @@ static gr_status plan_shards(gr_session *s, gr_graph *g, shard_save **out, int *
       snprintf(sh[k].file, sizeof sh[k].file, "%s", file);
       snprintf(sh[k].task, sizeof sh[k].task, "/job:%s/task:%d", d.job, d.task);
       sh[k].device = dev;
-      if (!(sh[k].vars = calloc((size_t)n, sizeof *sh[k].vars))) {
+      sh[k].vars = calloc((size_t)n, sizeof *sh[k].vars);
+      sh[k].check = calloc((size_t)n, sizeof *sh[k].check);
+      ns++;
+      if (!sh[k].vars || !sh[k].check) {
         st = gr_error_set_oom(err);
         break;
       }
-      ns++;
     }
-    sh[k].vars[sh[k].n++] = vars[i];
+    if (role[i] != 1) sh[k].vars[sh[k].n++] = vars[i];
+    if (role[i]) sh[k].check[sh[k].ncheck++] = vars[i];
   }
+  free(role);
   free(vars);
   free(names);
   *out = sh;
@@ -363,8 +395,37 @@ static gr_status plan_shards(gr_session *s, gr_graph *g, shard_save **out, int *
 }
 
 static void free_shards(shard_save *sh, int n) {
-  for (int i = 0; sh && i < n; i++) free(sh[i].vars);
+  for (int i = 0; sh && i < n; i++) free(sh[i].vars), free(sh[i].check);
   free(sh);
+}
+
+/* Compares the checksums the tasks gave (got: one vector per shard with
+ * variables to check, in order). */
+static gr_status check_copies(const gr_graph *g, const shard_save *sh, int n, gr_tensor *got,
+                              gr_error *err) {
+  int total = 0, k = 0;
+  for (int i = 0; i < n; i++) total += sh[i].ncheck;
+  const char **names = calloc((size_t)total + 1, sizeof *names),
+             **where = calloc((size_t)total + 1, sizeof *where);
+  uint64_t *sums = calloc((size_t)total + 1, sizeof *sums);
+  gr_status st = names && where && sums ? GR_OK : gr_error_set_oom(err);
+  for (int i = 0, t = 0; st == GR_OK && i < n; i++) {
+    if (!sh[i].ncheck) continue;
+    gr_tensor *v = &got[t++];
+    if (v->dtype != GR_I64 || gr_tensor_num_elements(v) != sh[i].ncheck) {
+      st = gr_error_set(err, GR_ERR_INTERNAL, "%s gave %lld checksums for %d variables", sh[i].task,
+                        (long long)gr_tensor_num_elements(v), sh[i].ncheck);
+      break;
+    }
+    for (int j = 0; j < sh[i].ncheck; j++, k++) {
+      names[k] = gr_node_attr_string(sh[i].check[j].node, "var", sh[i].check[j].node->name);
+      where[k] = sh[i].task;
+      sums[k] = (uint64_t)((const int64_t *)gr_tensor_data(v))[j];
+    }
+  }
+  if (st == GR_OK) st = gr_ckpt_check_mirrors(g, names, where, sums, k, err);
+  free(names), free(where), free(sums);
+  return st;
 }
 
 gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta,
@@ -385,16 +446,27 @@ gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *m
   if (st == GR_OK && !*vars_ready && (st = gr_session_init_variables(s, err)) == GR_OK)
     *vars_ready = true;
   gr_tensor at = gr_tensor_scalar_i64(step);
+  int nsave = 0, nsum = 0;
+  gr_output *sums = calloc((size_t)n + 1, sizeof *sums);
+  gr_tensor *got = calloc((size_t)n + 1, sizeof *got);
+  if (st == GR_OK && (!sums || !got)) st = gr_error_set_oom(err);
   for (int i = 0; st == GR_OK && i < n; i++) {
-    feeds[i] = (gr_feed){sh[i].step, &at};
-    saves[i] = sh[i].save;
-    shards[i] = (gr_ckpt_shard){sh[i].file, sh[i].task};
+    if (sh[i].ncheck) sums[nsum++] = sh[i].sums;
+    if (!sh[i].n) continue;
+    feeds[nsave] = (gr_feed){sh[i].step, &at};
+    saves[nsave] = sh[i].save;
+    shards[nsave++] = (gr_ckpt_shard){sh[i].file, sh[i].task};
   }
-  if (st == GR_OK) st = gr_session_run(s, feeds, n, NULL, 0, NULL, saves, n, err);
+  if (st == GR_OK) st = gr_session_run(s, feeds, nsave, sums, nsum, got, saves, nsave, err);
   gr_session_set_step(s, step);
+  /* the copies equal the variables they mirror (so one copy is saved) */
+  if (st == GR_OK && nsum) st = check_copies(g, sh, n, got, err);
+  for (int i = 0; got && i < nsum; i++) gr_tensor_release(&got[i]);
   /* every shard committed: the manifest row makes the checkpoint */
-  if (st == GR_OK) st = gr_ckpt_commit_shards(ck, step, shards, n, meta, err);
+  if (st == GR_OK) st = gr_ckpt_commit_shards(ck, step, shards, nsave, meta, err);
   gr_tensor_release(&at);
+  free(sums);
+  free(got);
   free(feeds);
   free(saves);
   free(shards);
