@@ -5,6 +5,7 @@
  * per run (the client); several runs may share a directory (each its row
  * in `runs`, and SQLite's lock between their transactions). */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -215,17 +216,22 @@ gr_status cli_rundb_histogram(cli_rundb *db, int64_t run, long epoch, long step,
     int b = width > 0 ? (int)((v - lo) / width) : 0;
     buckets[b >= CLI_RUNDB_BUCKETS ? CLI_RUNDB_BUCKETS - 1 : b < 0 ? 0 : b]++;
   }
-  char json[CLI_RUNDB_BUCKETS * 22 + 4];
-  size_t len = 0;
-  for (int b = 0; b < CLI_RUNDB_BUCKETS; b++)
-    len += (size_t)snprintf(json + len, sizeof json - len, "%s%lld", b ? "," : "[",
-                            (long long)buckets[b]);
-  snprintf(json + len, sizeof json - len, "]");
+  json_t *arr = json_array();
+  bool built = arr != NULL;
+  for (int b = 0; b < CLI_RUNDB_BUCKETS && built; b++)
+    built = json_array_append_new(arr, json_integer(buckets[b])) == 0;
+  char *json = built ? json_dumps(arr, JSON_COMPACT) : NULL;
+  json_decref(arr);
+  if (!json) return gr_error_set_oom(err);
   sqlite3_stmt *st;
-  GR_TRY(prepare(db,
-                 "INSERT OR REPLACE INTO histograms VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
-                 " ?10, ?11)",
-                 &st, err));
+  gr_status s = prepare(db,
+                        "INSERT OR REPLACE INTO histograms VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+                        "?9, ?10, ?11)",
+                        &st, err);
+  if (s != GR_OK) {
+    free(json);
+    return s;
+  }
   sqlite3_bind_int64(st, 1, run);
   sqlite3_bind_text(st, 2, tag, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 3, epoch);
@@ -238,7 +244,7 @@ gr_status cli_rundb_histogram(cli_rundb *db, int64_t run, long epoch, long step,
   sqlite3_bind_int64(st, 8, count);
   bind_real(st, 9, sum);
   bind_real(st, 10, sum2);
-  sqlite3_bind_text(st, 11, json, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 11, json, -1, free);
   return finish(db, st, "adding a histogram", err);
 }
 
