@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "distributed/msg_internal.h"
 #include "distributed/transport_internal.h"
 #include "distributed/wire_internal.h"
 #include "gr_test.h"
@@ -77,14 +78,11 @@ static void fake_on_message(void *arg, gr_conn *c, gr_inmsg *in) {
   uint64_t id;
   gr_outmsg *m = NULL;
   if (gr_msg_u64(&in->msg.root, "id", &id, NULL) == GR_OK) switch (in->h.type) {
-      case GR_MSG_GET_STATUS:
-        m = answer(id, 3);
-        gr_outmsg_str(m, "task", FAKE_TASK);
-        gr_outmsg_u64(m, "inc", 7);
-        gr_outmsg_key(m, "devices");
-        msgpack_pack_array(gr_outmsg_packer(m), 1);
-        gr_pack_str(gr_outmsg_packer(m), FAKE_TASK "/device:CPU:0");
+      case GR_MSG_GET_STATUS: {
+        const char *dev = FAKE_TASK "/device:CPU:0";
+        m = gr_get_status_resp_pack(id, &(gr_get_status_resp){FAKE_TASK, 7, &dev, 1, 1, 1});
         break;
+      }
       case GR_MSG_REGISTER:
         m = answer(id, 1);
         gr_outmsg_u64(m, "handle", 3);
