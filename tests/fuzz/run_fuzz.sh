@@ -19,7 +19,7 @@ cmake --build $dir --target graphrun -j "$(nproc 2>/dev/null || echo 2)" >/dev/n
 libs="$dir/libgraphrun.a $(pkg-config --libs openblas sqlite3 zlib libxxhash jansson libcrypto libssl libpng libjpeg) \
       $(pkg-config --libs libevent libevent_pthreads 2>/dev/null || true) \
       $(pkg-config --libs msgpack-c 2>/dev/null || pkg-config --libs msgpack 2>/dev/null || true) \
-      -lpthread -lm"
+      -ldnnl -lpthread -lm"
 clang -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -g -O1 \
       -I. -Ifrontend tests/fuzz/fuzz_$name.c $libs -o $dir/fuzz_$name
 mkdir -p $dir/corpus_$name
