@@ -74,19 +74,18 @@ static gr_status check_allowed(const gr_place_graph *pg, int D, gr_error *err) {
 /* Greedy variants, the faster by the simulation kept (ties: the first):
  * with consumer affinity, and plain earliest finish. (Judging devices
  * without link contention, as HEFT does, was tried as a third and almost
- * never won.) Large graphs run the two at once on two threads. */
-static void place_greedy(sched *s, const gr_place_options *opts, gr_place_result *r) {
+ * never won.) With a second state (s2: large graphs) the two run at once
+ * on two threads. */
+static void place_greedy(sched *s, sched *s2, const gr_place_options *opts, gr_place_result *r) {
   static const double weights[] = {1, 0};
   int n = s->n;
   size_t sn = (size_t)n + 1;
   double times[2] = {0, 0};
-  sched s2;
-  void *block2 = NULL;
-  bool two = !opts->record && n >= 50000 && gr_sched_clone(&s2, s, &block2);
+  bool two = s2 != NULL;
   if (two) {
     pthread_t th;
-    s2.aff_weight = weights[1];
-    variant_job job = {&s2, r->reason + sn, 0};
+    s2->aff_weight = weights[1];
+    variant_job job = {s2, r->reason + sn, 0};
     if (pthread_create(&th, NULL, run_variant, &job) != 0) {
       two = false;
     } else {
@@ -115,19 +114,29 @@ static void place_greedy(sched *s, const gr_place_options *opts, gr_place_result
       }
     }
   } else {
-    const sched *w = times[1] < times[0] ? &s2 : s;
+    const sched *w = times[1] < times[0] ? s2 : s;
     r->greedy_time = times[1] < times[0] ? times[1] : times[0];
     r->cross_bytes = w->cross;
     copy_out(w, r);
     memcpy(r->cause, w->cause, sizeof(int) * (size_t)n);
-    if (w == &s2) memcpy(r->reason, r->reason + sn, (size_t)n);
-  }
-  if (block2) {
-    free(block2);
-    free(s2.gin);
-    free(s2.res);
+    if (w == s2) memcpy(r->reason, r->reason + sn, (size_t)n);
   }
   r->step_time = r->greedy_time;
+}
+
+typedef struct candidates_job {
+  const gr_place_graph *pg;
+  const gr_cluster *c;
+  sched *s;
+  const int *layer;
+  gr_place_result *r;
+  bool ok;
+} candidates_job;
+
+static void *run_candidates(void *arg) {
+  candidates_job *j = arg;
+  j->ok = gr_place_candidates(j->pg, j->c, j->s, j->layer, j->r);
+  return NULL;
 }
 
 /* The predicted step of a fixed placement: the dataflow simulation when the
@@ -264,18 +273,36 @@ static gr_status schedule(const gr_place_graph *pg, const gr_cluster *c, const g
     if (!s.pos || !(s.flow = gr_dataflow_new(pg, c, s.pos, s.deferred, s.sorder)))
       st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory (%d nodes)", n);
   }
+  /* A second state for large graphs: the second greedy variant on its own
+   * thread, then (when the rank-order simulation rates) the candidates
+   * beside the locality placement; they write disjoint fields of r. */
+  sched s2;
+  void *block2 = NULL;
+  bool two = st == GR_OK && !opts.record && n >= 50000 && gr_sched_clone(&s2, &s, &block2);
   if (st == GR_OK) {
     for (int v = 0; v < n; v++) skip[v] = s.deferred[v] || !gr_sched_active(&s, v);
-    place_greedy(&s, &opts, r);
+    place_greedy(&s, two ? &s2 : NULL, &opts, r);
     if (s.flow) r->step_time = r->greedy_time = rate(&s, r->device, NULL);
+    candidates_job cj = {pg, c, two && !s.flow ? &s2 : &s, opts.layer, r, false};
+    pthread_t th;
+    bool beside = two && !s.flow && pthread_create(&th, NULL, run_candidates, &cj) == 0;
     if (opts.no_fallback)
       r->locality_time = INFINITY;
     else
       try_locality(pg, c, &s, skip, cand_dev, r);
     r->cand_time[GR_PLACE_CAND_COST] = r->step_time;
     memcpy(r->cand_device[GR_PLACE_CAND_COST], r->device, sizeof(int) * (size_t)n);
-    if (!gr_place_candidates(pg, c, &s, opts.layer, r))
+    if (beside)
+      pthread_join(th, NULL);
+    else
+      run_candidates(&cj);
+    if (!cj.ok)
       st = gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "placer: out of memory (%d nodes)", n);
+  }
+  if (two) {
+    free(block2);
+    free(s2.gin);
+    free(s2.res);
   }
   if (st == GR_OK && !opts.no_fallback && opts.search_budget > 0 && n < GR_PLACE_SEARCH_MAX_NODES)
     try_search(pg, c, &s, &opts, cand_dev, r);

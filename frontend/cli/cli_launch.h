@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "cli_cluster.h"
 #include "cli_resolve.h"
 
 typedef struct cli_slurm_step {
@@ -26,6 +27,7 @@ typedef struct cli_slurm_options {
   long restarts; /* per task, in place (graphrun server --restarts) */
   long threads;  /* each server's --threads (0: its default) */
   bool quiet;
+  cli_tls tls; /* each server's --tls-* (NULL: not passed) */
 } cli_slurm_options;
 
 /* The rendezvous (a fresh directory under $SLURM_SUBMIT_DIR/.graphrun),

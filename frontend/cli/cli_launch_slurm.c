@@ -65,6 +65,9 @@ bool cli_slurm_start(cli_slurm_step *s, const char *exe, const char *jobs, int n
   args[k++] = "--exit-with-client", args[k++] = "--restarts", args[k++] = restarts;
   if (o->threads > 0) args[k++] = "--threads", args[k++] = threads;
   if (o->quiet) args[k++] = "--quiet";
+  if (o->tls.cert) args[k++] = "--tls-cert", args[k++] = (char *)o->tls.cert;
+  if (o->tls.key) args[k++] = "--tls-key", args[k++] = (char *)o->tls.key;
+  if (o->tls.ca) args[k++] = "--tls-ca", args[k++] = (char *)o->tls.ca;
   args[k] = NULL;
   s->ntasks = ntasks;
   pid_t pid = fork();

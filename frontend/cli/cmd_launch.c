@@ -74,9 +74,13 @@ static void usage(FILE *f) {
           "                     trains its share; the others wait for it and run with --quiet;\n"
           "                     the clients share their variables\n"
           "                     (GRAPHRUN_CONTAINER=between-graph)\n"
-          "  --quiet            no task output but errors\n\n"
+          "  --quiet            no task output but errors\n"
+          "%s"
+          "                     Given here (before FILE.gr), the servers and the command get\n"
+          "                     them (with --slurm as server flags, else in GRAPHRUN_TLS_*)\n\n"
           "Exit code: the command's (with --between-graph: the first client's that failed, else\n"
-          "0); 1 if the cluster could not start or a task died too often.\n");
+          "0); 1 if the cluster could not start or a task died too often.\n",
+          cli_tls_usage);
 }
 
 typedef struct task {
@@ -518,11 +522,22 @@ static bool supervise(task *ts, int n, const char *secret_file, int threads, lon
 typedef struct launch_options {
   long ps, workers, restarts, threads;
   const char *spec;
+  cli_tls tls; /* the servers' and the command's TLS files */
   bool quiet, sized, between, slurm, threads_given;
   int cmd; /* argv[cmd..]: what to run */
 } launch_options;
 
-enum { F_PS = 256, F_WORKERS, F_RESTARTS, F_THREADS, F_CLUSTER, F_QUIET, F_BETWEEN, F_SLURM };
+enum {
+  F_PS = 256,
+  F_WORKERS,
+  F_RESTARTS,
+  F_THREADS,
+  F_CLUSTER,
+  F_QUIET,
+  F_BETWEEN,
+  F_SLURM,
+  F_TLS /* three values */
+};
 
 static const struct option launch_flags[] = {
     {"help", no_argument, NULL, 'h'},
@@ -534,6 +549,7 @@ static const struct option launch_flags[] = {
     {"quiet", no_argument, NULL, F_QUIET},
     {"between-graph", no_argument, NULL, F_BETWEEN},
     {"slurm", no_argument, NULL, F_SLURM},
+    CLI_TLS_FLAGS(F_TLS),
     {0},
 };
 
@@ -567,6 +583,8 @@ static int parse_options(int argc, char **argv, launch_options *o) {
       o->between = true;
     } else if (c == F_SLURM) {
       o->slurm = true;
+    } else if (cli_tls_flag(c, F_TLS, po.arg, &o->tls)) {
+      continue;
     } else {
       return GR_EXIT_USAGE;
     }
@@ -584,6 +602,19 @@ static int parse_options(int argc, char **argv, launch_options *o) {
   }
   if (o->slurm && !o->threads_given) o->threads = 0; /* each task's CPUs */
   return LAUNCH_GO;
+}
+
+/* The TLS files given to launch, for the command (and the local servers,
+ * which use them only towards other hosts): GRAPHRUN_TLS_*. */
+static bool export_tls(const cli_tls *t) {
+  const char *names[3] = {"GRAPHRUN_TLS_CERT", "GRAPHRUN_TLS_KEY", "GRAPHRUN_TLS_CA"};
+  const char *vals[3] = {t->cert, t->key, t->ca};
+  for (int i = 0; i < 3; i++)
+    if (vals[i] && setenv(names[i], vals[i], 1) != 0) {
+      fprintf(stderr, "graphrun launch: cannot set %s: %s\n", names[i], strerror(errno));
+      return false;
+    }
+  return true;
 }
 
 /* A between-graph client that failed: which, and how. */
@@ -647,7 +678,7 @@ static bool start_slurm_tasks(task *ts, int n, const launch_options *o) {
   int ps = 0;
   for (int k = 0; k < n; k++) ps += !strcmp(ts[k].job, "ps");
   snprintf(jobs, sizeof jobs, ps ? "ps:%d,worker" : "worker", ps);
-  cli_slurm_options so = {o->restarts, o->threads, o->quiet};
+  cli_slurm_options so = {o->restarts, o->threads, o->quiet, o->tls};
   gr_cluster *c;
   gr_error err;
   if (!cli_slurm_start(&slurm_step, self_exe, jobs, n, &so)) {
@@ -721,6 +752,7 @@ int gr_cmd_launch(int argc, char **argv) {
   launch_options o;
   int rc = parse_options(argc, argv, &o);
   if (rc != LAUNCH_GO) return rc;
+  if (!export_tls(&o.tls)) return GR_EXIT_FAILURE;
   ssize_t sl = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
   if (sl <= 0) {
     fprintf(stderr, "graphrun launch: cannot find the graphrun executable\n");

@@ -24,6 +24,7 @@
 #include "gr_test.h"
 #include "test_proc.h"
 #include "test_util.h"
+#include "tls_certs.h"
 
 static char exe[PATH_MAX];
 
@@ -94,6 +95,37 @@ static void test_launch_environment(void) {
   char want[64];
   if (id) snprintf(want, sizeof want, "cluster %.23s, authenticated", id + 2);
   GR_CHECK_STR_CONTAINS(p.buf, want);
+}
+
+/* launch's --tls-* reach its servers and its command: good files start
+ * the cluster and the command sees them; a missing certificate stops the
+ * servers with an error naming it. */
+static void test_launch_tls_files(void) {
+  gt_certs k;
+  if (!gt_certs_make(&k)) {
+    GR_CHECK_MSG(false, "openssl could not make the test's certificates");
+    return;
+  }
+  gt_proc p;
+  gt_proc_start(
+      &p, (char *[]){"graphrun", "launch", "--workers", "1", "--ps", "0", "--restarts", "0",
+                     "--tls-cert", k.cert, "--tls-key", k.key, "--tls-ca", k.ca, "--", "/bin/sh",
+                     "-c", "echo \"TC=$GRAPHRUN_TLS_CERT TK=$GRAPHRUN_TLS_KEY\"; exit 5", NULL});
+  GR_CHECK(gt_proc_wait(&p, NULL, 60));
+  gt_proc_finish(&p);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 5);
+  char want[2 * PATH_MAX + 16];
+  snprintf(want, sizeof want, "TC=%s TK=%s", k.cert, k.key);
+  GR_CHECK_STR_CONTAINS(p.buf, want);
+  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--workers", "1", "--ps", "0", "--restarts",
+                               "0", "--tls-cert", "/nonexistent/node.crt", "--tls-key", k.key,
+                               "--tls-ca", k.ca, "--", "/bin/sh", "-c", "echo ran; exit 5", NULL});
+  GR_CHECK(gt_proc_wait(&p, NULL, 60));
+  gt_proc_finish(&p);
+  GR_CHECK(gt_proc_exit_code(&p) != 5 && gt_proc_exit_code(&p) != 0);
+  GR_CHECK_STR_CONTAINS(p.buf, "TLS certificate file /nonexistent/node.crt");
+  GR_CHECK(strstr(p.buf, "ran\n") == NULL);
+  gt_certs_remove(&k);
 }
 
 /* Ctrl-C (SIGINT) to launch stops every task and the command. */
@@ -357,6 +389,7 @@ int main(void) {
   gt_proc_isolate();
   GR_RUN(test_launch_runs_a_graph);
   GR_RUN(test_launch_environment);
+  GR_RUN(test_launch_tls_files);
   GR_RUN(test_no_orphans);
   GR_RUN(test_launch_killed_leaves_nothing);
   GR_RUN(test_restart_after_kill);

@@ -344,8 +344,9 @@ static void test_fallback(void) {
   gr_cluster_free(c);
 }
 
-/* Large graphs run the two greedy variants on two threads: same answer as
- * the simulator, deterministic. */
+/* Large graphs run the two greedy variants on two threads, then the
+ * candidates beside the locality placement: same answer as the simulator
+ * (each candidate's too), deterministic. */
 static void test_large_graph(void) {
   enum { W = 16, N = 60000 };
   gr_place_graph pg;
@@ -360,6 +361,15 @@ static void test_large_graph(void) {
   GR_CHECK(r.step_time <= r.baseline_time);
   /* 4 devices, cheap transfers: close to the lower bound */
   GR_CHECK(r.step_time < 1.2 * gr_place_lower_bound(&pg, c));
+  int rated = 0;
+  for (int k = 0; k < GR_PLACE_CAND_COUNT; k++) {
+    if (!r.cand_device[k]) continue;
+    GR_CHECK_NEAR(r.cand_time[k], gr_place_simulate(&pg, c, r.cand_device[k], NULL), 1e-12);
+    GR_CHECK_NEAR(r.cand_time[k], r2.cand_time[k], 0);
+    rated++;
+  }
+  GR_CHECK(rated >= 2); /* the cost placement and one task at least */
+  GR_CHECK_NEAR(r.baseline_time, r.cand_time[GR_PLACE_CAND_ONE_TASK], 0);
   gr_place_result_free(&r);
   gr_place_result_free(&r2);
   gr_place_graph_free(&pg);

@@ -13,6 +13,8 @@
  * - examples/slurm/servers.sbatch in an sbatch -n4 job: the servers as an
  *   srun -n3 step, the client in the batch script (no SLURM_PROCID), the
  *   servers ending with their client (the script's `wait` returns).
+ * - launch --slurm with --tls-* flags: the servers get them (a missing
+ *   certificate: their error names it).
  *
  * Then it stops every daemon it started, by pid, also when a check fails.
  * Without root or the packages it says why and exits 77 (skipped). */
@@ -33,6 +35,7 @@
 #include "gr_test.h"
 #include "test_proc.h"
 #include "test_util.h"
+#include "tls_certs.h"
 
 #define JOB_SECONDS 600 /* a job's bound; about 15 s here, longer under ASan */
 
@@ -344,6 +347,33 @@ static void test_train_sbatch(void) {
   free(la), free(lb), free(lc);
 }
 
+/* launch --slurm hands its --tls-* files to the servers of the step: a
+ * certificate that does not exist stops them with their error naming it. */
+static void test_launch_tls(void) {
+  gt_certs k;
+  if (!gt_certs_make(&k)) {
+    GR_CHECK_MSG(false, "openssl could not make the test's certificates");
+    return;
+  }
+  char log[PATH_MAX + 16], wrap[4 * PATH_MAX];
+  snprintf(log, sizeof log, "%s/tls.log", dir);
+  snprintf(wrap, sizeof wrap,
+           "%s launch --slurm --ps 0 --workers 1 --restarts 0 --tls-cert /nonexistent/node.crt "
+           "--tls-key %s --tls-ca %s -- true",
+           gt_graphrun_exe(), k.key, k.ca);
+  long id = submit((char *[]){"-n", "1", "-o", log, "--wrap", wrap, NULL});
+  GR_CHECK(id != 0);
+  if (id) {
+    const char *code = wait_job(id, JOB_SECONDS);
+    const char *text = read_text(log);
+    GR_CHECK_MSG(code[0] && strcmp(code, "0:0") != 0, "job %ld ended with '%s':\n%s", id, code,
+                 text);
+    GR_CHECK_MSG(strstr(text, "TLS certificate file /nonexistent/node.crt") != NULL,
+                 "job %ld: no server error naming the certificate:\n%s", id, text);
+  }
+  gt_certs_remove(&k);
+}
+
 int main(void) {
   gt_proc_isolate();
   for (int i = 0; tools[i]; i++)
@@ -371,6 +401,7 @@ int main(void) {
   bool up = start_slurm();
   GR_CHECK_MSG(up, "slurm did not start");
   if (up) GR_RUN(test_train_sbatch);
+  if (up) GR_RUN(test_launch_tls);
   stop_slurm();
   if (chdir("/") == 0) gt_remove_tree(dir);
   printf("slurm test: %.1f s\n", gt_now() - t0);

@@ -25,6 +25,7 @@ bool gt_certs_make(gt_certs *k) {
   int rc = system(cmd);
   if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
     fprintf(stderr, "gt_certs: '%s' failed (is the openssl command installed?)\n", cmd);
+    gt_certs_remove(k);
     return false;
   }
   path(k, "ca.crt", k->ca);

@@ -24,7 +24,8 @@ typedef struct gt_certs {
   char server_cert[PATH_MAX], server_key[PATH_MAX];
 } gt_certs;
 
-/* Makes them; false (with a line on stderr) when openssl fails. */
+/* Makes them; false (with a line on stderr, nothing left behind) when
+ * openssl fails. */
 bool gt_certs_make(gt_certs *k);
 /* Removes the directory (nothing when it was not made). */
 void gt_certs_remove(gt_certs *k);
