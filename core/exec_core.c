@@ -1,26 +1,14 @@
 /* The executor's core, under both run paths (the static one, executor.c,
- * and the control-flow one, executor_cf.c): async completions dispatched
- * through the context's header, deferred completions, trace events and the
- * kernel-context helpers. The own-thread rule is gr_exec_own_thread
- * (executor_internal.h). Nothing here knows either run path. */
+ * and the control-flow one, executor_cf.c), besides node start and finish
+ * (exec_node.c): deferred completions, trace events and the kernel-context
+ * helpers. The own-thread rule is gr_exec_own_thread (executor_internal.h).
+ * Nothing here knows either run path. */
 #include "core/executor_internal.h"
 #include "core/executor.h"
 #include "core/gr_trace.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
-
-void gr_kernel_done(gr_kernel_ctx *ctx, gr_status status) {
-  async_hdr *h = ctx->exec_private;
-  GR_ASSERT(h != NULL);
-  h->done(h, status);
-}
-
-void gr_kernel_on_cancel(gr_kernel_ctx *ctx, void (*fn)(void *), void *arg) {
-  async_hdr *h = ctx->exec_private;
-  GR_ASSERT(h != NULL);
-  h->on_cancel(h, fn, arg);
-}
 
 _Thread_local int gr_exec_done_depth;
 

@@ -1,7 +1,10 @@
 /* Running an executor (the static path; graphs with control flow run in
  * executor_cf.c): per-run state recycled across runs, ready nodes run inline
- * or through the shared queue, async kernels, cancellation, fetches. It sits
- * on exec_core.c; executor_run.c starts its runs (gr_exec_static_start).
+ * or through the shared queue, async kernels, cancellation, fetches. Nodes
+ * start and finish in the node core (exec_node.c); this file is its
+ * propagator for a flat graph (one pending count per node, atomic) and the
+ * scheduling of ready nodes. executor_run.c starts its runs
+ * (gr_exec_static_start).
  *
  * Every run is asynchronous: whoever works on a run holds it (st->tasks: the
  * thread that started it, each queued pool task, each async completion in
@@ -9,10 +12,9 @@
  * the last node finished calls the run's done callback. A run started with
  * wait keeps the calling thread's hold: it helps drain the shared queue and
  * finishes the run itself (gr_executor_run). */
+#include "core/exec_node.h"
 #include "core/executor.h"
-#include "core/executor_internal.h"
 #include "core/invariants.h"
-#include "core/gr_trace.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -28,17 +30,12 @@ typedef struct cancel_entry {
 typedef struct run_state run_state;
 
 typedef struct async_ctx {
-  async_hdr hdr; /* first */
-  gr_kernel_ctx ctx;
-  gr_error err;
-  run_state *st;
-  int node;
+  exec_async a; /* first; a.run is the run_state's */
   cancel_entry cancel;
-  gr_watch_wait wait; /* a step with a timeout: named if the step stalls */
 } async_ctx;
 
 struct run_state {
-  gr_executor *e;
+  exec_run run; /* first: the executor, step, feeds, fetches, cancelled (atomic), waiting */
   run_state *next_free;
   gr_tensor *slots;   /* input slots */
   gr_tensor *outputs; /* output scratch */
@@ -47,15 +44,9 @@ struct run_state {
   /* shared queue of ready nodes for the pool and the caller */
   int *queue;
   int qhead, qcount, qcap;
-  const gr_tensor *feed_values;
-  gr_tensor *fetch_out;
-  const gr_step_info *step;
-  int remaining;    /* nodes not yet finished (atomic) */
-  int tasks;        /* threads and pool tasks that still hold st (under mu) */
-  int cancelled;    /* atomic */
-  bool waiting;     /* gr_executor_run: the caller helps, holds st and finishes it */
-  pthread_t caller; /* that caller (with waiting) */
-  bool finished;    /* the last hold was dropped (under mu) */
+  int remaining; /* nodes not yet finished (atomic) */
+  int tasks;     /* threads and pool tasks that still hold st (under mu) */
+  bool finished; /* the last hold was dropped (under mu) */
   gr_executor_done_fn done;
   void *done_arg;
   pthread_mutex_t mu;
@@ -64,13 +55,11 @@ struct run_state {
   gr_error err;
   async_ctx **asyncs; /* live async invocations (under mu), for cancellation */
   int num_asyncs, cap_asyncs;
-  int64_t *starts;        /* per node: when its kernel started (traced steps) */
   gr_watch_run watch_run; /* a step with a timeout: how its watchdog cancels this run */
 };
 
 static void run_state_free(run_state *st) {
   if (!st) return;
-  free(st->starts);
   pthread_mutex_destroy(&st->mu);
   pthread_cond_destroy(&st->cv);
   free(st->slots);
@@ -101,7 +90,7 @@ static run_state *acquire_state(gr_executor *e) {
   if (st) return st;
   st = calloc(1, sizeof *st);
   if (!st) return NULL;
-  st->e = e;
+  st->run.e = e;
   pthread_mutex_init(&st->mu, NULL);
   pthread_cond_init(&st->cv, NULL);
   st->slots = calloc((size_t)e->num_slots + 1, sizeof(gr_tensor));
@@ -110,8 +99,7 @@ static run_state *acquire_state(gr_executor *e) {
   st->stack = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
   st->qcap = e->num_nodes + 1;
   st->queue = gr_alloc_array((size_t)st->qcap, sizeof(int));
-  st->starts = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int64_t));
-  if (!st->slots || !st->outputs || !st->pending || !st->stack || !st->queue || !st->starts) {
+  if (!st->slots || !st->outputs || !st->pending || !st->stack || !st->queue) {
     run_state_free(st);
     return NULL;
   }
@@ -134,7 +122,7 @@ static void cancel_run_locked(run_state *st, const gr_error *why) {
     st->status = why->code;
     st->err = *why;
   }
-  __atomic_store_n(&st->cancelled, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&st->run.cancelled, 1, __ATOMIC_RELEASE);
   /* cancel every pending async kernel, a batch at a time, outside the lock
    * (their callbacks may call done, which changes the list) */
   for (;;) {
@@ -152,23 +140,11 @@ static void cancel_run_locked(run_state *st, const gr_error *why) {
   }
 }
 
-static void record_error(run_state *st, int i, gr_status code, const gr_error *kerr) {
-  exec_node *en = &st->e->nodes[i];
+/* The propagator's fail: the first error wins; the run is cancelled. */
+static void static_fail(exec_run *run, const gr_error *why) {
+  run_state *st = (run_state *)run;
   pthread_mutex_lock(&st->mu);
-  if (st->status == GR_OK) {
-    st->status = code;
-    const gr_node *n = en->node;
-    const char *msg = kerr && kerr->msg[0] ? kerr->msg : gr_status_name(code);
-    if (n && n->source_loc)
-      snprintf(st->err.msg, sizeof st->err.msg, "%s: node '%s' (op %s): %s", n->source_loc, n->name,
-               n->op->name, msg);
-    else if (n)
-      snprintf(st->err.msg, sizeof st->err.msg, "node '%s' (op %s): %s", n->name, n->op->name, msg);
-    else
-      snprintf(st->err.msg, sizeof st->err.msg, "%s", msg);
-    st->err.code = code;
-  }
-  cancel_run_locked(st, NULL);
+  cancel_run_locked(st, why);
 }
 
 static void task_done(run_state *st);
@@ -194,7 +170,7 @@ static bool watchdog_cancel(void *arg, const gr_error *why, gr_error *own) {
     st->status = why->code;
     st->err = *why;
   }
-  __atomic_store_n(&st->cancelled, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&st->run.cancelled, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&st->mu);
   return true;
 }
@@ -220,7 +196,7 @@ static void push_shared(run_state *st, int i) {
   }
   st->queue[(st->qhead + st->qcount) % st->qcap] = i;
   st->qcount++;
-  bool to_pool = st->e->pool_size > 0;
+  bool to_pool = st->run.e->pool_size > 0;
   if (to_pool) st->tasks++;
   pthread_cond_broadcast(&st->cv);
   pthread_mutex_unlock(&st->mu);
@@ -251,7 +227,7 @@ static void schedule_shared(run_state *st, int i);
 static void rs_push(run_state *st, ready_stack *rs, int i) {
   if (rs->n + rs->nx >= rs->cap) {
     schedule_shared(st, i);
-  } else if (st->e->nodes[i].expensive) {
+  } else if (st->run.e->nodes[i].expensive) {
     rs->nx++;
     rs->v[rs->cap - rs->nx] = i;
   } else {
@@ -266,7 +242,7 @@ static int rs_pop(const run_state *st, ready_stack *rs) {
   if (rs->nx == 0) return -1;
   int *top = &rs->v[rs->cap - rs->nx];
   for (int k = 0; k < rs->nx; k++)
-    if (st->e->nodes[top[k]].urgent) {
+    if (st->run.e->nodes[top[k]].urgent) {
       int i = top[k];
       top[k] = top[0];
       top[0] = i;
@@ -278,28 +254,26 @@ static int rs_pop(const run_state *st, ready_stack *rs) {
 
 static void process(run_state *st, int first, ready_stack *rs);
 static void run_cheap_here(run_state *st, ready_stack *rs);
-static void static_done(async_hdr *h, gr_status status);
-static void static_on_cancel(async_hdr *h, void (*fn)(void *), void *arg);
-static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, ready_stack *rs);
+static const exec_propagator static_prop;
 
 /* The last hold is gone and every node finished: leaves the watch, settles
  * the status and fetches, recycles st and calls done (st is gone then). */
 static void finish_run(run_state *st) {
-  gr_executor *e = st->e;
-  gr_watch_detach_run(st->step->watch, &st->watch_run);
+  gr_executor *e = st->run.e;
+  gr_watch_detach_run(st->run.step->watch, &st->watch_run);
   gr_status s = st->status;
   gr_error err = {GR_OK, ""};
   if (s != GR_OK) {
     err = st->err;
   } else {
     for (int k = 0; k < e->num_fetches; k++)
-      if (!st->fetch_out[k].buf) {
+      if (!st->run.fetch_out[k].buf) {
         s = gr_error_set(&err, GR_ERR_INTERNAL, "fetch %d produced no value", k);
         break;
       }
   }
   if (s != GR_OK) /* also the fetches filled before the missing one */
-    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&st->fetch_out[k]);
+    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&st->run.fetch_out[k]);
   gr_executor_done_fn done = st->done;
   void *arg = st->done_arg;
   release_state(e, st);
@@ -316,7 +290,7 @@ static void task_done(run_state *st) {
   bool all_ran = __atomic_load_n(&st->remaining, __ATOMIC_ACQUIRE) == 0;
   bool finish = left == 0 && all_ran && !st->finished;
   if (finish) st->finished = true;
-  if (left == 1 && all_ran && st->waiting) pthread_cond_broadcast(&st->cv);
+  if (left == 1 && all_ran && st->run.waiting) pthread_cond_broadcast(&st->cv);
   pthread_mutex_unlock(&st->mu);
   if (finish) finish_run(st);
 }
@@ -356,19 +330,19 @@ static void drain_task(void *arg) {
 
 static void schedule_shared(run_state *st, int i) {
   push_shared(st, i);
-  if (st->e->pool_size > 0) gr_threadpool_schedule(st->e->pool, drain_task, st);
+  if (st->run.e->pool_size > 0) gr_threadpool_schedule(st->run.e->pool, drain_task, st);
 }
 
 static void make_ready(run_state *st, int i, ready_stack *rs, int *inline_expensive) {
-  exec_node *en = &st->e->nodes[i];
-  if (en->expensive && st->e->pool_size > 0) {
+  exec_node *en = &st->run.e->nodes[i];
+  if (en->expensive && st->run.e->pool_size > 0) {
     /* keep one expensive node for this thread (an urgent one if any: its
      * output goes to another device), hand the others out */
     if (*inline_expensive < 0) {
       *inline_expensive = i;
       return;
     }
-    if (en->urgent && !st->e->nodes[*inline_expensive].urgent) {
+    if (en->urgent && !st->run.e->nodes[*inline_expensive].urgent) {
       int kept = *inline_expensive;
       *inline_expensive = i;
       i = kept;
@@ -397,82 +371,50 @@ static bool track_async(run_state *st, async_ctx *ac) {
   return true;
 }
 
-static void finish_node_oom(run_state *st, int i, ready_stack *rs) {
+static void finish_node_oom(run_state *st, exec_call *c, ready_stack *rs) {
   gr_error oom;
   gr_error_set_oom(&oom);
-  finish_node(st, i, oom.code, &oom, rs);
+  gr_exec_finish(&st->run, c, oom.code, &oom, 0, false, rs);
 }
 
 static void start_node(run_state *st, int i, ready_stack *rs) {
-  gr_executor *e = st->e;
-  exec_node *en = &e->nodes[i];
-  gr_tensor *outs = st->outputs + en->output_base;
-  if (en->feed_index >= 0) {
-    gr_tensor_ref(&outs[0], &st->feed_values[en->feed_index]);
-    finish_node(st, i, GR_OK, NULL, rs);
-    return;
-  }
-  if (__atomic_load_n(&st->cancelled, __ATOMIC_ACQUIRE)) {
-    finish_node(st, i, GR_OK, NULL, rs);
+  exec_node *en = &st->run.e->nodes[i];
+  exec_call c = {.node = i,
+                 .ins = st->slots + en->input_base,
+                 .outs = st->outputs + en->output_base,
+                 .start_ns = -1};
+  if (gr_exec_feed(&st->run, &c) || __atomic_load_n(&st->run.cancelled, __ATOMIC_ACQUIRE)) {
+    gr_exec_finish(&st->run, &c, GR_OK, NULL, 0, false, rs);
     return;
   }
   if (en->async) {
     async_ctx *ac = calloc(1, sizeof *ac);
     if (!ac) {
-      finish_node_oom(st, i, rs);
+      finish_node_oom(st, &c, rs);
       return;
     }
-    ac->hdr = (async_hdr){static_done, static_on_cancel};
-    ac->st = st;
-    ac->node = i;
-    ac->ctx = (gr_kernel_ctx){.node = en->node,
-                              .num_inputs = en->num_inputs,
-                              .inputs = st->slots + en->input_base,
-                              .num_outputs = en->num_outputs,
-                              .outputs = outs,
-                              .step = st->step,
-                              .state = &e->states[i],
-                              .err = &ac->err,
-                              .pool = e->pool,
-                              .exec_private = ac};
+    ac->a.run = &st->run;
+    ac->a.call = c;
     if (!track_async(st, ac)) {
       free(ac);
-      finish_node_oom(st, i, rs);
+      finish_node_oom(st, &c, rs);
       return;
     }
-    if (st->step->trace) st->starts[i] = gr_trace_now_ns();
-    gr_watch_begin_wait(st->step->watch, &ac->wait, en->node, "", 0);
-    gr_status s = en->kernel(&ac->ctx);
-    if (s != GR_OK) gr_kernel_done(&ac->ctx, s); /* failed to start: callback not fired */
+    gr_exec_start_async(&ac->a, false);
     return;
   }
   gr_error kerr;
   kerr.msg[0] = '\0';
-  gr_kernel_ctx ctx = {.node = en->node,
-                       .num_inputs = en->num_inputs,
-                       .inputs = st->slots + en->input_base,
-                       .num_outputs = en->num_outputs,
-                       .outputs = outs,
-                       .step = st->step,
-                       .state = &e->states[i],
-                       .err = &kerr,
-                       .pool = e->pool,
-                       .exec_private = NULL};
-  if (st->step->trace) st->starts[i] = gr_trace_now_ns();
-  gr_watch_begin_kernel(st->step->watch);
-  gr_status s = en->kernel(&ctx);
-  gr_watch_end_kernel(st->step->watch);
-  finish_node(st, i, s, &kerr, rs);
+  gr_kernel_ctx ctx;
+  gr_status s = gr_exec_run_kernel(&st->run, &c, false, &kerr, &ctx);
+  gr_exec_finish(&st->run, &c, s, &kerr, 0, false, rs);
 }
 
-static void static_done(async_hdr *h, gr_status status) {
-  async_ctx *ac = (async_ctx *)h;
-  GR_ASSERT(ac != NULL);
-  run_state *st = ac->st;
-  gr_watch_end_wait(st->step->watch, &ac->wait);
+static void static_done(exec_async *a, gr_status status) {
+  run_state *st = (run_state *)a->run;
   pthread_mutex_lock(&st->mu);
   for (int k = 0; k < st->num_asyncs; k++)
-    if (st->asyncs[k] == ac) {
+    if (&st->asyncs[k]->a == a) {
       st->asyncs[k] = st->asyncs[--st->num_asyncs];
       break;
     }
@@ -480,12 +422,12 @@ static void static_done(async_hdr *h, gr_status status) {
   pthread_mutex_unlock(&st->mu);
   int local[256];
   ready_stack rs = {local, 0, 0, 256};
-  int node = ac->node;
-  gr_error err = ac->err;
-  if (status == GR_OK && ac->ctx.dead) /* only the control-flow path carries deadness */
+  exec_call c = a->call;
+  gr_error err = a->err;
+  if (status == GR_OK && a->ctx.dead) /* only the control-flow path carries deadness */
     status = gr_error_set(&err, GR_ERR_INTERNAL, "received a dead value outside control flow");
-  free(ac);
-  finish_node(st, node, status, &err, &rs);
+  free(a); /* the async_ctx */
+  gr_exec_finish(&st->run, &c, status, &err, 0, false, &rs);
   /* A completion may arrive inside another executor's work on this thread (a
    * Send handing its value to a waiting Recv): run the ready nodes inline a
    * few levels deep, then hand them to this run's pool or waiting caller (or,
@@ -494,33 +436,36 @@ static void static_done(async_hdr *h, gr_status status) {
    * when the run has threads of its own: this thread (a server's network
    * work, another device's executor) is not one of them, and a product run
    * on it would compete with them for the cores. */
-  bool helpers = st->e->pool_size > 0 || st->waiting;
-  if (gr_exec_done_depth < GR_DONE_INLINE_DEPTH) {
-    gr_exec_done_depth++;
-    if (helpers) run_cheap_here(st, &rs);
-    for (int i; (i = rs_pop(st, &rs)) >= 0;) process(st, i, &rs);
-    if (!helpers) drain_shared(st); /* what overflowed rs */
-    gr_exec_done_depth--;
-  } else if (helpers) {
-    for (int i; (i = rs_pop(st, &rs)) >= 0;) schedule_shared(st, i);
-  } else {
-    for (int i; (i = rs_pop(st, &rs)) >= 0;) push_shared(st, i);
-    pthread_mutex_lock(&st->mu);
-    st->tasks++;
-    pthread_mutex_unlock(&st->mu);
-    gr_exec_defer(drain_deferred, st);
+  bool helpers = st->run.e->pool_size > 0 || st->run.waiting;
+  switch (gr_exec_completion_where(&st->run, true)) {
+    case GR_EXEC_HERE:
+      gr_exec_done_depth++;
+      if (helpers) run_cheap_here(st, &rs);
+      for (int i; (i = rs_pop(st, &rs)) >= 0;) process(st, i, &rs);
+      if (!helpers) drain_shared(st); /* what overflowed rs */
+      gr_exec_done_depth--;
+      break;
+    case GR_EXEC_HELPERS:
+      for (int i; (i = rs_pop(st, &rs)) >= 0;) schedule_shared(st, i);
+      break;
+    case GR_EXEC_DEFER:
+      for (int i; (i = rs_pop(st, &rs)) >= 0;) push_shared(st, i);
+      pthread_mutex_lock(&st->mu);
+      st->tasks++;
+      pthread_mutex_unlock(&st->mu);
+      gr_exec_defer(drain_deferred, st);
+      break;
   }
   task_done(st);
   if (gr_exec_done_depth == 0) gr_exec_run_deferred();
 }
 
-static void static_on_cancel(async_hdr *h, void (*fn)(void *), void *arg) {
-  async_ctx *ac = (async_ctx *)h;
-  GR_ASSERT(ac != NULL);
-  run_state *st = ac->st;
+static void static_on_cancel(exec_async *a, void (*fn)(void *), void *arg) {
+  async_ctx *ac = (async_ctx *)a;
+  run_state *st = (run_state *)a->run;
   bool now = false;
   pthread_mutex_lock(&st->mu);
-  if (__atomic_load_n(&st->cancelled, __ATOMIC_ACQUIRE))
+  if (__atomic_load_n(&st->run.cancelled, __ATOMIC_ACQUIRE))
     now = true;
   else
     ac->cancel = (cancel_entry){fn, arg, 1};
@@ -528,39 +473,17 @@ static void static_on_cancel(async_hdr *h, void (*fn)(void *), void *arg) {
   if (now) fn(arg);
 }
 
-static void check_outputs(run_state *st, int i, gr_status *status, gr_error *kerr) {
-  exec_node *en = &st->e->nodes[i];
-  gr_tensor *outs = st->outputs + en->output_base;
-  for (int k = 0; k < en->num_outputs; k++) {
-    if (!outs[k].buf) {
-      *status = gr_error_set(kerr, GR_ERR_INTERNAL, "kernel produced no output %d", k);
-      return;
-    }
-    if (outs[k].dtype != en->node->out_dtypes[k]) {
-      *status =
-          gr_error_set(kerr, GR_ERR_INTERNAL, "kernel produced %s for output %d, declared %s",
-                       gr_dtype_name(outs[k].dtype), k, gr_dtype_name(en->node->out_dtypes[k]));
-      return;
-    }
-  }
-}
-
-static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, ready_stack *rs) {
-  gr_executor *e = st->e;
-  exec_node *en = &e->nodes[i];
-  gr_tensor *outs = st->outputs + en->output_base;
-  if (status == GR_OK && en->node && !__atomic_load_n(&st->cancelled, __ATOMIC_ACQUIRE))
-    check_outputs(st, i, &status, kerr);
-  if (status != GR_OK) {
-    record_error(st, i, status, kerr);
-    for (int k = 0; k < en->num_outputs; k++) gr_tensor_release(&outs[k]);
-  }
-  if (st->step->trace && en->node && !__atomic_load_n(&st->cancelled, __ATOMIC_ACQUIRE))
-    gr_exec_trace(st->step, en->node, 0, st->starts[i], outs, en->num_outputs);
+/* The propagator's deliver: each edge hands its output to a slot or a
+ * fetch, the last one the reference itself. */
+static void static_deliver(exec_run *run, exec_call *c, uint64_t dead_mask, bool dead) {
+  (void)dead_mask, (void)dead; /* no deadness here: a failed node's outputs are empty */
+  run_state *st = (run_state *)run;
+  gr_executor *e = run->e;
+  exec_node *en = &e->nodes[c->node];
   for (int k = en->edge_begin; k < en->edge_end; k++) {
     const exec_edge *ed = &e->edges[k];
-    gr_tensor *o = &outs[ed->src_output];
-    gr_tensor *dst = ed->dst >= 0 ? &st->slots[ed->dst_slot] : &st->fetch_out[ed->dst_slot];
+    gr_tensor *o = &c->outs[ed->src_output];
+    gr_tensor *dst = ed->dst >= 0 ? &st->slots[ed->dst_slot] : &run->fetch_out[ed->dst_slot];
     if (ed->move) {
       *dst = *o;
       o->buf = NULL;
@@ -568,12 +491,16 @@ static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, 
       gr_tensor_ref(dst, o);
     }
   }
-  for (int k = 0; k < en->num_outputs; k++)
-    if (outs[k].buf) gr_tensor_release(&outs[k]);
-  gr_tensor *ins = st->slots + en->input_base;
-  for (int k = 0; k < en->num_inputs; k++)
-    if (ins[k].buf) gr_tensor_release(&ins[k]);
+}
 
+/* The propagator's advance: counts down the successors (after the node's
+ * slots are released: a successor at zero may end the run) and makes the
+ * ready ones ready on this thread's stack (sched). */
+static void static_advance(exec_run *run, exec_call *c, void *sched) {
+  run_state *st = (run_state *)run;
+  ready_stack *rs = sched;
+  gr_executor *e = run->e;
+  exec_node *en = &e->nodes[c->node];
   int inline_expensive = -1;
   for (int k = en->edge_begin; k < en->edge_end; k++) {
     int d = e->edges[k].dst;
@@ -593,6 +520,9 @@ static void finish_node(run_state *st, int i, gr_status status, gr_error *kerr, 
   }
 }
 
+static const exec_propagator static_prop = {static_fail, static_deliver, static_advance,
+                                            static_done, static_on_cancel};
+
 static void process(run_state *st, int first, ready_stack *rs) {
   start_node(st, first, rs);
   for (int i; (i = rs_pop(st, rs)) >= 0;) start_node(st, i, rs);
@@ -607,10 +537,10 @@ static void process(run_state *st, int first, ready_stack *rs) {
  * thread), only light nodes run: a copy of unknown or large size (a ring's
  * piece put in place, a concatenation) would hold up every connection. */
 static void run_cheap_here(run_state *st, ready_stack *rs) {
-  bool own = gr_exec_own_thread(st->e, st->waiting, st->caller);
+  bool own = gr_exec_run_own_thread(&st->run);
   while (rs->n > 0) {
     int i = rs->v[--rs->n];
-    if (own || st->e->nodes[i].light)
+    if (own || st->run.e->nodes[i].light)
       start_node(st, i, rs);
     else
       schedule_shared(st, i);
@@ -631,15 +561,16 @@ void gr_exec_static_start(gr_executor *e, const gr_tensor *feed_values, gr_tenso
     return;
   }
   for (int i = 0; i < e->num_nodes; i++) st->pending[i] = e->nodes[i].initial_pending;
-  st->feed_values = feed_values;
-  st->fetch_out = fetch_out;
-  st->step = step;
+  st->run.prop = &static_prop;
+  st->run.feeds = feed_values;
+  st->run.fetch_out = fetch_out;
+  st->run.step = step;
   st->remaining = e->num_nodes;
-  st->cancelled = 0;
+  st->run.cancelled = 0;
   st->status = GR_OK;
   st->tasks = 1; /* this thread's hold */
-  st->waiting = wait;
-  st->caller = pthread_self();
+  st->run.waiting = wait;
+  st->run.caller = pthread_self();
   st->finished = false;
   st->done = done;
   st->done_arg = arg;

@@ -14,6 +14,9 @@
  * a dead next_iteration ends the loop; exits that never saw a live value
  * send a dead value to the parent when the frame finishes.
  *
+ * Nodes start and finish in the node core (exec_node.c); this file is its
+ * propagator for control flow (values and pending counts per frame
+ * instance and iteration, deadness, loop invariants) and the run's queue.
  * One mutex per run guards frames, iterations and the ready queue; kernels
  * run outside it. As on the static path (executor.c), every run is
  * asynchronous: the threads and pool tasks working on it hold it (tasks),
@@ -23,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/exec_node.h"
 #include "core/executor_cf_internal.h"
-#include "core/gr_trace.h"
 
 /* ---- run state ---------------------------------------------------------------------- */
 
@@ -73,7 +76,7 @@ typedef struct token {
 } token;
 
 typedef struct cf_run {
-  gr_executor *e;
+  exec_run run; /* first: the executor, step, feeds, fetches, cancelled, waiting */
   struct cf_plan *p;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -84,13 +87,7 @@ typedef struct cf_run {
   iter_state **free_iters; /* per frame def */
   frame_inst *frames;
   frame_inst *root;
-  const gr_tensor *feeds;
-  gr_tensor *fetch_out;
-  const gr_step_info *step;
-  int cancelled;
   bool single;          /* one thread and no async kernels: nothing to lock against */
-  bool waiting;         /* gr_executor_run: the caller helps, holds the run and finishes it */
-  pthread_t caller;     /* that caller (with waiting) */
   bool finished;        /* the last hold was dropped */
   bool stopped_devices; /* the step's rendezvous was aborted after a failure */
   gr_executor_done_fn done;
@@ -115,7 +112,7 @@ static bool oom(cf_run *r) {
     r->err.code = r->status;
     pthread_cond_broadcast(&r->cv); /* the run's thread stops the other devices */
   }
-  r->cancelled = 1;
+  r->run.cancelled = 1;
   return false;
 }
 
@@ -186,12 +183,12 @@ static void deliver(cf_run *r, frame_inst *f, int64_t t, int d, int slot, gr_ten
   struct cf_plan *p = r->p;
   iter_state *it = iter_of(f, t, p->frames[f->def].par_iters);
   if (!it) { /* its start ran out of memory, which cancelled the run */
-    GR_ASSERT(r->cancelled);
+    GR_ASSERT(r->run.cancelled);
     if (v) gr_tensor_release(v);
     return;
   }
   int l = p->node_local[d];
-  if (r->e->nodes[d].cf_kind == GR_CF_MERGE && !is_ctrl) {
+  if (r->run.e->nodes[d].cf_kind == GR_CF_MERGE && !is_ctrl) {
     if (it->fired[l]) { /* a late input after the merge fired */
       if (v) gr_tensor_release(v);
       return;
@@ -324,7 +321,7 @@ static void route(cf_run *r, frame_inst *f, int64_t t, int src, unsigned char mo
  * enter's value into a later iteration (references only). */
 static void propagate(cf_run *r, int i, frame_inst *f, int64_t t, gr_tensor *outs,
                       uint64_t dead_mask, bool node_dead, bool replay) {
-  gr_executor *e = r->e;
+  gr_executor *e = r->run.e;
   struct cf_plan *p = r->p;
   exec_node *en = &e->nodes[i];
   for (int k = en->edge_begin; k < en->edge_end; k++) {
@@ -354,7 +351,7 @@ static void propagate(cf_run *r, int i, frame_inst *f, int64_t t, gr_tensor *out
           r->err.code = r->status;
         }
       } else {
-        r->fetch_out[ed->dst_slot] = v;
+        r->run.fetch_out[ed->dst_slot] = v;
       }
       continue;
     }
@@ -381,7 +378,7 @@ static bool start_iteration(cf_run *r, frame_inst *f, int64_t t) {
 
 static void frame_done(cf_run *r, frame_inst *f) {
   struct cf_plan *p = r->p;
-  gr_executor *e = r->e;
+  gr_executor *e = r->run.e;
   /* exits that never carried a live value send a dead one */
   for (int i = 0; i < e->num_nodes; i++)
     if (p->fr.of_node[i] == f->def && e->nodes[i].cf_kind == GR_CF_EXIT &&
@@ -448,7 +445,7 @@ static void check_iteration(cf_run *r, frame_inst *f, int64_t t) {
 }
 
 static bool is_expensive(cf_run *r, int node) {
-  return r->e->nodes[node].expensive;
+  return r->run.e->nodes[node].expensive;
 }
 
 static void run_token(cf_run *r, token tok);
@@ -468,15 +465,15 @@ static void drain(cf_run *r) {
  * receives still waiting would wait for ever for devices this one no
  * longer feeds. */
 static void cf_put(cf_run *r) {
-  if (r->cancelled && r->step->rendezvous && !r->stopped_devices) {
+  if (r->run.cancelled && r->run.step->rendezvous && !r->stopped_devices) {
     r->stopped_devices = true;
     cf_unlock(r);
-    gr_rendezvous_abort(r->step->rendezvous, GR_ERR_CANCELLED,
+    gr_rendezvous_abort(r->run.step->rendezvous, GR_ERR_CANCELLED,
                         "the step was cancelled on another device");
     cf_lock(r);
   }
   r->tasks--;
-  if (r->waiting && (r->qcount > 0 || (r->outstanding == 0 && r->tasks == 1)))
+  if (r->run.waiting && (r->qcount > 0 || (r->outstanding == 0 && r->tasks == 1)))
     pthread_cond_broadcast(&r->cv);
   bool finish = r->tasks == 0 && r->outstanding == 0 && !r->finished;
   if (finish) r->finished = true;
@@ -492,58 +489,31 @@ static void pool_task(void *arg) {
 }
 
 typedef struct cf_async {
-  async_hdr hdr;
-  gr_kernel_ctx ctx;
-  gr_error err;
-  cf_run *r;
-  token tok;
-  int64_t start_ns; /* traced steps */
+  exec_async a; /* first; a.run is the cf_run's */
   gr_tensor ins[16], outs[16];
-  gr_watch_wait wait; /* a step with a timeout */
 } cf_async;
 
-/* Finishes a token: outputs propagate, inputs are dropped. Lock held. ins
- * and outs may be NULL when s is an error (a kernel that never started). */
-static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_tensor *ins,
-                         gr_tensor *outs, uint64_t dead_mask, bool dead, int64_t start_ns) {
-  exec_node *en = &r->e->nodes[tok.node];
+/* The propagator's fail (lock held): the first error wins; the run's thread
+ * stops the other devices. */
+static void cf_fail(exec_run *run, const gr_error *why) {
+  cf_run *r = (cf_run *)run;
+  if (r->status == GR_OK) {
+    r->status = why->code;
+    r->err = *why;
+    pthread_cond_broadcast(&r->cv); /* the run's thread stops the other devices */
+  }
+  r->run.cancelled = 1;
+}
+
+/* The propagator's deliver (lock held): a loop invariant is kept for every
+ * iteration of its frame; the values (or deadness) go along the edges to
+ * their frames and iterations, counting down the successors there. */
+static void cf_deliver(exec_run *run, exec_call *c, uint64_t dead_mask, bool dead) {
+  cf_run *r = (cf_run *)run;
   struct cf_plan *p = r->p;
-  if (s == GR_OK && !dead && en->node) {
-    for (int k = 0; k < en->num_outputs; k++) {
-      if (!((dead_mask >> (k & 63)) & 1) && !outs[k].buf) {
-        s = gr_error_set(kerr, GR_ERR_INTERNAL, "kernel produced no output %d", k);
-        break;
-      }
-      if (outs[k].buf && outs[k].dtype != en->node->out_dtypes[k]) {
-        s = gr_error_set(kerr, GR_ERR_INTERNAL, "kernel produced the wrong dtype for output %d", k);
-        break;
-      }
-    }
-  }
-  if (start_ns >= 0 && r->step->trace && s == GR_OK && !r->cancelled)
-    gr_exec_trace(r->step, en->node, tok.iter, start_ns, outs, dead ? 0 : en->num_outputs);
-  if (s != GR_OK) {
-    if (r->status == GR_OK) {
-      const gr_node *n = en->node;
-      if (tok.f->def != 0)
-        snprintf(r->err.msg, sizeof r->err.msg,
-                 "%s%snode '%s' (op %s) in loop '%s' iteration %lld: %s",
-                 n->source_loc ? n->source_loc : "", n->source_loc ? ": " : "", n->name,
-                 n->op->name, p->fr.frames[tok.f->def].name, (long long)tok.iter, kerr->msg);
-      else
-        snprintf(r->err.msg, sizeof r->err.msg, "%s%snode '%s' (op %s): %s",
-                 n->source_loc ? n->source_loc : "", n->source_loc ? ": " : "", n->name,
-                 n->op->name, kerr->msg);
-      r->status = s;
-      r->err.code = s;
-      pthread_cond_broadcast(&r->cv); /* the run's thread stops the other devices */
-    }
-    r->cancelled = 1;
-    dead = true;
-  }
-  if (en->cf_kind == GR_CF_ENTER && p->constant[tok.node] && !dead) {
+  frame_inst *f = c->frame;
+  if (r->run.e->nodes[c->node].cf_kind == GR_CF_ENTER && p->constant[c->node] && !dead) {
     /* a loop invariant: every iteration of the frame sees it */
-    frame_inst *f = tok.f;
     if (f->nconsts == f->capconsts) {
       int cap = f->capconsts ? f->capconsts * 2 : 4;
       const_val *cv = gr_realloc_array(f->consts, (size_t)cap, sizeof *cv);
@@ -553,82 +523,108 @@ static void finish_token(cf_run *r, token tok, gr_status s, gr_error *kerr, gr_t
       }
     }
     if (f->nconsts < f->capconsts) {
-      const_val *c = &f->consts[f->nconsts++];
-      c->node = tok.node;
-      c->dead = 0;
-      gr_tensor_ref(&c->value[0], &outs[0]);
+      const_val *cv = &f->consts[f->nconsts++];
+      cv->node = c->node;
+      cv->dead = 0;
+      gr_tensor_ref(&cv->value[0], &c->outs[0]);
       for (int64_t t = f->first_live; t < f->next_iter; t++)
-        if (t != tok.iter) propagate(r, tok.node, f, t, c->value, 0, false, true);
+        if (t != c->iteration) propagate(r, c->node, f, t, cv->value, 0, false, true);
     } else {
       oom(r);
     }
   }
-  propagate(r, tok.node, tok.f, tok.iter, outs, dead_mask, dead, false);
-  if (outs)
-    for (int k = 0; k < en->num_outputs; k++) gr_tensor_release(&outs[k]);
-  if (ins)
-    for (int k = 0; k < en->num_inputs; k++) gr_tensor_release(&ins[k]);
-  iter_state *it = iter_of(tok.f, tok.iter, p->frames[tok.f->def].par_iters);
+  propagate(r, c->node, f, c->iteration, c->outs, dead_mask, dead, false);
+}
+
+/* The propagator's advance (lock held): the token is gone from its
+ * iteration, which may retire. */
+static void cf_advance(exec_run *run, exec_call *c, void *sched) {
+  (void)sched; /* the ready tokens are in the run's queue */
+  cf_run *r = (cf_run *)run;
+  frame_inst *f = c->frame;
+  iter_state *it = iter_of(f, c->iteration, r->p->frames[f->def].par_iters);
   it->outstanding--;
   r->outstanding--;
-  check_iteration(r, tok.f, tok.iter);
+  check_iteration(r, f, c->iteration);
   if (r->outstanding == 0) pthread_cond_broadcast(&r->cv);
 }
 
-static void cf_done(async_hdr *h, gr_status s) {
-  cf_async *a = (cf_async *)h;
-  cf_run *r = a->r;
+static void cf_done(exec_async *a, gr_status s) {
+  cf_run *r = (cf_run *)a->run;
   gr_threadpool *pool = NULL; /* where the queue goes after the unlock */
-  gr_watch_end_wait(r->step->watch, &a->wait);
   cf_lock(r);
   r->tasks++;
-  finish_token(r, a->tok, s, &a->err, a->ins, a->outs, a->ctx.dead_outputs, a->ctx.dead,
-               a->start_ns);
-  free(a);
+  gr_exec_finish(&r->run, &a->call, s, &a->err, a->ctx.dead_outputs, a->ctx.dead, NULL);
+  free(a); /* the cf_async */
   /* inline a few levels deep (executor.c's static_done says why), then hand
    * the queue to the pool, the waiting caller, or this thread's outermost
    * completion. A thread that is neither the pool's nor the waiting
    * caller (a network thread delivering a tensor) runs no kernels: a task
    * runs them on its inter-op threads only. */
-  bool helper = r->e->pool_size == 0 || gr_exec_own_thread(r->e, r->waiting, r->caller);
-  if (helper && gr_exec_done_depth < GR_DONE_INLINE_DEPTH) {
-    gr_exec_done_depth++;
-    drain(r);
-    gr_exec_done_depth--;
-  } else if (r->qcount > 0 && r->e->pool_size > 0) {
-    r->tasks++; /* scheduled after the unlock: out of memory, the pool runs it inline */
-    pool = r->e->pool;
-  } else if (r->qcount > 0 && !r->waiting) {
-    r->tasks++;
-    gr_exec_defer(pool_task, r);
+  bool may_run_here = r->run.e->pool_size == 0 || gr_exec_run_own_thread(&r->run);
+  switch (gr_exec_completion_where(&r->run, may_run_here)) {
+    case GR_EXEC_HERE:
+      gr_exec_done_depth++;
+      drain(r);
+      gr_exec_done_depth--;
+      break;
+    case GR_EXEC_HELPERS: /* the pool, or the waiting caller (woken by cf_put) */
+      if (r->qcount > 0 && r->run.e->pool_size > 0) {
+        r->tasks++; /* scheduled after the unlock: out of memory, the pool runs it inline */
+        pool = r->run.e->pool;
+      }
+      break;
+    case GR_EXEC_DEFER:
+      if (r->qcount > 0) {
+        r->tasks++;
+        gr_exec_defer(pool_task, r);
+      }
+      break;
   }
   cf_put(r);
   if (pool) gr_threadpool_schedule(pool, pool_task, r);
   if (gr_exec_done_depth == 0) gr_exec_run_deferred();
 }
 
-static void cf_on_cancel(async_hdr *h, void (*fn)(void *), void *arg) {
-  cf_async *a = (cf_async *)h;
-  cf_lock(a->r);
-  bool now = a->r->cancelled;
-  cf_unlock(a->r);
+static void cf_on_cancel(exec_async *a, void (*fn)(void *), void *arg) {
+  cf_run *r = (cf_run *)a->run;
+  cf_lock(r);
+  bool now = r->run.cancelled;
+  cf_unlock(r);
   /* cancelled already; otherwise the kernel completes on its own (or the step watch cancels it) */
-  if (now || gr_watch_keep_cancel(a->r->step->watch, &a->wait, fn, arg)) fn(arg);
+  if (now || gr_watch_keep_cancel(r->run.step->watch, &a->wait, fn, arg)) fn(arg);
+}
+
+static const exec_propagator cf_prop = {cf_fail, cf_deliver, cf_advance, cf_done, cf_on_cancel};
+
+/* Moves node en's inputs out of iteration it's slots into ins. */
+static void take_inputs(cf_run *r, iter_state *it, const exec_node *en, gr_tensor *ins) {
+  for (int k = 0; k < en->num_inputs; k++) {
+    ins[k] = it->slots[r->p->slot_local[en->input_base + k]];
+    it->slots[r->p->slot_local[en->input_base + k]].buf = NULL;
+  }
 }
 
 /* Runs one token with the lock held on entry and exit (released around the kernel). */
 static void run_token(cf_run *r, token tok) {
-  gr_executor *e = r->e;
+  gr_executor *e = r->run.e;
   struct cf_plan *p = r->p;
   exec_node *en = &e->nodes[tok.node];
   int par = p->frames[tok.f->def].par_iters;
   iter_state *it = iter_of(tok.f, tok.iter, par);
   int l = p->node_local[tok.node];
-  bool dead = it->dead[l] || r->cancelled;
+  bool dead = it->dead[l] || r->run.cancelled;
   /* transfer ops run while dead (not once cancelled): deadness crosses devices;
    * so do ops that record deadness (a gradient's stack push) */
-  bool run_dead = dead && !r->cancelled && en->node &&
+  bool run_dead = dead && !r->run.cancelled && en->node &&
                   (en->node->op->flags & (GR_OP_TRANSFER | GR_OP_RUNS_DEAD));
+  exec_call c = {.node = tok.node,
+                 .frame = tok.f,
+                 .iteration = tok.iter,
+                 .frame_name = tok.f->path ? tok.f->path : "",
+                 .frame_parent_len = tok.f->parent_len,
+                 .loop = tok.f->def != 0 ? p->fr.frames[tok.f->def].name : NULL,
+                 .start_ns = -1};
   if (en->num_inputs > 16 || en->num_outputs > 16 || en->async) {
     cf_async *a = calloc(1, sizeof *a);
     if (!a || en->num_inputs > 16 || en->num_outputs > 16) {
@@ -641,80 +637,44 @@ static void run_token(cf_run *r, token tok) {
         gr_error_set(&ke, GR_ERR_UNIMPLEMENTED,
                      "nodes with more than 16 inputs or outputs are not "
                      "supported inside control flow yet");
-      finish_token(r, tok, ke.code, &ke, NULL, NULL, 0, true, -1); /* inputs stay in the slots */
+      gr_exec_finish(&r->run, &c, ke.code, &ke, 0, true, NULL); /* inputs stay in the slots */
       return;
     }
-    a->hdr = (async_hdr){cf_done, cf_on_cancel};
-    a->r = r;
-    a->tok = tok;
-    for (int k = 0; k < en->num_inputs; k++) {
-      a->ins[k] = it->slots[p->slot_local[en->input_base + k]];
-      it->slots[p->slot_local[en->input_base + k]].buf = NULL;
-    }
+    take_inputs(r, it, en, a->ins);
+    c.ins = a->ins;
+    c.outs = a->outs;
+    a->a.run = &r->run;
+    a->a.call = c;
     if (dead && !run_dead) {
-      finish_token(r, tok, GR_OK, &a->err, a->ins, a->outs, 0, true, -1);
+      gr_exec_finish(&r->run, &a->a.call, GR_OK, &a->a.err, 0, true, NULL);
       free(a);
       return;
     }
-    a->ctx = (gr_kernel_ctx){.node = en->node,
-                             .dead = dead,
-                             .num_inputs = en->num_inputs,
-                             .inputs = a->ins,
-                             .num_outputs = en->num_outputs,
-                             .outputs = a->outs,
-                             .step = r->step,
-                             .state = &e->states[tok.node],
-                             .err = &a->err,
-                             .frame_name = tok.f->path ? tok.f->path : "",
-                             .frame_parent_len = tok.f->parent_len,
-                             .iteration = tok.iter,
-                             .pool = e->pool,
-                             .exec_private = a};
     cf_unlock(r);
-    a->start_ns = r->step->trace ? gr_trace_now_ns() : 0;
-    gr_watch_begin_wait(r->step->watch, &a->wait, en->node, a->ctx.frame_name, tok.iter);
-    gr_status s = en->kernel(&a->ctx);
-    if (s != GR_OK) cf_done(&a->hdr, s);
+    gr_exec_start_async(&a->a, dead);
     cf_lock(r);
     return;
   }
   gr_tensor ins[16], outs[16];
-  for (int k = 0; k < en->num_inputs; k++) {
-    ins[k] = it->slots[p->slot_local[en->input_base + k]];
-    it->slots[p->slot_local[en->input_base + k]].buf = NULL;
-  }
+  take_inputs(r, it, en, ins);
   for (int k = 0; k < en->num_outputs; k++) outs[k] = gr_tensor_empty();
+  c.ins = ins;
+  c.outs = outs;
   gr_status s = GR_OK;
   gr_error kerr;
   kerr.msg[0] = '\0';
   uint64_t dead_mask = 0;
-  int64_t start_ns = -1;
-  if (en->feed_index >= 0) {
-    gr_tensor_ref(&outs[0], &r->feeds[en->feed_index]);
+  if (gr_exec_feed(&r->run, &c)) {
+    /* its value is in outs[0] */
   } else if (!dead || run_dead) {
-    gr_kernel_ctx ctx = {.node = en->node,
-                         .dead = dead,
-                         .num_inputs = en->num_inputs,
-                         .inputs = ins,
-                         .num_outputs = en->num_outputs,
-                         .outputs = outs,
-                         .step = r->step,
-                         .state = &e->states[tok.node],
-                         .err = &kerr,
-                         .frame_name = tok.f->path ? tok.f->path : "",
-                         .frame_parent_len = tok.f->parent_len,
-                         .iteration = tok.iter,
-                         .pool = e->pool};
+    gr_kernel_ctx ctx;
     cf_unlock(r);
-    if (r->step->trace) start_ns = gr_trace_now_ns();
-    gr_watch_begin_kernel(r->step->watch);
-    s = en->kernel(&ctx);
-    gr_watch_end_kernel(r->step->watch);
+    s = gr_exec_run_kernel(&r->run, &c, dead, &kerr, &ctx);
     cf_lock(r);
     dead_mask = ctx.dead_outputs;
     dead = ctx.dead;
   }
-  finish_token(r, tok, s, &kerr, ins, outs, dead_mask, dead, start_ns);
+  gr_exec_finish(&r->run, &c, s, &kerr, dead_mask, dead, NULL);
 }
 
 /* The step's watchdog found the step stalled: stop it as a kernel error
@@ -728,7 +688,7 @@ static bool cf_watchdog_cancel(void *arg, const gr_error *why, gr_error *own) {
     return false;
   }
   if (r->status == GR_OK) r->status = why->code, r->err = *why;
-  r->cancelled = 1;
+  r->run.cancelled = 1;
   r->tasks++;
   pthread_cond_broadcast(&r->cv);
   cf_unlock(r);
@@ -744,7 +704,7 @@ static void cf_watchdog_release(void *arg) {
 /* Frees r (and what a cancelled step left of its frames) and calls its done. */
 static void cf_free_run(cf_run *r, gr_status status, gr_error *err) {
   struct cf_plan *p = r->p;
-  gr_executor *e = r->e;
+  gr_executor *e = r->run.e;
   frame_inst *root = r->root;
   while (r->frames) { /* frames left by a cancelled step */
     frame_inst *f = r->frames;
@@ -758,10 +718,10 @@ static void cf_free_run(cf_run *r, gr_status status, gr_error *err) {
   }
   if (root && root->ring && root->ring[0]) iter_free(r, 0, root->ring[0]);
   for (int k = 0; k < e->num_fetches && status == GR_OK; k++)
-    if (!r->fetch_out[k].buf)
+    if (!r->run.fetch_out[k].buf)
       status = gr_error_set(err, GR_ERR_INTERNAL, "fetch %d produced no value", k);
   if (status != GR_OK) /* also the fetches filled before the missing one */
-    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&r->fetch_out[k]);
+    for (int k = 0; k < e->num_fetches; k++) gr_tensor_release(&r->run.fetch_out[k]);
   if (r->free_iters)
     for (int d = 0; d < p->fr.num_frames; d++)
       while (r->free_iters[d]) {
@@ -783,7 +743,7 @@ static void cf_free_run(cf_run *r, gr_status status, gr_error *err) {
 
 /* The last hold is gone and every token finished. */
 static void cf_finish(cf_run *r) {
-  if (!r->single) gr_watch_detach_run(r->step->watch, &r->watch_run);
+  if (!r->single) gr_watch_detach_run(r->run.step->watch, &r->watch_run);
   gr_error err = {GR_OK, ""};
   if (r->status != GR_OK) err = r->err;
   cf_free_run(r, r->status, &err);
@@ -798,15 +758,16 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
     done(arg, gr_error_set_oom(&oom), &oom);
     return;
   }
-  r->e = e;
+  r->run.prop = &cf_prop;
+  r->run.e = e;
   r->p = p;
-  r->feeds = feed_values;
-  r->fetch_out = fetch_out;
-  r->step = step;
+  r->run.feeds = feed_values;
+  r->run.fetch_out = fetch_out;
+  r->run.step = step;
   r->done = done;
   r->done_arg = arg;
-  r->waiting = wait;
-  r->caller = pthread_self();
+  r->run.waiting = wait;
+  r->run.caller = pthread_self();
   r->tasks = 1; /* this thread's hold */
   r->single = e->pool_size == 0;
   for (int i = 0; i < e->num_nodes && r->single; i++)
@@ -859,7 +820,7 @@ void gr_cf_run_start(gr_executor *e, const gr_tensor *feed_values, gr_tensor *fe
       continue;
     }
     if (!wait || (r->outstanding == 0 && r->tasks == 1)) break;
-    if (r->cancelled && step->rendezvous && !r->stopped_devices) {
+    if (r->run.cancelled && step->rendezvous && !r->stopped_devices) {
       /* receives still waiting would wait for ever for devices this one no longer feeds */
       r->stopped_devices = true;
       cf_unlock(r);

@@ -1,6 +1,7 @@
 /* Executor internals. The files, from the bottom: exec_core.c (what both
- * run paths share: async dispatch, deferred completions, traces, kernel
- * context helpers), the two run paths on it (executor.c: static graphs;
+ * run paths share: deferred completions, traces, kernel context helpers)
+ * and exec_node.c (exec_node.h: node start and finish, async dispatch, with
+ * each path's propagator), the two run paths on them (executor.c: static graphs;
  * executor_cf.c with executor_cf_plan.c: control flow), and on top
  * executor_run.c (starting a run on the right path, freeing) and
  * executor_build.c. Threads and locks of a run: docs/internals.md,
@@ -68,13 +69,6 @@ static inline bool gr_exec_own_thread(const gr_executor *e, bool waiting, pthrea
   return (e->pool_size > 0 && gr_threadpool_current() == e->pool) ||
          (waiting && pthread_equal(pthread_self(), caller));
 }
-
-/* The first member of every run path's async-kernel context
- * (ctx->exec_private), so gr_kernel_done / gr_kernel_on_cancel dispatch. */
-typedef struct async_hdr {
-  void (*done)(struct async_hdr *self, gr_status status);
-  void (*on_cancel)(struct async_hdr *self, void (*fn)(void *), void *arg);
-} async_hdr;
 
 /* Async completions may arrive inside another executor's work on the same
  * thread (a Send handing its value to a waiting Recv). They run the nodes

@@ -70,7 +70,7 @@ calls() { # calls DIR REGEX: "caller callee" for the files of DIR matching REGEX
     sort -u
 }
 if [ -n "$objs" ]; then
-  for group in "core:exec_core|executor.*" "checkpoints:.*" "frontend:dsl_.*"; do
+  for group in "core:exec_.*|executor.*" "checkpoints:.*" "frontend:dsl_.*"; do
     dir="${group%%:*}"
     files="${group#*:}"
     if [ "$dir" = frontend ]; then # the parser's stage only
