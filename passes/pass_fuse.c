@@ -15,7 +15,11 @@
  *   minimum, relu_grad, neg, square, relu) of one known shape, scalars
  *   aside, as the backward pass and the optimizers' inputs build them: one
  *   _fused_elementwise named after the chain's last node, which runs the
- *   chain per block of elements (ops/fused_elementwise.c).
+ *   chain per block of elements (ops/fused_elementwise.c);
+ * - such a chain (one op at least) that computes the gradient an update
+ *   (apply_sgd, apply_momentum, apply_adam) alone reads: the update with
+ *   attr grad_program, which computes each block of the gradient as it
+ *   updates the variable and its slots (ops/optimizers.c).
  *
  * A node is absorbed only when the chain is its only reader: each
  * intermediate value has one consumer among the nodes kept, is not
@@ -33,7 +37,7 @@
 
 typedef struct fuse_ops {
   const gr_op_def *conv, *bias_add, *add, *batch_norm, *batch_norm_grad, *relu, *relu_grad,
-      *identity_n, *fused_conv, *fused_elementwise;
+      *identity_n, *fused_conv, *fused_elementwise, *apply_sgd, *apply_momentum, *apply_adam;
 } fuse_ops;
 
 typedef struct fuser {
@@ -255,20 +259,32 @@ static gr_status fuse_relu_grad_bn(fuser *f, const gr_node *g) {
  * of the fused node) and the steps in an order that computes operands
  * first; an operand is leaf i (i >= 0) or step k (-1 - k). */
 typedef struct ew_chain {
-  const gr_node *host;
-  gr_output leaf[GR_FUSE_MAX_INPUTS + 1];
+  const gr_node *host; /* the node the chain becomes part of: the last, or an update */
+  const gr_node *root; /* the last elementwise node */
+  int max_steps;
+  gr_output leaf[GR_FUSED_ELEMENTWISE_MAX_INPUTS];
   int num_leaves;
-  const gr_node *node[GR_FUSE_MAX_ABSORBED + 1];
-  int operand[GR_FUSE_MAX_ABSORBED + 1][2];
+  const char *op[GR_FUSED_ELEMENTWISE_MAX_STEPS]; /* per step: its op, its operands */
+  int operand[GR_FUSED_ELEMENTWISE_MAX_STEPS][2];
   int num_steps;
+  const gr_node *node[GR_FUSED_ELEMENTWISE_MAX_STEPS]; /* the nodes taken, the root last */
+  int num_nodes;
   int claimed; /* nodes taken into the chain so far (steps to come included) */
   bool too_big;
 } ew_chain;
 
-/* Is n an f32 or f64 op of _fused_elementwise's set whose output has a
- * known shape and whose inputs have that shape or are scalars? */
+/* The steps node n takes: 1, an add_n of k inputs k - 1 adds (its sum,
+ * left to right); 0 for another op. */
+static int ew_steps(const gr_node *n) {
+  if (strcmp(n->op->name, "add_n") == 0) return n->num_inputs - 1;
+  return gr_fused_elementwise_op_index(n->op->name) >= 0;
+}
+
+/* Is n an f32 or f64 op of _fused_elementwise's set (or an add_n of two or
+ * more) whose output has a known shape and whose inputs have that shape or
+ * are scalars? */
 static bool ew_op(const gr_node *n) {
-  if (n->num_outputs != 1 || gr_fused_elementwise_op_index(n->op->name) < 0) return false;
+  if (n->num_outputs != 1 || ew_steps(n) < 1) return false;
   const gr_shape *s = &n->out_shapes[0];
   gr_dtype dt = n->out_dtypes[0];
   if ((dt != GR_F32 && dt != GR_F64) || !gr_shape_is_fully_known(s)) return false;
@@ -284,7 +300,7 @@ static bool ew_op(const gr_node *n) {
 static int ew_leaf(ew_chain *ch, gr_output o) {
   for (int i = 0; i < ch->num_leaves; i++)
     if (same_ep(ch->leaf[i], o)) return i;
-  if (ch->num_leaves == GR_FUSE_MAX_INPUTS)
+  if (ch->num_leaves == GR_FUSED_ELEMENTWISE_MAX_INPUTS)
     ch->too_big = true;
   else
     ch->leaf[ch->num_leaves++] = o;
@@ -294,53 +310,93 @@ static int ew_leaf(ew_chain *ch, gr_output o) {
 /* Adds n's step after those of the producers it absorbs; returns its
  * operand (-1 - step). */
 static int ew_gather(const fuser *f, ew_chain *ch, const gr_node *n) {
-  int ops[2] = {0, 0};
+  int ops[GR_FUSED_ELEMENTWISE_MAX_STEPS + 1] = {0};
   for (int i = 0; i < n->num_inputs && !ch->too_big; i++) {
     gr_output o = input(f, n, i);
     const gr_node *p = o.node;
-    if (ch->claimed <= GR_FUSE_MAX_ABSORBED && o.index == 0 && ew_op(p) &&
-        p->out_dtypes[0] == ch->host->out_dtypes[0] &&
-        gr_shape_equal(&p->out_shapes[0], &ch->host->out_shapes[0]) && sole_user(f, o) == n &&
+    if (o.index == 0 && ew_op(p) && ch->claimed + ew_steps(p) <= ch->max_steps &&
+        p->out_dtypes[0] == ch->root->out_dtypes[0] &&
+        gr_shape_equal(&p->out_shapes[0], &ch->root->out_shapes[0]) && sole_user(f, o) == n &&
         absorbable(f, p, p->op, ch->host)) {
-      ch->claimed++;
+      ch->claimed += ew_steps(p);
       ops[i] = ew_gather(f, ch, p);
     } else
       ops[i] = ew_leaf(ch, o);
   }
   if (ch->too_big) return 0;
-  GR_ASSERT(ch->num_steps <= GR_FUSE_MAX_ABSORBED);
-  ch->node[ch->num_steps] = n;
-  ch->operand[ch->num_steps][0] = ops[0];
-  ch->operand[ch->num_steps][1] = ops[1];
-  return -1 - ch->num_steps++;
+  GR_ASSERT(ch->num_steps + ew_steps(n) <= ch->max_steps);
+  ch->node[ch->num_nodes++] = n;
+  bool sum = strcmp(n->op->name, "add_n") == 0;
+  int acc = ops[0];
+  for (int i = 1; i < (sum ? n->num_inputs : 2); i++) { /* one step; an add_n's adds */
+    ch->op[ch->num_steps] = sum ? "add" : n->op->name;
+    ch->operand[ch->num_steps][0] = acc;
+    ch->operand[ch->num_steps][1] =
+        n->num_inputs > 1 ? ops[i] : -1 - GR_FUSED_ELEMENTWISE_MAX_STEPS;
+    acc = -1 - ch->num_steps++;
+  }
+  return acc;
+}
+
+/* Gathers the chain from its root into ch; true when it is whole. */
+static bool ew_chain_of(const fuser *f, ew_chain *ch) {
+  ew_gather(f, ch, ch->root);
+  return !ch->too_big;
+}
+
+/* The chain's leaves as u's inputs from `first`, its program as u's attr
+ * `attr`, its nodes but the host absorbed. */
+static void ew_commit(fuser *f, ew_chain *ch, gr_passes_fusion *u, int first, const char *attr) {
+  memcpy(u->in + first, ch->leaf, sizeof(ch->leaf[0]) * (size_t)ch->num_leaves);
+  u->num_inputs = first + ch->num_leaves;
+  size_t len = 0;
+  for (int k = 0; k < ch->num_steps; k++) {
+    len += (size_t)snprintf(u->text + len, sizeof u->text - len, "%s%s", k ? ";" : "", ch->op[k]);
+    for (int i = 0; i < 2; i++) {
+      int o = ch->operand[k][i];
+      if (o != -1 - GR_FUSED_ELEMENTWISE_MAX_STEPS) /* not the missing operand of a unary op */
+        len += (size_t)snprintf(u->text + len, sizeof u->text - len, " %d",
+                                o >= 0 ? o : ch->num_leaves - 1 - o);
+    }
+  }
+  for (int k = 0; k < ch->num_nodes; k++)
+    if (ch->node[k] != ch->host) u->absorbed[u->num_absorbed++] = ch->node[k];
+  GR_ASSERT(len < sizeof u->text);
+  set_attr(u, gr_attr_string(attr, u->text));
+  commit(f, ch->host, u, (gr_output){(gr_node *)ch->host, 0});
 }
 
 /* A chain of elementwise ops ending at n, each value read by the next
  * alone: one _fused_elementwise named n. */
 static gr_status fuse_elementwise(fuser *f, const gr_node *n) {
   if (!hostable(f, n) || !ew_op(n)) return GR_OK;
-  ew_chain ch = {.host = n, .claimed = 1};
-  ew_gather(f, &ch, n);
-  if (ch.too_big || ch.num_steps < 2) return GR_OK;
+  ew_chain ch = {
+      .host = n, .root = n, .max_steps = GR_FUSED_ELEMENTWISE_MAX_STEPS, .claimed = ew_steps(n)};
+  if (ch.claimed > ch.max_steps || !ew_chain_of(f, &ch) || ch.num_nodes < 2) return GR_OK;
   gr_passes_fusion *u = calloc(1, sizeof *u);
   if (!u) return gr_error_set_oom(f->c->err);
   u->op = f->op.fused_elementwise;
-  memcpy(u->in, ch.leaf, sizeof(ch.leaf[0]) * (size_t)ch.num_leaves);
-  u->num_inputs = ch.num_leaves;
-  size_t len = 0;
-  for (int k = 0; k < ch.num_steps; k++) {
-    const gr_node *s = ch.node[k];
-    len += (size_t)snprintf(u->text + len, sizeof u->text - len, "%s%s", k ? ";" : "", s->op->name);
-    for (int i = 0; i < s->num_inputs; i++) {
-      int o = ch.operand[k][i];
-      len += (size_t)snprintf(u->text + len, sizeof u->text - len, " %d",
-                              o >= 0 ? o : ch.num_leaves - 1 - o);
-    }
-    if (s != n) u->absorbed[u->num_absorbed++] = s;
-  }
-  GR_ASSERT(len < sizeof u->text);
-  set_attr(u, gr_attr_string("program", u->text));
-  commit(f, n, u, (gr_output){(gr_node *)n, 0});
+  ew_commit(f, &ch, u, 0, "program");
+  return GR_OK;
+}
+
+/* An update (apply_sgd, apply_momentum, apply_adam) whose gradient is a
+ * chain of elementwise ops it alone reads: the update with the chain as
+ * attr grad_program over the chain's inputs, so the gradient is never
+ * stored. */
+static gr_status fuse_apply(fuser *f, const gr_node *a) {
+  if (!hostable(f, a) || a->num_inputs != 2 || *gr_node_attr_string(a, "grad_program", ""))
+    return GR_OK;
+  gr_output grad = input(f, a, 1);
+  const gr_node *r = grad.node;
+  if (grad.index != 0 || !ew_op(r) || sole_user(f, grad) != a || !absorbable(f, r, r->op, a))
+    return GR_OK;
+  ew_chain ch = {
+      .host = a, .root = r, .max_steps = GR_FUSED_ELEMENTWISE_MAX_STEPS, .claimed = ew_steps(r)};
+  if (ch.claimed > ch.max_steps || !ew_chain_of(f, &ch)) return GR_OK;
+  gr_passes_fusion *u = start(f, a, a->op);
+  if (!u) return gr_error_set_oom(f->c->err);
+  ew_commit(f, &ch, u, 1, "grad_program");
   return GR_OK;
 }
 
@@ -382,7 +438,13 @@ static gr_status fuse_all(fuser *f) {
     if (n->op == f->op.batch_norm) GR_TRY(fuse_bn_relu(f, n));
     if (n->op == f->op.batch_norm_grad) GR_TRY(fuse_relu_grad_bn(f, n));
   }
-  /* last, from the end of each chain back: what the others left */
+  /* the updates' gradients, then, from the end of each chain back, the
+   * chains left */
+  for (int i = 0; i < c->n; i++) {
+    const gr_node *n = gr_graph_node(c->g, c->order[i]);
+    if (n->op == f->op.apply_sgd || n->op == f->op.apply_momentum || n->op == f->op.apply_adam)
+      GR_TRY(fuse_apply(f, n));
+  }
   for (int i = c->n - 1; i >= 0; i--) GR_TRY(fuse_elementwise(f, gr_graph_node(c->g, c->order[i])));
   return GR_OK;
 }
@@ -411,10 +473,13 @@ gr_status gr_passes_fuse(gr_passes_ctx *c, int *fused) {
                     gr_ops_find("relu_grad"),
                     gr_ops_find("identity_n"),
                     gr_ops_find("_fused_conv2d"),
-                    gr_ops_find("_fused_elementwise")};
+                    gr_ops_find("_fused_elementwise"),
+                    gr_ops_find("apply_sgd"),
+                    gr_ops_find("apply_momentum"),
+                    gr_ops_find("apply_adam")};
   GR_ASSERT(f.op.conv && f.op.bias_add && f.op.add && f.op.batch_norm && f.op.batch_norm_grad &&
             f.op.relu && f.op.relu_grad && f.op.identity_n && f.op.fused_conv &&
-            f.op.fused_elementwise);
+            f.op.fused_elementwise && f.op.apply_sgd && f.op.apply_momentum && f.op.apply_adam);
   int eps = 0;
   f.first = gr_alloc_array((size_t)c->n + 1, sizeof(int));
   for (int v = 0; f.first && v < c->n; v++) {

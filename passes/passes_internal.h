@@ -14,9 +14,9 @@
 /* How the fusion pass changes a node it keeps (the host): it is copied
  * as op `op` with inputs in[] (endpoints of g, resolved at the copy) and
  * attrs[], and also takes the control inputs of the nodes it absorbs. */
-#define GR_FUSE_MAX_INPUTS   GR_FUSED_ELEMENTWISE_MAX_INPUTS
+#define GR_FUSE_MAX_INPUTS   (GR_FUSED_ELEMENTWISE_MAX_INPUTS + 1) /* an update's lr too */
 #define GR_FUSE_MAX_ATTRS    16
-#define GR_FUSE_MAX_ABSORBED (GR_FUSED_ELEMENTWISE_MAX_STEPS - 1)
+#define GR_FUSE_MAX_ABSORBED GR_FUSED_ELEMENTWISE_MAX_STEPS
 typedef struct gr_passes_fusion {
   const gr_op_def *op;
   gr_output in[GR_FUSE_MAX_INPUTS];

@@ -546,6 +546,69 @@ static void test_elementwise_limits(void) {
   for (int k = 0; k < 4; k++) gr_tensor_release(&v[k]);
 }
 
+/* Updates whose gradient is an elementwise chain: an MLP with an L2 weight
+ * penalty, whose weight gradients are add_n(product, scale * w * 2); the
+ * chain goes into the apply_* op (attr grad_program), and six steps of
+ * each optimizer give the unfused bits (f32 and f64). */
+static int count_grad_programs(const gr_graph *g) {
+  int k = 0;
+  for (int i = 0; g && i < gr_graph_num_nodes(g); i++)
+    k += *gr_node_attr_string(gr_graph_node(g, i), "grad_program", "") != '\0';
+  return k;
+}
+
+static void test_fused_updates(void) {
+  for (int k = 0; k < 6; k++) {
+    gr_dtype dt = k % 2 ? GR_F64 : GR_F32;
+    gr_optimizer opt = {.kind = (gr_optimizer_kind)(k / 2),
+                        .learning_rate = 0.05,
+                        .momentum = 0.9,
+                        .nesterov = k == 3};
+    gr_graph *g = gr_graph_new();
+    gr_shape xs = gr_shape_make(2, (int64_t[]){17, 11});
+    gr_tensor xv = gt_random(&rng, dt, xs, -1, 1);
+    gr_tensor lv = gt_zeros(GR_I64, gr_shape_make(1, (int64_t[]){17}));
+    for (int i = 0; i < 17; i++) ((int64_t *)gr_tensor_data(&lv))[i] = i % 5;
+    gr_tensor w1v = gt_random(&rng, dt, gr_shape_make(2, (int64_t[]){11, 9}), -0.5, 0.5);
+    gr_tensor w2v = gt_random(&rng, dt, gr_shape_make(2, (int64_t[]){9, 5}), -0.5, 0.5);
+    gr_tensor b1v = gt_random(&rng, dt, gr_shape_make(1, (int64_t[]){9}), -0.1, 0.1);
+    gr_output x = gr_placeholder(g, "x", dt, xs);
+    gr_output l = gr_placeholder(g, "l", GR_I64, lv.shape);
+    gr_output w1 = gr_variable(g, "w1", gr_const(g, &w1v)),
+              w2 = gr_variable(g, "w2", gr_const(g, &w2v));
+    gr_output b1 = gr_variable(g, "b1", gr_const(g, &b1v));
+    gr_output h = gr_relu(g, gr_add(g, gr_matmul(g, x, w1, false, false), b1));
+    gr_output logits = gr_matmul(g, h, w2, false, false);
+    gr_output ce = gr_reduce_mean(g, gr_sparse_softmax_cross_entropy(g, logits, l), NULL, 0, false);
+    gr_output l2 = gr_add(g, gr_reduce_sum(g, gr_square(g, w1), NULL, 0, false),
+                          gr_reduce_sum(g, gr_square(g, w2), NULL, 0, false));
+    gr_output decay = dt == GR_F32 ? gr_const_f32(g, 1e-2f) : gr_const_f64(g, 1e-2);
+    gr_output loss = gr_add(g, ce, gr_mul(g, decay, l2));
+    gr_output train = gr_minimize(g, &opt, loss, NULL, 0);
+    gr_output fetch[4] = {loss, w1, w2, b1};
+    gr_feed fd[2] = {{x, &xv}, {l, &lv}};
+    char what[64];
+    snprintf(what, sizeof what, "%s %s%s", gr_dtype_name(dt),
+             k / 2 == 0   ? "sgd"
+             : k / 2 == 1 ? "momentum"
+                          : "adam",
+             k == 3 ? " (Nesterov)" : "");
+    GR_CHECK_MSG(!gr_graph_error(g), "%s: %s", what, gr_graph_error(g)->msg);
+    if (!gr_graph_error(g)) {
+      gr_graph *fg = fused_graph(g, fd, 2, fetch, 4, &train, 1);
+      /* both weights' updates take their gradient's chain; no add_n left */
+      GR_CHECK_MSG(count_grad_programs(fg) == 2 && count_op(fg, "add_n") == 0,
+                   "%s: %d updates with grad_program, %d add_n left", what, count_grad_programs(fg),
+                   fg ? count_op(fg, "add_n") : -1);
+      gr_graph_free(fg);
+      check_same_bits(g, fd, 2, fetch, 4, &train, 1, 6, what);
+    }
+    gr_graph_free(g);
+    gr_tensor_release(&xv), gr_tensor_release(&lv), gr_tensor_release(&w1v);
+    gr_tensor_release(&w2v), gr_tensor_release(&b1v);
+  }
+}
+
 /* _fused_elementwise built by hand: its errors name the program. */
 static void test_fused_elementwise_errors(void) {
   gr_graph *g = gr_graph_new();
@@ -591,5 +654,6 @@ int main(void) {
   GR_RUN(test_elementwise_chains);
   GR_RUN(test_elementwise_limits);
   GR_RUN(test_fused_elementwise_errors);
+  GR_RUN(test_fused_updates);
   return gr_test_finish();
 }
