@@ -609,6 +609,53 @@ static void test_fused_updates(void) {
   }
 }
 
+/* Buffers allocated by one run of s (after a first run). */
+static uint64_t step_allocs(gr_session *s, const gr_feed *f, int nf, const gr_output *x) {
+  gr_error err;
+  gr_tensor out;
+  uint64_t n = 0;
+  for (int run = 0; run < 2; run++) {
+    gr_buffer_pool_stats a, b;
+    gr_buffer_pool_get_stats(&a);
+    GR_CHECK_OK(gr_session_run(s, f, nf, x, 1, &out, NULL, 0, &err), err);
+    gr_buffer_pool_get_stats(&b);
+    n = (b.system_allocs + b.pool_hits) - (a.system_allocs + a.pool_hits);
+    gr_tensor_release(&out);
+  }
+  return n;
+}
+
+/* In place: a chain whose input dies with it (exp's output) writes over
+ * that input's buffer, as the unfused ops do one after the other: the
+ * fused step allocates as many buffers as the unfused one (exp's output),
+ * one fewer than a fused node that allocated its own. */
+static void test_elementwise_in_place(void) {
+  gr_graph *g = gr_graph_new();
+  gr_shape xs = gr_shape_make(1, (int64_t[]){1001});
+  gr_output x = gr_placeholder(g, "x", GR_F32, xs);
+  gr_output e = gr_exp(g, x);
+  gr_output y = gr_add(g, gr_mul(g, e, gr_const_f32(g, 2)), x);
+  gr_tensor xv = gt_random(&rng, GR_F32, xs, -1, 1);
+  gr_feed fd = {x, &xv};
+  gr_graph *fg = fused_graph(g, &fd, 1, &y, 1, NULL, 0);
+  GR_CHECK(fg && count_op(fg, "_fused_elementwise") == 1 && count_op(fg, "exp") == 1);
+  gr_graph_free(fg);
+  uint64_t allocs[2];
+  for (int fuse = 0; fuse < 2; fuse++) {
+    gr_error err;
+    gr_session_options o = {.inter_op_threads = 1, .no_fusion = !fuse};
+    gr_session *s = gr_session_new(g, &o, &err);
+    GR_CHECK_MSG(s, "%s", s ? "" : err.msg);
+    allocs[fuse] = s ? step_allocs(s, &fd, 1, &y) : 0;
+    gr_session_free(s);
+  }
+  GR_CHECK_MSG(allocs[1] == allocs[0] && allocs[0] >= 1, "%llu buffers fused, %llu unfused",
+               (unsigned long long)allocs[1], (unsigned long long)allocs[0]);
+  check_same_bits(g, &fd, 1, &y, 1, NULL, 0, 1, "in place");
+  gr_graph_free(g);
+  gr_tensor_release(&xv);
+}
+
 /* _fused_elementwise built by hand: its errors name the program. */
 static void test_fused_elementwise_errors(void) {
   gr_graph *g = gr_graph_new();
@@ -655,5 +702,6 @@ int main(void) {
   GR_RUN(test_elementwise_limits);
   GR_RUN(test_fused_elementwise_errors);
   GR_RUN(test_fused_updates);
+  GR_RUN(test_elementwise_in_place);
   return gr_test_finish();
 }
