@@ -455,7 +455,7 @@ bool gr_passes_may_fuse(const gr_graph *g) {
   for (int v = 0; v < gr_graph_num_nodes(g); v++) {
     const gr_op_def *op = gr_graph_node(g, v)->op;
     if (op == host[0] || op == host[1] || op == host[2] ||
-        gr_fused_elementwise_op_index(op->name) >= 0)
+        gr_fused_elementwise_op_index(op->name) >= 0 || strcmp(op->name, "add_n") == 0)
       return true;
   }
   return false;
