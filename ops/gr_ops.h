@@ -515,6 +515,14 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
  * control dependencies on a train op, after its updates. */
 gr_output gr_mirror_spread(gr_graph *g);
 
+/* _fused_elementwise (ops/fused_elementwise.c), which the fusion pass makes:
+ * at most this many inputs and steps; the index of an op in its set (add,
+ * sub, mul, div, maximum, minimum, relu_grad: binary; neg, square, relu:
+ * unary), or -1 when it is not in the set. */
+#define GR_FUSED_ELEMENTWISE_MAX_INPUTS 8
+#define GR_FUSED_ELEMENTWISE_MAX_STEPS  8
+int gr_fused_elementwise_op_index(const char *op_name);
+
 #include "ops/gr_images.h"
 #include "ops/gr_losses.h"
 #include "ops/gr_ops_layers.h"

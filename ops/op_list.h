@@ -134,6 +134,8 @@
   X(conv2d_backprop_filter)                                                                        \
   X(conv2d_transpose)                                                                              \
   X(_fused_conv2d)                                                                                 \
+  /* fused_elementwise.c */                                                                        \
+  X(_fused_elementwise)                                                                            \
   /* pool.c */                                                                                     \
   X(max_pool)                                                                                      \
   X(avg_pool)                                                                                      \

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "core/gr_core.h"
+#include "ops/gr_ops.h"
 #include "ops/op_list.h"
 
 /* Every op of the op list, for tests of what a node is (n->op ==
@@ -282,6 +283,44 @@ void gr_ops_strides(const gr_shape *s, int64_t strides[GR_MAX_RANK]);
 
 /* Tensor attr helpers for builder functions */
 gr_output gr_ops_const_scalar(gr_graph *g, gr_dtype dtype, double v);
+
+/* ---- elementwise programs (fused_elementwise.c) ------------------------------------ */
+
+/* A _fused_elementwise program ("mul 0 1;add 2 3": steps of ops over the
+ * inputs 0..n-1 and the earlier steps' results n + k, the last step the
+ * result) over kernel inputs first..num_inputs-1 (of one float dtype; each
+ * of the result's shape or a scalar). _fused_elementwise runs one; the
+ * apply_* updates run one as their gradient (attr grad_program). */
+#define GR_EW_BLOCK 256
+typedef struct gr_ew_step {
+  int op, a, b; /* b: -1 for a unary op */
+} gr_ew_step;
+typedef struct gr_ew {
+  gr_ew_step step[GR_FUSED_ELEMENTWISE_MAX_STEPS];
+  int num_steps, n;
+  const void *in[GR_FUSED_ELEMENTWISE_MAX_INPUTS];
+  bool scalar[GR_FUSED_ELEMENTWISE_MAX_INPUTS];
+  gr_dtype dtype;
+  gr_shape shape; /* the result's */
+  int unique;     /* an input of the result's shape that only the kernel holds (first + i), or -1 */
+} gr_ew;
+/* One thread's blocks: the scalars spread, the steps' results. */
+typedef union gr_ew_scratch {
+  float f[GR_FUSED_ELEMENTWISE_MAX_INPUTS + GR_FUSED_ELEMENTWISE_MAX_STEPS][GR_EW_BLOCK];
+  double d[GR_FUSED_ELEMENTWISE_MAX_INPUTS + GR_FUSED_ELEMENTWISE_MAX_STEPS][GR_EW_BLOCK];
+} gr_ew_scratch;
+/* Checks program against input dtypes and shapes at build time: *dtype and
+ * *shape get the result's. Errors name the node and the program. */
+gr_status gr_ew_shape(gr_shape_ctx *ctx, const char *program, int first, gr_dtype *dtype,
+                      gr_shape *shape);
+/* Parses program over ctx's inputs from first into *e (errors as kernel errors). */
+gr_status gr_ew_prepare(gr_kernel_ctx *ctx, const char *program, int first, gr_ew *e);
+/* Spreads the scalars into s (once per thread, before its blocks). */
+void gr_ew_scratch_init(const gr_ew *e, gr_ew_scratch *s);
+/* The result's elements [off, off + len) (len <= GR_EW_BLOCK) into out,
+ * with the element arithmetic of the ops the program names (the unfused
+ * bits); out may be an input's own elements at off. */
+void gr_ew_block(const gr_ew *e, gr_ew_scratch *s, int64_t off, int len, void *out);
 
 /* ---- for gradient functions ---------------------------------------------------- */
 

@@ -64,21 +64,65 @@ static gr_status check_lr(gr_kernel_ctx *ctx) {
   return GR_OK;
 }
 
+/* The gradient of an update, block by block: input 1, or the elementwise
+ * program of attr grad_program over inputs 1.. (a chain the fusion pass
+ * folded into the update: the gradient is never stored). */
+typedef struct grad_src {
+  const gr_tensor *t; /* input 1, or NULL: the program */
+  gr_ew e;
+  gr_ew_scratch s;
+  gr_dtype dtype;
+  gr_shape shape;
+} grad_src;
+
+static gr_status grad_init(gr_kernel_ctx *ctx, grad_src *g) {
+  GR_TRY(check_lr(ctx));
+  const char *program = gr_node_attr_string(ctx->node, "grad_program", "");
+  g->t = *program ? NULL : &ctx->inputs[1];
+  if (g->t) {
+    g->dtype = g->t->dtype;
+    g->shape = g->t->shape;
+    return GR_OK;
+  }
+  GR_TRY(gr_ew_prepare(ctx, program, 1, &g->e));
+  gr_ew_scratch_init(&g->e, &g->s);
+  g->dtype = g->e.dtype;
+  g->shape = g->e.shape;
+  return GR_OK;
+}
+
+/* Elements [off, off + len) of the gradient: in place, or computed into buf. */
+static const void *grad_block(grad_src *g, int64_t off, int len, void *buf) {
+  if (g->t) return (const char *)gr_tensor_data(g->t) + (size_t)off * gr_dtype_size(g->dtype);
+  gr_ew_block(&g->e, &g->s, off, len, buf);
+  return buf;
+}
+
+/* Runs BODY for each element i of n, with g[j] the gradient's element i
+ * (j = i - off, in the block from off). */
+#define FOR_GRAD_BLOCKS(T, BODY)                                                                   \
+  for (int64_t off = 0; off < n; off += GR_EW_BLOCK) {                                             \
+    int len = (int)(n - off < GR_EW_BLOCK ? n - off : GR_EW_BLOCK);                                \
+    T gb[GR_EW_BLOCK];                                                                             \
+    const T *g = grad_block(gs, off, len, gb);                                                     \
+    for (int64_t j = 0, i = off; j < len; j++, i++) BODY                                           \
+  }
+
 /* ---- apply_sgd: var -= lr * grad ---------------------------------------------------------- */
 
 #define SGD_LOOP(T)                                                                                \
   do {                                                                                             \
     T *w = gr_tensor_data(var);                                                                    \
-    const T *g = gr_tensor_data(&ctx->inputs[1]);                                                  \
     T a = (T)lr;                                                                                   \
-    for (int64_t i = 0; i < n; i++) w[i] -= a * g[i];                                              \
+    FOR_GRAD_BLOCKS(T, { w[i] -= a * g[j]; })                                                      \
   } while (0)
 
 static gr_status apply_sgd_kernel(gr_kernel_ctx *ctx) {
-  GR_TRY(check_lr(ctx));
+  grad_src src, *gs = &src;
+  GR_TRY(grad_init(ctx, gs));
   static const char *const names[] = {"var"};
   locked_vars lv;
-  gr_status s = lock_vars(ctx, names, 1, ctx->inputs[1].dtype, &ctx->inputs[1].shape, &lv);
+  gr_status s = lock_vars(ctx, names, 1, gs->dtype, &gs->shape, &lv);
   if (s == GR_OK) {
     gr_tensor *var = gr_var_value(lv.v[0]);
     double lr = scalar_of(&ctx->inputs[0]);
@@ -122,19 +166,19 @@ static gr_status apply_sgd_matmul_kernel(gr_kernel_ctx *ctx) {
 #define MOMENTUM_LOOP(T)                                                                           \
   do {                                                                                             \
     T *w = gr_tensor_data(var), *acc = gr_tensor_data(accum);                                      \
-    const T *g = gr_tensor_data(&ctx->inputs[1]);                                                  \
     T a = (T)lr, m = (T)mom;                                                                       \
-    for (int64_t i = 0; i < n; i++) {                                                              \
-      acc[i] = m * acc[i] + g[i];                                                                  \
-      w[i] -= nesterov ? a * (g[i] + m * acc[i]) : a * acc[i];                                     \
-    }                                                                                              \
+    FOR_GRAD_BLOCKS(T, {                                                                           \
+      acc[i] = m * acc[i] + g[j];                                                                  \
+      w[i] -= nesterov ? a * (g[j] + m * acc[i]) : a * acc[i];                                     \
+    })                                                                                             \
   } while (0)
 
 static gr_status apply_momentum_kernel(gr_kernel_ctx *ctx) {
-  GR_TRY(check_lr(ctx));
+  grad_src src, *gs = &src;
+  GR_TRY(grad_init(ctx, gs));
   static const char *const names[] = {"var", "slot_accum"};
   locked_vars lv;
-  gr_status s = lock_vars(ctx, names, 2, ctx->inputs[1].dtype, &ctx->inputs[1].shape, &lv);
+  gr_status s = lock_vars(ctx, names, 2, gs->dtype, &gs->shape, &lv);
   if (s == GR_OK) {
     gr_tensor *var = gr_var_value(lv.v[0]), *accum = gr_var_value(lv.v[1]);
     double lr = scalar_of(&ctx->inputs[0]), mom = gr_node_attr_float(ctx->node, "momentum", 0.9);
@@ -156,20 +200,20 @@ static gr_status apply_momentum_kernel(gr_kernel_ctx *ctx) {
 #define ADAM_LOOP(T)                                                                               \
   do {                                                                                             \
     T *w = gr_tensor_data(var), *mm = gr_tensor_data(m), *vv = gr_tensor_data(v);                  \
-    const T *g = gr_tensor_data(&ctx->inputs[1]);                                                  \
     T b1 = (T)beta1, b2 = (T)beta2, e = (T)eps, a = (T)lr_t;                                       \
-    for (int64_t i = 0; i < n; i++) {                                                              \
-      mm[i] = b1 * mm[i] + (1 - b1) * g[i];                                                        \
-      vv[i] = b2 * vv[i] + (1 - b2) * g[i] * g[i];                                                 \
+    FOR_GRAD_BLOCKS(T, {                                                                           \
+      mm[i] = b1 * mm[i] + (1 - b1) * g[j];                                                        \
+      vv[i] = b2 * vv[i] + (1 - b2) * g[j] * g[j];                                                 \
       w[i] -= a * mm[i] / ((T)sqrt((double)vv[i]) + e);                                            \
-    }                                                                                              \
+    })                                                                                             \
   } while (0)
 
 static gr_status apply_adam_kernel(gr_kernel_ctx *ctx) {
-  GR_TRY(check_lr(ctx));
+  grad_src src, *gs = &src;
+  GR_TRY(grad_init(ctx, gs));
   static const char *const names[] = {"var", "slot_m", "slot_v", "slot_t"};
   locked_vars lv;
-  gr_status s = lock_vars(ctx, names, 4, ctx->inputs[1].dtype, &ctx->inputs[1].shape, &lv);
+  gr_status s = lock_vars(ctx, names, 4, gs->dtype, &gs->shape, &lv);
   if (s == GR_OK) {
     gr_tensor *var = gr_var_value(lv.v[0]), *m = gr_var_value(lv.v[1]);
     gr_tensor *v = gr_var_value(lv.v[2]), *t = gr_var_value(lv.v[3]);
@@ -204,26 +248,57 @@ static gr_status apply_shape(gr_shape_ctx *ctx) {
   return GR_OK;
 }
 
+/* apply_sgd, apply_momentum, apply_adam: lr and grad, or lr and the inputs
+ * of attr grad_program. */
+static gr_status update_shape(gr_shape_ctx *ctx) {
+  GR_TRY(apply_shape(ctx));
+  const char *program = gr_node_attr_string(ctx->node, "grad_program", "");
+  if (*program) {
+    gr_dtype dt;
+    gr_shape grad;
+    GR_TRY(gr_ew_shape(ctx, program, 1, &dt, &grad));
+  } else if (ctx->num_inputs != 2) {
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                          "%d inputs: lr and grad, or more with attr grad_program",
+                          ctx->num_inputs);
+  }
+  return GR_OK;
+}
+
 static void apply_cost(const gr_node *n, gr_cost *c) {
-  const gr_shape *s = &n->inputs[1].node->out_shapes[n->inputs[1].index];
-  int64_t k = gr_shape_num_elements(s);
+  int64_t k = 0; /* the gradient's elements: its largest input's */
+  for (int i = 1; i < n->num_inputs; i++) {
+    int64_t e = gr_shape_num_elements(&n->inputs[i].node->out_shapes[n->inputs[i].index]);
+    if (e > k) k = e;
+  }
   c->flops = k > 0 ? 4.0 * (double)k : 0;
   c->bytes = k > 0 ? 16.0 * (double)k : 0;
 }
 
-static const char *const lr_grad_names[] = {"lr", "grad"};
+/* lr and grad; with attr grad_program, the program's inputs from input 1 */
+static const char *const lr_grad_names[] = {"lr",  "grad", "in2", "in3", "in4",
+                                            "in5", "in6",  "in7", "in8"};
+#define GRAD_PROGRAM_ATTR                                                                          \
+  {                                                                                                \
+    "grad_program", GR_ATTR_STRING, false, {                                                       \
+      .type = GR_ATTR_STRING, .s = ""                                                              \
+    }                                                                                              \
+  }
+#define GRAD_PROGRAM_DOC                                                                           \
+  "; with attr grad_program (the fusion pass sets it), grad is that _fused_elementwise program "   \
+  "over inputs 1.., computed block by block as the update runs"
 #define APPLY_FLAGS (GR_OP_STATEFUL | GR_OP_VARIABLE | GR_OP_UPDATES)
 
-static const gr_attr_spec sgd_attrs[] = {{"var", GR_ATTR_STRING, true, {0}}};
+static const gr_attr_spec sgd_attrs[] = {{"var", GR_ATTR_STRING, true, {0}}, GRAD_PROGRAM_ATTR};
 const gr_op_def gr_op_apply_sgd = {.name = "apply_sgd",
-                                   .doc = "var -= lr * grad, in place (attr var)",
+                                   .doc = "var -= lr * grad, in place (attr var)" GRAD_PROGRAM_DOC,
                                    .min_inputs = 2,
-                                   .max_inputs = 2,
+                                   .max_inputs = 9,
                                    .input_names = lr_grad_names,
                                    .num_outputs = 0,
                                    .attrs = sgd_attrs,
-                                   .num_attrs = 1,
-                                   .shape_fn = apply_shape,
+                                   .num_attrs = 2,
+                                   .shape_fn = update_shape,
                                    .cost_fn = apply_cost,
                                    .kernel = apply_sgd_kernel,
                                    .flags = APPLY_FLAGS};
@@ -261,17 +336,19 @@ static const gr_attr_spec momentum_attrs[] = {
     {"var", GR_ATTR_STRING, true, {0}},
     {"slot_accum", GR_ATTR_STRING, true, {0}},
     {"momentum", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.9}},
-    {"nesterov", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}}};
+    {"nesterov", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = false}},
+    GRAD_PROGRAM_ATTR};
 const gr_op_def gr_op_apply_momentum = {
     .name = "apply_momentum",
-    .doc = "accum = momentum accum + grad; var -= lr accum (or Nesterov), in place",
+    .doc =
+        "accum = momentum accum + grad; var -= lr accum (or Nesterov), in place" GRAD_PROGRAM_DOC,
     .min_inputs = 2,
-    .max_inputs = 2,
+    .max_inputs = 9,
     .input_names = lr_grad_names,
     .num_outputs = 0,
     .attrs = momentum_attrs,
-    .num_attrs = 4,
-    .shape_fn = apply_shape,
+    .num_attrs = 5,
+    .shape_fn = update_shape,
     .cost_fn = apply_cost,
     .kernel = apply_momentum_kernel,
     .flags = APPLY_FLAGS};
@@ -283,20 +360,21 @@ static const gr_attr_spec adam_attrs[] = {
     {"slot_t", GR_ATTR_STRING, true, {0}},
     {"beta1", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.9}},
     {"beta2", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0.999}},
-    {"epsilon", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 1e-8}}};
-const gr_op_def gr_op_apply_adam = {.name = "apply_adam",
-                                    .doc =
-                                        "Adam update of var with slots m, v and step t, in place",
-                                    .min_inputs = 2,
-                                    .max_inputs = 2,
-                                    .input_names = lr_grad_names,
-                                    .num_outputs = 0,
-                                    .attrs = adam_attrs,
-                                    .num_attrs = 7,
-                                    .shape_fn = apply_shape,
-                                    .cost_fn = apply_cost,
-                                    .kernel = apply_adam_kernel,
-                                    .flags = APPLY_FLAGS};
+    {"epsilon", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 1e-8}},
+    GRAD_PROGRAM_ATTR};
+const gr_op_def gr_op_apply_adam = {
+    .name = "apply_adam",
+    .doc = "Adam update of var with slots m, v and step t, in place" GRAD_PROGRAM_DOC,
+    .min_inputs = 2,
+    .max_inputs = 9,
+    .input_names = lr_grad_names,
+    .num_outputs = 0,
+    .attrs = adam_attrs,
+    .num_attrs = 8,
+    .shape_fn = update_shape,
+    .cost_fn = apply_cost,
+    .kernel = apply_adam_kernel,
+    .flags = APPLY_FLAGS};
 
 /* ---- gr_minimize ------------------------------------------------------------------------------
  */

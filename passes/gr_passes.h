@@ -78,8 +78,12 @@ typedef struct gr_passes_stats {
  *   [out_c] vector) or batch_norm at inference, and/or relu, becomes one
  *   _fused_conv2d; batch_norm followed by relu (also behind the
  *   identity_n of its updates), batch_norm with relu; relu_grad feeding
- *   batch_norm_grad, batch_norm_grad with input relu_y. Only where the
- *   chain alone reads each value: an absorbed node is not fetched, fed,
+ *   batch_norm_grad, batch_norm_grad with input relu_y; a chain of 2 to 8
+ *   f32/f64 elementwise ops (add, sub, mul, div, maximum, minimum,
+ *   relu_grad, neg, square, relu) of one known shape, scalars aside, one
+ *   _fused_elementwise; such a chain feeding only an apply_sgd,
+ *   apply_momentum or apply_adam, the update with attr grad_program. Only
+ *   where the chain alone reads each value: an absorbed node is not fetched, fed,
  *   a target, a control input, or in a colocation group (a hint on it
  *   moves to the host), and runs where the host runs. The host keeps its
  *   name; the absorbed nodes are gone.

@@ -10,7 +10,16 @@
  * - batch_norm (in training behind the identity_n that waits for its
  *   moving-statistics updates) -> relu: batch_norm with attr relu;
  * - relu_grad -> batch_norm_grad (the backward pass of conv, batch norm,
- *   relu, conv): batch_norm_grad with input relu_y, which masks dy.
+ *   relu, conv): batch_norm_grad with input relu_y, which masks dy;
+ * - chains of f32/f64 elementwise ops (add, sub, mul, div, maximum,
+ *   minimum, relu_grad, neg, square, relu) of one known shape, scalars
+ *   aside, as the backward pass and the optimizers' inputs build them: one
+ *   _fused_elementwise named after the chain's last node, which runs the
+ *   chain per block of elements (ops/fused_elementwise.c);
+ * - such a chain (one op at least) that computes the gradient an update
+ *   (apply_sgd, apply_momentum, apply_adam) alone reads: the update with
+ *   attr grad_program, which computes each block of the gradient as it
+ *   updates the variable and its slots (ops/optimizers.c).
  *
  * A node is absorbed only when the chain is its only reader: each
  * intermediate value has one consumer among the nodes kept, is not
@@ -20,6 +29,7 @@
  * runs (the same device spec, after colocation, and the same assigned
  * device). The host keeps its name; consumers of an absorbed node read the
  * host's output (or the identity_n's) instead. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +37,7 @@
 
 typedef struct fuse_ops {
   const gr_op_def *conv, *bias_add, *add, *batch_norm, *batch_norm_grad, *relu, *relu_grad,
-      *identity_n, *fused_conv;
+      *identity_n, *fused_conv, *fused_elementwise, *apply_sgd, *apply_momentum, *apply_adam;
 } fuse_ops;
 
 typedef struct fuser {
@@ -243,6 +253,153 @@ static gr_status fuse_relu_grad_bn(fuser *f, const gr_node *g) {
   return GR_OK;
 }
 
+/* ---- elementwise chains: _fused_elementwise ---------------------------------------- */
+
+/* A chain being gathered from its last node (the host): the leaves (inputs
+ * of the fused node) and the steps in an order that computes operands
+ * first; an operand is leaf i (i >= 0) or step k (-1 - k). */
+typedef struct ew_chain {
+  const gr_node *host; /* the node the chain becomes part of: the last, or an update */
+  const gr_node *root; /* the last elementwise node */
+  int max_steps;
+  gr_output leaf[GR_FUSED_ELEMENTWISE_MAX_INPUTS];
+  int num_leaves;
+  const char *op[GR_FUSED_ELEMENTWISE_MAX_STEPS]; /* per step: its op, its operands */
+  int operand[GR_FUSED_ELEMENTWISE_MAX_STEPS][2];
+  int num_steps;
+  const gr_node *node[GR_FUSED_ELEMENTWISE_MAX_STEPS]; /* the nodes taken, the root last */
+  int num_nodes;
+  int claimed; /* nodes taken into the chain so far (steps to come included) */
+  bool too_big;
+} ew_chain;
+
+/* The steps node n takes: 1, an add_n of k inputs k - 1 adds (its sum,
+ * left to right); 0 for another op. */
+static int ew_steps(const gr_node *n) {
+  if (strcmp(n->op->name, "add_n") == 0) return n->num_inputs - 1;
+  return gr_fused_elementwise_op_index(n->op->name) >= 0;
+}
+
+/* Is n an f32 or f64 op of _fused_elementwise's set (or an add_n of two or
+ * more) whose output has a known shape and whose inputs have that shape or
+ * are scalars? */
+static bool ew_op(const gr_node *n) {
+  if (n->num_outputs != 1 || ew_steps(n) < 1) return false;
+  const gr_shape *s = &n->out_shapes[0];
+  gr_dtype dt = n->out_dtypes[0];
+  if ((dt != GR_F32 && dt != GR_F64) || !gr_shape_is_fully_known(s)) return false;
+  for (int i = 0; i < n->num_inputs; i++) {
+    const gr_output *o = &n->inputs[i];
+    const gr_shape *is = &o->node->out_shapes[o->index];
+    if (o->node->out_dtypes[o->index] != dt || (is->rank != 0 && !gr_shape_equal(is, s)))
+      return false;
+  }
+  return true;
+}
+
+static int ew_leaf(ew_chain *ch, gr_output o) {
+  for (int i = 0; i < ch->num_leaves; i++)
+    if (same_ep(ch->leaf[i], o)) return i;
+  if (ch->num_leaves == GR_FUSED_ELEMENTWISE_MAX_INPUTS)
+    ch->too_big = true;
+  else
+    ch->leaf[ch->num_leaves++] = o;
+  return ch->too_big ? 0 : ch->num_leaves - 1;
+}
+
+/* Adds n's step after those of the producers it absorbs; returns its
+ * operand (-1 - step). */
+static int ew_gather(const fuser *f, ew_chain *ch, const gr_node *n) {
+  int ops[GR_FUSED_ELEMENTWISE_MAX_STEPS + 1] = {0};
+  for (int i = 0; i < n->num_inputs && !ch->too_big; i++) {
+    gr_output o = input(f, n, i);
+    const gr_node *p = o.node;
+    if (o.index == 0 && ew_op(p) && ch->claimed + ew_steps(p) <= ch->max_steps &&
+        p->out_dtypes[0] == ch->root->out_dtypes[0] &&
+        gr_shape_equal(&p->out_shapes[0], &ch->root->out_shapes[0]) && sole_user(f, o) == n &&
+        absorbable(f, p, p->op, ch->host)) {
+      ch->claimed += ew_steps(p);
+      ops[i] = ew_gather(f, ch, p);
+    } else
+      ops[i] = ew_leaf(ch, o);
+  }
+  if (ch->too_big) return 0;
+  GR_ASSERT(ch->num_steps + ew_steps(n) <= ch->max_steps);
+  ch->node[ch->num_nodes++] = n;
+  bool sum = strcmp(n->op->name, "add_n") == 0;
+  int acc = ops[0];
+  for (int i = 1; i < (sum ? n->num_inputs : 2); i++) { /* one step; an add_n's adds */
+    ch->op[ch->num_steps] = sum ? "add" : n->op->name;
+    ch->operand[ch->num_steps][0] = acc;
+    ch->operand[ch->num_steps][1] =
+        n->num_inputs > 1 ? ops[i] : -1 - GR_FUSED_ELEMENTWISE_MAX_STEPS;
+    acc = -1 - ch->num_steps++;
+  }
+  return acc;
+}
+
+/* Gathers the chain from its root into ch; true when it is whole. */
+static bool ew_chain_of(const fuser *f, ew_chain *ch) {
+  ew_gather(f, ch, ch->root);
+  return !ch->too_big;
+}
+
+/* The chain's leaves as u's inputs from `first`, its program as u's attr
+ * `attr`, its nodes but the host absorbed. */
+static void ew_commit(fuser *f, ew_chain *ch, gr_passes_fusion *u, int first, const char *attr) {
+  memcpy(u->in + first, ch->leaf, sizeof(ch->leaf[0]) * (size_t)ch->num_leaves);
+  u->num_inputs = first + ch->num_leaves;
+  size_t len = 0;
+  for (int k = 0; k < ch->num_steps; k++) {
+    len += (size_t)snprintf(u->text + len, sizeof u->text - len, "%s%s", k ? ";" : "", ch->op[k]);
+    for (int i = 0; i < 2; i++) {
+      int o = ch->operand[k][i];
+      if (o != -1 - GR_FUSED_ELEMENTWISE_MAX_STEPS) /* not the missing operand of a unary op */
+        len += (size_t)snprintf(u->text + len, sizeof u->text - len, " %d",
+                                o >= 0 ? o : ch->num_leaves - 1 - o);
+    }
+  }
+  for (int k = 0; k < ch->num_nodes; k++)
+    if (ch->node[k] != ch->host) u->absorbed[u->num_absorbed++] = ch->node[k];
+  GR_ASSERT(len < sizeof u->text);
+  set_attr(u, gr_attr_string(attr, u->text));
+  commit(f, ch->host, u, (gr_output){(gr_node *)ch->host, 0});
+}
+
+/* A chain of elementwise ops ending at n, each value read by the next
+ * alone: one _fused_elementwise named n. */
+static gr_status fuse_elementwise(fuser *f, const gr_node *n) {
+  if (!hostable(f, n) || !ew_op(n)) return GR_OK;
+  ew_chain ch = {
+      .host = n, .root = n, .max_steps = GR_FUSED_ELEMENTWISE_MAX_STEPS, .claimed = ew_steps(n)};
+  if (ch.claimed > ch.max_steps || !ew_chain_of(f, &ch) || ch.num_nodes < 2) return GR_OK;
+  gr_passes_fusion *u = calloc(1, sizeof *u);
+  if (!u) return gr_error_set_oom(f->c->err);
+  u->op = f->op.fused_elementwise;
+  ew_commit(f, &ch, u, 0, "program");
+  return GR_OK;
+}
+
+/* An update (apply_sgd, apply_momentum, apply_adam) whose gradient is a
+ * chain of elementwise ops it alone reads: the update with the chain as
+ * attr grad_program over the chain's inputs, so the gradient is never
+ * stored. */
+static gr_status fuse_apply(fuser *f, const gr_node *a) {
+  if (!hostable(f, a) || a->num_inputs != 2 || *gr_node_attr_string(a, "grad_program", ""))
+    return GR_OK;
+  gr_output grad = input(f, a, 1);
+  const gr_node *r = grad.node;
+  if (grad.index != 0 || !ew_op(r) || sole_user(f, grad) != a || !absorbable(f, r, r->op, a))
+    return GR_OK;
+  ew_chain ch = {
+      .host = a, .root = r, .max_steps = GR_FUSED_ELEMENTWISE_MAX_STEPS, .claimed = ew_steps(r)};
+  if (ch.claimed > ch.max_steps || !ew_chain_of(f, &ch)) return GR_OK;
+  gr_passes_fusion *u = start(f, a, a->op);
+  if (!u) return gr_error_set_oom(f->c->err);
+  ew_commit(f, &ch, u, 1, "grad_program");
+  return GR_OK;
+}
+
 /* Readers of every endpoint, control readers, pinned nodes. */
 static void count_uses(fuser *f) {
   gr_passes_ctx *c = f->c;
@@ -281,6 +438,14 @@ static gr_status fuse_all(fuser *f) {
     if (n->op == f->op.batch_norm) GR_TRY(fuse_bn_relu(f, n));
     if (n->op == f->op.batch_norm_grad) GR_TRY(fuse_relu_grad_bn(f, n));
   }
+  /* the updates' gradients, then, from the end of each chain back, the
+   * chains left */
+  for (int i = 0; i < c->n; i++) {
+    const gr_node *n = gr_graph_node(c->g, c->order[i]);
+    if (n->op == f->op.apply_sgd || n->op == f->op.apply_momentum || n->op == f->op.apply_adam)
+      GR_TRY(fuse_apply(f, n));
+  }
+  for (int i = c->n - 1; i >= 0; i--) GR_TRY(fuse_elementwise(f, gr_graph_node(c->g, c->order[i])));
   return GR_OK;
 }
 
@@ -289,7 +454,9 @@ bool gr_passes_may_fuse(const gr_graph *g) {
                               gr_ops_find("batch_norm_grad")};
   for (int v = 0; v < gr_graph_num_nodes(g); v++) {
     const gr_op_def *op = gr_graph_node(g, v)->op;
-    if (op == host[0] || op == host[1] || op == host[2]) return true;
+    if (op == host[0] || op == host[1] || op == host[2] ||
+        gr_fused_elementwise_op_index(op->name) >= 0 || strcmp(op->name, "add_n") == 0)
+      return true;
   }
   return false;
 }
@@ -297,12 +464,22 @@ bool gr_passes_may_fuse(const gr_graph *g) {
 gr_status gr_passes_fuse(gr_passes_ctx *c, int *fused) {
   *fused = 0;
   fuser f = {.c = c};
-  f.op = (fuse_ops){
-      gr_ops_find("conv2d"),     gr_ops_find("bias_add"),        gr_ops_find("add"),
-      gr_ops_find("batch_norm"), gr_ops_find("batch_norm_grad"), gr_ops_find("relu"),
-      gr_ops_find("relu_grad"),  gr_ops_find("identity_n"),      gr_ops_find("_fused_conv2d")};
+  f.op = (fuse_ops){gr_ops_find("conv2d"),
+                    gr_ops_find("bias_add"),
+                    gr_ops_find("add"),
+                    gr_ops_find("batch_norm"),
+                    gr_ops_find("batch_norm_grad"),
+                    gr_ops_find("relu"),
+                    gr_ops_find("relu_grad"),
+                    gr_ops_find("identity_n"),
+                    gr_ops_find("_fused_conv2d"),
+                    gr_ops_find("_fused_elementwise"),
+                    gr_ops_find("apply_sgd"),
+                    gr_ops_find("apply_momentum"),
+                    gr_ops_find("apply_adam")};
   GR_ASSERT(f.op.conv && f.op.bias_add && f.op.add && f.op.batch_norm && f.op.batch_norm_grad &&
-            f.op.relu && f.op.relu_grad && f.op.identity_n && f.op.fused_conv);
+            f.op.relu && f.op.relu_grad && f.op.identity_n && f.op.fused_conv &&
+            f.op.fused_elementwise && f.op.apply_sgd && f.op.apply_momentum && f.op.apply_adam);
   int eps = 0;
   f.first = gr_alloc_array((size_t)c->n + 1, sizeof(int));
   for (int v = 0; f.first && v < c->n; v++) {

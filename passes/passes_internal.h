@@ -14,9 +14,9 @@
 /* How the fusion pass changes a node it keeps (the host): it is copied
  * as op `op` with inputs in[] (endpoints of g, resolved at the copy) and
  * attrs[], and also takes the control inputs of the nodes it absorbs. */
-#define GR_FUSE_MAX_INPUTS   6
+#define GR_FUSE_MAX_INPUTS   (GR_FUSED_ELEMENTWISE_MAX_INPUTS + 1) /* an update's lr too */
 #define GR_FUSE_MAX_ATTRS    16
-#define GR_FUSE_MAX_ABSORBED 3
+#define GR_FUSE_MAX_ABSORBED GR_FUSED_ELEMENTWISE_MAX_STEPS
 typedef struct gr_passes_fusion {
   const gr_op_def *op;
   gr_output in[GR_FUSE_MAX_INPUTS];
@@ -25,6 +25,7 @@ typedef struct gr_passes_fusion {
   int num_attrs;
   const gr_node *absorbed[GR_FUSE_MAX_ABSORBED];
   int num_absorbed;
+  char text[256]; /* the text of a string attr the pass made (_fused_elementwise's program) */
   const gr_node *copy_at; /* copied where this absorbed node was (it takes inputs that may come
                              after its own place), or NULL: at its own place */
 } gr_passes_fusion;
@@ -93,7 +94,8 @@ gr_status gr_passes_fold(gr_passes_ctx *c, size_t max_bytes, int *folded);
  * the absorbed ones; *fused gets their number. */
 gr_status gr_passes_fuse(gr_passes_ctx *c, int *fused);
 /* Has g a node that could host a fusion (conv2d, batch_norm,
- * batch_norm_grad)? Else the pass has nothing to do. */
+ * batch_norm_grad, an elementwise op _fused_elementwise runs)? Else the
+ * pass has nothing to do. */
 bool gr_passes_may_fuse(const gr_graph *g);
 /* The endpoint of the copy standing for o (an endpoint of g): through CSE's
  * replacements and the fusion's redirects. */

@@ -450,6 +450,246 @@ static void test_fused_op_errors(void) {
   gr_graph_free(g);
 }
 
+/* ---- elementwise chains --------------------------------------------------------------- */
+
+static const char *const ew_binary[] = {"add",     "sub",     "mul",      "div",
+                                        "maximum", "minimum", "relu_grad"};
+static const char *const ew_unary[] = {"neg", "square", "relu"};
+
+/* Random chains of 2 to 8 elementwise ops on placeholders of an odd size
+ * (or a scalar), f32 and f64: one _fused_elementwise with none of the
+ * chain's nodes left, the unfused bits with 1 and 3 threads. */
+static void test_elementwise_chains(void) {
+  static const int64_t sizes[][2] = {{1, 1}, {3, 7}, {1, 255}, {1, 257}, {13, 77}, {129, 33}};
+  for (int k = 0; k < 48; k++) {
+    gr_dtype dt = k % 2 ? GR_F64 : GR_F32;
+    const int64_t *sz = sizes[k % 6];
+    gr_shape xs = gr_shape_make(2, (int64_t[]){sz[0], sz[1]});
+    gr_graph *g = gr_graph_new();
+    gr_tensor v[4];
+    gr_feed fd[4];
+    gr_output p[4];
+    static const char *const pn[4] = {"p0", "p1", "p2", "p3"};
+    for (int i = 0; i < 4; i++) {
+      v[i] = gt_random(&rng, dt, xs, -2, 2);
+      p[i] = gr_placeholder(g, pn[i], dt, xs);
+      fd[i] = (gr_feed){p[i], &v[i]};
+    }
+    gr_output cur = p[0];
+    int steps = 2 + k % 7;
+    char chain[256] = "";
+    for (int st = 0; st < steps; st++) {
+      bool unary = gt_int(&rng, 0, 3) == 0;
+      const char *op = unary ? ew_unary[gt_int(&rng, 0, 2)] : ew_binary[gt_int(&rng, 0, 6)];
+      gr_output other = p[gt_int(&rng, 0, 3)];
+      if (!unary && strcmp(op, "relu_grad") && gt_int(&rng, 0, 2) == 0)
+        other = dt == GR_F32 ? gr_const_f32(g, (float)gt_uniform(&rng, -2, 2))
+                             : gr_const_f64(g, gt_uniform(&rng, -2, 2));
+      bool left = gt_int(&rng, 0, 1);
+      gr_output in[2] = {left ? cur : other, left ? other : cur};
+      cur = gr_op(g, op, NULL, unary ? &cur : in, unary ? 1 : 2, NULL, 0);
+      snprintf(chain + strlen(chain), sizeof chain - strlen(chain), " %s", op);
+    }
+    char what[320];
+    snprintf(what, sizeof what, "chain %d (%s, [%lld, %lld]):%s", k, gr_dtype_name(dt),
+             (long long)sz[0], (long long)sz[1], chain);
+    GR_CHECK_MSG(gr_graph_error(g) == NULL, "%s: %s", what, gr_graph_error(g)->msg);
+    gr_graph *fg = gr_graph_error(g) ? NULL : fused_graph(g, fd, 4, &cur, 1, NULL, 0);
+    int left = 0;
+    for (size_t i = 0; fg && i < 7; i++) left += count_op(fg, ew_binary[i]);
+    for (size_t i = 0; fg && i < 3; i++) left += count_op(fg, ew_unary[i]);
+    GR_CHECK_MSG(fg && count_op(fg, "_fused_elementwise") == 1 && left == 0,
+                 "%s: not fused (%d fused nodes, %d of the chain left)", what,
+                 fg ? count_op(fg, "_fused_elementwise") : 0, left);
+    gr_graph_free(fg);
+    if (!gr_graph_error(g)) check_same_bits(g, fd, 4, &cur, 1, NULL, 0, 1, what);
+    gr_graph_free(g);
+    for (int i = 0; i < 4; i++) gr_tensor_release(&v[i]);
+  }
+}
+
+/* What must stay apart: a value read twice or fetched splits the chain,
+ * a broadcast (not of a scalar) and integers are not fused, a fused node
+ * takes eight ops at most. */
+static void test_elementwise_limits(void) {
+  gr_graph *g = gr_graph_new();
+  gr_shape xs = gr_shape_make(2, (int64_t[]){5, 3});
+  gr_output x = gr_placeholder(g, "x", GR_F32, xs), y = gr_placeholder(g, "y", GR_F32, xs);
+  gr_output r = gr_placeholder(g, "r", GR_F32, gr_shape_make(1, (int64_t[]){3}));
+  gr_output a = gr_mul(g, x, y);
+  gr_output twice = gr_add(g, gr_neg(g, a), gr_square(g, a)); /* a read twice */
+  gr_output bc = gr_sub(g, gr_mul(g, x, r), y);               /* x * r broadcasts */
+  gr_output i = gr_placeholder(g, "i", GR_I32, xs);
+  gr_output ints = gr_add(g, gr_mul(g, i, i), i);
+  gr_output nine = x;
+  for (int k = 0; k < 9; k++) nine = gr_add(g, nine, y);
+  gr_output fetch[4] = {twice, bc, ints, nine};
+  gr_feed fd[4];
+  gr_tensor v[4] = {gt_random(&rng, GR_F32, xs, -1, 1), gt_random(&rng, GR_F32, xs, -1, 1),
+                    gt_random(&rng, GR_F32, r.node->out_shapes[0], -1, 1),
+                    gt_random(&rng, GR_I32, xs, -9, 9)};
+  gr_output in[4] = {x, y, r, i};
+  for (int k = 0; k < 4; k++) fd[k] = (gr_feed){in[k], &v[k]};
+  GR_CHECK(gr_graph_error(g) == NULL);
+  gr_graph *fg = fused_graph(g, fd, 4, fetch, 4, NULL, 0);
+  /* neg, square -> add (a stays); bc: nothing; ints: nothing; nine adds:
+   * the last eight (a fused node's limit), the first left alone */
+  GR_CHECK_MSG(fg && count_op(fg, "_fused_elementwise") == 2 && count_op(fg, "mul") == 3 &&
+                   count_op(fg, "add") == 2 && count_op(fg, "sub") == 1 &&
+                   count_op(fg, "neg") == 0 && count_op(fg, "square") == 0,
+               "fused %d, mul %d, add %d, sub %d", fg ? count_op(fg, "_fused_elementwise") : -1,
+               fg ? count_op(fg, "mul") : -1, fg ? count_op(fg, "add") : -1,
+               fg ? count_op(fg, "sub") : -1);
+  gr_graph_free(fg);
+  check_same_bits(g, fd, 4, fetch, 4, NULL, 0, 1, "limits");
+  gr_graph_free(g);
+  for (int k = 0; k < 4; k++) gr_tensor_release(&v[k]);
+}
+
+/* Updates whose gradient is an elementwise chain: an MLP with an L2 weight
+ * penalty, whose weight gradients are add_n(product, scale * w * 2); the
+ * chain goes into the apply_* op (attr grad_program), and six steps of
+ * each optimizer give the unfused bits (f32 and f64). */
+static int count_grad_programs(const gr_graph *g) {
+  int k = 0;
+  for (int i = 0; g && i < gr_graph_num_nodes(g); i++)
+    k += *gr_node_attr_string(gr_graph_node(g, i), "grad_program", "") != '\0';
+  return k;
+}
+
+static void test_fused_updates(void) {
+  for (int k = 0; k < 6; k++) {
+    gr_dtype dt = k % 2 ? GR_F64 : GR_F32;
+    gr_optimizer opt = {.kind = (gr_optimizer_kind)(k / 2),
+                        .learning_rate = 0.05,
+                        .momentum = 0.9,
+                        .nesterov = k == 3};
+    gr_graph *g = gr_graph_new();
+    gr_shape xs = gr_shape_make(2, (int64_t[]){17, 11});
+    gr_tensor xv = gt_random(&rng, dt, xs, -1, 1);
+    gr_tensor lv = gt_zeros(GR_I64, gr_shape_make(1, (int64_t[]){17}));
+    for (int i = 0; i < 17; i++) ((int64_t *)gr_tensor_data(&lv))[i] = i % 5;
+    gr_tensor w1v = gt_random(&rng, dt, gr_shape_make(2, (int64_t[]){11, 9}), -0.5, 0.5);
+    gr_tensor w2v = gt_random(&rng, dt, gr_shape_make(2, (int64_t[]){9, 5}), -0.5, 0.5);
+    gr_tensor b1v = gt_random(&rng, dt, gr_shape_make(1, (int64_t[]){9}), -0.1, 0.1);
+    gr_output x = gr_placeholder(g, "x", dt, xs);
+    gr_output l = gr_placeholder(g, "l", GR_I64, lv.shape);
+    gr_output w1 = gr_variable(g, "w1", gr_const(g, &w1v)),
+              w2 = gr_variable(g, "w2", gr_const(g, &w2v));
+    gr_output b1 = gr_variable(g, "b1", gr_const(g, &b1v));
+    gr_output h = gr_relu(g, gr_add(g, gr_matmul(g, x, w1, false, false), b1));
+    gr_output logits = gr_matmul(g, h, w2, false, false);
+    gr_output ce = gr_reduce_mean(g, gr_sparse_softmax_cross_entropy(g, logits, l), NULL, 0, false);
+    gr_output l2 = gr_add(g, gr_reduce_sum(g, gr_square(g, w1), NULL, 0, false),
+                          gr_reduce_sum(g, gr_square(g, w2), NULL, 0, false));
+    gr_output decay = dt == GR_F32 ? gr_const_f32(g, 1e-2f) : gr_const_f64(g, 1e-2);
+    gr_output loss = gr_add(g, ce, gr_mul(g, decay, l2));
+    gr_output train = gr_minimize(g, &opt, loss, NULL, 0);
+    gr_output fetch[4] = {loss, w1, w2, b1};
+    gr_feed fd[2] = {{x, &xv}, {l, &lv}};
+    char what[64];
+    snprintf(what, sizeof what, "%s %s%s", gr_dtype_name(dt),
+             k / 2 == 0   ? "sgd"
+             : k / 2 == 1 ? "momentum"
+                          : "adam",
+             k == 3 ? " (Nesterov)" : "");
+    GR_CHECK_MSG(!gr_graph_error(g), "%s: %s", what, gr_graph_error(g)->msg);
+    if (!gr_graph_error(g)) {
+      gr_graph *fg = fused_graph(g, fd, 2, fetch, 4, &train, 1);
+      /* both weights' updates take their gradient's chain; no add_n left */
+      GR_CHECK_MSG(count_grad_programs(fg) == 2 && count_op(fg, "add_n") == 0,
+                   "%s: %d updates with grad_program, %d add_n left", what, count_grad_programs(fg),
+                   fg ? count_op(fg, "add_n") : -1);
+      gr_graph_free(fg);
+      check_same_bits(g, fd, 2, fetch, 4, &train, 1, 6, what);
+    }
+    gr_graph_free(g);
+    gr_tensor_release(&xv), gr_tensor_release(&lv), gr_tensor_release(&w1v);
+    gr_tensor_release(&w2v), gr_tensor_release(&b1v);
+  }
+}
+
+/* Buffers allocated by one run of s (after a first run). */
+static uint64_t step_allocs(gr_session *s, const gr_feed *f, int nf, const gr_output *x) {
+  gr_error err;
+  gr_tensor out;
+  uint64_t n = 0;
+  for (int run = 0; run < 2; run++) {
+    gr_buffer_pool_stats a, b;
+    gr_buffer_pool_get_stats(&a);
+    GR_CHECK_OK(gr_session_run(s, f, nf, x, 1, &out, NULL, 0, &err), err);
+    gr_buffer_pool_get_stats(&b);
+    n = (b.system_allocs + b.pool_hits) - (a.system_allocs + a.pool_hits);
+    gr_tensor_release(&out);
+  }
+  return n;
+}
+
+/* In place: a chain whose input dies with it (exp's output) writes over
+ * that input's buffer, as the unfused ops do one after the other: the
+ * fused step allocates as many buffers as the unfused one (exp's output),
+ * one fewer than a fused node that allocated its own. */
+static void test_elementwise_in_place(void) {
+  gr_graph *g = gr_graph_new();
+  gr_shape xs = gr_shape_make(1, (int64_t[]){1001});
+  gr_output x = gr_placeholder(g, "x", GR_F32, xs);
+  gr_output e = gr_exp(g, x);
+  gr_output y = gr_add(g, gr_mul(g, e, gr_const_f32(g, 2)), x);
+  gr_tensor xv = gt_random(&rng, GR_F32, xs, -1, 1);
+  gr_feed fd = {x, &xv};
+  gr_graph *fg = fused_graph(g, &fd, 1, &y, 1, NULL, 0);
+  GR_CHECK(fg && count_op(fg, "_fused_elementwise") == 1 && count_op(fg, "exp") == 1);
+  gr_graph_free(fg);
+  uint64_t allocs[2];
+  for (int fuse = 0; fuse < 2; fuse++) {
+    gr_error err;
+    gr_session_options o = {.inter_op_threads = 1, .no_fusion = !fuse};
+    gr_session *s = gr_session_new(g, &o, &err);
+    GR_CHECK_MSG(s, "%s", s ? "" : err.msg);
+    allocs[fuse] = s ? step_allocs(s, &fd, 1, &y) : 0;
+    gr_session_free(s);
+  }
+  GR_CHECK_MSG(allocs[1] == allocs[0] && allocs[0] >= 1, "%llu buffers fused, %llu unfused",
+               (unsigned long long)allocs[1], (unsigned long long)allocs[0]);
+  check_same_bits(g, &fd, 1, &y, 1, NULL, 0, 1, "in place");
+  gr_graph_free(g);
+  gr_tensor_release(&xv);
+}
+
+/* _fused_elementwise built by hand: its errors name the program. */
+static void test_fused_elementwise_errors(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output x = gr_placeholder(g, "x", GR_F32, gr_shape_make(1, (int64_t[]){4}));
+  gr_output y = gr_placeholder(g, "y", GR_F32, gr_shape_make(1, (int64_t[]){5}));
+  gr_output d = gr_placeholder(g, "d", GR_F64, gr_shape_make(1, (int64_t[]){4}));
+  static const char *const bad[][2] = {{"mul 0 2", "an operand is not an input"},
+                                       {"tanh 0", "no unary op"},
+                                       {"add 0", "no unary op"},
+                                       {"neg 0 1", "no binary op"},
+                                       {"", "no steps"},
+                                       {"neg 0;;", "want 'op operand"},
+                                       {"neg 2;neg 1", "an operand is not"}};
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    gr_attr a = gr_attr_string("program", bad[k][0]);
+    char name[16];
+    snprintf(name, sizeof name, "e%zu", k);
+    GR_CHECK_MSG(
+        gt_build_failed(gr_op(g, "_fused_elementwise", name, (gr_output[]){x, x}, 2, &a, 1), g,
+                        GR_ERR_INVALID_ARGUMENT, bad[k][1]),
+        "program '%s'", bad[k][0]);
+  }
+  gr_attr add = gr_attr_string("program", "add 0 1");
+  GR_CHECK(gt_build_failed(gr_op(g, "_fused_elementwise", "s", (gr_output[]){x, y}, 2, &add, 1), g,
+                           GR_ERR_SHAPE, "neither a scalar nor"));
+  GR_CHECK(gt_build_failed(gr_op(g, "_fused_elementwise", "t", (gr_output[]){x, d}, 2, &add, 1), g,
+                           GR_ERR_DTYPE, ""));
+  gr_output ok = gr_op(g, "_fused_elementwise", "ok", (gr_output[]){x, x}, 2, &add, 1);
+  gr_output dx;
+  GR_CHECK(ok.node && gr_gradients(g, &ok, 1, &x, 1, NULL, false, &dx) == GR_ERR_UNIMPLEMENTED);
+  GR_CHECK(gr_graph_error(g) && strstr(gr_graph_error(g)->msg, "'ok' is a _fused_elementwise"));
+  gr_graph_free(g);
+}
+
 int main(void) {
   gr_init();
   GR_RUN(test_conv_epilogues);
@@ -458,5 +698,10 @@ int main(void) {
   GR_RUN(test_training_two_devices);
   GR_RUN(test_chains_left_alone);
   GR_RUN(test_fused_op_errors);
+  GR_RUN(test_elementwise_chains);
+  GR_RUN(test_elementwise_limits);
+  GR_RUN(test_fused_elementwise_errors);
+  GR_RUN(test_fused_updates);
+  GR_RUN(test_elementwise_in_place);
   return gr_test_finish();
 }

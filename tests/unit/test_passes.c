@@ -16,6 +16,7 @@ static gr_passes_options only(bool prune, bool cse, bool fold) {
   o.no_prune = !prune;
   o.no_cse = !cse;
   o.no_fold = !fold;
+  o.no_fuse = true; /* the fusion pass has its own tests (test_fusion.c) */
   return o;
 }
 
@@ -257,7 +258,7 @@ static void test_fold(void) {
   gr_output p = gr_mul(g, s, c2);
   gr_output q = gr_add(g, p, x);
   GR_CHECK_EQ_INT(gr_graph_num_nodes(g), 6);
-  gr_passes_options o = gr_passes_options_default();
+  gr_passes_options o = only(true, true, true);
   gr_passes_stats st;
   gr_graph *opt = optimize(g, NULL, 0, &q, 1, NULL, 0, &o, &st);
   /* s and p are evaluated; p stays as a const, s and both constants go */
@@ -360,7 +361,7 @@ static void test_fold_not_inside_loops(void) {
   gr_error err;
   GR_CHECK_OK(gr_while_loop(g, loop_cond, loop_body, &step, 1, &i, 1), err);
   gr_output out = gr_mul(g, i, gr_const_f32(g, 2));
-  gr_passes_options o = gr_passes_options_default();
+  gr_passes_options o = only(true, true, true);
   gr_passes_stats st;
   gr_graph *opt = optimize(g, NULL, 0, &out, 1, NULL, 0, &o, &st);
   GR_CHECK_EQ_INT(st.nodes_folded, 1);
