@@ -4,7 +4,8 @@
  * replica's device scope, that reads its slice of the same global batch
  * (batch's num_slices, slice_index: the same rows, the same bits), from
  * its own copies of the files the batch reads (read_idx, read_npy: each
- * task loads the file itself). So no task sends another's batch; only
+ * task loads the file itself), or an image_folder node's copy that
+ * decodes only its slice's images. So no task sends another's batch; only
  * the step number crosses tasks. Builds graph nodes only, on the calling
  * thread. */
 #include <stdio.h>
@@ -15,7 +16,7 @@
 #include "ops/ops_internal.h"
 
 #define CLONES_MAX 64 /* nodes copied per replica: a batch's data chains are short */
-#define ATTRS_MAX  16 /* batch has 7 */
+#define ATTRS_MAX  32 /* batch has 7, image_folder 20 */
 
 typedef struct clones {
   const gr_node *src[CLONES_MAX];
@@ -123,10 +124,11 @@ static gr_status slice_batch(gr_graph *g, const gr_node *b, int n, int k, clones
 gr_status gr_ops_replica_inputs(gr_graph *g, const gr_output *inputs, int num_inputs, int n, int k,
                                 gr_output *slices) {
   for (int i = 0; i < num_inputs; i++)
-    if (inputs[i].node->op != &gr_op_batch)
+    if (inputs[i].node->op != &gr_op_batch && inputs[i].node->op != &gr_op_image_folder)
       return gr_graph_set_errorf(
           g, GR_ERR_INVALID_ARGUMENT,
-          "replicate: shard_input: input '%s' is not made by batch(...) (a %s): with "
+          "replicate: shard_input: input '%s' is not made by batch(...) or image_folder(...) "
+          "(a %s): with "
           "shard_input each replica reads its own rows with a copy of the batch",
           inputs[i].node->name, inputs[i].node->op->name);
   GR_TRY(gr_graph_push_name_scope(g, "input"));

@@ -4,11 +4,13 @@
  * reads it needs sit on the replica's device, the step's transfers shrink
  * (no device sends another's rows), and training gives the same loss, step
  * after step over several shuffled epochs, bit for bit, as slicing the
- * global batch; the batch op's slices are the split of its batch; errors
- * name what cannot be sharded. */
+ * global batch; the batch op's slices are the split of its batch, and
+ * image_folder's (flips included) its batch; errors name what cannot be
+ * sharded. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gr_dsl.h"
@@ -162,6 +164,83 @@ static void test_slices_are_the_batch(void) {
   }
 }
 
+/* ---- image_folder ---------------------------------------------------------------------------- */
+
+/* tmp/images/{a,b}/N.png: 12 gray 4 x 4 pictures each, every pixel its own
+ * value (left and right differ: a flip shows). */
+static void make_folder(char *dir, size_t cap) {
+  snprintf(dir, cap, "%s/images", tmp);
+  mkdir(dir, 0755);
+  for (int c = 0; c < 2; c++) {
+    char sub[256];
+    snprintf(sub, sizeof sub, "%s/%c", dir, "ab"[c]);
+    mkdir(sub, 0755);
+    for (int i = 0; i < 12; i++) {
+      gr_image img = {.height = 4, .width = 4, .channels = 1};
+      uint8_t px[16];
+      for (int p = 0; p < 16; p++) px[p] = (uint8_t)(c * 120 + i * 9 + p);
+      img.pixels = px;
+      char path[300];
+      snprintf(path, sizeof path, "%s/%d.png", sub, i);
+      gr_error err;
+      GR_CHECK_OK(gr_image_write_png(path, &img, &err), err);
+    }
+  }
+}
+
+static gr_status pass_on(gr_graph *g, void *arg, int replica, const gr_output *in, gr_output *out) {
+  (void)arg, (void)replica;
+  out[0] = gr_identity(g, in[0]);
+  out[1] = gr_cast(g, in[1], GR_F32);
+  return GR_OK;
+}
+
+/* Three replicas' image_folder slices (shard_input), side by side, are the
+ * whole batch of the folder, flips included, every step over several
+ * epochs; each slice is read on its replica's device. */
+static void test_image_folder_slices(void) {
+  char dir[200];
+  make_folder(dir, sizeof dir);
+  gr_graph *g = gr_graph_new();
+  gr_output step = gr_placeholder(g, "step", GR_I64, gr_shape_scalar());
+  gr_image_folder_options o;
+  gr_image_folder_options_init(&o);
+  o.height = o.width = 4, o.batch_size = 6, o.color_mode = "grayscale", o.seed = 5;
+  o.random_flip = "horizontal";
+  gr_output b = gr_image_folder(g, step, dir, &o);
+  gr_output per[6], mean[2];
+  gr_replicate_options ro = {
+      .num_replicas = 3, .devices = names, .shard_inputs = true, .per_replica = per};
+  GR_CHECK_OK(gr_replicate(g, &ro, (gr_output[]){gr_output_at(b, 0), gr_output_at(b, 1)}, 2,
+                           pass_on, NULL, 2, mean),
+              *gr_graph_error(g));
+  gr_output whole[2] = {gr_output_at(b, 0), gr_cast(g, gr_output_at(b, 1), GR_F32)};
+  gr_output parts[2] = {gr_concat(g, (gr_output[]){per[0], per[2], per[4]}, 3, 0),
+                        gr_concat(g, (gr_output[]){per[1], per[3], per[5]}, 3, 0)};
+  const gr_node *r2 = gr_graph_find_node(g, "replica_2/input/image_folder");
+  GR_CHECK(r2 != NULL);
+  if (r2) GR_CHECK_STR_CONTAINS(r2->requested_device, "/job:worker/replica:0/task:2/");
+  gr_error err;
+  gr_session_options so = {.num_devices = 3, .device_names = names, .inter_op_threads = 2};
+  gr_session *s = gr_graph_error(g) ? NULL : gr_session_new(g, &so, &err);
+  GR_CHECK(s != NULL);
+  for (int64_t k = 0; s && k < 9; k++) { /* 4 batches an epoch */
+    gr_tensor sv = gr_tensor_scalar_i64(k), got[4];
+    gr_feed f = {step, &sv};
+    bool ok = gr_session_run(s, &f, 1, (gr_output[]){whole[0], whole[1], parts[0], parts[1]}, 4,
+                             got, NULL, 0, &err) == GR_OK;
+    GR_CHECK_MSG(ok, "%s", err.msg);
+    if (ok) {
+      GR_CHECK_MSG(gt_bit_equal(&got[2], &got[0]), "step %lld: images", (long long)k);
+      GR_CHECK_MSG(gt_bit_equal(&got[3], &got[1]), "step %lld: labels", (long long)k);
+      for (int i = 0; i < 4; i++) gr_tensor_release(&got[i]);
+    }
+    gr_tensor_release(&sv);
+  }
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 static void test_errors(void) {
   char src[2048];
   struct {
@@ -199,6 +278,7 @@ int main(void) {
   write_data();
   GR_RUN(test_same_bits_fewer_bytes);
   GR_RUN(test_slices_are_the_batch);
+  GR_RUN(test_image_folder_slices);
   GR_RUN(test_errors);
   gt_remove_tree(tmp);
   return gr_test_finish();
