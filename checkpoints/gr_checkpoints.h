@@ -331,9 +331,9 @@ uint64_t gr_ckpt_fingerprint(const gr_ckpt_var *vars, int n);
  * by construction, so a checkpoint holds VAR alone: graphrun run on a
  * cluster saves no copy, and checks in the same run that each copy's
  * checksum (gr_ckpt_checksums on its task) is VAR's; gr_ckpt_save_session
- * (graphrun run in one process) does the same with the values it holds. Every restore (gr_ckpt_restore*,
- * gr_ckpt_read_vars) sets a copy the checkpoint has no tensor for from VAR;
- * a checkpoint that holds the copies (written before) restores them by name. */
+ * (graphrun run in one process) does the same with the values it holds. Every restore
+ * (gr_ckpt_restore*, gr_ckpt_read_vars) sets a copy the checkpoint has no tensor for from VAR; a
+ * checkpoint that holds the copies (written before) restores them by name. */
 
 /* The variable of g that variable `name` mirrors (VAR for VAR/replica_K,
  * VAR/adam_m for VAR/replica_K/adam_m), when g has it with the same dtype
