@@ -179,6 +179,13 @@ gr_status ckpt_collect_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, int
  * under its own name (the parts concatenated along axis 0 into
  * wholes[0..*nwholes), room for n, the caller releases them); out borrows
  * the names and tensors. g may be NULL (no partitions). */
+/* A save in one process (gr_ckpt_save_session): removes from vars[0..*n)
+ * (sorted by name) and vals every copy of a mirrored variable whose
+ * variable is among them, releasing its value, after checking that its
+ * bytes are the variable's (gr_ckpt_check_mirrors: else
+ * GR_ERR_FAILED_PRECONDITION, nothing removed). mirrors.c. */
+gr_status ckpt_drop_mirror_copies(const gr_graph *g, gr_ckpt_var *vars, gr_tensor *vals, int *n,
+                                  gr_error *err);
 gr_status ckpt_join_parts(const gr_graph *g, const gr_ckpt_var *vars, const gr_tensor *vals, int n,
                           gr_ckpt_tensor *out, int *nout, gr_tensor *wholes, int *nwholes,
                           gr_error *err);

@@ -144,8 +144,10 @@ typedef struct gr_ckpt_tensor {
  * metadata_json: a JSON object stored as is (NULL: "{}"); it must be valid JSON. */
 gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tensors, int n,
                                const char *metadata_json, gr_error *err);
-/* Saves every variable of g held by session s, at step gr_session_step(s).
- * A variable without a value is an error naming it. metadata_json as above
+/* Saves every variable of g held by session s, at step gr_session_step(s),
+ * a replica's copy of a mirrored variable once (below: not the copy, after
+ * checking that its bytes are the variable's; else GR_ERR_FAILED_PRECONDITION
+ * and nothing saved). A variable without a value is an error naming it. metadata_json as above
  * (the graph seed is added to it). */
 gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
                                const char *metadata_json, gr_error *err);
@@ -326,11 +328,12 @@ uint64_t gr_ckpt_fingerprint(const gr_ckpt_var *vars, int n);
  * A replica's copy of a mirrored variable (replicas with all_reduce=true:
  * VAR/replica_K, attr mirror_of VAR) and the variables made under it (its
  * optimizer slots: VAR/replica_K/adam_m) equal VAR (VAR/adam_m) bit for bit
- * by construction, so a cluster's checkpoint holds VAR alone: graphrun run
- * saves no copy, and checks in the same run that each copy's checksum
- * (gr_ckpt_checksums on its task) is VAR's. Every restore (gr_ckpt_restore*,
- * gr_ckpt_read_vars) sets a copy the checkpoint has no tensor for from VAR;
- * a checkpoint that holds the copies (written before) restores them by name. */
+ * by construction, so a checkpoint holds VAR alone: graphrun run on a
+ * cluster saves no copy, and checks in the same run that each copy's
+ * checksum (gr_ckpt_checksums on its task) is VAR's; gr_ckpt_save_session
+ * (graphrun run in one process) does the same with the values it holds. Every restore
+ * (gr_ckpt_restore*, gr_ckpt_read_vars) sets a copy the checkpoint has no tensor for from VAR; a
+ * checkpoint that holds the copies (written before) restores them by name. */
 
 /* The variable of g that variable `name` mirrors (VAR for VAR/replica_K,
  * VAR/adam_m for VAR/replica_K/adam_m), when g has it with the same dtype

@@ -4,11 +4,13 @@
  * VAR/replica_K/adam_m), are equal to VAR (VAR/adam_m) bit for bit by
  * construction. A cluster's checkpoint holds VAR once (graphrun run saves no
  * copy), after checking, in the run that saves, that every copy's checksum
- * is VAR's (the `checksums` op on each task, gr_ckpt_check_mirrors); a
- * restore sets every copy from VAR when the checkpoint has no tensor of its
- * own (partitions.c, restore.c). */
+ * is VAR's (the `checksums` op on each task, gr_ckpt_check_mirrors); so does
+ * a save in one process (gr_ckpt_save_session: ckpt_drop_mirror_copies,
+ * checksums of the values it holds); a restore sets every copy from VAR
+ * when the checkpoint has no tensor of its own (partitions.c, restore.c). */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "checkpoints/ckpt_internal.h"
@@ -61,4 +63,57 @@ gr_status gr_ckpt_check_mirrors(const gr_graph *g, const char *const *names,
     }
   }
   return GR_OK;
+}
+
+/* Where variable `name` runs in g's session, for the error of a copy that
+ * differs. */
+static const char *var_where(const gr_graph *g, const char *name) {
+  const gr_node *v = gr_graph_find_node(g, name);
+  const char *dev = v ? (v->assigned_device ? v->assigned_device : v->requested_device) : "";
+  return dev && dev[0] ? dev : "this process";
+}
+
+gr_status ckpt_drop_mirror_copies(const gr_graph *g, gr_ckpt_var *vars, gr_tensor *vals, int *n,
+                                  gr_error *err) {
+  int m = *n;
+  const char **src = calloc((size_t)m + 1, sizeof *src), **names = NULL, **where = NULL;
+  uint64_t *sums = NULL;
+  gr_status st = src ? GR_OK : gr_error_set_oom(err);
+  int ncopies = 0;
+  for (int i = 0; st == GR_OK && i < m; i++) {
+    const char *of = gr_ckpt_mirror_source(g, vars[i].name);
+    for (int j = 0; of && j < m && !src[i]; j++)
+      if (strcmp(vars[j].name, of) == 0) src[i] = vars[j].name, ncopies++;
+  }
+  if (st != GR_OK || ncopies == 0) {
+    free(src);
+    return st;
+  }
+  /* the copies and what they mirror, by checksum (as a cluster's save) */
+  names = calloc((size_t)m, sizeof *names);
+  where = calloc((size_t)m, sizeof *where);
+  sums = calloc((size_t)m, sizeof *sums);
+  if (!names || !where || !sums) st = gr_error_set_oom(err);
+  int k = 0;
+  for (int i = 0; st == GR_OK && i < m; i++) {
+    bool mirrored = src[i] != NULL;
+    for (int j = 0; j < m && !mirrored; j++) mirrored = src[j] && !strcmp(src[j], vars[i].name);
+    if (!mirrored) continue;
+    names[k] = vars[i].name;
+    where[k] = var_where(g, vars[i].name);
+    sums[k++] = gr_ckpt_hash64(gr_tensor_data(&vals[i]), gr_tensor_num_bytes(&vals[i]));
+  }
+  if (st == GR_OK) st = gr_ckpt_check_mirrors(g, names, where, sums, k, err);
+  int kept = 0;
+  for (int i = 0; st == GR_OK && i < m; i++) {
+    if (src[i]) {
+      gr_tensor_release(&vals[i]);
+      continue;
+    }
+    vars[kept] = vars[i];
+    vals[kept++] = vals[i];
+  }
+  if (st == GR_OK) *n = kept;
+  free(src), free(names), free(where), free(sums);
+  return st;
 }

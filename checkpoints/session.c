@@ -97,6 +97,7 @@ gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
   gr_status st = GR_OK;
   if (!vals || !ts || !meta) st = gr_error_set_oom(err);
   if (st == GR_OK) st = ckpt_collect_values(gr_session_resources(s), vars, n, vals, err);
+  if (st == GR_OK) st = ckpt_drop_mirror_copies(g, vars, vals, &n, err); /* saved once */
   gr_tensor *wholes = calloc((size_t)n + 1, sizeof *wholes);
   int nt = 0, nw = 0;
   if (st == GR_OK && !wholes) st = gr_error_set_oom(err);

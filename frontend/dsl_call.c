@@ -796,10 +796,12 @@ static const dsl_builtin builtins[] = {
      "bytes); the rest stays where the enclosing scopes put it ([strategies.md](strategies.md))",
      false},
     {"replicas", dsl_builtin_replicas,
-     "`replicas(n, x, y, devices=[...], all_reduce=false) { ... }`",
+     "`replicas(n, x, y, devices=[...], all_reduce=false, shard_input=false) { ... }`",
      "the block built once per worker (`/job:worker/task:i`) on its slice of `x`, `y` (axis 0 "
      "cut in `n`); its value averaged over the replicas; `all_reduce=true`: each worker reads "
-     "its own copy of the variables, kept equal by a ring all-reduce of the gradients",
+     "its own copy of the variables, kept equal by a ring all-reduce of the gradients; "
+     "`shard_input=true` (`x`, `y` from `batch`): each worker reads its own slice of the batch "
+     "from its own copy of the files",
      false},
     {"micro_batches", dsl_builtin_micro_batches, "`micro_batches(m, x, y) { ... }`",
      "the same without pins: micro-batches whose stages the block pins itself (model "

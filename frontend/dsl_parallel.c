@@ -4,6 +4,7 @@
  *   ps_variables(2) { w = variable(...) }           variables on /job:ps/task:K
  *   loss = replicas(2, x, y) { loss_of(x, y) }      in-graph replicas on the workers
  *   loss = replicas(2, x, y, all_reduce=true) {...} mirrored variables, ring all-reduce
+ *   loss = replicas(2, x, y, shard_input=true) {...} each replica reads its own rows
  *   loss = micro_batches(4, x, y) { loss_of(x, y) } micro-batches (model parallelism)
  *   a, b = all_reduce(x0, x1, op="mean")            a ring over the inputs' devices
  *   n = num_tasks("worker")                          the cluster's count, at load time
@@ -137,7 +138,7 @@ static gr_status rep_body(gr_graph *g, void *arg, int k, const gr_output *inputs
 
 static gr_status replicas(const dsl_bargs *a, const char *name, bool micro, dsl_value *out) {
   gr_dsl_program *p = a->p;
-  static const char *const rep_kw[] = {"devices", "all_reduce", NULL};
+  static const char *const rep_kw[] = {"devices", "all_reduce", "shard_input", NULL};
   static const char *const micro_kw[] = {NULL};
   GR_TRY(need_block(a));
   GR_TRY(dsl_bargs_only_keywords(a, micro ? micro_kw : rep_kw));
@@ -162,10 +163,12 @@ static gr_status replicas(const dsl_bargs *a, const char *name, bool micro, dsl_
     inputs[i] = a->v[1 + i].t;
   }
   const char **devices = NULL;
-  bool mirrored = false;
+  bool mirrored = false, sharded = false;
   if (!micro) {
-    int di = dsl_bargs_kw(a, "devices"), mi = dsl_bargs_kw(a, "all_reduce");
+    int di = dsl_bargs_kw(a, "devices"), mi = dsl_bargs_kw(a, "all_reduce"),
+        si = dsl_bargs_kw(a, "shard_input");
     if (mi >= 0) GR_TRY(dsl_bargs_bool(a, mi, "all_reduce", &mirrored));
+    if (si >= 0) GR_TRY(dsl_bargs_bool(a, si, "shard_input", &sharded));
     devices = dsl_alloc(&p->temp, sizeof(char *) * (size_t)(n + 1));
     if (!devices) return oom(p);
     if (di >= 0) {
@@ -201,6 +204,7 @@ static gr_status replicas(const dsl_bargs *a, const char *name, bool micro, dsl_
   gr_replicate_options o = {.num_replicas = (int)n,
                             .devices = devices,
                             .mirror_variables = mirrored,
+                            .shard_inputs = sharded,
                             .scope = micro ? "micro_batch" : "replica"};
   dsl_set_loc(p, a->e->pos);
   p->replica_copies = outer * (int)n;

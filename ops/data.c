@@ -102,9 +102,11 @@ gr_output gr_read_npy(gr_graph *g, const char *path) {
 
 /* ---- batch --------------------------------------------------------------------------------- */
 
-/* What one batch is made of: the step's rows of every input. */
+/* What one batch is made of: the step's rows of every input; with slices,
+ * only slice `slice` of the b rows (b / slices of them: a replica's part of
+ * the global batch, read where the replica runs). */
 typedef struct batch_args {
-  int64_t b, shards, shard, count, rows;
+  int64_t b, shards, shard, slices, slice, count, rows;
   uint64_t seed;
   bool shuffle;
   int n;                        /* inputs after the step */
@@ -171,11 +173,18 @@ static gr_status batch_shape(gr_shape_ctx *ctx) {
   int64_t b = gr_node_attr_int(ctx->node, "batch_size", 0);
   int64_t shards = gr_node_attr_int(ctx->node, "num_shards", 1);
   int64_t shard = gr_node_attr_int(ctx->node, "shard_index", 0);
+  int64_t slices = gr_node_attr_int(ctx->node, "num_slices", 1);
+  int64_t slice = gr_node_attr_int(ctx->node, "slice_index", 0);
   if (b < 1) return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "batch_size must be >= 1");
   if (shards < 1 || shard < 0 || shard >= shards)
     return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
                           "shard_index %lld is not in [0, num_shards = %lld)", (long long)shard,
                           (long long)shards);
+  if (slices < 1 || slice < 0 || slice >= slices || b % slices != 0)
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                          "slice_index %lld of num_slices %lld: needs 0 <= slice_index < "
+                          "num_slices and num_slices dividing batch_size %lld",
+                          (long long)slice, (long long)slices, (long long)b);
   int64_t rows = -1;
   ctx->num_outputs = ctx->num_inputs - 1;
   for (int i = 1; i < ctx->num_inputs; i++) {
@@ -190,7 +199,7 @@ static gr_status batch_shape(gr_shape_ctx *ctx) {
     }
     ctx->out_dtypes[i - 1] = ctx->in_dtypes[i];
     ctx->out_shapes[i - 1] = *s;
-    if (s->rank > 0) ctx->out_shapes[i - 1].dims[0] = b;
+    if (s->rank > 0) ctx->out_shapes[i - 1].dims[0] = b / slices;
   }
   if (rows >= 0 && (rows - shard + shards - 1) / shards < b)
     return gr_shape_error(
@@ -212,7 +221,7 @@ static void permute(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch, bool
 static gr_status alloc_batch(const batch_args *a, gr_tensor *out, gr_error *err) {
   for (int i = 0; i < a->n; i++) {
     gr_shape os = a->xs[i].shape;
-    os.dims[0] = a->b;
+    os.dims[0] = a->b / a->slices;
     gr_status st = gr_tensor_alloc(&out[i], a->xs[i].dtype, &os, err);
     if (st != GR_OK) {
       release_all(out, i);
@@ -227,7 +236,7 @@ static bool fits_batch(const gr_tensor *out, int n, const batch_args *a) {
   if (n != a->n) return false;
   for (int i = 0; i < n; i++) {
     gr_shape os = a->xs[i].shape;
-    os.dims[0] = a->b;
+    os.dims[0] = a->b / a->slices;
     if (!out[i].buf || out[i].dtype != a->xs[i].dtype || !gr_shape_equal(&out[i].shape, &os))
       return false;
   }
@@ -248,18 +257,19 @@ static gr_status fill_batch(batch_state *s, const batch_args *a, int64_t step, g
     s->epoch = epoch;
     permute(s->perm, a->count, a->seed, epoch, a->shuffle);
   }
-  if (s->rows_cap < a->b) {
-    int64_t *r = gr_realloc_array(s->rows_of_batch, (size_t)a->b, sizeof(int64_t));
+  int64_t m = a->b / a->slices; /* rows of this slice, from row first + slice * m */
+  first += a->slice * m;
+  if (s->rows_cap < m) {
+    int64_t *r = gr_realloc_array(s->rows_of_batch, (size_t)m, sizeof(int64_t));
     if (!r) return gr_error_set_oom(err);
     s->rows_of_batch = r;
-    s->rows_cap = a->b;
+    s->rows_cap = m;
   }
-  for (int64_t j = 0; j < a->b; j++)
-    s->rows_of_batch[j] = a->shard + a->shards * s->perm[first + j];
+  for (int64_t j = 0; j < m; j++) s->rows_of_batch[j] = a->shard + a->shards * s->perm[first + j];
   for (int i = 0; i < a->n; i++) {
     const gr_tensor *x = &a->xs[i];
     size_t row = a->rows ? gr_tensor_num_bytes(x) / (size_t)a->rows : 0;
-    for (int64_t j = 0; j < a->b; j++)
+    for (int64_t j = 0; j < m; j++)
       memcpy((char *)gr_tensor_data(&out[i]) + (size_t)j * row,
              (const char *)gr_tensor_data(x) + (size_t)s->rows_of_batch[j] * row, row);
   }
@@ -296,7 +306,8 @@ static void prefetch_task(void *arg) {
 static bool prefetch_matches(const batch_state *s, const batch_args *a, int64_t step) {
   if (s->pre != PRE_DONE || s->pre_step != step || s->pre_status != GR_OK ||
       s->pre_args.n != a->n || s->pre_args.seed != a->seed || s->pre_args.shuffle != a->shuffle ||
-      s->pre_args.b != a->b || s->pre_args.shards != a->shards || s->pre_args.shard != a->shard)
+      s->pre_args.b != a->b || s->pre_args.shards != a->shards || s->pre_args.shard != a->shard ||
+      s->pre_args.slices != a->slices || s->pre_args.slice != a->slice)
     return false;
   for (int i = 0; i < a->n; i++)
     if (s->pre_args.xs[i].buf != a->xs[i].buf || s->pre_args.xs[i].offset != a->xs[i].offset ||
@@ -340,6 +351,8 @@ static gr_status batch_kernel(gr_kernel_ctx *ctx) {
   batch_args a = {.b = gr_node_attr_int(nd, "batch_size", 1),
                   .shards = gr_node_attr_int(nd, "num_shards", 1),
                   .shard = gr_node_attr_int(nd, "shard_index", 0),
+                  .slices = gr_node_attr_int(nd, "num_slices", 1),
+                  .slice = gr_node_attr_int(nd, "slice_index", 0),
                   .seed = (uint64_t)gr_node_attr_int(nd, "seed", 0) ^ ctx->step->seed,
                   .shuffle = gr_node_attr_bool(nd, "shuffle", true),
                   .n = ctx->num_inputs - 1};
@@ -347,6 +360,9 @@ static gr_status batch_kernel(gr_kernel_ctx *ctx) {
   if (ctx->inputs[0].dtype == GR_I64) step = *(const int64_t *)gr_tensor_data(&ctx->inputs[0]);
   if (step < 0)
     return gr_kernel_error(ctx, GR_ERR_OUT_OF_RANGE, "step %lld is negative", (long long)step);
+  if (a.b < 1 || a.slices < 1 || a.slice < 0 || a.slice >= a.slices || a.b % a.slices != 0)
+    return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT, "slice %lld of %lld of batch_size %lld",
+                           (long long)a.slice, (long long)a.slices, (long long)a.b);
   a.rows = ctx->inputs[1].shape.dims[0];
   for (int i = 2; i < ctx->num_inputs; i++)
     if (ctx->inputs[i].shape.dims[0] != a.rows)
@@ -416,18 +432,22 @@ static const gr_attr_spec batch_attrs[] = {
     {"seed", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
     {"shuffle", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = true}},
     {"num_shards", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 1}},
-    {"shard_index", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
+    {"shard_index", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
+    {"num_slices", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 1}},
+    {"slice_index", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
 
 const gr_op_def gr_op_batch = {.name = "batch",
                                .doc =
                                    "rows of batch number `step` of each x, shuffled per epoch by "
-                                   "(seed, epoch), optionally sharded",
+                                   "(seed, epoch), optionally sharded (num_shards, shard_index) "
+                                   "and sliced (rows slice_index * batch_size / num_slices ... of "
+                                   "the batch: one replica's part)",
                                .min_inputs = 2,
                                .max_inputs = -1,
                                .input_names = (const char *const[]){"step", "xs"},
                                .num_outputs = -1,
                                .attrs = batch_attrs,
-                               .num_attrs = 5,
+                               .num_attrs = 7,
                                .shape_fn = batch_shape,
                                .kernel = batch_kernel,
                                .flags = GR_OP_NO_GRADIENT,

@@ -486,6 +486,14 @@ typedef struct gr_replicate_options {
    * gr_minimize all-reduces the copies' gradients (sum over the ring), so
    * they stay equal bit for bit. Replica 0 reads the variables themselves. */
   bool mirror_variables;
+  /* every input is an output of a batch node (gr_batch) or an
+   * image_folder (gr_image_folder); replica i reads its slice of that batch
+   * itself, in its device scope, with its own copy of the node reading its
+   * own copies of the files the batch reads (read_idx, read_npy; constants
+   * and stateless ops between are copied too; image_folder reads its
+   * folder): the same rows, bit for bit, as the split of the global batch,
+   * but no task sends another's rows (docs/strategies.md#input-sharding) */
+  bool shard_inputs;
   const char *scope;      /* name scope of replica i: SCOPE_i; NULL: "replica" */
   gr_output *per_replica; /* NULL, or num_replicas * num_outputs: each replica's outputs */
 } gr_replicate_options;

@@ -173,7 +173,7 @@ static bool load(gr_image_feed *f, slot *s, int64_t j, int64_t i) {
   if (f->c.flip) { /* Keras' RandomFlip: each direction with probability 1/2 */
     gr_rng r = gr_rng_make(f->c.seed, FLIP_STREAM, (uint64_t)s->number);
     uint32_t w[4];
-    gr_rng_block(&r, (uint64_t)j, w);
+    gr_rng_block(&r, (uint64_t)(f->c.offset + j), w); /* its place in the whole batch */
     if ((f->c.flip & GR_FLIP_H) && (w[0] & 1)) flip(dst, f->c.height, f->c.width, f->c.channels, 1);
     if ((f->c.flip & GR_FLIP_V) && (w[1] & 1)) flip(dst, f->c.height, f->c.width, f->c.channels, 0);
   }
@@ -185,19 +185,20 @@ static bool load(gr_image_feed *f, slot *s, int64_t j, int64_t i) {
  * after the batch in the epoch's order (wrapping around, never the batch's
  * own). Runs on the thread that finished the batch's last image. */
 static gr_status fill_bad(gr_image_feed *f, slot *s) {
-  int64_t b = f->c.batch, n = f->c.count, scanned = 0;
+  int64_t b = f->c.batch, gb = f->c.global_batch, n = f->c.count, scanned = 0;
+  int64_t after = s->first - f->c.offset + gb; /* the whole batch's end */
   for (int64_t j = 0; j < b; j++) {
     if (!s->bad[j]) continue;
     for (;;) {
       if (__atomic_load_n(&s->cancel, __ATOMIC_ACQUIRE)) return GR_OK;
-      if (scanned >= n - b) {
+      if (scanned >= n - gb) {
         int64_t bad = __atomic_load_n(&f->skipped, __ATOMIC_ACQUIRE);
         return gr_error_set(&s->err, GR_ERR_DATA_LOSS,
                             "%s: too few readable images for a batch of %lld: %lld of the %lld "
                             "files were skipped (see the warnings above)",
                             f->root, (long long)b, (long long)bad, (long long)n);
       }
-      int64_t pos = (s->first + b + scanned++) % n;
+      int64_t pos = (after + scanned++) % n;
       if (load(f, s, j, file_at(f, s->perm, pos))) break;
     }
   }
@@ -278,7 +279,7 @@ static gr_status slot_start(gr_image_feed *f, slot *s, int64_t k, gr_error *err)
   __atomic_store_n(&s->cancel, false, __ATOMIC_RELEASE);
   s->next = 0;
   s->done = 0;
-  s->first = (k % f->per_epoch) * b;
+  s->first = (k % f->per_epoch) * f->c.global_batch + f->c.offset;
   s->status = GR_OK;
   return GR_OK;
 }
@@ -391,7 +392,8 @@ gr_status gr_image_feed_new(gr_image_feed_config *c, gr_image_feed **out, gr_err
   f->c = *c;
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
-  f->per_epoch = c->count / c->batch;
+  if (f->c.global_batch < f->c.batch) f->c.global_batch = f->c.batch;
+  f->per_epoch = c->count / f->c.global_batch;
   f->image_floats = c->height * c->width * c->channels;
   f->nslots = c->prefetch + 1;
   bool ok = (f->root = strdup(c->root)) && (f->node = strdup(c->node)) &&

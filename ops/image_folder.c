@@ -30,6 +30,7 @@ static int find(const char *const *list, const char *s) {
 typedef struct folder_spec {
   const char *path, *class_names;
   int64_t h, w, b, num_files, num_classes, count;
+  int64_t slices, slice; /* the node gives rows slice * b / slices ... of batch b */
   int channels, label_mode, flip;
   gr_image_subset_spec subset;
   int64_t max_pixels, threads, prefetch;
@@ -55,6 +56,13 @@ static gr_status read_spec(const gr_node *n, folder_spec *fs, gr_error *err) {
   fs->b = gr_node_attr_int(n, "batch_size", 32);
   if (fs->b < 1 || fs->b > (1 << 20))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "batch_size must be from 1 to 1048576");
+  fs->slices = gr_node_attr_int(n, "num_slices", 1);
+  fs->slice = gr_node_attr_int(n, "slice_index", 0);
+  if (fs->slices < 1 || fs->slice < 0 || fs->slice >= fs->slices || fs->b % fs->slices != 0)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "slice_index %lld of num_slices %lld: needs 0 <= slice_index < "
+                        "num_slices and num_slices dividing batch_size %lld",
+                        (long long)fs->slice, (long long)fs->slices, (long long)fs->b);
   int cm = find(color_modes, gr_node_attr_string(n, "color_mode", "rgb"));
   if (cm < 0)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
@@ -141,12 +149,13 @@ static gr_status folder_shape(gr_shape_ctx *ctx) {
   gr_error e;
   if (read_spec(ctx->node, &fs, &e) != GR_OK) return gr_shape_error(ctx, e.code, "%s", e.msg);
   ctx->num_outputs = 3;
+  int64_t m = fs.b / fs.slices;
   ctx->out_dtypes[0] = GR_F32;
-  ctx->out_shapes[0] = (gr_shape){4, {fs.b, fs.h, fs.w, fs.channels}};
+  ctx->out_shapes[0] = (gr_shape){4, {m, fs.h, fs.w, fs.channels}};
   ctx->out_dtypes[1] = fs.label_mode == GR_LABELS_INT ? GR_I32 : GR_F32;
-  ctx->out_shapes[1] = fs.label_mode == GR_LABELS_INT      ? (gr_shape){1, {fs.b}}
-                       : fs.label_mode == GR_LABELS_BINARY ? (gr_shape){2, {fs.b, 1}}
-                                                           : (gr_shape){2, {fs.b, fs.num_classes}};
+  ctx->out_shapes[1] = fs.label_mode == GR_LABELS_INT      ? (gr_shape){1, {m}}
+                       : fs.label_mode == GR_LABELS_BINARY ? (gr_shape){2, {m, 1}}
+                                                           : (gr_shape){2, {m, fs.num_classes}};
   ctx->out_dtypes[2] = GR_I64;
   ctx->out_shapes[2] = (gr_shape){0, {0}};
   return GR_OK;
@@ -160,7 +169,9 @@ static gr_status make_feed(gr_kernel_ctx *ctx, gr_image_feed **out) {
   gr_image_feed_config c = {.root = fs.path,
                             .node = ctx->node->name,
                             .count = fs.count,
-                            .batch = fs.b,
+                            .batch = fs.b / fs.slices,
+                            .global_batch = fs.b,
+                            .offset = fs.slice * (fs.b / fs.slices),
                             .height = fs.h,
                             .width = fs.w,
                             .channels = fs.channels,
@@ -238,6 +249,8 @@ static const gr_attr_spec folder_attrs[] = {
     {"shuffle", GR_ATTR_BOOL, false, {.type = GR_ATTR_BOOL, .b = true}},
     {"num_shards", GR_ATTR_INT, false, INT_DEFAULT(1)},
     {"shard_index", GR_ATTR_INT, false, INT_DEFAULT(0)},
+    {"num_slices", GR_ATTR_INT, false, INT_DEFAULT(1)},
+    {"slice_index", GR_ATTR_INT, false, INT_DEFAULT(0)},
     {"random_flip", GR_ATTR_STRING, false, STR_DEFAULT("")},
     {"max_pixels", GR_ATTR_INT, false, INT_DEFAULT(GR_IMAGE_MAX_PIXELS_DEFAULT)},
     {"threads", GR_ATTR_INT, false, INT_DEFAULT(0)},
@@ -252,7 +265,9 @@ const gr_op_def gr_op_image_folder = {
            "Keras' image_dataset_from_directory: images f32 [batch_size, h, w, c] (0..255, "
            "resized bilinearly to attr size), labels (label_mode int: i32 [b]; categorical: f32 "
            "[b, classes]; binary: f32 [b, 1]) and the i64 count of unreadable files skipped; "
-           "attrs class_names, num_files, fingerprint record the listing (docs/training.md)",
+           "with num_slices, only rows slice_index * b / num_slices ... of the batch (one "
+           "replica's part); attrs class_names, num_files, fingerprint record the listing "
+           "(docs/training.md)",
     .min_inputs = 1,
     .max_inputs = 1,
     .input_names = (const char *const[]){"step"},

@@ -72,6 +72,12 @@ typedef struct gr_image_feed_config {
   int64_t *files;     /* the subset's listing indices, taken over */
   int64_t count;      /* entries of files */
   int64_t batch, height, width;
+  /* a slice (replicas' sharded input): the feed gives images offset ...
+   * offset + batch - 1 of batches of global_batch (0: batch) images, the
+   * same files and flips as those of the whole batch (an unreadable
+   * file's place: the next readable one after the whole batch, counted
+   * within the slice) */
+  int64_t global_batch, offset;
   int channels, label_mode, flip;
   uint64_t seed; /* of the epochs' order and the flips */
   bool shuffle;

@@ -77,6 +77,13 @@ void gr_ops_replicas_leave(const gr_graph *prev);
 gr_status gr_ops_replicas_moving_stats(gr_graph *g, int first, int last, gr_output **updates,
                                        int *num_updates);
 
+/* gr_replicate's shard_inputs (replica_input.c): slices[0..num_inputs) of
+ * replica k of n, each input's batch node copied as slice k of n, with the
+ * files it reads, in the current device scope (the replica's), under name
+ * scope input/. */
+gr_status gr_ops_replica_inputs(gr_graph *g, const gr_output *inputs, int num_inputs, int n, int k,
+                                gr_output *slices);
+
 /* A Fisher-Yates permutation of 0..n-1 into perm, keyed by (seed, stream,
  * counter) with the counter-based generator: the same for the same keys on
  * any thread (batch's epochs, image_folder's split and epochs). */

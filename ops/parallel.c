@@ -464,6 +464,9 @@ static gr_status check_replicate(gr_graph *g, const gr_replicate_options *o, int
   if (o->mirror_variables && !o->devices)
     return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
                                "replicate: mirrored variables need a device per replica");
+  if (o->shard_inputs && !o->devices)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                               "replicate: sharded inputs need a device per replica");
   for (int i = 0; i < num_inputs; i++) {
     if (!inputs[i].node)
       return gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INVALID_ARGUMENT;
@@ -492,6 +495,7 @@ typedef struct replicas {
   const gr_replicate_options *o;
   int n, num_inputs, num_outputs;
   const char *scope;
+  const gr_output *inputs; /* with shard_inputs: each replica reads its slice itself */
   gr_output *slices, *outs;
   int first; /* the first node id of the replicas */
   mirror_map mm;
@@ -555,9 +559,16 @@ static gr_status build_replica(replicas *r, int k, gr_replica_fn fn, void *arg) 
     gr_graph_pop_name_scope(g);
     return st;
   }
+  gr_output *in = r->slices + (size_t)k * (size_t)r->num_inputs;
+  if (o->shard_inputs) st = gr_ops_replica_inputs(g, r->inputs, r->num_inputs, r->n, k, in);
+  if (st != GR_OK) {
+    gr_graph_pop_device_scope(g);
+    gr_graph_pop_name_scope(g);
+    return st;
+  }
   int lo = gr_graph_num_nodes(g);
   gr_output *mine = r->outs + (size_t)k * (size_t)r->num_outputs;
-  st = fn(g, arg, k, r->slices + (size_t)k * (size_t)r->num_inputs, mine);
+  st = fn(g, arg, k, in, mine);
   if (o->devices) gr_graph_pop_device_scope(g);
   gr_graph_pop_name_scope(g);
   if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
@@ -627,13 +638,14 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
                 .n = n,
                 .num_inputs = num_inputs,
                 .num_outputs = num_outputs,
+                .inputs = inputs,
                 .scope = o->scope && o->scope[0] ? o->scope : "replica"};
   size_t nio = (size_t)n * (size_t)(num_inputs + 1) + (size_t)n * (size_t)num_outputs;
   gr_output *mem = calloc(nio, sizeof *mem);
   if (!mem) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   r.slices = mem;
   r.outs = mem + (size_t)n * (size_t)(num_inputs + 1);
-  for (int i = 0; i < num_inputs && st == GR_OK; i++) {
+  for (int i = 0; i < num_inputs && st == GR_OK && !o->shard_inputs; i++) {
     gr_output parts = n == 1 ? inputs[i] : gr_split(g, inputs[i], n, 0);
     for (int k = 0; k < n; k++)
       r.slices[(size_t)k * (size_t)num_inputs + i] =

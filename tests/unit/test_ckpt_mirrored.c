@@ -6,7 +6,13 @@
  * variable's bytes; gr_ckpt_check_mirrors passes equal copies and fails a
  * copy made to differ, naming the variable, the copy and both tasks; a
  * checkpoint without the copies restores them from the variables they
- * mirror, and one that holds them (written before) by name.
+ * mirror, and one that holds them (written before) by name; a save in one
+ * process (gr_ckpt_save_session) holds no copy, fails for a copy made to
+ * differ, and its restore sets the copies.
+ *
+ * graphrun run examples/thesis_mirrored.gr in one process (3 replicas on
+ * local devices): the checkpoint holds no copy, and a resumed run ends bit
+ * for bit where an uninterrupted one does.
  *
  * On a launched local cluster, examples/allreduce.gr on 3 workers: the
  * checkpoint holds one copy of each weight (one shard, worker 0's, no
@@ -147,21 +153,28 @@ static void test_diverged_copy_fails(void) {
   gr_graph_free(m.g);
 }
 
+/* The model built and trained 2 steps; vals: its variables' values then.
+ * false (the graph freed) when there is no session. */
+static bool trained(model *m, gr_tensor *vals, gr_error *err) {
+  GR_CHECK_MSG(build(m, err), "%s", err->msg);
+  if (!m->s) {
+    gr_graph_free(m->g);
+    return false;
+  }
+  for (int k = 0; k < 2; k++)
+    GR_CHECK_OK(gr_session_run(m->s, NULL, 0, NULL, 0, NULL, &m->train, 1, err), *err);
+  GR_CHECK_OK(gr_session_run(m->s, NULL, 0, m->vars, NVARS, vals, NULL, 0, err), *err);
+  return true;
+}
+
 /* Saved without the copies (as graphrun run on a cluster does), a diverged
  * copy is restored from the variable it mirrors; saved with them (every
  * variable, as before), by name. */
 static void test_restore_copies(void) {
   model m = {0};
   gr_error err;
-  GR_CHECK_MSG(build(&m, &err), "%s", err.msg);
-  if (!m.s) {
-    gr_graph_free(m.g);
-    return;
-  }
-  for (int k = 0; k < 2; k++)
-    GR_CHECK_OK(gr_session_run(m.s, NULL, 0, NULL, 0, NULL, &m.train, 1, &err), err);
   gr_tensor vals[NVARS];
-  GR_CHECK_OK(gr_session_run(m.s, NULL, 0, m.vars, NVARS, vals, NULL, 0, &err), err);
+  if (!trained(&m, vals, &err)) return;
   char once[PATH_MAX], all[PATH_MAX];
   snprintf(once, sizeof once, "%s/once.ckpt", tmp);
   snprintf(all, sizeof all, "%s/all.ckpt", tmp);
@@ -172,7 +185,9 @@ static void test_restore_copies(void) {
   GR_CHECK_OK(gr_ckpt_save_tensors(ck, 2, ts, NORIG, NULL, &err), err);
   gr_ckpt_close(ck);
   GR_CHECK_OK(gr_ckpt_open(all, NULL, &ck, &err), err);
-  GR_CHECK_OK(gr_ckpt_save_session(ck, m.s, m.g, NULL, &err), err);
+  gr_ckpt_tensor every[NVARS]; /* a checkpoint written before copies were saved once */
+  for (int i = 0; i < NVARS; i++) every[i] = (gr_ckpt_tensor){var_names[i], &vals[i]};
+  GR_CHECK_OK(gr_ckpt_save_tensors(ck, 2, every, NVARS, NULL, &err), err);
   gr_ckpt_close(ck);
   for (int f = 0; f < 2; f++) {
     GR_CHECK_OK(gr_session_run(m.s, NULL, 0, NULL, 0, NULL, &m.bump, 1, &err), err);
@@ -200,6 +215,64 @@ static void test_restore_copies(void) {
   gr_ckpt_tensor_infos_free(infos, n);
   gr_ckpt_close(ck);
   for (int i = 0; i < NVARS; i++) gr_tensor_release(&vals[i]);
+  gr_session_free(m.s);
+  gr_graph_free(m.g);
+}
+
+/* The names of the tensors of the newest checkpoint at path, comma-separated. */
+static void tensor_names(const char *path, char *buf, size_t cap) {
+  gr_ckpt *ck;
+  gr_error err;
+  buf[0] = '\0';
+  GR_CHECK_OK(gr_ckpt_open(path, &(gr_ckpt_options){.read_only = true}, &ck, &err), err);
+  gr_ckpt_tensor_info *infos;
+  int n = 0;
+  GR_CHECK_OK(gr_ckpt_list_tensors(ck, -1, &infos, &n, &err), err);
+  for (int i = 0; i < n; i++)
+    snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", i ? "," : "", infos[i].name);
+  if (n) gr_ckpt_tensor_infos_free(infos, n);
+  gr_ckpt_close(ck);
+}
+
+/* A save in one process (gr_ckpt_save_session, what graphrun run without
+ * a cluster calls) holds the variables once, not the copies; a copy that
+ * differs fails it (nothing saved); the restore sets the copies from it. */
+static void test_session_saves_once(void) {
+  model m = {0};
+  gr_error err;
+  gr_tensor vals[NVARS];
+  if (!trained(&m, vals, &err)) return;
+  char path[PATH_MAX], names[256];
+  snprintf(path, sizeof path, "%s/session.ckpt", tmp);
+  gr_ckpt *ck;
+  GR_CHECK_OK(gr_ckpt_open(path, NULL, &ck, &err), err);
+  GR_CHECK_OK(gr_ckpt_save_session(ck, m.s, m.g, NULL, &err), err);
+  tensor_names(path, names, sizeof names);
+  GR_CHECK_MSG(strcmp(names, "global_step,w,w/momentum") == 0 || strcmp(names, "w,w/momentum") == 0,
+               "the checkpoint holds %s", names);
+  /* a diverged copy: no checkpoint at the next step */
+  GR_CHECK_OK(gr_session_run(m.s, NULL, 0, NULL, 0, NULL, &m.bump, 1, &err), err);
+  GR_CHECK_OK(gr_session_run(m.s, NULL, 0, NULL, 0, NULL, &m.train, 1, &err), err);
+  GR_CHECK(gr_ckpt_save_session(ck, m.s, m.g, NULL, &err) == GR_ERR_FAILED_PRECONDITION);
+  GR_CHECK_STR_CONTAINS(err.msg, "mirrored variable 'w': the copy 'w/replica_1' on "
+                                 "/job:worker/replica:0/task:1/device:CPU:0 differs from 'w' on "
+                                 "/job:worker/replica:0/task:0/device:CPU:0");
+  GR_CHECK_STR_CONTAINS(err.msg, "nothing saved");
+  gr_ckpt_info *infos;
+  int n = 0;
+  GR_CHECK_OK(gr_ckpt_list(ck, &infos, &n, &err), err);
+  GR_CHECK_EQ_INT(n, 1);
+  if (n) gr_ckpt_infos_free(infos, n);
+  /* the restore: every copy from its variable, as saved */
+  GR_CHECK_OK(gr_ckpt_restore(ck, m.s, m.g, NULL, NULL, &err), err);
+  gr_ckpt_close(ck);
+  GR_CHECK_OK(check(&m, &err), err);
+  gr_tensor now[NVARS];
+  GR_CHECK_OK(gr_session_run(m.s, NULL, 0, m.vars, NVARS, now, NULL, 0, &err), err);
+  for (int i = 0; i < NVARS; i++) {
+    GR_CHECK_MSG(gt_bit_equal(&now[i], &vals[i]), "%s not restored", var_names[i]);
+    gr_tensor_release(&now[i]), gr_tensor_release(&vals[i]);
+  }
   gr_session_free(m.s);
   gr_graph_free(m.g);
 }
@@ -326,12 +399,50 @@ static void test_allreduce_recovers(void) {
   GR_CHECK(same("rec", "layer1/w1", "rec", "layer1/w1/replica_2"));
 }
 
+/* ---- examples/thesis_mirrored.gr in one process (3 replicas, Adam, batch norm) ------------- */
+
+/* graphrun run FILE --soft-placement --steps STEPS [--ckpt tmp/CKPT] --out tmp/OUT: exit code. */
+static int run_local(int steps, const char *ckpt, const char *out) {
+  char args[3 * PATH_MAX], buf[8192], ck[PATH_MAX + 32] = "";
+  if (ckpt) snprintf(ck, sizeof ck, "--ckpt %s/%s", tmp, ckpt);
+  snprintf(args, sizeof args,
+           "run %s/examples/thesis_mirrored.gr --soft-placement --steps %d %s "
+           "--fetch loss,c1w,d1w,d2w --out %s/%s --quiet",
+           GR_SOURCE_DIR, steps, ck, tmp, out);
+  int rc = gt_cli_run(tmp, args, buf, sizeof buf);
+  GR_CHECK_MSG(rc == 0, "%s: exit %d:\n%s", args, rc, buf);
+  return rc;
+}
+
+/* graphrun run in one process saves each mirrored variable once (no
+ * VAR/replica_K, nor its slots) and a run resumed from it ends bit for bit
+ * where an uninterrupted one does: every copy restored. */
+static void test_run_saves_once(void) {
+  if (run_local(4, NULL, "tm_full") || run_local(2, "tm.ckpt", "tm_half") ||
+      run_local(4, "tm.ckpt", "tm_resumed"))
+    return;
+  char path[PATH_MAX], names[16384];
+  snprintf(path, sizeof path, "%s/tm.ckpt", tmp);
+  tensor_names(path, names, sizeof names);
+  GR_CHECK_MSG(strstr(names, "/replica_") == NULL, "the checkpoint holds copies: %s", names);
+  int n = 1;
+  for (const char *c = names; *c; c++) n += *c == ',';
+  printf("thesis_mirrored.gr in one process: the checkpoint holds %d tensors\n", n);
+  GR_CHECK_MSG(n < 60, "%d tensors", n); /* 45; with every copy and its slots 133 */
+  const char *fetched[] = {"loss", "c1w", "d1w", "d2w"};
+  for (int i = 0; i < 4; i++)
+    GR_CHECK_MSG(same("tm_full", fetched[i], "tm_resumed", fetched[i]),
+                 "%s: the resumed run differs", fetched[i]);
+}
+
 int main(void) {
   if (!mkdtemp(tmp)) return 1;
   gt_proc_isolate();
   GR_RUN(test_sources);
   GR_RUN(test_diverged_copy_fails);
   GR_RUN(test_restore_copies);
+  GR_RUN(test_session_saves_once);
+  GR_RUN(test_run_saves_once);
   GR_RUN(test_allreduce_saved_once);
   GR_RUN(test_allreduce_recovers);
   gt_remove_tree(tmp);
