@@ -179,12 +179,16 @@ static gr_status prepare(void *self, gr_partitions *parts, void **out, gr_error 
       rs[i].code = e.code, rs[i].err = e;
     else if (rs[i].code == GR_OK)
       p->t[i].handle = r.handle;
-    if (rs[i].code != GR_OK && st == GR_OK) {
-      st = rs[i].code;
-      if (err) *err = rs[i].err;
-    }
     gr_inmsg_free(rs[i].resp);
   }
+  /* the root error: a lost task's (others that could not reach it fail
+   * too, and later), else the first */
+  for (int pass = 0; pass < 2 && st == GR_OK; pass++)
+    for (int i = 0; i < n && st == GR_OK; i++)
+      if (rs[i].code != GR_OK && (pass == 1 || rs[i].lost)) {
+        st = rs[i].code;
+        if (err) *err = rs[i].err;
+      }
   if (st != GR_OK && p && p->t)
     for (int i = 0; i < n; i++)
       if (rs[i].code == GR_OK) deregister(ms, p->t[i].task, p->t[i].handle);

@@ -23,7 +23,8 @@
  *
  * Last line: scale: build_s_256=B register_ms_64=R step_ms_64=S step_ms_4=F
  * sim_eff_64=E. --smoke: 16 workers built, clusters of 2 and 4 tasks, few
- * steps (the suite's smoke run). --steps N: steps per median (default 200). */
+ * steps (the suite's smoke run). --steps N: steps per median (default 200);
+ * --no-build: the clusters only (build_s 0). */
 #include <fcntl.h>
 #include <graphrun.h>
 #include <stdio.h>
@@ -207,11 +208,14 @@ int main(int argc, char **argv) {
   bool smoke = bench_is_smoke(argc, argv);
   int steps = smoke ? 5 : 200, build_n = smoke ? 16 : 256, big = smoke ? 4 : 64,
       small = smoke ? 2 : 4;
+  bool no_build = false;
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--steps") && i + 1 < argc)
       steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--no-build"))
+      no_build = true;
     else if (strcmp(argv[i], "--smoke") != 0)
-      bench_die(argv[i], "unknown option (--smoke, --steps N)");
+      bench_die(argv[i], "unknown option (--smoke, --steps N, --no-build)");
   if (steps < 1) bench_die("--steps", "want a positive integer");
   bench_start("bench_scale", NULL);
   /* the servers first, while this process has no threads of its own */
@@ -225,8 +229,8 @@ int main(int argc, char **argv) {
   }
   close(life[0]);
 
-  build_figures bf;
-  double build_s = build_allreduce(build_n, &bf);
+  build_figures bf = {0};
+  double build_s = no_build ? 0 : build_allreduce(build_n, &bf);
   printf("allreduce.gr on %d workers: %d nodes, %d partitions: built and checked %.2f s, placed "
          "%.2f s, pruned, rewritten and partitioned %.2f s; in all %.2f s\n",
          build_n, bf.nodes, bf.parts, bf.load, bf.place, bf.partition, build_s);
