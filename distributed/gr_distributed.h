@@ -232,8 +232,9 @@ typedef struct gr_master_options {
                             uses, kept on the tasks until gr_master_reset */
 } gr_master_options;
 
-/* Connects to every task and asks for its name, devices and incarnation.
- * Errors name the task's address. */
+/* Connects to every task at once (up to 16 dials in flight) and asks for
+ * its name, devices and incarnation. Errors name the task's address (the
+ * lowest of those that failed). */
 gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *err);
 void gr_master_free(gr_master *m);
 /* Every device of the cluster (borrowed; num via *n): the chief's first,

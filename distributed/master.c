@@ -1,6 +1,6 @@
 /* The master: a client's view of a cluster, and the session's remote runner.
  *
- * It connects to every task, learns its name, devices and incarnation, and
+ * It connects to every task at once (master_dial.c), learns its name, devices and incarnation, and
  * serves a session whose devices are the cluster's: for each prepared
  * signature it registers every task's partitions (one REGISTER per task,
  * a handle back), and for each step sends one RUN per task in parallel with
@@ -18,14 +18,16 @@
 
 /* ---- requests -------------------------------------------------------------------- */
 
+/* Completes r. The waiter is woken by the last request of its group, or by
+ * a failure (which may end the wait at once): a step over many tasks wakes
+ * it once, not once per task. */
 static void finish(rpc *r, gr_status code, const gr_error *e, gr_inmsg *resp) {
   pthread_mutex_lock(&r->g->mu);
   r->done = true;
   r->code = code;
   if (e) r->err = *e;
   r->resp = resp;
-  r->g->outstanding--;
-  pthread_cond_broadcast(&r->g->cv);
+  if (--r->g->outstanding == 0 || code != GR_OK) pthread_cond_broadcast(&r->g->cv);
   pthread_mutex_unlock(&r->g->mu);
 }
 
@@ -118,6 +120,7 @@ void gr_master_start(gr_master *ms, int k, gr_outmsg *msg, rpc *r, rpc_group *g)
   pthread_mutex_lock(&ms->mu);
   bool ok = !t->lost && gr_map_put_u64(&t->pending, r->id, r);
   if (!ok) gr_error_set(&e, GR_ERR_UNAVAILABLE, "%s", t->lost ? t->lost_why : "out of memory");
+  r->lost = t->lost; /* failed because the task is lost already */
   pthread_mutex_unlock(&ms->mu);
   if (!ok) {
     gr_outmsg_free(msg);
@@ -400,16 +403,8 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
     gr_map_init(&t->pending, GR_MAP_U64);
     gr_map_init(&t->abandoned, GR_MAP_U64);
     snprintf(t->address, sizeof t->address, "%s", o->addresses[k] ? o->addresses[k] : "");
-    gr_conn_auth auth = {ms->secret, ms->cluster, ms->tls};
-    st = gr_conn_dial(ms->loop, t->address, &auth, ms->o.connect_timeout_ms, &h, &t->conn, err);
-    if (st != GR_OK) {
-      if (o->task_names && o->task_names[k]) gr_error_prefix(err, "%s", o->task_names[k]);
-      break;
-    }
-    gr_conn_set_user(t->conn, t);
-    /* a handler may run before set_user: dial's handshake is done, but no
-     * request is out yet, so nothing arrives before GET_STATUS */
   }
+  if (st == GR_OK) st = gr_master_dial_all(ms, o->task_names, &h, err);
   rpc_group g;
   gr_rpc_group_init(&g);
   rpc *rs = st == GR_OK ? calloc((size_t)ms->num_tasks, sizeof *rs) : NULL;

@@ -1,5 +1,6 @@
 /* The master's internals shared by master.c (connections, requests),
- * master_run.c (the session's remote runner), master_lease.c,
+ * master_dial.c (connecting), master_run.c (the session's remote runner),
+ * master_lease.c,
  * master_place.c and master_reset.c. Which thread runs what, which lock
  * guards which field and the lock order (the master's mu before a group's):
  * docs/internals.md, "Threads and locks". Internal to distributed/. */
@@ -75,12 +76,20 @@ struct gr_master {
   rpc_group *waiting;
 };
 
+/* Dials every task of ms (addresses set, connections NULL) at once and
+ * attaches each connection to its task; the error is the lowest failing
+ * task's (its address, prefixed by task_names[k] when given). The tasks not
+ * dialled keep a NULL connection (master_dial.c). */
+gr_status gr_master_dial_all(gr_master *ms, const char *const *task_names, const gr_conn_handler *h,
+                             gr_error *err);
 /* A new request id. */
 uint64_t gr_master_new_id(gr_master *ms);
 /* Sends msg (taken) to task k as request r (r->id set by the caller). */
 void gr_master_start(gr_master *ms, int k, gr_outmsg *msg, rpc *r, rpc_group *g);
 /* Waits for the n requests rs of g until deadline_ms (0: none); on_done(arg,
- * r) runs once per request as it completes (without locks held). Requests
+ * r) runs once per request as it completes (without locks held; a failure
+ * at once, successes when the waiter next wakes: at the latest with the
+ * group's last answer). Requests
  * not done by the deadline fail with GR_ERR_DEADLINE_EXCEEDED. When on_done
  * returns true, the wait ends at once: the requests not done yet fail with
  * GR_ERR_CANCELLED and are abandoned (gr_master_drain awaits their answers

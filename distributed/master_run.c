@@ -179,12 +179,21 @@ static gr_status prepare(void *self, gr_partitions *parts, void **out, gr_error 
       rs[i].code = e.code, rs[i].err = e;
     else if (rs[i].code == GR_OK)
       p->t[i].handle = r.handle;
-    if (rs[i].code != GR_OK && st == GR_OK) {
+    gr_inmsg_free(rs[i].resp);
+  }
+  /* the root error: a lost task's (others that could not reach it fail
+   * too, and later; its own request may have failed first, as a write to a
+   * closed connection), else the first */
+  pthread_mutex_lock(&ms->mu);
+  for (int i = 0; i < n && st == GR_OK; i++)
+    if (rs[i].code != GR_OK && (rs[i].lost || ms->tasks[p->t[i].task].lost))
+      st = gr_error_set(err, GR_ERR_UNAVAILABLE, "%s", ms->tasks[p->t[i].task].lost_why);
+  pthread_mutex_unlock(&ms->mu);
+  for (int i = 0; i < n && st == GR_OK; i++)
+    if (rs[i].code != GR_OK) {
       st = rs[i].code;
       if (err) *err = rs[i].err;
     }
-    gr_inmsg_free(rs[i].resp);
-  }
   if (st != GR_OK && p && p->t)
     for (int i = 0; i < n; i++)
       if (rs[i].code == GR_OK) deregister(ms, p->t[i].task, p->t[i].handle);

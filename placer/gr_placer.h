@@ -317,4 +317,53 @@ gr_status gr_placement_fit_scale(const gr_placement *p, gr_cluster *c, double me
  * crossing devices. Needs options.explain for the finish-time comparisons. */
 void gr_placement_explain(const gr_placement *p, FILE *f);
 
+/* ---- the scaling model (placer/scale.c; docs/scaling.md) ------------------------------- */
+
+/* Synchronous data parallelism on n workers, each with its own copy of the
+ * model, the gradients summed by a ring all-reduce in buckets overlapped
+ * with the backward pass (as PyTorch DDP and Horovod do), the step driven
+ * by one master. Times in seconds, sizes in bytes, rates in bytes/s. */
+typedef struct gr_scale_params {
+  double compute;      /* one worker's step of compute (forward + backward + update), > 0 */
+  double backward;     /* the fraction of compute that is the backward pass, in (0, 1] */
+  double grad_bytes;   /* the gradient all-reduced per step (the trainable variables), >= 0 */
+  double bucket_bytes; /* all-reduce bucket (DDP's 25 MB); 0: one bucket */
+  double link_bw;      /* the network link's bandwidth, > 0 */
+  double host_bw;      /* what a task's transport moves per second with an infinitely fast
+                          link (its copies and syscalls; loopback measures it); 0: no limit */
+  double hop_latency;  /* per message of a ring step: network latency plus the per-message
+                          CPU cost of both ends, >= 0 */
+  double step_fixed;   /* the master's cost per step, once, >= 0 */
+  double step_task;    /* the master's serial cost per task per step (building, sending
+                          and reading its RUN), >= 0 */
+  double control_rtt;  /* one round trip master -> tasks -> master over the network, >= 0 */
+} gr_scale_params;
+
+typedef struct gr_scale_result {
+  double step;       /* seconds per step on n workers */
+  double allreduce;  /* seconds of all-reduce per step, overlapped or not */
+  double exposed;    /* the part of it not hidden behind the backward pass */
+  double control;    /* the master's part: step_fixed + n * step_task + control_rtt */
+  double efficiency; /* one worker's step over this one (weak scaling: each worker keeps its
+                        batch), in (0, 1] */
+} gr_scale_result;
+
+/* Seconds of one ring all-reduce of `bytes` over n workers: 2(n-1)/n *
+ * bytes / bandwidth + 2(n-1) * hop_latency, bandwidth the harmonic sum of
+ * link_bw and host_bw. 0 when n == 1. */
+double gr_scale_ring_time(const gr_scale_params *p, int n, double bytes);
+/* The network latency per message the model adds to a cluster's own
+ * per-message cost when none is given: a datacenter TCP hop. */
+#define GR_SCALE_NET_LATENCY 25e-6
+/* Fills the host and master constants of p from cluster c's links (as
+ * `graphrun calibrate` measured them, or gr_cluster_new's defaults):
+ * hop_latency = same_host latency (a message's CPU cost at both ends, on
+ * loopback) + net_latency; host_bw = same_host bandwidth; step_fixed =
+ * same_task step (the client's own); step_task = same_host step (what one
+ * more task adds); control_rtt = 2 net_latency. The rest of p is kept. */
+void gr_scale_params_from_cluster(gr_scale_params *p, const gr_cluster *c, double net_latency);
+/* The modelled step on n workers (1 ... GR_CLUSTER_MAX_TASKS). Errors name
+ * the parameter out of range. */
+gr_status gr_scale_predict(const gr_scale_params *p, int n, gr_scale_result *out, gr_error *err);
+
 #endif

@@ -19,6 +19,7 @@
   X(ckpt, "inspect checkpoint files: ls, show, diff, verify, export as .npy")                      \
   X(place, "place a .gr graph on a cluster file's devices; --explain says why")                    \
   X(calibrate, "measure this machine and write a cluster file for the placer")                     \
+  X(simulate, "predict step time and scaling efficiency of data parallelism on many workers")      \
   X(ops, "list the registered ops with their inputs and attrs")                                    \
   X(server, "serve one task of a cluster (a worker or parameter server process)")                  \
   X(launch, "start a local cluster of server processes and run a graph or command on it")          \
