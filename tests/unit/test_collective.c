@@ -139,9 +139,9 @@ static void check_case(int n, int64_t size, gr_dtype dt, bool mean) {
 }
 
 static void test_same_bits_2_to_5_devices(void) {
-  const int64_t sizes[] = {1, 7, 1000003};
+  const int64_t sizes[] = {0, 1, 7, 1000003};
   for (int n = 2; n <= 5; n++)
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
       check_case(n, sizes[k], GR_F32, false);
       check_case(n, sizes[k], GR_F64, false);
     }
