@@ -318,13 +318,13 @@ gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors,
   }
   for (int d = 0; d < n; d++)
     dev[d] = devices && devices[d] ? devices[d] : gr_graph_resolve_device(g, values[d].node);
-  bool collective = false;
+  gr_all_reduce_mode mode = GR_ALL_REDUCE_AUTO;
   int64_t coll_bucket = 0;
-  gr_status st = gr_ops_all_reduce_mode(g, &collective, &coll_bucket);
+  gr_status st = gr_ops_all_reduce_mode(g, &mode, &coll_bucket);
   if (st == GR_OK) st = gr_graph_push_name_scope(g, "all_reduce");
   bool pushed = st == GR_OK;
-  if (st == GR_OK && collective && gr_ops_all_reduce_collective_fits(dev, n)) {
-    st = gr_ops_all_reduce_collective(g, values, num_tensors, n, dev, op,
+  if (st == GR_OK && mode != GR_ALL_REDUCE_GRAPH && gr_ops_all_reduce_collective_fits(dev, n)) {
+    st = gr_ops_all_reduce_collective(g, values, num_tensors, n, dev, op, mode,
                                       fuse_bytes > 0 ? coll_bucket : 0, out);
     num_tensors = -1; /* done: no graph ring */
   }

@@ -4,8 +4,10 @@
  * order the backward pass makes the gradients (their node ids: a gradient
  * built earlier is ready earlier), up to the bucket size, one dtype each,
  * so a bucket can start while later gradients are still being computed.
- * GRAPHRUN_ALL_REDUCE=graph keeps the graph ring; GRAPHRUN_ALL_REDUCE_BUCKET
- * sets the bucket size in bytes (docs/strategies.md). */
+ * A bucket runs the ring, or the tree when small. GRAPHRUN_ALL_REDUCE=graph
+ * keeps the graph ring (ring or tree: that algorithm for every bucket);
+ * GRAPHRUN_ALL_REDUCE_BUCKET sets the bucket size in bytes
+ * (docs/strategies.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,16 +15,21 @@
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
-gr_status gr_ops_all_reduce_mode(gr_graph *g, bool *collective, int64_t *bucket_bytes) {
-  const char *mode = getenv("GRAPHRUN_ALL_REDUCE"), *b = getenv("GRAPHRUN_ALL_REDUCE_BUCKET");
-  *collective = true;
+gr_status gr_ops_all_reduce_mode(gr_graph *g, gr_all_reduce_mode *mode, int64_t *bucket_bytes) {
+  static const char *const names[] = {"graph", "collective", "ring", "tree"};
+  const char *m = getenv("GRAPHRUN_ALL_REDUCE"), *b = getenv("GRAPHRUN_ALL_REDUCE_BUCKET");
+  *mode = GR_ALL_REDUCE_AUTO;
   *bucket_bytes = GR_ALL_REDUCE_BUCKET_BYTES;
-  if (mode && mode[0] && strcmp(mode, "collective") != 0 && strcmp(mode, "graph") != 0)
-    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
-                               "GRAPHRUN_ALL_REDUCE='%s': want 'collective' (the default) or "
-                               "'graph'",
-                               mode);
-  *collective = !mode || !mode[0] || !strcmp(mode, "collective");
+  if (m && m[0]) {
+    int k = 0;
+    while (k < 4 && strcmp(m, names[k]) != 0) k++;
+    if (k == 4)
+      return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                                 "GRAPHRUN_ALL_REDUCE='%s': want 'collective' (the default: "
+                                 "ring or tree by size), 'ring', 'tree' or 'graph'",
+                                 m);
+    *mode = (gr_all_reduce_mode)k;
+  }
   if (b && b[0]) {
     char *end;
     long long v = strtoll(b, &end, 10);
@@ -58,17 +65,22 @@ static int cmp_ready(const void *a, const void *b) {
   return ix != iy ? (ix > iy) - (ix < iy) : (x > y) - (x < y);
 }
 
-/* One bucket: the tensors ts[0..k), a collective node on each device. */
+/* One bucket: the tensors ts[0..k), a collective node on each device; a
+ * small one (under GR_ALL_REDUCE_TREE_BYTES, more than 2 devices) by the
+ * tree unless the mode says. */
 static gr_status bucket(gr_graph *g, const gr_output *values, const int *ts, int k, int n,
-                        const char *const *dev, gr_reduction op, gr_output *in, gr_output *res,
-                        gr_output *out) {
+                        const char *const *dev, gr_reduction op, gr_all_reduce_mode mode,
+                        int64_t bytes, gr_output *in, gr_output *res, gr_output *out) {
   char key[600];
   const char *scope = gr_graph_name_scope(g);
   snprintf(key, sizeof key, "%s%sbucket_%d", scope, scope[0] ? "/" : "", gr_graph_num_nodes(g));
+  bool tree = mode == GR_ALL_REDUCE_TREE ||
+              (mode == GR_ALL_REDUCE_AUTO && n > 2 && bytes < GR_ALL_REDUCE_TREE_BYTES);
   for (int d = 0; d < n; d++) {
     for (int i = 0; i < k; i++) in[i] = values[(size_t)ts[i] * (size_t)n + d];
     GR_TRY(gr_graph_push_device_scope_reset(g, dev[d]));
-    gr_status st = gr_ops_collective_all_reduce(g, in, k, key, n, d, op, res);
+    gr_status st =
+        gr_ops_collective_all_reduce(g, in, k, key, n, d, op, tree ? "tree" : "ring", res);
     gr_graph_pop_device_scope(g);
     GR_TRY(st);
     for (int i = 0; i < k; i++) out[(size_t)ts[i] * (size_t)n + d] = res[i];
@@ -78,7 +90,8 @@ static gr_status bucket(gr_graph *g, const gr_output *values, const int *ts, int
 
 gr_status gr_ops_all_reduce_collective(gr_graph *g, const gr_output *values, int num_tensors, int n,
                                        const char *const *dev, gr_reduction op,
-                                       int64_t bucket_bytes, gr_output *out) {
+                                       gr_all_reduce_mode mode, int64_t bucket_bytes,
+                                       gr_output *out) {
   int *order = gr_alloc_array((size_t)num_tensors + 1, sizeof *order);
   gr_output *in = gr_alloc_array((size_t)num_tensors + 1, sizeof *in),
             *res = gr_alloc_array((size_t)num_tensors + 1, sizeof *res);
@@ -108,7 +121,7 @@ gr_status gr_ops_all_reduce_collective(gr_graph *g, const gr_output *values, int
     }
     /* the open bucket goes when full, at a dtype change and at the end */
     if (t > lo && (t == num_tensors || dt != bdt || bytes + b > bucket_bytes)) {
-      st = bucket(g, values, order + lo, t - lo, n, dev, op, in, res, out);
+      st = bucket(g, values, order + lo, t - lo, n, dev, op, mode, bytes, in, res, out);
       lo = t;
       bytes = 0;
     }

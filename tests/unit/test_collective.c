@@ -1,13 +1,14 @@
 /* The collective all-reduce in one process (devices CPU:0..n-1 of a local
  * session, the local rendezvous): gr_all_reduce on distinct pinned devices
- * builds one collective_all_reduce node per device, every device gets the
- * same bits, equal to the sum made in the ring's fixed order (chunk c
- * added starting at rank c) and to the graph ring's
- * (GRAPHRUN_ALL_REDUCE=graph), run after run; 2-5 devices, sizes 1, 7 and
- * 1000003, f32 and f64, sum and mean; buckets of several tensors; a group
- * with a member missing from the step fails with a named error; bad
- * settings are named. The same on real server processes:
- * test_collective_dist.c. */
+ * builds one collective_all_reduce node per device; with the ring and with
+ * the tree every device gets the same bits, equal to the sum made in that
+ * algorithm's fixed order (the ring: chunk c added starting at rank c, the
+ * same as the graph ring's, GRAPHRUN_ALL_REDUCE=graph; the tree: children
+ * d + 1, d + 2, d + 4, ... added to rank d), run after run; 2-5 devices,
+ * sizes 0, 1, 7 and 1000003, f32 and f64, sum and mean; small buckets take
+ * the tree by default; buckets of several tensors; a group with a member
+ * missing from the step fails with a named error; bad settings are named.
+ * The same on real server processes: test_collective_dist.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,25 @@ static void fill(gr_tensor *t, int d) {
   for (int64_t i = 0; i < gr_tensor_num_elements(t); i++) gr_tensor_set_f64(t, i, value_at(d, i));
 }
 
+/* The tree's order: rank d adds the sums of its children d + 1, d + 2,
+ * d + 4, ... (below its lowest set bit) to its own value. */
+static float tree_f32(int d, int n, int64_t i) {
+  float acc = (float)value_at(d, i);
+  for (int m = 1; m < n && !(d & m); m <<= 1)
+    if (d + m < n) acc = acc + tree_f32(d + m, n, i);
+  return acc;
+}
+static double tree_f64(int d, int n, int64_t i) {
+  double acc = value_at(d, i);
+  for (int m = 1; m < n && !(d & m); m <<= 1)
+    if (d + m < n) acc = acc + tree_f64(d + m, n, i);
+  return acc;
+}
+
 /* The ring's order: chunk c (size / n elements, one more for the first
- * size % n) starts at rank c and goes around; a mean divides the total. */
-static void reference(gr_dtype dt, int n, int64_t size, bool mean, gr_tensor *want) {
+ * size % n) starts at rank c and goes around; or the tree's; a mean
+ * divides the total. */
+static void reference(gr_dtype dt, int n, int64_t size, bool mean, bool tree, gr_tensor *want) {
   gr_error e;
   gr_tensor_alloc(want, dt, &(gr_shape){1, {size}}, &e);
   int64_t q = size / n, r = size % n;
@@ -46,11 +63,13 @@ static void reference(gr_dtype dt, int n, int64_t size, bool mean, gr_tensor *wa
       if (dt == GR_F32) {
         float acc = (float)value_at(c, i);
         for (int k = 1; k < n; k++) acc = (float)value_at((c + k) % n, i) + acc;
+        if (tree) acc = tree_f32(0, n, i);
         if (mean) acc /= (float)n;
         ((float *)gr_tensor_data(want))[i] = acc;
       } else {
         double acc = value_at(c, i);
         for (int k = 1; k < n; k++) acc = value_at((c + k) % n, i) + acc;
+        if (tree) acc = tree_f64(0, n, i);
         if (mean) acc /= (double)n;
         ((double *)gr_tensor_data(want))[i] = acc;
       }
@@ -115,41 +134,77 @@ static void release_all(gr_tensor *t, int n) {
   for (int d = 0; d < n; d++) gr_tensor_release(&t[d]);
 }
 
-static void check_case(int n, int64_t size, gr_dtype dt, bool mean) {
+static void check_case(int n, int64_t size, gr_dtype dt, bool mean, bool tree) {
   gr_tensor got[5], ring[5], want;
+  setenv("GRAPHRUN_ALL_REDUCE", tree ? "tree" : "ring", 1);
   int built = all_reduce_local(n, size, dt, mean, 3, got);
+  unsetenv("GRAPHRUN_ALL_REDUCE");
   GR_CHECK_MSG(built == n, "n=%d: %d collective nodes", n, built);
-  reference(dt, n, size, mean, &want);
+  reference(dt, n, size, mean, tree, &want);
   for (int d = 0; d < n; d++)
     GR_CHECK_MSG(
         gr_tensor_num_bytes(&got[d]) == gr_tensor_num_bytes(&want) &&
             !memcmp(gr_tensor_data(&got[d]), gr_tensor_data(&want), gr_tensor_num_bytes(&want)),
-        "n=%d size=%lld %s%s: device %d differs from the ring-order sum", n, (long long)size,
-        gr_dtype_name(dt), mean ? " mean" : "", d);
-  /* the graph ring adds in the same order: the same bits */
-  setenv("GRAPHRUN_ALL_REDUCE", "graph", 1);
-  built = all_reduce_local(n, size, dt, mean, 1, ring);
-  unsetenv("GRAPHRUN_ALL_REDUCE");
-  GR_CHECK_EQ_INT(built, 0);
-  for (int d = 0; d < n; d++)
-    GR_CHECK_MSG(
-        !memcmp(gr_tensor_data(&ring[d]), gr_tensor_data(&want), gr_tensor_num_bytes(&want)),
-        "n=%d size=%lld: the graph ring differs on device %d", n, (long long)size, d);
-  release_all(got, n), release_all(ring, n), gr_tensor_release(&want);
+        "n=%d size=%lld %s%s %s: device %d differs from the sum in its order", n, (long long)size,
+        gr_dtype_name(dt), mean ? " mean" : "", tree ? "tree" : "ring", d);
+  release_all(got, n);
+  if (!tree) { /* the graph ring adds in the same order: the same bits */
+    setenv("GRAPHRUN_ALL_REDUCE", "graph", 1);
+    built = all_reduce_local(n, size, dt, mean, 1, ring);
+    unsetenv("GRAPHRUN_ALL_REDUCE");
+    GR_CHECK_EQ_INT(built, 0);
+    for (int d = 0; d < n; d++)
+      GR_CHECK_MSG(
+          !memcmp(gr_tensor_data(&ring[d]), gr_tensor_data(&want), gr_tensor_num_bytes(&want)),
+          "n=%d size=%lld: the graph ring differs on device %d", n, (long long)size, d);
+    release_all(ring, n);
+  }
+  gr_tensor_release(&want);
 }
 
 static void test_same_bits_2_to_5_devices(void) {
   const int64_t sizes[] = {0, 1, 7, 1000003};
-  for (int n = 2; n <= 5; n++)
-    for (int k = 0; k < 4; k++) {
-      check_case(n, sizes[k], GR_F32, false);
-      check_case(n, sizes[k], GR_F64, false);
-    }
+  for (int tree = 0; tree < 2; tree++)
+    for (int n = 2; n <= 5; n++)
+      for (int k = 0; k < 4; k++) {
+        check_case(n, sizes[k], GR_F32, false, tree);
+        check_case(n, sizes[k], GR_F64, false, tree);
+      }
 }
 
 static void test_mean(void) {
-  check_case(3, 1001, GR_F32, true);
-  check_case(4, 7, GR_F64, true);
+  check_case(3, 1001, GR_F32, true, false);
+  check_case(4, 7, GR_F64, true, false);
+  check_case(5, 1001, GR_F32, true, true);
+  check_case(3, 7, GR_F64, true, true);
+}
+
+/* By default a bucket under 64 KiB on more than 2 devices takes the tree,
+ * a larger one (or one on 2 devices) the ring. */
+static void test_algorithm_by_size(void) {
+  const struct {
+    int n;
+    int64_t size;
+    const char *want;
+  } cases[] = {{3, 7, "tree"}, {5, 16383, "tree"}, {3, 16384, "ring"}, {2, 7, "ring"}};
+  for (int c = 0; c < 4; c++) {
+    gr_graph *g = gr_graph_new();
+    char devs[5][64];
+    const char *dev[5];
+    gr_output x[5], s[5];
+    for (int d = 0; d < cases[c].n; d++) {
+      dev[d] = dev_name(d, devs[d]);
+      gr_graph_push_device_scope(g, dev[d]);
+      x[d] = gr_placeholder(g, NULL, GR_F32, (gr_shape){1, {cases[c].size}});
+      gr_graph_pop_device_scope(g);
+    }
+    GR_CHECK(gr_all_reduce_n(g, x, 1, cases[c].n, dev, GR_REDUCE_SUM, 1 << 20, s) == GR_OK);
+    for (int d = 0; d < cases[c].n; d++)
+      GR_CHECK_MSG(!strcmp(gr_node_attr_string(s[d].node, "algorithm", ""), cases[c].want),
+                   "n=%d size=%lld: %s, want %s", cases[c].n, (long long)cases[c].size,
+                   gr_node_attr_string(s[d].node, "algorithm", ""), cases[c].want);
+    gr_graph_free(g);
+  }
 }
 
 /* Several tensors of mixed sizes and dtypes through gr_all_reduce_n with
@@ -230,9 +285,9 @@ static void test_errors(void) {
   GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "GRAPHRUN_ALL_REDUCE_BUCKET='lots'");
   unsetenv("GRAPHRUN_ALL_REDUCE_BUCKET");
   gr_graph_clear_error(g);
-  setenv("GRAPHRUN_ALL_REDUCE", "tree", 1);
+  setenv("GRAPHRUN_ALL_REDUCE", "bush", 1);
   GR_CHECK(gr_all_reduce(g, x, 2, dev, GR_REDUCE_SUM, s) != GR_OK);
-  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "GRAPHRUN_ALL_REDUCE='tree'");
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "GRAPHRUN_ALL_REDUCE='bush'");
   unsetenv("GRAPHRUN_ALL_REDUCE");
   gr_graph_free(g);
 }
@@ -242,6 +297,7 @@ int main(void) {
   unsetenv("GRAPHRUN_ALL_REDUCE_BUCKET");
   GR_RUN(test_same_bits_2_to_5_devices);
   GR_RUN(test_mean);
+  GR_RUN(test_algorithm_by_size);
   GR_RUN(test_buckets);
   GR_RUN(test_errors);
   return gr_test_finish();

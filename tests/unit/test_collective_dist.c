@@ -2,8 +2,10 @@
  * launch`, loopback, ephemeral ports; every run bounded in time and
  * reaped): on 2-5 workers, tensors of 1000003 f32, 7 f64 and 1 f32
  * elements give the same bits on every worker, equal to the sum in the
- * ring's fixed order (chunk c added starting at rank c), and the same bits
- * on a rerun; examples/allreduce.gr trained 20 steps on 3 workers keeps
+ * fixed order of the algorithm each takes (the ring: chunk c added starting
+ * at rank c; the tree, for the small ones on more than 2 workers: rank d
+ * adds its children d + 1, d + 2, d + 4, ...), and the same bits on a
+ * rerun; examples/allreduce.gr trained 20 steps on 3 workers keeps
  * every copy equal (worst 0) and its loss is the same bits on a rerun; a
  * worker killed while collectives run fails the run with an error naming
  * the task and the collective, without a hang (and one killed during the
@@ -50,23 +52,42 @@ static bool same_bits(const gr_tensor *a, const gr_tensor *b) {
          !memcmp(gr_tensor_data(a), gr_tensor_data(b), gr_tensor_num_bytes(a));
 }
 
-/* The ring's order over the inputs x[0..n). */
-static void ring_sum(const gr_tensor *x, int n, gr_tensor *want) {
+static double elem(const gr_tensor *t, int64_t i) {
+  return t->dtype == GR_F32 ? ((const float *)gr_tensor_data(t))[i]
+                            : ((const double *)gr_tensor_data(t))[i];
+}
+
+/* The tree's order: rank d adds its children's sums (d + 1, d + 2, d + 4,
+ * ...) to its own value, in f32 or f64. */
+static double tree_sum(const gr_tensor *x, int d, int n, int64_t i) {
+  double acc = elem(&x[d], i);
+  for (int m = 1; m < n && !(d & m); m <<= 1)
+    if (d + m < n) {
+      acc = acc + tree_sum(x, d + m, n, i);
+      if (x[0].dtype == GR_F32) acc = (float)acc; /* f32 addition: exact as a rounded f64 sum */
+    }
+  return acc;
+}
+
+/* The order of the algorithm the bucket takes (the tree when under 64 KiB
+ * on more than 2 workers, else the ring) over the inputs x[0..n). */
+static void ordered_sum(const gr_tensor *x, int n, gr_tensor *want) {
   gr_error e;
   int64_t size = gr_tensor_num_elements(&x[0]), q = size / n, r = size % n;
+  bool tree = n > 2 && gr_tensor_num_bytes(&x[0]) < 64 * 1024;
   gr_tensor_alloc(want, x[0].dtype, &x[0].shape, &e);
   for (int c = 0; c < n; c++)
     for (int64_t i = c * q + (c < r ? c : r); i < (c + 1) * q + (c + 1 < r ? c + 1 : r); i++) {
-      if (x[0].dtype == GR_F32) {
-        float acc = ((const float *)gr_tensor_data(&x[c]))[i];
-        for (int k = 1; k < n; k++) acc = ((const float *)gr_tensor_data(&x[(c + k) % n]))[i] + acc;
-        ((float *)gr_tensor_data(want))[i] = acc;
-      } else {
-        double acc = ((const double *)gr_tensor_data(&x[c]))[i];
-        for (int k = 1; k < n; k++)
-          acc = ((const double *)gr_tensor_data(&x[(c + k) % n]))[i] + acc;
-        ((double *)gr_tensor_data(want))[i] = acc;
+      double acc = elem(&x[c], i);
+      for (int k = 1; k < n; k++) {
+        acc = elem(&x[(c + k) % n], i) + acc;
+        if (x[0].dtype == GR_F32) acc = (float)acc;
       }
+      if (tree) acc = tree_sum(x, 0, n, i);
+      if (x[0].dtype == GR_F32)
+        ((float *)gr_tensor_data(want))[i] = (float)acc;
+      else
+        ((double *)gr_tensor_data(want))[i] = acc;
     }
 }
 
@@ -125,10 +146,10 @@ static void check_sums(int n, const char *dir, const char *rerun_dir) {
     }
     GR_CHECK_MSG(ok, "%d workers: missing outputs in %s", n, d);
     if (!ok) return;
-    ring_sum(in, n, &want);
+    ordered_sum(in, n, &want);
     for (int k = 0; k < n; k++)
-      GR_CHECK_MSG(same_bits(&sum[k], &want), "%d workers: s%s%d is not the ring-order sum", n, x,
-                   k);
+      GR_CHECK_MSG(same_bits(&sum[k], &want),
+                   "%d workers: s%s%d is not the sum in its algorithm's order", n, x, k);
     if (rerun_dir) {
       snprintf(name, sizeof name, "s%s0", x);
       GR_CHECK_MSG(load(r, name, &again) && same_bits(&again, &sum[0]),
