@@ -51,7 +51,8 @@ typedef enum gr_op_flags {
                                   int attrs "group_size" and "rank") that exchange values
                                   through the step's rendezvous; the partitioner writes the
                                   members' devices, in rank order, comma-separated, into its
-                                  string attr "devices", and a server connects to their tasks */
+                                  string attr "devices", a server connects to their tasks,
+                                  and a session gives a step on one device a rendezvous */
 } gr_op_flags;
 
 typedef struct gr_attr_spec {

@@ -2,8 +2,9 @@
  * copied, each member's copy learns the devices of the whole group in rank
  * order (its string attr "devices"), so that its kernel can name its peers
  * in rendezvous keys, and a server can connect to their tasks before the
- * step runs. A group whose members are not all in the step, or share a
- * device, is an error here: its kernels would wait for each other forever. */
+ * step runs. A group whose members are not all in the step is an error
+ * here: its kernels would wait for each other forever. Members may share a
+ * device (soft placement): their keys carry their ranks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,12 +52,6 @@ static gr_status settle_group(pctx *c, const member *m, int k) {
                           "collective group '%s': two members have rank %lld ('%s' and '%s')",
                           m[0].key, (long long)m[i].rank, c->nodes[m[i - 1].pos]->name, nd->name);
     if (m[i].rank != i) return missing(c, m[0].key, i, size);
-    for (int j = 0; j < i; j++)
-      if (c->dev[m[j].pos] == c->dev[m[i].pos])
-        return gr_error_set(c->err, GR_ERR_INVALID_ARGUMENT,
-                            "collective group '%s': ranks %d and %d are both on %s; each member "
-                            "needs a device of its own",
-                            m[0].key, j, i, c->devs[c->dev[m[i].pos]]);
   }
   if (k != size) return missing(c, m[0].key, k, size);
   size_t len = 1;

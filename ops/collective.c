@@ -22,9 +22,10 @@
  * Either way each total is computed once, by one rank, in a fixed order,
  * and copied to the others: the same bits on every member and every rerun.
  *
- * Keys: "DEV;0000000000000000;PEER_DEV;GROUP_KEY#TN;frame:iter", T the
- * phase (s reduce-scatter, g all-gather, r reduce, b broadcast) and N the
- * round or the tree's mask: one message per sender, receiver and key.
+ * Keys: "DEV;0000000000000000;PEER_DEV;GROUP_KEY#TN.FROM.TO;frame:iter", T
+ * the phase (s reduce-scatter, g all-gather, r reduce, b broadcast), N the
+ * round or the tree's mask, FROM and TO the ranks (members may share a
+ * device: soft placement): one message per key.
  *
  * Threads: the kernel starts on an executor thread; every later step runs
  * on the thread that delivers the value it waits for (a peer kernel's, or
@@ -133,8 +134,8 @@ static void plan_tree(coll *x) {
 static char *make_key(const coll *x, int from, int to, const action *a, char *buf, size_t cap) {
   char *k = buf;
   for (int pass = 0; pass < 2; pass++) {
-    int len = snprintf(k, cap, "%s;0000000000000000;%s;%s#%c%d;%s:%lld", x->dev[from], x->dev[to],
-                       x->gkey, a->tag, a->tag_n, x->frame,
+    int len = snprintf(k, cap, "%s;0000000000000000;%s;%s#%c%d.%d.%d;%s:%lld", x->dev[from],
+                       x->dev[to], x->gkey, a->tag, a->tag_n, from, to, x->frame,
                        (long long)(x->iteration < 0 ? 0 : x->iteration));
     if (len >= 0 && (size_t)len < cap) return k;
     if (pass || len < 0 || !(k = malloc((size_t)len + 1))) return NULL;
@@ -316,14 +317,12 @@ static void on_cancel(void *arg) {
   gr_rendezvous_abort(arg, GR_ERR_CANCELLED, "the step was cancelled on another device");
 }
 
-/* The member devices of attr "devices" into x; checks this rank's. */
+/* The member devices of attr "devices" into x; checks this rank's. No
+ * devices (a step on one device, not partitioned: soft placement put the
+ * members together): every member is on this node's device. */
 static gr_status read_devices(gr_kernel_ctx *ctx, coll *x) {
   const char *all = gr_node_attr_string(ctx->node, "devices", "");
-  if (!all[0])
-    return gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION,
-                           "collective group '%s' has no devices: it runs only in a partitioned "
-                           "step (its members on devices of their own)",
-                           x->gkey);
+  const char *mine = ctx->node->assigned_device ? ctx->node->assigned_device : "";
   x->devs = strdup(all);
   x->dev = calloc((size_t)x->n, sizeof *x->dev);
   if (!x->devs || !x->dev) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
@@ -333,7 +332,8 @@ static gr_status read_devices(gr_kernel_ctx *ctx, coll *x) {
       x->dev[k++] = tok;
     else
       k++;
-  const char *mine = ctx->node->assigned_device ? ctx->node->assigned_device : "";
+  if (!all[0])
+    for (k = 0; k < x->n; k++) x->dev[k] = mine;
   if (k != x->n || strcmp(x->dev[x->rank], mine) != 0)
     return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT,
                            "collective group '%s': attr devices names %d devices for %d members, "

@@ -77,6 +77,10 @@ static void reference(gr_dtype dt, int n, int64_t size, bool mean, bool tree, gr
   }
 }
 
+static void quiet(void *arg, const char *msg) {
+  (void)arg, (void)msg;
+}
+
 static int count_op(gr_graph *g, const char *op) {
   int k = 0;
   for (int id = 0; id < gr_graph_num_nodes(g); id++)
@@ -292,6 +296,40 @@ static void test_errors(void) {
   gr_graph_free(g);
 }
 
+/* Soft placement puts members together: all three on one device (a step
+ * that is not partitioned: the session gives it a rendezvous), or two of
+ * three on one device of two; the sums stay exact and the same on each. */
+static void test_soft_placement(void) {
+  for (int ndev = 1; ndev <= 2; ndev++) {
+    gr_graph *g = gr_graph_new();
+    const char *dev[3] = {"/job:worker/task:0", "/job:worker/task:1", "/job:worker/task:2"};
+    if (ndev == 2) dev[0] = "/cpu:0", dev[1] = "/cpu:1", dev[2] = "/cpu:7";
+    gr_output x[3], s[3];
+    for (int d = 0; d < 3; d++) {
+      gr_graph_push_device_scope(g, dev[d]);
+      x[d] = gr_const_data(g, GR_F32, gr_shape_make(1, (int64_t[]){5}),
+                           (float[]){(float)d, 1, 2, 3, (float)(10 * d)});
+      gr_graph_pop_device_scope(g);
+    }
+    GR_CHECK(gr_all_reduce(g, x, 3, dev, GR_REDUCE_SUM, s) == GR_OK);
+    GR_CHECK_EQ_INT(count_op(g, "collective_all_reduce"), 3);
+    gr_error e;
+    gr_session *ss = gr_session_new(
+        g, &(gr_session_options){.num_devices = ndev, .soft_placement = true, .log_fn = quiet}, &e);
+    gr_tensor r[3];
+    GR_CHECK_MSG(ss && gr_session_run(ss, NULL, 0, s, 3, r, NULL, 0, &e) == GR_OK, "%d devices: %s",
+                 ndev, e.msg);
+    for (int d = 0; ss && d < 3; d++) {
+      const float want[5] = {3, 3, 6, 9, 30};
+      GR_CHECK_MSG(!memcmp(gr_tensor_data(&r[d]), want, sizeof want), "%d devices: member %d", ndev,
+                   d);
+      gr_tensor_release(&r[d]);
+    }
+    gr_session_free(ss);
+    gr_graph_free(g);
+  }
+}
+
 int main(void) {
   unsetenv("GRAPHRUN_ALL_REDUCE");
   unsetenv("GRAPHRUN_ALL_REDUCE_BUCKET");
@@ -300,5 +338,6 @@ int main(void) {
   GR_RUN(test_algorithm_by_size);
   GR_RUN(test_buckets);
   GR_RUN(test_errors);
+  GR_RUN(test_soft_placement);
   return gr_test_finish();
 }
