@@ -47,6 +47,12 @@ typedef enum gr_op_flags {
                                   a loop iteration's updates finish before the next starts */
   GR_OP_RUNS_DEAD = 1 << 11,   /* its kernel runs with a dead input too (ctx->dead set), as
                                   transfers do: it may record the deadness and go live */
+  GR_OP_COLLECTIVE = 1 << 12,  /* one member of a group of nodes (string attr "group_key",
+                                  int attrs "group_size" and "rank") that exchange values
+                                  through the step's rendezvous; the partitioner writes the
+                                  members' devices, in rank order, comma-separated, into its
+                                  string attr "devices", a server connects to their tasks,
+                                  and a session gives a step on one device a rendezvous */
 } gr_op_flags;
 
 typedef struct gr_attr_spec {

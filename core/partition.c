@@ -423,6 +423,7 @@ static gr_status build(pctx *c, const gr_output *fetches, int nx) {
     }
   }
   if (st == GR_OK) st = gr_part_add_loop_tails(c);
+  if (st == GR_OK) st = gr_part_collectives(c);
   if (st == GR_OK && c->o->schedule_recvs) st = gr_part_schedule_recvs(c);
   if (st == GR_OK) st = finish(c, fetches, nx);
   return st;

@@ -71,6 +71,10 @@ gr_node *gr_part_loop_pivot(pctx *c, int s, int d, gr_status *st);
  * from the device of the loop's loop_cond) and next_iteration. */
 gr_status gr_part_add_loop_tails(pctx *c);
 
+/* After copying: every collective member's copy gets its group's devices
+ * (partition_collective.c). */
+gr_status gr_part_collectives(pctx *c);
+
 /* Recv scheduling (partition_sched.c), after everything else: a control
  * input for each top-level _recv from the node that finishes last before it
  * must start. */

@@ -32,6 +32,8 @@ typedef struct prepared {
   gr_node **vars;   /* variable nodes this step reads */
   int vars_ready;   /* all of them were initialised once */
   bool uses_stacks; /* some node needs the step's stacks */
+  bool collective;  /* some node is a collective (GR_OP_COLLECTIVE): on one device too, its
+                       members meet in a rendezvous of the step */
   char *key;
 } prepared;
 
@@ -438,6 +440,7 @@ static gr_status collect(gr_graph *g, const gr_output *feed_eps, int nf, const g
     }
     if (n->op->flags & GR_OP_VARIABLE) (*nvars)++;
     if (n->op->flags & GR_OP_STEP_STACKS) p->uses_stacks = true;
+    if (n->op->flags & GR_OP_COLLECTIVE) p->collective = true;
     nodes[(*nn)++] = n;
   }
   free(needed);
@@ -493,7 +496,7 @@ static gr_status prepare(gr_session *s, const gr_feed *feeds, int nf, const gr_o
     st = rewrite_hook(g, feed_eps, nf, fetch_eps, nx, target_eps, nt, &p->graph, err);
     if (st == GR_OK && p->graph) st = rename_endpoints(p, eps, &nf, nf + nx + nt, err);
     if (st == GR_OK && p->graph) {
-      p->uses_stacks = false;
+      p->uses_stacks = p->collective = false;
       st = collect(p->graph, feed_eps, nf, fetch_eps, nx, target_eps, nt, nodes, &nn, &nvars, p,
                    err);
     }
@@ -817,7 +820,9 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
                        .stacks = p->uses_stacks ? gr_step_stacks_new() : NULL,
                        .trace = trace,
                        .watch = s->watchdog ? gr_watchdog_begin_step(s->watchdog) : NULL};
-  gr_status st = (!step.stacks && p->uses_stacks) || (s->watchdog && !step.watch)
+  if (p->exec && p->collective) step.rendezvous = gr_rendezvous_new();
+  gr_status st = (!step.stacks && p->uses_stacks) || (s->watchdog && !step.watch) ||
+                         (p->exec && p->collective && !step.rendezvous)
                      ? gr_error_set_oom(err)
                  : p->remote_plan ? s->opts.remote->run(s->opts.remote->self, p->remote_plan, fv,
                                                         results, &step, &moved, err)
@@ -827,6 +832,7 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
   atomic_store_explicit(&s->last_sends, moved.sends, memory_order_relaxed);
   atomic_store_explicit(&s->last_bytes, moved.bytes, memory_order_relaxed);
   gr_step_stacks_free(step.stacks);
+  if (p->exec && p->collective) gr_rendezvous_free(step.rendezvous);
   if (fv != fv_small) free(fv);
   return st;
 }

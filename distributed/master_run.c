@@ -260,6 +260,34 @@ static bool on_step_done(void *arg, rpc *r) {
   return stop;
 }
 
+/* A lost task that ran a member of a collective (GR_OP_COLLECTIVE) in this
+ * step: err says which collective lost it, as the other members fail
+ * waiting for it. */
+static void name_collective(gr_master *ms, const mplan *p, gr_error *err) {
+  int lost = -1;
+  pthread_mutex_lock(&ms->mu);
+  for (int i = 0; i < p->n && lost < 0; i++)
+    if (ms->tasks[p->t[i].task].lost) lost = p->t[i].task;
+  pthread_mutex_unlock(&ms->mu);
+  for (int k = 0; lost >= 0 && k < p->parts->num_parts; k++) {
+    const gr_partition *pt = &p->parts->parts[k];
+    if (gr_master_task_of(ms, pt->device) != lost) continue;
+    for (int id = 0; id < gr_graph_num_nodes(pt->graph); id++) {
+      const gr_node *n = gr_graph_node(pt->graph, id);
+      if (!(n->op->flags & GR_OP_COLLECTIVE)) continue;
+      char was[GR_ERROR_MSG_MAX];
+      snprintf(was, sizeof was, "%s", err->msg);
+      gr_error_set(err, err->code,
+                   "%s; the step's collective '%s' (op %s) lost that member "
+                   "(rank %lld of %lld on %s)",
+                   was, gr_node_attr_string(n, "group_key", ""), n->op->name,
+                   (long long)gr_node_attr_int(n, "rank", 0),
+                   (long long)gr_node_attr_int(n, "group_size", 0), pt->device);
+      return;
+    }
+  }
+}
+
 static gr_outmsg *run_msg(gr_master *ms, const task_plan *tp, const gr_tensor *feed_values,
                           const gr_step_info *step, uint64_t run_id, uint64_t id) {
   gr_run_req q = {.id = id,
@@ -374,6 +402,7 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
         break;
       }
     pthread_mutex_unlock(&ms->mu);
+    if (err) name_collective(ms, p, err);
   }
   for (int i = 0; i < started && st == GR_OK; i++)
     st = take_fetches(ms, p, &p->t[i], &rs[i], &rr[i], fetch_out, &moved, err);

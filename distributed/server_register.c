@@ -285,38 +285,59 @@ static void start_dial(dial_job *d) {
   pthread_attr_destroy(&a);
 }
 
+/* w waits for a connection to task, which node n pushes to (under s->mu):
+ * listed on the peer and its dial started (into jobs) unless connected. */
+static void want_peer(gr_server *s, reg_wait *w, const gr_node *n, const char *task,
+                      dial_job **jobs, int *njobs) {
+  gr_error e;
+  if (!strcmp(task, s->task)) return;
+  peer *p = gr_server_find_peer(s, task);
+  if (!p) {
+    reg_fail(w,
+             gr_error_set(&e, GR_ERR_INVALID_ARGUMENT,
+                          "node '%s' sends to %s, which the registration does not name", n->name,
+                          task),
+             &e);
+    return;
+  }
+  for (int i = 0; i < p->num_waiters; i++)
+    if (p->waiters[i] == w) return; /* once per peer */
+  if (p->conn && gr_conn_is_open(p->conn)) return;
+  dial_job *job = NULL;
+  if (!wait_for_peer(s, p, w, &job, &e)) reg_fail(w, e.code, &e);
+  if (job) jobs[(*njobs)++] = job; /* at most MAX_DIALS: wait_for_peer counts them */
+}
+
 /* Waits (without a thread) for a connection to every peer a _send of the
- * partitions pushes to; w is answered by the last dial, or here when no
+ * partitions pushes to, and every task of a collective's members (attr
+ * "devices", core/gr_op.h); w is answered by the last dial, or here when no
  * dial is needed. */
 static void await_peers(gr_server *s, reg_wait *w, const gr_partitions *ps) {
   dial_job *jobs[MAX_DIALS];
   int njobs = 0;
-  gr_error e;
   pthread_mutex_lock(&s->mu);
   w->pending = 1; /* this call's own, ended below */
   for (int k = 0; k < ps->num_parts && w->st == GR_OK; k++) {
     gr_graph *g = ps->parts[k].graph;
     for (int id = 0; id < gr_graph_num_nodes(g) && w->st == GR_OK; id++) {
       gr_node *n = gr_graph_node(g, id);
-      if (!(n->op->flags & GR_OP_TRANSFER) || n->num_outputs > 0) continue; /* sends only */
       char task[GR_TASK_NAME_MAX];
-      gr_task_of_device(gr_node_attr_string(n, "recv_device", ""), task, sizeof task);
-      if (!strcmp(task, s->task)) continue;
-      peer *p = gr_server_find_peer(s, task);
-      if (!p) {
-        reg_fail(w,
-                 gr_error_set(&e, GR_ERR_INVALID_ARGUMENT,
-                              "node '%s' sends to %s, which the registration does not name",
-                              n->name, task),
-                 &e);
-        break;
+      if (n->op->flags & GR_OP_COLLECTIVE) {
+        const char *d = gr_node_attr_string(n, "devices", "");
+        while (*d && w->st == GR_OK) {
+          const char *end = strchr(d, ',');
+          size_t len = end ? (size_t)(end - d) : strlen(d);
+          char dev[GR_DEVICE_NAME_MAX];
+          snprintf(dev, sizeof dev, "%.*s", (int)len, d);
+          gr_task_of_device(dev, task, sizeof task);
+          want_peer(s, w, n, task, jobs, &njobs);
+          d += len + (end != NULL);
+        }
+        continue;
       }
-      bool listed = false; /* once per peer */
-      for (int i = 0; i < p->num_waiters && !listed; i++) listed = p->waiters[i] == w;
-      if (listed || (p->conn && gr_conn_is_open(p->conn))) continue;
-      dial_job *job = NULL;
-      if (!wait_for_peer(s, p, w, &job, &e)) reg_fail(w, e.code, &e);
-      if (job) jobs[njobs++] = job; /* at most MAX_DIALS: wait_for_peer counts them */
+      if (!(n->op->flags & GR_OP_TRANSFER) || n->num_outputs > 0) continue; /* sends only */
+      gr_task_of_device(gr_node_attr_string(n, "recv_device", ""), task, sizeof task);
+      want_peer(s, w, n, task, jobs, &njobs);
     }
   }
   bool last = reg_wait_end(w, GR_OK, NULL);

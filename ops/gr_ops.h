@@ -446,6 +446,10 @@ typedef enum gr_reduction { GR_REDUCE_SUM, GR_REDUCE_MEAN } gr_reduction;
 /* Small tensors at most this big are fused into one buffer by gr_minimize's
  * all-reduce of mirrored variables' gradients. */
 #define GR_ALL_REDUCE_FUSE_BYTES (256 * 1024)
+/* The default bucket of the collective all-reduce (gr_all_reduce_n with
+ * fuse_bytes > 0): gradients are fused up to this many bytes per bucket
+ * (GRAPHRUN_ALL_REDUCE_BUCKET overrides it; docs/strategies.md). */
+#define GR_ALL_REDUCE_BUCKET_BYTES (25 * 1024 * 1024)
 /* A ring's chunks travel in pieces of at most this many bytes, each its own
  * send, so that adding one piece overlaps sending the next. */
 #define GR_ALL_REDUCE_PIECE_BYTES (2 * 1024 * 1024)
@@ -461,9 +465,15 @@ gr_status gr_all_reduce(gr_graph *g, const gr_output *values, int n, const char 
                         gr_reduction op, gr_output *out);
 /* num_tensors all-reduces over the same n devices at once: values[t * n + d]
  * is tensor t on device d (devices NULL: those of tensor 0), out likewise.
- * Tensors smaller than fuse_bytes are fused (flattened and concatenated on
- * each device, in order, up to fuse_bytes per buffer, one dtype each),
- * reduced as one, and cut back; 0: no fusion. */
+ * On n >= 2 distinct pinned devices (and unless GRAPHRUN_ALL_REDUCE=graph)
+ * each bucket is one collective_all_reduce node per device that runs the
+ * ring at run time; buckets are filled in the order the values were built
+ * (the backward pass's), one dtype each, up to GR_ALL_REDUCE_BUCKET_BYTES
+ * (GRAPHRUN_ALL_REDUCE_BUCKET) when fuse_bytes > 0, one tensor each when it
+ * is 0. Otherwise the graph ring: tensors smaller than fuse_bytes are fused
+ * (flattened and concatenated on each device, in order, up to fuse_bytes
+ * per buffer, one dtype each), reduced as one, and cut back; 0: no fusion.
+ * Both give every device the same bits, in the same order of additions. */
 gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors, int n,
                           const char *const *devices, gr_reduction op, int64_t fuse_bytes,
                           gr_output *out);

@@ -63,6 +63,8 @@
   X(fill)                                                                                          \
   X(zeros_like)                                                                                    \
   X(ones_like)                                                                                     \
+  /* collective.c */                                                                               \
+  X(collective_all_reduce)                                                                         \
   /* assemble.c */                                                                                 \
   X(assemble_buffer)                                                                               \
   X(assemble_put)                                                                                  \

@@ -41,6 +41,38 @@ gr_output gr_ops_variable_mirror(gr_graph *g, const char *name, gr_output initia
 gr_output gr_ops_variable_with(gr_graph *g, const char *name, gr_output initial_value,
                                const gr_attr *extra, int num_extra);
 
+/* One collective_all_reduce node (collective.c) for member `rank` of the
+ * group group_key of group_size members, algorithm "ring" or "tree" (the
+ * same for every member): out[i] is the sum (or mean) of
+ * values[i] over the members, the same bits on each. Returns the graph's
+ * error status. */
+gr_status gr_ops_collective_all_reduce(gr_graph *g, const gr_output *values, int num_values,
+                                       const char *group_key, int group_size, int rank,
+                                       gr_reduction op, const char *algorithm, gr_output *out);
+
+/* The all-reduce as collective nodes (parallel_collective.c). The mode
+ * from the environment: GRAPHRUN_ALL_REDUCE ("collective", the default:
+ * ring or tree by bucket size; "ring", "tree"; "graph": the graph ring) and
+ * the bucket size GRAPHRUN_ALL_REDUCE_BUCKET (bytes; default
+ * GR_ALL_REDUCE_BUCKET_BYTES); errors name the variable. */
+typedef enum gr_all_reduce_mode {
+  GR_ALL_REDUCE_GRAPH,
+  GR_ALL_REDUCE_AUTO,
+  GR_ALL_REDUCE_RING,
+  GR_ALL_REDUCE_TREE,
+} gr_all_reduce_mode;
+/* Buckets smaller than this (on more than 2 devices) take the tree. */
+#define GR_ALL_REDUCE_TREE_BYTES (64 * 1024)
+gr_status gr_ops_all_reduce_mode(gr_graph *g, gr_all_reduce_mode *mode, int64_t *bucket_bytes);
+/* Can the n devices run a collective (n >= 2, each pinned, all distinct)? */
+bool gr_ops_all_reduce_collective_fits(const char *const *dev, int n);
+/* gr_all_reduce_n's values (checked) as one collective node per device per
+ * bucket of at most bucket_bytes (0: one tensor per bucket). */
+gr_status gr_ops_all_reduce_collective(gr_graph *g, const gr_output *values, int num_tensors, int n,
+                                       const char *const *dev, gr_reduction op,
+                                       gr_all_reduce_mode mode, int64_t bucket_bytes,
+                                       gr_output *out);
+
 /* Mirrored variables (parallel.c), for gr_minimize: appends to vars[0..n)
  * (room for cap) the mirrors of its variables that it lacks; returns the
  * new count. Then replaces the gradients of each variable and its mirrors

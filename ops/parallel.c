@@ -6,7 +6,11 @@
  * all-reduce itself: chunks added around a ring of devices (reduce-scatter)
  * and passed on around it (all-gather), so each device sends 2(n-1)/n of
  * the tensor. Nothing here runs: it adds ordinary nodes pinned to devices,
- * and the partitioner's send/recv pairs move the chunks. */
+ * and the partitioner's send/recv pairs move the chunks. On distinct
+ * pinned devices the all-reduce is one collective node per device per
+ * bucket instead, which runs the same ring at run time
+ * (parallel_collective.c, collective.c); GRAPHRUN_ALL_REDUCE=graph keeps
+ * the graph ring. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,8 +318,16 @@ gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors,
   }
   for (int d = 0; d < n; d++)
     dev[d] = devices && devices[d] ? devices[d] : gr_graph_resolve_device(g, values[d].node);
-  gr_status st = gr_graph_push_name_scope(g, "all_reduce");
+  gr_all_reduce_mode mode = GR_ALL_REDUCE_AUTO;
+  int64_t coll_bucket = 0;
+  gr_status st = gr_ops_all_reduce_mode(g, &mode, &coll_bucket);
+  if (st == GR_OK) st = gr_graph_push_name_scope(g, "all_reduce");
   bool pushed = st == GR_OK;
+  if (st == GR_OK && mode != GR_ALL_REDUCE_GRAPH && gr_ops_all_reduce_collective_fits(dev, n)) {
+    st = gr_ops_all_reduce_collective(g, values, num_tensors, n, dev, op, mode,
+                                      fuse_bytes > 0 ? coll_bucket : 0, out);
+    num_tensors = -1; /* done: no graph ring */
+  }
   int nb = 0;
   int64_t bucket_bytes = 0;
   gr_dtype bucket_dt = GR_DTYPE_INVALID;

@@ -755,9 +755,12 @@ int main(void) {
   GR_RUN(test_ps_round_robin_and_slots);
   GR_RUN(test_ps_slots_not_counted);
   GR_RUN(test_ps_greedy_and_errors);
+  /* the graph ring's nodes and sends (the collective's: test_collective.c) */
+  setenv("GRAPHRUN_ALL_REDUCE", "graph", 1);
   GR_RUN(test_all_reduce_sizes);
   GR_RUN(test_all_reduce_large);
   GR_RUN(test_all_reduce_fused);
+  unsetenv("GRAPHRUN_ALL_REDUCE");
   GR_RUN(test_all_reduce_other_outputs);
   GR_RUN(test_all_reduce_errors);
   GR_RUN(test_all_reduce_gradient);

@@ -22,6 +22,34 @@ double gt_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+double gt_launch_kill(gt_proc *p, char *const argv[], const char *task, double settle,
+                      double seconds) {
+  char want[64];
+  snprintf(want, sizeof want, "%s=", task);
+  gt_proc_start(p, argv);
+  bool ready = gt_proc_wait(p, "tasks ready", 30);
+  const char *pid = NULL;
+  for (int i = 0; ready && i < 500 && !pid; i++) { /* the pid ends the line: wait for all of it */
+    const char *at = strstr(p->buf, want);
+    pid = at ? strstr(at, "(pid ") : NULL;
+    if (pid && !strchr(pid, ')')) pid = NULL;
+    if (!pid) gt_proc_wait(p, "\x01", 0.02);
+  }
+  if (!pid) {
+    fprintf(stderr, "no pid of %s:\n%s\n", task, p->buf);
+    gt_proc_finish(p);
+    return -1;
+  }
+  usleep((useconds_t)(settle * 1e6)); /* steps are running */
+  double t0 = gt_now();
+  kill((pid_t)atoi(pid + 5), SIGKILL);
+  bool ended = gt_proc_wait(p, NULL, seconds);
+  double took = gt_now() - t0;
+  gt_proc_finish(p);
+  if (!ended) fprintf(stderr, "no end after the kill of %s:\n%s\n", task, p->buf);
+  return ended ? took : -1;
+}
+
 int gt_output_values(const char *out, const char *name, double *v, int cap) {
   char key[128];
   snprintf(key, sizeof key, "\n%s = ", name);

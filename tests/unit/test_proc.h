@@ -41,6 +41,13 @@ int gt_proc_exit_code(const gt_proc *p);
  * into v; how many. */
 int gt_output_values(const char *out, const char *name, double *v, int cap);
 double gt_now(void);
+/* Starts `graphrun launch` argv as p, waits (30 s at most) until its tasks
+ * are ready, lets the steps run for `settle` seconds, kills `task` (as
+ * launch names it: "worker:1") with SIGKILL and waits at most `seconds` for
+ * the launch to end; p is finished either way. The seconds from the kill to
+ * the end, or -1 (a check has failed: no task ready, no pid, no end). */
+double gt_launch_kill(gt_proc *p, char *const argv[], const char *task, double settle,
+                      double seconds);
 /* n (at most 8) free loopback ports: bound at once, then released for a
  * cluster to bind (another process may take one meanwhile: retry then). */
 bool gt_free_ports(int *ports, int n);

@@ -1,0 +1,478 @@
+/* collective_all_reduce: one node per device of a group (attrs group_key,
+ * group_size, rank; the partitioner fills "devices", core/gr_op.h
+ * GR_OP_COLLECTIVE) sums its inputs with those of the other members and
+ * gives every member the same bits. Its kernel is asynchronous and runs a
+ * schedule of sends and receives over the step's rendezvous, the same path
+ * as _send/_recv (so on a cluster the TENSOR frames of the push
+ * rendezvous). The inputs are flattened and concatenated. Two schedules
+ * (attr algorithm):
+ *
+ * - ring: the buffer is cut into group_size chunks (s / n elements, one
+ *   more for the first s % n); in round r of the reduce-scatter rank d
+ *   sends chunk d - r to rank d + 1, which adds it to its own, so chunk c
+ *   is added in a fixed order starting at rank c and its total ends on
+ *   rank c - 1; the all-gather passes the totals around once more, copied
+ *   (the graph ring's order, parallel.c). Each rank sends 2(n - 1)/n of
+ *   the buffer: for large buckets.
+ * - tree: a binomial reduce of the whole buffer to rank 0 (rank d adds the
+ *   sums of its children d + 1, d + 2, d + 4, ... in that order), then a
+ *   broadcast down the same tree: 2 ceil(log2 n) steps instead of
+ *   2(n - 1), for small buckets.
+ *
+ * Either way each total is computed once, by one rank, in a fixed order,
+ * and copied to the others: the same bits on every member and every rerun.
+ *
+ * Keys: "DEV;0000000000000000;PEER_DEV;GROUP_KEY#TN.FROM.TO;frame:iter", T
+ * the phase (s reduce-scatter, g all-gather, r reduce, b broadcast), N the
+ * round or the tree's mask, FROM and TO the ranks (members may share a
+ * device: soft placement): one message per key.
+ *
+ * Threads: the kernel starts on an executor thread; every later step runs
+ * on the thread that delivers the value it waits for (a peer kernel's, or
+ * the server's pool for a pushed tensor). A thread-local trampoline keeps
+ * the steps of kernels that wake each other from nesting: a wake-up
+ * arriving while the thread already advances a collective is queued and
+ * run after it returns. A kernel has at most one receive outstanding. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core_engine.h"
+#include "ops/gr_ops.h"
+#include "ops/ops_internal.h"
+
+/* One step of a member's schedule: send a part of the buffer to a peer,
+ * receive one and add it in (or copy it over), or divide a part by n (a
+ * mean, where a total is complete). Keys carry tag and tag_n, which sender
+ * and receiver agree on. */
+typedef struct action {
+  char kind; /* 's' send, 'a' receive and add, 'c' receive and copy, 'd' divide */
+  char tag;
+  int peer, tag_n;
+  int64_t off, len; /* elements */
+} action;
+
+typedef struct coll coll;
+struct coll {
+  gr_kernel_ctx *ctx;
+  gr_rendezvous *rv;
+  int n, rank;
+  bool mean, owned_buf;
+  gr_dtype dt;
+  size_t es;
+  int64_t total;
+  action *acts;
+  int num_acts, pos;
+  char *buf;         /* the flat values: output 0's buffer, or malloc'd */
+  char *devs;        /* copy of attr "devices", cut at the commas */
+  const char **dev;  /* dev[k]: rank k's device */
+  const char *gkey;  /* attr group_key */
+  const char *frame; /* ctx->frame_name */
+  int64_t iteration;
+  gr_tensor got; /* a received part, not yet used */
+  bool have;
+  gr_status st;
+  gr_error err;
+  coll *next; /* the trampoline's queue */
+};
+
+static int mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
+
+static void act(coll *x, char kind, int peer, char tag, int tag_n, int64_t off, int64_t len) {
+  x->acts[x->num_acts++] = (action){kind, tag, peer, tag_n, off, len};
+}
+
+/* The ring: chunk c is s / n elements (one more for the first s % n); in
+ * round r of the reduce-scatter rank d sends chunk d - r to d + 1 and adds
+ * chunk d - 1 - r from d - 1; it then owns chunk d + 1's total; in the
+ * all-gather it passes chunk d + 1 - r on and takes chunk d - r. */
+static void plan_ring(coll *x) {
+  int n = x->n, d = x->rank, right = mod(d + 1, n), left = mod(d - 1, n);
+  int64_t q = x->total / n, r = x->total % n;
+#define OFF(c) ((int64_t)(c)*q + ((c) < r ? (c) : r))
+#define LEN(c) (q + ((c) < r))
+  for (int k = 0; k < n - 1; k++) {
+    int cs = mod(d - k, n), cr = mod(d - 1 - k, n);
+    act(x, 's', right, 's', k, OFF(cs), LEN(cs));
+    act(x, 'a', left, 's', k, OFF(cr), LEN(cr));
+  }
+  int own = mod(d + 1, n);
+  if (x->mean) act(x, 'd', d, 0, 0, OFF(own), LEN(own));
+  for (int k = 0; k < n - 1; k++) {
+    int cs = mod(d + 1 - k, n), cr = mod(d - k, n);
+    act(x, 's', right, 'g', k, OFF(cs), LEN(cs));
+    act(x, 'c', left, 'g', k, OFF(cr), LEN(cr));
+  }
+#undef OFF
+#undef LEN
+}
+
+/* The tree (small buckets: 2 log n messages of the whole buffer instead of
+ * 2(n - 1) rounds): a binomial reduce to rank 0, each rank adding its
+ * children's sums to its own in a fixed order (the child at d + 1 first,
+ * then d + 2, d + 4, ...), then a broadcast of rank 0's total back down the
+ * same tree, copied. */
+static void plan_tree(coll *x) {
+  int n = x->n, d = x->rank, mask = 1;
+  for (; mask < n; mask <<= 1) {
+    if (d & mask) {
+      act(x, 's', d - mask, 'r', mask, 0, x->total);
+      break;
+    }
+    if (d + mask < n) act(x, 'a', d + mask, 'r', mask, 0, x->total);
+  }
+  if (d == 0 && x->mean) act(x, 'd', d, 0, 0, 0, x->total);
+  int low = d ? d & -d : 1;
+  while (!d && low < n) low <<= 1; /* rank 0: above its largest child */
+  if (d) act(x, 'c', d - low, 'b', low, 0, x->total);
+  for (int m = low >> 1; m >= 1; m >>= 1)
+    if (d + m < n) act(x, 's', d + m, 'b', m, 0, x->total);
+}
+
+static char *make_key(const coll *x, int from, int to, const action *a, char *buf, size_t cap) {
+  char *k = buf;
+  for (int pass = 0; pass < 2; pass++) {
+    int len = snprintf(k, cap, "%s;0000000000000000;%s;%s#%c%d.%d.%d;%s:%lld", x->dev[from],
+                       x->dev[to], x->gkey, a->tag, a->tag_n, from, to, x->frame,
+                       (long long)(x->iteration < 0 ? 0 : x->iteration));
+    if (len >= 0 && (size_t)len < cap) return k;
+    if (pass || len < 0 || !(k = malloc((size_t)len + 1))) return NULL;
+    cap = (size_t)len + 1;
+  }
+  return NULL;
+}
+
+static void coll_free(coll *x) {
+  if (x->have) gr_tensor_release(&x->got);
+  if (x->owned_buf) free(x->buf);
+  free(x->devs), free(x->dev), free(x->acts);
+  free(x);
+}
+
+/* Ends the kernel: the outputs filled (or the error set), x freed. */
+static void finish(coll *x) {
+  gr_kernel_ctx *ctx = x->ctx;
+  gr_status st = x->st;
+  if (st == GR_OK && x->owned_buf) {
+    int64_t at = 0;
+    for (int i = 0; i < ctx->num_outputs; i++) {
+      size_t b = gr_tensor_num_bytes(&ctx->outputs[i]);
+      if (b) memcpy(gr_tensor_data(&ctx->outputs[i]), x->buf + at, b);
+      at += (int64_t)b;
+    }
+  }
+  if (st != GR_OK && ctx->err) *ctx->err = x->err;
+  coll_free(x);
+  gr_kernel_done(ctx, st);
+}
+
+static void fail(coll *x, gr_status code, const char *what, int peer, const char *why) {
+  if (x->st != GR_OK) return;
+  x->st = code;
+  gr_error_set(&x->err, code,
+               "collective all-reduce '%s' (rank %d of %d, on %s): %s rank %d on %s: %s", x->gkey,
+               x->rank, x->n, x->dev[x->rank], what, peer, x->dev[peer], why);
+}
+
+static void add_into(gr_dtype dt, char *dst, const char *src, int64_t n) {
+  switch (dt) {
+    case GR_F32: {
+      float *d = (float *)dst;
+      const float *s = (const float *)src;
+      for (int64_t i = 0; i < n; i++) d[i] = d[i] + s[i];
+      break;
+    }
+    case GR_F64: {
+      double *d = (double *)dst;
+      const double *s = (const double *)src;
+      for (int64_t i = 0; i < n; i++) d[i] = d[i] + s[i];
+      break;
+    }
+    case GR_I32: {
+      int32_t *d = (int32_t *)dst;
+      const int32_t *s = (const int32_t *)src;
+      for (int64_t i = 0; i < n; i++) d[i] = (int32_t)((uint32_t)d[i] + (uint32_t)s[i]);
+      break;
+    }
+    default: {
+      int64_t *d = (int64_t *)dst;
+      const int64_t *s = (const int64_t *)src;
+      for (int64_t i = 0; i < n; i++) d[i] = (int64_t)((uint64_t)d[i] + (uint64_t)s[i]);
+      break;
+    }
+  }
+}
+
+static void divide(gr_dtype dt, char *p, int64_t n, int by) {
+  if (dt == GR_F32)
+    for (int64_t i = 0; i < n; i++) ((float *)p)[i] /= (float)by;
+  else
+    for (int64_t i = 0; i < n; i++) ((double *)p)[i] /= (double)by;
+}
+
+static void kick(coll *x);
+
+static void on_recv(void *arg, gr_status status, const gr_error *err, gr_tensor *value, bool dead) {
+  coll *x = arg;
+  const action *a = &x->acts[x->pos];
+  int64_t got = value && value->buf ? gr_tensor_num_elements(value) : 0;
+  if (status != GR_OK) {
+    fail(x, status, "waiting for", a->peer, err ? err->msg : "failed");
+  } else if (dead) {
+    fail(x, GR_ERR_INTERNAL, "waiting for", a->peer, "got a dead value");
+  } else if (a->len > 0 && (!value || !value->buf || value->dtype != x->dt || got != a->len)) {
+    char why[160];
+    snprintf(why, sizeof why, "got %lld elements of %s, want %lld of %s", (long long)got,
+             value && value->buf ? gr_dtype_name(value->dtype) : "nothing", (long long)a->len,
+             gr_dtype_name(x->dt));
+    fail(x, GR_ERR_INVALID_ARGUMENT, "from", a->peer, why);
+  }
+  if (x->st == GR_OK) {
+    x->got = value && value->buf ? *value : gr_tensor_empty(); /* the reference moves here */
+    x->have = true;
+  } else if (value && value->buf) {
+    gr_tensor_release(value);
+  }
+  kick(x);
+}
+
+/* Uses what arrived for the receive at x->pos. */
+static void take(coll *x) {
+  const action *a = &x->acts[x->pos++];
+  char *dst = x->buf + (size_t)a->off * x->es;
+  if (a->len > 0 && x->got.buf) {
+    const char *src = gr_tensor_data(&x->got);
+    if (a->kind == 'a')
+      add_into(x->dt, dst, src, a->len);
+    else
+      memcpy(dst, src, (size_t)a->len * x->es);
+  }
+  gr_tensor_release(&x->got);
+  x->have = false;
+}
+
+static gr_status send_part(coll *x, const action *a) {
+  char buf[512], *key = make_key(x, x->rank, a->peer, a, buf, sizeof buf);
+  gr_tensor t = gr_tensor_empty();
+  gr_error e = {0};
+  gr_status st =
+      key ? gr_tensor_alloc(&t, x->dt, &(gr_shape){1, {a->len}}, &e) : gr_error_set_oom(&e);
+  if (st == GR_OK && a->len > 0)
+    memcpy(gr_tensor_data(&t), x->buf + (size_t)a->off * x->es, (size_t)a->len * x->es);
+  if (st == GR_OK) st = gr_rendezvous_send(x->rv, key, &t, false, &e);
+  gr_tensor_release(&t);
+  if (key != buf) free(key);
+  if (st != GR_OK) fail(x, st, "sending to", a->peer, e.msg);
+  return st;
+}
+
+/* Runs the schedule from x->pos: sends and divisions at once, up to the
+ * next receive, whose arrival continues it (on_recv); or finishes. */
+static void advance(coll *x) {
+  if (x->st == GR_OK && x->have) take(x);
+  while (x->st == GR_OK && x->pos < x->num_acts) {
+    const action *a = &x->acts[x->pos];
+    if (a->kind == 's') {
+      send_part(x, a);
+    } else if (a->kind == 'd') {
+      divide(x->dt, x->buf + (size_t)a->off * x->es, a->len, x->n);
+    } else {
+      char buf[512], *key = make_key(x, a->peer, x->rank, a, buf, sizeof buf);
+      if (!key) {
+        x->st = gr_error_set_oom(&x->err);
+        break;
+      }
+      gr_rendezvous_recv(x->rv, key, on_recv, x); /* may call on_recv now: kick queues it */
+      if (key != buf) free(key);
+      return;
+    }
+    x->pos++;
+  }
+  finish(x);
+}
+
+static _Thread_local coll *queue_head, *queue_tail;
+static _Thread_local bool advancing;
+
+static void kick(coll *x) {
+  x->next = NULL;
+  if (queue_tail)
+    queue_tail->next = x;
+  else
+    queue_head = x;
+  queue_tail = x;
+  if (advancing) return; /* the loop below, further up this thread's stack, runs it */
+  advancing = true;
+  while ((x = queue_head)) {
+    queue_head = x->next;
+    if (!queue_head) queue_tail = NULL;
+    advance(x);
+  }
+  advancing = false;
+}
+
+static void on_cancel(void *arg) {
+  gr_rendezvous_abort(arg, GR_ERR_CANCELLED, "the step was cancelled on another device");
+}
+
+/* The member devices of attr "devices" into x; checks this rank's. No
+ * devices (a step on one device, not partitioned: soft placement put the
+ * members together): every member is on this node's device. */
+static gr_status read_devices(gr_kernel_ctx *ctx, coll *x) {
+  const char *all = gr_node_attr_string(ctx->node, "devices", "");
+  const char *mine = ctx->node->assigned_device ? ctx->node->assigned_device : "";
+  x->devs = strdup(all);
+  x->dev = calloc((size_t)x->n, sizeof *x->dev);
+  if (!x->devs || !x->dev) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  int k = 0;
+  for (char *p = x->devs, *save = NULL, *tok; (tok = strtok_r(p, ",", &save)); p = NULL)
+    if (k < x->n)
+      x->dev[k++] = tok;
+    else
+      k++;
+  if (!all[0])
+    for (k = 0; k < x->n; k++) x->dev[k] = mine;
+  if (k != x->n || strcmp(x->dev[x->rank], mine) != 0)
+    return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                           "collective group '%s': attr devices names %d devices for %d members, "
+                           "rank %d's not being this node's device %s",
+                           x->gkey, k, x->n, x->rank, mine);
+  return GR_OK;
+}
+
+static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
+  const gr_node *nd = ctx->node;
+  coll *x = calloc(1, sizeof *x);
+  if (!x) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  *x = (coll){.ctx = ctx,
+              .rv = ctx->step->rendezvous,
+              .n = (int)gr_node_attr_int(nd, "group_size", 1),
+              .rank = (int)gr_node_attr_int(nd, "rank", 0),
+              .mean = !strcmp(gr_node_attr_string(nd, "reduction", "sum"), "mean"),
+              .dt = ctx->inputs[0].dtype,
+              .es = gr_dtype_size(ctx->inputs[0].dtype),
+              .gkey = gr_node_attr_string(nd, "group_key", ""),
+              .frame = ctx->frame_name ? ctx->frame_name : "",
+              .iteration = ctx->iteration};
+  gr_status st = GR_OK;
+  if (x->n > 1 && !x->rv)
+    st = gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION,
+                         "collective group '%s' runs only in a partitioned multi-device step (no "
+                         "rendezvous)",
+                         x->gkey);
+  if (st == GR_OK && x->n > 1) st = read_devices(ctx, x);
+  for (int i = 0; i < ctx->num_inputs && st == GR_OK; i++) {
+    gr_tensor *o;
+    st = gr_kernel_alloc_output(ctx, i, ctx->inputs[i].dtype, &ctx->inputs[i].shape, &o);
+    x->total += gr_tensor_num_elements(&ctx->inputs[i]);
+  }
+  x->owned_buf = ctx->num_inputs > 1;
+  if (st == GR_OK && x->owned_buf && !(x->buf = malloc((size_t)x->total * x->es + 1)))
+    st = gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && !x->owned_buf) x->buf = gr_tensor_data(&ctx->outputs[0]);
+  if (st != GR_OK) {
+    coll_free(x);
+    return st;
+  }
+  size_t at = 0;
+  for (int i = 0; i < ctx->num_inputs; i++) {
+    size_t b = gr_tensor_num_bytes(&ctx->inputs[i]);
+    if (b) memcpy(x->buf + at, gr_tensor_data(&ctx->inputs[i]), b);
+    at += b;
+  }
+  /* alone (n = 1): no actions, the sum is the value (a mean too) */
+  if (x->n > 1) {
+    bool tree = !strcmp(gr_node_attr_string(nd, "algorithm", "ring"), "tree");
+    if (!(x->acts = calloc((size_t)(4 * x->n + 8), sizeof *x->acts))) {
+      coll_free(x);
+      return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    if (tree)
+      plan_tree(x);
+    else
+      plan_ring(x);
+    gr_kernel_on_cancel(ctx, on_cancel, x->rv);
+  }
+  kick(x);
+  return GR_OK;
+}
+
+static gr_status all_reduce_shape(gr_shape_ctx *ctx) {
+  int64_t n = gr_node_attr_int(ctx->node, "group_size", 0),
+          r = gr_node_attr_int(ctx->node, "rank", -1);
+  const char *red = gr_node_attr_string(ctx->node, "reduction", "sum"),
+             *alg = gr_node_attr_string(ctx->node, "algorithm", "ring");
+  if (n < 1 || r < 0 || r >= n)
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "rank %lld of a group of %lld members",
+                          (long long)r, (long long)n);
+  if (!gr_node_attr_string(ctx->node, "group_key", "")[0])
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "attr group_key is empty");
+  if (strcmp(red, "sum") != 0 && strcmp(red, "mean") != 0)
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "reduction '%s': sum or mean", red);
+  if (strcmp(alg, "ring") != 0 && strcmp(alg, "tree") != 0)
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "algorithm '%s': ring or tree", alg);
+  for (int i = 0; i < ctx->num_inputs; i++) {
+    GR_TRY(gr_shape_check_dtype(ctx, i,
+                                strcmp(red, "mean") ? GR_DT_FLOAT | GR_DT_INDEX : GR_DT_FLOAT));
+    GR_TRY(gr_shape_check_same_dtype(ctx, 0, i));
+    if (!gr_shape_is_fully_known(&ctx->in_shapes[i]))
+      return gr_shape_error(ctx, GR_ERR_SHAPE, "input %d: the shape must be fully known", i);
+  }
+  ctx->num_outputs = ctx->num_inputs;
+  for (int i = 0; i < ctx->num_inputs; i++) {
+    ctx->out_dtypes[i] = ctx->in_dtypes[i];
+    ctx->out_shapes[i] = ctx->in_shapes[i];
+  }
+  return GR_OK;
+}
+
+/* Per member: each element sent and received about twice, added once. */
+static void all_reduce_cost(const gr_node *nd, gr_cost *out) {
+  double k = 0, b = 0;
+  for (int i = 0; i < nd->num_inputs; i++) {
+    const gr_output *in = &nd->inputs[i];
+    double e = (double)gr_shape_num_elements(&in->node->out_shapes[in->index]);
+    k += e;
+    b += e * (double)gr_dtype_size(in->node->out_dtypes[in->index]);
+  }
+  out->flops = k;
+  out->bytes = 4 * b;
+}
+
+static const gr_attr_spec all_reduce_attrs[] = {
+    {"group_key", GR_ATTR_STRING, true, {0}},
+    {"group_size", GR_ATTR_INT, true, {0}},
+    {"rank", GR_ATTR_INT, true, {0}},
+    {"devices", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
+    {"algorithm", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = "ring"}},
+    {"reduction", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = "sum"}}};
+
+const gr_op_def gr_op_collective_all_reduce = {
+    .name = "collective_all_reduce",
+    .doc = "one member of a group (attrs group_key, group_size, rank): its inputs summed (or "
+           "averaged) with the other members' over the step's rendezvous, by a ring or a tree "
+           "(attr algorithm); the same bits on every member",
+    .min_inputs = 1,
+    .max_inputs = -1,
+    .input_names = (const char *[]){"values"},
+    .num_outputs = -1,
+    .attrs = all_reduce_attrs,
+    .num_attrs = sizeof all_reduce_attrs / sizeof all_reduce_attrs[0],
+    .shape_fn = all_reduce_shape,
+    .cost_fn = all_reduce_cost,
+    .kernel = all_reduce_kernel,
+    .flags = GR_OP_ASYNC | GR_OP_STATEFUL | GR_OP_COLLECTIVE};
+
+gr_status gr_ops_collective_all_reduce(gr_graph *g, const gr_output *values, int num_values,
+                                       const char *group_key, int group_size, int rank,
+                                       gr_reduction op, const char *algorithm, gr_output *out) {
+  gr_attr a[] = {gr_attr_string("group_key", group_key), gr_attr_int("group_size", group_size),
+                 gr_attr_int("rank", rank),
+                 gr_attr_string("reduction", op == GR_REDUCE_MEAN ? "mean" : "sum"),
+                 gr_attr_string("algorithm", algorithm)};
+  gr_output r = gr_ops_build(g, "collective_all_reduce", NULL, values, num_values, a, 5);
+  for (int i = 0; i < num_values; i++) out[i] = r.node ? gr_output_at(r, i) : r;
+  return r.node ? GR_OK : gr_graph_error(g)->code;
+}
