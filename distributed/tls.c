@@ -4,6 +4,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,4 +254,23 @@ gr_tls_io gr_tls_result(SSL *ssl, int ret, char *why, size_t cap) {
   refused_cert[0] = '\0';
   ERR_clear_error();
   return GR_TLS_FAILED;
+}
+
+void gr_tls_nosig_begin(gr_tls_nosig *g) {
+  sigset_t pipe, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
+}
+
+void gr_tls_nosig_end(gr_tls_nosig *g) {
+  sigset_t pipe, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  if (!g->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&pipe, NULL, &zero) < 0 && errno == EINTR) {}
+  }
+  pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }

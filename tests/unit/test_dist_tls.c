@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/ssl.h>
 
 #include "distributed/tls_internal.h"
 #include "distributed/transport_internal.h"
@@ -215,6 +218,34 @@ static void exchange(gr_tls *s_tls, gr_tls *c_tls, int want) {
   }
   end_stop(&cl);
   end_stop(&srv);
+}
+
+/* OpenSSL writes the socket with write(2): a peer that has closed raises
+ * SIGPIPE, which (not ignored, as in a program embedding graphrun) would
+ * end the process. A TLS handshake to a closed peer fails instead, and
+ * leaves no SIGPIPE pending. */
+static void test_closed_peer_no_sigpipe(void) {
+  void (*was)(int) = signal(SIGPIPE, SIG_DFL);
+  gr_tls *t = tls_of(K.cert, K.key, K.ca);
+  int sv[2];
+  GR_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  close(sv[1]);
+  gr_error err;
+  SSL *ssl = gr_tls_ssl(t, sv[0], false, &err);
+  GR_CHECK(ssl != NULL);
+  if (ssl) {
+    gr_tls_nosig ns;
+    gr_tls_nosig_begin(&ns);
+    int ret = SSL_connect(ssl); /* writes its ClientHello to the closed peer */
+    gr_tls_nosig_end(&ns);
+    GR_CHECK(ret != 1);
+    SSL_free(ssl);
+  }
+  sigset_t pending;
+  GR_CHECK(sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 0);
+  close(sv[0]);
+  gr_tls_unref(t);
+  signal(SIGPIPE, was);
 }
 
 static void test_tls_frames(void) {
@@ -547,6 +578,7 @@ int main(void) {
     gt_certs_remove(&K);
     return 1;
   }
+  GR_RUN(test_closed_peer_no_sigpipe);
   GR_RUN(test_tls_frames);
   GR_RUN(test_mac_frames);
   GR_RUN(test_loopback_plaintext);
