@@ -6,10 +6,12 @@
  * node's own layout (NHWC or NCHW: no transposing copy of ours), filters
  * HWIO. Depthwise convs (multiplier 1, undilated; grouped filters goihw,
  * HWIO as hwigo) run oneDNN's depthwise kernels on NHWC images as they
- * are (no reorders; forward, input and filter gradient 3-4x faster than
- * vec_conv.c's direct kernels at 28x28x64, batch 64); blocked layouts with
- * their reorders cost more. The batch is cut into blocks by a rule of the
- * sizes only (at most CONV_DNNL_BLOCKS, whole images), run on the inter-op threads, each
+ * are (no reorders; an NCHW node is transposed by conv.c; forward, input
+ * and filter gradient about 4x faster than vec_conv.c's direct kernels at
+ * 28x28x64, batch 64); blocked layouts with their reorders cost more. The
+ * batch is cut into blocks by a rule of the sizes only (at most
+ * CONV_DNNL_BLOCKS, whole images; depthwise: also at most
+ * CONV_DNNL_DW_IMAGES images each), run on the inter-op threads, each
  * block on one oneDNN thread; a filter gradient sums the blocks' partial
  * gradients in block order. So a result depends on the sizes, the CPU's
  * instruction set (oneDNN's kernels) and nothing else: the same bits for
