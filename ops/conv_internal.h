@@ -150,9 +150,10 @@ extern const gr_attr_spec gr_pool_grad_attr_specs[6];
 /* ---- oneDNN (conv_dnnl.c) ------------------------------------------------------ */
 
 /* Does conv_dnnl run conv g (f32 assumed): one group, more than 4 input
- * channels, not pointwise (gr_conv_is_pointwise: one sgemm is faster),
- * padding that oneDNN takes (none negative), and oneDNN's engine could be
- * made? */
+ * channels, not pointwise (gr_conv_is_pointwise: one sgemm is faster), or
+ * depthwise with depth multiplier 1 and no dilation (NHWC images only:
+ * the caller transposes NCHW); padding that oneDNN takes (none negative),
+ * and oneDNN's engine could be made? */
 bool gr_conv_dnnl_applies(const gr_conv_geom *g);
 /* mode 0: out = y = conv2d(a = x, b = f), then ep (when not NULL) on
  * each block of images; 1: out = dx for a = dy, b = f; 2: out = df for a

@@ -2,9 +2,10 @@
  * paths of conv.c, pool.c and batch_norm.c that use them): conv2d and its
  * two gradients against a plain double reference on random inputs (odd
  * sizes, SAME / VALID / EXPLICIT, strides, dilations, groups, depthwise
- * with depth multipliers 1 and 2, a few input channels, pointwise, NHWC and
- * NCHW); max pooling's argmax output and its gradients (from x, from the
- * argmax, fused with a relu); gradients of the f32 ops by central
+ * with depth multipliers 1 and 2 (multiplier 1: oneDNN's), a few input
+ * channels, pointwise, NHWC and NCHW; the same bits on 1 and 2 threads);
+ * max pooling's argmax output and its gradients (from x, from the argmax,
+ * fused with a relu); gradients of the f32 ops by central
  * differences; and a training step of a small CNN giving the same bits
  * with 1, 2 and 3 inter-op threads and with 1, 2 and 3 BLAS threads,
  * fused or not; dropout's mask against the Philox stream. */
@@ -45,6 +46,13 @@ static const conv_case conv_cases[] = {
     {1, 8, 7, 20, 3, 3, 1, 1, 1, 1, "SAME", {0}, 1, 17, true},
     /* pointwise */
     {2, 5, 6, 16, 1, 1, 1, 1, 1, 1, "VALID", {0}, 1, 24, false},
+    /* depthwise, multiplier 1, undilated: oneDNN (11 images: 5 blocks of 2
+     * and 1); stride 2, SAME / VALID / EXPLICIT, odd sizes, NCHW */
+    {11, 9, 7, 5, 3, 3, 2, 2, 1, 1, "SAME", {0}, 5, 5, false},
+    {3, 10, 7, 19, 3, 3, 1, 2, 1, 1, "VALID", {0}, 19, 19, false},
+    {2, 7, 8, 16, 3, 2, 2, 1, 1, 1, "EXPLICIT", {1, 2, 0, 1}, 16, 16, false},
+    {11, 9, 7, 5, 3, 3, 2, 2, 1, 1, "SAME", {0}, 5, 5, true},
+    {2, 8, 9, 7, 3, 3, 1, 1, 1, 1, "VALID", {0}, 7, 7, true},
 };
 #define NCONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
 
@@ -144,6 +152,7 @@ static void test_conv_against_reference(void) {
     double *dx = malloc(sizeof(double) * (size_t)gr_tensor_num_elements(&x));
     double *df = malloc(sizeof(double) * (size_t)gr_tensor_num_elements(&f));
     ref_conv(k, oh, ow, pt, pl, &x, &f, &dy, y, dx, df);
+    gr_tensor first[3] = {gr_tensor_empty(), gr_tensor_empty(), gr_tensor_empty()};
     for (int threads = 1; threads <= 2; threads++) {
       gr_graph *g = gr_graph_new();
       gr_output px = gr_placeholder(g, "x", GR_F32, x.shape);
@@ -162,10 +171,18 @@ static void test_conv_against_reference(void) {
         GR_CHECK(near_ref(&out[0], y, 1e-5, "y", ci));
         GR_CHECK(near_ref(&out[1], dx, 1e-5, "dx", ci));
         GR_CHECK(near_ref(&out[2], df, 1e-5, "df", ci));
-        for (int i = 0; i < 3; i++) gr_tensor_release(&out[i]);
+        for (int i = 0; i < 3; i++) {
+          if (threads == 1) {
+            first[i] = out[i];
+            continue;
+          }
+          GR_CHECK_MSG(gt_bit_equal(&out[i], &first[i]), "case %d output %d: 2 threads", ci, i);
+          gr_tensor_release(&out[i]);
+        }
       }
       gr_graph_free(g);
     }
+    for (int i = 0; i < 3; i++) gr_tensor_release(&first[i]);
     free(y), free(dx), free(df);
     gr_tensor_release(&x), gr_tensor_release(&f), gr_tensor_release(&dy);
   }
@@ -388,7 +405,7 @@ static gr_output build_bn_relu_pool(gr_graph *g, gr_output x, const void *arg) {
 }
 
 static void test_f32_finite_differences(void) {
-  static const int which[] = {0, 2, 4, 5, 7, 8};
+  static const int which[] = {0, 2, 4, 5, 7, 8, 12, 15};
   for (size_t i = 0; i < sizeof which / sizeof which[0]; i++) {
     const conv_case *k = &conv_cases[which[i]];
     char what[64];

@@ -124,6 +124,7 @@ static const conv_case cases[] = {
     {1, 6, 6, 64, 3, 3, 8, 1, 1, 1, 1, 1, "SAME", {0}},  /* channels 64 */
     {2, 5, 5, 3, 5, 5, 64, 1, 1, 1, 1, 1, "VALID", {0}}, /* kernel = input; 64 out */
     {1, 3, 3, 1, 3, 3, 1, 5, 5, 1, 1, 1, "EXPLICIT", {1, 2, 0, 3}},
+    {10, 7, 6, 9, 3, 3, 9, 2, 1, 1, 1, 9, "SAME", {0}}, /* depthwise, f32: oneDNN */
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
