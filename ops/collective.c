@@ -13,7 +13,12 @@
  *   is added in a fixed order starting at rank c and its total ends on
  *   rank c - 1; the all-gather passes the totals around once more, copied
  *   (the graph ring's order, parallel.c). Each rank sends 2(n - 1)/n of
- *   the buffer: for large buckets.
+ *   the buffer: for large buckets. A chunk travels in pieces of at most
+ *   GR_ALL_REDUCE_PIECE_BYTES (GRAPHRUN_ALL_REDUCE_PIECE, bytes, in the
+ *   environment of every member's process), one message each: a rank adds
+ *   (or copies) a piece as soon as it arrives and sends it on at once, so
+ *   the next piece is on the wire while this one is being added. Every
+ *   element is still added in the same order: the same bits.
  * - tree: a binomial reduce of the whole buffer to rank 0 (rank d adds the
  *   sums of its children d + 1, d + 2, d + 4, ... in that order), then a
  *   broadcast down the same tree: 2 ceil(log2 n) steps instead of
@@ -22,10 +27,11 @@
  * Either way each total is computed once, by one rank, in a fixed order,
  * and copied to the others: the same bits on every member and every rerun.
  *
- * Keys: "DEV;0000000000000000;PEER_DEV;GROUP_KEY#TN.FROM.TO;frame:iter", T
- * the phase (s reduce-scatter, g all-gather, r reduce, b broadcast), N the
- * round or the tree's mask, FROM and TO the ranks (members may share a
- * device: soft placement): one message per key.
+ * Keys: "DEV;0000000000000000;PEER_DEV;GROUP_KEY#TN.FROM.TO.P;frame:iter",
+ * T the phase (s reduce-scatter, g all-gather, r reduce, b broadcast), N
+ * the round or the tree's mask, FROM and TO the ranks (members may share a
+ * device: soft placement), P the piece of the chunk (0 in the tree): one
+ * message per key.
  *
  * Threads: the kernel starts on an executor thread; every later step runs
  * on the thread that delivers the value it waits for (a peer kernel's, or
@@ -49,6 +55,7 @@ typedef struct action {
   char kind; /* 's' send, 'a' receive and add, 'c' receive and copy, 'd' divide */
   char tag;
   int peer, tag_n;
+  int64_t piece;    /* the piece of the chunk, in the key */
   int64_t off, len; /* elements */
 } action;
 
@@ -60,7 +67,7 @@ struct coll {
   bool mean, owned_buf;
   gr_dtype dt;
   size_t es;
-  int64_t total;
+  int64_t total, piece; /* elements; piece: the ring's most per message */
   action *acts;
   int num_acts, pos;
   char *buf;         /* the flat values: output 0's buffer, or malloc'd */
@@ -81,29 +88,53 @@ static int mod(int a, int n) {
 }
 
 static void act(coll *x, char kind, int peer, char tag, int tag_n, int64_t off, int64_t len) {
-  x->acts[x->num_acts++] = (action){kind, tag, peer, tag_n, off, len};
+  x->acts[x->num_acts++] = (action){kind, tag, peer, tag_n, 0, off, len};
+}
+
+/* A chunk of len elements goes in pieces of at most x->piece elements (an
+ * empty chunk: one empty piece); act_piece plans piece p of the chunk at
+ * off. */
+static int64_t num_pieces(const coll *x, int64_t len) {
+  return len > 0 ? (len + x->piece - 1) / x->piece : 1;
+}
+
+static void act_piece(coll *x, char kind, int peer, char tag, int tag_n, int64_t off, int64_t len,
+                      int64_t p) {
+  int64_t at = p * x->piece, n = len - at < x->piece ? len - at : x->piece;
+  act(x, kind, peer, tag, tag_n, off + at, n > 0 ? n : 0);
+  x->acts[x->num_acts - 1].piece = p;
 }
 
 /* The ring: chunk c is s / n elements (one more for the first s % n); in
  * round r of the reduce-scatter rank d sends chunk d - r to d + 1 and adds
  * chunk d - 1 - r from d - 1; it then owns chunk d + 1's total; in the
- * all-gather it passes chunk d + 1 - r on and takes chunk d - r. */
+ * all-gather it passes chunk d + 1 - r on and takes chunk d - r. What a
+ * round receives is what the next one sends, so it goes piece by piece:
+ * receive piece p of round r, add (or copy) it, send it as round r + 1's
+ * piece p, then the next piece. The last reduce-scatter round's pieces are
+ * chunk d + 1's totals: divided (a mean) and sent as the all-gather's
+ * first round. */
 static void plan_ring(coll *x) {
   int n = x->n, d = x->rank, right = mod(d + 1, n), left = mod(d - 1, n);
   int64_t q = x->total / n, r = x->total % n;
 #define OFF(c) ((int64_t)(c)*q + ((c) < r ? (c) : r))
 #define LEN(c) (q + ((c) < r))
-  for (int k = 0; k < n - 1; k++) {
-    int cs = mod(d - k, n), cr = mod(d - 1 - k, n);
-    act(x, 's', right, 's', k, OFF(cs), LEN(cs));
-    act(x, 'a', left, 's', k, OFF(cr), LEN(cr));
+  for (int64_t p = 0; p < num_pieces(x, LEN(d)); p++)
+    act_piece(x, 's', right, 's', 0, OFF(d), LEN(d), p);
+  for (int k = 0; k < n - 1; k++) { /* receive round k, send round k + 1 (or g0) */
+    int cr = mod(d - 1 - k, n);
+    for (int64_t p = 0; p < num_pieces(x, LEN(cr)); p++) {
+      act_piece(x, 'a', left, 's', k, OFF(cr), LEN(cr), p);
+      if (k == n - 2 && x->mean) act_piece(x, 'd', d, 0, 0, OFF(cr), LEN(cr), p);
+      act_piece(x, 's', right, k < n - 2 ? 's' : 'g', k < n - 2 ? k + 1 : 0, OFF(cr), LEN(cr), p);
+    }
   }
-  int own = mod(d + 1, n);
-  if (x->mean) act(x, 'd', d, 0, 0, OFF(own), LEN(own));
   for (int k = 0; k < n - 1; k++) {
-    int cs = mod(d + 1 - k, n), cr = mod(d - k, n);
-    act(x, 's', right, 'g', k, OFF(cs), LEN(cs));
-    act(x, 'c', left, 'g', k, OFF(cr), LEN(cr));
+    int cr = mod(d - k, n);
+    for (int64_t p = 0; p < num_pieces(x, LEN(cr)); p++) {
+      act_piece(x, 'c', left, 'g', k, OFF(cr), LEN(cr), p);
+      if (k < n - 2) act_piece(x, 's', right, 'g', k + 1, OFF(cr), LEN(cr), p);
+    }
   }
 #undef OFF
 #undef LEN
@@ -134,9 +165,9 @@ static void plan_tree(coll *x) {
 static char *make_key(const coll *x, int from, int to, const action *a, char *buf, size_t cap) {
   char *k = buf;
   for (int pass = 0; pass < 2; pass++) {
-    int len = snprintf(k, cap, "%s;0000000000000000;%s;%s#%c%d.%d.%d;%s:%lld", x->dev[from],
-                       x->dev[to], x->gkey, a->tag, a->tag_n, from, to, x->frame,
-                       (long long)(x->iteration < 0 ? 0 : x->iteration));
+    int len = snprintf(k, cap, "%s;0000000000000000;%s;%s#%c%d.%d.%d.%lld;%s:%lld", x->dev[from],
+                       x->dev[to], x->gkey, a->tag, a->tag_n, from, to, (long long)a->piece,
+                       x->frame, (long long)(x->iteration < 0 ? 0 : x->iteration));
     if (len >= 0 && (size_t)len < cap) return k;
     if (pass || len < 0 || !(k = malloc((size_t)len + 1))) return NULL;
     cap = (size_t)len + 1;
@@ -342,6 +373,22 @@ static gr_status read_devices(gr_kernel_ctx *ctx, coll *x) {
   return GR_OK;
 }
 
+/* The ring's piece size in bytes: GR_ALL_REDUCE_PIECE_BYTES, or
+ * GRAPHRUN_ALL_REDUCE_PIECE from this process's environment. Members that
+ * disagree fail on the first piece's length. */
+static gr_status piece_size(gr_kernel_ctx *ctx, int64_t *bytes) {
+  const char *v = getenv("GRAPHRUN_ALL_REDUCE_PIECE");
+  *bytes = GR_ALL_REDUCE_PIECE_BYTES;
+  if (!v || !v[0]) return GR_OK;
+  char *end;
+  long long b = strtoll(v, &end, 10);
+  if (*end || b < 1)
+    return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                           "GRAPHRUN_ALL_REDUCE_PIECE='%s': want a number of bytes >= 1", v);
+  *bytes = b;
+  return GR_OK;
+}
+
 static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
   const gr_node *nd = ctx->node;
   coll *x = calloc(1, sizeof *x);
@@ -385,7 +432,14 @@ static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
   /* alone (n = 1): no actions, the sum is the value (a mean too) */
   if (x->n > 1) {
     bool tree = !strcmp(gr_node_attr_string(nd, "algorithm", "ring"), "tree");
-    if (!(x->acts = calloc((size_t)(4 * x->n + 8), sizeof *x->acts))) {
+    int64_t piece_bytes;
+    if ((st = piece_size(ctx, &piece_bytes)) != GR_OK) {
+      coll_free(x);
+      return st;
+    }
+    x->piece = piece_bytes / (int64_t)x->es > 0 ? piece_bytes / (int64_t)x->es : 1;
+    int64_t most = num_pieces(x, x->total / x->n + 1); /* per chunk */
+    if (!(x->acts = calloc((size_t)(5 * x->n + 8) * (size_t)most, sizeof *x->acts))) {
       coll_free(x);
       return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     }

@@ -451,7 +451,9 @@ typedef enum gr_reduction { GR_REDUCE_SUM, GR_REDUCE_MEAN } gr_reduction;
  * (GRAPHRUN_ALL_REDUCE_BUCKET overrides it; docs/strategies.md). */
 #define GR_ALL_REDUCE_BUCKET_BYTES (25 * 1024 * 1024)
 /* A ring's chunks travel in pieces of at most this many bytes, each its own
- * send, so that adding one piece overlaps sending the next. */
+ * send, so that adding one piece overlaps sending the next: the graph
+ * ring's, and the collective's (collective.c; GRAPHRUN_ALL_REDUCE_PIECE in
+ * the members' environment overrides it there). */
 #define GR_ALL_REDUCE_PIECE_BYTES (2 * 1024 * 1024)
 /* Ring all-reduce: values[d] (one per device, same dtype and fully known
  * shape) on devices[d] (NULL, or a NULL entry: the device of values[d]);

@@ -6,7 +6,8 @@
  * same as the graph ring's, GRAPHRUN_ALL_REDUCE=graph; the tree: children
  * d + 1, d + 2, d + 4, ... added to rank d), run after run; 2-5 devices,
  * sizes 0, 1, 7 and 1000003, f32 and f64, sum and mean; small buckets take
- * the tree by default; buckets of several tensors; a group with a member
+ * the tree by default; chunks cut into several pieces with odd remainders
+ * (GRAPHRUN_ALL_REDUCE_PIECE); buckets of several tensors; a group with a member
  * missing from the step fails with a named error; bad settings are named.
  * The same on real server processes: test_collective_dist.c. */
 #include <stdio.h>
@@ -183,6 +184,27 @@ static void test_mean(void) {
   check_case(3, 7, GR_F64, true, true);
 }
 
+/* Chunks cut into several pieces (GRAPHRUN_ALL_REDUCE_PIECE: 4000 bytes,
+ * 1000 f32 or 500 f64 elements; then 1 byte, a piece per element): chunks
+ * of 3 pieces + 7 elements (one more on the first n - 1), whole pieces, and
+ * one piece per element, each the same bits as the sum in the ring's
+ * order; the tree ignores it. (A bad value: test_errors.) */
+static void test_pieces(void) {
+  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "4000", 1);
+  for (int n = 2; n <= 5; n++) {
+    check_case(n, (int64_t)n * 3007 + n - 1, GR_F32, false, false);
+    check_case(n, (int64_t)n * 3007 + n - 1, GR_F64, false, false);
+  }
+  check_case(3, 3 * 3000, GR_F32, false, false);
+  check_case(4, 4 * 2001 + 1, GR_F32, true, false);
+  check_case(3, 3 * 3007 + 2, GR_F64, true, false);
+  check_case(3, 3 * 3007 + 2, GR_F32, false, true);
+  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "1", 1);
+  check_case(3, 3 * 7 + 2, GR_F64, false, false);
+  check_case(2, 9, GR_F32, true, false);
+  unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
+}
+
 /* By default a bucket under 64 KiB on more than 2 devices takes the tree,
  * a larger one (or one on 2 devices) the ring. */
 static void test_algorithm_by_size(void) {
@@ -284,6 +306,14 @@ static void test_errors(void) {
   GR_CHECK_STR_CONTAINS(e.msg, "all_reduce/bucket_");
   gr_session_free(ss);
 
+  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "lots", 1); /* read by the kernels */
+  ss = gr_session_new(g, &(gr_session_options){.num_devices = 2}, &e);
+  gr_tensor got[2];
+  GR_CHECK(ss && gr_session_run(ss, NULL, 0, s, 2, got, NULL, 0, &e) != GR_OK);
+  GR_CHECK_STR_CONTAINS(e.msg, "GRAPHRUN_ALL_REDUCE_PIECE='lots'");
+  unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
+  gr_session_free(ss);
+
   setenv("GRAPHRUN_ALL_REDUCE_BUCKET", "lots", 1);
   GR_CHECK(gr_all_reduce(g, x, 2, dev, GR_REDUCE_SUM, s) != GR_OK);
   GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "GRAPHRUN_ALL_REDUCE_BUCKET='lots'");
@@ -333,8 +363,10 @@ static void test_soft_placement(void) {
 int main(void) {
   unsetenv("GRAPHRUN_ALL_REDUCE");
   unsetenv("GRAPHRUN_ALL_REDUCE_BUCKET");
+  unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
   GR_RUN(test_same_bits_2_to_5_devices);
   GR_RUN(test_mean);
+  GR_RUN(test_pieces);
   GR_RUN(test_algorithm_by_size);
   GR_RUN(test_buckets);
   GR_RUN(test_errors);

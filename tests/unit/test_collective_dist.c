@@ -5,12 +5,11 @@
  * fixed order of the algorithm each takes (the ring: chunk c added starting
  * at rank c; the tree, for the small ones on more than 2 workers: rank d
  * adds its children d + 1, d + 2, d + 4, ...), and the same bits on a
- * rerun; examples/allreduce.gr trained 20 steps on 3 workers keeps
- * every copy equal (worst 0) and its loss is the same bits on a rerun; a
- * worker killed while collectives run fails the run with an error naming
- * the task and the collective, without a hang (and one killed during the
- * graph ring's all-reduce, GRAPHRUN_ALL_REDUCE=graph, names the task). In one process:
- * test_collective.c. */
+ * rerun, also with chunks cut into many pieces; examples/allreduce.gr trained 20 steps on 3 workers
+ * keeps every copy equal (worst 0) and its loss is the same bits on a rerun; a worker killed while
+ * collectives run fails the run with an error naming the task and the collective, without a hang
+ * (and one killed during the graph ring's all-reduce, GRAPHRUN_ALL_REDUCE=graph, names the task).
+ * In one process: test_collective.c. */
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -170,6 +169,19 @@ static void test_same_bits_2_to_5_workers(void) {
   }
 }
 
+/* The servers' chunks cut into pieces (GRAPHRUN_ALL_REDUCE_PIECE, which
+ * they inherit: 40000 bytes, so 1000003 f32 on 2 workers is chunks of 51
+ * pieces, the last of 2 elements, and on 3 of 34): the same bits. */
+static void test_pieces(void) {
+  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "40000", 1);
+  for (int n = 2; n <= 3; n++) {
+    char dir[16];
+    snprintf(dir, sizeof dir, "pieces%d", n);
+    if (run_sums(n, dir)) check_sums(n, dir, NULL);
+  }
+  unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
+}
+
 static double json_scalar(const char *out, const char *name, char *text, size_t cap) {
   char key[64];
   snprintf(key, sizeof key, "\"%s\": {", name);
@@ -249,7 +261,9 @@ int main(void) {
   gt_proc_isolate();
   unsetenv("GRAPHRUN_ALL_REDUCE");
   unsetenv("GRAPHRUN_ALL_REDUCE_BUCKET");
+  unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
   GR_RUN(test_same_bits_2_to_5_workers);
+  GR_RUN(test_pieces);
   GR_RUN(test_allreduce_example);
   GR_RUN(test_kill_mid_collective);
   GR_RUN(test_kill_mid_graph_ring);
