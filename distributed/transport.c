@@ -453,11 +453,9 @@ static int flush_locked(gr_conn *c) {
       }
     }
     while (it->i < it->n && it->iov[it->i].iov_len == 0) it->i++;
-    /* more of it: its tag, not written for not being computed yet; or with
-     * TLS, the next record (a write takes one: on until the socket is
-     * full). Else a short write means the socket is full: on_write goes on. */
+    /* more of it: its tag, not written for not being computed yet (else the
+     * socket is full, or a TLS write took one record: on_write goes on) */
     if (it->i < it->n && it->macs && !it->mac_done && it->i == it->n - 1) continue;
-    if (it->i < it->n && c->tls_state == TLS_ON) continue;
     if (it->i < it->n) return 0;
     c->qhead = it->next;
     if (!c->qhead) c->qtail = NULL;
