@@ -327,7 +327,8 @@ static gr_output loop_capture(gr_graph *g, gr_output outside, void *arg) {
  * scalar that runs after the outside node enters as a loop invariant, and
  * the node waits for that invariant instead (in every iteration). A node
  * of an enclosing loop is outside too: the enclosing loop reroutes the
- * scalar's own control input when it is built. */
+ * scalar's own control input when it is built. The loop's own enters
+ * [skip_lo, skip_hi) also wait for the outside node. */
 static void reroute_control(gr_graph *g, int first, int end, int skip_lo, int skip_hi,
                             loop_arg *la) {
   capture *caps = NULL;
@@ -361,6 +362,15 @@ static void reroute_control(gr_graph *g, int first, int end, int skip_lo, int sk
       gr_graph_replace_control_input(g, n, j, inside);
     }
   }
+  /* The loop's own enters wait for those outside nodes too, so the loop,
+   * and what runs after it, is ordered after them even when the body runs
+   * zero times (TensorFlow 2's While op waits for its captures alike). */
+  for (int k = 0; k < ncaps && !gr_graph_error(g); k++)
+    for (int id = skip_lo; id < skip_hi; id++) {
+      gr_node *e = gr_graph_node(g, id);
+      if (e->op->cf_kind == GR_CF_ENTER && !has_control_input(e, caps[k].outside.node))
+        gr_graph_add_control_input_unchecked(g, e, caps[k].outside.node);
+    }
   free(caps);
 }
 

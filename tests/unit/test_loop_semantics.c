@@ -149,6 +149,23 @@ static void test_control_on_loop(void) {
               "  s = t\n"
               "}\n",
               "s", 28);
+  /* ... also when the body runs zero times: the loop (so a node after it)
+   * waits for its body's outside control inputs. The update is slow (a
+   * chain of tanh), the loop ends at once: run repeatedly, an unordered
+   * read after the loop would see 1. */
+  for (int rep = 0; rep < 10; rep++)
+    check_value("a body that runs zero times still orders its control inputs",
+                "v = variable(1.0)\n"
+                "x = tanh(tanh(tanh(tanh(tanh(tanh(tanh(tanh(const(0.5)))))))))\n"
+                "y = tanh(tanh(tanh(tanh(tanh(tanh(tanh(tanh(x))))))))\n"
+                "u = assign(v, 7.0 + y * 0.0)\n"
+                "i, s = while (i = const(0, i32), s = 0.0; i < 0) {\n"
+                "  control_dependencies(u) { t = s + 1.0 }\n"
+                "  i = i + 1\n"
+                "  s = t\n"
+                "}\n"
+                "control_dependencies(i, s) { r = v + s }\n",
+                "r", 7);
   check_value("a nested body depending by control on a node two loops out",
               "c = const(2.0)\n"
               "k = c + 1.0\n"
