@@ -21,8 +21,14 @@
  *   two of the tasks (gr_calibrate_runtime), and the master's cost per
  *   task per step from step_ms_64 and step_ms_4.
  *
+ * raw_ms_N: the floor of step_ms_N on this machine (fanout_floor.h): N
+ *   forked processes answering a 64-byte request over raw loopback TCP,
+ *   the median of a request to each and every answer. On 2 cores the
+ *   wake-ups of 64 processes share the cores, so raw_ms_64 / raw_ms_4 is
+ *   what step_ms_64 / step_ms_4 cannot beat here.
+ *
  * Last line: scale: build_s_256=B register_ms_64=R step_ms_64=S step_ms_4=F
- * sim_eff_64=E. --smoke: 16 workers built, clusters of 2 and 4 tasks, few
+ * sim_eff_64=E raw_ms_64=P raw_ms_4=Q. --smoke: 16 workers built, clusters of 2 and 4 tasks, few
  * steps (the suite's smoke run). --steps N: steps per median (default 200);
  * --no-build: the clusters only (build_s 0). */
 #include <fcntl.h>
@@ -34,6 +40,7 @@
 
 #include "bench_util.h"
 #include "core/session_remote.h" /* the stand-in runner */
+#include "fanout_floor.h"
 
 enum { MAX_TASKS = 64 };
 
@@ -227,6 +234,7 @@ int main(int argc, char **argv) {
     snprintf(addr[k], sizeof addr[k], "127.0.0.1:%d", port);
     addrs[k] = addr[k];
   }
+  fanout *raw = fanout_spawn(big, life[0], life[1]);
   close(life[0]);
 
   build_figures bf = {0};
@@ -240,6 +248,11 @@ int main(int argc, char **argv) {
   printf("\n%-8s %12s %12s %10s\n", "tasks", "connect ms", "register ms", "step ms");
   printf("%-8d %12.1f %12.1f %10.3f\n", small, fs.connect_ms, fs.register_ms, fs.step_ms);
   printf("%-8d %12.1f %12.1f %10.3f\n", big, fb.connect_ms, fb.register_ms, fb.step_ms);
+  double raw_small = fanout_step_ms(raw, small, steps), raw_big = fanout_step_ms(raw, big, steps);
+  fanout_free(raw);
+  printf("raw sockets, a 64-byte request and answer per task: %d tasks %.3f ms, %d tasks %.3f ms "
+         "(x%.1f; graphrun x%.1f)\n",
+         small, raw_small, big, raw_big, raw_big / raw_small, fb.step_ms / fs.step_ms);
 
   gr_cluster *c = calibrate_pair(smoke);
   gr_scale_params p = {.compute = 0.25,
@@ -273,8 +286,9 @@ int main(int argc, char **argv) {
     if (ws[i] == 64) eff64 = r.efficiency;
   }
   printf("scale: build_s_%d=%.2f register_ms_%d=%.1f step_ms_%d=%.3f step_ms_%d=%.3f "
-         "sim_eff_64=%.3f\n",
-         build_n, build_s, big, fb.register_ms, big, fb.step_ms, small, fs.step_ms, eff64);
+         "sim_eff_64=%.3f raw_ms_%d=%.3f raw_ms_%d=%.3f\n",
+         build_n, build_s, big, fb.register_ms, big, fb.step_ms, small, fs.step_ms, eff64, big,
+         raw_big, small, raw_small);
   bench_stop_children();
   return 0;
 }

@@ -39,7 +39,7 @@ static inline int bench_is_smoke(int argc, char **argv) {
 
 /* The children this process forked (killed and reaped at exit, on SIGINT
  * and SIGTERM, and by bench_die). */
-enum { BENCH_MAX_CHILDREN = 80 };
+enum { BENCH_MAX_CHILDREN = 160 }; /* bench_scale: 64 tasks and 64 raw answerers */
 extern pid_t bench_children[BENCH_MAX_CHILDREN];
 extern int bench_num_children;
 void bench_add_child(pid_t pid);
