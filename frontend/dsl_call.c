@@ -816,7 +816,10 @@ static const dsl_builtin builtins[] = {
      "which `graphrun launch` sets), `default` without one",
      false},
     {"mirror_spread", dsl_builtin_mirror_spread, "`mirror_spread()`",
-     "the largest difference between a variable and its copies (f64), read when it runs", false},
+     "the largest difference between a variable and its copies (f64), read when it runs; 0 "
+     "without moving the copies when their fingerprints (XXH64 of the bytes) equal the "
+     "variable's",
+     false},
     /* sync_replicas and the queues are described in docs/strategies.md */
     {"sync_replicas", dsl_builtin_sync_replicas, NULL, NULL, false},
     {"task_index", dsl_builtin_task_index, "`task_index()`",

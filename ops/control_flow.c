@@ -210,7 +210,11 @@ typedef struct branch_arg {
 static gr_output branch_capture(gr_graph *g, gr_output outside, void *arg) {
   branch_arg *b = arg;
   gr_output in[2] = {outside, b->pred};
-  return gr_output_at(gr_op(g, "switch", NULL, in, 2, NULL, 0), b->side);
+  gr_output sw = gr_op(g, "switch", NULL, in, 2, NULL, 0);
+  /* where its data is, as TensorFlow colocates a cond's switches: only the
+   * predicate travels, and an untaken branch moves no data */
+  if (sw.node) gr_graph_set_colocation_hint(g, sw.node, outside.node->name);
+  return gr_output_at(sw, b->side);
 }
 
 /* gr_cond's branches, which give a number of outputs fixed in advance. */

@@ -58,6 +58,7 @@
   X(transpose)                                                                                     \
   X(expand_dims)                                                                                   \
   X(squeeze)                                                                                       \
+  X(fingerprint)                                                                                   \
   X(shape)                                                                                         \
   X(size)                                                                                          \
   X(fill)                                                                                          \

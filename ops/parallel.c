@@ -782,19 +782,68 @@ out:
   return st;
 }
 
-gr_output gr_mirror_spread(gr_graph *g) {
+/* The mirrored variables as (copy, variable) pairs, in node order. */
+typedef struct mirror_pairs {
+  int n;
+  gr_node **copy, **var;
+} mirror_pairs;
+
+static void spread_exact(gr_graph *g, void *arg, gr_output *outs) {
+  const mirror_pairs *mp = arg;
   gr_output worst = {NULL, 0};
+  for (int i = 0; i < mp->n; i++) {
+    gr_output d = gr_sub(g, gr_read_value(g, (gr_output){mp->copy[i], 0}),
+                         gr_read_value(g, (gr_output){mp->var[i], 0}));
+    gr_output w = gr_cast(g, gr_reduce_max(g, gr_abs(g, d), NULL, 0, false), GR_F64);
+    worst = worst.node ? gr_maximum(g, worst, w) : w;
+  }
+  outs[0] = worst;
+}
+
+static void spread_zero(gr_graph *g, void *arg, gr_output *outs) {
+  (void)arg;
+  outs[0] = gr_const_f64(g, 0.0);
+}
+
+/* The fingerprint of a read of variable v, computed where v lives. */
+static gr_output fingerprint_at(gr_graph *g, gr_node *v) {
+  gr_output r = gr_read_value(g, (gr_output){v, 0});
+  gr_output f = gr_op(g, "fingerprint", NULL, &r, 1, NULL, 0);
+  if (f.node) gr_graph_set_colocation(g, f.node, r.node->name);
+  return f;
+}
+
+/* Each copy and each variable is fingerprinted where it lives (the reads
+ * run at the variable), only the 8-byte fingerprints meet, and the
+ * differences are computed (the copies moved) only in a step where some
+ * fingerprint differs: a cond on "every copy's bits equal its variable's". */
+gr_output gr_mirror_spread(gr_graph *g) {
   int total = gr_graph_num_nodes(g);
-  for (int id = 0; id < total; id++) {
+  mirror_pairs mp = {0, calloc((size_t)total + 1, sizeof(gr_node *)),
+                     calloc((size_t)total + 1, sizeof(gr_node *))};
+  gr_output *var_fp = calloc((size_t)total + 1, sizeof *var_fp);
+  gr_output worst = {NULL, 0}, same = {NULL, 0};
+  if (!mp.copy || !mp.var || !var_fp) {
+    gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "mirror_spread: out of memory");
+    goto out;
+  }
+  for (int id = 0; id < total && !gr_graph_error(g); id++) {
     gr_node *m = gr_graph_node(g, id);
     const char *of = is_variable(m) ? gr_node_attr_string(m, "mirror_of", "") : "";
     gr_node *p = of[0] ? gr_graph_find_node(g, of) : NULL;
     if (!p) continue;
-    gr_output d =
-        gr_sub(g, gr_read_value(g, (gr_output){m, 0}), gr_read_value(g, (gr_output){p, 0}));
-    gr_output w = gr_cast(g, gr_reduce_max(g, gr_abs(g, d), NULL, 0, false), GR_F64);
-    worst = worst.node ? gr_maximum(g, worst, w) : w;
+    mp.copy[mp.n] = m, mp.var[mp.n++] = p;
+    if (!var_fp[p->id].node) var_fp[p->id] = fingerprint_at(g, p);
+    gr_output eq = gr_equal(g, fingerprint_at(g, m), var_fp[p->id]);
+    same = same.node ? gr_logical_and(g, same, eq) : eq;
   }
-  if (!worst.node && !gr_graph_error(g)) worst = gr_const_f64(g, 0.0);
-  return worst;
+  if (gr_graph_error(g)) goto out;
+  if (!mp.n) {
+    worst = gr_const_f64(g, 0.0);
+    goto out;
+  }
+  gr_cond(g, same, spread_zero, spread_exact, &mp, 1, &worst);
+out:
+  free(mp.copy), free(mp.var), free(var_fp);
+  return gr_graph_error(g) ? (gr_output){NULL, 0} : worst;
 }

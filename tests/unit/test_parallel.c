@@ -567,6 +567,59 @@ static void test_mirrors_shared(void) {
   gr_graph_free(g);
 }
 
+/* mirror_spread compares fingerprints and moves the copies only when one
+ * differs: 0 while they agree, the exact largest difference once a copy
+ * is changed behind the mirror's back (both on the copies' own devices). */
+static void test_mirror_spread_drift(void) {
+  gr_graph *g = gr_graph_new();
+  lin m = {gr_variable(g, "w", gr_ones(g, GR_F64, gr_shape_make(2, (int64_t[]){3, 1}))),
+           gr_variable(g, "b", gr_zeros(g, GR_F64, gr_shape_make(1, (int64_t[]){1})))};
+  gr_output x = gr_ones(g, GR_F64, gr_shape_make(2, (int64_t[]){4, 3}));
+  gr_output y = gr_zeros(g, GR_F64, gr_shape_make(2, (int64_t[]){4, 1}));
+  static const char *const two[] = {"/job:worker/task:0", "/job:worker/task:1"};
+  gr_replicate_options o = {.num_replicas = 2, .devices = two, .mirror_variables = true};
+  gr_output loss;
+  GR_CHECK(gr_replicate(g, &o, (gr_output[]){x, y}, 2, lin_loss, &m, 1, &loss) == GR_OK);
+  gr_output spread = gr_mirror_spread(g);
+  gr_node *copy = gr_graph_find_node(g, "w/replica_1");
+  GR_CHECK(copy != NULL);
+  if (!copy || gr_graph_error(g)) {
+    gr_graph_free(g);
+    return;
+  }
+  double bump[3] = {0, 0.25, -0.5};
+  gr_output drift = gr_assign_add(
+      g, (gr_output){copy, 0}, gr_const_data(g, GR_F64, gr_shape_make(2, (int64_t[]){3, 1}), bump));
+  int fps = 0;
+  for (int id = 0; id < gr_graph_num_nodes(g); id++)
+    fps += strcmp(gr_graph_node(g, id)->op->name, "fingerprint") == 0;
+  GR_CHECK_EQ_INT(fps, 4); /* w, b and their copies */
+  /* the cond's switch of a copy runs where the copy is: an untaken branch
+   * moves nothing */
+  int switches = 0;
+  for (int id = 0; id < gr_graph_num_nodes(g); id++) {
+    gr_node *n = gr_graph_node(g, id);
+    if (strcmp(n->op->name, "switch") != 0 || n->inputs[0].node != copy) continue;
+    switches++;
+    GR_CHECK(strcmp(gr_graph_resolve_device(g, n), "/job:worker/task:1") == 0);
+  }
+  GR_CHECK_EQ_INT(switches, 1);
+  gr_error err;
+  gr_session *s = named_session(g, worker_names, 2, &err);
+  GR_CHECK(s != NULL);
+  gr_tensor t;
+  bool ok = s && gr_session_run(s, NULL, 0, &spread, 1, &t, NULL, 0, &err) == GR_OK;
+  GR_CHECK(ok && gr_tensor_get_f64(&t, 0) == 0);
+  if (ok) gr_tensor_release(&t);
+  ok = ok && gr_session_run(s, NULL, 0, NULL, 0, NULL, &drift, 1, &err) == GR_OK &&
+       gr_session_run(s, NULL, 0, &spread, 1, &t, NULL, 0, &err) == GR_OK;
+  if (!ok && s) fprintf(stderr, "mirror_spread: %s\n", err.msg);
+  GR_CHECK(ok && gr_tensor_get_f64(&t, 0) == 0.5);
+  if (ok) gr_tensor_release(&t);
+  gr_session_free(s);
+  gr_graph_free(g);
+}
+
 static gr_status make_var(gr_graph *g, void *arg, int replica, const gr_output *in,
                           gr_output *out) {
   (void)arg, (void)replica;
@@ -768,6 +821,7 @@ int main(void) {
   GR_RUN(test_replicas_train_like_one);
   GR_RUN(test_replicas_errors);
   GR_RUN(test_mirrors_shared);
+  GR_RUN(test_mirror_spread_drift);
   GR_RUN(test_replica_index);
   GR_RUN(test_dsl_forms);
   GR_RUN(test_dsl_errors);
