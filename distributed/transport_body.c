@@ -6,6 +6,11 @@
  * them. Either way the finished body is a 64-byte-aligned gr_buffer that
  * the received tensors view.
  *
+ * Neither takes memory the process does not have ahead of the bytes: a
+ * small body starts in an idle pooled buffer of its whole size class when
+ * the pool has one (then it grows without copying), and a large one in a
+ * kept mapping (below).
+ *
  * The mapping of a large body that was freed is kept for the next one
  * (at most GR_RXMAP_KEEP_BYTES in GR_RXMAP_KEEP_N mappings, process-wide,
  * under keep_mu; any thread, as a body is freed wherever its last tensor
@@ -138,8 +143,16 @@ gr_status gr_rxbody_grow(gr_rxbody *b, size_t cap, size_t used, size_t len, gr_e
     struct kept k = take_kept(len);
     if (k.p) move_to_map(b, k.p, k.n, used);
   }
-  if (cap <= GR_RXBODY_SMALL && !b->map) { /* pooled: a new buffer, the bytes so far copied */
-    gr_buffer *nb = gr_buffer_alloc(cap);
+  if (cap <= GR_RXBODY_SMALL && !b->map) {   /* pooled */
+    if (b->buf && b->buf->capacity >= cap) { /* its size class holds it */
+      b->cap = cap;
+      return GR_OK;
+    }
+    /* a new buffer, the bytes so far copied: an idle one of the whole
+     * body's size class if the pool has one (no copy as the body grows),
+     * else one of cap's */
+    gr_buffer *nb = len <= GR_RXBODY_SMALL ? gr_buffer_alloc_idle(len) : NULL;
+    if (!nb) nb = gr_buffer_alloc(cap);
     if (!nb) return gr_error_set_oom(err);
     if (used) memcpy(nb->data, b->buf->data, used);
     gr_buffer_release(b->buf);

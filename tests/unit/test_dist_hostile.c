@@ -698,23 +698,31 @@ static void test_body_growth(void) {
 
 /* Receives a body of len bytes as the transport does (growing as 64 KiB
  * pieces arrive, each written once), the bytes a function of seed; the
- * finished buffer, NULL on failure. */
-static gr_buffer *receive_body(size_t len, uint8_t seed) {
+ * finished buffer, NULL on failure. *moves (may be NULL): how many times
+ * the bytes that had arrived moved to other memory as it grew. */
+static gr_buffer *receive_body_moves(size_t len, uint8_t seed, int *moves) {
   const size_t chunk = 65536;
   gr_rxbody b = {0};
+  if (moves) *moves = 0;
   for (size_t got = 0; got < len;) {
     size_t take = len - got < chunk ? len - got : chunk;
+    uint8_t *was = gr_rxbody_data(&b);
     if (got + take > b.cap &&
         gr_rxbody_grow(&b, gr_rxbody_next_cap(b.cap, got + take, len), got, len, NULL) != GR_OK) {
       gr_rxbody_free(&b);
       return NULL;
     }
+    if (moves && got > 0 && gr_rxbody_data(&b) != was) ++*moves;
     memset(gr_rxbody_data(&b) + got, (uint8_t)(seed + got / chunk), take);
     got += take;
   }
   gr_buffer *buf = gr_rxbody_finish(&b, len);
   if (!buf) gr_rxbody_free(&b);
   return buf;
+}
+
+static gr_buffer *receive_body(size_t len, uint8_t seed) {
+  return receive_body_moves(len, seed, NULL);
 }
 
 static bool body_is(const gr_buffer *buf, size_t len, uint8_t seed) {
@@ -769,6 +777,29 @@ static void test_body_mapping_reused(void) {
   gr_rxbody_set_keep(0);
   GR_CHECK_EQ_INT(gr_rxbody_kept_bytes(), 0);
   gr_rxbody_set_keep(GR_RXMAP_KEEP_BYTES);
+}
+
+/* A small body starts in an idle pooled buffer of its whole size class
+ * when the pool has one, and grows in it without copying what arrived; with
+ * none idle it grows by doubling as before (and takes nothing from the
+ * system ahead of its bytes). */
+static void test_body_idle_pool(void) {
+  gr_buffer_pool_set_limit((size_t)1 << 30); /* off by default under ASan */
+  const size_t len = 800000;
+  int moves = -1;
+  gr_buffer_pool_trim();
+  gr_buffer *cold = receive_body_moves(len, 5, &moves);
+  GR_CHECK(cold && body_is(cold, len, 5));
+  GR_CHECK_MSG(moves > 0, "%d moves with nothing idle", moves);
+  gr_buffer_release(cold); /* idle now, in the class of 1 MiB */
+  gr_buffer *warm = receive_body_moves(len, 6, &moves);
+  GR_CHECK(warm && body_is(warm, len, 6));
+  GR_CHECK_MSG(moves == 0, "the bytes moved %d times as the body grew", moves);
+  gr_buffer_release(warm);
+  gr_buffer_pool_trim();
+#if defined(__SANITIZE_ADDRESS__)
+  gr_buffer_pool_set_limit(0);
+#endif
 }
 
 /* ---- in-process servers --------------------------------------------------------- */
@@ -1026,6 +1057,7 @@ int main(void) {
   GR_RUN(test_rate_limiter);
   GR_RUN(test_body_growth);
   GR_RUN(test_body_mapping_reused);
+  GR_RUN(test_body_idle_pool);
   GR_RUN(test_deadlines_and_keepalive);
   GR_RUN(test_connection_limit);
   GR_RUN(test_receive_budget);
