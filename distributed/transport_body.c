@@ -161,7 +161,7 @@ gr_status gr_rxbody_grow(gr_rxbody *b, size_t cap, size_t used, size_t len, gr_e
     return GR_OK;
   }
   size_t mapped = round_up(cap, page_size());
-  if (b->map && mapped > b->mapped) { /* grown: its pages move, the new ones come as touched */
+  if (b->map && mapped > b->mapped) { /* grown: its pages move, new ones fault in as bytes come */
     void *p = mremap(b->map, b->mapped, mapped, MREMAP_MAYMOVE);
     if (p == MAP_FAILED) return gr_error_set_oom(err);
     b->map = p;
