@@ -1,4 +1,5 @@
 #include "core/gr_buffer.h"
+#include "core/buffer_pool.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -46,24 +47,28 @@ static gr_buffer **link_of(gr_buffer *b) {
   return (gr_buffer **)b->data;
 }
 
-gr_buffer *gr_buffer_alloc(size_t bytes) {
+gr_buffer *gr_buffer_alloc_idle(size_t bytes) {
   int c = class_of(bytes);
-  if (c <= GR_MAX_CLASS) {
-    size_class *sc = &classes[c];
-    pthread_mutex_lock(&sc->mu);
-    gr_buffer *b = sc->head;
-    if (b) {
-      sc->head = *link_of(b);
-      __atomic_fetch_sub(&idle_bytes, b->capacity, __ATOMIC_RELAXED);
-    }
-    pthread_mutex_unlock(&sc->mu);
-    if (b) {
-      __atomic_fetch_add(&pool_hits, 1, __ATOMIC_RELAXED);
-      __atomic_fetch_add(&live_bytes, b->capacity, __ATOMIC_RELAXED);
-      b->refcount = 1;
-      return b;
-    }
+  if (c > GR_MAX_CLASS) return NULL;
+  size_class *sc = &classes[c];
+  pthread_mutex_lock(&sc->mu);
+  gr_buffer *b = sc->head;
+  if (b) {
+    sc->head = *link_of(b);
+    __atomic_fetch_sub(&idle_bytes, b->capacity, __ATOMIC_RELAXED);
   }
+  pthread_mutex_unlock(&sc->mu);
+  if (!b) return NULL;
+  __atomic_fetch_add(&pool_hits, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&live_bytes, b->capacity, __ATOMIC_RELAXED);
+  b->refcount = 1;
+  return b;
+}
+
+gr_buffer *gr_buffer_alloc(size_t bytes) {
+  gr_buffer *idle = gr_buffer_alloc_idle(bytes);
+  if (idle) return idle;
+  int c = class_of(bytes);
   size_t cap = c <= GR_MAX_CLASS ? (size_t)1 << c : (bytes + GR_BUFFER_ALIGN - 1) & ~(size_t)63;
   char *mem = aligned_alloc(GR_BUFFER_ALIGN, GR_HEADER + cap);
   if (!mem) return NULL;

@@ -600,7 +600,7 @@ static bool body_fit(gr_conn *c, size_t need) {
   size_t cap = gr_rxbody_next_cap(had, need, len);
   if (!gr_rx_reserve(c, cap - had)) return false;
   gr_error e;
-  if (gr_rxbody_grow(&c->body, cap, c->body_got, &e) != GR_OK) {
+  if (gr_rxbody_grow(&c->body, cap, c->body_got, len, &e) != GR_OK) {
     gr_rx_release(c, cap - had);
     gr_conn_close_now(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory for a frame body");
     return false;

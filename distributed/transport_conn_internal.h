@@ -17,10 +17,12 @@
 #define GR_AUTH_READ_MAX 256 /* bytes read from a peer before it authenticates */
 
 /* Receive memory (transport_body.c, transport_limits.c). */
-#define GR_RXBODY_FIRST ((size_t)4096)    /* a body's first piece of memory */
-#define GR_RXBODY_SMALL ((size_t)1 << 20) /* larger bodies live in a mapping (mremap) */
-#define GR_STAGE_MIN    ((size_t)4096)    /* a connection's staging buffer at first */
-#define GR_STAGE_MAX    ((size_t)65536)   /* ... grown for traffic (a large map: more) */
+#define GR_RXBODY_FIRST     ((size_t)4096)      /* a body's first piece of memory */
+#define GR_RXBODY_SMALL     ((size_t)1 << 20)   /* larger bodies live in a mapping (mremap) */
+#define GR_STAGE_MIN        ((size_t)4096)      /* a connection's staging buffer at first */
+#define GR_STAGE_MAX        ((size_t)65536)     /* ... grown for traffic (a large map: more) */
+#define GR_RXMAP_KEEP_BYTES ((size_t)256 << 20) /* freed bodies' mappings kept for reuse */
+#define GR_RXMAP_KEEP_N     32                  /* ... at most this many */
 
 struct event_base;
 struct event;
@@ -40,13 +42,19 @@ typedef struct gr_rxbody {
  * must fit: doubling (at first GR_RXBODY_FIRST), at least need, at most
  * len. */
 size_t gr_rxbody_next_cap(size_t cap, size_t need, size_t len);
-/* Grows b to cap bytes, keeping its first used bytes. */
-gr_status gr_rxbody_grow(gr_rxbody *b, size_t cap, size_t used, gr_error *err);
+/* Grows b to cap bytes, keeping its first used bytes; len is the body's
+ * announced length, for choosing a kept mapping that holds it. */
+gr_status gr_rxbody_grow(gr_rxbody *b, size_t cap, size_t used, size_t len, gr_error *err);
 uint8_t *gr_rxbody_data(const gr_rxbody *b);
 /* The body of len bytes as a 64-byte-aligned buffer (one reference; NULL
  * when out of memory, b untouched); b is empty after. */
 gr_buffer *gr_rxbody_finish(gr_rxbody *b, size_t len);
 void gr_rxbody_free(gr_rxbody *b);
+/* The mappings of large bodies kept for reuse (transport_body.c): at most
+ * this many bytes (tests: gr_rxbody_set_keep; 0 keeps none), and how many
+ * are kept now. */
+void gr_rxbody_set_keep(size_t bytes);
+size_t gr_rxbody_kept_bytes(void);
 
 struct gr_loop {
   struct event_base *base;

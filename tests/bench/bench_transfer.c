@@ -270,14 +270,17 @@ static int raw_connect(int port, const raw_cmd *c) {
  * one warm-up, into t[]. Both ends call write() / read() with at most chunk
  * bytes (0: all that is left); nonblocking: both use O_NONBLOCK and poll()
  * (as an event loop does), else blocking calls. */
-static void raw_bulk(int port, size_t bytes, size_t chunk, bool nonblocking, int reps, double *t) {
+static void raw_bulk(int port, size_t bytes, size_t chunk, bool nonblocking, int reps, double *t,
+                     double *cpu) {
   char *buf = malloc(bytes);
   if (!buf) bench_die("raw buffer", "out of memory");
   memset(buf, 1, bytes);
   raw_cmd c = {nonblocking ? 3 : 1, bytes, (uint64_t)reps + 1, chunk};
   int fd = raw_connect(port, &c);
   if (nonblocking) fcntl(fd, F_SETFL, O_NONBLOCK);
+  double cpu0 = 0;
   for (int i = -1; i < reps; i++) {
+    if (i == 0) cpu0 = cpu_seconds(getpid()) + cpu_seconds(bench_children[TASKS]);
     double t0 = bench_now();
     write_chunks(fd, buf, bytes, chunk);
     char k;
@@ -285,6 +288,7 @@ static void raw_bulk(int port, size_t bytes, size_t chunk, bool nonblocking, int
     double dt = bench_now() - t0;
     if (i >= 0) t[i] = dt;
   }
+  *cpu += cpu_seconds(getpid()) + cpu_seconds(bench_children[TASKS]) - cpu0;
   close(fd);
   free(buf);
 }
@@ -350,14 +354,20 @@ static gr_output trivial_on(gr_graph *g, int task) {
 /* Runs the fetches reps times after two warm-ups, step seconds into t[]
  * (may be NULL). The first fetch's value of the last step goes to *first
  * (may be NULL), the last step's transfers to *moved (may be NULL). */
-static double tasks_cpu(void) {
+/* CPU seconds of the pair of tasks whose first child is bench_children[first]. */
+static double tasks_cpu(int first) {
   double sum = 0;
-  for (int k = 0; k < TASKS; k++) sum += cpu_seconds(bench_children[k]);
+  for (int k = 0; k < TASKS; k++) sum += cpu_seconds(bench_children[first + k]);
   return sum;
 }
 
+/* The children: the tasks, the raw peer, the TLS pair, the MAC pair. */
+enum { PEER = TASKS, TLS_TASKS = TASKS + 1, MAC_TASKS = TASKS + 1 + TASKS };
+
+/* *cpu (may be NULL) gets the CPU seconds of the pair of tasks starting at
+ * child cpu_first over the timed steps. */
 static void time_steps(gr_master *m, gr_graph *g, gr_output *fetch, int nf, int reps, double *t,
-                       gr_tensor *first, gr_transfer_stats *moved, double *cpu) {
+                       gr_tensor *first, gr_transfer_stats *moved, double *cpu, int cpu_first) {
   if (gr_graph_error(g)) bench_die("graph", gr_graph_error(g)->msg);
   gr_error err;
   gr_session *s = gr_master_session_new(m, g, NULL, &err);
@@ -365,7 +375,7 @@ static void time_steps(gr_master *m, gr_graph *g, gr_output *fetch, int nf, int 
   gr_tensor out[4];
   double cpu0 = 0;
   for (int i = -2; i < reps; i++) {
-    if (i == 0 && cpu) cpu0 = tasks_cpu();
+    if (i == 0 && cpu) cpu0 = tasks_cpu(cpu_first);
     double t0 = bench_now();
     if (gr_session_run(s, NULL, 0, fetch, nf, out, NULL, 0, &err) != GR_OK)
       bench_die("step", err.msg);
@@ -378,7 +388,7 @@ static void time_steps(gr_master *m, gr_graph *g, gr_output *fetch, int nf, int 
         gr_tensor_release(&out[k]);
     }
   }
-  if (cpu) *cpu += tasks_cpu() - cpu0;
+  if (cpu) *cpu += tasks_cpu(cpu_first) - cpu0;
   if (moved) *moved = gr_session_last_transfers(s);
   gr_session_free(s);
 }
@@ -458,6 +468,16 @@ static double gbps(size_t bytes, double s) {
   return (double)bytes / s / 1e9;
 }
 
+/* The CPU time per MiB moved, both tasks, all threads: the transfer's
+ * steps (cpu_x over n) minus the steps without it (cpu_b over n). Other
+ * work on the machine disturbs it much less than elapsed time. */
+static void print_cpu_per_mib(const char *what, double cpu_x, double cpu_b, int n, size_t bytes) {
+  double ms = (cpu_x - cpu_b) / n / ((double)bytes / (1 << 20)) * 1e3;
+  printf("CPU per MiB moved %s (user + system, all threads, both tasks, the transfer's steps "
+         "minus the steps without it): %.3f ms\n",
+         what, ms);
+}
+
 /* ---- across hosts: TLS and frame MACs ------------------------------------------ */
 
 static char cert_dir[64]; /* the run's CA and certificate (removed at exit) */
@@ -486,7 +506,8 @@ static bench_tls make_certs(void) {
  * intact (its sum is sum0's), then rounds x reps of the transfer step and
  * the step without it, alternating; the transfer's best seconds. */
 static double protected_bulk(const char *const *addrs, const bench_tls *tls, int64_t elems,
-                             const gr_tensor *sum0, int rounds, int reps, const char *what) {
+                             const gr_tensor *sum0, int rounds, int reps, const char *what,
+                             int first) {
   gr_master_options mo = {.num_tasks = TASKS,
                           .addresses = addrs,
                           .secret = BENCH_SECRET,
@@ -502,16 +523,18 @@ static double protected_bulk(const char *const *addrs, const bench_tls *tls, int
   gr_graph *gs = bulk_graph(elems, 1, true, fs);
   gr_tensor sum;
   gr_transfer_stats moved;
-  time_steps(m, gs, fs, 2, 1, NULL, &sum, &moved, NULL);
+  time_steps(m, gs, fs, 2, 1, NULL, &sum, &moved, NULL, 0);
   if (moved.sends != 1 || gr_tensor_get_f64(&sum, 0) != gr_tensor_get_f64(sum0, 0))
     bench_die(what, "the received tensor's sum differs from the sender's");
   gr_tensor_release(&sum);
   int n = rounds * reps;
   double *tx = calloc((size_t)n, sizeof *tx), *tb = calloc((size_t)n, sizeof *tb);
+  double cpu_x = 0, cpu_b = 0;
   for (int r = 0; r < rounds; r++) {
-    time_steps(m, gx, fx, 2, reps, tx + r * reps, NULL, NULL, NULL);
-    time_steps(m, gb, fb, 2, reps, tb + r * reps, NULL, NULL, NULL);
+    time_steps(m, gx, fx, 2, reps, tx + r * reps, NULL, NULL, &cpu_x, first);
+    time_steps(m, gb, fb, 2, reps, tb + r * reps, NULL, NULL, &cpu_b, first);
   }
+  print_cpu_per_mib(what, cpu_x, cpu_b, n, (size_t)elems * 4);
   double x = best_of(tx, n), b = best_of(tb, n), xfer = x - b;
   printf("%.0f MiB f32 task 0 -> task 1 %s, best of %d: step %.3f ms, without the transfer %.3f "
          "ms: %.3f ms, %.2f GB/s (median step %.3f ms)\n",
@@ -573,8 +596,9 @@ int main(int argc, char **argv) {
   gr_graph *gs1 = bulk_graph(elems, 1, true, fs1), *gs0 = bulk_graph(elems, 0, true, fs0);
   gr_tensor sum1, sum0;
   gr_transfer_stats moved;
-  time_steps(m, gs0, fs0, 2, 1, NULL, &sum0, NULL, NULL); /* initialises the variable on task 0 */
-  time_steps(m, gs1, fs1, 2, 1, NULL, &sum1, &moved, NULL);
+  time_steps(m, gs0, fs0, 2, 1, NULL, &sum0, NULL, NULL,
+             0); /* initialises the variable on task 0 */
+  time_steps(m, gs1, fs1, 2, 1, NULL, &sum1, &moved, NULL, 0);
   if (moved.sends != 1 || (size_t)moved.bytes != bytes)
     bench_die("bulk", "the step did not move the tensor in one transfer");
   if (gr_tensor_get_f64(&sum1, 0) != gr_tensor_get_f64(&sum0, 0))
@@ -589,14 +613,14 @@ int main(int argc, char **argv) {
   } raw_forms[3] = {{"blocking, whole buffer per call", 0, false},
                     {"blocking, 256 KiB per call", 256 << 10, false},
                     {"non-blocking + poll(), whole buffer per call", 0, true}};
-  double *rt[3];
+  double *rt[3], cpu_raw[3] = {0}, cpu_x = 0, cpu_b = 0;
   for (int f = 0; f < 3; f++) rt[f] = calloc((size_t)nb, sizeof(double));
   for (int r = 0; r < rounds; r++) {
     for (int f = 0; f < 3; f++) {
       raw_bulk(raw_port, bytes, raw_forms[f].chunk, raw_forms[f].nonblocking, bulk_reps,
-               rt[f] + r * bulk_reps);
-      if (f == 0) time_steps(m, gx, fx, 2, bulk_reps, tx + r * bulk_reps, NULL, NULL, NULL);
-      if (f == 1) time_steps(m, gb, fb, 2, bulk_reps, tb + r * bulk_reps, NULL, NULL, NULL);
+               rt[f] + r * bulk_reps, &cpu_raw[f]);
+      if (f == 0) time_steps(m, gx, fx, 2, bulk_reps, tx + r * bulk_reps, NULL, NULL, &cpu_x, 0);
+      if (f == 1) time_steps(m, gb, fb, 2, bulk_reps, tb + r * bulk_reps, NULL, NULL, &cpu_b, 0);
     }
   }
   double x_best = best_of(tx, nb), b_best = best_of(tb, nb), xfer = x_best - b_best;
@@ -609,16 +633,18 @@ int main(int argc, char **argv) {
     double b = best_of(rt[f], nb);
     raw_best = b < raw_best ? b : raw_best;
     printf("raw TCP process to process, write() / read() loops, %s: best of %d %.3f ms, %.2f "
-           "GB/s (median %.3f ms)\n",
-           raw_forms[f].what, nb, b * 1e3, gbps(bytes, b), bench_median(rt[f], nb) * 1e3);
+           "GB/s (median %.3f ms; CPU per MiB, both ends %.3f ms)\n",
+           raw_forms[f].what, nb, b * 1e3, gbps(bytes, b), bench_median(rt[f], nb) * 1e3,
+           cpu_raw[f] / nb / ((double)bytes / (1 << 20)) * 1e3);
     free(rt[f]);
   }
+  print_cpu_per_mib("task to task", cpu_x, cpu_b, nb, bytes);
   double pct = 100 * raw_best / xfer;
   free(tx), free(tb);
   double tls_xfer =
-      protected_bulk(paddrs[0], &tls, elems, &sum0, rounds, bulk_reps, "over TLS 1.3");
-  double mac_xfer =
-      protected_bulk(paddrs[1], NULL, elems, &sum0, rounds, bulk_reps, "with frame MACs");
+      protected_bulk(paddrs[0], &tls, elems, &sum0, rounds, bulk_reps, "over TLS 1.3", TLS_TASKS);
+  double mac_xfer = protected_bulk(paddrs[1], NULL, elems, &sum0, rounds, bulk_reps,
+                                   "with frame MACs", MAC_TASKS);
 
   /* 2. small round trips: the alternating chain vs one task; raw ping-pong */
   gr_output fc[2], f1[2];
@@ -631,9 +657,9 @@ int main(int argc, char **argv) {
     pp_best = t < pp_best ? t : pp_best;
     t = handoff_pingpong(raw_port, hops_rt, rtt_reps);
     ho_best = t < ho_best ? t : ho_best;
-    time_steps(m, gc, fc, 2, rtt_reps, tc + r * rtt_reps, NULL, &moved, &cpu_c);
+    time_steps(m, gc, fc, 2, rtt_reps, tc + r * rtt_reps, NULL, &moved, &cpu_c, 0);
     if (moved.sends != 2 * hops_rt) bench_die("chain", "unexpected number of transfers");
-    time_steps(m, g1, f1, 2, rtt_reps, t1 + r * rtt_reps, NULL, NULL, &cpu_1);
+    time_steps(m, g1, f1, 2, rtt_reps, t1 + r * rtt_reps, NULL, NULL, &cpu_1, 0);
   }
   double c_best = best_of(tc, nr), one_best = best_of(t1, nr);
   double rtt = (c_best - one_best) / hops_rt;
@@ -657,7 +683,7 @@ int main(int argc, char **argv) {
   gr_graph *gl = loop_graph(loop_iters, fl);
   int nl = smoke ? 1 : 10;
   double tl[10];
-  time_steps(m, gl, fl, 2, nl, tl, NULL, &moved, NULL);
+  time_steps(m, gl, fl, 2, nl, tl, NULL, &moved, NULL, 0);
   printf("while loop bouncing the value task 0 -> task 1 -> task 0: %.1f us per iteration, best "
          "of %d (%.2f transfers per iteration: the value each way and the loop predicate)\n",
          best_of(tl, nl) / (double)loop_iters * 1e6, nl, (double)moved.sends / (double)loop_iters);
@@ -666,7 +692,7 @@ int main(int argc, char **argv) {
   gr_graph *ge = gr_graph_new();
   gr_output fe[2] = {trivial_on(ge, 0), trivial_on(ge, 1)};
   double *te = calloc((size_t)step_reps, sizeof *te);
-  time_steps(m, ge, fe, 2, step_reps, te, NULL, NULL, NULL);
+  time_steps(m, ge, fe, 2, step_reps, te, NULL, NULL, NULL, 0);
   double step_best = best_of(te, step_reps), step_med = bench_median(te, step_reps);
   free(te);
   printf("a step of one trivial node on each of 2 tasks: %.1f us median of %d, %.1f us best\n",
