@@ -1,11 +1,10 @@
 /* TLS contexts and connections (tls_internal.h): loading and checking the
- * certificate, key and CA; a connection's SSL; what a failed call means. */
+ * certificate, key and CA; a connection's SSL (over tls_bio.c's socket BIO);
+ * what a failed call means. */
 #include <errno.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,12 +195,14 @@ void gr_tls_unref(gr_tls *t) {
 
 SSL *gr_tls_ssl(gr_tls *t, int fd, bool server, gr_error *err) {
   SSL *ssl = SSL_new(t->ctx);
-  if (!ssl || SSL_set_fd(ssl, fd) != 1) {
+  BIO *bio = ssl ? gr_tls_socket_bio(fd) : NULL; /* not SSL_set_fd: no SIGPIPE */
+  if (!bio) {
     SSL_free(ssl);
     ERR_clear_error();
     gr_error_set(err, GR_ERR_RESOURCE_EXHAUSTED, "out of memory for a TLS connection");
     return NULL;
   }
+  SSL_set_bio(ssl, bio, bio); /* the SSL holds the BIO */
   if (server)
     SSL_set_accept_state(ssl);
   else
@@ -254,23 +255,4 @@ gr_tls_io gr_tls_result(SSL *ssl, int ret, char *why, size_t cap) {
   refused_cert[0] = '\0';
   ERR_clear_error();
   return GR_TLS_FAILED;
-}
-
-void gr_tls_nosig_begin(gr_tls_nosig *g) {
-  sigset_t pipe, pending;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
-  pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
-}
-
-void gr_tls_nosig_end(gr_tls_nosig *g) {
-  sigset_t pipe, pending;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  if (!g->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
-    struct timespec zero = {0, 0};
-    while (sigtimedwait(&pipe, NULL, &zero) < 0 && errno == EINTR) {}
-  }
-  pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }

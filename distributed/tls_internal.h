@@ -25,7 +25,6 @@
 #ifndef GR_TLS_INTERNAL_H
 #define GR_TLS_INTERNAL_H
 
-#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -70,16 +69,12 @@ typedef enum gr_tls_io {
 /* Clears the thread's OpenSSL error queue. */
 gr_tls_io gr_tls_result(struct ssl_st *ssl, int ret, char *why, size_t cap);
 
-/* OpenSSL writes a socket with write(2), not send(2) with MSG_NOSIGNAL: a
- * peer that closed would raise SIGPIPE and end the process. Every SSL call
- * that may write (reads too, under TLS 1.3) runs between these, on one
- * thread: SIGPIPE blocked there, and one it raised consumed (not one that
- * was pending before). */
-typedef struct gr_tls_nosig {
-  sigset_t old;
-  bool was_pending;
-} gr_tls_nosig;
-void gr_tls_nosig_begin(gr_tls_nosig *g);
-void gr_tls_nosig_end(gr_tls_nosig *g);
+/* A socket BIO over fd (not taken: freeing the BIO leaves it open) that
+ * writes with send(2) and MSG_NOSIGNAL, so that writing to a peer that
+ * has closed fails with EPIPE instead of raising SIGPIPE (OpenSSL's own
+ * socket BIO uses write(2), and SIGPIPE would end a process that does not
+ * ignore it); non-blocking as OpenSSL's (tls_bio.c). NULL when out of
+ * memory. gr_tls_ssl puts one under every SSL. */
+struct bio_st *gr_tls_socket_bio(int fd);
 
 #endif

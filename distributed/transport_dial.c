@@ -368,10 +368,7 @@ static gr_status read_exact(hs_io *io, void *buf, size_t n, gr_error *err) {
   while (got < n) {
     if (io->ssl) {
       size_t r = 0;
-      gr_tls_nosig ns;
-      gr_tls_nosig_begin(&ns);
       int ret = SSL_read_ex(io->ssl, (char *)buf + got, n - got, &r);
-      gr_tls_nosig_end(&ns);
       if (ret == 1)
         got += r;
       else
@@ -422,10 +419,7 @@ static gr_status write_all(hs_io *io, gr_outmsg *m, gr_error *err) {
   for (size_t done = 0; st == GR_OK && done < total;) {
     if (io->ssl) {
       size_t w = 0;
-      gr_tls_nosig ns;
-      gr_tls_nosig_begin(&ns);
       int ret = SSL_write_ex(io->ssl, p + done, total - done, &w);
-      gr_tls_nosig_end(&ns);
       if (ret == 1)
         done += w;
       else
@@ -449,10 +443,7 @@ static gr_status write_all(hs_io *io, gr_outmsg *m, gr_error *err) {
 static gr_status tls_connect(hs_io *io, gr_tls *tls, gr_error *err) {
   if (!(io->ssl = gr_tls_ssl(tls, io->fd, false, err))) return err ? err->code : GR_ERR_INTERNAL;
   for (;;) {
-    gr_tls_nosig ns;
-    gr_tls_nosig_begin(&ns);
     int ret = SSL_connect(io->ssl);
-    gr_tls_nosig_end(&ns);
     if (ret == 1) return GR_OK;
     if (tls_wait(io, ret, "the TLS handshake", err) != GR_OK) {
       if (io->tls_failed && err) {

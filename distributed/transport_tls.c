@@ -75,10 +75,7 @@ ssize_t gr_conn_tls_write(gr_conn *c, const struct iovec *v, int n) {
     p = c->gather;
   }
   size_t w = 0;
-  gr_tls_nosig ns;
-  gr_tls_nosig_begin(&ns);
   int ret = SSL_write_ex(c->ssl, p, len, &w);
-  gr_tls_nosig_end(&ns);
   return ret == 1 ? (ssize_t)w : io_failed(c, ret, false);
 }
 
@@ -91,10 +88,7 @@ ssize_t gr_conn_read(gr_conn *c, void *buf, size_t n) {
     errno = EBADF;
     r = -1;
   } else {
-    gr_tls_nosig ns;
-    gr_tls_nosig_begin(&ns);
     int ret = SSL_read_ex(c->ssl, buf, n, &got);
-    gr_tls_nosig_end(&ns);
     r = ret == 1 ? (ssize_t)got : io_failed(c, ret, true);
   }
   pthread_mutex_unlock(&c->mu);
@@ -116,10 +110,7 @@ bool gr_conn_tls_accept(gr_conn *c) {
     gr_conn_close_now(c, e.code, e.msg);
     return false;
   }
-  gr_tls_nosig ns;
-  gr_tls_nosig_begin(&ns);
   int ret = SSL_do_handshake(c->ssl);
-  gr_tls_nosig_end(&ns);
   if (BIO_number_read(SSL_get_rbio(c->ssl)) > 0) c->tls_heard = true;
   gr_tls_io io = GR_TLS_FAILED;
   if (ret == 1)

@@ -29,14 +29,6 @@
 
 static char tmp[] = "/tmp/gr_collective_XXXXXX";
 
-static int run(gt_proc *p, char *const argv[], double seconds) {
-  gt_proc_start(p, argv);
-  bool ended = gt_proc_wait(p, NULL, seconds);
-  gt_proc_finish(p);
-  GR_CHECK_MSG(ended, "%s %s did not end within %g s:\n%s", argv[1], argv[2], seconds, p->buf);
-  return gt_proc_exit_code(p);
-}
-
 static bool load(const char *dir, const char *name, gr_tensor *t) {
   char path[PATH_MAX];
   gr_error e;
@@ -119,11 +111,11 @@ static bool run_sums(int n, const char *dir) {
   snprintf(out, sizeof out, "%s/%s", tmp, dir);
   snprintf(workers, sizeof workers, "%d", n);
   gt_proc p;
-  int code = run(&p,
-                 (char *[]){"graphrun", "launch", "--ps", "0", "--workers", workers, file,
-                            "--fetch", fetch, "--out", out, "--quiet", "--timeout", "60",
-                            "--heartbeat", LENIENT, NULL},
-                 180);
+  int code = gt_run(&p,
+                    (char *[]){"graphrun", "launch", "--ps", "0", "--workers", workers, file,
+                               "--fetch", fetch, "--out", out, "--quiet", "--timeout", "60",
+                               "--heartbeat", LENIENT, NULL},
+                    180);
   GR_CHECK_MSG(code == 0, "%d workers: exit %d:\n%s", n, code, p.buf);
   return code == 0;
 }
@@ -200,11 +192,11 @@ static void test_allreduce_example(void) {
   snprintf(file, sizeof file, "%s/examples/allreduce.gr", GR_SOURCE_DIR);
   for (int i = 0; i < 2; i++) {
     gt_proc p;
-    int code =
-        run(&p,
-            (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "3", file, "--steps", "20",
-                       "--json", "--quiet", "--timeout", "60", "--heartbeat", LENIENT, NULL},
-            240);
+    int code = gt_run(&p,
+                      (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "3", file,
+                                 "--steps", "20", "--json", "--quiet", "--timeout", "60",
+                                 "--heartbeat", LENIENT, NULL},
+                      240);
     GR_CHECK_MSG(code == 0, "exit %d:\n%s", code, p.buf);
     double l = json_scalar(p.buf, "loss", loss[i], sizeof loss[i]);
     double w = json_scalar(p.buf, "worst", worst, sizeof worst);

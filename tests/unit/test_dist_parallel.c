@@ -36,15 +36,6 @@
 static char exe[PATH_MAX];
 static char tmp[] = "/tmp/gr_dist_parallel_XXXXXX";
 
-/* Runs argv to its end (at most `seconds`); its exit code, output in p. */
-static int run(gt_proc *p, char *const argv[], double seconds) {
-  gt_proc_start(p, argv);
-  bool ended = gt_proc_wait(p, NULL, seconds);
-  gt_proc_finish(p);
-  GR_CHECK_MSG(ended, "%s %s did not end within %g s:\n%s", argv[1], argv[2], seconds, p->buf);
-  return gt_proc_exit_code(p);
-}
-
 static void example(char *buf, size_t cap, const char *name) {
   snprintf(buf, cap, "%s/examples/%s", GR_SOURCE_DIR, name);
 }
@@ -93,10 +84,10 @@ static void reference(void) {
   snprintf(ref_dir, sizeof ref_dir, "%s/ref", tmp);
   snprintf(steps, sizeof steps, "%d", STEPS);
   gt_proc p;
-  GR_CHECK_EQ_INT(run(&p,
-                      (char *[]){"graphrun", "run", file, "--steps", steps, "--fetch", WEIGHTS,
-                                 "--out", ref_dir, "--quiet", NULL},
-                      120),
+  GR_CHECK_EQ_INT(gt_run(&p,
+                         (char *[]){"graphrun", "run", file, "--steps", steps, "--fetch", WEIGHTS,
+                                    "--out", ref_dir, "--quiet", NULL},
+                         120),
                   0);
 }
 
@@ -108,11 +99,11 @@ static int launch(gt_proc *p, const char *ps, const char *workers, const char *n
   snprintf(steps, sizeof steps, "%d", STEPS);
   snprintf(fetch, sizeof fetch, "%s%s%s", WEIGHTS, extra ? "," : "", extra ? extra : "");
   snprintf(out, sizeof out, "%s/%s", tmp, dir);
-  return run(p,
-             (char *[]){"graphrun", "launch", "--ps", (char *)ps, "--workers", (char *)workers,
-                        file, "--steps", steps, "--fetch", fetch, "--out", out, "--quiet",
-                        "--timeout", "60", "--heartbeat", LENIENT, NULL},
-             120);
+  return gt_run(p,
+                (char *[]){"graphrun", "launch", "--ps", (char *)ps, "--workers", (char *)workers,
+                           file, "--steps", steps, "--fetch", fetch, "--out", out, "--quiet",
+                           "--timeout", "60", "--heartbeat", LENIENT, NULL},
+                120);
 }
 
 static double diff_to(const char *dir, const char *other, bool *same) {
@@ -238,7 +229,7 @@ static double cnn_run(bool cluster, int steps, const char *dir, const char *flag
   if (flag) argv[n++] = (char *)flag, argv[n++] = (char *)value;
   argv[n] = NULL;
   gt_proc p;
-  int code = run(&p, argv, 300);
+  int code = gt_run(&p, argv, 300);
   GR_CHECK_MSG(code == 0, "%s", p.buf);
   return code == 0 ? json_scalar(p.buf, "loss") : NAN;
 }
@@ -329,10 +320,10 @@ static void test_mapreduce_mean(void) {
   example(file, sizeof file, "mapreduce_mean.gr");
   gt_proc p;
   double t0 = gt_now();
-  GR_CHECK_EQ_INT(run(&p,
-                      (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "2", file,
-                                 "--json", "--timeout", "60", "--heartbeat", LENIENT, NULL},
-                      120),
+  GR_CHECK_EQ_INT(gt_run(&p,
+                         (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "2", file,
+                                    "--json", "--timeout", "60", "--heartbeat", LENIENT, NULL},
+                         120),
                   0);
   double took = gt_now() - t0;
   GR_CHECK_STR_CONTAINS(p.buf, "the last step sent 1 values between devices (8 bytes)");
@@ -371,10 +362,10 @@ static void test_all_reduce_on_cluster(void) {
   snprintf(file, sizeof file, "%s/ring.gr", tmp);
   gt_proc p;
   GR_CHECK_EQ_INT(
-      run(&p,
-          (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "3", file, "--json", "--quiet",
-                     "--timeout", "60", "--heartbeat", LENIENT, NULL},
-          120),
+      gt_run(&p,
+             (char *[]){"graphrun", "launch", "--ps", "0", "--workers", "3", file, "--json",
+                        "--quiet", "--timeout", "60", "--heartbeat", LENIENT, NULL},
+             120),
       0);
   GR_CHECK_MSG(json_scalar(p.buf, "sum_err") == 0 && json_scalar(p.buf, "spread") == 0, "%s",
                p.buf);

@@ -9,7 +9,8 @@
  * plaintext peer and a TLS client of a server without TLS are refused with
  * errors naming the address (and the server's log the peer); and a byte
  * altered on the way by a proxy (fault_proxy.h, TAMPER) closes the
- * connection before the frame is delivered, in both directions. Between
+ * connection before the frame is delivered, in both directions; a write to
+ * a peer that has closed fails with EPIPE, without SIGPIPE. Between
  * processes in network namespaces: test_dist_netns_tls. */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -220,32 +222,108 @@ static void exchange(gr_tls *s_tls, gr_tls *c_tls, int want) {
   end_stop(&srv);
 }
 
-/* OpenSSL writes the socket with write(2): a peer that has closed raises
- * SIGPIPE, which (not ignored, as in a program embedding graphrun) would
- * end the process. A TLS handshake to a closed peer fails instead, and
- * leaves no SIGPIPE pending. */
-static void test_closed_peer_no_sigpipe(void) {
-  void (*was)(int) = signal(SIGPIPE, SIG_DFL);
-  gr_tls *t = tls_of(K.cert, K.key, K.ca);
-  int sv[2];
-  GR_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-  close(sv[1]);
+/* ---- no SIGPIPE from a peer that closed ------------------------------------------- */
+
+/* An SSL call that failed (ret) on ssl: that it failed as want, and, for a
+ * GR_TLS_SYSCALL, with errno want_errno; else says how it did, on stderr. */
+static bool failed_as(SSL *ssl, int ret, gr_tls_io want, int want_errno, const char *what) {
+  char why[256] = "";
+  gr_tls_io io = ret == 1 ? (gr_tls_io)-1 : gr_tls_result(ssl, ret, why, sizeof why);
+  int e = errno;
+  if (io == want && (want != GR_TLS_SYSCALL || e == want_errno)) return true;
+  fprintf(stderr, "%s: returned %d, gr_tls_result %d (want %d), errno %d (want %d) %s\n", what, ret,
+          (int)io, (int)want, e, want_errno, why);
+  return false;
+}
+
+/* Both ends of a TLS connection over the non-blocking socketpair sv, in
+ * this thread: the handshake, a read that waits, a record each way. */
+static bool handshake_pair(gr_tls *t, int sv[2], SSL **cl, SSL **sv_ssl) {
   gr_error err;
-  SSL *ssl = gr_tls_ssl(t, sv[0], false, &err);
-  GR_CHECK(ssl != NULL);
-  if (ssl) {
-    gr_tls_nosig ns;
-    gr_tls_nosig_begin(&ns);
-    int ret = SSL_connect(ssl); /* writes its ClientHello to the closed peer */
-    gr_tls_nosig_end(&ns);
-    GR_CHECK(ret != 1);
-    SSL_free(ssl);
+  *cl = gr_tls_ssl(t, sv[0], false, &err);
+  *sv_ssl = gr_tls_ssl(t, sv[1], true, &err);
+  if (!*cl || !*sv_ssl) return false;
+  bool cdone = false, sdone = false;
+  for (int i = 0; i < 1000 && !(cdone && sdone); i++) {
+    int rc = cdone ? 1 : SSL_do_handshake(*cl), rs = sdone ? 1 : SSL_do_handshake(*sv_ssl);
+    cdone = rc == 1, sdone = rs == 1;
+    if ((!cdone && !failed_as(*cl, rc, GR_TLS_WANT_READ, 0, "the client's handshake")) ||
+        (!sdone && !failed_as(*sv_ssl, rs, GR_TLS_WANT_READ, 0, "the server's handshake")))
+      return false;
   }
-  sigset_t pending;
-  GR_CHECK(sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 0);
+  char buf[8];
+  size_t n = 0;
+  if (!cdone || !sdone ||
+      !failed_as(*cl, SSL_read_ex(*cl, buf, sizeof buf, &n), GR_TLS_WANT_READ, 0,
+                 "a read before anything was sent") ||
+      SSL_write_ex(*sv_ssl, "ping", 4, &n) != 1 || SSL_read_ex(*cl, buf, sizeof buf, &n) != 1 ||
+      n != 4 || memcmp(buf, "ping", 4) != 0)
+    return false;
+  return true;
+}
+
+/* In a child process, as a program embedding graphrun: SIGPIPE at its
+ * default disposition (ends the process) and unblocked. A ClientHello
+ * written to a peer that has closed, and a record after the handshake,
+ * fail with EPIPE; a read then sees the end of the stream. 0 when all
+ * did; a SIGPIPE ends the child. */
+static int closed_peer_child(gr_tls *t) {
+  signal(SIGPIPE, SIG_DFL);
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_UNBLOCK, &pipe, NULL);
+  alarm(60); /* whatever happens, it ends */
+  int sv[2];
+  gr_error err;
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 2;
+  close(sv[1]);
+  SSL *ssl = gr_tls_ssl(t, sv[0], false, &err);
+  if (!ssl) return 3;
+  if (!failed_as(ssl, SSL_connect(ssl), GR_TLS_SYSCALL, EPIPE, "a handshake to a closed peer"))
+    return 4;
+  SSL_free(ssl);
   close(sv[0]);
+  SSL *cl = NULL, *srv = NULL;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) != 0) return 2;
+  if (!handshake_pair(t, sv, &cl, &srv)) return 5;
+  SSL_free(srv);
+  close(sv[1]);
+  size_t n;
+  char buf[8];
+  if (!failed_as(cl, SSL_write_ex(cl, "x", 1, &n), GR_TLS_SYSCALL, EPIPE,
+                 "a write to a closed peer"))
+    return 6;
+  if (!failed_as(cl, SSL_read_ex(cl, buf, sizeof buf, &n), GR_TLS_CLOSED, 0,
+                 "a read from a closed peer"))
+    return 7;
+  SSL_free(cl);
+  close(sv[0]);
+  return 0;
+}
+
+/* gr_tls_ssl's BIO sends with MSG_NOSIGNAL: OpenSSL's own socket BIO
+ * (SSL_set_fd) writes with write(2), which raises SIGPIPE on a socket whose
+ * peer closed and would end the child here. */
+static void test_closed_peer_no_sigpipe(void) {
+  gr_tls *t = tls_of(K.cert, K.key, K.ca);
+  if (!t) return;
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork(); /* the first test: no other threads yet */
+  GR_CHECK(pid >= 0);
+  if (pid == 0) _exit(closed_peer_child(t));
+  if (pid < 0) return gr_tls_unref(t);
+  int status = 0;
+  pid_t w;
+  while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {}
+  GR_CHECK(w == pid);
+  int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  GR_CHECK_MSG(sig == 0, "the child was killed by signal %d (%s)%s", sig, strsignal(sig),
+               sig == SIGPIPE ? ": a write to the closed peer raised SIGPIPE" : "");
+  GR_CHECK_MSG(!WIFEXITED(status) || WEXITSTATUS(status) == 0,
+               "the child exited with %d (the lines above say why)", WEXITSTATUS(status));
   gr_tls_unref(t);
-  signal(SIGPIPE, was);
 }
 
 static void test_tls_frames(void) {

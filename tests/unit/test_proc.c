@@ -50,6 +50,16 @@ double gt_launch_kill(gt_proc *p, char *const argv[], const char *task, double s
   return ended ? took : -1;
 }
 
+int gt_run(gt_proc *p, char *const argv[], double seconds) {
+  gt_proc_start(p, argv);
+  bool ended = gt_proc_wait(p, NULL, seconds);
+  gt_proc_finish(p);
+  if (ended) return gt_proc_exit_code(p);
+  fprintf(stderr, "%s %s did not end within %g s:\n%s\n", argv[0], argv[1] ? argv[1] : "", seconds,
+          p->buf);
+  return -1;
+}
+
 int gt_output_values(const char *out, const char *name, double *v, int cap) {
   char key[128];
   snprintf(key, sizeof key, "\n%s = ", name);

@@ -37,6 +37,10 @@ bool gt_proc_wait_line(gt_proc *p, const char *want, double seconds);
 void gt_proc_finish(gt_proc *p);
 /* Its exit code, or 128 + the signal that ended it. */
 int gt_proc_exit_code(const gt_proc *p);
+/* Starts argv as p, waits at most `seconds` for its end and finishes it:
+ * its exit code (p->buf: its output), or -1 when it had not ended (killed
+ * then, and a line on stderr saying so, with its output). */
+int gt_run(gt_proc *p, char *const argv[], double seconds);
 /* The values a run printed as "NAME = V" lines in out, at most cap of them
  * into v; how many. */
 int gt_output_values(const char *out, const char *name, double *v, int cap);
