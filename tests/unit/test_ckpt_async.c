@@ -424,6 +424,43 @@ static void test_end_waits_for_the_write(void) {
   teardown(&f);
 }
 
+/* ---- graphrun run --save-async ---------------------------------------------------- */
+
+static const char *cli_model = "x = random_uniform([64, 32], minval=-1, maxval=1, seed=7)\n"
+                               "h = dense(x, 256, activation=\"relu\")\n"
+                               "loss = reduce_mean(square(dense(h, 1) - 1))\n"
+                               "train = minimize(loss, adam(0.01))\n"
+                               "fetch loss\n"
+                               "target train\n";
+
+static void test_cli_save_async(void) {
+  char out[8192];
+  gt_write_file(dir, "t.gr", cli_model);
+  GR_CHECK(gt_cli_expect(dir, "run t.gr --steps 9 --ckpt s.ckpt --save-every 2 --keep 0 --quiet", 0,
+                         NULL, out, sizeof out));
+  GR_CHECK(gt_cli_expect(dir,
+                         "run t.gr --steps 9 --ckpt a.ckpt --save-every 2 --keep 0 --save-async", 0,
+                         "saving (in the background) a checkpoint after step 2", out, sizeof out));
+  gr_ckpt *a = NULL, *b = NULL;
+  gr_error err;
+  gr_ckpt_options ro = {.read_only = true};
+  GR_CHECK_OK(gr_ckpt_open(gt_path_in(dir, "s.ckpt"), &ro, &a, &err), err);
+  GR_CHECK_OK(gr_ckpt_open(gt_path_in(dir, "a.ckpt"), &ro, &b, &err), err);
+  if (a && b) same_checkpoints(a, b); /* steps 2, 4, 6, 8 and 9 */
+  int64_t latest = -1;
+  if (b) GR_CHECK_OK(gr_ckpt_latest_step(b, &latest, &err), err);
+  GR_CHECK_EQ_INT(latest, 9);
+  gr_ckpt_close(a);
+  gr_ckpt_close(b);
+  /* resuming from it, asynchronously too */
+  GR_CHECK(gt_cli_expect(dir,
+                         "run t.gr --steps 12 --ckpt a.ckpt --save-every 2 --quiet --save-async", 0,
+                         "restored", out, sizeof out));
+  GR_CHECK(gt_cli_expect(dir, "run t.gr --steps 2 --save-async", 2,
+                         "--save-every, --save-async and --no-restore need --ckpt PATH", out,
+                         sizeof out));
+}
+
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "--child") == 0)
     return child_main(argv[2], strcmp(argv[3], "1") == 0, atoi(argv[4]));
@@ -438,6 +475,7 @@ int main(int argc, char **argv) {
   GR_RUN(test_kill_during_write_sharded);
   GR_RUN(test_write_error_named);
   GR_RUN(test_end_waits_for_the_write);
+  GR_RUN(test_cli_save_async);
   gt_remove_tree(dir);
   return gr_test_finish();
 }
