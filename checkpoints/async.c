@@ -16,7 +16,7 @@ struct gr_ckpt_async {
   gr_ckpt *ck;        /* borrowed */
   pthread_t writer;   /* joinable while busy */
   bool busy;          /* a write started and not yet waited for */
-  bool failed;        /* err holds a write's failure not yet reported */
+  bool failed;        /* write_err holds a failure not yet reported */
   ckpt_save_job job;  /* the write's snapshot (the writer's while busy) */
   gr_status status;   /* the write's outcome, set by the writer */
   gr_error write_err; /* ... and its message */
@@ -60,7 +60,7 @@ gr_status gr_ckpt_async_wait(gr_ckpt_async *a, gr_error *err) {
   }
   if (!a->failed) return GR_OK;
   a->failed = false; /* reported once, here */
-  *err = a->write_err;
+  if (err) *err = a->write_err;
   return a->status;
 }
 

@@ -191,7 +191,8 @@ gr_status gr_ckpt_save_session_async(gr_ckpt_async *a, gr_session *s, const gr_g
 /* Waits until no write is in flight; GR_OK, or the failure of the write
  * that ended (reported once). */
 gr_status gr_ckpt_async_wait(gr_ckpt_async *a, gr_error *err);
-/* gr_ckpt_async_wait, then frees a (NULL: GR_OK). */
+/* gr_ckpt_async_wait, then frees a (NULL: GR_OK). err may be NULL (the
+ * failure, if any, is then dropped: wait first to see it). */
 gr_status gr_ckpt_async_free(gr_ckpt_async *a, gr_error *err);
 
 /* A task's shard: writes the checkpoint at step into the shard file at path
