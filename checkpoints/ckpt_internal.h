@@ -173,6 +173,33 @@ gr_status ckpt_set_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, gr_tens
 gr_status ckpt_collect_values(gr_resource_mgr *mgr, const gr_ckpt_var *vars, int n, gr_tensor *out,
                               gr_error *err);
 
+/* What a session save writes (session.c): the variables of g held by s at
+ * its step, a mirrored variable's copies dropped, partitioned ones joined;
+ * ts[0..nt) the tensors and names to write, meta the metadata with the
+ * graph seed. own: every tensor copied into a buffer of the job's and every
+ * name too (a snapshot for a write in the background, async.c); else they
+ * borrow the session's values and g's names. On error nothing is held. */
+typedef struct ckpt_save_job {
+  int64_t step;
+  gr_ckpt_var *vars;
+  gr_tensor *vals, *wholes;
+  int nvals, nwholes;
+  gr_ckpt_tensor *ts;
+  int nt;
+  char **names; /* own: ts's names, owned */
+  char *meta;
+} ckpt_save_job;
+gr_status ckpt_save_job_make(gr_session *s, const gr_graph *g, const char *metadata_json, bool own,
+                             ckpt_save_job *job, gr_error *err);
+void ckpt_save_job_free(ckpt_save_job *job);
+
+/* For tests only (test_ckpt_async.c), NULL otherwise: called by every
+ * write of a checkpoint file (a file, a shard, a manifest) just before its
+ * COMMIT, with the file's path and the checkpoint's step, on the writing
+ * thread (a background writer's, async.c). A test blocks or slows a write
+ * there. */
+extern void (*ckpt_before_commit_hook)(const char *path, int64_t step);
+
 /* Partitioned variables (partitions.c). Saving: out[0..*nout) (room for n)
  * are the tensors to write for vars[0..n) with values vals, every
  * partitioned variable of g whose parts are all among vars written whole

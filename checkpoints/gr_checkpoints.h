@@ -152,6 +152,49 @@ gr_status gr_ckpt_save_tensors(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *
 gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
                                const char *metadata_json, gr_error *err);
 
+/* ---- asynchronous saves ------------------------------------------------------
+ *
+ * A save that does not hold up training: gr_ckpt_save_session_async takes
+ * a snapshot of the session's variables (copies of their bytes, taken
+ * between steps, so they are one step's values) and returns; a writer
+ * thread then writes the checkpoint (as gr_ckpt_save_session would: one
+ * transaction, synchronous=FULL, so fsync'd when it commits; into a
+ * directory, the shard first, then the manifest row that commits it) while
+ * the next steps run. A checkpoint thus exists only once all of it is
+ * durable: a process killed during the write leaves the previous one the
+ * newest. Checkpoint contents equal gr_ckpt_save_session's at the same
+ * steps, byte for byte.
+ *
+ *   gr_ckpt_async *a;
+ *   gr_ckpt_async_new(ck, &a, &err);
+ *   ... each N steps: if (gr_ckpt_save_session_async(a, s, g, NULL, &err)) fail(err.msg);
+ *   if (gr_ckpt_async_free(a, &err)) fail(err.msg);  // waits for the last write
+ *
+ * At most one write is in flight: a save waits for the previous write to
+ * end before it takes its snapshot. A write that failed is reported once,
+ * by the first of the next save (which then saves nothing),
+ * gr_ckpt_async_wait or gr_ckpt_async_free, its message naming the step and
+ * the file; never dropped. While a write is in flight, ck belongs to the
+ * writer: call no other function on ck until gr_ckpt_async_wait (or _free)
+ * returned. Ownership: the gr_ckpt_async is the caller's (gr_ckpt_async_free,
+ * before gr_ckpt_close(ck)); it borrows ck. s and g are used only during
+ * the call, from the caller's thread, while no step of s runs. */
+typedef struct gr_ckpt_async gr_ckpt_async;
+gr_status gr_ckpt_async_new(gr_ckpt *ck, gr_ckpt_async **out, gr_error *err);
+/* Waits for the write in flight (if any), then snapshots the variables of g
+ * held by s at gr_session_step(s) and starts their write. A previous
+ * write's failure is returned instead, and nothing is saved. The errors of
+ * the snapshot itself (a variable without a value, a mirrored copy that
+ * differs) are gr_ckpt_save_session's, returned here. */
+gr_status gr_ckpt_save_session_async(gr_ckpt_async *a, gr_session *s, const gr_graph *g,
+                                     const char *metadata_json, gr_error *err);
+/* Waits until no write is in flight; GR_OK, or the failure of the write
+ * that ended (reported once). */
+gr_status gr_ckpt_async_wait(gr_ckpt_async *a, gr_error *err);
+/* gr_ckpt_async_wait, then frees a (NULL: GR_OK). err may be NULL (the
+ * failure, if any, is then dropped: wait first to see it). */
+gr_status gr_ckpt_async_free(gr_ckpt_async *a, gr_error *err);
+
 /* A task's shard: writes the checkpoint at step into the shard file at path
  * (DIR/JOB-TASK.ckpt) in one transaction, which also deletes the file's
  * rows of earlier steps that no manifest row names (the manifest in DIR,

@@ -133,6 +133,7 @@ gr_status ckpt_write_file(gr_ckpt *ck, int64_t step, const gr_ckpt_tensor *tenso
   GR_TRY(ckpt_exec(ck, "BEGIN IMMEDIATE", err));
   gr_status s = write_rows(ck, step, tensors, slices, n, meta, err);
   if (s == GR_OK && nkeep >= 0) s = prune_rows(ck, step, keep, nkeep, err);
+  if (s == GR_OK && ckpt_before_commit_hook) ckpt_before_commit_hook(ck->path, step);
   if (s == GR_OK) s = ckpt_exec(ck, "COMMIT", err);
   if (s != GR_OK) sqlite3_exec(ck->db, "ROLLBACK", NULL, NULL, NULL);
   return s;

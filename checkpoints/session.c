@@ -86,30 +86,68 @@ static char *merge_meta(const char *user, uint64_t seed) {
   return m;
 }
 
+void ckpt_save_job_free(ckpt_save_job *job) {
+  for (int i = 0; job->vals && i < job->nvals; i++) gr_tensor_release(&job->vals[i]);
+  for (int i = 0; i < job->nwholes; i++) gr_tensor_release(&job->wholes[i]);
+  for (int i = 0; job->names && i < job->nt; i++) free(job->names[i]);
+  free(job->names);
+  free(job->wholes);
+  free(job->vals);
+  free(job->ts);
+  free(job->meta);
+  free(job->vars);
+  *job = (ckpt_save_job){0};
+}
+
+/* Makes job's tensors its own (ckpt_save_job_make's own): values copied
+ * into new buffers, names copied, so the write needs neither the session
+ * nor the graph. (The engine's variable updates copy on write a value
+ * someone else holds, so a reference would stay one step's value too; the
+ * copy does not rely on every writer doing so.) */
+static gr_status own_job(ckpt_save_job *job, gr_error *err) {
+  for (int i = 0; i < job->nvals; i++) {
+    gr_tensor c;
+    GR_TRY(gr_tensor_copy(&job->vals[i], &c, err));
+    gr_tensor_release(&job->vals[i]);
+    job->vals[i] = c;
+  }
+  if (!(job->names = calloc((size_t)job->nt + 1, sizeof *job->names))) return gr_error_set_oom(err);
+  for (int i = 0; i < job->nt; i++) {
+    if (!(job->names[i] = strdup(job->ts[i].name))) return gr_error_set_oom(err);
+    job->ts[i].name = job->names[i];
+  }
+  return GR_OK;
+}
+
+gr_status ckpt_save_job_make(gr_session *s, const gr_graph *g, const char *metadata_json, bool own,
+                             ckpt_save_job *job, gr_error *err) {
+  *job = (ckpt_save_job){.step = gr_session_step(s)};
+  int n;
+  GR_TRY(gr_ckpt_graph_vars(g, &job->vars, &n, err));
+  job->vals = calloc((size_t)n + 1, sizeof *job->vals);
+  job->ts = calloc((size_t)n + 1, sizeof *job->ts);
+  job->meta = merge_meta(metadata_json, gr_graph_seed(g));
+  gr_status st = GR_OK;
+  if (!job->vals || !job->ts || !job->meta) st = gr_error_set_oom(err);
+  if (st == GR_OK) st = ckpt_collect_values(gr_session_resources(s), job->vars, n, job->vals, err);
+  if (job->vals) job->nvals = n;
+  if (st == GR_OK) st = ckpt_drop_mirror_copies(g, job->vars, job->vals, &job->nvals, err);
+  if (st == GR_OK && !(job->wholes = calloc((size_t)job->nvals + 1, sizeof *job->wholes)))
+    st = gr_error_set_oom(err);
+  if (st == GR_OK)
+    st = ckpt_join_parts(g, job->vars, job->vals, job->nvals, job->ts, &job->nt, job->wholes,
+                         &job->nwholes, err);
+  if (st == GR_OK && own) st = own_job(job, err);
+  if (st != GR_OK) ckpt_save_job_free(job);
+  return st;
+}
+
 gr_status gr_ckpt_save_session(gr_ckpt *ck, gr_session *s, const gr_graph *g,
                                const char *metadata_json, gr_error *err) {
-  gr_ckpt_var *vars;
-  int n;
-  GR_TRY(gr_ckpt_graph_vars(g, &vars, &n, err));
-  gr_tensor *vals = calloc((size_t)n + 1, sizeof *vals);
-  gr_ckpt_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
-  char *meta = merge_meta(metadata_json, gr_graph_seed(g));
-  gr_status st = GR_OK;
-  if (!vals || !ts || !meta) st = gr_error_set_oom(err);
-  if (st == GR_OK) st = ckpt_collect_values(gr_session_resources(s), vars, n, vals, err);
-  if (st == GR_OK) st = ckpt_drop_mirror_copies(g, vars, vals, &n, err); /* saved once */
-  gr_tensor *wholes = calloc((size_t)n + 1, sizeof *wholes);
-  int nt = 0, nw = 0;
-  if (st == GR_OK && !wholes) st = gr_error_set_oom(err);
-  if (st == GR_OK) st = ckpt_join_parts(g, vars, vals, n, ts, &nt, wholes, &nw, err);
-  if (st == GR_OK) st = gr_ckpt_save_tensors(ck, gr_session_step(s), ts, nt, meta, err);
-  for (int i = 0; vals && i < n; i++) gr_tensor_release(&vals[i]);
-  for (int i = 0; i < nw; i++) gr_tensor_release(&wholes[i]);
-  free(wholes);
-  free(vals);
-  free(ts);
-  free(meta);
-  free(vars);
+  ckpt_save_job job;
+  GR_TRY(ckpt_save_job_make(s, g, metadata_json, false, &job, err));
+  gr_status st = gr_ckpt_save_tensors(ck, job.step, job.ts, job.nt, job.meta, err);
+  ckpt_save_job_free(&job);
   return st;
 }
 

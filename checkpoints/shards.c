@@ -515,6 +515,7 @@ gr_status gr_ckpt_commit_shards(gr_ckpt *ck, int64_t step, const gr_ckpt_shard *
   if (s == GR_OK) s = ckpt_exec(ck, "BEGIN IMMEDIATE", err);
   if (s == GR_OK) {
     s = write_manifest(ck, step, shards, n, stats, fp, num_tensors, total, meta, err);
+    if (s == GR_OK && ckpt_before_commit_hook) ckpt_before_commit_hook(ck->path, step);
     if (s == GR_OK) s = ckpt_exec(ck, "COMMIT", err);
     if (s != GR_OK) sqlite3_exec(ck->db, "ROLLBACK", NULL, NULL, NULL);
   }

@@ -39,6 +39,8 @@ static const char schema_sql[] =
     "INSERT OR IGNORE INTO meta VALUES('format', 'graphrun checkpoints');"
     "INSERT OR IGNORE INTO meta VALUES('schema_version', '1');"; /* CKPT_BASE_VERSION */
 
+void (*ckpt_before_commit_hook)(const char *path, int64_t step); /* tests only */
+
 gr_status ckpt_sql_error(gr_ckpt *ck, int rc, gr_error *err, const char *what) {
   int prim = rc & 0xff;
   gr_status code = GR_ERR_INTERNAL;

@@ -24,6 +24,7 @@ typedef struct cli_run_options {
   double timeout_s, recovery_s, connect_s; /* connect_s: the first connect's bound (0: 10 s) */
   gr_place_mode placement;
   bool json, quiet, no_restore, schedule_recvs, soft, no_fusion;
+  bool save_async; /* --save-async */
   const char *ckpt_path, *trace_path, *out_dir;
   const char *cluster_spec, *secret_file, *job;
   const char *cluster_id;  /* --cluster-id (NULL: the default, cli_cluster_id) */
@@ -61,6 +62,7 @@ typedef struct cli_recovery {
   /* every variable of the session has a value (after the first save; a
    * recovery's new session clears it): saves skip initialising them */
   bool vars_ready;
+  gr_ckpt_async *async; /* --save-async: the background writer (one process only), else NULL */
 } cli_recovery;
 
 enum { CLI_RECOVERED, CLI_NOT_RECOVERABLE, CLI_RECOVERY_FAILED };
@@ -89,6 +91,9 @@ int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool be
  * cluster each task's shard and the manifest). */
 gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_done, bool remote,
                                   gr_error *err);
+/* --save-async: waits for the write in flight; a failed write is printed
+ * (naming the file) and gives GR_EXIT_FAILURE. GR_EXIT_OK without one. */
+int cli_run_wait_saves(cli_recovery *r);
 /* On a cluster with a checkpoint that has none yet: saves the first one,
  * which a lost task restarts from (a task lost before it is waited for).
  * *s and *m may change (a recovery). An exit code (messages printed). */

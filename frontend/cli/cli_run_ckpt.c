@@ -79,10 +79,18 @@ gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_don
   char *meta = doc ? json_dumps(doc, 0) : NULL;
   json_decref(doc);
   if (!meta) return gr_error_set_oom(err);
-  gr_status st = remote ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, err)
-                        : gr_ckpt_save_session(r->ck, s, r->g, meta, err);
+  gr_status st = remote     ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, err)
+                 : r->async ? gr_ckpt_save_session_async(r->async, s, r->g, meta, err)
+                            : gr_ckpt_save_session(r->ck, s, r->g, meta, err);
   free(meta);
   return st;
+}
+
+int cli_run_wait_saves(cli_recovery *r) {
+  gr_error err;
+  if (!r->async || gr_ckpt_async_wait(r->async, &err) == GR_OK) return GR_EXIT_OK;
+  fprintf(stderr, "graphrun run: saving to %s: %s\n", r->ckpt_path, err.msg);
+  return GR_EXIT_FAILURE;
 }
 
 int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master **m, gr_session **s,

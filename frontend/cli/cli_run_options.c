@@ -57,6 +57,10 @@ static void usage(FILE *f) {
          "                     with --cluster a directory: each task saves its own shard file\n"
          "                     and a manifest commits them (docs/checkpoints.md)\n"
          "  --save-every N     save every N steps (default: only at the end)\n"
+         "  --save-async       save in the background: a copy of the variables taken between\n"
+         "                     steps is written while the next steps run, one save at a time;\n"
+         "                     a failed write fails the run at the next save or at its end\n"
+         "                     (one process only)\n"
          "  --keep K           keep the newest K checkpoints (default 5; 0 keeps all)\n"
          "  --no-restore       start fresh even if PATH has checkpoints (a --container\n"
          "                     is reset first: its variables start from initial values)\n"
@@ -130,6 +134,7 @@ enum {
   F_PLACEMENT,
   F_CKPT,
   F_SAVE_EVERY,
+  F_SAVE_ASYNC,
   F_KEEP,
   F_FEED,
   F_FETCH,
@@ -168,6 +173,7 @@ static const struct option flags[] = {
     {"placement", required_argument, NULL, F_PLACEMENT},
     {"ckpt", required_argument, NULL, F_CKPT},
     {"save-every", required_argument, NULL, F_SAVE_EVERY},
+    {"save-async", no_argument, NULL, F_SAVE_ASYNC},
     {"keep", required_argument, NULL, F_KEEP},
     {"feed", required_argument, NULL, F_FEED},
     {"fetch", required_argument, NULL, F_FETCH},
@@ -290,6 +296,9 @@ static int set_cluster_flag(const cli_opts *po, int c, cli_run_options *o) {
     case F_NO_RESTORE:
       o->no_restore = true;
       break;
+    case F_SAVE_ASYNC:
+      o->save_async = true;
+      break;
     case F_CLUSTER:
       o->cluster_spec = po->arg;
       break;
@@ -375,8 +384,8 @@ int cli_run_parse_options(int argc, char **argv, cli_run_options *o) {
     usage(stderr);
     return GR_EXIT_USAGE;
   }
-  if (!o->ckpt_path && (o->save_every || o->no_restore)) {
-    fprintf(stderr, "graphrun run: --save-every and --no-restore need --ckpt PATH\n");
+  if (!o->ckpt_path && (o->save_every || o->no_restore || o->save_async)) {
+    fprintf(stderr, "graphrun run: --save-every, --save-async and --no-restore need --ckpt PATH\n");
     return GR_EXIT_USAGE;
   }
   if (cli_epochs_check_options(o) != CLI_RUN_GO) return GR_EXIT_USAGE;
