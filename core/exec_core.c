@@ -1,6 +1,6 @@
 /* The executor's core, under both run paths (the static one, executor.c,
  * and the control-flow one, executor_cf.c), besides node start and finish
- * (exec_node.c): deferred completions, trace events and the kernel-context
+ * (exec_node.h, exec_node.c): deferred completions, trace events and the kernel-context
  * helpers. The own-thread rule is gr_exec_own_thread (executor_internal.h).
  * Nothing here knows either run path. */
 #include "core/executor_internal.h"

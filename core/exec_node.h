@@ -17,6 +17,7 @@
 #define GR_EXEC_NODE_H
 
 #include "core/executor_internal.h"
+#include "core/gr_trace.h"
 
 typedef struct exec_run exec_run;
 typedef struct exec_async exec_async;
@@ -86,24 +87,115 @@ static inline bool gr_exec_run_own_thread(const exec_run *run) {
   return gr_exec_own_thread(run->e, run->waiting, run->caller);
 }
 
+/* ---- node start and finish ----------------------------------------------
+ * Defined here, once, and compiled into each path with the path's own
+ * propagator as a constant (prop: the run's prop, from the path's file):
+ * the calls to its deliver and advance are then direct, and the compiler
+ * may inline them, as cheap per node as a path of its own. The cold parts
+ * (a failed node's error, async kernels) are out of line, in exec_node.c. */
+
 /* Node start. A feed source takes its value into c->outs[0]: true. */
-bool gr_exec_feed(exec_run *run, exec_call *c);
+static inline bool gr_exec_feed(exec_run *run, exec_call *c) {
+  int f = run->e->nodes[c->node].feed_index;
+  if (f < 0) return false;
+  gr_tensor_ref(&c->outs[0], &run->feeds[f]);
+  return true;
+}
+
+/* Fills *ctx, the kernel context of c (exec_private: the async context).
+ * Field by field: a compound literal cleared the whole struct first (a
+ * block store per node). Every field is set: a field added to
+ * gr_kernel_ctx must be set here too (the size check below). */
+_Static_assert(sizeof(gr_kernel_ctx) == 15 * sizeof(void *) || sizeof(void *) != 8,
+               "gr_kernel_ctx changed: set its new fields in gr_exec_kernel_ctx");
+static inline void gr_exec_kernel_ctx(gr_kernel_ctx *ctx, exec_run *run, const exec_call *c,
+                                      bool dead, gr_error *err, void *exec_private) {
+  gr_executor *e = run->e;
+  const exec_node *en = &e->nodes[c->node];
+  ctx->node = en->node;
+  ctx->num_inputs = en->num_inputs;
+  ctx->inputs = c->ins;
+  ctx->num_outputs = en->num_outputs;
+  ctx->outputs = c->outs;
+  ctx->step = run->step;
+  ctx->state = &e->states[c->node];
+  ctx->err = err;
+  ctx->dead_outputs = 0;
+  ctx->dead = dead;
+  ctx->frame_name = c->frame_name;
+  ctx->iteration = c->iteration;
+  ctx->frame_parent_len = c->frame_parent_len;
+  ctx->pool = e->pool;
+  ctx->exec_private = exec_private;
+}
+
 /* Runs c's kernel on this thread with c's inputs and outputs (dead: the node
  * runs dead, control flow); the kernel's context is left in *ctx (its
  * dead_outputs and dead), its error in *kerr. */
-gr_status gr_exec_run_kernel(exec_run *run, exec_call *c, bool dead, gr_error *kerr,
-                             gr_kernel_ctx *ctx);
+static inline gr_status gr_exec_run_kernel(exec_run *run, exec_call *c, bool dead, gr_error *kerr,
+                                           gr_kernel_ctx *ctx) {
+  gr_exec_kernel_ctx(ctx, run, c, dead, kerr, NULL);
+  if (run->step->trace) c->start_ns = gr_trace_now_ns();
+  gr_watch_begin_kernel(run->step->watch);
+  gr_status s = run->e->nodes[c->node].kernel(ctx);
+  gr_watch_end_kernel(run->step->watch);
+  return s;
+}
+
 /* Starts a's kernel (a->run and a->call set, a->call's inputs and outputs
  * in a): it completes through the propagator's done, also when it fails to
  * start. a belongs to the kernel until then. */
 void gr_exec_start_async(exec_async *a, bool dead);
 
+/* A kernel's outputs against the node's declaration (the dead ones aside):
+ * GR_OK, or an internal error in kerr. */
+static inline gr_status gr_exec_check_outputs(const exec_node *en, const gr_tensor *outs,
+                                              uint64_t dead_mask, gr_error *kerr) {
+  for (int k = 0; k < en->num_outputs; k++) {
+    if (!((dead_mask >> (k & 63)) & 1) && !outs[k].buf)
+      return gr_error_set(kerr, GR_ERR_INTERNAL, "kernel produced no output %d", k);
+    if (outs[k].buf && outs[k].dtype != en->node->out_dtypes[k])
+      return gr_error_set(kerr, GR_ERR_INTERNAL, "kernel produced %s for output %d, declared %s",
+                          gr_dtype_name(outs[k].dtype), k, gr_dtype_name(en->node->out_dtypes[k]));
+  }
+  return GR_OK;
+}
+
+/* Node c failed with code (kerr its error): fails the run (the propagator's
+ * fail) with the node's error (its source position, name and op, and its
+ * loop and iteration) and releases c's outputs. */
+void gr_exec_node_failed(exec_run *run, exec_call *c, gr_status code, const gr_error *kerr);
+
 /* Node finish: c finished with status s (kerr its error). Checks its
- * outputs, traces it, records an error (naming the node, and its loop and
- * iteration), delivers its values, releases its inputs and outputs, and
- * advances (the propagator's). */
-void gr_exec_finish(exec_run *run, exec_call *c, gr_status s, gr_error *kerr, uint64_t dead_mask,
-                    bool dead, void *sched);
+ * outputs, traces it, records an error (gr_exec_node_failed), delivers its
+ * values, releases its inputs and outputs, and advances (prop's, which is
+ * run->prop). */
+static inline void gr_exec_finish(const exec_propagator *prop, exec_run *run, exec_call *c,
+                                  gr_status s, gr_error *kerr, uint64_t dead_mask, bool dead,
+                                  void *sched) {
+#ifdef GR_CHECK_INVARIANTS
+  GR_ASSERT(prop == run->prop);
+#endif
+  const exec_node *en = &run->e->nodes[c->node];
+  if (s == GR_OK && !dead && en->node && !__atomic_load_n(&run->cancelled, __ATOMIC_ACQUIRE))
+    s = gr_exec_check_outputs(en, c->outs, dead_mask, kerr);
+  if (s == GR_OK && c->start_ns >= 0 && run->step->trace &&
+      !__atomic_load_n(&run->cancelled, __ATOMIC_ACQUIRE))
+    gr_exec_trace(run->step, en->node, c->iteration, c->start_ns, c->outs,
+                  dead ? 0 : en->num_outputs);
+  if (s != GR_OK) {
+    gr_exec_node_failed(run, c, s, kerr);
+    dead = true;
+  }
+  prop->deliver(run, c, dead_mask, dead);
+  if (c->outs)
+    for (int k = 0; k < en->num_outputs; k++)
+      if (c->outs[k].buf) gr_tensor_release(&c->outs[k]);
+  if (c->ins)
+    for (int k = 0; k < en->num_inputs; k++)
+      if (c->ins[k].buf) gr_tensor_release(&c->ins[k]);
+  prop->advance(run, c, sched);
+}
 
 /* Where an async completion runs the nodes it made ready. */
 typedef enum {

@@ -1,7 +1,7 @@
 /* Running an executor (the static path; graphs with control flow run in
  * executor_cf.c): per-run state recycled across runs, ready nodes run inline
  * or through the shared queue, async kernels, cancellation, fetches. Nodes
- * start and finish in the node core (exec_node.c); this file is its
+ * start and finish in the node core (exec_node.h); this file is its
  * propagator for a flat graph (one pending count per node, atomic) and the
  * scheduling of ready nodes. executor_run.c starts its runs
  * (gr_exec_static_start).
@@ -40,7 +40,8 @@ struct run_state {
   gr_tensor *slots;   /* input slots */
   gr_tensor *outputs; /* output scratch */
   int *pending;
-  int *stack; /* the calling thread's ready stack */
+  int *pending0; /* each node's initial pending count: pending at the start of a run */
+  int *stack;    /* the calling thread's ready stack */
   /* shared queue of ready nodes for the pool and the caller */
   int *queue;
   int qhead, qcount, qcap;
@@ -65,6 +66,7 @@ static void run_state_free(run_state *st) {
   free(st->slots);
   free(st->outputs);
   free(st->pending);
+  free(st->pending0);
   free(st->stack);
   free(st->queue);
   free(st->asyncs);
@@ -96,13 +98,15 @@ static run_state *acquire_state(gr_executor *e) {
   st->slots = calloc((size_t)e->num_slots + 1, sizeof(gr_tensor));
   st->outputs = calloc((size_t)e->num_out_slots + 1, sizeof(gr_tensor));
   st->pending = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
+  st->pending0 = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
   st->stack = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
   st->qcap = e->num_nodes + 1;
   st->queue = gr_alloc_array((size_t)st->qcap, sizeof(int));
-  if (!st->slots || !st->outputs || !st->pending || !st->stack || !st->queue) {
+  if (!st->slots || !st->outputs || !st->pending || !st->pending0 || !st->stack || !st->queue) {
     run_state_free(st);
     return NULL;
   }
+  for (int i = 0; i < e->num_nodes; i++) st->pending0[i] = e->nodes[i].initial_pending;
   return st;
 }
 
@@ -224,7 +228,7 @@ typedef struct ready_stack {
 
 static void schedule_shared(run_state *st, int i);
 
-static void rs_push(run_state *st, ready_stack *rs, int i) {
+static inline void rs_push(run_state *st, ready_stack *rs, int i) {
   if (rs->n + rs->nx >= rs->cap) {
     schedule_shared(st, i);
   } else if (st->run.e->nodes[i].expensive) {
@@ -371,10 +375,16 @@ static bool track_async(run_state *st, async_ctx *ac) {
   return true;
 }
 
+/* Node finish: the core's (exec_node.h), with this path's propagator, whose
+ * deliver and advance it then calls directly. */
+static void finish_node(run_state *st, exec_call *c, gr_status s, gr_error *kerr, ready_stack *rs) {
+  gr_exec_finish(&static_prop, &st->run, c, s, kerr, 0, false, rs);
+}
+
 static void finish_node_oom(run_state *st, exec_call *c, ready_stack *rs) {
   gr_error oom;
   gr_error_set_oom(&oom);
-  gr_exec_finish(&st->run, c, oom.code, &oom, 0, false, rs);
+  finish_node(st, c, oom.code, &oom, rs);
 }
 
 static void start_node(run_state *st, int i, ready_stack *rs) {
@@ -384,7 +394,7 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
                  .outs = st->outputs + en->output_base,
                  .start_ns = -1};
   if (gr_exec_feed(&st->run, &c) || __atomic_load_n(&st->run.cancelled, __ATOMIC_ACQUIRE)) {
-    gr_exec_finish(&st->run, &c, GR_OK, NULL, 0, false, rs);
+    finish_node(st, &c, GR_OK, NULL, rs);
     return;
   }
   if (en->async) {
@@ -407,7 +417,7 @@ static void start_node(run_state *st, int i, ready_stack *rs) {
   kerr.msg[0] = '\0';
   gr_kernel_ctx ctx;
   gr_status s = gr_exec_run_kernel(&st->run, &c, false, &kerr, &ctx);
-  gr_exec_finish(&st->run, &c, s, &kerr, 0, false, rs);
+  finish_node(st, &c, s, &kerr, rs);
 }
 
 static void static_done(exec_async *a, gr_status status) {
@@ -427,7 +437,7 @@ static void static_done(exec_async *a, gr_status status) {
   if (status == GR_OK && a->ctx.dead) /* only the control-flow path carries deadness */
     status = gr_error_set(&err, GR_ERR_INTERNAL, "received a dead value outside control flow");
   free(a); /* the async_ctx */
-  gr_exec_finish(&st->run, &c, status, &err, 0, false, &rs);
+  finish_node(st, &c, status, &err, &rs);
   /* A completion may arrive inside another executor's work on this thread (a
    * Send handing its value to a waiting Recv): run the ready nodes inline a
    * few levels deep, then hand them to this run's pool or waiting caller (or,
@@ -475,7 +485,7 @@ static void static_on_cancel(exec_async *a, void (*fn)(void *), void *arg) {
 
 /* The propagator's deliver: each edge hands its output to a slot or a
  * fetch, the last one the reference itself. */
-static void static_deliver(exec_run *run, exec_call *c, uint64_t dead_mask, bool dead) {
+static inline void static_deliver(exec_run *run, exec_call *c, uint64_t dead_mask, bool dead) {
   (void)dead_mask, (void)dead; /* no deadness here: a failed node's outputs are empty */
   run_state *st = (run_state *)run;
   gr_executor *e = run->e;
@@ -496,7 +506,7 @@ static void static_deliver(exec_run *run, exec_call *c, uint64_t dead_mask, bool
 /* The propagator's advance: counts down the successors (after the node's
  * slots are released: a successor at zero may end the run) and makes the
  * ready ones ready on this thread's stack (sched). */
-static void static_advance(exec_run *run, exec_call *c, void *sched) {
+static inline void static_advance(exec_run *run, exec_call *c, void *sched) {
   run_state *st = (run_state *)run;
   ready_stack *rs = sched;
   gr_executor *e = run->e;
@@ -560,7 +570,7 @@ void gr_exec_static_start(gr_executor *e, const gr_tensor *feed_values, gr_tenso
     done(arg, gr_error_set_oom(&oom), &oom);
     return;
   }
-  for (int i = 0; i < e->num_nodes; i++) st->pending[i] = e->nodes[i].initial_pending;
+  memcpy(st->pending, st->pending0, sizeof(int) * (size_t)e->num_nodes);
   st->run.prop = &static_prop;
   st->run.feeds = feed_values;
   st->run.fetch_out = fetch_out;

@@ -14,7 +14,7 @@
  * a dead next_iteration ends the loop; exits that never saw a live value
  * send a dead value to the parent when the frame finishes.
  *
- * Nodes start and finish in the node core (exec_node.c); this file is its
+ * Nodes start and finish in the node core (exec_node.h); this file is its
  * propagator for control flow (values and pending counts per frame
  * instance and iteration, deadness, loop invariants) and the run's queue.
  * One mutex per run guards frames, iterations and the ready queue; kernels
@@ -549,12 +549,21 @@ static void cf_advance(exec_run *run, exec_call *c, void *sched) {
   if (r->outstanding == 0) pthread_cond_broadcast(&r->cv);
 }
 
+static const exec_propagator cf_prop;
+
+/* Node finish (lock held): the core's (exec_node.h), with this path's
+ * propagator, whose deliver and advance it then calls directly. */
+static void cf_finish_node(cf_run *r, exec_call *c, gr_status s, gr_error *kerr, uint64_t dead_mask,
+                           bool dead) {
+  gr_exec_finish(&cf_prop, &r->run, c, s, kerr, dead_mask, dead, NULL);
+}
+
 static void cf_done(exec_async *a, gr_status s) {
   cf_run *r = (cf_run *)a->run;
   gr_threadpool *pool = NULL; /* where the queue goes after the unlock */
   cf_lock(r);
   r->tasks++;
-  gr_exec_finish(&r->run, &a->call, s, &a->err, a->ctx.dead_outputs, a->ctx.dead, NULL);
+  cf_finish_node(r, &a->call, s, &a->err, a->ctx.dead_outputs, a->ctx.dead);
   free(a); /* the cf_async */
   /* inline a few levels deep (executor.c's static_done says why), then hand
    * the queue to the pool, the waiting caller, or this thread's outermost
@@ -637,7 +646,7 @@ static void run_token(cf_run *r, token tok) {
         gr_error_set(&ke, GR_ERR_UNIMPLEMENTED,
                      "nodes with more than 16 inputs or outputs are not "
                      "supported inside control flow yet");
-      gr_exec_finish(&r->run, &c, ke.code, &ke, 0, true, NULL); /* inputs stay in the slots */
+      cf_finish_node(r, &c, ke.code, &ke, 0, true); /* inputs stay in the slots */
       return;
     }
     take_inputs(r, it, en, a->ins);
@@ -646,7 +655,7 @@ static void run_token(cf_run *r, token tok) {
     a->a.run = &r->run;
     a->a.call = c;
     if (dead && !run_dead) {
-      gr_exec_finish(&r->run, &a->a.call, GR_OK, &a->a.err, 0, true, NULL);
+      cf_finish_node(r, &a->a.call, GR_OK, &a->a.err, 0, true);
       free(a);
       return;
     }
@@ -674,7 +683,7 @@ static void run_token(cf_run *r, token tok) {
     dead_mask = ctx.dead_outputs;
     dead = ctx.dead;
   }
-  gr_exec_finish(&r->run, &c, s, &kerr, dead_mask, dead, NULL);
+  cf_finish_node(r, &c, s, &kerr, dead_mask, dead);
 }
 
 /* The step's watchdog found the step stalled: stop it as a kernel error

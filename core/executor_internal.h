@@ -1,7 +1,7 @@
 /* Executor internals. The files, from the bottom: exec_core.c (what both
  * run paths share: deferred completions, traces, kernel context helpers)
- * and exec_node.c (exec_node.h: node start and finish, async dispatch, with
- * each path's propagator), the two run paths on them (executor.c: static graphs;
+ * and exec_node.h with exec_node.c (node start and finish, inline in each
+ * path with its propagator; async dispatch), the two run paths on them (executor.c: static graphs;
  * executor_cf.c with executor_cf_plan.c: control flow), and on top
  * executor_run.c (starting a run on the right path, freeing) and
  * executor_build.c. Threads and locks of a run: docs/internals.md,
