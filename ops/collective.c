@@ -611,6 +611,50 @@ static void all_reduce_cost(const gr_node *nd, gr_cost *out) {
   out->bytes = 4 * b;
 }
 
+/* y_m = sum_k x_k on every member m, so dL/dx_r = sum_m dL/dy_m: the
+ * all-reduce of the incoming gradients, by a group of the gradient nodes
+ * over the same members (a mean's gradient is the mean of them). Each
+ * member builds its own node of the group "KEY/grad_J", J counting the
+ * gradients of this member already built, so every member's J agrees
+ * when each differentiation reaches all of them (one that does not fails
+ * the step naming the group's missing rank). An output without a gradient
+ * gives zeros. */
+extern const gr_op_def gr_op_collective_all_reduce;
+
+static gr_status all_reduce_grad(gr_grad_ctx *c) {
+  const gr_node *nd = c->node;
+  gr_graph *g = c->graph;
+  const char *gkey = gr_node_attr_string(nd, "group_key", "");
+  int64_t rank = gr_node_attr_int(nd, "rank", 0), k = nd->num_outputs;
+  size_t len = strlen(gkey);
+  int j = 0;
+  for (int id = 0; id < gr_graph_num_nodes(g); id++) {
+    const gr_node *o = gr_graph_node(g, id);
+    const char *ok =
+        o->op == &gr_op_collective_all_reduce ? gr_node_attr_string(o, "group_key", "") : "";
+    j += !strncmp(ok, gkey, len) && !strncmp(ok + len, "/grad_", 6) &&
+         gr_node_attr_int(o, "rank", -1) == rank;
+  }
+  char *key = gr_graph_alloc(g, len + 32);
+  gr_output *gs = calloc((size_t)k + 1, sizeof *gs);
+  if (!key || !gs) {
+    free(gs);
+    return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  snprintf(key, len + 32, "%s/grad_%d", gkey, j);
+  for (int i = 0; i < k; i++)
+    gs[i] = c->grads[i].node ? c->grads[i] : gr_zeros_like(g, (gr_output){(gr_node *)nd, i});
+  gr_ops_collective_cfg cfg = {
+      gr_node_attr_string(nd, "algorithm", "ring"), gr_node_attr_string(nd, "hierarchy", "auto"),
+      gr_node_attr_int(nd, "piece_bytes", 0), gr_node_attr_string(nd, "hosts", "")};
+  bool mean = !strcmp(gr_node_attr_string(nd, "reduction", "sum"), "mean");
+  gr_status st = gr_ops_collective_all_reduce(
+      g, gs, (int)k, key, (int)gr_node_attr_int(nd, "group_size", 1), (int)rank,
+      mean ? GR_REDUCE_MEAN : GR_REDUCE_SUM, &cfg, c->dinputs);
+  free(gs);
+  return st;
+}
+
 static const gr_attr_spec all_reduce_attrs[] = {
     {"group_key", GR_ATTR_STRING, true, {0}},
     {"group_size", GR_ATTR_INT, true, {0}},
@@ -637,6 +681,7 @@ const gr_op_def gr_op_collective_all_reduce = {
     .shape_fn = all_reduce_shape,
     .cost_fn = all_reduce_cost,
     .kernel = all_reduce_kernel,
+    .grad_fn = all_reduce_grad,
     .flags = GR_OP_ASYNC | GR_OP_STATEFUL | GR_OP_COLLECTIVE};
 
 gr_status gr_ops_collective_all_reduce(gr_graph *g, const gr_output *values, int num_values,

@@ -10,6 +10,7 @@
  * (GRAPHRUN_ALL_REDUCE_PIECE); buckets of several tensors; a group with a member
  * missing from the step fails with a named error; bad settings are named.
  * The same on real server processes: test_collective_dist.c. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -528,6 +529,92 @@ static void test_replicas_options(void) {
   }
 }
 
+/* The loss sum_d sum(w_d * y_d) over the all-reduce's outputs y_d of x_d
+ * (3 devices, f64): its gradient through the collective (itself an
+ * all-reduce of the incoming gradients, collective nodes too) against
+ * central finite differences, for the sum and the mean, flat and
+ * hierarchical; differentiating twice builds a second group, not a clash. */
+static double fd_loss(gr_session *ss, gr_feed *feeds, gr_output loss) {
+  gr_tensor t;
+  gr_error e;
+  if (gr_session_run(ss, feeds, 3, &loss, 1, &t, NULL, 0, &e) != GR_OK) {
+    GR_CHECK_MSG(false, "%s", e.msg);
+    return 0;
+  }
+  double v = gr_tensor_get_f64(&t, 0);
+  gr_tensor_release(&t);
+  return v;
+}
+
+static void check_gradient(bool mean, const gr_all_reduce_options *o) {
+  enum { N = 3, S = 5 };
+  gr_graph *g = gr_graph_new();
+  char devs[N][64];
+  const char *dev[N];
+  gr_output x[N], y[N], dx[N], dx2[N], loss = {NULL, 0};
+  gr_tensor vals[N];
+  gr_feed feeds[N];
+  gr_error e;
+  for (int d = 0; d < N; d++) {
+    dev[d] = dev_name(d, devs[d]);
+    gr_graph_push_device_scope(g, dev[d]);
+    x[d] = gr_placeholder(g, NULL, GR_F64, (gr_shape){1, {S}});
+    gr_graph_pop_device_scope(g);
+    gr_tensor_alloc(&vals[d], GR_F64, &(gr_shape){1, {S}}, &e);
+    fill(&vals[d], d);
+    feeds[d] = (gr_feed){x[d], &vals[d]};
+  }
+  GR_CHECK(gr_all_reduce_with(g, x, 1, N, dev, mean ? GR_REDUCE_MEAN : GR_REDUCE_SUM, 0, o, y) ==
+           GR_OK);
+  for (int d = 0; d < N; d++) {
+    gr_graph_push_device_scope(g, dev[d]);
+    double w[S];
+    for (int i = 0; i < S; i++) w[i] = (d + 1) * 0.5 + i * (d % 2 ? -1.25 : 0.75);
+    gr_output term = gr_reduce_sum(
+        g, gr_mul(g, y[d], gr_const_data(g, GR_F64, gr_shape_make(1, (int64_t[]){S}), w)), NULL, 0,
+        false);
+    gr_graph_pop_device_scope(g);
+    loss = d ? gr_add(g, loss, term) : term;
+  }
+  int before = count_op(g, "collective_all_reduce");
+  GR_CHECK(gr_gradients(g, &loss, 1, x, N, NULL, false, dx) == GR_OK);
+  GR_CHECK(gr_gradients(g, &loss, 1, x, N, NULL, false, dx2) == GR_OK);
+  GR_CHECK_EQ_INT(count_op(g, "collective_all_reduce"), before + 2 * N);
+  gr_session *ss = gr_session_new(g, &(gr_session_options){.num_devices = N}, &e);
+  GR_CHECK_MSG(ss != NULL, "%s", e.msg);
+  gr_tensor got[2 * N];
+  gr_output both[2 * N] = {dx[0], dx[1], dx[2], dx2[0], dx2[1], dx2[2]};
+  GR_CHECK_MSG(ss && gr_session_run(ss, feeds, N, both, 2 * N, got, NULL, 0, &e) == GR_OK, "%s",
+               e.msg);
+  for (int d = 0; ss && d < N; d++) {
+    for (int i = 0; i < S; i++) {
+      double *v = (double *)gr_tensor_data(&vals[d]) + i, keep = *v, h = 1e-3;
+      *v = keep + h;
+      double up = fd_loss(ss, feeds, loss);
+      *v = keep - h;
+      double down = fd_loss(ss, feeds, loss);
+      *v = keep;
+      double fd = (up - down) / (2 * h), an = gr_tensor_get_f64(&got[d], i);
+      GR_CHECK_MSG(fabs(fd - an) <= 1e-6 * (1 + fabs(fd)), "%s%s: dx%d[%d] = %.12g, finite %.12g",
+                   mean ? "mean" : "sum", o && o->hosts ? " hier" : "", d, i, an, fd);
+      GR_CHECK_MSG(gr_tensor_get_f64(&got[N + d], i) == an, "the second gradient differs");
+    }
+  }
+  for (int d = 0; ss && d < 2 * N; d++) gr_tensor_release(&got[d]);
+  gr_session_free(ss);
+  for (int d = 0; d < N; d++) gr_tensor_release(&vals[d]);
+  gr_graph_free(g);
+}
+
+static void test_gradient(void) {
+  static const char *const hosts[3] = {"a", "a", "b"};
+  gr_all_reduce_options hier = {.algorithm = "hier", .hosts = hosts};
+  check_gradient(false, NULL);
+  check_gradient(true, NULL);
+  check_gradient(false, &hier);
+  check_gradient(true, &hier);
+}
+
 /* A step that needs one member but not the others fails at once, naming
  * the group and the missing rank (no hang); bad settings are named. */
 static void test_errors(void) {
@@ -636,5 +723,6 @@ int main(void) {
   GR_RUN(test_hier_same_bits);
   GR_RUN(test_hier_chosen);
   GR_RUN(test_replicas_options);
+  GR_RUN(test_gradient);
   return gr_test_finish();
 }
