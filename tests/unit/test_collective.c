@@ -522,9 +522,11 @@ static void test_replicas_options(void) {
        "opts.gr:3:", "hosts must be a list of 2 host names"}};
   for (int c = 0; c < 2; c++) {
     g = gr_graph_new();
+    p = NULL;
     GR_CHECK(gr_dsl_load_string("opts.gr", bad[c][0], g, NULL, &p, &e) != GR_OK);
     GR_CHECK_STR_CONTAINS(e.msg, bad[c][1]);
     GR_CHECK_STR_CONTAINS(e.msg, bad[c][2]);
+    gr_dsl_program_free(p); /* the program, with the error's sources */
     gr_graph_free(g);
   }
 }
