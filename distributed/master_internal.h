@@ -111,6 +111,10 @@ void gr_master_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t 
 void gr_rpc_group_destroy(rpc_group *g);
 /* The task index of a full device name, -1 when none. */
 int gr_master_task_of(const gr_master *ms, const char *device);
+/* Fills in the attr hosts of the partitions' collective nodes that have
+ * none: each member's task's host, from its address
+ * (master_collective.c). */
+gr_status gr_master_collective_hosts(const gr_master *ms, gr_partitions *parts, gr_error *err);
 /* The container a REGISTER or VARS names (borrowed from ms). */
 gr_container_ref gr_master_container_ref(const gr_master *ms);
 

@@ -155,6 +155,7 @@ static gr_status prepare(void *self, gr_partitions *parts, void **out, gr_error 
     else
       used[part_task[k]] = 1;
   }
+  if (st == GR_OK) st = gr_master_collective_hosts(ms, parts, err);
   rpc_group g;
   gr_rpc_group_init(&g);
   int n = 0;

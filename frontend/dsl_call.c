@@ -799,7 +799,9 @@ static const dsl_builtin builtins[] = {
      "`replicas(n, x, y, devices=[...], all_reduce=false, shard_input=false) { ... }`",
      "the block built once per worker (`/job:worker/task:i`) on its slice of `x`, `y` (axis 0 "
      "cut in `n`); its value averaged over the replicas; `all_reduce=true`: each worker reads "
-     "its own copy of the variables, kept equal by a ring all-reduce of the gradients; "
+     "its own copy of the variables, kept equal by a ring all-reduce of the gradients "
+     "(`algorithm=\"hier\"`, `bucket=`, `piece=` bytes: its options, "
+     "[strategies.md](strategies.md#collective-all-reduce-the-default)); "
      "`shard_input=true` (`x`, `y` from `batch`): each worker reads its own slice of the batch "
      "from its own copy of the files",
      false},
@@ -809,7 +811,8 @@ static const dsl_builtin builtins[] = {
      false},
     {"all_reduce", dsl_builtin_all_reduce, "`all_reduce(x0, x1, ..., op=\"sum\")`",
      "a ring all-reduce over the inputs' devices: a tuple of the sums (or `\"mean\"`s), one on "
-     "each device",
+     "each device; `algorithm=` (`\"ring\"`, `\"tree\"`, `\"hier\"`, ...), `piece=` bytes, "
+     "`hosts=[...]` (one host name per input: the hierarchical all-reduce's grouping)",
      false},
     {"num_tasks", dsl_builtin_num_tasks, "`num_tasks(\"worker\", default=1)`",
      "the number of tasks of a job in the cluster the file will run on (`GRAPHRUN_CLUSTER`, "

@@ -4,9 +4,11 @@
  *   ps_variables(2) { w = variable(...) }           variables on /job:ps/task:K
  *   loss = replicas(2, x, y) { loss_of(x, y) }      in-graph replicas on the workers
  *   loss = replicas(2, x, y, all_reduce=true) {...} mirrored variables, ring all-reduce
+ *   replicas(..., all_reduce=true, algorithm="hier", bucket=B, piece=P)  its options
  *   loss = replicas(2, x, y, shard_input=true) {...} each replica reads its own rows
  *   loss = micro_batches(4, x, y) { loss_of(x, y) } micro-batches (model parallelism)
  *   a, b = all_reduce(x0, x1, op="mean")            a ring over the inputs' devices
+ *   all_reduce(..., algorithm="hier", piece=P, hosts=["a", "a", "b"])  its options
  *   n = num_tasks("worker")                          the cluster's count, at load time
  *   i = task_index()                                 this client's task (run --task I)
  *   n, i = num_replicas(), replica_index()           the training clients, and this one
@@ -36,6 +38,32 @@ static gr_status need_block(const dsl_bargs *a) {
   if (!a->e->call.block)
     return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
                      "%s needs a block: %s(...) { ... }", a->fn, a->fn);
+  return GR_OK;
+}
+
+/* The all-reduce's options among a's keywords (algorithm=, bucket=,
+ * piece=, hosts=[...] for n members; those absent stay as they are). */
+static gr_status all_reduce_options(const dsl_bargs *a, int n, gr_all_reduce_options *o) {
+  static const char *const algs[] = {"collective", "ring", "tree", "hier", "graph", NULL};
+  int ai = dsl_bargs_kw(a, "algorithm"), bi = dsl_bargs_kw(a, "bucket"),
+      pi = dsl_bargs_kw(a, "piece"), hi = dsl_bargs_kw(a, "hosts"), k = 0;
+  if (ai >= 0) {
+    GR_TRY(dsl_bargs_choice(a, "algorithm", algs,
+                            "\"collective\", \"ring\", \"tree\", \"hier\" or \"graph\"", &k));
+    o->algorithm = algs[k];
+  }
+  if (bi >= 0) GR_TRY(dsl_bargs_int(a, bi, "bucket (bytes)", 1, INT64_MAX, &o->bucket_bytes));
+  if (pi >= 0) GR_TRY(dsl_bargs_int(a, pi, "piece (bytes)", 1, INT64_MAX, &o->piece_bytes));
+  if (hi < 0) return GR_OK;
+  const dsl_value *l = &a->v[hi];
+  const char **hosts = dsl_alloc(&a->p->temp, sizeof(char *) * (size_t)(n + 1));
+  if (!hosts) return oom(a->p);
+  for (int d = 0; d < n && l->kind == V_LIST && !l->has_t && l->list.n == n; d++)
+    if ((hosts[d] = l->list.items[d].kind == V_STR ? l->list.items[d].str : NULL) == NULL) break;
+  if (l->kind != V_LIST || l->has_t || l->list.n != n || (n > 0 && !hosts[n - 1]))
+    return dsl_error(a->p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[hi].pos,
+                     "%s: hosts must be a list of %d host names, one per member", a->fn, n);
+  o->hosts = hosts;
   return GR_OK;
 }
 
@@ -70,7 +98,7 @@ static gr_status ps_variables(const dsl_bargs *a, const char *name, dsl_value *o
   return st;
 }
 
-/* ---- replicas(n, x, ..., devices=[...], all_reduce=false) { ... }, micro_batches ------------ */
+/* ---- replicas(n, x, ..., devices=[...], all_reduce=false, algorithm=, bucket=, piece=) ------ */
 
 typedef struct rep_ctx {
   const dsl_bargs *a;
@@ -138,7 +166,8 @@ static gr_status rep_body(gr_graph *g, void *arg, int k, const gr_output *inputs
 
 static gr_status replicas(const dsl_bargs *a, const char *name, bool micro, dsl_value *out) {
   gr_dsl_program *p = a->p;
-  static const char *const rep_kw[] = {"devices", "all_reduce", "shard_input", NULL};
+  static const char *const rep_kw[] = {"devices", "all_reduce", "shard_input", "algorithm",
+                                       "bucket",  "piece",      NULL};
   static const char *const micro_kw[] = {NULL};
   GR_TRY(need_block(a));
   GR_TRY(dsl_bargs_only_keywords(a, micro ? micro_kw : rep_kw));
@@ -164,11 +193,20 @@ static gr_status replicas(const dsl_bargs *a, const char *name, bool micro, dsl_
   }
   const char **devices = NULL;
   bool mirrored = false, sharded = false;
+  gr_all_reduce_options ar = {0};
   if (!micro) {
     int di = dsl_bargs_kw(a, "devices"), mi = dsl_bargs_kw(a, "all_reduce"),
         si = dsl_bargs_kw(a, "shard_input");
     if (mi >= 0) GR_TRY(dsl_bargs_bool(a, mi, "all_reduce", &mirrored));
     if (si >= 0) GR_TRY(dsl_bargs_bool(a, si, "shard_input", &sharded));
+    GR_TRY(all_reduce_options(a, (int)n, &ar));
+    for (int i = 0; i < a->n && !mirrored; i++) {
+      const char *kw = a->e->call.args[i].name;
+      if (kw && (!strcmp(kw, "algorithm") || !strcmp(kw, "bucket") || !strcmp(kw, "piece")))
+        return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->call.args[i].pos,
+                         "%s: %s= sets the all-reduce of the gradients: it needs all_reduce=true",
+                         a->fn, kw);
+    }
     devices = dsl_alloc(&p->temp, sizeof(char *) * (size_t)(n + 1));
     if (!devices) return oom(p);
     if (di >= 0) {
@@ -205,7 +243,8 @@ static gr_status replicas(const dsl_bargs *a, const char *name, bool micro, dsl_
                             .devices = devices,
                             .mirror_variables = mirrored,
                             .shard_inputs = sharded,
-                            .scope = micro ? "micro_batch" : "replica"};
+                            .scope = micro ? "micro_batch" : "replica",
+                            .all_reduce = ar};
   dsl_set_loc(p, a->e->pos);
   p->replica_copies = outer * (int)n;
   gr_status st = gr_replicate(p->g, &o, inputs, ni, rep_body, &c, c.nout, outs);
@@ -232,11 +271,11 @@ static gr_status replicas(const dsl_bargs *a, const char *name, bool micro, dsl_
   return dsl_tuple_value(p, outs, c.nout, out);
 }
 
-/* ---- all_reduce(x0, x1, ..., op="sum") ---------------------------------------------------- */
+/* ---- all_reduce(x0, x1, ..., op="sum", algorithm=, piece=, hosts=[...]) ------------------- */
 
 static gr_status all_reduce(const dsl_bargs *a, dsl_value *out) {
   gr_dsl_program *p = a->p;
-  static const char *const allowed[] = {"op", NULL};
+  static const char *const allowed[] = {"op", "algorithm", "piece", "hosts", NULL};
   GR_TRY(dsl_bargs_only_keywords(a, allowed));
   static const char *const ops[] = {"sum", "mean", NULL};
   int mean = 0;
@@ -246,12 +285,14 @@ static gr_status all_reduce(const dsl_bargs *a, dsl_value *out) {
   if (n < 1)
     return dsl_error(p->err, GR_ERR_INVALID_ARGUMENT, a->e->pos,
                      "all_reduce takes one tensor per device: all_reduce(x0, x1, op=\"mean\")");
+  gr_all_reduce_options ar = {0};
+  GR_TRY(all_reduce_options(a, n, &ar));
   gr_output *xs = dsl_alloc(&p->temp, sizeof(gr_output) * (size_t)n * 2);
   if (!xs) return oom(p);
   for (int i = 0; i < n; i++)
     GR_TRY(dsl_to_tensor(p, &a->v[i], a->e->call.args[i].pos, GR_DTYPE_INVALID, &xs[i]));
   dsl_set_loc(p, a->e->pos);
-  gr_all_reduce(p->g, xs, n, NULL, op, xs + n);
+  gr_all_reduce_with(p->g, xs, 1, n, NULL, op, 0, &ar, xs + n);
   GR_TRY(dsl_check_graph(p, a->e->pos));
   return dsl_tensors_value(p, xs + n, n, out);
 }

@@ -14,8 +14,8 @@
  *   rank c - 1; the all-gather passes the totals around once more, copied
  *   (the graph ring's order, parallel.c). Each rank sends 2(n - 1)/n of
  *   the buffer: for large buckets. A chunk travels in pieces of at most
- *   GR_ALL_REDUCE_PIECE_BYTES (GRAPHRUN_ALL_REDUCE_PIECE, bytes, in the
- *   environment of every member's process), one message each: a rank adds
+ *   attr piece_bytes (0: GR_ALL_REDUCE_PIECE_BYTES; set when the graph is
+ *   built, so every member agrees), one message each: a rank adds
  *   (or copies) a piece as soon as it arrives and sends it on at once, so
  *   the next piece is on the wire while this one is being added. Every
  *   element is still added in the same order: the same bits.
@@ -24,11 +24,30 @@
  *   broadcast down the same tree: 2 ceil(log2 n) steps instead of
  *   2(n - 1), for small buckets.
  *
- * Either way each total is computed once, by one rank, in a fixed order,
- * and copied to the others: the same bits on every member and every rerun.
+ *
+ * And across hosts (attr hierarchy: "hosts", or "auto", the default, when
+ * the members span more than one host and some host has several): each
+ * member's host is attr hosts' name for it (the master fills in its
+ * tasks' hosts, distributed/master_collective.c), else its task (the
+ * devices of one process are one host). Hosts are numbered in the order
+ * of their first members; a host's first member is its leader. Inside
+ * each host a binomial tree over its members in rank order reduces to the
+ * leader; the leaders, in host order, run the ring (with pieces) or the
+ * tree (attr algorithm) among themselves; each leader's total goes back
+ * down its host's tree, copied. Only the leaders cross hosts: 2(L - 1)/L
+ * of the buffer each for L hosts, instead of every member.
+ *
+ * Same bits: whichever schedule, each element's total is computed once,
+ * by one member, in an order fixed by the attrs alone (the ring: chunk c
+ * starting at rank c; the tree: children d + 1, d + 2, d + 4, ...; across
+ * hosts: each host's tree sum, then those sums in the leaders' ring or
+ * tree order), a mean divided once by the group's size, and the result
+ * copied to every other member: the same bits on every member and every
+ * rerun. Every member reads the same attrs, so they agree on the schedule.
  *
  * Keys: "DEV;0000000000000000;PEER_DEV;GROUP_KEY#TN.FROM.TO.P;frame:iter",
- * T the phase (s reduce-scatter, g all-gather, r reduce, b broadcast), N
+ * T the phase (s reduce-scatter, g all-gather, r reduce, b broadcast; h
+ * reduce and i broadcast inside a host), N
  * the round or the tree's mask, FROM and TO the ranks (members may share a
  * device: soft placement), P the piece of the chunk (0 in the tree): one
  * message per key.
@@ -64,7 +83,7 @@ struct coll {
   gr_kernel_ctx *ctx;
   gr_rendezvous *rv;
   int n, rank;
-  bool mean, owned_buf;
+  bool mean, owned_buf, tree; /* tree: the tree, else the ring (among leaders: hier) */
   gr_dtype dt;
   size_t es;
   int64_t total, piece; /* elements; piece: the ring's most per message */
@@ -105,17 +124,24 @@ static void act_piece(coll *x, char kind, int peer, char tag, int tag_n, int64_t
   x->acts[x->num_acts - 1].piece = p;
 }
 
-/* The ring: chunk c is s / n elements (one more for the first s % n); in
- * round r of the reduce-scatter rank d sends chunk d - r to d + 1 and adds
- * chunk d - 1 - r from d - 1; it then owns chunk d + 1's total; in the
- * all-gather it passes chunk d + 1 - r on and takes chunk d - r. What a
- * round receives is what the next one sends, so it goes piece by piece:
- * receive piece p of round r, add (or copy) it, send it as round r + 1's
- * piece p, then the next piece. The last reduce-scatter round's pieces are
- * chunk d + 1's totals: divided (a mean) and sent as the all-gather's
- * first round. */
-static void plan_ring(coll *x) {
-  int n = x->n, d = x->rank, right = mod(d + 1, n), left = mod(d - 1, n);
+/* A view of the group: its members map[0..n) (ranks of the whole group), in
+ * this order; this member is map[d]. The whole group is the identity. */
+typedef struct view {
+  int n, d;
+  const int *map;
+} view;
+
+/* The ring over the view's members: chunk c is s / n elements (one more
+ * for the first s % n); in round r of the reduce-scatter member d sends
+ * chunk d - r to d + 1 and adds chunk d - 1 - r from d - 1; it then owns
+ * chunk d + 1's total; in the all-gather it passes chunk d + 1 - r on and
+ * takes chunk d - r. What a round receives is what the next one sends, so
+ * it goes piece by piece: receive piece p of round r, add (or copy) it,
+ * send it as round r + 1's piece p, then the next piece. The last
+ * reduce-scatter round's pieces are chunk d + 1's totals: divided (a mean,
+ * by the whole group's size) and sent as the all-gather's first round. */
+static void plan_ring(coll *x, view v) {
+  int n = v.n, d = v.d, right = v.map[mod(d + 1, n)], left = v.map[mod(d - 1, n)];
   int64_t q = x->total / n, r = x->total % n;
 #define OFF(c) ((int64_t)(c)*q + ((c) < r ? (c) : r))
 #define LEN(c) (q + ((c) < r))
@@ -125,7 +151,7 @@ static void plan_ring(coll *x) {
     int cr = mod(d - 1 - k, n);
     for (int64_t p = 0; p < num_pieces(x, LEN(cr)); p++) {
       act_piece(x, 'a', left, 's', k, OFF(cr), LEN(cr), p);
-      if (k == n - 2 && x->mean) act_piece(x, 'd', d, 0, 0, OFF(cr), LEN(cr), p);
+      if (k == n - 2 && x->mean) act_piece(x, 'd', x->rank, 0, 0, OFF(cr), LEN(cr), p);
       act_piece(x, 's', right, k < n - 2 ? 's' : 'g', k < n - 2 ? k + 1 : 0, OFF(cr), LEN(cr), p);
     }
   }
@@ -140,26 +166,69 @@ static void plan_ring(coll *x) {
 #undef LEN
 }
 
-/* The tree (small buckets: 2 log n messages of the whole buffer instead of
- * 2(n - 1) rounds): a binomial reduce to rank 0, each rank adding its
+/* The tree's two halves over the view's members (the whole buffer per
+ * message): a binomial reduce to member 0, each member adding its
  * children's sums to its own in a fixed order (the child at d + 1 first,
- * then d + 2, d + 4, ...), then a broadcast of rank 0's total back down the
- * same tree, copied. */
-static void plan_tree(coll *x) {
-  int n = x->n, d = x->rank, mask = 1;
-  for (; mask < n; mask <<= 1) {
+ * then d + 2, d + 4, ...), tagged tag; and a broadcast of member 0's
+ * total back down the same tree, copied. */
+static void plan_tree_reduce(coll *x, view v, char tag) {
+  int n = v.n, d = v.d;
+  for (int mask = 1; mask < n; mask <<= 1) {
     if (d & mask) {
-      act(x, 's', d - mask, 'r', mask, 0, x->total);
+      act(x, 's', v.map[d - mask], tag, mask, 0, x->total);
       break;
     }
-    if (d + mask < n) act(x, 'a', d + mask, 'r', mask, 0, x->total);
+    if (d + mask < n) act(x, 'a', v.map[d + mask], tag, mask, 0, x->total);
   }
-  if (d == 0 && x->mean) act(x, 'd', d, 0, 0, 0, x->total);
-  int low = d ? d & -d : 1;
-  while (!d && low < n) low <<= 1; /* rank 0: above its largest child */
-  if (d) act(x, 'c', d - low, 'b', low, 0, x->total);
+}
+
+static void plan_tree_broadcast(coll *x, view v, char tag) {
+  int n = v.n, d = v.d, low = d ? d & -d : 1;
+  while (!d && low < n) low <<= 1; /* member 0: above its largest child */
+  if (d) act(x, 'c', v.map[d - low], tag, low, 0, x->total);
   for (int m = low >> 1; m >= 1; m >>= 1)
-    if (d + m < n) act(x, 's', d + m, 'b', m, 0, x->total);
+    if (d + m < n) act(x, 's', v.map[d + m], tag, m, 0, x->total);
+}
+
+/* The tree (small buckets: 2 log n messages of the whole buffer instead of
+ * 2(n - 1) rounds): reduce (tag r), a mean divided at member 0, broadcast
+ * (tag b). */
+static void plan_tree(coll *x, view v) {
+  plan_tree_reduce(x, v, 'r');
+  if (v.d == 0 && x->mean) act(x, 'd', x->rank, 0, 0, 0, x->total);
+  plan_tree_broadcast(x, v, 'b');
+}
+
+/* The hierarchical all-reduce: host[k] is member k's host (0, 1, ...
+ * numbered in the order of their first members). Inside each host a tree
+ * reduces to its first member, the leader (tag h); the leaders, in the
+ * order of their hosts, run the ring or the tree (x->tree); each leader's
+ * total goes back down its host's tree (tag i). One host: its leader
+ * divides a mean. */
+static void plan_hier(coll *x, const int *host, int num_hosts, int *mine, int *leaders) {
+  int k = 0, i = 0, me = host[x->rank];
+  for (int r = 0; r < x->n; r++) {
+    if (host[r] == me) {
+      if (r == x->rank) i = k;
+      mine[k++] = r;
+    }
+  }
+  for (int h = 0, r = 0; h < num_hosts; h++) { /* host h's first member */
+    while (host[r] != h) r++;
+    leaders[h] = r;
+  }
+  view in = {k, i, mine};
+  plan_tree_reduce(x, in, 'h');
+  if (i == 0 && num_hosts > 1) {
+    view across = {num_hosts, me, leaders};
+    if (x->tree)
+      plan_tree(x, across);
+    else
+      plan_ring(x, across);
+  } else if (i == 0 && x->mean) {
+    act(x, 'd', x->rank, 0, 0, 0, x->total);
+  }
+  plan_tree_broadcast(x, in, 'i');
 }
 
 static char *make_key(const coll *x, int from, int to, const action *a, char *buf, size_t cap) {
@@ -373,20 +442,68 @@ static gr_status read_devices(gr_kernel_ctx *ctx, coll *x) {
   return GR_OK;
 }
 
-/* The ring's piece size in bytes: GR_ALL_REDUCE_PIECE_BYTES, or
- * GRAPHRUN_ALL_REDUCE_PIECE from this process's environment. Members that
- * disagree fail on the first piece's length. */
-static gr_status piece_size(gr_kernel_ctx *ctx, int64_t *bytes) {
-  const char *v = getenv("GRAPHRUN_ALL_REDUCE_PIECE");
-  *bytes = GR_ALL_REDUCE_PIECE_BYTES;
-  if (!v || !v[0]) return GR_OK;
-  char *end;
-  long long b = strtoll(v, &end, 10);
-  if (*end || b < 1)
+/* The length of member k's host label: attr hosts' k-th name, else the
+ * task part of its device (up to "/device:"); *at its start. */
+static size_t host_label(const coll *x, const char *hosts, int k, const char **at) {
+  if (hosts[0]) {
+    const char *p = hosts;
+    for (int i = 0; i < k; i++) p = strchr(p, ',') + 1;
+    *at = p;
+    return strcspn(p, ",");
+  }
+  const char *dv = strstr(x->dev[k], "/device:");
+  *at = x->dev[k];
+  return dv ? (size_t)(dv - x->dev[k]) : strlen(x->dev[k]);
+}
+
+/* host[k]: member k's host, numbered 0, 1, ... in the order of their
+ * first members; *num_hosts. Attr hosts, when set, names one host per
+ * member (checked); else a task is a host. */
+static gr_status read_hosts(gr_kernel_ctx *ctx, coll *x, int *host, int *num_hosts) {
+  const char *hosts = gr_node_attr_string(ctx->node, "hosts", "");
+  int names = 1;
+  for (const char *p = hosts; *p; p++) names += *p == ',';
+  if (hosts[0] && names != x->n)
     return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT,
-                           "GRAPHRUN_ALL_REDUCE_PIECE='%s': want a number of bytes >= 1", v);
-  *bytes = b;
+                           "collective group '%s': attr hosts names %d hosts for %d members ('%s')",
+                           x->gkey, names, x->n, hosts);
+  *num_hosts = 0;
+  for (int k = 0; k < x->n; k++) {
+    const char *a, *b;
+    size_t la = host_label(x, hosts, k, &a);
+    host[k] = -1;
+    for (int j = 0; j < k && host[k] < 0; j++)
+      if (host_label(x, hosts, j, &b) == la && !memcmp(a, b, la)) host[k] = host[j];
+    if (host[k] < 0) host[k] = (*num_hosts)++;
+  }
   return GR_OK;
+}
+
+/* Plans x's schedule: attr hierarchy "flat" (the ring or the tree over the
+ * whole group), "hosts" (the hierarchical one), or "auto" (hierarchical
+ * when the members span more than one host and some host has several). */
+static gr_status plan(gr_kernel_ctx *ctx, coll *x) {
+  const char *hier = gr_node_attr_string(ctx->node, "hierarchy", "auto");
+  int *host = calloc((size_t)x->n * 3, sizeof *host), *map = host + x->n, num_hosts = 1;
+  if (!host) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  gr_status st = strcmp(hier, "flat") ? read_hosts(ctx, x, host, &num_hosts) : GR_OK;
+  bool by_hosts =
+      !strcmp(hier, "hosts") || (!strcmp(hier, "auto") && num_hosts > 1 && num_hosts < x->n);
+  for (int k = 0; k < x->n; k++) map[k] = k;
+  /* the ring over m members: 5m + 8 actions per piece of a chunk; the
+   * trees, 2 log2 n + 2 each */
+  int m = by_hosts ? num_hosts : x->n;
+  int64_t most = num_pieces(x, x->total / m + 1);
+  if (st == GR_OK && !(x->acts = calloc((size_t)(5 * m + 8) * (size_t)most + 128, sizeof *x->acts)))
+    st = gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (st == GR_OK && by_hosts)
+    plan_hier(x, host, num_hosts, map + x->n, map);
+  else if (st == GR_OK && x->tree)
+    plan_tree(x, (view){x->n, x->rank, map});
+  else if (st == GR_OK)
+    plan_ring(x, (view){x->n, x->rank, map});
+  free(host);
+  return st;
 }
 
 static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
@@ -431,22 +548,14 @@ static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
   }
   /* alone (n = 1): no actions, the sum is the value (a mean too) */
   if (x->n > 1) {
-    bool tree = !strcmp(gr_node_attr_string(nd, "algorithm", "ring"), "tree");
-    int64_t piece_bytes;
-    if ((st = piece_size(ctx, &piece_bytes)) != GR_OK) {
+    x->tree = !strcmp(gr_node_attr_string(nd, "algorithm", "ring"), "tree");
+    int64_t piece_bytes = gr_node_attr_int(nd, "piece_bytes", 0);
+    if (piece_bytes <= 0) piece_bytes = GR_ALL_REDUCE_PIECE_BYTES;
+    x->piece = piece_bytes / (int64_t)x->es > 0 ? piece_bytes / (int64_t)x->es : 1;
+    if ((st = plan(ctx, x)) != GR_OK) {
       coll_free(x);
       return st;
     }
-    x->piece = piece_bytes / (int64_t)x->es > 0 ? piece_bytes / (int64_t)x->es : 1;
-    int64_t most = num_pieces(x, x->total / x->n + 1); /* per chunk */
-    if (!(x->acts = calloc((size_t)(5 * x->n + 8) * (size_t)most, sizeof *x->acts))) {
-      coll_free(x);
-      return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    if (tree)
-      plan_tree(x);
-    else
-      plan_ring(x);
     gr_kernel_on_cancel(ctx, on_cancel, x->rv);
   }
   kick(x);
@@ -467,6 +576,13 @@ static gr_status all_reduce_shape(gr_shape_ctx *ctx) {
     return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "reduction '%s': sum or mean", red);
   if (strcmp(alg, "ring") != 0 && strcmp(alg, "tree") != 0)
     return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "algorithm '%s': ring or tree", alg);
+  const char *hier = gr_node_attr_string(ctx->node, "hierarchy", "auto");
+  if (strcmp(hier, "auto") != 0 && strcmp(hier, "flat") != 0 && strcmp(hier, "hosts") != 0)
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "hierarchy '%s': auto, flat or hosts",
+                          hier);
+  if (gr_node_attr_int(ctx->node, "piece_bytes", 0) < 0)
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "piece_bytes %lld: 0 (the default) or more",
+                          (long long)gr_node_attr_int(ctx->node, "piece_bytes", 0));
   for (int i = 0; i < ctx->num_inputs; i++) {
     GR_TRY(gr_shape_check_dtype(ctx, i,
                                 strcmp(red, "mean") ? GR_DT_FLOAT | GR_DT_INDEX : GR_DT_FLOAT));
@@ -495,19 +611,67 @@ static void all_reduce_cost(const gr_node *nd, gr_cost *out) {
   out->bytes = 4 * b;
 }
 
+/* y_m = sum_k x_k on every member m, so dL/dx_r = sum_m dL/dy_m: the
+ * all-reduce of the incoming gradients, by a group of the gradient nodes
+ * over the same members (a mean's gradient is the mean of them). Each
+ * member builds its own node of the group "KEY/grad_J", J counting the
+ * gradients of this member already built, so every member's J agrees
+ * when each differentiation reaches all of them (one that does not fails
+ * the step naming the group's missing rank). An output without a gradient
+ * gives zeros. */
+extern const gr_op_def gr_op_collective_all_reduce;
+
+static gr_status all_reduce_grad(gr_grad_ctx *c) {
+  const gr_node *nd = c->node;
+  gr_graph *g = c->graph;
+  const char *gkey = gr_node_attr_string(nd, "group_key", "");
+  int64_t rank = gr_node_attr_int(nd, "rank", 0), k = nd->num_outputs;
+  size_t len = strlen(gkey);
+  int j = 0;
+  for (int id = 0; id < gr_graph_num_nodes(g); id++) {
+    const gr_node *o = gr_graph_node(g, id);
+    const char *ok =
+        o->op == &gr_op_collective_all_reduce ? gr_node_attr_string(o, "group_key", "") : "";
+    j += !strncmp(ok, gkey, len) && !strncmp(ok + len, "/grad_", 6) &&
+         gr_node_attr_int(o, "rank", -1) == rank;
+  }
+  char *key = gr_graph_alloc(g, len + 32);
+  gr_output *gs = calloc((size_t)k + 1, sizeof *gs);
+  if (!key || !gs) {
+    free(gs);
+    return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  snprintf(key, len + 32, "%s/grad_%d", gkey, j);
+  for (int i = 0; i < k; i++)
+    gs[i] = c->grads[i].node ? c->grads[i] : gr_zeros_like(g, (gr_output){(gr_node *)nd, i});
+  gr_ops_collective_cfg cfg = {
+      gr_node_attr_string(nd, "algorithm", "ring"), gr_node_attr_string(nd, "hierarchy", "auto"),
+      gr_node_attr_int(nd, "piece_bytes", 0), gr_node_attr_string(nd, "hosts", "")};
+  bool mean = !strcmp(gr_node_attr_string(nd, "reduction", "sum"), "mean");
+  gr_status st = gr_ops_collective_all_reduce(
+      g, gs, (int)k, key, (int)gr_node_attr_int(nd, "group_size", 1), (int)rank,
+      mean ? GR_REDUCE_MEAN : GR_REDUCE_SUM, &cfg, c->dinputs);
+  free(gs);
+  return st;
+}
+
 static const gr_attr_spec all_reduce_attrs[] = {
     {"group_key", GR_ATTR_STRING, true, {0}},
     {"group_size", GR_ATTR_INT, true, {0}},
     {"rank", GR_ATTR_INT, true, {0}},
     {"devices", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
     {"algorithm", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = "ring"}},
-    {"reduction", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = "sum"}}};
+    {"reduction", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = "sum"}},
+    {"hierarchy", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = "auto"}},
+    {"hosts", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
+    {"piece_bytes", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
 
 const gr_op_def gr_op_collective_all_reduce = {
     .name = "collective_all_reduce",
     .doc = "one member of a group (attrs group_key, group_size, rank): its inputs summed (or "
            "averaged) with the other members' over the step's rendezvous, by a ring or a tree "
-           "(attr algorithm); the same bits on every member",
+           "(attr algorithm; its pieces at most piece_bytes), or inside hosts and across them "
+           "(attrs hierarchy, hosts); the same bits on every member",
     .min_inputs = 1,
     .max_inputs = -1,
     .input_names = (const char *[]){"values"},
@@ -517,16 +681,22 @@ const gr_op_def gr_op_collective_all_reduce = {
     .shape_fn = all_reduce_shape,
     .cost_fn = all_reduce_cost,
     .kernel = all_reduce_kernel,
+    .grad_fn = all_reduce_grad,
     .flags = GR_OP_ASYNC | GR_OP_STATEFUL | GR_OP_COLLECTIVE};
 
 gr_status gr_ops_collective_all_reduce(gr_graph *g, const gr_output *values, int num_values,
                                        const char *group_key, int group_size, int rank,
-                                       gr_reduction op, const char *algorithm, gr_output *out) {
-  gr_attr a[] = {gr_attr_string("group_key", group_key), gr_attr_int("group_size", group_size),
+                                       gr_reduction op, const gr_ops_collective_cfg *cfg,
+                                       gr_output *out) {
+  gr_attr a[] = {gr_attr_string("group_key", group_key),
+                 gr_attr_int("group_size", group_size),
                  gr_attr_int("rank", rank),
                  gr_attr_string("reduction", op == GR_REDUCE_MEAN ? "mean" : "sum"),
-                 gr_attr_string("algorithm", algorithm)};
-  gr_output r = gr_ops_build(g, "collective_all_reduce", NULL, values, num_values, a, 5);
+                 gr_attr_string("algorithm", cfg->algorithm),
+                 gr_attr_string("hierarchy", cfg->hierarchy),
+                 gr_attr_string("hosts", cfg->hosts ? cfg->hosts : ""),
+                 gr_attr_int("piece_bytes", cfg->piece_bytes)};
+  gr_output r = gr_ops_build(g, "collective_all_reduce", NULL, values, num_values, a, 8);
   for (int i = 0; i < num_values; i++) out[i] = r.node ? gr_output_at(r, i) : r;
   return r.node ? GR_OK : gr_graph_error(g)->code;
 }

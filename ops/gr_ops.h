@@ -452,9 +452,26 @@ typedef enum gr_reduction { GR_REDUCE_SUM, GR_REDUCE_MEAN } gr_reduction;
 #define GR_ALL_REDUCE_BUCKET_BYTES (25 * 1024 * 1024)
 /* A ring's chunks travel in pieces of at most this many bytes, each its own
  * send, so that adding one piece overlaps sending the next: the graph
- * ring's, and the collective's (collective.c; GRAPHRUN_ALL_REDUCE_PIECE in
- * the members' environment overrides it there). */
+ * ring's, and the collective's (collective.c; gr_all_reduce_options and
+ * GRAPHRUN_ALL_REDUCE_PIECE set it there, when the graph is built). */
 #define GR_ALL_REDUCE_PIECE_BYTES (2 * 1024 * 1024)
+/* Options of an all-reduce, kept in the graph (the collective's node
+ * attrs), so that every member agrees by construction. Zero: the
+ * defaults. The environment of the process that builds the graph
+ * overrides each: GRAPHRUN_ALL_REDUCE, GRAPHRUN_ALL_REDUCE_BUCKET,
+ * GRAPHRUN_ALL_REDUCE_PIECE (docs/strategies.md). */
+typedef struct gr_all_reduce_options {
+  /* NULL or "collective": ring or tree by bucket size, hierarchical when
+   * the members span several hosts and some host has several; "ring",
+   * "tree", "hier" (that one for every bucket); "graph": the graph ring */
+  const char *algorithm;
+  int64_t bucket_bytes; /* 0: GR_ALL_REDUCE_BUCKET_BYTES (with fuse_bytes > 0) */
+  int64_t piece_bytes;  /* 0: GR_ALL_REDUCE_PIECE_BYTES */
+  /* NULL, or hosts[d]: the name of device d's host, the grouping of the
+   * hierarchical all-reduce; NULL: on a cluster the hosts of the tasks'
+   * addresses (the master fills them in), in one process each task */
+  const char *const *hosts;
+} gr_all_reduce_options;
 /* Ring all-reduce: values[d] (one per device, same dtype and fully known
  * shape) on devices[d] (NULL, or a NULL entry: the device of values[d]);
  * out[d], on devices[d], gets the sum (or mean) of all, the same bits on
@@ -479,6 +496,10 @@ gr_status gr_all_reduce(gr_graph *g, const gr_output *values, int n, const char 
 gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors, int n,
                           const char *const *devices, gr_reduction op, int64_t fuse_bytes,
                           gr_output *out);
+/* gr_all_reduce_n with options (o NULL: the defaults). */
+gr_status gr_all_reduce_with(gr_graph *g, const gr_output *values, int num_tensors, int n,
+                             const char *const *devices, gr_reduction op, int64_t fuse_bytes,
+                             const gr_all_reduce_options *o, gr_output *out);
 
 #define GR_REPLICATE_MAX         1024
 #define GR_REPLICATE_MAX_OUTPUTS 64
@@ -506,7 +527,11 @@ typedef struct gr_replicate_options {
    * folder): the same rows, bit for bit, as the split of the global batch,
    * but no task sends another's rows (docs/strategies.md#input-sharding) */
   bool shard_inputs;
-  const char *scope;      /* name scope of replica i: SCOPE_i; NULL: "replica" */
+  const char *scope; /* name scope of replica i: SCOPE_i; NULL: "replica" */
+  /* with mirror_variables: the options of gr_minimize's all-reduce of the
+   * copies' gradients (algorithm, bucket_bytes, piece_bytes; not hosts),
+   * kept as attrs of the copies */
+  gr_all_reduce_options all_reduce;
   gr_output *per_replica; /* NULL, or num_replicas * num_outputs: each replica's outputs */
 } gr_replicate_options;
 /* In-graph replication (synchronous data parallelism, or micro-batches):

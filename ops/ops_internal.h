@@ -41,36 +41,57 @@ gr_output gr_ops_variable_mirror(gr_graph *g, const char *name, gr_output initia
 gr_output gr_ops_variable_with(gr_graph *g, const char *name, gr_output initial_value,
                                const gr_attr *extra, int num_extra);
 
+/* The attrs of a collective_all_reduce node, the same for every member:
+ * algorithm "ring" or "tree" (the flat one, or the leaders'); hierarchy
+ * "auto", "flat" or "hosts"; the ring's piece in bytes (0: the default);
+ * hosts NULL/"" or one name per member, comma-separated. */
+typedef struct gr_ops_collective_cfg {
+  const char *algorithm, *hierarchy;
+  int64_t piece_bytes;
+  const char *hosts;
+} gr_ops_collective_cfg;
 /* One collective_all_reduce node (collective.c) for member `rank` of the
- * group group_key of group_size members, algorithm "ring" or "tree" (the
- * same for every member): out[i] is the sum (or mean) of
+ * group group_key of group_size members: out[i] is the sum (or mean) of
  * values[i] over the members, the same bits on each. Returns the graph's
  * error status. */
 gr_status gr_ops_collective_all_reduce(gr_graph *g, const gr_output *values, int num_values,
                                        const char *group_key, int group_size, int rank,
-                                       gr_reduction op, const char *algorithm, gr_output *out);
+                                       gr_reduction op, const gr_ops_collective_cfg *cfg,
+                                       gr_output *out);
 
-/* The all-reduce as collective nodes (parallel_collective.c). The mode
- * from the environment: GRAPHRUN_ALL_REDUCE ("collective", the default:
- * ring or tree by bucket size; "ring", "tree"; "graph": the graph ring) and
- * the bucket size GRAPHRUN_ALL_REDUCE_BUCKET (bytes; default
- * GR_ALL_REDUCE_BUCKET_BYTES); errors name the variable. */
+/* The all-reduce as collective nodes (parallel_collective.c). The
+ * settings: gr_all_reduce_options, each overridden by the environment
+ * (GRAPHRUN_ALL_REDUCE: "collective", the default: ring or tree by bucket
+ * size, hierarchical across hosts; "ring", "tree", "hier"; "graph": the
+ * graph ring; GRAPHRUN_ALL_REDUCE_BUCKET and GRAPHRUN_ALL_REDUCE_PIECE in
+ * bytes); errors name the option or the variable. hosts: "" or the
+ * option's names joined with commas (graph-owned). */
 typedef enum gr_all_reduce_mode {
   GR_ALL_REDUCE_GRAPH,
   GR_ALL_REDUCE_AUTO,
   GR_ALL_REDUCE_RING,
   GR_ALL_REDUCE_TREE,
+  GR_ALL_REDUCE_HIER,
 } gr_all_reduce_mode;
+typedef struct gr_ops_all_reduce_setting {
+  gr_all_reduce_mode mode;
+  int64_t bucket_bytes, piece_bytes; /* piece 0: GR_ALL_REDUCE_PIECE_BYTES */
+  const char *hosts;
+} gr_ops_all_reduce_setting;
 /* Buckets smaller than this (on more than 2 devices) take the tree. */
 #define GR_ALL_REDUCE_TREE_BYTES (64 * 1024)
-gr_status gr_ops_all_reduce_mode(gr_graph *g, gr_all_reduce_mode *mode, int64_t *bucket_bytes);
+gr_status gr_ops_all_reduce_settings(gr_graph *g, const gr_all_reduce_options *o, int n,
+                                     gr_ops_all_reduce_setting *out);
+/* A byte count from environment variable var into *bytes (unset or empty:
+ * *bytes unchanged); a bad one is the graph's error, naming var. */
+gr_status gr_ops_env_bytes(gr_graph *g, const char *var, int64_t *bytes);
 /* Can the n devices run a collective (n >= 2, each pinned, all distinct)? */
 bool gr_ops_all_reduce_collective_fits(const char *const *dev, int n);
 /* gr_all_reduce_n's values (checked) as one collective node per device per
  * bucket of at most bucket_bytes (0: one tensor per bucket). */
 gr_status gr_ops_all_reduce_collective(gr_graph *g, const gr_output *values, int num_tensors, int n,
                                        const char *const *dev, gr_reduction op,
-                                       gr_all_reduce_mode mode, int64_t bucket_bytes,
+                                       const gr_ops_all_reduce_setting *set, int64_t bucket_bytes,
                                        gr_output *out);
 
 /* Mirrored variables (parallel.c), for gr_minimize: appends to vars[0..n)

@@ -263,9 +263,9 @@ static gr_status reduce_bucket(gr_graph *g, const gr_output *values, const int *
   return st;
 }
 
-gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors, int n,
-                          const char *const *devices, gr_reduction op, int64_t fuse_bytes,
-                          gr_output *out) {
+gr_status gr_all_reduce_with(gr_graph *g, const gr_output *values, int num_tensors, int n,
+                             const char *const *devices, gr_reduction op, int64_t fuse_bytes,
+                             const gr_all_reduce_options *o, gr_output *out) {
   if (gr_graph_error(g)) return gr_graph_error(g)->code;
   if (n < 1 || num_tensors < 0 || !values || !out)
     return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
@@ -318,14 +318,13 @@ gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors,
   }
   for (int d = 0; d < n; d++)
     dev[d] = devices && devices[d] ? devices[d] : gr_graph_resolve_device(g, values[d].node);
-  gr_all_reduce_mode mode = GR_ALL_REDUCE_AUTO;
-  int64_t coll_bucket = 0;
-  gr_status st = gr_ops_all_reduce_mode(g, &mode, &coll_bucket);
+  gr_ops_all_reduce_setting set;
+  gr_status st = gr_ops_all_reduce_settings(g, o, n, &set);
   if (st == GR_OK) st = gr_graph_push_name_scope(g, "all_reduce");
   bool pushed = st == GR_OK;
-  if (st == GR_OK && mode != GR_ALL_REDUCE_GRAPH && gr_ops_all_reduce_collective_fits(dev, n)) {
-    st = gr_ops_all_reduce_collective(g, values, num_tensors, n, dev, op, mode,
-                                      fuse_bytes > 0 ? coll_bucket : 0, out);
+  if (st == GR_OK && set.mode != GR_ALL_REDUCE_GRAPH && gr_ops_all_reduce_collective_fits(dev, n)) {
+    st = gr_ops_all_reduce_collective(g, values, num_tensors, n, dev, op, &set,
+                                      fuse_bytes > 0 ? set.bucket_bytes : 0, out);
     num_tensors = -1; /* done: no graph ring */
   }
   int nb = 0;
@@ -364,6 +363,12 @@ gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors,
   return st;
 }
 
+gr_status gr_all_reduce_n(gr_graph *g, const gr_output *values, int num_tensors, int n,
+                          const char *const *devices, gr_reduction op, int64_t fuse_bytes,
+                          gr_output *out) {
+  return gr_all_reduce_with(g, values, num_tensors, n, devices, op, fuse_bytes, NULL, out);
+}
+
 gr_status gr_all_reduce(gr_graph *g, const gr_output *values, int n, const char *const *devices,
                         gr_reduction op, gr_output *out) {
   return gr_all_reduce_n(g, values, 1, n, devices, op, 0, out);
@@ -375,7 +380,8 @@ gr_status gr_all_reduce(gr_graph *g, const gr_output *values, int n, const char 
  * from v's initial value (the same tensor: computed once, sent to each
  * replica's device), attr mirror_of naming v. A copy made by an earlier
  * gr_replicate (say, of an evaluation) is used again. */
-static gr_output make_mirror(gr_graph *g, const gr_node *v, int k, const char *dev) {
+static gr_output make_mirror(gr_graph *g, const gr_node *v, int k, const char *dev,
+                             const gr_all_reduce_options *ar) {
   const char *vname = gr_node_attr_string(v, "var", v->name);
   char full[600];
   snprintf(full, sizeof full, "%s/replica_%d", vname, k);
@@ -404,7 +410,11 @@ static gr_output make_mirror(gr_graph *g, const gr_node *v, int k, const char *d
     gr_graph_pop_name_scope(g);
     return (gr_output){NULL, 0};
   }
-  gr_output m = gr_ops_variable_mirror(g, name, init->inputs[0], vname);
+  gr_attr a[] = {gr_attr_string("mirror_of", vname),
+                 gr_attr_string("all_reduce_algorithm", ar->algorithm ? ar->algorithm : ""),
+                 gr_attr_int("all_reduce_bucket", ar->bucket_bytes),
+                 gr_attr_int("all_reduce_piece", ar->piece_bytes)};
+  gr_output m = gr_ops_variable_with(g, name, init->inputs[0], a, 4);
   gr_graph_pop_device_scope(g);
   gr_graph_pop_name_scope(g);
   return m;
@@ -419,7 +429,8 @@ typedef struct mirror_map {
 /* Replica k's body, nodes [lo, hi): inputs read from variables made
  * before its body (before the replicas, or a layer's made by an earlier
  * replica: ids < lo) are routed to replica k's copies. */
-static gr_status mirror_reads(gr_graph *g, int lo, int hi, int k, const char *dev, mirror_map *mm) {
+static gr_status mirror_reads(gr_graph *g, int lo, int hi, int k, const char *dev,
+                              const gr_all_reduce_options *ar, mirror_map *mm) {
   mm->n = 0;
   for (int id = lo; id < hi; id++) {
     gr_node *nd = gr_graph_node(g, id);
@@ -448,7 +459,7 @@ static gr_status mirror_reads(gr_graph *g, int lo, int hi, int k, const char *de
           mm->cap = cap;
         }
         mm->from[m] = src;
-        mm->to[m] = make_mirror(g, src, k, dev);
+        mm->to[m] = make_mirror(g, src, k, dev, ar);
         mm->n++;
         if (!mm->to[m].node) return gr_graph_error(g)->code;
       }
@@ -601,7 +612,8 @@ static gr_status build_replica(replicas *r, int k, gr_replica_fn fn, void *arg) 
                                  "tensor (the outputs are averaged over the replicas)",
                                  j, k);
   }
-  if (o->mirror_variables && k > 0) return mirror_reads(g, lo, hi, k, o->devices[k], &r->mm);
+  if (o->mirror_variables && k > 0)
+    return mirror_reads(g, lo, hi, k, o->devices[k], &o->all_reduce, &r->mm);
   return GR_OK;
 }
 
@@ -772,8 +784,12 @@ gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, g
       nt++;
     }
     if (st != GR_OK || nt == 0) continue;
-    if ((st = gr_all_reduce_n(g, vals, nt, size, dev, GR_REDUCE_SUM, GR_ALL_REDUCE_FUSE_BYTES,
-                              outs)) != GR_OK)
+    const gr_node *copy = vars[members[1]].node; /* the options the replicas gave */
+    gr_all_reduce_options ar = {gr_node_attr_string(copy, "all_reduce_algorithm", ""),
+                                gr_node_attr_int(copy, "all_reduce_bucket", 0),
+                                gr_node_attr_int(copy, "all_reduce_piece", 0), NULL};
+    if ((st = gr_all_reduce_with(g, vals, nt, size, dev, GR_REDUCE_SUM, GR_ALL_REDUCE_FUSE_BYTES,
+                                 &ar, outs)) != GR_OK)
       break;
     for (int i = 0; i < nt * size; i++) grads[order[i]] = outs[i];
   }

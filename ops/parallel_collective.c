@@ -4,10 +4,15 @@
  * order the backward pass makes the gradients (their node ids: a gradient
  * built earlier is ready earlier), up to the bucket size, one dtype each,
  * so a bucket can start while later gradients are still being computed.
- * A bucket runs the ring, or the tree when small. GRAPHRUN_ALL_REDUCE=graph
- * keeps the graph ring (ring or tree: that algorithm for every bucket);
- * GRAPHRUN_ALL_REDUCE_BUCKET sets the bucket size in bytes
+ * A bucket runs the ring, or the tree when small, or the hierarchical
+ * all-reduce across hosts (collective.c). The settings come from the
+ * graph's options (gr_all_reduce_options), each overridden by the
+ * environment of the process that builds the graph: GRAPHRUN_ALL_REDUCE
+ * (graph: the graph ring; ring, tree, hier: that algorithm for every
+ * bucket), GRAPHRUN_ALL_REDUCE_BUCKET and GRAPHRUN_ALL_REDUCE_PIECE
+ * (bytes). The piece size is a node attr, so every member agrees
  * (docs/strategies.md). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,29 +20,63 @@
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
-gr_status gr_ops_all_reduce_mode(gr_graph *g, gr_all_reduce_mode *mode, int64_t *bucket_bytes) {
-  static const char *const names[] = {"graph", "collective", "ring", "tree"};
-  const char *m = getenv("GRAPHRUN_ALL_REDUCE"), *b = getenv("GRAPHRUN_ALL_REDUCE_BUCKET");
-  *mode = GR_ALL_REDUCE_AUTO;
-  *bucket_bytes = GR_ALL_REDUCE_BUCKET_BYTES;
-  if (m && m[0]) {
-    int k = 0;
-    while (k < 4 && strcmp(m, names[k]) != 0) k++;
-    if (k == 4)
+gr_status gr_ops_env_bytes(gr_graph *g, const char *var, int64_t *bytes) {
+  const char *v = getenv(var);
+  if (!v || !v[0]) return GR_OK;
+  char *end;
+  errno = 0;
+  long long b = strtoll(v, &end, 10);
+  if (*end || b < 1 || errno)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "%s='%s': want a number of bytes >= 1",
+                               var, v);
+  *bytes = b;
+  return GR_OK;
+}
+
+/* The mode named m (what says so: for the error); -1 when none. */
+static gr_status mode_named(gr_graph *g, const char *m, const char *what,
+                            gr_all_reduce_mode *mode) {
+  static const char *const names[] = {"graph", "collective", "ring", "tree", "hier"};
+  for (int k = 0; k < 5; k++)
+    if (!strcmp(m, names[k])) return *mode = (gr_all_reduce_mode)k, GR_OK;
+  return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                             "%s'%s': want 'collective' (the default: ring or tree by size, "
+                             "hierarchical across hosts), 'ring', 'tree', 'hier' or 'graph'",
+                             what, m);
+}
+
+gr_status gr_ops_all_reduce_settings(gr_graph *g, const gr_all_reduce_options *o, int n,
+                                     gr_ops_all_reduce_setting *out) {
+  static const gr_all_reduce_options none = {0};
+  if (!o) o = &none;
+  *out = (gr_ops_all_reduce_setting){GR_ALL_REDUCE_AUTO, GR_ALL_REDUCE_BUCKET_BYTES, 0, ""};
+  if (o->bucket_bytes < 0 || o->piece_bytes < 0)
+    return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
+                               "all_reduce: bucket %lld and piece %lld bytes: want 0 (the "
+                               "default) or more",
+                               (long long)o->bucket_bytes, (long long)o->piece_bytes);
+  if (o->bucket_bytes) out->bucket_bytes = o->bucket_bytes;
+  out->piece_bytes = o->piece_bytes;
+  if (o->algorithm && o->algorithm[0])
+    GR_TRY(mode_named(g, o->algorithm, "all_reduce: algorithm ", &out->mode));
+  const char *m = getenv("GRAPHRUN_ALL_REDUCE"); /* the environment overrides */
+  if (m && m[0]) GR_TRY(mode_named(g, m, "GRAPHRUN_ALL_REDUCE=", &out->mode));
+  GR_TRY(gr_ops_env_bytes(g, "GRAPHRUN_ALL_REDUCE_BUCKET", &out->bucket_bytes));
+  GR_TRY(gr_ops_env_bytes(g, "GRAPHRUN_ALL_REDUCE_PIECE", &out->piece_bytes));
+  if (!o->hosts) return GR_OK;
+  size_t len = 1;
+  for (int d = 0; d < n; d++) {
+    const char *h = o->hosts[d];
+    if (!h || !h[0] || strchr(h, ','))
       return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
-                                 "GRAPHRUN_ALL_REDUCE='%s': want 'collective' (the default: "
-                                 "ring or tree by size), 'ring', 'tree' or 'graph'",
-                                 m);
-    *mode = (gr_all_reduce_mode)k;
+                                 "all_reduce: host %d is '%s': want a name without commas", d,
+                                 h ? h : "(null)");
+    len += strlen(h) + 1;
   }
-  if (b && b[0]) {
-    char *end;
-    long long v = strtoll(b, &end, 10);
-    if (*end || v < 1)
-      return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
-                                 "GRAPHRUN_ALL_REDUCE_BUCKET='%s': want a number of bytes >= 1", b);
-    *bucket_bytes = v;
-  }
+  char *all = gr_graph_alloc(g, len), *at = all;
+  if (!all) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int d = 0; d < n; d++) at += sprintf(at, "%s%s", d ? "," : "", o->hosts[d]);
+  out->hosts = all;
   return GR_OK;
 }
 
@@ -69,18 +108,24 @@ static int cmp_ready(const void *a, const void *b) {
  * small one (under GR_ALL_REDUCE_TREE_BYTES, more than 2 devices) by the
  * tree unless the mode says. */
 static gr_status bucket(gr_graph *g, const gr_output *values, const int *ts, int k, int n,
-                        const char *const *dev, gr_reduction op, gr_all_reduce_mode mode,
-                        int64_t bytes, gr_output *in, gr_output *res, gr_output *out) {
+                        const char *const *dev, gr_reduction op,
+                        const gr_ops_all_reduce_setting *set, int64_t bytes, gr_output *in,
+                        gr_output *res, gr_output *out) {
   char key[600];
   const char *scope = gr_graph_name_scope(g);
   snprintf(key, sizeof key, "%s%sbucket_%d", scope, scope[0] ? "/" : "", gr_graph_num_nodes(g));
+  gr_all_reduce_mode mode = set->mode;
   bool tree = mode == GR_ALL_REDUCE_TREE ||
-              (mode == GR_ALL_REDUCE_AUTO && n > 2 && bytes < GR_ALL_REDUCE_TREE_BYTES);
+              (mode != GR_ALL_REDUCE_RING && n > 2 && bytes < GR_ALL_REDUCE_TREE_BYTES);
+  gr_ops_collective_cfg cfg = {tree ? "tree" : "ring",
+                               mode == GR_ALL_REDUCE_HIER   ? "hosts"
+                               : mode == GR_ALL_REDUCE_AUTO ? "auto"
+                                                            : "flat",
+                               set->piece_bytes, set->hosts};
   for (int d = 0; d < n; d++) {
     for (int i = 0; i < k; i++) in[i] = values[(size_t)ts[i] * (size_t)n + d];
     GR_TRY(gr_graph_push_device_scope_reset(g, dev[d]));
-    gr_status st =
-        gr_ops_collective_all_reduce(g, in, k, key, n, d, op, tree ? "tree" : "ring", res);
+    gr_status st = gr_ops_collective_all_reduce(g, in, k, key, n, d, op, &cfg, res);
     gr_graph_pop_device_scope(g);
     GR_TRY(st);
     for (int i = 0; i < k; i++) out[(size_t)ts[i] * (size_t)n + d] = res[i];
@@ -90,7 +135,7 @@ static gr_status bucket(gr_graph *g, const gr_output *values, const int *ts, int
 
 gr_status gr_ops_all_reduce_collective(gr_graph *g, const gr_output *values, int num_tensors, int n,
                                        const char *const *dev, gr_reduction op,
-                                       gr_all_reduce_mode mode, int64_t bucket_bytes,
+                                       const gr_ops_all_reduce_setting *set, int64_t bucket_bytes,
                                        gr_output *out) {
   int *order = gr_alloc_array((size_t)num_tensors + 1, sizeof *order);
   gr_output *in = gr_alloc_array((size_t)num_tensors + 1, sizeof *in),
@@ -121,7 +166,7 @@ gr_status gr_ops_all_reduce_collective(gr_graph *g, const gr_output *values, int
     }
     /* the open bucket goes when full, at a dtype change and at the end */
     if (t > lo && (t == num_tensors || dt != bdt || bytes + b > bucket_bytes)) {
-      st = bucket(g, values, order + lo, t - lo, n, dev, op, mode, bytes, in, res, out);
+      st = bucket(g, values, order + lo, t - lo, n, dev, op, set, bytes, in, res, out);
       lo = t;
       bytes = 0;
     }

@@ -47,17 +47,23 @@ static const gr_attr_spec var_attrs[] = {
      * this part's first row, the whole's shape */
     {"partition_of", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
     {"partition_offset", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
-    {"full_shape", GR_ATTR_SHAPE, false, {.type = GR_ATTR_SHAPE}}};
+    {"full_shape", GR_ATTR_SHAPE, false, {.type = GR_ATTR_SHAPE}},
+    /* a mirror's: the options of minimize's all-reduce of the copies'
+     * gradients (gr_replicate_options.all_reduce) */
+    {"all_reduce_algorithm", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
+    {"all_reduce_bucket", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
+    {"all_reduce_piece", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
 
 const gr_op_def gr_op_variable = {.name = "variable",
                                   .doc = "reads a variable (attrs var, dtype, shape, initializer; "
                                          "mirror_of: a replica's copy of that variable, whose "
                                          "gradient minimize all-reduces; partition_of, "
                                          "partition_offset, full_shape: a part of a "
-                                         "partitioned variable)",
+                                         "partitioned variable; all_reduce_*: a mirror's "
+                                         "all-reduce options)",
                                   .num_outputs = 1,
                                   .attrs = var_attrs,
-                                  .num_attrs = 8,
+                                  .num_attrs = sizeof var_attrs / sizeof var_attrs[0],
                                   .shape_fn = var_shape,
                                   .kernel = variable_kernel,
                                   .flags = GR_OP_STATEFUL | GR_OP_VARIABLE};

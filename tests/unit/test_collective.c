@@ -10,6 +10,7 @@
  * (GRAPHRUN_ALL_REDUCE_PIECE); buckets of several tensors; a group with a member
  * missing from the step fails with a named error; bad settings are named.
  * The same on real server processes: test_collective_dist.c. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +93,8 @@ static int count_op(gr_graph *g, const char *op) {
 /* Builds and runs an all-reduce of `size` elements over n local devices,
  * `runs` times; out[d] gets device d's result of the last run. Checks
  * that every run gives the same bits. Returns the collective nodes built. */
-static int all_reduce_local(int n, int64_t size, gr_dtype dt, bool mean, int runs, gr_tensor *out) {
+static int all_reduce_with(int n, int64_t size, gr_dtype dt, bool mean, int runs,
+                           const gr_all_reduce_options *o, gr_tensor *out) {
   gr_graph *g = gr_graph_new();
   char devs[5][64];
   const char *dev[5];
@@ -111,7 +113,8 @@ static int all_reduce_local(int n, int64_t size, gr_dtype dt, bool mean, int run
     fill(&vals[d], d);
     feeds[d] = (gr_feed){x[d], &vals[d]};
   }
-  GR_CHECK(gr_all_reduce(g, x, n, dev, mean ? GR_REDUCE_MEAN : GR_REDUCE_SUM, s) == GR_OK);
+  GR_CHECK(gr_all_reduce_with(g, x, 1, n, dev, mean ? GR_REDUCE_MEAN : GR_REDUCE_SUM, 0, o, s) ==
+           GR_OK);
   int built = count_op(g, "collective_all_reduce");
   gr_session *ss = gr_session_new(g, &(gr_session_options){.num_devices = n}, &e);
   GR_CHECK_MSG(ss != NULL, "%s", e.msg);
@@ -133,6 +136,10 @@ static int all_reduce_local(int n, int64_t size, gr_dtype dt, bool mean, int run
   for (int d = 0; d < n; d++) gr_tensor_release(&vals[d]);
   gr_graph_free(g);
   return built;
+}
+
+static int all_reduce_local(int n, int64_t size, gr_dtype dt, bool mean, int runs, gr_tensor *out) {
+  return all_reduce_with(n, size, dt, mean, runs, NULL, out);
 }
 
 static void release_all(gr_tensor *t, int n) {
@@ -282,6 +289,334 @@ static void test_buckets(void) {
   gr_graph_free(g);
 }
 
+/* The options in the graph: the piece size and the hierarchy are attrs of
+ * every member's node, the same on each, from gr_all_reduce_options or
+ * the environment, which overrides them; the bucket size from the
+ * options. The kernels no longer read the environment: a bad
+ * GRAPHRUN_ALL_REDUCE_PIECE while the step runs changes nothing. */
+static void test_options_in_graph(void) {
+  gr_graph *g = gr_graph_new();
+  char devs[3][64];
+  const char *dev[3];
+  gr_output x[3], s[3];
+  for (int d = 0; d < 3; d++) {
+    dev[d] = dev_name(d, devs[d]);
+    gr_graph_push_device_scope(g, dev[d]);
+    x[d] = gr_const_data(g, GR_F32, gr_shape_make(1, (int64_t[]){3}), (float[]){1, 2, (float)d});
+    gr_graph_pop_device_scope(g);
+  }
+  gr_all_reduce_options o = {.algorithm = "ring", .piece_bytes = 4};
+  GR_CHECK(gr_all_reduce_with(g, x, 1, 3, dev, GR_REDUCE_SUM, 0, &o, s) == GR_OK);
+  for (int d = 0; d < 3; d++) {
+    GR_CHECK_EQ_INT(gr_node_attr_int(s[d].node, "piece_bytes", -1), 4);
+    GR_CHECK_STR_CONTAINS(gr_node_attr_string(s[d].node, "hierarchy", ""), "flat");
+    GR_CHECK_STR_CONTAINS(gr_node_attr_string(s[d].node, "algorithm", ""), "ring");
+  }
+  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "8", 1); /* overrides the option */
+  setenv("GRAPHRUN_ALL_REDUCE", "hier", 1);
+  gr_output h[3];
+  GR_CHECK(gr_all_reduce_with(g, x, 1, 3, dev, GR_REDUCE_SUM, 0, &o, h) == GR_OK);
+  unsetenv("GRAPHRUN_ALL_REDUCE");
+  unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
+  for (int d = 0; d < 3; d++) {
+    GR_CHECK_EQ_INT(gr_node_attr_int(h[d].node, "piece_bytes", -1), 8);
+    GR_CHECK_STR_CONTAINS(gr_node_attr_string(h[d].node, "hierarchy", ""), "hosts");
+  }
+  gr_error e;
+  gr_session *ss = gr_session_new(g, &(gr_session_options){.num_devices = 3}, &e);
+  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "lots", 1); /* the kernels do not read it */
+  gr_tensor got[6];
+  gr_output both[6] = {s[0], s[1], s[2], h[0], h[1], h[2]};
+  GR_CHECK_MSG(ss && gr_session_run(ss, NULL, 0, both, 6, got, NULL, 0, &e) == GR_OK, "%s", e.msg);
+  unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
+  for (int d = 0; ss && d < 6; d++) {
+    const float want[3] = {3, 6, 3};
+    GR_CHECK_MSG(!memcmp(gr_tensor_data(&got[d]), want, sizeof want), "member %d", d);
+    gr_tensor_release(&got[d]);
+  }
+  gr_session_free(ss);
+  gr_graph_free(g);
+
+  /* the bucket from the options (the environment's test: test_buckets) */
+  g = gr_graph_new();
+  gr_output y[6], r[6];
+  for (int t = 0; t < 2; t++)
+    for (int d = 0; d < 3; d++) {
+      gr_graph_push_device_scope(g, dev[d]);
+      y[t * 3 + d] = gr_const_data(g, GR_F32, gr_shape_make(1, (int64_t[]){2}), (float[]){1, 2});
+      gr_graph_pop_device_scope(g);
+    }
+  o = (gr_all_reduce_options){.bucket_bytes = 8}; /* one tensor each */
+  GR_CHECK(gr_all_reduce_with(g, y, 2, 3, dev, GR_REDUCE_SUM, 1 << 20, &o, r) == GR_OK);
+  GR_CHECK_EQ_INT(count_op(g, "collective_all_reduce"), 6);
+  o.bucket_bytes = 16; /* both in one */
+  GR_CHECK(gr_all_reduce_with(g, y, 2, 3, dev, GR_REDUCE_SUM, 1 << 20, &o, r) == GR_OK);
+  GR_CHECK_EQ_INT(count_op(g, "collective_all_reduce"), 9);
+  gr_graph_free(g);
+}
+
+/* The hierarchical order over hosts host[0..n) (numbered by first member):
+ * inside host h a tree over its members in rank order (local i adds i + 1,
+ * i + 2, i + 4, ...), then over the hosts' sums the ring (chunk c starting
+ * at host c) or the tree; a mean divided at the end. */
+static double host_tree(const int *mem, int k, int i, int64_t i_el, bool f32) {
+  double acc = value_at(mem[i], i_el);
+  if (f32) acc = (float)acc;
+  for (int m = 1; m < k && !(i & m); m <<= 1)
+    if (i + m < k) {
+      acc = acc + host_tree(mem, k, i + m, i_el, f32);
+      if (f32) acc = (float)acc;
+    }
+  return acc;
+}
+
+static double leaders_tree(const double *hs, int nh, int h, bool f32) {
+  double acc = hs[h];
+  for (int m = 1; m < nh && !(h & m); m <<= 1)
+    if (h + m < nh) {
+      acc = acc + leaders_tree(hs, nh, h + m, f32);
+      if (f32) acc = (float)acc;
+    }
+  return acc;
+}
+
+static void hier_reference(gr_dtype dt, int n, const int *host, int64_t size, bool mean, bool tree,
+                           gr_tensor *want) {
+  gr_error e;
+  bool f32 = dt == GR_F32;
+  int nh = 0, mem[5][5], k[5] = {0};
+  for (int d = 0; d < n; d++) {
+    if (host[d] + 1 > nh) nh = host[d] + 1;
+    mem[host[d]][k[host[d]]++] = d;
+  }
+  gr_tensor_alloc(want, dt, &(gr_shape){1, {size}}, &e);
+  int64_t q = size / nh, r = size % nh;
+  for (int c = 0; c < nh; c++)
+    for (int64_t i = c * q + (c < r ? c : r); i < (c + 1) * q + (c + 1 < r ? c + 1 : r); i++) {
+      double hs[5];
+      for (int h = 0; h < nh; h++) hs[h] = host_tree(mem[h], k[h], 0, i, f32);
+      double acc = hs[c];
+      for (int j = 1; j < nh; j++) {
+        acc = hs[(c + j) % nh] + acc;
+        if (f32) acc = (float)acc;
+      }
+      if (tree) acc = leaders_tree(hs, nh, 0, f32);
+      if (f32)
+        ((float *)gr_tensor_data(want))[i] = mean ? (float)acc / (float)n : (float)acc;
+      else
+        ((double *)gr_tensor_data(want))[i] = mean ? acc / n : acc;
+    }
+}
+
+/* Runs the hierarchical all-reduce over n local devices grouped as host[]
+ * (gr_all_reduce_options.hosts; algorithm: "hier", or NULL: chosen) and
+ * checks every member against the hierarchical order, three runs each. */
+static void check_hier(int n, const int *host, int64_t size, gr_dtype dt, bool mean,
+                       const char *algorithm) {
+  static const char *const names[] = {"hostA", "hostB", "hostC", "hostD", "hostE"};
+  const char *hosts[5];
+  for (int d = 0; d < n; d++) hosts[d] = names[host[d]];
+  gr_all_reduce_options o = {.algorithm = algorithm, .hosts = hosts};
+  gr_tensor got[5], want;
+  int built = all_reduce_with(n, size, dt, mean, 3, &o, got);
+  GR_CHECK_EQ_INT(built, n);
+  bool tree = n > 2 && size * (int64_t)gr_dtype_size(dt) < 64 * 1024;
+  hier_reference(dt, n, host, size, mean, tree, &want);
+  char groups[32];
+  int at = 0;
+  for (int d = 0; d < n; d++)
+    at += snprintf(groups + at, sizeof groups - (size_t)at, "%d", host[d]);
+  for (int d = 0; d < n; d++)
+    GR_CHECK_MSG(
+        gr_tensor_num_bytes(&got[d]) == gr_tensor_num_bytes(&want) &&
+            !memcmp(gr_tensor_data(&got[d]), gr_tensor_data(&want), gr_tensor_num_bytes(&want)),
+        "hosts %s size=%lld %s%s (%s): member %d differs from the hierarchical order", groups,
+        (long long)size, gr_dtype_name(dt), mean ? " mean" : "", algorithm ? algorithm : "auto", d);
+  release_all(got, n);
+  gr_tensor_release(&want);
+}
+
+/* 2-5 members in several groupings (one host, every member its own host,
+ * hosts of unequal sizes, members of a host not adjacent in rank), odd
+ * sizes (the leaders' tree below 64 KiB, their ring above, with pieces),
+ * f32 and f64, sum and mean: every member the same bits, those of the
+ * hierarchical order, on every run. */
+static void test_hier_same_bits(void) {
+  static const int groupings[][5] = {
+      {0, 0},       {0, 1},          {0, 0, 1},       {0, 1, 0},       {0, 0, 1, 1},   {0, 1, 1, 1},
+      {0, 1, 2, 0}, {0, 0, 0, 1, 1}, {0, 1, 0, 2, 1}, {0, 0, 0, 0, 0}, {0, 1, 2, 3, 4}};
+  static const int sizes_n[] = {2, 2, 3, 3, 4, 4, 4, 5, 5, 5, 5};
+  const int64_t sizes[] = {0, 1, 7, 1000003};
+  for (int gi = 0; gi < 11; gi++)
+    for (int k = 0; k < 4; k++) {
+      check_hier(sizes_n[gi], groupings[gi], sizes[k], GR_F32, false, "hier");
+      check_hier(sizes_n[gi], groupings[gi], sizes[k], GR_F64, gi % 2, "hier");
+    }
+  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "4000", 1); /* chunks of several pieces among leaders */
+  check_hier(5, groupings[8], 3 * 3007 + 2, GR_F32, false, "hier");
+  check_hier(4, groupings[4], 2 * 3007 + 1, GR_F64, true, "hier");
+  unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
+}
+
+/* By default the hierarchical all-reduce is taken when the members span
+ * more than one host and some host has several (its bits, which differ
+ * from the flat ring's here); on one host, or one member per host, the
+ * flat ring or tree. */
+static void test_hier_chosen(void) {
+  static const int two_hosts[] = {0, 0, 1, 1};
+  check_hier(4, two_hosts, 1000003, GR_F32, false, NULL);
+  check_hier(4, two_hosts, 7, GR_F64, false, NULL);
+  gr_tensor flat[4], want;
+  all_reduce_local(4, 1000003, GR_F32, false, 1, flat);
+  hier_reference(GR_F32, 4, two_hosts, 1000003, false, false, &want);
+  GR_CHECK_MSG(memcmp(gr_tensor_data(&flat[0]), gr_tensor_data(&want), gr_tensor_num_bytes(&want)),
+               "the flat ring's bits equal the hierarchical ones: the test shows nothing");
+  release_all(flat, 4);
+  gr_tensor_release(&want);
+  static const char *const one[4] = {"a", "a", "a", "a"}, *const own[4] = {"a", "b", "c", "d"};
+  for (int c = 0; c < 2; c++) {
+    gr_all_reduce_options o = {.hosts = c ? own : one};
+    gr_tensor got[4], ring[4];
+    all_reduce_with(4, 1000003, GR_F32, false, 1, &o, got);
+    all_reduce_local(4, 1000003, GR_F32, false, 1, ring);
+    for (int d = 0; d < 4; d++)
+      GR_CHECK_MSG(
+          !memcmp(gr_tensor_data(&got[d]), gr_tensor_data(&ring[d]), gr_tensor_num_bytes(&ring[d])),
+          "%s: member %d is not the flat ring's", c ? "a host each" : "one host", d);
+    release_all(got, 4);
+    release_all(ring, 4);
+  }
+}
+
+/* replicas(..., all_reduce=true, algorithm=, bucket=, piece=) keeps its
+ * options on the copies, and minimize's collectives take them; without
+ * all_reduce=true they are an error naming the place. */
+static void test_replicas_options(void) {
+  const char *src = "x = placeholder(f32, [4, 3])\n"
+                    "device \"/job:worker/task:0\" { w = variable(ones([3, 2])) }\n"
+                    "loss = replicas(2, x, all_reduce=true, algorithm=\"hier\", bucket=64, "
+                    "piece=12) { reduce_sum(x @ w) }\n"
+                    "train = minimize(loss, sgd(0.1))\n";
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  gr_error e;
+  GR_CHECK_MSG(gr_dsl_load_string("opts.gr", src, g, NULL, &p, &e) == GR_OK, "%s", e.msg);
+  int found = 0;
+  for (int id = 0; id < gr_graph_num_nodes(g); id++) {
+    const gr_node *nd = gr_graph_node(g, id);
+    if (strcmp(nd->op->name, "collective_all_reduce") != 0) continue;
+    found++;
+    GR_CHECK_EQ_INT(gr_node_attr_int(nd, "piece_bytes", -1), 12);
+    GR_CHECK_STR_CONTAINS(gr_node_attr_string(nd, "hierarchy", ""), "hosts");
+  }
+  GR_CHECK_EQ_INT(found, 2);
+  const gr_node *copy = gr_graph_find_node(g, "w/replica_1");
+  GR_CHECK(copy != NULL);
+  if (copy) GR_CHECK_EQ_INT(gr_node_attr_int(copy, "all_reduce_bucket", 0), 64);
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+  const char *bad[][3] = {
+      {"x = placeholder(f32, [4, 3])\nloss = replicas(2, x, piece=12) { reduce_sum(x) }\n",
+       "opts.gr:2:", "piece= sets the all-reduce of the gradients: it needs all_reduce=true"},
+      {"a = ones([2])\nb = ones([2])\ns, t = all_reduce(a, b, hosts=[\"h\"])\n",
+       "opts.gr:3:", "hosts must be a list of 2 host names"}};
+  for (int c = 0; c < 2; c++) {
+    g = gr_graph_new();
+    p = NULL;
+    GR_CHECK(gr_dsl_load_string("opts.gr", bad[c][0], g, NULL, &p, &e) != GR_OK);
+    GR_CHECK_STR_CONTAINS(e.msg, bad[c][1]);
+    GR_CHECK_STR_CONTAINS(e.msg, bad[c][2]);
+    gr_dsl_program_free(p); /* the program, with the error's sources */
+    gr_graph_free(g);
+  }
+}
+
+/* The loss sum_d sum(w_d * y_d) over the all-reduce's outputs y_d of x_d
+ * (3 devices, f64): its gradient through the collective (itself an
+ * all-reduce of the incoming gradients, collective nodes too) against
+ * central finite differences, for the sum and the mean, flat and
+ * hierarchical; differentiating twice builds a second group, not a clash. */
+static double fd_loss(gr_session *ss, gr_feed *feeds, gr_output loss) {
+  gr_tensor t;
+  gr_error e;
+  if (gr_session_run(ss, feeds, 3, &loss, 1, &t, NULL, 0, &e) != GR_OK) {
+    GR_CHECK_MSG(false, "%s", e.msg);
+    return 0;
+  }
+  double v = gr_tensor_get_f64(&t, 0);
+  gr_tensor_release(&t);
+  return v;
+}
+
+static void check_gradient(bool mean, const gr_all_reduce_options *o) {
+  enum { N = 3, S = 5 };
+  gr_graph *g = gr_graph_new();
+  char devs[N][64];
+  const char *dev[N];
+  gr_output x[N], y[N], dx[N], dx2[N], loss = {NULL, 0};
+  gr_tensor vals[N];
+  gr_feed feeds[N];
+  gr_error e;
+  for (int d = 0; d < N; d++) {
+    dev[d] = dev_name(d, devs[d]);
+    gr_graph_push_device_scope(g, dev[d]);
+    x[d] = gr_placeholder(g, NULL, GR_F64, (gr_shape){1, {S}});
+    gr_graph_pop_device_scope(g);
+    gr_tensor_alloc(&vals[d], GR_F64, &(gr_shape){1, {S}}, &e);
+    fill(&vals[d], d);
+    feeds[d] = (gr_feed){x[d], &vals[d]};
+  }
+  GR_CHECK(gr_all_reduce_with(g, x, 1, N, dev, mean ? GR_REDUCE_MEAN : GR_REDUCE_SUM, 0, o, y) ==
+           GR_OK);
+  for (int d = 0; d < N; d++) {
+    gr_graph_push_device_scope(g, dev[d]);
+    double w[S];
+    for (int i = 0; i < S; i++) w[i] = (d + 1) * 0.5 + i * (d % 2 ? -1.25 : 0.75);
+    gr_output term = gr_reduce_sum(
+        g, gr_mul(g, y[d], gr_const_data(g, GR_F64, gr_shape_make(1, (int64_t[]){S}), w)), NULL, 0,
+        false);
+    gr_graph_pop_device_scope(g);
+    loss = d ? gr_add(g, loss, term) : term;
+  }
+  int before = count_op(g, "collective_all_reduce");
+  GR_CHECK(gr_gradients(g, &loss, 1, x, N, NULL, false, dx) == GR_OK);
+  GR_CHECK(gr_gradients(g, &loss, 1, x, N, NULL, false, dx2) == GR_OK);
+  GR_CHECK_EQ_INT(count_op(g, "collective_all_reduce"), before + 2 * N);
+  gr_session *ss = gr_session_new(g, &(gr_session_options){.num_devices = N}, &e);
+  GR_CHECK_MSG(ss != NULL, "%s", e.msg);
+  gr_tensor got[2 * N];
+  gr_output both[2 * N] = {dx[0], dx[1], dx[2], dx2[0], dx2[1], dx2[2]};
+  GR_CHECK_MSG(ss && gr_session_run(ss, feeds, N, both, 2 * N, got, NULL, 0, &e) == GR_OK, "%s",
+               e.msg);
+  for (int d = 0; ss && d < N; d++) {
+    for (int i = 0; i < S; i++) {
+      double *v = (double *)gr_tensor_data(&vals[d]) + i, keep = *v, h = 1e-3;
+      *v = keep + h;
+      double up = fd_loss(ss, feeds, loss);
+      *v = keep - h;
+      double down = fd_loss(ss, feeds, loss);
+      *v = keep;
+      double fd = (up - down) / (2 * h), an = gr_tensor_get_f64(&got[d], i);
+      GR_CHECK_MSG(fabs(fd - an) <= 1e-6 * (1 + fabs(fd)), "%s%s: dx%d[%d] = %.12g, finite %.12g",
+                   mean ? "mean" : "sum", o && o->hosts ? " hier" : "", d, i, an, fd);
+      GR_CHECK_MSG(gr_tensor_get_f64(&got[N + d], i) == an, "the second gradient differs");
+    }
+  }
+  for (int d = 0; ss && d < 2 * N; d++) gr_tensor_release(&got[d]);
+  gr_session_free(ss);
+  for (int d = 0; d < N; d++) gr_tensor_release(&vals[d]);
+  gr_graph_free(g);
+}
+
+static void test_gradient(void) {
+  static const char *const hosts[3] = {"a", "a", "b"};
+  gr_all_reduce_options hier = {.algorithm = "hier", .hosts = hosts};
+  check_gradient(false, NULL);
+  check_gradient(true, NULL);
+  check_gradient(false, &hier);
+  check_gradient(true, &hier);
+}
+
 /* A step that needs one member but not the others fails at once, naming
  * the group and the missing rank (no hang); bad settings are named. */
 static void test_errors(void) {
@@ -306,13 +641,28 @@ static void test_errors(void) {
   GR_CHECK_STR_CONTAINS(e.msg, "all_reduce/bucket_");
   gr_session_free(ss);
 
-  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "lots", 1); /* read by the kernels */
-  ss = gr_session_new(g, &(gr_session_options){.num_devices = 2}, &e);
-  gr_tensor got[2];
-  GR_CHECK(ss && gr_session_run(ss, NULL, 0, s, 2, got, NULL, 0, &e) != GR_OK);
-  GR_CHECK_STR_CONTAINS(e.msg, "GRAPHRUN_ALL_REDUCE_PIECE='lots'");
+  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "lots", 1); /* read when the graph is built */
+  GR_CHECK(gr_all_reduce(g, x, 2, dev, GR_REDUCE_SUM, s) != GR_OK);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "GRAPHRUN_ALL_REDUCE_PIECE='lots'");
   unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
-  gr_session_free(ss);
+  gr_graph_clear_error(g);
+  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "0", 1);
+  GR_CHECK(gr_all_reduce(g, x, 2, dev, GR_REDUCE_SUM, s) != GR_OK);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "GRAPHRUN_ALL_REDUCE_PIECE='0': want a number");
+  unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
+  gr_graph_clear_error(g);
+  gr_all_reduce_options bad = {.algorithm = "bush"};
+  GR_CHECK(gr_all_reduce_with(g, x, 1, 2, dev, GR_REDUCE_SUM, 0, &bad, s) != GR_OK);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "all_reduce: algorithm 'bush'");
+  gr_graph_clear_error(g);
+  bad = (gr_all_reduce_options){.piece_bytes = -1};
+  GR_CHECK(gr_all_reduce_with(g, x, 1, 2, dev, GR_REDUCE_SUM, 0, &bad, s) != GR_OK);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "piece -1 bytes");
+  gr_graph_clear_error(g);
+  bad = (gr_all_reduce_options){.hosts = (const char *[]){"a", "b,c"}};
+  GR_CHECK(gr_all_reduce_with(g, x, 1, 2, dev, GR_REDUCE_SUM, 0, &bad, s) != GR_OK);
+  GR_CHECK_STR_CONTAINS(gr_graph_error(g)->msg, "host 1 is 'b,c'");
+  gr_graph_clear_error(g);
 
   setenv("GRAPHRUN_ALL_REDUCE_BUCKET", "lots", 1);
   GR_CHECK(gr_all_reduce(g, x, 2, dev, GR_REDUCE_SUM, s) != GR_OK);
@@ -371,5 +721,10 @@ int main(void) {
   GR_RUN(test_buckets);
   GR_RUN(test_errors);
   GR_RUN(test_soft_placement);
+  GR_RUN(test_options_in_graph);
+  GR_RUN(test_hier_same_bits);
+  GR_RUN(test_hier_chosen);
+  GR_RUN(test_replicas_options);
+  GR_RUN(test_gradient);
   return gr_test_finish();
 }

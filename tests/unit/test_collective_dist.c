@@ -9,6 +9,9 @@
  * keeps every copy equal (worst 0) and its loss is the same bits on a rerun; a worker killed while
  * collectives run fails the run with an error naming the task and the collective, without a hang
  * (and one killed during the graph ring's all-reduce, GRAPHRUN_ALL_REDUCE=graph, names the task).
+ * The hierarchical all-reduce (hosts given in the graph, or the master's: its tasks' hosts) gives
+ * every worker the bits of its order, the same on a rerun, and a member killed inside its host's
+ * reduce fails the run the same way.
  * In one process: test_collective.c. */
 #include <limits.h>
 #include <math.h>
@@ -82,8 +85,60 @@ static void ordered_sum(const gr_tensor *x, int n, gr_tensor *want) {
     }
 }
 
-/* Three all-reduces on n workers, run with --out into dir. */
-static bool run_sums(int n, const char *dir) {
+/* The hierarchical order (collective.c) over hosts host[0..n) (numbered by
+ * first member): inside host h a tree over its members in rank order,
+ * then over the hosts' sums the ring (chunk c starting at host c), or the
+ * tree when under 64 KiB on more than 2 workers. */
+static double host_sum(const gr_tensor *x, const int *mem, int k, int i, int64_t e) {
+  double acc = elem(&x[mem[i]], e);
+  for (int m = 1; m < k && !(i & m); m <<= 1)
+    if (i + m < k) {
+      acc = acc + host_sum(x, mem, k, i + m, e);
+      if (x[0].dtype == GR_F32) acc = (float)acc;
+    }
+  return acc;
+}
+
+static double leader_sum(const double *hs, int nh, int h, bool f32) {
+  double acc = hs[h];
+  for (int m = 1; m < nh && !(h & m); m <<= 1)
+    if (h + m < nh) {
+      acc = acc + leader_sum(hs, nh, h + m, f32);
+      if (f32) acc = (float)acc;
+    }
+  return acc;
+}
+
+static void hier_sum(const gr_tensor *x, int n, const int *host, gr_tensor *want) {
+  gr_error e;
+  bool f32 = x[0].dtype == GR_F32, tree = n > 2 && gr_tensor_num_bytes(&x[0]) < 64 * 1024;
+  int nh = 0, mem[5][5], k[5] = {0};
+  for (int d = 0; d < n; d++) {
+    if (host[d] + 1 > nh) nh = host[d] + 1;
+    mem[host[d]][k[host[d]]++] = d;
+  }
+  int64_t size = gr_tensor_num_elements(&x[0]), q = size / nh, r = size % nh;
+  gr_tensor_alloc(want, x[0].dtype, &x[0].shape, &e);
+  for (int c = 0; c < nh; c++)
+    for (int64_t i = c * q + (c < r ? c : r); i < (c + 1) * q + (c + 1 < r ? c + 1 : r); i++) {
+      double hs[5];
+      for (int h = 0; h < nh; h++) hs[h] = host_sum(x, mem[h], k[h], 0, i);
+      double acc = hs[c];
+      for (int j = 1; j < nh; j++) {
+        acc = hs[(c + j) % nh] + acc;
+        if (f32) acc = (float)acc;
+      }
+      if (tree) acc = leader_sum(hs, nh, 0, f32);
+      if (f32)
+        ((float *)gr_tensor_data(want))[i] = (float)acc;
+      else
+        ((double *)gr_tensor_data(want))[i] = acc;
+    }
+}
+
+/* Three all-reduces on n workers, run with --out into dir; opts: more
+ * arguments of each all_reduce (", hosts=[...]"), or "". */
+static bool run_sums_with(int n, const char *dir, const char *opts) {
   char src[4096], fetch[1024], file[PATH_MAX], out[PATH_MAX], workers[8], name[32];
   int at = 0, ft = 0;
   for (int k = 0; k < n; k++)
@@ -100,7 +155,8 @@ static bool run_sums(int n, const char *dir) {
       at += snprintf(src + at, sizeof src - (size_t)at, "s%s%d%s", x, k,
                      k + 1 < n ? ", " : " = all_reduce(");
     for (int k = 0; k < n; k++)
-      at += snprintf(src + at, sizeof src - (size_t)at, "%s%d%s", x, k, k + 1 < n ? ", " : ")\n");
+      at += snprintf(src + at, sizeof src - (size_t)at, "%s%d%s", x, k, k + 1 < n ? ", " : "");
+    at += snprintf(src + at, sizeof src - (size_t)at, "%s)\n", opts);
     for (int k = 0; k < n; k++)
       ft += snprintf(fetch + ft, sizeof fetch - (size_t)ft, "%s%s%d,s%s%d", ft ? "," : "", x, k, x,
                      k);
@@ -120,7 +176,14 @@ static bool run_sums(int n, const char *dir) {
   return code == 0;
 }
 
-static void check_sums(int n, const char *dir, const char *rerun_dir) {
+static bool run_sums(int n, const char *dir) {
+  return run_sums_with(n, dir, "");
+}
+
+/* The outputs in dir: every worker's sums the same bits, those of the
+ * flat algorithm's order (host NULL) or the hierarchical one over host[];
+ * the same as rerun_dir's (when not NULL). */
+static void check_sums_hosts(int n, const char *dir, const char *rerun_dir, const int *host) {
   char d[PATH_MAX], r[PATH_MAX];
   snprintf(d, sizeof d, "%s/%s", tmp, dir);
   snprintf(r, sizeof r, "%s/%s", tmp, rerun_dir ? rerun_dir : "");
@@ -137,10 +200,13 @@ static void check_sums(int n, const char *dir, const char *rerun_dir) {
     }
     GR_CHECK_MSG(ok, "%d workers: missing outputs in %s", n, d);
     if (!ok) return;
-    ordered_sum(in, n, &want);
+    if (host)
+      hier_sum(in, n, host, &want);
+    else
+      ordered_sum(in, n, &want);
     for (int k = 0; k < n; k++)
       GR_CHECK_MSG(same_bits(&sum[k], &want),
-                   "%d workers: s%s%d is not the sum in its algorithm's order", n, x, k);
+                   "%d workers (%s): s%s%d is not the sum in its algorithm's order", n, dir, x, k);
     if (rerun_dir) {
       snprintf(name, sizeof name, "s%s0", x);
       GR_CHECK_MSG(load(r, name, &again) && same_bits(&again, &sum[0]),
@@ -150,6 +216,10 @@ static void check_sums(int n, const char *dir, const char *rerun_dir) {
     for (int k = 0; k < n; k++) gr_tensor_release(&in[k]), gr_tensor_release(&sum[k]);
     gr_tensor_release(&want);
   }
+}
+
+static void check_sums(int n, const char *dir, const char *rerun_dir) {
+  check_sums_hosts(n, dir, rerun_dir, NULL);
 }
 
 static void test_same_bits_2_to_5_workers(void) {
@@ -172,6 +242,36 @@ static void test_pieces(void) {
     if (run_sums(n, dir)) check_sums(n, dir, NULL);
   }
   unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
+}
+
+/* The hierarchical all-reduce on 2-5 server tasks, grouped into hosts by
+ * all_reduce(..., hosts=[...]): chosen by default (more than one host,
+ * one with several members), forced with algorithm="hier" on two workers
+ * of one host; every worker the same bits, those of the hierarchical
+ * order, and the same on a rerun. */
+static void test_hier_2_to_5_workers(void) {
+  static const int groupings[4][5] = {{0, 0}, {0, 0, 1}, {0, 1, 1, 0}, {0, 0, 1, 2, 1}};
+  static const char *const opts[4] = {
+      ", algorithm=\"hier\", hosts=[\"a\", \"a\"]", ", hosts=[\"a\", \"a\", \"b\"]",
+      ", hosts=[\"a\", \"b\", \"b\", \"a\"]", ", hosts=[\"a\", \"a\", \"b\", \"c\", \"b\"]"};
+  for (int c = 0; c < 4; c++) {
+    int n = c + 2;
+    char dir[16], again[16];
+    snprintf(dir, sizeof dir, "hier%d", n);
+    snprintf(again, sizeof again, "hier%d_again", n);
+    if (run_sums_with(n, dir, opts[c]) && run_sums_with(n, again, opts[c]))
+      check_sums_hosts(n, dir, again, groupings[c]);
+  }
+}
+
+/* Without hosts in the graph the master fills in its tasks' hosts: a
+ * launch's tasks all listen on 127.0.0.1, one host, so algorithm="hier"
+ * reduces inside it (the tree over all 3 workers) instead of grouping by
+ * task (each its own host: the ring's order, which differs). */
+static void test_hier_hosts_from_cluster(void) {
+  static const int one_host[3] = {0, 0, 0};
+  if (run_sums_with(3, "hier_cluster", ", algorithm=\"hier\""))
+    check_sums_hosts(3, "hier_cluster", NULL, one_host);
 }
 
 static double json_scalar(const char *out, const char *name, char *text, size_t cap) {
@@ -211,13 +311,16 @@ static void test_allreduce_example(void) {
  * run fails well within its timeout (no hang), naming the lost task, and
  * with the collective (the default) the collective and the member; with
  * the graph ring (GRAPHRUN_ALL_REDUCE=graph) the lost task. */
-static void kill_mid_all_reduce(bool graph_ring) {
-  const char *src = "device \"/job:worker/task:0\" { a = random_uniform([4000000]) }\n"
-                    "device \"/job:worker/task:1\" { b = random_uniform([4000000]) }\n"
-                    "device \"/job:worker/task:2\" { c = random_uniform([4000000]) }\n"
-                    "r0, r1, r2 = all_reduce(a, b, c)\n"
-                    "device \"/job:worker/task:0\" { t = reduce_sum(r0) + reduce_sum(r1) + "
-                    "reduce_sum(r2) }\n";
+static void kill_mid_all_reduce(bool graph_ring, bool hier) {
+  char src[1024];
+  snprintf(src, sizeof src,
+           "device \"/job:worker/task:0\" { a = random_uniform([4000000]) }\n"
+           "device \"/job:worker/task:1\" { b = random_uniform([4000000]) }\n"
+           "device \"/job:worker/task:2\" { c = random_uniform([4000000]) }\n"
+           "r0, r1, r2 = all_reduce(a, b, c%s)\n"
+           "device \"/job:worker/task:0\" { t = reduce_sum(r0) + reduce_sum(r1) + "
+           "reduce_sum(r2) }\n",
+           hier ? ", hosts=[\"x\", \"y\", \"y\"]" : "");
   gt_write_file(tmp, "kill.gr", src);
   char file[PATH_MAX + 16];
   snprintf(file, sizeof file, "%s/kill.gr", tmp);
@@ -230,7 +333,10 @@ static void kill_mid_all_reduce(bool graph_ring) {
   unsetenv("GRAPHRUN_ALL_REDUCE");
   GR_CHECK(took >= 0);
   printf("%s with a task killed: the run failed %.2f s after the kill\n",
-         graph_ring ? "graph ring" : "collective", took);
+         graph_ring ? "graph ring"
+         : hier     ? "hierarchical collective"
+                    : "collective",
+         took);
   GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 1);
   /* (launch may log the kill or not: the run can end first) */
   GR_CHECK_STR_CONTAINS(p.buf, ": lost /job:worker/replica:0/task:2");
@@ -241,11 +347,17 @@ static void kill_mid_all_reduce(bool graph_ring) {
 }
 
 static void test_kill_mid_collective(void) {
-  kill_mid_all_reduce(false);
+  kill_mid_all_reduce(false, false);
+}
+
+/* Worker 2 shares host y with worker 1, its leader: it dies inside its
+ * host's reduce. */
+static void test_kill_mid_hier(void) {
+  kill_mid_all_reduce(false, true);
 }
 
 static void test_kill_mid_graph_ring(void) {
-  kill_mid_all_reduce(true);
+  kill_mid_all_reduce(true, false);
 }
 
 int main(void) {
@@ -257,7 +369,10 @@ int main(void) {
   GR_RUN(test_same_bits_2_to_5_workers);
   GR_RUN(test_pieces);
   GR_RUN(test_allreduce_example);
+  GR_RUN(test_hier_2_to_5_workers);
+  GR_RUN(test_hier_hosts_from_cluster);
   GR_RUN(test_kill_mid_collective);
+  GR_RUN(test_kill_mid_hier);
   GR_RUN(test_kill_mid_graph_ring);
   gt_remove_tree(tmp);
   return gr_test_finish();
