@@ -283,6 +283,15 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
     s->served = true;
     pthread_mutex_unlock(&s->mu);
   }
+  if (m->h.type == GR_MSG_RUN &&
+      (size_t)m->h.header_len + m->h.body_len <= GR_SERVER_INLINE_RUN_BYTES) {
+    /* a small RUN starts here, without a hop to the work pool (a wake-up
+     * and a context switch per task per step): checking it and starting
+     * its step blocks nowhere and runs light nodes only; larger feeds are
+     * copied on a work thread (docs/internals.md, "Threads and locks") */
+    gr_server_run(s, c, m);
+    return;
+  }
   switch (m->h.type) {
     case GR_MSG_HEARTBEAT: { /* answered at once, here: the master sees that we live */
       gr_heartbeat_req q;

@@ -18,6 +18,8 @@
 
 #define GR_SERVER_MAX_STEPS 4096  /* step states (running or parked) at once */
 #define GR_SERVER_ID_WINDOW 65536 /* request ids a connection remembers */
+/* a RUN frame up to this size is checked and started on the network thread */
+#define GR_SERVER_INLINE_RUN_BYTES (64 * 1024)
 
 typedef struct reg_wait reg_wait;
 
