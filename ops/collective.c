@@ -4,7 +4,9 @@
  * gives every member the same bits. Its kernel is asynchronous and runs a
  * schedule of sends and receives over the step's rendezvous, the same path
  * as _send/_recv (so on a cluster the TENSOR frames of the push
- * rendezvous). The inputs are flattened and concatenated. Two schedules
+ * rendezvous). The inputs are flattened and concatenated into one buffer,
+ * which the outputs view (no copy out: an update reads its gradient where
+ * the schedule left it). Two schedules
  * (attr algorithm):
  *
  * - ring: the buffer is cut into group_size chunks (s / n elements, one
@@ -83,13 +85,13 @@ struct coll {
   gr_kernel_ctx *ctx;
   gr_rendezvous *rv;
   int n, rank;
-  bool mean, owned_buf, tree; /* tree: the tree, else the ring (among leaders: hier) */
+  bool mean, tree; /* tree: the tree, else the ring (among leaders: hier) */
   gr_dtype dt;
   size_t es;
   int64_t total, piece; /* elements; piece: the ring's most per message */
   action *acts;
   int num_acts, pos;
-  char *buf;         /* the flat values: output 0's buffer, or malloc'd */
+  char *buf;         /* the flat values: output 0's buffer, which every output views */
   char *devs;        /* copy of attr "devices", cut at the commas */
   const char **dev;  /* dev[k]: rank k's device */
   const char *gkey;  /* attr group_key */
@@ -246,23 +248,15 @@ static char *make_key(const coll *x, int from, int to, const action *a, char *bu
 
 static void coll_free(coll *x) {
   if (x->have) gr_tensor_release(&x->got);
-  if (x->owned_buf) free(x->buf);
   free(x->devs), free(x->dev), free(x->acts);
   free(x);
 }
 
-/* Ends the kernel: the outputs filled (or the error set), x freed. */
+/* Ends the kernel: the outputs, views of x->buf, hold the totals (or the
+ * error is set); x freed. */
 static void finish(coll *x) {
   gr_kernel_ctx *ctx = x->ctx;
   gr_status st = x->st;
-  if (st == GR_OK && x->owned_buf) {
-    int64_t at = 0;
-    for (int i = 0; i < ctx->num_outputs; i++) {
-      size_t b = gr_tensor_num_bytes(&ctx->outputs[i]);
-      if (b) memcpy(gr_tensor_data(&ctx->outputs[i]), x->buf + at, b);
-      at += (int64_t)b;
-    }
-  }
   if (st != GR_OK && ctx->err) *ctx->err = x->err;
   coll_free(x);
   gr_kernel_done(ctx, st);
@@ -506,6 +500,38 @@ static gr_status plan(gr_kernel_ctx *ctx, coll *x) {
   return st;
 }
 
+/* The flat buffer x->buf holds the inputs one after the other, and the
+ * outputs are views of it (output i: input i's shape at its offset), so
+ * the totals need no copying out: the consumers (the updates) read them
+ * where the schedule left them. One input: its own buffer when this
+ * kernel holds the only reference to it (no copy in either), else a new
+ * one; several: one copy in. */
+static gr_status flat_outputs(gr_kernel_ctx *ctx, coll *x) {
+  gr_tensor *o, flat;
+  for (int i = 0; i < ctx->num_inputs; i++) x->total += gr_tensor_num_elements(&ctx->inputs[i]);
+  if (ctx->num_inputs == 1) {
+    GR_TRY(gr_kernel_forward_or_alloc(ctx, 0, 0, x->dt, &ctx->inputs[0].shape, &o));
+    x->buf = gr_tensor_data(o);
+    if (x->total && x->buf != gr_tensor_data(&ctx->inputs[0]))
+      memcpy(x->buf, gr_tensor_data(&ctx->inputs[0]), (size_t)x->total * x->es);
+    return GR_OK;
+  }
+  GR_TRY(gr_tensor_alloc(&flat, x->dt, &(gr_shape){1, {x->total}}, ctx->err));
+  x->buf = gr_tensor_data(&flat);
+  size_t at = 0;
+  for (int i = 0; i < ctx->num_inputs; i++) {
+    gr_tensor v = flat;
+    size_t b = gr_tensor_num_bytes(&ctx->inputs[i]);
+    v.shape = ctx->inputs[i].shape;
+    v.offset += at;
+    gr_kernel_set_output(ctx, i, &v);
+    if (b) memcpy(x->buf + at, gr_tensor_data(&ctx->inputs[i]), b);
+    at += b;
+  }
+  gr_tensor_release(&flat); /* the outputs hold it */
+  return GR_OK;
+}
+
 static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
   const gr_node *nd = ctx->node;
   coll *x = calloc(1, sizeof *x);
@@ -527,24 +553,10 @@ static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
                          "rendezvous)",
                          x->gkey);
   if (st == GR_OK && x->n > 1) st = read_devices(ctx, x);
-  for (int i = 0; i < ctx->num_inputs && st == GR_OK; i++) {
-    gr_tensor *o;
-    st = gr_kernel_alloc_output(ctx, i, ctx->inputs[i].dtype, &ctx->inputs[i].shape, &o);
-    x->total += gr_tensor_num_elements(&ctx->inputs[i]);
-  }
-  x->owned_buf = ctx->num_inputs > 1;
-  if (st == GR_OK && x->owned_buf && !(x->buf = malloc((size_t)x->total * x->es + 1)))
-    st = gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  if (st == GR_OK && !x->owned_buf) x->buf = gr_tensor_data(&ctx->outputs[0]);
+  if (st == GR_OK) st = flat_outputs(ctx, x);
   if (st != GR_OK) {
     coll_free(x);
     return st;
-  }
-  size_t at = 0;
-  for (int i = 0; i < ctx->num_inputs; i++) {
-    size_t b = gr_tensor_num_bytes(&ctx->inputs[i]);
-    if (b) memcpy(x->buf + at, gr_tensor_data(&ctx->inputs[i]), b);
-    at += b;
   }
   /* alone (n = 1): no actions, the sum is the value (a mean too) */
   if (x->n > 1) {
