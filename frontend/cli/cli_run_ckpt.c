@@ -79,15 +79,21 @@ gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_don
   char *meta = doc ? json_dumps(doc, 0) : NULL;
   json_decref(doc);
   if (!meta) return gr_error_set_oom(err);
-  gr_status st = remote     ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, err)
+  gr_status st = remote ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, &r->pending, err)
                  : r->async ? gr_ckpt_save_session_async(r->async, s, r->g, meta, err)
                             : gr_ckpt_save_session(r->ck, s, r->g, meta, err);
   free(meta);
   return st;
 }
 
-int cli_run_wait_saves(cli_recovery *r) {
+int cli_run_wait_saves(cli_recovery *r, gr_session *s) {
   gr_error err;
+  if (!r->pending.async) r->pending.step = -1;
+  if (r->pending.step >= 0 && !s) cli_pending_forget(&r->pending);
+  if (r->pending.step >= 0 && cli_commit_remote(r->ck, s, r->g, &r->pending, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: saving to %s: %s\n", r->ckpt_path, err.msg);
+    return GR_EXIT_FAILURE;
+  }
   if (!r->async || gr_ckpt_async_wait(r->async, &err) == GR_OK) return GR_EXIT_OK;
   fprintf(stderr, "graphrun run: saving to %s: %s\n", r->ckpt_path, err.msg);
   return GR_EXIT_FAILURE;
@@ -99,7 +105,8 @@ int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master 
       r->failures >= r->max_failures)
     return CLI_NOT_RECOVERABLE;
   r->failures++;
-  r->vars_ready = false; /* a new session */
+  r->vars_ready = false;           /* a new session */
+  cli_pending_forget(&r->pending); /* the restore goes back to the newest committed */
   fprintf(stderr,
           "graphrun run: %s failed: %s\ngraphrun run: recovering (%ld of at most %ld): waiting "
           "up to %.0f s for every task, then %s%s\n",
@@ -125,8 +132,13 @@ int cli_run_save_first(cli_recovery *r, gr_master **m, gr_session **s) {
   int64_t latest;
   gr_error err;
   if (gr_ckpt_latest_step(r->ck, &latest, &err) != GR_ERR_NOT_FOUND) return GR_EXIT_OK;
+  bool async = r->pending.async;
+  r->pending.async = false; /* written before the first step: synchronously */
   for (;;) { /* the checkpoint a lost task restarts from; a task lost before it is waited for */
-    if (cli_run_save_checkpoint(r, *s, 0, true, &err) == GR_OK) return GR_EXIT_OK;
+    gr_status st = cli_run_save_checkpoint(r, *s, 0, true, &err);
+    r->pending.async = async;
+    if (st == GR_OK) return GR_EXIT_OK;
+    r->pending.async = false;
     int how = cli_run_recover(r, "saving the first checkpoint", &err, m, s, &latest);
     if (how == CLI_NOT_RECOVERABLE)
       fprintf(stderr, "graphrun run: saving the first checkpoint: %s\n", err.msg);

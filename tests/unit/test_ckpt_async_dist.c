@@ -1,0 +1,182 @@
+/* Asynchronous saves on a cluster (graphrun launch ... --save-async; issue
+ * 34): tests/data/recovery_mlp.gr on a launched cluster of 2 ps and 2
+ * workers, real server processes.
+ *
+ * - The checkpoints equal the synchronous run's: the same steps, tensors
+ *   and bytes, and the same final weights.
+ * - A task killed during a background shard write (just before its commit,
+ *   through the server's test hook GRAPHRUN_TEST_SHARD_DIE=STEP:FILE)
+ *   leaves the previous checkpoint the newest, loadable and equal to the
+ *   synchronous run's; a new run restores it and ends with the synchronous
+ *   run's weights.
+ * - A failed shard write (GRAPHRUN_TEST_SHARD_FAIL=STEP) is reported by the
+ *   next save, naming the task and the file; no manifest row names it. */
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/gr_checkpoints.h"
+#include "cluster_harness.h"
+#include "gr_test.h"
+#include "test_proc.h"
+#include "test_util.h"
+
+#define STEPS      8
+#define SAVE_EVERY 2
+
+static char dir[PATH_MAX];
+
+static const char *const cluster[] = {"--ps", "2", "--workers", "2", NULL};
+
+/* launch ... recovery_mlp.gr --steps STEPS --ckpt DIR/ckpt_NAME
+ * --save-every 2 --keep 0 [--save-async] [--max-failures 0]: its exit code
+ * (output in p->buf). */
+static int launch(gt_proc *p, const char *name, bool async, bool no_recovery) {
+  const char *extra[8] = {"--keep", "0"};
+  int n = 2;
+  if (async) extra[n++] = "--save-async";
+  if (no_recovery) extra[n++] = "--max-failures", extra[n++] = "0";
+  gt_launch_run_mlp(p, dir, name, STEPS, SAVE_EVERY, cluster, extra);
+  bool ended = gt_proc_wait(p, NULL, 300);
+  gt_proc_finish(p);
+  GR_CHECK_MSG(ended, "launch %s did not end:\n%s", name, p->buf);
+  return ended ? gt_proc_exit_code(p) : -1;
+}
+
+static gr_ckpt *open_dir(const char *name) {
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/ckpt_%s", dir, name);
+  gr_ckpt_options ro = {.read_only = true, .sharded = true};
+  gr_ckpt *ck = NULL;
+  gr_error err;
+  GR_CHECK_OK(gr_ckpt_open(path, &ro, &ck, &err), err);
+  return ck;
+}
+
+/* The checkpoint of step `step` in a and b: the same tensors, bytes. */
+static void same_step(gr_ckpt *a, gr_ckpt *b, int64_t step) {
+  gr_ckpt_tensor_info *ta = NULL, *tb = NULL;
+  int nta = 0, ntb = 0;
+  gr_error err;
+  GR_CHECK_OK(gr_ckpt_list_tensors(a, step, &ta, &nta, &err), err);
+  GR_CHECK_OK(gr_ckpt_list_tensors(b, step, &tb, &ntb, &err), err);
+  GR_CHECK_EQ_INT(nta, ntb);
+  GR_CHECK(nta >= 6);
+  for (int k = 0; k < nta && k < ntb; k++) {
+    GR_CHECK(strcmp(ta[k].name, tb[k].name) == 0);
+    gr_tensor x, y;
+    bool ok = gr_ckpt_read_tensor(a, step, ta[k].name, &x, &err) == GR_OK;
+    GR_CHECK_MSG(ok, "%s", err.msg);
+    if (ok && gr_ckpt_read_tensor(b, step, tb[k].name, &y, &err) == GR_OK) {
+      GR_CHECK_MSG(gt_bit_equal(&y, &x), "step %" PRId64 " tensor %s", step, ta[k].name);
+      gr_tensor_release(&y);
+    } else if (ok) {
+      GR_CHECK_MSG(false, "%s", err.msg);
+    }
+    if (ok) gr_tensor_release(&x);
+  }
+  gr_ckpt_tensor_infos_free(ta, nta);
+  gr_ckpt_tensor_infos_free(tb, ntb);
+}
+
+/* The steps of ck's checkpoints into steps (at most cap): how many. */
+static int steps_of(gr_ckpt *ck, int64_t *steps, int cap) {
+  gr_ckpt_info *in = NULL;
+  int n = 0;
+  gr_error err;
+  GR_CHECK_OK(gr_ckpt_list(ck, &in, &n, &err), err);
+  for (int i = 0; i < n && i < cap; i++) steps[i] = in[i].step;
+  gr_ckpt_infos_free(in, n);
+  return n < cap ? n : cap;
+}
+
+static bool synced; /* the synchronous reference run is there */
+
+static void sync_run(void) {
+  gt_proc p;
+  synced = launch(&p, "sync", false, false) == 0;
+  GR_CHECK_MSG(synced, "the synchronous run failed:\n%s", p.buf);
+}
+
+static void test_async_equals_sync(void) {
+  gt_proc p;
+  sync_run();
+  int code = launch(&p, "async", true, false);
+  GR_CHECK_MSG(code == 0, "exit %d:\n%s", code, p.buf);
+  GR_CHECK_STR_CONTAINS(p.buf, "saving (in the background) a checkpoint after step 2");
+  if (code || !synced) return;
+  char a[PATH_MAX], b[PATH_MAX];
+  snprintf(a, sizeof a, "%s/sync", dir);
+  snprintf(b, sizeof b, "%s/async", dir);
+  GR_CHECK(gt_same_weights(a, b));
+  gr_ckpt *s = open_dir("sync"), *as = open_dir("async");
+  int64_t ss[16], sa[16];
+  int ns = s ? steps_of(s, ss, 16) : 0, na = as ? steps_of(as, sa, 16) : -1;
+  GR_CHECK_EQ_INT(ns, na);
+  GR_CHECK_EQ_INT(ns, 1 + STEPS / SAVE_EVERY); /* 0 (before the first step), 2, 4, 6, 8 */
+  for (int i = 0; i < ns && i < na; i++) {
+    GR_CHECK_EQ_INT(ss[i], sa[i]);
+    same_step(s, as, ss[i]);
+  }
+  gr_ckpt_close(s);
+  gr_ckpt_close(as);
+}
+
+static void test_task_killed_mid_write(void) {
+  if (!synced) sync_run();
+  char env[PATH_MAX + 16];
+  snprintf(env, sizeof env, "4:%s/died", dir); /* the write of step 4, once in the cluster */
+  setenv("GRAPHRUN_TEST_SHARD_DIE", env, 1);
+  gt_proc p;
+  int code = launch(&p, "killed", true, true);
+  unsetenv("GRAPHRUN_TEST_SHARD_DIE");
+  GR_CHECK_MSG(code != 0, "the run went on without a recovery:\n%s", p.buf);
+  GR_CHECK_STR_CONTAINS(p.buf, "killed by signal 9");
+  /* the previous checkpoint is the newest, whole, the synchronous run's */
+  gr_ckpt *k = open_dir("killed"), *s = synced ? open_dir("sync") : NULL;
+  int64_t latest = -1;
+  gr_error err;
+  if (k) GR_CHECK_OK(gr_ckpt_latest_step(k, &latest, &err), err);
+  GR_CHECK_EQ_INT(latest, 2);
+  if (k && s) same_step(s, k, 2);
+  gr_ckpt_close(k);
+  gr_ckpt_close(s);
+  /* a new run restores it and ends as the synchronous run */
+  code = launch(&p, "killed", true, false);
+  GR_CHECK_MSG(code == 0, "exit %d:\n%s", code, p.buf);
+  GR_CHECK_STR_CONTAINS(p.buf, "(2 steps done)");
+  char a[PATH_MAX], b[PATH_MAX];
+  snprintf(a, sizeof a, "%s/sync", dir);
+  snprintf(b, sizeof b, "%s/killed", dir);
+  if (code == 0 && synced) GR_CHECK(gt_same_weights(a, b));
+}
+
+static void test_write_error_named(void) {
+  setenv("GRAPHRUN_TEST_SHARD_FAIL", "4", 1);
+  gt_proc p;
+  int code = launch(&p, "failed", true, false);
+  unsetenv("GRAPHRUN_TEST_SHARD_FAIL");
+  GR_CHECK_MSG(code == 1, "exit %d:\n%s", code, p.buf);
+  GR_CHECK_STR_CONTAINS(p.buf, "(op shard_status): /job:ps/replica:0/task:");
+  GR_CHECK_STR_CONTAINS(p.buf, "/ckpt_failed/ps-");
+  GR_CHECK_STR_CONTAINS(p.buf, ".ckpt of step 4, written in the background, failed");
+  if (getenv("GR_TEST_VERBOSE")) printf("%s\n", p.buf);
+  gr_ckpt *ck = open_dir("failed");
+  int64_t latest = -1;
+  gr_error err;
+  if (ck) GR_CHECK_OK(gr_ckpt_latest_step(ck, &latest, &err), err);
+  GR_CHECK_EQ_INT(latest, 2);
+  gr_ckpt_close(ck);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/gr_test_ckpt_async_dist_XXXXXX");
+  if (!mkdtemp(dir)) return 1;
+  GR_RUN(test_async_equals_sync);
+  GR_RUN(test_task_killed_mid_write);
+  GR_RUN(test_write_error_named);
+  gt_remove_tree(dir);
+  return gr_test_finish();
+}
