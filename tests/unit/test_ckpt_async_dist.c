@@ -8,7 +8,8 @@
  *   through the server's test hook GRAPHRUN_TEST_SHARD_DIE=STEP:FILE)
  *   leaves the previous checkpoint the newest, loadable and equal to the
  *   synchronous run's; a new run restores it and ends with the synchronous
- *   run's weights.
+ *   run's weights; a run that recovers from the kill forgets the pending
+ *   save and ends as the synchronous run, with its checkpoints.
  * - A failed shard write (GRAPHRUN_TEST_SHARD_FAIL=STEP) is reported by the
  *   next save, naming the task and the file; no manifest row names it.
  * - In one process, the ops themselves: a save with attr async returns
@@ -159,6 +160,38 @@ static void test_task_killed_mid_write(void) {
   if (code == 0 && synced) GR_CHECK(gt_same_weights(a, b));
 }
 
+/* The same kill during a run that recovers: the recovery restores step 2
+ * and forgets the pending step 4; the run ends as the synchronous one,
+ * with its checkpoints. */
+static void test_recovery_forgets_the_pending_save(void) {
+  if (!synced) sync_run();
+  char env[PATH_MAX + 16];
+  snprintf(env, sizeof env, "4:%s/died_again", dir);
+  setenv("GRAPHRUN_TEST_SHARD_DIE", env, 1);
+  gt_proc p;
+  int code = launch(&p, "recovered", true, false);
+  unsetenv("GRAPHRUN_TEST_SHARD_DIE");
+  GR_CHECK_MSG(code == 0, "exit %d:\n%s", code, p.buf);
+  GR_CHECK_STR_CONTAINS(p.buf, "resuming after step 2");
+  struct stat sb;
+  GR_CHECK_MSG(stat(strchr(env, ':') + 1, &sb) == 0, "no task was killed:\n%s", p.buf);
+  char a[PATH_MAX], b[PATH_MAX];
+  snprintf(a, sizeof a, "%s/sync", dir);
+  snprintf(b, sizeof b, "%s/recovered", dir);
+  if (code || !synced) return;
+  GR_CHECK(gt_same_weights(a, b));
+  gr_ckpt *s = open_dir("sync"), *r = open_dir("recovered");
+  int64_t ss[16], sr[16];
+  int ns = s ? steps_of(s, ss, 16) : 0, nr = r ? steps_of(r, sr, 16) : -1;
+  GR_CHECK_EQ_INT(ns, nr);
+  for (int i = 0; i < ns && i < nr; i++) {
+    GR_CHECK_EQ_INT(ss[i], sr[i]);
+    same_step(s, r, ss[i]);
+  }
+  gr_ckpt_close(s);
+  gr_ckpt_close(r);
+}
+
 static void test_write_error_named(void) {
   setenv("GRAPHRUN_TEST_SHARD_FAIL", "4", 1);
   gt_proc p;
@@ -262,6 +295,7 @@ int main(void) {
   GR_RUN(test_ops_in_one_process);
   GR_RUN(test_async_equals_sync);
   GR_RUN(test_task_killed_mid_write);
+  GR_RUN(test_recovery_forgets_the_pending_save);
   GR_RUN(test_write_error_named);
   gt_remove_tree(dir);
   return gr_test_finish();
