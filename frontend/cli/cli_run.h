@@ -89,7 +89,8 @@ long cli_run_steps_done(gr_ckpt *ck);
 int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool best, bool remote,
                             gr_session *s, gr_graph *g, gr_ckpt **ck, long *done);
 /* Saves the variables after steps_done steps into r->ck (a file, or on a
- * cluster each task's shard and the manifest). */
+ * cluster each task's shard and the manifest; with --save-async, the
+ * manifest row at the next save: r->pending, unless steps_done is 0). */
 gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_done, bool remote,
                                   gr_error *err);
 /* --save-async: waits for the write in flight (on a cluster: the tasks'

@@ -79,7 +79,9 @@ gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_don
   char *meta = doc ? json_dumps(doc, 0) : NULL;
   json_decref(doc);
   if (!meta) return gr_error_set_oom(err);
-  gr_status st = remote ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, &r->pending, err)
+  /* the first, before any step (what a lost task restarts from): synchronously */
+  cli_pending_save *pending = steps_done > 0 ? &r->pending : NULL;
+  gr_status st = remote     ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, pending, err)
                  : r->async ? gr_ckpt_save_session_async(r->async, s, r->g, meta, err)
                             : gr_ckpt_save_session(r->ck, s, r->g, meta, err);
   free(meta);
@@ -132,13 +134,8 @@ int cli_run_save_first(cli_recovery *r, gr_master **m, gr_session **s) {
   int64_t latest;
   gr_error err;
   if (gr_ckpt_latest_step(r->ck, &latest, &err) != GR_ERR_NOT_FOUND) return GR_EXIT_OK;
-  bool async = r->pending.async;
-  r->pending.async = false; /* written before the first step: synchronously */
   for (;;) { /* the checkpoint a lost task restarts from; a task lost before it is waited for */
-    gr_status st = cli_run_save_checkpoint(r, *s, 0, true, &err);
-    r->pending.async = async;
-    if (st == GR_OK) return GR_EXIT_OK;
-    r->pending.async = false;
+    if (cli_run_save_checkpoint(r, *s, 0, true, &err) == GR_OK) return GR_EXIT_OK;
     int how = cli_run_recover(r, "saving the first checkpoint", &err, m, s, &latest);
     if (how == CLI_NOT_RECOVERABLE)
       fprintf(stderr, "graphrun run: saving the first checkpoint: %s\n", err.msg);

@@ -36,12 +36,13 @@ static char dir[PATH_MAX];
 
 static const char *const cluster[] = {"--ps", "2", "--workers", "2", NULL};
 
-/* launch ... recovery_mlp.gr --steps STEPS --ckpt DIR/ckpt_NAME
- * --save-every 2 --keep 0 [--save-async] [--max-failures 0]: its exit code
- * (output in p->buf). */
+/* launch ... recovery_mlp.gr --steps STEPS --ckpt DIR/ckpt_NAME --save-every
+ * 2 --keep 0 --heartbeat 500:20 [--save-async] [--max-failures 0]: its exit
+ * code (output in p->buf). */
 static int launch(gt_proc *p, const char *name, bool async, bool no_recovery) {
-  const char *extra[8] = {"--keep", "0"};
-  int n = 2;
+  /* a loaded machine: a task is lost after 10 s of silence, not the default's half second */
+  const char *extra[10] = {"--keep", "0", "--heartbeat", "500:20"};
+  int n = 4;
   if (async) extra[n++] = "--save-async";
   if (no_recovery) extra[n++] = "--max-failures", extra[n++] = "0";
   gt_launch_run_mlp(p, dir, name, STEPS, SAVE_EVERY, cluster, extra);
