@@ -200,6 +200,22 @@ void ckpt_save_job_free(ckpt_save_job *job);
  * there. */
 extern void (*ckpt_before_commit_hook)(const char *path, int64_t step);
 
+/* A cluster's background shard writes (shard_writer.c; the save op with
+ * attr async, the shard_status op), per process, keyed by the shard's
+ * path; any thread. start: copies ts (names, values) and sl, waits for
+ * the path's previous write (its failure, not yet reported, is returned,
+ * naming task and file, and nothing starts), then writes it
+ * (gr_ckpt_save_shard_slices) on a thread of its own. wait: waits for the
+ * path's write of `step` and returns its outcome (GR_ERR_DATA_LOSS when
+ * this process has none of that step: a restarted task). Test hooks, read
+ * from the environment: GRAPHRUN_TEST_SHARD_DIE=STEP:FILE, the first
+ * background write of STEP that creates FILE (O_EXCL) kills its process
+ * just before its commit; GRAPHRUN_TEST_SHARD_FAIL=STEP, the write of STEP fails. */
+gr_status ckpt_shard_write_start(const char *path, const char *task, int64_t step,
+                                 const gr_ckpt_tensor *ts, const gr_ckpt_slice *sl, int n,
+                                 gr_error *err);
+gr_status ckpt_shard_write_wait(const char *path, const char *task, int64_t step, gr_error *err);
+
 /* Partitioned variables (partitions.c). Saving: out[0..*nout) (room for n)
  * are the tensors to write for vars[0..n) with values vals, every
  * partitioned variable of g whose parts are all among vars written whole

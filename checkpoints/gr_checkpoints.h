@@ -406,6 +406,15 @@ gr_output gr_save(gr_graph *g, const char *path, const gr_output *vars, int n, i
  * caller feeds, say), and without retention: a task's shard of a sharded
  * checkpoint, which the chief commits with gr_ckpt_commit_shards. */
 gr_output gr_save_at(gr_graph *g, const char *path, const gr_output *vars, int n, gr_output step);
+/* gr_save_at; async: the node copies the values and a thread of the task's
+ * process writes the shard (after the file's previous write, whose failure
+ * the node reports, once), so the step goes on at once; a `shard_status`
+ * node (gr_shard_status, the same path, fed the same step) waits for that
+ * write and fails with its error, naming the task and the file. The chief
+ * commits the manifest only after every shard's status is OK. */
+gr_output gr_save_shard(gr_graph *g, const char *path, const gr_output *vars, int n, gr_output step,
+                        bool async);
+gr_output gr_shard_status(gr_graph *g, const char *path, gr_output step);
 /* A `checksums` node: when run, the XXH64 (gr_ckpt_hash64, as i64 bits) of
  * the bytes of each variable in vars held by the session (or, placed on a
  * task, by the task's container), an i64 vector of n. What a cluster's save

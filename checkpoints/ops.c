@@ -122,6 +122,13 @@ static gr_status node_slices(gr_kernel_ctx *ctx, const gr_ckpt_var *vars, int n,
   return GR_OK;
 }
 
+/* The task a node runs on ("/job:J/task:T", from its device), for messages. */
+static void node_task(const gr_kernel_ctx *ctx, char *buf, size_t cap) {
+  const char *dev = ctx->node->assigned_device ? ctx->node->assigned_device : "this task";
+  const char *d = strstr(dev, "/device:");
+  snprintf(buf, cap, "%.*s", d ? (int)(d - dev) : (int)strlen(dev), dev);
+}
+
 static gr_status save_kernel(gr_kernel_ctx *ctx) {
   gr_ckpt_var *vars;
   int n;
@@ -146,7 +153,12 @@ static gr_status save_kernel(gr_kernel_ctx *ctx) {
     gr_ckpt_slice *sl = NULL;
     char *text = NULL;
     s = node_slices(ctx, vars, n, &sl, &text);
-    if (s == GR_OK) s = gr_ckpt_save_shard_slices(path, step, ts, sl, n, ctx->err);
+    char task[GR_DEVICE_NAME_MAX];
+    node_task(ctx, task, sizeof task);
+    if (s == GR_OK && gr_node_attr_int(ctx->node, "async", 0)) /* copied, written by a thread */
+      s = ckpt_shard_write_start(path, task, step, ts, sl, n, ctx->err);
+    else if (s == GR_OK)
+      s = gr_ckpt_save_shard_slices(path, step, ts, sl, n, ctx->err);
     free(sl);
     free(text);
   } else if (s == GR_OK) { /* partitioned variables whole */
@@ -165,6 +177,14 @@ static gr_status save_kernel(gr_kernel_ctx *ctx) {
   free(vars);
   if (s == GR_OK) s = set_step_output(ctx, step);
   return s;
+}
+
+static gr_status shard_status_kernel(gr_kernel_ctx *ctx) {
+  char task[GR_DEVICE_NAME_MAX];
+  node_task(ctx, task, sizeof task);
+  int64_t step = *(const int64_t *)gr_tensor_data(&ctx->inputs[0]);
+  GR_TRY(ckpt_shard_write_wait(gr_node_attr_string(ctx->node, "path", ""), task, step, ctx->err));
+  return set_step_output(ctx, step);
 }
 
 static gr_status restore_kernel(gr_kernel_ctx *ctx) {
@@ -220,7 +240,8 @@ static const gr_attr_spec save_attrs[] = {
     {"vars", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
     {"max_to_keep", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
     {"keep_every_n_steps", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
-    {"slices", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}}};
+    {"slices", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
+    {"async", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
 
 static const gr_attr_spec restore_attrs[] = {
     {"path", GR_ATTR_STRING, true, {0}},
@@ -232,14 +253,16 @@ const gr_op_def gr_op_save = {
     .doc = "writes variables (attr vars, newline-separated; \"\": all) to the checkpoint file "
            "at attr path, at the step given as input (optional; default the run's step + 1); "
            "with a step, a task's shard, its parts of partitioned variables as slices (attr "
-           "slices: a line \"FIRST_ROW [DIMS] WHOLE\" or \"\" per variable); returns the step "
+           "slices: a line \"FIRST_ROW [DIMS] WHOLE\" or \"\" per variable; attr async 1: the "
+           "values copied and the shard written by a thread, after the previous write of the "
+           "file, whose failure it reports; shard_status waits for it); returns the step "
            "recorded",
     .min_inputs = 0,
     .max_inputs = 1,
     .input_names = (const char *const[]){"step"},
     .num_outputs = 1,
     .attrs = save_attrs,
-    .num_attrs = 5,
+    .num_attrs = 6,
     .shape_fn = step_scalar_shape,
     .kernel = save_kernel,
     .flags = GR_OP_STATEFUL | GR_OP_EXPENSIVE | GR_OP_NO_GRADIENT};
@@ -254,6 +277,23 @@ const gr_op_def gr_op_restore = {
     .shape_fn = step_scalar_shape,
     .kernel = restore_kernel,
     .flags = GR_OP_STATEFUL | GR_OP_EXPENSIVE};
+
+static const gr_attr_spec shard_status_attrs[] = {{"path", GR_ATTR_STRING, true, {0}}};
+
+const gr_op_def gr_op_shard_status = {
+    .name = "shard_status",
+    .doc = "waits for the background write (a save node with attr async) of the shard file at "
+           "attr path at the step given as input, on this task; fails with its error, naming "
+           "the task and the file, if it failed; returns the step",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .input_names = (const char *const[]){"step"},
+    .num_outputs = 1,
+    .attrs = shard_status_attrs,
+    .num_attrs = 1,
+    .shape_fn = step_scalar_shape,
+    .kernel = shard_status_kernel,
+    .flags = GR_OP_STATEFUL | GR_OP_NO_GRADIENT};
 
 static const gr_attr_spec checksums_attrs[] = {{"vars", GR_ATTR_STRING, true, {0}}};
 
@@ -277,6 +317,8 @@ static void register_ops(void) {
   if (gr_op_registry_add(&gr_op_restore, &err) != GR_OK)
     gr_assert_fail(err.msg, __FILE__, __LINE__);
   if (gr_op_registry_add(&gr_op_checksums, &err) != GR_OK)
+    gr_assert_fail(err.msg, __FILE__, __LINE__);
+  if (gr_op_registry_add(&gr_op_shard_status, &err) != GR_OK)
     gr_assert_fail(err.msg, __FILE__, __LINE__);
 }
 
@@ -369,6 +411,11 @@ static const char *slice_list(gr_graph *g, const gr_output *vars, int n, bool *o
 }
 
 gr_output gr_save_at(gr_graph *g, const char *path, const gr_output *vars, int n, gr_output step) {
+  return gr_save_shard(g, path, vars, n, step, false);
+}
+
+gr_output gr_save_shard(gr_graph *g, const char *path, const gr_output *vars, int n, gr_output step,
+                        bool async) {
   gr_ckpt_register_ops();
   bool ok;
   const char *list = var_list(g, "save", vars, n, &ok);
@@ -376,8 +423,15 @@ gr_output gr_save_at(gr_graph *g, const char *path, const gr_output *vars, int n
   const char *slices = slice_list(g, vars, n, &ok);
   if (!ok) return (gr_output){NULL, 0};
   gr_attr a[] = {gr_attr_string("path", path ? path : ""), gr_attr_string("vars", list),
-                 gr_attr_string("slices", slices ? slices : "")};
-  return gr_graph_add_node(g, &gr_op_save, NULL, &step, 1, a, slices ? 3 : 2);
+                 gr_attr_int("async", async), gr_attr_string("slices", slices ? slices : "")};
+  return gr_graph_add_node(g, &gr_op_save, NULL, &step, 1, a, slices ? 4 : 3);
+}
+
+gr_output gr_shard_status(gr_graph *g, const char *path, gr_output step) {
+  gr_ckpt_register_ops();
+  if (!step.node) return (gr_output){NULL, 0};
+  gr_attr a[] = {gr_attr_string("path", path ? path : "")};
+  return gr_graph_add_node(g, &gr_op_shard_status, NULL, &step, 1, a, 1);
 }
 
 gr_output gr_restore(gr_graph *g, const char *path, const gr_output *vars, int n, int64_t step) {

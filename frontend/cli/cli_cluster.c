@@ -276,16 +276,18 @@ static gr_status var_nodes(gr_graph *g, gr_output **out, const char ***names, in
   return GR_OK;
 }
 
-/* The save node of one task's shard ("_save/JOB-TASK"), made on first use:
- * every variable on the task but the copies of mirrored variables (saved
- * once, as the variable they mirror), the step fed to "_save/JOB-TASK/step",
- * the file DIR/JOB-TASK.ckpt, placed on the task; and its checksums of the
- * copies and the variables they mirror ("_save/JOB-TASK/checksums"),
- * compared before the commit. */
+/* The save node of one task's shard ("_save/JOB-TASK"; with async
+ * "_save/JOB-TASK/async", the shard written in the background, and its
+ * "_save/JOB-TASK/status"), made on first use: every variable on the task
+ * but the copies of mirrored variables (saved once, as the variable they
+ * mirror), the step fed to "_save/JOB-TASK/step", the file
+ * DIR/JOB-TASK.ckpt, placed on the task; and its checksums of the copies
+ * and the variables they mirror ("_save/JOB-TASK/checksums"), compared
+ * before the commit. */
 typedef struct shard_save {
   char file[96], task[GR_DEVICE_NAME_MAX];
   const char *device;
-  gr_output save, step, sums;
+  gr_output save, step, sums, status;
   gr_output *vars, *check;
   int n, ncheck;
 } shard_save;
@@ -305,30 +307,40 @@ static gr_status add_checksums_node(gr_graph *g, shard_save *sh, gr_error *err) 
   return GR_OK;
 }
 
-static gr_status add_save_node(gr_ckpt *ck, gr_graph *g, shard_save *sh, gr_error *err) {
+/* The node of g named base + suffix, made by make(path) (renamed, placed
+ * on the shard's task) on first use. */
+static gr_output shard_node(gr_graph *g, const shard_save *sh, const char *base, const char *suffix,
+                            const char *path, bool async, bool status) {
+  char name[240];
+  snprintf(name, sizeof name, "%s%s", base, suffix);
+  gr_node *have = gr_graph_find_node(g, name);
+  if (have) return (gr_output){have, 0};
+  gr_output o = status ? gr_shard_status(g, path, sh->step)
+                       : gr_save_shard(g, path, sh->vars, sh->n, sh->step, async);
+  if (o.node) o = gr_graph_rename(g, o, name);
+  if (o.node) o.node->assigned_device = gr_graph_strdup(g, sh->device);
+  return o;
+}
+
+static gr_status add_save_node(gr_ckpt *ck, gr_graph *g, shard_save *sh, bool async,
+                               gr_error *err) {
   if (sh->ncheck > 0) GR_TRY(add_checksums_node(g, sh, err));
   if (sh->n == 0) return GR_OK; /* only copies: no shard */
-  char name[160], path[4096];
-  snprintf(name, sizeof name, "_save/%.*s", (int)(strlen(sh->file) - 5), sh->file);
-  gr_node *have = gr_graph_find_node(g, name);
-  if (have) {
-    sh->save = (gr_output){have, 0};
-    sh->step = have->inputs[0];
-    return GR_OK;
-  }
+  char base[160], path[4096], step_name[200];
+  snprintf(base, sizeof base, "_save/%.*s", (int)(strlen(sh->file) - 5), sh->file);
   if (!gr_ckpt_shard_path(ck, sh->file, path, sizeof path))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "checkpoint directory path is too long");
-  char step_name[200];
-  snprintf(step_name, sizeof step_name, "%s/step", name);
-  sh->step = gr_placeholder(g, step_name, GR_I64, gr_shape_scalar());
-  sh->save = gr_save_at(g, path, sh->vars, sh->n, sh->step);
-  if (sh->save.node) sh->save = gr_graph_rename(g, sh->save, name);
-  if (!sh->save.node || !sh->step.node) {
+  snprintf(step_name, sizeof step_name, "%s/step", base);
+  gr_node *have = gr_graph_find_node(g, step_name);
+  sh->step = have ? (gr_output){have, 0} : gr_placeholder(g, step_name, GR_I64, gr_shape_scalar());
+  if (!have && sh->step.node) sh->step.node->assigned_device = gr_graph_strdup(g, sh->device);
+  if (sh->step.node) sh->save = shard_node(g, sh, base, async ? "/async" : "", path, async, false);
+  if (sh->step.node && async) sh->status = shard_node(g, sh, base, "/status", path, true, true);
+  if (!sh->save.node || !sh->step.node || (async && !sh->status.node)) {
     const gr_error *ge = gr_graph_error(g);
     return gr_error_set(err, ge ? ge->code : GR_ERR_INTERNAL, "saving the shard of %s: %s",
                         sh->task, ge ? ge->msg : "cannot build the save node");
   }
-  sh->step.node->assigned_device = sh->save.node->assigned_device = gr_graph_strdup(g, sh->device);
   return GR_OK;
 }
 
@@ -428,28 +440,61 @@ static gr_status check_copies(const gr_graph *g, const shard_save *sh, int n, gr
   return st;
 }
 
-gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta,
-                          bool *vars_ready, gr_error *err) {
-  shard_save *sh;
-  int n;
-  gr_status st = plan_shards(s, g, &sh, &n, err);
-  for (int i = 0; st == GR_OK && i < n; i++) st = add_save_node(ck, g, &sh[i], err);
+void cli_pending_forget(cli_pending_save *p) {
+  free(p->meta);
+  p->meta = NULL;
+  p->step = -1;
+}
+
+/* The pending asynchronous save p (if any): every shard's write is waited
+ * for on its task (the status nodes, one run), then the manifest row
+ * commits them; p is forgotten either way. shards: room for n. */
+static gr_status commit_pending(gr_ckpt *ck, gr_session *s, const shard_save *sh, int n,
+                                gr_ckpt_shard *shards, cli_pending_save *p, gr_error *err) {
+  if (p->step < 0) return GR_OK;
+  gr_feed *feeds = calloc((size_t)n + 1, sizeof *feeds);
+  gr_output *status = calloc((size_t)n + 1, sizeof *status);
+  gr_tensor at = gr_tensor_scalar_i64(p->step);
+  gr_status st = feeds && status ? GR_OK : gr_error_set_oom(err);
+  int k = 0;
+  for (int i = 0; st == GR_OK && i < n; i++) {
+    if (!sh[i].n) continue;
+    feeds[k] = (gr_feed){sh[i].step, &at};
+    status[k] = sh[i].status;
+    shards[k++] = (gr_ckpt_shard){sh[i].file, sh[i].task};
+  }
+  int64_t step = gr_session_step(s);
+  if (st == GR_OK) st = gr_session_run(s, feeds, k, NULL, 0, NULL, status, k, err);
+  gr_session_set_step(s, step);
+  /* every shard durable: the manifest row makes the checkpoint */
+  if (st == GR_OK) st = gr_ckpt_commit_shards(ck, p->step, shards, k, p->meta, err);
+  gr_tensor_release(&at);
+  free(feeds);
+  free(status);
+  cli_pending_forget(p);
+  return st;
+}
+
+/* Each task writes its shard at the session's step (one run; the step
+ * counter is kept), committed now, or (async) noted in *p. */
+static gr_status save_shards(gr_ckpt *ck, gr_session *s, gr_graph *g, const shard_save *sh, int n,
+                             const char *meta, bool *vars_ready, cli_pending_save *p,
+                             gr_error *err) {
+  bool async = p && p->async;
+  /* the save nodes read the tasks' containers, so variables no run has
+   * used yet are initialised first, as a run using them would (once a
+   * session: then they all have values) */
+  int64_t step = gr_session_step(s);
+  gr_status st = GR_OK;
+  if (!*vars_ready && (st = gr_session_init_variables(s, err)) == GR_OK) *vars_ready = true;
+  gr_tensor at = gr_tensor_scalar_i64(step);
+  int nsave = 0, nsum = 0;
   gr_feed *feeds = calloc((size_t)n + 1, sizeof *feeds);
   gr_output *saves = calloc((size_t)n + 1, sizeof *saves);
   gr_ckpt_shard *shards = calloc((size_t)n + 1, sizeof *shards);
-  if (st == GR_OK && (!feeds || !saves || !shards)) st = gr_error_set_oom(err);
-  /* each task writes its shard at this step (one run; the step counter is
-   * kept); the save nodes read the tasks' containers, so variables no run
-   * has used yet are initialised first, as a run using them would (once a
-   * session: then they all have values) */
-  int64_t step = gr_session_step(s);
-  if (st == GR_OK && !*vars_ready && (st = gr_session_init_variables(s, err)) == GR_OK)
-    *vars_ready = true;
-  gr_tensor at = gr_tensor_scalar_i64(step);
-  int nsave = 0, nsum = 0;
   gr_output *sums = calloc((size_t)n + 1, sizeof *sums);
   gr_tensor *got = calloc((size_t)n + 1, sizeof *got);
-  if (st == GR_OK && (!sums || !got)) st = gr_error_set_oom(err);
+  if (st == GR_OK && (!feeds || !saves || !shards || !sums || !got)) st = gr_error_set_oom(err);
   for (int i = 0; st == GR_OK && i < n; i++) {
     if (sh[i].ncheck) sums[nsum++] = sh[i].sums;
     if (!sh[i].n) continue;
@@ -462,16 +507,44 @@ gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *m
   /* the copies equal the variables they mirror (so one copy is saved) */
   if (st == GR_OK && nsum) st = check_copies(g, sh, n, got, err);
   for (int i = 0; got && i < nsum; i++) gr_tensor_release(&got[i]);
-  /* every shard committed: the manifest row makes the checkpoint */
-  if (st == GR_OK) st = gr_ckpt_commit_shards(ck, step, shards, nsave, meta, err);
+  if (st == GR_OK && async) { /* committed by the next save, or the end */
+    p->step = step;
+    if (!(p->meta = strdup(meta))) st = gr_error_set_oom(err), p->step = -1;
+  } else if (st == GR_OK) { /* every shard committed: the manifest row makes the checkpoint */
+    st = gr_ckpt_commit_shards(ck, step, shards, nsave, meta, err);
+  }
   gr_tensor_release(&at);
-  free(sums);
-  free(got);
-  free(feeds);
-  free(saves);
+  free(sums), free(got), free(feeds), free(saves), free(shards);
+  return st;
+}
+
+/* cli_save_remote (meta not NULL) or cli_commit_remote (meta NULL). */
+static gr_status save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta,
+                             bool *vars_ready, cli_pending_save *p, gr_error *err) {
+  bool async = p && p->async;
+  shard_save *sh;
+  int n;
+  gr_status st = plan_shards(s, g, &sh, &n, err);
+  for (int i = 0; st == GR_OK && i < n; i++) st = add_save_node(ck, g, &sh[i], async, err);
+  gr_ckpt_shard *shards = calloc((size_t)n + 1, sizeof *shards);
+  if (st == GR_OK && !shards) st = gr_error_set_oom(err);
+  /* the save in flight first: committed when all its shards are durable */
+  if (st == GR_OK && async) st = commit_pending(ck, s, sh, n, shards, p, err);
+  if (st == GR_OK && meta) st = save_shards(ck, s, g, sh, n, meta, vars_ready, p, err);
   free(shards);
   free_shards(sh, n);
   return st;
+}
+
+gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta,
+                          bool *vars_ready, cli_pending_save *pending, gr_error *err) {
+  return save_remote(ck, s, g, meta, vars_ready, pending, err);
+}
+
+gr_status cli_commit_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, cli_pending_save *pending,
+                            gr_error *err) {
+  if (pending->step < 0) return GR_OK;
+  return save_remote(ck, s, g, NULL, NULL, pending, err);
 }
 
 gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,

@@ -115,8 +115,26 @@ gr_status cli_connect(const gr_cluster *c, const char *from, const char *secret,
 /* *vars_ready: the caller's note that every variable of s has a value;
  * while false (a new session) the save first initialises the variables
  * that have none, which costs a request per variable and task, and sets it. */
+/* pending: NULL or !pending->async, a synchronous save (committed before
+ * it returns); else an asynchronous one (--save-async): the save first
+ * commits the pending one (cli_commit_remote), then starts the tasks'
+ * background writes of this step and notes it in *pending, committed by
+ * the next save or cli_commit_remote: a checkpoint becomes visible one save
+ * later, once every shard is durable. */
+typedef struct cli_pending_save {
+  bool async;
+  int64_t step; /* the save whose shards are being written (-1: none) */
+  char *meta;   /* its metadata (malloc'd) */
+} cli_pending_save;
 gr_status cli_save_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, const char *meta,
-                          bool *vars_ready, gr_error *err);
+                          bool *vars_ready, cli_pending_save *pending, gr_error *err);
+/* Waits for the pending save's shards on their tasks (a failed write is
+ * reported naming the task and the file) and commits it. Forgets it either
+ * way. GR_OK when there is none. */
+gr_status cli_commit_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, cli_pending_save *pending,
+                            gr_error *err);
+/* Forgets the pending save, uncommitted (a recovery: its tasks may be gone). */
+void cli_pending_forget(cli_pending_save *p);
 gr_status cli_restore_remote(gr_ckpt *ck, gr_session *s, gr_graph *g, int64_t *step_out,
                              gr_error *err);
 /* The same for the checkpoint of step *step_out (-1: the newest). */

@@ -451,7 +451,8 @@ static int keep_best(cli_run_state *r, long epoch, long st, const epoch_values *
   gr_error err;
   int64_t ckpt_step;
   if (!lookup(v, w->name, &value) || !improves(w, value)) return GR_EXIT_OK;
-  if (cli_run_wait_saves(&r->rec) != GR_EXIT_OK) return GR_EXIT_FAILURE; /* the epoch's, written */
+  if (cli_run_wait_saves(&r->rec, r->s) != GR_EXIT_OK)
+    return GR_EXIT_FAILURE; /* the epoch's, written */
   if (gr_ckpt_latest_step(r->ck, &ckpt_step, &err) != GR_OK) {
     fprintf(stderr, "graphrun run: --keep-best: %s\n", err.msg);
     return GR_EXIT_FAILURE;

@@ -62,7 +62,8 @@ typedef struct cli_recovery {
   /* every variable of the session has a value (after the first save; a
    * recovery's new session clears it): saves skip initialising them */
   bool vars_ready;
-  gr_ckpt_async *async; /* --save-async: the background writer (one process only), else NULL */
+  gr_ckpt_async *async;     /* --save-async in one process: the background writer, else NULL */
+  cli_pending_save pending; /* --save-async on a cluster: .async, the save in flight */
 } cli_recovery;
 
 enum { CLI_RECOVERED, CLI_NOT_RECOVERABLE, CLI_RECOVERY_FAILED };
@@ -88,12 +89,15 @@ long cli_run_steps_done(gr_ckpt *ck);
 int cli_run_open_checkpoint(const char *path, int keep, bool no_restore, bool best, bool remote,
                             gr_session *s, gr_graph *g, gr_ckpt **ck, long *done);
 /* Saves the variables after steps_done steps into r->ck (a file, or on a
- * cluster each task's shard and the manifest). */
+ * cluster each task's shard and the manifest; with --save-async, the
+ * manifest row at the next save: r->pending, unless steps_done is 0). */
 gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_done, bool remote,
                                   gr_error *err);
-/* --save-async: waits for the write in flight; a failed write is printed
- * (naming the file) and gives GR_EXIT_FAILURE. GR_EXIT_OK without one. */
-int cli_run_wait_saves(cli_recovery *r);
+/* --save-async: waits for the write in flight (on a cluster: the tasks'
+ * shards, through s, then the manifest is committed; s NULL: forgotten, a
+ * failed run); a failed write is printed (naming the file) and gives
+ * GR_EXIT_FAILURE. GR_EXIT_OK without one. */
+int cli_run_wait_saves(cli_recovery *r, gr_session *s);
 /* On a cluster with a checkpoint that has none yet: saves the first one,
  * which a lost task restarts from (a task lost before it is waited for).
  * *s and *m may change (a recovery). An exit code (messages printed). */

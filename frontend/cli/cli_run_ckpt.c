@@ -79,15 +79,23 @@ gr_status cli_run_save_checkpoint(cli_recovery *r, gr_session *s, long steps_don
   char *meta = doc ? json_dumps(doc, 0) : NULL;
   json_decref(doc);
   if (!meta) return gr_error_set_oom(err);
-  gr_status st = remote     ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, err)
+  /* the first, before any step (what a lost task restarts from): synchronously */
+  cli_pending_save *pending = steps_done > 0 ? &r->pending : NULL;
+  gr_status st = remote     ? cli_save_remote(r->ck, s, r->g, meta, &r->vars_ready, pending, err)
                  : r->async ? gr_ckpt_save_session_async(r->async, s, r->g, meta, err)
                             : gr_ckpt_save_session(r->ck, s, r->g, meta, err);
   free(meta);
   return st;
 }
 
-int cli_run_wait_saves(cli_recovery *r) {
+int cli_run_wait_saves(cli_recovery *r, gr_session *s) {
   gr_error err;
+  if (!r->pending.async) r->pending.step = -1;
+  if (r->pending.step >= 0 && !s) cli_pending_forget(&r->pending);
+  if (r->pending.step >= 0 && cli_commit_remote(r->ck, s, r->g, &r->pending, &err) != GR_OK) {
+    fprintf(stderr, "graphrun run: saving to %s: %s\n", r->ckpt_path, err.msg);
+    return GR_EXIT_FAILURE;
+  }
   if (!r->async || gr_ckpt_async_wait(r->async, &err) == GR_OK) return GR_EXIT_OK;
   fprintf(stderr, "graphrun run: saving to %s: %s\n", r->ckpt_path, err.msg);
   return GR_EXIT_FAILURE;
@@ -99,7 +107,8 @@ int cli_run_recover(cli_recovery *r, const char *what, gr_error *err, gr_master 
       r->failures >= r->max_failures)
     return CLI_NOT_RECOVERABLE;
   r->failures++;
-  r->vars_ready = false; /* a new session */
+  r->vars_ready = false;           /* a new session */
+  cli_pending_forget(&r->pending); /* the restore goes back to the newest committed */
   fprintf(stderr,
           "graphrun run: %s failed: %s\ngraphrun run: recovering (%ld of at most %ld): waiting "
           "up to %.0f s for every task, then %s%s\n",

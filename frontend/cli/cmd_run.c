@@ -228,12 +228,8 @@ static int start_checkpoint(cli_run_state *r) {
                           .g = r->g,
                           .self = &r->self};
   gr_error err;
-  if (r->ck && o->save_async) {
-    if (r->master) {
-      fprintf(stderr, "graphrun run: --save-async: a cluster's tasks save synchronously "
-                      "(asynchronous saves are for a run in one process)\n");
-      return GR_EXIT_USAGE;
-    }
+  r->rec.pending = (cli_pending_save){.async = r->ck && o->save_async && r->master, .step = -1};
+  if (r->ck && o->save_async && !r->master) {
     if (gr_ckpt_async_new(r->ck, &r->rec.async, &err) != GR_OK) {
       fprintf(stderr, "graphrun run: --save-async: %s\n", err.msg);
       return GR_EXIT_FAILURE;
@@ -317,7 +313,8 @@ static int run_steps(cli_run_state *r) {
     if (saving && !o->quiet && st < o->steps && !r->ep) {
       if (r->show && r->pr.tty) fputc('\n', stderr);
       fprintf(stderr, "graphrun run: %s a checkpoint after step %ld to %s\n",
-              r->rec.async ? "saving (in the background)" : "saved", st, o->ckpt_path);
+              r->rec.async || r->rec.pending.async ? "saving (in the background)" : "saved", st,
+              o->ckpt_path);
     }
     int erc = r->ep ? cli_epochs_after_step(r, st) : CLI_RUN_GO;
     if (erc != CLI_RUN_GO) return erc; /* stopped early (the results kept), or failed */
@@ -332,7 +329,7 @@ static void free_run(cli_run_state *r) {
   cli_epochs_free(r->ep);
   gr_step_trace_free(r->trace);
   for (int i = 0; i < r->nloaded; i++) gr_tensor_release(&r->feed_vals[i]);
-  cli_run_wait_saves(&r->rec); /* a write still in flight (a failed run) ends first */
+  cli_run_wait_saves(&r->rec, NULL); /* a write still in flight (a failed run) ends first */
   gr_ckpt_async_free(r->rec.async, NULL);
   gr_ckpt_close(r->ck);
   gr_session_free(r->s);
@@ -370,7 +367,7 @@ int gr_cmd_run(int argc, char **argv) {
   if (rc == GR_EXIT_OK) rc = start_checkpoint(r);
   if (rc == GR_EXIT_OK) rc = cli_epochs_start(r, argc, argv);
   if (rc == GR_EXIT_OK) rc = run_steps(r);
-  if (rc == GR_EXIT_OK) rc = cli_run_wait_saves(&r->rec); /* the last checkpoint is durable */
+  if (rc == GR_EXIT_OK) rc = cli_run_wait_saves(&r->rec, r->s); /* the last checkpoint is durable */
   if (r->ep) cli_epochs_end(r, rc);
   if (rc == GR_EXIT_OK) rc = cli_run_report_step(r);
   if (rc == GR_EXIT_OK) rc = cli_run_print_results(r);
