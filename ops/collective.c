@@ -16,7 +16,7 @@
  *   rank c - 1; the all-gather passes the totals around once more, copied
  *   (the graph ring's order, parallel.c). Each rank sends 2(n - 1)/n of
  *   the buffer: for large buckets. A chunk travels in pieces of at most
- *   attr piece_bytes (0: GR_ALL_REDUCE_PIECE_BYTES; set when the graph is
+ *   attr piece_bytes (0: GR_COLLECTIVE_PIECE_BYTES; set when the graph is
  *   built, so every member agrees), one message each: a rank adds
  *   (or copies) a piece as soon as it arrives and sends it on at once, so
  *   the next piece is on the wire while this one is being added. Every
@@ -562,7 +562,7 @@ static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
   if (x->n > 1) {
     x->tree = !strcmp(gr_node_attr_string(nd, "algorithm", "ring"), "tree");
     int64_t piece_bytes = gr_node_attr_int(nd, "piece_bytes", 0);
-    if (piece_bytes <= 0) piece_bytes = GR_ALL_REDUCE_PIECE_BYTES;
+    if (piece_bytes <= 0) piece_bytes = GR_COLLECTIVE_PIECE_BYTES;
     x->piece = piece_bytes / (int64_t)x->es > 0 ? piece_bytes / (int64_t)x->es : 1;
     if ((st = plan(ctx, x)) != GR_OK) {
       coll_free(x);

@@ -455,6 +455,11 @@ typedef enum gr_reduction { GR_REDUCE_SUM, GR_REDUCE_MEAN } gr_reduction;
  * ring's, and the collective's (collective.c; gr_all_reduce_options and
  * GRAPHRUN_ALL_REDUCE_PIECE set it there, when the graph is built). */
 #define GR_ALL_REDUCE_PIECE_BYTES (2 * 1024 * 1024)
+/* The collective's default piece (collective.c): smaller than the graph
+ * ring's, whose pieces are nodes. Two tasks on loopback, idle, 2026-11-29:
+ * a 4 MiB all-reduce at 0.96-1.18 GB/s with 256 KiB pieces against
+ * 0.59-0.67 with 2 MiB (docs/benchmarks.md). */
+#define GR_COLLECTIVE_PIECE_BYTES (256 * 1024)
 /* Options of an all-reduce, kept in the graph (the collective's node
  * attrs), so that every member agrees by construction. Zero: the
  * defaults. The environment of the process that builds the graph
@@ -466,7 +471,7 @@ typedef struct gr_all_reduce_options {
    * "tree", "hier" (that one for every bucket); "graph": the graph ring */
   const char *algorithm;
   int64_t bucket_bytes; /* 0: GR_ALL_REDUCE_BUCKET_BYTES (with fuse_bytes > 0) */
-  int64_t piece_bytes;  /* 0: GR_ALL_REDUCE_PIECE_BYTES */
+  int64_t piece_bytes;  /* 0: GR_COLLECTIVE_PIECE_BYTES */
   /* NULL, or hosts[d]: the name of device d's host, the grouping of the
    * hierarchical all-reduce; NULL: on a cluster the hosts of the tasks'
    * addresses (the master fills them in), in one process each task */

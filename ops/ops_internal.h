@@ -75,7 +75,7 @@ typedef enum gr_all_reduce_mode {
 } gr_all_reduce_mode;
 typedef struct gr_ops_all_reduce_setting {
   gr_all_reduce_mode mode;
-  int64_t bucket_bytes, piece_bytes; /* piece 0: GR_ALL_REDUCE_PIECE_BYTES */
+  int64_t bucket_bytes, piece_bytes; /* piece 0: GR_COLLECTIVE_PIECE_BYTES */
   const char *hosts;
 } gr_ops_all_reduce_setting;
 /* Buckets smaller than this (on more than 2 devices) take the tree. */
