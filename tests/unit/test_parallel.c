@@ -537,15 +537,35 @@ static void test_replicas_train_like_one(void) {
   gr_tensor_release(&ref.w), gr_tensor_release(&ref.b);
 }
 
+/* A linear model (w [3, 1], b [1], f64) and its inputs (x ones [4, 3], y
+ * zeros [4, 1]) in a new graph, with options mirroring it over two
+ * workers. */
+typedef struct mirrored_lin {
+  gr_graph *g;
+  lin m;
+  gr_output x, y;
+  gr_replicate_options o;
+} mirrored_lin;
+
+static mirrored_lin mirrored_lin_new(void) {
+  static const char *const two[] = {"/job:worker/task:0", "/job:worker/task:1"};
+  gr_graph *g = gr_graph_new();
+  return (mirrored_lin){
+      g,
+      {gr_variable(g, "w", gr_ones(g, GR_F64, gr_shape_make(2, (int64_t[]){3, 1}))),
+       gr_variable(g, "b", gr_zeros(g, GR_F64, gr_shape_make(1, (int64_t[]){1})))},
+      gr_ones(g, GR_F64, gr_shape_make(2, (int64_t[]){4, 3})),
+      gr_zeros(g, GR_F64, gr_shape_make(2, (int64_t[]){4, 1})),
+      {.num_replicas = 2, .devices = two, .mirror_variables = true}};
+}
+
 /* A second mirrored replicate (say, an evaluation) reads the same copies. */
 static void test_mirrors_shared(void) {
-  gr_graph *g = gr_graph_new();
-  lin m = {gr_variable(g, "w", gr_ones(g, GR_F64, gr_shape_make(2, (int64_t[]){3, 1}))),
-           gr_variable(g, "b", gr_zeros(g, GR_F64, gr_shape_make(1, (int64_t[]){1})))};
-  gr_output x = gr_ones(g, GR_F64, gr_shape_make(2, (int64_t[]){4, 3}));
-  gr_output y = gr_zeros(g, GR_F64, gr_shape_make(2, (int64_t[]){4, 1}));
-  static const char *const two[] = {"/job:worker/task:0", "/job:worker/task:1"};
-  gr_replicate_options o = {.num_replicas = 2, .devices = two, .mirror_variables = true};
+  mirrored_lin ml = mirrored_lin_new();
+  gr_graph *g = ml.g;
+  lin m = ml.m;
+  gr_output x = ml.x, y = ml.y;
+  gr_replicate_options o = ml.o;
   gr_output l1, l2;
   GR_CHECK(gr_replicate(g, &o, (gr_output[]){x, y}, 2, lin_loss, &m, 1, &l1) == GR_OK);
   o.scope = "eval";
@@ -571,13 +591,11 @@ static void test_mirrors_shared(void) {
  * differs: 0 while they agree, the exact largest difference once a copy
  * is changed behind the mirror's back (both on the copies' own devices). */
 static void test_mirror_spread_drift(void) {
-  gr_graph *g = gr_graph_new();
-  lin m = {gr_variable(g, "w", gr_ones(g, GR_F64, gr_shape_make(2, (int64_t[]){3, 1}))),
-           gr_variable(g, "b", gr_zeros(g, GR_F64, gr_shape_make(1, (int64_t[]){1})))};
-  gr_output x = gr_ones(g, GR_F64, gr_shape_make(2, (int64_t[]){4, 3}));
-  gr_output y = gr_zeros(g, GR_F64, gr_shape_make(2, (int64_t[]){4, 1}));
-  static const char *const two[] = {"/job:worker/task:0", "/job:worker/task:1"};
-  gr_replicate_options o = {.num_replicas = 2, .devices = two, .mirror_variables = true};
+  mirrored_lin ml = mirrored_lin_new();
+  gr_graph *g = ml.g;
+  lin m = ml.m;
+  gr_output x = ml.x, y = ml.y;
+  gr_replicate_options o = ml.o;
   gr_output loss;
   GR_CHECK(gr_replicate(g, &o, (gr_output[]){x, y}, 2, lin_loss, &m, 1, &loss) == GR_OK);
   gr_output spread = gr_mirror_spread(g);
