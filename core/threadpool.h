@@ -7,6 +7,10 @@
 #ifndef GR_THREADPOOL_H
 #define GR_THREADPOOL_H
 
+#include <stdbool.h>
+
+#include "core/gr_status.h"
+
 typedef struct gr_threadpool gr_threadpool;
 
 gr_threadpool *gr_threadpool_new(int num_threads);
@@ -30,5 +34,17 @@ gr_threadpool *gr_threadpool_current(void);
  * fewer (core/cpus.c); found at the first call. The default number of
  * threads of sessions and servers. */
 int gr_num_cores(void);
+
+/* A latency-bound thread (a network loop) asks the scheduler for a short
+ * slice (core/thread_slice.c): it runs soon after it wakes where tasks
+ * share cores, with the same share of the CPU. Best effort: false when the
+ * kernel refused or us is 0 (a thread under another policy than the
+ * normal one is left alone). Affects the calling thread only. */
+#define GR_NET_SLICE_US_DEFAULT 100
+bool gr_thread_request_slice(int us);
+/* The slice for network threads: GRAPHRUN_NET_SLICE_US (microseconds,
+ * 100-100000, or 0 for the kernel's default), else the default above; an
+ * error naming the variable when it is malformed. */
+gr_status gr_net_slice_us(int *us, gr_error *err);
 
 #endif

@@ -57,6 +57,7 @@ static void use_threads(void) {
 static void *loop_main(void *arg) {
   gr_loop *l = arg;
   pthread_setname_np(pthread_self(), "gr-net");
+  gr_thread_request_slice(l->slice_us); /* woken by every frame: latency-bound */
   while (!atomic_load(&l->stop)) event_base_loop(l->base, EVLOOP_NO_EXIT_ON_EMPTY);
   return NULL;
 }
@@ -72,8 +73,11 @@ static void on_stop(evutil_socket_t fd, short what, void *arg) {
 gr_status gr_loop_new(gr_loop **out, gr_error *err) {
   *out = NULL;
   pthread_once(&threads_once, use_threads);
+  int slice_us;
+  if (gr_net_slice_us(&slice_us, err) != GR_OK) return err->code;
   gr_loop *l = calloc(1, sizeof *l);
   if (!l) return gr_error_set_oom(err);
+  l->slice_us = slice_us;
   pthread_mutex_init(&l->mu, NULL);
   atomic_init(&l->stop, 0);
   l->base = event_base_new();

@@ -74,6 +74,7 @@ struct gr_loop {
   gr_loglimit logs;       /* the transport's lines a peer can cause */
   gr_conn_handler log_to; /* where they go: a listener's handler (log, arg) */
   struct event *tick;     /* flushes the logs' summaries */
+  int slice_us;           /* the loop thread's scheduler slice (gr_net_slice_us) */
 };
 
 /* The calling thread is l's loop thread, or l has been told to stop
