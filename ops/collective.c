@@ -92,6 +92,7 @@ struct coll {
   action *acts;
   int num_acts, pos;
   char *buf;         /* the flat values: output 0's buffer, which every output views */
+  gr_tensor flat;    /* a reference to it: the parts sent are views of it */
   char *devs;        /* copy of attr "devices", cut at the commas */
   const char **dev;  /* dev[k]: rank k's device */
   const char *gkey;  /* attr group_key */
@@ -248,6 +249,7 @@ static char *make_key(const coll *x, int from, int to, const action *a, char *bu
 
 static void coll_free(coll *x) {
   if (x->have) gr_tensor_release(&x->got);
+  gr_tensor_release(&x->flat);
   free(x->devs), free(x->dev), free(x->acts);
   free(x);
 }
@@ -347,14 +349,27 @@ static void take(coll *x) {
   x->have = false;
 }
 
+/* A part goes as a view of the flat buffer, not a copy: the transport
+ * writes it from there (distributed/wire.c references a tensor's buffer),
+ * the local rendezvous hands the view over. Safe because no member writes
+ * a range it has sent before the peer has taken it: a range is added to
+ * before it is sent, never after; it is overwritten (the all-gather's
+ * copy, the tree's broadcast) only by a total that the peer computed from
+ * what it received, so the peer has read every byte of it by then (a
+ * frame is whole before it is delivered). */
 static gr_status send_part(coll *x, const action *a) {
   char buf[512], *key = make_key(x, x->rank, a->peer, a, buf, sizeof buf);
   gr_tensor t = gr_tensor_empty();
   gr_error e = {0};
-  gr_status st =
-      key ? gr_tensor_alloc(&t, x->dt, &(gr_shape){1, {a->len}}, &e) : gr_error_set_oom(&e);
-  if (st == GR_OK && a->len > 0)
-    memcpy(gr_tensor_data(&t), x->buf + (size_t)a->off * x->es, (size_t)a->len * x->es);
+  gr_status st = key ? GR_OK : gr_error_set_oom(&e);
+  if (st == GR_OK && a->len > 0 && x->flat.buf) {
+    t = x->flat;
+    t.shape = (gr_shape){1, {a->len}};
+    t.offset += (size_t)a->off * x->es;
+    gr_buffer_retain(t.buf);
+  } else if (st == GR_OK) { /* an empty piece */
+    st = gr_tensor_alloc(&t, x->dt, &(gr_shape){1, {0}}, &e);
+  }
   if (st == GR_OK) st = gr_rendezvous_send(x->rv, key, &t, false, &e);
   gr_tensor_release(&t);
   if (key != buf) free(key);
@@ -512,6 +527,8 @@ static gr_status flat_outputs(gr_kernel_ctx *ctx, coll *x) {
   if (ctx->num_inputs == 1) {
     GR_TRY(gr_kernel_forward_or_alloc(ctx, 0, 0, x->dt, &ctx->inputs[0].shape, &o));
     x->buf = gr_tensor_data(o);
+    x->flat = *o;
+    if (x->flat.buf) gr_buffer_retain(x->flat.buf);
     if (x->total && x->buf != gr_tensor_data(&ctx->inputs[0]))
       memcpy(x->buf, gr_tensor_data(&ctx->inputs[0]), (size_t)x->total * x->es);
     return GR_OK;
@@ -528,7 +545,7 @@ static gr_status flat_outputs(gr_kernel_ctx *ctx, coll *x) {
     if (b) memcpy(x->buf + at, gr_tensor_data(&ctx->inputs[i]), b);
     at += b;
   }
-  gr_tensor_release(&flat); /* the outputs hold it */
+  x->flat = flat; /* and the outputs hold it */
   return GR_OK;
 }
 
