@@ -65,20 +65,11 @@
 #include <string.h>
 
 #include "core/core_engine.h"
+#include "ops/collective_internal.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
-/* One step of a member's schedule: send a part of the buffer to a peer,
- * receive one and add it in (or copy it over), or divide a part by n (a
- * mean, where a total is complete). Keys carry tag and tag_n, which sender
- * and receiver agree on. */
-typedef struct action {
-  char kind; /* 's' send, 'a' receive and add, 'c' receive and copy, 'd' divide */
-  char tag;
-  int peer, tag_n;
-  int64_t piece;    /* the piece of the chunk, in the key */
-  int64_t off, len; /* elements */
-} action;
+typedef gr_coll_action action; /* ops/collective_internal.h */
 
 typedef struct coll coll;
 struct coll {
@@ -93,6 +84,8 @@ struct coll {
   int num_acts, pos;
   char *buf;         /* the flat values: output 0's buffer, which every output views */
   gr_tensor flat;    /* a reference to it: the parts sent are views of it */
+  int64_t *seg;      /* seg[i]: input i's first element in the buffer (i <= inputs) */
+  bool copied_in;    /* the buffer holds the inputs (else the marked actions read them) */
   char *devs;        /* copy of attr "devices", cut at the commas */
   const char **dev;  /* dev[k]: rank k's device */
   const char *gkey;  /* attr group_key */
@@ -110,7 +103,7 @@ static int mod(int a, int n) {
 }
 
 static void act(coll *x, char kind, int peer, char tag, int tag_n, int64_t off, int64_t len) {
-  x->acts[x->num_acts++] = (action){kind, tag, peer, tag_n, 0, off, len};
+  x->acts[x->num_acts++] = (action){kind, tag, peer, tag_n, 0, off, len, false};
 }
 
 /* A chunk of len elements goes in pieces of at most x->piece elements (an
@@ -250,6 +243,7 @@ static char *make_key(const coll *x, int from, int to, const action *a, char *bu
 static void coll_free(coll *x) {
   if (x->have) gr_tensor_release(&x->got);
   gr_tensor_release(&x->flat);
+  free(x->seg);
   free(x->devs), free(x->dev), free(x->acts);
   free(x);
 }
@@ -272,32 +266,53 @@ static void fail(coll *x, gr_status code, const char *what, int peer, const char
                x->rank, x->n, x->dev[x->rank], what, peer, x->dev[peer], why);
 }
 
-static void add_into(gr_dtype dt, char *dst, const char *src, int64_t n) {
+/* dst = a + b, elementwise (dst may be a) */
+static void add3(gr_dtype dt, char *dst, const char *a, const char *b, int64_t n) {
   switch (dt) {
     case GR_F32: {
       float *d = (float *)dst;
-      const float *s = (const float *)src;
-      for (int64_t i = 0; i < n; i++) d[i] = d[i] + s[i];
+      const float *x = (const float *)a, *y = (const float *)b;
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] + y[i];
       break;
     }
     case GR_F64: {
       double *d = (double *)dst;
-      const double *s = (const double *)src;
-      for (int64_t i = 0; i < n; i++) d[i] = d[i] + s[i];
+      const double *x = (const double *)a, *y = (const double *)b;
+      for (int64_t i = 0; i < n; i++) d[i] = x[i] + y[i];
       break;
     }
     case GR_I32: {
       int32_t *d = (int32_t *)dst;
-      const int32_t *s = (const int32_t *)src;
-      for (int64_t i = 0; i < n; i++) d[i] = (int32_t)((uint32_t)d[i] + (uint32_t)s[i]);
+      const int32_t *x = (const int32_t *)a, *y = (const int32_t *)b;
+      for (int64_t i = 0; i < n; i++) d[i] = (int32_t)((uint32_t)x[i] + (uint32_t)y[i]);
       break;
     }
     default: {
       int64_t *d = (int64_t *)dst;
-      const int64_t *s = (const int64_t *)src;
-      for (int64_t i = 0; i < n; i++) d[i] = (int64_t)((uint64_t)d[i] + (uint64_t)s[i]);
+      const int64_t *x = (const int64_t *)a, *y = (const int64_t *)b;
+      for (int64_t i = 0; i < n; i++) d[i] = (int64_t)((uint64_t)x[i] + (uint64_t)y[i]);
       break;
     }
+  }
+}
+
+/* The inputs' values of elements [off, off + len) of the buffer, in
+ * order: into dst (b NULL), or added to b's into dst (dst = inputs + b,
+ * the member's own value first, as an add into the buffer would). */
+static void from_inputs(const coll *x, char *dst, const char *b, int64_t off, int64_t len) {
+  const gr_kernel_ctx *ctx = x->ctx;
+  for (int i = 0; i < ctx->num_inputs && len > 0; i++) {
+    int64_t lo = x->seg[i], hi = x->seg[i + 1];
+    if (off >= hi) continue;
+    int64_t m = hi - off < len ? hi - off : len;
+    const char *src = (const char *)gr_tensor_data(&ctx->inputs[i]) + (size_t)(off - lo) * x->es;
+    if (b) {
+      add3(x->dt, dst, src, b, m);
+      b += (size_t)m * x->es;
+    } else {
+      memcpy(dst, src, (size_t)m * x->es);
+    }
+    dst += (size_t)m * x->es, off += m, len -= m;
   }
 }
 
@@ -340,8 +355,10 @@ static void take(coll *x) {
   char *dst = x->buf + (size_t)a->off * x->es;
   if (a->len > 0 && x->got.buf) {
     const char *src = gr_tensor_data(&x->got);
-    if (a->kind == 'a')
-      add_into(x->dt, dst, src, a->len);
+    if (a->kind == 'a' && a->from_inputs)
+      from_inputs(x, dst, src, a->off, a->len);
+    else if (a->kind == 'a')
+      add3(x->dt, dst, dst, src, a->len);
     else
       memcpy(dst, src, (size_t)a->len * x->es);
   }
@@ -349,26 +366,35 @@ static void take(coll *x) {
   x->have = false;
 }
 
-/* A part goes as a view of the flat buffer, not a copy: the transport
- * writes it from there (distributed/wire.c references a tensor's buffer),
- * the local rendezvous hands the view over. Safe because no member writes
- * a range it has sent before the peer has taken it: a range is added to
- * before it is sent, never after; it is overwritten (the all-gather's
- * copy, the tree's broadcast) only by a total that the peer computed from
- * what it received, so the peer has read every byte of it by then (a
- * frame is whole before it is delivered). */
+/* A part goes as a view, not a copy: of the flat buffer, or of the input
+ * that holds it when the part is still the inputs' (one copy where it
+ * spans two). The transport writes it from there (distributed/wire.c
+ * references a tensor's buffer), the local rendezvous hands the view over.
+ * Safe because nothing writes a range while it is in flight: the inputs
+ * are this kernel's until it ends, and an update of a variable copies on
+ * write while they are read; in the buffer, a range is added to before it
+ * is sent, never after, and is overwritten (the all-gather's copy, the
+ * tree's broadcast) only by a total that the peer computed from what it
+ * received, so the peer has read every byte of it by then (a frame is
+ * whole before it is delivered). */
 static gr_status send_part(coll *x, const action *a) {
   char buf[512], *key = make_key(x, x->rank, a->peer, a, buf, sizeof buf);
   gr_tensor t = gr_tensor_empty();
   gr_error e = {0};
   gr_status st = key ? GR_OK : gr_error_set_oom(&e);
-  if (st == GR_OK && a->len > 0 && x->flat.buf) {
-    t = x->flat;
+  int in = -1; /* the one input the part lies in, when sent from the inputs */
+  for (int i = 0; a->from_inputs && i < x->ctx->num_inputs && in < 0; i++)
+    if (x->seg[i] <= a->off && a->off + a->len <= x->seg[i + 1]) in = i;
+  const gr_tensor *from = in >= 0 ? &x->ctx->inputs[in] : &x->flat;
+  int64_t at = in >= 0 ? a->off - x->seg[in] : a->off;
+  if (st == GR_OK && a->len > 0 && from->buf && (in >= 0 || !a->from_inputs)) {
+    t = *from;
     t.shape = (gr_shape){1, {a->len}};
-    t.offset += (size_t)a->off * x->es;
+    t.offset += (size_t)at * x->es;
     gr_buffer_retain(t.buf);
-  } else if (st == GR_OK) { /* an empty piece */
-    st = gr_tensor_alloc(&t, x->dt, &(gr_shape){1, {0}}, &e);
+  } else if (st == GR_OK) { /* an empty piece, or one over two inputs */
+    st = gr_tensor_alloc(&t, x->dt, &(gr_shape){1, {a->len > 0 ? a->len : 0}}, &e);
+    if (st == GR_OK && a->len > 0) from_inputs(x, gr_tensor_data(&t), NULL, a->off, a->len);
   }
   if (st == GR_OK) st = gr_rendezvous_send(x->rv, key, &t, false, &e);
   gr_tensor_release(&t);
@@ -386,6 +412,7 @@ static void advance(coll *x) {
     if (a->kind == 's') {
       send_part(x, a);
     } else if (a->kind == 'd') {
+      if (a->from_inputs) from_inputs(x, x->buf + (size_t)a->off * x->es, NULL, a->off, a->len);
       divide(x->dt, x->buf + (size_t)a->off * x->es, a->len, x->n);
     } else {
       char buf[512], *key = make_key(x, a->peer, x->rank, a, buf, sizeof buf);
@@ -519,34 +546,49 @@ static gr_status plan(gr_kernel_ctx *ctx, coll *x) {
  * outputs are views of it (output i: input i's shape at its offset), so
  * the totals need no copying out: the consumers (the updates) read them
  * where the schedule left them. One input: its own buffer when this
- * kernel holds the only reference to it (no copy in either), else a new
- * one; several: one copy in. */
+ * kernel holds the only reference to it (nothing to copy in), else a new
+ * one; several: a new one. The inputs are not copied in here:
+ * copy_inputs_in does, unless the schedule reads them itself. */
 static gr_status flat_outputs(gr_kernel_ctx *ctx, coll *x) {
   gr_tensor *o, flat;
-  for (int i = 0; i < ctx->num_inputs; i++) x->total += gr_tensor_num_elements(&ctx->inputs[i]);
+  x->seg = malloc(((size_t)ctx->num_inputs + 1) * sizeof *x->seg);
+  if (!x->seg) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  x->seg[0] = 0;
+  for (int i = 0; i < ctx->num_inputs; i++)
+    x->seg[i + 1] = x->total += gr_tensor_num_elements(&ctx->inputs[i]);
   if (ctx->num_inputs == 1) {
     GR_TRY(gr_kernel_forward_or_alloc(ctx, 0, 0, x->dt, &ctx->inputs[0].shape, &o));
     x->buf = gr_tensor_data(o);
     x->flat = *o;
     if (x->flat.buf) gr_buffer_retain(x->flat.buf);
-    if (x->total && x->buf != gr_tensor_data(&ctx->inputs[0]))
-      memcpy(x->buf, gr_tensor_data(&ctx->inputs[0]), (size_t)x->total * x->es);
+    x->copied_in = !x->total || x->buf == gr_tensor_data(&ctx->inputs[0]);
     return GR_OK;
   }
   GR_TRY(gr_tensor_alloc(&flat, x->dt, &(gr_shape){1, {x->total}}, ctx->err));
   x->buf = gr_tensor_data(&flat);
-  size_t at = 0;
   for (int i = 0; i < ctx->num_inputs; i++) {
     gr_tensor v = flat;
-    size_t b = gr_tensor_num_bytes(&ctx->inputs[i]);
     v.shape = ctx->inputs[i].shape;
-    v.offset += at;
+    v.offset += (size_t)x->seg[i] * x->es;
     gr_kernel_set_output(ctx, i, &v);
-    if (b) memcpy(x->buf + at, gr_tensor_data(&ctx->inputs[i]), b);
-    at += b;
   }
   x->flat = flat; /* and the outputs hold it */
+  x->copied_in = !x->total;
   return GR_OK;
+}
+
+/* Once the schedule is planned: where its first step over each part reads
+ * the inputs themselves (the ring, the tree: the inputs are read once, by
+ * the step that sends or adds them), nothing more; else every input is
+ * copied into the buffer now. */
+static void copy_inputs_in(coll *x) {
+  if (x->copied_in) {
+    for (int k = 0; k < x->num_acts; k++) x->acts[k].from_inputs = false;
+    return;
+  }
+  if (!gr_coll_mark_from_inputs(x->acts, x->num_acts, x->total))
+    from_inputs(x, x->buf, NULL, 0, x->total);
+  x->copied_in = true;
 }
 
 static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
@@ -587,6 +629,7 @@ static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
     }
     gr_kernel_on_cancel(ctx, on_cancel, x->rv);
   }
+  copy_inputs_in(x);
   kick(x);
   return GR_OK;
 }

@@ -466,6 +466,93 @@ static void test_hier_same_bits(void) {
   unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
 }
 
+/* Several tensors in one bucket: the flat buffer is their concatenation,
+ * and each part of it is read from the inputs by the step that first
+ * touches it (sent or added; no copy in first). Each member's results,
+ * laid end to end, have the bits of one tensor of the total size reduced
+ * in the same order (the ring, the tree, the hierarchical one), with
+ * pieces of 1000 elements that straddle the tensors; the fed values are
+ * left as they were. */
+static void check_several(int n, const int64_t *sizes, int T, gr_dtype dt, bool mean,
+                          const char *alg, const int *host) {
+  enum { MAXT = 5 };
+  static const char *const names[] = {"hostA", "hostB", "hostC", "hostD", "hostE"};
+  gr_graph *g = gr_graph_new();
+  char devs[5][64];
+  const char *dev[5], *hosts[5];
+  gr_output x[MAXT * 5], s[MAXT * 5];
+  gr_tensor vals[MAXT * 5], kept[MAXT * 5], got[MAXT * 5], want;
+  gr_feed feeds[MAXT * 5];
+  gr_error e;
+  int64_t total = 0, seg[MAXT + 1] = {0};
+  for (int t = 0; t < T; t++) seg[t + 1] = total += sizes[t];
+  for (int d = 0; d < n; d++) dev[d] = dev_name(d, devs[d]), hosts[d] = names[host ? host[d] : d];
+  for (int t = 0; t < T; t++)
+    for (int d = 0; d < n; d++) {
+      int k = t * n + d;
+      gr_graph_push_device_scope(g, dev[d]);
+      x[k] = gr_placeholder(g, NULL, dt, (gr_shape){1, {sizes[t]}});
+      gr_graph_pop_device_scope(g);
+      gr_tensor_alloc(&vals[k], dt, &(gr_shape){1, {sizes[t]}}, &e);
+      gr_tensor_alloc(&kept[k], dt, &(gr_shape){1, {sizes[t]}}, &e);
+      for (int64_t i = 0; i < sizes[t]; i++)
+        gr_tensor_set_f64(&vals[k], i, value_at(d, seg[t] + i));
+      memcpy(gr_tensor_data(&kept[k]), gr_tensor_data(&vals[k]), gr_tensor_num_bytes(&vals[k]));
+      feeds[k] = (gr_feed){x[k], &vals[k]};
+    }
+  gr_all_reduce_options o = {.algorithm = alg,
+                             .piece_bytes = 1000 * (int64_t)gr_dtype_size(dt),
+                             .hosts = host ? hosts : NULL};
+  GR_CHECK(gr_all_reduce_with(g, x, T, n, dev, mean ? GR_REDUCE_MEAN : GR_REDUCE_SUM, 1 << 30, &o,
+                              s) == GR_OK);
+  GR_CHECK_EQ_INT(count_op(g, "collective_all_reduce"), n);
+  if (host)
+    hier_reference(dt, n, host, total, mean,
+                   n > 2 && total * (int64_t)gr_dtype_size(dt) < 64 * 1024,
+                   &want); /* the leaders' tree below 64 KiB (check_hier) */
+  else
+    reference(dt, n, total, mean, !strcmp(alg, "tree"), &want);
+  gr_session *ss = gr_session_new(g, &(gr_session_options){.num_devices = n}, &e);
+  GR_CHECK_MSG(ss != NULL, "%s", e.msg);
+  gr_status st =
+      ss ? gr_session_run(ss, feeds, T * n, s, T * n, got, NULL, 0, &e) : GR_ERR_INTERNAL;
+  GR_CHECK_MSG(st == GR_OK, "%s", e.msg);
+  size_t es = gr_dtype_size(dt);
+  for (int t = 0; st == GR_OK && t < T; t++)
+    for (int d = 0; d < n; d++) {
+      int k = t * n + d;
+      GR_CHECK_MSG(!memcmp(gr_tensor_data(&got[k]), (char *)gr_tensor_data(&want) + seg[t] * es,
+                           (size_t)sizes[t] * es),
+                   "n=%d %s %s%s: tensor %d on member %d differs from the sum in its order", n, alg,
+                   gr_dtype_name(dt), mean ? " mean" : "", t, d);
+      GR_CHECK_MSG(!memcmp(gr_tensor_data(&vals[k]), gr_tensor_data(&kept[k]),
+                           gr_tensor_num_bytes(&kept[k])),
+                   "n=%d %s: the fed tensor %d of member %d was written", n, alg, t, d);
+      gr_tensor_release(&got[k]);
+    }
+  for (int k = 0; k < T * n; k++) gr_tensor_release(&vals[k]), gr_tensor_release(&kept[k]);
+  gr_tensor_release(&want);
+  gr_session_free(ss);
+  gr_graph_free(g);
+}
+
+static void test_several_inputs(void) {
+  const int64_t sizes[] = {1, 2999, 0, 1234, 3001};
+  static const int host[] = {0, 1, 0, 2, 1};
+  for (int n = 2; n <= 5; n++) {
+    check_several(n, sizes, 5, GR_F32, false, "ring", NULL);
+    check_several(n, sizes, 5, GR_F64, n % 2, "ring", NULL);
+    check_several(n, sizes, 5, GR_F32, n % 2, "tree", NULL);
+    check_several(n, sizes + 1, 2, GR_F64, false, "tree", NULL);
+  }
+  check_several(5, sizes, 5, GR_F32, false, "hier", host);
+  check_several(5, sizes, 5, GR_F64, true, "hier", host);
+  check_several(3, sizes, 5, GR_F32, false, "hier", host);
+  const int64_t large[] = {1, 9999, 0, 4321, 5001}; /* over 64 KiB: the leaders' ring */
+  check_several(5, large, 5, GR_F32, false, "hier", host);
+  check_several(4, large, 5, GR_F32, true, "hier", host);
+}
+
 /* By default the hierarchical all-reduce is taken when the members span
  * more than one host and some host has several (its bits, which differ
  * from the flat ring's here); on one host, or one member per host, the
@@ -732,6 +819,7 @@ int main(void) {
   GR_RUN(test_options_in_graph);
   GR_RUN(test_hier_same_bits);
   GR_RUN(test_hier_chosen);
+  GR_RUN(test_several_inputs);
   GR_RUN(test_replicas_options);
   GR_RUN(test_gradient);
   return gr_test_finish();
