@@ -6,7 +6,11 @@
  * as _send/_recv (so on a cluster the TENSOR frames of the push
  * rendezvous). The inputs are flattened and concatenated into one buffer,
  * which the outputs view (no copy out: an update reads its gradient where
- * the schedule left it). Two schedules
+ * the schedule left it); they are not copied in first where the schedule
+ * allows (ops/collective_inputs.c): the step that first touches a part
+ * reads it from the inputs (a send sends it from there, an add writes
+ * inputs + received into the buffer), and what is sent goes as a view,
+ * not a copy (send_part). Two schedules
  * (attr algorithm):
  *
  * - ring: the buffer is cut into group_size chunks (s / n elements, one
