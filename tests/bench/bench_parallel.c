@@ -460,9 +460,13 @@ static void step_breakdown(const char *what, program *pr, int steps) {
     run_steps(pr->s, &pr->train, 1, 1);
     plain[k] = bench_now() - w0;
   }
-  printf("  %s, a step (median of %d): %.2f ms untraced; traced %.2f ms, span %.2f ms, kernels "
-         "task 0 %.2f ms, task 1 %.2f ms\n",
-         what, steps, bench_median(plain, steps) * 1e3, wl * 1e3, sp * 1e3, b0 * 1e3, b1 * 1e3);
+  double mean = 0;
+  for (int k = 0; k < steps; k++) mean += plain[k] / steps;
+  qsort(plain, (size_t)steps, sizeof *plain, cmp_double);
+  printf("  %s, a step (median of %d): %.2f ms untraced (mean %.2f, p90 %.2f, max %.2f); traced "
+         "%.2f ms, span %.2f ms, kernels task 0 %.2f ms, task 1 %.2f ms\n",
+         what, steps, plain[steps / 2] * 1e3, mean * 1e3, plain[steps * 9 / 10] * 1e3,
+         plain[steps - 1] * 1e3, wl * 1e3, sp * 1e3, b0 * 1e3, b1 * 1e3);
   if (nd > 0) {
     qsort(deliv, (size_t)nd, sizeof *deliv, cmp_double);
     printf("    %d transfers between the tasks: delivered (receive end - send end) median %.0f us, "
