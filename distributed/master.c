@@ -396,7 +396,7 @@ gr_status gr_master_new(const gr_master_options *o, gr_master **out, gr_error *e
   gr_status st = ms->tasks && (!o->secret || ms->secret) ? container_of(ms, o->container, err)
                                                          : gr_error_set_oom(err);
   if (st == GR_OK) st = gr_loop_new(&ms->loop, err);
-  gr_conn_handler h = {on_message, on_close, ms, NULL, NULL};
+  gr_conn_handler h = {on_message, on_close, ms, NULL, NULL, NULL};
   for (int k = 0; k < o->num_tasks && st == GR_OK; k++) {
     task *t = &ms->tasks[k];
     ms->num_tasks++;

@@ -40,7 +40,8 @@ static gr_status item_index(const msgpack_object_array *items, uint32_t i, const
 /* Item i's tensor: a view of in's body. */
 static gr_status item_tensor(const gr_inmsg *in, const msgpack_object_array *items, uint32_t i,
                              gr_tensor *out, bool *dead, gr_error *err) {
-  return gr_msg_tensor(&items->ptr[i].via.array.ptr[1], in->body, in->h.body_len, out, dead, err);
+  return gr_msg_tensor_at(&items->ptr[i].via.array.ptr[1], in->body, in->body_off, in->h.body_len,
+                          out, dead, err);
 }
 
 gr_outmsg *gr_run_req_pack(const gr_run_req *q) {

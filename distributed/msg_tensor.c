@@ -40,5 +40,5 @@ gr_status gr_tensor_msg_unpack(gr_inmsg *in, gr_tensor_msg *out, gr_error *err) 
 gr_status gr_tensor_msg_value(const gr_inmsg *in, const gr_tensor_msg *t, gr_tensor *out,
                               gr_error *err) {
   bool nil;
-  return gr_msg_tensor(t->value_item, in->body, in->h.body_len, out, &nil, err);
+  return gr_msg_tensor_at(t->value_item, in->body, in->body_off, in->h.body_len, out, &nil, err);
 }

@@ -183,7 +183,7 @@ static void *dial_main(void *arg) {
   gr_server *s = d->s;
   gr_conn *c = NULL, *old = NULL;
   gr_error e;
-  gr_conn_handler h = {on_peer_message, on_peer_close, s, NULL, NULL};
+  gr_conn_handler h = {on_peer_message, on_peer_close, s, NULL, NULL, NULL};
   gr_status st;
   peer *p;
   for (;;) {

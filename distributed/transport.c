@@ -184,6 +184,7 @@ void gr_conn_unref(gr_conn *c) {
   free(c->stage);
   gr_inmsg_free(c->in); /* a frame cut short by the peer */
   gr_rxbody_free(&c->body);
+  gr_buffer_release(c->into);
   free(c->secret);
   gr_tls_unref(c->tls);
   free(c->gather);
@@ -595,9 +596,16 @@ static void bad_peer(gr_conn *c, const gr_error *e) {
   gr_conn_close_now(c, e->code == GR_OK ? GR_ERR_INVALID_ARGUMENT : e->code, why);
 }
 
+/* Where the body's next byte goes. */
+static uint8_t *body_at(gr_conn *c) {
+  return (c->into ? (uint8_t *)c->into->data + c->into_off : gr_rxbody_data(&c->body)) +
+         c->body_got;
+}
+
 /* Makes room in the body for need bytes in all (at most its length), as
  * they arrive: false when c waits for the receive budget or closed. */
 static bool body_fit(gr_conn *c, size_t need) {
+  if (c->into) return true; /* all of it is there */
   size_t len = c->in->h.body_len, had = c->body.cap;
   if (need > len) need = len;
   if (had >= need) return true;
@@ -683,7 +691,11 @@ static void deliver(gr_conn *c) {
   gr_inmsg *m = c->in;
   c->in = NULL;
   size_t held = c->body.cap;
-  if (m->h.body_len > 0 && !(m->body = gr_rxbody_finish(&c->body, m->h.body_len))) {
+  if (c->into) { /* the buffer it was read into (body_into) */
+    m->body = c->into;
+    m->body_off = c->into_off;
+    c->into = NULL;
+  } else if (m->h.body_len > 0 && !(m->body = gr_rxbody_finish(&c->body, m->h.body_len))) {
     gr_inmsg_free(m);
     gr_conn_close_now(c, GR_ERR_RESOURCE_EXHAUSTED, "out of memory for a frame body");
     return;
@@ -706,7 +718,7 @@ static bool parse_staged(gr_conn *c) {
       size_t need = c->in->h.body_len - c->body_got, take = avail < need ? avail : need;
       if (take == 0) return true;
       if (!body_fit(c, c->body_got + take)) return false;
-      memcpy(gr_rxbody_data(&c->body) + c->body_got, c->stage + c->stage_pos, take);
+      memcpy(body_at(c), c->stage + c->stage_pos, take);
       if (c->rx_mac) gr_fmac_update(c->rx_mac, c->stage + c->stage_pos, take);
       c->stage_pos += take;
       c->body_got += take;
@@ -764,6 +776,9 @@ static bool parse_staged(gr_conn *c) {
     if (c->authed) gr_conn_set_ready(c); /* without a secret: its first frame's map came */
     c->body_got = 0;                     /* memory for the body comes as its bytes do */
     c->rstate = READ_BODY;
+    if (c->authed && c->in->h.body_len > 0 && c->h.body_into &&
+        !c->h.body_into(c->h.arg, c, c->in, &c->into, &c->into_off))
+      c->into = NULL;
     if (c->in->h.body_len == 0) {
       frame_done(c);
       if (!gr_conn_is_open(c)) return false;
@@ -784,15 +799,16 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
   bool go = c->stage_pos == c->stage_len || parse_staged(c);
   for (int round = 0; go && round < read_rounds; round++) {
     ssize_t r;
-    if (c->rstate == READ_BODY) {       /* bulk: straight into the body */
-      if (c->body_got == c->body.cap) { /* grown by what has arrived (at least doubled) */
+    if (c->rstate == READ_BODY) {                   /* bulk: straight into the body */
+      if (!c->into && c->body_got == c->body.cap) { /* grown by what has arrived (doubled) */
         int unread = 0;
         ioctl(fd, FIONREAD, &unread);
         if (!body_fit(c, c->body_got + (unread > 0 ? (size_t)unread : 1))) break;
       }
-      r = gr_conn_read(c, gr_rxbody_data(&c->body) + c->body_got, c->body.cap - c->body_got);
+      size_t room = (c->into ? c->in->h.body_len : c->body.cap) - c->body_got;
+      r = gr_conn_read(c, body_at(c), room);
       if (r > 0 && c->rx_mac) /* while the bytes are in the cache */
-        gr_fmac_update(c->rx_mac, gr_rxbody_data(&c->body) + c->body_got, (size_t)r);
+        gr_fmac_update(c->rx_mac, body_at(c), (size_t)r);
       if (r > 0) {
         __atomic_store_n(&c->last_rx_ms, gr_wire_now_ms(), __ATOMIC_RELAXED);
         c->body_got += (size_t)r;

@@ -120,6 +120,8 @@ struct gr_conn {
   gr_inmsg *in;
   gr_rxbody body;
   size_t body_got;
+  gr_buffer *into; /* the body is read into into->data + into_off (body_into), not body */
+  size_t into_off;
   size_t rx_held;        /* stage_cap + body.cap, counted in the loop's rx_held */
   bool rx_paused;        /* waiting for the receive budget: not reading */
   gr_conn *rx_wait_next; /* in loop->rx_wait */

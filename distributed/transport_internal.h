@@ -84,6 +84,7 @@ typedef struct gr_inmsg {
   gr_frame_header h;
   gr_msg msg;
   gr_buffer *body;
+  size_t body_off; /* the body's first byte in body->data (0 but when read into a buffer) */
 } gr_inmsg;
 void gr_inmsg_free(gr_inmsg *m); /* frees the map, the body reference and m */
 
@@ -104,6 +105,13 @@ typedef struct gr_conn_handler {
    * (someone on the path may have written them), for failing what waited
    * for that frame (a step's pushed tensor) and nothing else. NULL: none. */
   void (*on_refused)(void *arg, gr_conn *c, const gr_inmsg *m);
+  /* A frame's header and map have arrived, its body (h.body_len > 0 bytes)
+   * not yet (loop thread; must not block; NULL: none): true to have the
+   * body read straight into *buf's data at *off (h.body_len bytes that
+   * must be there), a reference to *buf moving to the transport; the
+   * message then carries that buffer as its body (body_off = *off). The
+   * map is not authentic yet with frame MACs (checked after the body). */
+  bool (*body_into)(void *arg, gr_conn *c, const gr_inmsg *m, gr_buffer **buf, size_t *off);
 } gr_conn_handler;
 
 /* Starts the loop thread. */

@@ -299,6 +299,11 @@ gr_status gr_msg_array(const msgpack_object *map, const char *key, uint32_t max,
 
 gr_status gr_msg_tensor(const msgpack_object *o, gr_buffer *body, size_t body_len, gr_tensor *out,
                         bool *dead, gr_error *err) {
+  return gr_msg_tensor_at(o, body, 0, body_len, out, dead, err);
+}
+
+gr_status gr_msg_tensor_at(const msgpack_object *o, gr_buffer *body, size_t body_off,
+                           size_t body_len, gr_tensor *out, bool *dead, gr_error *err) {
   *out = gr_tensor_empty();
   *dead = false;
   if (o->type == MSGPACK_OBJECT_NIL) {
@@ -350,14 +355,14 @@ gr_status gr_msg_tensor(const msgpack_object *o, gr_buffer *body, size_t body_le
   out->dtype = dt;
   out->shape = shape;
   out->buf = body;
-  out->offset = (size_t)off;
+  out->offset = body_off + (size_t)off;
   gr_buffer_retain(body);
+  const uint8_t *at = (const uint8_t *)body->data + out->offset;
   if (dt == GR_BOOL) /* a bool is 0 or 1: other bytes would break kernels' assumptions */
     for (int64_t i = 0; i < bytes; i++)
-      if (((const uint8_t *)body->data)[off + i] > 1) {
+      if (at[i] > 1) {
         gr_tensor_release(out);
-        return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "bool tensor holds byte %u",
-                            ((const uint8_t *)body->data)[off + i]);
+        return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "bool tensor holds byte %u", at[i]);
       }
   return GR_OK;
 }

@@ -107,7 +107,7 @@ static void fake_on_close(void *arg, gr_conn *c, const gr_error *why) {}
 
 static bool fake_start(fake *f) {
   gr_error err;
-  gr_conn_handler h = {fake_on_message, fake_on_close, f, NULL, NULL};
+  gr_conn_handler h = {fake_on_message, fake_on_close, f, NULL, NULL, NULL};
   bool ok = gr_loop_new(&f->loop, &err) == GR_OK &&
             gr_listener_new(f->loop, "127.0.0.1", 0, &(gr_conn_auth){SECRET, CLUSTER, NULL}, &h,
                             &f->ls, &f->port, &err) == GR_OK;

@@ -10,7 +10,9 @@
  * errors naming the address (and the server's log the peer); and a byte
  * altered on the way by a proxy (fault_proxy.h, TAMPER) closes the
  * connection before the frame is delivered, in both directions; a write to
- * a peer that has closed fails with EPIPE, without SIGPIPE. Between
+ * a peer that has closed fails with EPIPE, without SIGPIPE. A body the
+ * receiver asked for in a buffer of its own (gr_conn_handler.body_into)
+ * arrives there, intact, in every mode. Between
  * processes in network namespaces: test_dist_netns_tls. */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,6 +58,11 @@ typedef struct end {
   char why[GR_ERROR_MSG_MAX]; /* the last close's */
   char log[16384];
   size_t log_len;
+  /* frames of odd sequence numbers read into this buffer while it has room
+   * (gr_conn_handler.body_into); how many were, how many arrived so */
+  gr_buffer *into;
+  size_t into_at;
+  int into_given, into_seen;
 } end;
 
 static uint8_t pattern(uint64_t seq, size_t i) {
@@ -83,10 +90,12 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *in) {
   bool ok = gr_msg_u64(&in->msg.root, "seq", &seq, NULL) == GR_OK &&
             gr_msg_u64(&in->msg.root, "n", &n, NULL) == GR_OK &&
             n <= (in->body ? in->h.body_len : 0); /* the body is padded */
-  const uint8_t *b = in->body ? (const uint8_t *)in->body->data : NULL;
+  const uint8_t *b = in->body ? (const uint8_t *)in->body->data + in->body_off : NULL;
   for (size_t i = 0; ok && i < n; i++) ok = b[i] == pattern(seq, i);
+  bool read_into = in->body && in->body == e->into;
   gr_inmsg_free(in);
   pthread_mutex_lock(&e->mu);
+  e->into_seen += read_into;
   e->got++;
   e->bad += !ok;
   e->mode = gr_conn_mode(c);
@@ -116,8 +125,25 @@ static void on_log(void *arg, const char *line) {
 
 static void on_log_quiet(void *arg, const char *line) {}
 
+/* Odd frames into e->into, each at the next multiple of 64, while they fit. */
+static bool body_into(void *arg, gr_conn *c, const gr_inmsg *m, gr_buffer **buf, size_t *off) {
+  end *e = arg;
+  uint64_t seq = 0;
+  if (!e->into || gr_msg_u64(&m->msg.root, "seq", &seq, NULL) != GR_OK || seq % 2 == 0 ||
+      e->into_at + m->h.body_len > e->into->capacity)
+    return false;
+  *buf = e->into;
+  gr_buffer_retain(e->into);
+  *off = e->into_at;
+  e->into_at += (m->h.body_len + 63) / 64 * 64;
+  pthread_mutex_lock(&e->mu);
+  e->into_given++;
+  pthread_mutex_unlock(&e->mu);
+  return true;
+}
+
 static gr_conn_handler handler(end *e) {
-  return (gr_conn_handler){on_message, on_close, e, on_log, NULL};
+  return (gr_conn_handler){on_message, on_close, e, on_log, NULL, body_into};
 }
 
 static bool end_start(end *e, bool server, const gr_conn_auth *auth) {
@@ -199,6 +225,7 @@ static void exchange(gr_tls *s_tls, gr_tls *c_tls, int want) {
   end srv, cl;
   gr_conn_auth sa = {SECRET, CLUSTER, s_tls}, ca = {SECRET, CLUSTER, c_tls};
   if (!end_start(&srv, true, &sa) || !end_start(&cl, false, NULL)) return;
+  srv.into = gr_buffer_alloc(8u << 20); /* room for a few of the 3 MiB frames, then none */
   gr_conn *c = NULL;
   gr_error err;
   GR_CHECK_OK(dial(&cl, srv.port, &ca, &c, &err), err);
@@ -215,11 +242,16 @@ static void exchange(gr_tls *s_tls, gr_tls *c_tls, int want) {
     GR_CHECK_EQ_INT(srv.bad + cl.bad, 0);
     GR_CHECK_EQ_INT(srv.mode, want);
     GR_CHECK_EQ_INT(cl.closed + srv.closed, 0);
+    /* some frames were read into the server's buffer, as many as it gave */
+    GR_CHECK_MSG(srv.into_given >= 20 && srv.into_seen == srv.into_given,
+                 "%d frames given a buffer, %d arrived in it", srv.into_given, srv.into_seen);
     gr_conn_close(c);
     gr_conn_unref(c);
   }
   end_stop(&cl);
   end_stop(&srv);
+  GR_CHECK_EQ_INT(srv.into->refcount, 1); /* every message's reference let go */
+  gr_buffer_release(srv.into);
 }
 
 /* ---- no SIGPIPE from a peer that closed ------------------------------------------- */
@@ -402,6 +434,7 @@ static void refused(gr_tls *s_tls, gr_tls *c_tls, const char *want, const char *
   end srv, cl;
   gr_conn_auth sa = {SECRET, CLUSTER, s_tls}, ca = {SECRET, CLUSTER, c_tls};
   if (!end_start(&srv, true, &sa) || !end_start(&cl, false, NULL)) return;
+  srv.into = gr_buffer_alloc(8u << 20); /* room for a few of the 3 MiB frames, then none */
   gr_conn *c = NULL;
   gr_error err;
   gr_status st = dial(&cl, srv.port, &ca, &c, &err);
