@@ -54,6 +54,8 @@ typedef struct gr_rendezvous_ops {
   int (*num_pending)(void *self);
   gr_transfer_stats (*stats)(void *self);
   void (*free)(void *self);
+  /* NULL where there is no transport to read into (the local one) */
+  void (*expect_into)(void *self, const char *key, const gr_tensor *into);
 } gr_rendezvous_ops;
 
 /* A rendezvous over an implementation (ops must outlive it; self is owned:
@@ -94,6 +96,16 @@ void gr_rendezvous_recv(gr_rendezvous *r, const char *key, gr_rendezvous_done_fn
 /* Fails every waiting Recv (and later ones) with code and msg. The first
  * abort's error is kept. */
 void gr_rendezvous_abort(gr_rendezvous *r, gr_status code, const char *msg);
+/* A hint before the Recv of key: its value, when it comes from another
+ * process, may be read off the network straight into `into` (a view of
+ * the receiver's buffer, same dtype and number of elements as the value
+ * sent), so the receiver need not copy it there; the Recv's value then
+ * views into's bytes. Where it is not, nothing changes: the Recv gets its
+ * value as always. The bytes are written as the value arrives, no sooner:
+ * by then the caller must have no other use for them (what it sent from
+ * there has gone). into's buffer is referenced until then, or until the
+ * step ends. Once per key. */
+void gr_rendezvous_expect_into(gr_rendezvous *r, const char *key, const gr_tensor *into);
 /* Number of values sent but not yet received (tests: nothing is left over). */
 int gr_rendezvous_num_pending(gr_rendezvous *r);
 

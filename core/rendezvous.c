@@ -37,6 +37,10 @@ void gr_rendezvous_abort(gr_rendezvous *r, gr_status code, const char *msg) {
   r->ops->abort(r->self, code, msg);
 }
 
+void gr_rendezvous_expect_into(gr_rendezvous *r, const char *key, const gr_tensor *into) {
+  if (r->ops->expect_into) r->ops->expect_into(r->self, key, into);
+}
+
 int gr_rendezvous_num_pending(gr_rendezvous *r) {
   return r->ops->num_pending(r->self);
 }

@@ -367,6 +367,13 @@ static void abort_steps_of(void *arg) {
  * claims) may be the one altered; that step fails at once, open here or
  * not yet, rather than wait for it (its master recovers). Only a step can
  * be failed this way, which whoever can alter frames can do anyway. */
+/* A pushed tensor whose receiver said where its bytes go (a collective's
+ * all-gather): read straight there (server_step.c). */
+static bool body_into(void *arg, gr_conn *c, const gr_inmsg *m, gr_buffer **buf, size_t *off) {
+  (void)c;
+  return m->h.type == GR_MSG_TENSOR && gr_server_push_into(arg, m, buf, off);
+}
+
 static void on_refused(void *arg, gr_conn *c, const gr_inmsg *m) {
   gr_server *s = arg;
   uint64_t run_id;
@@ -560,7 +567,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   while (st == GR_OK && s->incarnation == 0)
     st = gr_auth_random(&s->incarnation, sizeof s->incarnation, err);
   if (st == GR_OK) st = gr_loop_new(&s->loop, err);
-  gr_conn_handler h = {on_message, on_close, s, transport_log, on_refused};
+  gr_conn_handler h = {on_message, on_close, s, transport_log, on_refused, body_into};
   gr_conn_auth auth = {s->secret, s->cluster, s->tls};
   if (st == GR_OK)
     st = gr_listener_new(s->loop, host, port, &auth, &h, &s->listener, &s->port, err);

@@ -127,6 +127,11 @@ void gr_server_step_ended(gr_server *s);
  * thread that finishes it. */
 void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m);
+/* A TENSOR frame's map has arrived (network thread): true when its step
+ * expects that key's value in a buffer of its own (gr_rendezvous_expect_into)
+ * and the frame's value is exactly such a body; *buf (a reference, taken
+ * from the expectation, which is used up) and *off say where its bytes go. */
+bool gr_server_push_into(gr_server *s, const gr_inmsg *m, gr_buffer **buf, size_t *off);
 void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m);
 void gr_server_register(gr_server *s, gr_conn *c, gr_inmsg *m);
 /* Waits until no dial thread runs (no registration starts one any more). */

@@ -23,12 +23,39 @@ struct step_state {
   size_t parked;                  /* bytes that arrived before the step started */
   _Atomic int64_t sends, bytes;   /* pushed to other tasks */
   _Atomic int64_t got, got_bytes; /* pushed here: counted by their sender */
+  /* values expected straight into a buffer (under s->mu): key and view */
+  struct into {
+    char *key;
+    gr_tensor view;
+  } * into;
+  int num_into, cap_into;
 };
+
+/* Drops expectation i of t (under s->mu): its buffer reference moves to
+ * *buf when buf, else is released. */
+static void into_drop_locked(gr_server *s, step_state *t, int i, gr_buffer **buf) {
+  GR_ASSERT_HELD(&s->mu);
+  free(t->into[i].key);
+  if (buf)
+    *buf = t->into[i].view.buf;
+  else
+    gr_tensor_release(&t->into[i].view);
+  t->into[i] = t->into[--t->num_into];
+}
+
+static int into_find_locked(gr_server *s, step_state *t, const char *key) {
+  GR_ASSERT_HELD(&s->mu);
+  for (int i = 0; i < t->num_into; i++)
+    if (!strcmp(t->into[i].key, key)) return i;
+  return -1;
+}
 
 static void state_unref_locked(gr_server *s, step_state *t) {
   GR_ASSERT_HELD(&s->mu);
   if (--t->refs > 0) return;
   s->parked_bytes -= t->parked;
+  while (t->num_into > 0) into_drop_locked(s, t, 0, NULL);
+  free(t->into);
   gr_rendezvous_free(t->local);
   gr_step_watch_free(t->cancel);
   free(t);
@@ -231,8 +258,32 @@ static void rv_free(void *self) {
   free(self);
 }
 
-static const gr_rendezvous_ops push_ops = {rv_send,        rv_recv,  rv_abort,
-                                           rv_num_pending, rv_stats, rv_free};
+/* Kept for gr_server_push_into; nothing when out of memory (the value then
+ * comes as any other). */
+static void rv_expect_into(void *self, const char *key, const gr_tensor *into) {
+  push_rv *r = self;
+  gr_server *s = r->s;
+  step_state *t = r->t;
+  if (!into->buf || gr_tensor_num_bytes(into) == 0) return;
+  char *k = strdup(key);
+  pthread_mutex_lock(&s->mu);
+  if (k && t->num_into == t->cap_into) {
+    int cap = t->cap_into ? 2 * t->cap_into : 8;
+    struct into *v = realloc(t->into, (size_t)cap * sizeof *v);
+    if (v) t->into = v, t->cap_into = cap;
+  }
+  if (k && t->num_into < t->cap_into && into_find_locked(s, t, key) < 0) {
+    t->into[t->num_into] = (struct into){k, *into};
+    gr_buffer_retain(into->buf);
+    t->num_into++;
+    k = NULL;
+  }
+  pthread_mutex_unlock(&s->mu);
+  free(k);
+}
+
+static const gr_rendezvous_ops push_ops = {rv_send,  rv_recv, rv_abort,      rv_num_pending,
+                                           rv_stats, rv_free, rv_expect_into};
 
 /* ---- RUN -------------------------------------------------------------------------- */
 
@@ -449,6 +500,8 @@ static gr_status push(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *run_id, g
   }
   size_t bytes = gr_tensor_is_empty(&v) ? 0 : gr_tensor_num_bytes(&v);
   pthread_mutex_lock(&s->mu);
+  int into = into_find_locked(s, t, key); /* expected in a buffer, came elsewhere */
+  if (into >= 0) into_drop_locked(s, t, into, NULL);
   bool over = !t->started && s->parked_bytes + bytes > s->parked_max;
   if (!t->started && !over) {
     t->parked += bytes;
@@ -477,6 +530,44 @@ void gr_server_step_abort_id(gr_server *s, uint64_t run_id, gr_status code, cons
     state_abort(s, t, code, msg);
     state_unref(s, t);
   }
+}
+
+/* The value item [dtype, dims, offset, bytes] describes exactly the body
+ * and a tensor like v. */
+static bool value_fits(const msgpack_object *o, size_t body_len, const gr_tensor *v) {
+  if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 4) return false;
+  const msgpack_object *f = o->via.array.ptr;
+  const char *name = gr_dtype_name(v->dtype);
+  if (f[0].type != MSGPACK_OBJECT_STR || f[0].via.str.size != strlen(name) ||
+      memcmp(f[0].via.str.ptr, name, f[0].via.str.size) != 0 || f[1].type != MSGPACK_OBJECT_ARRAY ||
+      f[2].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[2].via.u64 != 0 ||
+      f[3].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[3].via.u64 != body_len ||
+      body_len != gr_tensor_num_bytes(v))
+    return false;
+  uint64_t elems = 1;
+  for (uint32_t d = 0; d < f[1].via.array.size; d++) {
+    const msgpack_object *x = &f[1].via.array.ptr[d];
+    if (x->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return false;
+    if (x->via.u64 > (uint64_t)1 << 40 || (elems *= x->via.u64) > (uint64_t)1 << 62) return false;
+  }
+  return elems == (uint64_t)gr_tensor_num_elements(v);
+}
+
+bool gr_server_push_into(gr_server *s, const gr_inmsg *m, gr_buffer **buf, size_t *off) {
+  gr_tensor_msg q;
+  gr_error e;
+  if (gr_tensor_msg_unpack((gr_inmsg *)m, &q, &e) != GR_OK || q.dead) return false;
+  bool got = false;
+  pthread_mutex_lock(&s->mu);
+  step_state *t = gr_map_get_u64(&s->steps, q.run);
+  int i = t ? into_find_locked(s, t, q.key) : -1;
+  if (i >= 0 && value_fits(q.value_item, m->h.body_len, &t->into[i].view)) {
+    *off = t->into[i].view.offset;
+    into_drop_locked(s, t, i, buf);
+    got = true;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return got;
 }
 
 void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m) {

@@ -363,7 +363,7 @@ static void take(coll *x) {
       from_inputs(x, dst, src, a->off, a->len);
     else if (a->kind == 'a')
       add3(x->dt, dst, dst, src, a->len);
-    else
+    else if (src != dst) /* else read off the network into its place */
       memcpy(dst, src, (size_t)a->len * x->es);
   }
   gr_tensor_release(&x->got);
@@ -585,6 +585,26 @@ static gr_status flat_outputs(gr_kernel_ctx *ctx, coll *x) {
  * the inputs themselves (the ring, the tree: the inputs are read once, by
  * the step that sends or adds them), nothing more; else every input is
  * copied into the buffer now. */
+/* The all-gather's pieces (and the tree's broadcast) are copied over the
+ * buffer as they arrive: from another process they may be read off the
+ * network straight into their place (gr_rendezvous_expect_into), and take
+ * then has nothing to copy. By the time a total arrives the range has
+ * no other use: what was sent from it has gone (the peer computed the
+ * total from it). */
+static void expect_copies(coll *x) {
+  for (int k = 0; k < x->num_acts; k++) {
+    const action *a = &x->acts[k];
+    if (a->kind != 'c' || a->len <= 0 || !x->flat.buf) continue;
+    char buf[512], *key = make_key(x, a->peer, x->rank, a, buf, sizeof buf);
+    if (!key) return; /* out of memory: the copies are made as before */
+    gr_tensor v = x->flat;
+    v.shape = (gr_shape){1, {a->len}};
+    v.offset += (size_t)a->off * x->es;
+    gr_rendezvous_expect_into(x->rv, key, &v);
+    if (key != buf) free(key);
+  }
+}
+
 static void copy_inputs_in(coll *x) {
   if (x->copied_in) {
     for (int k = 0; k < x->num_acts; k++) x->acts[k].from_inputs = false;
@@ -634,6 +654,7 @@ static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
     gr_kernel_on_cancel(ctx, on_cancel, x->rv);
   }
   copy_inputs_in(x);
+  if (x->n > 1) expect_copies(x);
   kick(x);
   return GR_OK;
 }

@@ -130,7 +130,7 @@ static void c_free(void *self) {
 }
 
 static void test_other_implementation(void) {
-  static const gr_rendezvous_ops ops = {c_send, c_recv, c_abort, c_pending, c_stats, c_free};
+  static const gr_rendezvous_ops ops = {c_send, c_recv, c_abort, c_pending, c_stats, c_free, NULL};
   int freed = 0;
   counting c = {gr_rendezvous_new(), 0, 0, 0, &freed};
   gr_rendezvous *r = gr_rendezvous_new_with(&ops, &c);
