@@ -29,6 +29,12 @@ typedef struct cancel_entry {
 
 typedef struct run_state run_state;
 
+/* A FIFO of ready nodes (a ring that grows). */
+typedef struct node_fifo {
+  int *v;
+  int head, count, cap;
+} node_fifo;
+
 typedef struct async_ctx {
   exec_async a; /* first; a.run is the run_state's */
   cancel_entry cancel;
@@ -42,9 +48,11 @@ struct run_state {
   int *pending;
   int *pending0; /* each node's initial pending count: pending at the start of a run */
   int *stack;    /* the calling thread's ready stack */
-  /* shared queue of ready nodes for the pool and the caller */
-  int *queue;
-  int qhead, qcount, qcap;
+  /* the shared queue of ready nodes for the pool and the caller: urgent
+   * ones (exec_node.urgent) in q[0], go before the others in q[1];
+   * nurgent mirrors q[0].count for a look without the lock (atomic) */
+  node_fifo q[2];
+  int nurgent;
   int remaining; /* nodes not yet finished (atomic) */
   int tasks;     /* threads and pool tasks that still hold st (under mu) */
   bool finished; /* the last hold was dropped (under mu) */
@@ -68,7 +76,8 @@ static void run_state_free(run_state *st) {
   free(st->pending);
   free(st->pending0);
   free(st->stack);
-  free(st->queue);
+  free(st->q[0].v);
+  free(st->q[1].v);
   free(st->asyncs);
   free(st);
 }
@@ -100,9 +109,12 @@ static run_state *acquire_state(gr_executor *e) {
   st->pending = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
   st->pending0 = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
   st->stack = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
-  st->qcap = e->num_nodes + 1;
-  st->queue = gr_alloc_array((size_t)st->qcap, sizeof(int));
-  if (!st->slots || !st->outputs || !st->pending || !st->pending0 || !st->stack || !st->queue) {
+  for (int k = 0; k < 2; k++) {
+    st->q[k].cap = e->num_nodes + 1;
+    st->q[k].v = gr_alloc_array((size_t)st->q[k].cap, sizeof(int));
+  }
+  if (!st->slots || !st->outputs || !st->pending || !st->pending0 || !st->stack || !st->q[0].v ||
+      !st->q[1].v) {
     run_state_free(st);
     return NULL;
   }
@@ -186,33 +198,49 @@ static void watchdog_release(void *arg) {
   task_done(st);
 }
 
-static void push_shared(run_state *st, int i) {
-  pthread_mutex_lock(&st->mu);
-  if (st->qcount == st->qcap) {
-    int cap = st->qcap * 2;
+static void fifo_push(node_fifo *f, int i) {
+  if (f->count == f->cap) {
+    int cap = f->cap * 2;
     int *q = gr_alloc_array((size_t)cap, sizeof(int));
     GR_ASSERT(q != NULL);
-    for (int k = 0; k < st->qcount; k++) q[k] = st->queue[(st->qhead + k) % st->qcap];
-    free(st->queue);
-    st->queue = q;
-    st->qcap = cap;
-    st->qhead = 0;
+    for (int k = 0; k < f->count; k++) q[k] = f->v[(f->head + k) % f->cap];
+    free(f->v);
+    f->v = q;
+    f->cap = cap;
+    f->head = 0;
   }
-  st->queue[(st->qhead + st->qcount) % st->qcap] = i;
-  st->qcount++;
+  f->v[(f->head + f->count) % f->cap] = i;
+  f->count++;
+}
+
+static int fifo_pop(node_fifo *f) {
+  if (!f->count) return -1;
+  int i = f->v[f->head];
+  f->head = (f->head + 1) % f->cap;
+  f->count--;
+  return i;
+}
+
+static void push_shared(run_state *st, int i) {
+  pthread_mutex_lock(&st->mu);
+  bool urgent = st->run.e->nodes[i].urgent;
+  fifo_push(&st->q[!urgent], i);
+  if (urgent) __atomic_store_n(&st->nurgent, st->q[0].count, __ATOMIC_RELAXED);
   bool to_pool = st->run.e->pool_size > 0;
   if (to_pool) st->tasks++;
   pthread_cond_broadcast(&st->cv);
   pthread_mutex_unlock(&st->mu);
 }
 
+/* The next node of the shared queue, -1 when it is empty: urgent first. */
 static int pop_shared_locked(run_state *st) {
   GR_ASSERT_HELD(&st->mu);
-  if (!st->qcount) return -1;
-  int i = st->queue[st->qhead];
-  st->qhead = (st->qhead + 1) % st->qcap;
-  st->qcount--;
-  return i;
+  int i = fifo_pop(&st->q[0]);
+  if (i >= 0) {
+    __atomic_store_n(&st->nurgent, st->q[0].count, __ATOMIC_RELAXED);
+    return i;
+  }
+  return fifo_pop(&st->q[1]);
 }
 
 /* A small per-thread ready stack; overflow spills into the shared queue.
@@ -254,6 +282,24 @@ static int rs_pop(const run_state *st, ready_stack *rs) {
     }
   rs->nx--;
   return top[0];
+}
+
+/* The next node this thread runs, -1 when none: its stack's (rs_pop), but
+ * an urgent node waiting in the shared queue goes before an expensive one
+ * that is not urgent (the thread's stack does not hide the work another
+ * device waits for). */
+static int next_ready(run_state *st, ready_stack *rs) {
+  int i = rs_pop(st, rs);
+  if (i < 0 || !st->run.e->nodes[i].expensive || st->run.e->nodes[i].urgent ||
+      !__atomic_load_n(&st->nurgent, __ATOMIC_RELAXED))
+    return i;
+  pthread_mutex_lock(&st->mu);
+  int j = fifo_pop(&st->q[0]);
+  __atomic_store_n(&st->nurgent, st->q[0].count, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&st->mu);
+  if (j < 0) return i;
+  rs_push(st, rs, i); /* cannot spill: i was just taken */
+  return j;
 }
 
 static void process(run_state *st, int first, ready_stack *rs);
@@ -535,7 +581,7 @@ static const exec_propagator static_prop = {static_fail, static_deliver, static_
 
 static void process(run_state *st, int first, ready_stack *rs) {
   start_node(st, first, rs);
-  for (int i; (i = rs_pop(st, rs)) >= 0;) start_node(st, i, rs);
+  for (int i; (i = next_ready(st, rs)) >= 0;) start_node(st, i, rs);
 }
 
 /* From a completion or the caller of an asynchronous run: the ready cheap
@@ -584,7 +630,7 @@ void gr_exec_static_start(gr_executor *e, const gr_tensor *feed_values, gr_tenso
   st->finished = false;
   st->done = done;
   st->done_arg = arg;
-  st->qhead = st->qcount = 0;
+  st->q[0].head = st->q[0].count = st->q[1].head = st->q[1].count = st->nurgent = 0;
   st->num_asyncs = 0;
   st->watch_run = (gr_watch_run){.cancel = watchdog_cancel, .release = watchdog_release, .arg = st};
   gr_watch_attach_run(step->watch, &st->watch_run);
@@ -605,7 +651,7 @@ void gr_exec_static_start(gr_executor *e, const gr_tensor *feed_values, gr_tenso
       if (e->nodes[e->roots[r]].async) rs_push(st, &rs, e->roots[r]);
     bool foreign = !wait && e->pool_size > 0; /* the pool runs the step */
     if (foreign) run_cheap_here(st, &rs);
-    for (int i; (i = rs_pop(st, &rs)) >= 0;) start_node(st, i, &rs);
+    for (int i; (i = next_ready(st, &rs)) >= 0;) start_node(st, i, &rs);
     /* help drain the shared queue; a waiting caller then waits for pool
      * tasks and async kernels (and drains what they queue) */
     pthread_mutex_lock(&st->mu);
