@@ -244,14 +244,16 @@ static int pop_shared_locked(run_state *st) {
 }
 
 /* A small per-thread ready stack; overflow spills into the shared queue.
- * Cheap nodes run before the expensive ones this thread keeps: a cheap node
- * is often a send or the step towards one, and another device waits for it
- * while an expensive kernel runs here (a replica's loss gradient queued
- * behind this replica's whole backward pass). v[0..n) holds the cheap
- * ones, v[cap - nx..cap) the expensive ones; each is a stack. */
+ * Urgent nodes (on a path to a send or a collective: another device waits
+ * for them) run before the others, and of each kind the cheap ones before
+ * the expensive ones this thread keeps (a replica's loss gradient queued
+ * behind this replica's whole backward pass; a pipeline stage's
+ * apply_sgd and its control send ahead of the gradient the previous stage
+ * waits for). v[0..n) holds the cheap ones, v[cap - nx..cap) the expensive
+ * ones, nxu of them urgent; each is a stack. */
 typedef struct ready_stack {
   int *v;
-  int n, nx, cap;
+  int n, nx, cap, nxu;
 } ready_stack;
 
 static void schedule_shared(run_state *st, int i);
@@ -262,22 +264,26 @@ static inline void rs_push(run_state *st, ready_stack *rs, int i) {
   } else if (st->run.e->nodes[i].expensive) {
     rs->nx++;
     rs->v[rs->cap - rs->nx] = i;
+    rs->nxu += st->run.e->nodes[i].urgent;
   } else {
     rs->v[rs->n++] = i;
   }
 }
 
-/* The next node to run, -1 when none: a cheap one, else an urgent
- * expensive one (its output goes to a send), else the last expensive one. */
+/* The next node to run, -1 when none: the last cheap one unless it is not
+ * urgent and an expensive one is, else the last urgent expensive one, else
+ * the last expensive one. */
 static int rs_pop(const run_state *st, ready_stack *rs) {
-  if (rs->n > 0) return rs->v[--rs->n];
+  const exec_node *nodes = st->run.e->nodes;
+  if (rs->n > 0 && (rs->nxu == 0 || nodes[rs->v[rs->n - 1]].urgent)) return rs->v[--rs->n];
   if (rs->nx == 0) return -1;
   int *top = &rs->v[rs->cap - rs->nx];
-  for (int k = 0; k < rs->nx; k++)
-    if (st->run.e->nodes[top[k]].urgent) {
+  for (int k = 0; rs->nxu > 0 && k < rs->nx; k++)
+    if (nodes[top[k]].urgent) {
       int i = top[k];
       top[k] = top[0];
       top[0] = i;
+      rs->nxu--;
       break;
     }
   rs->nx--;
@@ -285,13 +291,12 @@ static int rs_pop(const run_state *st, ready_stack *rs) {
 }
 
 /* The next node this thread runs, -1 when none: its stack's (rs_pop), but
- * an urgent node waiting in the shared queue goes before an expensive one
- * that is not urgent (the thread's stack does not hide the work another
- * device waits for). */
+ * an urgent node waiting in the shared queue goes before one that is not
+ * urgent (the thread's stack does not hide the work another device waits
+ * for). */
 static int next_ready(run_state *st, ready_stack *rs) {
   int i = rs_pop(st, rs);
-  if (i < 0 || !st->run.e->nodes[i].expensive || st->run.e->nodes[i].urgent ||
-      !__atomic_load_n(&st->nurgent, __ATOMIC_RELAXED))
+  if (i < 0 || st->run.e->nodes[i].urgent || !__atomic_load_n(&st->nurgent, __ATOMIC_RELAXED))
     return i;
   pthread_mutex_lock(&st->mu);
   int j = fifo_pop(&st->q[0]);
@@ -348,7 +353,7 @@ static void task_done(run_state *st) {
 /* Runs what is in the shared queue on this thread until it is empty. */
 static void drain_shared(run_state *st) {
   int local[256];
-  ready_stack rs = {local, 0, 0, 256};
+  ready_stack rs = {local, 0, 0, 256, 0};
   for (;;) {
     pthread_mutex_lock(&st->mu);
     int i = pop_shared_locked(st);
@@ -372,7 +377,7 @@ static void drain_task(void *arg) {
   pthread_mutex_unlock(&st->mu);
   if (i >= 0) {
     int local[256];
-    ready_stack rs = {local, 0, 0, 256};
+    ready_stack rs = {local, 0, 0, 256, 0};
     process(st, i, &rs);
   }
   task_done(st);
@@ -477,7 +482,7 @@ static void static_done(exec_async *a, gr_status status) {
   st->tasks++; /* keeps the run alive until this thread is done with it */
   pthread_mutex_unlock(&st->mu);
   int local[256];
-  ready_stack rs = {local, 0, 0, 256};
+  ready_stack rs = {local, 0, 0, 256, 0};
   exec_call c = a->call;
   gr_error err = a->err;
   if (status == GR_OK && a->ctx.dead) /* only the control-flow path carries deadness */
@@ -635,7 +640,7 @@ void gr_exec_static_start(gr_executor *e, const gr_tensor *feed_values, gr_tenso
   st->watch_run = (gr_watch_run){.cancel = watchdog_cancel, .release = watchdog_release, .arg = st};
   gr_watch_attach_run(step->watch, &st->watch_run);
 
-  ready_stack rs = {st->stack, 0, 0, e->num_nodes + 1};
+  ready_stack rs = {st->stack, 0, 0, e->num_nodes + 1, 0};
   if (e->num_nodes > 0) {
     for (int r = e->num_roots - 1; r >= 0; r--) {
       int i = e->roots[r];

@@ -99,6 +99,26 @@ static void test_upstream_of_send_first_on_stack(void) {
   }
 }
 
+/* An urgent expensive node goes before a cheap node that is not urgent
+ * (in a pipeline stage, an apply_sgd and its control send held up the
+ * gradient the previous stage waited for); cheap nodes still go first when
+ * nothing urgent is ready (test_cheap_before_expensive in
+ * test_executor.c). */
+static void test_urgent_before_cheap(void) {
+  gr_graph *g = gr_graph_new();
+  gt_pin(g, 0);
+  gr_output x = gr_const_f32(g, 3);
+  gr_output sent = gr_neg(g, gate(g, "upstream", x, -1, -1));
+  gr_output local = gr_op(g, "neg", "local", &x, 1, NULL, 0);
+  gr_graph_pop_device_scope(g);
+  gt_pin(g, 1);
+  gr_output far = gr_neg(g, sent);
+  gr_graph_pop_device_scope(g);
+  check_order(g, (gr_output[]){local, far}, 2, "upstream", "local",
+              "a cheap node that no device waits for ran before the one upstream of a send");
+  gr_graph_free(g);
+}
+
 /* Device 1's thread runs a chain of expensive nodes that only device 1
  * uses (hold -> after). While it runs hold, the value of device 0 arrives
  * (on device 0's thread, a thread that is not device 1's own) and makes
@@ -134,6 +154,7 @@ int main(void) {
   gr_ops_register_all();
   gr_op_registry_add(&test_gate, &err);
   GR_RUN(test_upstream_of_send_first_on_stack);
+  GR_RUN(test_urgent_before_cheap);
   GR_RUN(test_urgent_from_shared_queue_first);
   return gr_test_finish();
 }
