@@ -391,8 +391,8 @@ static void schedule_shared(run_state *st, int i) {
 static void make_ready(run_state *st, int i, ready_stack *rs, int *inline_expensive) {
   exec_node *en = &st->run.e->nodes[i];
   if (en->expensive && st->run.e->pool_size > 0) {
-    /* keep one expensive node for this thread (an urgent one if any: its
-     * output goes to another device), hand the others out */
+    /* keep one expensive node for this thread (an urgent one if any:
+     * another device waits for what it leads to), hand the others out */
     if (*inline_expensive < 0) {
       *inline_expensive = i;
       return;
