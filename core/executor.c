@@ -303,7 +303,12 @@ static int next_ready(run_state *st, ready_stack *rs) {
   __atomic_store_n(&st->nurgent, st->q[0].count, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&st->mu);
   if (j < 0) return i;
-  rs_push(st, rs, i); /* cannot spill: i was just taken */
+  /* i waits: for this thread (it cannot spill, it was just taken), or
+   * for whichever pool thread is free first */
+  if (st->run.e->pool_size > 1)
+    schedule_shared(st, i);
+  else
+    rs_push(st, rs, i);
   return j;
 }
 
