@@ -1,10 +1,11 @@
 /* The executor's urgency rule (docs/internals.md, "The executor"): a node
- * on a path to a data send goes before an expensive node that is not,
+ * on a path to a data send or a collective goes before a node that is not,
  * whether it waits on the thread's own ready stack or in the run's shared
  * queue. Two devices in one process, one thread each (inter_op_threads 1:
  * no pool), so the order is the rule's and not a race; the order is read
  * from a step trace. */
 #include <graphrun.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -99,6 +100,32 @@ static void test_upstream_of_send_first_on_stack(void) {
   }
 }
 
+/* A collective's member is waited for like a send: on each device the
+ * node whose value goes into the all-reduce (through a cheap node) runs
+ * before one that only this device uses, in whichever order they were
+ * built. */
+static void test_upstream_of_collective_first(void) {
+  for (int upstream_first = 0; upstream_first < 2; upstream_first++) {
+    gr_graph *g = gr_graph_new();
+    gr_output in[2], sum[2], other[2];
+    char name[2][32];
+    for (int d = 0; d < 2; d++) {
+      gt_pin(g, d);
+      gr_output x = gr_const_f32(g, (float)d + 1);
+      snprintf(name[d], sizeof name[d], "upstream_%d", d);
+      if (!upstream_first) other[d] = gate(g, d ? "other_1" : "other_0", x, -1, -1);
+      in[d] = gr_neg(g, gate(g, name[d], x, -1, -1));
+      if (upstream_first) other[d] = gate(g, d ? "other_1" : "other_0", x, -1, -1);
+      gr_graph_pop_device_scope(g);
+    }
+    GR_CHECK(gr_all_reduce(g, in, 2, (const char *[]){gt_device_name(0), gt_device_name(1)},
+                           GR_REDUCE_SUM, sum) == GR_OK);
+    check_order(g, (gr_output[]){sum[0], sum[1], other[0], other[1]}, 4, "upstream_0", "other_0",
+                "the node upstream of the all-reduce ran after the other one");
+    gr_graph_free(g);
+  }
+}
+
 /* An urgent expensive node goes before a cheap node that is not urgent
  * (in a pipeline stage, an apply_sgd and its control send held up the
  * gradient the previous stage waited for); cheap nodes still go first when
@@ -154,6 +181,7 @@ int main(void) {
   gr_ops_register_all();
   gr_op_registry_add(&test_gate, &err);
   GR_RUN(test_upstream_of_send_first_on_stack);
+  GR_RUN(test_upstream_of_collective_first);
   GR_RUN(test_urgent_before_cheap);
   GR_RUN(test_urgent_from_shared_queue_first);
   return gr_test_finish();
