@@ -29,6 +29,12 @@ typedef struct cancel_entry {
 
 typedef struct run_state run_state;
 
+/* A FIFO of ready nodes (a ring that grows). */
+typedef struct node_fifo {
+  int *v;
+  int head, count, cap;
+} node_fifo;
+
 typedef struct async_ctx {
   exec_async a; /* first; a.run is the run_state's */
   cancel_entry cancel;
@@ -42,9 +48,11 @@ struct run_state {
   int *pending;
   int *pending0; /* each node's initial pending count: pending at the start of a run */
   int *stack;    /* the calling thread's ready stack */
-  /* shared queue of ready nodes for the pool and the caller */
-  int *queue;
-  int qhead, qcount, qcap;
+  /* the shared queue of ready nodes for the pool and the caller: urgent
+   * ones (exec_node.urgent) in q[0], go before the others in q[1];
+   * nurgent mirrors q[0].count for a look without the lock (atomic) */
+  node_fifo q[2];
+  int nurgent;
   int remaining; /* nodes not yet finished (atomic) */
   int tasks;     /* threads and pool tasks that still hold st (under mu) */
   bool finished; /* the last hold was dropped (under mu) */
@@ -68,7 +76,8 @@ static void run_state_free(run_state *st) {
   free(st->pending);
   free(st->pending0);
   free(st->stack);
-  free(st->queue);
+  free(st->q[0].v);
+  free(st->q[1].v);
   free(st->asyncs);
   free(st);
 }
@@ -100,9 +109,12 @@ static run_state *acquire_state(gr_executor *e) {
   st->pending = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
   st->pending0 = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
   st->stack = gr_alloc_array((size_t)e->num_nodes + 1, sizeof(int));
-  st->qcap = e->num_nodes + 1;
-  st->queue = gr_alloc_array((size_t)st->qcap, sizeof(int));
-  if (!st->slots || !st->outputs || !st->pending || !st->pending0 || !st->stack || !st->queue) {
+  for (int k = 0; k < 2; k++) {
+    st->q[k].cap = e->num_nodes + 1;
+    st->q[k].v = gr_alloc_array((size_t)st->q[k].cap, sizeof(int));
+  }
+  if (!st->slots || !st->outputs || !st->pending || !st->pending0 || !st->stack || !st->q[0].v ||
+      !st->q[1].v) {
     run_state_free(st);
     return NULL;
   }
@@ -186,44 +198,62 @@ static void watchdog_release(void *arg) {
   task_done(st);
 }
 
-static void push_shared(run_state *st, int i) {
-  pthread_mutex_lock(&st->mu);
-  if (st->qcount == st->qcap) {
-    int cap = st->qcap * 2;
+static void fifo_push(node_fifo *f, int i) {
+  if (f->count == f->cap) {
+    int cap = f->cap * 2;
     int *q = gr_alloc_array((size_t)cap, sizeof(int));
     GR_ASSERT(q != NULL);
-    for (int k = 0; k < st->qcount; k++) q[k] = st->queue[(st->qhead + k) % st->qcap];
-    free(st->queue);
-    st->queue = q;
-    st->qcap = cap;
-    st->qhead = 0;
+    for (int k = 0; k < f->count; k++) q[k] = f->v[(f->head + k) % f->cap];
+    free(f->v);
+    f->v = q;
+    f->cap = cap;
+    f->head = 0;
   }
-  st->queue[(st->qhead + st->qcount) % st->qcap] = i;
-  st->qcount++;
+  f->v[(f->head + f->count) % f->cap] = i;
+  f->count++;
+}
+
+static int fifo_pop(node_fifo *f) {
+  if (!f->count) return -1;
+  int i = f->v[f->head];
+  f->head = (f->head + 1) % f->cap;
+  f->count--;
+  return i;
+}
+
+static void push_shared(run_state *st, int i) {
+  pthread_mutex_lock(&st->mu);
+  bool urgent = st->run.e->nodes[i].urgent;
+  fifo_push(&st->q[!urgent], i);
+  if (urgent) __atomic_store_n(&st->nurgent, st->q[0].count, __ATOMIC_RELAXED);
   bool to_pool = st->run.e->pool_size > 0;
   if (to_pool) st->tasks++;
   pthread_cond_broadcast(&st->cv);
   pthread_mutex_unlock(&st->mu);
 }
 
+/* The next node of the shared queue, -1 when it is empty: urgent first. */
 static int pop_shared_locked(run_state *st) {
   GR_ASSERT_HELD(&st->mu);
-  if (!st->qcount) return -1;
-  int i = st->queue[st->qhead];
-  st->qhead = (st->qhead + 1) % st->qcap;
-  st->qcount--;
-  return i;
+  int i = fifo_pop(&st->q[0]);
+  if (i >= 0) {
+    __atomic_store_n(&st->nurgent, st->q[0].count, __ATOMIC_RELAXED);
+    return i;
+  }
+  return fifo_pop(&st->q[1]);
 }
 
 /* A small per-thread ready stack; overflow spills into the shared queue.
- * Cheap nodes run before the expensive ones this thread keeps: a cheap node
- * is often a send or the step towards one, and another device waits for it
- * while an expensive kernel runs here (a replica's loss gradient queued
- * behind this replica's whole backward pass). v[0..n) holds the cheap
- * ones, v[cap - nx..cap) the expensive ones; each is a stack. */
+ * Urgent nodes (on a path to a send or a collective: another device waits
+ * for them) run before the others, and of each kind the cheap ones before
+ * the expensive ones this thread keeps (a replica's loss gradient queued
+ * behind this replica's whole backward pass; a pipeline stage's
+ * apply_sgd and its control send ahead of the gradient the previous stage
+ * waits for). v[0..n) holds the cheap ones, v[cap - nx..cap) the expensive
+ * ones, nxu of them urgent; each is a stack. */
 typedef struct ready_stack {
   int *v;
-  int n, nx, cap;
+  int n, nx, cap, nxu;
 } ready_stack;
 
 static void schedule_shared(run_state *st, int i);
@@ -234,26 +264,52 @@ static inline void rs_push(run_state *st, ready_stack *rs, int i) {
   } else if (st->run.e->nodes[i].expensive) {
     rs->nx++;
     rs->v[rs->cap - rs->nx] = i;
+    rs->nxu += st->run.e->nodes[i].urgent;
   } else {
     rs->v[rs->n++] = i;
   }
 }
 
-/* The next node to run, -1 when none: a cheap one, else an urgent
- * expensive one (its output goes to a send), else the last expensive one. */
+/* The next node to run, -1 when none: the last cheap one unless it is not
+ * urgent and an expensive one is, else the last urgent expensive one, else
+ * the last expensive one. */
 static int rs_pop(const run_state *st, ready_stack *rs) {
-  if (rs->n > 0) return rs->v[--rs->n];
+  const exec_node *nodes = st->run.e->nodes;
+  if (rs->n > 0 && (rs->nxu == 0 || nodes[rs->v[rs->n - 1]].urgent)) return rs->v[--rs->n];
   if (rs->nx == 0) return -1;
   int *top = &rs->v[rs->cap - rs->nx];
-  for (int k = 0; k < rs->nx; k++)
-    if (st->run.e->nodes[top[k]].urgent) {
+  for (int k = 0; rs->nxu > 0 && k < rs->nx; k++)
+    if (nodes[top[k]].urgent) {
       int i = top[k];
       top[k] = top[0];
       top[0] = i;
+      rs->nxu--;
       break;
     }
   rs->nx--;
   return top[0];
+}
+
+/* The next node this thread runs, -1 when none: its stack's (rs_pop), but
+ * an urgent node waiting in the shared queue goes before one that is not
+ * urgent (the thread's stack does not hide the work another device waits
+ * for). */
+static int next_ready(run_state *st, ready_stack *rs) {
+  int i = rs_pop(st, rs);
+  if (i < 0 || st->run.e->nodes[i].urgent || !__atomic_load_n(&st->nurgent, __ATOMIC_RELAXED))
+    return i;
+  pthread_mutex_lock(&st->mu);
+  int j = fifo_pop(&st->q[0]);
+  __atomic_store_n(&st->nurgent, st->q[0].count, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&st->mu);
+  if (j < 0) return i;
+  /* i waits: for this thread (it cannot spill, it was just taken), or
+   * for whichever pool thread is free first */
+  if (st->run.e->pool_size > 1)
+    schedule_shared(st, i);
+  else
+    rs_push(st, rs, i);
+  return j;
 }
 
 static void process(run_state *st, int first, ready_stack *rs);
@@ -302,7 +358,7 @@ static void task_done(run_state *st) {
 /* Runs what is in the shared queue on this thread until it is empty. */
 static void drain_shared(run_state *st) {
   int local[256];
-  ready_stack rs = {local, 0, 0, 256};
+  ready_stack rs = {local, 0, 0, 256, 0};
   for (;;) {
     pthread_mutex_lock(&st->mu);
     int i = pop_shared_locked(st);
@@ -326,7 +382,7 @@ static void drain_task(void *arg) {
   pthread_mutex_unlock(&st->mu);
   if (i >= 0) {
     int local[256];
-    ready_stack rs = {local, 0, 0, 256};
+    ready_stack rs = {local, 0, 0, 256, 0};
     process(st, i, &rs);
   }
   task_done(st);
@@ -340,8 +396,8 @@ static void schedule_shared(run_state *st, int i) {
 static void make_ready(run_state *st, int i, ready_stack *rs, int *inline_expensive) {
   exec_node *en = &st->run.e->nodes[i];
   if (en->expensive && st->run.e->pool_size > 0) {
-    /* keep one expensive node for this thread (an urgent one if any: its
-     * output goes to another device), hand the others out */
+    /* keep one expensive node for this thread (an urgent one if any:
+     * another device waits for what it leads to), hand the others out */
     if (*inline_expensive < 0) {
       *inline_expensive = i;
       return;
@@ -431,7 +487,7 @@ static void static_done(exec_async *a, gr_status status) {
   st->tasks++; /* keeps the run alive until this thread is done with it */
   pthread_mutex_unlock(&st->mu);
   int local[256];
-  ready_stack rs = {local, 0, 0, 256};
+  ready_stack rs = {local, 0, 0, 256, 0};
   exec_call c = a->call;
   gr_error err = a->err;
   if (status == GR_OK && a->ctx.dead) /* only the control-flow path carries deadness */
@@ -535,7 +591,7 @@ static const exec_propagator static_prop = {static_fail, static_deliver, static_
 
 static void process(run_state *st, int first, ready_stack *rs) {
   start_node(st, first, rs);
-  for (int i; (i = rs_pop(st, rs)) >= 0;) start_node(st, i, rs);
+  for (int i; (i = next_ready(st, rs)) >= 0;) start_node(st, i, rs);
 }
 
 /* From a completion or the caller of an asynchronous run: the ready cheap
@@ -584,12 +640,12 @@ void gr_exec_static_start(gr_executor *e, const gr_tensor *feed_values, gr_tenso
   st->finished = false;
   st->done = done;
   st->done_arg = arg;
-  st->qhead = st->qcount = 0;
+  st->q[0].head = st->q[0].count = st->q[1].head = st->q[1].count = st->nurgent = 0;
   st->num_asyncs = 0;
   st->watch_run = (gr_watch_run){.cancel = watchdog_cancel, .release = watchdog_release, .arg = st};
   gr_watch_attach_run(step->watch, &st->watch_run);
 
-  ready_stack rs = {st->stack, 0, 0, e->num_nodes + 1};
+  ready_stack rs = {st->stack, 0, 0, e->num_nodes + 1, 0};
   if (e->num_nodes > 0) {
     for (int r = e->num_roots - 1; r >= 0; r--) {
       int i = e->roots[r];
@@ -605,7 +661,7 @@ void gr_exec_static_start(gr_executor *e, const gr_tensor *feed_values, gr_tenso
       if (e->nodes[e->roots[r]].async) rs_push(st, &rs, e->roots[r]);
     bool foreign = !wait && e->pool_size > 0; /* the pool runs the step */
     if (foreign) run_cheap_here(st, &rs);
-    for (int i; (i = rs_pop(st, &rs)) >= 0;) start_node(st, i, &rs);
+    for (int i; (i = next_ready(st, &rs)) >= 0;) start_node(st, i, &rs);
     /* help drain the shared queue; a waiting caller then waits for pool
      * tasks and async kernels (and drains what they queue) */
     pthread_mutex_lock(&st->mu);

@@ -5,11 +5,13 @@
  * inline on the calling thread when cheap; expensive ones (GR_OP_EXPENSIVE or
  * large cost) go to a shared queue that the inter-op thread pool and the
  * calling thread drain, but for one that the thread keeps and runs after
- * the cheap ones that are ready (sends go out before a long product). Which
- * thread may run which node: docs/internals.md, "Threads and locks". Async
- * kernels complete through gr_kernel_done. A node's first error cancels the
- * step: remaining kernels are skipped, pending async kernels get their
- * cancel callback, and the error (naming the node) is returned.
+ * the cheap ones that are ready (sends go out before a long product); nodes
+ * on a path to a send or a collective go before the others ("Urgent nodes
+ * first" in docs/internals.md). Which thread may run which node:
+ * docs/internals.md, "Threads and locks". Async kernels complete through
+ * gr_kernel_done. A node's first error cancels the step: remaining kernels
+ * are skipped, pending async kernels get their cancel callback, and the
+ * error (naming the node) is returned.
  *
  *   gr_executor *ex;
  *   gr_executor_new(nodes, n, feeds, 1, fetches, 1, pool, &ex, &err);

@@ -221,12 +221,33 @@ static gr_status build_edge_table(build *b) {
     exec_node *src = &e->nodes[raw[k].src];
     if (k == 0 || raw[k - 1].src != raw[k].src) src->edge_begin = k;
     src->edge_end = k + 1;
-    /* another device waits for what a send passes on: run its producer first */
-    const gr_op_def *dop = ed->dst >= 0 && ed->dst < b->num_nodes ? b->nodes[ed->dst]->op : NULL;
-    if (src->expensive && dop && (dop->flags & GR_OP_TRANSFER) && !(dop->flags & GR_OP_ASYNC))
-      src->urgent = 1;
   }
   return GR_OK;
+}
+
+/* Does another device or task wait for what n passes on? A data send (a
+ * control send carries no value: nothing waits for its inputs' work) or a
+ * member of a collective. */
+static bool urgency_sink(const gr_node *n) {
+  unsigned flags = n->op->flags;
+  if (flags & GR_OP_COLLECTIVE) return true;
+  return (flags & GR_OP_TRANSFER) && !(flags & GR_OP_ASYNC) && n->num_inputs > 0 &&
+         !gr_node_attr_bool(n, "control", false);
+}
+
+/* Urgent nodes: those with a path (data or control edges) to an urgency
+ * sink inside this executor, the sinks included; one walk of the nodes
+ * from consumers to producers (they come inputs first). */
+static void mark_urgent(build *b) {
+  gr_executor *e = b->e;
+  for (int i = b->num_nodes - 1; i >= 0; i--) {
+    exec_node *en = &e->nodes[i];
+    bool u = urgency_sink(b->nodes[i]);
+    for (int k = en->edge_begin; !u && k < en->edge_end; k++)
+      u = e->edges[k].dst >= 0 && e->nodes[e->edges[k].dst].urgent;
+    for (int k = en->ctrl_begin; !u && k < en->ctrl_end; k++) u = e->nodes[e->ctrl_dsts[k]].urgent;
+    en->urgent = u;
+  }
 }
 
 /* Control successors of each node, as ranges of ctrl_dsts; a control input
@@ -298,6 +319,7 @@ gr_status gr_executor_new(gr_node *const *nodes, int num_nodes, const gr_output 
   if (s == GR_OK) s = collect_data_edges(&b, fetches, num_fetches);
   if (s == GR_OK) s = build_edge_table(&b);
   if (s == GR_OK) s = build_control_edges(&b);
+  if (s == GR_OK) mark_urgent(&b);
   for (int i = 0; s == GR_OK && i < e->num_nodes; i++)
     if (e->nodes[i].initial_pending == 0) e->roots[e->num_roots++] = i;
   if (s == GR_OK && b.has_cf) s = gr_cf_plan_new(e, err);

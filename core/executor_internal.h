@@ -32,7 +32,9 @@ typedef struct exec_node {
   int initial_pending;
   int feed_index; /* >= 0 for feed sources */
   unsigned char expensive, async;
-  unsigned char urgent; /* expensive, and a send to another device takes its output */
+  /* on a path to a data send or a collective (another device waits for
+   * it): run before the nodes that are not (docs/internals.md) */
+  unsigned char urgent;
   /* may run on a thread that is not the run's own (a server's network
    * thread delivering a tensor): a transfer, or a node whose inputs and
    * outputs have known shapes and few bytes (GR_LIGHT_BYTES) and which is

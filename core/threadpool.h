@@ -1,4 +1,5 @@
-/* A fixed-size pool of worker threads running closures in FIFO order.
+/* A fixed-size pool of worker threads running closures in FIFO order
+ * (those queued for idle time only when no other one waits).
  *
  *   gr_threadpool *p = gr_threadpool_new(2);   // NULL on failure
  *   gr_threadpool_schedule(p, fn, arg);          // fn(arg) on a worker
@@ -23,6 +24,12 @@ void gr_threadpool_schedule(gr_threadpool *p, void (*fn)(void *), void *arg);
  * now (the other half of a product), not for work that can wait (a batch
  * made ahead). */
 void gr_threadpool_schedule_first(gr_threadpool *p, void (*fn)(void *), void *arg);
+/* As schedule, but run only when nothing that schedule or schedule_first
+ * queued is waiting: for work that fills a pool's idle time (a batch made
+ * ahead for the next step) rather than delay the work queued after it.
+ * It may wait long on a busy pool: whoever queues it must not wait for it
+ * to start. */
+void gr_threadpool_schedule_idle(gr_threadpool *p, void (*fn)(void *), void *arg);
 int gr_threadpool_size(const gr_threadpool *p);
 /* Names the pool's threads (at most 15 characters; longer is cut) for
  * top -H, perf and gdb. */

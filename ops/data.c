@@ -423,7 +423,7 @@ static gr_status batch_kernel(gr_kernel_ctx *ctx) {
   s->in_kernel = false;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
-  if (prefetch) gr_threadpool_schedule(ctx->pool, prefetch_task, s);
+  if (prefetch) gr_threadpool_schedule_idle(ctx->pool, prefetch_task, s);
   return st;
 }
 

@@ -219,6 +219,15 @@ static void mark_a(void *arg) {
 static void mark_b(void *arg) {
   mark(arg, 'b');
 }
+static void mark_c(void *arg) {
+  mark(arg, 'c');
+}
+static int marks(gate *g) {
+  pthread_mutex_lock(&g->mu);
+  int n = g->n;
+  pthread_mutex_unlock(&g->mu);
+  return n;
+}
 
 static void test_parallel_chunks(void) {
   for (int threads = 0; threads <= 2; threads++) {
@@ -234,7 +243,8 @@ static void test_parallel_chunks(void) {
     }
     gr_threadpool_free(pool);
   }
-  /* one worker, held: b scheduled first after a runs before it */
+  /* one worker, held: b scheduled first after a runs before it, and c,
+   * scheduled for idle time before both, after them */
   gr_threadpool *pool = gr_threadpool_new(1);
   gate g = {.n = 0};
   pthread_mutex_init(&g.mu, NULL);
@@ -243,15 +253,22 @@ static void test_parallel_chunks(void) {
   pthread_mutex_lock(&g.mu);
   while (!g.started) pthread_cond_wait(&g.cv, &g.mu);
   pthread_mutex_unlock(&g.mu);
+  gr_threadpool_schedule_idle(pool, mark_c, &g);
   gr_threadpool_schedule(pool, mark_a, &g);
   gr_threadpool_schedule_first(pool, mark_b, &g);
   pthread_mutex_lock(&g.mu);
   g.open = 1;
   pthread_cond_broadcast(&g.cv);
   pthread_mutex_unlock(&g.mu);
-  gr_threadpool_free(pool); /* runs what is queued, joins */
-  GR_CHECK_EQ_INT(g.n, 2);
-  GR_CHECK(g.order[0] == 'b' && g.order[1] == 'a');
+  /* then, the worker asleep, an idle-time closure wakes it (each waited
+   * for up to 60 s) */
+  for (int want = 3; want <= 4; want++) {
+    if (want == 4) gr_threadpool_schedule_idle(pool, mark_c, &g);
+    for (int k = 0; k < 600000 && marks(&g) < want; k++) usleep(100);
+    GR_CHECK_EQ_INT(marks(&g), want);
+  }
+  gr_threadpool_free(pool); /* joins */
+  GR_CHECK(g.order[0] == 'b' && g.order[1] == 'a' && g.order[2] == 'c' && g.order[3] == 'c');
   pthread_cond_destroy(&g.cv);
   pthread_mutex_destroy(&g.mu);
 }
