@@ -434,7 +434,6 @@ static void refused(gr_tls *s_tls, gr_tls *c_tls, const char *want, const char *
   end srv, cl;
   gr_conn_auth sa = {SECRET, CLUSTER, s_tls}, ca = {SECRET, CLUSTER, c_tls};
   if (!end_start(&srv, true, &sa) || !end_start(&cl, false, NULL)) return;
-  srv.into = gr_buffer_alloc(8u << 20); /* room for a few of the 3 MiB frames, then none */
   gr_conn *c = NULL;
   gr_error err;
   gr_status st = dial(&cl, srv.port, &ca, &c, &err);
