@@ -532,25 +532,13 @@ void gr_server_step_abort_id(gr_server *s, uint64_t run_id, gr_status code, cons
   }
 }
 
-/* The value item [dtype, dims, offset, bytes] describes exactly the body
- * and a tensor like v. */
+/* The value item describes exactly the body, a tensor like v. */
 static bool value_fits(const msgpack_object *o, size_t body_len, const gr_tensor *v) {
-  if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 4) return false;
-  const msgpack_object *f = o->via.array.ptr;
-  const char *name = gr_dtype_name(v->dtype);
-  if (f[0].type != MSGPACK_OBJECT_STR || f[0].via.str.size != strlen(name) ||
-      memcmp(f[0].via.str.ptr, name, f[0].via.str.size) != 0 || f[1].type != MSGPACK_OBJECT_ARRAY ||
-      f[2].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[2].via.u64 != 0 ||
-      f[3].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[3].via.u64 != body_len ||
-      body_len != gr_tensor_num_bytes(v))
-    return false;
-  uint64_t elems = 1;
-  for (uint32_t d = 0; d < f[1].via.array.size; d++) {
-    const msgpack_object *x = &f[1].via.array.ptr[d];
-    if (x->type != MSGPACK_OBJECT_POSITIVE_INTEGER) return false;
-    if (x->via.u64 > (uint64_t)1 << 40 || (elems *= x->via.u64) > (uint64_t)1 << 62) return false;
-  }
-  return elems == (uint64_t)gr_tensor_num_elements(v);
+  gr_msg_tensor_info t;
+  gr_error e;
+  return gr_msg_tensor_desc(o, body_len, &t, &e) == GR_OK && !t.dead && t.offset == 0 &&
+         (size_t)t.bytes == body_len && t.dtype == v->dtype &&
+         gr_shape_num_elements(&t.shape) == gr_tensor_num_elements(v);
 }
 
 bool gr_server_push_into(gr_server *s, const gr_inmsg *m, gr_buffer **buf, size_t *off) {

@@ -302,12 +302,11 @@ gr_status gr_msg_tensor(const msgpack_object *o, gr_buffer *body, size_t body_le
   return gr_msg_tensor_at(o, body, 0, body_len, out, dead, err);
 }
 
-gr_status gr_msg_tensor_at(const msgpack_object *o, gr_buffer *body, size_t body_off,
-                           size_t body_len, gr_tensor *out, bool *dead, gr_error *err) {
-  *out = gr_tensor_empty();
-  *dead = false;
+gr_status gr_msg_tensor_desc(const msgpack_object *o, size_t body_len, gr_msg_tensor_info *t,
+                             gr_error *err) {
+  *t = (gr_msg_tensor_info){0};
   if (o->type == MSGPACK_OBJECT_NIL) {
-    *dead = true;
+    t->dead = true;
     return GR_OK;
   }
   if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 4)
@@ -350,6 +349,20 @@ gr_status gr_msg_tensor_at(const msgpack_object *o, gr_buffer *body, size_t body
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "tensor bytes [%lld, %lld) are not an aligned range of the %zu-byte body",
                         (long long)off, (long long)(off + bytes), body_len);
+  *t = (gr_msg_tensor_info){dt, shape, off, bytes, false};
+  return GR_OK;
+}
+
+gr_status gr_msg_tensor_at(const msgpack_object *o, gr_buffer *body, size_t body_off,
+                           size_t body_len, gr_tensor *out, bool *dead, gr_error *err) {
+  *out = gr_tensor_empty();
+  gr_msg_tensor_info t;
+  GR_TRY(gr_msg_tensor_desc(o, body_len, &t, err));
+  *dead = t.dead;
+  if (t.dead) return GR_OK;
+  gr_dtype dt = t.dtype;
+  gr_shape shape = t.shape;
+  int64_t off = t.offset, bytes = t.bytes;
   if (bytes == 0 || !body) /* no bytes to view (body_len bounds bytes) */
     return gr_tensor_alloc(out, dt, &shape, err);
   out->dtype = dt;

@@ -144,6 +144,16 @@ gr_status gr_msg_item_str(const msgpack_object *o, const char *what, const char 
  * empty with *dead set. */
 gr_status gr_msg_tensor(const msgpack_object *o, gr_buffer *body, size_t body_len, gr_tensor *out,
                         bool *dead, gr_error *err);
+/* What gr_msg_tensor checks, without viewing the bytes: the descriptor
+ * of a tensor in a body of body_len bytes (dead: nil, the rest zero). */
+typedef struct gr_msg_tensor_info {
+  gr_dtype dtype;
+  gr_shape shape;
+  int64_t offset, bytes;
+  bool dead;
+} gr_msg_tensor_info;
+gr_status gr_msg_tensor_desc(const msgpack_object *o, size_t body_len, gr_msg_tensor_info *t,
+                             gr_error *err);
 /* The same over a body that starts body_off bytes into body's data (a
  * body read into another buffer: gr_conn_handler.body_into). */
 gr_status gr_msg_tensor_at(const msgpack_object *o, gr_buffer *body, size_t body_off,
