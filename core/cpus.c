@@ -1,11 +1,15 @@
 /* How many CPUs this process may use: the online cores, fewer when its
  * affinity mask (taskset, Slurm's task/affinity), its cgroup's CPU quota
  * (a container's --cpus, Slurm's task/cgroup) or SLURM_CPUS_PER_TASK
- * allow fewer. Found once (the first call), as the threads it sizes are. */
+ * allow fewer. Found once (the first call), as the threads it sizes are.
+ * And binding a process to a list of CPUs, or to its share of them
+ * (graphrun server --cpus, graphrun launch --cpu-bind). */
+#include <ctype.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/threadpool.h"
@@ -52,4 +56,84 @@ int gr_num_cores(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, count_cpus);
   return cpus;
+}
+
+/* Parses list ("0-3,6": CPU numbers and ranges, comma-separated) into set. */
+static gr_status parse_cpus(const char *list, cpu_set_t *set, gr_error *err) {
+  CPU_ZERO(set);
+  const char *p = list;
+  for (;;) {
+    char *end;
+    if (!isdigit((unsigned char)*p)) break;
+    long a = strtol(p, &end, 10), b = a;
+    p = end;
+    if (*p == '-') {
+      if (!isdigit((unsigned char)p[1])) break;
+      b = strtol(p + 1, &end, 10);
+      p = end;
+    }
+    if (a > b || b >= CPU_SETSIZE)
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "CPU list '%s': %ld-%ld is not a range of CPUs 0-%d", list, a, b,
+                          CPU_SETSIZE - 1);
+    for (long c = a; c <= b; c++) CPU_SET((int)c, set);
+    if (*p == '\0') return GR_OK;
+    if (*p != ',') break;
+    p++;
+  }
+  return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                      "CPU list '%s': want CPU numbers and ranges such as 0-3,6 (at '%s')", list,
+                      p);
+}
+
+/* The CPUs this process may run on, listed ("0-1,4") into out. */
+static void format_cpus(const cpu_set_t *set, char *out, size_t cap) {
+  size_t n = 0;
+  out[0] = '\0';
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, set)) continue;
+    int e = c;
+    while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, set)) e++;
+    int w = e > c ? snprintf(out + n, cap - n, "%s%d-%d", n ? "," : "", c, e)
+                  : snprintf(out + n, cap - n, "%s%d", n ? "," : "", c);
+    if (w < 0 || (size_t)w >= cap - n) return; /* cut: still a valid prefix */
+    n += (size_t)w;
+    c = e;
+  }
+}
+
+gr_status gr_cpus_bind(const char *list, gr_error *err) {
+  cpu_set_t want, may;
+  GR_TRY(parse_cpus(list, &want, err));
+  if (sched_getaffinity(0, sizeof may, &may) != 0)
+    return gr_error_set(err, GR_ERR_INTERNAL, "CPU list '%s': cannot read this process's CPUs",
+                        list);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &want) && !CPU_ISSET(c, &may)) {
+      char mine[256];
+      format_cpus(&may, mine, sizeof mine);
+      return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                          "CPU list '%s': CPU %d is not one this process may use (%s)", list, c,
+                          mine);
+    }
+  if (sched_setaffinity(0, sizeof want, &want) != 0)
+    return gr_error_set(err, GR_ERR_INTERNAL, "CPU list '%s': the kernel refused the binding",
+                        list);
+  return GR_OK;
+}
+
+bool gr_cpus_share(int k, int n, char *out, size_t cap) {
+  cpu_set_t may, share;
+  if (n < 1 || k < 0 || k >= n || cap == 0 || sched_getaffinity(0, sizeof may, &may) != 0)
+    return false;
+  int count = CPU_COUNT(&may), per = count / n > 0 ? count / n : 1;
+  int first = count >= n ? k * per : k % count; /* fewer CPUs than tasks: round robin */
+  CPU_ZERO(&share);
+  for (int c = 0, i = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, &may)) continue;
+    if (i >= first && i < first + per) CPU_SET(c, &share);
+    i++;
+  }
+  format_cpus(&share, out, cap);
+  return out[0] != '\0';
 }

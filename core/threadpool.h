@@ -9,6 +9,7 @@
 #define GR_THREADPOOL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "core/gr_status.h"
 
@@ -41,6 +42,15 @@ gr_threadpool *gr_threadpool_current(void);
  * fewer (core/cpus.c); found at the first call. The default number of
  * threads of sessions and servers. */
 int gr_num_cores(void);
+/* Binds this process to the CPUs of list ("0-3,6"), each one it may use
+ * now (else an error naming it): the calling thread and every thread it
+ * starts afterwards, as taskset does. Call it first, before the process
+ * starts threads or asks gr_num_cores. */
+gr_status gr_cpus_bind(const char *list, gr_error *err);
+/* Share k of n (0 <= k < n) of the CPUs this process may use, listed into
+ * out: CPU_COUNT / n consecutive ones each (the rest unused), or with
+ * fewer CPUs than shares CPU k modulo their count. false: none. */
+bool gr_cpus_share(int k, int n, char *out, size_t cap);
 
 /* A latency-bound thread (a network loop) asks the scheduler for a short
  * slice (core/thread_slice.c): it runs soon after it wakes where tasks

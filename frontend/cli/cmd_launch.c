@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/core_engine.h"
 #include "cli_cluster.h"
 #include "cli_launch.h"
 #include "cli_options.h"
@@ -67,6 +68,10 @@ static void usage(FILE *f) {
           "                     with --slurm each task restarts itself in place\n"
           "  --threads T        executor threads per task (default 1: the tasks share the cores;\n"
           "                     with --slurm the CPUs each task may use)\n"
+          "  --cpu-bind         each task on its own share of the CPUs launch may use (task k\n"
+          "                     of n: CPUs / n of them, graphrun server --cpus), as mpirun\n"
+          "                     --bind-to core: faster data parallelism when the tasks fill\n"
+          "                     the machine, slower for a pipeline whose stages take turns\n"
           "  --between-graph    run the command once per chief and worker task, as that task's\n"
           "                     own client (adds --job J --task K; TF_CONFIG names its task):\n"
           "                     asynchronous data parallelism. The chief (the `chief` job's task,\n"
@@ -95,6 +100,7 @@ typedef struct task {
   double restart_at; /* > 0: to restart then */
   double started_at; /* when it was last started */
   int streak;        /* restarts in quick succession (the backoff grows with it) */
+  char cpus[256];    /* --cpu-bind: its share of the CPUs ("" unbound) */
 } task;
 
 static volatile sig_atomic_t got_signal;
@@ -212,6 +218,8 @@ static bool spawn(task *t, const char *secret_file, int threads) {
                     cluster_id,
                     "--threads",
                     th,
+                    t->cpus[0] ? "--cpus" : NULL,
+                    t->cpus,
                     NULL};
     execv(self_exe, args);
     _exit(127);
@@ -523,7 +531,7 @@ typedef struct launch_options {
   long ps, workers, restarts, threads;
   const char *spec;
   cli_tls tls; /* the servers' and the command's TLS files */
-  bool quiet, sized, between, slurm, threads_given;
+  bool quiet, sized, between, slurm, threads_given, cpu_bind;
   int cmd; /* argv[cmd..]: what to run */
 } launch_options;
 
@@ -536,6 +544,7 @@ enum {
   F_QUIET,
   F_BETWEEN,
   F_SLURM,
+  F_CPU_BIND,
   F_TLS /* three values */
 };
 
@@ -549,6 +558,7 @@ static const struct option launch_flags[] = {
     {"quiet", no_argument, NULL, F_QUIET},
     {"between-graph", no_argument, NULL, F_BETWEEN},
     {"slurm", no_argument, NULL, F_SLURM},
+    {"cpu-bind", no_argument, NULL, F_CPU_BIND},
     CLI_TLS_FLAGS(F_TLS),
     {0},
 };
@@ -583,6 +593,8 @@ static int parse_options(int argc, char **argv, launch_options *o) {
       o->between = true;
     } else if (c == F_SLURM) {
       o->slurm = true;
+    } else if (c == F_CPU_BIND) {
+      o->cpu_bind = true;
     } else if (cli_tls_flag(c, F_TLS, po.arg, &o->tls)) {
       continue;
     } else {
@@ -598,6 +610,11 @@ static int parse_options(int argc, char **argv, launch_options *o) {
   if (o->spec && (o->sized || o->slurm)) {
     fprintf(stderr, "graphrun launch: --cluster or %s, not both\n",
             o->slurm ? "--slurm" : "--ps/--workers");
+    return GR_EXIT_USAGE;
+  }
+  if (o->slurm && o->cpu_bind) {
+    fprintf(stderr, "graphrun launch: --cpu-bind starts local tasks; under --slurm, srun binds "
+                    "them (SLURM_CPU_BIND, srun --cpu-bind)\n");
     return GR_EXIT_USAGE;
   }
   if (o->slurm && !o->threads_given) o->threads = 0; /* each task's CPUs */
@@ -706,6 +723,11 @@ static bool start_slurm_tasks(task *ts, int n, const launch_options *o) {
  * between-graph). false: the cluster could not start (reported). */
 static bool start_cluster(task *ts, int n, const char *secret_file, const launch_options *o,
                           char **cmd, int ncmd, pid_t *cmds, const task **clients, int *ncmds) {
+  for (int k = 0; k < n && o->cpu_bind; k++)
+    if (!gr_cpus_share(k, n, ts[k].cpus, sizeof ts[k].cpus)) {
+      fprintf(stderr, "graphrun launch: --cpu-bind: cannot read the CPUs this process may use\n");
+      return false;
+    }
   bool started = o->slurm ? start_slurm_tasks(ts, n, o)
                           : start_tasks(ts, n, secret_file, (int)o->threads, o->quiet);
   if (!started || !export_cluster(ts, n) || setenv("GRAPHRUN_SECRET_FILE", secret_file, 1) != 0 ||
@@ -715,7 +737,8 @@ static bool start_cluster(task *ts, int n, const char *secret_file, const launch
     fprintf(stderr, "graphrun launch: %d tasks ready (cluster %s):", n, cluster_id);
     for (int k = 0; k < n; k++)
       if (ts[k].pid)
-        fprintf(stderr, " %s:%d=%s(pid %d)", ts[k].job, ts[k].index, ts[k].addr, (int)ts[k].pid);
+        fprintf(stderr, " %s:%d=%s(pid %d%s%s)", ts[k].job, ts[k].index, ts[k].addr, (int)ts[k].pid,
+                ts[k].cpus[0] ? ", CPUs " : "", ts[k].cpus);
       else
         fprintf(stderr, " %s:%d=%s", ts[k].job, ts[k].index, ts[k].addr);
     fprintf(stderr, "\n");

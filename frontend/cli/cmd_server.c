@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/core_engine.h"
 #include "cli_cluster.h"
 #include "cli_options.h"
 #include "cli_server.h"
@@ -58,6 +59,9 @@ static void usage(FILE *f) {
              "  --devices N        CPU devices (default 1)\n"
              "  --threads T        executor threads (default: the CPUs this process may use:\n"
              "                     affinity, cgroup quota, SLURM_CPUS_PER_TASK)\n"
+             "  --cpus LIST        run on these CPUs only (0-3,6; as taskset): tasks sharing a\n"
+             "                     machine then keep off each other's cores (graphrun launch\n"
+             "                     --cpu-bind gives each its share)\n"
              "  --blas-threads N   threads of one matrix product (default 1: a task computes\n"
              "                     what one process computes, bit for bit)\n"
              "  --max-connections N  accepted connections open at once (default: from the\n"
@@ -90,6 +94,7 @@ enum {
   F_MAX_CONNS,
   F_EXIT_WITH_CLIENT,
   F_RESTARTS,
+  F_CPUS,
   F_TLS /* and F_TLS + 1, + 2 */
 };
 
@@ -112,6 +117,7 @@ static const struct option server_flags[] = {
     {"max-connections", required_argument, NULL, F_MAX_CONNS},
     {"exit-with-client", optional_argument, NULL, F_EXIT_WITH_CLIENT},
     {"restarts", required_argument, NULL, F_RESTARTS},
+    {"cpus", required_argument, NULL, F_CPUS},
     CLI_TLS_FLAGS(F_TLS),
     {0},
 };
@@ -120,6 +126,7 @@ typedef struct server_run {
   server_setup s;
   cli_tls tls; /* --tls-cert, --tls-key, --tls-ca */
   long devices, threads, blas_threads, max_conns, restarts;
+  const char *cpus;        /* --cpus: NULL, the CPUs it may use */
   double exit_with_client; /* seconds; < 0: off */
   bool quiet;
   pid_t launcher; /* a launcher's task ends with it (srun's slurmstepd, mpirun; 0: none) */
@@ -267,6 +274,9 @@ static bool take_flag(server_run *r, int c, const cli_opts *po) {
       return !po->arg || cli_opt_seconds(po, 1e6, &r->exit_with_client);
     case F_RESTARTS:
       return cli_opt_long(po, 0, 1000000, &r->restarts);
+    case F_CPUS:
+      r->cpus = po->arg;
+      return true;
     default:
       return cli_tls_flag(c, F_TLS, po->arg, &r->tls);
   }
@@ -284,6 +294,11 @@ int gr_cmd_server(int argc, char **argv) {
     if (c == CLI_OPTS_ARG)
       fprintf(stderr, "graphrun server: unexpected argument '%s' (try --help)\n", po.arg);
     if (c < 0 || !take_flag(&r, c, &po)) return GR_EXIT_USAGE;
+  }
+  gr_error err;
+  if (r.cpus && gr_cpus_bind(r.cpus, &err) != GR_OK) { /* before any thread starts */
+    fprintf(stderr, "graphrun server: --cpus: %s\n", err.msg);
+    return GR_EXIT_USAGE;
   }
   cli_tls_env(&r.tls);
   int rc = cli_server_setup(&r.s);

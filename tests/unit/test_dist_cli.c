@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,76 @@ static void test_no_orphans(void) {
   GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 128 + SIGINT);
   GR_CHECK_STR_CONTAINS(p.buf, "stopping the cluster");
   for (int k = 0; k < 3; k++) GR_CHECK_MSG(gone(pids[k]), "task pid %d survived", (int)pids[k]);
+}
+
+/* The CPUs a process may run on, as /proc lists them ("0-1"); "" if gone. */
+static void allowed_cpus(pid_t pid, char *out, size_t cap) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  out[0] = '\0';
+  FILE *f = fopen(path, "r");
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "Cpus_allowed_list:", 18)) {
+      const char *v = line + 18 + strspn(line + 18, " \t");
+      snprintf(out, cap, "%.*s", (int)strcspn(v, "\n"), v);
+      break;
+    }
+  if (f) fclose(f);
+}
+
+/* launch --cpu-bind: each task on its own share of the CPUs, told in the
+ * ready line and true of the process; a bad --cpus is a usage error. */
+static void test_launch_cpu_bind(void) {
+  cpu_set_t mine;
+  GR_CHECK(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  int cpu[CPU_SETSIZE], count = 0;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &mine)) cpu[count++] = c;
+  gt_proc p;
+  gt_proc_start(&p, (char *[]){"graphrun", "launch", "--cpu-bind", "--ps", "1", "--workers", "2",
+                               "--", "/bin/sleep", "60", NULL});
+  GR_CHECK_MSG(gt_proc_wait_line(&p, "tasks ready", 30), "%s", p.buf);
+  const char *tasks[] = {"ps:0=", "worker:0=", "worker:1="};
+  int per = count / 3 > 0 ? count / 3 : 1;
+  for (int k = 0; k < 3; k++) {
+    /* share k: `per` CPUs from the k * per-th (fewer CPUs than tasks: k mod count) */
+    int first = count >= 3 ? k * per : k % count, last = first + per - 1;
+    char want[64], said[96], got[256];
+    if (per > 1)
+      snprintf(want, sizeof want, "%d-%d", cpu[first], cpu[last]);
+    else
+      snprintf(want, sizeof want, "%d", cpu[first]);
+    if (per > 1 && cpu[last] - cpu[first] != last - first) continue; /* gaps: listed otherwise */
+    snprintf(said, sizeof said, ", CPUs %s)", want);
+    const char *at = strstr(p.buf, tasks[k]);
+    GR_CHECK_MSG(at && strstr(at, said) && strstr(at, said) < strstr(at, ")") + 1,
+                 "%s: want '%s' in: %s", tasks[k], said, p.buf);
+    pid_t pid = task_pid(&p, tasks[k]);
+    allowed_cpus(pid, got, sizeof got);
+    GR_CHECK_MSG(!strcmp(got, want), "%s (pid %d) may run on CPUs '%s', want '%s'", tasks[k],
+                 (int)pid, got, want);
+  }
+  kill(p.pid, SIGINT);
+  GR_CHECK(gt_proc_wait(&p, NULL, 15));
+  gt_proc_finish(&p);
+  /* a CPU this process may not use, lists that are not lists, and Slurm */
+  char bad[16];
+  snprintf(bad, sizeof bad, "%d", CPU_SETSIZE - 1);
+  struct {
+    const char *list, *says;
+  } refused[] = {{bad, "is not one this process may use"},
+                 {"0,,1", "want CPU numbers and ranges such as 0-3,6 (at ',1')"},
+                 {"0,3-2", "CPU list '0,3-2': 3-2 is not a range of CPUs"}};
+  for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+    char *argv[] = {
+        "graphrun", "server", "--job", "worker", "--insecure", "--cpus", (char *)refused[k].list,
+        NULL};
+    GR_CHECK_EQ_INT(gt_run(&p, argv, 30), 2);
+    GR_CHECK_STR_CONTAINS(p.buf, refused[k].says);
+  }
+  char *slurm[] = {"graphrun", "launch", "--cpu-bind", "--slurm", "--", "/bin/true", NULL};
+  GR_CHECK_EQ_INT(gt_run(&p, slurm, 30), 2);
+  GR_CHECK_STR_CONTAINS(p.buf, "srun binds them");
 }
 
 /* A task killed with SIGKILL is restarted on its port; the graph runs. */
@@ -391,6 +462,7 @@ int main(void) {
   GR_RUN(test_launch_environment);
   GR_RUN(test_launch_tls_files);
   GR_RUN(test_no_orphans);
+  GR_RUN(test_launch_cpu_bind);
   GR_RUN(test_launch_killed_leaves_nothing);
   GR_RUN(test_restart_after_kill);
   GR_RUN(test_recovery_bit_identical);
