@@ -4,10 +4,11 @@
  *
  * The bench forks two server tasks (/job:worker/task:0 and task:1,
  * gr_server_new on 127.0.0.1:0, one inter-op thread each as under graphrun
- * launch) and is their master. PyTorch runs as two processes of
- * tests/bench/parallel_torch.py joined by a file:// rendezvous in a
- * temporary directory. Rounds alternate: PyTorch, then graphrun; each figure
- * is the median over the rounds, printed with its range.
+ * launch) and is their master; the sync part runs on two more, each bound
+ * to its share of the CPUs as graphrun launch --cpu-bind binds them. PyTorch runs as two processes
+ * of tests/bench/parallel_torch.py joined by a file:// rendezvous in a temporary directory. Rounds
+ * alternate: PyTorch, then graphrun; each figure is the median over the rounds, printed with its
+ * range.
  *
  *   allreduce_vs_gloo  ring all-reduce (gr_all_reduce, sum) of an f32
  *       variable of 4 MiB and of 64 MiB held by each task vs
@@ -15,7 +16,7 @@
  *       / time of one reduce (median of a round's reduces); the smaller of
  *       the two sizes' ratios ours / theirs.
  *   sync_vs_ddp  the MLP 784-256-256-10, SGD 0.1, batch 128 per worker,
- *       synchronous on 2 workers: examples/allreduce.gr with
+ *       synchronous on 2 bound workers: examples/allreduce.gr with
  *       batch_size=128 * workers (in-graph replicas, mirrored variables,
  *       ring all-reduce of the gradients; the file's mirror check is not
  *       run) vs PyTorch DDP (Gloo) on two processes; examples/s.
@@ -551,7 +552,8 @@ static config parse_args(int argc, char **argv) {
 typedef struct bench {
   config c;
   char graphrun[600], async_file[600];
-  gr_master *m;
+  gr_master *m;       /* the two servers of every part but sync */
+  gr_master *m_bound; /* sync's, each on its own CPUs (launch --cpu-bind) */
   floor_pair *fp;
   gr_graph *ar_g[2];
   gr_session *ar_s[2];
@@ -580,14 +582,18 @@ static void find_graphrun(bench *b) {
 /* The servers and the floor pair first, while this process has no threads
  * of its own; then the master and the programs, and a warm-up. */
 static void bench_setup(bench *b) {
-  int life[2], port[2];
+  int life[2], port[2], bport[2];
   if (pipe2(life, O_CLOEXEC) != 0) bench_die("pipe", NULL);
-  char addr[2][64], cluster[256];
-  const char *addrs[2];
+  char addr[2][64], baddr[2][64], cluster[256];
+  const char *addrs[2], *baddrs[2];
   for (int k = 0; k < 2; k++) {
     bench_spawn_server(k, life[0], life[1], &port[k]);
     snprintf(addr[k], sizeof addr[k], "127.0.0.1:%d", port[k]);
     addrs[k] = addr[k];
+    if (!b->c.part[P_SYNC]) continue;
+    bench_spawn_server_bound(k, 2, life[0], life[1], &bport[k]); /* launch --cpu-bind's */
+    snprintf(baddr[k], sizeof baddr[k], "127.0.0.1:%d", bport[k]);
+    baddrs[k] = baddr[k];
   }
   if (b->c.part[P_SYNC])
     b->fp = floor_pair_spawn(life[0], life[1], MLP_PARAMS, floor_setup, floor_step);
@@ -601,6 +607,9 @@ static void bench_setup(bench *b) {
                           .heartbeat_ms = 250,
                           .heartbeat_missed = 40};
   if (gr_master_new(&mo, &b->m, &err) != GR_OK) bench_die("master", err.msg);
+  mo.addresses = baddrs;
+  if (b->c.part[P_SYNC] && gr_master_new(&mo, &b->m_bound, &err) != GR_OK)
+    bench_die("master", err.msg);
   for (int i = 0; i < 2 && b->c.part[P_ALLREDUCE]; i++) {
     b->ar_g[i] = allreduce_graph(b->c.sizes[i] / 4, b->ar_out[i]);
     b->ar_s[i] = master_session(b->m, b->ar_g[i]);
@@ -613,11 +622,14 @@ static void bench_setup(bench *b) {
     bench_die("model_parallel.gr", "no micro_batches(4, ...)");
   snprintf(cluster, sizeof cluster, "{\"worker\": [\"%s\", \"%s\"]}", addr[0], addr[1]);
   setenv("GRAPHRUN_CLUSTER", cluster, 1); /* num_tasks("worker") = 2 */
-  if (b->c.part[P_SYNC])
-    program_load(&b->sync2, "allreduce.gr (batch 128 per worker)", b->sync_text, b->m);
   if (b->c.part[P_PIPELINE]) {
     program_load(&b->mp1, "model_parallel.gr (M=1)", b->mp1_text, b->m);
     program_load(&b->mp4, "model_parallel.gr", b->mp4_text, b->m);
+  }
+  if (b->c.part[P_SYNC]) {
+    snprintf(cluster, sizeof cluster, "{\"worker\": [\"%s\", \"%s\"]}", baddr[0], baddr[1]);
+    setenv("GRAPHRUN_CLUSTER", cluster, 1);
+    program_load(&b->sync2, "allreduce.gr (batch 128 per worker)", b->sync_text, b->m_bound);
   }
   unsetenv("GRAPHRUN_CLUSTER"); /* one worker, in this process */
   if (b->c.part[P_SYNC]) {
@@ -636,6 +648,7 @@ static void bench_teardown(bench *b) {
     gr_graph_free(b->ar_g[i]);
   }
   gr_master_free(b->m);
+  if (b->m_bound) gr_master_free(b->m_bound);
   if (b->fp) floor_pair_free(b->fp);
   free(b->sync_text), free(b->mp1_text), free(b->mp4_text);
 }

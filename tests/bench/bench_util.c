@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/threadpool.h"                /* gr_cpus_bind */
 #include "distributed/transport_internal.h" /* gr_transport_set_loopback_remote */
 
 pid_t bench_children[BENCH_MAX_CHILDREN];
@@ -94,10 +95,17 @@ typedef struct server_child {
   int task, port_w;
   bool remote; /* loopback counts as another host: TLS (tls) or frame MACs */
   bench_tls tls;
+  int share, shares; /* shares > 0: bound to share `share` of the CPUs */
 } server_child;
 
 static void server_main(void *arg, int life) {
   server_child *sc = arg;
+  char cpus[256];
+  gr_error err;
+  if (sc->shares > 0 && /* as graphrun launch --cpu-bind, before any thread starts */
+      (!gr_cpus_share(sc->share, sc->shares, cpus, sizeof cpus) ||
+       gr_cpus_bind(cpus, &err) != GR_OK))
+    _exit(1);
   gr_server_options o = {.job = sc->job,
                          .task = sc->task,
                          .secret = BENCH_SECRET,
@@ -108,7 +116,6 @@ static void server_main(void *arg, int life) {
                          .tls_ca = sc->tls.ca};
   if (sc->remote) gr_transport_set_loopback_remote(true);
   gr_server *srv;
-  gr_error err;
   int port = -1;
   if (gr_server_new(&o, &srv, &err) != GR_OK)
     fprintf(stderr, "%s: task %d: %s\n", bench_name, sc->task, err.msg);
@@ -121,10 +128,10 @@ static void server_main(void *arg, int life) {
 }
 
 static pid_t spawn_server(const char *job, int task, int life_r, int life_w, int *port,
-                          const bench_tls *tls) {
+                          const bench_tls *tls, int shares) {
   int pp[2];
   if (pipe2(pp, O_CLOEXEC) != 0) bench_die("pipe", NULL);
-  server_child sc = {job, task, pp[1], tls != NULL, tls ? *tls : (bench_tls){0}};
+  server_child sc = {job, task, pp[1], tls != NULL, tls ? *tls : (bench_tls){0}, task, shares};
   pid_t pid = bench_spawn(life_r, life_w, server_main, &sc);
   close(pp[1]);
   if (read(pp[0], port, sizeof *port) != sizeof *port || *port <= 0)
@@ -134,15 +141,19 @@ static pid_t spawn_server(const char *job, int task, int life_r, int life_w, int
 }
 
 pid_t bench_spawn_server(int task, int life_r, int life_w, int *port) {
-  return spawn_server("worker", task, life_r, life_w, port, NULL);
+  return spawn_server("worker", task, life_r, life_w, port, NULL, 0);
+}
+
+pid_t bench_spawn_server_bound(int task, int shares, int life_r, int life_w, int *port) {
+  return spawn_server("worker", task, life_r, life_w, port, NULL, shares);
 }
 
 pid_t bench_spawn_server_job(const char *job, int task, int life_r, int life_w, int *port) {
-  return spawn_server(job, task, life_r, life_w, port, NULL);
+  return spawn_server(job, task, life_r, life_w, port, NULL, 0);
 }
 
 pid_t bench_spawn_server_remote(int task, int life_r, int life_w, int *port, const bench_tls *tls) {
-  return spawn_server("worker", task, life_r, life_w, port, tls);
+  return spawn_server("worker", task, life_r, life_w, port, tls, 0);
 }
 
 bool bench_serve_start(bench_server *c, char *const argv[], int threads) {

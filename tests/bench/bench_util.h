@@ -58,6 +58,9 @@ pid_t bench_spawn(int life_r, int life_w, void (*fn)(void *arg, int life), void 
 /* A forked server task /job:worker/task:N (one inter-op thread, quiet);
  * *port gets its port. It lives until EOF on life_r. */
 pid_t bench_spawn_server(int task, int life_r, int life_w, int *port);
+/* As bench_spawn_server, bound to share `task` of `shares` of the CPUs
+ * (as graphrun launch --cpu-bind starts its tasks). */
+pid_t bench_spawn_server_bound(int task, int shares, int life_r, int life_w, int *port);
 /* The same for /job:JOB/task:N. */
 pid_t bench_spawn_server_job(const char *job, int task, int life_r, int life_w, int *port);
 /* The same, its connections protected as across hosts (its loopback peers
