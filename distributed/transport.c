@@ -259,7 +259,12 @@ gr_status gr_conn_attach(gr_loop *l, int fd, const char *peer, bool is_server, c
   bool macs_ok = !keys || gr_conn_start_macs(c, keys, NULL) == GR_OK;
   evutil_make_socket_nonblocking(fd);
   int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_UNIX)
+    gr_local_tune(fd);
+  else
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   c->rev = event_new(l->base, fd, EV_READ | EV_PERSIST, on_read, c);
   c->wev = event_new(l->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
   c->timer = event_new(l->base, -1, 0, on_conn_timer, c);

@@ -82,6 +82,7 @@ static void peer_name(const struct sockaddr *sa, char *out, size_t cap) {
 struct gr_listener {
   gr_loop *loop;
   struct evconnlistener *ev;
+  struct evconnlistener *ev_local; /* the Unix socket of a loopback address; NULL: none */
   gr_conn_handler h;
   char *secret;
   char cluster[GR_CLUSTER_ID_MAX + 1];
@@ -108,7 +109,10 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
                       void *arg) {
   gr_listener *ls = arg;
   char peer[80];
-  peer_name(sa, peer, sizeof peer);
+  if (sa->sa_family == AF_UNIX)
+    gr_local_peer_name(fd, peer, sizeof peer);
+  else
+    peer_name(sa, peer, sizeof peer);
   if (!gr_conn_admit(ls->loop, __atomic_load_n(&ls->max_conns, __ATOMIC_RELAXED), peer)) {
     close(fd);
     return;
@@ -168,6 +172,7 @@ static void on_resume(evutil_socket_t fd, short what, void *arg) {
   gr_listener *ls = arg;
   if (ls->spare < 0) ls->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
   evconnlistener_enable(ls->ev);
+  if (ls->ev_local) evconnlistener_enable(ls->ev_local);
 }
 
 void gr_listener_set_max_conns(gr_listener *ls, int max) {
@@ -223,6 +228,13 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const gr_conn_
   getsockname(evconnlistener_get_fd(ls->ev), (struct sockaddr *)&ss, &sl);
   *port_out = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                              : ((struct sockaddr_in *)&ss)->sin_port);
+  int lfd = gr_local_listen((struct sockaddr *)&ss);
+  if (lfd >= 0 &&
+      !(ls->ev_local = evconnlistener_new(
+            l->base, on_accept, ls,
+            LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_THREADSAFE, 0, lfd)))
+    close(lfd);
+  if (ls->ev_local) evconnlistener_set_error_cb(ls->ev_local, on_accept_error);
   pthread_mutex_lock(&l->mu);
   ls->next = l->listeners;
   l->listeners = ls;
@@ -234,6 +246,7 @@ gr_status gr_listener_new(gr_loop *l, const char *host, int port, const gr_conn_
 
 static void listener_free_now(gr_listener *ls) {
   evconnlistener_free(ls->ev);
+  if (ls->ev_local) evconnlistener_free(ls->ev_local);
   event_free(ls->resume);
   if (ls->spare >= 0) close(ls->spare);
   gr_tls_unref(ls->tls);
@@ -552,7 +565,7 @@ gr_status gr_conn_dial(gr_loop *l, const char *address, const gr_conn_auth *auth
   if (rc != 0)
     return gr_error_set(err, GR_ERR_UNAVAILABLE, "cannot resolve '%s': %s", host, gai_strerror(rc));
   int64_t deadline = gr_wire_now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
-  int backoff = 10, fd = -1, last = 0;
+  int backoff = 10, fd = gr_local_connect(ai->ai_addr), last = 0;
   for (int tries = 0; fd < 0 && tries < 100000; tries++) {
     bool cut;
     if ((fd = connect_once(ai, deadline, &cut)) >= 0) break;

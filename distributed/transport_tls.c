@@ -23,6 +23,7 @@ void gr_transport_set_loopback_remote(bool on) {
 
 bool gr_peer_is_remote(const struct sockaddr *sa) {
   if (__atomic_load_n(&loopback_remote, __ATOMIC_RELAXED)) return true;
+  if (sa->sa_family == AF_UNIX) return false; /* transport_local.c: this host */
   if (sa->sa_family == AF_INET)
     return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) != 127;
   if (sa->sa_family == AF_INET6) {

@@ -36,6 +36,7 @@
 #include "distributed/transport_internal.h"
 #include "fault_proxy.h"
 #include "gr_test.h"
+#include "wire_frames.h"
 #include "test_proc.h" /* gt_now */
 #include "tls_certs.h"
 
@@ -65,33 +66,14 @@ typedef struct end {
   int into_given, into_seen;
 } end;
 
-static uint8_t pattern(uint64_t seq, size_t i) {
-  return (uint8_t)(seq * 131 + i * 7);
-}
-
-/* A frame of n body bytes, its sequence number in the map. */
-static gr_outmsg *frame(uint64_t seq, size_t n) {
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_TENSOR, 2);
-  gr_outmsg_u64(m, "seq", seq);
-  gr_outmsg_u64(m, "n", n);
-  if (n) {
-    uint8_t *p = malloc(n);
-    for (size_t i = 0; i < n; i++) p[i] = pattern(seq, i);
-    gr_outmsg_add_body(m, p, n, p);
-  }
-  return m;
-}
-
 /* The test's frames (others: the dialer's keepalives, not counted). */
 static void on_message(void *arg, gr_conn *c, gr_inmsg *in) {
   end *e = arg;
-  uint64_t seq = 0, n = 0;
+  uint64_t seq = 0;
   if (in->h.type != GR_MSG_TENSOR) return gr_inmsg_free(in);
-  bool ok = gr_msg_u64(&in->msg.root, "seq", &seq, NULL) == GR_OK &&
-            gr_msg_u64(&in->msg.root, "n", &n, NULL) == GR_OK &&
-            n <= (in->body ? in->h.body_len : 0); /* the body is padded */
-  const uint8_t *b = in->body ? (const uint8_t *)in->body->data + in->body_off : NULL;
-  for (size_t i = 0; ok && i < n; i++) ok = b[i] == pattern(seq, i);
+  bool ok = gt_frame_intact(in, &seq);
+  uint64_t n = 0;
+  gr_msg_u64(&in->msg.root, "n", &n, NULL);
   bool read_into = in->body && in->body == e->into;
   gr_inmsg_free(in);
   pthread_mutex_lock(&e->mu);
@@ -101,7 +83,7 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *in) {
   e->mode = gr_conn_mode(c);
   pthread_cond_broadcast(&e->cv);
   pthread_mutex_unlock(&e->mu);
-  if (e->echo) gr_conn_send(c, frame(seq, n), NULL);
+  if (e->echo) gr_conn_send(c, gt_frame(seq, n), NULL);
 }
 
 static void on_close(void *arg, gr_conn *c, const gr_error *why) {
@@ -215,7 +197,7 @@ static const size_t sizes[] = {0, 100, 20000, (3u << 20) + 5};
 static void *send_main(void *arg) {
   sender *s = arg;
   for (int i = s->first; i < s->first + s->count; i++)
-    if (gr_conn_send(s->c, frame((uint64_t)i, sizes[i % 4]), NULL) != GR_OK) break;
+    if (gr_conn_send(s->c, gt_frame((uint64_t)i, sizes[i % 4]), NULL) != GR_OK) break;
   return NULL;
 }
 
@@ -575,11 +557,11 @@ static void tampered(gr_tls *tls, gt_dir dir, const char *want) {
   if (px) GR_CHECK_OK(dial(&cl, gt_proxy_port(px), &auth, &c, &err), err);
   if (c) {
     int one = 1;
-    GR_CHECK_OK(gr_conn_send(c, frame(1, 65536), &err), err);
+    GR_CHECK_OK(gr_conn_send(c, gt_frame(1, 65536), &err), err);
     GR_CHECK_MSG(wait_for(&cl, got_at_least, &one), "the first frame's echo did not arrive");
     gt_proxy_fault(px, (gt_fault){.kind = GT_FAULT_TAMPER, .dir = dir, .bytes = 4000});
     for (int i = 0; i < WAIT_MS && gt_proxy_get_stats(px).faults == 0; i++) usleep(1000);
-    GR_CHECK_OK(gr_conn_send(c, frame(2, 65536), &err), err);
+    GR_CHECK_OK(gr_conn_send(c, gt_frame(2, 65536), &err), err);
     end *receiver = dir == GT_DIR_TO_TARGET ? &srv : &cl;
     GR_CHECK_MSG(wait_for(receiver, closed, NULL), "the altered frame did not close it");
     GR_CHECK_EQ_INT(gt_proxy_get_stats(px).tampered, 1);
