@@ -1,12 +1,9 @@
 /* The sync_floor pair (parallel_floor.h): two forked processes, a raw
- * loopback TCP connection between them, commands and answers over pipes. */
+ * Unix socket between them, commands and answers over pipes. */
 #include "parallel_floor.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -19,7 +16,7 @@ typedef struct command {
 } command;
 
 typedef struct child_args {
-  int rank, listen_fd, port, cmd_r, reply_w;
+  int rank, fd, peer_fd, cmd_r, reply_w; /* fd: its end of the pair's socket */
   int others[2]; /* the first child's pipe ends, inherited by the second: closed */
   size_t floats;
   void *(*setup)(void);
@@ -67,22 +64,16 @@ static void ring_sum(int fd, int rank, float *buf, size_t n, float *tmp) {
          (char *)(buf + off[theirs]), len[theirs] * sizeof(float));
 }
 
-static int connect_pair(const child_args *a) {
-  int fd;
-  if (a->rank == 0) {
-    fd = accept(a->listen_fd, NULL, NULL);
-  } else {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) fd = -1;
-  }
-  if (fd < 0) bench_die("floor pair: connect", NULL);
-  close(a->listen_fd);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  return fd;
+/* Its end of the pair's Unix socket, set up as the runtime sets up a
+ * connection between tasks of one host (distributed/transport_local.c:
+ * 4 MiB buffers asked for), non-blocking. */
+static int own_end(const child_args *a) {
+  close(a->peer_fd);
+  int bytes = 4 << 20;
+  setsockopt(a->fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  setsockopt(a->fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  fcntl(a->fd, F_SETFL, fcntl(a->fd, F_GETFL) | O_NONBLOCK);
+  return a->fd;
 }
 
 static void child_main(void *arg, int life) {
@@ -90,7 +81,7 @@ static void child_main(void *arg, int life) {
   const child_args *a = arg;
   for (int k = 0; k < 2; k++)
     if (a->others[k] >= 0) close(a->others[k]);
-  int fd = connect_pair(a);
+  int fd = own_end(a);
   float *buf = calloc(a->floats + 1, sizeof(float)),
         *tmp = calloc(a->floats / 2 + 1, sizeof(float));
   if (!buf || !tmp) bench_die("floor pair", "out of memory");
@@ -115,17 +106,13 @@ static void child_main(void *arg, int life) {
 floor_pair *floor_pair_spawn(int life_r, int life_w, size_t floats, void *(*setup)(void),
                              void (*step)(void *ctx)) {
   floor_pair *fp = calloc(1, sizeof *fp);
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t sl = sizeof sa;
-  if (!fp || lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 2) != 0 ||
-      getsockname(lfd, (struct sockaddr *)&sa, &sl) != 0)
-    bench_die("floor pair: listen", NULL);
+  int sv[2];
+  if (!fp || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    bench_die("floor pair: socketpair", NULL);
   for (int r = 0; r < 2; r++) {
     int cmd[2], reply[2];
     if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(reply, O_CLOEXEC) != 0) bench_die("pipe", NULL);
-    child_args a = {r, lfd, ntohs(sa.sin_port), cmd[0], reply[1], {-1, -1}, floats, setup, step};
+    child_args a = {r, sv[r], sv[1 - r], cmd[0], reply[1], {-1, -1}, floats, setup, step};
     if (r == 1) a.others[0] = fp->cmd_w[0], a.others[1] = fp->reply_r[0];
     bench_spawn(life_r, life_w, child_main, &a);
     close(cmd[0]);
@@ -133,7 +120,7 @@ floor_pair *floor_pair_spawn(int life_r, int life_w, size_t floats, void *(*setu
     fp->cmd_w[r] = cmd[1];
     fp->reply_r[r] = reply[0];
   }
-  close(lfd);
+  close(sv[0]), close(sv[1]);
   return fp;
 }
 

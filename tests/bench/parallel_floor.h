@@ -4,11 +4,13 @@
  * Two forked processes each run the one-worker training step in their own
  * process (a step function the caller gives) and, when asked, follow every
  * step with a ring all-reduce (sum) of a float buffer of the model's size
- * over one raw loopback TCP connection between them: reduce-scatter, then
- * all-gather, each rank sending half the buffer in each phase, as the
- * runtime's ring does for two workers. So the pair's step time is the
- * step's compute on two shared cores plus the least the kernel's sockets
- * cost for the same bytes, with no overlap of the two.
+ * over one raw Unix socket between them (what the runtime connects two
+ * tasks of one host with, buffers as large: distributed/transport_local.c;
+ * it measured faster than loopback TCP): reduce-scatter, then all-gather,
+ * each rank sending half the buffer in each phase, as the runtime's ring
+ * does for two workers. So the pair's step time is the step's compute on
+ * two shared cores plus the least the kernel's sockets cost for the same
+ * bytes, with no overlap of the two.
  *
  * Spawn the pair before the calling process starts threads (it forks). */
 #ifndef GR_BENCH_PARALLEL_FLOOR_H
