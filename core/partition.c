@@ -300,7 +300,8 @@ static gr_status copy_to(pctx *c, int i, int d, gr_node **out) {
   int nctrl = 0;
   for (int j = 0; j < nd->num_control_inputs && st == GR_OK; j++) {
     int s = gr_part_pos(c, nd->control_inputs[j]);
-    if (s < 0) continue; /* a fed node: nothing to wait for */
+    if (s < 0) continue;                        /* a fed node: nothing to wait for */
+    if (c->sink[i] && c->dev[s] != d) continue; /* the step's end waits for it */
     gr_node *cn = c->dev[s] == d ? c->copy[s] : gr_part_loop_pivot(c, s, d, &st);
     if (!cn && st == GR_OK) cn = gr_part_recv_of(c, s, -1, d);
     if (!cn && st == GR_OK) st = gr_part_graph_error(c, p->graph);
@@ -386,10 +387,33 @@ static gr_status finish(pctx *c, const gr_output *fetches, int nx) {
 
 enum { MAX_DEVICES = 2047 }; /* device indices fit the 11 bits the maps give them */
 
+/* c->sink: the top-level no_ops that nothing in the set reads and that are
+ * not fetched (pctx). */
+static void find_sinks(pctx *c, const gr_output *fetches, int nx) {
+  for (int i = 0; i < c->n; i++)
+    c->sink[i] = !strcmp(c->nodes[i]->op->name, "no_op") && c->fr.of_node[i] == 0;
+  for (int i = 0; i < c->n; i++) {
+    const gr_node *nd = c->nodes[i];
+    for (int j = 0; j < nd->num_inputs; j++) {
+      int s = gr_part_pos(c, nd->inputs[j].node);
+      if (s >= 0) c->sink[s] = 0;
+    }
+    for (int j = 0; j < nd->num_control_inputs; j++) {
+      int s = gr_part_pos(c, nd->control_inputs[j]);
+      if (s >= 0) c->sink[s] = 0;
+    }
+  }
+  for (int k = 0; k < nx; k++) {
+    int s = gr_part_pos(c, fetches[k].node);
+    if (s >= 0) c->sink[s] = 0;
+  }
+}
+
 static gr_status build(pctx *c, const gr_output *fetches, int nx) {
   gr_status st = topo_sort(c);
   if (st == GR_OK) st = assign_frames(c);
   if (st == GR_OK) st = check_frames(c);
+  if (st == GR_OK) find_sinks(c, fetches, nx);
   for (int i = 0; i < c->n && st == GR_OK; i++) {
     if (!c->nodes[i]->assigned_device)
       return gr_error_set(c->err, GR_ERR_INTERNAL, "partitioning: node '%s' has no device",
@@ -447,11 +471,12 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
   c.dev = calloc((size_t)num_nodes + 1, sizeof(int));
   c.devs = malloc(sizeof(char *) * ((size_t)num_nodes + 1));
   c.copy = calloc((size_t)num_nodes + 1, sizeof(gr_node *));
+  c.sink = calloc((size_t)num_nodes + 1, 1);
   gr_map_init(&c.recvs, GR_MAP_U64), gr_map_init(&c.dups, GR_MAP_U64);
   gr_map_init(&c.standins, GR_MAP_U64), gr_map_init(&c.recv_src, GR_MAP_U64);
   c.ps = calloc(1, sizeof *c.ps);
   gr_status st = GR_OK;
-  if (!c.pos_of || !c.order || !c.dev || !c.devs || !c.copy || !c.ps) {
+  if (!c.pos_of || !c.order || !c.dev || !c.devs || !c.copy || !c.sink || !c.ps) {
     st = gr_part_oom(&c);
   } else {
     for (int i = 0; i < c.max_id; i++) c.pos_of[i] = 0;
@@ -464,7 +489,7 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
   } else {
     gr_partitions_free(c.ps);
   }
-  free(c.pos_of), free(c.order), free(c.dev), free(c.devs), free(c.copy);
+  free(c.pos_of), free(c.order), free(c.dev), free(c.devs), free(c.copy), free(c.sink);
   for (int f = 0; c.frames && f < c.fr.num_frames; f++)
     free(c.frames[f].ctl_merge), free(c.frames[f].ctl_pivot);
   free(c.frames), free(c.span);

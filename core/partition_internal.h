@@ -35,11 +35,16 @@ typedef struct pctx {
   int num_devs;
   unsigned char *span; /* [frame * num_devs + device]: the frame has nodes there */
   gr_node **copy;      /* per position: the copy in its partition */
-  gr_map recvs;        /* (src position, output + 1 or 0 for control, part) -> recv node */
-  gr_map dups;         /* (src position, part) -> copied constant or enter */
-  gr_map standins;     /* (feed index, part) -> feed stand-in */
-  gr_map recv_src;     /* top-level _recv node -> its source's position + 1 */
-  bool has_cf;         /* control flow: receives may carry dead values */
+  /* per position: a top-level no_op nothing in the set reads (a step's
+   * target such as minimize's group): it waits only for the control inputs
+   * of its own device, since a step ends when every partition has (no
+   * control transfers from other devices at the end of a step) */
+  unsigned char *sink;
+  gr_map recvs;    /* (src position, output + 1 or 0 for control, part) -> recv node */
+  gr_map dups;     /* (src position, part) -> copied constant or enter */
+  gr_map standins; /* (feed index, part) -> feed stand-in */
+  gr_map recv_src; /* top-level _recv node -> its source's position + 1 */
+  bool has_cf;     /* control flow: receives may carry dead values */
   gr_partitions *ps;
 } pctx;
 

@@ -1,7 +1,8 @@
 /* Partitioning and multi-device steps: one _send/_recv pair per (tensor,
  * destination device), control edges across devices, constants copied
  * instead of sent, feeds and fetches on any device, deadness of a cond's
- * untaken branch crossing devices, an error on one device aborting every
+ * untaken branch crossing devices, a step's target group waiting only on
+ * its own device, an error on one device aborting every
  * device's step, recv scheduling, and a property test: random DAGs (with a
  * cond and a while loop whose ops, nested loop and cond are spread too) over
  * 2-4 devices, pinned or placed by the cost-model placer, with and without
@@ -93,6 +94,56 @@ static void test_one_pair_per_tensor_and_device(void) {
   }
   gr_tensor_release(&xv);
   gr_session_free(s);
+  gr_graph_free(g);
+}
+
+/* A step's target group (minimize's train) on device 0 over updates on
+ * devices 0 and 1: no control transfer for it (the step ends when both
+ * devices have), yet device 1's update runs every step; with a node that
+ * waits for the group, the control edge crosses again. */
+static void test_target_group_waits_on_its_device(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output v[2], u[2];
+  for (int k = 0; k < 2; k++) {
+    gt_pin(g, k);
+    char name[8];
+    snprintf(name, sizeof name, "v%d", k);
+    v[k] = gr_variable(g, name, gr_const_f32(g, (float)(k + 1)));
+    u[k] = gr_assign_add(g, v[k], gr_const_f32(g, 1));
+    gr_graph_pop_device_scope(g);
+  }
+  gt_pin(g, 0);
+  gr_output train = gr_group(g, "train", u, 2);
+  gr_graph_pop_device_scope(g);
+  GR_CHECK(gr_graph_error(g) == NULL);
+  for (int i = 0; i < gr_graph_num_nodes(g); i++) {
+    gr_node *n = gr_graph_node(g, i);
+    n->assigned_device = gt_device_name(n->requested_device[strlen(n->requested_device) - 1] - '0');
+  }
+  gr_partitions *ps = partition_all(g, NULL, 0, NULL, 0);
+  GR_CHECK_EQ_INT(ps->num_control_sends, 0);
+  GR_CHECK_EQ_INT(count_op(&ps->parts[1], "assign_add"), 1);
+  gr_partitions_free(ps);
+  gr_session *s = gt_session(g, 2, 2);
+  gr_error err;
+  for (int step = 0; s && step < 3; step++)
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, NULL, 0, NULL, &train, 1, &err), err);
+  gr_tensor out[2];
+  if (s) GR_CHECK_OK(gr_session_run(s, NULL, 0, v, 2, out, NULL, 0, &err), err);
+  GR_CHECK(s && gr_tensor_get_f64(&out[0], 0) == 4 && gr_tensor_get_f64(&out[1], 0) == 5);
+  if (s) gr_tensor_release(&out[0]), gr_tensor_release(&out[1]);
+  gr_session_free(s);
+  /* a read that waits for the group: the group waits for device 1 again */
+  gt_pin(g, 0);
+  gr_graph_push_control_deps(g, &train, 1);
+  gr_output after = gr_neg(g, v[0]);
+  gr_graph_pop_control_deps(g);
+  gr_graph_pop_device_scope(g);
+  gr_node *an = after.node;
+  an->assigned_device = gt_device_name(0);
+  ps = partition_all(g, NULL, 0, &after, 1);
+  GR_CHECK_EQ_INT(ps->num_control_sends, 1);
+  gr_partitions_free(ps);
   gr_graph_free(g);
 }
 
@@ -329,6 +380,7 @@ static void test_long_names_cross_devices(void) {
 
 int main(void) {
   GR_RUN(test_one_pair_per_tensor_and_device);
+  GR_RUN(test_target_group_waits_on_its_device);
   GR_RUN(test_error_aborts_all_devices);
   GR_RUN(test_long_ping_pong_chain);
   GR_RUN(test_recv_scheduling);
