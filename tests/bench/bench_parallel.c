@@ -5,10 +5,11 @@
  * The bench forks two server tasks (/job:worker/task:0 and task:1,
  * gr_server_new on 127.0.0.1:0, one inter-op thread each as under graphrun
  * launch) and is their master; the sync part runs on two more, each bound
- * to its share of the CPUs as graphrun launch --cpu-bind binds them. PyTorch runs as two processes
- * of tests/bench/parallel_torch.py joined by a file:// rendezvous in a temporary directory. Rounds
- * alternate: PyTorch, then graphrun; each figure is the median over the rounds, printed with its
- * range.
+ * to its share of the CPUs as graphrun launch --cpu-bind binds them.
+ * PyTorch runs as two processes of tests/bench/parallel_torch.py joined by
+ * a file:// rendezvous in a temporary directory. Rounds alternate:
+ * PyTorch, then graphrun; each figure is the median over the rounds,
+ * printed with its range.
  *
  *   allreduce_vs_gloo  ring all-reduce (gr_all_reduce, sum) of an f32
  *       variable of 4 MiB and of 64 MiB held by each task vs

@@ -104,8 +104,10 @@ static void server_main(void *arg, int life) {
   gr_error err;
   if (sc->shares > 0 && /* as graphrun launch --cpu-bind, before any thread starts */
       (!gr_cpus_share(sc->share, sc->shares, cpus, sizeof cpus) ||
-       gr_cpus_bind(cpus, &err) != GR_OK))
+       gr_cpus_bind(cpus, &err) != GR_OK)) {
+    fprintf(stderr, "%s: task %d: cannot bind it to its share of the CPUs\n", bench_name, sc->task);
     _exit(1);
+  }
   gr_server_options o = {.job = sc->job,
                          .task = sc->task,
                          .secret = BENCH_SECRET,
