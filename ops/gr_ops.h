@@ -450,10 +450,11 @@ typedef enum gr_reduction { GR_REDUCE_SUM, GR_REDUCE_MEAN } gr_reduction;
  * fuse_bytes > 0): gradients are fused up to this many bytes per bucket
  * (GRAPHRUN_ALL_REDUCE_BUCKET overrides it; docs/strategies.md). */
 #define GR_ALL_REDUCE_BUCKET_BYTES (25 * 1024 * 1024)
-/* A ring's chunks travel in pieces of at most this many bytes, each its own
- * send, so that adding one piece overlaps sending the next: the graph
- * ring's, and the collective's (collective.c; gr_all_reduce_options and
- * GRAPHRUN_ALL_REDUCE_PIECE set it there, when the graph is built). */
+/* The graph ring's chunks travel in pieces of at most this many bytes, each
+ * its own send, so that adding one piece overlaps sending the next
+ * (gr_all_reduce_options' piece_bytes and GRAPHRUN_ALL_REDUCE_PIECE set
+ * it, for the graph ring and the collective alike, when the graph is
+ * built). */
 #define GR_ALL_REDUCE_PIECE_BYTES (2 * 1024 * 1024)
 /* The collective's default piece (collective.c): smaller than the graph
  * ring's, whose pieces are nodes. Two tasks on loopback, idle, 2026-11-29:
@@ -471,7 +472,8 @@ typedef struct gr_all_reduce_options {
    * "tree", "hier" (that one for every bucket); "graph": the graph ring */
   const char *algorithm;
   int64_t bucket_bytes; /* 0: GR_ALL_REDUCE_BUCKET_BYTES (with fuse_bytes > 0) */
-  int64_t piece_bytes;  /* 0: GR_COLLECTIVE_PIECE_BYTES */
+  /* 0: GR_COLLECTIVE_PIECE_BYTES (the graph ring: GR_ALL_REDUCE_PIECE_BYTES) */
+  int64_t piece_bytes;
   /* NULL, or hosts[d]: the name of device d's host, the grouping of the
    * hierarchical all-reduce; NULL: on a cluster the hosts of the tasks'
    * addresses (the master fills them in), in one process each task */

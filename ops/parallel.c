@@ -98,9 +98,10 @@ static gr_output flat_shape_of(gr_graph *g, gr_output x) {
  * around the ring starting at device c, so after n - 1 rounds device
  * (c - 1) mod n holds its total (reduce-scatter); the totals then go
  * around the ring once more (all-gather), copied, not added again. Each
- * chunk travels in pieces of at most GR_ALL_REDUCE_PIECE_BYTES, each its
- * own send: a device adds a piece while the next is still on the wire,
- * and passes on a total while the next is still being added. */
+ * chunk travels in pieces of at most the piece option's bytes (0:
+ * GR_ALL_REDUCE_PIECE_BYTES), each its own send: a device adds a piece
+ * while the next is still on the wire, and passes on a total while the
+ * next is still being added. */
 typedef struct ring_plan {
   int n, np;          /* devices, pieces */
   int64_t *off, *len; /* per piece, in flat order */
@@ -112,8 +113,10 @@ static void ring_plan_free(ring_plan *rp) {
   free(rp->off), free(rp->len), free(rp->chunk), free(rp->acc);
 }
 
-static gr_status ring_plan_make(gr_graph *g, int n, int64_t s, int64_t elem_bytes, ring_plan *rp) {
-  int64_t piece = GR_ALL_REDUCE_PIECE_BYTES / (elem_bytes > 0 ? elem_bytes : 1);
+static gr_status ring_plan_make(gr_graph *g, int n, int64_t s, int64_t elem_bytes,
+                                int64_t piece_bytes, ring_plan *rp) {
+  int64_t piece = (piece_bytes > 0 ? piece_bytes : GR_ALL_REDUCE_PIECE_BYTES) /
+                  (elem_bytes > 0 ? elem_bytes : 1);
   if (piece < 1) piece = 1;
   int64_t np = 0;
   for (int c = 0; c < n; c++) {
@@ -167,7 +170,7 @@ static gr_status ring_phase(gr_graph *g, ring_plan *rp, const char *const *dev, 
 }
 
 static gr_status ring(gr_graph *g, const gr_output *flat, int n, int64_t s, const char *const *dev,
-                      gr_reduction op, gr_output *res) {
+                      gr_reduction op, int64_t piece_bytes, gr_output *res) {
   if (n == 1 || s == 0) {
     for (int d = 0; d < n; d++) {
       GR_TRY(on(g, dev[d]));
@@ -180,7 +183,7 @@ static gr_status ring(gr_graph *g, const gr_output *flat, int n, int64_t s, cons
   gr_dtype dt = flat[0].node->out_dtypes[flat[0].index];
   bool pinned = true;
   for (int d = 0; d < n; d++) pinned = pinned && dev[d] && dev[d][0];
-  GR_TRY(ring_plan_make(g, n, s, (int64_t)gr_dtype_size(dt), &rp));
+  GR_TRY(ring_plan_make(g, n, s, (int64_t)gr_dtype_size(dt), piece_bytes, &rp));
   gr_status st = GR_OK;
   for (int d = 0; d < n && st == GR_OK; d++) {
     if ((st = on(g, dev[d])) != GR_OK) break;
@@ -225,7 +228,8 @@ static gr_status ring(gr_graph *g, const gr_output *flat, int n, int64_t s, cons
  * all-reduced as one buffer: flattened and concatenated on each device,
  * reduced around the ring, sliced and reshaped back. */
 static gr_status reduce_bucket(gr_graph *g, const gr_output *values, const int *ts, int k, int n,
-                               const char *const *dev, gr_reduction op, gr_output *out) {
+                               const char *const *dev, gr_reduction op, int64_t piece_bytes,
+                               gr_output *out) {
   int64_t total = 0;
   for (int i = 0; i < k; i++) {
     const gr_output *v = &values[(size_t)ts[i] * (size_t)n];
@@ -244,7 +248,7 @@ static gr_status reduce_bucket(gr_graph *g, const gr_output *values, const int *
     flat[d] = k == 1 ? parts[0] : gr_concat(g, parts, k, 0);
     gr_graph_pop_device_scope(g);
   }
-  if (st == GR_OK && !gr_graph_error(g)) st = ring(g, flat, n, total, dev, op, res);
+  if (st == GR_OK && !gr_graph_error(g)) st = ring(g, flat, n, total, dev, op, piece_bytes, res);
   for (int d = 0; d < n && st == GR_OK && !gr_graph_error(g); d++) {
     if ((st = on(g, dev[d])) != GR_OK) break;
     int64_t at = 0;
@@ -343,7 +347,7 @@ gr_status gr_all_reduce_with(gr_graph *g, const gr_output *values, int num_tenso
      * fit in it (a large one is reduced alone and leaves the bucket open) */
     if (nb &&
         (t == num_tensors || (small && (dt != bucket_dt || bucket_bytes + bytes > fuse_bytes)))) {
-      st = reduce_bucket(g, values, bucket, nb, n, dev, op, out);
+      st = reduce_bucket(g, values, bucket, nb, n, dev, op, set.piece_bytes, out);
       nb = 0;
       bucket_bytes = 0;
     }
@@ -353,7 +357,7 @@ gr_status gr_all_reduce_with(gr_graph *g, const gr_output *values, int num_tenso
       bucket_bytes += bytes;
       bucket_dt = dt;
     } else {
-      st = reduce_bucket(g, values, &t, 1, n, dev, op, out);
+      st = reduce_bucket(g, values, &t, 1, n, dev, op, set.piece_bytes, out);
     }
   }
   if (pushed) gr_graph_pop_name_scope(g);

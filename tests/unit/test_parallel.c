@@ -138,6 +138,13 @@ static double value_at(int d, int64_t i) {
  * (or the sum divided by n, as the ring divides), the same bits on every
  * device, and the bytes sent: chunk c goes n - 1 times around the ring in
  * each phase, so device d sends all but chunks d + 1 and d + 2. */
+/* The graph ring's piece option (GRAPHRUN_ALL_REDUCE_PIECE when set, as a
+ * user's environment gives it), for check_ring's count of sends. */
+static int64_t piece_bytes(void) {
+  const char *v = getenv("GRAPHRUN_ALL_REDUCE_PIECE");
+  return v && v[0] ? atoll(v) : GR_ALL_REDUCE_PIECE_BYTES;
+}
+
 static void check_ring(int n, int64_t size, gr_dtype dt, gr_reduction op) {
   gr_graph *g = gr_graph_new();
   gr_output x[MAXDEV], out[MAXDEV];
@@ -190,8 +197,8 @@ static void check_ring(int n, int64_t size, gr_dtype dt, gr_reduction op) {
   gr_tensor r[MAXDEV];
   if (s && gr_session_run(s, NULL, 0, out, n, r, NULL, 0, &err) == GR_OK) {
     gr_transfer_stats ts = gr_session_last_transfers(s);
-    /* each chunk travels in pieces of at most GR_ALL_REDUCE_PIECE_BYTES */
-    int64_t pieces = 0, per_piece = GR_ALL_REDUCE_PIECE_BYTES / (int64_t)es;
+    /* each chunk travels in pieces of at most the piece option's bytes */
+    int64_t pieces = 0, per_piece = piece_bytes() / (int64_t)es;
     for (int c = 0; c < n; c++) pieces += (len[c] + per_piece - 1) / per_piece;
     GR_CHECK_EQ_INT(ts.bytes, total_sent);
     GR_CHECK_EQ_INT(ts.sends, n > 1 && size > 0 ? 2 * (n - 1) * pieces : 0);
@@ -233,6 +240,12 @@ static void test_all_reduce_sizes(void) {
           check_ring(n, sizes[k], dt ? GR_F64 : GR_F32, op ? GR_REDUCE_MEAN : GR_REDUCE_SUM);
   }
   check_ring(1, 5, GR_F32, GR_REDUCE_MEAN);
+  /* the piece option holds for the graph ring too: 1001 elements in pieces
+   * of 64 bytes (16 f32, 8 f64) */
+  setenv("GRAPHRUN_ALL_REDUCE_PIECE", "64", 1);
+  for (int n = 2; n <= 3; n++)
+    for (int dt = 0; dt < 2; dt++) check_ring(n, 1001, dt ? GR_F64 : GR_F32, GR_REDUCE_SUM);
+  unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
 }
 
 static void test_all_reduce_large(void) {
