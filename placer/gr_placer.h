@@ -337,6 +337,10 @@ typedef struct gr_scale_params {
   double step_task;    /* the master's serial cost per task per step (building, sending
                           and reading its RUN), >= 0 */
   double control_rtt;  /* one round trip master -> tasks -> master over the network, >= 0 */
+  int per_host;        /* workers per host: > 1 with several hosts, the hierarchical
+                          all-reduce (a tree inside each host, the ring among the hosts'
+                          leaders, as the collective does); 0 or 1: one ring over all */
+  double host_hop;     /* per message of a step inside a host: both ends' CPU, no network */
 } gr_scale_params;
 
 typedef struct gr_scale_result {
@@ -352,13 +356,21 @@ typedef struct gr_scale_result {
  * bytes / bandwidth + 2(n-1) * hop_latency, bandwidth the harmonic sum of
  * link_bw and host_bw. 0 when n == 1. */
 double gr_scale_ring_time(const gr_scale_params *p, int n, double bytes);
+/* Seconds of one all-reduce of `bytes` over n workers as the collective
+ * runs it: with per_host > 1 workers per host and more than one host,
+ * hierarchical: a binomial tree reduce inside each host and the broadcast
+ * back down, 2 ceil(log2 per_host) steps each moving the whole bucket
+ * through the transport (bytes / host_bw + host_hop), plus the ring among
+ * the ceil(n / per_host) leaders (gr_scale_ring_time); else the ring. */
+double gr_scale_allreduce_time(const gr_scale_params *p, int n, double bytes);
 /* The network latency per message the model adds to a cluster's own
  * per-message cost when none is given: a datacenter TCP hop. */
 #define GR_SCALE_NET_LATENCY 25e-6
 /* Fills the host and master constants of p from cluster c's links (as
  * `graphrun calibrate` measured them, or gr_cluster_new's defaults):
  * hop_latency = same_host latency (a message's CPU cost at both ends, on
- * loopback) + net_latency; host_bw = same_host bandwidth; step_fixed =
+ * loopback) + net_latency; host_hop = same_host latency; host_bw =
+ * same_host bandwidth; step_fixed =
  * same_task step (the client's own); step_task = same_host step (what one
  * more task adds); control_rtt = 2 net_latency. The rest of p is kept. */
 void gr_scale_params_from_cluster(gr_scale_params *p, const gr_cluster *c, double net_latency);

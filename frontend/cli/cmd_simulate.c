@@ -23,7 +23,7 @@ static void usage(FILE *f) {
   fprintf(f, "usage: graphrun simulate FILE.gr [--workers N,N...] [--link G,G...] [--cluster C]\n"
              "                                 [--steps N] [--compute-ms T] [--grad-bytes B]\n"
              "                                 [--bucket-mb M] [--backward F] [--latency-us L]\n"
-             "                                 [--loopback CORES]\n"
+             "                                 [--per-host G] [--loopback CORES]\n"
              "       graphrun simulate --grad-bytes B --compute-ms T [FLAGS...]\n\n"
              "Predicts the step time and scaling efficiency of synchronous data parallelism\n"
              "(each worker a copy of the model on its own batch, the gradients summed by a ring\n"
@@ -42,6 +42,9 @@ static void usage(FILE *f) {
              "  --bucket-mb M      all-reduce bucket in MB (default 25, as PyTorch DDP; 0: one)\n"
              "  --backward F       the backward pass's fraction of compute (default 0.667)\n"
              "  --latency-us L     network latency per message in us (default 25)\n"
+             "  --per-host G       G workers per host (default 1): the hierarchical all-reduce,\n"
+             "                     as the collective runs it across hosts (a tree inside each\n"
+             "                     host, the ring among one leader per host)\n"
              "  --loopback CORES   the tasks on this host of CORES cores instead of over links\n"
              "                     (no network latency; more tasks than cores take turns), to\n"
              "                     check the model against `graphrun launch --workers N`\n"
@@ -59,7 +62,8 @@ enum {
   F_BUCKET,
   F_BACKWARD,
   F_LATENCY,
-  F_LOOPBACK
+  F_LOOPBACK,
+  F_PER_HOST
 };
 
 static const struct option sim_flags[] = {
@@ -74,6 +78,7 @@ static const struct option sim_flags[] = {
     {"backward", required_argument, NULL, F_BACKWARD},
     {"latency-us", required_argument, NULL, F_LATENCY},
     {"loopback", required_argument, NULL, F_LOOPBACK},
+    {"per-host", required_argument, NULL, F_PER_HOST},
     {0},
 };
 
@@ -84,6 +89,7 @@ typedef struct sim_opts {
   int nw, nl;
   long steps;
   long loopback; /* > 0: the tasks share one host of this many cores */
+  long per_host; /* workers per host (1: each its own) */
   bool link_given, latency_given;
   double compute_ms, grad_bytes, bucket_mb, backward, latency_us; /* < 0: not given */
 } sim_opts;
@@ -128,6 +134,7 @@ static int parse(int argc, char **argv, sim_opts *a) {
                   .links = {10, 25, 100},
                   .nl = 3,
                   .steps = 20,
+                  .per_host = 1,
                   .compute_ms = -1,
                   .grad_bytes = -1,
                   .bucket_mb = 25,
@@ -171,6 +178,8 @@ static int parse(int argc, char **argv, sim_opts *a) {
       a->latency_given = true;
     } else if (c == F_LOOPBACK) {
       if (!cli_opt_long(&po, 1, 4096, &a->loopback)) return GR_EXIT_USAGE;
+    } else if (c == F_PER_HOST) {
+      if (!cli_opt_long(&po, 1, GR_CLUSTER_MAX_TASKS, &a->per_host)) return GR_EXIT_USAGE;
     } else if (c == CLI_OPTS_ARG && !a->file) {
       a->file = po.arg;
     } else if (c == CLI_OPTS_ARG) {
@@ -182,6 +191,10 @@ static int parse(int argc, char **argv, sim_opts *a) {
   }
   if (a->loopback && a->link_given) {
     fprintf(stderr, "graphrun simulate: --loopback models tasks on one host: no --link\n");
+    return GR_EXIT_USAGE;
+  }
+  if (a->loopback && a->per_host > 1) {
+    fprintf(stderr, "graphrun simulate: --loopback models tasks on one host: no --per-host\n");
     return GR_EXIT_USAGE;
   }
   if (a->loopback) { /* no network: no link, no latency beyond the transport's own */
@@ -272,7 +285,8 @@ int gr_cmd_simulate(int argc, char **argv) {
     fprintf(stderr, "graphrun simulate: %s\n", err.msg);
     return GR_EXIT_USAGE;
   }
-  gr_scale_params p = {.backward = a.backward, .bucket_bytes = a.bucket_mb * 1e6};
+  gr_scale_params p = {
+      .backward = a.backward, .bucket_bytes = a.bucket_mb * 1e6, .per_host = (int)a.per_host};
   gr_scale_params_from_cluster(&p, c, a.latency_us * 1e-6);
   gr_cluster_free(c);
   double compute = a.compute_ms * 1e-3, grad = a.grad_bytes;
@@ -294,7 +308,12 @@ int gr_cmd_simulate(int argc, char **argv) {
          "+ %.1f us per task (%s)\n",
          1e6 * p.hop_latency - a.latency_us, a.latency_us, p.host_bw / 1e9, 1e6 * p.step_fixed,
          1e6 * p.step_task, a.cluster ? a.cluster : "defaults; --cluster C: measured ones");
-  printf("  all-reduce in buckets of %g MB overlapped with the backward pass\n\n", a.bucket_mb);
+  printf("  all-reduce in buckets of %g MB overlapped with the backward pass", a.bucket_mb);
+  if (a.per_host > 1)
+    printf("; %ld workers per host: a tree inside each host (%.1f us per message there), the "
+           "ring among the hosts' leaders",
+           a.per_host, 1e6 * p.host_hop);
+  printf("\n\n");
   printf("%8s %10s %12s %14s %12s %12s %11s\n", "workers", "link Gb/s", "step ms", "allreduce ms",
          "exposed ms", "master ms", "efficiency");
   for (int l = 0; l < a.nl; l++)

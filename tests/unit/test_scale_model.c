@@ -31,6 +31,34 @@ static void test_ring_time(void) {
   GR_CHECK_NEAR(gr_scale_ring_time(&p, 4, 100e6), 0.306, 1e-12);
 }
 
+/* Several workers per host: a tree inside each host (2 ceil(log2 g) steps,
+ * each the whole bucket through the transport), the ring among the hosts'
+ * leaders; one host, or one worker per host: the ring over all. */
+static void test_hierarchical_time(void) {
+  gr_scale_params p = base();
+  p.hop_latency = 30e-6, p.host_hop = 5e-6, p.host_bw = 2e9;
+  double b = 1e6;
+  p.per_host = 8; /* 64 workers on 8 hosts: 3 levels */
+  GR_CHECK_NEAR(gr_scale_allreduce_time(&p, 64, b),
+                6 * (b / 2e9 + 5e-6) + gr_scale_ring_time(&p, 8, b), 1e-15);
+  p.per_host = 6; /* 13 workers on 3 hosts (the last has 1): 3 levels */
+  GR_CHECK_NEAR(gr_scale_allreduce_time(&p, 13, b),
+                6 * (b / 2e9 + 5e-6) + gr_scale_ring_time(&p, 3, b), 1e-15);
+  p.per_host = 8; /* one host */
+  GR_CHECK_NEAR(gr_scale_allreduce_time(&p, 8, b), gr_scale_ring_time(&p, 8, b), 0);
+  p.per_host = 1;
+  GR_CHECK_NEAR(gr_scale_allreduce_time(&p, 64, b), gr_scale_ring_time(&p, 64, b), 0);
+  /* a small bucket over many workers: fewer hops wins; a large one through
+   * a slow transport: the tree's whole-bucket steps lose */
+  p.per_host = 8;
+  GR_CHECK(gr_scale_allreduce_time(&p, 256, 1e5) < gr_scale_ring_time(&p, 256, 1e5));
+  GR_CHECK(gr_scale_allreduce_time(&p, 64, 100e6) > gr_scale_ring_time(&p, 64, 100e6));
+  /* the step uses it */
+  p.grad_bytes = 1e5;
+  gr_scale_result r = predict(&p, 256);
+  GR_CHECK_NEAR(r.allreduce, gr_scale_allreduce_time(&p, 256, 1e5), 1e-15);
+}
+
 static void test_one_worker(void) {
   gr_scale_params p = base();
   p.step_fixed = 0.01, p.step_task = 0.002, p.control_rtt = 0.001;
@@ -131,6 +159,7 @@ static void test_bad_params(void) {
 
 int main(void) {
   GR_RUN(test_ring_time);
+  GR_RUN(test_hierarchical_time);
   GR_RUN(test_one_worker);
   GR_RUN(test_one_bucket);
   GR_RUN(test_buckets_overlap);

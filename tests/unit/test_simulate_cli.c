@@ -63,6 +63,17 @@ static void test_given_step(void) {
            1e3 * r.step, 1e3 * r.allreduce, 1e3 * r.exposed, 1e3 * r.control, 100 * r.efficiency);
   GR_CHECK_STR_CONTAINS(out, want);
   GR_CHECK_STR_CONTAINS(out, "10.0 us network");
+  /* 8 workers per host: the hierarchical all-reduce's figures */
+  if (!gt_cli_expect(dir,
+                     "simulate --grad-bytes 100e6 --compute-ms 250 --workers 64 --link 25 "
+                     "--latency-us 10 --per-host 8",
+                     0, "8 workers per host: a tree inside each host", out, sizeof out))
+    return;
+  p.per_host = 8;
+  GR_CHECK_OK(gr_scale_predict(&p, 64, &r, &err), err);
+  snprintf(want, sizeof want, "%8d %10g %12.3f %14.3f %12.3f %12.3f %10.1f%%", 64, 25.0,
+           1e3 * r.step, 1e3 * r.allreduce, 1e3 * r.exposed, 1e3 * r.control, 100 * r.efficiency);
+  GR_CHECK_STR_CONTAINS(out, want);
 }
 
 static void test_bad_flags(void) {
@@ -83,6 +94,8 @@ static void test_bad_flags(void) {
       {"simulate --grad-bytes 1e6 --compute-ms 1 --wokers 8", "unknown option '--wokers'"},
       {"simulate --grad-bytes 1e6 --compute-ms 1 --cluster nowhere.json", "nowhere.json"},
       {"simulate nowhere.gr", "nowhere.gr"},
+      {"simulate --grad-bytes 1e6 --compute-ms 1 --per-host 0", "--per-host"},
+      {"simulate --grad-bytes 1e6 --compute-ms 1 --loopback 2 --per-host 2", "no --per-host"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     GR_CHECK_MSG(gt_cli_expect(dir, cases[i].args, 2, cases[i].want, out, sizeof out), "%s",
