@@ -5,7 +5,8 @@
  * transport's and the master's constants from a cluster file (`graphrun
  * calibrate`) or the defaults; the step and the efficiency printed per
  * number of workers and link speed. --grad-bytes B --compute-ms T model a
- * step of those figures instead of a file's. */
+ * step of those figures instead of a file's; --per-host G the hierarchical
+ * all-reduce of G workers per host. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
