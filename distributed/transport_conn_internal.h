@@ -171,9 +171,13 @@ gr_status gr_conn_start_macs(gr_conn *c, const uint8_t keys[GR_AUTH_FRAME_KEYS],
  * closing that connection" (rate-limited). Loop thread. */
 void gr_conn_refuse(gr_conn *c, gr_status code, const char *why);
 
+/* "IP:PORT" ("[IP6]:PORT") of an IPv4 or IPv6 address, else "?"
+ * (transport_dial.c). */
+struct sockaddr;
+void gr_sockaddr_name(const struct sockaddr *sa, char *out, size_t cap);
+
 /* ---- same-host connections over Unix sockets (transport_local.c) ---- */
 
-struct sockaddr;
 /* A listening Unix socket for the loopback TCP address `bound` (its
  * abstract name); -1 when it is not loopback, local sockets are off, or
  * the kernel refused (TCP alone then). */
@@ -181,8 +185,6 @@ int gr_local_listen(const struct sockaddr *bound);
 /* A connected Unix socket to the server listening at TCP address `to`, or
  * -1 (not loopback, local sockets off, nothing listening: dial TCP). */
 int gr_local_connect(const struct sockaddr *to);
-/* Larger socket buffers for a Unix connection (fewer wake-ups per frame). */
-void gr_local_tune(int fd);
 /* "local process PID" for an accepted Unix connection. */
 void gr_local_peer_name(int fd, char *out, size_t cap);
 

@@ -57,7 +57,7 @@ gr_status gr_parse_address(const char *address, char *host, size_t host_cap, int
   return GR_OK;
 }
 
-static void peer_name(const struct sockaddr *sa, char *out, size_t cap) {
+void gr_sockaddr_name(const struct sockaddr *sa, char *out, size_t cap) {
   char ip[INET6_ADDRSTRLEN] = "?";
   int port = 0;
   if (sa->sa_family == AF_INET) {
@@ -112,7 +112,7 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
   if (sa->sa_family == AF_UNIX)
     gr_local_peer_name(fd, peer, sizeof peer);
   else
-    peer_name(sa, peer, sizeof peer);
+    gr_sockaddr_name(sa, peer, sizeof peer);
   if (!gr_conn_admit(ls->loop, __atomic_load_n(&ls->max_conns, __ATOMIC_RELAXED), peer)) {
     close(fd);
     return;

@@ -178,6 +178,10 @@ void gr_transport_set_limits(size_t max_queued, size_t max_body);
  * 0: the default, 64). */
 void gr_transport_set_read_rounds(int rounds);
 
+/* Larger socket buffers for a connection over a Unix socket between
+ * processes of one host (fewer wake-ups per frame; transport_local.c). */
+void gr_local_tune(int fd);
+
 /* Loopback peers count as on another host (for tests and benchmarks; set
  * before connections are made): TLS or per-frame MACs on them too. */
 void gr_transport_set_loopback_remote(bool on);

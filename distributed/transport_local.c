@@ -4,7 +4,7 @@
  * 190-200 us against 230-400 us over loopback TCP, on the development VM).
  *
  * A server listening on a loopback address also listens on the abstract
- * Unix socket "graphrun-tcp:IP:PORT" named after it (no file; gone with the
+ * Unix socket "graphrun-tcp:IP:PORT" ("[IP6]" for IPv6) named after it (no file; gone with the
  * process; one per network namespace, as the TCP port is); a client dialing
  * a loopback address tries that name first and falls back to TCP. What
  * runs over the connection is unchanged: the same frames, the same HELLO
@@ -14,10 +14,7 @@
  * port the server has not bound yet, gets nothing, the client dials TCP.
  * Off with GRAPHRUN_LOCAL_SOCKETS=0, and when loopback counts as another
  * host (gr_transport_set_loopback_remote: tests of TLS and MACs). */
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,33 +26,21 @@
 
 #define LOCAL_BUFFER_BYTES (4 << 20) /* asked; the kernel caps it (net.core.wmem_max) */
 
-static bool enabled(void) {
+/* A Unix socket (-1: none) and, in *un, the abstract name of TCP address
+ * sa: only for a loopback address (which loopback counting as another
+ * host also rules out) with local sockets on. */
+static int local_socket(const struct sockaddr *sa, struct sockaddr_un *un, socklen_t *len) {
   const char *v = getenv("GRAPHRUN_LOCAL_SOCKETS");
-  return !(v && !strcmp(v, "0")) && !gr_peer_is_remote(&(struct sockaddr){.sa_family = AF_UNIX});
-}
-
-/* The abstract name of the TCP address sa (a loopback one): false if it
- * is not loopback, or local sockets are off. */
-static bool local_name(const struct sockaddr *sa, struct sockaddr_un *un, socklen_t *len) {
-  char ip[INET6_ADDRSTRLEN];
-  int port;
-  if (!enabled() || gr_peer_is_remote(sa)) return false;
-  if (sa->sa_family == AF_INET) {
-    const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
-    port = ntohs(in->sin_port);
-  } else if (sa->sa_family == AF_INET6) {
-    const struct sockaddr_in6 *in = (const struct sockaddr_in6 *)sa;
-    inet_ntop(AF_INET6, &in->sin6_addr, ip, sizeof ip);
-    port = ntohs(in->sin6_port);
-  } else {
-    return false;
-  }
+  if ((v && !strcmp(v, "0")) || gr_peer_is_remote(sa) ||
+      (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
+    return -1;
+  char name[80];
+  gr_sockaddr_name(sa, name, sizeof name);
   *un = (struct sockaddr_un){.sun_family = AF_UNIX};
   /* sun_path[0] = '\0': the abstract namespace */
-  int n = snprintf(un->sun_path + 1, sizeof un->sun_path - 1, "graphrun-tcp:%s:%d", ip, port);
+  int n = snprintf(un->sun_path + 1, sizeof un->sun_path - 1, "graphrun-tcp:%s", name);
   *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-  return true;
+  return socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 }
 
 void gr_local_tune(int fd) {
@@ -67,8 +52,7 @@ void gr_local_tune(int fd) {
 int gr_local_listen(const struct sockaddr *bound) {
   struct sockaddr_un un;
   socklen_t len;
-  if (!local_name(bound, &un, &len)) return -1;
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int fd = local_socket(bound, &un, &len);
   if (fd < 0) return -1;
   if (bind(fd, (struct sockaddr *)&un, len) != 0 || listen(fd, 128) != 0) {
     close(fd);
@@ -80,8 +64,7 @@ int gr_local_listen(const struct sockaddr *bound) {
 int gr_local_connect(const struct sockaddr *to) {
   struct sockaddr_un un;
   socklen_t len;
-  if (!local_name(to, &un, &len)) return -1;
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int fd = local_socket(to, &un, &len);
   if (fd < 0) return -1;
   struct ucred cred;
   socklen_t cl = sizeof cred;

@@ -95,7 +95,7 @@ typedef struct server_child {
   int task, port_w;
   bool remote; /* loopback counts as another host: TLS (tls) or frame MACs */
   bench_tls tls;
-  int share, shares; /* shares > 0: bound to share `share` of the CPUs */
+  int shares; /* > 0: bound to share `task` of that many of the CPUs */
 } server_child;
 
 static void server_main(void *arg, int life) {
@@ -103,7 +103,7 @@ static void server_main(void *arg, int life) {
   char cpus[256];
   gr_error err;
   if (sc->shares > 0 && /* as graphrun launch --cpu-bind, before any thread starts */
-      (!gr_cpus_share(sc->share, sc->shares, cpus, sizeof cpus) ||
+      (!gr_cpus_share(sc->task, sc->shares, cpus, sizeof cpus) ||
        gr_cpus_bind(cpus, &err) != GR_OK)) {
     fprintf(stderr, "%s: task %d: cannot bind it to its share of the CPUs\n", bench_name, sc->task);
     _exit(1);
@@ -133,7 +133,7 @@ static pid_t spawn_server(const char *job, int task, int life_r, int life_w, int
                           const bench_tls *tls, int shares) {
   int pp[2];
   if (pipe2(pp, O_CLOEXEC) != 0) bench_die("pipe", NULL);
-  server_child sc = {job, task, pp[1], tls != NULL, tls ? *tls : (bench_tls){0}, task, shares};
+  server_child sc = {job, task, pp[1], tls != NULL, tls ? *tls : (bench_tls){0}, shares};
   pid_t pid = bench_spawn(life_r, life_w, server_main, &sc);
   close(pp[1]);
   if (read(pp[0], port, sizeof *port) != sizeof *port || *port <= 0)

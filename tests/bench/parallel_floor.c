@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "distributed/transport_internal.h" /* gr_local_tune */
 
 typedef struct command {
   int steps, exchange;
@@ -65,13 +66,11 @@ static void ring_sum(int fd, int rank, float *buf, size_t n, float *tmp) {
 }
 
 /* Its end of the pair's Unix socket, set up as the runtime sets up a
- * connection between tasks of one host (distributed/transport_local.c:
- * 4 MiB buffers asked for), non-blocking. */
+ * connection between tasks of one host (gr_local_tune's buffers),
+ * non-blocking. */
 static int own_end(const child_args *a) {
   close(a->peer_fd);
-  int bytes = 4 << 20;
-  setsockopt(a->fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
-  setsockopt(a->fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  gr_local_tune(a->fd);
   fcntl(a->fd, F_SETFL, fcntl(a->fd, F_GETFL) | O_NONBLOCK);
   return a->fd;
 }
