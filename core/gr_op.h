@@ -53,6 +53,9 @@ typedef enum gr_op_flags {
                                   members' devices, in rank order, comma-separated, into its
                                   string attr "devices", a server connects to their tasks,
                                   and a session gives a step on one device a rendezvous */
+  GR_OP_REMADE = 1 << 13,      /* made from its attrs alone, cheaply, without inputs (fill):
+                                  a device that reads it makes its own copy instead of
+                                  receiving it, as with a GR_OP_CONSTANT */
 } gr_op_flags;
 
 typedef struct gr_attr_spec {

@@ -213,7 +213,8 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
 }
 
 static bool is_dup_constant(const gr_node *n) {
-  return (n->op->flags & GR_OP_CONSTANT) && !n->num_inputs && !n->num_control_inputs;
+  return (n->op->flags & (GR_OP_CONSTANT | GR_OP_REMADE)) && !n->num_inputs &&
+         !n->num_control_inputs;
 }
 
 gr_status gr_part_graph_error(pctx *c, gr_graph *g) {

@@ -638,7 +638,8 @@ const gr_op_def gr_op_fill = {.name = "fill",
                               .attrs = fill_attrs,
                               .num_attrs = 3,
                               .shape_fn = fill_shape,
-                              .kernel = fill_kernel};
+                              .kernel = fill_kernel,
+                              .flags = GR_OP_REMADE};
 
 const gr_op_def gr_op_zeros_like = {.name = "zeros_like",
                                     .doc = "zeros of the dtype and shape of x",

@@ -39,17 +39,17 @@ static int count_op(const gr_partition *p, const char *op) {
 }
 
 /* a on device 0 feeds three consumers on device 1 and one on device 2: two
- * pairs, not four; a control edge crosses as its own pair; the constant used
- * on both devices is copied, not sent. */
+ * pairs, not four; a control edge crosses as its own pair; the constant and
+ * the fill (ones) used on other devices are copied, not sent. */
 static void test_one_pair_per_tensor_and_device(void) {
   gr_graph *g = gr_graph_new();
   gt_pin(g, 0);
   gr_output x = gr_placeholder(g, "x", GR_F32, (gr_shape){1, {3}});
-  gr_output c = gr_const_f32(g, 2);
-  gr_output a = gr_mul(g, x, c);
+  gr_output c = gr_const_f32(g, 2), ones = gr_ones(g, GR_F32, (gr_shape){1, {3}});
+  gr_output a = gr_mul(g, gr_mul(g, x, c), ones);
   gr_graph_pop_device_scope(g);
   gt_pin(g, 1);
-  gr_output b1 = gr_add(g, a, c), b2 = gr_mul(g, a, a), b3 = gr_sub(g, a, b1);
+  gr_output b1 = gr_add(g, a, c), b2 = gr_mul(g, a, a), b3 = gr_sub(g, a, gr_mul(g, b1, ones));
   gr_output y = gr_add_n(g, (gr_output[]){b1, b2, b3}, 3);
   gr_graph_pop_device_scope(g);
   gt_pin(g, 2);
@@ -67,7 +67,8 @@ static void test_one_pair_per_tensor_and_device(void) {
   GR_CHECK_EQ_INT(ps->num_parts, 3);
   GR_CHECK_EQ_INT(ps->num_sends, 3); /* a -> 1, a -> 2, control b2 -> 2 */
   GR_CHECK_EQ_INT(ps->num_control_sends, 1);
-  GR_CHECK_EQ_INT(ps->num_dup_consts, 1);
+  GR_CHECK_EQ_INT(ps->num_dup_consts, 2);
+  GR_CHECK_EQ_INT(count_op(&ps->parts[1], "fill"), 1);
   GR_CHECK_EQ_INT(count_op(&ps->parts[0], "_send"), 2);
   GR_CHECK_EQ_INT(count_op(&ps->parts[1], "_recv"), 1);
   GR_CHECK_EQ_INT(count_op(&ps->parts[1], "_send"), 1);
