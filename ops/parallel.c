@@ -641,13 +641,29 @@ static gr_status mean_outputs(replicas *r, bool wait, gr_output *outputs) {
     const char *dev = each[0].node->requested_device;
     for (int k = 1; k < n && dev[0]; k++)
       if (strcmp(each[k].node->requested_device, dev) != 0) dev = "";
-    if (dev[0] && gr_graph_push_device_scope(g, dev) != GR_OK) break;
+    gr_output count = gr_ops_const_scalar(g, each[0].node->out_dtypes[each[0].index], n);
+    if (!dev[0]) {
+      /* on several devices: each replica divides its own output, so the
+       * gradient of its part of the mean starts on its device from the
+       * seed (a fill, made there: core/partition.c) with nothing sent
+       * between its forward and backward passes; then the quotients are
+       * added (the same bits as the sum divided for a power-of-two n) */
+      for (int k = 0; k < n; k++) {
+        snprintf(name, sizeof name, "%s_%d_part", r->scope, k);
+        if (gr_graph_push_device_scope(g, each[k].node->requested_device) != GR_OK) break;
+        each[k] = gr_op(g, "div", name, (gr_output[]){each[k], count}, 2, NULL, 0);
+        gr_graph_pop_device_scope(g);
+      }
+      snprintf(name, sizeof name, "%s_mean", r->scope);
+      outputs[j] = gr_op(g, "add_n", name, each, n, NULL, 0);
+      continue;
+    }
+    if (gr_graph_push_device_scope(g, dev) != GR_OK) break;
     snprintf(name, sizeof name, "%s_sum", r->scope);
     gr_output sum = gr_op(g, "add_n", name, each, n, NULL, 0);
-    gr_output count = gr_ops_const_scalar(g, sum.node ? sum.node->out_dtypes[0] : GR_F32, n);
     snprintf(name, sizeof name, "%s_mean", r->scope);
     outputs[j] = gr_op(g, "div", name, (gr_output[]){sum, count}, 2, NULL, 0);
-    if (dev[0]) gr_graph_pop_device_scope(g);
+    gr_graph_pop_device_scope(g);
   }
   free(each);
   return gr_graph_error(g) ? gr_graph_error(g)->code : GR_OK;

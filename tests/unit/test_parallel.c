@@ -468,6 +468,29 @@ typedef struct lin_run {
   double spread;
 } lin_run;
 
+/* The backward pass of the replica on dev reads no gradient from another
+ * device but constants and fills (which each device makes for itself): its
+ * part of the mean over replicas is divided there, so the loss gradient's
+ * seed is not sent to it between its forward and backward passes. */
+static void check_backward_local(gr_graph *g, const char *dev) {
+  int on_dev = 0;
+  for (int id = 0; id < gr_graph_num_nodes(g); id++) {
+    gr_node *n = gr_graph_node(g, id);
+    if (strncmp(n->name, "gradients/", 10) != 0 || strcmp(gr_graph_resolve_device(g, n), dev))
+      continue;
+    on_dev++;
+    for (int i = 0; i < n->num_inputs; i++) {
+      const gr_node *in = n->inputs[i].node;
+      bool made_here = (in->op->flags & (GR_OP_CONSTANT | GR_OP_REMADE)) && !in->num_inputs;
+      if (strncmp(in->name, "gradients/", 10) != 0) continue; /* a forward value */
+      GR_CHECK_MSG(made_here || !strcmp(gr_graph_resolve_device(g, in), dev),
+                   "gradient node '%s' on %s reads '%s' (%s) from %s", n->name, dev, in->name,
+                   in->op->name, gr_graph_resolve_device(g, in));
+    }
+  }
+  GR_CHECK(on_dev > 0);
+}
+
 /* mode 0: no replicas; 1: 2 replicas, variables on the ps; 2: 2 replicas,
  * mirrored (all-reduce); 3: 4 micro-batches, stages on two workers. */
 static bool train_lin(int mode, int steps, lin_run *res) {
@@ -513,6 +536,7 @@ static bool train_lin(int mode, int steps, lin_run *res) {
     GR_CHECK(sum && strcmp(sum->op->name, "add_n") == 0);
     GR_CHECK(sum && strcmp(gr_graph_resolve_device(g, sum), "/job:ps/task:0") == 0);
   }
+  if (mode == 2) check_backward_local(g, "/job:worker/task:1");
   gr_error err;
   const char *names[3] = {worker_names[0], worker_names[1], worker_names[4]};
   gr_session *s = mode == 0 ? gr_session_new(g, NULL, &err) : named_session(g, names, 3, &err);
