@@ -463,6 +463,19 @@ static const gr_node *fusable_matmul(const gr_graph *g, const gr_node *var, gr_o
   return strcmp(gr_graph_resolve_device(g, m), gr_graph_resolve_device(g, var)) == 0 ? m : NULL;
 }
 
+/* GRAPHRUN_FUSE_UPDATE=0 (read when the graph is built) keeps every SGD
+ * update unfused: the weight gradient's product stored, then apply_sgd, as
+ * a replica of synchronous training must (bench-parallel's floor pair
+ * measures that step). Unset or 1: fused where fusable_matmul allows. */
+static gr_status fuse_update(gr_graph *g, bool *fuse) {
+  const char *v = getenv("GRAPHRUN_FUSE_UPDATE");
+  *fuse = true;
+  if (!v || !v[0] || !strcmp(v, "1")) return GR_OK;
+  if (!strcmp(v, "0")) return *fuse = false, GR_OK;
+  return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT, "GRAPHRUN_FUSE_UPDATE='%s': want 0 or 1",
+                             v);
+}
+
 gr_status gr_ops_check_loss(gr_graph *g, const char *fn, gr_output loss) {
   gr_dtype dt = loss.node->out_dtypes[loss.index];
   if (gr_dtype_is_float(dt)) return GR_OK;
@@ -512,6 +525,8 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
     return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
   gr_output train = {NULL, 0};
+  bool fuse;
+  if (fuse_update(g, &fuse) != GR_OK) goto done;
   if (gr_gradients(g, &loss, 1, var_list, n, NULL, true, grads) != GR_OK) goto done;
   if (gr_ops_all_reduce_mirrors(g, var_list, n, grads) != GR_OK) goto done;
   int nu = 0;
@@ -522,7 +537,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
     gr_output lr = gr_ops_const_scalar(g, v->out_dtypes[0], opt->learning_rate);
     gr_output in[2] = {lr, grads[i]};
     gr_output u = {NULL, 0};
-    const gr_node *mm = opt->kind == GR_OPT_SGD ? fusable_matmul(g, v, grads[i]) : NULL;
+    const gr_node *mm = fuse && opt->kind == GR_OPT_SGD ? fusable_matmul(g, v, grads[i]) : NULL;
     if (mm) { /* the matmul is left without consumers: a run prunes it */
       gr_output fin[3] = {lr, mm->inputs[0], mm->inputs[1]};
       gr_attr a[] = {gr_attr_string("var", vname),

@@ -3,6 +3,8 @@
  * sum((w - t)^2), whose gradient 2 (w - t) changes every step. */
 #include <graphrun.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "gr_test.h"
 #include "test_util.h"
@@ -262,6 +264,30 @@ static void test_minimize_fuses_sgd(void) {
   for (int i = 0; i < 12; i++) GR_CHECK(fabs(pinned[2][i] - plain[2][i]) <= 1e-13);
 }
 
+/* GRAPHRUN_FUSE_UPDATE=0: gr_minimize builds the unfused update, the same
+ * bits as gradients and apply_sgd by hand; another value is refused. */
+static void test_fuse_update_env(void) {
+  double off[3][12], plain[3][12];
+  int nf;
+  setenv("GRAPHRUN_FUSE_UPDATE", "0", 1);
+  sgd_model(1, true, false, off, &nf);
+  GR_CHECK_MSG(nf == 0, "GRAPHRUN_FUSE_UPDATE=0: %d fused updates", nf);
+  sgd_model(1, false, false, plain, &nf);
+  GR_CHECK(memcmp(off, plain, sizeof off) == 0);
+  setenv("GRAPHRUN_FUSE_UPDATE", "yes", 1);
+  gr_graph *g = gr_graph_new();
+  gr_output w = gr_variable(g, "w", gr_ones(g, GR_F32, (gr_shape){2, {3, 4}}));
+  gr_output x = gr_ones(g, GR_F32, (gr_shape){2, {2, 3}});
+  gr_output loss = gr_reduce_sum(g, gr_matmul(g, x, w, false, false), NULL, 0, false);
+  gr_optimizer sgd = {.kind = GR_OPT_SGD, .learning_rate = 0.1};
+  GR_CHECK(gr_minimize(g, &sgd, loss, &w, 1).node == NULL);
+  GR_CHECK(gr_graph_error(g) && strstr(gr_graph_error(g)->msg, "GRAPHRUN_FUSE_UPDATE='yes'"));
+  gr_graph_free(g);
+  unsetenv("GRAPHRUN_FUSE_UPDATE");
+  sgd_model(1, true, false, off, &nf);
+  GR_CHECK_EQ_INT(nf, 1);
+}
+
 /* Fusion follows where the product is asked to run: gradient nodes are
  * colocated with their forward node and take no pin of their own when
  * gr_minimize is called outside the device scope. (a) product pinned,
@@ -425,6 +451,7 @@ int main(void) {
   GR_RUN(test_slots_and_errors);
   GR_RUN(test_sgd_matmul_op);
   GR_RUN(test_minimize_fuses_sgd);
+  GR_RUN(test_fuse_update_env);
   GR_RUN(test_fusion_follows_colocation);
   GR_RUN(test_sgd_matmul_errors);
   GR_RUN(test_slots_and_sums_follow_the_variable);
