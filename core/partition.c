@@ -151,49 +151,55 @@ static gr_output standin(pctx *c, int fi, int d) {
 
 _Static_assert(GR_MAX_OUTPUTS + 1 < 2048, "a receive's map key packs output + 1 in 11 bits");
 
-gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
-  uint64_t key = (uint64_t)s << 22 | (uint64_t)(index + 1) << 11 | (uint64_t)d;
-  gr_node *r = gr_map_get_u64(&c->recvs, key);
-  if (r) return r;
-  gr_partition *src = part(c, c->dev[s]), *dst = part(c, d);
-  const gr_node *from = c->nodes[s];
+/* A _send on partition e of output in (in.index < 0: a control transfer,
+ * made when all of ctrl[0..nctrl) have run) and its _recv on partition d,
+ * named from base ("_send/BASE/SUFFIX/D", "_recv/BASE/SUFFIX/E"; tensor
+ * "BASE:SUFFIX"); *snd_out: the send. NULL when out of memory. */
+static gr_node *transfer(pctx *c, int e, int d, const char *base, const char *suffix, gr_output in,
+                         gr_node *const *ctrl, int nctrl, gr_node **snd_out) {
+  gr_partition *src = part(c, e), *dst = part(c, d);
   /* names of any length (a cut name could give two tensors one rendezvous key) */
-  size_t cap = strlen(from->name) + 64;
+  size_t cap = strlen(base) + strlen(suffix) + 64;
   char *tensor = malloc(cap), *name = malloc(cap);
+  *snd_out = NULL;
   if (!tensor || !name) {
     free(tensor), free(name);
     return NULL;
   }
-  if (index >= 0)
-    snprintf(tensor, cap, "%s:%d", from->name, index);
-  else
-    snprintf(tensor, cap, "%s:control", from->name);
+  bool data = in.index >= 0;
+  snprintf(tensor, cap, "%s:%s", base, suffix);
   gr_attr a[] = {gr_attr_string("tensor_name", tensor),
                  gr_attr_string("send_device", src->device),
                  gr_attr_string("recv_device", dst->device),
                  gr_attr_int("incarnation", (int64_t)c->o->incarnation),
                  gr_attr_bool("may_be_dead", c->has_cf),
-                 gr_attr_bool("control", index < 0),
-                 gr_attr_dtype("dtype", index >= 0 ? from->out_dtypes[index] : GR_BOOL),
-                 gr_attr_shape("shape", index >= 0 ? from->out_shapes[index] : (gr_shape){1, {0}})};
-  gr_node *src_copy = c->copy[s];
-  if (index >= 0)
-    snprintf(name, cap, "_send/%s/%d/%d", from->name, index, d);
-  else
-    snprintf(name, cap, "_send/%s/control/%d", from->name, d);
-  gr_output in = {src_copy, index};
-  gr_output snd = gr_graph_add_node(src->graph, &gr_op__send, name, index >= 0 ? &in : NULL,
-                                    index >= 0 ? 1 : 0, a, 6);
-  bool ok = snd.node && (index >= 0 || gr_graph_add_control_input_unchecked(src->graph, snd.node,
-                                                                            src_copy) == GR_OK);
-  if (index >= 0)
-    snprintf(name, cap, "_recv/%s/%d/%d", from->name, index, c->dev[s]);
-  else
-    snprintf(name, cap, "_recv/%s/control/%d", from->name, c->dev[s]);
-  r = ok ? gr_graph_add_node(dst->graph, &gr_op__recv, name, NULL, 0, a, 8).node : NULL;
+                 gr_attr_bool("control", !data),
+                 gr_attr_dtype("dtype", data ? in.node->out_dtypes[in.index] : GR_BOOL),
+                 gr_attr_shape("shape", data ? in.node->out_shapes[in.index] : (gr_shape){1, {0}})};
+  snprintf(name, cap, "_send/%s/%s/%d", base, suffix, d);
+  gr_output snd =
+      gr_graph_add_node(src->graph, &gr_op__send, name, data ? &in : NULL, data ? 1 : 0, a, 6);
+  bool ok = snd.node != NULL;
+  for (int k = 0; k < nctrl && ok; k++)
+    ok = gr_graph_add_control_input_unchecked(src->graph, snd.node, ctrl[k]) == GR_OK;
+  snprintf(name, cap, "_recv/%s/%s/%d", base, suffix, e);
+  gr_node *r = ok ? gr_graph_add_node(dst->graph, &gr_op__recv, name, NULL, 0, a, 8).node : NULL;
   free(tensor), free(name);
   if (r) r->assigned_device = dst->device;
   if (snd.node) snd.node->assigned_device = src->device;
+  *snd_out = snd.node;
+  return r;
+}
+
+gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
+  uint64_t key = (uint64_t)s << 22 | (uint64_t)(index + 1) << 11 | (uint64_t)d;
+  gr_node *r = gr_map_get_u64(&c->recvs, key), *snd;
+  if (r) return r;
+  char suffix[24] = "control";
+  if (index >= 0) snprintf(suffix, sizeof suffix, "%d", index);
+  gr_node *src_copy = c->copy[s];
+  r = transfer(c, c->dev[s], d, c->nodes[s]->name, suffix, (gr_output){src_copy, index}, &src_copy,
+               index >= 0 ? 0 : 1, &snd);
   /* Inside a loop the Recv runs in every iteration of its frame on this
    * device: the frame's control loop here drives it. */
   int f = gr_frames_output_frame(&c->fr, s);
@@ -202,14 +208,77 @@ gr_node *gr_part_recv_of(pctx *c, int s, int index, int d) {
     return NULL;
   if (r && f > 0) {
     GR_ASSERT(c->frames[f].ctl_merge && c->frames[f].ctl_merge[d]); /* check_frames, spans */
-    if (gr_graph_add_control_input_unchecked(dst->graph, r, c->frames[f].ctl_merge[d]) != GR_OK)
+    if (gr_graph_add_control_input_unchecked(part(c, d)->graph, r, c->frames[f].ctl_merge[d]) !=
+        GR_OK)
       return NULL;
     c->ps->num_loop_sends++;
   }
-  if (!snd.node || !r || !gr_map_put_u64(&c->recvs, key, r)) return NULL;
+  if (!snd || !r || !gr_map_put_u64(&c->recvs, key, r)) return NULL;
   c->ps->num_sends++;
   if (index < 0) c->ps->num_control_sends++;
   return r;
+}
+
+/* Control inputs that cross as one transfer: their positions (ascending),
+ * from partition e to partition d, and the receive. */
+typedef struct ctl_group {
+  struct ctl_group *next; /* another group whose key hashes the same */
+  gr_node *recv;
+  int d, e, n;
+  int pos[];
+} ctl_group;
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* The control inputs at positions pos[0..n) (n >= 2, all on partition e) of
+ * the node at position i (on partition d), with i at the top level: one
+ * transfer for them all, whose _send waits for every one of them, instead
+ * of one per input (minimize's global step waits for every update: one
+ * message from each other device, not one per variable). Nodes that wait
+ * for the same inputs share it. NULL when out of memory. */
+static gr_node *control_group_recv(pctx *c, int i, int d, int e, int *pos, int n) {
+  qsort(pos, (size_t)n, sizeof *pos, cmp_int);
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)d << 32 ^ (uint64_t)e;
+  for (int k = 0; k < n; k++) h = (h ^ (uint64_t)pos[k]) * 1099511628211ull;
+  bool added;
+  void **slot = gr_map_slot_u64(&c->groups, h, &added);
+  if (!slot) return NULL;
+  for (ctl_group *g = *slot; g; g = g->next)
+    if (g->d == d && g->e == e && g->n == n && !memcmp(g->pos, pos, sizeof *pos * (size_t)n))
+      return g->recv;
+  ctl_group *g = malloc(sizeof *g + sizeof *pos * (size_t)n);
+  gr_node **srcs = malloc(sizeof *srcs * (size_t)n);
+  if (!g || !srcs) {
+    free(g), free(srcs);
+    return NULL;
+  }
+  for (int k = 0; k < n; k++) srcs[k] = c->copy[pos[k]];
+  char suffix[32];
+  snprintf(suffix, sizeof suffix, "controls_of_%d", e);
+  gr_node *snd,
+      *r = transfer(c, e, d, c->nodes[i]->name, suffix, (gr_output){NULL, -1}, srcs, n, &snd);
+  free(srcs);
+  if (!snd || !r) {
+    free(g);
+    return NULL;
+  }
+  *g = (ctl_group){*slot, r, d, e, n};
+  memcpy(g->pos, pos, sizeof *pos * (size_t)n);
+  *slot = g;
+  c->ps->num_sends++;
+  c->ps->num_control_sends++;
+  c->ps->num_grouped_controls += n - 1;
+  return r;
+}
+
+static void free_groups(gr_map *groups) {
+  void *v;
+  for (size_t it = 0; gr_map_next(groups, &it, NULL, &v);)
+    for (ctl_group *g = v, *next; g; g = next) next = g->next, free(g);
+  gr_map_free(groups);
 }
 
 static bool is_dup_constant(const gr_node *n) {
@@ -268,6 +337,14 @@ static gr_status input_on(pctx *c, const gr_node *user, gr_output src, int d, gr
   return GR_OK;
 }
 
+/* Whether control input s of the node at position i (on another device,
+ * not a loop's pivot) may share a transfer with the node's other control
+ * inputs from s's device: both at the top level, where a transfer runs
+ * once per step. */
+static bool groups_controls(const pctx *c, int i, int s) {
+  return gr_frames_input_frame(&c->fr, i) == 0 && gr_frames_output_frame(&c->fr, s) == 0;
+}
+
 /* Copies the node at position i into partition d. */
 static gr_status copy_to(pctx *c, int i, int d, gr_node **out) {
   const gr_node *nd = c->nodes[i];
@@ -280,8 +357,14 @@ static gr_status copy_to(pctx *c, int i, int d, gr_node **out) {
   gr_node **ctrl = nd->num_control_inputs <= SMALL
                        ? ctrl_small
                        : malloc(sizeof(gr_node *) * (size_t)nd->num_control_inputs);
+  /* control inputs to group (positions), and those of one device */
+  int group_small[2 * SMALL];
+  int *group = nd->num_control_inputs <= SMALL
+                   ? group_small
+                   : malloc(2 * sizeof(int) * (size_t)nd->num_control_inputs);
+  int *same = !group ? NULL : group == group_small ? group + SMALL : group + nd->num_control_inputs;
   gr_status st = GR_OK;
-  if (!in || !ctrl) st = gr_part_oom(c);
+  if (!in || !ctrl || !group) st = gr_part_oom(c);
   for (int j = 0; j < nd->num_inputs && st == GR_OK; j++) {
     int s = gr_part_pos(c, nd->inputs[j].node);
     if (s >= 0 && !c->copy[s]) { /* a loop's back edge: patched once its source exists */
@@ -298,14 +381,30 @@ static gr_status copy_to(pctx *c, int i, int d, gr_node **out) {
       st = input_on(c, nd, nd->inputs[j], d, &in[j]);
     }
   }
-  int nctrl = 0;
+  int nctrl = 0, ngroup = 0;
   for (int j = 0; j < nd->num_control_inputs && st == GR_OK; j++) {
     int s = gr_part_pos(c, nd->control_inputs[j]);
     if (s < 0) continue;                        /* a fed node: nothing to wait for */
     if (c->sink[i] && c->dev[s] != d) continue; /* the step's end waits for it */
     gr_node *cn = c->dev[s] == d ? c->copy[s] : gr_part_loop_pivot(c, s, d, &st);
+    if (!cn && st == GR_OK && groups_controls(c, i, s)) {
+      group[ngroup++] = s; /* sent with the others from its device, below */
+      continue;
+    }
     if (!cn && st == GR_OK) cn = gr_part_recv_of(c, s, -1, d);
     if (!cn && st == GR_OK) st = gr_part_graph_error(c, p->graph);
+    ctrl[nctrl++] = cn;
+  }
+  /* the grouped ones: one transfer per device they come from (one input
+   * alone: its own pair, which other readers share) */
+  for (int k = 0; k < ngroup && st == GR_OK; k++) {
+    if (group[k] < 0) continue; /* sent with an earlier one of its device */
+    int e = c->dev[group[k]], n = 0;
+    for (int m = k; m < ngroup; m++)
+      if (group[m] >= 0 && c->dev[group[m]] == e) same[n++] = group[m], group[m] = -1;
+    gr_node *cn =
+        n == 1 ? gr_part_recv_of(c, same[0], -1, d) : control_group_recv(c, i, d, e, same, n);
+    if (!cn) st = gr_part_graph_error(c, p->graph);
     ctrl[nctrl++] = cn;
   }
   if (st == GR_OK) {
@@ -319,6 +418,7 @@ static gr_status copy_to(pctx *c, int i, int d, gr_node **out) {
   }
   if (in != in_small) free(in);
   if (ctrl != ctrl_small) free(ctrl);
+  if (group != group_small) free(group);
   return st;
 }
 
@@ -475,6 +575,7 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
   c.sink = calloc((size_t)num_nodes + 1, 1);
   gr_map_init(&c.recvs, GR_MAP_U64), gr_map_init(&c.dups, GR_MAP_U64);
   gr_map_init(&c.standins, GR_MAP_U64), gr_map_init(&c.recv_src, GR_MAP_U64);
+  gr_map_init(&c.groups, GR_MAP_U64);
   c.ps = calloc(1, sizeof *c.ps);
   gr_status st = GR_OK;
   if (!c.pos_of || !c.order || !c.dev || !c.devs || !c.copy || !c.sink || !c.ps) {
@@ -497,5 +598,6 @@ gr_status gr_partition_graph(gr_node *const *nodes, int num_nodes, const gr_outp
   gr_frames_free(&c.fr);
   gr_map_free(&c.recvs), gr_map_free(&c.dups), gr_map_free(&c.standins);
   gr_map_free(&c.recv_src);
+  free_groups(&c.groups);
   return st;
 }

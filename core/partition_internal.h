@@ -44,6 +44,7 @@ typedef struct pctx {
   gr_map dups;     /* (src position, part) -> copied constant or enter */
   gr_map standins; /* (feed index, part) -> feed stand-in */
   gr_map recv_src; /* top-level _recv node -> its source's position + 1 */
+  gr_map groups;   /* hash of (part, source part, positions) -> ctl_group chain (partition.c) */
   bool has_cf;     /* control flow: receives may carry dead values */
   gr_partitions *ps;
 } pctx;

@@ -1,6 +1,7 @@
 /* Partitioning and multi-device steps: one _send/_recv pair per (tensor,
  * destination device), control edges across devices, constants copied
- * instead of sent, feeds and fetches on any device, deadness of a cond's
+ * instead of sent, a node's control inputs from one device crossing as one
+ * transfer, feeds and fetches on any device, deadness of a cond's
  * untaken branch crossing devices, a step's target group waiting only on
  * its own device, an error on one device aborting every
  * device's step, recv scheduling, and a property test: random DAGs (with a
@@ -31,6 +32,15 @@ static gr_partitions *partition_all(gr_graph *g, const gr_output *feeds, int nf,
   return ps;
 }
 
+/* Every node of g (each pinned with gt_pin) assigned to its pinned device. */
+static void assign_pinned(gr_graph *g) {
+  GR_CHECK(gr_graph_error(g) == NULL);
+  for (int i = 0; i < gr_graph_num_nodes(g); i++) {
+    gr_node *n = gr_graph_node(g, i);
+    n->assigned_device = gt_device_name(n->requested_device[strlen(n->requested_device) - 1] - '0');
+  }
+}
+
 static int count_op(const gr_partition *p, const char *op) {
   int c = 0;
   for (int i = 0; i < gr_graph_num_nodes(p->graph); i++)
@@ -57,11 +67,7 @@ static void test_one_pair_per_tensor_and_device(void) {
   gr_output z = gr_neg(g, a);
   gr_graph_pop_control_deps(g);
   gr_graph_pop_device_scope(g);
-  GR_CHECK(gr_graph_error(g) == NULL);
-  for (int i = 0; i < gr_graph_num_nodes(g); i++) {
-    gr_node *n = gr_graph_node(g, i);
-    n->assigned_device = gt_device_name(n->requested_device[strlen(n->requested_device) - 1] - '0');
-  }
+  assign_pinned(g);
   gr_output feeds[] = {x}, fetches[] = {y, z};
   gr_partitions *ps = partition_all(g, feeds, 1, fetches, 2);
   GR_CHECK_EQ_INT(ps->num_parts, 3);
@@ -116,11 +122,7 @@ static void test_target_group_waits_on_its_device(void) {
   gt_pin(g, 0);
   gr_output train = gr_group(g, "train", u, 2);
   gr_graph_pop_device_scope(g);
-  GR_CHECK(gr_graph_error(g) == NULL);
-  for (int i = 0; i < gr_graph_num_nodes(g); i++) {
-    gr_node *n = gr_graph_node(g, i);
-    n->assigned_device = gt_device_name(n->requested_device[strlen(n->requested_device) - 1] - '0');
-  }
+  assign_pinned(g);
   gr_partitions *ps = partition_all(g, NULL, 0, NULL, 0);
   GR_CHECK_EQ_INT(ps->num_control_sends, 0);
   GR_CHECK_EQ_INT(count_op(&ps->parts[1], "assign_add"), 1);
@@ -145,6 +147,61 @@ static void test_target_group_waits_on_its_device(void) {
   ps = partition_all(g, NULL, 0, &after, 1);
   GR_CHECK_EQ_INT(ps->num_control_sends, 1);
   gr_partitions_free(ps);
+  gr_graph_free(g);
+}
+
+/* A node's control inputs from one other device cross as one transfer
+ * (sent when all of them have run), not one each: minimize's global step
+ * waits for every update. Three updates on device 1 and one on device 2
+ * before two nodes on device 0 (a constant and its negation, both made in
+ * the control-dependency scope): two control transfers, which both nodes
+ * share. */
+static void test_control_inputs_share_a_transfer(void) {
+  gr_graph *g = gr_graph_new();
+  gr_output v[4], u[4];
+  for (int k = 0; k < 4; k++) {
+    gt_pin(g, k < 3 ? 1 : 2);
+    char name[8];
+    snprintf(name, sizeof name, "v%d", k);
+    v[k] = gr_variable(g, name, gr_const_f32(g, (float)k));
+    u[k] = gr_assign_add(g, v[k], gr_const_f32(g, 1));
+    gr_graph_pop_device_scope(g);
+  }
+  gt_pin(g, 0);
+  gr_graph_push_control_deps(g, u, 4);
+  gr_output after = gr_neg(g, gr_const_f32(g, 2));
+  gr_graph_pop_control_deps(g);
+  gr_graph_pop_device_scope(g);
+  assign_pinned(g);
+  gr_partitions *ps = partition_all(g, NULL, 0, &after, 1);
+  GR_CHECK_EQ_INT(ps->num_control_sends, 2);
+  GR_CHECK_EQ_INT(ps->num_grouped_controls, 2);
+  int sends[3] = {0, 0, 0}, recvs[3] = {0, 0, 0};
+  for (int k = 0; k < ps->num_parts; k++)
+    for (int dev = 0; dev < 3; dev++)
+      if (!strcmp(ps->parts[k].device, gt_device_name(dev))) {
+        sends[dev] = count_op(&ps->parts[k], "_send");
+        recvs[dev] = count_op(&ps->parts[k], "_recv");
+      }
+  GR_CHECK(sends[0] == 0 && sends[1] == 1 && sends[2] == 1);
+  GR_CHECK_MSG(recvs[0] == 2 && recvs[1] == 0 && recvs[2] == 0, "recvs %d %d %d", recvs[0], recvs[1], recvs[2]);
+  for (int k = 0; k < 3; k++) GR_CHECK(gr_graph_error(ps->parts[k].graph) == NULL);
+  gr_partitions_free(ps);
+  gr_session *s = gt_session(g, 3, 2);
+  gr_error err;
+  for (int step = 0; s && step < 3; step++) {
+    gr_tensor a;
+    GR_CHECK_OK(gr_session_run(s, NULL, 0, &after, 1, &a, NULL, 0, &err), err);
+    GR_CHECK(gr_tensor_get_f64(&a, 0) == -2);
+    gr_tensor_release(&a);
+  }
+  gr_tensor out[4];
+  if (s) GR_CHECK_OK(gr_session_run(s, NULL, 0, v, 4, out, NULL, 0, &err), err);
+  for (int k = 0; k < 4 && s; k++) {
+    GR_CHECK(gr_tensor_get_f64(&out[k], 0) == k + 3); /* every update ran in every step */
+    gr_tensor_release(&out[k]);
+  }
+  gr_session_free(s);
   gr_graph_free(g);
 }
 
@@ -382,6 +439,7 @@ static void test_long_names_cross_devices(void) {
 int main(void) {
   GR_RUN(test_one_pair_per_tensor_and_device);
   GR_RUN(test_target_group_waits_on_its_device);
+  GR_RUN(test_control_inputs_share_a_transfer);
   GR_RUN(test_error_aborts_all_devices);
   GR_RUN(test_long_ping_pong_chain);
   GR_RUN(test_recv_scheduling);
