@@ -27,7 +27,10 @@
  *       forked processes each run that one-worker step, with a raw-socket
  *       ring all-reduce of the MLP's gradient bytes after every step
  *       (sync_floor) or without (sync_nocomm); 2 x one-worker step time /
- *       the pair's step time.
+ *       the pair's step time. sync_floor's step keeps the update unfused
+ *       (GRAPHRUN_FUSE_UPDATE=0), as a replica's must be;
+ *       sync_floor_fused is the same pair with the one-worker step's fused
+ *       update, which no data-parallel step can have.
  *   async_eps  graphrun launch --ps 1 --workers 2 --between-graph
  *       examples/ps_async.gr:
  *       worker 0's "N steps in S s" x 128 x 2.
@@ -50,7 +53,7 @@
  *
  * Last line: parallel: allreduce_vs_gloo=A sync_vs_ddp=B sync_scaling=C
  *            async_eps=D pipeline_speedup=E sync_floor=F sync_nocomm=G
- *            pipeline_bound=H */
+ *            pipeline_bound=H sync_floor_fused=I */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -320,20 +323,29 @@ static double busier_task_s(program *pr, int steps) {
   return bench_median(v, steps);
 }
 
-/* the floor pair's step (parallel_floor.h): the one-worker program, loaded
- * in each forked process */
+/* the floor pair's steps (parallel_floor.h): the one-worker program,
+ * loaded twice in each forked process: variant FLOOR_FUSED as it is (SGD
+ * fused into the weight gradients' products), FLOOR_DP built with
+ * GRAPHRUN_FUSE_UPDATE=0 (the products stored, then apply_sgd: the
+ * arithmetic of a data-parallel replica, whose update must wait for the
+ * summed gradient) */
+enum { FLOOR_FUSED, FLOOR_DP };
+
 static void *floor_setup(void) {
-  program *pr = malloc(sizeof *pr);
+  program *pr = calloc(2, sizeof *pr);
   char *text = variant("allreduce.gr", "batch_size=64 * workers", "batch_size=128 * workers");
   if (!pr) bench_die("floor pair", "out of memory");
-  program_load(pr, "allreduce.gr (one worker, floor pair)", text, NULL);
+  program_load(&pr[FLOOR_FUSED], "allreduce.gr (one worker, floor pair)", text, NULL);
+  setenv("GRAPHRUN_FUSE_UPDATE", "0", 1); /* in the forked child only */
+  program_load(&pr[FLOOR_DP], "allreduce.gr (one worker, unfused, floor pair)", text, NULL);
+  unsetenv("GRAPHRUN_FUSE_UPDATE");
   free(text);
   return pr;
 }
 
-static void floor_step(void *ctx) {
+static void floor_step(void *ctx, int which) {
   program *pr = ctx;
-  run_steps(pr->s, &pr->train, 1, 1);
+  run_steps(pr[which].s, &pr[which].train, 1, 1);
 }
 
 /* ---- PyTorch ------------------------------------------------------------------------ */
@@ -568,7 +580,7 @@ typedef struct figures {
   double ar_gbps[2][MAX_ROUNDS], gloo_gbps[2][MAX_ROUNDS], ar_ratio[2][MAX_ROUNDS];
   double sync_eps[MAX_ROUNDS], one_eps[MAX_ROUNDS], ddp_eps[MAX_ROUNDS], ddp_ratio[MAX_ROUNDS];
   double scaling[MAX_ROUNDS], async_eps[MAX_ROUNDS], mp_s[2][MAX_ROUNDS], speedup[MAX_ROUNDS];
-  double floor_sc[MAX_ROUNDS], nocomm_sc[MAX_ROUNDS], pipe_bound[MAX_ROUNDS];
+  double floor_sc[MAX_ROUNDS], fused_sc[MAX_ROUNDS], nocomm_sc[MAX_ROUNDS], pipe_bound[MAX_ROUNDS];
 } figures;
 
 static void find_graphrun(bench *b) {
@@ -636,7 +648,8 @@ static void bench_setup(bench *b) {
   if (b->c.part[P_SYNC]) {
     program_load(&b->sync1, "allreduce.gr (one worker)", b->sync_text, NULL);
     time_train(&b->sync2, 5), time_train(&b->sync1, 5); /* warm-up */
-    floor_pair_run(b->fp, 5, true);                     /* warm-up: the children load the program */
+    floor_pair_run(b->fp, 5, true, FLOOR_FUSED); /* warm-up: the children load the programs */
+    floor_pair_run(b->fp, 5, true, FLOOR_DP);
   }
   if (b->c.part[P_PIPELINE]) time_train(&b->mp1, 5), time_train(&b->mp4, 5);
 }
@@ -667,12 +680,14 @@ static void bench_round(bench *b, int r, bool *torch_ok, figures *f) {
     f->gloo_gbps[i][r] = (double)c->sizes[i] / tf.ar_s[i] / 1e9;
     f->ar_ratio[i][r] = f->ar_gbps[i][r] / f->gloo_gbps[i][r];
   }
-  f->one_eps[r] = f->sync_eps[r] = f->nocomm_sc[r] = f->floor_sc[r] = NAN;
+  f->one_eps[r] = f->sync_eps[r] = f->nocomm_sc[r] = f->floor_sc[r] = f->fused_sc[r] = NAN;
   if (c->part[P_SYNC]) {
-    f->one_eps[r] = BATCH / time_train(&b->sync1, c->mlp_steps);
+    double one_s = time_train(&b->sync1, c->mlp_steps);
+    f->one_eps[r] = BATCH / one_s;
     f->sync_eps[r] = 2 * BATCH / time_train(&b->sync2, c->mlp_steps);
-    f->nocomm_sc[r] = 2 * BATCH / f->one_eps[r] / floor_pair_run(b->fp, c->mlp_steps, false);
-    f->floor_sc[r] = 2 * BATCH / f->one_eps[r] / floor_pair_run(b->fp, c->mlp_steps, true);
+    f->nocomm_sc[r] = 2 * one_s / floor_pair_run(b->fp, c->mlp_steps, false, FLOOR_FUSED);
+    f->floor_sc[r] = 2 * one_s / floor_pair_run(b->fp, c->mlp_steps, true, FLOOR_DP);
+    f->fused_sc[r] = 2 * one_s / floor_pair_run(b->fp, c->mlp_steps, true, FLOOR_FUSED);
     if (c->breakdown) step_breakdown("sync MLP x2", &b->sync2, 20);
   }
   f->ddp_eps[r] = 2 * BATCH / tf.ddp_s;
@@ -693,11 +708,13 @@ static void bench_round(bench *b, int r, bool *torch_ok, figures *f) {
   f->speedup[r] = f->mp_s[0][r] / f->mp_s[1][r];
   f->async_eps[r] = c->part[P_ASYNC] ? run_async(b->graphrun, b->async_file, c->async_steps) : NAN;
   printf("round %d: all-reduce %.2f / %.2f GB/s (Gloo %.2f / %.2f); sync x2 %.0f examples/s "
-         "(DDP %.0f, one worker %.0f; floor pair x%.2f, without exchange x%.2f); async %.0f; "
+         "(DDP %.0f, one worker %.0f; floor pair x%.2f, fused x%.2f, without exchange x%.2f); "
+         "async %.0f; "
          "pipeline M=1 %.2f ms, M=4 %.2f ms (bound x%.2f)\n",
          r, f->ar_gbps[0][r], f->ar_gbps[1][r], f->gloo_gbps[0][r], f->gloo_gbps[1][r],
-         f->sync_eps[r], f->ddp_eps[r], f->one_eps[r], f->floor_sc[r], f->nocomm_sc[r],
-         f->async_eps[r], f->mp_s[0][r] * 1e3, f->mp_s[1][r] * 1e3, f->pipe_bound[r]);
+         f->sync_eps[r], f->ddp_eps[r], f->one_eps[r], f->floor_sc[r], f->fused_sc[r],
+         f->nocomm_sc[r], f->async_eps[r], f->mp_s[0][r] * 1e3, f->mp_s[1][r] * 1e3,
+         f->pipe_bound[r]);
   fflush(stdout);
 }
 
@@ -719,14 +736,16 @@ static void report(figures *f, int n) {
   range("sync_vs_ddp", f->ddp_ratio, n, "");
   range("sync_scaling", f->scaling, n, "");
   range("sync_floor (raw-socket pair)", f->floor_sc, n, "");
+  range("sync_floor_fused (pair, fused update)", f->fused_sc, n, "");
   range("sync_nocomm (pair, no exchange)", f->nocomm_sc, n, "");
   range("pipeline_speedup", f->speedup, n, "");
   range("pipeline_bound (busier stage)", f->pipe_bound, n, "");
   double avg = fmin(med(f->ar_ratio[0], n), med(f->ar_ratio[1], n));
   printf("parallel: allreduce_vs_gloo=%.2f sync_vs_ddp=%.2f sync_scaling=%.2f async_eps=%.0f "
-         "pipeline_speedup=%.2f sync_floor=%.2f sync_nocomm=%.2f pipeline_bound=%.2f\n",
+         "pipeline_speedup=%.2f sync_floor=%.2f sync_nocomm=%.2f pipeline_bound=%.2f "
+         "sync_floor_fused=%.2f\n",
          avg, med(f->ddp_ratio, n), med(f->scaling, n), med(f->async_eps, n), med(f->speedup, n),
-         med(f->floor_sc, n), med(f->nocomm_sc, n), med(f->pipe_bound, n));
+         med(f->floor_sc, n), med(f->nocomm_sc, n), med(f->pipe_bound, n), med(f->fused_sc, n));
 }
 
 int main(int argc, char **argv) {

@@ -13,7 +13,7 @@
 #include "distributed/transport_internal.h" /* gr_local_tune */
 
 typedef struct command {
-  int steps, exchange;
+  int steps, exchange, variant;
 } command;
 
 typedef struct child_args {
@@ -21,7 +21,7 @@ typedef struct child_args {
   int others[2]; /* the first child's pipe ends, inherited by the second: closed */
   size_t floats;
   void *(*setup)(void);
-  void (*step)(void *ctx);
+  void (*step)(void *ctx, int variant);
 } child_args;
 
 struct floor_pair {
@@ -93,7 +93,7 @@ static void child_main(void *arg, int life) {
     duplex(fd, &b, 1, &b, 1); /* both start together */
     double t0 = bench_now();
     for (int k = 0; k < c.steps; k++) {
-      a->step(ctx);
+      a->step(ctx, c.variant);
       if (c.exchange) ring_sum(fd, a->rank, buf, a->floats, tmp);
     }
     double s = bench_now() - t0;
@@ -103,7 +103,7 @@ static void child_main(void *arg, int life) {
 }
 
 floor_pair *floor_pair_spawn(int life_r, int life_w, size_t floats, void *(*setup)(void),
-                             void (*step)(void *ctx)) {
+                             void (*step)(void *ctx, int variant)) {
   floor_pair *fp = calloc(1, sizeof *fp);
   int sv[2];
   if (!fp || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
@@ -123,8 +123,8 @@ floor_pair *floor_pair_spawn(int life_r, int life_w, size_t floats, void *(*setu
   return fp;
 }
 
-double floor_pair_run(floor_pair *fp, int steps, bool exchange) {
-  command c = {steps, exchange};
+double floor_pair_run(floor_pair *fp, int steps, bool exchange, int variant) {
+  command c = {steps, exchange, variant};
   double worst = 0;
   for (int r = 0; r < 2; r++)
     if (write(fp->cmd_w[r], &c, sizeof c) != (ssize_t)sizeof c) bench_die("floor pair", "gone");
