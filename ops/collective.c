@@ -51,6 +51,13 @@
  * copied to every other member: the same bits on every member and every
  * rerun. Every member reads the same attrs, so they agree on the schedule.
  *
+ * collective_all_reduce_sgd (built by gr_minimize for mirrored variables
+ * trained by SGD, parallel_collective.c) is the same kernel with update
+ * steps in its schedule: after the step that leaves a part holding its
+ * total for good, that part of each input's variable (attr apply_vars)
+ * takes SGD's step (update_part), so the update runs while the member
+ * waits for the next piece, not after the whole bucket.
+ *
  * Keys: "DEV;0000000000000000;PEER_DEV;GROUP_KEY#TN.FROM.TO.P;frame:iter",
  * T the phase (s reduce-scatter, g all-gather, r reduce, b broadcast; h
  * reduce and i broadcast inside a host), N
@@ -97,6 +104,9 @@ struct coll {
   int64_t iteration;
   gr_tensor got; /* a received part, not yet used */
   bool have;
+  gr_var **vars; /* collective_all_reduce_sgd: input i's variable (NULL: none) */
+  bool *touched; /* vars[i] already made its own (copy on write) this step */
+  double lr;
   gr_status st;
   gr_error err;
   coll *next; /* the trampoline's queue */
@@ -246,6 +256,7 @@ static char *make_key(const coll *x, int from, int to, const action *a, char *bu
 
 static void coll_free(coll *x) {
   if (x->have) gr_tensor_release(&x->got);
+  free(x->vars), free(x->touched);
   gr_tensor_release(&x->flat);
   free(x->seg);
   free(x->devs), free(x->dev), free(x->acts);
@@ -407,6 +418,38 @@ static gr_status send_part(coll *x, const action *a) {
   return st;
 }
 
+/* An update step (collective_all_reduce_sgd): the part [off, off + len)
+ * holds its totals for good, so each input's variable takes SGD's step
+ * there, var -= learning_rate * total, under the variable's lock; the
+ * first step on a variable makes it its own when another holder still
+ * reads the old value (copy on write). The same arithmetic as apply_sgd:
+ * the same bits on every member, and as the unfused update. A read of the
+ * variable that the graph does not order with the update may see some
+ * parts updated (as TensorFlow's apply ops without use_locking). */
+static void update_part(coll *x, int64_t off, int64_t len) {
+  const gr_kernel_ctx *ctx = x->ctx;
+  for (int i = 0; i < ctx->num_inputs && x->st == GR_OK; i++) {
+    int64_t lo = off > x->seg[i] ? off : x->seg[i];
+    int64_t hi = off + len < x->seg[i + 1] ? off + len : x->seg[i + 1];
+    if (!x->vars[i] || hi <= lo) continue;
+    gr_var_lock(x->vars[i]);
+    gr_tensor *t = gr_var_value(x->vars[i]);
+    if (!x->touched[i] && !gr_tensor_is_unique(t)) {
+      gr_tensor fresh;
+      if (gr_tensor_copy(t, &fresh, &x->err) == GR_OK) {
+        gr_tensor_release(t);
+        *t = fresh;
+      } else {
+        x->st = x->err.code;
+      }
+    }
+    x->touched[i] = true;
+    if (x->st == GR_OK)
+      gr_ops_sgd_range(t, lo - x->seg[i], x->buf + (size_t)lo * x->es, hi - lo, x->lr);
+    gr_var_unlock(x->vars[i]);
+  }
+}
+
 /* Runs the schedule from x->pos: sends and divisions at once, up to the
  * next receive, whose arrival continues it (on_recv); or finishes. */
 static void advance(coll *x) {
@@ -418,6 +461,8 @@ static void advance(coll *x) {
     } else if (a->kind == 'd') {
       if (a->from_inputs) from_inputs(x, x->buf + (size_t)a->off * x->es, NULL, a->off, a->len);
       divide(x->dt, x->buf + (size_t)a->off * x->es, a->len, x->n);
+    } else if (a->kind == 'u') {
+      update_part(x, a->off, a->len);
     } else {
       char buf[512], *key = make_key(x, a->peer, x->rank, a, buf, sizeof buf);
       if (!key) {
@@ -615,6 +660,59 @@ static void copy_inputs_in(coll *x) {
   x->copied_in = true;
 }
 
+/* collective_all_reduce_sgd: the variables of attr apply_vars (one name
+ * per input, comma-separated; an empty name: none), each initialised and
+ * of its input's dtype and shape; and the schedule with its update steps. */
+static gr_status prepare_updates(gr_kernel_ctx *ctx, coll *x) {
+  const char *names = gr_node_attr_string(ctx->node, "apply_vars", "");
+  x->lr = gr_node_attr_float(ctx->node, "learning_rate", 0);
+  x->vars = calloc((size_t)ctx->num_inputs + 1, sizeof *x->vars);
+  x->touched = calloc((size_t)ctx->num_inputs + 1, sizeof *x->touched);
+  if (!x->vars || !x->touched)
+    return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  const char *p = names;
+  for (int i = 0; i < ctx->num_inputs; i++) {
+    size_t len = strcspn(p, ",");
+    char name[512];
+    if (!*p && i > 0)
+      return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                             "collective '%s': attr apply_vars names %d variables for %d inputs",
+                             x->gkey, i, ctx->num_inputs);
+    if (len >= sizeof name)
+      return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                             "collective '%s': a variable name of "
+                             "attr apply_vars is too long",
+                             x->gkey);
+    memcpy(name, p, len);
+    name[len] = '\0';
+    p += len + (p[len] == ',');
+    if (!len) continue;
+    gr_var *v = gr_resource_mgr_get_var(ctx->step->resources, name);
+    if (!v) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    gr_var_lock(v);
+    const gr_tensor *t = gr_var_value(v);
+    bool init = t->buf != NULL,
+         same = init && t->dtype == x->dt && gr_shape_equal(&t->shape, &ctx->inputs[i].shape);
+    gr_var_unlock(v);
+    if (!init)
+      return gr_kernel_error(ctx, GR_ERR_FAILED_PRECONDITION, "variable '%s' is not initialised",
+                             name);
+    if (!same)
+      return gr_kernel_error(ctx, GR_ERR_SHAPE,
+                             "collective '%s': input %d does not match the dtype and shape of "
+                             "variable '%s', which it updates",
+                             x->gkey, i, name);
+    x->vars[i] = v;
+  }
+  gr_coll_action *acts;
+  int n;
+  if (!gr_coll_plan_updates(x->acts, x->num_acts, x->total, &acts, &n))
+    return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  free(x->acts);
+  x->acts = acts, x->num_acts = n;
+  return GR_OK;
+}
+
 static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
   const gr_node *nd = ctx->node;
   coll *x = calloc(1, sizeof *x);
@@ -654,6 +752,10 @@ static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
     gr_kernel_on_cancel(ctx, on_cancel, x->rv);
   }
   copy_inputs_in(x);
+  if (nd->op == &gr_op_collective_all_reduce_sgd && (st = prepare_updates(ctx, x)) != GR_OK) {
+    coll_free(x);
+    return st;
+  }
   if (x->n > 1) expect_copies(x);
   kick(x);
   return GR_OK;
@@ -716,7 +818,6 @@ static void all_reduce_cost(const gr_node *nd, gr_cost *out) {
  * when each differentiation reaches all of them (one that does not fails
  * the step naming the group's missing rank). An output without a gradient
  * gives zeros. */
-extern const gr_op_def gr_op_collective_all_reduce;
 
 static gr_status all_reduce_grad(gr_grad_ctx *c) {
   const gr_node *nd = c->node;
@@ -761,7 +862,16 @@ static const gr_attr_spec all_reduce_attrs[] = {
     {"reduction", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = "sum"}},
     {"hierarchy", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = "auto"}},
     {"hosts", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
-    {"piece_bytes", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}}};
+    {"piece_bytes", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
+    {"apply_vars", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
+    {"learning_rate", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0}}};
+
+/* What the two ops share: the inputs, outputs, attrs, shapes, cost and
+ * kernel (which tells them apart by op) */
+#define ALL_REDUCE_OP                                                                              \
+  .min_inputs = 1, .max_inputs = -1, .input_names = (const char *[]){"values"}, .num_outputs = -1, \
+  .attrs = all_reduce_attrs, .num_attrs = sizeof all_reduce_attrs / sizeof all_reduce_attrs[0],    \
+  .shape_fn = all_reduce_shape, .cost_fn = all_reduce_cost, .kernel = all_reduce_kernel
 
 const gr_op_def gr_op_collective_all_reduce = {
     .name = "collective_all_reduce",
@@ -769,17 +879,21 @@ const gr_op_def gr_op_collective_all_reduce = {
            "averaged) with the other members' over the step's rendezvous, by a ring or a tree "
            "(attr algorithm; its pieces at most piece_bytes), or inside hosts and across them "
            "(attrs hierarchy, hosts); the same bits on every member",
-    .min_inputs = 1,
-    .max_inputs = -1,
-    .input_names = (const char *[]){"values"},
-    .num_outputs = -1,
-    .attrs = all_reduce_attrs,
-    .num_attrs = sizeof all_reduce_attrs / sizeof all_reduce_attrs[0],
-    .shape_fn = all_reduce_shape,
-    .cost_fn = all_reduce_cost,
-    .kernel = all_reduce_kernel,
+    ALL_REDUCE_OP,
     .grad_fn = all_reduce_grad,
     .flags = GR_OP_ASYNC | GR_OP_STATEFUL | GR_OP_COLLECTIVE};
+
+/* The all-reduce of the gradients with SGD fused into its final assembly
+ * (gr_minimize, parallel_collective.c): each part's update as soon as the
+ * part holds its total on this member (update_part), instead of apply_sgd
+ * nodes after the whole bucket. */
+const gr_op_def gr_op_collective_all_reduce_sgd = {
+    .name = "collective_all_reduce_sgd",
+    .doc = "collective_all_reduce whose totals also update the variables of attr apply_vars (one "
+           "name per input, comma-separated, empty: none) by SGD with attr learning_rate, each "
+           "part as soon as it is final on this member",
+    ALL_REDUCE_OP,
+    .flags = GR_OP_ASYNC | GR_OP_STATEFUL | GR_OP_COLLECTIVE | GR_OP_UPDATES};
 
 gr_status gr_ops_collective_all_reduce(gr_graph *g, const gr_output *values, int num_values,
                                        const char *group_key, int group_size, int rank,

@@ -1,11 +1,11 @@
-/* Which steps of a collective's schedule meet their part of the flat
- * buffer untouched (ops/collective_internal.h): found once per kernel by
- * walking the schedule over the parts' states, kept as sorted, disjoint
- * spans of the buffer. A schedule's parts are the same ranges from phase
- * to phase (the ring's pieces) or the whole buffer (the tree), so the
- * spans stay few; a step over a part in several states (none of the
- * schedules plans one) makes the walk give up, and the caller copies the
- * inputs in as before. */
+/* What a collective's schedule does to the parts of its flat buffer
+ * (ops/collective_internal.h): which steps meet their part untouched, and
+ * after which step each part holds its total (where a fused update reads
+ * it). Found once per kernel by walking the schedule over the parts'
+ * states, kept as sorted, disjoint spans of the buffer. A schedule's parts are the same ranges from
+ * phase to phase (the ring's pieces) or the whole buffer (the tree), so the spans stay few; a step
+ * over a part in several states (none of the schedules plans one) makes the walk give up, and the
+ * caller copies the inputs in as before. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,4 +94,70 @@ bool gr_coll_mark_from_inputs(gr_coll_action *acts, int n, int64_t total) {
   if (!ok)
     for (int k = 0; k < n; k++) acts[k].from_inputs = false;
   return ok;
+}
+
+/* An update step over [off, off + len), to go after step `after` (n:
+ * after the last). */
+typedef struct upd {
+  int after;
+  int64_t off, len;
+} upd;
+
+static int cmp_upd(const void *pa, const void *pb) {
+  const upd *a = pa, *b = pb;
+  if (a->after != b->after) return (a->after > b->after) - (a->after < b->after);
+  return (a->off > b->off) - (a->off < b->off);
+}
+
+static bool push_upd(upd **v, int *n, int *cap, int after, int64_t off, int64_t len) {
+  if (*n == *cap) {
+    int c = *cap ? *cap * 2 : 16;
+    upd *w = realloc(*v, (size_t)c * sizeof *w);
+    if (!w) return false;
+    *v = w, *cap = c;
+  }
+  (*v)[(*n)++] = (upd){after, off, len};
+  return true;
+}
+
+bool gr_coll_plan_updates(const gr_coll_action *acts, int n, int64_t total, gr_coll_action **out,
+                          int *num_out) {
+  *out = NULL, *num_out = 0;
+  upd *u = NULL;
+  int nu = 0, cap = 0;
+  spans s = {malloc(16 * sizeof(span)), 1, 16, total};
+  bool ok = s.v != NULL;
+  if (ok) s.v[0] = (span){0, UNTOUCHED}; /* UNTOUCHED: no later step writes it */
+  /* backwards: the parts of a write that no later step writes again are
+   * final after it */
+  for (int k = n - 1; k >= 0 && ok && total > 0; k--) {
+    const gr_coll_action *a = &acts[k];
+    if (a->len <= 0 || a->kind == 's' || a->kind == 'u') continue;
+    int i = find(&s, a->off);
+    for (; ok && i < s.n && s.v[i].off < a->off + a->len; i++) {
+      int64_t lo = s.v[i].off > a->off ? s.v[i].off : a->off;
+      int64_t hi = i + 1 < s.n ? s.v[i + 1].off : total;
+      if (hi > a->off + a->len) hi = a->off + a->len;
+      if (s.v[i].state == UNTOUCHED && hi > lo) ok = push_upd(&u, &nu, &cap, k, lo, hi - lo);
+    }
+    ok = ok && set_state(&s, a->off, a->len, WRITTEN);
+  }
+  /* parts no step writes hold their total from the start: updated last */
+  for (int i = 0; ok && total > 0 && i < s.n; i++) {
+    int64_t hi = i + 1 < s.n ? s.v[i + 1].off : total;
+    if (s.v[i].state == UNTOUCHED) ok = push_upd(&u, &nu, &cap, n, s.v[i].off, hi - s.v[i].off);
+  }
+  gr_coll_action *o = ok ? malloc(((size_t)n + (size_t)nu + 1) * sizeof *o) : NULL;
+  if (o) {
+    qsort(u, (size_t)nu, sizeof *u, cmp_upd);
+    int m = 0, j = 0;
+    for (int k = 0; k <= n; k++) {
+      if (k < n) o[m++] = acts[k];
+      for (; j < nu && u[j].after == k; j++)
+        o[m++] = (gr_coll_action){'u', 0, 0, 0, 0, u[j].off, u[j].len, false};
+    }
+    *out = o, *num_out = m;
+  }
+  free(s.v), free(u);
+  return o != NULL;
 }

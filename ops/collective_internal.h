@@ -12,7 +12,8 @@
  * mean, where a total is complete). Keys carry tag and tag_n, which sender
  * and receiver agree on. */
 typedef struct gr_coll_action {
-  char kind; /* 's' send, 'a' receive and add, 'c' receive and copy, 'd' divide */
+  char kind; /* 's' send, 'a' receive and add, 'c' receive and copy, 'd' divide, 'u' update
+                the variables of the part (gr_coll_plan_updates) */
   char tag;
   int peer, tag_n;
   int64_t piece;    /* the piece of the chunk, in the key */
@@ -34,5 +35,15 @@ typedef struct gr_coll_action {
  * the inputs in first, as without marks. Only memory can fail it besides
  * (false too). */
 bool gr_coll_mark_from_inputs(gr_coll_action *acts, int n, int64_t total);
+
+/* The schedule acts[0..n) with an update step ('u', off and len only)
+ * after each step that leaves a part of the buffer [0, total) holding its
+ * total for good (the last add, copy or division of that part), over the
+ * part it finalises, and at the end over parts no step writes (a member
+ * alone: its inputs are the totals). Every element is in exactly one
+ * update step. *out (malloc'd, the caller's) and *num_out; false when out
+ * of memory. Call after gr_coll_mark_from_inputs, which knows no 'u'. */
+bool gr_coll_plan_updates(const gr_coll_action *acts, int n, int64_t total, gr_coll_action **out,
+                          int *num_out);
 
 #endif

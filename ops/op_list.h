@@ -66,6 +66,7 @@
   X(ones_like)                                                                                     \
   /* collective.c */                                                                               \
   X(collective_all_reduce)                                                                         \
+  X(collective_all_reduce_sgd)                                                                     \
   /* assemble.c */                                                                                 \
   X(assemble_buffer)                                                                               \
   X(assemble_put)                                                                                  \

@@ -100,6 +100,21 @@ gr_status gr_ops_all_reduce_collective(gr_graph *g, const gr_output *values, int
  * by their all-reduced sum, on each copy's device. */
 int gr_ops_add_mirrors(const gr_graph *g, gr_output *vars, int n, int cap);
 gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, gr_output *grads);
+/* SGD fused into the collective all-reduce (parallel_collective.c), for
+ * gr_minimize: each collective_all_reduce node among grads[0..n) (after
+ * gr_ops_all_reduce_mirrors) whose outputs are all gradients of vars (on
+ * its device) is rebuilt as a collective_all_reduce_sgd node that also
+ * updates them, lr each step, part by part as the totals become final;
+ * by[i] is the node that updates vars[i], NULL when not fused. Returns the
+ * graph's error status. */
+gr_status gr_ops_fuse_sgd(gr_graph *g, const gr_output *vars, int n, const gr_output *grads,
+                          double lr, gr_node **by);
+
+/* SGD's step on elements [at, at + n) of var (f32 or f64, held under its
+ * lock): var -= lr * grad[0..n), grad of var's dtype; the arithmetic of
+ * apply_sgd (optimizers.c), for the update fused into the collective
+ * all-reduce (collective.c). */
+void gr_ops_sgd_range(gr_tensor *var, int64_t at, const void *grad, int64_t n, double lr);
 
 /* Batch norm's moving statistics (moving_average.c). Sets the variable var
  * (on this kernel's device) to momentum var + (1 - momentum) batch[0..c)

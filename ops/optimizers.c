@@ -117,6 +117,18 @@ static const void *grad_block(grad_src *g, int64_t off, int len, void *buf) {
     FOR_GRAD_BLOCKS(T, { w[i] -= a * g[j]; })                                                      \
   } while (0)
 
+void gr_ops_sgd_range(gr_tensor *var, int64_t at, const void *grad, int64_t n, double lr) {
+  if (var->dtype == GR_F32) {
+    float *w = (float *)gr_tensor_data(var) + at, a = (float)lr;
+    const float *g = grad;
+    for (int64_t i = 0; i < n; i++) w[i] -= a * g[i];
+  } else {
+    double *w = (double *)gr_tensor_data(var) + at, a = lr;
+    const double *g = grad;
+    for (int64_t i = 0; i < n; i++) w[i] -= a * g[i];
+  }
+}
+
 static gr_status apply_sgd_kernel(gr_kernel_ctx *ctx) {
   grad_src src, *gs = &src;
   GR_TRY(grad_init(ctx, gs));
@@ -466,7 +478,9 @@ static const gr_node *fusable_matmul(const gr_graph *g, const gr_node *var, gr_o
 /* GRAPHRUN_FUSE_UPDATE=0 (read when the graph is built) keeps every SGD
  * update unfused: the weight gradient's product stored, then apply_sgd, as
  * a replica of synchronous training must (bench-parallel's floor pair
- * measures that step). Unset or 1: fused where fusable_matmul allows. */
+ * measures that step); and a mirrored variable's update out of its
+ * gradients' all-reduce. Unset or 1: fused where fusable_matmul, or
+ * gr_ops_fuse_sgd, allows. */
 static gr_status fuse_update(gr_graph *g, bool *fuse) {
   const char *v = getenv("GRAPHRUN_FUSE_UPDATE");
   *fuse = true;
@@ -518,9 +532,11 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
   n = gr_ops_add_mirrors(g, found, n, cap);
   gr_output *grads = calloc((size_t)n, sizeof *grads),
             *updates = calloc((size_t)n + 1, sizeof *updates);
-  if (!grads || !updates) {
+  gr_node **fused_by = calloc((size_t)n + 1, sizeof *fused_by);
+  if (!grads || !updates || !fused_by) {
     free(grads);
     free(updates);
+    free(fused_by);
     free(found);
     return gr_ops_fail(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
@@ -529,10 +545,19 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
   if (fuse_update(g, &fuse) != GR_OK) goto done;
   if (gr_gradients(g, &loss, 1, var_list, n, NULL, true, grads) != GR_OK) goto done;
   if (gr_ops_all_reduce_mirrors(g, var_list, n, grads) != GR_OK) goto done;
+  if (fuse && opt->kind == GR_OPT_SGD &&
+      gr_ops_fuse_sgd(g, var_list, n, grads, opt->learning_rate, fused_by) != GR_OK)
+    goto done;
   int nu = 0;
   for (int i = 0; i < n; i++) {
     const gr_node *v = var_list[i].node;
     if (!grads[i].node) continue; /* the loss does not depend on it */
+    if (fused_by[i]) {            /* updated by its all-reduce: one target per node */
+      bool seen = false;
+      for (int k = 0; k < nu && !seen; k++) seen = updates[k].node == fused_by[i];
+      if (!seen) updates[nu++] = (gr_output){fused_by[i], 0};
+      continue;
+    }
     const char *vname = gr_node_attr_string(v, "var", v->name);
     gr_output lr = gr_ops_const_scalar(g, v->out_dtypes[0], opt->learning_rate);
     gr_output in[2] = {lr, grads[i]};
@@ -586,6 +611,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
 done:
   free(grads);
   free(updates);
+  free(fused_by);
   free(found);
   return train;
 }

@@ -176,3 +176,76 @@ gr_status gr_ops_all_reduce_collective(gr_graph *g, const gr_output *values, int
   if (st == GR_OK && gr_graph_error(g)) st = gr_graph_error(g)->code;
   return st;
 }
+
+/* The variable vars[i] whose gradient is output j of collective node c
+ * (-1: none), the variable on c's device, f32 or f64, named without a
+ * comma (attr apply_vars lists the names). */
+static int var_of(gr_graph *g, const gr_node *c, int j, const gr_output *vars, int n,
+                  const gr_output *grads) {
+  for (int i = 0; i < n; i++) {
+    if (grads[i].node != c || grads[i].index != j) continue;
+    const gr_node *v = vars[i].node;
+    const char *name = gr_node_attr_string(v, "var", v->name);
+    bool ok = gr_dtype_is_float(v->out_dtypes[0]) && !strchr(name, ',') &&
+              !strcmp(gr_graph_resolve_device(g, v), gr_graph_resolve_device(g, c));
+    return ok ? i : -1;
+  }
+  return -1;
+}
+
+gr_status gr_ops_fuse_sgd(gr_graph *g, const gr_output *vars, int n, const gr_output *grads,
+                          double lr, gr_node **by) {
+  for (int i = 0; i < n; i++) by[i] = NULL;
+  for (int i = 0; i < n; i++) {
+    const gr_node *c = grads[i].node;
+    if (by[i] || !c || c->op != &gr_op_collective_all_reduce) continue;
+    /* every output of c a variable's gradient, or c stays */
+    size_t len = 1;
+    int *which = calloc((size_t)c->num_outputs + 1, sizeof *which);
+    if (!which) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    bool all = true;
+    for (int j = 0; j < c->num_outputs && all; j++) {
+      which[j] = var_of(g, c, j, vars, n, grads);
+      all = which[j] >= 0;
+      if (all)
+        len += strlen(gr_node_attr_string(vars[which[j]].node, "var", "")) +
+               strlen(vars[which[j]].node->name) + 1;
+    }
+    char *names = all ? gr_graph_alloc(g, len) : NULL, *at = names;
+    for (int j = 0; names && j < c->num_outputs; j++) {
+      const gr_node *v = vars[which[j]].node;
+      at += sprintf(at, "%s%s", j ? "," : "", gr_node_attr_string(v, "var", v->name));
+    }
+    if (!names) {
+      free(which);
+      if (all) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+      continue;
+    }
+    /* c's attrs, its key marked (the members of the new group agree), and
+     * the update's; c stays without consumers (a run prunes it) */
+    gr_attr *a = calloc((size_t)c->num_attrs + 2, sizeof *a);
+    const char *key = gr_node_attr_string(c, "group_key", "");
+    char *sgd_key = gr_graph_alloc(g, strlen(key) + 5);
+    if (!a || !sgd_key) {
+      free(which), free(a);
+      return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    sprintf(sgd_key, "%s/sgd", key);
+    int na = 0;
+    for (int k = 0; k < c->num_attrs; k++)
+      if (strcmp(c->attrs[k].name, "apply_vars") && strcmp(c->attrs[k].name, "learning_rate"))
+        a[na++] = !strcmp(c->attrs[k].name, "group_key") ? gr_attr_string("group_key", sgd_key)
+                                                         : c->attrs[k];
+    a[na++] = gr_attr_string("apply_vars", names);
+    a[na++] = gr_attr_float("learning_rate", lr);
+    gr_status st = gr_graph_push_device_scope_reset(g, c->requested_device);
+    gr_output u = st == GR_OK ? gr_ops_build(g, "collective_all_reduce_sgd", NULL, c->inputs,
+                                             c->num_inputs, a, na)
+                              : (gr_output){NULL, 0};
+    if (st == GR_OK) gr_graph_pop_device_scope(g);
+    for (int j = 0; u.node && j < c->num_outputs; j++) by[which[j]] = u.node;
+    free(which), free(a);
+    if (!u.node) return gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INTERNAL;
+  }
+  return GR_OK;
+}

@@ -8,7 +8,9 @@
  * sizes 0, 1, 7 and 1000003, f32 and f64, sum and mean; small buckets take
  * the tree by default; chunks cut into several pieces with odd remainders
  * (GRAPHRUN_ALL_REDUCE_PIECE); buckets of several tensors; a group with a member
- * missing from the step fails with a named error; bad settings are named.
+ * missing from the step fails with a named error; bad settings are named;
+ * SGD fused into the all-reduce of mirrored variables gives the unfused
+ * update's bits.
  * The same on real server processes: test_collective_dist.c. */
 #include <math.h>
 #include <stdio.h>
@@ -805,6 +807,91 @@ static void test_soft_placement(void) {
   }
 }
 
+/* SGD fused into the all-reduce of mirrored variables' gradients
+ * (collective_all_reduce_sgd: each part updated as soon as it holds its
+ * total) gives the same bits as the unfused update (GRAPHRUN_FUSE_UPDATE=0:
+ * apply_sgd after the whole all-reduce), on every copy: 2-4 replicas, ring,
+ * tree and hierarchical, pieces of 5 elements and the default, f32 and
+ * f64, three steps. Returns every variable's values after them, in node
+ * order, concatenated as f64 (*count of them), and how many fused nodes
+ * the graph has. */
+static double *train_mirrored(int n, const char *dtype, bool fuse, int *count, int *fused) {
+  static const char *const names[4] = {
+      "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0",
+      "/job:worker/replica:0/task:2/device:CPU:0", "/job:worker/replica:0/task:3/device:CPU:0"};
+  char src[1024];
+  snprintf(src, sizeof src,
+           "x = cast(glorot_uniform([12, 7], seed=5), %s)\n"
+           "y = cast(glorot_uniform([12, 3], seed=6), %s)\n"
+           "device \"/job:worker/task:0\" {\n"
+           "  w1 = variable(cast(glorot_uniform([7, 5], seed=1), %s))\n"
+           "  b1 = variable(cast(zeros([5]), %s))\n"
+           "  w2 = variable(cast(glorot_uniform([5, 3], seed=2), %s))\n"
+           "}\n"
+           "loss = replicas(%d, x, y, all_reduce=true) {\n"
+           "  reduce_mean(square(tanh(x @ w1 + b1) @ w2 - y))\n"
+           "}\n"
+           "train = minimize(loss, sgd(0.3))\n",
+           dtype, dtype, dtype, dtype, dtype, n);
+  if (!fuse) setenv("GRAPHRUN_FUSE_UPDATE", "0", 1);
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  gr_error e;
+  GR_CHECK_MSG(gr_dsl_load_string("fused.gr", src, g, NULL, &p, &e) == GR_OK, "%s", e.msg);
+  unsetenv("GRAPHRUN_FUSE_UPDATE");
+  *fused = count_op(g, "collective_all_reduce_sgd");
+  gr_output train, vars[16];
+  int nv = 0;
+  GR_CHECK(gr_dsl_lookup(p, "train", &train));
+  for (int id = 0; id < gr_graph_num_nodes(g) && nv < 16; id++)
+    if (!strcmp(gr_graph_node(g, id)->op->name, "variable"))
+      vars[nv++] = (gr_output){gr_graph_node(g, id), 0};
+  gr_session *ss = gr_session_new(
+      g, &(gr_session_options){.num_devices = n, .device_names = names, .inter_op_threads = 2}, &e);
+  GR_CHECK_MSG(ss != NULL, "%s", ss ? "" : e.msg);
+  double *out = NULL;
+  *count = 0;
+  for (int step = 0; ss && step < 3; step++)
+    GR_CHECK_MSG(gr_session_run(ss, NULL, 0, NULL, 0, NULL, &train, 1, &e) == GR_OK, "%s", e.msg);
+  gr_tensor t[16];
+  if (ss && gr_session_run(ss, NULL, 0, vars, nv, t, NULL, 0, &e) == GR_OK) {
+    int total = 0;
+    for (int k = 0; k < nv; k++) total += (int)gr_tensor_num_elements(&t[k]);
+    out = malloc(sizeof *out * (size_t)total);
+    for (int k = 0; k < nv; k++) {
+      for (int64_t i = 0; out && i < gr_tensor_num_elements(&t[k]); i++)
+        out[(*count)++] = gr_tensor_get_f64(&t[k], i);
+      gr_tensor_release(&t[k]);
+    }
+  }
+  gr_session_free(ss);
+  gr_dsl_program_free(p);
+  gr_graph_free(g);
+  return out;
+}
+
+static void test_fused_sgd(void) {
+  static const char *const algs[] = {"ring", "tree", "hier"};
+  for (int n = 2; n <= 4; n++)
+    for (int a = 0; a < 3; a++)
+      for (int piece = 0; piece < 2; piece++)
+        for (int f64 = 0; f64 < 2; f64++) {
+          setenv("GRAPHRUN_ALL_REDUCE", algs[a], 1);
+          if (piece) setenv("GRAPHRUN_ALL_REDUCE_PIECE", f64 ? "40" : "20", 1);
+          int c1, c2, k1, k2;
+          double *fused = train_mirrored(n, f64 ? "f64" : "f32", true, &c1, &k1),
+                 *plain = train_mirrored(n, f64 ? "f64" : "f32", false, &c2, &k2);
+          unsetenv("GRAPHRUN_ALL_REDUCE"), unsetenv("GRAPHRUN_ALL_REDUCE_PIECE");
+          GR_CHECK_MSG(k1 == n && k2 == 0, "%d replicas, %s: %d fused nodes (unfused: %d)", n,
+                       algs[a], k1, k2);
+          GR_CHECK(fused && plain && c1 == c2 && c1 == (7 * 5 + 5 + 5 * 3) * n);
+          GR_CHECK_MSG(fused && plain && !memcmp(fused, plain, sizeof *fused * (size_t)c1),
+                       "%d replicas, %s, pieces %d, f%d: fused and unfused differ", n, algs[a],
+                       piece, f64 ? 64 : 32);
+          free(fused), free(plain);
+        }
+}
+
 int main(void) {
   unsetenv("GRAPHRUN_ALL_REDUCE");
   unsetenv("GRAPHRUN_ALL_REDUCE_BUCKET");
@@ -822,5 +909,6 @@ int main(void) {
   GR_RUN(test_several_inputs);
   GR_RUN(test_replicas_options);
   GR_RUN(test_gradient);
+  GR_RUN(test_fused_sgd);
   return gr_test_finish();
 }
