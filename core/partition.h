@@ -54,7 +54,7 @@ typedef struct gr_partitions {
   int num_sends;            /* _send/_recv pairs inserted, control pairs included */
   int num_control_sends;    /* of which carry a control edge */
   int num_grouped_controls; /* control edges that share a pair with another of their node's */
-  int num_dup_consts;       /* constants copied to a second device */
+  int num_dup_consts;       /* constants and fills copied to a second device */
   int num_dup_enters;       /* loop enters copied to a second device */
   int num_loop_sends;       /* pairs inside loops: each runs once per iteration */
   int num_control_loops;    /* control-loop state machines: one per (loop frame, device) */

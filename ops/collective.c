@@ -71,6 +71,7 @@
  * the steps of kernels that wake each other from nesting: a wake-up
  * arriving while the thread already advances a collective is queued and
  * run after it returns. A kernel has at most one receive outstanding. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +106,6 @@ struct coll {
   gr_tensor got; /* a received part, not yet used */
   bool have;
   gr_var **vars; /* collective_all_reduce_sgd: input i's variable (NULL: none) */
-  bool *touched; /* vars[i] already made its own (copy on write) this step */
   double lr;
   gr_status st;
   gr_error err;
@@ -256,7 +256,7 @@ static char *make_key(const coll *x, int from, int to, const action *a, char *bu
 
 static void coll_free(coll *x) {
   if (x->have) gr_tensor_release(&x->got);
-  free(x->vars), free(x->touched);
+  free(x->vars);
   gr_tensor_release(&x->flat);
   free(x->seg);
   free(x->devs), free(x->dev), free(x->acts);
@@ -420,9 +420,9 @@ static gr_status send_part(coll *x, const action *a) {
 
 /* An update step (collective_all_reduce_sgd): the part [off, off + len)
  * holds its totals for good, so each input's variable takes SGD's step
- * there, var -= learning_rate * total, under the variable's lock; the
- * first step on a variable makes it its own when another holder still
- * reads the old value (copy on write). The same arithmetic as apply_sgd:
+ * there, var -= learning_rate * total, under the variable's lock, copied
+ * first when another holder still reads the old value (copy on write: a
+ * reader's value never changes under it). The same arithmetic as apply_sgd:
  * the same bits on every member, and as the unfused update. A read of the
  * variable that the graph does not order with the update may see some
  * parts updated (as TensorFlow's apply ops without use_locking). */
@@ -434,16 +434,19 @@ static void update_part(coll *x, int64_t off, int64_t len) {
     if (!x->vars[i] || hi <= lo) continue;
     gr_var_lock(x->vars[i]);
     gr_tensor *t = gr_var_value(x->vars[i]);
-    if (!x->touched[i] && !gr_tensor_is_unique(t)) {
+    if (!t->buf || t->dtype != x->dt ||
+        gr_tensor_num_elements(t) != x->seg[i + 1] - x->seg[i]) { /* assigned meanwhile */
+      x->st = gr_error_set(&x->err, GR_ERR_FAILED_PRECONDITION,
+                           "collective '%s': a variable it updates (input %d) changed its dtype "
+                           "or shape during the step",
+                           x->gkey, i);
+    } else if (!gr_tensor_is_unique(t)) {
       gr_tensor fresh;
-      if (gr_tensor_copy(t, &fresh, &x->err) == GR_OK) {
+      if ((x->st = gr_tensor_copy(t, &fresh, &x->err)) == GR_OK) {
         gr_tensor_release(t);
         *t = fresh;
-      } else {
-        x->st = x->err.code;
       }
     }
-    x->touched[i] = true;
     if (x->st == GR_OK)
       gr_ops_sgd_range(t, lo - x->seg[i], x->buf + (size_t)lo * x->es, hi - lo, x->lr);
     gr_var_unlock(x->vars[i]);
@@ -664,24 +667,19 @@ static void copy_inputs_in(coll *x) {
  * per input, comma-separated; an empty name: none), each initialised and
  * of its input's dtype and shape; and the schedule with its update steps. */
 static gr_status prepare_updates(gr_kernel_ctx *ctx, coll *x) {
-  const char *names = gr_node_attr_string(ctx->node, "apply_vars", "");
+  const char *p = gr_node_attr_string(ctx->node, "apply_vars", "");
   x->lr = gr_node_attr_float(ctx->node, "learning_rate", 0);
   x->vars = calloc((size_t)ctx->num_inputs + 1, sizeof *x->vars);
-  x->touched = calloc((size_t)ctx->num_inputs + 1, sizeof *x->touched);
-  if (!x->vars || !x->touched)
-    return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  const char *p = names;
-  for (int i = 0; i < ctx->num_inputs; i++) {
+  if (!x->vars) return gr_kernel_error(ctx, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  if (x->dt != GR_F32 && x->dt != GR_F64) /* the shape function refuses it */
+    return gr_kernel_error(ctx, GR_ERR_DTYPE, "collective '%s': SGD updates f32 or f64 only",
+                           x->gkey);
+  for (int i = 0; *p && i < ctx->num_inputs; i++) { /* one name each: all_reduce_sgd_shape */
     size_t len = strcspn(p, ",");
     char name[512];
-    if (!*p && i > 0)
-      return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT,
-                             "collective '%s': attr apply_vars names %d variables for %d inputs",
-                             x->gkey, i, ctx->num_inputs);
     if (len >= sizeof name)
       return gr_kernel_error(ctx, GR_ERR_INVALID_ARGUMENT,
-                             "collective '%s': a variable name of "
-                             "attr apply_vars is too long",
+                             "collective '%s': a variable name of attr apply_vars is too long",
                              x->gkey);
     memcpy(name, p, len);
     name[len] = '\0';
@@ -863,15 +861,37 @@ static const gr_attr_spec all_reduce_attrs[] = {
     {"hierarchy", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = "auto"}},
     {"hosts", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
     {"piece_bytes", GR_ATTR_INT, false, {.type = GR_ATTR_INT, .i = 0}},
+    /* collective_all_reduce_sgd's (the table's last two) */
     {"apply_vars", GR_ATTR_STRING, false, {.type = GR_ATTR_STRING, .s = ""}},
     {"learning_rate", GR_ATTR_FLOAT, false, {.type = GR_ATTR_FLOAT, .f = 0}}};
+#define NUM_ALL_REDUCE_ATTRS (int)(sizeof all_reduce_attrs / sizeof all_reduce_attrs[0])
 
-/* What the two ops share: the inputs, outputs, attrs, shapes, cost and
- * kernel (which tells them apart by op) */
+/* collective_all_reduce_sgd: f32 or f64 values, and attr apply_vars empty
+ * (no variable) or one name per input, comma-separated (an empty name: that
+ * input updates none). */
+static gr_status all_reduce_sgd_shape(gr_shape_ctx *ctx) {
+  GR_TRY(all_reduce_shape(ctx));
+  for (int i = 0; i < ctx->num_inputs; i++) GR_TRY(gr_shape_check_dtype(ctx, i, GR_DT_FLOAT));
+  const char *names = gr_node_attr_string(ctx->node, "apply_vars", "");
+  int k = names[0] ? 1 : 0;
+  for (const char *p = names; *p; p++) k += *p == ',';
+  if (k != 0 && k != ctx->num_inputs)
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT,
+                          "attr apply_vars names %d variables for %d inputs: want one per input "
+                          "(comma-separated; an empty name for an input that updates none) or "
+                          "none",
+                          k, ctx->num_inputs);
+  double lr = gr_node_attr_float(ctx->node, "learning_rate", 0);
+  if (!isfinite(lr))
+    return gr_shape_error(ctx, GR_ERR_INVALID_ARGUMENT, "attr learning_rate must be finite");
+  return GR_OK;
+}
+
+/* What the two ops share: the inputs, outputs, attrs (the plain one
+ * without the update's), cost and kernel (which tells them apart by op) */
 #define ALL_REDUCE_OP                                                                              \
   .min_inputs = 1, .max_inputs = -1, .input_names = (const char *[]){"values"}, .num_outputs = -1, \
-  .attrs = all_reduce_attrs, .num_attrs = sizeof all_reduce_attrs / sizeof all_reduce_attrs[0],    \
-  .shape_fn = all_reduce_shape, .cost_fn = all_reduce_cost, .kernel = all_reduce_kernel
+  .attrs = all_reduce_attrs, .cost_fn = all_reduce_cost, .kernel = all_reduce_kernel
 
 const gr_op_def gr_op_collective_all_reduce = {
     .name = "collective_all_reduce",
@@ -880,6 +900,8 @@ const gr_op_def gr_op_collective_all_reduce = {
            "(attr algorithm; its pieces at most piece_bytes), or inside hosts and across them "
            "(attrs hierarchy, hosts); the same bits on every member",
     ALL_REDUCE_OP,
+    .num_attrs = NUM_ALL_REDUCE_ATTRS - 2,
+    .shape_fn = all_reduce_shape,
     .grad_fn = all_reduce_grad,
     .flags = GR_OP_ASYNC | GR_OP_STATEFUL | GR_OP_COLLECTIVE};
 
@@ -893,6 +915,8 @@ const gr_op_def gr_op_collective_all_reduce_sgd = {
            "name per input, comma-separated, empty: none) by SGD with attr learning_rate, each "
            "part as soon as it is final on this member",
     ALL_REDUCE_OP,
+    .num_attrs = NUM_ALL_REDUCE_ATTRS,
+    .shape_fn = all_reduce_sgd_shape,
     .flags = GR_OP_ASYNC | GR_OP_STATEFUL | GR_OP_COLLECTIVE | GR_OP_UPDATES};
 
 gr_status gr_ops_collective_all_reduce(gr_graph *g, const gr_output *values, int num_values,

@@ -147,6 +147,10 @@ bool gr_coll_plan_updates(const gr_coll_action *acts, int n, int64_t total, gr_c
     int64_t hi = i + 1 < s.n ? s.v[i + 1].off : total;
     if (s.v[i].state == UNTOUCHED) ok = push_upd(&u, &nu, &cap, n, s.v[i].off, hi - s.v[i].off);
   }
+  /* after the sends that follow the step, which read the part too: they
+   * go first, the peers wait for them, an update only reads the buffer */
+  for (int j = 0; ok && j < nu; j++)
+    while (u[j].after + 1 < n && acts[u[j].after + 1].kind == 's') u[j].after++;
   gr_coll_action *o = ok ? malloc(((size_t)n + (size_t)nu + 1) * sizeof *o) : NULL;
   if (o) {
     qsort(u, (size_t)nu, sizeof *u, cmp_upd);

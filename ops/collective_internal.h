@@ -38,8 +38,9 @@ bool gr_coll_mark_from_inputs(gr_coll_action *acts, int n, int64_t total);
 
 /* The schedule acts[0..n) with an update step ('u', off and len only)
  * after each step that leaves a part of the buffer [0, total) holding its
- * total for good (the last add, copy or division of that part), over the
- * part it finalises, and at the end over parts no step writes (a member
+ * total for good (the last add, copy or division of that part), and after
+ * the sends right behind that step (the peers wait for those), over the
+ * part it finalises; and at the end over parts no step writes (a member
  * alone: its inputs are the totals). Every element is in exactly one
  * update step. *out (malloc'd, the caller's) and *num_out; false when out
  * of memory. Call after gr_coll_mark_from_inputs, which knows no 'u'. */

@@ -18,14 +18,27 @@ static const char *var_of(const gr_node *n) {
   return gr_node_attr_string(n, "var", NULL);
 }
 
+/* Does the updating node n write variable name: its attr var, or one of
+ * the comma-separated names of a fused all-reduce's apply_vars? */
+static bool writes(const gr_node *n, const char *name) {
+  const char *v = var_of(n);
+  if (v) return strcmp(v, name) == 0;
+  if (n->op != &gr_op_collective_all_reduce_sgd) return false;
+  size_t len = strlen(name);
+  for (const char *p = gr_node_attr_string(n, "apply_vars", ""); *p;) {
+    size_t k = strcspn(p, ",");
+    if (k == len && !strncmp(p, name, len)) return true;
+    p += k + (p[k] == ',');
+  }
+  return false;
+}
+
 bool gr_loop_writes_var(gr_graph *g, int lo, int hi, const gr_node *read) {
   const char *name = var_of(read);
   if (!name) return false;
   for (int id = lo; id < hi; id++) {
     const gr_node *n = gr_graph_node(g, id);
-    if (!(n->op->flags & GR_OP_UPDATES)) continue;
-    const char *v = var_of(n);
-    if (v && strcmp(v, name) == 0) return true;
+    if ((n->op->flags & GR_OP_UPDATES) && writes(n, name)) return true;
   }
   return false;
 }

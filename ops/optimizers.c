@@ -118,6 +118,7 @@ static const void *grad_block(grad_src *g, int64_t off, int len, void *buf) {
   } while (0)
 
 void gr_ops_sgd_range(gr_tensor *var, int64_t at, const void *grad, int64_t n, double lr) {
+  GR_ASSERT(var->dtype == GR_F32 || var->dtype == GR_F64);
   if (var->dtype == GR_F32) {
     float *w = (float *)gr_tensor_data(var) + at, a = (float)lr;
     const float *g = grad;
@@ -139,7 +140,9 @@ static gr_status apply_sgd_kernel(gr_kernel_ctx *ctx) {
     gr_tensor *var = gr_var_value(lv.v[0]);
     double lr = scalar_of(&ctx->inputs[0]);
     int64_t n = gr_tensor_num_elements(var);
-    if (var->dtype == GR_F32)
+    if (gs->t) /* the gradient stored: the same loop the fused all-reduce runs */
+      gr_ops_sgd_range(var, 0, gr_tensor_data(gs->t), n, lr);
+    else if (var->dtype == GR_F32)
       SGD_LOOP(float);
     else
       SGD_LOOP(double);

@@ -621,6 +621,16 @@ static gr_status build_replica(replicas *r, int k, gr_replica_fn fn, void *arg) 
   return GR_OK;
 }
 
+/* The replica count n as a constant of dtype dt, outside any control
+ * dependencies (a constant without inputs is made on each device that
+ * reads it, core/partition.c, not sent). */
+static gr_output count_of(gr_graph *g, gr_dtype dt, int n) {
+  if (gr_graph_push_no_control_deps(g) != GR_OK) return (gr_output){NULL, 0};
+  gr_output c = gr_ops_const_scalar(g, dt, n);
+  gr_graph_pop_control_deps(g);
+  return c;
+}
+
 /* outputs[j]: the mean over the replicas of their output j (with one
  * replica, itself; behind an identity when it must wait for updates). */
 static gr_status mean_outputs(replicas *r, bool wait, gr_output *outputs) {
@@ -641,7 +651,7 @@ static gr_status mean_outputs(replicas *r, bool wait, gr_output *outputs) {
     const char *dev = each[0].node->requested_device;
     for (int k = 1; k < n && dev[0]; k++)
       if (strcmp(each[k].node->requested_device, dev) != 0) dev = "";
-    gr_output count = gr_ops_const_scalar(g, each[0].node->out_dtypes[each[0].index], n);
+    gr_dtype dt = each[0].node->out_dtypes[each[0].index];
     if (!dev[0]) {
       /* on several devices: each replica divides its own output, so the
        * gradient of its part of the mean starts on its device from the
@@ -651,6 +661,7 @@ static gr_status mean_outputs(replicas *r, bool wait, gr_output *outputs) {
       for (int k = 0; k < n; k++) {
         snprintf(name, sizeof name, "%s_%d_part", r->scope, k);
         if (gr_graph_push_device_scope(g, each[k].node->requested_device) != GR_OK) break;
+        gr_output count = count_of(g, dt, n);
         each[k] = gr_op(g, "div", name, (gr_output[]){each[k], count}, 2, NULL, 0);
         gr_graph_pop_device_scope(g);
       }
@@ -662,7 +673,7 @@ static gr_status mean_outputs(replicas *r, bool wait, gr_output *outputs) {
     snprintf(name, sizeof name, "%s_sum", r->scope);
     gr_output sum = gr_op(g, "add_n", name, each, n, NULL, 0);
     snprintf(name, sizeof name, "%s_mean", r->scope);
-    outputs[j] = gr_op(g, "div", name, (gr_output[]){sum, count}, 2, NULL, 0);
+    outputs[j] = gr_op(g, "div", name, (gr_output[]){sum, count_of(g, dt, n)}, 2, NULL, 0);
     gr_graph_pop_device_scope(g);
   }
   free(each);

@@ -243,6 +243,8 @@ gr_status gr_ops_fuse_sgd(gr_graph *g, const gr_output *vars, int n, const gr_ou
                                              c->num_inputs, a, na)
                               : (gr_output){NULL, 0};
     if (st == GR_OK) gr_graph_pop_device_scope(g);
+    if (u.node) /* with its variables, as an update is (all on c's device) */
+      gr_graph_set_colocation(g, u.node, vars[which[0]].node->name);
     for (int j = 0; u.node && j < c->num_outputs; j++) by[which[j]] = u.node;
     free(which), free(a);
     if (!u.node) return gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INTERNAL;

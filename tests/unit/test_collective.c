@@ -9,8 +9,11 @@
  * the tree by default; chunks cut into several pieces with odd remainders
  * (GRAPHRUN_ALL_REDUCE_PIECE); buckets of several tensors; a group with a member
  * missing from the step fails with a named error; bad settings are named;
- * SGD fused into the all-reduce of mirrored variables gives the unfused
- * update's bits.
+ * beside every all-reduce above, its twin with SGD fused in updates each
+ * element of each member's variable by its total once per run (ring,
+ * tree, hierarchical with hosts, pieces, mean); SGD fused into the
+ * all-reduce of mirrored variables gives the unfused update's bits, and
+ * the unfused all-reduce left in the graph does not run.
  * The same on real server processes: test_collective_dist.c. */
 #include <math.h>
 #include <stdio.h>
@@ -92,9 +95,66 @@ static int count_op(gr_graph *g, const char *op) {
   return k;
 }
 
+/* Beside each collective node of g, its twin with SGD fused in
+ * (collective_all_reduce_sgd, its own group) updating a variable v_d of
+ * zeros on the member's device at learning rate 1; v[d] those variables,
+ * sgd[d] the twins. */
+static void sgd_twins(gr_graph *g, int n, int64_t size, gr_dtype dt, gr_output *v, gr_output *sgd) {
+  int members = 0;
+  for (int id = 0, total = gr_graph_num_nodes(g); id < total; id++) {
+    gr_node *nd = gr_graph_node(g, id);
+    if (strcmp(nd->op->name, "collective_all_reduce") != 0) continue;
+    int d = (int)gr_node_attr_int(nd, "rank", 0);
+    char name[16], key[256];
+    snprintf(name, sizeof name, "v_%d", d);
+    snprintf(key, sizeof key, "%s/sgd", gr_node_attr_string(nd, "group_key", ""));
+    gr_attr a[16];
+    int na = 0;
+    for (int k = 0; k < nd->num_attrs && na < 14; k++)
+      a[na++] =
+          strcmp(nd->attrs[k].name, "group_key") ? nd->attrs[k] : gr_attr_string("group_key", key);
+    a[na++] = gr_attr_string("apply_vars", name);
+    a[na++] = gr_attr_float("learning_rate", 1);
+    gr_graph_push_device_scope(g, nd->requested_device);
+    v[d] = gr_variable(g, name, gr_zeros(g, dt, (gr_shape){1, {size}}));
+    sgd[d] = gr_op(g, "collective_all_reduce_sgd", NULL, nd->inputs, nd->num_inputs, a, na);
+    gr_graph_pop_device_scope(g);
+    members++;
+  }
+  GR_CHECK_EQ_INT(members, n);
+  GR_CHECK_MSG(gr_graph_error(g) == NULL, "%s", gr_graph_error(g) ? gr_graph_error(g)->msg : "");
+}
+
+/* Each run's totals taken from v[d] by the fused update (v -= 1 * total,
+ * in v's dtype): *want the value v[d] must hold after it. */
+static void check_sgd_run(gr_session *ss, const gr_output *v, int n, const gr_tensor *got,
+                          gr_tensor *want, int run) {
+  gr_tensor now[5];
+  gr_error e;
+  GR_CHECK_MSG(gr_session_run(ss, NULL, 0, v, n, now, NULL, 0, &e) == GR_OK, "%s", e.msg);
+  for (int d = 0; d < n; d++) {
+    int64_t m = gr_tensor_num_elements(&got[d]);
+    if (got[d].dtype == GR_F32)
+      for (int64_t i = 0; i < m; i++)
+        ((float *)gr_tensor_data(&want[d]))[i] -= ((const float *)gr_tensor_data(&got[d]))[i];
+    else
+      for (int64_t i = 0; i < m; i++)
+        ((double *)gr_tensor_data(&want[d]))[i] -= ((const double *)gr_tensor_data(&got[d]))[i];
+    GR_CHECK_MSG(
+        !memcmp(gr_tensor_data(&now[d]), gr_tensor_data(&want[d]), gr_tensor_num_bytes(&want[d])),
+        "run %d: member %d's variable is not its old value - the total (each element "
+        "updated once)",
+        run, d);
+    gr_tensor_release(&now[d]);
+  }
+}
+
 /* Builds and runs an all-reduce of `size` elements over n local devices,
  * `runs` times; out[d] gets device d's result of the last run. Checks
- * that every run gives the same bits. Returns the collective nodes built. */
+ * that every run gives the same bits, and that the same all-reduce with
+ * SGD fused in (sgd_twins) updates every element of each member's
+ * variable by its total exactly once per run. Returns the collective
+ * nodes built. */
 static int all_reduce_with(int n, int64_t size, gr_dtype dt, bool mean, int runs,
                            const gr_all_reduce_options *o, gr_tensor *out) {
   gr_graph *g = gr_graph_new();
@@ -118,13 +178,24 @@ static int all_reduce_with(int n, int64_t size, gr_dtype dt, bool mean, int runs
   GR_CHECK(gr_all_reduce_with(g, x, 1, n, dev, mean ? GR_REDUCE_MEAN : GR_REDUCE_SUM, 0, o, s) ==
            GR_OK);
   int built = count_op(g, "collective_all_reduce");
+  gr_output v[5], sgd[5];
+  gr_tensor want[5];
+  sgd_twins(g, built, size, dt, v, sgd);
+  for (int d = 0; d < built; d++) {
+    gr_tensor_alloc(&want[d], dt, &(gr_shape){1, {size}}, &e);
+    memset(gr_tensor_data(&want[d]), 0, gr_tensor_num_bytes(&want[d]));
+  }
   gr_session *ss = gr_session_new(g, &(gr_session_options){.num_devices = n}, &e);
   GR_CHECK_MSG(ss != NULL, "%s", e.msg);
+  /* the update names its variables in attr apply_vars, which does not
+   * initialise them: a read does (as minimize's forward pass does) */
+  GR_CHECK(!ss || gr_session_run(ss, NULL, 0, NULL, 0, NULL, v, built, &e) == GR_OK);
   for (int run = 0; ss && run < runs; run++) {
     gr_tensor got[5];
-    gr_status st = gr_session_run(ss, feeds, n, s, n, got, NULL, 0, &e);
+    gr_status st = gr_session_run(ss, feeds, n, s, n, got, sgd, built, &e);
     GR_CHECK_MSG(st == GR_OK, "%s", e.msg);
     if (st != GR_OK) break;
+    if (built == n) check_sgd_run(ss, v, n, got, want, run);
     for (int d = 0; d < n; d++) {
       if (run > 0)
         GR_CHECK_MSG(
@@ -136,6 +207,7 @@ static int all_reduce_with(int n, int64_t size, gr_dtype dt, bool mean, int runs
   }
   gr_session_free(ss);
   for (int d = 0; d < n; d++) gr_tensor_release(&vals[d]);
+  for (int d = 0; d < built; d++) gr_tensor_release(&want[d]);
   gr_graph_free(g);
   return built;
 }
@@ -851,8 +923,21 @@ static double *train_mirrored(int n, const char *dtype, bool fuse, int *count, i
   GR_CHECK_MSG(ss != NULL, "%s", ss ? "" : e.msg);
   double *out = NULL;
   *count = 0;
-  for (int step = 0; ss && step < 3; step++)
-    GR_CHECK_MSG(gr_session_run(ss, NULL, 0, NULL, 0, NULL, &train, 1, &e) == GR_OK, "%s", e.msg);
+  gr_step_trace *trace = gr_step_trace_new();
+  for (int step = 0; ss && trace && step < 3; step++) {
+    gr_step_trace_clear(trace);
+    GR_CHECK_MSG(gr_session_run_traced(ss, NULL, 0, NULL, 0, NULL, &train, 1, trace, &e) == GR_OK,
+                 "%s", e.msg);
+    int plain = 0, fused_run = 0; /* the unfused all-reduce left in the graph is pruned */
+    for (int i = 0; i < gr_step_trace_count(trace); i++) {
+      const char *op = gr_step_trace_event(trace, i)->node->op->name;
+      plain += !strcmp(op, "collective_all_reduce");
+      fused_run += !strcmp(op, "collective_all_reduce_sgd");
+    }
+    GR_CHECK_MSG(plain == (fuse ? 0 : n) && fused_run == (fuse ? n : 0),
+                 "%d replicas: %d plain and %d fused all-reduces ran", n, plain, fused_run);
+  }
+  gr_step_trace_free(trace);
   gr_tensor t[16];
   if (ss && gr_session_run(ss, NULL, 0, vars, nv, t, NULL, 0, &e) == GR_OK) {
     int total = 0;
@@ -868,6 +953,35 @@ static double *train_mirrored(int n, const char *dtype, bool fuse, int *count, i
   gr_dsl_program_free(p);
   gr_graph_free(g);
   return out;
+}
+
+/* The fused op refuses what it cannot update: integer values, and attr
+ * apply_vars naming another count of variables than inputs. */
+static void test_fused_sgd_errors(void) {
+  static const struct {
+    gr_dtype dt;
+    const char *vars, *want;
+  } cases[] = {{GR_I32, "a,b", "dtype"},
+               {GR_F32, "a,b,c", "apply_vars names 3 variables for 2 inputs"},
+               {GR_F32, "a", "apply_vars names 1 variables for 2 inputs"}};
+  for (int c = 0; c < 3; c++) {
+    gr_graph *g = gr_graph_new();
+    gr_output x[2] = {gr_zeros(g, cases[c].dt, (gr_shape){1, {3}}),
+                      gr_zeros(g, cases[c].dt, (gr_shape){1, {2}})};
+    gr_attr a[] = {gr_attr_string("group_key", "k"), gr_attr_int("group_size", 1),
+                   gr_attr_int("rank", 0), gr_attr_string("apply_vars", cases[c].vars)};
+    GR_CHECK(gr_op(g, "collective_all_reduce_sgd", NULL, x, 2, a, 4).node == NULL);
+    GR_CHECK_STR_CONTAINS(gr_graph_error(g) ? gr_graph_error(g)->msg : "", cases[c].want);
+    gr_graph_free(g);
+  }
+  /* one name per input, an empty one for an input that updates none */
+  gr_graph *g = gr_graph_new();
+  gr_output x[2] = {gr_zeros(g, GR_F32, (gr_shape){1, {3}}),
+                    gr_zeros(g, GR_F32, (gr_shape){1, {2}})};
+  gr_attr a[] = {gr_attr_string("group_key", "k"), gr_attr_int("group_size", 1),
+                 gr_attr_int("rank", 0), gr_attr_string("apply_vars", "a,")};
+  GR_CHECK(gr_op(g, "collective_all_reduce_sgd", NULL, x, 2, a, 4).node != NULL);
+  gr_graph_free(g);
 }
 
 static void test_fused_sgd(void) {
@@ -910,5 +1024,6 @@ int main(void) {
   GR_RUN(test_replicas_options);
   GR_RUN(test_gradient);
   GR_RUN(test_fused_sgd);
+  GR_RUN(test_fused_sgd_errors);
   return gr_test_finish();
 }

@@ -184,7 +184,8 @@ static void test_control_inputs_share_a_transfer(void) {
         recvs[dev] = count_op(&ps->parts[k], "_recv");
       }
   GR_CHECK(sends[0] == 0 && sends[1] == 1 && sends[2] == 1);
-  GR_CHECK_MSG(recvs[0] == 2 && recvs[1] == 0 && recvs[2] == 0, "recvs %d %d %d", recvs[0], recvs[1], recvs[2]);
+  GR_CHECK_MSG(recvs[0] == 2 && recvs[1] == 0 && recvs[2] == 0, "recvs %d %d %d", recvs[0],
+               recvs[1], recvs[2]);
   for (int k = 0; k < 3; k++) GR_CHECK(gr_graph_error(ps->parts[k].graph) == NULL);
   gr_partitions_free(ps);
   gr_session *s = gt_session(g, 3, 2);
