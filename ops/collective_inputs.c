@@ -153,7 +153,7 @@ bool gr_coll_plan_updates(const gr_coll_action *acts, int n, int64_t total, gr_c
     while (u[j].after + 1 < n && acts[u[j].after + 1].kind == 's') u[j].after++;
   gr_coll_action *o = ok ? malloc(((size_t)n + (size_t)nu + 1) * sizeof *o) : NULL;
   if (o) {
-    qsort(u, (size_t)nu, sizeof *u, cmp_upd);
+    if (nu > 0) qsort(u, (size_t)nu, sizeof *u, cmp_upd);
     int m = 0, j = 0;
     for (int k = 0; k <= n; k++) {
       if (k < n) o[m++] = acts[k];
