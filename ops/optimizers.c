@@ -555,10 +555,10 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
   for (int i = 0; i < n; i++) {
     const gr_node *v = var_list[i].node;
     if (!grads[i].node) continue; /* the loss does not depend on it */
-    if (fused_by[i]) {            /* updated by its all-reduce: one target per node */
-      bool seen = false;
-      for (int k = 0; k < nu && !seen; k++) seen = updates[k].node == fused_by[i];
-      if (!seen) updates[nu++] = (gr_output){fused_by[i], 0};
+    /* updated by its all-reduce: one target per node, added with the
+     * variable of its output 0 */
+    if (fused_by[i]) {
+      if (grads[i].index == 0) updates[nu++] = (gr_output){fused_by[i], 0};
       continue;
     }
     const char *vname = gr_node_attr_string(v, "var", v->name);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
@@ -177,35 +178,41 @@ gr_status gr_ops_all_reduce_collective(gr_graph *g, const gr_output *values, int
   return st;
 }
 
-/* The variable vars[i] whose gradient is output j of collective node c
- * (-1: none), the variable on c's device, f32 or f64, named without a
- * comma (attr apply_vars lists the names). */
-static int var_of(gr_graph *g, const gr_node *c, int j, const gr_output *vars, int n,
-                  const gr_output *grads) {
-  for (int i = 0; i < n; i++) {
-    if (grads[i].node != c || grads[i].index != j) continue;
-    const gr_node *v = vars[i].node;
-    const char *name = gr_node_attr_string(v, "var", v->name);
-    bool ok = gr_dtype_is_float(v->out_dtypes[0]) && !strchr(name, ',') &&
-              !strcmp(gr_graph_resolve_device(g, v), gr_graph_resolve_device(g, c));
-    return ok ? i : -1;
-  }
-  return -1;
+/* The key of output j of node c in the map from gradients to variables. */
+static uint64_t out_key(const gr_node *c, int j) {
+  return (uint64_t)(uint32_t)c->id << 32 | (uint32_t)j;
 }
 
-gr_status gr_ops_fuse_sgd(gr_graph *g, const gr_output *vars, int n, const gr_output *grads,
-                          double lr, gr_node **by) {
-  for (int i = 0; i < n; i++) by[i] = NULL;
+/* The variable vars[i] whose gradient is output j of collective node c
+ * (-1: none), found in `by_output` (key out_key(c, j), value i + 1): the
+ * variable on c's device, f32 or f64, named without a comma (attr
+ * apply_vars lists the names). */
+
+static int var_of(gr_graph *g, const gr_map *by_output, const gr_node *c, int j,
+                  const gr_output *vars) {
+  intptr_t i = (intptr_t)gr_map_get_u64(by_output, out_key(c, j)) - 1;
+  if (i < 0) return -1;
+  const gr_node *v = vars[i].node;
+  const char *name = gr_node_attr_string(v, "var", v->name);
+  bool ok = gr_dtype_is_float(v->out_dtypes[0]) && !strchr(name, ',') &&
+            !strcmp(gr_graph_resolve_device(g, v), gr_graph_resolve_device(g, c));
+  return ok ? (int)i : -1;
+}
+
+static gr_status fuse_each(gr_graph *g, const gr_map *by_output, const gr_output *vars, int n,
+                           const gr_output *grads, double lr, gr_node **by) {
   for (int i = 0; i < n; i++) {
     const gr_node *c = grads[i].node;
-    if (by[i] || !c || c->op != &gr_op_collective_all_reduce) continue;
+    if (!c || c->op != &gr_op_collective_all_reduce || grads[i].index != 0 ||
+        var_of(g, by_output, c, 0, vars) != i)
+      continue;
     /* every output of c a variable's gradient, or c stays */
     size_t len = 1;
     int *which = calloc((size_t)c->num_outputs + 1, sizeof *which);
     if (!which) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
     bool all = true;
     for (int j = 0; j < c->num_outputs && all; j++) {
-      which[j] = var_of(g, c, j, vars, n, grads);
+      which[j] = var_of(g, by_output, c, j, vars);
       all = which[j] >= 0;
       if (all)
         len += strlen(gr_node_attr_string(vars[which[j]].node, "var", "")) +
@@ -250,4 +257,29 @@ gr_status gr_ops_fuse_sgd(gr_graph *g, const gr_output *vars, int n, const gr_ou
     if (!u.node) return gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INTERNAL;
   }
   return GR_OK;
+}
+
+/* Each collective visited once (from the variable of its output 0); the
+ * map makes the whole rewrite linear in the variables. */
+gr_status gr_ops_fuse_sgd(gr_graph *g, const gr_output *vars, int n, const gr_output *grads,
+                          double lr, gr_node **by) {
+  gr_map by_output;
+  gr_map_init(&by_output, GR_MAP_U64);
+  bool ok = gr_map_reserve(&by_output, (size_t)n);
+  for (int i = 0; ok && i < n; i++) {
+    by[i] = NULL;
+    const gr_node *c = grads[i].node;
+    if (!c || c->op != &gr_op_collective_all_reduce) continue;
+    bool added;
+    void **slot = gr_map_slot_u64(&by_output, out_key(c, grads[i].index), &added);
+    ok = slot != NULL;
+    if (ok && added) *slot = (void *)(intptr_t)(i + 1); /* the first of duplicates */
+  }
+  if (!ok) {
+    gr_map_free(&by_output);
+    return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  gr_status st = fuse_each(g, &by_output, vars, n, grads, lr, by);
+  gr_map_free(&by_output);
+  return st;
 }
