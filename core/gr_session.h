@@ -38,7 +38,9 @@ typedef struct gr_session_options {
                            cores. Results are the same bits with any count */
   int intra_op_threads; /* BLAS threads of its own inside one op; 0: 1, so the two
                            never oversubscribe the cores (> 1: products are not
-                           split over the inter-op threads) */
+                           split over the inter-op threads, and their bits are
+                           OpenBLAS's on that many threads: on some CPUs not
+                           those of one thread) */
   int num_devices;      /* CPU devices /job:localhost/replica:0/task:0/device:CPU:K; 0: 1 */
   const char *const *device_names; /* not NULL: the num_devices devices by full name
                                       ("/job:worker/replica:0/task:1/device:CPU:0"), each
