@@ -100,6 +100,13 @@ gr_status gr_ops_all_reduce_collective(gr_graph *g, const gr_output *values, int
  * by their all-reduced sum, on each copy's device. */
 int gr_ops_add_mirrors(const gr_graph *g, gr_output *vars, int n, int cap);
 gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, gr_output *grads);
+/* The step counter of mirrored replicas (parallel.c): is n the variable
+ * global_step (i64, not itself a copy)? Replica k's copy of it,
+ * global_step/replica_K on dev (attr mirror_of, as a mirrored variable's:
+ * checkpoints keep it once; gr_minimize advances every copy with the
+ * counter), so that a replica's input shard reads its step where it runs. */
+bool gr_ops_is_global_step(const gr_node *n);
+gr_output gr_ops_step_copy(gr_graph *g, const gr_node *step, int k, const char *dev);
 /* SGD fused into the collective all-reduce (parallel_collective.c), for
  * gr_minimize: each collective_all_reduce node among grads[0..n) (after
  * gr_ops_all_reduce_mirrors) whose outputs are all gradients of vars (on
@@ -148,9 +155,10 @@ gr_status gr_ops_replicas_moving_stats(gr_graph *g, int first, int last, gr_outp
 /* gr_replicate's shard_inputs (replica_input.c): slices[0..num_inputs) of
  * replica k of n, each input's batch node copied as slice k of n, with the
  * files it reads, in the current device scope (the replica's), under name
- * scope input/. */
+ * scope input/. step_dev (NULL: none): a batch whose step is global_step
+ * reads replica k's copy of it on that device (gr_ops_step_copy). */
 gr_status gr_ops_replica_inputs(gr_graph *g, const gr_output *inputs, int num_inputs, int n, int k,
-                                gr_output *slices);
+                                const char *step_dev, gr_output *slices);
 
 /* A Fisher-Yates permutation of 0..n-1 into perm, keyed by (seed, stream,
  * counter) with the counter-based generator: the same for the same keys on

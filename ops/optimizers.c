@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core_engine.h"
 #include "ops/gr_ops.h"
 #include "ops/ops_internal.h"
 
@@ -501,6 +502,63 @@ gr_status gr_ops_check_loss(gr_graph *g, const char *fn, gr_output loss) {
                              fn, loss.node->name, gr_dtype_name(dt));
 }
 
+/* The step advances after this step's reads of it and its updates, so
+ * every reader sees the same step whatever the schedule or placement:
+ * global_step's increment waits for updates[0..*nu), and joins them. With
+ * mirrored replicas' copies of it (gr_ops_step_copy), each copy advances
+ * after its own read and the updates on its device, and global_step after
+ * the other updates: no task waits for another's updates to count the
+ * step, and every copy counts every step that every other does. Linear in
+ * the updates and copies (a map from a copy's device to the copy). */
+static gr_status advance_steps(gr_graph *g, gr_output *updates, int *nu) {
+  gr_node *gs = gr_graph_find_node(g, "global_step");
+  if (!gs || gs->op != &gr_op_variable || gs->out_dtypes[0] != GR_I64) return GR_OK;
+  int total = gr_graph_num_nodes(g), nc = 0, n = *nu;
+  gr_node **copies = gr_alloc_array((size_t)total + 1, sizeof *copies);
+  gr_output *deps = gr_alloc_array((size_t)n + 1, sizeof *deps);
+  int *holder = gr_alloc_array((size_t)n + 1, sizeof *holder); /* -1: global_step */
+  gr_map at_dev;
+  gr_map_init(&at_dev, GR_MAP_STR);
+  bool ok = copies && deps && holder;
+  for (int id = 0; ok && id < total; id++) {
+    gr_node *c = gr_graph_node(g, id);
+    if (c->op != &gr_op_variable || c->out_dtypes[0] != GR_I64 ||
+        strcmp(gr_node_attr_string(c, "mirror_of", ""), "global_step"))
+      continue;
+    bool added;
+    void **slot = gr_map_slot_str(&at_dev, gr_graph_resolve_device(g, c), &added);
+    ok = slot != NULL;
+    if (ok && added) *slot = (void *)(intptr_t)(nc + 1);
+    if (ok) copies[nc++] = c;
+  }
+  for (int i = 0; ok && i < n; i++)
+    holder[i] =
+        (int)(intptr_t)gr_map_get_str(&at_dev, gr_graph_resolve_device(g, updates[i].node)) - 1;
+  gr_status st = ok ? GR_OK : gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  for (int h = -1; st == GR_OK && h < nc; h++) { /* -1: global_step itself */
+    gr_node *at = h < 0 ? gs : copies[h];
+    int nd = 0;
+    deps[nd++] = (gr_output){at, 0};
+    for (int i = 0; i < n; i++)
+      if (holder[i] == h) deps[nd++] = updates[i];
+    /* the 1 outside control dependencies: made on the device that adds it */
+    st = gr_graph_push_no_control_deps(g);
+    gr_output one = st == GR_OK ? gr_const_i64(g, 1) : (gr_output){NULL, 0};
+    if (st == GR_OK) gr_graph_pop_control_deps(g);
+    if (st == GR_OK && !one.node)
+      st = gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INTERNAL;
+    if (st == GR_OK) st = gr_graph_push_control_deps(g, deps, nd);
+    if (st != GR_OK) break;
+    gr_output inc = gr_assign_add(g, (gr_output){at, 0}, one);
+    gr_graph_pop_control_deps(g);
+    if (!inc.node) st = gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INTERNAL;
+    if (st == GR_OK) updates[(*nu)++] = inc;
+  }
+  gr_map_free(&at_dev);
+  free(copies), free(deps), free(holder);
+  return st;
+}
+
 gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
                       const gr_output *var_list, int n) {
   if (!loss.node) return loss;
@@ -534,7 +592,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
     }
   n = gr_ops_add_mirrors(g, found, n, cap);
   gr_output *grads = calloc((size_t)n, sizeof *grads),
-            *updates = calloc((size_t)n + 1, sizeof *updates);
+            *updates = calloc((size_t)n + (size_t)gr_graph_num_nodes(g) + 1, sizeof *updates);
   gr_node **fused_by = calloc((size_t)n + 1, sizeof *fused_by);
   if (!grads || !updates || !fused_by) {
     free(grads);
@@ -599,17 +657,7 @@ gr_output gr_minimize(gr_graph *g, const gr_optimizer *opt, gr_output loss,
     gr_graph_set_colocation(g, u.node, v->name);
     updates[nu++] = u;
   }
-  gr_node *gs = gr_graph_find_node(g, "global_step");
-  if (gs && gs->op == &gr_op_variable && gs->out_dtypes[0] == GR_I64) {
-    /* the step advances after this step's reads of it and its updates, so
-     * every reader sees the same step whatever the schedule or placement */
-    updates[nu] = (gr_output){gs, 0};
-    if (gr_graph_push_control_deps(g, updates, nu + 1) != GR_OK) goto done;
-    gr_output inc = gr_assign_add(g, (gr_output){gs, 0}, gr_const_i64(g, 1));
-    gr_graph_pop_control_deps(g);
-    if (!inc.node) goto done;
-    updates[nu++] = inc;
-  }
+  if (advance_steps(g, updates, &nu) != GR_OK) goto done;
   train = gr_group(g, "train", updates, nu);
 done:
   free(grads);

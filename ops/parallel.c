@@ -424,6 +424,17 @@ static gr_output make_mirror(gr_graph *g, const gr_node *v, int k, const char *d
   return m;
 }
 
+bool gr_ops_is_global_step(const gr_node *n) {
+  return n && is_variable(n) && n->out_dtypes[0] == GR_I64 &&
+         !strcmp(gr_node_attr_string(n, "var", n->name), "global_step") &&
+         !gr_node_attr_string(n, "mirror_of", "")[0];
+}
+
+gr_output gr_ops_step_copy(gr_graph *g, const gr_node *step, int k, const char *dev) {
+  const gr_all_reduce_options none = {0}; /* an integer: never all-reduced */
+  return make_mirror(g, step, k, dev, &none);
+}
+
 typedef struct mirror_map {
   const gr_node **from;
   gr_output *to;
@@ -587,7 +598,10 @@ static gr_status build_replica(replicas *r, int k, gr_replica_fn fn, void *arg) 
     return st;
   }
   gr_output *in = r->slices + (size_t)k * (size_t)r->num_inputs;
-  if (o->shard_inputs) st = gr_ops_replica_inputs(g, r->inputs, r->num_inputs, r->n, k, in);
+  /* a mirrored replica's shard reads its own copy of the step */
+  const char *step_dev = o->mirror_variables && k > 0 ? o->devices[k] : NULL;
+  if (o->shard_inputs)
+    st = gr_ops_replica_inputs(g, r->inputs, r->num_inputs, r->n, k, step_dev, in);
   if (st != GR_OK) {
     gr_graph_pop_device_scope(g);
     gr_graph_pop_name_scope(g);

@@ -5,8 +5,10 @@
  * (batch's num_slices, slice_index: the same rows, the same bits), from
  * its own copies of the files the batch reads (read_idx, read_npy: each
  * task loads the file itself), or an image_folder node's copy that
- * decodes only its slice's images. So no task sends another's batch; only
- * the step number crosses tasks. Builds graph nodes only, on the calling
+ * decodes only its slice's images. So no task sends another's batch. With
+ * mirrored variables the step, when it is global_step, is read from the
+ * replica's own copy of it (gr_ops_step_copy), so nothing crosses tasks
+ * before a replica starts. Builds graph nodes only, on the calling
  * thread. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,8 +91,8 @@ static gr_status clone_data(gr_graph *g, const gr_node *batch, const gr_node *sr
 }
 
 /* The batch node b read as slice k of n, from data copied for this replica. */
-static gr_status slice_batch(gr_graph *g, const gr_node *b, int n, int k, clones *c,
-                             gr_node **out) {
+static gr_status slice_batch(gr_graph *g, const gr_node *b, int n, int k, const char *step_dev,
+                             clones *c, gr_node **out) {
   if (gr_node_attr_int(b, "num_slices", 1) != 1)
     return gr_graph_set_errorf(g, GR_ERR_INVALID_ARGUMENT,
                                "replicate: shard_input: batch '%s' is already a slice of a batch",
@@ -100,8 +102,12 @@ static gr_status slice_batch(gr_graph *g, const gr_node *b, int n, int k, clones
                                b->num_attrs);
   gr_output *ins = gr_alloc_array((size_t)b->num_inputs + 1, sizeof *ins);
   if (!ins) return gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  ins[0] = b->inputs[0]; /* the step: a scalar, from wherever it is */
-  gr_status st = GR_OK;
+  ins[0] = b->inputs[0]; /* the step: a scalar, from wherever it is, */
+  gr_status st = GR_OK;  /* or global_step's copy on a mirrored replica's device */
+  if (step_dev && gr_ops_is_global_step(ins[0].node)) {
+    ins[0] = gr_ops_step_copy(g, ins[0].node, k, step_dev);
+    if (!ins[0].node) st = gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INTERNAL;
+  }
   for (int j = 1; j < b->num_inputs && st == GR_OK; j++) {
     ins[j].index = b->inputs[j].index;
     st = clone_data(g, b, b->inputs[j].node, 0, c, &ins[j]);
@@ -122,7 +128,7 @@ static gr_status slice_batch(gr_graph *g, const gr_node *b, int n, int k, clones
 }
 
 gr_status gr_ops_replica_inputs(gr_graph *g, const gr_output *inputs, int num_inputs, int n, int k,
-                                gr_output *slices) {
+                                const char *step_dev, gr_output *slices) {
   for (int i = 0; i < num_inputs; i++)
     if (inputs[i].node->op != &gr_op_batch && inputs[i].node->op != &gr_op_image_folder)
       return gr_graph_set_errorf(
@@ -136,7 +142,7 @@ gr_status gr_ops_replica_inputs(gr_graph *g, const gr_output *inputs, int num_in
   gr_status st = GR_OK;
   for (int i = 0; i < num_inputs && st == GR_OK; i++) {
     gr_node *b = cloned(&c, inputs[i].node);
-    if (!b && (st = slice_batch(g, inputs[i].node, n, k, &c, &b)) == GR_OK)
+    if (!b && (st = slice_batch(g, inputs[i].node, n, k, step_dev, &c, &b)) == GR_OK)
       st = remember(g, &c, inputs[i].node, b);
     if (st == GR_OK) slices[i] = (gr_output){b, inputs[i].index};
   }
