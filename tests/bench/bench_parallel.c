@@ -4,8 +4,9 @@
  *
  * The bench forks two server tasks (/job:worker/task:0 and task:1,
  * gr_server_new on 127.0.0.1:0, one inter-op thread each as under graphrun
- * launch) and is their master; the sync part runs on two more, each bound
- * to its share of the CPUs as graphrun launch --cpu-bind binds them.
+ * launch) and is their master; the sync and pipeline parts run on two
+ * more, each bound to its share of the CPUs as graphrun launch --cpu-bind
+ * binds them.
  * PyTorch runs as two processes of tests/bench/parallel_torch.py joined by
  * a file:// rendezvous in a temporary directory. Rounds alternate:
  * PyTorch, then graphrun; each figure is the median over the rounds,
@@ -565,8 +566,8 @@ static config parse_args(int argc, char **argv) {
 typedef struct bench {
   config c;
   char graphrun[600], async_file[600];
-  gr_master *m;       /* the two servers of every part but sync */
-  gr_master *m_bound; /* sync's, each on its own CPUs (launch --cpu-bind) */
+  gr_master *m;       /* the two servers of the all-reduce part */
+  gr_master *m_bound; /* sync's and pipeline's, each on its own CPUs (launch --cpu-bind) */
   floor_pair *fp;
   gr_graph *ar_g[2];
   gr_session *ar_s[2];
@@ -603,7 +604,7 @@ static void bench_setup(bench *b) {
     bench_spawn_server(k, life[0], life[1], &port[k]);
     snprintf(addr[k], sizeof addr[k], "127.0.0.1:%d", port[k]);
     addrs[k] = addr[k];
-    if (!b->c.part[P_SYNC]) continue;
+    if (!b->c.part[P_SYNC] && !b->c.part[P_PIPELINE]) continue;
     bench_spawn_server_bound(k, 2, life[0], life[1], &bport[k]); /* launch --cpu-bind's */
     snprintf(baddr[k], sizeof baddr[k], "127.0.0.1:%d", bport[k]);
     baddrs[k] = baddr[k];
@@ -621,7 +622,8 @@ static void bench_setup(bench *b) {
                           .heartbeat_missed = 40};
   if (gr_master_new(&mo, &b->m, &err) != GR_OK) bench_die("master", err.msg);
   mo.addresses = baddrs;
-  if (b->c.part[P_SYNC] && gr_master_new(&mo, &b->m_bound, &err) != GR_OK)
+  if ((b->c.part[P_SYNC] || b->c.part[P_PIPELINE]) &&
+      gr_master_new(&mo, &b->m_bound, &err) != GR_OK)
     bench_die("master", err.msg);
   for (int i = 0; i < 2 && b->c.part[P_ALLREDUCE]; i++) {
     b->ar_g[i] = allreduce_graph(b->c.sizes[i] / 4, b->ar_out[i]);
@@ -633,17 +635,14 @@ static void bench_setup(bench *b) {
   b->mp1_text = variant("model_parallel.gr", "micro_batches(4,", "micro_batches(1,");
   if (!strstr(b->mp4_text, "micro_batches(4,"))
     bench_die("model_parallel.gr", "no micro_batches(4, ...)");
-  snprintf(cluster, sizeof cluster, "{\"worker\": [\"%s\", \"%s\"]}", addr[0], addr[1]);
+  snprintf(cluster, sizeof cluster, "{\"worker\": [\"%s\", \"%s\"]}", baddr[0], baddr[1]);
   setenv("GRAPHRUN_CLUSTER", cluster, 1); /* num_tasks("worker") = 2 */
   if (b->c.part[P_PIPELINE]) {
-    program_load(&b->mp1, "model_parallel.gr (M=1)", b->mp1_text, b->m);
-    program_load(&b->mp4, "model_parallel.gr", b->mp4_text, b->m);
+    program_load(&b->mp1, "model_parallel.gr (M=1)", b->mp1_text, b->m_bound);
+    program_load(&b->mp4, "model_parallel.gr", b->mp4_text, b->m_bound);
   }
-  if (b->c.part[P_SYNC]) {
-    snprintf(cluster, sizeof cluster, "{\"worker\": [\"%s\", \"%s\"]}", baddr[0], baddr[1]);
-    setenv("GRAPHRUN_CLUSTER", cluster, 1);
+  if (b->c.part[P_SYNC])
     program_load(&b->sync2, "allreduce.gr (batch 128 per worker)", b->sync_text, b->m_bound);
-  }
   unsetenv("GRAPHRUN_CLUSTER"); /* one worker, in this process */
   if (b->c.part[P_SYNC]) {
     program_load(&b->sync1, "allreduce.gr (one worker)", b->sync_text, NULL);
