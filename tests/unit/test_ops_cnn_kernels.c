@@ -498,7 +498,7 @@ static void cnn_steps(int threads, int intra, bool fuse, gr_tensor *out, int *no
 
 /* Does OpenBLAS give a product of the step's sizes the same bits on 2 and
  * 3 threads of its own as on 1? Its kernels need not: Debian's OpenBLAS
- * with its Haswell kernels (an AMD EPYC with AVX-512 that it does not know)
+ * with its Haswell kernels (OPENBLAS_CORETYPE=Haswell on an AMD EPYC)
  * gives other bits on more threads even for 32 x 10 x 1568. */
 static bool blas_threads_reproducible(void) {
   static const int64_t sizes[][3] = {{6272, 32, 288}, {32, 10, 1568}, {1568, 10, 32}};
