@@ -264,7 +264,10 @@ gr_output gr_read_value(gr_graph *g, gr_output var);
 bool gr_ops_is_variable_read(const gr_node *n);
 /* Is n a variable itself (a gr_variable node)? */
 bool gr_ops_is_variable(const gr_node *n);
-/* var: a gr_variable output. Each returns the new value. */
+/* var: a gr_variable output. Each returns the new value. assign_add and
+ * assign_sub refuse global_step and its copies once mirrored replicas read
+ * their step from copies (docs/strategies.md, input sharding): gr_minimize
+ * advances them all. */
 gr_output gr_assign(gr_graph *g, gr_output var, gr_output value);
 gr_output gr_assign_add(gr_graph *g, gr_output var, gr_output delta);
 gr_output gr_assign_sub(gr_graph *g, gr_output var, gr_output delta);

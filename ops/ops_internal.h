@@ -107,6 +107,12 @@ gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, g
  * counter), so that a replica's input shard reads its step where it runs. */
 bool gr_ops_is_global_step(const gr_node *n);
 gr_output gr_ops_step_copy(gr_graph *g, const gr_node *step, int k, const char *dev);
+/* How many copies of global_step g has (variables with mirror_of
+ * "global_step"). gr_assign_add and gr_assign_sub refuse global_step and
+ * its copies while there are any; gr_minimize advances them all through
+ * gr_ops_advance_variable (state.c: op on var, unchecked). */
+int gr_ops_step_copies(const gr_graph *g);
+gr_output gr_ops_advance_variable(gr_graph *g, const char *op, gr_output var, gr_output value);
 /* SGD fused into the collective all-reduce (parallel_collective.c), for
  * gr_minimize: each collective_all_reduce node among grads[0..n) (after
  * gr_ops_all_reduce_mirrors) whose outputs are all gradients of vars (on

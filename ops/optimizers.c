@@ -531,16 +531,26 @@ static gr_status advance_steps(gr_graph *g, gr_output *updates, int *nu) {
     if (ok && added) *slot = (void *)(intptr_t)(nc + 1);
     if (ok) copies[nc++] = c;
   }
-  for (int i = 0; ok && i < n; i++)
+  /* the updates by holder (counting sort): order[start[h + 1] ..
+   * start[h + 2]) are those of holder h (-1: global_step) */
+  int *start = ok ? calloc((size_t)nc + 3, sizeof *start) : NULL;
+  int *order = ok ? gr_alloc_array((size_t)n + 1, sizeof *order) : NULL;
+  ok = ok && start && order;
+  for (int i = 0; ok && i < n; i++) {
     holder[i] =
         (int)(intptr_t)gr_map_get_str(&at_dev, gr_graph_resolve_device(g, updates[i].node)) - 1;
+    start[holder[i] + 2]++;
+  }
+  for (int h = 0; ok && h <= nc; h++) start[h + 1] += start[h];
+  for (int i = 0; ok && i < n; i++) order[start[holder[i] + 1]++] = i;
+  for (int h = nc; ok && h >= 0; h--) start[h + 1] = start[h]; /* back to the starts */
+  if (ok) start[0] = 0;
   gr_status st = ok ? GR_OK : gr_graph_set_errorf(g, GR_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (int h = -1; st == GR_OK && h < nc; h++) { /* -1: global_step itself */
     gr_node *at = h < 0 ? gs : copies[h];
     int nd = 0;
     deps[nd++] = (gr_output){at, 0};
-    for (int i = 0; i < n; i++)
-      if (holder[i] == h) deps[nd++] = updates[i];
+    for (int j = start[h + 1]; j < start[h + 2]; j++) deps[nd++] = updates[order[j]];
     /* the 1 outside control dependencies: made on the device that adds it */
     st = gr_graph_push_no_control_deps(g);
     gr_output one = st == GR_OK ? gr_const_i64(g, 1) : (gr_output){NULL, 0};
@@ -549,13 +559,13 @@ static gr_status advance_steps(gr_graph *g, gr_output *updates, int *nu) {
       st = gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INTERNAL;
     if (st == GR_OK) st = gr_graph_push_control_deps(g, deps, nd);
     if (st != GR_OK) break;
-    gr_output inc = gr_assign_add(g, (gr_output){at, 0}, one);
+    gr_output inc = gr_ops_advance_variable(g, "assign_add", (gr_output){at, 0}, one);
     gr_graph_pop_control_deps(g);
     if (!inc.node) st = gr_graph_error(g) ? gr_graph_error(g)->code : GR_ERR_INTERNAL;
     if (st == GR_OK) updates[(*nu)++] = inc;
   }
   gr_map_free(&at_dev);
-  free(copies), free(deps), free(holder);
+  free(copies), free(deps), free(holder), free(start), free(order);
   return st;
 }
 

@@ -430,7 +430,47 @@ bool gr_ops_is_global_step(const gr_node *n) {
          !gr_node_attr_string(n, "mirror_of", "")[0];
 }
 
+/* Does a node of g write the variable global_step (an assignment, an
+ * earlier minimize's increment; not its reads, not its initialiser)? */
+static bool step_written(const gr_graph *g) {
+  const gr_node *v = gr_graph_find_node(g, "global_step");
+  const char *init = v ? gr_node_attr_string(v, "initializer", "") : "";
+  for (int id = 0; v && id < gr_graph_num_nodes(g); id++) {
+    const gr_node *n = gr_graph_node(g, id);
+    if (!gr_ops_is_variable_read(n) && strcmp(n->name, init) != 0 &&
+        !strcmp(gr_node_attr_string(n, "var", ""), "global_step"))
+      return true;
+  }
+  return false;
+}
+
+/* Same devices, as specs (partial names match what they leave open)? */
+static bool same_device(const char *a, const char *b) {
+  gr_device_spec x, y;
+  gr_error e;
+  return gr_device_spec_parse(a, &x, &e) == GR_OK && gr_device_spec_parse(b, &y, &e) == GR_OK &&
+         gr_device_spec_matches(&x, &y) && gr_device_spec_matches(&y, &x);
+}
+
+int gr_ops_step_copies(const gr_graph *g) {
+  int n = 0;
+  for (int id = 0; id < gr_graph_num_nodes(g); id++) {
+    const gr_node *c = gr_graph_node(g, id);
+    n += is_variable(c) && !strcmp(gr_node_attr_string(c, "mirror_of", ""), "global_step");
+  }
+  return n;
+}
+
 gr_output gr_ops_step_copy(gr_graph *g, const gr_node *step, int k, const char *dev) {
+  gr_output itself = {(gr_node *)step, 0};
+  if (!dev || same_device(gr_graph_resolve_device(g, step), dev)) return itself;
+  char full[64];
+  snprintf(full, sizeof full, "global_step/replica_%d", k);
+  const gr_node *old = gr_graph_find_node(g, full);
+  if (old &&
+      (!is_variable(old) || strcmp(gr_node_attr_string(old, "mirror_of", ""), "global_step") ||
+       !same_device(old->requested_device, dev)))
+    return itself; /* the name is another's (another replicas() call on other devices) */
   const gr_all_reduce_options none = {0}; /* an integer: never all-reduced */
   return make_mirror(g, step, k, dev, &none);
 }
@@ -537,6 +577,7 @@ typedef struct replicas {
   gr_output *slices, *outs;
   int first; /* the first node id of the replicas */
   mirror_map mm;
+  bool step_copies; /* gr_ops_step_copy for the replicas' input shards */
 } replicas;
 
 /* The device of a node of replica k: the replica's device merged over what
@@ -598,8 +639,9 @@ static gr_status build_replica(replicas *r, int k, gr_replica_fn fn, void *arg) 
     return st;
   }
   gr_output *in = r->slices + (size_t)k * (size_t)r->num_inputs;
-  /* a mirrored replica's shard reads its own copy of the step */
-  const char *step_dev = o->mirror_variables && k > 0 ? o->devices[k] : NULL;
+  /* a mirrored replica's shard reads its own copy of the step, unless
+   * something already writes global_step, which would not advance it */
+  const char *step_dev = r->step_copies && k > 0 ? o->devices[k] : NULL;
   if (o->shard_inputs)
     st = gr_ops_replica_inputs(g, r->inputs, r->num_inputs, r->n, k, step_dev, in);
   if (st != GR_OK) {
@@ -721,6 +763,7 @@ gr_status gr_replicate(gr_graph *g, const gr_replicate_options *o, const gr_outp
           gr_output_at(parts, n == 1 ? inputs[i].index : k);
     if (gr_graph_error(g)) st = gr_graph_error(g)->code;
   }
+  r.step_copies = o->mirror_variables && o->shard_inputs && o->devices && !step_written(g);
   r.first = gr_graph_num_nodes(g);
   const gr_graph *outer = gr_ops_replicas_enter(g); /* their batch norms: no updates of their own */
   for (int k = 0; k < n && st == GR_OK; k++) st = build_replica(&r, k, fn, arg);

@@ -302,6 +302,23 @@ static gr_output build_update(gr_graph *g, const char *op, gr_output var, gr_out
   if (!(var.node->op->flags & GR_OP_VARIABLE))
     return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT, "%s: '%s' is not a variable", op,
                        var.node->name);
+  /* replicas' copies of the step counter (gr_ops_step_copy) count with it:
+   * an increment of one alone would give the replicas other rows */
+  const char *name = gr_node_attr_string(var.node, "var", var.node->name);
+  bool counter = !strcmp(name, "global_step") ||
+                 !strcmp(gr_node_attr_string(var.node, "mirror_of", ""), "global_step");
+  if (counter && strcmp(op, "assign") != 0 && gr_ops_step_copies(g) > 0)
+    return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
+                       "%s: '%s': global_step has copies on the replicas' devices (replicas with "
+                       "all_reduce=true and shard_input=true read their step there), which "
+                       "minimize advances with it; advancing one alone would give the replicas "
+                       "other rows",
+                       op, name);
+  return gr_ops_advance_variable(g, op, var, value);
+}
+
+gr_output gr_ops_advance_variable(gr_graph *g, const char *op, gr_output var, gr_output value) {
+  if (!var.node || !value.node) return (gr_output){NULL, 0};
   const gr_node *vn = var.node;
   gr_attr a[] = {gr_attr_string("var", gr_node_attr_string(vn, "var", vn->name)),
                  gr_attr_dtype("dtype", vn->out_dtypes[0]),

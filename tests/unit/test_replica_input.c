@@ -288,6 +288,60 @@ static void test_errors(void) {
   }
 }
 
+/* The graph of src (NULL when it fails to load: *err says why). */
+static gr_graph *load(const char *src, gr_error *err) {
+  gr_graph *g = gr_graph_new();
+  gr_dsl_program *p = NULL;
+  if (gr_dsl_load_string("t.gr", src, g, NULL, &p, err) != GR_OK) {
+    gr_graph_free(g);
+    return NULL;
+  }
+  gr_dsl_program_free(p);
+  return g;
+}
+
+/* Copies of global_step are made only where every writer of it advances
+ * them: not when something wrote global_step before the replicas, not
+ * under a name another replicas() call took on other devices; and an
+ * increment of global_step alone, with copies, is refused. */
+static void test_step_copies_guarded(void) {
+  static const char *const head = "w = variable(zeros([2, 1]))\n"
+                                  "step = global_step()\n"
+                                  "x = batch(step, zeros([6, 2]), batch_size=2)\n";
+  static const char *const reps =
+      "l = replicas(2, x, all_reduce=true, shard_input=true) { reduce_sum(x @ w) }\n"
+      "t = minimize(l, sgd(0.1))\n";
+  char src[2048];
+  gr_error err;
+  snprintf(src, sizeof src, "%s%s", head, reps);
+  gr_graph *g = load(src, &err);
+  GR_CHECK_MSG(g != NULL, "%s", err.msg);
+  const gr_node *c = g ? gr_graph_find_node(g, "global_step/replica_1") : NULL;
+  GR_CHECK_MSG(c != NULL, "no copy of global_step");
+  if (c) GR_CHECK_STR_CONTAINS(c->requested_device, "/job:worker/task:1");
+  gr_graph_free(g);
+  /* a minimize before the replicas advances global_step: no copies */
+  snprintf(src, sizeof src, "%spre = minimize(reduce_sum(w), sgd(0.1))\n%s", head, reps);
+  g = load(src, &err);
+  GR_CHECK_MSG(g != NULL, "%s", err.msg);
+  GR_CHECK(!g || !gr_graph_find_node(g, "global_step/replica_1"));
+  gr_graph_free(g);
+  /* a second replicas() on other devices: replica 1's copy is elsewhere */
+  snprintf(
+      src, sizeof src,
+      "%s%sv = variable(zeros([2, 1]))\n"
+      "l2 = replicas(2, x, all_reduce=true, shard_input=true, devices=[\"/job:worker/task:2\", "
+      "\"/job:worker/task:3\"]) { reduce_sum(x @ v) }\n",
+      head, reps);
+  g = load(src, &err);
+  GR_CHECK_MSG(g != NULL, "%s", err.msg);
+  gr_graph_free(g);
+  /* an increment of global_step alone */
+  snprintf(src, sizeof src, "%s%sinc = assign_add(step, const(1, i64))\n", head, reps);
+  GR_CHECK(gt_dsl_error(src, &err));
+  GR_CHECK_STR_CONTAINS(err.msg, "global_step has copies on the replicas' devices");
+}
+
 int main(void) {
   unsetenv("GRAPHRUN_CLUSTER");
   if (!mkdtemp(tmp)) return 1;
@@ -296,6 +350,7 @@ int main(void) {
   GR_RUN(test_slices_are_the_batch);
   GR_RUN(test_image_folder_slices);
   GR_RUN(test_errors);
+  GR_RUN(test_step_copies_guarded);
   gt_remove_tree(tmp);
   return gr_test_finish();
 }
