@@ -635,8 +635,10 @@ static void bench_setup(bench *b) {
   b->mp1_text = variant("model_parallel.gr", "micro_batches(4,", "micro_batches(1,");
   if (!strstr(b->mp4_text, "micro_batches(4,"))
     bench_die("model_parallel.gr", "no micro_batches(4, ...)");
-  snprintf(cluster, sizeof cluster, "{\"worker\": [\"%s\", \"%s\"]}", baddr[0], baddr[1]);
-  setenv("GRAPHRUN_CLUSTER", cluster, 1); /* num_tasks("worker") = 2 */
+  if (b->c.part[P_SYNC] || b->c.part[P_PIPELINE]) {
+    snprintf(cluster, sizeof cluster, "{\"worker\": [\"%s\", \"%s\"]}", baddr[0], baddr[1]);
+    setenv("GRAPHRUN_CLUSTER", cluster, 1); /* num_tasks("worker") = 2 */
+  }
   if (b->c.part[P_PIPELINE]) {
     program_load(&b->mp1, "model_parallel.gr (M=1)", b->mp1_text, b->m_bound);
     program_load(&b->mp4, "model_parallel.gr", b->mp4_text, b->m_bound);
