@@ -187,7 +187,6 @@ static uint64_t out_key(const gr_node *c, int j) {
  * (-1: none), found in `by_output` (key out_key(c, j), value i + 1): the
  * variable on c's device, f32 or f64, named without a comma (attr
  * apply_vars lists the names). */
-
 static int var_of(gr_graph *g, const gr_map *by_output, const gr_node *c, int j,
                   const gr_output *vars) {
   intptr_t i = (intptr_t)gr_map_get_u64(by_output, out_key(c, j)) - 1;
