@@ -650,16 +650,31 @@ static void say_failed(const task *client, pid_t pid, int status, bool chief) {
  * clients[c]: the task whose client cmds[c] is (between-graph), else NULL;
  * the chief's comes first. The exit code: the command's (the first that
  * failed, in that order among those found ended together: a worker that
- * fails because the chief ended reports after it), else 128 + the signal,
- * else GR_EXIT_FAILURE. */
+ * fails because the chief ended reports after it, and a chief still running
+ * when a worker fails has up to 1 s to be found ended with it), else 128 +
+ * the signal, else GR_EXIT_FAILURE. */
 static int supervise_until_done(task *ts, int n, pid_t *cmds, const task *const *clients, int ncmds,
                                 const char *secret_file, const launch_options *o) {
   int rc = GR_EXIT_FAILURE;
   for (int running = ncmds;;) {
-    int status;
+    int st[MAX_TASKS];
+    bool ended[MAX_TASKS] = {false}, any_failed = false;
+    for (int c = 0; c < ncmds && c < MAX_TASKS; c++)
+      if (cmds[c] > 0 && waitpid(cmds[c], &st[c], WNOHANG) == cmds[c]) {
+        ended[c] = true;
+        any_failed |= !WIFEXITED(st[c]) || WEXITSTATUS(st[c]) != 0;
+      }
+    /* a worker that failed because the chief ended may be found first: a
+     * chief still running gets a moment (at most 1 s) to be found ended */
+    bool chief_first = ncmds > 0 && clients[0] && is_chief(ts, n, clients[0]);
+    for (int i = 0; any_failed && chief_first && cmds[0] > 0 && !ended[0] && i < 100; i++) {
+      usleep(10000);
+      ended[0] = waitpid(cmds[0], &st[0], WNOHANG) == cmds[0];
+    }
     bool failed = false;
-    for (int c = 0; c < ncmds; c++)
-      if (cmds[c] > 0 && waitpid(cmds[c], &status, WNOHANG) == cmds[c]) {
+    for (int c = 0; c < ncmds && c < MAX_TASKS; c++)
+      if (ended[c]) {
+        int status = st[c];
         int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (code != 0 && !failed && clients[c])
           say_failed(clients[c], cmds[c], status, is_chief(ts, n, clients[c]));
@@ -674,6 +689,7 @@ static int supervise_until_done(task *ts, int n, pid_t *cmds, const task *const 
       return 128 + got_signal;
     }
     if (!supervise(ts, n, secret_file, (int)o->threads, o->restarts)) return rc;
+    int status;
     if (o->slurm && slurm_step.srun > 0 && !cli_slurm_alive(&slurm_step, &status))
       fprintf(stderr, "graphrun launch: the servers' srun ended (%s %d)\n",
               WIFEXITED(status) ? "exit code" : "signal",
