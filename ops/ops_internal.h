@@ -106,6 +106,8 @@ gr_status gr_ops_all_reduce_mirrors(gr_graph *g, const gr_output *vars, int n, g
  * checkpoints keep it once; gr_minimize advances every copy with the
  * counter), so that a replica's input shard reads its step where it runs. */
 bool gr_ops_is_global_step(const gr_node *n);
+/* Is n a copy of global_step (a variable with attr mirror_of "global_step")? */
+bool gr_ops_is_step_copy(const gr_node *n);
 gr_output gr_ops_step_copy(gr_graph *g, const gr_node *step, int k, const char *dev);
 /* How many copies of global_step g has (variables with mirror_of
  * "global_step"). gr_assign_add and gr_assign_sub refuse global_step and

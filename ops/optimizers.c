@@ -522,9 +522,7 @@ static gr_status advance_steps(gr_graph *g, gr_output *updates, int *nu) {
   bool ok = copies && deps && holder;
   for (int id = 0; ok && id < total; id++) {
     gr_node *c = gr_graph_node(g, id);
-    if (c->op != &gr_op_variable || c->out_dtypes[0] != GR_I64 ||
-        strcmp(gr_node_attr_string(c, "mirror_of", ""), "global_step"))
-      continue;
+    if (!gr_ops_is_step_copy(c) || c->out_dtypes[0] != GR_I64) continue;
     bool added;
     void **slot = gr_map_slot_str(&at_dev, gr_graph_resolve_device(g, c), &added);
     ok = slot != NULL;

@@ -380,6 +380,14 @@ gr_status gr_all_reduce(gr_graph *g, const gr_output *values, int n, const char 
 
 /* ---- mirrored variables --------------------------------------------------------------------- */
 
+/* Same devices, as specs (partial names match what they leave open)? */
+static bool same_device(const char *a, const char *b) {
+  gr_device_spec x, y;
+  gr_error e;
+  return gr_device_spec_parse(a, &x, &e) == GR_OK && gr_device_spec_parse(b, &y, &e) == GR_OK &&
+         gr_device_spec_matches(&x, &y) && gr_device_spec_matches(&y, &x);
+}
+
 /* The copy of variable v for replica k on dev: VAR/replica_K, initialised
  * from v's initial value (the same tensor: computed once, sent to each
  * replica's device), attr mirror_of naming v. A copy made by an earlier
@@ -391,12 +399,7 @@ static gr_output make_mirror(gr_graph *g, const gr_node *v, int k, const char *d
   snprintf(full, sizeof full, "%s/replica_%d", vname, k);
   gr_node *old = gr_graph_find_node(g, full);
   if (old && is_variable(old) && strcmp(gr_node_attr_string(old, "mirror_of", ""), vname) == 0) {
-    gr_device_spec a, b;
-    gr_error e;
-    if (gr_device_spec_parse(old->requested_device, &a, &e) == GR_OK &&
-        gr_device_spec_parse(dev ? dev : "", &b, &e) == GR_OK && gr_device_spec_matches(&a, &b) &&
-        gr_device_spec_matches(&b, &a))
-      return (gr_output){old, 0};
+    if (same_device(old->requested_device, dev ? dev : "")) return (gr_output){old, 0};
     return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
                        "replicate: the copy '%s' of replica %d is on '%s', not on '%s'", full, k,
                        old->requested_device, dev ? dev : "");
@@ -430,6 +433,10 @@ bool gr_ops_is_global_step(const gr_node *n) {
          !gr_node_attr_string(n, "mirror_of", "")[0];
 }
 
+bool gr_ops_is_step_copy(const gr_node *n) {
+  return n && is_variable(n) && !strcmp(gr_node_attr_string(n, "mirror_of", ""), "global_step");
+}
+
 /* Does a node of g write the variable global_step (an assignment, an
  * earlier minimize's increment; not its reads, not its initialiser)? */
 static bool step_written(const gr_graph *g) {
@@ -444,19 +451,11 @@ static bool step_written(const gr_graph *g) {
   return false;
 }
 
-/* Same devices, as specs (partial names match what they leave open)? */
-static bool same_device(const char *a, const char *b) {
-  gr_device_spec x, y;
-  gr_error e;
-  return gr_device_spec_parse(a, &x, &e) == GR_OK && gr_device_spec_parse(b, &y, &e) == GR_OK &&
-         gr_device_spec_matches(&x, &y) && gr_device_spec_matches(&y, &x);
-}
-
 int gr_ops_step_copies(const gr_graph *g) {
   int n = 0;
   for (int id = 0; id < gr_graph_num_nodes(g); id++) {
     const gr_node *c = gr_graph_node(g, id);
-    n += is_variable(c) && !strcmp(gr_node_attr_string(c, "mirror_of", ""), "global_step");
+    n += gr_ops_is_step_copy(c);
   }
   return n;
 }
@@ -467,9 +466,7 @@ gr_output gr_ops_step_copy(gr_graph *g, const gr_node *step, int k, const char *
   char full[64];
   snprintf(full, sizeof full, "global_step/replica_%d", k);
   const gr_node *old = gr_graph_find_node(g, full);
-  if (old &&
-      (!is_variable(old) || strcmp(gr_node_attr_string(old, "mirror_of", ""), "global_step") ||
-       !same_device(old->requested_device, dev)))
+  if (old && (!gr_ops_is_step_copy(old) || !same_device(old->requested_device, dev)))
     return itself; /* the name is another's (another replicas() call on other devices) */
   const gr_all_reduce_options none = {0}; /* an integer: never all-reduced */
   return make_mirror(g, step, k, dev, &none);

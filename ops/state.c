@@ -305,8 +305,7 @@ static gr_output build_update(gr_graph *g, const char *op, gr_output var, gr_out
   /* replicas' copies of the step counter (gr_ops_step_copy) count with it:
    * an increment of one alone would give the replicas other rows */
   const char *name = gr_node_attr_string(var.node, "var", var.node->name);
-  bool counter = !strcmp(name, "global_step") ||
-                 !strcmp(gr_node_attr_string(var.node, "mirror_of", ""), "global_step");
+  bool counter = !strcmp(name, "global_step") || gr_ops_is_step_copy(var.node);
   if (counter && strcmp(op, "assign") != 0 && gr_ops_step_copies(g) > 0)
     return gr_ops_fail(g, GR_ERR_INVALID_ARGUMENT,
                        "%s: '%s': global_step has copies on the replicas' devices (replicas with "
