@@ -99,6 +99,19 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
                                 const gr_output *targets, int num_targets, gr_step_trace *trace,
                                 gr_error *err);
 
+/* Runs num_steps steps (1 to GR_SESSION_MAX_STEPS) of the same signature
+ * with the same feeds, as num_steps calls of gr_session_run would (the same
+ * step ids, the same bits); results[i] receives fetches[i] of the last
+ * step. On a cluster (a master's session) every task loops over its part
+ * of the step without the master between steps: one request per task for
+ * all of them (Keras' steps_per_execution). It stops at the first step
+ * that fails; the step counter has then moved by num_steps. */
+#define GR_SESSION_MAX_STEPS (1 << 30)
+gr_status gr_session_run_steps(gr_session *s, const gr_feed *feeds, int num_feeds,
+                               const gr_output *fetches, int num_fetches, gr_tensor *results,
+                               const gr_output *targets, int num_targets, int64_t num_steps,
+                               gr_error *err);
+
 /* Checks a step's arguments as gr_session_run does before running anything:
  * every endpoint is a node of this session's graph, every feed has a value
  * and no endpoint is fed twice, and every placeholder the fetches and

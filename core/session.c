@@ -785,10 +785,14 @@ static gr_status find_prepared(gr_session *s, const gr_feed *feeds, int num_feed
   return GR_OK;
 }
 
-gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_feeds,
-                                const gr_output *fetches, int num_fetches, gr_tensor *results,
-                                const gr_output *targets, int num_targets, gr_step_trace *trace,
-                                gr_error *err) {
+static gr_status run_one(gr_session *s, prepared *p, const gr_tensor *fv, gr_tensor *results,
+                         gr_step_trace *trace, int64_t num_steps, gr_error *err);
+
+/* num_steps steps of one signature (traced: one); results from the last. */
+static gr_status run_steps(gr_session *s, const gr_feed *feeds, int num_feeds,
+                           const gr_output *fetches, int num_fetches, gr_tensor *results,
+                           const gr_output *targets, int num_targets, gr_step_trace *trace,
+                           int64_t num_steps, gr_error *err) {
   if (num_fetches > 0 && !results)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run: bad argument arrays");
   for (int i = 0; i < num_fetches; i++) results[i] = gr_tensor_empty();
@@ -812,9 +816,24 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
   for (int i = 0; i < num_feeds; i++) fv[i] = *feeds[i].value;
   if (p->feed_index) /* a rewritten graph's feeds */
     for (int i = 0; i < p->num_feeds; i++) fv[i] = *feeds[p->feed_index[i]].value;
+  gr_status st = GR_OK;
+  /* on a cluster the tasks loop over the steps; here, one step at a time */
+  for (int64_t k = 0; k < (p->remote_plan ? 1 : num_steps) && st == GR_OK; k++) {
+    if (k > 0)
+      for (int i = 0; i < num_fetches; i++) gr_tensor_release(&results[i]);
+    st = run_one(s, p, fv, results, trace, p->remote_plan ? num_steps : 1, err);
+  }
+  if (fv != fv_small) free(fv);
+  return st;
+}
+
+/* A step (on a cluster: num_steps) of prepared signature p. */
+static gr_status run_one(gr_session *s, prepared *p, const gr_tensor *fv, gr_tensor *results,
+                         gr_step_trace *trace, int64_t num_steps, gr_error *err) {
   gr_transfer_stats moved = {0, 0};
-  gr_step_info step = {.step_id = initialising ? __atomic_load_n(&s->step, __ATOMIC_RELAXED)
-                                               : __atomic_fetch_add(&s->step, 1, __ATOMIC_RELAXED),
+  int64_t step_id = initialising ? __atomic_load_n(&s->step, __ATOMIC_RELAXED)
+                                 : __atomic_fetch_add(&s->step, num_steps, __ATOMIC_RELAXED);
+  gr_step_info step = {.step_id = step_id,
                        .seed = gr_graph_seed(s->graph),
                        .resources = s->resources,
                        .stacks = p->uses_stacks ? gr_step_stacks_new() : NULL,
@@ -825,7 +844,7 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
                          (p->exec && p->collective && !step.rendezvous)
                      ? gr_error_set_oom(err)
                  : p->remote_plan ? s->opts.remote->run(s->opts.remote->self, p->remote_plan, fv,
-                                                        results, &step, &moved, err)
+                                                        results, &step, num_steps, &moved, err)
                  : p->plan        ? gr_device_plan_run(p->plan, fv, results, &step, &moved, err)
                                   : gr_executor_run(p->exec, fv, results, &step, err);
   if (step.watch) st = gr_watchdog_end_step(s->watchdog, step.watch, st, err);
@@ -833,6 +852,24 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
   atomic_store_explicit(&s->last_bytes, moved.bytes, memory_order_relaxed);
   gr_step_stacks_free(step.stacks);
   if (p->exec && p->collective) gr_rendezvous_free(step.rendezvous);
-  if (fv != fv_small) free(fv);
   return st;
+}
+
+gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_feeds,
+                                const gr_output *fetches, int num_fetches, gr_tensor *results,
+                                const gr_output *targets, int num_targets, gr_step_trace *trace,
+                                gr_error *err) {
+  return run_steps(s, feeds, num_feeds, fetches, num_fetches, results, targets, num_targets, trace,
+                   1, err);
+}
+
+gr_status gr_session_run_steps(gr_session *s, const gr_feed *feeds, int num_feeds,
+                               const gr_output *fetches, int num_fetches, gr_tensor *results,
+                               const gr_output *targets, int num_targets, int64_t num_steps,
+                               gr_error *err) {
+  if (num_steps < 1 || num_steps > GR_SESSION_MAX_STEPS)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run_steps: %lld steps (1 to %d)",
+                        (long long)num_steps, GR_SESSION_MAX_STEPS);
+  return run_steps(s, feeds, num_feeds, fetches, num_fetches, results, targets, num_targets, NULL,
+                   num_steps, err);
 }

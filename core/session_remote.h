@@ -17,10 +17,14 @@ typedef struct gr_remote_runner {
   void *self;
   /* Takes parts (also on failure); *plan: the runner's handle for them. */
   gr_status (*prepare)(void *self, gr_partitions *parts, void **plan, gr_error *err);
-  /* One step, as gr_device_plan_run: feed_values in the caller's order,
-   * fetch_out filled by the partitions' fetch_index (one reference each). */
+  /* num_steps steps (gr_session_run_steps), as gr_device_plan_run each:
+   * step ids step->step_id and on, the same feed_values (the caller's
+   * order), fetch_out filled from the last step by the partitions'
+   * fetch_index (one reference each); stats: the last step's transfers. A
+   * traced run (step->trace) has one step. */
   gr_status (*run)(void *self, void *plan, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                   const gr_step_info *step, gr_transfer_stats *stats, gr_error *err);
+                   const gr_step_info *step, int64_t num_steps, gr_transfer_stats *stats,
+                   gr_error *err);
   void (*free_plan)(void *self, void *plan);
   /* Does the variable of this name have a value on the task of `device`
    * (where the nodes that use it run)? */

@@ -21,10 +21,11 @@
 /* Completes r. The waiter is woken by the last request of its group, or by
  * a failure (which may end the wait at once): a step over many tasks wakes
  * it once, not once per task. */
-static void finish(rpc *r, gr_status code, const gr_error *e, gr_inmsg *resp) {
+static void finish(rpc *r, gr_status code, const gr_error *e, gr_inmsg *resp, int64_t failed_at) {
   pthread_mutex_lock(&r->g->mu);
   r->done = true;
   r->code = code;
+  r->failed_at = failed_at;
   if (e) r->err = *e;
   r->resp = resp;
   if (--r->g->outstanding == 0 || code != GR_OK) pthread_cond_broadcast(&r->g->cv);
@@ -59,7 +60,7 @@ static void on_message(void *arg, gr_conn *c, gr_inmsg *m) {
   rpc *r = gr_map_get_u64(&t->pending, a.id);
   if (r) {
     gr_map_remove_u64(&t->pending, a.id);
-    finish(r, a.code, a.code != GR_OK ? &a.error : NULL, m);
+    finish(r, a.code, a.code != GR_OK ? &a.error : NULL, m, a.failed_at);
   } else if (gr_map_get_u64(&t->abandoned, a.id)) { /* a step's late answer: its step ended */
     gr_map_remove_u64(&t->abandoned, a.id);
     if (--ms->abandoned == 0) pthread_cond_broadcast(&ms->abandoned_cv);
@@ -87,7 +88,7 @@ static void on_close(void *arg, gr_conn *c, const gr_error *why) {
     for (int i = 0; i < n; i++) {
       gr_map_remove_u64(&t->pending, fail[i]->id);
       fail[i]->lost = true;
-      finish(fail[i], e.code, &e, NULL);
+      finish(fail[i], e.code, &e, NULL, -1);
     }
     if (n == 0) break;
   }
@@ -124,14 +125,14 @@ void gr_master_start(gr_master *ms, int k, gr_outmsg *msg, rpc *r, rpc_group *g)
   pthread_mutex_unlock(&ms->mu);
   if (!ok) {
     gr_outmsg_free(msg);
-    finish(r, e.code, &e, NULL);
+    finish(r, e.code, &e, NULL, -1);
     return;
   }
   if (gr_conn_send(t->conn, msg, &e) != GR_OK) {
     pthread_mutex_lock(&ms->mu);
     if (gr_map_get_u64(&t->pending, r->id) == r) {
       gr_map_remove_u64(&t->pending, r->id);
-      finish(r, e.code, &e, NULL);
+      finish(r, e.code, &e, NULL, -1);
     }
     pthread_mutex_unlock(&ms->mu);
   }
@@ -157,7 +158,7 @@ static void abandon(gr_master *ms, rpc *rs, int n, int64_t deadline_ms) {
         ms->abandoned++;
         if (deadline_ms > ms->abandoned_deadline_ms) ms->abandoned_deadline_ms = deadline_ms;
       }
-      finish(&rs[i], e.code, &e, NULL);
+      finish(&rs[i], e.code, &e, NULL, -1);
     }
     pthread_mutex_unlock(&ms->mu);
   }
@@ -255,7 +256,7 @@ void gr_master_wait_all(gr_master *ms, rpc_group *g, rpc *rs, int n, int64_t dea
     bool mine = gr_map_get_u64(&ms->tasks[rs[i].task].pending, rs[i].id) == &rs[i];
     if (mine) {
       gr_map_remove_u64(&ms->tasks[rs[i].task].pending, rs[i].id);
-      finish(&rs[i], e.code, &e, NULL);
+      finish(&rs[i], e.code, &e, NULL, -1);
     }
     pthread_mutex_unlock(&ms->mu);
     if (mine && on_done) on_done(arg, &rs[i]);

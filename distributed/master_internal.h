@@ -27,8 +27,9 @@ typedef struct rpc { /* one request in flight */
   bool done;
   gr_status code; /* of the response, or of the transport */
   gr_error err;
-  gr_inmsg *resp; /* on success; the waiter frees it */
-  bool lost;      /* failed because the task's connection was lost */
+  gr_inmsg *resp;    /* on success; the waiter frees it */
+  bool lost;         /* failed because the task's connection was lost */
+  int64_t failed_at; /* a multi-step RUN's failure: its iteration (else -1) */
 } rpc;
 
 typedef struct task {

@@ -8,6 +8,7 @@
 #include "distributed/master_internal.h"
 
 #define REGISTER_TIMEOUT_MS 60000
+_Static_assert(GR_RUN_MAX_STEPS == GR_SESSION_MAX_STEPS, "a session's steps fit in a RUN");
 
 typedef struct task_plan {
   int task;
@@ -228,13 +229,18 @@ typedef struct step_ctx {
   rpc *rs;
   uint64_t run_id;
   bool aborted;
+  int64_t abort_from; /* the first step aborted on the tasks (of a multi-step RUN) */
 } step_ctx;
 
 /* The first failure aborts the step on every other task. A lost task is the
  * root error whatever the others answer: the wait ends there (true), so a
  * task slow to abort (a long kernel running, a loaded machine) does not
  * delay the report; gr_master_drain awaits its answer before the master
- * sends anything else. */
+ * sends anything else. A multi-step RUN whose task failed at step i is
+ * aborted from step i on (the abort names run id run_id + i): every task
+ * ends the steps before it, as single steps would have ended; a failure
+ * at an earlier step aborts again from there, a lost task or a deadline
+ * from the first. */
 static bool on_step_done(void *arg, rpc *r) {
   step_ctx *x = arg;
   int lost = -1;
@@ -246,15 +252,20 @@ static bool on_step_done(void *arg, rpc *r) {
     if (lost < 0) return false;
   }
   bool stop = !r || (r->code != GR_OK && r->lost);
-  if ((r && r->code == GR_OK) || x->aborted) return stop;
+  if (r && r->code == GR_OK) return stop;
+  int64_t from =
+      r && !r->lost && r->code != GR_ERR_DEADLINE_EXCEEDED && r->failed_at >= 0 ? r->failed_at : 0;
+  if (x->aborted && from >= x->abort_from) return stop;
   x->aborted = true;
+  x->abort_from = from;
   char msg[GR_ERROR_MSG_MAX];
   snprintf(msg, sizeof msg, "step aborted: %s %s", x->ms->tasks[r ? r->task : lost].name,
            r ? "failed" : "was lost");
   for (int i = 0; i < x->p->n; i++) {
     /* the failed task's own step ended, unless it timed out (then it too) */
     if (r && &x->rs[i] == r && r->code != GR_ERR_DEADLINE_EXCEEDED) continue;
-    gr_outmsg *m = gr_abort_msg_pack(&(gr_abort_msg){x->run_id, GR_ERR_CANCELLED, msg});
+    gr_outmsg *m =
+        gr_abort_msg_pack(&(gr_abort_msg){x->run_id + (uint64_t)from, GR_ERR_CANCELLED, msg});
     if (!m) continue;
     gr_conn_send(x->ms->tasks[x->p->t[i].task].conn, m, NULL);
   }
@@ -290,13 +301,15 @@ static void name_collective(gr_master *ms, const mplan *p, gr_error *err) {
 }
 
 static gr_outmsg *run_msg(gr_master *ms, const task_plan *tp, const gr_tensor *feed_values,
-                          const gr_step_info *step, uint64_t run_id, uint64_t id) {
+                          const gr_step_info *step, int64_t num_steps, uint64_t run_id,
+                          uint64_t id) {
   gr_run_req q = {.id = id,
                   .handle = tp->handle,
                   .inc = ms->tasks[tp->task].incarnation,
                   .step = (uint64_t)step->step_id,
                   .run = run_id,
                   .seed = step->seed,
+                  .steps = (uint64_t)num_steps,
                   .trace = step->trace != NULL,
                   .feeds = tp->feeds,
                   .num_feeds = tp->num_feeds,
@@ -344,13 +357,22 @@ static gr_status take_fetches(const gr_master *ms, const mplan *p, const task_pl
   return GR_OK;
 }
 
+/* One RUN per task: a multi-step run's tasks loop over their partitions
+ * num_steps times without the master between the steps (the run ids
+ * run_id + i name them; the abort of run_id ends the whole RUN). */
 static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_tensor *fetch_out,
-                     const gr_step_info *step, gr_transfer_stats *stats, gr_error *err) {
+                     const gr_step_info *step, int64_t num_steps, gr_transfer_stats *stats,
+                     gr_error *err) {
   gr_master *ms = self;
   mplan *p = plan;
   step_ctx x = {.ms = ms, .p = p};
+  if (num_steps < 1 || num_steps > GR_RUN_MAX_STEPS || (step->trace && num_steps > 1))
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
+                        "a run has 1 to %d steps (a traced one has 1), not %lld", GR_RUN_MAX_STEPS,
+                        (long long)num_steps);
   GR_TRY(gr_auth_random(&x.run_id, sizeof x.run_id, err));
-  gr_master_drain(ms); /* the previous step has ended on every task */
+  x.run_id &= ~(1ULL << 63); /* room for the run ids of its steps */
+  gr_master_drain(ms);       /* the previous step has ended on every task */
   rpc *rs = calloc((size_t)p->n, sizeof *rs);
   gr_run_resp *rr = calloc((size_t)p->n, sizeof *rr);
   if (!rs || !rr) {
@@ -365,7 +387,7 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
   int64_t sent_ns = gr_trace_now_ns();
   for (int i = 0; i < p->n; i++) {
     rs[i].id = gr_master_new_id(ms);
-    gr_outmsg *m = run_msg(ms, &p->t[i], feed_values, step, x.run_id, rs[i].id);
+    gr_outmsg *m = run_msg(ms, &p->t[i], feed_values, step, num_steps, x.run_id, rs[i].id);
     if (!m) {
       st = gr_error_set_oom(err);
       break;
@@ -373,7 +395,8 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
     gr_master_start(ms, p->t[i].task, m, &rs[i], &g);
   }
   int started = st == GR_OK ? p->n : 0;
-  int64_t deadline = ms->o.step_timeout_ms > 0 ? gr_wire_now_ms() + ms->o.step_timeout_ms : 0;
+  int64_t deadline =
+      ms->o.step_timeout_ms > 0 ? gr_wire_now_ms() + ms->o.step_timeout_ms * num_steps : 0;
   gr_master_wait_all(ms, &g, rs, started, deadline, on_step_done, &x);
   gr_rpc_group_destroy(&g);
   /* the root error: a lost task (what the master saw itself), else the

@@ -43,6 +43,7 @@
 #include "distributed/wire_internal.h"
 
 #define GR_TASK_NAME_MAX      96         /* a task's name, with its NUL */
+#define GR_RUN_MAX_STEPS      (1 << 30)  /* a multi-step RUN's iterations */
 #define GR_LEASE_NAME_MAX     128        /* bytes of a lease's name */
 #define GR_LEASE_HOLDER_MAX   256        /* bytes of its holder's description */
 #define GR_STATUS_MAX_DEVICES 64         /* devices a task names in get_status */
@@ -94,14 +95,17 @@ gr_status gr_container_ref_unpack(gr_inmsg *in, gr_container_ref *out, gr_error 
 /* ---- response (msg_response.c): every request's answer ----------------------- */
 
 typedef struct gr_response {
-  uint64_t id;    /* the request's */
-  gr_status code; /* GR_OK, or the error: an unknown code is GR_ERR_INTERNAL */
-  gr_error error; /* when code is not GR_OK: its message ("?" when unreadable) */
+  uint64_t id;       /* the request's */
+  gr_status code;    /* GR_OK, or the error: an unknown code is GR_ERR_INTERNAL */
+  gr_error error;    /* when code is not GR_OK: its message ("?" when unreadable) */
+  int64_t failed_at; /* a multi-step RUN's error: the iteration that failed (else -1) */
 } gr_response;
 extern const gr_msg_spec gr_response_spec;
 
 /* The answer to request id without results: GR_OK (e NULL) or the error e. */
 gr_outmsg *gr_response_pack(uint64_t id, const gr_error *e);
+/* The error e of a multi-step RUN whose iteration `iteration` failed. */
+gr_outmsg *gr_response_pack_failed_at(uint64_t id, const gr_error *e, uint64_t iteration);
 /* A GR_OK answer whose `results` fields the caller packs next (msg_*.c). */
 gr_outmsg *gr_response_begin(uint64_t id, uint32_t results);
 /* Its id and code (the results are the request kind's: gr_*_resp_unpack). */
@@ -184,7 +188,11 @@ typedef struct gr_run_req {
   uint64_t id, handle;
   uint64_t inc; /* the incarnation the graph was registered with */
   uint64_t step, run, seed;
-  bool trace; /* the task records the step's events (sent only when true) */
+  /* a multi-step run: the task runs the step this many times (1 to
+   * GR_RUN_MAX_STEPS; sent only when more than 1), iteration i as step
+   * step + i under run id run + i, the fetches the last one's */
+  uint64_t steps;
+  bool trace; /* the task records the step's events (sent only when true; with one step) */
   /* the feeds [[index, tensor]...]: packed from feeds[i] (the caller's
    * index) and values[feeds[i]] (by reference); unpacked as feed_items,
    * borrowed from the message, which gr_run_req_feeds reads */

@@ -5,7 +5,11 @@
 
 #include "distributed/msg_internal.h"
 
-static const gr_msg_field fields[] = {{"id", NULL}, {"code", NULL}, {"msg", "an error"}};
+static const gr_msg_field fields[] = {
+    {"id", NULL},
+    {"code", NULL},
+    {"msg", "an error"},
+    {"failed_at", "a multi-step run's error: the step that failed"}};
 const gr_msg_spec gr_response_spec = {GR_MSG_RESPONSE, "task → client", GR_MSG_FIELDS(fields), NULL,
                                       -1};
 
@@ -22,12 +26,22 @@ gr_outmsg *gr_response_pack(uint64_t id, const gr_error *e) {
   return envelope(id, 0, e);
 }
 
+gr_outmsg *gr_response_pack_failed_at(uint64_t id, const gr_error *e, uint64_t iteration) {
+  gr_outmsg *m = gr_outmsg_new(GR_MSG_RESPONSE, 4);
+  if (!m) return NULL;
+  gr_outmsg_u64(m, "id", id);
+  gr_outmsg_u64(m, "code", (uint64_t)e->code);
+  gr_outmsg_str(m, "msg", e->msg);
+  gr_outmsg_u64(m, "failed_at", iteration);
+  return m;
+}
+
 gr_outmsg *gr_response_begin(uint64_t id, uint32_t results) {
   return envelope(id, results, NULL);
 }
 
 gr_status gr_response_unpack(const gr_inmsg *in, gr_response *out, gr_error *err) {
-  *out = (gr_response){0};
+  *out = (gr_response){.failed_at = -1};
   const msgpack_object *root = &in->msg.root;
   uint64_t code;
   GR_TRY(gr_msg_u64(root, "id", &out->id, err));
@@ -38,5 +52,7 @@ gr_status gr_response_unpack(const gr_inmsg *in, gr_response *out, gr_error *err
   if (gr_msg_str(root, "msg", msg, sizeof msg, NULL) != GR_OK) snprintf(msg, sizeof msg, "?");
   out->code = code < GR_STATUS_COUNT ? (gr_status)code : GR_ERR_INTERNAL;
   gr_error_set(&out->error, out->code, "%s", msg);
+  if (gr_msg_get(root, "failed_at")) /* a bad one reads as none: the whole RUN is aborted */
+    gr_msg_i64(root, "failed_at", 0, GR_RUN_MAX_STEPS - 1, &out->failed_at, NULL);
   return GR_OK;
 }

@@ -1,7 +1,7 @@
-/* run: one step of a registered graph on a task, with the caller's feeds
- * that its partitions read; answered with the fetches they fill, the
- * tensors the task pushed to others, and the step's node runs when
- * traced. */
+/* run: one step of a registered graph on a task (or several in a row: a
+ * multi-step run), with the caller's feeds that its partitions read;
+ * answered with the fetches they fill, the tensors the task pushed to
+ * others, and the step's node runs when traced. */
 #include <stdio.h>
 
 #include "distributed/msg_internal.h"
@@ -13,6 +13,7 @@ static const gr_msg_field fields[] = {{"trace", "the step is traced"},
                                       {"step", NULL},
                                       {"run", NULL},
                                       {"seed", NULL},
+                                      {"steps", "a multi-step run: its iterations"},
                                       {"feeds", NULL}};
 static const gr_msg_field results[] = {
     {"fetches", NULL}, {"sends", NULL}, {"bytes", NULL}, {"trace", "the step is traced"}};
@@ -45,9 +46,10 @@ static gr_status item_tensor(const gr_inmsg *in, const msgpack_object_array *ite
 }
 
 gr_outmsg *gr_run_req_pack(const gr_run_req *q) {
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_RUN, q->trace ? 8 : 7);
+  gr_outmsg *m = gr_outmsg_new(GR_MSG_RUN, 7 + q->trace + (q->steps > 1));
   if (!m) return NULL;
   if (q->trace) gr_outmsg_bool(m, "trace", true);
+  if (q->steps > 1) gr_outmsg_u64(m, "steps", q->steps);
   gr_outmsg_u64(m, "id", q->id);
   gr_outmsg_u64(m, "handle", q->handle);
   gr_outmsg_u64(m, "inc", q->inc);
@@ -75,6 +77,12 @@ gr_status gr_run_req_unpack(const gr_inmsg *in, gr_run_req *out, gr_error *err) 
   GR_TRY(gr_msg_u64(root, "seed", &out->seed, err));
   const msgpack_object *tr = gr_msg_get(root, "trace"); /* anything but true: not traced */
   out->trace = tr && tr->type == MSGPACK_OBJECT_BOOLEAN && tr->via.boolean;
+  out->steps = 1;
+  if (gr_msg_get(root, "steps")) {
+    int64_t n;
+    GR_TRY(gr_msg_i64(root, "steps", 1, GR_RUN_MAX_STEPS, &n, err));
+    out->steps = (uint64_t)n;
+  }
   return gr_msg_array(root, "feeds", GR_MSG_MAX_ITEMS, &out->feed_items, err);
 }
 

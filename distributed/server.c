@@ -533,6 +533,7 @@ gr_status gr_server_new(const gr_server_options *o, gr_server **out, gr_error *e
   gr_map_init(&s->containers, GR_MAP_STR);
   gr_map_init(&s->graphs, GR_MAP_U64);
   gr_map_init(&s->steps, GR_MAP_U64);
+  gr_map_init(&s->runs, GR_MAP_U64);
   s->parked_max = (size_t)1 << 30;
   snprintf(s->task, sizeof s->task, "/job:%s/replica:0/task:%d", o->job, o->task);
   s->num_devices = o->num_devices ? o->num_devices : 1;
@@ -600,6 +601,9 @@ void gr_server_free(gr_server *s) {
   gr_server_dials_wait(s);              /* the dials use the loop: they end first (bounded) */
   gr_loop_free(s->loop);                /* closes connections: running steps' pushes fail */
   gr_server_steps_abort_all(s);
+  pthread_mutex_lock(&s->mu);
+  s->work_closed = true; /* a multi-step RUN's next iteration is not scheduled */
+  pthread_mutex_unlock(&s->mu);
   gr_threadpool_free(s->work_pool); /* a RUN queued here starts and sees its connection closed */
   pthread_mutex_lock(&s->mu);       /* the aborted steps finish on the executors' threads */
   while (s->steps_running > 0) pthread_cond_wait(&s->stopped, &s->mu);
@@ -609,6 +613,7 @@ void gr_server_free(gr_server *s) {
   gr_map_free(&s->graphs);
   gr_server_steps_free(s);
   gr_map_free(&s->steps);
+  gr_map_free(&s->runs);
   for (int i = 0; i < s->num_peers; i++) gr_conn_unref(s->peers[i].conn), free(s->peers[i].waiters);
   free(s->peers);
   gr_threadpool_free(s->exec_pool);

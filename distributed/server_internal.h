@@ -44,6 +44,14 @@ typedef struct container {
   int refs; /* the server's map's and each registered graph's (atomic) */
 } container;
 
+/* A task a registration exchanges tensors with, for the flow control of
+ * its multi-step RUNs (server_links.c): the first (send device, receive
+ * device) pair of the transfers between the two, in strcmp order. */
+typedef struct step_link {
+  char task[GR_TASK_NAME_MAX];
+  char send_dev[GR_DEVICE_NAME_MAX], recv_dev[GR_DEVICE_NAME_MAX];
+} step_link;
+
 typedef struct registered { /* the partitions a master registered */
   uint64_t handle;
   gr_device_plan *plan;
@@ -52,6 +60,9 @@ typedef struct registered { /* the partitions a master registered */
   int refs;             /* the server's map's and each running step's (atomic) */
   const gr_conn *owner; /* the client connection that registered it (identity only) */
   container *box;       /* where its steps' variables live (a reference) */
+  step_link *to;        /* tasks its partitions push to: their DONEs are awaited */
+  step_link *from;      /* tasks that push to its partitions: told DONE */
+  int num_to, num_from;
 } registered;
 
 typedef struct step_state step_state;
@@ -83,6 +94,8 @@ struct gr_server {
   peer *peers;
   int num_peers, cap_peers;
   gr_map steps;           /* run id -> step_state */
+  gr_map runs;            /* run id -> the multi-step RUN of that first id (server_step.c) */
+  bool work_closed;       /* work_pool takes no more jobs (the server stops) */
   uint64_t finished[256]; /* recently finished run ids: late pushes are dropped */
   uint32_t finished_pos;  /* the next slot, mod 256 (unsigned: wraps, as 256 divides 2^32) */
   uint64_t step_seq;      /* creation order of step states (the oldest parked is evicted) */
@@ -159,6 +172,17 @@ void gr_server_lease(gr_server *s, gr_conn *c, gr_inmsg *in, uint64_t id);
 void gr_server_leases_drop_of(gr_server *s, const gr_conn *c);
 /* The peer of that task name (under s->mu), NULL when unknown. */
 peer *gr_server_find_peer(gr_server *s, const char *task);
+
+/* ---- multi-step flow control (server_links.c) ---- */
+
+/* Fills r's links from the partitions ps of its registration. */
+gr_status gr_server_links_of(const gr_server *s, const gr_partitions *ps, registered *r,
+                             gr_error *err);
+/* The rendezvous key of a DONE over link l (at least GR_LINK_KEY_MAX bytes). */
+#define GR_LINK_KEY_MAX (2 * GR_DEVICE_NAME_MAX + 40)
+void gr_step_link_key(const step_link *l, char *out, size_t cap);
+/* Is k a DONE's key (not counted as a transfer)? */
+bool gr_step_link_is_done(const gr_rendezvous_key *k);
 
 /* ---- containers (server_containers.c) ---- */
 

@@ -12,6 +12,8 @@ void gr_server_registered_unref(registered *r) {
   if (!r || __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
   gr_device_plan_free(r->plan);
   gr_server_container_unref(r->box);
+  free(r->to);
+  free(r->from);
   free(r);
 }
 
@@ -228,11 +230,11 @@ void gr_server_dials_wait(gr_server *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* Lists w on peer p (under s->mu), starting p's dial when none runs; false
- * (w's error set) when neither can be done. *job: a dial to start once
- * s->mu is released. */
+/* Lists w on peer p (under s->mu; w NULL: nobody waits), starting p's dial
+ * when none runs; false (w's error set) when neither can be done. *job: a
+ * dial to start once s->mu is released. */
 static bool wait_for_peer(gr_server *s, peer *p, reg_wait *w, dial_job **job, gr_error *err) {
-  if (p->num_waiters == p->cap_waiters) {
+  if (w && p->num_waiters == p->cap_waiters) {
     int cap = p->cap_waiters ? 2 * p->cap_waiters : 4;
     reg_wait **more = gr_realloc_array(p->waiters, (size_t)cap, sizeof *more);
     if (!more) return gr_error_set_oom(err), false;
@@ -253,8 +255,10 @@ static bool wait_for_peer(gr_server *s, peer *p, reg_wait *w, dial_job **job, gr
     p->dialing = true;
     s->dials++;
   }
-  p->waiters[p->num_waiters++] = w;
-  w->pending++;
+  if (w) {
+    p->waiters[p->num_waiters++] = w;
+    w->pending++;
+  }
   return true;
 }
 
@@ -292,6 +296,13 @@ static void want_peer(gr_server *s, reg_wait *w, const gr_node *n, const char *t
   gr_error e;
   if (!strcmp(task, s->task)) return;
   peer *p = gr_server_find_peer(s, task);
+  if (!w) { /* a task that sends here: dialed for a multi-step RUN's DONEs, unwaited */
+    dial_job *job = NULL;
+    if (p && !p->dialing && !(p->conn && gr_conn_is_open(p->conn)) && *njobs < MAX_DIALS &&
+        wait_for_peer(s, p, NULL, &job, &e) && job)
+      jobs[(*njobs)++] = job;
+    return;
+  }
   if (!p) {
     reg_fail(w,
              gr_error_set(&e, GR_ERR_INVALID_ARGUMENT,
@@ -311,7 +322,8 @@ static void want_peer(gr_server *s, reg_wait *w, const gr_node *n, const char *t
 /* Waits (without a thread) for a connection to every peer a _send of the
  * partitions pushes to, and every task of a collective's members (attr
  * "devices", core/gr_op.h); w is answered by the last dial, or here when no
- * dial is needed. */
+ * dial is needed. Dials, without waiting, every peer a _recv receives
+ * from: a multi-step RUN tells it when a step ended (server_links.c). */
 static void await_peers(gr_server *s, reg_wait *w, const gr_partitions *ps) {
   dial_job *jobs[MAX_DIALS];
   int njobs = 0;
@@ -335,9 +347,14 @@ static void await_peers(gr_server *s, reg_wait *w, const gr_partitions *ps) {
         }
         continue;
       }
-      if (!(n->op->flags & GR_OP_TRANSFER) || n->num_outputs > 0) continue; /* sends only */
-      gr_task_of_device(gr_node_attr_string(n, "recv_device", ""), task, sizeof task);
-      want_peer(s, w, n, task, jobs, &njobs);
+      if (!(n->op->flags & GR_OP_TRANSFER)) continue;
+      /* a receive's sender: a multi-step RUN tells it when a step ended
+       * (dialed, not waited for: only such a RUN needs it) */
+      bool recv = n->num_outputs > 0;
+      const char *other = gr_node_attr_string(n, recv ? "send_device" : "recv_device", "");
+      if (!strcmp(other, "client")) continue; /* a feed */
+      gr_task_of_device(other, task, sizeof task);
+      want_peer(s, recv ? NULL : w, n, task, jobs, &njobs);
     }
   }
   bool last = reg_wait_end(w, GR_OK, NULL);
@@ -374,6 +391,7 @@ static gr_status build_registration(gr_server *s, gr_conn *c, gr_inmsg *in,
       if (ps->parts[k].nodes[i]->op->flags & GR_OP_STEP_STACKS) r->uses_stacks = true;
   }
   if (st == GR_OK) st = gr_server_container_get(s, c, in, true, &r->box, err);
+  if (st == GR_OK) st = gr_server_links_of(s, ps, r, err);
   if (st == GR_OK) {
     st = gr_device_plan_new_from(ps, s->exec_pool, &r->plan, err);
     ps = NULL;

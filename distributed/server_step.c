@@ -287,8 +287,12 @@ static const gr_rendezvous_ops push_ops = {rv_send,  rv_recv, rv_abort,      rv_
 
 /* ---- RUN -------------------------------------------------------------------------- */
 
-/* A RUN in flight: started on a worker thread, answered from the step's
- * completion on whichever thread finishes it (gr_conn_send is thread-safe). */
+/* A RUN in flight: started on a worker thread, answered from its last
+ * step's completion on whichever thread finishes it (gr_conn_send is
+ * thread-safe). A multi-step RUN runs its iterations one after another,
+ * each a step of its own (run id q.run + i, step q.step + i): the next
+ * starts from the previous one's completion (iter_loop keeps an iteration
+ * that ends inside its own start from nesting the next one there). */
 typedef struct server_run {
   gr_server *s;
   gr_conn *c; /* a reference */
@@ -296,35 +300,75 @@ typedef struct server_run {
   int64_t t0;
   gr_run_req q;  /* its feed_items point into m */
   registered *r; /* a reference */
-  step_state *t; /* a reference */
+  step_state *t; /* the iteration's: a reference (set and cleared under s->mu) */
   bool mine;     /* this RUN started the step (not a repeated one) */
   gr_tensor *feeds, *fetches;
   int nf, nx;
   gr_rendezvous *rv;
   gr_step_trace *trace;
   gr_step_info step;
-  gr_transfer_stats moved;
+  gr_transfer_stats moved; /* the iteration's transfers */
+  uint64_t iter;           /* the iteration (0 to q.steps - 1) */
+  bool listed;             /* in s->runs: a multi-step RUN an abort finds */
+  /* under s->mu: iter_loop is starting an iteration; one ended meanwhile;
+   * an abort came for the iterations from stop_from on (its code and
+   * message end the RUN when it reaches them; the ones before end first) */
+  bool starting, ended;
+  gr_status stop;
+  uint64_t stop_from;
+  char stop_msg[GR_ERROR_MSG_MAX];
+  gr_status done_st; /* how the iteration ended */
+  gr_error done_err;
+  _Atomic int waiting; /* DONEs the iteration still awaits, plus one while they are asked */
+  _Atomic int wait_failed;
+  gr_error wait_err;
 } server_run;
 
-/* The step ended (or never started): forget it, answer, free. */
-static void run_end(server_run *x, gr_status st, const gr_error *e) {
+/* Forgets the iteration's step here (its state, rendezvous and stacks). */
+static void iter_forget(server_run *x) {
   gr_server *s = x->s;
   gr_step_stacks_free(x->step.stacks);
+  x->step.stacks = NULL;
   gr_rendezvous_free(x->rv);
-  if (x->t) {
-    if (x->mine) state_finish(s, x->t); /* a repeated RUN leaves the running one's state alone */
-    state_unref(s, x->t);
+  x->rv = NULL;
+  pthread_mutex_lock(&s->mu);
+  step_state *t = x->t;
+  x->t = NULL;
+  pthread_mutex_unlock(&s->mu);
+  if (t) {
+    if (x->mine) state_finish(s, t); /* a repeated RUN leaves the running one's state alone */
+    state_unref(s, t);
+  }
+}
+
+/* The RUN ended (or never started): forget it, answer, free. */
+static void run_end(server_run *x, gr_status st, const gr_error *e) {
+  gr_server *s = x->s;
+  iter_forget(x);
+  if (x->listed) {
+    pthread_mutex_lock(&s->mu);
+    gr_map_remove_u64(&s->runs, x->q.run);
+    pthread_mutex_unlock(&s->mu);
   }
   for (int i = 0; x->feeds && i < x->nf; i++) gr_tensor_release(&x->feeds[i]);
   free(x->feeds);
   gr_inmsg_free(x->m);
   gr_run_resp rr = {.fetches = x->fetches,
                     .num_fetches = x->nx,
-                    .sends = x->moved.sends,
+                    .sends = x->moved.sends, /* the last step's */
                     .bytes = x->moved.bytes,
                     .trace = x->trace,
                     .trace_t0 = x->t0};
-  gr_outmsg *resp = st != GR_OK ? gr_response_pack(x->q.id, e) : gr_run_resp_pack(x->q.id, &rr);
+  gr_error pe;
+  if (st != GR_OK && x->listed) { /* which of the RUN's steps failed */
+    pe = *e;
+    gr_error_prefix(&pe, "step %llu of %llu", (unsigned long long)x->iter + 1,
+                    (unsigned long long)x->q.steps);
+    e = &pe;
+  }
+  gr_outmsg *resp = st == GR_OK ? gr_run_resp_pack(x->q.id, &rr)
+                    : x->listed ? gr_response_pack_failed_at(x->q.id, e, x->iter)
+                                : gr_response_pack(x->q.id, e);
   gr_step_trace_free(x->trace); /* its events point at the plan's nodes: packed already */
   for (int i = 0; x->fetches && i < x->nx; i++) gr_tensor_release(&x->fetches[i]);
   free(x->fetches);
@@ -337,12 +381,8 @@ static void run_end(server_run *x, gr_status st, const gr_error *e) {
   gr_server_step_ended(s);
 }
 
-static void run_done(void *arg, gr_status st, const gr_error *err) {
-  run_end(arg, st, err);
-}
-
-/* Checks a RUN and starts its step; errors are answered at once. */
-static void run_start(server_run *x, gr_error *e) {
+/* Checks a RUN before its first iteration (errors are answered at once). */
+static gr_status run_check(server_run *x, gr_error *e) {
   gr_server *s = x->s;
   gr_inmsg *m = x->m;
   gr_run_req *a = &x->q;
@@ -380,56 +420,206 @@ static void run_start(server_run *x, gr_error *e) {
   x->fetches = calloc((size_t)x->nx + 1, sizeof *x->fetches);
   if (st == GR_OK && (!x->feeds || !x->fetches)) st = gr_error_set_oom(e);
   if (st == GR_OK) st = gr_run_req_feeds(m, a, x->feeds, x->nf, e);
-  no_state why = STATE_DONE;
-  step_state *t = x->t = st == GR_OK ? state_get(s, a->run, &why) : NULL;
-  if (st == GR_OK && !t && why == STATE_FULL)
-    st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED,
-                      "%s has %d steps open already (running, or holding values pushed for them)",
-                      s->task, GR_SERVER_MAX_STEPS);
-  else if (st == GR_OK && !t && why == STATE_OOM)
-    st = gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", s->task);
-  else if (st == GR_OK && !t)
-    st = gr_error_set(e, GR_ERR_ALREADY_EXISTS, "step %016llx ran here already (a repeated RUN)",
-                      (unsigned long long)a->run);
-  push_rv *prv = NULL;
-  if (st == GR_OK) {
+  if (st == GR_OK && a->steps > 1 && a->trace)
+    st = gr_error_set(e, GR_ERR_INVALID_ARGUMENT, "a traced run has one step, not %llu",
+                      (unsigned long long)a->steps);
+  if (st == GR_OK && a->steps > 1 && a->run > UINT64_MAX - a->steps)
+    st = gr_error_set(e, GR_ERR_INVALID_ARGUMENT, "run id %016llx leaves no room for %llu steps",
+                      (unsigned long long)a->run, (unsigned long long)a->steps);
+  if (st == GR_OK && a->steps > 1) { /* an abort of the RUN finds it */
     pthread_mutex_lock(&s->mu);
-    bool again = t->started;
-    x->mine = !again;
-    t->started = true;
-    if (!again) t->owner = x->c;
-    s->parked_bytes -= t->parked;
-    t->parked = 0;
-    pthread_mutex_unlock(&s->mu);
-    if (again)
-      st = gr_error_set(e, GR_ERR_ALREADY_EXISTS, "step %016llx is running here already",
+    if (gr_map_get_u64(&s->runs, a->run))
+      st = gr_error_set(e, GR_ERR_ALREADY_EXISTS, "run %016llx is running here already",
                         (unsigned long long)a->run);
-    else if (!gr_conn_is_open(x->c)) /* closed before the owner was set: nobody waits for it */
-      state_abort(s, t, GR_ERR_CANCELLED, "the connection that ran the step closed");
+    else if (!(x->listed = gr_map_put_u64(&s->runs, a->run, x)))
+      st = gr_error_set_oom(e);
+    pthread_mutex_unlock(&s->mu);
   }
-  if (st == GR_OK &&
-      (!(prv = malloc(sizeof *prv)) || !(x->rv = gr_rendezvous_new_with(&push_ops, prv)))) {
+  return st;
+}
+
+/* Sets up the iteration's step: its state (run id q.run + iter) and rendezvous. */
+static gr_status iter_begin(server_run *x, gr_error *e) {
+  gr_server *s = x->s;
+  registered *r = x->r;
+  gr_run_req *a = &x->q;
+  uint64_t run = a->run + x->iter;
+  no_state why = STATE_DONE;
+  step_state *t = state_get(s, run, &why);
+  pthread_mutex_lock(&s->mu);
+  x->t = t;
+  bool stop = x->stop != GR_OK && x->iter >= x->stop_from; /* an abort that found no state */
+  pthread_mutex_unlock(&s->mu);
+  if (!t && why == STATE_FULL)
+    return gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED,
+                        "%s has %d steps open already (running, or holding values pushed for them)",
+                        s->task, GR_SERVER_MAX_STEPS);
+  if (!t && why == STATE_OOM)
+    return gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED, "%s: out of memory", s->task);
+  if (!t)
+    return gr_error_set(e, GR_ERR_ALREADY_EXISTS, "step %016llx ran here already (a repeated RUN)",
+                        (unsigned long long)run);
+  pthread_mutex_lock(&s->mu);
+  bool again = t->started;
+  x->mine = !again;
+  t->started = true;
+  if (!again) t->owner = x->c;
+  s->parked_bytes -= t->parked;
+  t->parked = 0;
+  pthread_mutex_unlock(&s->mu);
+  if (again)
+    return gr_error_set(e, GR_ERR_ALREADY_EXISTS, "step %016llx is running here already",
+                        (unsigned long long)run);
+  if (!gr_conn_is_open(x->c)) /* closed before the owner was set: nobody waits for it */
+    state_abort(s, t, GR_ERR_CANCELLED, "the connection that ran the step closed");
+  else if (stop)
+    state_abort(s, t, x->stop, x->stop_msg);
+  push_rv *prv = malloc(sizeof *prv);
+  if (!prv || !(x->rv = gr_rendezvous_new_with(&push_ops, prv))) {
     free(prv);
-    st = gr_error_set_oom(e);
+    return gr_error_set_oom(e);
   }
-  x->trace = st == GR_OK && a->trace ? gr_step_trace_new() : NULL;
-  if (st == GR_OK) {
-    *prv = (push_rv){s, t};
-    x->step = (gr_step_info){.step_id = (int64_t)a->step,
-                             .seed = a->seed,
-                             .resources = r->box->rm,
-                             .stacks = r->uses_stacks ? gr_step_stacks_new() : NULL,
-                             .rendezvous = x->rv,
-                             .trace = x->trace,
-                             .watch = t->cancel};
-    if (r->uses_stacks && !x->step.stacks) st = gr_error_set_oom(e);
+  *prv = (push_rv){s, t};
+  x->trace = a->trace ? gr_step_trace_new() : NULL; /* a traced RUN has one step */
+  x->step = (gr_step_info){.step_id = (int64_t)(a->step + x->iter),
+                           .seed = a->seed,
+                           .resources = r->box->rm,
+                           .stacks = r->uses_stacks ? gr_step_stacks_new() : NULL,
+                           .rendezvous = x->rv,
+                           .trace = x->trace,
+                           .watch = t->cancel};
+  if (r->uses_stacks && !x->step.stacks) return gr_error_set_oom(e);
+  return GR_OK;
+}
+
+static void iter_loop(server_run *x);
+
+/* The iteration's end, however it came: the RUN's end, or (true) the next
+ * iteration is to start, its DONEs told. */
+static bool iter_after(server_run *x) {
+  if (x->done_st != GR_OK || x->iter + 1 >= x->q.steps) {
+    run_end(x, x->done_st, &x->done_err);
+    return false;
   }
-  if (st != GR_OK) {
-    run_end(x, st, e);
+  iter_forget(x);
+  for (int i = 0; i < x->nx; i++) gr_tensor_release(&x->fetches[i]); /* the last one's are kept */
+  registered *r = x->r;
+  for (int i = 0; i < r->num_from && x->iter + 2 < x->q.steps; i++) {
+    gr_server *s = x->s;
+    char key[GR_LINK_KEY_MAX];
+    gr_step_link_key(&r->from[i], key, sizeof key);
+    pthread_mutex_lock(&s->mu);
+    peer *p = gr_server_find_peer(s, r->from[i].task);
+    gr_conn *c = p ? p->conn : NULL;
+    if (c) gr_conn_ref(c);
+    pthread_mutex_unlock(&s->mu);
+    /* awaited two iterations on: one that cannot go fails the RUN here
+     * (the master then aborts it on the peer, which would wait for it) */
+    gr_tensor_msg tm = {x->q.run + x->iter + 2, key, s->task, s->incarnation, false, NULL, NULL};
+    gr_outmsg *m = c ? gr_tensor_msg_pack(&tm) : NULL;
+    gr_error e;
+    gr_status st = !c ? gr_error_set(&e, GR_ERR_UNAVAILABLE, "%s has no connection to %s", s->task,
+                                     r->from[i].task)
+                   : !m ? gr_error_set_oom(&e)
+                        : gr_conn_send(c, m, &e);
+    gr_conn_unref(c);
+    if (st != GR_OK) {
+      gr_error_prefix(&e, "telling %s that step %llu ended", r->from[i].task,
+                      (unsigned long long)(x->q.step + x->iter));
+      run_end(x, st, &e);
+      return false;
+    }
+  }
+  pthread_mutex_lock(&x->s->mu);
+  x->iter++; /* an abort reads it */
+  pthread_mutex_unlock(&x->s->mu);
+  return true;
+}
+
+/* The next iteration, on the server's work pool. */
+static void iter_next(void *arg) {
+  server_run *x = arg;
+  if (iter_after(x)) iter_loop(x);
+}
+
+/* An iteration ended. The next one never starts on this thread: it may be
+ * an executor's, inside the finished run's completion. */
+static void iter_done(void *arg, gr_status st, const gr_error *err) {
+  server_run *x = arg;
+  gr_server *s = x->s;
+  x->done_st = st;
+  if (st != GR_OK) x->done_err = *err;
+  pthread_mutex_lock(&s->mu);
+  bool inside = x->starting; /* iter_loop goes on from there */
+  if (inside) x->ended = true;
+  bool pool = !inside && st == GR_OK && x->iter + 1 < x->q.steps && !s->work_closed;
+  if (pool) gr_threadpool_schedule(s->work_pool, iter_next, x);
+  pthread_mutex_unlock(&s->mu);
+  if (!inside && !pool) {
+    if (st == GR_OK && x->iter + 1 < x->q.steps) /* the server stops */
+      x->done_st = gr_error_set(&x->done_err, GR_ERR_CANCELLED, "%s is shutting down", s->task);
+    iter_after(x); /* ends the RUN */
+  }
+}
+
+static void iter_run(server_run *x) {
+  gr_device_plan_run_async(x->r->plan, x->feeds, x->fetches, &x->step, &x->moved, iter_done, x);
+}
+
+/* A DONE the iteration awaited arrived (or its step was aborted). */
+static void link_arrived(void *arg, gr_status st, const gr_error *err, gr_tensor *value,
+                         bool dead) {
+  server_run *x = arg;
+  (void)dead;
+  if (st == GR_OK && value) gr_tensor_release(value);
+  if (st != GR_OK && !atomic_exchange(&x->wait_failed, 1)) x->wait_err = *err;
+  if (atomic_fetch_sub(&x->waiting, 1) != 1) return;
+  if (atomic_load(&x->wait_failed))
+    iter_done(x, x->wait_err.code, &x->wait_err);
+  else
+    iter_run(x);
+}
+
+/* Starts the iteration's step once the tasks it pushes to have ended the
+ * iteration two before. */
+static void iter_start(server_run *x) {
+  registered *r = x->r;
+  if (x->iter < 2 || r->num_to == 0) {
+    iter_run(x);
     return;
   }
-  /* no thread waits for the step: its completion answers */
-  gr_device_plan_run_async(r->plan, x->feeds, x->fetches, &x->step, &x->moved, run_done, x);
+  atomic_store(&x->waiting, r->num_to + 1);
+  atomic_store(&x->wait_failed, 0);
+  for (int i = 0; i < r->num_to; i++) {
+    char key[GR_LINK_KEY_MAX];
+    gr_step_link_key(&r->to[i], key, sizeof key);
+    gr_rendezvous_recv(x->t->local, key, link_arrived, x);
+  }
+  link_arrived(x, GR_OK, NULL, NULL, false); /* the asking's own count */
+}
+
+static void iter_loop(server_run *x) {
+  gr_server *s = x->s;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    x->starting = true;
+    gr_status stop = x->iter >= x->stop_from ? x->stop : GR_OK;
+    pthread_mutex_unlock(&s->mu);
+    gr_error e;
+    if (stop != GR_OK) gr_error_set(&e, stop, "%s", x->stop_msg);
+    gr_status st = stop != GR_OK ? stop : iter_begin(x, &e);
+    if (st != GR_OK) {
+      run_end(x, st, &e);
+      return;
+    }
+    iter_start(x); /* no thread waits for the step: its completion goes on */
+    pthread_mutex_lock(&s->mu);
+    x->starting = false;
+    bool ended = x->ended;
+    x->ended = false;
+    pthread_mutex_unlock(&s->mu);
+    if (!ended || !iter_after(x)) return;
+  }
 }
 
 void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
@@ -447,7 +637,10 @@ void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_conn_ref(c);
   *x = (server_run){.s = s, .c = c, .m = m, .t0 = gr_trace_now_ns()};
   gr_server_step_began(s);
-  run_start(x, &e);
+  if (run_check(x, &e) != GR_OK)
+    run_end(x, e.code, &e);
+  else
+    iter_loop(x);
 }
 
 /* ---- pushed tensors and aborts -------------------------------------------------------- */
@@ -513,8 +706,10 @@ static gr_status push(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *run_id, g
                       "%s: tensors from %s for a step that has not started here exceed %zu bytes",
                       s->task, from, s->parked_max);
   } else {
-    atomic_fetch_add_explicit(&t->got, 1, memory_order_relaxed);
-    if (!dead) atomic_fetch_add_explicit(&t->got_bytes, (int64_t)bytes, memory_order_relaxed);
+    if (!gr_step_link_is_done(&k)) { /* a DONE is flow control, no transfer of the step */
+      atomic_fetch_add_explicit(&t->got, 1, memory_order_relaxed);
+      if (!dead) atomic_fetch_add_explicit(&t->got_bytes, (int64_t)bytes, memory_order_relaxed);
+    }
     st = gr_rendezvous_send(t->local, key, gr_tensor_is_empty(&v) ? NULL : &v, dead, err);
     if (st != GR_OK) gr_error_prefix(err, "%s: a tensor from %s", s->task, from);
   }
@@ -572,6 +767,27 @@ void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
   gr_abort_msg a;
   if (gr_abort_msg_unpack(m, &a, &e) == GR_OK) {
+    pthread_mutex_lock(&s->mu);
+    server_run *x = NULL; /* a multi-step RUN with a step of that run id: from there on */
+    void *v;
+    for (size_t pos = 0; !x && gr_map_next(&s->runs, &pos, NULL, &v);) {
+      server_run *y = v;
+      if (a.run >= y->q.run && a.run - y->q.run < y->q.steps) x = y;
+    }
+    uint64_t from = x ? a.run - x->q.run : 0;
+    if (x && (x->stop == GR_OK || from < x->stop_from)) {
+      snprintf(x->stop_msg, sizeof x->stop_msg, "%s", a.msg);
+      x->stop = a.code != GR_OK ? a.code : GR_ERR_CANCELLED;
+      x->stop_from = from;
+    }
+    step_state *cur = x && x->iter >= from ? x->t : NULL;
+    if (cur) cur->refs++;
+    pthread_mutex_unlock(&s->mu);
+    if (x) {
+      if (cur) state_abort(s, cur, a.code, a.msg), state_unref(s, cur);
+      gr_inmsg_free(m);
+      return;
+    }
     step_state *t = state_get(s, a.run, NULL);
     if (t) {
       state_abort(s, t, a.code, a.msg);

@@ -40,9 +40,10 @@
 #include "core/gr_core.h"
 
 #define GR_WIRE_VERSION                                                                            \
-  4 /* 2: REGISTER and VARS name a container; RESET. 3: the                                        \
+  5 /* 2: REGISTER and VARS name a container; RESET. 3: the                                        \
        handshake names the cluster, every client sends AUTH. 4: the                                \
-       handshake's mode: TLS or per-frame MACs across hosts */
+       handshake's mode: TLS or per-frame MACs across hosts. 5: a                                  \
+       multi-step RUN (steps) and its error's failed_at */
 #define GR_WIRE_HEADER_SIZE 16
 #define GR_WIRE_ALIGN       64
 #define GR_WIRE_MAX_TENSORS 4096 /* tensors in one message */

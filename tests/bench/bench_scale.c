@@ -59,8 +59,9 @@ static gr_status standin_prepare(void *self, gr_partitions *parts, void **plan, 
   return GR_OK;
 }
 static gr_status standin_run(void *self, void *plan, const gr_tensor *feeds, gr_tensor *fetches,
-                             const gr_step_info *step, gr_transfer_stats *stats, gr_error *err) {
-  (void)self, (void)plan, (void)feeds, (void)fetches, (void)step, (void)err;
+                             const gr_step_info *step, int64_t num_steps, gr_transfer_stats *stats,
+                             gr_error *err) {
+  (void)self, (void)plan, (void)feeds, (void)fetches, (void)step, (void)num_steps, (void)err;
   if (stats) *stats = (gr_transfer_stats){0, 0};
   return GR_OK;
 }

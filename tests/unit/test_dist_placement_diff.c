@@ -19,6 +19,11 @@
  *   random-pins+round-robin  half the nodes pinned so, the rest round-robin; soft
  *   random-pins+cost         half the nodes pinned so, the rest by the cost model; soft
  *
+ * A third of the programs (by seed; GR_DIFF_MULTI=0/1 forces it) run
+ * their steps on the cluster as one multi-step run (gr_session_run_steps:
+ * each task loops over its partitions, told by its receivers when to go
+ * on); only the last step's fetches and the variables are compared.
+ *
  * The one-process run builds the same graph (the same pins) and runs it on
  * one device with soft placement. Every fetched tensor at every step and
  * every variable at the end must have the same dtype, shape and bytes.
@@ -337,7 +342,8 @@ static bool load(run *r, const char *path, const char *text, const pins *pn, int
 
 /* Places (on a cluster) and runs the loaded program: its steps, then every
  * variable. m NULL: one process, one device. */
-static bool execute(run *r, gr_master *m, placement pl, bool soft, bool recvs, int threads) {
+static bool execute(run *r, gr_master *m, placement pl, bool soft, bool recvs, int threads,
+                    bool multi) {
   gr_error err;
   soft = soft || !m;
   if (m) {
@@ -355,7 +361,15 @@ static bool execute(run *r, gr_master *m, placement pl, bool soft, bool recvs, i
   gr_session *s = m ? gr_master_session_new(m, r->g, &o, &err) : gr_session_new(r->g, &o, &err);
   if (!s) return fail(r, "session", -1, err.code, err.msg);
   bool ok = true;
-  for (int step = 0; ok && step < r->steps; step++) {
+  if (multi) { /* one multi-step run: the tasks loop; the last step's fetches */
+    gr_status st = gr_session_run_steps(s, r->feeds, r->nf, r->x, r->nx, r->out[r->steps - 1], r->t,
+                                        r->nt, r->steps, &err);
+    if (st != GR_OK)
+      ok = fail(r, "step", r->steps - 1, st, err.msg); /* one of its steps */
+    else
+      r->nout[r->steps - 1] = r->nx;
+  }
+  for (int step = 0; ok && !multi && step < r->steps; step++) {
     gr_status st = gr_session_run(s, r->feeds, r->nf, r->x, r->nx, r->out[step], r->t, r->nt, &err);
     if (st != GR_OK)
       ok = fail(r, "step", step, st, err.msg);
@@ -555,25 +569,27 @@ typedef struct verdict {
  * (with GR_DIFF_LOCAL, k->m NULL: in one process with 1 thread instead) and
  * compares; got keeps the cluster's run (its graph, for the nodes). */
 static void run_pair(cluster *k, const char *file, const char *text, const pins *use, placement pl,
-                     bool recvs, bool verbose, verdict *v, run *got) {
+                     bool recvs, bool multi, bool verbose, verdict *v, run *got) {
   memset(v, 0, sizeof *v);
   memset(got, 0, sizeof *got);
   char what[1400] = "";
   run want;
   int steps = env_int("GR_DIFF_STEPS", STEPS); /* fewer, to see when a difference starts */
   steps = steps < 1 || steps > STEPS ? STEPS : steps;
-  if (!load(&want, file, text, use, steps) || !execute(&want, NULL, PL_PINS, true, false, 0)) {
+  if (!load(&want, file, text, use, steps) ||
+      !execute(&want, NULL, PL_PINS, true, false, 0, false)) {
     v->oracle_failed = true;
     snprintf(what, sizeof what, "one process: %s: %s", want.stage, want.msg);
   } else if (!load(got, file, text, use, steps)) {
     snprintf(what, sizeof what, "load: %s", got->msg);
   } else if (!k->m) {
-    v->ok = execute(got, NULL, PL_PINS, true, false, 1) &&
+    v->ok = execute(got, NULL, PL_PINS, true, false, 1, multi) &&
             !differs(&want, got, what, sizeof what, verbose);
     if (!v->ok && !what[0])
       snprintf(what, sizeof what, "one process, 1 thread: %s: %s", got->stage, got->msg);
     v->oracle_failed = !v->ok;
-  } else if (!cluster_new_run(k) || !execute(got, k->m, pl, pl >= PL_RANDOM_PINS, recvs, 0)) {
+  } else if (!cluster_new_run(k) ||
+             !execute(got, k->m, pl, pl >= PL_RANDOM_PINS, recvs, 0, multi)) {
     v->refused = strcmp(got->stage, "step") != 0 && strcmp(got->stage, "variables") != 0;
     v->lost = got->st == GR_ERR_UNAVAILABLE;
     v->timed_out = got->st == GR_ERR_DEADLINE_EXCEEDED;
@@ -597,6 +613,7 @@ typedef struct case_ {
   uint64_t seed;
   placement pl;
   bool recvs;
+  bool multi; /* the cluster runs the steps as one multi-step run */
   char scope[32], file[48];
   gt_program p;
   pins pn;
@@ -608,6 +625,8 @@ static void case_make(case_ *c, uint64_t seed) {
   c->seed = seed;
   c->pl = placement_of(seed);
   c->recvs = (mix(seed) >> 20) % 3 == 0;
+  c->multi =
+      getenv("GR_DIFF_MULTI") ? env_int("GR_DIFF_MULTI", 0) != 0 : (mix(seed) >> 30) % 3 == 0;
   snprintf(c->scope, sizeof c->scope, "s0_%d", (int)c->pl); /* the same names in every program */
   snprintf(c->file, sizeof c->file, "s%llu.gr", (unsigned long long)seed);
   gt_program_make(seed, c->scope, WORKERS, &c->p);
@@ -616,8 +635,8 @@ static void case_make(case_ *c, uint64_t seed) {
 }
 
 static void print_program(const case_ *c, const char *text, const run *got, const verdict *v) {
-  printf("---- program (seed %llu, placement %s%s) ----\n%s", (unsigned long long)c->seed,
-         pl_names[c->pl], c->recvs ? ", schedule_recvs" : "", text);
+  printf("---- program (seed %llu, placement %s%s%s) ----\n%s", (unsigned long long)c->seed,
+         pl_names[c->pl], c->recvs ? ", schedule_recvs" : "", c->multi ? ", multi-step" : "", text);
   if (got->g) {
     printf("---- its nodes on the cluster ----\n");
     print_nodes(stdout, got->g);
@@ -649,7 +668,7 @@ static bool check_program(cluster *k, stats *st, uint64_t seed, bool verbose, bo
   }
   verdict v;
   run got;
-  run_pair(k, c.file, c.p.text, c.use, c.pl, c.recvs, verbose, &v, &got);
+  run_pair(k, c.file, c.p.text, c.use, c.pl, c.recvs, c.multi, verbose, &v, &got);
   st->programs++;
   st->by_pl[c.pl][0]++;
   for (int i = 0; i < GT_PF_COUNT; i++)
@@ -667,8 +686,9 @@ static bool check_program(cluster *k, stats *st, uint64_t seed, bool verbose, bo
       if (c.p.features & (1u << i)) st->by_feature[i][1]++;
     int in_family = add_family(st, v.what, seed, c.pl);
     if (!st->max_lines || st->failed <= st->max_lines)
-      fprintf(stderr, "FAIL seed %llu placement %s%s: %s\n", (unsigned long long)seed,
-              pl_names[c.pl], c.recvs ? " (schedule_recvs)" : "", v.what);
+      fprintf(stderr, "FAIL seed %llu placement %s%s%s: %s\n", (unsigned long long)seed,
+              pl_names[c.pl], c.recvs ? " (schedule_recvs)" : "", c.multi ? " (multi-step)" : "",
+              v.what);
     if (st->max_lines && st->failed == st->max_lines + 1)
       fprintf(stderr, "(more failures are counted by family below; GR_DIFF_ALL=1 prints each)\n");
     for (int i = 0; v.dead && i < k->c.n; i++)
@@ -728,7 +748,7 @@ static bool try_candidate(cluster *k, const case_ *c, char *cand, const char *ke
   verdict v;
   run got;
   char key2[200];
-  run_pair(k, c->file, cand, c->use, c->pl, c->recvs, false, &v, &got);
+  run_pair(k, c->file, cand, c->use, c->pl, c->recvs, c->multi, false, &v, &got);
   run_free(&got);
   family_key(v.what, key2, sizeof key2);
   bool same = !v.ok && !v.oracle_failed && !strcmp(key, key2);
@@ -754,7 +774,7 @@ static void reduce_program(cluster *k, uint64_t seed) {
   case_make(&c, seed);
   verdict v;
   run got;
-  run_pair(k, c.file, c.p.text, c.use, c.pl, c.recvs, false, &v, &got);
+  run_pair(k, c.file, c.p.text, c.use, c.pl, c.recvs, c.multi, false, &v, &got);
   run_free(&got);
   if (v.ok) {
     printf("seed %llu: the cluster agrees with one process; nothing to reduce\n",
@@ -810,7 +830,7 @@ static void reduce_program(cluster *k, uint64_t seed) {
   for (char *line = strtok(text, "\n"); line && n < 4096; line = strtok(NULL, "\n"))
     lines[n++] = line;
   char *last = join_without(lines, n, -1, -1, ++attempt, &c);
-  run_pair(k, c.file, last, c.use, c.pl, c.recvs, true, &v, &got);
+  run_pair(k, c.file, last, c.use, c.pl, c.recvs, c.multi, true, &v, &got);
   print_program(&c, last, &got, &v);
   run_free(&got);
   free(last);
@@ -981,10 +1001,10 @@ static void check_file(cluster *k, const char *path, const char *name, placement
     snprintf(what, sizeof what, "load: %s", want.msg);
   } else if (!want.nx && !want.nt) {
     ok = true; /* a library of defs */
-  } else if (!execute(&want, NULL, PL_PINS, true, false, 0)) {
+  } else if (!execute(&want, NULL, PL_PINS, true, false, 0, false)) {
     snprintf(what, sizeof what, "one process: %s: %s", want.stage, want.msg);
   } else if (!load(&got, path, NULL, use, 2) || !cluster_new_run(k) ||
-             !execute(&got, k->m, pl, true, false, 0)) {
+             !execute(&got, k->m, pl, true, false, 0, false)) {
     snprintf(what, sizeof what, "%s: %s", got.stage, got.msg);
   } else {
     ok = !differs(&want, &got, what, sizeof what, false);
