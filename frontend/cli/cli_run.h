@@ -21,6 +21,7 @@ typedef struct cli_run_options {
   int nfeed, nfetch, ntarget, neval;
   long steps, seed, threads, devices;
   long save_every, keep, max_failures, task_index;
+  long steps_per_run;                      /* --steps-per-run (0: not given, 1) */
   double timeout_s, recovery_s, connect_s; /* connect_s: the first connect's bound (0: 10 s) */
   gr_place_mode placement;
   bool json, quiet, no_restore, schedule_recvs, soft, no_fusion;

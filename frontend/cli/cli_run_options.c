@@ -27,6 +27,11 @@ static void usage(FILE *f) {
          "  --target T,U       nodes to run for their effect each step, e.g. a train op\n"
          "                     (default: the file's `target` names)\n"
          "  --steps N          run N steps (default 1); shows progress on stderr\n"
+         "  --steps-per-run K  on a cluster, run K steps at a time: each task loops over its\n"
+         "                     part of the step K times with no message from this client\n"
+         "                     between (the same bits as one at a time); fetches, progress\n"
+         "                     and checkpoints after every K steps, or sooner to save\n"
+         "                     (default 1; not with --epochs)\n"
          "  --seed S           graph-level random seed (default 0)\n"
          "  --threads T        inter-op threads, at most 1024 (default: number of cores)\n"
          "  --devices N        local CPU devices /job:localhost/replica:0/task:0/device:CPU:K\n"
@@ -141,6 +146,7 @@ enum {
   F_EVAL,
   F_TARGET,
   F_STEPS,
+  F_STEPS_PER_RUN,
   F_SEED,
   F_THREADS,
   F_TLS /* and F_TLS + 1, + 2 */
@@ -180,6 +186,7 @@ static const struct option flags[] = {
     {"eval", required_argument, NULL, F_EVAL},
     {"target", required_argument, NULL, F_TARGET},
     {"steps", required_argument, NULL, F_STEPS},
+    {"steps-per-run", required_argument, NULL, F_STEPS_PER_RUN},
     {"seed", required_argument, NULL, F_SEED},
     {"threads", required_argument, NULL, F_THREADS},
     CLI_EPOCH_FLAGS,
@@ -219,6 +226,10 @@ static int set_step_flag(const cli_opts *po, int c, cli_run_options *o) {
       if (!cli_parse_long(po->arg, 1, LONG_MAX, &o->steps))
         return cli_opt_bad(po, "a positive integer");
       o->steps_given = true;
+      break;
+    case F_STEPS_PER_RUN:
+      if (!cli_parse_long(po->arg, 1, 1L << 30, &o->steps_per_run))
+        return cli_opt_bad(po, "an integer from 1 to 1073741824");
       break;
     case F_SEED:
       if (!cli_parse_long(po->arg, 0, LONG_MAX, &o->seed))
@@ -389,6 +400,11 @@ int cli_run_parse_options(int argc, char **argv, cli_run_options *o) {
     return GR_EXIT_USAGE;
   }
   if (cli_epochs_check_options(o) != CLI_RUN_GO) return GR_EXIT_USAGE;
+  if (o->steps_per_run > 1 && o->epochs) {
+    fprintf(stderr, "graphrun run: --steps-per-run runs steps without this client between them: "
+                    "not with --epochs (which validates and logs after each)\n");
+    return GR_EXIT_USAGE;
+  }
   const char *env = getenv("GRAPHRUN_CONTAINER");
   if (!o->container && env && *env) {
     gr_error err;

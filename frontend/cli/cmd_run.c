@@ -244,14 +244,21 @@ static int start_checkpoint(cli_run_state *r) {
   return GR_EXIT_OK;
 }
 
-/* Step st, then on a saving step the checkpoint (*in_save: it was the save
- * that failed); a lost task fails either. */
-static gr_status run_step(cli_run_state *r, long st, bool saving, bool *in_save, gr_error *err) {
+/* Steps st to st + n - 1 (n > 1: one multi-step run, --steps-per-run),
+ * then on a saving step the checkpoint (*in_save: it was the save that
+ * failed); a lost task fails either. */
+static gr_status run_step(cli_run_state *r, long st, long n, bool saving, bool *in_save,
+                          gr_error *err) {
   const cli_run_options *o = &r->o;
   *in_save = false;
-  gr_status ok = gr_session_run_traced(
-      r->s, r->feeds, o->nfeed, r->fetches, o->nfetch, r->results, r->targets, o->ntarget,
-      st == o->steps && r->trace ? r->trace : cli_epochs_trace_for(r->ep, st), err);
+  gr_status ok =
+      n > 1
+          ? gr_session_run_steps(r->s, r->feeds, o->nfeed, r->fetches, o->nfetch, r->results,
+                                 r->targets, o->ntarget, n, err)
+          : gr_session_run_traced(
+                r->s, r->feeds, o->nfeed, r->fetches, o->nfetch, r->results, r->targets, o->ntarget,
+                st == o->steps && r->trace ? r->trace : cli_epochs_trace_for(r->ep, st), err);
+  st += n - 1; /* the last one */
   if (ok != GR_OK) return ok;
   r->moved = gr_session_last_transfers(r->s); /* before a checkpoint's own step */
   if (r->show) {
@@ -264,14 +271,20 @@ static gr_status run_step(cli_run_state *r, long st, bool saving, bool *in_save,
   return saving ? cli_run_save_checkpoint(&r->rec, r->s, st, r->master != NULL, err) : GR_OK;
 }
 
-/* Step st (or the checkpoint after it) failed with err: on a cluster with
- * a checkpoint (or a follower's chief), recovers and sets *resumed, the
- * step after which the loop goes on (CLI_RUN_GO); else reports err
- * (GR_EXIT_FAILURE). */
-static int step_failed(cli_run_state *r, long st, bool in_save, gr_error *err, long *resumed) {
+/* Steps st to st + n - 1 (or the checkpoint after them) failed with err:
+ * on a cluster with a checkpoint (or a follower's chief), recovers and
+ * sets *resumed, the step after which the loop goes on (CLI_RUN_GO); else
+ * reports err (GR_EXIT_FAILURE). */
+static int step_failed(cli_run_state *r, long st, long n, bool in_save, gr_error *err,
+                       long *resumed) {
   if (r->show && r->pr.tty) fputc('\n', stderr);
-  char when[64];
-  snprintf(when, sizeof when, in_save ? "saving the checkpoint after step %ld" : "step %ld", st);
+  char when[96];
+  if (in_save)
+    snprintf(when, sizeof when, "saving the checkpoint after step %ld", st + n - 1);
+  else if (n > 1) /* the error names the step of them that failed */
+    snprintf(when, sizeof when, "steps %ld-%ld", st, st + n - 1);
+  else
+    snprintf(when, sizeof when, "step %ld", st);
   int64_t at;
   double t_rec = cli_now();
   bool follower = r->self.on && !r->self.chief; /* recovers without a checkpoint of its own */
@@ -285,12 +298,26 @@ static int step_failed(cli_run_state *r, long st, bool in_save, gr_error *err, l
     cli_print_run_error("run", when, err);
     return GR_EXIT_FAILURE;
   }
-  long done = in_save ? st : st - 1;
+  long done = in_save ? st + n - 1 : st - 1; /* at least */
   /* a follower goes on with its own count: the chief restored the shared state */
   *resumed = !r->ck ? done : at < 0 ? 0 : cli_run_steps_done(r->ck);
   fprintf(stderr, "graphrun run: recovered in %.0f ms: resuming after step %ld (%ld steps lost)\n",
           (cli_now() - t_rec) * 1000, *resumed, done - *resumed);
   return CLI_RUN_GO;
+}
+
+/* How many steps from `first` on one run takes: --steps-per-run, ending at
+ * the next save (--save-every), the last step, or before a traced last step. */
+static long steps_in_run(const cli_run_state *r, long first) {
+  const cli_run_options *o = &r->o;
+  long n = o->steps_per_run > 1 && !r->ep ? o->steps_per_run : 1;
+  if (n > o->steps - first + 1) n = o->steps - first + 1;
+  if (r->ck && o->save_every) {
+    long next = (first - 1) / o->save_every * o->save_every + o->save_every;
+    if (n > next - first + 1) n = next - first + 1;
+  }
+  if (r->trace && first + n - 1 == o->steps && n > 1) n--; /* the traced step alone */
+  return n;
 }
 
 /* The steps after the restored ones, each saving per --save-every; the
@@ -300,16 +327,18 @@ static int run_steps(cli_run_state *r) {
   gr_error err;
   r->show = o->steps - r->done_steps > 1 && !o->quiet && !r->ep; /* epochs: their own lines */
   if (r->show) cli_progress_start(&r->pr, o->steps, stderr);
-  for (long st = r->done_steps + 1; st <= o->steps; st++) {
+  for (long first = r->done_steps + 1; first <= o->steps;) {
+    long n = steps_in_run(r, first), st = first + n - 1; /* st: the run's last step */
     bool saving = r->ck && ((o->save_every && st % o->save_every == 0) || st == o->steps);
     bool in_save;
-    if (run_step(r, st, saving, &in_save, &err) != GR_OK) {
+    if (run_step(r, first, n, saving, &in_save, &err) != GR_OK) {
       long resumed;
-      int rc = step_failed(r, st, in_save, &err, &resumed);
+      int rc = step_failed(r, first, n, in_save, &err, &resumed);
       if (rc != CLI_RUN_GO) return rc;
-      st = resumed; /* the loop goes on with step resumed + 1 */
+      first = resumed + 1;
       continue;
     }
+    first = st + 1;
     if (saving && !o->quiet && st < o->steps && !r->ep) {
       if (r->show && r->pr.tty) fputc('\n', stderr);
       fprintf(stderr, "graphrun run: %s a checkpoint after step %ld to %s\n",

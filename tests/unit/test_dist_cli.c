@@ -76,6 +76,43 @@ static void test_launch_runs_a_graph(void) {
   for (int k = 0; k < 3; k++) GR_CHECK_MSG(gone(task_pid(&p, tasks[k])), "%s still runs", tasks[k]);
 }
 
+/* --steps-per-run: 7 steps as runs of 3, 3 and 1 print the fetches of 7
+ * single steps, bit for bit (JSON floats are exact); 0 is a usage error. */
+static void test_steps_per_run(void) {
+  char file[PATH_MAX], out[2][256] = {"", ""};
+  snprintf(file, sizeof file, "%s/examples/allreduce.gr", GR_SOURCE_DIR);
+  for (int k = 0; k < 2; k++) {
+    gt_proc p;
+    char *argv[] = {"graphrun",
+                    "launch",
+                    "--ps",
+                    "0",
+                    "--workers",
+                    "2",
+                    file,
+                    "--steps",
+                    "7",
+                    "--json",
+                    k ? "--steps-per-run" : NULL,
+                    "3",
+                    NULL};
+    gt_proc_start(&p, argv);
+    GR_CHECK_MSG(gt_proc_wait(&p, NULL, 120), "launch did not finish: %s", p.buf);
+    gt_proc_finish(&p);
+    GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 0);
+    const char *j = strstr(p.buf, "{\"loss\"");
+    GR_CHECK_MSG(j != NULL, "no JSON: %s", p.buf);
+    if (j) snprintf(out[k], sizeof out[k], "%.*s", (int)strcspn(j, "\n"), j);
+  }
+  GR_CHECK_MSG(out[0][0] && !strcmp(out[0], out[1]), "one at a time %s, by 3 %s", out[0], out[1]);
+  gt_proc p;
+  gt_proc_start(&p, (char *[]){"graphrun", "run", file, "--steps-per-run", "0", NULL});
+  GR_CHECK(gt_proc_wait(&p, NULL, 60));
+  gt_proc_finish(&p);
+  GR_CHECK_EQ_INT(gt_proc_exit_code(&p), 2);
+  GR_CHECK_STR_CONTAINS(p.buf, "--steps-per-run");
+}
+
 static void test_launch_environment(void) {
   gt_proc p;
   gt_proc_start(&p, (char *[]){"graphrun", "launch", "--workers", "1", "--ps", "0", "--", "/bin/sh",
@@ -459,6 +496,7 @@ int main(void) {
   snprintf(exe, sizeof exe, "%s", gt_graphrun_exe());
   gt_proc_isolate();
   GR_RUN(test_launch_runs_a_graph);
+  GR_RUN(test_steps_per_run);
   GR_RUN(test_launch_environment);
   GR_RUN(test_launch_tls_files);
   GR_RUN(test_no_orphans);
