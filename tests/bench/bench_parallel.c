@@ -46,11 +46,16 @@
  * path; every wait has a deadline.
  *
  *   bench_parallel [--smoke] [--only PART,...] [--rounds N] [--breakdown]
+ *                  [--single-step-runs]
  *
  * --smoke: small sizes, few steps, no PyTorch (its figures print as nan).
  * --only: some of the parts allreduce, sync, pipeline, async (the others
  * print as nan). --rounds: 1-5 (default 5). --breakdown: after each round,
  * where a step of the sync and model-parallel programs goes (step traces).
+ * The sync and pipeline programs run their timed steps as one multi-step
+ * run (gr_session_run_steps, graphrun run --steps-per-run: the tasks loop
+ * without the client between steps); --single-step-runs: one run per step,
+ * the client between them (the figures before multi-step runs).
  *
  * Last line: parallel: allreduce_vs_gloo=A sync_vs_ddp=B sync_scaling=C
  *            async_eps=D pipeline_speedup=E sync_floor=F sync_nocomm=G
@@ -291,10 +296,17 @@ static void program_free(program *pr) {
   gr_graph_free(pr->g);
 }
 
-/* seconds per step over `steps` steps */
+static bool single_step_runs; /* --single-step-runs */
+
+/* seconds per step over `steps` steps, run as one multi-step run (on a
+ * cluster the tasks loop: graphrun run --steps-per-run), or one run each */
 static double time_train(program *pr, int steps) {
+  gr_error err;
   double t0 = bench_now();
-  run_steps(pr->s, &pr->train, 1, steps);
+  if (single_step_runs)
+    run_steps(pr->s, &pr->train, 1, steps);
+  else if (gr_session_run_steps(pr->s, NULL, 0, NULL, 0, NULL, &pr->train, 1, steps, &err) != GR_OK)
+    bench_die("steps", err.msg);
   return (bench_now() - t0) / steps;
 }
 
@@ -518,6 +530,7 @@ typedef struct config {
 
 static void usage(void) {
   fprintf(stderr, "usage: bench_parallel [--smoke] [--only PART,...] [--rounds N] [--breakdown]\n"
+                  "                      [--single-step-runs]\n"
                   "  PART: allreduce, sync, pipeline, async (default: all)\n");
   exit(2);
 }
@@ -530,6 +543,8 @@ static config parse_args(int argc, char **argv) {
       c.smoke = true;
     } else if (!strcmp(argv[i], "--breakdown")) {
       c.breakdown = true;
+    } else if (!strcmp(argv[i], "--single-step-runs")) {
+      single_step_runs = true;
     } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
       c.rounds = atoi(argv[++i]);
       if (c.rounds < 1 || c.rounds > MAX_ROUNDS) usage();
