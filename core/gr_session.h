@@ -105,7 +105,8 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
  * step. On a cluster (a master's session) every task loops over its part
  * of the step without the master between steps: one request per task for
  * all of them (Keras' steps_per_execution). It stops at the first step
- * that fails; the step counter has then moved by num_steps. */
+ * that fails (on a cluster every task ends the steps before it; the step
+ * counter has then moved by num_steps, in one process by the steps run). */
 #define GR_SESSION_MAX_STEPS (1 << 30)
 gr_status gr_session_run_steps(gr_session *s, const gr_feed *feeds, int num_feeds,
                                const gr_output *fetches, int num_fetches, gr_tensor *results,

@@ -230,6 +230,7 @@ typedef struct step_ctx {
   uint64_t run_id;
   bool aborted;
   int64_t abort_from; /* the first step aborted on the tasks (of a multi-step RUN) */
+  int64_t num_steps;
 } step_ctx;
 
 /* The first failure aborts the step on every other task. A lost task is the
@@ -253,8 +254,11 @@ static bool on_step_done(void *arg, rpc *r) {
   }
   bool stop = !r || (r->code != GR_OK && r->lost);
   if (r && r->code == GR_OK) return stop;
-  int64_t from =
-      r && !r->lost && r->code != GR_ERR_DEADLINE_EXCEEDED && r->failed_at >= 0 ? r->failed_at : 0;
+  /* a task's word on where it failed, if one of the RUN's steps */
+  int64_t from = r && !r->lost && r->code != GR_ERR_DEADLINE_EXCEEDED && r->failed_at >= 0 &&
+                         r->failed_at < x->num_steps
+                     ? r->failed_at
+                     : 0;
   if (x->aborted && from >= x->abort_from) return stop;
   x->aborted = true;
   x->abort_from = from;
@@ -365,7 +369,7 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
                      gr_error *err) {
   gr_master *ms = self;
   mplan *p = plan;
-  step_ctx x = {.ms = ms, .p = p};
+  step_ctx x = {.ms = ms, .p = p, .num_steps = num_steps};
   if (num_steps < 1 || num_steps > GR_RUN_MAX_STEPS || (step->trace && num_steps > 1))
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
                         "a run has 1 to %d steps (a traced one has 1), not %lld", GR_RUN_MAX_STEPS,
@@ -401,13 +405,15 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
   gr_rpc_group_destroy(&g);
   /* the root error: a lost task (what the master saw itself), else the
    * first that is not a cancellation it caused (a push to the lost task
-   * failing is an effect too) */
+   * failing is an effect too); of a multi-step RUN, at the earliest step */
   int root = -1;
   for (int i = 0; i < started; i++) {
     if (rs[i].code == GR_OK) continue;
     int rank = rs[i].lost ? 2 : rs[i].code != GR_ERR_CANCELLED ? 1 : 0;
     int best = root < 0 ? -1 : rs[root].lost ? 2 : rs[root].code != GR_ERR_CANCELLED ? 1 : 0;
-    if (rank > best) root = i;
+    if (rank > best ||
+        (rank == best && rank == 1 && rs[i].failed_at >= 0 && rs[i].failed_at < rs[root].failed_at))
+      root = i;
   }
   gr_transfer_stats moved = {0, 0};
   if (st == GR_OK && root >= 0) {

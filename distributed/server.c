@@ -603,6 +603,7 @@ void gr_server_free(gr_server *s) {
   gr_server_steps_abort_all(s);
   pthread_mutex_lock(&s->mu);
   s->work_closed = true; /* a multi-step RUN's next iteration is not scheduled */
+  while (s->scheduling > 0) pthread_cond_wait(&s->stopped, &s->mu); /* nor being scheduled */
   pthread_mutex_unlock(&s->mu);
   gr_threadpool_free(s->work_pool); /* a RUN queued here starts and sees its connection closed */
   pthread_mutex_lock(&s->mu);       /* the aborted steps finish on the executors' threads */
@@ -614,7 +615,8 @@ void gr_server_free(gr_server *s) {
   gr_server_steps_free(s);
   gr_map_free(&s->steps);
   gr_map_free(&s->runs);
-  for (int i = 0; i < s->num_peers; i++) gr_conn_unref(s->peers[i].conn), free(s->peers[i].waiters);
+  for (int i = 0; i < s->num_peers; i++)
+    gr_conn_unref(s->peers[i].conn), gr_conn_unref(s->peers[i].in_conn), free(s->peers[i].waiters);
   free(s->peers);
   gr_threadpool_free(s->exec_pool);
   gr_server_containers_free(s); /* after the graphs, which hold theirs */

@@ -28,6 +28,8 @@ typedef struct peer { /* another task, as a registration named it */
   char address[128];
   uint64_t incarnation;
   gr_conn *conn;      /* outgoing, for pushes; NULL until dialed */
+  gr_conn *in_conn;   /* the latest its pushes came over (a reference; NULL: none yet): a
+                         multi-step RUN's DONEs go back over it when conn is not up */
   bool dialing;       /* a dial thread connects to it (server_register.c) */
   reg_wait **waiters; /* registrations that wait for that dial */
   int num_waiters, cap_waiters;
@@ -96,13 +98,14 @@ struct gr_server {
   gr_map steps;           /* run id -> step_state */
   gr_map runs;            /* run id -> the multi-step RUN of that first id (server_step.c) */
   bool work_closed;       /* work_pool takes no more jobs (the server stops) */
+  int scheduling;         /* multi-step RUNs scheduling their next step on work_pool */
   uint64_t finished[256]; /* recently finished run ids: late pushes are dropped */
   uint32_t finished_pos;  /* the next slot, mod 256 (unsigned: wraps, as 256 divides 2^32) */
   uint64_t step_seq;      /* creation order of step states (the oldest parked is evicted) */
   size_t parked_bytes, parked_max;
   int64_t sessions;
   int steps_running;      /* RUNs started and not yet answered */
-  pthread_cond_t stopped; /* steps_running fell to 0, or dials did */
+  pthread_cond_t stopped; /* steps_running, dials or scheduling fell to 0 */
   int dials;              /* dial threads running (server_register.c) */
   gr_lease *leases;       /* network thread only (server_lease.c) */
   int num_leases;
@@ -181,8 +184,6 @@ gr_status gr_server_links_of(const gr_server *s, const gr_partitions *ps, regist
 /* The rendezvous key of a DONE over link l (at least GR_LINK_KEY_MAX bytes). */
 #define GR_LINK_KEY_MAX (2 * GR_DEVICE_NAME_MAX + 40)
 void gr_step_link_key(const step_link *l, char *out, size_t cap);
-/* Is k a DONE's key (not counted as a transfer)? */
-bool gr_step_link_is_done(const gr_rendezvous_key *k);
 
 /* ---- containers (server_containers.c) ---- */
 

@@ -67,7 +67,3 @@ void gr_step_link_key(const step_link *l, char *out, size_t cap) {
    * that tells; "!done" is no node's output */
   snprintf(out, cap, "%s;%016llx;%s;!done;:0", l->recv_dev, 0ULL, l->send_dev);
 }
-
-bool gr_step_link_is_done(const gr_rendezvous_key *k) {
-  return k->edge_len == 5 && !memcmp(k->edge, "!done", 5);
-}

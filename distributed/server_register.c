@@ -72,9 +72,12 @@ static gr_status peers_of(gr_server *s, const gr_register_peer *peers, int n, gr
     pthread_mutex_lock(&s->mu);
     peer *p = gr_server_find_peer(s, task);
     gr_conn *old = NULL;
+    gr_conn *old_in = NULL;
     if (p && (p->incarnation != inc || strcmp(p->address, address) != 0)) {
       old = p->conn; /* the task restarted or moved: dial again */
       p->conn = NULL;
+      old_in = p->in_conn;
+      p->in_conn = NULL;
     }
     if (!p && s->num_peers == s->cap_peers) {
       int cap = s->cap_peers ? 2 * s->cap_peers : 8;
@@ -96,6 +99,7 @@ static gr_status peers_of(gr_server *s, const gr_register_peer *peers, int n, gr
     snprintf(p->address, sizeof p->address, "%s", address);
     p->incarnation = inc;
     pthread_mutex_unlock(&s->mu);
+    gr_conn_unref(old_in);
     if (old) {
       gr_conn_close(old);
       gr_conn_unref(old);
@@ -105,7 +109,11 @@ static gr_status peers_of(gr_server *s, const gr_register_peer *peers, int n, gr
 }
 
 static void on_peer_message(void *arg, gr_conn *c, gr_inmsg *m) {
-  gr_inmsg_free(m); /* tasks only push to each other: nothing comes back */
+  if (m->h.type == GR_MSG_TENSOR) { /* a multi-step RUN's DONE, back over this push connection */
+    gr_server_push(arg, c, m);
+    return;
+  }
+  gr_inmsg_free(m); /* nothing else comes back */
 }
 static void on_peer_close(void *arg, gr_conn *c, const gr_error *why) {}
 

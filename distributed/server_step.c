@@ -291,8 +291,7 @@ static const gr_rendezvous_ops push_ops = {rv_send,  rv_recv, rv_abort,      rv_
  * step's completion on whichever thread finishes it (gr_conn_send is
  * thread-safe). A multi-step RUN runs its iterations one after another,
  * each a step of its own (run id q.run + i, step q.step + i): the next
- * starts from the previous one's completion (iter_loop keeps an iteration
- * that ends inside its own start from nesting the next one there). */
+ * starts on a work thread once the previous one ended (iter_continue). */
 typedef struct server_run {
   gr_server *s;
   gr_conn *c; /* a reference */
@@ -310,7 +309,7 @@ typedef struct server_run {
   gr_transfer_stats moved; /* the iteration's transfers */
   uint64_t iter;           /* the iteration (0 to q.steps - 1) */
   bool listed;             /* in s->runs: a multi-step RUN an abort finds */
-  /* under s->mu: iter_loop is starting an iteration; one ended meanwhile;
+  /* under s->mu: iter_loop is starting an iteration; it ended meanwhile;
    * an abort came for the iterations from stop_from on (its code and
    * message end the RUN when it reaches them; the ones before end first) */
   bool starting, ended;
@@ -341,13 +340,23 @@ static void iter_forget(server_run *x) {
   }
 }
 
-/* The RUN ended (or never started): forget it, answer, free. */
+/* The RUN ended (or never started): forget it, answer, free. A multi-step
+ * RUN that stopped early also forgets its next two steps, which senders
+ * one step ahead and DONEs may have parked here (late values are dropped). */
 static void run_end(server_run *x, gr_status st, const gr_error *e) {
   gr_server *s = x->s;
   iter_forget(x);
   if (x->listed) {
     pthread_mutex_lock(&s->mu);
     gr_map_remove_u64(&s->runs, x->q.run);
+    for (uint64_t i = x->iter + 1; i <= x->iter + 2 && i < x->q.steps; i++) {
+      uint64_t id = x->q.run + i;
+      step_state *t = gr_map_get_u64(&s->steps, id);
+      if (t && t->started) continue; /* another RUN's (a repeated one) */
+      if (t) gr_map_remove_u64(&s->steps, id);
+      s->finished[s->finished_pos++ % 256] = id;
+      if (t) state_unref_locked(s, t);
+    }
     pthread_mutex_unlock(&s->mu);
   }
   for (int i = 0; x->feeds && i < x->nf; i++) gr_tensor_release(&x->feeds[i]);
@@ -446,9 +455,11 @@ static gr_status iter_begin(server_run *x, gr_error *e) {
   uint64_t run = a->run + x->iter;
   no_state why = STATE_DONE;
   step_state *t = state_get(s, run, &why);
+  char stop_msg[GR_ERROR_MSG_MAX];
   pthread_mutex_lock(&s->mu);
   x->t = t;
-  bool stop = x->stop != GR_OK && x->iter >= x->stop_from; /* an abort that found no state */
+  gr_status stop = x->iter >= x->stop_from ? x->stop : GR_OK; /* an abort that found no state */
+  if (stop != GR_OK) snprintf(stop_msg, sizeof stop_msg, "%s", x->stop_msg);
   pthread_mutex_unlock(&s->mu);
   if (!t && why == STATE_FULL)
     return gr_error_set(e, GR_ERR_RESOURCE_EXHAUSTED,
@@ -472,8 +483,8 @@ static gr_status iter_begin(server_run *x, gr_error *e) {
                         (unsigned long long)run);
   if (!gr_conn_is_open(x->c)) /* closed before the owner was set: nobody waits for it */
     state_abort(s, t, GR_ERR_CANCELLED, "the connection that ran the step closed");
-  else if (stop)
-    state_abort(s, t, x->stop, x->stop_msg);
+  else if (stop != GR_OK)
+    state_abort(s, t, stop, stop_msg);
   push_rv *prv = malloc(sizeof *prv);
   if (!prv || !(x->rv = gr_rendezvous_new_with(&push_ops, prv))) {
     free(prv);
@@ -510,7 +521,10 @@ static bool iter_after(server_run *x) {
     gr_step_link_key(&r->from[i], key, sizeof key);
     pthread_mutex_lock(&s->mu);
     peer *p = gr_server_find_peer(s, r->from[i].task);
-    gr_conn *c = p ? p->conn : NULL;
+    gr_conn *c = !p                                          ? NULL
+                 : p->conn && gr_conn_is_open(p->conn)       ? p->conn
+                 : p->in_conn && gr_conn_is_open(p->in_conn) ? p->in_conn /* its pushes' */
+                                                             : p->conn;
     if (c) gr_conn_ref(c);
     pthread_mutex_unlock(&s->mu);
     /* awaited two iterations on: one that cannot go fails the RUN here
@@ -523,9 +537,12 @@ static bool iter_after(server_run *x) {
                    : !m ? gr_error_set_oom(&e)
                         : gr_conn_send(c, m, &e);
     gr_conn_unref(c);
-    if (st != GR_OK) {
+    if (st != GR_OK) { /* the step ended here: the next one is the RUN's failure */
       gr_error_prefix(&e, "telling %s that step %llu ended", r->from[i].task,
                       (unsigned long long)(x->q.step + x->iter));
+      pthread_mutex_lock(&s->mu);
+      x->iter++;
+      pthread_mutex_unlock(&s->mu);
       run_end(x, st, &e);
       return false;
     }
@@ -542,24 +559,42 @@ static void iter_next(void *arg) {
   if (iter_after(x)) iter_loop(x);
 }
 
-/* An iteration ended. The next one never starts on this thread: it may be
- * an executor's, inside the finished run's completion. */
+/* The iteration ended (how: x->done_st) outside iter_loop's start: the
+ * RUN ends here, or its next iteration goes to a work thread. Never this
+ * thread: it may be the network thread, or an executor's inside the
+ * finished run's completion, and K steps would hold it. Scheduled outside
+ * s->mu (the pool runs a job inline when it cannot queue it); `scheduling`
+ * keeps gr_server_free from freeing the pool meanwhile. */
+static void iter_continue(server_run *x) {
+  gr_server *s = x->s;
+  pthread_mutex_lock(&s->mu);
+  bool more = x->done_st == GR_OK && x->iter + 1 < x->q.steps;
+  bool pool = more && !s->work_closed;
+  if (pool) s->scheduling++;
+  pthread_mutex_unlock(&s->mu);
+  if (pool) {
+    gr_threadpool_schedule(s->work_pool, iter_next, x);
+    pthread_mutex_lock(&s->mu);
+    if (--s->scheduling == 0) pthread_cond_broadcast(&s->stopped);
+    pthread_mutex_unlock(&s->mu);
+    return;
+  }
+  if (more) /* the server stops */
+    x->done_st = gr_error_set(&x->done_err, GR_ERR_CANCELLED, "%s is shutting down", s->task);
+  iter_after(x); /* ends the RUN */
+}
+
+/* An iteration ended: inside iter_loop's start, that goes on from there. */
 static void iter_done(void *arg, gr_status st, const gr_error *err) {
   server_run *x = arg;
   gr_server *s = x->s;
   x->done_st = st;
   if (st != GR_OK) x->done_err = *err;
   pthread_mutex_lock(&s->mu);
-  bool inside = x->starting; /* iter_loop goes on from there */
+  bool inside = x->starting;
   if (inside) x->ended = true;
-  bool pool = !inside && st == GR_OK && x->iter + 1 < x->q.steps && !s->work_closed;
-  if (pool) gr_threadpool_schedule(s->work_pool, iter_next, x);
   pthread_mutex_unlock(&s->mu);
-  if (!inside && !pool) {
-    if (st == GR_OK && x->iter + 1 < x->q.steps) /* the server stops */
-      x->done_st = gr_error_set(&x->done_err, GR_ERR_CANCELLED, "%s is shutting down", s->task);
-    iter_after(x); /* ends the RUN */
-  }
+  if (!inside) iter_continue(x);
 }
 
 static void iter_run(server_run *x) {
@@ -598,28 +633,28 @@ static void iter_start(server_run *x) {
   link_arrived(x, GR_OK, NULL, NULL, false); /* the asking's own count */
 }
 
+/* Starts iteration x->iter (or ends the RUN, aborted from there). */
 static void iter_loop(server_run *x) {
   gr_server *s = x->s;
-  for (;;) {
-    pthread_mutex_lock(&s->mu);
-    x->starting = true;
-    gr_status stop = x->iter >= x->stop_from ? x->stop : GR_OK;
-    pthread_mutex_unlock(&s->mu);
-    gr_error e;
-    if (stop != GR_OK) gr_error_set(&e, stop, "%s", x->stop_msg);
-    gr_status st = stop != GR_OK ? stop : iter_begin(x, &e);
-    if (st != GR_OK) {
-      run_end(x, st, &e);
-      return;
-    }
-    iter_start(x); /* no thread waits for the step: its completion goes on */
-    pthread_mutex_lock(&s->mu);
-    x->starting = false;
-    bool ended = x->ended;
-    x->ended = false;
-    pthread_mutex_unlock(&s->mu);
-    if (!ended || !iter_after(x)) return;
+  gr_error e;
+  pthread_mutex_lock(&s->mu);
+  x->starting = true;
+  gr_status stop = x->iter >= x->stop_from ? x->stop : GR_OK;
+  if (stop != GR_OK)
+    gr_error_set(&e, stop, "%s", x->stop_msg); /* under s->mu: an abort writes it */
+  pthread_mutex_unlock(&s->mu);
+  gr_status st = stop != GR_OK ? stop : iter_begin(x, &e);
+  if (st != GR_OK) {
+    run_end(x, st, &e);
+    return;
   }
+  iter_start(x); /* no thread waits for the step: its completion goes on */
+  pthread_mutex_lock(&s->mu);
+  x->starting = false;
+  bool ended = x->ended; /* inside iter_start: its iter_done left it to here */
+  x->ended = false;
+  pthread_mutex_unlock(&s->mu);
+  if (ended) iter_continue(x);
 }
 
 void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
@@ -674,7 +709,14 @@ static gr_status push(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *run_id, g
   pthread_mutex_lock(&s->mu);
   peer *p = gr_server_find_peer(s, from);
   uint64_t known = p ? p->incarnation : 0;
+  gr_conn *old_in = NULL;
+  if (p && known == inc && p->in_conn != c) { /* where a DONE for it can go back */
+    old_in = p->in_conn;
+    gr_conn_ref(c);
+    p->in_conn = c;
+  }
   pthread_mutex_unlock(&s->mu);
+  gr_conn_unref(old_in);
   if (!p)
     return gr_error_set(err, GR_ERR_FAILED_PRECONDITION,
                         "%s refuses a tensor from %s (%s): no registered graph names that task",
@@ -706,10 +748,9 @@ static gr_status push(gr_server *s, gr_conn *c, gr_inmsg *m, uint64_t *run_id, g
                       "%s: tensors from %s for a step that has not started here exceed %zu bytes",
                       s->task, from, s->parked_max);
   } else {
-    if (!gr_step_link_is_done(&k)) { /* a DONE is flow control, no transfer of the step */
-      atomic_fetch_add_explicit(&t->got, 1, memory_order_relaxed);
-      if (!dead) atomic_fetch_add_explicit(&t->got_bytes, (int64_t)bytes, memory_order_relaxed);
-    }
+    /* counted off the local rendezvous's sends (a DONE too: no transfer of this task's) */
+    atomic_fetch_add_explicit(&t->got, 1, memory_order_relaxed);
+    if (!dead) atomic_fetch_add_explicit(&t->got_bytes, (int64_t)bytes, memory_order_relaxed);
     st = gr_rendezvous_send(t->local, key, gr_tensor_is_empty(&v) ? NULL : &v, dead, err);
     if (st != GR_OK) gr_error_prefix(err, "%s: a tensor from %s", s->task, from);
   }
@@ -763,38 +804,48 @@ void gr_server_push(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_inmsg_free(m);
 }
 
+/* The multi-step RUN with a step of run id `run` (under s->mu), or NULL. */
+static server_run *run_of_locked(gr_server *s, uint64_t run) {
+  GR_ASSERT_HELD(&s->mu);
+  void *v;
+  for (size_t pos = 0; gr_map_next(&s->runs, &pos, NULL, &v);) {
+    server_run *y = v;
+    if (run >= y->q.run && run - y->q.run < y->q.steps) return y;
+  }
+  return NULL;
+}
+
+/* Aborts a multi-step RUN from a's step on (the steps before end first);
+ * false when no RUN here has that step. */
+static bool abort_run(gr_server *s, const gr_abort_msg *a) {
+  pthread_mutex_lock(&s->mu);
+  server_run *x = run_of_locked(s, a->run);
+  uint64_t from = x ? a->run - x->q.run : 0;
+  if (x && (x->stop == GR_OK || from < x->stop_from)) {
+    snprintf(x->stop_msg, sizeof x->stop_msg, "%s", a->msg);
+    x->stop = a->code != GR_OK ? a->code : GR_ERR_CANCELLED;
+    x->stop_from = from;
+  }
+  step_state *cur = x && x->iter >= from ? x->t : NULL;
+  if (cur) cur->refs++;
+  pthread_mutex_unlock(&s->mu);
+  if (cur) state_abort(s, cur, a->code, a->msg), state_unref(s, cur);
+  return x != NULL;
+}
+
 void gr_server_abort(gr_server *s, gr_conn *c, gr_inmsg *m) {
   gr_error e;
   gr_abort_msg a;
-  if (gr_abort_msg_unpack(m, &a, &e) == GR_OK) {
-    pthread_mutex_lock(&s->mu);
-    server_run *x = NULL; /* a multi-step RUN with a step of that run id: from there on */
-    void *v;
-    for (size_t pos = 0; !x && gr_map_next(&s->runs, &pos, NULL, &v);) {
-      server_run *y = v;
-      if (a.run >= y->q.run && a.run - y->q.run < y->q.steps) x = y;
-    }
-    uint64_t from = x ? a.run - x->q.run : 0;
-    if (x && (x->stop == GR_OK || from < x->stop_from)) {
-      snprintf(x->stop_msg, sizeof x->stop_msg, "%s", a.msg);
-      x->stop = a.code != GR_OK ? a.code : GR_ERR_CANCELLED;
-      x->stop_from = from;
-    }
-    step_state *cur = x && x->iter >= from ? x->t : NULL;
-    if (cur) cur->refs++;
-    pthread_mutex_unlock(&s->mu);
-    if (x) {
-      if (cur) state_abort(s, cur, a.code, a.msg), state_unref(s, cur);
-      gr_inmsg_free(m);
-      return;
-    }
+  if (gr_abort_msg_unpack(m, &a, &e) != GR_OK) {
+    gr_server_log(s, "a bad abort from %s: %s", gr_conn_peer(c), e.msg);
+  } else if (!abort_run(s, &a)) { /* a step's state, open or not yet */
     step_state *t = state_get(s, a.run, NULL);
     if (t) {
       state_abort(s, t, a.code, a.msg);
       state_unref(s, t);
+    } else { /* the step ended here: maybe a multi-step RUN's, listed meanwhile */
+      abort_run(s, &a);
     }
-  } else {
-    gr_server_log(s, "a bad abort from %s: %s", gr_conn_peer(c), e.msg);
   }
   gr_inmsg_free(m);
 }
