@@ -602,8 +602,7 @@ void gr_server_free(gr_server *s) {
   gr_loop_free(s->loop);                /* closes connections: running steps' pushes fail */
   gr_server_steps_abort_all(s);
   pthread_mutex_lock(&s->mu);
-  s->work_closed = true; /* a multi-step RUN's next iteration is not scheduled */
-  while (s->scheduling > 0) pthread_cond_wait(&s->stopped, &s->mu); /* nor being scheduled */
+  s->work_closed = true; /* a multi-step RUN starts no more iterations */
   pthread_mutex_unlock(&s->mu);
   gr_threadpool_free(s->work_pool); /* a RUN queued here starts and sees its connection closed */
   pthread_mutex_lock(&s->mu);       /* the aborted steps finish on the executors' threads */

@@ -97,15 +97,14 @@ struct gr_server {
   int num_peers, cap_peers;
   gr_map steps;           /* run id -> step_state */
   gr_map runs;            /* run id -> the multi-step RUN of that first id (server_step.c) */
-  bool work_closed;       /* work_pool takes no more jobs (the server stops) */
-  int scheduling;         /* multi-step RUNs scheduling their next step on work_pool */
+  bool work_closed;       /* multi-step RUNs start no more iterations (the server stops) */
   uint64_t finished[256]; /* recently finished run ids: late pushes are dropped */
   uint32_t finished_pos;  /* the next slot, mod 256 (unsigned: wraps, as 256 divides 2^32) */
   uint64_t step_seq;      /* creation order of step states (the oldest parked is evicted) */
   size_t parked_bytes, parked_max;
   int64_t sessions;
   int steps_running;      /* RUNs started and not yet answered */
-  pthread_cond_t stopped; /* steps_running, dials or scheduling fell to 0 */
+  pthread_cond_t stopped; /* steps_running or dials fell to 0 */
   int dials;              /* dial threads running (server_register.c) */
   gr_lease *leases;       /* network thread only (server_lease.c) */
   int num_leases;

@@ -291,7 +291,7 @@ static const gr_rendezvous_ops push_ops = {rv_send,  rv_recv, rv_abort,      rv_
  * step's completion on whichever thread finishes it (gr_conn_send is
  * thread-safe). A multi-step RUN runs its iterations one after another,
  * each a step of its own (run id q.run + i, step q.step + i): the next
- * starts on a work thread once the previous one ended (iter_continue). */
+ * starts on an executor thread once the previous one ended (iter_continue). */
 typedef struct server_run {
   gr_server *s;
   gr_conn *c; /* a reference */
@@ -560,28 +560,28 @@ static void iter_next(void *arg) {
 }
 
 /* The iteration ended (how: x->done_st) outside iter_loop's start: the
- * RUN ends here, or its next iteration goes to a work thread. Never this
- * thread: it may be the network thread, or an executor's inside the
- * finished run's completion, and K steps would hold it. Scheduled outside
- * s->mu (the pool runs a job inline when it cannot queue it); `scheduling`
- * keeps gr_server_free from freeing the pool meanwhile. */
-static void iter_continue(server_run *x) {
+ * RUN ends here, or its next iteration starts on an executor thread, where
+ * its first nodes then run without another thread to wake (a wakeup is
+ * 20-40 us a step on a VM): here when this is one that finished the step;
+ * else (the network thread, which K steps of a partition that never waits
+ * would hold, or a step that ended inside iter_loop's start: K of them
+ * would nest) queued to one. The executors' pool outlives every RUN
+ * (gr_server_free waits for them first). */
+static void iter_continue(server_run *x, bool may_inline) {
   gr_server *s = x->s;
   pthread_mutex_lock(&s->mu);
   bool more = x->done_st == GR_OK && x->iter + 1 < x->q.steps;
-  bool pool = more && !s->work_closed;
-  if (pool) s->scheduling++;
+  bool go = more && !s->work_closed;
   pthread_mutex_unlock(&s->mu);
-  if (pool) {
-    gr_threadpool_schedule(s->work_pool, iter_next, x);
-    pthread_mutex_lock(&s->mu);
-    if (--s->scheduling == 0) pthread_cond_broadcast(&s->stopped);
-    pthread_mutex_unlock(&s->mu);
-    return;
+  if (go && may_inline && gr_threadpool_current() == s->exec_pool) {
+    iter_next(x);
+  } else if (go) {
+    gr_threadpool_schedule(s->exec_pool, iter_next, x);
+  } else {
+    if (more) /* the server stops */
+      x->done_st = gr_error_set(&x->done_err, GR_ERR_CANCELLED, "%s is shutting down", s->task);
+    iter_after(x); /* ends the RUN */
   }
-  if (more) /* the server stops */
-    x->done_st = gr_error_set(&x->done_err, GR_ERR_CANCELLED, "%s is shutting down", s->task);
-  iter_after(x); /* ends the RUN */
 }
 
 /* An iteration ended: inside iter_loop's start, that goes on from there. */
@@ -594,7 +594,7 @@ static void iter_done(void *arg, gr_status st, const gr_error *err) {
   bool inside = x->starting;
   if (inside) x->ended = true;
   pthread_mutex_unlock(&s->mu);
-  if (!inside) iter_continue(x);
+  if (!inside) iter_continue(x, true);
 }
 
 static void iter_run(server_run *x) {
@@ -654,7 +654,7 @@ static void iter_loop(server_run *x) {
   bool ended = x->ended; /* inside iter_start: its iter_done left it to here */
   x->ended = false;
   pthread_mutex_unlock(&s->mu);
-  if (ended) iter_continue(x);
+  if (ended) iter_continue(x, false);
 }
 
 void gr_server_run(gr_server *s, gr_conn *c, gr_inmsg *m) {
