@@ -13,31 +13,27 @@ static const gr_msg_field fields[] = {
 const gr_msg_spec gr_response_spec = {GR_MSG_RESPONSE, "task → client", GR_MSG_FIELDS(fields), NULL,
                                       -1};
 
-static gr_outmsg *envelope(uint64_t id, uint32_t results, const gr_error *e) {
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_RESPONSE, 2 + (e ? 1 : results));
+/* failed_at < 0: none */
+static gr_outmsg *envelope(uint64_t id, uint32_t results, const gr_error *e, int64_t failed_at) {
+  gr_outmsg *m = gr_outmsg_new(GR_MSG_RESPONSE, 2 + (e ? 1 + (failed_at >= 0) : results));
   if (!m) return NULL;
   gr_outmsg_u64(m, "id", id);
   gr_outmsg_u64(m, "code", e ? (uint64_t)e->code : 0);
   if (e) gr_outmsg_str(m, "msg", e->msg);
+  if (e && failed_at >= 0) gr_outmsg_u64(m, "failed_at", (uint64_t)failed_at);
   return m;
 }
 
 gr_outmsg *gr_response_pack(uint64_t id, const gr_error *e) {
-  return envelope(id, 0, e);
+  return envelope(id, 0, e, -1);
 }
 
 gr_outmsg *gr_response_pack_failed_at(uint64_t id, const gr_error *e, uint64_t iteration) {
-  gr_outmsg *m = gr_outmsg_new(GR_MSG_RESPONSE, 4);
-  if (!m) return NULL;
-  gr_outmsg_u64(m, "id", id);
-  gr_outmsg_u64(m, "code", (uint64_t)e->code);
-  gr_outmsg_str(m, "msg", e->msg);
-  gr_outmsg_u64(m, "failed_at", iteration);
-  return m;
+  return envelope(id, 0, e, (int64_t)iteration);
 }
 
 gr_outmsg *gr_response_begin(uint64_t id, uint32_t results) {
-  return envelope(id, results, NULL);
+  return envelope(id, results, NULL, -1);
 }
 
 gr_status gr_response_unpack(const gr_inmsg *in, gr_response *out, gr_error *err) {

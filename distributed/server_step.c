@@ -341,15 +341,18 @@ static void iter_forget(server_run *x) {
 }
 
 /* The RUN ended (or never started): forget it, answer, free. A multi-step
- * RUN that stopped early also forgets its next two steps, which senders
- * one step ahead and DONEs may have parked here (late values are dropped). */
+ * RUN that stopped early also forgets its next two steps (and step
+ * x->iter when it stopped before beginning it: an abort between steps),
+ * which senders one step ahead and DONEs may have parked here (late values
+ * are dropped). */
 static void run_end(server_run *x, gr_status st, const gr_error *e) {
   gr_server *s = x->s;
+  uint64_t first = x->t ? x->iter + 1 : x->iter; /* x->t: step x->iter began here */
   iter_forget(x);
   if (x->listed) {
     pthread_mutex_lock(&s->mu);
     gr_map_remove_u64(&s->runs, x->q.run);
-    for (uint64_t i = x->iter + 1; i <= x->iter + 2 && i < x->q.steps; i++) {
+    for (uint64_t i = first; i <= x->iter + 2 && i < x->q.steps; i++) {
       uint64_t id = x->q.run + i;
       step_state *t = gr_map_get_u64(&s->steps, id);
       if (t && t->started) continue; /* another RUN's (a repeated one) */
