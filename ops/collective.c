@@ -20,7 +20,8 @@
  *   rank c - 1; the all-gather passes the totals around once more, copied
  *   (the graph ring's order, parallel.c). Each rank sends 2(n - 1)/n of
  *   the buffer: for large buckets. A chunk travels in pieces of at most
- *   attr piece_bytes (0: GR_COLLECTIVE_PIECE_BYTES; set when the graph is
+ *   attr piece_bytes (0: GR_COLLECTIVE_PIECE_BYTES, and a chunk of at most
+ *   GR_COLLECTIVE_WHOLE_PIECES of those whole; set when the graph is
  *   built, so every member agrees), one message each: a rank adds
  *   (or copies) a piece as soon as it arrives and sends it on at once, so
  *   the next piece is on the wire while this one is being added. Every
@@ -741,8 +742,14 @@ static gr_status all_reduce_kernel(gr_kernel_ctx *ctx) {
   if (x->n > 1) {
     x->tree = !strcmp(gr_node_attr_string(nd, "algorithm", "ring"), "tree");
     int64_t piece_bytes = gr_node_attr_int(nd, "piece_bytes", 0);
-    if (piece_bytes <= 0) piece_bytes = GR_COLLECTIVE_PIECE_BYTES;
+    bool chosen = piece_bytes > 0;
+    if (!chosen) piece_bytes = GR_COLLECTIVE_PIECE_BYTES;
     x->piece = piece_bytes / (int64_t)x->es > 0 ? piece_bytes / (int64_t)x->es : 1;
+    /* by default a chunk of up to GR_COLLECTIVE_WHOLE_PIECES pieces goes
+     * whole: each message costs a wakeup at the receiver, which a small
+     * chunk's pipelining does not win back (ops/gr_ops.h) */
+    int64_t chunk = x->total / x->n + 1;
+    if (!chosen && chunk <= GR_COLLECTIVE_WHOLE_PIECES * x->piece) x->piece = chunk;
     if ((st = plan(ctx, x)) != GR_OK) {
       coll_free(x);
       return st;

@@ -464,6 +464,12 @@ typedef enum gr_reduction { GR_REDUCE_SUM, GR_REDUCE_MEAN } gr_reduction;
  * a 4 MiB all-reduce at 0.96-1.18 GB/s with 256 KiB pieces against
  * 0.59-0.67 with 2 MiB (docs/benchmarks.md). */
 #define GR_COLLECTIVE_PIECE_BYTES (256 * 1024)
+/* With the default piece, a ring chunk of at most this many pieces (1 MiB)
+ * goes as one message: two tasks on the AMD VM, the MLP's 1.07 MB bucket
+ * (chunks of 0.54 MB), 2026-11-30: the collective from the later member's
+ * arrival to its end, median 454-537 us whole, 588-593 in 3 pieces,
+ * 674-766 in 5 (docs/benchmarks.md). */
+#define GR_COLLECTIVE_WHOLE_PIECES 4
 /* Options of an all-reduce, kept in the graph (the collective's node
  * attrs), so that every member agrees by construction. Zero: the
  * defaults. The environment of the process that builds the graph
