@@ -106,12 +106,14 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
  * of the step without the master between steps: one request per task for
  * all of them (Keras' steps_per_execution). It stops at the first step
  * that fails (on a cluster every task ends the steps before it; the step
- * counter has then moved by num_steps, in one process by the steps run). */
+ * counter has then moved by num_steps, in one process by the steps run).
+ * trace (if not NULL) receives the last step's events, as
+ * gr_session_run_traced's: a step in the steady state of the loop. */
 #define GR_SESSION_MAX_STEPS (1 << 30)
 gr_status gr_session_run_steps(gr_session *s, const gr_feed *feeds, int num_feeds,
                                const gr_output *fetches, int num_fetches, gr_tensor *results,
                                const gr_output *targets, int num_targets, int64_t num_steps,
-                               gr_error *err);
+                               gr_step_trace *trace, gr_error *err);
 
 /* Checks a step's arguments as gr_session_run does before running anything:
  * every endpoint is a node of this session's graph, every feed has a value

@@ -788,7 +788,7 @@ static gr_status find_prepared(gr_session *s, const gr_feed *feeds, int num_feed
 static gr_status run_one(gr_session *s, prepared *p, const gr_tensor *fv, gr_tensor *results,
                          gr_step_trace *trace, int64_t num_steps, gr_error *err);
 
-/* num_steps steps of one signature (traced: one); results from the last. */
+/* num_steps steps of one signature; results (and the trace) from the last. */
 static gr_status run_steps(gr_session *s, const gr_feed *feeds, int num_feeds,
                            const gr_output *fetches, int num_fetches, gr_tensor *results,
                            const gr_output *targets, int num_targets, gr_step_trace *trace,
@@ -821,7 +821,8 @@ static gr_status run_steps(gr_session *s, const gr_feed *feeds, int num_feeds,
   for (int64_t k = 0; k < (p->remote_plan ? 1 : num_steps) && st == GR_OK; k++) {
     if (k > 0)
       for (int i = 0; i < num_fetches; i++) gr_tensor_release(&results[i]);
-    st = run_one(s, p, fv, results, trace, p->remote_plan ? num_steps : 1, err);
+    st = run_one(s, p, fv, results, p->remote_plan || k == num_steps - 1 ? trace : NULL,
+                 p->remote_plan ? num_steps : 1, err);
   }
   if (fv != fv_small) free(fv);
   return st;
@@ -866,10 +867,10 @@ gr_status gr_session_run_traced(gr_session *s, const gr_feed *feeds, int num_fee
 gr_status gr_session_run_steps(gr_session *s, const gr_feed *feeds, int num_feeds,
                                const gr_output *fetches, int num_fetches, gr_tensor *results,
                                const gr_output *targets, int num_targets, int64_t num_steps,
-                               gr_error *err) {
+                               gr_step_trace *trace, gr_error *err) {
   if (num_steps < 1 || num_steps > GR_SESSION_MAX_STEPS)
     return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "gr_session_run_steps: %lld steps (1 to %d)",
                         (long long)num_steps, GR_SESSION_MAX_STEPS);
-  return run_steps(s, feeds, num_feeds, fetches, num_fetches, results, targets, num_targets, NULL,
+  return run_steps(s, feeds, num_feeds, fetches, num_fetches, results, targets, num_targets, trace,
                    num_steps, err);
 }

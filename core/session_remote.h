@@ -20,8 +20,8 @@ typedef struct gr_remote_runner {
   /* num_steps steps (gr_session_run_steps), as gr_device_plan_run each:
    * step ids step->step_id and on, the same feed_values (the caller's
    * order), fetch_out filled from the last step by the partitions'
-   * fetch_index (one reference each); stats: the last step's transfers. A
-   * traced run (step->trace) has one step. */
+   * fetch_index (one reference each); stats: the last step's transfers;
+   * step->trace (if any): the last step's events. */
   gr_status (*run)(void *self, void *plan, const gr_tensor *feed_values, gr_tensor *fetch_out,
                    const gr_step_info *step, int64_t num_steps, gr_transfer_stats *stats,
                    gr_error *err);

@@ -370,10 +370,9 @@ static gr_status run(void *self, void *plan, const gr_tensor *feed_values, gr_te
   gr_master *ms = self;
   mplan *p = plan;
   step_ctx x = {.ms = ms, .p = p, .num_steps = num_steps};
-  if (num_steps < 1 || num_steps > GR_RUN_MAX_STEPS || (step->trace && num_steps > 1))
-    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT,
-                        "a run has 1 to %d steps (a traced one has 1), not %lld", GR_RUN_MAX_STEPS,
-                        (long long)num_steps);
+  if (num_steps < 1 || num_steps > GR_RUN_MAX_STEPS)
+    return gr_error_set(err, GR_ERR_INVALID_ARGUMENT, "a run has 1 to %d steps, not %lld",
+                        GR_RUN_MAX_STEPS, (long long)num_steps);
   GR_TRY(gr_auth_random(&x.run_id, sizeof x.run_id, err));
   x.run_id &= ~(1ULL << 63); /* room for the run ids of its steps */
   gr_master_drain(ms);       /* the previous step has ended on every task */

@@ -432,9 +432,6 @@ static gr_status run_check(server_run *x, gr_error *e) {
   x->fetches = calloc((size_t)x->nx + 1, sizeof *x->fetches);
   if (st == GR_OK && (!x->feeds || !x->fetches)) st = gr_error_set_oom(e);
   if (st == GR_OK) st = gr_run_req_feeds(m, a, x->feeds, x->nf, e);
-  if (st == GR_OK && a->steps > 1 && a->trace)
-    st = gr_error_set(e, GR_ERR_INVALID_ARGUMENT, "a traced run has one step, not %llu",
-                      (unsigned long long)a->steps);
   if (st == GR_OK && a->steps > 1 && a->run > UINT64_MAX - a->steps)
     st = gr_error_set(e, GR_ERR_INVALID_ARGUMENT, "run id %016llx leaves no room for %llu steps",
                       (unsigned long long)a->run, (unsigned long long)a->steps);
@@ -494,7 +491,8 @@ static gr_status iter_begin(server_run *x, gr_error *e) {
     return gr_error_set_oom(e);
   }
   *prv = (push_rv){s, t};
-  x->trace = a->trace ? gr_step_trace_new() : NULL; /* a traced RUN has one step */
+  /* a traced RUN traces its last step (the steady state of a loop) */
+  x->trace = a->trace && x->iter + 1 == a->steps ? gr_step_trace_new() : NULL;
   x->step = (gr_step_info){.step_id = (int64_t)(a->step + x->iter),
                            .seed = a->seed,
                            .resources = r->box->rm,

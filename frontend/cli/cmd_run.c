@@ -254,7 +254,8 @@ static gr_status run_step(cli_run_state *r, long st, long n, bool saving, bool *
   gr_status ok =
       n > 1
           ? gr_session_run_steps(r->s, r->feeds, o->nfeed, r->fetches, o->nfetch, r->results,
-                                 r->targets, o->ntarget, n, err)
+                                 r->targets, o->ntarget, n,
+                                 st + n - 1 == o->steps ? r->trace : NULL, err)
           : gr_session_run_traced(
                 r->s, r->feeds, o->nfeed, r->fetches, o->nfetch, r->results, r->targets, o->ntarget,
                 st == o->steps && r->trace ? r->trace : cli_epochs_trace_for(r->ep, st), err);
@@ -307,7 +308,7 @@ static int step_failed(cli_run_state *r, long st, long n, bool in_save, gr_error
 }
 
 /* How many steps from `first` on one run takes: --steps-per-run, ending at
- * the next save (--save-every), the last step, or before a traced last step. */
+ * the next save (--save-every) or the last step (--trace's: a run's last). */
 static long steps_in_run(const cli_run_state *r, long first) {
   const cli_run_options *o = &r->o;
   long n = o->steps_per_run > 1 && !r->ep ? o->steps_per_run : 1;
@@ -316,7 +317,6 @@ static long steps_in_run(const cli_run_state *r, long first) {
     long next = (first - 1) / o->save_every * o->save_every + o->save_every;
     if (n > next - first + 1) n = next - first + 1;
   }
-  if (r->trace && first + n - 1 == o->steps && n > 1) n--; /* the traced step alone */
   return n;
 }
 

@@ -39,8 +39,9 @@
  *       layers 2-3 on task 1) with micro_batches(1, ...) vs its own
  *       micro_batches(4, ...): time per global batch of 128, M=1 / M=4.
  *   pipeline_bound  M=1's time / the busier task's kernel time in an M=4
- *       step (from step traces): the speedup if the M=4 step took no
- *       longer than its busier stage's kernels.
+ *       step (from step traces: the last step of runs of 8, traced in
+ *       the tasks' loop as the timed steps run): the speedup if the M=4
+ *       step took no longer than its busier stage's kernels.
  *
  * Every child (servers, Python, launch) is killed and reaped on every
  * path; every wait has a deadline.
@@ -305,31 +306,55 @@ static double time_train(program *pr, int steps) {
   double t0 = bench_now();
   if (single_step_runs)
     run_steps(pr->s, &pr->train, 1, steps);
-  else if (gr_session_run_steps(pr->s, NULL, 0, NULL, 0, NULL, &pr->train, 1, steps, &err) != GR_OK)
+  else if (gr_session_run_steps(pr->s, NULL, 0, NULL, 0, NULL, &pr->train, 1, steps, NULL, &err) !=
+           GR_OK)
     bench_die("steps", err.msg);
   return (bench_now() - t0) / steps;
 }
 
+/* A multi-step run traces its last step (gr_session_run_steps): the traced
+ * steps below are the last of runs of this many, steps in the tasks' loop
+ * as the timed ones are (--single-step-runs: one step a run, as timed). */
+enum { TRACE_RUN_STEPS = 8 };
+
+/* Seconds a step of one traced run takes, its last step's events in t. */
+static double traced_run(program *pr, gr_step_trace *t) {
+  gr_error err;
+  int n = single_step_runs ? 1 : TRACE_RUN_STEPS;
+  gr_step_trace_clear(t);
+  double t0 = bench_now();
+  if (gr_session_run_steps(pr->s, NULL, 0, NULL, 0, NULL, &pr->train, 1, n, t, &err) != GR_OK)
+    bench_die("traced steps", err.msg);
+  return (bench_now() - t0) / n;
+}
+
+/* Seconds of kernels each task ran in traced step t (receives wait, so
+ * they do not count); span: from its first node's start to its last's end. */
+static void trace_busy(const gr_step_trace *t, double busy[2], double *span) {
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  busy[0] = busy[1] = 0;
+  for (int i = 0; i < gr_step_trace_count(t); i++) {
+    const gr_trace_event *e = gr_step_trace_event(t, i);
+    const char *dev = e->node->assigned_device;
+    if (e->start_ns < first) first = e->start_ns;
+    if (e->end_ns > last) last = e->end_ns;
+    if (!strcmp(e->node->op->name, "_recv")) continue;
+    busy[dev && strstr(dev, "task:1")] += 1e-9 * (double)(e->end_ns - e->start_ns);
+  }
+  if (span) *span = last > first ? 1e-9 * (double)(last - first) : 0;
+}
+
 /* Seconds of kernels the busier task runs in a step (median over `steps`
- * traced steps; receives wait, so they do not count): a split step cannot
- * end before its busier task has run its kernels. */
+ * traced steps): a split step cannot end before its busier task has run
+ * its kernels. */
 static double busier_task_s(program *pr, int steps) {
   gr_step_trace *t = gr_step_trace_new();
-  double v[64];
-  gr_error err;
+  double v[64], busy[2];
   if (!t) bench_die("trace", "out of memory");
   if (steps > 64) steps = 64;
   for (int k = 0; k < steps; k++) {
-    gr_step_trace_clear(t);
-    if (gr_session_run_traced(pr->s, NULL, 0, NULL, 0, NULL, &pr->train, 1, t, &err) != GR_OK)
-      bench_die("traced step", err.msg);
-    double busy[2] = {0, 0};
-    for (int i = 0; i < gr_step_trace_count(t); i++) {
-      const gr_trace_event *e = gr_step_trace_event(t, i);
-      const char *dev = e->node->assigned_device;
-      if (!strcmp(e->node->op->name, "_recv")) continue;
-      busy[dev && strstr(dev, "task:1")] += 1e-9 * (double)(e->end_ns - e->start_ns);
-    }
+    traced_run(pr, t);
+    trace_busy(t, busy, NULL);
     v[k] = fmax(busy[0], busy[1]);
   }
   gr_step_trace_free(t);
@@ -455,45 +480,30 @@ static void step_breakdown(const char *what, program *pr, int steps) {
   enum { MAX_DELIVERIES = 4096 };
   double busy[2][64], span[64], wall[64], *deliv = malloc(MAX_DELIVERIES * sizeof *deliv);
   int nd = 0;
-  if (!deliv) bench_die("trace", "out of memory");
-  gr_error err;
-  if (!t) bench_die("trace", "out of memory");
+  if (!deliv || !t) bench_die("trace", "out of memory");
   if (steps > 64) steps = 64;
   for (int k = 0; k < steps; k++) {
-    gr_step_trace_clear(t);
-    double w0 = bench_now();
-    if (gr_session_run_traced(pr->s, NULL, 0, NULL, 0, NULL, &pr->train, 1, t, &err) != GR_OK)
-      bench_die("traced step", err.msg);
-    wall[k] = bench_now() - w0;
-    int64_t first = INT64_MAX, last = INT64_MIN;
-    busy[0][k] = busy[1][k] = 0;
-    for (int i = 0; i < gr_step_trace_count(t); i++) {
-      const gr_trace_event *e = gr_step_trace_event(t, i);
-      const char *dev = e->node->assigned_device;
-      if (e->start_ns < first) first = e->start_ns;
-      if (e->end_ns > last) last = e->end_ns;
-      if (!strcmp(e->node->op->name, "_recv")) continue;
-      busy[dev && strstr(dev, "task:1")][k] += 1e-9 * (double)(e->end_ns - e->start_ns);
-    }
-    span[k] = 1e-9 * (double)(last - first);
+    double bt[2];
+    wall[k] = traced_run(pr, t);
+    trace_busy(t, bt, &span[k]);
+    busy[0][k] = bt[0];
+    busy[1][k] = bt[1];
     nd = deliveries(t, deliv, nd, MAX_DELIVERIES);
   }
   gr_step_trace_free(t);
   double b0 = bench_median(busy[0], steps), b1 = bench_median(busy[1], steps);
   double sp = bench_median(span, steps), wl = bench_median(wall, steps);
   double plain[64];
-  for (int k = 0; k < steps; k++) {
-    double w0 = bench_now();
-    run_steps(pr->s, &pr->train, 1, 1);
-    plain[k] = bench_now() - w0;
-  }
+  for (int k = 0; k < steps; k++) plain[k] = time_train(pr, single_step_runs ? 1 : TRACE_RUN_STEPS);
   double mean = 0;
   for (int k = 0; k < steps; k++) mean += plain[k] / steps;
   qsort(plain, (size_t)steps, sizeof *plain, cmp_double);
-  printf("  %s, a step (median of %d): %.2f ms untraced (mean %.2f, p90 %.2f, max %.2f); traced "
+  printf("  %s, a step of a %d-step run (median of %d): %.2f ms untraced (mean %.2f, p90 %.2f, max "
+         "%.2f); traced "
          "%.2f ms, span %.2f ms, kernels task 0 %.2f ms, task 1 %.2f ms\n",
-         what, steps, plain[steps / 2] * 1e3, mean * 1e3, plain[steps * 9 / 10] * 1e3,
-         plain[steps - 1] * 1e3, wl * 1e3, sp * 1e3, b0 * 1e3, b1 * 1e3);
+         what, single_step_runs ? 1 : TRACE_RUN_STEPS, steps, plain[steps / 2] * 1e3, mean * 1e3,
+         plain[steps * 9 / 10] * 1e3, plain[steps - 1] * 1e3, wl * 1e3, sp * 1e3, b0 * 1e3,
+         b1 * 1e3);
   if (nd > 0) {
     qsort(deliv, (size_t)nd, sizeof *deliv, cmp_double);
     printf("    %d transfers between the tasks: delivered (receive end - send end) median %.0f us, "

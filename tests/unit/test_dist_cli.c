@@ -76,12 +76,16 @@ static void test_launch_runs_a_graph(void) {
   for (int k = 0; k < 3; k++) GR_CHECK_MSG(gone(task_pid(&p, tasks[k])), "%s still runs", tasks[k]);
 }
 
-/* --steps-per-run: 7 steps as runs of 3, 3 and 1 print the fetches of 7
- * single steps, bit for bit (JSON floats are exact); 0 is a usage error. */
+/* --steps-per-run: 7 steps as runs of 3, 3 and 1, or as one run of 7
+ * traced (--trace: the run's last step, inside the tasks' loop), print the
+ * fetches of 7 single steps, bit for bit (JSON floats are exact); the
+ * trace holds both workers' nodes; 0 is a usage error. */
 static void test_steps_per_run(void) {
-  char file[PATH_MAX], out[2][256] = {"", ""};
+  char file[PATH_MAX], out[3][256] = {"", "", ""}, trace[64], dir[] = "/tmp/gr_spr_XXXXXX";
   snprintf(file, sizeof file, "%s/examples/allreduce.gr", GR_SOURCE_DIR);
-  for (int k = 0; k < 2; k++) {
+  GR_CHECK(mkdtemp(dir) != NULL);
+  snprintf(trace, sizeof trace, "%s/trace.json", dir);
+  for (int k = 0; k < 3; k++) {
     gt_proc p;
     char *argv[] = {"graphrun",
                     "launch",
@@ -94,8 +98,11 @@ static void test_steps_per_run(void) {
                     "7",
                     "--json",
                     k ? "--steps-per-run" : NULL,
-                    "3",
+                    k == 1 ? "3" : "7",
+                    "--trace",
+                    trace,
                     NULL};
+    if (k < 2) argv[12] = NULL; /* no --trace */
     gt_proc_start(&p, argv);
     GR_CHECK_MSG(gt_proc_wait(&p, NULL, 120), "launch did not finish: %s", p.buf);
     gt_proc_finish(&p);
@@ -105,6 +112,15 @@ static void test_steps_per_run(void) {
     if (j) snprintf(out[k], sizeof out[k], "%.*s", (int)strcspn(j, "\n"), j);
   }
   GR_CHECK_MSG(out[0][0] && !strcmp(out[0], out[1]), "one at a time %s, by 3 %s", out[0], out[1]);
+  GR_CHECK_MSG(!strcmp(out[0], out[2]), "one at a time %s, 7 traced %s", out[0], out[2]);
+  char *json = gt_read_file(trace);
+  GR_CHECK_MSG(json != NULL, "no trace file %s", trace);
+  if (json) {
+    GR_CHECK_STR_CONTAINS(json, "/job:worker/replica:0/task:0/device:CPU:0");
+    GR_CHECK_STR_CONTAINS(json, "/job:worker/replica:0/task:1/device:CPU:0");
+  }
+  free(json);
+  gt_remove_tree(dir);
   gt_proc p;
   gt_proc_start(&p, (char *[]){"graphrun", "run", file, "--steps-per-run", "0", NULL});
   GR_CHECK(gt_proc_wait(&p, NULL, 60));

@@ -11,7 +11,9 @@
  *   test_same_as_steps   random draws (keyed on the step id) on one task
  *                        summed into a variable on another: N steps in one
  *                        run on the cluster give the bits of N single steps
- *                        in one process, and the step counter moves by N.
+ *                        in one process, and the step counter moves by N;
+ *                        traced, such a run gives one step's events (the
+ *                        last's), from both tasks, as in one process.
  *   test_failing_step    a queue on task 1 holds 3 values and is closed:
  *                        the 4th step fails; the run reports the queue's
  *                        error naming that step, and every task ends the
@@ -132,7 +134,7 @@ static void test_one_way_flow(void) {
   }
   gr_output upd = out(&pr, "upd");
   gr_error err;
-  GR_CHECK_OK(gr_session_run_steps(pr.s, NULL, 0, NULL, 0, NULL, &upd, 1, 100, &err), err);
+  GR_CHECK_OK(gr_session_run_steps(pr.s, NULL, 0, NULL, 0, NULL, &upd, 1, 100, NULL, &err), err);
   GR_CHECK_NEAR(fetch_f64(&pr, "acc"), 5050.0, 0);
   GR_CHECK_NEAR(fetch_f64(&pr, "n"), 100.0, 0);
   GR_CHECK(gr_session_step(pr.s) >= 100);
@@ -166,7 +168,7 @@ static void test_same_as_steps(void) {
   if (cluster_up(&k, 60000) && prog_load(&many, random_text, k.m)) {
     gr_output add = out(&many, "add"), acc = out(&many, "acc");
     int64_t m0 = gr_session_step(many.s);
-    GR_CHECK_OK(gr_session_run_steps(many.s, NULL, 0, &add, 1, &last, NULL, 0, N, &err), err);
+    GR_CHECK_OK(gr_session_run_steps(many.s, NULL, 0, &add, 1, &last, NULL, 0, N, NULL, &err), err);
     GR_CHECK(gt_same_bits(&want, &last)); /* the last step's fetch */
     GR_CHECK_EQ_INT(gr_session_step(many.s) - m0, N);
     gr_tensor a1;
@@ -174,8 +176,27 @@ static void test_same_as_steps(void) {
     GR_CHECK_OK(gr_session_run(many.s, NULL, 0, &acc, 1, &got, NULL, 0, &err), err);
     GR_CHECK(gt_same_bits(&a1, &got)); /* every step's draw was summed alike */
     gr_tensor_release(&a1), gr_tensor_release(&got), gr_tensor_release(&last);
+    /* traced: the last step's events only, from both tasks; one process alike */
+    gr_step_trace *t1 = gr_step_trace_new(), *tn = gr_step_trace_new();
+    GR_CHECK(t1 && tn);
+    GR_CHECK_OK(gr_session_run_traced(many.s, NULL, 0, NULL, 0, NULL, &add, 1, t1, &err), err);
+    GR_CHECK_OK(gr_session_run_steps(many.s, NULL, 0, NULL, 0, NULL, &add, 1, N, tn, &err), err);
+    GR_CHECK(gr_step_trace_count(t1) > 0);
+    GR_CHECK_EQ_INT(gr_step_trace_count(tn), gr_step_trace_count(t1));
+    bool task[2] = {false, false};
+    for (int i = 0; i < gr_step_trace_count(tn); i++) {
+      const char *dev = gr_step_trace_event(tn, i)->node->assigned_device;
+      task[dev && strstr(dev, "task:1") != NULL] = true;
+    }
+    GR_CHECK(task[0] && task[1]);
+    gr_step_trace_clear(t1), gr_step_trace_clear(tn);
+    GR_CHECK_OK(gr_session_run_traced(one.s, NULL, 0, NULL, 0, NULL, &add1, 1, t1, &err), err);
+    GR_CHECK_OK(gr_session_run_steps(one.s, NULL, 0, NULL, 0, NULL, &add1, 1, N, tn, &err), err);
+    GR_CHECK(gr_step_trace_count(t1) > 0);
+    GR_CHECK_EQ_INT(gr_step_trace_count(tn), gr_step_trace_count(t1));
+    gr_step_trace_free(t1), gr_step_trace_free(tn);
     /* out of range: refused before anything runs */
-    GR_CHECK_EQ_INT(gr_session_run_steps(many.s, NULL, 0, NULL, 0, NULL, &add, 1, 0, &err),
+    GR_CHECK_EQ_INT(gr_session_run_steps(many.s, NULL, 0, NULL, 0, NULL, &add, 1, 0, NULL, &err),
                     GR_ERR_INVALID_ARGUMENT);
     prog_free(&many);
   }
@@ -206,7 +227,7 @@ static void test_failing_step(void) {
   gr_output close_q = out(&pr, "close_q"), add = out(&pr, "add");
   gr_error err;
   GR_CHECK_OK(gr_session_run(pr.s, NULL, 0, NULL, 0, NULL, &close_q, 1, &err), err);
-  gr_status st = gr_session_run_steps(pr.s, NULL, 0, NULL, 0, NULL, &add, 1, 50, &err);
+  gr_status st = gr_session_run_steps(pr.s, NULL, 0, NULL, 0, NULL, &add, 1, 50, NULL, &err);
   GR_CHECK_EQ_INT(st, GR_ERR_OUT_OF_RANGE);
   GR_CHECK_MSG(st != GR_OK && strstr(err.msg, "closed") && strstr(err.msg, "step 4 of 50"), "%s",
                err.msg);
@@ -225,7 +246,8 @@ typedef struct bg_run {
 
 static void *bg_main(void *arg) {
   bg_run *b = arg;
-  b->st = gr_session_run_steps(b->s, NULL, 0, NULL, 0, NULL, &b->target, 1, 100000000, &b->err);
+  b->st =
+      gr_session_run_steps(b->s, NULL, 0, NULL, 0, NULL, &b->target, 1, 100000000, NULL, &b->err);
   b->done = 1;
   return NULL;
 }

@@ -363,7 +363,7 @@ static bool execute(run *r, gr_master *m, placement pl, bool soft, bool recvs, i
   bool ok = true;
   if (multi) { /* one multi-step run: the tasks loop; the last step's fetches */
     gr_status st = gr_session_run_steps(s, r->feeds, r->nf, r->x, r->nx, r->out[r->steps - 1], r->t,
-                                        r->nt, r->steps, &err);
+                                        r->nt, r->steps, NULL, &err);
     if (st != GR_OK)
       ok = fail(r, "step", r->steps - 1, st, err.msg); /* one of its steps */
     else
