@@ -31,7 +31,9 @@
  *       the pair's step time. sync_floor's step keeps the update unfused
  *       (GRAPHRUN_FUSE_UPDATE=0), as a replica's must be;
  *       sync_floor_fused is the same pair with the one-worker step's fused
- *       update, which no data-parallel step can have.
+ *       update, which no data-parallel step can have. The two-worker
+ *       steps and sync_floor's pair alternate in a round (half the steps
+ *       each, twice), so the VM's swing falls on both alike.
  *   async_eps  graphrun launch --ps 1 --workers 2 --between-graph
  *       examples/ps_async.gr:
  *       worker 0's "N steps in S s" x 128 x 2.
@@ -60,7 +62,8 @@
  *
  * Last line: parallel: allreduce_vs_gloo=A sync_vs_ddp=B sync_scaling=C
  *            async_eps=D pipeline_speedup=E sync_floor=F sync_nocomm=G
- *            pipeline_bound=H sync_floor_fused=I */
+ *            pipeline_bound=H sync_floor_fused=I of_floor=J of_bound=K
+ * (J: the median over rounds of the round's C / F, K of E / H). */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -607,6 +610,7 @@ typedef struct figures {
   double sync_eps[MAX_ROUNDS], one_eps[MAX_ROUNDS], ddp_eps[MAX_ROUNDS], ddp_ratio[MAX_ROUNDS];
   double scaling[MAX_ROUNDS], async_eps[MAX_ROUNDS], mp_s[2][MAX_ROUNDS], speedup[MAX_ROUNDS];
   double floor_sc[MAX_ROUNDS], fused_sc[MAX_ROUNDS], nocomm_sc[MAX_ROUNDS], pipe_bound[MAX_ROUNDS];
+  double of_floor[MAX_ROUNDS], of_bound[MAX_ROUNDS]; /* sync_scaling / sync_floor, pipeline's */
 } figures;
 
 static void find_graphrun(bench *b) {
@@ -708,11 +712,15 @@ static void bench_round(bench *b, int r, bool *torch_ok, figures *f) {
   }
   f->one_eps[r] = f->sync_eps[r] = f->nocomm_sc[r] = f->floor_sc[r] = f->fused_sc[r] = NAN;
   if (c->part[P_SYNC]) {
-    double one_s = time_train(&b->sync1, c->mlp_steps);
+    double one_s = time_train(&b->sync1, c->mlp_steps), two_s = 0, floor_s = 0;
     f->one_eps[r] = BATCH / one_s;
-    f->sync_eps[r] = 2 * BATCH / time_train(&b->sync2, c->mlp_steps);
+    for (int k = 0; k < 2; k++) { /* the pair and its floor alternate: ours, floor, ours, floor */
+      two_s += time_train(&b->sync2, c->mlp_steps / 2) / 2;
+      floor_s += floor_pair_run(b->fp, c->mlp_steps / 2, true, FLOOR_DP) / 2;
+    }
+    f->sync_eps[r] = 2 * BATCH / two_s;
+    f->floor_sc[r] = 2 * one_s / floor_s;
     f->nocomm_sc[r] = 2 * one_s / floor_pair_run(b->fp, c->mlp_steps, false, FLOOR_FUSED);
-    f->floor_sc[r] = 2 * one_s / floor_pair_run(b->fp, c->mlp_steps, true, FLOOR_DP);
     f->fused_sc[r] = 2 * one_s / floor_pair_run(b->fp, c->mlp_steps, true, FLOOR_FUSED);
     if (c->breakdown) step_breakdown("sync MLP x2", &b->sync2, 20);
   }
@@ -732,6 +740,8 @@ static void bench_round(bench *b, int r, bool *torch_ok, figures *f) {
     }
   }
   f->speedup[r] = f->mp_s[0][r] / f->mp_s[1][r];
+  f->of_floor[r] = f->scaling[r] / f->floor_sc[r];
+  f->of_bound[r] = f->speedup[r] / f->pipe_bound[r];
   f->async_eps[r] = c->part[P_ASYNC] ? run_async(b->graphrun, b->async_file, c->async_steps) : NAN;
   printf("round %d: all-reduce %.2f / %.2f GB/s (Gloo %.2f / %.2f); sync x2 %.0f examples/s "
          "(DDP %.0f, one worker %.0f; floor pair x%.2f, fused x%.2f, without exchange x%.2f); "
@@ -766,12 +776,15 @@ static void report(figures *f, int n) {
   range("sync_nocomm (pair, no exchange)", f->nocomm_sc, n, "");
   range("pipeline_speedup", f->speedup, n, "");
   range("pipeline_bound (busier stage)", f->pipe_bound, n, "");
+  range("sync_scaling / sync_floor", f->of_floor, n, "");
+  range("pipeline_speedup / bound", f->of_bound, n, "");
   double avg = fmin(med(f->ar_ratio[0], n), med(f->ar_ratio[1], n));
   printf("parallel: allreduce_vs_gloo=%.2f sync_vs_ddp=%.2f sync_scaling=%.2f async_eps=%.0f "
          "pipeline_speedup=%.2f sync_floor=%.2f sync_nocomm=%.2f pipeline_bound=%.2f "
-         "sync_floor_fused=%.2f\n",
+         "sync_floor_fused=%.2f of_floor=%.3f of_bound=%.3f\n",
          avg, med(f->ddp_ratio, n), med(f->scaling, n), med(f->async_eps, n), med(f->speedup, n),
-         med(f->floor_sc, n), med(f->nocomm_sc, n), med(f->pipe_bound, n), med(f->fused_sc, n));
+         med(f->floor_sc, n), med(f->nocomm_sc, n), med(f->pipe_bound, n), med(f->fused_sc, n),
+         med(f->of_floor, n), med(f->of_bound, n));
 }
 
 int main(int argc, char **argv) {
