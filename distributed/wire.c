@@ -480,19 +480,27 @@ static piece *add_piece(gr_outmsg *m) {
   return p;
 }
 
+/* Each piece starts aligned: the one before is padded when this one comes,
+ * so the body ends with the last piece's bytes (a lone tensor's body is
+ * exactly its bytes, which a receiver can read straight into a buffer of
+ * that size: gr_conn_handler.body_into). */
 size_t gr_outmsg_add_body(gr_outmsg *m, const void *p, size_t n, void *owned) {
-  size_t off = m->body_len;
+  size_t pad = (GR_WIRE_ALIGN - m->body_len % GR_WIRE_ALIGN) % GR_WIRE_ALIGN;
   piece *pc = add_piece(m);
   if (!pc) {
     free(owned);
     m->failed = true;
-    return off;
+    return m->body_len;
   }
+  if (m->num_pieces > 1) { /* body_len is only unaligned after a piece */
+    m->pieces[m->num_pieces - 2].pad = pad;
+    m->body_len += pad;
+  }
+  size_t off = m->body_len;
   pc->p = p;
   pc->n = n;
   pc->owned = owned;
-  pc->pad = (GR_WIRE_ALIGN - n % GR_WIRE_ALIGN) % GR_WIRE_ALIGN;
-  m->body_len += n + pc->pad;
+  m->body_len += n;
   return off;
 }
 
