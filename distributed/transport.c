@@ -692,11 +692,18 @@ static bool check_tag(gr_conn *c, const uint8_t *p) {
   return gr_conn_is_open(c);
 }
 
+static _Atomic uint64_t bodies_into;
+
+uint64_t gr_transport_bodies_into(void) {
+  return atomic_load_explicit(&bodies_into, memory_order_relaxed);
+}
+
 static void deliver(gr_conn *c) {
   gr_inmsg *m = c->in;
   c->in = NULL;
   size_t held = c->body.cap;
   if (c->into) { /* the buffer it was read into (body_into) */
+    atomic_fetch_add_explicit(&bodies_into, 1, memory_order_relaxed);
     m->body = c->into;
     m->body_off = c->into_off;
     c->into = NULL;

@@ -185,6 +185,9 @@ void gr_local_tune(int fd);
 /* Loopback peers count as on another host (for tests and benchmarks; set
  * before connections are made): TLS or per-frame MACs on them too. */
 void gr_transport_set_loopback_remote(bool on);
+/* Frame bodies this process has read straight into a receiver's buffer
+ * (gr_conn_handler.body_into) so far: tests see that it happens. */
+uint64_t gr_transport_bodies_into(void);
 /* How a connection is protected now: GR_AUTH_MODE_TLS, _MACS or 0. */
 int gr_conn_mode(const gr_conn *c);
 

@@ -22,6 +22,13 @@
  *                        in step 2 or 3).
  *   test_task_lost       a task ends in the middle of a long run: the run
  *                        fails naming it, well before its deadline.
+ *   test_all_gather_in_place  N steps of a collective all-reduce of 1001
+ *                        f32 (chunks of 501 and 500: no multiple of the
+ *                        wire's 64-byte alignment) in one run: every
+ *                        member's total is exact, and each member's
+ *                        all-gather piece of each step was read off the
+ *                        network straight into the collective's buffer
+ *                        (gr_transport_bodies_into), not copied.
  *
  * Servers run in this process (gr_server_new); every wait is bounded by
  * the master's step timeout. */
@@ -32,6 +39,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "distributed/transport_internal.h" /* gr_transport_bodies_into */
 #include "gr_test.h"
 #include "example_runner.h"
 #include "test_util.h"
@@ -284,11 +292,48 @@ static void test_task_lost(void) {
   cluster_down(&k);
 }
 
+static const char *sum_text = "device \"/job:worker/task:0\" { a = variable(fill([1001], 1.5)) }\n"
+                              "device \"/job:worker/task:1\" { b = variable(fill([1001], 2.25)) }\n"
+                              "sa, sb = all_reduce(a, b)\n";
+
+static void test_all_gather_in_place(void) {
+  enum { N = 6 };
+  cluster k;
+  prog pr;
+  gr_error err;
+  if (!cluster_up(&k, 60000) || !prog_load(&pr, sum_text, k.m)) {
+    cluster_down(&k);
+    return;
+  }
+  gr_output x[2] = {out(&pr, "sa"), out(&pr, "sb")};
+  gr_tensor t[2];
+  GR_CHECK_OK(gr_session_run(pr.s, NULL, 0, x, 2, t, NULL, 0, &err), err); /* registers */
+  gr_tensor_release(&t[0]), gr_tensor_release(&t[1]);
+  uint64_t before = gr_transport_bodies_into();
+  GR_CHECK_OK(gr_session_run_steps(pr.s, NULL, 0, x, 2, t, NULL, 0, N, NULL, &err), err);
+  uint64_t into = gr_transport_bodies_into() - before;
+  GR_CHECK_MSG(into >= 2 * N, "%llu bodies read into place in %d steps of two members",
+               (unsigned long long)into, N);
+  for (int m = 0; m < 2; m++) {
+    GR_CHECK_EQ_INT(gr_tensor_num_elements(&t[m]), 1001);
+    for (int64_t i = 0; i < gr_tensor_num_elements(&t[m]); i++)
+      if (gr_tensor_get_f64(&t[m], i) != 3.75) {
+        GR_CHECK_MSG(false, "member %d element %lld: %g", m, (long long)i,
+                     gr_tensor_get_f64(&t[m], i));
+        break;
+      }
+    gr_tensor_release(&t[m]);
+  }
+  prog_free(&pr);
+  cluster_down(&k);
+}
+
 int main(void) {
   gr_init();
   GR_RUN(test_one_way_flow);
   GR_RUN(test_same_as_steps);
   GR_RUN(test_failing_step);
   GR_RUN(test_task_lost);
+  GR_RUN(test_all_gather_in_place);
   return gr_test_finish();
 }
